@@ -1,0 +1,901 @@
+//! Rate limiting (spec "Limits"; DESIGN.md Decisions 1-3).
+//!
+//! Three layers, so that each can be replaced alone:
+//! - policy ([`RateLimitPolicy`]): the tier table, bucket shares and multipliers, turned at load
+//!   time into the numbers one request is checked against ([`BucketLimits`]);
+//! - cost model ([`cost_and_bucket`]): which bucket a request draws from and how many tokens;
+//! - storage ([`RateLimiter`]): the bucket state. [`LocalRateLimiter`] keeps it in memory; a
+//!   shared (Redis) backend implements the same trait with the same arithmetic.
+//!
+//! Each bucket is a GCRA token bucket (one timestamp per window, integer nanoseconds, so
+//! admission is exact and needs no floating point on the hot path): a per-minute window with
+//! capacity = burst, and an hourly quota; a request is admitted only if both allow it.
+
+mod local;
+
+pub use local::{Clock, LocalRateLimiter, ManualClock, MonotonicClock};
+
+use crate::{FilterContext, Principal, Rejection, RequestFilter, RequestView, RouteClass};
+use http::{HeaderName, HeaderValue, Method};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+const MINUTE_NS: u64 = 60_000_000_000;
+const HOUR_NS: u64 = 3_600_000_000_000;
+const SECOND_NS: u64 = 1_000_000_000;
+
+/// A named bucket (Decision 2). Each credential has one of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Bucket {
+    /// Most reads.
+    Global = 0,
+    /// POST, PATCH, DELETE on gateways: 50% of global.
+    Write = 1,
+    /// Metrics and log analytics: 200% of global.
+    Analytics = 2,
+    /// Creating webhooks and listing deliveries: its own size.
+    Webhook = 3,
+    /// MCP traffic on `/gateway/{id}/mcp`: sized as global.
+    Gateway = 4,
+}
+
+impl Bucket {
+    pub const ALL: [Bucket; 5] = [
+        Bucket::Global,
+        Bucket::Write,
+        Bucket::Analytics,
+        Bucket::Webhook,
+        Bucket::Gateway,
+    ];
+
+    /// The name used in `X-RateLimit-Bucket` and in the API's `buckets` maps.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Bucket::Global => "global",
+            Bucket::Write => "write",
+            Bucket::Analytics => "analytics",
+            Bucket::Webhook => "webhook",
+            Bucket::Gateway => "gateway",
+        }
+    }
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Cost of an analytics query (Decision 2).
+pub const ANALYTICS_COST: u32 = 5;
+
+/// Tokens a request costs by method alone: GET 1, POST 2, PATCH 2, DELETE 3. Methods the spec
+/// does not price cost what the nearest one does (PUT as PATCH, HEAD/OPTIONS as GET).
+pub fn method_cost(method: &Method) -> u32 {
+    match *method {
+        Method::POST | Method::PATCH | Method::PUT => 2,
+        Method::DELETE => 3,
+        _ => 1,
+    }
+}
+
+/// The extra tokens of a batch of `operations`, charged by the batch handler on top of the 1
+/// the filter charged: "1 + 0.5 per operation, rounded up" (Decision 2).
+pub fn batch_extra_cost(operations: usize) -> u32 {
+    u32::try_from(operations.div_ceil(2)).unwrap_or(u32::MAX)
+}
+
+/// Strips the management version prefix (`/v1` or `/api/v1`), so that costs are decided on the
+/// resource path alone.
+pub fn strip_version_prefix(path: &str) -> &str {
+    for prefix in ["/api/v1", "/v1"] {
+        if let Some(rest) = path.strip_prefix(prefix) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return rest;
+            }
+        }
+    }
+    path
+}
+
+/// Which bucket a request draws from and what it costs. `path` is the management path after
+/// the version prefix (see [`strip_version_prefix`]). Public routes cost nothing; a batch's
+/// per-operation part is added by its handler ([`batch_extra_cost`]).
+pub fn cost_and_bucket(method: &Method, path: &str, route: RouteClass) -> (Bucket, u32) {
+    match route {
+        RouteClass::Public => (Bucket::Global, 0),
+        RouteClass::Gateway => (Bucket::Gateway, 1),
+        RouteClass::Management => {
+            let mut segments = path
+                .trim_start_matches('/')
+                .split('/')
+                .filter(|s| !s.is_empty());
+            let first = segments.next().unwrap_or("");
+            let second = segments.next();
+            let third = segments.next();
+            let read = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+            match first {
+                "metrics" => (Bucket::Analytics, ANALYTICS_COST),
+                "logs" if second == Some("analytics") => (Bucket::Analytics, ANALYTICS_COST),
+                "gateways" if !read => (Bucket::Write, method_cost(method)),
+                "webhooks" if *method == Method::POST && second.is_none() => {
+                    (Bucket::Webhook, method_cost(method))
+                }
+                "webhooks" if read && third == Some("deliveries") => {
+                    (Bucket::Webhook, method_cost(method))
+                }
+                "batch" => (Bucket::Global, 1),
+                _ => (Bucket::Global, method_cost(method)),
+            }
+        }
+    }
+}
+
+/// Why a rate-limit configuration was refused; names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RateLimitConfigError {
+    #[error("{field}: must be at least 1")]
+    Zero { field: String },
+    #[error("{field}: must be a positive number, got {value}")]
+    BadShare { field: &'static str, value: f64 },
+    #[error("default_tier: no tier named `{0}`")]
+    UnknownDefaultTier(String),
+}
+
+/// One row of the tier table, as YAML states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierLimits {
+    /// A number, or `unlimited` (the spec's "custom ... unlimited (fair use)" tier).
+    #[serde(deserialize_with = "hourly")]
+    pub requests_per_hour: Option<u32>,
+    pub requests_per_minute: u32,
+    pub burst: u32,
+    pub concurrent: u32,
+}
+
+/// A bucket's size where it is not derived from a tier (unauthenticated callers, webhooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BucketSize {
+    #[serde(deserialize_with = "hourly")]
+    pub requests_per_hour: Option<u32>,
+    pub requests_per_minute: u32,
+    pub burst: u32,
+}
+
+fn hourly<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(u32),
+        Word(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Number(n) => Ok(Some(n)),
+        Raw::Word(w) if w == "unlimited" => Ok(None),
+        Raw::Word(w) => Err(serde::de::Error::custom(format!(
+            "expected a number or `unlimited`, got `{w}`"
+        ))),
+    }
+}
+
+/// The `rate_limits:` section of the configuration. Every field has the spec's default; tiers
+/// given in YAML replace or add to the default table by name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    /// The tier of an organisation whose tier is not in the table.
+    pub default_tier: String,
+    pub tiers: BTreeMap<String, TierLimits>,
+    /// Requests without a valid credential, keyed by client address.
+    pub unauthenticated: BucketSize,
+    /// `write` as a share of `global`.
+    pub write_share: f64,
+    /// `analytics` as a share of `global`.
+    pub analytics_share: f64,
+    /// `gateway` (MCP traffic) as a share of `global`.
+    pub gateway_share: f64,
+    /// `webhook` has its own size, the same for every tier (scaled by multipliers).
+    pub webhook: BucketSize,
+}
+
+impl RateLimitConfig {
+    /// The spec's tier table (Decision 1).
+    pub fn default_tiers() -> BTreeMap<String, TierLimits> {
+        let t = |h, m, b, c| TierLimits {
+            requests_per_hour: Some(h),
+            requests_per_minute: m,
+            burst: b,
+            concurrent: c,
+        };
+        BTreeMap::from([
+            ("free".to_string(), t(1000, 20, 10, 5)),
+            ("starter".to_string(), t(5000, 100, 50, 10)),
+            ("professional".to_string(), t(20000, 500, 200, 25)),
+            ("enterprise".to_string(), t(100_000, 2000, 1000, 100)),
+        ])
+    }
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig {
+            default_tier: "free".into(),
+            tiers: RateLimitConfig::default_tiers(),
+            // 60/hour, burst 10 (Decision 1); the minute rate lets a burst refill in a minute
+            // while the hourly quota stays the binding limit.
+            unauthenticated: BucketSize {
+                requests_per_hour: Some(60),
+                requests_per_minute: 10,
+                burst: 10,
+            },
+            write_share: 0.5,
+            analytics_share: 2.0,
+            gateway_share: 1.0,
+            webhook: BucketSize {
+                requests_per_hour: Some(600),
+                requests_per_minute: 30,
+                burst: 10,
+            },
+        }
+    }
+}
+
+/// One GCRA window: `capacity` tokens, one token back every `interval_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub capacity: u64,
+    pub interval_ns: u64,
+}
+
+impl Window {
+    fn new(capacity: f64, per_period: f64, period_ns: u64) -> Window {
+        Window {
+            capacity: (capacity.round() as u64).max(1),
+            interval_ns: ((period_ns as f64 / per_period.max(f64::MIN_POSITIVE)).round() as u64)
+                .max(1),
+        }
+    }
+}
+
+/// The numbers one request is checked against: the minute window and the hourly quota
+/// (`None` when the tier has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketLimits {
+    pub minute: Window,
+    pub hour: Option<Window>,
+}
+
+/// Unscaled sizes of one bucket of one tier, kept as floats so that shares and multipliers
+/// round once.
+#[derive(Debug, Clone, Copy)]
+struct BaseSize {
+    burst: f64,
+    per_minute: f64,
+    per_hour: Option<f64>,
+    /// The limits at multiplier 1, precomputed for the common case.
+    unit: BucketLimits,
+}
+
+impl BaseSize {
+    fn new(burst: f64, per_minute: f64, per_hour: Option<f64>) -> BaseSize {
+        let mut s = BaseSize {
+            burst,
+            per_minute,
+            per_hour,
+            unit: BucketLimits::UNSET,
+        };
+        s.unit = s.compute(1.0);
+        s
+    }
+
+    fn compute(&self, m: f64) -> BucketLimits {
+        BucketLimits {
+            minute: Window::new(self.burst * m, self.per_minute * m, MINUTE_NS),
+            hour: self.per_hour.map(|h| Window::new(h * m, h * m, HOUR_NS)),
+        }
+    }
+
+    fn scaled(&self, m: f64) -> BucketLimits {
+        if m == 1.0 {
+            self.unit
+        } else {
+            self.compute(m)
+        }
+    }
+}
+
+impl BucketLimits {
+    const UNSET: BucketLimits = BucketLimits {
+        minute: Window {
+            capacity: 1,
+            interval_ns: 1,
+        },
+        hour: None,
+    };
+}
+
+#[derive(Debug, Clone)]
+struct Tier {
+    buckets: [BaseSize; 5],
+    concurrent: u32,
+}
+
+/// The validated rate-limit configuration, ready for per-request lookups.
+#[derive(Debug, Clone)]
+pub struct RateLimitPolicy {
+    /// A handful of tiers: a linear scan beats hashing the name.
+    tiers: Vec<(Box<str>, Tier)>,
+    default_tier: usize,
+    anonymous: BaseSize,
+}
+
+impl Default for RateLimitPolicy {
+    fn default() -> Self {
+        RateLimitPolicy::try_from(&RateLimitConfig::default()).expect("the defaults are valid")
+    }
+}
+
+impl TryFrom<&RateLimitConfig> for RateLimitPolicy {
+    type Error = RateLimitConfigError;
+
+    fn try_from(c: &RateLimitConfig) -> Result<Self, Self::Error> {
+        for (field, value) in [
+            ("write_share", c.write_share),
+            ("analytics_share", c.analytics_share),
+            ("gateway_share", c.gateway_share),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(RateLimitConfigError::BadShare { field, value });
+            }
+        }
+        let nonzero = |field: String, v: Option<u32>| match v {
+            Some(0) => Err(RateLimitConfigError::Zero { field }),
+            _ => Ok(()),
+        };
+        let check_size = |name: &str, s: &BucketSize| {
+            nonzero(format!("{name}.requests_per_hour"), s.requests_per_hour)?;
+            nonzero(
+                format!("{name}.requests_per_minute"),
+                Some(s.requests_per_minute),
+            )?;
+            nonzero(format!("{name}.burst"), Some(s.burst))
+        };
+        check_size("unauthenticated", &c.unauthenticated)?;
+        check_size("webhook", &c.webhook)?;
+        let size = |s: &BucketSize| {
+            BaseSize::new(
+                s.burst.into(),
+                s.requests_per_minute.into(),
+                s.requests_per_hour.map(f64::from),
+            )
+        };
+        let webhook = size(&c.webhook);
+
+        let mut table = RateLimitConfig::default_tiers();
+        table.extend(c.tiers.iter().map(|(k, v)| (k.clone(), *v)));
+        let mut tiers: Vec<(Box<str>, Tier)> = Vec::with_capacity(table.len());
+        for (name, t) in &table {
+            let field = |f: &str| format!("tiers.{name}.{f}");
+            nonzero(field("requests_per_hour"), t.requests_per_hour)?;
+            nonzero(field("requests_per_minute"), Some(t.requests_per_minute))?;
+            nonzero(field("burst"), Some(t.burst))?;
+            nonzero(field("concurrent"), Some(t.concurrent))?;
+            let share = |k: f64| {
+                BaseSize::new(
+                    f64::from(t.burst) * k,
+                    f64::from(t.requests_per_minute) * k,
+                    t.requests_per_hour.map(|h| f64::from(h) * k),
+                )
+            };
+            let buckets = [
+                share(1.0),
+                share(c.write_share),
+                share(c.analytics_share),
+                webhook,
+                share(c.gateway_share),
+            ];
+            tiers.push((
+                name.as_str().into(),
+                Tier {
+                    buckets,
+                    concurrent: t.concurrent,
+                },
+            ));
+        }
+        let default_tier = tiers
+            .iter()
+            .position(|(n, _)| **n == *c.default_tier)
+            .ok_or_else(|| RateLimitConfigError::UnknownDefaultTier(c.default_tier.clone()))?;
+        Ok(RateLimitPolicy {
+            tiers,
+            default_tier,
+            anonymous: size(&c.unauthenticated),
+        })
+    }
+}
+
+impl RateLimitPolicy {
+    fn tier(&self, name: &str) -> &Tier {
+        let i = self
+            .tiers
+            .iter()
+            .position(|(n, _)| **n == *name)
+            .unwrap_or(self.default_tier);
+        &self.tiers[i].1
+    }
+
+    /// The limits of `bucket` for `tier` scaled by `multiplier`.
+    pub fn limits(&self, tier: &str, bucket: Bucket, multiplier: f64) -> BucketLimits {
+        self.tier(tier).buckets[bucket.index()].scaled(multiplier)
+    }
+
+    /// The in-flight cap for `tier` scaled by `multiplier` (at least 1).
+    pub fn concurrent(&self, tier: &str, multiplier: f64) -> u32 {
+        let c = f64::from(self.tier(tier).concurrent) * multiplier;
+        (c.round() as u32).max(1)
+    }
+
+    /// The limits of a caller without a valid credential.
+    pub fn unauthenticated(&self) -> BucketLimits {
+        self.anonymous.unit
+    }
+}
+
+/// The multiplier applied to a caller's limits: its own (service accounts) times that of the
+/// allowlist entry its address matched. A nonsensical stored value counts as 1 rather than
+/// shutting the caller out.
+pub fn effective_multiplier(principal: &Principal, ip_multiplier: Option<f64>) -> f64 {
+    let sane = |m: f64| if m.is_finite() && m > 0.0 { m } else { 1.0 };
+    sane(principal.rate_limit_multiplier) * ip_multiplier.map_or(1.0, sane)
+}
+
+/// Whose buckets a request draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKey<'a> {
+    /// An authenticated caller's key id.
+    Credential(&'a str),
+    /// A caller without a valid credential, by address (IPv6 by /64, see the backend).
+    Address(IpAddr),
+}
+
+/// One charge against a bucket.
+#[derive(Debug, Clone, Copy)]
+pub struct ChargeRequest<'a> {
+    pub key: LimitKey<'a>,
+    pub bucket: Bucket,
+    pub cost: u32,
+    pub limits: BucketLimits,
+    /// The in-flight cap to take a slot under; `None` takes no slot.
+    pub max_in_flight: Option<u32>,
+    /// Counts a new request in the usage figures (false for a handler's extra charge).
+    pub new_request: bool,
+}
+
+/// What the response headers report: the window closest to refusing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub limit: u64,
+    pub remaining: u64,
+    /// Until the window is full again.
+    pub reset_after_ns: u64,
+    /// The same instant as a Unix timestamp (seconds, rounded up).
+    pub reset_at_unix: u64,
+}
+
+impl Snapshot {
+    pub fn reset_after_secs(&self) -> u64 {
+        self.reset_after_ns.div_ceil(SECOND_NS)
+    }
+}
+
+/// The backend's answer to a charge.
+#[derive(Debug)]
+pub enum Outcome {
+    Allowed {
+        snapshot: Snapshot,
+        guard: Option<ConcurrencyGuard>,
+    },
+    /// Not enough tokens; nothing was taken. `retry_after_ns` is the time until there are.
+    Limited {
+        snapshot: Snapshot,
+        retry_after_ns: u64,
+    },
+    /// The in-flight cap is reached; nothing was taken.
+    TooManyInFlight { snapshot: Snapshot },
+}
+
+/// A caller's usage, for `GET /metrics/rate-limits`. Kept while the caller's buckets are live
+/// (an idle caller's state is evicted once its buckets are full again).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub total_requests: u64,
+    pub rate_limited_requests: u64,
+    /// Sum of the `X-RateLimit-Remaining` values reported, for an average.
+    pub remaining_sum: u64,
+    /// The busiest calendar minute: its start (Unix seconds) and its request count.
+    pub peak_minute_unix: u64,
+    pub peak_minute_requests: u64,
+}
+
+/// Where bucket state lives. Implementations must apply the GCRA arithmetic of
+/// [`LocalRateLimiter`] so that backends agree on admission.
+pub trait RateLimiter: Send + Sync {
+    /// Takes `req.cost` tokens if both windows have them (and an in-flight slot if asked).
+    fn charge(&self, req: &ChargeRequest<'_>) -> Outcome;
+    /// The bucket's state without charging, for `GET /rate-limit`.
+    fn peek(&self, key: LimitKey<'_>, bucket: Bucket, limits: &BucketLimits) -> Snapshot;
+    /// The caller's usage, if it has live state.
+    fn usage(&self, key: LimitKey<'_>) -> Option<Usage>;
+    /// Drops the state of idle callers whose buckets are full again (indistinguishable from
+    /// fresh state), bounding memory. Returns how many were dropped.
+    fn sweep(&self) -> usize;
+}
+
+/// Releases an in-flight slot; implemented by a backend's per-caller state.
+pub trait InFlightSlot: Send + Sync {
+    fn release(&self);
+}
+
+/// A caller's in-flight slot, held in [`FilterContext::concurrency`] until the request ends.
+pub struct ConcurrencyGuard {
+    slot: Arc<dyn InFlightSlot>,
+}
+
+impl ConcurrencyGuard {
+    /// Wraps a slot already taken; dropping the guard gives it back.
+    pub fn new(slot: Arc<dyn InFlightSlot>) -> Self {
+        ConcurrencyGuard { slot }
+    }
+}
+
+impl Drop for ConcurrencyGuard {
+    fn drop(&mut self) {
+        self.slot.release();
+    }
+}
+
+impl std::fmt::Debug for ConcurrencyGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConcurrencyGuard")
+    }
+}
+
+/// What a request was charged, kept in [`FilterContext::rate_limit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub bucket: Bucket,
+    pub cost: u32,
+}
+
+/// Process-wide counters for the Prometheus exporter.
+#[derive(Debug, Default)]
+struct Totals {
+    requests: AtomicU64,
+    limited: AtomicU64,
+    tokens: [AtomicU64; 5],
+}
+
+/// A snapshot of the process-wide counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateLimitTotals {
+    pub requests: u64,
+    pub rate_limited: u64,
+    /// Tokens charged per bucket, indexed by [`Bucket::index`].
+    pub tokens: [u64; 5],
+}
+
+/// One bucket in `GET /rate-limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketStatus {
+    pub bucket: Bucket,
+    pub limit: u64,
+    pub remaining: u64,
+    /// Unix seconds when the bucket is full again.
+    pub reset: u64,
+}
+
+/// The answer of `GET /rate-limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitStatus {
+    pub tier: String,
+    pub buckets: [BucketStatus; 5],
+}
+
+/// The answer of `GET /metrics/rate-limits`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimitReport {
+    pub usage: Usage,
+    pub average_remaining: f64,
+    /// Per bucket: tokens used in the current window and the window's limit.
+    pub by_bucket: [(Bucket, u64, u64); 5],
+}
+
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub const X_RATELIMIT_RESET_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-reset-after");
+pub const X_RATELIMIT_BUCKET: HeaderName = HeaderName::from_static("x-ratelimit-bucket");
+
+/// Header values for small numbers, built once: most `Remaining`, `Reset-After` and `Limit`
+/// values are small, and cloning a prebuilt value does not allocate.
+fn number_value(n: u64) -> HeaderValue {
+    const CACHED: usize = 1024;
+    static SMALL: OnceLock<Box<[HeaderValue]>> = OnceLock::new();
+    match usize::try_from(n) {
+        Ok(i) if i < CACHED => {
+            SMALL.get_or_init(|| (0..CACHED as u64).map(HeaderValue::from).collect())[i].clone()
+        }
+        _ => HeaderValue::from(n),
+    }
+}
+
+/// Writes the five `X-RateLimit-*` headers into `headers`, replacing earlier ones (a handler's
+/// extra charge reports the bucket's new state).
+pub fn set_rate_limit_headers(
+    headers: &mut Vec<(HeaderName, HeaderValue)>,
+    bucket: Bucket,
+    snapshot: &Snapshot,
+) {
+    let values = [
+        (X_RATELIMIT_LIMIT, number_value(snapshot.limit)),
+        (X_RATELIMIT_REMAINING, number_value(snapshot.remaining)),
+        (X_RATELIMIT_RESET, HeaderValue::from(snapshot.reset_at_unix)),
+        (
+            X_RATELIMIT_RESET_AFTER,
+            number_value(snapshot.reset_after_secs()),
+        ),
+        (
+            X_RATELIMIT_BUCKET,
+            HeaderValue::from_static(bucket.as_str()),
+        ),
+    ];
+    match headers.iter().position(|(n, _)| *n == X_RATELIMIT_LIMIT) {
+        Some(at) if headers.len() >= at + values.len() => {
+            for (slot, v) in headers[at..at + values.len()].iter_mut().zip(values) {
+                *slot = v;
+            }
+        }
+        _ => {
+            headers.reserve_exact(values.len());
+            headers.extend(values);
+        }
+    }
+}
+
+/// The rate-limit filter. Cheap to clone (shared state), so the server can keep a handle for
+/// [`RateLimit::charge_extra`], [`RateLimit::status`] and [`RateLimit::sweep`] while the chain
+/// owns another.
+pub struct RateLimit<L: RateLimiter = LocalRateLimiter> {
+    policy: Arc<RateLimitPolicy>,
+    limiter: Arc<L>,
+    totals: Arc<Totals>,
+}
+
+impl<L: RateLimiter> Clone for RateLimit<L> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            policy: self.policy.clone(),
+            limiter: self.limiter.clone(),
+            totals: self.totals.clone(),
+        }
+    }
+}
+
+impl<L: RateLimiter> RateLimit<L> {
+    pub fn new(policy: Arc<RateLimitPolicy>, limiter: Arc<L>) -> Self {
+        RateLimit {
+            policy,
+            limiter,
+            totals: Arc::default(),
+        }
+    }
+
+    pub fn policy(&self) -> &RateLimitPolicy {
+        &self.policy
+    }
+
+    pub fn limiter(&self) -> &L {
+        &self.limiter
+    }
+
+    /// Charges `cost` to `bucket` for the request's caller and records the outcome in `ctx`
+    /// (the charge itself only for a new request, so an extra charge keeps the original).
+    /// A caller without a principal is charged by address to `global`, cost 1, whatever it
+    /// asked for: its request is refused with a 401 anyway, and costs measure work done.
+    fn apply(
+        &self,
+        req: &RequestView<'_>,
+        ctx: &mut FilterContext,
+        bucket: Bucket,
+        cost: u32,
+        take_slot: bool,
+        new_request: bool,
+    ) -> Result<(), Rejection> {
+        let (bucket, cost, outcome) = match ctx.principal.as_deref() {
+            Some(p) => {
+                let m = effective_multiplier(p, ctx.ip_rate_limit_multiplier);
+                let charge = ChargeRequest {
+                    key: LimitKey::Credential(&p.key_id),
+                    bucket,
+                    cost,
+                    limits: self.policy.limits(&p.tier, bucket, m),
+                    max_in_flight: take_slot.then(|| self.policy.concurrent(&p.tier, m)),
+                    new_request,
+                };
+                (bucket, cost, self.limiter.charge(&charge))
+            }
+            None => {
+                let charge = ChargeRequest {
+                    key: LimitKey::Address(req.client_ip),
+                    bucket: Bucket::Global,
+                    cost: 1,
+                    limits: self.policy.unauthenticated(),
+                    max_in_flight: None,
+                    new_request,
+                };
+                (Bucket::Global, 1, self.limiter.charge(&charge))
+            }
+        };
+        if new_request {
+            ctx.rate_limit = Some(Charge { bucket, cost });
+        }
+        if new_request {
+            self.totals.requests.fetch_add(1, Ordering::Relaxed);
+        }
+        let result = match outcome {
+            Outcome::Allowed { snapshot, guard } => {
+                set_rate_limit_headers(&mut ctx.response_headers, bucket, &snapshot);
+                if guard.is_some() {
+                    ctx.concurrency = guard;
+                }
+                self.totals.tokens[bucket.index()].fetch_add(u64::from(cost), Ordering::Relaxed);
+                Ok(())
+            }
+            Outcome::Limited {
+                snapshot,
+                retry_after_ns,
+            } => {
+                set_rate_limit_headers(&mut ctx.response_headers, bucket, &snapshot);
+                let secs = retry_after_ns.div_ceil(SECOND_NS).max(1);
+                Err(Rejection::rate_limited(secs))
+            }
+            Outcome::TooManyInFlight { snapshot } => {
+                set_rate_limit_headers(&mut ctx.response_headers, bucket, &snapshot);
+                let mut r = Rejection::rate_limited(1);
+                r.message = "Too many concurrent requests".into();
+                Err(r)
+            }
+        };
+        if result.is_err() {
+            self.totals.limited.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Charges `extra` more tokens to the bucket this request was charged to, e.g. a batch's
+    /// [`batch_extra_cost`] once the handler knows the number of operations. Refused (429)
+    /// when the bucket does not have them; the headers in `ctx` are updated either way.
+    pub fn charge_extra(
+        &self,
+        req: &RequestView<'_>,
+        ctx: &mut FilterContext,
+        extra: u32,
+    ) -> Result<(), Rejection> {
+        let Some(Charge { bucket, cost }) = ctx.rate_limit else {
+            return Ok(());
+        };
+        if extra == 0 {
+            return Ok(());
+        }
+        self.apply(req, ctx, bucket, extra, false, false)?;
+        ctx.rate_limit = Some(Charge {
+            bucket,
+            cost: cost.saturating_add(extra),
+        });
+        Ok(())
+    }
+
+    /// The caller's buckets, for `GET /rate-limit`.
+    pub fn status(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitStatus {
+        let m = effective_multiplier(principal, ip_multiplier);
+        let key = LimitKey::Credential(&principal.key_id);
+        let buckets = Bucket::ALL.map(|bucket| {
+            let limits = self.policy.limits(&principal.tier, bucket, m);
+            let s = self.limiter.peek(key, bucket, &limits);
+            BucketStatus {
+                bucket,
+                limit: s.limit,
+                remaining: s.remaining,
+                reset: s.reset_at_unix,
+            }
+        });
+        RateLimitStatus {
+            tier: principal.tier.clone(),
+            buckets,
+        }
+    }
+
+    /// The caller's usage, for `GET /metrics/rate-limits`.
+    pub fn report(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitReport {
+        let status = self.status(principal, ip_multiplier);
+        let usage = self
+            .limiter
+            .usage(LimitKey::Credential(&principal.key_id))
+            .unwrap_or_default();
+        let average_remaining = if usage.total_requests == 0 {
+            0.0
+        } else {
+            usage.remaining_sum as f64 / usage.total_requests as f64
+        };
+        let by_bucket = status
+            .buckets
+            .map(|b| (b.bucket, b.limit - b.remaining.min(b.limit), b.limit));
+        RateLimitReport {
+            usage,
+            average_remaining,
+            by_bucket,
+        }
+    }
+
+    /// Process-wide counters, for the Prometheus exporter.
+    pub fn totals(&self) -> RateLimitTotals {
+        RateLimitTotals {
+            requests: self.totals.requests.load(Ordering::Relaxed),
+            rate_limited: self.totals.limited.load(Ordering::Relaxed),
+            tokens: std::array::from_fn(|i| self.totals.tokens[i].load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Evicts idle callers' state; the server calls this periodically (every minute is plenty).
+    pub fn sweep(&self) -> usize {
+        self.limiter.sweep()
+    }
+}
+
+impl<L: RateLimiter> RequestFilter for RateLimit<L> {
+    fn name(&self) -> &'static str {
+        "rate_limit"
+    }
+
+    /// Charges the request's bucket and takes an in-flight slot; 429 `RATE_LIMITED` when
+    /// either is exhausted. Public routes (health) are never limited and get no headers.
+    fn filter(&self, req: &RequestView<'_>, ctx: &mut FilterContext) -> Result<(), Rejection> {
+        if req.route == RouteClass::Public {
+            return Ok(());
+        }
+        let path = match req.route {
+            RouteClass::Management => strip_version_prefix(req.path),
+            _ => req.path,
+        };
+        let (bucket, cost) = cost_and_bucket(req.method, path, req.route);
+        self.apply(req, ctx, bucket, cost, true, true)
+    }
+
+    /// Refused requests count too ("all requests count") and carry the headers; a caller over
+    /// its limit gets the 429 instead of the earlier refusal.
+    fn on_rejected(
+        &self,
+        req: &RequestView<'_>,
+        ctx: &mut FilterContext,
+        rejection: Rejection,
+    ) -> Rejection {
+        if req.route == RouteClass::Public {
+            return rejection;
+        }
+        let path = match req.route {
+            RouteClass::Management => strip_version_prefix(req.path),
+            _ => req.path,
+        };
+        let (bucket, cost) = cost_and_bucket(req.method, path, req.route);
+        match self.apply(req, ctx, bucket, cost, false, true) {
+            Ok(()) => rejection,
+            Err(limited) => limited,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,374 @@
+//! The in-memory backend: one entry per caller in a sharded map, a short per-caller mutex
+//! around its ten window timestamps, and an atomic in-flight counter.
+//!
+//! GCRA: a window's state is the instant `tat` at which it is full again. With capacity `C`
+//! and refill interval `I`, the backlog `max(0, tat - now)` is the debt in nanoseconds; a
+//! request of cost `n` is admitted when `backlog <= (C - min(n, C)) * I`, and then
+//! `tat = max(tat, now) + n * I`. A request larger than the whole bucket is admitted once the
+//! bucket is full and leaves debt, so it is slowed down rather than impossible.
+
+use super::{
+    Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, InFlightSlot, LimitKey, Outcome,
+    RateLimiter, Snapshot, Usage, Window, MINUTE_NS, SECOND_NS,
+};
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Time as the limiter sees it. Injectable so that tests move time by hand.
+pub trait Clock: Send + Sync {
+    /// Monotonic nanoseconds since an arbitrary start (never goes back).
+    fn now_ns(&self) -> u64;
+    /// The Unix time, in nanoseconds, of `now_ns() == 0`; only used for `X-RateLimit-Reset`.
+    fn unix_origin_ns(&self) -> u64;
+}
+
+/// The real clock: `Instant` for admission, anchored once to the wall clock for headers, so a
+/// wall-clock step never frees or freezes tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    start: Instant,
+    unix_origin_ns: u64,
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        MonotonicClock {
+            start: Instant::now(),
+            unix_origin_ns: u64::try_from(unix.as_nanos()).unwrap_or(0),
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+    fn unix_origin_ns(&self) -> u64 {
+        self.unix_origin_ns
+    }
+}
+
+/// A clock moved by hand, for tests. Clones share the same time.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+    unix_origin_ns: u64,
+}
+
+impl ManualClock {
+    /// Starts at 0, which is `unix_origin_secs` on the wall clock.
+    pub fn new(unix_origin_secs: u64) -> Self {
+        ManualClock {
+            now: Arc::default(),
+            unix_origin_ns: unix_origin_secs * SECOND_NS,
+        }
+    }
+
+    pub fn advance(&self, by: std::time::Duration) {
+        let ns = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        self.now.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+    fn unix_origin_ns(&self) -> u64 {
+        self.unix_origin_ns
+    }
+}
+
+/// A caller's windows: `[bucket][0 = minute, 1 = hour]`.
+#[derive(Debug, Default)]
+struct Windows {
+    tat: [[u64; 2]; 5],
+    usage: Usage,
+    /// The calendar minute (monotonic) being counted, and its count so far.
+    minute: u64,
+    minute_requests: u64,
+}
+
+#[derive(Debug, Default)]
+struct CallerState {
+    windows: Mutex<Windows>,
+    in_flight: AtomicU32,
+}
+
+impl InFlightSlot for CallerState {
+    fn release(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl CallerState {
+    fn try_take_slot(&self, max: u32) -> bool {
+        self.in_flight
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}
+
+/// The in-memory [`RateLimiter`]. Memory per caller is fixed (about 200 bytes plus the key id),
+/// and [`RateLimiter::sweep`] drops callers whose buckets have refilled.
+pub struct LocalRateLimiter<C: Clock = MonotonicClock> {
+    clock: C,
+    keys: DashMap<Box<str>, Arc<CallerState>>,
+    addresses: DashMap<IpAddr, Arc<CallerState>>,
+}
+
+impl Default for LocalRateLimiter<MonotonicClock> {
+    fn default() -> Self {
+        LocalRateLimiter::with_clock(MonotonicClock::default())
+    }
+}
+
+impl LocalRateLimiter<MonotonicClock> {
+    pub fn new() -> Self {
+        LocalRateLimiter::default()
+    }
+}
+
+impl<C: Clock> LocalRateLimiter<C> {
+    pub fn with_clock(clock: C) -> Self {
+        LocalRateLimiter {
+            clock,
+            keys: DashMap::new(),
+            addresses: DashMap::new(),
+        }
+    }
+
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Callers with live state (keys and addresses).
+    pub fn len(&self) -> usize {
+        self.keys.len() + self.addresses.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `f` on the caller's state, creating it if needed. The map's shard stays read-locked
+    /// meanwhile, so [`RateLimiter::sweep`] cannot evict it under us.
+    fn with_state<R>(&self, key: LimitKey<'_>, f: impl FnOnce(&Arc<CallerState>) -> R) -> R {
+        match key {
+            LimitKey::Credential(k) => match self.keys.get(k) {
+                Some(state) => f(&state),
+                None => f(&self.keys.entry(k.into()).or_default().downgrade()),
+            },
+            LimitKey::Address(ip) => {
+                let ip = address_key(ip);
+                match self.addresses.get(&ip) {
+                    Some(state) => f(&state),
+                    None => f(&self.addresses.entry(ip).or_default().downgrade()),
+                }
+            }
+        }
+    }
+
+    fn existing<R>(&self, key: LimitKey<'_>, f: impl FnOnce(&CallerState) -> R) -> Option<R> {
+        match key {
+            LimitKey::Credential(k) => self.keys.get(k).map(|s| f(&s)),
+            LimitKey::Address(ip) => self.addresses.get(&address_key(ip)).map(|s| f(&s)),
+        }
+    }
+
+    fn snapshot(&self, now: u64, w: Window, tat: u64) -> Snapshot {
+        let backlog = tat.saturating_sub(now);
+        let full = w.capacity.saturating_mul(w.interval_ns);
+        Snapshot {
+            limit: w.capacity,
+            remaining: full.saturating_sub(backlog) / w.interval_ns,
+            reset_after_ns: backlog,
+            reset_at_unix: (self.clock.unix_origin_ns() + now + backlog).div_ceil(SECOND_NS),
+        }
+    }
+
+    /// The window to report: the one with fewer tokens left (the minute window on a tie).
+    fn report(&self, now: u64, limits: &BucketLimits, tat: &[u64; 2]) -> Snapshot {
+        let minute = self.snapshot(now, limits.minute, tat[0]);
+        match limits.hour {
+            Some(h) => {
+                let hour = self.snapshot(now, h, tat[1]);
+                if hour.remaining < minute.remaining {
+                    hour
+                } else {
+                    minute
+                }
+            }
+            None => minute,
+        }
+    }
+}
+
+/// Callers without a credential are keyed by address; IPv6 by /64, the smallest block a
+/// single host is usually given, so one host cannot mint fresh buckets (and entries) at will.
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        v4 => v4,
+    }
+}
+
+/// The GCRA test for one window: the new `tat` if `cost` fits, else the wait until it does.
+fn admit(tat: u64, now: u64, w: Window, cost: u64) -> Result<u64, u64> {
+    let backlog = tat.saturating_sub(now);
+    let allowed = (w.capacity - cost.min(w.capacity)).saturating_mul(w.interval_ns);
+    if backlog <= allowed {
+        Ok(tat
+            .max(now)
+            .saturating_add(cost.saturating_mul(w.interval_ns)))
+    } else {
+        Err(backlog - allowed)
+    }
+}
+
+impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
+    fn charge(&self, req: &ChargeRequest<'_>) -> Outcome {
+        let now = self.clock.now_ns();
+        let cost = u64::from(req.cost);
+        let b = req.bucket.index();
+        self.with_state(req.key, |state| {
+            if let Some(max) = req.max_in_flight {
+                if !state.try_take_slot(max) {
+                    let mut w = state.windows.lock();
+                    count(
+                        &mut w,
+                        now,
+                        self.clock.unix_origin_ns(),
+                        req.new_request,
+                        true,
+                        0,
+                    );
+                    let mut snapshot = self.report(now, &req.limits, &w.tat[b]);
+                    snapshot.remaining = 0;
+                    return Outcome::TooManyInFlight { snapshot };
+                }
+            }
+            let mut w = state.windows.lock();
+            let tat = w.tat[b];
+            let minute = admit(tat[0], now, req.limits.minute, cost);
+            let hour = match req.limits.hour {
+                Some(h) => admit(tat[1], now, h, cost),
+                None => Ok(tat[1]),
+            };
+            match (minute, hour) {
+                (Ok(m), Ok(h)) => {
+                    w.tat[b] = [m, h];
+                    let snapshot = self.report(now, &req.limits, &w.tat[b]);
+                    let origin = self.clock.unix_origin_ns();
+                    count(
+                        &mut w,
+                        now,
+                        origin,
+                        req.new_request,
+                        false,
+                        snapshot.remaining,
+                    );
+                    drop(w);
+                    let guard = req
+                        .max_in_flight
+                        .map(|_| ConcurrencyGuard::new(state.clone() as Arc<dyn InFlightSlot>));
+                    Outcome::Allowed { snapshot, guard }
+                }
+                (m, h) => {
+                    if req.max_in_flight.is_some() {
+                        state.release();
+                    }
+                    let wait_minute = m.err().unwrap_or(0);
+                    let wait_hour = h.err().unwrap_or(0);
+                    // Report the window that refused (the longer wait), with nothing left.
+                    let mut snapshot = match req.limits.hour {
+                        Some(hw) if wait_hour > wait_minute => self.snapshot(now, hw, tat[1]),
+                        _ => self.snapshot(now, req.limits.minute, tat[0]),
+                    };
+                    snapshot.remaining = 0;
+                    count(
+                        &mut w,
+                        now,
+                        self.clock.unix_origin_ns(),
+                        req.new_request,
+                        true,
+                        0,
+                    );
+                    Outcome::Limited {
+                        snapshot,
+                        retry_after_ns: wait_minute.max(wait_hour),
+                    }
+                }
+            }
+        })
+    }
+
+    fn peek(&self, key: LimitKey<'_>, bucket: Bucket, limits: &BucketLimits) -> Snapshot {
+        let now = self.clock.now_ns();
+        let tat = self
+            .existing(key, |s| s.windows.lock().tat[bucket.index()])
+            .unwrap_or([0, 0]);
+        self.report(now, limits, &tat)
+    }
+
+    fn usage(&self, key: LimitKey<'_>) -> Option<Usage> {
+        self.existing(key, |s| s.windows.lock().usage)
+    }
+
+    fn sweep(&self) -> usize {
+        let now = self.clock.now_ns();
+        // Only the map holds the state (no request is using it), nothing is in flight, and
+        // every window has refilled: dropping it changes no future decision.
+        let idle = |state: &Arc<CallerState>| {
+            Arc::strong_count(state) == 1
+                && state.in_flight.load(Ordering::Acquire) == 0
+                && state
+                    .windows
+                    .try_lock()
+                    .is_some_and(|w| w.tat.iter().flatten().all(|&t| t <= now))
+        };
+        let before = self.len();
+        self.keys.retain(|_, s| !idle(s));
+        self.addresses.retain(|_, s| !idle(s));
+        before - self.len()
+    }
+}
+
+/// Updates the usage figures of one request.
+fn count(
+    w: &mut Windows,
+    now: u64,
+    unix_origin: u64,
+    new_request: bool,
+    limited: bool,
+    remaining: u64,
+) {
+    if !new_request {
+        return;
+    }
+    let u = &mut w.usage;
+    u.total_requests += 1;
+    u.remaining_sum += remaining;
+    if limited {
+        u.rate_limited_requests += 1;
+    }
+    let minute = (unix_origin + now) / MINUTE_NS;
+    if minute != w.minute {
+        w.minute = minute;
+        w.minute_requests = 0;
+    }
+    w.minute_requests += 1;
+    if w.minute_requests > u.peak_minute_requests {
+        u.peak_minute_requests = w.minute_requests;
+        u.peak_minute_unix = minute * 60;
+    }
+}

@@ -1,0 +1,307 @@
+//! `/apps`: the catalogue declared in YAML, each organisation's connections, and a live test.
+
+use super::{ApiResult, Call, Reply};
+use crate::config::AppConfig;
+use crate::error::ApiError;
+use crate::model::Connection;
+use crate::secrets;
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::time::Instant;
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppListItem {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub category: String,
+    pub status: String,
+    pub auth_types: Vec<String>,
+    pub functions_count: usize,
+    pub icon: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FunctionView {
+    pub name: String,
+    pub description: String,
+    /// Parameter name -> type name.
+    #[schema(value_type = Object)]
+    pub parameters: Map<String, Value>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppDetail {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub long_description: String,
+    pub category: String,
+    pub status: String,
+    pub auth_types: Vec<String>,
+    /// The auth type of the organisation's connection, or `none`.
+    pub current_auth: String,
+    pub icon: String,
+    pub functions: Vec<FunctionView>,
+    pub configuration: AppConfiguration,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppConfiguration {
+    pub base_url: String,
+    pub rate_limit: Option<u32>,
+}
+
+/// Body of `POST /apps/{id}/connect`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectApp {
+    /// `api_key` or `oauth`.
+    pub auth_type: String,
+    pub credentials: Option<Credentials>,
+    /// OAuth only: where the provider sends the user back.
+    pub redirect_uri: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Credentials {
+    pub api_key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_secret: Option<String>,
+}
+
+fn app<'c>(call: &'c Call<'_>) -> Result<&'c AppConfig, ApiError> {
+    call.server.state.config.app(call.id()).ok_or(ApiError::NotFound("app"))
+}
+
+/// An app's functions in the API's shape: parameters as name -> JSON Schema type name.
+fn function_views(tools: &[Value]) -> Vec<FunctionView> {
+    tools
+        .iter()
+        .map(|t| {
+            let mut parameters = Map::new();
+            if let Some(props) = t.pointer("/inputSchema/properties").and_then(Value::as_object) {
+                for (name, schema) in props {
+                    let ty = match schema.get("type") {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("|"),
+                        _ => "any".into(),
+                    };
+                    parameters.insert(name.clone(), Value::String(ty));
+                }
+            }
+            FunctionView {
+                name: t.get("name").and_then(Value::as_str).unwrap_or_default().to_string(),
+                description: t.get("description").and_then(Value::as_str).unwrap_or_default().to_string(),
+                parameters,
+            }
+        })
+        .collect()
+}
+
+#[utoipa::path(get, path = "/v1/apps", tag = "apps",
+    params(("category" = Option<String>, Query), ("status" = Option<String>, Query, description = "available, connected or beta"),
+           ("search" = Option<String>, Query, description = "matches name or description")),
+    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
+              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn list(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let status = call.query_choice("status", &["available", "connected", "beta"])?;
+    let category = call.query("category").map(str::to_lowercase);
+    let search = call.query("search").map(str::to_lowercase);
+    let state = &call.server.state;
+    let mut apps = Vec::new();
+    for a in &state.config.apps {
+        let st = state.app_status(&who.org_id, a);
+        if status.as_deref().is_some_and(|s| s != st) {
+            continue;
+        }
+        if category.as_deref().is_some_and(|c| a.category.to_lowercase() != c) {
+            continue;
+        }
+        if let Some(q) = &search {
+            if !a.name.to_lowercase().contains(q) && !a.description.to_lowercase().contains(q) {
+                continue;
+            }
+        }
+        let functions_count = if st == "connected" {
+            call.server.apps.tools(&who.org_id, &a.id).await.map(|t| t.len()).unwrap_or(0)
+        } else {
+            0
+        };
+        apps.push(AppListItem {
+            id: a.id.clone(),
+            name: a.name.clone(),
+            description: a.description.clone(),
+            category: a.category.clone(),
+            status: st,
+            auth_types: a.auth_types.clone(),
+            functions_count,
+            icon: a.icon.clone(),
+        });
+    }
+    Ok(Reply::ok(json!({ "apps": apps })))
+}
+
+#[utoipa::path(get, path = "/v1/apps/{app_id}", tag = "apps", params(("app_id" = String, Path)),
+    responses((status = 200, body = crate::api::openapi::Envelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn get(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let a = app(call)?;
+    let state = &call.server.state;
+    let status = state.app_status(&who.org_id, a);
+    let functions = if status == "connected" {
+        match call.server.apps.tools(&who.org_id, &a.id).await {
+            Ok(t) => function_views(&t),
+            Err(e) => {
+                tracing::warn!(app = a.id, error = %e, "cannot list app tools");
+                vec![]
+            }
+        }
+    } else {
+        vec![]
+    };
+    let current_auth = state
+        .connections
+        .get(&(who.org_id.clone(), a.id.clone()))
+        .map(|c| c.auth_type.clone())
+        .unwrap_or_else(|| "none".into());
+    let detail = AppDetail {
+        id: a.id.clone(),
+        name: a.name.clone(),
+        description: a.description.clone(),
+        long_description: a.long_description.clone(),
+        category: a.category.clone(),
+        status,
+        auth_types: a.auth_types.clone(),
+        current_auth,
+        icon: a.icon.clone(),
+        functions,
+        configuration: AppConfiguration { base_url: a.base_url(), rate_limit: a.rate_limit },
+    };
+    Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::Internal(e.to_string()))?))
+}
+
+#[utoipa::path(post, path = "/v1/apps/{app_id}/connect", tag = "apps", params(("app_id" = String, Path)), request_body = ConnectApp,
+    responses((status = 200, description = "app_id, status, connection_id (and authorization_url for oauth)", body = crate::api::openapi::Envelope),
+              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn connect(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let a = app(call)?;
+    let body: ConnectApp = call.json()?;
+    if !a.auth_types.contains(&body.auth_type) {
+        let accepted = if a.auth_types.is_empty() {
+            "none (the app needs no credentials)".to_string()
+        } else {
+            a.auth_types.join(", ")
+        };
+        return Err(ApiError::validation(
+            "auth_type",
+            format!("`{}` is not accepted by this app; accepted: {accepted}", body.auth_type),
+        ));
+    }
+    let state = &call.server.state;
+    let now = Utc::now();
+    let id = secrets::new_id("conn");
+    let (connection, extra) = match body.auth_type.as_str() {
+        "api_key" => {
+            let creds = body
+                .credentials
+                .ok_or_else(|| ApiError::validation("credentials", "required for auth_type api_key"))?;
+            if creds.api_key.trim().is_empty() {
+                return Err(ApiError::validation("credentials.api_key", "must not be empty"));
+            }
+            let sealed = state.sealer.seal(&serde_json::to_vec(&creds).map_err(|e| ApiError::Internal(e.to_string()))?);
+            let c = Connection {
+                id: id.clone(),
+                org_id: who.org_id.clone(),
+                app_id: a.id.clone(),
+                auth_type: "api_key".into(),
+                status: "connected".into(),
+                sealed_credentials: Some(sealed),
+                redirect_uri: None,
+                oauth_state: None,
+                created_at: now,
+            };
+            (c, None)
+        }
+        _ => {
+            let oauth =
+                a.oauth.as_ref().ok_or_else(|| ApiError::Internal("oauth app without oauth settings".into()))?;
+            let redirect = body
+                .redirect_uri
+                .ok_or_else(|| ApiError::validation("redirect_uri", "required for auth_type oauth"))?;
+            match url::Url::parse(&redirect) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                _ => return Err(ApiError::validation("redirect_uri", "must be an absolute http or https URL")),
+            }
+            let oauth_state = secrets::new_session_id();
+            let mut authorize = url::Url::parse(&oauth.authorize_url).map_err(|e| ApiError::Internal(e.to_string()))?;
+            authorize
+                .query_pairs_mut()
+                .append_pair("client_id", &oauth.client_id)
+                .append_pair("redirect_uri", &redirect)
+                .append_pair("response_type", "code")
+                .append_pair("scope", &oauth.scopes.join(" "))
+                .append_pair("state", &oauth_state);
+            let c = Connection {
+                id: id.clone(),
+                org_id: who.org_id.clone(),
+                app_id: a.id.clone(),
+                auth_type: "oauth".into(),
+                status: "pending".into(),
+                sealed_credentials: None,
+                redirect_uri: Some(redirect),
+                oauth_state: Some(oauth_state),
+                created_at: now,
+            };
+            (c, Some(authorize.to_string()))
+        }
+    };
+    let c = state.save_connection(connection).await?;
+    call.server.app_changed(&who.org_id, &a.id);
+    let mut data = json!({ "app_id": a.id, "status": c.status, "connection_id": c.id });
+    if let Some(url) = extra {
+        data["authorization_url"] = Value::String(url);
+    }
+    Ok(Reply::ok(data))
+}
+
+#[utoipa::path(delete, path = "/v1/apps/{app_id}/connection", tag = "apps", params(("app_id" = String, Path)),
+    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn disconnect(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let a = app(call)?;
+    if !call.server.state.delete_connection(&who.org_id, &a.id).await? {
+        return Err(ApiError::NotFound("connection"));
+    }
+    call.server.app_changed(&who.org_id, &a.id);
+    Ok(Reply::message(format!("App {} disconnected", a.id)))
+}
+
+#[utoipa::path(post, path = "/v1/apps/{app_id}/test", tag = "apps", params(("app_id" = String, Path)),
+    responses((status = 200, description = "status (`ok` or `error`), latency in ms, message", body = crate::api::openapi::Envelope),
+              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
+              (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn test(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let a = app(call)?;
+    if !call.server.state.is_connected(&who.org_id, &a.id) {
+        return Ok(Reply::ok(json!({ "status": "error", "latency": 0, "message": "app is not connected" })));
+    }
+    let started = Instant::now();
+    let result = call.server.apps.refresh_tools(&who.org_id, &a.id).await;
+    let latency = started.elapsed().as_millis() as u64;
+    Ok(Reply::ok(match result {
+        Ok(tools) => {
+            json!({ "status": "ok", "latency": latency, "message": format!("{} tools available", tools.len()) })
+        }
+        Err(e) => json!({ "status": "error", "latency": latency, "message": e.to_string() }),
+    }))
+}

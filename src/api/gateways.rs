@@ -1,0 +1,421 @@
+//! `/gateways`: create, list, read, update and delete gateways.
+
+use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
+use crate::error::ApiError;
+use crate::model::{AllowedTools, ApiKey, Gateway, GatewayConfiguration};
+use crate::secrets;
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// Body of `POST /gateways`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateGateway {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// App ids.
+    #[serde(default)]
+    pub servers: Vec<String>,
+    /// App id -> list of function names, or `"*"`.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub allowed_tools: Option<BTreeMap<String, AllowedTools>>,
+    #[serde(default)]
+    pub configuration: Option<ConfigurationPatch>,
+}
+
+/// Body of `PATCH /gateways/{id}`: any subset of the gateway's fields.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateGateway {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub servers: Option<Vec<String>>,
+    #[schema(value_type = Object)]
+    pub allowed_tools: Option<BTreeMap<String, AllowedTools>>,
+    pub configuration: Option<ConfigurationPatch>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigurationPatch {
+    /// Requests per minute to this gateway, all callers together.
+    #[schema(minimum = 1)]
+    pub rate_limit: Option<u32>,
+    /// Seconds the tool list is cached.
+    pub cache_ttl: Option<u32>,
+    pub cache_enabled: Option<bool>,
+    /// Joins app id and tool name when the gateway has several apps (default `__`).
+    pub tool_name_separator: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GatewayListItem {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub endpoint: String,
+    pub servers: Vec<String>,
+    #[schema(value_type = Object)]
+    pub allowed_tools: BTreeMap<String, AllowedTools>,
+    #[schema(value_type = Object)]
+    pub configuration: GatewayConfiguration,
+    pub functions_count: usize,
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServerView {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub functions: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GatewayMetrics {
+    pub requests_today: u64,
+    pub errors_today: u64,
+    /// Milliseconds.
+    pub avg_response_time: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GatewayDetail {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub endpoint: String,
+    pub servers: Vec<ServerView>,
+    #[schema(value_type = Object)]
+    pub allowed_tools: BTreeMap<String, AllowedTools>,
+    #[schema(value_type = Object)]
+    pub configuration: GatewayConfiguration,
+    pub status: String,
+    pub metrics: GatewayMetrics,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GatewayCreated {
+    pub id: String,
+    pub name: String,
+    pub endpoint: String,
+    /// The gateway access key; shown once.
+    pub api_key: String,
+    pub created_at: String,
+}
+
+fn endpoint(call: &Call<'_>, id: &str) -> String {
+    format!("{}/gateway/{id}/mcp", call.server.state.config.server.public_url)
+}
+
+/// Names of the functions the gateway exposes from `app_id`, as far as they are known.
+async fn allowed_functions(call: &Call<'_>, gw: &Gateway, app_id: &str) -> (String, Vec<String>) {
+    let state = &call.server.state;
+    let Some(app) = state.config.app(app_id) else { return ("unknown".into(), vec![]) };
+    if !state.is_connected(&gw.org_id, app_id) {
+        return (state.app_status(&gw.org_id, app), vec![]);
+    }
+    match call.server.apps.tools(&gw.org_id, app_id).await {
+        Ok(tools) => {
+            let names = tools
+                .iter()
+                .filter_map(|t| t.get("name").and_then(Value::as_str))
+                .filter(|n| gw.allowed_tools.get(app_id).is_none_or(|a| a.allows(n)))
+                .map(str::to_string)
+                .collect();
+            ("connected".into(), names)
+        }
+        Err(e) => {
+            tracing::warn!(app = app_id, error = %e, "cannot list app tools");
+            ("error".into(), vec![])
+        }
+    }
+}
+
+fn validate_name(name: &str) -> Result<String, ApiError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(ApiError::validation("name", "is required"));
+    }
+    if name.chars().count() > 100 {
+        return Err(ApiError::validation("name", "must be at most 100 characters"));
+    }
+    Ok(name.to_string())
+}
+
+fn validate_servers(call: &Call<'_>, servers: &[String]) -> Result<Vec<String>, ApiError> {
+    let mut out: Vec<String> = Vec::with_capacity(servers.len());
+    for (i, s) in servers.iter().enumerate() {
+        if call.server.state.config.app(s).is_none() {
+            return Err(ApiError::validation(format!("servers[{i}]"), format!("unknown app `{s}`")));
+        }
+        if !out.contains(s) {
+            out.push(s.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn validate_allowed(
+    servers: &[String],
+    allowed: BTreeMap<String, AllowedTools>,
+) -> Result<BTreeMap<String, AllowedTools>, ApiError> {
+    for (app, tools) in &allowed {
+        if !servers.contains(app) {
+            return Err(ApiError::validation(format!("allowed_tools.{app}"), "is not one of the gateway's servers"));
+        }
+        if let AllowedTools::All(s) = tools {
+            if s != "*" {
+                return Err(ApiError::validation(
+                    format!("allowed_tools.{app}"),
+                    "must be \"*\" or a list of function names",
+                ));
+            }
+        }
+    }
+    Ok(allowed)
+}
+
+fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) -> Result<(), ApiError> {
+    if let Some(r) = patch.rate_limit {
+        if r == 0 {
+            return Err(ApiError::validation("configuration.rate_limit", "must be at least 1"));
+        }
+        c.rate_limit = r;
+    }
+    if let Some(t) = patch.cache_ttl {
+        c.cache_ttl = t;
+    }
+    if let Some(e) = patch.cache_enabled {
+        c.cache_enabled = e;
+    }
+    if let Some(sep) = patch.tool_name_separator {
+        if sep.is_empty() || sep.len() > 4 || !sep.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+            return Err(ApiError::validation(
+                "configuration.tool_name_separator",
+                "must be 1-4 characters of A-Z a-z 0-9 _ . -",
+            ));
+        }
+        c.tool_name_separator = sep;
+    }
+    Ok(())
+}
+
+fn name_taken(call: &Call<'_>, org_id: &str, name: &str, except: Option<&str>) -> bool {
+    call.server
+        .state
+        .gateways
+        .iter()
+        .any(|g| g.org_id == org_id && g.name.eq_ignore_ascii_case(name) && Some(g.id.as_str()) != except)
+}
+
+#[utoipa::path(get, path = "/v1/gateways", tag = "gateways",
+    params(("page" = Option<u32>, Query, minimum = 1), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100),
+           ("sort" = Option<String>, Query, description = "name, created_at or updated_at"),
+           ("order" = Option<String>, Query, description = "asc or desc")),
+    responses((status = 200, description = "gateways and pagination", body = crate::api::openapi::Envelope),
+              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn list(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let (page, limit) = call.pagination()?;
+    let sort = call.query_choice("sort", &["name", "created_at", "updated_at"])?.unwrap_or_else(|| "created_at".into());
+    let order = call.query_choice("order", &["asc", "desc"])?.unwrap_or_else(|| "desc".into());
+    let mut all: Vec<_> =
+        call.server.state.gateways.iter().filter(|g| g.org_id == who.org_id).map(|g| g.value().clone()).collect();
+    all.sort_by(|a, b| {
+        let o = match sort.as_str() {
+            "name" => a.name.to_lowercase().cmp(&b.name.to_lowercase()),
+            "updated_at" => a.updated_at.cmp(&b.updated_at),
+            _ => a.created_at.cmp(&b.created_at),
+        }
+        .then_with(|| a.id.cmp(&b.id));
+        if order == "asc" {
+            o
+        } else {
+            o.reverse()
+        }
+    });
+    let total = all.len();
+    let mut items = Vec::new();
+    for g in page_of(all, page, limit) {
+        let mut functions_count = 0;
+        for app in &g.servers {
+            functions_count += allowed_functions(call, &g, app).await.1.len();
+        }
+        items.push(GatewayListItem {
+            id: g.id.clone(),
+            name: g.name.clone(),
+            description: g.description.clone(),
+            endpoint: endpoint(call, &g.id),
+            servers: g.servers.clone(),
+            allowed_tools: g.allowed_tools.clone(),
+            configuration: g.configuration.clone(),
+            functions_count,
+            status: g.status.clone(),
+            created_at: iso(&g.created_at),
+            updated_at: iso(&g.updated_at),
+        });
+    }
+    Ok(Reply::ok(json!({ "gateways": items, "pagination": pagination_json(page, limit, total) })))
+}
+
+#[utoipa::path(get, path = "/v1/gateways/{gateway_id}", tag = "gateways",
+    params(("gateway_id" = String, Path)),
+    responses((status = 200, body = crate::api::openapi::Envelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn get(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let g = call.server.state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
+    let mut servers = Vec::new();
+    for app in &g.servers {
+        let (status, functions) = allowed_functions(call, &g, app).await;
+        let name = call.server.state.config.app(app).map(|a| a.name.clone()).unwrap_or_default();
+        servers.push(ServerView { id: app.clone(), name, status, functions });
+    }
+    let metrics = call.server.gateway_metrics_today(&g).await?;
+    let detail = GatewayDetail {
+        id: g.id.clone(),
+        name: g.name.clone(),
+        description: g.description.clone(),
+        endpoint: endpoint(call, &g.id),
+        servers,
+        allowed_tools: g.allowed_tools.clone(),
+        configuration: g.configuration.clone(),
+        status: g.status.clone(),
+        metrics,
+        created_at: iso(&g.created_at),
+        updated_at: iso(&g.updated_at),
+    };
+    Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::Internal(e.to_string()))?))
+}
+
+#[utoipa::path(post, path = "/v1/gateways", tag = "gateways", request_body = CreateGateway,
+    responses((status = 201, description = "created; `api_key` is shown once", body = crate::api::openapi::Envelope),
+              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn create(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let body: CreateGateway = call.json()?;
+    let name = validate_name(&body.name)?;
+    let servers = validate_servers(call, &body.servers)?;
+    let allowed = validate_allowed(&servers, body.allowed_tools.unwrap_or_default())?;
+    let mut configuration = GatewayConfiguration::default();
+    apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
+    let state = &call.server.state;
+    let _guard = state.write_lock.lock().await;
+    if name_taken(call, &who.org_id, &name, None) {
+        return Err(ApiError::Conflict(format!("a gateway named `{name}` already exists")));
+    }
+    let now = Utc::now();
+    let id = secrets::new_id("gw");
+    let plaintext = secrets::new_api_key();
+    let key = ApiKey {
+        id: secrets::new_id("key"),
+        org_id: who.org_id.clone(),
+        user_id: who.user_id.clone(),
+        name: format!("gateway {id} access key"),
+        hash: secrets::hash_key(&plaintext),
+        scopes: vec![],
+        created_at: now,
+        expires_at: None,
+        revoked_at: None,
+        bypass_ip_whitelist: false,
+        gateway_id: Some(id.clone()),
+        service_account_id: None,
+        declared: false,
+    };
+    let gw = Gateway {
+        id: id.clone(),
+        org_id: who.org_id.clone(),
+        name,
+        description: body.description.unwrap_or_default(),
+        servers,
+        allowed_tools: allowed,
+        configuration,
+        status: "active".into(),
+        created_at: now,
+        updated_at: now,
+        access_key_id: key.id.clone(),
+    };
+    state.save_key(key).await?;
+    let gw = state.save_gateway(gw).await?;
+    let created = GatewayCreated {
+        id: gw.id.clone(),
+        name: gw.name.clone(),
+        endpoint: endpoint(call, &gw.id),
+        api_key: plaintext,
+        created_at: iso(&gw.created_at),
+    };
+    Ok(Reply::created(serde_json::to_value(created).map_err(|e| ApiError::Internal(e.to_string()))?))
+}
+
+#[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
+    params(("gateway_id" = String, Path)),
+    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
+              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
+              (status = 404, body = crate::api::openapi::ErrorEnvelope), (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn update(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let state = &call.server.state;
+    if state.gateway_of(&who.org_id, call.id()).is_none() {
+        return Err(ApiError::NotFound("gateway"));
+    }
+    let patch: UpdateGateway = call.json()?;
+    let _guard = state.write_lock.lock().await;
+    let mut g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?.as_ref().clone();
+    if let Some(name) = patch.name {
+        let name = validate_name(&name)?;
+        if name_taken(call, &who.org_id, &name, Some(&g.id)) {
+            return Err(ApiError::Conflict(format!("a gateway named `{name}` already exists")));
+        }
+        g.name = name;
+    }
+    if let Some(d) = patch.description {
+        g.description = d;
+    }
+    if let Some(servers) = patch.servers {
+        g.servers = validate_servers(call, &servers)?;
+        // Entries for apps that left the gateway go with them.
+        g.allowed_tools.retain(|app, _| g.servers.contains(app));
+    }
+    if let Some(allowed) = patch.allowed_tools {
+        g.allowed_tools = validate_allowed(&g.servers, allowed)?;
+    }
+    if let Some(c) = patch.configuration {
+        apply_configuration(&mut g.configuration, c)?;
+    }
+    g.updated_at = Utc::now();
+    let g = state.save_gateway(g).await?;
+    drop(_guard);
+    call.server.gateway_changed(&g.id);
+    let mut reply = get(call).await?;
+    reply.status = 200;
+    Ok(reply)
+}
+
+#[utoipa::path(delete, path = "/v1/gateways/{gateway_id}", tag = "gateways",
+    params(("gateway_id" = String, Path)),
+    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn delete(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let state = &call.server.state;
+    let _guard = state.write_lock.lock().await;
+    let g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
+    state.delete_gateway(&g.id).await?;
+    // The access key dies with its gateway.
+    state.delete_key(&g.access_key_id).await?;
+    drop(_guard);
+    call.server.gateway_changed(&g.id);
+    Ok(Reply::message(format!("Gateway {} deleted", g.id)))
+}

@@ -1,0 +1,98 @@
+//! `/api-keys`: create (the key is shown once) and revoke (immediately).
+
+use super::{iso, ApiResult, Call, Reply};
+use crate::error::ApiError;
+use crate::model::ApiKey;
+use crate::secrets;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::json;
+use toolgate_filters::ScopeSet;
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    pub name: String,
+    /// ISO 8601; optional.
+    pub expires_at: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub bypass_ip_whitelist: bool,
+}
+
+#[utoipa::path(post, path = "/v1/api-keys", tag = "api-keys", request_body = CreateKey,
+    responses((status = 201, description = "id, key (shown once), name, created_at, expires_at, scopes", body = crate::api::openapi::Envelope),
+              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn create(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let body: CreateKey = call.json()?;
+    let name = body.name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(ApiError::validation("name", "must be 1-100 characters"));
+    }
+    if body.scopes.is_empty() {
+        return Err(ApiError::validation("scopes", "at least one scope is required"));
+    }
+    let requested = ScopeSet::parse(body.scopes.iter().map(String::as_str))
+        .map_err(|bad| ApiError::validation("scopes", format!("unknown scope `{bad}`")))?;
+    // No escalation: a key can only hand out what its caller holds.
+    if !requested.is_subset_of(who.scopes) {
+        return Err(ApiError::validation("scopes", "cannot grant scopes the calling key does not hold"));
+    }
+    let expires_at = match body.expires_at {
+        None => None,
+        Some(s) => {
+            let t = DateTime::parse_from_rfc3339(&s)
+                .map_err(|e| ApiError::validation("expires_at", format!("not an ISO 8601 timestamp: {e}")))?
+                .with_timezone(&Utc);
+            if t <= Utc::now() {
+                return Err(ApiError::validation("expires_at", "must be in the future"));
+            }
+            Some(t)
+        }
+    };
+    let plaintext = secrets::new_api_key();
+    let key = ApiKey {
+        id: secrets::new_id("key"),
+        org_id: who.org_id.clone(),
+        user_id: who.user_id.clone(),
+        name: name.to_string(),
+        hash: secrets::hash_key(&plaintext),
+        scopes: body.scopes,
+        created_at: Utc::now(),
+        expires_at,
+        revoked_at: None,
+        bypass_ip_whitelist: body.bypass_ip_whitelist,
+        gateway_id: None,
+        service_account_id: None,
+        declared: false,
+    };
+    let key = call.server.state.save_key(key).await?;
+    Ok(Reply::created(json!({
+        "id": key.id, "key": plaintext, "name": key.name, "created_at": iso(&key.created_at),
+        "expires_at": key.expires_at.as_ref().map(iso), "scopes": key.scopes,
+        "bypass_ip_whitelist": key.bypass_ip_whitelist,
+    })))
+}
+
+#[utoipa::path(delete, path = "/v1/api-keys/{key_id}", tag = "api-keys", params(("key_id" = String, Path)),
+    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn revoke(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let state = &call.server.state;
+    let _guard = state.write_lock.lock().await;
+    let key = state
+        .keys
+        .get(call.id())
+        .map(|k| k.value().clone())
+        .filter(|k| k.org_id == who.org_id && k.revoked_at.is_none())
+        .ok_or(ApiError::NotFound("api key"))?;
+    let mut revoked = key.as_ref().clone();
+    revoked.revoked_at = Some(Utc::now());
+    state.save_key(revoked).await?;
+    Ok(Reply::message(format!("API key {} revoked", key.id)))
+}

@@ -1,0 +1,258 @@
+//! The management REST API (`/v1` and `/api/v1`): routing, the scope each endpoint needs
+//! (Decision 8), request parsing helpers and the envelope. One file per resource.
+
+pub mod apps;
+pub mod auth;
+pub mod gateways;
+pub mod keys;
+pub mod openapi;
+pub mod user;
+
+use crate::error::ApiError;
+use crate::server::Server;
+use bytes::Bytes;
+use http::Method;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
+use toolgate_filters::{Principal, Scope};
+
+/// Every management endpoint (a path shape; methods are matched in [`route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Gateways,
+    Gateway,
+    Apps,
+    App,
+    AppConnect,
+    AppConnection,
+    AppTest,
+    User,
+    ApiKeys,
+    ApiKey,
+    AuthVerify,
+    OpenApi,
+}
+
+/// Path shapes, relative to the version prefix.
+pub const PATHS: &[(&str, Endpoint)] = &[
+    ("/gateways", Endpoint::Gateways),
+    ("/gateways/{id}", Endpoint::Gateway),
+    ("/apps", Endpoint::Apps),
+    ("/apps/{id}", Endpoint::App),
+    ("/apps/{id}/connect", Endpoint::AppConnect),
+    ("/apps/{id}/connection", Endpoint::AppConnection),
+    ("/apps/{id}/test", Endpoint::AppTest),
+    ("/user", Endpoint::User),
+    ("/api-keys", Endpoint::ApiKeys),
+    ("/api-keys/{id}", Endpoint::ApiKey),
+    ("/auth/verify", Endpoint::AuthVerify),
+    ("/openapi.json", Endpoint::OpenApi),
+];
+
+/// What a (endpoint, method) pair needs: `Some(scope)`, any valid credential (`None`), or no
+/// credential at all (public).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Public,
+    AnyCredential,
+    Scope(Scope),
+}
+
+/// The scope table (Decision 8). `Err` when the method is not served on that path.
+pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
+    use Access::*;
+    use Endpoint as E;
+    let m = method.as_str();
+    let a = match (endpoint, m) {
+        (E::Gateways, "GET") | (E::Gateway, "GET") => Scope(crate::api::Scope::GatewaysRead),
+        (E::Gateways, "POST") | (E::Gateway, "PATCH") => Scope(crate::api::Scope::GatewaysWrite),
+        (E::Gateway, "DELETE") => Scope(crate::api::Scope::GatewaysDelete),
+        (E::Apps, "GET") | (E::App, "GET") => Scope(crate::api::Scope::AppsRead),
+        (E::AppConnect, "POST") | (E::AppConnection, "DELETE") | (E::AppTest, "POST") => {
+            Scope(crate::api::Scope::AppsWrite)
+        }
+        (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
+        (E::ApiKeys, "POST") | (E::ApiKey, "DELETE") => Scope(crate::api::Scope::Admin),
+        (E::OpenApi, "GET") => Public,
+        _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
+    };
+    Ok(a)
+}
+
+fn router() -> &'static matchit::Router<Endpoint> {
+    static ROUTER: OnceLock<matchit::Router<Endpoint>> = OnceLock::new();
+    ROUTER.get_or_init(|| {
+        let mut r = matchit::Router::new();
+        for (path, ep) in PATHS {
+            r.insert(*path, *ep).expect("route table is valid");
+        }
+        r
+    })
+}
+
+/// Finds the endpoint and its `{id}` for a path relative to the version prefix.
+pub fn route<'p>(path: &'p str) -> Option<(Endpoint, Option<&'p str>)> {
+    let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+    let m = router().at(path).ok()?;
+    Some((*m.value, m.params.get("id")))
+}
+
+/// One management call, as a handler sees it.
+pub struct Call<'a> {
+    pub server: &'a Server,
+    pub principal: Option<Arc<Principal>>,
+    pub method: Method,
+    pub id: Option<String>,
+    pub query: Vec<(String, String)>,
+    pub body: Bytes,
+    pub client_ip: IpAddr,
+    pub headers: &'a http::HeaderMap,
+}
+
+/// A handler's success: HTTP status and the envelope's `data` (or a `message`).
+pub struct Reply {
+    pub status: u16,
+    pub data: Option<Value>,
+    pub message: Option<String>,
+    /// Send `data` as the whole body, without the envelope (the OpenAPI document).
+    pub raw: bool,
+}
+
+impl Reply {
+    pub fn ok(data: Value) -> Reply {
+        Reply { status: 200, data: Some(data), message: None, raw: false }
+    }
+    pub fn created(data: Value) -> Reply {
+        Reply { status: 201, data: Some(data), message: None, raw: false }
+    }
+    pub fn message(msg: impl Into<String>) -> Reply {
+        Reply { status: 200, data: None, message: Some(msg.into()), raw: false }
+    }
+}
+
+pub type ApiResult = Result<Reply, ApiError>;
+
+impl Call<'_> {
+    /// The authenticated caller; handlers of non-public endpoints always have one.
+    pub fn who(&self) -> Result<&Principal, ApiError> {
+        self.principal.as_deref().ok_or_else(|| ApiError::Unauthorized("missing credentials".into()))
+    }
+
+    pub fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or_default()
+    }
+
+    pub fn query(&self, name: &str) -> Option<&str> {
+        self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Parses the JSON body, naming the offending field on error.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &self.body };
+        let de = &mut serde_json::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let field = if path == "." { "body".to_string() } else { path };
+            let issue = match inner.classify() {
+                serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                    format!("body is not valid JSON: {inner}")
+                }
+                _ => inner.to_string(),
+            };
+            ApiError::validation(field, issue)
+        })
+    }
+
+    /// `page` and `limit` per Decision 11.
+    pub fn pagination(&self) -> Result<(u32, u32), ApiError> {
+        let page = match self.query("page") {
+            None => 1,
+            Some(p) => p
+                .parse::<u32>()
+                .ok()
+                .filter(|p| *p >= 1)
+                .ok_or_else(|| ApiError::validation("page", "must be an integer >= 1"))?,
+        };
+        let limit = match self.query("limit") {
+            None => 20,
+            Some(l) => l
+                .parse::<u32>()
+                .ok()
+                .filter(|l| (1..=100).contains(l))
+                .ok_or_else(|| ApiError::validation("limit", "must be an integer between 1 and 100"))?,
+        };
+        Ok((page, limit))
+    }
+
+    /// A query parameter restricted to a set of values.
+    pub fn query_choice(&self, name: &str, allowed: &[&str]) -> Result<Option<String>, ApiError> {
+        match self.query(name) {
+            None => Ok(None),
+            Some(v) if allowed.contains(&v) => Ok(Some(v.to_string())),
+            Some(v) => Err(ApiError::validation(name, format!("`{v}` is not one of {}", allowed.join(", ")))),
+        }
+    }
+}
+
+/// The pagination object.
+pub fn pagination_json(page: u32, limit: u32, total: usize) -> Value {
+    let pages = total.div_ceil(limit as usize).max(1);
+    serde_json::json!({
+        "page": page, "limit": limit, "total": total, "pages": pages,
+        "has_next": (page as usize) < pages, "has_prev": page > 1,
+    })
+}
+
+/// Slices one page of an already sorted list.
+pub fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
+    let start = (page as usize - 1).saturating_mul(limit as usize);
+    items.into_iter().skip(start).take(limit as usize).collect()
+}
+
+pub fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
+    query.map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default()
+}
+
+/// Runs the handler of `endpoint` for `call`, after the scope check.
+pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
+    use Endpoint as E;
+    match access(endpoint, &call.method)? {
+        Access::Public => {}
+        Access::AnyCredential => {
+            call.who()?;
+        }
+        Access::Scope(scope) => {
+            if !call.who()?.scopes.contains(scope) {
+                return Err(ApiError::InsufficientScope(scope.as_str()));
+            }
+        }
+    }
+    let m = call.method.as_str();
+    match (endpoint, m) {
+        (E::Gateways, "GET") => gateways::list(&call).await,
+        (E::Gateways, "POST") => gateways::create(&call).await,
+        (E::Gateway, "GET") => gateways::get(&call).await,
+        (E::Gateway, "PATCH") => gateways::update(&call).await,
+        (E::Gateway, "DELETE") => gateways::delete(&call).await,
+        (E::Apps, "GET") => apps::list(&call).await,
+        (E::App, "GET") => apps::get(&call).await,
+        (E::AppConnect, "POST") => apps::connect(&call).await,
+        (E::AppConnection, "DELETE") => apps::disconnect(&call).await,
+        (E::AppTest, "POST") => apps::test(&call).await,
+        (E::User, "GET") => user::get(&call).await,
+        (E::User, "PATCH") => user::update(&call).await,
+        (E::ApiKeys, "POST") => keys::create(&call).await,
+        (E::ApiKey, "DELETE") => keys::revoke(&call).await,
+        (E::AuthVerify, "GET") => auth::verify(&call).await,
+        (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
+        _ => Err(ApiError::MethodNotAllowed(m.to_string())),
+    }
+}
+
+/// ISO 8601 with milliseconds, UTC (`2026-11-22T03:42:13.123Z`).
+pub fn iso(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

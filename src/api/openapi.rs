@@ -1,0 +1,94 @@
+//! The OpenAPI 3.1 document at `/v1/openapi.json`, generated from the handlers' annotations so
+//! that it cannot drift from the code.
+
+use serde_json::Value;
+use std::sync::OnceLock;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// Success envelope: `success`, `data`, `meta`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct Envelope {
+    success: bool,
+    data: Object,
+    meta: Meta,
+}
+
+/// Success envelope of deletions: `success`, `message`, `meta`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct MessageEnvelope {
+    success: bool,
+    message: String,
+    meta: Meta,
+}
+
+/// Error envelope: `success` = false, `error`, `meta`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ErrorEnvelope {
+    success: bool,
+    error: ErrorObject,
+    meta: Meta,
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ErrorObject {
+    /// e.g. VALIDATION_ERROR, UNAUTHORIZED, INSUFFICIENT_SCOPE, NOT_FOUND, CONFLICT, RATE_LIMITED.
+    code: String,
+    message: String,
+    /// `field` and `issue` for VALIDATION_ERROR.
+    details: Object,
+    /// Seconds; RATE_LIMITED only.
+    retry_after: Option<u64>,
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct Meta {
+    /// ISO 8601.
+    timestamp: String,
+    request_id: String,
+}
+
+#[derive(ToSchema)]
+#[schema(value_type = Object)]
+pub struct Object(#[allow(dead_code)] Value);
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components
+            .add_security_scheme("api_key_query", SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::new("api_key"))));
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "toolgate management API", description = "The REST management API of toolgate, an MCP gateway. `/api/v1` serves the same API as `/v1`."),
+    paths(
+        super::gateways::list, super::gateways::get, super::gateways::create, super::gateways::update, super::gateways::delete,
+        super::apps::list, super::apps::get, super::apps::connect, super::apps::disconnect, super::apps::test,
+        super::user::get, super::user::update,
+        super::keys::create, super::keys::revoke,
+        super::auth::verify,
+    ),
+    components(schemas(Envelope, MessageEnvelope, ErrorEnvelope, ErrorObject, Meta)),
+    security(("bearer" = []), ("api_key_query" = [])),
+    modifiers(&Security),
+)]
+struct ApiDoc;
+
+/// The document, built once.
+pub fn document() -> Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(|| serde_json::to_value(ApiDoc::openapi()).expect("OpenAPI document serialises")).clone()
+}

@@ -1,0 +1,268 @@
+//! Configuration: the YAML file as written (`raw`), and the validated runtime configuration the
+//! server runs on. A bad file never starts a half-working server: loading fails with the path of
+//! the offending field.
+
+mod raw;
+
+pub use raw::RawConfig;
+
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toolgate_filters::{Role, ScopeSet};
+
+/// A configuration error, naming the field (`server.listen`, `apps[2].url`, ...).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { field: field.into(), message: message.into() }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Environment {
+    Production,
+    Development,
+}
+
+impl Environment {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Environment::Production => "production",
+            Environment::Development => "development",
+        }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub environment: Environment,
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub apps: Vec<AppConfig>,
+    pub organizations: Vec<OrgConfig>,
+    pub users: Vec<UserConfig>,
+    pub api_keys: Vec<KeyConfig>,
+    pub tiers: BTreeMap<String, TierConfig>,
+    pub limits: LimitsConfig,
+    pub mcp: McpConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub metrics_listen: SocketAddr,
+    /// Public base URL, used to build each gateway's `endpoint` (no trailing slash).
+    pub public_url: String,
+    pub trusted_proxies: Vec<IpNet>,
+    pub threads: usize,
+    /// Largest request body accepted, in bytes (default 4 MiB).
+    pub max_body_bytes: usize,
+    /// How long in-flight requests get to finish after SIGTERM.
+    pub grace_period: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum StorageConfig {
+    Embedded { path: PathBuf },
+    Redis { url: String },
+}
+
+/// Where an app's MCP server lives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppUpstream {
+    /// A Streamable HTTP MCP server.
+    Url(String),
+    /// A stdio MCP server: argv and extra environment.
+    Command { argv: Vec<String>, env: BTreeMap<String, String> },
+    /// An in-process app, e.g. `time`.
+    Builtin(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub long_description: String,
+    pub category: String,
+    /// `available` or `beta` as declared; `connected` is computed per organisation.
+    pub status: String,
+    pub icon: String,
+    /// `api_key`, `oauth`; empty means the app needs no credentials.
+    pub auth_types: Vec<String>,
+    pub upstream: AppUpstream,
+    /// Requests per minute this upstream accepts from the gateway (all callers together).
+    pub rate_limit: Option<u32>,
+    pub timeouts: AppTimeouts,
+    /// How connection credentials reach the upstream: header name and value prefix.
+    pub credential_header: String,
+    pub credential_prefix: String,
+    pub oauth: Option<OAuthConfig>,
+}
+
+impl AppConfig {
+    /// An app that needs no credentials is connected from the start.
+    pub fn needs_credentials(&self) -> bool {
+        !self.auth_types.is_empty()
+    }
+
+    pub fn base_url(&self) -> String {
+        match &self.upstream {
+            AppUpstream::Url(u) => u.clone(),
+            AppUpstream::Command { argv, .. } => format!("stdio:{}", argv.join(" ")),
+            AppUpstream::Builtin(b) => format!("builtin:{b}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct AppTimeouts {
+    pub connect: Duration,
+    pub first_byte: Duration,
+    pub total: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct OAuthConfig {
+    pub authorize_url: String,
+    pub token_url: String,
+    pub client_id: String,
+    pub scopes: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct OrgConfig {
+    pub id: String,
+    pub name: String,
+    pub tier: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct UserConfig {
+    pub id: String,
+    pub email: String,
+    pub name: String,
+    pub role: Role,
+    pub organization: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct KeyConfig {
+    pub id: String,
+    pub name: String,
+    pub user: String,
+    /// Lower-case hex SHA-256 of the full key: the file never holds the secret.
+    pub sha256: String,
+    pub scopes: Vec<String>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub bypass_ip_whitelist: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TierConfig {
+    pub requests_per_hour: u64,
+    pub requests_per_minute: u64,
+    pub burst: u64,
+    pub concurrent: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct LimitsConfig {
+    pub unauthenticated_per_hour: u64,
+    pub unauthenticated_burst: u64,
+    pub service_account_multiplier: f64,
+    /// Tier of the organisation made for the bootstrap owner.
+    pub bootstrap_tier: String,
+    pub webhook_per_minute: u64,
+    pub webhook_burst: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct McpConfig {
+    /// Idle time after which a protocol session expires.
+    pub session_idle_timeout: Duration,
+    /// Origins accepted on the MCP endpoint; requests without `Origin` are always accepted.
+    pub allowed_origins: Vec<String>,
+    /// Upper bound on concurrently running stdio app processes.
+    pub max_stdio_processes: usize,
+    /// Page size of `tools/list` and the other list methods.
+    pub page_size: usize,
+}
+
+impl Config {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates YAML text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            let message = e.into_inner().to_string();
+            invalid(if field == "." { "(top level)".to_string() } else { field }, message)
+        })?;
+        raw.validate()
+    }
+
+    pub fn tier(&self, name: &str) -> TierConfig {
+        self.tiers.get(name).copied().unwrap_or(self.tiers["free"])
+    }
+
+    pub fn app(&self, id: &str) -> Option<&AppConfig> {
+        self.apps.iter().find(|a| a.id == id)
+    }
+}
+
+/// Parses scope names, reporting the first unknown one against `field`.
+pub fn parse_scopes(field: &str, names: &[String]) -> Result<ScopeSet, ConfigError> {
+    ScopeSet::parse(names.iter().map(String::as_str)).map_err(|bad| invalid(field, format!("unknown scope `{bad}`")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "server:\n  listen: 127.0.0.1:0\n";
+
+    #[test]
+    fn minimal_config_gets_spec_defaults() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.tier("free").requests_per_minute, 20);
+        assert_eq!(c.tier("enterprise").burst, 1000);
+        assert_eq!(c.server.max_body_bytes, 4 * 1024 * 1024);
+        assert_eq!(c.limits.unauthenticated_per_hour, 60);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let err = Config::parse("server:\n  lisen: 1\n").unwrap_err().to_string();
+        assert!(err.contains("server"), "{err}");
+        assert!(err.contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn app_with_two_upstreams_is_refused() {
+        let y = "apps:\n  - id: a\n    name: A\n    url: http://x/mcp\n    builtin: time\n";
+        let err = Config::parse(y).unwrap_err().to_string();
+        assert!(err.starts_with("apps[0]"), "{err}");
+    }
+
+    #[test]
+    fn bad_listen_is_named() {
+        let err = Config::parse("server:\n  listen: nowhere\n").unwrap_err().to_string();
+        assert!(err.starts_with("server.listen"), "{err}");
+    }
+}

@@ -1,0 +1,431 @@
+//! The YAML file as written. Every struct refuses unknown fields, and `validate` turns it into
+//! the runtime [`Config`](super::Config), naming the field of the first problem.
+
+use super::*;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    environment: Option<String>,
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    storage: RawStorage,
+    #[serde(default)]
+    apps: Vec<RawApp>,
+    #[serde(default)]
+    organizations: Vec<RawOrg>,
+    #[serde(default)]
+    users: Vec<RawUser>,
+    #[serde(default)]
+    api_keys: Vec<RawKey>,
+    #[serde(default)]
+    tiers: BTreeMap<String, RawTier>,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    mcp: RawMcp,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    metrics_listen: Option<String>,
+    public_url: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    threads: Option<usize>,
+    max_body_bytes: Option<usize>,
+    grace_period_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    backend: Option<String>,
+    path: Option<String>,
+    url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApp {
+    id: String,
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    long_description: String,
+    #[serde(default)]
+    category: String,
+    status: Option<String>,
+    #[serde(default)]
+    icon: String,
+    #[serde(default)]
+    auth_types: Vec<String>,
+    url: Option<String>,
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    builtin: Option<String>,
+    rate_limit: Option<u32>,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    credential_header: Option<String>,
+    credential_prefix: Option<String>,
+    oauth: Option<RawOAuth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    connect_ms: Option<u64>,
+    first_byte_ms: Option<u64>,
+    total_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOAuth {
+    authorize_url: String,
+    token_url: String,
+    client_id: String,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOrg {
+    id: String,
+    name: String,
+    tier: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUser {
+    id: String,
+    email: String,
+    #[serde(default)]
+    name: String,
+    role: String,
+    organization: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    id: String,
+    name: String,
+    user: String,
+    sha256: String,
+    #[serde(default)]
+    scopes: Vec<String>,
+    expires_at: Option<String>,
+    #[serde(default)]
+    bypass_ip_whitelist: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    requests_per_hour: u64,
+    requests_per_minute: u64,
+    burst: u64,
+    concurrent: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    unauthenticated_per_hour: Option<u64>,
+    unauthenticated_burst: Option<u64>,
+    service_account_multiplier: Option<f64>,
+    bootstrap_tier: Option<String>,
+    webhook_per_minute: Option<u64>,
+    webhook_burst: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMcp {
+    session_idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
+    max_stdio_processes: Option<usize>,
+    page_size: Option<usize>,
+}
+
+fn is_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn parse_addr(field: &str, value: Option<&str>, default: &str) -> Result<SocketAddr, ConfigError> {
+    let v = value.unwrap_or(default);
+    v.parse().map_err(|_| invalid(field, format!("`{v}` is not an address like 127.0.0.1:8080")))
+}
+
+/// The spec's tier table (Decision 1: authoritative).
+fn default_tiers() -> BTreeMap<String, TierConfig> {
+    let t = |h, m, b, c| TierConfig { requests_per_hour: h, requests_per_minute: m, burst: b, concurrent: c };
+    BTreeMap::from([
+        ("free".to_string(), t(1000, 20, 10, 5)),
+        ("starter".to_string(), t(5000, 100, 50, 10)),
+        ("professional".to_string(), t(20000, 500, 200, 25)),
+        ("enterprise".to_string(), t(100_000, 2000, 1000, 100)),
+    ])
+}
+
+impl RawConfig {
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        let environment = match self.environment.as_deref() {
+            None | Some("production") => Environment::Production,
+            Some("development") => Environment::Development,
+            Some(other) => {
+                return Err(invalid("environment", format!("`{other}`: expected production or development")))
+            }
+        };
+        let s = self.server;
+        let listen = parse_addr("server.listen", s.listen.as_deref(), "0.0.0.0:8080")?;
+        let metrics_listen = parse_addr("server.metrics_listen", s.metrics_listen.as_deref(), "127.0.0.1:9090")?;
+        let public_url = s.public_url.unwrap_or_else(|| format!("http://localhost:{}", listen.port()));
+        let parsed =
+            url::Url::parse(&public_url).map_err(|e| invalid("server.public_url", format!("`{public_url}`: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(invalid("server.public_url", "must be an http or https URL"));
+        }
+        let mut trusted_proxies = Vec::new();
+        for (i, p) in s.trusted_proxies.iter().enumerate() {
+            let net = p
+                .parse::<IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| invalid(format!("server.trusted_proxies[{i}]"), format!("`{p}` is not a CIDR")))?;
+            trusted_proxies.push(net);
+        }
+        let threads = s.threads.unwrap_or(2);
+        if threads == 0 {
+            return Err(invalid("server.threads", "must be at least 1"));
+        }
+        let max_body_bytes = s.max_body_bytes.unwrap_or(4 * 1024 * 1024);
+        if max_body_bytes < 1024 {
+            return Err(invalid("server.max_body_bytes", "must be at least 1024"));
+        }
+        let server = ServerConfig {
+            listen,
+            metrics_listen,
+            public_url: public_url.trim_end_matches('/').to_string(),
+            trusted_proxies,
+            threads,
+            max_body_bytes,
+            grace_period: Duration::from_secs(s.grace_period_secs.unwrap_or(10)),
+        };
+
+        let storage = match self.storage.backend.as_deref() {
+            None | Some("embedded") => {
+                if self.storage.url.is_some() {
+                    return Err(invalid("storage.url", "only used with backend: redis"));
+                }
+                StorageConfig::Embedded { path: PathBuf::from(self.storage.path.unwrap_or_else(|| "./data".into())) }
+            }
+            Some("redis") => {
+                let url = self.storage.url.ok_or_else(|| invalid("storage.url", "required with backend: redis"))?;
+                if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+                    return Err(invalid("storage.url", "must start with redis:// or rediss://"));
+                }
+                StorageConfig::Redis { url }
+            }
+            Some(other) => return Err(invalid("storage.backend", format!("`{other}`: expected embedded or redis"))),
+        };
+
+        let mut apps = Vec::with_capacity(self.apps.len());
+        for (i, a) in self.apps.into_iter().enumerate() {
+            let f = |name: &str| format!("apps[{i}].{name}");
+            if !is_id(&a.id) {
+                return Err(invalid(f("id"), "must be 1-64 characters of A-Z a-z 0-9 _ -"));
+            }
+            if apps.iter().any(|x: &AppConfig| x.id == a.id) {
+                return Err(invalid(f("id"), format!("duplicate app id `{}`", a.id)));
+            }
+            if a.name.trim().is_empty() {
+                return Err(invalid(f("name"), "must not be empty"));
+            }
+            let upstream = match (a.url, a.command, a.builtin) {
+                (Some(url), None, None) => {
+                    let u = url::Url::parse(&url).map_err(|e| invalid(f("url"), format!("`{url}`: {e}")))?;
+                    if !matches!(u.scheme(), "http" | "https") {
+                        return Err(invalid(f("url"), "must be an http or https URL"));
+                    }
+                    AppUpstream::Url(url)
+                }
+                (None, Some(argv), None) => {
+                    if argv.is_empty() || argv[0].is_empty() {
+                        return Err(invalid(f("command"), "must name a program"));
+                    }
+                    AppUpstream::Command { argv, env: a.env }
+                }
+                (None, None, Some(b)) => {
+                    if b != "time" {
+                        return Err(invalid(f("builtin"), format!("unknown built-in app `{b}` (known: time)")));
+                    }
+                    AppUpstream::Builtin(b)
+                }
+                _ => return Err(invalid(format!("apps[{i}]"), "needs exactly one of url, command, builtin")),
+            };
+            let status = a.status.unwrap_or_else(|| "available".into());
+            if !matches!(status.as_str(), "available" | "beta") {
+                return Err(invalid(f("status"), format!("`{status}`: expected available or beta")));
+            }
+            for (j, t) in a.auth_types.iter().enumerate() {
+                if !matches!(t.as_str(), "api_key" | "oauth") {
+                    return Err(invalid(
+                        format!("apps[{i}].auth_types[{j}]"),
+                        format!("`{t}`: expected api_key or oauth"),
+                    ));
+                }
+            }
+            if a.auth_types.iter().any(|t| t == "oauth") && a.oauth.is_none() {
+                return Err(invalid(f("oauth"), "required when auth_types contains oauth"));
+            }
+            let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d));
+            let timeouts = AppTimeouts {
+                connect: ms(a.timeouts.connect_ms, 5_000),
+                first_byte: ms(a.timeouts.first_byte_ms, 30_000),
+                total: ms(a.timeouts.total_ms, 60_000),
+            };
+            if timeouts.connect.is_zero() || timeouts.first_byte.is_zero() || timeouts.total.is_zero() {
+                return Err(invalid(f("timeouts"), "timeouts must be positive"));
+            }
+            apps.push(AppConfig {
+                id: a.id,
+                name: a.name,
+                description: a.description,
+                long_description: a.long_description,
+                category: a.category,
+                status,
+                icon: a.icon,
+                auth_types: a.auth_types,
+                upstream,
+                rate_limit: a.rate_limit,
+                timeouts,
+                credential_header: a.credential_header.unwrap_or_else(|| "Authorization".into()),
+                credential_prefix: a.credential_prefix.unwrap_or_else(|| "Bearer ".into()),
+                oauth: a.oauth.map(|o| OAuthConfig {
+                    authorize_url: o.authorize_url,
+                    token_url: o.token_url,
+                    client_id: o.client_id,
+                    scopes: o.scopes,
+                }),
+            });
+        }
+
+        let mut tiers = default_tiers();
+        for (name, t) in self.tiers {
+            if t.burst == 0 || t.requests_per_minute == 0 || t.requests_per_hour == 0 || t.concurrent == 0 {
+                return Err(invalid(format!("tiers.{name}"), "all figures must be positive"));
+            }
+            tiers.insert(
+                name,
+                TierConfig {
+                    requests_per_hour: t.requests_per_hour,
+                    requests_per_minute: t.requests_per_minute,
+                    burst: t.burst,
+                    concurrent: t.concurrent,
+                },
+            );
+        }
+
+        let mut organizations = Vec::new();
+        for (i, o) in self.organizations.into_iter().enumerate() {
+            if !is_id(&o.id) {
+                return Err(invalid(format!("organizations[{i}].id"), "must be 1-64 characters of A-Z a-z 0-9 _ -"));
+            }
+            let tier = o.tier.unwrap_or_else(|| "free".into());
+            if !tiers.contains_key(&tier) {
+                return Err(invalid(format!("organizations[{i}].tier"), format!("unknown tier `{tier}`")));
+            }
+            organizations.push(OrgConfig { id: o.id, name: o.name, tier });
+        }
+        let mut users = Vec::new();
+        for (i, u) in self.users.into_iter().enumerate() {
+            let role = Role::parse(&u.role).ok_or_else(|| {
+                invalid(format!("users[{i}].role"), format!("`{}`: expected owner, admin, developer or viewer", u.role))
+            })?;
+            if !organizations.iter().any(|o| o.id == u.organization) {
+                return Err(invalid(
+                    format!("users[{i}].organization"),
+                    format!("unknown organization `{}`", u.organization),
+                ));
+            }
+            if !is_id(&u.id) {
+                return Err(invalid(format!("users[{i}].id"), "must be 1-64 characters of A-Z a-z 0-9 _ -"));
+            }
+            users.push(UserConfig { id: u.id, email: u.email, name: u.name, role, organization: u.organization });
+        }
+        let mut api_keys = Vec::new();
+        for (i, k) in self.api_keys.into_iter().enumerate() {
+            let f = |name: &str| format!("api_keys[{i}].{name}");
+            if !users.iter().any(|u| u.id == k.user) {
+                return Err(invalid(f("user"), format!("unknown user `{}`", k.user)));
+            }
+            let hash = k.sha256.to_ascii_lowercase();
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(invalid(f("sha256"), "must be 64 hex characters (the SHA-256 of the key)"));
+            }
+            parse_scopes(&f("scopes"), &k.scopes)?;
+            let expires_at = match k.expires_at {
+                None => None,
+                Some(s) => Some(
+                    chrono::DateTime::parse_from_rfc3339(&s)
+                        .map_err(|e| invalid(f("expires_at"), format!("`{s}`: {e}")))?
+                        .with_timezone(&chrono::Utc),
+                ),
+            };
+            if !is_id(&k.id) {
+                return Err(invalid(f("id"), "must be 1-64 characters of A-Z a-z 0-9 _ -"));
+            }
+            api_keys.push(KeyConfig {
+                id: k.id,
+                name: k.name,
+                user: k.user,
+                sha256: hash,
+                scopes: k.scopes,
+                expires_at,
+                bypass_ip_whitelist: k.bypass_ip_whitelist,
+            });
+        }
+
+        let l = self.limits;
+        let bootstrap_tier = l.bootstrap_tier.unwrap_or_else(|| "enterprise".into());
+        if !tiers.contains_key(&bootstrap_tier) {
+            return Err(invalid("limits.bootstrap_tier", format!("unknown tier `{bootstrap_tier}`")));
+        }
+        let limits = LimitsConfig {
+            unauthenticated_per_hour: l.unauthenticated_per_hour.unwrap_or(60),
+            unauthenticated_burst: l.unauthenticated_burst.unwrap_or(10),
+            service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0),
+            bootstrap_tier,
+            webhook_per_minute: l.webhook_per_minute.unwrap_or(10),
+            webhook_burst: l.webhook_burst.unwrap_or(10),
+        };
+        if !(limits.service_account_multiplier > 0.0) {
+            return Err(invalid("limits.service_account_multiplier", "must be positive"));
+        }
+
+        let m = self.mcp;
+        let mcp = McpConfig {
+            session_idle_timeout: Duration::from_secs(m.session_idle_timeout_secs.unwrap_or(1800)),
+            allowed_origins: m.allowed_origins,
+            max_stdio_processes: m.max_stdio_processes.unwrap_or(16),
+            page_size: m.page_size.unwrap_or(100),
+        };
+        if mcp.page_size == 0 {
+            return Err(invalid("mcp.page_size", "must be at least 1"));
+        }
+
+        Ok(Config { environment, server, storage, apps, organizations, users, api_keys, tiers, limits, mcp })
+    }
+}

@@ -1,0 +1,21 @@
+//! toolgate: a high-performance MCP gateway on Cloudflare Pingora.
+//!
+//! `main.rs` only parses the command line; everything testable lives in these modules:
+//! `config` (YAML -> validated runtime config), `store` (persistence), `state` (records in
+//! memory), `api` (management handlers), `mcp` (the MCP endpoint and the apps), `proxy` (the
+//! Pingora phases), `error` (errors -> HTTP/JSON-RPC), `metrics`.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod mcp;
+pub mod metrics;
+pub mod model;
+pub mod proxy;
+pub mod reqlog;
+pub mod run;
+pub mod secrets;
+pub mod server;
+pub mod state;
+pub mod store;

@@ -1,0 +1,40 @@
+//! The `toolgate` binary: `toolgate [--config FILE]` runs the gateway;
+//! `toolgate check-config FILE` validates a configuration file.
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "toolgate", version, about = "A high-performance MCP gateway on Pingora")]
+struct Cli {
+    /// Configuration file.
+    #[arg(long, short, default_value = "conf/toolgate.yaml")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validates a configuration file and exits non-zero naming the offending field.
+    CheckConfig { file: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::CheckConfig { file }) => match toolgate::config::Config::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                ExitCode::from(2)
+            }
+        },
+        None => toolgate::run::run(&cli.config),
+    }
+}

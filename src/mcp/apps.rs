@@ -1,0 +1,177 @@
+//! The apps' clients and their lists, per organisation: credentials differ per organisation, so an
+//! upstream (and its upstream MCP session) belongs to one organisation's connection. Built-in apps
+//! have no credentials and are shared.
+
+use crate::config::{AppConfig, AppUpstream};
+use crate::mcp::upstream::{
+    CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream, UpstreamError,
+    UpstreamReply, UpstreamSettings, UpstreamShared,
+};
+use crate::state::State;
+use dashmap::DashMap;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AppError {
+    #[error("unknown app `{0}`")]
+    UnknownApp(String),
+    #[error("app `{0}` is not connected")]
+    NotConnected(String),
+    #[error("app `{app}`: {error}")]
+    Upstream { app: String, error: UpstreamError },
+}
+
+/// How long a discovered list is trusted before the app is asked again.
+const LIST_TTL: Duration = Duration::from_secs(60);
+
+type Key = (String, String);
+
+pub struct AppClients {
+    state: Arc<State>,
+    shared: UpstreamShared,
+    upstreams: DashMap<Key, Arc<Upstream>>,
+    /// (org, app, list method) -> (when fetched, items).
+    lists: DashMap<(String, String, &'static str), (Instant, Arc<Vec<Value>>)>,
+}
+
+impl AppClients {
+    pub fn new(state: Arc<State>) -> AppClients {
+        let shared = UpstreamShared::new(state.config.mcp.max_stdio_processes);
+        AppClients { state, shared, upstreams: DashMap::new(), lists: DashMap::new() }
+    }
+
+    fn app(&self, id: &str) -> Result<&AppConfig, AppError> {
+        self.state.config.app(id).ok_or_else(|| AppError::UnknownApp(id.into()))
+    }
+
+    /// The organisation's upstream for an app, made on first use.
+    pub fn upstream(&self, org_id: &str, app_id: &str) -> Result<Arc<Upstream>, AppError> {
+        let app = self.app(app_id)?;
+        if !self.state.is_connected(org_id, app_id) {
+            return Err(AppError::NotConnected(app_id.into()));
+        }
+        // Apps without credentials are the same for every organisation: share one upstream.
+        let owner = if app.needs_credentials() { org_id } else { "" };
+        let key = (owner.to_string(), app_id.to_string());
+        if let Some(u) = self.upstreams.get(&key) {
+            return Ok(u.value().clone());
+        }
+        let settings = self.settings(org_id, app)?;
+        let up = Arc::new(
+            Upstream::from_settings(&settings, &self.shared)
+                .map_err(|error| AppError::Upstream { app: app_id.into(), error })?,
+        );
+        Ok(self.upstreams.entry(key).or_insert(up).value().clone())
+    }
+
+    fn settings(&self, org_id: &str, app: &AppConfig) -> Result<UpstreamSettings, AppError> {
+        let credential = self.credential(org_id, app);
+        let transport = match &app.upstream {
+            AppUpstream::Url(url) => Transport::Http(HttpSettings {
+                url: url.clone(),
+                headers: vec![],
+                credential: credential.map(|secret| {
+                    if app.credential_header.eq_ignore_ascii_case("authorization") && app.credential_prefix == "Bearer "
+                    {
+                        Credential::Bearer(secret)
+                    } else {
+                        Credential::Header {
+                            name: app.credential_header.clone(),
+                            value: format!("{}{secret}", app.credential_prefix),
+                        }
+                    }
+                }),
+            }),
+            AppUpstream::Command { argv, env } => {
+                let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                if let Some(secret) = credential {
+                    env.push(("TOOLGATE_APP_API_KEY".into(), secret));
+                }
+                Transport::Stdio(StdioSettings { command: argv.clone(), env, cwd: None })
+            }
+            AppUpstream::Builtin(name) => Transport::Builtin(name.clone()),
+        };
+        let t = app.timeouts;
+        Ok(UpstreamSettings {
+            app_id: app.id.clone(),
+            timeouts: Timeouts {
+                connect_ms: t.connect.as_millis() as u64,
+                first_byte_ms: t.first_byte.as_millis() as u64,
+                total_ms: t.total.as_millis() as u64,
+            },
+            transport,
+        })
+    }
+
+    /// The connection's API key, opened from its sealed form.
+    fn credential(&self, org_id: &str, app: &AppConfig) -> Option<String> {
+        let conn = self.state.connections.get(&(org_id.to_string(), app.id.clone()))?.value().clone();
+        let sealed = conn.sealed_credentials.as_ref()?;
+        let plain = self.state.sealer.open(sealed).ok()?;
+        let v: Value = serde_json::from_slice(&plain).ok()?;
+        v.get("api_key").and_then(Value::as_str).map(str::to_string)
+    }
+
+    /// One list of an app (`tools/list`, `resources/list`, ...), all pages, from cache when fresh.
+    pub async fn list(&self, org_id: &str, app_id: &str, method: ListMethod) -> Result<Arc<Vec<Value>>, AppError> {
+        let key = (org_id.to_string(), app_id.to_string(), method.method());
+        if let Some(e) = self.lists.get(&key) {
+            if e.0.elapsed() < LIST_TTL {
+                return Ok(e.1.clone());
+            }
+        }
+        self.refresh(org_id, app_id, method).await
+    }
+
+    pub async fn refresh(&self, org_id: &str, app_id: &str, method: ListMethod) -> Result<Arc<Vec<Value>>, AppError> {
+        let up = self.upstream(org_id, app_id)?;
+        let items = match up.list_all(method, &CallContext::default()).await {
+            Ok(items) => Arc::new(items),
+            // An app without resources or prompts has an empty list of them.
+            Err(UpstreamError::Protocol(_)) if method != ListMethod::Tools => Arc::new(vec![]),
+            Err(error) => return Err(AppError::Upstream { app: app_id.into(), error }),
+        };
+        self.lists.insert((org_id.to_string(), app_id.to_string(), method.method()), (Instant::now(), items.clone()));
+        Ok(items)
+    }
+
+    pub async fn tools(&self, org_id: &str, app_id: &str) -> Result<Arc<Vec<Value>>, AppError> {
+        self.list(org_id, app_id, ListMethod::Tools).await
+    }
+
+    pub async fn refresh_tools(&self, org_id: &str, app_id: &str) -> Result<Arc<Vec<Value>>, AppError> {
+        self.refresh(org_id, app_id, ListMethod::Tools).await
+    }
+
+    /// Sends a request to an app.
+    pub async fn request(
+        &self,
+        org_id: &str,
+        app_id: &str,
+        method: &str,
+        params: Option<Value>,
+        ctx: &CallContext,
+    ) -> Result<UpstreamReply, AppError> {
+        let up = self.upstream(org_id, app_id)?;
+        up.request(method, params, ctx).await.map_err(|error| AppError::Upstream { app: app_id.into(), error })
+    }
+
+    /// Forgets an organisation's upstream and lists of an app (its connection changed).
+    pub fn invalidate(&self, org_id: &str, app_id: &str) {
+        self.lists.retain(|(o, a, _), _| !(o == org_id && a == app_id));
+        if let Some((_, up)) = self.upstreams.remove(&(org_id.to_string(), app_id.to_string())) {
+            tokio::spawn(async move { up.shutdown().await });
+        }
+    }
+
+    /// Stops every upstream (stdio processes included).
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Upstream>> = self.upstreams.iter().map(|u| u.value().clone()).collect();
+        self.upstreams.clear();
+        for up in all {
+            up.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,662 @@
+//! `/gateway/{id}/mcp`: the MCP Streamable HTTP endpoint of one gateway.
+//!
+//! POST carries one JSON-RPC message; GET opens a server-to-client SSE stream; DELETE ends the
+//! session. The rules (credentials, `Accept`, sessions, versions, errors) are listed in
+//! `README.md` beside this file.
+
+use crate::error::ApiError;
+use crate::mcp::catalogue::Catalogue;
+use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, Response};
+use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
+use crate::model::{Gateway, McpSession};
+use crate::proxy::{Proxy, RequestCtx};
+use crate::secrets;
+use crate::store::LogRecord;
+use bytes::Bytes;
+use chrono::Utc;
+use http::{HeaderName, HeaderValue, Method};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolgate_filters::{CredentialKind, RouteClass, Scope};
+
+/// Protocol versions toolgate speaks, newest first (Decision 6).
+pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Cookie that carries the session (the spec's mechanism), beside `Mcp-Session-Id`.
+pub const SESSION_COOKIE: &str = "mcp_session";
+/// JSON-RPC code of "no valid session": the client must initialize (again).
+pub const NOT_INITIALIZED: i64 = -32000;
+/// JSON-RPC code of "session not found".
+pub const SESSION_NOT_FOUND: i64 = -32001;
+/// How often an idle GET stream gets a keep-alive comment.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Largest request params or response data kept in one log entry.
+const LOG_FIELD_CAP: usize = 16 * 1024;
+
+/// The version answered to an `initialize` that asked for `requested`.
+pub fn negotiate(requested: Option<&str>) -> &'static str {
+    requested.and_then(|r| SUPPORTED_VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(SUPPORTED_VERSIONS[0])
+}
+
+struct Accept {
+    json: bool,
+    sse: bool,
+}
+
+fn accept(session: &Session) -> Accept {
+    let mut a = Accept { json: false, sse: false };
+    for v in session.req_header().headers.get_all(http::header::ACCEPT) {
+        let Ok(v) = v.to_str() else { continue };
+        for part in v.split(',') {
+            let mime = part.split(';').next().unwrap_or_default().trim();
+            match mime {
+                "application/json" => a.json = true,
+                "text/event-stream" => a.sse = true,
+                "*/*" => {
+                    a.json = true;
+                    a.sse = true;
+                }
+                "application/*" => a.json = true,
+                "text/*" => a.sse = true,
+                _ => {}
+            }
+        }
+    }
+    a
+}
+
+fn header<'s>(session: &'s Session, name: &str) -> Option<&'s str> {
+    session.req_header().headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The session id from `Mcp-Session-Id`, else from the session cookie.
+fn session_id(session: &Session) -> Option<String> {
+    if let Some(id) = header(session, "mcp-session-id") {
+        return Some(id.trim().to_string());
+    }
+    for v in session.req_header().headers.get_all(http::header::COOKIE) {
+        let Ok(v) = v.to_str() else { continue };
+        for pair in v.split(';') {
+            if let Some((k, val)) = pair.trim().split_once('=') {
+                if k == SESSION_COOKIE {
+                    return Some(val.to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+fn rpc_error_body(id: &Value, code: i64, message: &str) -> Vec<u8> {
+    jsonrpc::error_bytes(id, code, message, None)
+}
+
+/// Writes a JSON-RPC error with an HTTP status.
+async fn reply_error(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    status: u16,
+    id: &Value,
+    code: i64,
+    message: &str,
+) -> pingora::Result<()> {
+    let body = rpc_error_body(id, code, message);
+    proxy.respond(session, ctx, status, "application/json", body, &[]).await
+}
+
+/// Maps a management-style error (from the filters) to its JSON-RPC form, keeping the status.
+async fn reply_api_error(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    err: ApiError,
+) -> pingora::Result<()> {
+    let mut extra = Vec::new();
+    if let ApiError::Rejected { retry_after: Some(r), .. } = &err {
+        extra.push((http::header::RETRY_AFTER, HeaderValue::from(*r)));
+    }
+    let code = match err.status() {
+        401 | 403 => -32001,
+        404 => SESSION_NOT_FOUND,
+        413 => jsonrpc::INVALID_REQUEST,
+        429 => -32029,
+        _ => jsonrpc::INTERNAL_ERROR,
+    };
+    let data = json!({ "code": err.code() });
+    let body = jsonrpc::error_bytes(&Value::Null, code, &err.to_string(), Some(&data));
+    proxy.respond(session, ctx, err.status(), "application/json", body, &extra).await
+}
+
+/// Handles one request to a gateway's MCP endpoint.
+pub async fn handle(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gateway_id: &str,
+) -> pingora::Result<()> {
+    let server = proxy.server.clone();
+    // Origin (DNS-rebinding protection): a browser request from a page not on the allow-list.
+    if let Some(origin) = header(session, "origin") {
+        if !server.state.config.mcp.allowed_origins.iter().any(|o| o == origin || o == "*") {
+            let msg = format!("Origin `{origin}` is not allowed");
+            return reply_api_error(proxy, session, ctx, ApiError::Forbidden(msg)).await;
+        }
+    }
+    let (method, path, query) = {
+        let r = session.req_header();
+        (r.method.clone(), r.uri.path().to_string(), r.uri.query().map(str::to_string))
+    };
+    if let Err(e) = proxy.run_chain(session, ctx, RouteClass::Gateway, &method, &path, query.as_deref()) {
+        return reply_api_error(proxy, session, ctx, e).await;
+    }
+    let Some(principal) = ctx.filters.principal.clone() else {
+        return reply_api_error(proxy, session, ctx, ApiError::Unauthorized("missing credentials".into())).await;
+    };
+    // An account key needs `gateways:read`; a gateway key was already bound to this gateway.
+    if !matches!(principal.credential, CredentialKind::GatewayKey { .. })
+        && !principal.scopes.contains(Scope::GatewaysRead)
+    {
+        return reply_api_error(proxy, session, ctx, ApiError::InsufficientScope(Scope::GatewaysRead.as_str())).await;
+    }
+    let Some(gw) = server.state.gateway_of(&principal.org_id, gateway_id) else {
+        return reply_api_error(proxy, session, ctx, ApiError::NotFound("gateway")).await;
+    };
+    match method {
+        Method::POST => post(proxy, session, ctx, &gw, &principal.key_id).await,
+        Method::GET => get_stream(proxy, session, ctx, &gw, &principal.key_id).await,
+        Method::DELETE => delete(proxy, session, ctx, &gw, &principal.key_id).await,
+        _ => {
+            let allow = [(http::header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"))];
+            let body = rpc_error_body(&Value::Null, jsonrpc::INVALID_REQUEST, "Method not allowed");
+            proxy.respond(session, ctx, 405, "application/json", body, &allow).await
+        }
+    }
+}
+
+/// Resolves the request's session, answering the not-initialized errors itself.
+async fn require_session(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gw: &Gateway,
+    key_id: &str,
+    id: &Value,
+) -> pingora::Result<Option<McpSession>> {
+    let Some(sid) = session_id(session) else {
+        reply_error(
+            proxy,
+            session,
+            ctx,
+            400,
+            id,
+            NOT_INITIALIZED,
+            "Bad Request: Server not initialized; send initialize first",
+        )
+        .await?;
+        return Ok(None);
+    };
+    match proxy.server.sessions.touch(&sid, &gw.id, key_id) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) => {
+            let msg = format!("Session not found ({e}); send initialize to start a new session");
+            reply_error(proxy, session, ctx, 404, id, SESSION_NOT_FOUND, &msg).await?;
+            Ok(None)
+        }
+    }
+}
+
+async fn post(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gw: &Arc<Gateway>,
+    key_id: &str,
+) -> pingora::Result<()> {
+    let acc = accept(session);
+    if !acc.json && !acc.sse {
+        let msg = "Not Acceptable: Accept must include application/json (and text/event-stream for streamed replies)";
+        return reply_error(proxy, session, ctx, 406, &Value::Null, NOT_INITIALIZED, msg).await;
+    }
+    let ct = header(session, "content-type").unwrap_or_default();
+    if !ct.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json") {
+        let msg = "Unsupported Media Type: Content-Type must be application/json";
+        return reply_error(proxy, session, ctx, 415, &Value::Null, NOT_INITIALIZED, msg).await;
+    }
+    let body = match proxy.read_body(session).await {
+        Ok(b) => b,
+        Err(ApiError::PayloadTooLarge(limit)) => {
+            let msg = format!("Request body exceeds the limit of {limit} bytes (server.max_body_bytes)");
+            return reply_error(proxy, session, ctx, 413, &Value::Null, jsonrpc::INVALID_REQUEST, &msg).await;
+        }
+        Err(e) => return reply_api_error(proxy, session, ctx, e).await,
+    };
+    let message = match jsonrpc::parse(&body) {
+        Ok(Incoming::Single(m)) => m,
+        Ok(Incoming::Batch(_)) => {
+            let msg = "Batch requests are not supported: send one JSON-RPC message per POST";
+            return reply_error(proxy, session, ctx, 400, &Value::Null, jsonrpc::INVALID_REQUEST, msg).await;
+        }
+        Err(e) => {
+            let body = e.to_response().to_bytes();
+            return proxy.respond(session, ctx, 400, "application/json", body, &[]).await;
+        }
+    };
+    if let Some(v) = header(session, "mcp-protocol-version") {
+        if !SUPPORTED_VERSIONS.contains(&v) {
+            let msg = format!(
+                "Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})",
+                SUPPORTED_VERSIONS.join(", ")
+            );
+            return reply_error(proxy, session, ctx, 400, &Value::Null, jsonrpc::INVALID_REQUEST, &msg).await;
+        }
+    }
+    match message {
+        Message::Request(req) if req.method == "initialize" => initialize(proxy, session, ctx, gw, key_id, req).await,
+        Message::Request(req) => {
+            let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &req.id).await? else { return Ok(()) };
+            request(proxy, session, ctx, gw, &mcp, req, acc).await
+        }
+        Message::Notification(n) => {
+            if require_session(proxy, session, ctx, gw, key_id, &Value::Null).await?.is_none() {
+                return Ok(());
+            }
+            if n.method == "notifications/cancelled" || n.method.starts_with("notifications/roots") {
+                proxy.server.forward_notification(gw, &n.method, n.params).await;
+            }
+            proxy.respond(session, ctx, 202, "application/json", Vec::new(), &[]).await
+        }
+        Message::Response(r) => {
+            let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else {
+                return Ok(());
+            };
+            proxy.server.relay_client_response(&mcp.id, gw, r).await;
+            proxy.respond(session, ctx, 202, "application/json", Vec::new(), &[]).await
+        }
+    }
+}
+
+async fn initialize(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gw: &Arc<Gateway>,
+    key_id: &str,
+    req: jsonrpc::Request,
+) -> pingora::Result<()> {
+    let params = req.params.unwrap_or(Value::Null);
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let version = negotiate(requested);
+    let client = params.get("clientInfo");
+    let now = Utc::now();
+    let mcp = McpSession {
+        id: secrets::new_session_id(),
+        org_id: gw.org_id.clone(),
+        gateway_id: gw.id.clone(),
+        key_id: key_id.to_string(),
+        protocol_version: version.to_string(),
+        client_type: client
+            .and_then(|c| c.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .chars()
+            .take(100)
+            .collect(),
+        client_version: client
+            .and_then(|c| c.get("version"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .chars()
+            .take(50)
+            .collect(),
+        client_ip: ctx.client_ip.to_string(),
+        started_at: now,
+        last_activity: now,
+        requests_count: 1,
+        status: "active".into(),
+    };
+    if let Err(e) = proxy.server.sessions.create(mcp.clone()).await {
+        return reply_api_error(proxy, session, ctx, e.into()).await;
+    }
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": {
+            "tools": { "listChanged": true },
+            "prompts": { "listChanged": true },
+            "resources": { "listChanged": true },
+            "logging": {},
+        },
+        "serverInfo": { "name": "toolgate", "title": format!("toolgate: {}", gw.name), "version": env!("CARGO_PKG_VERSION") },
+        "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
+    });
+    let secure = if proxy.server.state.config.server.public_url.starts_with("https://") { "; Secure" } else { "" };
+    let cookie = format!("{SESSION_COOKIE}={}; Path=/gateway/{}/; HttpOnly; SameSite=Strict{secure}", mcp.id, gw.id);
+    let headers = [
+        (HeaderName::from_static("mcp-session-id"), HeaderValue::from_str(&mcp.id).expect("hex id is a valid header")),
+        (http::header::SET_COOKIE, HeaderValue::from_str(&cookie).expect("cookie is a valid header")),
+    ];
+    let body = jsonrpc::response_bytes(&req.id, &result);
+    proxy.respond(session, ctx, 200, "application/json", body, &headers).await
+}
+
+/// A cursor is the offset into the gateway's list, opaque to clients.
+fn page(items: &[Value], params: &Value, key: &str, page_size: usize) -> Result<Value, ErrorObject> {
+    let start = match params.get("cursor") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(c)) => c.parse::<usize>().map_err(|_| ErrorObject::invalid_params("invalid cursor"))?,
+        Some(_) => return Err(ErrorObject::invalid_params("cursor must be a string")),
+    };
+    if start > items.len() {
+        return Err(ErrorObject::invalid_params("invalid cursor"));
+    }
+    let end = (start + page_size).min(items.len());
+    let mut out = json!({ key: items[start..end] });
+    if end < items.len() {
+        out["nextCursor"] = Value::String(end.to_string());
+    }
+    Ok(out)
+}
+
+async fn request(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gw: &Arc<Gateway>,
+    mcp: &McpSession,
+    req: jsonrpc::Request,
+    acc: Accept,
+) -> pingora::Result<()> {
+    let server = proxy.server.clone();
+    let params = req.params.clone().unwrap_or(Value::Null);
+    let page_size = server.state.config.mcp.page_size;
+    let list = |cat: &Catalogue, key: &str| match key {
+        "tools" => page(&cat.tools, &params, key, page_size),
+        "prompts" => page(&cat.prompts, &params, key, page_size),
+        "resources" => page(&cat.resources, &params, key, page_size),
+        _ => page(&cat.templates, &params, key, page_size),
+    };
+    let outcome: Result<Value, ErrorObject> = match req.method.as_str() {
+        "ping" => Ok(json!({})),
+        "logging/setLevel" => Ok(json!({})),
+        "tools/list" => list(&*server.catalogue(gw).await, "tools"),
+        "prompts/list" => list(&*server.catalogue(gw).await, "prompts"),
+        "resources/list" => list(&*server.catalogue(gw).await, "resources"),
+        "resources/templates/list" => list(&*server.catalogue(gw).await, "resourceTemplates"),
+        "tools/call"
+        | "prompts/get"
+        | "resources/read"
+        | "completion/complete"
+        | "resources/subscribe"
+        | "resources/unsubscribe" => {
+            return forward(proxy, session, ctx, gw, mcp, req, acc).await;
+        }
+        other => Err(ErrorObject::method_not_found(other)),
+    };
+    let body = match outcome {
+        Ok(result) => jsonrpc::response_bytes(&req.id, &result),
+        Err(e) => Response::error(req.id.clone(), e).to_bytes(),
+    };
+    proxy.respond(session, ctx, 200, "application/json", body, &[]).await
+}
+
+/// Sends a call to the app that owns the named tool, prompt or resource, and relays its answer.
+async fn forward(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gw: &Arc<Gateway>,
+    mcp: &McpSession,
+    req: jsonrpc::Request,
+    acc: Accept,
+) -> pingora::Result<()> {
+    let server = proxy.server.clone();
+    let started = Instant::now();
+    let mut params = req.params.clone().unwrap_or_else(|| json!({}));
+    let catalogue = server.catalogue(gw).await;
+    let target = match req.method.as_str() {
+        "tools/call" | "prompts/get" => {
+            let Some(name) = params.get("name").and_then(Value::as_str) else {
+                let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", req.method));
+                return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
+            };
+            let found = if req.method == "tools/call" { catalogue.tool(name) } else { catalogue.prompt(name) };
+            match found {
+                Some(t) => {
+                    params["name"] = Value::String(t.name.clone());
+                    Some(t.app_id.clone())
+                }
+                None => {
+                    let e = if req.method == "tools/call" {
+                        ErrorObject::unknown_tool(name)
+                    } else {
+                        ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
+                    };
+                    return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
+                }
+            }
+        }
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = params.get("uri").and_then(Value::as_str).unwrap_or_default();
+            match catalogue.resource_app(uri) {
+                Some(app) => Some(app.to_string()),
+                None => {
+                    let e = ErrorObject::new(-32002, format!("Resource not found: {uri}"));
+                    return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
+                }
+            }
+        }
+        _ => {
+            // completion/complete: the app of the referenced prompt.
+            let name = params.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
+            catalogue.prompt(name).map(|t| t.app_id.clone())
+        }
+    };
+    let Some(app_id) = target else {
+        return json_reply(proxy, session, ctx, Response::success(req.id, json!({ "completion": { "values": [] } })))
+            .await;
+    };
+    let call_ctx =
+        CallContext { client_request_id: req.id.clone(), request_id: Some(ctx.request_id.clone()), headers: vec![] };
+    let function = params.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let reply = server.apps.request(&gw.org_id, &app_id, &req.method, Some(params.clone()), &call_ctx).await;
+    let is_call = req.method == "tools/call";
+    let log = |outcome: &Result<Value, ErrorObject>, status: u16| {
+        if is_call {
+            server.reqlog.record(log_record(gw, &app_id, &function, &params, outcome, status, started.elapsed()));
+        }
+    };
+    match reply {
+        Ok(UpstreamReply::Response(r)) => {
+            log(&r.outcome, 200);
+            json_reply(proxy, session, ctx, r.with_id(req.id)).await
+        }
+        Ok(UpstreamReply::Stream(mut stream)) => {
+            if !acc.sse {
+                // The client takes JSON only: wait for the response, dropping notifications.
+                let r = loop {
+                    match stream.next().await {
+                        Some(Ok(Message::Response(r))) => break Ok(r),
+                        Some(Ok(_)) => continue,
+                        Some(Err(e)) => break Err(e),
+                        None => break Err(UpstreamError::Closed),
+                    }
+                };
+                let r = r.unwrap_or_else(|e| upstream_error_response(&req.id, &app_id, &e));
+                log(&r.outcome, 200);
+                return json_reply(proxy, session, ctx, r.with_id(req.id)).await;
+            }
+            let mut h = ResponseHeader::build(200, Some(6))?;
+            h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
+            h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
+            h.insert_header("x-request-id", ctx.request_id.as_str())?;
+            for (k, v) in &ctx.filters.response_headers {
+                h.append_header(k.clone(), v.clone())?;
+            }
+            ctx.status = 200;
+            session.write_response_header(Box::new(h), false).await?;
+            let mut outcome = Err(ErrorObject::internal("stream ended without a response"));
+            while let Some(item) = stream.next().await {
+                let msg = match item {
+                    Ok(m) => m,
+                    Err(e) => Message::Response(upstream_error_response(&req.id, &app_id, &e)),
+                };
+                match &msg {
+                    Message::Request(r) => server.remember_relayed(&mcp.id, &r.id, &app_id, &gw.org_id),
+                    Message::Response(r) => outcome = r.outcome.clone(),
+                    Message::Notification(_) => {}
+                }
+                let done = matches!(msg, Message::Response(_));
+                let event = sse_event(&msg.to_bytes());
+                if session.write_response_body(Some(event), false).await.is_err() {
+                    // The client went away; dropping the stream cancels the call upstream.
+                    break;
+                }
+                if done {
+                    break;
+                }
+            }
+            log(&outcome, 200);
+            session.write_response_body(None, true).await?;
+            Ok(())
+        }
+        Err(e) => {
+            let r = match &e {
+                crate::mcp::apps::AppError::Upstream { error, .. } => upstream_error_response(&req.id, &app_id, error),
+                other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
+            };
+            log(&r.outcome, 502);
+            json_reply(proxy, session, ctx, r).await
+        }
+    }
+}
+
+fn upstream_error_response(id: &Value, app_id: &str, e: &UpstreamError) -> Response {
+    let code = match e {
+        UpstreamError::Timeout { .. } => -32003,
+        _ => -32002,
+    };
+    Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
+}
+
+fn sse_event(data: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(data.len() + 24);
+    out.extend_from_slice(b"event: message\ndata: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+async fn json_reply(proxy: &Proxy, session: &mut Session, ctx: &mut RequestCtx, r: Response) -> pingora::Result<()> {
+    proxy.respond(session, ctx, 200, "application/json", r.to_bytes(), &[]).await
+}
+
+/// Caps a logged value so one huge call cannot bloat the log.
+fn capped(v: &Value) -> Value {
+    let s = v.to_string();
+    if s.len() <= LOG_FIELD_CAP {
+        return v.clone();
+    }
+    let mut cut = LOG_FIELD_CAP;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    json!({ "truncated": true, "size": s.len(), "preview": &s[..cut] })
+}
+
+fn log_record(
+    gw: &Gateway,
+    app_id: &str,
+    function: &str,
+    params: &Value,
+    outcome: &Result<Value, ErrorObject>,
+    transport_status: u16,
+    elapsed: Duration,
+) -> LogRecord {
+    let (status, code, data) = match outcome {
+        Ok(result) if result.get("isError").and_then(Value::as_bool) == Some(true) => ("error", 200, capped(result)),
+        Ok(result) => ("success", 200, capped(result)),
+        Err(e) => {
+            let code = match e.code {
+                -32602 => 400,
+                -32003 => 504,
+                _ if transport_status >= 500 => transport_status,
+                _ => 502,
+            };
+            ("error", code, json!({ "code": e.code, "message": e.message }))
+        }
+    };
+    let now = Utc::now();
+    LogRecord {
+        id: secrets::new_id("log"),
+        ts_ms: now.timestamp_millis(),
+        org_id: gw.org_id.clone(),
+        gateway_id: gw.id.clone(),
+        app: app_id.to_string(),
+        function: function.to_string(),
+        duration: elapsed.as_millis() as i64,
+        status: status.into(),
+        request: json!({ "params": capped(params.get("arguments").unwrap_or(&Value::Null)) }),
+        response: json!({ "status": code, "data": data }),
+    }
+}
+
+async fn delete(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gw: &Arc<Gateway>,
+    key_id: &str,
+) -> pingora::Result<()> {
+    let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
+    match proxy.server.sessions.end(&mcp.id).await {
+        Ok(_) => proxy.respond(session, ctx, 200, "application/json", Vec::new(), &[]).await,
+        Err(e) => reply_api_error(proxy, session, ctx, e.into()).await,
+    }
+}
+
+/// GET: the server-to-client stream. Carries `notifications/*/list_changed` when the gateway or
+/// one of its apps changes, and keep-alive comments.
+async fn get_stream(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    gw: &Arc<Gateway>,
+    key_id: &str,
+) -> pingora::Result<()> {
+    if !accept(session).sse {
+        let msg = "Not Acceptable: Accept must include text/event-stream";
+        return reply_error(proxy, session, ctx, 406, &Value::Null, NOT_INITIALIZED, msg).await;
+    }
+    let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
+    let mut rx = proxy.server.subscribe(&gw.id);
+    let mut h = ResponseHeader::build(200, Some(5))?;
+    h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
+    h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
+    h.insert_header("x-request-id", ctx.request_id.as_str())?;
+    for (k, v) in &ctx.filters.response_headers {
+        h.append_header(k.clone(), v.clone())?;
+    }
+    ctx.status = 200;
+    session.write_response_header(Box::new(h), false).await?;
+    session.write_response_body(Some(Bytes::from_static(b": stream open\n\n")), false).await?;
+    loop {
+        let chunk = tokio::select! {
+            m = rx.recv() => match m {
+                Ok(bytes) => sse_event(&bytes),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            },
+            _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
+        };
+        if proxy.server.sessions.get(&mcp.id).is_none_or(|s| s.status != "active") {
+            break;
+        }
+        if session.write_response_body(Some(chunk), false).await.is_err() {
+            return Ok(());
+        }
+    }
+    session.write_response_body(None, true).await.ok();
+    Ok(())
+}

@@ -1,0 +1,652 @@
+//! JSON-RPC 2.0 messages as the gateway sees them on its hot path.
+//!
+//! Every MCP message (client -> gateway, gateway -> upstream, upstream -> gateway) goes through
+//! [`parse`] once and is written back with the `*_bytes` helpers, so both are kept cheap:
+//!
+//! * `id` is kept as the raw [`serde_json::Value`] the peer sent (string or number) so that it is
+//!   echoed back byte-for-byte equal after a round trip through serde_json (`1` stays `1`, `"1"`
+//!   stays `"1"`). JSON-RPC allows `null` ids only in error responses; requests with a `null` id are
+//!   accepted (some clients send them) and answered with `null`.
+//! * `params`, `result` and `error.data` are [`serde_json::Value`]. serde_json's `raw_value`
+//!   feature would let the gateway forward `arguments` without re-serialising them, but the gateway
+//!   has to look inside `params` of `initialize` and `tools/call` anyway and the messages are small;
+//!   measured cost of a full parse of a typical `tools/call` is a few microseconds.
+//! * Parsing distinguishes a *parse error* (not JSON at all, -32700, answered with `id: null`) from
+//!   an *invalid request* (JSON but not a JSON-RPC 2.0 message, -32600, answered with the id when one
+//!   could be read).
+//!
+//! Batches (JSON arrays) are parsed item by item, each item valid or invalid on its own, as
+//! JSON-RPC 2.0 says; MCP 2025-03-26 allows batches, 2025-06-18 removed them, so whether a batch is
+//! accepted is the caller's decision.
+
+use serde::de::{self, Deserializer};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// Invalid JSON was received (JSON-RPC 2.0).
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON sent is not a valid Request object (JSON-RPC 2.0).
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist / is not available (JSON-RPC 2.0).
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameter(s) (JSON-RPC 2.0). MCP uses it for "Unknown tool: NAME".
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal JSON-RPC error (JSON-RPC 2.0).
+pub const INTERNAL_ERROR: i64 = -32603;
+/// Implementation-defined server error; the MCP SDKs use it for "connection closed" and the
+/// Streamable HTTP examples use it for "Bad Request: No valid session ID provided".
+pub const CONNECTION_CLOSED: i64 = -32000;
+/// Implementation-defined server error; the MCP SDKs use it for "request timed out".
+pub const REQUEST_TIMEOUT: i64 = -32001;
+/// MCP: a resource was not found (`resources/read`).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// MCP 2025-11-25: the request needs a URL-mode elicitation to be completed first.
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+
+/// The JSON-RPC version string; anything else in `jsonrpc` makes a message invalid.
+pub const VERSION: &str = "2.0";
+
+/// The `error` member of a response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), data: None }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub fn parse_error() -> Self {
+        Self::new(PARSE_ERROR, "Parse error")
+    }
+
+    pub fn invalid_request(reason: impl fmt::Display) -> Self {
+        Self::new(INVALID_REQUEST, format!("Invalid Request: {reason}"))
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(INVALID_PARAMS, message)
+    }
+
+    /// The MCP error for a `tools/call` naming a tool that does not exist (or that the caller may
+    /// not see: the two are deliberately indistinguishable).
+    pub fn unknown_tool(name: &str) -> Self {
+        Self::new(INVALID_PARAMS, format!("Unknown tool: {name}"))
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(INTERNAL_ERROR, message)
+    }
+}
+
+impl fmt::Display for ErrorObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JSON-RPC error {}: {}", self.code, self.message)
+    }
+}
+
+/// A request: has a `method` and an `id`, expects exactly one response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// String or number (or `null`, tolerated), echoed back as received.
+    pub id: Value,
+    pub method: String,
+    pub params: Option<Value>,
+}
+
+/// A notification: has a `method` and no `id`, is never answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    pub method: String,
+    pub params: Option<Value>,
+}
+
+/// A response: `result` or `error` for the request with the same `id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// `null` only for errors about a request whose id could not be read.
+    pub id: Value,
+    pub outcome: Result<Value, ErrorObject>,
+}
+
+impl Response {
+    pub fn success(id: Value, result: Value) -> Self {
+        Self { id, outcome: Ok(result) }
+    }
+
+    pub fn error(id: Value, error: ErrorObject) -> Self {
+        Self { id, outcome: Err(error) }
+    }
+
+    /// The same response for another id (the gateway swaps its own upstream-facing id for the
+    /// client's one).
+    pub fn with_id(mut self, id: Value) -> Self {
+        self.id = id;
+        self
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match &self.outcome {
+            Ok(result) => response_bytes(&self.id, result),
+            Err(e) => error_bytes(&self.id, e.code, &e.message, e.data.as_ref()),
+        }
+    }
+}
+
+/// One JSON-RPC message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Request(Request),
+    Notification(Notification),
+    Response(Response),
+}
+
+impl Message {
+    pub fn method(&self) -> Option<&str> {
+        match self {
+            Message::Request(r) => Some(&r.method),
+            Message::Notification(n) => Some(&n.method),
+            Message::Response(_) => None,
+        }
+    }
+
+    /// Serialises the message (always with `"jsonrpc":"2.0"` first).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Message::Request(r) => request_bytes(&r.id, &r.method, r.params.as_ref()),
+            Message::Notification(n) => notification_bytes(&n.method, n.params.as_ref()),
+            Message::Response(r) => r.to_bytes(),
+        }
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("jsonrpc", VERSION)?;
+        match self {
+            Message::Request(r) => {
+                m.serialize_entry("id", &r.id)?;
+                m.serialize_entry("method", &r.method)?;
+                if let Some(p) = &r.params {
+                    m.serialize_entry("params", p)?;
+                }
+            }
+            Message::Notification(n) => {
+                m.serialize_entry("method", &n.method)?;
+                if let Some(p) = &n.params {
+                    m.serialize_entry("params", p)?;
+                }
+            }
+            Message::Response(r) => {
+                m.serialize_entry("id", &r.id)?;
+                match &r.outcome {
+                    Ok(v) => m.serialize_entry("result", v)?,
+                    Err(e) => m.serialize_entry("error", e)?,
+                }
+            }
+        }
+        m.end()
+    }
+}
+
+/// An item of a batch that is JSON but not a valid JSON-RPC message. It is answered with an
+/// `INVALID_REQUEST` error carrying `id` (null when no usable id was present).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvalidMessage {
+    pub id: Value,
+    pub reason: String,
+}
+
+impl InvalidMessage {
+    pub fn to_response(&self) -> Response {
+        Response::error(self.id.clone(), ErrorObject::invalid_request(&self.reason))
+    }
+}
+
+/// What one HTTP body / one stdio line / one SSE event contained.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    Single(Message),
+    /// A non-empty JSON array; every element parsed on its own.
+    Batch(Vec<Result<Message, InvalidMessage>>),
+}
+
+/// Why a body could not be turned into [`Incoming`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParseError {
+    /// Not JSON (or not UTF-8): answer -32700 with `id: null`.
+    #[error("parse error: {0}")]
+    Parse(String),
+    /// JSON, but not a JSON-RPC 2.0 message (or an empty batch): answer -32600.
+    #[error("invalid request: {}", .0.reason)]
+    Invalid(InvalidMessage),
+}
+
+impl ParseError {
+    /// The error response to send back for this parse failure.
+    pub fn to_response(&self) -> Response {
+        match self {
+            ParseError::Parse(_) => Response::error(Value::Null, ErrorObject::parse_error()),
+            ParseError::Invalid(inv) => inv.to_response(),
+        }
+    }
+
+    pub fn code(&self) -> i64 {
+        match self {
+            ParseError::Parse(_) => PARSE_ERROR,
+            ParseError::Invalid(_) => INVALID_REQUEST,
+        }
+    }
+}
+
+/// Wire shape of one message. `Option<Option<..>>`-like presence tracking is done with
+/// [`present`] so that `"id": null` and `"result": null` are told apart from absent members.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default, deserialize_with = "present")]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+/// Deserialises a member that is present (even as `null`) to `Some(value)`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Either one envelope or an array of arbitrary values (validated one by one).
+enum Raw {
+    One(Box<Envelope>),
+    Many(Vec<Value>),
+}
+
+impl<'de> Deserialize<'de> for Raw {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = Raw;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON-RPC message object or an array of them")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Raw, A::Error> {
+                Envelope::deserialize(de::value::MapAccessDeserializer::new(map)).map(|e| Raw::One(Box::new(e)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Raw, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(v) = seq.next_element::<Value>()? {
+                    items.push(v);
+                }
+                Ok(Raw::Many(items))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parses one body / line / SSE event.
+///
+/// JSON that is neither an object nor an array (e.g. `42`) is an invalid request, not a parse
+/// error, as JSON-RPC 2.0 prescribes.
+pub fn parse(bytes: &[u8]) -> Result<Incoming, ParseError> {
+    match serde_json::from_slice::<Raw>(bytes) {
+        Ok(Raw::One(env)) => classify(*env).map(Incoming::Single).map_err(ParseError::Invalid),
+        Ok(Raw::Many(items)) => {
+            if items.is_empty() {
+                return Err(ParseError::Invalid(InvalidMessage { id: Value::Null, reason: "empty batch".into() }));
+            }
+            Ok(Incoming::Batch(items.into_iter().map(from_value).collect()))
+        }
+        Err(e) if e.is_data() => {
+            // Valid JSON of the wrong shape (a scalar at top level, or a member whose value
+            // could not even be read into a Value - cannot happen, Value accepts all).
+            Err(ParseError::Invalid(InvalidMessage {
+                id: Value::Null,
+                reason: "expected a JSON object or array".into(),
+            }))
+        }
+        Err(e) => Err(ParseError::Parse(e.to_string())),
+    }
+}
+
+/// Parses bytes that must hold exactly one message (stdio lines, SSE events from an upstream).
+/// A batch is flattened by the caller with [`parse`] if it wants to accept one.
+pub fn parse_message(bytes: &[u8]) -> Result<Message, ParseError> {
+    match parse(bytes)? {
+        Incoming::Single(m) => Ok(m),
+        Incoming::Batch(_) => {
+            Err(ParseError::Invalid(InvalidMessage { id: Value::Null, reason: "batch not allowed here".into() }))
+        }
+    }
+}
+
+/// Validates one batch element.
+fn from_value(v: Value) -> Result<Message, InvalidMessage> {
+    match v {
+        Value::Object(map) => {
+            let take = |map: &mut serde_json::Map<String, Value>, k: &str| map.remove(k);
+            let mut map = map;
+            let env = Envelope {
+                jsonrpc: take(&mut map, "jsonrpc"),
+                id: take(&mut map, "id"),
+                method: take(&mut map, "method"),
+                params: take(&mut map, "params"),
+                result: take(&mut map, "result"),
+                error: take(&mut map, "error"),
+            };
+            classify(env)
+        }
+        _ => Err(InvalidMessage { id: Value::Null, reason: "batch element is not an object".into() }),
+    }
+}
+
+fn valid_id(id: &Value) -> bool {
+    matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
+}
+
+fn classify(env: Envelope) -> Result<Message, InvalidMessage> {
+    // The id to put on an error about this message: only a well-formed one is echoed.
+    let echo_id = match &env.id {
+        Some(id) if valid_id(id) => id.clone(),
+        _ => Value::Null,
+    };
+    let invalid = |reason: &str| InvalidMessage { id: echo_id.clone(), reason: reason.to_string() };
+
+    match &env.jsonrpc {
+        Some(Value::String(v)) if v == VERSION => {}
+        Some(_) => return Err(invalid("\"jsonrpc\" must be \"2.0\"")),
+        None => return Err(invalid("missing \"jsonrpc\": \"2.0\"")),
+    }
+    if let Some(id) = &env.id {
+        if !valid_id(id) {
+            return Err(invalid("\"id\" must be a string or a number"));
+        }
+    }
+
+    if let Some(method) = env.method {
+        let Value::String(method) = method else {
+            return Err(invalid("\"method\" must be a string"));
+        };
+        if env.result.is_some() || env.error.is_some() {
+            return Err(invalid("a request cannot carry \"result\" or \"error\""));
+        }
+        let params = match env.params {
+            None => None,
+            Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
+            // Tolerated: `"params": null` means "no params" for several clients.
+            Some(Value::Null) => None,
+            Some(_) => return Err(invalid("\"params\" must be an object or an array")),
+        };
+        return Ok(match env.id {
+            Some(id) => Message::Request(Request { id, method, params }),
+            None => Message::Notification(Notification { method, params }),
+        });
+    }
+
+    // A response.
+    let Some(id) = env.id else {
+        return Err(invalid("missing \"method\" (request) or \"id\" (response)"));
+    };
+    if env.params.is_some() {
+        return Err(invalid("a response cannot carry \"params\""));
+    }
+    let outcome = match (env.result, env.error) {
+        (Some(result), None) => Ok(result),
+        (None, Some(error)) => match serde_json::from_value::<ErrorObject>(error) {
+            Ok(e) => Err(e),
+            Err(_) => return Err(invalid("\"error\" must be {code: integer, message: string}")),
+        },
+        (Some(_), Some(_)) => return Err(invalid("a response has \"result\" or \"error\", not both")),
+        (None, None) => return Err(invalid("a response needs \"result\" or \"error\"")),
+    };
+    Ok(Message::Response(Response { id, outcome }))
+}
+
+// ---- writers --------------------------------------------------------------------------------
+//
+// Hand-rolled instead of `serde_json::to_vec(&json!{..})` so that no intermediate `Value` tree is
+// built on the hot path; `serde_json::to_writer` on a `Vec` cannot fail for `Value`/`str`.
+
+#[inline]
+fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    // Serialising a Value or a str into a Vec<u8> cannot fail (no I/O, string keys only).
+    let _ = serde_json::to_writer(&mut *out, v);
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`
+pub fn response_bytes(id: &Value, result: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    put(&mut out, id);
+    out.extend_from_slice(b",\"result\":");
+    put(&mut out, result);
+    out.push(b'}');
+    out
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"error":{"code":CODE,"message":MSG[,"data":DATA]}}`
+pub fn error_bytes(id: &Value, code: i64, message: &str, data: Option<&Value>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96 + message.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    put(&mut out, id);
+    out.extend_from_slice(b",\"error\":{\"code\":");
+    out.extend_from_slice(code.to_string().as_bytes());
+    out.extend_from_slice(b",\"message\":");
+    put(&mut out, message);
+    if let Some(d) = data {
+        out.extend_from_slice(b",\"data\":");
+        put(&mut out, d);
+    }
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"method":METHOD[,"params":PARAMS]}`
+pub fn request_bytes(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    put(&mut out, id);
+    out.extend_from_slice(b",\"method\":");
+    put(&mut out, method);
+    if let Some(p) = params {
+        out.extend_from_slice(b",\"params\":");
+        put(&mut out, p);
+    }
+    out.push(b'}');
+    out
+}
+
+/// `{"jsonrpc":"2.0","method":METHOD[,"params":PARAMS]}`
+pub fn notification_bytes(method: &str, params: Option<&Value>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    put(&mut out, method);
+    if let Some(p) = params {
+        out.extend_from_slice(b",\"params\":");
+        put(&mut out, p);
+    }
+    out.push(b'}');
+    out
+}
+
+/// A JSON array of already-serialised messages (the answer to a batch).
+pub fn batch_bytes<I: IntoIterator<Item = Vec<u8>>>(items: I) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    out.push(b'[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&item);
+    }
+    out.push(b']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn single(s: &str) -> Message {
+        match parse(s.as_bytes()).unwrap() {
+            Incoming::Single(m) => m,
+            other => panic!("expected single, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_with_string_and_number_ids_roundtrip() {
+        for raw_id in ["\"abc\"", "7", "-3", "18446744073709551615", "1.5"] {
+            let s = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"tools/list"}}"#);
+            let Message::Request(r) = single(&s) else { panic!() };
+            assert_eq!(r.method, "tools/list");
+            assert_eq!(r.params, None);
+            let out = String::from_utf8(response_bytes(&r.id, &json!({}))).unwrap();
+            assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{{}}}}"#));
+        }
+    }
+
+    #[test]
+    fn notification_and_params() {
+        let m = single(r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{"a":1}}"#);
+        assert_eq!(
+            m,
+            Message::Notification(Notification {
+                method: "notifications/initialized".into(),
+                params: Some(json!({"a":1}))
+            })
+        );
+        let m = single(r#"{"jsonrpc":"2.0","method":"x","params":null}"#);
+        assert_eq!(m, Message::Notification(Notification { method: "x".into(), params: None }));
+    }
+
+    #[test]
+    fn null_id_request_is_a_request_not_a_notification() {
+        let Message::Request(r) = single(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#) else { panic!() };
+        assert_eq!(r.id, Value::Null);
+    }
+
+    #[test]
+    fn responses() {
+        let m = single(r#"{"jsonrpc":"2.0","id":1,"result":null}"#);
+        assert_eq!(m, Message::Response(Response::success(json!(1), Value::Null)));
+        let m = single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32601,"message":"nope","data":[1]}}"#);
+        assert_eq!(
+            m,
+            Message::Response(Response::error(json!("a"), ErrorObject::new(-32601, "nope").with_data(json!([1]))))
+        );
+    }
+
+    #[test]
+    fn parse_errors() {
+        for bad in ["", "{", "{\"jsonrpc\":", "nul", "\u{0}", "{\"a\":1}}"] {
+            let e = parse(bad.as_bytes()).unwrap_err();
+            assert_eq!(e.code(), PARSE_ERROR, "{bad:?}");
+            assert_eq!(
+                e.to_response().to_bytes(),
+                br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
+            );
+        }
+        assert_eq!(parse(&[0xff, 0xfe]).unwrap_err().code(), PARSE_ERROR);
+    }
+
+    #[test]
+    fn invalid_requests() {
+        let cases = [
+            (r#"42"#, Value::Null),
+            (r#""x""#, Value::Null),
+            (r#"[]"#, Value::Null),
+            (r#"{"id":1,"method":"a"}"#, json!(1)),
+            (r#"{"jsonrpc":"1.0","id":1,"method":"a"}"#, json!(1)),
+            (r#"{"jsonrpc":2.0,"id":"q","method":"a"}"#, json!("q")),
+            (r#"{"jsonrpc":"2.0","id":{},"method":"a"}"#, Value::Null),
+            (r#"{"jsonrpc":"2.0","id":true,"method":"a"}"#, Value::Null),
+            (r#"{"jsonrpc":"2.0","id":1,"method":5}"#, json!(1)),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"a","params":"s"}"#, json!(1)),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"a","result":1}"#, json!(1)),
+            (r#"{"jsonrpc":"2.0","id":1}"#, json!(1)),
+            (r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"m"}}"#, json!(1)),
+            (r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}"#, json!(1)),
+            (r#"{"jsonrpc":"2.0","result":1}"#, Value::Null),
+            (r#"{"jsonrpc":"2.0"}"#, Value::Null),
+        ];
+        for (s, id) in cases {
+            match parse(s.as_bytes()) {
+                Err(ParseError::Invalid(inv)) => assert_eq!(inv.id, id, "{s}"),
+                other => panic!("{s}: expected invalid, got {other:?}"),
+            }
+        }
+        let e = parse(br#"{"id":1,"method":"a"}"#).unwrap_err();
+        let v: Value = serde_json::from_slice(&e.to_response().to_bytes()).unwrap();
+        assert_eq!(v["error"]["code"], INVALID_REQUEST);
+        assert_eq!(v["id"], 1);
+    }
+
+    #[test]
+    fn batches() {
+        let Incoming::Batch(items) = parse(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"a"},1,{"jsonrpc":"2.0","method":"n"},{"id":"z","method":"b"}]"#,
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(items.len(), 4);
+        assert!(matches!(items[0], Ok(Message::Request(_))));
+        assert_eq!(items[1].as_ref().unwrap_err().id, Value::Null);
+        assert!(matches!(items[2], Ok(Message::Notification(_))));
+        assert_eq!(items[3].as_ref().unwrap_err().id, json!("z"));
+        assert!(parse_message(br#"[{"jsonrpc":"2.0","method":"n"}]"#).is_err());
+    }
+
+    #[test]
+    fn writers_produce_valid_json() {
+        let b = error_bytes(&json!("id\"1"), -32602, "Unknown tool: \"x\"\n", Some(&json!({"k":1})));
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","id":"id\"1","error":{"code":-32602,"message":"Unknown tool: \"x\"\n","data":{"k":1}}})
+        );
+        let b = request_bytes(&json!(3), "tools/call", Some(&json!({"name":"t"})));
+        assert_eq!(parse_message(&b).unwrap().to_bytes(), b);
+        let b = notification_bytes("notifications/initialized", None);
+        assert_eq!(b, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        let m = parse_message(&b).unwrap();
+        assert_eq!(serde_json::to_vec(&m).unwrap(), b);
+        let batch = batch_bytes(vec![b"1".to_vec(), b"2".to_vec()]);
+        assert_eq!(batch, b"[1,2]");
+        let r = Response::error(json!(1), ErrorObject::unknown_tool("nope"));
+        let v: Value = serde_json::from_slice(&r.to_bytes()).unwrap();
+        assert_eq!(v["error"]["message"], "Unknown tool: nope");
+        assert_eq!(v["error"]["code"], -32602);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(100_000);
+        assert!(parse(deep.as_bytes()).is_err());
+    }
+}

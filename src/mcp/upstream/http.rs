@@ -1,0 +1,938 @@
+//! Streamable HTTP upstream (MCP 2025-03-26, 2025-06-18, 2025-11-25).
+//!
+//! * **One upstream session per app**, not per gateway client: MCP sessions are expensive for
+//!   servers (many keep per-session state and an event store) and tools do not depend on who
+//!   calls them. The session is opened on first use (`initialize` + `notifications/initialized`),
+//!   concurrent first callers wait on one handshake (`init_lock`), and afterwards every request
+//!   sends `Mcp-Session-Id` and `MCP-Protocol-Version` and reads the session lock-free (`ArcSwap`).
+//! * **Expired sessions** are re-opened transparently, once per call: the spec says a server
+//!   answers 404 to an unknown session id; the TypeScript SDK's example servers (including
+//!   `server-everything`) answer 400 "No valid session ID provided" instead, so a 400 whose body
+//!   mentions a session counts too. Only the caller whose session was rejected clears it
+//!   (compare-and-swap), so a restart of the upstream costs one new handshake, not one per caller.
+//! * **Replies** may be `application/json` (one message) or `text/event-stream` (any number of
+//!   notifications and server->client requests, then the response); both are read incrementally
+//!   and handed out as [`super::ReplyStream`] items as they arrive.
+//! * **Timeouts**: connect (reqwest client setting), first byte = response headers, total = the
+//!   whole call. A call dropped before its response (client gone, total timeout) is cancelled
+//!   upstream with `notifications/cancelled`, as the spec asks, because closing an SSE stream is
+//!   not a cancellation.
+//! * The client's `X-API-Key` is never sent: only the app's configured credential and headers,
+//!   plus [`super::CallContext::headers`].
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::{
+    describe_error, CallContext, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts,
+    UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
+};
+use crate::mcp::jsonrpc::{self, Incoming, Message, Response};
+
+/// Largest JSON body or SSE event accepted from an upstream; a bigger one is a protocol error
+/// (bounds memory per call).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+/// An open upstream session.
+#[derive(Debug)]
+struct Session {
+    /// Absent for servers that run without sessions (stateless mode).
+    id: Option<HeaderValue>,
+    version: HeaderValue,
+    init_result: Value,
+}
+
+struct Inner {
+    app_id: String,
+    url: reqwest::Url,
+    client: reqwest::Client,
+    /// Content-Type, Accept, the credential and the configured headers.
+    headers: HeaderMap,
+    timeouts: Timeouts,
+    session: ArcSwapOption<Session>,
+    init_lock: tokio::sync::Mutex<()>,
+    next_id: AtomicU64,
+}
+
+/// A Streamable HTTP upstream; cheap to clone (shared state).
+#[derive(Clone)]
+pub struct HttpUpstream {
+    inner: Arc<Inner>,
+}
+
+enum Posted {
+    Ok(reqwest::Response),
+    /// The upstream no longer knows our session.
+    Expired,
+}
+
+impl HttpUpstream {
+    /// Validates the URL and headers. No I/O.
+    pub fn new(
+        app_id: &str,
+        settings: &HttpSettings,
+        timeouts: Timeouts,
+        client: reqwest::Client,
+    ) -> Result<Self, UpstreamError> {
+        let url = reqwest::Url::parse(&settings.url)
+            .map_err(|e| UpstreamError::Config(format!("app {app_id}: url \"{}\": {e}", settings.url)))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(UpstreamError::Config(format!("app {app_id}: url must be http or https")));
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+        let header = |name: &str, value: &str, secret: bool| -> Result<(HeaderName, HeaderValue), UpstreamError> {
+            let n = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| UpstreamError::Config(format!("app {app_id}: invalid header name \"{name}\"")))?;
+            let mut v = HeaderValue::from_str(value)
+                .map_err(|_| UpstreamError::Config(format!("app {app_id}: invalid value for header \"{name}\"")))?;
+            v.set_sensitive(secret);
+            Ok((n, v))
+        };
+        for (name, value) in &settings.headers {
+            let (n, v) = header(name, value, false)?;
+            headers.append(n, v);
+        }
+        match &settings.credential {
+            Some(Credential::Bearer(token)) => {
+                let (_, v) = header(AUTHORIZATION.as_str(), &format!("Bearer {token}"), true)?;
+                headers.insert(AUTHORIZATION, v);
+            }
+            Some(Credential::Header { name, value }) => {
+                let (n, v) = header(name, value, true)?;
+                headers.insert(n, v);
+            }
+            None => {}
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                app_id: app_id.to_string(),
+                url,
+                client,
+                headers,
+                timeouts,
+                session: ArcSwapOption::empty(),
+                init_lock: tokio::sync::Mutex::new(()),
+                next_id: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    pub fn app_id(&self) -> &str {
+        &self.inner.app_id
+    }
+
+    /// Opens the session now if it is not open; returns the `initialize` result.
+    pub async fn connect(&self) -> Result<Value, UpstreamError> {
+        let deadline = Instant::now() + self.inner.timeouts.total();
+        Ok(self.inner.ensure_session(deadline).await?.init_result.clone())
+    }
+
+    pub fn initialize_result(&self) -> Option<Value> {
+        self.inner.session.load().as_ref().map(|s| s.init_result.clone())
+    }
+
+    /// The protocol version negotiated with the upstream, if a session is open.
+    pub fn protocol_version(&self) -> Option<String> {
+        self.inner.session.load().as_ref().and_then(|s| s.version.to_str().ok().map(str::to_owned))
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        ctx: &CallContext,
+    ) -> Result<UpstreamReply, UpstreamError> {
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.timeouts.total();
+        let mut retried = false;
+        loop {
+            let session = inner.ensure_session(deadline).await?;
+            let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+            let body = jsonrpc::request_bytes(&json!(id), method, params.as_ref());
+            match inner.post(Some(&session), body, ctx, deadline).await? {
+                Posted::Expired if !retried => {
+                    tracing::info!(app = %inner.app_id, "upstream session expired; re-initializing");
+                    inner.invalidate(&session);
+                    retried = true;
+                }
+                Posted::Expired => {
+                    return Err(UpstreamError::Protocol("upstream rejected a session it had just created".into()))
+                }
+                Posted::Ok(resp) => {
+                    let guard =
+                        CancelGuard { inner: inner.clone(), session, headers: ctx.headers.clone(), id, armed: true };
+                    let source = HttpSource::from_response(resp, id, Some(guard))?;
+                    return ReplyStream::new(Source::Http(source), None, deadline, ctx.client_request_id.clone())
+                        .into_reply()
+                        .await;
+                }
+            }
+        }
+    }
+
+    pub async fn notify(&self, method: &str, params: Option<Value>, ctx: &CallContext) -> Result<(), UpstreamError> {
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.timeouts.total();
+        let body = jsonrpc::notification_bytes(method, params.as_ref());
+        let mut retried = false;
+        loop {
+            let session = inner.ensure_session(deadline).await?;
+            match inner.post(Some(&session), body.clone(), ctx, deadline).await? {
+                Posted::Ok(_) => return Ok(()),
+                Posted::Expired if !retried => {
+                    inner.invalidate(&session);
+                    retried = true;
+                }
+                Posted::Expired => {
+                    return Err(UpstreamError::Protocol("upstream rejected a session it had just created".into()))
+                }
+            }
+        }
+    }
+
+    /// Posts the client's answer to a server->client request. Not retried on an expired session:
+    /// the request it answers died with that session.
+    pub async fn respond(&self, response: Response, ctx: &CallContext) -> Result<(), UpstreamError> {
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.timeouts.total();
+        let session = inner.ensure_session(deadline).await?;
+        match inner.post(Some(&session), response.to_bytes(), ctx, deadline).await? {
+            Posted::Ok(_) => Ok(()),
+            Posted::Expired => {
+                inner.invalidate(&session);
+                Err(UpstreamError::Closed)
+            }
+        }
+    }
+
+    /// Ends the upstream session with `DELETE` (best effort, bounded by the connect timeout).
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        let Some(session) = inner.session.swap(None) else { return };
+        let Some(id) = &session.id else { return };
+        let req = inner
+            .client
+            .delete(inner.url.clone())
+            .header(SESSION_ID, id.clone())
+            .header(PROTOCOL_VERSION, session.version.clone())
+            .headers(credential_headers(&inner.headers));
+        let _ = tokio::time::timeout(inner.timeouts.connect(), req.send()).await;
+    }
+}
+
+/// The configured headers minus the ones that describe a body.
+fn credential_headers(all: &HeaderMap) -> HeaderMap {
+    let mut h = all.clone();
+    h.remove(CONTENT_TYPE);
+    h
+}
+
+impl Inner {
+    /// The open session, or a new one. Concurrent callers share one handshake.
+    async fn ensure_session(self: &Arc<Self>, deadline: Instant) -> Result<Arc<Session>, UpstreamError> {
+        if let Some(s) = self.session.load_full() {
+            return Ok(s);
+        }
+        let _guard = tokio::time::timeout_at(deadline, self.init_lock.lock())
+            .await
+            .map_err(|_| UpstreamError::Timeout { phase: TimeoutPhase::Total })?;
+        if let Some(s) = self.session.load_full() {
+            return Ok(s);
+        }
+        let s = Arc::new(self.initialize(deadline).await?);
+        self.session.store(Some(s.clone()));
+        tracing::debug!(app = %self.app_id, version = ?s.version, "upstream session opened");
+        Ok(s)
+    }
+
+    /// Forgets `session` unless another caller already replaced it.
+    fn invalidate(&self, session: &Arc<Session>) {
+        self.session.rcu(|cur| match cur {
+            Some(c) if Arc::ptr_eq(c, session) => None,
+            other => other.clone(),
+        });
+    }
+
+    async fn initialize(self: &Arc<Self>, deadline: Instant) -> Result<Session, UpstreamError> {
+        // The handshake gets its own connect-phase bound so a hanging upstream is reported as
+        // such, not as a total timeout of whichever call happened to trigger it.
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let params = json!({
+            "protocolVersion": LATEST_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let body = jsonrpc::request_bytes(&json!(id), "initialize", Some(&params));
+        let ctx = CallContext::default();
+        let resp = match self.post(None, body, &ctx, deadline).await? {
+            Posted::Ok(r) => r,
+            Posted::Expired => return Err(UpstreamError::Protocol("initialize rejected".into())),
+        };
+        let session_id = resp.headers().get(SESSION_ID).cloned();
+        let source = HttpSource::from_response(resp, id, None)?;
+        let response = ReplyStream::new(Source::Http(source), None, deadline, Value::Null)
+            .into_reply()
+            .await?
+            .into_response()
+            .await?;
+        let result = response.outcome.map_err(UpstreamError::Initialize)?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or_else(|| UpstreamError::Protocol("initialize result has no protocolVersion".into()))?;
+        if !PROTOCOL_VERSIONS.contains(&version) {
+            return Err(UpstreamError::Protocol(format!("upstream chose unsupported protocol version \"{version}\"")));
+        }
+        let version = HeaderValue::from_str(version)
+            .map_err(|_| UpstreamError::Protocol("protocolVersion is not a valid header value".into()))?;
+        let session = Session { id: session_id, version, init_result: result };
+        let note = jsonrpc::notification_bytes("notifications/initialized", None);
+        match self.post(Some(&session), note, &ctx, deadline).await? {
+            Posted::Ok(_) => Ok(session),
+            Posted::Expired => Err(UpstreamError::Protocol("session rejected right after initialize".into())),
+        }
+    }
+
+    /// One POST with session headers; maps transport failures and statuses.
+    async fn post(
+        &self,
+        session: Option<&Session>,
+        body: Vec<u8>,
+        ctx: &CallContext,
+        deadline: Instant,
+    ) -> Result<Posted, UpstreamError> {
+        let mut req = self.client.post(self.url.clone()).headers(self.headers.clone()).body(body);
+        if let Some(s) = session {
+            if let Some(id) = &s.id {
+                req = req.header(SESSION_ID, id.clone());
+            }
+            req = req.header(PROTOCOL_VERSION, s.version.clone());
+        }
+        for (name, value) in &ctx.headers {
+            req = req.header(name, value.clone());
+        }
+        let first_byte = Instant::now() + self.timeouts.first_byte();
+        let (limit, phase) =
+            if first_byte < deadline { (first_byte, TimeoutPhase::FirstByte) } else { (deadline, TimeoutPhase::Total) };
+        let resp = match tokio::time::timeout_at(limit, req.send()).await {
+            Err(_) => return Err(UpstreamError::Timeout { phase }),
+            Ok(Err(e)) => return Err(send_error(&e)),
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(Posted::Ok(resp));
+        }
+        let sent_session = session.is_some_and(|s| s.id.is_some());
+        let body = body_snippet(resp).await;
+        if sent_session
+            && (status == reqwest::StatusCode::NOT_FOUND
+                || (status == reqwest::StatusCode::BAD_REQUEST && body.to_ascii_lowercase().contains("session")))
+        {
+            return Ok(Posted::Expired);
+        }
+        tracing::debug!(app = %self.app_id, %status, body = %body, "upstream HTTP error");
+        Err(UpstreamError::Http { status: status.as_u16(), body })
+    }
+}
+
+fn send_error(e: &reqwest::Error) -> UpstreamError {
+    if e.is_connect() && e.is_timeout() {
+        UpstreamError::Timeout { phase: TimeoutPhase::Connect }
+    } else {
+        UpstreamError::Connect(describe_error(e))
+    }
+}
+
+/// The start of an error body, for logs; bounded in size and time.
+async fn body_snippet(mut resp: reqwest::Response) -> String {
+    const MAX: usize = 512;
+    let mut buf = Vec::new();
+    let read = async {
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            buf.extend_from_slice(&chunk);
+            if buf.len() >= MAX {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), read).await;
+    buf.truncate(MAX);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Sends `notifications/cancelled` for a request dropped before its response.
+struct CancelGuard {
+    inner: Arc<Inner>,
+    session: Arc<Session>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let inner = self.inner.clone();
+        let session = self.session.clone();
+        let ctx = CallContext { headers: std::mem::take(&mut self.headers), ..Default::default() };
+        let id = self.id;
+        handle.spawn(async move {
+            let body = jsonrpc::notification_bytes(
+                "notifications/cancelled",
+                Some(&json!({ "requestId": id, "reason": "gateway client went away or timed out" })),
+            );
+            let deadline = Instant::now() + inner.timeouts.connect();
+            if let Ok(Posted::Ok(resp)) = inner.post(Some(&session), body, &ctx, deadline).await {
+                drop(resp);
+            }
+        });
+    }
+}
+
+type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+enum Body {
+    /// `application/json`: one body, read on first `recv`.
+    Json(Option<reqwest::Response>),
+    Sse {
+        body: BodyStream,
+        parser: SseParser,
+        ended: bool,
+    },
+}
+
+/// The messages of one HTTP reply, in order.
+pub(crate) struct HttpSource {
+    body: Body,
+    our_id: u64,
+    queue: VecDeque<Message>,
+    cancel: Option<CancelGuard>,
+}
+
+impl HttpSource {
+    fn from_response(resp: reqwest::Response, our_id: u64, cancel: Option<CancelGuard>) -> Result<Self, UpstreamError> {
+        if resp.status() == reqwest::StatusCode::ACCEPTED {
+            return Err(UpstreamError::Protocol("upstream answered a request with 202 Accepted".into()));
+        }
+        let ctype = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let body = match ctype.as_str() {
+            "application/json" => Body::Json(Some(resp)),
+            "text/event-stream" => {
+                Body::Sse { body: Box::pin(resp.bytes_stream()), parser: SseParser::default(), ended: false }
+            }
+            other => {
+                return Err(UpstreamError::Protocol(format!(
+                    "unexpected content type \"{other}\" (want application/json or text/event-stream)"
+                )))
+            }
+        };
+        Ok(Self { body, our_id, queue: VecDeque::new(), cancel })
+    }
+
+    pub(crate) fn complete(&mut self) {
+        if let Some(mut c) = self.cancel.take() {
+            c.armed = false;
+        }
+    }
+
+    /// The next event; never waits forever on its own (the caller applies the deadline).
+    pub(crate) async fn recv(&mut self) -> Result<Event, UpstreamError> {
+        loop {
+            while let Some(m) = self.queue.pop_front() {
+                match m {
+                    Message::Response(r) if r.id.as_u64() == Some(self.our_id) => return Ok(Event::Final(r)),
+                    Message::Response(r) => {
+                        tracing::debug!(id = %r.id, "ignoring upstream response to an unknown id");
+                    }
+                    other => return Ok(Event::Message(other)),
+                }
+            }
+            match &mut self.body {
+                Body::Json(resp) => {
+                    let Some(resp) = resp.take() else { return Err(UpstreamError::Closed) };
+                    let bytes = read_capped(resp).await?;
+                    push_messages(&mut self.queue, &bytes)?;
+                }
+                Body::Sse { body, parser, ended } => {
+                    if *ended {
+                        return Err(UpstreamError::Closed);
+                    }
+                    let mut events = Vec::new();
+                    match body.next().await {
+                        Some(Ok(chunk)) => parser.feed(&chunk, &mut events)?,
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %describe_error(&e), "upstream SSE stream broke");
+                            *ended = true;
+                            return Err(UpstreamError::Closed);
+                        }
+                        None => {
+                            *ended = true;
+                            parser.finish(&mut events);
+                        }
+                    }
+                    for ev in events {
+                        if ev.event.as_deref().is_some_and(|t| t != "message") || ev.data.trim().is_empty() {
+                            continue; // priming events (id only) and foreign event types
+                        }
+                        push_messages(&mut self.queue, ev.data.as_bytes())?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn push_messages(queue: &mut VecDeque<Message>, bytes: &[u8]) -> Result<(), UpstreamError> {
+    match jsonrpc::parse(bytes) {
+        Ok(Incoming::Single(m)) => queue.push_back(m),
+        Ok(Incoming::Batch(items)) => {
+            for item in items {
+                queue.push_back(
+                    item.map_err(|e| UpstreamError::Protocol(format!("invalid message in batch: {}", e.reason)))?,
+                );
+            }
+        }
+        Err(e) => return Err(UpstreamError::Protocol(format!("upstream sent {e}"))),
+    }
+    Ok(())
+}
+
+async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
+    let mut buf = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > MAX_MESSAGE_BYTES {
+                    return Err(UpstreamError::Protocol(format!("response larger than {MAX_MESSAGE_BYTES} bytes")));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(buf),
+            Err(e) => {
+                tracing::debug!(error = %describe_error(&e), "upstream body broke");
+                return Err(UpstreamError::Closed);
+            }
+        }
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field; `None` means the default type, `message`.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+    /// The last `id:` seen on the stream (kept across events, as the SSE spec says).
+    pub id: Option<String>,
+}
+
+/// Incremental `text/event-stream` parser (WHATWG HTML "server-sent events" rules): lines end in
+/// LF, CR or CRLF (also split across chunks); `data:` lines accumulate; a blank line dispatches;
+/// lines starting with `:` are comments; one space after the colon is dropped.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    line: Vec<u8>,
+    data: Vec<u8>,
+    has_data: bool,
+    event: Option<String>,
+    last_id: Option<String>,
+    /// The previous chunk ended in CR: a LF at the start of the next one belongs to it.
+    pending_cr: bool,
+}
+
+impl SseParser {
+    /// Feeds bytes, appending complete events to `out`. Fails only on an over-long line or event.
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), UpstreamError> {
+        let mut rest = chunk;
+        if self.pending_cr {
+            self.pending_cr = false;
+            if rest.first() == Some(&b'\n') {
+                rest = &rest[1..];
+            }
+        }
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            self.line.extend_from_slice(&rest[..pos]);
+            let line = std::mem::take(&mut self.line);
+            let r = self.process_line(&line, out);
+            self.line = line;
+            self.line.clear();
+            r?;
+            if rest[pos] == b'\r' {
+                match rest.get(pos + 1) {
+                    Some(b'\n') => {
+                        rest = &rest[pos + 2..];
+                        continue;
+                    }
+                    None => self.pending_cr = true,
+                    Some(_) => {}
+                }
+            }
+            rest = &rest[pos + 1..];
+        }
+        if self.line.len() + rest.len() > MAX_MESSAGE_BYTES {
+            return Err(UpstreamError::Protocol("SSE line too long".into()));
+        }
+        self.line.extend_from_slice(rest);
+        Ok(())
+    }
+
+    /// End of stream: an event not terminated by a blank line is still delivered (lenient: some
+    /// servers close right after the last `data:` line).
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            let _ = self.process_line(&line, out);
+        }
+        self.dispatch(out);
+    }
+
+    /// The last event id seen (for `Last-Event-ID` on resumption).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), UpstreamError> {
+        if line.is_empty() {
+            self.dispatch(out);
+            return Ok(());
+        }
+        if line[0] == b':' {
+            return Ok(());
+        }
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+                if self.data.len() > MAX_MESSAGE_BYTES {
+                    return Err(UpstreamError::Protocol("SSE event too large".into()));
+                }
+            }
+            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"id" if !value.contains(&0) => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),
+            _ => {} // retry:, unknown fields
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+        let event = self.event.take();
+        if !self.has_data {
+            return;
+        }
+        self.has_data = false;
+        let data = String::from_utf8_lossy(&std::mem::take(&mut self.data)).into_owned();
+        out.push(SseEvent { event, data, id: self.last_id.clone() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut p = SseParser::default();
+        let mut out = Vec::new();
+        for c in chunks {
+            p.feed(c, &mut out).unwrap();
+        }
+        p.finish(&mut out);
+        out
+    }
+
+    fn ev(data: &str, id: Option<&str>) -> SseEvent {
+        SseEvent { event: None, data: data.into(), id: id.map(Into::into) }
+    }
+
+    #[test]
+    fn sse_basic_and_multiline() {
+        let out = parse_all(&[b"event: message\nid: 1\ndata: {\"a\":1}\n\n: comment\ndata: x\ndata:y\ndata\n\n"]);
+        assert_eq!(
+            out,
+            vec![
+                SseEvent { event: Some("message".into()), data: "{\"a\":1}".into(), id: Some("1".into()) },
+                ev("x\ny\n", Some("1")),
+            ]
+        );
+    }
+
+    #[test]
+    fn sse_line_endings_and_chunk_splits() {
+        let whole: &[u8] = b"data: one\r\n\r\ndata: two\r\rdata: three\n\n";
+        let expect = vec![ev("one", None), ev("two", None), ev("three", None)];
+        assert_eq!(parse_all(&[whole]), expect);
+        // Every possible split point, including between CR and LF.
+        for i in 0..whole.len() {
+            assert_eq!(parse_all(&[&whole[..i], &whole[i..]]), expect, "split at {i}");
+        }
+        // Byte by byte.
+        let bytes: Vec<&[u8]> = whole.chunks(1).collect();
+        assert_eq!(parse_all(&bytes), expect);
+    }
+
+    #[test]
+    fn sse_priming_event_and_unterminated_tail() {
+        let out = parse_all(&[b"id: abc\ndata:\n\nid: def\ndata: {\"x\":2}"]);
+        assert_eq!(out, vec![ev("", Some("abc")), ev("{\"x\":2}", Some("def"))]);
+        let out = parse_all(&[b"id: only\n\n: keepalive\n\n"]);
+        assert!(out.is_empty());
+        let out = parse_all(&[b"retry: 100\nfoo: bar\ndata:  two spaces\n\n"]);
+        assert_eq!(out, vec![ev(" two spaces", None)]);
+    }
+
+    #[test]
+    fn sse_limits() {
+        let mut p = SseParser::default();
+        let mut out = Vec::new();
+        let big = vec![b'a'; MAX_MESSAGE_BYTES + 1];
+        assert!(matches!(p.feed(&big, &mut out), Err(UpstreamError::Protocol(_))));
+    }
+
+    #[test]
+    fn push_messages_rejects_garbage() {
+        let mut q = VecDeque::new();
+        assert!(matches!(push_messages(&mut q, b"{not json"), Err(UpstreamError::Protocol(_))));
+        assert!(matches!(push_messages(&mut q, b"{\"jsonrpc\":\"1.0\"}"), Err(UpstreamError::Protocol(_))));
+        push_messages(&mut q, br#"[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":1,"result":{}}]"#).unwrap();
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
+    fn settings_validation() {
+        let client = reqwest::Client::new();
+        let base = HttpSettings { url: "http://127.0.0.1:1/mcp".into(), headers: vec![], credential: None };
+        assert!(HttpUpstream::new("a", &base, Timeouts::default(), client.clone()).is_ok());
+        for bad in [
+            HttpSettings { url: "not a url".into(), ..base.clone() },
+            HttpSettings { url: "ftp://x/mcp".into(), ..base.clone() },
+            HttpSettings { headers: vec![("bad name".into(), "v".into())], ..base.clone() },
+            HttpSettings { headers: vec![("x-ok".into(), "bad\nvalue".into())], ..base.clone() },
+            HttpSettings { credential: Some(Credential::Bearer("a\nb".into())), ..base.clone() },
+        ] {
+            let e = HttpUpstream::new("a", &bad, Timeouts::default(), client.clone()).err().unwrap();
+            assert!(matches!(e, UpstreamError::Config(_)), "{bad:?}");
+            assert!(!e.to_string().contains("a\nb"));
+        }
+    }
+
+    /// A minimal raw-TCP HTTP server that answers each request with the next canned response and
+    /// records the requests, so that session handling is tested without an MCP SDK in the loop.
+    async fn canned_server(responses: Vec<String>) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let handle = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for resp in responses {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                // Read headers + body (Content-Length).
+                loop {
+                    let n = sock.read(&mut tmp).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&tmp[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some(hdr_end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= hdr_end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                seen.push(String::from_utf8_lossy(&buf).to_string());
+                sock.write_all(resp.as_bytes()).await.unwrap();
+                sock.shutdown().await.ok();
+            }
+            seen
+        });
+        (url, handle)
+    }
+
+    fn http_resp(status: &str, headers: &str, body: &str) -> String {
+        format!("HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+    }
+
+    #[tokio::test]
+    async fn reinitializes_once_on_404_and_parses_sse() {
+        let init = |sid: &str, id: u64| {
+            http_resp(
+                "200 OK",
+                &format!("Content-Type: application/json\r\nMcp-Session-Id: {sid}\r\n"),
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"2025-06-18","capabilities":{{}},"serverInfo":{{"name":"t","version":"1"}}}}}}"#
+                ),
+            )
+        };
+        let accepted = http_resp("202 Accepted", "", "");
+        let sse_body = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n: ping\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"ok\":true}}\n\n";
+        let responses = vec![
+            init("s1", 1),
+            accepted.clone(),
+            http_resp("404 Not Found", "", "gone"),
+            init("s2", 3),
+            accepted.clone(),
+            http_resp("200 OK", "Content-Type: text/event-stream\r\n", sse_body),
+        ];
+        let (url, server) = canned_server(responses).await;
+        let up = HttpUpstream::new(
+            "t",
+            &HttpSettings {
+                url,
+                headers: vec![("X-Tenant".into(), "t1".into())],
+                credential: Some(Credential::Bearer("tok".into())),
+            },
+            Timeouts::default(),
+            reqwest::Client::new(),
+        )
+        .unwrap();
+        let ctx = CallContext { client_request_id: json!("client-7"), ..Default::default() };
+        up.connect().await.unwrap();
+        assert_eq!(up.protocol_version().as_deref(), Some("2025-06-18"));
+        let reply = up.request("tools/call", Some(json!({"name":"x"})), &ctx).await.unwrap();
+        let UpstreamReply::Stream(mut s) = reply else { panic!("progress first means a stream") };
+        let Some(Ok(Message::Notification(n))) = s.next().await else { panic!() };
+        assert_eq!(n.method, "notifications/progress");
+        let Some(Ok(Message::Response(r))) = s.next().await else { panic!() };
+        assert_eq!(r.id, json!("client-7"));
+        assert_eq!(r.outcome.unwrap(), json!({"ok": true}));
+        assert!(s.next().await.is_none());
+        let seen = server.await.unwrap();
+        // Request 3 used the old session, request 6 the new one and the negotiated version.
+        assert!(seen[2].to_ascii_lowercase().contains("mcp-session-id: s1"));
+        assert!(seen[5].to_ascii_lowercase().contains("mcp-session-id: s2"));
+        assert!(seen[5].to_ascii_lowercase().contains("mcp-protocol-version: 2025-06-18"));
+        assert!(seen[5].to_ascii_lowercase().contains("authorization: bearer tok"));
+        assert!(seen[5].to_ascii_lowercase().contains("x-tenant: t1"));
+        assert!(seen[5].to_ascii_lowercase().contains("accept: application/json, text/event-stream"));
+        assert!(!seen[0].to_ascii_lowercase().contains("mcp-session-id"));
+    }
+
+    #[tokio::test]
+    async fn malformed_upstream_json_is_a_protocol_error() {
+        let init = http_resp(
+            "200 OK",
+            "Content-Type: application/json\r\n",
+            r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-03-26","capabilities":{}}}"#,
+        );
+        let responses = vec![
+            init,
+            http_resp("202 Accepted", "", ""),
+            http_resp("200 OK", "Content-Type: application/json\r\n", "{oops"),
+            http_resp("200 OK", "Content-Type: text/html\r\n", "<html>"),
+            http_resp("500 Internal Server Error", "", "boom"),
+        ];
+        let (url, server) = canned_server(responses).await;
+        let up = HttpUpstream::new(
+            "t",
+            &HttpSettings { url, headers: vec![], credential: None },
+            Timeouts::default(),
+            reqwest::Client::new(),
+        )
+        .unwrap();
+        let ctx = CallContext::default();
+        assert!(matches!(up.request("tools/list", None, &ctx).await, Err(UpstreamError::Protocol(_))));
+        assert!(matches!(up.request("tools/list", None, &ctx).await, Err(UpstreamError::Protocol(_))));
+        match up.request("tools/list", None, &ctx).await {
+            Err(UpstreamError::Http { status: 500, body }) => assert_eq!(body, "boom"),
+            other => panic!("{other:?}"),
+        }
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn unsupported_version_and_connect_errors() {
+        let responses = vec![http_resp(
+            "200 OK",
+            "Content-Type: application/json\r\n",
+            r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"1999-01-01","capabilities":{}}}"#,
+        )];
+        let (url, _server) = canned_server(responses).await;
+        let up = HttpUpstream::new(
+            "t",
+            &HttpSettings { url, headers: vec![], credential: None },
+            Timeouts::default(),
+            reqwest::Client::new(),
+        )
+        .unwrap();
+        match up.connect().await {
+            Err(UpstreamError::Protocol(m)) => assert!(m.contains("1999-01-01")),
+            other => panic!("{other:?}"),
+        }
+        // Nothing listens on port 1.
+        let up = HttpUpstream::new(
+            "t",
+            &HttpSettings { url: "http://127.0.0.1:1/mcp".into(), headers: vec![], credential: None },
+            Timeouts::default(),
+            reqwest::Client::new(),
+        )
+        .unwrap();
+        assert!(matches!(up.connect().await, Err(UpstreamError::Connect(_))));
+    }
+
+    #[tokio::test]
+    async fn first_byte_timeout() {
+        // Accepts and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let _hold = tokio::spawn(async move {
+            let mut socks = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                socks.push(s);
+            }
+        });
+        let t = Timeouts { connect_ms: 1000, first_byte_ms: 200, total_ms: 5000 };
+        let up =
+            HttpUpstream::new("t", &HttpSettings { url, headers: vec![], credential: None }, t, reqwest::Client::new())
+                .unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(up.connect().await.unwrap_err(), UpstreamError::Timeout { phase: TimeoutPhase::FirstByte });
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,738 @@
+//! Upstream transports: how the gateway talks to the MCP servers behind it.
+//!
+//! One [`Upstream`] per configured app, built once from [`UpstreamSettings`] with
+//! [`Upstream::from_settings`] and shared (`Arc`) by every gateway session that uses the app:
+//!
+//! * [`http::HttpUpstream`]: Streamable HTTP (MCP 2025-03-26 and later). One upstream MCP session
+//!   per app, opened lazily and reused; pooled keep-alive connections.
+//! * [`stdio::StdioUpstream`]: a supervised child process speaking newline-delimited JSON-RPC.
+//!   One process per app, shared by all callers, ids rewritten so that callers never collide.
+//! * [`Upstream::Builtin`]: an in-process [`BuiltinApp`], answered without I/O.
+//!
+//! All three answer the same operations ([`Upstream::request`], [`Upstream::notify`],
+//! [`Upstream::respond`], [`Upstream::list_all`]), so the dispatcher does not care which one an app
+//! uses. A request's answer is an [`UpstreamReply`]: the final response, or a [`ReplyStream`] of the
+//! messages the server sends before it (progress, logging, server->client requests) that ends with
+//! the response. The final response always carries the caller's id
+//! ([`CallContext::client_request_id`]), never the upstream-facing one.
+//!
+//! Errors are one enum, [`UpstreamError`]; the gateway maps it to a JSON-RPC error at its edge.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::mcp::builtin::{BuiltinApp, BuiltinError};
+use crate::mcp::jsonrpc::{ErrorObject, Message, Response};
+
+pub mod http;
+pub mod stdio;
+
+/// Protocol versions the gateway can speak to an upstream, newest first. The newest is offered in
+/// `initialize`; an upstream that answers with any of these is accepted.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The version offered in `initialize`.
+pub const LATEST_PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];
+
+/// Default for [`UpstreamShared::new`]: how many stdio child processes may run at once.
+pub const DEFAULT_MAX_STDIO_PROCESSES: usize = 32;
+
+/// Per-app timeouts, in milliseconds in the YAML (`connect_ms`, `first_byte_ms`, `total_ms`).
+///
+/// * `connect`: TCP+TLS connect (HTTP); spawning the process and the `initialize` handshake (stdio).
+/// * `first_byte`: until the upstream's response headers arrive (HTTP only; a stdio server has no
+///   headers, and a silent long-running tool is legitimate there).
+/// * `total`: the whole request, including the session handshake when it has to happen and every
+///   streamed message. Progress notifications do not extend it: a hard upper bound is what protects
+///   the gateway's resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    pub connect_ms: u64,
+    pub first_byte_ms: u64,
+    pub total_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self { connect_ms: 5_000, first_byte_ms: 30_000, total_ms: 60_000 }
+    }
+}
+
+impl Timeouts {
+    pub fn connect(&self) -> Duration {
+        Duration::from_millis(self.connect_ms)
+    }
+    pub fn first_byte(&self) -> Duration {
+        Duration::from_millis(self.first_byte_ms)
+    }
+    pub fn total(&self) -> Duration {
+        Duration::from_millis(self.total_ms)
+    }
+}
+
+/// A credential sent to an HTTP upstream on every request. Its `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+    /// Any header, e.g. `X-Api-Key: <key>` for servers that want one.
+    Header { name: String, value: String },
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            Credential::Header { name, .. } => write!(f, "Header({name}: <redacted>)"),
+        }
+    }
+}
+
+/// Streamable HTTP upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSettings {
+    /// The MCP endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+    pub url: String,
+    /// Extra static headers (non-secret, e.g. `X-Tenant`).
+    pub headers: Vec<(String, String)>,
+    pub credential: Option<Credential>,
+}
+
+/// Stdio upstream: `command[0]` run with `command[1..]`, `env` added to a minimal environment.
+#[derive(Clone, PartialEq)]
+pub struct StdioSettings {
+    pub command: Vec<String>,
+    /// Set in the child in addition to [`stdio::INHERITED_ENV`]; the gateway's own environment
+    /// (which may hold `TOOLGATE_ADMIN_KEY`) is otherwise not passed on.
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+}
+
+impl fmt::Debug for StdioSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // env values are often credentials.
+        let env: Vec<_> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("StdioSettings")
+            .field("command", &self.command)
+            .field("env", &env)
+            .field("cwd", &self.cwd)
+            .finish()
+    }
+}
+
+/// Which transport an app uses (exactly one of `url`, `command`, `builtin` in the YAML).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    Http(HttpSettings),
+    Stdio(StdioSettings),
+    Builtin(String),
+}
+
+/// Everything needed to build one app's [`Upstream`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSettings {
+    /// The app id: used in logs and in error messages, never sent upstream.
+    pub app_id: String,
+    pub timeouts: Timeouts,
+    pub transport: Transport,
+}
+
+/// Resources shared by all upstreams of one gateway process; build one at start-up.
+pub struct UpstreamShared {
+    /// reqwest clients by connect timeout: reqwest sets the connect timeout per client, and
+    /// nearly every app uses the default, so in practice there is one pooled client.
+    clients: parking_lot::Mutex<HashMap<Duration, reqwest::Client>>,
+    /// Global bound on running stdio processes; a start beyond it fails with
+    /// [`UpstreamError::ProcessLimit`] instead of waiting, because running processes are long
+    /// lived and a waiter could wait forever.
+    stdio_permits: Arc<Semaphore>,
+    max_stdio_processes: usize,
+}
+
+impl UpstreamShared {
+    /// `max_stdio_processes`: how many stdio apps may have a running process at once.
+    pub fn new(max_stdio_processes: usize) -> Self {
+        Self {
+            clients: parking_lot::Mutex::new(HashMap::new()),
+            stdio_permits: Arc::new(Semaphore::new(max_stdio_processes)),
+            max_stdio_processes,
+        }
+    }
+
+    fn client(&self, connect_timeout: Duration) -> Result<reqwest::Client, UpstreamError> {
+        let mut clients = self.clients.lock();
+        if let Some(c) = clients.get(&connect_timeout) {
+            return Ok(c.clone());
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            // MCP servers do not redirect; following one would replay credentials elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| UpstreamError::Config(format!("HTTP client: {e}")))?;
+        clients.insert(connect_timeout, client.clone());
+        Ok(client)
+    }
+}
+
+impl Default for UpstreamShared {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_STDIO_PROCESSES)
+    }
+}
+
+/// Per-call information from the gateway.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The id the client used; the final response carries it. `Null` when the gateway calls on
+    /// its own behalf (e.g. `tools/list` to build its catalogue).
+    pub client_request_id: Value,
+    /// Gateway request id, for logs only.
+    pub request_id: Option<String>,
+    /// Extra headers for this call only (HTTP), e.g. a per-connection credential. The gateway
+    /// must never put the client's own `X-API-Key` here.
+    pub headers: Vec<(::http::HeaderName, ::http::HeaderValue)>,
+}
+
+/// The phase whose timeout fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutPhase {
+    Connect,
+    FirstByte,
+    Total,
+}
+
+impl fmt::Display for TimeoutPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeoutPhase::Connect => "connect",
+            TimeoutPhase::FirstByte => "first_byte",
+            TimeoutPhase::Total => "total",
+        })
+    }
+}
+
+/// Why an upstream call failed. Messages name no secret.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("upstream timed out ({phase})")]
+    Timeout { phase: TimeoutPhase },
+    #[error("cannot connect to upstream: {0}")]
+    Connect(String),
+    /// Non-2xx HTTP status; `body` is the first few hundred bytes, for logs.
+    #[error("upstream answered HTTP {status}")]
+    Http { status: u16, body: String },
+    /// The upstream broke the protocol: malformed JSON, wrong content type, missing response...
+    #[error("upstream protocol error: {0}")]
+    Protocol(String),
+    /// The upstream answered `initialize` with a JSON-RPC error.
+    #[error("upstream rejected initialize: {0}")]
+    Initialize(ErrorObject),
+    /// The stream or connection ended before the response.
+    #[error("upstream closed the connection before responding")]
+    Closed,
+    /// The stdio process could not be started.
+    #[error("cannot start upstream process: {0}")]
+    Spawn(String),
+    /// The stdio process died while the request was pending.
+    #[error("upstream process exited: {0}")]
+    Exited(String),
+    /// The stdio process crashed recently and is in restart back-off.
+    #[error("upstream restarting after a crash; retry in {} ms", retry_after.as_millis())]
+    Backoff { retry_after: Duration },
+    /// The global bound on stdio processes ([`UpstreamShared::new`]) is reached.
+    #[error("limit of {limit} running stdio upstream processes reached")]
+    ProcessLimit { limit: usize },
+    /// [`Upstream::shutdown`] was called.
+    #[error("upstream is shut down")]
+    ShutDown,
+    #[error("invalid upstream settings: {0}")]
+    Config(String),
+}
+
+/// What a request got back.
+#[derive(Debug)]
+pub enum UpstreamReply {
+    /// The response (id = the client's), nothing before it.
+    Response(Response),
+    /// Messages to relay, then the response. Dropping the stream before its end cancels the
+    /// request upstream (`notifications/cancelled`).
+    Stream(ReplyStream),
+}
+
+impl UpstreamReply {
+    /// Waits for the final response, discarding anything streamed before it. Only for callers that
+    /// relay nothing (the gateway's own `tools/list`); server->client requests in the stream are
+    /// left unanswered.
+    pub async fn into_response(self) -> Result<Response, UpstreamError> {
+        match self {
+            UpstreamReply::Response(r) => Ok(r),
+            UpstreamReply::Stream(mut s) => {
+                while let Some(item) = s.next().await {
+                    if let Message::Response(r) = item? {
+                        return Ok(r);
+                    }
+                }
+                Err(UpstreamError::Closed)
+            }
+        }
+    }
+}
+
+/// A message of a reply stream, as produced by a transport.
+pub(crate) enum Event {
+    /// A notification or server->client request to relay.
+    Message(Message),
+    /// The response to the request (id still the upstream-facing one).
+    Final(Response),
+}
+
+pub(crate) enum Source {
+    Http(http::HttpSource),
+    Stdio(stdio::StdioSource),
+}
+
+impl Source {
+    async fn recv(&mut self) -> Result<Event, UpstreamError> {
+        match self {
+            Source::Http(s) => s.recv().await,
+            Source::Stdio(s) => s.recv().await,
+        }
+    }
+
+    /// The request is answered: nothing to cancel any more.
+    fn complete(&mut self) {
+        match self {
+            Source::Http(s) => s.complete(),
+            Source::Stdio(s) => s.complete(),
+        }
+    }
+}
+
+/// The messages an upstream sends in answer to one request, ending with the response.
+pub struct ReplyStream {
+    source: Source,
+    peeked: Option<Event>,
+    deadline: Instant,
+    client_id: Value,
+    done: bool,
+}
+
+impl fmt::Debug for ReplyStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplyStream").field("done", &self.done).finish_non_exhaustive()
+    }
+}
+
+impl ReplyStream {
+    pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Value) -> Self {
+        Self { source, peeked: first, deadline, client_id, done: false }
+    }
+
+    /// The next message: notifications (`notifications/progress`, `notifications/message`, ...)
+    /// and server->client requests (`sampling/createMessage`, `elicitation/create`, `ping`, ...)
+    /// as they arrive, then the final [`Message::Response`] carrying the client's id, then `None`.
+    /// An error ends the stream.
+    pub async fn next(&mut self) -> Option<Result<Message, UpstreamError>> {
+        if self.done {
+            return None;
+        }
+        let event = match self.peeked.take() {
+            Some(ev) => Ok(ev),
+            None => match tokio::time::timeout_at(self.deadline, self.source.recv()).await {
+                Ok(r) => r,
+                Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
+            },
+        };
+        match event {
+            Ok(Event::Message(m)) => Some(Ok(m)),
+            Ok(Event::Final(r)) => {
+                self.done = true;
+                self.source.complete();
+                Some(Ok(Message::Response(r.with_id(self.client_id.clone()))))
+            }
+            Err(e) => {
+                self.done = true;
+                self.fail(&e);
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// After an error other than a timeout the upstream is not working on the request any more
+    /// (it broke the protocol, closed, or died), so there is nothing to cancel.
+    fn fail(&mut self, e: &UpstreamError) {
+        if !matches!(e, UpstreamError::Timeout { .. }) {
+            self.source.complete();
+        }
+    }
+
+    /// Reads up to the first event and turns "response first" into [`UpstreamReply::Response`],
+    /// so the common case costs the gateway no streaming.
+    pub(crate) async fn into_reply(mut self) -> Result<UpstreamReply, UpstreamError> {
+        if self.peeked.is_none() {
+            let ev = match tokio::time::timeout_at(self.deadline, self.source.recv()).await {
+                Ok(r) => r,
+                Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
+            };
+            match ev {
+                Ok(ev) => self.peeked = Some(ev),
+                Err(e) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+        }
+        match self.peeked.take() {
+            Some(Event::Final(r)) => {
+                self.source.complete();
+                Ok(UpstreamReply::Response(r.with_id(self.client_id)))
+            }
+            other => {
+                self.peeked = other;
+                Ok(UpstreamReply::Stream(self))
+            }
+        }
+    }
+}
+
+/// The paginated `*/list` methods, with the result member that holds the items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListMethod {
+    Tools,
+    Resources,
+    ResourceTemplates,
+    Prompts,
+}
+
+impl ListMethod {
+    pub fn method(self) -> &'static str {
+        match self {
+            ListMethod::Tools => "tools/list",
+            ListMethod::Resources => "resources/list",
+            ListMethod::ResourceTemplates => "resources/templates/list",
+            ListMethod::Prompts => "prompts/list",
+        }
+    }
+
+    /// The member of the result that holds the page's items.
+    pub fn items_key(self) -> &'static str {
+        match self {
+            ListMethod::Tools => "tools",
+            ListMethod::Resources => "resources",
+            ListMethod::ResourceTemplates => "resourceTemplates",
+            ListMethod::Prompts => "prompts",
+        }
+    }
+
+    pub fn from_method(method: &str) -> Option<Self> {
+        [Self::Tools, Self::Resources, Self::ResourceTemplates, Self::Prompts]
+            .into_iter()
+            .find(|m| m.method() == method)
+    }
+}
+
+/// Upper bound on pages fetched by [`Upstream::list_all`], against a server that never stops.
+const MAX_LIST_PAGES: usize = 1000;
+
+/// One app's upstream.
+pub enum Upstream {
+    Http(http::HttpUpstream),
+    Stdio(stdio::StdioUpstream),
+    Builtin(Arc<dyn BuiltinApp>),
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Upstream::Http(h) => write!(f, "Upstream::Http({})", h.app_id()),
+            Upstream::Stdio(s) => write!(f, "Upstream::Stdio({})", s.app_id()),
+            Upstream::Builtin(b) => write!(f, "Upstream::Builtin({})", b.name()),
+        }
+    }
+}
+
+impl Upstream {
+    /// Builds the upstream; validates everything that can be validated without I/O (URL, header
+    /// names and values, command not empty, builtin name). Nothing is connected or spawned yet:
+    /// that happens on first use, or with [`Upstream::connect`].
+    pub fn from_settings(settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
+        match &settings.transport {
+            Transport::Http(h) => {
+                let client = shared.client(settings.timeouts.connect())?;
+                Ok(Upstream::Http(http::HttpUpstream::new(&settings.app_id, h, settings.timeouts, client)?))
+            }
+            Transport::Stdio(s) => Ok(Upstream::Stdio(stdio::StdioUpstream::new(
+                &settings.app_id,
+                s,
+                settings.timeouts,
+                shared.stdio_permits.clone(),
+                shared.max_stdio_processes,
+            )?)),
+            Transport::Builtin(name) => crate::mcp::builtin::by_name(name)
+                .map(Upstream::Builtin)
+                .ok_or_else(|| UpstreamError::Config(format!("unknown builtin app \"{name}\""))),
+        }
+    }
+
+    /// Opens the session / starts the process now (start-up warm-up, readiness checks) and returns
+    /// the upstream's `initialize` result.
+    pub async fn connect(&self) -> Result<Value, UpstreamError> {
+        match self {
+            Upstream::Http(h) => h.connect().await,
+            Upstream::Stdio(s) => s.connect().await,
+            Upstream::Builtin(b) => Ok(builtin_initialize_result(b.as_ref())),
+        }
+    }
+
+    /// The upstream's `initialize` result (`protocolVersion`, `capabilities`, `serverInfo`,
+    /// `instructions`) if a session/process is currently up.
+    pub fn initialize_result(&self) -> Option<Value> {
+        match self {
+            Upstream::Http(h) => h.initialize_result(),
+            Upstream::Stdio(s) => s.initialize_result(),
+            Upstream::Builtin(b) => Some(builtin_initialize_result(b.as_ref())),
+        }
+    }
+
+    /// Sends a request and returns its answer. `method` is never `initialize`: the upstream
+    /// session is the transport's business.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        ctx: &CallContext,
+    ) -> Result<UpstreamReply, UpstreamError> {
+        match self {
+            Upstream::Http(h) => h.request(method, params, ctx).await,
+            Upstream::Stdio(s) => s.request(method, params, ctx).await,
+            Upstream::Builtin(b) => Ok(UpstreamReply::Response(
+                builtin_request(b.as_ref(), method, params, ctx.client_request_id.clone()).await,
+            )),
+        }
+    }
+
+    /// Sends a notification (e.g. `notifications/cancelled`, `notifications/roots/list_changed`).
+    pub async fn notify(&self, method: &str, params: Option<Value>, ctx: &CallContext) -> Result<(), UpstreamError> {
+        match self {
+            Upstream::Http(h) => h.notify(method, params, ctx).await,
+            Upstream::Stdio(s) => s.notify(method, params).await,
+            Upstream::Builtin(_) => Ok(()),
+        }
+    }
+
+    /// Sends the client's answer to a server->client request that came through a
+    /// [`ReplyStream`]. `response.id` must be the id the upstream used in its request.
+    pub async fn respond(&self, response: Response, ctx: &CallContext) -> Result<(), UpstreamError> {
+        match self {
+            Upstream::Http(h) => h.respond(response, ctx).await,
+            Upstream::Stdio(s) => s.respond(response).await,
+            Upstream::Builtin(_) => Ok(()),
+        }
+    }
+
+    /// Every item of a paginated list, following `nextCursor` until it is absent.
+    pub async fn list_all(&self, method: ListMethod, ctx: &CallContext) -> Result<Vec<Value>, UpstreamError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+            let response = self.request(method.method(), params, ctx).await?.into_response().await?;
+            let mut result = match response.outcome {
+                Ok(r) => r,
+                Err(e) => return Err(UpstreamError::Protocol(format!("{} failed: {e}", method.method()))),
+            };
+            match result.get_mut(method.items_key()).map(Value::take) {
+                Some(Value::Array(page)) => items.extend(page),
+                None | Some(Value::Null) => {}
+                Some(_) => {
+                    return Err(UpstreamError::Protocol(format!(
+                        "{} result member \"{}\" is not an array",
+                        method.method(),
+                        method.items_key()
+                    )))
+                }
+            }
+            match result.get("nextCursor") {
+                Some(Value::String(next)) if !next.is_empty() => {
+                    if cursor.as_deref() == Some(next.as_str()) {
+                        return Err(UpstreamError::Protocol(format!(
+                            "{} returned the same nextCursor twice",
+                            method.method()
+                        )));
+                    }
+                    cursor = Some(next.clone());
+                }
+                _ => return Ok(items),
+            }
+        }
+        Err(UpstreamError::Protocol(format!("{} has more than {MAX_LIST_PAGES} pages", method.method())))
+    }
+
+    /// `tools/list`, all pages.
+    pub async fn list_tools(&self, ctx: &CallContext) -> Result<Vec<Value>, UpstreamError> {
+        match self {
+            Upstream::Builtin(b) => Ok(b.tools()),
+            _ => self.list_all(ListMethod::Tools, ctx).await,
+        }
+    }
+
+    /// Ends the upstream session (HTTP `DELETE`) or stops the process (close stdin, then kill,
+    /// then reap). Later calls fail with [`UpstreamError::ShutDown`] (stdio) or open a new session
+    /// (HTTP).
+    pub async fn shutdown(&self) {
+        match self {
+            Upstream::Http(h) => h.shutdown().await,
+            Upstream::Stdio(s) => s.shutdown().await,
+            Upstream::Builtin(_) => {}
+        }
+    }
+}
+
+fn builtin_initialize_result(app: &dyn BuiltinApp) -> Value {
+    json!({
+        "protocolVersion": LATEST_PROTOCOL_VERSION,
+        "capabilities": { "tools": {} },
+        "serverInfo": { "name": app.name(), "version": env!("CARGO_PKG_VERSION") },
+    })
+}
+
+/// A built-in app speaks just enough MCP for the gateway: `tools/list`, `tools/call`, `ping`.
+async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<Value>, id: Value) -> Response {
+    match method {
+        "ping" => Response::success(id, json!({})),
+        "tools/list" => Response::success(id, json!({ "tools": app.tools() })),
+        "tools/call" => {
+            let mut params = params.unwrap_or(Value::Null);
+            let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                return Response::error(id, ErrorObject::invalid_params("tools/call needs params.name (string)"));
+            };
+            let arguments = params.get_mut("arguments").map(Value::take).unwrap_or_else(|| json!({}));
+            match app.call(&name, arguments).await {
+                Ok(result) => Response::success(id, result),
+                Err(e @ (BuiltinError::UnknownTool(_) | BuiltinError::Internal(_))) => {
+                    Response::error(id, e.to_error_object())
+                }
+            }
+        }
+        other => Response::error(id, ErrorObject::method_not_found(other)),
+    }
+}
+
+/// An error with its whole `source()` chain: reqwest's own message ("error sending request")
+/// hides the useful part ("connection refused").
+pub(crate) fn describe_error(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let s_msg = s.to_string();
+        if !msg.contains(&s_msg) {
+            msg.push_str(": ");
+            msg.push_str(&s_msg);
+        }
+        src = s.source();
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_defaults_and_yaml_names() {
+        let t = Timeouts::default();
+        assert_eq!(
+            (t.connect(), t.first_byte(), t.total()),
+            (Duration::from_secs(5), Duration::from_secs(30), Duration::from_secs(60))
+        );
+        let t: Timeouts = serde_json::from_value(json!({"total_ms": 1000})).unwrap();
+        assert_eq!(t.total_ms, 1000);
+        assert_eq!(t.connect_ms, 5000);
+        assert!(serde_json::from_value::<Timeouts>(json!({"totl_ms": 1})).is_err());
+    }
+
+    #[test]
+    fn secrets_are_not_debug_printed() {
+        let c = Credential::Bearer("s3cret".into());
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let c = Credential::Header { name: "X-Key".into(), value: "s3cret".into() };
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let s = StdioSettings { command: vec!["x".into()], env: vec![("TOKEN".into(), "s3cret".into())], cwd: None };
+        let d = format!("{s:?}");
+        assert!(d.contains("TOKEN") && !d.contains("s3cret"));
+    }
+
+    #[test]
+    fn list_methods() {
+        for m in [ListMethod::Tools, ListMethod::Resources, ListMethod::ResourceTemplates, ListMethod::Prompts] {
+            assert_eq!(ListMethod::from_method(m.method()), Some(m));
+        }
+        assert_eq!(ListMethod::from_method("tools/call"), None);
+    }
+
+    fn builtin_time() -> Upstream {
+        let settings = UpstreamSettings {
+            app_id: "time".into(),
+            timeouts: Timeouts::default(),
+            transport: Transport::Builtin("time".into()),
+        };
+        Upstream::from_settings(&settings, &UpstreamShared::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn builtin_upstream_speaks_tools() {
+        let up = builtin_time();
+        let ctx = CallContext { client_request_id: json!("c-1"), ..Default::default() };
+        let tools = up.list_tools(&ctx).await.unwrap();
+        assert_eq!(tools[0]["name"], "get_current_time");
+        let tools2 = up.list_all(ListMethod::Tools, &ctx).await.unwrap();
+        assert_eq!(tools, tools2);
+
+        let reply = up
+            .request("tools/call", Some(json!({"name":"get_current_time","arguments":{"format":"YYYY"}})), &ctx)
+            .await
+            .unwrap();
+        let UpstreamReply::Response(r) = reply else { panic!("builtin replies at once") };
+        assert_eq!(r.id, json!("c-1"));
+        let result = r.outcome.unwrap();
+        assert_eq!(result["content"][0]["text"].as_str().unwrap().len(), 4);
+
+        let r =
+            up.request("tools/call", Some(json!({"name":"nope"})), &ctx).await.unwrap().into_response().await.unwrap();
+        let e = r.outcome.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (-32602, "Unknown tool: nope"));
+
+        let r = up.request("resources/list", None, &ctx).await.unwrap().into_response().await.unwrap();
+        assert_eq!(r.outcome.unwrap_err().code, -32601);
+        let r = up.request("tools/call", None, &ctx).await.unwrap().into_response().await.unwrap();
+        assert_eq!(r.outcome.unwrap_err().code, -32602);
+        assert!(up.connect().await.unwrap()["capabilities"]["tools"].is_object());
+    }
+
+    #[test]
+    fn unknown_builtin_is_a_config_error() {
+        let settings = UpstreamSettings {
+            app_id: "x".into(),
+            timeouts: Timeouts::default(),
+            transport: Transport::Builtin("nope".into()),
+        };
+        assert!(matches!(
+            Upstream::from_settings(&settings, &UpstreamShared::default()),
+            Err(UpstreamError::Config(_))
+        ));
+    }
+}

@@ -1,0 +1,183 @@
+//! The records toolgate keeps, as stored (JSON in the store) and cached in memory.
+//! API views are built from these in `api`; secrets (key hashes, app credentials) never leave
+//! through a view.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub type Timestamp = DateTime<Utc>;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Organization {
+    pub id: String,
+    pub name: String,
+    pub tier: String,
+    pub created_at: Timestamp,
+    /// CIDRs of `PATCH /account/security`.
+    #[serde(default)]
+    pub ip_whitelist: Vec<String>,
+    #[serde(default)]
+    pub enforce_ip_whitelist: bool,
+    /// Enterprise `allowed_ips`.
+    #[serde(default)]
+    pub allowed_ips: Vec<String>,
+    /// Declared in YAML (re-applied at every start).
+    #[serde(default)]
+    pub declared: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NotificationPreferences {
+    pub email: bool,
+    pub slack: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct User {
+    pub id: String,
+    pub org_id: String,
+    pub email: String,
+    pub name: String,
+    /// `owner`, `admin`, `developer`, `viewer`.
+    pub role: String,
+    pub created_at: Timestamp,
+    #[serde(default)]
+    pub notification_preferences: NotificationPreferences,
+    #[serde(default)]
+    pub declared: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiKey {
+    pub id: String,
+    pub org_id: String,
+    pub user_id: String,
+    pub name: String,
+    /// Lower-case hex SHA-256 of the full key; the key itself is never stored.
+    pub hash: String,
+    pub scopes: Vec<String>,
+    pub created_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
+    #[serde(default)]
+    pub bypass_ip_whitelist: bool,
+    /// Set for a gateway access key: valid on that gateway's endpoint only.
+    #[serde(default)]
+    pub gateway_id: Option<String>,
+    #[serde(default)]
+    pub service_account_id: Option<String>,
+    #[serde(default)]
+    pub declared: bool,
+}
+
+impl ApiKey {
+    /// Why the key cannot be used at `now`, if it cannot.
+    pub fn unusable(&self, now: Timestamp) -> Option<toolgate_filters::auth::AuthError> {
+        use toolgate_filters::auth::AuthError;
+        if self.revoked_at.is_some_and(|t| t <= now) {
+            return Some(AuthError::Revoked);
+        }
+        if self.expires_at.is_some_and(|t| t <= now) {
+            return Some(AuthError::Expired);
+        }
+        None
+    }
+}
+
+/// `allowed_tools` value for one app: every function, or a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AllowedTools {
+    /// The string `*`.
+    All(String),
+    List(Vec<String>),
+}
+
+impl AllowedTools {
+    pub fn allows(&self, function: &str) -> bool {
+        match self {
+            AllowedTools::All(_) => true,
+            AllowedTools::List(l) => l.iter().any(|f| f == function),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GatewayConfiguration {
+    /// Requests per minute to this gateway, all callers together.
+    pub rate_limit: u32,
+    /// Seconds a gateway's tool list is cached.
+    pub cache_ttl: u32,
+    pub cache_enabled: bool,
+    /// Joins app id and function name when a gateway has several apps (Decision 5).
+    #[serde(default = "default_separator")]
+    pub tool_name_separator: String,
+}
+
+pub fn default_separator() -> String {
+    "__".to_string()
+}
+
+impl Default for GatewayConfiguration {
+    fn default() -> Self {
+        GatewayConfiguration {
+            rate_limit: 1000,
+            cache_ttl: 300,
+            cache_enabled: true,
+            tool_name_separator: default_separator(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Gateway {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub description: String,
+    pub servers: Vec<String>,
+    pub allowed_tools: BTreeMap<String, AllowedTools>,
+    pub configuration: GatewayConfiguration,
+    pub status: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    /// The id of the gateway access key made at creation.
+    pub access_key_id: String,
+}
+
+/// An organisation's connection to an app.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Connection {
+    pub id: String,
+    pub org_id: String,
+    pub app_id: String,
+    /// `api_key` or `oauth`.
+    pub auth_type: String,
+    /// `connected`, or `pending` while an OAuth authorisation is outstanding.
+    pub status: String,
+    /// AES-256-GCM sealed credentials (nonce + ciphertext, base64); never returned.
+    pub sealed_credentials: Option<String>,
+    pub redirect_uri: Option<String>,
+    pub oauth_state: Option<String>,
+    pub created_at: Timestamp,
+}
+
+/// An MCP protocol session of a gateway.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct McpSession {
+    pub id: String,
+    pub org_id: String,
+    pub gateway_id: String,
+    /// The key the session is bound to: another credential cannot use it.
+    pub key_id: String,
+    pub protocol_version: String,
+    pub client_type: String,
+    pub client_version: String,
+    pub client_ip: String,
+    pub started_at: Timestamp,
+    pub last_activity: Timestamp,
+    pub requests_count: u64,
+    /// `active` or `ended`.
+    pub status: String,
+}

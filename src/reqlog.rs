@@ -1,0 +1,45 @@
+//! The request log's write side: calls are recorded into a memory buffer (one short lock, no
+//! I/O) and written to the store in batches by the background flusher, so logging never slows a
+//! call.
+
+use crate::store::{LogRecord, Store};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Most entries kept waiting when the store is unavailable; older ones are dropped (and counted).
+const MAX_PENDING: usize = 100_000;
+
+pub struct RequestLog {
+    store: Arc<dyn Store>,
+    pending: Mutex<Vec<LogRecord>>,
+}
+
+impl RequestLog {
+    pub fn new(store: Arc<dyn Store>) -> RequestLog {
+        RequestLog { store, pending: Mutex::new(Vec::new()) }
+    }
+
+    pub fn record(&self, entry: LogRecord) {
+        let mut p = self.pending.lock();
+        if p.len() >= MAX_PENDING {
+            p.remove(0);
+            tracing::warn!("request log buffer full; dropping the oldest entry");
+        }
+        p.push(entry);
+    }
+
+    /// Writes what is pending; on failure the entries stay for the next try.
+    pub async fn flush(&self) {
+        let batch = std::mem::take(&mut *self.pending.lock());
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.append_logs(batch.clone()).await {
+            tracing::warn!(error = %e, "cannot write the request log; will retry");
+            let mut p = self.pending.lock();
+            let newer = std::mem::take(&mut *p);
+            *p = batch;
+            p.extend(newer);
+        }
+    }
+}

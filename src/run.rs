@@ -1,0 +1,87 @@
+//! Starting the server: configuration, state, the Pingora services, and the first-start key.
+
+use crate::config::Config;
+use crate::proxy::Proxy;
+use crate::server::{Flusher, Server};
+use crate::state::State;
+use pingora::server::configuration::{Opt, ServerConf};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use toolgate_filters::auth::Authenticate;
+use toolgate_filters::FilterChain;
+
+/// Runs toolgate until SIGTERM (graceful: in-flight requests finish) or SIGINT.
+pub fn run(config_path: &Path) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,pingora=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match Config::load(config_path) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            eprintln!("toolgate: bad configuration {}: {e}", config_path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let admin_key = std::env::var("TOOLGATE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
+    if let Some(k) = &admin_key {
+        if !k.starts_with(crate::secrets::KEY_PREFIX) || k.len() < 35 {
+            eprintln!("toolgate: TOOLGATE_ADMIN_KEY must start with `ag_` and have at least 32 characters after it");
+            return ExitCode::from(2);
+        }
+    }
+    let startup = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolgate: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let opened = startup.block_on(async {
+        let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
+        let server = Server::new(state.clone()).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((state, Arc::new(server), printed))
+    });
+    let (state, server, printed) = match opened {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("toolgate: cannot open storage: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    drop(startup);
+    if let Some(key) = printed {
+        eprintln!("toolgate: created the owner API key (shown once, store it now): {key}");
+    }
+    crate::metrics::init();
+
+    let auth = || Authenticate::new(state.clone());
+    let flusher = Flusher { server: server.clone(), period: std::time::Duration::from_millis(500) };
+    let proxy = Proxy {
+        server,
+        management: FilterChain::new().with(auth()),
+        gateway: FilterChain::new().with(auth()),
+        trusted_proxies: config.server.trusted_proxies.clone(),
+    };
+
+    let conf = ServerConf {
+        threads: config.server.threads,
+        grace_period_seconds: Some(config.server.grace_period.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(5),
+        ..ServerConf::default()
+    };
+    let mut pingora_server = pingora::server::Server::new_with_opt_and_conf(Opt::default(), conf);
+    pingora_server.bootstrap();
+    let mut service = pingora::proxy::http_proxy_service(&pingora_server.configuration, proxy);
+    service.add_tcp(&config.server.listen.to_string());
+    let mut prometheus = pingora_prometheus::prometheus_http_service();
+    prometheus.add_tcp(&config.server.metrics_listen.to_string());
+    pingora_server.add_service(service);
+    pingora_server.add_service(prometheus);
+    pingora_server.add_service(pingora::services::background::background_service("flusher", flusher));
+    tracing::info!(listen = %config.server.listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");
+    pingora_server.run_forever()
+}

@@ -1,0 +1,186 @@
+//! Everything a request handler can reach: state, app clients, MCP sessions, catalogues, the
+//! request log, and the streams that carry change notifications.
+
+use crate::api::gateways::GatewayMetrics;
+use crate::error::ApiError;
+use crate::mcp::apps::AppClients;
+use crate::mcp::catalogue::Catalogue;
+use crate::mcp::jsonrpc::{self, Response};
+use crate::mcp::sessions::Sessions;
+use crate::mcp::upstream::CallContext;
+use crate::model::Gateway;
+use crate::reqlog::RequestLog;
+use crate::state::State;
+use crate::store::{LogQuery, StoreError};
+use dashmap::DashMap;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+
+pub struct Server {
+    pub state: Arc<State>,
+    pub apps: AppClients,
+    pub sessions: Sessions,
+    pub reqlog: RequestLog,
+    catalogues: DashMap<String, Arc<Catalogue>>,
+    /// Gateway id -> sender of server-to-client messages for its open GET streams.
+    streams: DashMap<String, broadcast::Sender<Arc<Vec<u8>>>>,
+    /// (session id, JSON of a relayed server->client request id) -> (org, app).
+    relayed: DashMap<(String, String), (String, String)>,
+}
+
+impl Server {
+    pub async fn new(state: Arc<State>) -> Result<Server, StoreError> {
+        let sessions = Sessions::load(state.store.clone(), state.config.mcp.session_idle_timeout).await?;
+        Ok(Server {
+            apps: AppClients::new(state.clone()),
+            reqlog: RequestLog::new(state.store.clone()),
+            sessions,
+            state,
+            catalogues: DashMap::new(),
+            streams: DashMap::new(),
+            relayed: DashMap::new(),
+        })
+    }
+
+    /// The gateway's catalogue, cached for `cache_ttl` when `cache_enabled`.
+    pub async fn catalogue(&self, gw: &Gateway) -> Arc<Catalogue> {
+        let c = &gw.configuration;
+        if c.cache_enabled {
+            if let Some(cat) = self.catalogues.get(&gw.id) {
+                if cat.built.is_some_and(|b| b.elapsed() < Duration::from_secs(c.cache_ttl.into())) {
+                    return cat.clone();
+                }
+            }
+        }
+        let cat = Arc::new(Catalogue::build(&self.apps, gw).await);
+        if c.cache_enabled {
+            self.catalogues.insert(gw.id.clone(), cat.clone());
+        }
+        cat
+    }
+
+    /// Why each app of a gateway is missing from its catalogue, if it is.
+    pub fn catalogue_failures(&self, gateway_id: &str) -> Option<Arc<Catalogue>> {
+        self.catalogues.get(gateway_id).map(|c| c.clone())
+    }
+
+    pub fn subscribe(&self, gateway_id: &str) -> broadcast::Receiver<Arc<Vec<u8>>> {
+        self.streams.entry(gateway_id.to_string()).or_insert_with(|| broadcast::channel(64).0).subscribe()
+    }
+
+    fn notify_changed(&self, gateway_id: &str) {
+        self.catalogues.remove(gateway_id);
+        if let Some(tx) = self.streams.get(gateway_id) {
+            for method in [
+                "notifications/tools/list_changed",
+                "notifications/prompts/list_changed",
+                "notifications/resources/list_changed",
+            ] {
+                let _ = tx.send(Arc::new(jsonrpc::notification_bytes(method, None)));
+            }
+        }
+    }
+
+    /// A gateway's configuration, apps or allowed tools changed.
+    pub fn gateway_changed(&self, gateway_id: &str) {
+        self.notify_changed(gateway_id);
+    }
+
+    /// An organisation's connection to an app changed.
+    pub fn app_changed(&self, org_id: &str, app_id: &str) {
+        self.apps.invalidate(org_id, app_id);
+        let affected: Vec<String> = self
+            .state
+            .gateways
+            .iter()
+            .filter(|g| g.org_id == org_id && g.servers.iter().any(|s| s == app_id))
+            .map(|g| g.id.clone())
+            .collect();
+        for g in affected {
+            self.notify_changed(&g);
+        }
+    }
+
+    /// Remembers which app sent a server->client request, so the client's answer goes back to it.
+    pub fn remember_relayed(&self, session_id: &str, id: &Value, app_id: &str, org_id: &str) {
+        self.relayed.insert((session_id.to_string(), id.to_string()), (org_id.to_string(), app_id.to_string()));
+    }
+
+    /// A client answered a relayed server->client request (sampling, elicitation, roots).
+    pub async fn relay_client_response(&self, session_id: &str, _gw: &Gateway, r: Response) {
+        let Some((_, (org, app))) = self.relayed.remove(&(session_id.to_string(), r.id.to_string())) else {
+            tracing::debug!("response from client matches no relayed request; ignored");
+            return;
+        };
+        match self.apps.upstream(&org, &app) {
+            Ok(up) => {
+                if let Err(e) = up.respond(r, &CallContext::default()).await {
+                    tracing::warn!(app, error = %e, "cannot deliver the client's response upstream");
+                }
+            }
+            Err(e) => tracing::warn!(app, error = %e, "app gone before the client's response"),
+        }
+    }
+
+    /// Client notifications that concern the apps (cancellation, roots) go to every app of the
+    /// gateway that has an upstream session.
+    pub async fn forward_notification(&self, gw: &Gateway, method: &str, params: Option<Value>) {
+        for app in &gw.servers {
+            if let Ok(up) = self.apps.upstream(&gw.org_id, app) {
+                let _ = up.notify(method, params.clone(), &CallContext::default()).await;
+            }
+        }
+    }
+
+    /// Writes buffered activity (sessions, request log) to the store.
+    pub async fn flush(&self) {
+        self.reqlog.flush().await;
+        self.sessions.flush().await;
+    }
+
+    /// `metrics` of the gateway detail, from today's request log (UTC day).
+    pub async fn gateway_metrics_today(&self, g: &Gateway) -> Result<GatewayMetrics, ApiError> {
+        self.reqlog.flush().await;
+        let midnight = chrono::Utc::now().date_naive().and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis());
+        let (logs, _) = self
+            .state
+            .store
+            .query_logs(LogQuery {
+                org_id: g.org_id.clone(),
+                gateway_id: Some(g.id.clone()),
+                since_ms: midnight,
+                ..Default::default()
+            })
+            .await?;
+        let requests = logs.len() as u64;
+        let errors = logs.iter().filter(|l| l.status == "error").count() as u64;
+        let avg = if requests == 0 { 0 } else { logs.iter().map(|l| l.duration.max(0) as u64).sum::<u64>() / requests };
+        Ok(GatewayMetrics { requests_today: requests, errors_today: errors, avg_response_time: avg })
+    }
+}
+
+/// Runs [`Server::flush`] every `period` until the process stops; a Pingora background service.
+pub struct Flusher {
+    pub server: Arc<Server>,
+    pub period: Duration,
+}
+
+#[async_trait::async_trait]
+impl pingora::services::background::BackgroundService for Flusher {
+    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+        let mut tick = tokio::time::interval(self.period);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.server.flush().await,
+                _ = shutdown.changed() => break,
+            }
+        }
+        // Last writes before exit, then stop the apps' processes.
+        let started = Instant::now();
+        self.server.flush().await;
+        self.server.apps.shutdown().await;
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "flushed and stopped apps");
+    }
+}

@@ -1,0 +1,365 @@
+//! The server's state: every record in memory (sharded maps, lock-free reads), written through to
+//! the [`Store`] before a change is acknowledged. Hot-path reads (key by hash, gateway by id)
+//! never touch the store.
+
+use crate::config::{Config, StorageConfig};
+use crate::model::*;
+use crate::secrets::{self, Sealer};
+use crate::store::{EmbeddedStore, Kind, Store, StoreError};
+use chrono::Utc;
+use dashmap::DashMap;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::Arc;
+use toolgate_filters::auth::{AuthError, CredentialResolver};
+use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Seal(#[from] secrets::SealError),
+    #[error("storage backend `redis` is not available in this build yet")]
+    RedisUnsupported,
+}
+
+/// Id of the organisation, user and key made for `TOOLGATE_ADMIN_KEY` / the first start.
+pub const BOOTSTRAP_ORG: &str = "org_default";
+pub const BOOTSTRAP_USER: &str = "usr_owner";
+
+pub struct State {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn Store>,
+    pub sealer: Sealer,
+    pub orgs: DashMap<String, Arc<Organization>>,
+    pub users: DashMap<String, Arc<User>>,
+    pub keys: DashMap<String, Arc<ApiKey>>,
+    /// SHA-256 hex of a key -> key id.
+    key_by_hash: DashMap<String, String>,
+    pub gateways: DashMap<String, Arc<Gateway>>,
+    /// (org id, app id) -> connection.
+    pub connections: DashMap<(String, String), Arc<Connection>>,
+    /// Resolved callers by key id; cleared whenever a key, user or organisation changes.
+    principals: DashMap<String, Arc<Principal>>,
+    /// Serialises management writes so uniqueness checks and their write are atomic.
+    pub write_lock: tokio::sync::Mutex<()>,
+}
+
+fn decode<T: DeserializeOwned>(kind: Kind, id: &str, body: &str) -> Result<T, StoreError> {
+    serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
+        kind: kind.as_str(),
+        id: id.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+impl State {
+    /// Opens the store, loads every record and applies the YAML declarations and the bootstrap
+    /// key. Returns the state and, on a first start without `TOOLGATE_ADMIN_KEY`, the new owner
+    /// key to print once.
+    pub async fn open(
+        config: Arc<Config>,
+        admin_key: Option<String>,
+    ) -> Result<(Arc<State>, Option<String>), StartError> {
+        let (store, dir): (Arc<dyn Store>, _) = match &config.storage {
+            StorageConfig::Embedded { path } => (Arc::new(EmbeddedStore::open(path)?), path.clone()),
+            StorageConfig::Redis { .. } => return Err(StartError::RedisUnsupported),
+        };
+        let sealer = Sealer::load(&dir)?;
+        let state = State {
+            config,
+            store,
+            sealer,
+            orgs: DashMap::new(),
+            users: DashMap::new(),
+            keys: DashMap::new(),
+            key_by_hash: DashMap::new(),
+            gateways: DashMap::new(),
+            connections: DashMap::new(),
+            principals: DashMap::new(),
+            write_lock: tokio::sync::Mutex::new(()),
+        };
+        state.load().await?;
+        state.apply_declarations().await?;
+        let printed = state.bootstrap(admin_key).await?;
+        Ok((Arc::new(state), printed))
+    }
+
+    async fn load(&self) -> Result<(), StoreError> {
+        for (id, body) in self.store.load_all(Kind::Organization).await? {
+            self.orgs.insert(id.clone(), Arc::new(decode(Kind::Organization, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::User).await? {
+            self.users.insert(id.clone(), Arc::new(decode(Kind::User, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::ApiKey).await? {
+            let key: ApiKey = decode(Kind::ApiKey, &id, &body)?;
+            self.key_by_hash.insert(key.hash.clone(), id.clone());
+            self.keys.insert(id, Arc::new(key));
+        }
+        for (id, body) in self.store.load_all(Kind::Gateway).await? {
+            self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::Connection).await? {
+            let c: Connection = decode(Kind::Connection, &id, &body)?;
+            self.connections.insert((c.org_id.clone(), c.app_id.clone()), Arc::new(c));
+        }
+        Ok(())
+    }
+
+    async fn apply_declarations(&self) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let config = self.config.clone();
+        for o in &config.organizations {
+            let prev = self.orgs.get(&o.id).map(|r| r.value().clone());
+            let mut org = prev.as_deref().cloned().unwrap_or(Organization {
+                id: o.id.clone(),
+                name: o.name.clone(),
+                tier: o.tier.clone(),
+                created_at: now,
+                ip_whitelist: vec![],
+                enforce_ip_whitelist: false,
+                allowed_ips: vec![],
+                declared: true,
+            });
+            org.name = o.name.clone();
+            org.tier = o.tier.clone();
+            org.declared = true;
+            self.save_org(org).await?;
+        }
+        for u in &config.users {
+            let prev = self.users.get(&u.id).map(|r| r.value().clone());
+            let mut user = prev.as_deref().cloned().unwrap_or(User {
+                id: u.id.clone(),
+                org_id: u.organization.clone(),
+                email: u.email.clone(),
+                name: u.name.clone(),
+                role: u.role.as_str().to_string(),
+                created_at: now,
+                notification_preferences: Default::default(),
+                declared: true,
+            });
+            user.org_id = u.organization.clone();
+            user.email = u.email.clone();
+            user.role = u.role.as_str().to_string();
+            user.declared = true;
+            self.save_user(user).await?;
+        }
+        for k in &config.api_keys {
+            let org_id =
+                config.users.iter().find(|u| u.id == k.user).map(|u| u.organization.clone()).unwrap_or_default();
+            let prev = self.keys.get(&k.id).map(|r| r.value().clone());
+            let key = ApiKey {
+                id: k.id.clone(),
+                org_id,
+                user_id: k.user.clone(),
+                name: k.name.clone(),
+                hash: k.sha256.clone(),
+                scopes: k.scopes.clone(),
+                created_at: prev.as_ref().map_or(now, |p| p.created_at),
+                expires_at: k.expires_at,
+                revoked_at: prev.as_ref().and_then(|p| p.revoked_at),
+                bypass_ip_whitelist: k.bypass_ip_whitelist,
+                gateway_id: None,
+                service_account_id: None,
+                declared: true,
+            };
+            self.save_key(key).await?;
+        }
+        Ok(())
+    }
+
+    async fn bootstrap(&self, admin_key: Option<String>) -> Result<Option<String>, StoreError> {
+        let first_start = !self.orgs.contains_key(BOOTSTRAP_ORG);
+        if first_start {
+            let now = Utc::now();
+            self.save_org(Organization {
+                id: BOOTSTRAP_ORG.into(),
+                name: "Default".into(),
+                tier: self.config.limits.bootstrap_tier.clone(),
+                created_at: now,
+                ip_whitelist: vec![],
+                enforce_ip_whitelist: false,
+                allowed_ips: vec![],
+                declared: false,
+            })
+            .await?;
+            self.save_user(User {
+                id: BOOTSTRAP_USER.into(),
+                org_id: BOOTSTRAP_ORG.into(),
+                email: "owner@localhost".into(),
+                name: "Owner".into(),
+                role: "owner".into(),
+                created_at: now,
+                notification_preferences: Default::default(),
+                declared: false,
+            })
+            .await?;
+        }
+        let (plaintext, print) = match admin_key {
+            Some(k) => (k, false),
+            None if first_start => (secrets::new_api_key(), true),
+            None => return Ok(None),
+        };
+        let hash = secrets::hash_key(&plaintext);
+        if self.key_by_hash.contains_key(&hash) {
+            return Ok(None);
+        }
+        self.save_key(ApiKey {
+            id: secrets::new_id("key"),
+            org_id: BOOTSTRAP_ORG.into(),
+            user_id: BOOTSTRAP_USER.into(),
+            name: "owner (bootstrap)".into(),
+            hash,
+            scopes: vec!["*".into()],
+            created_at: Utc::now(),
+            expires_at: None,
+            revoked_at: None,
+            bypass_ip_whitelist: false,
+            gateway_id: None,
+            service_account_id: None,
+            declared: false,
+        })
+        .await?;
+        Ok(print.then_some(plaintext))
+    }
+
+    async fn put<T: Serialize>(&self, kind: Kind, id: &str, value: &T) -> Result<(), StoreError> {
+        let json = serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.store.put(kind, id, json).await
+    }
+
+    pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
+        self.put(Kind::Organization, &org.id, &org).await?;
+        let org = Arc::new(org);
+        self.orgs.insert(org.id.clone(), org.clone());
+        self.principals.clear();
+        Ok(org)
+    }
+
+    pub async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
+        self.put(Kind::User, &user.id, &user).await?;
+        let user = Arc::new(user);
+        self.users.insert(user.id.clone(), user.clone());
+        self.principals.clear();
+        Ok(user)
+    }
+
+    pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
+        self.put(Kind::ApiKey, &key.id, &key).await?;
+        let key = Arc::new(key);
+        self.key_by_hash.insert(key.hash.clone(), key.id.clone());
+        self.keys.insert(key.id.clone(), key.clone());
+        self.principals.remove(&key.id);
+        Ok(key)
+    }
+
+    pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
+        self.store.delete(Kind::ApiKey, id).await?;
+        if let Some((_, k)) = self.keys.remove(id) {
+            self.key_by_hash.remove(&k.hash);
+        }
+        self.principals.remove(id);
+        Ok(())
+    }
+
+    pub async fn save_gateway(&self, gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
+        self.put(Kind::Gateway, &gw.id, &gw).await?;
+        let gw = Arc::new(gw);
+        self.gateways.insert(gw.id.clone(), gw.clone());
+        Ok(gw)
+    }
+
+    pub async fn delete_gateway(&self, id: &str) -> Result<(), StoreError> {
+        self.store.delete(Kind::Gateway, id).await?;
+        self.gateways.remove(id);
+        Ok(())
+    }
+
+    pub async fn save_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
+        self.put(Kind::Connection, &c.id, &c).await?;
+        let c = Arc::new(c);
+        self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
+        Ok(c)
+    }
+
+    pub async fn delete_connection(&self, org_id: &str, app_id: &str) -> Result<bool, StoreError> {
+        let key = (org_id.to_string(), app_id.to_string());
+        let Some(c) = self.connections.get(&key).map(|c| c.value().clone()) else { return Ok(false) };
+        self.store.delete(Kind::Connection, &c.id).await?;
+        self.connections.remove(&key);
+        Ok(true)
+    }
+
+    /// A gateway visible to `org_id`; another organisation's gateway is "not found".
+    pub fn gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<Gateway>> {
+        self.gateways.get(id).map(|g| g.value().clone()).filter(|g| g.org_id == org_id)
+    }
+
+    /// The app status an organisation sees: `connected` when it has a live connection or the app
+    /// needs no credentials, else the declared status.
+    pub fn app_status(&self, org_id: &str, app: &crate::config::AppConfig) -> String {
+        if self.is_connected(org_id, &app.id) {
+            "connected".into()
+        } else {
+            app.status.clone()
+        }
+    }
+
+    pub fn is_connected(&self, org_id: &str, app_id: &str) -> bool {
+        let Some(app) = self.config.app(app_id) else { return false };
+        if !app.needs_credentials() {
+            return true;
+        }
+        self.connections.get(&(org_id.to_string(), app_id.to_string())).is_some_and(|c| c.status == "connected")
+    }
+
+    fn build_principal(&self, key: &ApiKey) -> Result<Principal, AuthError> {
+        let user = self.users.get(&key.user_id).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
+        let org = self.orgs.get(&key.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;
+        let role = Role::parse(&user.role).unwrap_or(Role::Viewer);
+        let own = ScopeSet::parse(key.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);
+        let credential = match (&key.gateway_id, &key.service_account_id) {
+            (Some(g), _) => CredentialKind::GatewayKey { gateway_id: g.clone() },
+            (None, Some(a)) => CredentialKind::ServiceAccount { account_id: a.clone() },
+            (None, None) => CredentialKind::ApiKey,
+        };
+        let multiplier = match credential {
+            CredentialKind::ServiceAccount { .. } => self.config.limits.service_account_multiplier,
+            _ => 1.0,
+        };
+        Ok(Principal {
+            key_id: key.id.clone(),
+            user_id: user.id.clone(),
+            org_id: org.id.clone(),
+            role,
+            credential,
+            scopes: own.intersect(role.allowed()),
+            tier: org.tier.clone(),
+            rate_limit_multiplier: multiplier,
+            bypass_ip_whitelist: key.bypass_ip_whitelist,
+            expires_at: key.expires_at.map(|t| t.timestamp()),
+        })
+    }
+}
+
+impl CredentialResolver for State {
+    fn resolve_key(&self, presented: &str) -> Result<Arc<Principal>, AuthError> {
+        let hash = secrets::hash_key(presented);
+        let key_id = self.key_by_hash.get(&hash).map(|r| r.value().clone()).ok_or(AuthError::Unknown)?;
+        let key = self.keys.get(&key_id).map(|k| k.value().clone()).ok_or(AuthError::Unknown)?;
+        if !secrets::hashes_equal(&key.hash, &hash) {
+            return Err(AuthError::Unknown);
+        }
+        if let Some(reason) = key.unusable(Utc::now()) {
+            return Err(reason);
+        }
+        if let Some(p) = self.principals.get(&key_id) {
+            return Ok(p.value().clone());
+        }
+        let p = Arc::new(self.build_principal(&key)?);
+        self.principals.insert(key_id, p.clone());
+        Ok(p)
+    }
+}

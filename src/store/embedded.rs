@@ -1,0 +1,167 @@
+//! The embedded backend: SQLite (bundled, so no system library) in `storage.path`.
+//!
+//! Why SQLite: one file, transactions, `synchronous=FULL` in WAL mode makes a committed write
+//! survive `kill -9` and power loss, and the request log gets real indexes for its filters.
+//! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
+
+use super::{Kind, LogQuery, LogRecord, Store, StoreError};
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct EmbeddedStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl EmbeddedStore {
+    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| backend(format!("{}: {e}", dir.display())))?;
+        let conn = Connection::open(dir.join("toolgate.sqlite3")).map_err(backend)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=FULL;
+             PRAGMA busy_timeout=5000;
+             CREATE TABLE IF NOT EXISTS records (
+                 kind TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL,
+                 PRIMARY KEY (kind, id)) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS logs (
+                 id TEXT PRIMARY KEY, ts_ms INTEGER NOT NULL, org_id TEXT NOT NULL,
+                 gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL,
+                 body TEXT NOT NULL);
+             CREATE INDEX IF NOT EXISTS logs_org_ts ON logs (org_id, ts_ms);
+             CREATE INDEX IF NOT EXISTS logs_gateway_ts ON logs (gateway_id, ts_ms);",
+        )
+        .map_err(backend)?;
+        Ok(EmbeddedStore { conn: Arc::new(Mutex::new(conn)) })
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || f(&mut conn.lock()))
+            .await
+            .map_err(|e| backend(format!("store task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn put(&self, kind: Kind, id: &str, json: String) -> Result<(), StoreError> {
+        let id = id.to_string();
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO records (kind, id, body) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
+                params![kind.as_str(), id, json],
+            )
+            .map(|_| ())
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.with(move |c| {
+            c.execute("DELETE FROM records WHERE kind = ?1 AND id = ?2", params![kind.as_str(), id])
+                .map(|n| n > 0)
+                .map_err(backend)
+        })
+        .await
+    }
+
+    async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError> {
+        self.with(move |c| {
+            let mut stmt = c.prepare("SELECT id, body FROM records WHERE kind = ?1").map_err(backend)?;
+            let rows = stmt.query_map(params![kind.as_str()], |r| Ok((r.get(0)?, r.get(1)?))).map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    async fn append_logs(&self, entries: Vec<LogRecord>) -> Result<(), StoreError> {
+        self.with(move |c| {
+            let tx = c.transaction().map_err(backend)?;
+            {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO logs (id, ts_ms, org_id, gateway_id, app, status, body)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .map_err(backend)?;
+                for e in &entries {
+                    let body = serde_json::to_string(e).map_err(backend)?;
+                    stmt.execute(params![e.id, e.ts_ms, e.org_id, e.gateway_id, e.app, e.status, body])
+                        .map_err(backend)?;
+                }
+            }
+            tx.commit().map_err(backend)
+        })
+        .await
+    }
+
+    async fn query_logs(&self, q: LogQuery) -> Result<(Vec<LogRecord>, u64), StoreError> {
+        self.with(move |c| {
+            let mut sql = String::from(" FROM logs WHERE org_id = ?1");
+            let mut args: Vec<rusqlite::types::Value> = vec![q.org_id.clone().into()];
+            let mut push = |clause: &str, v: rusqlite::types::Value| {
+                args.push(v);
+                sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+            };
+            if let Some(g) = &q.gateway_id {
+                push("gateway_id =", g.clone().into());
+            }
+            if let Some(a) = &q.app {
+                push("app =", a.clone().into());
+            }
+            if let Some(s) = &q.status {
+                push("status =", s.clone().into());
+            }
+            if let Some(t) = q.since_ms {
+                push("ts_ms >=", t.into());
+            }
+            if let Some(t) = q.until_ms {
+                push("ts_ms <=", t.into());
+            }
+            let total: i64 = c
+                .query_row(&format!("SELECT COUNT(*){sql}"), rusqlite::params_from_iter(args.iter()), |r| r.get(0))
+                .optional()
+                .map_err(backend)?
+                .unwrap_or(0);
+            let mut select = format!("SELECT id, body{sql} ORDER BY ts_ms DESC, id DESC");
+            if let Some(limit) = q.limit {
+                select.push_str(&format!(" LIMIT {limit} OFFSET {}", q.offset));
+            }
+            let mut stmt = c.prepare(&select).map_err(backend)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                })
+                .map_err(backend)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, body) = row.map_err(backend)?;
+                let rec = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
+                    kind: "log",
+                    id,
+                    reason: e.to_string(),
+                })?;
+                out.push(rec);
+            }
+            Ok((out, total as u64))
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.with(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(backend)).await
+    }
+}

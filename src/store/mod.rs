@@ -1,0 +1,93 @@
+//! Persistence. The [`Store`] trait is a small document store (records of a [`Kind`] by id, as
+//! JSON) plus the append-only request log, so that a Redis backend implements the same few
+//! operations. Hot-path reads never reach the store: [`crate::state`] keeps every record in memory
+//! and writes through to the store before it answers 2xx.
+
+mod embedded;
+
+pub use embedded::EmbeddedStore;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storage backend error: {0}")]
+    Backend(String),
+    #[error("stored record {kind}/{id} is corrupt: {reason}")]
+    Corrupt { kind: &'static str, id: String, reason: String },
+}
+
+/// The record families the store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Organization,
+    User,
+    ApiKey,
+    Gateway,
+    Connection,
+    Session,
+    Meta,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Organization => "organization",
+            Kind::User => "user",
+            Kind::ApiKey => "api_key",
+            Kind::Gateway => "gateway",
+            Kind::Connection => "connection",
+            Kind::Session => "session",
+            Kind::Meta => "meta",
+        }
+    }
+}
+
+/// One `tools/call` (or other upstream call) as the request log keeps it (spec "Log entry").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LogRecord {
+    pub id: String,
+    /// Milliseconds since the Unix epoch.
+    pub ts_ms: i64,
+    pub org_id: String,
+    pub gateway_id: String,
+    pub app: String,
+    pub function: String,
+    /// Milliseconds.
+    pub duration: i64,
+    /// `success` or `error`.
+    pub status: String,
+    pub request: serde_json::Value,
+    pub response: serde_json::Value,
+}
+
+/// A request-log query; every filter is optional.
+#[derive(Debug, Clone, Default)]
+pub struct LogQuery {
+    pub org_id: String,
+    pub gateway_id: Option<String>,
+    pub app: Option<String>,
+    pub status: Option<String>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// Page size and offset; `None` returns every match (for aggregation).
+    pub limit: Option<u32>,
+    pub offset: u32,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Inserts or replaces a record durably: once this returns `Ok`, the record survives a crash.
+    async fn put(&self, kind: Kind, id: &str, json: String) -> Result<(), StoreError>;
+    /// Removes a record; `Ok(false)` when there was none.
+    async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError>;
+    /// Every record of a kind, for loading the in-memory state at start.
+    async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError>;
+    /// Appends request-log entries (batched by the caller).
+    async fn append_logs(&self, entries: Vec<LogRecord>) -> Result<(), StoreError>;
+    /// Log entries matching `q`, newest first, and the total number of matches.
+    async fn query_logs(&self, q: LogQuery) -> Result<(Vec<LogRecord>, u64), StoreError>;
+    /// Readiness: the backend answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+}

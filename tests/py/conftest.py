@@ -1,0 +1,56 @@
+"""Fixtures for Python tests of toolgate (official MCP SDK clients and the like).
+
+`toolgate` gives a running server on OS-chosen ports (see toolgate_harness.py);
+`node_dir` and `python_peer` locate the peers installed by tests/run.sh. A missing peer
+fails the test with a message saying how to install it: nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from toolgate_harness import ROOT, ToolgateServer  # noqa: E402
+
+
+@pytest.fixture
+def toolgate():
+    """A fresh toolgate with the base config (embedded store, builtin `time` app)."""
+    with ToolgateServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def toolgate_factory():
+    """Start servers with extra YAML: `toolgate_factory(extra_yaml="...")`."""
+    started = []
+
+    def make(extra_yaml: str = "", full_config: str | None = None) -> ToolgateServer:
+        srv = ToolgateServer(extra_yaml=extra_yaml, full_config=full_config)
+        started.append(srv)
+        return srv.__enter__()
+
+    yield make
+    for srv in started:
+        srv.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def node_dir() -> Path:
+    """tests/node with Node 22 and the MCP peers installed (npm ci)."""
+    path = Path(os.environ.get("TOOLGATE_TEST_NODE_DIR", ROOT / "tests" / "node"))
+    node = path / "node_modules" / ".bin" / "node"
+    if not node.exists():
+        pytest.fail(f"Node peers missing ({node}): run tests/run.sh or `npm ci` in {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def python_peer() -> Path:
+    """The venv python that has mcp-server-time and the MCP SDK."""
+    return Path(os.environ.get("TOOLGATE_TEST_PYTHON", sys.executable))

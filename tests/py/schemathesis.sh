@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Property-based check of the management API against its own OpenAPI document.
+#
+# Starts the release binary on OS-chosen ports with a throwaway config and data dir, reads
+# the ports back (toolgate_harness.py), runs schemathesis on /v1/openapi.json with the admin
+# key, and stops the server. Called by tests/run.sh; runs alone too once run.sh has set up
+# tests/py/.venv and built target/release/toolgate.
+#
+# Knobs (environment):
+#   SCHEMATHESIS_MAX_EXAMPLES   test cases per operation (default 20)
+#   SCHEMATHESIS_CHECKS         default: not_a_server_error,response_schema_conformance
+#   SCHEMATHESIS_SEED           default 1 (reproducible); set "random" for a new seed each run
+#   SCHEMATHESIS_TIMEOUT        hard limit for the whole run in seconds (default 240)
+#   SCHEMATHESIS_EXTRA_YAML     appended to the server config (e.g. generous tiers)
+#   TOOLGATE_BIN                binary (default <target>/release/toolgate)
+# Reports (JUnit, and the failures reproduced as pytest) land in
+# <target>/schemathesis/, the server's logs beside them.
+set -euo pipefail
+
+PY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$PY_DIR/../.." && pwd)"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+BIN="${TOOLGATE_BIN:-$TARGET_DIR/release/toolgate}"
+PY="${TOOLGATE_TEST_PYTHON:-$PY_DIR/.venv/bin/python}"
+ST="$(dirname "$PY")/schemathesis"
+REPORT_DIR="$TARGET_DIR/schemathesis"
+
+for f in "$BIN" "$PY" "$ST"; do
+    if [ ! -x "$f" ]; then
+        echo "schemathesis.sh: missing $f (run tests/run.sh first)" >&2
+        exit 1
+    fi
+done
+
+WORK="$(mktemp -d -t toolgate-schemathesis.XXXXXX)"
+mkdir -p "$WORK/data" "$REPORT_DIR"
+KEY="$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import toolgate_harness as h; print(h.random_key())' "$PY_DIR")"
+
+cat >"$WORK/toolgate.yaml" <<EOF
+environment: development
+server:
+  listen: 127.0.0.1:0
+  metrics_listen: 127.0.0.1:0
+  public_url: http://localhost:8080
+  trusted_proxies: []
+storage:
+  backend: embedded
+  path: $WORK/data
+apps:
+  - id: time
+    name: Time
+    description: Current time in any time zone
+    category: utilities
+    builtin: time
+${SCHEMATHESIS_EXTRA_YAML:-}
+EOF
+
+SERVER_PID=
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    cp "$WORK"/*.log "$REPORT_DIR/" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+TOOLGATE_ADMIN_KEY="$KEY" RUST_LOG="${RUST_LOG:-info}" \
+    "$BIN" --config "$WORK/toolgate.yaml" >"$WORK/server-stdout.log" 2>"$WORK/server-stderr.log" </dev/null &
+SERVER_PID=$!
+
+if ! ports="$("$PY" "$PY_DIR/toolgate_harness.py" ports "$SERVER_PID")"; then
+    echo "schemathesis.sh: toolgate did not come up; its stderr:" >&2
+    tail -n 50 "$WORK/server-stderr.log" >&2 || true
+    exit 1
+fi
+read -r MAIN_PORT METRICS_PORT <<<"$ports"
+echo "toolgate pid $SERVER_PID: main port $MAIN_PORT, metrics port $METRICS_PORT"
+
+seed_args=(--seed "${SCHEMATHESIS_SEED:-1}")
+[ "${SCHEMATHESIS_SEED:-}" = random ] && seed_args=()
+
+rc=0
+timeout --signal=INT --kill-after=15 "${SCHEMATHESIS_TIMEOUT:-240}" \
+    "$ST" run "http://127.0.0.1:$MAIN_PORT/v1/openapi.json" \
+    --origin "http://127.0.0.1:$MAIN_PORT" \
+    --header "Authorization: Bearer $KEY" \
+    --checks "${SCHEMATHESIS_CHECKS:-not_a_server_error,response_schema_conformance}" \
+    --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-20}" \
+    "${seed_args[@]}" \
+    --workers 2 \
+    --request-timeout 10 \
+    --wait-for-schema 10 \
+    --generation-database none \
+    --no-color \
+    --report junit,pytest \
+    --report-dir "$REPORT_DIR" \
+    || rc=$?
+
+if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    echo "schemathesis.sh: toolgate died during the run; its stderr:" >&2
+    tail -n 50 "$WORK/server-stderr.log" >&2 || true
+    rc=1
+fi
+[ $rc -eq 124 ] && echo "schemathesis.sh: timed out after ${SCHEMATHESIS_TIMEOUT:-240}s" >&2
+exit $rc

