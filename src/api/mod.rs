@@ -6,6 +6,7 @@ pub mod auth;
 pub mod gateways;
 pub mod keys;
 pub mod openapi;
+pub mod sessions;
 pub mod user;
 
 use crate::error::ApiError;
@@ -28,6 +29,8 @@ pub enum Endpoint {
     AppConnect,
     AppConnection,
     AppTest,
+    Sessions,
+    Session,
     User,
     ApiKeys,
     ApiKey,
@@ -44,6 +47,8 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/apps/{id}/connect", Endpoint::AppConnect),
     ("/apps/{id}/connection", Endpoint::AppConnection),
     ("/apps/{id}/test", Endpoint::AppTest),
+    ("/sessions", Endpoint::Sessions),
+    ("/sessions/{id}", Endpoint::Session),
     ("/user", Endpoint::User),
     ("/api-keys", Endpoint::ApiKeys),
     ("/api-keys/{id}", Endpoint::ApiKey),
@@ -73,6 +78,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::AppConnect, "POST") | (E::AppConnection, "DELETE") | (E::AppTest, "POST") => {
             Scope(crate::api::Scope::AppsWrite)
         }
+        (E::Sessions, "GET") | (E::Session, "GET") | (E::Session, "DELETE") => Scope(crate::api::Scope::SessionsManage),
         (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
         (E::ApiKeys, "POST") | (E::ApiKey, "DELETE") => Scope(crate::api::Scope::Admin),
         (E::OpenApi, "GET") => Public,
@@ -242,6 +248,9 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::AppConnect, "POST") => apps::connect(&call).await,
         (E::AppConnection, "DELETE") => apps::disconnect(&call).await,
         (E::AppTest, "POST") => apps::test(&call).await,
+        (E::Sessions, "GET") => sessions::list(&call).await,
+        (E::Session, "GET") => sessions::get(&call).await,
+        (E::Session, "DELETE") => sessions::delete(&call).await,
         (E::User, "GET") => user::get(&call).await,
         (E::User, "PATCH") => user::update(&call).await,
         (E::ApiKeys, "POST") => keys::create(&call).await,

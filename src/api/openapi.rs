@@ -77,6 +77,7 @@ impl Modify for Security {
     paths(
         super::gateways::list, super::gateways::get, super::gateways::create, super::gateways::update, super::gateways::delete,
         super::apps::list, super::apps::get, super::apps::connect, super::apps::disconnect, super::apps::test,
+        super::sessions::list, super::sessions::get, super::sessions::delete,
         super::user::get, super::user::update,
         super::keys::create, super::keys::revoke,
         super::auth::verify,
