@@ -27,6 +27,8 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("{message}")]
     Rejected { status: u16, code: &'static str, message: String, retry_after: Option<u64> },
+    #[error("{message}")]
+    MfaRequired { challenge_id: String, message: String },
     #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
@@ -42,7 +44,7 @@ impl ApiError {
         match self {
             ApiError::Validation { .. } => 400,
             ApiError::Unauthorized(_) => 401,
-            ApiError::InsufficientScope(_) | ApiError::Forbidden(_) => 403,
+            ApiError::InsufficientScope(_) | ApiError::Forbidden(_) | ApiError::MfaRequired { .. } => 403,
             ApiError::NotFound(_) | ApiError::NoRoute(_) => 404,
             ApiError::MethodNotAllowed(_) => 405,
             ApiError::Conflict(_) => 409,
@@ -64,6 +66,7 @@ impl ApiError {
             ApiError::Conflict(_) => "CONFLICT",
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             ApiError::Rejected { code, .. } => code,
+            ApiError::MfaRequired { .. } => "MFA_REQUIRED",
             ApiError::Unavailable(_) => "UNAVAILABLE",
             ApiError::Internal(_) => "INTERNAL_ERROR",
         }
@@ -78,6 +81,9 @@ impl ApiError {
             }
             ApiError::Rejected { retry_after: Some(r), .. } => {
                 obj["retry_after"] = json!(r);
+            }
+            ApiError::MfaRequired { challenge_id, .. } => {
+                obj["challenge_id"] = json!(challenge_id);
             }
             _ => {}
         }

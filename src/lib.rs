@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod mcp;
 pub mod metrics;
+pub mod mfa;
 pub mod model;
 pub mod proxy;
 pub mod reqlog;

@@ -22,9 +22,70 @@ pub struct Organization {
     /// Enterprise `allowed_ips`.
     #[serde(default)]
     pub allowed_ips: Vec<String>,
+    /// Entries of `POST /account/whitelist`: allowed addresses with a rate-limit multiplier.
+    #[serde(default)]
+    pub whitelist: Vec<WhitelistEntry>,
     /// Declared in YAML (re-applied at every start).
     #[serde(default)]
     pub declared: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WhitelistEntry {
+    pub id: String,
+    pub ip: String,
+    pub rate_limit_multiplier: f64,
+    #[serde(default)]
+    pub description: String,
+    pub created_at: Timestamp,
+}
+
+impl Organization {
+    /// The organisation's IP policy in the filter's terms.
+    pub fn ip_policy_config(&self) -> toolgate_filters::ip_allowlist::IpPolicyConfig {
+        use toolgate_filters::ip_allowlist::{IpEntryConfig, IpPolicyConfig};
+        IpPolicyConfig {
+            ip_whitelist: self.ip_whitelist.clone(),
+            enforce_ip_whitelist: self.enforce_ip_whitelist,
+            allowed_ips: self.allowed_ips.clone(),
+            whitelist: self
+                .whitelist
+                .iter()
+                .map(|e| IpEntryConfig {
+                    ip: e.ip.clone(),
+                    rate_limit_multiplier: e.rate_limit_multiplier,
+                    description: Some(e.description.clone()),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A service account: a non-human owner of keys, with its own scopes and rate-limit multiplier.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceAccount {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub description: String,
+    pub scopes: Vec<String>,
+    pub rate_limit_multiplier: f64,
+    /// The user who made it; its keys act within that user's role.
+    pub created_by: String,
+    pub created_at: Timestamp,
+}
+
+/// What `GET /api-keys/{id}/usage` reports; kept in memory, written in the background.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct KeyUsage {
+    pub last_used: Option<Timestamp>,
+    pub last_ip: Option<String>,
+    /// `YYYY-MM-DD` of `requests_today`.
+    pub day: String,
+    pub requests_today: u64,
+    /// `YYYY-MM` of `requests_this_month`.
+    pub month: String,
+    pub requests_this_month: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -237,7 +237,11 @@ impl Proxy {
             RouteClass::Gateway => &self.gateway,
             _ => &self.management,
         };
-        chain.run(&view, &mut ctx.filters).map_err(ApiError::from)
+        chain.run(&view, &mut ctx.filters).map_err(ApiError::from)?;
+        if let Some(p) = &ctx.filters.principal {
+            self.server.state.record_usage(&p.key_id, ctx.client_ip);
+        }
+        Ok(())
     }
 }
 

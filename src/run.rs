@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolgate_filters::auth::Authenticate;
+use toolgate_filters::ip_allowlist::IpAllowlist;
+use toolgate_filters::rate_limit::{LocalRateLimiter, RateLimit};
 use toolgate_filters::FilterChain;
 
 /// Runs toolgate until SIGTERM (graceful: in-flight requests finish) or SIGINT.
@@ -42,7 +44,8 @@ pub fn run(config_path: &Path) -> ExitCode {
     };
     let opened = startup.block_on(async {
         let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
-        let server = Server::new(state.clone()).await.map_err(|e| e.to_string())?;
+        let limiter = RateLimit::new(config.rate_limit_policy.clone(), Arc::new(LocalRateLimiter::new()));
+        let server = Server::new(state.clone(), limiter).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((state, Arc::new(server), printed))
     });
     let (state, server, printed) = match opened {
@@ -58,12 +61,18 @@ pub fn run(config_path: &Path) -> ExitCode {
     }
     crate::metrics::init();
 
-    let auth = || Authenticate::new(state.clone());
+    // The order is pinned (and tested): IP allowlist -> authentication -> rate limit.
+    let chain = || {
+        FilterChain::new()
+            .with(IpAllowlist::new(state.clone(), state.clone()))
+            .with(Authenticate::new(state.clone()))
+            .with(server.limiter.clone())
+    };
     let flusher = Flusher { server: server.clone(), period: std::time::Duration::from_millis(500) };
     let proxy = Proxy {
-        server,
-        management: FilterChain::new().with(auth()),
-        gateway: FilterChain::new().with(auth()),
+        server: server.clone(),
+        management: chain(),
+        gateway: chain(),
         trusted_proxies: config.server.trusted_proxies.clone(),
     };
 

@@ -8,6 +8,7 @@ use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, Response};
 use crate::mcp::sessions::Sessions;
 use crate::mcp::upstream::CallContext;
+use crate::mfa::Mfa;
 use crate::model::Gateway;
 use crate::reqlog::RequestLog;
 use crate::state::State;
@@ -17,12 +18,16 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
+use toolgate_filters::rate_limit::RateLimit;
 
 pub struct Server {
     pub state: Arc<State>,
     pub apps: AppClients,
     pub sessions: Sessions,
     pub reqlog: RequestLog,
+    pub mfa: Mfa,
+    /// A handle on the rate-limit filter, for `/rate-limit` and extra charges.
+    pub limiter: RateLimit,
     catalogues: DashMap<String, Arc<Catalogue>>,
     /// Gateway id -> sender of server-to-client messages for its open GET streams.
     streams: DashMap<String, broadcast::Sender<Arc<Vec<u8>>>>,
@@ -31,11 +36,13 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn new(state: Arc<State>) -> Result<Server, StoreError> {
+    pub async fn new(state: Arc<State>, limiter: RateLimit) -> Result<Server, StoreError> {
         let sessions = Sessions::load(state.store.clone(), state.config.mcp.session_idle_timeout).await?;
         Ok(Server {
             apps: AppClients::new(state.clone()),
             reqlog: RequestLog::new(state.store.clone()),
+            mfa: Mfa::load(state.store.clone()).await?,
+            limiter,
             sessions,
             state,
             catalogues: DashMap::new(),
@@ -138,6 +145,7 @@ impl Server {
     pub async fn flush(&self) {
         self.reqlog.flush().await;
         self.sessions.flush().await;
+        self.state.flush_usage().await;
     }
 
     /// `metrics` of the gateway detail, from today's request log (UTC day).
@@ -171,10 +179,16 @@ pub struct Flusher {
 impl pingora::services::background::BackgroundService for Flusher {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         let mut tick = tokio::time::interval(self.period);
+        let mut last_sweep = Instant::now();
         loop {
             tokio::select! {
                 _ = tick.tick() => self.server.flush().await,
                 _ = shutdown.changed() => break,
+            }
+            // Idle rate-limit buckets are dropped so memory follows active callers only.
+            if last_sweep.elapsed() >= Duration::from_secs(60) {
+                self.server.limiter.sweep();
+                last_sweep = Instant::now();
             }
         }
         // Last writes before exit, then stop the apps' processes.

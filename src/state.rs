@@ -7,7 +7,8 @@ use crate::model::*;
 use crate::secrets::{self, Sealer};
 use crate::store::{EmbeddedStore, Kind, Store, StoreError};
 use chrono::Utc;
-use dashmap::DashMap;
+use dashmap::{DashMap, DashSet};
+use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
@@ -42,6 +43,11 @@ pub struct State {
     pub connections: DashMap<(String, String), Arc<Connection>>,
     /// Resolved callers by key id; cleared whenever a key, user or organisation changes.
     principals: DashMap<String, Arc<Principal>>,
+    /// Each organisation's IP policy, rebuilt when the organisation is saved.
+    ip_policies: DashMap<String, Arc<IpPolicy>>,
+    pub service_accounts: DashMap<String, Arc<ServiceAccount>>,
+    usage: DashMap<String, KeyUsage>,
+    usage_dirty: DashSet<String>,
     /// Serialises management writes so uniqueness checks and their write are atomic.
     pub write_lock: tokio::sync::Mutex<()>,
 }
@@ -78,6 +84,10 @@ impl State {
             gateways: DashMap::new(),
             connections: DashMap::new(),
             principals: DashMap::new(),
+            ip_policies: DashMap::new(),
+            service_accounts: DashMap::new(),
+            usage: DashMap::new(),
+            usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
         };
         state.load().await?;
@@ -88,7 +98,15 @@ impl State {
 
     async fn load(&self) -> Result<(), StoreError> {
         for (id, body) in self.store.load_all(Kind::Organization).await? {
-            self.orgs.insert(id.clone(), Arc::new(decode(Kind::Organization, &id, &body)?));
+            let org: Organization = decode(Kind::Organization, &id, &body)?;
+            self.set_ip_policy(&org);
+            self.orgs.insert(id, Arc::new(org));
+        }
+        for (id, body) in self.store.load_all(Kind::ServiceAccount).await? {
+            self.service_accounts.insert(id.clone(), Arc::new(decode(Kind::ServiceAccount, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::KeyUsage).await? {
+            self.usage.insert(id.clone(), decode(Kind::KeyUsage, &id, &body)?);
         }
         for (id, body) in self.store.load_all(Kind::User).await? {
             self.users.insert(id.clone(), Arc::new(decode(Kind::User, &id, &body)?));
@@ -121,6 +139,7 @@ impl State {
                 ip_whitelist: vec![],
                 enforce_ip_whitelist: false,
                 allowed_ips: vec![],
+                whitelist: vec![],
                 declared: true,
             });
             org.name = o.name.clone();
@@ -182,6 +201,7 @@ impl State {
                 ip_whitelist: vec![],
                 enforce_ip_whitelist: false,
                 allowed_ips: vec![],
+                whitelist: vec![],
                 declared: false,
             })
             .await?;
@@ -230,8 +250,23 @@ impl State {
         self.store.put(kind, id, json).await
     }
 
+    fn set_ip_policy(&self, org: &Organization) {
+        match IpPolicy::try_from(&org.ip_policy_config()) {
+            Ok(p) => {
+                self.ip_policies.insert(org.id.clone(), Arc::new(p));
+            }
+            // Validated before saving; a stored policy that no longer parses fails closed.
+            Err(e) => {
+                tracing::error!(org = org.id, error = %e, "stored IP policy is invalid; refusing all addresses");
+                let closed = IpPolicy::new(true, [], []).expect("an empty policy is valid");
+                self.ip_policies.insert(org.id.clone(), Arc::new(closed));
+            }
+        }
+    }
+
     pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
         self.put(Kind::Organization, &org.id, &org).await?;
+        self.set_ip_policy(&org);
         let org = Arc::new(org);
         self.orgs.insert(org.id.clone(), org.clone());
         self.principals.clear();
@@ -253,6 +288,62 @@ impl State {
         self.keys.insert(key.id.clone(), key.clone());
         self.principals.remove(&key.id);
         Ok(key)
+    }
+
+    pub async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
+        self.put(Kind::ServiceAccount, &a.id, &a).await?;
+        let a = Arc::new(a);
+        self.service_accounts.insert(a.id.clone(), a.clone());
+        self.principals.clear();
+        Ok(a)
+    }
+
+    /// Counts one authenticated request of a key (no store write; see [`State::flush_usage`]).
+    pub fn record_usage(&self, key_id: &str, ip: std::net::IpAddr) {
+        let now = Utc::now();
+        let day = now.format("%Y-%m-%d").to_string();
+        let month = now.format("%Y-%m").to_string();
+        let mut u = self.usage.entry(key_id.to_string()).or_default();
+        if u.day != day {
+            u.day = day;
+            u.requests_today = 0;
+        }
+        if u.month != month {
+            u.month = month;
+            u.requests_this_month = 0;
+        }
+        u.requests_today += 1;
+        u.requests_this_month += 1;
+        u.last_used = Some(now);
+        u.last_ip = Some(ip.to_string());
+        drop(u);
+        self.usage_dirty.insert(key_id.to_string());
+    }
+
+    pub fn usage_of(&self, key_id: &str) -> KeyUsage {
+        let mut u = self.usage.get(key_id).map(|u| u.clone()).unwrap_or_default();
+        let now = Utc::now();
+        if u.day != now.format("%Y-%m-%d").to_string() {
+            u.requests_today = 0;
+        }
+        if u.month != now.format("%Y-%m").to_string() {
+            u.requests_this_month = 0;
+        }
+        u
+    }
+
+    /// Writes usage counters changed since the last flush.
+    pub async fn flush_usage(&self) {
+        let ids: Vec<String> = self.usage_dirty.iter().map(|k| k.clone()).collect();
+        for id in ids {
+            self.usage_dirty.remove(&id);
+            let Some(u) = self.usage.get(&id).map(|u| u.clone()) else { continue };
+            if let Err(e) = self.put(Kind::KeyUsage, &id, &u).await {
+                tracing::warn!(error = %e, "cannot persist key usage; will retry");
+                self.usage_dirty.insert(id);
+                return;
+            }
+        }
     }
 
     pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
@@ -318,17 +409,20 @@ impl State {
     fn build_principal(&self, key: &ApiKey) -> Result<Principal, AuthError> {
         let user = self.users.get(&key.user_id).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
         let org = self.orgs.get(&key.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;
+        // A service account's keys belong to its creator, so they act within that user's role.
         let role = Role::parse(&user.role).unwrap_or(Role::Viewer);
+        let mut account_multiplier = None;
+        if let Some(a) = &key.service_account_id {
+            let a = self.service_accounts.get(a).map(|a| a.value().clone()).ok_or(AuthError::Revoked)?;
+            account_multiplier = Some(a.rate_limit_multiplier);
+        }
         let own = ScopeSet::parse(key.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);
         let credential = match (&key.gateway_id, &key.service_account_id) {
             (Some(g), _) => CredentialKind::GatewayKey { gateway_id: g.clone() },
             (None, Some(a)) => CredentialKind::ServiceAccount { account_id: a.clone() },
             (None, None) => CredentialKind::ApiKey,
         };
-        let multiplier = match credential {
-            CredentialKind::ServiceAccount { .. } => self.config.limits.service_account_multiplier,
-            _ => 1.0,
-        };
+        let multiplier = account_multiplier.unwrap_or(1.0);
         Ok(Principal {
             key_id: key.id.clone(),
             user_id: user.id.clone(),
@@ -361,5 +455,11 @@ impl CredentialResolver for State {
         let p = Arc::new(self.build_principal(&key)?);
         self.principals.insert(key_id, p.clone());
         Ok(p)
+    }
+}
+
+impl IpPolicySource for State {
+    fn policy(&self, org_id: &str) -> Option<Arc<IpPolicy>> {
+        self.ip_policies.get(org_id).map(|p| p.value().clone())
     }
 }

@@ -8,7 +8,7 @@ use common::{declared_key, listening_ports, sha256_hex, TestServer};
 #[test]
 fn starts_and_finds_both_listeners() {
     let srv = TestServer::start("");
-    assert_ne!(srv.port(), srv.metrics_port());
+    assert_ne!(srv.main_addr(), srv.metrics_addr());
 
     let health = srv.client().get(srv.url("/healthz")).send().expect("GET /healthz");
     assert_eq!(health.status().as_u16(), 200);

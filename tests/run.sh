@@ -13,7 +13,7 @@
 #   3. tests/py/.venv   pip: schemathesis, the MCP Python SDK, mcp-server-time, pytest; exact
 #                       versions in requirements.txt, reinstalled only when that file changes
 #   4. cargo build --release --workspace
-#   5. cargo test --release --workspace       (integration tests start the real binary)
+#   5. cargo test --release --workspace --no-fail-fast  (integration tests start the real binary)
 #   6. tests/py/schemathesis.sh               (/v1/openapi.json against the running server)
 #   7. pytest tests/py                        (official MCP Python SDK against the gateway)
 #
@@ -164,7 +164,7 @@ run_pytest() {
     return $rc
 }
 
-run_step cargo-test cargo test --release --workspace
+run_step cargo-test cargo test --release --workspace --no-fail-fast
 run_step schemathesis "$PY_DIR/schemathesis.sh"
 run_step pytest run_pytest
 

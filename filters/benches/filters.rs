@@ -12,8 +12,8 @@ use toolgate_filters::auth::{AuthError, Authenticate, CredentialResolver};
 use toolgate_filters::ip_allowlist::{parse_net, IpEntry, IpPolicy, IpPolicySource};
 use toolgate_filters::rate_limit::{ManualClock, RateLimitConfig, TierLimits};
 use toolgate_filters::{
-    CredentialKind, FilterChain, FilterContext, IpAllowlist, LocalRateLimiter, Principal,
-    RateLimit, RateLimitPolicy, RequestFilter, RequestView, Role, RouteClass, ScopeSet,
+    CredentialKind, FilterChain, FilterContext, IpAllowlist, LocalRateLimiter, Principal, RateLimit, RateLimitPolicy,
+    RequestFilter, RequestView, Role, RouteClass, ScopeSet,
 };
 
 struct Keys(HashMap<String, Arc<Principal>>);
@@ -50,19 +50,12 @@ fn principal() -> Arc<Principal> {
 }
 
 fn filters() -> (IpAllowlist, Authenticate, RateLimit) {
-    let resolver: Arc<dyn CredentialResolver> =
-        Arc::new(Keys(HashMap::from([(KEY.to_string(), principal())])));
+    let resolver: Arc<dyn CredentialResolver> = Arc::new(Keys(HashMap::from([(KEY.to_string(), principal())])));
     // A realistic allowlist: a dozen networks and two multiplier entries.
     let networks = (0..12).map(|i| parse_net(&format!("10.{i}.0.0/16")).unwrap());
     let entries = [
-        IpEntry {
-            network: parse_net("10.3.0.0/24").unwrap(),
-            rate_limit_multiplier: 2.0,
-        },
-        IpEntry {
-            network: parse_net("10.3.0.7").unwrap(),
-            rate_limit_multiplier: 4.0,
-        },
+        IpEntry { network: parse_net("10.3.0.0/24").unwrap(), rate_limit_multiplier: 2.0 },
+        IpEntry { network: parse_net("10.3.0.7").unwrap(), rate_limit_multiplier: 4.0 },
     ];
     let policy = Arc::new(IpPolicy::new(true, networks, entries).unwrap());
     let policies = Arc::new(Policies(HashMap::from([("org_1".to_string(), policy)])));
@@ -77,19 +70,12 @@ fn filters() -> (IpAllowlist, Authenticate, RateLimit) {
     config.tiers = BTreeMap::from([("bench".to_string(), huge)]);
     let policy = Arc::new(RateLimitPolicy::try_from(&config).unwrap());
     let rate_limit = RateLimit::new(policy, Arc::new(LocalRateLimiter::new()));
-    (
-        IpAllowlist::new(resolver.clone(), policies),
-        Authenticate::new(resolver),
-        rate_limit,
-    )
+    (IpAllowlist::new(resolver.clone(), policies), Authenticate::new(resolver), rate_limit)
 }
 
 fn bench(c: &mut Criterion) {
     let mut headers = http::HeaderMap::new();
-    headers.insert(
-        http::header::AUTHORIZATION,
-        format!("Bearer {KEY}").parse().unwrap(),
-    );
+    headers.insert(http::header::AUTHORIZATION, format!("Bearer {KEY}").parse().unwrap());
     headers.insert(http::header::ACCEPT, "application/json".parse().unwrap());
     let method = http::Method::GET;
     let req = RequestView {
@@ -131,10 +117,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("rate_limit", |b| {
         b.iter(|| {
             // The principal as authentication leaves it.
-            let mut ctx = FilterContext {
-                principal: Some(p.clone()),
-                ..Default::default()
-            };
+            let mut ctx = FilterContext { principal: Some(p.clone()), ..Default::default() };
             rl.filter(black_box(&req), &mut ctx).unwrap();
             black_box(ctx)
         })
@@ -145,20 +128,15 @@ fn bench(c: &mut Criterion) {
     // numbers then come from the prebuilt small-number header values, as they mostly do in
     // production; the manual clock skips the ~20 ns of reading the monotonic clock.
     let clock = ManualClock::new(1_700_000_000);
-    let enterprise = RateLimit::new(
-        Arc::new(RateLimitPolicy::default()),
-        Arc::new(LocalRateLimiter::with_clock(clock.clone())),
-    );
+    let enterprise =
+        RateLimit::new(Arc::new(RateLimitPolicy::default()), Arc::new(LocalRateLimiter::with_clock(clock.clone())));
     let mut ent = (*p).clone();
     ent.tier = "enterprise".into();
     let ent = Arc::new(ent);
     g.bench_function("rate_limit_enterprise_tier", |b| {
         b.iter(|| {
             clock.advance(std::time::Duration::from_millis(36));
-            let mut ctx = FilterContext {
-                principal: Some(ent.clone()),
-                ..Default::default()
-            };
+            let mut ctx = FilterContext { principal: Some(ent.clone()), ..Default::default() };
             enterprise.filter(black_box(&req), &mut ctx).unwrap();
             black_box(ctx)
         })

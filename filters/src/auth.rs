@@ -67,20 +67,12 @@ pub fn management_credential<'a>(req: &RequestView<'a>) -> Result<&'a str, AuthE
             return Err(AuthError::Malformed);
         }
         let token = token.trim();
-        return if token.is_empty() {
-            Err(AuthError::Malformed)
-        } else {
-            Ok(token)
-        };
+        return if token.is_empty() { Err(AuthError::Malformed) } else { Ok(token) };
     }
     if let Some(query) = req.query {
         for pair in query.split('&') {
             if let Some(v) = pair.strip_prefix("api_key=") {
-                return if v.is_empty() {
-                    Err(AuthError::Malformed)
-                } else {
-                    Ok(v)
-                };
+                return if v.is_empty() { Err(AuthError::Malformed) } else { Ok(v) };
             }
         }
     }
@@ -91,9 +83,7 @@ pub fn management_credential<'a>(req: &RequestView<'a>) -> Result<&'a str, AuthE
 pub fn gateway_credential<'a>(req: &RequestView<'a>) -> Result<&'a str, AuthError> {
     match req.headers.get("x-api-key") {
         Some(v) => v.to_str().map_err(|_| AuthError::Malformed).map(str::trim),
-        None if req.headers.contains_key(http::header::AUTHORIZATION) => {
-            Err(AuthError::WrongHeader)
-        }
+        None if req.headers.contains_key(http::header::AUTHORIZATION) => Err(AuthError::WrongHeader),
         None => Err(AuthError::Missing),
     }
 }
@@ -167,13 +157,8 @@ mod tests {
 
     fn resolver() -> Arc<FakeResolver> {
         let mut gw = principal("gk", "o1");
-        gw.credential = crate::CredentialKind::GatewayKey {
-            gateway_id: "g1".into(),
-        };
-        Arc::new(FakeResolver::with([
-            ("ag_acct", principal("k1", "o1")),
-            ("ag_gw", gw),
-        ]))
+        gw.credential = crate::CredentialKind::GatewayKey { gateway_id: "g1".into() };
+        Arc::new(FakeResolver::with([("ag_acct", principal("k1", "o1")), ("ag_gw", gw)]))
     }
 
     fn run(headers: &http::HeaderMap, route: RouteClass) -> Result<FilterContext, Rejection> {
@@ -185,30 +170,18 @@ mod tests {
     #[test]
     fn management_takes_bearer_or_query_and_refuses_the_rest() {
         assert!(run(&bearer("ag_acct"), RouteClass::Management).is_ok());
+        assert_eq!(run(&bearer("ag_bad"), RouteClass::Management).unwrap_err().status, 401);
         assert_eq!(
-            run(&bearer("ag_bad"), RouteClass::Management)
-                .unwrap_err()
-                .status,
-            401
-        );
-        assert_eq!(
-            run(&bearer("eyJ.jwt"), RouteClass::Management)
-                .unwrap_err()
-                .message,
+            run(&bearer("eyJ.jwt"), RouteClass::Management).unwrap_err().message,
             "malformed credentials",
             "tokens are refused unless the resolver supports them"
         );
         let none = http::HeaderMap::new();
-        assert_eq!(
-            run(&none, RouteClass::Management).unwrap_err().message,
-            "missing credentials"
-        );
+        assert_eq!(run(&none, RouteClass::Management).unwrap_err().message, "missing credentials");
         let mut req = request(&none, "10.0.0.1", RouteClass::Management);
         req.query = Some("page=2&api_key=ag_acct");
         let mut ctx = FilterContext::default();
-        Authenticate::new(resolver())
-            .filter(&req, &mut ctx)
-            .unwrap();
+        Authenticate::new(resolver()).filter(&req, &mut ctx).unwrap();
         assert_eq!(ctx.principal.unwrap().key_id, "k1");
     }
 
@@ -218,10 +191,7 @@ mod tests {
         assert_eq!(r.message, AuthError::WrongHeader.to_string());
         let mut h = http::HeaderMap::new();
         h.insert("x-api-key", "ag_gw".parse().unwrap());
-        assert!(
-            run(&h, RouteClass::Gateway).is_ok(),
-            "request() targets gateway g1"
-        );
+        assert!(run(&h, RouteClass::Gateway).is_ok(), "request() targets gateway g1");
         let r = run(&bearer("ag_gw"), RouteClass::Management).unwrap_err();
         assert_eq!(r.message, AuthError::WrongGateway.to_string());
     }
@@ -229,18 +199,11 @@ mod tests {
     #[test]
     fn an_earlier_resolution_is_reused() {
         let none = http::HeaderMap::new();
-        let mut ctx = FilterContext {
-            credential_error: Some(AuthError::Revoked),
-            ..Default::default()
-        };
+        let mut ctx = FilterContext { credential_error: Some(AuthError::Revoked), ..Default::default() };
         let f = Authenticate::new(resolver());
-        let r = f.filter(
-            &request(&none, "10.0.0.1", RouteClass::Management),
-            &mut ctx,
-        );
+        let r = f.filter(&request(&none, "10.0.0.1", RouteClass::Management), &mut ctx);
         assert_eq!(r.unwrap_err().message, "API key has been revoked");
         let mut ctx = FilterContext::default();
-        f.filter(&request(&none, "10.0.0.1", RouteClass::Public), &mut ctx)
-            .unwrap();
+        f.filter(&request(&none, "10.0.0.1", RouteClass::Public), &mut ctx).unwrap();
     }
 }

@@ -19,12 +19,7 @@ pub trait RequestFilter: Send + Sync {
     /// limiting counts refused requests too ("all requests count") and every response carries
     /// its `X-RateLimit-*` headers, and a caller that is over its limit gets a 429 rather than
     /// the earlier 401/403 (so guessing keys is throttled). The default keeps the rejection.
-    fn on_rejected(
-        &self,
-        req: &RequestView<'_>,
-        ctx: &mut FilterContext,
-        rejection: Rejection,
-    ) -> Rejection {
+    fn on_rejected(&self, req: &RequestView<'_>, ctx: &mut FilterContext, rejection: Rejection) -> Rejection {
         let _ = (req, ctx);
         rejection
     }
@@ -38,9 +33,7 @@ pub struct FilterChain {
 
 impl FilterChain {
     pub fn new() -> Self {
-        FilterChain {
-            filters: Vec::new(),
-        }
+        FilterChain { filters: Vec::new() }
     }
 
     pub fn with(mut self, filter: impl RequestFilter + 'static) -> Self {

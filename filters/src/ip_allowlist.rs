@@ -19,11 +19,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum IpPolicyError {
     #[error("{field}[{index}]: `{value}` is not an IP address or CIDR network")]
-    InvalidNetwork {
-        field: &'static str,
-        index: usize,
-        value: String,
-    },
+    InvalidNetwork { field: &'static str, index: usize, value: String },
     #[error("whitelist[{index}].rate_limit_multiplier: must be a positive number, got {value}")]
     InvalidMultiplier { index: usize, value: f64 },
 }
@@ -58,13 +54,8 @@ impl IpPolicy {
         entries: impl IntoIterator<Item = IpEntry>,
     ) -> Result<IpPolicy, IpPolicyError> {
         let networks: Vec<IpNet> = networks.into_iter().map(canonical_net).collect();
-        let mut entries: Vec<IpEntry> = entries
-            .into_iter()
-            .map(|e| IpEntry {
-                network: canonical_net(e.network),
-                ..e
-            })
-            .collect();
+        let mut entries: Vec<IpEntry> =
+            entries.into_iter().map(|e| IpEntry { network: canonical_net(e.network), ..e }).collect();
         for (index, e) in entries.iter().enumerate() {
             let m = e.rate_limit_multiplier;
             if !(m.is_finite() && m > 0.0) {
@@ -82,13 +73,7 @@ impl IpPolicy {
                 IpNet::V6(n) => v6.push((u128::from(n.network()), u128::from(n.broadcast()))),
             }
         }
-        Ok(IpPolicy {
-            enforce,
-            networks,
-            entries,
-            v4: merge(v4),
-            v6: merge(v6),
-        })
+        Ok(IpPolicy { enforce, networks, entries, v4: merge(v4), v6: merge(v6) })
     }
 
     /// Whether refusals happen at all (`enforce_ip_whitelist`).
@@ -125,10 +110,7 @@ impl IpPolicy {
     /// list is enforced: the organisation asked for that address to get different limits.
     pub fn multiplier_for(&self, ip: IpAddr) -> Option<f64> {
         let ip = ip.to_canonical();
-        self.entries
-            .iter()
-            .find(|e| e.network.contains(&ip))
-            .map(|e| e.rate_limit_multiplier)
+        self.entries.iter().find(|e| e.network.contains(&ip)).map(|e| e.rate_limit_multiplier)
     }
 }
 
@@ -174,18 +156,13 @@ impl TryFrom<&IpPolicyConfig> for IpPolicy {
 
     fn try_from(c: &IpPolicyConfig) -> Result<Self, Self::Error> {
         let mut networks = Vec::with_capacity(c.ip_whitelist.len() + c.allowed_ips.len());
-        for (field, list) in [
-            ("ip_whitelist", &c.ip_whitelist),
-            ("allowed_ips", &c.allowed_ips),
-        ] {
+        for (field, list) in [("ip_whitelist", &c.ip_whitelist), ("allowed_ips", &c.allowed_ips)] {
             for (index, value) in list.iter().enumerate() {
-                networks.push(
-                    parse_net(value).ok_or_else(|| IpPolicyError::InvalidNetwork {
-                        field,
-                        index,
-                        value: value.clone(),
-                    })?,
-                );
+                networks.push(parse_net(value).ok_or_else(|| IpPolicyError::InvalidNetwork {
+                    field,
+                    index,
+                    value: value.clone(),
+                })?);
             }
         }
         let mut entries = Vec::with_capacity(c.whitelist.len());
@@ -195,10 +172,7 @@ impl TryFrom<&IpPolicyConfig> for IpPolicy {
                 index,
                 value: e.ip.clone(),
             })?;
-            entries.push(IpEntry {
-                network,
-                rate_limit_multiplier: e.rate_limit_multiplier,
-            });
+            entries.push(IpEntry { network, rate_limit_multiplier: e.rate_limit_multiplier });
         }
         IpPolicy::new(c.enforce_ip_whitelist, networks, entries)
     }
@@ -207,9 +181,7 @@ impl TryFrom<&IpPolicyConfig> for IpPolicy {
 /// Accepts a CIDR network or a bare address (a /32 or /128).
 pub fn parse_net(s: &str) -> Option<IpNet> {
     let s = s.trim();
-    s.parse::<IpNet>()
-        .ok()
-        .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+    s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
 /// IPv4-mapped IPv6 networks (`::ffff:a.b.c.d/n`, n >= 96) become IPv4 networks, matching how
@@ -332,34 +304,14 @@ mod tests {
 
     #[test]
     fn ranges_merge_and_match_at_the_edges() {
-        let p = IpPolicy::new(
-            true,
-            [
-                net("10.0.0.0/24"),
-                net("10.0.1.0/24"),
-                net("192.168.1.7"),
-                net("2001:db8::/32"),
-            ],
-            [],
-        )
-        .unwrap();
+        let p =
+            IpPolicy::new(true, [net("10.0.0.0/24"), net("10.0.1.0/24"), net("192.168.1.7"), net("2001:db8::/32")], [])
+                .unwrap();
         assert_eq!(p.v4.len(), 2, "adjacent /24s merge: {:?}", p.v4);
-        for ok in [
-            "10.0.0.0",
-            "10.0.1.255",
-            "192.168.1.7",
-            "2001:db8::1",
-            "::ffff:10.0.0.9",
-        ] {
+        for ok in ["10.0.0.0", "10.0.1.255", "192.168.1.7", "2001:db8::1", "::ffff:10.0.0.9"] {
             assert!(p.allows(ip(ok)), "{ok}");
         }
-        for no in [
-            "9.255.255.255",
-            "10.0.2.0",
-            "192.168.1.8",
-            "2001:db9::1",
-            "::1",
-        ] {
+        for no in ["9.255.255.255", "10.0.2.0", "192.168.1.8", "2001:db9::1", "::1"] {
             assert!(!p.allows(ip(no)), "{no}");
         }
     }
@@ -370,14 +322,8 @@ mod tests {
             true,
             [],
             [
-                IpEntry {
-                    network: net("10.0.0.0/8"),
-                    rate_limit_multiplier: 2.0,
-                },
-                IpEntry {
-                    network: net("10.1.2.3"),
-                    rate_limit_multiplier: 10.0,
-                },
+                IpEntry { network: net("10.0.0.0/8"), rate_limit_multiplier: 2.0 },
+                IpEntry { network: net("10.1.2.3"), rate_limit_multiplier: 10.0 },
             ],
         )
         .unwrap();
@@ -396,22 +342,12 @@ mod tests {
             whitelist: vec![],
         };
         let e = IpPolicy::try_from(&c).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "allowed_ips[1]: `nope` is not an IP address or CIDR network"
-        );
+        assert_eq!(e.to_string(), "allowed_ips[1]: `nope` is not an IP address or CIDR network");
         let c = IpPolicyConfig {
-            whitelist: vec![IpEntryConfig {
-                ip: "1.2.3.4".into(),
-                rate_limit_multiplier: 0.0,
-                description: None,
-            }],
+            whitelist: vec![IpEntryConfig { ip: "1.2.3.4".into(), rate_limit_multiplier: 0.0, description: None }],
             ..Default::default()
         };
-        assert!(matches!(
-            IpPolicy::try_from(&c),
-            Err(IpPolicyError::InvalidMultiplier { index: 0, .. })
-        ));
+        assert!(matches!(IpPolicy::try_from(&c), Err(IpPolicyError::InvalidMultiplier { index: 0, .. })));
     }
 
     #[test]
@@ -422,10 +358,7 @@ mod tests {
         let off = IpPolicy::new(false, [net("10.0.0.0/8")], []).unwrap();
         assert!(!would_lock_out(&off, ip("192.0.2.1")));
         let empty = IpPolicy::new(true, [], []).unwrap();
-        assert!(
-            would_lock_out(&empty, ip("10.0.0.1")),
-            "an enforced empty list refuses everyone"
-        );
+        assert!(would_lock_out(&empty, ip("10.0.0.1")), "an enforced empty list refuses everyone");
     }
 
     fn filter_with(policy: IpPolicy) -> IpAllowlist {
@@ -437,10 +370,7 @@ mod tests {
                 p
             }),
         ]);
-        IpAllowlist::new(
-            Arc::new(resolver),
-            Arc::new(FakePolicies::with("org1", policy)),
-        )
+        IpAllowlist::new(Arc::new(resolver), Arc::new(FakePolicies::with("org1", policy)))
     }
 
     #[test]
@@ -448,30 +378,20 @@ mod tests {
         let policy = IpPolicy::new(
             true,
             [net("10.0.0.0/8")],
-            [IpEntry {
-                network: net("10.0.0.1"),
-                rate_limit_multiplier: 3.0,
-            }],
+            [IpEntry { network: net("10.0.0.1"), rate_limit_multiplier: 3.0 }],
         )
         .unwrap();
         let f = filter_with(policy);
         let headers = crate::testing::bearer("ag_good");
 
         let mut ctx = FilterContext::default();
-        let r = f.filter(
-            &request(&headers, "192.0.2.1", RouteClass::Management),
-            &mut ctx,
-        );
+        let r = f.filter(&request(&headers, "192.0.2.1", RouteClass::Management), &mut ctx);
         let e = r.unwrap_err();
         assert_eq!((e.status, e.code), (403, "IP_NOT_ALLOWED"));
         assert_eq!(ctx.principal.as_ref().unwrap().key_id, "k1");
 
         let mut ctx = FilterContext::default();
-        f.filter(
-            &request(&headers, "10.0.0.1", RouteClass::Management),
-            &mut ctx,
-        )
-        .unwrap();
+        f.filter(&request(&headers, "10.0.0.1", RouteClass::Management), &mut ctx).unwrap();
         assert_eq!(ctx.ip_rate_limit_multiplier, Some(3.0));
     }
 
@@ -480,29 +400,17 @@ mod tests {
         let f = filter_with(IpPolicy::new(true, [net("10.0.0.0/8")], []).unwrap());
         let bypass = crate::testing::bearer("ag_bypass");
         let mut ctx = FilterContext::default();
-        f.filter(
-            &request(&bypass, "192.0.2.1", RouteClass::Management),
-            &mut ctx,
-        )
-        .unwrap();
+        f.filter(&request(&bypass, "192.0.2.1", RouteClass::Management), &mut ctx).unwrap();
 
         let bad = crate::testing::bearer("ag_unknown");
         let mut ctx = FilterContext::default();
-        f.filter(
-            &request(&bad, "192.0.2.1", RouteClass::Management),
-            &mut ctx,
-        )
-        .unwrap();
+        f.filter(&request(&bad, "192.0.2.1", RouteClass::Management), &mut ctx).unwrap();
         assert!(ctx.principal.is_none());
         assert_eq!(ctx.credential_error, Some(crate::auth::AuthError::Unknown));
 
         let none = http::HeaderMap::new();
         let mut ctx = FilterContext::default();
-        f.filter(
-            &request(&none, "192.0.2.1", RouteClass::Management),
-            &mut ctx,
-        )
-        .unwrap();
+        f.filter(&request(&none, "192.0.2.1", RouteClass::Management), &mut ctx).unwrap();
         assert_eq!(ctx.credential_error, Some(crate::auth::AuthError::Missing));
     }
 }

@@ -23,9 +23,7 @@ pub mod scope;
 pub use chain::{FilterChain, RequestFilter};
 pub use ip_allowlist::{IpAllowlist, IpPolicy, IpPolicySource};
 pub use principal::{CredentialKind, Principal};
-pub use rate_limit::{
-    Bucket, ConcurrencyGuard, LocalRateLimiter, RateLimit, RateLimitPolicy, RateLimiter,
-};
+pub use rate_limit::{Bucket, ConcurrencyGuard, LocalRateLimiter, RateLimit, RateLimitPolicy, RateLimiter};
 pub use rejection::Rejection;
 pub use scope::{Role, Scope, ScopeSet};
 
@@ -113,11 +111,7 @@ pub(crate) mod testing {
 
     impl FakeResolver {
         pub fn with<const N: usize>(keys: [(&str, Principal); N]) -> Self {
-            FakeResolver(
-                keys.into_iter()
-                    .map(|(k, p)| (k.to_string(), Arc::new(p)))
-                    .collect(),
-            )
+            FakeResolver(keys.into_iter().map(|(k, p)| (k.to_string(), Arc::new(p))).collect())
         }
     }
 
@@ -143,18 +137,11 @@ pub(crate) mod testing {
 
     pub fn bearer(key: &str) -> http::HeaderMap {
         let mut h = http::HeaderMap::new();
-        h.insert(
-            http::header::AUTHORIZATION,
-            format!("Bearer {key}").parse().unwrap(),
-        );
+        h.insert(http::header::AUTHORIZATION, format!("Bearer {key}").parse().unwrap());
         h
     }
 
-    pub fn request<'a>(
-        headers: &'a http::HeaderMap,
-        ip: &str,
-        route: RouteClass,
-    ) -> RequestView<'a> {
+    pub fn request<'a>(headers: &'a http::HeaderMap, ip: &str, route: RouteClass) -> RequestView<'a> {
         let path = match route {
             RouteClass::Management => "/v1/gateways",
             RouteClass::Gateway => "/gateway/g1/mcp",

@@ -43,13 +43,7 @@ pub enum Bucket {
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 5] = [
-        Bucket::Global,
-        Bucket::Write,
-        Bucket::Analytics,
-        Bucket::Webhook,
-        Bucket::Gateway,
-    ];
+    pub const ALL: [Bucket; 5] = [Bucket::Global, Bucket::Write, Bucket::Analytics, Bucket::Webhook, Bucket::Gateway];
 
     /// The name used in `X-RateLimit-Bucket` and in the API's `buckets` maps.
     pub const fn as_str(self) -> &'static str {
@@ -107,10 +101,7 @@ pub fn cost_and_bucket(method: &Method, path: &str, route: RouteClass) -> (Bucke
         RouteClass::Public => (Bucket::Global, 0),
         RouteClass::Gateway => (Bucket::Gateway, 1),
         RouteClass::Management => {
-            let mut segments = path
-                .trim_start_matches('/')
-                .split('/')
-                .filter(|s| !s.is_empty());
+            let mut segments = path.trim_start_matches('/').split('/').filter(|s| !s.is_empty());
             let first = segments.next().unwrap_or("");
             let second = segments.next();
             let third = segments.next();
@@ -119,12 +110,8 @@ pub fn cost_and_bucket(method: &Method, path: &str, route: RouteClass) -> (Bucke
                 "metrics" => (Bucket::Analytics, ANALYTICS_COST),
                 "logs" if second == Some("analytics") => (Bucket::Analytics, ANALYTICS_COST),
                 "gateways" if !read => (Bucket::Write, method_cost(method)),
-                "webhooks" if *method == Method::POST && second.is_none() => {
-                    (Bucket::Webhook, method_cost(method))
-                }
-                "webhooks" if read && third == Some("deliveries") => {
-                    (Bucket::Webhook, method_cost(method))
-                }
+                "webhooks" if *method == Method::POST && second.is_none() => (Bucket::Webhook, method_cost(method)),
+                "webhooks" if read && third == Some("deliveries") => (Bucket::Webhook, method_cost(method)),
                 "batch" => (Bucket::Global, 1),
                 _ => (Bucket::Global, method_cost(method)),
             }
@@ -175,9 +162,7 @@ fn hourly<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Erro
     match Raw::deserialize(d)? {
         Raw::Number(n) => Ok(Some(n)),
         Raw::Word(w) if w == "unlimited" => Ok(None),
-        Raw::Word(w) => Err(serde::de::Error::custom(format!(
-            "expected a number or `unlimited`, got `{w}`"
-        ))),
+        Raw::Word(w) => Err(serde::de::Error::custom(format!("expected a number or `unlimited`, got `{w}`"))),
     }
 }
 
@@ -204,12 +189,7 @@ pub struct RateLimitConfig {
 impl RateLimitConfig {
     /// The spec's tier table (Decision 1).
     pub fn default_tiers() -> BTreeMap<String, TierLimits> {
-        let t = |h, m, b, c| TierLimits {
-            requests_per_hour: Some(h),
-            requests_per_minute: m,
-            burst: b,
-            concurrent: c,
-        };
+        let t = |h, m, b, c| TierLimits { requests_per_hour: Some(h), requests_per_minute: m, burst: b, concurrent: c };
         BTreeMap::from([
             ("free".to_string(), t(1000, 20, 10, 5)),
             ("starter".to_string(), t(5000, 100, 50, 10)),
@@ -226,19 +206,11 @@ impl Default for RateLimitConfig {
             tiers: RateLimitConfig::default_tiers(),
             // 60/hour, burst 10 (Decision 1); the minute rate lets a burst refill in a minute
             // while the hourly quota stays the binding limit.
-            unauthenticated: BucketSize {
-                requests_per_hour: Some(60),
-                requests_per_minute: 10,
-                burst: 10,
-            },
+            unauthenticated: BucketSize { requests_per_hour: Some(60), requests_per_minute: 10, burst: 10 },
             write_share: 0.5,
             analytics_share: 2.0,
             gateway_share: 1.0,
-            webhook: BucketSize {
-                requests_per_hour: Some(600),
-                requests_per_minute: 30,
-                burst: 10,
-            },
+            webhook: BucketSize { requests_per_hour: Some(600), requests_per_minute: 30, burst: 10 },
         }
     }
 }
@@ -254,8 +226,7 @@ impl Window {
     fn new(capacity: f64, per_period: f64, period_ns: u64) -> Window {
         Window {
             capacity: (capacity.round() as u64).max(1),
-            interval_ns: ((period_ns as f64 / per_period.max(f64::MIN_POSITIVE)).round() as u64)
-                .max(1),
+            interval_ns: ((period_ns as f64 / per_period.max(f64::MIN_POSITIVE)).round() as u64).max(1),
         }
     }
 }
@@ -281,12 +252,7 @@ struct BaseSize {
 
 impl BaseSize {
     fn new(burst: f64, per_minute: f64, per_hour: Option<f64>) -> BaseSize {
-        let mut s = BaseSize {
-            burst,
-            per_minute,
-            per_hour,
-            unit: BucketLimits::UNSET,
-        };
+        let mut s = BaseSize { burst, per_minute, per_hour, unit: BucketLimits::UNSET };
         s.unit = s.compute(1.0);
         s
     }
@@ -308,13 +274,7 @@ impl BaseSize {
 }
 
 impl BucketLimits {
-    const UNSET: BucketLimits = BucketLimits {
-        minute: Window {
-            capacity: 1,
-            interval_ns: 1,
-        },
-        hour: None,
-    };
+    const UNSET: BucketLimits = BucketLimits { minute: Window { capacity: 1, interval_ns: 1 }, hour: None };
 }
 
 #[derive(Debug, Clone)]
@@ -342,11 +302,9 @@ impl TryFrom<&RateLimitConfig> for RateLimitPolicy {
     type Error = RateLimitConfigError;
 
     fn try_from(c: &RateLimitConfig) -> Result<Self, Self::Error> {
-        for (field, value) in [
-            ("write_share", c.write_share),
-            ("analytics_share", c.analytics_share),
-            ("gateway_share", c.gateway_share),
-        ] {
+        for (field, value) in
+            [("write_share", c.write_share), ("analytics_share", c.analytics_share), ("gateway_share", c.gateway_share)]
+        {
             if !(value.is_finite() && value > 0.0) {
                 return Err(RateLimitConfigError::BadShare { field, value });
             }
@@ -357,20 +315,13 @@ impl TryFrom<&RateLimitConfig> for RateLimitPolicy {
         };
         let check_size = |name: &str, s: &BucketSize| {
             nonzero(format!("{name}.requests_per_hour"), s.requests_per_hour)?;
-            nonzero(
-                format!("{name}.requests_per_minute"),
-                Some(s.requests_per_minute),
-            )?;
+            nonzero(format!("{name}.requests_per_minute"), Some(s.requests_per_minute))?;
             nonzero(format!("{name}.burst"), Some(s.burst))
         };
         check_size("unauthenticated", &c.unauthenticated)?;
         check_size("webhook", &c.webhook)?;
         let size = |s: &BucketSize| {
-            BaseSize::new(
-                s.burst.into(),
-                s.requests_per_minute.into(),
-                s.requests_per_hour.map(f64::from),
-            )
+            BaseSize::new(s.burst.into(), s.requests_per_minute.into(), s.requests_per_hour.map(f64::from))
         };
         let webhook = size(&c.webhook);
 
@@ -390,40 +341,20 @@ impl TryFrom<&RateLimitConfig> for RateLimitPolicy {
                     t.requests_per_hour.map(|h| f64::from(h) * k),
                 )
             };
-            let buckets = [
-                share(1.0),
-                share(c.write_share),
-                share(c.analytics_share),
-                webhook,
-                share(c.gateway_share),
-            ];
-            tiers.push((
-                name.as_str().into(),
-                Tier {
-                    buckets,
-                    concurrent: t.concurrent,
-                },
-            ));
+            let buckets = [share(1.0), share(c.write_share), share(c.analytics_share), webhook, share(c.gateway_share)];
+            tiers.push((name.as_str().into(), Tier { buckets, concurrent: t.concurrent }));
         }
         let default_tier = tiers
             .iter()
             .position(|(n, _)| **n == *c.default_tier)
             .ok_or_else(|| RateLimitConfigError::UnknownDefaultTier(c.default_tier.clone()))?;
-        Ok(RateLimitPolicy {
-            tiers,
-            default_tier,
-            anonymous: size(&c.unauthenticated),
-        })
+        Ok(RateLimitPolicy { tiers, default_tier, anonymous: size(&c.unauthenticated) })
     }
 }
 
 impl RateLimitPolicy {
     fn tier(&self, name: &str) -> &Tier {
-        let i = self
-            .tiers
-            .iter()
-            .position(|(n, _)| **n == *name)
-            .unwrap_or(self.default_tier);
+        let i = self.tiers.iter().position(|(n, _)| **n == *name).unwrap_or(self.default_tier);
         &self.tiers[i].1
     }
 
@@ -504,7 +435,9 @@ pub enum Outcome {
         retry_after_ns: u64,
     },
     /// The in-flight cap is reached; nothing was taken.
-    TooManyInFlight { snapshot: Snapshot },
+    TooManyInFlight {
+        snapshot: Snapshot,
+    },
 }
 
 /// A caller's usage, for `GET /metrics/rate-limits`. Kept while the caller's buckets are live
@@ -625,32 +558,20 @@ fn number_value(n: u64) -> HeaderValue {
     const CACHED: usize = 1024;
     static SMALL: OnceLock<Box<[HeaderValue]>> = OnceLock::new();
     match usize::try_from(n) {
-        Ok(i) if i < CACHED => {
-            SMALL.get_or_init(|| (0..CACHED as u64).map(HeaderValue::from).collect())[i].clone()
-        }
+        Ok(i) if i < CACHED => SMALL.get_or_init(|| (0..CACHED as u64).map(HeaderValue::from).collect())[i].clone(),
         _ => HeaderValue::from(n),
     }
 }
 
 /// Writes the five `X-RateLimit-*` headers into `headers`, replacing earlier ones (a handler's
 /// extra charge reports the bucket's new state).
-pub fn set_rate_limit_headers(
-    headers: &mut Vec<(HeaderName, HeaderValue)>,
-    bucket: Bucket,
-    snapshot: &Snapshot,
-) {
+pub fn set_rate_limit_headers(headers: &mut Vec<(HeaderName, HeaderValue)>, bucket: Bucket, snapshot: &Snapshot) {
     let values = [
         (X_RATELIMIT_LIMIT, number_value(snapshot.limit)),
         (X_RATELIMIT_REMAINING, number_value(snapshot.remaining)),
         (X_RATELIMIT_RESET, HeaderValue::from(snapshot.reset_at_unix)),
-        (
-            X_RATELIMIT_RESET_AFTER,
-            number_value(snapshot.reset_after_secs()),
-        ),
-        (
-            X_RATELIMIT_BUCKET,
-            HeaderValue::from_static(bucket.as_str()),
-        ),
+        (X_RATELIMIT_RESET_AFTER, number_value(snapshot.reset_after_secs())),
+        (X_RATELIMIT_BUCKET, HeaderValue::from_static(bucket.as_str())),
     ];
     match headers.iter().position(|(n, _)| *n == X_RATELIMIT_LIMIT) {
         Some(at) if headers.len() >= at + values.len() => {
@@ -676,21 +597,13 @@ pub struct RateLimit<L: RateLimiter = LocalRateLimiter> {
 
 impl<L: RateLimiter> Clone for RateLimit<L> {
     fn clone(&self) -> Self {
-        RateLimit {
-            policy: self.policy.clone(),
-            limiter: self.limiter.clone(),
-            totals: self.totals.clone(),
-        }
+        RateLimit { policy: self.policy.clone(), limiter: self.limiter.clone(), totals: self.totals.clone() }
     }
 }
 
 impl<L: RateLimiter> RateLimit<L> {
     pub fn new(policy: Arc<RateLimitPolicy>, limiter: Arc<L>) -> Self {
-        RateLimit {
-            policy,
-            limiter,
-            totals: Arc::default(),
-        }
+        RateLimit { policy, limiter, totals: Arc::default() }
     }
 
     pub fn policy(&self) -> &RateLimitPolicy {
@@ -754,10 +667,7 @@ impl<L: RateLimiter> RateLimit<L> {
                 self.totals.tokens[bucket.index()].fetch_add(u64::from(cost), Ordering::Relaxed);
                 Ok(())
             }
-            Outcome::Limited {
-                snapshot,
-                retry_after_ns,
-            } => {
+            Outcome::Limited { snapshot, retry_after_ns } => {
                 set_rate_limit_headers(&mut ctx.response_headers, bucket, &snapshot);
                 let secs = retry_after_ns.div_ceil(SECOND_NS).max(1);
                 Err(Rejection::rate_limited(secs))
@@ -778,12 +688,7 @@ impl<L: RateLimiter> RateLimit<L> {
     /// Charges `extra` more tokens to the bucket this request was charged to, e.g. a batch's
     /// [`batch_extra_cost`] once the handler knows the number of operations. Refused (429)
     /// when the bucket does not have them; the headers in `ctx` are updated either way.
-    pub fn charge_extra(
-        &self,
-        req: &RequestView<'_>,
-        ctx: &mut FilterContext,
-        extra: u32,
-    ) -> Result<(), Rejection> {
+    pub fn charge_extra(&self, req: &RequestView<'_>, ctx: &mut FilterContext, extra: u32) -> Result<(), Rejection> {
         let Some(Charge { bucket, cost }) = ctx.rate_limit else {
             return Ok(());
         };
@@ -791,10 +696,7 @@ impl<L: RateLimiter> RateLimit<L> {
             return Ok(());
         }
         self.apply(req, ctx, bucket, extra, false, false)?;
-        ctx.rate_limit = Some(Charge {
-            bucket,
-            cost: cost.saturating_add(extra),
-        });
+        ctx.rate_limit = Some(Charge { bucket, cost: cost.saturating_add(extra) });
         Ok(())
     }
 
@@ -805,39 +707,19 @@ impl<L: RateLimiter> RateLimit<L> {
         let buckets = Bucket::ALL.map(|bucket| {
             let limits = self.policy.limits(&principal.tier, bucket, m);
             let s = self.limiter.peek(key, bucket, &limits);
-            BucketStatus {
-                bucket,
-                limit: s.limit,
-                remaining: s.remaining,
-                reset: s.reset_at_unix,
-            }
+            BucketStatus { bucket, limit: s.limit, remaining: s.remaining, reset: s.reset_at_unix }
         });
-        RateLimitStatus {
-            tier: principal.tier.clone(),
-            buckets,
-        }
+        RateLimitStatus { tier: principal.tier.clone(), buckets }
     }
 
     /// The caller's usage, for `GET /metrics/rate-limits`.
     pub fn report(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitReport {
         let status = self.status(principal, ip_multiplier);
-        let usage = self
-            .limiter
-            .usage(LimitKey::Credential(&principal.key_id))
-            .unwrap_or_default();
-        let average_remaining = if usage.total_requests == 0 {
-            0.0
-        } else {
-            usage.remaining_sum as f64 / usage.total_requests as f64
-        };
-        let by_bucket = status
-            .buckets
-            .map(|b| (b.bucket, b.limit - b.remaining.min(b.limit), b.limit));
-        RateLimitReport {
-            usage,
-            average_remaining,
-            by_bucket,
-        }
+        let usage = self.limiter.usage(LimitKey::Credential(&principal.key_id)).unwrap_or_default();
+        let average_remaining =
+            if usage.total_requests == 0 { 0.0 } else { usage.remaining_sum as f64 / usage.total_requests as f64 };
+        let by_bucket = status.buckets.map(|b| (b.bucket, b.limit - b.remaining.min(b.limit), b.limit));
+        RateLimitReport { usage, average_remaining, by_bucket }
     }
 
     /// Process-wide counters, for the Prometheus exporter.
@@ -876,12 +758,7 @@ impl<L: RateLimiter> RequestFilter for RateLimit<L> {
 
     /// Refused requests count too ("all requests count") and carry the headers; a caller over
     /// its limit gets the 429 instead of the earlier refusal.
-    fn on_rejected(
-        &self,
-        req: &RequestView<'_>,
-        ctx: &mut FilterContext,
-        rejection: Rejection,
-    ) -> Rejection {
+    fn on_rejected(&self, req: &RequestView<'_>, ctx: &mut FilterContext, rejection: Rejection) -> Rejection {
         if req.route == RouteClass::Public {
             return rejection;
         }

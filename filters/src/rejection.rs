@@ -15,12 +15,7 @@ pub struct Rejection {
 
 impl Rejection {
     pub fn new(status: u16, code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
-        Rejection {
-            status,
-            code,
-            message: message.into(),
-            retry_after: None,
-        }
+        Rejection { status, code, message: message.into(), retry_after: None }
     }
 
     pub fn unauthorized(message: impl Into<Cow<'static, str>>) -> Self {

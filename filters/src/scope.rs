@@ -82,11 +82,7 @@ impl ScopeSet {
     pub fn parse_one(name: &str) -> Option<ScopeSet> {
         let bits = match name {
             "*" | "admin" => return Some(ScopeSet::ALL),
-            "gateways:*" => {
-                Scope::GatewaysRead as u16
-                    | Scope::GatewaysWrite as u16
-                    | Scope::GatewaysDelete as u16
-            }
+            "gateways:*" => Scope::GatewaysRead as u16 | Scope::GatewaysWrite as u16 | Scope::GatewaysDelete as u16,
             "apps:*" => Scope::AppsRead as u16 | Scope::AppsWrite as u16,
             other => *Scope::ALL.iter().find(|s| s.as_str() == other)? as u16,
         };
@@ -110,11 +106,7 @@ impl ScopeSet {
         if self == ScopeSet::ALL {
             return vec!["*"];
         }
-        Scope::ALL
-            .iter()
-            .filter(|s| self.contains(**s))
-            .map(|s| s.as_str())
-            .collect()
+        Scope::ALL.iter().filter(|s| self.contains(**s)).map(|s| s.as_str()).collect()
     }
 }
 
@@ -159,9 +151,7 @@ impl Role {
         let bits = |scopes: &[Scope]| ScopeSet(scopes.iter().fold(0, |acc, s| acc | *s as u16));
         match self {
             Role::Owner => ScopeSet::ALL,
-            Role::Admin => {
-                ScopeSet(ScopeSet::ALL.0 & !(TeamManage as u16) & !(BillingManage as u16))
-            }
+            Role::Admin => ScopeSet(ScopeSet::ALL.0 & !(TeamManage as u16) & !(BillingManage as u16)),
             Role::Developer => bits(&[GatewaysRead, GatewaysWrite, AppsRead, AppsWrite, LogsRead]),
             Role::Viewer => bits(&[GatewaysRead, AppsRead, LogsRead]),
         }

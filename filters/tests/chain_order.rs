@@ -8,8 +8,8 @@ use toolgate_filters::auth::{AuthError, Authenticate, CredentialResolver};
 use toolgate_filters::ip_allowlist::{parse_net, IpPolicy, IpPolicySource};
 use toolgate_filters::rate_limit::{LocalRateLimiter, ManualClock, RateLimitPolicy};
 use toolgate_filters::{
-    CredentialKind, FilterChain, FilterContext, IpAllowlist, Principal, RateLimit, RequestView,
-    Role, RouteClass, ScopeSet,
+    CredentialKind, FilterChain, FilterContext, IpAllowlist, Principal, RateLimit, RequestView, Role, RouteClass,
+    ScopeSet,
 };
 
 struct Keys(HashMap<&'static str, Arc<Principal>>);
@@ -48,15 +48,9 @@ fn chain() -> FilterChain {
     let policy = IpPolicy::new(true, [parse_net("10.0.0.0/8").unwrap()], []).unwrap();
     let limiter = LocalRateLimiter::with_clock(ManualClock::new(1_700_000_000));
     FilterChain::new()
-        .with(IpAllowlist::new(
-            resolver.clone(),
-            Arc::new(Policies(Arc::new(policy))),
-        ))
+        .with(IpAllowlist::new(resolver.clone(), Arc::new(Policies(Arc::new(policy)))))
         .with(Authenticate::new(resolver))
-        .with(RateLimit::new(
-            Arc::new(RateLimitPolicy::default()),
-            Arc::new(limiter),
-        ))
+        .with(RateLimit::new(Arc::new(RateLimitPolicy::default()), Arc::new(limiter)))
 }
 
 fn run(chain: &FilterChain, key: Option<&str>, ip: &str) -> (Result<(), u16>, FilterContext) {
@@ -79,28 +73,15 @@ fn run(chain: &FilterChain, key: Option<&str>, ip: &str) -> (Result<(), u16>, Fi
 }
 
 fn has_rate_limit_headers(ctx: &FilterContext) -> bool {
-    let names: Vec<&str> = ctx
-        .response_headers
+    let names: Vec<&str> = ctx.response_headers.iter().map(|(n, _)| n.as_str()).collect();
+    ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "x-ratelimit-reset-after", "x-ratelimit-bucket"]
         .iter()
-        .map(|(n, _)| n.as_str())
-        .collect();
-    [
-        "x-ratelimit-limit",
-        "x-ratelimit-remaining",
-        "x-ratelimit-reset",
-        "x-ratelimit-reset-after",
-        "x-ratelimit-bucket",
-    ]
-    .iter()
-    .all(|h| names.contains(h))
+        .all(|h| names.contains(h))
 }
 
 #[test]
 fn order_is_ip_allowlist_then_authentication_then_rate_limit() {
-    assert_eq!(
-        chain().names(),
-        ["ip_allowlist", "authentication", "rate_limit"]
-    );
+    assert_eq!(chain().names(), ["ip_allowlist", "authentication", "rate_limit"]);
 }
 
 #[test]
@@ -118,10 +99,7 @@ fn each_filter_decides_in_order_and_every_answer_is_counted() {
     let (r, ctx) = run(&chain, Some("ag_valid"), "192.0.2.1");
     assert_eq!(r, Err(403));
     assert!(has_rate_limit_headers(&ctx));
-    assert!(
-        ctx.concurrency.is_none(),
-        "a refused request holds no in-flight slot"
-    );
+    assert!(ctx.concurrency.is_none(), "a refused request holds no in-flight slot");
 
     // Bad or missing key from a refused address: the organisation is unknown, so the IP
     // filter passes and authentication answers 401 (nothing about the allowlist leaks).

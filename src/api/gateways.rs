@@ -410,6 +410,10 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
 pub async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
+    if state.gateway_of(&who.org_id, call.id()).is_none() {
+        return Err(ApiError::NotFound("gateway"));
+    }
+    super::mfa::require(call).await?;
     let _guard = state.write_lock.lock().await;
     let g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
     state.delete_gateway(&g.id).await?;

@@ -91,6 +91,7 @@ pub async fn revoke(call: &Call<'_>) -> ApiResult {
         .map(|k| k.value().clone())
         .filter(|k| k.org_id == who.org_id && k.revoked_at.is_none())
         .ok_or(ApiError::NotFound("api key"))?;
+    super::mfa::require(call).await?;
     let mut revoked = key.as_ref().clone();
     revoked.revoked_at = Some(Utc::now());
     state.save_key(revoked).await?;

@@ -5,6 +5,7 @@ pub mod apps;
 pub mod auth;
 pub mod gateways;
 pub mod keys;
+pub mod mfa;
 pub mod openapi;
 pub mod sessions;
 pub mod user;
@@ -35,6 +36,9 @@ pub enum Endpoint {
     ApiKeys,
     ApiKey,
     AuthVerify,
+    MfaEnroll,
+    MfaActivate,
+    MfaVerify,
     OpenApi,
 }
 
@@ -53,6 +57,9 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/api-keys", Endpoint::ApiKeys),
     ("/api-keys/{id}", Endpoint::ApiKey),
     ("/auth/verify", Endpoint::AuthVerify),
+    ("/auth/mfa/enroll", Endpoint::MfaEnroll),
+    ("/auth/mfa/activate", Endpoint::MfaActivate),
+    ("/auth/mfa/verify", Endpoint::MfaVerify),
     ("/openapi.json", Endpoint::OpenApi),
 ];
 
@@ -80,6 +87,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         }
         (E::Sessions, "GET") | (E::Session, "GET") | (E::Session, "DELETE") => Scope(crate::api::Scope::SessionsManage),
         (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
+        (E::MfaEnroll, "POST") | (E::MfaActivate, "POST") | (E::MfaVerify, "POST") => AnyCredential,
         (E::ApiKeys, "POST") | (E::ApiKey, "DELETE") => Scope(crate::api::Scope::Admin),
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
@@ -256,6 +264,9 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::ApiKeys, "POST") => keys::create(&call).await,
         (E::ApiKey, "DELETE") => keys::revoke(&call).await,
         (E::AuthVerify, "GET") => auth::verify(&call).await,
+        (E::MfaEnroll, "POST") => mfa::enroll(&call).await,
+        (E::MfaActivate, "POST") => mfa::activate(&call).await,
+        (E::MfaVerify, "POST") => mfa::verify(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),
     }

@@ -81,6 +81,7 @@ impl Modify for Security {
         super::user::get, super::user::update,
         super::keys::create, super::keys::revoke,
         super::auth::verify,
+        super::mfa::enroll, super::mfa::activate, super::mfa::verify,
     ),
     components(schemas(Envelope, MessageEnvelope, ErrorEnvelope, ErrorObject, Meta)),
     security(("bearer" = []), ("api_key_query" = [])),

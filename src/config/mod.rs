@@ -51,7 +51,9 @@ pub struct Config {
     pub organizations: Vec<OrgConfig>,
     pub users: Vec<UserConfig>,
     pub api_keys: Vec<KeyConfig>,
-    pub tiers: BTreeMap<String, TierConfig>,
+    /// Tiers, buckets and their sizes (Decisions 1-3), validated into a policy at load.
+    pub rate_limits: toolgate_filters::rate_limit::RateLimitConfig,
+    pub rate_limit_policy: std::sync::Arc<toolgate_filters::rate_limit::RateLimitPolicy>,
     pub limits: LimitsConfig,
     pub mcp: McpConfig,
 }
@@ -167,23 +169,12 @@ pub struct KeyConfig {
     pub bypass_ip_whitelist: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TierConfig {
-    pub requests_per_hour: u64,
-    pub requests_per_minute: u64,
-    pub burst: u64,
-    pub concurrent: u32,
-}
-
 #[derive(Debug, Clone)]
 pub struct LimitsConfig {
-    pub unauthenticated_per_hour: u64,
-    pub unauthenticated_burst: u64,
+    /// Default `rate_limit_multiplier` of service accounts (Decision 1).
     pub service_account_multiplier: f64,
     /// Tier of the organisation made for the bootstrap owner.
     pub bootstrap_tier: String,
-    pub webhook_per_minute: u64,
-    pub webhook_burst: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -217,10 +208,6 @@ impl Config {
         raw.validate()
     }
 
-    pub fn tier(&self, name: &str) -> TierConfig {
-        self.tiers.get(name).copied().unwrap_or(self.tiers["free"])
-    }
-
     pub fn app(&self, id: &str) -> Option<&AppConfig> {
         self.apps.iter().find(|a| a.id == id)
     }
@@ -240,10 +227,11 @@ mod tests {
     #[test]
     fn minimal_config_gets_spec_defaults() {
         let c = Config::parse(MINIMAL).unwrap();
-        assert_eq!(c.tier("free").requests_per_minute, 20);
-        assert_eq!(c.tier("enterprise").burst, 1000);
+        assert_eq!(c.rate_limits.tiers["free"].requests_per_minute, 20);
+        assert_eq!(c.rate_limits.tiers["enterprise"].burst, 1000);
         assert_eq!(c.server.max_body_bytes, 4 * 1024 * 1024);
-        assert_eq!(c.limits.unauthenticated_per_hour, 60);
+        assert_eq!(c.rate_limits.unauthenticated.requests_per_hour, Some(60));
+        assert_eq!(c.limits.bootstrap_tier, "enterprise");
     }
 
     #[test]

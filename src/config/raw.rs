@@ -22,7 +22,7 @@ pub struct RawConfig {
     #[serde(default)]
     api_keys: Vec<RawKey>,
     #[serde(default)]
-    tiers: BTreeMap<String, RawTier>,
+    rate_limits: toolgate_filters::rate_limit::RateLimitConfig,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -130,24 +130,11 @@ struct RawKey {
     bypass_ip_whitelist: bool,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTier {
-    requests_per_hour: u64,
-    requests_per_minute: u64,
-    burst: u64,
-    concurrent: u32,
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
-    unauthenticated_per_hour: Option<u64>,
-    unauthenticated_burst: Option<u64>,
     service_account_multiplier: Option<f64>,
     bootstrap_tier: Option<String>,
-    webhook_per_minute: Option<u64>,
-    webhook_burst: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -167,17 +154,6 @@ fn is_id(s: &str) -> bool {
 fn parse_addr(field: &str, value: Option<&str>, default: &str) -> Result<SocketAddr, ConfigError> {
     let v = value.unwrap_or(default);
     v.parse().map_err(|_| invalid(field, format!("`{v}` is not an address like 127.0.0.1:8080")))
-}
-
-/// The spec's tier table (Decision 1: authoritative).
-fn default_tiers() -> BTreeMap<String, TierConfig> {
-    let t = |h, m, b, c| TierConfig { requests_per_hour: h, requests_per_minute: m, burst: b, concurrent: c };
-    BTreeMap::from([
-        ("free".to_string(), t(1000, 20, 10, 5)),
-        ("starter".to_string(), t(5000, 100, 50, 10)),
-        ("professional".to_string(), t(20000, 500, 200, 25)),
-        ("enterprise".to_string(), t(100_000, 2000, 1000, 100)),
-    ])
 }
 
 impl RawConfig {
@@ -322,21 +298,12 @@ impl RawConfig {
             });
         }
 
-        let mut tiers = default_tiers();
-        for (name, t) in self.tiers {
-            if t.burst == 0 || t.requests_per_minute == 0 || t.requests_per_hour == 0 || t.concurrent == 0 {
-                return Err(invalid(format!("tiers.{name}"), "all figures must be positive"));
-            }
-            tiers.insert(
-                name,
-                TierConfig {
-                    requests_per_hour: t.requests_per_hour,
-                    requests_per_minute: t.requests_per_minute,
-                    burst: t.burst,
-                    concurrent: t.concurrent,
-                },
-            );
-        }
+        let rate_limits = self.rate_limits;
+        let rate_limit_policy = std::sync::Arc::new(
+            toolgate_filters::rate_limit::RateLimitPolicy::try_from(&rate_limits)
+                .map_err(|e| invalid("rate_limits", e.to_string()))?,
+        );
+        let tiers = &rate_limits.tiers;
 
         let mut organizations = Vec::new();
         for (i, o) in self.organizations.into_iter().enumerate() {
@@ -403,14 +370,8 @@ impl RawConfig {
         if !tiers.contains_key(&bootstrap_tier) {
             return Err(invalid("limits.bootstrap_tier", format!("unknown tier `{bootstrap_tier}`")));
         }
-        let limits = LimitsConfig {
-            unauthenticated_per_hour: l.unauthenticated_per_hour.unwrap_or(60),
-            unauthenticated_burst: l.unauthenticated_burst.unwrap_or(10),
-            service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0),
-            bootstrap_tier,
-            webhook_per_minute: l.webhook_per_minute.unwrap_or(10),
-            webhook_burst: l.webhook_burst.unwrap_or(10),
-        };
+        let limits =
+            LimitsConfig { service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0), bootstrap_tier };
         if !(limits.service_account_multiplier > 0.0) {
             return Err(invalid("limits.service_account_multiplier", "must be positive"));
         }
@@ -426,6 +387,6 @@ impl RawConfig {
             return Err(invalid("mcp.page_size", "must be at least 1"));
         }
 
-        Ok(Config { environment, server, storage, apps, organizations, users, api_keys, tiers, limits, mcp })
+        Ok(Config { environment, server, storage, apps, organizations, users, api_keys, rate_limits, rate_limit_policy, limits, mcp })
     }
 }

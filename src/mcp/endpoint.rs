@@ -30,6 +30,8 @@ pub const SESSION_COOKIE: &str = "mcp_session";
 pub const NOT_INITIALIZED: i64 = -32000;
 /// JSON-RPC code of "session not found".
 pub const SESSION_NOT_FOUND: i64 = -32001;
+/// MCP 2026-07-28 `UNSUPPORTED_PROTOCOL_VERSION`, answered to `server/discover` (see `post`).
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// How often an idle GET stream gets a keep-alive comment.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Largest request params or response data kept in one log entry.
@@ -244,13 +246,44 @@ async fn post(
             return proxy.respond(session, ctx, 400, "application/json", body, &[]).await;
         }
     };
+    // 2026-07-28 clients (the Python SDK's default mode) probe with `server/discover` first. This
+    // server speaks the initialize handshake only: say so with UNSUPPORTED_PROTOCOL_VERSION naming
+    // the handshake versions, which those clients take as the cue to fall back to `initialize`.
+    if let Message::Request(req) = &message {
+        if req.method == "server/discover" {
+            let requested = req
+                .params
+                .as_ref()
+                .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1protocolVersion"))
+                .and_then(Value::as_str)
+                .or_else(|| header(session, "mcp-protocol-version"))
+                .unwrap_or_default()
+                .to_string();
+            let mut supported: Vec<&str> = SUPPORTED_VERSIONS.to_vec();
+            supported.reverse();
+            let e = ErrorObject::new(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                format!(
+                    "Unsupported protocol version: this server negotiates versions with initialize ({})",
+                    supported.join(", ")
+                ),
+            )
+            .with_data(json!({ "supported": supported, "requested": requested }));
+            let body = Response::error(req.id.clone(), e).to_bytes();
+            return proxy.respond(session, ctx, 400, "application/json", body, &[]).await;
+        }
+    }
+    let message_id = match &message {
+        Message::Request(r) => r.id.clone(),
+        _ => Value::Null,
+    };
     if let Some(v) = header(session, "mcp-protocol-version") {
         if !SUPPORTED_VERSIONS.contains(&v) {
             let msg = format!(
                 "Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})",
                 SUPPORTED_VERSIONS.join(", ")
             );
-            return reply_error(proxy, session, ctx, 400, &Value::Null, jsonrpc::INVALID_REQUEST, &msg).await;
+            return reply_error(proxy, session, ctx, 400, &message_id, jsonrpc::INVALID_REQUEST, &msg).await;
         }
     }
     match message {
@@ -523,13 +556,26 @@ async fn forward(
         }
         Err(e) => {
             let r = match &e {
-                crate::mcp::apps::AppError::Upstream { error, .. } => upstream_error_response(&req.id, &app_id, error),
+                crate::mcp::apps::AppError::Upstream { error, .. } => {
+                    if app_unreachable(error) {
+                        // Forget the app's cached lists so that the catalogue and the gateway
+                        // detail show it failing (and list_changed reaches open streams) instead
+                        // of serving its tools until the caches expire.
+                        server.app_changed(&gw.org_id, &app_id);
+                    }
+                    upstream_error_response(&req.id, &app_id, error)
+                }
                 other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
             };
             log(&r.outcome, 502);
             json_reply(proxy, session, ctx, r).await
         }
     }
+}
+
+/// The app itself is gone (not merely slow or answering an error).
+fn app_unreachable(e: &UpstreamError) -> bool {
+    matches!(e, UpstreamError::Connect(_) | UpstreamError::Spawn(_) | UpstreamError::Exited(_) | UpstreamError::Closed)
 }
 
 fn upstream_error_response(id: &Value, app_id: &str, e: &UpstreamError) -> Response {

@@ -27,6 +27,9 @@ pub enum Kind {
     Gateway,
     Connection,
     Session,
+    Mfa,
+    ServiceAccount,
+    KeyUsage,
     Meta,
 }
 
@@ -39,6 +42,9 @@ impl Kind {
             Kind::Gateway => "gateway",
             Kind::Connection => "connection",
             Kind::Session => "session",
+            Kind::Mfa => "mfa",
+            Kind::ServiceAccount => "service_account",
+            Kind::KeyUsage => "key_usage",
             Kind::Meta => "meta",
         }
     }

@@ -8,12 +8,16 @@
 //! assert_eq!(r.status, 200, "{r:?}");
 //! ```
 //!
-//! How ports are found: the config binds `127.0.0.1:0` for both listeners, so the kernel picks
-//! free ports and nothing can take them between choosing and binding. The harness reads them back
-//! from `/proc/<pid>/fd/*` (links `socket:[INODE]`) matched against the LISTEN rows (state `0A`) of
-//! `/proc/<pid>/net/tcp` and `tcp6`, then asks each port: the main listener answers `GET /healthz`
-//! with 200 JSON, the metrics listener answers `GET /metrics` with Prometheus text. The server is
-//! "started" once both answer.
+//! How ports are found: the config binds port 0 for both listeners, so the kernel picks free
+//! ports and nothing can take them between choosing and binding. The harness reads them back from
+//! `/proc/<pid>/fd/*` (links `socket:[INODE]`) matched against the LISTEN rows (state `0A`) of
+//! `/proc/<pid>/net/tcp` and `tcp6`, then asks each address: the main listener answers
+//! `GET /healthz` with 200 JSON, the metrics listener answers `GET /metrics` with Prometheus text.
+//! The server is "started" once both answer.
+//!
+//! The two listeners bind different loopback addresses (`127.0.0.1:0` and `127.0.0.2:0`):
+//! Pingora keys its listening sockets by the address string, so two services both given
+//! `127.0.0.1:0` would share one socket (and the metrics service would answer main traffic).
 //!
 //! Peers (real MCP servers, Redis) come from what `tests/run.sh` installs; a missing peer fails the
 //! test with a message saying how to install it. Nothing here skips a test.
@@ -23,6 +27,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::fs;
 use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -49,7 +54,7 @@ pub const BASE_CONFIG: &str = "\
 environment: development
 server:
   listen: 127.0.0.1:0
-  metrics_listen: 127.0.0.1:0
+  metrics_listen: 127.0.0.2:0
   public_url: http://localhost:8080
   trusted_proxies: []
 storage:
@@ -124,8 +129,8 @@ pub fn declared_key(id: &str, user: &str, scopes: &[&str]) -> (String, String) {
 // ------------------------------------------------------------------------------------------------
 // Ports
 
-/// TCP ports on which process `pid` holds a socket in LISTEN state (IPv4 and IPv6).
-pub fn listening_ports(pid: u32) -> std::io::Result<Vec<u16>> {
+/// Addresses on which process `pid` holds a TCP socket in LISTEN state (IPv4 and IPv6).
+pub fn listening_addrs(pid: u32) -> std::io::Result<Vec<SocketAddr>> {
     let mut inodes = HashSet::new();
     for entry in fs::read_dir(format!("/proc/{pid}/fd"))? {
         let Ok(entry) = entry else { continue };
@@ -136,21 +141,54 @@ pub fn listening_ports(pid: u32) -> std::io::Result<Vec<u16>> {
             inodes.insert(inode.to_string());
         }
     }
-    let mut ports = BTreeSet::new();
+    let mut addrs = BTreeSet::new();
     for table in ["tcp", "tcp6"] {
         let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
         for line in text.lines().skip(1) {
             // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
             let cols: Vec<&str> = line.split_whitespace().collect();
             if cols.len() > 9 && cols[3] == "0A" && inodes.contains(cols[9]) {
-                let port = cols[1].rsplit(':').next().and_then(|h| u16::from_str_radix(h, 16).ok());
-                if let Some(port) = port {
-                    ports.insert(port);
+                if let Some(addr) = parse_proc_addr(cols[1]) {
+                    addrs.insert(addr);
                 }
             }
         }
     }
-    Ok(ports.into_iter().collect())
+    Ok(addrs.into_iter().collect())
+}
+
+/// TCP ports on which process `pid` listens.
+pub fn listening_ports(pid: u32) -> std::io::Result<Vec<u16>> {
+    let mut ports: Vec<u16> = listening_addrs(pid)?.iter().map(|a| a.port()).collect();
+    ports.dedup();
+    Ok(ports)
+}
+
+/// `0100007F:1F90` (IPv4) or 32 hex digits `:PORT` (IPv6), as the kernel prints them: the address
+/// in 32-bit words of host (little-endian) byte order, the port in plain hex.
+fn parse_proc_addr(s: &str) -> Option<SocketAddr> {
+    let (ip_hex, port_hex) = s.split_once(':')?;
+    let port = u16::from_str_radix(port_hex, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for i in (0..ip_hex.len()).step_by(8) {
+        let word = u32::from_str_radix(ip_hex.get(i..i + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_le_bytes());
+    }
+    let ip = match bytes.len() {
+        4 => IpAddr::from([bytes[0], bytes[1], bytes[2], bytes[3]]),
+        16 => IpAddr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Where to connect to reach a listener bound to `addr` (a wildcard bind is reached on loopback).
+fn connect_addr(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::from(([127, 0, 0, 1], addr.port())),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::from((Ipv6Addr::LOCALHOST, addr.port())),
+        _ => addr,
+    }
 }
 
 fn probe_client() -> Client {
@@ -161,24 +199,25 @@ fn probe_client() -> Client {
         .expect("build probe client")
 }
 
-/// Which of `ports` is the main listener and which the metrics listener, as far as they answer.
-fn classify(client: &Client, ports: &[u16]) -> (Option<u16>, Option<u16>) {
+/// Which of `addrs` is the main listener and which the metrics listener, as far as they answer.
+fn classify(client: &Client, addrs: &[SocketAddr]) -> (Option<SocketAddr>, Option<SocketAddr>) {
     let (mut main, mut metrics) = (None, None);
-    for &port in ports {
+    for &addr in addrs {
+        let addr = connect_addr(addr);
         let get = |path: &str| -> Option<(u16, String)> {
-            let r = client.get(format!("http://127.0.0.1:{port}{path}")).send().ok()?;
+            let r = client.get(format!("http://{addr}{path}")).send().ok()?;
             let status = r.status().as_u16();
             Some((status, r.text().unwrap_or_default()))
         };
         if let Some((200, body)) = get("/healthz") {
             if serde_json::from_str::<Value>(&body).is_ok() {
-                main = Some(port);
+                main = Some(addr);
                 continue;
             }
         }
         if let Some((200, body)) = get("/metrics") {
             if serde_json::from_str::<Value>(&body).is_err() {
-                metrics = Some(port);
+                metrics = Some(addr);
             }
         }
     }
@@ -291,8 +330,8 @@ pub struct TestServer {
     child: Option<Child>,
     pid: u32,
     run: u32,
-    main_port: u16,
-    metrics_port: u16,
+    main_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
     client: Client,
 }
 
@@ -303,7 +342,7 @@ impl TestServer {
     }
 
     /// A whole config of the caller's; `{data_dir}` in it becomes the server's data directory.
-    /// It must bind `127.0.0.1:0` for both listeners for the port discovery to make sense.
+    /// It should bind port 0 on two different addresses (see the module doc).
     pub fn start_with_config(full_yaml: &str) -> TestServer {
         TestServer::start_opts(ServerOptions { full_config: Some(full_yaml.to_string()), ..Default::default() })
     }
@@ -333,8 +372,8 @@ impl TestServer {
             child: None,
             pid: 0,
             run: 0,
-            main_port: 0,
-            metrics_port: 0,
+            main_addr: None,
+            metrics_addr: None,
             client,
         };
         srv.spawn();
@@ -347,8 +386,8 @@ impl TestServer {
     }
 
     fn spawn(&mut self) {
-        self.main_port = 0;
-        self.metrics_port = 0;
+        self.main_addr = None;
+        self.metrics_addr = None;
         let stdout = fs::File::create(self.stdout_path()).expect("create stdout log");
         let stderr = fs::File::create(self.stderr_path()).expect("create stderr log");
         let mut cmd = Command::new(Self::binary());
@@ -390,11 +429,11 @@ impl TestServer {
                     self.logs_for_humans()
                 );
             }
-            seen = listening_ports(self.pid).unwrap_or_default();
+            seen = listening_addrs(self.pid).unwrap_or_default();
             (main, metrics) = classify(&probe, &seen);
             if let (Some(m), Some(x)) = (main, metrics) {
-                self.main_port = m;
-                self.metrics_port = x;
+                self.main_addr = Some(m);
+                self.metrics_addr = Some(x);
                 return;
             }
             thread::sleep(Duration::from_millis(50));
@@ -402,7 +441,7 @@ impl TestServer {
         let logs = self.logs_for_humans();
         self.kill9();
         panic!(
-            "toolgate (pid {}) did not serve both listeners within {:?}: listening ports {seen:?}, \
+            "toolgate (pid {}) did not serve both listeners within {:?}: listening on {seen:?}, \
              main (/healthz 200 JSON) = {main:?}, metrics (/metrics 200 text) = {metrics:?}\n{logs}",
             self.pid, STARTUP_TIMEOUT
         );
@@ -421,20 +460,29 @@ impl TestServer {
 
     // --- where things are
 
+    /// `http://ADDR:PORT` of the main listener (management API, gateway endpoints, health).
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.main_port)
+        format!("http://{}", self.main_addr())
     }
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url())
     }
     pub fn metrics_url(&self) -> String {
-        format!("http://127.0.0.1:{}/metrics", self.metrics_port)
+        format!("http://{}/metrics", self.metrics_addr())
+    }
+    /// The main listener's address, as one connects to it.
+    pub fn main_addr(&self) -> SocketAddr {
+        self.main_addr.expect("the server is not running")
+    }
+    /// The metrics listener's address, as one connects to it.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr.expect("the server is not running")
     }
     pub fn port(&self) -> u16 {
-        self.main_port
+        self.main_addr().port()
     }
     pub fn metrics_port(&self) -> u16 {
-        self.metrics_port
+        self.metrics_addr().port()
     }
     pub fn admin_key(&self) -> &str {
         &self.admin_key
@@ -576,8 +624,8 @@ impl TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         // A failed start has already put the logs in its panic message.
-        if thread::panicking() && self.main_port != 0 {
-            eprintln!("toolgate on port {} (dir {}):\n{}", self.main_port, self.dir.path().display(), self.logs_for_humans());
+        if thread::panicking() && self.main_addr.is_some() {
+            eprintln!("toolgate at {} (dir {}):\n{}", self.base_url(), self.dir.path().display(), self.logs_for_humans());
         }
         self.kill9();
     }

@@ -34,13 +34,14 @@ done
 
 WORK="$(mktemp -d -t toolgate-schemathesis.XXXXXX)"
 mkdir -p "$WORK/data" "$REPORT_DIR"
+rm -f "$REPORT_DIR"/junit-*.xml "$REPORT_DIR"/test_schemathesis_*.py "$REPORT_DIR"/*.log
 KEY="$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import toolgate_harness as h; print(h.random_key())' "$PY_DIR")"
 
 cat >"$WORK/toolgate.yaml" <<EOF
 environment: development
 server:
   listen: 127.0.0.1:0
-  metrics_listen: 127.0.0.1:0
+  metrics_listen: 127.0.0.2:0
   public_url: http://localhost:8080
   trusted_proxies: []
 storage:
@@ -77,16 +78,16 @@ if ! ports="$("$PY" "$PY_DIR/toolgate_harness.py" ports "$SERVER_PID")"; then
     tail -n 50 "$WORK/server-stderr.log" >&2 || true
     exit 1
 fi
-read -r MAIN_PORT METRICS_PORT <<<"$ports"
-echo "toolgate pid $SERVER_PID: main port $MAIN_PORT, metrics port $METRICS_PORT"
+read -r MAIN_ADDR METRICS_ADDR <<<"$ports"
+echo "toolgate pid $SERVER_PID: main listener $MAIN_ADDR, metrics listener $METRICS_ADDR"
 
 seed_args=(--seed "${SCHEMATHESIS_SEED:-1}")
 [ "${SCHEMATHESIS_SEED:-}" = random ] && seed_args=()
 
 rc=0
 timeout --signal=INT --kill-after=15 "${SCHEMATHESIS_TIMEOUT:-240}" \
-    "$ST" run "http://127.0.0.1:$MAIN_PORT/v1/openapi.json" \
-    --origin "http://127.0.0.1:$MAIN_PORT" \
+    "$ST" run "http://$MAIN_ADDR/v1/openapi.json" \
+    --origin "http://$MAIN_ADDR" \
     --header "Authorization: Bearer $KEY" \
     --checks "${SCHEMATHESIS_CHECKS:-not_a_server_error,response_schema_conformance}" \
     --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-20}" \

@@ -1,19 +1,21 @@
 """Start the real toolgate binary for Python tests, on ports the OS picks.
 
-The Python twin of `tests/common/mod.rs`. The config binds `127.0.0.1:0` for both
-listeners; the ports are read back from `/proc/<pid>/fd` and `/proc/<pid>/net/tcp{,6}`
-(never "find a free port, then bind"), then told apart by asking them:
-the main listener answers `GET /healthz` with 200 JSON, the metrics listener
-answers `GET /metrics` with Prometheus text.
+The Python twin of `tests/common/mod.rs`. The config binds port 0 for both listeners, on two
+loopback addresses (`127.0.0.1:0`, `127.0.0.2:0`: Pingora keys listening sockets by address
+string, so two `127.0.0.1:0` would share one socket); the addresses are read back from
+`/proc/<pid>/fd` and `/proc/<pid>/net/tcp{,6}` (never "find a free port, then bind"), then told
+apart by asking them: the main listener answers `GET /healthz` with 200 JSON, the metrics
+listener answers `GET /metrics` with Prometheus text.
 
 Used two ways:
   * as a module: `with ToolgateServer() as srv: srv.base_url ...` (see conftest.py);
   * as a command, by schemathesis.sh: `python toolgate_harness.py ports PID`
-    prints `MAIN_PORT METRICS_PORT` once both answer.
+    prints `MAIN_HOST:PORT METRICS_HOST:PORT` once both answer.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -33,7 +35,7 @@ BASE_CONFIG = """\
 environment: development
 server:
   listen: 127.0.0.1:0
-  metrics_listen: 127.0.0.1:0
+  metrics_listen: 127.0.0.2:0
   public_url: http://localhost:8080
   trusted_proxies: []
 storage:
@@ -87,6 +89,35 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
+def _parse_proc_addr(s: str) -> tuple[str, int]:
+    """`0100007F:1F90` -> ("127.0.0.1", 8080); IPv6 likewise (32-bit words, host byte order)."""
+    ip_hex, port_hex = s.split(":")
+    raw = b"".join(int(ip_hex[i : i + 8], 16).to_bytes(4, "little") for i in range(0, len(ip_hex), 8))
+    ip = ipaddress.ip_address(raw)
+    if ip.is_unspecified:
+        ip = ipaddress.ip_address("127.0.0.1" if ip.version == 4 else "::1")
+    host = str(ip) if ip.version == 4 else f"[{ip}]"
+    return host, int(port_hex, 16)
+
+
+def listening_addrs(pid: int) -> list[str]:
+    """`host:port` on which process `pid` has a TCP socket in LISTEN state (wildcards as loopback)."""
+    inodes = _socket_inodes(pid)
+    addrs = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            cols = line.split()
+            # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            if len(cols) > 9 and cols[3] == "0A" and cols[9] in inodes:
+                host, port = _parse_proc_addr(cols[1])
+                addrs.add(f"{host}:{port}")
+    return sorted(addrs)
+
+
 def listening_ports(pid: int) -> list[int]:
     """TCP ports on which process `pid` has a socket in LISTEN state."""
     inodes = _socket_inodes(pid)
@@ -104,8 +135,8 @@ def listening_ports(pid: int) -> list[int]:
     return sorted(ports)
 
 
-def _get(port: int, path: str) -> tuple[int, str, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+def _get(addr: str, path: str) -> tuple[int, str, str]:
+    req = urllib.request.Request(f"http://{addr}{path}")
     try:
         with urllib.request.urlopen(req, timeout=2) as resp:
             return resp.status, resp.headers.get("content-type", ""), resp.read().decode("utf-8", "replace")
@@ -121,38 +152,38 @@ def _is_json(text: str) -> bool:
         return False
 
 
-def classify(ports: list[int]) -> tuple[int | None, int | None]:
-    """(main, metrics) among `ports`, each None while not yet answering."""
+def classify(addrs: list[str]) -> tuple[str | None, str | None]:
+    """(main, metrics) among `addrs`, each None while not yet answering."""
     main = metrics = None
-    for port in ports:
+    for addr in addrs:
         try:
-            status, _, body = _get(port, "/healthz")
+            status, _, body = _get(addr, "/healthz")
             if status == 200 and _is_json(body):
-                main = port
+                main = addr
                 continue
-            status, _, body = _get(port, "/metrics")
+            status, _, body = _get(addr, "/metrics")
             if status == 200 and not _is_json(body):
-                metrics = port
+                metrics = addr
         except (OSError, urllib.error.URLError):
             continue  # bound but not serving yet
     return main, metrics
 
 
-def discover_ports(pid: int, timeout: float = STARTUP_TIMEOUT, alive=None) -> tuple[int, int]:
-    """Wait until process `pid` serves both listeners; return (main, metrics)."""
+def discover(pid: int, timeout: float = STARTUP_TIMEOUT, alive=None) -> tuple[str, str]:
+    """Wait until process `pid` serves both listeners; return their `host:port` (main, metrics)."""
     deadline = time.monotonic() + timeout
-    seen: list[int] = []
+    seen: list[str] = []
     while time.monotonic() < deadline:
         if alive is not None and not alive():
             raise RuntimeError(f"toolgate (pid {pid}) exited during startup")
-        seen = listening_ports(pid)
+        seen = listening_addrs(pid)
         main, metrics = classify(seen)
         if main is not None and metrics is not None:
             return main, metrics
         time.sleep(0.1)
     raise RuntimeError(
         f"toolgate (pid {pid}) did not serve both /healthz and /metrics within {timeout:.0f}s; "
-        f"listening ports seen: {seen}"
+        f"listening on: {seen}"
     )
 
 
@@ -169,7 +200,7 @@ class ToolgateServer:
         self.config_path.write_text(config)
         self.admin_key = admin_key or random_key()
         self.proc: subprocess.Popen | None = None
-        self.main_port = self.metrics_port = 0
+        self.main_addr = self.metrics_addr = ""
 
     def start(self) -> "ToolgateServer":
         env = dict(os.environ, TOOLGATE_ADMIN_KEY=self.admin_key, RUST_LOG=os.environ.get("RUST_LOG", "info"))
@@ -180,7 +211,7 @@ class ToolgateServer:
             cwd=self.dir, env=env, stdout=self.stdout, stderr=self.stderr, stdin=subprocess.DEVNULL,
         )
         try:
-            self.main_port, self.metrics_port = discover_ports(self.proc.pid, alive=lambda: self.proc.poll() is None)
+            self.main_addr, self.metrics_addr = discover(self.proc.pid, alive=lambda: self.proc.poll() is None)
         except RuntimeError as err:
             self.stop()
             raise RuntimeError(f"{err}\n--- toolgate stderr ---\n{self.stderr_text()}") from None
@@ -191,11 +222,19 @@ class ToolgateServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.main_port}"
+        return f"http://{self.main_addr}"
+
+    @property
+    def main_port(self) -> int:
+        return int(self.main_addr.rsplit(":", 1)[1])
+
+    @property
+    def metrics_port(self) -> int:
+        return int(self.metrics_addr.rsplit(":", 1)[1])
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return f"http://{self.metrics_addr}/metrics"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -226,11 +265,11 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "ports":
         pid = int(argv[1])
         try:
-            main_port, metrics_port = discover_ports(pid, alive=lambda: _alive(pid))
+            main_addr, metrics_addr = discover(pid, alive=lambda: _alive(pid))
         except RuntimeError as err:
             print(err, file=sys.stderr)
             return 1
-        print(main_port, metrics_port)
+        print(main_addr, metrics_addr)
         return 0
     print("usage: toolgate_harness.py ports PID", file=sys.stderr)
     return 2

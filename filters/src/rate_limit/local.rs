@@ -8,8 +8,8 @@
 //! bucket is full and leaves debt, so it is slowed down rather than impossible.
 
 use super::{
-    Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, InFlightSlot, LimitKey, Outcome,
-    RateLimiter, Snapshot, Usage, Window, MINUTE_NS, SECOND_NS,
+    Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, InFlightSlot, LimitKey, Outcome, RateLimiter, Snapshot,
+    Usage, Window, MINUTE_NS, SECOND_NS,
 };
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -36,13 +36,8 @@ pub struct MonotonicClock {
 
 impl Default for MonotonicClock {
     fn default() -> Self {
-        let unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        MonotonicClock {
-            start: Instant::now(),
-            unix_origin_ns: u64::try_from(unix.as_nanos()).unwrap_or(0),
-        }
+        let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        MonotonicClock { start: Instant::now(), unix_origin_ns: u64::try_from(unix.as_nanos()).unwrap_or(0) }
     }
 }
 
@@ -65,10 +60,7 @@ pub struct ManualClock {
 impl ManualClock {
     /// Starts at 0, which is `unix_origin_secs` on the wall clock.
     pub fn new(unix_origin_secs: u64) -> Self {
-        ManualClock {
-            now: Arc::default(),
-            unix_origin_ns: unix_origin_secs * SECOND_NS,
-        }
+        ManualClock { now: Arc::default(), unix_origin_ns: unix_origin_secs * SECOND_NS }
     }
 
     pub fn advance(&self, by: std::time::Duration) {
@@ -110,11 +102,7 @@ impl InFlightSlot for CallerState {
 
 impl CallerState {
     fn try_take_slot(&self, max: u32) -> bool {
-        self.in_flight
-            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_ok()
+        self.in_flight.fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| (n < max).then_some(n + 1)).is_ok()
     }
 }
 
@@ -140,11 +128,7 @@ impl LocalRateLimiter<MonotonicClock> {
 
 impl<C: Clock> LocalRateLimiter<C> {
     pub fn with_clock(clock: C) -> Self {
-        LocalRateLimiter {
-            clock,
-            keys: DashMap::new(),
-            addresses: DashMap::new(),
-        }
+        LocalRateLimiter { clock, keys: DashMap::new(), addresses: DashMap::new() }
     }
 
     pub fn clock(&self) -> &C {
@@ -227,9 +211,7 @@ fn admit(tat: u64, now: u64, w: Window, cost: u64) -> Result<u64, u64> {
     let backlog = tat.saturating_sub(now);
     let allowed = (w.capacity - cost.min(w.capacity)).saturating_mul(w.interval_ns);
     if backlog <= allowed {
-        Ok(tat
-            .max(now)
-            .saturating_add(cost.saturating_mul(w.interval_ns)))
+        Ok(tat.max(now).saturating_add(cost.saturating_mul(w.interval_ns)))
     } else {
         Err(backlog - allowed)
     }
@@ -244,14 +226,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
             if let Some(max) = req.max_in_flight {
                 if !state.try_take_slot(max) {
                     let mut w = state.windows.lock();
-                    count(
-                        &mut w,
-                        now,
-                        self.clock.unix_origin_ns(),
-                        req.new_request,
-                        true,
-                        0,
-                    );
+                    count(&mut w, now, self.clock.unix_origin_ns(), req.new_request, true, 0);
                     let mut snapshot = self.report(now, &req.limits, &w.tat[b]);
                     snapshot.remaining = 0;
                     return Outcome::TooManyInFlight { snapshot };
@@ -269,18 +244,10 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
                     w.tat[b] = [m, h];
                     let snapshot = self.report(now, &req.limits, &w.tat[b]);
                     let origin = self.clock.unix_origin_ns();
-                    count(
-                        &mut w,
-                        now,
-                        origin,
-                        req.new_request,
-                        false,
-                        snapshot.remaining,
-                    );
+                    count(&mut w, now, origin, req.new_request, false, snapshot.remaining);
                     drop(w);
-                    let guard = req
-                        .max_in_flight
-                        .map(|_| ConcurrencyGuard::new(state.clone() as Arc<dyn InFlightSlot>));
+                    let guard =
+                        req.max_in_flight.map(|_| ConcurrencyGuard::new(state.clone() as Arc<dyn InFlightSlot>));
                     Outcome::Allowed { snapshot, guard }
                 }
                 (m, h) => {
@@ -295,18 +262,8 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
                         _ => self.snapshot(now, req.limits.minute, tat[0]),
                     };
                     snapshot.remaining = 0;
-                    count(
-                        &mut w,
-                        now,
-                        self.clock.unix_origin_ns(),
-                        req.new_request,
-                        true,
-                        0,
-                    );
-                    Outcome::Limited {
-                        snapshot,
-                        retry_after_ns: wait_minute.max(wait_hour),
-                    }
+                    count(&mut w, now, self.clock.unix_origin_ns(), req.new_request, true, 0);
+                    Outcome::Limited { snapshot, retry_after_ns: wait_minute.max(wait_hour) }
                 }
             }
         })
@@ -314,9 +271,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
 
     fn peek(&self, key: LimitKey<'_>, bucket: Bucket, limits: &BucketLimits) -> Snapshot {
         let now = self.clock.now_ns();
-        let tat = self
-            .existing(key, |s| s.windows.lock().tat[bucket.index()])
-            .unwrap_or([0, 0]);
+        let tat = self.existing(key, |s| s.windows.lock().tat[bucket.index()]).unwrap_or([0, 0]);
         self.report(now, limits, &tat)
     }
 
@@ -331,10 +286,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         let idle = |state: &Arc<CallerState>| {
             Arc::strong_count(state) == 1
                 && state.in_flight.load(Ordering::Acquire) == 0
-                && state
-                    .windows
-                    .try_lock()
-                    .is_some_and(|w| w.tat.iter().flatten().all(|&t| t <= now))
+                && state.windows.try_lock().is_some_and(|w| w.tat.iter().flatten().all(|&t| t <= now))
         };
         let before = self.len();
         self.keys.retain(|_, s| !idle(s));
@@ -344,14 +296,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
 }
 
 /// Updates the usage figures of one request.
-fn count(
-    w: &mut Windows,
-    now: u64,
-    unix_origin: u64,
-    new_request: bool,
-    limited: bool,
-    remaining: u64,
-) {
+fn count(w: &mut Windows, now: u64, unix_origin: u64, new_request: bool, limited: bool, remaining: u64) {
     if !new_request {
         return;
     }

@@ -12,13 +12,7 @@ fn limiter() -> (RateLimit<LocalRateLimiter<ManualClock>>, ManualClock) {
 fn limiter_with(c: RateLimitConfig) -> (RateLimit<LocalRateLimiter<ManualClock>>, ManualClock) {
     let clock = ManualClock::new(T0);
     let policy = Arc::new(RateLimitPolicy::try_from(&c).unwrap());
-    (
-        RateLimit::new(
-            policy,
-            Arc::new(LocalRateLimiter::with_clock(clock.clone())),
-        ),
-        clock,
-    )
+    (RateLimit::new(policy, Arc::new(LocalRateLimiter::with_clock(clock.clone()))), clock)
 }
 
 struct Req {
@@ -53,23 +47,12 @@ impl Req {
 }
 
 fn ctx_for(p: &Arc<Principal>) -> FilterContext {
-    FilterContext {
-        principal: Some(p.clone()),
-        ..Default::default()
-    }
+    FilterContext { principal: Some(p.clone()), ..Default::default() }
 }
 
 fn header(ctx: &FilterContext, name: &str) -> String {
-    let found = ctx
-        .response_headers
-        .iter()
-        .find(|(n, _)| n.as_str() == name);
-    found
-        .unwrap_or_else(|| panic!("{name} missing"))
-        .1
-        .to_str()
-        .unwrap()
-        .to_string()
+    let found = ctx.response_headers.iter().find(|(n, _)| n.as_str() == name);
+    found.unwrap_or_else(|| panic!("{name} missing")).1.to_str().unwrap().to_string()
 }
 
 #[test]
@@ -87,10 +70,7 @@ fn burst_admits_exactly_capacity_then_refills() {
                 assert_eq!(header(&ctx, "x-ratelimit-remaining"), (9 - i).to_string());
             }
             Err(r) => {
-                assert_eq!(
-                    (r.status, r.code, r.retry_after),
-                    (429, "RATE_LIMITED", Some(3))
-                );
+                assert_eq!((r.status, r.code, r.retry_after), (429, "RATE_LIMITED", Some(3)));
                 assert_eq!(header(&ctx, "x-ratelimit-remaining"), "0");
                 assert_eq!(header(&ctx, "x-ratelimit-limit"), "10");
                 assert_eq!(header(&ctx, "x-ratelimit-bucket"), "global");
@@ -107,18 +87,13 @@ fn burst_admits_exactly_capacity_then_refills() {
 
     clock.advance(Duration::from_millis(100));
     let mut ctx = ctx_for(&p);
-    rl.filter(&get.view(), &mut ctx)
-        .expect("one token refilled after 3 s");
+    rl.filter(&get.view(), &mut ctx).expect("one token refilled after 3 s");
     assert_eq!(header(&ctx, "x-ratelimit-remaining"), "0");
-    assert!(
-        rl.filter(&get.view(), &mut ctx_for(&p)).is_err(),
-        "and only one"
-    );
+    assert!(rl.filter(&get.view(), &mut ctx_for(&p)).is_err(), "and only one");
 
     clock.advance(Duration::from_secs(30));
     for _ in 0..10 {
-        rl.filter(&get.view(), &mut ctx_for(&p))
-            .expect("full again after 30 s");
+        rl.filter(&get.view(), &mut ctx_for(&p)).expect("full again after 30 s");
     }
     let t = rl.totals();
     assert_eq!(t.requests, 28);
@@ -129,12 +104,7 @@ fn burst_admits_exactly_capacity_then_refills() {
 #[test]
 fn hourly_quota_binds_too_and_is_reported() {
     let mut c = RateLimitConfig::default();
-    let tiny = TierLimits {
-        requests_per_hour: Some(5),
-        requests_per_minute: 600,
-        burst: 100,
-        concurrent: 5,
-    };
+    let tiny = TierLimits { requests_per_hour: Some(5), requests_per_minute: 600, burst: 100, concurrent: 5 };
     c.tiers.insert("tiny".into(), tiny);
     let (rl, clock) = limiter_with(c);
     let mut p = principal("k1", "o1");
@@ -144,11 +114,7 @@ fn hourly_quota_binds_too_and_is_reported() {
     for i in 0..5 {
         let mut ctx = ctx_for(&p);
         rl.filter(&get.view(), &mut ctx).unwrap();
-        assert_eq!(
-            header(&ctx, "x-ratelimit-limit"),
-            "5",
-            "the hour is closer to refusing"
-        );
+        assert_eq!(header(&ctx, "x-ratelimit-limit"), "5", "the hour is closer to refusing");
         assert_eq!(header(&ctx, "x-ratelimit-remaining"), (4 - i).to_string());
     }
     let mut ctx = ctx_for(&p);
@@ -162,28 +128,14 @@ fn hourly_quota_binds_too_and_is_reported() {
 #[test]
 fn unlimited_hour_and_unknown_tier() {
     let mut c = RateLimitConfig::default();
-    let custom = TierLimits {
-        requests_per_hour: None,
-        requests_per_minute: 60,
-        burst: 3,
-        concurrent: 1,
-    };
+    let custom = TierLimits { requests_per_hour: None, requests_per_minute: 60, burst: 3, concurrent: 1 };
     c.tiers.insert("custom".into(), custom);
     let policy = RateLimitPolicy::try_from(&c).unwrap();
     let l = policy.limits("custom", Bucket::Global, 1.0);
     assert_eq!(l.hour, None);
-    assert_eq!(
-        l.minute,
-        Window {
-            capacity: 3,
-            interval_ns: SECOND_NS
-        }
-    );
+    assert_eq!(l.minute, Window { capacity: 3, interval_ns: SECOND_NS });
     // An unknown tier falls back to the default (free).
-    assert_eq!(
-        policy.limits("gold", Bucket::Global, 1.0),
-        policy.limits("free", Bucket::Global, 1.0)
-    );
+    assert_eq!(policy.limits("gold", Bucket::Global, 1.0), policy.limits("free", Bucket::Global, 1.0));
 }
 
 #[test]
@@ -196,17 +148,8 @@ fn bucket_sizes_and_multipliers() {
     assert_eq!(cap("free", Bucket::Gateway, 1.0), 10);
     assert_eq!(cap("enterprise", Bucket::Global, 1.0), 1000);
     assert_eq!(cap("free", Bucket::Global, 5.0), 50);
-    let hour = policy
-        .limits("professional", Bucket::Write, 1.0)
-        .hour
-        .unwrap();
-    assert_eq!(
-        hour,
-        Window {
-            capacity: 10_000,
-            interval_ns: 360_000_000
-        }
-    );
+    let hour = policy.limits("professional", Bucket::Write, 1.0).hour.unwrap();
+    assert_eq!(hour, Window { capacity: 10_000, interval_ns: 360_000_000 });
     assert_eq!(policy.concurrent("starter", 1.0), 10);
     assert_eq!(policy.concurrent("free", 5.0), 25);
     assert_eq!(policy.unauthenticated().hour.unwrap().capacity, 60);
@@ -237,82 +180,30 @@ fn multiplier_scales_admission() {
     let mut ctx = ctx_for(&p);
     ctx.ip_rate_limit_multiplier = Some(1.5);
     let r = rl.filter(&get.view(), &mut ctx).unwrap_err();
-    assert_eq!(
-        r.retry_after,
-        Some(1),
-        "refill 20/min x 3 = one token a second"
-    );
+    assert_eq!(r.retry_after, Some(1), "refill 20/min x 3 = one token a second");
 }
 
 #[test]
 fn costs_and_buckets() {
     use RouteClass::*;
     let c = |m: Method, path: &str, route| cost_and_bucket(&m, strip_version_prefix(path), route);
-    assert_eq!(
-        c(Method::GET, "/v1/gateways", Management),
-        (Bucket::Global, 1)
-    );
-    assert_eq!(
-        c(Method::GET, "/api/v1/gateways/g1", Management),
-        (Bucket::Global, 1)
-    );
-    assert_eq!(
-        c(Method::POST, "/v1/gateways", Management),
-        (Bucket::Write, 2)
-    );
-    assert_eq!(
-        c(Method::PATCH, "/v1/gateways/g1", Management),
-        (Bucket::Write, 2)
-    );
-    assert_eq!(
-        c(Method::DELETE, "/v1/gateways/g1", Management),
-        (Bucket::Write, 3)
-    );
-    assert_eq!(
-        c(Method::POST, "/v1/apps/a/connect", Management),
-        (Bucket::Global, 2)
-    );
-    assert_eq!(
-        c(Method::DELETE, "/v1/api-keys/k", Management),
-        (Bucket::Global, 3)
-    );
+    assert_eq!(c(Method::GET, "/v1/gateways", Management), (Bucket::Global, 1));
+    assert_eq!(c(Method::GET, "/api/v1/gateways/g1", Management), (Bucket::Global, 1));
+    assert_eq!(c(Method::POST, "/v1/gateways", Management), (Bucket::Write, 2));
+    assert_eq!(c(Method::PATCH, "/v1/gateways/g1", Management), (Bucket::Write, 2));
+    assert_eq!(c(Method::DELETE, "/v1/gateways/g1", Management), (Bucket::Write, 3));
+    assert_eq!(c(Method::POST, "/v1/apps/a/connect", Management), (Bucket::Global, 2));
+    assert_eq!(c(Method::DELETE, "/v1/api-keys/k", Management), (Bucket::Global, 3));
     assert_eq!(c(Method::GET, "/v1/logs", Management), (Bucket::Global, 1));
-    assert_eq!(
-        c(Method::GET, "/v1/logs/analytics", Management),
-        (Bucket::Analytics, 5)
-    );
-    assert_eq!(
-        c(Method::GET, "/v1/metrics/gateway/g1", Management),
-        (Bucket::Analytics, 5)
-    );
-    assert_eq!(
-        c(Method::GET, "/v1/metrics/rate-limits", Management),
-        (Bucket::Analytics, 5)
-    );
-    assert_eq!(
-        c(Method::POST, "/v1/webhooks", Management),
-        (Bucket::Webhook, 2)
-    );
-    assert_eq!(
-        c(Method::GET, "/v1/webhooks/w/deliveries", Management),
-        (Bucket::Webhook, 1)
-    );
-    assert_eq!(
-        c(Method::GET, "/v1/webhooks", Management),
-        (Bucket::Global, 1)
-    );
-    assert_eq!(
-        c(Method::DELETE, "/v1/webhooks/w", Management),
-        (Bucket::Global, 3)
-    );
-    assert_eq!(
-        c(Method::POST, "/v1/batch", Management),
-        (Bucket::Global, 1)
-    );
-    assert_eq!(
-        c(Method::POST, "/gateway/g1/mcp", Gateway),
-        (Bucket::Gateway, 1)
-    );
+    assert_eq!(c(Method::GET, "/v1/logs/analytics", Management), (Bucket::Analytics, 5));
+    assert_eq!(c(Method::GET, "/v1/metrics/gateway/g1", Management), (Bucket::Analytics, 5));
+    assert_eq!(c(Method::GET, "/v1/metrics/rate-limits", Management), (Bucket::Analytics, 5));
+    assert_eq!(c(Method::POST, "/v1/webhooks", Management), (Bucket::Webhook, 2));
+    assert_eq!(c(Method::GET, "/v1/webhooks/w/deliveries", Management), (Bucket::Webhook, 1));
+    assert_eq!(c(Method::GET, "/v1/webhooks", Management), (Bucket::Global, 1));
+    assert_eq!(c(Method::DELETE, "/v1/webhooks/w", Management), (Bucket::Global, 3));
+    assert_eq!(c(Method::POST, "/v1/batch", Management), (Bucket::Global, 1));
+    assert_eq!(c(Method::POST, "/gateway/g1/mcp", Gateway), (Bucket::Gateway, 1));
     assert_eq!(c(Method::GET, "/healthz", Public), (Bucket::Global, 0));
     assert_eq!(strip_version_prefix("/v1"), "");
     assert_eq!(strip_version_prefix("/v10/x"), "/v10/x");
@@ -334,56 +225,23 @@ fn write_bucket_and_oversized_cost() {
     let r = rl.filter(&del.view(), &mut ctx_for(&p)).unwrap_err();
     assert_eq!(r.retry_after, Some(6));
     // The global bucket is untouched.
-    rl.filter(
-        &Req::new(Method::GET, "/v1/gateways").view(),
-        &mut ctx_for(&p),
-    )
-    .unwrap();
+    rl.filter(&Req::new(Method::GET, "/v1/gateways").view(), &mut ctx_for(&p)).unwrap();
 
     // A batch larger than the bucket goes through once the bucket is full, leaving debt.
     clock.advance(Duration::from_secs(60));
     let batch = Req::new(Method::POST, "/v1/batch");
     let mut ctx = ctx_for(&p);
     rl.filter(&batch.view(), &mut ctx).unwrap();
-    assert_eq!(
-        ctx.rate_limit,
-        Some(Charge {
-            bucket: Bucket::Global,
-            cost: 1
-        })
-    );
-    let r = rl
-        .charge_extra(&batch.view(), &mut ctx, batch_extra_cost(40))
-        .unwrap_err();
-    assert_eq!(
-        r.retry_after,
-        Some(3),
-        "20 is more than the bucket: it waits for a full one"
-    );
+    assert_eq!(ctx.rate_limit, Some(Charge { bucket: Bucket::Global, cost: 1 }));
+    let r = rl.charge_extra(&batch.view(), &mut ctx, batch_extra_cost(40)).unwrap_err();
+    assert_eq!(r.retry_after, Some(3), "20 is more than the bucket: it waits for a full one");
     clock.advance(Duration::from_secs(3));
-    rl.charge_extra(&batch.view(), &mut ctx, batch_extra_cost(40))
-        .unwrap();
-    assert_eq!(
-        ctx.rate_limit,
-        Some(Charge {
-            bucket: Bucket::Global,
-            cost: 21
-        })
-    );
-    assert_eq!(
-        ctx.response_headers.len(),
-        5,
-        "the headers were replaced, not added"
-    );
+    rl.charge_extra(&batch.view(), &mut ctx, batch_extra_cost(40)).unwrap();
+    assert_eq!(ctx.rate_limit, Some(Charge { bucket: Bucket::Global, cost: 21 }));
+    assert_eq!(ctx.response_headers.len(), 5, "the headers were replaced, not added");
     assert_eq!(header(&ctx, "x-ratelimit-remaining"), "0");
-    let r = rl
-        .filter(&Req::new(Method::GET, "/v1/apps").view(), &mut ctx_for(&p))
-        .unwrap_err();
-    assert_eq!(
-        r.retry_after,
-        Some(33),
-        "20 tokens of debt: 60 s backlog, 27 s allowed"
-    );
+    let r = rl.filter(&Req::new(Method::GET, "/v1/apps").view(), &mut ctx_for(&p)).unwrap_err();
+    assert_eq!(r.retry_after, Some(33), "20 tokens of debt: 60 s backlog, 27 s allowed");
 }
 
 #[test]
@@ -407,10 +265,7 @@ fn concurrency_cap_holds_until_the_guard_drops() {
     let mut ctx = ctx_for(&p);
     rl.filter(&get.view(), &mut ctx).unwrap();
     let status = rl.status(&p, None);
-    assert_eq!(
-        status.buckets[0].remaining, 4,
-        "the refused request took no token"
-    );
+    assert_eq!(status.buckets[0].remaining, 4, "the refused request took no token");
 }
 
 #[test]
@@ -430,9 +285,7 @@ fn public_routes_are_not_limited() {
 fn refused_requests_count_and_carry_headers() {
     let (rl, _clock) = limiter();
     let resolver = Arc::new(FakeResolver::default());
-    let chain = FilterChain::new()
-        .with(Authenticate::new(resolver))
-        .with(rl.clone());
+    let chain = FilterChain::new().with(Authenticate::new(resolver)).with(rl.clone());
     let mut req = Req::new(Method::POST, "/gateway/g1/mcp");
     req.route = RouteClass::Gateway;
     req.ip = "2001:db8::1".parse().unwrap();
@@ -447,15 +300,9 @@ fn refused_requests_count_and_carry_headers() {
     }
     let mut ctx = FilterContext::default();
     let r = chain.run(&req.view(), &mut ctx).unwrap_err();
-    assert_eq!(
-        (r.status, r.retry_after),
-        (429, Some(6)),
-        "guessing keys is throttled"
-    );
+    assert_eq!((r.status, r.retry_after), (429, Some(6)), "guessing keys is throttled");
     req.ip = "2001:db8:0:1::1".parse().unwrap();
-    let r = chain
-        .run(&req.view(), &mut FilterContext::default())
-        .unwrap_err();
+    let r = chain.run(&req.view(), &mut FilterContext::default()).unwrap_err();
     assert_eq!(r.status, 401, "another /64 has its own bucket");
 }
 
@@ -484,16 +331,12 @@ fn status_and_report() {
     let (rl, _clock) = limiter();
     let p = Arc::new(principal("k1", "o1"));
     for path in ["/v1/apps", "/v1/apps", "/v1/logs/analytics"] {
-        rl.filter(&Req::new(Method::GET, path).view(), &mut ctx_for(&p))
-            .unwrap();
+        rl.filter(&Req::new(Method::GET, path).view(), &mut ctx_for(&p)).unwrap();
     }
     let s = rl.status(&p, None);
     assert_eq!(s.tier, "free");
     let global = s.buckets[Bucket::Global.index()];
-    assert_eq!(
-        (global.limit, global.remaining, global.reset),
-        (10, 8, T0 + 6)
-    );
+    assert_eq!((global.limit, global.remaining, global.reset), (10, 8, T0 + 6));
     let analytics = s.buckets[Bucket::Analytics.index()];
     assert_eq!((analytics.limit, analytics.remaining), (20, 15));
     let r = rl.report(&p, None);
@@ -522,16 +365,7 @@ fn config_is_validated_and_strict() {
 
     let mut c = RateLimitConfig::default();
     c.tiers.get_mut("free").unwrap().burst = 0;
-    assert_eq!(
-        RateLimitPolicy::try_from(&c).unwrap_err().to_string(),
-        "tiers.free.burst: must be at least 1"
-    );
-    let c = RateLimitConfig {
-        default_tier: "gold".into(),
-        ..Default::default()
-    };
-    assert!(matches!(
-        RateLimitPolicy::try_from(&c),
-        Err(RateLimitConfigError::UnknownDefaultTier(_))
-    ));
+    assert_eq!(RateLimitPolicy::try_from(&c).unwrap_err().to_string(), "tiers.free.burst: must be at least 1");
+    let c = RateLimitConfig { default_tier: "gold".into(), ..Default::default() };
+    assert!(matches!(RateLimitPolicy::try_from(&c), Err(RateLimitConfigError::UnknownDefaultTier(_))));
 }

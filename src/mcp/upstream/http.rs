@@ -887,6 +887,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn list_all_follows_next_cursor() {
+        let json_resp = |body: String| http_resp("200 OK", "Content-Type: application/json\r\n", &body);
+        let responses = vec![
+            json_resp(r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}"#.into()),
+            http_resp("202 Accepted", "", ""),
+            json_resp(
+                r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"a"},{"name":"b"}],"nextCursor":"page-2"}}"#
+                    .into(),
+            ),
+            json_resp(r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"c"}]}}"#.into()),
+        ];
+        let (url, server) = canned_server(responses).await;
+        let up = super::super::Upstream::Http(
+            HttpUpstream::new(
+                "t",
+                &HttpSettings { url, headers: vec![], credential: None },
+                Timeouts::default(),
+                reqwest::Client::new(),
+            )
+            .unwrap(),
+        );
+        let tools = up.list_tools(&CallContext::default()).await.unwrap();
+        let names: Vec<_> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        let seen = server.await.unwrap();
+        assert!(seen[3].contains(r#""params":{"cursor":"page-2"}"#), "{}", seen[3]);
+        assert!(!seen[2].contains("cursor"));
+    }
+
+    #[tokio::test]
     async fn unsupported_version_and_connect_errors() {
         let responses = vec![http_resp(
             "200 OK",

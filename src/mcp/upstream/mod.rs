@@ -324,7 +324,9 @@ impl Source {
 
 /// The messages an upstream sends in answer to one request, ending with the response.
 pub struct ReplyStream {
-    source: Source,
+    /// Boxed: a transport's reading state is a few hundred bytes, and `UpstreamReply` is
+    /// mostly the small `Response` variant.
+    source: Box<Source>,
     peeked: Option<Event>,
     deadline: Instant,
     client_id: Value,
@@ -339,7 +341,7 @@ impl fmt::Debug for ReplyStream {
 
 impl ReplyStream {
     pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Value) -> Self {
-        Self { source, peeked: first, deadline, client_id, done: false }
+        Self { source: Box::new(source), peeked: first, deadline, client_id, done: false }
     }
 
     /// The next message: notifications (`notifications/progress`, `notifications/message`, ...)

@@ -1,0 +1,410 @@
+"""Shared helpers of the MCP gateway tests (`test_mcp_*.py`).
+
+* `config(...)`: a complete toolgate YAML (ephemeral ports, embedded store in `./data`,
+  apps, extra `server:` / `mcp:` settings). `ToolgateServer(full_config=...)` runs it.
+* `Api`: the management API with the admin key (create gateways, read sessions, ...).
+* `McpHttp`: a raw Streamable HTTP client (httpx2) for the protocol-rule tests.
+* `EverythingServer`, `node_bin`: the real `@modelcontextprotocol/server-everything` over
+  Streamable HTTP, on a port the OS picks (PORT=0, read back from /proc: no race).
+* `sdk_client(...)`: the official Python SDK (`mcp`) client against a gateway, in `auto`
+  (server/discover probe, then fallback) or `legacy` (initialize) mode.
+* `HeaderForwarder`: a tiny HTTP forwarder that adds `X-API-Key` (for the conformance suite,
+  which cannot send headers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import http.server
+import json
+import os
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from toolgate_harness import ROOT, ToolgateServer, listening_addrs
+
+VENV = Path(os.environ.get("TOOLGATE_TEST_VENV", ROOT / "tests" / "py" / ".venv"))
+NODE_DIR = Path(os.environ.get("TOOLGATE_TEST_NODE_DIR", ROOT / "tests" / "node"))
+
+# Accept header every MCP client sends on POST.
+ACCEPT_BOTH = "application/json, text/event-stream"
+LATEST = "2025-11-25"
+
+TIME_APP = """\
+  - id: time
+    name: Time
+    description: Current time in any time zone
+    category: utilities
+    builtin: time
+"""
+
+
+def stdio_time_app(app_id: str = "clock") -> str:
+    """`mcp-server-time` (the Python reference server) as a stdio app."""
+    exe = VENV / "bin" / "mcp-server-time"
+    if not exe.exists():
+        raise AssertionError(f"mcp-server-time missing at {exe}: run tests/run.sh (pip install -r requirements.txt)")
+    return f"""\
+  - id: {app_id}
+    name: Clock
+    description: mcp-server-time over stdio
+    category: utilities
+    command: [{json.dumps(str(exe))}, --local-timezone, UTC]
+"""
+
+
+def http_app(app_id: str, url: str, name: str = "Everything", timeouts: str = "") -> str:
+    extra = f"    timeouts: {{{timeouts}}}\n" if timeouts else ""
+    return f"""\
+  - id: {app_id}
+    name: {name}
+    description: Streamable HTTP app
+    category: testing
+    url: {url}
+{extra}"""
+
+
+def config(apps: str = TIME_APP, server: str = "", mcp: str = "") -> str:
+    """A complete config; `server`/`mcp` are extra indented lines (`  max_body_bytes: 2048`)."""
+    return (
+        "environment: development\n"
+        "server:\n"
+        "  listen: 127.0.0.1:0\n"
+        "  metrics_listen: 127.0.0.2:0\n"
+        "  public_url: http://localhost:8080\n"
+        "  trusted_proxies: []\n"
+        f"{server}"
+        "storage:\n"
+        "  backend: embedded\n"
+        "  path: ./data\n"
+        "mcp:\n"
+        "  allowed_origins: [\"http://allowed.example\"]\n"
+        f"{mcp}"
+        "apps:\n"
+        f"{apps}"
+    )
+
+
+def start_toolgate(full_config: str) -> ToolgateServer:
+    return ToolgateServer(full_config=full_config).start()
+
+
+# ------------------------------------------------------------------ management API
+
+
+class Api:
+    """The management API as the admin (owner key with scope `*`, sent as `Authorization: Bearer`)."""
+
+    def __init__(self, srv: ToolgateServer):
+        self.srv = srv
+
+    def call(self, method: str, path: str, body: Any = None, key: str | None = None) -> httpx2.Response:
+        headers = {"Authorization": f"Bearer {key or self.srv.admin_key}"}
+        return httpx2.request(method, self.srv.base_url + path, json=body, headers=headers, timeout=30)
+
+    def ok(self, method: str, path: str, body: Any = None, status: int = 200) -> dict:
+        r = self.call(method, path, body)
+        assert r.status_code == status, f"{method} {path}: expected {status}, got {r.status_code}: {r.text}"
+        return r.json()
+
+    def create_gateway(
+        self, servers: list[str], allowed_tools: dict | None = None, configuration: dict | None = None, name: str = ""
+    ) -> tuple[str, str]:
+        """Creates a gateway; returns (gateway id, its access key)."""
+        body: dict[str, Any] = {"name": name or f"gw-{time.monotonic_ns()}", "servers": servers}
+        if allowed_tools is not None:
+            body["allowed_tools"] = allowed_tools
+        if configuration is not None:
+            body["configuration"] = configuration
+        data = self.ok("POST", "/v1/gateways", body, status=201)["data"]
+        return data["id"], data["api_key"]
+
+    def gateway(self, gw_id: str) -> dict:
+        return self.ok("GET", f"/v1/gateways/{gw_id}")["data"]
+
+
+def mcp_url(srv: ToolgateServer, gw_id: str) -> str:
+    return f"{srv.base_url}/gateway/{gw_id}/mcp"
+
+
+# ------------------------------------------------------------------ raw Streamable HTTP
+
+
+def sse_messages(text: str) -> list[dict]:
+    """The JSON-RPC messages of an SSE body (`data:` lines of each event)."""
+    out = []
+    for event in text.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(line[5:].lstrip() for line in event.split("\n") if line.startswith("data:"))
+        if data:
+            out.append(json.loads(data))
+    return out
+
+
+class McpHttp:
+    """Raw Streamable HTTP to one gateway endpoint; remembers the session after initialize."""
+
+    def __init__(self, url: str, key: str | None, version: str = LATEST):
+        self.url = url
+        self.key = key
+        self.version = version
+        self.session_id: str | None = None
+        self.cookie: str | None = None
+        self.client = httpx2.Client(timeout=60)
+        self._next_id = 0
+
+    def headers(self, **extra: str | None) -> dict[str, str]:
+        h = {"Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
+        if self.key is not None:
+            h["X-API-Key"] = self.key
+        if self.session_id:
+            h["Mcp-Session-Id"] = self.session_id
+            h["MCP-Protocol-Version"] = self.version
+        for k, v in extra.items():
+            name = k.replace("_", "-")
+            if v is None:
+                h.pop(name, None)
+                h = {hk: hv for hk, hv in h.items() if hk.lower() != name.lower()}
+            else:
+                h[name] = v
+        return h
+
+    def next_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def post(self, body: Any, headers: dict[str, str] | None = None, raw: bytes | None = None) -> httpx2.Response:
+        h = headers if headers is not None else self.headers()
+        content = raw if raw is not None else json.dumps(body).encode()
+        return self.client.post(self.url, content=content, headers=h)
+
+    def initialize(self, version: str | None = None, client_name: str = "pytest-raw") -> httpx2.Response:
+        body = {
+            "jsonrpc": "2.0",
+            "id": self.next_id(),
+            "method": "initialize",
+            "params": {
+                "protocolVersion": version or self.version,
+                "capabilities": {},
+                "clientInfo": {"name": client_name, "version": "1.2.3"},
+            },
+        }
+        h = self.headers()
+        h.pop("Mcp-Session-Id", None)
+        h.pop("MCP-Protocol-Version", None)
+        r = self.post(body, headers=h)
+        assert r.status_code == 200, f"initialize: {r.status_code} {r.text}"
+        self.session_id = r.headers.get("mcp-session-id")
+        self.cookie = r.headers.get("set-cookie")
+        assert self.session_id, f"initialize answered no Mcp-Session-Id: {dict(r.headers)}"
+        note = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert note.status_code == 202, f"notifications/initialized: {note.status_code} {note.text}"
+        return r
+
+    def request(self, method: str, params: dict | None = None, headers: dict[str, str] | None = None) -> httpx2.Response:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": self.next_id(), "method": method}
+        if params is not None:
+            body["params"] = params
+        return self.post(body, headers=headers)
+
+    def rpc(self, method: str, params: dict | None = None) -> dict:
+        """A request whose HTTP status must be 200; returns the JSON-RPC response (JSON or SSE)."""
+        r = self.request(method, params)
+        assert r.status_code == 200, f"{method}: HTTP {r.status_code}: {r.text}"
+        return response_message(r)
+
+    def delete(self, headers: dict[str, str] | None = None) -> httpx2.Response:
+        return self.client.delete(self.url, headers=headers if headers is not None else self.headers())
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def response_message(r: httpx2.Response) -> dict:
+    """The JSON-RPC response of a POST answered as JSON or as an SSE stream."""
+    ct = r.headers.get("content-type", "")
+    if ct.startswith("text/event-stream"):
+        msgs = [m for m in sse_messages(r.text) if "id" in m and ("result" in m or "error" in m)]
+        assert len(msgs) == 1, f"expected one response in the SSE stream, got: {r.text}"
+        return msgs[0]
+    assert ct.startswith("application/json"), f"unexpected content type {ct!r}: {r.text}"
+    return r.json()
+
+
+# ------------------------------------------------------------------ Node peers
+
+
+def node_bin() -> Path:
+    node = Path(os.environ.get("TOOLGATE_TEST_NODE", NODE_DIR / "node_modules" / ".bin" / "node"))
+    if not node.exists():
+        raise AssertionError(f"Node 22 missing at {node}: run tests/run.sh or `npm ci` in {NODE_DIR}")
+    return node
+
+
+def wait_for_port(proc: subprocess.Popen, what: str, timeout: float = 30) -> str:
+    """`host:port` of the first socket `proc` listens on (read from /proc: no port race)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited with {proc.returncode} during startup")
+        addrs = listening_addrs(proc.pid)
+        if addrs:
+            return addrs[0].replace("[::1]", "127.0.0.1")
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not listen within {timeout}s")
+
+
+class NodeServer:
+    """A Node MCP server started on PORT=0, its address read back from /proc/<pid>."""
+
+    def __init__(self, script: Path, args: list[str], what: str, log_dir: Path | None = None):
+        self.script, self.args, self.what = script, args, what
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen | None = None
+        self.addr = ""
+
+    def start(self) -> "NodeServer":
+        if not self.script.exists():
+            raise AssertionError(f"{self.what} missing at {self.script}: run `npm ci` in {NODE_DIR}")
+        log = open(os.devnull, "wb") if self.log_dir is None else open(self.log_dir / f"{self.what}.log", "ab")
+        self.proc = subprocess.Popen(
+            [str(node_bin()), str(self.script), *self.args],
+            cwd=NODE_DIR, env=dict(os.environ, PORT="0"), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        self.addr = wait_for_port(self.proc, self.what)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}/mcp"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> "NodeServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def everything_server(log_dir: Path | None = None) -> NodeServer:
+    script = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    return NodeServer(script, ["streamableHttp"], "server-everything", log_dir)
+
+
+def conformance_fixture(log_dir: Path | None = None) -> NodeServer:
+    return NodeServer(NODE_DIR / "conformance" / "fixture.mjs", [], "conformance-fixture", log_dir)
+
+
+# ------------------------------------------------------------------ official Python SDK
+
+
+@contextlib.asynccontextmanager
+async def sdk_client(url: str, key: str, mode: str = "auto", **kwargs):
+    """The official `mcp` Client over Streamable HTTP with `X-API-Key`; `mode` is auto or legacy."""
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers={"X-API-Key": key}) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client:
+            yield client
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# ------------------------------------------------------------------ header-adding forwarder
+
+
+class HeaderForwarder:
+    """Forwards every HTTP request to `target` (`http://host:port`) adding `headers`.
+
+    Streams the answer back chunk by chunk (SSE included), so the conformance suite, which cannot
+    send headers, can talk to a gateway whose endpoint requires `X-API-Key`.
+    """
+
+    def __init__(self, target: str, headers: dict[str, str]):
+        self.target = target.removeprefix("http://").rstrip("/")
+        self.headers = headers
+        fwd = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else None
+                host, port = fwd.target.rsplit(":", 1)
+                conn = http.client.HTTPConnection(host, int(port), timeout=120)
+                hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                hdrs.update(fwd.headers)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=hdrs)
+                    resp = conn.getresponse()
+                except OSError as e:
+                    self.send_error(502, f"forwarder: {e}")
+                    return
+                self.send_response_only(resp.status, resp.reason)
+                chunked = resp.getheader("content-length") is None and self.command != "HEAD" and resp.status not in (204, 304)
+                for k, v in resp.getheaders():
+                    if k.lower() in ("transfer-encoding", "connection"):
+                        continue
+                    self.send_header(k, v)
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    while True:
+                        chunk = resp.read1(65536) if chunked else resp.read(65536)
+                        if not chunk:
+                            break
+                        if chunked:
+                            self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        else:
+                            self.wfile.write(chunk)
+                        self.wfile.flush()
+                    if chunked:
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
+                except OSError:
+                    self.close_connection = True
+                finally:
+                    conn.close()
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_OPTIONS = _forward
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> "HeaderForwarder":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
