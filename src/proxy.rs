@@ -187,6 +187,7 @@ impl Proxy {
             query: api::parse_query(query.as_deref()),
             body,
             client_ip: ctx.client_ip,
+            ip_multiplier: ctx.filters.ip_rate_limit_multiplier,
             headers: &session.req_header().headers,
         };
         match api::dispatch(endpoint, call).await {

@@ -8,11 +8,11 @@ use crate::secrets::{self, Sealer};
 use crate::store::{EmbeddedStore, Kind, Store, StoreError};
 use chrono::Utc;
 use dashmap::{DashMap, DashSet};
-use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
 use toolgate_filters::auth::{AuthError, CredentialResolver};
+use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
 use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
 
 #[derive(Debug, thiserror::Error)]

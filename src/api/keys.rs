@@ -97,3 +97,77 @@ pub async fn revoke(call: &Call<'_>) -> ApiResult {
     state.save_key(revoked).await?;
     Ok(Reply::message(format!("API key {} revoked", key.id)))
 }
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateKey {
+    /// Hours the old key stays valid beside the new one (0: refused at once).
+    #[schema(minimum = 0, maximum = 720)]
+    pub grace_period_hours: i64,
+}
+
+fn key_of_org(call: &Call<'_>) -> Result<std::sync::Arc<ApiKey>, ApiError> {
+    let who = call.who()?;
+    call.server
+        .state
+        .keys
+        .get(call.id())
+        .map(|k| k.value().clone())
+        .filter(|k| k.org_id == who.org_id && k.gateway_id.is_none())
+        .ok_or(ApiError::NotFound("api key"))
+}
+
+#[utoipa::path(post, path = "/v1/api-keys/{key_id}/rotate", tag = "api-keys", params(("key_id" = String, Path)), request_body = RotateKey,
+    responses((status = 201, description = "the new key (shown once) and when the old one stops working", body = crate::api::openapi::Envelope),
+              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn rotate(call: &Call<'_>) -> ApiResult {
+    let old = key_of_org(call)?;
+    let body: RotateKey = call.json()?;
+    if !(0..=720).contains(&body.grace_period_hours) {
+        return Err(ApiError::validation("grace_period_hours", "must be between 0 and 720"));
+    }
+    let now = Utc::now();
+    if old.unusable(now).is_some() {
+        return Err(ApiError::validation("key_id", "the key is revoked or expired"));
+    }
+    super::mfa::require(call).await?;
+    let state = &call.server.state;
+    let _guard = state.write_lock.lock().await;
+    let plaintext = secrets::new_api_key();
+    let new = ApiKey {
+        id: secrets::new_id("key"),
+        hash: secrets::hash_key(&plaintext),
+        created_at: now,
+        revoked_at: None,
+        declared: false,
+        ..old.as_ref().clone()
+    };
+    let grace_end = now + chrono::Duration::hours(body.grace_period_hours);
+    let mut retiring = old.as_ref().clone();
+    // The old key stops at the end of the grace period (or its own expiry, if sooner).
+    retiring.expires_at = Some(retiring.expires_at.map_or(grace_end, |e| e.min(grace_end)));
+    let new = state.save_key(new).await?;
+    state.save_key(retiring).await?;
+    Ok(Reply::created(json!({
+        "id": new.id, "key": plaintext, "name": new.name, "created_at": iso(&new.created_at),
+        "expires_at": new.expires_at.as_ref().map(iso), "scopes": new.scopes,
+        "rotated_from": old.id, "old_key_expires_at": iso(&grace_end.min(old.expires_at.unwrap_or(grace_end))),
+    })))
+}
+
+#[utoipa::path(get, path = "/v1/api-keys/{key_id}/usage", tag = "api-keys", params(("key_id" = String, Path)),
+    responses((status = 200, description = "last_used, last_ip, requests_today, requests_this_month", body = crate::api::openapi::Envelope),
+              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
+              (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn usage(call: &Call<'_>) -> ApiResult {
+    let key = key_of_org(call)?;
+    let u = call.server.state.usage_of(&key.id);
+    Ok(Reply::ok(json!({
+        "key_id": key.id,
+        "last_used": u.last_used.as_ref().map(iso),
+        "last_ip": u.last_ip,
+        "requests_today": u.requests_today,
+        "requests_this_month": u.requests_this_month,
+    })))
+}

@@ -1,12 +1,15 @@
 //! The management REST API (`/v1` and `/api/v1`): routing, the scope each endpoint needs
 //! (Decision 8), request parsing helpers and the envelope. One file per resource.
 
+pub mod account;
 pub mod apps;
 pub mod auth;
 pub mod gateways;
 pub mod keys;
+pub mod limits;
 pub mod mfa;
 pub mod openapi;
+pub mod service_accounts;
 pub mod sessions;
 pub mod user;
 
@@ -35,7 +38,16 @@ pub enum Endpoint {
     User,
     ApiKeys,
     ApiKey,
+    ApiKeyRotate,
+    ApiKeyUsage,
+    ServiceAccounts,
+    ServiceAccountKeys,
+    AccountSecurity,
+    AccountWhitelist,
+    RateLimit,
+    RateLimitMetrics,
     AuthVerify,
+    AuthDebug,
     MfaEnroll,
     MfaActivate,
     MfaVerify,
@@ -56,7 +68,16 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/user", Endpoint::User),
     ("/api-keys", Endpoint::ApiKeys),
     ("/api-keys/{id}", Endpoint::ApiKey),
+    ("/api-keys/{id}/rotate", Endpoint::ApiKeyRotate),
+    ("/api-keys/{id}/usage", Endpoint::ApiKeyUsage),
+    ("/service-accounts", Endpoint::ServiceAccounts),
+    ("/service-accounts/{id}/keys", Endpoint::ServiceAccountKeys),
+    ("/account/security", Endpoint::AccountSecurity),
+    ("/account/whitelist", Endpoint::AccountWhitelist),
+    ("/rate-limit", Endpoint::RateLimit),
+    ("/metrics/rate-limits", Endpoint::RateLimitMetrics),
     ("/auth/verify", Endpoint::AuthVerify),
+    ("/auth/debug", Endpoint::AuthDebug),
     ("/auth/mfa/enroll", Endpoint::MfaEnroll),
     ("/auth/mfa/activate", Endpoint::MfaActivate),
     ("/auth/mfa/verify", Endpoint::MfaVerify),
@@ -88,7 +109,13 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::Sessions, "GET") | (E::Session, "GET") | (E::Session, "DELETE") => Scope(crate::api::Scope::SessionsManage),
         (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
         (E::MfaEnroll, "POST") | (E::MfaActivate, "POST") | (E::MfaVerify, "POST") => AnyCredential,
-        (E::ApiKeys, "POST") | (E::ApiKey, "DELETE") => Scope(crate::api::Scope::Admin),
+        (E::ApiKeys, "POST") | (E::ApiKey, "DELETE") | (E::ApiKeyRotate, "POST") | (E::ApiKeyUsage, "GET") => {
+            Scope(crate::api::Scope::Admin)
+        }
+        (E::ServiceAccounts, "POST") | (E::ServiceAccountKeys, "POST") => Scope(crate::api::Scope::Admin),
+        (E::AccountSecurity, "PATCH") | (E::AccountWhitelist, "POST") => Scope(crate::api::Scope::Admin),
+        (E::RateLimit, "GET") | (E::AuthDebug, "GET") => AnyCredential,
+        (E::RateLimitMetrics, "GET") => Scope(crate::api::Scope::LogsRead),
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
     };
@@ -122,6 +149,8 @@ pub struct Call<'a> {
     pub query: Vec<(String, String)>,
     pub body: Bytes,
     pub client_ip: IpAddr,
+    /// The rate-limit multiplier of the caller's allowlist entry, if any.
+    pub ip_multiplier: Option<f64>,
     pub headers: &'a http::HeaderMap,
 }
 
@@ -263,6 +292,15 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::User, "PATCH") => user::update(&call).await,
         (E::ApiKeys, "POST") => keys::create(&call).await,
         (E::ApiKey, "DELETE") => keys::revoke(&call).await,
+        (E::ApiKeyRotate, "POST") => keys::rotate(&call).await,
+        (E::ApiKeyUsage, "GET") => keys::usage(&call).await,
+        (E::ServiceAccounts, "POST") => service_accounts::create(&call).await,
+        (E::ServiceAccountKeys, "POST") => service_accounts::create_key(&call).await,
+        (E::AccountSecurity, "PATCH") => account::update_security(&call).await,
+        (E::AccountWhitelist, "POST") => account::add_whitelist(&call).await,
+        (E::RateLimit, "GET") => limits::status(&call).await,
+        (E::RateLimitMetrics, "GET") => limits::report(&call).await,
+        (E::AuthDebug, "GET") => auth::debug(&call).await,
         (E::AuthVerify, "GET") => auth::verify(&call).await,
         (E::MfaEnroll, "POST") => mfa::enroll(&call).await,
         (E::MfaActivate, "POST") => mfa::activate(&call).await,

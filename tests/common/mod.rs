@@ -27,8 +27,8 @@ use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::fs;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::io::{Read, Seek, SeekFrom};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,10 +85,7 @@ pub fn random_alnum(n: usize) -> String {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
         h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
         );
         let mut v = h.finish();
         for _ in 0..10 {
@@ -119,10 +116,8 @@ pub fn sha256_hex(s: &str) -> String {
 pub fn declared_key(id: &str, user: &str, scopes: &[&str]) -> (String, String) {
     let key = random_key();
     let scopes = scopes.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
-    let yaml = format!(
-        "  - {{ id: {id}, name: {id}, user: {user}, sha256: {}, scopes: [{scopes}] }}\n",
-        sha256_hex(&key)
-    );
+    let yaml =
+        format!("  - {{ id: {id}, name: {id}, user: {user}, sha256: {}, scopes: [{scopes}] }}\n", sha256_hex(&key));
     (key, yaml)
 }
 
@@ -192,11 +187,7 @@ fn connect_addr(addr: SocketAddr) -> SocketAddr {
 }
 
 fn probe_client() -> Client {
-    Client::builder()
-        .timeout(Duration::from_secs(2))
-        .no_proxy()
-        .build()
-        .expect("build probe client")
+    Client::builder().timeout(Duration::from_secs(2)).no_proxy().build().expect("build probe client")
 }
 
 /// Which of `addrs` is the main listener and which the metrics listener, as far as they answer.
@@ -358,11 +349,7 @@ impl TestServer {
         let config = template.replace("{data_dir}", &data_dir.to_string_lossy());
         let config_path = dir.path().join("toolgate.yaml");
         fs::write(&config_path, config).expect("write config");
-        let client = Client::builder()
-            .timeout(Duration::from_secs(30))
-            .no_proxy()
-            .build()
-            .expect("build http client");
+        let client = Client::builder().timeout(Duration::from_secs(30)).no_proxy().build().expect("build http client");
         let mut srv = TestServer {
             dir,
             config_path,
@@ -406,9 +393,7 @@ impl TestServer {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", Self::binary()));
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", Self::binary()));
         self.pid = child.id();
         self.child = Some(child);
         self.wait_for_listeners();
@@ -593,10 +578,7 @@ impl TestServer {
     /// SIGTERM, then wait up to `timeout`; panics (with the logs) if it is still running then.
     pub fn sigterm_timeout(&mut self, timeout: Duration) -> ExitStatus {
         let mut child = self.child.take().expect("sigterm: the server is not running");
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("run kill -TERM");
+        let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("run kill -TERM");
         assert!(status.success(), "kill -TERM {} failed: {status}", child.id());
         let deadline = Instant::now() + timeout;
         loop {
@@ -625,7 +607,12 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         // A failed start has already put the logs in its panic message.
         if thread::panicking() && self.main_addr.is_some() {
-            eprintln!("toolgate at {} (dir {}):\n{}", self.base_url(), self.dir.path().display(), self.logs_for_humans());
+            eprintln!(
+                "toolgate at {} (dir {}):\n{}",
+                self.base_url(),
+                self.dir.path().display(),
+                self.logs_for_humans()
+            );
         }
         self.kill9();
     }
@@ -640,10 +627,7 @@ fn manifest_dir() -> PathBuf {
 
 fn must_exist(path: PathBuf, what: &str, var: &str) -> PathBuf {
     if !path.exists() {
-        panic!(
-            "{what} not found at {}: run tests/run.sh (it installs the test peers), or set {var}",
-            path.display()
-        );
+        panic!("{what} not found at {}: run tests/run.sh (it installs the test peers), or set {var}", path.display());
     }
     path
 }
@@ -693,7 +677,9 @@ pub fn redis_server_bin() -> PathBuf {
             return p;
         }
     }
-    panic!("redis-server not found on PATH: run tests/run.sh (apt-get install redis-server), or set TOOLGATE_TEST_REDIS");
+    panic!(
+        "redis-server not found on PATH: run tests/run.sh (apt-get install redis-server), or set TOOLGATE_TEST_REDIS"
+    );
 }
 
 /// A helper process (an MCP server, Redis) with its logs in a temp dir; killed on drop.
@@ -782,11 +768,7 @@ pub fn everything_url(peer: &Peer) -> String {
 
 /// argv for the stdio MCP server `mcp-server-time` (for an app's `command:`), UTC.
 pub fn mcp_server_time_command() -> Vec<String> {
-    vec![
-        venv_bin("mcp-server-time").to_string_lossy().into_owned(),
-        "--local-timezone".into(),
-        "UTC".into(),
-    ]
+    vec![venv_bin("mcp-server-time").to_string_lossy().into_owned(), "--local-timezone".into(), "UTC".into()]
 }
 
 /// A throwaway Redis server on loopback, no persistence. Redis cannot bind port 0 (`--port 0`

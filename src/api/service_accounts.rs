@@ -1,0 +1,128 @@
+//! `/service-accounts`: non-human key owners with their own scopes and rate-limit multiplier.
+
+use super::{iso, ApiResult, Call, Reply};
+use crate::error::ApiError;
+use crate::model::{ApiKey, ServiceAccount};
+use crate::secrets;
+use chrono::{Duration, Utc};
+use serde::Deserialize;
+use serde_json::json;
+use toolgate_filters::ScopeSet;
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateServiceAccount {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub scopes: Vec<String>,
+    /// Multiplies the tier's limits (default from `limits.service_account_multiplier`, 5).
+    pub rate_limit_multiplier: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateServiceAccountKey {
+    pub name: String,
+    /// Days until the key expires; absent means no expiry.
+    #[schema(minimum = 1, maximum = 3650)]
+    pub expires_in_days: Option<i64>,
+}
+
+#[utoipa::path(post, path = "/v1/service-accounts", tag = "service-accounts", request_body = CreateServiceAccount,
+    responses((status = 201, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
+              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
+              (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn create(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let body: CreateServiceAccount = call.json()?;
+    let name = body.name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(ApiError::validation("name", "must be 1-100 characters"));
+    }
+    if body.scopes.is_empty() {
+        return Err(ApiError::validation("scopes", "at least one scope is required"));
+    }
+    let scopes = ScopeSet::parse(body.scopes.iter().map(String::as_str))
+        .map_err(|bad| ApiError::validation("scopes", format!("unknown scope `{bad}`")))?;
+    if !scopes.is_subset_of(who.scopes) {
+        return Err(ApiError::validation("scopes", "cannot grant scopes the calling key does not hold"));
+    }
+    let multiplier = body.rate_limit_multiplier.unwrap_or(call.server.state.config.limits.service_account_multiplier);
+    if !(multiplier > 0.0 && multiplier <= 100.0) {
+        return Err(ApiError::validation("rate_limit_multiplier", "must be a number in (0, 100]"));
+    }
+    let state = &call.server.state;
+    let _guard = state.write_lock.lock().await;
+    if state.service_accounts.iter().any(|a| a.org_id == who.org_id && a.name.eq_ignore_ascii_case(name)) {
+        return Err(ApiError::Conflict(format!("a service account named `{name}` already exists")));
+    }
+    let a = state
+        .save_service_account(ServiceAccount {
+            id: secrets::new_id("sa"),
+            org_id: who.org_id.clone(),
+            name: name.to_string(),
+            description: body.description,
+            scopes: body.scopes,
+            rate_limit_multiplier: multiplier,
+            created_by: who.user_id.clone(),
+            created_at: Utc::now(),
+        })
+        .await?;
+    Ok(Reply::created(json!({
+        "id": a.id, "name": a.name, "description": a.description, "scopes": a.scopes,
+        "rate_limit_multiplier": a.rate_limit_multiplier, "created_at": iso(&a.created_at),
+    })))
+}
+
+#[utoipa::path(post, path = "/v1/service-accounts/{account_id}/keys", tag = "service-accounts",
+    params(("account_id" = String, Path)), request_body = CreateServiceAccountKey,
+    responses((status = 201, description = "the key, shown once", body = crate::api::openapi::Envelope),
+              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn create_key(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let a = call
+        .server
+        .state
+        .service_accounts
+        .get(call.id())
+        .map(|a| a.value().clone())
+        .filter(|a| a.org_id == who.org_id)
+        .ok_or(ApiError::NotFound("service account"))?;
+    let body: CreateServiceAccountKey = call.json()?;
+    let name = body.name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(ApiError::validation("name", "must be 1-100 characters"));
+    }
+    let expires_at = match body.expires_in_days {
+        None => None,
+        Some(d) if (1..=3650).contains(&d) => Some(Utc::now() + Duration::days(d)),
+        Some(_) => return Err(ApiError::validation("expires_in_days", "must be between 1 and 3650")),
+    };
+    let plaintext = secrets::new_api_key();
+    let key = call
+        .server
+        .state
+        .save_key(ApiKey {
+            id: secrets::new_id("key"),
+            org_id: a.org_id.clone(),
+            user_id: a.created_by.clone(),
+            name: name.to_string(),
+            hash: secrets::hash_key(&plaintext),
+            scopes: a.scopes.clone(),
+            created_at: Utc::now(),
+            expires_at,
+            revoked_at: None,
+            bypass_ip_whitelist: false,
+            gateway_id: None,
+            service_account_id: Some(a.id.clone()),
+            declared: false,
+        })
+        .await?;
+    Ok(Reply::created(json!({
+        "id": key.id, "key": plaintext, "name": key.name, "service_account_id": a.id,
+        "scopes": key.scopes, "created_at": iso(&key.created_at), "expires_at": key.expires_at.as_ref().map(iso),
+    })))
+}
