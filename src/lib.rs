@@ -9,6 +9,7 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod jwt;
 pub mod mcp;
 pub mod metrics;
 pub mod mfa;

@@ -180,6 +180,7 @@ impl pingora::services::background::BackgroundService for Flusher {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         let mut tick = tokio::time::interval(self.period);
         let mut last_sweep = Instant::now();
+        let mut last_jwt_refresh: Option<Instant> = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => self.server.flush().await,
@@ -189,6 +190,12 @@ impl pingora::services::background::BackgroundService for Flusher {
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();
                 last_sweep = Instant::now();
+            }
+            if let Some(jwt) = &self.server.state.jwt {
+                if last_jwt_refresh.is_none_or(|t: Instant| t.elapsed() >= jwt.refresh_period()) {
+                    jwt.refresh().await;
+                    last_jwt_refresh = Some(Instant::now());
+                }
             }
         }
         // Last writes before exit, then stop the apps' processes.

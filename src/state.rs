@@ -21,6 +21,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Seal(#[from] secrets::SealError),
+    #[error("jwt: {0}")]
+    Jwt(String),
     #[error("storage backend `redis` is not available in this build yet")]
     RedisUnsupported,
 }
@@ -48,6 +50,8 @@ pub struct State {
     pub service_accounts: DashMap<String, Arc<ServiceAccount>>,
     usage: DashMap<String, KeyUsage>,
     usage_dirty: DashSet<String>,
+    /// Verifies JWT bearer tokens, when `jwt:` is configured.
+    pub jwt: Option<crate::jwt::JwtVerifier>,
     /// Serialises management writes so uniqueness checks and their write are atomic.
     pub write_lock: tokio::sync::Mutex<()>,
 }
@@ -74,7 +78,7 @@ impl State {
         };
         let sealer = Sealer::load(&dir)?;
         let state = State {
-            config,
+            config: config.clone(),
             store,
             sealer,
             orgs: DashMap::new(),
@@ -89,6 +93,10 @@ impl State {
             usage: DashMap::new(),
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
+            jwt: match &config.jwt {
+                Some(j) => Some(crate::jwt::JwtVerifier::new(j.clone()).map_err(|e| StartError::Jwt(e.to_string()))?),
+                None => None,
+            },
         };
         state.load().await?;
         state.apply_declarations().await?;
@@ -455,6 +463,29 @@ impl CredentialResolver for State {
         let p = Arc::new(self.build_principal(&key)?);
         self.principals.insert(key_id, p.clone());
         Ok(p)
+    }
+
+    /// A JWT: `sub` is a user, `scopes` its scopes within the user's role, `jti` recorded.
+    fn resolve_token(&self, token: &str) -> Result<Arc<Principal>, AuthError> {
+        let verifier = self.jwt.as_ref().ok_or(AuthError::Malformed)?;
+        let claims = verifier.verify(token)?;
+        let user = self.users.get(&claims.sub).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
+        let org = self.orgs.get(&user.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;
+        let role = Role::parse(&user.role).unwrap_or(Role::Viewer);
+        let own = ScopeSet::parse(claims.scopes.iter().map(String::as_str)).map_err(|_| AuthError::Unknown)?;
+        Ok(Arc::new(Principal {
+            // Buckets and usage are per subject, so a fresh token does not reset the limits.
+            key_id: format!("jwt:{}", user.id),
+            user_id: user.id.clone(),
+            org_id: org.id.clone(),
+            role,
+            credential: CredentialKind::Jwt { jti: claims.jti },
+            scopes: own.intersect(role.allowed()),
+            tier: org.tier.clone(),
+            rate_limit_multiplier: 1.0,
+            bypass_ip_whitelist: false,
+            expires_at: Some(claims.exp),
+        }))
     }
 }
 

@@ -56,6 +56,27 @@ pub struct Config {
     pub rate_limit_policy: std::sync::Arc<toolgate_filters::rate_limit::RateLimitPolicy>,
     pub limits: LimitsConfig,
     pub mcp: McpConfig,
+    /// JWT bearer tokens on the management API; `None` refuses every non-key bearer value.
+    pub jwt: Option<JwtConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    /// Seconds of clock skew tolerated on `exp` and `iat`.
+    pub leeway_secs: u64,
+    pub keys: Vec<JwtKeyConfig>,
+    pub jwks_file: Option<PathBuf>,
+    pub jwks_url: Option<String>,
+    /// How often the JWKS file and URL are re-read.
+    pub refresh_secs: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct JwtKeyConfig {
+    pub kid: String,
+    pub pem_file: PathBuf,
 }
 
 #[derive(Debug, Clone)]

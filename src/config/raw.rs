@@ -27,6 +27,27 @@ pub struct RawConfig {
     limits: RawLimits,
     #[serde(default)]
     mcp: RawMcp,
+    jwt: Option<RawJwt>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJwt {
+    issuer: Option<String>,
+    audience: Option<String>,
+    leeway_secs: Option<u64>,
+    #[serde(default)]
+    keys: Vec<RawJwtKey>,
+    jwks_file: Option<String>,
+    jwks_url: Option<String>,
+    refresh_secs: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJwtKey {
+    kid: String,
+    pem_file: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -387,6 +408,53 @@ impl RawConfig {
             return Err(invalid("mcp.page_size", "must be at least 1"));
         }
 
-        Ok(Config { environment, server, storage, apps, organizations, users, api_keys, rate_limits, rate_limit_policy, limits, mcp })
+        let jwt = match self.jwt {
+            None => None,
+            Some(j) => {
+                if j.keys.is_empty() && j.jwks_file.is_none() && j.jwks_url.is_none() {
+                    return Err(invalid("jwt", "needs keys, jwks_file or jwks_url"));
+                }
+                if let Some(u) = &j.jwks_url {
+                    if url::Url::parse(u).map(|u| !matches!(u.scheme(), "http" | "https")).unwrap_or(true) {
+                        return Err(invalid("jwt.jwks_url", "must be an http or https URL"));
+                    }
+                }
+                let cfg = JwtConfig {
+                    issuer: j.issuer,
+                    audience: j.audience,
+                    leeway_secs: j.leeway_secs.unwrap_or(30),
+                    keys: j
+                        .keys
+                        .into_iter()
+                        .map(|k| JwtKeyConfig { kid: k.kid, pem_file: PathBuf::from(k.pem_file) })
+                        .collect(),
+                    jwks_file: j.jwks_file.map(PathBuf::from),
+                    jwks_url: j.jwks_url,
+                    refresh_secs: j.refresh_secs.unwrap_or(300).max(10),
+                };
+                // Keys that cannot be read stop the start (and `check-config`), naming the field.
+                if let Err(e) = crate::jwt::JwtVerifier::new(cfg.clone()) {
+                    let text = e.to_string();
+                    let (field, message) = text.split_once(": ").unwrap_or(("jwt", &text));
+                    return Err(invalid(field, message));
+                }
+                Some(cfg)
+            }
+        };
+
+        Ok(Config {
+            environment,
+            server,
+            storage,
+            apps,
+            organizations,
+            users,
+            api_keys,
+            rate_limits,
+            rate_limit_policy,
+            limits,
+            mcp,
+            jwt,
+        })
     }
 }

@@ -84,6 +84,8 @@ echo "toolgate pid $SERVER_PID: main listener $MAIN_ADDR, metrics listener $METR
 seed_args=(--seed "${SCHEMATHESIS_SEED:-1}")
 [ "${SCHEMATHESIS_SEED:-}" = random ] && seed_args=()
 
+# schemathesis keeps a cache (.schemathesis/) in its working directory: keep it out of the repo.
+cd "$REPORT_DIR"
 rc=0
 timeout --signal=INT --kill-after=15 "${SCHEMATHESIS_TIMEOUT:-240}" \
     "$ST" run "http://$MAIN_ADDR/v1/openapi.json" \

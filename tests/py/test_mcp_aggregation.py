@@ -294,3 +294,22 @@ def test_failing_app_drops_out_and_the_others_keep_working(tmp_path):
         finally:
             srv.stop()
             srv.tmp.cleanup()
+
+
+def test_tools_list_is_paginated_with_cursors():
+    srv = start_toolgate(config(TIME_APP + stdio_time_app("clock"), mcp="  page_size: 2\n"))
+    try:
+        gw_id, key = Api(srv).create_gateway(["time", "clock"])
+        c = McpHttp(mcp_url(srv, gw_id), key)
+        c.initialize()
+        first = c.rpc("tools/list")["result"]
+        assert len(first["tools"]) == 2 and first.get("nextCursor"), first
+        second = c.rpc("tools/list", {"cursor": first["nextCursor"]})["result"]
+        assert len(second["tools"]) == 1 and "nextCursor" not in second, second
+        names = {t["name"] for t in first["tools"] + second["tools"]}
+        assert names == {"time__get_current_time", "clock__get_current_time", "clock__convert_time"}, names
+        bad = c.rpc("tools/list", {"cursor": "not-a-cursor"})
+        assert bad["error"]["code"] == -32602, bad
+    finally:
+        srv.stop()
+        srv.tmp.cleanup()

@@ -380,3 +380,32 @@ def test_tool_calls_are_counted_in_gateway_metrics(gw, client):
     m = api.gateway(gw_id)["metrics"]
     assert m["requests_today"] == before + 4, m
     assert m["errors_today"] >= 1, f"an isError result counts as an error: {m}"
+
+
+# ------------------------------------------------------------------ GET stream
+
+
+def test_get_without_session_is_refused(gw):
+    _, _, url, key, _ = gw
+    c = McpHttp(url, key)
+    r = c.client.get(url, headers=c.headers(Accept="text/event-stream"))
+    assert r.status_code in (400, 405), f"{r.status_code} {r.text}"
+
+
+def test_get_stream_carries_list_changed_when_the_gateway_changes(gw):
+    srv, api, _, _, _ = gw
+    gw_id, key = api.create_gateway(["time"])
+    c = McpHttp(mcp_url(srv, gw_id), key)
+    c.initialize()
+    seen: list[str] = []
+    with c.client.stream("GET", c.url, headers=c.headers(Accept="text/event-stream"), timeout=20) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.headers
+        lines = r.iter_lines()
+        assert next(lines).startswith(":"), "the stream opens with a comment"
+        api.ok("PATCH", f"/v1/gateways/{gw_id}", {"description": "changed"})
+        for line in lines:
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:])["method"])
+                if "notifications/tools/list_changed" in seen:
+                    break
+    assert "notifications/tools/list_changed" in seen, seen

@@ -1,0 +1,143 @@
+//! JWT bearer tokens on the management API: RS256 only, the signing key chosen by `kid` among the
+//! public keys of the configuration (PEM files, a JWKS file, a JWKS URL; the JWKS sources are
+//! re-read every `refresh_secs`).
+//!
+//! Only RS256 is accepted: `alg: none`, HS256 (which would let a public key act as an HMAC
+//! secret) and every other algorithm are refused before any key is looked at.
+
+use crate::config::JwtConfig;
+use arc_swap::ArcSwap;
+use chrono::Utc;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use toolgate_filters::auth::AuthError;
+
+/// The claims toolgate reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    pub exp: i64,
+    pub iat: Option<i64>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub jti: Option<String>,
+}
+
+pub struct JwtVerifier {
+    config: JwtConfig,
+    keys: ArcSwap<HashMap<String, DecodingKey>>,
+    http: reqwest::Client,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JwtSetupError {
+    #[error("{0}")]
+    Key(String),
+}
+
+fn keys_from_jwks(text: &str, source: &str) -> Result<HashMap<String, DecodingKey>, JwtSetupError> {
+    let set: JwkSet =
+        serde_json::from_str(text).map_err(|e| JwtSetupError::Key(format!("{source}: not a JWKS: {e}")))?;
+    let mut keys = HashMap::new();
+    for jwk in set.keys {
+        let Some(kid) = jwk.common.key_id.clone() else { continue };
+        if let Ok(k) = DecodingKey::from_jwk(&jwk) {
+            keys.insert(kid, k);
+        }
+    }
+    Ok(keys)
+}
+
+impl JwtVerifier {
+    /// Loads the PEM files and the JWKS file; the JWKS URL is fetched by [`JwtVerifier::refresh`].
+    pub fn new(config: JwtConfig) -> Result<JwtVerifier, JwtSetupError> {
+        let verifier =
+            JwtVerifier { keys: ArcSwap::from_pointee(HashMap::new()), http: reqwest::Client::new(), config };
+        verifier.keys.store(Arc::new(verifier.load_local()?));
+        Ok(verifier)
+    }
+
+    fn load_local(&self) -> Result<HashMap<String, DecodingKey>, JwtSetupError> {
+        let mut keys = HashMap::new();
+        for k in &self.config.keys {
+            let pem = std::fs::read(&k.pem_file)
+                .map_err(|e| JwtSetupError::Key(format!("jwt.keys[{}].pem_file: {e}", k.kid)))?;
+            let key = DecodingKey::from_rsa_pem(&pem)
+                .map_err(|e| JwtSetupError::Key(format!("jwt.keys[{}].pem_file: not an RSA public key: {e}", k.kid)))?;
+            keys.insert(k.kid.clone(), key);
+        }
+        if let Some(path) = &self.config.jwks_file {
+            let text = std::fs::read_to_string(path).map_err(|e| JwtSetupError::Key(format!("jwt.jwks_file: {e}")))?;
+            keys.extend(keys_from_jwks(&text, "jwt.jwks_file")?);
+        }
+        Ok(keys)
+    }
+
+    /// Re-reads the JWKS file and fetches the JWKS URL; on failure the previous keys stay.
+    pub async fn refresh(&self) {
+        let mut keys = match self.load_local() {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reload JWT keys; keeping the previous ones");
+                return;
+            }
+        };
+        if let Some(url) = &self.config.jwks_url {
+            let fetched = async {
+                let resp = self.http.get(url).timeout(std::time::Duration::from_secs(10)).send().await.ok()?;
+                let text = resp.error_for_status().ok()?.text().await.ok()?;
+                keys_from_jwks(&text, "jwt.jwks_url").ok()
+            }
+            .await;
+            match fetched {
+                Some(remote) => keys.extend(remote),
+                None => {
+                    tracing::warn!("cannot fetch jwt.jwks_url; keeping the previous keys");
+                    let previous = self.keys.load();
+                    for (kid, k) in previous.iter() {
+                        keys.entry(kid.clone()).or_insert_with(|| k.clone());
+                    }
+                }
+            }
+        }
+        self.keys.store(Arc::new(keys));
+    }
+
+    pub fn refresh_period(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.config.refresh_secs)
+    }
+
+    /// Verifies a token; every failure is a 401.
+    pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
+        if header.alg != Algorithm::RS256 {
+            return Err(AuthError::Unknown);
+        }
+        let kid = header.kid.ok_or(AuthError::Unknown)?;
+        let keys = self.keys.load();
+        let key = keys.get(&kid).ok_or(AuthError::Unknown)?;
+        let mut v = Validation::new(Algorithm::RS256);
+        v.leeway = self.config.leeway_secs;
+        v.set_required_spec_claims(&["exp", "sub"]);
+        if let Some(iss) = &self.config.issuer {
+            v.set_issuer(&[iss]);
+        }
+        match &self.config.audience {
+            Some(aud) => v.set_audience(&[aud]),
+            None => v.validate_aud = false,
+        }
+        let data = jsonwebtoken::decode::<Claims>(token, key, &v).map_err(|e| match e.kind() {
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,
+            _ => AuthError::Unknown,
+        })?;
+        let claims = data.claims;
+        // A token issued in the future (beyond the leeway) is not trusted.
+        if claims.iat.is_some_and(|iat| iat > Utc::now().timestamp() + self.config.leeway_secs as i64) {
+            return Err(AuthError::Unknown);
+        }
+        Ok(claims)
+    }
+}
