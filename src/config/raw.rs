@@ -189,6 +189,12 @@ impl RawConfig {
         let s = self.server;
         let listen = parse_addr("server.listen", s.listen.as_deref(), "0.0.0.0:8080")?;
         let metrics_listen = parse_addr("server.metrics_listen", s.metrics_listen.as_deref(), "127.0.0.1:9090")?;
+        if metrics_listen == listen {
+            return Err(invalid(
+                "server.metrics_listen",
+                "must differ from server.listen (use another address, e.g. 127.0.0.2:0, when both use port 0)",
+            ));
+        }
         let public_url = s.public_url.unwrap_or_else(|| format!("http://localhost:{}", listen.port()));
         let parsed =
             url::Url::parse(&public_url).map_err(|e| invalid("server.public_url", format!("`{public_url}`: {e}")))?;
@@ -218,7 +224,7 @@ impl RawConfig {
             trusted_proxies,
             threads,
             max_body_bytes,
-            grace_period: Duration::from_secs(s.grace_period_secs.unwrap_or(10)),
+            grace_period: Duration::from_secs(s.grace_period_secs.unwrap_or(5)),
         };
 
         let storage = match self.storage.backend.as_deref() {
@@ -319,7 +325,11 @@ impl RawConfig {
             });
         }
 
-        let rate_limits = self.rate_limits;
+        let mut rate_limits = self.rate_limits;
+        // Tiers given in YAML add to or replace the spec's table by name; the others stay.
+        for (name, tier) in toolgate_filters::rate_limit::RateLimitConfig::default_tiers() {
+            rate_limits.tiers.entry(name).or_insert(tier);
+        }
         let rate_limit_policy = std::sync::Arc::new(
             toolgate_filters::rate_limit::RateLimitPolicy::try_from(&rate_limits)
                 .map_err(|e| invalid("rate_limits", e.to_string()))?,

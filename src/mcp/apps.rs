@@ -52,9 +52,7 @@ impl AppClients {
         if !self.state.is_connected(org_id, app_id) {
             return Err(AppError::NotConnected(app_id.into()));
         }
-        // Apps without credentials are the same for every organisation: share one upstream.
-        let owner = if app.needs_credentials() { org_id } else { "" };
-        let key = (owner.to_string(), app_id.to_string());
+        let key = self.upstream_key(org_id, app);
         if let Some(u) = self.upstreams.get(&key) {
             return Ok(u.value().clone());
         }
@@ -64,6 +62,12 @@ impl AppClients {
                 .map_err(|error| AppError::Upstream { app: app_id.into(), error })?,
         );
         Ok(self.upstreams.entry(key).or_insert(up).value().clone())
+    }
+
+    /// Apps without credentials are the same for every organisation: they share one upstream.
+    fn upstream_key(&self, org_id: &str, app: &AppConfig) -> Key {
+        let owner = if app.needs_credentials() { org_id } else { "" };
+        (owner.to_string(), app.id.clone())
     }
 
     fn settings(&self, org_id: &str, app: &AppConfig) -> Result<UpstreamSettings, AppError> {
@@ -161,7 +165,9 @@ impl AppClients {
     /// Forgets an organisation's upstream and lists of an app (its connection changed).
     pub fn invalidate(&self, org_id: &str, app_id: &str) {
         self.lists.retain(|(o, a, _), _| !(o == org_id && a == app_id));
-        if let Some((_, up)) = self.upstreams.remove(&(org_id.to_string(), app_id.to_string())) {
+        let Ok(app) = self.app(app_id) else { return };
+        let key = self.upstream_key(org_id, app);
+        if let Some((_, up)) = self.upstreams.remove(&key) {
             tokio::spawn(async move { up.shutdown().await });
         }
     }

@@ -23,6 +23,9 @@
 //! test with a message saying how to install it. Nothing here skips a test.
 #![allow(dead_code)]
 
+mod checks;
+pub use checks::*;
+
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::fs;

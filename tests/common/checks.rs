@@ -1,0 +1,115 @@
+//! Assertions shared by the API test files (envelope, errors, rate-limit headers) and a server
+//! shared by the tests of one file.
+//!
+//! ```ignore
+//! static SRV: OnceLock<TestServer> = OnceLock::new();
+//! let srv = shared_server(&SRV, || TestServer::start(EXTRA_YAML));
+//! let r = srv.api("GET", "/v1/user", Some(srv.admin_key()), None);
+//! let data = ok(&r, 200);                 // envelope checked, `data` returned
+//! err(&srv.api("GET", "/v1/user", None, None), 401, "UNAUTHORIZED");
+//! ```
+
+use super::{Resp, TestServer};
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// A server kept in a `static` for every test of a file. Statics are never dropped, so a
+/// watchdog process kills the server (and removes its directory) once the test process exits.
+pub fn shared_server(cell: &'static OnceLock<TestServer>, start: impl FnOnce() -> TestServer) -> &'static TestServer {
+    cell.get_or_init(|| {
+        let srv = start();
+        reap_on_exit(&srv);
+        srv
+    })
+}
+
+/// Kills `srv` (SIGKILL) and removes its directory when this test process exits.
+pub fn reap_on_exit(srv: &TestServer) {
+    let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.3; done; kill -9 "$2" 2>/dev/null; rm -rf "$3""#;
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("reaper")
+        .arg(std::process::id().to_string())
+        .arg(srv.pid().to_string())
+        .arg(srv.dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the reaper of a shared server");
+}
+
+/// The `meta` of an envelope: `request_id` equal to the `X-Request-Id` header, an ISO 8601
+/// `timestamp`.
+pub fn check_meta(r: &Resp) {
+    let header = r.header("x-request-id").unwrap_or_else(|| panic!("no X-Request-Id header: {r:?}"));
+    assert!(!header.is_empty(), "empty X-Request-Id: {r:?}");
+    assert_eq!(r.json["meta"]["request_id"].as_str(), Some(header), "meta.request_id != X-Request-Id: {r:?}");
+    let ts = r.json["meta"]["timestamp"].as_str().unwrap_or_else(|| panic!("no meta.timestamp: {r:?}"));
+    assert!(chrono::DateTime::parse_from_rfc3339(ts).is_ok(), "meta.timestamp `{ts}` is not ISO 8601: {r:?}");
+}
+
+/// A successful envelope with exactly `status`: `success: true`, `meta` checked. Returns
+/// `data` (or `Null` for a message-only reply such as a deletion).
+pub fn ok(r: &Resp, status: u16) -> Value {
+    assert_eq!(r.status, status, "expected HTTP {status}: {r:?}");
+    assert_eq!(r.json["success"], Value::Bool(true), "expected success: true: {r:?}");
+    assert!(r.json.get("error").is_none(), "a success carries no error: {r:?}");
+    check_meta(r);
+    r.json.get("data").cloned().unwrap_or(Value::Null)
+}
+
+/// A deletion-style reply: 200, `success: true` and a `message` string.
+pub fn ok_message(r: &Resp) -> String {
+    ok(r, 200);
+    r.json["message"].as_str().unwrap_or_else(|| panic!("expected a `message`: {r:?}")).to_string()
+}
+
+/// An error envelope with `status` and `error.code`; returns the `error` object.
+pub fn err(r: &Resp, status: u16, code: &str) -> Value {
+    assert_eq!(r.status, status, "expected HTTP {status} {code}: {r:?}");
+    assert_eq!(r.json["success"], Value::Bool(false), "expected success: false: {r:?}");
+    assert!(r.json.get("data").is_none(), "an error carries no data: {r:?}");
+    assert_eq!(r.error_code(), code, "error.code: {r:?}");
+    assert!(r.json["error"]["message"].is_string(), "error.message must be a string: {r:?}");
+    check_meta(r);
+    r.json["error"].clone()
+}
+
+/// 400 `VALIDATION_ERROR` naming `field` in `details.field`, with a `details.issue`.
+pub fn validation(r: &Resp, field: &str) -> Value {
+    let e = err(r, 400, "VALIDATION_ERROR");
+    assert_eq!(e["details"]["field"].as_str(), Some(field), "details.field: {r:?}");
+    assert!(e["details"]["issue"].as_str().is_some_and(|s| !s.is_empty()), "details.issue: {r:?}");
+    e
+}
+
+/// The five `X-RateLimit-*` headers, present and numeric (bucket a name); returns
+/// `(limit, remaining, reset, reset_after, bucket)`.
+pub fn rate_limit_headers(r: &Resp) -> (u64, u64, u64, u64, String) {
+    let num = |name: &str| -> u64 {
+        r.header(name)
+            .unwrap_or_else(|| panic!("missing {name} on HTTP {}: {r:?}", r.status))
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number: {r:?}"))
+    };
+    let bucket = r.header("x-ratelimit-bucket").unwrap_or_else(|| panic!("missing X-RateLimit-Bucket: {r:?}"));
+    assert!(
+        ["global", "write", "analytics", "webhook", "gateway"].contains(&bucket),
+        "unknown bucket `{bucket}`: {r:?}"
+    );
+    (
+        num("x-ratelimit-limit"),
+        num("x-ratelimit-remaining"),
+        num("x-ratelimit-reset"),
+        num("x-ratelimit-reset-after"),
+        bucket.to_string(),
+    )
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
