@@ -28,6 +28,8 @@ pub struct Server {
     pub mfa: Mfa,
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges.
     pub limiter: RateLimit,
+    /// Per-minute quotas of gateways and apps (all callers together).
+    pub quotas: crate::mcp::quota::MinuteQuota,
     catalogues: DashMap<String, Arc<Catalogue>>,
     /// Gateway id -> sender of server-to-client messages for its open GET streams.
     streams: DashMap<String, broadcast::Sender<Arc<Vec<u8>>>>,
@@ -43,6 +45,7 @@ impl Server {
             reqlog: RequestLog::new(state.store.clone()),
             mfa: Mfa::load(state.store.clone()).await?,
             limiter,
+            quotas: Default::default(),
             sessions,
             state,
             catalogues: DashMap::new(),
@@ -164,7 +167,7 @@ impl Server {
             .await?;
         let requests = logs.len() as u64;
         let errors = logs.iter().filter(|l| l.status == "error").count() as u64;
-        let avg = if requests == 0 { 0 } else { logs.iter().map(|l| l.duration.max(0) as u64).sum::<u64>() / requests };
+        let avg = logs.iter().map(|l| l.duration.max(0) as u64).sum::<u64>().checked_div(requests).unwrap_or(0);
         Ok(GatewayMetrics { requests_today: requests, errors_today: errors, avg_response_time: avg })
     }
 }
@@ -189,6 +192,7 @@ impl pingora::services::background::BackgroundService for Flusher {
             // Idle rate-limit buckets are dropped so memory follows active callers only.
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();
+                self.server.quotas.sweep();
                 last_sweep = Instant::now();
             }
             if let Some(jwt) = &self.server.state.jwt {

@@ -134,7 +134,7 @@ fn router() -> &'static matchit::Router<Endpoint> {
 }
 
 /// Finds the endpoint and its `{id}` for a path relative to the version prefix.
-pub fn route<'p>(path: &'p str) -> Option<(Endpoint, Option<&'p str>)> {
+pub fn route(path: &str) -> Option<(Endpoint, Option<&str>)> {
     let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
     let m = router().at(path).ok()?;
     Some((*m.value, m.params.get("id")))

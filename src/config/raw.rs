@@ -403,7 +403,7 @@ impl RawConfig {
         }
         let limits =
             LimitsConfig { service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0), bootstrap_tier };
-        if !(limits.service_account_multiplier > 0.0) {
+        if limits.service_account_multiplier.is_nan() || limits.service_account_multiplier <= 0.0 {
             return Err(invalid("limits.service_account_multiplier", "must be positive"));
         }
 

@@ -20,20 +20,21 @@ pub enum AppError {
     #[error("app `{0}` is not connected")]
     NotConnected(String),
     #[error("app `{app}`: {error}")]
-    Upstream { app: String, error: UpstreamError },
+    Upstream { app: String, error: Box<UpstreamError> },
 }
 
 /// How long a discovered list is trusted before the app is asked again.
 const LIST_TTL: Duration = Duration::from_secs(60);
 
 type Key = (String, String);
+/// (org, app, list method) -> (when fetched, items).
+type ListCache = DashMap<(String, String, &'static str), (Instant, Arc<Vec<Value>>)>;
 
 pub struct AppClients {
     state: Arc<State>,
     shared: UpstreamShared,
     upstreams: DashMap<Key, Arc<Upstream>>,
-    /// (org, app, list method) -> (when fetched, items).
-    lists: DashMap<(String, String, &'static str), (Instant, Arc<Vec<Value>>)>,
+    lists: ListCache,
 }
 
 impl AppClients {
@@ -59,7 +60,7 @@ impl AppClients {
         let settings = self.settings(org_id, app)?;
         let up = Arc::new(
             Upstream::from_settings(&settings, &self.shared)
-                .map_err(|error| AppError::Upstream { app: app_id.into(), error })?,
+                .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })?,
         );
         Ok(self.upstreams.entry(key).or_insert(up).value().clone())
     }
@@ -135,7 +136,7 @@ impl AppClients {
             Ok(items) => Arc::new(items),
             // An app without resources or prompts has an empty list of them.
             Err(UpstreamError::Protocol(_)) if method != ListMethod::Tools => Arc::new(vec![]),
-            Err(error) => return Err(AppError::Upstream { app: app_id.into(), error }),
+            Err(error) => return Err(AppError::Upstream { app: app_id.into(), error: Box::new(error) }),
         };
         self.lists.insert((org_id.to_string(), app_id.to_string(), method.method()), (Instant::now(), items.clone()));
         Ok(items)
@@ -159,7 +160,7 @@ impl AppClients {
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
         let up = self.upstream(org_id, app_id)?;
-        up.request(method, params, ctx).await.map_err(|error| AppError::Upstream { app: app_id.into(), error })
+        up.request(method, params, ctx).await.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
     }
 
     /// Forgets an organisation's upstream and lists of an app (its connection changed).

@@ -132,6 +132,21 @@ async fn reply_api_error(
     proxy.respond(session, ctx, err.status(), "application/json", body, &extra).await
 }
 
+/// 429 with `Retry-After` and a JSON-RPC error naming the exhausted quota.
+async fn quota_exceeded(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    retry_after: u64,
+    what: &str,
+) -> pingora::Result<()> {
+    let data = json!({ "code": "RATE_LIMITED", "retry_after": retry_after });
+    let body =
+        jsonrpc::error_bytes(&Value::Null, -32029, &format!("{what} exceeded; retry in {retry_after} s"), Some(&data));
+    let extra = [(http::header::RETRY_AFTER, HeaderValue::from(retry_after))];
+    proxy.respond(session, ctx, 429, "application/json", body, &extra).await
+}
+
 /// Handles one request to a gateway's MCP endpoint.
 pub async fn handle(
     proxy: &Proxy,
@@ -166,6 +181,12 @@ pub async fn handle(
     let Some(gw) = server.state.gateway_of(&principal.org_id, gateway_id) else {
         return reply_api_error(proxy, session, ctx, ApiError::NotFound("gateway")).await;
     };
+    if method == Method::POST {
+        // The gateway's own per-minute figure, all callers together (Decision 3).
+        if let Err(retry) = server.quotas.admit(&gw.id, gw.configuration.rate_limit) {
+            return quota_exceeded(proxy, session, ctx, retry, &format!("gateway {} rate limit", gw.id)).await;
+        }
+    }
     match method {
         Method::POST => post(proxy, session, ctx, &gw, &principal.key_id).await,
         Method::GET => get_stream(proxy, session, ctx, &gw, &principal.key_id).await,
@@ -493,6 +514,12 @@ async fn forward(
     let call_ctx =
         CallContext { client_request_id: req.id.clone(), request_id: Some(ctx.request_id.clone()), headers: vec![] };
     let function = params.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+    if let Some(limit) = server.state.config.app(&app_id).and_then(|a| a.rate_limit) {
+        // Protects the upstream: its per-minute figure across every gateway and caller.
+        if let Err(retry) = server.quotas.admit(&format!("app:{app_id}"), limit) {
+            return quota_exceeded(proxy, session, ctx, retry, &format!("app {app_id} rate limit")).await;
+        }
+    }
     let reply = server.apps.request(&gw.org_id, &app_id, &req.method, Some(params.clone()), &call_ctx).await;
     let is_call = req.method == "tools/call";
     let log = |outcome: &Result<Value, ErrorObject>, status: u16| {

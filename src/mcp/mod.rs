@@ -7,5 +7,6 @@ pub mod builtin;
 pub mod catalogue;
 pub mod endpoint;
 pub mod jsonrpc;
+pub mod quota;
 pub mod sessions;
 pub mod upstream;

@@ -9,7 +9,7 @@
 //! err(&srv.api("GET", "/v1/user", None, None), 401, "UNAUTHORIZED");
 //! ```
 
-use super::{Resp, TestServer};
+use super::{Peer, Resp, TestServer};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -26,14 +26,27 @@ pub fn shared_server(cell: &'static OnceLock<TestServer>, start: impl FnOnce() -
 
 /// Kills `srv` (SIGKILL) and removes its directory when this test process exits.
 pub fn reap_on_exit(srv: &TestServer) {
+    reap_pid_on_exit(srv.pid(), srv.dir());
+}
+
+/// The same for a [`Peer`] kept in a `static`.
+pub fn reap_peer_on_exit(peer: &Peer) {
+    if let Some(pid) = peer.pid() {
+        reap_pid_on_exit(pid, peer.dir());
+    }
+}
+
+/// Kills process `pid` (SIGKILL) and removes `dir` when this test process exits.
+pub fn reap_pid_on_exit(pid: u32, dir: &std::path::Path) {
+    let srv_pid = pid;
     let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.3; done; kill -9 "$2" 2>/dev/null; rm -rf "$3""#;
     Command::new("sh")
         .arg("-c")
         .arg(script)
         .arg("reaper")
         .arg(std::process::id().to_string())
-        .arg(srv.pid().to_string())
-        .arg(srv.dir())
+        .arg(srv_pid.to_string())
+        .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -726,6 +726,11 @@ impl Peer {
         self.dir.path()
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn logs_for_humans(&self) -> String {
         format!(
             "--- {} stderr ---\n{}\n--- {} stdout ---\n{}\n---",

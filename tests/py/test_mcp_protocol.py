@@ -409,3 +409,29 @@ def test_get_stream_carries_list_changed_when_the_gateway_changes(gw):
                 if "notifications/tools/list_changed" in seen:
                     break
     assert "notifications/tools/list_changed" in seen, seen
+
+
+# ------------------------------------------------------------------ quotas (Decision 3)
+
+
+def test_gateway_rate_limit_is_shared_by_all_callers(gw):
+    """`configuration.rate_limit` is requests per minute to the gateway, whoever sends them."""
+    _, api, _, _, _ = gw
+    gw_id, key = api.create_gateway(["time"], configuration={"rate_limit": 6})
+    url = mcp_url(gw[0], gw_id)
+    a = McpHttp(url, key)
+    a.initialize()  # POSTs 1-2 (initialize, notifications/initialized)
+    b = McpHttp(url, gw[0].admin_key)  # another credential, same gateway
+    b.initialize()  # 3-4
+    assert a.rpc("ping")["result"] == {}  # 5
+    assert b.rpc("ping")["result"] == {}  # 6
+    r = a.request("ping")
+    err = rpc_error(r, 429)
+    retry = int(r.headers["retry-after"])
+    assert 1 <= retry <= 60, r.headers
+    assert "rate limit" in err["message"] and err["data"]["retry_after"] == retry, err
+    # Another gateway of the same organisation is not affected.
+    other_id, other_key = api.create_gateway(["time"])
+    c = McpHttp(mcp_url(gw[0], other_id), other_key)
+    c.initialize()
+    assert c.rpc("ping")["result"] == {}

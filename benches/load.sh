@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Load benchmark of toolgate's MCP endpoint (issue 3, "Load benchmark"). Run by hand, not in CI:
+#
+#   benches/load.sh                      # build, then 3 alternating rounds of 10 s per target
+#   DURATION=5 ROUNDS=1 benches/load.sh  # quicker look
+#
+# Targets, all on 127.0.0.1, all driven with the same `wrk` script (benches/tools_call.lua, MCP
+# `tools/call` of `echo` on an open session):
+#   direct     wrk -> fast_upstream (benches/load/fast_upstream.rs: a tiny MCP server, plain JSON)
+#   plain      wrk -> plain_proxy (benches/load/plain_proxy.rs: Pingora ProxyHttp, no MCP, no
+#              filters, 2 threads) -> fast_upstream
+#   toolgate   wrk -> toolgate (release binary, 2 threads, production settings: filter chain, MCP
+#              session checks, request log) -> fast_upstream
+# then, with @modelcontextprotocol/server-everything (Streamable HTTP, Node 22) as the app:
+#   ev-direct  wrk -> server-everything
+#   ev-toolgate wrk -> toolgate -> server-everything
+#
+# Prints, per round and as medians over rounds: requests/s, p50, p99, the ratio to direct, and the
+# CPU time per call of the proxy under test and of the upstream (utime+stime deltas from
+# /proc/PID/stat divided by the requests of the run).
+#
+# Knobs (environment): DURATION (s, 10), ROUNDS (3), CONNS (wrk connections, 2), WRK_THREADS (1),
+# WARMUP (s, 2), SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, PERF=FILE (records a `perf`
+# profile of toolgate, with call graphs, during its first fast-upstream round into FILE; the
+# profiled round is reported but perturbed by perf itself).
+# Needs: cargo, wrk, ss (iproute2), curl, python3 (summary), tests/node (npm ci there) for
+# server-everything.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DURATION="${DURATION:-10}"
+ROUNDS="${ROUNDS:-3}"
+CONNS="${CONNS:-2}"
+WRK_THREADS="${WRK_THREADS:-1}"
+WARMUP="${WARMUP:-2}"
+LUA="$ROOT/benches/tools_call.lua"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+BIN="$TARGET_DIR/release"
+NODE="$ROOT/tests/node/node_modules/.bin/node"
+EVERYTHING="$ROOT/tests/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+CLK_TCK="$(getconf CLK_TCK)"
+
+for tool in wrk ss curl python3; do
+  command -v "$tool" >/dev/null || { echo "load.sh: \`$tool\` is required" >&2; exit 1; }
+done
+
+WORK="$(mktemp -d -t toolgate-load.XXXXXX)"
+PIDS=()
+cleanup() {
+  local pid
+  # SIGINT: Pingora's fast shutdown (SIGTERM would wait out its grace period).
+  for pid in "${PIDS[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  if [[ -n "${KEEP_WORKDIR:-}" ]]; then echo "work dir kept: $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "== $*" >&2; }
+
+# The first TCP port process $1 listens on at address $2 (default 127.0.0.1), waiting for it.
+port_of() {
+  local pid="$1" addr="${2-127.0.0.1}" port=""
+  for _ in $(seq 300); do
+    port="$(ss -ltnpH 2>/dev/null | awk -v p="pid=$pid," -v a="$addr:" \
+      'index($0, p) && (a == ":" || index($4, a) == 1) { sub(/.*:/, "", $4); print $4; exit }')"
+    [[ -n "$port" ]] && { echo "$port"; return 0; }
+    kill -0 "$pid" 2>/dev/null || { echo "load.sh: process $pid exited before listening" >&2; return 1; }
+    sleep 0.1
+  done
+  echo "load.sh: process $pid did not listen on $addr within 30 s" >&2
+  return 1
+}
+
+# utime+stime of process $1 (all threads), in clock ticks.
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
+
+# mcp_init URL [API_KEY]: initialize + notifications/initialized; prints the session id.
+mcp_init() {
+  local url="$1" key="${2:-}" hdrs="$WORK/init.headers" sid
+  local -a auth=()
+  [[ -n "$key" ]] && auth=(-H "X-API-Key: $key")
+  curl -sS -o "$WORK/init.body" -D "$hdrs" "${auth[@]}" -X POST "$url" \
+    -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"toolgate-load","version":"1"}}}'
+  sid="$(tr -d '\r' <"$hdrs" | awk -F': *' 'tolower($1) == "mcp-session-id" { print $2; exit }')"
+  [[ -n "$sid" ]] || { echo "load.sh: initialize at $url gave no Mcp-Session-Id:" >&2; cat "$hdrs" "$WORK/init.body" >&2; return 1; }
+  curl -sS -o /dev/null "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 2025-06-18' \
+    -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+  echo "$sid"
+}
+
+# check_call URL SID [API_KEY]: one tools/call that must come back with the echoed text.
+check_call() {
+  local url="$1" sid="$2" key="${3:-}" out
+  local -a auth=()
+  [[ -n "$key" ]] && auth=(-H "X-API-Key: $key")
+  out="$(curl -sS "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 2025-06-18' \
+    -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -d '{"jsonrpc":"2.0","id":"check","method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"}}}')"
+  [[ "$out" == *'Echo: hello'* ]] || { echo "load.sh: tools/call at $url did not echo: $out" >&2; return 1; }
+}
+
+RESULTS="$WORK/results.tsv"
+: >"$RESULTS"
+
+# run PHASE TARGET ROUND URL SID KEY PROXY_PID UPSTREAM_PID SECONDS
+run() {
+  local phase="$1" target="$2" round="$3" url="$4" sid="$5" key="$6" ppid="$7" upid="$8" secs="$9"
+  local p0 u0 p1 u1 line
+  local perf_pid=""
+  if [[ -n "${PERF:-}" && "$phase/$target/$round" == fast/toolgate/1 ]]; then
+    perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
+    perf_pid=$!
+  fi
+  p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"
+  line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
+    -s "$LUA" "$url" | grep '^RESULT')"
+  p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"
+  [[ -n "$perf_pid" ]] && wait "$perf_pid"
+  [[ "$round" == warmup ]] && return 0
+  printf '%s\t%s\t%s\t%s\tproxy_ticks=%s\tup_ticks=%s\n' "$phase" "$target" "$round" "$line" \
+    "$((p1 - p0))" "$((u1 - u0))" >>"$RESULTS"
+  echo "   $phase $target round $round: $line" >&2
+}
+
+# ------------------------------------------------------------------------------------------------
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  log "building (release): toolgate, fast_upstream, plain_proxy"
+  (cd "$ROOT" && cargo build --release --bin toolgate --example fast_upstream --example plain_proxy)
+fi
+
+log "starting fast_upstream"
+(exec "$BIN/examples/fast_upstream" 0 --threads 2 >"$WORK/fast.port" 2>"$WORK/fast.log") &
+UP_PID=$!; PIDS+=("$UP_PID")
+for _ in $(seq 100); do [[ -s "$WORK/fast.port" ]] && break; sleep 0.1; done
+UP_PORT="$(head -1 "$WORK/fast.port")"
+[[ -n "$UP_PORT" ]] || { echo "load.sh: fast_upstream printed no port" >&2; exit 1; }
+
+log "starting plain_proxy -> 127.0.0.1:$UP_PORT"
+(exec "$BIN/examples/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$UP_PORT" --threads 2 \
+  >"$WORK/plain.log" 2>&1) &
+PLAIN_PID=$!; PIDS+=("$PLAIN_PID")
+PLAIN_PORT="$(port_of "$PLAIN_PID")"
+
+EV_PORT=""
+if [[ -z "${SKIP_EVERYTHING:-}" ]]; then
+  [[ -x "$NODE" && -f "$EVERYTHING" ]] || { echo "load.sh: run \`npm ci\` in tests/node (or SKIP_EVERYTHING=1)" >&2; exit 1; }
+  log "starting server-everything (streamableHttp)"
+  # It logs a line per request on stdout: discard, so logging does not cost it a pipe.
+  (PORT=0 exec "$NODE" "$EVERYTHING" streamableHttp >/dev/null 2>"$WORK/everything.log") &
+  EV_PID=$!; PIDS+=("$EV_PID")
+  EV_PORT="$(port_of "$EV_PID" "")"
+fi
+
+ADMIN_KEY="ag_$(od -An -tx1 -N20 /dev/urandom | tr -d ' \n')"  # ag_ + 40 hex characters
+EV_APP=""
+if [[ -n "$EV_PORT" ]]; then
+  EV_APP="  - id: everything
+    name: Everything
+    description: server-everything
+    category: testing
+    url: http://127.0.0.1:$EV_PORT/mcp"
+fi
+cat >"$WORK/toolgate.yaml" <<EOF
+# Production settings (filters, session checks, request log all on); only the tier figures are
+# raised so that the rate limiter, which still runs on every call, never answers 429 under load.
+environment: production
+server:
+  listen: 127.0.0.1:0
+  metrics_listen: 127.0.0.2:0
+  public_url: http://127.0.0.1:8080
+  threads: 2
+storage:
+  backend: embedded
+  path: $WORK/data
+rate_limits:
+  tiers:
+    bench: { requests_per_hour: unlimited, requests_per_minute: 1000000000, burst: 1000000000, concurrent: 1000 }
+limits:
+  bootstrap_tier: bench
+apps:
+  - id: fast
+    name: Fast
+    description: benches/load/fast_upstream.rs
+    category: testing
+    url: http://127.0.0.1:$UP_PORT/mcp
+$EV_APP
+EOF
+
+log "starting toolgate"
+(TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec "$BIN/toolgate" --config "$WORK/toolgate.yaml" >"$WORK/toolgate.log" 2>&1) &
+TG_PID=$!; PIDS+=("$TG_PID")
+TG_PORT="$(port_of "$TG_PID" 127.0.0.1)"
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$TG_PORT/healthz" >/dev/null && break; sleep 0.1; done
+
+# create_gateway APP: prints "ID KEY".
+create_gateway() {
+  curl -sS -X POST "http://127.0.0.1:$TG_PORT/v1/gateways" -H "Authorization: Bearer $ADMIN_KEY" \
+    -H 'Content-Type: application/json' \
+    -d "{\"name\":\"load-$1\",\"servers\":[\"$1\"],\"configuration\":{\"rate_limit\":1000000000}}" |
+    python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(d["id"], d["api_key"])'
+}
+
+read -r GW_ID GW_KEY < <(create_gateway fast)
+[[ -n "${GW_KEY:-}" ]] || { echo "load.sh: cannot create the gateway; toolgate log:" >&2; tail -20 "$WORK/toolgate.log" >&2; exit 1; }
+TG_URL="http://127.0.0.1:$TG_PORT/gateway/$GW_ID/mcp"
+DIRECT_URL="http://127.0.0.1:$UP_PORT/mcp"
+PLAIN_URL="http://127.0.0.1:$PLAIN_PORT/mcp"
+
+log "opening MCP sessions"
+SID_DIRECT="$(mcp_init "$DIRECT_URL")"
+SID_PLAIN="$(mcp_init "$PLAIN_URL")"
+SID_TG="$(mcp_init "$TG_URL" "$GW_KEY")"
+check_call "$DIRECT_URL" "$SID_DIRECT"
+check_call "$PLAIN_URL" "$SID_PLAIN"
+check_call "$TG_URL" "$SID_TG" "$GW_KEY"
+
+note_load() { echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2; }
+
+log "fast upstream: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds (warm-up ${WARMUP}s each)"
+note_load
+for t in direct plain toolgate; do
+  case $t in
+    direct) run fast direct warmup "$DIRECT_URL" "$SID_DIRECT" "" "$UP_PID" "$UP_PID" "$WARMUP" ;;
+    plain) run fast plain warmup "$PLAIN_URL" "$SID_PLAIN" "" "$PLAIN_PID" "$UP_PID" "$WARMUP" ;;
+    toolgate) run fast toolgate warmup "$TG_URL" "$SID_TG" "$GW_KEY" "$TG_PID" "$UP_PID" "$WARMUP" ;;
+  esac
+done
+for r in $(seq "$ROUNDS"); do
+  run fast direct "$r" "$DIRECT_URL" "$SID_DIRECT" "" "$UP_PID" "$UP_PID" "$DURATION"
+  run fast plain "$r" "$PLAIN_URL" "$SID_PLAIN" "" "$PLAIN_PID" "$UP_PID" "$DURATION"
+  run fast toolgate "$r" "$TG_URL" "$SID_TG" "$GW_KEY" "$TG_PID" "$UP_PID" "$DURATION"
+done
+note_load
+check_call "$TG_URL" "$SID_TG" "$GW_KEY"
+
+if [[ -n "$EV_PORT" ]]; then
+  read -r EV_GW_ID EV_GW_KEY < <(create_gateway everything)
+  [[ -n "${EV_GW_KEY:-}" ]] || { echo "load.sh: cannot create the server-everything gateway" >&2; exit 1; }
+  EV_TG_URL="http://127.0.0.1:$TG_PORT/gateway/$EV_GW_ID/mcp"
+  EV_DIRECT_URL="http://127.0.0.1:$EV_PORT/mcp"
+  SID_EV="$(mcp_init "$EV_DIRECT_URL")"
+  SID_EV_TG="$(mcp_init "$EV_TG_URL" "$EV_GW_KEY")"
+  check_call "$EV_DIRECT_URL" "$SID_EV"
+  check_call "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY"
+  log "server-everything: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds"
+  note_load
+  run everything direct warmup "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$WARMUP"
+  run everything toolgate warmup "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$WARMUP"
+  for r in $(seq "$ROUNDS"); do
+    run everything direct "$r" "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$DURATION"
+    run everything toolgate "$r" "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$DURATION"
+  done
+  note_load
+fi
+
+# The request log must have kept up: every call recorded, none dropped.
+grep -q 'request log buffer full' "$WORK/toolgate.log" && echo "load.sh: WARNING: toolgate dropped request log entries" >&2
+
+# ------------------------------------------------------------------------------------------------
+CLK_TCK="$CLK_TCK" python3 - "$RESULTS" <<'PY'
+import os, statistics, sys
+from collections import defaultdict
+
+tck = int(os.environ["CLK_TCK"])
+runs = defaultdict(list)
+for line in open(sys.argv[1]):
+    phase, target, rnd, result, proxy, up = line.rstrip("\n").split("\t")
+    kv = dict(p.split("=") for p in result.split()[1:])
+    kv.update(dict([proxy.split("="), up.split("=")]))
+    runs[(phase, target)].append({k: float(v) for k, v in kv.items()})
+
+def med(rs, k):
+    return statistics.median(r[k] for r in rs)
+
+def cpu_us(rs, k):
+    # Summed over rounds: one run's tick count (10 ms each) is too coarse on its own.
+    ticks = sum(r[k] for r in rs)
+    reqs = sum(r["requests"] for r in rs)
+    return ticks * 1e6 / tck / reqs if reqs else float("nan")
+
+print()
+print("| phase | target | req/s (median) | x direct | p50 ms | p99 ms | p50 added over direct ms | CPU us/call (proxy) | CPU us/call (upstream) | non-2xx / socket errors |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for phase in ("fast", "everything"):
+    direct = runs.get((phase, "direct"))
+    if not direct:
+        continue
+    d_rps, d_p50 = med(direct, "rps"), med(direct, "p50_us")
+    for target in ("direct", "plain", "toolgate"):
+        rs = runs.get((phase, target))
+        if not rs:
+            continue
+        rps, p50, p99 = med(rs, "rps"), med(rs, "p50_us"), med(rs, "p99_us")
+        proxy = "-" if target == "direct" else f"{cpu_us(rs, 'proxy_ticks'):.1f}"
+        errs = f"{int(sum(r['non2xx'] for r in rs))} / {int(sum(r['socket_errors'] for r in rs))}"
+        print(f"| {phase} | {target} | {rps:,.0f} | {rps / d_rps:.3f} | {p50 / 1000:.3f} | {p99 / 1000:.3f} | "
+              f"{(p50 - d_p50) / 1000:+.3f} | {proxy} | {cpu_us(rs, 'up_ticks'):.1f} | {errs} |")
+plain, tg = runs.get(("fast", "plain")), runs.get(("fast", "toolgate"))
+if plain and tg:
+    print()
+    print(f"toolgate / plain hop throughput: {med(tg, 'rps') / med(plain, 'rps'):.3f}")
+    print(f"p50 added by toolgate over the plain hop: {(med(tg, 'p50_us') - med(plain, 'p50_us')) / 1000:+.3f} ms")
+    print(f"p99 added by toolgate over the plain hop: {(med(tg, 'p99_us') - med(plain, 'p99_us')) / 1000:+.3f} ms")
+ev_d, ev_t = runs.get(("everything", "direct")), runs.get(("everything", "toolgate"))
+if ev_d and ev_t:
+    print(f"server-everything: toolgate / direct throughput: {med(ev_t, 'rps') / med(ev_d, 'rps'):.3f}")
+print()
+print("per round:")
+for (phase, target), rs in runs.items():
+    print(f"  {phase:10} {target:8} " + "  ".join(
+        f"{r['rps']:8.0f} rps p50 {r['p50_us'] / 1000:.3f} p99 {r['p99_us'] / 1000:.3f}" for r in rs))
+PY
