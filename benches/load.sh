@@ -20,7 +20,8 @@
 # /proc/PID/stat divided by the requests of the run).
 #
 # Knobs (environment): DURATION (s, 10), ROUNDS (3), CONNS (wrk connections, 2), WRK_THREADS (1),
-# WARMUP (s, 2), SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, PERF=FILE (records a `perf`
+# WARMUP (s, 2), SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another
+# build of toolgate, e.g. a candidate fix built in another tree), PERF=FILE (records a `perf`
 # profile of toolgate, with call graphs, during its first fast-upstream round into FILE; the
 # profiled round is reported but perturbed by perf itself).
 # Needs: cargo, wrk, ss (iproute2), curl, python3 (summary), tests/node (npm ci there) for
@@ -130,19 +131,31 @@ run() {
 
 # ------------------------------------------------------------------------------------------------
 if [[ -z "${SKIP_BUILD:-}" ]]; then
-  log "building (release): toolgate, fast_upstream, plain_proxy"
-  (cd "$ROOT" && cargo build --release --bin toolgate --example fast_upstream --example plain_proxy)
+  # Examples first, the binary alone last: building an example (or a test) together with the
+  # binary unifies the dev-dependencies' features (reqwest `cookies`, `blocking`) into it, and a
+  # separate `cargo build --bin` re-links target/release/toolgate from the production build.
+  log "building (release): fast_upstream, plain_proxy, then toolgate"
+  (cd "$ROOT" && cargo build --release --example fast_upstream --example plain_proxy && cargo build --release --bin toolgate)
+fi
+# Private copies: the target dir is shared, and a concurrent `cargo test` re-links
+# target/release/toolgate with the dev-dependencies' features while we run.
+mkdir -p "$WORK/bin"
+cp "${TOOLGATE_BIN:-$BIN/toolgate}" "$WORK/bin/toolgate"
+cp "$BIN/examples/fast_upstream" "$BIN/examples/plain_proxy" "$WORK/bin/"
+if grep -q CookieService "$WORK/bin/toolgate"; then
+  echo "load.sh: WARNING: the toolgate binary was built with dev-dependency features (reqwest cookies);" \
+    "run without SKIP_BUILD for the production build" >&2
 fi
 
 log "starting fast_upstream"
-(exec "$BIN/examples/fast_upstream" 0 --threads 2 >"$WORK/fast.port" 2>"$WORK/fast.log") &
+(exec "$WORK/bin/fast_upstream" 0 --threads 2 >"$WORK/fast.port" 2>"$WORK/fast.log") &
 UP_PID=$!; PIDS+=("$UP_PID")
 for _ in $(seq 100); do [[ -s "$WORK/fast.port" ]] && break; sleep 0.1; done
 UP_PORT="$(head -1 "$WORK/fast.port")"
 [[ -n "$UP_PORT" ]] || { echo "load.sh: fast_upstream printed no port" >&2; exit 1; }
 
 log "starting plain_proxy -> 127.0.0.1:$UP_PORT"
-(exec "$BIN/examples/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$UP_PORT" --threads 2 \
+(exec "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$UP_PORT" --threads 2 \
   >"$WORK/plain.log" 2>&1) &
 PLAIN_PID=$!; PIDS+=("$PLAIN_PID")
 PLAIN_PORT="$(port_of "$PLAIN_PID")"
@@ -193,7 +206,7 @@ $EV_APP
 EOF
 
 log "starting toolgate"
-(TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec "$BIN/toolgate" --config "$WORK/toolgate.yaml" >"$WORK/toolgate.log" 2>&1) &
+(TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec "$WORK/bin/toolgate" --config "$WORK/toolgate.yaml" >"$WORK/toolgate.log" 2>&1) &
 TG_PID=$!; PIDS+=("$TG_PID")
 TG_PORT="$(port_of "$TG_PID" 127.0.0.1)"
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$TG_PORT/healthz" >/dev/null && break; sleep 0.1; done

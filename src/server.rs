@@ -202,8 +202,14 @@ impl pingora::services::background::BackgroundService for Flusher {
                 }
             }
         }
-        // Last writes before exit, then stop the apps' processes.
+        // Pingora lets in-flight requests run for the grace period after SIGTERM; the apps must
+        // keep serving them, so they are stopped only at its end, after the last writes.
+        let grace = self.server.state.config.server.grace_period.saturating_sub(Duration::from_millis(500));
         let started = Instant::now();
+        while started.elapsed() < grace {
+            tokio::time::sleep(self.period.min(grace - started.elapsed())).await;
+            self.server.flush().await;
+        }
         self.server.flush().await;
         self.server.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "flushed and stopped apps");

@@ -1,0 +1,113 @@
+//! Graceful shutdown (issue 2): on SIGTERM a call in flight finishes with its answer, buffered
+//! activity is written, and no stdio app process outlives toolgate.
+
+mod common;
+
+use common::{everything_url, mcp_server_time_command, spawn_everything, TestServer};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// The process ids whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
+        // Field 4 (after the parenthesised command) is the parent pid.
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+        if after.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+fn mcp(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    key: &str,
+    session: Option<&str>,
+    body: Value,
+) -> reqwest::blocking::Response {
+    let mut req = client
+        .post(url)
+        .header("X-API-Key", key)
+        .header("Accept", "application/json")
+        .header("Content-Type", "application/json")
+        .json(&body);
+    if let Some(s) = session {
+        req = req.header("Mcp-Session-Id", s);
+    }
+    req.send().expect("MCP POST")
+}
+
+#[test]
+fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
+    let everything = spawn_everything();
+    let clock = mcp_server_time_command().iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+    let mut srv = TestServer::start_with_config(&format!(
+        "server:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  grace_period_secs: 3\n\
+         storage:\n  backend: embedded\n  path: {{data_dir}}\n\
+         apps:\n  - {{ id: everything, name: Everything, url: {} }}\n  - {{ id: clock, name: Clock, command: [{clock}] }}\n",
+        everything_url(&everything)
+    ));
+    let r = srv.api(
+        "POST",
+        "/v1/gateways",
+        Some(srv.admin_key()),
+        Some(json!({"name": "g", "servers": ["everything", "clock"]})),
+    );
+    let gw = r.data().clone();
+    let url = srv.url(&format!("/gateway/{}/mcp", gw["id"].as_str().unwrap()));
+    let key = gw["api_key"].as_str().unwrap().to_string();
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let init = mcp(
+        &client,
+        &url,
+        &key,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_string();
+
+    // Start the stdio app, and check it is toolgate's child.
+    let r = mcp(
+        &client,
+        &url,
+        &key,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "clock__get_current_time", "arguments": {"timezone": "UTC"}}}),
+    );
+    assert_eq!(r.status(), 200);
+    let children = children_of(srv.pid());
+    assert!(!children.is_empty(), "the stdio app should run as toolgate's child");
+
+    // A 2-second call, then SIGTERM while it runs.
+    let call = {
+        let (client, url, key, session) = (client.clone(), url.clone(), key.clone(), session.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let r = mcp(
+                &client,
+                &url,
+                &key,
+                Some(&session),
+                json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "everything__trigger-long-running-operation", "arguments": {"duration": 2, "steps": 2}}}),
+            );
+            (r.status().as_u16(), r.json::<Value>().unwrap_or(Value::Null), started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let status = srv.sigterm();
+    assert!(status.success(), "toolgate exited with {status}");
+    let (code, body, took) = call.join().unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body["result"]["content"].is_array(), "the call in flight got its result: {body}");
+    assert!(took >= Duration::from_millis(1500), "the call ran its course ({took:?})");
+    for pid in children {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "stdio app {pid} outlived toolgate");
+    }
+}
