@@ -7,7 +7,6 @@ use crate::secrets;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::json;
-use toolgate_filters::ScopeSet;
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -29,19 +28,8 @@ pub struct CreateKey {
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateKey = call.json()?;
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 100 {
-        return Err(ApiError::validation("name", "must be 1-100 characters"));
-    }
-    if body.scopes.is_empty() {
-        return Err(ApiError::validation("scopes", "at least one scope is required"));
-    }
-    let requested = ScopeSet::parse(body.scopes.iter().map(String::as_str))
-        .map_err(|bad| ApiError::validation("scopes", format!("unknown scope `{bad}`")))?;
-    // No escalation: a key can only hand out what its caller holds.
-    if !requested.is_subset_of(who.scopes) {
-        return Err(ApiError::validation("scopes", "cannot grant scopes the calling key does not hold"));
-    }
+    let name = super::display_name("name", &body.name)?;
+    super::granted_scopes(who, &body.scopes)?;
     let expires_at = match body.expires_at {
         None => None,
         Some(s) => {

@@ -240,6 +240,29 @@ impl Call<'_> {
     }
 }
 
+/// A display name: trimmed, 1-100 characters.
+pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(ApiError::validation(field, "must be 1-100 characters"));
+    }
+    Ok(name)
+}
+
+/// Scopes a caller hands out (to a key or a service account): known, at least one, and no
+/// escalation: never more than the caller holds.
+pub fn granted_scopes(who: &Principal, names: &[String]) -> Result<toolgate_filters::ScopeSet, ApiError> {
+    if names.is_empty() {
+        return Err(ApiError::validation("scopes", "at least one scope is required"));
+    }
+    let requested = toolgate_filters::ScopeSet::parse(names.iter().map(String::as_str))
+        .map_err(|bad| ApiError::validation("scopes", format!("unknown scope `{bad}`")))?;
+    if !requested.is_subset_of(who.scopes) {
+        return Err(ApiError::validation("scopes", "cannot grant scopes the calling key does not hold"));
+    }
+    Ok(requested)
+}
+
 /// The pagination object.
 pub fn pagination_json(page: u32, limit: u32, total: usize) -> Value {
     let pages = total.div_ceil(limit as usize).max(1);

@@ -7,7 +7,6 @@ use crate::secrets;
 use chrono::{Duration, Utc};
 use serde::Deserialize;
 use serde_json::json;
-use toolgate_filters::ScopeSet;
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -37,18 +36,8 @@ pub struct CreateServiceAccountKey {
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateServiceAccount = call.json()?;
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 100 {
-        return Err(ApiError::validation("name", "must be 1-100 characters"));
-    }
-    if body.scopes.is_empty() {
-        return Err(ApiError::validation("scopes", "at least one scope is required"));
-    }
-    let scopes = ScopeSet::parse(body.scopes.iter().map(String::as_str))
-        .map_err(|bad| ApiError::validation("scopes", format!("unknown scope `{bad}`")))?;
-    if !scopes.is_subset_of(who.scopes) {
-        return Err(ApiError::validation("scopes", "cannot grant scopes the calling key does not hold"));
-    }
+    let name = super::display_name("name", &body.name)?;
+    super::granted_scopes(who, &body.scopes)?;
     let multiplier = body.rate_limit_multiplier.unwrap_or(call.server.state.config.limits.service_account_multiplier);
     if !(multiplier > 0.0 && multiplier <= 100.0) {
         return Err(ApiError::validation("rate_limit_multiplier", "must be a number in (0, 100]"));
@@ -92,10 +81,7 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
         .filter(|a| a.org_id == who.org_id)
         .ok_or(ApiError::NotFound("service account"))?;
     let body: CreateServiceAccountKey = call.json()?;
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 100 {
-        return Err(ApiError::validation("name", "must be 1-100 characters"));
-    }
+    let name = super::display_name("name", &body.name)?;
     let expires_at = match body.expires_in_days {
         None => None,
         Some(d) if (1..=3650).contains(&d) => Some(Utc::now() + Duration::days(d)),

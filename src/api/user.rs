@@ -57,11 +57,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     let mut user =
         state.users.get(&who.user_id).map(|u| u.value().as_ref().clone()).ok_or(ApiError::NotFound("user"))?;
     if let Some(name) = patch.name {
-        let name = name.trim();
-        if name.is_empty() || name.chars().count() > 100 {
-            return Err(ApiError::validation("name", "must be 1-100 characters"));
-        }
-        user.name = name.to_string();
+        user.name = super::display_name("name", &name)?.to_string();
     }
     if let Some(p) = patch.notification_preferences {
         if let Some(e) = p.email {
