@@ -12,8 +12,9 @@
 #   toolgate   wrk -> toolgate (release binary, 2 threads, production settings: filter chain, MCP
 #              session checks, request log) -> fast_upstream
 # then, with @modelcontextprotocol/server-everything (Streamable HTTP, Node 22) as the app:
-#   ev-direct  wrk -> server-everything
-#   ev-toolgate wrk -> toolgate -> server-everything
+#   direct       wrk -> server-everything, at protocol 2025-11-25 (what toolgate negotiates upstream)
+#   direct-0618  wrk -> server-everything, at 2025-06-18 (what the benchmark's client speaks)
+#   toolgate     wrk (2025-06-18) -> toolgate -> server-everything (2025-11-25)
 #
 # Prints, per round and as medians over rounds: requests/s, p50, p99, the ratio to direct, and the
 # CPU time per call of the proxy under test and of the upstream (utime+stime deltas from
@@ -79,17 +80,17 @@ port_of() {
 # utime+stime of process $1 (all threads), in clock ticks.
 cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
 
-# mcp_init URL [API_KEY]: initialize + notifications/initialized; prints the session id.
+# mcp_init URL [API_KEY [VERSION]]: initialize + notifications/initialized; prints the session id.
 mcp_init() {
-  local url="$1" key="${2:-}" hdrs="$WORK/init.headers" sid
+  local url="$1" key="${2:-}" version="${3:-2025-06-18}" hdrs="$WORK/init.headers" sid
   local -a auth=()
   [[ -n "$key" ]] && auth=(-H "X-API-Key: $key")
   curl -sS -o "$WORK/init.body" -D "$hdrs" "${auth[@]}" -X POST "$url" \
     -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
-    -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"toolgate-load","version":"1"}}}'
+    -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"'"$version"'","capabilities":{},"clientInfo":{"name":"toolgate-load","version":"1"}}}'
   sid="$(tr -d '\r' <"$hdrs" | awk -F': *' 'tolower($1) == "mcp-session-id" { print $2; exit }')"
   [[ -n "$sid" ]] || { echo "load.sh: initialize at $url gave no Mcp-Session-Id:" >&2; cat "$hdrs" "$WORK/init.body" >&2; return 1; }
-  curl -sS -o /dev/null "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 2025-06-18' \
+  curl -sS -o /dev/null "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: $version" \
     -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
     -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
   echo "$sid"
@@ -109,9 +110,10 @@ check_call() {
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 
-# run PHASE TARGET ROUND URL SID KEY PROXY_PID UPSTREAM_PID SECONDS
+# run PHASE TARGET ROUND URL SID KEY PROXY_PID UPSTREAM_PID SECONDS [PROTOCOL_VERSION]
 run() {
   local phase="$1" target="$2" round="$3" url="$4" sid="$5" key="$6" ppid="$7" upid="$8" secs="$9"
+  local version="${10:-2025-06-18}"
   local p0 u0 p1 u1 line
   local perf_pid=""
   if [[ -n "${PERF:-}" && "$phase/$target/$round" == fast/toolgate/1 ]]; then
@@ -119,7 +121,7 @@ run() {
     perf_pid=$!
   fi
   p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"
-  line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
+  line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
     -s "$LUA" "$url" | grep '^RESULT')"
   p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"
   [[ -n "$perf_pid" ]] && wait "$perf_pid"
@@ -257,16 +259,24 @@ if [[ -n "$EV_PORT" ]]; then
   [[ -n "${EV_GW_KEY:-}" ]] || { echo "load.sh: cannot create the server-everything gateway" >&2; exit 1; }
   EV_TG_URL="http://127.0.0.1:$TG_PORT/gateway/$EV_GW_ID/mcp"
   EV_DIRECT_URL="http://127.0.0.1:$EV_PORT/mcp"
-  SID_EV="$(mcp_init "$EV_DIRECT_URL")"
+  # toolgate opens its upstream session at the newest version it speaks (2025-11-25), and
+  # server-everything does more per call at that version (a priming SSE event and one more
+  # event-store entry per POST). So `direct` speaks 2025-11-25 too (same upstream work: what
+  # toolgate itself costs), and `direct-0618` shows what a 2025-06-18 client gets without toolgate.
+  SID_EV="$(mcp_init "$EV_DIRECT_URL" "" 2025-11-25)"
+  SID_EV_0618="$(mcp_init "$EV_DIRECT_URL" "" 2025-06-18)"
   SID_EV_TG="$(mcp_init "$EV_TG_URL" "$EV_GW_KEY")"
   check_call "$EV_DIRECT_URL" "$SID_EV"
+  check_call "$EV_DIRECT_URL" "$SID_EV_0618"
   check_call "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY"
   log "server-everything: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds"
   note_load
-  run everything direct warmup "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$WARMUP"
+  run everything direct warmup "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$WARMUP" 2025-11-25
+  run everything direct-0618 warmup "$EV_DIRECT_URL" "$SID_EV_0618" "" "$EV_PID" "$EV_PID" "$WARMUP"
   run everything toolgate warmup "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$WARMUP"
   for r in $(seq "$ROUNDS"); do
-    run everything direct "$r" "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$DURATION"
+    run everything direct "$r" "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$DURATION" 2025-11-25
+    run everything direct-0618 "$r" "$EV_DIRECT_URL" "$SID_EV_0618" "" "$EV_PID" "$EV_PID" "$DURATION"
     run everything toolgate "$r" "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$DURATION"
   done
   note_load
@@ -305,12 +315,12 @@ for phase in ("fast", "everything"):
     if not direct:
         continue
     d_rps, d_p50 = med(direct, "rps"), med(direct, "p50_us")
-    for target in ("direct", "plain", "toolgate"):
+    for target in ("direct", "direct-0618", "plain", "toolgate"):
         rs = runs.get((phase, target))
         if not rs:
             continue
         rps, p50, p99 = med(rs, "rps"), med(rs, "p50_us"), med(rs, "p99_us")
-        proxy = "-" if target == "direct" else f"{cpu_us(rs, 'proxy_ticks'):.1f}"
+        proxy = "-" if target.startswith("direct") else f"{cpu_us(rs, 'proxy_ticks'):.1f}"
         errs = f"{int(sum(r['non2xx'] for r in rs))} / {int(sum(r['socket_errors'] for r in rs))}"
         print(f"| {phase} | {target} | {rps:,.0f} | {rps / d_rps:.3f} | {p50 / 1000:.3f} | {p99 / 1000:.3f} | "
               f"{(p50 - d_p50) / 1000:+.3f} | {proxy} | {cpu_us(rs, 'up_ticks'):.1f} | {errs} |")
@@ -322,7 +332,10 @@ if plain and tg:
     print(f"p99 added by toolgate over the plain hop: {(med(tg, 'p99_us') - med(plain, 'p99_us')) / 1000:+.3f} ms")
 ev_d, ev_t = runs.get(("everything", "direct")), runs.get(("everything", "toolgate"))
 if ev_d and ev_t:
-    print(f"server-everything: toolgate / direct throughput: {med(ev_t, 'rps') / med(ev_d, 'rps'):.3f}")
+    print(f"server-everything: toolgate / direct (both 2025-11-25 upstream) throughput: {med(ev_t, 'rps') / med(ev_d, 'rps'):.3f}")
+    ev_o = runs.get(("everything", "direct-0618"))
+    if ev_o:
+        print(f"server-everything: toolgate / direct-0618 throughput: {med(ev_t, 'rps') / med(ev_o, 'rps'):.3f}")
 print()
 print("per round:")
 for (phase, target), rs in runs.items():

@@ -198,7 +198,15 @@ impl Call<'_> {
         serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
-            let field = if path == "." { "body".to_string() } else { path };
+            let text = inner.to_string();
+            // serde reports a missing field at its parent's path; name the field itself.
+            let missing = text.strip_prefix("missing field `").and_then(|r| r.split_once('`')).map(|(f, _)| f);
+            let field = match (path.as_str(), missing) {
+                (".", Some(f)) => f.to_string(),
+                (".", None) => "body".to_string(),
+                (p, Some(f)) => format!("{p}.{f}"),
+                (p, None) => p.to_string(),
+            };
             let issue = match inner.classify() {
                 serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
                     format!("body is not valid JSON: {inner}")

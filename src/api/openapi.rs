@@ -75,6 +75,7 @@ impl Modify for Security {
 #[openapi(
     info(title = "toolgate management API", description = "The REST management API of toolgate, an MCP gateway. `/api/v1` serves the same API as `/v1`."),
     paths(
+        openapi_json,
         super::gateways::list, super::gateways::get, super::gateways::create, super::gateways::update, super::gateways::delete,
         super::apps::list, super::apps::get, super::apps::connect, super::apps::disconnect, super::apps::test,
         super::sessions::list, super::sessions::get, super::sessions::delete,
@@ -91,6 +92,12 @@ impl Modify for Security {
     modifiers(&Security),
 )]
 struct ApiDoc;
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "meta", security(()),
+    responses((status = 200, description = "the OpenAPI 3.1 document of the management API", content_type = "application/json")))]
+#[allow(dead_code)]
+fn openapi_json() {}
 
 /// The document, built once.
 pub fn document() -> Value {

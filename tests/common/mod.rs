@@ -24,6 +24,7 @@
 #![allow(dead_code)]
 
 mod checks;
+#[allow(unused_imports)]
 pub use checks::*;
 
 use std::collections::{BTreeSet, HashSet};
