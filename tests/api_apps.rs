@@ -112,7 +112,12 @@ fn detail_of_the_builtin_app() {
     for (m, p) in [("GET", "/v1/apps/nope"), ("POST", "/v1/apps/nope/test"), ("DELETE", "/v1/apps/nope/connection")] {
         err(&srv.api(m, p, Some(k), None), 404, "NOT_FOUND");
     }
-    let r = srv.api("POST", "/v1/apps/nope/connect", Some(k), Some(json!({ "auth_type": "api_key", "credentials": {"api_key": "x"} })));
+    let r = srv.api(
+        "POST",
+        "/v1/apps/nope/connect",
+        Some(k),
+        Some(json!({ "auth_type": "api_key", "credentials": {"api_key": "x"} })),
+    );
     err(&r, 404, "NOT_FOUND");
     // The live test of the built-in app.
     let t = ok(&srv.api("POST", "/v1/apps/time/test", Some(k), None), 200);
@@ -140,11 +145,25 @@ fn connect_with_api_key_test_and_disconnect() {
     validation(&connect(json!({ "auth_type": "password" })), "auth_type");
     validation(&connect(json!({ "auth_type": "api_key" })), "credentials");
     validation(&connect(json!({ "auth_type": "api_key", "credentials": { "api_key": "  " } })), "credentials.api_key");
-    let r = srv.api("POST", "/v1/apps/time/connect", Some(k), Some(json!({ "auth_type": "api_key", "credentials": { "api_key": "k" } })));
+    let r = srv.api(
+        "POST",
+        "/v1/apps/time/connect",
+        Some(k),
+        Some(json!({ "auth_type": "api_key", "credentials": { "api_key": "k" } })),
+    );
     validation(&r, "auth_type");
-    let r = srv.api("POST", "/v1/apps/labs/connect", Some(k), Some(json!({ "auth_type": "oauth", "redirect_uri": "https://x.test/cb" })));
+    let r = srv.api(
+        "POST",
+        "/v1/apps/labs/connect",
+        Some(k),
+        Some(json!({ "auth_type": "oauth", "redirect_uri": "https://x.test/cb" })),
+    );
     validation(&r, "auth_type");
-    assert_eq!(ok(&srv.api("GET", "/v1/apps/everything", Some(k), None), 200)["status"], "available", "refused connects changed nothing");
+    assert_eq!(
+        ok(&srv.api("GET", "/v1/apps/everything", Some(k), None), 200)["status"],
+        "available",
+        "refused connects changed nothing"
+    );
 
     let r = connect(json!({ "auth_type": "api_key", "credentials": { "api_key": secret, "api_secret": secret2 } }));
     let c = ok(&r, 200);
@@ -185,7 +204,10 @@ fn connect_with_api_key_test_and_disconnect() {
     assert!(t["message"].as_str().is_some_and(|m| !m.is_empty()), "{t}");
 
     // A gateway over the connected app shows it connected with its functions.
-    let g = ok(&srv.api("POST", "/v1/gateways", Some(k), Some(json!({ "name": "conn-gw", "servers": ["everything"] }))), 201);
+    let g = ok(
+        &srv.api("POST", "/v1/gateways", Some(k), Some(json!({ "name": "conn-gw", "servers": ["everything"] }))),
+        201,
+    );
     let r = srv.api("GET", &format!("/v1/gateways/{}", g["id"].as_str().unwrap()), Some(k), None);
     let gd = ok(&r, 200);
     seen.push(r.text.clone());

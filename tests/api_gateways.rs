@@ -55,7 +55,12 @@ fn create(srv: &TestServer, key: &str, body: Value) -> Value {
 }
 
 fn names(data: &Value) -> Vec<String> {
-    data["gateways"].as_array().expect("gateways array").iter().map(|g| g["name"].as_str().unwrap().to_string()).collect()
+    data["gateways"]
+        .as_array()
+        .expect("gateways array")
+        .iter()
+        .map(|g| g["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -178,8 +183,14 @@ fn create_returns_key_and_endpoint_and_validates() {
     validation(&post(json!({ "name": "   " })), "name");
     validation(&post(json!({ "name": "x".repeat(101) })), "name");
     validation(&post(json!({ "name": "bad-server", "servers": ["time", "nope"] })), "servers[1]");
-    validation(&post(json!({ "name": "bad-tools", "servers": ["time"], "allowed_tools": { "other": "*" } })), "allowed_tools.other");
-    validation(&post(json!({ "name": "bad-star", "servers": ["time"], "allowed_tools": { "time": "all" } })), "allowed_tools.time");
+    validation(
+        &post(json!({ "name": "bad-tools", "servers": ["time"], "allowed_tools": { "other": "*" } })),
+        "allowed_tools.other",
+    );
+    validation(
+        &post(json!({ "name": "bad-star", "servers": ["time"], "allowed_tools": { "time": "all" } })),
+        "allowed_tools.time",
+    );
     validation(&post(json!({ "name": "bad-rl", "configuration": { "rate_limit": 0 } })), "configuration.rate_limit");
     validation(&post(json!({ "name": 5 })), "name");
     let e = err(&post(json!({ "name": "extra", "colour": "red" })), 400, "VALIDATION_ERROR");
@@ -282,7 +293,10 @@ fn patch_updates_and_validates() {
     err(&srv.api("PATCH", &path, Some(k), Some(json!({ "name": "patch-taken" }))), 409, "CONFLICT");
     validation(&srv.api("PATCH", &path, Some(k), Some(json!({ "name": "" }))), "name");
     validation(&srv.api("PATCH", &path, Some(k), Some(json!({ "servers": ["nope"] }))), "servers[0]");
-    validation(&srv.api("PATCH", &path, Some(k), Some(json!({ "allowed_tools": { "nope": "*" } }))), "allowed_tools.nope");
+    validation(
+        &srv.api("PATCH", &path, Some(k), Some(json!({ "allowed_tools": { "nope": "*" } }))),
+        "allowed_tools.nope",
+    );
     validation(
         &srv.api("PATCH", &path, Some(k), Some(json!({ "configuration": { "rate_limit": 0 } }))),
         "configuration.rate_limit",
@@ -351,7 +365,11 @@ fn credentials_are_required_and_checked() {
     err(&srv.api("GET", &format!("/v1/gateways?api_key={}", random_key()), None, None), 401, "UNAUTHORIZED");
     // A viewer can read but not write, whatever the key's scopes say (role intersection).
     ok(&srv.api("GET", "/v1/gateways", Some(&f.viewer), None), 200);
-    let e = err(&srv.api("POST", "/v1/gateways", Some(&f.viewer), Some(json!({"name": "by-viewer"}))), 403, "INSUFFICIENT_SCOPE");
+    let e = err(
+        &srv.api("POST", "/v1/gateways", Some(&f.viewer), Some(json!({"name": "by-viewer"}))),
+        403,
+        "INSUFFICIENT_SCOPE",
+    );
     assert!(e["message"].as_str().unwrap().contains("gateways:write"), "{e}");
     err(&srv.api("POST", "/v1/gateways", Some(&f.viewer), Some(json!({"name": ""}))), 403, "INSUFFICIENT_SCOPE");
 }
@@ -402,20 +420,47 @@ fn another_organisations_resources_are_not_found() {
     assert_eq!(r.status, 401, "A's gateway key on B's gateway: {r:?}");
 
     // API keys.
-    let k = ok(&srv.api("POST", "/v1/api-keys", Some(a), Some(json!({ "name": "iso key", "scopes": ["gateways:read"] }))), 201);
+    let k = ok(
+        &srv.api("POST", "/v1/api-keys", Some(a), Some(json!({ "name": "iso key", "scopes": ["gateways:read"] }))),
+        201,
+    );
     let kid = k["id"].as_str().unwrap();
     err(&srv.api("GET", &format!("/v1/api-keys/{kid}/usage"), Some(b), None), 404, "NOT_FOUND");
-    err(&srv.api("POST", &format!("/v1/api-keys/{kid}/rotate"), Some(b), Some(json!({ "grace_period_hours": 0 }))), 404, "NOT_FOUND");
+    err(
+        &srv.api("POST", &format!("/v1/api-keys/{kid}/rotate"), Some(b), Some(json!({ "grace_period_hours": 0 }))),
+        404,
+        "NOT_FOUND",
+    );
     err(&srv.api("DELETE", &format!("/v1/api-keys/{kid}"), Some(b), None), 404, "NOT_FOUND");
     ok(&srv.api("GET", "/v1/gateways", Some(k["key"].as_str().unwrap()), None), 200);
     ok(&srv.api("GET", &format!("/v1/api-keys/{kid}/usage"), Some(a), None), 200);
 
     // Service accounts.
-    let sa = ok(&srv.api("POST", "/v1/service-accounts", Some(a), Some(json!({ "name": "iso-sa", "scopes": ["gateways:read"] }))), 201);
+    let sa = ok(
+        &srv.api(
+            "POST",
+            "/v1/service-accounts",
+            Some(a),
+            Some(json!({ "name": "iso-sa", "scopes": ["gateways:read"] })),
+        ),
+        201,
+    );
     let said = sa["id"].as_str().unwrap();
-    err(&srv.api("POST", &format!("/v1/service-accounts/{said}/keys"), Some(b), Some(json!({ "name": "x" }))), 404, "NOT_FOUND");
+    err(
+        &srv.api("POST", &format!("/v1/service-accounts/{said}/keys"), Some(b), Some(json!({ "name": "x" }))),
+        404,
+        "NOT_FOUND",
+    );
     // The same name in another organisation is not a conflict.
-    ok(&srv.api("POST", "/v1/service-accounts", Some(b), Some(json!({ "name": "iso-sa", "scopes": ["gateways:read"] }))), 201);
+    ok(
+        &srv.api(
+            "POST",
+            "/v1/service-accounts",
+            Some(b),
+            Some(json!({ "name": "iso-sa", "scopes": ["gateways:read"] })),
+        ),
+        201,
+    );
 
     // MCP sessions.
     let sid = mcp_session(srv, id, g_key(&g));

@@ -70,7 +70,10 @@ fn user_get_and_patch() {
     assert_eq!(u["notification_preferences"], json!({ "email": false, "slack": true }));
     assert_eq!(u["email"], "dee@acme.test", "untouched fields stay");
     // Only one preference: the other stays.
-    ok(&srv.api("PATCH", "/v1/user", Some(&f.dev), Some(json!({ "notification_preferences": { "email": true } }))), 200);
+    ok(
+        &srv.api("PATCH", "/v1/user", Some(&f.dev), Some(json!({ "notification_preferences": { "email": true } }))),
+        200,
+    );
     let u = ok(&srv.api("GET", "/v1/user", Some(&f.dev), None), 200);
     assert_eq!(u["notification_preferences"], json!({ "email": true, "slack": true }));
 
@@ -149,7 +152,10 @@ fn api_key_creation_is_validated_and_cannot_escalate() {
     validation(&post(&f.admin, json!({ "name": "", "scopes": ["gateways:read"] })), "name");
     validation(&post(&f.admin, json!({ "name": "x", "scopes": [] })), "scopes");
     validation(&post(&f.admin, json!({ "name": "x", "scopes": ["gateways:fly"] })), "scopes");
-    validation(&post(&f.admin, json!({ "name": "x", "scopes": ["gateways:read"], "expires_at": "tomorrow" })), "expires_at");
+    validation(
+        &post(&f.admin, json!({ "name": "x", "scopes": ["gateways:read"], "expires_at": "tomorrow" })),
+        "expires_at",
+    );
     validation(
         &post(&f.admin, json!({ "name": "x", "scopes": ["gateways:read"], "expires_at": "2001-01-01T00:00:00Z" })),
         "expires_at",
@@ -164,11 +170,21 @@ fn api_key_creation_is_validated_and_cannot_escalate() {
     // Only `admin` may create keys at all (Decision 8).
     err(&post(&f.dev, json!({ "name": "x", "scopes": ["gateways:read"] })), 403, "INSUFFICIENT_SCOPE");
     err(&post(&f.viewer, json!({ "name": "x", "scopes": ["gateways:read"] })), 403, "INSUFFICIENT_SCOPE");
-    err(&srv.api("POST", "/v1/api-keys", None, Some(json!({ "name": "x", "scopes": ["gateways:read"] }))), 401, "UNAUTHORIZED");
+    err(
+        &srv.api("POST", "/v1/api-keys", None, Some(json!({ "name": "x", "scopes": ["gateways:read"] }))),
+        401,
+        "UNAUTHORIZED",
+    );
 
     // expires_at and bypass_ip_whitelist are returned.
     let at = (chrono::Utc::now() + chrono::Duration::days(2)).to_rfc3339();
-    let k = ok(&post(&f.admin, json!({ "name": "exp", "scopes": ["gateways:read"], "expires_at": at, "bypass_ip_whitelist": true })), 201);
+    let k = ok(
+        &post(
+            &f.admin,
+            json!({ "name": "exp", "scopes": ["gateways:read"], "expires_at": at, "bypass_ip_whitelist": true }),
+        ),
+        201,
+    );
     let got = chrono::DateTime::parse_from_rfc3339(k["expires_at"].as_str().unwrap()).unwrap();
     let want = chrono::DateTime::parse_from_rfc3339(&at).unwrap();
     assert!((got - want).num_milliseconds().abs() < 1000, "{k}");
@@ -194,8 +210,16 @@ fn a_viewers_key_with_star_cannot_write() {
     err(&srv.api("GET", "/v1/sessions", Some(&f.viewer), None), 403, "INSUFFICIENT_SCOPE");
     // A Developer's `*`: gateways read/write, apps, logs; not delete, not admin.
     let g = ok(&srv.api("POST", "/v1/gateways", Some(&f.dev), Some(json!({ "name": "dev-gw" }))), 201);
-    err(&srv.api("DELETE", &format!("/v1/gateways/{}", g["id"].as_str().unwrap()), Some(&f.dev), None), 403, "INSUFFICIENT_SCOPE");
-    err(&srv.api("POST", "/v1/api-keys", Some(&f.dev), Some(json!({"name": "d", "scopes": ["gateways:read"]}))), 403, "INSUFFICIENT_SCOPE");
+    err(
+        &srv.api("DELETE", &format!("/v1/gateways/{}", g["id"].as_str().unwrap()), Some(&f.dev), None),
+        403,
+        "INSUFFICIENT_SCOPE",
+    );
+    err(
+        &srv.api("POST", "/v1/api-keys", Some(&f.dev), Some(json!({"name": "d", "scopes": ["gateways:read"]}))),
+        403,
+        "INSUFFICIENT_SCOPE",
+    );
 }
 
 #[test]
@@ -204,7 +228,9 @@ fn service_accounts_and_their_keys() {
     let srv = &f.srv;
     let post = |body: Value| srv.api("POST", "/v1/service-accounts", Some(&f.admin), Some(body));
     let sa = ok(
-        &post(json!({ "name": "deployer", "description": "CI", "scopes": ["gateways:read", "gateways:write"], "rate_limit_multiplier": 3 })),
+        &post(
+            json!({ "name": "deployer", "description": "CI", "scopes": ["gateways:read", "gateways:write"], "rate_limit_multiplier": 3 }),
+        ),
         201,
     );
     assert_eq!(sa["name"], "deployer");
@@ -219,8 +245,14 @@ fn service_accounts_and_their_keys() {
     validation(&post(json!({ "name": "s1", "scopes": [] })), "scopes");
     validation(&post(json!({ "name": "s2", "scopes": ["nope"] })), "scopes");
     validation(&post(json!({ "name": "s3", "scopes": ["billing:manage"] })), "scopes");
-    validation(&post(json!({ "name": "s4", "scopes": ["gateways:read"], "rate_limit_multiplier": 0 })), "rate_limit_multiplier");
-    validation(&post(json!({ "name": "s5", "scopes": ["gateways:read"], "rate_limit_multiplier": -2 })), "rate_limit_multiplier");
+    validation(
+        &post(json!({ "name": "s4", "scopes": ["gateways:read"], "rate_limit_multiplier": 0 })),
+        "rate_limit_multiplier",
+    );
+    validation(
+        &post(json!({ "name": "s5", "scopes": ["gateways:read"], "rate_limit_multiplier": -2 })),
+        "rate_limit_multiplier",
+    );
 
     let keys = format!("/v1/service-accounts/{said}/keys");
     let k = ok(&srv.api("POST", &keys, Some(&f.admin), Some(json!({ "name": "ci-1", "expires_in_days": 30 }))), 201);
@@ -237,7 +269,11 @@ fn service_accounts_and_their_keys() {
         validation(&r, "expires_in_days");
     }
     validation(&srv.api("POST", &keys, Some(&f.admin), Some(json!({ "name": "" }))), "name");
-    err(&srv.api("POST", "/v1/service-accounts/sa_nope/keys", Some(&f.admin), Some(json!({ "name": "x" }))), 404, "NOT_FOUND");
+    err(
+        &srv.api("POST", "/v1/service-accounts/sa_nope/keys", Some(&f.admin), Some(json!({ "name": "x" }))),
+        404,
+        "NOT_FOUND",
+    );
 
     // The key acts with the account's scopes and its multiplier.
     ok(&srv.api("GET", "/v1/gateways", Some(&key), None), 200);
@@ -290,7 +326,15 @@ fn auth_debug_shows_the_caller_and_no_secret() {
 fn v1_and_api_v1_are_the_same_api() {
     let f = fx();
     let srv = &f.srv;
-    let g = ok(&srv.api("POST", "/api/v1/gateways", Some(&f.admin), Some(json!({ "name": "both-prefixes", "servers": ["time"] }))), 201);
+    let g = ok(
+        &srv.api(
+            "POST",
+            "/api/v1/gateways",
+            Some(&f.admin),
+            Some(json!({ "name": "both-prefixes", "servers": ["time"] })),
+        ),
+        201,
+    );
     let id = g["id"].as_str().unwrap();
     for p in [format!("/gateways/{id}"), "/user".to_string(), "/apps/time".to_string(), "/auth/verify".to_string()] {
         let a = ok(&srv.api("GET", &format!("/v1{p}"), Some(&f.admin), None), 200);

@@ -65,7 +65,8 @@ fn rotation_keeps_both_keys_for_the_grace_period() {
     let srv = &f.srv;
     let k1 = new_key(json!({ "name": "rotating", "scopes": ["gateways:read", "apps:read"] }));
     let (id1, key1) = (k1["id"].as_str().unwrap(), k1["key"].as_str().unwrap());
-    let rotate = |id: &str, body: Value| srv.api("POST", &format!("/v1/api-keys/{id}/rotate"), Some(&f.admin), Some(body));
+    let rotate =
+        |id: &str, body: Value| srv.api("POST", &format!("/v1/api-keys/{id}/rotate"), Some(&f.admin), Some(body));
 
     validation(&rotate(id1, json!({ "grace_period_hours": -1 })), "grace_period_hours");
     validation(&rotate(id1, json!({ "grace_period_hours": 721 })), "grace_period_hours");
@@ -79,7 +80,8 @@ fn rotation_keeps_both_keys_for_the_grace_period() {
     assert!(key2.starts_with("ag_") && key2 != key1, "{k2}");
     assert_eq!(k2["name"], "rotating");
     assert_eq!(k2["scopes"], json!(["gateways:read", "apps:read"]), "a rotated key keeps its scopes");
-    let old_until = chrono::DateTime::parse_from_rfc3339(k2["old_key_expires_at"].as_str().expect("old_key_expires_at")).unwrap();
+    let old_until =
+        chrono::DateTime::parse_from_rfc3339(k2["old_key_expires_at"].as_str().expect("old_key_expires_at")).unwrap();
     let hours = (old_until.with_timezone(&chrono::Utc) - chrono::Utc::now()).num_minutes();
     assert!((115..=120).contains(&hours), "grace of 2 h: old key until {old_until}");
 
@@ -98,7 +100,7 @@ fn rotation_keeps_both_keys_for_the_grace_period() {
     assert!(e["message"].is_string());
     ok(&srv.api("GET", "/v1/gateways", Some(key3), None), 200);
     ok(&srv.api("GET", "/v1/gateways", Some(key1), None), 200); // still in its own grace period
-    // A key that no longer works cannot be rotated.
+                                                                // A key that no longer works cannot be rotated.
     let r = rotate(id2, json!({ "grace_period_hours": 1 }));
     assert_eq!(r.status, 400, "rotating an expired key: {r:?}");
     // Revocation of the first key is immediate despite its grace.

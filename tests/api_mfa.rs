@@ -78,11 +78,15 @@ fn enable(user: &str, activation_step_offset: i64) -> (TOTP, Vec<String>, u64) {
     assert!(uri.starts_with("otpauth://totp/"), "{uri}");
     assert!(uri.contains(&format!("secret={secret}")), "{uri}");
     assert_eq!(e["active"], false);
-    let backup: Vec<String> = e["backup_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
+    let backup: Vec<String> =
+        e["backup_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
     assert!(backup.len() >= 5, "{e}");
     let t = totp(&secret);
     let step = step_now();
-    validation(&srv.api("POST", "/v1/auth/mfa/activate", Some(k), Some(json!({ "code": wrong_code(&t, step) }))), "code");
+    validation(
+        &srv.api("POST", "/v1/auth/mfa/activate", Some(k), Some(json!({ "code": wrong_code(&t, step) }))),
+        "code",
+    );
     let s = (step as i64 + activation_step_offset) as u64;
     let a = ok(&srv.api("POST", "/v1/auth/mfa/activate", Some(k), Some(json!({ "code": code_at(&t, s) }))), 200);
     assert_eq!(a["active"], true);
@@ -96,7 +100,12 @@ fn enable(user: &str, activation_step_offset: i64) -> (TOTP, Vec<String>, u64) {
 }
 
 fn gateway(user: &str) -> String {
-    let r = fx().srv.api("POST", "/v1/gateways", Some(key(user)), Some(json!({ "name": format!("mfa-{}", random_alnum(10)) })));
+    let r = fx().srv.api(
+        "POST",
+        "/v1/gateways",
+        Some(key(user)),
+        Some(json!({ "name": format!("mfa-{}", random_alnum(10)) })),
+    );
     ok(&r, 201)["id"].as_str().unwrap().to_string()
 }
 
@@ -111,7 +120,12 @@ fn challenge(r: &Resp) -> String {
 }
 
 fn verify(user: &str, challenge_id: &str, code: &str) -> Resp {
-    fx().srv.api("POST", "/v1/auth/mfa/verify", Some(key(user)), Some(json!({ "challenge_id": challenge_id, "code": code })))
+    fx().srv.api(
+        "POST",
+        "/v1/auth/mfa/verify",
+        Some(key(user)),
+        Some(json!({ "challenge_id": challenge_id, "code": code })),
+    )
 }
 
 #[test]
@@ -124,7 +138,11 @@ fn challenge_token_flow_and_backup_codes() {
 
     let (t, backup, step) = enable(u, 0);
     err(&srv.api("POST", "/v1/auth/mfa/enroll", Some(key(u)), None), 409, "CONFLICT");
-    err(&srv.api("POST", "/v1/auth/mfa/activate", Some(key(u)), Some(json!({ "code": code_at(&t, step + 1) }))), 409, "CONFLICT");
+    err(
+        &srv.api("POST", "/v1/auth/mfa/activate", Some(key(u)), Some(json!({ "code": code_at(&t, step + 1) }))),
+        409,
+        "CONFLICT",
+    );
     assert_eq!(ok(&srv.api("GET", "/v1/auth/debug", Some(key(u)), None), 200)["mfa_enabled"], true);
 
     // The protected action without the header: MFA_REQUIRED with a challenge; nothing deleted.
@@ -189,7 +207,12 @@ fn every_protected_action_requires_mfa() {
     let u = "prot";
     let k = key(u);
     let mk_key = || {
-        let r = srv.api("POST", "/v1/api-keys", Some(k), Some(json!({ "name": format!("p-{}", random_alnum(6)), "scopes": ["gateways:read"] })));
+        let r = srv.api(
+            "POST",
+            "/v1/api-keys",
+            Some(k),
+            Some(json!({ "name": format!("p-{}", random_alnum(6)), "scopes": ["gateways:read"] })),
+        );
         let d = ok(&r, 201);
         (d["id"].as_str().unwrap().to_string(), d["key"].as_str().unwrap().to_string())
     };

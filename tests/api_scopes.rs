@@ -78,9 +78,13 @@ fn body(method: &str, path: &str, n: usize) -> Option<Value> {
         ("PATCH", "/gateways/{id}") => json!({ "description": "scopes" }),
         ("POST", "/apps/{id}/connect") => json!({ "auth_type": "api_key", "credentials": { "api_key": "k" } }),
         ("PATCH", "/user") => json!({ "name": format!("Scopes {n}") }),
-        ("POST", "/api-keys") => json!({ "name": format!("scopes-{n}-{}", random_alnum(8)), "scopes": ["gateways:read"] }),
+        ("POST", "/api-keys") => {
+            json!({ "name": format!("scopes-{n}-{}", random_alnum(8)), "scopes": ["gateways:read"] })
+        }
         ("POST", "/api-keys/{id}/rotate") => json!({ "grace_period_hours": 1 }),
-        ("POST", "/service-accounts") => json!({ "name": format!("scopes-{n}-{}", random_alnum(8)), "scopes": ["gateways:read"] }),
+        ("POST", "/service-accounts") => {
+            json!({ "name": format!("scopes-{n}-{}", random_alnum(8)), "scopes": ["gateways:read"] })
+        }
         ("POST", "/service-accounts/{id}/keys") => json!({ "name": format!("scopes-{n}-{}", random_alnum(8)) }),
         ("PATCH", "/account/security") => json!({ "enforce_ip_whitelist": false }),
         ("POST", "/account/whitelist") => json!({ "ip": format!("10.77.0.{}", n % 250) }),
@@ -137,7 +141,12 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
     let owner = &f.only["admin"];
     match path {
         "/gateways/{id}" => {
-            let r = f.srv.api("POST", "/v1/gateways", Some(owner), Some(json!({ "name": format!("scoped-target-{n}-{}", random_alnum(8)) })));
+            let r = f.srv.api(
+                "POST",
+                "/v1/gateways",
+                Some(owner),
+                Some(json!({ "name": format!("scoped-target-{n}-{}", random_alnum(8)) })),
+            );
             ok(&r, 201)["id"].as_str().unwrap().to_string()
         }
         "/api-keys/{id}" | "/api-keys/{id}/rotate" | "/api-keys/{id}/usage" => {
@@ -198,7 +207,10 @@ fn every_endpoint_enforces_its_scope() {
                 // Lacking the scope: 403 INSUFFICIENT_SCOPE, whatever else is wrong.
                 let r = call(&f, method, shape, Some(&f.without[s]), n);
                 if r.status != 403 || r.error_code() != "INSUFFICIENT_SCOPE" {
-                    failures.push(format!("{what} without `{s}`: want 403 INSUFFICIENT_SCOPE, got {} {}", r.status, r.text));
+                    failures.push(format!(
+                        "{what} without `{s}`: want 403 INSUFFICIENT_SCOPE, got {} {}",
+                        r.status, r.text
+                    ));
                 } else {
                     check_meta(&r);
                 }
@@ -270,10 +282,7 @@ fn role_bounds_a_star_key() {
     f.ids.insert("sa", ok(&sa, 201)["id"].as_str().unwrap().to_string());
     for &(method, shape, need) in TABLE {
         let Scope(s) = need else { continue };
-        for (who, key, may) in [
-            ("Viewer", &f.viewer, viewer_may(s)),
-            ("Developer", &f.developer, developer_may(s)),
-        ] {
+        for (who, key, may) in [("Viewer", &f.viewer, viewer_may(s)), ("Developer", &f.developer, developer_may(s))] {
             n += 1;
             let r = call(&f, method, shape, Some(key), n);
             let refused = r.status == 403 && r.error_code() == "INSUFFICIENT_SCOPE";

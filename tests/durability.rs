@@ -30,34 +30,105 @@ fn acknowledged_writes_survive_kill_9() {
     let g1 = ok(&srv.api("POST", "/v1/gateways", Some(a), Some(json!({ "name": "keep", "servers": ["time"] }))), 201);
     let g1_id = g1["id"].as_str().unwrap().to_string();
     let g1_key = g1["api_key"].as_str().unwrap().to_string();
-    ok(&srv.api("PATCH", &format!("/v1/gateways/{g1_id}"), Some(a), Some(json!({ "description": "patched", "configuration": { "cache_ttl": 9 } }))), 200);
+    ok(
+        &srv.api(
+            "PATCH",
+            &format!("/v1/gateways/{g1_id}"),
+            Some(a),
+            Some(json!({ "description": "patched", "configuration": { "cache_ttl": 9 } })),
+        ),
+        200,
+    );
     let g2 = ok(&srv.api("POST", "/v1/gateways", Some(a), Some(json!({ "name": "gone" }))), 201);
     let g2_id = g2["id"].as_str().unwrap().to_string();
     ok_message(&srv.api("DELETE", &format!("/v1/gateways/{g2_id}"), Some(a), None));
     let admin_gw = ok(&srv.api("POST", "/v1/gateways", Some(srv.admin_key()), Some(json!({ "name": "admins" }))), 201);
 
     // Keys: one created, one created then revoked, one rotated without grace.
-    let k = ok(&srv.api("POST", "/v1/api-keys", Some(a), Some(json!({ "name": "kept", "scopes": ["gateways:read"] }))), 201);
+    let k = ok(
+        &srv.api("POST", "/v1/api-keys", Some(a), Some(json!({ "name": "kept", "scopes": ["gateways:read"] }))),
+        201,
+    );
     let kept = k["key"].as_str().unwrap().to_string();
-    let r = ok(&srv.api("POST", "/v1/api-keys", Some(a), Some(json!({ "name": "revoked", "scopes": ["gateways:read"] }))), 201);
+    let r = ok(
+        &srv.api("POST", "/v1/api-keys", Some(a), Some(json!({ "name": "revoked", "scopes": ["gateways:read"] }))),
+        201,
+    );
     let revoked = r["key"].as_str().unwrap().to_string();
     ok_message(&srv.api("DELETE", &format!("/v1/api-keys/{}", r["id"].as_str().unwrap()), Some(a), None));
     let o = ok(&srv.api("POST", "/v1/api-keys", Some(a), Some(json!({ "name": "rot", "scopes": ["apps:read"] }))), 201);
-    let rot = ok(&srv.api("POST", &format!("/v1/api-keys/{}/rotate", o["id"].as_str().unwrap()), Some(a), Some(json!({ "grace_period_hours": 0 }))), 201);
+    let rot = ok(
+        &srv.api(
+            "POST",
+            &format!("/v1/api-keys/{}/rotate", o["id"].as_str().unwrap()),
+            Some(a),
+            Some(json!({ "grace_period_hours": 0 })),
+        ),
+        201,
+    );
     let (old_rot, new_rot) = (o["key"].as_str().unwrap().to_string(), rot["key"].as_str().unwrap().to_string());
 
     // Service account and its key; connection; user; allowlist entry; MFA.
-    let sa = ok(&srv.api("POST", "/v1/service-accounts", Some(a), Some(json!({ "name": "bot", "scopes": ["gateways:read"], "rate_limit_multiplier": 4 }))), 201);
-    let sak = ok(&srv.api("POST", &format!("/v1/service-accounts/{}/keys", sa["id"].as_str().unwrap()), Some(a), Some(json!({ "name": "bot-1", "expires_in_days": 7 }))), 201);
+    let sa = ok(
+        &srv.api(
+            "POST",
+            "/v1/service-accounts",
+            Some(a),
+            Some(json!({ "name": "bot", "scopes": ["gateways:read"], "rate_limit_multiplier": 4 })),
+        ),
+        201,
+    );
+    let sak = ok(
+        &srv.api(
+            "POST",
+            &format!("/v1/service-accounts/{}/keys", sa["id"].as_str().unwrap()),
+            Some(a),
+            Some(json!({ "name": "bot-1", "expires_in_days": 7 })),
+        ),
+        201,
+    );
     let sa_key = sak["key"].as_str().unwrap().to_string();
-    ok(&srv.api("POST", "/v1/apps/crm/connect", Some(a), Some(json!({ "auth_type": "api_key", "credentials": { "api_key": "crm-secret-123456" } }))), 200);
-    ok(&srv.api("PATCH", "/v1/user", Some(a), Some(json!({ "name": "Alice Durable", "notification_preferences": { "slack": true } }))), 200);
-    ok(&srv.api("POST", "/v1/account/whitelist", Some(a), Some(json!({ "ip": "192.0.2.44", "rate_limit_multiplier": 3, "description": "office" }))), 201);
+    ok(
+        &srv.api(
+            "POST",
+            "/v1/apps/crm/connect",
+            Some(a),
+            Some(json!({ "auth_type": "api_key", "credentials": { "api_key": "crm-secret-123456" } })),
+        ),
+        200,
+    );
+    ok(
+        &srv.api(
+            "PATCH",
+            "/v1/user",
+            Some(a),
+            Some(json!({ "name": "Alice Durable", "notification_preferences": { "slack": true } })),
+        ),
+        200,
+    );
+    ok(
+        &srv.api(
+            "POST",
+            "/v1/account/whitelist",
+            Some(a),
+            Some(json!({ "ip": "192.0.2.44", "rate_limit_multiplier": 3, "description": "office" })),
+        ),
+        201,
+    );
     let e = ok(&srv.api("POST", "/v1/auth/mfa/enroll", Some(&mfa_user_key), None), 200);
-    let t = TOTP::new_unchecked(Algorithm::SHA1, 6, 1, 30, Secret::Encoded(e["secret"].as_str().unwrap().into()).to_bytes().unwrap(), None, String::new());
+    let t = TOTP::new_unchecked(
+        Algorithm::SHA1,
+        6,
+        1,
+        30,
+        Secret::Encoded(e["secret"].as_str().unwrap().into()).to_bytes().unwrap(),
+        None,
+        String::new(),
+    );
     let code = t.generate(unix_now());
     ok(&srv.api("POST", "/v1/auth/mfa/activate", Some(&mfa_user_key), Some(json!({ "code": code }))), 200);
-    let mfa_gw = ok(&srv.api("POST", "/v1/gateways", Some(&mfa_user_key), Some(json!({ "name": "mfa-protected" }))), 201);
+    let mfa_gw =
+        ok(&srv.api("POST", "/v1/gateways", Some(&mfa_user_key), Some(json!({ "name": "mfa-protected" }))), 201);
 
     // Usage is flushed in the background (every 500 ms): give it a moment before the kill.
     for _ in 0..3 {
@@ -80,7 +151,10 @@ fn acknowledged_writes_survive_kill_9() {
     assert_eq!(list["pagination"]["total"], 3, "{list}");
     ok(&srv.api("GET", &format!("/v1/gateways/{}", last["id"].as_str().unwrap()), Some(a), None), 200);
     // Bootstrap admin key, and its gateway.
-    ok(&srv.api("GET", &format!("/v1/gateways/{}", admin_gw["id"].as_str().unwrap()), Some(srv.admin_key()), None), 200);
+    ok(
+        &srv.api("GET", &format!("/v1/gateways/{}", admin_gw["id"].as_str().unwrap()), Some(srv.admin_key()), None),
+        200,
+    );
     assert_eq!(ok(&srv.api("GET", "/v1/user", Some(srv.admin_key()), None), 200)["role"], "Owner");
     // Keys.
     ok(&srv.api("GET", "/v1/gateways", Some(&kept), None), 200);

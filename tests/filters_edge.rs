@@ -21,7 +21,8 @@ struct Fx {
     keys: HashMap<&'static str, String>,
 }
 
-const TINY_KEYS: [&str; 8] = ["t_burst", "t_cost", "t_write", "t_headers", "t_status", "t_unauth", "t_chain", "t_spare"];
+const TINY_KEYS: [&str; 8] =
+    ["t_burst", "t_cost", "t_write", "t_headers", "t_status", "t_unauth", "t_chain", "t_spare"];
 
 fn fx() -> &'static Fx {
     static FX: OnceLock<Fx> = OnceLock::new();
@@ -127,9 +128,15 @@ fn ip_allowlist_validation_lockout_enforcement_and_chain_order() {
     assert_eq!(d["client_ip"], me);
     // A key created with bypass_ip_whitelist passes too; one without does not.
     let mk = |bypass: bool| {
-        let r = from("203.0.113.9", "POST", "/v1/api-keys", Some(admin), Some(json!({
-            "name": format!("bypass-{bypass}"), "scopes": ["gateways:read"], "bypass_ip_whitelist": bypass
-        })));
+        let r = from(
+            "203.0.113.9",
+            "POST",
+            "/v1/api-keys",
+            Some(admin),
+            Some(json!({
+                "name": format!("bypass-{bypass}"), "scopes": ["gateways:read"], "bypass_ip_whitelist": bypass
+            })),
+        );
         ok(&r, 201)["key"].as_str().unwrap().to_string()
     };
     let (yes, no) = (mk(true), mk(false));
@@ -137,7 +144,16 @@ fn ip_allowlist_validation_lockout_enforcement_and_chain_order() {
     err(&from(me, "GET", "/v1/gateways", Some(&no), None), 403, "IP_NOT_ALLOWED");
 
     // The allowlist applies to the gateway endpoint as well.
-    let g = ok(&from("203.0.113.9", "POST", "/v1/gateways", Some(admin), Some(json!({ "name": "ip-gw", "servers": ["time"] }))), 201);
+    let g = ok(
+        &from(
+            "203.0.113.9",
+            "POST",
+            "/v1/gateways",
+            Some(admin),
+            Some(json!({ "name": "ip-gw", "servers": ["time"] })),
+        ),
+        201,
+    );
     let init = json!({"jsonrpc": "2.0", "id": "1", "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let mcp = |ip: &str| {
@@ -146,7 +162,11 @@ fn ip_allowlist_validation_lockout_enforcement_and_chain_order() {
             &format!("/gateway/{}/mcp", g["id"].as_str().unwrap()),
             None,
             Some(init.clone()),
-            &[("x-forwarded-for", ip), ("x-api-key", g["api_key"].as_str().unwrap()), ("accept", "application/json, text/event-stream")],
+            &[
+                ("x-forwarded-for", ip),
+                ("x-api-key", g["api_key"].as_str().unwrap()),
+                ("accept", "application/json, text/event-stream"),
+            ],
         )
     };
     assert_eq!(mcp(me).status, 403, "gateway endpoint from a refused address");
@@ -195,7 +215,16 @@ fn whitelist_entries_allow_and_scale_limits() {
     ok(&from("192.0.2.10", "GET", "/v1/user", Some(admin), None), 200);
     ok(&from("198.18.3.4", "GET", "/v1/user", Some(admin), None), 200);
     err(&from("192.0.2.11", "GET", "/v1/user", Some(admin), None), 403, "IP_NOT_ALLOWED");
-    ok(&from("192.0.2.10", "PATCH", "/v1/account/security", Some(admin), Some(json!({ "enforce_ip_whitelist": false }))), 200);
+    ok(
+        &from(
+            "192.0.2.10",
+            "PATCH",
+            "/v1/account/security",
+            Some(admin),
+            Some(json!({ "enforce_ip_whitelist": false })),
+        ),
+        200,
+    );
 }
 
 #[test]
@@ -221,7 +250,11 @@ fn spoofed_forwarded_for_is_ignored_without_trusted_proxies() {
     ok(&srv.api("PATCH", "/v1/account/security", Some(&admin), Some(forced)), 200);
     // Claiming an allowed address does not help.
     err(&srv.request("GET", "/v1/user", Some(&admin), None, &xff), 403, "IP_NOT_ALLOWED");
-    err(&srv.request("GET", "/v1/user", Some(&admin), None, &[("x-forwarded-for", "203.0.113.5, 203.0.113.6")]), 403, "IP_NOT_ALLOWED");
+    err(
+        &srv.request("GET", "/v1/user", Some(&admin), None, &[("x-forwarded-for", "203.0.113.5, 203.0.113.6")]),
+        403,
+        "IP_NOT_ALLOWED",
+    );
     err(&srv.api("GET", "/v1/user", Some(&admin), None), 403, "IP_NOT_ALLOWED");
     // The bypass key still gets in and can undo it.
     ok(&srv.api("PATCH", "/v1/account/security", Some(&bypass), Some(json!({ "enforce_ip_whitelist": false }))), 200);
@@ -250,7 +283,7 @@ fn a_burst_admits_exactly_the_bucket_then_refills() {
         let (limit, remaining, reset, reset_after, bucket) = rate_limit_headers(&r);
         assert_eq!((limit, remaining, bucket.as_str()), (5, 4 - i, "global"), "request {i}: {r:?}");
         let now = unix_now();
-        assert!(reset_after >= 1 && reset_after <= 60, "{r:?}");
+        assert!((1..=60).contains(&reset_after), "{r:?}");
         assert!(reset >= now && reset <= now + reset_after + 2, "X-RateLimit-Reset is a Unix time: {r:?}");
     }
     let r = from(ip, "GET", "/v1/user", Some(k), None);
@@ -293,7 +326,13 @@ fn costs_by_method_and_buckets() {
     let r = from(ip, "GET", "/v1/gateways", Some(k), None);
     assert_eq!(rate_limit_headers(&r), (5, 4, rate_limit_headers(&r).2, rate_limit_headers(&r).3, "global".into()));
     // PATCH costs 2: more than is left.
-    let r = from(ip, "PATCH", &format!("/v1/gateways/{}", g["id"].as_str().unwrap()), Some(k), Some(json!({ "description": "x" })));
+    let r = from(
+        ip,
+        "PATCH",
+        &format!("/v1/gateways/{}", g["id"].as_str().unwrap()),
+        Some(k),
+        Some(json!({ "description": "x" })),
+    );
     retry_after(&r);
     assert_eq!(rate_limit_headers(&r).4, "write");
     // Analytics costs 5 in a bucket twice the size of global.

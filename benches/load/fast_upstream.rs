@@ -107,11 +107,14 @@ async fn serve(mut stream: TcpStream) {
             }
         };
         let Some(head) = parse_head(&buf[..head_end - 4]) else {
-            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+            let _ =
+                stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
             return;
         };
         if head.content_length > MAX_REQUEST {
-            let _ = stream.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+            let _ = stream
+                .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
             return;
         }
         let end = head_end + head.content_length;
@@ -177,7 +180,15 @@ fn respond(head: &Head, body: &[u8], out: &mut Vec<u8>) {
     }
     let msg: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(_) => return write_response(out, "400 Bad Request", &rpc_error(&Value::Null, -32700, "Parse error"), None, head.close),
+        Err(_) => {
+            return write_response(
+                out,
+                "400 Bad Request",
+                &rpc_error(&Value::Null, -32700, "Parse error"),
+                None,
+                head.close,
+            )
+        }
     };
     let method = msg.get("method").and_then(Value::as_str);
     let id = msg.get("id").cloned();

@@ -160,7 +160,9 @@ impl AppClients {
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
         let up = self.upstream(org_id, app_id)?;
-        up.request(method, params, ctx).await.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
+        up.request(method, params, ctx)
+            .await
+            .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
     }
 
     /// Forgets an organisation's upstream and lists of an app (its connection changed).

@@ -40,7 +40,9 @@ pub fn reap_peer_on_exit(peer: &Peer) {
 pub fn reap_pid_on_exit(pid: u32, dir: &std::path::Path) {
     let srv_pid = pid;
     let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.3; done; kill -9 "$2" 2>/dev/null; rm -rf "$3""#;
-    Command::new("sh")
+    // The watchdog outlives this process on purpose (it waits for our exit), so it is not waited on.
+    #[allow(clippy::zombie_processes)]
+    let _watchdog = Command::new("sh")
         .arg("-c")
         .arg(script)
         .arg("reaper")
