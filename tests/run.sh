@@ -118,7 +118,7 @@ else
     record venv ok $((SECONDS - t0)) "installed requirements.txt"
 fi
 
-# What the tests rely on (see tests/common/mod.rs and tests/py/conftest.py).
+# What the tests rely on (see tests/integration/common/mod.rs and tests/py/conftest.py).
 export TOOLGATE_TEST_NODE_DIR="$NODE_DIR"
 export TOOLGATE_TEST_NODE="$NODE22"
 export TOOLGATE_TEST_PYTHON="$PY"

@@ -1,6 +1,6 @@
 """Start the real toolgate binary for Python tests, on ports the OS picks.
 
-The Python twin of `tests/common/mod.rs`. The config binds port 0 for both listeners, on two
+The Python twin of `tests/integration/common/mod.rs`. The config binds port 0 for both listeners, on two
 loopback addresses (`127.0.0.1:0`, `127.0.0.2:0`: Pingora keys listening sockets by address
 string, so two `127.0.0.1:0` would share one socket); the addresses are read back from
 `/proc/<pid>/fd` and `/proc/<pid>/net/tcp{,6}` (never "find a free port, then bind"), then told

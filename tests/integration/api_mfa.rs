@@ -3,7 +3,7 @@
 //! `/auth/mfa/verify` and `X-MFA-Token`, single-use tokens and challenges, a current code
 //! directly in the header once per step, backup codes once each, and every protected action.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

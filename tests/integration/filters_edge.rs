@@ -7,7 +7,7 @@
 //! a small tier: `tiny` = burst 5, 6/minute (one token every 10 s), so nothing refills during a
 //! quick burst and admission is exact.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -5,7 +5,7 @@
 //! cover exactly the route table of the server (`toolgate::api::PATHS`), so a new endpoint
 //! cannot be added without a row.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

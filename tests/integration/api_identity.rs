@@ -2,7 +2,7 @@
 //! `/auth/debug`, service accounts and their keys, `/v1` = `/api/v1`, unknown paths, health,
 //! and the OpenAPI document.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

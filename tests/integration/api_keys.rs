@@ -2,7 +2,7 @@
 //! valid, then `grace_period_hours: 0` refuses the old key at once), revocation, and the usage
 //! record.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

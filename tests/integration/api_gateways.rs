@@ -3,7 +3,7 @@
 //! service accounts and MCP sessions. One server for the whole file; each test works in its
 //! own organisation where counts matter.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! (authorization URL), disconnect, and the live test. The app with credentials is the
 //! reference MCP server `server-everything`; organisations keep their connections apart.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

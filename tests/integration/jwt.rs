@@ -1,7 +1,7 @@
 //! JWT bearer tokens on the management API (issue 4): RS256 only, kid lookup, exp/iat with
 //! leeway, sub -> user, scopes within the role, and every bad token a 401.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};

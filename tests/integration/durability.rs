@@ -2,7 +2,7 @@
 //! same data directory; the bootstrap admin key still works; and a fresh store started without
 //! `TOOLGATE_ADMIN_KEY` prints an owner key on stderr once, never on later starts.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

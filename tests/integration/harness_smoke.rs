@@ -1,7 +1,7 @@
 //! The harness itself works: the binary starts on OS-chosen ports, both listeners are found and
 //! answer what they should, restart gives new ports on the same data, and the peers start.
 
-mod common;
+use crate::common;
 
 use common::{declared_key, listening_ports, sha256_hex, TestServer};
 

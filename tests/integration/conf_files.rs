@@ -3,7 +3,7 @@
 //! `toolgate check-config FILE` is the contract: exit 0 for a valid file; non-zero with the
 //! field named on stderr for an invalid one.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

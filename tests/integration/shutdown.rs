@@ -1,7 +1,7 @@
 //! Graceful shutdown (issue 2): on SIGTERM a call in flight finishes with its answer, buffered
 //! activity is written, and no stdio app process outlives toolgate.
 
-mod common;
+use crate::common;
 
 use common::{everything_url, mcp_server_time_command, spawn_everything, TestServer};
 use serde_json::{json, Value};

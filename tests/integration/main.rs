@@ -1,0 +1,18 @@
+//! Every Rust integration test in one binary: one link instead of one per file, which is most of
+//! the test build time. Each module is one area; `common` is the harness (the real binary on
+//! ephemeral ports).
+
+mod common;
+
+mod api_apps;
+mod api_gateways;
+mod api_identity;
+mod api_keys;
+mod api_mfa;
+mod api_scopes;
+mod conf_files;
+mod durability;
+mod filters_edge;
+mod harness_smoke;
+mod jwt;
+mod shutdown;
