@@ -80,11 +80,11 @@ pub struct ServiceAccount {
 pub struct KeyUsage {
     pub last_used: Option<Timestamp>,
     pub last_ip: Option<String>,
-    /// `YYYY-MM-DD` of `requests_today`.
-    pub day: String,
+    /// Day of `requests_today`, in days since 1970-01-01 (UTC).
+    pub day: i64,
     pub requests_today: u64,
-    /// `YYYY-MM` of `requests_this_month`.
-    pub month: String,
+    /// Month of `requests_this_month`, as year * 12 + month index (UTC).
+    pub month: i32,
     pub requests_this_month: u64,
 }
 

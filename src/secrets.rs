@@ -18,8 +18,10 @@ pub const KEY_PREFIX: &str = "ag_";
 /// Random characters after the prefix: 40 alphanumerics, about 238 bits.
 const KEY_RANDOM_LEN: usize = 40;
 
+/// Random alphanumerics from the thread's CSPRNG (ChaCha, seeded and periodically reseeded from
+/// the OS): one `getrandom` syscall per character would cost more than the rest of a request.
 fn random_alnum(len: usize) -> String {
-    OsRng.sample_iter(&Alphanumeric).take(len).map(char::from).collect()
+    rand::thread_rng().sample_iter(&Alphanumeric).take(len).map(char::from).collect()
 }
 
 /// A new API key: `ag_` + 40 CSPRNG alphanumerics.
@@ -32,16 +34,39 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", random_alnum(16).to_ascii_lowercase())
 }
 
+/// An identifier that sorts by creation time (`log_0193a5f3c2e1ab12cd34`), so that the request
+/// log's inserts append to its index instead of landing at random places.
+pub fn new_ordered_id(prefix: &str, ts_ms: i64) -> String {
+    format!("{prefix}_{:012x}{}", ts_ms.max(0), random_alnum(8).to_ascii_lowercase())
+}
+
 /// A session id: 32 CSPRNG bytes as hex.
 pub fn new_session_id() -> String {
     let mut b = [0u8; 32];
-    OsRng.fill_bytes(&mut b);
+    rand::thread_rng().fill_bytes(&mut b);
     hex::encode(b)
 }
 
 /// Lower-case hex SHA-256 of a key: what the store keeps.
 pub fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// SHA-256 of a key as bytes: the in-memory index key.
+pub fn hash_key_bytes(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// A stored hex digest as bytes.
+pub fn hash_from_hex(hex_digest: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(hex_digest, &mut out).ok()?;
+    Some(out)
+}
+
+/// Constant-time equality of two digests.
+pub fn digests_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    bool::from(a.ct_eq(b))
 }
 
 /// Constant-time equality of two hex hashes.

@@ -39,7 +39,7 @@ pub struct State {
     pub users: DashMap<String, Arc<User>>,
     pub keys: DashMap<String, Arc<ApiKey>>,
     /// SHA-256 hex of a key -> key id.
-    key_by_hash: DashMap<String, String>,
+    key_by_hash: DashMap<[u8; 32], Arc<ApiKey>>,
     pub gateways: DashMap<String, Arc<Gateway>>,
     /// (org id, app id) -> connection.
     pub connections: DashMap<(String, String), Arc<Connection>>,
@@ -121,8 +121,9 @@ impl State {
         }
         for (id, body) in self.store.load_all(Kind::ApiKey).await? {
             let key: ApiKey = decode(Kind::ApiKey, &id, &body)?;
-            self.key_by_hash.insert(key.hash.clone(), id.clone());
-            self.keys.insert(id, Arc::new(key));
+            let key = Arc::new(key);
+            self.index_key(&key);
+            self.keys.insert(id, key);
         }
         for (id, body) in self.store.load_all(Kind::Gateway).await? {
             self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
@@ -231,7 +232,7 @@ impl State {
             None => return Ok(None),
         };
         let hash = secrets::hash_key(&plaintext);
-        if self.key_by_hash.contains_key(&hash) {
+        if self.key_by_hash.contains_key(&secrets::hash_key_bytes(&plaintext)) {
             return Ok(None);
         }
         self.save_key(ApiKey {
@@ -292,7 +293,7 @@ impl State {
     pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
         self.put(Kind::ApiKey, &key.id, &key).await?;
         let key = Arc::new(key);
-        self.key_by_hash.insert(key.hash.clone(), key.id.clone());
+        self.index_key(&key);
         self.keys.insert(key.id.clone(), key.clone());
         self.principals.remove(&key.id);
         Ok(key)
@@ -307,11 +308,14 @@ impl State {
     }
 
     /// Counts one authenticated request of a key (no store write; see [`State::flush_usage`]).
+    /// On the hot path: no allocation once the key has been seen, no date formatting.
     pub fn record_usage(&self, key_id: &str, ip: std::net::IpAddr) {
         let now = Utc::now();
-        let day = now.format("%Y-%m-%d").to_string();
-        let month = now.format("%Y-%m").to_string();
-        let mut u = self.usage.entry(key_id.to_string()).or_default();
+        let (day, month) = day_and_month(now);
+        let mut u = match self.usage.get_mut(key_id) {
+            Some(u) => u,
+            None => self.usage.entry(key_id.to_string()).or_default(),
+        };
         if u.day != day {
             u.day = day;
             u.requests_today = 0;
@@ -323,18 +327,22 @@ impl State {
         u.requests_today += 1;
         u.requests_this_month += 1;
         u.last_used = Some(now);
-        u.last_ip = Some(ip.to_string());
+        if u.last_ip.as_deref().is_none_or(|last| last.parse::<std::net::IpAddr>().ok() != Some(ip)) {
+            u.last_ip = Some(ip.to_string());
+        }
         drop(u);
-        self.usage_dirty.insert(key_id.to_string());
+        if !self.usage_dirty.contains(key_id) {
+            self.usage_dirty.insert(key_id.to_string());
+        }
     }
 
     pub fn usage_of(&self, key_id: &str) -> KeyUsage {
         let mut u = self.usage.get(key_id).map(|u| u.clone()).unwrap_or_default();
-        let now = Utc::now();
-        if u.day != now.format("%Y-%m-%d").to_string() {
+        let (day, month) = day_and_month(Utc::now());
+        if u.day != day {
             u.requests_today = 0;
         }
-        if u.month != now.format("%Y-%m").to_string() {
+        if u.month != month {
             u.requests_this_month = 0;
         }
         u
@@ -354,10 +362,21 @@ impl State {
         }
     }
 
+    fn index_key(&self, key: &Arc<ApiKey>) {
+        match secrets::hash_from_hex(&key.hash) {
+            Some(h) => {
+                self.key_by_hash.insert(h, key.clone());
+            }
+            None => tracing::error!(key = key.id, "stored key hash is not 64 hex characters; the key cannot be used"),
+        }
+    }
+
     pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::ApiKey, id).await?;
         if let Some((_, k)) = self.keys.remove(id) {
-            self.key_by_hash.remove(&k.hash);
+            if let Some(h) = secrets::hash_from_hex(&k.hash) {
+                self.key_by_hash.remove(&h);
+            }
         }
         self.principals.remove(id);
         Ok(())
@@ -448,20 +467,21 @@ impl State {
 
 impl CredentialResolver for State {
     fn resolve_key(&self, presented: &str) -> Result<Arc<Principal>, AuthError> {
-        let hash = secrets::hash_key(presented);
-        let key_id = self.key_by_hash.get(&hash).map(|r| r.value().clone()).ok_or(AuthError::Unknown)?;
-        let key = self.keys.get(&key_id).map(|k| k.value().clone()).ok_or(AuthError::Unknown)?;
-        if !secrets::hashes_equal(&key.hash, &hash) {
+        // Looked up by SHA-256, so no plaintext is ever compared; the final equality of the
+        // digests is constant-time.
+        let hash = secrets::hash_key_bytes(presented);
+        let key = self.key_by_hash.get(&hash).map(|r| r.value().clone()).ok_or(AuthError::Unknown)?;
+        if secrets::hash_from_hex(&key.hash).is_none_or(|stored| !secrets::digests_equal(&stored, &hash)) {
             return Err(AuthError::Unknown);
         }
         if let Some(reason) = key.unusable(Utc::now()) {
             return Err(reason);
         }
-        if let Some(p) = self.principals.get(&key_id) {
+        if let Some(p) = self.principals.get(key.id.as_str()) {
             return Ok(p.value().clone());
         }
         let p = Arc::new(self.build_principal(&key)?);
-        self.principals.insert(key_id, p.clone());
+        self.principals.insert(key.id.clone(), p.clone());
         Ok(p)
     }
 
@@ -487,6 +507,12 @@ impl CredentialResolver for State {
             expires_at: Some(claims.exp),
         }))
     }
+}
+
+/// The UTC day (days since the epoch) and month (year * 12 + month index) of `t`.
+fn day_and_month(t: chrono::DateTime<Utc>) -> (i64, i32) {
+    use chrono::Datelike;
+    (t.timestamp().div_euclid(86_400), t.year() * 12 + t.month0() as i32)
 }
 
 impl IpPolicySource for State {

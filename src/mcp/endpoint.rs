@@ -207,7 +207,7 @@ async fn require_session(
     gw: &Gateway,
     key_id: &str,
     id: &Value,
-) -> pingora::Result<Option<McpSession>> {
+) -> pingora::Result<Option<String>> {
     let Some(sid) = session_id(session) else {
         reply_error(
             proxy,
@@ -222,7 +222,7 @@ async fn require_session(
         return Ok(None);
     };
     match proxy.server.sessions.touch(&sid, &gw.id, key_id) {
-        Ok(s) => Ok(Some(s)),
+        Ok(()) => Ok(Some(sid)),
         Err(e) => {
             let msg = format!("Session not found ({e}); send initialize to start a new session");
             reply_error(proxy, session, ctx, 404, id, SESSION_NOT_FOUND, &msg).await?;
@@ -310,8 +310,8 @@ async fn post(
     match message {
         Message::Request(req) if req.method == "initialize" => initialize(proxy, session, ctx, gw, key_id, req).await,
         Message::Request(req) => {
-            let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &req.id).await? else { return Ok(()) };
-            request(proxy, session, ctx, gw, &mcp, req, acc).await
+            let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &req.id).await? else { return Ok(()) };
+            request(proxy, session, ctx, gw, &mcp_id, req, acc).await
         }
         Message::Notification(n) => {
             if require_session(proxy, session, ctx, gw, key_id, &Value::Null).await?.is_none() {
@@ -323,10 +323,10 @@ async fn post(
             proxy.respond(session, ctx, 202, "application/json", Vec::new(), &[]).await
         }
         Message::Response(r) => {
-            let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else {
+            let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else {
                 return Ok(());
             };
-            proxy.server.relay_client_response(&mcp.id, gw, r).await;
+            proxy.server.relay_client_response(&mcp_id, gw, r).await;
             proxy.respond(session, ctx, 202, "application/json", Vec::new(), &[]).await
         }
     }
@@ -418,18 +418,18 @@ async fn request(
     session: &mut Session,
     ctx: &mut RequestCtx,
     gw: &Arc<Gateway>,
-    mcp: &McpSession,
+    mcp_id: &str,
     req: jsonrpc::Request,
     acc: Accept,
 ) -> pingora::Result<()> {
     let server = proxy.server.clone();
-    let params = req.params.clone().unwrap_or(Value::Null);
+    let params = req.params.as_ref().unwrap_or(&Value::Null);
     let page_size = server.state.config.mcp.page_size;
     let list = |cat: &Catalogue, key: &str| match key {
-        "tools" => page(&cat.tools, &params, key, page_size),
-        "prompts" => page(&cat.prompts, &params, key, page_size),
-        "resources" => page(&cat.resources, &params, key, page_size),
-        _ => page(&cat.templates, &params, key, page_size),
+        "tools" => page(&cat.tools, params, key, page_size),
+        "prompts" => page(&cat.prompts, params, key, page_size),
+        "resources" => page(&cat.resources, params, key, page_size),
+        _ => page(&cat.templates, params, key, page_size),
     };
     let outcome: Result<Value, ErrorObject> = match req.method.as_str() {
         "ping" => Ok(json!({})),
@@ -444,7 +444,7 @@ async fn request(
         | "completion/complete"
         | "resources/subscribe"
         | "resources/unsubscribe" => {
-            return forward(proxy, session, ctx, gw, mcp, req, acc).await;
+            return forward(proxy, session, ctx, gw, mcp_id, req, acc).await;
         }
         other => Err(ErrorObject::method_not_found(other)),
     };
@@ -461,13 +461,13 @@ async fn forward(
     session: &mut Session,
     ctx: &mut RequestCtx,
     gw: &Arc<Gateway>,
-    mcp: &McpSession,
-    req: jsonrpc::Request,
+    mcp_id: &str,
+    mut req: jsonrpc::Request,
     acc: Accept,
 ) -> pingora::Result<()> {
     let server = proxy.server.clone();
     let started = Instant::now();
-    let mut params = req.params.clone().unwrap_or_else(|| json!({}));
+    let mut params = req.params.take().unwrap_or_else(|| json!({}));
     let catalogue = server.catalogue(gw).await;
     let target = match req.method.as_str() {
         "tools/call" | "prompts/get" => {
@@ -482,11 +482,16 @@ async fn forward(
                     Some(t.app_id.clone())
                 }
                 None => {
-                    let e = if req.method == "tools/call" {
+                    let mut e = if req.method == "tools/call" {
                         ErrorObject::unknown_tool(name)
                     } else {
                         ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
                     };
+                    // The name may belong to one of the gateway's apps that is down: say which
+                    // apps are unavailable and why (the caller may use this gateway anyway).
+                    if !catalogue.failures.is_empty() {
+                        e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
+                    }
                     return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
                 }
             }
@@ -520,11 +525,13 @@ async fn forward(
             return quota_exceeded(proxy, session, ctx, retry, &format!("app {app_id} rate limit")).await;
         }
     }
-    let reply = server.apps.request(&gw.org_id, &app_id, &req.method, Some(params.clone()), &call_ctx).await;
     let is_call = req.method == "tools/call";
-    let log = |outcome: &Result<Value, ErrorObject>, status: u16| {
-        if is_call {
-            server.reqlog.record(log_record(gw, &app_id, &function, &params, outcome, status, started.elapsed()));
+    // The logged copy of the arguments is taken (capped) before the params move upstream.
+    let mut logged_args = is_call.then(|| capped(params.get("arguments").unwrap_or(&Value::Null)));
+    let reply = server.apps.request(&gw.org_id, &app_id, &req.method, Some(params), &call_ctx).await;
+    let mut log = |outcome: &Result<Value, ErrorObject>, status: u16| {
+        if let Some(args) = logged_args.take() {
+            server.reqlog.record(log_record(gw, &app_id, &function, args, outcome, status, started.elapsed()));
         }
     };
     match reply {
@@ -563,7 +570,7 @@ async fn forward(
                     Err(e) => Message::Response(upstream_error_response(&req.id, &app_id, &e)),
                 };
                 match &msg {
-                    Message::Request(r) => server.remember_relayed(&mcp.id, &r.id, &app_id, &gw.org_id),
+                    Message::Request(r) => server.remember_relayed(mcp_id, &r.id, &app_id, &gw.org_id),
                     Message::Response(r) => outcome = r.outcome.clone(),
                     Message::Notification(_) => {}
                 }
@@ -625,12 +632,31 @@ async fn json_reply(proxy: &Proxy, session: &mut Session, ctx: &mut RequestCtx, 
     proxy.respond(session, ctx, 200, "application/json", r.to_bytes(), &[]).await
 }
 
-/// Caps a logged value so one huge call cannot bloat the log.
+/// Counts serialised bytes, and stops the serialiser once past the cap.
+struct SizeUpTo {
+    size: usize,
+}
+
+impl std::io::Write for SizeUpTo {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.size += buf.len();
+        if self.size > LOG_FIELD_CAP {
+            return Err(std::io::Error::other("over the cap"));
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Caps a logged value so one huge call cannot bloat the log. The common small value is measured
+/// without building a string.
 fn capped(v: &Value) -> Value {
-    let s = v.to_string();
-    if s.len() <= LOG_FIELD_CAP {
+    if serde_json::to_writer(&mut SizeUpTo { size: 0 }, v).is_ok() {
         return v.clone();
     }
+    let s = v.to_string();
     let mut cut = LOG_FIELD_CAP;
     while !s.is_char_boundary(cut) {
         cut -= 1;
@@ -642,7 +668,7 @@ fn log_record(
     gw: &Gateway,
     app_id: &str,
     function: &str,
-    params: &Value,
+    arguments: Value,
     outcome: &Result<Value, ErrorObject>,
     transport_status: u16,
     elapsed: Duration,
@@ -660,17 +686,17 @@ fn log_record(
             ("error", code, json!({ "code": e.code, "message": e.message }))
         }
     };
-    let now = Utc::now();
+    let ts_ms = Utc::now().timestamp_millis();
     LogRecord {
-        id: secrets::new_id("log"),
-        ts_ms: now.timestamp_millis(),
+        id: secrets::new_ordered_id("log", ts_ms),
+        ts_ms,
         org_id: gw.org_id.clone(),
         gateway_id: gw.id.clone(),
         app: app_id.to_string(),
         function: function.to_string(),
         duration: elapsed.as_millis() as i64,
         status: status.into(),
-        request: json!({ "params": capped(params.get("arguments").unwrap_or(&Value::Null)) }),
+        request: json!({ "params": arguments }),
         response: json!({ "status": code, "data": data }),
     }
 }
@@ -682,8 +708,8 @@ async fn delete(
     gw: &Arc<Gateway>,
     key_id: &str,
 ) -> pingora::Result<()> {
-    let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
-    match proxy.server.sessions.end(&mcp.id).await {
+    let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
+    match proxy.server.sessions.end(&mcp_id).await {
         Ok(_) => proxy.respond(session, ctx, 200, "application/json", Vec::new(), &[]).await,
         Err(e) => reply_api_error(proxy, session, ctx, e.into()).await,
     }
@@ -702,7 +728,7 @@ async fn get_stream(
         let msg = "Not Acceptable: Accept must include text/event-stream";
         return reply_error(proxy, session, ctx, 406, &Value::Null, NOT_INITIALIZED, msg).await;
     }
-    let Some(mcp) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
+    let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
     let mut rx = proxy.server.subscribe(&gw.id);
     let mut h = ResponseHeader::build(200, Some(5))?;
     h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
@@ -723,7 +749,7 @@ async fn get_stream(
             },
             _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
         };
-        if proxy.server.sessions.get(&mcp.id).is_none_or(|s| s.status != "active") {
+        if proxy.server.sessions.get(&mcp_id).is_none_or(|s| s.status != "active") {
             break;
         }
         if session.write_response_body(Some(chunk), false).await.is_err() {

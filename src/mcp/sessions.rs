@@ -56,9 +56,10 @@ impl Sessions {
         Ok(())
     }
 
-    /// Looks up a session for a request by `key_id` on `gateway_id` and records the activity.
+    /// Checks a session for a request by `key_id` on `gateway_id` and records the activity
+    /// (in memory; nothing is copied or allocated when the session was already marked dirty).
     /// A session of another credential or gateway is reported as unknown.
-    pub fn touch(&self, id: &str, gateway_id: &str, key_id: &str) -> Result<McpSession, SessionError> {
+    pub fn touch(&self, id: &str, gateway_id: &str, key_id: &str) -> Result<(), SessionError> {
         let now = Utc::now();
         let mut entry = self.map.get_mut(id).ok_or(SessionError::Unknown)?;
         let s = entry.value_mut();
@@ -73,10 +74,11 @@ impl Sessions {
         }
         s.last_activity = now;
         s.requests_count += 1;
-        let copy = s.clone();
         drop(entry);
-        self.dirty.insert(id.to_string());
-        Ok(copy)
+        if !self.dirty.contains(id) {
+            self.dirty.insert(id.to_string());
+        }
+        Ok(())
     }
 
     /// Ends a session (DELETE on the MCP endpoint or the management API); durable on return.

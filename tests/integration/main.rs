@@ -15,4 +15,5 @@ mod durability;
 mod filters_edge;
 mod harness_smoke;
 mod jwt;
+mod mcp_upstreams;
 mod shutdown;
