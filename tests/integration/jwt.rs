@@ -103,3 +103,51 @@ fn unreadable_key_file_fails_the_config_check() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("jwt.keys[k].pem_file"), "{err}");
 }
+
+/// Serves `body` to every request on an OS-chosen port, for the JWKS URL.
+fn serve_jwks(body: String) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(head.as_bytes());
+            let _ = conn.write_all(body.as_bytes());
+        }
+    });
+    format!("http://{addr}/jwks.json")
+}
+
+#[test]
+fn keys_from_a_jwks_file_and_a_jwks_url() {
+    let jwks = std::fs::read_to_string(fixture("jwks.json")).unwrap();
+    // The URL serves the same key under another kid, so each source is proven on its own.
+    let url = serve_jwks(jwks.replace("jwks-test", "from-url"));
+    let srv = TestServer::start(&format!(
+        "organizations:\n  - {{ id: org_jwt, name: JWT Inc, tier: free }}\n\
+         users:\n  - {{ id: usr_dev, email: dev@jwt.test, name: Dev, role: developer, organization: org_jwt }}\n\
+         jwt:\n  jwks_file: {}\n  jwks_url: {url}\n",
+        fixture("jwks.json").display()
+    ));
+    let from_file = sign(Some("jwks-test"), claims(&["gateways:read"]), "test_rsa_private.pem");
+    assert_eq!(srv.api("GET", "/v1/gateways", Some(&from_file), None).status, 200);
+    // The URL is fetched by the background refresher shortly after start.
+    let from_url = sign(Some("from-url"), claims(&["gateways:read"]), "test_rsa_private.pem");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = srv.api("GET", "/v1/gateways", Some(&from_url), None);
+        if r.status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the JWKS URL key was never used: {r:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let unknown = sign(Some("nope"), claims(&["gateways:read"]), "test_rsa_private.pem");
+    assert_eq!(srv.api("GET", "/v1/gateways", Some(&unknown), None).status, 401);
+}

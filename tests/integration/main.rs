@@ -15,5 +15,6 @@ mod durability;
 mod filters_edge;
 mod harness_smoke;
 mod jwt;
+mod limits_concurrency;
 mod mcp_upstreams;
 mod shutdown;

@@ -39,7 +39,12 @@ fn clock_command() -> String {
 
 /// A gateway made with the admin key: `(id, gateway api_key)`.
 fn create_gateway(srv: &TestServer, servers: &[&str]) -> (String, String) {
-    let r = srv.api("POST", "/v1/gateways", Some(srv.admin_key()), Some(json!({"name": format!("g-{}", servers.join("-")), "servers": servers})));
+    let r = srv.api(
+        "POST",
+        "/v1/gateways",
+        Some(srv.admin_key()),
+        Some(json!({"name": format!("g-{}", servers.join("-")), "servers": servers})),
+    );
     let gw = ok(&r, 201);
     (gw["id"].as_str().expect("gateway id").to_string(), gw["api_key"].as_str().expect("gateway api_key").to_string())
 }
@@ -125,7 +130,10 @@ impl Mcp {
 fn result_text(body: &Value) -> String {
     assert!(body.get("error").is_none(), "expected a result, got an error: {body}");
     assert_ne!(body["result"]["isError"], json!(true), "expected a successful tool result: {body}");
-    body["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("result.content[0].text: {body}")).to_string()
+    body["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("result.content[0].text: {body}"))
+        .to_string()
 }
 
 /// `(code, message)` of a JSON-RPC error answer (asserts there is no result).
@@ -350,11 +358,7 @@ fn per_app_total_timeout_answers_32003_in_time_and_does_not_block_other_calls() 
         let mcp = mcp.clone();
         thread::spawn(move || {
             let started = Instant::now();
-            let body = mcp.call(
-                2,
-                "everything__trigger-long-running-operation",
-                json!({"duration": 3, "steps": 3}),
-            );
+            let body = mcp.call(2, "everything__trigger-long-running-operation", json!({"duration": 3, "steps": 3}));
             (body, started.elapsed())
         })
     };
@@ -454,7 +458,8 @@ fn http_upstream_restart_is_reinitialized_transparently() {
     let body = mcp.call(3, "everything__echo", json!({"message": "two"}));
     assert!(result_text(&body).contains("two"), "the call after the restart succeeds: {body}");
     for id in 4..8 {
-        assert!(result_text(&mcp.call(id, "everything__echo", json!({"message": id.to_string()}))).contains(&id.to_string()));
+        assert!(result_text(&mcp.call(id, "everything__echo", json!({"message": id.to_string()})))
+            .contains(&id.to_string()));
     }
     let logs = srv.stderr();
     assert_eq!(
@@ -527,7 +532,8 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
             return;
         }
         let mut parts = line.split_whitespace();
-        let (method, path) = (parts.next().unwrap_or_default().to_string(), parts.next().unwrap_or_default().to_string());
+        let (method, path) =
+            (parts.next().unwrap_or_default().to_string(), parts.next().unwrap_or_default().to_string());
         let mut headers = Vec::new();
         loop {
             let mut h = String::new();
@@ -569,7 +575,11 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
             sessions.lock().unwrap().push(sid.clone());
             let result = json!({"protocolVersion": msg["params"]["protocolVersion"].as_str().unwrap_or("2025-06-18"),
                 "capabilities": {"tools": {}}, "serverInfo": {"name": "recorder", "version": "1"}});
-            ("200 OK", format!("Mcp-Session-Id: {sid}\r\n"), Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": result})))
+            (
+                "200 OK",
+                format!("Mcp-Session-Id: {sid}\r\n"),
+                Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": result})),
+            )
         } else if !header("mcp-session-id").is_some_and(|s| sessions.lock().unwrap().contains(&s)) {
             let e = json!({"jsonrpc": "2.0", "id": msg.get("id").cloned().unwrap_or(Value::Null),
                 "error": {"code": -32001, "message": "Session not found"}});
@@ -633,7 +643,11 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
 
     for i in 0..10u64 {
         for app in ["plain", "keyed"] {
-            let body = mcp.call(100 + i * 2 + (app == "keyed") as u64, &format!("{app}__echo"), json!({"message": format!("{app}-{i}")}));
+            let body = mcp.call(
+                100 + i * 2 + (app == "keyed") as u64,
+                &format!("{app}__echo"),
+                json!({"message": format!("{app}-{i}")}),
+            );
             assert_eq!(result_text(&body), format!("Echo: {app}-{i}"), "{body}");
         }
     }
