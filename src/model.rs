@@ -148,7 +148,7 @@ impl ApiKey {
 
 /// `allowed_tools` value for one app: every function, or a list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "\"*\" or a list of function names")]
 pub enum AllowedTools {
     /// The string `*`.
     All(String),
