@@ -348,16 +348,20 @@ impl State {
         u
     }
 
-    /// Writes usage counters changed since the last flush.
+    /// Writes usage counters changed since the last flush, in one transaction.
     pub async fn flush_usage(&self) {
         let ids: Vec<String> = self.usage_dirty.iter().map(|k| k.clone()).collect();
-        for id in ids {
-            self.usage_dirty.remove(&id);
-            let Some(u) = self.usage.get(&id).map(|u| u.clone()) else { continue };
-            if let Err(e) = self.put(Kind::KeyUsage, &id, &u).await {
-                tracing::warn!(error = %e, "cannot persist key usage; will retry");
+        let mut batch = Vec::with_capacity(ids.len());
+        for id in &ids {
+            self.usage_dirty.remove(id);
+            if let Some(json) = self.usage.get(id).and_then(|u| serde_json::to_string(u.value()).ok()) {
+                batch.push((id.clone(), json));
+            }
+        }
+        if let Err(e) = self.store.put_many(Kind::KeyUsage, batch).await {
+            tracing::warn!(error = %e, "cannot persist key usage; will retry");
+            for id in ids {
                 self.usage_dirty.insert(id);
-                return;
             }
         }
     }

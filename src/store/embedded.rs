@@ -68,6 +68,28 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn put_many(&self, kind: Kind, items: Vec<(String, String)>) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.with(move |c| {
+            let tx = c.transaction().map_err(backend)?;
+            {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "INSERT INTO records (kind, id, body) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
+                    )
+                    .map_err(backend)?;
+                for (id, json) in &items {
+                    stmt.execute(params![kind.as_str(), id, json]).map_err(backend)?;
+                }
+            }
+            tx.commit().map_err(backend)
+        })
+        .await
+    }
+
     async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
         self.with(move |c| {

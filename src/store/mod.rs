@@ -86,6 +86,8 @@ pub struct LogQuery {
 pub trait Store: Send + Sync {
     /// Inserts or replaces a record durably: once this returns `Ok`, the record survives a crash.
     async fn put(&self, kind: Kind, id: &str, json: String) -> Result<(), StoreError>;
+    /// Inserts or replaces several records of a kind in one durable write (background flushes).
+    async fn put_many(&self, kind: Kind, items: Vec<(String, String)>) -> Result<(), StoreError>;
     /// Removes a record; `Ok(false)` when there was none.
     async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError>;
     /// Every record of a kind, for loading the in-memory state at start.
