@@ -67,7 +67,11 @@ impl Catalogue {
             let tools = match apps.list(&gw.org_id, app_id, ListMethod::Tools).await {
                 Ok(t) => t,
                 Err(e) => {
-                    c.failures.insert(app_id.clone(), e.to_string());
+                    let reason = match e {
+                        crate::mcp::apps::AppError::Upstream { error, .. } => error.to_string(),
+                        other => other.to_string(),
+                    };
+                    c.failures.insert(app_id.clone(), reason);
                     continue;
                 }
             };

@@ -487,9 +487,16 @@ async fn forward(
                     } else {
                         ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
                     };
-                    // The name may belong to one of the gateway's apps that is down: say which
-                    // apps are unavailable and why (the caller may use this gateway anyway).
-                    if !catalogue.failures.is_empty() {
+                    // The name may belong to one of the gateway's apps that is down. When the name
+                    // says which (the only app, or its `<app><sep>` prefix), that app's failure is
+                    // the answer; otherwise the unavailable apps ride along as data.
+                    let sep = &gw.configuration.tool_name_separator;
+                    let owner = catalogue.failures.iter().find(|(app, _)| {
+                        gw.servers.len() == 1 || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
+                    });
+                    if let Some((app, reason)) = owner {
+                        e = ErrorObject::new(-32002, format!("App `{app}` is unavailable: {reason}"));
+                    } else if !catalogue.failures.is_empty() {
                         e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
                     }
                     return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;

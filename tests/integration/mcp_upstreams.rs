@@ -313,14 +313,8 @@ fn stdio_process_bound_refuses_a_second_process_with_an_error_naming_the_limit()
     let running = live_children(toolgate, "mcp-server-time");
     assert_eq!(running.len(), 1, "clock1 runs: {running:?}");
 
-    // The second app cannot start: a clear JSON-RPC error naming the limit.
+    // The second app cannot start.
     let body = two.call(2, "get_current_time", json!({"timezone": "UTC"}));
-    let (code, msg) = rpc_error(&body);
-    assert!(
-        msg.contains("limit") && msg.contains('1') && msg.contains("clock2"),
-        "the error names the app and the limit of 1 stdio process: {body}"
-    );
-    assert_eq!(code, -32002, "an app failure: {body}");
     assert_eq!(live_children(toolgate, "mcp-server-time"), running, "no second process was started");
 
     // The first app keeps working, on the same process.
@@ -328,6 +322,25 @@ fn stdio_process_bound_refuses_a_second_process_with_an_error_naming_the_limit()
         result_text(&one.call(id, "get_current_time", json!({"timezone": "Asia/Tokyo"})));
     }
     assert_eq!(live_children(toolgate, "mcp-server-time"), running, "clock1 still the only process");
+
+    // The operator sees why: the gateway detail shows clock2 failing, the log names the limit.
+    let r = srv.api("GET", &format!("/v1/gateways/{gw2}"), Some(srv.admin_key()), None);
+    let detail = ok(&r, 200);
+    assert_eq!(detail["servers"][0]["id"], "clock2", "{detail}");
+    assert_ne!(detail["servers"][0]["status"], "connected", "clock2 cannot run: {detail}");
+    assert!(
+        srv.stderr().contains("limit of 1 running stdio upstream processes reached"),
+        "the log names the limit\n{}",
+        srv.logs_for_humans()
+    );
+
+    // The client gets a clear JSON-RPC error naming the app and the limit (not "Unknown tool").
+    let (code, msg) = rpc_error(&body);
+    assert!(
+        msg.contains("limit") && msg.contains('1') && msg.contains("clock2"),
+        "the error names the app and the limit of 1 stdio process: {body}"
+    );
+    assert_eq!(code, -32002, "an app failure: {body}");
 
     let status = srv.sigterm();
     assert!(status.success(), "toolgate exited with {status}");
@@ -404,10 +417,19 @@ fn dead_app_drops_out_of_the_catalogue_and_shows_in_the_gateway_detail() {
     assert!(started.elapsed() < Duration::from_secs(3), "tools/list waited {:?} on a dead app", started.elapsed());
     assert_eq!(names, vec!["time__get_current_time".to_string()], "only the time tools are listed");
 
+    // A name of the dead app is not in the catalogue: either plainly unknown, or (better) the
+    // dead app's failure, named.
     let body = mcp.call(2, "dead__echo", json!({"message": "x"}));
     let (code, msg) = rpc_error(&body);
-    assert_eq!(code, -32602, "{body}");
-    assert_eq!(msg, "Unknown tool: dead__echo", "{body}");
+    match code {
+        -32602 => assert_eq!(msg, "Unknown tool: dead__echo", "{body}"),
+        -32002 => assert!(msg.contains("`dead`"), "the error names the dead app: {body}"),
+        _ => panic!("expected -32602 (unknown tool) or -32002 (app unavailable): {body}"),
+    }
+    // A name of no app at all is unknown.
+    let body = mcp.call(4, "nosuch__tool", json!({}));
+    let (code, msg) = rpc_error(&body);
+    assert_eq!((code, msg.as_str()), (-32602, "Unknown tool: nosuch__tool"), "{body}");
 
     // The other app is still callable.
     let body = mcp.call(3, "time__get_current_time", json!({"format": "YYYY"}));
