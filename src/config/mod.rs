@@ -129,6 +129,8 @@ pub struct AppConfig {
     /// How connection credentials reach the upstream: header name and value prefix.
     pub credential_header: String,
     pub credential_prefix: String,
+    /// MCP version offered to a `url` app (default: the newest toolgate speaks).
+    pub protocol_version: Option<String>,
     pub oauth: Option<OAuthConfig>,
 }
 
@@ -267,6 +269,16 @@ mod tests {
         let y = "apps:\n  - id: a\n    name: A\n    url: http://x/mcp\n    builtin: time\n";
         let err = Config::parse(y).unwrap_err().to_string();
         assert!(err.starts_with("apps[0]"), "{err}");
+    }
+
+    #[test]
+    fn protocol_version_is_checked() {
+        let ok = "apps:\n  - { id: a, name: A, url: http://x/mcp, protocol_version: 2025-06-18 }\n";
+        assert_eq!(Config::parse(ok).unwrap().apps[0].protocol_version.as_deref(), Some("2025-06-18"));
+        let bad = "apps:\n  - { id: a, name: A, url: http://x/mcp, protocol_version: 2020-01-01 }\n";
+        assert!(Config::parse(bad).unwrap_err().to_string().starts_with("apps[0].protocol_version"));
+        let stdio = "apps:\n  - { id: a, name: A, command: [x], protocol_version: 2025-06-18 }\n";
+        assert!(Config::parse(stdio).unwrap_err().to_string().starts_with("apps[0].protocol_version"));
     }
 
     #[test]

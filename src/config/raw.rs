@@ -97,6 +97,7 @@ struct RawApp {
     timeouts: RawTimeouts,
     credential_header: Option<String>,
     credential_prefix: Option<String>,
+    protocol_version: Option<String>,
     oauth: Option<RawOAuth>,
 }
 
@@ -278,6 +279,15 @@ impl RawConfig {
                 }
                 _ => return Err(invalid(format!("apps[{i}]"), "needs exactly one of url, command, builtin")),
             };
+            if let Some(v) = &a.protocol_version {
+                if !matches!(upstream, AppUpstream::Url(_)) {
+                    return Err(invalid(f("protocol_version"), "only applies to url apps"));
+                }
+                if !crate::mcp::upstream::PROTOCOL_VERSIONS.contains(&v.as_str()) {
+                    let known = crate::mcp::upstream::PROTOCOL_VERSIONS.join(", ");
+                    return Err(invalid(f("protocol_version"), format!("`{v}`: expected one of {known}")));
+                }
+            }
             let status = a.status.unwrap_or_else(|| "available".into());
             if !matches!(status.as_str(), "available" | "beta") {
                 return Err(invalid(f("status"), format!("`{status}`: expected available or beta")));
@@ -316,6 +326,7 @@ impl RawConfig {
                 timeouts,
                 credential_header: a.credential_header.unwrap_or_else(|| "Authorization".into()),
                 credential_prefix: a.credential_prefix.unwrap_or_else(|| "Bearer ".into()),
+                protocol_version: a.protocol_version,
                 oauth: a.oauth.map(|o| OAuthConfig {
                     authorize_url: o.authorize_url,
                     token_url: o.token_url,

@@ -77,6 +77,7 @@ impl AppClients {
             AppUpstream::Url(url) => Transport::Http(HttpSettings {
                 url: url.clone(),
                 headers: vec![],
+                protocol_version: app.protocol_version.clone(),
                 credential: credential.map(|secret| {
                     if app.credential_header.eq_ignore_ascii_case("authorization") && app.credential_prefix == "Bearer "
                     {

@@ -643,7 +643,7 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
     let up = Recorder::start();
     let srv = TestServer::start_with_config(&config(
         &format!(
-            "  - {{ id: plain, name: Plain, url: \"{}\" }}\n  - {{ id: keyed, name: Keyed, url: \"{}\", auth_types: [api_key] }}\n",
+            "  - {{ id: plain, name: Plain, url: \"{}\" }}\n  - {{ id: keyed, name: Keyed, url: \"{}\", auth_types: [api_key], protocol_version: \"2025-06-18\" }}\n",
             up.url("/plain/mcp"),
             up.url("/keyed/mcp")
         ),
@@ -676,6 +676,13 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
 
     let seen = up.seen();
     let on = |path: &str| seen.iter().filter(|s| s.path == path).cloned().collect::<Vec<_>>();
+    // `protocol_version` picks the version offered upstream; the default is the newest.
+    let offered = |path: &str| {
+        let init = on(path).into_iter().find(|s| s.rpc_method == "initialize").expect("an initialize");
+        serde_json::from_str::<Value>(&init.body).unwrap()["params"]["protocolVersion"].clone()
+    };
+    assert_eq!(offered("/keyed/mcp"), "2025-06-18");
+    assert_eq!(offered("/plain/mcp"), "2025-11-25");
     for path in ["/plain/mcp", "/keyed/mcp"] {
         let reqs = on(path);
         let count = |m: &str| reqs.iter().filter(|s| s.rpc_method == m).count();

@@ -62,6 +62,8 @@ struct Inner {
     headers: HeaderMap,
     timeouts: Timeouts,
     session: ArcSwapOption<Session>,
+    /// The version offered in `initialize`.
+    protocol_version: &'static str,
     init_lock: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
 }
@@ -117,6 +119,13 @@ impl HttpUpstream {
             }
             None => {}
         }
+        let protocol_version =
+            match settings.protocol_version.as_deref() {
+                None => LATEST_PROTOCOL_VERSION,
+                Some(v) => PROTOCOL_VERSIONS.iter().copied().find(|known| *known == v).ok_or_else(|| {
+                    UpstreamError::Config(format!("app {app_id}: unsupported protocol_version \"{v}\""))
+                })?,
+            };
         Ok(Self {
             inner: Arc::new(Inner {
                 app_id: app_id.to_string(),
@@ -125,6 +134,7 @@ impl HttpUpstream {
                 headers,
                 timeouts,
                 session: ArcSwapOption::empty(),
+                protocol_version,
                 init_lock: tokio::sync::Mutex::new(()),
                 next_id: AtomicU64::new(1),
             }),
@@ -272,7 +282,7 @@ impl Inner {
         // such, not as a total timeout of whichever call happened to trigger it.
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let params = json!({
-            "protocolVersion": LATEST_PROTOCOL_VERSION,
+            "protocolVersion": self.protocol_version,
             "capabilities": {},
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
         });
@@ -737,7 +747,12 @@ mod tests {
     #[test]
     fn settings_validation() {
         let client = reqwest::Client::new();
-        let base = HttpSettings { url: "http://127.0.0.1:1/mcp".into(), headers: vec![], credential: None };
+        let base = HttpSettings {
+            url: "http://127.0.0.1:1/mcp".into(),
+            headers: vec![],
+            credential: None,
+            protocol_version: None,
+        };
         assert!(HttpUpstream::new("a", &base, Timeouts::default(), client.clone()).is_ok());
         for bad in [
             HttpSettings { url: "not a url".into(), ..base.clone() },
@@ -827,6 +842,7 @@ mod tests {
                 url,
                 headers: vec![("X-Tenant".into(), "t1".into())],
                 credential: Some(Credential::Bearer("tok".into())),
+                protocol_version: None,
             },
             Timeouts::default(),
             reqwest::Client::new(),
@@ -871,7 +887,7 @@ mod tests {
         let (url, server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None },
+            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
             Timeouts::default(),
             reqwest::Client::new(),
         )
@@ -902,7 +918,7 @@ mod tests {
         let up = super::super::Upstream::Http(
             HttpUpstream::new(
                 "t",
-                &HttpSettings { url, headers: vec![], credential: None },
+                &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
                 Timeouts::default(),
                 reqwest::Client::new(),
             )
@@ -926,7 +942,7 @@ mod tests {
         let (url, _server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None },
+            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
             Timeouts::default(),
             reqwest::Client::new(),
         )
@@ -938,7 +954,12 @@ mod tests {
         // Nothing listens on port 1.
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url: "http://127.0.0.1:1/mcp".into(), headers: vec![], credential: None },
+            &HttpSettings {
+                url: "http://127.0.0.1:1/mcp".into(),
+                headers: vec![],
+                credential: None,
+                protocol_version: None,
+            },
             Timeouts::default(),
             reqwest::Client::new(),
         )
@@ -958,9 +979,13 @@ mod tests {
             }
         });
         let t = Timeouts { connect_ms: 1000, first_byte_ms: 200, total_ms: 5000 };
-        let up =
-            HttpUpstream::new("t", &HttpSettings { url, headers: vec![], credential: None }, t, reqwest::Client::new())
-                .unwrap();
+        let up = HttpUpstream::new(
+            "t",
+            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
+            t,
+            reqwest::Client::new(),
+        )
+        .unwrap();
         let started = std::time::Instant::now();
         assert_eq!(up.connect().await.unwrap_err(), UpstreamError::Timeout { phase: TimeoutPhase::FirstByte });
         assert!(started.elapsed() < std::time::Duration::from_secs(2));

@@ -105,6 +105,9 @@ pub struct HttpSettings {
     /// Extra static headers (non-secret, e.g. `X-Tenant`).
     pub headers: Vec<(String, String)>,
     pub credential: Option<Credential>,
+    /// The version offered in `initialize` (default: the newest). Some servers are much slower
+    /// at newer versions (server-everything sends an SSE priming event per answer at 2025-11-25).
+    pub protocol_version: Option<String>,
 }
 
 /// Stdio upstream: `command[0]` run with `command[1..]`, `env` added to a minimal environment.
