@@ -21,7 +21,7 @@
 # /proc/PID/stat divided by the requests of the run).
 #
 # Knobs (environment): DURATION (s, 10), ROUNDS (3), CONNS (wrk connections, 2), WRK_THREADS (1),
-# WARMUP (s, 2), SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another
+# WARMUP (s, 2), EV_PROTOCOL (protocol_version offered to server-everything; default the newest), SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another
 # build of toolgate, e.g. a candidate fix built in another tree), PERF=FILE (records a `perf`
 # profile of toolgate, with call graphs, during its first fast-upstream round into FILE; the
 # profiled round is reported but perturbed by perf itself).
@@ -179,7 +179,8 @@ if [[ -n "$EV_PORT" ]]; then
     name: Everything
     description: server-everything
     category: testing
-    url: http://127.0.0.1:$EV_PORT/mcp"
+    url: http://127.0.0.1:$EV_PORT/mcp${EV_PROTOCOL:+
+    protocol_version: $EV_PROTOCOL}"
 fi
 cat >"$WORK/toolgate.yaml" <<EOF
 # Production settings (filters, session checks, request log all on); only the tier figures are
