@@ -71,11 +71,6 @@ impl Server {
         cat
     }
 
-    /// Why each app of a gateway is missing from its catalogue, if it is.
-    pub fn catalogue_failures(&self, gateway_id: &str) -> Option<Arc<Catalogue>> {
-        self.catalogues.get(gateway_id).map(|c| c.clone())
-    }
-
     pub fn subscribe(&self, gateway_id: &str) -> broadcast::Receiver<Arc<Vec<u8>>> {
         self.streams.entry(gateway_id.to_string()).or_insert_with(|| broadcast::channel(64).0).subscribe()
     }
