@@ -492,7 +492,8 @@ async fn forward(
                     // the answer; otherwise the unavailable apps ride along as data.
                     let sep = &gw.configuration.tool_name_separator;
                     let owner = catalogue.failures.iter().find(|(app, _)| {
-                        gw.servers.len() == 1 || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
+                        gw.servers.len() == 1
+                            || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
                     });
                     if let Some((app, reason)) = owner {
                         e = ErrorObject::new(-32002, format!("App `{app}` is unavailable: {reason}"));
