@@ -150,20 +150,18 @@ impl Server {
     pub async fn gateway_metrics_today(&self, g: &Gateway) -> Result<GatewayMetrics, ApiError> {
         self.reqlog.flush().await;
         let midnight = chrono::Utc::now().date_naive().and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis());
-        let (logs, _) = self
+        let sum = self
             .state
             .store
-            .query_logs(LogQuery {
+            .log_summary(LogQuery {
                 org_id: g.org_id.clone(),
                 gateway_id: Some(g.id.clone()),
                 since_ms: midnight,
                 ..Default::default()
             })
             .await?;
-        let requests = logs.len() as u64;
-        let errors = logs.iter().filter(|l| l.status == "error").count() as u64;
-        let avg = logs.iter().map(|l| l.duration.max(0) as u64).sum::<u64>().checked_div(requests).unwrap_or(0);
-        Ok(GatewayMetrics { requests_today: requests, errors_today: errors, avg_response_time: avg })
+        let avg = sum.total_duration_ms.checked_div(sum.requests).unwrap_or(0);
+        Ok(GatewayMetrics { requests_today: sum.requests, errors_today: sum.errors, avg_response_time: avg })
     }
 }
 

@@ -162,11 +162,14 @@ pub async fn handle(
             return reply_api_error(proxy, session, ctx, ApiError::Forbidden(msg)).await;
         }
     }
-    let (method, path, query) = {
+    // The method is kept (standard methods are inline, no allocation); path and query are only
+    // borrowed for the chain.
+    let method = session.req_header().method.clone();
+    let chained = {
         let r = session.req_header();
-        (r.method.clone(), r.uri.path().to_string(), r.uri.query().map(str::to_string))
+        proxy.run_chain(session, ctx, RouteClass::Gateway, &r.method, r.uri.path(), r.uri.query())
     };
-    if let Err(e) = proxy.run_chain(session, ctx, RouteClass::Gateway, &method, &path, query.as_deref()) {
+    if let Err(e) = chained {
         return reply_api_error(proxy, session, ctx, e).await;
     }
     let Some(principal) = ctx.filters.principal.clone() else {

@@ -4,10 +4,10 @@
 //! survive `kill -9` and power loss, and the request log gets real indexes for its filters.
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
-use super::{Kind, LogQuery, LogRecord, Store, StoreError};
+use super::{Kind, LogQuery, LogRecord, LogSummary, Store, StoreError};
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -50,6 +50,32 @@ impl EmbeddedStore {
             .await
             .map_err(|e| backend(format!("store task failed: {e}")))?
     }
+}
+
+/// The `FROM ... WHERE ...` of a log query and its arguments (the page is added by the caller).
+fn log_filter(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = String::from(" FROM logs WHERE org_id = ?1");
+    let mut args: Vec<rusqlite::types::Value> = vec![q.org_id.clone().into()];
+    let mut push = |clause: &str, v: rusqlite::types::Value| {
+        args.push(v);
+        sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+    };
+    if let Some(g) = &q.gateway_id {
+        push("gateway_id =", g.clone().into());
+    }
+    if let Some(a) = &q.app {
+        push("app =", a.clone().into());
+    }
+    if let Some(s) = &q.status {
+        push("status =", s.clone().into());
+    }
+    if let Some(t) = q.since_ms {
+        push("ts_ms >=", t.into());
+    }
+    if let Some(t) = q.until_ms {
+        push("ts_ms <=", t.into());
+    }
+    (sql, args)
 }
 
 #[async_trait]
@@ -130,55 +156,21 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn query_logs(&self, q: LogQuery) -> Result<(Vec<LogRecord>, u64), StoreError> {
+    async fn log_summary(&self, q: LogQuery) -> Result<LogSummary, StoreError> {
         self.with(move |c| {
-            let mut sql = String::from(" FROM logs WHERE org_id = ?1");
-            let mut args: Vec<rusqlite::types::Value> = vec![q.org_id.clone().into()];
-            let mut push = |clause: &str, v: rusqlite::types::Value| {
-                args.push(v);
-                sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-            };
-            if let Some(g) = &q.gateway_id {
-                push("gateway_id =", g.clone().into());
-            }
-            if let Some(a) = &q.app {
-                push("app =", a.clone().into());
-            }
-            if let Some(s) = &q.status {
-                push("status =", s.clone().into());
-            }
-            if let Some(t) = q.since_ms {
-                push("ts_ms >=", t.into());
-            }
-            if let Some(t) = q.until_ms {
-                push("ts_ms <=", t.into());
-            }
-            let total: i64 = c
-                .query_row(&format!("SELECT COUNT(*){sql}"), rusqlite::params_from_iter(args.iter()), |r| r.get(0))
-                .optional()
-                .map_err(backend)?
-                .unwrap_or(0);
-            let mut select = format!("SELECT id, body{sql} ORDER BY ts_ms DESC, id DESC");
-            if let Some(limit) = q.limit {
-                select.push_str(&format!(" LIMIT {limit} OFFSET {}", q.offset));
-            }
-            let mut stmt = c.prepare(&select).map_err(backend)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            let (sql, args) = log_filter(&q);
+            let select = format!(
+                "SELECT COUNT(*), COALESCE(SUM(status = 'error'), 0),
+                        COALESCE(SUM(MAX(json_extract(body, '$.duration'), 0)), 0){sql}"
+            );
+            c.query_row(&select, rusqlite::params_from_iter(args.iter()), |r| {
+                Ok(LogSummary {
+                    requests: r.get::<_, i64>(0)?.max(0) as u64,
+                    errors: r.get::<_, i64>(1)?.max(0) as u64,
+                    total_duration_ms: r.get::<_, i64>(2)?.max(0) as u64,
                 })
-                .map_err(backend)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (id, body) = row.map_err(backend)?;
-                let rec = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
-                    kind: "log",
-                    id,
-                    reason: e.to_string(),
-                })?;
-                out.push(rec);
-            }
-            Ok((out, total as u64))
+            })
+            .map_err(backend)
         })
         .await
     }

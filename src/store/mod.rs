@@ -77,9 +77,14 @@ pub struct LogQuery {
     pub status: Option<String>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
-    /// Page size and offset; `None` returns every match (for aggregation).
-    pub limit: Option<u32>,
-    pub offset: u32,
+}
+
+/// Aggregate of a set of log entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogSummary {
+    pub requests: u64,
+    pub errors: u64,
+    pub total_duration_ms: u64,
 }
 
 #[async_trait]
@@ -94,8 +99,9 @@ pub trait Store: Send + Sync {
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError>;
     /// Appends request-log entries (batched by the caller).
     async fn append_logs(&self, entries: Vec<LogRecord>) -> Result<(), StoreError>;
-    /// Log entries matching `q`, newest first, and the total number of matches.
-    async fn query_logs(&self, q: LogQuery) -> Result<(Vec<LogRecord>, u64), StoreError>;
+    /// Counts and total duration of the entries matching `q` computed
+    /// by the backend so that no entry is loaded.
+    async fn log_summary(&self, q: LogQuery) -> Result<LogSummary, StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }
