@@ -24,7 +24,9 @@
 # WARMUP (s, 2), EV_PROTOCOL (protocol_version offered to server-everything; default the newest), SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another
 # build of toolgate, e.g. a candidate fix built in another tree), PERF=FILE (records a `perf`
 # profile of toolgate, with call graphs, during its first fast-upstream round into FILE; the
-# profiled round is reported but perturbed by perf itself).
+# profiled round is reported but perturbed by perf itself), STRACE=PREFIX (counts the system calls
+# of plain and toolgate during their first fast-upstream round into PREFIX.plain and
+# PREFIX.toolgate; divide by the round's requests for calls per request).
 # Needs: cargo, wrk, ss (iproute2), curl, python3 (summary), tests/node (npm ci there) for
 # server-everything.
 set -euo pipefail
@@ -116,15 +118,19 @@ run() {
   local version="${10:-2025-06-18}"
   local p0 u0 p1 u1 line
   local perf_pid=""
-  if [[ -n "${PERF:-}" && "$phase/$target/$round" == fast/toolgate/1 ]]; then
+  if [[ -n "${PERF:-}" && "$phase/$target/$round" == "fast/${PERF_TARGET:-toolgate}/1" ]]; then
     perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
+    perf_pid=$!
+  fi
+  if [[ -n "${STRACE:-}" && "$phase/$round" == fast/1 && "$target" != direct ]]; then
+    timeout -s INT "$secs" strace ${STRACE_ARGS:--c} -f -p "$ppid" -o "$STRACE.$target" 2>/dev/null &
     perf_pid=$!
   fi
   p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"
   line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
     -s "$LUA" "$url" | grep '^RESULT')"
   p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"
-  [[ -n "$perf_pid" ]] && wait "$perf_pid"
+  [[ -n "$perf_pid" ]] && { wait "$perf_pid" || true; }
   [[ "$round" == warmup ]] && return 0
   printf '%s\t%s\t%s\t%s\tproxy_ticks=%s\tup_ticks=%s\n' "$phase" "$target" "$round" "$line" \
     "$((p1 - p0))" "$((u1 - u0))" >>"$RESULTS"

@@ -34,8 +34,11 @@ impl RequestLog {
         if batch.is_empty() {
             return;
         }
+        // Shared with the store's writer rather than copied: a batch is thousands of entries.
+        let batch = Arc::new(batch);
         if let Err(e) = self.store.append_logs(batch.clone()).await {
             tracing::warn!(error = %e, "cannot write the request log; will retry");
+            let batch = Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone());
             let mut p = self.pending.lock();
             let newer = std::mem::take(&mut *p);
             *p = batch;

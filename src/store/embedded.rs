@@ -135,7 +135,7 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn append_logs(&self, entries: Vec<LogRecord>) -> Result<(), StoreError> {
+    async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), StoreError> {
         self.with(move |c| {
             let tx = c.transaction().map_err(backend)?;
             {
@@ -145,7 +145,7 @@ impl Store for EmbeddedStore {
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                     )
                     .map_err(backend)?;
-                for e in &entries {
+                for e in entries.iter() {
                     let body = serde_json::to_string(e).map_err(backend)?;
                     stmt.execute(params![e.id, e.ts_ms, e.org_id, e.gateway_id, e.app, e.status, body])
                         .map_err(backend)?;

@@ -9,6 +9,7 @@ pub use embedded::EmbeddedStore;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -98,7 +99,7 @@ pub trait Store: Send + Sync {
     /// Every record of a kind, for loading the in-memory state at start.
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError>;
     /// Appends request-log entries (batched by the caller).
-    async fn append_logs(&self, entries: Vec<LogRecord>) -> Result<(), StoreError>;
+    async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), StoreError>;
     /// Counts and total duration of the entries matching `q` computed
     /// by the backend so that no entry is loaded.
     async fn log_summary(&self, q: LogQuery) -> Result<LogSummary, StoreError>;

@@ -13,28 +13,29 @@
 //! * **Replies** may be `application/json` (one message) or `text/event-stream` (any number of
 //!   notifications and server->client requests, then the response); both are read incrementally
 //!   and handed out as [`super::ReplyStream`] items as they arrive.
-//! * **Timeouts**: connect (reqwest client setting), first byte = response headers, total = the
-//!   whole call. A call dropped before its response (client gone, total timeout) is cancelled
+//! * **Transport**: [`super::wire`] (Pingora's pooled HTTP/1.1 connector for `http://`, reqwest
+//!   for `https://`).
+//! * **Timeouts**: connect (per peer), first byte = response headers, total = the whole call. A call dropped before its response (client gone, total timeout) is cancelled
 //!   upstream with `notifications/cancelled`, as the spec asks, because closing an SSE stream is
 //!   not a cancellation.
 //! * The client's `X-API-Key` is never sent: only the app's configured credential and headers,
 //!   plus [`super::CallContext::headers`].
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
-use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::wire::{HttpClients, Outgoing, Target, WireResponse};
 use super::{
-    describe_error, CallContext, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts,
-    UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
+    CallContext, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts, UpstreamError,
+    UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
 use crate::mcp::jsonrpc::{self, Incoming, Message, Response};
 
@@ -42,8 +43,8 @@ use crate::mcp::jsonrpc::{self, Incoming, Message, Response};
 /// (bounds memory per call).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
-const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+static SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+static PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
 /// An open upstream session.
 #[derive(Debug)]
@@ -56,9 +57,8 @@ struct Session {
 
 struct Inner {
     app_id: String,
-    url: reqwest::Url,
-    client: reqwest::Client,
-    /// Content-Type, Accept, the credential and the configured headers.
+    target: Target,
+    /// Content-Type, Accept, User-Agent, the credential and the configured headers.
     headers: HeaderMap,
     timeouts: Timeouts,
     session: ArcSwapOption<Session>,
@@ -75,7 +75,7 @@ pub struct HttpUpstream {
 }
 
 enum Posted {
-    Ok(reqwest::Response),
+    Ok(WireResponse),
     /// The upstream no longer knows our session.
     Expired,
 }
@@ -86,16 +86,14 @@ impl HttpUpstream {
         app_id: &str,
         settings: &HttpSettings,
         timeouts: Timeouts,
-        client: reqwest::Client,
+        clients: &HttpClients,
     ) -> Result<Self, UpstreamError> {
-        let url = reqwest::Url::parse(&settings.url)
-            .map_err(|e| UpstreamError::Config(format!("app {app_id}: url \"{}\": {e}", settings.url)))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(UpstreamError::Config(format!("app {app_id}: url must be http or https")));
-        }
+        let target = Target::new(&settings.url, timeouts.connect(), clients)
+            .map_err(|e| UpstreamError::Config(format!("app {app_id}: {e}")))?;
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+        headers.insert(USER_AGENT, HeaderValue::from_static(concat!("toolgate/", env!("CARGO_PKG_VERSION"))));
         let header = |name: &str, value: &str, secret: bool| -> Result<(HeaderName, HeaderValue), UpstreamError> {
             let n = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| UpstreamError::Config(format!("app {app_id}: invalid header name \"{name}\"")))?;
@@ -129,8 +127,7 @@ impl HttpUpstream {
         Ok(Self {
             inner: Arc::new(Inner {
                 app_id: app_id.to_string(),
-                url,
-                client,
+                target,
                 headers,
                 timeouts,
                 session: ArcSwapOption::empty(),
@@ -172,7 +169,7 @@ impl HttpUpstream {
         loop {
             let session = inner.ensure_session(deadline).await?;
             let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let body = jsonrpc::request_bytes(&json!(id), method, params.as_ref());
+            let body = jsonrpc::request_bytes(&json!(id), method, params.as_ref()).into();
             match inner.post(Some(&session), body, ctx, deadline).await? {
                 Posted::Expired if !retried => {
                     tracing::info!(app = %inner.app_id, "upstream session expired; re-initializing");
@@ -197,12 +194,15 @@ impl HttpUpstream {
     pub async fn notify(&self, method: &str, params: Option<Value>, ctx: &CallContext) -> Result<(), UpstreamError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
-        let body = jsonrpc::notification_bytes(method, params.as_ref());
+        let body = Bytes::from(jsonrpc::notification_bytes(method, params.as_ref()));
         let mut retried = false;
         loop {
             let session = inner.ensure_session(deadline).await?;
             match inner.post(Some(&session), body.clone(), ctx, deadline).await? {
-                Posted::Ok(_) => return Ok(()),
+                Posted::Ok(resp) => {
+                    resp.finish().await;
+                    return Ok(());
+                }
                 Posted::Expired if !retried => {
                     inner.invalidate(&session);
                     retried = true;
@@ -220,8 +220,11 @@ impl HttpUpstream {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
         let session = inner.ensure_session(deadline).await?;
-        match inner.post(Some(&session), response.to_bytes(), ctx, deadline).await? {
-            Posted::Ok(_) => Ok(()),
+        match inner.post(Some(&session), response.to_bytes().into(), ctx, deadline).await? {
+            Posted::Ok(resp) => {
+                resp.finish().await;
+                Ok(())
+            }
             Posted::Expired => {
                 inner.invalidate(&session);
                 Err(UpstreamError::Closed)
@@ -234,13 +237,19 @@ impl HttpUpstream {
         let inner = &self.inner;
         let Some(session) = inner.session.swap(None) else { return };
         let Some(id) = &session.id else { return };
-        let req = inner
-            .client
-            .delete(inner.url.clone())
-            .header(SESSION_ID, id.clone())
-            .header(PROTOCOL_VERSION, session.version.clone())
-            .headers(credential_headers(&inner.headers));
-        let _ = tokio::time::timeout(inner.timeouts.connect(), req.send()).await;
+        let headers = credential_headers(&inner.headers);
+        let out = Outgoing {
+            base: &headers,
+            session: [Some((&SESSION_ID, id)), Some((&PROTOCOL_VERSION, &session.version))],
+            extra: &[],
+            body: Bytes::new(),
+        };
+        let delete = async {
+            if let Ok(resp) = inner.target.send(Method::DELETE, out).await {
+                resp.finish().await;
+            }
+        };
+        let _ = tokio::time::timeout(inner.timeouts.connect(), delete).await;
     }
 }
 
@@ -286,13 +295,13 @@ impl Inner {
             "capabilities": {},
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
         });
-        let body = jsonrpc::request_bytes(&json!(id), "initialize", Some(&params));
+        let body = jsonrpc::request_bytes(&json!(id), "initialize", Some(&params)).into();
         let ctx = CallContext::default();
         let resp = match self.post(None, body, &ctx, deadline).await? {
             Posted::Ok(r) => r,
             Posted::Expired => return Err(UpstreamError::Protocol("initialize rejected".into())),
         };
-        let session_id = resp.headers().get(SESSION_ID).cloned();
+        let session_id = resp.header(&SESSION_ID).cloned();
         let source = HttpSource::from_response(resp, id, None)?;
         let response = ReplyStream::new(Source::Http(source), None, deadline, Value::Null)
             .into_reply()
@@ -310,9 +319,12 @@ impl Inner {
         let version = HeaderValue::from_str(version)
             .map_err(|_| UpstreamError::Protocol("protocolVersion is not a valid header value".into()))?;
         let session = Session { id: session_id, version, init_result: result };
-        let note = jsonrpc::notification_bytes("notifications/initialized", None);
+        let note = jsonrpc::notification_bytes("notifications/initialized", None).into();
         match self.post(Some(&session), note, &ctx, deadline).await? {
-            Posted::Ok(_) => Ok(session),
+            Posted::Ok(resp) => {
+                resp.finish().await;
+                Ok(session)
+            }
             Posted::Expired => Err(UpstreamError::Protocol("session rejected right after initialize".into())),
         }
     }
@@ -321,27 +333,21 @@ impl Inner {
     async fn post(
         &self,
         session: Option<&Session>,
-        body: Vec<u8>,
+        body: Bytes,
         ctx: &CallContext,
         deadline: Instant,
     ) -> Result<Posted, UpstreamError> {
-        let mut req = self.client.post(self.url.clone()).headers(self.headers.clone()).body(body);
-        if let Some(s) = session {
-            if let Some(id) = &s.id {
-                req = req.header(SESSION_ID, id.clone());
-            }
-            req = req.header(PROTOCOL_VERSION, s.version.clone());
-        }
-        for (name, value) in &ctx.headers {
-            req = req.header(name, value.clone());
-        }
+        let session_headers = match session {
+            Some(s) => [s.id.as_ref().map(|id| (&SESSION_ID, id)), Some((&PROTOCOL_VERSION, &s.version))],
+            None => [None, None],
+        };
+        let out = Outgoing { base: &self.headers, session: session_headers, extra: &ctx.headers, body };
         let first_byte = Instant::now() + self.timeouts.first_byte();
         let (limit, phase) =
             if first_byte < deadline { (first_byte, TimeoutPhase::FirstByte) } else { (deadline, TimeoutPhase::Total) };
-        let resp = match tokio::time::timeout_at(limit, req.send()).await {
+        let resp = match tokio::time::timeout_at(limit, self.target.send(Method::POST, out)).await {
             Err(_) => return Err(UpstreamError::Timeout { phase }),
-            Ok(Err(e)) => return Err(send_error(&e)),
-            Ok(Ok(r)) => r,
+            Ok(result) => result?,
         };
         let status = resp.status();
         if status.is_success() {
@@ -350,8 +356,8 @@ impl Inner {
         let sent_session = session.is_some_and(|s| s.id.is_some());
         let body = body_snippet(resp).await;
         if sent_session
-            && (status == reqwest::StatusCode::NOT_FOUND
-                || (status == reqwest::StatusCode::BAD_REQUEST && body.to_ascii_lowercase().contains("session")))
+            && (status == StatusCode::NOT_FOUND
+                || (status == StatusCode::BAD_REQUEST && body.to_ascii_lowercase().contains("session")))
         {
             return Ok(Posted::Expired);
         }
@@ -360,21 +366,13 @@ impl Inner {
     }
 }
 
-fn send_error(e: &reqwest::Error) -> UpstreamError {
-    if e.is_connect() && e.is_timeout() {
-        UpstreamError::Timeout { phase: TimeoutPhase::Connect }
-    } else {
-        UpstreamError::Connect(describe_error(e))
-    }
-}
-
 /// The start of an error body, for logs; bounded in size and time.
-async fn body_snippet(mut resp: reqwest::Response) -> String {
+async fn body_snippet(mut resp: WireResponse) -> String {
     const MAX: usize = 512;
     let mut buf = Vec::new();
     let read = async {
         while let Ok(Some(chunk)) = resp.chunk().await {
-            buf.extend_from_slice(&chunk);
+            buf.extend_from_slice(chunk);
             if buf.len() >= MAX {
                 break;
             }
@@ -410,20 +408,18 @@ impl Drop for CancelGuard {
                 Some(&json!({ "requestId": id, "reason": "gateway client went away or timed out" })),
             );
             let deadline = Instant::now() + inner.timeouts.connect();
-            if let Ok(Posted::Ok(resp)) = inner.post(Some(&session), body, &ctx, deadline).await {
-                drop(resp);
+            if let Ok(Posted::Ok(resp)) = inner.post(Some(&session), body.into(), &ctx, deadline).await {
+                resp.finish().await;
             }
         });
     }
 }
 
-type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
-
 enum Body {
     /// `application/json`: one body, read on first `recv`.
-    Json(Option<reqwest::Response>),
+    Json(Option<WireResponse>),
     Sse {
-        body: BodyStream,
+        body: WireResponse,
         parser: SseParser,
         ended: bool,
     },
@@ -438,13 +434,12 @@ pub(crate) struct HttpSource {
 }
 
 impl HttpSource {
-    fn from_response(resp: reqwest::Response, our_id: u64, cancel: Option<CancelGuard>) -> Result<Self, UpstreamError> {
-        if resp.status() == reqwest::StatusCode::ACCEPTED {
+    fn from_response(resp: WireResponse, our_id: u64, cancel: Option<CancelGuard>) -> Result<Self, UpstreamError> {
+        if resp.status() == StatusCode::ACCEPTED {
             return Err(UpstreamError::Protocol("upstream answered a request with 202 Accepted".into()));
         }
         let ctype = resp
-            .headers()
-            .get(CONTENT_TYPE)
+            .header(&CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .split(';')
@@ -454,9 +449,7 @@ impl HttpSource {
             .to_ascii_lowercase();
         let body = match ctype.as_str() {
             "application/json" => Body::Json(Some(resp)),
-            "text/event-stream" => {
-                Body::Sse { body: Box::pin(resp.bytes_stream()), parser: SseParser::default(), ended: false }
-            }
+            "text/event-stream" => Body::Sse { body: resp, parser: SseParser::default(), ended: false },
             other => {
                 return Err(UpstreamError::Protocol(format!(
                     "unexpected content type \"{other}\" (want application/json or text/event-stream)"
@@ -486,8 +479,12 @@ impl HttpSource {
             }
             match &mut self.body {
                 Body::Json(resp) => {
-                    let Some(resp) = resp.take() else { return Err(UpstreamError::Closed) };
-                    let bytes = read_capped(resp).await?;
+                    let Some(mut resp) = resp.take() else { return Err(UpstreamError::Closed) };
+                    let bytes = resp.read_to_end(MAX_MESSAGE_BYTES).await.map_err(|e| {
+                        e.unwrap_or_else(|| {
+                            UpstreamError::Protocol(format!("response larger than {MAX_MESSAGE_BYTES} bytes"))
+                        })
+                    })?;
                     push_messages(&mut self.queue, &bytes)?;
                 }
                 Body::Sse { body, parser, ended } => {
@@ -495,14 +492,13 @@ impl HttpSource {
                         return Err(UpstreamError::Closed);
                     }
                     let mut events = Vec::new();
-                    match body.next().await {
-                        Some(Ok(chunk)) => parser.feed(&chunk, &mut events)?,
-                        Some(Err(e)) => {
-                            tracing::debug!(error = %describe_error(&e), "upstream SSE stream broke");
+                    match body.chunk().await {
+                        Ok(Some(chunk)) => parser.feed(chunk, &mut events)?,
+                        Err(e) => {
                             *ended = true;
-                            return Err(UpstreamError::Closed);
+                            return Err(e);
                         }
-                        None => {
+                        Ok(None) => {
                             *ended = true;
                             parser.finish(&mut events);
                         }
@@ -532,25 +528,6 @@ fn push_messages(queue: &mut VecDeque<Message>, bytes: &[u8]) -> Result<(), Upst
         Err(e) => return Err(UpstreamError::Protocol(format!("upstream sent {e}"))),
     }
     Ok(())
-}
-
-async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
-    let mut buf = Vec::new();
-    loop {
-        match resp.chunk().await {
-            Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > MAX_MESSAGE_BYTES {
-                    return Err(UpstreamError::Protocol(format!("response larger than {MAX_MESSAGE_BYTES} bytes")));
-                }
-                buf.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(buf),
-            Err(e) => {
-                tracing::debug!(error = %describe_error(&e), "upstream body broke");
-                return Err(UpstreamError::Closed);
-            }
-        }
-    }
 }
 
 /// One server-sent event.
@@ -746,14 +723,14 @@ mod tests {
 
     #[test]
     fn settings_validation() {
-        let client = reqwest::Client::new();
+        let client = HttpClients::default();
         let base = HttpSettings {
             url: "http://127.0.0.1:1/mcp".into(),
             headers: vec![],
             credential: None,
             protocol_version: None,
         };
-        assert!(HttpUpstream::new("a", &base, Timeouts::default(), client.clone()).is_ok());
+        assert!(HttpUpstream::new("a", &base, Timeouts::default(), &client).is_ok());
         for bad in [
             HttpSettings { url: "not a url".into(), ..base.clone() },
             HttpSettings { url: "ftp://x/mcp".into(), ..base.clone() },
@@ -761,7 +738,7 @@ mod tests {
             HttpSettings { headers: vec![("x-ok".into(), "bad\nvalue".into())], ..base.clone() },
             HttpSettings { credential: Some(Credential::Bearer("a\nb".into())), ..base.clone() },
         ] {
-            let e = HttpUpstream::new("a", &bad, Timeouts::default(), client.clone()).err().unwrap();
+            let e = HttpUpstream::new("a", &bad, Timeouts::default(), &client).err().unwrap();
             assert!(matches!(e, UpstreamError::Config(_)), "{bad:?}");
             assert!(!e.to_string().contains("a\nb"));
         }
@@ -845,7 +822,7 @@ mod tests {
                 protocol_version: None,
             },
             Timeouts::default(),
-            reqwest::Client::new(),
+            &HttpClients::default(),
         )
         .unwrap();
         let ctx = CallContext { client_request_id: json!("client-7"), ..Default::default() };
@@ -889,7 +866,7 @@ mod tests {
             "t",
             &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
             Timeouts::default(),
-            reqwest::Client::new(),
+            &HttpClients::default(),
         )
         .unwrap();
         let ctx = CallContext::default();
@@ -920,7 +897,7 @@ mod tests {
                 "t",
                 &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
                 Timeouts::default(),
-                reqwest::Client::new(),
+                &HttpClients::default(),
             )
             .unwrap(),
         );
@@ -944,7 +921,7 @@ mod tests {
             "t",
             &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
             Timeouts::default(),
-            reqwest::Client::new(),
+            &HttpClients::default(),
         )
         .unwrap();
         match up.connect().await {
@@ -961,7 +938,7 @@ mod tests {
                 protocol_version: None,
             },
             Timeouts::default(),
-            reqwest::Client::new(),
+            &HttpClients::default(),
         )
         .unwrap();
         assert!(matches!(up.connect().await, Err(UpstreamError::Connect(_))));
@@ -983,7 +960,7 @@ mod tests {
             "t",
             &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
             t,
-            reqwest::Client::new(),
+            &HttpClients::default(),
         )
         .unwrap();
         let started = std::time::Instant::now();

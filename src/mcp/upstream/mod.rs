@@ -18,7 +18,6 @@
 //!
 //! Errors are one enum, [`UpstreamError`]; the gateway maps it to a JSON-RPC error at its edge.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +33,7 @@ use crate::mcp::jsonrpc::{ErrorObject, Message, Response};
 
 pub mod http;
 pub mod stdio;
+pub mod wire;
 
 /// Protocol versions the gateway can speak to an upstream, newest first. The newest is offered in
 /// `initialize`; an upstream that answers with any of these is accepted.
@@ -151,9 +151,8 @@ pub struct UpstreamSettings {
 
 /// Resources shared by all upstreams of one gateway process; build one at start-up.
 pub struct UpstreamShared {
-    /// reqwest clients by connect timeout: reqwest sets the connect timeout per client, and
-    /// nearly every app uses the default, so in practice there is one pooled client.
-    clients: parking_lot::Mutex<HashMap<Duration, reqwest::Client>>,
+    /// The connection pools of Streamable HTTP upstreams.
+    http: wire::HttpClients,
     /// Global bound on running stdio processes; a start beyond it fails with
     /// [`UpstreamError::ProcessLimit`] instead of waiting, because running processes are long
     /// lived and a waiter could wait forever.
@@ -165,29 +164,10 @@ impl UpstreamShared {
     /// `max_stdio_processes`: how many stdio apps may have a running process at once.
     pub fn new(max_stdio_processes: usize) -> Self {
         Self {
-            clients: parking_lot::Mutex::new(HashMap::new()),
+            http: wire::HttpClients::default(),
             stdio_permits: Arc::new(Semaphore::new(max_stdio_processes)),
             max_stdio_processes,
         }
-    }
-
-    fn client(&self, connect_timeout: Duration) -> Result<reqwest::Client, UpstreamError> {
-        let mut clients = self.clients.lock();
-        if let Some(c) = clients.get(&connect_timeout) {
-            return Ok(c.clone());
-        }
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(64)
-            .tcp_nodelay(true)
-            // MCP servers do not redirect; following one would replay credentials elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| UpstreamError::Config(format!("HTTP client: {e}")))?;
-        clients.insert(connect_timeout, client.clone());
-        Ok(client)
     }
 }
 
@@ -303,6 +283,10 @@ pub(crate) enum Event {
     Final(Response),
 }
 
+/// Where a reply's messages come from. The HTTP variant is the larger (it holds the pooled
+/// connection's session) and is not boxed: one reply lives in the call's future, and a box
+/// would be one more allocation on every call.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Source {
     Http(http::HttpSource),
     Stdio(stdio::StdioSource),
@@ -477,8 +461,7 @@ impl Upstream {
     pub fn from_settings(settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
         match &settings.transport {
             Transport::Http(h) => {
-                let client = shared.client(settings.timeouts.connect())?;
-                Ok(Upstream::Http(http::HttpUpstream::new(&settings.app_id, h, settings.timeouts, client)?))
+                Ok(Upstream::Http(http::HttpUpstream::new(&settings.app_id, h, settings.timeouts, &shared.http)?))
             }
             Transport::Stdio(s) => Ok(Upstream::Stdio(stdio::StdioUpstream::new(
                 &settings.app_id,

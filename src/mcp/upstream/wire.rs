@@ -1,0 +1,507 @@
+//! One HTTP exchange with a Streamable HTTP upstream: send a request, then read the status,
+//! headers and body of its answer in chunks. [`super::http`] builds the MCP session on top.
+//!
+//! * **`http://` upstreams** go through Pingora's own HTTP/1.1 connector and keep-alive pool, the
+//!   same code the plain Pingora hop uses. The request is written and the answer read by the task
+//!   that serves the gateway client. hyper's client (under reqwest) runs every connection as a
+//!   task of its own, so each call handed its request to that task and its answer back: two
+//!   cross-task wake-ups per call, which on a 2-worker runtime are cross-thread wake-ups. That
+//!   hand-off, with reqwest's redirect and retry layers, was the largest cost left in a
+//!   `tools/call` (BENCHMARKS.md).
+//! * A pooled connection that the server closed while idle shows up as a write error, or as an
+//!   EOF before the first byte of the answer. The request is then sent again on a new connection,
+//!   at most twice, and only when nothing of the answer was read, as Pingora's own proxy does
+//!   (`RetryType::ReusedOnly`).
+//! * The request line, headers and body leave in **one write** (Pingora's client session writes
+//!   the head and the body separately): one system call and one wake-up of the upstream fewer
+//!   per call. Pingora's serializer writes the head; its client session reads the answer.
+//! * **`https://` upstreams** use reqwest with rustls and the webpki roots (HTTP/2 by ALPN).
+//!   toolgate's Pingora is built without a TLS backend, and certificate checking is not
+//!   something to hand-roll.
+//! * The host name is resolved when the first request needs it, and again after a failed
+//!   connect, so an upstream that moves to a new address is found without a restart.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
+use http::{Method, StatusCode};
+use pingora::connectors::{ConnectorOptions, TransportConnector};
+use pingora::http::RequestHeader;
+use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession};
+use pingora::protocols::Stream;
+use pingora::upstreams::peer::{HttpPeer, Peer};
+use pingora::{Error as PingoraError, ErrorType, OrErr};
+use tokio::io::AsyncWriteExt;
+
+use super::{describe_error, TimeoutPhase, UpstreamError};
+
+/// How long an idle pooled connection is kept. Servers close sooner (Node's default is 5 s); the
+/// pool notices that and drops the connection.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Pooled idle connections, over all plain-text upstreams.
+const POOL_SIZE: usize = 256;
+
+/// A request sent on a stale pooled connection is sent again at most this many times.
+const STALE_RETRIES: usize = 2;
+
+/// The HTTP clients shared by every Streamable HTTP upstream of the process; build one at start.
+pub struct HttpClients {
+    pool: Arc<TransportConnector>,
+    /// reqwest clients (https) by connect timeout: reqwest sets that timeout per client, and
+    /// nearly every app uses the default, so in practice there is one.
+    tls: parking_lot::Mutex<HashMap<Duration, reqwest::Client>>,
+}
+
+impl Default for HttpClients {
+    fn default() -> Self {
+        let options = ConnectorOptions::new(POOL_SIZE);
+        Self { pool: Arc::new(TransportConnector::new(Some(options))), tls: parking_lot::Mutex::new(HashMap::new()) }
+    }
+}
+
+impl HttpClients {
+    fn tls_client(&self, connect_timeout: Duration) -> Result<reqwest::Client, UpstreamError> {
+        let mut clients = self.tls.lock();
+        if let Some(c) = clients.get(&connect_timeout) {
+            return Ok(c.clone());
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            // MCP servers do not redirect; following one would replay credentials elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| UpstreamError::Config(format!("HTTP client: {e}")))?;
+        clients.insert(connect_timeout, client.clone());
+        Ok(client)
+    }
+}
+
+/// What one request carries besides the method: headers in three layers and the body.
+pub(crate) struct Outgoing<'a> {
+    /// The app's configured headers (content type, accept, credential, static headers).
+    pub base: &'a HeaderMap,
+    /// Session headers (`Mcp-Session-Id`, `MCP-Protocol-Version`), when a session is open.
+    pub session: [Option<(&'a HeaderName, &'a HeaderValue)>; 2],
+    /// Per-call headers ([`super::CallContext::headers`]).
+    pub extra: &'a [(HeaderName, HeaderValue)],
+    pub body: Bytes,
+}
+
+impl Outgoing<'_> {
+    fn headers(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+        self.base.iter().chain(self.session.iter().flatten().copied()).chain(self.extra.iter().map(|(n, v)| (n, v)))
+    }
+
+    fn header_count(&self) -> usize {
+        self.base.len() + self.session.iter().flatten().count() + self.extra.len() + 2
+    }
+}
+
+/// Where an upstream's requests go; parsed from its URL once.
+pub(crate) enum Target {
+    Plain(Box<PlainTarget>),
+    Tls { url: reqwest::Url, client: reqwest::Client },
+}
+
+pub(crate) struct PlainTarget {
+    pool: Arc<TransportConnector>,
+    host: Host,
+    port: u16,
+    /// `Host` header: the URL's host and explicit port.
+    authority: HeaderValue,
+    /// Path and query of the URL.
+    path: String,
+    connect_timeout: Duration,
+    /// The resolved peer; cleared after a failed connect so the name is resolved again.
+    peer: ArcSwapOption<HttpPeer>,
+}
+
+enum Host {
+    Ip(IpAddr),
+    Name(String),
+}
+
+impl Target {
+    /// Checks the URL (http or https, with a host). No I/O.
+    pub fn new(url: &str, connect_timeout: Duration, clients: &HttpClients) -> Result<Self, String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("url \"{url}\": {e}"))?;
+        match parsed.scheme() {
+            "https" => {
+                Ok(Target::Tls { url: parsed, client: clients.tls_client(connect_timeout).map_err(|e| e.to_string())? })
+            }
+            "http" => {
+                let host = match parsed.host() {
+                    Some(url::Host::Ipv4(ip)) => Host::Ip(ip.into()),
+                    Some(url::Host::Ipv6(ip)) => Host::Ip(ip.into()),
+                    Some(url::Host::Domain(name)) => Host::Name(name.to_owned()),
+                    None => return Err(format!("url \"{url}\" has no host")),
+                };
+                let host_str = parsed.host_str().unwrap_or_default();
+                let authority = match parsed.port() {
+                    Some(p) => format!("{host_str}:{p}"),
+                    None => host_str.to_owned(),
+                };
+                let mut path = parsed.path().to_owned();
+                if let Some(q) = parsed.query() {
+                    path.push('?');
+                    path.push_str(q);
+                }
+                Ok(Target::Plain(Box::new(PlainTarget {
+                    pool: clients.pool.clone(),
+                    host,
+                    port: parsed.port_or_known_default().unwrap_or(80),
+                    authority: HeaderValue::from_str(&authority).map_err(|_| format!("url \"{url}\": invalid host"))?,
+                    path,
+                    connect_timeout,
+                    peer: ArcSwapOption::empty(),
+                })))
+            }
+            _ => Err("url must be http or https".into()),
+        }
+    }
+
+    /// Sends the request and reads the answer's status and headers. The caller bounds the time.
+    pub async fn send(&self, method: Method, out: Outgoing<'_>) -> Result<WireResponse, UpstreamError> {
+        match self {
+            Target::Plain(t) => t.send(method, &out).await,
+            Target::Tls { url, client } => {
+                let mut req = client.request(method, url.clone());
+                for (name, value) in out.headers() {
+                    req = req.header(name, value.clone());
+                }
+                match req.body(out.body).send().await {
+                    Ok(resp) => Ok(WireResponse { reply: Reply::Tls { resp: Box::new(resp), chunk: Bytes::new() } }),
+                    Err(e) if e.is_connect() && e.is_timeout() => {
+                        Err(UpstreamError::Timeout { phase: TimeoutPhase::Connect })
+                    }
+                    Err(e) => Err(UpstreamError::Connect(describe_error(&e))),
+                }
+            }
+        }
+    }
+}
+
+impl PlainTarget {
+    async fn peer(&self) -> Result<Arc<HttpPeer>, UpstreamError> {
+        if let Some(peer) = self.peer.load_full() {
+            return Ok(peer);
+        }
+        let addr = match &self.host {
+            Host::Ip(ip) => SocketAddr::new(*ip, self.port),
+            Host::Name(name) => {
+                let lookup = tokio::net::lookup_host((name.as_str(), self.port));
+                let mut addrs = tokio::time::timeout(self.connect_timeout, lookup)
+                    .await
+                    .map_err(|_| UpstreamError::Timeout { phase: TimeoutPhase::Connect })?
+                    .map_err(|e| UpstreamError::Connect(format!("cannot resolve {name}: {e}")))?;
+                addrs.next().ok_or_else(|| UpstreamError::Connect(format!("{name} has no address")))?
+            }
+        };
+        let mut peer = HttpPeer::new(addr, false, String::new());
+        peer.options.connection_timeout = Some(self.connect_timeout);
+        let peer = Arc::new(peer);
+        self.peer.store(Some(peer.clone()));
+        Ok(peer)
+    }
+
+    async fn send(&self, method: Method, out: &Outgoing<'_>) -> Result<WireResponse, UpstreamError> {
+        let peer = self.peer().await?;
+        let request = self.request_bytes(&method, out)?;
+        let mut attempt = 0;
+        loop {
+            let (stream, reused) = match self.pool.get_stream(&*peer).await {
+                Ok(s) => s,
+                Err(e) => {
+                    self.peer.store(None);
+                    return Err(connect_error(&e));
+                }
+            };
+            match exchange(stream, &peer, &request).await {
+                Ok(session) => {
+                    return Ok(WireResponse {
+                        reply: Reply::Pooled { session: Some(Box::new(session)), peer, pool: self.pool.clone() },
+                    })
+                }
+                Err(mut e) => {
+                    e.retry.decide_reuse(reused);
+                    let stale = reused && (e.retry() || e.etype == ErrorType::WriteError);
+                    if stale && attempt < STALE_RETRIES {
+                        attempt += 1;
+                        tracing::debug!(error = %e, "pooled upstream connection was stale; sending again");
+                        continue;
+                    }
+                    return Err(connect_error(&e));
+                }
+            }
+        }
+    }
+
+    /// The whole request as it goes on the wire: head (Pingora's serializer) and body.
+    fn request_bytes(&self, method: &Method, out: &Outgoing<'_>) -> Result<Bytes, UpstreamError> {
+        let invalid = |e: Box<PingoraError>| UpstreamError::Config(format!("invalid upstream request: {e}"));
+        let mut head = RequestHeader::build_no_case(method.clone(), self.path.as_bytes(), Some(out.header_count()))
+            .map_err(invalid)?;
+        head.insert_header(HOST, &self.authority).map_err(invalid)?;
+        for (name, value) in out.headers() {
+            head.append_header(name, value).map_err(invalid)?;
+        }
+        if !out.body.is_empty() || method == Method::POST {
+            head.insert_header(CONTENT_LENGTH, HeaderValue::from(out.body.len())).map_err(invalid)?;
+        }
+        let mut wire = http_req_header_to_wire(&head)
+            .ok_or_else(|| UpstreamError::Config("invalid upstream request line".into()))?;
+        wire.extend_from_slice(&out.body);
+        Ok(wire.freeze())
+    }
+}
+
+/// Writes the request in one go and reads the answer's head (skipping 1xx).
+async fn exchange(mut stream: Stream, peer: &HttpPeer, request: &[u8]) -> pingora::Result<HttpSession> {
+    stream.write_all(request).await.or_err(ErrorType::WriteError, "while writing the request")?;
+    stream.flush().await.or_err(ErrorType::WriteError, "while flushing the request")?;
+    let mut session = HttpSession::new_with_options(stream, peer);
+    loop {
+        session.read_response().await?;
+        if !session.get_status().is_some_and(|s| s.is_informational()) {
+            return Ok(session);
+        }
+    }
+}
+
+fn connect_error(e: &PingoraError) -> UpstreamError {
+    match e.etype {
+        ErrorType::ConnectTimedout => UpstreamError::Timeout { phase: TimeoutPhase::Connect },
+        _ => UpstreamError::Connect(e.to_string()),
+    }
+}
+
+/// The answer to one request: status and headers are read, the body is read on demand.
+pub(crate) struct WireResponse {
+    reply: Reply,
+}
+
+enum Reply {
+    Pooled {
+        /// `None` once the body is read and the connection is back in the pool.
+        session: Option<Box<HttpSession>>,
+        peer: Arc<HttpPeer>,
+        pool: Arc<TransportConnector>,
+    },
+    Tls {
+        /// Boxed: the rare case should not make every reply larger.
+        resp: Box<reqwest::Response>,
+        /// The chunk last handed out by [`WireResponse::chunk`].
+        chunk: Bytes,
+    },
+}
+
+impl WireResponse {
+    pub fn status(&self) -> StatusCode {
+        match &self.reply {
+            Reply::Pooled { session: Some(s), .. } => s.get_status().unwrap_or(StatusCode::BAD_GATEWAY),
+            Reply::Pooled { session: None, .. } => StatusCode::OK,
+            Reply::Tls { resp, .. } => resp.status(),
+        }
+    }
+
+    pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        match &self.reply {
+            Reply::Pooled { session, .. } => session.as_ref()?.get_header(name),
+            Reply::Tls { resp, .. } => resp.headers().get(name),
+        }
+    }
+
+    /// The next piece of the body; `None` at its end, when a pooled connection goes back to the
+    /// pool. A broken body is [`UpstreamError::Closed`].
+    pub async fn chunk(&mut self) -> Result<Option<&[u8]>, UpstreamError> {
+        match &mut self.reply {
+            Reply::Pooled { session, peer, pool } => {
+                // Whether the body is done is asked first, with a borrow that ends here, so that
+                // the connection can be moved back to the pool before the body is borrowed.
+                let done = match session.as_deref_mut() {
+                    Some(s) => s.is_body_done(),
+                    None => return Ok(None),
+                };
+                if done {
+                    if let Some(mut s) = session.take() {
+                        s.respect_keepalive();
+                        if let Some(stream) = s.reuse().await {
+                            pool.release_stream(stream, peer.reuse_hash(), Some(POOL_IDLE_TIMEOUT));
+                        }
+                    }
+                    return Ok(None);
+                }
+                let Some(s) = session.as_deref_mut() else { return Ok(None) };
+                match s.read_body_ref().await {
+                    Ok(body) => Ok(body),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "upstream body broke");
+                        Err(UpstreamError::Closed)
+                    }
+                }
+            }
+            Reply::Tls { resp, chunk } => match resp.chunk().await {
+                Ok(Some(c)) => {
+                    *chunk = c;
+                    Ok(Some(&chunk[..]))
+                }
+                Ok(None) => Ok(None),
+                Err(e) => {
+                    tracing::debug!(error = %describe_error(&e), "upstream body broke");
+                    Err(UpstreamError::Closed)
+                }
+            },
+        }
+    }
+
+    /// The whole body, failing beyond `cap` bytes with `Err(None)`.
+    pub async fn read_to_end(&mut self, cap: usize) -> Result<Vec<u8>, Option<UpstreamError>> {
+        let mut buf = Vec::new();
+        while let Some(chunk) = self.chunk().await.map_err(Some)? {
+            if buf.len() + chunk.len() > cap {
+                return Err(None);
+            }
+            buf.extend_from_slice(chunk);
+        }
+        Ok(buf)
+    }
+
+    /// Reads and drops the rest of a (small) body so the connection can be pooled; gives up after
+    /// a short while or a few KiB and closes the connection instead.
+    pub async fn finish(mut self) {
+        let drain = async {
+            let mut left: usize = 64 * 1024;
+            while let Ok(Some(chunk)) = self.chunk().await {
+                left = match left.checked_sub(chunk.len()) {
+                    Some(l) => l,
+                    None => return,
+                };
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A keep-alive HTTP/1.1 server answering every request with `ok <n>`, closing each
+    /// connection after `per_connection` requests (without saying so, as an idle timeout would).
+    /// Returns its port and the number of connections accepted.
+    async fn server(per_connection: usize) -> (u16, Arc<AtomicUsize>, Arc<parking_lot::Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let (c, s) = (conns.clone(), seen.clone());
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let seen = s.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut served = 0;
+                    while served < per_connection {
+                        let mut tmp = [0u8; 4096];
+                        let n = sock.read(&mut tmp).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&tmp[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        let Some(end) = text.find("\r\n\r\n") else { continue };
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if buf.len() < end + 4 + len {
+                            continue;
+                        }
+                        seen.lock().push(String::from_utf8_lossy(&buf[..end + 4 + len]).to_string());
+                        buf.drain(..end + 4 + len);
+                        served += 1;
+                        let body = format!("ok {served}");
+                        let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                        sock.write_all(resp.as_bytes()).await.unwrap();
+                    }
+                });
+            }
+        });
+        (port, conns, seen)
+    }
+
+    fn post<'a>(headers: &'a HeaderMap, body: &'static str) -> Outgoing<'a> {
+        Outgoing { base: headers, session: [None, None], extra: &[], body: Bytes::from_static(body.as_bytes()) }
+    }
+
+    async fn call(target: &Target, body: &'static str) -> String {
+        let headers = HeaderMap::new();
+        let mut resp = target.send(Method::POST, post(&headers, body)).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        String::from_utf8(resp.read_to_end(1024).await.unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn plain_requests_reuse_one_pooled_connection() {
+        let (port, conns, seen) = server(usize::MAX).await;
+        let clients = HttpClients::default();
+        let target =
+            Target::new(&format!("http://127.0.0.1:{port}/mcp?x=1"), Duration::from_secs(1), &clients).unwrap();
+        assert!(matches!(target, Target::Plain(_)));
+        for i in 1..=3 {
+            assert_eq!(call(&target, "{\"a\":1}").await, format!("ok {i}"));
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 1, "one connection, kept alive and pooled");
+        let first = seen.lock()[0].clone();
+        assert!(first.starts_with("POST /mcp?x=1 HTTP/1.1\r\n"), "{first}");
+        assert!(first.to_ascii_lowercase().contains(&format!("host: 127.0.0.1:{port}\r\n")), "{first}");
+        assert!(first.ends_with("\r\n\r\n{\"a\":1}"), "{first}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_by_the_server_is_replaced() {
+        let (port, conns, seen) = server(1).await;
+        let clients = HttpClients::default();
+        let target = Target::new(&format!("http://localhost:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
+        for _ in 0..3 {
+            assert_eq!(call(&target, "{}").await, "ok 1");
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 3);
+        assert_eq!(seen.lock().len(), 3, "each request reached the server exactly once");
+    }
+
+    #[tokio::test]
+    async fn connect_failures_and_bad_urls() {
+        let clients = HttpClients::default();
+        let target = Target::new("http://127.0.0.1:1/mcp", Duration::from_secs(1), &clients).unwrap();
+        let headers = HeaderMap::new();
+        let err = target.send(Method::POST, post(&headers, "{}")).await.err().unwrap();
+        assert!(matches!(err, UpstreamError::Connect(_)), "{err:?}");
+        let target = Target::new("http://no-such-host.invalid/mcp", Duration::from_secs(2), &clients).unwrap();
+        let err = target.send(Method::POST, post(&headers, "{}")).await.err().unwrap();
+        assert!(matches!(err, UpstreamError::Connect(_) | UpstreamError::Timeout { .. }), "{err:?}");
+        for bad in ["ftp://x/mcp", "not a url", "http://[::1/mcp"] {
+            assert!(Target::new(bad, Duration::from_secs(1), &clients).is_err(), "{bad}");
+        }
+        assert!(matches!(
+            Target::new("https://example.com/mcp", Duration::from_secs(1), &clients),
+            Ok(Target::Tls { .. })
+        ));
+    }
+}
