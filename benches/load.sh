@@ -122,7 +122,7 @@ run() {
     perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
     perf_pid=$!
   fi
-  if [[ -n "${STRACE:-}" && "$phase/$round" == fast/1 && "$target" != direct ]]; then
+  if [[ -n "${STRACE:-}" && "$phase/$round" == "${STRACE_PHASE:-fast}/1" && "$target" != direct* ]]; then
     timeout -s INT "$secs" strace ${STRACE_ARGS:--c} -f -p "$ppid" -o "$STRACE.$target" 2>/dev/null &
     perf_pid=$!
   fi

@@ -371,12 +371,14 @@ async fn body_snippet(mut resp: WireResponse) -> String {
     const MAX: usize = 512;
     let mut buf = Vec::new();
     let read = async {
-        while let Ok(Some(chunk)) = resp.chunk().await {
-            buf.extend_from_slice(chunk);
+        let mut sink = |piece: &[u8]| {
+            buf.extend_from_slice(piece);
             if buf.len() >= MAX {
-                break;
+                return Err(UpstreamError::Closed); // enough for a log line
             }
-        }
+            Ok(())
+        };
+        while let Ok(true) = resp.next_into(&mut sink).await {}
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), read).await;
     buf.truncate(MAX);
@@ -419,9 +421,9 @@ enum Body {
     /// `application/json`: one body, read on first `recv`.
     Json(Option<WireResponse>),
     Sse {
-        body: WireResponse,
+        /// `None` once the stream ended or was handed to [`HttpSource::recycle`].
+        body: Option<WireResponse>,
         parser: SseParser,
-        ended: bool,
     },
 }
 
@@ -449,7 +451,7 @@ impl HttpSource {
             .to_ascii_lowercase();
         let body = match ctype.as_str() {
             "application/json" => Body::Json(Some(resp)),
-            "text/event-stream" => Body::Sse { body: resp, parser: SseParser::default(), ended: false },
+            "text/event-stream" => Body::Sse { body: Some(resp), parser: SseParser::default() },
             other => {
                 return Err(UpstreamError::Protocol(format!(
                     "unexpected content type \"{other}\" (want application/json or text/event-stream)"
@@ -465,12 +467,26 @@ impl HttpSource {
         }
     }
 
+    /// The response is in: the server ends its SSE stream right after it (MCP: it SHOULD), so
+    /// the end is read in the background and the connection goes back to the pool instead of
+    /// being closed, which would cost both sides a new TCP connection on the next call.
+    fn recycle(&mut self) {
+        if let Body::Sse { body, .. } = &mut self.body {
+            if let Some(stream) = body.take() {
+                tokio::spawn(stream.finish());
+            }
+        }
+    }
+
     /// The next event; never waits forever on its own (the caller applies the deadline).
     pub(crate) async fn recv(&mut self) -> Result<Event, UpstreamError> {
         loop {
             while let Some(m) = self.queue.pop_front() {
                 match m {
-                    Message::Response(r) if r.id.as_u64() == Some(self.our_id) => return Ok(Event::Final(r)),
+                    Message::Response(r) if r.id.as_u64() == Some(self.our_id) => {
+                        self.recycle();
+                        return Ok(Event::Final(r));
+                    }
                     Message::Response(r) => {
                         tracing::debug!(id = %r.id, "ignoring upstream response to an unknown id");
                     }
@@ -480,27 +496,21 @@ impl HttpSource {
             match &mut self.body {
                 Body::Json(resp) => {
                     let Some(mut resp) = resp.take() else { return Err(UpstreamError::Closed) };
-                    let bytes = resp.read_to_end(MAX_MESSAGE_BYTES).await.map_err(|e| {
-                        e.unwrap_or_else(|| {
-                            UpstreamError::Protocol(format!("response larger than {MAX_MESSAGE_BYTES} bytes"))
-                        })
-                    })?;
+                    let bytes = resp.read_to_end(MAX_MESSAGE_BYTES).await?;
                     push_messages(&mut self.queue, &bytes)?;
                 }
-                Body::Sse { body, parser, ended } => {
-                    if *ended {
-                        return Err(UpstreamError::Closed);
-                    }
+                Body::Sse { body, parser } => {
+                    let Some(stream) = body else { return Err(UpstreamError::Closed) };
                     let mut events = Vec::new();
-                    match body.chunk().await {
-                        Ok(Some(chunk)) => parser.feed(chunk, &mut events)?,
-                        Err(e) => {
-                            *ended = true;
-                            return Err(e);
-                        }
-                        Ok(None) => {
-                            *ended = true;
+                    match stream.next_into(|piece| parser.feed(piece, &mut events)).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            *body = None;
                             parser.finish(&mut events);
+                        }
+                        Err(e) => {
+                            *body = None;
+                            return Err(e);
                         }
                     }
                     for ev in events {

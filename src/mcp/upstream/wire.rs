@@ -179,7 +179,7 @@ impl Target {
                     req = req.header(name, value.clone());
                 }
                 match req.body(out.body).send().await {
-                    Ok(resp) => Ok(WireResponse { reply: Reply::Tls { resp: Box::new(resp), chunk: Bytes::new() } }),
+                    Ok(resp) => Ok(WireResponse { reply: Reply::Tls { resp: Box::new(resp) } }),
                     Err(e) if e.is_connect() && e.is_timeout() => {
                         Err(UpstreamError::Timeout { phase: TimeoutPhase::Connect })
                     }
@@ -299,8 +299,6 @@ enum Reply {
     Tls {
         /// Boxed: the rare case should not make every reply larger.
         resp: Box<reqwest::Response>,
-        /// The chunk last handed out by [`WireResponse::chunk`].
-        chunk: Bytes,
     },
 }
 
@@ -320,41 +318,46 @@ impl WireResponse {
         }
     }
 
-    /// The next piece of the body; `None` at its end, when a pooled connection goes back to the
-    /// pool. A broken body is [`UpstreamError::Closed`].
-    pub async fn chunk(&mut self) -> Result<Option<&[u8]>, UpstreamError> {
+    /// Hands the next piece of the body to `sink`; `false` at the end of the body, when a pooled
+    /// connection goes back to the pool. A broken body is [`UpstreamError::Closed`]; an error of
+    /// `sink` is returned as is. (A callback rather than a returned slice: the connection must be
+    /// released after the last piece is read, which a borrow of it would forbid.)
+    pub async fn next_into(
+        &mut self,
+        mut sink: impl FnMut(&[u8]) -> Result<(), UpstreamError>,
+    ) -> Result<bool, UpstreamError> {
         match &mut self.reply {
             Reply::Pooled { session, peer, pool } => {
-                // Whether the body is done is asked first, with a borrow that ends here, so that
-                // the connection can be moved back to the pool before the body is borrowed.
-                let done = match session.as_deref_mut() {
-                    Some(s) => s.is_body_done(),
-                    None => return Ok(None),
-                };
-                if done {
-                    if let Some(mut s) = session.take() {
-                        s.respect_keepalive();
-                        if let Some(stream) = s.reuse().await {
-                            pool.release_stream(stream, peer.reuse_hash(), Some(POOL_IDLE_TIMEOUT));
+                let Some(s) = session.as_deref_mut() else { return Ok(false) };
+                if !s.is_body_done() {
+                    match s.read_body_ref().await {
+                        Ok(Some(piece)) => {
+                            sink(piece)?;
+                            return Ok(true);
+                        }
+                        // The end: a chunked body's last chunk was already buffered.
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, "upstream body broke");
+                            *session = None;
+                            return Err(UpstreamError::Closed);
                         }
                     }
-                    return Ok(None);
                 }
-                let Some(s) = session.as_deref_mut() else { return Ok(None) };
-                match s.read_body_ref().await {
-                    Ok(body) => Ok(body),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "upstream body broke");
-                        Err(UpstreamError::Closed)
+                if let Some(mut s) = session.take() {
+                    s.respect_keepalive();
+                    if let Some(stream) = s.reuse().await {
+                        pool.release_stream(stream, peer.reuse_hash(), Some(POOL_IDLE_TIMEOUT));
                     }
                 }
+                Ok(false)
             }
-            Reply::Tls { resp, chunk } => match resp.chunk().await {
-                Ok(Some(c)) => {
-                    *chunk = c;
-                    Ok(Some(&chunk[..]))
+            Reply::Tls { resp } => match resp.chunk().await {
+                Ok(Some(piece)) => {
+                    sink(&piece)?;
+                    Ok(true)
                 }
-                Ok(None) => Ok(None),
+                Ok(None) => Ok(false),
                 Err(e) => {
                     tracing::debug!(error = %describe_error(&e), "upstream body broke");
                     Err(UpstreamError::Closed)
@@ -363,29 +366,32 @@ impl WireResponse {
         }
     }
 
-    /// The whole body, failing beyond `cap` bytes with `Err(None)`.
-    pub async fn read_to_end(&mut self, cap: usize) -> Result<Vec<u8>, Option<UpstreamError>> {
+    /// The whole body; a body over `cap` bytes is a protocol error.
+    pub async fn read_to_end(&mut self, cap: usize) -> Result<Vec<u8>, UpstreamError> {
         let mut buf = Vec::new();
-        while let Some(chunk) = self.chunk().await.map_err(Some)? {
-            if buf.len() + chunk.len() > cap {
-                return Err(None);
-            }
-            buf.extend_from_slice(chunk);
-        }
+        while self
+            .next_into(|piece| {
+                if buf.len() + piece.len() > cap {
+                    return Err(UpstreamError::Protocol(format!("response larger than {cap} bytes")));
+                }
+                buf.extend_from_slice(piece);
+                Ok(())
+            })
+            .await?
+        {}
         Ok(buf)
     }
 
     /// Reads and drops the rest of a (small) body so the connection can be pooled; gives up after
-    /// a short while or a few KiB and closes the connection instead.
+    /// a short while or 64 KiB and closes the connection instead.
     pub async fn finish(mut self) {
         let drain = async {
             let mut left: usize = 64 * 1024;
-            while let Ok(Some(chunk)) = self.chunk().await {
-                left = match left.checked_sub(chunk.len()) {
-                    Some(l) => l,
-                    None => return,
-                };
-            }
+            let mut sink = |piece: &[u8]| {
+                left = left.checked_sub(piece.len()).ok_or(UpstreamError::Closed)?;
+                Ok(())
+            };
+            while let Ok(true) = self.next_into(&mut sink).await {}
         };
         let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
     }
@@ -397,10 +403,14 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// A keep-alive HTTP/1.1 server answering every request with `ok <n>`, closing each
-    /// connection after `per_connection` requests (without saying so, as an idle timeout would).
-    /// Returns its port and the number of connections accepted.
-    async fn server(per_connection: usize) -> (u16, Arc<AtomicUsize>, Arc<parking_lot::Mutex<Vec<String>>>) {
+    /// A keep-alive HTTP/1.1 server answering every request with `ok <n>` (with Content-Length,
+    /// or chunked in two chunks as an SSE server does), closing each connection after
+    /// `per_connection` requests (without saying so, as an idle timeout would). Returns its port,
+    /// the number of connections accepted and the requests seen.
+    async fn server(
+        per_connection: usize,
+        chunked: bool,
+    ) -> (u16, Arc<AtomicUsize>, Arc<parking_lot::Mutex<Vec<String>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let conns = Arc::new(AtomicUsize::new(0));
@@ -437,7 +447,11 @@ mod tests {
                         buf.drain(..end + 4 + len);
                         served += 1;
                         let body = format!("ok {served}");
-                        let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                        let resp = if chunked {
+                            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nok \r\n{:x}\r\n{}\r\n0\r\n\r\n", body.len() - 3, &body[3..])
+                        } else {
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                        };
                         sock.write_all(resp.as_bytes()).await.unwrap();
                     }
                 });
@@ -459,7 +473,7 @@ mod tests {
 
     #[tokio::test]
     async fn plain_requests_reuse_one_pooled_connection() {
-        let (port, conns, seen) = server(usize::MAX).await;
+        let (port, conns, seen) = server(usize::MAX, false).await;
         let clients = HttpClients::default();
         let target =
             Target::new(&format!("http://127.0.0.1:{port}/mcp?x=1"), Duration::from_secs(1), &clients).unwrap();
@@ -476,7 +490,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_closed_by_the_server_is_replaced() {
-        let (port, conns, seen) = server(1).await;
+        let (port, conns, seen) = server(1, false).await;
         let clients = HttpClients::default();
         let target = Target::new(&format!("http://localhost:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
         for _ in 0..3 {
@@ -484,6 +498,32 @@ mod tests {
         }
         assert_eq!(conns.load(Ordering::SeqCst), 3);
         assert_eq!(seen.lock().len(), 3, "each request reached the server exactly once");
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_read_to_its_end_releases_the_connection() {
+        let (port, conns, _) = server(usize::MAX, true).await;
+        let clients = HttpClients::default();
+        let target = Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
+        for i in 1..=3 {
+            assert_eq!(call(&target, "{}").await, format!("ok {i}"));
+        }
+        // Read piece by piece, then handed to `finish` before the end, as the SSE path does.
+        let headers = HeaderMap::new();
+        let mut resp = target.send(Method::POST, post(&headers, "{}")).await.unwrap();
+        let mut first = Vec::new();
+        let more = resp
+            .next_into(|p| {
+                first.extend_from_slice(p);
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert!(more);
+        assert_eq!(first, b"ok ");
+        resp.finish().await;
+        assert_eq!(call(&target, "{}").await, "ok 5");
+        assert_eq!(conns.load(Ordering::SeqCst), 1, "chunked answers must not cost a connection each");
     }
 
     #[tokio::test]
