@@ -183,9 +183,14 @@ impl HttpUpstream {
                     let guard =
                         CancelGuard { inner: inner.clone(), session, headers: ctx.headers.clone(), id, armed: true };
                     let source = HttpSource::from_response(resp, id, Some(guard))?;
-                    return ReplyStream::new(Source::Http(source), None, deadline, ctx.client_request_id.clone())
-                        .into_reply()
-                        .await;
+                    return ReplyStream::new(
+                        Source::Http(Box::new(source)),
+                        None,
+                        deadline,
+                        ctx.client_request_id.clone(),
+                    )
+                    .into_reply()
+                    .await;
                 }
             }
         }
@@ -303,7 +308,7 @@ impl Inner {
         };
         let session_id = resp.header(&SESSION_ID).cloned();
         let source = HttpSource::from_response(resp, id, None)?;
-        let response = ReplyStream::new(Source::Http(source), None, deadline, Value::Null)
+        let response = ReplyStream::new(Source::Http(Box::new(source)), None, deadline, Value::Null)
             .into_reply()
             .await?
             .into_response()
@@ -345,7 +350,7 @@ impl Inner {
         let first_byte = Instant::now() + self.timeouts.first_byte();
         let (limit, phase) =
             if first_byte < deadline { (first_byte, TimeoutPhase::FirstByte) } else { (deadline, TimeoutPhase::Total) };
-        let resp = match tokio::time::timeout_at(limit, self.target.send(Method::POST, out)).await {
+        let resp = match super::until(limit, self.target.send(Method::POST, out)).await {
             Err(_) => return Err(UpstreamError::Timeout { phase }),
             Ok(result) => result?,
         };

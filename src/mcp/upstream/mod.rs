@@ -283,12 +283,10 @@ pub(crate) enum Event {
     Final(Response),
 }
 
-/// Where a reply's messages come from. The HTTP variant is the larger (it holds the pooled
-/// connection's session) and is not boxed: one reply lives in the call's future, and a box
-/// would be one more allocation on every call.
-#[allow(clippy::large_enum_variant)]
+/// Where a reply's messages come from. The HTTP source (it holds the pooled connection's
+/// session) is boxed so that a [`ReplyStream`] stays small.
 pub(crate) enum Source {
-    Http(http::HttpSource),
+    Http(Box<http::HttpSource>),
     Stdio(stdio::StdioSource),
 }
 
@@ -313,7 +311,7 @@ impl Source {
 pub struct ReplyStream {
     /// Boxed: a transport's reading state is a few hundred bytes, and `UpstreamReply` is
     /// mostly the small `Response` variant.
-    source: Box<Source>,
+    source: Source,
     peeked: Option<Event>,
     deadline: Instant,
     client_id: Value,
@@ -328,7 +326,7 @@ impl fmt::Debug for ReplyStream {
 
 impl ReplyStream {
     pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Value) -> Self {
-        Self { source: Box::new(source), peeked: first, deadline, client_id, done: false }
+        Self { source, peeked: first, deadline, client_id, done: false }
     }
 
     /// The next message: notifications (`notifications/progress`, `notifications/message`, ...)
@@ -341,7 +339,7 @@ impl ReplyStream {
         }
         let event = match self.peeked.take() {
             Some(ev) => Ok(ev),
-            None => match tokio::time::timeout_at(self.deadline, self.source.recv()).await {
+            None => match until(self.deadline, self.source.recv()).await {
                 Ok(r) => r,
                 Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
             },
@@ -373,7 +371,7 @@ impl ReplyStream {
     /// so the common case costs the gateway no streaming.
     pub(crate) async fn into_reply(mut self) -> Result<UpstreamReply, UpstreamError> {
         if self.peeked.is_none() {
-            let ev = match tokio::time::timeout_at(self.deadline, self.source.recv()).await {
+            let ev = match until(self.deadline, self.source.recv()).await {
                 Ok(r) => r,
                 Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
             };
@@ -619,6 +617,18 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<Valu
         other => Response::error(id, ErrorObject::method_not_found(other)),
     }
 }
+
+/// `tokio::time::timeout_at` on Pingora's timer, for the per-call deadlines: its timer is only
+/// created when the future is not ready at once, and creating and cancelling one takes no global
+/// lock. tokio's timer wheel is behind one mutex, and the two worker threads contended for it
+/// on every call (seen as `sched_yield` in `parking_lot`). Resolution is Pingora's 10 ms tick.
+pub(crate) async fn until<F: std::future::Future>(deadline: Instant, fut: F) -> Result<F::Output, Elapsed> {
+    pingora::time::timeout(deadline.saturating_duration_since(Instant::now()), fut).await.map_err(|_| Elapsed)
+}
+
+/// A deadline passed ([`until`]).
+#[derive(Debug)]
+pub(crate) struct Elapsed;
 
 /// An error with its whole `source()` chain: reqwest's own message ("error sending request")
 /// hides the useful part ("connection refused").

@@ -393,7 +393,7 @@ impl WireResponse {
             };
             while let Ok(true) = self.next_into(&mut sink).await {}
         };
-        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+        let _ = pingora::time::timeout(Duration::from_secs(2), drain).await;
     }
 }
 
