@@ -21,12 +21,18 @@
 # /proc/PID/stat divided by the requests of the run).
 #
 # Knobs (environment): DURATION (s, 10), ROUNDS (3), CONNS (wrk connections, 2), WRK_THREADS (1),
-# WARMUP (s, 2), EV_PROTOCOL (protocol_version offered to server-everything; default the newest), SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another
-# build of toolgate, e.g. a candidate fix built in another tree), PERF=FILE (records a `perf`
-# profile of toolgate, with call graphs, during its first fast-upstream round into FILE; the
-# profiled round is reported but perturbed by perf itself), STRACE=PREFIX (counts the system calls
-# of plain and toolgate during their first fast-upstream round into PREFIX.plain and
-# PREFIX.toolgate; divide by the round's requests for calls per request).
+# WARMUP (s, 2), EV_PROTOCOL (protocol_version offered to server-everything; default the newest),
+# SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another build of
+# toolgate, e.g. a candidate fix built in another tree).
+# Profiling (each perturbs the round it watches, which is still reported):
+#   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
+#                    PERF_PHASE (fast | everything; default fast) and PERF_TARGET (toolgate |
+#                    plain | direct; default toolgate).
+#   STRACE=PREFIX    `strace -f` of the proxies (plain and toolgate) during the first round of
+#                    STRACE_PHASE (fast | everything; default fast) into PREFIX.plain and
+#                    PREFIX.toolgate; STRACE_ARGS (default `-c`, counts: divide by the round's
+#                    requests for calls per request; e.g. "-s 80 -tt" for a full trace, or
+#                    "-e trace=sched_yield -k" for stacks).
 # Needs: cargo, wrk, ss (iproute2), curl, python3 (summary), tests/node (npm ci there) for
 # server-everything.
 set -euo pipefail
@@ -118,7 +124,7 @@ run() {
   local version="${10:-2025-06-18}"
   local p0 u0 p1 u1 line
   local perf_pid=""
-  if [[ -n "${PERF:-}" && "$phase/$target/$round" == "fast/${PERF_TARGET:-toolgate}/1" ]]; then
+  if [[ -n "${PERF:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
     perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
     perf_pid=$!
   fi
