@@ -22,8 +22,11 @@ impl RequestLog {
     pub fn record(&self, entry: LogRecord) {
         let mut p = self.pending.lock();
         if p.len() >= MAX_PENDING {
-            p.remove(0);
-            tracing::warn!("request log buffer full; dropping the oldest entry");
+            // A tenth at a time, so that a full buffer costs one shift per 10,000 calls.
+            let dropped = MAX_PENDING / 10;
+            p.drain(..dropped);
+            crate::metrics::request_log_dropped(dropped);
+            tracing::warn!(dropped, "request log buffer full; dropping the oldest entries");
         }
         p.push(entry);
     }
@@ -31,6 +34,7 @@ impl RequestLog {
     /// Writes what is pending; on failure the entries stay for the next try.
     pub async fn flush(&self) {
         let batch = std::mem::take(&mut *self.pending.lock());
+        crate::metrics::request_log_pending(batch.len());
         if batch.is_empty() {
             return;
         }

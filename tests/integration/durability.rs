@@ -224,3 +224,15 @@ fn first_start_without_admin_key_prints_one_once() {
     let with = TestServer::start("");
     assert!(printed_key(&with.stderr()).is_none(), "{}", with.stderr());
 }
+
+/// The request log's backlog and drops are exported, so that a store that falls behind shows.
+#[test]
+fn request_log_backlog_metrics_are_exported() {
+    let srv = TestServer::start("");
+    let metrics = srv.metrics();
+    for name in ["toolgate_request_log_pending", "toolgate_request_log_dropped_total"] {
+        let line =
+            metrics.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} missing:\n{metrics}"));
+        assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+    }
+}
