@@ -41,24 +41,28 @@ impl RequestLog {
     /// Writes what is pending, [`FLUSH_SLICE`] entries per transaction; on failure the entries not
     /// yet written stay, in order, for the next try.
     pub async fn flush(&self) {
-        let mut batch = std::mem::take(&mut *self.pending.lock());
+        let batch = std::mem::take(&mut *self.pending.lock());
         crate::metrics::request_log_pending(batch.len());
-        while !batch.is_empty() {
-            let rest = batch.split_off(FLUSH_SLICE.min(batch.len()));
+        let mut entries = batch.into_iter();
+        loop {
+            // Each entry is moved once, into its slice.
+            let part: Vec<LogRecord> = entries.by_ref().take(FLUSH_SLICE).collect();
+            if part.is_empty() {
+                return;
+            }
             // Shared with the store's writer, not copied.
-            let part = Arc::new(std::mem::replace(&mut batch, rest));
+            let part = Arc::new(part);
             if let Err(e) = self.store.append_logs(part.clone()).await {
                 tracing::warn!(error = %e, "cannot write the request log; will retry");
-                let mut part = Arc::try_unwrap(part).unwrap_or_else(|shared| (*shared).clone());
-                part.append(&mut batch);
+                let mut unwritten = Arc::try_unwrap(part).unwrap_or_else(|shared| (*shared).clone());
+                unwritten.extend(entries);
                 let mut p = self.pending.lock();
                 let newer = std::mem::take(&mut *p);
-                *p = part;
+                *p = unwritten;
                 p.extend(newer);
                 return;
             }
-            drop(part);
-            if !batch.is_empty() {
+            if entries.len() > 0 {
                 tokio::time::sleep(FLUSH_PAUSE).await;
             }
         }
@@ -105,5 +109,76 @@ mod tests {
         log.flush().await;
         let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
         assert_eq!(store.log_summary(q).await.unwrap().requests, n as u64);
+    }
+
+    /// Fails the `fail_at`-th `append_logs` call (counting from 0); everything else goes to a real
+    /// embedded store.
+    struct FlakyStore {
+        inner: EmbeddedStore,
+        calls: std::sync::atomic::AtomicUsize,
+        fail_at: usize,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for FlakyStore {
+        async fn put(&self, kind: crate::store::Kind, id: &str, json: String) -> Result<(), crate::store::StoreError> {
+            self.inner.put(kind, id, json).await
+        }
+        async fn put_many(
+            &self,
+            kind: crate::store::Kind,
+            items: Vec<(String, String)>,
+        ) -> Result<(), crate::store::StoreError> {
+            self.inner.put_many(kind, items).await
+        }
+        async fn delete(&self, kind: crate::store::Kind, id: &str) -> Result<bool, crate::store::StoreError> {
+            self.inner.delete(kind, id).await
+        }
+        async fn load_all(&self, kind: crate::store::Kind) -> Result<Vec<(String, String)>, crate::store::StoreError> {
+            self.inner.load_all(kind).await
+        }
+        async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), crate::store::StoreError> {
+            if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == self.fail_at {
+                return Err(crate::store::StoreError::Backend("disk full".into()));
+            }
+            self.inner.append_logs(entries).await
+        }
+        async fn log_summary(&self, q: LogQuery) -> Result<crate::store::LogSummary, crate::store::StoreError> {
+            self.inner.log_summary(q).await
+        }
+        async fn ping(&self) -> Result<(), crate::store::StoreError> {
+            self.inner.ping().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_slice_keeps_the_unwritten_entries_in_order_for_the_next_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FlakyStore {
+            inner: EmbeddedStore::open(dir.path()).unwrap(),
+            calls: Default::default(),
+            fail_at: 1,
+        });
+        let log = RequestLog::new(store.clone());
+        let n = FLUSH_SLICE * 2 + 88;
+        for i in 0..n {
+            log.record(entry(i));
+        }
+        log.flush().await; // the first slice is written, the second fails
+        let count = || async {
+            let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
+            store.log_summary(q).await.unwrap().requests
+        };
+        assert_eq!(count().await, FLUSH_SLICE as u64);
+        {
+            let pending = log.pending.lock();
+            assert_eq!(pending.len(), n - FLUSH_SLICE);
+            assert_eq!(pending[0].id, entry(FLUSH_SLICE).id, "unwritten entries keep their order");
+            assert_eq!(pending[pending.len() - 1].id, entry(n - 1).id);
+        }
+        log.record(entry(n)); // recorded while the store was failing: kept after the older ones
+        log.flush().await;
+        assert_eq!(count().await, n as u64 + 1);
+        assert!(log.pending.lock().is_empty());
     }
 }

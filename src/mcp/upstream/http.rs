@@ -762,38 +762,15 @@ mod tests {
     /// A minimal raw-TCP HTTP server that answers each request with the next canned response and
     /// records the requests, so that session handling is tested without an MCP SDK in the loop.
     async fn canned_server(responses: Vec<String>) -> (String, tokio::task::JoinHandle<Vec<String>>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         let handle = tokio::spawn(async move {
             let mut seen = Vec::new();
             for resp in responses {
                 let (mut sock, _) = listener.accept().await.unwrap();
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 4096];
-                // Read headers + body (Content-Length).
-                loop {
-                    let n = sock.read(&mut tmp).await.unwrap();
-                    if n == 0 {
-                        break;
-                    }
-                    buf.extend_from_slice(&tmp[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some(hdr_end) = text.find("\r\n\r\n") {
-                        let len = text
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap())
-                            })
-                            .unwrap_or(0);
-                        if buf.len() >= hdr_end + 4 + len {
-                            break;
-                        }
-                    }
-                }
-                seen.push(String::from_utf8_lossy(&buf).to_string());
+                let request = super::super::test_http::read_request(&mut sock, &mut Vec::new()).await;
+                seen.push(request.unwrap_or_default());
                 sock.write_all(resp.as_bytes()).await.unwrap();
                 sock.shutdown().await.ok();
             }

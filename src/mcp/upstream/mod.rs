@@ -622,13 +622,12 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<Valu
 /// created when the future is not ready at once, and creating and cancelling one takes no global
 /// lock. tokio's timer wheel is behind one mutex, and the two worker threads contended for it
 /// on every call (seen as `sched_yield` in `parking_lot`). Resolution is Pingora's 10 ms tick.
-pub(crate) async fn until<F: std::future::Future>(deadline: Instant, fut: F) -> Result<F::Output, Elapsed> {
-    pingora::time::timeout(deadline.saturating_duration_since(Instant::now()), fut).await.map_err(|_| Elapsed)
+pub(crate) async fn until<F: std::future::Future>(
+    deadline: Instant,
+    fut: F,
+) -> Result<F::Output, pingora::time::Elapsed> {
+    pingora::time::timeout(deadline.saturating_duration_since(Instant::now()), fut).await
 }
-
-/// A deadline passed ([`until`]).
-#[derive(Debug)]
-pub(crate) struct Elapsed;
 
 /// An error with its whole `source()` chain: reqwest's own message ("error sending request")
 /// hides the useful part ("connection refused").
@@ -644,6 +643,36 @@ pub(crate) fn describe_error(e: &(dyn std::error::Error + 'static)) -> String {
         src = s.source();
     }
     msg
+}
+
+/// Test helper shared by the HTTP transport's tests: a raw-socket reader of HTTP/1.1 requests, so
+/// that canned upstream servers need no HTTP library.
+#[cfg(test)]
+pub(crate) mod test_http {
+    use tokio::io::AsyncReadExt;
+
+    /// Reads one request (head and `Content-Length` body) from `sock`; bytes after it stay in
+    /// `buf` for the next call. `None` when the peer closes first.
+    pub async fn read_request(sock: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + len {
+                    let request: Vec<u8> = buf.drain(..end + 4 + len).collect();
+                    return Some(String::from_utf8_lossy(&request).into_owned());
+                }
+            }
+            let mut tmp = [0u8; 4096];
+            match sock.read(&mut tmp).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

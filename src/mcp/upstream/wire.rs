@@ -179,7 +179,7 @@ impl Target {
                     req = req.header(name, value.clone());
                 }
                 match req.body(out.body).send().await {
-                    Ok(resp) => Ok(WireResponse { reply: Reply::Tls { resp: Box::new(resp) } }),
+                    Ok(resp) => Ok(WireResponse { status: resp.status(), reply: Reply::Tls { resp: Box::new(resp) } }),
                     Err(e) if e.is_connect() && e.is_timeout() => {
                         Err(UpstreamError::Timeout { phase: TimeoutPhase::Connect })
                     }
@@ -226,8 +226,9 @@ impl PlainTarget {
                 }
             };
             match exchange(stream, &peer, &request).await {
-                Ok(session) => {
+                Ok((status, session)) => {
                     return Ok(WireResponse {
+                        status,
                         reply: Reply::Pooled { session: Some(Box::new(session)), peer, pool: self.pool.clone() },
                     })
                 }
@@ -265,14 +266,16 @@ impl PlainTarget {
 }
 
 /// Writes the request in one go and reads the answer's head (skipping 1xx).
-async fn exchange(mut stream: Stream, peer: &HttpPeer, request: &[u8]) -> pingora::Result<HttpSession> {
+async fn exchange(mut stream: Stream, peer: &HttpPeer, request: &[u8]) -> pingora::Result<(StatusCode, HttpSession)> {
     stream.write_all(request).await.or_err(ErrorType::WriteError, "while writing the request")?;
     stream.flush().await.or_err(ErrorType::WriteError, "while flushing the request")?;
     let mut session = HttpSession::new_with_options(stream, peer);
     loop {
         session.read_response().await?;
-        if !session.get_status().is_some_and(|s| s.is_informational()) {
-            return Ok(session);
+        match session.get_status() {
+            Some(s) if s.is_informational() => continue,
+            Some(s) => return Ok((s, session)),
+            None => return Err(PingoraError::explain(ErrorType::InvalidHTTPHeader, "response without a status")),
         }
     }
 }
@@ -286,6 +289,7 @@ fn connect_error(e: &PingoraError) -> UpstreamError {
 
 /// The answer to one request: status and headers are read, the body is read on demand.
 pub(crate) struct WireResponse {
+    status: StatusCode,
     reply: Reply,
 }
 
@@ -304,11 +308,7 @@ enum Reply {
 
 impl WireResponse {
     pub fn status(&self) -> StatusCode {
-        match &self.reply {
-            Reply::Pooled { session: Some(s), .. } => s.get_status().unwrap_or(StatusCode::BAD_GATEWAY),
-            Reply::Pooled { session: None, .. } => StatusCode::OK,
-            Reply::Tls { resp, .. } => resp.status(),
-        }
+        self.status
     }
 
     pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
@@ -400,8 +400,9 @@ impl WireResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::upstream::test_http::read_request;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
 
     /// A keep-alive HTTP/1.1 server answering every request with `ok <n>` (with Content-Length,
     /// or chunked in two chunks as an SSE server does), closing each connection after
@@ -424,27 +425,8 @@ mod tests {
                     let mut buf = Vec::new();
                     let mut served = 0;
                     while served < per_connection {
-                        let mut tmp = [0u8; 4096];
-                        let n = sock.read(&mut tmp).await.unwrap_or(0);
-                        if n == 0 {
-                            return;
-                        }
-                        buf.extend_from_slice(&tmp[..n]);
-                        let text = String::from_utf8_lossy(&buf).to_string();
-                        let Some(end) = text.find("\r\n\r\n") else { continue };
-                        let len = text[..end]
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap())
-                            })
-                            .unwrap_or(0);
-                        if buf.len() < end + 4 + len {
-                            continue;
-                        }
-                        seen.lock().push(String::from_utf8_lossy(&buf[..end + 4 + len]).to_string());
-                        buf.drain(..end + 4 + len);
+                        let Some(request) = read_request(&mut sock, &mut buf).await else { return };
+                        seen.lock().push(request);
                         served += 1;
                         let body = format!("ok {served}");
                         let resp = if chunked {
