@@ -350,20 +350,10 @@ impl State {
 
     /// Writes usage counters changed since the last flush, in one transaction.
     pub async fn flush_usage(&self) {
-        let ids: Vec<String> = self.usage_dirty.iter().map(|k| k.clone()).collect();
-        let mut batch = Vec::with_capacity(ids.len());
-        for id in &ids {
-            self.usage_dirty.remove(id);
-            if let Some(json) = self.usage.get(id).and_then(|u| serde_json::to_string(u.value()).ok()) {
-                batch.push((id.clone(), json));
-            }
-        }
-        if let Err(e) = self.store.put_many(Kind::KeyUsage, batch).await {
-            tracing::warn!(error = %e, "cannot persist key usage; will retry");
-            for id in ids {
-                self.usage_dirty.insert(id);
-            }
-        }
+        crate::store::write_dirty(&*self.store, Kind::KeyUsage, &self.usage_dirty, |id| {
+            self.usage.get(id).and_then(|u| serde_json::to_string(u.value()).ok())
+        })
+        .await;
     }
 
     fn index_key(&self, key: &Arc<ApiKey>) {

@@ -117,19 +117,9 @@ impl Sessions {
 
     /// Writes the activity of sessions used since the last flush, in one transaction.
     pub async fn flush(&self) {
-        let ids: Vec<String> = self.dirty.iter().map(|k| k.clone()).collect();
-        let mut batch = Vec::with_capacity(ids.len());
-        for id in &ids {
-            self.dirty.remove(id);
-            if let Some(json) = self.get(id).and_then(|s| serde_json::to_string(&s).ok()) {
-                batch.push((id.clone(), json));
-            }
-        }
-        if let Err(e) = self.store.put_many(Kind::Session, batch).await {
-            tracing::warn!(error = %e, "cannot persist session activity; will retry");
-            for id in ids {
-                self.dirty.insert(id);
-            }
-        }
+        crate::store::write_dirty(&*self.store, Kind::Session, &self.dirty, |id| {
+            self.get(id).and_then(|s| serde_json::to_string(&s).ok())
+        })
+        .await;
     }
 }

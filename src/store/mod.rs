@@ -106,3 +106,29 @@ pub trait Store: Send + Sync {
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }
+
+/// Writes the records named in `dirty` (ids marked by the request path since the last flush) in
+/// one transaction, each as `json_of(id)` (`None`: the record is gone, skip it). On failure the
+/// ids are marked again for the next flush. The background flushes of session activity and key
+/// usage both work this way.
+pub async fn write_dirty(
+    store: &dyn Store,
+    kind: Kind,
+    dirty: &dashmap::DashSet<String>,
+    json_of: impl Fn(&str) -> Option<String>,
+) {
+    let ids: Vec<String> = dirty.iter().map(|k| k.clone()).collect();
+    let mut batch = Vec::with_capacity(ids.len());
+    for id in &ids {
+        dirty.remove(id);
+        if let Some(json) = json_of(id) {
+            batch.push((id.clone(), json));
+        }
+    }
+    if let Err(e) = store.put_many(kind, batch).await {
+        tracing::warn!(error = %e, ?kind, "cannot persist buffered activity; will retry");
+        for id in ids {
+            dirty.insert(id);
+        }
+    }
+}
