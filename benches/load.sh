@@ -23,7 +23,10 @@
 # Knobs (environment): DURATION (s, 10), ROUNDS (3), CONNS (wrk connections, 2), WRK_THREADS (1),
 # WARMUP (s, 2), EV_PROTOCOL (protocol_version offered to server-everything; default the newest),
 # SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another build of
-# toolgate, e.g. a candidate fix built in another tree).
+# toolgate, e.g. a candidate fix built in another tree), TOOLGATE_BIN_B=PATH (A/B in one run: a
+# second toolgate, the candidate, started beside the first and driven in the same alternating
+# rounds against the fast upstream, reported as `toolgate-b`; the machine's drift between runs is
+# larger than most changes, so compare builds this way).
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
 #                    PERF_PHASE (fast | everything; default fast) and PERF_TARGET (toolgate |
@@ -43,6 +46,8 @@ ROUNDS="${ROUNDS:-3}"
 CONNS="${CONNS:-2}"
 WRK_THREADS="${WRK_THREADS:-1}"
 WARMUP="${WARMUP:-2}"
+# Pingora's runtime flavour, the same for the plain hop and toolgate (server.work_stealing).
+WORK_STEALING="${WORK_STEALING:-true}"
 LUA="$ROOT/benches/tools_call.lua"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 BIN="$TARGET_DIR/release"
@@ -88,6 +93,10 @@ port_of() {
 # utime+stime of process $1 (all threads), in clock ticks.
 cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
 
+# Context switches (voluntary + involuntary) of every thread of process $1 so far. Each is a
+# sleep or a preemption; on this VM a wake-up costs more than most of a call's user-space work.
+ctx_switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'; }
+
 # mcp_init URL [API_KEY [VERSION]]: initialize + notifications/initialized; prints the session id.
 mcp_init() {
   local url="$1" key="${2:-}" version="${3:-2025-06-18}" hdrs="$WORK/init.headers" sid
@@ -122,7 +131,7 @@ RESULTS="$WORK/results.tsv"
 run() {
   local phase="$1" target="$2" round="$3" url="$4" sid="$5" key="$6" ppid="$7" upid="$8" secs="$9"
   local version="${10:-2025-06-18}"
-  local p0 u0 p1 u1 line
+  local p0 u0 p1 u1 c0 c1 line
   local perf_pid=""
   if [[ -n "${PERF:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
     perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
@@ -132,14 +141,14 @@ run() {
     timeout -s INT "$secs" strace ${STRACE_ARGS:--c} -f -p "$ppid" -o "$STRACE.$target" 2>/dev/null &
     perf_pid=$!
   fi
-  p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"
+  p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"; c0="$(ctx_switches "$ppid")"
   line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
     -s "$LUA" "$url" | grep '^RESULT')"
-  p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"
+  p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"; c1="$(ctx_switches "$ppid")"
   [[ -n "$perf_pid" ]] && { wait "$perf_pid" || true; }
   [[ "$round" == warmup ]] && return 0
-  printf '%s\t%s\t%s\t%s\tproxy_ticks=%s\tup_ticks=%s\n' "$phase" "$target" "$round" "$line" \
-    "$((p1 - p0))" "$((u1 - u0))" >>"$RESULTS"
+  printf '%s\t%s\t%s\t%s\tproxy_ticks=%s\tup_ticks=%s\tproxy_cs=%s\n' "$phase" "$target" "$round" "$line" \
+    "$((p1 - p0))" "$((u1 - u0))" "$((c1 - c0))" >>"$RESULTS"
   echo "   $phase $target round $round: $line" >&2
 }
 
@@ -155,6 +164,7 @@ fi
 # target/release/toolgate with the dev-dependencies' features while we run.
 mkdir -p "$WORK/bin"
 cp "${TOOLGATE_BIN:-$BIN/toolgate}" "$WORK/bin/toolgate"
+[[ -n "${TOOLGATE_BIN_B:-}" ]] && cp "$TOOLGATE_BIN_B" "$WORK/bin/toolgate-b"
 cp "$BIN/examples/fast_upstream" "$BIN/examples/plain_proxy" "$WORK/bin/"
 if grep -q CookieService "$WORK/bin/toolgate"; then
   echo "load.sh: WARNING: the toolgate binary was built with dev-dependency features (reqwest cookies);" \
@@ -170,6 +180,7 @@ UP_PORT="$(head -1 "$WORK/fast.port")"
 
 log "starting plain_proxy -> 127.0.0.1:$UP_PORT"
 (exec "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$UP_PORT" --threads 2 \
+  --work-stealing "$WORK_STEALING" \
   >"$WORK/plain.log" 2>&1) &
 PLAIN_PID=$!; PIDS+=("$PLAIN_PID")
 PLAIN_PORT="$(port_of "$PLAIN_PID")"
@@ -203,6 +214,7 @@ server:
   metrics_listen: 127.0.0.2:0
   public_url: http://127.0.0.1:8080
   threads: 2
+  work_stealing: $WORK_STEALING
 storage:
   backend: embedded
   path: $WORK/data
@@ -220,15 +232,23 @@ apps:
 $EV_APP
 EOF
 
+# start_toolgate NAME: starts $WORK/bin/NAME with its own data directory; prints "PID PORT".
+start_toolgate() {
+  local name="$1" pid port
+  sed "s|path: $WORK/data|path: $WORK/data-$name|" "$WORK/toolgate.yaml" >"$WORK/$name.run.yaml"
+  (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec "$WORK/bin/$name" --config "$WORK/$name.run.yaml" >"$WORK/$name.log" 2>&1) &
+  pid=$!; PIDS+=("$pid")
+  port="$(port_of "$pid" 127.0.0.1)"
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+  echo "$pid $port"
+}
 log "starting toolgate"
-(TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec "$WORK/bin/toolgate" --config "$WORK/toolgate.yaml" >"$WORK/toolgate.log" 2>&1) &
-TG_PID=$!; PIDS+=("$TG_PID")
-TG_PORT="$(port_of "$TG_PID" 127.0.0.1)"
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$TG_PORT/healthz" >/dev/null && break; sleep 0.1; done
+start_toolgate toolgate >"$WORK/tg.started"
+read -r TG_PID TG_PORT <"$WORK/tg.started"
 
-# create_gateway APP: prints "ID KEY".
+# create_gateway APP [PORT]: prints "ID KEY".
 create_gateway() {
-  curl -sS -X POST "http://127.0.0.1:$TG_PORT/v1/gateways" -H "Authorization: Bearer $ADMIN_KEY" \
+  curl -sS -X POST "http://127.0.0.1:${2:-$TG_PORT}/v1/gateways" -H "Authorization: Bearer $ADMIN_KEY" \
     -H 'Content-Type: application/json' \
     -d "{\"name\":\"load-$1\",\"servers\":[\"$1\"],\"configuration\":{\"rate_limit\":1000000000}}" |
     python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(d["id"], d["api_key"])'
@@ -247,22 +267,34 @@ SID_TG="$(mcp_init "$TG_URL" "$GW_KEY")"
 check_call "$DIRECT_URL" "$SID_DIRECT"
 check_call "$PLAIN_URL" "$SID_PLAIN"
 check_call "$TG_URL" "$SID_TG" "$GW_KEY"
+TARGETS="direct plain toolgate"
+if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
+  log "starting toolgate-b ($TOOLGATE_BIN_B)"
+  start_toolgate toolgate-b >"$WORK/tgb.started"
+  read -r TGB_PID TGB_PORT <"$WORK/tgb.started"
+  read -r GWB_ID GWB_KEY < <(create_gateway fast "$TGB_PORT")
+  TGB_URL="http://127.0.0.1:$TGB_PORT/gateway/$GWB_ID/mcp"
+  SID_TGB="$(mcp_init "$TGB_URL" "$GWB_KEY")"
+  check_call "$TGB_URL" "$SID_TGB" "$GWB_KEY"
+  TARGETS="$TARGETS toolgate-b"
+fi
 
 note_load() { echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2; }
 
 log "fast upstream: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds (warm-up ${WARMUP}s each)"
 note_load
-for t in direct plain toolgate; do
-  case $t in
-    direct) run fast direct warmup "$DIRECT_URL" "$SID_DIRECT" "" "$UP_PID" "$UP_PID" "$WARMUP" ;;
-    plain) run fast plain warmup "$PLAIN_URL" "$SID_PLAIN" "" "$PLAIN_PID" "$UP_PID" "$WARMUP" ;;
-    toolgate) run fast toolgate warmup "$TG_URL" "$SID_TG" "$GW_KEY" "$TG_PID" "$UP_PID" "$WARMUP" ;;
+# run_fast TARGET ROUND SECONDS
+run_fast() {
+  case $1 in
+    direct) run fast direct "$2" "$DIRECT_URL" "$SID_DIRECT" "" "$UP_PID" "$UP_PID" "$3" ;;
+    plain) run fast plain "$2" "$PLAIN_URL" "$SID_PLAIN" "" "$PLAIN_PID" "$UP_PID" "$3" ;;
+    toolgate) run fast toolgate "$2" "$TG_URL" "$SID_TG" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
+    toolgate-b) run fast toolgate-b "$2" "$TGB_URL" "$SID_TGB" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
   esac
-done
+}
+for t in $TARGETS; do run_fast "$t" warmup "$WARMUP"; done
 for r in $(seq "$ROUNDS"); do
-  run fast direct "$r" "$DIRECT_URL" "$SID_DIRECT" "" "$UP_PID" "$UP_PID" "$DURATION"
-  run fast plain "$r" "$PLAIN_URL" "$SID_PLAIN" "" "$PLAIN_PID" "$UP_PID" "$DURATION"
-  run fast toolgate "$r" "$TG_URL" "$SID_TG" "$GW_KEY" "$TG_PID" "$UP_PID" "$DURATION"
+  for t in $TARGETS; do run_fast "$t" "$r" "$DURATION"; done
 done
 note_load
 check_call "$TG_URL" "$SID_TG" "$GW_KEY"
@@ -306,9 +338,9 @@ from collections import defaultdict
 tck = int(os.environ["CLK_TCK"])
 runs = defaultdict(list)
 for line in open(sys.argv[1]):
-    phase, target, rnd, result, proxy, up = line.rstrip("\n").split("\t")
+    phase, target, rnd, result, proxy, up, cs = line.rstrip("\n").split("\t")
     kv = dict(p.split("=") for p in result.split()[1:])
-    kv.update(dict([proxy.split("="), up.split("=")]))
+    kv.update(dict([proxy.split("="), up.split("="), cs.split("=")]))
     runs[(phase, target)].append({k: float(v) for k, v in kv.items()})
 
 def med(rs, k):
@@ -321,28 +353,35 @@ def cpu_us(rs, k):
     return ticks * 1e6 / tck / reqs if reqs else float("nan")
 
 print()
-print("| phase | target | req/s (median) | x direct | p50 ms | p99 ms | p50 added over direct ms | CPU us/call (proxy) | CPU us/call (upstream) | non-2xx / socket errors |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| phase | target | req/s (median) | x direct | p50 ms | p99 ms | p50 added over direct ms | CPU us/call (proxy) | CPU us/call (upstream) | context switches/call (proxy) | non-2xx / socket errors |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for phase in ("fast", "everything"):
     direct = runs.get((phase, "direct"))
     if not direct:
         continue
     d_rps, d_p50 = med(direct, "rps"), med(direct, "p50_us")
-    for target in ("direct", "direct-0618", "plain", "toolgate"):
+    for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-b"):
         rs = runs.get((phase, target))
         if not rs:
             continue
         rps, p50, p99 = med(rs, "rps"), med(rs, "p50_us"), med(rs, "p99_us")
         proxy = "-" if target.startswith("direct") else f"{cpu_us(rs, 'proxy_ticks'):.1f}"
         errs = f"{int(sum(r['non2xx'] for r in rs))} / {int(sum(r['socket_errors'] for r in rs))}"
+        cs = "-" if target.startswith("direct") else f"{sum(r['proxy_cs'] for r in rs) / sum(r['requests'] for r in rs):.2f}"
         print(f"| {phase} | {target} | {rps:,.0f} | {rps / d_rps:.3f} | {p50 / 1000:.3f} | {p99 / 1000:.3f} | "
-              f"{(p50 - d_p50) / 1000:+.3f} | {proxy} | {cpu_us(rs, 'up_ticks'):.1f} | {errs} |")
+              f"{(p50 - d_p50) / 1000:+.3f} | {proxy} | {cpu_us(rs, 'up_ticks'):.1f} | {cs} | {errs} |")
 plain, tg = runs.get(("fast", "plain")), runs.get(("fast", "toolgate"))
 if plain and tg:
     print()
     print(f"toolgate / plain hop throughput: {med(tg, 'rps') / med(plain, 'rps'):.3f}")
     print(f"p50 added by toolgate over the plain hop: {(med(tg, 'p50_us') - med(plain, 'p50_us')) / 1000:+.3f} ms")
     print(f"p99 added by toolgate over the plain hop: {(med(tg, 'p99_us') - med(plain, 'p99_us')) / 1000:+.3f} ms")
+tgb = runs.get(("fast", "toolgate-b"))
+if tg and tgb:
+    print(f"A/B: toolgate-b / toolgate throughput: {med(tgb, 'rps') / med(tg, 'rps'):.3f}, "
+          f"CPU per call {cpu_us(tgb, 'proxy_ticks'):.1f} / {cpu_us(tg, 'proxy_ticks'):.1f} us")
+    if plain:
+        print(f"toolgate-b / plain hop throughput: {med(tgb, 'rps') / med(plain, 'rps'):.3f}")
 ev_d, ev_t = runs.get(("everything", "direct")), runs.get(("everything", "toolgate"))
 if ev_d and ev_t:
     print(f"server-everything: toolgate / direct (both 2025-11-25 upstream) throughput: {med(ev_t, 'rps') / med(ev_d, 'rps'):.3f}")

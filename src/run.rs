@@ -78,6 +78,7 @@ pub fn run(config_path: &Path) -> ExitCode {
 
     let conf = ServerConf {
         threads: config.server.threads,
+        work_stealing: config.server.work_stealing,
         grace_period_seconds: Some(config.server.grace_period.as_secs()),
         graceful_shutdown_timeout_seconds: Some(5),
         ..ServerConf::default()

@@ -34,6 +34,7 @@ fn main() {
     let mut listen = "127.0.0.1:0".to_string();
     let mut upstream = None;
     let mut threads = 2;
+    let mut work_stealing = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
@@ -41,12 +42,15 @@ fn main() {
             "--listen" => listen = value(),
             "--upstream" => upstream = Some(value()),
             "--threads" => threads = value().parse().expect("--threads N"),
-            other => panic!("usage: plain_proxy --listen ADDR --upstream HOST:PORT [--threads N], got `{other}`"),
+            "--work-stealing" => work_stealing = value().parse().expect("--work-stealing true|false"),
+            other => panic!(
+                "usage: plain_proxy --listen ADDR --upstream HOST:PORT [--threads N] [--work-stealing BOOL], got `{other}`"
+            ),
         }
     }
     let upstream = upstream.expect("--upstream HOST:PORT is required");
 
-    let conf = ServerConf { threads, ..ServerConf::default() };
+    let conf = ServerConf { threads, work_stealing, ..ServerConf::default() };
     let mut server = pingora::server::Server::new_with_opt_and_conf(Opt::default(), conf);
     server.bootstrap();
     let mut service = pingora::proxy::http_proxy_service(&server.configuration, PlainProxy { upstream });

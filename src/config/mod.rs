@@ -87,6 +87,10 @@ pub struct ServerConfig {
     pub public_url: String,
     pub trusted_proxies: Vec<IpNet>,
     pub threads: usize,
+    /// Pingora's runtime flavour: one work-stealing runtime for all worker threads (Pingora's
+    /// default), or, when false, one single-threaded runtime per thread with each connection
+    /// staying on the thread that accepted it (no cross-thread wake-ups).
+    pub work_stealing: bool,
     /// Largest request body accepted, in bytes (default 4 MiB).
     pub max_body_bytes: usize,
     /// How long in-flight requests get to finish after SIGTERM.

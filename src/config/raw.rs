@@ -59,6 +59,7 @@ struct RawServer {
     #[serde(default)]
     trusted_proxies: Vec<String>,
     threads: Option<usize>,
+    work_stealing: Option<bool>,
     max_body_bytes: Option<usize>,
     grace_period_secs: Option<u64>,
 }
@@ -224,6 +225,7 @@ impl RawConfig {
             public_url: public_url.trim_end_matches('/').to_string(),
             trusted_proxies,
             threads,
+            work_stealing: s.work_stealing.unwrap_or(true),
             max_body_bytes,
             grace_period: Duration::from_secs(s.grace_period_secs.unwrap_or(5)),
         };

@@ -10,6 +10,7 @@ use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, Response};
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::model::{Gateway, McpSession};
 use crate::proxy::{Proxy, RequestCtx};
+use crate::reqlog::{Answer, EntryWriter};
 use crate::secrets;
 use crate::store::LogRecord;
 use bytes::Bytes;
@@ -34,8 +35,6 @@ pub const SESSION_NOT_FOUND: i64 = -32001;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// How often an idle GET stream gets a keep-alive comment.
 const KEEPALIVE: Duration = Duration::from_secs(15);
-/// Largest request params or response data kept in one log entry.
-const LOG_FIELD_CAP: usize = 16 * 1024;
 
 /// The version answered to an `initialize` that asked for `requested`.
 pub fn negotiate(requested: Option<&str>) -> &'static str {
@@ -529,20 +528,21 @@ async fn forward(
     };
     let call_ctx =
         CallContext { client_request_id: req.id.clone(), request_id: Some(ctx.request_id.clone()), headers: vec![] };
-    let function = params.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
     if let Some(limit) = server.state.config.app(&app_id).and_then(|a| a.rate_limit) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
         if let Err(retry) = server.quotas.admit(&format!("app:{app_id}"), limit) {
             return quota_exceeded(proxy, session, ctx, retry, &format!("app {app_id} rate limit")).await;
         }
     }
-    let is_call = req.method == "tools/call";
-    // The logged copy of the arguments is taken (capped) before the params move upstream.
-    let mut logged_args = is_call.then(|| capped(params.get("arguments").unwrap_or(&Value::Null)));
+    // `tools/call` is logged; what was asked is written before the params move upstream.
+    let mut entry = (req.method == "tools/call").then(|| {
+        let function = params.get("name").and_then(Value::as_str).unwrap_or_default();
+        EntryWriter::begin(gw, &app_id, function, params.get("arguments").unwrap_or(&Value::Null))
+    });
     let reply = server.apps.request(&gw.org_id, &app_id, &req.method, Some(params), &call_ctx).await;
     let mut log = |outcome: &Result<Value, ErrorObject>, status: u16| {
-        if let Some(args) = logged_args.take() {
-            server.reqlog.record(log_record(gw, &app_id, &function, args, outcome, status, started.elapsed()));
+        if let Some(entry) = entry.take() {
+            server.reqlog.record(log_entry(entry, outcome, status, started.elapsed()));
         }
     };
     match reply {
@@ -643,72 +643,29 @@ async fn json_reply(proxy: &Proxy, session: &mut Session, ctx: &mut RequestCtx, 
     proxy.respond(session, ctx, 200, "application/json", r.to_bytes(), &[]).await
 }
 
-/// Counts serialised bytes, and stops the serialiser once past the cap.
-struct SizeUpTo {
-    size: usize,
-}
-
-impl std::io::Write for SizeUpTo {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.size += buf.len();
-        if self.size > LOG_FIELD_CAP {
-            return Err(std::io::Error::other("over the cap"));
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Caps a logged value so one huge call cannot bloat the log. The common small value is measured
-/// without building a string.
-fn capped(v: &Value) -> Value {
-    if serde_json::to_writer(&mut SizeUpTo { size: 0 }, v).is_ok() {
-        return v.clone();
-    }
-    let s = v.to_string();
-    let mut cut = LOG_FIELD_CAP;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    json!({ "truncated": true, "size": s.len(), "preview": &s[..cut] })
-}
-
-fn log_record(
-    gw: &Gateway,
-    app_id: &str,
-    function: &str,
-    arguments: Value,
+/// Ends a call's log entry with its outcome: a tool result with `isError` is an error, and a
+/// JSON-RPC error gets the HTTP status that says where it came from.
+fn log_entry(
+    entry: EntryWriter,
     outcome: &Result<Value, ErrorObject>,
     transport_status: u16,
     elapsed: Duration,
 ) -> LogRecord {
-    let (status, code, data) = match outcome {
-        Ok(result) if result.get("isError").and_then(Value::as_bool) == Some(true) => ("error", 200, capped(result)),
-        Ok(result) => ("success", 200, capped(result)),
+    let ms = elapsed.as_millis() as u64;
+    match outcome {
+        Ok(result) => {
+            let error = result.get("isError").and_then(Value::as_bool) == Some(true);
+            entry.finish(ms, error, 200, Answer::Result(result))
+        }
         Err(e) => {
-            let code = match e.code {
+            let status = match e.code {
                 -32602 => 400,
                 -32003 => 504,
                 _ if transport_status >= 500 => transport_status,
                 _ => 502,
             };
-            ("error", code, json!({ "code": e.code, "message": e.message }))
+            entry.finish(ms, true, status, Answer::Error { code: e.code, message: &e.message })
         }
-    };
-    let ts_ms = Utc::now().timestamp_millis();
-    LogRecord {
-        id: secrets::new_ordered_id("log", ts_ms),
-        ts_ms,
-        org_id: gw.org_id.clone(),
-        gateway_id: gw.id.clone(),
-        app: app_id.to_string(),
-        function: function.to_string(),
-        duration: elapsed.as_millis() as i64,
-        status: status.into(),
-        request: json!({ "params": arguments }),
-        response: json!({ "status": code, "data": data }),
     }
 }
 

@@ -146,9 +146,11 @@ impl Store for EmbeddedStore {
                     )
                     .map_err(backend)?;
                 for e in entries.iter() {
-                    let body = serde_json::to_string(e).map_err(backend)?;
-                    stmt.execute(params![e.id, e.ts_ms, e.org_id, e.gateway_id, e.app, e.status, body])
-                        .map_err(backend)?;
+                    // Time-ordered, so that every index of the table appends.
+                    let id = crate::secrets::new_ordered_id("log", e.ts_ms);
+                    let status = if e.error { "error" } else { "success" };
+                    let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
+                    stmt.execute(params![id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)?;
                 }
             }
             tx.commit().map_err(backend)

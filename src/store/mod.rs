@@ -8,7 +8,6 @@ mod embedded;
 pub use embedded::EmbeddedStore;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,22 +50,21 @@ impl Kind {
     }
 }
 
-/// One `tools/call` (or other upstream call) as the request log keeps it (spec "Log entry").
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// One upstream call as the request log keeps it (spec "Log entry"). The store gives it its `id`
+/// (time-ordered, when written) and keeps `timestamp` (`ts_ms`), `gateway_id` and `app` in
+/// columns of their own for the log's filters.
+#[derive(Debug, Clone)]
 pub struct LogRecord {
-    pub id: String,
     /// Milliseconds since the Unix epoch.
     pub ts_ms: i64,
-    pub org_id: String,
-    pub gateway_id: String,
+    /// Whose call it was (organisation and gateway), shared with the gateway, not copied.
+    pub gateway: Arc<crate::model::Gateway>,
     pub app: String,
-    pub function: String,
-    /// Milliseconds.
-    pub duration: i64,
-    /// `success` or `error`.
-    pub status: String,
-    pub request: serde_json::Value,
-    pub response: serde_json::Value,
+    /// The entry's `status` is `error`.
+    pub error: bool,
+    /// The entry as JSON: `gateway_id`, `app`, `function`, `duration`, `status`, `request`,
+    /// `response` (written by [`crate::reqlog::EntryWriter`]).
+    pub body: String,
 }
 
 /// A request-log query; every filter is optional.
