@@ -20,6 +20,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use toolgate_filters::{client_ip::client_ip, FilterChain, FilterContext, RequestView, RouteClass};
 
+/// Every answer carries the request's id (also in its logs and error bodies).
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
 /// Where a request goes, decided once from its path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -101,12 +104,18 @@ impl Proxy {
         body: Vec<u8>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<()> {
-        let mut h = ResponseHeader::build(status, Some(6 + ctx.filters.response_headers.len() + extra.len()))?;
+        // No header-case map: names go out lower-case, as HTTP/2 and HTTP/3 require anyway, and the
+        // map would be one more allocation per header on every answer.
+        let mut h = ResponseHeader::build_no_case(status, Some(6 + ctx.filters.response_headers.len() + extra.len()))?;
         h.insert_header(http::header::CONTENT_TYPE, content_type)?;
         h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
-        h.insert_header("x-request-id", ctx.request_id.as_str())?;
-        h.insert_header(http::header::CACHE_CONTROL, "no-store")?;
-        for (k, v) in ctx.filters.response_headers.iter().chain(extra.iter()) {
+        h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
+        h.insert_header(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"))?;
+        // The filters' headers (rate limits) are answered once: moved, not copied.
+        for (k, v) in std::mem::take(&mut ctx.filters.response_headers) {
+            h.append_header(k, v)?;
+        }
+        for (k, v) in extra {
             h.append_header(k.clone(), v.clone())?;
         }
         ctx.status = status;

@@ -9,7 +9,7 @@ use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, Response};
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::model::{Gateway, McpSession};
-use crate::proxy::{Proxy, RequestCtx};
+use crate::proxy::{Proxy, RequestCtx, X_REQUEST_ID};
 use crate::reqlog::{Answer, EntryWriter};
 use crate::secrets;
 use crate::store::LogRecord;
@@ -568,13 +568,12 @@ async fn forward(
             let mut h = ResponseHeader::build(200, Some(6))?;
             h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
             h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
-            h.insert_header("x-request-id", ctx.request_id.as_str())?;
+            h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
             for (k, v) in &ctx.filters.response_headers {
                 h.append_header(k.clone(), v.clone())?;
             }
             ctx.status = 200;
             session.write_response_header(Box::new(h), false).await?;
-            let mut outcome = Err(ErrorObject::internal("stream ended without a response"));
             while let Some(item) = stream.next().await {
                 let msg = match item {
                     Ok(m) => m,
@@ -582,7 +581,7 @@ async fn forward(
                 };
                 match &msg {
                     Message::Request(r) => server.remember_relayed(mcp_id, &r.id, &app_id, &gw.org_id),
-                    Message::Response(r) => outcome = r.outcome.clone(),
+                    Message::Response(r) => log(&r.outcome, 200),
                     Message::Notification(_) => {}
                 }
                 let done = matches!(msg, Message::Response(_));
@@ -595,7 +594,8 @@ async fn forward(
                     break;
                 }
             }
-            log(&outcome, 200);
+            // Logged when the response went by; a stream that ended without one is an error.
+            log(&Err(ErrorObject::internal("stream ended without a response")), 200);
             session.write_response_body(None, true).await?;
             Ok(())
         }
@@ -701,7 +701,7 @@ async fn get_stream(
     let mut h = ResponseHeader::build(200, Some(5))?;
     h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
     h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
-    h.insert_header("x-request-id", ctx.request_id.as_str())?;
+    h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
     for (k, v) in &ctx.filters.response_headers {
         h.append_header(k.clone(), v.clone())?;
     }
