@@ -22,7 +22,7 @@
 #
 # Knobs (environment): DURATION (s, 10), ROUNDS (3), CONNS (wrk connections, 2), WRK_THREADS (1),
 # WARMUP (s, 2), EV_PROTOCOL (protocol_version offered to server-everything; default the newest),
-# SKIP_BUILD=1, SKIP_EVERYTHING=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another build of
+# SKIP_BUILD=1, SKIP_EVERYTHING=1, SKIP_FAST=1 (server-everything only), KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another build of
 # toolgate, e.g. a candidate fix built in another tree), TOOLGATE_BIN_B=PATH (A/B in one run: a
 # second toolgate, the candidate, started beside the first and driven in the same alternating
 # rounds against the fast upstream, reported as `toolgate-b`; the machine's drift between runs is
@@ -185,14 +185,32 @@ log "starting plain_proxy -> 127.0.0.1:$UP_PORT"
 PLAIN_PID=$!; PIDS+=("$PLAIN_PID")
 PLAIN_PORT="$(port_of "$PLAIN_PID")"
 
+# (Re)starts server-everything on $EV_PORT. Every run gets a fresh process: the server keeps
+# every event it sends in memory, so its heap, its garbage collector and its CPU per call grow
+# with every call it has answered, whichever target sent them (measured: 320 to 585 us per call
+# over one run of a single process).
 EV_PORT=""
+EV_PID=""
+ev_restart() {
+  if [[ -n "$EV_PID" ]]; then
+    kill "$EV_PID" 2>/dev/null || true
+    wait "$EV_PID" 2>/dev/null || true
+  fi
+  # It logs a line per request on stdout: discard, so logging does not cost it a pipe.
+  (PORT="$EV_PORT" exec "$NODE" "$EVERYTHING" streamableHttp >/dev/null 2>>"$WORK/everything.log") &
+  EV_PID=$!; PIDS+=("$EV_PID")
+  port_of "$EV_PID" "" >/dev/null
+}
 if [[ -z "${SKIP_EVERYTHING:-}" ]]; then
   [[ -x "$NODE" && -f "$EVERYTHING" ]] || { echo "load.sh: run \`npm ci\` in tests/node (or SKIP_EVERYTHING=1)" >&2; exit 1; }
   log "starting server-everything (streamableHttp)"
-  # It logs a line per request on stdout: discard, so logging does not cost it a pipe.
-  (PORT=0 exec "$NODE" "$EVERYTHING" streamableHttp >/dev/null 2>"$WORK/everything.log") &
-  EV_PID=$!; PIDS+=("$EV_PID")
-  EV_PORT="$(port_of "$EV_PID" "")"
+  EV_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  ev_restart
+  log "starting plain_proxy -> server-everything (127.0.0.1:$EV_PORT)"
+  (exec "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$EV_PORT" --threads 2 \
+    --work-stealing "$WORK_STEALING" >"$WORK/plain-everything.log" 2>&1) &
+  EV_PLAIN_PID=$!; PIDS+=("$EV_PLAIN_PID")
+  EV_PLAIN_URL="http://127.0.0.1:$(port_of "$EV_PLAIN_PID")/mcp"
 fi
 
 ADMIN_KEY="ag_$(od -An -tx1 -N20 /dev/urandom | tr -d ' \n')"  # ag_ + 40 hex characters
@@ -292,9 +310,14 @@ run_fast() {
     toolgate-b) run fast toolgate-b "$2" "$TGB_URL" "$SID_TGB" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
   esac
 }
+[[ -n "${SKIP_FAST:-}" ]] && TARGETS=""
 for t in $TARGETS; do run_fast "$t" warmup "$WARMUP"; done
+# Odd rounds in one order, even rounds in the reverse one, so that no target always runs after
+# the others (server-everything's heap, for one, grows with every call it answers).
+reversed() { local out="" t; for t in $1; do out="$t $out"; done; echo "$out"; }
 for r in $(seq "$ROUNDS"); do
-  for t in $TARGETS; do run_fast "$t" "$r" "$DURATION"; done
+  order="$TARGETS"; (( r % 2 == 0 )) && order="$(reversed "$TARGETS")"
+  for t in $order; do run_fast "$t" "$r" "$DURATION"; done
 done
 note_load
 check_call "$TG_URL" "$SID_TG" "$GW_KEY"
@@ -304,25 +327,47 @@ if [[ -n "$EV_PORT" ]]; then
   [[ -n "${EV_GW_KEY:-}" ]] || { echo "load.sh: cannot create the server-everything gateway" >&2; exit 1; }
   EV_TG_URL="http://127.0.0.1:$TG_PORT/gateway/$EV_GW_ID/mcp"
   EV_DIRECT_URL="http://127.0.0.1:$EV_PORT/mcp"
-  # toolgate opens its upstream session at the newest version it speaks (2025-11-25), and
-  # server-everything does more per call at that version (a priming SSE event and one more
-  # event-store entry per POST). So `direct` speaks 2025-11-25 too (same upstream work: what
-  # toolgate itself costs), and `direct-0618` shows what a 2025-06-18 client gets without toolgate.
-  SID_EV="$(mcp_init "$EV_DIRECT_URL" "" 2025-11-25)"
-  SID_EV_0618="$(mcp_init "$EV_DIRECT_URL" "" 2025-06-18)"
+  # toolgate opens its upstream session at the newest version it speaks (2025-11-25, unless
+  # EV_PROTOCOL says otherwise), and server-everything does more per call at that version (a
+  # priming SSE event and one more event-store entry per POST). So `direct` speaks 2025-11-25 too
+  # (same upstream work: what toolgate itself costs), and `direct-0618` shows what a 2025-06-18
+  # client gets without toolgate.
   SID_EV_TG="$(mcp_init "$EV_TG_URL" "$EV_GW_KEY")"
-  check_call "$EV_DIRECT_URL" "$SID_EV"
-  check_call "$EV_DIRECT_URL" "$SID_EV_0618"
-  check_call "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY"
-  log "server-everything: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds"
+  log "server-everything: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds, a fresh server per run"
   note_load
-  run everything direct warmup "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$WARMUP" 2025-11-25
-  run everything direct-0618 warmup "$EV_DIRECT_URL" "$SID_EV_0618" "" "$EV_PID" "$EV_PID" "$WARMUP"
-  run everything toolgate warmup "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$WARMUP"
+  # run_everything TARGET ROUND: a fresh server, a new session (toolgate opens its own upstream
+  # session again on the server's 404, as it would after any upstream restart), a checked call,
+  # the warm-up (the server's JIT), then the run.
+  run_everything() {
+    local sid
+    ev_restart
+    case $1 in
+      direct | direct-0618)
+        local version=2025-11-25
+        [[ "$1" == direct-0618 ]] && version=2025-06-18
+        sid="$(mcp_init "$EV_DIRECT_URL" "" "$version")"
+        check_call "$EV_DIRECT_URL" "$sid"
+        run everything "$1" warmup "$EV_DIRECT_URL" "$sid" "" "$EV_PID" "$EV_PID" "$WARMUP" "$version"
+        run everything "$1" "$2" "$EV_DIRECT_URL" "$sid" "" "$EV_PID" "$EV_PID" "$DURATION" "$version"
+        ;;
+      plain)
+        # The plain Pingora hop, at the version toolgate offers upstream: what any proxy costs here.
+        local version="${EV_PROTOCOL:-2025-11-25}"
+        sid="$(mcp_init "$EV_PLAIN_URL" "" "$version")"
+        check_call "$EV_PLAIN_URL" "$sid"
+        run everything plain warmup "$EV_PLAIN_URL" "$sid" "" "$EV_PLAIN_PID" "$EV_PID" "$WARMUP" "$version"
+        run everything plain "$2" "$EV_PLAIN_URL" "$sid" "" "$EV_PLAIN_PID" "$EV_PID" "$DURATION" "$version"
+        ;;
+      toolgate)
+        check_call "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY"
+        run everything toolgate warmup "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$WARMUP"
+        run everything toolgate "$2" "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$DURATION"
+        ;;
+    esac
+  }
   for r in $(seq "$ROUNDS"); do
-    run everything direct "$r" "$EV_DIRECT_URL" "$SID_EV" "" "$EV_PID" "$EV_PID" "$DURATION" 2025-11-25
-    run everything direct-0618 "$r" "$EV_DIRECT_URL" "$SID_EV_0618" "" "$EV_PID" "$EV_PID" "$DURATION"
-    run everything toolgate "$r" "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$DURATION"
+    order="direct direct-0618 plain toolgate"; (( r % 2 == 0 )) && order="toolgate plain direct-0618 direct"
+    for t in $order; do run_everything "$t" "$r"; done
   done
   note_load
 fi
@@ -331,7 +376,7 @@ fi
 grep -q 'request log buffer full' "$WORK/toolgate.log" && echo "load.sh: WARNING: toolgate dropped request log entries" >&2
 
 # ------------------------------------------------------------------------------------------------
-CLK_TCK="$CLK_TCK" python3 - "$RESULTS" <<'PY'
+CLK_TCK="$CLK_TCK" EV_PROTOCOL="${EV_PROTOCOL:-}" python3 - "$RESULTS" <<'PY'
 import os, statistics, sys
 from collections import defaultdict
 
@@ -382,15 +427,21 @@ if tg and tgb:
           f"CPU per call {cpu_us(tgb, 'proxy_ticks'):.1f} / {cpu_us(tg, 'proxy_ticks'):.1f} us")
     if plain:
         print(f"toolgate-b / plain hop throughput: {med(tgb, 'rps') / med(plain, 'rps'):.3f}")
-ev_d, ev_t = runs.get(("everything", "direct")), runs.get(("everything", "toolgate"))
-if ev_d and ev_t:
-    print(f"server-everything: toolgate / direct (both 2025-11-25 upstream) throughput: {med(ev_t, 'rps') / med(ev_d, 'rps'):.3f}")
-    ev_o = runs.get(("everything", "direct-0618"))
-    if ev_o:
-        print(f"server-everything: toolgate / direct-0618 throughput: {med(ev_t, 'rps') / med(ev_o, 'rps'):.3f}")
+ev_t, ev_p = runs.get(("everything", "toolgate")), runs.get(("everything", "plain"))
+version = os.environ.get("EV_PROTOCOL") or "2025-11-25"
+ev_same = runs.get(("everything", "direct-0618" if version == "2025-06-18" else "direct"))
+if ev_t and ev_same:
+    print(f"server-everything, upstream at {version}: toolgate / direct {med(ev_t, 'rps') / med(ev_same, 'rps'):.3f}"
+          + (f", plain hop / direct {med(ev_p, 'rps') / med(ev_same, 'rps'):.3f}, "
+             f"toolgate / plain hop {med(ev_t, 'rps') / med(ev_p, 'rps'):.3f}" if ev_p else ""))
+ev_o = runs.get(("everything", "direct-0618"))
+if ev_t and ev_o and version != "2025-06-18":
+    print(f"server-everything: toolgate / direct-0618 (what a 2025-06-18 client gets without toolgate): "
+          f"{med(ev_t, 'rps') / med(ev_o, 'rps'):.3f}")
 print()
 print("per round:")
 for (phase, target), rs in runs.items():
     print(f"  {phase:10} {target:8} " + "  ".join(
-        f"{r['rps']:8.0f} rps p50 {r['p50_us'] / 1000:.3f} p99 {r['p99_us'] / 1000:.3f}" for r in rs))
+        f"{r['rps']:8.0f} rps p50 {r['p50_us'] / 1000:.3f} p99 {r['p99_us'] / 1000:.3f} "
+        f"up {r['up_ticks'] * 1e6 / tck / r['requests']:.0f}us" for r in rs))
 PY
