@@ -333,6 +333,13 @@ if [[ -n "$EV_PORT" ]]; then
   # (same upstream work: what toolgate itself costs), and `direct-0618` shows what a 2025-06-18
   # client gets without toolgate.
   SID_EV_TG="$(mcp_init "$EV_TG_URL" "$EV_GW_KEY")"
+  EV_TARGETS="direct direct-0618 plain toolgate"
+  if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
+    read -r EVB_GW_ID EVB_GW_KEY < <(create_gateway everything "$TGB_PORT")
+    EVB_TG_URL="http://127.0.0.1:$TGB_PORT/gateway/$EVB_GW_ID/mcp"
+    SID_EVB_TG="$(mcp_init "$EVB_TG_URL" "$EVB_GW_KEY")"
+    EV_TARGETS="$EV_TARGETS toolgate-b"
+  fi
   log "server-everything: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds, a fresh server per run"
   note_load
   # run_everything TARGET ROUND: a fresh server, a new session (toolgate opens its own upstream
@@ -363,10 +370,15 @@ if [[ -n "$EV_PORT" ]]; then
         run everything toolgate warmup "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$WARMUP"
         run everything toolgate "$2" "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$DURATION"
         ;;
+      toolgate-b)
+        check_call "$EVB_TG_URL" "$SID_EVB_TG" "$EVB_GW_KEY"
+        run everything toolgate-b warmup "$EVB_TG_URL" "$SID_EVB_TG" "$EVB_GW_KEY" "$TGB_PID" "$EV_PID" "$WARMUP"
+        run everything toolgate-b "$2" "$EVB_TG_URL" "$SID_EVB_TG" "$EVB_GW_KEY" "$TGB_PID" "$EV_PID" "$DURATION"
+        ;;
     esac
   }
   for r in $(seq "$ROUNDS"); do
-    order="direct direct-0618 plain toolgate"; (( r % 2 == 0 )) && order="toolgate plain direct-0618 direct"
+    order="$EV_TARGETS"; (( r % 2 == 0 )) && order="$(reversed "$EV_TARGETS")"
     for t in $order; do run_everything "$t" "$r"; done
   done
   note_load
@@ -422,6 +434,10 @@ if plain and tg:
     print(f"p50 added by toolgate over the plain hop: {(med(tg, 'p50_us') - med(plain, 'p50_us')) / 1000:+.3f} ms")
     print(f"p99 added by toolgate over the plain hop: {(med(tg, 'p99_us') - med(plain, 'p99_us')) / 1000:+.3f} ms")
 tgb = runs.get(("fast", "toolgate-b"))
+ev_tg, ev_tgb = runs.get(("everything", "toolgate")), runs.get(("everything", "toolgate-b"))
+if ev_tg and ev_tgb:
+    print(f"A/B server-everything: toolgate-b / toolgate throughput: {med(ev_tgb, 'rps') / med(ev_tg, 'rps'):.3f}, "
+          f"CPU per call {cpu_us(ev_tgb, 'proxy_ticks'):.1f} / {cpu_us(ev_tg, 'proxy_ticks'):.1f} us")
 if tg and tgb:
     print(f"A/B: toolgate-b / toolgate throughput: {med(tgb, 'rps') / med(tg, 'rps'):.3f}, "
           f"CPU per call {cpu_us(tgb, 'proxy_ticks'):.1f} / {cpu_us(tg, 'proxy_ticks'):.1f} us")

@@ -478,7 +478,7 @@ impl HttpSource {
     fn recycle(&mut self) {
         if let Body::Sse { body, .. } = &mut self.body {
             if let Some(stream) = body.take() {
-                tokio::spawn(stream.finish());
+                stream.release();
             }
         }
     }

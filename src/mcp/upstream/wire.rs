@@ -22,6 +22,7 @@
 //!   connect, so an upstream that moves to a new address is found without a restart.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -408,6 +409,19 @@ impl WireResponse {
         };
         let _ = pingora::time::timeout(Duration::from_secs(2), drain).await;
     }
+
+    /// [`Self::finish`] without waiting: done here when the rest of the body is already read
+    /// (the usual case: an SSE server's last event and the chunked end arrive in one segment),
+    /// so the connection is back in the pool before the caller answers its client and the next
+    /// call reuses it; otherwise finished by a background task.
+    pub fn release(self) {
+        let mut finish = Box::pin(self.finish());
+        let mut now = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
+        if finish.as_mut().poll(&mut now).is_pending() {
+            // Polled again by the task, with its own waker.
+            tokio::spawn(finish);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -521,6 +535,22 @@ mod tests {
         ];
         want.sort_unstable();
         assert_eq!(lines, want);
+    }
+
+    #[tokio::test]
+    async fn a_released_answer_whose_end_is_already_read_frees_its_connection_at_once() {
+        let (port, conns, _) = server(usize::MAX, true).await;
+        let clients = HttpClients::default();
+        let target = Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
+        let headers = HeaderMap::new();
+        let mut resp = target.send(Method::POST, post(&headers, "{}")).await.unwrap();
+        assert!(resp.next_into(|_| Ok(())).await.unwrap(), "the first chunk, with more to come");
+        // The rest (second chunk and chunked end) came in the same segment: no task, no wait.
+        resp.release();
+        // On this single-threaded test runtime a background task could not have run yet, so the
+        // next call finds the connection in the pool only if `release` freed it itself.
+        assert_eq!(call(&target, "{}").await, "ok 2");
+        assert_eq!(conns.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
