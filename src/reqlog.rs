@@ -8,6 +8,7 @@
 //! flush time, and two allocations to free (on the flusher's thread, where every allocation of a
 //! tree was a cross-thread `free` contending for the workers' malloc arenas).
 
+use crate::mcp::jsonrpc::RawJson;
 use crate::model::Gateway;
 use crate::store::{LogRecord, Store};
 use parking_lot::Mutex;
@@ -31,8 +32,8 @@ pub const LOG_FIELD_CAP: usize = 16 * 1024;
 
 /// What an upstream call came back with, as the entry's `response.data` shows it.
 pub enum Answer<'a> {
-    /// The JSON-RPC result (capped).
-    Result(&'a Value),
+    /// The JSON-RPC result (capped), as the app sent it.
+    Result(&'a RawJson),
     /// A JSON-RPC error: its code and message only.
     Error { code: i64, message: &'a str },
 }
@@ -73,7 +74,7 @@ impl EntryWriter {
         put(json, &status);
         json.extend_from_slice(b",\"data\":");
         match answer {
-            Answer::Result(v) => put_capped(json, v),
+            Answer::Result(raw) => put_raw_capped(json, raw.get()),
             Answer::Error { code, message } => {
                 json.extend_from_slice(b"{\"code\":");
                 put(json, &code);
@@ -114,6 +115,23 @@ fn put_capped(out: &mut Vec<u8>, v: &Value) {
     put(out, &size.0);
     out.extend_from_slice(b",\"preview\":");
     put(out, std::str::from_utf8(&preview).unwrap_or_default());
+    out.push(b'}');
+}
+
+/// [`put_capped`] for JSON text: copied when small, else kept as a preview with its size.
+fn put_raw_capped(out: &mut Vec<u8>, json: &str) {
+    if json.len() <= LOG_FIELD_CAP {
+        out.extend_from_slice(json.as_bytes());
+        return;
+    }
+    let mut cut = LOG_FIELD_CAP;
+    while !json.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    out.extend_from_slice(b"{\"truncated\":true,\"size\":");
+    put(out, &json.len());
+    out.extend_from_slice(b",\"preview\":");
+    put(out, &json[..cut]);
     out.push(b'}');
 }
 
@@ -227,7 +245,7 @@ mod tests {
     /// Entry `i`: every third one an error; `ts_ms` says which entry it is.
     fn entry(i: usize) -> LogRecord {
         let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &json!({ "i": i }));
-        let mut e = w.finish(2, i % 3 == 0, 200, Answer::Result(&json!({ "content": [] })));
+        let mut e = w.finish(2, i % 3 == 0, 200, Answer::Result(&RawJson::from_value(&json!({ "content": [] }))));
         e.ts_ms = 1_000 + i as i64;
         e
     }
@@ -241,7 +259,7 @@ mod tests {
         let args = json!({ "format": "YYYY", "note": "quote \" and ünïcode" });
         let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &args);
         let result = json!({ "content": [{ "type": "text", "text": "2026" }], "isError": false });
-        let e = w.finish(7, false, 200, Answer::Result(&result));
+        let e = w.finish(7, false, 200, Answer::Result(&RawJson::from_value(&result)));
         assert!(!e.error);
         assert_eq!((e.gateway.id.as_str(), e.app.as_str()), ("gw_1", "time"));
         assert!((chrono::Utc::now().timestamp_millis() - e.ts_ms).abs() < 60_000);
@@ -271,7 +289,7 @@ mod tests {
         let size = serde_json::to_string(&big).unwrap().len();
         let at_cap = json!("x".repeat(LOG_FIELD_CAP - 2)); // exactly the cap with its quotes
         let w = EntryWriter::begin(&gateway(), "time", "f", &big);
-        let e = w.finish(1, false, 200, Answer::Result(&at_cap));
+        let e = w.finish(1, false, 200, Answer::Result(&RawJson::from_value(&at_cap)));
         let b = body(&e);
         let params = &b["request"]["params"];
         assert_eq!(params["truncated"], true, "{params}");
@@ -281,6 +299,15 @@ mod tests {
         assert!(serde_json::to_string(&big).unwrap().starts_with(preview));
         assert_eq!(b["response"]["data"], at_cap, "a value of exactly the cap is kept whole");
         assert_eq!(b["function"], "f", "the fields after a truncated value are still there");
+        // A relayed result over the cap (kept as text, so measured as text).
+        let w = EntryWriter::begin(&gateway(), "time", "f", &Value::Null);
+        let e = w.finish(1, false, 200, Answer::Result(&RawJson::from_value(&big)));
+        let data = &body(&e)["response"]["data"];
+        assert_eq!(data["truncated"], true, "{data}");
+        assert_eq!(data["size"], size);
+        let preview = data["preview"].as_str().unwrap();
+        assert!(preview.len() <= LOG_FIELD_CAP && preview.len() > LOG_FIELD_CAP - 4);
+        assert!(serde_json::to_string(&big).unwrap().starts_with(preview));
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@
 
 use crate::error::ApiError;
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::model::{Gateway, McpSession};
 use crate::proxy::{Proxy, RequestCtx, X_REQUEST_ID};
@@ -540,7 +540,7 @@ async fn forward(
         EntryWriter::begin(gw, &app_id, function, params.get("arguments").unwrap_or(&Value::Null))
     });
     let reply = server.apps.request(&gw.org_id, &app_id, &req.method, Some(params), &call_ctx).await;
-    let mut log = |outcome: &Result<Value, ErrorObject>, status: u16| {
+    let mut log = |outcome: &Result<RawJson, ErrorObject>, status: u16| {
         if let Some(entry) = entry.take() {
             server.reqlog.record(log_entry(entry, outcome, status, started.elapsed()));
         }
@@ -647,14 +647,20 @@ async fn json_reply(proxy: &Proxy, session: &mut Session, ctx: &mut RequestCtx, 
 /// JSON-RPC error gets the HTTP status that says where it came from.
 fn log_entry(
     entry: EntryWriter,
-    outcome: &Result<Value, ErrorObject>,
+    outcome: &Result<RawJson, ErrorObject>,
     transport_status: u16,
     elapsed: Duration,
 ) -> LogRecord {
     let ms = elapsed.as_millis() as u64;
     match outcome {
         Ok(result) => {
-            let error = result.get("isError").and_then(Value::as_bool) == Some(true);
+            // Only `isError` is read; the rest of the result is skipped, not built.
+            #[derive(serde::Deserialize)]
+            struct ToolResult {
+                #[serde(rename = "isError", default)]
+                is_error: Option<bool>,
+            }
+            let error = result.read::<ToolResult>().is_ok_and(|r| r.is_error == Some(true));
             entry.finish(ms, error, 200, Answer::Result(result))
         }
         Err(e) => {

@@ -7,10 +7,12 @@
 //!   echoed back byte-for-byte equal after a round trip through serde_json (`1` stays `1`, `"1"`
 //!   stays `"1"`). JSON-RPC allows `null` ids only in error responses; requests with a `null` id are
 //!   accepted (some clients send them) and answered with `null`.
-//! * `params`, `result` and `error.data` are [`serde_json::Value`]. serde_json's `raw_value`
-//!   feature would let the gateway forward `arguments` without re-serialising them, but the gateway
-//!   has to look inside `params` of `initialize` and `tools/call` anyway and the messages are small;
-//!   measured cost of a full parse of a typical `tools/call` is a few microseconds.
+//! * A response's `result` is [`RawJson`]: the text it arrived in, checked to be JSON but not
+//!   built into a tree. The gateway relays results (often the largest messages: file contents,
+//!   query rows) without looking inside, so a relayed result is copied once instead of parsed into
+//!   a tree, serialised again and freed; the few readers that need a tree (the catalogue, the
+//!   upstream `initialize`) parse it with [`RawJson::to_value`]. `params` and `error.data` are
+//!   [`serde_json::Value`]: the gateway reads and rewrites `params` (`tools/call`'s `name`).
 //! * Parsing distinguishes a *parse error* (not JSON at all, -32700, answered with `id: null`) from
 //!   an *invalid request* (JSON but not a JSON-RPC 2.0 message, -32600, answered with the id when one
 //!   could be read).
@@ -22,8 +24,68 @@
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fmt;
+
+/// A JSON value kept as text (see the module documentation): relayed by copying, parsed only by
+/// a reader that needs a tree.
+#[derive(Clone)]
+pub struct RawJson(Box<RawValue>);
+
+impl RawJson {
+    /// The value's JSON text.
+    pub fn from_value(v: &Value) -> RawJson {
+        // Serialising a Value cannot fail (its keys are strings).
+        RawJson(serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+    }
+
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The value as a tree (`Null` if it is nested deeper than serde_json's recursion limit,
+    /// which a relayed result may be: the raw check does not recurse).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.get()).unwrap_or(Value::Null)
+    }
+
+    /// Reads the parts of the value that `T` names, ignoring the rest without building it.
+    pub fn read<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.get())
+    }
+}
+
+impl From<Value> for RawJson {
+    fn from(v: Value) -> RawJson {
+        RawJson::from_value(&v)
+    }
+}
+
+impl fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+/// The same JSON value, whatever the spacing or the order of object members.
+impl PartialEq for RawJson {
+    fn eq(&self, other: &RawJson) -> bool {
+        self.get() == other.get() || self.to_value() == other.to_value()
+    }
+}
+
+impl PartialEq<Value> for RawJson {
+    fn eq(&self, other: &Value) -> bool {
+        self.to_value() == *other
+    }
+}
+
+impl Serialize for RawJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
 
 /// Invalid JSON was received (JSON-RPC 2.0).
 pub const PARSE_ERROR: i64 = -32700;
@@ -121,11 +183,16 @@ pub struct Notification {
 pub struct Response {
     /// `null` only for errors about a request whose id could not be read.
     pub id: Value,
-    pub outcome: Result<Value, ErrorObject>,
+    pub outcome: Result<RawJson, ErrorObject>,
 }
 
 impl Response {
     pub fn success(id: Value, result: Value) -> Self {
+        Self { id, outcome: Ok(RawJson::from_value(&result)) }
+    }
+
+    /// A response with a result already in JSON text (relayed from an app).
+    pub fn success_raw(id: Value, result: RawJson) -> Self {
         Self { id, outcome: Ok(result) }
     }
 
@@ -267,8 +334,8 @@ struct Envelope {
     method: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     params: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    result: Option<Value>,
+    #[serde(default, deserialize_with = "present_raw")]
+    result: Option<Box<RawValue>>,
     #[serde(default, deserialize_with = "present")]
     error: Option<Value>,
 }
@@ -276,6 +343,11 @@ struct Envelope {
 /// Deserialises a member that is present (even as `null`) to `Some(value)`.
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
+}
+
+/// [`present`] for a member kept as text.
+fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 /// Either one envelope or an array of arbitrary values (validated one by one).
@@ -354,7 +426,7 @@ fn from_value(v: Value) -> Result<Message, InvalidMessage> {
                 id: take(&mut map, "id"),
                 method: take(&mut map, "method"),
                 params: take(&mut map, "params"),
-                result: take(&mut map, "result"),
+                result: take(&mut map, "result").map(|v| RawJson::from_value(&v).0),
                 error: take(&mut map, "error"),
             };
             classify(env)
@@ -414,7 +486,7 @@ fn classify(env: Envelope) -> Result<Message, InvalidMessage> {
         return Err(invalid("a response cannot carry \"params\""));
     }
     let outcome = match (env.result, env.error) {
-        (Some(result), None) => Ok(result),
+        (Some(result), None) => Ok(RawJson(result)),
         (None, Some(error)) => match serde_json::from_value::<ErrorObject>(error) {
             Ok(e) => Err(e),
             Err(_) => return Err(invalid("\"error\" must be {code: integer, message: string}")),
@@ -436,8 +508,8 @@ fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let _ = serde_json::to_writer(&mut *out, v);
 }
 
-/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`
-pub fn response_bytes(id: &Value, result: &Value) -> Vec<u8> {
+/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` (a [`Value`] or [`RawJson`]).
+pub fn response_bytes<T: Serialize + ?Sized>(id: &Value, result: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     put(&mut out, id);
@@ -559,6 +631,37 @@ mod tests {
             m,
             Message::Response(Response::error(json!("a"), ErrorObject::new(-32601, "nope").with_data(json!([1]))))
         );
+    }
+
+    #[test]
+    fn a_result_is_relayed_as_the_text_it_arrived_in() {
+        // Spacing, member order, `1.50` and an integer beyond 64 bits all survive: nothing is
+        // rebuilt from a tree.
+        let text =
+            r#"{ "n": 1.50, "content": [ {"type":"text","text":"\u00e9"} ], "big": 123456789012345678901234567890 }"#;
+        let Message::Response(r) = single(&format!(r#"{{"jsonrpc":"2.0","id":7,"result":{text}}}"#)) else { panic!() };
+        let out = String::from_utf8(r.clone().with_id(json!("client-1")).to_bytes()).unwrap();
+        assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":"client-1","result":{text}}}"#));
+        let Ok(result) = &r.outcome else { panic!() };
+        assert_eq!(result.to_value()["content"][0]["text"], "é");
+        // Equal as JSON values, whatever the text.
+        assert_eq!(*result, RawJson::from_value(&result.to_value()));
+        assert_ne!(*result, RawJson::from_value(&json!({})));
+        // A batch element (parsed as a tree first) keeps its result too.
+        let Incoming::Batch(items) = parse(br#"[{"jsonrpc":"2.0","id":1,"result":{"a":[1]}}]"#).unwrap() else {
+            panic!()
+        };
+        let Ok(Message::Response(r)) = &items[0] else { panic!() };
+        assert_eq!(r.outcome.as_ref().unwrap().get(), r#"{"a":[1]}"#);
+    }
+
+    #[test]
+    fn a_deeply_nested_result_is_relayed_without_recursing() {
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let Message::Response(r) = single(&format!(r#"{{"jsonrpc":"2.0","id":1,"result":{deep}}}"#)) else { panic!() };
+        let Ok(result) = &r.outcome else { panic!() };
+        assert_eq!(result.get(), deep);
+        assert_eq!(result.to_value(), Value::Null, "too deep for a tree: read as null, no crash");
     }
 
     #[test]

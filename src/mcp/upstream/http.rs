@@ -313,7 +313,7 @@ impl Inner {
             .await?
             .into_response()
             .await?;
-        let result = response.outcome.map_err(UpstreamError::Initialize)?;
+        let result = response.outcome.map_err(UpstreamError::Initialize)?.to_value();
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)

@@ -538,7 +538,7 @@ impl Upstream {
             let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
             let response = self.request(method.method(), params, ctx).await?.into_response().await?;
             let mut result = match response.outcome {
-                Ok(r) => r,
+                Ok(r) => r.to_value(),
                 Err(e) => return Err(UpstreamError::Protocol(format!("{} failed: {e}", method.method()))),
             };
             match result.get_mut(method.items_key()).map(Value::take) {
@@ -736,7 +736,7 @@ mod tests {
         let UpstreamReply::Response(r) = reply else { panic!("builtin replies at once") };
         assert_eq!(r.id, json!("c-1"));
         let result = r.outcome.unwrap();
-        assert_eq!(result["content"][0]["text"].as_str().unwrap().len(), 4);
+        assert_eq!(result.to_value()["content"][0]["text"].as_str().unwrap().len(), 4);
 
         let r =
             up.request("tools/call", Some(json!({"name":"nope"})), &ctx).await.unwrap().into_response().await.unwrap();

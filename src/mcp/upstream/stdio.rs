@@ -434,7 +434,7 @@ impl Inner {
         let result = match tokio::time::timeout_at(deadline, handshake).await {
             Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Connect }),
             Ok(Err(e)) => Err(e),
-            Ok(Ok(r)) => r.outcome.map_err(UpstreamError::Initialize),
+            Ok(Ok(r)) => r.outcome.map(|raw| raw.to_value()).map_err(UpstreamError::Initialize),
         }
         .and_then(|result| {
             let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
