@@ -52,6 +52,27 @@ impl EmbeddedStore {
     }
 }
 
+/// One transaction of log rows.
+fn insert_logs(c: &mut Connection, entries: &[LogRecord]) -> Result<(), StoreError> {
+    let tx = c.transaction().map_err(backend)?;
+    {
+        let mut stmt = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO logs (id, ts_ms, org_id, gateway_id, app, status, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .map_err(backend)?;
+        for e in entries {
+            // Time-ordered, so that every index of the table appends.
+            let id = crate::secrets::new_ordered_id("log", e.ts_ms);
+            let status = if e.error { "error" } else { "success" };
+            let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
+            stmt.execute(params![id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)?;
+        }
+    }
+    tx.commit().map_err(backend)
+}
+
 /// The `FROM ... WHERE ...` of a log query and its arguments (the page is added by the caller).
 fn log_filter(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
     let mut sql = String::from(" FROM logs WHERE org_id = ?1");
@@ -137,23 +158,15 @@ impl Store for EmbeddedStore {
 
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), StoreError> {
         self.with(move |c| {
-            let tx = c.transaction().map_err(backend)?;
-            {
-                let mut stmt = tx
-                    .prepare_cached(
-                        "INSERT OR IGNORE INTO logs (id, ts_ms, org_id, gateway_id, app, status, body)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    )
-                    .map_err(backend)?;
-                for e in entries.iter() {
-                    // Time-ordered, so that every index of the table appends.
-                    let id = crate::secrets::new_ordered_id("log", e.ts_ms);
-                    let status = if e.error { "error" } else { "success" };
-                    let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
-                    stmt.execute(params![id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)?;
-                }
-            }
-            tx.commit().map_err(backend)
+            // Request-log entries already wait in memory for up to a flush period, so their
+            // commits need not wait for the disk: in WAL mode `synchronous=NORMAL` still keeps a
+            // commit through a crash of the process (only a power loss or an OS crash can undo
+            // the last ones) and saves an fsync per slice. Every other write keeps FULL: the
+            // setting is put back before the connection is released.
+            c.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
+            let written = insert_logs(c, &entries);
+            let restored = c.pragma_update(None, "synchronous", "FULL").map_err(backend);
+            written.and(restored)
         })
         .await
     }
@@ -179,5 +192,45 @@ impl Store for EmbeddedStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.with(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(backend)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synchronous(store: &EmbeddedStore) -> i64 {
+        store.conn.lock().query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn log_writes_skip_the_fsync_and_every_other_write_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(synchronous(&store), 2, "FULL from the start");
+        let gateway: crate::model::Gateway = serde_json::from_value(serde_json::json!({
+            "id": "gw_1", "org_id": "org_1", "name": "g", "description": "", "servers": [],
+            "allowed_tools": {}, "configuration": { "rate_limit": 10, "cache_ttl": 1, "cache_enabled": false },
+            "status": "active", "created_at": "2026-11-22T00:00:00Z", "updated_at": "2026-11-22T00:00:00Z",
+            "access_key_id": "key_1"
+        }))
+        .unwrap();
+        let gateway = Arc::new(gateway);
+        let entry = |i: i64| LogRecord {
+            ts_ms: 1_000 + i,
+            gateway: gateway.clone(),
+            app: "time".into(),
+            error: false,
+            body: r#"{"duration":3}"#.into(),
+        };
+        store.append_logs(Arc::new((0..10).map(entry).collect())).await.unwrap();
+        assert_eq!(synchronous(&store), 2, "FULL again once the log slice is written");
+        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
+        let sum = store.log_summary(q).await.unwrap();
+        assert_eq!((sum.requests, sum.total_duration_ms), (10, 30));
+        // A failing slice (here: the table is gone) puts FULL back too.
+        store.conn.lock().execute_batch("DROP TABLE logs").unwrap();
+        assert!(store.append_logs(Arc::new(vec![entry(11)])).await.is_err());
+        assert_eq!(synchronous(&store), 2);
     }
 }
