@@ -1,7 +1,8 @@
 //! The embedded backend: SQLite (bundled, so no system library) in `storage.path`.
 //!
 //! Why SQLite: one file, transactions, `synchronous=FULL` in WAL mode makes a committed write
-//! survive `kill -9` and power loss, and the request log gets real indexes for its filters.
+//! survive `kill -9` and power loss, and the request log gets real indexes for its filters. The
+//! request log's own slices are committed with `synchronous=NORMAL` (see `append_logs`).
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
 use super::{Kind, LogQuery, LogRecord, LogSummary, Store, StoreError};
