@@ -100,14 +100,14 @@ impl Proxy {
         session: &mut Session,
         ctx: &mut RequestCtx,
         status: u16,
-        content_type: &str,
+        content_type: &'static str,
         body: Vec<u8>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<()> {
         // No header-case map: names go out lower-case, as HTTP/2 and HTTP/3 require anyway, and the
         // map would be one more allocation per header on every answer.
         let mut h = ResponseHeader::build_no_case(status, Some(6 + ctx.filters.response_headers.len() + extra.len()))?;
-        h.insert_header(http::header::CONTENT_TYPE, content_type)?;
+        h.insert_header(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type))?;
         h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
         h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
         h.insert_header(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"))?;
