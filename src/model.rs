@@ -207,6 +207,28 @@ pub struct Gateway {
     pub access_key_id: String,
 }
 
+#[cfg(test)]
+impl Gateway {
+    /// A gateway of organisation `org_id` with nothing configured, for unit tests that need one
+    /// to point at (request-log entries, store rows).
+    pub fn for_tests(id: &str, org_id: &str) -> Gateway {
+        let now = chrono::Utc::now();
+        Gateway {
+            id: id.into(),
+            org_id: org_id.into(),
+            name: "test".into(),
+            description: String::new(),
+            servers: Vec::new(),
+            allowed_tools: BTreeMap::new(),
+            configuration: GatewayConfiguration::default(),
+            status: "active".into(),
+            created_at: now,
+            updated_at: now,
+            access_key_id: "key_test".into(),
+        }
+    }
+}
+
 /// An organisation's connection to an app.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Connection {

@@ -28,7 +28,7 @@ const FLUSH_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Largest serialised request params or response data kept in one entry; a larger value is kept
 /// as `{"truncated": true, "size": <bytes>, "preview": "<its first bytes>"}`.
-pub const LOG_FIELD_CAP: usize = 16 * 1024;
+const LOG_FIELD_CAP: usize = 16 * 1024;
 
 /// What an upstream call came back with, as the entry's `response.data` shows it.
 pub enum Answer<'a> {
@@ -102,36 +102,33 @@ fn put_capped(out: &mut Vec<u8>, v: &Value) {
     if serde_json::to_writer(UpTo { out: &mut *out, room: LOG_FIELD_CAP }, v).is_ok() {
         return;
     }
-    // The writer stopped at the cap: keep what it wrote as the preview, cut at a character.
-    let mut preview = out.split_off(start);
-    let mut cut = preview.len().min(LOG_FIELD_CAP);
-    while cut > 0 && std::str::from_utf8(&preview[..cut]).is_err() {
-        cut -= 1;
-    }
-    preview.truncate(cut);
+    // The writer stopped at the cap: what it wrote is the preview.
+    let preview = out.split_off(start);
     let mut size = Counter(0);
     let _ = serde_json::to_writer(&mut size, v);
-    out.extend_from_slice(b"{\"truncated\":true,\"size\":");
-    put(out, &size.0);
-    out.extend_from_slice(b",\"preview\":");
-    put(out, std::str::from_utf8(&preview).unwrap_or_default());
-    out.push(b'}');
+    put_truncated(out, size.0, &preview);
 }
 
 /// [`put_capped`] for JSON text: copied when small, else kept as a preview with its size.
 fn put_raw_capped(out: &mut Vec<u8>, json: &str) {
     if json.len() <= LOG_FIELD_CAP {
         out.extend_from_slice(json.as_bytes());
-        return;
+    } else {
+        put_truncated(out, json.len(), &json.as_bytes()[..LOG_FIELD_CAP]);
     }
-    let mut cut = LOG_FIELD_CAP;
-    while !json.is_char_boundary(cut) {
-        cut -= 1;
-    }
+}
+
+/// `{"truncated":true,"size":SIZE,"preview":"..."}`: `preview` (the value's first bytes) is cut
+/// back to the last whole character.
+fn put_truncated(out: &mut Vec<u8>, size: usize, preview: &[u8]) {
+    let preview = match std::str::from_utf8(preview) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&preview[..e.valid_up_to()]).unwrap_or_default(),
+    };
     out.extend_from_slice(b"{\"truncated\":true,\"size\":");
-    put(out, &json.len());
+    put(out, &size);
     out.extend_from_slice(b",\"preview\":");
-    put(out, &json[..cut]);
+    put(out, preview);
     out.push(b'}');
 }
 
@@ -231,15 +228,7 @@ mod tests {
     use serde_json::json;
 
     fn gateway() -> Arc<Gateway> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "id": "gw_1", "org_id": "org_1", "name": "g", "description": "", "servers": ["time"],
-                "allowed_tools": {}, "configuration": { "rate_limit": 10, "cache_ttl": 1, "cache_enabled": false },
-                "status": "active", "created_at": "2026-11-22T00:00:00Z", "updated_at": "2026-11-22T00:00:00Z",
-                "access_key_id": "key_1"
-            }))
-            .unwrap(),
-        )
+        Arc::new(Gateway::for_tests("gw_1", "org_1"))
     }
 
     /// Entry `i`: every third one an error; `ts_ms` says which entry it is.

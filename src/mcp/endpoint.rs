@@ -565,15 +565,7 @@ async fn forward(
                 log(&r.outcome, 200);
                 return json_reply(proxy, session, ctx, r.with_id(req.id)).await;
             }
-            let mut h = ResponseHeader::build(200, Some(6))?;
-            h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
-            h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
-            h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
-            for (k, v) in &ctx.filters.response_headers {
-                h.append_header(k.clone(), v.clone())?;
-            }
-            ctx.status = 200;
-            session.write_response_header(Box::new(h), false).await?;
+            start_sse(session, ctx).await?;
             while let Some(item) = stream.next().await {
                 let msg = match item {
                     Ok(m) => m,
@@ -629,6 +621,21 @@ fn upstream_error_response(id: &Value, app_id: &str, e: &UpstreamError) -> Respo
         _ => -32002,
     };
     Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
+}
+
+/// Starts a `text/event-stream` answer (a relayed call's events, or the GET stream): status 200,
+/// the request id and the filters' headers, moved like [`Proxy::respond`] moves them.
+async fn start_sse(session: &mut Session, ctx: &mut RequestCtx) -> pingora::Result<()> {
+    let filter_headers = std::mem::take(&mut ctx.filters.response_headers);
+    let mut h = ResponseHeader::build(200, Some(3 + filter_headers.len()))?;
+    h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
+    h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
+    h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
+    for (k, v) in filter_headers {
+        h.append_header(k, v)?;
+    }
+    ctx.status = 200;
+    session.write_response_header(Box::new(h), false).await
 }
 
 fn sse_event(data: &[u8]) -> Bytes {
@@ -704,15 +711,7 @@ async fn get_stream(
     }
     let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
     let mut rx = proxy.server.subscribe(&gw.id);
-    let mut h = ResponseHeader::build(200, Some(5))?;
-    h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
-    h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
-    h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
-    for (k, v) in &ctx.filters.response_headers {
-        h.append_header(k.clone(), v.clone())?;
-    }
-    ctx.status = 200;
-    session.write_response_header(Box::new(h), false).await?;
+    start_sse(session, ctx).await?;
     session.write_response_body(Some(Bytes::from_static(b": stream open\n\n")), false).await?;
     loop {
         let chunk = tokio::select! {
@@ -732,4 +731,38 @@ async fn get_stream(
     }
     session.write_response_body(None, true).await.ok();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entry `log_entry` makes of `outcome`: its `error` flag and its `response`.
+    fn logged(outcome: Result<Value, ErrorObject>, transport_status: u16) -> (bool, Value) {
+        let gw = Arc::new(Gateway::for_tests("gw_1", "org_1"));
+        let entry = EntryWriter::begin(&gw, "app", "f", &Value::Null);
+        let outcome = outcome.map(|v| RawJson::from_value(&v));
+        let record = log_entry(entry, &outcome, transport_status, Duration::from_millis(5));
+        let body: Value = serde_json::from_str(&record.body).unwrap();
+        (record.error, body["response"].clone())
+    }
+
+    #[test]
+    fn a_log_entry_says_what_came_back() {
+        let ok = json!({ "content": [] });
+        assert_eq!(logged(Ok(ok.clone()), 200), (false, json!({ "status": 200, "data": ok })));
+        let tool_error = json!({ "content": [], "isError": true });
+        assert_eq!(logged(Ok(tool_error.clone()), 200), (true, json!({ "status": 200, "data": tool_error })));
+        // A result that is not an object has no `isError`: a success.
+        assert!(!logged(Ok(json!([1])), 200).0);
+        let status =
+            |code: i64, transport: u16| logged(Err(ErrorObject::new(code, "m")), transport).1["status"].clone();
+        assert_eq!(status(-32602, 200), 400, "bad arguments");
+        assert_eq!(status(-32003, 200), 504, "the app timed out");
+        assert_eq!(status(-32002, 503), 503, "the transport's own 5xx");
+        assert_eq!(status(-32002, 200), 502, "any other failure of the app");
+        let (error, response) = logged(Err(ErrorObject::new(-32002, "App `a` failed")), 502);
+        assert!(error);
+        assert_eq!(response["data"], json!({ "code": -32002, "message": "App `a` failed" }));
+    }
 }

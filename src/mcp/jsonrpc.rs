@@ -56,12 +56,6 @@ impl RawJson {
     }
 }
 
-impl From<Value> for RawJson {
-    fn from(v: Value) -> RawJson {
-        RawJson::from_value(&v)
-    }
-}
-
 impl fmt::Debug for RawJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.get())
@@ -189,11 +183,6 @@ pub struct Response {
 impl Response {
     pub fn success(id: Value, result: Value) -> Self {
         Self { id, outcome: Ok(RawJson::from_value(&result)) }
-    }
-
-    /// A response with a result already in JSON text (relayed from an app).
-    pub fn success_raw(id: Value, result: RawJson) -> Self {
-        Self { id, outcome: Ok(result) }
     }
 
     pub fn error(id: Value, error: ErrorObject) -> Self {

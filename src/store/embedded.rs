@@ -209,14 +209,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
         assert_eq!(synchronous(&store), 2, "FULL from the start");
-        let gateway: crate::model::Gateway = serde_json::from_value(serde_json::json!({
-            "id": "gw_1", "org_id": "org_1", "name": "g", "description": "", "servers": [],
-            "allowed_tools": {}, "configuration": { "rate_limit": 10, "cache_ttl": 1, "cache_enabled": false },
-            "status": "active", "created_at": "2026-11-22T00:00:00Z", "updated_at": "2026-11-22T00:00:00Z",
-            "access_key_id": "key_1"
-        }))
-        .unwrap();
-        let gateway = Arc::new(gateway);
+        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
         let entry = |i: i64| LogRecord {
             ts_ms: 1_000 + i,
             gateway: gateway.clone(),

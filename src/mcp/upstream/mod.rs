@@ -309,8 +309,6 @@ impl Source {
 
 /// The messages an upstream sends in answer to one request, ending with the response.
 pub struct ReplyStream {
-    /// Boxed: a transport's reading state is a few hundred bytes, and `UpstreamReply` is
-    /// mostly the small `Response` variant.
     source: Source,
     peeked: Option<Event>,
     deadline: Instant,
