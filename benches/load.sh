@@ -178,12 +178,18 @@ for _ in $(seq 100); do [[ -s "$WORK/fast.port" ]] && break; sleep 0.1; done
 UP_PORT="$(head -1 "$WORK/fast.port")"
 [[ -n "$UP_PORT" ]] || { echo "load.sh: fast_upstream printed no port" >&2; exit 1; }
 
-log "starting plain_proxy -> 127.0.0.1:$UP_PORT"
-(exec "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$UP_PORT" --threads 2 \
-  --work-stealing "$WORK_STEALING" \
-  >"$WORK/plain.log" 2>&1) &
-PLAIN_PID=$!; PIDS+=("$PLAIN_PID")
-PLAIN_PORT="$(port_of "$PLAIN_PID")"
+# start_plain UPSTREAM_PORT NAME: a plain Pingora hop to 127.0.0.1:UPSTREAM_PORT; writes "PID PORT"
+# to $WORK/NAME.started (a file, not a command substitution: PIDS must be kept by this shell).
+start_plain() {
+  log "starting plain_proxy ($2) -> 127.0.0.1:$1"
+  (exec "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$1" --threads 2 \
+    --work-stealing "$WORK_STEALING" >"$WORK/$2.log" 2>&1) &
+  local pid=$!
+  PIDS+=("$pid")
+  echo "$pid $(port_of "$pid")" >"$WORK/$2.started"
+}
+start_plain "$UP_PORT" plain
+read -r PLAIN_PID PLAIN_PORT <"$WORK/plain.started"
 
 # (Re)starts server-everything on $EV_PORT. Every run gets a fresh process: the server keeps
 # every event it sends in memory, so its heap, its garbage collector and its CPU per call grow
@@ -206,11 +212,9 @@ if [[ -z "${SKIP_EVERYTHING:-}" ]]; then
   log "starting server-everything (streamableHttp)"
   EV_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   ev_restart
-  log "starting plain_proxy -> server-everything (127.0.0.1:$EV_PORT)"
-  (exec "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$EV_PORT" --threads 2 \
-    --work-stealing "$WORK_STEALING" >"$WORK/plain-everything.log" 2>&1) &
-  EV_PLAIN_PID=$!; PIDS+=("$EV_PLAIN_PID")
-  EV_PLAIN_URL="http://127.0.0.1:$(port_of "$EV_PLAIN_PID")/mcp"
+  start_plain "$EV_PORT" plain-everything
+  read -r EV_PLAIN_PID EV_PLAIN_PORT <"$WORK/plain-everything.started"
+  EV_PLAIN_URL="http://127.0.0.1:$EV_PLAIN_PORT/mcp"
 fi
 
 ADMIN_KEY="ag_$(od -An -tx1 -N20 /dev/urandom | tr -d ' \n')"  # ag_ + 40 hex characters
@@ -250,7 +254,8 @@ apps:
 $EV_APP
 EOF
 
-# start_toolgate NAME: starts $WORK/bin/NAME with its own data directory; prints "PID PORT".
+# start_toolgate NAME: starts $WORK/bin/NAME with its own data directory; prints "PID PORT"
+# (callers redirect it to a file, so that PIDS is kept by this shell).
 start_toolgate() {
   local name="$1" pid port
   sed "s|path: $WORK/data|path: $WORK/data-$name|" "$WORK/toolgate.yaml" >"$WORK/$name.run.yaml"
@@ -346,36 +351,21 @@ if [[ -n "$EV_PORT" ]]; then
   # session again on the server's 404, as it would after any upstream restart), a checked call,
   # the warm-up (the server's JIT), then the run.
   run_everything() {
-    local sid
+    local target="$1" round="$2" url sid="" key="" pid version=""
     ev_restart
-    case $1 in
-      direct | direct-0618)
-        local version=2025-11-25
-        [[ "$1" == direct-0618 ]] && version=2025-06-18
-        sid="$(mcp_init "$EV_DIRECT_URL" "" "$version")"
-        check_call "$EV_DIRECT_URL" "$sid"
-        run everything "$1" warmup "$EV_DIRECT_URL" "$sid" "" "$EV_PID" "$EV_PID" "$WARMUP" "$version"
-        run everything "$1" "$2" "$EV_DIRECT_URL" "$sid" "" "$EV_PID" "$EV_PID" "$DURATION" "$version"
-        ;;
-      plain)
-        # The plain Pingora hop, at the version toolgate offers upstream: what any proxy costs here.
-        local version="${EV_PROTOCOL:-2025-11-25}"
-        sid="$(mcp_init "$EV_PLAIN_URL" "" "$version")"
-        check_call "$EV_PLAIN_URL" "$sid"
-        run everything plain warmup "$EV_PLAIN_URL" "$sid" "" "$EV_PLAIN_PID" "$EV_PID" "$WARMUP" "$version"
-        run everything plain "$2" "$EV_PLAIN_URL" "$sid" "" "$EV_PLAIN_PID" "$EV_PID" "$DURATION" "$version"
-        ;;
-      toolgate)
-        check_call "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY"
-        run everything toolgate warmup "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$WARMUP"
-        run everything toolgate "$2" "$EV_TG_URL" "$SID_EV_TG" "$EV_GW_KEY" "$TG_PID" "$EV_PID" "$DURATION"
-        ;;
-      toolgate-b)
-        check_call "$EVB_TG_URL" "$SID_EVB_TG" "$EVB_GW_KEY"
-        run everything toolgate-b warmup "$EVB_TG_URL" "$SID_EVB_TG" "$EVB_GW_KEY" "$TGB_PID" "$EV_PID" "$WARMUP"
-        run everything toolgate-b "$2" "$EVB_TG_URL" "$SID_EVB_TG" "$EVB_GW_KEY" "$TGB_PID" "$EV_PID" "$DURATION"
-        ;;
+    case $target in
+      direct) url="$EV_DIRECT_URL"; pid="$EV_PID"; version=2025-11-25 ;;
+      direct-0618) url="$EV_DIRECT_URL"; pid="$EV_PID"; version=2025-06-18 ;;
+      # The plain Pingora hop, at the version toolgate offers upstream: what any proxy costs here.
+      plain) url="$EV_PLAIN_URL"; pid="$EV_PLAIN_PID"; version="${EV_PROTOCOL:-2025-11-25}" ;;
+      toolgate) url="$EV_TG_URL"; sid="$SID_EV_TG"; key="$EV_GW_KEY"; pid="$TG_PID" ;;
+      toolgate-b) url="$EVB_TG_URL"; sid="$SID_EVB_TG"; key="$EVB_GW_KEY"; pid="$TGB_PID" ;;
     esac
+    # The fresh server knows no session: direct and plain open one; toolgate keeps its own.
+    [[ -n "$sid" ]] || sid="$(mcp_init "$url" "" "$version")"
+    check_call "$url" "$sid" "$key"
+    run everything "$target" warmup "$url" "$sid" "$key" "$pid" "$EV_PID" "$WARMUP" "$version"
+    run everything "$target" "$round" "$url" "$sid" "$key" "$pid" "$EV_PID" "$DURATION" "$version"
   }
   for r in $(seq "$ROUNDS"); do
     order="$EV_TARGETS"; (( r % 2 == 0 )) && order="$(reversed "$EV_TARGETS")"
