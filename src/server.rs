@@ -182,10 +182,12 @@ impl pingora::services::background::BackgroundService for Flusher {
                 _ = tick.tick() => self.server.flush().await,
                 _ = shutdown.changed() => break,
             }
-            // Idle rate-limit buckets are dropped so memory follows active callers only.
+            // Idle rate-limit buckets are dropped so memory follows active callers only, and idle
+            // upstream connections past their time are closed.
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();
                 self.server.quotas.sweep();
+                self.server.apps.sweep_idle();
                 last_sweep = Instant::now();
             }
             if let Some(jwt) = &self.server.state.jwt {

@@ -176,6 +176,14 @@ impl AppClients {
         }
     }
 
+    /// Closes upstream connections idle past their time; run now and then by the flusher, so
+    /// an app that gets no more calls does not hold its sockets open.
+    pub fn sweep_idle(&self) {
+        for up in self.upstreams.iter() {
+            up.value().sweep_idle();
+        }
+    }
+
     /// Stops every upstream (stdio processes included).
     pub async fn shutdown(&self) {
         let all: Vec<Arc<Upstream>> = self.upstreams.iter().map(|u| u.value().clone()).collect();

@@ -81,6 +81,11 @@ enum Posted {
 }
 
 impl HttpUpstream {
+    /// See [`Target::sweep_idle`].
+    pub fn sweep_idle(&self) {
+        self.inner.target.sweep_idle();
+    }
+
     /// Validates the URL and headers. No I/O.
     pub fn new(
         app_id: &str,

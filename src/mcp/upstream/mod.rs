@@ -451,6 +451,13 @@ impl fmt::Debug for Upstream {
 }
 
 impl Upstream {
+    /// Closes keep-alive connections idle past their time (HTTP upstreams; others keep none).
+    pub fn sweep_idle(&self) {
+        if let Upstream::Http(h) = self {
+            h.sweep_idle();
+        }
+    }
+
     /// Builds the upstream; validates everything that can be validated without I/O (URL, header
     /// names and values, command not empty, builtin name). Nothing is connected or spawned yet:
     /// that happens on first use, or with [`Upstream::connect`].

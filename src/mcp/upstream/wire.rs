@@ -1,15 +1,24 @@
 //! One HTTP exchange with a Streamable HTTP upstream: send a request, then read the status,
 //! headers and body of its answer in chunks. [`super::http`] builds the MCP session on top.
 //!
-//! * **`http://` upstreams** go through Pingora's own HTTP/1.1 connector and keep-alive pool, the
-//!   same code the plain Pingora hop uses. The request is written and the answer read by the task
-//!   that serves the gateway client. hyper's client (under reqwest) runs every connection as a
+//! * **`http://` upstreams** connect through Pingora's connector and speak HTTP/1.1 with Pingora's
+//!   client session. The request is written and the answer read by the task that serves the
+//!   gateway client. hyper's client (under reqwest) runs every connection as a
 //!   task of its own, so each call handed its request to that task and its answer back: two
 //!   cross-task wake-ups per call, which on a 2-worker runtime are cross-thread wake-ups. That
 //!   hand-off, with reqwest's redirect and retry layers, was the largest cost left in a
 //!   `tools/call` (BENCHMARKS.md).
-//! * A pooled connection that the server closed while idle shows up as a write error, or as an
-//!   EOF before the first byte of the answer. The request is then sent again on a new connection,
+//! * **Idle keep-alive connections wait in a list of the upstream's own** ([`IdleConnections`]),
+//!   not in Pingora's pool. Pingora's pool spawns a task per released connection to watch it
+//!   while idle, and taking the connection back wakes that task, waits for it to let go, and asks
+//!   the kernel for the peer address: a task, two wake-ups and a system call per call, about 3 us
+//!   of the 60 us a call costs here (BENCHMARKS.md). Here a connection is owned by its list, so it
+//!   cannot be confused with another socket, and it is checked for a close or stray bytes with
+//!   one non-blocking read when it is taken. The most recently used is taken first (its peer is
+//!   the least likely to have closed it), the list is capped per upstream, and connections idle
+//!   past [`POOL_IDLE_TIMEOUT`] are closed when the list is next touched or swept.
+//! * A pooled connection that the server closed while idle and that the check missed shows up as
+//!   a write error, or as an EOF before the first byte of the answer. The request is then sent again on a new connection,
 //!   at most twice, and only when nothing of the answer was read, as Pingora's own proxy does
 //!   (`RetryType::ReusedOnly`).
 //! * The request line, headers and body leave in **one write** (Pingora's client session writes
@@ -21,39 +30,42 @@
 //! * The host name is resolved when the first request needs it, and again after a failed
 //!   connect, so an upstream that moves to a new address is found without a restart.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
+use futures_util::FutureExt as _;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
 use http::{Method, StatusCode};
 use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::protocols::http::v1::client::HttpSession;
 use pingora::protocols::Stream;
-use pingora::upstreams::peer::{HttpPeer, Peer};
+use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error as PingoraError, ErrorType, OrErr};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt};
 
 use super::{describe_error, TimeoutPhase, UpstreamError};
 
 /// How long an idle pooled connection is kept. Servers close sooner (Node's default is 5 s); the
-/// pool notices that and drops the connection.
+/// check on taking a connection notices that and drops it.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Pooled idle connections, over all plain-text upstreams.
-const POOL_SIZE: usize = 256;
+/// Idle connections kept per plain-text upstream; a connection released beyond it closes the
+/// longest idle one.
+const MAX_IDLE_PER_UPSTREAM: usize = 128;
 
 /// A request sent on a stale pooled connection is sent again at most this many times.
 const STALE_RETRIES: usize = 2;
 
 /// The HTTP clients shared by every Streamable HTTP upstream of the process; build one at start.
 pub struct HttpClients {
-    pool: Arc<TransportConnector>,
+    /// Opens new connections only: idle ones are kept per upstream, in [`IdleConnections`].
+    connector: Arc<TransportConnector>,
     /// reqwest clients (https) by connect timeout: reqwest sets that timeout per client, and
     /// nearly every app uses the default, so in practice there is one.
     tls: parking_lot::Mutex<HashMap<Duration, reqwest::Client>>,
@@ -61,8 +73,12 @@ pub struct HttpClients {
 
 impl Default for HttpClients {
     fn default() -> Self {
-        let options = ConnectorOptions::new(POOL_SIZE);
-        Self { pool: Arc::new(TransportConnector::new(Some(options))), tls: parking_lot::Mutex::new(HashMap::new()) }
+        // Pingora's own pool stays empty: nothing is released into it.
+        let options = ConnectorOptions::new(0);
+        Self {
+            connector: Arc::new(TransportConnector::new(Some(options))),
+            tls: parking_lot::Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -114,7 +130,8 @@ pub(crate) enum Target {
 }
 
 pub(crate) struct PlainTarget {
-    pool: Arc<TransportConnector>,
+    connector: Arc<TransportConnector>,
+    idle: Arc<IdleConnections>,
     host: Host,
     port: u16,
     /// `Host` header: the URL's host and explicit port.
@@ -132,6 +149,14 @@ enum Host {
 }
 
 impl Target {
+    /// Closes idle connections past their time (see [`IdleConnections::sweep`]); reqwest prunes
+    /// its own.
+    pub fn sweep_idle(&self) {
+        if let Target::Plain(p) = self {
+            p.idle.sweep();
+        }
+    }
+
     /// Checks the URL (http or https, with a host). No I/O.
     pub fn new(url: &str, connect_timeout: Duration, clients: &HttpClients) -> Result<Self, String> {
         let parsed = url::Url::parse(url).map_err(|e| format!("url \"{url}\": {e}"))?;
@@ -157,7 +182,8 @@ impl Target {
                     path.push_str(q);
                 }
                 Ok(Target::Plain(Box::new(PlainTarget {
-                    pool: clients.pool.clone(),
+                    connector: clients.connector.clone(),
+                    idle: Arc::new(IdleConnections::default()),
                     host,
                     port: parsed.port_or_known_default().unwrap_or(80),
                     authority: HeaderValue::from_str(&authority).map_err(|_| format!("url \"{url}\": invalid host"))?,
@@ -219,18 +245,21 @@ impl PlainTarget {
         let request = self.request_bytes(&method, out);
         let mut attempt = 0;
         loop {
-            let (stream, reused) = match self.pool.get_stream(&*peer).await {
-                Ok(s) => s,
-                Err(e) => {
-                    self.peer.store(None);
-                    return Err(connect_error(&e));
-                }
+            let (stream, reused) = match self.idle.take() {
+                Some(s) => (s, true),
+                None => match self.connector.new_stream(&*peer).await {
+                    Ok(s) => (s, false),
+                    Err(e) => {
+                        self.peer.store(None);
+                        return Err(connect_error(&e));
+                    }
+                },
             };
             match exchange(stream, &peer, &request).await {
                 Ok((status, session)) => {
                     return Ok(WireResponse {
                         status,
-                        reply: Reply::Pooled { session: Some(Box::new(session)), peer, pool: self.pool.clone() },
+                        reply: Reply::Pooled { session: Some(Box::new(session)), idle: self.idle.clone() },
                     })
                 }
                 Err(mut e) => {
@@ -279,6 +308,101 @@ impl PlainTarget {
     }
 }
 
+/// The idle keep-alive connections of one plain-text upstream, most recently used last.
+pub(crate) struct IdleConnections {
+    list: parking_lot::Mutex<VecDeque<IdleConnection>>,
+    cap: usize,
+    max_idle: Duration,
+}
+
+impl Default for IdleConnections {
+    fn default() -> Self {
+        Self::new(MAX_IDLE_PER_UPSTREAM, POOL_IDLE_TIMEOUT)
+    }
+}
+
+struct IdleConnection {
+    stream: Stream,
+    since: Instant,
+}
+
+impl IdleConnections {
+    fn new(cap: usize, max_idle: Duration) -> Self {
+        Self { list: parking_lot::Mutex::new(VecDeque::new()), cap, max_idle }
+    }
+
+    /// The most recently used connection that is still open, if any.
+    fn take(&self) -> Option<Stream> {
+        loop {
+            let mut c = {
+                let mut list = self.list.lock();
+                let c = list.pop_back()?;
+                if c.since.elapsed() >= self.max_idle {
+                    // The newest is past its time, so every other one is too.
+                    let expired = std::mem::take(&mut *list);
+                    drop(list);
+                    drop(expired);
+                    return None;
+                }
+                c
+            };
+            // Checked outside the lock; a closed one is dropped and the next one tried.
+            if still_open(&mut c.stream) {
+                return Some(c.stream);
+            }
+        }
+    }
+
+    fn put(&self, stream: Stream) {
+        let now = Instant::now();
+        let surplus = {
+            let mut list = self.list.lock();
+            list.push_back(IdleConnection { stream, since: now });
+            let expired = list.iter().take_while(|c| now.duration_since(c.since) >= self.max_idle).count();
+            let over = list.len().saturating_sub(self.cap);
+            list.drain(..expired.max(over)).collect::<Vec<_>>()
+        };
+        // Closed outside the lock.
+        drop(surplus);
+    }
+
+    /// Closes the connections idle past their time, for an upstream that gets no
+    /// calls (the list is otherwise pruned when it is touched).
+    pub(crate) fn sweep(&self) {
+        let now = Instant::now();
+        let expired = {
+            let mut list = self.list.lock();
+            let n = list.iter().take_while(|c| now.duration_since(c.since) >= self.max_idle).count();
+            list.drain(..n).collect::<Vec<_>>()
+        };
+        drop(expired);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.list.lock().len()
+    }
+}
+
+/// Whether an idle connection can carry a request: a read that does not wait finds nothing. An
+/// EOF (the server closed it), an error, or bytes that no request asked for all say no.
+/// `unconstrained`: tokio's cooperative budget must not turn a ready read into "nothing yet".
+fn still_open(stream: &mut Stream) -> bool {
+    let mut byte = [0u8; 1];
+    match tokio::task::unconstrained(stream.read(&mut byte)).now_or_never() {
+        None => true,
+        Some(Ok(0)) => false,
+        Some(Ok(_)) => {
+            tracing::warn!("unexpected bytes on an idle upstream connection; closing it");
+            false
+        }
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "idle upstream connection broke");
+            false
+        }
+    }
+}
+
 /// Writes the request in one go and reads the answer's head (skipping 1xx).
 async fn exchange(mut stream: Stream, peer: &HttpPeer, request: &[u8]) -> pingora::Result<(StatusCode, HttpSession)> {
     stream.write_all(request).await.or_err(ErrorType::WriteError, "while writing the request")?;
@@ -311,8 +435,8 @@ enum Reply {
     Pooled {
         /// `None` once the body is read and the connection is back in the pool.
         session: Option<Box<HttpSession>>,
-        peer: Arc<HttpPeer>,
-        pool: Arc<TransportConnector>,
+        /// Where the connection goes when the body is read.
+        idle: Arc<IdleConnections>,
     },
     Tls {
         /// Boxed: the rare case should not make every reply larger.
@@ -341,7 +465,7 @@ impl WireResponse {
         mut sink: impl FnMut(&[u8]) -> Result<(), UpstreamError>,
     ) -> Result<bool, UpstreamError> {
         match &mut self.reply {
-            Reply::Pooled { session, peer, pool } => {
+            Reply::Pooled { session, idle } => {
                 let Some(s) = session.as_deref_mut() else { return Ok(false) };
                 if !s.is_body_done() {
                     match s.read_body_ref().await {
@@ -361,7 +485,7 @@ impl WireResponse {
                 if let Some(mut s) = session.take() {
                     s.respect_keepalive();
                     if let Some(stream) = s.reuse().await {
-                        pool.release_stream(stream, peer.reuse_hash(), Some(POOL_IDLE_TIMEOUT));
+                        idle.put(stream);
                     }
                 }
                 Ok(false)
@@ -563,6 +687,62 @@ mod tests {
         }
         assert_eq!(conns.load(Ordering::SeqCst), 3);
         assert_eq!(seen.lock().len(), 3, "each request reached the server exactly once");
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_capped_checked_when_taken_and_expire() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let clients = HttpClients::default();
+        let peer = HttpPeer::new(addr, false, String::new());
+        // Connects one client stream and returns it with its server side (accepted in order).
+        let connect = || async {
+            let client = clients.connector.new_stream(&peer).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            (client, server)
+        };
+        let closed = |mut server: tokio::net::TcpStream| async move {
+            let mut b = [0u8; 1];
+            matches!(tokio::time::timeout(Duration::from_secs(2), server.read(&mut b)).await, Ok(Ok(0)))
+        };
+
+        let idle = IdleConnections::new(2, Duration::from_secs(60));
+        let (c1, s1) = connect().await;
+        let (c2, mut s2) = connect().await;
+        let (c3, s3) = connect().await;
+        idle.put(c1);
+        idle.put(c2);
+        idle.put(c3);
+        assert_eq!(idle.len(), 2, "capped");
+        assert!(closed(s1).await, "the longest idle one is closed to make room");
+        // The newest one's server went away: it is dropped when taken, and the next one is used.
+        drop(s3);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut taken = idle.take().expect("the older connection is still open");
+        assert_eq!(idle.len(), 0);
+        taken.write_all(b"ping").await.unwrap();
+        taken.flush().await.unwrap();
+        let mut got = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(2), s2.read_exact(&mut got)).await.unwrap().unwrap();
+        assert_eq!(&got, b"ping", "the connection handed out is the one still open");
+        // A server that wrote bytes nobody asked for: not handed out.
+        idle.put(taken);
+        s2.write_all(b"junk").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(idle.take().is_none());
+
+        let idle = IdleConnections::new(2, Duration::from_millis(30));
+        let (c4, s4) = connect().await;
+        let (c5, s5) = connect().await;
+        idle.put(c4);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        idle.sweep();
+        assert_eq!(idle.len(), 0, "swept when past its time");
+        assert!(closed(s4).await);
+        idle.put(c5);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(idle.take().is_none(), "past its time: closed, not handed out");
+        assert!(closed(s5).await);
     }
 
     #[tokio::test]
