@@ -93,6 +93,29 @@ pub fn error_body(err: &ApiError, ctx: &RequestCtx) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// The head of an answer with its status, the request id and the filters' headers (rate limits),
+/// with room for `more` headers.
+///
+/// Built as `http` parts and handed to Pingora whole: `ResponseHeader::insert_header` turns every
+/// name into a title-cased copy and parses that back into a name (two allocations for each header
+/// that is not a standard one, seven of them here), while these names are already `HeaderName`s.
+/// With no header-case map, names go out lower-case, as HTTP/2 and HTTP/3 require anyway.
+pub fn response_head(status: u16, more: usize, ctx: &mut RequestCtx) -> Result<http::response::Parts> {
+    let (mut h, ()) = http::Response::new(()).into_parts();
+    h.status = http::StatusCode::from_u16(status)
+        .map_err(|_| Error::explain(ErrorType::InternalError, format!("invalid status {status}")))?;
+    // The filters' headers are answered once: moved, not copied.
+    let filters = std::mem::take(&mut ctx.filters.response_headers);
+    h.headers.reserve(1 + filters.len() + more);
+    let id = HeaderValue::from_str(&ctx.request_id)
+        .map_err(|_| Error::explain(ErrorType::InternalError, "request id is not a header value"))?;
+    h.headers.insert(X_REQUEST_ID, id);
+    for (k, v) in filters {
+        h.headers.append(k, v);
+    }
+    Ok(h)
+}
+
 impl Proxy {
     /// Writes a complete response with the request id and the filters' headers.
     pub async fn respond(
@@ -104,22 +127,15 @@ impl Proxy {
         body: Vec<u8>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<()> {
-        // No header-case map: names go out lower-case, as HTTP/2 and HTTP/3 require anyway, and the
-        // map would be one more allocation per header on every answer.
-        let mut h = ResponseHeader::build_no_case(status, Some(6 + ctx.filters.response_headers.len() + extra.len()))?;
-        h.insert_header(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type))?;
-        h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
-        h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
-        h.insert_header(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"))?;
-        // The filters' headers (rate limits) are answered once: moved, not copied.
-        for (k, v) in std::mem::take(&mut ctx.filters.response_headers) {
-            h.append_header(k, v)?;
-        }
+        let mut h = response_head(status, 4 + extra.len(), ctx)?;
+        h.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        h.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         for (k, v) in extra {
-            h.append_header(k.clone(), v.clone())?;
+            h.headers.append(k.clone(), v.clone());
         }
         ctx.status = status;
-        session.write_response_header(Box::new(h), false).await?;
+        session.write_response_header(Box::new(ResponseHeader::from(h)), false).await?;
         session.write_response_body(Some(Bytes::from(body)), true).await?;
         Ok(())
     }

@@ -9,7 +9,7 @@ use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::model::{Gateway, McpSession};
-use crate::proxy::{Proxy, RequestCtx, X_REQUEST_ID};
+use crate::proxy::{response_head, Proxy, RequestCtx};
 use crate::reqlog::{Answer, EntryWriter};
 use crate::secrets;
 use crate::store::LogRecord;
@@ -526,8 +526,7 @@ async fn forward(
         return json_reply(proxy, session, ctx, Response::success(req.id, json!({ "completion": { "values": [] } })))
             .await;
     };
-    let call_ctx =
-        CallContext { client_request_id: req.id.clone(), request_id: Some(ctx.request_id.clone()), headers: vec![] };
+    let call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
     if let Some(limit) = server.state.config.app(&app_id).and_then(|a| a.rate_limit) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
         if let Err(retry) = server.quotas.admit(&format!("app:{app_id}"), limit) {
@@ -626,16 +625,11 @@ fn upstream_error_response(id: &Value, app_id: &str, e: &UpstreamError) -> Respo
 /// Starts a `text/event-stream` answer (a relayed call's events, or the GET stream): status 200,
 /// the request id and the filters' headers, moved like [`Proxy::respond`] moves them.
 async fn start_sse(session: &mut Session, ctx: &mut RequestCtx) -> pingora::Result<()> {
-    let filter_headers = std::mem::take(&mut ctx.filters.response_headers);
-    let mut h = ResponseHeader::build(200, Some(3 + filter_headers.len()))?;
-    h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
-    h.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
-    h.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
-    for (k, v) in filter_headers {
-        h.append_header(k, v)?;
-    }
+    let mut h = response_head(200, 2, ctx)?;
+    h.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     ctx.status = 200;
-    session.write_response_header(Box::new(h), false).await
+    session.write_response_header(Box::new(ResponseHeader::from(h)), false).await
 }
 
 fn sse_event(data: &[u8]) -> Bytes {

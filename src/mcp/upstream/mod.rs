@@ -183,8 +183,6 @@ pub struct CallContext {
     /// The id the client used; the final response carries it. `Null` when the gateway calls on
     /// its own behalf (e.g. `tools/list` to build its catalogue).
     pub client_request_id: Value,
-    /// Gateway request id, for logs only.
-    pub request_id: Option<String>,
     /// Extra headers for this call only (HTTP), e.g. a per-connection credential. The gateway
     /// must never put the client's own `X-API-Key` here.
     pub headers: Vec<(::http::HeaderName, ::http::HeaderValue)>,
