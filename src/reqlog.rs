@@ -2,8 +2,8 @@
 //! I/O) and written to the store in batches by the background flusher, so logging never slows a
 //! call.
 //!
-//! An entry is written as JSON once, while its call runs ([`EntryWriter`]): what was asked before
-//! the arguments move upstream, what came back after. The buffer then holds one string per call,
+//! An entry is written as JSON once, while its call runs ([`EntryWriter`]): what was asked (the
+//! arguments as the client sent them) before the call goes upstream, what came back after. The buffer then holds one string per call,
 //! not a tree of values: no deep copy of the arguments or the result, nothing to serialise at
 //! flush time, and two allocations to free (on the flusher's thread, where every allocation of a
 //! tree was a cross-thread `free` contending for the workers' malloc arenas).
@@ -13,7 +13,6 @@ use crate::model::Gateway;
 use crate::store::{LogRecord, Store};
 use parking_lot::Mutex;
 use serde::Serialize;
-use serde_json::Value;
 use std::sync::Arc;
 
 /// Most entries kept waiting when the store is unavailable; older ones are dropped (and counted).
@@ -47,9 +46,8 @@ pub struct EntryWriter {
 }
 
 impl EntryWriter {
-    /// Starts the entry with what was asked; `arguments` is only borrowed, so it can move
-    /// upstream right after.
-    pub fn begin(gateway: &Arc<Gateway>, app: &str, function: &str, arguments: &Value) -> EntryWriter {
+    /// Starts the entry with what was asked; `arguments` is the JSON text the client sent.
+    pub fn begin(gateway: &Arc<Gateway>, app: &str, function: &str, arguments: &str) -> EntryWriter {
         let mut json = Vec::with_capacity(256);
         json.extend_from_slice(b"{\"gateway_id\":");
         put(&mut json, gateway.id.as_str());
@@ -58,7 +56,7 @@ impl EntryWriter {
         json.extend_from_slice(b",\"function\":");
         put(&mut json, function);
         json.extend_from_slice(b",\"request\":{\"params\":");
-        put_capped(&mut json, arguments);
+        put_raw_capped(&mut json, arguments);
         json.push(b'}');
         EntryWriter { gateway: gateway.clone(), app: app.to_string(), json }
     }
@@ -95,21 +93,7 @@ fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let _ = serde_json::to_writer(&mut *out, v);
 }
 
-/// Appends `v`, or its truncated form when its JSON is longer than [`LOG_FIELD_CAP`]. The common
-/// small value is serialised once, straight into the entry.
-fn put_capped(out: &mut Vec<u8>, v: &Value) {
-    let start = out.len();
-    if serde_json::to_writer(UpTo { out: &mut *out, room: LOG_FIELD_CAP }, v).is_ok() {
-        return;
-    }
-    // The writer stopped at the cap: what it wrote is the preview.
-    let preview = out.split_off(start);
-    let mut size = Counter(0);
-    let _ = serde_json::to_writer(&mut size, v);
-    put_truncated(out, size.0, &preview);
-}
-
-/// [`put_capped`] for JSON text: copied when small, else kept as a preview with its size.
+/// Appends JSON text: copied when small, else kept as a preview with its size.
 fn put_raw_capped(out: &mut Vec<u8>, json: &str) {
     if json.len() <= LOG_FIELD_CAP {
         out.extend_from_slice(json.as_bytes());
@@ -130,41 +114,6 @@ fn put_truncated(out: &mut Vec<u8>, size: usize, preview: &[u8]) {
     out.extend_from_slice(b",\"preview\":");
     put(out, preview);
     out.push(b'}');
-}
-
-/// Appends to `out` until `room` bytes are used, then fails (which stops the serialiser).
-struct UpTo<'a> {
-    out: &'a mut Vec<u8>,
-    room: usize,
-}
-
-impl std::io::Write for UpTo<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if buf.len() > self.room {
-            self.out.extend_from_slice(&buf[..self.room]);
-            self.room = 0;
-            return Err(std::io::Error::other("over the cap"));
-        }
-        self.room -= buf.len();
-        self.out.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Counts serialised bytes.
-struct Counter(usize);
-
-impl std::io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 pub struct RequestLog {
@@ -226,6 +175,7 @@ mod tests {
     use crate::store::EmbeddedStore;
     use crate::store::LogQuery;
     use serde_json::json;
+    use serde_json::Value;
 
     fn gateway() -> Arc<Gateway> {
         Arc::new(Gateway::for_tests("gw_1", "org_1"))
@@ -233,7 +183,7 @@ mod tests {
 
     /// Entry `i`: every third one an error; `ts_ms` says which entry it is.
     fn entry(i: usize) -> LogRecord {
-        let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &json!({ "i": i }));
+        let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &json!({ "i": i }).to_string());
         let mut e = w.finish(2, i % 3 == 0, 200, Answer::Result(&RawJson::from_value(&json!({ "content": [] }))));
         e.ts_ms = 1_000 + i as i64;
         e
@@ -246,7 +196,7 @@ mod tests {
     #[test]
     fn an_entry_has_every_field_of_the_spec_but_those_the_store_assigns() {
         let args = json!({ "format": "YYYY", "note": "quote \" and ünïcode" });
-        let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &args);
+        let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &args.to_string());
         let result = json!({ "content": [{ "type": "text", "text": "2026" }], "isError": false });
         let e = w.finish(7, false, 200, Answer::Result(&RawJson::from_value(&result)));
         assert!(!e.error);
@@ -259,7 +209,7 @@ mod tests {
                 "status": "success", "request": { "params": args }, "response": { "status": 200, "data": result }
             })
         );
-        let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &Value::Null);
+        let w = EntryWriter::begin(&gateway(), "time", "get_current_time", "null");
         let e = w.finish(30_001, true, 504, Answer::Error { code: -32003, message: "App `time` failed: timed out" });
         assert!(e.error);
         let b = body(&e);
@@ -277,7 +227,7 @@ mod tests {
         let big = json!({ "text": "é".repeat(LOG_FIELD_CAP) });
         let size = serde_json::to_string(&big).unwrap().len();
         let at_cap = json!("x".repeat(LOG_FIELD_CAP - 2)); // exactly the cap with its quotes
-        let w = EntryWriter::begin(&gateway(), "time", "f", &big);
+        let w = EntryWriter::begin(&gateway(), "time", "f", &big.to_string());
         let e = w.finish(1, false, 200, Answer::Result(&RawJson::from_value(&at_cap)));
         let b = body(&e);
         let params = &b["request"]["params"];
@@ -289,7 +239,7 @@ mod tests {
         assert_eq!(b["response"]["data"], at_cap, "a value of exactly the cap is kept whole");
         assert_eq!(b["function"], "f", "the fields after a truncated value are still there");
         // A relayed result over the cap (kept as text, so measured as text).
-        let w = EntryWriter::begin(&gateway(), "time", "f", &Value::Null);
+        let w = EntryWriter::begin(&gateway(), "time", "f", "null");
         let e = w.finish(1, false, 200, Answer::Result(&RawJson::from_value(&big)));
         let data = &body(&e)["response"]["data"];
         assert_eq!(data["truncated"], true, "{data}");

@@ -5,7 +5,7 @@ use crate::api::gateways::GatewayMetrics;
 use crate::error::ApiError;
 use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, Response};
+use crate::mcp::jsonrpc::{self, RawJson, Response};
 use crate::mcp::sessions::Sessions;
 use crate::mcp::upstream::CallContext;
 use crate::mfa::Mfa;
@@ -131,7 +131,7 @@ impl Server {
 
     /// Client notifications that concern the apps (cancellation, roots) go to every app of the
     /// gateway that has an upstream session.
-    pub async fn forward_notification(&self, gw: &Gateway, method: &str, params: Option<Value>) {
+    pub async fn forward_notification(&self, gw: &Gateway, method: &str, params: Option<RawJson>) {
         for app in &gw.servers {
             if let Ok(up) = self.apps.upstream(&gw.org_id, app) {
                 let _ = up.notify(method, params.clone(), &CallContext::default()).await;

@@ -3,6 +3,7 @@
 //! have no credentials and are shared.
 
 use crate::config::{AppConfig, AppUpstream};
+use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{
     CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream, UpstreamError,
     UpstreamReply, UpstreamSettings, UpstreamShared,
@@ -157,7 +158,7 @@ impl AppClients {
         org_id: &str,
         app_id: &str,
         method: &str,
-        params: Option<Value>,
+        params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
         let up = self.upstream(org_id, app_id)?;

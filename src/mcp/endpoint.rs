@@ -18,7 +18,9 @@ use chrono::Utc;
 use http::{HeaderName, HeaderValue, Method};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolgate_filters::{CredentialKind, RouteClass, Scope};
@@ -274,10 +276,9 @@ async fn post(
     // the handshake versions, which those clients take as the cue to fall back to `initialize`.
     if let Message::Request(req) = &message {
         if req.method == "server/discover" {
-            let requested = req
-                .params
-                .as_ref()
-                .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1protocolVersion"))
+            let params = req.params.as_ref().map(RawJson::to_value).unwrap_or_default();
+            let requested = params
+                .pointer("/_meta/io.modelcontextprotocol~1protocolVersion")
                 .and_then(Value::as_str)
                 .or_else(|| header(session, "mcp-protocol-version"))
                 .unwrap_or_default()
@@ -342,7 +343,7 @@ async fn initialize(
     key_id: &str,
     req: jsonrpc::Request,
 ) -> pingora::Result<()> {
-    let params = req.params.unwrap_or(Value::Null);
+    let params = req.params.as_ref().map(RawJson::to_value).unwrap_or_default();
     let requested = params.get("protocolVersion").and_then(Value::as_str);
     let version = negotiate(requested);
     let client = params.get("clientInfo");
@@ -425,7 +426,13 @@ async fn request(
     acc: Accept,
 ) -> pingora::Result<()> {
     let server = proxy.server.clone();
-    let params = req.params.as_ref().unwrap_or(&Value::Null);
+    let tree = match req.method.as_str() {
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+            req.params.as_ref().map(RawJson::to_value)
+        }
+        _ => None,
+    };
+    let params = tree.as_ref().unwrap_or(&Value::Null);
     let page_size = server.state.config.mcp.page_size;
     let list = |cat: &Catalogue, key: &str| match key {
         "tools" => page(&cat.tools, params, key, page_size),
@@ -469,47 +476,53 @@ async fn forward(
 ) -> pingora::Result<()> {
     let server = proxy.server.clone();
     let started = Instant::now();
-    let mut params = req.params.take().unwrap_or_else(|| json!({}));
+    let params = req.params.take();
     let catalogue = server.catalogue(gw).await;
+    // The app that serves the call; `tools/call` and `prompts/get` get the app's own name for the
+    // tool or prompt, the other members of their params relayed as they came.
+    let mut named: Option<(NamedParams, &str)> = None;
     let target = match req.method.as_str() {
         "tools/call" | "prompts/get" => {
-            let Some(name) = params.get("name").and_then(Value::as_str) else {
+            let Some(call) = params.as_ref().and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some())
+            else {
                 let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", req.method));
                 return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
             };
+            let name = call.name.as_deref().unwrap_or_default();
             let found = if req.method == "tools/call" { catalogue.tool(name) } else { catalogue.prompt(name) };
-            match found {
-                Some(t) => {
-                    params["name"] = Value::String(t.name.clone());
-                    Some(t.app_id.clone())
+            let Some(t) = found else {
+                let mut e = if req.method == "tools/call" {
+                    ErrorObject::unknown_tool(name)
+                } else {
+                    ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
+                };
+                // The name may belong to one of the gateway's apps that is down. When the name
+                // says which (the only app, or its `<app><sep>` prefix), that app's failure is
+                // the answer; otherwise the unavailable apps ride along as data.
+                let sep = &gw.configuration.tool_name_separator;
+                let owner = catalogue.failures.iter().find(|(app, _)| {
+                    gw.servers.len() == 1
+                        || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
+                });
+                if let Some((app, reason)) = owner {
+                    e = ErrorObject::new(-32002, format!("App `{app}` is unavailable: {reason}"));
+                } else if !catalogue.failures.is_empty() {
+                    e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
                 }
-                None => {
-                    let mut e = if req.method == "tools/call" {
-                        ErrorObject::unknown_tool(name)
-                    } else {
-                        ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
-                    };
-                    // The name may belong to one of the gateway's apps that is down. When the name
-                    // says which (the only app, or its `<app><sep>` prefix), that app's failure is
-                    // the answer; otherwise the unavailable apps ride along as data.
-                    let sep = &gw.configuration.tool_name_separator;
-                    let owner = catalogue.failures.iter().find(|(app, _)| {
-                        gw.servers.len() == 1
-                            || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
-                    });
-                    if let Some((app, reason)) = owner {
-                        e = ErrorObject::new(-32002, format!("App `{app}` is unavailable: {reason}"));
-                    } else if !catalogue.failures.is_empty() {
-                        e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
-                    }
-                    return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
-                }
-            }
+                return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
+            };
+            named = Some((call, t.name.as_str()));
+            Some(t.app_id.as_str())
         }
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-            let uri = params.get("uri").and_then(Value::as_str).unwrap_or_default();
-            match catalogue.resource_app(uri) {
-                Some(app) => Some(app.to_string()),
+            #[derive(serde::Deserialize)]
+            struct Uri<'a> {
+                #[serde(borrow, default)]
+                uri: Option<Cow<'a, str>>,
+            }
+            let uri = params.as_ref().and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default();
+            match catalogue.resource_app(&uri) {
+                Some(app) => Some(app),
                 None => {
                     let e = ErrorObject::new(-32002, format!("Resource not found: {uri}"));
                     return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
@@ -518,8 +531,9 @@ async fn forward(
         }
         _ => {
             // completion/complete: the app of the referenced prompt.
-            let name = params.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
-            catalogue.prompt(name).map(|t| t.app_id.clone())
+            let name = params.as_ref().map(RawJson::to_value).unwrap_or_default();
+            let name = name.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
+            catalogue.prompt(name).map(|t| t.app_id.as_str())
         }
     };
     let Some(app_id) = target else {
@@ -527,18 +541,24 @@ async fn forward(
             .await;
     };
     let call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
-    if let Some(limit) = server.state.config.app(&app_id).and_then(|a| a.rate_limit) {
+    if let Some(limit) = server.state.config.app(app_id).and_then(|a| a.rate_limit) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
         if let Err(retry) = server.quotas.admit(&format!("app:{app_id}"), limit) {
             return quota_exceeded(proxy, session, ctx, retry, &format!("app {app_id} rate limit")).await;
         }
     }
-    // `tools/call` is logged; what was asked is written before the params move upstream.
+    // `tools/call` is logged; what was asked is written before the call goes upstream.
     let mut entry = (req.method == "tools/call").then(|| {
-        let function = params.get("name").and_then(Value::as_str).unwrap_or_default();
-        EntryWriter::begin(gw, &app_id, function, params.get("arguments").unwrap_or(&Value::Null))
+        let call = named.as_ref().map(|(call, _)| call);
+        let function = call.and_then(|c| c.name.as_deref()).unwrap_or_default();
+        let arguments = call.and_then(|c| c.get("arguments")).map_or("null", RawValue::get);
+        EntryWriter::begin(gw, app_id, function, arguments)
     });
-    let reply = server.apps.request(&gw.org_id, &app_id, &req.method, Some(params), &call_ctx).await;
+    let params = match named {
+        Some((call, name)) => Some(call.renamed(name)),
+        None => params,
+    };
+    let reply = server.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await;
     let mut log = |outcome: &Result<RawJson, ErrorObject>, status: u16| {
         if let Some(entry) = entry.take() {
             server.reqlog.record(log_entry(entry, outcome, status, started.elapsed()));
@@ -560,7 +580,7 @@ async fn forward(
                         None => break Err(UpstreamError::Closed),
                     }
                 };
-                let r = r.unwrap_or_else(|e| upstream_error_response(&req.id, &app_id, &e));
+                let r = r.unwrap_or_else(|e| upstream_error_response(&req.id, app_id, &e));
                 log(&r.outcome, 200);
                 return json_reply(proxy, session, ctx, r.with_id(req.id)).await;
             }
@@ -568,10 +588,10 @@ async fn forward(
             while let Some(item) = stream.next().await {
                 let msg = match item {
                     Ok(m) => m,
-                    Err(e) => Message::Response(upstream_error_response(&req.id, &app_id, &e)),
+                    Err(e) => Message::Response(upstream_error_response(&req.id, app_id, &e)),
                 };
                 match &msg {
-                    Message::Request(r) => server.remember_relayed(mcp_id, &r.id, &app_id, &gw.org_id),
+                    Message::Request(r) => server.remember_relayed(mcp_id, &r.id, app_id, &gw.org_id),
                     Message::Response(r) => log(&r.outcome, 200),
                     Message::Notification(_) => {}
                 }
@@ -597,15 +617,95 @@ async fn forward(
                         // Forget the app's cached lists so that the catalogue and the gateway
                         // detail show it failing (and list_changed reaches open streams) instead
                         // of serving its tools until the caches expire.
-                        server.app_changed(&gw.org_id, &app_id);
+                        server.app_changed(&gw.org_id, app_id);
                     }
-                    upstream_error_response(&req.id, &app_id, error)
+                    upstream_error_response(&req.id, app_id, error)
                 }
                 other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
             };
             log(&r.outcome, 502);
             json_reply(proxy, session, ctx, r).await
         }
+    }
+}
+
+/// The params of a `tools/call` or `prompts/get`, read without building a tree: `name`, and every
+/// other member (`arguments`, `_meta`, ...) as its text, relayed to the app unchanged.
+struct NamedParams<'a> {
+    name: Option<Cow<'a, str>>,
+    others: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl NamedParams<'_> {
+    fn get(&self, key: &str) -> Option<&RawValue> {
+        self.others.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// The same params naming the app's own tool or prompt.
+    fn renamed(&self, name: &str) -> RawJson {
+        struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)]);
+        impl serde::Serialize for Renamed<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(Some(1 + self.1.len()))?;
+                m.serialize_entry("name", self.0)?;
+                for (k, v) in self.1 {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+        }
+        RawJson::from_value(&Renamed(name, &self.others))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NamedParams<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = NamedParams<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object with a string `name`")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = NamedParams { name: None, others: Vec::with_capacity(2) };
+                while let Some(Text(key)) = map.next_key::<Text>()? {
+                    if key == "name" {
+                        out.name = Some(map.next_value::<Text>()?.0);
+                    } else {
+                        out.others.push((key, map.next_value()?));
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A JSON string, borrowed from the input unless it had escapes (serde's own `Cow<str>` always
+/// copies).
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Text<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -734,11 +834,39 @@ mod tests {
     /// The entry `log_entry` makes of `outcome`: its `error` flag and its `response`.
     fn logged(outcome: Result<Value, ErrorObject>, transport_status: u16) -> (bool, Value) {
         let gw = Arc::new(Gateway::for_tests("gw_1", "org_1"));
-        let entry = EntryWriter::begin(&gw, "app", "f", &Value::Null);
+        let entry = EntryWriter::begin(&gw, "app", "f", "null");
         let outcome = outcome.map(|v| RawJson::from_value(&v));
         let record = log_entry(entry, &outcome, transport_status, Duration::from_millis(5));
         let body: Value = serde_json::from_str(&record.body).unwrap();
         (record.error, body["response"].clone())
+    }
+
+    fn params_of(text: &str) -> RawJson {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{text}}}"#);
+        let Ok(Message::Request(r)) = jsonrpc::parse_message(body.as_bytes()) else { panic!("{body}") };
+        r.params.expect("params")
+    }
+
+    #[test]
+    fn a_call_is_renamed_and_every_other_member_relayed_as_sent() {
+        let p = params_of(r#"{"name":"gw__echo", "arguments": {"message" : "hi é"}, "_meta":{"progressToken":1}}"#);
+        let call = p.read::<NamedParams>().unwrap();
+        assert_eq!(call.name.as_deref(), Some("gw__echo"));
+        assert!(matches!(call.name, Some(Cow::Borrowed(_))), "read in place, not copied");
+        assert_eq!(call.get("arguments").map(RawValue::get), Some(r#"{"message" : "hi é"}"#));
+        assert_eq!(
+            call.renamed("echo").get(),
+            r#"{"name":"echo","arguments":{"message" : "hi é"},"_meta":{"progressToken":1}}"#
+        );
+        // An escaped name is read (and copied); a new name with quotes is escaped.
+        let p = params_of(r#"{"name":"a_b"}"#);
+        let call = p.read::<NamedParams>().unwrap();
+        assert_eq!(call.name.as_deref(), Some("a_b"));
+        assert_eq!(call.renamed("say \"hi\"").to_value(), json!({ "name": "say \"hi\"" }));
+        // No name, or one that is not a string, or params that are not an object: no call.
+        assert_eq!(params_of(r#"{"arguments":{}}"#).read::<NamedParams>().unwrap().name, None);
+        assert!(params_of(r#"{"name":5}"#).read::<NamedParams>().is_err());
+        assert!(params_of(r#"["echo"]"#).read::<NamedParams>().is_err());
     }
 
     #[test]

@@ -11,8 +11,12 @@
 //!   built into a tree. The gateway relays results (often the largest messages: file contents,
 //!   query rows) without looking inside, so a relayed result is copied once instead of parsed into
 //!   a tree, serialised again and freed; the few readers that need a tree (the catalogue, the
-//!   upstream `initialize`) parse it with [`RawJson::to_value`]. `params` and `error.data` are
-//!   [`serde_json::Value`]: the gateway reads and rewrites `params` (`tools/call`'s `name`).
+//!   upstream `initialize`) parse it with [`RawJson::to_value`].
+//! * `params` are [`RawJson`] too: a `tools/call` reads its `name` and relays the other members
+//!   (`arguments`, `_meta`) as the text they arrived in (`endpoint::NamedParams`); the readers of
+//!   other methods' params parse what they need. `error.data` is a [`serde_json::Value`].
+//! * A message is first read into an envelope that borrows each member's text from the input, so
+//!   `"jsonrpc"` is checked without a `String` and only the parts a message needs are converted.
 //! * Parsing distinguishes a *parse error* (not JSON at all, -32700, answered with `id: null`) from
 //!   an *invalid request* (JSON but not a JSON-RPC 2.0 message, -32600, answered with the id when one
 //!   could be read).
@@ -34,8 +38,8 @@ use std::fmt;
 pub struct RawJson(Box<RawValue>);
 
 impl RawJson {
-    /// The value's JSON text.
-    pub fn from_value(v: &Value) -> RawJson {
+    /// The JSON text of `v` (a `Value`, or any value that serialises with string keys).
+    pub fn from_value<T: Serialize + ?Sized>(v: &T) -> RawJson {
         // Serialising a Value cannot fail (its keys are strings).
         RawJson(serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned()))
     }
@@ -162,14 +166,16 @@ pub struct Request {
     /// String or number (or `null`, tolerated), echoed back as received.
     pub id: Value,
     pub method: String,
-    pub params: Option<Value>,
+    /// An object or an array, as its text: relayed as it came; read with [`RawJson::read`] or
+    /// [`RawJson::to_value`].
+    pub params: Option<RawJson>,
 }
 
 /// A notification: has a `method` and no `id`, is never answered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notification {
     pub method: String,
-    pub params: Option<Value>,
+    pub params: Option<RawJson>,
 }
 
 /// A response: `result` or `error` for the request with the same `id`.
@@ -311,54 +317,51 @@ impl ParseError {
     }
 }
 
-/// Wire shape of one message. `Option<Option<..>>`-like presence tracking is done with
-/// [`present`] so that `"id": null` and `"result": null` are told apart from absent members.
+/// Wire shape of one message, borrowed from the bytes it was parsed from: every member is kept
+/// as its JSON text and converted only as far as the message needs ([`classify`]), so that a
+/// `tools/call` costs no tree of its `params`, no `String` for `"jsonrpc"` and no boxed envelope.
+/// Presence is tracked with [`present`], so `"id": null` is told apart from an absent `id`.
 #[derive(Deserialize)]
-struct Envelope {
-    #[serde(default, deserialize_with = "present")]
-    jsonrpc: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    method: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    params: Option<Value>,
-    #[serde(default, deserialize_with = "present_raw")]
-    result: Option<Box<RawValue>>,
-    #[serde(default, deserialize_with = "present")]
-    error: Option<Value>,
+struct Envelope<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
 }
 
-/// Deserialises a member that is present (even as `null`) to `Some(value)`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-/// [`present`] for a member kept as text.
-fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
+/// Deserialises a member that is present (even as `null`) to `Some(text)`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 /// Either one envelope or an array of arbitrary values (validated one by one).
-enum Raw {
-    One(Box<Envelope>),
-    Many(Vec<Value>),
+enum Raw<'a> {
+    One(Envelope<'a>),
+    Many(Vec<&'a RawValue>),
 }
 
-impl<'de> Deserialize<'de> for Raw {
+impl<'de> Deserialize<'de> for Raw<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> de::Visitor<'de> for V {
-            type Value = Raw;
+            type Value = Raw<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON-RPC message object or an array of them")
             }
-            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Raw, A::Error> {
-                Envelope::deserialize(de::value::MapAccessDeserializer::new(map)).map(|e| Raw::One(Box::new(e)))
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Raw<'de>, A::Error> {
+                Envelope::deserialize(de::value::MapAccessDeserializer::new(map)).map(Raw::One)
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Raw, A::Error> {
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Raw<'de>, A::Error> {
                 let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-                while let Some(v) = seq.next_element::<Value>()? {
+                while let Some(v) = seq.next_element::<&RawValue>()? {
                     items.push(v);
                 }
                 Ok(Raw::Many(items))
@@ -374,16 +377,15 @@ impl<'de> Deserialize<'de> for Raw {
 /// error, as JSON-RPC 2.0 prescribes.
 pub fn parse(bytes: &[u8]) -> Result<Incoming, ParseError> {
     match serde_json::from_slice::<Raw>(bytes) {
-        Ok(Raw::One(env)) => classify(*env).map(Incoming::Single).map_err(ParseError::Invalid),
+        Ok(Raw::One(env)) => classify(env).map(Incoming::Single).map_err(ParseError::Invalid),
         Ok(Raw::Many(items)) => {
             if items.is_empty() {
                 return Err(ParseError::Invalid(InvalidMessage { id: Value::Null, reason: "empty batch".into() }));
             }
-            Ok(Incoming::Batch(items.into_iter().map(from_value).collect()))
+            Ok(Incoming::Batch(items.into_iter().map(batch_item).collect()))
         }
         Err(e) if e.is_data() => {
-            // Valid JSON of the wrong shape (a scalar at top level, or a member whose value
-            // could not even be read into a Value - cannot happen, Value accepts all).
+            // Valid JSON of the wrong shape: a scalar at top level, or a member repeated.
             Err(ParseError::Invalid(InvalidMessage {
                 id: Value::Null,
                 reason: "expected a JSON object or array".into(),
@@ -404,84 +406,81 @@ pub fn parse_message(bytes: &[u8]) -> Result<Message, ParseError> {
     }
 }
 
-/// Validates one batch element.
-fn from_value(v: Value) -> Result<Message, InvalidMessage> {
-    match v {
-        Value::Object(map) => {
-            let take = |map: &mut serde_json::Map<String, Value>, k: &str| map.remove(k);
-            let mut map = map;
-            let env = Envelope {
-                jsonrpc: take(&mut map, "jsonrpc"),
-                id: take(&mut map, "id"),
-                method: take(&mut map, "method"),
-                params: take(&mut map, "params"),
-                result: take(&mut map, "result").map(|v| RawJson::from_value(&v).0),
-                error: take(&mut map, "error"),
-            };
-            classify(env)
-        }
-        _ => Err(InvalidMessage { id: Value::Null, reason: "batch element is not an object".into() }),
+/// Validates one batch element (already checked to be JSON).
+fn batch_item(item: &RawValue) -> Result<Message, InvalidMessage> {
+    match serde_json::from_str::<Envelope>(item.get()) {
+        Ok(env) if item.get().starts_with('{') => classify(env),
+        Ok(_) | Err(_) => Err(InvalidMessage { id: Value::Null, reason: "batch element is not an object".into() }),
     }
+}
+
+/// Whether a member's text is a JSON string (`RawValue` text starts at the value itself).
+fn is_string(raw: &RawValue) -> bool {
+    raw.get().starts_with('"')
 }
 
 fn valid_id(id: &Value) -> bool {
     matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
 }
 
-fn classify(env: Envelope) -> Result<Message, InvalidMessage> {
+fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
+    // The id as a tree: numbers and strings are all an id may be, and both are echoed back as
+    // they came (serde_json keeps `1` and `1.5` apart and u64 ids whole).
+    let id = env.id.map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null));
     // The id to put on an error about this message: only a well-formed one is echoed.
-    let echo_id = match &env.id {
-        Some(id) if valid_id(id) => id.clone(),
-        _ => Value::Null,
-    };
-    let invalid = |reason: &str| InvalidMessage { id: echo_id.clone(), reason: reason.to_string() };
-
-    match &env.jsonrpc {
-        Some(Value::String(v)) if v == VERSION => {}
-        Some(_) => return Err(invalid("\"jsonrpc\" must be \"2.0\"")),
-        None => return Err(invalid("missing \"jsonrpc\": \"2.0\"")),
+    fn invalid(id: Option<&Value>, reason: &str) -> InvalidMessage {
+        InvalidMessage { id: id.filter(|id| valid_id(id)).cloned().unwrap_or(Value::Null), reason: reason.to_string() }
     }
-    if let Some(id) = &env.id {
+
+    match env.jsonrpc {
+        // The usual spelling is compared as text; an escaped one is read as a string.
+        Some(v) if v.get() == "\"2.0\"" => {}
+        Some(v) if is_string(v) && serde_json::from_str::<String>(v.get()).is_ok_and(|v| v == VERSION) => {}
+        Some(_) => return Err(invalid(id.as_ref(), "\"jsonrpc\" must be \"2.0\"")),
+        None => return Err(invalid(id.as_ref(), "missing \"jsonrpc\": \"2.0\"")),
+    }
+    if let Some(id) = &id {
         if !valid_id(id) {
-            return Err(invalid("\"id\" must be a string or a number"));
+            return Err(invalid(None, "\"id\" must be a string or a number"));
         }
     }
 
     if let Some(method) = env.method {
-        let Value::String(method) = method else {
-            return Err(invalid("\"method\" must be a string"));
+        let Some(method) = is_string(method).then(|| serde_json::from_str::<String>(method.get()).ok()).flatten()
+        else {
+            return Err(invalid(id.as_ref(), "\"method\" must be a string"));
         };
         if env.result.is_some() || env.error.is_some() {
-            return Err(invalid("a request cannot carry \"result\" or \"error\""));
+            return Err(invalid(id.as_ref(), "a request cannot carry \"result\" or \"error\""));
         }
         let params = match env.params {
             None => None,
-            Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
+            Some(p) if p.get().starts_with(['{', '[']) => Some(RawJson(p.to_owned())),
             // Tolerated: `"params": null` means "no params" for several clients.
-            Some(Value::Null) => None,
-            Some(_) => return Err(invalid("\"params\" must be an object or an array")),
+            Some(p) if p.get() == "null" => None,
+            Some(_) => return Err(invalid(id.as_ref(), "\"params\" must be an object or an array")),
         };
-        return Ok(match env.id {
+        return Ok(match id {
             Some(id) => Message::Request(Request { id, method, params }),
             None => Message::Notification(Notification { method, params }),
         });
     }
 
     // A response.
-    let Some(id) = env.id else {
-        return Err(invalid("missing \"method\" (request) or \"id\" (response)"));
+    let Some(id) = id else {
+        return Err(invalid(None, "missing \"method\" (request) or \"id\" (response)"));
     };
     if env.params.is_some() {
-        return Err(invalid("a response cannot carry \"params\""));
+        return Err(invalid(Some(&id), "a response cannot carry \"params\""));
     }
     let outcome = match (env.result, env.error) {
-        (Some(result), None) => Ok(RawJson(result)),
-        (None, Some(error)) => match serde_json::from_value::<ErrorObject>(error) {
+        (Some(result), None) => Ok(RawJson(result.to_owned())),
+        (None, Some(error)) => match serde_json::from_str::<ErrorObject>(error.get()) {
             Ok(e) => Err(e),
-            Err(_) => return Err(invalid("\"error\" must be {code: integer, message: string}")),
+            Err(_) => return Err(invalid(Some(&id), "\"error\" must be {code: integer, message: string}")),
         },
-        (Some(_), Some(_)) => return Err(invalid("a response has \"result\" or \"error\", not both")),
-        (None, None) => return Err(invalid("a response needs \"result\" or \"error\"")),
+        (Some(_), Some(_)) => return Err(invalid(Some(&id), "a response has \"result\" or \"error\", not both")),
+        (None, None) => return Err(invalid(Some(&id), "a response needs \"result\" or \"error\"")),
     };
     Ok(Message::Response(Response { id, outcome }))
 }
@@ -526,7 +525,7 @@ pub fn error_bytes(id: &Value, code: i64, message: &str, data: Option<&Value>) -
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"method":METHOD[,"params":PARAMS]}`
-pub fn request_bytes(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8> {
+pub fn request_bytes(id: &Value, method: &str, params: Option<&RawJson>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     put(&mut out, id);
@@ -541,7 +540,7 @@ pub fn request_bytes(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8
 }
 
 /// `{"jsonrpc":"2.0","method":METHOD[,"params":PARAMS]}`
-pub fn notification_bytes(method: &str, params: Option<&Value>) -> Vec<u8> {
+pub fn notification_bytes(method: &str, params: Option<&RawJson>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
     put(&mut out, method);
@@ -598,11 +597,26 @@ mod tests {
             m,
             Message::Notification(Notification {
                 method: "notifications/initialized".into(),
-                params: Some(json!({"a":1}))
+                params: Some(RawJson::from_value(&json!({"a":1})))
             })
         );
         let m = single(r#"{"jsonrpc":"2.0","method":"x","params":null}"#);
         assert_eq!(m, Message::Notification(Notification { method: "x".into(), params: None }));
+    }
+
+    #[test]
+    fn params_are_kept_as_the_text_they_arrived_in() {
+        let Message::Request(r) = single(
+            r#"{"jsonrpc":"2\u002e0","id":1,"method":"t","params":{ "b" : [1.50, 123456789012345678901234567890] }}"#,
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.params.as_ref().unwrap().get(), r#"{ "b" : [1.50, 123456789012345678901234567890] }"#);
+        let out = String::from_utf8(request_bytes(&json!(9), "t", r.params.as_ref())).unwrap();
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":9,"method":"t","params":{ "b" : [1.50, 123456789012345678901234567890] }}"#
+        );
     }
 
     #[test]
@@ -722,7 +736,7 @@ mod tests {
             v,
             json!({"jsonrpc":"2.0","id":"id\"1","error":{"code":-32602,"message":"Unknown tool: \"x\"\n","data":{"k":1}}})
         );
-        let b = request_bytes(&json!(3), "tools/call", Some(&json!({"name":"t"})));
+        let b = request_bytes(&json!(3), "tools/call", Some(&RawJson::from_value(&json!({"name":"t"}))));
         assert_eq!(parse_message(&b).unwrap().to_bytes(), b);
         let b = notification_bytes("notifications/initialized", None);
         assert_eq!(b, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);

@@ -37,7 +37,7 @@ use super::{
     CallContext, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts, UpstreamError,
     UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
-use crate::mcp::jsonrpc::{self, Incoming, Message, Response};
+use crate::mcp::jsonrpc::{self, Incoming, Message, RawJson, Response};
 
 /// Largest JSON body or SSE event accepted from an upstream; a bigger one is a protocol error
 /// (bounds memory per call).
@@ -165,7 +165,7 @@ impl HttpUpstream {
     pub async fn request(
         &self,
         method: &str,
-        params: Option<Value>,
+        params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, UpstreamError> {
         let inner = &self.inner;
@@ -201,7 +201,7 @@ impl HttpUpstream {
         }
     }
 
-    pub async fn notify(&self, method: &str, params: Option<Value>, ctx: &CallContext) -> Result<(), UpstreamError> {
+    pub async fn notify(&self, method: &str, params: Option<RawJson>, ctx: &CallContext) -> Result<(), UpstreamError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
         let body = Bytes::from(jsonrpc::notification_bytes(method, params.as_ref()));
@@ -300,11 +300,11 @@ impl Inner {
         // The handshake gets its own connect-phase bound so a hanging upstream is reported as
         // such, not as a total timeout of whichever call happened to trigger it.
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let params = json!({
+        let params = RawJson::from_value(&json!({
             "protocolVersion": self.protocol_version,
             "capabilities": {},
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
-        });
+        }));
         let body = jsonrpc::request_bytes(&json!(id), "initialize", Some(&params)).into();
         let ctx = CallContext::default();
         let resp = match self.post(None, body, &ctx, deadline).await? {
@@ -417,7 +417,9 @@ impl Drop for CancelGuard {
         handle.spawn(async move {
             let body = jsonrpc::notification_bytes(
                 "notifications/cancelled",
-                Some(&json!({ "requestId": id, "reason": "gateway client went away or timed out" })),
+                Some(&RawJson::from_value(
+                    &json!({ "requestId": id, "reason": "gateway client went away or timed out" }),
+                )),
             );
             let deadline = Instant::now() + inner.timeouts.connect();
             if let Ok(Posted::Ok(resp)) = inner.post(Some(&session), body.into(), &ctx, deadline).await {
@@ -825,7 +827,7 @@ mod tests {
         let ctx = CallContext { client_request_id: json!("client-7"), ..Default::default() };
         up.connect().await.unwrap();
         assert_eq!(up.protocol_version().as_deref(), Some("2025-06-18"));
-        let reply = up.request("tools/call", Some(json!({"name":"x"})), &ctx).await.unwrap();
+        let reply = up.request("tools/call", Some(RawJson::from_value(&json!({"name":"x"}))), &ctx).await.unwrap();
         let UpstreamReply::Stream(mut s) = reply else { panic!("progress first means a stream") };
         let Some(Ok(Message::Notification(n))) = s.next().await else { panic!() };
         assert_eq!(n.method, "notifications/progress");

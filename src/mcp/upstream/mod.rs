@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::mcp::builtin::{BuiltinApp, BuiltinError};
-use crate::mcp::jsonrpc::{ErrorObject, Message, Response};
+use crate::mcp::jsonrpc::{ErrorObject, Message, RawJson, Response};
 
 pub mod http;
 pub mod stdio;
@@ -502,7 +502,7 @@ impl Upstream {
     pub async fn request(
         &self,
         method: &str,
-        params: Option<Value>,
+        params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, UpstreamError> {
         match self {
@@ -515,7 +515,7 @@ impl Upstream {
     }
 
     /// Sends a notification (e.g. `notifications/cancelled`, `notifications/roots/list_changed`).
-    pub async fn notify(&self, method: &str, params: Option<Value>, ctx: &CallContext) -> Result<(), UpstreamError> {
+    pub async fn notify(&self, method: &str, params: Option<RawJson>, ctx: &CallContext) -> Result<(), UpstreamError> {
         match self {
             Upstream::Http(h) => h.notify(method, params, ctx).await,
             Upstream::Stdio(s) => s.notify(method, params).await,
@@ -538,7 +538,7 @@ impl Upstream {
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
-            let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+            let params = cursor.as_ref().map(|c| RawJson::from_value(&json!({ "cursor": c })));
             let response = self.request(method.method(), params, ctx).await?.into_response().await?;
             let mut result = match response.outcome {
                 Ok(r) => r.to_value(),
@@ -600,12 +600,12 @@ fn builtin_initialize_result(app: &dyn BuiltinApp) -> Value {
 }
 
 /// A built-in app speaks just enough MCP for the gateway: `tools/list`, `tools/call`, `ping`.
-async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<Value>, id: Value) -> Response {
+async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJson>, id: Value) -> Response {
     match method {
         "ping" => Response::success(id, json!({})),
         "tools/list" => Response::success(id, json!({ "tools": app.tools() })),
         "tools/call" => {
-            let mut params = params.unwrap_or(Value::Null);
+            let mut params = params.as_ref().map(RawJson::to_value).unwrap_or_default();
             let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
                 return Response::error(id, ErrorObject::invalid_params("tools/call needs params.name (string)"));
             };
@@ -733,7 +733,11 @@ mod tests {
         assert_eq!(tools, tools2);
 
         let reply = up
-            .request("tools/call", Some(json!({"name":"get_current_time","arguments":{"format":"YYYY"}})), &ctx)
+            .request(
+                "tools/call",
+                Some(RawJson::from_value(&json!({"name":"get_current_time","arguments":{"format":"YYYY"}}))),
+                &ctx,
+            )
             .await
             .unwrap();
         let UpstreamReply::Response(r) = reply else { panic!("builtin replies at once") };
@@ -741,8 +745,13 @@ mod tests {
         let result = r.outcome.unwrap();
         assert_eq!(result.to_value()["content"][0]["text"].as_str().unwrap().len(), 4);
 
-        let r =
-            up.request("tools/call", Some(json!({"name":"nope"})), &ctx).await.unwrap().into_response().await.unwrap();
+        let r = up
+            .request("tools/call", Some(RawJson::from_value(&json!({"name":"nope"}))), &ctx)
+            .await
+            .unwrap()
+            .into_response()
+            .await
+            .unwrap();
         let e = r.outcome.unwrap_err();
         assert_eq!((e.code, e.message.as_str()), (-32602, "Unknown tool: nope"));
 

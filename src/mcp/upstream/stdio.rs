@@ -41,7 +41,7 @@ use super::{
     CallContext, Event, ReplyStream, Source, StdioSettings, TimeoutPhase, Timeouts, UpstreamError, UpstreamReply,
     LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
-use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
 
 /// Variables copied from the gateway's environment into every child (when set).
 pub const INHERITED_ENV: &[&str] =
@@ -246,7 +246,7 @@ impl StdioUpstream {
     pub async fn request(
         &self,
         method: &str,
-        params: Option<Value>,
+        params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, UpstreamError> {
         let deadline = Instant::now() + self.inner.timeouts.total();
@@ -266,7 +266,7 @@ impl StdioUpstream {
 
     /// Sends a notification to the running process; with no process running there is nobody
     /// to notify and this is a no-op.
-    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
+    pub async fn notify(&self, method: &str, params: Option<RawJson>) -> Result<(), UpstreamError> {
         let Some(p) = self.inner.current.load_full() else { return Ok(()) };
         if p.shared.is_closed() {
             return Ok(());
@@ -414,11 +414,11 @@ impl Inner {
             exited: exit_rx,
         });
 
-        let params = json!({
+        let params = RawJson::from_value(&json!({
             "protocolVersion": LATEST_PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
-        });
+        }));
         let handshake = async {
             let mut source = self.send_request(&proc, "initialize", Some(params))?;
             loop {
@@ -464,7 +464,7 @@ impl Inner {
         &self,
         p: &Arc<Proc>,
         method: &str,
-        mut params: Option<Value>,
+        mut params: Option<RawJson>,
     ) -> Result<StdioSource, UpstreamError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let progress = rewrite_progress_token(&mut params, id);
@@ -482,10 +482,16 @@ impl Inner {
 
 /// Replaces `params._meta.progressToken` with one unique to this gateway request; returns
 /// (new token, caller's token).
-fn rewrite_progress_token(params: &mut Option<Value>, id: u64) -> Option<(String, Value)> {
-    let token = params.as_mut()?.get_mut("_meta")?.get_mut("progressToken")?;
+fn rewrite_progress_token(params: &mut Option<RawJson>, id: u64) -> Option<(String, Value)> {
+    // Read as a tree only when a token may be there.
+    if !params.as_ref()?.get().contains("progressToken") {
+        return None;
+    }
+    let mut tree = params.as_ref()?.to_value();
+    let token = tree.get_mut("_meta")?.get_mut("progressToken")?;
     let key = format!("tg-{id}");
     let original = std::mem::replace(token, Value::String(key.clone()));
+    *params = Some(RawJson::from_value(&tree));
     Some((key, original))
 }
 
@@ -501,7 +507,10 @@ impl Drop for CancelGuard {
         if self.shared.take(self.id).is_some() {
             let note = jsonrpc::notification_bytes(
                 "notifications/cancelled",
-                Some(&json!({ "requestId": self.id, "reason": "gateway client went away or timed out" })),
+                Some(&RawJson::from_value(&json!({
+                    "requestId": self.id,
+                    "reason": "gateway client went away or timed out"
+                }))),
             );
             let _ = self.writer.send(WriterCmd::Line(note));
         }
@@ -631,9 +640,10 @@ fn route(shared: &Shared, writer: &mpsc::UnboundedSender<WriterCmd>, m: Message)
             None => tracing::debug!(app = %shared.app_id, id = %r.id, "response to no pending request"),
         },
         Message::Notification(mut n) if n.method == "notifications/progress" => {
+            let mut params = n.params.as_ref().map(RawJson::to_value);
             let target = {
                 let p = shared.pending.lock();
-                n.params
+                params
                     .as_ref()
                     .and_then(|v| v.get("progressToken"))
                     .and_then(Value::as_str)
@@ -641,16 +651,17 @@ fn route(shared: &Shared, writer: &mpsc::UnboundedSender<WriterCmd>, m: Message)
                     .and_then(|(id, original)| p.calls.get(id).map(|c| (c.tx.clone(), original.clone())))
             };
             if let Some((tx, original)) = target {
-                if let Some(Value::Object(params)) = n.params.as_mut() {
-                    params.insert("progressToken".into(), original);
+                if let Some(Value::Object(tree)) = params.as_mut() {
+                    tree.insert("progressToken".into(), original);
                 }
+                n.params = params.as_ref().map(RawJson::from_value);
                 let _ = tx.send(Ok(Event::Message(Message::Notification(n))));
             }
         }
         Message::Notification(n) => {
             if n.method == "notifications/message" {
-                let params = n.params.unwrap_or(Value::Null);
-                tracing::info!(app = %shared.app_id, %params, "stdio upstream log");
+                let params = n.params.as_ref().map_or("null", RawJson::get);
+                tracing::info!(app = %shared.app_id, params, "stdio upstream log");
             } else {
                 tracing::debug!(app = %shared.app_id, method = %n.method, "stdio upstream notification");
             }
@@ -759,12 +770,12 @@ mod tests {
 
     #[test]
     fn progress_token_rewrite() {
-        let mut p = Some(json!({"name": "x", "_meta": {"progressToken": 7}}));
+        let mut p = Some(RawJson::from_value(&json!({"name": "x", "_meta": {"progressToken": 7}})));
         let (key, orig) = rewrite_progress_token(&mut p, 42).unwrap();
         assert_eq!(key, "tg-42");
         assert_eq!(orig, json!(7));
-        assert_eq!(p.unwrap()["_meta"]["progressToken"], "tg-42");
-        let mut none = Some(json!({"name": "x"}));
+        assert_eq!(p.unwrap().to_value()["_meta"]["progressToken"], "tg-42");
+        let mut none = Some(RawJson::from_value(&json!({"name": "x"})));
         assert!(rewrite_progress_token(&mut none, 1).is_none());
         assert!(rewrite_progress_token(&mut None, 1).is_none());
     }
@@ -821,12 +832,16 @@ done
         // Progress is routed with the caller's own token; the response carries the caller's id.
         let ctx = CallContext { client_request_id: json!("abc"), ..Default::default() };
         let reply = up
-            .request("tools/call", Some(json!({"name":"echo","_meta":{"progressToken":"mine"}})), &ctx)
+            .request(
+                "tools/call",
+                Some(RawJson::from_value(&json!({"name":"echo","_meta":{"progressToken":"mine"}}))),
+                &ctx,
+            )
             .await
             .unwrap();
         let UpstreamReply::Stream(mut s) = reply else { panic!("progress first") };
         let Some(Ok(Message::Notification(n))) = s.next().await else { panic!() };
-        assert_eq!(n.params.unwrap()["progressToken"], "mine");
+        assert_eq!(n.params.unwrap().to_value()["progressToken"], "mine");
         let Some(Ok(Message::Response(r))) = s.next().await else { panic!() };
         assert_eq!(r.id, json!("abc"));
         assert!(stdio.is_running());
@@ -836,18 +851,23 @@ done
         assert_eq!(other.connect().await.unwrap_err(), UpstreamError::ProcessLimit { limit: 1 });
 
         // Total timeout on a slow call.
-        let e = up.request("tools/call", Some(json!({"name":"slow"})), &ctx).await.unwrap_err();
+        let e = up.request("tools/call", Some(RawJson::from_value(&json!({"name":"slow"}))), &ctx).await.unwrap_err();
         assert_eq!(e, UpstreamError::Timeout { phase: TimeoutPhase::Total });
 
         // A crash fails the pending call with a clear error and frees the permit.
-        let e = up.request("tools/call", Some(json!({"name":"crash"})), &ctx).await.unwrap_err();
+        let e = up.request("tools/call", Some(RawJson::from_value(&json!({"name":"crash"}))), &ctx).await.unwrap_err();
         match e {
             UpstreamError::Exited(reason) => assert!(reason.contains("3"), "{reason}"),
             other => panic!("{other:?}"),
         }
         // The next call restarts it after the back-off (250 ms < 1 s total).
-        let r =
-            up.request("tools/call", Some(json!({"name":"echo"})), &ctx).await.unwrap().into_response().await.unwrap();
+        let r = up
+            .request("tools/call", Some(RawJson::from_value(&json!({"name":"echo"}))), &ctx)
+            .await
+            .unwrap()
+            .into_response()
+            .await
+            .unwrap();
         assert!(r.outcome.is_ok());
 
         up.shutdown().await;
