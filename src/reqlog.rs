@@ -21,7 +21,8 @@ const MAX_PENDING: usize = 100_000;
 /// Entries written per store transaction, with a pause between slices. A whole flush at once
 /// (thousands of entries serialised, written and freed in one go) is a burst of several
 /// milliseconds of CPU, which on a small machine holds the calls in flight up for a scheduler
-/// slice: it was toolgate's whole p99 (3.4 ms; 1.3-1.5 ms in slices, BENCHMARKS.md).
+/// slice: it was toolgate's whole p99 (3.4 ms; 1.3-1.5 ms in slices, 0.65 ms at idle priority,
+/// BENCHMARKS.md). Slices also bound how long a flush someone waits for holds the store.
 const FLUSH_SLICE: usize = 256;
 const FLUSH_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 
@@ -116,14 +117,78 @@ fn put_truncated(out: &mut Vec<u8>, size: usize, preview: &[u8]) {
     out.push(b'}');
 }
 
+/// How a flush is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urgency {
+    /// The periodic flush: on [`IdleWriter`]'s idle-priority thread while the log keeps up.
+    Background,
+    /// Someone waits for it (a read of today's metrics, shutdown): at normal priority.
+    Now,
+}
+
+/// A periodic flush with this many entries waiting is written at normal priority: the log has
+/// fallen behind (a machine with no idle CPU), and idle priority would let it fall further.
+const CATCH_UP: usize = 20_000;
+
 pub struct RequestLog {
     store: Arc<dyn Store>,
     pending: Mutex<Vec<LogRecord>>,
+    idle: IdleWriter,
+}
+
+/// A one-worker runtime whose threads, its worker and the blocking threads the store writes on,
+/// run with the `SCHED_IDLE` policy: the kernel runs them only on a CPU that nothing else wants
+/// and takes the CPU back the moment a call's thread wakes.
+///
+/// Why: a slice of log rows is about a millisecond of SQLite work. At normal priority a
+/// scheduler that lets the running thread finish its slice kept a woken proxy thread (or the
+/// load tool, or the app) waiting for it while the other core sat idle; that was toolgate's p99
+/// (1.0 ms against the plain Pingora hop's 0.3 ms; `perf sched` showed the waits, and `nice 19`
+/// did not help). The policy is set once per thread and never lifted: an unprivileged process
+/// may not leave `SCHED_IDLE`, which is also why this is a runtime of its own rather than a
+/// priority switched around each write.
+struct IdleWriter(Option<tokio::runtime::Runtime>);
+
+impl IdleWriter {
+    fn new() -> IdleWriter {
+        let built = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(2)
+            .thread_name("toolgate-log")
+            .on_thread_start(|| {
+                use thread_priority::{
+                    set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy, ThreadPriority,
+                    ThreadSchedulePolicy,
+                };
+                let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+                if let Err(e) = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle) {
+                    tracing::warn!(error = ?e, "cannot give the request-log writer idle priority");
+                }
+            })
+            .enable_all()
+            .build();
+        match built {
+            Ok(rt) => IdleWriter(Some(rt)),
+            Err(e) => {
+                tracing::warn!(error = %e, "no idle-priority request-log writer; writing at normal priority");
+                IdleWriter(None)
+            }
+        }
+    }
+}
+
+impl Drop for IdleWriter {
+    fn drop(&mut self) {
+        // A runtime may not be dropped (which waits for its threads) inside another one.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl RequestLog {
     pub fn new(store: Arc<dyn Store>) -> RequestLog {
-        RequestLog { store, pending: Mutex::new(Vec::new()) }
+        RequestLog { store, pending: Mutex::new(Vec::new()), idle: IdleWriter::new() }
     }
 
     pub fn record(&self, entry: LogRecord) {
@@ -140,9 +205,13 @@ impl RequestLog {
 
     /// Writes what is pending, [`FLUSH_SLICE`] entries per transaction; on failure the entries not
     /// yet written stay, in order, for the next try.
-    pub async fn flush(&self) {
+    pub async fn flush(&self, urgency: Urgency) {
         let batch = std::mem::take(&mut *self.pending.lock());
         crate::metrics::request_log_pending(batch.len());
+        let idle = match (urgency, &self.idle.0) {
+            (Urgency::Background, Some(rt)) if batch.len() < CATCH_UP => Some(rt.handle()),
+            _ => None,
+        };
         let mut entries = batch.into_iter();
         loop {
             // Each entry is moved once, into its slice.
@@ -152,7 +221,16 @@ impl RequestLog {
             }
             // Shared with the store's writer, not copied.
             let part = Arc::new(part);
-            if let Err(e) = self.store.append_logs(part.clone()).await {
+            let written = match idle {
+                Some(rt) => {
+                    let (store, part) = (self.store.clone(), part.clone());
+                    rt.spawn(async move { store.append_logs(part).await })
+                        .await
+                        .unwrap_or_else(|e| Err(crate::store::StoreError::Backend(format!("log writer: {e}"))))
+                }
+                None => self.store.append_logs(part.clone()).await,
+            };
+            if let Err(e) = written {
                 tracing::warn!(error = %e, "cannot write the request log; will retry");
                 let mut unwritten = Arc::try_unwrap(part).unwrap_or_else(|shared| (*shared).clone());
                 unwritten.extend(entries);
@@ -258,7 +336,7 @@ mod tests {
         for i in 0..n {
             log.record(entry(i));
         }
-        log.flush().await;
+        log.flush(Urgency::Background).await;
         assert!(log.pending.lock().is_empty());
         let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
         let sum = store.log_summary(q).await.unwrap();
@@ -273,7 +351,7 @@ mod tests {
         };
         assert_eq!(store.log_summary(q).await.unwrap().requests, n as u64, "gateway and app are columns");
         // A second flush with nothing pending writes nothing and does not fail.
-        log.flush().await;
+        log.flush(Urgency::Now).await;
         let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
         assert_eq!(store.log_summary(q).await.unwrap().requests, n as u64);
     }
@@ -284,6 +362,15 @@ mod tests {
         inner: EmbeddedStore,
         calls: std::sync::atomic::AtomicUsize,
         fail_at: usize,
+        /// Per `append_logs` call: whether it ran on a `SCHED_IDLE` thread.
+        idle: Mutex<Vec<bool>>,
+    }
+
+    impl FlakyStore {
+        fn new(dir: &std::path::Path, fail_at: usize) -> FlakyStore {
+            let inner = EmbeddedStore::open(dir).unwrap();
+            FlakyStore { inner, calls: Default::default(), fail_at, idle: Default::default() }
+        }
     }
 
     #[async_trait::async_trait]
@@ -305,6 +392,9 @@ mod tests {
             self.inner.load_all(kind).await
         }
         async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), crate::store::StoreError> {
+            use thread_priority::{thread_schedule_policy, NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+            let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+            self.idle.lock().push(thread_schedule_policy().is_ok_and(|p| p == idle));
             if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == self.fail_at {
                 return Err(crate::store::StoreError::Backend("disk full".into()));
             }
@@ -321,17 +411,13 @@ mod tests {
     #[tokio::test]
     async fn a_failed_slice_keeps_the_unwritten_entries_in_order_for_the_next_flush() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(FlakyStore {
-            inner: EmbeddedStore::open(dir.path()).unwrap(),
-            calls: Default::default(),
-            fail_at: 1,
-        });
+        let store = Arc::new(FlakyStore::new(dir.path(), 1));
         let log = RequestLog::new(store.clone());
         let n = FLUSH_SLICE * 2 + 88;
         for i in 0..n {
             log.record(entry(i));
         }
-        log.flush().await; // the first slice is written, the second fails
+        log.flush(Urgency::Now).await; // the first slice is written, the second fails
         let count = || async {
             let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
             store.log_summary(q).await.unwrap().requests
@@ -344,8 +430,33 @@ mod tests {
             assert_eq!(pending[pending.len() - 1].ts_ms, entry(n - 1).ts_ms);
         }
         log.record(entry(n)); // recorded while the store was failing: kept after the older ones
-        log.flush().await;
+        log.flush(Urgency::Now).await;
         assert_eq!(count().await, n as u64 + 1);
         assert!(log.pending.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn periodic_flushes_write_at_idle_priority_unless_the_log_is_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FlakyStore::new(dir.path(), usize::MAX));
+        let log = RequestLog::new(store.clone());
+        log.record(entry(0));
+        log.flush(Urgency::Background).await;
+        log.record(entry(1));
+        log.flush(Urgency::Now).await;
+        for i in 0..CATCH_UP {
+            log.record(entry(2 + i));
+        }
+        log.flush(Urgency::Background).await;
+        let idle = store.idle.lock().clone();
+        assert_eq!(idle.len(), 2 + CATCH_UP.div_ceil(FLUSH_SLICE));
+        assert!(idle[0], "the periodic flush runs at idle priority");
+        assert!(!idle[1], "a flush someone waits for does not");
+        assert!(idle[2..].iter().all(|i| !i), "nor one that has to catch up");
+        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
+        assert_eq!(store.log_summary(q).await.unwrap().requests, CATCH_UP as u64 + 2);
+        // The caller's own thread is left as it was.
+        let normal = thread_priority::ThreadSchedulePolicy::Normal(thread_priority::NormalThreadSchedulePolicy::Other);
+        assert_eq!(thread_priority::thread_schedule_policy().unwrap(), normal);
     }
 }

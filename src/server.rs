@@ -10,7 +10,7 @@ use crate::mcp::sessions::Sessions;
 use crate::mcp::upstream::CallContext;
 use crate::mfa::Mfa;
 use crate::model::Gateway;
-use crate::reqlog::RequestLog;
+use crate::reqlog::{RequestLog, Urgency};
 use crate::state::State;
 use crate::store::{LogQuery, StoreError};
 use dashmap::DashMap;
@@ -139,16 +139,17 @@ impl Server {
         }
     }
 
-    /// Writes buffered activity (sessions, request log) to the store.
-    pub async fn flush(&self) {
-        self.reqlog.flush().await;
+    /// Writes buffered activity (sessions, request log) to the store; `Background` is the
+    /// periodic flush (request log at idle priority), `Now` one that someone waits for.
+    pub async fn flush(&self, urgency: Urgency) {
+        self.reqlog.flush(urgency).await;
         self.sessions.flush().await;
         self.state.flush_usage().await;
     }
 
     /// `metrics` of the gateway detail, from today's request log (UTC day).
     pub async fn gateway_metrics_today(&self, g: &Gateway) -> Result<GatewayMetrics, ApiError> {
-        self.reqlog.flush().await;
+        self.reqlog.flush(Urgency::Now).await;
         let midnight = chrono::Utc::now().date_naive().and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis());
         let sum = self
             .state
@@ -179,7 +180,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut last_jwt_refresh: Option<Instant> = None;
         loop {
             tokio::select! {
-                _ = tick.tick() => self.server.flush().await,
+                _ = tick.tick() => self.server.flush(Urgency::Background).await,
                 _ = shutdown.changed() => break,
             }
             // Idle rate-limit buckets are dropped so memory follows active callers only, and idle
@@ -203,9 +204,9 @@ impl pingora::services::background::BackgroundService for Flusher {
         let started = Instant::now();
         while started.elapsed() < grace {
             tokio::time::sleep(self.period.min(grace - started.elapsed())).await;
-            self.server.flush().await;
+            self.server.flush(Urgency::Now).await;
         }
-        self.server.flush().await;
+        self.server.flush(Urgency::Now).await;
         self.server.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "flushed and stopped apps");
     }
