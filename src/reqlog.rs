@@ -219,18 +219,27 @@ impl RequestLog {
             if part.is_empty() {
                 return;
             }
-            // Shared with the store's writer, not copied.
+            // Shared with the store's writer, not copied; once written, the entries are freed
+            // where they were written (on the idle-priority thread for a periodic flush).
             let part = Arc::new(part);
-            let written = match idle {
-                Some(rt) => {
-                    let (store, part) = (self.store.clone(), part.clone());
-                    rt.spawn(async move { store.append_logs(part).await })
-                        .await
-                        .unwrap_or_else(|e| Err(crate::store::StoreError::Backend(format!("log writer: {e}"))))
+            let count = part.len();
+            let store = self.store.clone();
+            let write = async move {
+                match store.append_logs(part.clone()).await {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err((e, part)),
                 }
-                None => self.store.append_logs(part.clone()).await,
             };
-            if let Err(e) = written {
+            let written = match idle {
+                Some(rt) => rt.spawn(write).await.unwrap_or_else(|e| {
+                    // Only a panic in the store, or the process stopping, ends the task early.
+                    tracing::error!(error = %e, entries = count, "request-log writer failed; entries lost");
+                    crate::metrics::request_log_dropped(count);
+                    Ok(())
+                }),
+                None => write.await,
+            };
+            if let Err((e, part)) = written {
                 tracing::warn!(error = %e, "cannot write the request log; will retry");
                 let mut unwritten = Arc::try_unwrap(part).unwrap_or_else(|shared| (*shared).clone());
                 unwritten.extend(entries);

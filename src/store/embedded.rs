@@ -63,9 +63,10 @@ fn insert_logs(c: &mut Connection, entries: &[LogRecord]) -> Result<(), StoreErr
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .map_err(backend)?;
+        let mut id = String::with_capacity(32);
         for e in entries {
             // Time-ordered, so that every index of the table appends.
-            let id = crate::secrets::new_ordered_id("log", e.ts_ms);
+            crate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
             let status = if e.error { "error" } else { "success" };
             let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
             stmt.execute(params![id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)?;
