@@ -67,8 +67,31 @@ impl Route {
     }
 }
 
+/// A request's id: a UUID v4, hyphenated, kept inline (no allocation per request).
+#[derive(Clone, Copy)]
+pub struct RequestId([u8; uuid::fmt::Hyphenated::LENGTH]);
+
+impl RequestId {
+    fn new() -> RequestId {
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+        RequestId(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Hex digits and hyphens only.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 pub struct RequestCtx {
-    pub request_id: String,
+    pub request_id: RequestId,
     pub client_ip: IpAddr,
     pub route: Route,
     pub filters: FilterContext,
@@ -85,7 +108,7 @@ pub struct Proxy {
 
 /// The envelope's `meta`.
 fn meta(ctx: &RequestCtx) -> Value {
-    json!({ "timestamp": api::iso(&chrono::Utc::now()), "request_id": ctx.request_id })
+    json!({ "timestamp": api::iso(&chrono::Utc::now()), "request_id": ctx.request_id.as_str() })
 }
 
 pub fn error_body(err: &ApiError, ctx: &RequestCtx) -> Vec<u8> {
@@ -107,7 +130,7 @@ pub fn response_head(status: u16, more: usize, ctx: &mut RequestCtx) -> Result<h
     // The filters' headers are answered once: moved, not copied.
     let filters = std::mem::take(&mut ctx.filters.response_headers);
     h.headers.reserve(1 + filters.len() + more);
-    let id = HeaderValue::from_str(&ctx.request_id)
+    let id = HeaderValue::from_str(ctx.request_id.as_str())
         .map_err(|_| Error::explain(ErrorType::InternalError, "request id is not a header value"))?;
     h.headers.insert(X_REQUEST_ID, id);
     for (k, v) in filters {
@@ -277,7 +300,7 @@ impl ProxyHttp for Proxy {
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
-            request_id: String::new(),
+            request_id: RequestId([b'0'; uuid::fmt::Hyphenated::LENGTH]),
             client_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             route: Route::NotFound,
             filters: FilterContext::default(),
@@ -289,7 +312,7 @@ impl ProxyHttp for Proxy {
     /// Runs first: request id, client address and route, so every later step (and every error
     /// response) has them.
     async fn early_request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
-        ctx.request_id = uuid::Uuid::new_v4().to_string();
+        ctx.request_id = RequestId::new();
         let peer =
             session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let forwarded = session.req_header().headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
@@ -349,5 +372,20 @@ impl ProxyHttp for Proxy {
             elapsed_us = ctx.started.elapsed().as_micros() as u64,
             "request"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_id_is_a_fresh_uuid_v4() {
+        let (a, b) = (RequestId::new(), RequestId::new());
+        let parsed = uuid::Uuid::parse_str(a.as_str()).expect("a UUID");
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_eq!(a.as_str(), parsed.hyphenated().to_string());
+        assert_eq!(a.to_string(), a.as_str());
+        assert_ne!(a.as_str(), b.as_str());
     }
 }

@@ -733,8 +733,11 @@ async fn start_sse(session: &mut Session, ctx: &mut RequestCtx) -> pingora::Resu
 }
 
 fn sse_event(data: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(data.len() + 24);
-    out.extend_from_slice(b"event: message\ndata: ");
+    const HEAD: &[u8] = b"event: message\ndata: ";
+    // Sized exactly: a `Vec` whose length is its capacity becomes a `Bytes` without another
+    // allocation.
+    let mut out = Vec::with_capacity(HEAD.len() + data.len() + 2);
+    out.extend_from_slice(HEAD);
     out.extend_from_slice(data);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)

@@ -204,7 +204,14 @@ impl Response {
 
     pub fn to_bytes(&self) -> Vec<u8> {
         match &self.outcome {
-            Ok(result) => response_bytes(&self.id, result),
+            Ok(result) => {
+                // Sized exactly: a relayed answer becomes a `Bytes`, which takes a `Vec` whose
+                // length is its capacity as is and allocates a header for any other.
+                let len = RESPONSE_HEAD.len() + json_len(&self.id) + RESULT_KEY.len() + result.get().len() + 1;
+                let out = write_response(Vec::with_capacity(len), &self.id, result);
+                debug_assert_eq!(out.len(), len);
+                out
+            }
             Err(e) => error_bytes(&self.id, e.code, &e.message, e.data.as_ref()),
         }
     }
@@ -498,13 +505,36 @@ fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` (a [`Value`] or [`RawJson`]).
 pub fn response_bytes<T: Serialize + ?Sized>(id: &Value, result: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    write_response(Vec::with_capacity(64), id, result)
+}
+
+const RESPONSE_HEAD: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+const RESULT_KEY: &[u8] = b",\"result\":";
+
+fn write_response<T: Serialize + ?Sized>(mut out: Vec<u8>, id: &Value, result: &T) -> Vec<u8> {
+    out.extend_from_slice(RESPONSE_HEAD);
     put(&mut out, id);
-    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(RESULT_KEY);
     put(&mut out, result);
     out.push(b'}');
     out
+}
+
+/// The length of a value's JSON text, measured without writing it anywhere.
+fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    let _ = serde_json::to_writer(&mut n, v);
+    n.0
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"error":{"code":CODE,"message":MSG[,"data":DATA]}}`
@@ -617,6 +647,19 @@ mod tests {
             out,
             r#"{"jsonrpc":"2.0","id":9,"method":"t","params":{ "b" : [1.50, 123456789012345678901234567890] }}"#
         );
+    }
+
+    #[test]
+    fn a_relayed_answer_is_written_into_a_buffer_of_its_exact_size() {
+        for id in [json!(7), json!("a \"quoted\" id"), Value::Null, json!(18446744073709551615u64)] {
+            let Message::Response(r) = single(r#"{"jsonrpc":"2.0","id":1,"result":{ "content" : [] }}"#) else {
+                panic!()
+            };
+            let b = r.with_id(id.clone()).to_bytes();
+            assert_eq!(b.len(), b.capacity(), "{id}");
+            let v: Value = serde_json::from_slice(&b).unwrap();
+            assert_eq!(v, json!({ "jsonrpc": "2.0", "id": id, "result": { "content": [] } }));
+        }
     }
 
     #[test]

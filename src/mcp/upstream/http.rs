@@ -459,11 +459,12 @@ impl HttpSource {
             .split(';')
             .next()
             .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        let body = match ctype.as_str() {
-            "application/json" => Body::Json(Some(resp)),
-            "text/event-stream" => Body::Sse { body: Some(resp), parser: SseParser::default() },
+            .trim();
+        let body = match ctype {
+            t if t.eq_ignore_ascii_case("application/json") => Body::Json(Some(resp)),
+            t if t.eq_ignore_ascii_case("text/event-stream") => {
+                Body::Sse { body: Some(resp), parser: SseParser::default() }
+            }
             other => {
                 return Err(UpstreamError::Protocol(format!(
                     "unexpected content type \"{other}\" (want application/json or text/event-stream)"

@@ -32,7 +32,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,10 +115,6 @@ pub(crate) struct Outgoing<'a> {
 impl Outgoing<'_> {
     fn headers(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
         self.base.iter().chain(self.session.iter().flatten().copied()).chain(self.extra.iter().map(|(n, v)| (n, v)))
-    }
-
-    fn header_count(&self) -> usize {
-        self.base.len() + self.session.iter().flatten().count() + self.extra.len() + 2
     }
 }
 
@@ -281,7 +276,10 @@ impl PlainTarget {
     /// per call, 2% of toolgate's CPU): every part is already valid here, as the URL was parsed
     /// once and names and values are `http` types, which cannot hold a line break.
     fn request_bytes(&self, method: &Method, out: &Outgoing<'_>) -> Bytes {
-        let mut wire = Vec::with_capacity(96 + self.path.len() + 48 * out.header_count() + out.body.len());
+        let size = self.request_len(method, out);
+        let mut length = itoa::Buffer::new();
+        let length = length.format(out.body.len());
+        let mut wire = Vec::with_capacity(size);
         wire.extend_from_slice(method.as_str().as_bytes());
         wire.push(b' ');
         wire.extend_from_slice(self.path.as_bytes());
@@ -289,8 +287,7 @@ impl PlainTarget {
         wire.extend_from_slice(self.authority.as_bytes());
         wire.extend_from_slice(b"\r\n");
         for (name, value) in out.headers() {
-            // Framing and routing are the transport's own.
-            if name == HOST || name == CONTENT_LENGTH {
+            if !sent(name) {
                 continue;
             }
             wire.extend_from_slice(name.as_str().as_bytes());
@@ -298,14 +295,49 @@ impl PlainTarget {
             wire.extend_from_slice(value.as_bytes());
             wire.extend_from_slice(b"\r\n");
         }
-        if !out.body.is_empty() || method == Method::POST {
-            // Writing into a Vec cannot fail.
-            let _ = write!(wire, "Content-Length: {}\r\n", out.body.len());
+        if with_length(method, out) {
+            wire.extend_from_slice(b"Content-Length: ");
+            wire.extend_from_slice(length.as_bytes());
+            wire.extend_from_slice(b"\r\n");
         }
         wire.extend_from_slice(b"\r\n");
         wire.extend_from_slice(&out.body);
+        // A `Vec` whose length is its capacity becomes a `Bytes` without another allocation.
+        debug_assert_eq!(wire.len(), size);
         Bytes::from(wire)
     }
+
+    /// The exact length of [`Self::request_bytes`]'s output.
+    fn request_len(&self, method: &Method, out: &Outgoing<'_>) -> usize {
+        let headers: usize =
+            out.headers().filter(|(n, _)| sent(n)).map(|(n, v)| n.as_str().len() + 2 + v.len() + 2).sum();
+        let length = if with_length(method, out) {
+            b"Content-Length: ".len() + itoa::Buffer::new().format(out.body.len()).len() + 2
+        } else {
+            0
+        };
+        method.as_str().len()
+            + 1
+            + self.path.len()
+            + b" HTTP/1.1\r\nHost: ".len()
+            + self.authority.len()
+            + 2
+            + headers
+            + length
+            + 2
+            + out.body.len()
+    }
+}
+
+/// Whether a configured or per-call header goes on the wire: framing and routing are the
+/// transport's own.
+fn sent(name: &HeaderName) -> bool {
+    name != HOST && name != CONTENT_LENGTH
+}
+
+/// Whether the request says its body's length (a POST always does, even when empty).
+fn with_length(method: &Method, out: &Outgoing<'_>) -> bool {
+    !out.body.is_empty() || method == Method::POST
 }
 
 /// The idle keep-alive connections of one plain-text upstream, most recently used last.
@@ -621,6 +653,15 @@ mod tests {
         assert!(first.ends_with("\r\n\r\n{\"a\":1}"), "{first}");
     }
 
+    fn out_again<'a>(
+        base: &'a HeaderMap,
+        sid: &'a HeaderName,
+        sid_value: &'a HeaderValue,
+        extra: &'a [(HeaderName, HeaderValue)],
+    ) -> Outgoing<'a> {
+        Outgoing { base, session: [Some((sid, sid_value)), None], extra, body: Bytes::new() }
+    }
+
     #[tokio::test]
     async fn the_request_head_carries_every_header_once_and_the_body_length() {
         let (port, _, seen) = server(usize::MAX, false).await;
@@ -643,6 +684,14 @@ mod tests {
         let mut resp = target.send(Method::POST, out).await.unwrap();
         resp.read_to_end(64).await.unwrap();
         let head = seen.lock()[0].clone();
+        // The buffer is sized exactly (no second allocation when it becomes `Bytes`), with or
+        // without a body.
+        let Target::Plain(plain) = &target else { panic!() };
+        for (method, body) in [(Method::POST, body), (Method::GET, ""), (Method::DELETE, "")] {
+            let out =
+                Outgoing { body: Bytes::from_static(body.as_bytes()), ..out_again(&base, &sid, &sid_value, &extra) };
+            assert_eq!(plain.request_bytes(&method, &out).len(), plain.request_len(&method, &out), "{method}");
+        }
         let mut lines: Vec<&str> = head.split("\r\n").collect();
         assert_eq!(lines.remove(0), "POST /mcp HTTP/1.1");
         assert_eq!(lines.pop(), Some(body));
