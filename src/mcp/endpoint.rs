@@ -590,19 +590,24 @@ async fn forward(
                     Ok(m) => m,
                     Err(e) => Message::Response(upstream_error_response(&req.id, app_id, &e)),
                 };
-                match &msg {
-                    Message::Request(r) => server.remember_relayed(mcp_id, &r.id, app_id, &gw.org_id),
-                    Message::Response(r) => log(&r.outcome, 200),
-                    Message::Notification(_) => {}
+                if let Message::Request(r) = &msg {
+                    // Known before the client can see it, and answer it.
+                    server.remember_relayed(mcp_id, &r.id, app_id, &gw.org_id);
                 }
                 let done = matches!(msg, Message::Response(_));
                 let event = sse_event(&msg.to_bytes());
-                if session.write_response_body(Some(event), false).await.is_err() {
+                // The response is the last event: it leaves with the end of the stream, in one
+                // write and one wake-up of the client instead of two.
+                let sent = session.write_response_body(Some(event), done).await;
+                if let Message::Response(r) = &msg {
+                    log(&r.outcome, 200);
+                }
+                if sent.is_err() {
                     // The client went away; dropping the stream cancels the call upstream.
                     break;
                 }
                 if done {
-                    break;
+                    return Ok(());
                 }
             }
             // Logged when the response went by; a stream that ended without one is an error.
