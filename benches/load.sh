@@ -36,6 +36,14 @@
 #                    PREFIX.toolgate; STRACE_ARGS (default `-c`, counts: divide by the round's
 #                    requests for calls per request; e.g. "-s 80 -tt" for a full trace, or
 #                    "-e trace=sched_yield -k" for stacks).
+#   PERF_STAT=EVENTS `perf stat -e EVENTS` (a comma list, e.g.
+#                    syscalls:sys_enter_sendto,syscalls:sys_enter_futex,context-switches, or
+#                    probe_libc:malloc after `perf probe -x <libc> malloc`) on the proxy of every
+#                    target's first round (the upstream for `direct`, or for every target with
+#                    PERF_STAT_UPSTREAM=1), printed per call.
+#   PERF_SCHED=FILE  `perf sched record -a` of the first round of PERF_PHASE/PERF_TARGET into FILE;
+#                    `perf sched latency -i FILE` and `perf sched timehist -i FILE` show who
+#                    waited for a CPU, how long, and what ran instead.
 # Needs: cargo, wrk, ss (iproute2), curl, python3 (summary), tests/node (npm ci there) for
 # server-everything.
 set -euo pipefail
@@ -137,6 +145,18 @@ run() {
     perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
     perf_pid=$!
   fi
+  if [[ -n "${PERF_SCHED:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
+    perf sched record -a -o "$PERF_SCHED" -- sleep "$secs" >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
+  local stat_file=""
+  if [[ -n "${PERF_STAT:-}" && "$round" == 1 ]]; then
+    local watched="$ppid"
+    [[ "$target" == direct* || -n "${PERF_STAT_UPSTREAM:-}" ]] && watched="$upid"
+    stat_file="$WORK/perfstat.$phase.$target"
+    perf stat -x, -e "$PERF_STAT" -p "$watched" -o "$stat_file" -- sleep "$secs" 2>/dev/null &
+    perf_pid=$!
+  fi
   if [[ -n "${STRACE:-}" && "$phase/$round" == "${STRACE_PHASE:-fast}/1" && "$target" != direct* ]]; then
     timeout -s INT "$secs" strace ${STRACE_ARGS:--c} -f -p "$ppid" -o "$STRACE.$target" 2>/dev/null &
     perf_pid=$!
@@ -150,6 +170,12 @@ run() {
   printf '%s\t%s\t%s\t%s\tproxy_ticks=%s\tup_ticks=%s\tproxy_cs=%s\n' "$phase" "$target" "$round" "$line" \
     "$((p1 - p0))" "$((u1 - u0))" "$((c1 - c0))" >>"$RESULTS"
   echo "   $phase $target round $round: $line" >&2
+  if [[ -n "$stat_file" && -s "$stat_file" ]]; then
+    local requests="${line#*requests=}"
+    requests="${requests%% *}"
+    echo "   $phase $target round 1, perf stat per call: $(awk -F, -v n="$requests" \
+      '$1 ~ /^[0-9.]+$/ && n > 0 { printf "%s %.2f  ", $3, $1 / n }' "$stat_file")" >&2
+  fi
 }
 
 # ------------------------------------------------------------------------------------------------
