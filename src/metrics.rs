@@ -24,8 +24,6 @@ struct RouteMetrics {
     by_status: Vec<(u16, IntCounter)>,
 }
 
-/// The route classes of [`crate::proxy::Route`]'s labels.
-const ROUTES: [&str; 4] = ["management", "gateway", "health", "unknown"];
 /// Statuses whose counters are looked up in advance; others are looked up per request.
 const COMMON_STATUSES: [u16; 12] = [200, 201, 202, 204, 400, 401, 403, 404, 406, 429, 500, 502];
 
@@ -45,7 +43,7 @@ fn metrics() -> &'static Metrics {
             vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
         )
         .expect("metric registers once");
-        let by_route = ROUTES
+        let by_route = crate::proxy::Route::LABELS
             .iter()
             .map(|&route| RouteMetrics {
                 route,
@@ -113,7 +111,7 @@ mod tests {
         let (ok, teapot, gw, odd) = (count("gateway", "200"), count("gateway", "418"), seen("gateway"), seen("odd"));
         observe_request("gateway", 200, Duration::from_micros(150));
         observe_request("gateway", 418, Duration::from_micros(150));
-        // A label outside ROUTES still counts.
+        // A label outside `Route::LABELS` still counts.
         observe_request("odd", 200, Duration::from_micros(150));
         assert_eq!(count("gateway", "200"), ok + 1);
         assert_eq!(count("gateway", "418"), teapot + 1);

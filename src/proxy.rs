@@ -57,13 +57,16 @@ impl Route {
         }
     }
 
+    /// Every value [`Route::label`] gives: the metrics' `route` label.
+    pub const LABELS: [&'static str; 4] = ["management", "gateway", "health", "unknown"];
+
     fn label(&self) -> &'static str {
-        match self {
-            Route::Management(_) => "management",
-            Route::Gateway(_) => "gateway",
-            Route::Health | Route::Ready => "health",
-            Route::NotFound => "unknown",
-        }
+        Self::LABELS[match self {
+            Route::Management(_) => 0,
+            Route::Gateway(_) => 1,
+            Route::Health | Route::Ready => 2,
+            Route::NotFound => 3,
+        }]
     }
 }
 

@@ -3,16 +3,16 @@
 //! call.
 //!
 //! An entry is written as JSON once, while its call runs ([`EntryWriter`]): what was asked (the
-//! arguments as the client sent them) before the call goes upstream, what came back after. The buffer then holds one string per call,
-//! not a tree of values: no deep copy of the arguments or the result, nothing to serialise at
-//! flush time, and two allocations to free (on the flusher's thread, where every allocation of a
-//! tree was a cross-thread `free` contending for the workers' malloc arenas).
+//! arguments as the client sent them) before the call goes upstream, what came back after. The
+//! buffer then holds one string per call, not a tree of values: no deep copy of the arguments or
+//! the result, nothing to serialise at flush time, and two allocations to free (on the log
+//! writer's thread, where every allocation of a tree was a cross-thread `free` contending for the
+//! workers' malloc arenas). The writer runs at idle CPU priority ([`IdleWriter`]).
 
-use crate::mcp::jsonrpc::RawJson;
+use crate::mcp::jsonrpc::{put, RawJson};
 use crate::model::Gateway;
 use crate::store::{LogRecord, Store};
 use parking_lot::Mutex;
-use serde::Serialize;
 use std::sync::Arc;
 
 /// Most entries kept waiting when the store is unavailable; older ones are dropped (and counted).
@@ -87,11 +87,6 @@ impl EntryWriter {
         let body = String::from_utf8(std::mem::take(json)).unwrap_or_default();
         LogRecord { ts_ms: chrono::Utc::now().timestamp_millis(), gateway: self.gateway, app: self.app, error, body }
     }
-}
-
-/// Serialising a string, a number or a `Value` into a `Vec` cannot fail.
-fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
-    let _ = serde_json::to_writer(&mut *out, v);
 }
 
 /// Appends JSON text: copied when small, else kept as a preview with its size.

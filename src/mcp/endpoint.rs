@@ -399,9 +399,15 @@ async fn initialize(
 }
 
 /// A cursor is the offset into the gateway's list, opaque to clients.
-fn page(items: &[Value], params: &Value, key: &str, page_size: usize) -> Result<Value, ErrorObject> {
-    let start = match params.get("cursor") {
-        None | Some(Value::Null) => 0,
+fn page(items: &[Value], params: Option<&RawJson>, key: &str, page_size: usize) -> Result<Value, ErrorObject> {
+    #[derive(serde::Deserialize)]
+    struct Paging {
+        #[serde(default)]
+        cursor: Option<Value>,
+    }
+    let cursor = params.and_then(|p| p.read::<Paging>().ok()).and_then(|p| p.cursor);
+    let start = match cursor {
+        None => 0,
         Some(Value::String(c)) => c.parse::<usize>().map_err(|_| ErrorObject::invalid_params("invalid cursor"))?,
         Some(_) => return Err(ErrorObject::invalid_params("cursor must be a string")),
     };
@@ -426,13 +432,7 @@ async fn request(
     acc: Accept,
 ) -> pingora::Result<()> {
     let server = proxy.server.clone();
-    let tree = match req.method.as_str() {
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
-            req.params.as_ref().map(RawJson::to_value)
-        }
-        _ => None,
-    };
-    let params = tree.as_ref().unwrap_or(&Value::Null);
+    let params = req.params.as_ref();
     let page_size = server.state.config.mcp.page_size;
     let list = |cat: &Catalogue, key: &str| match key {
         "tools" => page(&cat.tools, params, key, page_size),
@@ -478,10 +478,9 @@ async fn forward(
     let started = Instant::now();
     let params = req.params.take();
     let catalogue = server.catalogue(gw).await;
-    // The app that serves the call; `tools/call` and `prompts/get` get the app's own name for the
-    // tool or prompt, the other members of their params relayed as they came.
-    let mut named: Option<(NamedParams, &str)> = None;
-    let target = match req.method.as_str() {
+    // The app that serves the call; `tools/call` and `prompts/get` also get the app's own name for
+    // the tool or prompt (`named`), the other members of their params relayed as they came.
+    let (target, named) = match req.method.as_str() {
         "tools/call" | "prompts/get" => {
             let Some(call) = params.as_ref().and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some())
             else {
@@ -511,8 +510,7 @@ async fn forward(
                 }
                 return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
             };
-            named = Some((call, t.name.as_str()));
-            Some(t.app_id.as_str())
+            (Some(t.app_id.as_str()), Some((call, t.name.as_str())))
         }
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             #[derive(serde::Deserialize)]
@@ -522,7 +520,7 @@ async fn forward(
             }
             let uri = params.as_ref().and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default();
             match catalogue.resource_app(&uri) {
-                Some(app) => Some(app),
+                Some(app) => (Some(app), None),
                 None => {
                     let e = ErrorObject::new(-32002, format!("Resource not found: {uri}"));
                     return json_reply(proxy, session, ctx, Response::error(req.id, e)).await;
@@ -533,7 +531,7 @@ async fn forward(
             // completion/complete: the app of the referenced prompt.
             let name = params.as_ref().map(RawJson::to_value).unwrap_or_default();
             let name = name.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
-            catalogue.prompt(name).map(|t| t.app_id.as_str())
+            (catalogue.prompt(name).map(|t| t.app_id.as_str()), None)
         }
     };
     let Some(app_id) = target else {
@@ -688,31 +686,10 @@ impl<'de> serde::Deserialize<'de> for NamedParams<'de> {
     }
 }
 
-/// A JSON string, borrowed from the input unless it had escapes (serde's own `Cow<str>` always
-/// copies).
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de> serde::Deserialize<'de> for Text<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
+/// A JSON string, borrowed from the input unless it had escapes (serde's `Cow<str>` borrows
+/// only when marked `borrow`).
+#[derive(serde::Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// The app itself is gone (not merely slow or answering an error).
 fn app_unreachable(e: &UpstreamError) -> bool {

@@ -415,15 +415,12 @@ pub fn parse_message(bytes: &[u8]) -> Result<Message, ParseError> {
 
 /// Validates one batch element (already checked to be JSON).
 fn batch_item(item: &RawValue) -> Result<Message, InvalidMessage> {
-    match serde_json::from_str::<Envelope>(item.get()) {
-        Ok(env) if item.get().starts_with('{') => classify(env),
-        Ok(_) | Err(_) => Err(InvalidMessage { id: Value::Null, reason: "batch element is not an object".into() }),
+    // Checked first: serde would also read an envelope from an array, member by member.
+    let env = item.get().starts_with('{').then(|| serde_json::from_str::<Envelope>(item.get()).ok()).flatten();
+    match env {
+        Some(env) => classify(env),
+        None => Err(InvalidMessage { id: Value::Null, reason: "batch element is not an object".into() }),
     }
-}
-
-/// Whether a member's text is a JSON string (`RawValue` text starts at the value itself).
-fn is_string(raw: &RawValue) -> bool {
-    raw.get().starts_with('"')
 }
 
 fn valid_id(id: &Value) -> bool {
@@ -442,7 +439,7 @@ fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
     match env.jsonrpc {
         // The usual spelling is compared as text; an escaped one is read as a string.
         Some(v) if v.get() == "\"2.0\"" => {}
-        Some(v) if is_string(v) && serde_json::from_str::<String>(v.get()).is_ok_and(|v| v == VERSION) => {}
+        Some(v) if serde_json::from_str::<String>(v.get()).is_ok_and(|v| v == VERSION) => {}
         Some(_) => return Err(invalid(id.as_ref(), "\"jsonrpc\" must be \"2.0\"")),
         None => return Err(invalid(id.as_ref(), "missing \"jsonrpc\": \"2.0\"")),
     }
@@ -453,8 +450,7 @@ fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
     }
 
     if let Some(method) = env.method {
-        let Some(method) = is_string(method).then(|| serde_json::from_str::<String>(method.get()).ok()).flatten()
-        else {
+        let Ok(method) = serde_json::from_str::<String>(method.get()) else {
             return Err(invalid(id.as_ref(), "\"method\" must be a string"));
         };
         if env.result.is_some() || env.error.is_some() {
@@ -497,8 +493,9 @@ fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
 // Hand-rolled instead of `serde_json::to_vec(&json!{..})` so that no intermediate `Value` tree is
 // built on the hot path; `serde_json::to_writer` on a `Vec` cannot fail for `Value`/`str`.
 
+/// Appends `v`'s JSON to `out` (the writers here and the request log's entries).
 #[inline]
-fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+pub(crate) fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     // Serialising a Value or a str into a Vec<u8> cannot fail (no I/O, string keys only).
     let _ = serde_json::to_writer(&mut *out, v);
 }

@@ -3,11 +3,11 @@
 //!
 //! * **`http://` upstreams** connect through Pingora's connector and speak HTTP/1.1 with Pingora's
 //!   client session. The request is written and the answer read by the task that serves the
-//!   gateway client. hyper's client (under reqwest) runs every connection as a
-//!   task of its own, so each call handed its request to that task and its answer back: two
-//!   cross-task wake-ups per call, which on a 2-worker runtime are cross-thread wake-ups. That
-//!   hand-off, with reqwest's redirect and retry layers, was the largest cost left in a
-//!   `tools/call` (BENCHMARKS.md).
+//!   gateway client. hyper's client (under reqwest) runs every connection as a task of its own,
+//!   so each call handed its request to that task and its answer back: two cross-task wake-ups
+//!   per call, which on a 2-worker runtime are cross-thread wake-ups. That hand-off, with
+//!   reqwest's redirect and retry layers, was the largest cost left in a `tools/call`
+//!   (BENCHMARKS.md).
 //! * **Idle keep-alive connections wait in a list of the upstream's own** ([`IdleConnections`]),
 //!   not in Pingora's pool. Pingora's pool spawns a task per released connection to watch it
 //!   while idle, and taking the connection back wakes that task, waits for it to let go, and asks
@@ -18,12 +18,13 @@
 //!   the least likely to have closed it), the list is capped per upstream, and connections idle
 //!   past [`POOL_IDLE_TIMEOUT`] are closed when the list is next touched or swept.
 //! * A pooled connection that the server closed while idle and that the check missed shows up as
-//!   a write error, or as an EOF before the first byte of the answer. The request is then sent again on a new connection,
-//!   at most twice, and only when nothing of the answer was read, as Pingora's own proxy does
-//!   (`RetryType::ReusedOnly`).
+//!   a write error, or as an EOF before the first byte of the answer. The request is then sent
+//!   again on a new connection, at most twice, and only when nothing of the answer was read, as
+//!   Pingora's own proxy does (`RetryType::ReusedOnly`).
 //! * The request line, headers and body leave in **one write** (Pingora's client session writes
 //!   the head and the body separately): one system call and one wake-up of the upstream fewer
-//!   per call. Pingora's serializer writes the head; its client session reads the answer.
+//!   per call. The head is written by hand (`request_bytes`); Pingora's client session reads the
+//!   answer.
 //! * **`https://` upstreams** use reqwest with rustls and the webpki roots (HTTP/2 by ALPN).
 //!   toolgate's Pingora is built without a TLS backend, and certificate checking is not
 //!   something to hand-roll.
@@ -390,9 +391,8 @@ impl IdleConnections {
         let surplus = {
             let mut list = self.list.lock();
             list.push_back(IdleConnection { stream, since: now });
-            let expired = list.iter().take_while(|c| now.duration_since(c.since) >= self.max_idle).count();
-            let over = list.len().saturating_sub(self.cap);
-            list.drain(..expired.max(over)).collect::<Vec<_>>()
+            let surplus = self.expired(&list, now).max(list.len().saturating_sub(self.cap));
+            list.drain(..surplus).collect::<Vec<_>>()
         };
         // Closed outside the lock.
         drop(surplus);
@@ -404,10 +404,15 @@ impl IdleConnections {
         let now = Instant::now();
         let expired = {
             let mut list = self.list.lock();
-            let n = list.iter().take_while(|c| now.duration_since(c.since) >= self.max_idle).count();
-            list.drain(..n).collect::<Vec<_>>()
+            let expired = self.expired(&list, now);
+            list.drain(..expired).collect::<Vec<_>>()
         };
         drop(expired);
+    }
+
+    /// How many of the oldest connections are past their time at `now`.
+    fn expired(&self, list: &VecDeque<IdleConnection>, now: Instant) -> usize {
+        list.iter().take_while(|c| now.duration_since(c.since) >= self.max_idle).count()
     }
 
     #[cfg(test)]
