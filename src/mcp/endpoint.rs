@@ -855,6 +855,24 @@ mod tests {
     }
 
     #[test]
+    fn a_list_is_paged_from_the_cursor_in_the_raw_params() {
+        let items: Vec<Value> = (0..5).map(|i| json!(i)).collect();
+        let page_of = |params: Option<&str>| {
+            let raw = params.map(params_of);
+            page(&items, raw.as_ref(), "tools", 2)
+        };
+        let first = json!({ "tools": [0, 1], "nextCursor": "2" });
+        assert_eq!(page_of(None).unwrap(), first);
+        assert_eq!(page_of(Some(r#"{"cursor":null}"#)).unwrap(), first, "a null cursor is no cursor");
+        assert_eq!(page_of(Some("[1]")).unwrap(), first, "params that are not an object have no cursor");
+        assert_eq!(page_of(Some(r#"{"cursor":"4"}"#)).unwrap(), json!({ "tools": [4] }), "the last page");
+        let err = |params: &str| page_of(Some(params)).unwrap_err().message;
+        assert_eq!(err(r#"{"cursor":2}"#), "cursor must be a string");
+        assert_eq!(err(r#"{"cursor":"x"}"#), "invalid cursor");
+        assert_eq!(err(r#"{"cursor":"6"}"#), "invalid cursor");
+    }
+
+    #[test]
     fn a_log_entry_says_what_came_back() {
         let ok = json!({ "content": [] });
         assert_eq!(logged(Ok(ok.clone()), 200), (false, json!({ "status": 200, "data": ok })));
@@ -862,6 +880,7 @@ mod tests {
         assert_eq!(logged(Ok(tool_error.clone()), 200), (true, json!({ "status": 200, "data": tool_error })));
         // A result that is not an object has no `isError`: a success.
         assert!(!logged(Ok(json!([1])), 200).0);
+        assert!(!logged(Ok(json!([true])), 200).0);
         let status =
             |code: i64, transport: u16| logged(Err(ErrorObject::new(code, "m")), transport).1["status"].clone();
         assert_eq!(status(-32602, 200), 400, "bad arguments");

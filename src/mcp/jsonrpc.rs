@@ -54,8 +54,13 @@ impl RawJson {
         serde_json::from_str(self.get()).unwrap_or(Value::Null)
     }
 
-    /// Reads the parts of the value that `T` names, ignoring the rest without building it.
+    /// Reads the members of an object that `T` names, ignoring the rest without building it.
+    /// Anything but an object is an error: serde would otherwise read a struct from an array,
+    /// member by member, and find a `name` or an `isError` in `["echo"]` or `[true]`.
     pub fn read<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        if !self.get().starts_with('{') {
+            return Err(de::Error::custom("not a JSON object"));
+        }
         serde_json::from_str(self.get())
     }
 }
@@ -429,8 +434,11 @@ fn valid_id(id: &Value) -> bool {
 
 fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
     // The id as a tree: numbers and strings are all an id may be, and both are echoed back as
-    // they came (serde_json keeps `1` and `1.5` apart and u64 ids whole).
-    let id = env.id.map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null));
+    // they came (serde_json keeps `1` and `1.5` apart and u64 ids whole). One nested too deep to
+    // read is as invalid as any other object, not a null id.
+    let id = env
+        .id
+        .map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap_or_else(|_| Value::Object(Default::default())));
     // The id to put on an error about this message: only a well-formed one is echoed.
     fn invalid(id: Option<&Value>, reason: &str) -> InvalidMessage {
         InvalidMessage { id: id.filter(|id| valid_id(id)).cloned().unwrap_or(Value::Null), reason: reason.to_string() }
@@ -740,6 +748,8 @@ mod tests {
             (r#"{"jsonrpc":"2.0","result":1}"#, Value::Null),
             (r#"{"jsonrpc":"2.0"}"#, Value::Null),
         ];
+        let deep_id = format!(r#"{{"jsonrpc":"2.0","id":{}{},"method":"a"}}"#, "[".repeat(200), "]".repeat(200));
+        let cases: Vec<(&str, Value)> = cases.into_iter().chain([(deep_id.as_str(), Value::Null)]).collect();
         for (s, id) in cases {
             match parse(s.as_bytes()) {
                 Err(ParseError::Invalid(inv)) => assert_eq!(inv.id, id, "{s}"),
