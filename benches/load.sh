@@ -140,14 +140,14 @@ run() {
   local phase="$1" target="$2" round="$3" url="$4" sid="$5" key="$6" ppid="$7" upid="$8" secs="$9"
   local version="${10:-2025-06-18}"
   local p0 u0 p1 u1 c0 c1 line
-  local perf_pid=""
+  local watchers=()  # profilers of this run, waited for before its results are read
   if [[ -n "${PERF:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
     perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
-    perf_pid=$!
+    watchers+=($!)
   fi
   if [[ -n "${PERF_SCHED:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
     perf sched record -a -o "$PERF_SCHED" -- sleep "$secs" >/dev/null 2>&1 &
-    perf_pid=$!
+    watchers+=($!)
   fi
   local stat_file=""
   if [[ -n "${PERF_STAT:-}" && "$round" == 1 ]]; then
@@ -155,17 +155,17 @@ run() {
     [[ "$target" == direct* || -n "${PERF_STAT_UPSTREAM:-}" ]] && watched="$upid"
     stat_file="$WORK/perfstat.$phase.$target"
     perf stat -x, -e "$PERF_STAT" -p "$watched" -o "$stat_file" -- sleep "$secs" 2>/dev/null &
-    perf_pid=$!
+    watchers+=($!)
   fi
   if [[ -n "${STRACE:-}" && "$phase/$round" == "${STRACE_PHASE:-fast}/1" && "$target" != direct* ]]; then
     timeout -s INT "$secs" strace ${STRACE_ARGS:--c} -f -p "$ppid" -o "$STRACE.$target" 2>/dev/null &
-    perf_pid=$!
+    watchers+=($!)
   fi
   p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"; c0="$(ctx_switches "$ppid")"
   line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
     -s "$LUA" "$url" | grep '^RESULT')"
   p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"; c1="$(ctx_switches "$ppid")"
-  [[ -n "$perf_pid" ]] && { wait "$perf_pid" || true; }
+  for w in ${watchers[@]+"${watchers[@]}"}; do wait "$w" || true; done
   [[ "$round" == warmup ]] && return 0
   printf '%s\t%s\t%s\t%s\tproxy_ticks=%s\tup_ticks=%s\tproxy_cs=%s\n' "$phase" "$target" "$round" "$line" \
     "$((p1 - p0))" "$((u1 - u0))" "$((c1 - c0))" >>"$RESULTS"
