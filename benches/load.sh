@@ -26,7 +26,9 @@
 # toolgate, e.g. a candidate fix built in another tree), TOOLGATE_BIN_B=PATH (A/B in one run: a
 # second toolgate, the candidate, started beside the first and driven in the same alternating
 # rounds against the fast upstream, reported as `toolgate-b`; the machine's drift between runs is
-# larger than most changes, so compare builds this way).
+# larger than most changes, so compare builds this way), UPSTREAM_CPUS=LIST (taskset CPU list,
+# e.g. 1: the upstreams run on those CPUs and wrk and the proxies on the others, as if the app
+# had a machine of its own; every target of the run is pinned the same way).
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
 #                    PERF_PHASE (fast | everything; default fast) and PERF_TARGET (toolgate |
@@ -69,6 +71,25 @@ done
 
 WORK="$(mktemp -d -t toolgate-load.XXXXXX)"
 PIDS=()
+# UPSTREAM_CPUS: the upstreams on those CPUs, wrk and the proxies on the others (`taskset`
+# prefixes; empty without the knob).
+PIN_UP=()
+PIN_REST=()
+if [[ -n "${UPSTREAM_CPUS:-}" ]]; then
+  REST_CPUS="$(python3 -c '
+import os, sys
+def cpus(spec):
+    out = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+rest = sorted(os.sched_getaffinity(0) - cpus(sys.argv[1]))
+print(",".join(map(str, rest)))' "$UPSTREAM_CPUS")"
+  [[ -n "$REST_CPUS" ]] || { echo "load.sh: UPSTREAM_CPUS=$UPSTREAM_CPUS leaves no CPU for wrk and the proxies" >&2; exit 1; }
+  PIN_UP=(taskset -c "$UPSTREAM_CPUS")
+  PIN_REST=(taskset -c "$REST_CPUS")
+fi
 cleanup() {
   local pid
   # SIGINT: Pingora's fast shutdown (SIGTERM would wait out its grace period).
@@ -162,7 +183,7 @@ run() {
     watchers+=($!)
   fi
   p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"; c0="$(ctx_switches "$ppid")"
-  line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
+  line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" ${PIN_REST[@]+"${PIN_REST[@]}"} wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
     -s "$LUA" "$url" | grep '^RESULT')"
   p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"; c1="$(ctx_switches "$ppid")"
   for w in ${watchers[@]+"${watchers[@]}"}; do wait "$w" || true; done
@@ -198,7 +219,7 @@ if grep -q CookieService "$WORK/bin/toolgate"; then
 fi
 
 log "starting fast_upstream"
-(exec "$WORK/bin/fast_upstream" 0 --threads 2 >"$WORK/fast.port" 2>"$WORK/fast.log") &
+(exec ${PIN_UP[@]+"${PIN_UP[@]}"} "$WORK/bin/fast_upstream" 0 --threads 2 >"$WORK/fast.port" 2>"$WORK/fast.log") &
 UP_PID=$!; PIDS+=("$UP_PID")
 for _ in $(seq 100); do [[ -s "$WORK/fast.port" ]] && break; sleep 0.1; done
 UP_PORT="$(head -1 "$WORK/fast.port")"
@@ -208,7 +229,7 @@ UP_PORT="$(head -1 "$WORK/fast.port")"
 # to $WORK/NAME.started (a file, not a command substitution: PIDS must be kept by this shell).
 start_plain() {
   log "starting plain_proxy ($2) -> 127.0.0.1:$1"
-  (exec "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$1" --threads 2 \
+  (exec ${PIN_REST[@]+"${PIN_REST[@]}"} "$WORK/bin/plain_proxy" --listen 127.0.0.1:0 --upstream "127.0.0.1:$1" --threads 2 \
     --work-stealing "$WORK_STEALING" >"$WORK/$2.log" 2>&1) &
   local pid=$!
   PIDS+=("$pid")
@@ -229,7 +250,7 @@ ev_restart() {
     wait "$EV_PID" 2>/dev/null || true
   fi
   # It logs a line per request on stdout: discard, so logging does not cost it a pipe.
-  (PORT="$EV_PORT" exec "$NODE" "$EVERYTHING" streamableHttp >/dev/null 2>>"$WORK/everything.log") &
+  (PORT="$EV_PORT" exec ${PIN_UP[@]+"${PIN_UP[@]}"} "$NODE" "$EVERYTHING" streamableHttp >/dev/null 2>>"$WORK/everything.log") &
   EV_PID=$!; PIDS+=("$EV_PID")
   port_of "$EV_PID" "" >/dev/null
 }
@@ -285,7 +306,7 @@ EOF
 start_toolgate() {
   local name="$1" pid port
   sed "s|path: $WORK/data|path: $WORK/data-$name|" "$WORK/toolgate.yaml" >"$WORK/$name.run.yaml"
-  (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec "$WORK/bin/$name" --config "$WORK/$name.run.yaml" >"$WORK/$name.log" 2>&1) &
+  (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec ${PIN_REST[@]+"${PIN_REST[@]}"} "$WORK/bin/$name" --config "$WORK/$name.run.yaml" >"$WORK/$name.log" 2>&1) &
   pid=$!; PIDS+=("$pid")
   port="$(port_of "$pid" 127.0.0.1)"
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
