@@ -114,6 +114,21 @@ pub enum AppUpstream {
     Builtin(String),
 }
 
+/// A PEM bundle of CA certificates trusted for one `https` app besides the public (webpki)
+/// roots: internal MCP servers are often behind a company's own CA.
+#[derive(Clone)]
+pub struct TlsRoots {
+    pub file: PathBuf,
+    /// The file as read at load (checked to hold at least one certificate).
+    pub pem: std::sync::Arc<[u8]>,
+}
+
+impl std::fmt::Debug for TlsRoots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsRoots").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AppConfig {
     pub id: String,
@@ -135,6 +150,8 @@ pub struct AppConfig {
     pub credential_prefix: String,
     /// MCP version offered to a `url` app (default: the newest toolgate speaks).
     pub protocol_version: Option<String>,
+    /// Extra roots an `https` app's certificate may chain to (a private CA), read at load.
+    pub tls_roots: Option<TlsRoots>,
     pub oauth: Option<OAuthConfig>,
 }
 
@@ -273,6 +290,28 @@ mod tests {
         let y = "apps:\n  - id: a\n    name: A\n    url: http://x/mcp\n    builtin: time\n";
         let err = Config::parse(y).unwrap_err().to_string();
         assert!(err.starts_with("apps[0]"), "{err}");
+    }
+
+    #[test]
+    fn tls_ca_file_is_read_and_checked_at_load() {
+        let app =
+            |url: &str, file: &str| format!("apps:\n  - {{ id: a, name: A, url: {url}, tls_ca_file: {file:?} }}\n");
+        let err = |y: String| Config::parse(&y).unwrap_err().to_string();
+        let dir = std::env::temp_dir().join(format!("toolgate-tls-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_pem = dir.join("not.pem");
+        std::fs::write(&not_pem, "no certificate here\n").unwrap();
+        let not_pem = not_pem.to_str().unwrap();
+
+        let e = err(app("http://x/mcp", not_pem));
+        assert!(e.starts_with("apps[0].tls_ca_file") && e.contains("only applies to https"), "{e}");
+        let stdio = format!("apps:\n  - {{ id: a, name: A, command: [x], tls_ca_file: {not_pem:?} }}\n");
+        assert!(err(stdio).starts_with("apps[0].tls_ca_file"));
+        let e = err(app("https://x/mcp", "/no/such/ca.pem"));
+        assert!(e.starts_with("apps[0].tls_ca_file") && e.contains("/no/such/ca.pem"), "{e}");
+        let e = err(app("https://x/mcp", not_pem));
+        assert!(e.starts_with("apps[0].tls_ca_file") && e.contains("no PEM certificate"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

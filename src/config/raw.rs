@@ -99,6 +99,7 @@ struct RawApp {
     credential_header: Option<String>,
     credential_prefix: Option<String>,
     protocol_version: Option<String>,
+    tls_ca_file: Option<String>,
     oauth: Option<RawOAuth>,
 }
 
@@ -290,6 +291,10 @@ impl RawConfig {
                     return Err(invalid(f("protocol_version"), format!("`{v}`: expected one of {known}")));
                 }
             }
+            let tls_roots = match a.tls_ca_file {
+                None => None,
+                Some(file) => Some(tls_roots(&upstream, file).map_err(|m| invalid(f("tls_ca_file"), m))?),
+            };
             let status = a.status.unwrap_or_else(|| "available".into());
             if !matches!(status.as_str(), "available" | "beta") {
                 return Err(invalid(f("status"), format!("`{status}`: expected available or beta")));
@@ -329,6 +334,7 @@ impl RawConfig {
                 credential_header: a.credential_header.unwrap_or_else(|| "Authorization".into()),
                 credential_prefix: a.credential_prefix.unwrap_or_else(|| "Bearer ".into()),
                 protocol_version: a.protocol_version,
+                tls_roots,
                 oauth: a.oauth.map(|o| OAuthConfig {
                     authorize_url: o.authorize_url,
                     token_url: o.token_url,
@@ -479,5 +485,20 @@ impl RawConfig {
             mcp,
             jwt,
         })
+    }
+}
+
+/// Reads an app's `tls_ca_file` at load, so that a wrong path or a file without a certificate
+/// stops the start instead of failing the app's first call.
+fn tls_roots(upstream: &AppUpstream, file: String) -> Result<TlsRoots, String> {
+    let https = matches!(upstream, AppUpstream::Url(u) if url::Url::parse(u).is_ok_and(|u| u.scheme() == "https"));
+    if !https {
+        return Err("only applies to https url apps".into());
+    }
+    let pem = std::fs::read(&file).map_err(|e| format!("`{file}`: {e}"))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(TlsRoots { file: PathBuf::from(file), pem: pem.into() }),
+        Ok(_) => Err(format!("`{file}` holds no PEM certificate")),
+        Err(e) => Err(format!("`{file}`: {e}")),
     }
 }

@@ -79,6 +79,7 @@ impl AppClients {
                 url: url.clone(),
                 headers: vec![],
                 protocol_version: app.protocol_version.clone(),
+                tls_roots: app.tls_roots.as_ref().map(|r| r.pem.clone()),
                 credential: credential.map(|secret| {
                     if app.credential_header.eq_ignore_ascii_case("authorization") && app.credential_prefix == "Bearer "
                     {

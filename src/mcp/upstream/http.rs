@@ -93,7 +93,7 @@ impl HttpUpstream {
         timeouts: Timeouts,
         clients: &HttpClients,
     ) -> Result<Self, UpstreamError> {
-        let target = Target::new(&settings.url, timeouts.connect(), clients)
+        let target = Target::new(&settings.url, timeouts.connect(), settings.tls_roots.as_ref(), clients)
             .map_err(|e| UpstreamError::Config(format!("app {app_id}: {e}")))?;
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -752,6 +752,7 @@ mod tests {
             headers: vec![],
             credential: None,
             protocol_version: None,
+            tls_roots: None,
         };
         assert!(HttpUpstream::new("a", &base, Timeouts::default(), &client).is_ok());
         for bad in [
@@ -820,6 +821,7 @@ mod tests {
                 headers: vec![("X-Tenant".into(), "t1".into())],
                 credential: Some(Credential::Bearer("tok".into())),
                 protocol_version: None,
+                tls_roots: None,
             },
             Timeouts::default(),
             &HttpClients::default(),
@@ -864,7 +866,7 @@ mod tests {
         let (url, server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
+            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
             Timeouts::default(),
             &HttpClients::default(),
         )
@@ -895,7 +897,7 @@ mod tests {
         let up = super::super::Upstream::Http(
             HttpUpstream::new(
                 "t",
-                &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
+                &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
                 Timeouts::default(),
                 &HttpClients::default(),
             )
@@ -919,7 +921,7 @@ mod tests {
         let (url, _server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
+            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
             Timeouts::default(),
             &HttpClients::default(),
         )
@@ -936,6 +938,7 @@ mod tests {
                 headers: vec![],
                 credential: None,
                 protocol_version: None,
+                tls_roots: None,
             },
             Timeouts::default(),
             &HttpClients::default(),
@@ -958,7 +961,7 @@ mod tests {
         let t = Timeouts { connect_ms: 1000, first_byte_ms: 200, total_ms: 5000 };
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None },
+            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
             t,
             &HttpClients::default(),
         )

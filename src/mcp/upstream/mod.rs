@@ -108,6 +108,8 @@ pub struct HttpSettings {
     /// The version offered in `initialize` (default: the newest). Some servers are much slower
     /// at newer versions (server-everything sends an SSE priming event per answer at 2025-11-25).
     pub protocol_version: Option<String>,
+    /// PEM certificates an `https` app's chain may end at, besides the webpki roots.
+    pub tls_roots: Option<Arc<[u8]>>,
 }
 
 /// Stdio upstream: `command[0]` run with `command[1..]`, `env` added to a minimal environment.

@@ -25,7 +25,8 @@
 //!   the head and the body separately): one system call and one wake-up of the upstream fewer
 //!   per call. The head is written by hand (`request_bytes`); Pingora's client session reads the
 //!   answer.
-//! * **`https://` upstreams** use reqwest with rustls and the webpki roots (HTTP/2 by ALPN).
+//! * **`https://` upstreams** use reqwest with rustls and the webpki roots (HTTP/2 by ALPN), plus
+//!   the app's `tls_ca_file` roots (internal servers behind a company CA).
 //!   toolgate's Pingora is built without a TLS backend, and certificate checking is not
 //!   something to hand-roll.
 //! * The host name is resolved when the first request needs it, and again after a failed
@@ -66,9 +67,9 @@ const STALE_RETRIES: usize = 2;
 pub struct HttpClients {
     /// Opens new connections only: idle ones are kept per upstream, in [`IdleConnections`].
     connector: Arc<TransportConnector>,
-    /// reqwest clients (https) by connect timeout: reqwest sets that timeout per client, and
-    /// nearly every app uses the default, so in practice there is one.
-    tls: parking_lot::Mutex<HashMap<Duration, reqwest::Client>>,
+    /// reqwest clients (https) by connect timeout and extra roots: reqwest sets both per client,
+    /// and nearly every app uses the defaults, so in practice there is one.
+    tls: parking_lot::Mutex<HashMap<TlsClientKey, reqwest::Client>>,
 }
 
 impl Default for HttpClients {
@@ -82,13 +83,28 @@ impl Default for HttpClients {
     }
 }
 
+type TlsClientKey = (Duration, Option<Arc<[u8]>>);
+
 impl HttpClients {
-    fn tls_client(&self, connect_timeout: Duration) -> Result<reqwest::Client, UpstreamError> {
+    fn tls_client(
+        &self,
+        connect_timeout: Duration,
+        roots: Option<&Arc<[u8]>>,
+    ) -> Result<reqwest::Client, UpstreamError> {
+        let key = (connect_timeout, roots.cloned());
         let mut clients = self.tls.lock();
-        if let Some(c) = clients.get(&connect_timeout) {
+        if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(pem) = roots {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| UpstreamError::Config(format!("tls_ca_file: {e}")))?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder
             .connect_timeout(connect_timeout)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(64)
@@ -97,7 +113,7 @@ impl HttpClients {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| UpstreamError::Config(format!("HTTP client: {e}")))?;
-        clients.insert(connect_timeout, client.clone());
+        clients.insert(key, client.clone());
         Ok(client)
     }
 }
@@ -153,12 +169,19 @@ impl Target {
         }
     }
 
-    /// Checks the URL (http or https, with a host). No I/O.
-    pub fn new(url: &str, connect_timeout: Duration, clients: &HttpClients) -> Result<Self, String> {
+    /// Checks the URL (http or https, with a host). No I/O. `tls_roots` (PEM) are trusted for an
+    /// https URL besides the webpki roots.
+    pub fn new(
+        url: &str,
+        connect_timeout: Duration,
+        tls_roots: Option<&Arc<[u8]>>,
+        clients: &HttpClients,
+    ) -> Result<Self, String> {
         let parsed = url::Url::parse(url).map_err(|e| format!("url \"{url}\": {e}"))?;
         match parsed.scheme() {
             "https" => {
-                Ok(Target::Tls { url: parsed, client: clients.tls_client(connect_timeout).map_err(|e| e.to_string())? })
+                let client = clients.tls_client(connect_timeout, tls_roots).map_err(|e| e.to_string())?;
+                Ok(Target::Tls { url: parsed, client })
             }
             "http" => {
                 let host = match parsed.host() {
@@ -646,7 +669,7 @@ mod tests {
         let (port, conns, seen) = server(usize::MAX, false).await;
         let clients = HttpClients::default();
         let target =
-            Target::new(&format!("http://127.0.0.1:{port}/mcp?x=1"), Duration::from_secs(1), &clients).unwrap();
+            Target::new(&format!("http://127.0.0.1:{port}/mcp?x=1"), Duration::from_secs(1), None, &clients).unwrap();
         assert!(matches!(target, Target::Plain(_)));
         for i in 1..=3 {
             assert_eq!(call(&target, "{\"a\":1}").await, format!("ok {i}"));
@@ -671,7 +694,8 @@ mod tests {
     async fn the_request_head_carries_every_header_once_and_the_body_length() {
         let (port, _, seen) = server(usize::MAX, false).await;
         let clients = HttpClients::default();
-        let target = Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
+        let target =
+            Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), None, &clients).unwrap();
         let mut base = HeaderMap::new();
         base.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         // Framing and routing are the transport's: a configured Host or Content-Length is not sent.
@@ -719,7 +743,8 @@ mod tests {
     async fn a_released_answer_whose_end_is_already_read_frees_its_connection_at_once() {
         let (port, conns, _) = server(usize::MAX, true).await;
         let clients = HttpClients::default();
-        let target = Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
+        let target =
+            Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), None, &clients).unwrap();
         let headers = HeaderMap::new();
         let mut resp = target.send(Method::POST, post(&headers, "{}")).await.unwrap();
         assert!(resp.next_into(|_| Ok(())).await.unwrap(), "the first chunk, with more to come");
@@ -735,7 +760,8 @@ mod tests {
     async fn a_connection_closed_by_the_server_is_replaced() {
         let (port, conns, seen) = server(1, false).await;
         let clients = HttpClients::default();
-        let target = Target::new(&format!("http://localhost:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
+        let target =
+            Target::new(&format!("http://localhost:{port}/mcp"), Duration::from_secs(1), None, &clients).unwrap();
         for _ in 0..3 {
             assert_eq!(call(&target, "{}").await, "ok 1");
         }
@@ -803,7 +829,8 @@ mod tests {
     async fn a_chunked_body_read_to_its_end_releases_the_connection() {
         let (port, conns, _) = server(usize::MAX, true).await;
         let clients = HttpClients::default();
-        let target = Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), &clients).unwrap();
+        let target =
+            Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(1), None, &clients).unwrap();
         for i in 1..=3 {
             assert_eq!(call(&target, "{}").await, format!("ok {i}"));
         }
@@ -828,18 +855,18 @@ mod tests {
     #[tokio::test]
     async fn connect_failures_and_bad_urls() {
         let clients = HttpClients::default();
-        let target = Target::new("http://127.0.0.1:1/mcp", Duration::from_secs(1), &clients).unwrap();
+        let target = Target::new("http://127.0.0.1:1/mcp", Duration::from_secs(1), None, &clients).unwrap();
         let headers = HeaderMap::new();
         let err = target.send(Method::POST, post(&headers, "{}")).await.err().unwrap();
         assert!(matches!(err, UpstreamError::Connect(_)), "{err:?}");
-        let target = Target::new("http://no-such-host.invalid/mcp", Duration::from_secs(2), &clients).unwrap();
+        let target = Target::new("http://no-such-host.invalid/mcp", Duration::from_secs(2), None, &clients).unwrap();
         let err = target.send(Method::POST, post(&headers, "{}")).await.err().unwrap();
         assert!(matches!(err, UpstreamError::Connect(_) | UpstreamError::Timeout { .. }), "{err:?}");
         for bad in ["ftp://x/mcp", "not a url", "http://[::1/mcp"] {
-            assert!(Target::new(bad, Duration::from_secs(1), &clients).is_err(), "{bad}");
+            assert!(Target::new(bad, Duration::from_secs(1), None, &clients).is_err(), "{bad}");
         }
         assert!(matches!(
-            Target::new("https://example.com/mcp", Duration::from_secs(1), &clients),
+            Target::new("https://example.com/mcp", Duration::from_secs(1), None, &clients),
             Ok(Target::Tls { .. })
         ));
     }
