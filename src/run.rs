@@ -20,6 +20,8 @@ pub fn run(config_path: &Path) -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,pingora=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in files, journald or a collector.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = match Config::load(config_path) {
         Ok(c) => Arc::new(c),
