@@ -7,7 +7,7 @@ use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, RawJson, Response};
 use crate::mcp::sessions::Sessions;
-use crate::mcp::upstream::CallContext;
+use crate::mcp::upstream::{CallContext, ListChange};
 use crate::mfa::Mfa;
 use crate::model::Gateway;
 use crate::reqlog::{RequestLog, Urgency};
@@ -93,19 +93,34 @@ impl Server {
         self.notify_changed(gateway_id);
     }
 
-    /// An organisation's connection to an app changed.
-    pub fn app_changed(&self, org_id: &str, app_id: &str) {
-        self.apps.invalidate(org_id, app_id);
-        let affected: Vec<String> = self
-            .state
-            .gateways
-            .iter()
-            .filter(|g| g.org_id == org_id && g.servers.iter().any(|s| s == app_id))
-            .map(|g| g.id.clone())
-            .collect();
+    /// An app announced that a list of it changed: the gateways that include it (the owner's
+    /// gateways, or every organisation's for a shared upstream) drop their catalogues and tell
+    /// their open streams, as when the gateway itself changes.
+    pub fn app_lists_changed(&self, change: &ListChange) {
+        self.apps.forget_lists(change);
+        let owner = Some(change.owner.as_str()).filter(|o| !o.is_empty());
+        let affected = self.gateways_with_app(owner, &change.app_id);
+        tracing::info!(app = %change.app_id, gateways = affected.len(), "app announced a list change");
         for g in affected {
             self.notify_changed(&g);
         }
+    }
+
+    /// An organisation's connection to an app changed.
+    pub fn app_changed(&self, org_id: &str, app_id: &str) {
+        self.apps.invalidate(org_id, app_id);
+        for g in self.gateways_with_app(Some(org_id), app_id) {
+            self.notify_changed(&g);
+        }
+    }
+
+    /// Ids of the gateways that include `app_id`: of one organisation, or of all.
+    fn gateways_with_app(&self, org_id: Option<&str>, app_id: &str) -> Vec<String> {
+        let gateways = self.state.gateways.iter();
+        gateways
+            .filter(|g| org_id.is_none_or(|o| g.org_id == o) && g.servers.iter().any(|s| s == app_id))
+            .map(|g| g.id.clone())
+            .collect()
     }
 
     /// Remembers which app sent a server->client request, so the client's answer goes back to it.
@@ -178,9 +193,11 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut tick = tokio::time::interval(self.period);
         let mut last_sweep = Instant::now();
         let mut last_jwt_refresh: Option<Instant> = None;
+        let mut list_changes = self.server.apps.take_list_changes();
         loop {
             tokio::select! {
                 _ = tick.tick() => self.server.flush(Urgency::Background).await,
+                Some(change) = next_change(&mut list_changes) => self.server.app_lists_changed(&change),
                 _ = shutdown.changed() => break,
             }
             // Idle rate-limit buckets are dropped so memory follows active callers only, and idle
@@ -209,5 +226,12 @@ impl pingora::services::background::BackgroundService for Flusher {
         self.server.flush(Urgency::Now).await;
         self.server.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "flushed and stopped apps");
+    }
+}
+
+async fn next_change(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ListChange>>) -> Option<ListChange> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -5,14 +5,15 @@
 use crate::config::{AppConfig, AppUpstream};
 use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{
-    CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream, UpstreamError,
-    UpstreamReply, UpstreamSettings, UpstreamShared,
+    CallContext, Credential, HttpSettings, ListChange, ListMethod, StdioSettings, Timeouts, Transport, Upstream,
+    UpstreamError, UpstreamReply, UpstreamSettings, UpstreamShared,
 };
 use crate::state::State;
 use dashmap::DashMap;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AppError {
@@ -36,12 +37,34 @@ pub struct AppClients {
     shared: UpstreamShared,
     upstreams: DashMap<Key, Arc<Upstream>>,
     lists: ListCache,
+    /// The apps' list-change announcements, until the server's background service takes them.
+    list_changes: parking_lot::Mutex<Option<UnboundedReceiver<ListChange>>>,
 }
 
 impl AppClients {
     pub fn new(state: Arc<State>) -> AppClients {
-        let shared = UpstreamShared::new(state.config.mcp.max_stdio_processes);
-        AppClients { state, shared, upstreams: DashMap::new(), lists: DashMap::new() }
+        let mut shared = UpstreamShared::new(state.config.mcp.max_stdio_processes);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        shared.report_list_changes_to(tx);
+        AppClients {
+            state,
+            shared,
+            upstreams: DashMap::new(),
+            lists: DashMap::new(),
+            list_changes: parking_lot::Mutex::new(Some(rx)),
+        }
+    }
+
+    /// The receiver of the apps' list-change announcements; `None` after the first call.
+    pub fn take_list_changes(&self) -> Option<UnboundedReceiver<ListChange>> {
+        self.list_changes.lock().take()
+    }
+
+    /// Forgets the lists an announced change made stale: the owner's, or every organisation's
+    /// for a shared upstream.
+    pub fn forget_lists(&self, change: &ListChange) {
+        self.lists
+            .retain(|(org, app, _), _| !(*app == change.app_id && (change.owner.is_empty() || *org == change.owner)));
     }
 
     fn app(&self, id: &str) -> Result<&AppConfig, AppError> {
@@ -60,7 +83,7 @@ impl AppClients {
         }
         let settings = self.settings(org_id, app)?;
         let up = Arc::new(
-            Upstream::from_settings(&settings, &self.shared)
+            Upstream::for_owner(&key.0, &settings, &self.shared)
                 .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })?,
         );
         Ok(self.upstreams.entry(key).or_insert(up).value().clone())

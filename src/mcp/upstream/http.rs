@@ -34,8 +34,8 @@ use tokio::time::Instant;
 
 use super::wire::{HttpClients, Outgoing, Target, WireResponse};
 use super::{
-    CallContext, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts, UpstreamError,
-    UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
+    CallContext, ChangeReporter, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts,
+    UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
 use crate::mcp::jsonrpc::{self, Incoming, Message, RawJson, Response};
 
@@ -66,6 +66,7 @@ struct Inner {
     protocol_version: &'static str,
     init_lock: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
+    changes: ChangeReporter,
 }
 
 /// A Streamable HTTP upstream; cheap to clone (shared state).
@@ -139,8 +140,22 @@ impl HttpUpstream {
                 protocol_version,
                 init_lock: tokio::sync::Mutex::new(()),
                 next_id: AtomicU64::new(1),
+                changes: ChangeReporter::default(),
             }),
         })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn changes_for_test(&self) -> ChangeReporter {
+        self.inner.changes.clone()
+    }
+
+    /// Reports the list changes the app announces on a call's stream (set right after `new`).
+    pub(crate) fn reporting(mut self, changes: ChangeReporter) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.changes = changes;
+        }
+        self
     }
 
     pub fn app_id(&self) -> &str {
@@ -187,7 +202,7 @@ impl HttpUpstream {
                 Posted::Ok(resp) => {
                     let guard =
                         CancelGuard { inner: inner.clone(), session, headers: ctx.headers.clone(), id, armed: true };
-                    let source = HttpSource::from_response(resp, id, Some(guard))?;
+                    let source = HttpSource::from_response(resp, id, Some(guard), inner.changes.clone())?;
                     return ReplyStream::new(
                         Source::Http(Box::new(source)),
                         None,
@@ -312,7 +327,7 @@ impl Inner {
             Posted::Expired => return Err(UpstreamError::Protocol("initialize rejected".into())),
         };
         let session_id = resp.header(&SESSION_ID).cloned();
-        let source = HttpSource::from_response(resp, id, None)?;
+        let source = HttpSource::from_response(resp, id, None, self.changes.clone())?;
         let response = ReplyStream::new(Source::Http(Box::new(source)), None, deadline, Value::Null)
             .into_reply()
             .await?
@@ -445,10 +460,16 @@ pub(crate) struct HttpSource {
     our_id: u64,
     queue: VecDeque<Message>,
     cancel: Option<CancelGuard>,
+    changes: ChangeReporter,
 }
 
 impl HttpSource {
-    fn from_response(resp: WireResponse, our_id: u64, cancel: Option<CancelGuard>) -> Result<Self, UpstreamError> {
+    fn from_response(
+        resp: WireResponse,
+        our_id: u64,
+        cancel: Option<CancelGuard>,
+        changes: ChangeReporter,
+    ) -> Result<Self, UpstreamError> {
         if resp.status() == StatusCode::ACCEPTED {
             return Err(UpstreamError::Protocol("upstream answered a request with 202 Accepted".into()));
         }
@@ -471,7 +492,7 @@ impl HttpSource {
                 )))
             }
         };
-        Ok(Self { body, our_id, queue: VecDeque::new(), cancel })
+        Ok(Self { body, our_id, queue: VecDeque::new(), cancel, changes })
     }
 
     pub(crate) fn complete(&mut self) {
@@ -502,6 +523,12 @@ impl HttpSource {
                     }
                     Message::Response(r) => {
                         tracing::debug!(id = %r.id, "ignoring upstream response to an unknown id");
+                    }
+                    Message::Notification(n) => {
+                        // Relayed to this call's client like any notification, and reported so
+                        // that every gateway with the app refreshes its lists.
+                        self.changes.notice(&n.method);
+                        return Ok(Event::Message(Message::Notification(n)));
                     }
                     other => return Ok(Event::Message(other)),
                 }

@@ -160,6 +160,8 @@ pub struct UpstreamShared {
     /// lived and a waiter could wait forever.
     stdio_permits: Arc<Semaphore>,
     max_stdio_processes: usize,
+    /// Where list changes announced by apps go ([`Self::report_list_changes_to`]).
+    list_changes: Option<tokio::sync::mpsc::UnboundedSender<ListChange>>,
 }
 
 impl UpstreamShared {
@@ -169,6 +171,42 @@ impl UpstreamShared {
             http: wire::HttpClients::default(),
             stdio_permits: Arc::new(Semaphore::new(max_stdio_processes)),
             max_stdio_processes,
+            list_changes: None,
+        }
+    }
+
+    /// Where upstreams built from now on report the list changes their apps announce.
+    pub fn report_list_changes_to(&mut self, tx: tokio::sync::mpsc::UnboundedSender<ListChange>) {
+        self.list_changes = Some(tx);
+    }
+}
+
+/// An app announced that one of its lists changed (`notifications/tools/list_changed`,
+/// `.../prompts/...`, `.../resources/...`): the gateway's cached lists of it are stale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListChange {
+    /// The organisation whose upstream announced it; empty for an upstream shared by all
+    /// organisations (an app without credentials).
+    pub owner: String,
+    pub app_id: String,
+}
+
+/// An upstream's end of the list-change reports: a no-op when nobody listens (unit tests).
+#[derive(Clone, Default)]
+pub(crate) struct ChangeReporter(Option<(tokio::sync::mpsc::UnboundedSender<ListChange>, Arc<ListChange>)>);
+
+impl ChangeReporter {
+    /// Reports a change when `method` is one of the list-changed notifications.
+    pub(crate) fn notice(&self, method: &str) {
+        let announces = matches!(
+            method,
+            "notifications/tools/list_changed"
+                | "notifications/prompts/list_changed"
+                | "notifications/resources/list_changed"
+        );
+        if let (true, Some((tx, change))) = (announces, &self.0) {
+            // A closed receiver means the server is stopping; nothing is left to refresh.
+            let _ = tx.send(ListChange::clone(change));
         }
     }
 }
@@ -462,17 +500,29 @@ impl Upstream {
     /// names and values, command not empty, builtin name). Nothing is connected or spawned yet:
     /// that happens on first use, or with [`Upstream::connect`].
     pub fn from_settings(settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
+        Self::for_owner("", settings, shared)
+    }
+
+    /// An upstream serving `owner`'s connection to the app (`""`: shared by every organisation);
+    /// the list changes it announces are reported under that owner.
+    pub fn for_owner(owner: &str, settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
+        let changes = ChangeReporter(shared.list_changes.as_ref().map(|tx| {
+            (tx.clone(), Arc::new(ListChange { owner: owner.to_string(), app_id: settings.app_id.clone() }))
+        }));
         match &settings.transport {
-            Transport::Http(h) => {
-                Ok(Upstream::Http(http::HttpUpstream::new(&settings.app_id, h, settings.timeouts, &shared.http)?))
-            }
-            Transport::Stdio(s) => Ok(Upstream::Stdio(stdio::StdioUpstream::new(
-                &settings.app_id,
-                s,
-                settings.timeouts,
-                shared.stdio_permits.clone(),
-                shared.max_stdio_processes,
-            )?)),
+            Transport::Http(h) => Ok(Upstream::Http(
+                http::HttpUpstream::new(&settings.app_id, h, settings.timeouts, &shared.http)?.reporting(changes),
+            )),
+            Transport::Stdio(s) => Ok(Upstream::Stdio(
+                stdio::StdioUpstream::new(
+                    &settings.app_id,
+                    s,
+                    settings.timeouts,
+                    shared.stdio_permits.clone(),
+                    shared.max_stdio_processes,
+                )?
+                .reporting(changes),
+            )),
             Transport::Builtin(name) => crate::mcp::builtin::by_name(name)
                 .map(Upstream::Builtin)
                 .ok_or_else(|| UpstreamError::Config(format!("unknown builtin app \"{name}\""))),
@@ -714,6 +764,40 @@ mod tests {
             assert_eq!(ListMethod::from_method(m.method()), Some(m));
         }
         assert_eq!(ListMethod::from_method("tools/call"), None);
+    }
+
+    #[test]
+    fn only_list_changed_notifications_are_reported_with_the_owner() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut shared = UpstreamShared::default();
+        shared.report_list_changes_to(tx);
+        let settings = UpstreamSettings {
+            app_id: "dyn".into(),
+            timeouts: Timeouts::default(),
+            transport: Transport::Http(HttpSettings {
+                url: "http://127.0.0.1:1/mcp".into(),
+                headers: vec![],
+                credential: None,
+                protocol_version: None,
+                tls_roots: None,
+            }),
+        };
+        let Upstream::Http(up) = Upstream::for_owner("org_a", &settings, &shared).unwrap() else { unreachable!() };
+        let changes = up.changes_for_test();
+        for method in ["notifications/message", "notifications/progress", "notifications/tools/list_changed_x"] {
+            changes.notice(method);
+        }
+        assert!(rx.try_recv().is_err(), "other notifications are not list changes");
+        for method in [
+            "notifications/tools/list_changed",
+            "notifications/prompts/list_changed",
+            "notifications/resources/list_changed",
+        ] {
+            changes.notice(method);
+            assert_eq!(rx.try_recv().unwrap(), ListChange { owner: "org_a".into(), app_id: "dyn".into() }, "{method}");
+        }
+        // Without a receiver (unit tests, tools) noticing is a no-op.
+        ChangeReporter::default().notice("notifications/tools/list_changed");
     }
 
     fn builtin_time() -> Upstream {

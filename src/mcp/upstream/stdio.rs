@@ -38,8 +38,8 @@ use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::{
-    CallContext, Event, ReplyStream, Source, StdioSettings, TimeoutPhase, Timeouts, UpstreamError, UpstreamReply,
-    LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
+    CallContext, ChangeReporter, Event, ReplyStream, Source, StdioSettings, TimeoutPhase, Timeouts, UpstreamError,
+    UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
 use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
 
@@ -89,6 +89,7 @@ struct Pending {
 /// State shared by one process's tasks and its callers.
 struct Shared {
     app_id: String,
+    changes: ChangeReporter,
     pending: parking_lot::Mutex<Pending>,
     exit_at: parking_lot::Mutex<Option<Instant>>,
     stderr_tail: parking_lot::Mutex<VecDeque<String>>,
@@ -172,6 +173,7 @@ struct Inner {
     next_id: AtomicU64,
     next_generation: AtomicU64,
     shut_down: AtomicBool,
+    changes: ChangeReporter,
 }
 
 /// A stdio upstream; cheap to clone (shared state).
@@ -215,8 +217,17 @@ impl StdioUpstream {
                 next_id: AtomicU64::new(1),
                 next_generation: AtomicU64::new(1),
                 shut_down: AtomicBool::new(false),
+                changes: ChangeReporter::default(),
             }),
         })
+    }
+
+    /// Reports the list changes the app announces (set right after `new`).
+    pub(crate) fn reporting(mut self, changes: ChangeReporter) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.changes = changes;
+        }
+        self
     }
 
     pub fn app_id(&self) -> &str {
@@ -389,6 +400,7 @@ impl Inner {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             app_id: self.app_id.clone(),
+            changes: self.changes.clone(),
             pending: parking_lot::Mutex::new(Pending::default()),
             exit_at: parking_lot::Mutex::new(None),
             stderr_tail: parking_lot::Mutex::new(VecDeque::new()),
@@ -659,6 +671,7 @@ fn route(shared: &Shared, writer: &mpsc::UnboundedSender<WriterCmd>, m: Message)
             }
         }
         Message::Notification(n) => {
+            shared.changes.notice(&n.method);
             if n.method == "notifications/message" {
                 let params = n.params.as_ref().map_or("null", RawJson::get);
                 tracing::info!(app = %shared.app_id, params, "stdio upstream log");
