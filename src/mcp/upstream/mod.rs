@@ -191,9 +191,10 @@ pub struct ListChange {
     pub app_id: String,
 }
 
-/// An upstream's end of the list-change reports: a no-op when nobody listens (unit tests).
+/// An upstream's end of the list-change reports: a no-op when nobody listens (unit tests). One
+/// `Arc`, because every HTTP call's reply holds a copy.
 #[derive(Clone, Default)]
-pub(crate) struct ChangeReporter(Option<(tokio::sync::mpsc::UnboundedSender<ListChange>, Arc<ListChange>)>);
+pub(crate) struct ChangeReporter(Option<Arc<(tokio::sync::mpsc::UnboundedSender<ListChange>, ListChange)>>);
 
 impl ChangeReporter {
     /// Reports a change when `method` is one of the list-changed notifications.
@@ -204,7 +205,8 @@ impl ChangeReporter {
                 | "notifications/prompts/list_changed"
                 | "notifications/resources/list_changed"
         );
-        if let (true, Some((tx, change))) = (announces, &self.0) {
+        if let (true, Some(to)) = (announces, &self.0) {
+            let (tx, change) = &**to;
             // A closed receiver means the server is stopping; nothing is left to refresh.
             let _ = tx.send(ListChange::clone(change));
         }
@@ -507,7 +509,7 @@ impl Upstream {
     /// the list changes it announces are reported under that owner.
     pub fn for_owner(owner: &str, settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
         let changes = ChangeReporter(shared.list_changes.as_ref().map(|tx| {
-            (tx.clone(), Arc::new(ListChange { owner: owner.to_string(), app_id: settings.app_id.clone() }))
+            Arc::new((tx.clone(), ListChange { owner: owner.to_string(), app_id: settings.app_id.clone() }))
         }));
         match &settings.transport {
             Transport::Http(h) => Ok(Upstream::Http(
