@@ -1,8 +1,10 @@
-"""An app whose own tool list changes: its `notifications/tools/list_changed` makes the gateway
-drop its cached lists (even with a long `cache_ttl`) and reaches the clients' open GET streams,
-so a client sees the new tool as it would talking to the app directly.
+"""An app whose own lists change: its `notifications/*/list_changed` makes the gateway drop its
+cached lists (even with a long `cache_ttl`) and reaches the clients' open GET streams, so a
+client sees the new tool or resource as it would talking to the app directly.
 
-The app is a stdio server on the official Python SDK (`dynamic_tools_server.py`).
+The apps: a stdio server on the official Python SDK (`dynamic_tools_server.py`), and
+server-everything over Streamable HTTP, which announces a new resource on its own GET stream,
+outside any call.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from mcp_helpers import TIME_APP, Api, McpHttp, config, mcp_url, start_toolgate
+from mcp_helpers import TIME_APP, Api, McpHttp, config, everything_server, http_app, mcp_url, start_toolgate
 
 DYNAMIC_APP = f"""\
   - id: dyn
@@ -27,6 +29,36 @@ def tool_names(c: McpHttp) -> set[str]:
     return {t["name"] for t in c.rpc("tools/list")["result"]["tools"]}
 
 
+def resource_uris(c: McpHttp) -> set[str]:
+    uris, cursor = set(), None
+    while True:
+        result = c.rpc("resources/list", {"cursor": cursor} if cursor else {})["result"]
+        uris |= {r["uri"] for r in result["resources"]}
+        cursor = result.get("nextCursor")
+        if not cursor:
+            return uris
+
+
+def methods_on_stream_while(c: McpHttp, action, wanted: str) -> list[str]:
+    """Opens the gateway's GET stream, runs `action`, and returns the methods seen on the
+    stream until `wanted` (or 10 s: the stream's keep-alive comments keep reads from timing out)."""
+    seen: list[str] = []
+    with c.client.stream("GET", c.url, headers=c.headers(Accept="text/event-stream"), timeout=20) as r:
+        assert r.status_code == 200, r.status_code
+        lines = r.iter_lines()
+        assert next(lines).startswith(":"), "the stream opens with a comment"
+        action()
+        deadline = time.monotonic() + 10
+        for line in lines:
+            if time.monotonic() > deadline:
+                break
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:])["method"])
+                if wanted in seen:
+                    break
+    return seen
+
+
 def test_app_list_changed_refreshes_the_catalogue_and_reaches_open_streams():
     srv = start_toolgate(config(TIME_APP + DYNAMIC_APP))
     try:
@@ -38,22 +70,11 @@ def test_app_list_changed_refreshes_the_catalogue_and_reaches_open_streams():
         before = tool_names(c)
         assert "dyn__add_tool" in before and "dyn__extra" not in before, before
 
-        seen: list[str] = []
-        with c.client.stream("GET", c.url, headers=c.headers(Accept="text/event-stream"), timeout=20) as r:
-            assert r.status_code == 200, r.status_code
-            lines = r.iter_lines()
-            assert next(lines).startswith(":"), "the stream opens with a comment"
+        def add():
             added = c.rpc("tools/call", {"name": "dyn__add_tool", "arguments": {"name": "extra"}})
             assert added["result"]["content"][0]["text"] == "added extra", added
-            # The stream carries keep-alive comments, so a read timeout alone would never end it.
-            deadline = time.monotonic() + 10
-            for line in lines:
-                if time.monotonic() > deadline:
-                    break
-                if line.startswith("data:"):
-                    seen.append(json.loads(line[5:])["method"])
-                    if "notifications/tools/list_changed" in seen:
-                        break
+
+        seen = methods_on_stream_while(c, add, "notifications/tools/list_changed")
         assert "notifications/tools/list_changed" in seen, f"no list_changed on the open stream within 10 s: {seen}"
 
         after = tool_names(c)
@@ -65,3 +86,30 @@ def test_app_list_changed_refreshes_the_catalogue_and_reaches_open_streams():
     finally:
         srv.stop()
         srv.tmp.cleanup()
+
+
+def test_http_app_announcing_on_its_own_get_stream_reaches_open_streams():
+    """server-everything registers a session resource when `gzip-file-as-resource` runs and
+    announces it on its standalone GET stream, not in the call's answer: only a gateway that
+    holds that stream open hears it."""
+    with everything_server() as ev:
+        srv = start_toolgate(config(TIME_APP + http_app("everything", ev.url)))
+        try:
+            api = Api(srv)
+            gw_id, key = api.create_gateway(["time", "everything"], configuration={"cache_enabled": True, "cache_ttl": 3600})
+            c = McpHttp(mcp_url(srv, gw_id), key)
+            c.initialize()
+            uri = "demo://resource/session/toolgate-test.gz"
+            assert uri not in resource_uris(c)
+
+            def gzip():
+                args = {"name": "toolgate-test.gz", "data": "data:text/plain;base64,aGVsbG8=", "outputType": "resourceLink"}
+                out = c.rpc("tools/call", {"name": "everything__gzip-file-as-resource", "arguments": args})["result"]
+                assert out.get("isError", False) is False and out["content"][0]["uri"] == uri, out
+
+            seen = methods_on_stream_while(c, gzip, "notifications/resources/list_changed")
+            assert "notifications/resources/list_changed" in seen, f"no list_changed on the open stream within 10 s: {seen}"
+            assert uri in resource_uris(c), "the gateway still lists the app's old resources"
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()

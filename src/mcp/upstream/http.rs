@@ -20,10 +20,17 @@
 //!   not a cancellation.
 //! * The client's `X-API-Key` is never sent: only the app's configured credential and headers,
 //!   plus [`super::CallContext::headers`].
+//! * **Server-initiated messages**: each session holds the app's GET stream open (when the
+//!   gateway listens for list changes, i.e. in the server), because that is where a server
+//!   announces `notifications/*/list_changed` that no call caused. A 405 (no such stream) or a
+//!   404 (session gone) ends it; a broken stream is re-opened with back-off; the task stops with
+//!   the session. `ping` on it is answered, any other request gets "method not found" (the
+//!   gateway declares no client capabilities upstream).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
@@ -37,7 +44,7 @@ use super::{
     CallContext, ChangeReporter, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts,
     UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
-use crate::mcp::jsonrpc::{self, Incoming, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
 
 /// Largest JSON body or SSE event accepted from an upstream; a bigger one is a protocol error
 /// (bounds memory per call).
@@ -53,6 +60,16 @@ struct Session {
     id: Option<HeaderValue>,
     version: HeaderValue,
     init_result: Value,
+    /// The task holding the session's GET stream ([`listen`]); stopped with the session.
+    listener: parking_lot::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(task) = self.listener.get_mut().take() {
+            task.abort();
+        }
+    }
 }
 
 struct Inner {
@@ -299,8 +316,55 @@ impl Inner {
         }
         let s = Arc::new(self.initialize(deadline).await?);
         self.session.store(Some(s.clone()));
+        self.start_listener(&s);
         tracing::debug!(app = %self.app_id, version = ?s.version, "upstream session opened");
         Ok(s)
+    }
+
+    /// Holds the session's GET stream open on a task of its own, when someone wants the app's
+    /// list changes.
+    fn start_listener(self: &Arc<Self>, session: &Arc<Session>) {
+        if !self.changes.is_connected() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let task = runtime.spawn(listen(Arc::downgrade(self), Arc::downgrade(session)));
+        *session.listener.lock() = Some(task.abort_handle());
+    }
+
+    /// Whether `session` is still the one calls use.
+    fn is_current(&self, session: &Arc<Session>) -> bool {
+        self.session.load().as_ref().is_some_and(|cur| Arc::ptr_eq(cur, session))
+    }
+
+    /// `GET` on the session: the stream of server-initiated messages, or why there is none.
+    async fn open_stream(&self, session: &Session) -> Result<Opened, UpstreamError> {
+        let mut headers = credential_headers(&self.headers);
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let out = Outgoing {
+            base: &headers,
+            session: [session.id.as_ref().map(|id| (&SESSION_ID, id)), Some((&PROTOCOL_VERSION, &session.version))],
+            extra: &[],
+            body: Bytes::new(),
+        };
+        let limit = Instant::now() + self.timeouts.first_byte();
+        let resp = super::until(limit, self.target.send(Method::GET, out))
+            .await
+            .map_err(|_| UpstreamError::Timeout { phase: TimeoutPhase::FirstByte })??;
+        let status = resp.status();
+        let is_sse = resp
+            .header(&CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+        if status == StatusCode::OK && is_sse {
+            return Ok(Opened::Stream(resp));
+        }
+        resp.release();
+        if status.is_client_error() {
+            Ok(Opened::Refused(status))
+        } else {
+            Err(UpstreamError::Http { status: status.as_u16(), body: String::new() })
+        }
     }
 
     /// Forgets `session` unless another caller already replaced it.
@@ -343,7 +407,7 @@ impl Inner {
         }
         let version = HeaderValue::from_str(version)
             .map_err(|_| UpstreamError::Protocol("protocolVersion is not a valid header value".into()))?;
-        let session = Session { id: session_id, version, init_result: result };
+        let session = Session { id: session_id, version, init_result: result, listener: Default::default() };
         let note = jsonrpc::notification_bytes("notifications/initialized", None).into();
         match self.post(Some(&session), note, &ctx, deadline).await? {
             Posted::Ok(resp) => {
@@ -388,6 +452,116 @@ impl Inner {
         }
         tracing::debug!(app = %self.app_id, %status, body = %body, "upstream HTTP error");
         Err(UpstreamError::Http { status: status.as_u16(), body })
+    }
+}
+
+/// What a `GET` on a session gave.
+enum Opened {
+    Stream(WireResponse),
+    /// 405 (the server offers no such stream), 404 (the session is gone: the next call opens a
+    /// new one, with a listener of its own), or another client error: not worth retrying.
+    Refused(StatusCode),
+}
+
+/// A GET stream that lived this long was healthy: its end starts the back-off afresh.
+const LISTEN_HEALTHY: Duration = Duration::from_secs(30);
+const LISTEN_BACKOFF_BASE: Duration = Duration::from_secs(1);
+const LISTEN_BACKOFF_CAP: Duration = Duration::from_secs(60);
+
+fn listen_backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    LISTEN_BACKOFF_BASE.saturating_mul(1u32 << exp).min(LISTEN_BACKOFF_CAP)
+}
+
+/// Holds a session's GET stream open and handles what the app sends on it, until the session
+/// is no longer the current one (or the task is aborted with it). Only weak references are
+/// kept between reads, so an upstream that is dropped is not kept alive by its listener.
+async fn listen(inner: Weak<Inner>, session: Weak<Session>) {
+    let mut failures = 0u32;
+    loop {
+        let started = Instant::now();
+        let opened = {
+            let (Some(inner), Some(session)) = (inner.upgrade(), session.upgrade()) else { return };
+            if !inner.is_current(&session) {
+                return;
+            }
+            match inner.open_stream(&session).await {
+                Ok(Opened::Stream(resp)) => Some((resp, inner.changes.clone(), inner.app_id.clone())),
+                Ok(Opened::Refused(status)) => {
+                    tracing::debug!(app = %inner.app_id, %status, "upstream offers no GET stream on this session");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(app = %inner.app_id, error = %e, "cannot open the upstream GET stream");
+                    None
+                }
+            }
+        };
+        if let Some((resp, changes, app_id)) = opened {
+            read_server_stream(resp, &changes, &app_id, &inner, &session).await;
+        }
+        failures = if started.elapsed() >= LISTEN_HEALTHY { 1 } else { failures + 1 };
+        tokio::time::sleep(listen_backoff(failures)).await;
+    }
+}
+
+/// Reads a GET stream to its end: list changes are reported, log messages logged, `ping`
+/// answered.
+async fn read_server_stream(
+    mut resp: WireResponse,
+    changes: &ChangeReporter,
+    app_id: &str,
+    inner: &Weak<Inner>,
+    session: &Weak<Session>,
+) {
+    let mut parser = SseParser::default();
+    let mut events = Vec::new();
+    loop {
+        let more = resp.next_into(|piece| parser.feed(piece, &mut events)).await;
+        for ev in events.drain(..) {
+            if ev.event.as_deref().is_some_and(|t| t != "message") || ev.data.trim().is_empty() {
+                continue;
+            }
+            let mut messages = VecDeque::new();
+            if let Err(e) = push_messages(&mut messages, ev.data.as_bytes()) {
+                tracing::debug!(app = %app_id, error = %e, "unreadable message on the upstream GET stream");
+                continue;
+            }
+            for m in messages {
+                match m {
+                    Message::Notification(n) => {
+                        changes.notice(&n.method);
+                        if n.method == "notifications/message" {
+                            let params = n.params.as_ref().map_or("null", RawJson::get);
+                            tracing::info!(app = %app_id, params, "upstream log");
+                        } else {
+                            tracing::debug!(app = %app_id, method = %n.method, "upstream notification");
+                        }
+                    }
+                    Message::Request(r) => answer_server_request(r.id, &r.method, inner, session).await,
+                    Message::Response(_) => {}
+                }
+            }
+        }
+        if !matches!(more, Ok(true)) {
+            return;
+        }
+    }
+}
+
+/// Answers a request that came on the GET stream (no gateway client asked for it, so none can
+/// answer it): `ping` with `{}`, anything else with "method not found".
+async fn answer_server_request(id: Value, method: &str, inner: &Weak<Inner>, session: &Weak<Session>) {
+    let (Some(inner), Some(session)) = (inner.upgrade(), session.upgrade()) else { return };
+    let body = if method == "ping" {
+        jsonrpc::response_bytes(&id, &json!({}))
+    } else {
+        let e = ErrorObject::method_not_found(method);
+        jsonrpc::error_bytes(&id, e.code, &e.message, None)
+    };
+    let deadline = Instant::now() + inner.timeouts.first_byte();
+    if let Ok(Posted::Ok(resp)) = inner.post(Some(&session), body.into(), &CallContext::default(), deadline).await {
+        resp.finish().await;
     }
 }
 

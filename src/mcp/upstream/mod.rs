@@ -197,6 +197,11 @@ pub struct ListChange {
 pub(crate) struct ChangeReporter(Option<Arc<(tokio::sync::mpsc::UnboundedSender<ListChange>, ListChange)>>);
 
 impl ChangeReporter {
+    /// Whether anyone listens (only then is an HTTP app's GET stream worth holding open).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Reports a change when `method` is one of the list-changed notifications.
     pub(crate) fn notice(&self, method: &str) {
         let announces = matches!(
