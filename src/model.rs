@@ -246,6 +246,17 @@ pub struct Connection {
     pub created_at: Timestamp,
 }
 
+/// What a client declared at `initialize` that it can do for a server: which server->client
+/// requests the gateway may relay to it (the others it refuses to the app on the client's
+/// behalf, so that no app waits for an answer that cannot come).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientCapabilities {
+    #[serde(default)]
+    pub sampling: bool,
+    #[serde(default)]
+    pub elicitation: bool,
+}
+
 /// An MCP protocol session of a gateway.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct McpSession {
@@ -263,4 +274,7 @@ pub struct McpSession {
     pub requests_count: u64,
     /// `active` or `ended`.
     pub status: String,
+    /// Absent in sessions stored before it existed: nothing declared.
+    #[serde(default)]
+    pub capabilities: ClientCapabilities,
 }

@@ -134,13 +134,19 @@ impl Server {
             tracing::debug!("response from client matches no relayed request; ignored");
             return;
         };
-        match self.apps.upstream(&org, &app) {
+        self.answer_app(&org, &app, r).await;
+    }
+
+    /// Delivers an answer to an app's server->client request: the client's, or the gateway's
+    /// refusal on its behalf.
+    pub async fn answer_app(&self, org_id: &str, app_id: &str, r: Response) {
+        match self.apps.upstream(org_id, app_id) {
             Ok(up) => {
                 if let Err(e) = up.respond(r, &CallContext::default()).await {
-                    tracing::warn!(app, error = %e, "cannot deliver the client's response upstream");
+                    tracing::warn!(app = app_id, error = %e, "cannot deliver an answer to the app's request");
                 }
             }
-            Err(e) => tracing::warn!(app, error = %e, "app gone before the client's response"),
+            Err(e) => tracing::warn!(app = app_id, error = %e, "app gone before the answer to its request"),
         }
     }
 

@@ -8,7 +8,7 @@ use crate::error::ApiError;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
-use crate::model::{Gateway, McpSession};
+use crate::model::{ClientCapabilities, Gateway, McpSession};
 use crate::proxy::{response_head, Proxy, RequestCtx};
 use crate::reqlog::{Answer, EntryWriter};
 use crate::secrets;
@@ -335,6 +335,34 @@ async fn post(
     }
 }
 
+/// The server->client requests a client said it takes (`sampling`, `elicitation` objects in its
+/// `initialize` capabilities).
+fn declared_capabilities(declared: Option<&Value>) -> ClientCapabilities {
+    let has = |name: &str| declared.and_then(|c| c.get(name)).is_some_and(Value::is_object);
+    ClientCapabilities { sampling: has("sampling"), elicitation: has("elicitation") }
+}
+
+/// Why the calling client cannot be sent this server->client request, if it cannot: it did not
+/// declare the capability, or it takes JSON answers only (no stream to carry a request).
+fn refusal(method: &str, caps: ClientCapabilities, sse: bool) -> Option<ErrorObject> {
+    let needs = match method {
+        "sampling/createMessage" => Some(("sampling", caps.sampling)),
+        "elicitation/create" => Some(("elicitation", caps.elicitation)),
+        _ => None,
+    };
+    match needs {
+        Some((capability, false)) => Some(ErrorObject::new(
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("the gateway's client did not declare the {capability} capability ({method})"),
+        )),
+        _ if !sse => Some(ErrorObject::new(
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("the gateway's client takes JSON answers only and cannot receive {method}"),
+        )),
+        _ => None,
+    }
+}
+
 async fn initialize(
     proxy: &Proxy,
     session: &mut Session,
@@ -373,6 +401,7 @@ async fn initialize(
         last_activity: now,
         requests_count: 1,
         status: "active".into(),
+        capabilities: declared_capabilities(params.get("capabilities")),
     };
     if let Err(e) = proxy.server.sessions.create(mcp.clone()).await {
         return reply_api_error(proxy, session, ctx, e.into()).await;
@@ -569,10 +598,18 @@ async fn forward(
         }
         Ok(UpstreamReply::Stream(mut stream)) => {
             if !acc.sse {
-                // The client takes JSON only: wait for the response, dropping notifications.
+                // The client takes JSON only: wait for the response, dropping notifications and
+                // refusing the app's requests (nothing could carry them to the client).
                 let r = loop {
                     match stream.next().await {
                         Some(Ok(Message::Response(r))) => break Ok(r),
+                        Some(Ok(Message::Request(r))) => {
+                            let caps = server.sessions.get(mcp_id).map(|s| s.capabilities).unwrap_or_default();
+                            // Without a stream there is always a reason to refuse.
+                            let e = refusal(&r.method, caps, false)
+                                .unwrap_or_else(|| ErrorObject::method_not_found(&r.method));
+                            server.answer_app(&gw.org_id, app_id, Response::error(r.id, e)).await;
+                        }
                         Some(Ok(_)) => continue,
                         Some(Err(e)) => break Err(e),
                         None => break Err(UpstreamError::Closed),
@@ -589,6 +626,11 @@ async fn forward(
                     Err(e) => Message::Response(upstream_error_response(&req.id, app_id, &e)),
                 };
                 if let Message::Request(r) = &msg {
+                    let caps = server.sessions.get(mcp_id).map(|s| s.capabilities).unwrap_or_default();
+                    if let Some(e) = refusal(&r.method, caps, true) {
+                        server.answer_app(&gw.org_id, app_id, Response::error(r.id.clone(), e)).await;
+                        continue;
+                    }
                     // Known before the client can see it, and answer it.
                     server.remember_relayed(mcp_id, &r.id, app_id, &gw.org_id);
                 }
@@ -815,6 +857,34 @@ async fn get_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_requests_are_relayed_only_to_clients_that_can_take_them() {
+        let caps = |v: Value| declared_capabilities(Some(&v));
+        assert_eq!(caps(json!({})), ClientCapabilities::default());
+        assert_eq!(declared_capabilities(None), ClientCapabilities::default());
+        // Only an object declares a capability (`"sampling": true` is not one).
+        assert_eq!(
+            caps(json!({"sampling": true, "elicitation": {}})),
+            ClientCapabilities { sampling: false, elicitation: true }
+        );
+        let both = caps(json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}}));
+        assert_eq!(both, ClientCapabilities { sampling: true, elicitation: true });
+
+        assert!(refusal("sampling/createMessage", both, true).is_none());
+        assert!(refusal("elicitation/create", both, true).is_none());
+        assert!(refusal("ping", ClientCapabilities::default(), true).is_none());
+        let e = refusal("sampling/createMessage", ClientCapabilities::default(), true).unwrap();
+        assert_eq!(e.code, jsonrpc::METHOD_NOT_FOUND);
+        assert!(e.message.contains("sampling capability"), "{}", e.message);
+        let e = refusal("elicitation/create", ClientCapabilities { sampling: true, elicitation: false }, true).unwrap();
+        assert!(e.message.contains("elicitation capability"), "{}", e.message);
+        // Without a stream nothing can reach the client, whatever it declared.
+        for method in ["sampling/createMessage", "roots/list", "ping"] {
+            let e = refusal(method, both, false).unwrap();
+            assert!(e.message.contains("JSON answers only") && e.message.contains(method), "{}", e.message);
+        }
+    }
 
     /// The entry `log_entry` makes of `outcome`: its `error` flag and its `response`.
     fn logged(outcome: Result<Value, ErrorObject>, transport_status: u16) -> (bool, Value) {

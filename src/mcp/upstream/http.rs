@@ -24,8 +24,11 @@
 //!   gateway listens for list changes, i.e. in the server), because that is where a server
 //!   announces `notifications/*/list_changed` that no call caused. A 405 (no such stream) or a
 //!   404 (session gone) ends it; a broken stream is re-opened with back-off; the task stops with
-//!   the session. `ping` on it is answered, any other request gets "method not found" (the
-//!   gateway declares no client capabilities upstream).
+//!   the session. `ping` on it is answered, any other request gets "method not found" (no
+//!   gateway client asked for it, so none can answer it).
+//! * **Client capabilities**: `sampling` and `elicitation` are declared upstream, since the
+//!   gateway relays those requests, arriving on a call's stream, to the calling client, or refuses
+//!   them on its behalf when it did not declare them (`endpoint::refusal`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -381,7 +384,9 @@ impl Inner {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let params = RawJson::from_value(&json!({
             "protocolVersion": self.protocol_version,
-            "capabilities": {},
+            // What the gateway relays to its clients; a client that did not declare one of them
+            // gets the app's request refused on its behalf (`endpoint::refusal`).
+            "capabilities": { "sampling": {}, "elicitation": {} },
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
         }));
         let body = jsonrpc::request_bytes(&json!(id), "initialize", Some(&params)).into();

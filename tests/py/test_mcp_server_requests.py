@@ -1,0 +1,117 @@
+"""Server->client requests through the gateway: server-everything's sampling and elicitation
+tools, called by the official Python SDK, whose callbacks answer what the app asked.
+
+toolgate declares `sampling` and `elicitation` to its apps (so server-everything offers those
+tools at all) and relays each request to the calling client on the call's stream; a client that
+did not declare the capability, or that takes JSON answers only, gets the request refused on its
+behalf, so the app fails the call at once instead of waiting for an answer that cannot come.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mcp_types as types
+import pytest
+
+from mcp_helpers import (
+    TIME_APP,
+    Api,
+    McpHttp,
+    config,
+    everything_server,
+    http_app,
+    mcp_url,
+    response_message,
+    run,
+    sdk_client,
+    start_toolgate,
+)
+
+
+@pytest.fixture(scope="module")
+def gateway():
+    with everything_server() as ev:
+        srv = start_toolgate(config(TIME_APP + http_app("everything", ev.url)))
+        try:
+            gw_id, key = Api(srv).create_gateway(["time", "everything"])
+            yield mcp_url(srv, gw_id), key
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
+
+
+def test_sampling_request_reaches_the_sdk_client_and_its_answer_the_app(gateway):
+    url, key = gateway
+    asked: list[str] = []
+
+    async def sampling(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="sampled by pytest"),
+            model="pytest-model",
+            stop_reason="endTurn",
+        )
+
+    async def go():
+        async with sdk_client(url, key, sampling_callback=sampling) as c:
+            return await c.call_tool("everything__trigger-sampling-request", {"prompt": "what is toolgate?"})
+
+    result = run(go())
+    assert not result.is_error, result
+    assert len(asked) == 1 and "what is toolgate?" in asked[0], asked
+    text = result.content[0].text
+    assert "sampled by pytest" in text and "pytest-model" in text, text
+
+
+def test_elicitation_request_reaches_the_sdk_client_and_its_answer_the_app(gateway):
+    url, key = gateway
+
+    async def elicitation(context, params) -> types.ElicitResult:
+        assert "fields" in params.message, params
+        return types.ElicitResult(action="accept", content={"name": "Ada Lovelace", "check": True})
+
+    async def go():
+        async with sdk_client(url, key, elicitation_callback=elicitation) as c:
+            return await c.call_tool("everything__trigger-elicitation-request", {})
+
+    result = run(go())
+    assert not result.is_error, result
+    texts = "\n".join(c.text for c in result.content)
+    assert "- Name: Ada Lovelace" in texts and "- Agreed to terms: true" in texts, texts
+
+
+def test_request_to_a_client_without_the_capability_is_refused_on_its_behalf(gateway):
+    """The raw client declares no capabilities: the app's sampling request is answered by the
+    gateway with an error naming the capability, and the call ends at once."""
+    url, key = gateway
+    c = McpHttp(url, key)
+    c.initialize()
+    started = time.monotonic()
+    r = c.request("tools/call", {"name": "everything__trigger-sampling-request", "arguments": {"prompt": "x"}})
+    msg = response_message(r)
+    assert time.monotonic() - started < 10, "the app waited for an answer that could not come"
+    result = msg["result"]
+    assert result.get("isError") is True, msg
+    assert "did not declare the sampling capability" in result["content"][0]["text"], msg
+
+
+def test_request_to_a_client_taking_json_only_is_refused_on_its_behalf(gateway):
+    url, key = gateway
+    c = McpHttp(url, key)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": c.version, "capabilities": {"sampling": {}}, "clientInfo": {"name": "json-only", "version": "1"}}}
+    h = c.headers()
+    h.pop("Mcp-Session-Id", None)
+    h.pop("MCP-Protocol-Version", None)
+    r = c.post(body, headers=h)
+    assert r.status_code == 200, r.text
+    c.session_id = r.headers["mcp-session-id"]
+    assert c.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+    r = c.request("tools/call", {"name": "everything__trigger-sampling-request", "arguments": {"prompt": "x"}},
+                  headers=c.headers(Accept="application/json"))
+    assert r.headers["content-type"].startswith("application/json"), r.headers
+    result = r.json()["result"]
+    assert result.get("isError") is True, result
+    assert "takes JSON answers only" in result["content"][0]["text"], result
