@@ -603,6 +603,10 @@ async fn forward(
                 let r = loop {
                     match stream.next().await {
                         Some(Ok(Message::Response(r))) => break Ok(r),
+                        // A liveness check needs no client: the gateway answers it.
+                        Some(Ok(Message::Request(r))) if r.method == "ping" => {
+                            server.answer_app(&gw.org_id, app_id, Response::success(r.id, json!({}))).await;
+                        }
                         Some(Ok(Message::Request(r))) => {
                             let caps = server.sessions.get(mcp_id).map(|s| s.capabilities).unwrap_or_default();
                             // Without a stream there is always a reason to refuse.
@@ -879,8 +883,9 @@ mod tests {
         assert!(e.message.contains("sampling capability"), "{}", e.message);
         let e = refusal("elicitation/create", ClientCapabilities { sampling: true, elicitation: false }, true).unwrap();
         assert!(e.message.contains("elicitation capability"), "{}", e.message);
-        // Without a stream nothing can reach the client, whatever it declared.
-        for method in ["sampling/createMessage", "roots/list", "ping"] {
+        // Without a stream nothing can reach the client, whatever it declared (`ping` the
+        // gateway answers itself before asking).
+        for method in ["sampling/createMessage", "roots/list", "elicitation/create"] {
             let e = refusal(method, both, false).unwrap();
             assert!(e.message.contains("JSON answers only") && e.message.contains(method), "{}", e.message);
         }

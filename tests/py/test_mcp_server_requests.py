@@ -9,12 +9,15 @@ behalf, so the app fails the call at once instead of waiting for an answer that 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 
 import mcp_types as types
 import pytest
 
 from mcp_helpers import (
+    NODE_DIR,
     TIME_APP,
     Api,
     McpHttp,
@@ -22,6 +25,7 @@ from mcp_helpers import (
     everything_server,
     http_app,
     mcp_url,
+    node_bin,
     response_message,
     run,
     sdk_client,
@@ -63,6 +67,19 @@ def test_sampling_request_reaches_the_sdk_client_and_its_answer_the_app(gateway)
     assert len(asked) == 1 and "what is toolgate?" in asked[0], asked
     text = result.content[0].text
     assert "sampled by pytest" in text and "pytest-model" in text, text
+
+
+def test_sampling_request_reaches_the_typescript_sdk_client(gateway):
+    url, key = gateway
+    script = NODE_DIR / "ts_sampling_client.mjs"
+    p = subprocess.run([str(node_bin()), str(script), url, key, "everything__trigger-sampling-request"],
+                       cwd=NODE_DIR, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"ts_sampling_client.mjs exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}"
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(out["asked"]) == 1 and "hello from TypeScript" in out["asked"][0], out
+    result = out["result"]
+    assert not result.get("isError"), result
+    assert "sampled by the TypeScript SDK" in result["content"][0]["text"], result
 
 
 def test_elicitation_request_reaches_the_sdk_client_and_its_answer_the_app(gateway):
