@@ -7,7 +7,7 @@ use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, RawJson, Response};
 use crate::mcp::sessions::Sessions;
-use crate::mcp::upstream::{CallContext, ListChange};
+use crate::mcp::upstream::{AppNotice, CallContext, NoticeKind};
 use crate::mfa::Mfa;
 use crate::model::Gateway;
 use crate::reqlog::{RequestLog, Urgency};
@@ -15,10 +15,20 @@ use crate::state::State;
 use crate::store::{LogQuery, StoreError};
 use dashmap::DashMap;
 use serde_json::Value;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use toolgate_filters::rate_limit::RateLimit;
+
+/// A message for a gateway's open GET streams: for all of them, or for one session's only.
+pub struct StreamMessage {
+    pub to: Option<String>,
+    pub bytes: Vec<u8>,
+}
+
+/// A resource of one upstream: (owner as in [`AppNotice::owner`], app id, uri).
+pub type Subscription = (String, String, String);
 
 pub struct Server {
     pub state: Arc<State>,
@@ -32,7 +42,9 @@ pub struct Server {
     pub quotas: crate::mcp::quota::MinuteQuota,
     catalogues: DashMap<String, Arc<Catalogue>>,
     /// Gateway id -> sender of server-to-client messages for its open GET streams.
-    streams: DashMap<String, broadcast::Sender<Arc<Vec<u8>>>>,
+    streams: DashMap<String, broadcast::Sender<Arc<StreamMessage>>>,
+    /// (owner, app, uri) -> the client sessions subscribed to that resource of that upstream.
+    subscriptions: DashMap<Subscription, HashSet<String>>,
     /// (session id, JSON of a relayed server->client request id) -> (org, app).
     relayed: DashMap<(String, String), (String, String)>,
 }
@@ -50,6 +62,7 @@ impl Server {
             state,
             catalogues: DashMap::new(),
             streams: DashMap::new(),
+            subscriptions: DashMap::new(),
             relayed: DashMap::new(),
         })
     }
@@ -71,7 +84,7 @@ impl Server {
         cat
     }
 
-    pub fn subscribe(&self, gateway_id: &str) -> broadcast::Receiver<Arc<Vec<u8>>> {
+    pub fn subscribe(&self, gateway_id: &str) -> broadcast::Receiver<Arc<StreamMessage>> {
         self.streams.entry(gateway_id.to_string()).or_insert_with(|| broadcast::channel(64).0).subscribe()
     }
 
@@ -83,7 +96,7 @@ impl Server {
                 "notifications/prompts/list_changed",
                 "notifications/resources/list_changed",
             ] {
-                let _ = tx.send(Arc::new(jsonrpc::notification_bytes(method, None)));
+                let _ = tx.send(Arc::new(StreamMessage { to: None, bytes: jsonrpc::notification_bytes(method, None) }));
             }
         }
     }
@@ -96,14 +109,59 @@ impl Server {
     /// An app announced that a list of it changed: the gateways that include it (the owner's
     /// gateways, or every organisation's for a shared upstream) drop their catalogues and tell
     /// their open streams, as when the gateway itself changes.
-    pub fn app_lists_changed(&self, change: &ListChange) {
-        self.apps.forget_lists(change);
-        let owner = Some(change.owner.as_str()).filter(|o| !o.is_empty());
-        let affected = self.gateways_with_app(owner, &change.app_id);
-        tracing::info!(app = %change.app_id, gateways = affected.len(), "app announced a list change");
-        for g in affected {
-            self.notify_changed(&g);
+    pub fn app_notice(&self, notice: &AppNotice) {
+        match &notice.kind {
+            NoticeKind::ListsChanged => {
+                self.apps.forget_lists(notice);
+                let owner = Some(notice.owner.as_str()).filter(|o| !o.is_empty());
+                let affected = self.gateways_with_app(owner, &notice.app_id);
+                tracing::info!(app = %notice.app_id, gateways = affected.len(), "app announced a list change");
+                for g in affected {
+                    self.notify_changed(&g);
+                }
+            }
+            NoticeKind::ResourceUpdated { uri } => self.resource_updated(notice, uri),
         }
+    }
+
+    /// Delivers an app's `notifications/resources/updated` to the GET streams of the sessions
+    /// subscribed to it through that upstream; ended sessions are forgotten on the way.
+    fn resource_updated(&self, notice: &AppNotice, uri: &str) {
+        let key = (notice.owner.clone(), notice.app_id.clone(), uri.to_string());
+        let Some(subscribers) = self.subscriptions.get(&key).map(|s| s.value().clone()) else { return };
+        let params = RawJson::from_value(&serde_json::json!({ "uri": uri }));
+        let bytes = jsonrpc::notification_bytes("notifications/resources/updated", Some(&params));
+        for session_id in subscribers {
+            let gateway = self.sessions.get(&session_id).filter(|s| s.status == "active").map(|s| s.gateway_id);
+            match gateway.and_then(|g| self.streams.get(&g)) {
+                Some(tx) => {
+                    let _ = tx.send(Arc::new(StreamMessage { to: Some(session_id), bytes: bytes.clone() }));
+                }
+                None if gateway_is_gone(&self.sessions, &session_id) => {
+                    self.remove_subscriber(&key, &session_id);
+                }
+                // Active, but no stream open right now: MCP does not ask a server to keep it.
+                None => {}
+            }
+        }
+    }
+
+    /// Records a client session's subscription (idempotent).
+    pub fn add_subscriber(&self, subscription: Subscription, session_id: &str) {
+        self.subscriptions.entry(subscription).or_default().insert(session_id.to_string());
+    }
+
+    /// Forgets a client session's subscription; true when no session is left on it, so the app
+    /// can be told to stop.
+    pub fn remove_subscriber(&self, subscription: &Subscription, session_id: &str) -> bool {
+        let Some(mut subscribers) = self.subscriptions.get_mut(subscription) else { return true };
+        subscribers.remove(session_id);
+        let empty = subscribers.is_empty();
+        drop(subscribers);
+        if empty {
+            self.subscriptions.remove_if(subscription, |_, s| s.is_empty());
+        }
+        empty
     }
 
     /// An organisation's connection to an app changed.
@@ -199,11 +257,11 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut tick = tokio::time::interval(self.period);
         let mut last_sweep = Instant::now();
         let mut last_jwt_refresh: Option<Instant> = None;
-        let mut list_changes = self.server.apps.take_list_changes();
+        let mut notices = self.server.apps.take_notices();
         loop {
             tokio::select! {
                 _ = tick.tick() => self.server.flush(Urgency::Background).await,
-                Some(change) = next_change(&mut list_changes) => self.server.app_lists_changed(&change),
+                Some(change) = next_notice(&mut notices) => self.server.app_notice(&change),
                 _ = shutdown.changed() => break,
             }
             // Idle rate-limit buckets are dropped so memory follows active callers only, and idle
@@ -235,9 +293,14 @@ impl pingora::services::background::BackgroundService for Flusher {
     }
 }
 
-async fn next_change(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ListChange>>) -> Option<ListChange> {
+async fn next_notice(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<AppNotice>>) -> Option<AppNotice> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether a session has ended or is unknown (its subscriptions can go).
+fn gateway_is_gone(sessions: &Sessions, session_id: &str) -> bool {
+    sessions.get(session_id).is_none_or(|s| s.status != "active")
 }

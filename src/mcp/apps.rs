@@ -5,7 +5,7 @@
 use crate::config::{AppConfig, AppUpstream};
 use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{
-    CallContext, Credential, HttpSettings, ListChange, ListMethod, StdioSettings, Timeouts, Transport, Upstream,
+    AppNotice, CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream,
     UpstreamError, UpstreamReply, UpstreamSettings, UpstreamShared,
 };
 use crate::state::State;
@@ -38,31 +38,32 @@ pub struct AppClients {
     upstreams: DashMap<Key, Arc<Upstream>>,
     lists: ListCache,
     /// The apps' list-change announcements, until the server's background service takes them.
-    list_changes: parking_lot::Mutex<Option<UnboundedReceiver<ListChange>>>,
+    notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
 }
 
 impl AppClients {
     pub fn new(state: Arc<State>) -> AppClients {
         let mut shared = UpstreamShared::new(state.config.mcp.max_stdio_processes);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        shared.report_list_changes_to(tx);
+        shared.report_notices_to(tx);
         AppClients {
             state,
             shared,
             upstreams: DashMap::new(),
             lists: DashMap::new(),
-            list_changes: parking_lot::Mutex::new(Some(rx)),
+            notices: parking_lot::Mutex::new(Some(rx)),
         }
     }
 
     /// The receiver of the apps' list-change announcements; `None` after the first call.
-    pub fn take_list_changes(&self) -> Option<UnboundedReceiver<ListChange>> {
-        self.list_changes.lock().take()
+    pub fn take_notices(&self) -> Option<UnboundedReceiver<AppNotice>> {
+        self.notices.lock().take()
     }
 
     /// Forgets the lists an announced change made stale: the owner's, or every organisation's
     /// for a shared upstream.
-    pub fn forget_lists(&self, change: &ListChange) {
+    pub fn forget_lists(&self, change: &AppNotice) {
+        debug_assert!(change.kind == crate::mcp::upstream::NoticeKind::ListsChanged);
         self.lists
             .retain(|(org, app, _), _| !(*app == change.app_id && (change.owner.is_empty() || *org == change.owner)));
     }
@@ -87,6 +88,15 @@ impl AppClients {
                 .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })?,
         );
         Ok(self.upstreams.entry(key).or_insert(up).value().clone())
+    }
+
+    /// Whose upstream serves `org_id`'s calls to `app_id`: the organisation, or `""` for an app
+    /// shared by all (as in [`AppNotice::owner`]).
+    pub fn owner_of(&self, org_id: &str, app_id: &str) -> String {
+        match self.app(app_id) {
+            Ok(app) => self.upstream_key(org_id, app).0,
+            Err(_) => org_id.to_string(),
+        }
     }
 
     /// Apps without credentials are the same for every organisation: they share one upstream.

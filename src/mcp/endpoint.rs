@@ -411,7 +411,7 @@ async fn initialize(
         "capabilities": {
             "tools": { "listChanged": true },
             "prompts": { "listChanged": true },
-            "resources": { "listChanged": true },
+            "resources": { "subscribe": true, "listChanged": true },
             "logging": {},
         },
         "serverInfo": { "name": "toolgate", "title": format!("toolgate: {}", gw.name), "version": env!("CARGO_PKG_VERSION") },
@@ -476,12 +476,33 @@ async fn request(
         "prompts/list" => list(&*server.catalogue(gw).await, "prompts"),
         "resources/list" => list(&*server.catalogue(gw).await, "resources"),
         "resources/templates/list" => list(&*server.catalogue(gw).await, "resourceTemplates"),
-        "tools/call"
-        | "prompts/get"
-        | "resources/read"
-        | "completion/complete"
-        | "resources/subscribe"
-        | "resources/unsubscribe" => {
+        "resources/subscribe" | "resources/unsubscribe" => {
+            // The app's one upstream session serves every client: the gateway keeps who is
+            // subscribed to what, tells the app of the first subscriber and the last to leave,
+            // and delivers updates to each subscriber's own GET stream.
+            #[derive(serde::Deserialize)]
+            struct Uri {
+                uri: String,
+            }
+            let uri = params.and_then(|p| p.read::<Uri>().ok()).map(|u| u.uri);
+            let app = match &uri {
+                Some(uri) => server.catalogue(gw).await.resource_app(uri).map(str::to_string),
+                None => None,
+            };
+            if let (Some(uri), Some(app)) = (uri, app) {
+                let owner = server.apps.owner_of(&gw.org_id, &app);
+                let subscription = (owner, app, uri);
+                if req.method == "resources/subscribe" {
+                    server.add_subscriber(subscription, mcp_id);
+                } else if !server.remove_subscriber(&subscription, mcp_id) {
+                    // Others still want the updates: the app keeps sending them.
+                    let body = jsonrpc::response_bytes(&req.id, &json!({}));
+                    return proxy.respond(session, ctx, 200, "application/json", body, &[]).await;
+                }
+            }
+            return forward(proxy, session, ctx, gw, mcp_id, req, acc).await;
+        }
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
             return forward(proxy, session, ctx, gw, mcp_id, req, acc).await;
         }
         other => Err(ErrorObject::method_not_found(other)),
@@ -841,7 +862,9 @@ async fn get_stream(
     loop {
         let chunk = tokio::select! {
             m = rx.recv() => match m {
-                Ok(bytes) => sse_event(&bytes),
+                // Another session's resource update.
+                Ok(m) if m.to.as_deref().is_some_and(|to| to != mcp_id) => continue,
+                Ok(m) => sse_event(&m.bytes),
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(_) => break,
             },

@@ -12,9 +12,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+
+import httpx2
 from pathlib import Path
 
-from mcp_helpers import TIME_APP, Api, McpHttp, config, everything_server, http_app, mcp_url, start_toolgate
+from mcp_helpers import (
+    TIME_APP,
+    Api,
+    McpHttp,
+    config,
+    everything_server,
+    http_app,
+    mcp_url,
+    response_message,
+    start_toolgate,
+)
 
 DYNAMIC_APP = f"""\
   - id: dyn
@@ -119,6 +131,56 @@ def test_http_app_announcing_on_its_own_get_stream_reaches_open_streams():
                     break
             assert "notifications/resources/list_changed" in seen, f"no list_changed on the open stream within 10 s: {seen}"
             assert uri in resource_uris(c), "the gateway still lists the app's old resources"
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
+
+
+def test_resource_updates_reach_the_subscribed_session_only():
+    """Two clients share server-everything's one upstream session; only the one that subscribed
+    to a resource hears `notifications/resources/updated` for it, on its own GET stream."""
+    with everything_server() as ev:
+        srv = start_toolgate(config(TIME_APP + http_app("everything", ev.url)))
+        try:
+            gw_id, key = Api(srv).create_gateway(["time", "everything"])
+            a, b = McpHttp(mcp_url(srv, gw_id), key), McpHttp(mcp_url(srv, gw_id), key)
+            caps = response_message(a.initialize())["result"]["capabilities"]
+            assert caps["resources"].get("subscribe") is True, caps
+            b.initialize()
+            uri = sorted(u for u in resource_uris(a) if u.startswith("demo://resource/static/document/"))[0]
+            assert a.rpc("resources/subscribe", {"uri": uri})["result"] == {}
+
+            def stream(c: McpHttp, read_timeout: float):
+                headers = c.headers(Accept="text/event-stream")
+                return c.client.stream("GET", c.url, headers=headers, timeout=httpx2.Timeout(5.0, read=read_timeout))
+
+            updated: list[dict] = []
+            heard_by_b: list[str] = []
+            with stream(b, 3.0) as rb, stream(a, 20.0) as ra:
+                b_lines, a_lines = rb.iter_lines(), ra.iter_lines()
+                assert next(b_lines).startswith(":") and next(a_lines).startswith(":")
+                # server-everything sends an update for each subscribed resource at once, then
+                # every 5 s, on its own GET stream.
+                toggled = a.rpc("tools/call", {"name": "everything__toggle-subscriber-updates", "arguments": {}})
+                assert toggled["result"].get("isError", False) is False, toggled
+                deadline = time.monotonic() + 12
+                for line in a_lines:
+                    if line.startswith("data:"):
+                        msg = json.loads(line[5:])
+                        if msg["method"] == "notifications/resources/updated":
+                            updated.append(msg["params"])
+                            break
+                    if time.monotonic() > deadline:
+                        break
+                try:
+                    for line in b_lines:
+                        if line.startswith("data:"):
+                            heard_by_b.append(json.loads(line[5:])["method"])
+                except httpx2.ReadTimeout:
+                    pass  # 3 s of silence: the stream carried nothing for b
+            assert updated == [{"uri": uri}], f"the subscriber heard no update for {uri}: {updated}"
+            assert "notifications/resources/updated" not in heard_by_b, heard_by_b
+            assert a.rpc("resources/unsubscribe", {"uri": uri})["result"] == {}
         finally:
             srv.stop()
             srv.tmp.cleanup()

@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use super::wire::{HttpClients, Outgoing, Target, WireResponse};
 use super::{
-    CallContext, ChangeReporter, Credential, Event, HttpSettings, ReplyStream, Source, TimeoutPhase, Timeouts,
+    CallContext, Credential, Event, HttpSettings, NoticeReporter, ReplyStream, Source, TimeoutPhase, Timeouts,
     UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
 use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
@@ -86,7 +86,7 @@ struct Inner {
     protocol_version: &'static str,
     init_lock: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
-    changes: ChangeReporter,
+    changes: NoticeReporter,
 }
 
 /// A Streamable HTTP upstream; cheap to clone (shared state).
@@ -160,18 +160,18 @@ impl HttpUpstream {
                 protocol_version,
                 init_lock: tokio::sync::Mutex::new(()),
                 next_id: AtomicU64::new(1),
-                changes: ChangeReporter::default(),
+                changes: NoticeReporter::default(),
             }),
         })
     }
 
     #[cfg(test)]
-    pub(crate) fn changes_for_test(&self) -> ChangeReporter {
+    pub(crate) fn changes_for_test(&self) -> NoticeReporter {
         self.inner.changes.clone()
     }
 
     /// Reports the list changes the app announces on a call's stream (set right after `new`).
-    pub(crate) fn reporting(mut self, changes: ChangeReporter) -> Self {
+    pub(crate) fn reporting(mut self, changes: NoticeReporter) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.changes = changes;
         }
@@ -514,7 +514,7 @@ async fn listen(inner: Weak<Inner>, session: Weak<Session>) {
 /// answered.
 async fn read_server_stream(
     mut resp: WireResponse,
-    changes: &ChangeReporter,
+    changes: &NoticeReporter,
     app_id: &str,
     inner: &Weak<Inner>,
     session: &Weak<Session>,
@@ -535,7 +535,7 @@ async fn read_server_stream(
             for m in messages {
                 match m {
                     Message::Notification(n) => {
-                        changes.notice(&n.method);
+                        changes.notice(&n.method, n.params.as_ref());
                         if n.method == "notifications/message" {
                             let params = n.params.as_ref().map_or("null", RawJson::get);
                             tracing::info!(app = %app_id, params, "upstream log");
@@ -639,7 +639,7 @@ pub(crate) struct HttpSource {
     our_id: u64,
     queue: VecDeque<Message>,
     cancel: Option<CancelGuard>,
-    changes: ChangeReporter,
+    changes: NoticeReporter,
 }
 
 impl HttpSource {
@@ -647,7 +647,7 @@ impl HttpSource {
         resp: WireResponse,
         our_id: u64,
         cancel: Option<CancelGuard>,
-        changes: ChangeReporter,
+        changes: NoticeReporter,
     ) -> Result<Self, UpstreamError> {
         if resp.status() == StatusCode::ACCEPTED {
             return Err(UpstreamError::Protocol("upstream answered a request with 202 Accepted".into()));
@@ -706,7 +706,7 @@ impl HttpSource {
                     Message::Notification(n) => {
                         // Relayed to this call's client like any notification, and reported so
                         // that every gateway with the app refreshes its lists.
-                        self.changes.notice(&n.method);
+                        self.changes.notice(&n.method, n.params.as_ref());
                         return Ok(Event::Message(Message::Notification(n)));
                     }
                     other => return Ok(Event::Message(other)),

@@ -160,8 +160,8 @@ pub struct UpstreamShared {
     /// lived and a waiter could wait forever.
     stdio_permits: Arc<Semaphore>,
     max_stdio_processes: usize,
-    /// Where list changes announced by apps go ([`Self::report_list_changes_to`]).
-    list_changes: Option<tokio::sync::mpsc::UnboundedSender<ListChange>>,
+    /// Where list changes announced by apps go ([`Self::report_notices_to`]).
+    notices: Option<tokio::sync::mpsc::UnboundedSender<AppNotice>>,
 }
 
 impl UpstreamShared {
@@ -171,50 +171,71 @@ impl UpstreamShared {
             http: wire::HttpClients::default(),
             stdio_permits: Arc::new(Semaphore::new(max_stdio_processes)),
             max_stdio_processes,
-            list_changes: None,
+            notices: None,
         }
     }
 
     /// Where upstreams built from now on report the list changes their apps announce.
-    pub fn report_list_changes_to(&mut self, tx: tokio::sync::mpsc::UnboundedSender<ListChange>) {
-        self.list_changes = Some(tx);
+    pub fn report_notices_to(&mut self, tx: tokio::sync::mpsc::UnboundedSender<AppNotice>) {
+        self.notices = Some(tx);
     }
 }
 
-/// An app announced that one of its lists changed (`notifications/tools/list_changed`,
-/// `.../prompts/...`, `.../resources/...`): the gateway's cached lists of it are stale.
+/// Something an app announced that the gateway acts on beyond the call it came with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListChange {
+pub struct AppNotice {
     /// The organisation whose upstream announced it; empty for an upstream shared by all
     /// organisations (an app without credentials).
     pub owner: String,
     pub app_id: String,
+    pub kind: NoticeKind,
 }
 
-/// An upstream's end of the list-change reports: a no-op when nobody listens (unit tests). One
-/// `Arc`, because every HTTP call's reply holds a copy.
-#[derive(Clone, Default)]
-pub(crate) struct ChangeReporter(Option<Arc<(tokio::sync::mpsc::UnboundedSender<ListChange>, ListChange)>>);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// `notifications/{tools,prompts,resources}/list_changed`: the cached lists are stale.
+    ListsChanged,
+    /// `notifications/resources/updated`: the clients subscribed to `uri` want to know.
+    ResourceUpdated { uri: String },
+}
 
-impl ChangeReporter {
+/// An upstream's end of the notice reports: a no-op when nobody listens (unit tests). One `Arc`,
+/// because every HTTP call's reply holds a copy.
+#[derive(Clone, Default)]
+pub(crate) struct NoticeReporter(Option<Arc<(tokio::sync::mpsc::UnboundedSender<AppNotice>, String, String)>>);
+
+impl NoticeReporter {
+    fn new(tx: tokio::sync::mpsc::UnboundedSender<AppNotice>, owner: &str, app_id: &str) -> Self {
+        NoticeReporter(Some(Arc::new((tx, owner.to_string(), app_id.to_string()))))
+    }
+
     /// Whether anyone listens (only then is an HTTP app's GET stream worth holding open).
     pub(crate) fn is_connected(&self) -> bool {
         self.0.is_some()
     }
 
-    /// Reports a change when `method` is one of the list-changed notifications.
-    pub(crate) fn notice(&self, method: &str) {
-        let announces = matches!(
-            method,
+    /// Reports the notifications the gateway acts on; ignores the rest.
+    pub(crate) fn notice(&self, method: &str, params: Option<&RawJson>) {
+        let Some(to) = &self.0 else { return };
+        let kind = match method {
             "notifications/tools/list_changed"
-                | "notifications/prompts/list_changed"
-                | "notifications/resources/list_changed"
-        );
-        if let (true, Some(to)) = (announces, &self.0) {
-            let (tx, change) = &**to;
-            // A closed receiver means the server is stopping; nothing is left to refresh.
-            let _ = tx.send(ListChange::clone(change));
-        }
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed" => NoticeKind::ListsChanged,
+            "notifications/resources/updated" => {
+                #[derive(Deserialize)]
+                struct Updated {
+                    uri: String,
+                }
+                match params.and_then(|p| p.read::<Updated>().ok()) {
+                    Some(u) => NoticeKind::ResourceUpdated { uri: u.uri },
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        let (tx, owner, app_id) = &**to;
+        // A closed receiver means the server is stopping; nothing is left to tell.
+        let _ = tx.send(AppNotice { owner: owner.clone(), app_id: app_id.clone(), kind });
     }
 }
 
@@ -513,9 +534,11 @@ impl Upstream {
     /// An upstream serving `owner`'s connection to the app (`""`: shared by every organisation);
     /// the list changes it announces are reported under that owner.
     pub fn for_owner(owner: &str, settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
-        let changes = ChangeReporter(shared.list_changes.as_ref().map(|tx| {
-            Arc::new((tx.clone(), ListChange { owner: owner.to_string(), app_id: settings.app_id.clone() }))
-        }));
+        let changes = shared
+            .notices
+            .as_ref()
+            .map(|tx| NoticeReporter::new(tx.clone(), owner, &settings.app_id))
+            .unwrap_or_default();
         match &settings.transport {
             Transport::Http(h) => Ok(Upstream::Http(
                 http::HttpUpstream::new(&settings.app_id, h, settings.timeouts, &shared.http)?.reporting(changes),
@@ -774,10 +797,10 @@ mod tests {
     }
 
     #[test]
-    fn only_list_changed_notifications_are_reported_with_the_owner() {
+    fn list_changes_and_resource_updates_are_reported_with_the_owner() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut shared = UpstreamShared::default();
-        shared.report_list_changes_to(tx);
+        shared.report_notices_to(tx);
         let settings = UpstreamSettings {
             app_id: "dyn".into(),
             timeouts: Timeouts::default(),
@@ -791,20 +814,26 @@ mod tests {
         };
         let Upstream::Http(up) = Upstream::for_owner("org_a", &settings, &shared).unwrap() else { unreachable!() };
         let changes = up.changes_for_test();
+        let notice = |kind| AppNotice { owner: "org_a".into(), app_id: "dyn".into(), kind };
         for method in ["notifications/message", "notifications/progress", "notifications/tools/list_changed_x"] {
-            changes.notice(method);
+            changes.notice(method, None);
         }
-        assert!(rx.try_recv().is_err(), "other notifications are not list changes");
+        // An update that names no resource tells nobody anything.
+        changes.notice("notifications/resources/updated", Some(&RawJson::from_value(&json!({"url": "x"}))));
+        assert!(rx.try_recv().is_err(), "nothing to act on");
         for method in [
             "notifications/tools/list_changed",
             "notifications/prompts/list_changed",
             "notifications/resources/list_changed",
         ] {
-            changes.notice(method);
-            assert_eq!(rx.try_recv().unwrap(), ListChange { owner: "org_a".into(), app_id: "dyn".into() }, "{method}");
+            changes.notice(method, None);
+            assert_eq!(rx.try_recv().unwrap(), notice(NoticeKind::ListsChanged), "{method}");
         }
+        let params = RawJson::from_value(&json!({"uri": "demo://r/1", "_meta": {}}));
+        changes.notice("notifications/resources/updated", Some(&params));
+        assert_eq!(rx.try_recv().unwrap(), notice(NoticeKind::ResourceUpdated { uri: "demo://r/1".into() }));
         // Without a receiver (unit tests, tools) noticing is a no-op.
-        ChangeReporter::default().notice("notifications/tools/list_changed");
+        NoticeReporter::default().notice("notifications/tools/list_changed", None);
     }
 
     fn builtin_time() -> Upstream {

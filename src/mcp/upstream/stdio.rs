@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::{
-    CallContext, ChangeReporter, Event, ReplyStream, Source, StdioSettings, TimeoutPhase, Timeouts, UpstreamError,
+    CallContext, Event, NoticeReporter, ReplyStream, Source, StdioSettings, TimeoutPhase, Timeouts, UpstreamError,
     UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
 use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
@@ -89,7 +89,7 @@ struct Pending {
 /// State shared by one process's tasks and its callers.
 struct Shared {
     app_id: String,
-    changes: ChangeReporter,
+    changes: NoticeReporter,
     pending: parking_lot::Mutex<Pending>,
     exit_at: parking_lot::Mutex<Option<Instant>>,
     stderr_tail: parking_lot::Mutex<VecDeque<String>>,
@@ -173,7 +173,7 @@ struct Inner {
     next_id: AtomicU64,
     next_generation: AtomicU64,
     shut_down: AtomicBool,
-    changes: ChangeReporter,
+    changes: NoticeReporter,
 }
 
 /// A stdio upstream; cheap to clone (shared state).
@@ -217,13 +217,13 @@ impl StdioUpstream {
                 next_id: AtomicU64::new(1),
                 next_generation: AtomicU64::new(1),
                 shut_down: AtomicBool::new(false),
-                changes: ChangeReporter::default(),
+                changes: NoticeReporter::default(),
             }),
         })
     }
 
     /// Reports the list changes the app announces (set right after `new`).
-    pub(crate) fn reporting(mut self, changes: ChangeReporter) -> Self {
+    pub(crate) fn reporting(mut self, changes: NoticeReporter) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.changes = changes;
         }
@@ -671,7 +671,7 @@ fn route(shared: &Shared, writer: &mpsc::UnboundedSender<WriterCmd>, m: Message)
             }
         }
         Message::Notification(n) => {
-            shared.changes.notice(&n.method);
+            shared.changes.notice(&n.method, n.params.as_ref());
             if n.method == "notifications/message" {
                 let params = n.params.as_ref().map_or("null", RawJson::get);
                 tracing::info!(app = %shared.app_id, params, "stdio upstream log");
