@@ -7,6 +7,7 @@ use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, RawJson, Response};
 use crate::mcp::sessions::Sessions;
+use crate::mcp::subscriptions::Subscriptions;
 use crate::mcp::upstream::{AppNotice, CallContext, NoticeKind};
 use crate::mfa::Mfa;
 use crate::model::Gateway;
@@ -15,7 +16,6 @@ use crate::state::State;
 use crate::store::{LogQuery, StoreError};
 use dashmap::DashMap;
 use serde_json::Value;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
@@ -26,9 +26,6 @@ pub struct StreamMessage {
     pub to: Option<String>,
     pub bytes: Vec<u8>,
 }
-
-/// A resource of one upstream: (owner as in [`AppNotice::owner`], app id, uri).
-pub type Subscription = (String, String, String);
 
 pub struct Server {
     pub state: Arc<State>,
@@ -43,8 +40,8 @@ pub struct Server {
     catalogues: DashMap<String, Arc<Catalogue>>,
     /// Gateway id -> sender of server-to-client messages for its open GET streams.
     streams: DashMap<String, broadcast::Sender<Arc<StreamMessage>>>,
-    /// (owner, app, uri) -> the client sessions subscribed to that resource of that upstream.
-    subscriptions: DashMap<Subscription, HashSet<String>>,
+    /// Which client sessions are subscribed to which resource of which upstream.
+    pub subscriptions: Subscriptions,
     /// (session id, JSON of a relayed server->client request id) -> (org, app).
     relayed: DashMap<(String, String), (String, String)>,
 }
@@ -62,7 +59,7 @@ impl Server {
             state,
             catalogues: DashMap::new(),
             streams: DashMap::new(),
-            subscriptions: DashMap::new(),
+            subscriptions: Subscriptions::default(),
             relayed: DashMap::new(),
         })
     }
@@ -106,13 +103,13 @@ impl Server {
         self.notify_changed(gateway_id);
     }
 
-    /// An app announced that a list of it changed: the gateways that include it (the owner's
-    /// gateways, or every organisation's for a shared upstream) drop their catalogues and tell
-    /// their open streams, as when the gateway itself changes.
+    /// What an app announced: a list change makes the gateways that include it (the owner's, or
+    /// every organisation's for a shared upstream) drop their catalogues and tell their open
+    /// streams, as when the gateway itself changes; a resource update goes to its subscribers.
     pub fn app_notice(&self, notice: &AppNotice) {
         match &notice.kind {
             NoticeKind::ListsChanged => {
-                self.apps.forget_lists(notice);
+                self.apps.forget_lists(&notice.owner, &notice.app_id);
                 let owner = Some(notice.owner.as_str()).filter(|o| !o.is_empty());
                 let affected = self.gateways_with_app(owner, &notice.app_id);
                 tracing::info!(app = %notice.app_id, gateways = affected.len(), "app announced a list change");
@@ -128,40 +125,23 @@ impl Server {
     /// subscribed to it through that upstream; ended sessions are forgotten on the way.
     fn resource_updated(&self, notice: &AppNotice, uri: &str) {
         let key = (notice.owner.clone(), notice.app_id.clone(), uri.to_string());
-        let Some(subscribers) = self.subscriptions.get(&key).map(|s| s.value().clone()) else { return };
+        let sessions = self.subscriptions.sessions(&key);
+        if sessions.is_empty() {
+            return;
+        }
         let params = RawJson::from_value(&serde_json::json!({ "uri": uri }));
         let bytes = jsonrpc::notification_bytes("notifications/resources/updated", Some(&params));
-        for session_id in subscribers {
+        for session_id in sessions {
             let gateway = self.sessions.get(&session_id).filter(|s| s.status == "active").map(|s| s.gateway_id);
-            match gateway.and_then(|g| self.streams.get(&g)) {
-                Some(tx) => {
-                    let _ = tx.send(Arc::new(StreamMessage { to: Some(session_id), bytes: bytes.clone() }));
-                }
-                None if gateway_is_gone(&self.sessions, &session_id) => {
-                    self.remove_subscriber(&key, &session_id);
-                }
-                // Active, but no stream open right now: MCP does not ask a server to keep it.
-                None => {}
+            let Some(gateway) = gateway else {
+                self.subscriptions.remove(&key, &session_id);
+                continue;
+            };
+            // Without an open stream the update is not kept: MCP does not ask a server to.
+            if let Some(tx) = self.streams.get(&gateway) {
+                let _ = tx.send(Arc::new(StreamMessage { to: Some(session_id), bytes: bytes.clone() }));
             }
         }
-    }
-
-    /// Records a client session's subscription (idempotent).
-    pub fn add_subscriber(&self, subscription: Subscription, session_id: &str) {
-        self.subscriptions.entry(subscription).or_default().insert(session_id.to_string());
-    }
-
-    /// Forgets a client session's subscription; true when no session is left on it, so the app
-    /// can be told to stop.
-    pub fn remove_subscriber(&self, subscription: &Subscription, session_id: &str) -> bool {
-        let Some(mut subscribers) = self.subscriptions.get_mut(subscription) else { return true };
-        subscribers.remove(session_id);
-        let empty = subscribers.is_empty();
-        drop(subscribers);
-        if empty {
-            self.subscriptions.remove_if(subscription, |_, s| s.is_empty());
-        }
-        empty
     }
 
     /// An organisation's connection to an app changed.
@@ -298,9 +278,4 @@ async fn next_notice(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<AppNot
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
-}
-
-/// Whether a session has ended or is unknown (its subscriptions can go).
-fn gateway_is_gone(sessions: &Sessions, session_id: &str) -> bool {
-    sessions.get(session_id).is_none_or(|s| s.status != "active")
 }

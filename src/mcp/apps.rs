@@ -37,7 +37,8 @@ pub struct AppClients {
     shared: UpstreamShared,
     upstreams: DashMap<Key, Arc<Upstream>>,
     lists: ListCache,
-    /// The apps' list-change announcements, until the server's background service takes them.
+    /// The apps' notices (list changes, resource updates), until the server's background
+    /// service takes them.
     notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
 }
 
@@ -55,17 +56,15 @@ impl AppClients {
         }
     }
 
-    /// The receiver of the apps' list-change announcements; `None` after the first call.
+    /// The receiver of the apps' notices; `None` after the first call.
     pub fn take_notices(&self) -> Option<UnboundedReceiver<AppNotice>> {
         self.notices.lock().take()
     }
 
-    /// Forgets the lists an announced change made stale: the owner's, or every organisation's
-    /// for a shared upstream.
-    pub fn forget_lists(&self, change: &AppNotice) {
-        debug_assert!(change.kind == crate::mcp::upstream::NoticeKind::ListsChanged);
-        self.lists
-            .retain(|(org, app, _), _| !(*app == change.app_id && (change.owner.is_empty() || *org == change.owner)));
+    /// Forgets an app's cached lists: `owner`'s, or every organisation's when `owner` is empty
+    /// (a shared upstream, as in [`AppNotice::owner`]).
+    pub fn forget_lists(&self, owner: &str, app_id: &str) {
+        self.lists.retain(|(org, app, _), _| !(app == app_id && (owner.is_empty() || org == owner)));
     }
 
     fn app(&self, id: &str) -> Result<&AppConfig, AppError> {
@@ -203,7 +202,7 @@ impl AppClients {
 
     /// Forgets an organisation's upstream and lists of an app (its connection changed).
     pub fn invalidate(&self, org_id: &str, app_id: &str) {
-        self.lists.retain(|(o, a, _), _| !(o == org_id && a == app_id));
+        self.forget_lists(org_id, app_id);
         let Ok(app) = self.app(app_id) else { return };
         let key = self.upstream_key(org_id, app);
         if let Some((_, up)) = self.upstreams.remove(&key) {

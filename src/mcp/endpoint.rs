@@ -480,21 +480,13 @@ async fn request(
             // The app's one upstream session serves every client: the gateway keeps who is
             // subscribed to what, tells the app of the first subscriber and the last to leave,
             // and delivers updates to each subscriber's own GET stream.
-            #[derive(serde::Deserialize)]
-            struct Uri {
-                uri: String,
-            }
-            let uri = params.and_then(|p| p.read::<Uri>().ok()).map(|u| u.uri);
-            let app = match &uri {
-                Some(uri) => server.catalogue(gw).await.resource_app(uri).map(str::to_string),
-                None => None,
-            };
-            if let (Some(uri), Some(app)) = (uri, app) {
-                let owner = server.apps.owner_of(&gw.org_id, &app);
-                let subscription = (owner, app, uri);
+            let uri = resource_uri(params);
+            let app = server.catalogue(gw).await.resource_app(&uri).map(str::to_string);
+            if let Some(app) = app {
+                let subscription = (server.apps.owner_of(&gw.org_id, &app), app, uri.into_owned());
                 if req.method == "resources/subscribe" {
-                    server.add_subscriber(subscription, mcp_id);
-                } else if !server.remove_subscriber(&subscription, mcp_id) {
+                    server.subscriptions.add(subscription, mcp_id);
+                } else if !server.subscriptions.remove(&subscription, mcp_id) {
                     // Others still want the updates: the app keeps sending them.
                     let body = jsonrpc::response_bytes(&req.id, &json!({}));
                     return proxy.respond(session, ctx, 200, "application/json", body, &[]).await;
@@ -512,6 +504,16 @@ async fn request(
         Err(e) => Response::error(req.id.clone(), e).to_bytes(),
     };
     proxy.respond(session, ctx, 200, "application/json", body, &[]).await
+}
+
+/// The `uri` of a resource request's params; empty when absent (no resource has that uri).
+fn resource_uri(params: Option<&RawJson>) -> Cow<'_, str> {
+    #[derive(serde::Deserialize)]
+    struct Uri<'a> {
+        #[serde(borrow, default)]
+        uri: Option<Cow<'a, str>>,
+    }
+    params.and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default()
 }
 
 /// Sends a call to the app that owns the named tool, prompt or resource, and relays its answer.
@@ -563,12 +565,7 @@ async fn forward(
             (Some(t.app_id.as_str()), Some((call, t.name.as_str())))
         }
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-            #[derive(serde::Deserialize)]
-            struct Uri<'a> {
-                #[serde(borrow, default)]
-                uri: Option<Cow<'a, str>>,
-            }
-            let uri = params.as_ref().and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default();
+            let uri = resource_uri(params.as_ref());
             match catalogue.resource_app(&uri) {
                 Some(app) => (Some(app), None),
                 None => {
@@ -629,7 +626,7 @@ async fn forward(
                             server.answer_app(&gw.org_id, app_id, Response::success(r.id, json!({}))).await;
                         }
                         Some(Ok(Message::Request(r))) => {
-                            let caps = server.sessions.get(mcp_id).map(|s| s.capabilities).unwrap_or_default();
+                            let caps = server.sessions.capabilities(mcp_id);
                             // Without a stream there is always a reason to refuse.
                             let e = refusal(&r.method, caps, false)
                                 .unwrap_or_else(|| ErrorObject::method_not_found(&r.method));
@@ -651,7 +648,7 @@ async fn forward(
                     Err(e) => Message::Response(upstream_error_response(&req.id, app_id, &e)),
                 };
                 if let Message::Request(r) = &msg {
-                    let caps = server.sessions.get(mcp_id).map(|s| s.capabilities).unwrap_or_default();
+                    let caps = server.sessions.capabilities(mcp_id);
                     if let Some(e) = refusal(&r.method, caps, true) {
                         server.answer_app(&gw.org_id, app_id, Response::error(r.id.clone(), e)).await;
                         continue;

@@ -9,4 +9,5 @@ pub mod endpoint;
 pub mod jsonrpc;
 pub mod quota;
 pub mod sessions;
+pub mod subscriptions;
 pub mod upstream;

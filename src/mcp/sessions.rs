@@ -5,7 +5,7 @@
 //! keeps it); activity (last use, request count) is kept in memory and written in the background
 //! by [`Sessions::flush`], so a request costs no store write.
 
-use crate::model::McpSession;
+use crate::model::{ClientCapabilities, McpSession};
 use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
 use dashmap::{DashMap, DashSet};
@@ -98,6 +98,12 @@ impl Sessions {
 
     pub fn get(&self, id: &str) -> Option<McpSession> {
         self.map.get(id).map(|s| s.clone())
+    }
+
+    /// What the session's client declared it can do (nothing for an unknown session), read
+    /// without copying the session.
+    pub fn capabilities(&self, id: &str) -> ClientCapabilities {
+        self.map.get(id).map(|s| s.capabilities).unwrap_or_default()
     }
 
     /// The status a reader sees: `active`, `ended` or `expired`.

@@ -3,7 +3,8 @@
 * `config(...)`: a complete toolgate YAML (ephemeral ports, embedded store in `./data`,
   apps, extra `server:` / `mcp:` settings). `ToolgateServer(full_config=...)` runs it.
 * `Api`: the management API with the admin key (create gateways, read sessions, ...).
-* `McpHttp`: a raw Streamable HTTP client (httpx2) for the protocol-rule tests.
+* `McpHttp`: a raw Streamable HTTP client (httpx2) for the protocol-rule tests; `list_all`
+  follows a list's `nextCursor` pages.
 * `EverythingServer`, `node_bin`: the real `@modelcontextprotocol/server-everything` over
   Streamable HTTP, on a port the OS picks (PORT=0, read back from /proc: no race).
 * `sdk_client(...)`: the official Python SDK (`mcp`) client against a gateway, in `auto`
@@ -226,6 +227,18 @@ class McpHttp:
 
     def close(self) -> None:
         self.client.close()
+
+
+def list_all(c: McpHttp, method: str, key: str) -> list[dict]:
+    """Every item of a paginated list (`tools/list`, ...), following `nextCursor`."""
+    items, cursor = [], None
+    while True:
+        msg = c.rpc(method, {"cursor": cursor} if cursor else {})
+        assert "result" in msg, msg
+        items += msg["result"][key]
+        cursor = msg["result"].get("nextCursor")
+        if not cursor:
+            return items
 
 
 def response_message(r: httpx2.Response) -> dict:

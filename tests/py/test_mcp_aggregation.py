@@ -22,6 +22,7 @@ from mcp_helpers import (
     config,
     everything_server,
     http_app,
+    list_all,
     mcp_url,
     response_message,
     run,
@@ -53,17 +54,6 @@ def client(mixed):
     c.initialize()
     yield c
     c.close()
-
-
-def list_all(c: McpHttp, method: str, key: str) -> list[dict]:
-    items, cursor = [], None
-    while True:
-        msg = c.rpc(method, {"cursor": cursor} if cursor else {})
-        assert "result" in msg, msg
-        items += msg["result"][key]
-        cursor = msg["result"].get("nextCursor")
-        if not cursor:
-            return items
 
 
 def direct_everything_tools(url: str) -> list[dict]:

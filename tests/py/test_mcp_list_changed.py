@@ -1,10 +1,11 @@
 """An app whose own lists change: its `notifications/*/list_changed` makes the gateway drop its
 cached lists (even with a long `cache_ttl`) and reaches the clients' open GET streams, so a
-client sees the new tool or resource as it would talking to the app directly.
+client sees the new tool or resource as it would talking to the app directly; and resource
+subscriptions, kept per client session in front of the app's one upstream session.
 
 The apps: a stdio server on the official Python SDK (`dynamic_tools_server.py`), and
-server-everything over Streamable HTTP, which announces a new resource on its own GET stream,
-outside any call.
+server-everything over Streamable HTTP, which announces new resources and resource updates on
+its own GET stream, outside any call.
 """
 
 from __future__ import annotations
@@ -12,20 +13,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import httpx2
-from pathlib import Path
 
 from mcp_helpers import (
     TIME_APP,
     Api,
     McpHttp,
+    ToolgateServer,
     config,
     everything_server,
     http_app,
+    list_all,
     mcp_url,
     response_message,
-    start_toolgate,
 )
 
 DYNAMIC_APP = f"""\
@@ -42,38 +44,54 @@ def tool_names(c: McpHttp) -> set[str]:
 
 
 def resource_uris(c: McpHttp) -> set[str]:
-    uris, cursor = set(), None
-    while True:
-        result = c.rpc("resources/list", {"cursor": cursor} if cursor else {})["result"]
-        uris |= {r["uri"] for r in result["resources"]}
-        cursor = result.get("nextCursor")
-        if not cursor:
-            return uris
+    return {r["uri"] for r in list_all(c, "resources/list", "resources")}
 
 
-def methods_on_stream_while(c: McpHttp, action, wanted: str) -> list[str]:
-    """Opens the gateway's GET stream, runs `action`, and returns the methods seen on the
-    stream until `wanted` (or 10 s: the stream's keep-alive comments keep reads from timing out)."""
-    seen: list[str] = []
-    with c.client.stream("GET", c.url, headers=c.headers(Accept="text/event-stream"), timeout=20) as r:
+def open_stream(c: McpHttp, read_timeout: float = 20.0):
+    """The gateway's GET stream for `c`'s session (not yet read)."""
+    headers = c.headers(Accept="text/event-stream")
+    return c.client.stream("GET", c.url, headers=headers, timeout=httpx2.Timeout(5.0, read=read_timeout))
+
+
+def messages_on_stream_while(c: McpHttp, action, wanted: str, within: float = 10) -> list[dict]:
+    """Opens the gateway's GET stream, runs `action`, and returns the messages seen on the
+    stream until one with method `wanted` (or `within` seconds: the stream's keep-alive comments
+    keep reads from timing out)."""
+    seen: list[dict] = []
+    with open_stream(c) as r:
         assert r.status_code == 200, r.status_code
         lines = r.iter_lines()
         assert next(lines).startswith(":"), "the stream opens with a comment"
         action()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + within
         for line in lines:
             if time.monotonic() > deadline:
                 break
             if line.startswith("data:"):
-                seen.append(json.loads(line[5:])["method"])
-                if wanted in seen:
+                seen.append(json.loads(line[5:]))
+                if seen[-1]["method"] == wanted:
                     break
     return seen
 
 
-def test_app_list_changed_refreshes_the_catalogue_and_reaches_open_streams():
-    srv = start_toolgate(config(TIME_APP + DYNAMIC_APP))
+def methods_on_stream_while(c: McpHttp, action, wanted: str) -> list[str]:
+    return [m["method"] for m in messages_on_stream_while(c, action, wanted)]
+
+
+def silent_for(lines) -> list[str]:
+    """The methods an open stream's lines carry until it stays silent for its read timeout."""
+    heard = []
     try:
+        for line in lines:
+            if line.startswith("data:"):
+                heard.append(json.loads(line[5:])["method"])
+    except httpx2.ReadTimeout:
+        pass  # silence for the read timeout: nothing more came
+    return heard
+
+
+def test_app_list_changed_refreshes_the_catalogue_and_reaches_open_streams():
+    with ToolgateServer(full_config=config(TIME_APP + DYNAMIC_APP)) as srv:
         api = Api(srv)
         # A cache that would hide the new tool for an hour if the announcement were ignored.
         gw_id, key = api.create_gateway(["time", "dyn"], configuration={"cache_enabled": True, "cache_ttl": 3600})
@@ -95,92 +113,87 @@ def test_app_list_changed_refreshes_the_catalogue_and_reaches_open_streams():
         assert called.get("isError", False) is False and called["content"][0]["text"] == "extra: hi", called
         functions = {s["id"]: s["functions"] for s in api.gateway(gw_id)["servers"]}
         assert "extra" in functions["dyn"], functions
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
+
+
+def everything_config(ev) -> str:
+    return config(TIME_APP + http_app("everything", ev.url))
 
 
 def test_http_app_announcing_on_its_own_get_stream_reaches_open_streams():
     """server-everything registers a session resource when `gzip-file-as-resource` runs and
     announces it on its standalone GET stream, not in the call's answer: only a gateway that
     holds that stream open hears it."""
-    with everything_server() as ev:
-        srv = start_toolgate(config(TIME_APP + http_app("everything", ev.url)))
-        try:
-            api = Api(srv)
-            gw_id, key = api.create_gateway(["time", "everything"], configuration={"cache_enabled": True, "cache_ttl": 3600})
-            c = McpHttp(mcp_url(srv, gw_id), key)
-            c.initialize()
-            assert not any("toolgate-test" in u for u in resource_uris(c))
+    with everything_server() as ev, ToolgateServer(full_config=everything_config(ev)) as srv:
+        api = Api(srv)
+        gw_id, key = api.create_gateway(["time", "everything"], configuration={"cache_enabled": True, "cache_ttl": 3600})
+        c = McpHttp(mcp_url(srv, gw_id), key)
+        c.initialize()
+        assert not any("toolgate-test" in u for u in resource_uris(c))
 
-            # The gateway opens its GET stream to the app right after the upstream session (just
-            # made by the listing above); an announcement made before that stream is up is lost
-            # by the app, so a second resource is made if the first went unheard.
-            seen: list[str] = []
-            for attempt in range(3):
-                uri = f"demo://resource/session/toolgate-test-{attempt}.gz"
+        # The gateway opens its GET stream to the app right after the upstream session (just
+        # made by the listing above); an announcement made before that stream is up is lost
+        # by the app, so a second resource is made if the first went unheard.
+        seen: list[str] = []
+        for attempt in range(3):
+            uri = f"demo://resource/session/toolgate-test-{attempt}.gz"
 
-                def gzip():
-                    args = {"name": f"toolgate-test-{attempt}.gz", "data": "data:text/plain;base64,aGVsbG8=",
-                            "outputType": "resourceLink"}
-                    out = c.rpc("tools/call", {"name": "everything__gzip-file-as-resource", "arguments": args})["result"]
-                    assert out.get("isError", False) is False and out["content"][0]["uri"] == uri, out
+            def gzip():
+                args = {"name": f"toolgate-test-{attempt}.gz", "data": "data:text/plain;base64,aGVsbG8=",
+                        "outputType": "resourceLink"}
+                out = c.rpc("tools/call", {"name": "everything__gzip-file-as-resource", "arguments": args})["result"]
+                assert out.get("isError", False) is False and out["content"][0]["uri"] == uri, out
 
-                seen = methods_on_stream_while(c, gzip, "notifications/resources/list_changed")
-                if "notifications/resources/list_changed" in seen:
-                    break
-            assert "notifications/resources/list_changed" in seen, f"no list_changed on the open stream within 10 s: {seen}"
-            assert uri in resource_uris(c), "the gateway still lists the app's old resources"
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
+            seen = methods_on_stream_while(c, gzip, "notifications/resources/list_changed")
+            if "notifications/resources/list_changed" in seen:
+                break
+        assert "notifications/resources/list_changed" in seen, f"no list_changed on the open stream within 10 s: {seen}"
+        assert uri in resource_uris(c), "the gateway still lists the app's old resources"
+
+
+def two_clients_and_a_document(srv) -> tuple[McpHttp, McpHttp, str]:
+    """Two initialized clients of one gateway in front of server-everything, and a resource."""
+    gw_id, key = Api(srv).create_gateway(["time", "everything"])
+    a, b = McpHttp(mcp_url(srv, gw_id), key), McpHttp(mcp_url(srv, gw_id), key)
+    caps = response_message(a.initialize())["result"]["capabilities"]
+    assert caps["resources"].get("subscribe") is True, caps
+    b.initialize()
+    uri = sorted(u for u in resource_uris(a) if u.startswith("demo://resource/static/document/"))[0]
+    return a, b, uri
+
+
+def toggle_updates(c: McpHttp):
+    """server-everything sends an update for each subscribed resource at once, then every 5 s,
+    on its own GET stream."""
+    toggled = c.rpc("tools/call", {"name": "everything__toggle-subscriber-updates", "arguments": {}})
+    assert toggled["result"].get("isError", False) is False, toggled
 
 
 def test_resource_updates_reach_the_subscribed_session_only():
     """Two clients share server-everything's one upstream session; only the one that subscribed
     to a resource hears `notifications/resources/updated` for it, on its own GET stream."""
-    with everything_server() as ev:
-        srv = start_toolgate(config(TIME_APP + http_app("everything", ev.url)))
-        try:
-            gw_id, key = Api(srv).create_gateway(["time", "everything"])
-            a, b = McpHttp(mcp_url(srv, gw_id), key), McpHttp(mcp_url(srv, gw_id), key)
-            caps = response_message(a.initialize())["result"]["capabilities"]
-            assert caps["resources"].get("subscribe") is True, caps
-            b.initialize()
-            uri = sorted(u for u in resource_uris(a) if u.startswith("demo://resource/static/document/"))[0]
-            assert a.rpc("resources/subscribe", {"uri": uri})["result"] == {}
+    with everything_server() as ev, ToolgateServer(full_config=everything_config(ev)) as srv:
+        a, b, uri = two_clients_and_a_document(srv)
+        assert a.rpc("resources/subscribe", {"uri": uri})["result"] == {}
+        with open_stream(b, read_timeout=3.0) as rb:
+            b_lines = rb.iter_lines()
+            assert next(b_lines).startswith(":")
+            heard_by_a = messages_on_stream_while(a, lambda: toggle_updates(a), "notifications/resources/updated", 12)
+            heard_by_b = silent_for(b_lines)
+        updated = [m["params"] for m in heard_by_a if m["method"] == "notifications/resources/updated"]
+        assert updated == [{"uri": uri}], f"the subscriber heard no update for {uri}: {updated}"
+        assert "notifications/resources/updated" not in heard_by_b, heard_by_b
+        assert a.rpc("resources/unsubscribe", {"uri": uri})["result"] == {}
 
-            def stream(c: McpHttp, read_timeout: float):
-                headers = c.headers(Accept="text/event-stream")
-                return c.client.stream("GET", c.url, headers=headers, timeout=httpx2.Timeout(5.0, read=read_timeout))
 
-            updated: list[dict] = []
-            heard_by_b: list[str] = []
-            with stream(b, 3.0) as rb, stream(a, 20.0) as ra:
-                b_lines, a_lines = rb.iter_lines(), ra.iter_lines()
-                assert next(b_lines).startswith(":") and next(a_lines).startswith(":")
-                # server-everything sends an update for each subscribed resource at once, then
-                # every 5 s, on its own GET stream.
-                toggled = a.rpc("tools/call", {"name": "everything__toggle-subscriber-updates", "arguments": {}})
-                assert toggled["result"].get("isError", False) is False, toggled
-                deadline = time.monotonic() + 12
-                for line in a_lines:
-                    if line.startswith("data:"):
-                        msg = json.loads(line[5:])
-                        if msg["method"] == "notifications/resources/updated":
-                            updated.append(msg["params"])
-                            break
-                    if time.monotonic() > deadline:
-                        break
-                try:
-                    for line in b_lines:
-                        if line.startswith("data:"):
-                            heard_by_b.append(json.loads(line[5:])["method"])
-                except httpx2.ReadTimeout:
-                    pass  # 3 s of silence: the stream carried nothing for b
-            assert updated == [{"uri": uri}], f"the subscriber heard no update for {uri}: {updated}"
-            assert "notifications/resources/updated" not in heard_by_b, heard_by_b
-            assert a.rpc("resources/unsubscribe", {"uri": uri})["result"] == {}
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
+def test_one_session_unsubscribing_leaves_the_others_subscribed():
+    """The gateway answers an unsubscribe itself while another session still wants the updates:
+    forwarded, it would unsubscribe the one upstream session both share."""
+    with everything_server() as ev, ToolgateServer(full_config=everything_config(ev)) as srv:
+        a, b, uri = two_clients_and_a_document(srv)
+        for c in (a, b):
+            assert c.rpc("resources/subscribe", {"uri": uri})["result"] == {}
+        toggle_updates(a)
+        assert a.rpc("resources/unsubscribe", {"uri": uri})["result"] == {}
+        # The next periodic update (5 s) still reaches b.
+        heard = messages_on_stream_while(b, lambda: None, "notifications/resources/updated", 12)
+        assert {"method": "notifications/resources/updated", "params": {"uri": uri}, "jsonrpc": "2.0"} in heard, heard

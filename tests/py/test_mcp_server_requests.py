@@ -21,6 +21,7 @@ from mcp_helpers import (
     TIME_APP,
     Api,
     McpHttp,
+    ToolgateServer,
     config,
     everything_server,
     http_app,
@@ -29,20 +30,14 @@ from mcp_helpers import (
     response_message,
     run,
     sdk_client,
-    start_toolgate,
 )
 
 
 @pytest.fixture(scope="module")
 def gateway():
-    with everything_server() as ev:
-        srv = start_toolgate(config(TIME_APP + http_app("everything", ev.url)))
-        try:
-            gw_id, key = Api(srv).create_gateway(["time", "everything"])
-            yield mcp_url(srv, gw_id), key
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
+    with everything_server() as ev, ToolgateServer(full_config=config(TIME_APP + http_app("everything", ev.url))) as srv:
+        gw_id, key = Api(srv).create_gateway(["time", "everything"])
+        yield mcp_url(srv, gw_id), key
 
 
 def test_sampling_request_reaches_the_sdk_client_and_its_answer_the_app(gateway):

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mcp_helpers import TIME_APP, Api, McpHttp, config, mcp_url, start_toolgate, wait_for_port
+from mcp_helpers import TIME_APP, Api, McpHttp, ToolgateServer, config, mcp_url, start_toolgate, wait_for_port
 
 HERE = Path(__file__).parent
 
@@ -100,8 +100,7 @@ def tls_app(url: str, ca_file: Path | None) -> str:
 
 
 def test_https_app_behind_a_private_ca_is_listed_and_called(pki, tls_upstream):
-    srv = start_toolgate(config(TIME_APP + tls_app(tls_upstream, pki["ca"])))
-    try:
+    with ToolgateServer(full_config=config(TIME_APP + tls_app(tls_upstream, pki["ca"]))) as srv:
         api = Api(srv)
         gw_id, key = api.create_gateway(["time", "secure"])
         c = McpHttp(mcp_url(srv, gw_id), key)
@@ -114,17 +113,13 @@ def test_https_app_behind_a_private_ca_is_listed_and_called(pki, tls_upstream):
         assert result["content"][0]["text"] == "tls: over TLS", result
         servers = {s["id"]: s["status"] for s in api.gateway(gw_id)["servers"]}
         assert servers == {"time": "connected", "secure": "connected"}, servers
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
 
 
 def test_https_app_whose_ca_is_not_trusted_fails_closed(tls_upstream):
     """Without `tls_ca_file` the same server's certificate chains to no trusted root: the app is
     an error, its tools are not offered, a call is a JSON-RPC error, never a relayed answer, and
     the gateway's other app keeps working."""
-    srv = start_toolgate(config(TIME_APP + tls_app(tls_upstream, None)))
-    try:
+    with ToolgateServer(full_config=config(TIME_APP + tls_app(tls_upstream, None))) as srv:
         api = Api(srv)
         gw_id, key = api.create_gateway(["time", "secure"])
         c = McpHttp(mcp_url(srv, gw_id), key)
@@ -138,9 +133,6 @@ def test_https_app_whose_ca_is_not_trusted_fails_closed(tls_upstream):
         servers = {s["id"]: s["status"] for s in api.gateway(gw_id)["servers"]}
         assert servers == {"time": "connected", "secure": "error"}, servers
         assert "certificate" in srv.stderr_text().lower(), "the log should say why the app failed"
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
 
 
 def test_tls_ca_file_that_is_not_pem_stops_the_start(tmp_path, tls_upstream):

@@ -86,7 +86,8 @@ struct Inner {
     protocol_version: &'static str,
     init_lock: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
-    changes: NoticeReporter,
+    /// Where the app's list changes and resource updates are reported.
+    notices: NoticeReporter,
 }
 
 /// A Streamable HTTP upstream; cheap to clone (shared state).
@@ -107,12 +108,13 @@ impl HttpUpstream {
         self.inner.target.sweep_idle();
     }
 
-    /// Validates the URL and headers. No I/O.
-    pub fn new(
+    /// Validates the URL and headers. No I/O. `notices` hears what the app announces.
+    pub(crate) fn new(
         app_id: &str,
         settings: &HttpSettings,
         timeouts: Timeouts,
         clients: &HttpClients,
+        notices: NoticeReporter,
     ) -> Result<Self, UpstreamError> {
         let target = Target::new(&settings.url, timeouts.connect(), settings.tls_roots.as_ref(), clients)
             .map_err(|e| UpstreamError::Config(format!("app {app_id}: {e}")))?;
@@ -160,22 +162,14 @@ impl HttpUpstream {
                 protocol_version,
                 init_lock: tokio::sync::Mutex::new(()),
                 next_id: AtomicU64::new(1),
-                changes: NoticeReporter::default(),
+                notices,
             }),
         })
     }
 
     #[cfg(test)]
-    pub(crate) fn changes_for_test(&self) -> NoticeReporter {
-        self.inner.changes.clone()
-    }
-
-    /// Reports the list changes the app announces on a call's stream (set right after `new`).
-    pub(crate) fn reporting(mut self, changes: NoticeReporter) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.changes = changes;
-        }
-        self
+    pub(crate) fn notices_for_test(&self) -> NoticeReporter {
+        self.inner.notices.clone()
     }
 
     pub fn app_id(&self) -> &str {
@@ -222,7 +216,7 @@ impl HttpUpstream {
                 Posted::Ok(resp) => {
                     let guard =
                         CancelGuard { inner: inner.clone(), session, headers: ctx.headers.clone(), id, armed: true };
-                    let source = HttpSource::from_response(resp, id, Some(guard), inner.changes.clone())?;
+                    let source = HttpSource::from_response(resp, id, Some(guard), inner.notices.clone())?;
                     return ReplyStream::new(
                         Source::Http(Box::new(source)),
                         None,
@@ -325,9 +319,9 @@ impl Inner {
     }
 
     /// Holds the session's GET stream open on a task of its own, when someone wants the app's
-    /// list changes.
+    /// notices.
     fn start_listener(self: &Arc<Self>, session: &Arc<Session>) {
-        if !self.changes.is_connected() {
+        if !self.notices.is_connected() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
@@ -396,7 +390,7 @@ impl Inner {
             Posted::Expired => return Err(UpstreamError::Protocol("initialize rejected".into())),
         };
         let session_id = resp.header(&SESSION_ID).cloned();
-        let source = HttpSource::from_response(resp, id, None, self.changes.clone())?;
+        let source = HttpSource::from_response(resp, id, None, self.notices.clone())?;
         let response = ReplyStream::new(Source::Http(Box::new(source)), None, deadline, Value::Null)
             .into_reply()
             .await?
@@ -473,11 +467,6 @@ const LISTEN_HEALTHY: Duration = Duration::from_secs(30);
 const LISTEN_BACKOFF_BASE: Duration = Duration::from_secs(1);
 const LISTEN_BACKOFF_CAP: Duration = Duration::from_secs(60);
 
-fn listen_backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    LISTEN_BACKOFF_BASE.saturating_mul(1u32 << exp).min(LISTEN_BACKOFF_CAP)
-}
-
 /// Holds a session's GET stream open and handles what the app sends on it, until the session
 /// is no longer the current one (or the task is aborted with it). Only weak references are
 /// kept between reads, so an upstream that is dropped is not kept alive by its listener.
@@ -491,7 +480,7 @@ async fn listen(inner: Weak<Inner>, session: Weak<Session>) {
                 return;
             }
             match inner.open_stream(&session).await {
-                Ok(Opened::Stream(resp)) => Some((resp, inner.changes.clone(), inner.app_id.clone())),
+                Ok(Opened::Stream(resp)) => Some((resp, inner.notices.clone(), inner.app_id.clone())),
                 Ok(Opened::Refused(status)) => {
                     tracing::debug!(app = %inner.app_id, %status, "upstream offers no GET stream on this session");
                     return;
@@ -502,19 +491,19 @@ async fn listen(inner: Weak<Inner>, session: Weak<Session>) {
                 }
             }
         };
-        if let Some((resp, changes, app_id)) = opened {
-            read_server_stream(resp, &changes, &app_id, &inner, &session).await;
+        if let Some((resp, notices, app_id)) = opened {
+            read_server_stream(resp, &notices, &app_id, &inner, &session).await;
         }
         failures = if started.elapsed() >= LISTEN_HEALTHY { 1 } else { failures + 1 };
-        tokio::time::sleep(listen_backoff(failures)).await;
+        tokio::time::sleep(super::backoff(failures, LISTEN_BACKOFF_BASE, LISTEN_BACKOFF_CAP)).await;
     }
 }
 
-/// Reads a GET stream to its end: list changes are reported, log messages logged, `ping`
-/// answered.
+/// Reads a GET stream to its end: list changes and resource updates are reported, log messages
+/// logged, `ping` answered.
 async fn read_server_stream(
     mut resp: WireResponse,
-    changes: &NoticeReporter,
+    notices: &NoticeReporter,
     app_id: &str,
     inner: &Weak<Inner>,
     session: &Weak<Session>,
@@ -535,7 +524,7 @@ async fn read_server_stream(
             for m in messages {
                 match m {
                     Message::Notification(n) => {
-                        changes.notice(&n.method, n.params.as_ref());
+                        notices.notice(&n.method, n.params.as_ref());
                         if n.method == "notifications/message" {
                             let params = n.params.as_ref().map_or("null", RawJson::get);
                             tracing::info!(app = %app_id, params, "upstream log");
@@ -639,7 +628,7 @@ pub(crate) struct HttpSource {
     our_id: u64,
     queue: VecDeque<Message>,
     cancel: Option<CancelGuard>,
-    changes: NoticeReporter,
+    notices: NoticeReporter,
 }
 
 impl HttpSource {
@@ -647,7 +636,7 @@ impl HttpSource {
         resp: WireResponse,
         our_id: u64,
         cancel: Option<CancelGuard>,
-        changes: NoticeReporter,
+        notices: NoticeReporter,
     ) -> Result<Self, UpstreamError> {
         if resp.status() == StatusCode::ACCEPTED {
             return Err(UpstreamError::Protocol("upstream answered a request with 202 Accepted".into()));
@@ -671,7 +660,7 @@ impl HttpSource {
                 )))
             }
         };
-        Ok(Self { body, our_id, queue: VecDeque::new(), cancel, changes })
+        Ok(Self { body, our_id, queue: VecDeque::new(), cancel, notices })
     }
 
     pub(crate) fn complete(&mut self) {
@@ -706,7 +695,7 @@ impl HttpSource {
                     Message::Notification(n) => {
                         // Relayed to this call's client like any notification, and reported so
                         // that every gateway with the app refreshes its lists.
-                        self.changes.notice(&n.method, n.params.as_ref());
+                        self.notices.notice(&n.method, n.params.as_ref());
                         return Ok(Event::Message(Message::Notification(n)));
                     }
                     other => return Ok(Event::Message(other)),
@@ -960,7 +949,7 @@ mod tests {
             protocol_version: None,
             tls_roots: None,
         };
-        assert!(HttpUpstream::new("a", &base, Timeouts::default(), &client).is_ok());
+        assert!(HttpUpstream::new("a", &base, Timeouts::default(), &client, NoticeReporter::default()).is_ok());
         for bad in [
             HttpSettings { url: "not a url".into(), ..base.clone() },
             HttpSettings { url: "ftp://x/mcp".into(), ..base.clone() },
@@ -968,7 +957,8 @@ mod tests {
             HttpSettings { headers: vec![("x-ok".into(), "bad\nvalue".into())], ..base.clone() },
             HttpSettings { credential: Some(Credential::Bearer("a\nb".into())), ..base.clone() },
         ] {
-            let e = HttpUpstream::new("a", &bad, Timeouts::default(), &client).err().unwrap();
+            let e =
+                HttpUpstream::new("a", &bad, Timeouts::default(), &client, NoticeReporter::default()).err().unwrap();
             assert!(matches!(e, UpstreamError::Config(_)), "{bad:?}");
             assert!(!e.to_string().contains("a\nb"));
         }
@@ -1031,6 +1021,7 @@ mod tests {
             },
             Timeouts::default(),
             &HttpClients::default(),
+            NoticeReporter::default(),
         )
         .unwrap();
         let ctx = CallContext { client_request_id: json!("client-7"), ..Default::default() };
@@ -1075,6 +1066,7 @@ mod tests {
             &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
             Timeouts::default(),
             &HttpClients::default(),
+            NoticeReporter::default(),
         )
         .unwrap();
         let ctx = CallContext::default();
@@ -1106,6 +1098,7 @@ mod tests {
                 &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
                 Timeouts::default(),
                 &HttpClients::default(),
+                NoticeReporter::default(),
             )
             .unwrap(),
         );
@@ -1130,6 +1123,7 @@ mod tests {
             &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
             Timeouts::default(),
             &HttpClients::default(),
+            NoticeReporter::default(),
         )
         .unwrap();
         match up.connect().await {
@@ -1148,6 +1142,7 @@ mod tests {
             },
             Timeouts::default(),
             &HttpClients::default(),
+            NoticeReporter::default(),
         )
         .unwrap();
         assert!(matches!(up.connect().await, Err(UpstreamError::Connect(_))));
@@ -1170,6 +1165,7 @@ mod tests {
             &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
             t,
             &HttpClients::default(),
+            NoticeReporter::default(),
         )
         .unwrap();
         let started = std::time::Instant::now();

@@ -160,7 +160,7 @@ pub struct UpstreamShared {
     /// lived and a waiter could wait forever.
     stdio_permits: Arc<Semaphore>,
     max_stdio_processes: usize,
-    /// Where list changes announced by apps go ([`Self::report_notices_to`]).
+    /// Where the apps' notices go ([`Self::report_notices_to`]).
     notices: Option<tokio::sync::mpsc::UnboundedSender<AppNotice>>,
 }
 
@@ -175,10 +175,17 @@ impl UpstreamShared {
         }
     }
 
-    /// Where upstreams built from now on report the list changes their apps announce.
+    /// Where upstreams built from now on report what their apps announce ([`AppNotice`]).
     pub fn report_notices_to(&mut self, tx: tokio::sync::mpsc::UnboundedSender<AppNotice>) {
         self.notices = Some(tx);
     }
+}
+
+/// `base` doubled for each failure after the first (1-based), at most `cap`: stdio restarts and
+/// HTTP stream reconnects back off alike.
+pub(crate) fn backoff(failures: u32, base: Duration, cap: Duration) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    base.saturating_mul(1u32 << exp).min(cap)
 }
 
 /// Something an app announced that the gateway acts on beyond the call it came with.
@@ -532,27 +539,29 @@ impl Upstream {
     }
 
     /// An upstream serving `owner`'s connection to the app (`""`: shared by every organisation);
-    /// the list changes it announces are reported under that owner.
+    /// the notices it hears are reported under that owner.
     pub fn for_owner(owner: &str, settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
-        let changes = shared
+        let notices = shared
             .notices
             .as_ref()
             .map(|tx| NoticeReporter::new(tx.clone(), owner, &settings.app_id))
             .unwrap_or_default();
         match &settings.transport {
-            Transport::Http(h) => Ok(Upstream::Http(
-                http::HttpUpstream::new(&settings.app_id, h, settings.timeouts, &shared.http)?.reporting(changes),
-            )),
-            Transport::Stdio(s) => Ok(Upstream::Stdio(
-                stdio::StdioUpstream::new(
-                    &settings.app_id,
-                    s,
-                    settings.timeouts,
-                    shared.stdio_permits.clone(),
-                    shared.max_stdio_processes,
-                )?
-                .reporting(changes),
-            )),
+            Transport::Http(h) => Ok(Upstream::Http(http::HttpUpstream::new(
+                &settings.app_id,
+                h,
+                settings.timeouts,
+                &shared.http,
+                notices,
+            )?)),
+            Transport::Stdio(s) => Ok(Upstream::Stdio(stdio::StdioUpstream::new(
+                &settings.app_id,
+                s,
+                settings.timeouts,
+                shared.stdio_permits.clone(),
+                shared.max_stdio_processes,
+                notices,
+            )?)),
             Transport::Builtin(name) => crate::mcp::builtin::by_name(name)
                 .map(Upstream::Builtin)
                 .ok_or_else(|| UpstreamError::Config(format!("unknown builtin app \"{name}\""))),
@@ -813,7 +822,7 @@ mod tests {
             }),
         };
         let Upstream::Http(up) = Upstream::for_owner("org_a", &settings, &shared).unwrap() else { unreachable!() };
-        let changes = up.changes_for_test();
+        let changes = up.notices_for_test();
         let notice = |kind| AppNotice { owner: "org_a".into(), app_id: "dyn".into(), kind };
         for method in ["notifications/message", "notifications/progress", "notifications/tools/list_changed_x"] {
             changes.notice(method, None);

@@ -62,8 +62,7 @@ const STDERR_TAIL: usize = 5;
 
 /// Delay before restart number `failures` (1-based).
 fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    BACKOFF_BASE.saturating_mul(1u32 << exp).min(BACKOFF_CAP)
+    super::backoff(failures, BACKOFF_BASE, BACKOFF_CAP)
 }
 
 enum WriterCmd {
@@ -89,7 +88,7 @@ struct Pending {
 /// State shared by one process's tasks and its callers.
 struct Shared {
     app_id: String,
-    changes: NoticeReporter,
+    notices: NoticeReporter,
     pending: parking_lot::Mutex<Pending>,
     exit_at: parking_lot::Mutex<Option<Instant>>,
     stderr_tail: parking_lot::Mutex<VecDeque<String>>,
@@ -173,7 +172,8 @@ struct Inner {
     next_id: AtomicU64,
     next_generation: AtomicU64,
     shut_down: AtomicBool,
-    changes: NoticeReporter,
+    /// Where the app's list changes and resource updates are reported.
+    notices: NoticeReporter,
 }
 
 /// A stdio upstream; cheap to clone (shared state).
@@ -184,12 +184,13 @@ pub struct StdioUpstream {
 
 impl StdioUpstream {
     /// Validates the settings. Nothing is spawned until the first call or [`Self::connect`].
-    pub fn new(
+    pub(crate) fn new(
         app_id: &str,
         settings: &StdioSettings,
         timeouts: Timeouts,
         permits: Arc<Semaphore>,
         limit: usize,
+        notices: NoticeReporter,
     ) -> Result<Self, UpstreamError> {
         let Some((program, args)) = settings.command.split_first() else {
             return Err(UpstreamError::Config(format!("app {app_id}: command is empty")));
@@ -217,17 +218,9 @@ impl StdioUpstream {
                 next_id: AtomicU64::new(1),
                 next_generation: AtomicU64::new(1),
                 shut_down: AtomicBool::new(false),
-                changes: NoticeReporter::default(),
+                notices,
             }),
         })
-    }
-
-    /// Reports the list changes the app announces (set right after `new`).
-    pub(crate) fn reporting(mut self, changes: NoticeReporter) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.changes = changes;
-        }
-        self
     }
 
     pub fn app_id(&self) -> &str {
@@ -400,7 +393,7 @@ impl Inner {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             app_id: self.app_id.clone(),
-            changes: self.changes.clone(),
+            notices: self.notices.clone(),
             pending: parking_lot::Mutex::new(Pending::default()),
             exit_at: parking_lot::Mutex::new(None),
             stderr_tail: parking_lot::Mutex::new(VecDeque::new()),
@@ -671,7 +664,7 @@ fn route(shared: &Shared, writer: &mpsc::UnboundedSender<WriterCmd>, m: Message)
             }
         }
         Message::Notification(n) => {
-            shared.changes.notice(&n.method, n.params.as_ref());
+            shared.notices.notice(&n.method, n.params.as_ref());
             if n.method == "notifications/message" {
                 let params = n.params.as_ref().map_or("null", RawJson::get);
                 tracing::info!(app = %shared.app_id, params, "stdio upstream log");
