@@ -674,6 +674,9 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
         }
     }
 
+    // Longer than the GET stream's first back-off (1 s), so that a listener retrying after the
+    // 405 would show a second GET.
+    std::thread::sleep(Duration::from_millis(1500));
     let seen = up.seen();
     let on = |path: &str| seen.iter().filter(|s| s.path == path).cloned().collect::<Vec<_>>();
     // `protocol_version` picks the version offered upstream; the default is the newest.
@@ -689,6 +692,10 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
         assert_eq!(count("initialize"), 1, "ONE upstream initialize for {path}: {reqs:#?}");
         assert_eq!(count("notifications/initialized"), 1, "{path}: {reqs:#?}");
         assert_eq!(count("tools/call"), 10, "every call reached {path}");
+        // The session's GET stream (server-initiated messages) is asked for once; this server
+        // answers 405, which ends the listener instead of starting a retry loop.
+        let gets = reqs.iter().filter(|s| s.method == "GET").count();
+        assert_eq!(gets, 1, "one GET stream request per session for {path}: {reqs:#?}");
         let sids: std::collections::HashSet<_> = reqs
             .iter()
             .filter(|s| s.rpc_method != "initialize")
