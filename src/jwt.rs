@@ -134,8 +134,15 @@ impl JwtVerifier {
             _ => AuthError::Unknown,
         })?;
         let claims = data.claims;
+        let now = Utc::now().timestamp();
         // A token issued in the future (beyond the leeway) is not trusted.
-        if claims.iat.is_some_and(|iat| iat > Utc::now().timestamp() + self.config.leeway_secs as i64) {
+        if claims.iat.is_some_and(|iat| iat > now + self.config.leeway_secs as i64) {
+            return Err(AuthError::Unknown);
+        }
+        // Nor one that lives longer than the configured cap: its whole life when it says when it
+        // was issued, what is left of it otherwise.
+        let lifetime = claims.exp.saturating_sub(claims.iat.unwrap_or(now));
+        if lifetime > self.config.max_lifetime_secs as i64 {
             return Err(AuthError::Unknown);
         }
         Ok(claims)

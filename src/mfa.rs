@@ -5,6 +5,14 @@
 //! and each works once. Challenges and tokens live 5 minutes, are single use, and are kept in
 //! memory: losing them on restart only means asking for a new one. A code is accepted once per
 //! 30-second step per user, so a code seen on the wire cannot be replayed.
+//!
+//! Guessing is bounded. Wrong codes are counted per credential (user and key): five in a row
+//! lock that credential out for 30 s, doubling with each further failure up to 15 minutes, and a
+//! challenge is used up after three wrong answers. Wrong TOTP codes are also counted per user
+//! across credentials (twenty per ten minutes, then TOTP codes are refused until the window
+//! ends). The lockout cannot be turned against the owner: a leaked key guessing codes locks only
+//! itself, and the per-user bound refuses TOTP codes only; backup codes (ten digits each, too
+//! many to guess) and MFA tokens keep working, and an owner or the operator can reset MFA.
 
 use crate::error::ApiError;
 use crate::secrets::{self, Sealer};
@@ -21,6 +29,18 @@ use totp_rs::{Algorithm, Secret, TOTP};
 /// How long a challenge or an MFA token stays valid.
 pub const MFA_TTL: Duration = Duration::from_secs(300);
 const BACKUP_CODES: usize = 10;
+/// Wrong codes a credential may send in a row before it is locked out.
+const FREE_FAILURES: u32 = 5;
+/// The first lockout; each further failure doubles it, up to [`MAX_LOCKOUT`].
+const FIRST_LOCKOUT: Duration = Duration::from_secs(30);
+const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
+/// Wrong TOTP codes a user may receive (from all credentials together) per window, after which
+/// TOTP codes are refused until the window ends; backup codes and MFA tokens still work, so
+/// this bound on guessing cannot lock the owner out.
+const USER_TOTP_FAILURES: u32 = 20;
+const USER_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// Wrong answers a challenge takes before it is used up.
+const CHALLENGE_FAILURES: u8 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MfaRecord {
@@ -45,10 +65,46 @@ pub struct Enrolment {
 pub struct Mfa {
     store: Arc<dyn Store>,
     records: DashMap<String, MfaRecord>,
-    /// challenge id -> (user id, issued).
-    challenges: DashMap<String, (String, Instant)>,
+    /// challenge id -> (user id, issued, wrong answers so far).
+    challenges: DashMap<String, (String, Instant, u8)>,
     /// SHA-256 of an MFA token -> (user id, issued).
     tokens: DashMap<String, (String, Instant)>,
+    /// (user id, credential key id) -> consecutive wrong codes and the lockout they earned.
+    credential_failures: DashMap<(String, String), Failures>,
+    /// user id -> wrong TOTP codes in the current window (all credentials).
+    user_failures: DashMap<String, (u32, Instant)>,
+}
+
+/// Consecutive wrong codes of one credential.
+#[derive(Debug, Default, Clone, Copy)]
+struct Failures {
+    count: u32,
+    locked_until: Option<Instant>,
+}
+
+/// Who is answering: the user the code belongs to and the credential sending it. Failures are
+/// counted per credential, so that a leaked key guessing codes locks out itself, not the owner.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub user_id: &'a str,
+    pub key_id: &'a str,
+}
+
+/// What kind of code was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CodeKind {
+    Totp,
+    Backup,
+}
+
+fn too_many(retry_after: Duration) -> ApiError {
+    let secs = retry_after.as_secs().max(1);
+    ApiError::Rejected {
+        status: 429,
+        code: "RATE_LIMITED",
+        message: format!("too many wrong MFA codes; try again in {secs} s"),
+        retry_after: Some(secs),
+    }
 }
 
 fn totp(secret_b32: &str, account: &str) -> Result<TOTP, ApiError> {
@@ -62,6 +118,11 @@ fn is_code(s: &str) -> bool {
     s.len() == 6 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// A backup code as enrolment prints it: `12345-67890`.
+fn is_backup_code(s: &str) -> bool {
+    s.len() == 11 && s.bytes().enumerate().all(|(i, b)| if i == 5 { b == b'-' } else { b.is_ascii_digit() })
+}
+
 impl Mfa {
     pub async fn load(store: Arc<dyn Store>) -> Result<Mfa, StoreError> {
         let records = DashMap::new();
@@ -73,7 +134,14 @@ impl Mfa {
                 Err(e) => tracing::warn!(user = id, error = %e, "skipping corrupt MFA record"),
             }
         }
-        Ok(Mfa { store, records, challenges: DashMap::new(), tokens: DashMap::new() })
+        Ok(Mfa {
+            store,
+            records,
+            challenges: DashMap::new(),
+            tokens: DashMap::new(),
+            credential_failures: DashMap::new(),
+            user_failures: DashMap::new(),
+        })
     }
 
     async fn save(&self, r: MfaRecord) -> Result<(), ApiError> {
@@ -126,15 +194,80 @@ impl Mfa {
         Ok(false)
     }
 
+    /// Refuses a credential (or, for TOTP codes, a user) that has sent too many wrong codes.
+    fn check_lockout(&self, caller: Caller<'_>, kind: CodeKind) -> Result<(), ApiError> {
+        let key = (caller.user_id.to_string(), caller.key_id.to_string());
+        if let Some(until) = self.credential_failures.get(&key).and_then(|f| f.locked_until) {
+            let now = Instant::now();
+            if until > now {
+                return Err(too_many(until - now));
+            }
+        }
+        if kind == CodeKind::Totp {
+            if let Some(f) = self.user_failures.get(caller.user_id) {
+                let (count, since) = *f;
+                if count >= USER_TOTP_FAILURES && since.elapsed() < USER_WINDOW {
+                    return Err(too_many(USER_WINDOW - since.elapsed()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a wrong code against the credential (and the user, for TOTP codes).
+    fn record_failure(&self, caller: Caller<'_>, kind: CodeKind) {
+        let mut f =
+            self.credential_failures.entry((caller.user_id.to_string(), caller.key_id.to_string())).or_default();
+        f.count += 1;
+        if f.count >= FREE_FAILURES {
+            let doublings = (f.count - FREE_FAILURES).min(10);
+            let lockout = FIRST_LOCKOUT.saturating_mul(1 << doublings).min(MAX_LOCKOUT);
+            f.locked_until = Some(Instant::now() + lockout);
+        }
+        drop(f);
+        if kind == CodeKind::Totp {
+            let mut u = self.user_failures.entry(caller.user_id.to_string()).or_insert((0, Instant::now()));
+            if u.1.elapsed() >= USER_WINDOW {
+                *u = (0, Instant::now());
+            }
+            u.0 += 1;
+        }
+    }
+
+    fn record_success(&self, caller: Caller<'_>) {
+        self.credential_failures.remove(&(caller.user_id.to_string(), caller.key_id.to_string()));
+    }
+
+    /// Checks a TOTP or backup code under the lockout rules: `Ok(false)` for a wrong code
+    /// (counted), `Err` while locked out.
+    async fn attempt(&self, sealer: &Sealer, caller: Caller<'_>, code: &str) -> Result<bool, ApiError> {
+        let kind = if is_code(code) { CodeKind::Totp } else { CodeKind::Backup };
+        self.check_lockout(caller, kind)?;
+        let ok = match kind {
+            CodeKind::Totp => self.check_code(sealer, caller.user_id, code).await?,
+            CodeKind::Backup => is_backup_code(code) && self.use_backup(caller.user_id, code).await?,
+        };
+        if ok {
+            self.record_success(caller);
+        } else {
+            self.record_failure(caller, kind);
+        }
+        Ok(ok)
+    }
+
     /// Confirms enrolment with a first code.
-    pub async fn activate(&self, sealer: &Sealer, user_id: &str, code: &str) -> Result<(), ApiError> {
+    pub async fn activate(&self, sealer: &Sealer, caller: Caller<'_>, code: &str) -> Result<(), ApiError> {
+        let user_id = caller.user_id;
         let Some(r) = self.records.get(user_id).map(|r| r.clone()) else {
             return Err(ApiError::validation("code", "start with POST /auth/mfa/enroll"));
         };
         if r.active {
             return Err(ApiError::Conflict("MFA is already active for this user".into()));
         }
-        if !is_code(code) || !self.check_code(sealer, user_id, code).await? {
+        if !is_code(code) {
+            return Err(ApiError::validation("code", "must be the six-digit code of the authenticator"));
+        }
+        if !self.attempt(sealer, caller, code).await? {
             return Err(ApiError::validation("code", "invalid or expired code"));
         }
         let mut r = self.records.get(user_id).map(|r| r.clone()).ok_or(ApiError::NotFound("mfa"))?;
@@ -144,9 +277,9 @@ impl Mfa {
 
     /// A new challenge for a protected action.
     pub fn challenge(&self, user_id: &str) -> String {
-        self.challenges.retain(|_, (_, t)| t.elapsed() < MFA_TTL);
+        self.challenges.retain(|_, (_, t, _)| t.elapsed() < MFA_TTL);
         let id = secrets::new_id("mfa_ch");
-        self.challenges.insert(id.clone(), (user_id.to_string(), Instant::now()));
+        self.challenges.insert(id.clone(), (user_id.to_string(), Instant::now(), 0));
         id
     }
 
@@ -154,21 +287,26 @@ impl Mfa {
     pub async fn verify(
         &self,
         sealer: &Sealer,
-        user_id: &str,
+        caller: Caller<'_>,
         challenge_id: &str,
         code: &str,
     ) -> Result<String, ApiError> {
+        let user_id = caller.user_id;
         let valid_challenge =
             self.challenges.get(challenge_id).is_some_and(|c| c.0 == user_id && c.1.elapsed() < MFA_TTL);
         if !valid_challenge {
             return Err(ApiError::validation("challenge_id", "unknown or expired challenge"));
         }
-        let ok = if is_code(code) {
-            self.check_code(sealer, user_id, code).await?
-        } else {
-            self.use_backup(user_id, code).await?
-        };
-        if !ok {
+        if !self.attempt(sealer, caller, code).await? {
+            // A challenge takes a few wrong answers, then a new one must be asked for.
+            let used_up = self.challenges.get_mut(challenge_id).is_some_and(|mut c| {
+                c.2 += 1;
+                c.2 >= CHALLENGE_FAILURES
+            });
+            if used_up {
+                self.challenges.remove(challenge_id);
+                return Err(ApiError::validation("code", "invalid code; this challenge is used up, ask for a new one"));
+            }
             return Err(ApiError::validation("code", "invalid or expired code"));
         }
         self.challenges.remove(challenge_id);
@@ -192,14 +330,15 @@ impl Mfa {
     /// The gate of a protected action: passes when the user has no active MFA, or when
     /// `X-MFA-Token` holds a current code or an unused token; otherwise `MFA_REQUIRED` with a
     /// fresh challenge.
-    pub async fn require(&self, sealer: &Sealer, user_id: &str, header: Option<&str>) -> Result<(), ApiError> {
+    pub async fn require(&self, sealer: &Sealer, caller: Caller<'_>, header: Option<&str>) -> Result<(), ApiError> {
+        let user_id = caller.user_id;
         if !self.is_active(user_id) {
             return Ok(());
         }
         let message = match header.map(str::trim) {
             None | Some("") => "this action requires MFA: verify the challenge and retry with X-MFA-Token",
-            Some(v) if is_code(v) => {
-                if self.check_code(sealer, user_id, v).await? {
+            Some(v) if is_code(v) || is_backup_code(v) => {
+                if self.attempt(sealer, caller, v).await? {
                     return Ok(());
                 }
                 "invalid or already used MFA code"
@@ -213,6 +352,24 @@ impl Mfa {
             }
         };
         Err(ApiError::MfaRequired { challenge_id: self.challenge(user_id), message: message.into() })
+    }
+}
+
+impl Mfa {
+    /// Turns MFA off for a user (its own choice after the MFA gate, an owner's reset, or the
+    /// operator's recovery): the seed and backup codes are forgotten, so enrolment starts anew.
+    /// `false` when the user had no MFA record.
+    pub async fn remove(&self, user_id: &str) -> Result<bool, ApiError> {
+        if !self.records.contains_key(user_id) {
+            return Ok(false);
+        }
+        self.store.delete(Kind::Mfa, user_id).await?;
+        self.records.remove(user_id);
+        self.tokens.retain(|_, (owner, _)| owner != user_id);
+        self.challenges.retain(|_, (owner, _, _)| owner != user_id);
+        self.credential_failures.retain(|(owner, _), _| owner != user_id);
+        self.user_failures.remove(user_id);
+        Ok(true)
     }
 }
 

@@ -130,16 +130,26 @@ pub struct ApiKey {
     pub service_account_id: Option<String>,
     #[serde(default)]
     pub declared: bool,
+    /// When a rotation retires the key (the end of its grace period). Kept apart from
+    /// `expires_at`, which a YAML declaration sets at every start, so that a rotated declared key
+    /// stays retired across restarts.
+    #[serde(default)]
+    pub retires_at: Option<Timestamp>,
 }
 
 impl ApiKey {
+    /// When the key stops working by itself: its own expiry or the end of a rotation's grace.
+    pub fn ends_at(&self) -> Option<Timestamp> {
+        self.expires_at.into_iter().chain(self.retires_at).min()
+    }
+
     /// Why the key cannot be used at `now`, if it cannot.
     pub fn unusable(&self, now: Timestamp) -> Option<toolgate_filters::auth::AuthError> {
         use toolgate_filters::auth::AuthError;
         if self.revoked_at.is_some_and(|t| t <= now) {
             return Some(AuthError::Revoked);
         }
-        if self.expires_at.is_some_and(|t| t <= now) {
+        if self.expires_at.is_some_and(|t| t <= now) || self.retires_at.is_some_and(|t| t <= now) {
             return Some(AuthError::Expired);
         }
         None

@@ -111,7 +111,10 @@ impl Sealer {
                         .filter(|b| b.len() == 32)
                         .ok_or_else(|| SealError::KeyFile(path.display().to_string(), "corrupt".into()))?,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        std::fs::create_dir_all(dir).map_err(err)?;
+                        {
+                            use std::os::unix::fs::DirBuilderExt;
+                            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
+                        }
                         let mut b = [0u8; 32];
                         OsRng.fill_bytes(&mut b);
                         write_private(&path, &hex::encode(b)).map_err(err)?;

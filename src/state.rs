@@ -54,6 +54,9 @@ pub struct State {
     pub jwt: Option<crate::jwt::JwtVerifier>,
     /// Serialises management writes so uniqueness checks and their write are atomic.
     pub write_lock: tokio::sync::Mutex<()>,
+    /// The id of the key given as `TOOLGATE_ADMIN_KEY`: whoever sets the server's environment is
+    /// the operator, who may reset any user's MFA without MFA (the documented recovery path).
+    pub operator_key_id: std::sync::OnceLock<String>,
 }
 
 fn decode<T: DeserializeOwned>(kind: Kind, id: &str, body: &str) -> Result<T, StoreError> {
@@ -93,6 +96,7 @@ impl State {
             usage: DashMap::new(),
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
+            operator_key_id: std::sync::OnceLock::new(),
             jwt: match &config.jwt {
                 Some(j) => Some(crate::jwt::JwtVerifier::new(j.clone()).map_err(|e| StartError::Jwt(e.to_string()))?),
                 None => None,
@@ -192,6 +196,8 @@ impl State {
                 gateway_id: None,
                 service_account_id: None,
                 declared: true,
+                // Revocation and rotation happened through the API; the declaration does not undo them.
+                retires_at: prev.as_ref().and_then(|p| p.retires_at),
             };
             self.save_key(key).await?;
         }
@@ -232,25 +238,33 @@ impl State {
             None => return Ok(None),
         };
         let hash = secrets::hash_key(&plaintext);
-        if self.key_by_hash.contains_key(&secrets::hash_key_bytes(&plaintext)) {
+        if let Some(existing) = self.key_by_hash.get(&secrets::hash_key_bytes(&plaintext)) {
+            if !print {
+                let _ = self.operator_key_id.set(existing.id.clone());
+            }
             return Ok(None);
         }
-        self.save_key(ApiKey {
-            id: secrets::new_id("key"),
-            org_id: BOOTSTRAP_ORG.into(),
-            user_id: BOOTSTRAP_USER.into(),
-            name: "owner (bootstrap)".into(),
-            hash,
-            scopes: vec!["*".into()],
-            created_at: Utc::now(),
-            expires_at: None,
-            revoked_at: None,
-            bypass_ip_whitelist: false,
-            gateway_id: None,
-            service_account_id: None,
-            declared: false,
-        })
-        .await?;
+        let saved = self
+            .save_key(ApiKey {
+                id: secrets::new_id("key"),
+                org_id: BOOTSTRAP_ORG.into(),
+                user_id: BOOTSTRAP_USER.into(),
+                name: "owner (bootstrap)".into(),
+                hash,
+                scopes: vec!["*".into()],
+                created_at: Utc::now(),
+                expires_at: None,
+                revoked_at: None,
+                bypass_ip_whitelist: false,
+                gateway_id: None,
+                service_account_id: None,
+                declared: false,
+                retires_at: None,
+            })
+            .await?;
+        if !print {
+            let _ = self.operator_key_id.set(saved.id.clone());
+        }
         Ok(print.then_some(plaintext))
     }
 
@@ -294,7 +308,14 @@ impl State {
         self.put(Kind::ApiKey, &key.id, &key).await?;
         let key = Arc::new(key);
         self.index_key(&key);
-        self.keys.insert(key.id.clone(), key.clone());
+        if let Some(previous) = self.keys.insert(key.id.clone(), key.clone()) {
+            // A declared key whose hash changed in YAML: the old value must stop working now.
+            if previous.hash != key.hash {
+                if let Some(h) = secrets::hash_from_hex(&previous.hash) {
+                    self.key_by_hash.remove(&h);
+                }
+            }
+        }
         self.principals.remove(&key.id);
         Ok(key)
     }
@@ -454,7 +475,7 @@ impl State {
             tier: org.tier.clone(),
             rate_limit_multiplier: multiplier,
             bypass_ip_whitelist: key.bypass_ip_whitelist,
-            expires_at: key.expires_at.map(|t| t.timestamp()),
+            expires_at: key.ends_at().map(|t| t.timestamp()),
         })
     }
 }

@@ -170,6 +170,10 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         .get(&(who.org_id.clone(), a.id.clone()))
         .map(|c| c.auth_type.clone())
         .unwrap_or_else(|| "none".into());
+    // Apps are the operator's: only the owner of the operator's organisation (the one made for
+    // TOOLGATE_ADMIN_KEY) sees where an app really runs.
+    let operator = who.org_id == crate::state::BOOTSTRAP_ORG && who.role == toolgate_filters::Role::Owner;
+    let base_url = if operator { a.base_url() } else { a.base_url_for_tenants() };
     let detail = AppDetail {
         id: a.id.clone(),
         name: a.name.clone(),
@@ -181,7 +185,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         current_auth,
         icon: a.icon.clone(),
         functions,
-        configuration: AppConfiguration { base_url: a.base_url(), rate_limit: a.rate_limit },
+        configuration: AppConfiguration { base_url, rate_limit: a.rate_limit },
     };
     Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::Internal(e.to_string()))?))
 }

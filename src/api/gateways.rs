@@ -333,6 +333,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         gateway_id: Some(id.clone()),
         service_account_id: None,
         declared: false,
+        retires_at: None,
     };
     let gw = Gateway {
         id: id.clone(),

@@ -1,5 +1,6 @@
 //! `/api-keys`: create (the key is shown once) and revoke (immediately).
 
+use super::authority::Rights;
 use super::{iso, ApiResult, Call, Reply};
 use crate::error::ApiError;
 use crate::model::ApiKey;
@@ -57,6 +58,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         gateway_id: None,
         service_account_id: None,
         declared: false,
+        retires_at: None,
     };
     let key = call.server.state.save_key(key).await?;
     Ok(Reply::created(json!({
@@ -79,7 +81,13 @@ pub async fn revoke(call: &Call<'_>) -> ApiResult {
         .map(|k| k.value().clone())
         .filter(|k| k.org_id == who.org_id && k.revoked_at.is_none())
         .ok_or(ApiError::NotFound("api key"))?;
-    super::mfa::require(call).await?;
+    let rights = Rights::of_key(state, &key);
+    rights.check(who)?;
+    // Taking a leaked narrower key of one's own out of use is never held up by MFA: the MFA gate
+    // protects the stronger credential, which is the one acting here.
+    if !rights.strictly_weaker_own(who) {
+        super::mfa::require(call).await?;
+    }
     let mut revoked = key.as_ref().clone();
     revoked.revoked_at = Some(Utc::now());
     state.save_key(revoked).await?;
@@ -111,6 +119,9 @@ fn key_of_org(call: &Call<'_>) -> Result<std::sync::Arc<ApiKey>, ApiError> {
               (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn rotate(call: &Call<'_>) -> ApiResult {
     let old = key_of_org(call)?;
+    // The new key copies the old key's holder and scopes: only a caller entitled to those may
+    // mint it.
+    Rights::of_key(&call.server.state, &old).check(call.who()?)?;
     let body: RotateKey = call.json()?;
     if !(0..=720).contains(&body.grace_period_hours) {
         return Err(ApiError::validation("grace_period_hours", "must be between 0 and 720"));
@@ -129,12 +140,13 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
         created_at: now,
         revoked_at: None,
         declared: false,
+        retires_at: None,
         ..old.as_ref().clone()
     };
     let grace_end = now + chrono::Duration::hours(body.grace_period_hours);
     let mut retiring = old.as_ref().clone();
     // The old key stops at the end of the grace period (or its own expiry, if sooner).
-    retiring.expires_at = Some(retiring.expires_at.map_or(grace_end, |e| e.min(grace_end)));
+    retiring.retires_at = Some(retiring.retires_at.map_or(grace_end, |e| e.min(grace_end)));
     let new = state.save_key(new).await?;
     state.save_key(retiring).await?;
     Ok(Reply::created(json!({

@@ -1,8 +1,15 @@
-//! `/auth/mfa/*`: TOTP enrolment, activation, and the challenge answer that yields an MFA token.
+//! `/auth/mfa/*`: TOTP enrolment, activation, disabling, an owner's reset of another user's
+//! MFA, and the challenge answer that yields an MFA token.
+//!
+//! Enrolling, activating and disabling change how an account is protected, so they take scope
+//! `admin` (a leaked narrow key cannot turn MFA on and keep the seed) and, once MFA is active,
+//! pass the MFA gate. Recovery: a backup code works wherever a code does; an owner resets a
+//! user's MFA (`POST /auth/mfa/reset`, through the owner's own MFA gate); the operator's
+//! `TOOLGATE_ADMIN_KEY` resets any user's MFA without a code.
 
 use super::{ApiResult, Call, Reply};
 use crate::error::ApiError;
-use crate::mfa::MFA_TTL;
+use crate::mfa::{Caller, MFA_TTL};
 use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
@@ -22,12 +29,26 @@ pub struct VerifyMfa {
     pub code: String,
 }
 
-fn user_id(call: &Call<'_>) -> Result<String, ApiError> {
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResetMfa {
+    /// The user whose MFA is turned off (same organisation).
+    pub user_id: String,
+}
+
+/// The calling user, who answers for its own MFA; service-account keys have no MFA of their own.
+fn caller<'c>(call: &'c Call<'_>) -> Result<Caller<'c>, ApiError> {
     let who = call.who()?;
-    if !call.server.state.users.contains_key(&who.user_id) {
+    if matches!(who.credential, toolgate_filters::CredentialKind::ServiceAccount { .. })
+        || !call.server.state.users.contains_key(&who.user_id)
+    {
         return Err(ApiError::Forbidden("MFA belongs to users; this credential has none".into()));
     }
-    Ok(who.user_id.clone())
+    Ok(Caller { user_id: &who.user_id, key_id: &who.key_id })
+}
+
+fn user_id(call: &Call<'_>) -> Result<String, ApiError> {
+    caller(call).map(|c| c.user_id.to_string())
 }
 
 #[utoipa::path(post, path = "/v1/auth/mfa/enroll", tag = "auth",
@@ -36,6 +57,7 @@ fn user_id(call: &Call<'_>) -> Result<String, ApiError> {
               (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn enroll(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
+    // While MFA is active, enrolment is refused (409) without changing anything: disable first.
     let account = call.server.state.users.get(&user).map(|u| u.email.clone()).unwrap_or_else(|| user.clone());
     let e = call.server.mfa.enroll(&call.server.state.sealer, &user, &account).await?;
     Ok(Reply::ok(
@@ -48,9 +70,9 @@ pub async fn enroll(call: &Call<'_>) -> ApiResult {
               (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
               (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn activate(call: &Call<'_>) -> ApiResult {
-    let user = user_id(call)?;
+    let who = caller(call)?;
     let body: ActivateMfa = call.json()?;
-    call.server.mfa.activate(&call.server.state.sealer, &user, body.code.trim()).await?;
+    call.server.mfa.activate(&call.server.state.sealer, who, body.code.trim()).await?;
     Ok(Reply::ok(json!({ "active": true })))
 }
 
@@ -59,9 +81,9 @@ pub async fn activate(call: &Call<'_>) -> ApiResult {
               (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
               (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn verify(call: &Call<'_>) -> ApiResult {
-    let user = user_id(call)?;
+    let who = caller(call)?;
     let body: VerifyMfa = call.json()?;
-    let token = call.server.mfa.verify(&call.server.state.sealer, &user, &body.challenge_id, body.code.trim()).await?;
+    let token = call.server.mfa.verify(&call.server.state.sealer, who, &body.challenge_id, body.code.trim()).await?;
     Ok(Reply::ok(json!({ "mfa_token": token, "expires_in": MFA_TTL.as_secs() })))
 }
 
@@ -70,5 +92,48 @@ pub async fn verify(call: &Call<'_>) -> ApiResult {
 pub async fn require(call: &Call<'_>) -> Result<(), ApiError> {
     let who = call.who()?;
     let header = call.headers.get("x-mfa-token").and_then(|v| v.to_str().ok());
-    call.server.mfa.require(&call.server.state.sealer, &who.user_id, header).await
+    let caller = Caller { user_id: &who.user_id, key_id: &who.key_id };
+    call.server.mfa.require(&call.server.state.sealer, caller, header).await
+}
+
+#[utoipa::path(delete, path = "/v1/auth/mfa", tag = "auth",
+    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope),
+              (status = 429, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn disable(call: &Call<'_>) -> ApiResult {
+    let user = user_id(call)?;
+    require(call).await?;
+    if !call.server.mfa.remove(&user).await? {
+        return Err(ApiError::NotFound("MFA enrolment"));
+    }
+    Ok(Reply::message("MFA disabled"))
+}
+
+#[utoipa::path(post, path = "/v1/auth/mfa/reset", tag = "auth", request_body = ResetMfa,
+    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
+              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
+              (status = 404, body = crate::api::openapi::ErrorEnvelope), (status = 429, body = crate::api::openapi::ErrorEnvelope)))]
+pub async fn reset(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let body: ResetMfa = call.json()?;
+    let state = &call.server.state;
+    let operator = state.operator_key_id.get().is_some_and(|id| *id == who.key_id);
+    if !operator && who.role != toolgate_filters::Role::Owner {
+        return Err(ApiError::Forbidden("only an owner resets another user's MFA".into()));
+    }
+    // Another organisation's user is not found, unless the operator asks.
+    let target = state
+        .users
+        .get(&body.user_id)
+        .map(|u| u.value().clone())
+        .filter(|u| operator || u.org_id == who.org_id)
+        .ok_or(ApiError::NotFound("user"))?;
+    if !operator {
+        require(call).await?;
+    }
+    if !call.server.mfa.remove(&target.id).await? {
+        return Err(ApiError::NotFound("MFA enrolment"));
+    }
+    tracing::warn!(user = target.id, by = who.key_id, operator, "MFA reset");
+    Ok(Reply::message(format!("MFA of user {} reset", target.id)))
 }

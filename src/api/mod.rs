@@ -4,6 +4,7 @@
 pub mod account;
 pub mod apps;
 pub mod auth;
+pub mod authority;
 pub mod gateways;
 pub mod keys;
 pub mod limits;
@@ -51,6 +52,8 @@ pub enum Endpoint {
     MfaEnroll,
     MfaActivate,
     MfaVerify,
+    Mfa,
+    MfaReset,
     OpenApi,
 }
 
@@ -81,6 +84,8 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/auth/mfa/enroll", Endpoint::MfaEnroll),
     ("/auth/mfa/activate", Endpoint::MfaActivate),
     ("/auth/mfa/verify", Endpoint::MfaVerify),
+    ("/auth/mfa", Endpoint::Mfa),
+    ("/auth/mfa/reset", Endpoint::MfaReset),
     ("/openapi.json", Endpoint::OpenApi),
 ];
 
@@ -108,7 +113,11 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         }
         (E::Sessions, "GET") | (E::Session, "GET") | (E::Session, "DELETE") => Scope(crate::api::Scope::SessionsManage),
         (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
-        (E::MfaEnroll, "POST") | (E::MfaActivate, "POST") | (E::MfaVerify, "POST") => AnyCredential,
+        // Answering a challenge needs the code, not rights; changing MFA is account security.
+        (E::MfaVerify, "POST") => AnyCredential,
+        (E::MfaEnroll, "POST") | (E::MfaActivate, "POST") | (E::Mfa, "DELETE") | (E::MfaReset, "POST") => {
+            Scope(crate::api::Scope::Admin)
+        }
         (E::ApiKeys, "POST") | (E::ApiKey, "DELETE") | (E::ApiKeyRotate, "POST") | (E::ApiKeyUsage, "GET") => {
             Scope(crate::api::Scope::Admin)
         }
@@ -336,6 +345,8 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::MfaEnroll, "POST") => mfa::enroll(&call).await,
         (E::MfaActivate, "POST") => mfa::activate(&call).await,
         (E::MfaVerify, "POST") => mfa::verify(&call).await,
+        (E::Mfa, "DELETE") => mfa::disable(&call).await,
+        (E::MfaReset, "POST") => mfa::reset(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),
     }

@@ -85,7 +85,7 @@ impl Modify for Security {
         super::account::update_security, super::account::add_whitelist,
         super::limits::status, super::limits::report,
         super::auth::verify, super::auth::debug,
-        super::mfa::enroll, super::mfa::activate, super::mfa::verify,
+        super::mfa::enroll, super::mfa::activate, super::mfa::verify, super::mfa::disable, super::mfa::reset,
     ),
     components(schemas(Envelope, MessageEnvelope, ErrorEnvelope, ErrorObject, Meta)),
     security(("bearer" = []), ("api_key_query" = [])),

@@ -80,6 +80,8 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
         .map(|a| a.value().clone())
         .filter(|a| a.org_id == who.org_id)
         .ok_or(ApiError::NotFound("service account"))?;
+    // The key acts as the account, within its creator's role: the caller must hold those rights.
+    super::authority::Rights::of_service_account(&call.server.state, &a).check(who)?;
     let body: CreateServiceAccountKey = call.json()?;
     let name = super::display_name("name", &body.name)?;
     let expires_at = match body.expires_in_days {
@@ -105,6 +107,7 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
             gateway_id: None,
             service_account_id: Some(a.id.clone()),
             declared: false,
+            retires_at: None,
         })
         .await?;
     Ok(Reply::created(json!({

@@ -71,6 +71,9 @@ pub struct JwtConfig {
     pub jwks_url: Option<String>,
     /// How often the JWKS file and URL are re-read.
     pub refresh_secs: u64,
+    /// Longest accepted token life (`exp - iat`, or `exp - now` without `iat`): a leaked
+    /// long-lived token stays useful for at most this long.
+    pub max_lifetime_secs: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +171,16 @@ impl AppConfig {
             AppUpstream::Builtin(b) => format!("builtin:{b}"),
         }
     }
+
+    /// What a tenant is told of the upstream: its kind, not its address or command line, which
+    /// describe the operator's network and hosts.
+    pub fn base_url_for_tenants(&self) -> String {
+        match &self.upstream {
+            AppUpstream::Url(_) => "remote".into(),
+            AppUpstream::Command { .. } => "stdio".into(),
+            AppUpstream::Builtin(b) => format!("builtin:{b}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -231,6 +244,11 @@ pub struct McpConfig {
     pub max_stdio_processes: usize,
     /// Page size of `tools/list` and the other list methods.
     pub page_size: usize,
+    /// How long an ended or expired session stays readable before it is removed.
+    pub session_retention: Duration,
+    /// Caps on live sessions, so that clients cannot grow memory and the store without bound.
+    pub max_sessions_per_key: usize,
+    pub max_sessions_per_org: usize,
 }
 
 impl Config {

@@ -41,6 +41,9 @@ struct RawJwt {
     jwks_file: Option<String>,
     jwks_url: Option<String>,
     refresh_secs: Option<u64>,
+    max_lifetime_secs: Option<u64>,
+    #[serde(default)]
+    insecure_skip_issuer_audience: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,6 +172,9 @@ struct RawMcp {
     allowed_origins: Vec<String>,
     max_stdio_processes: Option<usize>,
     page_size: Option<usize>,
+    session_retention_secs: Option<u64>,
+    max_sessions_per_key: Option<usize>,
+    max_sessions_per_organization: Option<usize>,
 }
 
 fn is_id(s: &str) -> bool {
@@ -432,9 +438,18 @@ impl RawConfig {
             allowed_origins: m.allowed_origins,
             max_stdio_processes: m.max_stdio_processes.unwrap_or(16),
             page_size: m.page_size.unwrap_or(100),
+            session_retention: Duration::from_secs(m.session_retention_secs.unwrap_or(300)),
+            max_sessions_per_key: m.max_sessions_per_key.unwrap_or(1000),
+            max_sessions_per_org: m.max_sessions_per_organization.unwrap_or(10_000),
         };
         if mcp.page_size == 0 {
             return Err(invalid("mcp.page_size", "must be at least 1"));
+        }
+        if mcp.max_sessions_per_key == 0 {
+            return Err(invalid("mcp.max_sessions_per_key", "must be at least 1"));
+        }
+        if mcp.max_sessions_per_org == 0 {
+            return Err(invalid("mcp.max_sessions_per_organization", "must be at least 1"));
         }
 
         let jwt = match self.jwt {
@@ -442,6 +457,10 @@ impl RawConfig {
             Some(j) => {
                 if j.keys.is_empty() && j.jwks_file.is_none() && j.jwks_url.is_none() {
                     return Err(invalid("jwt", "needs keys, jwks_file or jwks_url"));
+                }
+                let max_lifetime_secs = j.max_lifetime_secs.unwrap_or(86_400);
+                if max_lifetime_secs == 0 {
+                    return Err(invalid("jwt.max_lifetime_secs", "must be at least 1"));
                 }
                 if let Some(u) = &j.jwks_url {
                     if url::Url::parse(u).map(|u| !matches!(u.scheme(), "http" | "https")).unwrap_or(true) {
@@ -460,12 +479,26 @@ impl RawConfig {
                     jwks_file: j.jwks_file.map(PathBuf::from),
                     jwks_url: j.jwks_url,
                     refresh_secs: j.refresh_secs.unwrap_or(300).max(10),
+                    max_lifetime_secs,
                 };
                 // Keys that cannot be read stop the start (and `check-config`), naming the field.
                 if let Err(e) = crate::jwt::JwtVerifier::new(cfg.clone()) {
                     let text = e.to_string();
                     let (field, message) = text.split_once(": ").unwrap_or(("jwt", &text));
                     return Err(invalid(field, message));
+                }
+                // A token minted by any party that holds a trusted key, for any audience, would
+                // otherwise be accepted: production binds tokens to one issuer and audience.
+                if environment == Environment::Production
+                    && !j.insecure_skip_issuer_audience
+                    && (cfg.issuer.is_none() || cfg.audience.is_none())
+                {
+                    let field = if cfg.issuer.is_none() { "jwt.issuer" } else { "jwt.audience" };
+                    return Err(invalid(
+                        field,
+                        "is required in production (set jwt.issuer and jwt.audience, or \
+                         jwt.insecure_skip_issuer_audience: true to accept any)",
+                    ));
                 }
                 Some(cfg)
             }

@@ -22,8 +22,11 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 
 impl EmbeddedStore {
     pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| backend(format!("{}: {e}", dir.display())))?;
-        let conn = Connection::open(dir.join("toolgate.sqlite3")).map_err(backend)?;
+        let io = |p: &Path, e: std::io::Error| backend(format!("{}: {e}", p.display()));
+        create_private_dir(dir).map_err(|e| io(dir, e))?;
+        let file = dir.join("toolgate.sqlite3");
+        create_private_file(&file).map_err(|e| io(&file, e))?;
+        let conn = Connection::open(&file).map_err(backend)?;
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;
              PRAGMA synchronous=FULL;
@@ -51,6 +54,34 @@ impl EmbeddedStore {
             .await
             .map_err(|e| backend(format!("store task failed: {e}")))?
     }
+}
+
+/// The store holds key hashes, sealed credentials and the request log: only the owner may read
+/// it. A directory toolgate makes is 0700; one that exists keeps its mode (it may be shared).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Creates the database file owner-only (SQLite gives its `-wal` and `-shm` files the database
+/// file's mode), and takes group and other rights away from one made by an older version.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    let mode = f.metadata()?.permissions().mode();
+    if mode & 0o077 != 0 {
+        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+        for suffix in ["-wal", "-shm"] {
+            let side = path.with_file_name(format!("toolgate.sqlite3{suffix}"));
+            if side.exists() {
+                std::fs::set_permissions(&side, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One transaction of log rows.

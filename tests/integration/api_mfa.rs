@@ -42,14 +42,14 @@ fn key(u: &str) -> &'static str {
     fx().keys[u].as_str()
 }
 
-fn totp(secret: &str) -> TOTP {
+pub(crate) fn totp(secret: &str) -> TOTP {
     let bytes = Secret::Encoded(secret.to_string()).to_bytes().expect("base32 secret");
     TOTP::new_unchecked(Algorithm::SHA1, 6, 1, 30, bytes, None, String::new())
 }
 
 /// The current 30-second step, waiting for the next one if this one is about to end (so that a
 /// code computed now is still current when the server checks it).
-fn step_now() -> u64 {
+pub(crate) fn step_now() -> u64 {
     let now = unix_now();
     if now % 30 >= 27 {
         std::thread::sleep(std::time::Duration::from_secs(30 - now % 30));
@@ -57,12 +57,12 @@ fn step_now() -> u64 {
     unix_now() / 30
 }
 
-fn code_at(t: &TOTP, step: u64) -> String {
+pub(crate) fn code_at(t: &TOTP, step: u64) -> String {
     t.generate(step * 30)
 }
 
 /// A code that is not valid at any step near now.
-fn wrong_code(t: &TOTP, step: u64) -> String {
+pub(crate) fn wrong_code(t: &TOTP, step: u64) -> String {
     let near: Vec<String> = (step - 2..=step + 2).map(|s| code_at(t, s)).collect();
     (0..).map(|i| format!("{:06}", (123_457 + i * 7919) % 1_000_000)).find(|c| !near.contains(c)).unwrap()
 }
@@ -218,7 +218,18 @@ fn every_protected_action_requires_mfa() {
     };
     let (_t, backup, _) = enable(u, 0);
     // Not protected: reading, creating.
-    let (victim, victim_key) = mk_key();
+    // A key as strong as the caller's: revoking one's own strictly weaker key is never gated
+    // (tests/integration/security_mfa.rs), revoking an equal one is.
+    let (victim, victim_key) = {
+        let r = srv.api(
+            "POST",
+            "/v1/api-keys",
+            Some(k),
+            Some(json!({ "name": format!("p-{}", random_alnum(6)), "scopes": ["*"] })),
+        );
+        let d = ok(&r, 201);
+        (d["id"].as_str().unwrap().to_string(), d["key"].as_str().unwrap().to_string())
+    };
     let (rotated, rotated_key) = mk_key();
     let gw = gateway(u);
 

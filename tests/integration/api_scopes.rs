@@ -48,9 +48,12 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/metrics/rate-limits", Scope("logs:read")),
     ("GET", "/auth/verify", Any),
     ("GET", "/auth/debug", Any),
-    ("POST", "/auth/mfa/enroll", Any),
-    ("POST", "/auth/mfa/activate", Any),
+    // Turning MFA on or off is account security (a leaked narrow key must not take it over).
+    ("POST", "/auth/mfa/enroll", Scope("admin")),
+    ("POST", "/auth/mfa/activate", Scope("admin")),
     ("POST", "/auth/mfa/verify", Any),
+    ("DELETE", "/auth/mfa", Scope("admin")),
+    ("POST", "/auth/mfa/reset", Scope("admin")),
     ("GET", "/openapi.json", Public),
 ];
 
@@ -90,6 +93,7 @@ fn body(method: &str, path: &str, n: usize) -> Option<Value> {
         ("POST", "/account/whitelist") => json!({ "ip": format!("10.77.0.{}", n % 250) }),
         ("POST", "/auth/mfa/activate") => json!({ "code": "000000" }),
         ("POST", "/auth/mfa/verify") => json!({ "challenge_id": "mfa_ch_nope", "code": "000000" }),
+        ("POST", "/auth/mfa/reset") => json!({ "user_id": "usr_viewer_s" }),
         ("POST", _) | ("PATCH", _) => json!({}),
         _ => return None,
     })

@@ -151,3 +151,48 @@ fn keys_from_a_jwks_file_and_a_jwks_url() {
     let unknown = sign(Some("nope"), claims(&["gateways:read"]), "test_rsa_private.pem");
     assert_eq!(srv.api("GET", "/v1/gateways", Some(&unknown), None).status, 401);
 }
+
+/// In production a JWT section binds tokens to one issuer and audience, or says explicitly that
+/// it does not (security issue, low: tokens of any issuer for any audience were accepted).
+#[test]
+fn production_requires_issuer_and_audience() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = fixture("test_rsa_public.pem");
+    let check = |jwt: &str| {
+        let cfg = dir.path().join("c.yaml");
+        std::fs::write(&cfg, format!("jwt:\n  keys:\n    - {{ kid: k, pem_file: {} }}\n{jwt}", pem.display())).unwrap();
+        let out = std::process::Command::new(TestServer::binary()).arg("check-config").arg(&cfg).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (ok, err) = check("");
+    assert!(!ok && err.contains("jwt.issuer"), "no issuer in production: {err}");
+    let (ok, err) = check("  issuer: https://idp.test\n");
+    assert!(!ok && err.contains("jwt.audience"), "no audience in production: {err}");
+    let (ok, err) = check("  issuer: https://idp.test\n  audience: toolgate\n");
+    assert!(ok, "both set: {err}");
+    let (ok, err) = check("  insecure_skip_issuer_audience: true\n");
+    assert!(ok, "explicitly disabled: {err}");
+    let (ok, err) = check("  issuer: https://idp.test\n  audience: toolgate\n  max_lifetime_secs: 0\n");
+    assert!(!ok && err.contains("jwt.max_lifetime_secs"), "{err}");
+}
+
+/// A token living longer than `jwt.max_lifetime_secs` (default one day) is refused, whether it
+/// says when it was issued or not.
+#[test]
+fn token_lifetime_is_capped() {
+    let srv = TestServer::start(&format!(
+        "organizations:\n  - {{ id: org_jwt, name: JWT Inc, tier: free }}\n\
+         users:\n  - {{ id: usr_dev, email: dev@jwt.test, name: Dev, role: developer, organization: org_jwt }}\n\
+         jwt:\n  max_lifetime_secs: 3600\n  keys:\n    - {{ kid: test, pem_file: {} }}\n",
+        fixture("test_rsa_public.pem").display()
+    ));
+    let token = |claims: Value| sign(Some("test"), claims, "test_rsa_private.pem");
+    let within = token(json!({ "sub": "usr_dev", "iat": now(), "exp": now() + 3000 }));
+    assert_eq!(srv.api("GET", "/v1/user", Some(&within), None).status, 200);
+    let long = token(json!({ "sub": "usr_dev", "iat": now(), "exp": now() + 7200 }));
+    let r = srv.api("GET", "/v1/user", Some(&long), None);
+    assert_eq!((r.status, r.error_code()), (401, "UNAUTHORIZED"), "a two-hour token: {r:?}");
+    let no_iat = token(json!({ "sub": "usr_dev", "exp": now() + 30 * 86_400 }));
+    let r = srv.api("GET", "/v1/user", Some(&no_iat), None);
+    assert_eq!((r.status, r.error_code()), (401, "UNAUTHORIZED"), "a month-long token without iat: {r:?}");
+}
