@@ -5,8 +5,8 @@ use crate::api::gateways::GatewayMetrics;
 use crate::error::ApiError;
 use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, RawJson, Response};
-use crate::mcp::sessions::Sessions;
+use crate::mcp::jsonrpc::{self, Id, RawJson, Response};
+use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;
 use crate::mcp::upstream::{AppNotice, CallContext, NoticeKind};
 use crate::mfa::Mfa;
@@ -15,7 +15,6 @@ use crate::reqlog::{RequestLog, Urgency};
 use crate::state::State;
 use crate::store::{LogQuery, StoreError};
 use dashmap::DashMap;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
@@ -48,7 +47,21 @@ pub struct Server {
 
 impl Server {
     pub async fn new(state: Arc<State>, limiter: RateLimit) -> Result<Server, StoreError> {
-        let sessions = Sessions::load(state.store.clone(), state.config.mcp.session_idle_timeout).await?;
+        let m = &state.config.mcp;
+        let limits = SessionLimits {
+            idle_timeout: m.session_idle_timeout,
+            retention: m.session_retention,
+            per_key: m.max_sessions_per_key,
+            per_org: m.max_sessions_per_org,
+        };
+        let sessions = Sessions::load(state.store.clone(), limits).await?;
+        // Keys revoked and gateways deleted while the process was down (or before their sessions
+        // were written ended) end their sessions now.
+        let ended = sessions.end_where(|s| !state.gateways.contains_key(&s.gateway_id));
+        let ended = ended + sessions.end_of_unusable_keys(|key| credential_usable(&state, key));
+        if ended > 0 {
+            tracing::info!(sessions = ended, "ended MCP sessions of deleted gateways or unusable keys");
+        }
         Ok(Server {
             apps: AppClients::new(state.clone()),
             reqlog: RequestLog::new(state.store.clone()),
@@ -98,9 +111,25 @@ impl Server {
         }
     }
 
-    /// A gateway's configuration, apps or allowed tools changed.
+    /// A gateway's configuration, apps or allowed tools changed, or it was deleted: then its
+    /// sessions end and its open GET streams close.
     pub fn gateway_changed(&self, gateway_id: &str) {
         self.notify_changed(gateway_id);
+        if !self.state.gateways.contains_key(gateway_id) {
+            self.sessions.end_where(|s| s.gateway_id == gateway_id);
+            // Streams that were not told by their session's end see the channel close.
+            self.streams.remove(gateway_id);
+        }
+    }
+
+    /// Ends the sessions (and so closes the GET streams) of keys that can no longer be used:
+    /// revoked, expired, retired by a rotation, or deleted with their gateway. Cheap: reads only
+    /// the keys that have live sessions; run at every flush, so a stream closes within one.
+    pub fn end_sessions_of_unusable_keys(&self) {
+        let n = self.sessions.end_of_unusable_keys(|key| credential_usable(&self.state, key));
+        if n > 0 {
+            tracing::info!(sessions = n, "ended MCP sessions of revoked or expired keys");
+        }
     }
 
     /// What an app announced: a list change makes the gateways that include it (the owner's, or
@@ -162,7 +191,7 @@ impl Server {
     }
 
     /// Remembers which app sent a server->client request, so the client's answer goes back to it.
-    pub fn remember_relayed(&self, session_id: &str, id: &Value, app_id: &str, org_id: &str) {
+    pub fn remember_relayed(&self, session_id: &str, id: &Id, app_id: &str, org_id: &str) {
         self.relayed.insert((session_id.to_string(), id.to_string()), (org_id.to_string(), app_id.to_string()));
     }
 
@@ -236,6 +265,8 @@ impl pingora::services::background::BackgroundService for Flusher {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         let mut tick = tokio::time::interval(self.period);
         let mut last_sweep = Instant::now();
+        let mut last_session_sweep = Instant::now();
+        let session_sweep = self.server.sessions.limits().sweep_period();
         let mut last_jwt_refresh: Option<Instant> = None;
         let mut notices = self.server.apps.take_notices();
         loop {
@@ -246,6 +277,17 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
             // Idle rate-limit buckets are dropped so memory follows active callers only, and idle
             // upstream connections past their time are closed.
+            self.server.end_sessions_of_unusable_keys();
+            // Expired and ended sessions leave memory here; their store records are deleted by a
+            // task of their own (one durable write each), so flushes never wait for them.
+            if last_session_sweep.elapsed() >= session_sweep {
+                self.server.sessions.sweep();
+                if self.server.sessions.claim_deletion() {
+                    let server = self.server.clone();
+                    tokio::spawn(async move { server.sessions.delete_removed().await });
+                }
+                last_session_sweep = Instant::now();
+            }
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();
                 self.server.quotas.sweep();
@@ -270,6 +312,15 @@ impl pingora::services::background::BackgroundService for Flusher {
         self.server.flush(Urgency::Now).await;
         self.server.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "flushed and stopped apps");
+    }
+}
+
+/// Whether the credential a session is bound to still works. JWT callers (`jwt:<user>`) have no
+/// key record to revoke; their tokens expire on their own.
+fn credential_usable(state: &State, key_id: &str) -> bool {
+    match state.keys.get(key_id) {
+        Some(k) => k.unusable(chrono::Utc::now()).is_none(),
+        None => key_id.starts_with("jwt:"),
     }
 }
 

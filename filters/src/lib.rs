@@ -76,7 +76,8 @@ pub struct FilterContext {
     /// The bucket and cost this request was charged, so a handler can charge more to the same
     /// bucket (a batch's per-operation cost) with [`RateLimit::charge_extra`].
     pub rate_limit: Option<rate_limit::Charge>,
-    /// The caller's in-flight slot; the `concurrent` cap counts it until this is dropped.
+    /// The caller's in-flight slot; the `concurrent` cap counts it until this is dropped. A
+    /// gateway's GET (listening) stream takes none: it is not a request in flight.
     pub concurrency: Option<ConcurrencyGuard>,
 }
 

@@ -39,16 +39,12 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     };
     let gateway = call.query("gateway_id");
     let client = call.query("client_type");
-    let mut sessions: Vec<McpSession> = call
-        .server
-        .sessions
-        .all()
-        .into_iter()
-        .filter(|s| s.org_id == who.org_id)
-        .filter(|s| gateway.is_none_or(|g| s.gateway_id == g))
-        .filter(|s| client.is_none_or(|c| client_matches(&s.client_type, c)))
-        .filter(|s| active.is_none_or(|a| (call.server.sessions.status_of(s) == "active") == a))
-        .collect();
+    // The organisation's own index: no other organisation's session is read or copied.
+    let mut sessions: Vec<McpSession> = call.server.sessions.of_org(&who.org_id, |s| {
+        gateway.is_none_or(|g| s.gateway_id == g)
+            && client.is_none_or(|c| client_matches(&s.client_type, c))
+            && active.is_none_or(|a| (call.server.sessions.status_of(s) == "active") == a)
+    });
     sessions.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.id.cmp(&b.id)));
     let total = sessions.len();
     let items: Vec<Value> = super::page_of(sessions, page, limit).iter().map(|s| view(call, s)).collect();

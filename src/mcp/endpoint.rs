@@ -6,7 +6,8 @@
 
 use crate::error::ApiError;
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
+use crate::mcp::sessions::CreateError;
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::model::{ClientCapabilities, Gateway, McpSession};
 use crate::proxy::{response_head, Proxy, RequestCtx};
@@ -35,6 +36,8 @@ pub const NOT_INITIALIZED: i64 = -32000;
 pub const SESSION_NOT_FOUND: i64 = -32001;
 /// MCP 2026-07-28 `UNSUPPORTED_PROTOCOL_VERSION`, answered to `server/discover` (see `post`).
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// JSON-RPC code of a refusal over a limit (HTTP 429): a rate limit, or too many sessions.
+pub const LIMIT_EXCEEDED: i64 = -32029;
 /// How often an idle GET stream gets a keep-alive comment.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -92,7 +95,7 @@ fn session_id(session: &Session) -> Option<String> {
     None
 }
 
-fn rpc_error_body(id: &Value, code: i64, message: &str) -> Vec<u8> {
+fn rpc_error_body(id: &Id, code: i64, message: &str) -> Vec<u8> {
     jsonrpc::error_bytes(id, code, message, None)
 }
 
@@ -102,7 +105,7 @@ async fn reply_error(
     session: &mut Session,
     ctx: &mut RequestCtx,
     status: u16,
-    id: &Value,
+    id: &Id,
     code: i64,
     message: &str,
 ) -> pingora::Result<()> {
@@ -125,11 +128,11 @@ async fn reply_api_error(
         401 | 403 => -32001,
         404 => SESSION_NOT_FOUND,
         413 => jsonrpc::INVALID_REQUEST,
-        429 => -32029,
+        429 => LIMIT_EXCEEDED,
         _ => jsonrpc::INTERNAL_ERROR,
     };
     let data = json!({ "code": err.code() });
-    let body = jsonrpc::error_bytes(&Value::Null, code, &err.to_string(), Some(&data));
+    let body = jsonrpc::error_bytes(&Id::NULL, code, &err.to_string(), Some(&data));
     proxy.respond(session, ctx, err.status(), "application/json", body, &extra).await
 }
 
@@ -142,8 +145,12 @@ async fn quota_exceeded(
     what: &str,
 ) -> pingora::Result<()> {
     let data = json!({ "code": "RATE_LIMITED", "retry_after": retry_after });
-    let body =
-        jsonrpc::error_bytes(&Value::Null, -32029, &format!("{what} exceeded; retry in {retry_after} s"), Some(&data));
+    let body = jsonrpc::error_bytes(
+        &Id::NULL,
+        LIMIT_EXCEEDED,
+        &format!("{what} exceeded; retry in {retry_after} s"),
+        Some(&data),
+    );
     let extra = [(http::header::RETRY_AFTER, HeaderValue::from(retry_after))];
     proxy.respond(session, ctx, 429, "application/json", body, &extra).await
 }
@@ -197,7 +204,7 @@ pub async fn handle(
         Method::DELETE => delete(proxy, session, ctx, &gw, &principal.key_id).await,
         _ => {
             let allow = [(http::header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"))];
-            let body = rpc_error_body(&Value::Null, jsonrpc::INVALID_REQUEST, "Method not allowed");
+            let body = rpc_error_body(&Id::NULL, jsonrpc::INVALID_REQUEST, "Method not allowed");
             proxy.respond(session, ctx, 405, "application/json", body, &allow).await
         }
     }
@@ -210,7 +217,7 @@ async fn require_session(
     ctx: &mut RequestCtx,
     gw: &Gateway,
     key_id: &str,
-    id: &Value,
+    id: &Id,
 ) -> pingora::Result<Option<String>> {
     let Some(sid) = session_id(session) else {
         reply_error(
@@ -245,18 +252,18 @@ async fn post(
     let acc = accept(session);
     if !acc.json && !acc.sse {
         let msg = "Not Acceptable: Accept must include application/json (and text/event-stream for streamed replies)";
-        return reply_error(proxy, session, ctx, 406, &Value::Null, NOT_INITIALIZED, msg).await;
+        return reply_error(proxy, session, ctx, 406, &Id::NULL, NOT_INITIALIZED, msg).await;
     }
     let ct = header(session, "content-type").unwrap_or_default();
     if !ct.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json") {
         let msg = "Unsupported Media Type: Content-Type must be application/json";
-        return reply_error(proxy, session, ctx, 415, &Value::Null, NOT_INITIALIZED, msg).await;
+        return reply_error(proxy, session, ctx, 415, &Id::NULL, NOT_INITIALIZED, msg).await;
     }
     let body = match proxy.read_body(session).await {
         Ok(b) => b,
         Err(ApiError::PayloadTooLarge(limit)) => {
             let msg = format!("Request body exceeds the limit of {limit} bytes (server.max_body_bytes)");
-            return reply_error(proxy, session, ctx, 413, &Value::Null, jsonrpc::INVALID_REQUEST, &msg).await;
+            return reply_error(proxy, session, ctx, 413, &Id::NULL, jsonrpc::INVALID_REQUEST, &msg).await;
         }
         Err(e) => return reply_api_error(proxy, session, ctx, e).await,
     };
@@ -264,7 +271,7 @@ async fn post(
         Ok(Incoming::Single(m)) => m,
         Ok(Incoming::Batch(_)) => {
             let msg = "Batch requests are not supported: send one JSON-RPC message per POST";
-            return reply_error(proxy, session, ctx, 400, &Value::Null, jsonrpc::INVALID_REQUEST, msg).await;
+            return reply_error(proxy, session, ctx, 400, &Id::NULL, jsonrpc::INVALID_REQUEST, msg).await;
         }
         Err(e) => {
             let body = e.to_response().to_bytes();
@@ -299,7 +306,7 @@ async fn post(
     }
     let message_id = match &message {
         Message::Request(r) => r.id.clone(),
-        _ => Value::Null,
+        _ => Id::NULL,
     };
     if let Some(v) = header(session, "mcp-protocol-version") {
         if !SUPPORTED_VERSIONS.contains(&v) {
@@ -317,7 +324,7 @@ async fn post(
             request(proxy, session, ctx, gw, &mcp_id, req, acc).await
         }
         Message::Notification(n) => {
-            if require_session(proxy, session, ctx, gw, key_id, &Value::Null).await?.is_none() {
+            if require_session(proxy, session, ctx, gw, key_id, &Id::NULL).await?.is_none() {
                 return Ok(());
             }
             if n.method == "notifications/cancelled" || n.method.starts_with("notifications/roots") {
@@ -326,7 +333,7 @@ async fn post(
             proxy.respond(session, ctx, 202, "application/json", Vec::new(), &[]).await
         }
         Message::Response(r) => {
-            let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else {
+            let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Id::NULL).await? else {
                 return Ok(());
             };
             proxy.server.relay_client_response(&mcp_id, gw, r).await;
@@ -403,8 +410,15 @@ async fn initialize(
         status: "active".into(),
         capabilities: declared_capabilities(params.get("capabilities")),
     };
-    if let Err(e) = proxy.server.sessions.create(mcp.clone()).await {
-        return reply_api_error(proxy, session, ctx, e.into()).await;
+    match proxy.server.sessions.create(mcp.clone()).await {
+        Ok(()) => {}
+        Err(CreateError::Store(e)) => return reply_api_error(proxy, session, ctx, e.into()).await,
+        Err(e @ (CreateError::KeyCap(limit) | CreateError::OrgCap(limit))) => {
+            // Not a rate: no Retry-After, since only an ended or expired session frees a place.
+            let data = json!({ "code": "TOO_MANY_SESSIONS", "limit": limit });
+            let body = jsonrpc::error_bytes(&req.id, LIMIT_EXCEEDED, &e.to_string(), Some(&data));
+            return proxy.respond(session, ctx, 429, "application/json", body, &[]).await;
+        }
     }
     let result = json!({
         "protocolVersion": version,
@@ -760,7 +774,7 @@ fn app_unreachable(e: &UpstreamError) -> bool {
     matches!(e, UpstreamError::Connect(_) | UpstreamError::Spawn(_) | UpstreamError::Exited(_) | UpstreamError::Closed)
 }
 
-fn upstream_error_response(id: &Value, app_id: &str, e: &UpstreamError) -> Response {
+fn upstream_error_response(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
     let code = match e {
         UpstreamError::Timeout { .. } => -32003,
         _ => -32002,
@@ -832,7 +846,7 @@ async fn delete(
     gw: &Arc<Gateway>,
     key_id: &str,
 ) -> pingora::Result<()> {
-    let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
+    let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Id::NULL).await? else { return Ok(()) };
     match proxy.server.sessions.end(&mcp_id).await {
         Ok(_) => proxy.respond(session, ctx, 200, "application/json", Vec::new(), &[]).await,
         Err(e) => reply_api_error(proxy, session, ctx, e.into()).await,
@@ -841,6 +855,10 @@ async fn delete(
 
 /// GET: the server-to-client stream. Carries `notifications/*/list_changed` when the gateway or
 /// one of its apps changes, and keep-alive comments.
+///
+/// A stream is not a request in flight: it holds no `concurrent` slot (the rate-limit filter
+/// takes none for it). It ends as soon as the client goes (read side closed), or its session
+/// ends: DELETE, expiry, its key revoked or its gateway deleted.
 async fn get_stream(
     proxy: &Proxy,
     session: &mut Session,
@@ -850,13 +868,15 @@ async fn get_stream(
 ) -> pingora::Result<()> {
     if !accept(session).sse {
         let msg = "Not Acceptable: Accept must include text/event-stream";
-        return reply_error(proxy, session, ctx, 406, &Value::Null, NOT_INITIALIZED, msg).await;
+        return reply_error(proxy, session, ctx, 406, &Id::NULL, NOT_INITIALIZED, msg).await;
     }
-    let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Value::Null).await? else { return Ok(()) };
+    let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Id::NULL).await? else { return Ok(()) };
+    let Some(mut closed) = proxy.server.sessions.closed(&mcp_id) else { return Ok(()) };
     let mut rx = proxy.server.subscribe(&gw.id);
     start_sse(session, ctx).await?;
     session.write_response_body(Some(Bytes::from_static(b": stream open\n\n")), false).await?;
     loop {
+        let body_done = session.is_body_done();
         let chunk = tokio::select! {
             m = rx.recv() => match m {
                 // Another session's resource update.
@@ -866,10 +886,16 @@ async fn get_stream(
                 Err(_) => break,
             },
             _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
+            // Ended, expired or removed (the sender dropped): the stream ends with it.
+            _ = closed.wait_for(|c| *c) => break,
+            // Waits for the client to close its side (there is no body to read after a GET);
+            // without it a gone client would be noticed only when a write fails, up to two
+            // keep-alives later.
+            read = session.read_body_or_idle(body_done) => match read {
+                Ok(_) => continue,
+                Err(_) => return Ok(()),
+            },
         };
-        if proxy.server.sessions.get(&mcp_id).is_none_or(|s| s.status != "active") {
-            break;
-        }
         if session.write_response_body(Some(chunk), false).await.is_err() {
             return Ok(());
         }

@@ -3,10 +3,10 @@
 //! Every MCP message (client -> gateway, gateway -> upstream, upstream -> gateway) goes through
 //! [`parse`] once and is written back with the `*_bytes` helpers, so both are kept cheap:
 //!
-//! * `id` is kept as the raw [`serde_json::Value`] the peer sent (string or number) so that it is
-//!   echoed back byte-for-byte equal after a round trip through serde_json (`1` stays `1`, `"1"`
-//!   stays `"1"`). JSON-RPC allows `null` ids only in error responses; requests with a `null` id are
-//!   accepted (some clients send them) and answered with `null`.
+//! * `id` is an [`Id`]: the id as the peer wrote it (string or number), echoed back byte for byte
+//!   (`1` stays `1`, `"1"` stays `"1"`, `12345678901234567890123` and `1e3` are not turned into
+//!   floats as a [`serde_json::Value`] would). JSON-RPC allows `null` ids only in error responses;
+//!   requests with a `null` id are accepted (some clients send them) and answered with `null`.
 //! * A response's `result` is [`RawJson`]: the text it arrived in, checked to be JSON but not
 //!   built into a tree. The gateway relays results (often the largest messages: file contents,
 //!   query rows) without looking inside, so a relayed result is copied once instead of parsed into
@@ -90,6 +90,136 @@ impl Serialize for RawJson {
     }
 }
 
+/// A JSON-RPC id: a string, a number or null, written back exactly as the peer wrote it.
+///
+/// Integers that `u64` or `i64` hold and writes back unchanged (the gateway's own ids, and those
+/// of nearly every client) are kept as numbers, without allocating; any other number (beyond 64
+/// bits, with a fraction or an exponent) and every string is kept as its JSON text, since
+/// `serde_json::Value` would write `12345678901234567890123` or `1e3` back as a float.
+#[derive(Clone, Default)]
+pub struct Id(IdRepr);
+
+#[derive(Clone, Default)]
+enum IdRepr {
+    #[default]
+    Null,
+    Unsigned(u64),
+    Signed(i64),
+    Text(Box<RawValue>),
+}
+
+impl Id {
+    pub const NULL: Id = Id(IdRepr::Null);
+
+    /// The id of a message member, or `None` when it is not a string, a number or null.
+    fn from_raw(raw: &RawValue) -> Option<Id> {
+        let text = raw.get();
+        match text.as_bytes().first()? {
+            b'"' => Some(Id(IdRepr::Text(raw.to_owned()))),
+            b'n' => Some(Id::NULL),
+            b'-' | b'0'..=b'9' => {
+                let mut buf = itoa::Buffer::new();
+                if let Some(n) = text.parse::<u64>().ok().filter(|n| buf.format(*n) == text) {
+                    return Some(Id(IdRepr::Unsigned(n)));
+                }
+                if let Some(n) = text.parse::<i64>().ok().filter(|n| buf.format(*n) == text) {
+                    return Some(Id(IdRepr::Signed(n)));
+                }
+                Some(Id(IdRepr::Text(raw.to_owned())))
+            }
+            _ => None,
+        }
+    }
+
+    /// The id when it is an integer that fits a `u64` (the gateway's own ids are).
+    pub fn as_u64(&self) -> Option<u64> {
+        match self.0 {
+            IdRepr::Unsigned(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self.0, IdRepr::Null)
+    }
+
+    /// The id as a tree (a number beyond 64 bits becomes a float: for reading, never for writing
+    /// back).
+    pub fn to_value(&self) -> Value {
+        match &self.0 {
+            IdRepr::Null => Value::Null,
+            IdRepr::Unsigned(n) => Value::from(*n),
+            IdRepr::Signed(n) => Value::from(*n),
+            IdRepr::Text(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+        }
+    }
+}
+
+impl From<u64> for Id {
+    fn from(n: u64) -> Id {
+        Id(IdRepr::Unsigned(n))
+    }
+}
+
+impl From<&str> for Id {
+    fn from(s: &str) -> Id {
+        // A string always serialises.
+        Id(IdRepr::Text(serde_json::value::to_raw_value(s).unwrap_or_else(|_| RawValue::NULL.to_owned())))
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            IdRepr::Null => f.write_str("null"),
+            IdRepr::Unsigned(n) => write!(f, "{n}"),
+            IdRepr::Signed(n) => write!(f, "{n}"),
+            IdRepr::Text(raw) => f.write_str(raw.get()),
+        }
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// The same id: equal text, or the same string written with other escapes.
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        match (&self.0, &other.0) {
+            (IdRepr::Null, IdRepr::Null) => true,
+            (IdRepr::Unsigned(a), IdRepr::Unsigned(b)) => a == b,
+            (IdRepr::Signed(a), IdRepr::Signed(b)) => a == b,
+            (IdRepr::Text(a), IdRepr::Text(b)) => {
+                a.get() == b.get()
+                    || (a.get().starts_with('"')
+                        && b.get().starts_with('"')
+                        && serde_json::from_str::<String>(a.get()).ok() == serde_json::from_str::<String>(b.get()).ok())
+            }
+            _ => false,
+        }
+    }
+}
+
+impl PartialEq<Value> for Id {
+    fn eq(&self, other: &Value) -> bool {
+        self.to_value() == *other
+    }
+}
+
+impl Serialize for Id {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            IdRepr::Null => s.serialize_unit(),
+            IdRepr::Unsigned(n) => s.serialize_u64(*n),
+            IdRepr::Signed(n) => s.serialize_i64(*n),
+            IdRepr::Text(raw) => raw.serialize(s),
+        }
+    }
+}
+
 /// Invalid JSON was received (JSON-RPC 2.0).
 pub const PARSE_ERROR: i64 = -32700;
 /// The JSON sent is not a valid Request object (JSON-RPC 2.0).
@@ -169,7 +299,7 @@ impl fmt::Display for ErrorObject {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// String or number (or `null`, tolerated), echoed back as received.
-    pub id: Value,
+    pub id: Id,
     pub method: String,
     /// An object or an array, as its text: relayed as it came; read with [`RawJson::read`] or
     /// [`RawJson::to_value`].
@@ -187,22 +317,22 @@ pub struct Notification {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Response {
     /// `null` only for errors about a request whose id could not be read.
-    pub id: Value,
+    pub id: Id,
     pub outcome: Result<RawJson, ErrorObject>,
 }
 
 impl Response {
-    pub fn success(id: Value, result: Value) -> Self {
+    pub fn success(id: Id, result: Value) -> Self {
         Self { id, outcome: Ok(RawJson::from_value(&result)) }
     }
 
-    pub fn error(id: Value, error: ErrorObject) -> Self {
+    pub fn error(id: Id, error: ErrorObject) -> Self {
         Self { id, outcome: Err(error) }
     }
 
     /// The same response for another id (the gateway swaps its own upstream-facing id for the
     /// client's one).
-    pub fn with_id(mut self, id: Value) -> Self {
+    pub fn with_id(mut self, id: Id) -> Self {
         self.id = id;
         self
     }
@@ -283,7 +413,7 @@ impl Serialize for Message {
 /// `INVALID_REQUEST` error carrying `id` (null when no usable id was present).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvalidMessage {
-    pub id: Value,
+    pub id: Id,
     pub reason: String,
 }
 
@@ -316,7 +446,7 @@ impl ParseError {
     /// The error response to send back for this parse failure.
     pub fn to_response(&self) -> Response {
         match self {
-            ParseError::Parse(_) => Response::error(Value::Null, ErrorObject::parse_error()),
+            ParseError::Parse(_) => Response::error(Id::NULL, ErrorObject::parse_error()),
             ParseError::Invalid(inv) => inv.to_response(),
         }
     }
@@ -392,16 +522,13 @@ pub fn parse(bytes: &[u8]) -> Result<Incoming, ParseError> {
         Ok(Raw::One(env)) => classify(env).map(Incoming::Single).map_err(ParseError::Invalid),
         Ok(Raw::Many(items)) => {
             if items.is_empty() {
-                return Err(ParseError::Invalid(InvalidMessage { id: Value::Null, reason: "empty batch".into() }));
+                return Err(ParseError::Invalid(InvalidMessage { id: Id::NULL, reason: "empty batch".into() }));
             }
             Ok(Incoming::Batch(items.into_iter().map(batch_item).collect()))
         }
         Err(e) if e.is_data() => {
             // Valid JSON of the wrong shape: a scalar at top level, or a member repeated.
-            Err(ParseError::Invalid(InvalidMessage {
-                id: Value::Null,
-                reason: "expected a JSON object or array".into(),
-            }))
+            Err(ParseError::Invalid(InvalidMessage { id: Id::NULL, reason: "expected a JSON object or array".into() }))
         }
         Err(e) => Err(ParseError::Parse(e.to_string())),
     }
@@ -413,7 +540,7 @@ pub fn parse_message(bytes: &[u8]) -> Result<Message, ParseError> {
     match parse(bytes)? {
         Incoming::Single(m) => Ok(m),
         Incoming::Batch(_) => {
-            Err(ParseError::Invalid(InvalidMessage { id: Value::Null, reason: "batch not allowed here".into() }))
+            Err(ParseError::Invalid(InvalidMessage { id: Id::NULL, reason: "batch not allowed here".into() }))
         }
     }
 }
@@ -424,25 +551,28 @@ fn batch_item(item: &RawValue) -> Result<Message, InvalidMessage> {
     let env = item.get().starts_with('{').then(|| serde_json::from_str::<Envelope>(item.get()).ok()).flatten();
     match env {
         Some(env) => classify(env),
-        None => Err(InvalidMessage { id: Value::Null, reason: "batch element is not an object".into() }),
+        None => Err(InvalidMessage { id: Id::NULL, reason: "batch element is not an object".into() }),
     }
-}
-
-fn valid_id(id: &Value) -> bool {
-    matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
 }
 
 fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
-    // The id as a tree: numbers and strings are all an id may be, and both are echoed back as
-    // they came (serde_json keeps `1` and `1.5` apart and u64 ids whole). One nested too deep to
-    // read is as invalid as any other object, not a null id.
-    let id = env
-        .id
-        .map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap_or_else(|_| Value::Object(Default::default())));
+    // Numbers, strings and null are all an id may be (`Some(None)`: present, but something
+    // else); each is echoed back as its text came.
+    let id: Option<Option<Id>> = env.id.map(Id::from_raw);
     // The id to put on an error about this message: only a well-formed one is echoed.
-    fn invalid(id: Option<&Value>, reason: &str) -> InvalidMessage {
-        InvalidMessage { id: id.filter(|id| valid_id(id)).cloned().unwrap_or(Value::Null), reason: reason.to_string() }
+    fn invalid(id: Option<&Id>, reason: &str) -> InvalidMessage {
+        InvalidMessage { id: id.cloned().unwrap_or(Id::NULL), reason: reason.to_string() }
     }
+    if let Some(None) = id {
+        let reason = match env.jsonrpc {
+            Some(v) if v.get() == "\"2.0\"" || serde_json::from_str::<String>(v.get()).is_ok_and(|v| v == VERSION) => {
+                "\"id\" must be a string or a number"
+            }
+            _ => "\"jsonrpc\" must be \"2.0\"",
+        };
+        return Err(invalid(None, reason));
+    }
+    let id = id.flatten();
 
     match env.jsonrpc {
         // The usual spelling is compared as text; an escaped one is read as a string.
@@ -450,11 +580,6 @@ fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
         Some(v) if serde_json::from_str::<String>(v.get()).is_ok_and(|v| v == VERSION) => {}
         Some(_) => return Err(invalid(id.as_ref(), "\"jsonrpc\" must be \"2.0\"")),
         None => return Err(invalid(id.as_ref(), "missing \"jsonrpc\": \"2.0\"")),
-    }
-    if let Some(id) = &id {
-        if !valid_id(id) {
-            return Err(invalid(None, "\"id\" must be a string or a number"));
-        }
     }
 
     if let Some(method) = env.method {
@@ -509,14 +634,14 @@ pub(crate) fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` (a [`Value`] or [`RawJson`]).
-pub fn response_bytes<T: Serialize + ?Sized>(id: &Value, result: &T) -> Vec<u8> {
+pub fn response_bytes<T: Serialize + ?Sized>(id: &Id, result: &T) -> Vec<u8> {
     write_response(Vec::with_capacity(64), id, result)
 }
 
 const RESPONSE_HEAD: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
 const RESULT_KEY: &[u8] = b",\"result\":";
 
-fn write_response<T: Serialize + ?Sized>(mut out: Vec<u8>, id: &Value, result: &T) -> Vec<u8> {
+fn write_response<T: Serialize + ?Sized>(mut out: Vec<u8>, id: &Id, result: &T) -> Vec<u8> {
     out.extend_from_slice(RESPONSE_HEAD);
     put(&mut out, id);
     out.extend_from_slice(RESULT_KEY);
@@ -543,7 +668,7 @@ fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"error":{"code":CODE,"message":MSG[,"data":DATA]}}`
-pub fn error_bytes(id: &Value, code: i64, message: &str, data: Option<&Value>) -> Vec<u8> {
+pub fn error_bytes(id: &Id, code: i64, message: &str, data: Option<&Value>) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + message.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     put(&mut out, id);
@@ -560,7 +685,7 @@ pub fn error_bytes(id: &Value, code: i64, message: &str, data: Option<&Value>) -
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"method":METHOD[,"params":PARAMS]}`
-pub fn request_bytes(id: &Value, method: &str, params: Option<&RawJson>) -> Vec<u8> {
+pub fn request_bytes(id: &Id, method: &str, params: Option<&RawJson>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     put(&mut out, id);
@@ -626,6 +751,47 @@ mod tests {
     }
 
     #[test]
+    fn ids_beyond_64_bits_or_with_an_exponent_keep_their_spelling() {
+        for raw_id in [
+            "12345678901234567890",
+            "9007199254740993",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+            "1e3",
+            "1.0",
+            "-0",
+            "0.1E-7",
+            r#""\u0041b""#,
+        ] {
+            let s = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"tools/list"}}"#);
+            let Message::Request(r) = single(&s) else { panic!("{s}") };
+            assert_eq!(r.id.to_string(), raw_id);
+            let out = String::from_utf8(response_bytes(&r.id, &json!({}))).unwrap();
+            assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{{}}}}"#));
+            let out = String::from_utf8(Response::error(r.id.clone(), ErrorObject::parse_error()).to_bytes()).unwrap();
+            assert!(out.starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"error":"#)), "{out}");
+            let relayed = Response::success(Id::from(1), json!({})).with_id(r.id.clone()).to_bytes();
+            assert_eq!(relayed.len(), relayed.capacity(), "sized exactly for {raw_id}");
+            assert!(String::from_utf8(relayed).unwrap().contains(&format!(r#""id":{raw_id},"#)));
+        }
+        // The gateway's own ids are plain integers again.
+        let Message::Response(r) = single(r#"{"jsonrpc":"2.0","id":42,"result":{}}"#) else { panic!() };
+        assert_eq!(r.id.as_u64(), Some(42));
+        assert_eq!(r.id, Id::from(42));
+        let Message::Response(r) = single(r#"{"jsonrpc":"2.0","id":4.2e1,"result":{}}"#) else { panic!() };
+        assert_eq!(r.id.as_u64(), None, "not the gateway's id 42");
+        assert_eq!(Id::from("Ab"), single_id(r#""\u0041b""#), "the same string, escaped");
+        let Message::Request(r) = single("{ \"jsonrpc\":\"2.0\", \"id\" :\n 12 , \"method\":\"m\"}") else { panic!() };
+        assert_eq!(r.id.as_u64(), Some(12), "spacing around the id is not part of it");
+    }
+
+    fn single_id(raw: &str) -> Id {
+        let Message::Request(r) = single(&format!(r#"{{"jsonrpc":"2.0","id":{raw},"method":"m"}}"#)) else { panic!() };
+        r.id
+    }
+
+    #[test]
     fn notification_and_params() {
         let m = single(r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{"a":1}}"#);
         assert_eq!(
@@ -647,7 +813,7 @@ mod tests {
             panic!()
         };
         assert_eq!(r.params.as_ref().unwrap().get(), r#"{ "b" : [1.50, 123456789012345678901234567890] }"#);
-        let out = String::from_utf8(request_bytes(&json!(9), "t", r.params.as_ref())).unwrap();
+        let out = String::from_utf8(request_bytes(&Id::from(9), "t", r.params.as_ref())).unwrap();
         assert_eq!(
             out,
             r#"{"jsonrpc":"2.0","id":9,"method":"t","params":{ "b" : [1.50, 123456789012345678901234567890] }}"#
@@ -656,14 +822,14 @@ mod tests {
 
     #[test]
     fn a_relayed_answer_is_written_into_a_buffer_of_its_exact_size() {
-        for id in [json!(7), json!("a \"quoted\" id"), Value::Null, json!(18446744073709551615u64)] {
+        for id in [Id::from(7), Id::from("a \"quoted\" id"), Id::NULL, Id::from(18446744073709551615u64)] {
             let Message::Response(r) = single(r#"{"jsonrpc":"2.0","id":1,"result":{ "content" : [] }}"#) else {
                 panic!()
             };
             let b = r.with_id(id.clone()).to_bytes();
             assert_eq!(b.len(), b.capacity(), "{id}");
             let v: Value = serde_json::from_slice(&b).unwrap();
-            assert_eq!(v, json!({ "jsonrpc": "2.0", "id": id, "result": { "content": [] } }));
+            assert_eq!(v, json!({ "jsonrpc": "2.0", "id": id.to_value(), "result": { "content": [] } }));
         }
     }
 
@@ -676,11 +842,11 @@ mod tests {
     #[test]
     fn responses() {
         let m = single(r#"{"jsonrpc":"2.0","id":1,"result":null}"#);
-        assert_eq!(m, Message::Response(Response::success(json!(1), Value::Null)));
+        assert_eq!(m, Message::Response(Response::success(Id::from(1), Value::Null)));
         let m = single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32601,"message":"nope","data":[1]}}"#);
         assert_eq!(
             m,
-            Message::Response(Response::error(json!("a"), ErrorObject::new(-32601, "nope").with_data(json!([1]))))
+            Message::Response(Response::error(Id::from("a"), ErrorObject::new(-32601, "nope").with_data(json!([1]))))
         );
     }
 
@@ -691,7 +857,7 @@ mod tests {
         let text =
             r#"{ "n": 1.50, "content": [ {"type":"text","text":"\u00e9"} ], "big": 123456789012345678901234567890 }"#;
         let Message::Response(r) = single(&format!(r#"{{"jsonrpc":"2.0","id":7,"result":{text}}}"#)) else { panic!() };
-        let out = String::from_utf8(r.clone().with_id(json!("client-1")).to_bytes()).unwrap();
+        let out = String::from_utf8(r.clone().with_id(Id::from("client-1")).to_bytes()).unwrap();
         assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":"client-1","result":{text}}}"#));
         let Ok(result) = &r.outcome else { panic!() };
         assert_eq!(result.to_value()["content"][0]["text"], "é");
@@ -780,13 +946,13 @@ mod tests {
 
     #[test]
     fn writers_produce_valid_json() {
-        let b = error_bytes(&json!("id\"1"), -32602, "Unknown tool: \"x\"\n", Some(&json!({"k":1})));
+        let b = error_bytes(&Id::from("id\"1"), -32602, "Unknown tool: \"x\"\n", Some(&json!({"k":1})));
         let v: Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(
             v,
             json!({"jsonrpc":"2.0","id":"id\"1","error":{"code":-32602,"message":"Unknown tool: \"x\"\n","data":{"k":1}}})
         );
-        let b = request_bytes(&json!(3), "tools/call", Some(&RawJson::from_value(&json!({"name":"t"}))));
+        let b = request_bytes(&Id::from(3), "tools/call", Some(&RawJson::from_value(&json!({"name":"t"}))));
         assert_eq!(parse_message(&b).unwrap().to_bytes(), b);
         let b = notification_bytes("notifications/initialized", None);
         assert_eq!(b, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
@@ -794,7 +960,7 @@ mod tests {
         assert_eq!(serde_json::to_vec(&m).unwrap(), b);
         let batch = batch_bytes(vec![b"1".to_vec(), b"2".to_vec()]);
         assert_eq!(batch, b"[1,2]");
-        let r = Response::error(json!(1), ErrorObject::unknown_tool("nope"));
+        let r = Response::error(Id::from(1), ErrorObject::unknown_tool("nope"));
         let v: Value = serde_json::from_slice(&r.to_bytes()).unwrap();
         assert_eq!(v["error"]["message"], "Unknown tool: nope");
         assert_eq!(v["error"]["code"], -32602);

@@ -4,13 +4,28 @@
 //! A new or ended session is written to the store before the client hears of it (so a restart
 //! keeps it); activity (last use, request count) is kept in memory and written in the background
 //! by [`Sessions::flush`], so a request costs no store write.
+//!
+//! Sessions are bounded, because every client that sends `initialize` makes one:
+//! * a session is *live* while it is active and not idle past `mcp.session_idle_timeout_secs`;
+//!   live sessions count toward `mcp.max_sessions_per_key` and `mcp.max_sessions_per_organization`,
+//!   and an `initialize` beyond either is refused ([`CreateError`]);
+//! * an ended or expired session stays readable (`/sessions` shows `ended` or `expired`) for
+//!   `mcp.session_retention_secs`, then [`Sessions::sweep`] removes it from memory and the store
+//!   (the store deletions run outside the flusher, see [`Sessions::delete_removed`]);
+//! * each organisation has an index of its sessions, so `/sessions` copies that organisation's
+//!   only, and the caps are checked under one lock per organisation;
+//! * ending a session (DELETE, a revoked key, a deleted gateway, expiry) closes its GET streams
+//!   through [`Sessions::closed`].
 
 use crate::model::{ClientCapabilities, McpSession};
 use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
 use dashmap::{DashMap, DashSet};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// Why a session id cannot be used; all are answered like an unknown session (HTTP 404).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -23,37 +38,207 @@ pub enum SessionError {
     Expired,
 }
 
+/// Why `initialize` could not make a session.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("too many MCP sessions for this key (limit {0}, mcp.max_sessions_per_key): end one with DELETE or let one expire")]
+    KeyCap(usize),
+    #[error("too many MCP sessions for this organisation (limit {0}, mcp.max_sessions_per_organization): end one with DELETE or let one expire")]
+    OrgCap(usize),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The bounds of [`Sessions`], from the `mcp:` section of the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    pub idle_timeout: Duration,
+    /// How long an ended or expired session stays readable before it is removed.
+    pub retention: Duration,
+    pub per_key: usize,
+    pub per_org: usize,
+}
+
+impl SessionLimits {
+    /// How often [`Sessions::sweep`] should run: often enough that a session is removed soon
+    /// after its retention ends, at most once a second, at least once a minute.
+    pub fn sweep_period(&self) -> Duration {
+        (self.idle_timeout.min(self.retention.max(Duration::from_secs(1))) / 2)
+            .clamp(Duration::from_secs(1), Duration::from_secs(60))
+    }
+}
+
+struct Entry {
+    session: McpSession,
+    /// Counted toward the caps: active, and not yet found idle past the timeout. Cleared once,
+    /// by whoever sees the session end or expire first.
+    live: bool,
+    /// When the session ended, for the retention (sessions ended before a restart: estimated
+    /// from their last activity).
+    ended_at: Option<Instant>,
+    /// Set to `true` when the session ends or expires; dropped with the entry. Its GET streams
+    /// wait on it.
+    closed: watch::Sender<bool>,
+}
+
+/// One organisation's sessions.
+#[derive(Default)]
+struct OrgSessions {
+    /// Every session kept in memory (live, ended or expired): what `/sessions` lists.
+    ids: HashSet<String>,
+    /// Key id -> its live sessions.
+    live: HashMap<String, HashSet<String>>,
+    live_total: usize,
+}
+
 pub struct Sessions {
     store: Arc<dyn Store>,
-    map: DashMap<String, McpSession>,
+    map: DashMap<String, Entry>,
+    /// Organisation id -> its sessions. Lock order: a guard of `map` is never held while one of
+    /// `orgs` is taken, nor the other way round.
+    orgs: DashMap<String, OrgSessions>,
     dirty: DashSet<String>,
-    idle_timeout: Duration,
+    limits: SessionLimits,
+    /// Ids removed from memory whose store records are still to be deleted.
+    removed: Mutex<Vec<String>>,
+    deleting: AtomicBool,
+}
+
+fn idle_for(s: &McpSession, now: chrono::DateTime<Utc>) -> Duration {
+    (now - s.last_activity).to_std().unwrap_or_default()
 }
 
 impl Sessions {
-    pub async fn load(store: Arc<dyn Store>, idle_timeout: Duration) -> Result<Sessions, StoreError> {
-        let map = DashMap::new();
+    /// Loads the sessions worth keeping; those past their retention are queued for deletion
+    /// ([`Sessions::delete_removed`]) instead of being loaded.
+    pub async fn load(store: Arc<dyn Store>, limits: SessionLimits) -> Result<Sessions, StoreError> {
+        let sessions = Sessions {
+            store: store.clone(),
+            map: DashMap::new(),
+            orgs: DashMap::new(),
+            dirty: DashSet::new(),
+            limits,
+            removed: Mutex::new(Vec::new()),
+            deleting: AtomicBool::new(false),
+        };
+        let now = Utc::now();
+        let mut stale = Vec::new();
         for (id, body) in store.load_all(Kind::Session).await? {
-            match serde_json::from_str::<McpSession>(&body) {
-                Ok(s) => {
-                    map.insert(id, s);
+            let s = match serde_json::from_str::<McpSession>(&body) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping corrupt session record");
+                    continue;
                 }
-                Err(e) => tracing::warn!(session = id, error = %e, "skipping corrupt session record"),
+            };
+            let idle = idle_for(&s, now);
+            let active = s.status == "active";
+            let keep = if active { idle <= limits.idle_timeout + limits.retention } else { idle <= limits.retention };
+            if !keep {
+                stale.push(id);
+                continue;
             }
+            let live = active && idle <= limits.idle_timeout;
+            let ended_at = (!active).then(|| Instant::now().checked_sub(idle).unwrap_or_else(Instant::now));
+            let mut org = sessions.orgs.entry(s.org_id.clone()).or_default();
+            org.ids.insert(id.clone());
+            if live {
+                org.live.entry(s.key_id.clone()).or_default().insert(id.clone());
+                org.live_total += 1;
+            }
+            drop(org);
+            let (closed, _) = watch::channel(!live);
+            sessions.map.insert(id, Entry { session: s, live, ended_at, closed });
         }
-        Ok(Sessions { store, map, dirty: DashSet::new(), idle_timeout })
+        if !stale.is_empty() {
+            tracing::info!(sessions = stale.len(), "dropping stored MCP sessions past their retention");
+            sessions.lock_removed().extend(stale);
+        }
+        Ok(sessions)
+    }
+
+    fn lock_removed(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.removed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
     }
 
     fn expired(&self, s: &McpSession, now: chrono::DateTime<Utc>) -> bool {
-        (now - s.last_activity).to_std().is_ok_and(|idle| idle > self.idle_timeout)
+        idle_for(s, now) > self.limits.idle_timeout
     }
 
-    /// Stores a new session durably, then makes it usable.
-    pub async fn create(&self, session: McpSession) -> Result<(), StoreError> {
-        let json = serde_json::to_string(&session).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.store.put(Kind::Session, &session.id, json).await?;
-        self.map.insert(session.id.clone(), session);
+    /// Counts a new session toward its key's and organisation's caps.
+    fn reserve(&self, s: &McpSession) -> Result<(), CreateError> {
+        let mut org = self.orgs.entry(s.org_id.clone()).or_default();
+        if org.live_total >= self.limits.per_org {
+            return Err(CreateError::OrgCap(self.limits.per_org));
+        }
+        if org.live.get(&s.key_id).map_or(0, HashSet::len) >= self.limits.per_key {
+            return Err(CreateError::KeyCap(self.limits.per_key));
+        }
+        org.live.entry(s.key_id.clone()).or_default().insert(s.id.clone());
+        org.live_total += 1;
+        org.ids.insert(s.id.clone());
         Ok(())
+    }
+
+    /// Stops counting a session toward the caps.
+    fn unlive(&self, org_id: &str, key_id: &str, id: &str) {
+        let Some(mut org) = self.orgs.get_mut(org_id) else { return };
+        let Some(ids) = org.live.get_mut(key_id) else { return };
+        if ids.remove(id) {
+            if ids.is_empty() {
+                org.live.remove(key_id);
+            }
+            org.live_total -= 1;
+        }
+    }
+
+    /// Stores a new session durably, then makes it usable. Refused when its key or organisation
+    /// already has as many live sessions as allowed (sessions found idle past the timeout on the
+    /// way no longer count).
+    pub async fn create(&self, session: McpSession) -> Result<(), CreateError> {
+        if self.reserve(&session).is_err() {
+            self.expire_org(&session.org_id);
+            self.reserve(&session)?;
+        }
+        let json = serde_json::to_string(&session).map_err(|e| StoreError::Backend(e.to_string()));
+        let stored = match json {
+            Ok(json) => self.store.put(Kind::Session, &session.id, json).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = stored {
+            self.unlive(&session.org_id, &session.key_id, &session.id);
+            if let Some(mut org) = self.orgs.get_mut(&session.org_id) {
+                org.ids.remove(&session.id);
+            }
+            return Err(e.into());
+        }
+        let (closed, _) = watch::channel(false);
+        self.map.insert(session.id.clone(), Entry { session, live: true, ended_at: None, closed });
+        Ok(())
+    }
+
+    /// Stops counting the organisation's sessions that are idle past the timeout (the sweep does
+    /// it too, but a full organisation should not wait for it) and closes their streams.
+    fn expire_org(&self, org_id: &str) {
+        let live: Vec<String> = match self.orgs.get(org_id) {
+            Some(org) => org.live.values().flatten().cloned().collect(),
+            None => return,
+        };
+        let now = Utc::now();
+        for id in live {
+            let Some(mut e) = self.map.get_mut(&id) else { continue };
+            if e.live && self.expired(&e.session, now) {
+                e.live = false;
+                e.closed.send_replace(true);
+                let key = e.session.key_id.clone();
+                drop(e);
+                self.unlive(org_id, &key, &id);
+            }
+        }
     }
 
     /// Checks a session for a request by `key_id` on `gateway_id` and records the activity
@@ -62,18 +247,24 @@ impl Sessions {
     pub fn touch(&self, id: &str, gateway_id: &str, key_id: &str) -> Result<(), SessionError> {
         let now = Utc::now();
         let mut entry = self.map.get_mut(id).ok_or(SessionError::Unknown)?;
-        let s = entry.value_mut();
-        if s.gateway_id != gateway_id || s.key_id != key_id {
+        let e = entry.value_mut();
+        if e.session.gateway_id != gateway_id || e.session.key_id != key_id {
             return Err(SessionError::Unknown);
         }
-        if s.status != "active" {
+        if e.session.status != "active" {
             return Err(SessionError::Ended);
         }
-        if self.expired(s, now) {
+        if self.expired(&e.session, now) {
+            if std::mem::replace(&mut e.live, false) {
+                e.closed.send_replace(true);
+                let org = e.session.org_id.clone();
+                drop(entry);
+                self.unlive(&org, key_id, id);
+            }
             return Err(SessionError::Expired);
         }
-        s.last_activity = now;
-        s.requests_count += 1;
+        e.session.last_activity = now;
+        e.session.requests_count += 1;
         drop(entry);
         if !self.dirty.contains(id) {
             self.dirty.insert(id.to_string());
@@ -81,29 +272,170 @@ impl Sessions {
         Ok(())
     }
 
+    /// Marks a session ended in memory and closes its streams; the ended session, or `None`
+    /// when it was unknown or not active.
+    fn end_in_memory(&self, id: &str) -> Option<McpSession> {
+        let (ended, was_live) = {
+            let mut e = self.map.get_mut(id)?;
+            if e.session.status != "active" {
+                return None;
+            }
+            e.session.status = "ended".into();
+            e.ended_at = Some(Instant::now());
+            e.closed.send_replace(true);
+            let was_live = std::mem::replace(&mut e.live, false);
+            (e.session.clone(), was_live)
+        };
+        if was_live {
+            self.unlive(&ended.org_id, &ended.key_id, id);
+        }
+        Some(ended)
+    }
+
     /// Ends a session (DELETE on the MCP endpoint or the management API); durable on return.
     pub async fn end(&self, id: &str) -> Result<bool, StoreError> {
-        let ended = {
-            let Some(mut s) = self.map.get_mut(id) else { return Ok(false) };
-            if s.status != "active" {
-                return Ok(false);
-            }
-            s.status = "ended".into();
-            s.clone()
-        };
+        let Some(ended) = self.end_in_memory(id) else { return Ok(false) };
         let json = serde_json::to_string(&ended).map_err(|e| StoreError::Backend(e.to_string()))?;
         self.store.put(Kind::Session, id, json).await?;
         Ok(true)
     }
 
+    /// Ends every active session for which `doomed` holds (its gateway was deleted, its key
+    /// revoked); written by the next flush. Returns how many ended.
+    pub fn end_where(&self, doomed: impl Fn(&McpSession) -> bool) -> usize {
+        let ids: Vec<String> = self
+            .map
+            .iter()
+            .filter(|e| e.session.status == "active" && doomed(&e.session))
+            .map(|e| e.key().clone())
+            .collect();
+        self.end_all(ids)
+    }
+
+    fn end_all(&self, ids: Vec<String>) -> usize {
+        let mut n = 0;
+        for id in ids {
+            if self.end_in_memory(&id).is_some() {
+                self.dirty.insert(id);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Ends the live sessions of every key for which `usable` is false (revoked, expired,
+    /// deleted). Reads only the keys that have live sessions, so it is cheap enough to run at
+    /// every flush.
+    pub fn end_of_unusable_keys(&self, usable: impl Fn(&str) -> bool) -> usize {
+        let mut doomed = Vec::new();
+        for org in self.orgs.iter() {
+            for (key, ids) in &org.live {
+                if !usable(key) {
+                    doomed.extend(ids.iter().cloned());
+                }
+            }
+        }
+        if doomed.is_empty() {
+            return 0;
+        }
+        self.end_all(doomed)
+    }
+
+    /// Finds sessions idle past the timeout (they stop counting toward the caps and their
+    /// streams close) and removes from memory those past their retention; their store records
+    /// go to [`Sessions::delete_removed`]. Returns how many were removed.
+    pub fn sweep(&self) -> usize {
+        let now = Utc::now();
+        let limits = self.limits;
+        let removable = |e: &Entry| match e.ended_at {
+            _ if e.session.status == "active" => idle_for(&e.session, now) > limits.idle_timeout + limits.retention,
+            Some(t) => t.elapsed() >= limits.retention,
+            None => true,
+        };
+        let mut expired = Vec::new();
+        let mut remove = Vec::new();
+        for mut e in self.map.iter_mut() {
+            if e.live && self.expired(&e.session, now) {
+                e.live = false;
+                e.closed.send_replace(true);
+                expired.push((e.session.org_id.clone(), e.session.key_id.clone(), e.key().clone()));
+            }
+            if removable(e.value()) {
+                remove.push(e.key().clone());
+            }
+        }
+        for (org, key, id) in &expired {
+            self.unlive(org, key, id);
+        }
+        let mut removed = Vec::with_capacity(remove.len());
+        for id in remove {
+            let Some((id, e)) = self.map.remove_if(&id, |_, e| removable(e)) else { continue };
+            self.dirty.remove(&id);
+            if e.live {
+                self.unlive(&e.session.org_id, &e.session.key_id, &id);
+            }
+            if let Some(mut org) = self.orgs.get_mut(&e.session.org_id) {
+                org.ids.remove(&id);
+                let empty = org.ids.is_empty() && org.live.is_empty();
+                drop(org);
+                if empty {
+                    self.orgs.remove_if(&e.session.org_id, |_, o| o.ids.is_empty() && o.live.is_empty());
+                }
+            }
+            removed.push(id);
+        }
+        let n = removed.len();
+        if n > 0 {
+            self.lock_removed().extend(removed);
+        }
+        n
+    }
+
+    /// Whether store records of removed sessions wait for [`Sessions::delete_removed`] and no
+    /// deletion runs; claims the deletion when true.
+    pub fn claim_deletion(&self) -> bool {
+        !self.lock_removed().is_empty()
+            && self.deleting.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Deletes the store records of removed sessions (one durable write each, so it runs as its
+    /// own task, not in the flusher). Called after [`Sessions::claim_deletion`] returned true.
+    pub async fn delete_removed(&self) {
+        loop {
+            let batch: Vec<String> = {
+                let mut removed = self.lock_removed();
+                let n = removed.len().min(256);
+                removed.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for id in batch {
+                if let Err(e) = self.store.delete(Kind::Session, &id).await {
+                    tracing::warn!(error = %e, "cannot delete an expired session record; will retry");
+                    self.lock_removed().push(id);
+                    self.deleting.store(false, Ordering::Release);
+                    return;
+                }
+            }
+        }
+        self.deleting.store(false, Ordering::Release);
+    }
+
     pub fn get(&self, id: &str) -> Option<McpSession> {
-        self.map.get(id).map(|s| s.clone())
+        self.map.get(id).map(|e| e.session.clone())
+    }
+
+    /// A receiver that turns `true` when the session ends or expires, and is closed when the
+    /// session is removed; `None` for an unknown session.
+    pub fn closed(&self, id: &str) -> Option<watch::Receiver<bool>> {
+        self.map.get(id).map(|e| e.closed.subscribe())
     }
 
     /// What the session's client declared it can do (nothing for an unknown session), read
     /// without copying the session.
     pub fn capabilities(&self, id: &str) -> ClientCapabilities {
-        self.map.get(id).map(|s| s.capabilities).unwrap_or_default()
+        self.map.get(id).map(|e| e.session.capabilities).unwrap_or_default()
     }
 
     /// The status a reader sees: `active`, `ended` or `expired`.
@@ -117,8 +449,19 @@ impl Sessions {
         }
     }
 
-    pub fn all(&self) -> Vec<McpSession> {
-        self.map.iter().map(|s| s.clone()).collect()
+    /// The sessions of one organisation that `keep` selects, read from its index: no other
+    /// organisation's session is looked at, and only the selected ones are copied.
+    pub fn of_org(&self, org_id: &str, keep: impl Fn(&McpSession) -> bool) -> Vec<McpSession> {
+        let ids: Vec<String> = match self.orgs.get(org_id) {
+            Some(org) => org.ids.iter().cloned().collect(),
+            None => return Vec::new(),
+        };
+        ids.iter().filter_map(|id| self.map.get(id).filter(|e| keep(&e.session)).map(|e| e.session.clone())).collect()
+    }
+
+    /// Live sessions of a key, as counted for `mcp.max_sessions_per_key`.
+    pub fn live_of_key(&self, org_id: &str, key_id: &str) -> usize {
+        self.orgs.get(org_id).and_then(|o| o.live.get(key_id).map(HashSet::len)).unwrap_or(0)
     }
 
     /// Writes the activity of sessions used since the last flush, in one transaction.
@@ -127,5 +470,92 @@ impl Sessions {
             self.get(id).and_then(|s| serde_json::to_string(&s).ok())
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EmbeddedStore;
+
+    fn session(id: &str, org: &str, key: &str) -> McpSession {
+        let now = Utc::now();
+        McpSession {
+            id: id.into(),
+            org_id: org.into(),
+            gateway_id: "gw_1".into(),
+            key_id: key.into(),
+            protocol_version: "2025-06-18".into(),
+            client_type: "t".into(),
+            client_version: "1".into(),
+            client_ip: "127.0.0.1".into(),
+            started_at: now,
+            last_activity: now,
+            requests_count: 1,
+            status: "active".into(),
+            capabilities: ClientCapabilities::default(),
+        }
+    }
+
+    async fn sessions(dir: &tempfile::TempDir, limits: SessionLimits) -> Sessions {
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        Sessions::load(store, limits).await.unwrap()
+    }
+
+    fn limits(per_key: usize, per_org: usize) -> SessionLimits {
+        SessionLimits { idle_timeout: Duration::from_secs(60), retention: Duration::ZERO, per_key, per_org }
+    }
+
+    #[tokio::test]
+    async fn caps_count_live_sessions_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sessions(&dir, limits(2, 3)).await;
+        s.create(session("a1", "org_a", "k1")).await.unwrap();
+        s.create(session("a2", "org_a", "k1")).await.unwrap();
+        assert!(matches!(s.create(session("a3", "org_a", "k1")).await, Err(CreateError::KeyCap(2))));
+        s.create(session("a4", "org_a", "k2")).await.unwrap();
+        assert!(matches!(s.create(session("a5", "org_a", "k3")).await, Err(CreateError::OrgCap(3))));
+        // Another organisation counts on its own.
+        s.create(session("b1", "org_b", "k9")).await.unwrap();
+        // An ended session frees its place at once; the refused ones were never made.
+        assert!(s.end("a1").await.unwrap());
+        assert!(!s.end("a1").await.unwrap(), "ended once");
+        assert_eq!(s.live_of_key("org_a", "k1"), 1);
+        s.create(session("a6", "org_a", "k1")).await.unwrap();
+        assert!(s.get("a3").is_none() && s.get("a5").is_none());
+        let mut ids: Vec<String> = s.of_org("org_a", |_| true).into_iter().map(|x| x.id).collect();
+        ids.sort();
+        assert_eq!(ids, ["a1", "a2", "a4", "a6"], "the ended one is listed until the sweep");
+        assert_eq!(s.of_org("org_b", |_| true).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn ending_closes_the_streams_and_the_sweep_removes_what_is_past_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sessions(&dir, limits(10, 10)).await;
+        s.create(session("x", "org_a", "k1")).await.unwrap();
+        s.create(session("y", "org_a", "k2")).await.unwrap();
+        let mut stale = session("z", "org_a", "k1");
+        stale.last_activity = Utc::now() - chrono::Duration::seconds(120);
+        s.create(stale).await.unwrap();
+        let closed = s.closed("x").unwrap();
+        assert!(!*closed.borrow());
+        // A revoked key: its sessions end (written by the next flush), the others stay.
+        assert_eq!(s.end_of_unusable_keys(|key| key != "k1"), 2);
+        assert!(*closed.borrow(), "the stream of an ended session is told");
+        assert_eq!(s.status_of(&s.get("x").unwrap()), "ended");
+        assert_eq!(s.status_of(&s.get("y").unwrap()), "active");
+        assert_eq!(s.live_of_key("org_a", "k1"), 0);
+        s.flush().await;
+        // Retention 0: the ended ones go, from memory and then from the store.
+        assert_eq!(s.sweep(), 2);
+        assert!(s.get("x").is_none() && s.get("z").is_none());
+        assert!(closed.has_changed().is_err(), "the signal is dropped with the session");
+        assert!(s.claim_deletion());
+        assert!(!s.claim_deletion(), "one deletion at a time");
+        s.delete_removed().await;
+        let again = sessions(&dir, limits(10, 10)).await;
+        let ids: Vec<String> = again.of_org("org_a", |_| true).into_iter().map(|x| x.id).collect();
+        assert_eq!(ids, ["y"]);
     }
 }

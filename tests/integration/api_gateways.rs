@@ -375,7 +375,7 @@ fn credentials_are_required_and_checked() {
 }
 
 /// An MCP `initialize` on a gateway; returns the session id.
-fn mcp_session(srv: &TestServer, gw: &str, key: &str) -> String {
+pub(crate) fn mcp_session(srv: &TestServer, gw: &str, key: &str) -> String {
     let r = srv.request(
         "POST",
         &format!("/gateway/{gw}/mcp"),

@@ -206,12 +206,12 @@ fn every_protected_action_requires_mfa() {
     let srv = &fx().srv;
     let u = "prot";
     let k = key(u);
-    let mk_key = || {
+    let mk_key = |scopes: &[&str]| {
         let r = srv.api(
             "POST",
             "/v1/api-keys",
             Some(k),
-            Some(json!({ "name": format!("p-{}", random_alnum(6)), "scopes": ["gateways:read"] })),
+            Some(json!({ "name": format!("p-{}", random_alnum(6)), "scopes": scopes })),
         );
         let d = ok(&r, 201);
         (d["id"].as_str().unwrap().to_string(), d["key"].as_str().unwrap().to_string())
@@ -220,17 +220,8 @@ fn every_protected_action_requires_mfa() {
     // Not protected: reading, creating.
     // A key as strong as the caller's: revoking one's own strictly weaker key is never gated
     // (tests/integration/security_mfa.rs), revoking an equal one is.
-    let (victim, victim_key) = {
-        let r = srv.api(
-            "POST",
-            "/v1/api-keys",
-            Some(k),
-            Some(json!({ "name": format!("p-{}", random_alnum(6)), "scopes": ["*"] })),
-        );
-        let d = ok(&r, 201);
-        (d["id"].as_str().unwrap().to_string(), d["key"].as_str().unwrap().to_string())
-    };
-    let (rotated, rotated_key) = mk_key();
+    let (victim, victim_key) = mk_key(&["*"]);
+    let (rotated, rotated_key) = mk_key(&["gateways:read"]);
     let gw = gateway(u);
 
     let actions: Vec<(&str, String, Option<Value>)> = vec![

@@ -47,7 +47,7 @@ use super::{
     CallContext, Credential, Event, HttpSettings, NoticeReporter, ReplyStream, Source, TimeoutPhase, Timeouts,
     UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
-use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
 
 /// Largest JSON body or SSE event accepted from an upstream; a bigger one is a protocol error
 /// (bounds memory per call).
@@ -203,7 +203,7 @@ impl HttpUpstream {
         loop {
             let session = inner.ensure_session(deadline).await?;
             let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let body = jsonrpc::request_bytes(&json!(id), method, params.as_ref()).into();
+            let body = jsonrpc::request_bytes(&Id::from(id), method, params.as_ref()).into();
             match inner.post(Some(&session), body, ctx, deadline).await? {
                 Posted::Expired if !retried => {
                     tracing::info!(app = %inner.app_id, "upstream session expired; re-initializing");
@@ -383,7 +383,7 @@ impl Inner {
             "capabilities": { "sampling": {}, "elicitation": {} },
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
         }));
-        let body = jsonrpc::request_bytes(&json!(id), "initialize", Some(&params)).into();
+        let body = jsonrpc::request_bytes(&Id::from(id), "initialize", Some(&params)).into();
         let ctx = CallContext::default();
         let resp = match self.post(None, body, &ctx, deadline).await? {
             Posted::Ok(r) => r,
@@ -391,7 +391,7 @@ impl Inner {
         };
         let session_id = resp.header(&SESSION_ID).cloned();
         let source = HttpSource::from_response(resp, id, None, self.notices.clone())?;
-        let response = ReplyStream::new(Source::Http(Box::new(source)), None, deadline, Value::Null)
+        let response = ReplyStream::new(Source::Http(Box::new(source)), None, deadline, Id::NULL)
             .into_reply()
             .await?
             .into_response()
@@ -545,7 +545,7 @@ async fn read_server_stream(
 
 /// Answers a request that came on the GET stream (no gateway client asked for it, so none can
 /// answer it): `ping` with `{}`, anything else with "method not found".
-async fn answer_server_request(id: Value, method: &str, inner: &Weak<Inner>, session: &Weak<Session>) {
+async fn answer_server_request(id: Id, method: &str, inner: &Weak<Inner>, session: &Weak<Session>) {
     let (Some(inner), Some(session)) = (inner.upgrade(), session.upgrade()) else { return };
     let body = if method == "ping" {
         jsonrpc::response_bytes(&id, &json!({}))
@@ -1024,7 +1024,7 @@ mod tests {
             NoticeReporter::default(),
         )
         .unwrap();
-        let ctx = CallContext { client_request_id: json!("client-7"), ..Default::default() };
+        let ctx = CallContext { client_request_id: Id::from("client-7"), ..Default::default() };
         up.connect().await.unwrap();
         assert_eq!(up.protocol_version().as_deref(), Some("2025-06-18"));
         let reply = up.request("tools/call", Some(RawJson::from_value(&json!({"name":"x"}))), &ctx).await.unwrap();

@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::mcp::builtin::{BuiltinApp, BuiltinError};
-use crate::mcp::jsonrpc::{ErrorObject, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{ErrorObject, Id, Message, RawJson, Response};
 
 pub mod http;
 pub mod stdio;
@@ -257,7 +257,7 @@ impl Default for UpstreamShared {
 pub struct CallContext {
     /// The id the client used; the final response carries it. `Null` when the gateway calls on
     /// its own behalf (e.g. `tools/list` to build its catalogue).
-    pub client_request_id: Value,
+    pub client_request_id: Id,
     /// Extra headers for this call only (HTTP), e.g. a per-connection credential. The gateway
     /// must never put the client's own `X-API-Key` here.
     pub headers: Vec<(::http::HeaderName, ::http::HeaderValue)>,
@@ -385,7 +385,7 @@ pub struct ReplyStream {
     source: Source,
     peeked: Option<Event>,
     deadline: Instant,
-    client_id: Value,
+    client_id: Id,
     done: bool,
 }
 
@@ -396,7 +396,7 @@ impl fmt::Debug for ReplyStream {
 }
 
 impl ReplyStream {
-    pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Value) -> Self {
+    pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Id) -> Self {
         Self { source, peeked: first, deadline, client_id, done: false }
     }
 
@@ -691,7 +691,7 @@ fn builtin_initialize_result(app: &dyn BuiltinApp) -> Value {
 }
 
 /// A built-in app speaks just enough MCP for the gateway: `tools/list`, `tools/call`, `ping`.
-async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJson>, id: Value) -> Response {
+async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJson>, id: Id) -> Response {
     match method {
         "ping" => Response::success(id, json!({})),
         "tools/list" => Response::success(id, json!({ "tools": app.tools() })),
@@ -857,7 +857,7 @@ mod tests {
     #[tokio::test]
     async fn builtin_upstream_speaks_tools() {
         let up = builtin_time();
-        let ctx = CallContext { client_request_id: json!("c-1"), ..Default::default() };
+        let ctx = CallContext { client_request_id: Id::from("c-1"), ..Default::default() };
         let tools = up.list_tools(&ctx).await.unwrap();
         assert_eq!(tools[0]["name"], "get_current_time");
         let tools2 = up.list_all(ListMethod::Tools, &ctx).await.unwrap();

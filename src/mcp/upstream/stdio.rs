@@ -41,7 +41,7 @@ use super::{
     CallContext, Event, NoticeReporter, ReplyStream, Source, StdioSettings, TimeoutPhase, Timeouts, UpstreamError,
     UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
-use crate::mcp::jsonrpc::{self, ErrorObject, Incoming, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
 
 /// Variables copied from the gateway's environment into every child (when set).
 pub const INHERITED_ENV: &[&str] =
@@ -476,7 +476,7 @@ impl Inner {
         let (tx, rx) = mpsc::unbounded_channel();
         let call = Call { tx, progress_key: progress.as_ref().map(|(k, _)| k.clone()) };
         p.shared.register(id, call, progress)?;
-        let line = jsonrpc::request_bytes(&json!(id), method, params.as_ref());
+        let line = jsonrpc::request_bytes(&Id::from(id), method, params.as_ref());
         if p.writer.send(WriterCmd::Line(line)).is_err() {
             p.shared.take(id);
             return Err(UpstreamError::Exited("stdin closed".into()));
@@ -836,7 +836,7 @@ done
         assert!(!stdio.is_running());
 
         // Progress is routed with the caller's own token; the response carries the caller's id.
-        let ctx = CallContext { client_request_id: json!("abc"), ..Default::default() };
+        let ctx = CallContext { client_request_id: Id::from("abc"), ..Default::default() };
         let reply = up
             .request(
                 "tools/call",

@@ -371,9 +371,14 @@ impl TestServer {
         srv
     }
 
-    /// Path of the binary under test.
+    /// Path of the binary under test: `$TOOLGATE_TEST_BINARY` when set (to run these tests
+    /// against another build, e.g. to see a regression test fail on the code before a fix),
+    /// otherwise the one cargo built with the tests.
     pub fn binary() -> &'static str {
-        env!("CARGO_BIN_EXE_toolgate")
+        static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        BINARY.get_or_init(|| {
+            std::env::var("TOOLGATE_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_toolgate").to_string())
+        })
     }
 
     fn spawn(&mut self) {

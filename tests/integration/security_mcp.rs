@@ -1,0 +1,472 @@
+//! Security issue 11, the MCP side, against the real binary over raw HTTP: open GET (listening)
+//! streams hold no `concurrent` slot and end as soon as their client goes (#3); MCP sessions are
+//! removed after expiry from memory and the store, capped per key and per organisation, and
+//! listed per organisation (#10); a stream ends when its key is revoked or its gateway deleted;
+//! JSON-RPC ids come back byte-exact.
+
+use crate::common::{self, err, ok, TestServer};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+// ------------------------------------------------------------------------------------------------
+// Helpers
+
+/// Two organisations on the `free` tier (5 concurrent requests per key) with an owner key each.
+/// The free tier's request rates are raised so that only `concurrent` can refuse a request here.
+fn orgs_yaml(key_a: &str, key_b: &str) -> String {
+    format!(
+        "rate_limits:\n  tiers:\n    free: {{ requests_per_hour: 100000, requests_per_minute: 10000, burst: 1000, concurrent: 5 }}\n\
+         organizations:\n  - {{ id: org_a, name: A Inc, tier: free }}\n  - {{ id: org_b, name: B Inc, tier: free }}\n\
+         users:\n  - {{ id: usr_a, email: a@a.test, name: A, role: owner, organization: org_a }}\n\
+         \x20 - {{ id: usr_b, email: b@b.test, name: B, role: owner, organization: org_b }}\n\
+         api_keys:\n{key_a}{key_b}"
+    )
+}
+
+struct Setup {
+    srv: TestServer,
+    /// Owner keys of `org_a` and `org_b`.
+    a: String,
+    b: String,
+}
+
+fn start(mcp_yaml: &str) -> Setup {
+    let (a, a_yaml) = common::declared_key("key_a", "usr_a", &["*"]);
+    let (b, b_yaml) = common::declared_key("key_b", "usr_b", &["*"]);
+    let srv = TestServer::start(&format!("{}{mcp_yaml}", orgs_yaml(&a_yaml, &b_yaml)));
+    Setup { srv, a, b }
+}
+
+/// A gateway with the built-in `time` app: `(id, access key)`.
+fn gateway(srv: &TestServer, owner: &str) -> (String, String) {
+    let name = format!("g-{}", common::random_alnum(8));
+    let g = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(json!({"name": name, "servers": ["time"]}))), 201);
+    (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
+}
+
+/// One raw HTTP exchange with the MCP endpoint: status, headers (lower-case names) and body.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).no_proxy().build().unwrap()
+}
+
+/// POSTs `body` as it is written (no JSON re-encoding, so ids keep their spelling).
+fn post_raw(srv: &TestServer, gw: &str, key: &str, session: Option<&str>, body: &str) -> Raw {
+    let mut req = client()
+        .post(srv.url(&format!("/gateway/{gw}/mcp")))
+        .header("X-API-Key", key)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .body(body.to_string());
+    if let Some(s) = session {
+        req = req.header("Mcp-Session-Id", s);
+    }
+    let r = req.send().unwrap_or_else(|e| panic!("POST {body}: {e}"));
+    let status = r.status().as_u16();
+    let headers =
+        r.headers().iter().map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or_default().to_string())).collect();
+    Raw { status, headers, body: r.text().unwrap_or_default() }
+}
+
+fn initialize_raw(srv: &TestServer, gw: &str, key: &str) -> Raw {
+    post_raw(
+        srv,
+        gw,
+        key,
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"security_mcp","version":"1"}}}"#,
+    )
+}
+
+/// A new session of `key` on `gw`.
+fn initialize(srv: &TestServer, gw: &str, key: &str) -> String {
+    let r = initialize_raw(srv, gw, key);
+    assert_eq!(r.status, 200, "initialize: {}", r.body);
+    r.header("mcp-session-id").expect("Mcp-Session-Id").to_string()
+}
+
+fn call_time(srv: &TestServer, gw: &str, key: &str, session: &str) -> Raw {
+    post_raw(
+        srv,
+        gw,
+        key,
+        Some(session),
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_current_time","arguments":{"format":"YYYY"}}}"#,
+    )
+}
+
+/// An open GET stream on a raw socket: dropping it is the client going away.
+struct Listening {
+    sock: TcpStream,
+    seen: Vec<u8>,
+}
+
+impl Listening {
+    fn open(srv: &TestServer, gw: &str, key: &str, session: &str) -> Listening {
+        let mut sock = TcpStream::connect(srv.main_addr()).expect("connect");
+        let req = format!(
+            "GET /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\nX-API-Key: {key}\r\nMcp-Session-Id: {session}\r\n\
+             Accept: text/event-stream\r\n\r\n",
+            srv.main_addr()
+        );
+        sock.write_all(req.as_bytes()).unwrap();
+        let mut l = Listening { sock, seen: Vec::new() };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !l.text().contains(": stream open") {
+            assert!(l.read_until(deadline), "the stream did not open: {}", l.text());
+        }
+        assert!(l.text().starts_with("HTTP/1.1 200"), "{}", l.text());
+        assert!(l.text().to_ascii_lowercase().contains("content-type: text/event-stream"), "{}", l.text());
+        l
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen).into_owned()
+    }
+
+    /// Reads what arrives before `deadline`; false once the connection is closed or the time is
+    /// up.
+    fn read_until(&mut self, deadline: Instant) -> bool {
+        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
+            return false;
+        };
+        self.sock.set_read_timeout(Some(left)).unwrap();
+        let mut buf = [0u8; 4096];
+        match self.sock.read(&mut buf) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.seen.extend_from_slice(&buf[..n]);
+                true
+            }
+        }
+    }
+
+    /// Whether the server ends the stream (the last chunk, or the connection closed) within
+    /// `limit`.
+    fn ends_within(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.text().contains("\r\n0\r\n\r\n") {
+                return true;
+            }
+            if !self.read_until(deadline) {
+                return Instant::now() < deadline;
+            }
+        }
+    }
+}
+
+/// `toolgate_requests_total{route="gateway",status="200"}`: gateway requests finished.
+fn gateway_requests_done(srv: &TestServer) -> u64 {
+    let metrics = srv.metrics();
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("toolgate_requests_total{") && l.contains("route=\"gateway\"") && l.contains("status=\"200\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .map_or(0, |n| n as u64)
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn listed(srv: &TestServer, owner: &str) -> Vec<String> {
+    let data = ok(&srv.api("GET", "/v1/sessions?limit=100", Some(owner), None), 200);
+    data["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Stored session records with this id, read from the embedded store's file.
+fn stored_sessions(srv: &TestServer, id: &str) -> u64 {
+    let db = rusqlite::Connection::open_with_flags(
+        srv.data_dir().join("toolgate.sqlite3"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the store");
+    db.query_row("SELECT count(*) FROM records WHERE kind = 'session' AND id = ?1", [id], |r| r.get(0)).unwrap()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Medium #3: listening streams and `concurrent`
+
+#[test]
+fn listening_streams_hold_no_concurrent_slot_and_end_when_the_client_goes() {
+    let s = start("");
+    let srv = &s.srv;
+    let (gw, gw_key) = gateway(srv, &s.a);
+    // Six clients of one gateway key (free tier: 5 concurrent requests) listen on their streams...
+    let sessions: Vec<String> = (0..6).map(|_| initialize(srv, &gw, &gw_key)).collect();
+    let streams: Vec<Listening> = sessions.iter().map(|sid| Listening::open(srv, &gw, &gw_key, sid)).collect();
+    // ...and every one of them can still call tools and list them.
+    for sid in &sessions {
+        let r = call_time(srv, &gw, &gw_key, sid);
+        assert_eq!(r.status, 200, "tools/call with six streams open: {:?} {}", r.header("retry-after"), r.body);
+        assert!(r.json()["result"]["content"][0]["text"].is_string(), "{}", r.body);
+        let r = post_raw(srv, &gw, &gw_key, Some(sid), r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#);
+        assert_eq!(r.status, 200, "tools/list: {}", r.body);
+    }
+    // The clients go: their streams finish at once (they used to wait for a failed keep-alive
+    // write, 15 to 30 s later, holding a slot each all that time).
+    let before = gateway_requests_done(srv);
+    drop(streams);
+    wait_for("the six streams finish after their clients left", Duration::from_secs(8), || {
+        gateway_requests_done(srv) >= before + 6
+    });
+    // Calls still work, and the key's five slots are all free: five concurrent calls pass.
+    let calls: Vec<_> = sessions[..5]
+        .iter()
+        .map(|sid| {
+            let (url, gw_key, sid) = (srv.url(&format!("/gateway/{gw}/mcp")), gw_key.clone(), sid.clone());
+            std::thread::spawn(move || {
+                client()
+                    .post(url)
+                    .header("X-API-Key", gw_key)
+                    .header("Mcp-Session-Id", sid)
+                    .header("Accept", "application/json")
+                    .header("Content-Type", "application/json")
+                    .body(r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#)
+                    .send()
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    for c in calls {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Low: a stream ends with its key and with its gateway
+
+#[test]
+fn a_stream_ends_when_its_key_is_revoked() {
+    let s = start("");
+    let srv = &s.srv;
+    let (gw, _) = gateway(srv, &s.a);
+    let k = ok(
+        &srv.api("POST", "/v1/api-keys", Some(&s.a), Some(json!({"name": "listener", "scopes": ["gateways:read"]}))),
+        201,
+    );
+    let (key_id, key) = (k["id"].as_str().unwrap(), k["key"].as_str().unwrap());
+    let sid = initialize(srv, &gw, key);
+    let mut stream = Listening::open(srv, &gw, key, &sid);
+    // Another session of another key on the same gateway is not concerned.
+    let other = initialize(srv, &gw, &s.a);
+    let mut other_stream = Listening::open(srv, &gw, &s.a, &other);
+
+    ok(&srv.api("DELETE", &format!("/v1/api-keys/{key_id}"), Some(&s.a), None), 200);
+    assert!(stream.ends_within(Duration::from_secs(5)), "the stream outlived its key: {}", stream.text());
+    let detail = ok(&srv.api("GET", &format!("/v1/sessions/{sid}"), Some(&s.a), None), 200);
+    assert_eq!(detail["status"], "ended", "{detail}");
+    assert!(!other_stream.ends_within(Duration::from_millis(1500)), "another key's stream ended too");
+    let detail = ok(&srv.api("GET", &format!("/v1/sessions/{other}"), Some(&s.a), None), 200);
+    assert_eq!(detail["status"], "active", "{detail}");
+}
+
+#[test]
+fn a_stream_ends_when_its_gateway_is_deleted() {
+    let s = start("");
+    let srv = &s.srv;
+    let (gw, gw_key) = gateway(srv, &s.a);
+    let (kept, kept_key) = gateway(srv, &s.a);
+    // Streams of the gateway's own key and of an account key.
+    let sid = initialize(srv, &gw, &gw_key);
+    let mut stream = Listening::open(srv, &gw, &gw_key, &sid);
+    let account = initialize(srv, &gw, &s.a);
+    let mut account_stream = Listening::open(srv, &gw, &s.a, &account);
+    let kept_sid = initialize(srv, &kept, &kept_key);
+    let mut kept_stream = Listening::open(srv, &kept, &kept_key, &kept_sid);
+
+    ok(&srv.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&s.a), None), 200);
+    assert!(stream.ends_within(Duration::from_secs(5)), "the stream outlived its gateway: {}", stream.text());
+    assert!(account_stream.ends_within(Duration::from_secs(5)), "an account key's stream outlived the gateway");
+    for id in [&sid, &account] {
+        let detail = ok(&srv.api("GET", &format!("/v1/sessions/{id}"), Some(&s.a), None), 200);
+        assert_eq!(detail["status"], "ended", "{detail}");
+    }
+    assert!(!kept_stream.ends_within(Duration::from_millis(1500)), "another gateway's stream ended too");
+    assert_eq!(call_time(srv, &kept, &kept_key, &kept_sid).status, 200);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Medium #10: sessions are removed, capped, and listed per organisation
+
+#[test]
+fn an_expired_session_leaves_the_list_and_the_store_and_is_not_loaded_again() {
+    let mut s = start("mcp:\n  session_idle_timeout_secs: 2\n  session_retention_secs: 1\n");
+    let (gw, gw_key) = gateway(&s.srv, &s.a);
+    let sid = initialize(&s.srv, &gw, &gw_key);
+    let kept = initialize(&s.srv, &gw, &gw_key);
+    assert!(listed(&s.srv, &s.a).contains(&sid), "a new session is listed");
+    assert_eq!(stored_sessions(&s.srv, &sid), 1, "a new session is stored");
+
+    // Idle past the timeout and the retention: gone from the list, the detail and the store,
+    // in the background (nobody asks for it). `kept` is kept alive meanwhile.
+    let started = Instant::now();
+    wait_for("the expired session leaves /v1/sessions", Duration::from_secs(20), || {
+        assert_eq!(
+            post_raw(&s.srv, &gw, &gw_key, Some(&kept), r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).status,
+            200
+        );
+        !listed(&s.srv, &s.a).contains(&sid)
+    });
+    assert!(started.elapsed() >= Duration::from_secs(1), "removed before it expired");
+    err(&s.srv.api("GET", &format!("/v1/sessions/{sid}"), Some(&s.a), None), 404, "NOT_FOUND");
+    wait_for("the expired session leaves the store", Duration::from_secs(10), || stored_sessions(&s.srv, &sid) == 0);
+    assert_eq!(post_raw(&s.srv, &gw, &gw_key, Some(&sid), r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).status, 404);
+    assert!(listed(&s.srv, &s.a).contains(&kept), "a session in use stays");
+
+    // With a long idle timeout after a restart, a record left in the store would be loaded as
+    // active again.
+    s.srv.kill9();
+    let config = std::fs::read_to_string(s.srv.config_path()).unwrap();
+    let config = config.replace("session_idle_timeout_secs: 2", "session_idle_timeout_secs: 3600");
+    std::fs::write(s.srv.config_path(), config).unwrap();
+    s.srv.restart();
+    err(&s.srv.api("GET", &format!("/v1/sessions/{sid}"), Some(&s.a), None), 404, "NOT_FOUND");
+    assert!(!listed(&s.srv, &s.a).contains(&sid));
+    assert!(listed(&s.srv, &s.a).contains(&kept), "the live session survives the restart");
+}
+
+#[test]
+fn live_sessions_are_capped_per_key_and_per_organisation() {
+    let s = start("mcp:\n  max_sessions_per_key: 2\n  max_sessions_per_organization: 3\n");
+    let srv = &s.srv;
+    let (gw, gw_key) = gateway(srv, &s.a);
+    let first = initialize(srv, &gw, &gw_key);
+    let _second = initialize(srv, &gw, &gw_key);
+    // The key's third is refused with a JSON-RPC error naming the limit.
+    let r = initialize_raw(srv, &gw, &gw_key);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.header("mcp-session-id").is_none(), "no session was made");
+    let e = r.json();
+    assert_eq!(e["id"], 1, "{e}");
+    assert_eq!(e["error"]["data"]["code"], "TOO_MANY_SESSIONS", "{e}");
+    assert_eq!(e["error"]["data"]["limit"], 2, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("mcp.max_sessions_per_key"), "{e}");
+
+    // Another key of the organisation gets the organisation's third, and no fourth.
+    let _third = initialize(srv, &gw, &s.a);
+    let r = initialize_raw(srv, &gw, &s.a);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("mcp.max_sessions_per_organization"), "{}", r.body);
+
+    // Another organisation has its own count, and never sees these sessions.
+    let (gw_b, gw_b_key) = gateway(srv, &s.b);
+    let b_sid = initialize(srv, &gw_b, &gw_b_key);
+    let b_list = listed(srv, &s.b);
+    assert_eq!(b_list, vec![b_sid.clone()], "B sees exactly its own session");
+    err(&srv.api("GET", &format!("/v1/sessions/{first}"), Some(&s.b), None), 404, "NOT_FOUND");
+    assert!(!listed(srv, &s.a).contains(&b_sid), "A sees B's session");
+
+    // Ending one (DELETE on the endpoint) frees a place at once.
+    let r = client()
+        .delete(srv.url(&format!("/gateway/{gw}/mcp")))
+        .header("X-API-Key", &gw_key)
+        .header("Mcp-Session-Id", &first)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    initialize(srv, &gw, &gw_key);
+    assert_eq!(initialize_raw(srv, &gw, &gw_key).status, 429, "the cap holds again");
+}
+
+#[test]
+fn expired_sessions_do_not_count_toward_the_cap() {
+    let s = start("mcp:\n  session_idle_timeout_secs: 1\n  max_sessions_per_key: 1\n");
+    let srv = &s.srv;
+    let (gw, gw_key) = gateway(srv, &s.a);
+    let old = initialize(srv, &gw, &gw_key);
+    assert_eq!(initialize_raw(srv, &gw, &gw_key).status, 429);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Idle past the timeout (still listed, as expired, for the retention): a new one is allowed.
+    initialize(srv, &gw, &gw_key);
+    let detail = ok(&srv.api("GET", &format!("/v1/sessions/{old}"), Some(&s.a), None), 200);
+    assert_eq!(detail["status"], "expired", "{detail}");
+}
+
+// ------------------------------------------------------------------------------------------------
+// Low: JSON-RPC ids come back byte-exact
+
+/// The ids a `serde_json::Value` would turn into floats (or respell): beyond 64 bits, beyond the
+/// 53 bits of a double, with an exponent.
+const ODD_IDS: [&str; 5] =
+    ["12345678901234567890", "9007199254740993", "123456789012345678901234567890", "-12345678901234567890", "1e3"];
+
+fn assert_id(r: &Raw, raw_id: &str, what: &str) {
+    assert!(r.body.contains(&format!(r#""id":{raw_id},"#)), "{what}: id {raw_id} not echoed as sent: {}", r.body);
+}
+
+#[test]
+fn json_rpc_ids_are_echoed_byte_for_byte() {
+    let everything = common::spawn_everything();
+    let srv = TestServer::start(&format!(
+        "  - {{ id: everything, name: Everything, url: {} }}\n",
+        common::everything_url(&everything)
+    ));
+    let admin = srv.admin_key();
+    let (time_gw, _) = gateway(&srv, admin);
+    let g =
+        ok(&srv.api("POST", "/v1/gateways", Some(admin), Some(json!({"name": "ev", "servers": ["everything"]}))), 201);
+    let ev_gw = g["id"].as_str().unwrap();
+    let time_sid = initialize(&srv, &time_gw, admin);
+    let ev_sid = initialize(&srv, ev_gw, admin);
+    for raw_id in ODD_IDS {
+        let init = format!(
+            r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"ids","version":"1"}}}}}}"#
+        );
+        let r = post_raw(&srv, &time_gw, admin, None, &init);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_id(&r, raw_id, "initialize");
+        // A result of the gateway's own, of a built-in app, and errors.
+        let rpc = |gw: &str, sid: &str, method: &str, params: &str| {
+            post_raw(
+                &srv,
+                gw,
+                admin,
+                Some(sid),
+                &format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"{method}","params":{params}}}"#),
+            )
+        };
+        assert_id(&rpc(&time_gw, &time_sid, "tools/list", "{}"), raw_id, "tools/list");
+        let r = rpc(&time_gw, &time_sid, "tools/call", r#"{"name":"get_current_time","arguments":{"format":"YYYY"}}"#);
+        assert!(r.body.contains("\"result\""), "{}", r.body);
+        assert_id(&r, raw_id, "tools/call (built-in)");
+        let r = rpc(&time_gw, &time_sid, "no/such/method", "{}");
+        assert!(r.body.contains("-32601"), "{}", r.body);
+        assert_id(&r, raw_id, "unknown method");
+        assert_id(&rpc(&time_gw, &time_sid, "tools/call", r#"{"name":"nope"}"#), raw_id, "unknown tool");
+        let r = post_raw(&srv, &time_gw, admin, None, &format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"ping"}}"#));
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_id(&r, raw_id, "not initialized");
+        // An answer relayed from an HTTP app (its own id replaced by the client's).
+        let r = rpc(ev_gw, &ev_sid, "tools/call", r#"{"name":"echo","arguments":{"message":"hi"}}"#);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.body.contains("Echo: hi"), "{}", r.body);
+        assert_id(&r, raw_id, "tools/call (relayed)");
+    }
+}
