@@ -23,6 +23,11 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("{0}")]
     Conflict(String),
+    /// An organisation holds as many of a resource as its tier allows (`limits.quotas`): 409
+    /// `CONFLICT` (the request is fine; the account's state refuses it until something is
+    /// deleted), with `details.quota` and `details.limit`.
+    #[error("quota exceeded: tier `{tier}` allows {limit} {quota} per organisation (limits.quotas.{tier}.{quota})")]
+    QuotaExceeded { quota: &'static str, limit: u32, tier: String },
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
     #[error("{message}")]
@@ -47,7 +52,7 @@ impl ApiError {
             ApiError::InsufficientScope(_) | ApiError::Forbidden(_) | ApiError::MfaRequired { .. } => 403,
             ApiError::NotFound(_) | ApiError::NoRoute(_) => 404,
             ApiError::MethodNotAllowed(_) => 405,
-            ApiError::Conflict(_) => 409,
+            ApiError::Conflict(_) | ApiError::QuotaExceeded { .. } => 409,
             ApiError::PayloadTooLarge(_) => 413,
             ApiError::Rejected { status, .. } => *status,
             ApiError::Unavailable(_) => 503,
@@ -63,7 +68,7 @@ impl ApiError {
             ApiError::Forbidden(_) => "FORBIDDEN",
             ApiError::NotFound(_) | ApiError::NoRoute(_) => "NOT_FOUND",
             ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
-            ApiError::Conflict(_) => "CONFLICT",
+            ApiError::Conflict(_) | ApiError::QuotaExceeded { .. } => "CONFLICT",
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             ApiError::Rejected { code, .. } => code,
             ApiError::MfaRequired { .. } => "MFA_REQUIRED",
@@ -78,6 +83,9 @@ impl ApiError {
         match self {
             ApiError::Validation { field, issue } => {
                 obj["details"] = json!({ "field": field, "issue": issue });
+            }
+            ApiError::QuotaExceeded { quota, limit, .. } => {
+                obj["details"] = json!({ "quota": quota, "limit": limit });
             }
             ApiError::Rejected { retry_after: Some(r), .. } => {
                 obj["retry_after"] = json!(r);

@@ -47,7 +47,8 @@ pub struct IpPolicy {
 impl IpPolicy {
     /// Builds the policy. `networks` is `ip_whitelist` plus the enterprise `allowed_ips`; each
     /// entry's address is allowed too, since adding an address to the whitelist is how the
-    /// spec allows it.
+    /// spec allows it. That makes an entry as strong as an `ip_whitelist` network, so the API
+    /// puts adding and deleting one behind the same MFA gate as the list itself.
     pub fn new(
         enforce: bool,
         networks: impl IntoIterator<Item = IpNet>,
@@ -107,7 +108,9 @@ impl IpPolicy {
     }
 
     /// The multiplier of the most specific entry containing `ip`. It applies whether or not the
-    /// list is enforced: the organisation asked for that address to get different limits.
+    /// list is enforced: the organisation asked for that address to get different limits. The
+    /// rate limiter caps its product with the caller's own multiplier at the tier's ceiling
+    /// ([`crate::rate_limit::RateLimitPolicy::multiplier`]), so entries cannot raise a tier.
     pub fn multiplier_for(&self, ip: IpAddr) -> Option<f64> {
         let ip = ip.to_canonical();
         self.entries.iter().find(|e| e.network.contains(&ip)).map(|e| e.rate_limit_multiplier)

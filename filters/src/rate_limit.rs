@@ -281,6 +281,8 @@ impl BucketLimits {
 struct Tier {
     buckets: [BaseSize; 5],
     concurrent: u32,
+    /// Ceiling of the effective multiplier (see [`RateLimitPolicy::multiplier`]).
+    max_multiplier: f64,
 }
 
 /// The validated rate-limit configuration, ready for per-request lookups.
@@ -342,7 +344,10 @@ impl TryFrom<&RateLimitConfig> for RateLimitPolicy {
                 )
             };
             let buckets = [share(1.0), share(c.write_share), share(c.analytics_share), webhook, share(c.gateway_share)];
-            tiers.push((name.as_str().into(), Tier { buckets, concurrent: t.concurrent }));
+            tiers.push((
+                name.as_str().into(),
+                Tier { buckets, concurrent: t.concurrent, max_multiplier: f64::INFINITY },
+            ));
         }
         let default_tier = tiers
             .iter()
@@ -373,11 +378,30 @@ impl RateLimitPolicy {
     pub fn unauthenticated(&self) -> BucketLimits {
         self.anonymous.unit
     }
+
+    /// Caps the multiplier of `tier`'s callers at `ceiling` (the server's
+    /// `limits.quotas.<tier>.max_multiplier`); without one a tier's is unbounded. Unknown tier
+    /// names and ceilings below 1 are ignored: the configuration refuses both.
+    pub fn set_max_multiplier(&mut self, tier: &str, ceiling: f64) {
+        if ceiling >= 1.0 {
+            if let Some((_, t)) = self.tiers.iter_mut().find(|(n, _)| **n == *tier) {
+                t.max_multiplier = ceiling;
+            }
+        }
+    }
+
+    /// The multiplier a caller's limits are scaled by: its own (service accounts) times that of
+    /// the allowlist entry its address matched, capped at its tier's ceiling. Capping the
+    /// product, not each factor, is what keeps a tenant from compounding two multipliers it
+    /// sets itself into a larger tier.
+    pub fn multiplier(&self, principal: &Principal, ip_multiplier: Option<f64>) -> f64 {
+        effective_multiplier(principal, ip_multiplier).min(self.tier(&principal.tier).max_multiplier)
+    }
 }
 
-/// The multiplier applied to a caller's limits: its own (service accounts) times that of the
-/// allowlist entry its address matched. A nonsensical stored value counts as 1 rather than
-/// shutting the caller out.
+/// The product of a caller's own multiplier (service accounts) and that of the allowlist entry
+/// its address matched, before its tier's ceiling ([`RateLimitPolicy::multiplier`] applies
+/// it). A nonsensical stored value counts as 1 rather than shutting the caller out.
 pub fn effective_multiplier(principal: &Principal, ip_multiplier: Option<f64>) -> f64 {
     let sane = |m: f64| if m.is_finite() && m > 0.0 { m } else { 1.0 };
     sane(principal.rate_limit_multiplier) * ip_multiplier.map_or(1.0, sane)
@@ -586,6 +610,14 @@ pub fn set_rate_limit_headers(headers: &mut Vec<(HeaderName, HeaderValue)>, buck
     }
 }
 
+/// Whether a request counts toward `concurrent`, the cap on requests in flight. A GET on a
+/// gateway's endpoint is the MCP listening stream: it stays open for as long as the client
+/// listens, so a slot held by it would let a few listening clients refuse every call of their
+/// key. Its cost is still charged to the `gateway` bucket.
+fn takes_slot(req: &RequestView<'_>) -> bool {
+    !(req.route == RouteClass::Gateway && *req.method == http::Method::GET)
+}
+
 /// The rate-limit filter. Cheap to clone (shared state), so the server can keep a handle for
 /// [`RateLimit::charge_extra`], [`RateLimit::status`] and [`RateLimit::sweep`] while the chain
 /// owns another.
@@ -629,7 +661,7 @@ impl<L: RateLimiter> RateLimit<L> {
     ) -> Result<(), Rejection> {
         let (bucket, cost, outcome) = match ctx.principal.as_deref() {
             Some(p) => {
-                let m = effective_multiplier(p, ctx.ip_rate_limit_multiplier);
+                let m = self.policy.multiplier(p, ctx.ip_rate_limit_multiplier);
                 let charge = ChargeRequest {
                     key: LimitKey::Credential(&p.key_id),
                     bucket,
@@ -702,7 +734,7 @@ impl<L: RateLimiter> RateLimit<L> {
 
     /// The caller's buckets, for `GET /rate-limit`.
     pub fn status(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitStatus {
-        let m = effective_multiplier(principal, ip_multiplier);
+        let m = self.policy.multiplier(principal, ip_multiplier);
         let key = LimitKey::Credential(&principal.key_id);
         let buckets = Bucket::ALL.map(|bucket| {
             let limits = self.policy.limits(&principal.tier, bucket, m);
@@ -753,7 +785,7 @@ impl<L: RateLimiter> RequestFilter for RateLimit<L> {
             _ => req.path,
         };
         let (bucket, cost) = cost_and_bucket(req.method, path, req.route);
-        self.apply(req, ctx, bucket, cost, true, true)
+        self.apply(req, ctx, bucket, cost, takes_slot(req), true)
     }
 
     /// Refused requests count too ("all requests count") and carry the headers; a caller over

@@ -10,17 +10,30 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
+/// Most apps in one gateway's `servers`.
+pub const MAX_SERVERS: usize = 50;
+/// Most function names in one app's `allowed_tools` list.
+pub const MAX_ALLOWED_TOOLS: usize = 500;
+/// Longest function name in an `allowed_tools` list, in characters.
+pub const MAX_FUNCTION_NAME_CHARS: usize = 256;
+
 /// Body of `POST /gateways`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateGateway {
+    /// 1-100 characters, no control characters.
+    #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
+    /// At most 1000 characters; no control characters but line breaks and tabs.
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$")]
     pub description: Option<String>,
-    /// App ids.
+    /// App ids, at most 50.
     #[serde(default)]
+    #[schema(max_items = 50)]
     pub servers: Vec<String>,
-    /// App id -> list of function names, or `"*"`.
+    /// App id (one of `servers`) -> list of function names (at most 500, each 1-256 characters),
+    /// or `"*"`.
     #[serde(default)]
     #[schema(value_type = Object)]
     pub allowed_tools: Option<BTreeMap<String, AllowedTools>>,
@@ -32,9 +45,17 @@ pub struct CreateGateway {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateGateway {
+    /// 1-100 characters, no control characters.
+    #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: Option<String>,
+    /// At most 1000 characters; no control characters but line breaks and tabs.
+    #[schema(max_length = 1000, pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$")]
     pub description: Option<String>,
+    /// App ids, at most 50.
+    #[schema(max_items = 50)]
     pub servers: Option<Vec<String>>,
+    /// App id (one of `servers`) -> list of function names (at most 500, each 1-256 characters),
+    /// or `"*"`.
     #[schema(value_type = Object)]
     pub allowed_tools: Option<BTreeMap<String, AllowedTools>>,
     pub configuration: Option<ConfigurationPatch>,
@@ -142,17 +163,13 @@ async fn allowed_functions(call: &Call<'_>, gw: &Gateway, app_id: &str) -> (Stri
 }
 
 fn validate_name(name: &str) -> Result<String, ApiError> {
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(ApiError::validation("name", "is required"));
-    }
-    if name.chars().count() > 100 {
-        return Err(ApiError::validation("name", "must be at most 100 characters"));
-    }
-    Ok(name.to_string())
+    super::display_name("name", name).map(str::to_string)
 }
 
 fn validate_servers(call: &Call<'_>, servers: &[String]) -> Result<Vec<String>, ApiError> {
+    if servers.len() > MAX_SERVERS {
+        return Err(ApiError::validation("servers", format!("at most {MAX_SERVERS} apps")));
+    }
     let mut out: Vec<String> = Vec::with_capacity(servers.len());
     for (i, s) in servers.iter().enumerate() {
         if call.server.state.config.app(s).is_none() {
@@ -173,12 +190,30 @@ fn validate_allowed(
         if !servers.contains(app) {
             return Err(ApiError::validation(format!("allowed_tools.{app}"), "is not one of the gateway's servers"));
         }
-        if let AllowedTools::All(s) = tools {
-            if s != "*" {
+        match tools {
+            AllowedTools::All(s) if s != "*" => {
                 return Err(ApiError::validation(
                     format!("allowed_tools.{app}"),
                     "must be \"*\" or a list of function names",
                 ));
+            }
+            AllowedTools::All(_) => {}
+            AllowedTools::List(names) => {
+                if names.len() > MAX_ALLOWED_TOOLS {
+                    return Err(ApiError::validation(
+                        format!("allowed_tools.{app}"),
+                        format!("at most {MAX_ALLOWED_TOOLS} function names"),
+                    ));
+                }
+                for (i, n) in names.iter().enumerate() {
+                    let len = n.chars().count();
+                    if len == 0 || len > MAX_FUNCTION_NAME_CHARS || n.chars().any(char::is_control) {
+                        return Err(ApiError::validation(
+                            format!("allowed_tools.{app}[{i}]"),
+                            format!("must be 1-{MAX_FUNCTION_NAME_CHARS} characters without control characters"),
+                        ));
+                    }
+                }
             }
         }
     }
@@ -307,6 +342,9 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateGateway = call.json()?;
     let name = validate_name(&body.name)?;
+    if let Some(d) = &body.description {
+        super::description("description", d)?;
+    }
     let servers = validate_servers(call, &body.servers)?;
     let allowed = validate_allowed(&servers, body.allowed_tools.unwrap_or_default())?;
     let mut configuration = GatewayConfiguration::default();
@@ -316,6 +354,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     if name_taken(call, &who.org_id, &name, None) {
         return Err(ApiError::Conflict(format!("a gateway named `{name}` already exists")));
     }
+    super::quotas::check(state, &who.org_id, super::quotas::Quota::Gateways)?;
     let now = Utc::now();
     let id = secrets::new_id("gw");
     let plaintext = secrets::new_api_key();
@@ -382,6 +421,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         g.name = name;
     }
     if let Some(d) = patch.description {
+        super::description("description", &d)?;
         g.description = d;
     }
     if let Some(servers) = patch.servers {

@@ -13,10 +13,12 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
+    #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
     /// ISO 8601; optional.
     pub expires_at: Option<String>,
     #[serde(default)]
+    #[schema(max_items = 32)]
     pub scopes: Vec<String>,
     #[serde(default)]
     pub bypass_ip_whitelist: bool,
@@ -25,7 +27,7 @@ pub struct CreateKey {
 #[utoipa::path(post, path = "/v1/api-keys", tag = "api-keys", request_body = CreateKey,
     responses((status = 201, description = "id, key (shown once), name, created_at, expires_at, scopes", body = crate::api::openapi::Envelope),
               (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateKey = call.json()?;
@@ -43,6 +45,14 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
             Some(t)
         }
     };
+    // A key that skips the allowlist is as much a security change as editing the list. Asked
+    // after validation, so that a bad body does not use up an MFA token.
+    if body.bypass_ip_whitelist {
+        super::mfa::require(call).await?;
+    }
+    let state = &call.server.state;
+    let _guard = state.write_lock.lock().await;
+    super::quotas::check(state, &who.org_id, super::quotas::Quota::ApiKeys)?;
     let plaintext = secrets::new_api_key();
     let key = ApiKey {
         id: secrets::new_id("key"),
@@ -60,7 +70,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         declared: false,
         retires_at: None,
     };
-    let key = call.server.state.save_key(key).await?;
+    let key = state.save_key(key).await?;
     Ok(Reply::created(json!({
         "id": key.id, "key": plaintext, "name": key.name, "created_at": iso(&key.created_at),
         "expires_at": key.expires_at.as_ref().map(iso), "scopes": key.scopes,

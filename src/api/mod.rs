@@ -10,6 +10,7 @@ pub mod keys;
 pub mod limits;
 pub mod mfa;
 pub mod openapi;
+pub mod quotas;
 pub mod service_accounts;
 pub mod sessions;
 pub mod user;
@@ -45,6 +46,7 @@ pub enum Endpoint {
     ServiceAccountKeys,
     AccountSecurity,
     AccountWhitelist,
+    AccountWhitelistEntry,
     RateLimit,
     RateLimitMetrics,
     AuthVerify,
@@ -77,6 +79,7 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/service-accounts/{id}/keys", Endpoint::ServiceAccountKeys),
     ("/account/security", Endpoint::AccountSecurity),
     ("/account/whitelist", Endpoint::AccountWhitelist),
+    ("/account/whitelist/{id}", Endpoint::AccountWhitelistEntry),
     ("/rate-limit", Endpoint::RateLimit),
     ("/metrics/rate-limits", Endpoint::RateLimitMetrics),
     ("/auth/verify", Endpoint::AuthVerify),
@@ -123,6 +126,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         }
         (E::ServiceAccounts, "POST") | (E::ServiceAccountKeys, "POST") => Scope(crate::api::Scope::Admin),
         (E::AccountSecurity, "PATCH") | (E::AccountWhitelist, "POST") => Scope(crate::api::Scope::Admin),
+        (E::AccountWhitelist, "GET") | (E::AccountWhitelistEntry, "DELETE") => Scope(crate::api::Scope::Admin),
         (E::RateLimit, "GET") | (E::AuthDebug, "GET") => AnyCredential,
         (E::RateLimitMetrics, "GET") => Scope(crate::api::Scope::LogsRead),
         (E::OpenApi, "GET") => Public,
@@ -257,20 +261,49 @@ impl Call<'_> {
     }
 }
 
-/// A display name: trimmed, 1-100 characters.
+/// Longest display name, in characters (the `maxLength` of every `name` in the OpenAPI document).
+pub const MAX_NAME_CHARS: usize = 100;
+/// Longest description, in characters: what a tenant stores is kept in memory and copied into
+/// every list answer, so it is bounded.
+pub const MAX_DESCRIPTION_CHARS: usize = 1000;
+
+/// A display name: trimmed, 1-100 characters, none of them a control character (a NUL or an
+/// escape sequence in a name ends up in terminals, logs and other systems' fields).
 pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError> {
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > 100 {
-        return Err(ApiError::validation(field, "must be 1-100 characters"));
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+        return Err(ApiError::validation(field, format!("must be 1-{MAX_NAME_CHARS} characters")));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ApiError::validation(field, "must not contain control characters"));
     }
     Ok(name)
 }
+
+/// A free-text description: at most [`MAX_DESCRIPTION_CHARS`] characters; line breaks and tabs
+/// are text, other control characters are refused.
+pub fn description(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(ApiError::validation(field, format!("must be at most {MAX_DESCRIPTION_CHARS} characters")));
+    }
+    if text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
+        return Err(ApiError::validation(field, "must not contain control characters other than line breaks and tabs"));
+    }
+    Ok(())
+}
+
+/// Most entries in a `scopes` list (keys, service accounts).
+pub const MAX_SCOPES: usize = 32;
 
 /// Scopes a caller hands out (to a key or a service account): known, at least one, and no
 /// escalation: never more than the caller holds.
 pub fn granted_scopes(who: &Principal, names: &[String]) -> Result<toolgate_filters::ScopeSet, ApiError> {
     if names.is_empty() {
         return Err(ApiError::validation("scopes", "at least one scope is required"));
+    }
+    // There are a dozen scope names; a longer list only repeats them, and it is stored as sent.
+    if names.len() > MAX_SCOPES {
+        return Err(ApiError::validation("scopes", format!("at most {MAX_SCOPES} entries")));
     }
     let requested = toolgate_filters::ScopeSet::parse(names.iter().map(String::as_str))
         .map_err(|bad| ApiError::validation("scopes", format!("unknown scope `{bad}`")))?;
@@ -338,6 +371,8 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::ServiceAccountKeys, "POST") => service_accounts::create_key(&call).await,
         (E::AccountSecurity, "PATCH") => account::update_security(&call).await,
         (E::AccountWhitelist, "POST") => account::add_whitelist(&call).await,
+        (E::AccountWhitelist, "GET") => account::list_whitelist(&call).await,
+        (E::AccountWhitelistEntry, "DELETE") => account::delete_whitelist(&call).await,
         (E::RateLimit, "GET") => limits::status(&call).await,
         (E::RateLimitMetrics, "GET") => limits::report(&call).await,
         (E::AuthDebug, "GET") => auth::debug(&call).await,

@@ -12,17 +12,27 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateServiceAccount {
+    /// 1-100 characters, no control characters.
+    #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
+    /// At most 1000 characters; no control characters but line breaks and tabs.
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$")]
     pub description: String,
+    #[schema(min_items = 1, max_items = 32)]
     pub scopes: Vec<String>,
-    /// Multiplies the tier's limits (default from `limits.service_account_multiplier`, 5).
+    /// Multiplies the tier's limits: at most the tier's `limits.quotas.<tier>.max_multiplier`
+    /// (free 2, starter 5, professional 10, enterprise 100). Default
+    /// `limits.service_account_multiplier` (5), lowered to the tier's maximum. Above 1 it needs
+    /// MFA when the caller's MFA is active.
+    #[schema(exclusive_minimum = 0.0)]
     pub rate_limit_multiplier: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateServiceAccountKey {
+    #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
     /// Days until the key expires; absent means no expiry.
     #[schema(minimum = 1, maximum = 3650)]
@@ -37,16 +47,22 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateServiceAccount = call.json()?;
     let name = super::display_name("name", &body.name)?;
+    super::description("description", &body.description)?;
     super::granted_scopes(who, &body.scopes)?;
-    let multiplier = body.rate_limit_multiplier.unwrap_or(call.server.state.config.limits.service_account_multiplier);
-    if !(multiplier > 0.0 && multiplier <= 100.0) {
-        return Err(ApiError::validation("rate_limit_multiplier", "must be a number in (0, 100]"));
-    }
     let state = &call.server.state;
+    let multiplier = match body.rate_limit_multiplier {
+        Some(m) => super::quotas::multiplier(state, &who.org_id, m)?,
+        None => state.config.limits.service_account_multiplier.min(super::quotas::max_multiplier(state, &who.org_id)),
+    };
+    // Raising an account's limits above its tier's is a security decision, as is the allowlist.
+    if multiplier > 1.0 {
+        super::mfa::require(call).await?;
+    }
     let _guard = state.write_lock.lock().await;
     if state.service_accounts.iter().any(|a| a.org_id == who.org_id && a.name.eq_ignore_ascii_case(name)) {
         return Err(ApiError::Conflict(format!("a service account named `{name}` already exists")));
     }
+    super::quotas::check(state, &who.org_id, super::quotas::Quota::ServiceAccounts)?;
     let a = state
         .save_service_account(ServiceAccount {
             id: secrets::new_id("sa"),
@@ -69,7 +85,8 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     params(("account_id" = String, Path)), request_body = CreateServiceAccountKey,
     responses((status = 201, description = "the key, shown once", body = crate::api::openapi::Envelope),
               (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope),
+              (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn create_key(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = call
@@ -89,10 +106,11 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
         Some(d) if (1..=3650).contains(&d) => Some(Utc::now() + Duration::days(d)),
         Some(_) => return Err(ApiError::validation("expires_in_days", "must be between 1 and 3650")),
     };
+    let state = &call.server.state;
+    let _guard = state.write_lock.lock().await;
+    super::quotas::check(state, &who.org_id, super::quotas::Quota::ApiKeys)?;
     let plaintext = secrets::new_api_key();
-    let key = call
-        .server
-        .state
+    let key = state
         .save_key(ApiKey {
             id: secrets::new_id("key"),
             org_id: a.org_id.clone(),

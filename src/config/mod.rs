@@ -98,6 +98,14 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// How long in-flight requests get to finish after SIGTERM.
     pub grace_period: Duration,
+    /// A request's header must be complete this long after the request's first byte (after the
+    /// accept, for a connection's first request); Pingora alone only times single reads.
+    pub header_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub keepalive_idle: Duration,
+    /// Open connections on the main listener, in all and per client address (`src/conn_limits.rs`).
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -232,6 +240,54 @@ pub struct LimitsConfig {
     pub service_account_multiplier: f64,
     /// Tier of the organisation made for the bootstrap owner.
     pub bootstrap_tier: String,
+    /// `limits.quotas`: one row for every tier of the rate-limit table.
+    pub quotas: BTreeMap<String, TierQuotas>,
+    /// The row of `rate_limits.default_tier`, for an organisation whose tier is not in the table
+    /// (the rate limiter treats it the same way).
+    pub fallback_quotas: TierQuotas,
+}
+
+impl LimitsConfig {
+    /// The quotas of an organisation of `tier`.
+    pub fn quotas(&self, tier: &str) -> &TierQuotas {
+        self.quotas.get(tier).unwrap_or(&self.fallback_quotas)
+    }
+}
+
+/// What one organisation of a tier may hold (`limits.quotas.<tier>`), so that a tenant cannot
+/// grow memory, the store and list answers without bound, nor raise its own rate limits past
+/// its tier. Revoked, expired and retired keys and gateway access keys do not count as keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TierQuotas {
+    pub gateways: u32,
+    pub api_keys: u32,
+    pub service_accounts: u32,
+    pub whitelist_entries: u32,
+    /// For the webhook endpoints (not served yet).
+    pub webhooks: u32,
+    /// The largest `rate_limit_multiplier` a service account or whitelist entry may be given,
+    /// and the ceiling of their product where limits are applied.
+    pub max_multiplier: f64,
+}
+
+impl TierQuotas {
+    /// The built-in row of a tier; a tier of the operator's own gets `free`'s.
+    pub fn defaults(tier: &str) -> TierQuotas {
+        let q = |gateways, api_keys, service_accounts, whitelist_entries, webhooks, max_multiplier| TierQuotas {
+            gateways,
+            api_keys,
+            service_accounts,
+            whitelist_entries,
+            webhooks,
+            max_multiplier,
+        };
+        match tier {
+            "starter" => q(50, 100, 20, 100, 20, 5.0),
+            "professional" => q(200, 500, 100, 500, 50, 10.0),
+            "enterprise" => q(1000, 5000, 1000, 1000, 200, 100.0),
+            _ => q(10, 25, 5, 20, 5, 2.0),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -265,7 +321,9 @@ impl Config {
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let field = e.path().to_string();
             let message = e.into_inner().to_string();
-            invalid(if field == "." { "(top level)".to_string() } else { field }, message)
+            // An empty path is a top-level key that is itself empty (`"": 1`, or an anchor with
+            // no key text): still name where the problem is.
+            invalid(if field == "." || field.is_empty() { "(top level)".to_string() } else { field }, message)
         })?;
         raw.validate()
     }
@@ -297,10 +355,33 @@ mod tests {
     }
 
     #[test]
+    fn mcp_session_bounds_have_defaults_and_refuse_zero_caps() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.mcp.session_retention, Duration::from_secs(300));
+        assert_eq!((c.mcp.max_sessions_per_key, c.mcp.max_sessions_per_org), (1000, 10_000));
+        let c = Config::parse("mcp:\n  session_retention_secs: 0\n  max_sessions_per_organization: 3\n").unwrap();
+        assert_eq!((c.mcp.session_retention, c.mcp.max_sessions_per_org), (Duration::ZERO, 3));
+        for field in ["max_sessions_per_key", "max_sessions_per_organization"] {
+            let err = Config::parse(&format!("mcp:\n  {field}: 0\n")).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("mcp.{field}")), "{err}");
+        }
+    }
+
+    #[test]
     fn unknown_field_is_named() {
         let err = Config::parse("server:\n  lisen: 1\n").unwrap_err().to_string();
         assert!(err.contains("server"), "{err}");
         assert!(err.contains("lisen"), "{err}");
+    }
+
+    /// Found by fuzzing (fuzz/, target `config`): an empty top-level key gave the error an
+    /// empty field, `: unknown field ``, ...`.
+    #[test]
+    fn empty_top_level_key_is_still_named() {
+        for y in ["\"\": 1\n", "&a : x\n"] {
+            let err = Config::parse(y).unwrap_err().to_string();
+            assert!(err.starts_with("(top level): unknown field"), "{y:?} -> {err}");
+        }
     }
 
     #[test]
@@ -346,5 +427,43 @@ mod tests {
     fn bad_listen_is_named() {
         let err = Config::parse("server:\n  listen: nowhere\n").unwrap_err().to_string();
         assert!(err.starts_with("server.listen"), "{err}");
+    }
+
+    #[test]
+    fn quotas_default_per_tier_and_are_configured_by_tier() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.limits.quotas("free").gateways, 10);
+        assert_eq!(c.limits.quotas("free").max_multiplier, 2.0);
+        assert_eq!(c.limits.quotas("enterprise").max_multiplier, 100.0);
+        assert_eq!(c.limits.quotas("no-such-tier"), c.limits.quotas("free"), "an unknown tier is the default tier");
+        let yaml = "rate_limits:\n  tiers:\n    gold: { requests_per_hour: 9, requests_per_minute: 9, burst: 9, concurrent: 9 }\n\
+                    limits:\n  quotas:\n    free: { webhooks: 0 }\n    gold: { gateways: 7, max_multiplier: 3 }\n";
+        let c = Config::parse(yaml).unwrap();
+        assert_eq!(c.limits.quotas("free").webhooks, 0);
+        assert_eq!(c.limits.quotas("free").gateways, 10, "fields left out keep the default");
+        assert_eq!((c.limits.quotas("gold").gateways, c.limits.quotas("gold").api_keys), (7, 25));
+        // The ceiling reaches the rate limiter.
+        let p = toolgate_filters::Principal {
+            key_id: "k".into(),
+            user_id: "u".into(),
+            org_id: "o".into(),
+            role: Role::Owner,
+            credential: toolgate_filters::CredentialKind::ServiceAccount { account_id: "sa".into() },
+            scopes: ScopeSet::ALL,
+            tier: "gold".into(),
+            rate_limit_multiplier: 10.0,
+            bypass_ip_whitelist: false,
+            expires_at: None,
+        };
+        assert_eq!(c.rate_limit_policy.multiplier(&p, Some(10.0)), 3.0);
+
+        for (yaml, field) in [
+            ("limits:\n  quotas:\n    platinum: { gateways: 1 }\n", "limits.quotas.platinum"),
+            ("limits:\n  quotas:\n    free: { max_multiplier: 0.5 }\n", "limits.quotas.free.max_multiplier"),
+            ("limits:\n  quotas:\n    free: { gateway: 1 }\n", "limits.quotas.free"),
+        ] {
+            let e = Config::parse(yaml).unwrap_err().to_string();
+            assert!(e.starts_with(field), "{yaml}: {e}");
+        }
     }
 }

@@ -65,6 +65,10 @@ struct RawServer {
     work_stealing: Option<bool>,
     max_body_bytes: Option<usize>,
     grace_period_secs: Option<u64>,
+    header_timeout_ms: Option<u64>,
+    keepalive_idle_secs: Option<u64>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -162,6 +166,20 @@ struct RawKey {
 struct RawLimits {
     service_account_multiplier: Option<f64>,
     bootstrap_tier: Option<String>,
+    #[serde(default)]
+    quotas: BTreeMap<String, RawQuotas>,
+}
+
+/// One tier's row of `limits.quotas`; absent fields keep the built-in figure.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuotas {
+    gateways: Option<u32>,
+    api_keys: Option<u32>,
+    service_accounts: Option<u32>,
+    whitelist_entries: Option<u32>,
+    webhooks: Option<u32>,
+    max_multiplier: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -226,6 +244,22 @@ impl RawConfig {
         if max_body_bytes < 1024 {
             return Err(invalid("server.max_body_bytes", "must be at least 1024"));
         }
+        let header_timeout_ms = s.header_timeout_ms.unwrap_or(10_000);
+        if !(100..=600_000).contains(&header_timeout_ms) {
+            return Err(invalid("server.header_timeout_ms", "must be between 100 and 600000"));
+        }
+        let keepalive_idle_secs = s.keepalive_idle_secs.unwrap_or(60);
+        if !(1..=3600).contains(&keepalive_idle_secs) {
+            return Err(invalid("server.keepalive_idle_secs", "must be between 1 and 3600"));
+        }
+        let max_connections = s.max_connections.unwrap_or(10_000);
+        if max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
+        let max_connections_per_ip = s.max_connections_per_ip.unwrap_or(256);
+        if max_connections_per_ip == 0 || max_connections_per_ip > max_connections {
+            return Err(invalid("server.max_connections_per_ip", "must be between 1 and server.max_connections"));
+        }
         let server = ServerConfig {
             listen,
             metrics_listen,
@@ -235,6 +269,10 @@ impl RawConfig {
             work_stealing: s.work_stealing.unwrap_or(true),
             max_body_bytes,
             grace_period: Duration::from_secs(s.grace_period_secs.unwrap_or(5)),
+            header_timeout: Duration::from_millis(header_timeout_ms),
+            keepalive_idle: Duration::from_secs(keepalive_idle_secs),
+            max_connections,
+            max_connections_per_ip,
         };
 
         let storage = match self.storage.backend.as_deref() {
@@ -355,10 +393,8 @@ impl RawConfig {
         for (name, tier) in toolgate_filters::rate_limit::RateLimitConfig::default_tiers() {
             rate_limits.tiers.entry(name).or_insert(tier);
         }
-        let rate_limit_policy = std::sync::Arc::new(
-            toolgate_filters::rate_limit::RateLimitPolicy::try_from(&rate_limits)
-                .map_err(|e| invalid("rate_limits", e.to_string()))?,
-        );
+        let mut rate_limit_policy = toolgate_filters::rate_limit::RateLimitPolicy::try_from(&rate_limits)
+            .map_err(|e| invalid("rate_limits", e.to_string()))?;
         let tiers = &rate_limits.tiers;
 
         let mut organizations = Vec::new();
@@ -426,8 +462,36 @@ impl RawConfig {
         if !tiers.contains_key(&bootstrap_tier) {
             return Err(invalid("limits.bootstrap_tier", format!("unknown tier `{bootstrap_tier}`")));
         }
-        let limits =
-            LimitsConfig { service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0), bootstrap_tier };
+        for name in l.quotas.keys() {
+            if !tiers.contains_key(name) {
+                return Err(invalid(format!("limits.quotas.{name}"), format!("unknown tier `{name}`")));
+            }
+        }
+        let mut quotas = BTreeMap::new();
+        for name in tiers.keys() {
+            let mut q = TierQuotas::defaults(name);
+            if let Some(r) = l.quotas.get(name) {
+                q.gateways = r.gateways.unwrap_or(q.gateways);
+                q.api_keys = r.api_keys.unwrap_or(q.api_keys);
+                q.service_accounts = r.service_accounts.unwrap_or(q.service_accounts);
+                q.whitelist_entries = r.whitelist_entries.unwrap_or(q.whitelist_entries);
+                q.webhooks = r.webhooks.unwrap_or(q.webhooks);
+                q.max_multiplier = r.max_multiplier.unwrap_or(q.max_multiplier);
+            }
+            // Below 1 the ceiling would cut every caller's limits, not only multiplied ones.
+            if !(q.max_multiplier.is_finite() && q.max_multiplier >= 1.0) {
+                return Err(invalid(format!("limits.quotas.{name}.max_multiplier"), "must be a number >= 1"));
+            }
+            rate_limit_policy.set_max_multiplier(name, q.max_multiplier);
+            quotas.insert(name.clone(), q);
+        }
+        let fallback_quotas = quotas.get(&rate_limits.default_tier).copied().unwrap_or(TierQuotas::defaults("free"));
+        let limits = LimitsConfig {
+            service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0),
+            bootstrap_tier,
+            quotas,
+            fallback_quotas,
+        };
         if limits.service_account_multiplier.is_nan() || limits.service_account_multiplier <= 0.0 {
             return Err(invalid("limits.service_account_multiplier", "must be positive"));
         }
@@ -513,7 +577,7 @@ impl RawConfig {
             users,
             api_keys,
             rate_limits,
-            rate_limit_policy,
+            rate_limit_policy: std::sync::Arc::new(rate_limit_policy),
             limits,
             mcp,
             jwt,

@@ -44,6 +44,8 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("POST", "/service-accounts/{id}/keys", Scope("admin")),
     ("PATCH", "/account/security", Scope("admin")),
     ("POST", "/account/whitelist", Scope("admin")),
+    ("GET", "/account/whitelist", Scope("admin")),
+    ("DELETE", "/account/whitelist/{id}", Scope("admin")),
     ("GET", "/rate-limit", Any),
     ("GET", "/metrics/rate-limits", Scope("logs:read")),
     ("GET", "/auth/verify", Any),
@@ -165,6 +167,7 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
         "/service-accounts/{id}/keys" => f.ids["sa"].clone(),
         "/apps/{id}" | "/apps/{id}/connect" | "/apps/{id}/connection" | "/apps/{id}/test" => "time".into(),
         "/sessions/{id}" => "sess_does_not_exist".into(),
+        "/account/whitelist/{id}" => "wl_does_not_exist".into(),
         p if p.contains("{id}") => panic!("no id for {p}"),
         _ => String::new(),
     }

@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{everything_url, mcp_server_time_command, ok, Peer, TestServer};
+use common::{everything_url, mcp_server_time_command, ok, unix_now, Peer, TestServer};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -181,12 +181,17 @@ fn kill9(pid: u32) {
     assert!(st.success(), "kill -KILL {pid}: {st}");
 }
 
-/// A free TCP port on loopback, found by binding port 0 and releasing it. Only for a PEER that
-/// must come back on the same port after a restart (server-everything takes its port from
-/// `PORT`); toolgate itself always binds port 0.
+/// A free TCP port on loopback, found by binding and releasing it. Only for a PEER that must
+/// come back on the same port after a restart (server-everything takes its port from `PORT`);
+/// toolgate itself always binds port 0. The port is drawn below Linux's ephemeral range
+/// (32768-60999), so that the many client connections of other tests running at the same time
+/// cannot take it between the release here and the peer's bind (they did, as "port in use").
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
+    let seed = std::process::id() as u64 ^ unix_now();
+    (0..2000u64)
+        .map(|i| 20_000 + ((seed.wrapping_mul(2_654_435_761).wrapping_add(i * 7919)) % 12_000) as u16)
+        .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port in 20000-31999 on 127.0.0.1")
 }
 
 /// server-everything (Streamable HTTP) on a given port.

@@ -269,6 +269,31 @@ fn concurrency_cap_holds_until_the_guard_drops() {
 }
 
 #[test]
+fn a_gateway_listening_stream_holds_no_in_flight_slot() {
+    let (rl, _clock) = limiter();
+    let p = Arc::new(principal("k1", "o1"));
+    let mut stream = Req::new(Method::GET, "/gateway/g1/mcp");
+    stream.route = RouteClass::Gateway;
+    // More listening streams than the free tier's 5 slots, all open at once...
+    let open: Vec<FilterContext> = (0..6)
+        .map(|_| {
+            let mut ctx = ctx_for(&p);
+            rl.filter(&stream.view(), &mut ctx).unwrap();
+            assert!(ctx.concurrency.is_none(), "a GET stream took a slot");
+            assert_eq!(ctx.rate_limit, Some(Charge { bucket: Bucket::Gateway, cost: 1 }), "still charged");
+            ctx
+        })
+        .collect();
+    // ...and a call of the same key still gets one.
+    let mut call = Req::new(Method::POST, "/gateway/g1/mcp");
+    call.route = RouteClass::Gateway;
+    let mut ctx = ctx_for(&p);
+    rl.filter(&call.view(), &mut ctx).unwrap();
+    assert!(ctx.concurrency.is_some(), "a call is a request in flight");
+    drop(open);
+}
+
+#[test]
 fn public_routes_are_not_limited() {
     let (rl, _clock) = limiter();
     let mut health = Req::new(Method::GET, "/healthz");
@@ -368,4 +393,30 @@ fn config_is_validated_and_strict() {
     assert_eq!(RateLimitPolicy::try_from(&c).unwrap_err().to_string(), "tiers.free.burst: must be at least 1");
     let c = RateLimitConfig { default_tier: "gold".into(), ..Default::default() };
     assert!(matches!(RateLimitPolicy::try_from(&c), Err(RateLimitConfigError::UnknownDefaultTier(_))));
+}
+
+#[test]
+fn the_product_of_multipliers_is_capped_at_the_tiers_ceiling() {
+    let mut policy = RateLimitPolicy::default();
+    let mut p = principal("svc", "o1");
+    p.rate_limit_multiplier = 100.0;
+    assert_eq!(policy.multiplier(&p, Some(100.0)), 10_000.0, "no ceiling until one is set");
+    policy.set_max_multiplier("free", 2.0);
+    policy.set_max_multiplier("free", 0.5);
+    policy.set_max_multiplier("gold", 3.0);
+    assert_eq!(policy.multiplier(&p, Some(100.0)), 2.0, "a ceiling below 1 and unknown tiers are ignored");
+    p.rate_limit_multiplier = 1.5;
+    assert_eq!(policy.multiplier(&p, None), 1.5, "a product below the ceiling applies as it is");
+    p.rate_limit_multiplier = 0.5;
+    assert_eq!(policy.multiplier(&p, Some(2.0)), 1.0);
+
+    // Where limits are applied: a free key at x100 from a x100 address gets burst 10 x 2.
+    let rl = RateLimit::new(Arc::new(policy), Arc::new(LocalRateLimiter::with_clock(ManualClock::new(T0))));
+    p.rate_limit_multiplier = 100.0;
+    let p = Arc::new(p);
+    let mut ctx = ctx_for(&p);
+    ctx.ip_rate_limit_multiplier = Some(100.0);
+    rl.filter(&Req::new(Method::GET, "/v1/apps").view(), &mut ctx).unwrap();
+    assert_eq!(header(&ctx, "x-ratelimit-limit"), "20");
+    assert_eq!(rl.status(&p, Some(100.0)).buckets[Bucket::Global.index()].limit, 20);
 }

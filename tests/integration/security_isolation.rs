@@ -1,0 +1,99 @@
+//! Cross-organisation isolation, swept over the route table: for every management path with an
+//! `{id}` that names an organisation's resource, each method the server serves there answers 404
+//! to the Owner (scope `*`) of another organisation, and the resource is unchanged. The sweep is
+//! checked against `toolgate::api::PATHS`, so a new `{id}` endpoint cannot be added without a row.
+
+use crate::api_gateways::mcp_session;
+use crate::common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+
+/// `{id}` paths that are not an organisation's resource: the app catalogue is the operator's and
+/// the same for everyone (an organisation's connection to an app is checked in api_apps.rs).
+const SHARED: &[&str] = &["/apps/{id}", "/apps/{id}/connect", "/apps/{id}/connection", "/apps/{id}/test"];
+
+/// A body that would be valid for the owner, so that a 404 cannot come from validation.
+fn body(method: &str, path: &str) -> Option<Value> {
+    Some(match (method, path) {
+        ("PATCH", "/gateways/{id}") => json!({ "description": "taken" }),
+        ("POST", "/api-keys/{id}/rotate") => json!({ "grace_period_hours": 0 }),
+        ("POST", "/service-accounts/{id}/keys") => json!({ "name": "stolen" }),
+        _ => return None,
+    })
+}
+
+#[test]
+fn another_organisations_resources_are_404_on_every_id_path() {
+    let (a, ya) = declared_key("key_iso_a", "usr_iso_a", &["*"]);
+    let (b, yb) = declared_key("key_iso_b", "usr_iso_b", &["*"]);
+    let srv = TestServer::start(&format!(
+        "rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
+         organizations:\n  - {{ id: org_iso_a, name: A, tier: enterprise }}\n  - {{ id: org_iso_b, name: B, tier: enterprise }}\n\
+         users:\n  - {{ id: usr_iso_a, email: a@iso.test, name: A, role: owner, organization: org_iso_a }}\n\
+         \x20 - {{ id: usr_iso_b, email: b@iso.test, name: B, role: owner, organization: org_iso_b }}\n\
+         api_keys:\n{ya}{yb}"
+    ));
+    // One resource of A for each kind of `{id}`.
+    let gw = ok(
+        &srv.api(
+            "POST",
+            "/v1/gateways",
+            Some(&a),
+            Some(json!({ "name": "iso", "description": "A's", "servers": ["time"] })),
+        ),
+        201,
+    );
+    let gw_id = gw["id"].as_str().unwrap().to_string();
+    let key = ok(
+        &srv.api("POST", "/v1/api-keys", Some(&a), Some(json!({ "name": "iso", "scopes": ["gateways:read"] }))),
+        201,
+    );
+    let sa = ok(
+        &srv.api("POST", "/v1/service-accounts", Some(&a), Some(json!({ "name": "iso", "scopes": ["gateways:read"] }))),
+        201,
+    );
+    let wl = ok(
+        &srv.api(
+            "POST",
+            "/v1/account/whitelist",
+            Some(&a),
+            Some(json!({ "ip": "198.51.100.7", "description": "iso" })),
+        ),
+        201,
+    );
+    let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
+    let id_for = |path: &str| -> String {
+        match path {
+            p if p.starts_with("/gateways/") => gw_id.clone(),
+            p if p.starts_with("/api-keys/") => key["id"].as_str().unwrap().to_string(),
+            p if p.starts_with("/service-accounts/") => sa["id"].as_str().unwrap().to_string(),
+            p if p.starts_with("/sessions/") => session.clone(),
+            p if p.starts_with("/account/whitelist/") => wl["id"].as_str().unwrap().to_string(),
+            other => panic!("no resource of organisation A for {other}: add a row to this sweep"),
+        }
+    };
+
+    let mut swept = BTreeSet::new();
+    for (path, ep) in toolgate::api::PATHS {
+        if !path.contains("{id}") || SHARED.contains(path) {
+            continue;
+        }
+        for m in ["GET", "POST", "PATCH", "DELETE"] {
+            if toolgate::api::access(*ep, &http::Method::from_bytes(m.as_bytes()).unwrap()).is_err() {
+                continue;
+            }
+            let url = format!("/v1{}", path.replace("{id}", &id_for(path)));
+            let r = srv.api(m, &url, Some(&b), body(m, path));
+            assert_eq!((r.status, r.error_code()), (404, "NOT_FOUND"), "B: {m} {url}: {r:?}");
+            swept.insert(format!("{m} {path}"));
+        }
+    }
+    assert!(swept.len() >= 9, "the sweep covered too little: {swept:?}");
+    // Nothing of A's changed: every resource is still there and usable.
+    let g = ok(&srv.api("GET", &format!("/v1/gateways/{gw_id}"), Some(&a), None), 200);
+    assert_eq!(g["description"], "A's", "B's PATCH changed A's gateway");
+    ok(&srv.api("GET", &format!("/v1/sessions/{session}"), Some(&a), None), 200);
+    ok(&srv.api("GET", "/v1/gateways", Some(key["key"].as_str().unwrap()), None), 200);
+    let entries = ok(&srv.api("GET", "/v1/account/whitelist", Some(&a), None), 200);
+    assert!(entries.to_string().contains(wl["id"].as_str().unwrap()), "{entries}");
+}
