@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod config;
+pub mod conn_limits;
 pub mod error;
 pub mod jwt;
 pub mod mcp;

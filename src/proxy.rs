@@ -312,6 +312,18 @@ impl ProxyHttp for Proxy {
         }
     }
 
+    /// Runs once a request's header has been read, before `early_request_filter`, with the
+    /// connection's context (which `conn_limits::BoundedHttp` sets for every request, the first
+    /// included): stops the connection's header deadline.
+    fn on_connection_reuse(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut RequestCtx,
+        connection: Box<dyn std::any::Any + Send + Sync>,
+    ) {
+        crate::conn_limits::mark_header_read(&*connection);
+    }
+
     /// Runs first: request id, client address and route, so every later step (and every error
     /// response) has them.
     async fn early_request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {

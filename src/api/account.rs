@@ -41,7 +41,7 @@ pub struct AddWhitelistEntry {
     #[schema(min_length = 1, max_length = 64)]
     pub ip: String,
     /// Scales the limits of requests from this address: at most the tier's
-    /// `limits.quotas.<tier>.max_multiplier` (free 2, starter 5, professional 10, enterprise
+    /// `limits.quotas.<tier>.max_multiplier` (free 5, starter 5, professional 10, enterprise
     /// 100); default 1.
     #[schema(exclusive_minimum = 0.0)]
     pub rate_limit_multiplier: Option<f64>,

@@ -22,7 +22,7 @@ pub struct CreateServiceAccount {
     #[schema(min_items = 1, max_items = 32)]
     pub scopes: Vec<String>,
     /// Multiplies the tier's limits: at most the tier's `limits.quotas.<tier>.max_multiplier`
-    /// (free 2, starter 5, professional 10, enterprise 100). Default
+    /// (free 5, starter 5, professional 10, enterprise 100). Default
     /// `limits.service_account_multiplier` (5), lowered to the tier's maximum. Above 1 it needs
     /// MFA when the caller's MFA is active.
     #[schema(exclusive_minimum = 0.0)]

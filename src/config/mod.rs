@@ -285,7 +285,8 @@ impl TierQuotas {
             "starter" => q(50, 100, 20, 100, 20, 5.0),
             "professional" => q(200, 500, 100, 500, 50, 10.0),
             "enterprise" => q(1000, 5000, 1000, 1000, 200, 100.0),
-            _ => q(10, 25, 5, 20, 5, 2.0),
+            // Decision 1's service-account default (x5) holds on every built-in tier.
+            _ => q(10, 25, 5, 20, 5, 5.0),
         }
     }
 }
@@ -433,7 +434,7 @@ mod tests {
     fn quotas_default_per_tier_and_are_configured_by_tier() {
         let c = Config::parse(MINIMAL).unwrap();
         assert_eq!(c.limits.quotas("free").gateways, 10);
-        assert_eq!(c.limits.quotas("free").max_multiplier, 2.0);
+        assert_eq!(c.limits.quotas("free").max_multiplier, 5.0);
         assert_eq!(c.limits.quotas("enterprise").max_multiplier, 100.0);
         assert_eq!(c.limits.quotas("no-such-tier"), c.limits.quotas("free"), "an unknown tier is the default tier");
         let yaml = "rate_limits:\n  tiers:\n    gold: { requests_per_hour: 9, requests_per_minute: 9, burst: 9, concurrent: 9 }\n\

@@ -329,8 +329,8 @@ fn multipliers_are_bounded_by_the_tier_and_their_product_is_capped() {
         }
         post(k, "/v1/service-accounts", body)
     };
-    // Free: at most x2 (limits.quotas.free.max_multiplier); the x5 default is lowered to it.
-    for m in [2.5, 100.0, 0.0, -1.0] {
+    // Free: at most x5 (limits.quotas.free.max_multiplier), Decision 1's default.
+    for m in [5.5, 100.0, 0.0, -1.0] {
         validation(&sa("too-much", Some(m)), "rate_limit_multiplier");
     }
     validation(
@@ -338,26 +338,26 @@ fn multipliers_are_bounded_by_the_tier_and_their_product_is_capped() {
         "rate_limit_multiplier",
     );
     let dflt = ok(&sa("default", None), 201);
-    assert_eq!(dflt["rate_limit_multiplier"], 2.0, "{dflt}");
+    assert_eq!(dflt["rate_limit_multiplier"], 5.0, "{dflt}");
 
-    // x2 account key from a x2 entry's address: min(2 x 2, 2) = 2, not 4.
-    let acct = ok(&sa("bot", Some(2.0)), 201);
+    // x3 account key from a x3 entry's address: min(3 x 3, 5) = 5, not 9.
+    let acct = ok(&sa("bot", Some(3.0)), 201);
     let sak = ok(
         &post(k, &format!("/v1/service-accounts/{}/keys", acct["id"].as_str().unwrap()), json!({ "name": "b" })),
         201,
     );
     let sak = sak["key"].as_str().unwrap();
-    ok(&post(k, "/v1/account/whitelist", json!({ "ip": "192.0.2.20", "rate_limit_multiplier": 2 })), 201);
+    ok(&post(k, "/v1/account/whitelist", json!({ "ip": "192.0.2.20", "rate_limit_multiplier": 3 })), 201);
     let limit = |key: &str, ip: &str| {
         let r = srv().request("GET", "/v1/user", Some(key), None, &[("x-forwarded-for", ip)]);
         rate_limit_headers(&ok_resp(r)).0
     };
     let base = limit(k, "192.0.2.99");
-    assert_eq!(limit(k, "192.0.2.20"), base * 2);
-    assert_eq!(limit(sak, "192.0.2.99"), base * 2);
-    assert_eq!(limit(sak, "192.0.2.20"), base * 2, "the product of two multipliers is capped at the tier's x2");
+    assert_eq!(limit(k, "192.0.2.20"), base * 3);
+    assert_eq!(limit(sak, "192.0.2.99"), base * 3);
+    assert_eq!(limit(sak, "192.0.2.20"), base * 5, "the product of two multipliers is capped at the tier's x5");
     let rl = ok(&srv().request("GET", "/v1/rate-limit", Some(sak), None, &[("x-forwarded-for", "192.0.2.20")]), 200);
-    assert_eq!(rl["buckets"]["global"]["limit"], base * 2, "{rl}");
+    assert_eq!(rl["buckets"]["global"]["limit"], base * 5, "{rl}");
 
     // Configured per tier: starter's row says 3 (its default would be 5).
     let s = key("starter");

@@ -1,0 +1,441 @@
+//! Connection bounds on the main listener: a total deadline for each request's header, an idle
+//! time limit between keep-alive requests, and caps on open connections (all, and per client
+//! address), so that slow or idle clients cannot hold sockets, memory and tasks without end.
+//!
+//! Why a wrapper around Pingora's HTTP app and not Pingora's own knobs: Pingora 0.9 times each
+//! *read* of a request header (60 s, restarted by every byte, and no limit at all once a
+//! keep-alive request has been answered), so a client trickling one header line at a time keeps
+//! its connection for ever. Its `ConnectionFilter` (feature `connection_filter`) sees a connection
+//! only at accept and never learns when it ends, so it cannot count open connections, and
+//! `TcpSocketOptions` has no connection cap. [`BoundedHttp`] is the [`ServerApp`] the listener
+//! runs instead of `HttpProxy`: it takes a slot for the connection's whole life (refusing it when
+//! a cap is reached), and runs each request of the connection against a deadline that the proxy
+//! disarms once the header is parsed ([`HeaderClock`], handed over through Pingora's
+//! per-connection user context and marked in `ProxyHttp::on_connection_reuse`, which runs right
+//! after the header is read).
+//!
+//! The per-address cap counts the TCP peer, never `X-Forwarded-For` (the header is not read when
+//! the connection is accepted, and it is the client's to write). Peers in `server.trusted_proxies`
+//! are exempt from it (a load balancer carries many clients on its connections) but count towards
+//! the global cap. IPv6 peers are counted by /64, the block one subscriber usually holds.
+
+use crate::config::ServerConfig;
+use async_trait::async_trait;
+use dashmap::DashMap;
+use ipnet::IpNet;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora::protocols::http::ServerSession;
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
+use pingora_prometheus::prometheus::{register_int_counter_vec, register_int_gauge, IntCounter, IntGauge};
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Why a connection was refused or ended early; also the `reason` label of the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `server.max_connections` connections are open.
+    Global,
+    /// `server.max_connections_per_ip` connections from this address are open.
+    PerAddress,
+}
+
+/// The limits, read from `server.*` at start.
+#[derive(Debug, Clone)]
+pub struct ConnLimitsConfig {
+    pub header_timeout: Duration,
+    pub keepalive_idle: Duration,
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    /// Peers exempt from the per-address cap (`server.trusted_proxies`).
+    pub exempt: Vec<IpNet>,
+}
+
+impl ConnLimitsConfig {
+    pub fn from_server(s: &ServerConfig) -> ConnLimitsConfig {
+        ConnLimitsConfig {
+            header_timeout: s.header_timeout,
+            keepalive_idle: s.keepalive_idle,
+            max_connections: s.max_connections,
+            max_connections_per_ip: s.max_connections_per_ip,
+            exempt: s.trusted_proxies.clone(),
+        }
+    }
+}
+
+/// Open connections, in all and per client address. Taken once per connection (not per
+/// request): an atomic for the total and a sharded map for the addresses, no global lock.
+#[derive(Debug)]
+pub struct ConnLimits {
+    config: ConnLimitsConfig,
+    open: AtomicUsize,
+    per_address: DashMap<IpAddr, usize>,
+}
+
+/// A connection's place in [`ConnLimits`], given back when it drops (when the connection ends).
+#[derive(Debug)]
+pub struct ConnSlot {
+    limits: Arc<ConnLimits>,
+    address: Option<IpAddr>,
+}
+
+impl ConnLimits {
+    pub fn new(config: ConnLimitsConfig) -> Arc<ConnLimits> {
+        Arc::new(ConnLimits { config, open: AtomicUsize::new(0), per_address: DashMap::new() })
+    }
+
+    pub fn config(&self) -> &ConnLimitsConfig {
+        &self.config
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Takes a slot for a connection from `peer` (None: not an IP peer, e.g. a Unix socket,
+    /// which only the global cap bounds).
+    pub fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<ConnSlot, Refusal> {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= self.config.max_connections {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refusal::Global);
+        }
+        // From here on the slot gives the global count back on every path, refusals included.
+        let mut slot = ConnSlot { limits: self.clone(), address: None };
+        let Some(address) = peer.map(address_key) else { return Ok(slot) };
+        if self.config.exempt.iter().any(|net| net.contains(&address)) {
+            return Ok(slot);
+        }
+        let mut count = self.per_address.entry(address).or_insert(0);
+        if *count >= self.config.max_connections_per_ip {
+            return Err(Refusal::PerAddress);
+        }
+        *count += 1;
+        slot.address = Some(address);
+        Ok(slot)
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        if let Some(address) = self.address {
+            // The entry goes when its last connection does, so the map holds only addresses
+            // with open connections.
+            self.limits.per_address.remove_if_mut(&address, |_, n| {
+                *n = n.saturating_sub(1);
+                *n == 0
+            });
+        }
+        self.limits.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The address a connection counts against: IPv4 (also when it arrives IPv4-mapped on an IPv6
+/// socket) as is, IPv6 by its /64.
+pub fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        },
+    }
+}
+
+/// Set by the proxy when a request's header has been read, so that [`BoundedHttp`] lets the
+/// request run past the header deadline. One per connection, re-armed for every request.
+#[derive(Debug, Default)]
+pub struct HeaderClock {
+    read: AtomicBool,
+}
+
+impl HeaderClock {
+    /// Called by the proxy (from `on_connection_reuse`, the first hook after the header is read).
+    pub fn header_read(&self) {
+        self.read.store(true, Ordering::Release);
+    }
+
+    fn is_read(&self) -> bool {
+        self.read.load(Ordering::Acquire)
+    }
+
+    fn rearm(&self) {
+        self.read.store(false, Ordering::Release);
+    }
+
+    /// Completes at `deadline` if the header has not been read by then; never otherwise.
+    async fn expired(&self, deadline: Instant) {
+        tokio::time::sleep_until(deadline).await;
+        if self.is_read() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Marks the header read if `context` is a connection's [`HeaderClock`] (the proxy's
+/// `on_connection_reuse` hands Pingora's per-connection user context here).
+pub fn mark_header_read(context: &(dyn std::any::Any + Send + Sync)) {
+    if let Some(clock) = context.downcast_ref::<Arc<HeaderClock>>() {
+        clock.header_read();
+    }
+}
+
+/// The listener's application: Pingora's HTTP/1.1 app (`HttpProxy`) with connection bounds.
+///
+/// toolgate's listener speaks plain HTTP/1.1 (no TLS, no h2c), so this runs Pingora's HTTP/1
+/// keep-alive loop itself (as `ServerApp for HttpServerApp` does), with these differences: the
+/// connection holds a [`ConnSlot`]; the wait for a keep-alive connection's next request ends
+/// after `keepalive_idle`; and each request's header must be complete within `header_timeout`
+/// of the request's first byte (of the accept, for a connection's first request), or the
+/// connection is closed.
+pub struct BoundedHttp<A> {
+    app: Arc<A>,
+    limits: Arc<ConnLimits>,
+}
+
+impl<A> BoundedHttp<A> {
+    pub fn new(app: A, limits: Arc<ConnLimits>) -> BoundedHttp<A> {
+        BoundedHttp { app: Arc::new(app), limits }
+    }
+
+    /// Pingora's keep-alive setting in whole seconds (at least 1: 0 would mean "no limit").
+    fn idle_secs(&self) -> u64 {
+        self.limits.config.keepalive_idle.as_secs().max(1)
+    }
+}
+
+#[async_trait]
+impl<A> ServerApp for BoundedHttp<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+        let accepted = Instant::now();
+        let peer = stream.get_socket_digest().and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        let _slot = match self.limits.admit(peer) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                metrics().refused(refusal).inc();
+                tracing::debug!(peer = ?peer, reason = ?refusal, "connection refused");
+                return None;
+            }
+        };
+        let _open = OpenGuard::new();
+        let config = &self.limits.config;
+        let clock = Arc::new(HeaderClock::default());
+        let mut stream = stream;
+        let mut settings: Option<HttpPersistentSettings> = None;
+        let mut first = true;
+        loop {
+            let started = if first {
+                accepted
+            } else {
+                // Between keep-alive requests: wait for the next request's first byte, at most
+                // `keepalive_idle`, and stop waiting when the server shuts down.
+                let mut byte = [0u8; 1];
+                let mut stopping = shutdown.clone();
+                tokio::select! {
+                    peeked = tokio::time::timeout(config.keepalive_idle, stream.try_peek(&mut byte)) => {
+                        match peeked {
+                            Ok(Ok(_)) => Instant::now(),
+                            Ok(Err(_)) => return None,
+                            Err(_) => {
+                                metrics().idle_closed.inc();
+                                return None;
+                            }
+                        }
+                    }
+                    _ = stopping.wait_for(|stop| *stop) => return None,
+                }
+            };
+            let mut session = ServerSession::new_http1(stream);
+            if let Some(s) = settings.take() {
+                s.apply_to_session(&mut session);
+            }
+            // Pingora turns keep-alive on without a limit once it has read a request; each
+            // request starts again from the configured idle time (this also bounds every single
+            // read of the header).
+            session.set_keepalive(if *shutdown.borrow() { None } else { Some(self.idle_secs()) });
+            clock.rearm();
+            session.set_connection_user_context(Some(Box::new(clock.clone())));
+            let deadline = started + config.header_timeout;
+            let reused = tokio::select! {
+                biased;
+                reused = self.app.process_new_http(session, shutdown) => reused,
+                () = clock.expired(deadline) => {
+                    // Dropping the request's future drops the connection: the client reads EOF.
+                    metrics().header_timeouts.inc();
+                    tracing::debug!(peer = ?peer, "request header not complete in time; connection closed");
+                    return None;
+                }
+            };
+            let (next, next_settings) = reused?.consume();
+            stream = next;
+            settings = next_settings;
+            first = false;
+        }
+    }
+
+    async fn cleanup(&self) {
+        self.app.http_cleanup().await;
+    }
+}
+
+/// Keeps `toolgate_connections_open` right on every way out of `process_new`.
+struct OpenGuard;
+
+impl OpenGuard {
+    fn new() -> OpenGuard {
+        metrics().open.inc();
+        OpenGuard
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        metrics().open.dec();
+    }
+}
+
+struct Metrics {
+    open: IntGauge,
+    refused_global: IntCounter,
+    refused_per_address: IntCounter,
+    header_timeouts: IntCounter,
+    idle_closed: IntCounter,
+}
+
+impl Metrics {
+    fn refused(&self, r: Refusal) -> &IntCounter {
+        match r {
+            Refusal::Global => &self.refused_global,
+            Refusal::PerAddress => &self.refused_per_address,
+        }
+    }
+}
+
+fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| {
+        let refused = register_int_counter_vec!(
+            "toolgate_connections_refused_total",
+            "Connections closed at accept because a cap was reached (reason: global, per_address)",
+            &["reason"]
+        )
+        .expect("metric registers once");
+        let closed = register_int_counter_vec!(
+            "toolgate_connections_closed_total",
+            "Connections closed by the server's time limits (reason: header_timeout, keepalive_idle)",
+            &["reason"]
+        )
+        .expect("metric registers once");
+        Metrics {
+            open: register_int_gauge!("toolgate_connections_open", "Open connections on the main listener")
+                .expect("metric registers once"),
+            refused_global: refused.with_label_values(&["global"]),
+            refused_per_address: refused.with_label_values(&["per_address"]),
+            header_timeouts: closed.with_label_values(&["header_timeout"]),
+            idle_closed: closed.with_label_values(&["keepalive_idle"]),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(total: usize, per_ip: usize, exempt: &[&str]) -> Arc<ConnLimits> {
+        ConnLimits::new(ConnLimitsConfig {
+            header_timeout: Duration::from_secs(1),
+            keepalive_idle: Duration::from_secs(1),
+            max_connections: total,
+            max_connections_per_ip: per_ip,
+            exempt: exempt.iter().map(|n| n.parse().unwrap()).collect(),
+        })
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn per_address_cap_counts_each_address_and_frees_on_drop() {
+        let l = limits(100, 2, &[]);
+        let a1 = l.admit(ip("10.0.0.1")).unwrap();
+        let _a2 = l.admit(ip("10.0.0.1")).unwrap();
+        assert_eq!(l.admit(ip("10.0.0.1")).unwrap_err(), Refusal::PerAddress);
+        let _b = l.admit(ip("10.0.0.2")).unwrap();
+        assert_eq!(l.open(), 3, "a refusal gives its global slot back");
+        drop(a1);
+        let _a3 = l.admit(ip("10.0.0.1")).unwrap();
+        drop((_a2, _a3, _b));
+        assert_eq!(l.open(), 0);
+        assert!(l.per_address.is_empty(), "addresses without connections are forgotten");
+    }
+
+    #[test]
+    fn global_cap_counts_every_peer() {
+        let l = limits(2, 10, &[]);
+        let _a = l.admit(ip("10.0.0.1")).unwrap();
+        let _b = l.admit(None).unwrap();
+        assert_eq!(l.admit(ip("10.0.0.3")).unwrap_err(), Refusal::Global);
+        assert_eq!(l.open(), 2);
+    }
+
+    #[test]
+    fn trusted_proxies_skip_the_per_address_cap_only() {
+        let l = limits(3, 1, &["10.9.0.0/16"]);
+        let held: Vec<_> = (0..3).map(|_| l.admit(ip("10.9.1.1")).unwrap()).collect();
+        assert_eq!(l.admit(ip("10.9.1.1")).unwrap_err(), Refusal::Global);
+        drop(held);
+        let _x = l.admit(ip("10.0.0.1")).unwrap();
+        assert_eq!(l.admit(ip("10.0.0.1")).unwrap_err(), Refusal::PerAddress);
+    }
+
+    #[test]
+    fn ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() {
+        let l = limits(100, 1, &[]);
+        let _a = l.admit(ip("2001:db8:1:2::1")).unwrap();
+        assert_eq!(l.admit(ip("2001:db8:1:2:ffff::9")).unwrap_err(), Refusal::PerAddress);
+        let _b = l.admit(ip("2001:db8:1:3::1")).unwrap();
+        let _c = l.admit(ip("192.0.2.7")).unwrap();
+        assert_eq!(l.admit(ip("::ffff:192.0.2.7")).unwrap_err(), Refusal::PerAddress);
+    }
+
+    #[test]
+    fn server_settings_have_defaults_and_named_errors() {
+        let c = crate::config::Config::parse("server:\n  listen: 127.0.0.1:0\n").unwrap();
+        let l = ConnLimitsConfig::from_server(&c.server);
+        assert_eq!(l.header_timeout, Duration::from_secs(10));
+        assert_eq!(l.keepalive_idle, Duration::from_secs(60));
+        assert_eq!((l.max_connections, l.max_connections_per_ip), (10_000, 256));
+        for (line, field) in [
+            ("header_timeout_ms: 0", "server.header_timeout_ms"),
+            ("keepalive_idle_secs: 0", "server.keepalive_idle_secs"),
+            ("max_connections: 0", "server.max_connections"),
+            ("max_connections_per_ip: 0", "server.max_connections_per_ip"),
+            ("max_connections: 10\n  max_connections_per_ip: 11", "server.max_connections_per_ip"),
+        ] {
+            let err = crate::config::Config::parse(&format!("server:\n  {line}\n")).unwrap_err().to_string();
+            assert!(err.starts_with(field), "{line}: {err}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_fires_only_when_the_header_is_unread() {
+        let clock = HeaderClock::default();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        assert!(tokio::time::timeout(Duration::from_secs(2), clock.expired(deadline)).await.is_ok());
+        clock.header_read();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        assert!(tokio::time::timeout(Duration::from_secs(5), clock.expired(deadline)).await.is_err());
+        clock.rearm();
+        let ctx: Box<dyn std::any::Any + Send + Sync> = Box::new(Arc::new(HeaderClock::default()));
+        mark_header_read(&*ctx);
+        let Ok(c) = ctx.downcast::<Arc<HeaderClock>>() else { panic!("a clock") };
+        assert!(c.is_read());
+    }
+}
