@@ -2,9 +2,11 @@
 //! user with backup codes, challenges and short-lived MFA tokens.
 //!
 //! The TOTP seed is sealed at rest like app credentials; backup codes are stored as SHA-256 hashes
-//! and each works once. Challenges and tokens live 5 minutes, are single use, and are kept in
-//! memory: losing them on restart only means asking for a new one. A code is accepted once per
-//! 30-second step per user, so a code seen on the wire cannot be replayed.
+//! and each works once. Challenges and tokens live 5 minutes and are single use; they are
+//! records of the store that expire (so a challenge asked of one instance can be answered on
+//! another, and a token is used once across all: the store's `take` reads and removes it in one
+//! step). A code is accepted once per 30-second step per user, so a code seen on the wire cannot
+//! be replayed. The failure counters below stay in memory: they bound guessing per instance.
 //!
 //! Guessing is bounded. Wrong codes are counted per credential (user and key): five in a row
 //! lock that credential out for 30 s, doubling with each further failure up to 15 minutes, and a
@@ -42,6 +44,25 @@ const USER_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Wrong answers a challenge takes before it is used up.
 const CHALLENGE_FAILURES: u8 = 3;
 
+/// An open challenge, as stored (kind `mfa_challenge`, expiring with it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ChallengeRecord {
+    user_id: String,
+    /// Wrong answers so far.
+    failures: u8,
+    expires_at_ms: i64,
+}
+
+/// An unused MFA token, as stored under the SHA-256 of its value (kind `mfa_token`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TokenRecord {
+    user_id: String,
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<String, ApiError> {
+    serde_json::to_string(v).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MfaRecord {
     pub user_id: String,
@@ -65,10 +86,8 @@ pub struct Enrolment {
 pub struct Mfa {
     store: Arc<dyn Store>,
     records: DashMap<String, MfaRecord>,
-    /// challenge id -> (user id, issued, wrong answers so far).
-    challenges: DashMap<String, (String, Instant, u8)>,
-    /// SHA-256 of an MFA token -> (user id, issued).
-    tokens: DashMap<String, (String, Instant)>,
+    /// When expired challenges and tokens were last swept from the store (ms since the epoch).
+    last_sweep_ms: std::sync::atomic::AtomicI64,
     /// (user id, credential key id) -> consecutive wrong codes and the lockout they earned.
     credential_failures: DashMap<(String, String), Failures>,
     /// user id -> wrong TOTP codes in the current window (all credentials).
@@ -137,8 +156,7 @@ impl Mfa {
         Ok(Mfa {
             store,
             records,
-            challenges: DashMap::new(),
-            tokens: DashMap::new(),
+            last_sweep_ms: std::sync::atomic::AtomicI64::new(0),
             credential_failures: DashMap::new(),
             user_failures: DashMap::new(),
         })
@@ -275,12 +293,30 @@ impl Mfa {
         self.save(r).await
     }
 
-    /// A new challenge for a protected action.
-    pub fn challenge(&self, user_id: &str) -> String {
-        self.challenges.retain(|_, (_, t, _)| t.elapsed() < MFA_TTL);
+    /// A new challenge for a protected action, stored so that any instance can answer it.
+    pub async fn challenge(&self, user_id: &str) -> Result<String, ApiError> {
+        self.sweep_now_and_then().await;
         let id = secrets::new_id("mfa_ch");
-        self.challenges.insert(id.clone(), (user_id.to_string(), Instant::now(), 0));
-        id
+        let expires_at_ms = Utc::now().timestamp_millis() + MFA_TTL.as_millis() as i64;
+        let rec = ChallengeRecord { user_id: user_id.to_string(), failures: 0, expires_at_ms };
+        self.store.put_expiring(Kind::MfaChallenge, &id, to_json(&rec)?, expires_at_ms).await?;
+        Ok(id)
+    }
+
+    /// Expired challenges and tokens are never read; this removes them from the store, at most
+    /// once a minute, on the way of a new challenge.
+    async fn sweep_now_and_then(&self) {
+        use std::sync::atomic::Ordering;
+        let now = Utc::now().timestamp_millis();
+        let last = self.last_sweep_ms.load(Ordering::Relaxed);
+        if now - last < 60_000
+            || self.last_sweep_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        if let Err(e) = self.store.sweep_expired().await {
+            tracing::warn!(error = %e, "cannot sweep expired MFA challenges and tokens");
+        }
     }
 
     /// Answers a challenge with a TOTP or backup code; returns an MFA token (single use).
@@ -292,27 +328,29 @@ impl Mfa {
         code: &str,
     ) -> Result<String, ApiError> {
         let user_id = caller.user_id;
-        let valid_challenge =
-            self.challenges.get(challenge_id).is_some_and(|c| c.0 == user_id && c.1.elapsed() < MFA_TTL);
-        if !valid_challenge {
-            return Err(ApiError::validation("challenge_id", "unknown or expired challenge"));
-        }
+        let unknown = || ApiError::validation("challenge_id", "unknown or expired challenge");
+        let stored = self.store.get(Kind::MfaChallenge, challenge_id).await?;
+        let mut challenge = stored
+            .and_then(|json| serde_json::from_str::<ChallengeRecord>(&json).ok())
+            .filter(|c| c.user_id == user_id)
+            .ok_or_else(unknown)?;
         if !self.attempt(sealer, caller, code).await? {
             // A challenge takes a few wrong answers, then a new one must be asked for.
-            let used_up = self.challenges.get_mut(challenge_id).is_some_and(|mut c| {
-                c.2 += 1;
-                c.2 >= CHALLENGE_FAILURES
-            });
-            if used_up {
-                self.challenges.remove(challenge_id);
+            challenge.failures += 1;
+            if challenge.failures >= CHALLENGE_FAILURES {
+                self.store.delete(Kind::MfaChallenge, challenge_id).await?;
                 return Err(ApiError::validation("code", "invalid code; this challenge is used up, ask for a new one"));
             }
+            let json = to_json(&challenge)?;
+            self.store.put_expiring(Kind::MfaChallenge, challenge_id, json, challenge.expires_at_ms).await?;
             return Err(ApiError::validation("code", "invalid or expired code"));
         }
-        self.challenges.remove(challenge_id);
+        // Used once: of two answers racing on one challenge, only the one that takes it wins.
+        self.store.take(Kind::MfaChallenge, challenge_id).await?.ok_or_else(unknown)?;
         let token = format!("mfa_{}", secrets::new_session_id());
-        self.tokens.retain(|_, (_, t)| t.elapsed() < MFA_TTL);
-        self.tokens.insert(secrets::hash_key(&token), (user_id.to_string(), Instant::now()));
+        let expires_at_ms = Utc::now().timestamp_millis() + MFA_TTL.as_millis() as i64;
+        let rec = TokenRecord { user_id: user_id.to_string() };
+        self.store.put_expiring(Kind::MfaToken, &secrets::hash_key(&token), to_json(&rec)?, expires_at_ms).await?;
         Ok(token)
     }
 
@@ -344,14 +382,14 @@ impl Mfa {
                 "invalid or already used MFA code"
             }
             Some(v) => {
-                let h = secrets::hash_key(v);
-                match self.tokens.remove(&h) {
-                    Some((_, (owner, issued))) if owner == user_id && issued.elapsed() < MFA_TTL => return Ok(()),
+                let taken = self.store.take(Kind::MfaToken, &secrets::hash_key(v)).await?;
+                match taken.and_then(|json| serde_json::from_str::<TokenRecord>(&json).ok()) {
+                    Some(t) if t.user_id == user_id => return Ok(()),
                     _ => "invalid, expired or already used MFA token",
                 }
             }
         };
-        Err(ApiError::MfaRequired { challenge_id: self.challenge(user_id), message: message.into() })
+        Err(ApiError::MfaRequired { challenge_id: self.challenge(user_id).await?, message: message.into() })
     }
 }
 
@@ -365,8 +403,15 @@ impl Mfa {
         }
         self.store.delete(Kind::Mfa, user_id).await?;
         self.records.remove(user_id);
-        self.tokens.retain(|_, (owner, _)| owner != user_id);
-        self.challenges.retain(|_, (owner, _, _)| owner != user_id);
+        // Its open challenges and unused tokens go too (a reset is rare: a scan is fine).
+        for kind in [Kind::MfaChallenge, Kind::MfaToken] {
+            for (id, json) in self.store.load_all(kind).await? {
+                let owner = serde_json::from_str::<TokenRecord>(&json).map(|r| r.user_id).unwrap_or_default();
+                if owner == user_id {
+                    self.store.delete(kind, &id).await?;
+                }
+            }
+        }
         self.credential_failures.retain(|(owner, _), _| owner != user_id);
         self.user_failures.remove(user_id);
         Ok(true)

@@ -389,6 +389,32 @@ mod tests {
         ) -> Result<(), crate::store::StoreError> {
             self.inner.put_many(kind, items).await
         }
+        async fn put_expiring(
+            &self,
+            kind: crate::store::Kind,
+            id: &str,
+            json: String,
+            expires_at_ms: i64,
+        ) -> Result<(), crate::store::StoreError> {
+            self.inner.put_expiring(kind, id, json, expires_at_ms).await
+        }
+        async fn put_if_absent(
+            &self,
+            kind: crate::store::Kind,
+            id: &str,
+            json: String,
+        ) -> Result<bool, crate::store::StoreError> {
+            self.inner.put_if_absent(kind, id, json).await
+        }
+        async fn get(&self, kind: crate::store::Kind, id: &str) -> Result<Option<String>, crate::store::StoreError> {
+            self.inner.get(kind, id).await
+        }
+        async fn take(&self, kind: crate::store::Kind, id: &str) -> Result<Option<String>, crate::store::StoreError> {
+            self.inner.take(kind, id).await
+        }
+        async fn sweep_expired(&self) -> Result<u64, crate::store::StoreError> {
+            self.inner.sweep_expired().await
+        }
         async fn delete(&self, kind: crate::store::Kind, id: &str) -> Result<bool, crate::store::StoreError> {
             self.inner.delete(kind, id).await
         }

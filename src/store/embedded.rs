@@ -8,7 +8,7 @@
 use super::{Kind, LogQuery, LogRecord, LogSummary, Store, StoreError};
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -42,6 +42,7 @@ impl EmbeddedStore {
              CREATE INDEX IF NOT EXISTS logs_gateway_ts ON logs (gateway_id, ts_ms);",
         )
         .map_err(backend)?;
+        add_expiry_column(&conn)?;
         Ok(EmbeddedStore { conn: Arc::new(Mutex::new(conn)) })
     }
 
@@ -54,6 +55,26 @@ impl EmbeddedStore {
             .await
             .map_err(|e| backend(format!("store task failed: {e}")))?
     }
+}
+
+/// Records that expire keep their deadline in `expires_ms` (NULL: never). Stores made before
+/// the column existed get it here.
+fn add_expiry_column(conn: &Connection) -> Result<(), StoreError> {
+    let has: bool = conn
+        .query_row("SELECT COUNT(*) FROM pragma_table_info('records') WHERE name = 'expires_ms'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(backend)?
+        > 0;
+    if !has {
+        conn.execute_batch("ALTER TABLE records ADD COLUMN expires_ms INTEGER").map_err(backend)?;
+    }
+    conn.execute_batch("CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_ms) WHERE expires_ms IS NOT NULL")
+        .map_err(backend)
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
 }
 
 /// The store holds key hashes, sealed credentials and the request log: only the owner may read
@@ -138,12 +159,82 @@ impl Store for EmbeddedStore {
         let id = id.to_string();
         self.with(move |c| {
             c.execute(
-                "INSERT INTO records (kind, id, body) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
+                "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, NULL)
+                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL",
                 params![kind.as_str(), id, json],
             )
             .map(|_| ())
             .map_err(backend)
+        })
+        .await
+    }
+
+    async fn put_expiring(&self, kind: Kind, id: &str, json: String, expires_at_ms: i64) -> Result<(), StoreError> {
+        let id = id.to_string();
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = excluded.expires_ms",
+                params![kind.as_str(), id, json, expires_at_ms],
+            )
+            .map(|_| ())
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn put_if_absent(&self, kind: Kind, id: &str, json: String) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.with(move |c| {
+            // An expired record counts as absent: it is replaced.
+            c.execute(
+                "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, NULL)
+                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL
+                 WHERE records.expires_ms IS NOT NULL AND records.expires_ms <= ?4",
+                params![kind.as_str(), id, json, now_ms()],
+            )
+            .map(|n| n > 0)
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn get(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError> {
+        let id = id.to_string();
+        self.with(move |c| {
+            c.query_row(
+                "SELECT body FROM records WHERE kind = ?1 AND id = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)",
+                params![kind.as_str(), id, now_ms()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn take(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError> {
+        let id = id.to_string();
+        self.with(move |c| {
+            // One statement: of two concurrent takes, one deletes the row and the other sees none.
+            let body: Option<(String, Option<i64>)> = c
+                .query_row(
+                    "DELETE FROM records WHERE kind = ?1 AND id = ?2 RETURNING body, expires_ms",
+                    params![kind.as_str(), id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            Ok(body.filter(|(_, exp)| exp.is_none_or(|e| e > now_ms())).map(|(b, _)| b))
+        })
+        .await
+    }
+
+    async fn sweep_expired(&self) -> Result<u64, StoreError> {
+        self.with(move |c| {
+            c.execute("DELETE FROM records WHERE expires_ms IS NOT NULL AND expires_ms <= ?1", params![now_ms()])
+                .map(|n| n as u64)
+                .map_err(backend)
         })
         .await
     }
@@ -157,8 +248,8 @@ impl Store for EmbeddedStore {
             {
                 let mut stmt = tx
                     .prepare_cached(
-                        "INSERT INTO records (kind, id, body) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
+                        "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, NULL)
+                         ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL",
                     )
                     .map_err(backend)?;
                 for (id, json) in &items {
@@ -182,8 +273,11 @@ impl Store for EmbeddedStore {
 
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError> {
         self.with(move |c| {
-            let mut stmt = c.prepare("SELECT id, body FROM records WHERE kind = ?1").map_err(backend)?;
-            let rows = stmt.query_map(params![kind.as_str()], |r| Ok((r.get(0)?, r.get(1)?))).map_err(backend)?;
+            let mut stmt = c
+                .prepare("SELECT id, body FROM records WHERE kind = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)")
+                .map_err(backend)?;
+            let rows =
+                stmt.query_map(params![kind.as_str(), now_ms()], |r| Ok((r.get(0)?, r.get(1)?))).map_err(backend)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(backend)
         })
         .await
@@ -234,6 +328,58 @@ mod tests {
 
     fn synchronous(store: &EmbeddedStore) -> i64 {
         store.conn.lock().query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn expiring_records_conditional_puts_and_single_use_takes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let later = now_ms() + 60_000;
+        store.put_expiring(Kind::MfaToken, "live", "1".into(), later).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "dead", "2".into(), now_ms() - 1).await.unwrap();
+        assert_eq!(store.get(Kind::MfaToken, "live").await.unwrap().as_deref(), Some("1"));
+        assert_eq!(store.get(Kind::MfaToken, "dead").await.unwrap(), None, "expired records are not read");
+        let all = store.load_all(Kind::MfaToken).await.unwrap();
+        assert_eq!(all, vec![("live".to_string(), "1".to_string())]);
+        // Taken once, then gone; an expired record cannot be taken.
+        assert_eq!(store.take(Kind::MfaToken, "live").await.unwrap().as_deref(), Some("1"));
+        assert_eq!(store.take(Kind::MfaToken, "live").await.unwrap(), None);
+        assert_eq!(store.take(Kind::MfaToken, "dead").await.unwrap(), None);
+        // Conditional put: absent or expired wins, a live record stays.
+        assert!(store.put_if_absent(Kind::Gateway, "g", "a".into()).await.unwrap());
+        assert!(!store.put_if_absent(Kind::Gateway, "g", "b".into()).await.unwrap());
+        assert_eq!(store.get(Kind::Gateway, "g").await.unwrap().as_deref(), Some("a"));
+        store.put_expiring(Kind::MfaChallenge, "c", "old".into(), now_ms() - 1).await.unwrap();
+        assert!(store.put_if_absent(Kind::MfaChallenge, "c", "new".into()).await.unwrap());
+        assert_eq!(store.get(Kind::MfaChallenge, "c").await.unwrap().as_deref(), Some("new"));
+        // The sweep removes only what is due (`dead` already went with its take); a plain put
+        // makes an expiring record permanent.
+        store.put_expiring(Kind::MfaToken, "x", "3".into(), now_ms() - 1).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "y", "4".into(), later).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "z", "5".into(), now_ms() - 1).await.unwrap();
+        store.put(Kind::MfaToken, "z", "6".into()).await.unwrap();
+        assert_eq!(store.sweep_expired().await.unwrap(), 1, "only `x`");
+        assert_eq!(store.get(Kind::MfaToken, "y").await.unwrap().as_deref(), Some("4"));
+        assert_eq!(store.get(Kind::MfaToken, "z").await.unwrap().as_deref(), Some("6"));
+    }
+
+    /// A store written before records could expire opens, gains the column, and keeps its rows.
+    #[tokio::test]
+    async fn an_older_store_gains_the_expiry_column() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(dir.path().join("toolgate.sqlite3")).unwrap();
+            c.execute_batch(
+                "CREATE TABLE records (kind TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL,
+                 PRIMARY KEY (kind, id)) WITHOUT ROWID;
+                 INSERT INTO records VALUES ('gateway', 'g1', '{}');",
+            )
+            .unwrap();
+        }
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(store.get(Kind::Gateway, "g1").await.unwrap().as_deref(), Some("{}"));
+        let reopened = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(reopened.load_all(Kind::Gateway).await.unwrap().len(), 1);
     }
 
     #[tokio::test]

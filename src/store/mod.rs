@@ -28,6 +28,10 @@ pub enum Kind {
     Connection,
     Session,
     Mfa,
+    /// An open MFA challenge (expiring).
+    MfaChallenge,
+    /// An unused MFA token, by the SHA-256 of its value (expiring, single use).
+    MfaToken,
     ServiceAccount,
     KeyUsage,
     Meta,
@@ -43,6 +47,8 @@ impl Kind {
             Kind::Connection => "connection",
             Kind::Session => "session",
             Kind::Mfa => "mfa",
+            Kind::MfaChallenge => "mfa_challenge",
+            Kind::MfaToken => "mfa_token",
             Kind::ServiceAccount => "service_account",
             Kind::KeyUsage => "key_usage",
             Kind::Meta => "meta",
@@ -92,10 +98,24 @@ pub trait Store: Send + Sync {
     async fn put(&self, kind: Kind, id: &str, json: String) -> Result<(), StoreError>;
     /// Inserts or replaces several records of a kind in one durable write (background flushes).
     async fn put_many(&self, kind: Kind, items: Vec<(String, String)>) -> Result<(), StoreError>;
+    /// Inserts or replaces a record that lives until `expires_at_ms` (milliseconds since the
+    /// epoch): after that no read returns it and [`Store::sweep_expired`] removes it. For
+    /// short-lived records (MFA challenges and tokens) that every instance must see.
+    async fn put_expiring(&self, kind: Kind, id: &str, json: String, expires_at_ms: i64) -> Result<(), StoreError>;
+    /// Inserts a record only if none lives under that id: `Ok(false)` when one does. Uniqueness
+    /// without a per-process lock, so that instances sharing a backend cannot both win.
+    async fn put_if_absent(&self, kind: Kind, id: &str, json: String) -> Result<bool, StoreError>;
+    /// One live record.
+    async fn get(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError>;
+    /// Reads and removes one live record in one step: what a single-use token needs, so that two
+    /// concurrent uses cannot both succeed.
+    async fn take(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError>;
     /// Removes a record; `Ok(false)` when there was none.
     async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError>;
-    /// Every record of a kind, for loading the in-memory state at start.
+    /// Every live record of a kind, for loading the in-memory state at start.
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError>;
+    /// Removes every record whose time is up; returns how many.
+    async fn sweep_expired(&self) -> Result<u64, StoreError>;
     /// Appends request-log entries (batched by the caller).
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), StoreError>;
     /// Counts and total duration of the entries matching `q` computed

@@ -230,3 +230,40 @@ fn a_challenge_is_used_up_after_three_wrong_answers() {
     assert!(v["details"]["issue"].as_str().unwrap().contains("used up"), "{v}");
     validation(&verify(&code_at(&t, step + 1)), "challenge_id");
 }
+
+/// Challenges and tokens are records of the store (they expire with it): one asked before a
+/// restart is answered after it, and a token survives a restart and still works once.
+#[test]
+fn challenges_and_tokens_survive_a_restart_and_stay_single_use() {
+    let (k, yk) = declared_key("key_restart", "usr_restart", &["*"]);
+    let mut srv = TestServer::start(&format!(
+        "organizations:\n  - {{ id: org_r, name: R, tier: enterprise }}\n\
+         users:\n  - {{ id: usr_restart, email: r@r.test, name: R, role: owner, organization: org_r }}\n\
+         api_keys:\n{yk}"
+    ));
+    let e = ok(&srv.api("POST", "/v1/auth/mfa/enroll", Some(&k), None), 200);
+    let t = totp(e["secret"].as_str().unwrap());
+    let step = step_now();
+    ok(&srv.api("POST", "/v1/auth/mfa/activate", Some(&k), Some(json!({ "code": code_at(&t, step) }))), 200);
+    let gw = |srv: &TestServer| {
+        let r = srv.api("POST", "/v1/gateways", Some(&k), Some(json!({ "name": format!("r-{}", random_alnum(8)) })));
+        ok(&r, 201)["id"].as_str().unwrap().to_string()
+    };
+    let (g1, g2) = (gw(&srv), gw(&srv));
+    let del = |srv: &TestServer, g: &str, tok: Option<&str>| {
+        let h: Vec<(&str, &str)> = tok.map(|t| vec![("x-mfa-token", t)]).unwrap_or_default();
+        srv.request("DELETE", &format!("/v1/gateways/{g}"), Some(&k), None, &h)
+    };
+    let ch = err(&del(&srv, &g1, None), 403, "MFA_REQUIRED")["challenge_id"].as_str().unwrap().to_string();
+    srv.kill9();
+    srv.restart();
+    let verify = |srv: &TestServer, code: &str| {
+        srv.api("POST", "/v1/auth/mfa/verify", Some(&k), Some(json!({ "challenge_id": ch, "code": code })))
+    };
+    let token = ok(&verify(&srv, &code_at(&t, step + 1)), 200)["mfa_token"].as_str().unwrap().to_string();
+    validation(&verify(&srv, &code_at(&t, step + 1)), "challenge_id");
+    srv.kill9();
+    srv.restart();
+    ok_message(&del(&srv, &g1, Some(&token)));
+    err(&del(&srv, &g2, Some(&token)), 403, "MFA_REQUIRED");
+}
