@@ -30,8 +30,10 @@ pub struct Catalogue {
     prompt_targets: HashMap<String, Target>,
     /// Resource URI -> app.
     resource_apps: HashMap<String, String>,
-    /// (URI template prefix before the first `{`, app).
-    template_apps: Vec<(String, String)>,
+    /// (resource template, app), in listing order.
+    template_apps: Vec<(UriTemplate, String)>,
+    /// The app of a single-app gateway: every resource URI is its to serve.
+    single_app: Option<String>,
     /// App id -> why it is missing from the catalogue.
     pub failures: HashMap<String, String>,
     pub built: Option<Instant>,
@@ -61,6 +63,9 @@ impl Catalogue {
     pub async fn build(apps: &AppClients, gw: &Gateway) -> Catalogue {
         let mut c = Catalogue::default();
         let single = gw.servers.len() == 1;
+        if single {
+            c.single_app = gw.servers.first().cloned();
+        }
         let sep = &gw.configuration.tool_name_separator;
         for app_id in &gw.servers {
             let allowed = gw.allowed_tools.get(app_id);
@@ -107,8 +112,7 @@ impl Catalogue {
             if let Ok(templates) = apps.list(&gw.org_id, app_id, ListMethod::ResourceTemplates).await {
                 for t in templates.iter() {
                     if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
-                        let prefix = tpl.split('{').next().unwrap_or_default().to_string();
-                        c.template_apps.push((prefix, app_id.clone()));
+                        c.template_apps.push((UriTemplate::parse(tpl), app_id.clone()));
                         c.templates.push(t.clone());
                     }
                 }
@@ -126,22 +130,203 @@ impl Catalogue {
         self.prompt_targets.get(exposed)
     }
 
-    /// The app serving a resource URI: a listed resource, else the longest matching template.
+    /// The app that can own a resource URI. Servers may serve URIs they do not list (templates,
+    /// resources made at run time), so a URI no listing shows is not "not found": a listed
+    /// resource's app, else the app of the most specific template that matches it, else the
+    /// only app of a single-app gateway. `None` only when several apps could and none claims it.
     pub fn resource_app(&self, uri: &str) -> Option<&str> {
         if let Some(app) = self.resource_apps.get(uri) {
             return Some(app);
         }
-        self.template_apps
-            .iter()
-            .filter(|(prefix, _)| !prefix.is_empty() && uri.starts_with(prefix.as_str()))
-            .max_by_key(|(prefix, _)| prefix.len())
-            .map(|(_, app)| app.as_str())
+        let mut best: Option<(usize, &str)> = None;
+        for (template, app) in &self.template_apps {
+            // The first of equally specific templates wins: listing order is the apps' order.
+            if best.is_none_or(|(len, _)| template.literal_len > len) && template.matches(uri) {
+                best = Some((template.literal_len, app));
+            }
+        }
+        best.map(|(_, app)| app).or(self.single_app.as_deref())
+    }
+}
+
+/// An RFC 6570 URI template reduced to what routing needs: its literal text and the kind of each
+/// expression, so that a URI is matched by shape (`notes://{owner}/note/{id}` takes
+/// `notes://a/note/7` but not `notes://a/todo/7` nor `notes://a/b/note/7`), not by its prefix
+/// alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriTemplate {
+    parts: Vec<Part>,
+    /// Bytes of literal text: the more, the more specific the template.
+    literal_len: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    /// An expression, by its operator (`+ # . / ; ? &`, or 0 for a simple `{var}`).
+    Expr(u8),
+}
+
+impl UriTemplate {
+    pub fn parse(template: &str) -> UriTemplate {
+        let mut parts = Vec::new();
+        let mut literal_len = 0;
+        let mut rest = template;
+        while !rest.is_empty() {
+            let (literal, expr) = match rest.find('{') {
+                Some(open) => match rest[open..].find('}') {
+                    Some(close) => (&rest[..open], Some(&rest[open + 1..open + close])),
+                    // An unclosed brace is text.
+                    None => (rest, None),
+                },
+                None => (rest, None),
+            };
+            if !literal.is_empty() {
+                literal_len += literal.len();
+                parts.push(Part::Literal(literal.to_string()));
+            }
+            match expr {
+                Some(e) => {
+                    let op = e.bytes().next().filter(|b| b"+#./;?&".contains(b)).unwrap_or(0);
+                    parts.push(Part::Expr(op));
+                    rest = &rest[literal.len() + e.len() + 2..];
+                }
+                None => rest = "",
+            }
+        }
+        UriTemplate { parts, literal_len }
+    }
+
+    /// Whether some values of the template's variables expand to `uri`. Linear in the URI per
+    /// part: the positions the URI can be read up to are carried from part to part.
+    pub fn matches(&self, uri: &str) -> bool {
+        let b = uri.as_bytes();
+        let n = b.len();
+        let mut at = vec![false; n + 1];
+        at[0] = true;
+        let mut next = vec![false; n + 1];
+        for part in &self.parts {
+            next.iter_mut().for_each(|x| *x = false);
+            match part {
+                Part::Literal(lit) => {
+                    for p in 0..=n.saturating_sub(lit.len()) {
+                        if at[p] && b[p..].starts_with(lit.as_bytes()) {
+                            next[p + lit.len()] = true;
+                        }
+                    }
+                }
+                Part::Expr(op) => {
+                    // What a value may contain, and the character an operator puts before it.
+                    let (prefix, stop): (Option<u8>, &[u8]) = match op {
+                        0 => (None, b"/?#"),
+                        b'+' => (None, b""),
+                        b'#' => (Some(b'#'), b""),
+                        b'/' => (Some(b'/'), b"?#"),
+                        b'?' => (Some(b'?'), b"#"),
+                        b'&' => (Some(b'&'), b"#"),
+                        _ => (Some(*op), b"/?#"),
+                    };
+                    // Where a value may start. An operator's expression may also be empty (its
+                    // variables undefined); a simple or reserved one must hold something, so
+                    // `a/{id}/b` does not take `a//b`.
+                    let mut starts = vec![false; n + 1];
+                    for p in 0..=n {
+                        if !at[p] {
+                            continue;
+                        }
+                        match prefix {
+                            None => starts[p] = true,
+                            Some(c) => {
+                                next[p] = true;
+                                if b.get(p) == Some(&c) {
+                                    starts[p + 1] = true;
+                                    next[p + 1] = true;
+                                }
+                            }
+                        }
+                    }
+                    let mut open = false;
+                    for j in 0..n {
+                        open |= starts[j];
+                        if stop.contains(&b[j]) {
+                            open = false;
+                        } else if open {
+                            next[j + 1] = true;
+                        }
+                    }
+                }
+            }
+            std::mem::swap(&mut at, &mut next);
+            if !at.contains(&true) {
+                return false;
+            }
+        }
+        at[n]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn m(template: &str, uri: &str) -> bool {
+        UriTemplate::parse(template).matches(uri)
+    }
+
+    #[test]
+    fn a_template_matches_by_shape() {
+        assert!(m("notes://{owner}/note/{id}", "notes://alice/note/7"));
+        assert!(!m("notes://{owner}/note/{id}", "notes://alice/todo/7"));
+        assert!(!m("notes://{owner}/note/{id}", "notes://a/b/note/7"), "a simple value holds no `/`");
+        assert!(!m("notes://{owner}/note/{id}", "notes:///note/7"), "nor is it empty");
+        assert!(!m("notes://{owner}/note/{id}", "notes://alice/note/7/more"));
+        assert!(m("demo://resource/dynamic/text/{resourceId}", "demo://resource/dynamic/text/12"));
+        assert!(m("file:///{+path}", "file:///etc/hosts"), "a reserved value holds `/`");
+        assert!(m("{scheme}://x/{id}", "s3://x/1"), "no literal prefix");
+        assert!(m("api://items{?page,limit}", "api://items"), "a query expression may be empty");
+        assert!(m("api://items{?page,limit}", "api://items?page=2&limit=5"));
+        assert!(m("api://items{/id*}", "api://items/a/b"));
+        assert!(m("api://doc{#section}", "api://doc#intro"));
+        assert!(m("api://doc{.ext}", "api://doc.json"));
+        assert!(!m("api://doc{.ext}", "api://doc/json"));
+        assert!(m("test://watched-resource", "test://watched-resource"), "no expression: the text itself");
+        assert!(!m("test://watched-resource", "test://watched-resource2"));
+        assert!(m("weird{", "weird{"), "an unclosed brace is text");
+        assert!(!m("a/{x}", ""));
+        // Linear per part: a long URI against a long template stays cheap.
+        let long = format!("x://{}", "a/".repeat(50_000));
+        assert!(!m("x://{a}/{b}/{c}/{d}/{e}/{f}/end", &long));
+    }
+
+    fn catalogue(servers: &[&str], listed: &[(&str, &str)], templates: &[(&str, &str)]) -> Catalogue {
+        Catalogue {
+            resource_apps: listed.iter().map(|(u, a)| (u.to_string(), a.to_string())).collect(),
+            template_apps: templates.iter().map(|(t, a)| (UriTemplate::parse(t), a.to_string())).collect(),
+            single_app: (servers.len() == 1).then(|| servers[0].to_string()),
+            ..Catalogue::default()
+        }
+    }
+
+    #[test]
+    fn a_resource_goes_to_the_app_that_can_own_it() {
+        let c = catalogue(
+            &["a", "b"],
+            &[("notes://alice/note/1", "b")],
+            &[("notes://{owner}/note/{id}", "a"), ("notes://{owner}/todo/{id}", "b"), ("{+any}", "b")],
+        );
+        assert_eq!(c.resource_app("notes://alice/note/1"), Some("b"), "a listed resource first");
+        assert_eq!(c.resource_app("notes://alice/note/7"), Some("a"));
+        assert_eq!(c.resource_app("notes://alice/todo/7"), Some("b"), "same prefix, another shape");
+        assert_eq!(c.resource_app("other://x"), Some("b"), "the catch-all template, least specific");
+        let c = catalogue(&["a", "b"], &[], &[("notes://{owner}/note/{id}", "a")]);
+        assert_eq!(c.resource_app("memo://1"), None, "several apps and none claims it");
+        let c = catalogue(&["only"], &[], &[]);
+        assert_eq!(
+            c.resource_app("test://watched-resource"),
+            Some("only"),
+            "a single app serves what it does not list"
+        );
+    }
 
     #[test]
     fn names_follow_decision_5() {

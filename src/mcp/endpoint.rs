@@ -7,6 +7,7 @@
 use crate::error::ApiError;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
+use crate::mcp::quota::Spent;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::model::{ClientCapabilities, Gateway, McpSession};
@@ -51,9 +52,9 @@ struct Accept {
     sse: bool,
 }
 
-fn accept(session: &Session) -> Accept {
+fn accept(headers: &http::HeaderMap) -> Accept {
     let mut a = Accept { json: false, sse: false };
-    for v in session.req_header().headers.get_all(http::header::ACCEPT) {
+    for v in headers.get_all(http::header::ACCEPT) {
         let Ok(v) = v.to_str() else { continue };
         for part in v.split(',') {
             let mime = part.split(';').next().unwrap_or_default().trim();
@@ -71,6 +72,54 @@ fn accept(session: &Session) -> Accept {
         }
     }
     a
+}
+
+/// A request refused on its headers alone. These checks run before the session is looked at,
+/// as the official SDKs' servers order them, so a client with a wrong header hears about that
+/// header whether or not its session is still known (instead of initializing again in vain).
+#[derive(Debug, PartialEq, Eq)]
+struct HeaderRefusal {
+    status: u16,
+    code: i64,
+    message: Cow<'static, str>,
+}
+
+/// POST: every answer is JSON except a call whose app streams, so `application/json` must be
+/// acceptable; a client that takes `text/event-stream` only would be sent JSON it refused.
+fn post_headers(headers: &http::HeaderMap) -> Result<Accept, HeaderRefusal> {
+    let acc = accept(headers);
+    if !acc.json {
+        let message =
+            "Not Acceptable: Accept must include application/json (and text/event-stream for streamed replies)";
+        return Err(HeaderRefusal { status: 406, code: NOT_INITIALIZED, message: message.into() });
+    }
+    let ct = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !ct.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json") {
+        let message = "Unsupported Media Type: Content-Type must be application/json";
+        return Err(HeaderRefusal { status: 415, code: NOT_INITIALIZED, message: message.into() });
+    }
+    Ok(acc)
+}
+
+/// GET opens the server-to-client stream, which only `text/event-stream` can carry.
+fn get_headers(headers: &http::HeaderMap) -> Result<(), HeaderRefusal> {
+    if !accept(headers).sse {
+        let message = "Not Acceptable: Accept must include text/event-stream";
+        return Err(HeaderRefusal { status: 406, code: NOT_INITIALIZED, message: message.into() });
+    }
+    protocol_version(headers)
+}
+
+/// A later request's `MCP-Protocol-Version`, when present, must be one toolgate speaks.
+fn protocol_version(headers: &http::HeaderMap) -> Result<(), HeaderRefusal> {
+    let Some(v) = headers.get("mcp-protocol-version") else { return Ok(()) };
+    let v = v.to_str().unwrap_or_default();
+    if SUPPORTED_VERSIONS.contains(&v) {
+        return Ok(());
+    }
+    let message =
+        format!("Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})", SUPPORTED_VERSIONS.join(", "));
+    Err(HeaderRefusal { status: 400, code: jsonrpc::INVALID_REQUEST, message: message.into() })
 }
 
 fn header<'s>(session: &'s Session, name: &str) -> Option<&'s str> {
@@ -113,6 +162,17 @@ async fn reply_error(
     proxy.respond(session, ctx, status, "application/json", body, &[]).await
 }
 
+/// Answers a [`HeaderRefusal`]: a JSON-RPC error under its HTTP status.
+async fn refuse(
+    proxy: &Proxy,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    id: &Id,
+    r: HeaderRefusal,
+) -> pingora::Result<()> {
+    reply_error(proxy, session, ctx, r.status, id, r.code, &r.message).await
+}
+
 /// Maps a management-style error (from the filters) to its JSON-RPC form, keeping the status.
 async fn reply_api_error(
     proxy: &Proxy,
@@ -136,15 +196,19 @@ async fn reply_api_error(
     proxy.respond(session, ctx, err.status(), "application/json", body, &extra).await
 }
 
-/// 429 with `Retry-After` and a JSON-RPC error naming the exhausted quota.
+/// 429 with `Retry-After` and a JSON-RPC error naming the exhausted quota, whose own figures
+/// (bucket `bucket`) replace the caller's in the `X-RateLimit-*` headers.
 async fn quota_exceeded(
     proxy: &Proxy,
     session: &mut Session,
     ctx: &mut RequestCtx,
-    retry_after: u64,
+    spent: Spent,
+    bucket: &str,
     what: &str,
 ) -> pingora::Result<()> {
-    let data = json!({ "code": "RATE_LIMITED", "retry_after": retry_after });
+    let retry_after = spent.retry_after;
+    spent.write_headers(bucket, &mut ctx.filters.response_headers);
+    let data = json!({ "code": "RATE_LIMITED", "retry_after": retry_after, "bucket": bucket });
     let body = jsonrpc::error_bytes(
         &Id::NULL,
         LIMIT_EXCEEDED,
@@ -163,13 +227,6 @@ pub async fn handle(
     gateway_id: &str,
 ) -> pingora::Result<()> {
     let server = proxy.server.clone();
-    // Origin (DNS-rebinding protection): a browser request from a page not on the allow-list.
-    if let Some(origin) = header(session, "origin") {
-        if !server.state.config.mcp.allowed_origins.iter().any(|o| o == origin || o == "*") {
-            let msg = format!("Origin `{origin}` is not allowed");
-            return reply_api_error(proxy, session, ctx, ApiError::Forbidden(msg)).await;
-        }
-    }
     // The method is kept (standard methods are inline, no allocation); path and query are only
     // borrowed for the chain.
     let method = session.req_header().method.clone();
@@ -179,6 +236,14 @@ pub async fn handle(
     };
     if let Err(e) = chained {
         return reply_api_error(proxy, session, ctx, e).await;
+    }
+    // Origin (DNS-rebinding protection): a browser request from a page not on the allow-list,
+    // after the chain so that the refusal is counted and carries the rate-limit headers.
+    if let Some(origin) = header(session, "origin") {
+        if !server.state.config.mcp.allowed_origins.iter().any(|o| o == origin || o == "*") {
+            let msg = format!("Origin `{origin}` is not allowed");
+            return reply_api_error(proxy, session, ctx, ApiError::Forbidden(msg)).await;
+        }
     }
     let Some(principal) = ctx.filters.principal.clone() else {
         return reply_api_error(proxy, session, ctx, ApiError::Unauthorized("missing credentials".into())).await;
@@ -194,8 +259,9 @@ pub async fn handle(
     };
     if method == Method::POST {
         // The gateway's own per-minute figure, all callers together (Decision 3).
-        if let Err(retry) = server.quotas.admit(&gw.id, gw.configuration.rate_limit) {
-            return quota_exceeded(proxy, session, ctx, retry, &format!("gateway {} rate limit", gw.id)).await;
+        if let Err(spent) = server.quotas.admit(&gw.id, gw.configuration.rate_limit) {
+            let (bucket, what) = (format!("gateway:{}", gw.id), format!("gateway {} rate limit", gw.id));
+            return quota_exceeded(proxy, session, ctx, spent, &bucket, &what).await;
         }
     }
     match method {
@@ -249,16 +315,10 @@ async fn post(
     gw: &Arc<Gateway>,
     key_id: &str,
 ) -> pingora::Result<()> {
-    let acc = accept(session);
-    if !acc.json && !acc.sse {
-        let msg = "Not Acceptable: Accept must include application/json (and text/event-stream for streamed replies)";
-        return reply_error(proxy, session, ctx, 406, &Id::NULL, NOT_INITIALIZED, msg).await;
-    }
-    let ct = header(session, "content-type").unwrap_or_default();
-    if !ct.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json") {
-        let msg = "Unsupported Media Type: Content-Type must be application/json";
-        return reply_error(proxy, session, ctx, 415, &Id::NULL, NOT_INITIALIZED, msg).await;
-    }
+    let acc = match post_headers(&session.req_header().headers) {
+        Ok(acc) => acc,
+        Err(r) => return refuse(proxy, session, ctx, &Id::NULL, r).await,
+    };
     let body = match proxy.read_body(session).await {
         Ok(b) => b,
         Err(ApiError::PayloadTooLarge(limit)) => {
@@ -308,14 +368,10 @@ async fn post(
         Message::Request(r) => r.id.clone(),
         _ => Id::NULL,
     };
-    if let Some(v) = header(session, "mcp-protocol-version") {
-        if !SUPPORTED_VERSIONS.contains(&v) {
-            let msg = format!(
-                "Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})",
-                SUPPORTED_VERSIONS.join(", ")
-            );
-            return reply_error(proxy, session, ctx, 400, &message_id, jsonrpc::INVALID_REQUEST, &msg).await;
-        }
+    // Read after the body only because `server/discover` (above) may carry a version this
+    // server does not speak; still before the session.
+    if let Err(r) = protocol_version(&session.req_header().headers) {
+        return refuse(proxy, session, ctx, &message_id, r).await;
     }
     match message {
         Message::Request(req) if req.method == "initialize" => initialize(proxy, session, ctx, gw, key_id, req).await,
@@ -602,8 +658,9 @@ async fn forward(
     let call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
     if let Some(limit) = server.state.config.app(app_id).and_then(|a| a.rate_limit) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
-        if let Err(retry) = server.quotas.admit(&format!("app:{app_id}"), limit) {
-            return quota_exceeded(proxy, session, ctx, retry, &format!("app {app_id} rate limit")).await;
+        let bucket = format!("app:{app_id}");
+        if let Err(spent) = server.quotas.admit(&bucket, limit) {
+            return quota_exceeded(proxy, session, ctx, spent, &bucket, &format!("app {app_id} rate limit")).await;
         }
     }
     // `tools/call` is logged; what was asked is written before the call goes upstream.
@@ -846,6 +903,9 @@ async fn delete(
     gw: &Arc<Gateway>,
     key_id: &str,
 ) -> pingora::Result<()> {
+    if let Err(r) = protocol_version(&session.req_header().headers) {
+        return refuse(proxy, session, ctx, &Id::NULL, r).await;
+    }
     let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Id::NULL).await? else { return Ok(()) };
     match proxy.server.sessions.end(&mcp_id).await {
         Ok(_) => proxy.respond(session, ctx, 200, "application/json", Vec::new(), &[]).await,
@@ -866,9 +926,8 @@ async fn get_stream(
     gw: &Arc<Gateway>,
     key_id: &str,
 ) -> pingora::Result<()> {
-    if !accept(session).sse {
-        let msg = "Not Acceptable: Accept must include text/event-stream";
-        return reply_error(proxy, session, ctx, 406, &Id::NULL, NOT_INITIALIZED, msg).await;
+    if let Err(r) = get_headers(&session.req_header().headers) {
+        return refuse(proxy, session, ctx, &Id::NULL, r).await;
     }
     let Some(mcp_id) = require_session(proxy, session, ctx, gw, key_id, &Id::NULL).await? else { return Ok(()) };
     let Some(mut closed) = proxy.server.sessions.closed(&mcp_id) else { return Ok(()) };
@@ -935,6 +994,41 @@ mod tests {
             let e = refusal(method, both, false).unwrap();
             assert!(e.message.contains("JSON answers only") && e.message.contains(method), "{}", e.message);
         }
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> http::HeaderMap {
+        pairs.iter().map(|(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn a_post_must_accept_json_and_send_json() {
+        let status = |pairs: &[(&'static str, &'static str)]| post_headers(&headers(pairs)).err().map(|r| r.status);
+        let json = ("content-type", "application/json; charset=utf-8");
+        assert_eq!(status(&[("accept", "application/json, text/event-stream"), json]), None);
+        assert_eq!(status(&[("accept", "application/json"), json]), None, "a JSON-only client");
+        assert_eq!(status(&[("accept", "*/*"), json]), None);
+        assert_eq!(status(&[json]), Some(406), "no Accept");
+        assert_eq!(status(&[("accept", "text/event-stream"), json]), Some(406), "answers are JSON");
+        assert_eq!(status(&[("accept", "text/html"), json]), Some(406));
+        assert_eq!(status(&[("accept", "application/json")]), Some(415), "no Content-Type");
+        assert_eq!(status(&[("accept", "application/json"), ("content-type", "text/plain")]), Some(415));
+        let r = post_headers(&headers(&[("accept", "text/event-stream")])).err().unwrap();
+        assert!(r.message.contains("application/json") && r.message.contains("text/event-stream"), "{r:?}");
+        // Accept is named first when both are wrong.
+        assert_eq!(status(&[("content-type", "text/plain")]), Some(406));
+    }
+
+    #[test]
+    fn a_get_must_accept_the_stream_and_speak_a_known_version() {
+        let status = |pairs: &[(&'static str, &'static str)]| get_headers(&headers(pairs)).err().map(|r| r.status);
+        assert_eq!(status(&[("accept", "text/event-stream")]), None);
+        assert_eq!(status(&[("accept", "text/event-stream"), ("mcp-protocol-version", "2025-06-18")]), None);
+        assert_eq!(status(&[("accept", "application/json")]), Some(406));
+        assert_eq!(status(&[("accept", "text/event-stream"), ("mcp-protocol-version", "1999-01-01")]), Some(400));
+        let r = protocol_version(&headers(&[("mcp-protocol-version", "1999-01-01")])).unwrap_err();
+        assert_eq!(r.code, jsonrpc::INVALID_REQUEST);
+        assert!(r.message.contains("1999-01-01"), "{r:?}");
+        assert!(protocol_version(&headers(&[])).is_ok(), "the header is optional");
     }
 
     /// The entry `log_entry` makes of `outcome`: its `error` flag and its `response`.

@@ -16,6 +16,7 @@ mod filters_edge;
 mod harness_smoke;
 mod jwt;
 mod limits_concurrency;
+mod mcp_defects;
 mod mcp_upstreams;
 mod security_bounds;
 mod security_connections;
