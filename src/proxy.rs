@@ -219,10 +219,11 @@ impl Proxy {
             return self.respond_error(session, ctx, ApiError::NoRoute(path.clone())).await;
         };
         let public = matches!(api::access(endpoint, &method), Ok(Access::Public));
-        if !public {
-            if let Err(rejection) =
-                self.run_chain(session, ctx, RouteClass::Management, &method, &path, query.as_deref())
-            {
+        // Public endpoints run the chain too, so that they are counted and carry the rate-limit
+        // headers (Decision 2); of its refusals only the rate limit applies to them: they need no
+        // credential, so a bad key or address does not bar them.
+        if let Err(rejection) = self.run_chain(session, ctx, RouteClass::Management, &method, &path, query.as_deref()) {
+            if !public || rejection.status() == 429 {
                 return self.respond_error(session, ctx, rejection).await;
             }
         }

@@ -23,8 +23,6 @@ pub enum StartError {
     Seal(#[from] secrets::SealError),
     #[error("jwt: {0}")]
     Jwt(String),
-    #[error("storage backend `redis` is not available in this build yet")]
-    RedisUnsupported,
 }
 
 /// Id of the organisation, user and key made for `TOOLGATE_ADMIN_KEY` / the first start.
@@ -75,11 +73,10 @@ impl State {
         config: Arc<Config>,
         admin_key: Option<String>,
     ) -> Result<(Arc<State>, Option<String>), StartError> {
-        let (store, dir): (Arc<dyn Store>, _) = match &config.storage {
-            StorageConfig::Embedded { path } => (Arc::new(EmbeddedStore::open(path)?), path.clone()),
-            StorageConfig::Redis { .. } => return Err(StartError::RedisUnsupported),
-        };
-        let sealer = Sealer::load(&dir)?;
+        // Configuration validation refuses the backends this build cannot open.
+        let StorageConfig::Embedded { path: dir } = &config.storage;
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir)?);
+        let sealer = Sealer::load(dir)?;
         let state = State {
             config: config.clone(),
             store,

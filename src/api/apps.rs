@@ -6,8 +6,10 @@ use crate::error::ApiError;
 use crate::model::Connection;
 use crate::secrets;
 use chrono::Utc;
+use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use utoipa::ToSchema;
 
@@ -51,7 +53,32 @@ pub struct AppDetail {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AppConfiguration {
     pub base_url: String,
-    pub rate_limit: Option<u32>,
+    /// Requests per minute the app accepts from the gateway, all callers together; 0: no limit.
+    pub rate_limit: u32,
+}
+
+/// `data` of `GET /apps`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppList {
+    pub apps: Vec<AppListItem>,
+}
+
+/// The envelope of `GET /apps`, so that the document states the list view's fields.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct AppListEnvelope {
+    success: bool,
+    data: AppList,
+    meta: crate::api::openapi::Meta,
+}
+
+/// The envelope of `GET /apps/{app_id}`, so that the document states the detail view's fields.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct AppDetailEnvelope {
+    success: bool,
+    data: AppDetail,
+    meta: crate::api::openapi::Meta,
 }
 
 /// Body of `POST /apps/{id}/connect`.
@@ -75,6 +102,71 @@ pub struct Credentials {
 
 fn app<'c>(call: &'c Call<'_>) -> Result<&'c AppConfig, ApiError> {
     call.server.state.config.app(call.id()).ok_or(ApiError::NotFound("app"))
+}
+
+/// The latest tool listing any organisation got of each app (app id -> tools), so that the
+/// catalogue can show an app's functions to an organisation that has not connected it. Only
+/// names, descriptions and parameter types are shown from it; YAML `functions:` take its place
+/// when the app declares them. It lives here because the catalogue has no state of its own
+/// (the MCP wing's list cache is per organisation and refreshes on a miss, which would call the
+/// app with another organisation's credentials).
+fn seen_listings() -> &'static DashMap<String, Arc<Vec<Value>>> {
+    static SEEN: OnceLock<DashMap<String, Arc<Vec<Value>>>> = OnceLock::new();
+    SEEN.get_or_init(DashMap::new)
+}
+
+/// An app's functions as one organisation sees them: its own listing when it is connected,
+/// else (or when the app cannot be reached) the YAML declaration, else the latest listing any
+/// organisation got, else none.
+enum Functions {
+    Listed(Arc<Vec<Value>>),
+    Declared,
+    None,
+}
+
+impl Functions {
+    async fn of(call: &Call<'_>, org_id: &str, a: &AppConfig, connected: bool) -> Functions {
+        if connected {
+            match call.server.apps.tools(org_id, &a.id).await {
+                Ok(tools) => {
+                    seen_listings().insert(a.id.clone(), tools.clone());
+                    return Functions::Listed(tools);
+                }
+                Err(e) => tracing::warn!(app = a.id, error = %e, "cannot list app tools"),
+            }
+        }
+        if !a.functions.is_empty() {
+            return Functions::Declared;
+        }
+        match seen_listings().get(&a.id) {
+            Some(tools) => Functions::Listed(tools.value().clone()),
+            None => Functions::None,
+        }
+    }
+
+    fn count(&self, a: &AppConfig) -> usize {
+        match self {
+            Functions::Listed(tools) => tools.len(),
+            Functions::Declared => a.functions.len(),
+            Functions::None => 0,
+        }
+    }
+
+    fn views(&self, a: &AppConfig) -> Vec<FunctionView> {
+        match self {
+            Functions::Listed(tools) => function_views(tools),
+            Functions::Declared => a
+                .functions
+                .iter()
+                .map(|f| FunctionView {
+                    name: f.name.clone(),
+                    description: f.description.clone(),
+                    parameters: f.parameters.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect(),
+                })
+                .collect(),
+            Functions::None => vec![],
+        }
+    }
 }
 
 /// An app's functions in the API's shape: parameters as name -> JSON Schema type name.
@@ -105,7 +197,7 @@ fn function_views(tools: &[Value]) -> Vec<FunctionView> {
 #[utoipa::path(get, path = "/v1/apps", tag = "apps",
     params(("category" = Option<String>, Query), ("status" = Option<String>, Query, description = "available, connected or beta"),
            ("search" = Option<String>, Query, description = "matches name or description")),
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
+    responses((status = 200, body = AppListEnvelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
               (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
@@ -127,11 +219,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
                 continue;
             }
         }
-        let functions_count = if st == "connected" {
-            call.server.apps.tools(&who.org_id, &a.id).await.map(|t| t.len()).unwrap_or(0)
-        } else {
-            0
-        };
+        let functions_count = Functions::of(call, &who.org_id, a, st == "connected").await.count(a);
         apps.push(AppListItem {
             id: a.id.clone(),
             name: a.name.clone(),
@@ -143,31 +231,23 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
             icon: a.icon.clone(),
         });
     }
-    Ok(Reply::ok(json!({ "apps": apps })))
+    Ok(Reply::ok(serde_json::to_value(AppList { apps }).map_err(|e| ApiError::Internal(e.to_string()))?))
 }
 
 #[utoipa::path(get, path = "/v1/apps/{app_id}", tag = "apps", params(("app_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
+    responses((status = 200, body = AppDetailEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
               (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
 pub async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     let state = &call.server.state;
     let status = state.app_status(&who.org_id, a);
-    let functions = if status == "connected" {
-        match call.server.apps.tools(&who.org_id, &a.id).await {
-            Ok(t) => function_views(&t),
-            Err(e) => {
-                tracing::warn!(app = a.id, error = %e, "cannot list app tools");
-                vec![]
-            }
-        }
-    } else {
-        vec![]
-    };
+    let functions = Functions::of(call, &who.org_id, a, status == "connected").await.views(a);
+    // The auth in use: a pending connection (an OAuth flow not finished) uses none yet.
     let current_auth = state
         .connections
         .get(&(who.org_id.clone(), a.id.clone()))
+        .filter(|c| c.status == "connected")
         .map(|c| c.auth_type.clone())
         .unwrap_or_else(|| "none".into());
     // Apps are the operator's: only the owner of the operator's organisation (the one made for
@@ -185,7 +265,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         current_auth,
         icon: a.icon.clone(),
         functions,
-        configuration: AppConfiguration { base_url, rate_limit: a.rate_limit },
+        configuration: AppConfiguration { base_url, rate_limit: a.rate_limit.unwrap_or(0) },
     };
     Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::Internal(e.to_string()))?))
 }
@@ -302,6 +382,9 @@ pub async fn test(call: &Call<'_>) -> ApiResult {
     let started = Instant::now();
     let result = call.server.apps.refresh_tools(&who.org_id, &a.id).await;
     let latency = started.elapsed().as_millis() as u64;
+    if let Ok(tools) = &result {
+        seen_listings().insert(a.id.clone(), tools.clone());
+    }
     Ok(Reply::ok(match result {
         Ok(tools) => {
             json!({ "status": "ok", "latency": latency, "message": format!("{} tools available", tools.len()) })

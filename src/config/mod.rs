@@ -108,10 +108,11 @@ pub struct ServerConfig {
     pub max_connections_per_ip: usize,
 }
 
+/// Where records live. `backend: redis` is refused at load until the shared backend exists, so
+/// no value here is one the server cannot open.
 #[derive(Debug, Clone)]
 pub enum StorageConfig {
     Embedded { path: PathBuf },
-    Redis { url: String },
 }
 
 /// Where an app's MCP server lives.
@@ -164,6 +165,17 @@ pub struct AppConfig {
     /// Extra roots an `https` app's certificate may chain to (a private CA), read at load.
     pub tls_roots: Option<TlsRoots>,
     pub oauth: Option<OAuthConfig>,
+    /// The functions the catalogue shows for the app before an organisation's own listing
+    /// (`functions:` in YAML); empty when the app declares none.
+    pub functions: Vec<FunctionDecl>,
+}
+
+/// A function declared in YAML for the catalogue: name, description, parameter name -> type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionDecl {
+    pub name: String,
+    pub description: String,
+    pub parameters: BTreeMap<String, String>,
 }
 
 impl AppConfig {
@@ -366,6 +378,46 @@ mod tests {
             let err = Config::parse(&format!("mcp:\n  {field}: 0\n")).unwrap_err().to_string();
             assert!(err.starts_with(&format!("mcp.{field}")), "{err}");
         }
+    }
+
+    /// Each of these passed validation and then failed the start (a refusal or a panic), so
+    /// `check-config` said `ok` to a file that could not run.
+    #[test]
+    fn values_the_start_would_refuse_are_refused_at_load() {
+        for (yaml, field) in [
+            ("storage:\n  backend: redis\n  url: redis://127.0.0.1:6379\n", "storage.backend: redis is not available"),
+            ("mcp:\n  max_stdio_processes: 18446744073709551615\n", "mcp.max_stdio_processes"),
+            ("mcp:\n  max_stdio_processes: 0\n", "mcp.max_stdio_processes"),
+            ("mcp:\n  session_idle_timeout_secs: 18446744073709551615\n", "mcp.session_idle_timeout_secs"),
+            ("mcp:\n  session_retention_secs: 18446744073709551615\n", "mcp.session_retention_secs"),
+            ("server:\n  listen: 0.0.0.0:8080\n  metrics_listen: 127.0.0.1:8080\n", "server.metrics_listen"),
+            ("server:\n  listen: 127.0.0.1:9090\n  metrics_listen: '[::]:9090'\n", "server.metrics_listen"),
+            ("apps:\n  - { id: a, name: A, builtin: time, rate_limit: 0 }\n", "apps[0].rate_limit"),
+        ] {
+            let e = Config::parse(yaml).unwrap_err().to_string();
+            assert!(e.starts_with(field), "{yaml}: {e}");
+        }
+        // Still accepted: the storage URL is checked before the backend, distinct ports, and
+        // both listeners on port 0.
+        let e = Config::parse("storage:\n  backend: redis\n  url: http://x\n").unwrap_err().to_string();
+        assert!(e.starts_with("storage.url"), "{e}");
+        Config::parse("server:\n  listen: 0.0.0.0:8080\n  metrics_listen: 127.0.0.1:9090\n").unwrap();
+        Config::parse("server:\n  listen: 127.0.0.1:0\n  metrics_listen: 0.0.0.0:0\n").unwrap();
+        Config::parse("mcp:\n  max_stdio_processes: 10000\n  session_idle_timeout_secs: 31536000\n").unwrap();
+    }
+
+    #[test]
+    fn declared_functions_are_read_and_checked() {
+        let y = "apps:\n  - id: a\n    name: A\n    builtin: time\n    functions:\n      \
+                 - { name: now, description: The time, parameters: { timezone: string } }\n      - { name: zones }\n";
+        let c = Config::parse(y).unwrap();
+        let f = &c.apps[0].functions;
+        assert_eq!((f[0].name.as_str(), f[0].parameters["timezone"].as_str()), ("now", "string"));
+        assert_eq!((f[1].name.as_str(), f[1].description.as_str(), f[1].parameters.len()), ("zones", "", 0));
+        let dup = "apps:\n  - { id: a, name: A, builtin: time, functions: [{ name: x }, { name: x }] }\n";
+        assert!(Config::parse(dup).unwrap_err().to_string().starts_with("apps[0].functions[1].name"));
+        let extra = "apps:\n  - { id: a, name: A, builtin: time, functions: [{ name: x, params: {} }] }\n";
+        assert!(Config::parse(extra).unwrap_err().to_string().starts_with("apps[0].functions[0]"));
     }
 
     #[test]

@@ -108,6 +108,19 @@ struct RawApp {
     protocol_version: Option<String>,
     tls_ca_file: Option<String>,
     oauth: Option<RawOAuth>,
+    #[serde(default)]
+    functions: Vec<RawFunction>,
+}
+
+/// A function as the app's catalogue entry shows it before any organisation has connected.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFunction {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    parameters: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -195,6 +208,11 @@ struct RawMcp {
     max_sessions_per_organization: Option<usize>,
 }
 
+/// Upper bounds of `mcp.session_idle_timeout_secs` and `mcp.session_retention_secs`.
+const MAX_SESSION_SECS: u64 = 365 * 24 * 3600;
+/// Upper bound of `mcp.max_stdio_processes`: far above what one host runs.
+const MAX_STDIO_PROCESSES: usize = 10_000;
+
 fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
@@ -220,6 +238,18 @@ impl RawConfig {
             return Err(invalid(
                 "server.metrics_listen",
                 "must differ from server.listen (use another address, e.g. 127.0.0.2:0, when both use port 0)",
+            ));
+        }
+        // A wildcard address holds its port on every address of its family (`[::]` on IPv4 too,
+        // Linux's dual-stack default): the second listener could not bind.
+        let covers = |a: &SocketAddr, b: &SocketAddr| a.ip().is_unspecified() && (a.is_ipv6() || b.is_ipv4());
+        if listen.port() != 0
+            && metrics_listen.port() == listen.port()
+            && (covers(&listen, &metrics_listen) || covers(&metrics_listen, &listen))
+        {
+            return Err(invalid(
+                "server.metrics_listen",
+                format!("port {} is already taken by server.listen {listen}", listen.port()),
             ));
         }
         let public_url = s.public_url.unwrap_or_else(|| format!("http://localhost:{}", listen.port()));
@@ -287,7 +317,9 @@ impl RawConfig {
                 if !url.starts_with("redis://") && !url.starts_with("rediss://") {
                     return Err(invalid("storage.url", "must start with redis:// or rediss://"));
                 }
-                StorageConfig::Redis { url }
+                // Refused here rather than when the store opens, so that `check-config` and the
+                // start agree: a file that check-config passes starts.
+                return Err(invalid("storage.backend", "redis is not available in this build yet"));
             }
             Some(other) => return Err(invalid("storage.backend", format!("`{other}`: expected embedded or redis"))),
         };
@@ -354,6 +386,25 @@ impl RawConfig {
             if a.auth_types.iter().any(|t| t == "oauth") && a.oauth.is_none() {
                 return Err(invalid(f("oauth"), "required when auth_types contains oauth"));
             }
+            // An app's quota of 0 would refuse every call; the API shows 0 for "no limit".
+            if a.rate_limit == Some(0) {
+                return Err(invalid(f("rate_limit"), "must be at least 1 (leave it out for no limit)"));
+            }
+            let mut functions = Vec::with_capacity(a.functions.len());
+            for (j, func) in a.functions.into_iter().enumerate() {
+                let field = format!("apps[{i}].functions[{j}].name");
+                if func.name.is_empty() || func.name.chars().any(char::is_control) {
+                    return Err(invalid(field, "must be a non-empty name without control characters"));
+                }
+                if functions.iter().any(|x: &FunctionDecl| x.name == func.name) {
+                    return Err(invalid(field, format!("duplicate function `{}`", func.name)));
+                }
+                functions.push(FunctionDecl {
+                    name: func.name,
+                    description: func.description,
+                    parameters: func.parameters,
+                });
+            }
             let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d));
             let timeouts = AppTimeouts {
                 connect: ms(a.timeouts.connect_ms, 5_000),
@@ -385,6 +436,7 @@ impl RawConfig {
                     client_id: o.client_id,
                     scopes: o.scopes,
                 }),
+                functions,
             });
         }
 
@@ -497,6 +549,16 @@ impl RawConfig {
         }
 
         let m = self.mcp;
+        // Session times are added to instants and to each other: a bound keeps that from
+        // overflowing (a panic at start once sessions are stored).
+        for (field, value) in [
+            ("mcp.session_idle_timeout_secs", m.session_idle_timeout_secs),
+            ("mcp.session_retention_secs", m.session_retention_secs),
+        ] {
+            if value.is_some_and(|v| v > MAX_SESSION_SECS) {
+                return Err(invalid(field, format!("must be at most {MAX_SESSION_SECS} (a year)")));
+            }
+        }
         let mcp = McpConfig {
             session_idle_timeout: Duration::from_secs(m.session_idle_timeout_secs.unwrap_or(1800)),
             allowed_origins: m.allowed_origins,
@@ -506,6 +568,11 @@ impl RawConfig {
             max_sessions_per_key: m.max_sessions_per_key.unwrap_or(1000),
             max_sessions_per_org: m.max_sessions_per_organization.unwrap_or(10_000),
         };
+        // The stdio permits are a semaphore, which panics at start above its maximum; zero would
+        // refuse every stdio app.
+        if !(1..=MAX_STDIO_PROCESSES).contains(&mcp.max_stdio_processes) {
+            return Err(invalid("mcp.max_stdio_processes", format!("must be between 1 and {MAX_STDIO_PROCESSES}")));
+        }
         if mcp.page_size == 0 {
             return Err(invalid("mcp.page_size", "must be at least 1"));
         }

@@ -216,10 +216,11 @@ fn connect_with_api_key_test_and_disconnect() {
     let r = srv.api("GET", "/v1/auth/debug", Some(k), None);
     seen.push(r.text.clone());
 
-    // Another organisation is not connected.
+    // Another organisation is not connected; it sees the app's functions as listed, not its auth.
     let other = ok(&srv.api("GET", "/v1/apps/everything", Some(key("other")), None), 200);
     assert_eq!(other["status"], "available", "connections belong to one organisation: {other}");
-    assert_eq!(other["functions"], json!([]));
+    assert_eq!(other["functions"], d["functions"], "the catalogue shows the functions before connection");
+    assert_eq!(other["current_auth"], "none", "{other}");
 
     // Credentials are never returned, logged, or stored in clear.
     for text in &seen {
@@ -242,9 +243,10 @@ fn connect_with_api_key_test_and_disconnect() {
     // Disconnect.
     let msg = ok_message(&srv.api("DELETE", "/v1/apps/everything/connection", Some(k), None));
     assert!(msg.contains("everything"), "{msg}");
-    let d = ok(&srv.api("GET", "/v1/apps/everything", Some(k), None), 200);
-    assert_ne!(d["status"], "connected", "{d}");
-    assert_eq!(d["functions"], json!([]));
+    let after = ok(&srv.api("GET", "/v1/apps/everything", Some(k), None), 200);
+    assert_ne!(after["status"], "connected", "{after}");
+    assert_eq!(after["current_auth"], "none", "{after}");
+    assert_eq!(after["functions"], d["functions"], "the catalogue still shows the app's functions");
     let t = ok(&srv.api("POST", "/v1/apps/everything/test", Some(k), None), 200);
     assert_eq!(t["status"], "error", "a disconnected app fails its test: {t}");
     err(&srv.api("DELETE", "/v1/apps/everything/connection", Some(k), None), 404, "NOT_FOUND");
@@ -293,9 +295,11 @@ fn connect_with_oauth_returns_the_authorization_url() {
     let url2 = url::Url::parse(c2["authorization_url"].as_str().unwrap()).unwrap();
     let state2 = url2.query_pairs().find(|(k, _)| k == "state").unwrap().1.into_owned();
     assert_ne!(&state2, state);
-    // Pending: the user has not come back, so the app is not connected yet.
+    // Pending: the user has not come back, so the app is not connected yet and no auth is in
+    // use (issue 12: `current_auth` said `oauth`).
     let d = ok(&srv.api("GET", "/v1/apps/everything", Some(k), None), 200);
     assert_ne!(d["status"], "connected", "{d}");
+    assert_eq!(d["current_auth"], "none", "{d}");
 }
 
 #[test]
@@ -304,4 +308,106 @@ fn connect_without_auth_type_names_the_field() {
     let srv = &fx().srv;
     let r = srv.api("POST", "/v1/apps/everything/connect", Some(key("other")), Some(json!({})));
     validation(&r, "auth_type");
+}
+
+/// Issue 12: before connection the catalogue showed no functions (`functions: []`,
+/// `functions_count: 0`), `configuration.rate_limit` was `null` for an app without one, and a
+/// pending connection's auth type was shown as the auth in use. Now: the functions the app
+/// declares in YAML, else the latest listing any organisation got; the rate limit an integer
+/// (0: no limit); `current_auth` only for a connection that is connected. Its own server, so
+/// that no other test's listing is seen.
+#[test]
+fn catalogue_before_connection() {
+    let everything = spawn_everything();
+    let url = everything_url(&everything);
+    let (mut orgs, mut users, mut key_yaml, mut keys) = (String::new(), String::new(), String::new(), Vec::new());
+    for o in ["a", "b"] {
+        orgs += &format!("  - {{ id: org_{o}, name: Org {o}, tier: professional }}\n");
+        users +=
+            &format!("  - {{ id: usr_{o}, email: {o}@t.test, name: U {o}, role: admin, organization: org_{o} }}\n");
+        let (k, y) = declared_key(&format!("key_{o}"), &format!("usr_{o}"), &["*"]);
+        key_yaml += &y;
+        keys.push(k);
+    }
+    let yaml = format!(
+        "  - id: declared\n    name: Declared\n    category: testing\n    auth_types: [api_key]\n    url: {url}\n    \
+         functions:\n      - {{ name: echo, description: Echoes, parameters: {{ message: string }} }}\n      \
+         - {{ name: add, parameters: {{ a: number, b: number }} }}\n\
+         \x20 - id: listed\n    name: Listed\n    category: testing\n    auth_types: [api_key, oauth]\n    url: {url}\n    \
+         oauth: {{ authorize_url: https://auth.test/a, token_url: https://auth.test/t, client_id: c }}\n\
+         organizations:\n{orgs}users:\n{users}api_keys:\n{key_yaml}"
+    );
+    let srv = TestServer::start(&yaml);
+    let (a, b) = (keys[0].as_str(), keys[1].as_str());
+    let detail = |k: &str, id: &str| ok(&srv.api("GET", &format!("/v1/apps/{id}"), Some(k), None), 200);
+    let count = |k: &str, id: &str| {
+        let list = ok(&srv.api("GET", "/v1/apps", Some(k), None), 200);
+        let app = list["apps"].as_array().unwrap().iter().find(|x| x["id"] == id).cloned().unwrap();
+        app["functions_count"].as_u64().unwrap_or_else(|| panic!("functions_count: {app}"))
+    };
+
+    // Declared in YAML: shown to an organisation that has not connected the app.
+    let d = detail(a, "declared");
+    assert_eq!(d["status"], "available", "{d}");
+    assert_eq!(d["current_auth"], "none", "{d}");
+    assert_eq!(
+        d["functions"],
+        json!([{ "name": "echo", "description": "Echoes", "parameters": { "message": "string" } },
+               { "name": "add", "description": "", "parameters": { "a": "number", "b": "number" } }]),
+        "{d}"
+    );
+    assert_eq!(count(a, "declared"), 2);
+    // No rate limit declared: an integer, 0 for "no limit", never null.
+    assert_eq!(d["configuration"]["rate_limit"], 0, "{d}");
+
+    // Never listed by anyone and nothing declared: no functions known yet.
+    assert_eq!(detail(a, "listed")["functions"], json!([]));
+    assert_eq!(count(a, "listed"), 0);
+
+    // Organisation a starts an OAuth connection and does not finish it: nothing in use yet.
+    let r = srv.api(
+        "POST",
+        "/v1/apps/listed/connect",
+        Some(a),
+        Some(json!({ "auth_type": "oauth", "redirect_uri": "https://client.test/cb" })),
+    );
+    assert_eq!(ok(&r, 200)["status"], "pending", "{r:?}");
+    let d = detail(a, "listed");
+    assert_eq!((d["status"].as_str(), d["current_auth"].as_str()), (Some("available"), Some("none")), "{d}");
+
+    // Organisation b connects with a key and lists the real tools.
+    let r = srv.api(
+        "POST",
+        "/v1/apps/listed/connect",
+        Some(b),
+        Some(json!({ "auth_type": "api_key", "credentials": { "api_key": "sk_test" } })),
+    );
+    assert_eq!(ok(&r, 200)["status"], "connected", "{r:?}");
+    let live = detail(b, "listed");
+    assert_eq!(live["current_auth"], "api_key", "{live}");
+    let functions = live["functions"].as_array().expect("functions").clone();
+    assert!(functions.iter().any(|f| f["name"] == "echo"), "{live}");
+
+    // From then on organisation a, still pending, sees the listing too (but not b's auth).
+    let d = detail(a, "listed");
+    assert_eq!(d["functions"], json!(functions), "{d}");
+    assert_eq!(d["current_auth"], "none", "{d}");
+    assert_eq!(count(a, "listed"), functions.len() as u64);
+
+    // The OpenAPI document states the views' fields, so schemathesis checks them.
+    let doc = srv.api("GET", "/v1/openapi.json", None, None).json;
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["AppConfiguration"]["properties"]["rate_limit"]["type"], "integer", "{schemas}");
+    for (schema, field) in
+        [("AppDetail", "current_auth"), ("AppDetail", "functions"), ("AppListItem", "functions_count")]
+    {
+        assert!(
+            schemas[schema]["required"].as_array().is_some_and(|r| r.iter().any(|f| f == field)),
+            "{schema}.{field}"
+        );
+    }
+    let get = &doc["paths"]["/v1/apps/{app_id}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+    assert_eq!(get["$ref"], "#/components/schemas/AppDetailEnvelope", "{get}");
+    drop(srv);
+    drop(everything);
 }

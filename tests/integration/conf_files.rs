@@ -6,12 +6,13 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::BASE_CONFIG;
 
 fn check_config(file: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+    Command::new(common::TestServer::binary())
         .arg("check-config")
         .arg(file)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -134,4 +135,78 @@ fn missing_file_is_an_error() {
         "check-config panicked on a missing file: {}",
         describe(&out)
     );
+}
+
+/// Runs the server itself on `file` and returns its output once it exits; a server still
+/// running after 20 s started, which is a failure here (it is killed first).
+fn start_server(file: &Path) -> Output {
+    let mut child = Command::new(common::TestServer::binary())
+        .arg("--config")
+        .arg(file)
+        .current_dir(file.parent().expect("file in a directory"))
+        .env_remove("TOOLGATE_ADMIN_KEY")
+        .env_remove("TOOLGATE_SECRET_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run toolgate");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait for toolgate").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("toolgate output");
+            panic!("{}: the server started on a config it should refuse:\n{}", file.display(), describe(&out));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("toolgate output")
+}
+
+/// Issue 12: `check-config` refuses every value the server would refuse at start, naming the
+/// field, and the start refuses it with the same message. Before the fix `check-config` said
+/// `ok` to each of these: `backend: redis` was refused only when the store opened, a
+/// `max_stdio_processes` above the semaphore's maximum and session times that overflow when
+/// added panicked in the server, and a metrics port already held by a wildcard `listen` failed
+/// to bind.
+#[test]
+fn check_config_refuses_what_the_start_refuses() {
+    let base_apps =
+        BASE_CONFIG.replace("backend: embedded\n  path: {data_dir}", "backend: redis\n  url: redis://127.0.0.1:6379");
+    assert!(base_apps.contains("backend: redis"), "test setup: base config changed shape");
+    let cases: [(&str, String, &str); 5] = [
+        ("redis", base_apps, "storage.backend: redis is not available in this build yet"),
+        (
+            "stdio_processes",
+            format!("{BASE_CONFIG}mcp:\n  max_stdio_processes: 18446744073709551615\n"),
+            "mcp.max_stdio_processes",
+        ),
+        (
+            "idle_timeout",
+            format!("{BASE_CONFIG}mcp:\n  session_idle_timeout_secs: 18446744073709551615\n"),
+            "mcp.session_idle_timeout_secs",
+        ),
+        (
+            "metrics_port_taken",
+            BASE_CONFIG
+                .replace("listen: 127.0.0.1:0", "listen: 0.0.0.0:39517")
+                .replace("metrics_listen: 127.0.0.2:0", "metrics_listen: 127.0.0.2:39517"),
+            "server.metrics_listen",
+        ),
+        ("app_rate_limit_zero", format!("{BASE_CONFIG}    rate_limit: 0\n"), "apps[0].rate_limit"),
+    ];
+    for (name, yaml, field) in cases {
+        assert_refused(name, &yaml, &[&[field]]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&file, yaml.replace("{data_dir}", &dir.path().join("data").to_string_lossy())).expect("write");
+        let out = start_server(&file);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && out.status.code().is_some(), "{name}: {}", describe(&out));
+        assert!(
+            stderr.contains("bad configuration") && stderr.contains(field) && !stderr.contains("panicked"),
+            "{name}: the start does not refuse it as check-config does, naming {field}:\n{}",
+            describe(&out)
+        );
+    }
 }

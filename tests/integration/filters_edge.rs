@@ -367,6 +367,57 @@ fn every_response_carries_the_rate_limit_headers() {
     assert!(r.header("x-ratelimit-reset").is_some() && r.header("x-ratelimit-reset-after").is_some());
 }
 
+/// Issue 12: `/openapi.json` is public, so the chain was skipped and its answers carried none of
+/// the rate-limit headers.
+#[test]
+fn the_public_document_carries_the_rate_limit_headers() {
+    let k = key("t_spare");
+    let ip = "100.64.0.8";
+    // Charged to the key like any other answer: its `global` bucket goes down by one each time.
+    for expected in [4, 3] {
+        let r = from(ip, "GET", "/v1/openapi.json", Some(k), None);
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(r.json["openapi"].is_string(), "{r:?}");
+        let (limit, remaining, _, _, bucket) = rate_limit_headers(&r);
+        assert_eq!((limit, remaining, bucket.as_str()), (5, expected, "global"), "{r:?}");
+    }
+    // Without a credential (charged to the address), or with a wrong one, the document is
+    // still served, with the headers.
+    for key in [None, Some(random_key())] {
+        let r = from("100.64.0.9", "GET", "/v1/openapi.json", key.as_deref(), None);
+        assert_eq!(r.status, 200, "{r:?}");
+        rate_limit_headers(&r);
+    }
+}
+
+/// Issue 12: the MCP endpoint's Origin refusal was answered before the chain ran, so it carried
+/// none of the rate-limit headers.
+#[test]
+fn origin_refusals_carry_the_rate_limit_headers() {
+    let k = key("t_spare");
+    let ip = "100.64.0.8";
+    // A browser Origin not in mcp.allowed_origins: 403, charged to the key's `gateway` bucket
+    // (the document test above charges the same key's `global` bucket).
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let r = fx().srv.request(
+        "POST",
+        "/gateway/gw_anything/mcp",
+        None,
+        Some(init),
+        &[
+            ("x-forwarded-for", ip),
+            ("x-api-key", k),
+            ("origin", "http://evil.example"),
+            ("accept", "application/json, text/event-stream"),
+        ],
+    );
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(r.text.contains("evil.example"), "the refusal names the Origin: {r:?}");
+    let (limit, remaining, _, _, bucket) = rate_limit_headers(&r);
+    assert_eq!((limit, remaining, bucket.as_str()), (5, 4, "gateway"), "{r:?}");
+}
+
 #[test]
 fn unauthenticated_callers_are_limited_per_address() {
     let ip = "100.64.9.9";
