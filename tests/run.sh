@@ -16,10 +16,12 @@
 #   5. cargo test --release --workspace --no-fail-fast  (integration tests start the real binary)
 #   6. tests/py/schemathesis.sh               (/v1/openapi.json against the running server)
 #   7. pytest tests/py                        (official MCP Python SDK against the gateway)
+#   8. fuzz/run.sh 20                         (each fuzz target for 20 s; fuzz/README.md)
 #
-# Steps 5-7 all run even if one fails; the summary at the end says which did, and the exit
+# Steps 5-8 all run even if one fails; the summary at the end says which did, and the exit
 # status is non-zero if any did. Setting TOOLGATE_SKIP=schemathesis,pytest (comma list of
-# cargo-test, schemathesis, pytest) leaves steps out for a quicker local loop.
+# cargo-test, schemathesis, pytest, fuzz) leaves steps out for a quicker local loop;
+# TOOLGATE_FUZZ_SECONDS sets the fuzzing time per target (default 20).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -135,7 +137,7 @@ cargo build --release --workspace
 record cargo-build ok $((SECONDS - t0))
 CURRENT_STEP=
 
-# ---------------------------------------------------------------- 5-7. tests
+# ---------------------------------------------------------------- 5-8. tests
 run_step() { # name, command...
     local name=$1; shift
     if skipped "$name"; then record "$name" skip 0 "TOOLGATE_SKIP"; return 0; fi
@@ -167,6 +169,9 @@ run_pytest() {
 run_step cargo-test cargo test --release --workspace --no-fail-fast
 run_step schemathesis "$PY_DIR/schemathesis.sh"
 run_step pytest run_pytest
+# The fuzz driver was built with the workspace in step 4, so this is a no-op build and four
+# fixed-time runs (about 90 s in all).
+run_step fuzz "$ROOT/fuzz/run.sh" "${TOOLGATE_FUZZ_SECONDS:-20}"
 
 print_summary
 trap - EXIT
