@@ -12,15 +12,16 @@
 #                       SDK, conformance suite, exact versions in package-lock.json
 #   3. tests/py/.venv   pip: schemathesis, the MCP Python SDK, mcp-server-time, pytest; exact
 #                       versions in requirements.txt, reinstalled only when that file changes
-#   4. cargo build --release --workspace
+#   4. cargo build --release --workspace --locked  (Cargo.lock is the truth: a stale lock fails)
 #   5. cargo test --release --workspace --no-fail-fast  (integration tests start the real binary)
 #   6. tests/py/schemathesis.sh               (/v1/openapi.json against the running server)
 #   7. pytest tests/py                        (official MCP Python SDK against the gateway)
 #   8. fuzz/run.sh 20                         (each fuzz target for 20 s; fuzz/README.md)
+#   9. lint: cargo fmt --check; cargo clippy --release --workspace --all-targets -- -D warnings
 #
-# Steps 5-8 all run even if one fails; the summary at the end says which did, and the exit
+# Steps 5-9 all run even if one fails; the summary at the end says which did, and the exit
 # status is non-zero if any did. Setting TOOLGATE_SKIP=schemathesis,pytest (comma list of
-# cargo-test, schemathesis, pytest, fuzz) leaves steps out for a quicker local loop;
+# cargo-test, schemathesis, pytest, fuzz, lint) leaves steps out for a quicker local loop;
 # TOOLGATE_FUZZ_SECONDS sets the fuzzing time per target (default 20).
 set -euo pipefail
 
@@ -132,12 +133,12 @@ export TOOLGATE_BIN="$TARGET_DIR/release/toolgate"
 # ---------------------------------------------------------------- 4. build
 CURRENT_STEP=cargo-build
 t0=$SECONDS
-log "cargo build --release --workspace"
-cargo build --release --workspace
+log "cargo build --release --workspace --locked"
+cargo build --release --workspace --locked
 record cargo-build ok $((SECONDS - t0))
 CURRENT_STEP=
 
-# ---------------------------------------------------------------- 5-8. tests
+# ---------------------------------------------------------------- 5-9. tests
 run_step() { # name, command...
     local name=$1; shift
     if skipped "$name"; then record "$name" skip 0 "TOOLGATE_SKIP"; return 0; fi
@@ -166,12 +167,21 @@ run_pytest() {
     return $rc
 }
 
-run_step cargo-test cargo test --release --workspace --no-fail-fast
+run_step cargo-test cargo test --release --workspace --locked --no-fail-fast
 run_step schemathesis "$PY_DIR/schemathesis.sh"
 run_step pytest run_pytest
 # The fuzz driver was built with the workspace in step 4, so this is a no-op build and four
 # fixed-time runs (about 90 s in all).
 run_step fuzz "$ROOT/fuzz/run.sh" "${TOOLGATE_FUZZ_SECONDS:-20}"
+# Habits every change keeps: formatted, and no clippy warning in any crate or target.
+lint() {
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        echo "error: the lint step needs rustfmt and clippy (rustup components of the toolchain)" >&2
+        return 1
+    fi
+    cargo fmt --all --check && cargo clippy --release --workspace --all-targets --locked -- -D warnings
+}
+run_step lint lint
 
 print_summary
 trap - EXIT
