@@ -32,6 +32,14 @@ pub struct JwtVerifier {
     http: reqwest::Client,
 }
 
+/// The configuration and the key ids, never key material.
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kids: Vec<String> = self.keys.load().keys().cloned().collect();
+        f.debug_struct("JwtVerifier").field("config", &self.config).field("kids", &kids).finish()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum JwtSetupError {
     #[error("{0}")]

@@ -21,8 +21,6 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Seal(#[from] secrets::SealError),
-    #[error("jwt: {0}")]
-    Jwt(String),
 }
 
 /// Id of the organisation, user and key made for `TOOLGATE_ADMIN_KEY` / the first start.
@@ -49,7 +47,7 @@ pub struct State {
     usage: DashMap<String, KeyUsage>,
     usage_dirty: DashSet<String>,
     /// Verifies JWT bearer tokens, when `jwt:` is configured.
-    pub jwt: Option<crate::jwt::JwtVerifier>,
+    pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
     /// Serialises management writes so uniqueness checks and their write are atomic.
     pub write_lock: tokio::sync::Mutex<()>,
     /// The id of the key given as `TOOLGATE_ADMIN_KEY`: whoever sets the server's environment is
@@ -94,10 +92,7 @@ impl State {
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
             operator_key_id: std::sync::OnceLock::new(),
-            jwt: match &config.jwt {
-                Some(j) => Some(crate::jwt::JwtVerifier::new(j.clone()).map_err(|e| StartError::Jwt(e.to_string()))?),
-                None => None,
-            },
+            jwt: config.jwt.clone(),
         };
         state.load().await?;
         state.apply_declarations().await?;

@@ -56,8 +56,9 @@ pub struct Config {
     pub rate_limit_policy: std::sync::Arc<toolgate_filters::rate_limit::RateLimitPolicy>,
     pub limits: LimitsConfig,
     pub mcp: McpConfig,
-    /// JWT bearer tokens on the management API; `None` refuses every non-key bearer value.
-    pub jwt: Option<JwtConfig>,
+    /// JWT bearer tokens on the management API (the verifier, holding its [`JwtConfig`] and the
+    /// keys read while validating); `None` refuses every non-key bearer value.
+    pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
 }
 
 #[derive(Debug, Clone)]

@@ -613,11 +613,12 @@ impl RawConfig {
                     max_lifetime_secs,
                 };
                 // Keys that cannot be read stop the start (and `check-config`), naming the field.
-                if let Err(e) = crate::jwt::JwtVerifier::new(cfg.clone()) {
+                // The verifier that read them is the server's: one verifier, built once.
+                let verifier = crate::jwt::JwtVerifier::new(cfg.clone()).map_err(|e| {
                     let text = e.to_string();
                     let (field, message) = text.split_once(": ").unwrap_or(("jwt", &text));
-                    return Err(invalid(field, message));
-                }
+                    invalid(field, message)
+                })?;
                 // A token minted by any party that holds a trusted key, for any audience, would
                 // otherwise be accepted: production binds tokens to one issuer and audience.
                 if environment == Environment::Production
@@ -631,7 +632,7 @@ impl RawConfig {
                          jwt.insecure_skip_issuer_audience: true to accept any)",
                     ));
                 }
-                Some(cfg)
+                Some(std::sync::Arc::new(verifier))
             }
         };
 
