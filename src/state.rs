@@ -5,7 +5,7 @@
 use crate::config::{Config, StorageConfig};
 use crate::model::*;
 use crate::secrets::{self, Sealer};
-use crate::store::{EmbeddedStore, Kind, Store, StoreError};
+use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
 use dashmap::{DashMap, DashSet};
 use serde::de::DeserializeOwned;
@@ -71,9 +71,9 @@ impl State {
         config: Arc<Config>,
         admin_key: Option<String>,
     ) -> Result<(Arc<State>, Option<String>), StartError> {
-        // Configuration validation refuses the backends this build cannot open.
+        let store = crate::store::open(&config.storage)?;
+        // The sealing key: TOOLGATE_SECRET_KEY, or a key file beside the embedded store.
         let StorageConfig::Embedded { path: dir } = &config.storage;
-        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir)?);
         let sealer = Sealer::load(dir)?;
         let state = State {
             config: config.clone(),

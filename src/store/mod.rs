@@ -7,6 +7,16 @@ mod embedded;
 
 pub use embedded::EmbeddedStore;
 
+use crate::config::StorageConfig;
+
+/// The one place a backend is chosen: the state, the request log and MFA all get their store
+/// from here, so a new backend is one arm of this match.
+pub fn open(config: &StorageConfig) -> Result<Arc<dyn Store>, StoreError> {
+    match config {
+        StorageConfig::Embedded { path } => Ok(Arc::new(EmbeddedStore::open(path)?)),
+    }
+}
+
 use async_trait::async_trait;
 use std::sync::Arc;
 
