@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toolgate_filters::{Role, ScopeSet};
 
+/// `mcp.max_stdio_processes` when the YAML says nothing: how many stdio app processes may run at
+/// once (the one default, also of the upstreams built without a configuration in tests).
+pub const DEFAULT_MAX_STDIO_PROCESSES: usize = 16;
+
 /// A configuration error, naming the field (`server.listen`, `apps[2].url`, ...).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

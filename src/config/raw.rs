@@ -362,8 +362,8 @@ impl RawConfig {
                 if !matches!(upstream, AppUpstream::Url(_)) {
                     return Err(invalid(f("protocol_version"), "only applies to url apps"));
                 }
-                if !crate::mcp::upstream::PROTOCOL_VERSIONS.contains(&v.as_str()) {
-                    let known = crate::mcp::upstream::PROTOCOL_VERSIONS.join(", ");
+                if !crate::mcp::protocol::VERSIONS.contains(&v.as_str()) {
+                    let known = crate::mcp::protocol::VERSIONS.join(", ");
                     return Err(invalid(f("protocol_version"), format!("`{v}`: expected one of {known}")));
                 }
             }
@@ -562,7 +562,7 @@ impl RawConfig {
         let mcp = McpConfig {
             session_idle_timeout: Duration::from_secs(m.session_idle_timeout_secs.unwrap_or(1800)),
             allowed_origins: m.allowed_origins,
-            max_stdio_processes: m.max_stdio_processes.unwrap_or(16),
+            max_stdio_processes: m.max_stdio_processes.unwrap_or(super::DEFAULT_MAX_STDIO_PROCESSES),
             page_size: m.page_size.unwrap_or(100),
             session_retention: Duration::from_secs(m.session_retention_secs.unwrap_or(300)),
             max_sessions_per_key: m.max_sessions_per_key.unwrap_or(1000),

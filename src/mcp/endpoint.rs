@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolgate_filters::{CredentialKind, RouteClass, Scope};
 
-/// Protocol versions toolgate speaks, newest first (Decision 6).
-pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+use crate::mcp::protocol::VERSIONS as SUPPORTED_VERSIONS;
+
 /// Cookie that carries the session (the spec's mechanism), beside `Mcp-Session-Id`.
 pub const SESSION_COOKIE: &str = "mcp_session";
 /// JSON-RPC code of "no valid session": the client must initialize (again).

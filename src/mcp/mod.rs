@@ -7,6 +7,7 @@ pub mod builtin;
 pub mod catalogue;
 pub mod endpoint;
 pub mod jsonrpc;
+pub mod protocol;
 pub mod quota;
 pub mod sessions;
 pub mod subscriptions;

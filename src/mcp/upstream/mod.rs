@@ -35,15 +35,8 @@ pub mod http;
 pub mod stdio;
 pub mod wire;
 
-/// Protocol versions the gateway can speak to an upstream, newest first. The newest is offered in
-/// `initialize`; an upstream that answers with any of these is accepted.
-pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-
-/// The version offered in `initialize`.
-pub const LATEST_PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];
-
-/// Default for [`UpstreamShared::new`]: how many stdio child processes may run at once.
-pub const DEFAULT_MAX_STDIO_PROCESSES: usize = 32;
+/// The versions spoken to apps: the one list of [`crate::mcp::protocol`].
+pub use crate::mcp::protocol::{LATEST as LATEST_PROTOCOL_VERSION, VERSIONS as PROTOCOL_VERSIONS};
 
 /// Per-app timeouts, in milliseconds in the YAML (`connect_ms`, `first_byte_ms`, `total_ms`).
 ///
@@ -248,7 +241,7 @@ impl NoticeReporter {
 
 impl Default for UpstreamShared {
     fn default() -> Self {
-        Self::new(DEFAULT_MAX_STDIO_PROCESSES)
+        Self::new(crate::config::DEFAULT_MAX_STDIO_PROCESSES)
     }
 }
 
