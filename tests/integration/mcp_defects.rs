@@ -4,7 +4,7 @@
 //! before session checks; a resource URI that no listing shows goes to the app that can own it
 //! (the only app of a single-app gateway) instead of -32002.
 
-use crate::common::{self, ok, unix_now, TestServer};
+use crate::common::{self, ok, unix_now, RawResponse as Raw, TestServer};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -13,30 +13,13 @@ use std::time::Duration;
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"mcp_defects","version":"1"}}}"#;
 const BOTH: &str = "application/json, text/event-stream";
 
+/// The JSON-RPC error message of an answer.
+fn error_message(r: &Raw) -> String {
+    r.json()["error"]["message"].as_str().unwrap_or_default().to_string()
+}
+
 /// One HTTP/1.1 exchange on its own connection, with exactly the headers given (an HTTP client
 /// library would add an `Accept` of its own).
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-    fn num(&self, name: &str) -> u64 {
-        let v = self.header(name).unwrap_or_else(|| panic!("missing {name}: {:?}", self.headers));
-        v.parse().unwrap_or_else(|_| panic!("{name} is not a number: {v}"))
-    }
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-    fn error_message(&self) -> String {
-        self.json()["error"]["message"].as_str().unwrap_or_default().to_string()
-    }
-}
-
 fn exchange(srv: &TestServer, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Raw {
     let mut sock = TcpStream::connect(srv.main_addr()).expect("connect");
     sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -163,7 +146,7 @@ fn header_checks_come_before_session_checks() {
             h.extend(accept.map(|a| ("Accept", a)));
             let r = post(&srv, &gw, &key, session, &h, list);
             assert_eq!(r.status, 406, "{at}, Accept {accept:?}: {}", r.body);
-            let m = r.error_message();
+            let m = error_message(&r);
             assert!(m.contains("application/json") && m.contains("text/event-stream"), "{at}: {m}");
         }
         let r = post(&srv, &gw, &key, session, &[("Accept", BOTH), ("Content-Type", "text/plain")], list);
@@ -171,23 +154,23 @@ fn header_checks_come_before_session_checks() {
         let bad_version = [("Accept", BOTH), json, ("MCP-Protocol-Version", "1999-01-01")];
         let r = post(&srv, &gw, &key, session, &bad_version, list);
         assert_eq!(r.status, 400, "{at}: {}", r.body);
-        assert!(r.error_message().contains("1999-01-01"), "{at}: {}", r.body);
+        assert!(error_message(&r).contains("1999-01-01"), "{at}: {}", r.body);
         // The GET stream and DELETE check the version before the session too (GET also Accept).
         let mut h = vec![("X-API-Key", key.as_str()), ("MCP-Protocol-Version", "1999-01-01")];
         h.extend(session.map(|s| ("Mcp-Session-Id", s)));
         let path = format!("/gateway/{gw}/mcp");
         let r = exchange(&srv, "DELETE", &path, &h, "");
         assert_eq!(r.status, 400, "DELETE, {at}: {}", r.body);
-        assert!(r.error_message().contains("1999-01-01"), "DELETE, {at}: {}", r.body);
+        assert!(error_message(&r).contains("1999-01-01"), "DELETE, {at}: {}", r.body);
         h.push(("Accept", "application/json"));
         let r = exchange(&srv, "GET", &path, &h, "");
         assert_eq!(r.status, 406, "GET, {at}: {}", r.body);
-        assert!(r.error_message().contains("text/event-stream"), "GET, {at}: {}", r.body);
+        assert!(error_message(&r).contains("text/event-stream"), "GET, {at}: {}", r.body);
         h.pop();
         h.push(("Accept", "text/event-stream"));
         let r = exchange(&srv, "GET", &path, &h, "");
         assert_eq!(r.status, 400, "GET, {at}: {}", r.body);
-        assert!(r.error_message().contains("1999-01-01"), "GET, {at}: {}", r.body);
+        assert!(error_message(&r).contains("1999-01-01"), "GET, {at}: {}", r.body);
     }
     // With good headers the session errors are as before, and the live session still works.
     let r = json_post(&srv, &gw, &key, None, list);

@@ -4,8 +4,8 @@
 //! listed per organisation (#10); a stream ends when its key is revoked or its gateway deleted;
 //! JSON-RPC ids come back byte-exact.
 
-use crate::common::{self, err, ok, TestServer};
-use serde_json::{json, Value};
+use crate::common::{self, err, ok, RawResponse as Raw, TestServer};
+use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -44,22 +44,6 @@ fn gateway(srv: &TestServer, owner: &str) -> (String, String) {
     let name = format!("g-{}", common::random_alnum(8));
     let g = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(json!({"name": name, "servers": ["time"]}))), 201);
     (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
-}
-
-/// One raw HTTP exchange with the MCP endpoint: status, headers (lower-case names) and body.
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
 }
 
 fn client() -> reqwest::blocking::Client {

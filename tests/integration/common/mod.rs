@@ -246,6 +246,30 @@ pub fn tail_file(path: &Path, n: usize) -> String {
 // ------------------------------------------------------------------------------------------------
 // HTTP responses
 
+/// A response exactly as the wire gave it (header names lower-cased, the body untouched), for
+/// tests that must see ids and headers byte for byte.
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// A header that must be there and be a number.
+    pub fn num(&self, name: &str) -> u64 {
+        let v = self.header(name).unwrap_or_else(|| panic!("missing {name}: {:?}", self.headers));
+        v.parse().unwrap_or_else(|_| panic!("{name} is not a number: {v}"))
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
 /// A response read whole: status, headers, body as text and (if it parses) JSON.
 pub struct Resp {
     pub status: u16,
