@@ -179,12 +179,7 @@ fn the_per_address_cap_refuses_one_address_and_serves_another() {
     assert!(metric(&srv, "toolgate_connections_refused_total{reason=\"per_address\"}") >= 1.0);
 
     // Another address is served meanwhile, and the held connections still are.
-    let other = reqwest::blocking::Client::builder()
-        .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)))
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let other = client_from_127_0_0_3();
     let r = other.get(srv.url("/healthz")).send().expect("a client on 127.0.0.3");
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(healthz(&mut held[0]), Some(200));
@@ -202,6 +197,16 @@ fn the_per_address_cap_refuses_one_address_and_serves_another() {
     }
 }
 
+/// A client whose connections come from another loopback address than the other tests' sockets.
+fn client_from_127_0_0_3() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)))
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn the_global_cap_counts_every_address() {
     let srv = server_with(&["max_connections: 3", "max_connections_per_ip: 3"]);
@@ -213,12 +218,7 @@ fn the_global_cap_counts_every_address() {
             s
         })
         .collect();
-    let other = reqwest::blocking::Client::builder()
-        .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)))
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let other = client_from_127_0_0_3();
     assert!(other.get(srv.url("/healthz")).send().is_err(), "a 4th connection, from any address, is refused");
     assert!(metric(&srv, "toolgate_connections_refused_total{reason=\"global\"}") >= 1.0);
 }
