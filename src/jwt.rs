@@ -5,7 +5,6 @@
 //! Only RS256 is accepted: `alg: none`, HS256 (which would let a public key act as an HMAC
 //! secret) and every other algorithm are refused before any key is looked at.
 
-use crate::config::JwtConfig;
 use arc_swap::ArcSwap;
 use chrono::Utc;
 use jsonwebtoken::jwk::JwkSet;
@@ -14,6 +13,29 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use toolgate_filters::auth::AuthError;
+
+/// The verifier's settings, as the configuration builds them from its JWT section.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    /// Seconds of clock skew tolerated on `exp` and `iat`.
+    pub leeway_secs: u64,
+    pub keys: Vec<JwtKeyConfig>,
+    pub jwks_file: Option<std::path::PathBuf>,
+    pub jwks_url: Option<String>,
+    /// How often the JWKS file and URL are re-read.
+    pub refresh_secs: u64,
+    /// Longest accepted token life (`exp - iat`, or `exp - now` without `iat`): a leaked
+    /// long-lived token stays useful for at most this long.
+    pub max_lifetime_secs: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct JwtKeyConfig {
+    pub kid: String,
+    pub pem_file: std::path::PathBuf,
+}
 
 /// The claims toolgate reads.
 #[derive(Debug, Clone, Deserialize)]

@@ -107,8 +107,8 @@ fn current_org(call: &Call<'_>) -> Result<Organization, ApiError> {
 }
 
 #[utoipa::path(patch, path = "/v1/account/security", tag = "account", request_body = UpdateSecurity,
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn update_security(call: &Call<'_>) -> ApiResult {
     let body: UpdateSecurity = call.json()?;
     networks("ip_whitelist", body.ip_whitelist.as_ref())?;
@@ -135,9 +135,9 @@ pub async fn update_security(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(post, path = "/v1/account/whitelist", tag = "account", request_body = AddWhitelistEntry,
-    responses((status = 201, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 409, description = "the tier's `whitelist_entries` quota is reached", body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 201, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 409, description = "the tier's `whitelist_entries` quota is reached", body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn add_whitelist(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: AddWhitelistEntry = call.json()?;
@@ -166,8 +166,8 @@ pub async fn add_whitelist(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(get, path = "/v1/account/whitelist", tag = "account",
-    responses((status = 200, description = "`whitelist`: the organisation's entries, oldest first", body = crate::api::openapi::Envelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "`whitelist`: the organisation's entries, oldest first", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn list_whitelist(call: &Call<'_>) -> ApiResult {
     let org = current_org(call)?;
     Ok(Reply::ok(json!({ "whitelist": org.whitelist.iter().map(entry_view).collect::<Vec<_>>() })))
@@ -176,9 +176,9 @@ pub async fn list_whitelist(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(delete, path = "/v1/account/whitelist/{entry_id}", tag = "account",
     params(("entry_id" = String, Path),
            ("allow_lockout" = Option<bool>, Query, description = "remove the entry even if it is what admits your own address")),
-    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn delete_whitelist(call: &Call<'_>) -> ApiResult {
     let allow_lockout = match call.query("allow_lockout") {
         None | Some("false") => false,

@@ -69,7 +69,7 @@ pub struct AppList {
 pub struct AppListEnvelope {
     success: bool,
     data: AppList,
-    meta: crate::api::openapi::Meta,
+    meta: crate::api::envelope::Meta,
 }
 
 /// The envelope of `GET /apps/{app_id}`, so that the document states the detail view's fields.
@@ -78,7 +78,7 @@ pub struct AppListEnvelope {
 pub struct AppDetailEnvelope {
     success: bool,
     data: AppDetail,
-    meta: crate::api::openapi::Meta,
+    meta: crate::api::envelope::Meta,
 }
 
 /// Body of `POST /apps/{id}/connect`.
@@ -197,8 +197,8 @@ fn function_views(tools: &[Value]) -> Vec<FunctionView> {
 #[utoipa::path(get, path = "/v1/apps", tag = "apps",
     params(("category" = Option<String>, Query), ("status" = Option<String>, Query, description = "available, connected or beta"),
            ("search" = Option<String>, Query, description = "matches name or description")),
-    responses((status = 200, body = AppListEnvelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = AppListEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let status = call.query_choice("status", &["available", "connected", "beta"])?;
@@ -235,8 +235,8 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(get, path = "/v1/apps/{app_id}", tag = "apps", params(("app_id" = String, Path)),
-    responses((status = 200, body = AppDetailEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = AppDetailEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
@@ -271,9 +271,9 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(post, path = "/v1/apps/{app_id}/connect", tag = "apps", params(("app_id" = String, Path)), request_body = ConnectApp,
-    responses((status = 200, description = "app_id, status, connection_id (and authorization_url for oauth)", body = crate::api::openapi::Envelope),
-              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "app_id, status, connection_id (and authorization_url for oauth)", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn connect(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
@@ -357,8 +357,8 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(delete, path = "/v1/apps/{app_id}/connection", tag = "apps", params(("app_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn disconnect(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
@@ -370,9 +370,9 @@ pub async fn disconnect(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(post, path = "/v1/apps/{app_id}/test", tag = "apps", params(("app_id" = String, Path)),
-    responses((status = 200, description = "status (`ok` or `error`), latency in ms, message", body = crate::api::openapi::Envelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "status (`ok` or `error`), latency in ms, message", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn test(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;

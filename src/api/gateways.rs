@@ -257,9 +257,9 @@ fn name_taken(call: &Call<'_>, org_id: &str, name: &str, except: Option<&str>) -
     params(("page" = Option<u32>, Query, minimum = 1), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100),
            ("sort" = Option<String>, Query, description = "name, created_at or updated_at"),
            ("order" = Option<String>, Query, description = "asc or desc")),
-    responses((status = 200, description = "gateways and pagination", body = crate::api::openapi::Envelope),
-              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "gateways and pagination", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (page, limit) = call.pagination()?;
@@ -306,8 +306,8 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(get, path = "/v1/gateways/{gateway_id}", tag = "gateways",
     params(("gateway_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let g = call.server.state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
@@ -335,9 +335,9 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(post, path = "/v1/gateways", tag = "gateways", request_body = CreateGateway,
-    responses((status = 201, description = "created; `api_key` is shown once", body = crate::api::openapi::Envelope),
-              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 201, description = "created; `api_key` is shown once", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateGateway = call.json()?;
@@ -401,9 +401,9 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
     params(("gateway_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 404, body = crate::api::openapi::ErrorEnvelope), (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
@@ -446,8 +446,8 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(delete, path = "/v1/gateways/{gateway_id}", tag = "gateways",
     params(("gateway_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;

@@ -25,9 +25,9 @@ pub struct CreateKey {
 }
 
 #[utoipa::path(post, path = "/v1/api-keys", tag = "api-keys", request_body = CreateKey,
-    responses((status = 201, description = "id, key (shown once), name, created_at, expires_at, scopes", body = crate::api::openapi::Envelope),
-              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 201, description = "id, key (shown once), name, created_at, expires_at, scopes", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateKey = call.json()?;
@@ -79,8 +79,8 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(delete, path = "/v1/api-keys/{key_id}", tag = "api-keys", params(("key_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn revoke(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
@@ -124,9 +124,9 @@ fn key_of_org(call: &Call<'_>) -> Result<std::sync::Arc<ApiKey>, ApiError> {
 }
 
 #[utoipa::path(post, path = "/v1/api-keys/{key_id}/rotate", tag = "api-keys", params(("key_id" = String, Path)), request_body = RotateKey,
-    responses((status = 201, description = "the new key (shown once) and when the old one stops working", body = crate::api::openapi::Envelope),
-              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 201, description = "the new key (shown once) and when the old one stops working", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn rotate(call: &Call<'_>) -> ApiResult {
     let old = key_of_org(call)?;
     // The new key copies the old key's holder and scopes: only a caller entitled to those may
@@ -167,9 +167,9 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(get, path = "/v1/api-keys/{key_id}/usage", tag = "api-keys", params(("key_id" = String, Path)),
-    responses((status = 200, description = "last_used, last_ip, requests_today, requests_this_month", body = crate::api::openapi::Envelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "last_used, last_ip, requests_today, requests_this_month", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn usage(call: &Call<'_>) -> ApiResult {
     let key = key_of_org(call)?;
     let u = call.server.state.usage_of(&key.id);

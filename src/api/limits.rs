@@ -4,8 +4,8 @@ use super::{ApiResult, Call, Reply};
 use serde_json::{json, Map, Value};
 
 #[utoipa::path(get, path = "/v1/rate-limit", tag = "rate-limits",
-    responses((status = 200, description = "tier and buckets {limit, remaining, reset}", body = crate::api::openapi::Envelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "tier and buckets {limit, remaining, reset}", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn status(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let s = call.server.limiter.status(who, call.ip_multiplier);
@@ -18,8 +18,8 @@ pub async fn status(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(get, path = "/v1/metrics/rate-limits", tag = "rate-limits",
-    responses((status = 200, description = "period, usage, by_bucket", body = crate::api::openapi::Envelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "period, usage, by_bucket", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn report(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let r = call.server.limiter.report(who, call.ip_multiplier);

@@ -52,9 +52,9 @@ fn user_id(call: &Call<'_>) -> Result<String, ApiError> {
 }
 
 #[utoipa::path(post, path = "/v1/auth/mfa/enroll", tag = "auth",
-    responses((status = 200, description = "secret, otpauth_uri, backup_codes (shown once)", body = crate::api::openapi::Envelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "secret, otpauth_uri, backup_codes (shown once)", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn enroll(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
     // While MFA is active, enrolment is refused (409) without changing anything: disable first.
@@ -66,9 +66,9 @@ pub async fn enroll(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(post, path = "/v1/auth/mfa/activate", tag = "auth", request_body = ActivateMfa,
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn activate(call: &Call<'_>) -> ApiResult {
     let who = caller(call)?;
     let body: ActivateMfa = call.json()?;
@@ -77,9 +77,9 @@ pub async fn activate(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(post, path = "/v1/auth/mfa/verify", tag = "auth", request_body = VerifyMfa,
-    responses((status = 200, description = "mfa_token and expires_in (seconds)", body = crate::api::openapi::Envelope),
-              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, description = "mfa_token and expires_in (seconds)", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn verify(call: &Call<'_>) -> ApiResult {
     let who = caller(call)?;
     let body: VerifyMfa = call.json()?;
@@ -97,9 +97,9 @@ pub async fn require(call: &Call<'_>) -> Result<(), ApiError> {
 }
 
 #[utoipa::path(delete, path = "/v1/auth/mfa", tag = "auth",
-    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope),
-              (status = 429, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
+              (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn disable(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
     require(call).await?;
@@ -110,9 +110,9 @@ pub async fn disable(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(post, path = "/v1/auth/mfa/reset", tag = "auth", request_body = ResetMfa,
-    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 404, body = crate::api::openapi::ErrorEnvelope), (status = 429, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn reset(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: ResetMfa = call.json()?;

@@ -5,6 +5,7 @@ pub mod account;
 pub mod apps;
 pub mod auth;
 pub mod authority;
+pub mod envelope;
 pub mod gateways;
 pub mod keys;
 pub mod limits;

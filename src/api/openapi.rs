@@ -4,58 +4,8 @@
 use serde_json::Value;
 use std::sync::OnceLock;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
-
-/// Success envelope: `success`, `data`, `meta`.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct Envelope {
-    success: bool,
-    data: Object,
-    meta: Meta,
-}
-
-/// Success envelope of deletions: `success`, `message`, `meta`.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct MessageEnvelope {
-    success: bool,
-    message: String,
-    meta: Meta,
-}
-
-/// Error envelope: `success` = false, `error`, `meta`.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ErrorEnvelope {
-    success: bool,
-    error: ErrorObject,
-    meta: Meta,
-}
-
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ErrorObject {
-    /// e.g. VALIDATION_ERROR, UNAUTHORIZED, INSUFFICIENT_SCOPE, NOT_FOUND, CONFLICT, RATE_LIMITED.
-    code: String,
-    message: String,
-    /// `field` and `issue` for VALIDATION_ERROR.
-    details: Object,
-    /// Seconds; RATE_LIMITED only.
-    retry_after: Option<u64>,
-}
-
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct Meta {
-    /// ISO 8601.
-    timestamp: String,
-    request_id: String,
-}
-
-#[derive(ToSchema)]
-#[schema(value_type = Object)]
-pub struct Object(#[allow(dead_code)] Value);
+use super::envelope::{Envelope, ErrorEnvelope, ErrorObject, MessageEnvelope, Meta};
+use utoipa::{Modify, OpenApi};
 
 struct Security;
 

@@ -40,9 +40,9 @@ pub struct CreateServiceAccountKey {
 }
 
 #[utoipa::path(post, path = "/v1/service-accounts", tag = "service-accounts", request_body = CreateServiceAccount,
-    responses((status = 201, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope),
-              (status = 409, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 201, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateServiceAccount = call.json()?;
@@ -83,10 +83,10 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(post, path = "/v1/service-accounts/{account_id}/keys", tag = "service-accounts",
     params(("account_id" = String, Path)), request_body = CreateServiceAccountKey,
-    responses((status = 201, description = "the key, shown once", body = crate::api::openapi::Envelope),
-              (status = 400, body = crate::api::openapi::ErrorEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope),
-              (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 201, description = "the key, shown once", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
+              (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn create_key(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = call

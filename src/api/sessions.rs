@@ -26,8 +26,8 @@ fn client_matches(client: &str, wanted: &str) -> bool {
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions",
     params(("gateway_id" = Option<String>, Query), ("client_type" = Option<String>, Query, description = "e.g. claude, cursor"),
            ("active" = Option<bool>, Query), ("page" = Option<u32>, Query, minimum = 1), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100)),
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope), (status = 403, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (page, limit) = call.pagination()?;
@@ -57,16 +57,16 @@ fn find(call: &Call<'_>) -> Result<McpSession, ApiError> {
 }
 
 #[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "sessions", params(("session_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn get(call: &Call<'_>) -> ApiResult {
     let s = find(call)?;
     Ok(Reply::ok(view(call, &s)))
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{session_id}", tag = "sessions", params(("session_id" = String, Path)),
-    responses((status = 200, body = crate::api::openapi::MessageEnvelope), (status = 401, body = crate::api::openapi::ErrorEnvelope),
-              (status = 403, body = crate::api::openapi::ErrorEnvelope), (status = 404, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn delete(call: &Call<'_>) -> ApiResult {
     let s = find(call)?;
     if !call.server.sessions.end(&s.id).await? {

@@ -41,14 +41,14 @@ fn view(call: &Call<'_>, user_id: &str) -> ApiResult {
 }
 
 #[utoipa::path(get, path = "/v1/user", tag = "user",
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 401, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn get(call: &Call<'_>) -> ApiResult {
     view(call, &call.who()?.user_id)
 }
 
 #[utoipa::path(patch, path = "/v1/user", tag = "user", request_body = UpdateUser,
-    responses((status = 200, body = crate::api::openapi::Envelope), (status = 400, body = crate::api::openapi::ErrorEnvelope),
-              (status = 401, body = crate::api::openapi::ErrorEnvelope)))]
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let patch: UpdateUser = call.json()?;

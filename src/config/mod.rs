@@ -65,27 +65,8 @@ pub struct Config {
     pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
 }
 
-#[derive(Debug, Clone)]
-pub struct JwtConfig {
-    pub issuer: Option<String>,
-    pub audience: Option<String>,
-    /// Seconds of clock skew tolerated on `exp` and `iat`.
-    pub leeway_secs: u64,
-    pub keys: Vec<JwtKeyConfig>,
-    pub jwks_file: Option<PathBuf>,
-    pub jwks_url: Option<String>,
-    /// How often the JWKS file and URL are re-read.
-    pub refresh_secs: u64,
-    /// Longest accepted token life (`exp - iat`, or `exp - now` without `iat`): a leaked
-    /// long-lived token stays useful for at most this long.
-    pub max_lifetime_secs: u64,
-}
-
-#[derive(Debug, Clone)]
-pub struct JwtKeyConfig {
-    pub kid: String,
-    pub pem_file: PathBuf,
-}
+/// The JWT settings are the verifier's own type (`jwt` is a leaf the configuration builds on).
+pub use crate::jwt::{JwtConfig, JwtKeyConfig};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
