@@ -1,6 +1,6 @@
 //! The one place where errors become HTTP statuses and envelope codes (DESIGN Decision 7).
 //! Handlers return [`ApiError`]; filters return a [`Rejection`]; both are written by
-//! [`crate::proxy`] through [`ApiError::status`] and [`ApiError::code`].
+//! [`crate::exchange`] (or as JSON-RPC errors by `crate::mcp::protocol`) through [`ApiError::status`] and [`ApiError::code`].
 
 use serde_json::{json, Value};
 use toolgate_filters::Rejection;
@@ -74,6 +74,14 @@ impl ApiError {
             ApiError::MfaRequired { .. } => "MFA_REQUIRED",
             ApiError::Unavailable(_) => "UNAVAILABLE",
             ApiError::Internal(_) => "INTERNAL_ERROR",
+        }
+    }
+
+    /// Seconds until a retry can succeed: a rate-limit refusal's `Retry-After`.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Rejected { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 

@@ -43,7 +43,7 @@ fn metrics() -> &'static Metrics {
             vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
         )
         .expect("metric registers once");
-        let by_route = crate::proxy::Route::LABELS
+        let by_route = crate::route::Route::LABELS
             .iter()
             .map(|&route| RouteMetrics {
                 route,

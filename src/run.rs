@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgate_filters::auth::Authenticate;
 use toolgate_filters::ip_allowlist::IpAllowlist;
+use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::{LocalRateLimiter, RateLimit};
 use toolgate_filters::FilterChain;
 
@@ -66,7 +67,8 @@ pub fn run(config_path: &Path) -> ExitCode {
     }
     crate::metrics::init();
 
-    // The order is pinned (and tested): IP allowlist -> authentication -> rate limit.
+    // The order is pinned (and tested): IP allowlist -> authentication -> rate limit; the gateway
+    // routes then check `Origin`, after the rate limit so that a refusal is counted.
     let chain = || {
         FilterChain::new()
             .with(IpAllowlist::new(state.clone(), state.clone()))
@@ -77,7 +79,7 @@ pub fn run(config_path: &Path) -> ExitCode {
     let proxy = Proxy {
         server: server.clone(),
         management: chain(),
-        gateway: chain(),
+        gateway: chain().with(OriginCheck::new(config.mcp.allowed_origins.clone())),
         trusted_proxies: config.server.trusted_proxies.clone(),
     };
 

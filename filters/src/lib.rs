@@ -15,6 +15,7 @@ pub mod auth;
 pub mod chain;
 pub mod client_ip;
 pub mod ip_allowlist;
+pub mod origin;
 pub mod principal;
 pub mod rate_limit;
 pub mod rejection;

@@ -127,7 +127,7 @@ enum Functions {
 impl Functions {
     async fn of(call: &Call<'_>, org_id: &str, a: &AppConfig, connected: bool) -> Functions {
         if connected {
-            match call.server.apps.tools(org_id, &a.id).await {
+            match call.server.mcp.apps.tools(org_id, &a.id).await {
                 Ok(tools) => {
                     seen_listings().insert(a.id.clone(), tools.clone());
                     return Functions::Listed(tools);
@@ -348,7 +348,7 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
         }
     };
     let c = state.save_connection(connection).await?;
-    call.server.app_changed(&who.org_id, &a.id);
+    call.server.mcp.app_changed(&who.org_id, &a.id);
     let mut data = json!({ "app_id": a.id, "status": c.status, "connection_id": c.id });
     if let Some(url) = extra {
         data["authorization_url"] = Value::String(url);
@@ -365,7 +365,7 @@ pub async fn disconnect(call: &Call<'_>) -> ApiResult {
     if !call.server.state.delete_connection(&who.org_id, &a.id).await? {
         return Err(ApiError::NotFound("connection"));
     }
-    call.server.app_changed(&who.org_id, &a.id);
+    call.server.mcp.app_changed(&who.org_id, &a.id);
     Ok(Reply::message(format!("App {} disconnected", a.id)))
 }
 
@@ -380,7 +380,7 @@ pub async fn test(call: &Call<'_>) -> ApiResult {
         return Ok(Reply::ok(json!({ "status": "error", "latency": 0, "message": "app is not connected" })));
     }
     let started = Instant::now();
-    let result = call.server.apps.refresh_tools(&who.org_id, &a.id).await;
+    let result = call.server.mcp.apps.refresh_tools(&who.org_id, &a.id).await;
     let latency = started.elapsed().as_millis() as u64;
     if let Ok(tools) = &result {
         seen_listings().insert(a.id.clone(), tools.clone());

@@ -107,6 +107,24 @@ pub struct GatewayMetrics {
     pub avg_response_time: u64,
 }
 
+/// `metrics` of the gateway detail, from today's request log (UTC day).
+async fn metrics_today(server: &crate::server::Server, g: &Gateway) -> Result<GatewayMetrics, ApiError> {
+    server.reqlog.flush(crate::reqlog::Urgency::Now).await;
+    let midnight = chrono::Utc::now().date_naive().and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis());
+    let sum = server
+        .state
+        .store
+        .log_summary(crate::store::LogQuery {
+            org_id: g.org_id.clone(),
+            gateway_id: Some(g.id.clone()),
+            since_ms: midnight,
+            ..Default::default()
+        })
+        .await?;
+    let avg = sum.total_duration_ms.checked_div(sum.requests).unwrap_or(0);
+    Ok(GatewayMetrics { requests_today: sum.requests, errors_today: sum.errors, avg_response_time: avg })
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct GatewayDetail {
     pub id: String,
@@ -145,7 +163,7 @@ async fn allowed_functions(call: &Call<'_>, gw: &Gateway, app_id: &str) -> (Stri
     if !state.is_connected(&gw.org_id, app_id) {
         return (state.app_status(&gw.org_id, app), vec![]);
     }
-    match call.server.apps.tools(&gw.org_id, app_id).await {
+    match call.server.mcp.apps.tools(&gw.org_id, app_id).await {
         Ok(tools) => {
             let names = tools
                 .iter()
@@ -317,7 +335,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         let name = call.server.state.config.app(app).map(|a| a.name.clone()).unwrap_or_default();
         servers.push(ServerView { id: app.clone(), name, status, functions });
     }
-    let metrics = call.server.gateway_metrics_today(&g).await?;
+    let metrics = metrics_today(call.server, &g).await?;
     let detail = GatewayDetail {
         id: g.id.clone(),
         name: g.name.clone(),
@@ -438,7 +456,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     g.updated_at = Utc::now();
     let g = state.save_gateway(g).await?;
     drop(_guard);
-    call.server.gateway_changed(&g.id);
+    call.server.mcp.gateway_changed(&g.id);
     let mut reply = get(call).await?;
     reply.status = 200;
     Ok(reply)
@@ -461,6 +479,6 @@ pub async fn delete(call: &Call<'_>) -> ApiResult {
     // The access key dies with its gateway.
     state.delete_key(&g.access_key_id).await?;
     drop(_guard);
-    call.server.gateway_changed(&g.id);
+    call.server.mcp.gateway_changed(&g.id);
     Ok(Reply::message(format!("Gateway {} deleted", g.id)))
 }

@@ -1,10 +1,10 @@
 //! The OpenAPI 3.1 document at `/v1/openapi.json`, generated from the handlers' annotations so
 //! that it cannot drift from the code.
 
+use super::envelope::{Envelope, ErrorEnvelope, ErrorObject, MessageEnvelope, Meta};
 use serde_json::Value;
 use std::sync::OnceLock;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use super::envelope::{Envelope, ErrorEnvelope, ErrorObject, MessageEnvelope, Meta};
 use utoipa::{Modify, OpenApi};
 
 struct Security;

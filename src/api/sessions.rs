@@ -14,7 +14,7 @@ fn view(call: &Call<'_>, s: &McpSession) -> Value {
         "started_at": iso(&s.started_at),
         "last_activity": iso(&s.last_activity),
         "requests_count": s.requests_count,
-        "status": call.server.sessions.status_of(s),
+        "status": call.server.mcp.sessions.status_of(s),
     })
 }
 
@@ -40,10 +40,10 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     let gateway = call.query("gateway_id");
     let client = call.query("client_type");
     // The organisation's own index: no other organisation's session is read or copied.
-    let mut sessions: Vec<McpSession> = call.server.sessions.of_org(&who.org_id, |s| {
+    let mut sessions: Vec<McpSession> = call.server.mcp.sessions.of_org(&who.org_id, |s| {
         gateway.is_none_or(|g| s.gateway_id == g)
             && client.is_none_or(|c| client_matches(&s.client_type, c))
-            && active.is_none_or(|a| (call.server.sessions.status_of(s) == "active") == a)
+            && active.is_none_or(|a| (call.server.mcp.sessions.status_of(s) == "active") == a)
     });
     sessions.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.id.cmp(&b.id)));
     let total = sessions.len();
@@ -53,7 +53,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
 
 fn find(call: &Call<'_>) -> Result<McpSession, ApiError> {
     let who = call.who()?;
-    call.server.sessions.get(call.id()).filter(|s| s.org_id == who.org_id).ok_or(ApiError::NotFound("session"))
+    call.server.mcp.sessions.get(call.id()).filter(|s| s.org_id == who.org_id).ok_or(ApiError::NotFound("session"))
 }
 
 #[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "sessions", params(("session_id" = String, Path)),
@@ -69,7 +69,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn delete(call: &Call<'_>) -> ApiResult {
     let s = find(call)?;
-    if !call.server.sessions.end(&s.id).await? {
+    if !call.server.mcp.sessions.end(&s.id).await? {
         return Err(ApiError::NotFound("session"));
     }
     Ok(Reply::message(format!("Session {} ended", s.id)))

@@ -25,6 +25,7 @@
 //! JSON-RPC 2.0 says; MCP 2025-03-26 allows batches, 2025-06-18 removed them, so whether a batch is
 //! accepted is the caller's decision.
 
+use crate::mcp::protocol::RpcCode;
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
@@ -220,25 +221,14 @@ impl Serialize for Id {
     }
 }
 
-/// Invalid JSON was received (JSON-RPC 2.0).
-pub const PARSE_ERROR: i64 = -32700;
-/// The JSON sent is not a valid Request object (JSON-RPC 2.0).
-pub const INVALID_REQUEST: i64 = -32600;
-/// The method does not exist / is not available (JSON-RPC 2.0).
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// Invalid method parameter(s) (JSON-RPC 2.0). MCP uses it for "Unknown tool: NAME".
-pub const INVALID_PARAMS: i64 = -32602;
-/// Internal JSON-RPC error (JSON-RPC 2.0).
-pub const INTERNAL_ERROR: i64 = -32603;
-/// Implementation-defined server error; the MCP SDKs use it for "connection closed" and the
-/// Streamable HTTP examples use it for "Bad Request: No valid session ID provided".
-pub const CONNECTION_CLOSED: i64 = -32000;
-/// Implementation-defined server error; the MCP SDKs use it for "request timed out".
-pub const REQUEST_TIMEOUT: i64 = -32001;
-/// MCP: a resource was not found (`resources/read`).
-pub const RESOURCE_NOT_FOUND: i64 = -32002;
-/// MCP 2025-11-25: the request needs a URL-mode elicitation to be completed first.
-pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+// The standard codes, named as JSON-RPC 2.0 names them; their values and every other code the
+// gateway answers with are in one list, `protocol::RpcCode`.
+pub const PARSE_ERROR: i64 = RpcCode::ParseError.code();
+pub const INVALID_REQUEST: i64 = RpcCode::InvalidRequest.code();
+pub const METHOD_NOT_FOUND: i64 = RpcCode::MethodNotFound.code();
+/// MCP also uses it for "Unknown tool: NAME".
+pub const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
+pub const INTERNAL_ERROR: i64 = RpcCode::InternalError.code();
 
 /// The JSON-RPC version string; anything else in `jsonrpc` makes a message invalid.
 pub const VERSION: &str = "2.0";

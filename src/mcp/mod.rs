@@ -1,14 +1,23 @@
 //! The MCP side of toolgate: JSON-RPC types, the apps behind the gateways (built-in, stdio,
 //! Streamable HTTP) and the aggregation of their tools. See `README.md` beside this file for
 //! the protocol decisions.
+//!
+//! A request to `/gateway/{id}/mcp` goes `transport` (HTTP method, headers, session) ->
+//! `dispatch` (what the message asks) -> the apps (`apps`, `upstream`); `relay` carries what the
+//! apps send the clients unasked; `reply` writes every JSON-RPC error; `runtime` holds the
+//! running parts they share.
 
 pub mod apps;
 pub mod builtin;
 pub mod catalogue;
-pub mod endpoint;
+pub mod dispatch;
 pub mod jsonrpc;
 pub mod protocol;
 pub mod quota;
+pub mod relay;
+pub mod reply;
+pub mod runtime;
 pub mod sessions;
 pub mod subscriptions;
+pub mod transport;
 pub mod upstream;

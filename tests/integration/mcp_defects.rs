@@ -101,7 +101,7 @@ fn assert_quota_refusal(r: &Raw, limit: u64, bucket: &str) {
     assert_eq!(retry, after, "Retry-After is the quota's reset-after");
     assert!(reset.abs_diff(unix_now() + after) <= 2, "reset {reset} is now + {after}");
     let e = &r.json()["error"];
-    assert_eq!(e["code"], -32029, "{e}");
+    assert_eq!(e["code"], -32010, "LimitExceeded: {e}");
     assert_eq!(e["data"]["code"], "RATE_LIMITED", "{e}");
     assert_eq!(e["data"]["retry_after"], retry, "{e}");
     assert_eq!(e["data"]["bucket"], bucket, "{e}");
@@ -236,4 +236,40 @@ fn decode_chunked(body: &str) -> String {
         rest = after[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// Issue 12: the endpoint's JSON-RPC codes had colliding meanings (-32001 was both "session not
+/// found" and 401/403, -32000 both "not initialized" and 406/415), so a client could not tell
+/// "initialize again" from "bad key". Each refusal now has its own code (`protocol::RpcCode`).
+#[test]
+fn every_refusal_of_the_endpoint_has_a_code_of_its_own() {
+    let srv = TestServer::start("");
+    let name = format!("c-{}", common::random_alnum(6));
+    let (gw, key) = gateway(&srv, json!({ "name": name, "servers": ["time"] }));
+    let list = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
+    let json = ("Content-Type", "application/json");
+    let code = |r: &Raw| (r.status, r.json()["error"]["code"].as_i64().unwrap_or_else(|| panic!("code: {}", r.body)));
+    let mut seen = vec![
+        ("no session", code(&json_post(&srv, &gw, &key, None, list))),
+        ("unknown session", code(&json_post(&srv, &gw, &key, Some("0123456789abcdef"), list))),
+        ("bad key", code(&json_post(&srv, &gw, "tg_not_a_key", None, list))),
+        ("unknown gateway", code(&json_post(&srv, "gw_nope", srv.admin_key(), None, list))),
+        ("no Accept", code(&post(&srv, &gw, &key, None, &[json], list))),
+        (
+            "wrong Content-Type",
+            code(&post(&srv, &gw, &key, None, &[("Accept", BOTH), ("Content-Type", "text/plain")], list)),
+        ),
+    ];
+    let expected = [
+        ("no session", (400, -32000)),
+        ("unknown session", (404, -32001)),
+        ("bad key", (401, -32005)),
+        ("unknown gateway", (404, -32007)),
+        ("no Accept", (406, -32008)),
+        ("wrong Content-Type", (415, -32009)),
+    ];
+    assert_eq!(seen, expected);
+    seen.sort_by_key(|(_, (_, c))| *c);
+    seen.dedup_by_key(|(_, (_, c))| *c);
+    assert_eq!(seen.len(), expected.len(), "every refusal has its own code");
 }

@@ -257,7 +257,7 @@ fn stdio_app_crash_is_restarted_with_one_child_at_a_time_and_none_left_after_sig
         let body = mcp.call(id, "clock__get_current_time", json!({"timezone": "UTC"}));
         if body.get("error").is_some() {
             let (code, msg) = rpc_error(&body);
-            assert_eq!(code, -32002, "a crashed stdio app is an app failure: {body}");
+            assert_eq!(code, -32004, "a crashed stdio app is an app failure (UpstreamFailure): {body}");
             assert!(msg.contains("clock"), "the error names the app: {body}");
             errors.push(body);
             thread::sleep(Duration::from_millis(100));
@@ -345,7 +345,7 @@ fn stdio_process_bound_refuses_a_second_process_with_an_error_naming_the_limit()
         msg.contains("limit") && msg.contains('1') && msg.contains("clock2"),
         "the error names the app and the limit of 1 stdio process: {body}"
     );
-    assert_eq!(code, -32002, "an app failure: {body}");
+    assert_eq!(code, -32004, "an app failure (UpstreamFailure): {body}");
 
     let status = srv.sigterm();
     assert!(status.success(), "toolgate exited with {status}");
@@ -434,8 +434,8 @@ fn dead_app_drops_out_of_the_catalogue_and_shows_in_the_gateway_detail() {
     let (code, msg) = rpc_error(&body);
     match code {
         -32602 => assert_eq!(msg, "Unknown tool: dead__echo", "{body}"),
-        -32002 => assert!(msg.contains("`dead`"), "the error names the dead app: {body}"),
-        _ => panic!("expected -32602 (unknown tool) or -32002 (app unavailable): {body}"),
+        -32004 => assert!(msg.contains("`dead`"), "the error names the dead app: {body}"),
+        _ => panic!("expected -32602 (unknown tool) or -32004 (app unavailable): {body}"),
     }
     // A name of no app at all is unknown.
     let body = mcp.call(4, "nosuch__tool", json!({}));

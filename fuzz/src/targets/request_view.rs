@@ -1,4 +1,4 @@
-//! The edge filters' view of a request (`filters/`): the route of a path (`proxy::Route::of`),
+//! The edge filters' view of a request (`filters/`): the route of a path (`route::Route::of`),
 //! the client address from the socket peer, `X-Forwarded-For` and `trusted_proxies`
 //! (`client_ip`), the organisation's allowlist built from its settings (`IpPolicy`), scope and
 //! role names, the credential in `Authorization` / `?api_key=` / `X-API-Key`, and the whole
@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use toolgate::proxy::Route;
+use toolgate::route::Route;
 use toolgate_filters::auth::{self, AuthError, Authenticate, CredentialResolver};
 use toolgate_filters::ip_allowlist::{parse_net, IpPolicyConfig, IpPolicyError};
 use toolgate_filters::rate_limit::{cost_and_bucket, strip_version_prefix, RateLimitPolicy};

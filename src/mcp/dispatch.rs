@@ -1,0 +1,618 @@
+//! What each JSON-RPC message to a gateway asks for: `initialize` (a new session), the lists
+//! (the gateway's catalogue, paged), and the calls that go to the app owning the named tool,
+//! prompt or resource, whose answer (JSON or a stream of events) is relayed back. Every
+//! `tools/call` leaves an entry in the request log.
+
+use crate::exchange::{sse_event, Exchange};
+use crate::mcp::catalogue::Catalogue;
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
+use crate::mcp::protocol::{self, RpcCode, SESSION_COOKIE};
+use crate::mcp::reply;
+use crate::mcp::runtime::McpRuntime;
+use crate::mcp::sessions::CreateError;
+use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
+use crate::model::{ClientCapabilities, Gateway, McpSession};
+use crate::reqlog::{Answer, EntryWriter};
+use crate::secrets;
+use crate::store::LogRecord;
+use chrono::Utc;
+use http::{HeaderName, HeaderValue};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What answers the client takes (its `Accept` header), as the transport read it.
+pub struct Accept {
+    /// Takes `application/json`.
+    pub json: bool,
+    /// Takes `text/event-stream`: a call whose app streams may be answered as a stream.
+    pub sse: bool,
+}
+
+/// The server->client requests a client said it takes (`sampling`, `elicitation` objects in its
+/// `initialize` capabilities).
+fn declared_capabilities(declared: Option<&Value>) -> ClientCapabilities {
+    let has = |name: &str| declared.and_then(|c| c.get(name)).is_some_and(Value::is_object);
+    ClientCapabilities { sampling: has("sampling"), elicitation: has("elicitation") }
+}
+
+/// Why the calling client cannot be sent this server->client request, if it cannot: it did not
+/// declare the capability, or it takes JSON answers only (no stream to carry a request).
+fn refusal(method: &str, caps: ClientCapabilities, sse: bool) -> Option<ErrorObject> {
+    let needs = match method {
+        "sampling/createMessage" => Some(("sampling", caps.sampling)),
+        "elicitation/create" => Some(("elicitation", caps.elicitation)),
+        _ => None,
+    };
+    match needs {
+        Some((capability, false)) => Some(ErrorObject::new(
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("the gateway's client did not declare the {capability} capability ({method})"),
+        )),
+        _ if !sse => Some(ErrorObject::new(
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("the gateway's client takes JSON answers only and cannot receive {method}"),
+        )),
+        _ => None,
+    }
+}
+
+pub(super) async fn initialize(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gw: &Arc<Gateway>,
+    key_id: &str,
+    req: jsonrpc::Request,
+) -> pingora::Result<()> {
+    let params = req.params.as_ref().map(RawJson::to_value).unwrap_or_default();
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let version = protocol::negotiate(requested);
+    let client = params.get("clientInfo");
+    let now = Utc::now();
+    let record = McpSession {
+        id: secrets::new_session_id(),
+        org_id: gw.org_id.clone(),
+        gateway_id: gw.id.clone(),
+        key_id: key_id.to_string(),
+        protocol_version: version.to_string(),
+        client_type: client
+            .and_then(|c| c.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .chars()
+            .take(100)
+            .collect(),
+        client_version: client
+            .and_then(|c| c.get("version"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .chars()
+            .take(50)
+            .collect(),
+        client_ip: ex.ctx.client_ip.to_string(),
+        started_at: now,
+        last_activity: now,
+        requests_count: 1,
+        status: "active".into(),
+        capabilities: declared_capabilities(params.get("capabilities")),
+    };
+    match mcp.sessions.create(record.clone()).await {
+        Ok(()) => {}
+        Err(CreateError::Store(e)) => return reply::api_error(ex, e.into()).await,
+        Err(e @ (CreateError::KeyCap(limit) | CreateError::OrgCap(limit))) => {
+            // Not a rate: no Retry-After, since only an ended or expired session frees a place.
+            let data = json!({ "code": "TOO_MANY_SESSIONS", "limit": limit });
+            let body = jsonrpc::error_bytes(&req.id, RpcCode::LimitExceeded.code(), &e.to_string(), Some(&data));
+            return ex.respond(429, "application/json", body, &[]).await;
+        }
+    }
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": {
+            "tools": { "listChanged": true },
+            "prompts": { "listChanged": true },
+            "resources": { "subscribe": true, "listChanged": true },
+            "logging": {},
+        },
+        "serverInfo": { "name": "toolgate", "title": format!("toolgate: {}", gw.name), "version": env!("CARGO_PKG_VERSION") },
+        "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
+    });
+    let secure = if mcp.state.config.server.public_url.starts_with("https://") { "; Secure" } else { "" };
+    let cookie = format!("{SESSION_COOKIE}={}; Path=/gateway/{}/; HttpOnly; SameSite=Strict{secure}", record.id, gw.id);
+    let headers = [
+        (
+            HeaderName::from_static("mcp-session-id"),
+            HeaderValue::from_str(&record.id).expect("hex id is a valid header"),
+        ),
+        (http::header::SET_COOKIE, HeaderValue::from_str(&cookie).expect("cookie is a valid header")),
+    ];
+    let body = jsonrpc::response_bytes(&req.id, &result);
+    ex.respond(200, "application/json", body, &headers).await
+}
+
+/// A cursor is the offset into the gateway's list, opaque to clients.
+fn page(items: &[Value], params: Option<&RawJson>, key: &str, page_size: usize) -> Result<Value, ErrorObject> {
+    #[derive(serde::Deserialize)]
+    struct Paging {
+        #[serde(default)]
+        cursor: Option<Value>,
+    }
+    let cursor = params.and_then(|p| p.read::<Paging>().ok()).and_then(|p| p.cursor);
+    let start = match cursor {
+        None => 0,
+        Some(Value::String(c)) => c.parse::<usize>().map_err(|_| ErrorObject::invalid_params("invalid cursor"))?,
+        Some(_) => return Err(ErrorObject::invalid_params("cursor must be a string")),
+    };
+    if start > items.len() {
+        return Err(ErrorObject::invalid_params("invalid cursor"));
+    }
+    let end = (start + page_size).min(items.len());
+    let mut out = json!({ key: items[start..end] });
+    if end < items.len() {
+        out["nextCursor"] = Value::String(end.to_string());
+    }
+    Ok(out)
+}
+
+pub(super) async fn request(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gw: &Arc<Gateway>,
+    mcp_id: &str,
+    req: jsonrpc::Request,
+    acc: Accept,
+) -> pingora::Result<()> {
+    let params = req.params.as_ref();
+    let page_size = mcp.state.config.mcp.page_size;
+    let list = |cat: &Catalogue, key: &str| match key {
+        "tools" => page(&cat.tools, params, key, page_size),
+        "prompts" => page(&cat.prompts, params, key, page_size),
+        "resources" => page(&cat.resources, params, key, page_size),
+        _ => page(&cat.templates, params, key, page_size),
+    };
+    let outcome: Result<Value, ErrorObject> = match req.method.as_str() {
+        "ping" => Ok(json!({})),
+        "logging/setLevel" => Ok(json!({})),
+        "tools/list" => list(&*mcp.catalogue(gw).await, "tools"),
+        "prompts/list" => list(&*mcp.catalogue(gw).await, "prompts"),
+        "resources/list" => list(&*mcp.catalogue(gw).await, "resources"),
+        "resources/templates/list" => list(&*mcp.catalogue(gw).await, "resourceTemplates"),
+        "resources/subscribe" | "resources/unsubscribe" => {
+            // The app's one upstream session serves every client: the gateway keeps who is
+            // subscribed to what, tells the app of the first subscriber and the last to leave,
+            // and delivers updates to each subscriber's own GET stream.
+            let uri = resource_uri(params);
+            let app = mcp.catalogue(gw).await.resource_app(&uri).map(str::to_string);
+            if let Some(app) = app {
+                let subscription = (mcp.apps.owner_of(&gw.org_id, &app), app, uri.into_owned());
+                if req.method == "resources/subscribe" {
+                    mcp.subscriptions.add(subscription, mcp_id);
+                } else if !mcp.subscriptions.remove(&subscription, mcp_id) {
+                    // Others still want the updates: the app keeps sending them.
+                    let body = jsonrpc::response_bytes(&req.id, &json!({}));
+                    return ex.respond(200, "application/json", body, &[]).await;
+                }
+            }
+            return forward(mcp, ex, gw, mcp_id, req, acc).await;
+        }
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
+            return forward(mcp, ex, gw, mcp_id, req, acc).await;
+        }
+        other => Err(ErrorObject::method_not_found(other)),
+    };
+    let body = match outcome {
+        Ok(result) => jsonrpc::response_bytes(&req.id, &result),
+        Err(e) => Response::error(req.id.clone(), e).to_bytes(),
+    };
+    ex.respond(200, "application/json", body, &[]).await
+}
+
+/// The `uri` of a resource request's params; empty when absent (no resource has that uri).
+fn resource_uri(params: Option<&RawJson>) -> Cow<'_, str> {
+    #[derive(serde::Deserialize)]
+    struct Uri<'a> {
+        #[serde(borrow, default)]
+        uri: Option<Cow<'a, str>>,
+    }
+    params.and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default()
+}
+
+/// Sends a call to the app that owns the named tool, prompt or resource, and relays its answer.
+async fn forward(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gw: &Arc<Gateway>,
+    mcp_id: &str,
+    mut req: jsonrpc::Request,
+    acc: Accept,
+) -> pingora::Result<()> {
+    let started = Instant::now();
+    let params = req.params.take();
+    let catalogue = mcp.catalogue(gw).await;
+    // The app that serves the call; `tools/call` and `prompts/get` also get the app's own name for
+    // the tool or prompt (`named`), the other members of their params relayed as they came.
+    let (target, named) = match req.method.as_str() {
+        "tools/call" | "prompts/get" => {
+            let Some(call) = params.as_ref().and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some())
+            else {
+                let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", req.method));
+                return reply::json(ex, Response::error(req.id, e)).await;
+            };
+            let name = call.name.as_deref().unwrap_or_default();
+            let found = if req.method == "tools/call" { catalogue.tool(name) } else { catalogue.prompt(name) };
+            let Some(t) = found else {
+                let mut e = if req.method == "tools/call" {
+                    ErrorObject::unknown_tool(name)
+                } else {
+                    ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
+                };
+                // The name may belong to one of the gateway's apps that is down. When the name
+                // says which (the only app, or its `<app><sep>` prefix), that app's failure is
+                // the answer; otherwise the unavailable apps ride along as data.
+                let sep = &gw.configuration.tool_name_separator;
+                let owner = catalogue.failures.iter().find(|(app, _)| {
+                    gw.servers.len() == 1
+                        || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
+                });
+                if let Some((app, reason)) = owner {
+                    e = ErrorObject::new(
+                        RpcCode::UpstreamFailure.code(),
+                        format!("App `{app}` is unavailable: {reason}"),
+                    );
+                } else if !catalogue.failures.is_empty() {
+                    e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
+                }
+                return reply::json(ex, Response::error(req.id, e)).await;
+            };
+            (Some(t.app_id.as_str()), Some((call, t.name.as_str())))
+        }
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = resource_uri(params.as_ref());
+            match catalogue.resource_app(&uri) {
+                Some(app) => (Some(app), None),
+                None => {
+                    let e = ErrorObject::new(RpcCode::ResourceNotFound.code(), format!("Resource not found: {uri}"));
+                    return reply::json(ex, Response::error(req.id, e)).await;
+                }
+            }
+        }
+        _ => {
+            // completion/complete: the app of the referenced prompt.
+            let name = params.as_ref().map(RawJson::to_value).unwrap_or_default();
+            let name = name.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
+            (catalogue.prompt(name).map(|t| t.app_id.as_str()), None)
+        }
+    };
+    let Some(app_id) = target else {
+        return reply::json(ex, Response::success(req.id, json!({ "completion": { "values": [] } }))).await;
+    };
+    let call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
+    if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit) {
+        // Protects the upstream: its per-minute figure across every gateway and caller.
+        let bucket = format!("app:{app_id}");
+        if let Err(spent) = mcp.quotas.admit(&bucket, limit) {
+            return reply::quota_exceeded(ex, spent, &bucket, &format!("app {app_id} rate limit")).await;
+        }
+    }
+    // `tools/call` is logged; what was asked is written before the call goes upstream.
+    let mut entry = (req.method == "tools/call").then(|| {
+        let call = named.as_ref().map(|(call, _)| call);
+        let function = call.and_then(|c| c.name.as_deref()).unwrap_or_default();
+        let arguments = call.and_then(|c| c.get("arguments")).map_or("null", RawValue::get);
+        EntryWriter::begin(gw, app_id, function, arguments)
+    });
+    let params = match named {
+        Some((call, name)) => Some(call.renamed(name)),
+        None => params,
+    };
+    let reply = mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await;
+    let mut log = |outcome: &Result<RawJson, ErrorObject>, status: u16| {
+        if let Some(entry) = entry.take() {
+            mcp.reqlog.record(log_entry(entry, outcome, status, started.elapsed()));
+        }
+    };
+    match reply {
+        Ok(UpstreamReply::Response(r)) => {
+            log(&r.outcome, 200);
+            reply::json(ex, r.with_id(req.id)).await
+        }
+        Ok(UpstreamReply::Stream(mut stream)) => {
+            if !acc.sse {
+                // The client takes JSON only: wait for the response, dropping notifications and
+                // refusing the app's requests (nothing could carry them to the client).
+                let r = loop {
+                    match stream.next().await {
+                        Some(Ok(Message::Response(r))) => break Ok(r),
+                        // A liveness check needs no client: the gateway answers it.
+                        Some(Ok(Message::Request(r))) if r.method == "ping" => {
+                            mcp.answer_app(&gw.org_id, app_id, Response::success(r.id, json!({}))).await;
+                        }
+                        Some(Ok(Message::Request(r))) => {
+                            let caps = mcp.sessions.capabilities(mcp_id);
+                            // Without a stream there is always a reason to refuse.
+                            let e = refusal(&r.method, caps, false)
+                                .unwrap_or_else(|| ErrorObject::method_not_found(&r.method));
+                            mcp.answer_app(&gw.org_id, app_id, Response::error(r.id, e)).await;
+                        }
+                        Some(Ok(_)) => continue,
+                        Some(Err(e)) => break Err(e),
+                        None => break Err(UpstreamError::Closed),
+                    }
+                };
+                let r = r.unwrap_or_else(|e| upstream_error_response(&req.id, app_id, &e));
+                log(&r.outcome, 200);
+                return reply::json(ex, r.with_id(req.id)).await;
+            }
+            ex.start_sse().await?;
+            while let Some(item) = stream.next().await {
+                let msg = match item {
+                    Ok(m) => m,
+                    Err(e) => Message::Response(upstream_error_response(&req.id, app_id, &e)),
+                };
+                if let Message::Request(r) = &msg {
+                    let caps = mcp.sessions.capabilities(mcp_id);
+                    if let Some(e) = refusal(&r.method, caps, true) {
+                        mcp.answer_app(&gw.org_id, app_id, Response::error(r.id.clone(), e)).await;
+                        continue;
+                    }
+                    // Known before the client can see it, and answer it.
+                    mcp.remember_relayed(mcp_id, &r.id, app_id, &gw.org_id);
+                }
+                let done = matches!(msg, Message::Response(_));
+                let event = sse_event(&msg.to_bytes());
+                // The response is the last event: it leaves with the end of the stream, in one
+                // write and one wake-up of the client instead of two.
+                let sent = ex.write(Some(event), done).await;
+                if let Message::Response(r) = &msg {
+                    log(&r.outcome, 200);
+                }
+                if sent.is_err() {
+                    // The client went away; dropping the stream cancels the call upstream.
+                    break;
+                }
+                if done {
+                    return Ok(());
+                }
+            }
+            // Logged when the response went by; a stream that ended without one is an error.
+            log(&Err(ErrorObject::internal("stream ended without a response")), 200);
+            ex.write(None, true).await?;
+            Ok(())
+        }
+        Err(e) => {
+            let r = match &e {
+                crate::mcp::apps::AppError::Upstream { error, .. } => {
+                    if app_unreachable(error) {
+                        // Forget the app's cached lists so that the catalogue and the gateway
+                        // detail show it failing (and list_changed reaches open streams) instead
+                        // of serving its tools until the caches expire.
+                        mcp.app_changed(&gw.org_id, app_id);
+                    }
+                    upstream_error_response(&req.id, app_id, error)
+                }
+                other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
+            };
+            log(&r.outcome, 502);
+            reply::json(ex, r).await
+        }
+    }
+}
+
+/// The params of a `tools/call` or `prompts/get`, read without building a tree: `name`, and every
+/// other member (`arguments`, `_meta`, ...) as its text, relayed to the app unchanged.
+struct NamedParams<'a> {
+    name: Option<Cow<'a, str>>,
+    others: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl NamedParams<'_> {
+    fn get(&self, key: &str) -> Option<&RawValue> {
+        self.others.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// The same params naming the app's own tool or prompt.
+    fn renamed(&self, name: &str) -> RawJson {
+        struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)]);
+        impl serde::Serialize for Renamed<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(Some(1 + self.1.len()))?;
+                m.serialize_entry("name", self.0)?;
+                for (k, v) in self.1 {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+        }
+        RawJson::from_value(&Renamed(name, &self.others))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NamedParams<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = NamedParams<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object with a string `name`")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = NamedParams { name: None, others: Vec::with_capacity(2) };
+                while let Some(Text(key)) = map.next_key::<Text>()? {
+                    if key == "name" {
+                        out.name = Some(map.next_value::<Text>()?.0);
+                    } else {
+                        out.others.push((key, map.next_value()?));
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A JSON string, borrowed from the input unless it had escapes (serde's `Cow<str>` borrows
+/// only when marked `borrow`).
+#[derive(serde::Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// The app itself is gone (not merely slow or answering an error).
+fn app_unreachable(e: &UpstreamError) -> bool {
+    matches!(e, UpstreamError::Connect(_) | UpstreamError::Spawn(_) | UpstreamError::Exited(_) | UpstreamError::Closed)
+}
+
+fn upstream_error_response(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
+    let code = match e {
+        UpstreamError::Timeout { .. } => RpcCode::UpstreamTimeout,
+        _ => RpcCode::UpstreamFailure,
+    }
+    .code();
+    Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
+}
+
+/// Ends a call's log entry with its outcome: a tool result with `isError` is an error, and a
+/// JSON-RPC error gets the HTTP status that says where it came from.
+fn log_entry(
+    entry: EntryWriter,
+    outcome: &Result<RawJson, ErrorObject>,
+    transport_status: u16,
+    elapsed: Duration,
+) -> LogRecord {
+    let ms = elapsed.as_millis() as u64;
+    match outcome {
+        Ok(result) => {
+            // Only `isError` is read; the rest of the result is skipped, not built.
+            #[derive(serde::Deserialize)]
+            struct ToolResult {
+                #[serde(rename = "isError", default)]
+                is_error: Option<bool>,
+            }
+            let error = result.read::<ToolResult>().is_ok_and(|r| r.is_error == Some(true));
+            entry.finish(ms, error, 200, Answer::Result(result))
+        }
+        Err(e) => {
+            const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
+            const TIMEOUT: i64 = RpcCode::UpstreamTimeout.code();
+            let status = match e.code {
+                INVALID_PARAMS => 400,
+                TIMEOUT => 504,
+                _ if transport_status >= 500 => transport_status,
+                _ => 502,
+            };
+            entry.finish(ms, true, status, Answer::Error { code: e.code, message: &e.message })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_requests_are_relayed_only_to_clients_that_can_take_them() {
+        let caps = |v: Value| declared_capabilities(Some(&v));
+        assert_eq!(caps(json!({})), ClientCapabilities::default());
+        assert_eq!(declared_capabilities(None), ClientCapabilities::default());
+        // Only an object declares a capability (`"sampling": true` is not one).
+        assert_eq!(
+            caps(json!({"sampling": true, "elicitation": {}})),
+            ClientCapabilities { sampling: false, elicitation: true }
+        );
+        let both = caps(json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}}));
+        assert_eq!(both, ClientCapabilities { sampling: true, elicitation: true });
+
+        assert!(refusal("sampling/createMessage", both, true).is_none());
+        assert!(refusal("elicitation/create", both, true).is_none());
+        assert!(refusal("ping", ClientCapabilities::default(), true).is_none());
+        let e = refusal("sampling/createMessage", ClientCapabilities::default(), true).unwrap();
+        assert_eq!(e.code, jsonrpc::METHOD_NOT_FOUND);
+        assert!(e.message.contains("sampling capability"), "{}", e.message);
+        let e = refusal("elicitation/create", ClientCapabilities { sampling: true, elicitation: false }, true).unwrap();
+        assert!(e.message.contains("elicitation capability"), "{}", e.message);
+        // Without a stream nothing can reach the client, whatever it declared (`ping` the
+        // gateway answers itself before asking).
+        for method in ["sampling/createMessage", "roots/list", "elicitation/create"] {
+            let e = refusal(method, both, false).unwrap();
+            assert!(e.message.contains("JSON answers only") && e.message.contains(method), "{}", e.message);
+        }
+    }
+
+    /// The entry `log_entry` makes of `outcome`: its `error` flag and its `response`.
+    fn logged(outcome: Result<Value, ErrorObject>, transport_status: u16) -> (bool, Value) {
+        let gw = Arc::new(Gateway::for_tests("gw_1", "org_1"));
+        let entry = EntryWriter::begin(&gw, "app", "f", "null");
+        let outcome = outcome.map(|v| RawJson::from_value(&v));
+        let record = log_entry(entry, &outcome, transport_status, Duration::from_millis(5));
+        let body: Value = serde_json::from_str(&record.body).unwrap();
+        (record.error, body["response"].clone())
+    }
+
+    fn params_of(text: &str) -> RawJson {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{text}}}"#);
+        let Ok(Message::Request(r)) = jsonrpc::parse_message(body.as_bytes()) else { panic!("{body}") };
+        r.params.expect("params")
+    }
+
+    #[test]
+    fn a_call_is_renamed_and_every_other_member_relayed_as_sent() {
+        let p = params_of(r#"{"name":"gw__echo", "arguments": {"message" : "hi é"}, "_meta":{"progressToken":1}}"#);
+        let call = p.read::<NamedParams>().unwrap();
+        assert_eq!(call.name.as_deref(), Some("gw__echo"));
+        assert!(matches!(call.name, Some(Cow::Borrowed(_))), "read in place, not copied");
+        assert_eq!(call.get("arguments").map(RawValue::get), Some(r#"{"message" : "hi é"}"#));
+        assert_eq!(
+            call.renamed("echo").get(),
+            r#"{"name":"echo","arguments":{"message" : "hi é"},"_meta":{"progressToken":1}}"#
+        );
+        // An escaped name is read (and copied); a new name with quotes is escaped.
+        let p = params_of(r#"{"name":"a_b"}"#);
+        let call = p.read::<NamedParams>().unwrap();
+        assert_eq!(call.name.as_deref(), Some("a_b"));
+        assert_eq!(call.renamed("say \"hi\"").to_value(), json!({ "name": "say \"hi\"" }));
+        // No name, or one that is not a string, or params that are not an object: no call.
+        assert_eq!(params_of(r#"{"arguments":{}}"#).read::<NamedParams>().unwrap().name, None);
+        assert!(params_of(r#"{"name":5}"#).read::<NamedParams>().is_err());
+        assert!(params_of(r#"["echo"]"#).read::<NamedParams>().is_err());
+    }
+
+    #[test]
+    fn a_list_is_paged_from_the_cursor_in_the_raw_params() {
+        let items: Vec<Value> = (0..5).map(|i| json!(i)).collect();
+        let page_of = |params: Option<&str>| {
+            let raw = params.map(params_of);
+            page(&items, raw.as_ref(), "tools", 2)
+        };
+        let first = json!({ "tools": [0, 1], "nextCursor": "2" });
+        assert_eq!(page_of(None).unwrap(), first);
+        assert_eq!(page_of(Some(r#"{"cursor":null}"#)).unwrap(), first, "a null cursor is no cursor");
+        assert_eq!(page_of(Some("[1]")).unwrap(), first, "params that are not an object have no cursor");
+        assert_eq!(page_of(Some(r#"{"cursor":"4"}"#)).unwrap(), json!({ "tools": [4] }), "the last page");
+        let err = |params: &str| page_of(Some(params)).unwrap_err().message;
+        assert_eq!(err(r#"{"cursor":2}"#), "cursor must be a string");
+        assert_eq!(err(r#"{"cursor":"x"}"#), "invalid cursor");
+        assert_eq!(err(r#"{"cursor":"6"}"#), "invalid cursor");
+    }
+
+    #[test]
+    fn a_log_entry_says_what_came_back() {
+        let ok = json!({ "content": [] });
+        assert_eq!(logged(Ok(ok.clone()), 200), (false, json!({ "status": 200, "data": ok })));
+        let tool_error = json!({ "content": [], "isError": true });
+        assert_eq!(logged(Ok(tool_error.clone()), 200), (true, json!({ "status": 200, "data": tool_error })));
+        // A result that is not an object has no `isError`: a success.
+        assert!(!logged(Ok(json!([1])), 200).0);
+        assert!(!logged(Ok(json!([true])), 200).0);
+        let status =
+            |code: i64, transport: u16| logged(Err(ErrorObject::new(code, "m")), transport).1["status"].clone();
+        assert_eq!(status(-32602, 200), 400, "bad arguments");
+        assert_eq!(status(-32003, 200), 504, "the app timed out");
+        assert_eq!(status(-32002, 503), 503, "the transport's own 5xx");
+        assert_eq!(status(-32002, 200), 502, "any other failure of the app");
+        let (error, response) = logged(Err(ErrorObject::new(-32002, "App `a` failed")), 502);
+        assert!(error);
+        assert_eq!(response["data"], json!({ "code": -32002, "message": "App `a` failed" }));
+    }
+}

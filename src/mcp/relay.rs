@@ -1,0 +1,72 @@
+//! Server-to-client messages, relayed: an app's requests (sampling, elicitation, roots) go to the
+//! client that caused them and the client's answers come back to that app; client
+//! notifications that concern the apps (cancellation, roots) go to the apps; an app's
+//! `notifications/resources/updated` goes to the subscribed sessions' GET streams.
+
+use crate::mcp::jsonrpc::{self, Id, RawJson, Response};
+use crate::mcp::runtime::{McpRuntime, StreamMessage};
+use crate::mcp::upstream::{AppNotice, CallContext};
+use crate::model::Gateway;
+use std::sync::Arc;
+
+impl McpRuntime {
+    /// Delivers an app's `notifications/resources/updated` to the GET streams of the sessions
+    /// subscribed to it through that upstream; ended sessions are forgotten on the way.
+    pub(super) fn resource_updated(&self, notice: &AppNotice, uri: &str) {
+        let key = (notice.owner.clone(), notice.app_id.clone(), uri.to_string());
+        let sessions = self.subscriptions.sessions(&key);
+        if sessions.is_empty() {
+            return;
+        }
+        let params = RawJson::from_value(&serde_json::json!({ "uri": uri }));
+        let bytes = jsonrpc::notification_bytes("notifications/resources/updated", Some(&params));
+        for session_id in sessions {
+            let gateway = self.sessions.get(&session_id).filter(|s| s.status == "active").map(|s| s.gateway_id);
+            let Some(gateway) = gateway else {
+                self.subscriptions.remove(&key, &session_id);
+                continue;
+            };
+            // Without an open stream the update is not kept: MCP does not ask a server to.
+            if let Some(tx) = self.streams.get(&gateway) {
+                let _ = tx.send(Arc::new(StreamMessage { to: Some(session_id), bytes: bytes.clone() }));
+            }
+        }
+    }
+
+    /// Remembers which app sent a server->client request, so the client's answer goes back to it.
+    pub fn remember_relayed(&self, session_id: &str, id: &Id, app_id: &str, org_id: &str) {
+        self.relayed.insert((session_id.to_string(), id.to_string()), (org_id.to_string(), app_id.to_string()));
+    }
+
+    /// A client answered a relayed server->client request (sampling, elicitation, roots).
+    pub async fn relay_client_response(&self, session_id: &str, _gw: &Gateway, r: Response) {
+        let Some((_, (org, app))) = self.relayed.remove(&(session_id.to_string(), r.id.to_string())) else {
+            tracing::debug!("response from client matches no relayed request; ignored");
+            return;
+        };
+        self.answer_app(&org, &app, r).await;
+    }
+
+    /// Delivers an answer to an app's server->client request: the client's, or the gateway's
+    /// refusal on its behalf.
+    pub async fn answer_app(&self, org_id: &str, app_id: &str, r: Response) {
+        match self.apps.upstream(org_id, app_id) {
+            Ok(up) => {
+                if let Err(e) = up.respond(r, &CallContext::default()).await {
+                    tracing::warn!(app = app_id, error = %e, "cannot deliver an answer to the app's request");
+                }
+            }
+            Err(e) => tracing::warn!(app = app_id, error = %e, "app gone before the answer to its request"),
+        }
+    }
+
+    /// Client notifications that concern the apps (cancellation, roots) go to every app of the
+    /// gateway that has an upstream session.
+    pub async fn forward_notification(&self, gw: &Gateway, method: &str, params: Option<RawJson>) {
+        for app in &gw.servers {
+            if let Ok(up) = self.apps.upstream(&gw.org_id, app) {
+                let _ = up.notify(method, params.clone(), &CallContext::default()).await;
+            }
+        }
+    }
+}

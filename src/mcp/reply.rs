@@ -1,0 +1,54 @@
+//! How the MCP endpoint answers with a JSON-RPC error: the one place where a refusal (a
+//! management-style [`ApiError`], a spent quota, a protocol error) becomes a JSON-RPC error body
+//! under its HTTP status, with the codes of [`RpcCode`].
+
+use crate::error::ApiError;
+use crate::exchange::Exchange;
+use crate::mcp::jsonrpc::{self, Id, Response};
+use crate::mcp::protocol::RpcCode;
+use crate::mcp::quota::Spent;
+use http::HeaderValue;
+use serde_json::json;
+
+/// Writes a JSON-RPC error with an HTTP status.
+pub async fn error(ex: &mut Exchange<'_>, status: u16, id: &Id, code: RpcCode, message: &str) -> pingora::Result<()> {
+    let body = jsonrpc::error_bytes(id, code.code(), message, None);
+    ex.respond(status, "application/json", body, &[]).await
+}
+
+/// A management-style error (an edge filter's refusal, a missing scope, an unknown gateway) in
+/// its JSON-RPC form, keeping the status; the envelope's code rides along as `data.code`.
+pub async fn api_error(ex: &mut Exchange<'_>, err: ApiError) -> pingora::Result<()> {
+    let mut extra = Vec::new();
+    if let Some(r) = err.retry_after() {
+        extra.push((http::header::RETRY_AFTER, HeaderValue::from(r)));
+    }
+    if err.status() >= 500 {
+        tracing::error!(request_id = %ex.ctx.request_id, error = ?err, "MCP request failed");
+    }
+    let data = json!({ "code": err.code() });
+    let code = RpcCode::for_status(err.status()).code();
+    let body = jsonrpc::error_bytes(&Id::NULL, code, &err.to_string(), Some(&data));
+    ex.respond(err.status(), "application/json", body, &extra).await
+}
+
+/// 429 with `Retry-After` and a JSON-RPC error naming the exhausted quota, whose own figures
+/// (bucket `bucket`) replace the caller's in the `X-RateLimit-*` headers.
+pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, what: &str) -> pingora::Result<()> {
+    let retry_after = spent.retry_after;
+    spent.write_headers(bucket, &mut ex.ctx.filters.response_headers);
+    let data = json!({ "code": "RATE_LIMITED", "retry_after": retry_after, "bucket": bucket });
+    let body = jsonrpc::error_bytes(
+        &Id::NULL,
+        RpcCode::LimitExceeded.code(),
+        &format!("{what} exceeded; retry in {retry_after} s"),
+        Some(&data),
+    );
+    let extra = [(http::header::RETRY_AFTER, HeaderValue::from(retry_after))];
+    ex.respond(429, "application/json", body, &extra).await
+}
+
+/// A JSON-RPC response (result or error) under HTTP 200.
+pub async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<()> {
+    ex.respond(200, "application/json", r.to_bytes(), &[]).await
+}

@@ -1,0 +1,173 @@
+//! The running MCP side of the server: the app clients, protocol sessions, quotas, the
+//! catalogue cache, and the channels of the gateways' open GET streams. The HTTP endpoint
+//! (`transport`, `dispatch`) and the relay of server-to-client messages (`relay`) work on it;
+//! management handlers reach it through `Server::mcp` to list sessions or test apps.
+
+use crate::mcp::apps::AppClients;
+use crate::mcp::catalogue::Catalogue;
+use crate::mcp::jsonrpc;
+use crate::mcp::quota::MinuteQuota;
+use crate::mcp::sessions::{SessionLimits, Sessions};
+use crate::mcp::subscriptions::Subscriptions;
+use crate::mcp::upstream::{AppNotice, NoticeKind};
+use crate::model::Gateway;
+use crate::reqlog::RequestLog;
+use crate::state::State;
+use crate::store::StoreError;
+use dashmap::DashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// A message for a gateway's open GET streams: for all of them, or for one session's only.
+pub struct StreamMessage {
+    pub to: Option<String>,
+    pub bytes: Vec<u8>,
+}
+
+pub struct McpRuntime {
+    pub state: Arc<State>,
+    pub apps: AppClients,
+    pub sessions: Sessions,
+    /// Where `tools/call` entries go (shared with the management API, which reads the log).
+    pub reqlog: Arc<RequestLog>,
+    /// Per-minute quotas of gateways and apps (all callers together).
+    pub quotas: MinuteQuota,
+    catalogues: DashMap<String, Arc<Catalogue>>,
+    /// Gateway id -> sender of server-to-client messages for its open GET streams.
+    pub(super) streams: DashMap<String, broadcast::Sender<Arc<StreamMessage>>>,
+    /// Which client sessions are subscribed to which resource of which upstream.
+    pub subscriptions: Subscriptions,
+    /// (session id, JSON of a relayed server->client request id) -> (org, app).
+    pub(super) relayed: DashMap<(String, String), (String, String)>,
+}
+
+impl McpRuntime {
+    pub async fn new(state: Arc<State>, reqlog: Arc<RequestLog>) -> Result<McpRuntime, StoreError> {
+        let m = &state.config.mcp;
+        let limits = SessionLimits {
+            idle_timeout: m.session_idle_timeout,
+            retention: m.session_retention,
+            per_key: m.max_sessions_per_key,
+            per_org: m.max_sessions_per_org,
+        };
+        let sessions = Sessions::load(state.store.clone(), limits).await?;
+        // Keys revoked and gateways deleted while the process was down (or before their sessions
+        // were written ended) end their sessions now.
+        let ended = sessions.end_where(|s| !state.gateways.contains_key(&s.gateway_id));
+        let ended = ended + sessions.end_of_unusable_keys(|key| credential_usable(&state, key));
+        if ended > 0 {
+            tracing::info!(sessions = ended, "ended MCP sessions of deleted gateways or unusable keys");
+        }
+        Ok(McpRuntime {
+            apps: AppClients::new(state.clone()),
+            reqlog,
+            quotas: Default::default(),
+            sessions,
+            state,
+            catalogues: DashMap::new(),
+            streams: DashMap::new(),
+            subscriptions: Subscriptions::default(),
+            relayed: DashMap::new(),
+        })
+    }
+
+    /// The gateway's catalogue, cached for `cache_ttl` when `cache_enabled`.
+    pub async fn catalogue(&self, gw: &Gateway) -> Arc<Catalogue> {
+        let c = &gw.configuration;
+        if c.cache_enabled {
+            if let Some(cat) = self.catalogues.get(&gw.id) {
+                if cat.built.is_some_and(|b| b.elapsed() < Duration::from_secs(c.cache_ttl.into())) {
+                    return cat.clone();
+                }
+            }
+        }
+        let cat = Arc::new(Catalogue::build(&self.apps, gw).await);
+        if c.cache_enabled {
+            self.catalogues.insert(gw.id.clone(), cat.clone());
+        }
+        cat
+    }
+
+    pub fn subscribe(&self, gateway_id: &str) -> broadcast::Receiver<Arc<StreamMessage>> {
+        self.streams.entry(gateway_id.to_string()).or_insert_with(|| broadcast::channel(64).0).subscribe()
+    }
+
+    pub(super) fn notify_changed(&self, gateway_id: &str) {
+        self.catalogues.remove(gateway_id);
+        if let Some(tx) = self.streams.get(gateway_id) {
+            for method in [
+                "notifications/tools/list_changed",
+                "notifications/prompts/list_changed",
+                "notifications/resources/list_changed",
+            ] {
+                let _ = tx.send(Arc::new(StreamMessage { to: None, bytes: jsonrpc::notification_bytes(method, None) }));
+            }
+        }
+    }
+
+    /// A gateway's configuration, apps or allowed tools changed, or it was deleted: then its
+    /// sessions end and its open GET streams close.
+    pub fn gateway_changed(&self, gateway_id: &str) {
+        self.notify_changed(gateway_id);
+        if !self.state.gateways.contains_key(gateway_id) {
+            self.sessions.end_where(|s| s.gateway_id == gateway_id);
+            // Streams that were not told by their session's end see the channel close.
+            self.streams.remove(gateway_id);
+        }
+    }
+
+    /// Ends the sessions (and so closes the GET streams) of keys that can no longer be used:
+    /// revoked, expired, retired by a rotation, or deleted with their gateway. Cheap: reads only
+    /// the keys that have live sessions; run at every flush, so a stream closes within one.
+    pub fn end_sessions_of_unusable_keys(&self) {
+        let n = self.sessions.end_of_unusable_keys(|key| credential_usable(&self.state, key));
+        if n > 0 {
+            tracing::info!(sessions = n, "ended MCP sessions of revoked or expired keys");
+        }
+    }
+
+    /// What an app announced: a list change makes the gateways that include it (the owner's, or
+    /// every organisation's for a shared upstream) drop their catalogues and tell their open
+    /// streams, as when the gateway itself changes; a resource update goes to its subscribers.
+    pub fn app_notice(&self, notice: &AppNotice) {
+        match &notice.kind {
+            NoticeKind::ListsChanged => {
+                self.apps.forget_lists(&notice.owner, &notice.app_id);
+                let owner = Some(notice.owner.as_str()).filter(|o| !o.is_empty());
+                let affected = self.gateways_with_app(owner, &notice.app_id);
+                tracing::info!(app = %notice.app_id, gateways = affected.len(), "app announced a list change");
+                for g in affected {
+                    self.notify_changed(&g);
+                }
+            }
+            NoticeKind::ResourceUpdated { uri } => self.resource_updated(notice, uri),
+        }
+    }
+
+    /// An organisation's connection to an app changed.
+    pub fn app_changed(&self, org_id: &str, app_id: &str) {
+        self.apps.invalidate(org_id, app_id);
+        for g in self.gateways_with_app(Some(org_id), app_id) {
+            self.notify_changed(&g);
+        }
+    }
+
+    /// Ids of the gateways that include `app_id`: of one organisation, or of all.
+    fn gateways_with_app(&self, org_id: Option<&str>, app_id: &str) -> Vec<String> {
+        let gateways = self.state.gateways.iter();
+        gateways
+            .filter(|g| org_id.is_none_or(|o| g.org_id == o) && g.servers.iter().any(|s| s == app_id))
+            .map(|g| g.id.clone())
+            .collect()
+    }
+}
+
+/// Whether the credential a session is bound to still works. JWT callers (`jwt:<user>`) have no
+/// key record to revoke; their tokens expire on their own.
+fn credential_usable(state: &State, key_id: &str) -> bool {
+    match state.keys.get(key_id) {
+        Some(k) => k.unusable(chrono::Utc::now()).is_none(),
+        None => key_id.starts_with("jwt:"),
+    }
+}

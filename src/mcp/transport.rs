@@ -1,0 +1,353 @@
+//! The Streamable HTTP transport of `/gateway/{id}/mcp`: which HTTP method does what, the header
+//! checks (before the session is looked at, as the official SDKs' servers order them), the
+//! session from `Mcp-Session-Id` or its cookie, and the GET stream. What a message asks for is
+//! `dispatch`'s business.
+
+use crate::error::ApiError;
+use crate::exchange::{sse_event, Exchange};
+use crate::mcp::dispatch::{self, Accept};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
+use crate::mcp::protocol::{RpcCode, SESSION_COOKIE, VERSIONS};
+use crate::mcp::reply;
+use crate::mcp::runtime::McpRuntime;
+use crate::model::Gateway;
+use bytes::Bytes;
+use http::{HeaderValue, Method};
+use serde_json::{json, Value};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+use toolgate_filters::{CredentialKind, Scope};
+
+/// How often an idle GET stream gets a keep-alive comment.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+fn accept(headers: &http::HeaderMap) -> Accept {
+    let mut a = Accept { json: false, sse: false };
+    for v in headers.get_all(http::header::ACCEPT) {
+        let Ok(v) = v.to_str() else { continue };
+        for part in v.split(',') {
+            let mime = part.split(';').next().unwrap_or_default().trim();
+            match mime {
+                "application/json" => a.json = true,
+                "text/event-stream" => a.sse = true,
+                "*/*" => {
+                    a.json = true;
+                    a.sse = true;
+                }
+                "application/*" => a.json = true,
+                "text/*" => a.sse = true,
+                _ => {}
+            }
+        }
+    }
+    a
+}
+
+/// A request refused on its headers alone. These checks run before the session is looked at,
+/// as the official SDKs' servers order them, so a client with a wrong header hears about that
+/// header whether or not its session is still known (instead of initializing again in vain).
+#[derive(Debug, PartialEq, Eq)]
+struct HeaderRefusal {
+    status: u16,
+    code: RpcCode,
+    message: Cow<'static, str>,
+}
+
+/// POST: every answer is JSON except a call whose app streams, so `application/json` must be
+/// acceptable; a client that takes `text/event-stream` only would be sent JSON it refused.
+fn post_headers(headers: &http::HeaderMap) -> Result<Accept, HeaderRefusal> {
+    let acc = accept(headers);
+    if !acc.json {
+        let message =
+            "Not Acceptable: Accept must include application/json (and text/event-stream for streamed replies)";
+        return Err(HeaderRefusal { status: 406, code: RpcCode::NotAcceptable, message: message.into() });
+    }
+    let ct = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !ct.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json") {
+        let message = "Unsupported Media Type: Content-Type must be application/json";
+        return Err(HeaderRefusal { status: 415, code: RpcCode::UnsupportedMediaType, message: message.into() });
+    }
+    Ok(acc)
+}
+
+/// GET opens the server-to-client stream, which only `text/event-stream` can carry.
+fn get_headers(headers: &http::HeaderMap) -> Result<(), HeaderRefusal> {
+    if !accept(headers).sse {
+        let message = "Not Acceptable: Accept must include text/event-stream";
+        return Err(HeaderRefusal { status: 406, code: RpcCode::NotAcceptable, message: message.into() });
+    }
+    protocol_version(headers)
+}
+
+/// A later request's `MCP-Protocol-Version`, when present, must be one toolgate speaks.
+fn protocol_version(headers: &http::HeaderMap) -> Result<(), HeaderRefusal> {
+    let Some(v) = headers.get("mcp-protocol-version") else { return Ok(()) };
+    let v = v.to_str().unwrap_or_default();
+    if VERSIONS.contains(&v) {
+        return Ok(());
+    }
+    let message = format!("Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})", VERSIONS.join(", "));
+    Err(HeaderRefusal { status: 400, code: RpcCode::InvalidRequest, message: message.into() })
+}
+
+/// The session id from `Mcp-Session-Id`, else from the session cookie.
+fn session_id(headers: &http::HeaderMap) -> Option<String> {
+    if let Some(id) = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        return Some(id.trim().to_string());
+    }
+    for v in headers.get_all(http::header::COOKIE) {
+        let Ok(v) = v.to_str() else { continue };
+        for pair in v.split(';') {
+            if let Some((k, val)) = pair.trim().split_once('=') {
+                if k == SESSION_COOKIE {
+                    return Some(val.to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Answers a [`HeaderRefusal`]: a JSON-RPC error under its HTTP status.
+async fn refuse(ex: &mut Exchange<'_>, id: &Id, r: HeaderRefusal) -> pingora::Result<()> {
+    reply::error(ex, r.status, id, r.code, &r.message).await
+}
+
+/// Handles one request to a gateway's MCP endpoint, after the proxy ran the gateway routes'
+/// filter chain (address, credential, rate limit, Origin).
+pub async fn handle(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
+    // The method is kept (standard methods are inline, no allocation).
+    let method = ex.request().method.clone();
+    let Some(principal) = ex.ctx.filters.principal.clone() else {
+        return reply::api_error(ex, ApiError::Unauthorized("missing credentials".into())).await;
+    };
+    // An account key needs `gateways:read`; a gateway key was already bound to this gateway.
+    if !matches!(principal.credential, CredentialKind::GatewayKey { .. })
+        && !principal.scopes.contains(Scope::GatewaysRead)
+    {
+        return reply::api_error(ex, ApiError::InsufficientScope(Scope::GatewaysRead.as_str())).await;
+    }
+    let Some(gw) = mcp.state.gateway_of(&principal.org_id, gateway_id) else {
+        return reply::api_error(ex, ApiError::NotFound("gateway")).await;
+    };
+    if method == Method::POST {
+        // The gateway's own per-minute figure, all callers together (Decision 3).
+        if let Err(spent) = mcp.quotas.admit(&gw.id, gw.configuration.rate_limit) {
+            let (bucket, what) = (format!("gateway:{}", gw.id), format!("gateway {} rate limit", gw.id));
+            return reply::quota_exceeded(ex, spent, &bucket, &what).await;
+        }
+    }
+    match method {
+        Method::POST => post(mcp, ex, &gw, &principal.key_id).await,
+        Method::GET => get_stream(mcp, ex, &gw, &principal.key_id).await,
+        Method::DELETE => delete(mcp, ex, &gw, &principal.key_id).await,
+        _ => {
+            let allow = [(http::header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"))];
+            let body = jsonrpc::error_bytes(&Id::NULL, RpcCode::InvalidRequest.code(), "Method not allowed", None);
+            ex.respond(405, "application/json", body, &allow).await
+        }
+    }
+}
+
+/// Resolves the request's session, answering the not-initialized errors itself.
+async fn require_session(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gw: &Gateway,
+    key_id: &str,
+    id: &Id,
+) -> pingora::Result<Option<String>> {
+    let Some(sid) = session_id(ex.headers()) else {
+        let message = "Bad Request: Server not initialized; send initialize first";
+        reply::error(ex, 400, id, RpcCode::NotInitialized, message).await?;
+        return Ok(None);
+    };
+    match mcp.sessions.touch(&sid, &gw.id, key_id) {
+        Ok(()) => Ok(Some(sid)),
+        Err(e) => {
+            let msg = format!("Session not found ({e}); send initialize to start a new session");
+            reply::error(ex, 404, id, RpcCode::SessionNotFound, &msg).await?;
+            Ok(None)
+        }
+    }
+}
+
+async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id: &str) -> pingora::Result<()> {
+    let acc = match post_headers(ex.headers()) {
+        Ok(acc) => acc,
+        Err(r) => return refuse(ex, &Id::NULL, r).await,
+    };
+    let body = match ex.read_body().await {
+        Ok(b) => b,
+        Err(ApiError::PayloadTooLarge(limit)) => {
+            let msg = format!("Request body exceeds the limit of {limit} bytes (server.max_body_bytes)");
+            return reply::error(ex, 413, &Id::NULL, RpcCode::InvalidRequest, &msg).await;
+        }
+        Err(e) => return reply::api_error(ex, e).await,
+    };
+    let message = match jsonrpc::parse(&body) {
+        Ok(Incoming::Single(m)) => m,
+        Ok(Incoming::Batch(_)) => {
+            let msg = "Batch requests are not supported: send one JSON-RPC message per POST";
+            return reply::error(ex, 400, &Id::NULL, RpcCode::InvalidRequest, msg).await;
+        }
+        Err(e) => {
+            let body = e.to_response().to_bytes();
+            return ex.respond(400, "application/json", body, &[]).await;
+        }
+    };
+    // 2026-07-28 clients (the Python SDK's default mode) probe with `server/discover` first. This
+    // server speaks the initialize handshake only: say so with UNSUPPORTED_PROTOCOL_VERSION naming
+    // the handshake versions, which those clients take as the cue to fall back to `initialize`.
+    if let Message::Request(req) = &message {
+        if req.method == "server/discover" {
+            let params = req.params.as_ref().map(RawJson::to_value).unwrap_or_default();
+            let requested = params
+                .pointer("/_meta/io.modelcontextprotocol~1protocolVersion")
+                .and_then(Value::as_str)
+                .or_else(|| ex.header("mcp-protocol-version"))
+                .unwrap_or_default()
+                .to_string();
+            let mut supported: Vec<&str> = VERSIONS.to_vec();
+            supported.reverse();
+            let e = ErrorObject::new(
+                RpcCode::UnsupportedProtocolVersion.code(),
+                format!(
+                    "Unsupported protocol version: this server negotiates versions with initialize ({})",
+                    supported.join(", ")
+                ),
+            )
+            .with_data(json!({ "supported": supported, "requested": requested }));
+            let body = Response::error(req.id.clone(), e).to_bytes();
+            return ex.respond(400, "application/json", body, &[]).await;
+        }
+    }
+    let message_id = match &message {
+        Message::Request(r) => r.id.clone(),
+        _ => Id::NULL,
+    };
+    // Read after the body only because `server/discover` (above) may carry a version this
+    // server does not speak; still before the session.
+    if let Err(r) = protocol_version(ex.headers()) {
+        return refuse(ex, &message_id, r).await;
+    }
+    match message {
+        Message::Request(req) if req.method == "initialize" => dispatch::initialize(mcp, ex, gw, key_id, req).await,
+        Message::Request(req) => {
+            let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &req.id).await? else { return Ok(()) };
+            dispatch::request(mcp, ex, gw, &mcp_id, req, acc).await
+        }
+        Message::Notification(n) => {
+            if require_session(mcp, ex, gw, key_id, &Id::NULL).await?.is_none() {
+                return Ok(());
+            }
+            if n.method == "notifications/cancelled" || n.method.starts_with("notifications/roots") {
+                mcp.forward_notification(gw, &n.method, n.params).await;
+            }
+            ex.respond(202, "application/json", Vec::new(), &[]).await
+        }
+        Message::Response(r) => {
+            let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &Id::NULL).await? else {
+                return Ok(());
+            };
+            mcp.relay_client_response(&mcp_id, gw, r).await;
+            ex.respond(202, "application/json", Vec::new(), &[]).await
+        }
+    }
+}
+
+async fn delete(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id: &str) -> pingora::Result<()> {
+    if let Err(r) = protocol_version(ex.headers()) {
+        return refuse(ex, &Id::NULL, r).await;
+    }
+    let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &Id::NULL).await? else { return Ok(()) };
+    match mcp.sessions.end(&mcp_id).await {
+        Ok(_) => ex.respond(200, "application/json", Vec::new(), &[]).await,
+        Err(e) => reply::api_error(ex, e.into()).await,
+    }
+}
+
+/// GET: the server-to-client stream. Carries `notifications/*/list_changed` when the gateway or
+/// one of its apps changes, and keep-alive comments.
+///
+/// A stream is not a request in flight: it holds no `concurrent` slot (the rate-limit filter
+/// takes none for it). It ends as soon as the client goes (read side closed), or its session
+/// ends: DELETE, expiry, its key revoked or its gateway deleted.
+async fn get_stream(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id: &str) -> pingora::Result<()> {
+    if let Err(r) = get_headers(ex.headers()) {
+        return refuse(ex, &Id::NULL, r).await;
+    }
+    let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &Id::NULL).await? else { return Ok(()) };
+    let Some(mut closed) = mcp.sessions.closed(&mcp_id) else { return Ok(()) };
+    let mut rx = mcp.subscribe(&gw.id);
+    ex.start_sse().await?;
+    ex.write(Some(Bytes::from_static(b": stream open\n\n")), false).await?;
+    loop {
+        let chunk = tokio::select! {
+            m = rx.recv() => match m {
+                // Another session's resource update.
+                Ok(m) if m.to.as_deref().is_some_and(|to| to != mcp_id) => continue,
+                Ok(m) => sse_event(&m.bytes),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            },
+            _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
+            // Ended, expired or removed (the sender dropped): the stream ends with it.
+            _ = closed.wait_for(|c| *c) => break,
+            // Waits for the client to close its side (there is no body to read after a GET);
+            // without it a gone client would be noticed only when a write fails, up to two
+            // keep-alives later.
+            gone = ex.client_gone() => match gone {
+                Ok(()) => continue,
+                Err(_) => return Ok(()),
+            },
+        };
+        if ex.write(Some(chunk), false).await.is_err() {
+            return Ok(());
+        }
+    }
+    ex.write(None, true).await.ok();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{HeaderName, HeaderValue};
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> http::HeaderMap {
+        pairs.iter().map(|(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn a_post_must_accept_json_and_send_json() {
+        let status = |pairs: &[(&'static str, &'static str)]| post_headers(&headers(pairs)).err().map(|r| r.status);
+        let json = ("content-type", "application/json; charset=utf-8");
+        assert_eq!(status(&[("accept", "application/json, text/event-stream"), json]), None);
+        assert_eq!(status(&[("accept", "application/json"), json]), None, "a JSON-only client");
+        assert_eq!(status(&[("accept", "*/*"), json]), None);
+        assert_eq!(status(&[json]), Some(406), "no Accept");
+        assert_eq!(status(&[("accept", "text/event-stream"), json]), Some(406), "answers are JSON");
+        assert_eq!(status(&[("accept", "text/html"), json]), Some(406));
+        assert_eq!(status(&[("accept", "application/json")]), Some(415), "no Content-Type");
+        assert_eq!(status(&[("accept", "application/json"), ("content-type", "text/plain")]), Some(415));
+        let r = post_headers(&headers(&[("accept", "text/event-stream")])).err().unwrap();
+        assert!(r.message.contains("application/json") && r.message.contains("text/event-stream"), "{r:?}");
+        // Accept is named first when both are wrong.
+        assert_eq!(status(&[("content-type", "text/plain")]), Some(406));
+    }
+
+    #[test]
+    fn a_get_must_accept_the_stream_and_speak_a_known_version() {
+        let status = |pairs: &[(&'static str, &'static str)]| get_headers(&headers(pairs)).err().map(|r| r.status);
+        assert_eq!(status(&[("accept", "text/event-stream")]), None);
+        assert_eq!(status(&[("accept", "text/event-stream"), ("mcp-protocol-version", "2025-06-18")]), None);
+        assert_eq!(status(&[("accept", "application/json")]), Some(406));
+        assert_eq!(status(&[("accept", "text/event-stream"), ("mcp-protocol-version", "1999-01-01")]), Some(400));
+        let r = protocol_version(&headers(&[("mcp-protocol-version", "1999-01-01")])).unwrap_err();
+        assert_eq!(r.code, RpcCode::InvalidRequest);
+        assert!(r.message.contains("1999-01-01"), "{r:?}");
+        assert!(protocol_version(&headers(&[])).is_ok(), "the header is optional");
+    }
+}

@@ -1,0 +1,67 @@
+//! Where a request goes, decided once from its path. A leaf: the proxy routes by it and the
+//! metrics label by it, without either knowing the other.
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Management API; the number is the length of the version prefix (`/v1` or `/api/v1`).
+    Management(usize),
+    Gateway(String),
+    Health,
+    Ready,
+    NotFound,
+}
+
+impl Route {
+    pub fn of(path: &str) -> Route {
+        for prefix in ["/v1", "/api/v1"] {
+            if let Some(rest) = path.strip_prefix(prefix) {
+                if rest.is_empty() || rest.starts_with('/') {
+                    return Route::Management(prefix.len());
+                }
+            }
+        }
+        if let Some(rest) = path.strip_prefix("/gateway/") {
+            if let Some((id, "mcp" | "mcp/")) = rest.split_once('/') {
+                if !id.is_empty() {
+                    return Route::Gateway(id.to_string());
+                }
+            }
+        }
+        match path {
+            "/healthz" => Route::Health,
+            "/readyz" => Route::Ready,
+            _ => Route::NotFound,
+        }
+    }
+
+    /// Every value [`Route::label`] gives: the metrics' `route` label.
+    pub const LABELS: [&'static str; 4] = ["management", "gateway", "health", "unknown"];
+
+    pub fn label(&self) -> &'static str {
+        Self::LABELS[match self {
+            Route::Management(_) => 0,
+            Route::Gateway(_) => 1,
+            Route::Health | Route::Ready => 2,
+            Route::NotFound => 3,
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_route_by_prefix_and_the_gateway_segment() {
+        assert_eq!(Route::of("/v1/gateways"), Route::Management(3));
+        assert_eq!(Route::of("/api/v1"), Route::Management(7));
+        assert_eq!(Route::of("/v1x"), Route::NotFound);
+        assert_eq!(Route::of("/gateway/gw_1/mcp"), Route::Gateway("gw_1".into()));
+        assert_eq!(Route::of("/gateway/gw_1/mcp/"), Route::Gateway("gw_1".into()));
+        assert_eq!(Route::of("/gateway//mcp"), Route::NotFound);
+        assert_eq!(Route::of("/gateway/gw_1/other"), Route::NotFound);
+        assert_eq!(Route::of("/healthz").label(), "health");
+        assert_eq!(Route::of("/nope").label(), "unknown");
+    }
+}
