@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod changes;
 pub mod config;
 pub mod conn_limits;
 pub mod error;

@@ -14,7 +14,7 @@ use toolgate_filters::rate_limit::RateLimit;
 pub struct Server {
     pub state: Arc<State>,
     /// The MCP side: app clients, protocol sessions, quotas, catalogues, GET streams.
-    pub mcp: McpRuntime,
+    pub mcp: Arc<McpRuntime>,
     pub reqlog: Arc<RequestLog>,
     pub mfa: Mfa,
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges.
@@ -24,13 +24,16 @@ pub struct Server {
 impl Server {
     pub async fn new(state: Arc<State>, limiter: RateLimit) -> Result<Server, StoreError> {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
-        Ok(Server {
-            mcp: McpRuntime::new(state.clone(), reqlog.clone()).await?,
-            reqlog,
-            mfa: Mfa::load(state.store.clone()).await?,
-            limiter,
-            state,
-        })
+        let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone()).await?);
+        // The runtime's caches follow the state through the change feed. Held weakly: the feed
+        // lives in the state, which the runtime itself holds.
+        let weak = Arc::downgrade(&mcp);
+        state.changes.listen(move |change| {
+            if let Some(mcp) = weak.upgrade() {
+                mcp.on_change(change);
+            }
+        });
+        Ok(Server { mcp, reqlog, mfa: Mfa::load(state.store.clone()).await?, limiter, state })
     }
 
     /// Writes buffered activity (sessions, request log) to the store; `Background` is the

@@ -2,6 +2,7 @@
 //! the [`Store`] before a change is acknowledged. Hot-path reads (key by hash, gateway by id)
 //! never touch the store.
 
+use crate::changes::{Change, Feed};
 use crate::config::{Config, StorageConfig};
 use crate::model::*;
 use crate::secrets::{self, Sealer};
@@ -31,25 +32,28 @@ pub struct State {
     pub config: Arc<Config>,
     pub store: Arc<dyn Store>,
     pub sealer: Sealer,
-    pub orgs: DashMap<String, Arc<Organization>>,
-    pub users: DashMap<String, Arc<User>>,
-    pub keys: DashMap<String, Arc<ApiKey>>,
+    orgs: DashMap<String, Arc<Organization>>,
+    users: DashMap<String, Arc<User>>,
+    keys: DashMap<String, Arc<ApiKey>>,
     /// SHA-256 hex of a key -> key id.
     key_by_hash: DashMap<[u8; 32], Arc<ApiKey>>,
-    pub gateways: DashMap<String, Arc<Gateway>>,
+    gateways: DashMap<String, Arc<Gateway>>,
     /// (org id, app id) -> connection.
-    pub connections: DashMap<(String, String), Arc<Connection>>,
+    connections: DashMap<(String, String), Arc<Connection>>,
     /// Resolved callers by key id; cleared whenever a key, user or organisation changes.
     principals: DashMap<String, Arc<Principal>>,
     /// Each organisation's IP policy, rebuilt when the organisation is saved.
     ip_policies: DashMap<String, Arc<IpPolicy>>,
-    pub service_accounts: DashMap<String, Arc<ServiceAccount>>,
+    service_accounts: DashMap<String, Arc<ServiceAccount>>,
     usage: DashMap<String, KeyUsage>,
     usage_dirty: DashSet<String>,
     /// Verifies JWT bearer tokens, when `jwt:` is configured.
     pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
-    /// Serialises management writes so uniqueness checks and their write are atomic.
-    pub write_lock: tokio::sync::Mutex<()>,
+    /// Serialises management writes so uniqueness checks and their write are atomic
+    /// ([`State::lock_writes`]).
+    write_lock: tokio::sync::Mutex<()>,
+    /// Every change of a record, published by the write methods below once it is durable.
+    pub changes: Feed,
     /// The id of the key given as `TOOLGATE_ADMIN_KEY`: whoever sets the server's environment is
     /// the operator, who may reset any user's MFA without MFA (the documented recovery path).
     pub operator_key_id: std::sync::OnceLock<String>,
@@ -91,6 +95,7 @@ impl State {
             usage: DashMap::new(),
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
+            changes: Feed::new(),
             operator_key_id: std::sync::OnceLock::new(),
             jwt: config.jwt.clone(),
         };
@@ -285,6 +290,7 @@ impl State {
         let org = Arc::new(org);
         self.orgs.insert(org.id.clone(), org.clone());
         self.principals.clear();
+        self.changes.publish(Change::OrganizationSaved { org_id: org.id.clone() });
         Ok(org)
     }
 
@@ -293,6 +299,7 @@ impl State {
         let user = Arc::new(user);
         self.users.insert(user.id.clone(), user.clone());
         self.principals.clear();
+        self.changes.publish(Change::UserSaved { org_id: user.org_id.clone(), user_id: user.id.clone() });
         Ok(user)
     }
 
@@ -309,6 +316,7 @@ impl State {
             }
         }
         self.principals.remove(&key.id);
+        self.changes.publish(Change::KeySaved { org_id: key.org_id.clone(), key_id: key.id.clone() });
         Ok(key)
     }
 
@@ -317,6 +325,7 @@ impl State {
         let a = Arc::new(a);
         self.service_accounts.insert(a.id.clone(), a.clone());
         self.principals.clear();
+        self.changes.publish(Change::ServiceAccountSaved { org_id: a.org_id.clone(), account_id: a.id.clone() });
         Ok(a)
     }
 
@@ -380,12 +389,16 @@ impl State {
 
     pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::ApiKey, id).await?;
-        if let Some((_, k)) = self.keys.remove(id) {
+        let removed = self.keys.remove(id).map(|(_, k)| k);
+        if let Some(k) = &removed {
             if let Some(h) = secrets::hash_from_hex(&k.hash) {
                 self.key_by_hash.remove(&h);
             }
         }
         self.principals.remove(id);
+        if let Some(k) = removed {
+            self.changes.publish(Change::KeyDeleted { org_id: k.org_id.clone(), key_id: k.id.clone() });
+        }
         Ok(())
     }
 
@@ -393,12 +406,15 @@ impl State {
         self.put(Kind::Gateway, &gw.id, &gw).await?;
         let gw = Arc::new(gw);
         self.gateways.insert(gw.id.clone(), gw.clone());
+        self.changes.publish(Change::GatewaySaved { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
         Ok(gw)
     }
 
     pub async fn delete_gateway(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::Gateway, id).await?;
-        self.gateways.remove(id);
+        if let Some((_, gw)) = self.gateways.remove(id) {
+            self.changes.publish(Change::GatewayDeleted { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
+        }
         Ok(())
     }
 
@@ -406,6 +422,7 @@ impl State {
         self.put(Kind::Connection, &c.id, &c).await?;
         let c = Arc::new(c);
         self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
+        self.changes.publish(Change::ConnectionSaved { org_id: c.org_id.clone(), app_id: c.app_id.clone() });
         Ok(c)
     }
 
@@ -414,12 +431,68 @@ impl State {
         let Some(c) = self.connections.get(&key).map(|c| c.value().clone()) else { return Ok(false) };
         self.store.delete(Kind::Connection, &c.id).await?;
         self.connections.remove(&key);
+        self.changes.publish(Change::ConnectionDeleted { org_id: key.0, app_id: key.1 });
         Ok(true)
     }
 
     /// A gateway visible to `org_id`; another organisation's gateway is "not found".
     pub fn gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<Gateway>> {
         self.gateways.get(id).map(|g| g.value().clone()).filter(|g| g.org_id == org_id)
+    }
+
+    /// Takes the lock that serialises management writes, for a handler whose check and write
+    /// must be atomic (a uniqueness or quota check, then the save).
+    pub async fn lock_writes(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.write_lock.lock().await
+    }
+
+    pub fn org(&self, id: &str) -> Option<Arc<Organization>> {
+        self.orgs.get(id).map(|o| o.value().clone())
+    }
+
+    pub fn user(&self, id: &str) -> Option<Arc<User>> {
+        self.users.get(id).map(|u| u.value().clone())
+    }
+
+    pub fn key(&self, id: &str) -> Option<Arc<ApiKey>> {
+        self.keys.get(id).map(|k| k.value().clone())
+    }
+
+    /// A gateway of any organisation: for internal use (sessions, change listeners); handlers
+    /// use [`State::gateway_of`].
+    pub fn gateway(&self, id: &str) -> Option<Arc<Gateway>> {
+        self.gateways.get(id).map(|g| g.value().clone())
+    }
+
+    pub fn gateway_exists(&self, id: &str) -> bool {
+        self.gateways.contains_key(id)
+    }
+
+    /// The gateways for which `keep` holds.
+    pub fn gateways_where(&self, keep: impl Fn(&Gateway) -> bool) -> Vec<Arc<Gateway>> {
+        self.gateways.iter().filter(|g| keep(g)).map(|g| g.value().clone()).collect()
+    }
+
+    pub fn gateway_count(&self, org_id: &str) -> usize {
+        self.gateways.iter().filter(|g| g.org_id == org_id).count()
+    }
+
+    pub fn connection(&self, org_id: &str, app_id: &str) -> Option<Arc<Connection>> {
+        self.connections.get(&(org_id.to_string(), app_id.to_string())).map(|c| c.value().clone())
+    }
+
+    pub fn service_account(&self, id: &str) -> Option<Arc<ServiceAccount>> {
+        self.service_accounts.get(id).map(|a| a.value().clone())
+    }
+
+    /// How many keys `keep` holds for.
+    pub fn key_count(&self, keep: impl Fn(&ApiKey) -> bool) -> usize {
+        self.keys.iter().filter(|k| keep(k)).count()
+    }
+
+    /// The service accounts for which `keep` holds.
+    pub fn service_accounts_where(&self, keep: impl Fn(&ServiceAccount) -> bool) -> Vec<Arc<ServiceAccount>> {
+        self.service_accounts.iter().filter(|a| keep(a)).map(|a| a.value().clone()).collect()
     }
 
     /// The app status an organisation sees: `connected` when it has a live connection or the app

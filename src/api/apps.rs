@@ -245,8 +245,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     let functions = Functions::of(call, &who.org_id, a, status == "connected").await.views(a);
     // The auth in use: a pending connection (an OAuth flow not finished) uses none yet.
     let current_auth = state
-        .connections
-        .get(&(who.org_id.clone(), a.id.clone()))
+        .connection(&who.org_id, &a.id)
         .filter(|c| c.status == "connected")
         .map(|c| c.auth_type.clone())
         .unwrap_or_else(|| "none".into());
@@ -348,7 +347,6 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
         }
     };
     let c = state.save_connection(connection).await?;
-    call.server.mcp.app_changed(&who.org_id, &a.id);
     let mut data = json!({ "app_id": a.id, "status": c.status, "connection_id": c.id });
     if let Some(url) = extra {
         data["authorization_url"] = Value::String(url);
@@ -365,7 +363,6 @@ pub async fn disconnect(call: &Call<'_>) -> ApiResult {
     if !call.server.state.delete_connection(&who.org_id, &a.id).await? {
         return Err(ApiError::NotFound("connection"));
     }
-    call.server.mcp.app_changed(&who.org_id, &a.id);
     Ok(Reply::message(format!("App {} disconnected", a.id)))
 }
 

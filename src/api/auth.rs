@@ -8,7 +8,7 @@ use serde_json::json;
               (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn verify(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
-    let expires_at = call.server.state.keys.get(&who.key_id).and_then(|k| k.ends_at()).map(|t| super::iso(&t));
+    let expires_at = call.server.state.key(&who.key_id).and_then(|k| k.ends_at()).map(|t| super::iso(&t));
     Ok(Reply::ok(json!({
         "valid": true,
         "key_id": who.key_id,

@@ -46,7 +46,7 @@ pub struct Rights<'a> {
 fn role_of(state: &State, user_id: &str) -> Role {
     // A user that no longer exists bounds nothing: treat it as the strongest role, so only its
     // own holder (none) or nobody can act on the key.
-    state.users.get(user_id).and_then(|u| Role::parse(&u.role)).unwrap_or(Role::Owner)
+    state.user(user_id).and_then(|u| Role::parse(&u.role)).unwrap_or(Role::Owner)
 }
 
 impl<'a> Rights<'a> {

@@ -264,11 +264,8 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
 }
 
 fn name_taken(call: &Call<'_>, org_id: &str, name: &str, except: Option<&str>) -> bool {
-    call.server
-        .state
-        .gateways
-        .iter()
-        .any(|g| g.org_id == org_id && g.name.eq_ignore_ascii_case(name) && Some(g.id.as_str()) != except)
+    let same = |g: &Gateway| g.org_id == org_id && g.name.eq_ignore_ascii_case(name) && Some(g.id.as_str()) != except;
+    !call.server.state.gateways_where(same).is_empty()
 }
 
 #[utoipa::path(get, path = "/v1/gateways", tag = "gateways",
@@ -283,8 +280,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     let (page, limit) = call.pagination()?;
     let sort = call.query_choice("sort", &["name", "created_at", "updated_at"])?.unwrap_or_else(|| "created_at".into());
     let order = call.query_choice("order", &["asc", "desc"])?.unwrap_or_else(|| "desc".into());
-    let mut all: Vec<_> =
-        call.server.state.gateways.iter().filter(|g| g.org_id == who.org_id).map(|g| g.value().clone()).collect();
+    let mut all: Vec<_> = call.server.state.gateways_where(|g| g.org_id == who.org_id);
     all.sort_by(|a, b| {
         let o = match sort.as_str() {
             "name" => a.name.to_lowercase().cmp(&b.name.to_lowercase()),
@@ -368,7 +364,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let mut configuration = GatewayConfiguration::default();
     apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
     let state = &call.server.state;
-    let _guard = state.write_lock.lock().await;
+    let _guard = state.lock_writes().await;
     if name_taken(call, &who.org_id, &name, None) {
         return Err(ApiError::Conflict(format!("a gateway named `{name}` already exists")));
     }
@@ -429,7 +425,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::NotFound("gateway"));
     }
     let patch: UpdateGateway = call.json()?;
-    let _guard = state.write_lock.lock().await;
+    let _guard = state.lock_writes().await;
     let mut g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?.as_ref().clone();
     if let Some(name) = patch.name {
         let name = validate_name(&name)?;
@@ -454,9 +450,8 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         apply_configuration(&mut g.configuration, c)?;
     }
     g.updated_at = Utc::now();
-    let g = state.save_gateway(g).await?;
+    state.save_gateway(g).await?;
     drop(_guard);
-    call.server.mcp.gateway_changed(&g.id);
     let mut reply = get(call).await?;
     reply.status = 200;
     Ok(reply)
@@ -473,12 +468,11 @@ pub async fn delete(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::NotFound("gateway"));
     }
     super::mfa::require(call).await?;
-    let _guard = state.write_lock.lock().await;
+    let _guard = state.lock_writes().await;
     let g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
     state.delete_gateway(&g.id).await?;
     // The access key dies with its gateway.
     state.delete_key(&g.access_key_id).await?;
     drop(_guard);
-    call.server.mcp.gateway_changed(&g.id);
     Ok(Reply::message(format!("Gateway {} deleted", g.id)))
 }

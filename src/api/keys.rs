@@ -51,7 +51,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         super::mfa::require(call).await?;
     }
     let state = &call.server.state;
-    let _guard = state.write_lock.lock().await;
+    let _guard = state.lock_writes().await;
     super::quotas::check(state, &who.org_id, super::quotas::Quota::ApiKeys)?;
     let plaintext = secrets::new_api_key();
     let key = ApiKey {
@@ -84,11 +84,9 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 pub async fn revoke(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
-    let _guard = state.write_lock.lock().await;
+    let _guard = state.lock_writes().await;
     let key = state
-        .keys
-        .get(call.id())
-        .map(|k| k.value().clone())
+        .key(call.id())
         .filter(|k| k.org_id == who.org_id && k.revoked_at.is_none())
         .ok_or(ApiError::NotFound("api key"))?;
     let rights = Rights::of_key(state, &key);
@@ -116,9 +114,7 @@ fn key_of_org(call: &Call<'_>) -> Result<std::sync::Arc<ApiKey>, ApiError> {
     let who = call.who()?;
     call.server
         .state
-        .keys
-        .get(call.id())
-        .map(|k| k.value().clone())
+        .key(call.id())
         .filter(|k| k.org_id == who.org_id && k.gateway_id.is_none())
         .ok_or(ApiError::NotFound("api key"))
 }
@@ -142,7 +138,7 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
     }
     super::mfa::require(call).await?;
     let state = &call.server.state;
-    let _guard = state.write_lock.lock().await;
+    let _guard = state.lock_writes().await;
     let plaintext = secrets::new_api_key();
     let new = ApiKey {
         id: secrets::new_id("key"),

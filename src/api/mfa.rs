@@ -40,7 +40,7 @@ pub struct ResetMfa {
 fn caller<'c>(call: &'c Call<'_>) -> Result<Caller<'c>, ApiError> {
     let who = call.who()?;
     if matches!(who.credential, toolgate_filters::CredentialKind::ServiceAccount { .. })
-        || !call.server.state.users.contains_key(&who.user_id)
+        || call.server.state.user(&who.user_id).is_none()
     {
         return Err(ApiError::Forbidden("MFA belongs to users; this credential has none".into()));
     }
@@ -58,7 +58,7 @@ fn user_id(call: &Call<'_>) -> Result<String, ApiError> {
 pub async fn enroll(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
     // While MFA is active, enrolment is refused (409) without changing anything: disable first.
-    let account = call.server.state.users.get(&user).map(|u| u.email.clone()).unwrap_or_else(|| user.clone());
+    let account = call.server.state.user(&user).map(|u| u.email.clone()).unwrap_or_else(|| user.clone());
     let e = call.server.mfa.enroll(&call.server.state.sealer, &user, &account).await?;
     Ok(Reply::ok(
         json!({ "secret": e.secret, "otpauth_uri": e.otpauth_uri, "backup_codes": e.backup_codes, "active": false }),
@@ -122,12 +122,8 @@ pub async fn reset(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::Forbidden("only an owner resets another user's MFA".into()));
     }
     // Another organisation's user is not found, unless the operator asks.
-    let target = state
-        .users
-        .get(&body.user_id)
-        .map(|u| u.value().clone())
-        .filter(|u| operator || u.org_id == who.org_id)
-        .ok_or(ApiError::NotFound("user"))?;
+    let target =
+        state.user(&body.user_id).filter(|u| operator || u.org_id == who.org_id).ok_or(ApiError::NotFound("user"))?;
     if !operator {
         require(call).await?;
     }

@@ -42,28 +42,24 @@ impl Quota {
 
 /// The tier whose quotas bind `org_id` (the default tier's when the organisation is unknown).
 fn tier_of(state: &State, org_id: &str) -> String {
-    state.orgs.get(org_id).map(|o| o.tier.clone()).unwrap_or_else(|| state.config.rate_limits.default_tier.clone())
+    state.org(org_id).map(|o| o.tier.clone()).unwrap_or_else(|| state.config.rate_limits.default_tier.clone())
 }
 
 /// How many of `quota` the organisation holds now.
 pub fn used(state: &State, org_id: &str, quota: Quota) -> usize {
     match quota {
-        Quota::Gateways => state.gateways.iter().filter(|g| g.org_id == org_id).count(),
+        Quota::Gateways => state.gateway_count(org_id),
         Quota::ApiKeys => {
             let now = chrono::Utc::now();
-            state
-                .keys
-                .iter()
-                .filter(|k| k.org_id == org_id && k.gateway_id.is_none() && k.unusable(now).is_none())
-                .count()
+            state.key_count(|k| k.org_id == org_id && k.gateway_id.is_none() && k.unusable(now).is_none())
         }
-        Quota::ServiceAccounts => state.service_accounts.iter().filter(|a| a.org_id == org_id).count(),
-        Quota::WhitelistEntries => state.orgs.get(org_id).map_or(0, |o| o.whitelist.len()),
+        Quota::ServiceAccounts => state.service_accounts_where(|a| a.org_id == org_id).len(),
+        Quota::WhitelistEntries => state.org(org_id).map_or(0, |o| o.whitelist.len()),
     }
 }
 
 /// Refuses (409 `CONFLICT`, naming the quota) one more of `quota` when the organisation already
-/// holds its tier's allowance. Call it under `state.write_lock`, just before saving.
+/// holds its tier's allowance. Call it under `state.lock_writes()`, just before saving.
 pub fn check(state: &State, org_id: &str, quota: Quota) -> Result<(), ApiError> {
     let tier = tier_of(state, org_id);
     let limit = quota.limit(state.config.limits.quotas(&tier));

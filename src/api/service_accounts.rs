@@ -58,8 +58,8 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     if multiplier > 1.0 {
         super::mfa::require(call).await?;
     }
-    let _guard = state.write_lock.lock().await;
-    if state.service_accounts.iter().any(|a| a.org_id == who.org_id && a.name.eq_ignore_ascii_case(name)) {
+    let _guard = state.lock_writes().await;
+    if !state.service_accounts_where(|a| a.org_id == who.org_id && a.name.eq_ignore_ascii_case(name)).is_empty() {
         return Err(ApiError::Conflict(format!("a service account named `{name}` already exists")));
     }
     super::quotas::check(state, &who.org_id, super::quotas::Quota::ServiceAccounts)?;
@@ -92,9 +92,7 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
     let a = call
         .server
         .state
-        .service_accounts
-        .get(call.id())
-        .map(|a| a.value().clone())
+        .service_account(call.id())
         .filter(|a| a.org_id == who.org_id)
         .ok_or(ApiError::NotFound("service account"))?;
     // The key acts as the account, within its creator's role: the caller must hold those rights.
@@ -107,7 +105,7 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
         Some(_) => return Err(ApiError::validation("expires_in_days", "must be between 1 and 3650")),
     };
     let state = &call.server.state;
-    let _guard = state.write_lock.lock().await;
+    let _guard = state.lock_writes().await;
     super::quotas::check(state, &who.org_id, super::quotas::Quota::ApiKeys)?;
     let plaintext = secrets::new_api_key();
     let key = state

@@ -23,8 +23,8 @@ pub struct PreferencesPatch {
 
 fn view(call: &Call<'_>, user_id: &str) -> ApiResult {
     let state = &call.server.state;
-    let user = state.users.get(user_id).map(|u| u.value().clone()).ok_or(ApiError::NotFound("user"))?;
-    let org = state.orgs.get(&user.org_id).map(|o| o.value().clone()).ok_or(ApiError::NotFound("organization"))?;
+    let user = state.user(user_id).ok_or(ApiError::NotFound("user"))?;
+    let org = state.org(&user.org_id).ok_or(ApiError::NotFound("organization"))?;
     let role = toolgate_filters::Role::parse(&user.role).map_or("Viewer", |r| match r {
         toolgate_filters::Role::Owner => "Owner",
         toolgate_filters::Role::Admin => "Admin",
@@ -53,9 +53,8 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let patch: UpdateUser = call.json()?;
     let state = &call.server.state;
-    let _guard = state.write_lock.lock().await;
-    let mut user =
-        state.users.get(&who.user_id).map(|u| u.value().as_ref().clone()).ok_or(ApiError::NotFound("user"))?;
+    let _guard = state.lock_writes().await;
+    let mut user = state.user(&who.user_id).map(|u| u.as_ref().clone()).ok_or(ApiError::NotFound("user"))?;
     if let Some(name) = patch.name {
         user.name = super::display_name("name", &name)?.to_string();
     }

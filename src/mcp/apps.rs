@@ -147,7 +147,7 @@ impl AppClients {
 
     /// The connection's API key, opened from its sealed form.
     fn credential(&self, org_id: &str, app: &AppConfig) -> Option<String> {
-        let conn = self.state.connections.get(&(org_id.to_string(), app.id.clone()))?.value().clone();
+        let conn = self.state.connection(org_id, &app.id)?;
         let sealed = conn.sealed_credentials.as_ref()?;
         let plain = self.state.sealer.open(sealed).ok()?;
         let v: Value = serde_json::from_slice(&plain).ok()?;

@@ -3,6 +3,7 @@
 //! (`transport`, `dispatch`) and the relay of server-to-client messages (`relay`) work on it;
 //! management handlers reach it through `Server::mcp` to list sessions or test apps.
 
+use crate::changes::Change;
 use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc;
@@ -51,10 +52,10 @@ impl McpRuntime {
             per_key: m.max_sessions_per_key,
             per_org: m.max_sessions_per_org,
         };
-        let sessions = Sessions::load(state.store.clone(), limits).await?;
+        let sessions = Sessions::load(state.store.clone(), limits, state.changes.clone()).await?;
         // Keys revoked and gateways deleted while the process was down (or before their sessions
         // were written ended) end their sessions now.
-        let ended = sessions.end_where(|s| !state.gateways.contains_key(&s.gateway_id));
+        let ended = sessions.end_where(|s| !state.gateway_exists(&s.gateway_id));
         let ended = ended + sessions.end_of_unusable_keys(|key| credential_usable(&state, key));
         if ended > 0 {
             tracing::info!(sessions = ended, "ended MCP sessions of deleted gateways or unusable keys");
@@ -70,6 +71,23 @@ impl McpRuntime {
             subscriptions: Subscriptions::default(),
             relayed: DashMap::new(),
         })
+    }
+
+    /// What the runtime does about a change of state (a listener of the change feed, so it has
+    /// happened before the management API answers): a gateway's or a connection's change drops
+    /// the catalogues it affects and tells the open streams; a key's change ends the sessions of
+    /// keys that no longer work at once, instead of at the next flush.
+    pub fn on_change(&self, change: &Change) {
+        match change {
+            Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
+                self.gateway_changed(gateway_id)
+            }
+            Change::ConnectionSaved { org_id, app_id } | Change::ConnectionDeleted { org_id, app_id } => {
+                self.app_changed(org_id, app_id)
+            }
+            Change::KeySaved { .. } | Change::KeyDeleted { .. } => self.end_sessions_of_unusable_keys(),
+            _ => {}
+        }
     }
 
     /// The gateway's catalogue, cached for `cache_ttl` when `cache_enabled`.
@@ -110,7 +128,7 @@ impl McpRuntime {
     /// sessions end and its open GET streams close.
     pub fn gateway_changed(&self, gateway_id: &str) {
         self.notify_changed(gateway_id);
-        if !self.state.gateways.contains_key(gateway_id) {
+        if !self.state.gateway_exists(gateway_id) {
             self.sessions.end_where(|s| s.gateway_id == gateway_id);
             // Streams that were not told by their session's end see the channel close.
             self.streams.remove(gateway_id);
@@ -155,18 +173,15 @@ impl McpRuntime {
 
     /// Ids of the gateways that include `app_id`: of one organisation, or of all.
     fn gateways_with_app(&self, org_id: Option<&str>, app_id: &str) -> Vec<String> {
-        let gateways = self.state.gateways.iter();
-        gateways
-            .filter(|g| org_id.is_none_or(|o| g.org_id == o) && g.servers.iter().any(|s| s == app_id))
-            .map(|g| g.id.clone())
-            .collect()
+        let includes = |g: &Gateway| org_id.is_none_or(|o| g.org_id == o) && g.servers.iter().any(|s| s == app_id);
+        self.state.gateways_where(includes).into_iter().map(|g| g.id.clone()).collect()
     }
 }
 
 /// Whether the credential a session is bound to still works. JWT callers (`jwt:<user>`) have no
 /// key record to revoke; their tokens expire on their own.
 fn credential_usable(state: &State, key_id: &str) -> bool {
-    match state.keys.get(key_id) {
+    match state.key(key_id) {
         Some(k) => k.unusable(chrono::Utc::now()).is_none(),
         None => key_id.starts_with("jwt:"),
     }

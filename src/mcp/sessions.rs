@@ -17,6 +17,7 @@
 //! * ending a session (DELETE, a revoked key, a deleted gateway, expiry) closes its GET streams
 //!   through [`Sessions::closed`].
 
+use crate::changes::{Change, Feed};
 use crate::model::{ClientCapabilities, McpSession};
 use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
@@ -102,6 +103,8 @@ pub struct Sessions {
     /// Ids removed from memory whose store records are still to be deleted.
     removed: Mutex<Vec<String>>,
     deleting: AtomicBool,
+    /// Where a session's start and end are announced.
+    changes: Feed,
 }
 
 fn idle_for(s: &McpSession, now: chrono::DateTime<Utc>) -> Duration {
@@ -111,7 +114,7 @@ fn idle_for(s: &McpSession, now: chrono::DateTime<Utc>) -> Duration {
 impl Sessions {
     /// Loads the sessions worth keeping; those past their retention are queued for deletion
     /// ([`Sessions::delete_removed`]) instead of being loaded.
-    pub async fn load(store: Arc<dyn Store>, limits: SessionLimits) -> Result<Sessions, StoreError> {
+    pub async fn load(store: Arc<dyn Store>, limits: SessionLimits, changes: Feed) -> Result<Sessions, StoreError> {
         let sessions = Sessions {
             store: store.clone(),
             map: DashMap::new(),
@@ -120,6 +123,7 @@ impl Sessions {
             limits,
             removed: Mutex::new(Vec::new()),
             deleting: AtomicBool::new(false),
+            changes,
         };
         let now = Utc::now();
         let mut stale = Vec::new();
@@ -217,7 +221,13 @@ impl Sessions {
             return Err(e.into());
         }
         let (closed, _) = watch::channel(false);
+        let created = Change::SessionCreated {
+            org_id: session.org_id.clone(),
+            gateway_id: session.gateway_id.clone(),
+            session_id: session.id.clone(),
+        };
         self.map.insert(session.id.clone(), Entry { session, live: true, ended_at: None, closed });
+        self.changes.publish(created);
         Ok(())
     }
 
@@ -289,6 +299,11 @@ impl Sessions {
         if was_live {
             self.unlive(&ended.org_id, &ended.key_id, id);
         }
+        self.changes.publish(Change::SessionEnded {
+            org_id: ended.org_id.clone(),
+            gateway_id: ended.gateway_id.clone(),
+            session_id: ended.id.clone(),
+        });
         Some(ended)
     }
 
@@ -499,7 +514,7 @@ mod tests {
 
     async fn sessions(dir: &tempfile::TempDir, limits: SessionLimits) -> Sessions {
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-        Sessions::load(store, limits).await.unwrap()
+        Sessions::load(store, limits, Feed::new()).await.unwrap()
     }
 
     fn limits(per_key: usize, per_org: usize) -> SessionLimits {

@@ -197,3 +197,31 @@ def test_one_session_unsubscribing_leaves_the_others_subscribed():
         # The next periodic update (5 s) still reaches b.
         heard = messages_on_stream_while(b, lambda: None, "notifications/resources/updated", 12)
         assert {"method": "notifications/resources/updated", "params": {"uri": uri}, "jsonrpc": "2.0"} in heard, heard
+
+
+def test_a_management_change_reaches_the_cache_and_open_streams_through_the_change_feed():
+    """The handlers no longer invalidate anything themselves: `State` publishes the change and
+    the MCP runtime, a listener of the feed, drops the gateway's cached catalogue and tells its
+    open streams before the management API answers. With an hour-long cache, the next
+    `tools/list` after the PATCH must already show the new allow-list."""
+    with ToolgateServer(full_config=config(TIME_APP + DYNAMIC_APP)) as srv:
+        api = Api(srv)
+        gw_id, key = api.create_gateway(["time", "dyn"], configuration={"cache_enabled": True, "cache_ttl": 3600})
+        c = McpHttp(mcp_url(srv, gw_id), key)
+        c.initialize()
+        before = tool_names(c)
+        assert "dyn__add_tool" in before and any(n.startswith("time__") for n in before), before
+
+        def restrict():
+            api.ok("PATCH", f"/v1/gateways/{gw_id}", {"allowed_tools": {"time": "*", "dyn": []}})
+
+        seen = methods_on_stream_while(c, restrict, "notifications/tools/list_changed")
+        assert "notifications/tools/list_changed" in seen, f"no list_changed on the open stream: {seen}"
+        after = tool_names(c)
+        assert after and all(n.startswith("time__") for n in after), f"the cached catalogue was served: {after}"
+
+        # Removing the app from the gateway the same way.
+        api.ok("PATCH", f"/v1/gateways/{gw_id}", {"servers": ["dyn"], "allowed_tools": {}})
+        # A single-app gateway names the app's tools as the app does.
+        names = tool_names(c)
+        assert "add_tool" in names and not any("current_time" in n for n in names), names

@@ -1,0 +1,157 @@
+//! The change feed: every create, update and delete of a record (organisation, user, key,
+//! gateway, connection, service account, MCP session) becomes one typed [`Change`], published
+//! by the owner of that record (`State`'s write methods, `mcp::sessions`) after the write is
+//! durable. Whoever must react subscribes here instead of being called by each handler.
+//!
+//! Two kinds of subscriber, by what they can afford:
+//! - **Listeners** ([`Feed::listen`]) run synchronously inside [`Feed::publish`], before the
+//!   writer returns. In-process caches (the MCP catalogue cache, `list_changed` notices, the
+//!   sessions of a revoked key) are listeners: when the management API has answered 2xx, the
+//!   next MCP request already sees the change, with no window in which a stale cache answers.
+//!   A listener must be quick and must not block or await.
+//! - **Subscribers** ([`Feed::subscribe`]) get a `tokio::sync::broadcast` receiver, for work that
+//!   may wait (webhooks, an audit log, propagation to other instances). The channel keeps the
+//!   last [`Feed::CAPACITY`] changes; a subscriber that falls further behind gets
+//!   `RecvError::Lagged(n)` and must resynchronise from the state (it cannot know which records
+//!   the lost changes named). Publishing never waits for a subscriber.
+
+use std::sync::{Arc, RwLock};
+use tokio::sync::broadcast;
+
+/// One change of state, naming the organisation and the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    OrganizationSaved { org_id: String },
+    UserSaved { org_id: String, user_id: String },
+    KeySaved { org_id: String, key_id: String },
+    KeyDeleted { org_id: String, key_id: String },
+    GatewaySaved { org_id: String, gateway_id: String },
+    GatewayDeleted { org_id: String, gateway_id: String },
+    ConnectionSaved { org_id: String, app_id: String },
+    ConnectionDeleted { org_id: String, app_id: String },
+    ServiceAccountSaved { org_id: String, account_id: String },
+    SessionCreated { org_id: String, gateway_id: String, session_id: String },
+    SessionEnded { org_id: String, gateway_id: String, session_id: String },
+}
+
+impl Change {
+    /// The organisation whose record changed.
+    pub fn org_id(&self) -> &str {
+        match self {
+            Change::OrganizationSaved { org_id }
+            | Change::UserSaved { org_id, .. }
+            | Change::KeySaved { org_id, .. }
+            | Change::KeyDeleted { org_id, .. }
+            | Change::GatewaySaved { org_id, .. }
+            | Change::GatewayDeleted { org_id, .. }
+            | Change::ConnectionSaved { org_id, .. }
+            | Change::ConnectionDeleted { org_id, .. }
+            | Change::ServiceAccountSaved { org_id, .. }
+            | Change::SessionCreated { org_id, .. }
+            | Change::SessionEnded { org_id, .. } => org_id,
+        }
+    }
+}
+
+type Listener = Box<dyn Fn(&Change) + Send + Sync>;
+
+struct Inner {
+    /// Read on every publish, written only when a listener is added (at start).
+    listeners: RwLock<Vec<Listener>>,
+    tx: broadcast::Sender<Change>,
+}
+
+/// The one in-process feed of changes; cloning it shares it.
+#[derive(Clone)]
+pub struct Feed {
+    inner: Arc<Inner>,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        Feed::new()
+    }
+}
+
+impl Feed {
+    /// Changes a broadcast subscriber may fall behind by before it lags.
+    pub const CAPACITY: usize = 1024;
+
+    pub fn new() -> Feed {
+        let (tx, _) = broadcast::channel(Self::CAPACITY);
+        Feed { inner: Arc::new(Inner { listeners: RwLock::new(Vec::new()), tx }) }
+    }
+
+    /// Runs `listener` for every later change, synchronously, in the publisher's task.
+    pub fn listen(&self, listener: impl Fn(&Change) + Send + Sync + 'static) {
+        self.inner.listeners.write().unwrap_or_else(|e| e.into_inner()).push(Box::new(listener));
+    }
+
+    /// A receiver of every later change.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.inner.tx.subscribe()
+    }
+
+    /// Tells the listeners, then queues the change for the subscribers (if there are any).
+    pub fn publish(&self, change: Change) {
+        for listener in self.inner.listeners.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            listener(&change);
+        }
+        if self.inner.tx.receiver_count() > 0 {
+            // An error means no receiver is left; nothing to do.
+            let _ = self.inner.tx.send(change);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn gateway_saved(n: usize) -> Change {
+        Change::GatewaySaved { org_id: "org_1".into(), gateway_id: format!("gw_{n}") }
+    }
+
+    #[test]
+    fn listeners_run_before_publish_returns_and_subscribers_get_every_change() {
+        let feed = Feed::new();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        feed.listen(move |c| {
+            assert_eq!(c.org_id(), "org_1");
+            s.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut rx = feed.subscribe();
+        feed.publish(gateway_saved(1));
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "the listener ran inside publish");
+        feed.publish(Change::KeyDeleted { org_id: "org_1".into(), key_id: "key_1".into() });
+        assert_eq!(rx.try_recv().unwrap(), gateway_saved(1));
+        assert_eq!(rx.try_recv().unwrap(), Change::KeyDeleted { org_id: "org_1".into(), key_id: "key_1".into() });
+        assert!(rx.try_recv().is_err(), "nothing else");
+        // A clone is the same feed.
+        feed.clone().publish(gateway_saved(2));
+        assert_eq!(seen.load(Ordering::SeqCst), 3);
+        assert_eq!(rx.try_recv().unwrap(), gateway_saved(2));
+    }
+
+    #[test]
+    fn a_subscriber_that_falls_behind_is_told_how_far_not_silently_skipped() {
+        let feed = Feed::new();
+        let mut rx = feed.subscribe();
+        for n in 0..Feed::CAPACITY + 5 {
+            feed.publish(gateway_saved(n));
+        }
+        match rx.try_recv() {
+            Err(broadcast::error::TryRecvError::Lagged(n)) => assert_eq!(n, 5),
+            other => panic!("expected Lagged(5), got {other:?}"),
+        }
+        // Then it goes on from the oldest change still kept.
+        assert_eq!(rx.try_recv().unwrap(), gateway_saved(5));
+    }
+
+    #[test]
+    fn publishing_without_subscribers_is_fine() {
+        Feed::new().publish(gateway_saved(1));
+    }
+}
