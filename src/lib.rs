@@ -13,6 +13,7 @@ pub mod conn_limits;
 pub mod error;
 pub mod exchange;
 pub mod jwt;
+pub mod limiter;
 pub mod mcp;
 pub mod metrics;
 pub mod mfa;

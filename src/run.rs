@@ -14,7 +14,7 @@ use std::sync::Arc;
 use toolgate_filters::auth::Authenticate;
 use toolgate_filters::ip_allowlist::IpAllowlist;
 use toolgate_filters::origin::OriginCheck;
-use toolgate_filters::rate_limit::{LocalRateLimiter, RateLimit};
+use toolgate_filters::rate_limit::RateLimit;
 use toolgate_filters::FilterChain;
 
 /// Runs toolgate until SIGTERM (graceful: in-flight requests finish) or SIGINT.
@@ -50,7 +50,7 @@ pub fn run(config_path: &Path) -> ExitCode {
     };
     let opened = startup.block_on(async {
         let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
-        let limiter = RateLimit::new(config.rate_limit_policy.clone(), Arc::new(LocalRateLimiter::new()));
+        let limiter = RateLimit::new(config.rate_limit_policy.clone(), crate::limiter::open(&config.storage));
         let server = Server::new(state.clone(), limiter).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((state, Arc::new(server), printed))
     });

@@ -9,7 +9,7 @@ use crate::state::State;
 use crate::store::StoreError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use toolgate_filters::rate_limit::RateLimit;
+use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
 
 pub struct Server {
     pub state: Arc<State>,
@@ -17,14 +17,15 @@ pub struct Server {
     pub mcp: Arc<McpRuntime>,
     pub reqlog: Arc<RequestLog>,
     pub mfa: Mfa,
-    /// A handle on the rate-limit filter, for `/rate-limit` and extra charges.
-    pub limiter: RateLimit,
+    /// A handle on the rate-limit filter, for `/rate-limit` and extra charges; its backend
+    /// also counts the MCP quotas.
+    pub limiter: RateLimit<dyn RateLimiter>,
 }
 
 impl Server {
-    pub async fn new(state: Arc<State>, limiter: RateLimit) -> Result<Server, StoreError> {
+    pub async fn new(state: Arc<State>, limiter: RateLimit<dyn RateLimiter>) -> Result<Server, StoreError> {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
-        let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone()).await?);
+        let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone()).await?);
         // The runtime's caches follow the state through the change feed. Held weakly: the feed
         // lives in the state, which the runtime itself holds.
         let weak = Arc::downgrade(&mcp);
@@ -81,7 +82,6 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();
-                self.server.mcp.quotas.sweep();
                 self.server.mcp.apps.sweep_idle();
                 last_sweep = Instant::now();
             }

@@ -477,9 +477,28 @@ pub struct Usage {
     pub peak_minute_requests: u64,
 }
 
+/// What [`RateLimiter::charge_window`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowOutcome {
+    /// The request fits in the window's limit (and was counted).
+    pub allowed: bool,
+    /// Requests counted in the window, this one included when allowed.
+    pub count: u32,
+    /// Unix seconds when the next window opens.
+    pub reset_at: u64,
+}
+
 /// Where bucket state lives. Implementations must apply the GCRA arithmetic of
 /// [`LocalRateLimiter`] so that backends agree on admission.
+///
+/// One backend serves both kinds of limit: the per-caller buckets of the rate-limit filter and
+/// the fixed windows of figures shared by all callers (a gateway's or an app's requests per
+/// minute), so a shared backend (Redis) shares both across instances.
 pub trait RateLimiter: Send + Sync {
+    /// Counts one request in the fixed window of `window_secs` seconds that `now_unix_secs`
+    /// falls in, for `key`, unless the window already holds `limit`. No allocation when the
+    /// key's window exists.
+    fn charge_window(&self, key: &str, limit: u32, window_secs: u64, now_unix_secs: u64) -> WindowOutcome;
     /// Takes `req.cost` tokens if both windows have them (and an in-flight slot if asked).
     fn charge(&self, req: &ChargeRequest<'_>) -> Outcome;
     /// The bucket's state without charging, for `GET /rate-limit`.
@@ -621,19 +640,24 @@ fn takes_slot(req: &RequestView<'_>) -> bool {
 /// The rate-limit filter. Cheap to clone (shared state), so the server can keep a handle for
 /// [`RateLimit::charge_extra`], [`RateLimit::status`] and [`RateLimit::sweep`] while the chain
 /// owns another.
-pub struct RateLimit<L: RateLimiter = LocalRateLimiter> {
+pub struct RateLimit<L: RateLimiter + ?Sized = LocalRateLimiter> {
     policy: Arc<RateLimitPolicy>,
     limiter: Arc<L>,
     totals: Arc<Totals>,
 }
 
-impl<L: RateLimiter> Clone for RateLimit<L> {
+impl<L: RateLimiter + ?Sized> Clone for RateLimit<L> {
     fn clone(&self) -> Self {
         RateLimit { policy: self.policy.clone(), limiter: self.limiter.clone(), totals: self.totals.clone() }
     }
 }
 
-impl<L: RateLimiter> RateLimit<L> {
+impl<L: RateLimiter + ?Sized> RateLimit<L> {
+    /// The backend, shared with whoever else counts against it (the gateway and app quotas).
+    pub fn backend(&self) -> &Arc<L> {
+        &self.limiter
+    }
+
     pub fn new(policy: Arc<RateLimitPolicy>, limiter: Arc<L>) -> Self {
         RateLimit { policy, limiter, totals: Arc::default() }
     }
@@ -769,7 +793,7 @@ impl<L: RateLimiter> RateLimit<L> {
     }
 }
 
-impl<L: RateLimiter> RequestFilter for RateLimit<L> {
+impl<L: RateLimiter + ?Sized> RequestFilter for RateLimit<L> {
     fn name(&self) -> &'static str {
         "rate_limit"
     }

@@ -5,9 +5,10 @@
 //! the simplest exact reading of it is the right one; the per-caller buckets with burst live in
 //! the rate-limit filter.
 
-use dashmap::DashMap;
 use http::{HeaderName, HeaderValue};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+use toolgate_filters::rate_limit::RateLimiter;
 use toolgate_filters::rate_limit::{
     X_RATELIMIT_BUCKET, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, X_RATELIMIT_RESET_AFTER,
 };
@@ -51,13 +52,17 @@ impl Spent {
     }
 }
 
-#[derive(Default)]
+/// The per-minute quotas of gateways and apps, counted by the rate-limit backend (the same one
+/// the filter's buckets use), so that instances sharing a backend share the figures.
 pub struct MinuteQuota {
-    /// key -> (minute since the epoch, requests in it).
-    windows: DashMap<String, (u64, u32)>,
+    backend: Arc<dyn RateLimiter>,
 }
 
 impl MinuteQuota {
+    pub fn new(backend: Arc<dyn RateLimiter>) -> MinuteQuota {
+        MinuteQuota { backend }
+    }
+
     /// Counts one request against `limit` per minute for `key`; [`Spent`] until the next window
     /// when the quota is spent.
     pub fn admit(&self, key: &str, limit: u32) -> Result<(), Spent> {
@@ -66,36 +71,22 @@ impl MinuteQuota {
     }
 
     fn admit_at(&self, key: &str, limit: u32, now_secs: u64) -> Result<(), Spent> {
-        let minute = now_secs / 60;
-        let mut w = match self.windows.get_mut(key) {
-            Some(w) => w,
-            None => self.windows.entry(key.to_string()).or_insert((minute, 0)),
-        };
-        if w.0 != minute {
-            *w = (minute, 0);
+        let w = self.backend.charge_window(key, limit, 60, now_secs);
+        if w.allowed {
+            return Ok(());
         }
-        if w.1 >= limit {
-            let reset_at = (minute + 1) * 60;
-            return Err(Spent { limit, reset_at, retry_after: reset_at - now_secs });
-        }
-        w.1 += 1;
-        Ok(())
-    }
-
-    /// Drops windows of past minutes.
-    pub fn sweep(&self) {
-        let minute = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() / 60).unwrap_or(0);
-        self.windows.retain(|_, w| w.0 >= minute);
+        Err(Spent { limit, reset_at: w.reset_at, retry_after: w.reset_at.saturating_sub(now_secs).max(1) })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgate_filters::rate_limit::LocalRateLimiter;
 
     #[test]
     fn exact_per_minute() {
-        let q = MinuteQuota::default();
+        let q = MinuteQuota::new(Arc::new(LocalRateLimiter::new()));
         let t = 6_000; // start of a minute
         for _ in 0..3 {
             assert_eq!(q.admit_at("g", 3, t + 10), Ok(()));

@@ -19,6 +19,7 @@ use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
+use toolgate_filters::rate_limit::RateLimiter;
 
 /// A message for a gateway's open GET streams: for all of them, or for one session's only.
 pub struct StreamMessage {
@@ -44,7 +45,11 @@ pub struct McpRuntime {
 }
 
 impl McpRuntime {
-    pub async fn new(state: Arc<State>, reqlog: Arc<RequestLog>) -> Result<McpRuntime, StoreError> {
+    pub async fn new(
+        state: Arc<State>,
+        reqlog: Arc<RequestLog>,
+        limiter: Arc<dyn RateLimiter>,
+    ) -> Result<McpRuntime, StoreError> {
         let m = &state.config.mcp;
         let limits = SessionLimits {
             idle_timeout: m.session_idle_timeout,
@@ -63,7 +68,7 @@ impl McpRuntime {
         Ok(McpRuntime {
             apps: AppClients::new(state.clone()),
             reqlog,
-            quotas: Default::default(),
+            quotas: MinuteQuota::new(limiter),
             sessions,
             state,
             catalogues: DashMap::new(),

@@ -9,7 +9,7 @@
 
 use super::{
     Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, InFlightSlot, LimitKey, Outcome, RateLimiter, Snapshot,
-    Usage, Window, MINUTE_NS, SECOND_NS,
+    Usage, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
 };
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -112,6 +112,8 @@ pub struct LocalRateLimiter<C: Clock = MonotonicClock> {
     clock: C,
     keys: DashMap<Box<str>, Arc<CallerState>>,
     addresses: DashMap<IpAddr, Arc<CallerState>>,
+    /// Fixed windows of shared figures: key -> (Unix seconds when the window ends, requests in it).
+    windows: DashMap<Box<str>, (u64, u32)>,
 }
 
 impl Default for LocalRateLimiter<MonotonicClock> {
@@ -128,7 +130,7 @@ impl LocalRateLimiter<MonotonicClock> {
 
 impl<C: Clock> LocalRateLimiter<C> {
     pub fn with_clock(clock: C) -> Self {
-        LocalRateLimiter { clock, keys: DashMap::new(), addresses: DashMap::new() }
+        LocalRateLimiter { clock, keys: DashMap::new(), addresses: DashMap::new(), windows: DashMap::new() }
     }
 
     pub fn clock(&self) -> &C {
@@ -218,6 +220,23 @@ fn admit(tat: u64, now: u64, w: Window, cost: u64) -> Result<u64, u64> {
 }
 
 impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
+    fn charge_window(&self, key: &str, limit: u32, window_secs: u64, now_unix_secs: u64) -> WindowOutcome {
+        let window_secs = window_secs.max(1);
+        let reset_at = (now_unix_secs / window_secs + 1) * window_secs;
+        let mut w = match self.windows.get_mut(key) {
+            Some(w) => w,
+            None => self.windows.entry(key.into()).or_insert((reset_at, 0)),
+        };
+        if w.0 != reset_at {
+            *w = (reset_at, 0);
+        }
+        if w.1 >= limit {
+            return WindowOutcome { allowed: false, count: w.1, reset_at };
+        }
+        w.1 += 1;
+        WindowOutcome { allowed: true, count: w.1, reset_at }
+    }
+
     fn charge(&self, req: &ChargeRequest<'_>) -> Outcome {
         let now = self.clock.now_ns();
         let cost = u64::from(req.cost);
@@ -291,7 +310,11 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         let before = self.len();
         self.keys.retain(|_, s| !idle(s));
         self.addresses.retain(|_, s| !idle(s));
-        before - self.len()
+        // Windows that have ended hold nothing a request will read.
+        let now_secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let windows = self.windows.len();
+        self.windows.retain(|_, w| w.0 > now_secs);
+        before - self.len() + (windows - self.windows.len())
     }
 }
 

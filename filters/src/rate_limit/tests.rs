@@ -420,3 +420,29 @@ fn the_product_of_multipliers_is_capped_at_the_tiers_ceiling() {
     assert_eq!(header(&ctx, "x-ratelimit-limit"), "20");
     assert_eq!(rl.status(&p, Some(100.0)).buckets[Bucket::Global.index()].limit, 20);
 }
+
+#[test]
+fn a_shared_window_counts_to_its_limit_and_opens_again_with_the_next_window() {
+    let l = LocalRateLimiter::new();
+    let t = 6_000; // the start of a minute
+    for n in 1..=3 {
+        assert_eq!(l.charge_window("gw_1", 3, 60, t + 10), WindowOutcome { allowed: true, count: n, reset_at: t + 60 });
+    }
+    assert_eq!(l.charge_window("gw_1", 3, 60, t + 59), WindowOutcome { allowed: false, count: 3, reset_at: t + 60 });
+    assert!(l.charge_window("app:other", 3, 60, t + 10).allowed, "windows are per key");
+    assert_eq!(l.charge_window("gw_1", 3, 60, t + 60), WindowOutcome { allowed: true, count: 1, reset_at: t + 120 });
+    // A zero limit admits nothing; a zero-length window is read as one second.
+    assert!(!l.charge_window("zero", 0, 60, t).allowed);
+    assert_eq!(l.charge_window("tiny", 5, 0, t).reset_at, t + 1);
+}
+
+#[test]
+fn sweeping_drops_the_windows_that_have_ended_only() {
+    let l = LocalRateLimiter::new();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    l.charge_window("past", 5, 60, now - 3_600);
+    l.charge_window("current", 5, 3_600, now);
+    assert_eq!(l.sweep(), 1);
+    // The current window kept its count.
+    assert_eq!(l.charge_window("current", 5, 3_600, now).count, 2);
+}
