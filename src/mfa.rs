@@ -18,7 +18,7 @@
 
 use crate::error::ApiError;
 use crate::secrets::{self, Sealer};
-use crate::store::{Kind, Store, StoreError};
+use crate::store::{Kind, Store, StoreError, NO_PARTITION};
 use chrono::Utc;
 use dashmap::DashMap;
 use rand::rngs::OsRng;
@@ -164,7 +164,7 @@ impl Mfa {
 
     async fn save(&self, r: MfaRecord) -> Result<(), ApiError> {
         let json = serde_json::to_string(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
-        self.store.put(Kind::Mfa, &r.user_id, json).await?;
+        self.store.put(Kind::Mfa, NO_PARTITION, &r.user_id, json).await?;
         self.records.insert(r.user_id.clone(), r);
         Ok(())
     }
@@ -299,7 +299,7 @@ impl Mfa {
         let id = secrets::new_id("mfa_ch");
         let expires_at_ms = Utc::now().timestamp_millis() + MFA_TTL.as_millis() as i64;
         let rec = ChallengeRecord { user_id: user_id.to_string(), failures: 0, expires_at_ms };
-        self.store.put_expiring(Kind::MfaChallenge, &id, to_json(&rec)?, expires_at_ms).await?;
+        self.store.put_expiring(Kind::MfaChallenge, NO_PARTITION, &id, to_json(&rec)?, expires_at_ms).await?;
         Ok(id)
     }
 
@@ -342,7 +342,9 @@ impl Mfa {
                 return Err(ApiError::validation("code", "invalid code; this challenge is used up, ask for a new one"));
             }
             let json = to_json(&challenge)?;
-            self.store.put_expiring(Kind::MfaChallenge, challenge_id, json, challenge.expires_at_ms).await?;
+            self.store
+                .put_expiring(Kind::MfaChallenge, NO_PARTITION, challenge_id, json, challenge.expires_at_ms)
+                .await?;
             return Err(ApiError::validation("code", "invalid or expired code"));
         }
         // Used once: of two answers racing on one challenge, only the one that takes it wins.
@@ -350,7 +352,9 @@ impl Mfa {
         let token = format!("mfa_{}", secrets::new_session_id());
         let expires_at_ms = Utc::now().timestamp_millis() + MFA_TTL.as_millis() as i64;
         let rec = TokenRecord { user_id: user_id.to_string() };
-        self.store.put_expiring(Kind::MfaToken, &secrets::hash_key(&token), to_json(&rec)?, expires_at_ms).await?;
+        self.store
+            .put_expiring(Kind::MfaToken, NO_PARTITION, &secrets::hash_key(&token), to_json(&rec)?, expires_at_ms)
+            .await?;
         Ok(token)
     }
 

@@ -379,32 +379,40 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Store for FlakyStore {
-        async fn put(&self, kind: crate::store::Kind, id: &str, json: String) -> Result<(), crate::store::StoreError> {
-            self.inner.put(kind, id, json).await
+        async fn put(
+            &self,
+            kind: crate::store::Kind,
+            partition: &str,
+            id: &str,
+            json: String,
+        ) -> Result<(), crate::store::StoreError> {
+            self.inner.put(kind, partition, id, json).await
         }
         async fn put_many(
             &self,
             kind: crate::store::Kind,
-            items: Vec<(String, String)>,
+            items: Vec<crate::store::Stored>,
         ) -> Result<(), crate::store::StoreError> {
             self.inner.put_many(kind, items).await
         }
         async fn put_expiring(
             &self,
             kind: crate::store::Kind,
+            partition: &str,
             id: &str,
             json: String,
             expires_at_ms: i64,
         ) -> Result<(), crate::store::StoreError> {
-            self.inner.put_expiring(kind, id, json, expires_at_ms).await
+            self.inner.put_expiring(kind, partition, id, json, expires_at_ms).await
         }
         async fn put_if_absent(
             &self,
             kind: crate::store::Kind,
+            partition: &str,
             id: &str,
             json: String,
         ) -> Result<bool, crate::store::StoreError> {
-            self.inner.put_if_absent(kind, id, json).await
+            self.inner.put_if_absent(kind, partition, id, json).await
         }
         async fn get(&self, kind: crate::store::Kind, id: &str) -> Result<Option<String>, crate::store::StoreError> {
             self.inner.get(kind, id).await
@@ -420,6 +428,13 @@ mod tests {
         }
         async fn load_all(&self, kind: crate::store::Kind) -> Result<Vec<(String, String)>, crate::store::StoreError> {
             self.inner.load_all(kind).await
+        }
+        async fn load_partition(
+            &self,
+            kind: crate::store::Kind,
+            partition: &str,
+        ) -> Result<Vec<(String, String)>, crate::store::StoreError> {
+            self.inner.load_partition(kind, partition).await
         }
         async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), crate::store::StoreError> {
             use thread_priority::{thread_schedule_policy, NormalThreadSchedulePolicy, ThreadSchedulePolicy};

@@ -265,9 +265,10 @@ impl State {
         Ok(print.then_some(plaintext))
     }
 
-    async fn put<T: Serialize>(&self, kind: Kind, id: &str, value: &T) -> Result<(), StoreError> {
+    /// Writes a record of organisation `org_id` (its store partition).
+    async fn put<T: Serialize>(&self, kind: Kind, org_id: &str, id: &str, value: &T) -> Result<(), StoreError> {
         let json = serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.store.put(kind, id, json).await
+        self.store.put(kind, org_id, id, json).await
     }
 
     fn set_ip_policy(&self, org: &Organization) {
@@ -285,7 +286,7 @@ impl State {
     }
 
     pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
-        self.put(Kind::Organization, &org.id, &org).await?;
+        self.put(Kind::Organization, &org.id, &org.id, &org).await?;
         self.set_ip_policy(&org);
         let org = Arc::new(org);
         self.orgs.insert(org.id.clone(), org.clone());
@@ -295,7 +296,7 @@ impl State {
     }
 
     pub async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
-        self.put(Kind::User, &user.id, &user).await?;
+        self.put(Kind::User, &user.org_id, &user.id, &user).await?;
         let user = Arc::new(user);
         self.users.insert(user.id.clone(), user.clone());
         self.principals.clear();
@@ -304,7 +305,7 @@ impl State {
     }
 
     pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
-        self.put(Kind::ApiKey, &key.id, &key).await?;
+        self.put(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
         let key = Arc::new(key);
         self.index_key(&key);
         if let Some(previous) = self.keys.insert(key.id.clone(), key.clone()) {
@@ -321,7 +322,7 @@ impl State {
     }
 
     pub async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
-        self.put(Kind::ServiceAccount, &a.id, &a).await?;
+        self.put(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
         let a = Arc::new(a);
         self.service_accounts.insert(a.id.clone(), a.clone());
         self.principals.clear();
@@ -373,7 +374,8 @@ impl State {
     /// Writes usage counters changed since the last flush, in one transaction.
     pub async fn flush_usage(&self) {
         crate::store::write_dirty(&*self.store, Kind::KeyUsage, &self.usage_dirty, |id| {
-            self.usage.get(id).and_then(|u| serde_json::to_string(u.value()).ok())
+            let org = self.keys.get(id).map(|k| k.org_id.clone()).unwrap_or_default();
+            self.usage.get(id).and_then(|u| serde_json::to_string(u.value()).ok()).map(|json| (org, json))
         })
         .await;
     }
@@ -403,7 +405,7 @@ impl State {
     }
 
     pub async fn save_gateway(&self, gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
-        self.put(Kind::Gateway, &gw.id, &gw).await?;
+        self.put(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
         let gw = Arc::new(gw);
         self.gateways.insert(gw.id.clone(), gw.clone());
         self.changes.publish(Change::GatewaySaved { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
@@ -419,7 +421,7 @@ impl State {
     }
 
     pub async fn save_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
-        self.put(Kind::Connection, &c.id, &c).await?;
+        self.put(Kind::Connection, &c.org_id, &c.id, &c).await?;
         let c = Arc::new(c);
         self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
         self.changes.publish(Change::ConnectionSaved { org_id: c.org_id.clone(), app_id: c.app_id.clone() });

@@ -210,7 +210,7 @@ impl Sessions {
         }
         let json = serde_json::to_string(&session).map_err(|e| StoreError::Backend(e.to_string()));
         let stored = match json {
-            Ok(json) => self.store.put(Kind::Session, &session.id, json).await,
+            Ok(json) => self.store.put(Kind::Session, &session.org_id, &session.id, json).await,
             Err(e) => Err(e),
         };
         if let Err(e) = stored {
@@ -311,7 +311,7 @@ impl Sessions {
     pub async fn end(&self, id: &str) -> Result<bool, StoreError> {
         let Some(ended) = self.end_in_memory(id) else { return Ok(false) };
         let json = serde_json::to_string(&ended).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.store.put(Kind::Session, id, json).await?;
+        self.store.put(Kind::Session, &ended.org_id, id, json).await?;
         Ok(true)
     }
 
@@ -482,7 +482,7 @@ impl Sessions {
     /// Writes the activity of sessions used since the last flush, in one transaction.
     pub async fn flush(&self) {
         crate::store::write_dirty(&*self.store, Kind::Session, &self.dirty, |id| {
-            self.get(id).and_then(|s| serde_json::to_string(&s).ok())
+            self.get(id).and_then(|s| serde_json::to_string(&s).ok().map(|json| (s.org_id, json)))
         })
         .await;
     }

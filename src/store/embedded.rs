@@ -5,7 +5,7 @@
 //! request log's own slices are committed with `synchronous=NORMAL` (see `append_logs`).
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
-use super::{Kind, LogQuery, LogRecord, LogSummary, Store, StoreError};
+use super::{Kind, LogQuery, LogRecord, LogSummary, Store, StoreError, Stored};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -43,6 +43,7 @@ impl EmbeddedStore {
         )
         .map_err(backend)?;
         add_expiry_column(&conn)?;
+        add_partition_column(&conn)?;
         Ok(EmbeddedStore { conn: Arc::new(Mutex::new(conn)) })
     }
 
@@ -71,6 +72,21 @@ fn add_expiry_column(conn: &Connection) -> Result<(), StoreError> {
     }
     conn.execute_batch("CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_ms) WHERE expires_ms IS NOT NULL")
         .map_err(backend)
+}
+
+/// Each record's organisation (`''` for none). Stores made before the column existed get it
+/// here, with every record in no partition until it is next written.
+fn add_partition_column(conn: &Connection) -> Result<(), StoreError> {
+    let has: bool = conn
+        .query_row("SELECT COUNT(*) FROM pragma_table_info('records') WHERE name = 'partition'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(backend)?
+        > 0;
+    if !has {
+        conn.execute_batch("ALTER TABLE records ADD COLUMN partition TEXT NOT NULL DEFAULT ''").map_err(backend)?;
+    }
+    conn.execute_batch("CREATE INDEX IF NOT EXISTS records_partition ON records (kind, partition)").map_err(backend)
 }
 
 fn now_ms() -> i64 {
@@ -155,13 +171,14 @@ fn log_filter(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
 
 #[async_trait]
 impl Store for EmbeddedStore {
-    async fn put(&self, kind: Kind, id: &str, json: String) -> Result<(), StoreError> {
-        let id = id.to_string();
+    async fn put(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<(), StoreError> {
+        let (id, partition) = (id.to_string(), partition.to_string());
         self.with(move |c| {
             c.execute(
-                "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, NULL)
-                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL",
-                params![kind.as_str(), id, json],
+                "INSERT INTO records (kind, id, body, expires_ms, partition) VALUES (?1, ?2, ?3, NULL, ?4)
+                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL,
+                     partition = excluded.partition",
+                params![kind.as_str(), id, json, partition],
             )
             .map(|_| ())
             .map_err(backend)
@@ -169,13 +186,21 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn put_expiring(&self, kind: Kind, id: &str, json: String, expires_at_ms: i64) -> Result<(), StoreError> {
-        let id = id.to_string();
+    async fn put_expiring(
+        &self,
+        kind: Kind,
+        partition: &str,
+        id: &str,
+        json: String,
+        expires_at_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (id, partition) = (id.to_string(), partition.to_string());
         self.with(move |c| {
             c.execute(
-                "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = excluded.expires_ms",
-                params![kind.as_str(), id, json, expires_at_ms],
+                "INSERT INTO records (kind, id, body, expires_ms, partition) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = excluded.expires_ms,
+                     partition = excluded.partition",
+                params![kind.as_str(), id, json, expires_at_ms, partition],
             )
             .map(|_| ())
             .map_err(backend)
@@ -183,15 +208,16 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn put_if_absent(&self, kind: Kind, id: &str, json: String) -> Result<bool, StoreError> {
-        let id = id.to_string();
+    async fn put_if_absent(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<bool, StoreError> {
+        let (id, partition) = (id.to_string(), partition.to_string());
         self.with(move |c| {
             // An expired record counts as absent: it is replaced.
             c.execute(
-                "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, NULL)
-                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL
+                "INSERT INTO records (kind, id, body, expires_ms, partition) VALUES (?1, ?2, ?3, NULL, ?5)
+                 ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL,
+                     partition = excluded.partition
                  WHERE records.expires_ms IS NOT NULL AND records.expires_ms <= ?4",
-                params![kind.as_str(), id, json, now_ms()],
+                params![kind.as_str(), id, json, now_ms(), partition],
             )
             .map(|n| n > 0)
             .map_err(backend)
@@ -239,7 +265,7 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn put_many(&self, kind: Kind, items: Vec<(String, String)>) -> Result<(), StoreError> {
+    async fn put_many(&self, kind: Kind, items: Vec<Stored>) -> Result<(), StoreError> {
         if items.is_empty() {
             return Ok(());
         }
@@ -248,12 +274,13 @@ impl Store for EmbeddedStore {
             {
                 let mut stmt = tx
                     .prepare_cached(
-                        "INSERT INTO records (kind, id, body, expires_ms) VALUES (?1, ?2, ?3, NULL)
-                         ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL",
+                        "INSERT INTO records (kind, id, body, expires_ms, partition) VALUES (?1, ?2, ?3, NULL, ?4)
+                         ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL,
+                             partition = excluded.partition",
                     )
                     .map_err(backend)?;
-                for (id, json) in &items {
-                    stmt.execute(params![kind.as_str(), id, json]).map_err(backend)?;
+                for r in &items {
+                    stmt.execute(params![kind.as_str(), r.id, r.json, r.partition]).map_err(backend)?;
                 }
             }
             tx.commit().map_err(backend)
@@ -278,6 +305,23 @@ impl Store for EmbeddedStore {
                 .map_err(backend)?;
             let rows =
                 stmt.query_map(params![kind.as_str(), now_ms()], |r| Ok((r.get(0)?, r.get(1)?))).map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    async fn load_partition(&self, kind: Kind, partition: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let partition = partition.to_string();
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare(
+                    "SELECT id, body FROM records WHERE kind = ?1 AND partition = ?2
+                     AND (expires_ms IS NULL OR expires_ms > ?3)",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![kind.as_str(), partition, now_ms()], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(backend)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(backend)
         })
         .await
@@ -335,8 +379,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let later = now_ms() + 60_000;
-        store.put_expiring(Kind::MfaToken, "live", "1".into(), later).await.unwrap();
-        store.put_expiring(Kind::MfaToken, "dead", "2".into(), now_ms() - 1).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "", "live", "1".into(), later).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "", "dead", "2".into(), now_ms() - 1).await.unwrap();
         assert_eq!(store.get(Kind::MfaToken, "live").await.unwrap().as_deref(), Some("1"));
         assert_eq!(store.get(Kind::MfaToken, "dead").await.unwrap(), None, "expired records are not read");
         let all = store.load_all(Kind::MfaToken).await.unwrap();
@@ -346,18 +390,18 @@ mod tests {
         assert_eq!(store.take(Kind::MfaToken, "live").await.unwrap(), None);
         assert_eq!(store.take(Kind::MfaToken, "dead").await.unwrap(), None);
         // Conditional put: absent or expired wins, a live record stays.
-        assert!(store.put_if_absent(Kind::Gateway, "g", "a".into()).await.unwrap());
-        assert!(!store.put_if_absent(Kind::Gateway, "g", "b".into()).await.unwrap());
+        assert!(store.put_if_absent(Kind::Gateway, "", "g", "a".into()).await.unwrap());
+        assert!(!store.put_if_absent(Kind::Gateway, "", "g", "b".into()).await.unwrap());
         assert_eq!(store.get(Kind::Gateway, "g").await.unwrap().as_deref(), Some("a"));
-        store.put_expiring(Kind::MfaChallenge, "c", "old".into(), now_ms() - 1).await.unwrap();
-        assert!(store.put_if_absent(Kind::MfaChallenge, "c", "new".into()).await.unwrap());
+        store.put_expiring(Kind::MfaChallenge, "", "c", "old".into(), now_ms() - 1).await.unwrap();
+        assert!(store.put_if_absent(Kind::MfaChallenge, "", "c", "new".into()).await.unwrap());
         assert_eq!(store.get(Kind::MfaChallenge, "c").await.unwrap().as_deref(), Some("new"));
         // The sweep removes only what is due (`dead` already went with its take); a plain put
         // makes an expiring record permanent.
-        store.put_expiring(Kind::MfaToken, "x", "3".into(), now_ms() - 1).await.unwrap();
-        store.put_expiring(Kind::MfaToken, "y", "4".into(), later).await.unwrap();
-        store.put_expiring(Kind::MfaToken, "z", "5".into(), now_ms() - 1).await.unwrap();
-        store.put(Kind::MfaToken, "z", "6".into()).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "", "x", "3".into(), now_ms() - 1).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "", "y", "4".into(), later).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "", "z", "5".into(), now_ms() - 1).await.unwrap();
+        store.put(Kind::MfaToken, "", "z", "6".into()).await.unwrap();
         assert_eq!(store.sweep_expired().await.unwrap(), 1, "only `x`");
         assert_eq!(store.get(Kind::MfaToken, "y").await.unwrap().as_deref(), Some("4"));
         assert_eq!(store.get(Kind::MfaToken, "z").await.unwrap().as_deref(), Some("6"));
@@ -380,6 +424,35 @@ mod tests {
         assert_eq!(store.get(Kind::Gateway, "g1").await.unwrap().as_deref(), Some("{}"));
         let reopened = EmbeddedStore::open(dir.path()).unwrap();
         assert_eq!(reopened.load_all(Kind::Gateway).await.unwrap().len(), 1);
+        // ... and the partition column: the old row is in no partition until written again.
+        assert_eq!(reopened.load_partition(Kind::Gateway, "").await.unwrap().len(), 1);
+        reopened.put(Kind::Gateway, "org_1", "g1", "{}".into()).await.unwrap();
+        assert_eq!(reopened.load_partition(Kind::Gateway, "org_1").await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_organisations_records_are_read_back_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.put(Kind::Gateway, "org_a", "g1", "1".into()).await.unwrap();
+        store.put(Kind::Gateway, "org_b", "g2", "2".into()).await.unwrap();
+        store.put(Kind::ApiKey, "org_a", "k1", "3".into()).await.unwrap();
+        let batch = vec![
+            Stored { partition: "org_a".into(), id: "s1".into(), json: "4".into() },
+            Stored { partition: "org_b".into(), id: "s2".into(), json: "5".into() },
+        ];
+        store.put_many(Kind::Session, batch).await.unwrap();
+        store.put_expiring(Kind::MfaToken, "org_a", "t1", "6".into(), now_ms() - 1).await.unwrap();
+        let ids = |v: Vec<(String, String)>| v.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+        assert_eq!(ids(store.load_partition(Kind::Gateway, "org_a").await.unwrap()), ["g1"]);
+        assert_eq!(ids(store.load_partition(Kind::Gateway, "org_b").await.unwrap()), ["g2"]);
+        assert_eq!(ids(store.load_partition(Kind::ApiKey, "org_a").await.unwrap()), ["k1"], "by kind too");
+        assert_eq!(ids(store.load_partition(Kind::Session, "org_b").await.unwrap()), ["s2"]);
+        assert!(store.load_partition(Kind::MfaToken, "org_a").await.unwrap().is_empty(), "expired");
+        // A record moved to another organisation is found only there.
+        store.put(Kind::Gateway, "org_b", "g1", "1".into()).await.unwrap();
+        assert!(store.load_partition(Kind::Gateway, "org_a").await.unwrap().is_empty());
+        assert_eq!(store.load_partition(Kind::Gateway, "org_b").await.unwrap().len(), 2);
     }
 
     #[tokio::test]

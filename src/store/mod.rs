@@ -102,19 +102,42 @@ pub struct LogSummary {
     pub total_duration_ms: u64,
 }
 
+/// One record of a batch write: its partition, id and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub partition: String,
+    pub id: String,
+    pub json: String,
+}
+
+/// The partition of records that belong to no organisation, or are only ever read by id
+/// (MFA challenges and tokens, by their id or hash).
+pub const NO_PARTITION: &str = "";
+
+/// Records are JSON bodies filed by kind and id. Each also has a partition, the organisation it
+/// belongs to, so that a shared backend can keep an organisation's records together and read
+/// them back in one query ([`Store::load_partition`]).
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Inserts or replaces a record durably: once this returns `Ok`, the record survives a crash.
-    async fn put(&self, kind: Kind, id: &str, json: String) -> Result<(), StoreError>;
+    /// `partition` is the organisation the record belongs to (see [`Store::load_partition`]).
+    async fn put(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<(), StoreError>;
     /// Inserts or replaces several records of a kind in one durable write (background flushes).
-    async fn put_many(&self, kind: Kind, items: Vec<(String, String)>) -> Result<(), StoreError>;
+    async fn put_many(&self, kind: Kind, items: Vec<Stored>) -> Result<(), StoreError>;
     /// Inserts or replaces a record that lives until `expires_at_ms` (milliseconds since the
     /// epoch): after that no read returns it and [`Store::sweep_expired`] removes it. For
     /// short-lived records (MFA challenges and tokens) that every instance must see.
-    async fn put_expiring(&self, kind: Kind, id: &str, json: String, expires_at_ms: i64) -> Result<(), StoreError>;
+    async fn put_expiring(
+        &self,
+        kind: Kind,
+        partition: &str,
+        id: &str,
+        json: String,
+        expires_at_ms: i64,
+    ) -> Result<(), StoreError>;
     /// Inserts a record only if none lives under that id: `Ok(false)` when one does. Uniqueness
     /// without a per-process lock, so that instances sharing a backend cannot both win.
-    async fn put_if_absent(&self, kind: Kind, id: &str, json: String) -> Result<bool, StoreError>;
+    async fn put_if_absent(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<bool, StoreError>;
     /// One live record.
     async fn get(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError>;
     /// Reads and removes one live record in one step: what a single-use token needs, so that two
@@ -124,6 +147,9 @@ pub trait Store: Send + Sync {
     async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError>;
     /// Every live record of a kind, for loading the in-memory state at start.
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError>;
+    /// Every live record of a kind in one partition (one organisation's gateways, keys, ...):
+    /// what an instance reads when another tells it that organisation changed.
+    async fn load_partition(&self, kind: Kind, partition: &str) -> Result<Vec<(String, String)>, StoreError>;
     /// Removes every record whose time is up; returns how many.
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
     /// Appends request-log entries (batched by the caller).
@@ -136,21 +162,22 @@ pub trait Store: Send + Sync {
 }
 
 /// Writes the records named in `dirty` (ids marked by the request path since the last flush) in
-/// one transaction, each as `json_of(id)` (`None`: the record is gone, skip it). On failure the
+/// one transaction, each as `record_of(id)`, its partition and body (`None`: the record is gone,
+/// skip it). On failure the
 /// ids are marked again for the next flush. The background flushes of session activity and key
 /// usage both work this way.
 pub async fn write_dirty(
     store: &dyn Store,
     kind: Kind,
     dirty: &dashmap::DashSet<String>,
-    json_of: impl Fn(&str) -> Option<String>,
+    record_of: impl Fn(&str) -> Option<(String, String)>,
 ) {
     let ids: Vec<String> = dirty.iter().map(|k| k.clone()).collect();
     let mut batch = Vec::with_capacity(ids.len());
     for id in &ids {
         dirty.remove(id);
-        if let Some(json) = json_of(id) {
-            batch.push((id.clone(), json));
+        if let Some((partition, json)) = record_of(id) {
+            batch.push(Stored { partition, id: id.clone(), json });
         }
     }
     if let Err(e) = store.put_many(kind, batch).await {
