@@ -1,0 +1,198 @@
+//! `apps:`: the MCP servers the gateways can bundle (Streamable HTTP, stdio, built in).
+
+use super::is_id;
+use crate::config::*;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApp {
+    id: String,
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    long_description: String,
+    #[serde(default)]
+    category: String,
+    status: Option<String>,
+    #[serde(default)]
+    icon: String,
+    #[serde(default)]
+    auth_types: Vec<String>,
+    url: Option<String>,
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    builtin: Option<String>,
+    rate_limit: Option<u32>,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    credential_header: Option<String>,
+    credential_prefix: Option<String>,
+    protocol_version: Option<String>,
+    tls_ca_file: Option<String>,
+    oauth: Option<RawOAuth>,
+    #[serde(default)]
+    functions: Vec<RawFunction>,
+}
+
+/// A function as the app's catalogue entry shows it before any organisation has connected.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFunction {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    parameters: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTimeouts {
+    connect_ms: Option<u64>,
+    first_byte_ms: Option<u64>,
+    total_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOAuth {
+    authorize_url: String,
+    token_url: String,
+    client_id: String,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+impl RawApp {
+    /// The `i`-th app, given the apps before it (its id must be new).
+    pub(super) fn build(self, i: usize, earlier: &[AppConfig]) -> Result<AppConfig, ConfigError> {
+        let a = self;
+        let f = |name: &str| format!("apps[{i}].{name}");
+        if !is_id(&a.id) {
+            return Err(invalid(f("id"), "must be 1-64 characters of A-Z a-z 0-9 _ -"));
+        }
+        if earlier.iter().any(|x: &AppConfig| x.id == a.id) {
+            return Err(invalid(f("id"), format!("duplicate app id `{}`", a.id)));
+        }
+        if a.name.trim().is_empty() {
+            return Err(invalid(f("name"), "must not be empty"));
+        }
+        let upstream = match (a.url, a.command, a.builtin) {
+            (Some(url), None, None) => {
+                let u = url::Url::parse(&url).map_err(|e| invalid(f("url"), format!("`{url}`: {e}")))?;
+                if !matches!(u.scheme(), "http" | "https") {
+                    return Err(invalid(f("url"), "must be an http or https URL"));
+                }
+                AppUpstream::Url(url)
+            }
+            (None, Some(argv), None) => {
+                if argv.is_empty() || argv[0].is_empty() {
+                    return Err(invalid(f("command"), "must name a program"));
+                }
+                AppUpstream::Command { argv, env: a.env }
+            }
+            (None, None, Some(b)) => {
+                if b != "time" {
+                    return Err(invalid(f("builtin"), format!("unknown built-in app `{b}` (known: time)")));
+                }
+                AppUpstream::Builtin(b)
+            }
+            _ => return Err(invalid(format!("apps[{i}]"), "needs exactly one of url, command, builtin")),
+        };
+        if let Some(v) = &a.protocol_version {
+            if !matches!(upstream, AppUpstream::Url(_)) {
+                return Err(invalid(f("protocol_version"), "only applies to url apps"));
+            }
+            if !crate::mcp::protocol::VERSIONS.contains(&v.as_str()) {
+                let known = crate::mcp::protocol::VERSIONS.join(", ");
+                return Err(invalid(f("protocol_version"), format!("`{v}`: expected one of {known}")));
+            }
+        }
+        let tls_roots = match a.tls_ca_file {
+            None => None,
+            Some(file) => Some(tls_roots(&upstream, file).map_err(|m| invalid(f("tls_ca_file"), m))?),
+        };
+        let status = a.status.unwrap_or_else(|| "available".into());
+        if !matches!(status.as_str(), "available" | "beta") {
+            return Err(invalid(f("status"), format!("`{status}`: expected available or beta")));
+        }
+        for (j, t) in a.auth_types.iter().enumerate() {
+            if !matches!(t.as_str(), "api_key" | "oauth") {
+                return Err(invalid(format!("apps[{i}].auth_types[{j}]"), format!("`{t}`: expected api_key or oauth")));
+            }
+        }
+        if a.auth_types.iter().any(|t| t == "oauth") && a.oauth.is_none() {
+            return Err(invalid(f("oauth"), "required when auth_types contains oauth"));
+        }
+        // An app's quota of 0 would refuse every call; the API shows 0 for "no limit".
+        if a.rate_limit == Some(0) {
+            return Err(invalid(f("rate_limit"), "must be at least 1 (leave it out for no limit)"));
+        }
+        let mut functions = Vec::with_capacity(a.functions.len());
+        for (j, func) in a.functions.into_iter().enumerate() {
+            let field = format!("apps[{i}].functions[{j}].name");
+            if func.name.is_empty() || func.name.chars().any(char::is_control) {
+                return Err(invalid(field, "must be a non-empty name without control characters"));
+            }
+            if functions.iter().any(|x: &FunctionDecl| x.name == func.name) {
+                return Err(invalid(field, format!("duplicate function `{}`", func.name)));
+            }
+            functions.push(FunctionDecl {
+                name: func.name,
+                description: func.description,
+                parameters: func.parameters,
+            });
+        }
+        let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d));
+        let timeouts = AppTimeouts {
+            connect: ms(a.timeouts.connect_ms, 5_000),
+            first_byte: ms(a.timeouts.first_byte_ms, 30_000),
+            total: ms(a.timeouts.total_ms, 60_000),
+        };
+        if timeouts.connect.is_zero() || timeouts.first_byte.is_zero() || timeouts.total.is_zero() {
+            return Err(invalid(f("timeouts"), "timeouts must be positive"));
+        }
+        Ok(AppConfig {
+            id: a.id,
+            name: a.name,
+            description: a.description,
+            long_description: a.long_description,
+            category: a.category,
+            status,
+            icon: a.icon,
+            auth_types: a.auth_types,
+            upstream,
+            rate_limit: a.rate_limit,
+            timeouts,
+            credential_header: a.credential_header.unwrap_or_else(|| "Authorization".into()),
+            credential_prefix: a.credential_prefix.unwrap_or_else(|| "Bearer ".into()),
+            protocol_version: a.protocol_version,
+            tls_roots,
+            oauth: a.oauth.map(|o| OAuthConfig {
+                authorize_url: o.authorize_url,
+                token_url: o.token_url,
+                client_id: o.client_id,
+                scopes: o.scopes,
+            }),
+            functions,
+        })
+    }
+}
+
+/// Reads an app's `tls_ca_file` at load, so that a wrong path or a file without a certificate
+/// stops the start instead of failing the app's first call.
+fn tls_roots(upstream: &AppUpstream, file: String) -> Result<TlsRoots, String> {
+    let https = matches!(upstream, AppUpstream::Url(u) if url::Url::parse(u).is_ok_and(|u| u.scheme() == "https"));
+    if !https {
+        return Err("only applies to https url apps".into());
+    }
+    let pem = std::fs::read(&file).map_err(|e| format!("`{file}`: {e}"))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(TlsRoots { file: PathBuf::from(file), pem: pem.into() }),
+        Ok(_) => Err(format!("`{file}` holds no PEM certificate")),
+        Err(e) => Err(format!("`{file}`: {e}")),
+    }
+}

@@ -1,0 +1,62 @@
+//! `mcp:`: the MCP endpoint's sessions, paging, allowed origins and stdio processes.
+
+use crate::config::*;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcp {
+    session_idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
+    max_stdio_processes: Option<usize>,
+    page_size: Option<usize>,
+    session_retention_secs: Option<u64>,
+    max_sessions_per_key: Option<usize>,
+    max_sessions_per_organization: Option<usize>,
+}
+
+/// Upper bounds of `mcp.session_idle_timeout_secs` and `mcp.session_retention_secs`.
+const MAX_SESSION_SECS: u64 = 365 * 24 * 3600;
+/// Upper bound of `mcp.max_stdio_processes`: far above what one host runs.
+const MAX_STDIO_PROCESSES: usize = 10_000;
+
+impl RawMcp {
+    pub(super) fn build(self) -> Result<McpConfig, ConfigError> {
+        let m = self;
+        // Session times are added to instants and to each other: a bound keeps that from
+        // overflowing (a panic at start once sessions are stored).
+        for (field, value) in [
+            ("mcp.session_idle_timeout_secs", m.session_idle_timeout_secs),
+            ("mcp.session_retention_secs", m.session_retention_secs),
+        ] {
+            if value.is_some_and(|v| v > MAX_SESSION_SECS) {
+                return Err(invalid(field, format!("must be at most {MAX_SESSION_SECS} (a year)")));
+            }
+        }
+        let mcp = McpConfig {
+            session_idle_timeout: Duration::from_secs(m.session_idle_timeout_secs.unwrap_or(1800)),
+            allowed_origins: m.allowed_origins,
+            max_stdio_processes: m.max_stdio_processes.unwrap_or(super::DEFAULT_MAX_STDIO_PROCESSES),
+            page_size: m.page_size.unwrap_or(100),
+            session_retention: Duration::from_secs(m.session_retention_secs.unwrap_or(300)),
+            max_sessions_per_key: m.max_sessions_per_key.unwrap_or(1000),
+            max_sessions_per_org: m.max_sessions_per_organization.unwrap_or(10_000),
+        };
+        // The stdio permits are a semaphore, which panics at start above its maximum; zero would
+        // refuse every stdio app.
+        if !(1..=MAX_STDIO_PROCESSES).contains(&mcp.max_stdio_processes) {
+            return Err(invalid("mcp.max_stdio_processes", format!("must be between 1 and {MAX_STDIO_PROCESSES}")));
+        }
+        if mcp.page_size == 0 {
+            return Err(invalid("mcp.page_size", "must be at least 1"));
+        }
+        if mcp.max_sessions_per_key == 0 {
+            return Err(invalid("mcp.max_sessions_per_key", "must be at least 1"));
+        }
+        if mcp.max_sessions_per_org == 0 {
+            return Err(invalid("mcp.max_sessions_per_organization", "must be at least 1"));
+        }
+        Ok(mcp)
+    }
+}

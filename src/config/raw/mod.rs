@@ -1,0 +1,132 @@
+//! The YAML file as written. Every struct refuses unknown fields. `validate` turns it into the
+//! runtime [`Config`](super::Config) section by section: each section is a file here whose
+//! `build` validates it and names the field of the first problem with its full path
+//! (`server.max_body_bytes`, `apps[2].tls_ca_file`). Sections that depend on others get those
+//! already built (users need the organisations, quotas the tiers).
+
+mod apps;
+mod identity;
+mod jwt;
+mod limits;
+mod mcp;
+mod server;
+mod storage;
+
+use super::*;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    environment: Option<String>,
+    #[serde(default)]
+    server: server::RawServer,
+    #[serde(default)]
+    storage: storage::RawStorage,
+    #[serde(default)]
+    apps: Vec<apps::RawApp>,
+    #[serde(default)]
+    organizations: Vec<identity::RawOrg>,
+    #[serde(default)]
+    users: Vec<identity::RawUser>,
+    #[serde(default)]
+    api_keys: Vec<identity::RawKey>,
+    #[serde(default)]
+    rate_limits: toolgate_filters::rate_limit::RateLimitConfig,
+    #[serde(default)]
+    limits: limits::RawLimits,
+    #[serde(default)]
+    mcp: mcp::RawMcp,
+    jwt: Option<jwt::RawJwt>,
+}
+
+fn is_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl RawConfig {
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        let environment = match self.environment.as_deref() {
+            None | Some("production") => Environment::Production,
+            Some("development") => Environment::Development,
+            Some(other) => {
+                return Err(invalid("environment", format!("`{other}`: expected production or development")))
+            }
+        };
+        let server = self.server.build()?;
+        let storage = self.storage.build()?;
+        let mut apps = Vec::with_capacity(self.apps.len());
+        for (i, a) in self.apps.into_iter().enumerate() {
+            let app = a.build(i, &apps)?;
+            apps.push(app);
+        }
+        let (rate_limits, mut rate_limit_policy) = limits::rate_limits(self.rate_limits)?;
+        let organizations = (self.organizations.into_iter().enumerate())
+            .map(|(i, o)| o.build(i, &rate_limits.tiers))
+            .collect::<Result<Vec<_>, _>>()?;
+        let users = (self.users.into_iter().enumerate())
+            .map(|(i, u)| u.build(i, &organizations))
+            .collect::<Result<Vec<_>, _>>()?;
+        let api_keys =
+            (self.api_keys.into_iter().enumerate()).map(|(i, k)| k.build(i, &users)).collect::<Result<Vec<_>, _>>()?;
+        let limits = self.limits.build(&rate_limits, &mut rate_limit_policy)?;
+        let mcp = self.mcp.build()?;
+        let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
+        Ok(Config {
+            environment,
+            server,
+            storage,
+            apps,
+            organizations,
+            users,
+            api_keys,
+            rate_limits,
+            rate_limit_policy: std::sync::Arc::new(rate_limit_policy),
+            limits,
+            mcp,
+            jwt,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(yaml: &str) -> String {
+        match Config::parse(yaml) {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected a refusal of {yaml:?}, got {other:?}"),
+        }
+    }
+
+    /// Each section validates itself and names the field of its refusal with the whole path; a
+    /// later section that depends on an earlier one (users on organisations, keys on users,
+    /// quotas on tiers) sees it built.
+    #[test]
+    fn every_section_names_its_refusals_by_their_full_path() {
+        let org = "organizations:\n  - {id: acme, name: Acme}\n";
+        let user = "users:\n  - {id: u1, email: a@b.c, role: owner, organization: acme}\n";
+        let app = "apps:\n  - {id: t, name: T, builtin: time}\n";
+        assert!(Config::parse(&format!("{org}{user}{app}")).is_ok(), "the sections together are valid");
+        for (yaml, field) in [
+            ("environment: staging\n".to_string(), "environment"),
+            ("server:\n  threads: 0\n".into(), "server.threads"),
+            ("storage:\n  backend: s3\n".into(), "storage.backend"),
+            (format!("{app}  - {{id: t, name: Again, builtin: time}}\n"), "apps[1].id"),
+            ("apps:\n  - {id: x, name: X, builtin: time, rate_limit: 0}\n".into(), "apps[0].rate_limit"),
+            ("organizations:\n  - {id: acme, name: Acme, tier: gold}\n".into(), "organizations[0].tier"),
+            (
+                format!("{org}users:\n  - {{id: u1, email: a@b.c, role: owner, organization: other}}\n"),
+                "users[0].organization",
+            ),
+            (format!("{org}{user}api_keys:\n  - {{id: k, name: K, user: u1, sha256: abc}}\n"), "api_keys[0].sha256"),
+            ("limits:\n  quotas:\n    gold: {gateways: 1}\n".into(), "limits.quotas.gold"),
+            ("mcp:\n  page_size: 0\n".into(), "mcp.page_size"),
+            ("jwt:\n  issuer: i\n".into(), "jwt"),
+        ] {
+            assert_eq!(refusal(&yaml), field, "{yaml}");
+        }
+    }
+}

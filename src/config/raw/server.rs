@@ -1,0 +1,106 @@
+//! `server:`: listeners, the public URL, proxies trusted for `X-Forwarded-For`, threads and
+//! the bounds of connections and requests.
+
+use crate::config::*;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    listen: Option<String>,
+    metrics_listen: Option<String>,
+    public_url: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    threads: Option<usize>,
+    work_stealing: Option<bool>,
+    max_body_bytes: Option<usize>,
+    grace_period_secs: Option<u64>,
+    header_timeout_ms: Option<u64>,
+    keepalive_idle_secs: Option<u64>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
+}
+
+fn parse_addr(field: &str, value: Option<&str>, default: &str) -> Result<SocketAddr, ConfigError> {
+    let v = value.unwrap_or(default);
+    v.parse().map_err(|_| invalid(field, format!("`{v}` is not an address like 127.0.0.1:8080")))
+}
+
+impl RawServer {
+    pub(super) fn build(self) -> Result<ServerConfig, ConfigError> {
+        let s = self;
+        let listen = parse_addr("server.listen", s.listen.as_deref(), "0.0.0.0:8080")?;
+        let metrics_listen = parse_addr("server.metrics_listen", s.metrics_listen.as_deref(), "127.0.0.1:9090")?;
+        if metrics_listen == listen {
+            return Err(invalid(
+                "server.metrics_listen",
+                "must differ from server.listen (use another address, e.g. 127.0.0.2:0, when both use port 0)",
+            ));
+        }
+        // A wildcard address holds its port on every address of its family (`[::]` on IPv4 too,
+        // Linux's dual-stack default): the second listener could not bind.
+        let covers = |a: &SocketAddr, b: &SocketAddr| a.ip().is_unspecified() && (a.is_ipv6() || b.is_ipv4());
+        if listen.port() != 0
+            && metrics_listen.port() == listen.port()
+            && (covers(&listen, &metrics_listen) || covers(&metrics_listen, &listen))
+        {
+            return Err(invalid(
+                "server.metrics_listen",
+                format!("port {} is already taken by server.listen {listen}", listen.port()),
+            ));
+        }
+        let public_url = s.public_url.unwrap_or_else(|| format!("http://localhost:{}", listen.port()));
+        let parsed =
+            url::Url::parse(&public_url).map_err(|e| invalid("server.public_url", format!("`{public_url}`: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(invalid("server.public_url", "must be an http or https URL"));
+        }
+        let mut trusted_proxies = Vec::new();
+        for (i, p) in s.trusted_proxies.iter().enumerate() {
+            let net = p
+                .parse::<IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| invalid(format!("server.trusted_proxies[{i}]"), format!("`{p}` is not a CIDR")))?;
+            trusted_proxies.push(net);
+        }
+        let threads = s.threads.unwrap_or(2);
+        if threads == 0 {
+            return Err(invalid("server.threads", "must be at least 1"));
+        }
+        let max_body_bytes = s.max_body_bytes.unwrap_or(4 * 1024 * 1024);
+        if max_body_bytes < 1024 {
+            return Err(invalid("server.max_body_bytes", "must be at least 1024"));
+        }
+        let header_timeout_ms = s.header_timeout_ms.unwrap_or(10_000);
+        if !(100..=600_000).contains(&header_timeout_ms) {
+            return Err(invalid("server.header_timeout_ms", "must be between 100 and 600000"));
+        }
+        let keepalive_idle_secs = s.keepalive_idle_secs.unwrap_or(60);
+        if !(1..=3600).contains(&keepalive_idle_secs) {
+            return Err(invalid("server.keepalive_idle_secs", "must be between 1 and 3600"));
+        }
+        let max_connections = s.max_connections.unwrap_or(10_000);
+        if max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
+        let max_connections_per_ip = s.max_connections_per_ip.unwrap_or(256);
+        if max_connections_per_ip == 0 || max_connections_per_ip > max_connections {
+            return Err(invalid("server.max_connections_per_ip", "must be between 1 and server.max_connections"));
+        }
+        Ok(ServerConfig {
+            listen,
+            metrics_listen,
+            public_url: public_url.trim_end_matches('/').to_string(),
+            trusted_proxies,
+            threads,
+            work_stealing: s.work_stealing.unwrap_or(true),
+            max_body_bytes,
+            grace_period: Duration::from_secs(s.grace_period_secs.unwrap_or(5)),
+            header_timeout: Duration::from_millis(header_timeout_ms),
+            keepalive_idle: Duration::from_secs(keepalive_idle_secs),
+            max_connections,
+            max_connections_per_ip,
+        })
+    }
+}
