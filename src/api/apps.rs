@@ -6,10 +6,9 @@ use crate::error::ApiError;
 use crate::model::Connection;
 use crate::secrets;
 use chrono::Utc;
-use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 use utoipa::ToSchema;
 
@@ -104,17 +103,6 @@ fn app<'c>(call: &'c Call<'_>) -> Result<&'c AppConfig, ApiError> {
     call.server.state.config.app(call.id()).ok_or(ApiError::NotFound("app"))
 }
 
-/// The latest tool listing any organisation got of each app (app id -> tools), so that the
-/// catalogue can show an app's functions to an organisation that has not connected it. Only
-/// names, descriptions and parameter types are shown from it; YAML `functions:` take its place
-/// when the app declares them. It lives here because the catalogue has no state of its own
-/// (the MCP wing's list cache is per organisation and refreshes on a miss, which would call the
-/// app with another organisation's credentials).
-fn seen_listings() -> &'static DashMap<String, Arc<Vec<Value>>> {
-    static SEEN: OnceLock<DashMap<String, Arc<Vec<Value>>>> = OnceLock::new();
-    SEEN.get_or_init(DashMap::new)
-}
-
 /// An app's functions as one organisation sees them: its own listing when it is connected,
 /// else (or when the app cannot be reached) the YAML declaration, else the latest listing any
 /// organisation got, else none.
@@ -128,18 +116,16 @@ impl Functions {
     async fn of(call: &Call<'_>, org_id: &str, a: &AppConfig, connected: bool) -> Functions {
         if connected {
             match call.server.mcp.apps.tools(org_id, &a.id).await {
-                Ok(tools) => {
-                    seen_listings().insert(a.id.clone(), tools.clone());
-                    return Functions::Listed(tools);
-                }
+                Ok(tools) => return Functions::Listed(tools),
                 Err(e) => tracing::warn!(app = a.id, error = %e, "cannot list app tools"),
             }
         }
         if !a.functions.is_empty() {
             return Functions::Declared;
         }
-        match seen_listings().get(&a.id) {
-            Some(tools) => Functions::Listed(tools.value().clone()),
+        // Kept by the app clients; names, descriptions and parameter types are all it shows.
+        match call.server.mcp.apps.last_tools(&a.id) {
+            Some(tools) => Functions::Listed(tools),
             None => Functions::None,
         }
     }
@@ -379,9 +365,6 @@ pub async fn test(call: &Call<'_>) -> ApiResult {
     let started = Instant::now();
     let result = call.server.mcp.apps.refresh_tools(&who.org_id, &a.id).await;
     let latency = started.elapsed().as_millis() as u64;
-    if let Ok(tools) = &result {
-        seen_listings().insert(a.id.clone(), tools.clone());
-    }
     Ok(Reply::ok(match result {
         Ok(tools) => {
             json!({ "status": "ok", "latency": latency, "message": format!("{} tools available", tools.len()) })

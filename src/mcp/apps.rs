@@ -37,6 +37,10 @@ pub struct AppClients {
     shared: UpstreamShared,
     upstreams: DashMap<Key, Arc<Upstream>>,
     lists: ListCache,
+    /// The latest tool listing any organisation got of each app (app id -> tools): what the
+    /// app catalogue shows an organisation that has not connected the app. Never used to call
+    /// anything, so another organisation's credentials are never used on its behalf.
+    last_tools: DashMap<String, Arc<Vec<Value>>>,
     /// The apps' notices (list changes, resource updates), until the server's background
     /// service takes them.
     notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
@@ -52,6 +56,7 @@ impl AppClients {
             shared,
             upstreams: DashMap::new(),
             lists: DashMap::new(),
+            last_tools: DashMap::new(),
             notices: parking_lot::Mutex::new(Some(rx)),
         }
     }
@@ -174,11 +179,19 @@ impl AppClients {
             Err(error) => return Err(AppError::Upstream { app: app_id.into(), error: Box::new(error) }),
         };
         self.lists.insert((org_id.to_string(), app_id.to_string(), method.method()), (Instant::now(), items.clone()));
+        if method == ListMethod::Tools {
+            self.last_tools.insert(app_id.to_string(), items.clone());
+        }
         Ok(items)
     }
 
     pub async fn tools(&self, org_id: &str, app_id: &str) -> Result<Arc<Vec<Value>>, AppError> {
         self.list(org_id, app_id, ListMethod::Tools).await
+    }
+
+    /// The latest tool listing of an app that any organisation got, if one did.
+    pub fn last_tools(&self, app_id: &str) -> Option<Arc<Vec<Value>>> {
+        self.last_tools.get(app_id).map(|t| t.value().clone())
     }
 
     pub async fn refresh_tools(&self, org_id: &str, app_id: &str) -> Result<Arc<Vec<Value>>, AppError> {
