@@ -1,9 +1,10 @@
 //! toolgate: a high-performance MCP gateway on Cloudflare Pingora.
 //!
-//! `main.rs` only parses the command line; everything testable lives in these modules:
-//! `config` (YAML -> validated runtime config), `store` (persistence), `state` (records in
-//! memory), `api` (management handlers), `mcp` (the MCP endpoint and the apps), `proxy` (the
-//! Pingora phases), `error` (errors -> HTTP/JSON-RPC), `metrics`.
+//! `main.rs` only parses the command line; everything testable lives in these modules. A
+//! request goes `proxy` (routing, the filter chains of `toolgate-filters`) -> `api` (management)
+//! or `mcp` (a gateway's endpoint), which answer through `exchange`; `state` holds the records
+//! and publishes their changes on `changes`; `store` persists them. `ARCHITECTURE.md` has the
+//! whole map and its rules.
 #![forbid(unsafe_code)]
 
 pub mod api;
