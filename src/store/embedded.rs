@@ -58,34 +58,28 @@ impl EmbeddedStore {
     }
 }
 
-/// Records that expire keep their deadline in `expires_ms` (NULL: never). Stores made before
-/// the column existed get it here.
-fn add_expiry_column(conn: &Connection) -> Result<(), StoreError> {
-    let has: bool = conn
-        .query_row("SELECT COUNT(*) FROM pragma_table_info('records') WHERE name = 'expires_ms'", [], |r| {
-            r.get::<_, i64>(0)
-        })
-        .map_err(backend)?
-        > 0;
-    if !has {
-        conn.execute_batch("ALTER TABLE records ADD COLUMN expires_ms INTEGER").map_err(backend)?;
+/// Adds a column that stores made by an older build lack (`ddl`: its definition).
+fn add_column_if_missing(conn: &Connection, name: &str, ddl: &str) -> Result<(), StoreError> {
+    let count: i64 = conn
+        .query_row("SELECT COUNT(*) FROM pragma_table_info('records') WHERE name = ?1", [name], |r| r.get(0))
+        .map_err(backend)?;
+    if count == 0 {
+        conn.execute_batch(&format!("ALTER TABLE records ADD COLUMN {name} {ddl}")).map_err(backend)?;
     }
+    Ok(())
+}
+
+/// Records that expire keep their deadline in `expires_ms` (NULL: never).
+fn add_expiry_column(conn: &Connection) -> Result<(), StoreError> {
+    add_column_if_missing(conn, "expires_ms", "INTEGER")?;
     conn.execute_batch("CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_ms) WHERE expires_ms IS NOT NULL")
         .map_err(backend)
 }
 
-/// Each record's organisation (`''` for none). Stores made before the column existed get it
-/// here, with every record in no partition until it is next written.
+/// Each record's organisation (`''` for none); rows of older stores are in no partition until
+/// they are next written.
 fn add_partition_column(conn: &Connection) -> Result<(), StoreError> {
-    let has: bool = conn
-        .query_row("SELECT COUNT(*) FROM pragma_table_info('records') WHERE name = 'partition'", [], |r| {
-            r.get::<_, i64>(0)
-        })
-        .map_err(backend)?
-        > 0;
-    if !has {
-        conn.execute_batch("ALTER TABLE records ADD COLUMN partition TEXT NOT NULL DEFAULT ''").map_err(backend)?;
-    }
+    add_column_if_missing(conn, "partition", "TEXT NOT NULL DEFAULT ''")?;
     conn.execute_batch("CREATE INDEX IF NOT EXISTS records_partition ON records (kind, partition)").map_err(backend)
 }
 
