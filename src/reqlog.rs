@@ -436,6 +436,14 @@ mod tests {
         ) -> Result<Vec<(String, String)>, crate::store::StoreError> {
             self.inner.load_partition(kind, partition).await
         }
+        async fn log_page(
+            &self,
+            q: crate::store::LogQuery,
+            offset: u64,
+            limit: u32,
+        ) -> Result<(u64, Vec<crate::store::LogRow>), crate::store::StoreError> {
+            self.inner.log_page(q, offset, limit).await
+        }
         async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), crate::store::StoreError> {
             use thread_priority::{thread_schedule_policy, NormalThreadSchedulePolicy, ThreadSchedulePolicy};
             let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);

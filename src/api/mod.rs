@@ -9,6 +9,7 @@ pub mod envelope;
 pub mod gateways;
 pub mod keys;
 pub mod limits;
+pub mod logs;
 pub mod mfa;
 pub mod openapi;
 pub mod quotas;
@@ -50,6 +51,7 @@ pub enum Endpoint {
     AccountWhitelistEntry,
     RateLimit,
     RateLimitMetrics,
+    Logs,
     AuthVerify,
     AuthDebug,
     MfaEnroll,
@@ -83,6 +85,7 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/account/whitelist/{id}", Endpoint::AccountWhitelistEntry),
     ("/rate-limit", Endpoint::RateLimit),
     ("/metrics/rate-limits", Endpoint::RateLimitMetrics),
+    ("/logs", Endpoint::Logs),
     ("/auth/verify", Endpoint::AuthVerify),
     ("/auth/debug", Endpoint::AuthDebug),
     ("/auth/mfa/enroll", Endpoint::MfaEnroll),
@@ -129,7 +132,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::AccountSecurity, "PATCH") | (E::AccountWhitelist, "POST") => Scope(crate::api::Scope::Admin),
         (E::AccountWhitelist, "GET") | (E::AccountWhitelistEntry, "DELETE") => Scope(crate::api::Scope::Admin),
         (E::RateLimit, "GET") | (E::AuthDebug, "GET") => AnyCredential,
-        (E::RateLimitMetrics, "GET") => Scope(crate::api::Scope::LogsRead),
+        (E::RateLimitMetrics, "GET") | (E::Logs, "GET") => Scope(crate::api::Scope::LogsRead),
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
     };
@@ -376,6 +379,7 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::AccountWhitelistEntry, "DELETE") => account::delete_whitelist(&call).await,
         (E::RateLimit, "GET") => limits::status(&call).await,
         (E::RateLimitMetrics, "GET") => limits::report(&call).await,
+        (E::Logs, "GET") => logs::list(&call).await,
         (E::AuthDebug, "GET") => auth::debug(&call).await,
         (E::AuthVerify, "GET") => auth::verify(&call).await,
         (E::MfaEnroll, "POST") => mfa::enroll(&call).await,

@@ -5,7 +5,7 @@
 //! request log's own slices are committed with `synchronous=NORMAL` (see `append_logs`).
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
-use super::{Kind, LogQuery, LogRecord, LogSummary, Store, StoreError, Stored};
+use super::{Kind, LogQuery, LogRecord, LogRow, LogSummary, Store, StoreError, Stored};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -351,6 +351,32 @@ impl Store for EmbeddedStore {
                 })
             })
             .map_err(backend)
+        })
+        .await
+    }
+
+    async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError> {
+        self.with(move |c| {
+            let (sql, mut args) = log_filter(&q);
+            let total: i64 = c
+                .query_row(&format!("SELECT COUNT(*){sql}"), rusqlite::params_from_iter(args.iter()), |r| r.get(0))
+                .map_err(backend)?;
+            // Ids are time-ordered, so they break ties of the same millisecond in writing order.
+            let select = format!(
+                "SELECT id, ts_ms, body{sql} ORDER BY ts_ms DESC, id DESC LIMIT ?{} OFFSET ?{}",
+                args.len() + 1,
+                args.len() + 2
+            );
+            args.push(i64::from(limit).into());
+            args.push(i64::try_from(offset).unwrap_or(i64::MAX).into());
+            let mut stmt = c.prepare(&select).map_err(backend)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                    Ok(LogRow { id: r.get(0)?, ts_ms: r.get(1)?, body: r.get(2)? })
+                })
+                .map_err(backend)?;
+            let rows = rows.collect::<Result<Vec<_>, _>>().map_err(backend)?;
+            Ok((total.max(0) as u64, rows))
         })
         .await
     }

@@ -94,6 +94,15 @@ pub struct LogQuery {
     pub until_ms: Option<i64>,
 }
 
+/// One stored request-log entry: its id and time (kept in columns) and its body (the rest of the
+/// entry as JSON, written by [`crate::reqlog::EntryWriter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRow {
+    pub id: String,
+    pub ts_ms: i64,
+    pub body: String,
+}
+
 /// Aggregate of a set of log entries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogSummary {
@@ -157,6 +166,9 @@ pub trait Store: Send + Sync {
     /// Counts and total duration of the entries matching `q` computed
     /// by the backend so that no entry is loaded.
     async fn log_summary(&self, q: LogQuery) -> Result<LogSummary, StoreError>;
+    /// The entries matching `q`, newest first, `limit` of them after skipping `offset`, and how
+    /// many match in all.
+    async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }
