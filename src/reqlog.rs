@@ -436,6 +436,15 @@ mod tests {
         ) -> Result<Vec<(String, String)>, crate::store::StoreError> {
             self.inner.load_partition(kind, partition).await
         }
+        async fn log_analytics(
+            &self,
+            q: crate::store::LogQuery,
+            bucket_ms: i64,
+            top: u32,
+            group: Option<crate::store::LogGroup>,
+        ) -> Result<crate::store::LogAnalytics, crate::store::StoreError> {
+            self.inner.log_analytics(q, bucket_ms, top, group).await
+        }
         async fn log_page(
             &self,
             q: crate::store::LogQuery,

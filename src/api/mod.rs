@@ -52,6 +52,7 @@ pub enum Endpoint {
     RateLimit,
     RateLimitMetrics,
     Logs,
+    LogAnalytics,
     AuthVerify,
     AuthDebug,
     MfaEnroll,
@@ -86,6 +87,7 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/rate-limit", Endpoint::RateLimit),
     ("/metrics/rate-limits", Endpoint::RateLimitMetrics),
     ("/logs", Endpoint::Logs),
+    ("/logs/analytics", Endpoint::LogAnalytics),
     ("/auth/verify", Endpoint::AuthVerify),
     ("/auth/debug", Endpoint::AuthDebug),
     ("/auth/mfa/enroll", Endpoint::MfaEnroll),
@@ -132,7 +134,9 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::AccountSecurity, "PATCH") | (E::AccountWhitelist, "POST") => Scope(crate::api::Scope::Admin),
         (E::AccountWhitelist, "GET") | (E::AccountWhitelistEntry, "DELETE") => Scope(crate::api::Scope::Admin),
         (E::RateLimit, "GET") | (E::AuthDebug, "GET") => AnyCredential,
-        (E::RateLimitMetrics, "GET") | (E::Logs, "GET") => Scope(crate::api::Scope::LogsRead),
+        (E::RateLimitMetrics, "GET") | (E::Logs, "GET") | (E::LogAnalytics, "GET") => {
+            Scope(crate::api::Scope::LogsRead)
+        }
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
     };
@@ -380,6 +384,7 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::RateLimit, "GET") => limits::status(&call).await,
         (E::RateLimitMetrics, "GET") => limits::report(&call).await,
         (E::Logs, "GET") => logs::list(&call).await,
+        (E::LogAnalytics, "GET") => logs::analytics(&call).await,
         (E::AuthDebug, "GET") => auth::debug(&call).await,
         (E::AuthVerify, "GET") => auth::verify(&call).await,
         (E::MfaEnroll, "POST") => mfa::enroll(&call).await,

@@ -5,7 +5,9 @@
 //! request log's own slices are committed with `synchronous=NORMAL` (see `append_logs`).
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
-use super::{Kind, LogQuery, LogRecord, LogRow, LogSummary, Store, StoreError, Stored};
+use super::{
+    Kind, LogAnalytics, LogGroup, LogQuery, LogRecord, LogRow, LogSlice, LogSummary, Store, StoreError, Stored,
+};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -361,9 +363,10 @@ impl Store for EmbeddedStore {
             let total: i64 = c
                 .query_row(&format!("SELECT COUNT(*){sql}"), rusqlite::params_from_iter(args.iter()), |r| r.get(0))
                 .map_err(backend)?;
-            // Ids are time-ordered, so they break ties of the same millisecond in writing order.
+            // Entries of the same millisecond come in writing order (the rowid), newest first: an
+            // id orders by time, but its random tail does not order within a millisecond.
             let select = format!(
-                "SELECT id, ts_ms, body{sql} ORDER BY ts_ms DESC, id DESC LIMIT ?{} OFFSET ?{}",
+                "SELECT id, ts_ms, body{sql} ORDER BY ts_ms DESC, rowid DESC LIMIT ?{} OFFSET ?{}",
                 args.len() + 1,
                 args.len() + 2
             );
@@ -377,6 +380,56 @@ impl Store for EmbeddedStore {
                 .map_err(backend)?;
             let rows = rows.collect::<Result<Vec<_>, _>>().map_err(backend)?;
             Ok((total.max(0) as u64, rows))
+        })
+        .await
+    }
+
+    async fn log_analytics(
+        &self,
+        q: LogQuery,
+        bucket_ms: i64,
+        top: u32,
+        group: Option<LogGroup>,
+    ) -> Result<LogAnalytics, StoreError> {
+        let summary = self.log_summary(q.clone()).await?;
+        self.with(move |c| {
+            let (filter, args) = log_filter(&q);
+            // The same three figures for every slice: requests, errors, total duration.
+            let figures = "COUNT(*), COALESCE(SUM(status = 'error'), 0), \
+                           COALESCE(SUM(MAX(json_extract(body, '$.duration'), 0)), 0)";
+            let slices = |key: &str, order: &str, limit: Option<u32>| -> Result<Vec<LogSlice>, StoreError> {
+                let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+                let sql = format!("SELECT {key} AS k, {figures}{filter} GROUP BY k ORDER BY {order}{limit}");
+                let mut stmt = c.prepare(&sql).map_err(backend)?;
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                        let key: rusqlite::types::Value = r.get(0)?;
+                        let key = match key {
+                            rusqlite::types::Value::Integer(n) => n.to_string(),
+                            rusqlite::types::Value::Text(t) => t,
+                            _ => String::new(),
+                        };
+                        Ok(LogSlice {
+                            key,
+                            requests: r.get::<_, i64>(1)?.max(0) as u64,
+                            errors: r.get::<_, i64>(2)?.max(0) as u64,
+                            total_duration_ms: r.get::<_, i64>(3)?.max(0) as u64,
+                        })
+                    })
+                    .map_err(backend)?;
+                rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+            };
+            let function = "app || '.' || COALESCE(json_extract(body, '$.function'), '')";
+            let bucket = format!("(ts_ms / {b}) * {b}", b = bucket_ms.max(1));
+            let series = slices(&bucket, "k ASC", None)?;
+            let top_functions = slices(function, "2 DESC, k ASC", Some(top))?;
+            let groups = match group {
+                None => Vec::new(),
+                Some(LogGroup::App) => slices("app", "2 DESC, k ASC", None)?,
+                Some(LogGroup::Function) => slices(function, "2 DESC, k ASC", None)?,
+                Some(LogGroup::Status) => slices("status", "2 DESC, k ASC", None)?,
+            };
+            Ok(LogAnalytics { summary, series, top_functions, groups })
         })
         .await
     }

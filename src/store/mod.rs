@@ -103,6 +103,38 @@ pub struct LogRow {
     pub body: String,
 }
 
+/// What the log analytics break entries down by, besides time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogGroup {
+    App,
+    /// `<app>.<function>`.
+    Function,
+    Status,
+}
+
+/// Counts of one slice of the log (a time bucket, a function, a group).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSlice {
+    /// The bucket's start (ms since the epoch) as text, the function (`<app>.<function>`) or
+    /// the group's value.
+    pub key: String,
+    pub requests: u64,
+    pub errors: u64,
+    pub total_duration_ms: u64,
+}
+
+/// The log analytics of a query, computed by the backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogAnalytics {
+    pub summary: LogSummary,
+    /// Non-empty time buckets of `bucket_ms`, oldest first; the key is the bucket's start.
+    pub series: Vec<LogSlice>,
+    /// The most called functions, most calls first (at most `top`).
+    pub top_functions: Vec<LogSlice>,
+    /// By the requested group, most requests first.
+    pub groups: Vec<LogSlice>,
+}
+
 /// Aggregate of a set of log entries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogSummary {
@@ -169,6 +201,15 @@ pub trait Store: Send + Sync {
     /// The entries matching `q`, newest first, `limit` of them after skipping `offset`, and how
     /// many match in all.
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError>;
+    /// Summary, time series (buckets of `bucket_ms`), the `top` most called functions and an
+    /// optional breakdown of the entries matching `q`.
+    async fn log_analytics(
+        &self,
+        q: LogQuery,
+        bucket_ms: i64,
+        top: u32,
+        group: Option<LogGroup>,
+    ) -> Result<LogAnalytics, StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }

@@ -117,6 +117,50 @@ fn the_log_lists_calls_newest_first_filters_them_and_keeps_organisations_apart()
     assert_eq!(refused_field(&srv, &admin, "?limit=101"), "limit");
     assert_eq!(refused_field(&srv, &admin, "?page=0"), "page");
 
+    // Analytics of the same two calls.
+    let analytics = |key: &str, q: &str| {
+        let r = srv.api("GET", &format!("/v1/logs/analytics{q}"), Some(key), None);
+        assert_eq!(r.status, 200, "{q}: {r:?}");
+        r.data().clone()
+    };
+    let a = analytics(&admin, "?period=1h");
+    assert_eq!(a["period"], "1h");
+    assert_eq!(
+        (&a["summary"]["total_requests"], &a["summary"]["error_count"], &a["summary"]["success_rate"]),
+        (&json!(2), &json!(1), &json!(0.5)),
+        "{a}"
+    );
+    let series = a["time_series"].as_array().unwrap();
+    assert!((60..=61).contains(&series.len()), "one point a minute over the hour: {}", series.len());
+    assert_eq!(series.iter().map(|p| p["requests"].as_u64().unwrap()).sum::<u64>(), 2, "{a}");
+    assert_eq!(
+        series.last().unwrap()["requests"].as_u64().unwrap() + series[series.len() - 2]["requests"].as_u64().unwrap(),
+        2,
+        "the calls are in the latest buckets: {a}"
+    );
+    assert_eq!(
+        a["top_functions"],
+        json!([{"function": "time.get_current_time", "count": 2, "errors": 1,
+                "avg_duration": a["top_functions"][0]["avg_duration"], "error_rate": 0.5}]),
+        "{a}"
+    );
+    assert!(a.get("groups").is_none(), "no group_by, no groups: {a}");
+    let by_status = analytics(&admin, &format!("?gateway_id={gw}&group_by=status"));
+    let keys: Vec<(&str, u64)> = by_status["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["key"].as_str().unwrap(), g["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(keys, [("error", 1), ("success", 1)], "{by_status}");
+    assert_eq!(by_status["time_series"].as_array().unwrap().len(), 25, "24h: hourly points: {by_status}");
+    assert_eq!(analytics(&admin, "?period=30d&gateway_id=gw_elsewhere")["summary"]["total_requests"], 0);
+    for (q, field) in [("?period=2h", "period"), ("?group_by=day", "group_by")] {
+        let r = srv.api("GET", &format!("/v1/logs/analytics{q}"), Some(&admin), None);
+        assert_eq!((r.status, r.json["error"]["details"]["field"].as_str()), (400, Some(field)), "{r:?}");
+    }
+    assert_eq!(analytics(&other_key, "?period=30d")["summary"]["total_requests"], 0, "another organisation's");
+
     // Another organisation sees none of it, even naming the gateway.
     assert_eq!(logs(&srv, &other_key, "")["logs"], json!([]));
     assert_eq!(logs(&srv, &other_key, &format!("?gateway_id={gw}"))["logs"], json!([]));

@@ -49,6 +49,7 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/rate-limit", Any),
     ("GET", "/metrics/rate-limits", Scope("logs:read")),
     ("GET", "/logs", Scope("logs:read")),
+    ("GET", "/logs/analytics", Scope("logs:read")),
     ("GET", "/auth/verify", Any),
     ("GET", "/auth/debug", Any),
     // Turning MFA on or off is account security (a leaked narrow key must not take it over).
