@@ -445,6 +445,12 @@ mod tests {
         ) -> Result<crate::store::LogAnalytics, crate::store::StoreError> {
             self.inner.log_analytics(q, bucket_ms, top, group).await
         }
+        async fn log_durations(
+            &self,
+            q: crate::store::LogQuery,
+        ) -> Result<Vec<(i64, u64, bool)>, crate::store::StoreError> {
+            self.inner.log_durations(q).await
+        }
         async fn log_page(
             &self,
             q: crate::store::LogQuery,

@@ -158,3 +158,143 @@ pub async fn analytics(call: &Call<'_>) -> ApiResult {
     }
     Ok(Reply::ok(data))
 }
+
+/// Latency figures of a set of calls: count, errors, average and nearest-rank percentiles of
+/// the recorded durations (never derived from averages).
+#[derive(Debug, Default, PartialEq)]
+struct Latency {
+    requests: u64,
+    errors: u64,
+    avg: u64,
+    p50: u64,
+    p95: u64,
+    p99: u64,
+}
+
+impl Latency {
+    /// `durations` are sorted here; `errors` counted by the caller.
+    fn of(durations: &mut [u64], errors: u64) -> Latency {
+        durations.sort_unstable();
+        let n = durations.len();
+        let rank = |p: usize| if n == 0 { 0 } else { durations[(p * n).div_ceil(100).clamp(1, n) - 1] };
+        Latency {
+            requests: n as u64,
+            errors,
+            avg: average(durations.iter().sum(), n as u64),
+            p50: rank(50),
+            p95: rank(95),
+            p99: rank(99),
+        }
+    }
+}
+
+/// `period` and `resolution` of the metrics endpoints; a resolution that would give more than
+/// `MAX_POINTS` points for its period is refused (naming `resolution`) instead of answered.
+fn metrics_window(call: &Call<'_>) -> Result<(&'static str, i64, &'static str, i64), ApiError> {
+    const MAX_POINTS: i64 = 500;
+    const MIN: i64 = 60_000;
+    const HOUR: i64 = 60 * MIN;
+    let (period, span) = match call.query_choice("period", &["1h", "24h", "7d"])?.as_deref() {
+        Some("1h") => ("1h", HOUR),
+        None | Some("24h") => ("24h", 24 * HOUR),
+        _ => ("7d", 7 * 24 * HOUR),
+    };
+    let (resolution, step) = match call.query_choice("resolution", &["1m", "5m", "1h"])?.as_deref() {
+        Some("1m") => ("1m", MIN),
+        Some("5m") => ("5m", 5 * MIN),
+        Some(_) => ("1h", HOUR),
+        None if span == HOUR => ("1m", MIN),
+        None => ("1h", HOUR),
+    };
+    if span / step > MAX_POINTS {
+        return Err(ApiError::validation(
+            "resolution",
+            format!("{resolution} over {period} would be {} points; at most {MAX_POINTS}", span / step),
+        ));
+    }
+    Ok((period, span, resolution, step))
+}
+
+/// The metrics of the calls that `q` selects over the window: the whole and every bucket.
+async fn metrics(call: &Call<'_>, mut q: LogQuery) -> Result<Value, ApiError> {
+    let (period, span, resolution, step) = metrics_window(call)?;
+    let now = Utc::now().timestamp_millis();
+    let first = (now - span).div_euclid(step) * step;
+    q.since_ms = Some(first);
+    call.server.reqlog.flush(Urgency::Now).await;
+    let calls = call.server.state.store.log_durations(q).await?;
+    let mut all: Vec<u64> = calls.iter().map(|c| c.1).collect();
+    let whole = Latency::of(&mut all, calls.iter().filter(|c| c.2).count() as u64);
+    let mut series = Vec::new();
+    let mut rest = calls.as_slice();
+    let mut start = first;
+    while start <= now {
+        let end = start + step;
+        let n = rest.iter().take_while(|c| c.0 < end).count();
+        let (bucket, later) = rest.split_at(n);
+        rest = later;
+        let mut d: Vec<u64> = bucket.iter().map(|c| c.1).collect();
+        let l = Latency::of(&mut d, bucket.iter().filter(|c| c.2).count() as u64);
+        let ts = DateTime::from_timestamp_millis(start).map(|t| iso(&t));
+        series.push(json!({ "timestamp": ts, "requests": l.requests, "errors": l.errors, "latency": l.avg,
+                            "p50": l.p50, "p95": l.p95, "p99": l.p99 }));
+        start = end;
+    }
+    Ok(json!({
+        "period": period,
+        "resolution": resolution,
+        "metrics": { "requests": whole.requests, "errors": whole.errors, "avg_latency": whole.avg,
+                     "p50_latency": whole.p50, "p95_latency": whole.p95, "p99_latency": whole.p99 },
+        "time_series": series,
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/metrics/gateway/{gateway_id}", tag = "logs",
+    params(("gateway_id" = String, Path), ("period" = Option<String>, Query, description = "1h, 24h (default) or 7d"),
+           ("resolution" = Option<String>, Query, description = "1m, 5m or 1h; at most 500 points per period")),
+    responses((status = 200, description = "metrics (requests, errors, avg, p50, p95, p99 latency in ms) and time_series", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn gateway_metrics(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let g = call.server.state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
+    let q = LogQuery { org_id: who.org_id.clone(), gateway_id: Some(g.id.clone()), ..Default::default() };
+    let mut data = metrics(call, q).await?;
+    data["gateway_id"] = Value::String(g.id.clone());
+    Ok(Reply::ok(data))
+}
+
+#[utoipa::path(get, path = "/v1/metrics/app/{app_id}", tag = "logs",
+    params(("app_id" = String, Path), ("period" = Option<String>, Query, description = "1h, 24h (default) or 7d"),
+           ("resolution" = Option<String>, Query, description = "1m, 5m or 1h; at most 500 points per period")),
+    responses((status = 200, description = "the app's calls across the organisation's gateways: metrics and time_series", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn app_metrics(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let app = call.server.state.config.app(call.id()).ok_or(ApiError::NotFound("app"))?;
+    let q = LogQuery { org_id: who.org_id.clone(), app: Some(app.id.clone()), ..Default::default() };
+    let mut data = metrics(call, q).await?;
+    data["app_id"] = Value::String(app.id.clone());
+    Ok(Reply::ok(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_of_the_recorded_durations() {
+        let mut d: Vec<u64> = (1..=100).rev().collect();
+        let l = Latency::of(&mut d, 3);
+        assert_eq!((l.requests, l.errors, l.avg, l.p50, l.p95, l.p99), (100, 3, 50, 50, 95, 99));
+        let mut one = vec![7];
+        assert_eq!(Latency::of(&mut one, 0).p99, 7);
+        assert_eq!(Latency::of(&mut [], 0), Latency::default());
+        // One slow call among twenty shows at p99 and p95, not in the median.
+        let mut d = vec![10; 19];
+        d.push(1000);
+        let l = Latency::of(&mut d, 0);
+        assert_eq!((l.p50, l.p95, l.p99), (10, 10, 1000));
+    }
+}

@@ -53,6 +53,8 @@ pub enum Endpoint {
     RateLimitMetrics,
     Logs,
     LogAnalytics,
+    GatewayMetrics,
+    AppMetrics,
     AuthVerify,
     AuthDebug,
     MfaEnroll,
@@ -88,6 +90,8 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/metrics/rate-limits", Endpoint::RateLimitMetrics),
     ("/logs", Endpoint::Logs),
     ("/logs/analytics", Endpoint::LogAnalytics),
+    ("/metrics/gateway/{id}", Endpoint::GatewayMetrics),
+    ("/metrics/app/{id}", Endpoint::AppMetrics),
     ("/auth/verify", Endpoint::AuthVerify),
     ("/auth/debug", Endpoint::AuthDebug),
     ("/auth/mfa/enroll", Endpoint::MfaEnroll),
@@ -134,7 +138,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::AccountSecurity, "PATCH") | (E::AccountWhitelist, "POST") => Scope(crate::api::Scope::Admin),
         (E::AccountWhitelist, "GET") | (E::AccountWhitelistEntry, "DELETE") => Scope(crate::api::Scope::Admin),
         (E::RateLimit, "GET") | (E::AuthDebug, "GET") => AnyCredential,
-        (E::RateLimitMetrics, "GET") | (E::Logs, "GET") | (E::LogAnalytics, "GET") => {
+        (E::RateLimitMetrics | E::Logs | E::LogAnalytics | E::GatewayMetrics | E::AppMetrics, "GET") => {
             Scope(crate::api::Scope::LogsRead)
         }
         (E::OpenApi, "GET") => Public,
@@ -385,6 +389,8 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::RateLimitMetrics, "GET") => limits::report(&call).await,
         (E::Logs, "GET") => logs::list(&call).await,
         (E::LogAnalytics, "GET") => logs::analytics(&call).await,
+        (E::GatewayMetrics, "GET") => logs::gateway_metrics(&call).await,
+        (E::AppMetrics, "GET") => logs::app_metrics(&call).await,
         (E::AuthDebug, "GET") => auth::debug(&call).await,
         (E::AuthVerify, "GET") => auth::verify(&call).await,
         (E::MfaEnroll, "POST") => mfa::enroll(&call).await,

@@ -35,7 +35,7 @@ impl Modify for Security {
         super::account::update_security, super::account::add_whitelist, super::account::list_whitelist,
         super::account::delete_whitelist,
         super::limits::status, super::limits::report,
-        super::logs::list, super::logs::analytics,
+        super::logs::list, super::logs::analytics, super::logs::gateway_metrics, super::logs::app_metrics,
         super::auth::verify, super::auth::debug,
         super::mfa::enroll, super::mfa::activate, super::mfa::verify, super::mfa::disable, super::mfa::reset,
     ),

@@ -434,6 +434,23 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn log_durations(&self, q: LogQuery) -> Result<Vec<(i64, u64, bool)>, StoreError> {
+        self.with(move |c| {
+            let (sql, args) = log_filter(&q);
+            let select = format!(
+                "SELECT ts_ms, MAX(COALESCE(json_extract(body, '$.duration'), 0), 0), status = 'error'{sql} ORDER BY ts_ms"
+            );
+            let mut stmt = c.prepare(&select).map_err(backend)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?.max(0) as u64, r.get::<_, bool>(2)?))
+                })
+                .map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.with(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(backend)).await
     }

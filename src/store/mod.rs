@@ -210,6 +210,9 @@ pub trait Store: Send + Sync {
         top: u32,
         group: Option<LogGroup>,
     ) -> Result<LogAnalytics, StoreError>;
+    /// Every matching entry's time, duration (ms) and whether it failed, oldest first: the raw
+    /// figures of latency percentiles.
+    async fn log_durations(&self, q: LogQuery) -> Result<Vec<(i64, u64, bool)>, StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }

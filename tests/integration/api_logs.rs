@@ -161,6 +161,34 @@ fn the_log_lists_calls_newest_first_filters_them_and_keeps_organisations_apart()
     }
     assert_eq!(analytics(&other_key, "?period=30d")["summary"]["total_requests"], 0, "another organisation's");
 
+    // Gateway and app metrics of the same calls: counts and recorded-duration percentiles.
+    let metrics = |key: &str, path: &str| srv.api("GET", &format!("/v1/metrics/{path}"), Some(key), None);
+    let m = metrics(&admin, &format!("gateway/{gw}?period=1h"));
+    assert_eq!(m.status, 200, "{m:?}");
+    let d = m.data();
+    assert_eq!((&d["gateway_id"], &d["period"], &d["resolution"]), (&json!(gw), &json!("1h"), &json!("1m")), "{d}");
+    assert_eq!((&d["metrics"]["requests"], &d["metrics"]["errors"]), (&json!(2), &json!(1)), "{d}");
+    for f in ["avg_latency", "p50_latency", "p95_latency", "p99_latency"] {
+        assert!(d["metrics"][f].is_u64(), "{f}: {d}");
+    }
+    let points = d["time_series"].as_array().unwrap();
+    assert!((60..=61).contains(&points.len()), "{}", points.len());
+    assert_eq!(points.iter().map(|p| p["requests"].as_u64().unwrap()).sum::<u64>(), 2);
+    assert_eq!(metrics(&admin, &format!("gateway/{gw}?period=24h&resolution=5m")).status, 200, "288 points");
+    for q in ["period=7d&resolution=1m", "period=7d&resolution=5m", "period=24h&resolution=1m"] {
+        let r = metrics(&admin, &format!("gateway/{gw}?{q}"));
+        assert_eq!((r.status, r.json["error"]["details"]["field"].as_str()), (400, Some("resolution")), "{q}: {r:?}");
+    }
+    let r = metrics(&admin, &format!("gateway/{gw}?period=2d"));
+    assert_eq!((r.status, r.json["error"]["details"]["field"].as_str()), (400, Some("period")), "{r:?}");
+    let app = metrics(&admin, "app/time?period=7d");
+    assert_eq!((app.status, &app.json["data"]["metrics"]["requests"]), (200, &json!(2)), "{app:?}");
+    assert_eq!(app.json["data"]["time_series"].as_array().unwrap().len(), 169, "7d: hourly points");
+    assert_eq!(metrics(&admin, "app/no_such_app").status, 404);
+    // Another organisation: the gateway is not found; the app has none of these calls.
+    assert_eq!(metrics(&other_key, &format!("gateway/{gw}")).status, 404);
+    assert_eq!(metrics(&other_key, "app/time").json["data"]["metrics"]["requests"], 0);
+
     // Another organisation sees none of it, even naming the gateway.
     assert_eq!(logs(&srv, &other_key, "")["logs"], json!([]));
     assert_eq!(logs(&srv, &other_key, &format!("?gateway_id={gw}"))["logs"], json!([]));

@@ -50,6 +50,8 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/metrics/rate-limits", Scope("logs:read")),
     ("GET", "/logs", Scope("logs:read")),
     ("GET", "/logs/analytics", Scope("logs:read")),
+    ("GET", "/metrics/gateway/{id}", Scope("logs:read")),
+    ("GET", "/metrics/app/{id}", Scope("logs:read")),
     ("GET", "/auth/verify", Any),
     ("GET", "/auth/debug", Any),
     // Turning MFA on or off is account security (a leaked narrow key must not take it over).
@@ -148,7 +150,7 @@ fn start() -> Fx {
 fn real_id(f: &Fx, path: &str, n: usize) -> String {
     let owner = &f.only["admin"];
     match path {
-        "/gateways/{id}" => {
+        "/gateways/{id}" | "/metrics/gateway/{id}" => {
             let r = f.srv.api(
                 "POST",
                 "/v1/gateways",
@@ -167,7 +169,9 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
             ok(&r, 201)["id"].as_str().unwrap().to_string()
         }
         "/service-accounts/{id}/keys" => f.ids["sa"].clone(),
-        "/apps/{id}" | "/apps/{id}/connect" | "/apps/{id}/connection" | "/apps/{id}/test" => "time".into(),
+        "/apps/{id}" | "/apps/{id}/connect" | "/apps/{id}/connection" | "/apps/{id}/test" | "/metrics/app/{id}" => {
+            "time".into()
+        }
         "/sessions/{id}" => "sess_does_not_exist".into(),
         "/account/whitelist/{id}" => "wl_does_not_exist".into(),
         p if p.contains("{id}") => panic!("no id for {p}"),
