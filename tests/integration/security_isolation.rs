@@ -9,8 +9,10 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
 /// `{id}` paths that are not an organisation's resource: the app catalogue is the operator's and
-/// the same for everyone (an organisation's connection to an app is checked in api_apps.rs).
-const SHARED: &[&str] = &["/apps/{id}", "/apps/{id}/connect", "/apps/{id}/connection", "/apps/{id}/test"];
+/// the same for everyone (an organisation's connection to an app is checked in api_apps.rs; an
+/// app's metrics count only the caller's organisation's calls, checked in api_logs.rs).
+const SHARED: &[&str] =
+    &["/apps/{id}", "/apps/{id}/connect", "/apps/{id}/connection", "/apps/{id}/test", "/metrics/app/{id}"];
 
 /// A body that would be valid for the owner, so that a 404 cannot come from validation.
 fn body(method: &str, path: &str) -> Option<Value> {
@@ -64,7 +66,7 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
     let id_for = |path: &str| -> String {
         match path {
-            p if p.starts_with("/gateways/") => gw_id.clone(),
+            p if p.starts_with("/gateways/") || p.starts_with("/metrics/gateway/") => gw_id.clone(),
             p if p.starts_with("/api-keys/") => key["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/service-accounts/") => sa["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/sessions/") => session.clone(),
