@@ -451,6 +451,9 @@ mod tests {
         ) -> Result<Vec<(i64, u64, bool)>, crate::store::StoreError> {
             self.inner.log_durations(q).await
         }
+        async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, crate::store::StoreError> {
+            self.inner.prune_logs(before_ms, max_rows).await
+        }
         async fn log_page(
             &self,
             q: crate::store::LogQuery,

@@ -7,6 +7,7 @@ use crate::mfa::Mfa;
 use crate::reqlog::{RequestLog, Urgency};
 use crate::state::State;
 use crate::store::StoreError;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
@@ -20,6 +21,8 @@ pub struct Server {
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges; its backend
     /// also counts the MCP quotas.
     pub limiter: RateLimit<dyn RateLimiter>,
+    /// A pruning of the request log is running ([`Server::prune_logs`]).
+    pruning: AtomicBool,
 }
 
 impl Server {
@@ -34,7 +37,28 @@ impl Server {
                 mcp.on_change(change);
             }
         });
-        Ok(Server { mcp, reqlog, mfa: Mfa::load(state.store.clone()).await?, limiter, state })
+        let mfa = Mfa::load(state.store.clone()).await?;
+        Ok(Server { mcp, reqlog, mfa, limiter, state, pruning: AtomicBool::new(false) })
+    }
+
+    /// Prunes the request log past `observability.log_retention_days` and `max_log_rows`, in a
+    /// task of its own so that flushes never wait for it; one pruning at a time.
+    pub fn prune_logs(self: &Arc<Self>) {
+        if self.pruning.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let server = self.clone();
+        tokio::spawn(async move {
+            let o = server.state.config.observability;
+            let retention = i64::try_from(o.log_retention.as_millis()).unwrap_or(i64::MAX);
+            let before = chrono::Utc::now().timestamp_millis().saturating_sub(retention);
+            match server.state.store.prune_logs(before, o.max_log_rows).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(entries = n, "pruned the request log"),
+                Err(e) => tracing::warn!(error = %e, "cannot prune the request log; the next sweep retries"),
+            }
+            server.pruning.store(false, Ordering::Release);
+        });
     }
 
     /// Writes buffered activity (sessions, request log) to the store; `Background` is the
@@ -83,6 +107,7 @@ impl pingora::services::background::BackgroundService for Flusher {
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();
                 self.server.mcp.apps.sweep_idle();
+                self.server.prune_logs();
                 last_sweep = Instant::now();
             }
             if let Some(jwt) = &self.server.state.jwt {

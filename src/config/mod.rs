@@ -60,6 +60,7 @@ pub struct Config {
     pub rate_limit_policy: std::sync::Arc<toolgate_filters::rate_limit::RateLimitPolicy>,
     pub limits: LimitsConfig,
     pub mcp: McpConfig,
+    pub observability: ObservabilityConfig,
     /// JWT bearer tokens on the management API (the verifier, holding its [`JwtConfig`] and the
     /// keys read while validating); `None` refuses every non-key bearer value.
     pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
@@ -287,6 +288,15 @@ impl TierQuotas {
             _ => q(10, 25, 5, 20, 5, 5.0),
         }
     }
+}
+
+/// How long the request log keeps its entries.
+#[derive(Debug, Clone, Copy)]
+pub struct ObservabilityConfig {
+    /// Entries older than this are pruned in the background.
+    pub log_retention: Duration,
+    /// At most this many entries are kept; the oldest go first.
+    pub max_log_rows: u64,
 }
 
 #[derive(Debug, Clone)]

@@ -41,7 +41,8 @@ impl EmbeddedStore {
                  gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL,
                  body TEXT NOT NULL);
              CREATE INDEX IF NOT EXISTS logs_org_ts ON logs (org_id, ts_ms);
-             CREATE INDEX IF NOT EXISTS logs_gateway_ts ON logs (gateway_id, ts_ms);",
+             CREATE INDEX IF NOT EXISTS logs_gateway_ts ON logs (gateway_id, ts_ms);
+             CREATE INDEX IF NOT EXISTS logs_ts ON logs (ts_ms);",
         )
         .map_err(backend)?;
         add_expiry_column(&conn)?;
@@ -451,6 +452,25 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, StoreError> {
+        self.with(move |c| {
+            let old = c.execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms]).map_err(backend)?;
+            let rows: i64 = c.query_row("SELECT COUNT(*) FROM logs", [], |r| r.get(0)).map_err(backend)?;
+            let excess = (rows.max(0) as u64).saturating_sub(max_rows);
+            let over = if excess == 0 {
+                0
+            } else {
+                c.execute(
+                    "DELETE FROM logs WHERE rowid IN (SELECT rowid FROM logs ORDER BY ts_ms, rowid LIMIT ?1)",
+                    params![i64::try_from(excess).unwrap_or(i64::MAX)],
+                )
+                .map_err(backend)?
+            };
+            Ok((old + over) as u64)
+        })
+        .await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.with(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(backend)).await
     }
@@ -543,6 +563,31 @@ mod tests {
         store.put(Kind::Gateway, "org_b", "g1", "1".into()).await.unwrap();
         assert!(store.load_partition(Kind::Gateway, "org_a").await.unwrap().is_empty());
         assert_eq!(store.load_partition(Kind::Gateway, "org_b").await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn pruning_drops_old_entries_then_the_oldest_beyond_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        let entry = |ts_ms: i64| LogRecord {
+            ts_ms,
+            gateway: gateway.clone(),
+            app: "time".into(),
+            error: false,
+            body: format!(r#"{{"duration":{ts_ms}}}"#),
+        };
+        store.append_logs(Arc::new((1..=10).map(|i| entry(i * 1000)).collect())).await.unwrap();
+        let q = || LogQuery { org_id: "org_1".into(), ..Default::default() };
+        // Older than 3 s: entries 1 and 2.
+        assert_eq!(store.prune_logs(3_000, 100).await.unwrap(), 2);
+        assert_eq!(store.log_summary(q()).await.unwrap().requests, 8);
+        // A cap of 5: the three oldest of the rest go; the newest five stay.
+        assert_eq!(store.prune_logs(0, 5).await.unwrap(), 3);
+        let (total, rows) = store.log_page(q(), 0, 100).await.unwrap();
+        assert_eq!(total, 5);
+        assert_eq!(rows.iter().map(|r| r.ts_ms).collect::<Vec<_>>(), [10_000, 9_000, 8_000, 7_000, 6_000]);
+        assert_eq!(store.prune_logs(0, 5).await.unwrap(), 0, "nothing more to do");
     }
 
     #[tokio::test]

@@ -213,6 +213,9 @@ pub trait Store: Send + Sync {
     /// Every matching entry's time, duration (ms) and whether it failed, oldest first: the raw
     /// figures of latency percentiles.
     async fn log_durations(&self, q: LogQuery) -> Result<Vec<(i64, u64, bool)>, StoreError>;
+    /// Removes log entries older than `before_ms`, then the oldest beyond `max_rows`; returns how
+    /// many went.
+    async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }

@@ -9,6 +9,7 @@ mod identity;
 mod jwt;
 mod limits;
 mod mcp;
+mod observability;
 mod server;
 mod storage;
 
@@ -38,6 +39,8 @@ pub struct RawConfig {
     limits: limits::RawLimits,
     #[serde(default)]
     mcp: mcp::RawMcp,
+    #[serde(default)]
+    observability: observability::RawObservability,
     jwt: Option<jwt::RawJwt>,
 }
 
@@ -72,6 +75,7 @@ impl RawConfig {
             (self.api_keys.into_iter().enumerate()).map(|(i, k)| k.build(i, &users)).collect::<Result<Vec<_>, _>>()?;
         let limits = self.limits.build(&rate_limits, &mut rate_limit_policy)?;
         let mcp = self.mcp.build()?;
+        let observability = self.observability.build()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
         Ok(Config {
             environment,
@@ -85,6 +89,7 @@ impl RawConfig {
             rate_limit_policy: std::sync::Arc::new(rate_limit_policy),
             limits,
             mcp,
+            observability,
             jwt,
         })
     }
@@ -124,6 +129,8 @@ mod tests {
             (format!("{org}{user}api_keys:\n  - {{id: k, name: K, user: u1, sha256: abc}}\n"), "api_keys[0].sha256"),
             ("limits:\n  quotas:\n    gold: {gateways: 1}\n".into(), "limits.quotas.gold"),
             ("mcp:\n  page_size: 0\n".into(), "mcp.page_size"),
+            ("observability:\n  log_retention_days: 0\n".into(), "observability.log_retention_days"),
+            ("observability:\n  max_log_rows: 10\n".into(), "observability.max_log_rows"),
             ("jwt:\n  issuer: i\n".into(), "jwt"),
         ] {
             assert_eq!(refusal(&yaml), field, "{yaml}");

@@ -1,0 +1,25 @@
+//! `observability:`: how long the request log keeps its entries.
+
+use crate::config::*;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawObservability {
+    log_retention_days: Option<u64>,
+    max_log_rows: Option<u64>,
+}
+
+impl RawObservability {
+    pub(super) fn build(self) -> Result<ObservabilityConfig, ConfigError> {
+        let days = self.log_retention_days.unwrap_or(7);
+        if !(1..=3650).contains(&days) {
+            return Err(invalid("observability.log_retention_days", "must be between 1 and 3650"));
+        }
+        let max_log_rows = self.max_log_rows.unwrap_or(10_000_000);
+        if max_log_rows < 1000 {
+            return Err(invalid("observability.max_log_rows", "must be at least 1000"));
+        }
+        Ok(ObservabilityConfig { log_retention: Duration::from_secs(days * 86_400), max_log_rows })
+    }
+}
