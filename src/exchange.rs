@@ -24,7 +24,8 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub struct RequestId([u8; uuid::fmt::Hyphenated::LENGTH]);
 
 impl RequestId {
-    pub fn new() -> RequestId {
+    /// A fresh random id (not a `Default`: every request needs its own).
+    pub fn generate() -> RequestId {
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
         uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
         RequestId(text)
@@ -38,12 +39,6 @@ impl RequestId {
     pub fn as_str(&self) -> &str {
         // Hex digits and hyphens only.
         std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
-impl Default for RequestId {
-    fn default() -> Self {
-        RequestId::new()
     }
 }
 
@@ -64,8 +59,9 @@ pub struct RequestCtx {
     pub status: u16,
 }
 
-impl RequestCtx {
-    pub fn new() -> RequestCtx {
+impl Default for RequestCtx {
+    /// The context Pingora makes before a request is read; `early_request_filter` fills it in.
+    fn default() -> RequestCtx {
         RequestCtx {
             request_id: RequestId::unset(),
             client_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -74,12 +70,6 @@ impl RequestCtx {
             started: Instant::now(),
             status: 0,
         }
-    }
-}
-
-impl Default for RequestCtx {
-    fn default() -> Self {
-        RequestCtx::new()
     }
 }
 
@@ -270,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_request_id_is_a_fresh_uuid_v4() {
-        let (a, b) = (RequestId::new(), RequestId::new());
+        let (a, b) = (RequestId::generate(), RequestId::generate());
         let parsed = uuid::Uuid::parse_str(a.as_str()).expect("a UUID");
         assert_eq!(parsed.get_version_num(), 4);
         assert_eq!(a.as_str(), parsed.hyphenated().to_string());
@@ -280,8 +270,7 @@ mod tests {
 
     #[test]
     fn an_answer_head_carries_the_request_id_and_moves_the_filters_headers() {
-        let mut ctx = RequestCtx::new();
-        ctx.request_id = RequestId::new();
+        let mut ctx = RequestCtx { request_id: RequestId::generate(), ..Default::default() };
         ctx.filters.response_headers.push((HeaderName::from_static("x-ratelimit-limit"), HeaderValue::from(10)));
         let h = response_head(429, 0, &mut ctx).unwrap();
         assert_eq!(h.status, 429);
@@ -297,7 +286,7 @@ mod tests {
 
     #[test]
     fn envelopes_carry_meta() {
-        let ctx = RequestCtx::new();
+        let ctx = RequestCtx::default();
         let e: Value = serde_json::from_slice(&error_body(&ApiError::NotFound("gateway"), &ctx)).unwrap();
         assert_eq!(e["success"], false);
         assert_eq!(e["error"]["code"], "NOT_FOUND");

@@ -117,7 +117,7 @@ impl ProxyHttp for Proxy {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::new()
+        RequestCtx::default()
     }
 
     /// Runs once a request's header has been read, before `early_request_filter`, with the
@@ -135,7 +135,7 @@ impl ProxyHttp for Proxy {
     /// Runs first: request id, client address and route, so every later step (and every error
     /// response) has them.
     async fn early_request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
-        ctx.request_id = RequestId::new();
+        ctx.request_id = RequestId::generate();
         let peer =
             session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let forwarded = session.req_header().headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());

@@ -13,7 +13,7 @@
 //!   a tree, serialised again and freed; the few readers that need a tree (the catalogue, the
 //!   upstream `initialize`) parse it with [`RawJson::to_value`].
 //! * `params` are [`RawJson`] too: a `tools/call` reads its `name` and relays the other members
-//!   (`arguments`, `_meta`) as the text they arrived in (`endpoint::NamedParams`); the readers of
+//!   (`arguments`, `_meta`) as the text they arrived in (`dispatch::NamedParams`); the readers of
 //!   other methods' params parse what they need. `error.data` is a [`serde_json::Value`].
 //! * A message is first read into an envelope that borrows each member's text from the input, so
 //!   `"jsonrpc"` is checked without a `String` and only the parts a message needs are converted.

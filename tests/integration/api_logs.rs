@@ -2,41 +2,25 @@
 //! entry, with its filters validated (a bad value is a 400 naming the field) and organisations
 //! kept apart. Entries are made by real `tools/call`s through a gateway to the built-in `time` app.
 
+use crate::api_gateways::mcp_session;
 use crate::common::{declared_key, TestServer};
 use serde_json::{json, Value};
-use std::time::Duration;
 
 /// Initializes an MCP session on `gw` with `key` and makes one `tools/call` per `timezone`.
 fn call_time(srv: &TestServer, gw: &str, key: &str, timezones: &[&str]) {
-    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).no_proxy().build().unwrap();
-    let url = srv.url(&format!("/gateway/{gw}/mcp"));
-    let post = |session: Option<&str>, body: Value| {
-        let mut req = client
-            .post(&url)
-            .header("X-API-Key", key)
-            .header("Accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(s) = session {
-            req = req.header("Mcp-Session-Id", s);
-        }
-        req.send().unwrap()
-    };
-    let init = post(
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
-            "capabilities": {}, "clientInfo": {"name": "api_logs", "version": "1"}}}),
-    );
-    assert_eq!(init.status(), 200);
-    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let session = mcp_session(srv, gw, key);
+    let headers = [("x-api-key", key), ("accept", "application/json, text/event-stream"), ("mcp-session-id", &session)];
     for (i, tz) in timezones.iter().enumerate() {
-        let r = post(
-            Some(&session),
-            json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
-                "params": {"name": "get_current_time", "arguments": {"timezone": tz, "format": "YYYY"}}}),
+        let r = srv.request(
+            "POST",
+            &format!("/gateway/{gw}/mcp"),
+            None,
+            Some(json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                "params": {"name": "get_current_time", "arguments": {"timezone": tz, "format": "YYYY"}}})),
+            &headers,
         );
-        assert_eq!(r.status(), 200);
-        let body: Value = r.json().unwrap();
-        assert!(body["result"].is_object(), "a tool result (isError or not): {body}");
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(r.json["result"].is_object(), "a tool result (isError or not): {r:?}");
     }
 }
 

@@ -28,7 +28,7 @@
 //!   gateway client asked for it, so none can answer it).
 //! * **Client capabilities**: `sampling` and `elicitation` are declared upstream, since the
 //!   gateway relays those requests, arriving on a call's stream, to the calling client, or refuses
-//!   them on its behalf when it did not declare them (`endpoint::refusal`).
+//!   them on its behalf when it did not declare them (`dispatch::refusal`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -379,7 +379,7 @@ impl Inner {
         let params = RawJson::from_value(&json!({
             "protocolVersion": self.protocol_version,
             // What the gateway relays to its clients; a client that did not declare one of them
-            // gets the app's request refused on its behalf (`endpoint::refusal`).
+            // gets the app's request refused on its behalf (`dispatch::refusal`).
             "capabilities": { "sampling": {}, "elicitation": {} },
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
         }));
