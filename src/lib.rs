@@ -21,6 +21,7 @@ pub mod mfa;
 pub mod model;
 pub mod proxy;
 pub mod reqlog;
+pub mod rollup;
 pub mod route;
 pub mod run;
 pub mod secrets;

@@ -7,7 +7,8 @@
 //! buffer then holds one string per call, not a tree of values: no deep copy of the arguments or
 //! the result, nothing to serialise at flush time, and two allocations to free (on the log
 //! writer's thread, where every allocation of a tree was a cross-thread `free` contending for the
-//! workers' malloc arenas). The writer runs at idle CPU priority ([`IdleWriter`]).
+//! workers' malloc arenas). The writer runs at idle CPU priority ([`IdleWriter`]), and folds each
+//! slice into the rollups ([`crate::rollup`]) that analytics and metrics read.
 
 use crate::mcp::jsonrpc::{put, RawJson};
 use crate::model::Gateway;
@@ -43,6 +44,7 @@ pub enum Answer<'a> {
 pub struct EntryWriter {
     gateway: Arc<Gateway>,
     app: String,
+    function_at: std::ops::Range<usize>,
     json: Vec<u8>,
 }
 
@@ -55,19 +57,21 @@ impl EntryWriter {
         json.extend_from_slice(b",\"app\":");
         put(&mut json, app);
         json.extend_from_slice(b",\"function\":");
+        let start = json.len();
         put(&mut json, function);
+        let function_at = start..json.len();
         json.extend_from_slice(b",\"request\":{\"params\":");
         put_raw_capped(&mut json, arguments);
         json.push(b'}');
-        EntryWriter { gateway: gateway.clone(), app: app.to_string(), json }
+        EntryWriter { gateway: gateway.clone(), app: app.to_string(), function_at, json }
     }
 
     /// Ends the entry with the outcome. `error` is the entry's `status` (a JSON-RPC error, or a
     /// tool result with `isError`); `status` is the HTTP-like `response.status`.
-    pub fn finish(mut self, duration_ms: u64, error: bool, status: u16, answer: Answer<'_>) -> LogRecord {
+    pub fn finish(mut self, elapsed: std::time::Duration, error: bool, status: u16, answer: Answer<'_>) -> LogRecord {
         let json = &mut self.json;
         json.extend_from_slice(b",\"duration\":");
-        put(json, &duration_ms);
+        put(json, &(elapsed.as_millis() as u64));
         json.extend_from_slice(if error { b",\"status\":\"error\"" } else { b",\"status\":\"success\"" });
         json.extend_from_slice(b",\"response\":{\"status\":");
         put(json, &status);
@@ -85,7 +89,15 @@ impl EntryWriter {
         json.extend_from_slice(b"}}");
         // Only UTF-8 went in: serde_json's output and ASCII literals.
         let body = String::from_utf8(std::mem::take(json)).unwrap_or_default();
-        LogRecord { ts_ms: chrono::Utc::now().timestamp_millis(), gateway: self.gateway, app: self.app, error, body }
+        LogRecord {
+            ts_ms: chrono::Utc::now().timestamp_millis(),
+            gateway: self.gateway,
+            app: self.app,
+            error,
+            duration_us: elapsed.as_micros() as u64,
+            function_at: self.function_at,
+            body,
+        }
     }
 }
 
@@ -220,7 +232,9 @@ impl RequestLog {
             let count = part.len();
             let store = self.store.clone();
             let write = async move {
-                match store.append_logs(part.clone()).await {
+                // Folded where the slice is written: on the idle-priority thread, not the call's.
+                let rollups = crate::rollup::of(&part);
+                match store.append_logs(part.clone(), rollups).await {
                     Ok(()) => Ok(()),
                     Err(e) => Err((e, part)),
                 }
@@ -258,6 +272,17 @@ mod tests {
     use crate::store::LogQuery;
     use serde_json::json;
     use serde_json::Value;
+    use std::time::Duration;
+
+    /// Entries written, and the calls the hour rollups count.
+    async fn written(store: &dyn Store) -> (u64, u64) {
+        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
+        let entries = store.log_page(q, 0, 1).await.unwrap().0;
+        let q =
+            crate::store::RollupQuery { org_id: "org_1".into(), tier_ms: crate::rollup::HOUR, ..Default::default() };
+        let counted = store.rollups(q).await.unwrap().iter().map(|r| r.requests).sum();
+        (entries, counted)
+    }
 
     fn gateway() -> Arc<Gateway> {
         Arc::new(Gateway::for_tests("gw_1", "org_1"))
@@ -266,7 +291,12 @@ mod tests {
     /// Entry `i`: every third one an error; `ts_ms` says which entry it is.
     fn entry(i: usize) -> LogRecord {
         let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &json!({ "i": i }).to_string());
-        let mut e = w.finish(2, i % 3 == 0, 200, Answer::Result(&RawJson::from_value(&json!({ "content": [] }))));
+        let mut e = w.finish(
+            Duration::from_millis(2),
+            i % 3 == 0,
+            200,
+            Answer::Result(&RawJson::from_value(&json!({ "content": [] }))),
+        );
         e.ts_ms = 1_000 + i as i64;
         e
     }
@@ -280,9 +310,10 @@ mod tests {
         let args = json!({ "format": "YYYY", "note": "quote \" and ünïcode" });
         let w = EntryWriter::begin(&gateway(), "time", "get_current_time", &args.to_string());
         let result = json!({ "content": [{ "type": "text", "text": "2026" }], "isError": false });
-        let e = w.finish(7, false, 200, Answer::Result(&RawJson::from_value(&result)));
+        let e = w.finish(Duration::from_micros(7_400), false, 200, Answer::Result(&RawJson::from_value(&result)));
         assert!(!e.error);
-        assert_eq!((e.gateway.id.as_str(), e.app.as_str()), ("gw_1", "time"));
+        assert_eq!((e.gateway.id.as_str(), e.app.as_str(), e.duration_us), ("gw_1", "time", 7_400));
+        assert_eq!(e.function(), "get_current_time");
         assert!((chrono::Utc::now().timestamp_millis() - e.ts_ms).abs() < 60_000);
         assert_eq!(
             body(&e),
@@ -292,7 +323,12 @@ mod tests {
             })
         );
         let w = EntryWriter::begin(&gateway(), "time", "get_current_time", "null");
-        let e = w.finish(30_001, true, 504, Answer::Error { code: -32003, message: "App `time` failed: timed out" });
+        let e = w.finish(
+            Duration::from_millis(30_001),
+            true,
+            504,
+            Answer::Error { code: -32003, message: "App `time` failed: timed out" },
+        );
         assert!(e.error);
         let b = body(&e);
         assert_eq!(b["status"], "error");
@@ -310,7 +346,7 @@ mod tests {
         let size = serde_json::to_string(&big).unwrap().len();
         let at_cap = json!("x".repeat(LOG_FIELD_CAP - 2)); // exactly the cap with its quotes
         let w = EntryWriter::begin(&gateway(), "time", "f", &big.to_string());
-        let e = w.finish(1, false, 200, Answer::Result(&RawJson::from_value(&at_cap)));
+        let e = w.finish(Duration::from_millis(1), false, 200, Answer::Result(&RawJson::from_value(&at_cap)));
         let b = body(&e);
         let params = &b["request"]["params"];
         assert_eq!(params["truncated"], true, "{params}");
@@ -322,7 +358,7 @@ mod tests {
         assert_eq!(b["function"], "f", "the fields after a truncated value are still there");
         // A relayed result over the cap (kept as text, so measured as text).
         let w = EntryWriter::begin(&gateway(), "time", "f", "null");
-        let e = w.finish(1, false, 200, Answer::Result(&RawJson::from_value(&big)));
+        let e = w.finish(Duration::from_millis(1), false, 200, Answer::Result(&RawJson::from_value(&big)));
         let data = &body(&e)["response"]["data"];
         assert_eq!(data["truncated"], true, "{data}");
         assert_eq!(data["size"], size);
@@ -342,22 +378,23 @@ mod tests {
         }
         log.flush(Urgency::Background).await;
         assert!(log.pending.lock().is_empty());
-        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
-        let sum = store.log_summary(q).await.unwrap();
-        assert_eq!(sum.requests, n as u64);
-        assert_eq!(sum.errors, n.div_ceil(3) as u64);
-        assert_eq!(sum.total_duration_ms, 2 * n as u64, "the duration is read from the entry's JSON");
-        let q = LogQuery {
+        assert_eq!(written(&*store).await, (n as u64, n as u64), "every entry, and its rollups");
+        let q = crate::store::RollupQuery {
             org_id: "org_1".into(),
             gateway_id: Some("gw_1".into()),
             app: Some("time".into()),
+            tier_ms: crate::rollup::MINUTE,
+            histograms: true,
             ..Default::default()
         };
-        assert_eq!(store.log_summary(q).await.unwrap().requests, n as u64, "gateway and app are columns");
+        let minutes = store.rollups(q).await.unwrap();
+        assert_eq!(minutes.len(), 1, "every entry is in the minute after 1970: {minutes:?}");
+        let m = &minutes[0];
+        assert_eq!((m.function.as_str(), m.requests, m.errors), ("get_current_time", n as u64, n.div_ceil(3) as u64));
+        assert_eq!((m.total_us, m.histogram.count()), (2_000 * n as u64, n as u64));
         // A second flush with nothing pending writes nothing and does not fail.
         log.flush(Urgency::Now).await;
-        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
-        assert_eq!(store.log_summary(q).await.unwrap().requests, n as u64);
+        assert_eq!(written(&*store).await, (n as u64, n as u64));
     }
 
     /// Fails the `fail_at`-th `append_logs` call (counting from 0); everything else goes to a real
@@ -436,20 +473,14 @@ mod tests {
         ) -> Result<Vec<(String, String)>, crate::store::StoreError> {
             self.inner.load_partition(kind, partition).await
         }
-        async fn log_analytics(
+        async fn rollups(
             &self,
-            q: crate::store::LogQuery,
-            bucket_ms: i64,
-            top: u32,
-            group: Option<crate::store::LogGroup>,
-        ) -> Result<crate::store::LogAnalytics, crate::store::StoreError> {
-            self.inner.log_analytics(q, bucket_ms, top, group).await
+            q: crate::store::RollupQuery,
+        ) -> Result<Vec<crate::rollup::Rollup>, crate::store::StoreError> {
+            self.inner.rollups(q).await
         }
-        async fn log_durations(
-            &self,
-            q: crate::store::LogQuery,
-        ) -> Result<Vec<(i64, u64, bool)>, crate::store::StoreError> {
-            self.inner.log_durations(q).await
+        async fn prune_rollups(&self, tier_ms: i64, before_ms: i64) -> Result<u64, crate::store::StoreError> {
+            self.inner.prune_rollups(tier_ms, before_ms).await
         }
         async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, crate::store::StoreError> {
             self.inner.prune_logs(before_ms, max_rows).await
@@ -462,17 +493,18 @@ mod tests {
         ) -> Result<(u64, Vec<crate::store::LogRow>), crate::store::StoreError> {
             self.inner.log_page(q, offset, limit).await
         }
-        async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), crate::store::StoreError> {
+        async fn append_logs(
+            &self,
+            entries: Arc<Vec<LogRecord>>,
+            rollups: Vec<crate::rollup::Rollup>,
+        ) -> Result<(), crate::store::StoreError> {
             use thread_priority::{thread_schedule_policy, NormalThreadSchedulePolicy, ThreadSchedulePolicy};
             let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
             self.idle.lock().push(thread_schedule_policy().is_ok_and(|p| p == idle));
             if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == self.fail_at {
                 return Err(crate::store::StoreError::Backend("disk full".into()));
             }
-            self.inner.append_logs(entries).await
-        }
-        async fn log_summary(&self, q: LogQuery) -> Result<crate::store::LogSummary, crate::store::StoreError> {
-            self.inner.log_summary(q).await
+            self.inner.append_logs(entries, rollups).await
         }
         async fn ping(&self) -> Result<(), crate::store::StoreError> {
             self.inner.ping().await
@@ -489,11 +521,7 @@ mod tests {
             log.record(entry(i));
         }
         log.flush(Urgency::Now).await; // the first slice is written, the second fails
-        let count = || async {
-            let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
-            store.log_summary(q).await.unwrap().requests
-        };
-        assert_eq!(count().await, FLUSH_SLICE as u64);
+        assert_eq!(written(&*store).await, (FLUSH_SLICE as u64, FLUSH_SLICE as u64));
         {
             let pending = log.pending.lock();
             assert_eq!(pending.len(), n - FLUSH_SLICE);
@@ -502,7 +530,7 @@ mod tests {
         }
         log.record(entry(n)); // recorded while the store was failing: kept after the older ones
         log.flush(Urgency::Now).await;
-        assert_eq!(count().await, n as u64 + 1);
+        assert_eq!(written(&*store).await, (n as u64 + 1, n as u64 + 1));
         assert!(log.pending.lock().is_empty());
     }
 
@@ -524,8 +552,7 @@ mod tests {
         assert!(idle[0], "the periodic flush runs at idle priority");
         assert!(!idle[1], "a flush someone waits for does not");
         assert!(idle[2..].iter().all(|i| !i), "nor one that has to catch up");
-        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
-        assert_eq!(store.log_summary(q).await.unwrap().requests, CATCH_UP as u64 + 2);
+        assert_eq!(written(&*store).await.0, CATCH_UP as u64 + 2);
         // The caller's own thread is left as it was.
         let normal = thread_priority::ThreadSchedulePolicy::Normal(thread_priority::NormalThreadSchedulePolicy::Other);
         assert_eq!(thread_priority::thread_schedule_policy().unwrap(), normal);

@@ -41,8 +41,9 @@ impl Server {
         Ok(Server { mcp, reqlog, mfa, limiter, state, pruning: AtomicBool::new(false) })
     }
 
-    /// Prunes the request log past `observability.log_retention_days` and `max_log_rows`, in a
-    /// task of its own so that flushes never wait for it; one pruning at a time.
+    /// Prunes the request log past `observability.log_retention_days` and `max_log_rows`, and
+    /// its rollups past theirs, in a task of its own so that flushes never wait for it; one
+    /// pruning at a time.
     pub fn prune_logs(self: &Arc<Self>) {
         if self.pruning.swap(true, Ordering::AcqRel) {
             return;
@@ -51,11 +52,20 @@ impl Server {
         tokio::spawn(async move {
             let o = server.state.config.observability;
             let retention = i64::try_from(o.log_retention.as_millis()).unwrap_or(i64::MAX);
-            let before = chrono::Utc::now().timestamp_millis().saturating_sub(retention);
+            let now = chrono::Utc::now().timestamp_millis();
+            let before = now.saturating_sub(retention);
             match server.state.store.prune_logs(before, o.max_log_rows).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(entries = n, "pruned the request log"),
                 Err(e) => tracing::warn!(error = %e, "cannot prune the request log; the next sweep retries"),
+            }
+            const FINE_TIERS_KEPT: i64 = 2 * 24 * crate::rollup::HOUR;
+            let hourly = i64::try_from(o.rollup_retention.as_millis()).unwrap_or(i64::MAX);
+            for tier in crate::rollup::TIERS {
+                let kept = if tier == crate::rollup::HOUR { hourly } else { FINE_TIERS_KEPT };
+                if let Err(e) = server.state.store.prune_rollups(tier, now.saturating_sub(kept)).await {
+                    tracing::warn!(error = %e, tier, "cannot prune the request-log rollups; the next sweep retries");
+                }
             }
             server.pruning.store(false, Ordering::Release);
         });

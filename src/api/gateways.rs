@@ -107,22 +107,26 @@ pub struct GatewayMetrics {
     pub avg_response_time: u64,
 }
 
-/// `metrics` of the gateway detail, from today's request log (UTC day).
+/// `metrics` of the gateway detail, from today's hourly rollups (UTC day).
 async fn metrics_today(server: &crate::server::Server, g: &Gateway) -> Result<GatewayMetrics, ApiError> {
     server.reqlog.flush(crate::reqlog::Urgency::Now).await;
-    let midnight = chrono::Utc::now().date_naive().and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis());
-    let sum = server
+    let now = chrono::Utc::now().timestamp_millis();
+    let day = 24 * crate::rollup::HOUR;
+    let rows = server
         .state
         .store
-        .log_summary(crate::store::LogQuery {
+        .rollups(crate::store::RollupQuery {
             org_id: g.org_id.clone(),
             gateway_id: Some(g.id.clone()),
-            since_ms: midnight,
+            tier_ms: crate::rollup::HOUR,
+            since_ms: now.div_euclid(day) * day,
             ..Default::default()
         })
         .await?;
-    let avg = sum.total_duration_ms.checked_div(sum.requests).unwrap_or(0);
-    Ok(GatewayMetrics { requests_today: sum.requests, errors_today: sum.errors, avg_response_time: avg })
+    let (requests, errors, total_us) =
+        rows.iter().fold((0, 0, 0u64), |(n, e, t), r| (n + r.requests, e + r.errors, t.saturating_add(r.total_us)));
+    let avg = total_us.checked_div(requests).map_or(0, |us| (us + 500) / 1000);
+    Ok(GatewayMetrics { requests_today: requests, errors_today: errors, avg_response_time: avg })
 }
 
 #[derive(Debug, Serialize, ToSchema)]

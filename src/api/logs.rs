@@ -1,11 +1,14 @@
 //! `/logs`: the organisation's request log, newest first. Each `tools/call` through a gateway
 //! leaves one entry (spec "Log entry"); the arguments and the answer are size-capped when they
 //! are written, and credentials never reach them (they travel in headers, not in params).
+//! Analytics and metrics read the log's rollups ([`crate::rollup`]), never its entries, so that
+//! a month costs what a month of buckets costs.
 
 use super::{iso, ApiResult, Call, Reply};
 use crate::error::ApiError;
 use crate::reqlog::Urgency;
-use crate::store::{LogQuery, LogRow};
+use crate::rollup::{self, Histogram, Rollup};
+use crate::store::{LogQuery, LogRow, RollupQuery};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
@@ -86,17 +89,61 @@ fn period(call: &Call<'_>) -> Result<(&'static str, i64, i64), ApiError> {
     })
 }
 
-/// The average duration of a slice, in whole milliseconds.
-fn average(total_ms: u64, n: u64) -> u64 {
-    total_ms.checked_div(n).unwrap_or(0)
+/// Calls, errors and durations of a set of rollups.
+#[derive(Debug, Clone, Default)]
+struct Totals {
+    requests: u64,
+    errors: u64,
+    total_us: u64,
+    error_us: u64,
 }
 
-fn ratio(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64
+impl Totals {
+    fn add(&mut self, r: &Rollup) {
+        self.requests += r.requests;
+        self.errors += r.errors;
+        self.total_us = self.total_us.saturating_add(r.total_us);
+        self.error_us = self.error_us.saturating_add(r.error_us);
     }
+
+    /// The average duration, in whole milliseconds (the spec's integer).
+    fn avg_ms(&self) -> u64 {
+        self.total_us.checked_div(self.requests).map_or(0, |us| (us + 500) / 1000)
+    }
+
+    fn error_rate(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            self.errors as f64 / self.requests as f64
+        }
+    }
+}
+
+/// Totals per key (`key_of` a rollup), most requests first, then by key.
+fn ranked(rows: &[Rollup], key_of: impl Fn(&Rollup) -> String) -> Vec<(String, Totals)> {
+    let mut by: std::collections::HashMap<String, Totals> = Default::default();
+    for r in rows {
+        by.entry(key_of(r)).or_default().add(r);
+    }
+    let mut v: Vec<_> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.requests.cmp(&a.1.requests).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+/// The rollups of `q`'s organisation (and gateway or app) from `first` on, in the widest tier
+/// that tiles buckets of `step_ms`.
+async fn rollups(call: &Call<'_>, mut q: RollupQuery, first: i64, step_ms: i64) -> Result<Vec<Rollup>, ApiError> {
+    q.tier_ms = rollup::tier_for(step_ms);
+    q.since_ms = first;
+    // What was answered before this request is in what it reads.
+    call.server.reqlog.flush(Urgency::Now).await;
+    Ok(call.server.state.store.rollups(q).await?)
+}
+
+/// The start of every bucket of `step_ms` from `first` up to the one that holds `now`.
+fn bucket_starts(first: i64, step_ms: i64, now: i64) -> impl Iterator<Item = i64> {
+    (0..).map(move |i| first + i * step_ms).take_while(move |start| *start <= now)
 }
 
 #[utoipa::path(get, path = "/v1/logs/analytics", tag = "logs",
@@ -106,86 +153,90 @@ fn ratio(part: u64, whole: u64) -> f64 {
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn analytics(call: &Call<'_>) -> ApiResult {
-    use crate::store::LogGroup;
     let who = call.who()?;
     let (name, span_ms, bucket_ms) = period(call)?;
-    let group = match call.query_choice("group_by", &["app", "function", "status"])?.as_deref() {
-        None => None,
-        Some("app") => Some(LogGroup::App),
-        Some("function") => Some(LogGroup::Function),
-        _ => Some(LogGroup::Status),
-    };
+    let group_by = call.query_choice("group_by", &["app", "function", "status"])?;
     let now = Utc::now().timestamp_millis();
     // Whole buckets: the first starts at or before `now - span`, the last holds `now`.
     let first = (now - span_ms).div_euclid(bucket_ms) * bucket_ms;
-    let q = LogQuery {
+    let q = RollupQuery {
         org_id: who.org_id.clone(),
         gateway_id: call.query("gateway_id").map(str::to_string),
-        since_ms: Some(first),
         ..Default::default()
     };
-    call.server.reqlog.flush(Urgency::Now).await;
-    let a = call.server.state.store.log_analytics(q, bucket_ms, 10, group).await?;
-    let s = a.summary;
+    let rows = rollups(call, q, first, bucket_ms).await?;
+    let mut summary = Totals::default();
     // Every bucket of the period, empty ones included, so that a chart needs no filling in.
-    let mut counted = a.series.into_iter().peekable();
-    let mut series = Vec::new();
-    let mut start = first;
-    while start <= now {
-        let slice = counted.next_if(|c| c.key.parse::<i64>().ok() == Some(start));
-        let (n, e, d) = slice.map_or((0, 0, 0), |c| (c.requests, c.errors, c.total_duration_ms));
-        let ts = DateTime::from_timestamp_millis(start).map(|t| iso(&t));
-        series.push(json!({ "timestamp": ts, "requests": n, "errors": e, "avg_duration": average(d, n) }));
-        start += bucket_ms;
+    let mut buckets: Vec<Totals> = bucket_starts(first, bucket_ms, now).map(|_| Totals::default()).collect();
+    for r in &rows {
+        summary.add(r);
+        let i = usize::try_from((r.start_ms - first) / bucket_ms).unwrap_or(usize::MAX);
+        if let Some(b) = buckets.get_mut(i) {
+            b.add(r);
+        }
     }
-    let view = |name: &str, c: &crate::store::LogSlice| {
-        json!({ name: c.key, "count": c.requests, "errors": c.errors, "avg_duration": average(c.total_duration_ms, c.requests),
-                "error_rate": ratio(c.errors, c.requests) })
-    };
+    let series: Vec<Value> = bucket_starts(first, bucket_ms, now)
+        .zip(&buckets)
+        .map(|(start, b)| {
+            let ts = DateTime::from_timestamp_millis(start).map(|t| iso(&t));
+            json!({ "timestamp": ts, "requests": b.requests, "errors": b.errors, "avg_duration": b.avg_ms() })
+        })
+        .collect();
+    let view = |name: &str, (key, t): &(String, Totals)| json!({ name: key, "count": t.requests, "errors": t.errors, "avg_duration": t.avg_ms(), "error_rate": t.error_rate() });
+    let function = |r: &Rollup| format!("{}.{}", r.app, r.function);
+    let top: Vec<Value> = ranked(&rows, function).iter().take(10).map(|t| view("function", t)).collect();
     let mut data = json!({
         "period": name,
         "summary": {
-            "total_requests": s.requests,
-            "error_count": s.errors,
-            "avg_duration": average(s.total_duration_ms, s.requests),
-            "success_rate": if s.requests == 0 { 1.0 } else { 1.0 - ratio(s.errors, s.requests) },
+            "total_requests": summary.requests,
+            "error_count": summary.errors,
+            "avg_duration": summary.avg_ms(),
+            "success_rate": if summary.requests == 0 { 1.0 } else { 1.0 - summary.error_rate() },
         },
         "time_series": series,
-        "top_functions": a.top_functions.iter().map(|c| view("function", c)).collect::<Vec<_>>(),
+        "top_functions": top,
     });
-    if group.is_some() {
-        data["groups"] = a.groups.iter().map(|c| view("key", c)).collect();
+    let groups = match group_by.as_deref() {
+        None => None,
+        Some("app") => Some(ranked(&rows, |r| r.app.clone())),
+        Some("function") => Some(ranked(&rows, function)),
+        _ => {
+            // Each rollup knows its errors and their duration; the rest succeeded.
+            let errors = Totals {
+                requests: summary.errors,
+                errors: summary.errors,
+                total_us: summary.error_us,
+                error_us: summary.error_us,
+            };
+            let successes = Totals {
+                requests: summary.requests - summary.errors,
+                errors: 0,
+                total_us: summary.total_us.saturating_sub(summary.error_us),
+                error_us: 0,
+            };
+            let mut v = vec![("error".to_string(), errors), ("success".to_string(), successes)];
+            v.retain(|(_, t)| t.requests > 0);
+            v.sort_by(|a, b| b.1.requests.cmp(&a.1.requests).then_with(|| a.0.cmp(&b.0)));
+            Some(v)
+        }
+    };
+    if let Some(groups) = groups {
+        data["groups"] = groups.iter().map(|g| view("key", g)).collect();
     }
     Ok(Reply::ok(data))
 }
 
-/// Latency figures of a set of calls: count, errors, average and nearest-rank percentiles of
-/// the recorded durations (never derived from averages).
-#[derive(Debug, Default, PartialEq)]
-struct Latency {
-    requests: u64,
-    errors: u64,
-    avg: u64,
-    p50: u64,
-    p95: u64,
-    p99: u64,
+/// Microseconds as milliseconds with three decimals.
+fn ms(us: f64) -> f64 {
+    (us / 1000.0 * 1000.0).round() / 1000.0
 }
 
-impl Latency {
-    /// `durations` are sorted here; `errors` counted by the caller.
-    fn of(durations: &mut [u64], errors: u64) -> Latency {
-        durations.sort_unstable();
-        let n = durations.len();
-        let rank = |p: usize| if n == 0 { 0 } else { durations[(p * n).div_ceil(100).clamp(1, n) - 1] };
-        Latency {
-            requests: n as u64,
-            errors,
-            avg: average(durations.iter().sum(), n as u64),
-            p50: rank(50),
-            p95: rank(95),
-            p99: rank(99),
-        }
-    }
+/// Latency figures of a set of calls: count, errors, average and the percentiles of the
+/// recorded durations (read from their histogram, never derived from averages), in ms.
+fn latency(t: &Totals, h: &Histogram) -> Value {
+    let avg = t.total_us.checked_div(t.requests).unwrap_or(0) as f64;
+    json!({ "requests": t.requests, "errors": t.errors, "avg": ms(avg),
+            "p50": ms(h.percentile(50)), "p95": ms(h.percentile(95)), "p99": ms(h.percentile(99)) })
 }
 
 /// `period` and `resolution` of the metrics endpoints; a resolution that would give more than
@@ -216,35 +267,38 @@ fn metrics_window(call: &Call<'_>) -> Result<(&'static str, i64, &'static str, i
 }
 
 /// The metrics of the calls that `q` selects over the window: the whole and every bucket.
-async fn metrics(call: &Call<'_>, mut q: LogQuery) -> Result<Value, ApiError> {
+async fn metrics(call: &Call<'_>, mut q: RollupQuery) -> Result<Value, ApiError> {
     let (period, span, resolution, step) = metrics_window(call)?;
     let now = Utc::now().timestamp_millis();
     let first = (now - span).div_euclid(step) * step;
-    q.since_ms = Some(first);
-    call.server.reqlog.flush(Urgency::Now).await;
-    let calls = call.server.state.store.log_durations(q).await?;
-    let mut all: Vec<u64> = calls.iter().map(|c| c.1).collect();
-    let whole = Latency::of(&mut all, calls.iter().filter(|c| c.2).count() as u64);
-    let mut series = Vec::new();
-    let mut rest = calls.as_slice();
-    let mut start = first;
-    while start <= now {
-        let end = start + step;
-        let n = rest.iter().take_while(|c| c.0 < end).count();
-        let (bucket, later) = rest.split_at(n);
-        rest = later;
-        let mut d: Vec<u64> = bucket.iter().map(|c| c.1).collect();
-        let l = Latency::of(&mut d, bucket.iter().filter(|c| c.2).count() as u64);
-        let ts = DateTime::from_timestamp_millis(start).map(|t| iso(&t));
-        series.push(json!({ "timestamp": ts, "requests": l.requests, "errors": l.errors, "latency": l.avg,
-                            "p50": l.p50, "p95": l.p95, "p99": l.p99 }));
-        start = end;
+    q.histograms = true;
+    let rows = rollups(call, q, first, step).await?;
+    let (mut total, mut whole) = (Totals::default(), Histogram::default());
+    let mut buckets: Vec<(Totals, Histogram)> = bucket_starts(first, step, now).map(|_| Default::default()).collect();
+    for r in &rows {
+        total.add(r);
+        whole.merge(&r.histogram);
+        let i = usize::try_from((r.start_ms - first) / step).unwrap_or(usize::MAX);
+        if let Some((t, h)) = buckets.get_mut(i) {
+            t.add(r);
+            h.merge(&r.histogram);
+        }
     }
+    let series: Vec<Value> = bucket_starts(first, step, now)
+        .zip(&buckets)
+        .map(|(start, (t, h))| {
+            let l = latency(t, h);
+            let ts = DateTime::from_timestamp_millis(start).map(|t| iso(&t));
+            json!({ "timestamp": ts, "requests": l["requests"], "errors": l["errors"], "latency": l["avg"],
+                    "p50": l["p50"], "p95": l["p95"], "p99": l["p99"] })
+        })
+        .collect();
+    let l = latency(&total, &whole);
     Ok(json!({
         "period": period,
         "resolution": resolution,
-        "metrics": { "requests": whole.requests, "errors": whole.errors, "avg_latency": whole.avg,
-                     "p50_latency": whole.p50, "p95_latency": whole.p95, "p99_latency": whole.p99 },
+        "metrics": { "requests": l["requests"], "errors": l["errors"], "avg_latency": l["avg"],
+                     "p50_latency": l["p50"], "p95_latency": l["p95"], "p99_latency": l["p99"] },
         "time_series": series,
     }))
 }
@@ -258,7 +312,7 @@ async fn metrics(call: &Call<'_>, mut q: LogQuery) -> Result<Value, ApiError> {
 pub async fn gateway_metrics(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let g = call.server.state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
-    let q = LogQuery { org_id: who.org_id.clone(), gateway_id: Some(g.id.clone()), ..Default::default() };
+    let q = RollupQuery { org_id: who.org_id.clone(), gateway_id: Some(g.id.clone()), ..Default::default() };
     let mut data = metrics(call, q).await?;
     data["gateway_id"] = Value::String(g.id.clone());
     Ok(Reply::ok(data))
@@ -273,28 +327,8 @@ pub async fn gateway_metrics(call: &Call<'_>) -> ApiResult {
 pub async fn app_metrics(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let app = call.server.state.config.app(call.id()).ok_or(ApiError::NotFound("app"))?;
-    let q = LogQuery { org_id: who.org_id.clone(), app: Some(app.id.clone()), ..Default::default() };
+    let q = RollupQuery { org_id: who.org_id.clone(), app: Some(app.id.clone()), ..Default::default() };
     let mut data = metrics(call, q).await?;
     data["app_id"] = Value::String(app.id.clone());
     Ok(Reply::ok(data))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_are_nearest_rank_of_the_recorded_durations() {
-        let mut d: Vec<u64> = (1..=100).rev().collect();
-        let l = Latency::of(&mut d, 3);
-        assert_eq!((l.requests, l.errors, l.avg, l.p50, l.p95, l.p99), (100, 3, 50, 50, 95, 99));
-        let mut one = vec![7];
-        assert_eq!(Latency::of(&mut one, 0).p99, 7);
-        assert_eq!(Latency::of(&mut [], 0), Latency::default());
-        // One slow call among twenty shows at p99 and p95, not in the median.
-        let mut d = vec![10; 19];
-        d.push(1000);
-        let l = Latency::of(&mut d, 0);
-        assert_eq!((l.p50, l.p95, l.p99), (10, 10, 1000));
-    }
 }

@@ -290,13 +290,17 @@ impl TierQuotas {
     }
 }
 
-/// How long the request log keeps its entries.
+/// How long the request log keeps its entries and its rollups.
 #[derive(Debug, Clone, Copy)]
 pub struct ObservabilityConfig {
     /// Entries older than this are pruned in the background.
     pub log_retention: Duration,
     /// At most this many entries are kept; the oldest go first.
     pub max_log_rows: u64,
+    /// Hourly rollups older than this are pruned (analytics and metrics read them, so they
+    /// outlive the entries). Minute and five-minute rollups are kept two days: no query reads
+    /// them beyond 24 hours.
+    pub rollup_retention: Duration,
 }
 
 #[derive(Debug, Clone)]

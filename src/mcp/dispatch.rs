@@ -481,7 +481,6 @@ fn log_entry(
     transport_status: u16,
     elapsed: Duration,
 ) -> LogRecord {
-    let ms = elapsed.as_millis() as u64;
     match outcome {
         Ok(result) => {
             // Only `isError` is read; the rest of the result is skipped, not built.
@@ -491,7 +490,7 @@ fn log_entry(
                 is_error: Option<bool>,
             }
             let error = result.read::<ToolResult>().is_ok_and(|r| r.is_error == Some(true));
-            entry.finish(ms, error, 200, Answer::Result(result))
+            entry.finish(elapsed, error, 200, Answer::Result(result))
         }
         Err(e) => {
             const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
@@ -502,7 +501,7 @@ fn log_entry(
                 _ if transport_status >= 500 => transport_status,
                 _ => 502,
             };
-            entry.finish(ms, true, status, Answer::Error { code: e.code, message: &e.message })
+            entry.finish(elapsed, true, status, Answer::Error { code: e.code, message: &e.message })
         }
     }
 }

@@ -5,9 +5,8 @@
 //! request log's own slices are committed with `synchronous=NORMAL` (see `append_logs`).
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
-use super::{
-    Kind, LogAnalytics, LogGroup, LogQuery, LogRecord, LogRow, LogSlice, LogSummary, Store, StoreError, Stored,
-};
+use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP};
+use crate::rollup::{Histogram, Rollup};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -42,7 +41,14 @@ impl EmbeddedStore {
                  body TEXT NOT NULL);
              CREATE INDEX IF NOT EXISTS logs_org_ts ON logs (org_id, ts_ms);
              CREATE INDEX IF NOT EXISTS logs_gateway_ts ON logs (gateway_id, ts_ms);
-             CREATE INDEX IF NOT EXISTS logs_ts ON logs (ts_ms);",
+             CREATE INDEX IF NOT EXISTS logs_ts ON logs (ts_ms);
+             CREATE TABLE IF NOT EXISTS rollups (
+                 org_id TEXT NOT NULL, tier_ms INTEGER NOT NULL, start_ms INTEGER NOT NULL,
+                 gateway_id TEXT NOT NULL, app TEXT NOT NULL, function TEXT NOT NULL,
+                 requests INTEGER NOT NULL, errors INTEGER NOT NULL, total_us INTEGER NOT NULL,
+                 error_us INTEGER NOT NULL, histogram BLOB NOT NULL,
+                 PRIMARY KEY (org_id, tier_ms, start_ms, gateway_id, app, function)) WITHOUT ROWID;
+             CREATE INDEX IF NOT EXISTS rollups_tier ON rollups (tier_ms, start_ms);",
         )
         .map_err(backend)?;
         add_expiry_column(&conn)?;
@@ -118,9 +124,10 @@ fn create_private_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One transaction of log rows.
-fn insert_logs(c: &mut Connection, entries: &[LogRecord]) -> Result<(), StoreError> {
+/// One transaction of log rows and the rollups they add to.
+fn insert_logs(c: &mut Connection, entries: &[LogRecord], rollups: &[Rollup]) -> Result<(), StoreError> {
     let tx = c.transaction().map_err(backend)?;
+    add_rollups(&tx, rollups)?;
     {
         let mut stmt = tx
             .prepare_cached(
@@ -138,6 +145,58 @@ fn insert_logs(c: &mut Connection, entries: &[LogRecord]) -> Result<(), StoreErr
         }
     }
     tx.commit().map_err(backend)
+}
+
+/// Adds each rollup to the stored one of its key (read, merged, written back: the histogram is
+/// a blob that SQL cannot add).
+fn add_rollups(tx: &rusqlite::Transaction<'_>, rollups: &[Rollup]) -> Result<(), StoreError> {
+    let mut read = tx
+        .prepare_cached(
+            "SELECT requests, errors, total_us, error_us, histogram FROM rollups
+             WHERE org_id = ?1 AND tier_ms = ?2 AND start_ms = ?3 AND gateway_id = ?4 AND app = ?5 AND function = ?6",
+        )
+        .map_err(backend)?;
+    let mut write = tx
+        .prepare_cached(
+            "INSERT OR REPLACE INTO rollups
+             (org_id, tier_ms, start_ms, gateway_id, app, function, requests, errors, total_us, error_us, histogram)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .map_err(backend)?;
+    for r in rollups {
+        let key = params![r.org_id, r.tier_ms, r.start_ms, r.gateway_id, r.app, r.function];
+        let stored = read
+            .query_row(key, |row| {
+                let n = |i: usize| row.get::<_, i64>(i).map(|v| v.max(0) as u64);
+                Ok((n(0)?, n(1)?, n(2)?, n(3)?, row.get::<_, Vec<u8>>(4)?))
+            })
+            .optional()
+            .map_err(backend)?;
+        let mut sum = (r.requests, r.errors, r.total_us, r.error_us);
+        let mut histogram = r.histogram.clone();
+        if let Some((n, e, t, et, h)) = stored {
+            sum = (sum.0 + n, sum.1 + e, sum.2.saturating_add(t), sum.3.saturating_add(et));
+            histogram.add_encoded(&h);
+        }
+        let (requests, errors, total, error_total) = sum;
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        write
+            .execute(params![
+                r.org_id,
+                r.tier_ms,
+                r.start_ms,
+                r.gateway_id,
+                r.app,
+                r.function,
+                clamp(requests),
+                clamp(errors),
+                clamp(total),
+                clamp(error_total),
+                histogram.encode()
+            ])
+            .map_err(backend)?;
+    }
+    Ok(())
 }
 
 /// The `FROM ... WHERE ...` of a log query and its arguments (the page is added by the caller).
@@ -324,7 +383,7 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), StoreError> {
+    async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError> {
         self.with(move |c| {
             // Request-log entries already wait in memory for up to a flush period, so their
             // commits need not wait for the disk: in WAL mode `synchronous=NORMAL` still keeps a
@@ -332,28 +391,9 @@ impl Store for EmbeddedStore {
             // the last ones) and saves an fsync per slice. Every other write keeps FULL: the
             // setting is put back before the connection is released.
             c.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
-            let written = insert_logs(c, &entries);
+            let written = insert_logs(c, &entries, &rollups);
             let restored = c.pragma_update(None, "synchronous", "FULL").map_err(backend);
             written.and(restored)
-        })
-        .await
-    }
-
-    async fn log_summary(&self, q: LogQuery) -> Result<LogSummary, StoreError> {
-        self.with(move |c| {
-            let (sql, args) = log_filter(&q);
-            let select = format!(
-                "SELECT COUNT(*), COALESCE(SUM(status = 'error'), 0),
-                        COALESCE(SUM(MAX(json_extract(body, '$.duration'), 0)), 0){sql}"
-            );
-            c.query_row(&select, rusqlite::params_from_iter(args.iter()), |r| {
-                Ok(LogSummary {
-                    requests: r.get::<_, i64>(0)?.max(0) as u64,
-                    errors: r.get::<_, i64>(1)?.max(0) as u64,
-                    total_duration_ms: r.get::<_, i64>(2)?.max(0) as u64,
-                })
-            })
-            .map_err(backend)
         })
         .await
     }
@@ -361,9 +401,9 @@ impl Store for EmbeddedStore {
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError> {
         self.with(move |c| {
             let (sql, mut args) = log_filter(&q);
-            let total: i64 = c
-                .query_row(&format!("SELECT COUNT(*){sql}"), rusqlite::params_from_iter(args.iter()), |r| r.get(0))
-                .map_err(backend)?;
+            let count = format!("SELECT COUNT(*) FROM (SELECT 1{sql} LIMIT {LOG_COUNT_CAP})");
+            let total: i64 =
+                c.query_row(&count, rusqlite::params_from_iter(args.iter()), |r| r.get(0)).map_err(backend)?;
             // Entries of the same millisecond come in writing order (the rowid), newest first: an
             // id orders by time, but its random tail does not order within a millisecond.
             let select = format!(
@@ -385,66 +425,42 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn log_analytics(
-        &self,
-        q: LogQuery,
-        bucket_ms: i64,
-        top: u32,
-        group: Option<LogGroup>,
-    ) -> Result<LogAnalytics, StoreError> {
-        let summary = self.log_summary(q.clone()).await?;
+    async fn rollups(&self, q: RollupQuery) -> Result<Vec<Rollup>, StoreError> {
         self.with(move |c| {
-            let (filter, args) = log_filter(&q);
-            // The same three figures for every slice: requests, errors, total duration.
-            let figures = "COUNT(*), COALESCE(SUM(status = 'error'), 0), \
-                           COALESCE(SUM(MAX(json_extract(body, '$.duration'), 0)), 0)";
-            let slices = |key: &str, order: &str, limit: Option<u32>| -> Result<Vec<LogSlice>, StoreError> {
-                let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
-                let sql = format!("SELECT {key} AS k, {figures}{filter} GROUP BY k ORDER BY {order}{limit}");
-                let mut stmt = c.prepare(&sql).map_err(backend)?;
-                let rows = stmt
-                    .query_map(rusqlite::params_from_iter(args.iter()), |r| {
-                        let key: rusqlite::types::Value = r.get(0)?;
-                        let key = match key {
-                            rusqlite::types::Value::Integer(n) => n.to_string(),
-                            rusqlite::types::Value::Text(t) => t,
-                            _ => String::new(),
-                        };
-                        Ok(LogSlice {
-                            key,
-                            requests: r.get::<_, i64>(1)?.max(0) as u64,
-                            errors: r.get::<_, i64>(2)?.max(0) as u64,
-                            total_duration_ms: r.get::<_, i64>(3)?.max(0) as u64,
-                        })
-                    })
-                    .map_err(backend)?;
-                rows.collect::<Result<Vec<_>, _>>().map_err(backend)
-            };
-            let function = "app || '.' || COALESCE(json_extract(body, '$.function'), '')";
-            let bucket = format!("(ts_ms / {b}) * {b}", b = bucket_ms.max(1));
-            let series = slices(&bucket, "k ASC", None)?;
-            let top_functions = slices(function, "2 DESC, k ASC", Some(top))?;
-            let groups = match group {
-                None => Vec::new(),
-                Some(LogGroup::App) => slices("app", "2 DESC, k ASC", None)?,
-                Some(LogGroup::Function) => slices(function, "2 DESC, k ASC", None)?,
-                Some(LogGroup::Status) => slices("status", "2 DESC, k ASC", None)?,
-            };
-            Ok(LogAnalytics { summary, series, top_functions, groups })
-        })
-        .await
-    }
-
-    async fn log_durations(&self, q: LogQuery) -> Result<Vec<(i64, u64, bool)>, StoreError> {
-        self.with(move |c| {
-            let (sql, args) = log_filter(&q);
-            let select = format!(
-                "SELECT ts_ms, MAX(COALESCE(json_extract(body, '$.duration'), 0), 0), status = 'error'{sql} ORDER BY ts_ms"
+            let mut sql = String::from(
+                "SELECT start_ms, gateway_id, app, function, requests, errors, total_us, error_us, histogram FROM rollups
+                 WHERE org_id = ?1 AND tier_ms = ?2 AND start_ms >= ?3",
             );
-            let mut stmt = c.prepare(&select).map_err(backend)?;
+            let mut args: Vec<rusqlite::types::Value> = vec![q.org_id.clone().into(), q.tier_ms.into(), q.since_ms.into()];
+            if let Some(g) = &q.gateway_id {
+                args.push(g.clone().into());
+                sql.push_str(&format!(" AND gateway_id = ?{}", args.len()));
+            }
+            if let Some(a) = &q.app {
+                args.push(a.clone().into());
+                sql.push_str(&format!(" AND app = ?{}", args.len()));
+            }
+            sql.push_str(" ORDER BY start_ms");
+            let mut stmt = c.prepare_cached(&sql).map_err(backend)?;
             let rows = stmt
                 .query_map(rusqlite::params_from_iter(args.iter()), |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?.max(0) as u64, r.get::<_, bool>(2)?))
+                    let mut histogram = Histogram::default();
+                    if q.histograms {
+                        histogram.add_encoded(r.get_ref(8)?.as_blob().unwrap_or_default());
+                    }
+                    Ok(Rollup {
+                        tier_ms: q.tier_ms,
+                        start_ms: r.get(0)?,
+                        org_id: q.org_id.clone(),
+                        gateway_id: r.get(1)?,
+                        app: r.get(2)?,
+                        function: r.get(3)?,
+                        requests: r.get::<_, i64>(4)?.max(0) as u64,
+                        errors: r.get::<_, i64>(5)?.max(0) as u64,
+                        total_us: r.get::<_, i64>(6)?.max(0) as u64,
+                        error_us: r.get::<_, i64>(7)?.max(0) as u64,
+                        histogram,
+                    })
                 })
                 .map_err(backend)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(backend)
@@ -467,6 +483,16 @@ impl Store for EmbeddedStore {
                 .map_err(backend)?
             };
             Ok((old + over) as u64)
+        })
+        .await
+    }
+
+    async fn prune_rollups(&self, tier_ms: i64, before_ms: i64) -> Result<u64, StoreError> {
+        self.with(move |c| {
+            let n = c
+                .execute("DELETE FROM rollups WHERE tier_ms = ?1 AND start_ms < ?2", params![tier_ms, before_ms])
+                .map_err(backend)?;
+            Ok(n as u64)
         })
         .await
     }
@@ -570,18 +596,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
-        let entry = |ts_ms: i64| LogRecord {
-            ts_ms,
-            gateway: gateway.clone(),
-            app: "time".into(),
-            error: false,
-            body: format!(r#"{{"duration":{ts_ms}}}"#),
-        };
-        store.append_logs(Arc::new((1..=10).map(|i| entry(i * 1000)).collect())).await.unwrap();
+        let entry = |ts_ms: i64| record(&gateway, ts_ms, "f", 1_000, false);
+        store.append_logs(Arc::new((1..=10).map(|i| entry(i * 1000)).collect()), vec![]).await.unwrap();
         let q = || LogQuery { org_id: "org_1".into(), ..Default::default() };
         // Older than 3 s: entries 1 and 2.
         assert_eq!(store.prune_logs(3_000, 100).await.unwrap(), 2);
-        assert_eq!(store.log_summary(q()).await.unwrap().requests, 8);
+        assert_eq!(store.log_page(q(), 0, 1).await.unwrap().0, 8);
         // A cap of 5: the three oldest of the rest go; the newest five stay.
         assert_eq!(store.prune_logs(0, 5).await.unwrap(), 3);
         let (total, rows) = store.log_page(q(), 0, 100).await.unwrap();
@@ -596,21 +616,73 @@ mod tests {
         let store = EmbeddedStore::open(dir.path()).unwrap();
         assert_eq!(synchronous(&store), 2, "FULL from the start");
         let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
-        let entry = |i: i64| LogRecord {
-            ts_ms: 1_000 + i,
-            gateway: gateway.clone(),
-            app: "time".into(),
-            error: false,
-            body: r#"{"duration":3}"#.into(),
-        };
-        store.append_logs(Arc::new((0..10).map(entry).collect())).await.unwrap();
+        let entry = |i: i64| record(&gateway, 1_000 + i, "f", 3_000, false);
+        store.append_logs(Arc::new((0..10).map(entry).collect()), vec![]).await.unwrap();
         assert_eq!(synchronous(&store), 2, "FULL again once the log slice is written");
         let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
-        let sum = store.log_summary(q).await.unwrap();
-        assert_eq!((sum.requests, sum.total_duration_ms), (10, 30));
+        assert_eq!(store.log_page(q, 0, 1).await.unwrap().0, 10);
         // A failing slice (here: the table is gone) puts FULL back too.
         store.conn.lock().execute_batch("DROP TABLE logs").unwrap();
-        assert!(store.append_logs(Arc::new(vec![entry(11)])).await.is_err());
+        assert!(store.append_logs(Arc::new(vec![entry(11)]), vec![]).await.is_err());
         assert_eq!(synchronous(&store), 2);
+    }
+
+    /// An entry as the pipeline makes it, at `ts_ms`.
+    fn record(gateway: &Arc<crate::model::Gateway>, ts_ms: i64, function: &str, us: u64, error: bool) -> LogRecord {
+        use crate::reqlog::{Answer, EntryWriter};
+        let w = EntryWriter::begin(gateway, "time", function, "null");
+        let mut e = w.finish(std::time::Duration::from_micros(us), error, 200, Answer::Error { code: 1, message: "" });
+        e.ts_ms = ts_ms;
+        e
+    }
+
+    #[tokio::test]
+    async fn rollups_add_up_across_writes_and_fail_with_their_entries() {
+        use crate::rollup::{self, MINUTE};
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let (g1, g2) = (
+            Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1")),
+            Arc::new(crate::model::Gateway::for_tests("gw_2", "org_1")),
+        );
+        let write = |entries: Vec<LogRecord>| {
+            let rollups = rollup::of(&entries);
+            store.append_logs(Arc::new(entries), rollups)
+        };
+        // Two slices that share a minute, a function named with an escape, two gateways.
+        write(vec![record(&g1, 60_500, "a", 1_000, false), record(&g1, 61_000, "b\"q", 2_000, true)]).await.unwrap();
+        write(vec![record(&g1, 119_999, "a", 3_000, true), record(&g2, 125_000, "a", 5_000, false)]).await.unwrap();
+        let read = |tier_ms: i64, gateway: Option<&str>| {
+            store.rollups(RollupQuery {
+                org_id: "org_1".into(),
+                gateway_id: gateway.map(str::to_string),
+                tier_ms,
+                since_ms: 0,
+                histograms: true,
+                ..Default::default()
+            })
+        };
+        let minutes = read(MINUTE, Some("gw_1")).await.unwrap();
+        let a = minutes.iter().find(|r| r.function == "a").expect("a's minute");
+        assert_eq!((a.start_ms, a.requests, a.errors, a.total_us), (60_000, 2, 1, 4_000), "{minutes:?}");
+        assert_eq!(a.histogram.count(), 2, "the histograms were merged");
+        assert!((a.histogram.percentile(100) - 3_000.0).abs() <= 60.0);
+        let b = minutes.iter().find(|r| r.function == "b\"q").expect("an escaped name reads back");
+        assert_eq!((b.requests, b.errors), (1, 1));
+        assert_eq!(minutes.len(), 2, "gw_2 is filtered out");
+        let hours = read(rollup::HOUR, None).await.unwrap();
+        assert_eq!(hours.iter().map(|r| r.requests).sum::<u64>(), 4);
+        assert_eq!(hours.len(), 3, "(gw_1, a), (gw_1, b\"q), (gw_2, a)");
+        let other = RollupQuery { org_id: "org_2".into(), tier_ms: MINUTE, ..Default::default() };
+        assert!(store.rollups(other).await.unwrap().is_empty(), "organisations are apart");
+        // A slice that fails to write adds nothing to the rollups either.
+        store.conn.lock().execute_batch("DROP TABLE logs").unwrap();
+        assert!(write(vec![record(&g1, 61_000, "a", 1_000, false)]).await.is_err());
+        let again = read(MINUTE, Some("gw_1")).await.unwrap();
+        assert_eq!(again, minutes);
+        // Pruning is per tier.
+        assert_eq!(store.prune_rollups(MINUTE, 180_000).await.unwrap(), 3);
+        assert!(read(MINUTE, None).await.unwrap().is_empty());
+        assert_eq!(read(rollup::HOUR, None).await.unwrap().len(), 3);
     }
 }

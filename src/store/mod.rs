@@ -17,6 +17,7 @@ pub fn open(config: &StorageConfig) -> Result<Arc<dyn Store>, StoreError> {
     }
 }
 
+use crate::rollup::Rollup;
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -78,9 +79,28 @@ pub struct LogRecord {
     pub app: String,
     /// The entry's `status` is `error`.
     pub error: bool,
+    /// The call's duration in microseconds (the body's `duration` is whole milliseconds), for
+    /// the rollups' histograms.
+    pub duration_us: u64,
+    /// Where the function's name is in `body`: its JSON string, quotes included. Kept as a
+    /// range so that the call's path copies no name; read by [`LogRecord::function`].
+    pub function_at: std::ops::Range<usize>,
     /// The entry as JSON: `gateway_id`, `app`, `function`, `duration`, `status`, `request`,
     /// `response` (written by [`crate::reqlog::EntryWriter`]).
     pub body: String,
+}
+
+impl LogRecord {
+    /// The called function's name.
+    pub fn function(&self) -> std::borrow::Cow<'_, str> {
+        let quoted = self.body.get(self.function_at.clone()).unwrap_or_default();
+        let inner = quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default();
+        if inner.contains('\\') {
+            serde_json::from_str::<String>(quoted).unwrap_or_default().into()
+        } else {
+            inner.into()
+        }
+    }
 }
 
 /// A request-log query; every filter is optional.
@@ -103,45 +123,22 @@ pub struct LogRow {
     pub body: String,
 }
 
-/// What the log analytics break entries down by, besides time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogGroup {
-    App,
-    /// `<app>.<function>`.
-    Function,
-    Status,
+/// A read of rollups ([`crate::rollup`]): one tier of one organisation's, from `since_ms` (a
+/// bucket start) on, optionally of one gateway or one app.
+#[derive(Debug, Clone, Default)]
+pub struct RollupQuery {
+    pub org_id: String,
+    pub gateway_id: Option<String>,
+    pub app: Option<String>,
+    pub tier_ms: i64,
+    pub since_ms: i64,
+    /// Read the duration histograms too (percentiles); without, `histogram` is left empty.
+    pub histograms: bool,
 }
 
-/// Counts of one slice of the log (a time bucket, a function, a group).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogSlice {
-    /// The bucket's start (ms since the epoch) as text, the function (`<app>.<function>`) or
-    /// the group's value.
-    pub key: String,
-    pub requests: u64,
-    pub errors: u64,
-    pub total_duration_ms: u64,
-}
-
-/// The log analytics of a query, computed by the backend.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LogAnalytics {
-    pub summary: LogSummary,
-    /// Non-empty time buckets of `bucket_ms`, oldest first; the key is the bucket's start.
-    pub series: Vec<LogSlice>,
-    /// The most called functions, most calls first (at most `top`).
-    pub top_functions: Vec<LogSlice>,
-    /// By the requested group, most requests first.
-    pub groups: Vec<LogSlice>,
-}
-
-/// Aggregate of a set of log entries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LogSummary {
-    pub requests: u64,
-    pub errors: u64,
-    pub total_duration_ms: u64,
-}
+/// Most entries a log page counts in its `total`: counting every match of a filter over
+/// millions of entries would cost more than the page itself.
+pub const LOG_COUNT_CAP: u64 = 100_000;
 
 /// One record of a batch write: its partition, id and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,29 +190,20 @@ pub trait Store: Send + Sync {
     async fn load_partition(&self, kind: Kind, partition: &str) -> Result<Vec<(String, String)>, StoreError>;
     /// Removes every record whose time is up; returns how many.
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
-    /// Appends request-log entries (batched by the caller).
-    async fn append_logs(&self, entries: Arc<Vec<LogRecord>>) -> Result<(), StoreError>;
-    /// Counts and total duration of the entries matching `q` computed
-    /// by the backend so that no entry is loaded.
-    async fn log_summary(&self, q: LogQuery) -> Result<LogSummary, StoreError>;
+    /// Appends request-log entries (batched by the caller) and adds their `rollups` to the
+    /// stored ones of the same keys, in one durable write: a rollup never counts an entry
+    /// that was not written, nor misses one that was.
+    async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError>;
     /// The entries matching `q`, newest first, `limit` of them after skipping `offset`, and how
-    /// many match in all.
+    /// many match in all, counted up to [`LOG_COUNT_CAP`].
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError>;
-    /// Summary, time series (buckets of `bucket_ms`), the `top` most called functions and an
-    /// optional breakdown of the entries matching `q`.
-    async fn log_analytics(
-        &self,
-        q: LogQuery,
-        bucket_ms: i64,
-        top: u32,
-        group: Option<LogGroup>,
-    ) -> Result<LogAnalytics, StoreError>;
-    /// Every matching entry's time, duration (ms) and whether it failed, oldest first: the raw
-    /// figures of latency percentiles.
-    async fn log_durations(&self, q: LogQuery) -> Result<Vec<(i64, u64, bool)>, StoreError>;
+    /// The stored rollups that `q` selects, oldest first.
+    async fn rollups(&self, q: RollupQuery) -> Result<Vec<Rollup>, StoreError>;
     /// Removes log entries older than `before_ms`, then the oldest beyond `max_rows`; returns how
     /// many went.
     async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, StoreError>;
+    /// Removes the rollups of one tier that start before `before_ms`; returns how many went.
+    async fn prune_rollups(&self, tier_ms: i64, before_ms: i64) -> Result<u64, StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }

@@ -152,9 +152,11 @@ fn the_log_lists_calls_newest_first_filters_them_and_keeps_organisations_apart()
     let d = m.data();
     assert_eq!((&d["gateway_id"], &d["period"], &d["resolution"]), (&json!(gw), &json!("1h"), &json!("1m")), "{d}");
     assert_eq!((&d["metrics"]["requests"], &d["metrics"]["errors"]), (&json!(2), &json!(1)), "{d}");
-    for f in ["avg_latency", "p50_latency", "p95_latency", "p99_latency"] {
-        assert!(d["metrics"][f].is_u64(), "{f}: {d}");
-    }
+    // Milliseconds with microsecond precision, from the recorded durations' histogram.
+    let ms = |f: &str| d["metrics"][f].as_f64().unwrap_or_else(|| panic!("{f}: {d}"));
+    assert!(ms("p50_latency") > 0.0, "a call takes some time: {d}");
+    assert!(ms("p50_latency") <= ms("p95_latency") && ms("p95_latency") <= ms("p99_latency"), "{d}");
+    assert!(ms("avg_latency") > 0.0 && ms("p99_latency") < 5_000.0, "{d}");
     let points = d["time_series"].as_array().unwrap();
     assert!((60..=61).contains(&points.len()), "{}", points.len());
     assert_eq!(points.iter().map(|p| p["requests"].as_u64().unwrap()).sum::<u64>(), 2);

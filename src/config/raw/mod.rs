@@ -131,6 +131,7 @@ mod tests {
             ("mcp:\n  page_size: 0\n".into(), "mcp.page_size"),
             ("observability:\n  log_retention_days: 0\n".into(), "observability.log_retention_days"),
             ("observability:\n  max_log_rows: 10\n".into(), "observability.max_log_rows"),
+            ("observability:\n  rollup_retention_days: 0\n".into(), "observability.rollup_retention_days"),
             ("jwt:\n  issuer: i\n".into(), "jwt"),
         ] {
             assert_eq!(refusal(&yaml), field, "{yaml}");

@@ -1,4 +1,4 @@
-//! `observability:`: how long the request log keeps its entries.
+//! `observability:`: how long the request log keeps its entries and its rollups.
 
 use crate::config::*;
 use serde::Deserialize;
@@ -8,6 +8,7 @@ use serde::Deserialize;
 pub(super) struct RawObservability {
     log_retention_days: Option<u64>,
     max_log_rows: Option<u64>,
+    rollup_retention_days: Option<u64>,
 }
 
 impl RawObservability {
@@ -20,6 +21,14 @@ impl RawObservability {
         if max_log_rows < 1000 {
             return Err(invalid("observability.max_log_rows", "must be at least 1000"));
         }
-        Ok(ObservabilityConfig { log_retention: Duration::from_secs(days * 86_400), max_log_rows })
+        let rollup_days = self.rollup_retention_days.unwrap_or(90);
+        if !(1..=3650).contains(&rollup_days) {
+            return Err(invalid("observability.rollup_retention_days", "must be between 1 and 3650"));
+        }
+        Ok(ObservabilityConfig {
+            log_retention: Duration::from_secs(days * 86_400),
+            max_log_rows,
+            rollup_retention: Duration::from_secs(rollup_days * 86_400),
+        })
     }
 }
