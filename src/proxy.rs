@@ -96,7 +96,12 @@ impl Proxy {
             RouteClass::Gateway => &self.gateway,
             _ => &self.management,
         };
-        chain.run(&view, &mut ctx.filters).map_err(ApiError::from)?;
+        if let Err(rejection) = chain.run(&view, &mut ctx.filters) {
+            let f = &ctx.filters;
+            let bucket = f.rate_limit.as_ref().filter(|_| rejection.status == 429).map(|c| c.bucket.as_str());
+            metrics::filter_rejected(f.rejected_by.unwrap_or("unknown"), rejection.code, bucket);
+            return Err(ApiError::from(rejection));
+        }
         if let Some(p) = &ctx.filters.principal {
             self.server.state.record_usage(&p.key_id, ctx.client_ip);
         }

@@ -65,7 +65,12 @@ pub fn run(config_path: &Path) -> ExitCode {
     if let Some(key) = printed {
         eprintln!("toolgate: created the owner API key (shown once, store it now): {key}");
     }
-    crate::metrics::init();
+    let o = &config.observability;
+    crate::metrics::init(crate::metrics::LabelLimits {
+        gateways: o.metric_gateway_labels,
+        tools: o.metric_tool_labels,
+    });
+    server.register_scrape_gauges();
 
     // The order is pinned (and tested): IP allowlist -> authentication -> rate limit; the gateway
     // routes then check `Origin`, after the rate limit so that a refusal is counted.

@@ -71,6 +71,41 @@ impl Server {
         });
     }
 
+    /// The gauges read at each scrape: live sessions, open GET streams, stdio processes, app
+    /// health.
+    pub fn register_scrape_gauges(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let read = move |f: fn(&Server) -> usize| {
+            let weak = weak.clone();
+            move || weak.upgrade().map_or(0, |s| i64::try_from(f(&s)).unwrap_or(i64::MAX))
+        };
+        crate::metrics::gauge_at_scrape(
+            "toolgate_mcp_sessions_active",
+            "MCP sessions live now (neither ended nor expired)",
+            read(|s| s.mcp.sessions.live_count()),
+        );
+        crate::metrics::gauge_at_scrape(
+            "toolgate_mcp_streams_open",
+            "GET streams (server-to-client) open now",
+            read(|s| s.mcp.open_streams()),
+        );
+        crate::metrics::gauge_at_scrape(
+            "toolgate_stdio_processes",
+            "Stdio app processes running now",
+            read(|s| s.mcp.apps.stdio_processes()),
+        );
+        let weak = Arc::downgrade(self);
+        crate::metrics::gauge_vec_at_scrape(
+            "toolgate_app_up",
+            "1 when an app's latest exchange went through, 0 when it could not be reached, started or understood",
+            "app",
+            move || {
+                let Some(s) = weak.upgrade() else { return Vec::new() };
+                s.mcp.apps.health().into_iter().map(|(app, up)| (app, i64::from(up))).collect()
+            },
+        );
+    }
+
     /// Writes buffered activity (sessions, request log) to the store; `Background` is the
     /// periodic flush (request log at idle priority), `Now` one that someone waits for.
     pub async fn flush(&self, urgency: Urgency) {

@@ -68,6 +68,7 @@ missing=()
 command -v cmake >/dev/null || missing+=(cmake)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v wrk >/dev/null || missing+=(wrk)
+command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
 command -v npm >/dev/null || missing+=(nodejs npm)
 command -v python3 >/dev/null || missing+=(python3)
 if command -v python3 >/dev/null && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
@@ -79,7 +80,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
     record apt ok $((SECONDS - t0)) "installed ${missing[*]}"
 else
-    record apt ok $((SECONDS - t0)) "cmake, redis-server, wrk present"
+    record apt ok $((SECONDS - t0)) "cmake, redis-server, wrk, prometheus present"
 fi
 
 # ---------------------------------------------------------------- 2. Node 22 + MCP peers

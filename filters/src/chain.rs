@@ -47,13 +47,20 @@ impl FilterChain {
     }
 
     /// Runs the filters in order. After a refusal, the remaining filters see the request only
-    /// through [`RequestFilter::on_rejected`].
+    /// through [`RequestFilter::on_rejected`]; the filter whose refusal is answered is left in
+    /// [`FilterContext::rejected_by`].
     pub fn run(&self, req: &RequestView<'_>, ctx: &mut FilterContext) -> Result<(), Rejection> {
         for (i, f) in self.filters.iter().enumerate() {
             if let Err(mut rejection) = f.filter(req, ctx) {
+                let mut by = f.name();
                 for later in &self.filters[i + 1..] {
+                    let code = rejection.code;
                     rejection = later.on_rejected(req, ctx, rejection);
+                    if rejection.code != code {
+                        by = later.name();
+                    }
                 }
+                ctx.rejected_by = Some(by);
                 return Err(rejection);
             }
         }

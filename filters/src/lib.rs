@@ -80,6 +80,8 @@ pub struct FilterContext {
     /// The caller's in-flight slot; the `concurrent` cap counts it until this is dropped. A
     /// gateway's GET (listening) stream takes none: it is not a request in flight.
     pub concurrency: Option<ConcurrencyGuard>,
+    /// The filter whose refusal the request is answered with (for the rejection metrics).
+    pub rejected_by: Option<&'static str>,
 }
 
 /// Fakes shared by the unit tests of several filters.

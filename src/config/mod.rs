@@ -301,6 +301,10 @@ pub struct ObservabilityConfig {
     /// outlive the entries). Minute and five-minute rollups are kept two days: no query reads
     /// them beyond 24 hours.
     pub rollup_retention: Duration,
+    /// Distinct gateways, and tools, that get Prometheus series of their own; the rest fold
+    /// into `other` (0: no such label).
+    pub metric_gateway_labels: usize,
+    pub metric_tool_labels: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -11,6 +11,7 @@ use crate::mcp::upstream::{
 use crate::state::State;
 use dashmap::DashMap;
 use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -44,6 +45,8 @@ pub struct AppClients {
     /// The apps' notices (list changes, resource updates), until the server's background
     /// service takes them.
     notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
+    /// App id -> whether its latest exchange went through ([`AppClients::health`]).
+    health: DashMap<String, AtomicBool>,
 }
 
 impl AppClients {
@@ -57,6 +60,7 @@ impl AppClients {
             upstreams: DashMap::new(),
             lists: DashMap::new(),
             last_tools: DashMap::new(),
+            health: DashMap::new(),
             notices: parking_lot::Mutex::new(Some(rx)),
         }
     }
@@ -92,6 +96,37 @@ impl AppClients {
                 .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })?,
         );
         Ok(self.upstreams.entry(key).or_insert(up).value().clone())
+    }
+
+    /// Stdio app processes running now.
+    pub fn stdio_processes(&self) -> usize {
+        self.shared.stdio_processes()
+    }
+
+    /// Each app's health as of its latest exchange (app id, up), in app id order: an app is up
+    /// when it answered (a JSON-RPC error is an answer) and down when it could not be reached,
+    /// started, or understood. An app not called since the start has no entry.
+    pub fn health(&self) -> Vec<(String, bool)> {
+        let mut all: Vec<(String, bool)> =
+            self.health.iter().map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed))).collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// Notes how an exchange with `app_id` went (see [`AppClients::health`]).
+    fn note_health(&self, app_id: &str, error: Option<&UpstreamError>) {
+        let up = match error {
+            None => true,
+            // Toolgate's own limits and shutdown say nothing about the app.
+            Some(UpstreamError::ProcessLimit { .. } | UpstreamError::ShutDown | UpstreamError::Config(_)) => return,
+            Some(_) => false,
+        };
+        match self.health.get(app_id) {
+            Some(h) => h.store(up, Ordering::Relaxed),
+            None => {
+                self.health.insert(app_id.to_string(), AtomicBool::new(up));
+            }
+        }
     }
 
     /// Whose upstream serves `org_id`'s calls to `app_id`: the organisation, or `""` for an app
@@ -172,7 +207,9 @@ impl AppClients {
 
     pub async fn refresh(&self, org_id: &str, app_id: &str, method: ListMethod) -> Result<Arc<Vec<Value>>, AppError> {
         let up = self.upstream(org_id, app_id)?;
-        let items = match up.list_all(method, &CallContext::default()).await {
+        let listed = up.list_all(method, &CallContext::default()).await;
+        self.note_health(app_id, listed.as_ref().err());
+        let items = match listed {
             Ok(items) => Arc::new(items),
             // An app without resources or prompts has an empty list of them.
             Err(UpstreamError::Protocol(_)) if method != ListMethod::Tools => Arc::new(vec![]),
@@ -208,9 +245,9 @@ impl AppClients {
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
         let up = self.upstream(org_id, app_id)?;
-        up.request(method, params, ctx)
-            .await
-            .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
+        let reply = up.request(method, params, ctx).await;
+        self.note_health(app_id, reply.as_ref().err());
+        reply.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
     }
 
     /// Forgets an organisation's upstream and lists of an app (its connection changed).

@@ -130,6 +130,13 @@ impl Catalogue {
         self.prompt_targets.get(exposed)
     }
 
+    /// The gateway's name of a tool (or, with `prompt`, a prompt), borrowed from the catalogue,
+    /// and where it goes.
+    pub fn entry(&self, exposed: &str, prompt: bool) -> Option<(&str, &Target)> {
+        let targets = if prompt { &self.prompt_targets } else { &self.tool_targets };
+        targets.get_key_value(exposed).map(|(k, t)| (k.as_str(), t))
+    }
+
     /// The app that can own a resource URI. Servers may serve URIs they do not list (templates,
     /// resources made at run time), so a URI no listing shows is not "not found": a listed
     /// resource's app, else the app of the most specific template that matches it, else the

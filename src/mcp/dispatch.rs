@@ -11,6 +11,7 @@ use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
+use crate::metrics::{self, ErrorType};
 use crate::model::{ClientCapabilities, Gateway, McpSession};
 use crate::reqlog::{Answer, EntryWriter};
 use crate::secrets;
@@ -66,6 +67,9 @@ pub(super) async fn initialize(
     key_id: &str,
     req: jsonrpc::Request,
 ) -> pingora::Result<()> {
+    let started = Instant::now();
+    let observe =
+        |error: ErrorType| metrics::mcp_server_operation("initialize", None, error, &gw.id, started.elapsed());
     let params = req.params.as_ref().map(RawJson::to_value).unwrap_or_default();
     let requested = params.get("protocolVersion").and_then(Value::as_str);
     let version = protocol::negotiate(requested);
@@ -100,8 +104,12 @@ pub(super) async fn initialize(
     };
     match mcp.sessions.create(record.clone()).await {
         Ok(()) => {}
-        Err(CreateError::Store(e)) => return reply::api_error(ex, e.into()).await,
+        Err(CreateError::Store(e)) => {
+            observe(ErrorType::Code(jsonrpc::INTERNAL_ERROR));
+            return reply::api_error(ex, e.into()).await;
+        }
         Err(e @ (CreateError::KeyCap(limit) | CreateError::OrgCap(limit))) => {
+            observe(ErrorType::Code(RpcCode::LimitExceeded.code()));
             // Not a rate: no Retry-After, since only an ended or expired session frees a place.
             let data = json!({ "code": "TOO_MANY_SESSIONS", "limit": limit });
             let body = jsonrpc::error_bytes(&req.id, RpcCode::LimitExceeded.code(), &e.to_string(), Some(&data));
@@ -129,6 +137,7 @@ pub(super) async fn initialize(
         (http::header::SET_COOKIE, HeaderValue::from_str(&cookie).expect("cookie is a valid header")),
     ];
     let body = jsonrpc::response_bytes(&req.id, &result);
+    observe(ErrorType::None);
     ex.respond(200, "application/json", body, &headers).await
 }
 
@@ -164,6 +173,7 @@ pub(super) async fn request(
     req: jsonrpc::Request,
     acc: Accept,
 ) -> pingora::Result<()> {
+    let started = Instant::now();
     let params = req.params.as_ref();
     let page_size = mcp.state.config.mcp.page_size;
     let list = |cat: &Catalogue, key: &str| match key {
@@ -202,6 +212,8 @@ pub(super) async fn request(
         }
         other => Err(ErrorObject::method_not_found(other)),
     };
+    let error = outcome.as_ref().map_or_else(|e| ErrorType::Code(e.code), |_| ErrorType::None);
+    metrics::mcp_server_operation(&req.method, None, error, &gw.id, started.elapsed());
     let body = match outcome {
         Ok(result) => jsonrpc::response_bytes(&req.id, &result),
         Err(e) => Response::error(req.id.clone(), e).to_bytes(),
@@ -231,6 +243,8 @@ async fn forward(
     let started = Instant::now();
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
+    // The tool's name at the gateway and at its app, for the operation metrics.
+    let mut tool: Option<(&str, &str)> = None;
     // The app that serves the call; `tools/call` and `prompts/get` also get the app's own name for
     // the tool or prompt (`named`), the other members of their params relayed as they came.
     let (target, named) = match req.method.as_str() {
@@ -238,11 +252,11 @@ async fn forward(
             let Some(call) = params.as_ref().and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some())
             else {
                 let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", req.method));
+                metrics::mcp_server_operation(&req.method, None, ErrorType::Code(e.code), &gw.id, started.elapsed());
                 return reply::json(ex, Response::error(req.id, e)).await;
             };
             let name = call.name.as_deref().unwrap_or_default();
-            let found = if req.method == "tools/call" { catalogue.tool(name) } else { catalogue.prompt(name) };
-            let Some(t) = found else {
+            let Some((exposed, t)) = catalogue.entry(name, req.method == "prompts/get") else {
                 let mut e = if req.method == "tools/call" {
                     ErrorObject::unknown_tool(name)
                 } else {
@@ -264,8 +278,11 @@ async fn forward(
                 } else if !catalogue.failures.is_empty() {
                     e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
                 }
+                // The name is the client's own and not in the catalogue: no label of its own.
+                metrics::mcp_server_operation(&req.method, None, ErrorType::Code(e.code), &gw.id, started.elapsed());
                 return reply::json(ex, Response::error(req.id, e)).await;
             };
+            tool = Some((exposed, t.name.as_str()));
             (Some(t.app_id.as_str()), Some((call, t.name.as_str())))
         }
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
@@ -274,6 +291,13 @@ async fn forward(
                 Some(app) => (Some(app), None),
                 None => {
                     let e = ErrorObject::new(RpcCode::ResourceNotFound.code(), format!("Resource not found: {uri}"));
+                    metrics::mcp_server_operation(
+                        &req.method,
+                        None,
+                        ErrorType::Code(e.code),
+                        &gw.id,
+                        started.elapsed(),
+                    );
                     return reply::json(ex, Response::error(req.id, e)).await;
                 }
             }
@@ -308,9 +332,19 @@ async fn forward(
         None => params,
     };
     let reply = mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await;
+    // Once per call, whichever way its answer came: the operation metrics and the log entry.
+    let mut finished = false;
     let mut log = |outcome: &Result<RawJson, ErrorObject>, status: u16| {
+        if std::mem::replace(&mut finished, true) {
+            return;
+        }
+        let elapsed = started.elapsed();
+        let error = error_type(&req.method, outcome);
+        metrics::mcp_client_operation(&req.method, tool.map(|t| t.1), error, app_id, elapsed);
+        metrics::mcp_server_operation(&req.method, tool.map(|t| t.0), error, &gw.id, elapsed);
         if let Some(entry) = entry.take() {
-            mcp.reqlog.record(log_entry(entry, outcome, status, started.elapsed()));
+            let failed = !matches!(error, ErrorType::None);
+            mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
         }
     };
     match reply {
@@ -473,25 +507,34 @@ fn upstream_error_response(id: &Id, app_id: &str, e: &UpstreamError) -> Response
     Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
 }
 
-/// Ends a call's log entry with its outcome: a tool result with `isError` is an error, and a
-/// JSON-RPC error gets the HTTP status that says where it came from.
+/// What went wrong with a call, if anything: a JSON-RPC error, or a tool result with `isError`.
+fn error_type(method: &str, outcome: &Result<RawJson, ErrorObject>) -> ErrorType {
+    // Only `isError` is read; the rest of the result is skipped, not built.
+    #[derive(serde::Deserialize)]
+    struct ToolResult {
+        #[serde(rename = "isError", default)]
+        is_error: Option<bool>,
+    }
+    match outcome {
+        Err(e) => ErrorType::Code(e.code),
+        Ok(r) if method == "tools/call" && r.read::<ToolResult>().is_ok_and(|r| r.is_error == Some(true)) => {
+            ErrorType::ToolError
+        }
+        Ok(_) => ErrorType::None,
+    }
+}
+
+/// Ends a call's log entry with its outcome: `failed` when it was an error (see
+/// [`error_type`]); a JSON-RPC error gets the HTTP status that says where it came from.
 fn log_entry(
     entry: EntryWriter,
     outcome: &Result<RawJson, ErrorObject>,
+    failed: bool,
     transport_status: u16,
     elapsed: Duration,
 ) -> LogRecord {
     match outcome {
-        Ok(result) => {
-            // Only `isError` is read; the rest of the result is skipped, not built.
-            #[derive(serde::Deserialize)]
-            struct ToolResult {
-                #[serde(rename = "isError", default)]
-                is_error: Option<bool>,
-            }
-            let error = result.read::<ToolResult>().is_ok_and(|r| r.is_error == Some(true));
-            entry.finish(elapsed, error, 200, Answer::Result(result))
-        }
+        Ok(result) => entry.finish(elapsed, failed, 200, Answer::Result(result)),
         Err(e) => {
             const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
             const TIMEOUT: i64 = RpcCode::UpstreamTimeout.code();
@@ -544,7 +587,8 @@ mod tests {
         let gw = Arc::new(Gateway::for_tests("gw_1", "org_1"));
         let entry = EntryWriter::begin(&gw, "app", "f", "null");
         let outcome = outcome.map(|v| RawJson::from_value(&v));
-        let record = log_entry(entry, &outcome, transport_status, Duration::from_millis(5));
+        let failed = !matches!(error_type("tools/call", &outcome), ErrorType::None);
+        let record = log_entry(entry, &outcome, failed, transport_status, Duration::from_millis(5));
         let body: Value = serde_json::from_str(&record.body).unwrap();
         (record.error, body["response"].clone())
     }

@@ -112,6 +112,11 @@ impl McpRuntime {
         cat
     }
 
+    /// GET streams open now, across the gateways.
+    pub fn open_streams(&self) -> usize {
+        self.streams.iter().map(|s| s.receiver_count()).sum()
+    }
+
     pub fn subscribe(&self, gateway_id: &str) -> broadcast::Receiver<Arc<StreamMessage>> {
         self.streams.entry(gateway_id.to_string()).or_insert_with(|| broadcast::channel(64).0).subscribe()
     }

@@ -165,6 +165,11 @@ impl Sessions {
         self.removed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Sessions live now (neither ended nor expired), across the organisations.
+    pub fn live_count(&self) -> usize {
+        self.orgs.iter().map(|o| o.live_total).sum()
+    }
+
     pub fn limits(&self) -> &SessionLimits {
         &self.limits
     }
@@ -243,6 +248,8 @@ impl Sessions {
             let Some(mut e) = self.map.get_mut(&id) else { continue };
             if e.live && self.expired(&e.session, now) {
                 e.live = false;
+                let lifetime = e.session.last_activity - e.session.started_at;
+                crate::metrics::mcp_session_ended(lifetime.to_std().unwrap_or_default());
                 e.closed.send_replace(true);
                 let key = e.session.key_id.clone();
                 drop(e);
@@ -299,6 +306,7 @@ impl Sessions {
         if was_live {
             self.unlive(&ended.org_id, &ended.key_id, id);
         }
+        crate::metrics::mcp_session_ended((Utc::now() - ended.started_at).to_std().unwrap_or_default());
         self.changes.publish(Change::SessionEnded {
             org_id: ended.org_id.clone(),
             gateway_id: ended.gateway_id.clone(),
@@ -372,6 +380,8 @@ impl Sessions {
         for mut e in self.map.iter_mut() {
             if e.live && self.expired(&e.session, now) {
                 e.live = false;
+                let lifetime = e.session.last_activity - e.session.started_at;
+                crate::metrics::mcp_session_ended(lifetime.to_std().unwrap_or_default());
                 e.closed.send_replace(true);
                 expired.push((e.session.org_id.clone(), e.session.key_id.clone(), e.key().clone()));
             }

@@ -56,14 +56,22 @@ impl EmbeddedStore {
         Ok(EmbeddedStore { conn: Arc::new(Mutex::new(conn)) })
     }
 
+    /// Runs `f` on the blocking pool with the connection; its time (waiting for the connection
+    /// included) is the `operation`'s in the store metrics.
     async fn with<T: Send + 'static>(
         &self,
+        operation: &'static str,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || f(&mut conn.lock()))
-            .await
-            .map_err(|e| backend(format!("store task failed: {e}")))?
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let done = f(&mut conn.lock());
+            crate::metrics::store_operation(operation, started.elapsed());
+            done
+        })
+        .await
+        .map_err(|e| backend(format!("store task failed: {e}")))?
     }
 }
 
@@ -229,7 +237,7 @@ fn log_filter(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
 impl Store for EmbeddedStore {
     async fn put(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<(), StoreError> {
         let (id, partition) = (id.to_string(), partition.to_string());
-        self.with(move |c| {
+        self.with("put", move |c| {
             c.execute(
                 "INSERT INTO records (kind, id, body, expires_ms, partition) VALUES (?1, ?2, ?3, NULL, ?4)
                  ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = NULL,
@@ -251,7 +259,7 @@ impl Store for EmbeddedStore {
         expires_at_ms: i64,
     ) -> Result<(), StoreError> {
         let (id, partition) = (id.to_string(), partition.to_string());
-        self.with(move |c| {
+        self.with("put_expiring", move |c| {
             c.execute(
                 "INSERT INTO records (kind, id, body, expires_ms, partition) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, expires_ms = excluded.expires_ms,
@@ -266,7 +274,7 @@ impl Store for EmbeddedStore {
 
     async fn put_if_absent(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<bool, StoreError> {
         let (id, partition) = (id.to_string(), partition.to_string());
-        self.with(move |c| {
+        self.with("put_if_absent", move |c| {
             // An expired record counts as absent: it is replaced.
             c.execute(
                 "INSERT INTO records (kind, id, body, expires_ms, partition) VALUES (?1, ?2, ?3, NULL, ?5)
@@ -283,7 +291,7 @@ impl Store for EmbeddedStore {
 
     async fn get(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError> {
         let id = id.to_string();
-        self.with(move |c| {
+        self.with("get", move |c| {
             c.query_row(
                 "SELECT body FROM records WHERE kind = ?1 AND id = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)",
                 params![kind.as_str(), id, now_ms()],
@@ -297,7 +305,7 @@ impl Store for EmbeddedStore {
 
     async fn take(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError> {
         let id = id.to_string();
-        self.with(move |c| {
+        self.with("take", move |c| {
             // One statement: of two concurrent takes, one deletes the row and the other sees none.
             let body: Option<(String, Option<i64>)> = c
                 .query_row(
@@ -313,7 +321,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
-        self.with(move |c| {
+        self.with("sweep_expired", move |c| {
             c.execute("DELETE FROM records WHERE expires_ms IS NOT NULL AND expires_ms <= ?1", params![now_ms()])
                 .map(|n| n as u64)
                 .map_err(backend)
@@ -325,7 +333,7 @@ impl Store for EmbeddedStore {
         if items.is_empty() {
             return Ok(());
         }
-        self.with(move |c| {
+        self.with("put_many", move |c| {
             let tx = c.transaction().map_err(backend)?;
             {
                 let mut stmt = tx
@@ -346,7 +354,7 @@ impl Store for EmbeddedStore {
 
     async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
-        self.with(move |c| {
+        self.with("delete", move |c| {
             c.execute("DELETE FROM records WHERE kind = ?1 AND id = ?2", params![kind.as_str(), id])
                 .map(|n| n > 0)
                 .map_err(backend)
@@ -355,7 +363,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError> {
-        self.with(move |c| {
+        self.with("load_all", move |c| {
             let mut stmt = c
                 .prepare("SELECT id, body FROM records WHERE kind = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)")
                 .map_err(backend)?;
@@ -368,7 +376,7 @@ impl Store for EmbeddedStore {
 
     async fn load_partition(&self, kind: Kind, partition: &str) -> Result<Vec<(String, String)>, StoreError> {
         let partition = partition.to_string();
-        self.with(move |c| {
+        self.with("load_partition", move |c| {
             let mut stmt = c
                 .prepare(
                     "SELECT id, body FROM records WHERE kind = ?1 AND partition = ?2
@@ -384,7 +392,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError> {
-        self.with(move |c| {
+        self.with("append_logs", move |c| {
             // Request-log entries already wait in memory for up to a flush period, so their
             // commits need not wait for the disk: in WAL mode `synchronous=NORMAL` still keeps a
             // commit through a crash of the process (only a power loss or an OS crash can undo
@@ -399,7 +407,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError> {
-        self.with(move |c| {
+        self.with("log_page", move |c| {
             let (sql, mut args) = log_filter(&q);
             let count = format!("SELECT COUNT(*) FROM (SELECT 1{sql} LIMIT {LOG_COUNT_CAP})");
             let total: i64 =
@@ -426,7 +434,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn rollups(&self, q: RollupQuery) -> Result<Vec<Rollup>, StoreError> {
-        self.with(move |c| {
+        self.with("rollups", move |c| {
             let mut sql = String::from(
                 "SELECT start_ms, gateway_id, app, function, requests, errors, total_us, error_us, histogram FROM rollups
                  WHERE org_id = ?1 AND tier_ms = ?2 AND start_ms >= ?3",
@@ -469,7 +477,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, StoreError> {
-        self.with(move |c| {
+        self.with("prune_logs", move |c| {
             let old = c.execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms]).map_err(backend)?;
             let rows: i64 = c.query_row("SELECT COUNT(*) FROM logs", [], |r| r.get(0)).map_err(backend)?;
             let excess = (rows.max(0) as u64).saturating_sub(max_rows);
@@ -488,7 +496,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn prune_rollups(&self, tier_ms: i64, before_ms: i64) -> Result<u64, StoreError> {
-        self.with(move |c| {
+        self.with("prune_rollups", move |c| {
             let n = c
                 .execute("DELETE FROM rollups WHERE tier_ms = ?1 AND start_ms < ?2", params![tier_ms, before_ms])
                 .map_err(backend)?;
@@ -498,7 +506,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.with(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(backend)).await
+        self.with("ping", |c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(backend)).await
     }
 }
 

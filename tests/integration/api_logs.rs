@@ -7,7 +7,7 @@ use crate::common::{declared_key, TestServer};
 use serde_json::{json, Value};
 
 /// Initializes an MCP session on `gw` with `key` and makes one `tools/call` per `timezone`.
-fn call_time(srv: &TestServer, gw: &str, key: &str, timezones: &[&str]) {
+pub(crate) fn call_time(srv: &TestServer, gw: &str, key: &str, timezones: &[&str]) {
     let session = mcp_session(srv, gw, key);
     let headers = [("x-api-key", key), ("accept", "application/json, text/event-stream"), ("mcp-session-id", &session)];
     for (i, tz) in timezones.iter().enumerate() {

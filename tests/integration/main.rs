@@ -19,6 +19,7 @@ mod jwt;
 mod limits_concurrency;
 mod mcp_defects;
 mod mcp_upstreams;
+mod metrics_prometheus;
 mod security_bounds;
 mod security_connections;
 mod security_isolation;

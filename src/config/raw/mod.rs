@@ -132,6 +132,7 @@ mod tests {
             ("observability:\n  log_retention_days: 0\n".into(), "observability.log_retention_days"),
             ("observability:\n  max_log_rows: 10\n".into(), "observability.max_log_rows"),
             ("observability:\n  rollup_retention_days: 0\n".into(), "observability.rollup_retention_days"),
+            ("observability:\n  metric_tool_labels: 20000\n".into(), "observability.metric_tool_labels"),
             ("jwt:\n  issuer: i\n".into(), "jwt"),
         ] {
             assert_eq!(refusal(&yaml), field, "{yaml}");

@@ -1,4 +1,5 @@
-//! `observability:`: how long the request log keeps its entries and its rollups.
+//! `observability:`: how long the request log keeps its entries and its rollups, and how many
+//! label values the Prometheus series may take.
 
 use crate::config::*;
 use serde::Deserialize;
@@ -9,6 +10,8 @@ pub(super) struct RawObservability {
     log_retention_days: Option<u64>,
     max_log_rows: Option<u64>,
     rollup_retention_days: Option<u64>,
+    metric_gateway_labels: Option<usize>,
+    metric_tool_labels: Option<usize>,
 }
 
 impl RawObservability {
@@ -29,6 +32,18 @@ impl RawObservability {
             log_retention: Duration::from_secs(days * 86_400),
             max_log_rows,
             rollup_retention: Duration::from_secs(rollup_days * 86_400),
+            metric_gateway_labels: label_cap(self.metric_gateway_labels, 100, "observability.metric_gateway_labels")?,
+            metric_tool_labels: label_cap(self.metric_tool_labels, 200, "observability.metric_tool_labels")?,
         })
     }
+}
+
+/// A cap on a label's values: each one is a series per other label combination, so a cap too
+/// high for Prometheus is refused.
+fn label_cap(value: Option<usize>, default: usize, field: &str) -> Result<usize, ConfigError> {
+    let cap = value.unwrap_or(default);
+    if cap > 10_000 {
+        return Err(invalid(field, "must be between 0 (no such label) and 10000"));
+    }
+    Ok(cap)
 }

@@ -168,6 +168,11 @@ impl UpstreamShared {
         }
     }
 
+    /// Stdio app processes running now.
+    pub fn stdio_processes(&self) -> usize {
+        self.max_stdio_processes.saturating_sub(self.stdio_permits.available_permits())
+    }
+
     /// Where upstreams built from now on report what their apps announce ([`AppNotice`]).
     pub fn report_notices_to(&mut self, tx: tokio::sync::mpsc::UnboundedSender<AppNotice>) {
         self.notices = Some(tx);
