@@ -473,6 +473,22 @@ mod tests {
         ) -> Result<Vec<(String, String)>, crate::store::StoreError> {
             self.inner.load_partition(kind, partition).await
         }
+        async fn add_rate_usage(
+            &self,
+            minutes: Arc<Vec<toolgate_filters::rate_limit::UsageMinute>>,
+        ) -> Result<(), crate::store::StoreError> {
+            self.inner.add_rate_usage(minutes).await
+        }
+        async fn rate_usage(
+            &self,
+            key_id: String,
+            since_unix: i64,
+        ) -> Result<Vec<toolgate_filters::rate_limit::UsageMinute>, crate::store::StoreError> {
+            self.inner.rate_usage(key_id, since_unix).await
+        }
+        async fn prune_rate_usage(&self, before_unix: i64) -> Result<u64, crate::store::StoreError> {
+            self.inner.prune_rate_usage(before_unix).await
+        }
         async fn rollups(
             &self,
             q: crate::store::RollupQuery,

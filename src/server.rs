@@ -10,7 +10,7 @@ use crate::store::StoreError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
+use toolgate_filters::rate_limit::{RateLimit, RateLimiter, UsageMinute};
 
 pub struct Server {
     pub state: Arc<State>,
@@ -23,7 +23,12 @@ pub struct Server {
     pub limiter: RateLimit<dyn RateLimiter>,
     /// A pruning of the request log is running ([`Server::prune_logs`]).
     pruning: AtomicBool,
+    /// Rate-limit usage the store did not take yet ([`Server::flush_rate_usage`]).
+    unsaved_usage: parking_lot::Mutex<Vec<UsageMinute>>,
 }
+
+/// Per-minute usage counts kept while the store refuses them: a day of 70 busy callers.
+const UNSAVED_USAGE_CAP: usize = 100_000;
 
 impl Server {
     pub async fn new(state: Arc<State>, limiter: RateLimit<dyn RateLimiter>) -> Result<Server, StoreError> {
@@ -38,7 +43,15 @@ impl Server {
             }
         });
         let mfa = Mfa::load(state.store.clone()).await?;
-        Ok(Server { mcp, reqlog, mfa, limiter, state, pruning: AtomicBool::new(false) })
+        Ok(Server {
+            mcp,
+            reqlog,
+            mfa,
+            limiter,
+            state,
+            pruning: AtomicBool::new(false),
+            unsaved_usage: parking_lot::Mutex::default(),
+        })
     }
 
     /// Prunes the request log past `observability.log_retention_days` and `max_log_rows`, and
@@ -66,6 +79,10 @@ impl Server {
                 if let Err(e) = server.state.store.prune_rollups(tier, now.saturating_sub(kept)).await {
                     tracing::warn!(error = %e, tier, "cannot prune the request-log rollups; the next sweep retries");
                 }
+            }
+            let usage_before = now.saturating_sub(hourly) / 1000;
+            if let Err(e) = server.state.store.prune_rate_usage(usage_before).await {
+                tracing::warn!(error = %e, "cannot prune rate-limit usage; the next sweep retries");
             }
             server.pruning.store(false, Ordering::Release);
         });
@@ -112,6 +129,31 @@ impl Server {
         self.reqlog.flush(urgency).await;
         self.mcp.sessions.flush().await;
         self.state.flush_usage().await;
+        self.flush_rate_usage().await;
+    }
+
+    /// Hands the rate limiter's per-minute usage counts to the store. Counts the store refused
+    /// are kept for the next flush (up to [`UNSAVED_USAGE_CAP`] minutes, beyond which the
+    /// oldest are dropped with a warning).
+    pub async fn flush_rate_usage(&self) {
+        let mut minutes = std::mem::take(&mut *self.unsaved_usage.lock());
+        minutes.extend(self.limiter.backend().take_usage());
+        if minutes.is_empty() {
+            return;
+        }
+        let minutes = Arc::new(minutes);
+        if let Err(e) = self.state.store.add_rate_usage(minutes.clone()).await {
+            tracing::warn!(error = %e, minutes = minutes.len(), "cannot write rate-limit usage; the next flush retries");
+            let mut kept = Arc::unwrap_or_clone(minutes);
+            let mut unsaved = self.unsaved_usage.lock();
+            kept.append(&mut unsaved);
+            if kept.len() > UNSAVED_USAGE_CAP {
+                let over = kept.len() - UNSAVED_USAGE_CAP;
+                tracing::warn!(minutes = over, "dropped rate-limit usage the store did not take");
+                kept.drain(..over);
+            }
+            *unsaved = kept;
+        }
     }
 }
 

@@ -464,17 +464,18 @@ pub enum Outcome {
     },
 }
 
-/// A caller's usage, for `GET /metrics/rate-limits`. Kept while the caller's buckets are live
-/// (an idle caller's state is evicted once its buckets are full again).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub total_requests: u64,
-    pub rate_limited_requests: u64,
+/// One caller's requests in one calendar minute, counted by the limiter until the server takes
+/// them ([`RateLimiter::take_usage`]) and adds them to the store, where `GET
+/// /metrics/rate-limits` reads them: figures over a period that survive a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageMinute {
+    pub key_id: String,
+    /// The minute's start, Unix seconds.
+    pub minute_unix: u64,
+    pub requests: u64,
+    pub rate_limited: u64,
     /// Sum of the `X-RateLimit-Remaining` values reported, for an average.
     pub remaining_sum: u64,
-    /// The busiest calendar minute: its start (Unix seconds) and its request count.
-    pub peak_minute_unix: u64,
-    pub peak_minute_requests: u64,
 }
 
 /// What [`RateLimiter::charge_window`] decided.
@@ -503,10 +504,11 @@ pub trait RateLimiter: Send + Sync {
     fn charge(&self, req: &ChargeRequest<'_>) -> Outcome;
     /// The bucket's state without charging, for `GET /rate-limit`.
     fn peek(&self, key: LimitKey<'_>, bucket: Bucket, limits: &BucketLimits) -> Snapshot;
-    /// The caller's usage, if it has live state.
-    fn usage(&self, key: LimitKey<'_>) -> Option<Usage>;
+    /// The usage counted since the last call, per authenticated caller and minute (callers
+    /// without a credential are not reported); the counts restart from zero.
+    fn take_usage(&self) -> Vec<UsageMinute>;
     /// Drops the state of idle callers whose buckets are full again (indistinguishable from
-    /// fresh state), bounding memory. Returns how many were dropped.
+    /// fresh state) and whose usage was taken, bounding memory. Returns how many were dropped.
     fn sweep(&self) -> usize;
 }
 
@@ -578,15 +580,6 @@ pub struct BucketStatus {
 pub struct RateLimitStatus {
     pub tier: String,
     pub buckets: [BucketStatus; 5],
-}
-
-/// The answer of `GET /metrics/rate-limits`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RateLimitReport {
-    pub usage: Usage,
-    pub average_remaining: f64,
-    /// Per bucket: tokens used in the current window and the window's limit.
-    pub by_bucket: [(Bucket, u64, u64); 5],
 }
 
 pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -766,16 +759,6 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
             BucketStatus { bucket, limit: s.limit, remaining: s.remaining, reset: s.reset_at_unix }
         });
         RateLimitStatus { tier: principal.tier.clone(), buckets }
-    }
-
-    /// The caller's usage, for `GET /metrics/rate-limits`.
-    pub fn report(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitReport {
-        let status = self.status(principal, ip_multiplier);
-        let usage = self.limiter.usage(LimitKey::Credential(&principal.key_id)).unwrap_or_default();
-        let average_remaining =
-            if usage.total_requests == 0 { 0.0 } else { usage.remaining_sum as f64 / usage.total_requests as f64 };
-        let by_bucket = status.buckets.map(|b| (b.bucket, b.limit - b.remaining.min(b.limit), b.limit));
-        RateLimitReport { usage, average_remaining, by_bucket }
     }
 
     /// Process-wide counters, for the Prometheus exporter.

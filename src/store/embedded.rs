@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::Arc;
+use toolgate_filters::rate_limit::UsageMinute;
 
 pub struct EmbeddedStore {
     conn: Arc<Mutex<Connection>>,
@@ -48,7 +49,12 @@ impl EmbeddedStore {
                  requests INTEGER NOT NULL, errors INTEGER NOT NULL, total_us INTEGER NOT NULL,
                  error_us INTEGER NOT NULL, histogram BLOB NOT NULL,
                  PRIMARY KEY (org_id, tier_ms, start_ms, gateway_id, app, function)) WITHOUT ROWID;
-             CREATE INDEX IF NOT EXISTS rollups_tier ON rollups (tier_ms, start_ms);",
+             CREATE INDEX IF NOT EXISTS rollups_tier ON rollups (tier_ms, start_ms);
+             CREATE TABLE IF NOT EXISTS rate_usage (
+                 key_id TEXT NOT NULL, minute INTEGER NOT NULL, requests INTEGER NOT NULL,
+                 rate_limited INTEGER NOT NULL, remaining_sum INTEGER NOT NULL,
+                 PRIMARY KEY (key_id, minute)) WITHOUT ROWID;
+             CREATE INDEX IF NOT EXISTS rate_usage_minute ON rate_usage (minute);",
         )
         .map_err(backend)?;
         add_expiry_column(&conn)?;
@@ -505,6 +511,76 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn add_rate_usage(&self, minutes: Arc<Vec<UsageMinute>>) -> Result<(), StoreError> {
+        self.with("add_rate_usage", move |c| {
+            // Counts of the last flush period, as the request log's: NORMAL (see `append_logs`).
+            c.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
+            let written = (|| {
+                let tx = c.transaction().map_err(backend)?;
+                {
+                    let mut add = tx
+                        .prepare_cached(
+                            "INSERT INTO rate_usage (key_id, minute, requests, rate_limited, remaining_sum)
+                             VALUES (?1, ?2, ?3, ?4, ?5)
+                             ON CONFLICT (key_id, minute) DO UPDATE SET
+                                 requests = requests + excluded.requests,
+                                 rate_limited = rate_limited + excluded.rate_limited,
+                                 remaining_sum = remaining_sum + excluded.remaining_sum",
+                        )
+                        .map_err(backend)?;
+                    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                    for m in minutes.iter() {
+                        let row = params![
+                            m.key_id,
+                            clamp(m.minute_unix),
+                            clamp(m.requests),
+                            clamp(m.rate_limited),
+                            clamp(m.remaining_sum)
+                        ];
+                        add.execute(row).map_err(backend)?;
+                    }
+                }
+                tx.commit().map_err(backend)
+            })();
+            let restored = c.pragma_update(None, "synchronous", "FULL").map_err(backend);
+            written.and(restored)
+        })
+        .await
+    }
+
+    async fn rate_usage(&self, key_id: String, since_unix: i64) -> Result<Vec<UsageMinute>, StoreError> {
+        self.with("rate_usage", move |c| {
+            let mut q = c
+                .prepare_cached(
+                    "SELECT minute, requests, rate_limited, remaining_sum FROM rate_usage
+                     WHERE key_id = ?1 AND minute >= ?2 ORDER BY minute",
+                )
+                .map_err(backend)?;
+            let rows = q
+                .query_map(params![key_id, since_unix], |row| {
+                    let n = |i: usize| row.get::<_, i64>(i).map(|v| v.max(0) as u64);
+                    Ok(UsageMinute {
+                        key_id: key_id.clone(),
+                        minute_unix: n(0)?,
+                        requests: n(1)?,
+                        rate_limited: n(2)?,
+                        remaining_sum: n(3)?,
+                    })
+                })
+                .map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    async fn prune_rate_usage(&self, before_unix: i64) -> Result<u64, StoreError> {
+        self.with("prune_rate_usage", move |c| {
+            let n = c.execute("DELETE FROM rate_usage WHERE minute < ?1", params![before_unix]).map_err(backend)?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.with("ping", |c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(backend)).await
     }
@@ -642,6 +718,26 @@ mod tests {
         let mut e = w.finish(std::time::Duration::from_micros(us), error, 200, Answer::Error { code: 1, message: "" });
         e.ts_ms = ts_ms;
         e
+    }
+
+    #[tokio::test]
+    async fn rate_usage_adds_up_per_caller_and_minute_and_is_pruned_by_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let m = |key: &str, minute_unix, requests, rate_limited| UsageMinute {
+            key_id: key.into(),
+            minute_unix,
+            requests,
+            rate_limited,
+            remaining_sum: requests * 10,
+        };
+        store.add_rate_usage(Arc::new(vec![m("k1", 60, 3, 0), m("k1", 120, 1, 1), m("k2", 60, 5, 0)])).await.unwrap();
+        store.add_rate_usage(Arc::new(vec![m("k1", 120, 2, 0)])).await.unwrap();
+        assert_eq!(store.rate_usage("k1".into(), 0).await.unwrap(), vec![m("k1", 60, 3, 0), m("k1", 120, 3, 1)]);
+        assert_eq!(store.rate_usage("k1".into(), 61).await.unwrap(), vec![m("k1", 120, 3, 1)], "from a minute on");
+        assert_eq!(store.prune_rate_usage(120).await.unwrap(), 2);
+        assert_eq!(store.rate_usage("k2".into(), 0).await.unwrap(), vec![]);
+        assert_eq!(store.rate_usage("k1".into(), 0).await.unwrap().len(), 1);
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ mod embedded;
 pub use embedded::EmbeddedStore;
 
 use crate::config::StorageConfig;
+use toolgate_filters::rate_limit::UsageMinute;
 
 /// The one place a backend is chosen: the state, the request log and MFA all get their store
 /// from here, so a new backend is one arm of this match.
@@ -204,6 +205,13 @@ pub trait Store: Send + Sync {
     async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, StoreError>;
     /// Removes the rollups of one tier that start before `before_ms`; returns how many went.
     async fn prune_rollups(&self, tier_ms: i64, before_ms: i64) -> Result<u64, StoreError>;
+    /// Adds callers' per-minute rate-limit usage to the stored counts of the same caller and
+    /// minute (the limiter counts, the server hands the counts over at each flush).
+    async fn add_rate_usage(&self, minutes: Arc<Vec<UsageMinute>>) -> Result<(), StoreError>;
+    /// One caller's stored per-minute usage from `since_unix` on, oldest first.
+    async fn rate_usage(&self, key_id: String, since_unix: i64) -> Result<Vec<UsageMinute>, StoreError>;
+    /// Removes per-minute usage older than `before_unix`; returns how many minutes went.
+    async fn prune_rate_usage(&self, before_unix: i64) -> Result<u64, StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
 }

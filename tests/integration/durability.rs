@@ -236,3 +236,42 @@ fn request_log_backlog_metrics_are_exported() {
         assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
     }
 }
+
+/// `GET /v1/metrics/rate-limits` reads per-minute counts from the store: they survive a restart
+/// (SIGTERM writes the last ones; a read writes them too, so they survive `kill -9` after it),
+/// and `period` selects how far back they are summed.
+#[test]
+fn rate_limit_usage_survives_restarts_and_follows_its_period() {
+    let mut srv = TestServer::start("");
+    let key = srv.admin_key().to_string();
+    let report = |srv: &TestServer, query: &str| {
+        let r = srv.api("GET", &format!("/v1/metrics/rate-limits{query}"), Some(&key), None);
+        ok(&r, 200)
+    };
+    for _ in 0..3 {
+        ok(&srv.api("GET", "/v1/user", Some(&key), None), 200);
+    }
+    let m = report(&srv, "");
+    assert_eq!((&m["period"], &m["usage"]["total_requests"]), (&json!("1h"), &json!(4)), "{m}");
+    let peak = m["usage"]["peak_usage"]["requests"].as_u64().unwrap_or(0);
+    assert!((2..=4).contains(&peak), "four requests in one minute, or two: {m}");
+
+    // SIGTERM: the last minute's counts are written on the way out.
+    ok(&srv.api("GET", "/v1/user", Some(&key), None), 200);
+    assert!(srv.sigterm().success());
+    srv.restart();
+    let m = report(&srv, "?period=24h");
+    assert_eq!((&m["period"], &m["usage"]["total_requests"]), (&json!("24h"), &json!(6)), "{m}");
+
+    // kill -9 after a read: what the read counted is in the store.
+    srv.kill9();
+    srv.restart();
+    let m = report(&srv, "?period=30d");
+    assert_eq!(m["usage"]["total_requests"], 7, "{m}");
+    assert_eq!(m["usage"]["rate_limited_requests"], 0, "{m}");
+    assert!(m["usage"]["average_remaining"].as_f64().is_some_and(|a| a > 0.0), "{m}");
+    assert!(m["usage"]["peak_usage"]["timestamp"].as_str().is_some_and(|t| t.ends_with(":00.000Z")), "{m}");
+
+    let r = srv.api("GET", "/v1/metrics/rate-limits?period=2h", Some(&key), None);
+    validation(&r, "period");
+}

@@ -9,7 +9,7 @@
 
 use super::{
     Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, InFlightSlot, LimitKey, Outcome, RateLimiter, Snapshot,
-    Usage, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
+    UsageMinute, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
 };
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -82,10 +82,10 @@ impl Clock for ManualClock {
 #[derive(Debug, Default)]
 struct Windows {
     tat: [[u64; 2]; 5],
-    usage: Usage,
-    /// The calendar minute (monotonic) being counted, and its count so far.
-    minute: u64,
-    minute_requests: u64,
+    /// Requests per calendar minute not yet taken by [`RateLimiter::take_usage`]: (minute
+    /// start in Unix seconds, requests, rate limited, sum of remaining). One entry most of the
+    /// time, two across a minute's end.
+    unsaved: Vec<(u64, u64, u64, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -294,8 +294,23 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         self.report(now, limits, &tat)
     }
 
-    fn usage(&self, key: LimitKey<'_>) -> Option<Usage> {
-        self.existing(key, |s| s.windows.lock().usage)
+    fn take_usage(&self) -> Vec<UsageMinute> {
+        let mut taken = Vec::new();
+        for entry in self.keys.iter() {
+            let unsaved = std::mem::take(&mut entry.value().windows.lock().unsaved);
+            taken.extend(unsaved.into_iter().map(|(minute_unix, requests, rate_limited, remaining_sum)| UsageMinute {
+                key_id: entry.key().to_string(),
+                minute_unix,
+                requests,
+                rate_limited,
+                remaining_sum,
+            }));
+        }
+        // Callers without a credential are not reported, only kept from piling up.
+        for entry in self.addresses.iter() {
+            entry.value().windows.lock().unsaved.clear();
+        }
+        taken
     }
 
     fn sweep(&self) -> usize {
@@ -305,7 +320,10 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         let idle = |state: &Arc<CallerState>| {
             Arc::strong_count(state) == 1
                 && state.in_flight.load(Ordering::Acquire) == 0
-                && state.windows.try_lock().is_some_and(|w| w.tat.iter().flatten().all(|&t| t <= now))
+                && state
+                    .windows
+                    .try_lock()
+                    .is_some_and(|w| w.unsaved.is_empty() && w.tat.iter().flatten().all(|&t| t <= now))
         };
         let before = self.len();
         self.keys.retain(|_, s| !idle(s));
@@ -318,25 +336,20 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
     }
 }
 
-/// Updates the usage figures of one request.
+/// Counts one request in its calendar minute's usage.
 fn count(w: &mut Windows, now: u64, unix_origin: u64, new_request: bool, limited: bool, remaining: u64) {
     if !new_request {
         return;
     }
-    let u = &mut w.usage;
-    u.total_requests += 1;
-    u.remaining_sum += remaining;
-    if limited {
-        u.rate_limited_requests += 1;
-    }
-    let minute = (unix_origin + now) / MINUTE_NS;
-    if minute != w.minute {
-        w.minute = minute;
-        w.minute_requests = 0;
-    }
-    w.minute_requests += 1;
-    if w.minute_requests > u.peak_minute_requests {
-        u.peak_minute_requests = w.minute_requests;
-        u.peak_minute_unix = minute * 60;
-    }
+    let minute_unix = (unix_origin + now) / MINUTE_NS * 60;
+    let current = match w.unsaved.last_mut() {
+        Some(m) if m.0 == minute_unix => m,
+        _ => {
+            w.unsaved.push((minute_unix, 0, 0, 0));
+            w.unsaved.last_mut().expect("just pushed")
+        }
+    };
+    current.1 += 1;
+    current.2 += u64::from(limited);
+    current.3 += remaining;
 }

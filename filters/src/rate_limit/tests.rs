@@ -342,6 +342,7 @@ fn sweep_evicts_only_refilled_idle_callers() {
     rl.filter(&get.view(), &mut held).unwrap();
     assert_eq!(rl.limiter().len(), 2);
     assert_eq!(rl.sweep(), 0, "buckets not yet full");
+    assert_eq!(rl.limiter().take_usage().len(), 2, "a caller is kept until its usage is taken");
     clock.advance(Duration::from_secs(3));
     assert_eq!(rl.sweep(), 0, "the hourly window needs 3.6 s per token");
     clock.advance(Duration::from_millis(600));
@@ -364,12 +365,41 @@ fn status_and_report() {
     assert_eq!((global.limit, global.remaining, global.reset), (10, 8, T0 + 6));
     let analytics = s.buckets[Bucket::Analytics.index()];
     assert_eq!((analytics.limit, analytics.remaining), (20, 15));
-    let r = rl.report(&p, None);
-    assert_eq!(r.usage.total_requests, 3);
-    assert_eq!(r.usage.peak_minute_requests, 3);
-    assert_eq!(r.usage.peak_minute_unix, T0 / 60 * 60);
-    assert_eq!(r.by_bucket[Bucket::Global.index()], (Bucket::Global, 2, 10));
-    assert!((r.average_remaining - (9.0 + 8.0 + 15.0) / 3.0).abs() < 1e-9);
+}
+
+#[test]
+fn usage_is_counted_per_caller_and_minute_until_taken() {
+    let (rl, clock) = limiter();
+    let p = Arc::new(principal("k1", "o1"));
+    for path in ["/v1/apps", "/v1/apps", "/v1/logs/analytics"] {
+        rl.filter(&Req::new(Method::GET, path).view(), &mut ctx_for(&p)).unwrap();
+    }
+    // An unauthenticated caller is limited by address and not reported.
+    let _ = rl.filter(&Req::new(Method::GET, "/v1/apps").view(), &mut FilterContext::default());
+    let minute = T0 / 60 * 60;
+    let usage = |requests, rate_limited, remaining_sum, minute_unix| UsageMinute {
+        key_id: "k1".into(),
+        minute_unix,
+        requests,
+        rate_limited,
+        remaining_sum,
+    };
+    assert_eq!(rl.limiter().take_usage(), vec![usage(3, 0, 9 + 8 + 15, minute)]);
+    assert_eq!(rl.limiter().take_usage(), vec![], "taken once");
+    // Across a minute's end: one entry per minute; a refusal counts as rate limited.
+    for _ in 0..9 {
+        let _ = rl.filter(&Req::new(Method::GET, "/v1/apps").view(), &mut ctx_for(&p));
+    }
+    clock.advance(Duration::from_secs(60));
+    rl.filter(&Req::new(Method::GET, "/v1/apps").view(), &mut ctx_for(&p)).unwrap();
+    let taken = rl.limiter().take_usage();
+    assert_eq!(taken.len(), 2, "{taken:?}");
+    assert_eq!(
+        (taken[0].minute_unix, taken[0].requests, taken[0].rate_limited),
+        (minute, 9, 1),
+        "a free tier's minute holds 10"
+    );
+    assert_eq!((taken[1].minute_unix, taken[1].requests), (minute + 60, 1));
 }
 
 #[test]
