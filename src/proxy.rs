@@ -184,14 +184,21 @@ impl ProxyHttp for Proxy {
     async fn logging(&self, session: &mut Session, _e: Option<&pingora::Error>, ctx: &mut RequestCtx) {
         let status =
             if ctx.status == 0 { session.response_written().map_or(0, |r| r.status.as_u16()) } else { ctx.status };
-        metrics::observe_request(ctx.route.label(), status, ctx.started.elapsed());
-        tracing::debug!(
+        let elapsed = ctx.started.elapsed();
+        metrics::observe_request(ctx.route.label(), status, elapsed);
+        // The access log: one line per request (target `toolgate::access`, so that
+        // `toolgate::access=off` turns it off). The path only: a query string may carry a
+        // secret, a path never does (ids only).
+        tracing::info!(
+            target: "toolgate::access",
             request_id = %ctx.request_id,
             method = %session.req_header().method,
             path = session.req_header().uri.path(),
+            route = ctx.route.label(),
             status,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
             client_ip = %ctx.client_ip,
-            elapsed_us = ctx.started.elapsed().as_micros() as u64,
+            principal = ctx.filters.principal.as_ref().map(|p| p.key_id.as_str()),
             "request"
         );
     }

@@ -63,7 +63,7 @@ impl Server {
         }
         let server = self.clone();
         tokio::spawn(async move {
-            let o = server.state.config.observability;
+            let o = &server.state.config.observability;
             let retention = i64::try_from(o.log_retention.as_millis()).unwrap_or(i64::MAX);
             let now = chrono::Utc::now().timestamp_millis();
             let before = now.saturating_sub(retention);

@@ -290,8 +290,8 @@ impl TierQuotas {
     }
 }
 
-/// How long the request log keeps its entries and its rollups.
-#[derive(Debug, Clone, Copy)]
+/// How long the request log keeps its entries and its rollups; the process's log.
+#[derive(Debug, Clone)]
 pub struct ObservabilityConfig {
     /// Entries older than this are pruned in the background.
     pub log_retention: Duration,
@@ -305,7 +305,21 @@ pub struct ObservabilityConfig {
     /// into `other` (0: no such label).
     pub metric_gateway_labels: usize,
     pub metric_tool_labels: usize,
+    /// How the process's log lines are written on standard error.
+    pub log_format: LogFormat,
+    /// What is logged (`RUST_LOG` overrides it): a level or an `EnvFilter` directive list.
+    pub log_level: String,
 }
+
+/// One JSON object per line (for collectors) or text (for a person).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Info, without Pingora's own per-connection chatter.
+pub const DEFAULT_LOG_LEVEL: &str = "info,pingora=warn";
 
 #[derive(Debug, Clone)]
 pub struct McpConfig {

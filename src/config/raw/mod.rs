@@ -133,6 +133,8 @@ mod tests {
             ("observability:\n  max_log_rows: 10\n".into(), "observability.max_log_rows"),
             ("observability:\n  rollup_retention_days: 0\n".into(), "observability.rollup_retention_days"),
             ("observability:\n  metric_tool_labels: 20000\n".into(), "observability.metric_tool_labels"),
+            ("observability:\n  log_format: xml\n".into(), "observability.log_format"),
+            ("observability:\n  log_level: 'info,[bad'\n".into(), "observability.log_level"),
             ("jwt:\n  issuer: i\n".into(), "jwt"),
         ] {
             assert_eq!(refusal(&yaml), field, "{yaml}");

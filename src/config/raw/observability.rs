@@ -1,5 +1,5 @@
-//! `observability:`: how long the request log keeps its entries and its rollups, and how many
-//! label values the Prometheus series may take.
+//! `observability:`: how long the request log keeps its entries and its rollups, how many
+//! label values the Prometheus series may take, and the process's own log (format, level).
 
 use crate::config::*;
 use serde::Deserialize;
@@ -12,6 +12,8 @@ pub(super) struct RawObservability {
     rollup_retention_days: Option<u64>,
     metric_gateway_labels: Option<usize>,
     metric_tool_labels: Option<usize>,
+    log_format: Option<String>,
+    log_level: Option<String>,
 }
 
 impl RawObservability {
@@ -28,7 +30,21 @@ impl RawObservability {
         if !(1..=3650).contains(&rollup_days) {
             return Err(invalid("observability.rollup_retention_days", "must be between 1 and 3650"));
         }
+        let log_format = match self.log_format.as_deref() {
+            None | Some("json") => LogFormat::Json,
+            Some("text") => LogFormat::Text,
+            Some(_) => return Err(invalid("observability.log_format", "must be json or text")),
+        };
+        let log_level = self.log_level.unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_string());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+            return Err(invalid(
+                "observability.log_level",
+                format!("not a level or filter ({e}), e.g. info or debug,pingora=warn"),
+            ));
+        }
         Ok(ObservabilityConfig {
+            log_format,
+            log_level,
             log_retention: Duration::from_secs(days * 86_400),
             max_log_rows,
             rollup_retention: Duration::from_secs(rollup_days * 86_400),
