@@ -57,6 +57,8 @@ pub struct RequestCtx {
     pub started: Instant,
     /// The status written, for the metrics and the access log.
     pub status: u16,
+    /// The W3C trace context: the client's, or toolgate's own when spans are exported.
+    pub trace: Option<crate::trace::TraceContext>,
 }
 
 impl Default for RequestCtx {
@@ -69,6 +71,7 @@ impl Default for RequestCtx {
             filters: FilterContext::default(),
             started: Instant::now(),
             status: 0,
+            trace: None,
         }
     }
 }

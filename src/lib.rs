@@ -28,3 +28,4 @@ pub mod secrets;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod trace;

@@ -153,7 +153,8 @@ pub enum ErrorType {
 }
 
 impl ErrorType {
-    fn label<'a>(&self, buf: &'a mut itoa::Buffer) -> &'a str {
+    /// The `error_type` label: empty on success.
+    pub fn label<'a>(&self, buf: &'a mut itoa::Buffer) -> &'a str {
         match self {
             ErrorType::None => "",
             ErrorType::ToolError => "tool_error",
@@ -222,6 +223,19 @@ pub fn filter_rejected(filter: &str, reason: &str, bucket: Option<&str>) {
     if let Some(bucket) = bucket {
         e.rate_limited.with_label_values(&[bucket, reason]).inc();
     }
+}
+
+/// Spans the trace exporter dropped: its queue was full, or the endpoint refused them.
+pub fn trace_spans_dropped(spans: usize) {
+    static DROPPED: OnceLock<IntCounter> = OnceLock::new();
+    let c = DROPPED.get_or_init(|| {
+        register_int_counter!(
+            "toolgate_trace_spans_dropped_total",
+            "Spans not exported: queue full or endpoint refused"
+        )
+        .expect("metric registers once")
+    });
+    c.inc_by(spans as u64);
 }
 
 pub fn store_operation(operation: &'static str, elapsed: Duration) {

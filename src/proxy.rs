@@ -9,6 +9,7 @@ use crate::exchange::{success_body, Exchange, RequestCtx, RequestId};
 use crate::metrics;
 use crate::route::Route;
 use crate::server::Server;
+use crate::trace::{self, Span, SpanKind, TraceContext};
 use async_trait::async_trait;
 use ipnet::IpNet;
 use pingora::prelude::*;
@@ -16,6 +17,7 @@ use pingora::proxy::{ProxyHttp, Session};
 use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 use toolgate_filters::{client_ip::client_ip, FilterChain, RequestView, RouteClass};
 
 pub struct Proxy {
@@ -96,7 +98,26 @@ impl Proxy {
             RouteClass::Gateway => &self.gateway,
             _ => &self.management,
         };
-        if let Err(rejection) = chain.run(&view, &mut ctx.filters) {
+        let chain_started = (ctx.trace.is_some() && trace::exporting()).then(|| (SystemTime::now(), Instant::now()));
+        let ran = chain.run(&view, &mut ctx.filters);
+        if let (Some((start, clock)), Some(t)) = (chain_started, &ctx.trace) {
+            let mut attributes = vec![("toolgate.filters", json!(chain.names().join(",")))];
+            if let Some(by) = ctx.filters.rejected_by {
+                attributes.push(("toolgate.filter.rejected_by", json!(by)));
+            }
+            trace::record(Span {
+                trace_id: t.trace_id,
+                span_id: trace::new_span_id(),
+                parent_id: Some(t.span_id),
+                name: "filter chain".into(),
+                kind: SpanKind::Internal,
+                start,
+                duration: clock.elapsed(),
+                error: ran.is_err(),
+                attributes,
+            });
+        }
+        if let Err(rejection) = ran {
             let f = &ctx.filters;
             let bucket = f.rate_limit.as_ref().filter(|_| rejection.status == 429).map(|c| c.bucket.as_str());
             metrics::filter_rejected(f.rejected_by.unwrap_or("unknown"), rejection.code, bucket);
@@ -146,6 +167,9 @@ impl ProxyHttp for Proxy {
         let forwarded = session.req_header().headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
         ctx.client_ip = client_ip(peer, forwarded, &self.trusted_proxies);
         ctx.route = Route::of(session.req_header().uri.path());
+        let headers = &session.req_header().headers;
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        ctx.trace = TraceContext::start(header("traceparent"), header("tracestate"));
         Ok(())
     }
 
@@ -186,6 +210,30 @@ impl ProxyHttp for Proxy {
             if ctx.status == 0 { session.response_written().map_or(0, |r| r.status.as_u16()) } else { ctx.status };
         let elapsed = ctx.started.elapsed();
         metrics::observe_request(ctx.route.label(), status, elapsed);
+        if let Some(t) = ctx.trace.as_ref().filter(|_| trace::exporting()) {
+            let method = session.req_header().method.as_str();
+            let mut attributes = vec![
+                ("http.request.method", json!(method)),
+                ("url.path", json!(session.req_header().uri.path())),
+                ("http.response.status_code", json!(status)),
+                ("toolgate.route", json!(ctx.route.label())),
+                ("toolgate.request_id", json!(ctx.request_id.as_str())),
+            ];
+            if let Some(p) = &ctx.filters.principal {
+                attributes.push(("toolgate.principal", json!(p.key_id)));
+            }
+            trace::record(Span {
+                trace_id: t.trace_id,
+                span_id: t.span_id,
+                parent_id: t.parent_id,
+                name: format!("{method} {}", ctx.route.label()),
+                kind: SpanKind::Server,
+                start: SystemTime::now() - elapsed,
+                duration: elapsed,
+                error: status >= 500,
+                attributes,
+            });
+        }
         // The access log: one line per request (target `toolgate::access`, so that
         // `toolgate::access=off` turns it off). The path only: a query string may carry a
         // secret, a path never does (ids only).

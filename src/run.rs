@@ -125,6 +125,13 @@ pub fn run(config_path: &Path) -> ExitCode {
     pingora_server.add_service(service);
     pingora_server.add_service(prometheus);
     pingora_server.add_service(pingora::services::background::background_service("flusher", flusher));
+    if let Some(endpoint) = &config.observability.otlp_endpoint {
+        let service_name = config.observability.service_name.clone();
+        if let Some(exporter) = crate::trace::start_export(endpoint.clone(), service_name) {
+            pingora_server
+                .add_service(pingora::services::background::background_service("OTLP span exporter", exporter));
+        }
+    }
     tracing::info!(listen = %config.server.listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");
     pingora_server.run_forever()
 }

@@ -309,6 +309,11 @@ pub struct ObservabilityConfig {
     pub log_format: LogFormat,
     /// What is logged (`RUST_LOG` overrides it): a level or an `EnvFilter` directive list.
     pub log_level: String,
+    /// Where spans are posted (OTLP/HTTP, JSON), e.g. `http://collector:4318/v1/traces`; `None`
+    /// records none.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
 }
 
 /// One JSON object per line (for collectors) or text (for a person).

@@ -16,13 +16,14 @@ use crate::model::{ClientCapabilities, Gateway, McpSession};
 use crate::reqlog::{Answer, EntryWriter};
 use crate::secrets;
 use crate::store::LogRecord;
+use crate::trace::{self, Span, SpanKind, TraceContext};
 use chrono::Utc;
 use http::{HeaderName, HeaderValue};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// What answers the client takes (its `Accept` header), as the transport read it.
 pub struct Accept {
@@ -312,7 +313,7 @@ async fn forward(
     let Some(app_id) = target else {
         return reply::json(ex, Response::success(req.id, json!({ "completion": { "values": [] } }))).await;
     };
-    let call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
+    let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
     if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
         let bucket = format!("app:{app_id}");
@@ -327,10 +328,27 @@ async fn forward(
         let arguments = call.and_then(|c| c.get("arguments")).map_or("null", RawValue::get);
         EntryWriter::begin(gw, app_id, function, arguments)
     });
-    let params = match named {
+    let mut params = match named {
         Some((call, name)) => Some(call.renamed(name)),
         None => params,
     };
+    // The trace context goes to the app in the header and in `params._meta`; the client's
+    // came in its header or, as MCP's convention also allows, in its `params._meta`.
+    let call_trace = ex.ctx.trace.clone().or_else(|| params.as_ref().and_then(trace_in_meta));
+    let call_span = call_trace.as_ref().map(|t| {
+        let span_id = t.call_span_id();
+        let traceparent = t.traceparent(&span_id);
+        if let Ok(v) = HeaderValue::from_str(&traceparent) {
+            call_ctx.headers.push((HeaderName::from_static("traceparent"), v));
+        }
+        if let Some(v) = t.state.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
+            call_ctx.headers.push((HeaderName::from_static("tracestate"), v));
+        }
+        let traced =
+            trace::with_meta(params.as_ref().map(RawJson::to_value).as_ref(), &traceparent, t.state.as_deref());
+        params = Some(RawJson::from_value(&traced));
+        (span_id, SystemTime::now())
+    });
     let reply = mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await;
     // Once per call, whichever way its answer came: the operation metrics and the log entry.
     let mut finished = false;
@@ -342,6 +360,32 @@ async fn forward(
         let error = error_type(&req.method, outcome);
         metrics::mcp_client_operation(&req.method, tool.map(|t| t.1), error, app_id, elapsed);
         metrics::mcp_server_operation(&req.method, tool.map(|t| t.0), error, &gw.id, elapsed);
+        if let (Some(t), Some((span_id, start)), true) = (&call_trace, call_span, trace::exporting()) {
+            let mut attributes = vec![
+                ("mcp.method.name", json!(req.method)),
+                ("toolgate.app.id", json!(app_id)),
+                ("toolgate.gateway.id", json!(gw.id)),
+            ];
+            if let Some((_, name)) = tool {
+                attributes.push(("gen_ai.tool.name", json!(name)));
+            }
+            let mut buf = itoa::Buffer::new();
+            let error_label = error.label(&mut buf);
+            if !error_label.is_empty() {
+                attributes.push(("error.type", json!(error_label)));
+            }
+            trace::record(Span {
+                trace_id: t.trace_id,
+                span_id,
+                parent_id: Some(t.span_id),
+                name: tool.map_or_else(|| req.method.clone(), |(_, name)| format!("{} {name}", req.method)),
+                kind: SpanKind::Client,
+                start,
+                duration: elapsed,
+                error: !matches!(error, ErrorType::None),
+                attributes,
+            });
+        }
         if let Some(entry) = entry.take() {
             let failed = !matches!(error, ErrorType::None);
             mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
@@ -505,6 +549,16 @@ fn upstream_error_response(id: &Id, app_id: &str, e: &UpstreamError) -> Response
     }
     .code();
     Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
+}
+
+/// The trace context a client put in `params._meta` (read only when the text names one).
+fn trace_in_meta(params: &RawJson) -> Option<TraceContext> {
+    if !params.get().contains("traceparent") {
+        return None;
+    }
+    let p = params.to_value();
+    let meta = p.get("_meta")?;
+    TraceContext::start(meta.get("traceparent")?.as_str(), meta.get("tracestate").and_then(Value::as_str))
 }
 
 /// What went wrong with a call, if anything: a JSON-RPC error, or a tool result with `isError`.

@@ -134,6 +134,7 @@ mod tests {
             ("observability:\n  rollup_retention_days: 0\n".into(), "observability.rollup_retention_days"),
             ("observability:\n  metric_tool_labels: 20000\n".into(), "observability.metric_tool_labels"),
             ("observability:\n  log_format: xml\n".into(), "observability.log_format"),
+            ("observability:\n  otlp_endpoint: collector:4318\n".into(), "observability.otlp_endpoint"),
             ("observability:\n  log_level: 'info,[bad'\n".into(), "observability.log_level"),
             ("jwt:\n  issuer: i\n".into(), "jwt"),
         ] {

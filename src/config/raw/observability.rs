@@ -14,6 +14,8 @@ pub(super) struct RawObservability {
     metric_tool_labels: Option<usize>,
     log_format: Option<String>,
     log_level: Option<String>,
+    otlp_endpoint: Option<String>,
+    service_name: Option<String>,
 }
 
 impl RawObservability {
@@ -42,7 +44,20 @@ impl RawObservability {
                 format!("not a level or filter ({e}), e.g. info or debug,pingora=warn"),
             ));
         }
+        let otlp_endpoint = match self.otlp_endpoint {
+            None => None,
+            Some(e) => match url::Url::parse(&e) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(e),
+                _ => return Err(invalid("observability.otlp_endpoint", "must be an http or https URL")),
+            },
+        };
+        let service_name = self.service_name.unwrap_or_else(|| "toolgate".to_string());
+        if service_name.is_empty() || service_name.len() > 100 {
+            return Err(invalid("observability.service_name", "must have 1 to 100 characters"));
+        }
         Ok(ObservabilityConfig {
+            otlp_endpoint,
+            service_name,
             log_format,
             log_level,
             log_retention: Duration::from_secs(days * 86_400),

@@ -1,0 +1,44 @@
+"""An MCP server over Streamable HTTP that reports the trace context it was called with
+(`test_traces.py`): the official Python SDK's `MCPServer` under uvicorn, on a port the OS picks.
+
+Tool `trace_context` answers, as JSON text, the `traceparent` and `tracestate` of the HTTP
+request and of `params._meta`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("trace-upstream")
+
+
+@server.tool()
+def trace_context(ctx: Context) -> str:
+    """The trace context this call came with: HTTP headers and `params._meta`."""
+    rc = ctx.request_context
+    headers = rc.request.headers if rc.request is not None else {}
+    meta = dict(rc.meta or {})
+    return json.dumps({
+        "header": headers.get("traceparent"),
+        "header_state": headers.get("tracestate"),
+        "meta": meta.get("traceparent"),
+        "meta_state": meta.get("tracestate"),
+    })
+
+
+def main() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+if __name__ == "__main__":
+    main()
