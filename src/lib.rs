@@ -15,6 +15,7 @@ pub mod error;
 pub mod exchange;
 pub mod jwt;
 pub mod limiter;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod mfa;

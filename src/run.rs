@@ -1,6 +1,6 @@
 //! Starting the server: configuration, state, the Pingora services, and the first-start key.
 
-use crate::config::{Config, LogFormat};
+use crate::config::Config;
 use crate::conn_limits::{BoundedHttp, ConnLimits, ConnLimitsConfig};
 use crate::proxy::Proxy;
 use crate::server::{Flusher, Server};
@@ -17,22 +17,6 @@ use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::RateLimit;
 use toolgate_filters::FilterChain;
 
-/// The process's log on standard error: `observability.log_format` and `log_level`, or
-/// `RUST_LOG` when it is set and not empty (it wins, as operators expect of a Rust program).
-fn init_logging(o: &crate::config::ObservabilityConfig) {
-    let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
-    let filter = from_env
-        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match o.log_format {
-        // One object per line: timestamp, level, target and the event's fields at the top level.
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init(),
-        // Colour codes only for a person at a terminal, not in files, journald or a collector.
-        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
-    }
-}
-
 /// Runs toolgate until SIGTERM (graceful: in-flight requests finish) or SIGINT.
 pub fn run(config_path: &Path) -> ExitCode {
     let config = match Config::load(config_path) {
@@ -42,7 +26,7 @@ pub fn run(config_path: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(&config.observability);
+    crate::logging::init(&config.observability);
     let admin_key = std::env::var("TOOLGATE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
     if let Some(k) = &admin_key {
         if !k.starts_with(crate::secrets::KEY_PREFIX) || k.len() < 35 {

@@ -215,6 +215,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         self.server.flush(Urgency::Now).await;
         self.server.mcp.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "flushed and stopped apps");
+        crate::logging::flush();
     }
 }
 

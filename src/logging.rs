@@ -1,0 +1,35 @@
+//! The process's own log (not the request log): format, level, and a writer thread.
+
+use crate::config::{LogFormat, ObservabilityConfig};
+
+/// The writer thread of the process's log, kept until [`flush`].
+static LOG_WRITER: parking_lot::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> =
+    parking_lot::Mutex::new(None);
+
+/// The process's log on standard error: `observability.log_format` and `log_level`, or
+/// `RUST_LOG` when it is set and not empty (it wins, as operators expect of a Rust program).
+/// Lines are formatted by the thread that logs and written by a thread of their own, so that a
+/// request's access line costs it no system call; a full queue (128k lines) makes the logging
+/// thread wait rather than lose lines.
+pub fn init(o: &ObservabilityConfig) {
+    let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let filter = from_env
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
+    let (writer, guard) =
+        tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
+    *LOG_WRITER.lock() = Some(guard);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    match o.log_format {
+        // One object per line: timestamp, level, target and the event's fields at the top level.
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init(),
+        // Colour codes only for a person at a terminal, not in files, journald or a collector.
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
+}
+
+/// Writes the log lines still queued and stops the writer thread: the last thing before the
+/// process exits (Pingora exits without running destructors). Later lines are not written.
+pub fn flush() {
+    drop(LOG_WRITER.lock().take());
+}
