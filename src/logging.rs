@@ -14,7 +14,14 @@ static LOG_WRITER: parking_lot::Mutex<Option<tracing_appender::non_blocking::Wor
 pub fn init(o: &ObservabilityConfig) {
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
     let filter = from_env
-        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .and_then(|v| match tracing_subscriber::EnvFilter::try_new(&v) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                // Before the log exists: said on standard error, as a configuration error is.
+                eprintln!("toolgate: RUST_LOG {v:?} is not a log filter ({e}); using observability.log_level");
+                None
+            }
+        })
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
     let (writer, guard) =
         tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());

@@ -75,6 +75,15 @@ fn text_format_level_from_yaml_and_rust_log_over_it() {
     assert!(logs.lines().all(|l| serde_json::from_str::<Value>(l).is_err()), "text, not JSON:\n{logs}");
     drop(srv);
 
+    // A RUST_LOG that is not a filter is said, and the YAML's level holds.
+    let srv = start("observability:\n  log_format: text\n  log_level: warn\n", "info,[bad");
+    assert_eq!(srv.api("GET", "/healthz", None, None).status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let logs = srv.stderr();
+    assert!(logs.contains("RUST_LOG \"info,[bad\" is not a log filter"), "{logs}");
+    assert!(!logs.contains("toolgate::access"), "{logs}");
+    drop(srv);
+
     // RUST_LOG wins over the YAML.
     let srv = start("observability:\n  log_format: text\n  log_level: warn\n", "info");
     let r = srv.api("GET", "/healthz", None, None);
