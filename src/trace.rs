@@ -290,13 +290,15 @@ impl pingora::services::background::BackgroundService for Exporter {
 }
 
 /// `params` with `_meta.traceparent` (and `tracestate`) set, as MCP's trace-context
-/// convention carries them to a server; `None` params become an object holding only `_meta`.
-pub fn with_meta(params: Option<&Value>, traceparent: &str, tracestate: Option<&str>) -> Value {
+/// convention carries them to a server; absent params become an object holding only `_meta`.
+/// `None` for params that are not an object (MCP's never are): they go as they came.
+pub fn with_meta(params: Option<&Value>, traceparent: &str, tracestate: Option<&str>) -> Option<Value> {
     let mut p = match params {
         Some(Value::Object(m)) => Value::Object(m.clone()),
-        _ => json!({}),
+        None => json!({}),
+        Some(_) => return None,
     };
-    let meta = p.as_object_mut().expect("an object").entry("_meta").or_insert_with(|| json!({}));
+    let meta = p.as_object_mut()?.entry("_meta").or_insert_with(|| json!({}));
     if !meta.is_object() {
         *meta = json!({});
     }
@@ -304,7 +306,7 @@ pub fn with_meta(params: Option<&Value>, traceparent: &str, tracestate: Option<&
     if let Some(s) = tracestate {
         meta["tracestate"] = Value::String(s.to_string());
     }
-    p
+    Some(p)
 }
 
 #[cfg(test)]
@@ -336,10 +338,11 @@ mod tests {
     #[test]
     fn meta_carries_the_context_and_keeps_what_was_there() {
         let p = json!({"name": "t", "_meta": {"progressToken": 1}});
-        let with = with_meta(Some(&p), "00-aa-bb-01", Some("k=v"));
+        let with = with_meta(Some(&p), "00-aa-bb-01", Some("k=v")).unwrap();
         assert_eq!(with["_meta"], json!({"progressToken": 1, "traceparent": "00-aa-bb-01", "tracestate": "k=v"}));
         assert_eq!(with["name"], "t");
-        assert_eq!(with_meta(None, "tp", None), json!({"_meta": {"traceparent": "tp"}}));
+        assert_eq!(with_meta(None, "tp", None), Some(json!({"_meta": {"traceparent": "tp"}})));
+        assert_eq!(with_meta(Some(&json!([1])), "tp", None), None, "not an object: left alone");
     }
 
     #[test]

@@ -346,7 +346,9 @@ async fn forward(
         }
         let traced =
             trace::with_meta(params.as_ref().map(RawJson::to_value).as_ref(), &traceparent, t.state.as_deref());
-        params = Some(RawJson::from_value(&traced));
+        if let Some(traced) = traced {
+            params = Some(RawJson::from_value(&traced));
+        }
         (span_id, SystemTime::now())
     });
     let reply = mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await;
