@@ -3,6 +3,12 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc instead of glibc's malloc: under load about 15 % of toolgate's CPU samples were in
+/// glibc's malloc and free (perf, `benches/load.sh` at 32 connections); with mimalloc a call
+/// costs a fifth less CPU (BENCHMARKS.md, 2026-11-24).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
