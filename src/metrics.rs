@@ -153,6 +153,10 @@ pub enum ErrorType {
 }
 
 impl ErrorType {
+    pub fn is_error(self) -> bool {
+        self != ErrorType::None
+    }
+
     /// The `error_type` label: empty on success.
     pub fn label<'a>(&self, buf: &'a mut itoa::Buffer) -> &'a str {
         match self {
@@ -166,19 +170,28 @@ impl ErrorType {
 /// A request a client made of a gateway, answered (or refused) by toolgate.
 pub fn mcp_server_operation(method: &str, tool: Option<&str>, error: ErrorType, gateway: &str, elapsed: Duration) {
     let m = mcp();
-    let mut buf = itoa::Buffer::new();
-    let tool = tool.map_or("", |t| m.tools.fold(t));
-    let labels = [method_label(method), tool, error.label(&mut buf), m.gateways.fold(gateway)];
-    m.server_ops.with_label_values(&labels).observe(elapsed.as_secs_f64());
+    observe_operation(&m.server_ops, method, tool, error, m.gateways.fold(gateway), elapsed);
 }
 
-/// A request toolgate made of an app on a client's behalf.
+/// A request toolgate made of an app on a client's behalf (app ids come from the
+/// configuration: no cap).
 pub fn mcp_client_operation(method: &str, tool: Option<&str>, error: ErrorType, app: &str, elapsed: Duration) {
-    let m = mcp();
+    observe_operation(&mcp().client_ops, method, tool, error, app, elapsed);
+}
+
+/// One observation of an operation histogram; `last` is its gateway or app label.
+fn observe_operation(
+    ops: &HistogramVec,
+    method: &str,
+    tool: Option<&str>,
+    error: ErrorType,
+    last: &str,
+    elapsed: Duration,
+) {
     let mut buf = itoa::Buffer::new();
-    let tool = tool.map_or("", |t| m.tools.fold(t));
-    let labels = [method_label(method), tool, error.label(&mut buf), app];
-    m.client_ops.with_label_values(&labels).observe(elapsed.as_secs_f64());
+    let tool = tool.map_or("", |t| mcp().tools.fold(t));
+    let labels = [method_label(method), tool, error.label(&mut buf), last];
+    ops.with_label_values(&labels).observe(elapsed.as_secs_f64());
 }
 
 pub fn mcp_session_ended(lifetime: Duration) {
@@ -189,6 +202,7 @@ struct Edge {
     rejections: IntCounterVec,
     rate_limited: IntCounterVec,
     store_ops: HistogramVec,
+    spans_dropped: IntCounter,
 }
 
 fn edge() -> &'static Edge {
@@ -213,6 +227,11 @@ fn edge() -> &'static Edge {
             vec![0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0]
         )
         .expect("metric registers once"),
+        spans_dropped: register_int_counter!(
+            "toolgate_trace_spans_dropped_total",
+            "Spans not exported: queue full or endpoint refused"
+        )
+        .expect("metric registers once"),
     })
 }
 
@@ -227,15 +246,7 @@ pub fn filter_rejected(filter: &str, reason: &str, bucket: Option<&str>) {
 
 /// Spans the trace exporter dropped: its queue was full, or the endpoint refused them.
 pub fn trace_spans_dropped(spans: usize) {
-    static DROPPED: OnceLock<IntCounter> = OnceLock::new();
-    let c = DROPPED.get_or_init(|| {
-        register_int_counter!(
-            "toolgate_trace_spans_dropped_total",
-            "Spans not exported: queue full or endpoint refused"
-        )
-        .expect("metric registers once")
-    });
-    c.inc_by(spans as u64);
+    edge().spans_dropped.inc_by(spans as u64);
 }
 
 pub fn store_operation(operation: &'static str, elapsed: Duration) {

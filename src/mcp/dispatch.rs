@@ -242,6 +242,10 @@ async fn forward(
     acc: Accept,
 ) -> pingora::Result<()> {
     let started = Instant::now();
+    // A request refused before it reached an app, in the operation metrics.
+    let refused = |e: &ErrorObject| {
+        metrics::mcp_server_operation(&req.method, None, ErrorType::Code(e.code), &gw.id, started.elapsed())
+    };
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
     // The tool's name at the gateway and at its app, for the operation metrics.
@@ -253,7 +257,7 @@ async fn forward(
             let Some(call) = params.as_ref().and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some())
             else {
                 let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", req.method));
-                metrics::mcp_server_operation(&req.method, None, ErrorType::Code(e.code), &gw.id, started.elapsed());
+                refused(&e);
                 return reply::json(ex, Response::error(req.id, e)).await;
             };
             let name = call.name.as_deref().unwrap_or_default();
@@ -280,7 +284,7 @@ async fn forward(
                     e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
                 }
                 // The name is the client's own and not in the catalogue: no label of its own.
-                metrics::mcp_server_operation(&req.method, None, ErrorType::Code(e.code), &gw.id, started.elapsed());
+                refused(&e);
                 return reply::json(ex, Response::error(req.id, e)).await;
             };
             tool = Some((exposed, t.name.as_str()));
@@ -292,13 +296,7 @@ async fn forward(
                 Some(app) => (Some(app), None),
                 None => {
                     let e = ErrorObject::new(RpcCode::ResourceNotFound.code(), format!("Resource not found: {uri}"));
-                    metrics::mcp_server_operation(
-                        &req.method,
-                        None,
-                        ErrorType::Code(e.code),
-                        &gw.id,
-                        started.elapsed(),
-                    );
+                    refused(&e);
                     return reply::json(ex, Response::error(req.id, e)).await;
                 }
             }
@@ -384,12 +382,12 @@ async fn forward(
                 kind: SpanKind::Client,
                 start,
                 duration: elapsed,
-                error: !matches!(error, ErrorType::None),
+                error: error.is_error(),
                 attributes,
             });
         }
         if let Some(entry) = entry.take() {
-            let failed = !matches!(error, ErrorType::None);
+            let failed = error.is_error();
             mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
         }
     };
@@ -643,7 +641,7 @@ mod tests {
         let gw = Arc::new(Gateway::for_tests("gw_1", "org_1"));
         let entry = EntryWriter::begin(&gw, "app", "f", "null");
         let outcome = outcome.map(|v| RawJson::from_value(&v));
-        let failed = !matches!(error_type("tools/call", &outcome), ErrorType::None);
+        let failed = error_type("tools/call", &outcome).is_error();
         let record = log_entry(entry, &outcome, failed, transport_status, Duration::from_millis(5));
         let body: Value = serde_json::from_str(&record.body).unwrap();
         (record.error, body["response"].clone())

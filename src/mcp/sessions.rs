@@ -248,8 +248,7 @@ impl Sessions {
             let Some(mut e) = self.map.get_mut(&id) else { continue };
             if e.live && self.expired(&e.session, now) {
                 e.live = false;
-                let lifetime = e.session.last_activity - e.session.started_at;
-                crate::metrics::mcp_session_ended(lifetime.to_std().unwrap_or_default());
+                observe_lifetime(&e.session, e.session.last_activity);
                 e.closed.send_replace(true);
                 let key = e.session.key_id.clone();
                 drop(e);
@@ -306,7 +305,7 @@ impl Sessions {
         if was_live {
             self.unlive(&ended.org_id, &ended.key_id, id);
         }
-        crate::metrics::mcp_session_ended((Utc::now() - ended.started_at).to_std().unwrap_or_default());
+        observe_lifetime(&ended, Utc::now());
         self.changes.publish(Change::SessionEnded {
             org_id: ended.org_id.clone(),
             gateway_id: ended.gateway_id.clone(),
@@ -380,8 +379,7 @@ impl Sessions {
         for mut e in self.map.iter_mut() {
             if e.live && self.expired(&e.session, now) {
                 e.live = false;
-                let lifetime = e.session.last_activity - e.session.started_at;
-                crate::metrics::mcp_session_ended(lifetime.to_std().unwrap_or_default());
+                observe_lifetime(&e.session, e.session.last_activity);
                 e.closed.send_replace(true);
                 expired.push((e.session.org_id.clone(), e.session.key_id.clone(), e.key().clone()));
             }
@@ -496,6 +494,12 @@ impl Sessions {
         })
         .await;
     }
+}
+
+/// A session's lifetime, from its start to `end` (its last activity when it expired), in the
+/// session-duration histogram.
+fn observe_lifetime(session: &McpSession, end: chrono::DateTime<Utc>) {
+    crate::metrics::mcp_session_ended((end - session.started_at).to_std().unwrap_or_default());
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! Why SQLite: one file, transactions, `synchronous=FULL` in WAL mode makes a committed write
 //! survive `kill -9` and power loss, and the request log gets real indexes for its filters. The
-//! request log's own slices are committed with `synchronous=NORMAL` (see `append_logs`).
+//! request log's own slices are committed with `synchronous=NORMAL` (see `without_fsync`).
 //! The log's indexes lead with the organisation, which every query names, so that a filtered
 //! page and its (capped) count read an index alone; errors, the few entries people look for,
 //! have partial indexes of their own (`benches/analytics.sh` measures them over 10 million).
@@ -145,6 +145,54 @@ fn create_private_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Runs `write` with `synchronous=NORMAL`, for what already waited in memory for up to a flush
+/// period (request-log entries, rate-limit counts): their commits need not wait for the disk.
+/// In WAL mode NORMAL still keeps a commit through a crash of the process (only a power loss or
+/// an OS crash can undo the last ones) and saves an fsync per write. Every other write keeps
+/// FULL: the setting is put back before the connection is released.
+fn without_fsync(
+    c: &mut Connection,
+    write: impl FnOnce(&mut Connection) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    c.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
+    let written = write(c);
+    let restored = c.pragma_update(None, "synchronous", "FULL").map_err(backend);
+    written.and(restored)
+}
+
+/// A count as SQLite's integer (counts never reach `i64::MAX`; if one did, it would stay there).
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Adds per-minute rate-limit counts to the stored ones, in one transaction.
+fn insert_rate_usage(c: &mut Connection, minutes: &[UsageMinute]) -> Result<(), StoreError> {
+    let tx = c.transaction().map_err(backend)?;
+    {
+        let mut add = tx
+            .prepare_cached(
+                "INSERT INTO rate_usage (key_id, minute, requests, rate_limited, remaining_sum)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (key_id, minute) DO UPDATE SET
+                     requests = requests + excluded.requests,
+                     rate_limited = rate_limited + excluded.rate_limited,
+                     remaining_sum = remaining_sum + excluded.remaining_sum",
+            )
+            .map_err(backend)?;
+        for m in minutes {
+            let row = params![
+                m.key_id,
+                clamp(m.minute_unix),
+                clamp(m.requests),
+                clamp(m.rate_limited),
+                clamp(m.remaining_sum)
+            ];
+            add.execute(row).map_err(backend)?;
+        }
+    }
+    tx.commit().map_err(backend)
+}
+
 /// One transaction of log rows and the rollups they add to.
 fn insert_logs(c: &mut Connection, entries: &[LogRecord], rollups: &[Rollup]) -> Result<(), StoreError> {
     let tx = c.transaction().map_err(backend)?;
@@ -200,7 +248,6 @@ fn add_rollups(tx: &rusqlite::Transaction<'_>, rollups: &[Rollup]) -> Result<(),
             histogram.add_encoded(&h);
         }
         let (requests, errors, total, error_total) = sum;
-        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         write
             .execute(params![
                 r.org_id,
@@ -413,18 +460,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError> {
-        self.with("append_logs", move |c| {
-            // Request-log entries already wait in memory for up to a flush period, so their
-            // commits need not wait for the disk: in WAL mode `synchronous=NORMAL` still keeps a
-            // commit through a crash of the process (only a power loss or an OS crash can undo
-            // the last ones) and saves an fsync per slice. Every other write keeps FULL: the
-            // setting is put back before the connection is released.
-            c.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
-            let written = insert_logs(c, &entries, &rollups);
-            let restored = c.pragma_update(None, "synchronous", "FULL").map_err(backend);
-            written.and(restored)
-        })
-        .await
+        self.with("append_logs", move |c| without_fsync(c, |c| insert_logs(c, &entries, &rollups))).await
     }
 
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError> {
@@ -527,40 +563,8 @@ impl Store for EmbeddedStore {
     }
 
     async fn add_rate_usage(&self, minutes: Arc<Vec<UsageMinute>>) -> Result<(), StoreError> {
-        self.with("add_rate_usage", move |c| {
-            // Counts of the last flush period, as the request log's: NORMAL (see `append_logs`).
-            c.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
-            let written = (|| {
-                let tx = c.transaction().map_err(backend)?;
-                {
-                    let mut add = tx
-                        .prepare_cached(
-                            "INSERT INTO rate_usage (key_id, minute, requests, rate_limited, remaining_sum)
-                             VALUES (?1, ?2, ?3, ?4, ?5)
-                             ON CONFLICT (key_id, minute) DO UPDATE SET
-                                 requests = requests + excluded.requests,
-                                 rate_limited = rate_limited + excluded.rate_limited,
-                                 remaining_sum = remaining_sum + excluded.remaining_sum",
-                        )
-                        .map_err(backend)?;
-                    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-                    for m in minutes.iter() {
-                        let row = params![
-                            m.key_id,
-                            clamp(m.minute_unix),
-                            clamp(m.requests),
-                            clamp(m.rate_limited),
-                            clamp(m.remaining_sum)
-                        ];
-                        add.execute(row).map_err(backend)?;
-                    }
-                }
-                tx.commit().map_err(backend)
-            })();
-            let restored = c.pragma_update(None, "synchronous", "FULL").map_err(backend);
-            written.and(restored)
-        })
-        .await
+        // Counts of the last flush period, as the request log's entries are.
+        self.with("add_rate_usage", move |c| without_fsync(c, |c| insert_rate_usage(c, &minutes))).await
     }
 
     async fn rate_usage(&self, key_id: String, since_unix: i64) -> Result<Vec<UsageMinute>, StoreError> {
