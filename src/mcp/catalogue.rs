@@ -3,6 +3,7 @@
 //! exposed name to (app, upstream name).
 
 use crate::mcp::apps::AppClients;
+use crate::mcp::modern::{self, ParamHeader};
 use crate::mcp::upstream::ListMethod;
 use crate::model::Gateway;
 use serde_json::Value;
@@ -18,6 +19,8 @@ const MAX_NAME: usize = 64;
 pub struct Target {
     pub app_id: String,
     pub name: String,
+    /// The `Mcp-Param-*` headers a tool declares (`x-mcp-header`), checked on stateless calls.
+    pub param_headers: Vec<ParamHeader>,
 }
 
 #[derive(Debug, Default)]
@@ -89,7 +92,8 @@ impl Catalogue {
                 let mut t = tool.clone();
                 t["name"] = Value::String(exposed.clone());
                 c.tools.push(t);
-                c.tool_targets.insert(exposed, Target { app_id: app_id.clone(), name: name.to_string() });
+                let param_headers = tool.get("inputSchema").map(modern::param_headers).unwrap_or_default();
+                c.tool_targets.insert(exposed, Target { app_id: app_id.clone(), name: name.to_string(), param_headers });
             }
             if let Ok(prompts) = apps.list(&gw.org_id, app_id, ListMethod::Prompts).await {
                 for p in prompts.iter() {
@@ -98,7 +102,8 @@ impl Catalogue {
                     let mut p = p.clone();
                     p["name"] = Value::String(exposed.clone());
                     c.prompts.push(p);
-                    c.prompt_targets.insert(exposed, Target { app_id: app_id.clone(), name: name.to_string() });
+                    let target = Target { app_id: app_id.clone(), name: name.to_string(), param_headers: Vec::new() };
+                    c.prompt_targets.insert(exposed, target);
                 }
             }
             if let Ok(resources) = apps.list(&gw.org_id, app_id, ListMethod::Resources).await {

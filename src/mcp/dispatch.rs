@@ -6,8 +6,10 @@
 use crate::exchange::{sse_event, Exchange};
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
+use crate::mcp::modern::{self, Envelope};
 use crate::mcp::protocol::{self, RpcCode, SESSION_COOKIE};
 use crate::mcp::reply;
+use crate::mcp::stateless;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
@@ -22,6 +24,7 @@ use http::{HeaderName, HeaderValue};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,6 +34,30 @@ pub struct Accept {
     pub json: bool,
     /// Takes `text/event-stream`: a call whose app streams may be answered as a stream.
     pub sse: bool,
+}
+
+/// Who asks: a handshake-era client in its session, or a stateless (2026-07-28) request with
+/// its own envelope and the credential that sent it.
+#[derive(Clone, Copy)]
+pub enum Caller<'a> {
+    Session(&'a str),
+    Stateless { env: &'a Envelope, key_id: &'a str },
+}
+
+impl Caller<'_> {
+    fn stateless(&self) -> bool {
+        matches!(self, Caller::Stateless { .. })
+    }
+}
+
+/// Writes the answer to a request: under HTTP 200 in a session; in the stateless revision an
+/// error under the status its code has there and a result with `resultType` (and `decorate`'s
+/// other members).
+async fn respond(ex: &mut Exchange<'_>, caller: Caller<'_>, r: Response, decorate: &'static str) -> pingora::Result<()> {
+    match caller {
+        Caller::Session(_) => reply::json(ex, r).await,
+        Caller::Stateless { .. } => stateless::answer(ex, stateless::finished(r, decorate), false).await,
+    }
 }
 
 /// The server->client requests a client said it takes (`sampling`, `elicitation` objects in its
@@ -170,7 +197,7 @@ pub(super) async fn request(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,
-    mcp_id: &str,
+    caller: Caller<'_>,
     req: jsonrpc::Request,
     acc: Accept,
 ) -> pingora::Result<()> {
@@ -194,6 +221,10 @@ pub(super) async fn request(
             // The app's one upstream session serves every client: the gateway keeps who is
             // subscribed to what, tells the app of the first subscriber and the last to leave,
             // and delivers updates to each subscriber's own GET stream.
+            let Caller::Session(mcp_id) = caller else {
+                // The stateless revision removed these methods (answered before dispatch).
+                return respond(ex, caller, Response::error(req.id, ErrorObject::method_not_found(&req.method)), "").await;
+            };
             let uri = resource_uri(params);
             let app = mcp.catalogue(gw).await.resource_app(&uri).map(str::to_string);
             if let Some(app) = app {
@@ -206,15 +237,26 @@ pub(super) async fn request(
                     return ex.respond(200, "application/json", body, &[]).await;
                 }
             }
-            return forward(mcp, ex, gw, mcp_id, req, acc).await;
+            return forward(mcp, ex, gw, caller, req, acc).await;
         }
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
-            return forward(mcp, ex, gw, mcp_id, req, acc).await;
+            return forward(mcp, ex, gw, caller, req, acc).await;
         }
         other => Err(ErrorObject::method_not_found(other)),
     };
     let error = outcome.as_ref().map_or_else(|e| ErrorType::Code(e.code), |_| ErrorType::None);
     metrics::mcp_server_operation(&req.method, None, error, &gw.id, started.elapsed());
+    if caller.stateless() {
+        let r = match outcome {
+            Ok(result) => {
+                let hints = modern::list_hints(gw);
+                let result = modern::with_members(&RawJson::from_value(&result), &hints);
+                Response { id: req.id, outcome: Ok(result) }
+            }
+            Err(e) => Response::error(req.id, e),
+        };
+        return stateless::answer(ex, r, false).await;
+    }
     let body = match outcome {
         Ok(result) => jsonrpc::response_bytes(&req.id, &result),
         Err(e) => Response::error(req.id.clone(), e).to_bytes(),
@@ -237,7 +279,7 @@ async fn forward(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,
-    mcp_id: &str,
+    caller: Caller<'_>,
     mut req: jsonrpc::Request,
     acc: Accept,
 ) -> pingora::Result<()> {
@@ -258,7 +300,7 @@ async fn forward(
             else {
                 let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", req.method));
                 refused(&e);
-                return reply::json(ex, Response::error(req.id, e)).await;
+                return respond(ex, caller, Response::error(req.id, e), "").await;
             };
             let name = call.name.as_deref().unwrap_or_default();
             let Some((exposed, t)) = catalogue.entry(name, req.method == "prompts/get") else {
@@ -285,7 +327,7 @@ async fn forward(
                 }
                 // The name is the client's own and not in the catalogue: no label of its own.
                 refused(&e);
-                return reply::json(ex, Response::error(req.id, e)).await;
+                return respond(ex, caller, Response::error(req.id, e), "").await;
             };
             tool = Some((exposed, t.name.as_str()));
             (Some(t.app_id.as_str()), Some((call, t.name.as_str())))
@@ -295,9 +337,11 @@ async fn forward(
             match catalogue.resource_app(&uri) {
                 Some(app) => (Some(app), None),
                 None => {
-                    let e = ErrorObject::new(RpcCode::ResourceNotFound.code(), format!("Resource not found: {uri}"));
+                    // The stateless revision answers an unknown resource with -32602 (SEP-2164).
+                    let code = if caller.stateless() { jsonrpc::INVALID_PARAMS } else { RpcCode::ResourceNotFound.code() };
+                    let e = ErrorObject::new(code, format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }));
                     refused(&e);
-                    return reply::json(ex, Response::error(req.id, e)).await;
+                    return respond(ex, caller, Response::error(req.id, e), "").await;
                 }
             }
         }
@@ -309,7 +353,8 @@ async fn forward(
         }
     };
     let Some(app_id) = target else {
-        return reply::json(ex, Response::success(req.id, json!({ "completion": { "values": [] } }))).await;
+        let none = Response::success(req.id, json!({ "completion": { "values": [] } }));
+        return respond(ex, caller, none, modern::COMPLETE).await;
     };
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
     if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit) {
@@ -317,6 +362,59 @@ async fn forward(
         let bucket = format!("app:{app_id}");
         if let Err(spent) = mcp.quotas.admit(&bucket, limit) {
             return reply::quota_exceeded(ex, spent, &bucket, &format!("app {app_id} rate limit")).await;
+        }
+    }
+    // What a stateless call's requestState is bound to besides the caller: its tool or prompt,
+    // or its resource.
+    let bound_name = match caller {
+        Caller::Stateless { .. } => tool.map(|t| t.0.to_string()).unwrap_or_else(|| resource_uri(params.as_ref()).into_owned()),
+        Caller::Session(_) => String::new(),
+    };
+    // A stateless call: its `Mcp-Param-*` headers agree with its arguments, and a `requestState`
+    // continues the call it names, whose app is given the client's answers.
+    let mut resumed = None;
+    let continuation_text = params.as_ref().filter(|p| p.get().contains("\"inputResponses\"") || p.get().contains("\"requestState\"")).map(|p| p.get().to_string());
+    let continuation: Option<Continuation> = continuation_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
+    if let Caller::Stateless { key_id, .. } = caller {
+        if let Some(((call, _), t)) = named.as_ref().zip(tool.and_then(|(exposed, _)| catalogue.tool(exposed))) {
+            if !t.param_headers.is_empty() {
+                let arguments = call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
+                if let Err(r) = modern::check_param_headers(&t.param_headers, &arguments, ex.headers()) {
+                    let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
+                    refused(&e);
+                    return respond(ex, caller, Response::error(req.id, e), "").await;
+                }
+            }
+        }
+        if let Some(cont) = continuation.as_ref() {
+            if let Some(state) = cont.request_state.as_deref() {
+                let binding = stateless::Binding {
+                    key_id: key_id.to_string(),
+                    gateway_id: gw.id.clone(),
+                    method: req.method.clone(),
+                    name: bound_name.clone(),
+                };
+                let parked = stateless::resume(mcp, state, &binding).and_then(|p| {
+                    if p.app_id == app_id {
+                        Ok(p)
+                    } else {
+                        Err(ErrorObject::invalid_params("requestState belongs to another call"))
+                    }
+                });
+                match parked {
+                    Ok(mut p) => match stateless::deliver_answers(mcp, &mut p, cont.input_responses.as_ref()).await {
+                        Ok(unanswered) => resumed = Some((p, unanswered)),
+                        Err(e) => {
+                            refused(&e);
+                            return respond(ex, caller, Response::error(req.id, e), "").await;
+                        }
+                    },
+                    Err(e) => {
+                        refused(&e);
+                        return respond(ex, caller, Response::error(req.id, e), "").await;
+                    }
+                }
+            }
         }
     }
     // `tools/call` is logged; what was asked is written before the call goes upstream.
@@ -327,9 +425,12 @@ async fn forward(
         EntryWriter::begin(gw, app_id, function, arguments)
     });
     let mut params = match named {
-        Some((call, name)) => Some(call.renamed(name)),
+        Some((call, name)) => Some(call.renamed(name, caller.stateless())),
         None => params,
     };
+    if caller.stateless() {
+        params = params.as_ref().map(stateless::for_handshake_app);
+    }
     // The trace context goes to the app in the header and in `params._meta`; the client's
     // came in its header or, as MCP's convention also allows, in its `params._meta`.
     let call_trace = ex.ctx.trace.clone().or_else(|| params.as_ref().and_then(trace_in_meta));
@@ -349,7 +450,11 @@ async fn forward(
         }
         (span_id, SystemTime::now())
     });
-    let reply = mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await;
+    let decorate = if req.method == "resources/read" { modern::READ_HINTS } else { modern::COMPLETE };
+    let (reply, carried) = match resumed {
+        Some((parked, unanswered)) => (Ok(UpstreamReply::Stream(parked.stream)), Some((unanswered, parked.keys_issued))),
+        None => (mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await, None),
+    };
     // Once per call, whichever way its answer came: the operation metrics and the log entry.
     let mut finished = false;
     let mut log = |outcome: &Result<RawJson, ErrorObject>, status: u16| {
@@ -394,9 +499,29 @@ async fn forward(
     match reply {
         Ok(UpstreamReply::Response(r)) => {
             log(&r.outcome, 200);
-            reply::json(ex, r.with_id(req.id)).await
+            respond(ex, caller, r.with_id(req.id), decorate).await
+        }
+        Ok(UpstreamReply::Stream(stream)) if caller.stateless() => {
+            let Caller::Stateless { env, key_id } = caller else { unreachable!("checked by the guard") };
+            let (pending, keys_issued) = carried.unwrap_or_default();
+            let call = stateless::CallInfo {
+                gw,
+                app_id,
+                id: &req.id,
+                env,
+                binding: stateless::Binding {
+                    key_id: key_id.to_string(),
+                    gateway_id: gw.id.clone(),
+                    method: req.method.clone(),
+                    name: bound_name,
+                },
+                decorate,
+                given: continuation.as_ref().and_then(|c| c.input_responses.as_ref()),
+            };
+            stateless::relay(mcp, ex, call, stream, pending, keys_issued, &acc, &mut log).await
         }
         Ok(UpstreamReply::Stream(mut stream)) => {
+            let Caller::Session(mcp_id) = caller else { unreachable!("stateless streams are relayed above") };
             if !acc.sse {
                 // The client takes JSON only: wait for the response, dropping notifications and
                 // refusing the app's requests (nothing could carry them to the client).
@@ -473,7 +598,7 @@ async fn forward(
                 other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
             };
             log(&r.outcome, 502);
-            reply::json(ex, r).await
+            respond(ex, caller, r, "").await
         }
     }
 }
@@ -490,8 +615,10 @@ impl NamedParams<'_> {
         self.others.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
-    /// The same params naming the app's own tool or prompt.
-    fn renamed(&self, name: &str) -> RawJson {
+    /// The same params naming the app's own tool or prompt. A stateless call's continuation
+    /// (`inputResponses`, `requestState`) is toolgate's to read, not the app's: with
+    /// `drop_continuation` it is left out.
+    fn renamed(&self, name: &str, drop_continuation: bool) -> RawJson {
         struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)]);
         impl serde::Serialize for Renamed<'_> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -503,6 +630,11 @@ impl NamedParams<'_> {
                 }
                 m.end()
             }
+        }
+        if drop_continuation && self.others.iter().any(|(k, _)| k == "inputResponses" || k == "requestState") {
+            let kept: Vec<_> =
+                self.others.iter().filter(|(k, _)| k != "inputResponses" && k != "requestState").cloned().collect();
+            return RawJson::from_value(&Renamed(name, &kept));
         }
         RawJson::from_value(&Renamed(name, &self.others))
     }
@@ -532,6 +664,17 @@ impl<'de> serde::Deserialize<'de> for NamedParams<'de> {
     }
 }
 
+/// What a stateless retry carries besides the call: the client's answers to the app's
+/// questions, and toolgate's state naming the call they continue.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Continuation<'a> {
+    #[serde(default)]
+    request_state: Option<String>,
+    #[serde(borrow, default)]
+    input_responses: Option<HashMap<String, &'a RawValue>>,
+}
+
 /// A JSON string, borrowed from the input unless it had escapes (serde's `Cow<str>` borrows
 /// only when marked `borrow`).
 #[derive(serde::Deserialize)]
@@ -542,7 +685,7 @@ fn app_unreachable(e: &UpstreamError) -> bool {
     matches!(e, UpstreamError::Connect(_) | UpstreamError::Spawn(_) | UpstreamError::Exited(_) | UpstreamError::Closed)
 }
 
-fn upstream_error_response(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
+pub(crate) fn upstream_error_response(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
     let code = match e {
         UpstreamError::Timeout { .. } => RpcCode::UpstreamTimeout,
         _ => RpcCode::UpstreamFailure,
@@ -661,14 +804,14 @@ mod tests {
         assert!(matches!(call.name, Some(Cow::Borrowed(_))), "read in place, not copied");
         assert_eq!(call.get("arguments").map(RawValue::get), Some(r#"{"message" : "hi é"}"#));
         assert_eq!(
-            call.renamed("echo").get(),
+            call.renamed("echo", false).get(),
             r#"{"name":"echo","arguments":{"message" : "hi é"},"_meta":{"progressToken":1}}"#
         );
         // An escaped name is read (and copied); a new name with quotes is escaped.
         let p = params_of(r#"{"name":"a_b"}"#);
         let call = p.read::<NamedParams>().unwrap();
         assert_eq!(call.name.as_deref(), Some("a_b"));
-        assert_eq!(call.renamed("say \"hi\"").to_value(), json!({ "name": "say \"hi\"" }));
+        assert_eq!(call.renamed("say \"hi\"", false).to_value(), json!({ "name": "say \"hi\"" }));
         // No name, or one that is not a string, or params that are not an object: no call.
         assert_eq!(params_of(r#"{"arguments":{}}"#).read::<NamedParams>().unwrap().name, None);
         assert!(params_of(r#"{"name":5}"#).read::<NamedParams>().is_err());

@@ -45,6 +45,11 @@ impl RawJson {
         RawJson(serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned()))
     }
 
+    /// JSON text kept as it is, or `None` if it is not JSON.
+    pub fn from_text(text: String) -> Option<RawJson> {
+        RawValue::from_string(text).ok().map(RawJson)
+    }
+
     pub fn get(&self) -> &str {
         self.0.get()
     }

@@ -2,8 +2,9 @@
 //! Streamable HTTP) and the aggregation of their tools. See `README.md` beside this file for
 //! the protocol decisions.
 //!
-//! A request to `/gateway/{id}/mcp` goes `transport` (HTTP method, headers, session) ->
-//! `dispatch` (what the message asks) -> the apps (`apps`, `upstream`); `relay` carries what the
+//! A request to `/gateway/{id}/mcp` goes `transport` (HTTP method, headers, session; or, for a
+//! stateless 2026-07-28 request, `stateless` with the rules of `modern`) -> `dispatch` (what the
+//! message asks) -> the apps (`apps`, `upstream`); `relay` carries what the
 //! apps send the clients unasked; `reply` writes every JSON-RPC error; `runtime` holds the
 //! running parts they share.
 
@@ -12,12 +13,14 @@ pub mod builtin;
 pub mod catalogue;
 pub mod dispatch;
 pub mod jsonrpc;
+pub mod modern;
 pub mod protocol;
 pub mod quota;
 pub mod relay;
 pub mod reply;
 pub mod runtime;
 pub mod sessions;
+pub mod stateless;
 pub mod subscriptions;
 pub mod transport;
 pub mod upstream;

@@ -9,6 +9,7 @@ use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc;
 use crate::mcp::quota::MinuteQuota;
 use crate::mcp::sessions::{SessionLimits, Sessions};
+use crate::mcp::stateless::ParkedCalls;
 use crate::mcp::subscriptions::Subscriptions;
 use crate::mcp::upstream::{AppNotice, NoticeKind};
 use crate::model::Gateway;
@@ -42,6 +43,8 @@ pub struct McpRuntime {
     pub subscriptions: Subscriptions,
     /// (session id, JSON of a relayed server->client request id) -> (org, app).
     pub(super) relayed: DashMap<(String, String), (String, String)>,
+    /// Stateless calls whose app asked the client something, until the client answers.
+    pub parked: ParkedCalls,
 }
 
 impl McpRuntime {
@@ -75,6 +78,7 @@ impl McpRuntime {
             streams: DashMap::new(),
             subscriptions: Subscriptions::default(),
             relayed: DashMap::new(),
+            parked: ParkedCalls::default(),
         })
     }
 

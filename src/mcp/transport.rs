@@ -5,15 +5,16 @@
 
 use crate::error::ApiError;
 use crate::exchange::{sse_event, Exchange};
-use crate::mcp::dispatch::{self, Accept};
-use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
+use crate::mcp::dispatch::{self, Accept, Caller};
+use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
+use crate::mcp::modern;
 use crate::mcp::protocol::{RpcCode, SESSION_COOKIE, VERSIONS};
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
+use crate::mcp::stateless;
 use crate::model::Gateway;
 use bytes::Bytes;
 use http::{HeaderValue, Method};
-use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,38 +198,17 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
             return ex.respond(400, "application/json", body, &[]).await;
         }
     };
-    // 2026-07-28 clients (the Python SDK's default mode) probe with `server/discover` first. This
-    // server speaks the initialize handshake only: say so with UNSUPPORTED_PROTOCOL_VERSION naming
-    // the handshake versions, which those clients take as the cue to fall back to `initialize`.
-    if let Message::Request(req) = &message {
-        if req.method == "server/discover" {
-            let params = req.params.as_ref().map(RawJson::to_value).unwrap_or_default();
-            let requested = params
-                .pointer("/_meta/io.modelcontextprotocol~1protocolVersion")
-                .and_then(Value::as_str)
-                .or_else(|| ex.header("mcp-protocol-version"))
-                .unwrap_or_default()
-                .to_string();
-            let mut supported: Vec<&str> = VERSIONS.to_vec();
-            supported.reverse();
-            let e = ErrorObject::new(
-                RpcCode::UnsupportedProtocolVersion.code(),
-                format!(
-                    "Unsupported protocol version: this server negotiates versions with initialize ({})",
-                    supported.join(", ")
-                ),
-            )
-            .with_data(json!({ "supported": supported, "requested": requested }));
-            let body = Response::error(req.id.clone(), e).to_bytes();
-            return ex.respond(400, "application/json", body, &[]).await;
-        }
+    // A stateless (2026-07-28) request carries its own envelope: no session; its header checks
+    // are the revision's own.
+    if modern::is_stateless(ex.headers(), message.method()) {
+        return stateless::post(mcp, ex, gw, key_id, message, acc).await;
     }
     let message_id = match &message {
         Message::Request(r) => r.id.clone(),
         _ => Id::NULL,
     };
-    // Read after the body only because `server/discover` (above) may carry a version this
-    // server does not speak; still before the session.
+    // Read after the body only because the stateless revision (above) checks its versions
+    // itself; still before the session.
     if let Err(r) = protocol_version(ex.headers()) {
         return refuse(ex, &message_id, r).await;
     }
@@ -236,7 +216,7 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
         Message::Request(req) if req.method == "initialize" => dispatch::initialize(mcp, ex, gw, key_id, req).await,
         Message::Request(req) => {
             let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &req.id).await? else { return Ok(()) };
-            dispatch::request(mcp, ex, gw, &mcp_id, req, acc).await
+            dispatch::request(mcp, ex, gw, Caller::Session(&mcp_id), req, acc).await
         }
         Message::Notification(n) => {
             if require_session(mcp, ex, gw, key_id, &Id::NULL).await?.is_none() {

@@ -1,8 +1,8 @@
 """The official Python SDK (`mcp` 2.3.0) as a client of a gateway with the built-in `time` app.
 
 Both connect modes of `mcp.client.Client`:
-  * `auto` (the default): probes `server/discover` at protocol 2026-07-28 and, on an answer that
-    is not positive evidence of a modern server, falls back to `initialize`;
+  * `auto` (the default): probes `server/discover` at protocol 2026-07-28; toolgate answers it,
+    so the client stays on the stateless revision (no `initialize`, no session);
   * `legacy`: the `initialize` handshake directly.
 """
 
@@ -27,17 +27,29 @@ def time_gateway():
         srv.tmp.cleanup()
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_sdk_connects_and_negotiates_latest_handshake_version(time_gateway, mode):
+def test_sdk_auto_mode_stays_on_the_stateless_revision(time_gateway):
     _, url, key = time_gateway
 
     async def go():
-        async with sdk_client(url, key, mode=mode) as c:
+        async with sdk_client(url, key, mode="auto") as c:
+            return c.session.protocol_version, c.session.initialize_result, c.session.discover_result
+
+    version, init, discovered = run(go())
+    assert version == "2026-07-28", f"auto: negotiated {version}"
+    assert init is None, "auto: the client fell back to the initialize handshake"
+    assert discovered is not None and discovered.capabilities.tools.list_changed is True, discovered
+
+
+def test_sdk_legacy_mode_negotiates_the_latest_handshake_version(time_gateway):
+    _, url, key = time_gateway
+
+    async def go():
+        async with sdk_client(url, key, mode="legacy") as c:
             return c.session.protocol_version, c.session.initialize_result
 
     version, init = run(go())
-    assert version == "2025-11-25", f"mode={mode}: negotiated {version}"
-    assert init is not None, f"mode={mode}: the client did not end up on the initialize handshake"
+    assert version == "2025-11-25", f"legacy: negotiated {version}"
+    assert init is not None, "legacy: the client did not end up on the initialize handshake"
     assert init.server_info.name == "toolgate"
     assert init.capabilities.tools is not None and init.capabilities.tools.list_changed is True
 
@@ -104,20 +116,21 @@ def test_sdk_unknown_tool_is_error_32602(time_gateway, mode):
     assert err.message == "Unknown tool: no_such_tool", err
 
 
-def test_server_discover_answers_with_the_handshake_versions(time_gateway):
-    """What makes `auto` fall back: -32022 whose `supported` lists only handshake-era versions."""
+def test_server_discover_names_both_eras_and_the_gateway(time_gateway):
+    """What keeps `auto` stateless: a discover result listing 2026-07-28 (and the handshake versions)."""
     _, url, key = time_gateway
     c = McpHttp(url, key)
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "server/discover",
-        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
-    }
-    r = c.post(body, headers=c.headers(**{"MCP-Protocol-Version": "2026-07-28"}))
-    assert r.status_code == 400, f"{r.status_code} {r.text}"
-    err = r.json()["error"]
-    assert err["code"] == -32022, err
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}
+    r = c.post(body, headers=c.headers(**{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}))
+    assert r.status_code == 200, f"{r.status_code} {r.text}"
+    result = r.json()["result"]
     assert r.json()["id"] == 1, r.json()
-    assert set(err["data"]["supported"]) == {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}, err
-    assert err["data"]["requested"] == "2026-07-28", err
+    assert result["supportedVersions"][0] == "2026-07-28", result
+    assert {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"} <= set(result["supportedVersions"]), result
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "toolgate", result
+    # Asked at a version of neither era: -32022 naming both lists.
+    meta["io.modelcontextprotocol/protocolVersion"] = "2099-01-01"
+    r = c.post(body, headers=c.headers(**{"MCP-Protocol-Version": "2099-01-01", "Mcp-Method": "server/discover"}))
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32022, r.text
+    assert r.json()["error"]["data"]["requested"] == "2099-01-01", r.text

@@ -380,7 +380,7 @@ impl Inner {
             "protocolVersion": self.protocol_version,
             // What the gateway relays to its clients; a client that did not declare one of them
             // gets the app's request refused on its behalf (`dispatch::refusal`).
-            "capabilities": { "sampling": {}, "elicitation": {} },
+            "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
             "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
         }));
         let body = jsonrpc::request_bytes(&Id::from(id), "initialize", Some(&params)).into();

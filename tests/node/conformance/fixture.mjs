@@ -9,6 +9,7 @@
 // Requests whose Host or Origin is not a localhost name get 403 (DNS-rebinding protection, as the
 // `dns-rebinding-protection` scenario requires of a localhost server).
 import http from "node:http";
+import * as z from "zod/v4";
 import { randomUUID } from "node:crypto";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
@@ -30,6 +31,8 @@ import {
 
 const PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 const WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
+// Any result object: the answers to the fixture's questions are read leniently.
+const ANY_RESULT = z.object({}).passthrough();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const noArgs = { type: "object", properties: {} };
 const text = (t) => ({ content: [{ type: "text", text: t }] });
@@ -110,6 +113,29 @@ const TOOLS = [
   },
   { name: "test_elicitation_sep1034_defaults", description: "Elicitation with defaults", inputSchema: noArgs },
   { name: "test_elicitation_sep1330_enums", description: "Elicitation with enum schemas", inputSchema: noArgs },
+  // The 2026-07-28 scenarios' tools, in handshake-era terms: the app asks the client with a
+  // server->client request, which toolgate turns into an input-required result for a stateless
+  // client. `params._meta["toolgate.dev/inputKey"]` names the key the client answers under.
+  { name: "test_missing_capability", description: "Needs sampling, which the caller may not declare", inputSchema: noArgs },
+  { name: "test_streaming_elicitation", description: "Asks the user mid-call", inputSchema: noArgs },
+  { name: "test_logging_tool", description: "Emits log messages while running", inputSchema: noArgs },
+  { name: "test_trigger_tool_change", description: "Announces a change of the tool list", inputSchema: noArgs },
+  { name: "test_trigger_prompt_change", description: "Announces a change of the prompt list", inputSchema: noArgs },
+  ...[
+    "elicitation",
+    "sampling",
+    "list_roots",
+    "request_state",
+    "multiple_inputs",
+    "multi_round",
+    "tampered_state",
+    "capabilities",
+  ].map((n) => ({ name: `test_input_required_result_${n}`, description: `Input-required flow: ${n}`, inputSchema: noArgs })),
+  {
+    name: "test_param_headers",
+    description: "Declares an Mcp-Param header for its region argument",
+    inputSchema: { type: "object", properties: { region: { type: "string", "x-mcp-header": "Region" } }, required: ["region"] },
+  },
   {
     name: "json_schema_2020_12_tool",
     description: "Tool with JSON Schema 2020-12 features (SEP-1613)",
@@ -139,6 +165,7 @@ const RESOURCES = {
 };
 
 const PROMPTS = [
+  { name: "test_input_required_result_prompt", description: "Asks the user for context first" },
   { name: "test_simple_prompt", title: "Simple Test Prompt", description: "A simple prompt without arguments" },
   {
     name: "test_prompt_with_arguments",
@@ -176,12 +203,107 @@ function makeServer() {
   const log = (level, data) =>
     server.notification({ method: "notifications/message", params: { level, logger: "fixture", data } }).catch(() => {});
 
+  // A question to the client, naming the key a stateless client answers it under at toolgate.
+  const ask = (extra, key, method, params) =>
+    extra.sendRequest({ method, params: { ...params, _meta: { "toolgate.dev/inputKey": key } } }, ANY_RESULT);
+
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: TOOLS }));
   server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
     const args = req.params.arguments ?? {};
     switch (req.params.name) {
       case "test_simple_text":
         return text("This is a simple text response for testing.");
+      case "test_missing_capability": {
+        const r = await extra.sendRequest(
+          { method: "sampling/createMessage", params: { messages: [{ role: "user", content: { type: "text", text: "hi" } }], maxTokens: 10 } },
+          CreateMessageResultSchema,
+        );
+        return text(`sampled: ${r.content?.text}`);
+      }
+      case "test_streaming_elicitation":
+      case "test_input_required_result_elicitation":
+      case "test_input_required_result_tampered_state": {
+        const r = await ask(extra, "user_name", "elicitation/create", {
+          message: "What is your name?",
+          requestedSchema: { type: "object", properties: { name: { type: "string" } }, required: ["name"] },
+        });
+        return text(`Hello, ${r.content?.name ?? "unknown"}! (${r.action})`);
+      }
+      case "test_input_required_result_sampling": {
+        const r = await ask(extra, "capital_question", "sampling/createMessage", {
+          messages: [{ role: "user", content: { type: "text", text: "What is the capital of France?" } }],
+          maxTokens: 100,
+        });
+        return text(`LLM said: ${r.content?.text}`);
+      }
+      case "test_input_required_result_list_roots": {
+        const r = await ask(extra, "client_roots", "roots/list", {});
+        return text(`Roots: ${(r.roots ?? []).map((x) => x.uri).join(", ")}`);
+      }
+      case "test_input_required_result_request_state": {
+        const r = await ask(extra, "confirm", "elicitation/create", {
+          message: "Please confirm",
+          requestedSchema: { type: "object", properties: { ok: { type: "boolean" } }, required: ["ok"] },
+        });
+        return text(`state-ok: confirmed=${r.content?.ok}`);
+      }
+      case "test_input_required_result_multiple_inputs": {
+        const [who, capital, roots] = await Promise.all([
+          ask(extra, "user_name", "elicitation/create", {
+            message: "What is your name?",
+            requestedSchema: { type: "object", properties: { name: { type: "string" } }, required: ["name"] },
+          }),
+          ask(extra, "capital_question", "sampling/createMessage", {
+            messages: [{ role: "user", content: { type: "text", text: "What is the capital of France?" } }],
+            maxTokens: 100,
+          }),
+          ask(extra, "client_roots", "roots/list", {}),
+        ]);
+        return text(`name=${who.content?.name} capital=${capital.content?.text} roots=${(roots.roots ?? []).length}`);
+      }
+      case "test_input_required_result_multi_round": {
+        const first = await ask(extra, "step1", "elicitation/create", {
+          message: "What is your name?",
+          requestedSchema: { type: "object", properties: { name: { type: "string" } }, required: ["name"] },
+        });
+        const second = await ask(extra, "step2", "elicitation/create", {
+          message: `Hello ${first.content?.name}, what is your favourite colour?`,
+          requestedSchema: { type: "object", properties: { color: { type: "string" } }, required: ["color"] },
+        });
+        return text(`${first.content?.name} likes ${second.content?.color}`);
+      }
+      case "test_input_required_result_capabilities": {
+        // A stateless client's capabilities, which toolgate passes on in the call's _meta.
+        const caps = req.params._meta?.["toolgate.dev/clientCapabilities"] ?? server.getClientCapabilities() ?? {};
+        if (caps.elicitation) {
+          const r = await ask(extra, "user_name", "elicitation/create", {
+            message: "What is your name?",
+            requestedSchema: { type: "object", properties: { name: { type: "string" } }, required: ["name"] },
+          });
+          return text(`Hello ${r.content?.name}`);
+        }
+        if (caps.sampling) {
+          const r = await ask(extra, "capital_question", "sampling/createMessage", {
+            messages: [{ role: "user", content: { type: "text", text: "What is the capital of France?" } }],
+            maxTokens: 100,
+          });
+          return text(`LLM said: ${r.content?.text}`);
+        }
+        return text("no capability to ask with");
+      }
+      case "test_logging_tool":
+        for (const data of ["started", "working", "done"]) {
+          await extra.sendNotification({ method: "notifications/message", params: { level: "info", data } });
+        }
+        return text("logged three messages");
+      case "test_trigger_tool_change":
+        await server.sendToolListChanged();
+        return text("tool list changed");
+      case "test_trigger_prompt_change":
+        await server.sendPromptListChanged();
+        return text("prompt list changed");
+      case "test_param_headers":
+        return text(`region ${args.region}`);
       case "test_image_content":
         return { content: [{ type: "image", data: PNG, mimeType: "image/png" }] };
       case "test_audio_content":
@@ -303,7 +425,7 @@ function makeServer() {
   });
 
   server.setRequestHandler(ListPromptsRequestSchema, async () => ({ prompts: PROMPTS }));
-  server.setRequestHandler(GetPromptRequestSchema, async (req) => {
+  server.setRequestHandler(GetPromptRequestSchema, async (req, extra) => {
     const a = req.params.arguments ?? {};
     const user = (content) => ({ role: "user", content });
     switch (req.params.name) {
@@ -318,6 +440,13 @@ function makeServer() {
             user({ type: "text", text: "Please process the embedded resource above." }),
           ],
         };
+      case "test_input_required_result_prompt": {
+        const r = await ask(extra, "prompt_context", "elicitation/create", {
+          message: "What context should the prompt use?",
+          requestedSchema: { type: "object", properties: { context: { type: "string" } }, required: ["context"] },
+        });
+        return { messages: [user({ type: "text", text: `Prompt with context: ${r.content?.context}` })] };
+      }
       case "test_prompt_with_image":
         return {
           messages: [user({ type: "image", data: PNG, mimeType: "image/png" }), user({ type: "text", text: "Please analyze the image above." })],

@@ -1,0 +1,513 @@
+//! MCP 2026-07-28 requests on `/gateway/{id}/mcp`: no session, each request carries its own
+//! envelope (`modern::classify`), and an app's questions to the client (elicitation, sampling,
+//! roots) come back to the client as an input-required result instead of a request on the
+//! stream. Every app behind the gateway speaks a handshake-era revision, so toolgate holds the
+//! app's call open between the client's rounds ([`ParkedCalls`]) and carries its own sealed
+//! `requestState` to find it again. The decisions are in `README.md` ("MCP 2026-07-28").
+
+use crate::exchange::{sse_event, Exchange};
+use crate::mcp::dispatch::{self, Accept, Caller};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
+use crate::mcp::modern::{self, Envelope, Rejection};
+use crate::mcp::runtime::McpRuntime;
+use crate::mcp::upstream::ReplyStream;
+use crate::model::Gateway;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the app's further questions are awaited after its first, so that questions it asks
+/// together reach the client in one input-required result.
+const GATHER: Duration = Duration::from_millis(25);
+
+/// How long a call waits for the client's next round before it is cancelled at the app.
+const PARK_TTL: Duration = Duration::from_secs(120);
+
+/// At most this many calls wait for a client's answers at once, all clients together.
+const MAX_PARKED: usize = 10_000;
+
+/// How often an idle `subscriptions/listen` stream gets a keep-alive comment.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// Prefix of the `requestState` toolgate issues (the rest is sealed: AES-256-GCM).
+const STATE_PREFIX: &str = "tg1.";
+
+/// Who may continue a parked call: the same credential, on the same gateway, for the same
+/// method and tool or prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    #[serde(rename = "k")]
+    pub key_id: String,
+    #[serde(rename = "g")]
+    pub gateway_id: String,
+    #[serde(rename = "m")]
+    pub method: String,
+    #[serde(rename = "n")]
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SealedState {
+    #[serde(rename = "p")]
+    parked: String,
+    #[serde(flatten)]
+    binding: Binding,
+}
+
+/// One of the app's questions the client has not answered yet.
+pub struct Pending {
+    /// The key the client answers it under (`inputResponses`).
+    pub key: String,
+    /// The app's request id, which its answer must carry.
+    pub app_request: Id,
+    /// `{method, params}` as the client sees it in `inputRequests`.
+    pub request: Value,
+    /// The method of the app's question, which says what a valid answer looks like.
+    pub method: String,
+}
+
+/// A call whose app asked the client something: its reply stream, kept until the client comes
+/// back with the answers (or [`PARK_TTL`] passes; dropping the stream cancels the call).
+pub struct Parked {
+    pub stream: ReplyStream,
+    pub org_id: String,
+    pub app_id: String,
+    pub binding: Binding,
+    pub pending: Vec<Pending>,
+    /// Keys handed out so far, so a key is never reused within the call.
+    pub keys_issued: u32,
+    expires: Instant,
+}
+
+/// The calls waiting for their clients' answers.
+#[derive(Default)]
+pub struct ParkedCalls {
+    calls: Mutex<HashMap<String, Parked>>,
+}
+
+impl ParkedCalls {
+    fn park(&self, mut call: Parked) -> Option<String> {
+        let now = Instant::now();
+        call.expires = now + PARK_TTL;
+        let id = crate::secrets::new_session_id();
+        let mut calls = self.calls.lock();
+        // Expired calls go first (their streams drop outside the lock, below).
+        let expired: Vec<Parked> = {
+            let gone: Vec<String> = calls.iter().filter(|(_, c)| c.expires <= now).map(|(k, _)| k.clone()).collect();
+            gone.iter().filter_map(|k| calls.remove(k)).collect()
+        };
+        let admitted = calls.len() < MAX_PARKED;
+        if admitted {
+            calls.insert(id.clone(), call);
+        }
+        drop(calls);
+        drop(expired);
+        admitted.then_some(id)
+    }
+
+    fn take(&self, id: &str) -> Option<Parked> {
+        let call = self.calls.lock().remove(id)?;
+        (call.expires > Instant::now()).then_some(call)
+    }
+
+    pub fn len(&self) -> usize {
+        self.calls.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Answers a refusal of a stateless request: the JSON-RPC error under the specification's status.
+async fn reject(ex: &mut Exchange<'_>, id: &Id, r: Rejection) -> pingora::Result<()> {
+    let body = jsonrpc::error_bytes(id, r.code, &r.message, r.data.as_ref());
+    ex.respond(r.status(), "application/json", body, &[]).await
+}
+
+/// Writes a stateless request's response: an error under its status, a result under 200 (or, when
+/// a stream was started for the app's progress, as its last event).
+pub(crate) async fn answer(ex: &mut Exchange<'_>, r: Response, streaming: bool) -> pingora::Result<()> {
+    if streaming {
+        let event = sse_event(&Message::Response(r).to_bytes());
+        return ex.write(Some(event), true).await;
+    }
+    let status = r.outcome.as_ref().err().map_or(200, |e| modern::http_status(e.code));
+    ex.respond(status, "application/json", r.to_bytes(), &[]).await
+}
+
+/// A stateless POST whose body was read and parsed.
+pub async fn post(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gw: &Arc<Gateway>,
+    key_id: &str,
+    message: Message,
+    acc: Accept,
+) -> pingora::Result<()> {
+    let req = match message {
+        Message::Request(req) => req,
+        // No notification of the client's means anything to a stateless server (cancelling is
+        // closing the response stream); the specification has the server accept and drop them.
+        Message::Notification(_) => return ex.respond(202, "application/json", Vec::new(), &[]).await,
+        Message::Response(_) => {
+            let r = Rejection {
+                code: -32600,
+                message: "a stateless request cannot carry a response: answers go in inputResponses".into(),
+                data: None,
+            };
+            return reject(ex, &Id::NULL, r).await;
+        }
+    };
+    let env = match modern::classify(ex.headers(), &req.method, req.params.as_ref()) {
+        Ok(env) => env,
+        Err(r) => return reject(ex, &req.id, r).await,
+    };
+    match req.method.as_str() {
+        "server/discover" => {
+            let body = jsonrpc::response_bytes(&req.id, &modern::discover_result(gw));
+            ex.respond(200, "application/json", body, &[]).await
+        }
+        "subscriptions/listen" => listen(mcp, ex, gw, req).await,
+        m if modern::removed(m) => {
+            let e = ErrorObject::method_not_found(m);
+            answer(ex, Response::error(req.id, e), false).await
+        }
+        _ => {
+            let caller = Caller::Stateless { env: &env, key_id };
+            dispatch::request(mcp, ex, gw, caller, req, acc).await
+        }
+    }
+}
+
+/// The continuation of a call named by a `requestState`: the parked call, once the state is
+/// shown to be toolgate's own, unaltered, and bound to this caller, gateway, method and name.
+pub(crate) fn resume(mcp: &McpRuntime, state: &str, binding: &Binding) -> Result<Parked, ErrorObject> {
+    let invalid = || ErrorObject::invalid_params("requestState was not issued by this gateway for this call, or was altered");
+    let sealed = state.strip_prefix(STATE_PREFIX).ok_or_else(invalid)?;
+    let opened = mcp.state.sealer.open(sealed).map_err(|_| invalid())?;
+    let state: SealedState = serde_json::from_slice(&opened).map_err(|_| invalid())?;
+    if state.binding != *binding {
+        return Err(invalid());
+    }
+    mcp.parked.take(&state.parked).ok_or_else(|| {
+        ErrorObject::invalid_params("requestState has expired (the call it continued is gone): call again without it")
+    })
+}
+
+/// Gives the app the client's answers (`inputResponses`) to its parked questions; the questions
+/// still unanswered are returned, to be asked again. An answer that is not a result of its
+/// question's method is a protocol error (-32602): the call is cancelled at the app.
+pub(crate) async fn deliver_answers(
+    mcp: &McpRuntime,
+    call: &mut Parked,
+    responses: Option<&HashMap<String, &RawValue>>,
+) -> Result<Vec<Pending>, ErrorObject> {
+    let mut unanswered = Vec::new();
+    let mut answers = Vec::new();
+    for p in std::mem::take(&mut call.pending) {
+        match responses.and_then(|r| r.get(&p.key)) {
+            Some(given) => answers.push((valid_answer(&p.method, &p.key, given)?, p.app_request)),
+            None => unanswered.push(p),
+        }
+    }
+    for (result, id) in answers {
+        mcp.answer_app(&call.org_id, &call.app_id, Response { id, outcome: Ok(result) }).await;
+    }
+    Ok(unanswered)
+}
+
+/// A client's answer to a question of `method`, if it has the shape of that method's result:
+/// an object, with `action` (elicitation), `content` (sampling) or a `roots` array.
+fn valid_answer(method: &str, key: &str, given: &RawValue) -> Result<RawJson, ErrorObject> {
+    let v: Value = serde_json::from_str(given.get()).unwrap_or(Value::Null);
+    let ok = match method {
+        "elicitation/create" => v.get("action").is_some_and(Value::is_string),
+        "sampling/createMessage" => v.get("content").is_some(),
+        "roots/list" => v.get("roots").is_some_and(Value::is_array),
+        _ => v.is_object(),
+    };
+    if !ok {
+        return Err(ErrorObject::invalid_params(format!("inputResponses.{key} is not a valid result of {method}")));
+    }
+    Ok(RawJson::from_text(given.get().to_string()).unwrap_or_else(|| RawJson::from_value(&v)))
+}
+
+/// A stateless call's params as a handshake-era app takes them: the envelope's
+/// `io.modelcontextprotocol/*` keys leave `_meta` (such an app may refuse a request that carries
+/// them), the continuation (`inputResponses`, `requestState`) is toolgate's, and the client's
+/// capabilities ride along as `toolgate.dev/clientCapabilities`, so that the app can ask only
+/// what the client can answer.
+pub(crate) fn for_handshake_app(params: &RawJson) -> RawJson {
+    let mut v = params.to_value();
+    let Some(obj) = v.as_object_mut() else { return params.clone() };
+    obj.remove("inputResponses");
+    obj.remove("requestState");
+    if let Some(meta) = obj.get_mut("_meta").and_then(Value::as_object_mut) {
+        let caps = meta.remove(modern::META_CLIENT_CAPABILITIES);
+        meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+        if let Some(caps) = caps {
+            meta.insert("toolgate.dev/clientCapabilities".into(), caps);
+        }
+        if meta.is_empty() {
+            obj.remove("_meta");
+        }
+    }
+    RawJson::from_value(&v)
+}
+
+/// What the relay of a stateless call needs besides the stream.
+pub(crate) struct CallInfo<'a> {
+    pub gw: &'a Gateway,
+    pub app_id: &'a str,
+    pub id: &'a Id,
+    pub env: &'a Envelope,
+    pub binding: Binding,
+    pub decorate: &'static str,
+    /// The answers the client sent with this request (`inputResponses`), for questions the app
+    /// asks again in a new call: the stateless revision lets a client answer ahead.
+    pub given: Option<&'a HashMap<String, &'a RawValue>>,
+}
+
+/// Relays an app's streamed answer to a stateless call: progress (and, when asked for, log
+/// messages) as events, the app's questions gathered into an input-required result, the
+/// response last. `log` records the outcome once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn relay(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    call: CallInfo<'_>,
+    mut stream: ReplyStream,
+    mut pending: Vec<Pending>,
+    mut keys_issued: u32,
+    acc: &Accept,
+    log: &mut (dyn FnMut(&Result<RawJson, ErrorObject>, u16) + Send),
+) -> pingora::Result<()> {
+    let org_id = &call.gw.org_id;
+    let mut streaming = false;
+    // Questions left unanswered from the last round are asked again at once.
+    let mut gather_until = (!pending.is_empty()).then(Instant::now);
+    loop {
+        let item = match gather_until {
+            Some(t) => match tokio::time::timeout_at(t.into(), stream.next()).await {
+                Ok(item) => item,
+                Err(_) => break,
+            },
+            None => stream.next().await,
+        };
+        let msg = match item {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => Message::Response(dispatch::upstream_error_response(call.id, call.app_id, &e)),
+            None => Message::Response(Response::error(
+                call.id.clone(),
+                ErrorObject::internal(format!("App `{}` ended its stream without a response", call.app_id)),
+            )),
+        };
+        match msg {
+            Message::Response(r) => {
+                log(&r.outcome, 200);
+                let r = finished(r.with_id(call.id.clone()), call.decorate);
+                return answer(ex, r, streaming).await;
+            }
+            Message::Notification(n) => {
+                let wanted = n.method == "notifications/progress"
+                    || (n.method == "notifications/message" && call.env.wants_logs);
+                if !wanted || !acc.sse {
+                    continue;
+                }
+                if !streaming {
+                    ex.start_sse().await?;
+                    streaming = true;
+                }
+                let event = sse_event(&Message::Notification(n).to_bytes());
+                if ex.write(Some(event), false).await.is_err() {
+                    // The client went away; dropping the stream cancels the call upstream.
+                    return Ok(());
+                }
+            }
+            Message::Request(r) if r.method == "ping" => {
+                mcp.answer_app(org_id, call.app_id, Response::success(r.id, json!({}))).await;
+            }
+            Message::Request(r) => {
+                if let Some(capability) = call.env.caps.missing_for(&r.method) {
+                    let refusal = format!("the client did not declare the {capability} capability ({})", r.method);
+                    let refusal = ErrorObject::new(jsonrpc::METHOD_NOT_FOUND, refusal);
+                    mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
+                    let (code, message, data) = modern::missing_capability(capability, &r.method);
+                    let e = ErrorObject::new(code, message).with_data(data);
+                    log(&Err(e.clone()), 400);
+                    return answer(ex, Response::error(call.id.clone(), e), streaming).await;
+                }
+                if !matches!(r.method.as_str(), "elicitation/create" | "sampling/createMessage" | "roots/list") {
+                    let e = ErrorObject::method_not_found(&r.method);
+                    mcp.answer_app(org_id, call.app_id, Response::error(r.id, e)).await;
+                    continue;
+                }
+                keys_issued += 1;
+                let params = r.params.as_ref().map(RawJson::to_value).unwrap_or_else(|| json!({}));
+                let key = params
+                    .pointer("/_meta/toolgate.dev~1inputKey")
+                    .and_then(Value::as_str)
+                    .filter(|k| !k.is_empty() && k.len() <= 64)
+                    .map_or_else(|| format!("{}_{keys_issued}", r.method.replace('/', "_")), str::to_string);
+                // Answered already: the client sent this key's answer with the call itself.
+                if let Some(given) = call.given.and_then(|g| g.get(&key)) {
+                    match valid_answer(&r.method, &key, given) {
+                        Ok(result) => {
+                            let answer = Response { id: r.id, outcome: Ok(result) };
+                            mcp.answer_app(org_id, call.app_id, answer).await;
+                            continue;
+                        }
+                        Err(e) => {
+                            let refusal = ErrorObject::invalid_params("the client's answer was not valid");
+                            mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
+                            log(&Err(e.clone()), 400);
+                            return answer(ex, Response::error(call.id.clone(), e), streaming).await;
+                        }
+                    }
+                }
+                pending.push(Pending {
+                    key,
+                    app_request: r.id,
+                    request: json!({ "method": r.method, "params": params }),
+                    method: r.method,
+                });
+                gather_until.get_or_insert_with(|| Instant::now() + GATHER);
+            }
+        }
+    }
+    // The app waits for answers: park the call and ask the client.
+    let input_requests: serde_json::Map<String, Value> =
+        pending.iter().map(|p| (p.key.clone(), p.request.clone())).collect();
+    let binding = call.binding.clone();
+    let parked = Parked {
+        stream,
+        org_id: org_id.clone(),
+        app_id: call.app_id.to_string(),
+        binding: call.binding,
+        pending,
+        keys_issued,
+        expires: Instant::now(),
+    };
+    let Some(parked_id) = mcp.parked.park(parked) else {
+        let e = ErrorObject::internal("too many calls are waiting for their clients' answers; try again later");
+        log(&Err(e.clone()), 503);
+        return answer(ex, Response::error(call.id.clone(), e), streaming).await;
+    };
+    let sealed = serde_json::to_vec(&SealedState { parked: parked_id, binding }).unwrap_or_default();
+    let state = format!("{STATE_PREFIX}{}", mcp.state.sealer.seal(&sealed));
+    let result = json!({ "resultType": "input_required", "inputRequests": input_requests, "requestState": state });
+    let result = RawJson::from_value(&result);
+    let outcome = Ok(result);
+    log(&outcome, 200);
+    answer(ex, Response { id: call.id.clone(), outcome }, streaming).await
+}
+
+/// A final response to a stateless client: a result gains `resultType` (and the caching hints
+/// of `decorate`).
+pub(crate) fn finished(r: Response, decorate: &str) -> Response {
+    match r.outcome {
+        Ok(result) => Response { id: r.id, outcome: Ok(modern::with_members(&result, decorate)) },
+        Err(e) => Response { id: r.id, outcome: Err(e) },
+    }
+}
+
+/// What a `subscriptions/listen` asks to hear.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Filter {
+    #[serde(default)]
+    tools_list_changed: bool,
+    #[serde(default)]
+    prompts_list_changed: bool,
+    #[serde(default)]
+    resources_list_changed: bool,
+}
+
+#[derive(Deserialize, Default)]
+struct ListenParams {
+    #[serde(default)]
+    notifications: Option<Filter>,
+}
+
+impl Filter {
+    fn wants(&self, method: &str) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools_list_changed,
+            "notifications/prompts/list_changed" => self.prompts_list_changed,
+            "notifications/resources/list_changed" => self.resources_list_changed,
+            _ => false,
+        }
+    }
+
+    /// The part of the request toolgate honours, echoed in the acknowledgement.
+    fn honoured(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for (key, on) in [
+            ("toolsListChanged", self.tools_list_changed),
+            ("promptsListChanged", self.prompts_list_changed),
+            ("resourcesListChanged", self.resources_list_changed),
+        ] {
+            if on {
+                m.insert(key.into(), Value::Bool(true));
+            }
+        }
+        Value::Object(m)
+    }
+}
+
+/// `subscriptions/listen`: the stateless revision's stream of the gateway's list changes, the
+/// counterpart of the handshake era's GET stream. The acknowledgement comes first; every message
+/// carries the request's id as its subscription id; only the kinds asked for are sent.
+async fn listen(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, req: jsonrpc::Request) -> pingora::Result<()> {
+    let filter = req.params.as_ref().and_then(|p| p.read::<ListenParams>().ok()).and_then(|p| p.notifications);
+    let Some(filter) = filter else {
+        let e = ErrorObject::invalid_params("subscriptions/listen needs params.notifications (the kinds to hear)");
+        return answer(ex, Response::error(req.id, e), false).await;
+    };
+    let meta = json!({ modern::META_SUBSCRIPTION_ID: req.id.to_value() });
+    let notification = |method: &str, mut params: Value| {
+        params["_meta"] = meta.clone();
+        sse_event(&jsonrpc::notification_bytes(method, Some(&RawJson::from_value(&params))))
+    };
+    let mut rx = mcp.subscribe(&gw.id);
+    ex.start_sse().await?;
+    let ack = notification("notifications/subscriptions/acknowledged", json!({ "notifications": filter.honoured() }));
+    ex.write(Some(ack), false).await?;
+    loop {
+        let chunk = tokio::select! {
+            m = rx.recv() => match m {
+                // A resource update for one handshake-era session.
+                Ok(m) if m.to.is_some() => continue,
+                Ok(m) => {
+                    let method = serde_json::from_slice::<Value>(&m.bytes)
+                        .ok()
+                        .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string));
+                    match method {
+                        Some(method) if filter.wants(&method) => notification(&method, json!({})),
+                        _ => continue,
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            },
+            _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
+            gone = ex.client_gone() => match gone {
+                Ok(()) => continue,
+                Err(_) => return Ok(()),
+            },
+        };
+        if ex.write(Some(chunk), false).await.is_err() {
+            return Ok(());
+        }
+    }
+    // The gateway is gone: the subscription ends with its result.
+    let done = jsonrpc::response_bytes(&req.id, &json!({ "resultType": "complete", "_meta": meta }));
+    ex.write(Some(sse_event(&done)), true).await.ok();
+    Ok(())
+}

@@ -1,0 +1,230 @@
+"""MCP 2026-07-28 (stateless) on the gateway endpoint, with peers we did not write.
+
+1. The official conformance suite (`conformance-2026` in tests/node: the npm package
+   `@modelcontextprotocol/conformance@0.2.0-alpha.12`) runs `--requirements 2026-07-28` through a
+   gateway whose only app is `tests/node/conformance/fixture.mjs`, a 2025-11-25 server: every
+   scenario the revision requires passes through toolgate's translation (the app's
+   server->client requests become input-required results, its lists gain `resultType` and the
+   caching hints, the envelope and routing headers are toolgate's to check).
+2. The official Python SDK (pinned in requirements.txt) in its default mode: it probes
+   `server/discover`, stays on 2026-07-28 (no `initialize`) and calls tools of a Streamable HTTP
+   app and of a stdio app through one gateway.
+3. Raw HTTP: the envelope and header rules, both eras on one endpoint, a sealed requestState
+   that another key cannot use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from mcp_helpers import (
+    NODE_DIR,
+    Api,
+    HeaderForwarder,
+    config,
+    conformance_fixture,
+    http_app,
+    mcp_url,
+    node_bin,
+    run,
+    sdk_client,
+    start_toolgate,
+    stdio_time_app,
+)
+
+REVISION = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": REVISION,
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+}
+
+
+def requirements_run(url: str, out_dir: Path) -> tuple[dict, str]:
+    """Runs `conformance server --requirements 2026-07-28`; returns scenario -> [checks], and the output."""
+    cli = NODE_DIR / "node_modules" / "conformance-2026" / "dist" / "index.js"
+    if not cli.exists():
+        raise AssertionError(f"conformance suite 0.2.0-alpha.12 missing at {cli}: run `npm ci` in {NODE_DIR}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PATH=f"{node_bin().parent}:{os.environ.get('PATH', '')}")
+    p = subprocess.run(
+        [str(node_bin()), str(cli), "server", "--url", url, "-o", str(out_dir), "--requirements", REVISION],
+        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=900,
+    )
+    output = p.stdout + "\n--- stderr ---\n" + p.stderr
+    (out_dir / "output.txt").write_text(output)
+    results: dict[str, list] = {}
+    for checks in out_dir.glob("server-*/checks.json"):
+        scenario = re.sub(r"-\d{4}-\d\d-\d\dT[\d-]+Z$", "", checks.parent.name.removeprefix("server-"))
+        results.setdefault(scenario, []).extend(json.loads(checks.read_text()))
+    return results, output
+
+
+def required_scenarios() -> list[str]:
+    """The server scenarios the revision requires (the suite's frozen requirement set)."""
+    text = (NODE_DIR / "node_modules" / "conformance-2026" / "requirements" / f"{REVISION}.yaml").read_text()
+    section = text.split("\nserver:\n", 1)[1].split("\n\n", 1)[0]
+    return [line.strip()[2:] for line in section.splitlines() if line.strip().startswith("- ")]
+
+
+@pytest.fixture(scope="module")
+def gateway_of_fixture(tmp_path_factory):
+    """(forwarder URL of a single-app gateway on the 2025-11-25 fixture, its key, the server)."""
+    out = tmp_path_factory.mktemp("stateless")
+    with conformance_fixture(log_dir=out) as fx, HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
+        port = fwd.base_url.rsplit(":", 1)[1]
+        origins = f"  allowed_origins: [\"http://localhost:{port}\", \"http://127.0.0.1:{port}\"]\n"
+        cfg = config(http_app("fixture", fx.url, name="Conformance fixture")).replace(
+            '  allowed_origins: ["http://allowed.example"]\n', origins)
+        srv = start_toolgate(cfg)
+        try:
+            gw_id, key = Api(srv).create_gateway(["fixture"])
+            fwd.target = srv.base_url.removeprefix("http://")
+            fwd.headers = {"X-API-Key": key}
+            yield f"http://localhost:{port}/gateway/{gw_id}/mcp", key, srv, out
+        finally:
+            srv.stop()
+            (out / "toolgate-stderr.log").write_text(srv.stderr_text())
+            srv.tmp.cleanup()
+
+
+@pytest.fixture(scope="module")
+def requirements(gateway_of_fixture):
+    url, _, _, out = gateway_of_fixture
+    return requirements_run(url, out / "conformance")
+
+
+def test_every_required_scenario_ran(requirements):
+    results, output = requirements
+    required = required_scenarios()
+    assert len(required) > 30, f"requirement set not read: {required}"
+    missing = [s for s in required if s not in results]
+    assert not missing, f"scenarios without checks: {missing}\n{output[-3000:]}"
+
+
+@pytest.mark.parametrize("scenario", required_scenarios() if (NODE_DIR / "node_modules" / "conformance-2026").exists() else ["suite-missing"])
+def test_required_scenario_passes_through_toolgate(requirements, scenario):
+    results, output = requirements
+    assert scenario != "suite-missing", f"conformance suite 0.2.0-alpha.12 missing: run `npm ci` in {NODE_DIR}"
+    checks = results.get(scenario)
+    assert checks, f"{scenario} recorded no checks\n{output[-2000:]}"
+    failed = [f"{c.get('id')}: {c.get('errorMessage')}" for c in checks if c.get("status") == "FAILURE"]
+    passed = [c for c in checks if c.get("status") == "SUCCESS"]
+    assert not failed and passed, f"{scenario}: {len(passed)} passed, failed: {failed}"
+
+
+# ------------------------------------------------------------------ raw HTTP
+
+
+def stateless_post(url: str, key: str | None, method: str, params: dict, headers: dict | None = None, rid: int = 1):
+    h = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": REVISION,
+        "Mcp-Method": method,
+    }
+    if key:
+        h["X-API-Key"] = key
+    if method in ("tools/call", "prompts/get") and "name" in params:
+        h["Mcp-Name"] = params["name"]
+    h.update(headers or {})
+    body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+    return httpx2.post(url, json=body, headers=h, timeout=30)
+
+
+def test_both_eras_on_one_endpoint_and_the_header_rules(gateway_of_fixture):
+    _, key, srv, _ = gateway_of_fixture
+    gw_id = gateway_of_fixture[0].rsplit("/gateway/", 1)[1].split("/")[0]
+    url = mcp_url(srv, gw_id)
+    # Stateless: no session, the key on the request.
+    r = stateless_post(url, key, "tools/call", {"name": "test_simple_text", "arguments": {}, "_meta": META})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["id"] == 1 and body["result"]["resultType"] == "complete", body
+    assert "mcp-session-id" not in r.headers
+    # Without the key: 401, as in the handshake era.
+    r = stateless_post(url, None, "tools/call", {"name": "test_simple_text", "arguments": {}, "_meta": META})
+    assert r.status_code == 401, r.text
+    # Mcp-Name disagreeing with the body: -32020 under 400.
+    r = stateless_post(url, key, "tools/call", {"name": "test_simple_text", "_meta": META}, {"Mcp-Name": "other"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32020, r.text
+    # Mcp-Param-* declared by the tool (x-mcp-header) must match the argument.
+    args = {"name": "test_param_headers", "arguments": {"region": "eu-west"}, "_meta": META}
+    r = stateless_post(url, key, "tools/call", args, {"Mcp-Param-Region": "eu-west"})
+    assert r.status_code == 200 and "region eu-west" in r.text, r.text
+    r = stateless_post(url, key, "tools/call", args, {"Mcp-Param-Region": "us-east"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32020, r.text
+    r = stateless_post(url, key, "tools/call", args)
+    assert r.status_code == 400 and "missing" in r.json()["error"]["message"], r.text
+    # A list carries the caching hints.
+    r = stateless_post(url, key, "tools/list", {"_meta": META})
+    result = r.json()["result"]
+    assert result["resultType"] == "complete" and result["cacheScope"] == "private", result
+    assert isinstance(result["ttlMs"], int) and result["ttlMs"] >= 0
+    # The handshake era on the same endpoint still needs its session.
+    h = {"X-API-Key": key, "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    r = httpx2.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=h, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32000, r.text
+
+
+def test_request_state_is_bound_to_the_key_that_received_it(gateway_of_fixture):
+    _, key, srv, _ = gateway_of_fixture
+    gw_id = gateway_of_fixture[0].rsplit("/gateway/", 1)[1].split("/")[0]
+    url = mcp_url(srv, gw_id)
+    call = {"name": "test_input_required_result_elicitation", "arguments": {}, "_meta": META}
+    r1 = stateless_post(url, key, "tools/call", call).json()["result"]
+    assert r1["resultType"] == "input_required" and "user_name" in r1["inputRequests"], r1
+    answer = {"user_name": {"action": "accept", "content": {"name": "Ada"}}}
+    # An account key of the same organisation may call the gateway but not continue this call.
+    created = Api(srv).ok("POST", "/v1/api-keys", {"name": "other", "scopes": ["gateways:read"]}, status=201)
+    other = created.get("data", created)["key"]
+    r = stateless_post(url, other, "tools/call", {**call, "inputResponses": answer, "requestState": r1["requestState"]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32602, r.text
+    # A state altered by one character is refused.
+    state = r1["requestState"]
+    altered = state[:-3] + ("A" if state[-3] != "A" else "B") + state[-2:]
+    r = stateless_post(url, key, "tools/call", {**call, "inputResponses": answer, "requestState": altered})
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32602, r.text
+    # The rightful caller completes it, and only once.
+    r = stateless_post(url, key, "tools/call", {**call, "inputResponses": answer, "requestState": state})
+    assert r.status_code == 200 and "Hello, Ada!" in r.text, r.text
+    r = stateless_post(url, key, "tools/call", {**call, "inputResponses": answer, "requestState": state})
+    assert r.status_code == 400 and "expired" in r.json()["error"]["message"], r.text
+
+
+# ------------------------------------------------------------------ the Python SDK, default mode
+
+
+def test_python_sdk_default_mode_stays_stateless_across_two_kinds_of_app(tmp_path):
+    with conformance_fixture(log_dir=tmp_path) as fx:
+        srv = start_toolgate(config(http_app("fixture", fx.url, name="Conformance fixture") + stdio_time_app("clock")))
+        try:
+            gw_id, key = Api(srv).create_gateway(["fixture", "clock"])
+            url = mcp_url(srv, gw_id)
+
+            async def scenario():
+                async with sdk_client(url, key) as client:
+                    assert client.session.discover_result is not None, "the SDK fell back to initialize"
+                    assert client.session.initialize_result is None
+                    assert client.session.protocol_version == REVISION
+                    tools = {t.name for t in (await client.list_tools()).tools}
+                    assert {"fixture__test_simple_text", "clock__get_current_time"} <= tools, tools
+                    a = await client.call_tool("fixture__test_simple_text", {})
+                    b = await client.call_tool("clock__get_current_time", {"timezone": "UTC"})
+                    return a, b
+
+            a, b = run(scenario())
+            assert "simple text response" in a.content[0].text, a
+            assert not b.is_error and "UTC" in json.dumps(b.model_dump(mode="json")), b
+            # No MCP session was made: the handshake era was never used.
+            sessions = Api(srv).ok("GET", "/v1/sessions")
+            assert sessions["data"]["sessions"] == [], sessions
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
