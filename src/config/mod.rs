@@ -341,6 +341,10 @@ pub struct McpConfig {
     /// Caps on live sessions, so that clients cannot grow memory and the store without bound.
     pub max_sessions_per_key: usize,
     pub max_sessions_per_org: usize,
+    /// How long a gateway's list (`tools/list`, ...) waits for each app when its catalogue is
+    /// built: the apps are asked in parallel, and one that has not answered by then is left out
+    /// (named in the catalogue's failures) instead of holding back the others' tools.
+    pub list_deadline: Duration,
 }
 
 impl Config {

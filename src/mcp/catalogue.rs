@@ -9,7 +9,8 @@ use crate::model::Gateway;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Longest tool name every major LLM client accepts.
 const MAX_NAME: usize = 64;
@@ -42,6 +43,29 @@ pub struct Catalogue {
     pub built: Option<Instant>,
 }
 
+/// One app's four lists. Tools are required (an app that cannot list them is left out, with
+/// the reason); the other three are empty when the app fails to list them.
+struct AppLists {
+    tools: Arc<Vec<Value>>,
+    prompts: Arc<Vec<Value>>,
+    resources: Arc<Vec<Value>>,
+    templates: Arc<Vec<Value>>,
+}
+
+async fn lists_of(apps: &AppClients, org_id: &str, app_id: &str) -> Result<AppLists, String> {
+    let tools = apps.list(org_id, app_id, ListMethod::Tools).await.map_err(|e| match e {
+        crate::mcp::apps::AppError::Upstream { error, .. } => error.to_string(),
+        other => other.to_string(),
+    })?;
+    let (prompts, resources, templates) = tokio::join!(
+        apps.list(org_id, app_id, ListMethod::Prompts),
+        apps.list(org_id, app_id, ListMethod::Resources),
+        apps.list(org_id, app_id, ListMethod::ResourceTemplates),
+    );
+    let or_empty = |r: Result<Arc<Vec<Value>>, _>| r.unwrap_or_default();
+    Ok(AppLists { tools, prompts: or_empty(prompts), resources: or_empty(resources), templates: or_empty(templates) })
+}
+
 fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_NAME && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
@@ -63,27 +87,34 @@ pub fn exposed_name(app_id: &str, name: &str, separator: &str, single_app: bool)
 impl Catalogue {
     /// Asks every connected app of the gateway for its lists. A failing app drops out (its
     /// reason is kept in `failures`); the others stay.
-    pub async fn build(apps: &AppClients, gw: &Gateway) -> Catalogue {
+    pub async fn build(apps: &AppClients, gw: &Gateway, deadline: Duration) -> Catalogue {
         let mut c = Catalogue::default();
         let single = gw.servers.len() == 1;
         if single {
             c.single_app = gw.servers.first().cloned();
         }
         let sep = &gw.configuration.tool_name_separator;
-        for app_id in &gw.servers {
-            let allowed = gw.allowed_tools.get(app_id);
-            let tools = match apps.list(&gw.org_id, app_id, ListMethod::Tools).await {
-                Ok(t) => t,
-                Err(e) => {
-                    let reason = match e {
-                        crate::mcp::apps::AppError::Upstream { error, .. } => error.to_string(),
-                        other => other.to_string(),
-                    };
+        // Every app is asked at once, each within `deadline`; the answers are put together in
+        // the gateway's order of apps, so the lists come out the same whichever answered first.
+        let answers = futures_util::future::join_all(gw.servers.iter().map(|app_id| async move {
+            match tokio::time::timeout(deadline, lists_of(apps, &gw.org_id, app_id)).await {
+                Ok(lists) => lists,
+                Err(_) => {
+                    Err(format!("did not list its tools within {} ms (mcp.list_deadline_ms)", deadline.as_millis()))
+                }
+            }
+        }))
+        .await;
+        for (app_id, answer) in gw.servers.iter().zip(answers) {
+            let lists = match answer {
+                Ok(lists) => lists,
+                Err(reason) => {
                     c.failures.insert(app_id.clone(), reason);
                     continue;
                 }
             };
-            for tool in tools.iter() {
+            let allowed = gw.allowed_tools.get(app_id);
+            for tool in lists.tools.iter() {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
                 if allowed.is_some_and(|a| !a.allows(name)) {
                     continue;
@@ -93,33 +124,28 @@ impl Catalogue {
                 t["name"] = Value::String(exposed.clone());
                 c.tools.push(t);
                 let param_headers = tool.get("inputSchema").map(modern::param_headers).unwrap_or_default();
-                c.tool_targets.insert(exposed, Target { app_id: app_id.clone(), name: name.to_string(), param_headers });
+                c.tool_targets
+                    .insert(exposed, Target { app_id: app_id.clone(), name: name.to_string(), param_headers });
             }
-            if let Ok(prompts) = apps.list(&gw.org_id, app_id, ListMethod::Prompts).await {
-                for p in prompts.iter() {
-                    let Some(name) = p.get("name").and_then(Value::as_str) else { continue };
-                    let exposed = exposed_name(app_id, name, sep, single);
-                    let mut p = p.clone();
-                    p["name"] = Value::String(exposed.clone());
-                    c.prompts.push(p);
-                    let target = Target { app_id: app_id.clone(), name: name.to_string(), param_headers: Vec::new() };
-                    c.prompt_targets.insert(exposed, target);
+            for p in lists.prompts.iter() {
+                let Some(name) = p.get("name").and_then(Value::as_str) else { continue };
+                let exposed = exposed_name(app_id, name, sep, single);
+                let mut p = p.clone();
+                p["name"] = Value::String(exposed.clone());
+                c.prompts.push(p);
+                let target = Target { app_id: app_id.clone(), name: name.to_string(), param_headers: Vec::new() };
+                c.prompt_targets.insert(exposed, target);
+            }
+            for r in lists.resources.iter() {
+                if let Some(uri) = r.get("uri").and_then(Value::as_str) {
+                    c.resource_apps.entry(uri.to_string()).or_insert_with(|| app_id.clone());
+                    c.resources.push(r.clone());
                 }
             }
-            if let Ok(resources) = apps.list(&gw.org_id, app_id, ListMethod::Resources).await {
-                for r in resources.iter() {
-                    if let Some(uri) = r.get("uri").and_then(Value::as_str) {
-                        c.resource_apps.entry(uri.to_string()).or_insert_with(|| app_id.clone());
-                        c.resources.push(r.clone());
-                    }
-                }
-            }
-            if let Ok(templates) = apps.list(&gw.org_id, app_id, ListMethod::ResourceTemplates).await {
-                for t in templates.iter() {
-                    if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
-                        c.template_apps.push((UriTemplate::parse(tpl), app_id.clone()));
-                        c.templates.push(t.clone());
-                    }
+            for t in lists.templates.iter() {
+                if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
+                    c.template_apps.push((UriTemplate::parse(tpl), app_id.clone()));
+                    c.templates.push(t.clone());
                 }
             }
         }

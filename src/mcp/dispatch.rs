@@ -9,9 +9,9 @@ use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::protocol::{self, RpcCode, SESSION_COOKIE};
 use crate::mcp::reply;
-use crate::mcp::stateless;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
+use crate::mcp::stateless;
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::metrics::{self, ErrorType};
 use crate::model::{ClientCapabilities, Gateway, McpSession};
@@ -53,7 +53,12 @@ impl Caller<'_> {
 /// Writes the answer to a request: under HTTP 200 in a session; in the stateless revision an
 /// error under the status its code has there and a result with `resultType` (and `decorate`'s
 /// other members).
-async fn respond(ex: &mut Exchange<'_>, caller: Caller<'_>, r: Response, decorate: &'static str) -> pingora::Result<()> {
+async fn respond(
+    ex: &mut Exchange<'_>,
+    caller: Caller<'_>,
+    r: Response,
+    decorate: &'static str,
+) -> pingora::Result<()> {
     match caller {
         Caller::Session(_) => reply::json(ex, r).await,
         Caller::Stateless { .. } => stateless::answer(ex, stateless::finished(r, decorate), false).await,
@@ -223,7 +228,8 @@ pub(super) async fn request(
             // and delivers updates to each subscriber's own GET stream.
             let Caller::Session(mcp_id) = caller else {
                 // The stateless revision removed these methods (answered before dispatch).
-                return respond(ex, caller, Response::error(req.id, ErrorObject::method_not_found(&req.method)), "").await;
+                return respond(ex, caller, Response::error(req.id, ErrorObject::method_not_found(&req.method)), "")
+                    .await;
             };
             let uri = resource_uri(params);
             let app = mcp.catalogue(gw).await.resource_app(&uri).map(str::to_string);
@@ -338,8 +344,10 @@ async fn forward(
                 Some(app) => (Some(app), None),
                 None => {
                     // The stateless revision answers an unknown resource with -32602 (SEP-2164).
-                    let code = if caller.stateless() { jsonrpc::INVALID_PARAMS } else { RpcCode::ResourceNotFound.code() };
-                    let e = ErrorObject::new(code, format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }));
+                    let code =
+                        if caller.stateless() { jsonrpc::INVALID_PARAMS } else { RpcCode::ResourceNotFound.code() };
+                    let e =
+                        ErrorObject::new(code, format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }));
                     refused(&e);
                     return respond(ex, caller, Response::error(req.id, e), "").await;
                 }
@@ -367,18 +375,24 @@ async fn forward(
     // What a stateless call's requestState is bound to besides the caller: its tool or prompt,
     // or its resource.
     let bound_name = match caller {
-        Caller::Stateless { .. } => tool.map(|t| t.0.to_string()).unwrap_or_else(|| resource_uri(params.as_ref()).into_owned()),
+        Caller::Stateless { .. } => {
+            tool.map(|t| t.0.to_string()).unwrap_or_else(|| resource_uri(params.as_ref()).into_owned())
+        }
         Caller::Session(_) => String::new(),
     };
     // A stateless call: its `Mcp-Param-*` headers agree with its arguments, and a `requestState`
     // continues the call it names, whose app is given the client's answers.
     let mut resumed = None;
-    let continuation_text = params.as_ref().filter(|p| p.get().contains("\"inputResponses\"") || p.get().contains("\"requestState\"")).map(|p| p.get().to_string());
+    let continuation_text = params
+        .as_ref()
+        .filter(|p| p.get().contains("\"inputResponses\"") || p.get().contains("\"requestState\""))
+        .map(|p| p.get().to_string());
     let continuation: Option<Continuation> = continuation_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
     if let Caller::Stateless { key_id, .. } = caller {
         if let Some(((call, _), t)) = named.as_ref().zip(tool.and_then(|(exposed, _)| catalogue.tool(exposed))) {
             if !t.param_headers.is_empty() {
-                let arguments = call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
+                let arguments =
+                    call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
                 if let Err(r) = modern::check_param_headers(&t.param_headers, &arguments, ex.headers()) {
                     let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
                     refused(&e);
@@ -452,7 +466,9 @@ async fn forward(
     });
     let decorate = if req.method == "resources/read" { modern::READ_HINTS } else { modern::COMPLETE };
     let (reply, carried) = match resumed {
-        Some((parked, unanswered)) => (Ok(UpstreamReply::Stream(parked.stream)), Some((unanswered, parked.keys_issued))),
+        Some((parked, unanswered)) => {
+            (Ok(UpstreamReply::Stream(parked.stream)), Some((unanswered, parked.keys_issued)))
+        }
         None => (mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await, None),
     };
     // Once per call, whichever way its answer came: the operation metrics and the log entry.

@@ -266,7 +266,9 @@ pub fn unsupported_version(requested: &str) -> Rejection {
 pub fn missing_capability(capability: &str, method: &str) -> (i64, String, Value) {
     (
         MISSING_REQUIRED_CLIENT_CAPABILITY,
-        format!("the app asks for {method}, which needs the client capability `{capability}` this request did not declare"),
+        format!(
+            "the app asks for {method}, which needs the client capability `{capability}` this request did not declare"
+        ),
         json!({ "requiredCapabilities": { capability: {} } }),
     )
 }
@@ -352,8 +354,8 @@ pub fn param_headers(schema: &Value) -> Vec<ParamHeader> {
             path.push(name.clone());
             if let Some(token) = sub.get("x-mcp-header").and_then(Value::as_str) {
                 let ty = sub.get("type").and_then(Value::as_str);
-                let token_ok =
-                    !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                let token_ok = !token.is_empty()
+                    && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
                 if token_ok && matches!(ty, Some("string" | "integer" | "boolean")) {
                     out.push(ParamHeader {
                         path: path.clone(),
@@ -375,7 +377,11 @@ pub fn param_headers(schema: &Value) -> Vec<ParamHeader> {
 /// and its argument are present together and equal (after the base64 form is decoded), or
 /// absent together. An intermediary may route on these headers, so a header the body does not
 /// back is refused rather than ignored.
-pub fn check_param_headers(declared: &[ParamHeader], arguments: &Value, headers: &http::HeaderMap) -> Result<(), Rejection> {
+pub fn check_param_headers(
+    declared: &[ParamHeader],
+    arguments: &Value,
+    headers: &http::HeaderMap,
+) -> Result<(), Rejection> {
     let mismatch = |h: &ParamHeader, why: &str| {
         Rejection::new(HEADER_MISMATCH, format!("the {} header {why} the argument `{}`", h.header, h.path.join(".")))
     };
@@ -443,7 +449,10 @@ mod tests {
     #[test]
     fn the_era_is_chosen_by_the_version_header() {
         assert!(is_stateless(&headers(&[("mcp-protocol-version", "2026-07-28")]), Some("tools/list")));
-        assert!(is_stateless(&headers(&[("mcp-protocol-version", "v999")]), Some("tools/list")), "unknown: answered -32022");
+        assert!(
+            is_stateless(&headers(&[("mcp-protocol-version", "v999")]), Some("tools/list")),
+            "unknown: answered -32022"
+        );
         assert!(!is_stateless(&headers(&[("mcp-protocol-version", "2025-06-18")]), Some("tools/list")));
         assert!(!is_stateless(&headers(&[]), Some("tools/list")), "no header: the handshake era");
         assert!(is_stateless(&headers(&[("mcp-protocol-version", "2025-11-25")]), Some("server/discover")));
@@ -458,7 +467,8 @@ mod tests {
         // No _meta, or one without the required keys: -32602 (HTTP 400).
         let e = call(OK_HEADERS, json!({ "name": "echo" })).unwrap_err();
         assert_eq!((e.code, e.status()), (-32602, 400));
-        let e = call(OK_HEADERS, json!({ "name": "echo", "_meta": { META_PROTOCOL_VERSION: "2026-07-28" } })).unwrap_err();
+        let e =
+            call(OK_HEADERS, json!({ "name": "echo", "_meta": { META_PROTOCOL_VERSION: "2026-07-28" } })).unwrap_err();
         assert!(e.message.contains("clientCapabilities"), "{e:?}");
         let e = classify(&headers(OK_HEADERS), "tools/call", None).unwrap_err();
         assert_eq!(e.code, -32602);
@@ -471,11 +481,22 @@ mod tests {
         for (h, what) in [
             (&[("mcp-method", "tools/call"), ("mcp-name", "echo")][..], "no version header"),
             (&[("mcp-protocol-version", "2026-07-28"), ("mcp-name", "echo")][..], "no Mcp-Method"),
-            (&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list"), ("mcp-name", "echo")][..], "method"),
-            (&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call")][..], "no Mcp-Name"),
-            (&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "other")][..], "name"),
             (
-                &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-method", "tools/call"), ("mcp-name", "echo")][..],
+                &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list"), ("mcp-name", "echo")][..],
+                "method",
+            ),
+            (&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call")][..], "no Mcp-Name"),
+            (
+                &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "other")][..],
+                "name",
+            ),
+            (
+                &[
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", "echo"),
+                ][..],
                 "a routing header twice",
             ),
         ] {
@@ -483,7 +504,8 @@ mod tests {
             assert_eq!((e.code, e.status()), (HEADER_MISMATCH, 400), "{what}: {e:?}");
         }
         // The base64 form of Mcp-Name.
-        let h = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "=?base64?ZWNobw==?=")];
+        let h =
+            [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "=?base64?ZWNobw==?=")];
         assert!(call(&h, body.clone()).is_ok());
         // The version: header and body agree on one this server does not speak -> -32022 naming both.
         let h = [("mcp-protocol-version", "v9"), ("mcp-method", "server/discover")];
@@ -512,7 +534,10 @@ mod tests {
     #[test]
     fn members_are_written_into_the_result_text() {
         let r = RawJson::from_text(r#"{"content":[{"type":"text","text":"1.50"}]}"#.into()).unwrap();
-        assert_eq!(with_members(&r, COMPLETE).get(), r#"{"resultType":"complete","content":[{"type":"text","text":"1.50"}]}"#);
+        assert_eq!(
+            with_members(&r, COMPLETE).get(),
+            r#"{"resultType":"complete","content":[{"type":"text","text":"1.50"}]}"#
+        );
         let empty = RawJson::from_text("{ }".into()).unwrap();
         assert_eq!(with_members(&empty, COMPLETE).to_value(), json!({ "resultType": "complete" }));
         let own = RawJson::from_text(r#"{"resultType":"input_required"}"#.into()).unwrap();
@@ -532,7 +557,9 @@ mod tests {
         let declared = param_headers(&schema);
         let names: Vec<&str> = declared.iter().map(|d| d.header.as_str()).collect();
         assert_eq!(declared.len(), 3, "{names:?}");
-        assert!(names.contains(&"mcp-param-region") && names.contains(&"mcp-param-n") && names.contains(&"mcp-param-flag"));
+        assert!(
+            names.contains(&"mcp-param-region") && names.contains(&"mcp-param-n") && names.contains(&"mcp-param-flag")
+        );
         assert!(!names.contains(&"mcp-param-bad"), "objects cannot be headers");
         let args = json!({ "region": "eu west", "n": 42, "nested": { "flag": true } });
         let ok = headers(&[("mcp-param-region", "eu west"), ("mcp-param-n", "42.0"), ("mcp-param-flag", "true")]);
@@ -546,7 +573,11 @@ mod tests {
         assert!(e.is_ok(), "{e:?}");
         let unbacked = headers(&[("mcp-param-region", "eu")]);
         assert!(check_param_headers(&declared, &json!({}), &unbacked).unwrap_err().message.contains("without"));
-        let b64 = headers(&[("mcp-param-region", "=?base64?ZXUgd2VzdA==?="), ("mcp-param-n", "42"), ("mcp-param-flag", "true")]);
+        let b64 = headers(&[
+            ("mcp-param-region", "=?base64?ZXUgd2VzdA==?="),
+            ("mcp-param-n", "42"),
+            ("mcp-param-flag", "true"),
+        ]);
         assert!(check_param_headers(&declared, &args, &b64).is_ok());
         assert_eq!(decode_header_value("=?base64?!!?="), None);
     }

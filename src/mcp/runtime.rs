@@ -109,7 +109,7 @@ impl McpRuntime {
                 }
             }
         }
-        let cat = Arc::new(Catalogue::build(&self.apps, gw).await);
+        let cat = Arc::new(Catalogue::build(&self.apps, gw, self.state.config.mcp.list_deadline).await);
         if c.cache_enabled {
             self.catalogues.insert(gw.id.clone(), cat.clone());
         }

@@ -188,7 +188,8 @@ pub async fn post(
 /// The continuation of a call named by a `requestState`: the parked call, once the state is
 /// shown to be toolgate's own, unaltered, and bound to this caller, gateway, method and name.
 pub(crate) fn resume(mcp: &McpRuntime, state: &str, binding: &Binding) -> Result<Parked, ErrorObject> {
-    let invalid = || ErrorObject::invalid_params("requestState was not issued by this gateway for this call, or was altered");
+    let invalid =
+        || ErrorObject::invalid_params("requestState was not issued by this gateway for this call, or was altered");
     let sealed = state.strip_prefix(STATE_PREFIX).ok_or_else(invalid)?;
     let opened = mcp.state.sealer.open(sealed).map_err(|_| invalid())?;
     let state: SealedState = serde_json::from_slice(&opened).map_err(|_| invalid())?;
@@ -464,7 +465,12 @@ impl Filter {
 /// `subscriptions/listen`: the stateless revision's stream of the gateway's list changes, the
 /// counterpart of the handshake era's GET stream. The acknowledgement comes first; every message
 /// carries the request's id as its subscription id; only the kinds asked for are sent.
-async fn listen(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, req: jsonrpc::Request) -> pingora::Result<()> {
+async fn listen(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gw: &Arc<Gateway>,
+    req: jsonrpc::Request,
+) -> pingora::Result<()> {
     let filter = req.params.as_ref().and_then(|p| p.read::<ListenParams>().ok()).and_then(|p| p.notifications);
     let Some(filter) = filter else {
         let e = ErrorObject::invalid_params("subscriptions/listen needs params.notifications (the kinds to hear)");

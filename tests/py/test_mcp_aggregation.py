@@ -303,3 +303,62 @@ def test_tools_list_is_paginated_with_cursors():
     finally:
         srv.stop()
         srv.tmp.cleanup()
+
+
+# ------------------------------------------------------------------ fan-out discipline
+
+
+class HangingApp:
+    """A TCP server that accepts connections and never answers: an app that hangs."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.held: list = []
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/mcp"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def test_a_hanging_app_delays_the_others_tools_by_the_list_deadline_only():
+    """5 apps, one of which never answers: `tools/list` waits for it `mcp.list_deadline_ms`, not
+    its own timeouts (30 s to the first byte), and lists the four others' tools."""
+    import time
+
+    hang = HangingApp()
+    builtins = "".join(
+        f"  - id: t{i}\n    name: Time {i}\n    description: d\n    category: utilities\n    builtin: time\n" for i in range(4)
+    )
+    srv = start_toolgate(config(builtins + http_app("stuck", hang.url, name="Stuck"), mcp="  list_deadline_ms: 1000\n"))
+    try:
+        gw_id, key = Api(srv).create_gateway(["t0", "t1", "stuck", "t2", "t3"])
+        c = McpHttp(mcp_url(srv, gw_id), key)
+        c.initialize()
+        started = time.monotonic()
+        tools = [t["name"] for t in list_all(c, "tools/list", "tools")]
+        elapsed = time.monotonic() - started
+        assert tools == [f"t{i}__get_current_time" for i in range(4)], tools
+        assert 0.9 <= elapsed < 3.0, f"tools/list took {elapsed:.2f} s with a 1 s list deadline"
+        # The stuck app is named, with the reason, when one of its tools is called.
+        r = c.rpc("tools/call", {"name": "stuck__anything", "arguments": {}})
+        assert r["error"]["code"] == -32004 and "list_deadline_ms" in r["error"]["message"], r
+    finally:
+        srv.stop()
+        srv.tmp.cleanup()
+        hang.close()

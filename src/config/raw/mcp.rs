@@ -14,6 +14,7 @@ pub(super) struct RawMcp {
     session_retention_secs: Option<u64>,
     max_sessions_per_key: Option<usize>,
     max_sessions_per_organization: Option<usize>,
+    list_deadline_ms: Option<u64>,
 }
 
 /// Upper bounds of `mcp.session_idle_timeout_secs` and `mcp.session_retention_secs`.
@@ -42,7 +43,11 @@ impl RawMcp {
             session_retention: Duration::from_secs(m.session_retention_secs.unwrap_or(300)),
             max_sessions_per_key: m.max_sessions_per_key.unwrap_or(1000),
             max_sessions_per_org: m.max_sessions_per_organization.unwrap_or(10_000),
+            list_deadline: Duration::from_millis(m.list_deadline_ms.unwrap_or(5_000)),
         };
+        if !(1..=600_000).contains(&mcp.list_deadline.as_millis()) {
+            return Err(invalid("mcp.list_deadline_ms", "must be between 1 and 600000"));
+        }
         // The stdio permits are a semaphore, which panics at start above its maximum; zero would
         // refuse every stdio app.
         if !(1..=MAX_STDIO_PROCESSES).contains(&mcp.max_stdio_processes) {
