@@ -11,6 +11,8 @@
 #              filters, 2 threads) -> fast_upstream
 #   toolgate   wrk -> toolgate (release binary, 2 threads, production settings: filter chain, MCP
 #              session checks, request log) -> fast_upstream
+#   toolgate-stateless  the same toolgate and gateway, called as MCP 2026-07-28 (no session; the
+#              envelope in `_meta`, the routing headers), translated for the 2025-era upstream
 # then, with @modelcontextprotocol/server-everything (Streamable HTTP, Node 22) as the app:
 #   direct       wrk -> server-everything, at protocol 2025-11-25 (what toolgate negotiates upstream)
 #   direct-0618  wrk -> server-everything, at 2025-06-18 (what the benchmark's client speaks)
@@ -183,7 +185,9 @@ run() {
     watchers+=($!)
   fi
   p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"; c0="$(ctx_switches "$ppid")"
-  line="$(MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" ${PIN_REST[@]+"${PIN_REST[@]}"} wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
+  local stateless=0
+  [[ "$target" == *-stateless ]] && stateless=1
+  line="$(MCP_STATELESS="$stateless" MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" ${PIN_REST[@]+"${PIN_REST[@]}"} wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
     -s "$LUA" "$url" | grep '^RESULT')"
   p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"; c1="$(ctx_switches "$ppid")"
   for w in ${watchers[@]+"${watchers[@]}"}; do wait "$w" || true; done
@@ -337,7 +341,12 @@ SID_TG="$(mcp_init "$TG_URL" "$GW_KEY")"
 check_call "$DIRECT_URL" "$SID_DIRECT"
 check_call "$PLAIN_URL" "$SID_PLAIN"
 check_call "$TG_URL" "$SID_TG" "$GW_KEY"
-TARGETS="direct plain toolgate"
+stateless_out="$(curl -sS -X POST "$TG_URL" -H "X-API-Key: $GW_KEY" -H 'MCP-Protocol-Version: 2026-07-28' \
+  -H 'Mcp-Method: tools/call' -H 'Mcp-Name: echo' -H 'Content-Type: application/json' \
+  -H 'Accept: application/json, text/event-stream' \
+  -d '{"jsonrpc":"2.0","id":"check","method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}')"
+[[ "$stateless_out" == *'Echo: hello'* ]] || { echo "load.sh: stateless tools/call did not echo: $stateless_out" >&2; exit 1; }
+TARGETS="direct plain toolgate toolgate-stateless"
 if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
   log "starting toolgate-b ($TOOLGATE_BIN_B)"
   start_toolgate toolgate-b >"$WORK/tgb.started"
@@ -359,6 +368,7 @@ run_fast() {
     direct) run fast direct "$2" "$DIRECT_URL" "$SID_DIRECT" "" "$UP_PID" "$UP_PID" "$3" ;;
     plain) run fast plain "$2" "$PLAIN_URL" "$SID_PLAIN" "" "$PLAIN_PID" "$UP_PID" "$3" ;;
     toolgate) run fast toolgate "$2" "$TG_URL" "$SID_TG" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
+    toolgate-stateless) run fast toolgate-stateless "$2" "$TG_URL" "" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
     toolgate-b) run fast toolgate-b "$2" "$TGB_URL" "$SID_TGB" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
   esac
 }
@@ -454,7 +464,7 @@ for phase in ("fast", "everything"):
     if not direct:
         continue
     d_rps, d_p50 = med(direct, "rps"), med(direct, "p50_us")
-    for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-b"):
+    for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-stateless", "toolgate-b"):
         rs = runs.get((phase, target))
         if not rs:
             continue
@@ -470,6 +480,11 @@ if plain and tg:
     print(f"toolgate / plain hop throughput: {med(tg, 'rps') / med(plain, 'rps'):.3f}")
     print(f"p50 added by toolgate over the plain hop: {(med(tg, 'p50_us') - med(plain, 'p50_us')) / 1000:+.3f} ms")
     print(f"p99 added by toolgate over the plain hop: {(med(tg, 'p99_us') - med(plain, 'p99_us')) / 1000:+.3f} ms")
+tgs = runs.get(("fast", "toolgate-stateless"))
+if tg and tgs:
+    print(f"stateless (2026-07-28) / session (2025) calls through toolgate: throughput "
+          f"{med(tgs, 'rps') / med(tg, 'rps'):.3f}, CPU per call {cpu_us(tgs, 'proxy_ticks'):.1f} / "
+          f"{cpu_us(tg, 'proxy_ticks'):.1f} us")
 tgb = runs.get(("fast", "toolgate-b"))
 ev_tg, ev_tgb = runs.get(("everything", "toolgate")), runs.get(("everything", "toolgate-b"))
 if ev_tg and ev_tgb:

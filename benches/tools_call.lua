@@ -5,6 +5,8 @@
 --   MCP_API_KEY  X-API-Key (toolgate only; empty or unset for the direct and plain-hop targets)
 --   MCP_VERSION  MCP-Protocol-Version (default 2025-06-18)
 --   MCP_MESSAGE  the echoed text (default "hello")
+--   MCP_STATELESS=1  MCP 2026-07-28 instead: no session; MCP-Protocol-Version 2026-07-28, Mcp-Method
+--                and Mcp-Name headers, and the per-request `_meta` envelope in the params
 --
 -- Each request carries a fresh JSON-RPC id (thread number * 1e9 + counter): MCP forbids reusing an
 -- id within a session, and server-everything routes answers by id, so a constant id would mix up
@@ -37,6 +39,15 @@ function init(args)
    end
    local message = os.getenv("MCP_MESSAGE") or "hello"
    suffix = ',"method":"tools/call","params":{"name":"echo","arguments":{"message":"' .. message .. '"}}}'
+   if os.getenv("MCP_STATELESS") == "1" then
+      headers["Mcp-Session-Id"] = nil
+      headers["MCP-Protocol-Version"] = "2026-07-28"
+      headers["Mcp-Method"] = "tools/call"
+      headers["Mcp-Name"] = "echo"
+      suffix = ',"method":"tools/call","params":{"name":"echo","arguments":{"message":"' .. message .. '"},'
+         .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+         .. '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+   end
 end
 
 function request()

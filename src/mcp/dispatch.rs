@@ -383,10 +383,11 @@ async fn forward(
     // A stateless call: its `Mcp-Param-*` headers agree with its arguments, and a `requestState`
     // continues the call it names, whose app is given the client's answers.
     let mut resumed = None;
-    let continuation_text = params
-        .as_ref()
-        .filter(|p| p.get().contains("\"inputResponses\"") || p.get().contains("\"requestState\""))
-        .map(|p| p.get().to_string());
+    // Copied (a continuation is rare) because the params go to the app before it is used up.
+    let continuation_text = match caller {
+        Caller::Stateless { env, .. } if env.continues => params.as_ref().map(|p| p.get().to_string()),
+        _ => None,
+    };
     let continuation: Option<Continuation> = continuation_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
     if let Caller::Stateless { key_id, .. } = caller {
         if let Some(((call, _), t)) = named.as_ref().zip(tool.and_then(|(exposed, _)| catalogue.tool(exposed))) {
@@ -440,11 +441,9 @@ async fn forward(
     });
     let mut params = match named {
         Some((call, name)) => Some(call.renamed(name, caller.stateless())),
+        None if caller.stateless() => params.as_ref().map(stateless::for_handshake_app),
         None => params,
     };
-    if caller.stateless() {
-        params = params.as_ref().map(stateless::for_handshake_app);
-    }
     // The trace context goes to the app in the header and in `params._meta`; the client's
     // came in its header or, as MCP's convention also allows, in its `params._meta`.
     let call_trace = ex.ctx.trace.clone().or_else(|| params.as_ref().and_then(trace_in_meta));
@@ -631,28 +630,44 @@ impl NamedParams<'_> {
         self.others.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
-    /// The same params naming the app's own tool or prompt. A stateless call's continuation
-    /// (`inputResponses`, `requestState`) is toolgate's to read, not the app's: with
-    /// `drop_continuation` it is left out.
-    fn renamed(&self, name: &str, drop_continuation: bool) -> RawJson {
-        struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)]);
+    /// The same params naming the app's own tool or prompt. For a stateless caller
+    /// (`for_handshake_app`), as a handshake-era app takes them: without the continuation
+    /// (`inputResponses`, `requestState`), which is toolgate's, and with `_meta` translated
+    /// (`stateless::translate_meta`); the other members are copied as their text.
+    fn renamed(&self, name: &str, for_handshake_app: bool) -> RawJson {
+        struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)], Option<&'a Value>);
         impl serde::Serialize for Renamed<'_> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 use serde::ser::SerializeMap;
-                let mut m = s.serialize_map(Some(1 + self.1.len()))?;
+                let mut m = s.serialize_map(None)?;
                 m.serialize_entry("name", self.0)?;
                 for (k, v) in self.1 {
                     m.serialize_entry(k, v)?;
                 }
+                if let Some(meta) = self.2 {
+                    m.serialize_entry("_meta", meta)?;
+                }
                 m.end()
             }
         }
-        if drop_continuation && self.others.iter().any(|(k, _)| k == "inputResponses" || k == "requestState") {
-            let kept: Vec<_> =
-                self.others.iter().filter(|(k, _)| k != "inputResponses" && k != "requestState").cloned().collect();
-            return RawJson::from_value(&Renamed(name, &kept));
+        if !for_handshake_app {
+            return RawJson::from_value(&Renamed(name, &self.others, None));
         }
-        RawJson::from_value(&Renamed(name, &self.others))
+        let mut meta = None;
+        let kept: Vec<_> = self
+            .others
+            .iter()
+            .filter(|(k, v)| match k.as_ref() {
+                "inputResponses" | "requestState" => false,
+                "_meta" => {
+                    meta = serde_json::from_str(v.get()).ok().and_then(stateless::translate_meta);
+                    false
+                }
+                _ => true,
+            })
+            .cloned()
+            .collect();
+        RawJson::from_value(&Renamed(name, &kept, meta.as_ref()))
     }
 }
 

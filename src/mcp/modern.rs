@@ -86,6 +86,9 @@ pub struct Envelope {
     /// `_meta["io.modelcontextprotocol/logLevel"]` was set: the client wants the app's log
     /// messages on the response stream (without it, none are sent).
     pub wants_logs: bool,
+    /// The request carries `requestState` or `inputResponses`: it continues, or answers ahead,
+    /// an input-required exchange.
+    pub continues: bool,
 }
 
 /// A request refused by the envelope or header checks, as a JSON-RPC error.
@@ -114,6 +117,10 @@ struct EnvelopeParams<'a> {
     name: Option<&'a RawValue>,
     #[serde(borrow, default)]
     uri: Option<&'a RawValue>,
+    #[serde(rename = "requestState", borrow, default)]
+    request_state: Option<&'a RawValue>,
+    #[serde(rename = "inputResponses", borrow, default)]
+    input_responses: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -181,7 +188,7 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
         Some(p) => p.read::<EnvelopeParams>().map_err(|_| {
             invalid("params must be an object whose _meta is an object (name and uri, when present, strings)")
         })?,
-        None => EnvelopeParams { meta: None, name: None, uri: None },
+        None => EnvelopeParams { meta: None, name: None, uri: None, request_state: None, input_responses: None },
     };
     let Some(meta) = read.meta else {
         // A request without any envelope whose header names a version of neither era (a
@@ -244,6 +251,7 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
             roots: is_object(caps.roots),
         },
         wants_logs: meta.log_level.is_some(),
+        continues: read.request_state.is_some() || read.input_responses.is_some(),
     })
 }
 

@@ -249,17 +249,24 @@ pub(crate) fn for_handshake_app(params: &RawJson) -> RawJson {
     let Some(obj) = v.as_object_mut() else { return params.clone() };
     obj.remove("inputResponses");
     obj.remove("requestState");
-    if let Some(meta) = obj.get_mut("_meta").and_then(Value::as_object_mut) {
-        let caps = meta.remove(modern::META_CLIENT_CAPABILITIES);
-        meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
-        if let Some(caps) = caps {
-            meta.insert("toolgate.dev/clientCapabilities".into(), caps);
-        }
-        if meta.is_empty() {
-            obj.remove("_meta");
+    if let Some(meta) = obj.remove("_meta") {
+        if let Some(meta) = translate_meta(meta) {
+            obj.insert("_meta".into(), meta);
         }
     }
     RawJson::from_value(&v)
+}
+
+/// `_meta` as a handshake-era app takes it (see [`for_handshake_app`]); `None` when nothing is
+/// left of it.
+pub(crate) fn translate_meta(meta: Value) -> Option<Value> {
+    let Value::Object(mut meta) = meta else { return Some(meta) };
+    let caps = meta.remove(modern::META_CLIENT_CAPABILITIES);
+    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+    if let Some(caps) = caps {
+        meta.insert("toolgate.dev/clientCapabilities".into(), caps);
+    }
+    (!meta.is_empty()).then_some(Value::Object(meta))
 }
 
 /// What the relay of a stateless call needs besides the stream.

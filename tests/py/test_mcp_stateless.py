@@ -228,3 +228,24 @@ def test_python_sdk_default_mode_stays_stateless_across_two_kinds_of_app(tmp_pat
         finally:
             srv.stop()
             srv.tmp.cleanup()
+
+
+# ------------------------------------------------------------------ an app that closes its stream
+
+
+def test_an_app_closing_its_stream_mid_call_is_resumed_with_last_event_id(gateway_of_fixture):
+    """`test_reconnection` of the fixture closes its SSE stream before its result (SEP-1699
+    polling); toolgate resumes it with `GET` + `Last-Event-ID` and relays the result, to a
+    stateless client and to a session client alike."""
+    from mcp_helpers import McpHttp, response_message
+
+    _, key, srv, out = gateway_of_fixture
+    gw_id = gateway_of_fixture[0].rsplit("/gateway/", 1)[1].split("/")[0]
+    url = mcp_url(srv, gw_id)
+    r = stateless_post(url, key, "tools/call", {"name": "test_reconnection", "arguments": {}, "_meta": META})
+    assert r.status_code == 200 and "Reconnection test completed" in r.text, r.text
+    c = McpHttp(url, key)
+    c.initialize()
+    r = c.request("tools/call", {"name": "test_reconnection", "arguments": {}})
+    msg = response_message(r)
+    assert "Reconnection test completed" in json.dumps(msg), msg

@@ -334,14 +334,20 @@ impl Inner {
         self.session.load().as_ref().is_some_and(|cur| Arc::ptr_eq(cur, session))
     }
 
-    /// `GET` on the session: the stream of server-initiated messages, or why there is none.
-    async fn open_stream(&self, session: &Session) -> Result<Opened, UpstreamError> {
+    /// `GET` on the session: the stream of server-initiated messages, or why there is none. With
+    /// `last_event_id`, the resumption of a call's stream the app closed before its response.
+    async fn open_stream(&self, session: &Session, last_event_id: Option<&str>) -> Result<Opened, UpstreamError> {
         let mut headers = credential_headers(&self.headers);
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let resume: Vec<(HeaderName, HeaderValue)> = last_event_id
+            .and_then(|id| HeaderValue::from_str(id).ok())
+            .map(|v| (HeaderName::from_static("last-event-id"), v))
+            .into_iter()
+            .collect();
         let out = Outgoing {
             base: &headers,
             session: [session.id.as_ref().map(|id| (&SESSION_ID, id)), Some((&PROTOCOL_VERSION, &session.version))],
-            extra: &[],
+            extra: &resume,
             body: Bytes::new(),
         };
         let limit = Instant::now() + self.timeouts.first_byte();
@@ -479,7 +485,7 @@ async fn listen(inner: Weak<Inner>, session: Weak<Session>) {
             if !inner.is_current(&session) {
                 return;
             }
-            match inner.open_stream(&session).await {
+            match inner.open_stream(&session, None).await {
                 Ok(Opened::Stream(resp)) => Some((resp, inner.notices.clone(), inner.app_id.clone())),
                 Ok(Opened::Refused(status)) => {
                     tracing::debug!(app = %inner.app_id, %status, "upstream offers no GET stream on this session");
@@ -629,7 +635,13 @@ pub(crate) struct HttpSource {
     queue: VecDeque<Message>,
     cancel: Option<CancelGuard>,
     notices: NoticeReporter,
+    /// Times the app's closed stream was resumed with `Last-Event-ID` in this call.
+    resumed: u32,
 }
+
+/// How often one call's stream is resumed after the app closed it before the response (MCP
+/// 2025-11-25 lets a server close a stream and have the client poll with `Last-Event-ID`).
+const MAX_RESUMES: u32 = 16;
 
 impl HttpSource {
     fn from_response(
@@ -660,7 +672,7 @@ impl HttpSource {
                 )))
             }
         };
-        Ok(Self { body, our_id, queue: VecDeque::new(), cancel, notices })
+        Ok(Self { body, our_id, queue: VecDeque::new(), cancel, notices, resumed: 0 })
     }
 
     pub(crate) fn complete(&mut self) {
@@ -708,6 +720,29 @@ impl HttpSource {
                     push_messages(&mut self.queue, &bytes)?;
                 }
                 Body::Sse { body, parser } => {
+                    // The app closed the call's stream before its response: resume it.
+                    if body.is_none() {
+                        let last_id = parser.last_event_id().map(str::to_owned);
+                        let retry = parser.retry();
+                        let (Some(last_id), Some(guard)) = (last_id, self.cancel.as_ref()) else {
+                            return Err(UpstreamError::Closed);
+                        };
+                        if self.resumed >= MAX_RESUMES {
+                            return Err(UpstreamError::Closed);
+                        }
+                        self.resumed += 1;
+                        // The server's `retry:` hint, within reason (the call's deadline still holds).
+                        tokio::time::sleep(retry.unwrap_or(Duration::ZERO).min(Duration::from_secs(5))).await;
+                        match guard.inner.open_stream(&guard.session, Some(&last_id)).await? {
+                            Opened::Stream(resp) => {
+                                *body = Some(resp);
+                                parser.reset_keeping_id();
+                            }
+                            Opened::Refused(status) => {
+                                return Err(UpstreamError::Http { status: status.as_u16(), body: String::new() })
+                            }
+                        }
+                    }
                     let Some(stream) = body else { return Err(UpstreamError::Closed) };
                     let mut events = Vec::new();
                     match stream.next_into(|piece| parser.feed(piece, &mut events)).await {
@@ -715,6 +750,8 @@ impl HttpSource {
                         Ok(false) => {
                             *body = None;
                             parser.finish(&mut events);
+                            // Closed before the response: resumed on the next turn, once the
+                            // events read so far are delivered.
                         }
                         Err(e) => {
                             *body = None;
@@ -771,6 +808,8 @@ pub struct SseParser {
     last_id: Option<String>,
     /// The previous chunk ended in CR: a LF at the start of the next one belongs to it.
     pending_cr: bool,
+    /// The last `retry:` (reconnection time, ms).
+    retry_ms: Option<u64>,
 }
 
 impl SseParser {
@@ -824,6 +863,19 @@ impl SseParser {
         self.last_id.as_deref()
     }
 
+    /// The reconnection time the server asked for (`retry:`).
+    pub fn retry(&self) -> Option<Duration> {
+        self.retry_ms.map(Duration::from_millis)
+    }
+
+    /// A new stream continues an old one: its event id carries over (until the new one sends its
+    /// own), the rest starts afresh.
+    pub fn reset_keeping_id(&mut self) {
+        let last_id = self.last_id.take();
+        let retry_ms = self.retry_ms;
+        *self = SseParser { last_id, retry_ms, ..SseParser::default() };
+    }
+
     fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), UpstreamError> {
         if line.is_empty() {
             self.dispatch(out);
@@ -852,7 +904,12 @@ impl SseParser {
             }
             b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
             b"id" if !value.contains(&0) => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),
-            _ => {} // retry:, unknown fields
+            b"retry" => {
+                if let Some(ms) = std::str::from_utf8(value).ok().and_then(|v| v.parse::<u64>().ok()) {
+                    self.retry_ms = Some(ms);
+                }
+            }
+            _ => {} // unknown fields
         }
         Ok(())
     }
