@@ -185,6 +185,8 @@ impl pingora::services::background::BackgroundService for Flusher {
             // task of their own (one durable write each), so flushes never wait for them.
             if last_session_sweep.elapsed() >= session_sweep {
                 self.server.mcp.sessions.sweep();
+                // Call streams ended longer ago than a client may take to resume them.
+                self.server.mcp.call_streams.sweep();
                 if self.server.mcp.sessions.claim_deletion() {
                     let server = self.server.clone();
                     tokio::spawn(async move { server.mcp.sessions.delete_removed().await });

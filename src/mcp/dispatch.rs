@@ -8,6 +8,7 @@ use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::protocol::{self, RpcCode, SESSION_COOKIE};
+use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
@@ -464,11 +465,35 @@ async fn forward(
         (span_id, SystemTime::now())
     });
     let decorate = if req.method == "resources/read" { modern::READ_HINTS } else { modern::COMPLETE };
+    let mut early: Option<(Arc<CallStream>, bool)> = None;
     let (reply, carried) = match resumed {
         Some((parked, unanswered)) => {
             (Ok(UpstreamReply::Stream(parked.stream)), Some((unanswered, parked.keys_issued)))
         }
-        None => (mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx).await, None),
+        None => {
+            let call = mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx);
+            match caller {
+                // A session client that takes SSE gets a resumable stream (a priming event with
+                // an id) once the app takes longer than EARLY_STREAM, so a long call survives a
+                // dropped connection; quick answers stay plain JSON.
+                Caller::Session(mcp_id) if acc.sse => {
+                    tokio::pin!(call);
+                    let reply = tokio::select! {
+                        r = &mut call => r,
+                        _ = tokio::time::sleep(EARLY_STREAM) => {
+                            if let Some(rs) = mcp.call_streams.open(mcp_id) {
+                                ex.start_sse().await?;
+                                let connected = ex.write(Some(rs.priming()), false).await.is_ok();
+                                early = Some((rs, connected));
+                            }
+                            call.await
+                        }
+                    };
+                    (reply, None)
+                }
+                _ => (call.await, None),
+            }
+        }
     };
     // Once per call, whichever way its answer came: the operation metrics and the log entry.
     let mut finished = false;
@@ -514,7 +539,10 @@ async fn forward(
     match reply {
         Ok(UpstreamReply::Response(r)) => {
             log(&r.outcome, 200);
-            respond(ex, caller, r.with_id(req.id), decorate).await
+            match early {
+                Some((rs, connected)) => finish_early(ex, &rs, connected, r.with_id(req.id)).await,
+                None => respond(ex, caller, r.with_id(req.id), decorate).await,
+            }
         }
         Ok(UpstreamReply::Stream(stream)) if caller.stateless() => {
             let Caller::Stateless { env, key_id } = caller else { unreachable!("checked by the guard") };
@@ -563,7 +591,21 @@ async fn forward(
                 log(&r.outcome, 200);
                 return reply::json(ex, r.with_id(req.id)).await;
             }
-            ex.start_sse().await?;
+            // Resumable (event ids, a priming event, a buffer): a client whose connection drops
+            // comes back with `Last-Event-ID` (`transport::get_stream`), and the call goes on
+            // meanwhile, since a dropped connection is not a cancellation.
+            let (resumable, mut connected) = match early.take() {
+                Some((rs, connected)) => (Some(rs), connected),
+                None => {
+                    let resumable = mcp.call_streams.open(mcp_id);
+                    ex.start_sse().await?;
+                    let connected = match &resumable {
+                        Some(rs) => ex.write(Some(rs.priming()), false).await.is_ok(),
+                        None => true,
+                    };
+                    (resumable, connected)
+                }
+            };
             while let Some(item) = stream.next().await {
                 let msg = match item {
                     Ok(m) => m,
@@ -579,24 +621,42 @@ async fn forward(
                     mcp.remember_relayed(mcp_id, &r.id, app_id, &gw.org_id);
                 }
                 let done = matches!(msg, Message::Response(_));
-                let event = sse_event(&msg.to_bytes());
+                let bytes = msg.to_bytes();
+                let event = match &resumable {
+                    Some(rs) => {
+                        let event = rs.push(&bytes);
+                        if done {
+                            rs.finish();
+                        }
+                        event
+                    }
+                    None => sse_event(&bytes),
+                };
                 // The response is the last event: it leaves with the end of the stream, in one
                 // write and one wake-up of the client instead of two.
-                let sent = ex.write(Some(event), done).await;
+                if connected {
+                    connected = ex.write(Some(event), done).await.is_ok();
+                }
                 if let Message::Response(r) = &msg {
                     log(&r.outcome, 200);
                 }
-                if sent.is_err() {
-                    // The client went away; dropping the stream cancels the call upstream.
+                if !connected && resumable.is_none() {
+                    // The client went away and cannot resume: dropping the stream cancels the
+                    // call upstream.
                     break;
                 }
                 if done {
                     return Ok(());
                 }
             }
+            if let Some(rs) = &resumable {
+                rs.finish();
+            }
             // Logged when the response went by; a stream that ended without one is an error.
             log(&Err(ErrorObject::internal("stream ended without a response")), 200);
-            ex.write(None, true).await?;
+            if connected {
+                ex.write(None, true).await?;
+            }
             Ok(())
         }
         Err(e) => {
@@ -613,9 +673,26 @@ async fn forward(
                 other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
             };
             log(&r.outcome, 502);
-            respond(ex, caller, r, "").await
+            match early {
+                Some((rs, connected)) => finish_early(ex, &rs, connected, r).await,
+                None => respond(ex, caller, r, "").await,
+            }
         }
     }
+}
+
+/// How long a session client that takes SSE waits for a plain JSON answer before its answer
+/// becomes a resumable stream.
+const EARLY_STREAM: Duration = Duration::from_millis(250);
+
+/// The answer of a call whose resumable stream started before the app answered: its last event.
+async fn finish_early(ex: &mut Exchange<'_>, rs: &CallStream, connected: bool, r: Response) -> pingora::Result<()> {
+    let event = rs.push(&Message::Response(r).to_bytes());
+    rs.finish();
+    if connected {
+        ex.write(Some(event), true).await?;
+    }
+    Ok(())
 }
 
 /// The params of a `tools/call` or `prompts/get`, read without building a tree: `name`, and every

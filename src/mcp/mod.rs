@@ -17,6 +17,7 @@ pub mod modern;
 pub mod protocol;
 pub mod quota;
 pub mod relay;
+pub mod replay;
 pub mod reply;
 pub mod runtime;
 pub mod sessions;

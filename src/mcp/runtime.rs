@@ -8,6 +8,7 @@ use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc;
 use crate::mcp::quota::MinuteQuota;
+use crate::mcp::replay::CallStreams;
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::stateless::ParkedCalls;
 use crate::mcp::subscriptions::Subscriptions;
@@ -45,6 +46,8 @@ pub struct McpRuntime {
     pub(super) relayed: DashMap<(String, String), (String, String)>,
     /// Stateless calls whose app asked the client something, until the client answers.
     pub parked: ParkedCalls,
+    /// Handshake-era call streams a client may resume with `Last-Event-ID`.
+    pub call_streams: CallStreams,
 }
 
 impl McpRuntime {
@@ -79,6 +82,7 @@ impl McpRuntime {
             subscriptions: Subscriptions::default(),
             relayed: DashMap::new(),
             parked: ParkedCalls::default(),
+            call_streams: CallStreams::default(),
         })
     }
 

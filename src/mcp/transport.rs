@@ -9,6 +9,7 @@ use crate::mcp::dispatch::{self, Accept, Caller};
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
 use crate::mcp::modern;
 use crate::mcp::protocol::{RpcCode, SESSION_COOKIE, VERSIONS};
+use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::stateless;
@@ -259,6 +260,15 @@ async fn get_stream(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, 
         return refuse(ex, &Id::NULL, r).await;
     }
     let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &Id::NULL).await? else { return Ok(()) };
+    // The resumption of one of this session's call streams; any other id (unknown, expired,
+    // another session's, or whose events are no longer all buffered) opens the listening stream.
+    if let Some(last) = ex.header("last-event-id") {
+        let found =
+            mcp.call_streams.find(last).filter(|(cs, seq)| cs.session_id() == mcp_id && cs.after(*seq).is_some());
+        if let Some((cs, seq)) = found {
+            return resume_call_stream(ex, &cs, seq).await;
+        }
+    }
     let Some(mut closed) = mcp.sessions.closed(&mcp_id) else { return Ok(()) };
     let mut rx = mcp.subscribe(&gw.id);
     ex.start_sse().await?;
@@ -289,6 +299,35 @@ async fn get_stream(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, 
     }
     ex.write(None, true).await.ok();
     Ok(())
+}
+
+/// Replays a call stream's events after `seen`, then the rest live, and ends with the stream.
+async fn resume_call_stream(ex: &mut Exchange<'_>, cs: &CallStream, mut seen: u64) -> pingora::Result<()> {
+    ex.start_sse().await?;
+    loop {
+        let Some((events, ended)) = cs.after(seen) else {
+            // Fell out of the buffer while the client was away: end; the client calls again.
+            return ex.write(None, true).await;
+        };
+        for (seq, event) in events {
+            if ex.write(Some(event), false).await.is_err() {
+                return Ok(());
+            }
+            seen = seq;
+        }
+        if ended {
+            return ex.write(None, true).await;
+        }
+        tokio::select! {
+            _ = cs.changed(seen) => {}
+            _ = tokio::time::sleep(KEEPALIVE) => {
+                if ex.write(Some(Bytes::from_static(b": keepalive\n\n")), false).await.is_err() {
+                    return Ok(());
+                }
+            }
+            gone = ex.client_gone() => if gone.is_err() { return Ok(()) },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -249,3 +249,81 @@ def test_an_app_closing_its_stream_mid_call_is_resumed_with_last_event_id(gatewa
     r = c.request("tools/call", {"name": "test_reconnection", "arguments": {}})
     msg = response_message(r)
     assert "Reconnection test completed" in json.dumps(msg), msg
+
+
+# ------------------------------------------------------------------ resumable call streams (2025-11-25)
+
+
+def sse_events(text: str) -> list[dict]:
+    """Server-sent events as {id, data} (the `retry:` hint as `retry`)."""
+    out = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        ev: dict = {}
+        for line in block.split("\n"):
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field in ("id", "data", "retry", "event"):
+                ev[field] = ev.get(field, "") + value if field == "data" else value
+        if ev:
+            out.append(ev)
+    return out
+
+
+def test_a_session_client_resumes_a_dropped_call_stream_with_last_event_id(gateway_of_fixture):
+    """The call's SSE answer opens with a priming event (id, retry, no data); every event has an
+    id; a client that drops after the first progress event gets the rest, the result included,
+    on `GET` with `Last-Event-ID`, and the call was not cancelled meanwhile."""
+    from mcp_helpers import McpHttp
+
+    _, key, srv, _ = gateway_of_fixture
+    gw_id = gateway_of_fixture[0].rsplit("/gateway/", 1)[1].split("/")[0]
+    url = mcp_url(srv, gw_id)
+    c = McpHttp(url, key)
+    c.initialize()
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": "p1"}}}
+    seen = ""
+    with httpx2.stream("POST", url, json=body, headers=c.headers(), timeout=30) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.headers
+        for chunk in r.iter_text():
+            seen += chunk
+            events = sse_events(seen)
+            if any("progress" in e.get("data", "") for e in events):
+                break  # drop the connection mid-call
+    events = sse_events(seen)
+    assert events[0].get("data", "") == "" and events[0].get("retry") == "1000" and events[0].get("id"), events[0]
+    progress = [e for e in events if "progress" in e.get("data", "")]
+    assert progress and all(e.get("id") for e in progress), events
+    last = progress[-1]["id"]
+    h = c.headers(**{"Accept": "text/event-stream", "Last-Event-ID": last})
+    h.pop("Content-Type", None)
+    r = httpx2.get(url, headers=h, timeout=30)
+    assert r.status_code == 200, r.text
+    rest = sse_events(r.text)
+    assert all(e["id"] != last for e in rest), "an event the client had is sent again"
+    results = [json.loads(e["data"]) for e in rest if e.get("data") and '"result"' in e["data"]]
+    assert len(results) == 1 and results[0]["id"] == 7, rest
+    # An id of nothing this session knows opens the listening stream instead (no replay); it is
+    # left open, so only its first bytes are read.
+    h["Last-Event-ID"] = "unknown.3"
+    with httpx2.stream("GET", url, headers=h, timeout=10) as r:
+        assert r.status_code == 200
+        first = next(r.iter_text())
+        assert "stream open" in first, first
+
+
+def test_the_suite_s_sse_polling_scenario_passes_through_toolgate(gateway_of_fixture):
+    """`server-sse-polling` (2025-11-25; pending in the suite's own requirement set) through toolgate."""
+    url, _, _, out = gateway_of_fixture
+    cli = NODE_DIR / "node_modules" / "conformance-2026" / "dist" / "index.js"
+    env = dict(os.environ, PATH=f"{node_bin().parent}:{os.environ.get('PATH', '')}")
+    d = out / "sse-polling"
+    p = subprocess.run(
+        [str(node_bin()), str(cli), "server", "--url", url, "-o", str(d), "--scenario", "server-sse-polling",
+         "--spec-version", "2025-11-25"],
+        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=300,
+    )
+    checks = [c for f in d.glob("server-*/checks.json") for c in json.loads(f.read_text())]
+    bad = [f"{c['id']}: {c.get('errorMessage')}" for c in checks if c.get("status") in ("FAILURE", "WARNING")]
+    passed = [c["id"] for c in checks if c.get("status") == "SUCCESS"]
+    assert checks and not bad and passed, f"{bad}\n{p.stdout[-2000:]}\n{p.stderr[-1000:]}"
