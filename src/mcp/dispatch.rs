@@ -62,7 +62,7 @@ async fn respond(
 ) -> pingora::Result<()> {
     match caller {
         Caller::Session(_) => reply::json(ex, r).await,
-        Caller::Stateless { .. } => stateless::answer(ex, stateless::finished(r, decorate), false).await,
+        Caller::Stateless { .. } => stateless::answer(ex, r, decorate, false).await,
     }
 }
 
@@ -255,14 +255,10 @@ pub(super) async fn request(
     metrics::mcp_server_operation(&req.method, None, error, &gw.id, started.elapsed());
     if caller.stateless() {
         let r = match outcome {
-            Ok(result) => {
-                let hints = modern::list_hints(gw);
-                let result = modern::with_members(&RawJson::from_value(&result), &hints);
-                Response { id: req.id, outcome: Ok(result) }
-            }
+            Ok(result) => Response { id: req.id, outcome: Ok(RawJson::from_value(&result)) },
             Err(e) => Response::error(req.id, e),
         };
-        return stateless::answer(ex, r, false).await;
+        return stateless::answer(ex, r, &modern::list_hints(gw), false).await;
     }
     let body = match outcome {
         Ok(result) => jsonrpc::response_bytes(&req.id, &result),
@@ -712,7 +708,7 @@ impl NamedParams<'_> {
     /// (`inputResponses`, `requestState`), which is toolgate's, and with `_meta` translated
     /// (`stateless::translate_meta`); the other members are copied as their text.
     fn renamed(&self, name: &str, for_handshake_app: bool) -> RawJson {
-        struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)], Option<&'a Value>);
+        struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)], Option<&'a RawJson>);
         impl serde::Serialize for Renamed<'_> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 use serde::ser::SerializeMap;
@@ -737,7 +733,7 @@ impl NamedParams<'_> {
             .filter(|(k, v)| match k.as_ref() {
                 "inputResponses" | "requestState" => false,
                 "_meta" => {
-                    meta = serde_json::from_str(v.get()).ok().and_then(stateless::translate_meta);
+                    meta = stateless::translate_meta_text(v);
                     false
                 }
                 _ => true,

@@ -645,6 +645,28 @@ fn write_response<T: Serialize + ?Sized>(mut out: Vec<u8>, id: &Id, result: &T) 
     out
 }
 
+/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` with `members` (object members' text) written
+/// first into RESULT when it is an object without a `resultType` of its own
+/// (an app of the stateless revision writes its own), without building the result anew.
+pub fn response_bytes_with_members(id: &Id, result: &RawJson, members: &str) -> Vec<u8> {
+    let text = result.get();
+    let Some(rest) = text.strip_prefix('{').filter(|_| !text.contains("\"resultType\"")) else {
+        return response_bytes(id, result);
+    };
+    let mut out = Vec::with_capacity(48 + text.len() + members.len());
+    out.extend_from_slice(RESPONSE_HEAD);
+    put(&mut out, id);
+    out.extend_from_slice(RESULT_KEY);
+    out.push(b'{');
+    out.extend_from_slice(members.as_bytes());
+    if !rest.trim_start().starts_with('}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(rest.as_bytes());
+    out.push(b'}');
+    out
+}
+
 /// The length of a value's JSON text, measured without writing it anywhere.
 fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
     struct Count(usize);

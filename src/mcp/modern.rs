@@ -305,30 +305,7 @@ pub fn server_info(gw: &Gateway) -> Value {
     json!({ "name": "toolgate", "title": format!("toolgate: {}", gw.name), "version": env!("CARGO_PKG_VERSION") })
 }
 
-/// `result` with `members` (JSON object members, e.g. `"resultType":"complete"`) added in front,
-/// written into its text without parsing it: a relayed result is copied once, as in the
-/// handshake era. A result that is not an object, or already has a `resultType` (an app of
-/// this revision), is returned unchanged.
-pub fn with_members(result: &RawJson, members: &str) -> RawJson {
-    let text = result.get();
-    let Some(rest) = text.strip_prefix('{') else { return result.clone() };
-    if text.contains("\"resultType\"") {
-        return result.clone();
-    }
-    let body = if rest.trim_start().starts_with('}') {
-        format!("{{{members}}}")
-    } else {
-        let mut s = String::with_capacity(text.len() + members.len() + 2);
-        s.push('{');
-        s.push_str(members);
-        s.push(',');
-        s.push_str(rest);
-        s
-    };
-    RawJson::from_text(body).unwrap_or_else(|| result.clone())
-}
-
-/// The result members of a complete answer.
+/// The result members of a complete answer (written in by `jsonrpc::response_bytes_with_members`).
 pub const COMPLETE: &str = r#""resultType":"complete""#;
 
 /// The caching hints of a list: how long it may be kept (the gateway's catalogue TTL, 0 when the
@@ -541,17 +518,29 @@ mod tests {
 
     #[test]
     fn members_are_written_into_the_result_text() {
-        let r = RawJson::from_text(r#"{"content":[{"type":"text","text":"1.50"}]}"#.into()).unwrap();
-        assert_eq!(
-            with_members(&r, COMPLETE).get(),
-            r#"{"resultType":"complete","content":[{"type":"text","text":"1.50"}]}"#
+        use crate::mcp::jsonrpc::{response_bytes_with_members, Id};
+        let answer = |text: &str| {
+            let r = RawJson::from_text(text.into()).unwrap();
+            let bytes = response_bytes_with_members(&Id::from(1u64), &r, COMPLETE);
+            serde_json::from_slice::<Value>(&bytes).unwrap()["result"].clone()
+        };
+        let out = response_bytes_with_members(
+            &Id::from(1u64),
+            &RawJson::from_text(r#"{"content":[{"type":"text","text":"1.50"}]}"#.into()).unwrap(),
+            COMPLETE,
         );
-        let empty = RawJson::from_text("{ }".into()).unwrap();
-        assert_eq!(with_members(&empty, COMPLETE).to_value(), json!({ "resultType": "complete" }));
-        let own = RawJson::from_text(r#"{"resultType":"input_required"}"#.into()).unwrap();
-        assert_eq!(with_members(&own, COMPLETE).get(), own.get(), "an app's own resultType stays");
-        let list = RawJson::from_text("[1]".into()).unwrap();
-        assert_eq!(with_members(&list, COMPLETE).get(), "[1]");
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[{"type":"text","text":"1.50"}]}}"#,
+            "the result's text is kept as it came"
+        );
+        assert_eq!(answer("{ }"), json!({ "resultType": "complete" }));
+        assert_eq!(
+            answer(r#"{"resultType":"input_required"}"#),
+            json!({ "resultType": "input_required" }),
+            "an app's own stays"
+        );
+        assert_eq!(answer("[1]"), json!([1]));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,14 +132,18 @@ async fn reject(ex: &mut Exchange<'_>, id: &Id, r: Rejection) -> pingora::Result
 }
 
 /// Writes a stateless request's response: an error under its status, a result under 200 (or, when
-/// a stream was started for the app's progress, as its last event).
-pub(crate) async fn answer(ex: &mut Exchange<'_>, r: Response, streaming: bool) -> pingora::Result<()> {
+/// a stream was started for the app's progress, as its last event), with `decorate`'s members
+/// (`resultType`, caching hints) written into the result's text as it goes out.
+pub(crate) async fn answer(ex: &mut Exchange<'_>, r: Response, decorate: &str, streaming: bool) -> pingora::Result<()> {
+    let bytes = match &r.outcome {
+        Ok(result) if !decorate.is_empty() => jsonrpc::response_bytes_with_members(&r.id, result, decorate),
+        _ => r.to_bytes(),
+    };
     if streaming {
-        let event = sse_event(&Message::Response(r).to_bytes());
-        return ex.write(Some(event), true).await;
+        return ex.write(Some(sse_event(&bytes)), true).await;
     }
     let status = r.outcome.as_ref().err().map_or(200, |e| modern::http_status(e.code));
-    ex.respond(status, "application/json", r.to_bytes(), &[]).await
+    ex.respond(status, "application/json", bytes, &[]).await
 }
 
 /// A stateless POST whose body was read and parsed.
@@ -176,7 +181,7 @@ pub async fn post(
         "subscriptions/listen" => listen(mcp, ex, gw, req).await,
         m if modern::removed(m) => {
             let e = ErrorObject::method_not_found(m);
-            answer(ex, Response::error(req.id, e), false).await
+            answer(ex, Response::error(req.id, e), "", false).await
         }
         _ => {
             let caller = Caller::Stateless { env: &env, key_id };
@@ -269,6 +274,59 @@ pub(crate) fn translate_meta(meta: Value) -> Option<Value> {
     (!meta.is_empty()).then_some(Value::Object(meta))
 }
 
+/// [`translate_meta`] on the text of `_meta`, member by member without building a tree (the hot
+/// path of a stateless `tools/call`); `None` when nothing is left of it.
+pub(crate) fn translate_meta_text(meta: &RawValue) -> Option<RawJson> {
+    let Ok(RawObject(members)) = serde_json::from_str::<RawObject>(meta.get()) else {
+        return serde_json::from_str(meta.get()).ok().and_then(translate_meta).map(|v| RawJson::from_value(&v));
+    };
+    let kept: Vec<(Cow<str>, &RawValue)> = members
+        .into_iter()
+        .filter_map(|(k, v)| match k.as_ref() {
+            modern::META_CLIENT_CAPABILITIES => Some((Cow::Borrowed("toolgate.dev/clientCapabilities"), v)),
+            k if k.starts_with("io.modelcontextprotocol/") => None,
+            _ => Some((k, v)),
+        })
+        .collect();
+    (!kept.is_empty()).then(|| RawJson::from_value(&RawObject(kept)))
+}
+
+/// A JSON object as its members' texts, in order.
+struct RawObject<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for RawObject<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawObject<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                #[derive(Deserialize)]
+                struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+                let mut out = Vec::new();
+                while let Some(Key(k)) = map.next_key::<Key>()? {
+                    out.push((k, map.next_value()?));
+                }
+                Ok(RawObject(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for RawObject<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
 /// What the relay of a stateless call needs besides the stream.
 pub(crate) struct CallInfo<'a> {
     pub gw: &'a Gateway,
@@ -319,8 +377,7 @@ pub(crate) async fn relay(
         match msg {
             Message::Response(r) => {
                 log(&r.outcome, 200);
-                let r = finished(r.with_id(call.id.clone()), call.decorate);
-                return answer(ex, r, streaming).await;
+                return answer(ex, r.with_id(call.id.clone()), call.decorate, streaming).await;
             }
             Message::Notification(n) => {
                 let wanted = n.method == "notifications/progress"
@@ -349,7 +406,7 @@ pub(crate) async fn relay(
                     let (code, message, data) = modern::missing_capability(capability, &r.method);
                     let e = ErrorObject::new(code, message).with_data(data);
                     log(&Err(e.clone()), 400);
-                    return answer(ex, Response::error(call.id.clone(), e), streaming).await;
+                    return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
                 }
                 if !matches!(r.method.as_str(), "elicitation/create" | "sampling/createMessage" | "roots/list") {
                     let e = ErrorObject::method_not_found(&r.method);
@@ -375,7 +432,7 @@ pub(crate) async fn relay(
                             let refusal = ErrorObject::invalid_params("the client's answer was not valid");
                             mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
                             log(&Err(e.clone()), 400);
-                            return answer(ex, Response::error(call.id.clone(), e), streaming).await;
+                            return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
                         }
                     }
                 }
@@ -405,7 +462,7 @@ pub(crate) async fn relay(
     let Some(parked_id) = mcp.parked.park(parked) else {
         let e = ErrorObject::internal("too many calls are waiting for their clients' answers; try again later");
         log(&Err(e.clone()), 503);
-        return answer(ex, Response::error(call.id.clone(), e), streaming).await;
+        return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
     };
     let sealed = serde_json::to_vec(&SealedState { parked: parked_id, binding }).unwrap_or_default();
     let state = format!("{STATE_PREFIX}{}", mcp.state.sealer.seal(&sealed));
@@ -413,16 +470,7 @@ pub(crate) async fn relay(
     let result = RawJson::from_value(&result);
     let outcome = Ok(result);
     log(&outcome, 200);
-    answer(ex, Response { id: call.id.clone(), outcome }, streaming).await
-}
-
-/// A final response to a stateless client: a result gains `resultType` (and the caching hints
-/// of `decorate`).
-pub(crate) fn finished(r: Response, decorate: &str) -> Response {
-    match r.outcome {
-        Ok(result) => Response { id: r.id, outcome: Ok(modern::with_members(&result, decorate)) },
-        Err(e) => Response { id: r.id, outcome: Err(e) },
-    }
+    answer(ex, Response { id: call.id.clone(), outcome }, "", streaming).await
 }
 
 /// What a `subscriptions/listen` asks to hear.
@@ -481,7 +529,7 @@ async fn listen(
     let filter = req.params.as_ref().and_then(|p| p.read::<ListenParams>().ok()).and_then(|p| p.notifications);
     let Some(filter) = filter else {
         let e = ErrorObject::invalid_params("subscriptions/listen needs params.notifications (the kinds to hear)");
-        return answer(ex, Response::error(req.id, e), false).await;
+        return answer(ex, Response::error(req.id, e), "", false).await;
     };
     let meta = json!({ modern::META_SUBSCRIPTION_ID: req.id.to_value() });
     let notification = |method: &str, mut params: Value| {
