@@ -1,0 +1,63 @@
+"""An MCP app of the stateless revision (2026-07-28) for `test_mcp_stateless.py`: the official
+Python SDK's `MCPServer` under uvicorn, on a port the OS picks. Its Streamable HTTP endpoint
+answers `server/discover`, so toolgate speaks 2026-07-28 to it.
+
+`ask_name` asks the client for its name the 2026-07-28 way: it returns an input-required result
+with an elicitation and its own `requestState`, and completes when called again with the answer
+and that state unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
+
+server = MCPServer("stateless-app")
+
+STATE = "app-state:round-1"
+
+
+@server.tool()
+def greet(name: str) -> str:
+    """Greets `name`."""
+    return f"Hello, {name}! (from a 2026-07-28 app)"
+
+
+@server.tool()
+def ask_name(ctx: Context) -> str | InputRequiredResult:
+    """Asks the client for a name, then greets it."""
+    answer = (ctx.input_responses or {}).get("who")
+    if answer is not None and ctx.request_state == STATE:
+        content = answer.content if hasattr(answer, "content") else answer.get("content")
+        return f"Hello, {(content or {}).get('name')}! (state {ctx.request_state})"
+    ask = ElicitRequest(
+        params=ElicitRequestFormParams(
+            message="What is your name?",
+            requested_schema={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        )
+    )
+    return InputRequiredResult(input_requests={"who": ask}, request_state=STATE)
+
+
+@server.tool()
+def envelope(ctx: Context) -> str:
+    """The protocol version this call came with."""
+    return json.dumps({"protocol_version": ctx.protocol_version})
+
+
+def main() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+if __name__ == "__main__":
+    main()
