@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use std::borrow::Cow;
 
 /// Stateless revisions toolgate serves, newest first.
-pub const VERSIONS: &[&str] = &["2026-07-28"];
+pub const VERSIONS: &[&str] = &[protocol::STATELESS];
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -176,6 +176,17 @@ pub fn decode_header_value(v: &str) -> Option<Cow<'_, str>> {
         return None;
     }
     String::from_utf8(bytes).ok().map(Cow::Owned)
+}
+
+/// A value as a header carries it: verbatim when it is printable ASCII without edge spaces, else
+/// the `=?base64?...?=` form ([`decode_header_value`] reads both).
+pub fn encode_header_value(v: &str) -> Cow<'_, str> {
+    let plain = v.bytes().all(|b| (0x20..0x7f).contains(&b)) && v.trim() == v && !v.starts_with("=?base64?");
+    if plain {
+        Cow::Borrowed(v)
+    } else {
+        Cow::Owned(format!("=?base64?{}?=", B64.encode(v)))
+    }
 }
 
 /// The envelope and header checks of a stateless request, in the specification's order (as the
@@ -577,5 +588,8 @@ mod tests {
         ]);
         assert!(check_param_headers(&declared, &args, &b64).is_ok());
         assert_eq!(decode_header_value("=?base64?!!?="), None);
+        for v in ["plain-name", " edge", "naïve", "=?base64?x?="] {
+            assert_eq!(decode_header_value(&encode_header_value(v)).as_deref(), Some(v), "{v}");
+        }
     }
 }

@@ -327,3 +327,72 @@ def test_the_suite_s_sse_polling_scenario_passes_through_toolgate(gateway_of_fix
     bad = [f"{c['id']}: {c.get('errorMessage')}" for c in checks if c.get("status") in ("FAILURE", "WARNING")]
     passed = [c["id"] for c in checks if c.get("status") == "SUCCESS"]
     assert checks and not bad and passed, f"{bad}\n{p.stdout[-2000:]}\n{p.stderr[-1000:]}"
+
+
+# ------------------------------------------------------------------ an app of the stateless revision
+
+
+@pytest.fixture(scope="module")
+def stateless_app(tmp_path_factory):
+    """A 2026-07-28 app (`stateless_app.py`, the Python SDK) behind a gateway: (toolgate, gateway id, key)."""
+    from mcp_helpers import VENV, wait_for_port
+
+    log = tmp_path_factory.mktemp("stateless-app") / "app.log"
+    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / "stateless_app.py")],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        addr = wait_for_port(proc, "stateless_app.py")
+        srv = start_toolgate(config(http_app("modern", f"http://{addr}/mcp", name="Modern")))
+        try:
+            gw_id, key = Api(srv).create_gateway(["modern"])
+            yield srv, gw_id, key
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_stateless_client_reaches_a_stateless_app(stateless_app):
+    srv, gw_id, key = stateless_app
+    url = mcp_url(srv, gw_id)
+    r = stateless_post(url, key, "tools/call", {"name": "greet", "arguments": {"name": "Ada"}, "_meta": META})
+    assert r.status_code == 200 and "from a 2026-07-28 app" in r.text, r.text
+    # The app saw the stateless revision (no session was opened upstream).
+    r = stateless_post(url, key, "tools/call", {"name": "envelope", "arguments": {}, "_meta": META})
+    assert '\\"protocol_version\\": \\"2026-07-28\\"' in r.text, r.text
+    # The app's question comes back under the app's own key; the answer completes the call, and
+    # the app's requestState went back to it unchanged (it greets with it).
+    call = {"name": "ask_name", "arguments": {}, "_meta": META}
+    r1 = stateless_post(url, key, "tools/call", call).json()["result"]
+    assert r1["resultType"] == "input_required" and list(r1["inputRequests"]) == ["who"], r1
+    assert r1["inputRequests"]["who"]["method"] == "elicitation/create", r1
+    answer = {"who": {"action": "accept", "content": {"name": "Grace"}}}
+    r2 = stateless_post(url, key, "tools/call", {**call, "inputResponses": answer, "requestState": r1["requestState"]})
+    assert r2.status_code == 200, r2.text
+    text = r2.json()["result"]["content"][0]["text"]
+    assert text == "Hello, Grace! (state app-state:round-1)", text
+
+
+def test_a_handshake_era_client_reaches_a_stateless_app(stateless_app):
+    """The Python SDK in legacy mode: the app's input-required result reaches it as an
+    elicitation request on its stream, and its answer completes the call."""
+    import mcp_types
+
+    srv, gw_id, key = stateless_app
+    url = mcp_url(srv, gw_id)
+
+    async def elicit(context, params):
+        return mcp_types.ElicitResult(action="accept", content={"name": "Linus"})
+
+    async def scenario():
+        async with sdk_client(url, key, mode="legacy", elicitation_callback=elicit) as client:
+            assert client.session.initialize_result is not None
+            greet = await client.call_tool("greet", {"name": "Ken"})
+            asked = await client.call_tool("ask_name", {})
+            return greet, asked
+
+    greet, asked = run(scenario())
+    assert "Hello, Ken!" in greet.content[0].text, greet
+    assert asked.content[0].text == "Hello, Linus! (state app-state:round-1)", asked

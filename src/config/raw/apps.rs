@@ -106,8 +106,10 @@ impl RawApp {
             if !matches!(upstream, AppUpstream::Url(_)) {
                 return Err(invalid(f("protocol_version"), "only applies to url apps"));
             }
-            if !crate::mcp::protocol::VERSIONS.contains(&v.as_str()) {
-                let known = crate::mcp::protocol::VERSIONS.join(", ");
+            let stateless = v == crate::mcp::protocol::STATELESS;
+            if !stateless && !crate::mcp::protocol::VERSIONS.contains(&v.as_str()) {
+                let known =
+                    format!("{}, {}", crate::mcp::protocol::STATELESS, crate::mcp::protocol::VERSIONS.join(", "));
                 return Err(invalid(f("protocol_version"), format!("`{v}`: expected one of {known}")));
             }
         }

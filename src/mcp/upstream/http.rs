@@ -53,6 +53,10 @@ use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Res
 /// (bounds memory per call).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+mod stateless;
+pub(crate) use stateless::ChannelSource;
+use stateless::Era;
+
 static SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 static PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
@@ -88,6 +92,12 @@ struct Inner {
     next_id: AtomicU64,
     /// Where the app's list changes and resource updates are reported.
     notices: NoticeReporter,
+    /// The revision the app speaks: pinned by `protocol_version`, else asked once
+    /// (`server/discover`).
+    era: tokio::sync::OnceCell<Era>,
+    /// A stateless app's questions to the client (by the id toolgate gave them), waiting for
+    /// the answers.
+    waiters: dashmap::DashMap<u64, tokio::sync::oneshot::Sender<Response>>,
 }
 
 /// A Streamable HTTP upstream; cheap to clone (shared state).
@@ -145,13 +155,18 @@ impl HttpUpstream {
             }
             None => {}
         }
-        let protocol_version =
-            match settings.protocol_version.as_deref() {
-                None => LATEST_PROTOCOL_VERSION,
-                Some(v) => PROTOCOL_VERSIONS.iter().copied().find(|known| *known == v).ok_or_else(|| {
+        let (protocol_version, era) = match settings.protocol_version.as_deref() {
+            None => (LATEST_PROTOCOL_VERSION, tokio::sync::OnceCell::new()),
+            Some(crate::mcp::protocol::STATELESS) => {
+                (LATEST_PROTOCOL_VERSION, tokio::sync::OnceCell::new_with(Some(Era::Stateless)))
+            }
+            Some(v) => {
+                let known = PROTOCOL_VERSIONS.iter().copied().find(|known| *known == v).ok_or_else(|| {
                     UpstreamError::Config(format!("app {app_id}: unsupported protocol_version \"{v}\""))
-                })?,
-            };
+                })?;
+                (known, tokio::sync::OnceCell::new_with(Some(Era::Handshake)))
+            }
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 app_id: app_id.to_string(),
@@ -163,6 +178,8 @@ impl HttpUpstream {
                 init_lock: tokio::sync::Mutex::new(()),
                 next_id: AtomicU64::new(1),
                 notices,
+                era,
+                waiters: dashmap::DashMap::new(),
             }),
         })
     }
@@ -176,9 +193,13 @@ impl HttpUpstream {
         &self.inner.app_id
     }
 
-    /// Opens the session now if it is not open; returns the `initialize` result.
+    /// Opens the session now if it is not open; returns the `initialize` result (for an app of
+    /// the stateless revision, its `server/discover` result).
     pub async fn connect(&self) -> Result<Value, UpstreamError> {
         let deadline = Instant::now() + self.inner.timeouts.total();
+        if self.inner.era(deadline).await? == Era::Stateless {
+            return Ok(self.inner.discover(deadline).await?.1);
+        }
         Ok(self.inner.ensure_session(deadline).await?.init_result.clone())
     }
 
@@ -199,6 +220,9 @@ impl HttpUpstream {
     ) -> Result<UpstreamReply, UpstreamError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
+        if inner.era(deadline).await? == Era::Stateless {
+            return stateless::request(inner, method, params, ctx, deadline).await;
+        }
         let mut retried = false;
         loop {
             let session = inner.ensure_session(deadline).await?;
@@ -233,6 +257,10 @@ impl HttpUpstream {
     pub async fn notify(&self, method: &str, params: Option<RawJson>, ctx: &CallContext) -> Result<(), UpstreamError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
+        // The stateless revision has no client notifications (cancelling is closing the stream).
+        if inner.era.get() == Some(&Era::Stateless) {
+            return Ok(());
+        }
         let body = Bytes::from(jsonrpc::notification_bytes(method, params.as_ref()));
         let mut retried = false;
         loop {
@@ -257,6 +285,9 @@ impl HttpUpstream {
     /// the request it answers died with that session.
     pub async fn respond(&self, response: Response, ctx: &CallContext) -> Result<(), UpstreamError> {
         let inner = &self.inner;
+        if inner.era.get() == Some(&Era::Stateless) {
+            return stateless::answer(inner, response);
+        }
         let deadline = Instant::now() + inner.timeouts.total();
         let session = inner.ensure_session(deadline).await?;
         match inner.post(Some(&session), response.to_bytes().into(), ctx, deadline).await? {
@@ -929,6 +960,10 @@ impl SseParser {
 mod tests {
     use super::*;
 
+    /// The canned servers below speak the handshake era: pinned, so no `server/discover` is
+    /// sent first (`discovery_*` tests the probe).
+    const HANDSHAKE: &str = "2025-11-25";
+
     fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
         let mut p = SseParser::default();
         let mut out = Vec::new();
@@ -1073,7 +1108,7 @@ mod tests {
                 url,
                 headers: vec![("X-Tenant".into(), "t1".into())],
                 credential: Some(Credential::Bearer("tok".into())),
-                protocol_version: None,
+                protocol_version: Some(HANDSHAKE.into()),
                 tls_roots: None,
             },
             Timeouts::default(),
@@ -1120,7 +1155,13 @@ mod tests {
         let (url, server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
+            &HttpSettings {
+                url,
+                headers: vec![],
+                credential: None,
+                protocol_version: Some(HANDSHAKE.into()),
+                tls_roots: None,
+            },
             Timeouts::default(),
             &HttpClients::default(),
             NoticeReporter::default(),
@@ -1134,6 +1175,45 @@ mod tests {
             other => panic!("{other:?}"),
         }
         server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn discovery_finds_a_stateless_app_and_calls_it_without_a_session() {
+        let json_resp = |body: &str| http_resp("200 OK", "Content-Type: application/json\r\n", body);
+        let responses = vec![
+            json_resp(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}}}}"#,
+            ),
+            json_resp(
+                r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hi"}],"resultType":"complete"}}"#,
+            ),
+            // An error of this revision comes under a 4xx status and is still the answer.
+            http_resp(
+                "400 Bad Request",
+                "Content-Type: application/json\r\n",
+                r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"Unknown tool: nope"}}"#,
+            ),
+        ];
+        let (url, server) = canned_server(responses).await;
+        let settings = HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None };
+        let up =
+            HttpUpstream::new("t", &settings, Timeouts::default(), &HttpClients::default(), NoticeReporter::default())
+                .unwrap();
+        let call = |name: &str| RawJson::from_value(&json!({ "name": name, "arguments": {} }));
+        let ctx = CallContext { client_request_id: Id::from(7u64), headers: vec![] };
+        let r = up.request("tools/call", Some(call("echo")), &ctx).await.unwrap().into_response().await.unwrap();
+        assert_eq!(r.id, Id::from(7u64));
+        assert_eq!(r.outcome.unwrap().to_value()["content"][0]["text"], "hi");
+        let r = up.request("tools/call", Some(call("nope")), &ctx).await.unwrap().into_response().await.unwrap();
+        assert_eq!(r.outcome.unwrap_err().code, -32602);
+        let seen = server.await.unwrap();
+        assert!(seen[0].contains("server/discover") && !seen.iter().any(|r| r.contains("\"initialize\"")), "{seen:?}");
+        let call = seen[1].to_ascii_lowercase();
+        for h in ["mcp-protocol-version: 2026-07-28", "mcp-method: tools/call", "mcp-name: echo"] {
+            assert!(call.contains(h), "{h} missing: {call}");
+        }
+        assert!(seen[1].contains(r#""io.modelcontextprotocol/protocolVersion":"2026-07-28""#), "{}", seen[1]);
+        assert!(!call.contains("mcp-session-id"));
     }
 
     #[tokio::test]
@@ -1152,7 +1232,13 @@ mod tests {
         let up = super::super::Upstream::Http(
             HttpUpstream::new(
                 "t",
-                &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
+                &HttpSettings {
+                    url,
+                    headers: vec![],
+                    credential: None,
+                    protocol_version: Some(HANDSHAKE.into()),
+                    tls_roots: None,
+                },
                 Timeouts::default(),
                 &HttpClients::default(),
                 NoticeReporter::default(),
@@ -1177,7 +1263,13 @@ mod tests {
         let (url, _server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
+            &HttpSettings {
+                url,
+                headers: vec![],
+                credential: None,
+                protocol_version: Some(HANDSHAKE.into()),
+                tls_roots: None,
+            },
             Timeouts::default(),
             &HttpClients::default(),
             NoticeReporter::default(),
@@ -1194,7 +1286,7 @@ mod tests {
                 url: "http://127.0.0.1:1/mcp".into(),
                 headers: vec![],
                 credential: None,
-                protocol_version: None,
+                protocol_version: Some(HANDSHAKE.into()),
                 tls_roots: None,
             },
             Timeouts::default(),
@@ -1219,7 +1311,13 @@ mod tests {
         let t = Timeouts { connect_ms: 1000, first_byte_ms: 200, total_ms: 5000 };
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None },
+            &HttpSettings {
+                url,
+                headers: vec![],
+                credential: None,
+                protocol_version: Some(HANDSHAKE.into()),
+                tls_roots: None,
+            },
             t,
             &HttpClients::default(),
             NoticeReporter::default(),

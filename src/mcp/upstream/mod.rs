@@ -359,6 +359,8 @@ pub(crate) enum Event {
 pub(crate) enum Source {
     Http(Box<http::HttpSource>),
     Stdio(stdio::StdioSource),
+    /// A stateless app's call, made (round after round) by a task.
+    Channel(http::ChannelSource),
 }
 
 impl Source {
@@ -366,6 +368,7 @@ impl Source {
         match self {
             Source::Http(s) => s.recv().await,
             Source::Stdio(s) => s.recv().await,
+            Source::Channel(s) => s.recv().await,
         }
     }
 
@@ -374,6 +377,7 @@ impl Source {
         match self {
             Source::Http(s) => s.complete(),
             Source::Stdio(s) => s.complete(),
+            Source::Channel(_) => {}
         }
     }
 }
