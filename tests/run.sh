@@ -9,7 +9,8 @@
 #
 #   1. system packages  cmake (Pingora's zlib-ng), redis-server (Redis store tests), wrk (load bench)
 #   2. tests/node       npm ci: Node 22 (npm package `node`), MCP reference servers, TypeScript
-#                       SDK, conformance suite, exact versions in package-lock.json
+#                       SDK, the Inspector's CLI, the conformance suite (two versions), exact
+#                       versions in package-lock.json
 #   3. tests/py/.venv   pip: schemathesis, the MCP Python SDK, mcp-server-time, pytest; exact
 #                       versions in requirements.txt, reinstalled only when that file changes
 #   4. cargo build --release --workspace --locked  (Cargo.lock is the truth: a stale lock fails)

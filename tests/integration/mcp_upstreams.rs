@@ -701,6 +701,9 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
         let reqs = on(path);
         let count = |m: &str| reqs.iter().filter(|s| s.rpc_method == m).count();
         assert_eq!(count("initialize"), 1, "ONE upstream initialize for {path}: {reqs:#?}");
+        // Which revision the app speaks is asked once, unless `protocol_version` says it.
+        let probes = if path == "/plain/mcp" { 1 } else { 0 };
+        assert_eq!(count("server/discover"), probes, "{path}: {reqs:#?}");
         assert_eq!(count("notifications/initialized"), 1, "{path}: {reqs:#?}");
         assert_eq!(count("tools/call"), 10, "every call reached {path}");
         // The session's GET stream (server-initiated messages) is asked for once; this server
@@ -709,7 +712,7 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
         assert_eq!(gets, 1, "one GET stream request per session for {path}: {reqs:#?}");
         let sids: std::collections::HashSet<_> = reqs
             .iter()
-            .filter(|s| s.rpc_method != "initialize")
+            .filter(|s| s.rpc_method != "initialize" && s.rpc_method != "server/discover")
             .map(|s| s.headers.iter().find(|(k, _)| k == "mcp-session-id").map(|(_, v)| v.clone()))
             .collect();
         assert_eq!(sids.len(), 1, "every request after initialize carries the one session id ({path}): {sids:?}");

@@ -82,10 +82,17 @@ impl Inner {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let params = with_envelope(&json!({}), None);
         let body = jsonrpc::request_bytes(&Id::from(id), "server/discover", Some(&RawJson::from_value(&params)));
-        let resp = match self
-            .post_stateless(body.into(), "server/discover", None, &CallContext::default(), deadline)
-            .await
-        {
+        // On a connection of its own, closed after it: a handshake-era server may answer the
+        // probe with an error and close the connection, which must not be handed to the next call.
+        let ctx = CallContext {
+            headers: vec![(http::header::CONNECTION, HeaderValue::from_static("close"))],
+            ..CallContext::default()
+        };
+        let resp = match self.post_stateless(body.into(), "server/discover", None, &ctx, deadline).await {
+            Ok(resp) if !resp.status().is_success() => {
+                let _ = super::body_snippet(resp).await;
+                return Ok((Era::Handshake, Value::Null));
+            }
             Ok(resp) => resp,
             Err(UpstreamError::Http { .. } | UpstreamError::Protocol(_)) => return Ok((Era::Handshake, Value::Null)),
             Err(e) => return Err(e),
