@@ -396,3 +396,65 @@ def test_a_handshake_era_client_reaches_a_stateless_app(stateless_app):
     greet, asked = run(scenario())
     assert "Hello, Ken!" in greet.content[0].text, greet
     assert asked.content[0].text == "Hello, Linus! (state app-state:round-1)", asked
+
+
+# ------------------------------------------------------------------ the suite with a 2026-07-28 app
+
+
+def start_python_app(script: str, log: Path):
+    from mcp_helpers import VENV, wait_for_port
+
+    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / script)],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    return proc, wait_for_port(proc, script)
+
+
+@pytest.fixture(scope="module")
+def requirements_with_a_2026_app(tmp_path_factory):
+    """(direct results, results through toolgate) of `--requirements 2026-07-28` against
+    `conformance_2026_app.py` (a 2026-07-28 app on the Python SDK) and through a gateway on it."""
+    out = tmp_path_factory.mktemp("conformance-2026-app")
+    proc, addr = start_python_app("conformance_2026_app.py", out / "app.log")
+    try:
+        direct, _ = requirements_run(f"http://localhost:{addr.rsplit(':', 1)[1]}/mcp", out / "direct")
+        with HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
+            port = fwd.base_url.rsplit(":", 1)[1]
+            origins = f"  allowed_origins: [\"http://localhost:{port}\", \"http://127.0.0.1:{port}\"]\n"
+            cfg = config(http_app("app2026", f"http://{addr}/mcp", name="2026 app")).replace(
+                '  allowed_origins: ["http://allowed.example"]\n', origins)
+            srv = start_toolgate(cfg)
+            try:
+                gw_id, key = Api(srv).create_gateway(["app2026"])
+                fwd.target = srv.base_url.removeprefix("http://")
+                fwd.headers = {"X-API-Key": key}
+                through, _ = requirements_run(f"http://localhost:{port}/gateway/{gw_id}/mcp", out / "toolgate")
+            finally:
+                srv.stop()
+                (out / "toolgate-stderr.log").write_text(srv.stderr_text())
+                srv.tmp.cleanup()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return direct, through
+
+
+def passes(checks: list) -> bool:
+    return bool(checks) and any(c.get("status") == "SUCCESS" for c in checks) and not any(
+        c.get("status") == "FAILURE" for c in checks)
+
+
+def test_the_2026_app_passes_most_required_scenarios_directly(requirements_with_a_2026_app):
+    direct, _ = requirements_with_a_2026_app
+    passing = [s for s in required_scenarios() if passes(direct.get(s, []))]
+    assert len(passing) >= 30, f"the 2026-07-28 app passes only {passing}"
+
+
+@pytest.mark.parametrize("scenario", required_scenarios() if (NODE_DIR / "node_modules" / "conformance-2026").exists() else ["suite-missing"])
+def test_what_the_2026_app_passes_directly_passes_through_toolgate(requirements_with_a_2026_app, scenario):
+    assert scenario != "suite-missing", f"conformance suite 0.2.0-alpha.12 missing: run `npm ci` in {NODE_DIR}"
+    direct, through = requirements_with_a_2026_app
+    if not passes(direct.get(scenario, [])):
+        pytest.skip(f"{scenario} does not pass against the 2026-07-28 app directly (the SDK's server does not do it)")
+    checks = through.get(scenario, [])
+    failed = [f"{c.get('id')}: {c.get('errorMessage')}" for c in checks if c.get("status") == "FAILURE"]
+    assert passes(checks), f"{scenario} through toolgate: failed {failed}"
