@@ -46,15 +46,15 @@ META = {
 }
 
 
-def requirements_run(url: str, out_dir: Path) -> tuple[dict, str]:
-    """Runs `conformance server --requirements 2026-07-28`; returns scenario -> [checks], and the output."""
+def requirements_run(url: str, out_dir: Path, revision: str = REVISION) -> tuple[dict, str]:
+    """Runs `conformance server --requirements REVISION`; returns scenario -> [checks], and the output."""
     cli = NODE_DIR / "node_modules" / "conformance-2026" / "dist" / "index.js"
     if not cli.exists():
         raise AssertionError(f"conformance suite 0.2.0-alpha.12 missing at {cli}: run `npm ci` in {NODE_DIR}")
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PATH=f"{node_bin().parent}:{os.environ.get('PATH', '')}")
     p = subprocess.run(
-        [str(node_bin()), str(cli), "server", "--url", url, "-o", str(out_dir), "--requirements", REVISION],
+        [str(node_bin()), str(cli), "server", "--url", url, "-o", str(out_dir), "--requirements", revision],
         cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=900,
     )
     output = p.stdout + "\n--- stderr ---\n" + p.stderr
@@ -66,9 +66,12 @@ def requirements_run(url: str, out_dir: Path) -> tuple[dict, str]:
     return results, output
 
 
-def required_scenarios() -> list[str]:
-    """The server scenarios the revision requires (the suite's frozen requirement set)."""
-    text = (NODE_DIR / "node_modules" / "conformance-2026" / "requirements" / f"{REVISION}.yaml").read_text()
+def required_scenarios(revision: str = REVISION) -> list[str]:
+    """The server scenarios a revision requires (the suite's frozen requirement set)."""
+    path = NODE_DIR / "node_modules" / "conformance-2026" / "requirements" / f"{revision}.yaml"
+    if not path.exists():
+        return ["suite-missing"]
+    text = path.read_text()
     section = text.split("\nserver:\n", 1)[1].split("\n\n", 1)[0]
     return [line.strip()[2:] for line in section.splitlines() if line.strip().startswith("- ")]
 
@@ -108,7 +111,7 @@ def test_every_required_scenario_ran(requirements):
     assert not missing, f"scenarios without checks: {missing}\n{output[-3000:]}"
 
 
-@pytest.mark.parametrize("scenario", required_scenarios() if (NODE_DIR / "node_modules" / "conformance-2026").exists() else ["suite-missing"])
+@pytest.mark.parametrize("scenario", required_scenarios())
 def test_required_scenario_passes_through_toolgate(requirements, scenario):
     results, output = requirements
     assert scenario != "suite-missing", f"conformance suite 0.2.0-alpha.12 missing: run `npm ci` in {NODE_DIR}"
@@ -449,7 +452,7 @@ def test_the_2026_app_passes_most_required_scenarios_directly(requirements_with_
     assert len(passing) >= 30, f"the 2026-07-28 app passes only {passing}"
 
 
-@pytest.mark.parametrize("scenario", required_scenarios() if (NODE_DIR / "node_modules" / "conformance-2026").exists() else ["suite-missing"])
+@pytest.mark.parametrize("scenario", required_scenarios())
 def test_what_the_2026_app_passes_directly_passes_through_toolgate(requirements_with_a_2026_app, scenario):
     assert scenario != "suite-missing", f"conformance suite 0.2.0-alpha.12 missing: run `npm ci` in {NODE_DIR}"
     direct, through = requirements_with_a_2026_app
@@ -458,3 +461,58 @@ def test_what_the_2026_app_passes_directly_passes_through_toolgate(requirements_
     checks = through.get(scenario, [])
     failed = [f"{c.get('id')}: {c.get('errorMessage')}" for c in checks if c.get("status") == "FAILURE"]
     assert passes(checks), f"{scenario} through toolgate: failed {failed}"
+
+
+# ------------------------------------------------------------------ the handshake revision's set, both apps
+
+
+@pytest.fixture(scope="module")
+def requirements_2025(tmp_path_factory):
+    """`--requirements 2025-11-25` directly against each app and through a gateway on it:
+    {app: (direct, through)} for the 2025-11-25 fixture and the 2026-07-28 app (which also
+    serves the handshake era, so a handshake-era client reaches it through toolgate's
+    translation)."""
+    out = tmp_path_factory.mktemp("conformance-2025")
+    results = {}
+    proc, addr26 = start_python_app("conformance_2026_app.py", out / "app2026.log")
+    try:
+        with conformance_fixture(log_dir=out) as fx:
+            for app, url in (("fixture", fx.url), ("app2026", f"http://{addr26}/mcp")):
+                port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
+                direct, _ = requirements_run(f"http://localhost:{port}/mcp", out / app / "direct", "2025-11-25")
+                with HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
+                    fport = fwd.base_url.rsplit(":", 1)[1]
+                    origins = f"  allowed_origins: [\"http://localhost:{fport}\", \"http://127.0.0.1:{fport}\"]\n"
+                    cfg = config(http_app(app, url, name=app)).replace(
+                        '  allowed_origins: ["http://allowed.example"]\n', origins)
+                    srv = start_toolgate(cfg)
+                    try:
+                        gw_id, key = Api(srv).create_gateway([app])
+                        fwd.target = srv.base_url.removeprefix("http://")
+                        fwd.headers = {"X-API-Key": key}
+                        through, _ = requirements_run(
+                            f"http://localhost:{fport}/gateway/{gw_id}/mcp", out / app / "toolgate", "2025-11-25")
+                    finally:
+                        srv.stop()
+                        (out / f"toolgate-{app}.log").write_text(srv.stderr_text())
+                        srv.tmp.cleanup()
+                results[app] = (direct, through)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return results
+
+
+@pytest.mark.parametrize("app", ["fixture", "app2026"])
+def test_the_handshake_revision_s_set_passes_through_toolgate_as_it_passes_directly(requirements_2025, app):
+    direct, through = requirements_2025[app]
+    required = required_scenarios("2025-11-25")
+    assert required != ["suite-missing"], f"conformance suite 0.2.0-alpha.12 missing: run `npm ci` in {NODE_DIR}"
+    passing = [s for s in required if passes(direct.get(s, []))]
+    assert len(passing) >= (30 if app == "fixture" else 15), f"{app} passes only {passing} directly"
+    lost = {}
+    for s in passing:
+        checks = through.get(s, [])
+        if not passes(checks):
+            lost[s] = [f"{c.get('id')}: {c.get('errorMessage')}" for c in checks if c.get("status") == "FAILURE"]
+    assert not lost, f"{app}: pass directly, not through toolgate: {lost}"
