@@ -362,6 +362,13 @@ async fn forward(
         return respond(ex, caller, none, modern::COMPLETE).await;
     };
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
+    // A tool that declares `Mcp-Param-*` headers gets them from its arguments, whoever called.
+    if let Some(((call, _), t)) = named.as_ref().zip(tool.and_then(|(exposed, _)| catalogue.tool(exposed))) {
+        if !t.param_headers.is_empty() {
+            let arguments = call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
+            call_ctx.headers.extend(modern::param_header_values(&t.param_headers, &arguments));
+        }
+    }
     if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
         let bucket = format!("app:{app_id}");

@@ -369,6 +369,27 @@ pub fn param_headers(schema: &Value) -> Vec<ParamHeader> {
     out
 }
 
+/// The `Mcp-Param-*` headers a call of a tool declaring them carries to its app, from its
+/// arguments (an app of this revision checks them; a handshake-era app ignores them).
+pub fn param_header_values(declared: &[ParamHeader], arguments: &Value) -> Vec<(http::HeaderName, http::HeaderValue)> {
+    let mut out = Vec::new();
+    for h in declared {
+        let value = h.path.iter().try_fold(arguments, |node, key| node.get(key));
+        let rendered = match value {
+            Some(Value::Bool(b)) => Cow::Borrowed(if *b { "true" } else { "false" }),
+            Some(Value::String(s)) => Cow::Borrowed(s.as_str()),
+            Some(Value::Number(n)) => Cow::Owned(n.to_string()),
+            _ => continue,
+        };
+        let name = http::HeaderName::from_bytes(h.header.as_bytes());
+        let value = http::HeaderValue::from_str(&encode_header_value(&rendered));
+        if let (Ok(name), Ok(value)) = (name, value) {
+            out.push((name, value));
+        }
+    }
+    out
+}
+
 /// Checks a `tools/call`'s `Mcp-Param-*` headers against its arguments: each declared header
 /// and its argument are present together and equal (after the base64 form is decoded), or
 /// absent together. An intermediary may route on these headers, so a header the body does not

@@ -13,7 +13,10 @@ import asyncio
 import json
 import socket
 
+from typing import Annotated
+
 import uvicorn
+from pydantic import Field
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 
@@ -42,6 +45,12 @@ def ask_name(ctx: Context) -> str | InputRequiredResult:
         )
     )
     return InputRequiredResult(input_requests={"who": ask}, request_state=STATE)
+
+
+@server.tool()
+def regional(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+    """Declares `Mcp-Param-Region`: the SDK refuses a call whose header does not match."""
+    return f"served in {region}"
 
 
 @server.tool()

@@ -204,33 +204,45 @@ def test_request_state_is_bound_to_the_key_that_received_it(gateway_of_fixture):
 # ------------------------------------------------------------------ the Python SDK, default mode
 
 
-def test_python_sdk_default_mode_stays_stateless_across_two_kinds_of_app(tmp_path):
-    with conformance_fixture(log_dir=tmp_path) as fx:
-        srv = start_toolgate(config(http_app("fixture", fx.url, name="Conformance fixture") + stdio_time_app("clock")))
-        try:
-            gw_id, key = Api(srv).create_gateway(["fixture", "clock"])
-            url = mcp_url(srv, gw_id)
+def test_python_sdk_default_mode_stays_stateless_across_three_kinds_of_app(tmp_path):
+    """The SDK's default mode against a gateway of a 2025-11-25 HTTP app, a stdio app and a
+    2026-07-28 app: it stays on 2026-07-28 and calls a tool of each."""
+    proc, addr = start_python_app("stateless_app.py", tmp_path / "app.log")
+    try:
+        with conformance_fixture(log_dir=tmp_path) as fx:
+            apps = (http_app("fixture", fx.url, name="Conformance fixture") + stdio_time_app("clock")
+                    + http_app("modern", f"http://{addr}/mcp", name="Modern"))
+            srv = start_toolgate(config(apps))
+            try:
+                gw_id, key = Api(srv).create_gateway(["fixture", "clock", "modern"])
+                url = mcp_url(srv, gw_id)
 
-            async def scenario():
-                async with sdk_client(url, key) as client:
-                    assert client.session.discover_result is not None, "the SDK fell back to initialize"
-                    assert client.session.initialize_result is None
-                    assert client.session.protocol_version == REVISION
-                    tools = {t.name for t in (await client.list_tools()).tools}
-                    assert {"fixture__test_simple_text", "clock__get_current_time"} <= tools, tools
-                    a = await client.call_tool("fixture__test_simple_text", {})
-                    b = await client.call_tool("clock__get_current_time", {"timezone": "UTC"})
-                    return a, b
+                async def scenario():
+                    async with sdk_client(url, key) as client:
+                        assert client.session.discover_result is not None, "the SDK fell back to initialize"
+                        assert client.session.initialize_result is None
+                        assert client.session.protocol_version == REVISION
+                        tools = {t.name for t in (await client.list_tools()).tools}
+                        want = {"fixture__test_simple_text", "clock__get_current_time", "modern__greet"}
+                        assert want <= tools, tools
+                        a = await client.call_tool("fixture__test_simple_text", {})
+                        b = await client.call_tool("clock__get_current_time", {"timezone": "UTC"})
+                        c = await client.call_tool("modern__greet", {"name": "Ada"})
+                        return a, b, c
 
-            a, b = run(scenario())
-            assert "simple text response" in a.content[0].text, a
-            assert not b.is_error and "UTC" in json.dumps(b.model_dump(mode="json")), b
-            # No MCP session was made: the handshake era was never used.
-            sessions = Api(srv).ok("GET", "/v1/sessions")
-            assert sessions["data"]["sessions"] == [], sessions
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
+                a, b, c = run(scenario())
+                assert "simple text response" in a.content[0].text, a
+                assert not b.is_error and "UTC" in json.dumps(b.model_dump(mode="json")), b
+                assert c.content[0].text == "Hello, Ada! (from a 2026-07-28 app)", c
+                # No MCP session was made: the handshake era was never used by the client.
+                sessions = Api(srv).ok("GET", "/v1/sessions")
+                assert sessions["data"]["sessions"] == [], sessions
+            finally:
+                srv.stop()
+                srv.tmp.cleanup()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 # ------------------------------------------------------------------ an app that closes its stream
@@ -394,9 +406,12 @@ def test_a_handshake_era_client_reaches_a_stateless_app(stateless_app):
             assert client.session.initialize_result is not None
             greet = await client.call_tool("greet", {"name": "Ken"})
             asked = await client.call_tool("ask_name", {})
-            return greet, asked
+            # The app checks Mcp-Param-Region, which toolgate derives from the arguments.
+            regional = await client.call_tool("regional", {"region": "eu west é"})
+            return greet, asked, regional
 
-    greet, asked = run(scenario())
+    greet, asked, regional = run(scenario())
+    assert regional.is_error is not True and regional.content[0].text == "served in eu west é", regional
     assert "Hello, Ken!" in greet.content[0].text, greet
     assert asked.content[0].text == "Hello, Linus! (state app-state:round-1)", asked
 
