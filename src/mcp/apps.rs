@@ -31,7 +31,8 @@ const LIST_TTL: Duration = Duration::from_secs(60);
 
 type Key = (String, String);
 /// (org, app, list method) -> (when fetched, items).
-type ListCache = DashMap<(String, String, &'static str), (Instant, Arc<Vec<Value>>)>;
+/// (organisation, app, method) -> (when listed, the items, the app's `ttlMs` for them if it gave one).
+type ListCache = DashMap<(String, String, &'static str), (Instant, Arc<Vec<Value>>, Option<u64>)>;
 
 pub struct AppClients {
     state: Arc<State>,
@@ -207,19 +208,25 @@ impl AppClients {
 
     pub async fn refresh(&self, org_id: &str, app_id: &str, method: ListMethod) -> Result<Arc<Vec<Value>>, AppError> {
         let up = self.upstream(org_id, app_id)?;
-        let listed = up.list_all(method, &CallContext::default()).await;
+        let listed = up.list_all_with_ttl(method, &CallContext::default()).await;
         self.note_health(app_id, listed.as_ref().err());
-        let items = match listed {
-            Ok(items) => Arc::new(items),
+        let (items, ttl_ms) = match listed {
+            Ok((items, ttl_ms)) => (Arc::new(items), ttl_ms),
             // An app without resources or prompts has an empty list of them.
-            Err(UpstreamError::Protocol(_)) if method != ListMethod::Tools => Arc::new(vec![]),
+            Err(UpstreamError::Protocol(_)) if method != ListMethod::Tools => (Arc::new(vec![]), None),
             Err(error) => return Err(AppError::Upstream { app: app_id.into(), error: Box::new(error) }),
         };
-        self.lists.insert((org_id.to_string(), app_id.to_string(), method.method()), (Instant::now(), items.clone()));
+        let key = (org_id.to_string(), app_id.to_string(), method.method());
+        self.lists.insert(key, (Instant::now(), items.clone(), ttl_ms));
         if method == ListMethod::Tools {
             self.last_tools.insert(app_id.to_string(), items.clone());
         }
         Ok(items)
+    }
+
+    /// How long the app said its last listing of `method` may be kept (`ttlMs`), if it said.
+    pub fn list_ttl(&self, org_id: &str, app_id: &str, method: ListMethod) -> Option<u64> {
+        self.lists.get(&(org_id.to_string(), app_id.to_string(), method.method())).and_then(|e| e.2)
     }
 
     pub async fn tools(&self, org_id: &str, app_id: &str) -> Result<Arc<Vec<Value>>, AppError> {

@@ -40,6 +40,9 @@ pub struct Catalogue {
     single_app: Option<String>,
     /// App id -> why it is missing from the catalogue.
     pub failures: HashMap<String, String>,
+    /// Per list (tools, prompts, resources, resource templates): the smallest `ttlMs` its apps
+    /// gave it (apps of the 2026-07-28 revision), if any did.
+    pub app_ttl_ms: [Option<u64>; 4],
     pub built: Option<Instant>,
 }
 
@@ -146,6 +149,15 @@ impl Catalogue {
                 if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
                     c.template_apps.push((UriTemplate::parse(tpl), app_id.clone()));
                     c.templates.push(t.clone());
+                }
+            }
+        }
+        for app_id in &gw.servers {
+            let methods =
+                [ListMethod::Tools, ListMethod::Prompts, ListMethod::Resources, ListMethod::ResourceTemplates];
+            for (slot, method) in c.app_ttl_ms.iter_mut().zip(methods) {
+                if let Some(t) = apps.list_ttl(&gw.org_id, app_id, method) {
+                    *slot = Some(slot.map_or(t, |m| m.min(t)));
                 }
             }
         }

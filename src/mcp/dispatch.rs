@@ -210,11 +210,17 @@ pub(super) async fn request(
     let started = Instant::now();
     let params = req.params.as_ref();
     let page_size = mcp.state.config.mcp.page_size;
-    let list = |cat: &Catalogue, key: &str| match key {
-        "tools" => page(&cat.tools, params, key, page_size),
-        "prompts" => page(&cat.prompts, params, key, page_size),
-        "resources" => page(&cat.resources, params, key, page_size),
-        _ => page(&cat.templates, params, key, page_size),
+    // The smallest `ttlMs` the apps gave the lists of the catalogue a list was read from.
+    let mut app_ttl_ms = None;
+    let mut list = |cat: &Catalogue, key: &str| {
+        let slot = ["tools", "prompts", "resources"].iter().position(|k| *k == key).unwrap_or(3);
+        app_ttl_ms = cat.app_ttl_ms[slot];
+        match key {
+            "tools" => page(&cat.tools, params, key, page_size),
+            "prompts" => page(&cat.prompts, params, key, page_size),
+            "resources" => page(&cat.resources, params, key, page_size),
+            _ => page(&cat.templates, params, key, page_size),
+        }
     };
     let outcome: Result<Value, ErrorObject> = match req.method.as_str() {
         "ping" => Ok(json!({})),
@@ -258,7 +264,7 @@ pub(super) async fn request(
             Ok(result) => Response { id: req.id, outcome: Ok(RawJson::from_value(&result)) },
             Err(e) => Response::error(req.id, e),
         };
-        return stateless::answer(ex, r, &modern::list_hints(gw), false).await;
+        return stateless::answer(ex, r, &modern::list_hints(gw, app_ttl_ms), false).await;
     }
     let body = match outcome {
         Ok(result) => jsonrpc::response_bytes(&req.id, &result),

@@ -320,9 +320,12 @@ pub fn server_info(gw: &Gateway) -> Value {
 pub const COMPLETE: &str = r#""resultType":"complete""#;
 
 /// The caching hints of a list: how long it may be kept (the gateway's catalogue TTL, 0 when the
-/// gateway does not cache) and that it is the caller's alone (a key may see a filtered list).
-pub fn list_hints(gw: &Gateway) -> String {
-    let ttl_ms = if gw.configuration.cache_enabled { gw.configuration.cache_ttl.saturating_mul(1000) } else { 0 };
+/// gateway does not cache, and never longer than any of its apps said of its own lists) and that
+/// it is the caller's alone (a key may see a filtered list).
+pub fn list_hints(gw: &Gateway, app_ttl_ms: Option<u64>) -> String {
+    let gateway_ms =
+        if gw.configuration.cache_enabled { u64::from(gw.configuration.cache_ttl).saturating_mul(1000) } else { 0 };
+    let ttl_ms = app_ttl_ms.map_or(gateway_ms, |a| a.min(gateway_ms));
     format!(r#""resultType":"complete","ttlMs":{ttl_ms},"cacheScope":"private""#)
 }
 
@@ -536,6 +539,22 @@ mod tests {
         let h = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "server/discover")];
         let p = json!({ "_meta": { META_PROTOCOL_VERSION: "v9", META_CLIENT_CAPABILITIES: {} } });
         assert_eq!(classify(&headers(&h), "server/discover", Some(&params(p))).unwrap_err().code, HEADER_MISMATCH);
+    }
+
+    #[test]
+    fn a_list_is_kept_no_longer_than_the_gateway_or_any_app_says() {
+        let mut gw = Gateway::for_tests("gw_1", "org_1");
+        gw.configuration.cache_enabled = true;
+        gw.configuration.cache_ttl = 300;
+        let ttl = |app: Option<u64>, gw: &Gateway| {
+            let hints: Value = serde_json::from_str(&format!("{{{}}}", list_hints(gw, app))).unwrap();
+            hints["ttlMs"].as_u64().unwrap()
+        };
+        assert_eq!(ttl(None, &gw), 300_000);
+        assert_eq!(ttl(Some(7000), &gw), 7000);
+        assert_eq!(ttl(Some(900_000), &gw), 300_000);
+        gw.configuration.cache_enabled = false;
+        assert_eq!(ttl(Some(7000), &gw), 0, "a gateway that does not cache: nothing to keep");
     }
 
     #[test]

@@ -17,10 +17,12 @@ from typing import Annotated
 
 import uvicorn
 from pydantic import Field
+from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 
-server = MCPServer("stateless-app")
+# Its tool list may be kept 7 s: a gateway's list of it must not be kept longer.
+server = MCPServer("stateless-app", cache_hints={"tools/list": CacheHint(ttl_ms=7000)})
 
 STATE = "app-state:round-1"
 

@@ -374,6 +374,10 @@ def test_a_stateless_client_reaches_a_stateless_app(stateless_app):
     url = mcp_url(srv, gw_id)
     r = stateless_post(url, key, "tools/call", {"name": "greet", "arguments": {"name": "Ada"}, "_meta": META})
     assert r.status_code == 200 and "from a 2026-07-28 app" in r.text, r.text
+    # The app says its tool list may be kept 7 s; the gateway caches for 300 s: the gateway's
+    # list is kept no longer than the app's.
+    r = stateless_post(url, key, "tools/list", {"_meta": META})
+    assert r.json()["result"]["ttlMs"] == 7000, r.text
     # The app saw the stateless revision (no session was opened upstream).
     r = stateless_post(url, key, "tools/call", {"name": "envelope", "arguments": {}, "_meta": META})
     assert '\\"protocol_version\\": \\"2026-07-28\\"' in r.text, r.text

@@ -628,6 +628,17 @@ impl Upstream {
 
     /// Every item of a paginated list, following `nextCursor` until it is absent.
     pub async fn list_all(&self, method: ListMethod, ctx: &CallContext) -> Result<Vec<Value>, UpstreamError> {
+        Ok(self.list_all_with_ttl(method, ctx).await?.0)
+    }
+
+    /// [`Upstream::list_all`], and how long the app says the list may be kept (`ttlMs`, an app
+    /// of the 2026-07-28 revision; the smallest over the pages), if it says.
+    pub async fn list_all_with_ttl(
+        &self,
+        method: ListMethod,
+        ctx: &CallContext,
+    ) -> Result<(Vec<Value>, Option<u64>), UpstreamError> {
+        let mut ttl_ms: Option<u64> = None;
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
@@ -637,6 +648,9 @@ impl Upstream {
                 Ok(r) => r.to_value(),
                 Err(e) => return Err(UpstreamError::Protocol(format!("{} failed: {e}", method.method()))),
             };
+            if let Some(t) = result.get("ttlMs").and_then(Value::as_u64) {
+                ttl_ms = Some(ttl_ms.map_or(t, |m| m.min(t)));
+            }
             match result.get_mut(method.items_key()).map(Value::take) {
                 Some(Value::Array(page)) => items.extend(page),
                 None | Some(Value::Null) => {}
@@ -658,7 +672,7 @@ impl Upstream {
                     }
                     cursor = Some(next.clone());
                 }
-                _ => return Ok(items),
+                _ => return Ok((items, ttl_ms)),
             }
         }
         Err(UpstreamError::Protocol(format!("{} has more than {MAX_LIST_PAGES} pages", method.method())))
