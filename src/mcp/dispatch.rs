@@ -5,9 +5,10 @@
 
 use crate::exchange::{sse_event, Exchange};
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Message, RawJson, Response};
 use crate::mcp::modern::{self, Envelope};
-use crate::mcp::protocol::{self, RpcCode, SESSION_COOKIE};
+use crate::mcp::parked;
+use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
@@ -28,14 +29,6 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-
-/// What answers the client takes (its `Accept` header), as the transport read it.
-pub struct Accept {
-    /// Takes `application/json`.
-    pub json: bool,
-    /// Takes `text/event-stream`: a call whose app streams may be answered as a stream.
-    pub sse: bool,
-}
 
 /// Who asks: a handshake-era client in its session, or a stateless (2026-07-28) request with
 /// its own envelope and the credential that sent it.
@@ -413,7 +406,7 @@ async fn forward(
         }
         if let Some(cont) = continuation.as_ref() {
             if let Some(state) = cont.request_state.as_deref() {
-                let binding = stateless::Binding {
+                let binding = parked::Binding {
                     key_id: key_id.to_string(),
                     gateway_id: gw.id.clone(),
                     method: req.method.clone(),
@@ -561,7 +554,7 @@ async fn forward(
                 app_id,
                 id: &req.id,
                 env,
-                binding: stateless::Binding {
+                binding: parked::Binding {
                     key_id: key_id.to_string(),
                     gateway_id: gw.id.clone(),
                     method: req.method.clone(),
@@ -596,7 +589,7 @@ async fn forward(
                         None => break Err(UpstreamError::Closed),
                     }
                 };
-                let r = r.unwrap_or_else(|e| upstream_error_response(&req.id, app_id, &e));
+                let r = r.unwrap_or_else(|e| reply::app_failure(&req.id, app_id, &e));
                 log(&r.outcome, 200);
                 return reply::json(ex, r.with_id(req.id)).await;
             }
@@ -618,7 +611,7 @@ async fn forward(
             while let Some(item) = stream.next().await {
                 let msg = match item {
                     Ok(m) => m,
-                    Err(e) => Message::Response(upstream_error_response(&req.id, app_id, &e)),
+                    Err(e) => Message::Response(reply::app_failure(&req.id, app_id, &e)),
                 };
                 if let Message::Request(r) = &msg {
                     let caps = mcp.sessions.capabilities(mcp_id);
@@ -677,7 +670,7 @@ async fn forward(
                         // of serving its tools until the caches expire.
                         mcp.app_changed(&gw.org_id, app_id);
                     }
-                    upstream_error_response(&req.id, app_id, error)
+                    reply::app_failure(&req.id, app_id, error)
                 }
                 other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
             };
@@ -800,15 +793,6 @@ struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 /// The app itself is gone (not merely slow or answering an error).
 fn app_unreachable(e: &UpstreamError) -> bool {
     matches!(e, UpstreamError::Connect(_) | UpstreamError::Spawn(_) | UpstreamError::Exited(_) | UpstreamError::Closed)
-}
-
-pub(crate) fn upstream_error_response(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
-    let code = match e {
-        UpstreamError::Timeout { .. } => RpcCode::UpstreamTimeout,
-        _ => RpcCode::UpstreamFailure,
-    }
-    .code();
-    Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
 }
 
 /// The trace context a client put in `params._meta` (read only when the text names one).

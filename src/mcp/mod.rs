@@ -14,6 +14,7 @@ pub mod catalogue;
 pub mod dispatch;
 pub mod jsonrpc;
 pub mod modern;
+pub mod parked;
 pub mod protocol;
 pub mod quota;
 pub mod relay;

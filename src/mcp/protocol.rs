@@ -20,6 +20,14 @@ pub fn negotiate(requested: Option<&str>) -> &'static str {
     requested.and_then(|r| VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(LATEST)
 }
 
+/// What answers the client takes (its `Accept` header), as the transport read it.
+pub struct Accept {
+    /// Takes `application/json`.
+    pub json: bool,
+    /// Takes `text/event-stream`: a call whose app streams may be answered as a stream.
+    pub sse: bool,
+}
+
 /// Cookie that carries the session (the spec's mechanism), beside `Mcp-Session-Id`.
 pub const SESSION_COOKIE: &str = "mcp_session";
 

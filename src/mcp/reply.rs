@@ -4,9 +4,10 @@
 
 use crate::error::ApiError;
 use crate::exchange::Exchange;
-use crate::mcp::jsonrpc::{self, Id, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Response};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::quota::Spent;
+use crate::mcp::upstream::UpstreamError;
 use http::HeaderValue;
 use serde_json::json;
 
@@ -51,4 +52,14 @@ pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, w
 /// A JSON-RPC response (result or error) under HTTP 200.
 pub async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<()> {
     ex.respond(200, "application/json", r.to_bytes(), &[]).await
+}
+
+/// The answer to a call whose app failed: -32003 when it timed out, -32004 otherwise, naming the app.
+pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
+    let code = match e {
+        UpstreamError::Timeout { .. } => RpcCode::UpstreamTimeout,
+        _ => RpcCode::UpstreamFailure,
+    }
+    .code();
+    Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
 }

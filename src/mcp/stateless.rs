@@ -6,14 +6,15 @@
 //! `requestState` to find it again. The decisions are in `README.md` ("MCP 2026-07-28").
 
 use crate::exchange::{sse_event, Exchange};
-use crate::mcp::dispatch::{self, Accept, Caller};
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
 use crate::mcp::modern::{self, Envelope, Rejection};
+use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
+use crate::mcp::protocol::Accept;
+use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::upstream::ReplyStream;
 use crate::model::Gateway;
 use bytes::Bytes;
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -26,104 +27,11 @@ use std::time::{Duration, Instant};
 /// together reach the client in one input-required result.
 const GATHER: Duration = Duration::from_millis(25);
 
-/// How long a call waits for the client's next round before it is cancelled at the app.
-const PARK_TTL: Duration = Duration::from_secs(120);
-
-/// At most this many calls wait for a client's answers at once, all clients together.
-const MAX_PARKED: usize = 10_000;
-
 /// How often an idle `subscriptions/listen` stream gets a keep-alive comment.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// Prefix of the `requestState` toolgate issues (the rest is sealed: AES-256-GCM).
 const STATE_PREFIX: &str = "tg1.";
-
-/// Who may continue a parked call: the same credential, on the same gateway, for the same
-/// method and tool or prompt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Binding {
-    #[serde(rename = "k")]
-    pub key_id: String,
-    #[serde(rename = "g")]
-    pub gateway_id: String,
-    #[serde(rename = "m")]
-    pub method: String,
-    #[serde(rename = "n")]
-    pub name: String,
-}
-
-#[derive(Serialize, Deserialize)]
-struct SealedState {
-    #[serde(rename = "p")]
-    parked: String,
-    #[serde(flatten)]
-    binding: Binding,
-}
-
-/// One of the app's questions the client has not answered yet.
-pub struct Pending {
-    /// The key the client answers it under (`inputResponses`).
-    pub key: String,
-    /// The app's request id, which its answer must carry.
-    pub app_request: Id,
-    /// `{method, params}` as the client sees it in `inputRequests`.
-    pub request: Value,
-    /// The method of the app's question, which says what a valid answer looks like.
-    pub method: String,
-}
-
-/// A call whose app asked the client something: its reply stream, kept until the client comes
-/// back with the answers (or [`PARK_TTL`] passes; dropping the stream cancels the call).
-pub struct Parked {
-    pub stream: ReplyStream,
-    pub org_id: String,
-    pub app_id: String,
-    pub binding: Binding,
-    pub pending: Vec<Pending>,
-    /// Keys handed out so far, so a key is never reused within the call.
-    pub keys_issued: u32,
-    expires: Instant,
-}
-
-/// The calls waiting for their clients' answers.
-#[derive(Default)]
-pub struct ParkedCalls {
-    calls: Mutex<HashMap<String, Parked>>,
-}
-
-impl ParkedCalls {
-    fn park(&self, mut call: Parked) -> Option<String> {
-        let now = Instant::now();
-        call.expires = now + PARK_TTL;
-        let id = crate::secrets::new_session_id();
-        let mut calls = self.calls.lock();
-        // Expired calls go first (their streams drop outside the lock, below).
-        let expired: Vec<Parked> = {
-            let gone: Vec<String> = calls.iter().filter(|(_, c)| c.expires <= now).map(|(k, _)| k.clone()).collect();
-            gone.iter().filter_map(|k| calls.remove(k)).collect()
-        };
-        let admitted = calls.len() < MAX_PARKED;
-        if admitted {
-            calls.insert(id.clone(), call);
-        }
-        drop(calls);
-        drop(expired);
-        admitted.then_some(id)
-    }
-
-    fn take(&self, id: &str) -> Option<Parked> {
-        let call = self.calls.lock().remove(id)?;
-        (call.expires > Instant::now()).then_some(call)
-    }
-
-    pub fn len(&self) -> usize {
-        self.calls.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// Answers a refusal of a stateless request: the JSON-RPC error under the specification's status.
 async fn reject(ex: &mut Exchange<'_>, id: &Id, r: Rejection) -> pingora::Result<()> {
@@ -146,48 +54,36 @@ pub(crate) async fn answer(ex: &mut Exchange<'_>, r: Response, decorate: &str, s
     ex.respond(status, "application/json", bytes, &[]).await
 }
 
-/// A stateless POST whose body was read and parsed.
-pub async fn post(
-    mcp: &McpRuntime,
-    ex: &mut Exchange<'_>,
-    gw: &Arc<Gateway>,
-    key_id: &str,
-    message: Message,
-    acc: Accept,
-) -> pingora::Result<()> {
-    let req = match message {
-        Message::Request(req) => req,
-        // No notification of the client's means anything to a stateless server (cancelling is
-        // closing the response stream); the specification has the server accept and drop them.
-        Message::Notification(_) => return ex.respond(202, "application/json", Vec::new(), &[]).await,
-        Message::Response(_) => {
-            let r = Rejection {
-                code: -32600,
-                message: "a stateless request cannot carry a response: answers go in inputResponses".into(),
-                data: None,
-            };
-            return reject(ex, &Id::NULL, r).await;
-        }
-    };
-    let env = match modern::classify(ex.headers(), &req.method, req.params.as_ref()) {
-        Ok(env) => env,
-        Err(r) => return reject(ex, &req.id, r).await,
-    };
-    match req.method.as_str() {
-        "server/discover" => {
-            let body = jsonrpc::response_bytes(&req.id, &modern::discover_result(gw));
-            ex.respond(200, "application/json", body, &[]).await
-        }
-        "subscriptions/listen" => listen(mcp, ex, gw, req).await,
-        m if modern::removed(m) => {
-            let e = ErrorObject::method_not_found(m);
-            answer(ex, Response::error(req.id, e), "", false).await
-        }
-        _ => {
-            let caller = Caller::Stateless { env: &env, key_id };
-            dispatch::request(mcp, ex, gw, caller, req, acc).await
+/// Checks a stateless request's envelope and headers; a refusal is answered here.
+pub async fn envelope(ex: &mut Exchange<'_>, req: &jsonrpc::Request) -> pingora::Result<Option<Envelope>> {
+    match modern::classify(ex.headers(), &req.method, req.params.as_ref()) {
+        Ok(env) => Ok(Some(env)),
+        Err(r) => {
+            reject(ex, &req.id, r).await?;
+            Ok(None)
         }
     }
+}
+
+/// A stateless message that is not a request: a notification is accepted and dropped (no
+/// notification of the client's means anything to a stateless server; cancelling is closing
+/// the response stream), a response is refused.
+pub async fn not_a_request(ex: &mut Exchange<'_>, message: &Message) -> pingora::Result<()> {
+    if let Message::Notification(_) = message {
+        return ex.respond(202, "application/json", Vec::new(), &[]).await;
+    }
+    let r = Rejection {
+        code: -32600,
+        message: "a stateless request cannot carry a response: answers go in inputResponses".into(),
+        data: None,
+    };
+    reject(ex, &Id::NULL, r).await
+}
+
+/// `server/discover`: the gateway's capabilities and identity.
+pub async fn discover(ex: &mut Exchange<'_>, gw: &Gateway, id: &Id) -> pingora::Result<()> {
+    let body = jsonrpc::response_bytes(id, &modern::discover_result(gw));
+    ex.respond(200, "application/json", body, &[]).await
 }
 
 /// The continuation of a call named by a `requestState`: the parked call, once the state is
@@ -368,7 +264,7 @@ pub(crate) async fn relay(
         };
         let msg = match item {
             Some(Ok(m)) => m,
-            Some(Err(e)) => Message::Response(dispatch::upstream_error_response(call.id, call.app_id, &e)),
+            Some(Err(e)) => Message::Response(reply::app_failure(call.id, call.app_id, &e)),
             None => Message::Response(Response::error(
                 call.id.clone(),
                 ErrorObject::internal(format!("App `{}` ended its stream without a response", call.app_id)),
@@ -520,7 +416,7 @@ impl Filter {
 /// `subscriptions/listen`: the stateless revision's stream of the gateway's list changes, the
 /// counterpart of the handshake era's GET stream. The acknowledgement comes first; every message
 /// carries the request's id as its subscription id; only the kinds asked for are sent.
-async fn listen(
+pub async fn listen(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,

@@ -5,10 +5,10 @@
 
 use crate::error::ApiError;
 use crate::exchange::{sse_event, Exchange};
-use crate::mcp::dispatch::{self, Accept, Caller};
+use crate::mcp::dispatch::{self, Caller};
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
 use crate::mcp::modern;
-use crate::mcp::protocol::{RpcCode, SESSION_COOKIE, VERSIONS};
+use crate::mcp::protocol::{Accept, RpcCode, SESSION_COOKIE, VERSIONS};
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
@@ -202,7 +202,7 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
     // A stateless (2026-07-28) request carries its own envelope: no session; its header checks
     // are the revision's own.
     if modern::is_stateless(ex.headers(), message.method()) {
-        return stateless::post(mcp, ex, gw, key_id, message, acc).await;
+        return post_stateless(mcp, ex, gw, key_id, message, acc).await;
     }
     let message_id = match &message {
         Message::Request(r) => r.id.clone(),
@@ -235,6 +235,28 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
             mcp.relay_client_response(&mcp_id, gw, r).await;
             ex.respond(202, "application/json", Vec::new(), &[]).await
         }
+    }
+}
+
+/// A stateless (2026-07-28) POST: its envelope and headers checked, then what it asks.
+async fn post_stateless(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gw: &Arc<Gateway>,
+    key_id: &str,
+    message: Message,
+    acc: Accept,
+) -> pingora::Result<()> {
+    let Message::Request(req) = message else { return stateless::not_a_request(ex, &message).await };
+    let Some(env) = stateless::envelope(ex, &req).await? else { return Ok(()) };
+    match req.method.as_str() {
+        "server/discover" => stateless::discover(ex, gw, &req.id).await,
+        "subscriptions/listen" => stateless::listen(mcp, ex, gw, req).await,
+        m if modern::removed(m) => {
+            let e = jsonrpc::ErrorObject::method_not_found(m);
+            stateless::answer(ex, jsonrpc::Response::error(req.id, e), "", false).await
+        }
+        _ => dispatch::request(mcp, ex, gw, Caller::Stateless { env: &env, key_id }, req, acc).await,
     }
 }
 

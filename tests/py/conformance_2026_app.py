@@ -13,10 +13,9 @@ import asyncio
 import hashlib
 import hmac
 import json
-import socket
 from typing import Any
 
-import uvicorn
+from app_runner import serve_on_a_free_port
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -281,14 +280,5 @@ def test_prompt_with_embedded_resource(resourceUri: str) -> list[Any]:  # noqa: 
             UserMessage(content="Please process the embedded resource above.")]
 
 
-def main() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    app = server.streamable_http_app(host="127.0.0.1")
-    config = uvicorn.Config(app, log_level="warning")
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
-
-
 if __name__ == "__main__":
-    main()
+    serve_on_a_free_port(server)

@@ -421,3 +421,26 @@ class HeaderForwarder:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@contextlib.contextmanager
+def gateway_for_suites(app_id: str, app_url: str, log_dir: Path, name: str = "App"):
+    """A single-app gateway on `app_url` behind a `HeaderForwarder` that adds its key, for peers
+    that cannot send headers (the conformance suite): yields (URL of the gateway's endpoint at the
+    forwarder, the key, the server). Origins of the forwarder are allowed; the server's stderr goes
+    to `log_dir/toolgate-<app_id>.log` when it stops."""
+    with HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
+        port = fwd.base_url.rsplit(":", 1)[1]
+        origins = f"  allowed_origins: [\"http://localhost:{port}\", \"http://127.0.0.1:{port}\"]\n"
+        cfg = config(http_app(app_id, app_url, name=name)).replace(
+            '  allowed_origins: ["http://allowed.example"]\n', origins)
+        srv = start_toolgate(cfg)
+        try:
+            gw_id, key = Api(srv).create_gateway([app_id])
+            fwd.target = srv.base_url.removeprefix("http://")
+            fwd.headers = {"X-API-Key": key}
+            yield f"http://localhost:{port}/gateway/{gw_id}/mcp", key, srv
+        finally:
+            srv.stop()
+            (log_dir / f"toolgate-{app_id}.log").write_text(srv.stderr_text())
+            srv.tmp.cleanup()

@@ -9,15 +9,13 @@ and that state unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 
 from typing import Annotated
 
-import uvicorn
 from pydantic import Field
 from mcp.server.caching import CacheHint
+from app_runner import serve_on_a_free_port
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 
@@ -61,14 +59,5 @@ def envelope(ctx: Context) -> str:
     return json.dumps({"protocol_version": ctx.protocol_version})
 
 
-def main() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    app = server.streamable_http_app(host="127.0.0.1")
-    config = uvicorn.Config(app, log_level="warning")
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
-
-
 if __name__ == "__main__":
-    main()
+    serve_on_a_free_port(server)

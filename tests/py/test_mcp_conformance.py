@@ -26,6 +26,7 @@ from mcp_helpers import (
     NODE_DIR,
     Api,
     HeaderForwarder,
+    gateway_for_suites,
     config,
     conformance_fixture,
     everything_server,
@@ -111,21 +112,8 @@ def suites(tmp_path_factory):
     out = tmp_path_factory.mktemp("conformance")
     with conformance_fixture(log_dir=out) as fx:
         direct = run_suite(f"http://localhost:{fx.addr.rsplit(':', 1)[1]}/mcp", out / "direct")
-        with HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
-            port = fwd.base_url.rsplit(":", 1)[1]
-            origins = f"  allowed_origins: [\"http://localhost:{port}\", \"http://127.0.0.1:{port}\"]\n"
-            cfg = config(http_app("fixture", fx.url, name="Conformance fixture")).replace(
-                '  allowed_origins: ["http://allowed.example"]\n', origins)
-            srv = start_toolgate(cfg)
-            try:
-                gw_id, key = Api(srv).create_gateway(["fixture"])
-                fwd.target = srv.base_url.removeprefix("http://")
-                fwd.headers = {"X-API-Key": key}
-                through = run_suite(f"http://localhost:{port}/gateway/{gw_id}/mcp", out / "toolgate")
-            finally:
-                srv.stop()
-                (out / "toolgate-stderr.log").write_text(srv.stderr_text())
-                srv.tmp.cleanup()
+        with gateway_for_suites("fixture", fx.url, out, name="Conformance fixture") as (url, _, _):
+            through = run_suite(url, out / "toolgate")
     return direct, through
 
 

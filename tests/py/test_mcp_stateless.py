@@ -27,7 +27,7 @@ import pytest
 from mcp_helpers import (
     NODE_DIR,
     Api,
-    HeaderForwarder,
+    gateway_for_suites,
     config,
     conformance_fixture,
     http_app,
@@ -80,21 +80,9 @@ def required_scenarios(revision: str = REVISION) -> list[str]:
 def gateway_of_fixture(tmp_path_factory):
     """(forwarder URL of a single-app gateway on the 2025-11-25 fixture, its key, the server)."""
     out = tmp_path_factory.mktemp("stateless")
-    with conformance_fixture(log_dir=out) as fx, HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
-        port = fwd.base_url.rsplit(":", 1)[1]
-        origins = f"  allowed_origins: [\"http://localhost:{port}\", \"http://127.0.0.1:{port}\"]\n"
-        cfg = config(http_app("fixture", fx.url, name="Conformance fixture")).replace(
-            '  allowed_origins: ["http://allowed.example"]\n', origins)
-        srv = start_toolgate(cfg)
-        try:
-            gw_id, key = Api(srv).create_gateway(["fixture"])
-            fwd.target = srv.base_url.removeprefix("http://")
-            fwd.headers = {"X-API-Key": key}
-            yield f"http://localhost:{port}/gateway/{gw_id}/mcp", key, srv, out
-        finally:
-            srv.stop()
-            (out / "toolgate-stderr.log").write_text(srv.stderr_text())
-            srv.tmp.cleanup()
+    with conformance_fixture(log_dir=out) as fx:
+        with gateway_for_suites("fixture", fx.url, out, name="Conformance fixture") as (url, key, srv):
+            yield url, key, srv, out
 
 
 @pytest.fixture(scope="module")
@@ -439,21 +427,8 @@ def requirements_with_a_2026_app(tmp_path_factory):
     proc, addr = start_python_app("conformance_2026_app.py", out / "app.log")
     try:
         direct, _ = requirements_run(f"http://localhost:{addr.rsplit(':', 1)[1]}/mcp", out / "direct")
-        with HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
-            port = fwd.base_url.rsplit(":", 1)[1]
-            origins = f"  allowed_origins: [\"http://localhost:{port}\", \"http://127.0.0.1:{port}\"]\n"
-            cfg = config(http_app("app2026", f"http://{addr}/mcp", name="2026 app")).replace(
-                '  allowed_origins: ["http://allowed.example"]\n', origins)
-            srv = start_toolgate(cfg)
-            try:
-                gw_id, key = Api(srv).create_gateway(["app2026"])
-                fwd.target = srv.base_url.removeprefix("http://")
-                fwd.headers = {"X-API-Key": key}
-                through, _ = requirements_run(f"http://localhost:{port}/gateway/{gw_id}/mcp", out / "toolgate")
-            finally:
-                srv.stop()
-                (out / "toolgate-stderr.log").write_text(srv.stderr_text())
-                srv.tmp.cleanup()
+        with gateway_for_suites("app2026", f"http://{addr}/mcp", out, name="2026 app") as (url, _, _):
+            through, _ = requirements_run(url, out / "toolgate")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -499,22 +474,8 @@ def requirements_2025(tmp_path_factory):
             for app, url in (("fixture", fx.url), ("app2026", f"http://{addr26}/mcp")):
                 port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
                 direct, _ = requirements_run(f"http://localhost:{port}/mcp", out / app / "direct", "2025-11-25")
-                with HeaderForwarder("http://127.0.0.1:1", {}) as fwd:
-                    fport = fwd.base_url.rsplit(":", 1)[1]
-                    origins = f"  allowed_origins: [\"http://localhost:{fport}\", \"http://127.0.0.1:{fport}\"]\n"
-                    cfg = config(http_app(app, url, name=app)).replace(
-                        '  allowed_origins: ["http://allowed.example"]\n', origins)
-                    srv = start_toolgate(cfg)
-                    try:
-                        gw_id, key = Api(srv).create_gateway([app])
-                        fwd.target = srv.base_url.removeprefix("http://")
-                        fwd.headers = {"X-API-Key": key}
-                        through, _ = requirements_run(
-                            f"http://localhost:{fport}/gateway/{gw_id}/mcp", out / app / "toolgate", "2025-11-25")
-                    finally:
-                        srv.stop()
-                        (out / f"toolgate-{app}.log").write_text(srv.stderr_text())
-                        srv.tmp.cleanup()
+                with gateway_for_suites(app, url, out, name=app) as (gw_url, _, _):
+                    through, _ = requirements_run(gw_url, out / app / "toolgate", "2025-11-25")
                 results[app] = (direct, through)
     finally:
         proc.terminate()

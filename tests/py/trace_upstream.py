@@ -7,11 +7,9 @@ request and of `params._meta`.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 
-import uvicorn
+from app_runner import serve_on_a_free_port
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("trace-upstream")
@@ -31,14 +29,5 @@ def trace_context(ctx: Context) -> str:
     })
 
 
-def main() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    app = server.streamable_http_app(host="127.0.0.1")
-    config = uvicorn.Config(app, log_level="warning")
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
-
-
 if __name__ == "__main__":
-    main()
+    serve_on_a_free_port(server)
