@@ -11,7 +11,6 @@
 //! wide), so histograms of any minutes merge by adding counts, and a percentile read from one is
 //! within 2 % of the recorded duration (the bucket's geometric middle).
 
-use crate::store::LogRecord;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -141,30 +140,43 @@ pub struct Rollup {
     pub histogram: Histogram,
 }
 
+/// What a rollup counts of one request-log entry (the store's `LogRecord` is one). A trait, so
+/// that the rollups need not know the store that keeps them.
+pub trait Counted {
+    fn ts_ms(&self) -> i64;
+    fn org_id(&self) -> &str;
+    fn gateway_id(&self) -> &str;
+    fn app(&self) -> &str;
+    fn function(&self) -> Cow<'_, str>;
+    fn error(&self) -> bool;
+    fn duration_us(&self) -> u64;
+}
+
 /// The rollups of a slice of entries, in every tier: what the store adds to what it holds.
-pub fn of(entries: &[LogRecord]) -> Vec<Rollup> {
+pub fn of<E: Counted>(entries: &[E]) -> Vec<Rollup> {
     type Key<'a> = (i64, i64, &'a str, &'a str, Cow<'a, str>);
     let mut by_key: HashMap<Key<'_>, Rollup> = HashMap::new();
     for e in entries {
         for tier in TIERS {
-            let start = e.ts_ms.div_euclid(tier) * tier;
-            let key = (tier, start, e.gateway.id.as_str(), e.app.as_str(), e.function());
+            let start = e.ts_ms().div_euclid(tier) * tier;
+            let key = (tier, start, e.gateway_id(), e.app(), e.function());
             let r = by_key.entry(key).or_insert_with_key(|k| Rollup {
                 tier_ms: tier,
                 start_ms: start,
-                org_id: e.gateway.org_id.clone(),
-                gateway_id: e.gateway.id.clone(),
-                app: e.app.clone(),
+                org_id: e.org_id().to_string(),
+                gateway_id: k.2.to_string(),
+                app: k.3.to_string(),
                 function: k.4.to_string(),
                 ..Default::default()
             });
+            let (error, duration_us) = (e.error(), e.duration_us());
             r.requests += 1;
-            r.errors += u64::from(e.error);
-            r.total_us = r.total_us.saturating_add(e.duration_us);
-            if e.error {
-                r.error_us = r.error_us.saturating_add(e.duration_us);
+            r.errors += u64::from(error);
+            r.total_us = r.total_us.saturating_add(duration_us);
+            if error {
+                r.error_us = r.error_us.saturating_add(duration_us);
             }
-            r.histogram.record(e.duration_us);
+            r.histogram.record(duration_us);
         }
     }
     by_key.into_values().collect()

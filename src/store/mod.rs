@@ -91,6 +91,30 @@ pub struct LogRecord {
     pub body: String,
 }
 
+impl crate::rollup::Counted for LogRecord {
+    fn ts_ms(&self) -> i64 {
+        self.ts_ms
+    }
+    fn org_id(&self) -> &str {
+        &self.gateway.org_id
+    }
+    fn gateway_id(&self) -> &str {
+        &self.gateway.id
+    }
+    fn app(&self) -> &str {
+        &self.app
+    }
+    fn function(&self) -> std::borrow::Cow<'_, str> {
+        LogRecord::function(self)
+    }
+    fn error(&self) -> bool {
+        self.error
+    }
+    fn duration_us(&self) -> u64 {
+        self.duration_us
+    }
+}
+
 impl LogRecord {
     /// The called function's name.
     pub fn function(&self) -> std::borrow::Cow<'_, str> {

@@ -964,6 +964,17 @@ mod tests {
     /// sent first (`discovery_*` tests the probe).
     const HANDSHAKE: &str = "2025-11-25";
 
+    /// Settings of a canned server of the handshake era at `url`.
+    fn handshake(url: String) -> HttpSettings {
+        HttpSettings {
+            url,
+            headers: vec![],
+            credential: None,
+            protocol_version: Some(HANDSHAKE.into()),
+            tls_roots: None,
+        }
+    }
+
     fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
         let mut p = SseParser::default();
         let mut out = Vec::new();
@@ -1155,13 +1166,7 @@ mod tests {
         let (url, server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings {
-                url,
-                headers: vec![],
-                credential: None,
-                protocol_version: Some(HANDSHAKE.into()),
-                tls_roots: None,
-            },
+            &handshake(url),
             Timeouts::default(),
             &HttpClients::default(),
             NoticeReporter::default(),
@@ -1232,13 +1237,7 @@ mod tests {
         let up = super::super::Upstream::Http(
             HttpUpstream::new(
                 "t",
-                &HttpSettings {
-                    url,
-                    headers: vec![],
-                    credential: None,
-                    protocol_version: Some(HANDSHAKE.into()),
-                    tls_roots: None,
-                },
+                &handshake(url),
                 Timeouts::default(),
                 &HttpClients::default(),
                 NoticeReporter::default(),
@@ -1263,13 +1262,7 @@ mod tests {
         let (url, _server) = canned_server(responses).await;
         let up = HttpUpstream::new(
             "t",
-            &HttpSettings {
-                url,
-                headers: vec![],
-                credential: None,
-                protocol_version: Some(HANDSHAKE.into()),
-                tls_roots: None,
-            },
+            &handshake(url),
             Timeouts::default(),
             &HttpClients::default(),
             NoticeReporter::default(),
@@ -1309,20 +1302,8 @@ mod tests {
             }
         });
         let t = Timeouts { connect_ms: 1000, first_byte_ms: 200, total_ms: 5000 };
-        let up = HttpUpstream::new(
-            "t",
-            &HttpSettings {
-                url,
-                headers: vec![],
-                credential: None,
-                protocol_version: Some(HANDSHAKE.into()),
-                tls_roots: None,
-            },
-            t,
-            &HttpClients::default(),
-            NoticeReporter::default(),
-        )
-        .unwrap();
+        let up =
+            HttpUpstream::new("t", &handshake(url), t, &HttpClients::default(), NoticeReporter::default()).unwrap();
         let started = std::time::Instant::now();
         assert_eq!(up.connect().await.unwrap_err(), UpstreamError::Timeout { phase: TimeoutPhase::FirstByte });
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
