@@ -5,7 +5,7 @@
 
 use crate::exchange::{sse_event, Exchange};
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, ErrorObject, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::parked;
 use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
@@ -361,12 +361,20 @@ async fn forward(
         return respond(ex, caller, none, modern::COMPLETE).await;
     };
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
-    // A tool that declares `Mcp-Param-*` headers gets them from its arguments, whoever called.
-    if let Some(((call, _), t)) = named.as_ref().zip(tool.and_then(|(exposed, _)| catalogue.tool(exposed))) {
-        if !t.param_headers.is_empty() {
-            let arguments = call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
-            call_ctx.headers.extend(modern::param_header_values(&t.param_headers, &arguments));
+    // A tool that declares `Mcp-Param-*` headers: a stateless caller's must agree with the
+    // arguments, and the app gets them from the arguments, whoever called. Read only then.
+    let declared = tool.and_then(|(exposed, _)| catalogue.tool(exposed)).map(|t| t.param_headers.as_slice());
+    if let (Some((call, _)), Some(declared)) = (named.as_ref(), declared.filter(|d| !d.is_empty())) {
+        let arguments: Value =
+            call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
+        if caller.stateless() {
+            if let Err(r) = modern::check_param_headers(declared, &arguments, ex.headers()) {
+                let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
+                refused(&e);
+                return respond(ex, caller, Response::error(req.id, e), "").await;
+            }
         }
+        call_ctx.headers.extend(modern::param_header_values(declared, &arguments));
     }
     if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
@@ -375,16 +383,18 @@ async fn forward(
             return reply::quota_exceeded(ex, spent, &bucket, &format!("app {app_id} rate limit")).await;
         }
     }
-    // What a stateless call's requestState is bound to besides the caller: its tool or prompt,
-    // or its resource.
-    let bound_name = match caller {
-        Caller::Stateless { .. } => {
-            tool.map(|t| t.0.to_string()).unwrap_or_else(|| resource_uri(params.as_ref()).into_owned())
-        }
-        Caller::Session(_) => String::new(),
+    // Who may continue a stateless call: this credential, on this gateway, for this method and
+    // tool, prompt or resource.
+    let binding = match caller {
+        Caller::Stateless { key_id, .. } => Some(parked::Binding {
+            key_id: key_id.to_string(),
+            gateway_id: gw.id.clone(),
+            method: req.method.clone(),
+            name: tool.map(|t| t.0.to_string()).unwrap_or_else(|| resource_uri(params.as_ref()).into_owned()),
+        }),
+        Caller::Session(_) => None,
     };
-    // A stateless call: its `Mcp-Param-*` headers agree with its arguments, and a `requestState`
-    // continues the call it names, whose app is given the client's answers.
+    // A `requestState` continues the call it names, whose app is given the client's answers.
     let mut resumed = None;
     // Copied (a continuation is rare) because the params go to the app before it is used up.
     let continuation_text = match caller {
@@ -392,46 +402,25 @@ async fn forward(
         _ => None,
     };
     let continuation: Option<Continuation> = continuation_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
-    if let Caller::Stateless { key_id, .. } = caller {
-        if let Some(((call, _), t)) = named.as_ref().zip(tool.and_then(|(exposed, _)| catalogue.tool(exposed))) {
-            if !t.param_headers.is_empty() {
-                let arguments =
-                    call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
-                if let Err(r) = modern::check_param_headers(&t.param_headers, &arguments, ex.headers()) {
-                    let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
-                    refused(&e);
-                    return respond(ex, caller, Response::error(req.id, e), "").await;
-                }
+    let resuming =
+        binding.as_ref().zip(continuation.as_ref()).and_then(|(b, c)| Some((b, c, c.request_state.as_deref()?)));
+    if let Some((binding, cont, state)) = resuming {
+        let parked = stateless::resume(mcp, state, binding).and_then(|p| {
+            if p.app_id == app_id {
+                Ok(p)
+            } else {
+                Err(ErrorObject::invalid_params("requestState belongs to another call"))
             }
-        }
-        if let Some(cont) = continuation.as_ref() {
-            if let Some(state) = cont.request_state.as_deref() {
-                let binding = parked::Binding {
-                    key_id: key_id.to_string(),
-                    gateway_id: gw.id.clone(),
-                    method: req.method.clone(),
-                    name: bound_name.clone(),
-                };
-                let parked = stateless::resume(mcp, state, &binding).and_then(|p| {
-                    if p.app_id == app_id {
-                        Ok(p)
-                    } else {
-                        Err(ErrorObject::invalid_params("requestState belongs to another call"))
-                    }
-                });
-                match parked {
-                    Ok(mut p) => match stateless::deliver_answers(mcp, &mut p, cont.input_responses.as_ref()).await {
-                        Ok(unanswered) => resumed = Some((p, unanswered)),
-                        Err(e) => {
-                            refused(&e);
-                            return respond(ex, caller, Response::error(req.id, e), "").await;
-                        }
-                    },
-                    Err(e) => {
-                        refused(&e);
-                        return respond(ex, caller, Response::error(req.id, e), "").await;
-                    }
-                }
+        });
+        let answered = match parked {
+            Ok(mut p) => stateless::deliver_answers(mcp, &mut p, cont.input_responses.as_ref()).await.map(|u| (p, u)),
+            Err(e) => Err(e),
+        };
+        match answered {
+            Ok(r) => resumed = Some(r),
+            Err(e) => {
+                refused(&e);
+                return respond(ex, caller, Response::error(req.id, e), "").await;
             }
         }
     }
@@ -547,19 +536,16 @@ async fn forward(
             }
         }
         Ok(UpstreamReply::Stream(stream)) if caller.stateless() => {
-            let Caller::Stateless { env, key_id } = caller else { unreachable!("checked by the guard") };
+            let (Caller::Stateless { env, .. }, Some(binding)) = (caller, binding) else {
+                unreachable!("a stateless caller has a binding")
+            };
             let (pending, keys_issued) = carried.unwrap_or_default();
             let call = stateless::CallInfo {
                 gw,
                 app_id,
                 id: &req.id,
                 env,
-                binding: parked::Binding {
-                    key_id: key_id.to_string(),
-                    gateway_id: gw.id.clone(),
-                    method: req.method.clone(),
-                    name: bound_name,
-                },
+                binding,
                 decorate,
                 given: continuation.as_ref().and_then(|c| c.input_responses.as_ref()),
             };
@@ -739,7 +725,7 @@ impl NamedParams<'_> {
             .filter(|(k, v)| match k.as_ref() {
                 "inputResponses" | "requestState" => false,
                 "_meta" => {
-                    meta = stateless::translate_meta_text(v);
+                    meta = stateless::translate_meta(v);
                     false
                 }
                 _ => true,
@@ -752,25 +738,15 @@ impl NamedParams<'_> {
 
 impl<'de> serde::Deserialize<'de> for NamedParams<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = NamedParams<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object with a string `name`")
+        let RawMembers(mut others) = RawMembers::deserialize(d)?;
+        let name = match others.iter().position(|(k, _)| k == "name") {
+            Some(i) => {
+                let (_, v) = others.remove(i);
+                Some(serde_json::from_str::<Text>(v.get()).map_err(serde::de::Error::custom)?.0)
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = NamedParams { name: None, others: Vec::with_capacity(2) };
-                while let Some(Text(key)) = map.next_key::<Text>()? {
-                    if key == "name" {
-                        out.name = Some(map.next_value::<Text>()?.0);
-                    } else {
-                        out.others.push((key, map.next_value()?));
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_map(V)
+            None => None,
+        };
+        Ok(NamedParams { name, others })
     }
 }
 

@@ -31,6 +31,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::fmt;
 
 /// A JSON value kept as text (see the module documentation): relayed by copying, parsed only by
@@ -52,6 +53,10 @@ impl RawJson {
 
     pub fn get(&self) -> &str {
         self.0.get()
+    }
+
+    pub fn as_raw(&self) -> &RawValue {
+        &self.0
     }
 
     /// The value as a tree (`Null` if it is nested deeper than serde_json's recursion limit,
@@ -614,6 +619,43 @@ fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
         (None, None) => return Err(invalid(Some(&id), "a response needs \"result\" or \"error\"")),
     };
     Ok(Message::Response(Response { id, outcome }))
+}
+
+/// A JSON object as its members' texts, in order: read without building a tree, written back
+/// by copying each member's text (a call's params, a `_meta`).
+pub struct RawMembers<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for RawMembers<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawMembers<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                #[derive(Deserialize)]
+                struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+                let mut out = Vec::new();
+                while let Some(Key(k)) = map.next_key::<Key>()? {
+                    out.push((k, map.next_value()?));
+                }
+                Ok(RawMembers(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for RawMembers<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
 }
 
 // ---- writers --------------------------------------------------------------------------------

@@ -23,6 +23,11 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
+/// toolgate's own `_meta` keys towards apps: the stateless client's capabilities (to a
+/// handshake-era app, which takes no envelope), and the key a question is answered under.
+pub const META_TOOLGATE_CLIENT_CAPABILITIES: &str = "toolgate.dev/clientCapabilities";
+pub const META_INPUT_KEY: &str = "toolgate.dev/inputKey";
+
 /// JSON-RPC codes the specification allocates for this revision.
 pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;

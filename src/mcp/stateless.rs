@@ -6,7 +6,7 @@
 //! `requestState` to find it again. The decisions are in `README.md` ("MCP 2026-07-28").
 
 use crate::exchange::{sse_event, Exchange};
-use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope, Rejection};
 use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
 use crate::mcp::protocol::Accept;
@@ -15,7 +15,7 @@ use crate::mcp::runtime::McpRuntime;
 use crate::mcp::upstream::ReplyStream;
 use crate::model::Gateway;
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -146,81 +146,38 @@ fn valid_answer(method: &str, key: &str, given: &RawValue) -> Result<RawJson, Er
 /// capabilities ride along as `toolgate.dev/clientCapabilities`, so that the app can ask only
 /// what the client can answer.
 pub(crate) fn for_handshake_app(params: &RawJson) -> RawJson {
-    let mut v = params.to_value();
-    let Some(obj) = v.as_object_mut() else { return params.clone() };
-    obj.remove("inputResponses");
-    obj.remove("requestState");
-    if let Some(meta) = obj.remove("_meta") {
-        if let Some(meta) = translate_meta(meta) {
-            obj.insert("_meta".into(), meta);
+    let Ok(RawMembers(members)) = params.read::<RawMembers>() else { return params.clone() };
+    let mut meta = None;
+    let mut kept: Vec<(Cow<str>, &RawValue)> = Vec::with_capacity(members.len());
+    for (k, v) in members {
+        match k.as_ref() {
+            "inputResponses" | "requestState" => {}
+            "_meta" => meta = translate_meta(v),
+            _ => kept.push((k, v)),
         }
     }
-    RawJson::from_value(&v)
-}
-
-/// `_meta` as a handshake-era app takes it (see [`for_handshake_app`]); `None` when nothing is
-/// left of it.
-pub(crate) fn translate_meta(meta: Value) -> Option<Value> {
-    let Value::Object(mut meta) = meta else { return Some(meta) };
-    let caps = meta.remove(modern::META_CLIENT_CAPABILITIES);
-    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
-    if let Some(caps) = caps {
-        meta.insert("toolgate.dev/clientCapabilities".into(), caps);
+    if let Some(meta) = meta.as_ref() {
+        kept.push((Cow::Borrowed("_meta"), meta.as_raw()));
     }
-    (!meta.is_empty()).then_some(Value::Object(meta))
+    RawJson::from_value(&RawMembers(kept))
 }
 
-/// [`translate_meta`] on the text of `_meta`, member by member without building a tree (the hot
-/// path of a stateless `tools/call`); `None` when nothing is left of it.
-pub(crate) fn translate_meta_text(meta: &RawValue) -> Option<RawJson> {
-    let Ok(RawObject(members)) = serde_json::from_str::<RawObject>(meta.get()) else {
-        return serde_json::from_str(meta.get()).ok().and_then(translate_meta).map(|v| RawJson::from_value(&v));
+/// `_meta` as a handshake-era app takes it (see [`for_handshake_app`]), member by member from its
+/// text, without building a tree (the hot path of a stateless `tools/call`); `None` when nothing
+/// is left of it. A `_meta` that is not an object is passed on as it is.
+pub(crate) fn translate_meta(meta: &RawValue) -> Option<RawJson> {
+    let Ok(RawMembers(members)) = serde_json::from_str::<RawMembers>(meta.get()) else {
+        return RawJson::from_text(meta.get().to_string());
     };
     let kept: Vec<(Cow<str>, &RawValue)> = members
         .into_iter()
         .filter_map(|(k, v)| match k.as_ref() {
-            modern::META_CLIENT_CAPABILITIES => Some((Cow::Borrowed("toolgate.dev/clientCapabilities"), v)),
+            modern::META_CLIENT_CAPABILITIES => Some((Cow::Borrowed(modern::META_TOOLGATE_CLIENT_CAPABILITIES), v)),
             k if k.starts_with("io.modelcontextprotocol/") => None,
             _ => Some((k, v)),
         })
         .collect();
-    (!kept.is_empty()).then(|| RawJson::from_value(&RawObject(kept)))
-}
-
-/// A JSON object as its members' texts, in order.
-struct RawObject<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
-
-impl<'de> Deserialize<'de> for RawObject<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = RawObject<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                #[derive(Deserialize)]
-                struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
-                let mut out = Vec::new();
-                while let Some(Key(k)) = map.next_key::<Key>()? {
-                    out.push((k, map.next_value()?));
-                }
-                Ok(RawObject(out))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-impl Serialize for RawObject<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in &self.0 {
-            m.serialize_entry(k, v)?;
-        }
-        m.end()
-    }
+    (!kept.is_empty()).then(|| RawJson::from_value(&RawMembers(kept)))
 }
 
 /// What the relay of a stateless call needs besides the stream.
@@ -312,7 +269,8 @@ pub(crate) async fn relay(
                 keys_issued += 1;
                 let params = r.params.as_ref().map(RawJson::to_value).unwrap_or_else(|| json!({}));
                 let key = params
-                    .pointer("/_meta/toolgate.dev~1inputKey")
+                    .get("_meta")
+                    .and_then(|m| m.get(modern::META_INPUT_KEY))
                     .and_then(Value::as_str)
                     .filter(|k| !k.is_empty() && k.len() <= 64)
                     .map_or_else(|| format!("{}_{keys_issued}", r.method.replace('/', "_")), str::to_string);

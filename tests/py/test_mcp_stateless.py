@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -40,6 +41,20 @@ from mcp_helpers import (
 )
 
 REVISION = "2026-07-28"
+
+
+@contextlib.contextmanager
+def python_app(script: str, log: Path):
+    """One of the Python test apps (`tests/py/<script>`) running: yields its `host:port`."""
+    from mcp_helpers import VENV, wait_for_port
+
+    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / script)],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        yield wait_for_port(proc, script)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 META = {
     "io.modelcontextprotocol/protocolVersion": REVISION,
     "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
@@ -195,8 +210,7 @@ def test_request_state_is_bound_to_the_key_that_received_it(gateway_of_fixture):
 def test_python_sdk_default_mode_stays_stateless_across_three_kinds_of_app(tmp_path):
     """The SDK's default mode against a gateway of a 2025-11-25 HTTP app, a stdio app and a
     2026-07-28 app: it stays on 2026-07-28 and calls a tool of each."""
-    proc, addr = start_python_app("stateless_app.py", tmp_path / "app.log")
-    try:
+    with python_app("stateless_app.py", tmp_path / "app.log") as addr:
         with conformance_fixture(log_dir=tmp_path) as fx:
             apps = (http_app("fixture", fx.url, name="Conformance fixture") + stdio_time_app("clock")
                     + http_app("modern", f"http://{addr}/mcp", name="Modern"))
@@ -228,9 +242,6 @@ def test_python_sdk_default_mode_stays_stateless_across_three_kinds_of_app(tmp_p
             finally:
                 srv.stop()
                 srv.tmp.cleanup()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 # ------------------------------------------------------------------ an app that closes its stream
@@ -338,13 +349,8 @@ def test_the_suite_s_sse_polling_scenario_passes_through_toolgate(gateway_of_fix
 @pytest.fixture(scope="module")
 def stateless_app(tmp_path_factory):
     """A 2026-07-28 app (`stateless_app.py`, the Python SDK) behind a gateway: (toolgate, gateway id, key)."""
-    from mcp_helpers import VENV, wait_for_port
-
     log = tmp_path_factory.mktemp("stateless-app") / "app.log"
-    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / "stateless_app.py")],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    try:
-        addr = wait_for_port(proc, "stateless_app.py")
+    with python_app("stateless_app.py", log) as addr:
         srv = start_toolgate(config(http_app("modern", f"http://{addr}/mcp", name="Modern")))
         try:
             gw_id, key = Api(srv).create_gateway(["modern"])
@@ -352,9 +358,6 @@ def stateless_app(tmp_path_factory):
         finally:
             srv.stop()
             srv.tmp.cleanup()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_a_stateless_client_reaches_a_stateless_app(stateless_app):
@@ -411,27 +414,15 @@ def test_a_handshake_era_client_reaches_a_stateless_app(stateless_app):
 # ------------------------------------------------------------------ the suite with a 2026-07-28 app
 
 
-def start_python_app(script: str, log: Path):
-    from mcp_helpers import VENV, wait_for_port
-
-    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / script)],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    return proc, wait_for_port(proc, script)
-
-
 @pytest.fixture(scope="module")
 def requirements_with_a_2026_app(tmp_path_factory):
     """(direct results, results through toolgate) of `--requirements 2026-07-28` against
     `conformance_2026_app.py` (a 2026-07-28 app on the Python SDK) and through a gateway on it."""
     out = tmp_path_factory.mktemp("conformance-2026-app")
-    proc, addr = start_python_app("conformance_2026_app.py", out / "app.log")
-    try:
+    with python_app("conformance_2026_app.py", out / "app.log") as addr:
         direct, _ = requirements_run(f"http://localhost:{addr.rsplit(':', 1)[1]}/mcp", out / "direct")
         with gateway_for_suites("app2026", f"http://{addr}/mcp", out, name="2026 app") as (url, _, _):
             through, _ = requirements_run(url, out / "toolgate")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     return direct, through
 
 
@@ -468,8 +459,7 @@ def requirements_2025(tmp_path_factory):
     translation)."""
     out = tmp_path_factory.mktemp("conformance-2025")
     results = {}
-    proc, addr26 = start_python_app("conformance_2026_app.py", out / "app2026.log")
-    try:
+    with python_app("conformance_2026_app.py", out / "app2026.log") as addr26:
         with conformance_fixture(log_dir=out) as fx:
             for app, url in (("fixture", fx.url), ("app2026", f"http://{addr26}/mcp")):
                 port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
@@ -477,9 +467,6 @@ def requirements_2025(tmp_path_factory):
                 with gateway_for_suites(app, url, out, name=app) as (gw_url, _, _):
                     through, _ = requirements_run(gw_url, out / app / "toolgate", "2025-11-25")
                 results[app] = (direct, through)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     return results
 
 

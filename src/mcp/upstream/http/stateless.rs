@@ -12,6 +12,7 @@
 
 use super::{HttpSource, Inner, PROTOCOL_VERSION};
 use crate::mcp::jsonrpc::{self, Id, Message, RawJson, Request, Response};
+use crate::mcp::modern;
 use crate::mcp::protocol::STATELESS;
 use crate::mcp::upstream::{CallContext, Event, ReplyStream, Source, UpstreamError, UpstreamReply};
 use bytes::Bytes;
@@ -53,7 +54,7 @@ fn with_envelope(params: &Value, continuation: Option<&(Map<String, Value>, Opti
         Some(Value::Object(m)) => m,
         _ => Map::new(),
     };
-    let caps = meta.remove("toolgate.dev/clientCapabilities").unwrap_or_else(toolgate_capabilities);
+    let caps = meta.remove(modern::META_TOOLGATE_CLIENT_CAPABILITIES).unwrap_or_else(toolgate_capabilities);
     meta.insert("io.modelcontextprotocol/protocolVersion".into(), json!(STATELESS));
     meta.insert("io.modelcontextprotocol/clientCapabilities".into(), caps);
     meta.insert(
@@ -278,7 +279,7 @@ async fn rounds(
             if let Some(p) = params.as_object_mut() {
                 let meta = p.entry("_meta").or_insert_with(|| json!({}));
                 if let Some(meta) = meta.as_object_mut() {
-                    meta.insert("toolgate.dev/inputKey".into(), Value::String(key.clone()));
+                    meta.insert(modern::META_INPUT_KEY.into(), Value::String(key.clone()));
                 }
             }
             let request = Request {
