@@ -14,6 +14,7 @@ use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
+use crate::mcp::tasks;
 use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
 use crate::metrics::{self, ErrorType};
 use crate::model::{ClientCapabilities, Gateway, McpSession};
@@ -247,6 +248,13 @@ pub(super) async fn request(
         }
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
             return forward(mcp, ex, gw, caller, req, acc).await;
+        }
+        // The tasks extension is the stateless revision's; a session's `tasks/*` (the
+        // handshake era's own tasks) is not relayed.
+        m if tasks::is_task_method(m) && caller.stateless() => {
+            let Caller::Stateless { env, key_id } = caller else { unreachable!("checked: stateless") };
+            let r = tasks::follow(mcp, gw, env, key_id, &req).await;
+            return respond(ex, caller, r, modern::COMPLETE).await;
         }
         other => Err(ErrorObject::method_not_found(other)),
     };
@@ -527,8 +535,17 @@ async fn forward(
             mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
         }
     };
+    // A task the app created is named to a stateless client by toolgate's own id.
+    let task_owner = binding
+        .as_ref()
+        .filter(|_| req.method == "tools/call")
+        .map(|b| tasks::Owner { gateway_id: &b.gateway_id, key_id: &b.key_id });
     match reply {
         Ok(UpstreamReply::Response(r)) => {
+            let r = match task_owner {
+                Some(owner) => tasks::claim_created(mcp, owner, app_id, r),
+                None => r,
+            };
             log(&r.outcome, 200);
             match early {
                 Some((rs, connected)) => finish_early(ex, &rs, connected, r.with_id(req.id)).await,
@@ -698,7 +715,7 @@ impl NamedParams<'_> {
     /// The same params naming the app's own tool or prompt. For a stateless caller
     /// (`for_handshake_app`), as a handshake-era app takes them: without the continuation
     /// (`inputResponses`, `requestState`), which is toolgate's, and with `_meta` translated
-    /// (`stateless::translate_meta`); the other members are copied as their text.
+    /// (`modern::translate_meta`); the other members are copied as their text.
     fn renamed(&self, name: &str, for_handshake_app: bool) -> RawJson {
         struct Renamed<'a>(&'a str, &'a [(Cow<'a, str>, &'a RawValue)], Option<&'a RawJson>);
         impl serde::Serialize for Renamed<'_> {
@@ -725,7 +742,7 @@ impl NamedParams<'_> {
             .filter(|(k, v)| match k.as_ref() {
                 "inputResponses" | "requestState" => false,
                 "_meta" => {
-                    meta = stateless::translate_meta(v);
+                    meta = modern::translate_meta(v);
                     false
                 }
                 _ => true,

@@ -4,9 +4,9 @@
 //!
 //! A request to `/gateway/{id}/mcp` goes `transport` (HTTP method, headers, session; or, for a
 //! stateless 2026-07-28 request, `stateless` with the rules of `modern`) -> `dispatch` (what the
-//! message asks) -> the apps (`apps`, `upstream`); `relay` carries what the
-//! apps send the clients unasked; `reply` writes every JSON-RPC error; `runtime` holds the
-//! running parts they share.
+//! message asks) -> the apps (`apps`, `upstream`); `relay` carries what the apps send the
+//! clients unasked; `tasks` follows the tasks apps create for stateless clients; `reply` writes
+//! every JSON-RPC error; `runtime` holds the running parts they share.
 
 pub mod apps;
 pub mod builtin;
@@ -24,5 +24,6 @@ pub mod runtime;
 pub mod sessions;
 pub mod stateless;
 pub mod subscriptions;
+pub mod tasks;
 pub mod transport;
 pub mod upstream;

@@ -5,7 +5,7 @@
 //! the members a result gains (`resultType`, the caching hints). No I/O: `stateless.rs` does
 //! the exchange. The decisions are in `README.md` ("MCP 2026-07-28").
 
-use crate::mcp::jsonrpc::RawJson;
+use crate::mcp::jsonrpc::{RawJson, RawMembers};
 use crate::mcp::protocol::{self, RpcCode};
 use crate::model::Gateway;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -22,6 +22,9 @@ pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The tasks extension's identifier, under `capabilities.extensions` (relayed by `tasks.rs`).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// toolgate's own `_meta` keys towards apps: the stateless client's capabilities (to a
 /// handshake-era app, which takes no envelope), and the key a question is answered under.
@@ -69,6 +72,8 @@ pub struct ClientCaps {
     pub sampling: bool,
     pub elicitation: bool,
     pub roots: bool,
+    /// `extensions["io.modelcontextprotocol/tasks"]`: the client follows tasks (`tasks.rs`).
+    pub tasks: bool,
 }
 
 impl ClientCaps {
@@ -122,6 +127,8 @@ struct EnvelopeParams<'a> {
     name: Option<&'a RawValue>,
     #[serde(borrow, default)]
     uri: Option<&'a RawValue>,
+    #[serde(rename = "taskId", borrow, default)]
+    task_id: Option<&'a RawValue>,
     #[serde(rename = "requestState", borrow, default)]
     request_state: Option<&'a RawValue>,
     #[serde(rename = "inputResponses", borrow, default)]
@@ -146,6 +153,14 @@ struct CapsFields<'a> {
     elicitation: Option<&'a RawValue>,
     #[serde(borrow, default)]
     roots: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    extensions: Option<Extensions<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct Extensions<'a> {
+    #[serde(rename = "io.modelcontextprotocol/tasks", borrow, default)]
+    tasks: Option<&'a RawValue>,
 }
 
 fn is_object(v: Option<&RawValue>) -> bool {
@@ -204,7 +219,14 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
         Some(p) => p.read::<EnvelopeParams>().map_err(|_| {
             invalid("params must be an object whose _meta is an object (name and uri, when present, strings)")
         })?,
-        None => EnvelopeParams { meta: None, name: None, uri: None, request_state: None, input_responses: None },
+        None => EnvelopeParams {
+            meta: None,
+            name: None,
+            uri: None,
+            task_id: None,
+            request_state: None,
+            input_responses: None,
+        },
     };
     let Some(meta) = read.meta else {
         // A request without any envelope whose header names a version of neither era (a
@@ -240,6 +262,7 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
     let named = match method {
         "tools/call" | "prompts/get" => read.name.map(|n| ("name", n)),
         "resources/read" => read.uri.map(|u| ("uri", u)),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => read.task_id.map(|t| ("taskId", t)),
         _ => None,
     };
     let header_name = single_header(headers, "mcp-name")?;
@@ -265,10 +288,29 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
             sampling: is_object(caps.sampling),
             elicitation: is_object(caps.elicitation),
             roots: is_object(caps.roots),
+            tasks: caps.extensions.is_some_and(|e| is_object(e.tasks)),
         },
         wants_logs: meta.log_level.is_some(),
         continues: read.request_state.is_some() || read.input_responses.is_some(),
     })
+}
+
+/// `_meta` as a handshake-era app takes it (see `stateless::for_handshake_app`), member by member from its
+/// text, without building a tree (the hot path of a stateless `tools/call`); `None` when nothing
+/// is left of it. A `_meta` that is not an object is passed on as it is.
+pub(crate) fn translate_meta(meta: &RawValue) -> Option<RawJson> {
+    let Ok(RawMembers(members)) = serde_json::from_str::<RawMembers>(meta.get()) else {
+        return RawJson::from_text(meta.get().to_string());
+    };
+    let kept: Vec<(Cow<str>, &RawValue)> = members
+        .into_iter()
+        .filter_map(|(k, v)| match k.as_ref() {
+            META_CLIENT_CAPABILITIES => Some((Cow::Borrowed(META_TOOLGATE_CLIENT_CAPABILITIES), v)),
+            k if k.starts_with("io.modelcontextprotocol/") => None,
+            _ => Some((k, v)),
+        })
+        .collect();
+    (!kept.is_empty()).then(|| RawJson::from_value(&RawMembers(kept)))
 }
 
 /// Every version the endpoint speaks: the stateless ones, then the handshake ones.
@@ -299,7 +341,8 @@ pub fn missing_capability(capability: &str, method: &str) -> (i64, String, Value
 
 /// The capabilities and identity the gateway describes itself with (`server/discover`): the same
 /// as it answers `initialize` with, less what the stateless revision removed (`resources.subscribe`
-/// as a method; `logging/setLevel`).
+/// as a method; `logging/setLevel`), plus the tasks extension, whose requests toolgate relays to
+/// the app that created the task (whether a call becomes a task is the app's decision).
 pub fn discover_result(gw: &Gateway) -> Value {
     json!({
         "resultType": "complete",
@@ -311,6 +354,7 @@ pub fn discover_result(gw: &Gateway) -> Value {
             "prompts": { "listChanged": true },
             "resources": { "listChanged": true },
             "completions": {},
+            "extensions": { TASKS_EXTENSION: {} },
         },
         "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
         "_meta": { META_SERVER_INFO: server_info(gw) },
@@ -481,6 +525,27 @@ mod tests {
         assert!(!is_stateless(&headers(&[("mcp-protocol-version", "2025-06-18")]), Some("tools/list")));
         assert!(!is_stateless(&headers(&[]), Some("tools/list")), "no header: the handshake era");
         assert!(is_stateless(&headers(&[("mcp-protocol-version", "2025-11-25")]), Some("server/discover")));
+    }
+
+    #[test]
+    fn a_task_request_names_its_task_in_mcp_name_and_the_extension_is_read_from_the_capabilities() {
+        let caps = json!({ "extensions": { TASKS_EXTENSION: {} } });
+        let body = json!({ "taskId": "tgt1.abc", "_meta": meta(caps) });
+        let h = |name: &str| {
+            headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tasks/get"), ("mcp-name", name)])
+        };
+        let env = classify(&h("tgt1.abc"), "tasks/get", Some(&params(body.clone()))).unwrap();
+        assert!(env.caps.tasks && !env.caps.elicitation, "{env:?}");
+        let e = classify(&h("tgt1.other"), "tasks/get", Some(&params(body))).unwrap_err();
+        assert_eq!((e.code, e.status()), (HEADER_MISMATCH, 400));
+        assert!(e.message.contains("params.taskId"), "{e:?}");
+        // An extension of another name, or the key with a value that is not an object: no tasks.
+        for caps in
+            [json!({ "extensions": { "x.example/other": {} } }), json!({ "extensions": { TASKS_EXTENSION: true } })]
+        {
+            let body = json!({ "taskId": "tgt1.abc", "_meta": meta(caps) });
+            assert!(!classify(&h("tgt1.abc"), "tasks/get", Some(&params(body))).unwrap().caps.tasks);
+        }
     }
 
     #[test]

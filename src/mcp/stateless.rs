@@ -1,9 +1,9 @@
 //! MCP 2026-07-28 requests on `/gateway/{id}/mcp`: no session, each request carries its own
 //! envelope (`modern::classify`), and an app's questions to the client (elicitation, sampling,
 //! roots) come back to the client as an input-required result instead of a request on the
-//! stream. Every app behind the gateway speaks a handshake-era revision, so toolgate holds the
-//! app's call open between the client's rounds ([`ParkedCalls`]) and carries its own sealed
-//! `requestState` to find it again. The decisions are in `README.md` ("MCP 2026-07-28").
+//! stream. toolgate speaks to every app as to a handshake-era one (`upstream/http/stateless.rs`
+//! turns a stateless app's questions into requests), so it holds the app's call open between the
+//! client's rounds ([`ParkedCalls`]) and carries its own sealed `requestState` to find it again. The decisions are in `README.md` ("MCP 2026-07-28").
 
 use crate::exchange::{sse_event, Exchange};
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
@@ -12,6 +12,7 @@ use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
 use crate::mcp::protocol::Accept;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
+use crate::mcp::tasks;
 use crate::mcp::upstream::ReplyStream;
 use crate::model::Gateway;
 use bytes::Bytes;
@@ -152,7 +153,7 @@ pub(crate) fn for_handshake_app(params: &RawJson) -> RawJson {
     for (k, v) in members {
         match k.as_ref() {
             "inputResponses" | "requestState" => {}
-            "_meta" => meta = translate_meta(v),
+            "_meta" => meta = modern::translate_meta(v),
             _ => kept.push((k, v)),
         }
     }
@@ -160,24 +161,6 @@ pub(crate) fn for_handshake_app(params: &RawJson) -> RawJson {
         kept.push((Cow::Borrowed("_meta"), meta.as_raw()));
     }
     RawJson::from_value(&RawMembers(kept))
-}
-
-/// `_meta` as a handshake-era app takes it (see [`for_handshake_app`]), member by member from its
-/// text, without building a tree (the hot path of a stateless `tools/call`); `None` when nothing
-/// is left of it. A `_meta` that is not an object is passed on as it is.
-pub(crate) fn translate_meta(meta: &RawValue) -> Option<RawJson> {
-    let Ok(RawMembers(members)) = serde_json::from_str::<RawMembers>(meta.get()) else {
-        return RawJson::from_text(meta.get().to_string());
-    };
-    let kept: Vec<(Cow<str>, &RawValue)> = members
-        .into_iter()
-        .filter_map(|(k, v)| match k.as_ref() {
-            modern::META_CLIENT_CAPABILITIES => Some((Cow::Borrowed(modern::META_TOOLGATE_CLIENT_CAPABILITIES), v)),
-            k if k.starts_with("io.modelcontextprotocol/") => None,
-            _ => Some((k, v)),
-        })
-        .collect();
-    (!kept.is_empty()).then(|| RawJson::from_value(&RawMembers(kept)))
 }
 
 /// What the relay of a stateless call needs besides the stream.
@@ -229,6 +212,13 @@ pub(crate) async fn relay(
         };
         match msg {
             Message::Response(r) => {
+                // A task the app created is named to the client by toolgate's own id.
+                let r = if call.binding.method == "tools/call" {
+                    let owner = tasks::Owner { gateway_id: &call.binding.gateway_id, key_id: &call.binding.key_id };
+                    tasks::claim_created(mcp, owner, call.app_id, r)
+                } else {
+                    r
+                };
                 log(&r.outcome, 200);
                 return answer(ex, r.with_id(call.id.clone()), call.decorate, streaming).await;
             }

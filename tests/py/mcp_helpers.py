@@ -23,7 +23,6 @@ import json
 import os
 import socketserver
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ NODE_DIR = Path(os.environ.get("TOOLGATE_TEST_NODE_DIR", ROOT / "tests" / "node"
 # Accept header every MCP client sends on POST.
 ACCEPT_BOTH = "application/json, text/event-stream"
 LATEST = "2025-11-25"
+STATELESS = "2026-07-28"
 
 TIME_APP = """\
   - id: time
@@ -444,3 +444,64 @@ def gateway_for_suites(app_id: str, app_url: str, log_dir: Path, name: str = "Ap
             srv.stop()
             (log_dir / f"toolgate-{app_id}.log").write_text(srv.stderr_text())
             srv.tmp.cleanup()
+
+
+def stateless_post(url: str, key: str | None, method: str, params: dict, headers: dict | None = None, rid: int = 1):
+    """One 2026-07-28 request with its routing headers (`headers` override them)."""
+    h = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": STATELESS,
+        "Mcp-Method": method,
+    }
+    if key:
+        h["X-API-Key"] = key
+    if method in ("tools/call", "prompts/get") and "name" in params:
+        h["Mcp-Name"] = params["name"]
+    if method.startswith("tasks/") and "taskId" in params:
+        h["Mcp-Name"] = params["taskId"]
+    h.update(headers or {})
+    body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+    return httpx2.post(url, json=body, headers=h, timeout=30)
+
+
+@contextlib.contextmanager
+def python_app(script: str, log: Path):
+    """One of the Python test apps (`tests/py/<script>`) running: yields its `host:port`."""
+    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / script)],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        yield wait_for_port(proc, script)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def suite_2026_run(url: str, out_dir: Path, *selection: str) -> tuple[dict, str]:
+    """Runs the conformance suite 0.2.0-alpha.12 (`conformance-2026` in tests/node) against `url`
+    with `selection` (`--requirements REVISION`, `--scenario NAME`); returns scenario -> [checks],
+    and the output."""
+    import re
+
+    cli = NODE_DIR / "node_modules" / "conformance-2026" / "dist" / "index.js"
+    if not cli.exists():
+        raise AssertionError(f"conformance suite 0.2.0-alpha.12 missing at {cli}: run `npm ci` in {NODE_DIR}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PATH=f"{node_bin().parent}:{os.environ.get('PATH', '')}")
+    p = subprocess.run(
+        [str(node_bin()), str(cli), "server", "--url", url, "-o", str(out_dir), *selection],
+        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=900,
+    )
+    output = p.stdout + "\n--- stderr ---\n" + p.stderr
+    (out_dir / "output.txt").write_text(output)
+    results: dict[str, list] = {}
+    for checks in out_dir.glob("server-*/checks.json"):
+        scenario = re.sub(r"-\d{4}-\d\d-\d\dT[\d-]+Z$", "", checks.parent.name.removeprefix("server-"))
+        results.setdefault(scenario, []).extend(json.loads(checks.read_text()))
+    return results, output
+
+
+def passes(checks: list) -> bool:
+    """A scenario passed: some check succeeded and none failed."""
+    return bool(checks) and any(c.get("status") == "SUCCESS" for c in checks) and not any(
+        c.get("status") == "FAILURE" for c in checks)

@@ -15,10 +15,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import pytest
 
 from mcp_helpers import (
     NODE_DIR,
+    STATELESS as REVISION,
     Api,
     gateway_for_suites,
     config,
@@ -34,27 +33,17 @@ from mcp_helpers import (
     http_app,
     mcp_url,
     node_bin,
+    passes,
+    python_app,
     run,
     sdk_client,
     start_toolgate,
+    stateless_post,
     stdio_time_app,
+    suite_2026_run,
 )
 
-REVISION = "2026-07-28"
 
-
-@contextlib.contextmanager
-def python_app(script: str, log: Path):
-    """One of the Python test apps (`tests/py/<script>`) running: yields its `host:port`."""
-    from mcp_helpers import VENV, wait_for_port
-
-    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / script)],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    try:
-        yield wait_for_port(proc, script)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 META = {
     "io.modelcontextprotocol/protocolVersion": REVISION,
     "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
@@ -63,22 +52,7 @@ META = {
 
 def requirements_run(url: str, out_dir: Path, revision: str = REVISION) -> tuple[dict, str]:
     """Runs `conformance server --requirements REVISION`; returns scenario -> [checks], and the output."""
-    cli = NODE_DIR / "node_modules" / "conformance-2026" / "dist" / "index.js"
-    if not cli.exists():
-        raise AssertionError(f"conformance suite 0.2.0-alpha.12 missing at {cli}: run `npm ci` in {NODE_DIR}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PATH=f"{node_bin().parent}:{os.environ.get('PATH', '')}")
-    p = subprocess.run(
-        [str(node_bin()), str(cli), "server", "--url", url, "-o", str(out_dir), "--requirements", revision],
-        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=900,
-    )
-    output = p.stdout + "\n--- stderr ---\n" + p.stderr
-    (out_dir / "output.txt").write_text(output)
-    results: dict[str, list] = {}
-    for checks in out_dir.glob("server-*/checks.json"):
-        scenario = re.sub(r"-\d{4}-\d\d-\d\dT[\d-]+Z$", "", checks.parent.name.removeprefix("server-"))
-        results.setdefault(scenario, []).extend(json.loads(checks.read_text()))
-    return results, output
+    return suite_2026_run(url, out_dir, "--requirements", revision)
 
 
 def required_scenarios(revision: str = REVISION) -> list[str]:
@@ -126,22 +100,6 @@ def test_required_scenario_passes_through_toolgate(requirements, scenario):
 
 
 # ------------------------------------------------------------------ raw HTTP
-
-
-def stateless_post(url: str, key: str | None, method: str, params: dict, headers: dict | None = None, rid: int = 1):
-    h = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": REVISION,
-        "Mcp-Method": method,
-    }
-    if key:
-        h["X-API-Key"] = key
-    if method in ("tools/call", "prompts/get") and "name" in params:
-        h["Mcp-Name"] = params["name"]
-    h.update(headers or {})
-    body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-    return httpx2.post(url, json=body, headers=h, timeout=30)
 
 
 def test_both_eras_on_one_endpoint_and_the_header_rules(gateway_of_fixture):
@@ -424,11 +382,6 @@ def requirements_with_a_2026_app(tmp_path_factory):
         with gateway_for_suites("app2026", f"http://{addr}/mcp", out, name="2026 app") as (url, _, _):
             through, _ = requirements_run(url, out / "toolgate")
     return direct, through
-
-
-def passes(checks: list) -> bool:
-    return bool(checks) and any(c.get("status") == "SUCCESS" for c in checks) and not any(
-        c.get("status") == "FAILURE" for c in checks)
 
 
 def test_the_2026_app_passes_most_required_scenarios_directly(requirements_with_a_2026_app):

@@ -220,6 +220,9 @@ async fn rounds(
     let name = match method.as_str() {
         "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str).map(str::to_string),
         "resources/read" => params.get("uri").and_then(Value::as_str).map(str::to_string),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+            params.get("taskId").and_then(Value::as_str).map(str::to_string)
+        }
         _ => None,
     };
     let ctx = CallContext { client_request_id: Id::NULL, headers };
