@@ -18,8 +18,10 @@
 use std::sync::{Arc, RwLock};
 use tokio::sync::broadcast;
 
-/// One change of state, naming the organisation and the record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One change of state, naming the organisation and the record. Serialised as it travels between
+/// instances (`peers.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
 pub enum Change {
     OrganizationSaved { org_id: String },
     UserSaved { org_id: String, user_id: String },
@@ -74,6 +76,19 @@ impl Default for Feed {
 }
 
 impl Feed {
+    /// A change another instance made (and published there): this instance's caches follow it,
+    /// but the subscribers, whose work (a webhook, propagation) is done once, by the instance
+    /// that made the change, do not hear of it.
+    pub fn from_peer(&self, change: &Change) {
+        self.tell_listeners(change);
+    }
+
+    fn tell_listeners(&self, change: &Change) {
+        for listener in self.inner.listeners.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            listener(change);
+        }
+    }
+
     /// Changes a broadcast subscriber may fall behind by before it lags.
     pub const CAPACITY: usize = 1024;
 
@@ -94,9 +109,7 @@ impl Feed {
 
     /// Tells the listeners, then queues the change for the subscribers (if there are any).
     pub fn publish(&self, change: Change) {
-        for listener in self.inner.listeners.read().unwrap_or_else(|e| e.into_inner()).iter() {
-            listener(&change);
-        }
+        self.tell_listeners(&change);
         if self.inner.tx.receiver_count() > 0 {
             // An error means no receiver is left; nothing to do.
             let _ = self.inner.tx.send(change);

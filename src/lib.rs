@@ -3,7 +3,7 @@
 //! `main.rs` only parses the command line; everything testable lives in these modules. A
 //! request goes `proxy` (routing, the filter chains of `toolgate-filters`) -> `api` (management)
 //! or `mcp` (a gateway's endpoint), which answer through `exchange`; `state` holds the records
-//! and publishes their changes on `changes`; `store` persists them. `ARCHITECTURE.md` has the
+//! and publishes their changes on `changes`; `store` persists them; `peers` carries them between instances sharing one Redis. `ARCHITECTURE.md` has the
 //! whole map and its rules.
 #![forbid(unsafe_code)]
 
@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod mfa;
 pub mod model;
+pub mod peers;
 pub mod proxy;
 pub mod reqlog;
 pub mod rollup;

@@ -10,5 +10,8 @@ use toolgate_filters::rate_limit::{LocalRateLimiter, RateLimiter};
 pub fn open(storage: &StorageConfig) -> Arc<dyn RateLimiter> {
     match storage {
         StorageConfig::Embedded { .. } => Arc::new(LocalRateLimiter::new()),
+        // Not yet shared: each instance of several on Redis counts its own requests (README,
+        // "Running several instances").
+        StorageConfig::Redis { .. } => Arc::new(LocalRateLimiter::new()),
     }
 }

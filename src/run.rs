@@ -45,6 +45,9 @@ pub fn run(config_path: &Path) -> ExitCode {
         let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
         let limiter = RateLimit::new(config.rate_limit_policy.clone(), crate::limiter::open(&config.storage));
         let server = Server::new(state.clone(), limiter).await.map_err(|e| e.to_string())?;
+        if let crate::config::StorageConfig::Redis { url, key_prefix, .. } = &config.storage {
+            crate::peers::start(state.clone(), url, key_prefix).map_err(|e| e.to_string())?;
+        }
         Ok::<_, String>((state, Arc::new(server), printed))
     });
     let (state, server, printed) = match opened {

@@ -128,6 +128,22 @@ impl Sealer {
         Ok(Sealer { cipher })
     }
 
+    /// Uses `TOOLGATE_SECRET_KEY`, which several instances sharing one store must all be given
+    /// (each seals what the others open): no key file is made.
+    pub fn shared() -> Result<Sealer, SealError> {
+        let hexkey = std::env::var("TOOLGATE_SECRET_KEY").map_err(|_| {
+            SealError::KeyFile(
+                "TOOLGATE_SECRET_KEY".into(),
+                "required with storage.backend: redis (the same 64 hex characters on every instance)".into(),
+            )
+        })?;
+        let key = hex::decode(hexkey.trim())
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| SealError::KeyFile("TOOLGATE_SECRET_KEY".into(), "must be 64 hex characters".into()))?;
+        Ok(Sealer::from_key(key))
+    }
+
     /// A sealer with the given key (tests; a key from elsewhere than the environment or the file).
     pub fn from_key(key: [u8; 32]) -> Sealer {
         Sealer { cipher: Aes256Gcm::new(&key.into()) }

@@ -76,9 +76,12 @@ impl State {
         admin_key: Option<String>,
     ) -> Result<(Arc<State>, Option<String>), StartError> {
         let store = crate::store::open(&config.storage)?;
-        // The sealing key: TOOLGATE_SECRET_KEY, or a key file beside the embedded store.
-        let StorageConfig::Embedded { path: dir } = &config.storage;
-        let sealer = Sealer::load(dir)?;
+        // The sealing key: TOOLGATE_SECRET_KEY, or a key file beside the embedded store; on
+        // Redis every instance must seal with the same key, so only the environment will do.
+        let sealer = match &config.storage {
+            StorageConfig::Embedded { path: dir } => Sealer::load(dir)?,
+            StorageConfig::Redis { .. } => Sealer::shared()?,
+        };
         let state = State {
             config: config.clone(),
             store,
@@ -287,45 +290,28 @@ impl State {
 
     pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
         self.put(Kind::Organization, &org.id, &org.id, &org).await?;
-        self.set_ip_policy(&org);
-        let org = Arc::new(org);
-        self.orgs.insert(org.id.clone(), org.clone());
-        self.principals.clear();
+        let org = self.install_org(org);
         self.changes.publish(Change::OrganizationSaved { org_id: org.id.clone() });
         Ok(org)
     }
 
     pub async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
         self.put(Kind::User, &user.org_id, &user.id, &user).await?;
-        let user = Arc::new(user);
-        self.users.insert(user.id.clone(), user.clone());
-        self.principals.clear();
+        let user = self.install_user(user);
         self.changes.publish(Change::UserSaved { org_id: user.org_id.clone(), user_id: user.id.clone() });
         Ok(user)
     }
 
     pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
         self.put(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
-        let key = Arc::new(key);
-        self.index_key(&key);
-        if let Some(previous) = self.keys.insert(key.id.clone(), key.clone()) {
-            // A declared key whose hash changed in YAML: the old value must stop working now.
-            if previous.hash != key.hash {
-                if let Some(h) = secrets::hash_from_hex(&previous.hash) {
-                    self.key_by_hash.remove(&h);
-                }
-            }
-        }
-        self.principals.remove(&key.id);
+        let key = self.install_key(key);
         self.changes.publish(Change::KeySaved { org_id: key.org_id.clone(), key_id: key.id.clone() });
         Ok(key)
     }
 
     pub async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
         self.put(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
-        let a = Arc::new(a);
-        self.service_accounts.insert(a.id.clone(), a.clone());
-        self.principals.clear();
+        let a = self.install_service_account(a);
         self.changes.publish(Change::ServiceAccountSaved { org_id: a.org_id.clone(), account_id: a.id.clone() });
         Ok(a)
     }
@@ -391,14 +377,7 @@ impl State {
 
     pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::ApiKey, id).await?;
-        let removed = self.keys.remove(id).map(|(_, k)| k);
-        if let Some(k) = &removed {
-            if let Some(h) = secrets::hash_from_hex(&k.hash) {
-                self.key_by_hash.remove(&h);
-            }
-        }
-        self.principals.remove(id);
-        if let Some(k) = removed {
+        if let Some(k) = self.uninstall_key(id) {
             self.changes.publish(Change::KeyDeleted { org_id: k.org_id.clone(), key_id: k.id.clone() });
         }
         Ok(())
@@ -435,6 +414,190 @@ impl State {
         self.connections.remove(&key);
         self.changes.publish(Change::ConnectionDeleted { org_id: key.0, app_id: key.1 });
         Ok(true)
+    }
+
+    fn install_org(&self, org: Organization) -> Arc<Organization> {
+        self.set_ip_policy(&org);
+        let org = Arc::new(org);
+        self.orgs.insert(org.id.clone(), org.clone());
+        self.principals.clear();
+        org
+    }
+
+    fn install_user(&self, user: User) -> Arc<User> {
+        let user = Arc::new(user);
+        self.users.insert(user.id.clone(), user.clone());
+        self.principals.clear();
+        user
+    }
+
+    fn install_key(&self, key: ApiKey) -> Arc<ApiKey> {
+        let key = Arc::new(key);
+        self.index_key(&key);
+        if let Some(previous) = self.keys.insert(key.id.clone(), key.clone()) {
+            // A declared key whose hash changed in YAML: the old value must stop working now.
+            if previous.hash != key.hash {
+                if let Some(h) = secrets::hash_from_hex(&previous.hash) {
+                    self.key_by_hash.remove(&h);
+                }
+            }
+        }
+        self.principals.remove(&key.id);
+        key
+    }
+
+    fn uninstall_key(&self, id: &str) -> Option<Arc<ApiKey>> {
+        let removed = self.keys.remove(id).map(|(_, k)| k);
+        if let Some(k) = &removed {
+            if let Some(h) = secrets::hash_from_hex(&k.hash) {
+                self.key_by_hash.remove(&h);
+            }
+        }
+        self.principals.remove(id);
+        removed
+    }
+
+    fn install_service_account(&self, a: ServiceAccount) -> Arc<ServiceAccount> {
+        let a = Arc::new(a);
+        self.service_accounts.insert(a.id.clone(), a.clone());
+        self.principals.clear();
+        a
+    }
+
+    /// A record as the store holds it now (`None`: gone).
+    async fn read<T: DeserializeOwned>(&self, kind: Kind, id: &str) -> Result<Option<T>, StoreError> {
+        match self.store.get(kind, id).await? {
+            Some(body) => decode(kind, id, &body).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Follows a change another instance made (several instances on one store, `peers.rs`): the
+    /// record it names is read from the store and this instance's copy replaced or removed, then
+    /// the listeners (caches) are told. The store is the truth, so a change heard twice, or late,
+    /// leaves the same state.
+    pub async fn apply_peer_change(&self, change: &Change) -> Result<(), StoreError> {
+        match change {
+            Change::OrganizationSaved { org_id } => {
+                if let Some(org) = self.read::<Organization>(Kind::Organization, org_id).await? {
+                    self.install_org(org);
+                }
+            }
+            Change::UserSaved { user_id, .. } => match self.read::<User>(Kind::User, user_id).await? {
+                Some(user) => {
+                    self.install_user(user);
+                }
+                None => {
+                    self.users.remove(user_id);
+                    self.principals.clear();
+                }
+            },
+            Change::KeySaved { key_id, .. } | Change::KeyDeleted { key_id, .. } => {
+                match self.read::<ApiKey>(Kind::ApiKey, key_id).await? {
+                    Some(key) => {
+                        self.install_key(key);
+                    }
+                    None => {
+                        self.uninstall_key(key_id);
+                    }
+                }
+            }
+            Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
+                match self.read::<Gateway>(Kind::Gateway, gateway_id).await? {
+                    Some(gw) => {
+                        self.gateways.insert(gw.id.clone(), Arc::new(gw));
+                    }
+                    None => {
+                        self.gateways.remove(gateway_id);
+                    }
+                }
+            }
+            Change::ConnectionSaved { org_id, app_id } | Change::ConnectionDeleted { org_id, app_id } => {
+                let key = (org_id.clone(), app_id.clone());
+                let mut found = None;
+                for (id, body) in self.store.load_partition(Kind::Connection, org_id).await? {
+                    let c: Connection = decode(Kind::Connection, &id, &body)?;
+                    if c.app_id == *app_id {
+                        found = Some(c);
+                    }
+                }
+                match found {
+                    Some(c) => {
+                        self.connections.insert(key, Arc::new(c));
+                    }
+                    None => {
+                        self.connections.remove(&key);
+                    }
+                }
+            }
+            Change::ServiceAccountSaved { account_id, .. } => {
+                if let Some(a) = self.read::<ServiceAccount>(Kind::ServiceAccount, account_id).await? {
+                    self.install_service_account(a);
+                }
+            }
+            Change::SessionCreated { .. } | Change::SessionEnded { .. } => {}
+        }
+        self.changes.from_peer(change);
+        Ok(())
+    }
+
+    /// Reads every record again and drops those the store no longer has: what an instance does
+    /// when it may have missed other instances' changes (its feed connection was lost). The
+    /// listeners hear of every gateway and connection, whose caches may be stale.
+    pub async fn reload(&self) -> Result<(), StoreError> {
+        let orgs = self.store.load_all(Kind::Organization).await?;
+        let users = self.store.load_all(Kind::User).await?;
+        let accounts = self.store.load_all(Kind::ServiceAccount).await?;
+        let keys = self.store.load_all(Kind::ApiKey).await?;
+        let gateways = self.store.load_all(Kind::Gateway).await?;
+        let connections = self.store.load_all(Kind::Connection).await?;
+        let ids =
+            |rows: &[(String, String)]| rows.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
+        let (org_ids, user_ids, account_ids, key_ids, gateway_ids) =
+            (ids(&orgs), ids(&users), ids(&accounts), ids(&keys), ids(&gateways));
+        for (id, body) in orgs {
+            self.install_org(decode(Kind::Organization, &id, &body)?);
+        }
+        self.orgs.retain(|id, _| org_ids.contains(id));
+        for (id, body) in users {
+            self.install_user(decode(Kind::User, &id, &body)?);
+        }
+        self.users.retain(|id, _| user_ids.contains(id));
+        for (id, body) in accounts {
+            self.install_service_account(decode(Kind::ServiceAccount, &id, &body)?);
+        }
+        self.service_accounts.retain(|id, _| account_ids.contains(id));
+        for (id, body) in keys {
+            self.install_key(decode(Kind::ApiKey, &id, &body)?);
+        }
+        let gone: Vec<String> =
+            self.keys.iter().filter(|k| !key_ids.contains(k.key())).map(|k| k.key().clone()).collect();
+        for id in gone {
+            self.uninstall_key(&id);
+        }
+        for (id, body) in gateways {
+            self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
+        }
+        self.gateways.retain(|id, _| gateway_ids.contains(id));
+        let mut connection_keys = std::collections::HashSet::new();
+        for (id, body) in connections {
+            let c: Connection = decode(Kind::Connection, &id, &body)?;
+            let key = (c.org_id.clone(), c.app_id.clone());
+            connection_keys.insert(key.clone());
+            self.connections.insert(key, Arc::new(c));
+        }
+        self.connections.retain(|k, _| connection_keys.contains(k));
+        self.principals.clear();
+        let gateways: Vec<(String, String)> = self.gateways.iter().map(|g| (g.org_id.clone(), g.id.clone())).collect();
+        for (org_id, gateway_id) in gateways {
+            self.changes.from_peer(&Change::GatewaySaved { org_id, gateway_id });
+        }
+        let keys: Vec<(String, String)> = self.keys.iter().map(|k| (k.org_id.clone(), k.id.clone())).collect();
+        if let Some((org_id, key_id)) = keys.into_iter().next() {
+            // One is enough: the runtime then checks every session's key.
+            self.changes.from_peer(&Change::KeySaved { org_id, key_id });
+        }
+        Ok(())
     }
 
     /// A gateway visible to `org_id`; another organisation's gateway is "not found".

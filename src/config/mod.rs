@@ -99,7 +99,23 @@ pub struct ServerConfig {
 /// no value here is one the server cannot open.
 #[derive(Debug, Clone)]
 pub enum StorageConfig {
-    Embedded { path: PathBuf },
+    Embedded {
+        path: PathBuf,
+    },
+    /// Several instances sharing one Redis (`store/redis.rs`).
+    Redis {
+        url: String,
+        key_prefix: String,
+        connect_timeout: std::time::Duration,
+        command_timeout: std::time::Duration,
+    },
+}
+
+impl StorageConfig {
+    /// Several instances may share this store (so each must hear of the others' changes).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, StorageConfig::Redis { .. })
+    }
 }
 
 /// Where an app's MCP server lives.
@@ -407,12 +423,31 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_redis_store_is_read_with_its_defaults() {
+        let c = Config::parse("storage:\n  backend: redis\n  url: redis://127.0.0.1:6379/2\n").unwrap();
+        let StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout } = &c.storage else {
+            panic!("{:?}", c.storage)
+        };
+        assert_eq!((url.as_str(), key_prefix.as_str()), ("redis://127.0.0.1:6379/2", "toolgate"));
+        assert_eq!((*connect_timeout, *command_timeout), (Duration::from_secs(2), Duration::from_secs(2)));
+        assert!(c.storage.is_shared());
+        let c =
+            Config::parse("storage:\n  backend: redis\n  url: unix:///run/redis.sock\n  key_prefix: tg1\n").unwrap();
+        assert!(matches!(&c.storage, StorageConfig::Redis { key_prefix, .. } if key_prefix == "tg1"));
+        let e = Config::parse("storage:\n  backend: redis\n  url: redis://x\n  path: ./data\n").unwrap_err();
+        assert!(e.to_string().starts_with("storage.path"), "{e}");
+        assert!(!Config::parse(MINIMAL).unwrap().storage.is_shared());
+    }
+
     /// Each of these passed validation and then failed the start (a refusal or a panic), so
     /// `check-config` said `ok` to a file that could not run.
     #[test]
     fn values_the_start_would_refuse_are_refused_at_load() {
         for (yaml, field) in [
-            ("storage:\n  backend: redis\n  url: redis://127.0.0.1:6379\n", "storage.backend: redis is not available"),
+            ("storage:\n  backend: redis\n  url: rediss://127.0.0.1:6379\n", "storage.url"),
+            ("storage:\n  backend: redis\n  url: redis://x\n  key_prefix: 'a{b}'\n", "storage.key_prefix"),
+            ("storage:\n  backend: redis\n  url: redis://x\n  command_timeout_ms: 0\n", "storage.command_timeout_ms"),
             ("mcp:\n  max_stdio_processes: 18446744073709551615\n", "mcp.max_stdio_processes"),
             ("mcp:\n  max_stdio_processes: 0\n", "mcp.max_stdio_processes"),
             ("mcp:\n  session_idle_timeout_secs: 18446744073709551615\n", "mcp.session_idle_timeout_secs"),

@@ -99,6 +99,9 @@ impl McpRuntime {
                 self.app_changed(org_id, app_id)
             }
             Change::KeySaved { .. } | Change::KeyDeleted { .. } => self.end_sessions_of_unusable_keys(),
+            // Already ended here when this instance ended it; another instance's end closes
+            // this one's streams of it.
+            Change::SessionEnded { session_id, .. } => self.sessions.ended_elsewhere(session_id),
             _ => {}
         }
     }

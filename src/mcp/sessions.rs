@@ -445,6 +445,52 @@ impl Sessions {
         self.deleting.store(false, Ordering::Release);
     }
 
+    /// A session another instance created (several instances on one store): read once from the
+    /// store and kept here like one of this instance's own. `true` when it is now known here.
+    pub async fn adopt(&self, id: &str) -> bool {
+        if self.map.contains_key(id) {
+            return true;
+        }
+        let body = match self.store.get(Kind::Session, id).await {
+            Ok(Some(body)) => body,
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a session another instance may have created");
+                return false;
+            }
+        };
+        let Ok(s) = serde_json::from_str::<McpSession>(&body) else { return false };
+        let live = s.status == "active" && !self.expired(&s, Utc::now());
+        let mut org = self.orgs.entry(s.org_id.clone()).or_default();
+        org.ids.insert(s.id.clone());
+        if live && org.live.entry(s.key_id.clone()).or_default().insert(s.id.clone()) {
+            org.live_total += 1;
+        }
+        drop(org);
+        let (closed, _) = watch::channel(!live);
+        let ended_at = (!live).then(Instant::now);
+        self.map.entry(s.id.clone()).or_insert(Entry { session: s, live, ended_at, closed });
+        true
+    }
+
+    /// A session another instance ended: ended here too (its streams close), without a write
+    /// or an announcement, which the other instance made.
+    pub fn ended_elsewhere(&self, id: &str) {
+        let (org, key, was_live) = {
+            let Some(mut e) = self.map.get_mut(id) else { return };
+            if e.session.status != "active" {
+                return;
+            }
+            e.session.status = "ended".into();
+            e.ended_at = Some(Instant::now());
+            e.closed.send_replace(true);
+            (e.session.org_id.clone(), e.session.key_id.clone(), std::mem::replace(&mut e.live, false))
+        };
+        if was_live {
+            self.unlive(&org, &key, id);
+        }
+    }
+
     pub fn get(&self, id: &str) -> Option<McpSession> {
         self.map.get(id).map(|e| e.session.clone())
     }

@@ -12,6 +12,7 @@ use crate::mcp::protocol::{Accept, RpcCode, SESSION_COOKIE, VERSIONS};
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
+use crate::mcp::sessions::SessionError;
 use crate::mcp::stateless;
 use crate::model::Gateway;
 use bytes::Bytes;
@@ -165,7 +166,12 @@ async fn require_session(
         reply::error(ex, 400, id, RpcCode::NotInitialized, message).await?;
         return Ok(None);
     };
-    match mcp.sessions.touch(&sid, &gw.id, key_id) {
+    let mut touched = mcp.sessions.touch(&sid, &gw.id, key_id);
+    // Several instances on one store: a session created on another is read from the store once.
+    if touched == Err(SessionError::Unknown) && mcp.state.config.storage.is_shared() && mcp.sessions.adopt(&sid).await {
+        touched = mcp.sessions.touch(&sid, &gw.id, key_id);
+    }
+    match touched {
         Ok(()) => Ok(Some(sid)),
         Err(e) => {
             let msg = format!("Session not found ({e}); send initialize to start a new session");

@@ -4,8 +4,10 @@
 //! and writes through to the store before it answers 2xx.
 
 mod embedded;
+pub mod redis;
 
 pub use embedded::EmbeddedStore;
+pub use redis::RedisStore;
 
 use crate::config::StorageConfig;
 use toolgate_filters::rate_limit::UsageMinute;
@@ -15,6 +17,9 @@ use toolgate_filters::rate_limit::UsageMinute;
 pub fn open(config: &StorageConfig) -> Result<Arc<dyn Store>, StoreError> {
     match config {
         StorageConfig::Embedded { path } => Ok(Arc::new(EmbeddedStore::open(path)?)),
+        StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout } => {
+            Ok(Arc::new(RedisStore::open(url, key_prefix, *connect_timeout, *command_timeout)?))
+        }
     }
 }
 

@@ -190,7 +190,8 @@ def discover(pid: int, timeout: float = STARTUP_TIMEOUT, alive=None) -> tuple[st
 class ToolgateServer:
     """The real binary on OS-chosen ports, in its own temporary directory."""
 
-    def __init__(self, extra_yaml: str = "", full_config: str | None = None, admin_key: str | None = None):
+    def __init__(self, extra_yaml: str = "", full_config: str | None = None, admin_key: str | None = None,
+                 env: dict[str, str] | None = None):
         self.tmp = tempfile.TemporaryDirectory(prefix="toolgate-py-")
         self.dir = Path(self.tmp.name)
         self.data_dir = self.dir / "data"
@@ -199,11 +200,13 @@ class ToolgateServer:
         config = full_config if full_config is not None else BASE_CONFIG.format(data=self.data_dir) + extra_yaml
         self.config_path.write_text(config)
         self.admin_key = admin_key or random_key()
+        self.extra_env = env or {}
         self.proc: subprocess.Popen | None = None
         self.main_addr = self.metrics_addr = ""
 
     def start(self) -> "ToolgateServer":
         env = dict(os.environ, TOOLGATE_ADMIN_KEY=self.admin_key, RUST_LOG=os.environ.get("RUST_LOG", "info"))
+        env.update(self.extra_env)
         self.stdout = open(self.dir / "stdout.log", "ab")
         self.stderr = open(self.dir / "stderr.log", "ab")
         self.proc = subprocess.Popen(

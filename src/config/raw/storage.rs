@@ -9,25 +9,49 @@ pub(super) struct RawStorage {
     backend: Option<String>,
     path: Option<String>,
     url: Option<String>,
+    key_prefix: Option<String>,
+    connect_timeout_ms: Option<u64>,
+    command_timeout_ms: Option<u64>,
 }
 
 impl RawStorage {
     pub(super) fn build(self) -> Result<StorageConfig, ConfigError> {
         Ok(match self.backend.as_deref() {
             None | Some("embedded") => {
-                if self.url.is_some() {
-                    return Err(invalid("storage.url", "only used with backend: redis"));
+                if self.url.is_some() || self.key_prefix.is_some() {
+                    let field = if self.url.is_some() { "storage.url" } else { "storage.key_prefix" };
+                    return Err(invalid(field, "only used with backend: redis"));
                 }
                 StorageConfig::Embedded { path: PathBuf::from(self.path.unwrap_or_else(|| "./data".into())) }
             }
             Some("redis") => {
                 let url = self.url.ok_or_else(|| invalid("storage.url", "required with backend: redis"))?;
-                if !url.starts_with("redis://") && !url.starts_with("rediss://") {
-                    return Err(invalid("storage.url", "must start with redis:// or rediss://"));
+                if !["redis://", "unix://", "redis+unix://"].iter().any(|s| url.starts_with(s)) {
+                    let why = if url.starts_with("rediss://") {
+                        "TLS to Redis (rediss://) is not available in this build yet; use redis:// on a private network"
+                    } else {
+                        "must start with redis:// (or unix:// for a local socket)"
+                    };
+                    return Err(invalid("storage.url", why));
                 }
-                // Refused here rather than when the store opens, so that `check-config` and the
-                // start agree: a file that check-config passes starts.
-                return Err(invalid("storage.backend", "redis is not available in this build yet"));
+                if self.path.is_some() {
+                    return Err(invalid("storage.path", "only used with backend: embedded"));
+                }
+                let prefix = self.key_prefix.unwrap_or_else(|| "toolgate".into());
+                if prefix.is_empty() || prefix.contains(['{', '}', ' ', '\n']) {
+                    return Err(invalid("storage.key_prefix", "must be non-empty, without braces or spaces"));
+                }
+                let ms = |v: Option<u64>, field: &str, default: u64| match v {
+                    Some(0) => Err(invalid(field, "must be at least 1")),
+                    Some(n) => Ok(std::time::Duration::from_millis(n)),
+                    None => Ok(std::time::Duration::from_millis(default)),
+                };
+                StorageConfig::Redis {
+                    url,
+                    key_prefix: prefix,
+                    connect_timeout: ms(self.connect_timeout_ms, "storage.connect_timeout_ms", 2000)?,
+                    command_timeout: ms(self.command_timeout_ms, "storage.command_timeout_ms", 2000)?,
+                }
             }
             Some(other) => return Err(invalid("storage.backend", format!("`{other}`: expected embedded or redis"))),
         })

@@ -1,0 +1,255 @@
+"""Several toolgate instances on one Redis behave as one gateway (`storage.backend: redis`).
+
+A real `redis-server` (installed by tests/run.sh) is started by the test on a Unix socket in a
+temporary directory (no port to race for), and three real toolgate instances share it. What is
+measured: a gateway created on one instance is served by the others, a revoked key is refused by
+every instance within 1 s, an MCP session opened on one instance is used, streamed and ended on
+the others, the request log reads the same everywhere, and an instance refuses to start on Redis
+without the shared sealing key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from mcp_helpers import ACCEPT_BOTH, LATEST, TIME_APP, McpHttp, config, mcp_url, response_message
+from toolgate_harness import ToolgateServer, random_key
+
+SECRET = secrets.token_hex(32)
+
+
+class RedisProcess:
+    """A redis-server on a Unix socket in a directory of its own (append-only file, fsync on every
+    write, so that a restart keeps what it acknowledged); stoppable and restartable."""
+
+    def __init__(self, d: str):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise AssertionError("redis-server is not installed: tests/run.sh installs it (Debian package redis-server)")
+        self.binary, self.dir, self.sock = binary, d, Path(d) / "redis.sock"
+        self.url = f"unix://{self.sock}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RedisProcess":
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", "0", "--unixsocket", str(self.sock), "--unixsocketperm", "700",
+             "--dir", self.dir, "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not self.sock.exists():
+            assert self.proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+        deadline = time.monotonic() + 5
+        while self.sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def redis_server():
+    """A running `RedisProcess`, stopped at the end."""
+    with tempfile.TemporaryDirectory(prefix="toolgate-redis-") as d:
+        r = RedisProcess(d).start()
+        try:
+            yield r
+        finally:
+            r.stop()
+
+
+def redis_config(url: str, prefix: str) -> str:
+    """The tests' usual config (the built-in time app), its store on Redis."""
+    redis = f"storage:\n  backend: redis\n  url: {url}\n  key_prefix: {prefix}\n"
+    return config(TIME_APP).replace("storage:\n  backend: embedded\n  path: ./data\n", redis)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three instances on one Redis, sharing the admin key and the sealing key: [A, B, C]."""
+    with redis_server() as redis:
+        url = redis.url
+        admin = random_key()
+        prefix = f"tg{secrets.token_hex(3)}"
+        servers = []
+        try:
+            for _ in range(3):
+                srv = ToolgateServer(full_config=redis_config(url, prefix), admin_key=admin,
+                                     env={"TOOLGATE_SECRET_KEY": SECRET})
+                servers.append(srv.start())
+            yield servers
+        finally:
+            for srv in servers:
+                srv.stop()
+                srv.tmp.cleanup()
+
+
+def call(srv: ToolgateServer, method: str, path: str, key: str, body=None) -> httpx2.Response:
+    return httpx2.request(method, srv.base_url + path, json=body, headers={"Authorization": f"Bearer {key}"},
+                          timeout=30)
+
+
+def within(seconds: float, probe) -> float:
+    """Polls `probe` until it returns true; returns how long that took (fails after `seconds`)."""
+    started = time.monotonic()
+    while not probe():
+        assert time.monotonic() - started < seconds, f"not seen within {seconds} s"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_a_gateway_made_on_one_instance_is_served_by_the_others(cluster):
+    a, b, c = cluster
+    r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"shared-{secrets.token_hex(3)}", "servers": ["time"]})
+    assert r.status_code == 201, r.text
+    gw = r.json()["data"]
+    for other in (b, c):
+        took = within(1.0, lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
+        assert took < 1.0
+    # Its access key works on every instance at once (it is a record like any other).
+    h = {"X-API-Key": gw["api_key"], "Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    r = httpx2.post(mcp_url(c, gw["id"]), json=body, headers=h, timeout=30)
+    assert r.status_code == 200 and r.headers.get("mcp-session-id"), r.text
+    # Deleted on B: gone on A and C within 1 s.
+    assert call(b, "DELETE", f"/v1/gateways/{gw['id']}", a.admin_key).status_code in (200, 204)
+    for other in (a, c):
+        within(1.0, lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 404)
+
+
+def test_a_revoked_key_is_refused_by_every_instance_within_a_second(cluster):
+    a, b, c = cluster
+    r = call(a, "POST", "/v1/api-keys", a.admin_key, {"name": "short-lived", "scopes": ["gateways:read"]})
+    assert r.status_code == 201, r.text
+    created = r.json().get("data", r.json())
+    key, key_id = created["key"], created["id"]
+    for srv in (a, b, c):
+        within(1.0, lambda: call(srv, "GET", "/v1/gateways", key).status_code == 200)
+    assert call(b, "DELETE", f"/v1/api-keys/{key_id}", a.admin_key).status_code in (200, 204)
+    revoked_at = time.monotonic()
+    for srv in (a, b, c):
+        within(1.0, lambda: call(srv, "GET", "/v1/gateways", key).status_code == 401)
+    assert time.monotonic() - revoked_at < 1.0 + 0.5, "all three within a second of the revocation"
+
+
+def test_an_mcp_session_opened_on_one_instance_is_used_streamed_and_ended_on_the_others(cluster):
+    a, b, c = cluster
+    r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"sess-{secrets.token_hex(3)}", "servers": ["time"]})
+    gw = r.json()["data"]
+    for srv in (b, c):
+        within(1.0, lambda: call(srv, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
+    on_a = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
+    on_a.initialize()
+    # The same session on B: a call.
+    on_b = McpHttp(mcp_url(b, gw["id"]), gw["api_key"])
+    on_b.session_id = on_a.session_id
+    listed = on_b.rpc("tools/list")
+    assert any(t["name"].endswith("get_current_time") for t in listed["result"]["tools"]), listed
+    called = on_b.rpc("tools/call", {"name": listed["result"]["tools"][0]["name"],
+                                     "arguments": {"format": "YYYY", "timezone": "UTC"}})
+    assert "result" in called and not called["result"].get("isError"), called
+    # Its GET stream on C opens.
+    h = on_a.headers(Accept="text/event-stream")
+    with httpx2.stream("GET", mcp_url(c, gw["id"]), headers=h, timeout=10) as stream:
+        assert stream.status_code == 200, stream.read()
+        assert stream.headers["content-type"].startswith("text/event-stream")
+    # Ended on C; A and B refuse it (404) within a second.
+    on_c = McpHttp(mcp_url(c, gw["id"]), gw["api_key"])
+    on_c.session_id = on_a.session_id
+    assert on_c.delete().status_code == 200
+    for client in (on_a, on_b):
+        within(1.0, lambda: client.request("tools/list").status_code == 404)
+    # An id no instance made is unknown everywhere.
+    on_b.session_id = "f" * 64
+    assert on_b.request("tools/list").status_code == 404
+
+
+def test_the_request_log_reads_the_same_on_every_instance(cluster):
+    a, b, c = cluster
+    r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"logs-{secrets.token_hex(3)}", "servers": ["time"]})
+    gw = r.json()["data"]
+    within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
+    client = McpHttp(mcp_url(b, gw["id"]), gw["api_key"])
+    client.initialize()
+    tool = client.rpc("tools/list")["result"]["tools"][0]["name"]
+    for zone in ("UTC", "Europe/Paris", "Not/AZone"):
+        response_message(client.request("tools/call", {"name": tool, "arguments": {"format": "HH", "timezone": zone}}))
+
+    def logged(srv) -> list:
+        r = call(srv, "GET", f"/v1/logs?gateway_id={gw['id']}", a.admin_key)
+        assert r.status_code == 200, r.text
+        return r.json()["data"]["logs"]
+
+    # Written by B's log pipeline (a flush every 500 ms); read on A and C.
+    within(5.0, lambda: len(logged(a)) == 3)
+    on_a, on_c = logged(a), logged(c)
+    assert [e["id"] for e in on_a] == [e["id"] for e in on_c], (on_a, on_c)
+    errors = call(c, "GET", f"/v1/logs?gateway_id={gw['id']}&status=error", a.admin_key).json()["data"]["logs"]
+    assert len(errors) == 1 and "Not/AZone" in str(errors[0]), errors
+
+
+def test_an_instance_on_redis_needs_the_shared_sealing_key():
+    with redis_server() as redis:
+        srv = ToolgateServer(full_config=redis_config(redis.url, "nokey"), env={"TOOLGATE_SECRET_KEY": ""})
+        env = dict(os.environ, TOOLGATE_ADMIN_KEY=srv.admin_key)
+        env.pop("TOOLGATE_SECRET_KEY", None)
+        from toolgate_harness import toolgate_bin
+
+        p = subprocess.run([str(toolgate_bin()), "--config", str(srv.config_path)], env=env, capture_output=True,
+                           text=True, timeout=30)
+        srv.tmp.cleanup()
+        assert p.returncode != 0, p.stderr
+        assert "TOOLGATE_SECRET_KEY" in p.stderr and "redis" in p.stderr, p.stderr
+
+
+def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_restart():
+    with redis_server() as redis:
+        admin = random_key()
+        a, b = (ToolgateServer(full_config=redis_config(redis.url, "outage"), admin_key=admin,
+                               env={"TOOLGATE_SECRET_KEY": SECRET}).start() for _ in range(2))
+        try:
+            r = call(a, "POST", "/v1/gateways", admin, {"name": "before", "servers": ["time"]})
+            assert r.status_code == 201, r.text
+            gw = r.json()["data"]
+            client = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
+            client.initialize()
+            tool = client.rpc("tools/list")["result"]["tools"][0]["name"]
+            redis.stop()
+            # Writes: 503 UNAVAILABLE, within the command timeout (2 s) and the reconnection's.
+            started = time.monotonic()
+            r = call(a, "POST", "/v1/gateways", admin, {"name": "during", "servers": ["time"]})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "UNAVAILABLE", r.text
+            assert time.monotonic() - started < 10, "a write waits no longer than its timeouts"
+            # Not ready (a load balancer takes it out), but calls go on from memory.
+            assert httpx2.get(a.base_url + "/readyz", timeout=15).status_code == 503
+            done = client.rpc("tools/call", {"name": tool, "arguments": {"format": "YYYY", "timezone": "UTC"}})
+            assert "result" in done, done
+            redis.start()
+            # Healed without a restart: ready again, writes land, and the other instance hears of them.
+            within(10.0, lambda: httpx2.get(a.base_url + "/readyz", timeout=15).status_code == 200)
+            r = call(a, "POST", "/v1/gateways", admin, {"name": "after", "servers": ["time"]})
+            assert r.status_code == 201, r.text
+            after = r.json()["data"]["id"]
+            within(5.0, lambda: call(b, "GET", f"/v1/gateways/{after}", admin).status_code == 200)
+            # What was acknowledged before the outage is still there.
+            assert call(b, "GET", f"/v1/gateways/{gw['id']}", admin).status_code == 200
+        finally:
+            for srv in (a, b):
+                srv.stop()
+                srv.tmp.cleanup()
