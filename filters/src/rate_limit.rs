@@ -184,6 +184,11 @@ pub struct RateLimitConfig {
     pub gateway_share: f64,
     /// `webhook` has its own size, the same for every tier (scaled by multipliers).
     pub webhook: BucketSize,
+    /// How several instances on one shared store share the buckets: `leased` (each admits from
+    /// its own copy and merges it with the shared state every `sync_ms`).
+    pub distributed: String,
+    /// With `leased`: how often an instance merges its buckets with the shared ones.
+    pub sync_ms: u64,
 }
 
 impl RateLimitConfig {
@@ -211,6 +216,8 @@ impl Default for RateLimitConfig {
             analytics_share: 2.0,
             gateway_share: 1.0,
             webhook: BucketSize { requests_per_hour: Some(600), requests_per_minute: 30, burst: 10 },
+            distributed: "leased".into(),
+            sync_ms: 100,
         }
     }
 }
@@ -476,6 +483,21 @@ pub struct UsageMinute {
     pub rate_limited: u64,
     /// Sum of the `X-RateLimit-Remaining` values reported, for an average.
     pub remaining_sum: u64,
+}
+
+/// Time one caller's admissions took from one window of one bucket on this instance since the
+/// last sync ([`LocalRateLimiter::take_spent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spent {
+    pub key: String,
+    /// [`Bucket::index`].
+    pub bucket: usize,
+    /// 0: the minute window, 1: the hour.
+    pub window: usize,
+    /// How far admissions moved the window's `tat` (cost x refill interval), in nanoseconds.
+    pub advance_ns: u64,
+    /// The window's whole span (capacity x interval): past it, its state is back to full.
+    pub span_ns: u64,
 }
 
 /// What [`RateLimiter::charge_window`] decided.

@@ -253,3 +253,35 @@ def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_r
             for srv in (a, b):
                 srv.stop()
                 srv.tmp.cleanup()
+
+
+def test_rate_limits_are_shared_leased_within_the_stated_bound():
+    """One caller, three instances, requests spread round-robin 100 ms apart for 3.6 s: the
+    instances together admit the burst plus what refilled (10 + 3.6), within the README's bound
+    (each other instance may admit what it does in one sync interval, 50 ms here, before it hears:
+    nothing at this spacing), where three instances counting alone would admit about 33."""
+    limits = ("rate_limits:\n  sync_ms: 50\n  tiers:\n"
+              "    tiny: { requests_per_hour: unlimited, requests_per_minute: 60, burst: 10, concurrent: 5 }\n"
+              "limits:\n  bootstrap_tier: tiny\n")
+    with redis_server() as redis:
+        admin = random_key()
+        cfg = redis_config(redis.url, "limits") + limits
+        servers = [ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
+                   for _ in range(3)]
+        try:
+            statuses = []
+            started = time.monotonic()
+            for i in range(36):
+                time.sleep(max(0.0, started + i * 0.1 - time.monotonic()))
+                statuses.append(call(servers[i % 3], "GET", "/v1/gateways", admin).status_code)
+            admitted = statuses.count(200)
+            assert set(statuses) <= {200, 429}, statuses
+            assert 11 <= admitted <= 16, f"admitted {admitted} of 36: {statuses}"
+            # The refusals carry the shared state: nothing remaining.
+            r = call(servers[0], "GET", "/v1/gateways", admin)
+            if r.status_code == 429:
+                assert r.headers["x-ratelimit-remaining"] == "0", dict(r.headers)
+        finally:
+            for srv in servers:
+                srv.stop()
+                srv.tmp.cleanup()

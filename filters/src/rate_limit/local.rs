@@ -9,7 +9,7 @@
 
 use super::{
     Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, InFlightSlot, LimitKey, Outcome, RateLimiter, Snapshot,
-    UsageMinute, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
+    Spent, UsageMinute, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
 };
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -86,6 +86,10 @@ struct Windows {
     /// start in Unix seconds, requests, rate limited, sum of remaining). One entry most of the
     /// time, two across a minute's end.
     unsaved: Vec<(u64, u64, u64, u64)>,
+    /// Per window, the time admissions advanced `tat` by (cost x interval) since
+    /// [`LocalRateLimiter::take_spent`], and the window's span (capacity x interval): what a
+    /// shared backend merges across instances.
+    spent: [[(u64, u64); 2]; 5],
 }
 
 #[derive(Debug, Default)]
@@ -112,8 +116,9 @@ pub struct LocalRateLimiter<C: Clock = MonotonicClock> {
     clock: C,
     keys: DashMap<Box<str>, Arc<CallerState>>,
     addresses: DashMap<IpAddr, Arc<CallerState>>,
-    /// Fixed windows of shared figures: key -> (Unix seconds when the window ends, requests in it).
-    windows: DashMap<Box<str>, (u64, u32)>,
+    /// Fixed windows of shared figures: key -> (Unix seconds when the window ends, requests in
+    /// it, requests not yet taken by [`LocalRateLimiter::take_window_counts`]).
+    windows: DashMap<Box<str>, (u64, u32, u32)>,
 }
 
 impl Default for LocalRateLimiter<MonotonicClock> {
@@ -160,6 +165,63 @@ impl<C: Clock> LocalRateLimiter<C> {
                     Some(state) => f(&state),
                     None => f(&self.addresses.entry(ip).or_default().downgrade()),
                 }
+            }
+        }
+    }
+
+    /// What admissions spent since the last call, per credential, bucket and window, for a
+    /// shared backend to add to the shared buckets ([`LocalRateLimiter::merge_tat`] brings the
+    /// shared state back). Callers without a credential stay per instance.
+    pub fn take_spent(&self) -> Vec<Spent> {
+        let mut out = Vec::new();
+        for entry in self.keys.iter() {
+            let mut w = entry.value().windows.lock();
+            for (bucket, windows) in w.spent.iter_mut().enumerate() {
+                for (window, spent) in windows.iter_mut().enumerate() {
+                    if spent.0 > 0 {
+                        out.push(Spent {
+                            key: entry.key().to_string(),
+                            bucket,
+                            window,
+                            advance_ns: std::mem::take(&mut spent.0),
+                            span_ns: spent.1,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Brings a window of a caller up to the shared state: its `tat` (as Unix nanoseconds) is
+    /// at least `tat_unix_ns`. Only ever later, so a merge never frees tokens.
+    pub fn merge_tat(&self, key: &str, bucket: usize, window: usize, tat_unix_ns: u64) {
+        let Some(state) = self.keys.get(key) else { return };
+        let local = tat_unix_ns.saturating_sub(self.clock.unix_origin_ns());
+        let mut w = state.windows.lock();
+        if let Some(t) = w.tat.get_mut(bucket).and_then(|b| b.get_mut(window)) {
+            *t = (*t).max(local);
+        }
+    }
+
+    /// Requests counted in fixed windows since the last call: (key, window end in Unix seconds,
+    /// count), for a shared backend to add up ([`LocalRateLimiter::merge_window`]).
+    pub fn take_window_counts(&self) -> Vec<(String, u64, u32)> {
+        let mut out = Vec::new();
+        for mut entry in self.windows.iter_mut() {
+            let (key, (reset_at, _, unsynced)) = entry.pair_mut();
+            if *unsynced > 0 {
+                out.push((key.to_string(), *reset_at, std::mem::take(unsynced)));
+            }
+        }
+        out
+    }
+
+    /// Brings a fixed window up to the shared count of the same window.
+    pub fn merge_window(&self, key: &str, reset_at: u64, shared: u32) {
+        if let Some(mut w) = self.windows.get_mut(key) {
+            if w.0 == reset_at {
+                w.1 = w.1.max(shared);
             }
         }
     }
@@ -225,15 +287,16 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         let reset_at = (now_unix_secs / window_secs + 1) * window_secs;
         let mut w = match self.windows.get_mut(key) {
             Some(w) => w,
-            None => self.windows.entry(key.into()).or_insert((reset_at, 0)),
+            None => self.windows.entry(key.into()).or_insert((reset_at, 0, 0)),
         };
         if w.0 != reset_at {
-            *w = (reset_at, 0);
+            *w = (reset_at, 0, 0);
         }
         if w.1 >= limit {
             return WindowOutcome { allowed: false, count: w.1, reset_at };
         }
         w.1 += 1;
+        w.2 += 1;
         WindowOutcome { allowed: true, count: w.1, reset_at }
     }
 
@@ -261,6 +324,15 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
             match (minute, hour) {
                 (Ok(m), Ok(h)) => {
                     w.tat[b] = [m, h];
+                    let minute_w = req.limits.minute;
+                    let spent = &mut w.spent[b][0];
+                    spent.0 = spent.0.saturating_add(cost.saturating_mul(minute_w.interval_ns));
+                    spent.1 = minute_w.capacity.saturating_mul(minute_w.interval_ns);
+                    if let Some(hw) = req.limits.hour {
+                        let spent = &mut w.spent[b][1];
+                        spent.0 = spent.0.saturating_add(cost.saturating_mul(hw.interval_ns));
+                        spent.1 = hw.capacity.saturating_mul(hw.interval_ns);
+                    }
                     let snapshot = self.report(now, &req.limits, &w.tat[b]);
                     let origin = self.clock.unix_origin_ns();
                     count(&mut w, now, origin, req.new_request, false, snapshot.remaining);
@@ -320,10 +392,9 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         let idle = |state: &Arc<CallerState>| {
             Arc::strong_count(state) == 1
                 && state.in_flight.load(Ordering::Acquire) == 0
-                && state
-                    .windows
-                    .try_lock()
-                    .is_some_and(|w| w.unsaved.is_empty() && w.tat.iter().flatten().all(|&t| t <= now))
+                // Time spent and not yet shared may go with it: it has refilled here, so it has
+                // in the shared state too.
+                && state.windows.try_lock().is_some_and(|w| w.unsaved.is_empty() && w.tat.iter().flatten().all(|&t| t <= now))
         };
         let before = self.len();
         self.keys.retain(|_, s| !idle(s));

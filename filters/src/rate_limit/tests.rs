@@ -476,3 +476,39 @@ fn sweeping_drops_the_windows_that_have_ended_only() {
     // The current window kept its count.
     assert_eq!(l.charge_window("current", 5, 3_600, now).count, 2);
 }
+
+#[test]
+fn spent_time_is_taken_once_and_a_merged_state_only_ever_takes_tokens_away() {
+    let (rl, clock) = limiter();
+    let p = Arc::new(principal("k1", "o1"));
+    let get = Req::new(Method::GET, "/v1/gateways");
+    for _ in 0..3 {
+        rl.filter(&get.view(), &mut ctx_for(&p)).unwrap();
+    }
+    // Free tier, global: 20/minute, one token every 3 s; 1000/hour, one every 3.6 s.
+    let spent = rl.limiter().take_spent();
+    let global = |w: usize| spent.iter().find(|s| s.key == "k1" && s.bucket == Bucket::Global.index() && s.window == w);
+    let minute = global(0).expect("the minute window moved");
+    assert_eq!((minute.advance_ns, minute.span_ns), (3 * 3 * SECOND_NS, 10 * 3 * SECOND_NS));
+    assert_eq!(global(1).expect("the hour window moved").advance_ns, 3 * 3_600_000_000);
+    assert!(rl.limiter().take_spent().is_empty(), "taken once");
+    // Another instance spent 6 more tokens: the shared tat is 9 tokens ahead of now.
+    let now_unix_ns = T0 * SECOND_NS + clock.now_ns();
+    rl.limiter().merge_tat("k1", Bucket::Global.index(), 0, now_unix_ns + 9 * 3 * SECOND_NS);
+    let mut ctx = ctx_for(&p);
+    rl.filter(&get.view(), &mut ctx).unwrap();
+    assert_eq!(header(&ctx, "x-ratelimit-remaining"), "0", "10 - 9 shared - this one");
+    // An older shared state frees nothing.
+    rl.limiter().merge_tat("k1", Bucket::Global.index(), 0, now_unix_ns);
+    assert!(rl.filter(&get.view(), &mut ctx_for(&p)).is_err());
+    // Fixed windows: counted, taken once, raised to the shared count of the same window only.
+    let l = rl.limiter();
+    let end = ((T0 + 1) / 60 + 1) * 60;
+    assert!(l.charge_window("gw_1", 5, 60, T0 + 1).allowed);
+    assert_eq!(l.take_window_counts(), vec![("gw_1".to_string(), end, 1)]);
+    assert!(l.take_window_counts().is_empty());
+    l.merge_window("gw_1", end + 60, 5);
+    assert!(l.charge_window("gw_1", 5, 60, T0 + 2).allowed, "another window's count is not this one's");
+    l.merge_window("gw_1", end, 5);
+    assert!(!l.charge_window("gw_1", 5, 60, T0 + 2).allowed, "the others used the window up");
+}

@@ -28,6 +28,19 @@ pub(super) struct RawQuotas {
 
 /// The rate-limit tiers (YAML's added to the built-in table) and the filter's policy of them.
 pub(super) fn rate_limits(raw: RateLimitConfig) -> Result<(RateLimitConfig, RateLimitPolicy), ConfigError> {
+    match raw.distributed.as_str() {
+        "leased" => {}
+        "exact" => {
+            return Err(invalid(
+                "rate_limits.distributed",
+                "`exact` (a Redis round trip per request) is not available in this build yet; use `leased`",
+            ))
+        }
+        other => return Err(invalid("rate_limits.distributed", format!("`{other}`: expected leased or exact"))),
+    }
+    if !(10..=10_000).contains(&raw.sync_ms) {
+        return Err(invalid("rate_limits.sync_ms", "must be 10-10000"));
+    }
     let mut rate_limits = raw;
     // Tiers given in YAML add to or replace the spec's table by name; the others stay.
     for (name, tier) in toolgate_filters::rate_limit::RateLimitConfig::default_tiers() {
