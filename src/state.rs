@@ -605,10 +605,58 @@ impl State {
         self.gateways.get(id).map(|g| g.value().clone()).filter(|g| g.org_id == org_id)
     }
 
-    /// Takes the lock that serialises management writes, for a handler whose check and write
-    /// must be atomic (a uniqueness or quota check, then the save).
-    pub async fn lock_writes(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.write_lock.lock().await
+    /// Takes the lock that serialises an organisation's management writes, for a handler whose
+    /// check and write must be atomic (a uniqueness or quota check, then the save). With several
+    /// instances on one store the lock is the store's (Redis), and once it is held the
+    /// organisation's records are read again, so the check sees every write made under the lock
+    /// before, whether or not this instance has heard of it yet.
+    pub async fn lock_writes(&self, org_id: &str) -> Result<WriteGuard<'_>, StoreError> {
+        let local = self.write_lock.lock().await;
+        let name = format!("writes:{org_id}");
+        let token = self.store.lock(&name, WRITE_LOCK_TTL, WRITE_LOCK_WAIT).await?;
+        let guard = WriteGuard { _local: local, shared: token.map(|t| (self.store.clone(), name, t)) };
+        if guard.shared.is_some() {
+            self.refresh_org(org_id).await?;
+        }
+        Ok(guard)
+    }
+
+    /// Reads one organisation's records again and drops those the store no longer has (see
+    /// [`State::lock_writes`]).
+    async fn refresh_org(&self, org_id: &str) -> Result<(), StoreError> {
+        if let Some(org) = self.read::<Organization>(Kind::Organization, org_id).await? {
+            self.install_org(org);
+        }
+        let keys = self.store.load_partition(Kind::ApiKey, org_id).await?;
+        let ids: std::collections::HashSet<&str> = keys.iter().map(|(id, _)| id.as_str()).collect();
+        let gone: Vec<String> = self
+            .keys
+            .iter()
+            .filter(|k| k.org_id == org_id && !ids.contains(k.key().as_str()))
+            .map(|k| k.key().clone())
+            .collect();
+        for id in gone {
+            self.uninstall_key(&id);
+        }
+        for (id, body) in keys {
+            self.install_key(decode(Kind::ApiKey, &id, &body)?);
+        }
+        let gateways = self.store.load_partition(Kind::Gateway, org_id).await?;
+        let ids: std::collections::HashSet<String> = gateways.iter().map(|(id, _)| id.clone()).collect();
+        self.gateways.retain(|id, g| g.org_id != org_id || ids.contains(id));
+        for (id, body) in gateways {
+            self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
+        }
+        let accounts = self.store.load_partition(Kind::ServiceAccount, org_id).await?;
+        let ids: std::collections::HashSet<String> = accounts.iter().map(|(id, _)| id.clone()).collect();
+        self.service_accounts.retain(|id, a| a.org_id != org_id || ids.contains(id));
+        for (id, body) in accounts {
+            self.install_service_account(decode(Kind::ServiceAccount, &id, &body)?);
+        }
+        for (id, body) in self.store.load_partition(Kind::User, org_id).await? {
+            self.install_user(decode(Kind::User, &id, &body)?);
+        }
+        Ok(())
     }
 
     pub fn org(&self, id: &str) -> Option<Arc<Organization>> {
@@ -751,6 +799,32 @@ impl CredentialResolver for State {
             bypass_ip_whitelist: false,
             expires_at: Some(claims.exp),
         }))
+    }
+}
+
+/// How long an organisation's write lock lives if its holder dies holding it.
+const WRITE_LOCK_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a management write waits for the lock before it answers 503.
+const WRITE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Held while an organisation's management write checks and saves ([`State::lock_writes`]).
+pub struct WriteGuard<'a> {
+    _local: tokio::sync::MutexGuard<'a, ()>,
+    /// The store's lock, when the store is shared: released when the guard goes.
+    shared: Option<(Arc<dyn Store>, String, String)>,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        if let Some((store, name, token)) = self.shared.take() {
+            // Released in the background: a drop cannot wait. Until then the next writer waits
+            // (or the lock's time runs out).
+            tokio::spawn(async move {
+                if let Err(e) = store.unlock(&name, &token).await {
+                    tracing::warn!(error = %e, lock = name, "could not release a write lock; it expires by itself");
+                }
+            });
+        }
     }
 }
 

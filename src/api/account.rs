@@ -110,7 +110,7 @@ pub async fn update_security(call: &Call<'_>) -> ApiResult {
     networks("allowed_ips", body.allowed_ips.as_ref())?;
     super::mfa::require(call).await?;
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&call.who()?.org_id).await?;
     let mut org = current_org(call)?;
     if let Some(list) = body.ip_whitelist {
         org.ip_whitelist = list.into_iter().map(|s| s.trim().to_string()).collect();
@@ -143,7 +143,7 @@ pub async fn add_whitelist(call: &Call<'_>) -> ApiResult {
     let state = &call.server.state;
     let multiplier = super::quotas::multiplier(state, &who.org_id, body.rate_limit_multiplier.unwrap_or(1.0))?;
     super::mfa::require(call).await?;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     super::quotas::check(state, &who.org_id, super::quotas::Quota::WhitelistEntries)?;
     let mut org = current_org(call)?;
     let entry = WhitelistEntry {
@@ -186,7 +186,7 @@ pub async fn delete_whitelist(call: &Call<'_>) -> ApiResult {
     }
     super::mfa::require(call).await?;
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&call.who()?.org_id).await?;
     let mut org = current_org(call)?;
     if !present(&org) {
         return Err(ApiError::NotFound("whitelist entry"));

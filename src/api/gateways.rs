@@ -368,7 +368,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let mut configuration = GatewayConfiguration::default();
     apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     if name_taken(call, &who.org_id, &name, None) {
         return Err(ApiError::Conflict(format!("a gateway named `{name}` already exists")));
     }
@@ -429,7 +429,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::NotFound("gateway"));
     }
     let patch: UpdateGateway = call.json()?;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     let mut g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?.as_ref().clone();
     if let Some(name) = patch.name {
         let name = validate_name(&name)?;
@@ -472,7 +472,7 @@ pub async fn delete(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::NotFound("gateway"));
     }
     super::mfa::require(call).await?;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     let g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
     state.delete_gateway(&g.id).await?;
     // The access key dies with its gateway.

@@ -51,7 +51,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         super::mfa::require(call).await?;
     }
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     super::quotas::check(state, &who.org_id, super::quotas::Quota::ApiKeys)?;
     let plaintext = secrets::new_api_key();
     let key = ApiKey {
@@ -84,7 +84,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 pub async fn revoke(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     let key = state
         .key(call.id())
         .filter(|k| k.org_id == who.org_id && k.revoked_at.is_none())
@@ -138,7 +138,7 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
     }
     super::mfa::require(call).await?;
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&old.org_id).await?;
     let plaintext = secrets::new_api_key();
     let new = ApiKey {
         id: secrets::new_id("key"),

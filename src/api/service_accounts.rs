@@ -58,7 +58,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     if multiplier > 1.0 {
         super::mfa::require(call).await?;
     }
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     if !state.service_accounts_where(|a| a.org_id == who.org_id && a.name.eq_ignore_ascii_case(name)).is_empty() {
         return Err(ApiError::Conflict(format!("a service account named `{name}` already exists")));
     }
@@ -105,7 +105,7 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
         Some(_) => return Err(ApiError::validation("expires_in_days", "must be between 1 and 3650")),
     };
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     super::quotas::check(state, &who.org_id, super::quotas::Quota::ApiKeys)?;
     let plaintext = secrets::new_api_key();
     let key = state

@@ -53,7 +53,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let patch: UpdateUser = call.json()?;
     let state = &call.server.state;
-    let _guard = state.lock_writes().await;
+    let _guard = state.lock_writes(&who.org_id).await?;
     let mut user = state.user(&who.user_id).map(|u| u.as_ref().clone()).ok_or(ApiError::NotFound("user"))?;
     if let Some(name) = patch.name {
         user.name = super::display_name("name", &name)?.to_string();

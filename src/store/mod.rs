@@ -26,6 +26,7 @@ pub fn open(config: &StorageConfig) -> Result<Arc<dyn Store>, StoreError> {
 use crate::rollup::Rollup;
 use async_trait::async_trait;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -243,6 +244,18 @@ pub trait Store: Send + Sync {
     async fn prune_rate_usage(&self, before_unix: i64) -> Result<u64, StoreError>;
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Takes the lock `name` for at most `ttl` among every process sharing this store, waiting
+    /// up to `wait`; `Ok(None)` when the store has one process only (the caller's own mutex is
+    /// enough), `Err` when it could not be taken in time. Released with [`Store::unlock`].
+    async fn lock(&self, name: &str, ttl: Duration, wait: Duration) -> Result<Option<String>, StoreError> {
+        let _ = (name, ttl, wait);
+        Ok(None)
+    }
+    /// Releases a lock taken with [`Store::lock`], if `token` still holds it.
+    async fn unlock(&self, name: &str, token: &str) -> Result<(), StoreError> {
+        let _ = (name, token);
+        Ok(())
+    }
 }
 
 /// Writes the records named in `dirty` (ids marked by the request path since the last flush) in

@@ -695,6 +695,50 @@ impl Store for RedisStore {
         .await
     }
 
+    async fn lock(&self, name: &str, ttl: Duration, wait: Duration) -> Result<Option<String>, StoreError> {
+        let name = name.to_string();
+        self.with("lock", move |k, mut c| async move {
+            let key = format!("{}:lock:{{{name}}}", k.prefix);
+            let token = crate::secrets::new_id("lock");
+            let until = Instant::now() + wait;
+            let mut pause = Duration::from_millis(2);
+            loop {
+                let taken: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64)
+                    .query_async(&mut c)
+                    .await
+                    .map_err(backend)?;
+                if taken.is_some() {
+                    return Ok(Some(token));
+                }
+                if Instant::now() + pause > until {
+                    return Err(backend(format!("the lock {name} is held elsewhere")));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+        })
+        .await
+    }
+
+    async fn unlock(&self, name: &str, token: &str) -> Result<(), StoreError> {
+        let (name, token) = (name.to_string(), token.to_string());
+        self.with("unlock", move |k, mut c| async move {
+            let key = format!("{}:lock:{{{name}}}", k.prefix);
+            // Only the holder's token releases it: a lock that expired and was taken again stays.
+            let release = redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
+            );
+            release.key(&key).arg(&token).invoke_async::<i64>(&mut c).await.map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.with(
             "ping",

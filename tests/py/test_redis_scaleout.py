@@ -285,3 +285,19 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound():
             for srv in servers:
                 srv.stop()
                 srv.tmp.cleanup()
+
+
+def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(cluster):
+    """The check and the write run under the organisation's lock in Redis, which re-reads the
+    organisation's records once held: of three instances creating the same gateway name at the
+    same moment, one succeeds and two get 409."""
+    import concurrent.futures
+
+    a, b, c = cluster
+    for round_ in range(5):
+        name = f"race-{round_}-{secrets.token_hex(3)}"
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(call, srv, "POST", "/v1/gateways", a.admin_key, {"name": name, "servers": ["time"]})
+                       for srv in (a, b, c)]
+            statuses = sorted(f.result().status_code for f in futures)
+        assert statuses == [201, 409, 409], (name, statuses)
