@@ -301,3 +301,35 @@ def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(
                        for srv in (a, b, c)]
             statuses = sorted(f.result().status_code for f in futures)
         assert statuses == [201, 409, 409], (name, statuses)
+
+
+def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connections():
+    """kill -9 of the instance a client was talking to: the client goes on to another instance
+    with the same session id, and what the dead instance acknowledged (a gateway it created, the
+    calls it logged) is there."""
+    with redis_server() as redis:
+        admin = random_key()
+        cfg = redis_config(redis.url, "kill")
+        a, b = (ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
+                for _ in range(2))
+        try:
+            r = call(a, "POST", "/v1/gateways", admin, {"name": "survivor", "servers": ["time"]})
+            assert r.status_code == 201, r.text
+            gw = r.json()["data"]
+            on_a = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
+            on_a.initialize()
+            tool = on_a.rpc("tools/list")["result"]["tools"][0]["name"]
+            on_a.rpc("tools/call", {"name": tool, "arguments": {"format": "YYYY", "timezone": "UTC"}})
+            time.sleep(1.2)  # the request log is written every 500 ms
+            a.stop()  # SIGKILL
+            on_b = McpHttp(mcp_url(b, gw["id"]), gw["api_key"])
+            on_b.session_id = on_a.session_id
+            done = on_b.rpc("tools/call", {"name": tool, "arguments": {"format": "YYYY", "timezone": "UTC"}})
+            assert "result" in done and not done["result"].get("isError"), done
+            logs = call(b, "GET", f"/v1/logs?gateway_id={gw['id']}", admin).json()["data"]["logs"]
+            within(3.0, lambda: len(call(b, "GET", f"/v1/logs?gateway_id={gw['id']}", admin).json()["data"]["logs"]) == 2)
+            assert logs, "the call logged by the dead instance is there"
+        finally:
+            for srv in (a, b):
+                srv.stop()
+                srv.tmp.cleanup()
