@@ -13,6 +13,9 @@
 #              session checks, request log) -> fast_upstream
 #   toolgate-stateless  the same toolgate and gateway, called as MCP 2026-07-28 (no session; the
 #              envelope in `_meta`, the routing headers), translated for the 2025-era upstream
+#   toolgate-redis  a second toolgate, the same settings but `storage.backend: redis` (a
+#              redis-server on a Unix socket in the work directory; rate limits shared the
+#              leased way), when redis-server is installed (REDIS=0 leaves it out)
 # then, with @modelcontextprotocol/server-everything (Streamable HTTP, Node 22) as the app:
 #   direct       wrk -> server-everything, at protocol 2025-11-25 (what toolgate negotiates upstream)
 #   direct-0618  wrk -> server-everything, at 2025-06-18 (what the benchmark's client speaks)
@@ -347,6 +350,32 @@ stateless_out="$(curl -sS -X POST "$TG_URL" -H "X-API-Key: $GW_KEY" -H 'MCP-Prot
   -d '{"jsonrpc":"2.0","id":"check","method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}')"
 [[ "$stateless_out" == *'Echo: hello'* ]] || { echo "load.sh: stateless tools/call did not echo: $stateless_out" >&2; exit 1; }
 TARGETS="direct plain toolgate toolgate-stateless"
+if [[ "${REDIS:-1}" != 0 ]] && command -v redis-server >/dev/null; then
+  log "starting redis-server and toolgate-redis"
+  redis-server --port 0 --unixsocket "$WORK/redis.sock" --unixsocketperm 700 --dir "$WORK" --save '' \
+    --appendonly yes --appendfsync everysec >"$WORK/redis.log" 2>&1 &
+  PIDS+=("$!")
+  for _ in $(seq 100); do [[ -S "$WORK/redis.sock" ]] && break; sleep 0.05; done
+  cp "$WORK/bin/toolgate" "$WORK/bin/toolgate-redis"
+  python3 - "$WORK/toolgate.yaml" "$WORK/toolgate-redis.yaml" "$WORK/redis.sock" <<'PY'
+import sys
+src, dst, sock = sys.argv[1:]
+text = open(src).read()
+start = text.index("storage:\n")
+end = text.index("rate_limits:\n")
+open(dst, "w").write(text[:start] + f"storage:\n  backend: redis\n  url: unix://{sock}\n" + text[end:])
+PY
+  (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" TOOLGATE_SECRET_KEY="$(printf '%064d' 7)" exec ${PIN_REST[@]+"${PIN_REST[@]}"} \
+    "$WORK/bin/toolgate-redis" --config "$WORK/toolgate-redis.yaml" >"$WORK/toolgate-redis.log" 2>&1) &
+  TGR_PID=$!; PIDS+=("$TGR_PID")
+  TGR_PORT="$(port_of "$TGR_PID" 127.0.0.1)"
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$TGR_PORT/healthz" >/dev/null && break; sleep 0.1; done
+  read -r GWR_ID GWR_KEY < <(create_gateway fast "$TGR_PORT")
+  TGR_URL="http://127.0.0.1:$TGR_PORT/gateway/$GWR_ID/mcp"
+  SID_TGR="$(mcp_init "$TGR_URL" "$GWR_KEY")"
+  check_call "$TGR_URL" "$SID_TGR" "$GWR_KEY"
+  TARGETS="$TARGETS toolgate-redis"
+fi
 if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
   log "starting toolgate-b ($TOOLGATE_BIN_B)"
   start_toolgate toolgate-b >"$WORK/tgb.started"
@@ -370,6 +399,7 @@ run_fast() {
     toolgate) run fast toolgate "$2" "$TG_URL" "$SID_TG" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
     toolgate-stateless) run fast toolgate-stateless "$2" "$TG_URL" "" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
     toolgate-b) run fast toolgate-b "$2" "$TGB_URL" "$SID_TGB" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
+    toolgate-redis) run fast toolgate-redis "$2" "$TGR_URL" "$SID_TGR" "$GWR_KEY" "$TGR_PID" "$UP_PID" "$3" ;;
   esac
 }
 [[ -n "${SKIP_FAST:-}" ]] && TARGETS=""
@@ -464,7 +494,7 @@ for phase in ("fast", "everything"):
     if not direct:
         continue
     d_rps, d_p50 = med(direct, "rps"), med(direct, "p50_us")
-    for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-stateless", "toolgate-b"):
+    for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-stateless", "toolgate-redis", "toolgate-b"):
         rs = runs.get((phase, target))
         if not rs:
             continue
@@ -484,6 +514,11 @@ tgs = runs.get(("fast", "toolgate-stateless"))
 if tg and tgs:
     print(f"stateless (2026-07-28) / session (2025) calls through toolgate: throughput "
           f"{med(tgs, 'rps') / med(tg, 'rps'):.3f}, CPU per call {cpu_us(tgs, 'proxy_ticks'):.1f} / "
+          f"{cpu_us(tg, 'proxy_ticks'):.1f} us")
+tgr = runs.get(("fast", "toolgate-redis"))
+if tg and tgr:
+    print(f"Redis store (leased rate limits) / embedded store, one instance: throughput "
+          f"{med(tgr, 'rps') / med(tg, 'rps'):.3f}, CPU per call {cpu_us(tgr, 'proxy_ticks'):.1f} / "
           f"{cpu_us(tg, 'proxy_ticks'):.1f} us")
 tgb = runs.get(("fast", "toolgate-b"))
 ev_tg, ev_tgb = runs.get(("everything", "toolgate")), runs.get(("everything", "toolgate-b"))

@@ -36,7 +36,13 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Clone, Copy)]
 pub enum Caller<'a> {
     Session(&'a str),
-    Stateless { env: &'a Envelope, key_id: &'a str },
+    /// `app_charged`: the app whose per-minute limit this request was already counted against,
+    /// from its routing headers before its body was read (`transport::app_quota_from_headers`).
+    Stateless {
+        env: &'a Envelope,
+        key_id: &'a str,
+        app_charged: Option<&'a str>,
+    },
 }
 
 impl Caller<'_> {
@@ -252,7 +258,7 @@ pub(super) async fn request(
         // The tasks extension is the stateless revision's; a session's `tasks/*` (the
         // handshake era's own tasks) is not relayed.
         m if tasks::is_task_method(m) && caller.stateless() => {
-            let Caller::Stateless { env, key_id } = caller else { unreachable!("checked: stateless") };
+            let Caller::Stateless { env, key_id, .. } = caller else { unreachable!("checked: stateless") };
             let r = tasks::follow(mcp, gw, env, key_id, &req).await;
             return respond(ex, caller, r, modern::COMPLETE).await;
         }
@@ -384,7 +390,8 @@ async fn forward(
         }
         call_ctx.headers.extend(modern::param_header_values(declared, &arguments));
     }
-    if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit) {
+    let charged = matches!(caller, Caller::Stateless { app_charged: Some(a), .. } if a == app_id);
+    if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit).filter(|_| !charged) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
         let bucket = format!("app:{app_id}");
         if let Err(spent) = mcp.quotas.admit(&bucket, limit) {

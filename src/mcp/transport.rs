@@ -186,6 +186,13 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
         Ok(acc) => acc,
         Err(r) => return refuse(ex, &Id::NULL, r).await,
     };
+    let app_charged = match app_quota_from_headers(mcp, ex, gw).await {
+        Ok(app) => app,
+        Err((spent, app)) => {
+            let (bucket, what) = (format!("app:{app}"), format!("app {app} rate limit"));
+            return reply::quota_exceeded(ex, spent, &bucket, &what).await;
+        }
+    };
     let body = match ex.read_body().await {
         Ok(b) => b,
         Err(ApiError::PayloadTooLarge(limit)) => {
@@ -208,7 +215,7 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
     // A stateless (2026-07-28) request carries its own envelope: no session; its header checks
     // are the revision's own.
     if modern::is_stateless(ex.headers(), message.method()) {
-        return post_stateless(mcp, ex, gw, key_id, message, acc).await;
+        return post_stateless(mcp, ex, gw, key_id, message, acc, app_charged.as_deref()).await;
     }
     let message_id = match &message {
         Message::Request(r) => r.id.clone(),
@@ -244,6 +251,33 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
     }
 }
 
+/// A stateless `tools/call` names its tool in `Mcp-Name`, which is all the app's per-minute limit
+/// needs: it is counted from the headers, before the body is read, so a caller over an app's
+/// limit costs no body read or parse. The body is checked against the headers afterwards (a
+/// request whose body names another tool is refused, its charge spent). `Ok(Some(app))`: counted
+/// against that app's limit; `Err`: over it.
+async fn app_quota_from_headers(
+    mcp: &McpRuntime,
+    ex: &Exchange<'_>,
+    gw: &Gateway,
+) -> Result<Option<String>, (crate::mcp::quota::Spent, String)> {
+    let h = ex.headers();
+    if !modern::is_stateless(h, None) || h.get("mcp-method").map(|v| v.as_bytes()) != Some(b"tools/call".as_slice()) {
+        return Ok(None);
+    }
+    let Some(name) = h.get("mcp-name").and_then(|v| v.to_str().ok()).and_then(modern::decode_header_value) else {
+        return Ok(None);
+    };
+    let catalogue = mcp.catalogue(gw).await;
+    let Some((_, target)) = catalogue.entry(name.trim(), false) else { return Ok(None) };
+    let Some(limit) = mcp.state.config.app(&target.app_id).and_then(|a| a.rate_limit) else { return Ok(None) };
+    let bucket = format!("app:{}", target.app_id);
+    match mcp.quotas.admit(&bucket, limit) {
+        Ok(()) => Ok(Some(target.app_id.clone())),
+        Err(spent) => Err((spent, target.app_id.clone())),
+    }
+}
+
 /// A stateless (2026-07-28) POST: its envelope and headers checked, then what it asks.
 async fn post_stateless(
     mcp: &McpRuntime,
@@ -252,6 +286,7 @@ async fn post_stateless(
     key_id: &str,
     message: Message,
     acc: Accept,
+    app_charged: Option<&str>,
 ) -> pingora::Result<()> {
     let Message::Request(req) = message else { return stateless::not_a_request(ex, &message).await };
     let Some(env) = stateless::envelope(ex, &req).await? else { return Ok(()) };
@@ -262,7 +297,10 @@ async fn post_stateless(
             let e = jsonrpc::ErrorObject::method_not_found(m);
             stateless::answer(ex, jsonrpc::Response::error(req.id, e), "", false).await
         }
-        _ => dispatch::request(mcp, ex, gw, Caller::Stateless { env: &env, key_id }, req, acc).await,
+        _ => {
+            let caller = Caller::Stateless { env: &env, key_id, app_charged };
+            dispatch::request(mcp, ex, gw, caller, req, acc).await
+        }
     }
 }
 

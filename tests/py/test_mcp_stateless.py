@@ -26,6 +26,7 @@ import pytest
 from mcp_helpers import (
     NODE_DIR,
     STATELESS as REVISION,
+    TIME_APP,
     Api,
     gateway_for_suites,
     config,
@@ -436,3 +437,28 @@ def test_the_handshake_revision_s_set_passes_through_toolgate_as_it_passes_direc
         if not passes(checks):
             lost[s] = [f"{c.get('id')}: {c.get('errorMessage')}" for c in checks if c.get("status") == "FAILURE"]
     assert not lost, f"{app}: pass directly, not through toolgate: {lost}"
+
+
+def test_an_app_s_limit_is_applied_from_the_headers_before_the_body_is_read():
+    """A stateless `tools/call` names its tool in `Mcp-Name`: the app's per-minute limit is
+    counted from the headers, so once it is spent the 429 comes before the body is read (a body
+    that is not even JSON gets the 429, not a parse error); a session call is counted once too."""
+    srv = start_toolgate(config(TIME_APP.replace("    builtin: time\n", "    builtin: time\n    rate_limit: 3\n")))
+    try:
+        gw_id, key = Api(srv).create_gateway(["time"])
+        url = mcp_url(srv, gw_id)
+        call = {"name": "get_current_time", "arguments": {"format": "HH"}, "_meta": META}
+        for _ in range(3):
+            r = stateless_post(url, key, "tools/call", call)
+            assert r.status_code == 200 and "result" in r.json(), r.text
+        r = stateless_post(url, key, "tools/call", call)
+        assert r.status_code == 429 and r.json()["error"]["data"]["bucket"] == "app:time", r.text
+        h = {"X-API-Key": key, "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+             "MCP-Protocol-Version": REVISION, "Mcp-Method": "tools/call", "Mcp-Name": "get_current_time"}
+        r = httpx2.post(url, content=b"{not json", headers=h, timeout=30)
+        assert r.status_code == 429 and "retry-after" in r.headers, r.text
+        # Another method's request is not counted against the app.
+        assert stateless_post(url, key, "tools/list", {"_meta": META}).status_code == 200
+    finally:
+        srv.stop()
+        srv.tmp.cleanup()
