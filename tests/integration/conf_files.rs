@@ -170,17 +170,18 @@ fn start_server(file: &Path) -> Output {
 
 /// Issue 12: `check-config` refuses every value the server would refuse at start, naming the
 /// field, and the start refuses it with the same message. Before the fix `check-config` said
-/// `ok` to each of these: `backend: redis` was refused only when the store opened, a
+/// `ok` to each of these: the Redis backend (then not built) was refused only when the store opened, a
 /// `max_stdio_processes` above the semaphore's maximum and session times that overflow when
 /// added panicked in the server, and a metrics port already held by a wildcard `listen` failed
 /// to bind.
 #[test]
 fn check_config_refuses_what_the_start_refuses() {
+    // Redis over TLS is refused by both (the start would fail to connect, much later).
     let base_apps =
-        BASE_CONFIG.replace("backend: embedded\n  path: {data_dir}", "backend: redis\n  url: redis://127.0.0.1:6379");
+        BASE_CONFIG.replace("backend: embedded\n  path: {data_dir}", "backend: redis\n  url: rediss://127.0.0.1:6379");
     assert!(base_apps.contains("backend: redis"), "test setup: base config changed shape");
     let cases: [(&str, String, &str); 5] = [
-        ("redis", base_apps, "storage.backend: redis is not available in this build yet"),
+        ("redis_tls", base_apps, "storage.url: TLS to Redis (rediss://) is not available in this build yet"),
         (
             "stdio_processes",
             format!("{BASE_CONFIG}mcp:\n  max_stdio_processes: 18446744073709551615\n"),
