@@ -23,17 +23,62 @@ use tokio::sync::broadcast;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Change {
-    OrganizationSaved { org_id: String },
-    UserSaved { org_id: String, user_id: String },
-    KeySaved { org_id: String, key_id: String },
-    KeyDeleted { org_id: String, key_id: String },
-    GatewaySaved { org_id: String, gateway_id: String },
-    GatewayDeleted { org_id: String, gateway_id: String },
-    ConnectionSaved { org_id: String, app_id: String },
-    ConnectionDeleted { org_id: String, app_id: String },
-    ServiceAccountSaved { org_id: String, account_id: String },
-    SessionCreated { org_id: String, gateway_id: String, session_id: String },
-    SessionEnded { org_id: String, gateway_id: String, session_id: String },
+    OrganizationSaved {
+        org_id: String,
+    },
+    UserSaved {
+        org_id: String,
+        user_id: String,
+    },
+    KeySaved {
+        org_id: String,
+        key_id: String,
+    },
+    KeyDeleted {
+        org_id: String,
+        key_id: String,
+    },
+    /// `created`: the gateway is new (a `gateway.created` event, else `gateway.updated`).
+    GatewaySaved {
+        org_id: String,
+        gateway_id: String,
+        #[serde(default)]
+        created: bool,
+    },
+    GatewayDeleted {
+        org_id: String,
+        gateway_id: String,
+    },
+    ConnectionSaved {
+        org_id: String,
+        app_id: String,
+    },
+    ConnectionDeleted {
+        org_id: String,
+        app_id: String,
+    },
+    ServiceAccountSaved {
+        org_id: String,
+        account_id: String,
+    },
+    SessionCreated {
+        org_id: String,
+        gateway_id: String,
+        session_id: String,
+    },
+    SessionEnded {
+        org_id: String,
+        gateway_id: String,
+        session_id: String,
+    },
+    WebhookSaved {
+        org_id: String,
+        webhook_id: String,
+    },
+    WebhookDeleted {
+        org_id: String,
+        webhook_id: String,
+    },
 }
 
 impl Change {
@@ -50,7 +95,9 @@ impl Change {
             | Change::ConnectionDeleted { org_id, .. }
             | Change::ServiceAccountSaved { org_id, .. }
             | Change::SessionCreated { org_id, .. }
-            | Change::SessionEnded { org_id, .. } => org_id,
+            | Change::SessionEnded { org_id, .. }
+            | Change::WebhookSaved { org_id, .. }
+            | Change::WebhookDeleted { org_id, .. } => org_id,
         }
     }
 }
@@ -123,7 +170,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn gateway_saved(n: usize) -> Change {
-        Change::GatewaySaved { org_id: "org_1".into(), gateway_id: format!("gw_{n}") }
+        Change::GatewaySaved { org_id: "org_1".into(), gateway_id: format!("gw_{n}"), created: false }
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod changes;
 pub mod config;
 pub mod conn_limits;
 pub mod error;
+pub mod events;
 pub mod exchange;
 pub mod jwt;
 pub mod limiter;

@@ -75,6 +75,54 @@ pub struct ServiceAccount {
     pub created_at: Timestamp,
 }
 
+/// An organisation's outbound webhook (spec "Webhook"): where events are delivered, signed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Webhook {
+    pub id: String,
+    pub org_id: String,
+    pub url: String,
+    /// Event names (`gateway.created`, ...) or `*`.
+    pub events: Vec<String>,
+    /// The signing secret (`whsec_` + base64), sealed like app credentials; shown once.
+    pub sealed_secret: String,
+    pub enabled: bool,
+    /// Why toolgate disabled it (the endpoint answered 410), if it did.
+    #[serde(default)]
+    pub disabled_reason: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl Webhook {
+    /// Whether it takes deliveries of `event`.
+    pub fn wants(&self, event: &str) -> bool {
+        self.enabled && self.events.iter().any(|e| e == "*" || e == event)
+    }
+}
+
+/// One event's delivery to one webhook: the outbox entry, durable from the moment the event is
+/// recorded until it is delivered or given up, and the record `GET /webhooks/{id}/deliveries`
+/// lists. Its `id` is the `webhook-id` every attempt carries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    pub id: String,
+    pub org_id: String,
+    pub webhook_id: String,
+    pub event: String,
+    pub timestamp: Timestamp,
+    pub data: serde_json::Value,
+    /// `pending`, `delivered`, `failed` (given up) or `disabled` (the endpoint answered 410).
+    pub status: String,
+    pub attempts: u32,
+    pub next_attempt_at: Option<Timestamp>,
+    pub last_status_code: Option<u16>,
+    pub last_error: Option<String>,
+    /// Of the last attempt, in milliseconds.
+    pub latency_ms: Option<u64>,
+    pub created_at: Timestamp,
+    pub delivered_at: Option<Timestamp>,
+}
+
 /// What `GET /api-keys/{id}/usage` reports; kept in memory, written in the background.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct KeyUsage {

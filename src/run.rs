@@ -115,6 +115,10 @@ pub fn run(config_path: &Path) -> ExitCode {
     pingora_server.add_service(service);
     pingora_server.add_service(prometheus);
     pingora_server.add_service(pingora::services::background::background_service("flusher", flusher));
+    pingora_server.add_service(pingora::services::background::background_service(
+        "webhooks",
+        crate::events::EventsService(server.events.clone()),
+    ));
     if let Some(endpoint) = &config.observability.otlp_endpoint {
         let service_name = config.observability.service_name.clone();
         if let Some(exporter) = crate::trace::start_export(endpoint.clone(), service_name) {

@@ -18,6 +18,8 @@ pub struct Server {
     pub mcp: Arc<McpRuntime>,
     pub reqlog: Arc<RequestLog>,
     pub mfa: Mfa,
+    /// Events and the webhooks' outbox.
+    pub events: Arc<crate::events::Events>,
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges; its backend
     /// also counts the MCP quotas.
     pub limiter: RateLimit<dyn RateLimiter>,
@@ -43,10 +45,12 @@ impl Server {
             }
         });
         let mfa = Mfa::load(state.store.clone()).await?;
+        let events = crate::events::Events::load(state.clone()).await?;
         Ok(Server {
             mcp,
             reqlog,
             mfa,
+            events,
             limiter,
             state,
             pruning: AtomicBool::new(false),

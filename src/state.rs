@@ -45,6 +45,7 @@ pub struct State {
     /// Each organisation's IP policy, rebuilt when the organisation is saved.
     ip_policies: DashMap<String, Arc<IpPolicy>>,
     service_accounts: DashMap<String, Arc<ServiceAccount>>,
+    webhooks: DashMap<String, Arc<Webhook>>,
     usage: DashMap<String, KeyUsage>,
     usage_dirty: DashSet<String>,
     /// Verifies JWT bearer tokens, when `jwt:` is configured.
@@ -95,6 +96,7 @@ impl State {
             principals: DashMap::new(),
             ip_policies: DashMap::new(),
             service_accounts: DashMap::new(),
+            webhooks: DashMap::new(),
             usage: DashMap::new(),
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
@@ -135,6 +137,9 @@ impl State {
         for (id, body) in self.store.load_all(Kind::Connection).await? {
             let c: Connection = decode(Kind::Connection, &id, &body)?;
             self.connections.insert((c.org_id.clone(), c.app_id.clone()), Arc::new(c));
+        }
+        for (id, body) in self.store.load_all(Kind::Webhook).await? {
+            self.webhooks.insert(id.clone(), Arc::new(decode(Kind::Webhook, &id, &body)?));
         }
         Ok(())
     }
@@ -386,8 +391,8 @@ impl State {
     pub async fn save_gateway(&self, gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
         self.put(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
         let gw = Arc::new(gw);
-        self.gateways.insert(gw.id.clone(), gw.clone());
-        self.changes.publish(Change::GatewaySaved { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
+        let created = self.gateways.insert(gw.id.clone(), gw.clone()).is_none();
+        self.changes.publish(Change::GatewaySaved { org_id: gw.org_id.clone(), gateway_id: gw.id.clone(), created });
         Ok(gw)
     }
 
@@ -535,6 +540,16 @@ impl State {
                     self.install_service_account(a);
                 }
             }
+            Change::WebhookSaved { webhook_id, .. } | Change::WebhookDeleted { webhook_id, .. } => {
+                match self.read::<Webhook>(Kind::Webhook, webhook_id).await? {
+                    Some(w) => {
+                        self.webhooks.insert(w.id.clone(), Arc::new(w));
+                    }
+                    None => {
+                        self.webhooks.remove(webhook_id);
+                    }
+                }
+            }
             Change::SessionCreated { .. } | Change::SessionEnded { .. } => {}
         }
         self.changes.from_peer(change);
@@ -551,6 +566,12 @@ impl State {
         let keys = self.store.load_all(Kind::ApiKey).await?;
         let gateways = self.store.load_all(Kind::Gateway).await?;
         let connections = self.store.load_all(Kind::Connection).await?;
+        let webhooks = self.store.load_all(Kind::Webhook).await?;
+        let webhook_ids = webhooks.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
+        for (id, body) in webhooks {
+            self.webhooks.insert(id.clone(), Arc::new(decode(Kind::Webhook, &id, &body)?));
+        }
+        self.webhooks.retain(|id, _| webhook_ids.contains(id));
         let ids =
             |rows: &[(String, String)]| rows.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
         let (org_ids, user_ids, account_ids, key_ids, gateway_ids) =
@@ -590,7 +611,7 @@ impl State {
         self.principals.clear();
         let gateways: Vec<(String, String)> = self.gateways.iter().map(|g| (g.org_id.clone(), g.id.clone())).collect();
         for (org_id, gateway_id) in gateways {
-            self.changes.from_peer(&Change::GatewaySaved { org_id, gateway_id });
+            self.changes.from_peer(&Change::GatewaySaved { org_id, gateway_id, created: false });
         }
         let keys: Vec<(String, String)> = self.keys.iter().map(|k| (k.org_id.clone(), k.id.clone())).collect();
         if let Some((org_id, key_id)) = keys.into_iter().next() {
@@ -598,6 +619,35 @@ impl State {
             self.changes.from_peer(&Change::KeySaved { org_id, key_id });
         }
         Ok(())
+    }
+
+    pub async fn save_webhook(&self, w: Webhook) -> Result<Arc<Webhook>, StoreError> {
+        self.put(Kind::Webhook, &w.org_id, &w.id, &w).await?;
+        let w = Arc::new(w);
+        self.webhooks.insert(w.id.clone(), w.clone());
+        self.changes.publish(Change::WebhookSaved { org_id: w.org_id.clone(), webhook_id: w.id.clone() });
+        Ok(w)
+    }
+
+    pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
+        self.store.delete(Kind::Webhook, id).await?;
+        if let Some((_, w)) = self.webhooks.remove(id) {
+            self.changes.publish(Change::WebhookDeleted { org_id: w.org_id.clone(), webhook_id: w.id.clone() });
+        }
+        Ok(())
+    }
+
+    /// A webhook visible to `org_id`; another organisation's is "not found".
+    pub fn webhook_of(&self, org_id: &str, id: &str) -> Option<Arc<Webhook>> {
+        self.webhooks.get(id).map(|w| w.value().clone()).filter(|w| w.org_id == org_id)
+    }
+
+    /// The organisation's webhooks, oldest first.
+    pub fn webhooks_of(&self, org_id: &str) -> Vec<Arc<Webhook>> {
+        let mut all: Vec<Arc<Webhook>> =
+            self.webhooks.iter().filter(|w| w.org_id == org_id).map(|w| w.value().clone()).collect();
+        all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        all
     }
 
     /// A gateway visible to `org_id`; another organisation's gateway is "not found".

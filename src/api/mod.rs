@@ -16,6 +16,7 @@ pub mod quotas;
 pub mod service_accounts;
 pub mod sessions;
 pub mod user;
+pub mod webhooks;
 
 use crate::error::ApiError;
 use crate::server::Server;
@@ -62,6 +63,9 @@ pub enum Endpoint {
     MfaVerify,
     Mfa,
     MfaReset,
+    Webhooks,
+    Webhook,
+    WebhookDeliveries,
     OpenApi,
 }
 
@@ -99,6 +103,9 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/auth/mfa/verify", Endpoint::MfaVerify),
     ("/auth/mfa", Endpoint::Mfa),
     ("/auth/mfa/reset", Endpoint::MfaReset),
+    ("/webhooks", Endpoint::Webhooks),
+    ("/webhooks/{id}", Endpoint::Webhook),
+    ("/webhooks/{id}/deliveries", Endpoint::WebhookDeliveries),
     ("/openapi.json", Endpoint::OpenApi),
 ];
 
@@ -140,6 +147,9 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::RateLimit, "GET") | (E::AuthDebug, "GET") => AnyCredential,
         (E::RateLimitMetrics | E::Logs | E::LogAnalytics | E::GatewayMetrics | E::AppMetrics, "GET") => {
             Scope(crate::api::Scope::LogsRead)
+        }
+        (E::Webhooks, "GET" | "POST") | (E::Webhook, "PATCH" | "DELETE") | (E::WebhookDeliveries, "GET") => {
+            Scope(crate::api::Scope::Admin)
         }
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
@@ -398,6 +408,11 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::MfaVerify, "POST") => mfa::verify(&call).await,
         (E::Mfa, "DELETE") => mfa::disable(&call).await,
         (E::MfaReset, "POST") => mfa::reset(&call).await,
+        (E::Webhooks, "GET") => webhooks::list(&call).await,
+        (E::Webhooks, "POST") => webhooks::create(&call).await,
+        (E::Webhook, "PATCH") => webhooks::update(&call).await,
+        (E::Webhook, "DELETE") => webhooks::delete(&call).await,
+        (E::WebhookDeliveries, "GET") => webhooks::deliveries(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),
     }

@@ -38,6 +38,8 @@ impl Modify for Security {
         super::logs::list, super::logs::analytics, super::logs::gateway_metrics, super::logs::app_metrics,
         super::auth::verify, super::auth::debug,
         super::mfa::enroll, super::mfa::activate, super::mfa::verify, super::mfa::disable, super::mfa::reset,
+        super::webhooks::list, super::webhooks::create, super::webhooks::update, super::webhooks::delete,
+        super::webhooks::deliveries,
     ),
     components(schemas(Envelope, MessageEnvelope, ErrorEnvelope, ErrorObject, Meta)),
     security(("bearer" = []), ("api_key_query" = [])),

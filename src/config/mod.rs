@@ -61,6 +61,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub mcp: McpConfig,
     pub observability: ObservabilityConfig,
+    pub webhooks: WebhooksConfig,
     /// JWT bearer tokens on the management API (the verifier, holding its [`JwtConfig`] and the
     /// keys read while validating); `None` refuses every non-key bearer value.
     pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
@@ -109,6 +110,21 @@ pub enum StorageConfig {
         connect_timeout: std::time::Duration,
         command_timeout: std::time::Duration,
     },
+}
+
+/// `webhooks:` (see `config/raw/webhooks.rs` and `events/`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhooksConfig {
+    /// Hosts a webhook may name although they resolve inside the network (and over plain http).
+    pub allowed_hosts: Vec<String>,
+    pub attempt_timeout: std::time::Duration,
+    /// The waits between attempts; after the last, the delivery is given up (`failed`).
+    pub retry_schedule: Vec<std::time::Duration>,
+    pub per_endpoint_concurrency: usize,
+    /// Deliveries in flight, all endpoints together.
+    pub concurrency: usize,
+    /// How long finished deliveries stay listed.
+    pub delivery_retention: std::time::Duration,
 }
 
 impl StorageConfig {

@@ -53,6 +53,9 @@ pub enum Kind {
     ServiceAccount,
     KeyUsage,
     Meta,
+    Webhook,
+    /// A webhook delivery (the outbox).
+    Delivery,
 }
 
 impl Kind {
@@ -70,6 +73,8 @@ impl Kind {
             Kind::ServiceAccount => "service_account",
             Kind::KeyUsage => "key_usage",
             Kind::Meta => "meta",
+            Kind::Webhook => "webhook",
+            Kind::Delivery => "delivery",
         }
     }
 }

@@ -12,6 +12,7 @@ mod mcp;
 mod observability;
 mod server;
 mod storage;
+mod webhooks;
 
 use super::*;
 use serde::Deserialize;
@@ -41,6 +42,8 @@ pub struct RawConfig {
     mcp: mcp::RawMcp,
     #[serde(default)]
     observability: observability::RawObservability,
+    #[serde(default)]
+    webhooks: webhooks::RawWebhooks,
     jwt: Option<jwt::RawJwt>,
 }
 
@@ -76,6 +79,7 @@ impl RawConfig {
         let limits = self.limits.build(&rate_limits, &mut rate_limit_policy)?;
         let mcp = self.mcp.build()?;
         let observability = self.observability.build()?;
+        let webhooks = self.webhooks.build()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
         Ok(Config {
             environment,
@@ -90,6 +94,7 @@ impl RawConfig {
             limits,
             mcp,
             observability,
+            webhooks,
             jwt,
         })
     }

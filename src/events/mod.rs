@@ -1,0 +1,349 @@
+//! Events and their webhooks (issue 16; spec "Events", DESIGN Decisions 10 and 15).
+//!
+//! Events are not raised by the handlers: [`Events`] subscribes to the change feed and turns a
+//! change into an event (`gateway.created` from a new gateway's save, `app.connected` from a
+//! connection saved as connected, ...). Subscribers hear only the changes their own instance
+//! made, so with several instances each event is recorded once.
+//!
+//! Each event becomes one delivery per webhook of the organisation that takes it, written to the
+//! store (the outbox) before anything is sent: a delivery recorded is delivered at least once,
+//! across a crash and a restart, every attempt under the same `webhook-id` (the delivery's id)
+//! so that receivers can drop repeats. Attempts run in the background, at most
+//! `webhooks.concurrency` at once and `webhooks.per_endpoint_concurrency` per webhook, each
+//! bounded by `webhooks.attempt_timeout_ms`: a slow or dead receiver delays neither an API
+//! answer nor another receiver. 2xx is delivered; 410 disables the webhook; anything else, a
+//! time-out or a refused connection is tried again after the next wait of
+//! `webhooks.retry_schedule_secs` (with up to 20 % of jitter), and after the last the delivery
+//! is `failed`. Redirects are not followed; where a delivery may go is `egress.rs`'s decision,
+//! taken again at every attempt.
+
+pub mod egress;
+pub mod sign;
+
+use crate::changes::Change;
+use crate::config::WebhooksConfig;
+use crate::model::{Delivery, Webhook};
+use crate::state::State;
+use crate::store::{Kind, StoreError};
+use chrono::Utc;
+use dashmap::DashMap;
+use egress::Egress;
+use rand::Rng;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, Notify, Semaphore};
+
+/// The events a webhook may take (spec "Events").
+pub const EVENTS: [&str; 7] = [
+    "gateway.created",
+    "gateway.updated",
+    "gateway.deleted",
+    "app.connected",
+    "app.disconnected",
+    "error.critical",
+    "usage.limit_warning",
+];
+
+/// The webhooks' outbox and its deliverer.
+pub struct Events {
+    state: Arc<State>,
+    config: WebhooksConfig,
+    egress: Egress,
+    /// Pending deliveries by id.
+    pending: DashMap<String, Delivery>,
+    /// (due, id) of every pending delivery not being attempted.
+    due: parking_lot::Mutex<BTreeSet<(i64, String)>>,
+    wake: Notify,
+    in_flight: Arc<Semaphore>,
+    per_webhook: DashMap<String, Arc<Semaphore>>,
+    changes: parking_lot::Mutex<Option<broadcast::Receiver<Change>>>,
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+impl Events {
+    /// Loads the pending deliveries of the outbox, and starts listening to the change feed
+    /// (changes made from now on are not lost, even before [`Events::run`] runs).
+    pub async fn load(state: Arc<State>) -> Result<Arc<Events>, StoreError> {
+        let config = state.config.webhooks.clone();
+        let egress = Egress {
+            allowed_hosts: config.allowed_hosts.clone(),
+            allow_http: state.config.environment == crate::config::Environment::Development,
+        };
+        let events = Events {
+            changes: parking_lot::Mutex::new(Some(state.changes.subscribe())),
+            in_flight: Arc::new(Semaphore::new(config.concurrency)),
+            state: state.clone(),
+            config,
+            egress,
+            pending: DashMap::new(),
+            due: parking_lot::Mutex::new(BTreeSet::new()),
+            wake: Notify::new(),
+            per_webhook: DashMap::new(),
+        };
+        for (id, body) in state.store.load_all(Kind::Delivery).await? {
+            let Ok(d) = serde_json::from_str::<Delivery>(&body) else {
+                tracing::warn!(delivery = id, "skipping an unreadable webhook delivery");
+                continue;
+            };
+            if d.status == "pending" {
+                events.queue(d);
+            }
+        }
+        Ok(Arc::new(events))
+    }
+
+    /// The rules a webhook URL is checked against.
+    pub fn egress(&self) -> &Egress {
+        &self.egress
+    }
+
+    fn queue(&self, d: Delivery) {
+        let due = d.next_attempt_at.map_or_else(now_ms, |t| t.timestamp_millis());
+        self.due.lock().insert((due, d.id.clone()));
+        self.pending.insert(d.id.clone(), d);
+        self.wake.notify_one();
+    }
+
+    /// Records `event` for every webhook of `org_id` that takes it: durably, then queued.
+    pub async fn emit(&self, org_id: &str, event: &str, data: Value) {
+        let now = Utc::now();
+        for w in self.state.webhooks_of(org_id).into_iter().filter(|w| w.wants(event)) {
+            let d = Delivery {
+                id: crate::secrets::new_id("msg"),
+                org_id: org_id.to_string(),
+                webhook_id: w.id.clone(),
+                event: event.to_string(),
+                timestamp: now,
+                data: data.clone(),
+                status: "pending".into(),
+                attempts: 0,
+                next_attempt_at: Some(now),
+                last_status_code: None,
+                last_error: None,
+                latency_ms: None,
+                created_at: now,
+                delivered_at: None,
+            };
+            if let Err(e) = self.save(&d).await {
+                tracing::error!(error = %e, event, webhook = w.id, "cannot record a webhook delivery; the event is lost for it");
+                continue;
+            }
+            self.queue(d);
+        }
+    }
+
+    async fn save(&self, d: &Delivery) -> Result<(), StoreError> {
+        let json = serde_json::to_string(d).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.state.store.put(Kind::Delivery, &d.org_id, &d.id, json).await
+    }
+
+    /// The event a change is, if it is one, with its `data`.
+    fn event_of(&self, change: &Change) -> Option<(&'static str, Value)> {
+        match change {
+            Change::GatewaySaved { gateway_id, created, .. } => {
+                let gw = self.state.gateway(gateway_id)?;
+                let name = if *created { "gateway.created" } else { "gateway.updated" };
+                Some((name, json!({ "gateway_id": gw.id, "name": gw.name, "servers": gw.servers })))
+            }
+            Change::GatewayDeleted { gateway_id, .. } => Some(("gateway.deleted", json!({ "gateway_id": gateway_id }))),
+            Change::ConnectionSaved { org_id, app_id } => {
+                let c = self.state.connection(org_id, app_id)?;
+                (c.status == "connected").then(|| {
+                    ("app.connected", json!({ "app_id": app_id, "auth_type": c.auth_type, "connection_id": c.id }))
+                })
+            }
+            Change::ConnectionDeleted { app_id, .. } => Some(("app.disconnected", json!({ "app_id": app_id }))),
+            _ => None,
+        }
+    }
+
+    /// Turns the changes this instance makes into events, and delivers the outbox; until the
+    /// process ends.
+    pub async fn run(self: Arc<Self>) {
+        let Some(mut rx) = self.changes.lock().take() else { return };
+        let emitter = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match rx.recv().await {
+                    Ok(change) => {
+                        if let Some((event, data)) = emitter.event_of(&change) {
+                            emitter.emit(change.org_id(), event, data).await;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::error!(missed = n, "changes came faster than events could be recorded; some were not");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        loop {
+            let next = self.due.lock().first().map(|(t, _)| *t);
+            let wait = next.map_or(Duration::from_secs(60), |t| Duration::from_millis((t - now_ms()).max(0) as u64));
+            if !wait.is_zero() {
+                let _ = tokio::time::timeout(wait, self.wake.notified()).await;
+                continue;
+            }
+            let Some((_, id)) = self.due.lock().pop_first() else { continue };
+            let permit = self.in_flight.clone().acquire_owned().await.expect("the semaphore is never closed");
+            let events = self.clone();
+            tokio::spawn(async move {
+                events.attempt(&id).await;
+                drop(permit);
+            });
+        }
+    }
+
+    /// One attempt of a delivery, its outcome recorded.
+    async fn attempt(&self, id: &str) {
+        let Some(mut d) = self.pending.get(id).map(|d| d.clone()) else { return };
+        let webhook = self.state.webhook_of(&d.org_id, &d.webhook_id);
+        let Some(w) = webhook.filter(|w| w.enabled) else {
+            // Deleted or disabled since: nothing to send it to.
+            d.status = "failed".into();
+            d.last_error = Some("the webhook was deleted or disabled".into());
+            d.next_attempt_at = None;
+            self.finish(d).await;
+            return;
+        };
+        let gate = self
+            .per_webhook
+            .entry(w.id.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_endpoint_concurrency)))
+            .clone();
+        let _slot = gate.acquire_owned().await.expect("the semaphore is never closed");
+        let started = Instant::now();
+        let outcome = self.send(&w, &d).await;
+        d.attempts += 1;
+        d.latency_ms = Some(started.elapsed().as_millis() as u64);
+        match outcome {
+            Ok(code) if (200..300).contains(&code) => {
+                d.status = "delivered".into();
+                d.last_status_code = Some(code);
+                d.last_error = None;
+                d.delivered_at = Some(Utc::now());
+                d.next_attempt_at = None;
+            }
+            Ok(410) => {
+                d.status = "disabled".into();
+                d.last_status_code = Some(410);
+                d.next_attempt_at = None;
+                self.disable(&w, "the endpoint answered 410 Gone").await;
+            }
+            other => {
+                match other {
+                    Ok(code) => {
+                        d.last_status_code = Some(code);
+                        d.last_error = Some(format!("HTTP {code}"));
+                    }
+                    Err(e) => {
+                        d.last_status_code = None;
+                        d.last_error = Some(e);
+                    }
+                }
+                match self.config.retry_schedule.get(d.attempts as usize - 1) {
+                    Some(wait) => {
+                        let jitter = rand::thread_rng().gen_range(0.0..0.2);
+                        let wait = wait.mul_f64(1.0 + jitter);
+                        d.next_attempt_at = Some(Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default());
+                    }
+                    None => {
+                        d.status = "failed".into();
+                        d.next_attempt_at = None;
+                    }
+                }
+            }
+        }
+        self.finish(d).await;
+    }
+
+    /// Writes a delivery's new state; queues it again while it is pending. A write that fails
+    /// leaves the stored delivery pending, so it is attempted again after a restart (at least
+    /// once, never lost).
+    async fn finish(&self, d: Delivery) {
+        if let Err(e) = self.save(&d).await {
+            tracing::warn!(error = %e, delivery = d.id, "cannot record a delivery attempt");
+        }
+        if d.status == "pending" {
+            self.queue(d);
+        } else {
+            self.pending.remove(&d.id);
+        }
+    }
+
+    async fn disable(&self, w: &Webhook, reason: &str) {
+        let mut disabled = w.clone();
+        disabled.enabled = false;
+        disabled.disabled_reason = Some(reason.to_string());
+        disabled.updated_at = Utc::now();
+        if let Err(e) = self.state.save_webhook(disabled).await {
+            tracing::warn!(error = %e, webhook = w.id, "cannot disable a webhook");
+        }
+    }
+
+    /// Sends one attempt; the status code, or why there is none.
+    async fn send(&self, w: &Webhook, d: &Delivery) -> Result<u16, String> {
+        let target = self.egress.resolve(&w.url).await.map_err(|e| e.to_string())?;
+        let secret = self.state.sealer.open(&w.sealed_secret).map_err(|_| "the webhook's secret cannot be opened")?;
+        let key = sign::key_of(&String::from_utf8_lossy(&secret)).ok_or("the webhook's secret is malformed")?;
+        let timestamp = d.timestamp.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let (body, signature) = sign::body(&key, &d.event, &timestamp, &d.data);
+        let now = Utc::now().timestamp();
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.config.attempt_timeout)
+            .user_agent(concat!("toolgate-webhooks/", env!("CARGO_PKG_VERSION")));
+        if let Some(addr) = target.addr {
+            // Connect to the address checked, whatever the name resolves to by then.
+            builder = builder.resolve(&target.host, addr);
+        }
+        let client = builder.build().map_err(|e| e.to_string())?;
+        let resp = client
+            .post(target.url)
+            .header("content-type", "application/json")
+            .header("x-webhook-signature", &signature)
+            .header("x-webhook-event", &d.event)
+            .header("webhook-id", &d.id)
+            .header("webhook-timestamp", now.to_string())
+            .header("webhook-signature", sign::standard(&key, &d.id, now, &body))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| if e.is_timeout() { "timed out".to_string() } else { format!("request failed: {e}") })?;
+        Ok(resp.status().as_u16())
+    }
+
+    /// A webhook's deliveries, newest first.
+    pub async fn deliveries(&self, org_id: &str, webhook_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        let mut all: Vec<Delivery> = self
+            .state
+            .store
+            .load_partition(Kind::Delivery, org_id)
+            .await?
+            .into_iter()
+            .filter_map(|(_, body)| serde_json::from_str::<Delivery>(&body).ok())
+            .filter(|d| d.webhook_id == webhook_id)
+            .map(|d| self.pending.get(&d.id).map_or(d, |p| p.clone()))
+            .collect();
+        all.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+        Ok(all)
+    }
+}
+
+/// Runs [`Events::run`] as a Pingora background service.
+pub struct EventsService(pub Arc<Events>);
+
+#[async_trait::async_trait]
+impl pingora::services::background::BackgroundService for EventsService {
+    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+        tokio::select! {
+            _ = self.0.clone().run() => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}

@@ -1,0 +1,214 @@
+"""Webhooks (issue 16): signed, durable deliveries to a real receiver.
+
+The receiver is an HTTP server in the test process that verifies every delivery twice: with the
+official Standard Webhooks library (`standardwebhooks`, pinned in requirements.txt) over the
+`webhook-id` / `webhook-timestamp` / `webhook-signature` headers, and with the README's snippet
+for the specification's `signature` (run as written there). Each of its paths answers as told:
+200, 500 then 200, 410, or hangs.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+from standardwebhooks import Webhook
+
+from mcp_helpers import TIME_APP, config
+from toolgate_harness import ROOT, ToolgateServer
+
+
+def readme_verify():
+    """The README's verification snippet (the block after "verify a delivery"), as a function."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- verify a delivery -->\n```python\n(.*?)```", text, re.S)
+    assert block, "README.md has no webhook verification snippet"
+    scope: dict = {}
+    exec(block.group(1), scope)  # noqa: S102 (our own README's snippet is what is tested)
+    return scope["verify"]
+
+
+class Receiver:
+    """Records verified deliveries per path; `plan[path]` lists the statuses to answer in turn
+    (the last repeats); `hang` paths never answer in time."""
+
+    def __init__(self):
+        self.deliveries: list[dict] = []
+        self.secrets: dict[str, str] = {}
+        self.plan: dict[str, list[int]] = {}
+        self.hang: set[str] = set()
+        self.failures: list[str] = []
+        self.lock = threading.Lock()
+        self.verify = readme_verify()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                path = self.path
+                if path in receiver.hang:
+                    time.sleep(3)
+                secret = receiver.secrets.get(path)
+                try:
+                    Webhook(secret).verify(body, {k.lower(): v for k, v in self.headers.items()})
+                    assert receiver.verify(body, secret), "the README's check failed"
+                    assert self.headers["x-webhook-signature"] == json.loads(body)["signature"]
+                except Exception as e:  # noqa: BLE001 (recorded, the test fails on it)
+                    receiver.failures.append(f"{path}: {e!r}")
+                with receiver.lock:
+                    plan = receiver.plan.get(path, [200])
+                    status = plan.pop(0) if len(plan) > 1 else plan[0]
+                    receiver.deliveries.append({"path": path, "id": self.headers["webhook-id"],
+                                                "status": status, "body": json.loads(body)})
+                self.send_response(status)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def at(self, path: str) -> list[dict]:
+        with self.lock:
+            return [d for d in self.deliveries if d["path"] == path]
+
+
+def wait_for(probe, seconds: float = 10.0):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "not seen in time"
+        time.sleep(0.05)
+
+
+WEBHOOKS = ("webhooks:\n  allowed_hosts: [\"127.0.0.1\"]\n  retry_schedule_secs: [1, 1]\n  attempt_timeout_ms: 500\n"
+            # The tests make more webhooks than the `webhook` bucket's burst of 10 allows.
+            "rate_limits:\n  webhook: { requests_per_hour: unlimited, requests_per_minute: 600, burst: 100 }\n")
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = ToolgateServer(full_config=config(TIME_APP) + WEBHOOKS).start()
+    yield s
+    s.stop()
+    s.tmp.cleanup()
+
+
+def api(srv, method, path, body=None):
+    return httpx2.request(method, srv.base_url + path, json=body, timeout=30,
+                          headers={"Authorization": f"Bearer {srv.admin_key}"})
+
+
+def hook(srv, receiver, path, events=("*",)) -> dict:
+    r = api(srv, "POST", "/v1/webhooks", {"url": receiver.url(path), "events": list(events)})
+    assert r.status_code == 201, r.text
+    data = r.json()["data"]
+    assert data["secret"].startswith("whsec_"), data
+    receiver.secrets[path] = data["secret"]
+    return data
+
+
+def test_gateway_events_are_delivered_signed_both_ways(srv, receiver):
+    w = hook(srv, receiver, "/all")
+    # The secret is shown once.
+    listed = api(srv, "GET", "/v1/webhooks").json()["data"]["webhooks"]
+    assert any(x["id"] == w["id"] for x in listed) and not any("secret" in x for x in listed), listed
+    gw = api(srv, "POST", "/v1/gateways", {"name": "events-gw", "servers": ["time"]}).json()["data"]
+    assert api(srv, "PATCH", f"/v1/gateways/{gw['id']}", {"description": "changed"}).status_code == 200
+    assert api(srv, "DELETE", f"/v1/gateways/{gw['id']}").status_code == 200
+    got = wait_for(lambda: (d := receiver.at("/all")) and len(d) >= 3 and d)
+    events = [d["body"]["event"] for d in got]
+    assert events[:3] == ["gateway.created", "gateway.updated", "gateway.deleted"], events
+    assert got[0]["body"]["data"] == {"gateway_id": gw["id"], "name": "events-gw", "servers": ["time"]}, got[0]
+    assert not receiver.failures, receiver.failures
+    deliveries = api(srv, "GET", f"/v1/webhooks/{w['id']}/deliveries").json()["data"]["deliveries"]
+    assert {d["status"] for d in deliveries} == {"delivered"}, deliveries
+    assert all(d["attempts"] == 1 and d["status_code"] == 200 for d in deliveries), deliveries
+
+
+def test_a_failing_receiver_is_retried_under_the_same_id_and_410_disables(srv, receiver):
+    receiver.plan["/flaky"] = [500, 200]
+    receiver.plan["/gone"] = [410]
+    flaky = hook(srv, receiver, "/flaky", ["gateway.created"])
+    gone = hook(srv, receiver, "/gone", ["gateway.created"])
+    api(srv, "POST", "/v1/gateways", {"name": "retried-gw", "servers": ["time"]})
+    tries = wait_for(lambda: (d := receiver.at("/flaky")) and len(d) >= 2 and d)
+    assert [t["status"] for t in tries] == [500, 200] and tries[0]["id"] == tries[1]["id"], tries
+    d = api(srv, "GET", f"/v1/webhooks/{flaky['id']}/deliveries").json()["data"]["deliveries"][0]
+    assert (d["status"], d["attempts"], d["status_code"]) == ("delivered", 2, 200), d
+    wait_for(lambda: api(srv, "GET", "/v1/webhooks").json()["data"]["webhooks"])
+    state = wait_for(lambda: next((x for x in api(srv, "GET", "/v1/webhooks").json()["data"]["webhooks"]
+                                   if x["id"] == gone["id"] and not x["enabled"]), None))
+    assert "410" in state["disabled_reason"], state
+    assert len(receiver.at("/gone")) == 1, "not retried after 410"
+    assert not receiver.failures, receiver.failures
+
+
+def test_a_hanging_receiver_delays_neither_the_api_nor_the_others(srv, receiver):
+    receiver.hang.add("/slow")
+    hook(srv, receiver, "/slow", ["gateway.created"])
+    hook(srv, receiver, "/fast", ["gateway.created"])
+    started = time.monotonic()
+    r = api(srv, "POST", "/v1/gateways", {"name": "slow-gw", "servers": ["time"]})
+    assert r.status_code == 201 and time.monotonic() - started < 1.0, "the API answer does not wait"
+    wait_for(lambda: receiver.at("/fast"), 2.0)
+    assert time.monotonic() - started < 2.0, "the fast receiver was not held up by the slow one"
+
+
+def test_webhook_urls_inside_the_network_are_refused():
+    production = config(TIME_APP).replace("environment: development", "environment: production")
+    s = ToolgateServer(full_config=production + WEBHOOKS[WEBHOOKS.index("rate_limits:"):]).start()
+    try:
+        for url in ["https://169.254.169.254/latest/meta-data", "https://127.0.0.1:9/h", "https://[::1]/h",
+                    "https://10.0.0.8/h", "http://example.com/h", "ftp://example.com/h", "https://u:p@example.com/h"]:
+            r = api(s, "POST", "/v1/webhooks", {"url": url, "events": ["gateway.created"]})
+            assert r.status_code == 400 and r.json()["error"]["details"]["field"] == "url", (url, r.text)
+        r = api(s, "POST", "/v1/webhooks", {"url": "https://example.com/h", "events": ["gateway.made"]})
+        assert r.status_code == 400 and "events" in r.text, r.text
+        r = api(s, "POST", "/v1/webhooks", {"url": "https://example.com/h", "events": ["*"], "secret": "short"})
+        assert r.status_code == 400 and "secret" in r.text, r.text
+    finally:
+        s.stop()
+        s.tmp.cleanup()
+
+
+def test_deliveries_pending_at_a_kill_9_are_delivered_after_the_restart(receiver):
+    receiver.plan["/later"] = [503]
+    s = ToolgateServer(full_config=config(TIME_APP) + WEBHOOKS.replace("[1, 1]", "[2]")).start()
+    try:
+        hook(s, receiver, "/later", ["gateway.created"])
+        for i in range(3):
+            assert api(s, "POST", "/v1/gateways", {"name": f"kill-{i}", "servers": ["time"]}).status_code == 201
+        first = wait_for(lambda: (d := receiver.at("/later")) and len(d) >= 3 and d)
+        ids = {d["id"] for d in first}
+        s.stop()  # SIGKILL, with three deliveries waiting 2 s for their retry
+        receiver.plan["/later"] = [200]
+        s.start()
+        # The outbox was read back at start: each delivery is tried again at its time, under its id.
+        got = wait_for(lambda: (d := receiver.at("/later")) and {x["id"] for x in d if x["status"] == 200} == ids and d,
+                       15.0)
+        assert {x["id"] for x in got if x["status"] == 200} == ids
+    finally:
+        s.stop()
+        s.tmp.cleanup()
