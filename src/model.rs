@@ -86,9 +86,12 @@ pub struct Webhook {
     /// The signing secret (`whsec_` + base64), sealed like app credentials; shown once.
     pub sealed_secret: String,
     pub enabled: bool,
-    /// Why toolgate disabled it (the endpoint answered 410), if it did.
+    /// Why toolgate disabled it (the endpoint answered 410, or failed too long), if it did.
     #[serde(default)]
     pub disabled_reason: Option<String>,
+    /// Since when its attempts have failed without a success in between.
+    #[serde(default)]
+    pub failing_since: Option<Timestamp>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

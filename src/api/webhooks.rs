@@ -67,7 +67,7 @@ async fn url(call: &Call<'_>, raw: &str) -> Result<String, ApiError> {
 fn view(w: &Webhook) -> Value {
     json!({
         "id": w.id, "url": w.url, "events": w.events, "enabled": w.enabled,
-        "disabled_reason": w.disabled_reason,
+        "disabled_reason": w.disabled_reason, "failing_since": w.failing_since.as_ref().map(iso),
         "created_at": iso(&w.created_at), "updated_at": iso(&w.updated_at),
     })
 }
@@ -124,6 +124,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
             sealed_secret: state.sealer.seal(secret.as_bytes()),
             enabled: true,
             disabled_reason: None,
+            failing_since: None,
             created_at: now,
             updated_at: now,
         })
@@ -160,6 +161,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         w.enabled = on;
         if on {
             w.disabled_reason = None;
+            w.failing_since = None;
         }
     }
     w.updated_at = Utc::now();

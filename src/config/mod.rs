@@ -125,6 +125,9 @@ pub struct WebhooksConfig {
     pub concurrency: usize,
     /// How long finished deliveries stay listed.
     pub delivery_retention: std::time::Duration,
+    /// A webhook whose attempts have all failed for this long is disabled (and `error.critical`
+    /// raised).
+    pub disable_after: std::time::Duration,
 }
 
 impl StorageConfig {

@@ -221,6 +221,8 @@ impl Events {
         let outcome = self.send(&w, &d).await;
         d.attempts += 1;
         d.latency_ms = Some(started.elapsed().as_millis() as u64);
+        let failed = !matches!(outcome, Ok(code) if (200..300).contains(&code));
+        self.note_health(&w, failed).await;
         match outcome {
             Ok(code) if (200..300).contains(&code) => {
                 d.status = "delivered".into();
@@ -276,14 +278,57 @@ impl Events {
         }
     }
 
+    /// Keeps `failing_since` (written only when it changes) and disables a webhook whose
+    /// attempts have all failed for `webhooks.disable_after`.
+    async fn note_health(&self, w: &Webhook, failed: bool) {
+        // The current record: another attempt may have changed it meanwhile.
+        let Some(current) = self.state.webhook_of(&w.org_id, &w.id) else { return };
+        match (failed, current.failing_since) {
+            (false, None) => {}
+            (false, Some(_)) => {
+                let mut healthy = current.as_ref().clone();
+                healthy.failing_since = None;
+                if let Err(e) = self.state.save_webhook(healthy).await {
+                    tracing::warn!(error = %e, webhook = w.id, "cannot record a webhook's recovery");
+                }
+            }
+            (true, None) => {
+                let mut failing = current.as_ref().clone();
+                failing.failing_since = Some(Utc::now());
+                if let Err(e) = self.state.save_webhook(failing).await {
+                    tracing::warn!(error = %e, webhook = w.id, "cannot record a webhook's failure");
+                }
+            }
+            (true, Some(since)) => {
+                let limit = chrono::Duration::from_std(self.config.disable_after).unwrap_or_default();
+                if current.enabled && Utc::now() - since >= limit {
+                    let reason = format!(
+                        "every attempt failed for more than {} s (since {})",
+                        self.config.disable_after.as_secs(),
+                        since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    );
+                    self.disable(&current, &reason).await;
+                }
+            }
+        }
+    }
+
+    /// Disables a webhook, and tells the organisation's other webhooks (`error.critical`).
     async fn disable(&self, w: &Webhook, reason: &str) {
-        let mut disabled = w.clone();
+        let Some(mut disabled) = self.state.webhook_of(&w.org_id, &w.id).map(|c| c.as_ref().clone()) else { return };
+        if !disabled.enabled {
+            return;
+        }
         disabled.enabled = false;
         disabled.disabled_reason = Some(reason.to_string());
         disabled.updated_at = Utc::now();
         if let Err(e) = self.state.save_webhook(disabled).await {
             tracing::warn!(error = %e, webhook = w.id, "cannot disable a webhook");
+            return;
         }
+        tracing::warn!(webhook = w.id, org = w.org_id, reason, "webhook disabled");
+        let data = json!({ "kind": "webhook_disabled", "webhook_id": w.id, "url": w.url, "reason": reason });
+        self.emit(&w.org_id, "error.critical", data).await;
     }
 
     /// Sends one attempt; the status code, or why there is none.

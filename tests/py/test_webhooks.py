@@ -212,3 +212,30 @@ def test_deliveries_pending_at_a_kill_9_are_delivered_after_the_restart(receiver
     finally:
         s.stop()
         s.tmp.cleanup()
+
+
+def test_an_endpoint_failing_too_long_is_disabled_and_error_critical_raised(receiver):
+    receiver.plan["/dead"] = [500]
+    cfg = config(TIME_APP) + WEBHOOKS.replace("[1, 1]", "[1, 1, 1, 1, 1]").replace(
+        "  attempt_timeout_ms: 500\n", "  attempt_timeout_ms: 500\n  disable_after_secs: 2\n")
+    s = ToolgateServer(full_config=cfg).start()
+    try:
+        dead = hook(s, receiver, "/dead", ["gateway.created"])
+        hook(s, receiver, "/watch", ["error.critical"])
+        api(s, "POST", "/v1/gateways", {"name": "to-a-dead-end", "servers": ["time"]})
+        alarm = wait_for(lambda: receiver.at("/watch"), 15.0)[0]["body"]
+        assert alarm["event"] == "error.critical", alarm
+        assert alarm["data"]["kind"] == "webhook_disabled" and alarm["data"]["webhook_id"] == dead["id"], alarm
+        listed = {w["id"]: w for w in api(s, "GET", "/v1/webhooks").json()["data"]["webhooks"]}
+        assert listed[dead["id"]]["enabled"] is False and "failed for more than 2 s" in listed[dead["id"]]["disabled_reason"]
+        tries = len(receiver.at("/dead"))
+        assert 3 <= tries <= 5, tries
+        time.sleep(1.5)
+        assert len(receiver.at("/dead")) == tries, "no attempt after it was disabled"
+        # Turned on again by its owner: healthy again, nothing failing.
+        r = api(s, "PATCH", f"/v1/webhooks/{dead['id']}", {"enabled": True})
+        assert r.json()["data"]["enabled"] is True and r.json()["data"]["failing_since"] is None, r.text
+        assert not receiver.failures, receiver.failures
+    finally:
+        s.stop()
+        s.tmp.cleanup()

@@ -12,6 +12,7 @@ pub(super) struct RawWebhooks {
     per_endpoint_concurrency: Option<usize>,
     concurrency: Option<usize>,
     delivery_retention_days: Option<u64>,
+    disable_after_secs: Option<u64>,
 }
 
 /// About a day of retries: 5 s, 30 s, 2 min, 10 min, 30 min, 1 h, 2 h, 4 h, 8 h, 8 h (each with
@@ -40,6 +41,10 @@ impl RawWebhooks {
         if !(1..=365).contains(&retention) {
             return Err(invalid("webhooks.delivery_retention_days", "must be between 1 and 365"));
         }
+        let disable_after = self.disable_after_secs.unwrap_or(86_400);
+        if !(1..=30 * 86_400).contains(&disable_after) {
+            return Err(invalid("webhooks.disable_after_secs", "must be between 1 and 2592000"));
+        }
         let allowed_hosts = self.allowed_hosts.unwrap_or_default();
         if let Some(h) = allowed_hosts.iter().find(|h| h.is_empty() || h.contains(['/', ' ', '@'])) {
             return Err(invalid("webhooks.allowed_hosts", format!("`{h}` is not a host name or address")));
@@ -51,6 +56,7 @@ impl RawWebhooks {
             per_endpoint_concurrency: per_endpoint,
             concurrency,
             delivery_retention: std::time::Duration::from_secs(retention * 86_400),
+            disable_after: std::time::Duration::from_secs(disable_after),
         })
     }
 }
