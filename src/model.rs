@@ -92,6 +92,12 @@ pub struct Webhook {
     /// Since when its attempts have failed without a success in between.
     #[serde(default)]
     pub failing_since: Option<Timestamp>,
+    /// The secret before the last rotation, sealed, which keeps signing beside the new one
+    /// until `previous_secret_until`.
+    #[serde(default)]
+    pub sealed_previous_secret: Option<String>,
+    #[serde(default)]
+    pub previous_secret_until: Option<Timestamp>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -66,6 +66,8 @@ pub enum Endpoint {
     Webhooks,
     Webhook,
     WebhookDeliveries,
+    WebhookRotate,
+    WebhookTest,
     OpenApi,
 }
 
@@ -106,6 +108,8 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/webhooks", Endpoint::Webhooks),
     ("/webhooks/{id}", Endpoint::Webhook),
     ("/webhooks/{id}/deliveries", Endpoint::WebhookDeliveries),
+    ("/webhooks/{id}/rotate-secret", Endpoint::WebhookRotate),
+    ("/webhooks/{id}/test", Endpoint::WebhookTest),
     ("/openapi.json", Endpoint::OpenApi),
 ];
 
@@ -148,9 +152,10 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::RateLimitMetrics | E::Logs | E::LogAnalytics | E::GatewayMetrics | E::AppMetrics, "GET") => {
             Scope(crate::api::Scope::LogsRead)
         }
-        (E::Webhooks, "GET" | "POST") | (E::Webhook, "PATCH" | "DELETE") | (E::WebhookDeliveries, "GET") => {
-            Scope(crate::api::Scope::Admin)
-        }
+        (E::Webhooks, "GET" | "POST")
+        | (E::Webhook, "PATCH" | "DELETE")
+        | (E::WebhookDeliveries, "GET")
+        | (E::WebhookRotate | E::WebhookTest, "POST") => Scope(crate::api::Scope::Admin),
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
     };
@@ -413,6 +418,8 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::Webhook, "PATCH") => webhooks::update(&call).await,
         (E::Webhook, "DELETE") => webhooks::delete(&call).await,
         (E::WebhookDeliveries, "GET") => webhooks::deliveries(&call).await,
+        (E::WebhookRotate, "POST") => webhooks::rotate(&call).await,
+        (E::WebhookTest, "POST") => webhooks::test(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),
     }

@@ -31,6 +31,16 @@ pub struct CreateWebhook {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+pub struct RotateSecret {
+    /// Hours the old secret keeps signing beside the new one (0-72, default 24).
+    #[schema(minimum = 0, maximum = 72)]
+    pub grace_period_hours: Option<i64>,
+    /// The new secret (`whsec_` + base64 of 24-64 bytes); made when absent. Shown once.
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct UpdateWebhook {
     #[schema(min_length = 1, max_length = 2048)]
     pub url: Option<String>,
@@ -68,6 +78,7 @@ fn view(w: &Webhook) -> Value {
     json!({
         "id": w.id, "url": w.url, "events": w.events, "enabled": w.enabled,
         "disabled_reason": w.disabled_reason, "failing_since": w.failing_since.as_ref().map(iso),
+        "previous_secret_until": w.previous_secret_until.as_ref().map(iso),
         "created_at": iso(&w.created_at), "updated_at": iso(&w.updated_at),
     })
 }
@@ -79,6 +90,14 @@ fn delivery_view(d: &Delivery) -> Value {
         "next_attempt_at": d.next_attempt_at.as_ref().map(iso),
         "created_at": iso(&d.created_at), "delivered_at": d.delivered_at.as_ref().map(iso),
     })
+}
+
+fn secret_of(given: Option<String>) -> Result<String, ApiError> {
+    match given {
+        Some(s) if sign::key_of(&s).is_some() => Ok(s),
+        Some(_) => Err(ApiError::validation("secret", "must be whsec_ followed by the base64 of 24-64 bytes")),
+        None => Ok(sign::new_secret()),
+    }
 }
 
 fn find(call: &Call<'_>) -> Result<std::sync::Arc<Webhook>, ApiError> {
@@ -103,11 +122,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateWebhook = call.json()?;
     let events = events(&body.events)?;
-    let secret = match body.secret {
-        Some(s) if sign::key_of(&s).is_some() => s,
-        Some(_) => return Err(ApiError::validation("secret", "must be whsec_ followed by the base64 of 24-64 bytes")),
-        None => sign::new_secret(),
-    };
+    let secret = secret_of(body.secret)?;
     let url = url(call, &body.url).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
@@ -125,6 +140,8 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
             enabled: true,
             disabled_reason: None,
             failing_since: None,
+            sealed_previous_secret: None,
+            previous_secret_until: None,
             created_at: now,
             updated_at: now,
         })
@@ -194,4 +211,50 @@ pub async fn deliveries(call: &Call<'_>) -> ApiResult {
     let total = all.len();
     let items: Vec<Value> = super::page_of(all, page, limit).iter().map(delivery_view).collect();
     Ok(Reply::ok(json!({ "deliveries": items, "pagination": super::pagination_json(page, limit, total) })))
+}
+
+#[utoipa::path(post, path = "/v1/webhooks/{webhook_id}/rotate-secret", tag = "webhooks", params(("webhook_id" = String, Path)),
+    request_body = RotateSecret,
+    responses((status = 200, description = "the webhook and, once, its new secret", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn rotate(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    find(call)?;
+    let body: RotateSecret = call.json()?;
+    let hours = body.grace_period_hours.unwrap_or(24);
+    if !(0..=72).contains(&hours) {
+        return Err(ApiError::validation("grace_period_hours", "must be between 0 and 72"));
+    }
+    let secret = secret_of(body.secret)?;
+    let state = &call.server.state;
+    let _guard = state.lock_writes(&who.org_id).await?;
+    let mut w = find(call)?.as_ref().clone();
+    let now = Utc::now();
+    if hours > 0 {
+        w.sealed_previous_secret = Some(std::mem::take(&mut w.sealed_secret));
+        w.previous_secret_until = Some(now + chrono::Duration::hours(hours));
+    } else {
+        w.sealed_previous_secret = None;
+        w.previous_secret_until = None;
+    }
+    w.sealed_secret = state.sealer.seal(secret.as_bytes());
+    w.updated_at = now;
+    let w = state.save_webhook(w).await?;
+    let mut data = view(&w);
+    data["secret"] = Value::String(secret);
+    Ok(Reply::ok(data))
+}
+
+#[utoipa::path(post, path = "/v1/webhooks/{webhook_id}/test", tag = "webhooks", params(("webhook_id" = String, Path)),
+    responses((status = 202, description = "a `webhook.test` delivery, queued", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn test(call: &Call<'_>) -> ApiResult {
+    let w = find(call)?;
+    if !w.enabled {
+        return Err(ApiError::Conflict("the webhook is disabled: enable it first".into()));
+    }
+    let d = call.server.events.test(&w).await?;
+    Ok(Reply { status: 202, ..Reply::ok(delivery_view(&d)) })
 }

@@ -35,6 +35,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, Notify, Semaphore};
 
+/// How often finished deliveries past their retention are removed.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
 /// The events a webhook may take (spec "Events").
 pub const EVENTS: [&str; 7] = [
     "gateway.created",
@@ -111,30 +114,39 @@ impl Events {
 
     /// Records `event` for every webhook of `org_id` that takes it: durably, then queued.
     pub async fn emit(&self, org_id: &str, event: &str, data: Value) {
-        let now = Utc::now();
         for w in self.state.webhooks_of(org_id).into_iter().filter(|w| w.wants(event)) {
-            let d = Delivery {
-                id: crate::secrets::new_id("msg"),
-                org_id: org_id.to_string(),
-                webhook_id: w.id.clone(),
-                event: event.to_string(),
-                timestamp: now,
-                data: data.clone(),
-                status: "pending".into(),
-                attempts: 0,
-                next_attempt_at: Some(now),
-                last_status_code: None,
-                last_error: None,
-                latency_ms: None,
-                created_at: now,
-                delivered_at: None,
-            };
-            if let Err(e) = self.save(&d).await {
+            if let Err(e) = self.record(&w, event, data.clone()).await {
                 tracing::error!(error = %e, event, webhook = w.id, "cannot record a webhook delivery; the event is lost for it");
-                continue;
             }
-            self.queue(d);
         }
+    }
+
+    /// A `webhook.test` delivery to one webhook, whatever events it takes.
+    pub async fn test(&self, w: &Webhook) -> Result<Delivery, StoreError> {
+        self.record(w, "webhook.test", json!({ "webhook_id": w.id })).await
+    }
+
+    async fn record(&self, w: &Webhook, event: &str, data: Value) -> Result<Delivery, StoreError> {
+        let now = Utc::now();
+        let d = Delivery {
+            id: crate::secrets::new_id("msg"),
+            org_id: w.org_id.clone(),
+            webhook_id: w.id.clone(),
+            event: event.to_string(),
+            timestamp: now,
+            data,
+            status: "pending".into(),
+            attempts: 0,
+            next_attempt_at: Some(now),
+            last_status_code: None,
+            last_error: None,
+            latency_ms: None,
+            created_at: now,
+            delivered_at: None,
+        };
+        self.save(&d).await?;
+        self.queue(d.clone());
+        Ok(d)
     }
 
     async fn save(&self, d: &Delivery) -> Result<(), StoreError> {
@@ -180,6 +192,14 @@ impl Events {
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
+            }
+        });
+        let pruner = self.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(PRUNE_EVERY);
+            loop {
+                every.tick().await;
+                pruner.prune().await;
             }
         });
         loop {
@@ -334,8 +354,17 @@ impl Events {
     /// Sends one attempt; the status code, or why there is none.
     async fn send(&self, w: &Webhook, d: &Delivery) -> Result<u16, String> {
         let target = self.egress.resolve(&w.url).await.map_err(|e| e.to_string())?;
-        let secret = self.state.sealer.open(&w.sealed_secret).map_err(|_| "the webhook's secret cannot be opened")?;
-        let key = sign::key_of(&String::from_utf8_lossy(&secret)).ok_or("the webhook's secret is malformed")?;
+        let key_of = |sealed: &str| {
+            let secret = self.state.sealer.open(sealed).ok()?;
+            sign::key_of(&String::from_utf8_lossy(&secret))
+        };
+        let key = key_of(&w.sealed_secret).ok_or("the webhook's secret cannot be opened")?;
+        // During a rotation's grace period the old secret signs too (Standard Webhooks takes
+        // several signatures, space-separated; the body's signature is the new secret's).
+        let previous = match (&w.sealed_previous_secret, w.previous_secret_until) {
+            (Some(sealed), Some(until)) if until > Utc::now() => key_of(sealed),
+            _ => None,
+        };
         let timestamp = d.timestamp.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let (body, signature) = sign::body(&key, &d.event, &timestamp, &d.data);
         let now = Utc::now().timestamp();
@@ -355,12 +384,45 @@ impl Events {
             .header("x-webhook-event", &d.event)
             .header("webhook-id", &d.id)
             .header("webhook-timestamp", now.to_string())
-            .header("webhook-signature", sign::standard(&key, &d.id, now, &body))
+            .header("webhook-signature", {
+                let mut signatures = sign::standard(&key, &d.id, now, &body);
+                if let Some(old) = &previous {
+                    signatures.push(' ');
+                    signatures.push_str(&sign::standard(old, &d.id, now, &body));
+                }
+                signatures
+            })
             .body(body)
             .send()
             .await
             .map_err(|e| if e.is_timeout() { "timed out".to_string() } else { format!("request failed: {e}") })?;
         Ok(resp.status().as_u16())
+    }
+
+    /// Removes finished deliveries older than `webhooks.delivery_retention_days`, and those of
+    /// webhooks deleted since; pending ones stay until they finish.
+    async fn prune(&self) {
+        let all = match self.state.store.load_all(Kind::Delivery).await {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the webhook deliveries to prune them");
+                return;
+            }
+        };
+        let cutoff = Utc::now() - chrono::Duration::from_std(self.config.delivery_retention).unwrap_or_default();
+        let mut removed = 0;
+        for (id, body) in all {
+            let Ok(d) = serde_json::from_str::<Delivery>(&body) else { continue };
+            let orphan = self.state.webhook_of(&d.org_id, &d.webhook_id).is_none();
+            if d.status != "pending" && (d.created_at < cutoff || orphan) {
+                if self.state.store.delete(Kind::Delivery, &id).await.is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(removed, "pruned finished webhook deliveries");
+        }
     }
 
     /// A webhook's deliveries, newest first.

@@ -67,8 +67,9 @@ class Receiver:
                 with receiver.lock:
                     plan = receiver.plan.get(path, [200])
                     status = plan.pop(0) if len(plan) > 1 else plan[0]
-                    receiver.deliveries.append({"path": path, "id": self.headers["webhook-id"],
-                                                "status": status, "body": json.loads(body)})
+                    receiver.deliveries.append({"path": path, "id": self.headers["webhook-id"], "status": status,
+                                                "body": json.loads(body), "raw": body,
+                                                "headers": {k.lower(): v for k, v in self.headers.items()}})
                 self.send_response(status)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -239,3 +240,31 @@ def test_an_endpoint_failing_too_long_is_disabled_and_error_critical_raised(rece
     finally:
         s.stop()
         s.tmp.cleanup()
+
+
+def test_a_rotated_secret_signs_beside_the_old_one_for_its_grace_period_and_a_test_send_arrives(srv, receiver):
+    w = hook(srv, receiver, "/rotating", ["gateway.deleted"])
+    old = receiver.secrets["/rotating"]
+    r = api(srv, "POST", f"/v1/webhooks/{w['id']}/rotate-secret", {"grace_period_hours": 1})
+    assert r.status_code == 200 and r.json()["data"]["secret"] != old, r.text
+    new = r.json()["data"]["secret"]
+    assert r.json()["data"]["previous_secret_until"], r.text
+    receiver.secrets["/rotating"] = new
+    r = api(srv, "POST", f"/v1/webhooks/{w['id']}/test")
+    assert r.status_code == 202 and r.json()["data"]["status"] == "pending", r.text
+    got = wait_for(lambda: receiver.at("/rotating"))[0]
+    assert got["body"]["event"] == "webhook.test" and got["body"]["data"] == {"webhook_id": w["id"]}, got
+    # A receiver still on the old secret verifies too (two signatures in webhook-signature).
+    assert len(got["headers"]["webhook-signature"].split(" ")) == 2, got["headers"]
+    Webhook(old).verify(got["raw"], got["headers"])
+    Webhook(new).verify(got["raw"], got["headers"])
+    # Rotated without a grace period: the old secret no longer signs.
+    r = api(srv, "POST", f"/v1/webhooks/{w['id']}/rotate-secret", {"grace_period_hours": 0})
+    newest = r.json()["data"]["secret"]
+    receiver.secrets["/rotating"] = newest
+    api(srv, "POST", f"/v1/webhooks/{w['id']}/test")
+    got = wait_for(lambda: (d := receiver.at("/rotating")) and len(d) >= 2 and d)[1]
+    assert len(got["headers"]["webhook-signature"].split(" ")) == 1, got["headers"]
+    with pytest.raises(Exception):
+        Webhook(new).verify(got["raw"], got["headers"])
+    assert not receiver.failures, receiver.failures
