@@ -414,10 +414,9 @@ impl Events {
         for (id, body) in all {
             let Ok(d) = serde_json::from_str::<Delivery>(&body) else { continue };
             let orphan = self.state.webhook_of(&d.org_id, &d.webhook_id).is_none();
-            if d.status != "pending" && (d.created_at < cutoff || orphan) {
-                if self.state.store.delete(Kind::Delivery, &id).await.is_ok() {
-                    removed += 1;
-                }
+            let done = d.status != "pending" && (d.created_at < cutoff || orphan);
+            if done && self.state.store.delete(Kind::Delivery, &id).await.is_ok() {
+                removed += 1;
             }
         }
         if removed > 0 {
