@@ -54,6 +54,15 @@ impl Proxy {
             Ok(b) => b,
             Err(e) => return ex.respond_error(e).await,
         };
+        // A batch's per-operation cost, charged before any operation runs (a batch over the
+        // limit of operations is refused by its handler, uncharged).
+        let operations = if endpoint == api::Endpoint::Batch { api::batch::operations_in(&body) } else { 0 };
+        if operations > 0 && operations <= self.server.state.config.limits.batch_max_operations {
+            let extra = toolgate_filters::rate_limit::batch_extra_cost(operations);
+            if let Err(rejection) = self.charge_extra(ex, extra) {
+                return ex.respond_error(rejection).await;
+            }
+        }
         let call = Call {
             server: &self.server,
             principal: ex.ctx.filters.principal.clone(),
@@ -76,6 +85,21 @@ impl Proxy {
             }
             Err(e) => ex.respond_error(e).await,
         }
+    }
+
+    /// Charges `extra` more tokens to the bucket the chain charged this request to.
+    fn charge_extra(&self, ex: &mut Exchange<'_>, extra: u32) -> std::result::Result<(), ApiError> {
+        let (req, ctx) = ex.parts();
+        let view = RequestView {
+            method: &req.method,
+            path: req.uri.path(),
+            query: req.uri.query(),
+            headers: &req.headers,
+            client_ip: ctx.client_ip,
+            route: RouteClass::Management,
+            gateway_id: None,
+        };
+        self.server.limiter.charge_extra(&view, &mut ctx.filters, extra).map_err(ApiError::from)
     }
 
     /// Runs the chain of a route class; the principal and response headers land in the context.

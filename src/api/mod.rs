@@ -5,6 +5,7 @@ pub mod account;
 pub mod apps;
 pub mod auth;
 pub mod authority;
+pub mod batch;
 pub mod envelope;
 pub mod gateways;
 pub mod keys;
@@ -68,6 +69,7 @@ pub enum Endpoint {
     WebhookDeliveries,
     WebhookRotate,
     WebhookTest,
+    Batch,
     OpenApi,
 }
 
@@ -110,6 +112,7 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/webhooks/{id}/deliveries", Endpoint::WebhookDeliveries),
     ("/webhooks/{id}/rotate-secret", Endpoint::WebhookRotate),
     ("/webhooks/{id}/test", Endpoint::WebhookTest),
+    ("/batch", Endpoint::Batch),
     ("/openapi.json", Endpoint::OpenApi),
 ];
 
@@ -156,6 +159,8 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         | (E::Webhook, "PATCH" | "DELETE")
         | (E::WebhookDeliveries, "GET")
         | (E::WebhookRotate | E::WebhookTest, "POST") => Scope(crate::api::Scope::Admin),
+        // Each operation is checked as if sent alone.
+        (E::Batch, "POST") => AnyCredential,
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
     };
@@ -420,6 +425,7 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::WebhookDeliveries, "GET") => webhooks::deliveries(&call).await,
         (E::WebhookRotate, "POST") => webhooks::rotate(&call).await,
         (E::WebhookTest, "POST") => webhooks::test(&call).await,
+        (E::Batch, "POST") => batch::run(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),
     }

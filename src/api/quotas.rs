@@ -1,7 +1,7 @@
-//! Per-organisation quotas (`limits.quotas.<tier>`): how many gateways, keys, service accounts
-//! and whitelist entries one organisation may hold. Checked by the creating handler under the
-//! state's write lock, so concurrent creations on one instance cannot overshoot; instances
-//! sharing Redis check their own view and may overshoot by the creations in flight elsewhere.
+//! Per-organisation quotas (`limits.quotas.<tier>`): how many gateways, keys, service accounts,
+//! whitelist entries and webhooks one organisation may hold. Checked by the creating handler
+//! under the organisation's write lock (`State::lock_writes`), which several instances on Redis
+//! share, so concurrent creations cannot overshoot.
 
 use crate::config::TierQuotas;
 use crate::error::ApiError;
@@ -17,6 +17,7 @@ pub enum Quota {
     ApiKeys,
     ServiceAccounts,
     WhitelistEntries,
+    Webhooks,
 }
 
 impl Quota {
@@ -27,6 +28,7 @@ impl Quota {
             Quota::ApiKeys => "api_keys",
             Quota::ServiceAccounts => "service_accounts",
             Quota::WhitelistEntries => "whitelist_entries",
+            Quota::Webhooks => "webhooks",
         }
     }
 
@@ -36,6 +38,7 @@ impl Quota {
             Quota::ApiKeys => q.api_keys,
             Quota::ServiceAccounts => q.service_accounts,
             Quota::WhitelistEntries => q.whitelist_entries,
+            Quota::Webhooks => q.webhooks,
         }
     }
 }
@@ -55,6 +58,7 @@ pub fn used(state: &State, org_id: &str, quota: Quota) -> usize {
         }
         Quota::ServiceAccounts => state.service_accounts_where(|a| a.org_id == org_id).len(),
         Quota::WhitelistEntries => state.org(org_id).map_or(0, |o| o.whitelist.len()),
+        Quota::Webhooks => state.webhooks_of(org_id).len(),
     }
 }
 

@@ -11,9 +11,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
-/// Most webhooks an organisation may have.
-const MAX_WEBHOOKS: usize = 20;
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhook {
@@ -126,9 +123,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let url = url(call, &body.url).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
-    if state.webhooks_of(&who.org_id).len() >= MAX_WEBHOOKS {
-        return Err(ApiError::Conflict(format!("an organisation may have at most {MAX_WEBHOOKS} webhooks")));
-    }
+    super::quotas::check(state, &who.org_id, super::quotas::Quota::Webhooks)?;
     let now = Utc::now();
     let w = state
         .save_webhook(Webhook {

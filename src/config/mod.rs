@@ -279,6 +279,8 @@ pub struct LimitsConfig {
     /// The row of `rate_limits.default_tier`, for an organisation whose tier is not in the table
     /// (the rate limiter treats it the same way).
     pub fallback_quotas: TierQuotas,
+    /// Most operations in one `POST /batch`.
+    pub batch_max_operations: usize,
 }
 
 impl LimitsConfig {
@@ -297,7 +299,6 @@ pub struct TierQuotas {
     pub api_keys: u32,
     pub service_accounts: u32,
     pub whitelist_entries: u32,
-    /// For the webhook endpoints (not served yet).
     pub webhooks: u32,
     /// The largest `rate_limit_multiplier` a service account or whitelist entry may be given,
     /// and the ceiling of their product where limits are applied.

@@ -12,6 +12,7 @@ pub(super) struct RawLimits {
     bootstrap_tier: Option<String>,
     #[serde(default)]
     quotas: BTreeMap<String, RawQuotas>,
+    batch_max_operations: Option<usize>,
 }
 
 /// One tier's row of `limits.quotas`; absent fields keep the built-in figure.
@@ -89,11 +90,16 @@ impl RawLimits {
             quotas.insert(name.clone(), q);
         }
         let fallback_quotas = quotas.get(&rate_limits.default_tier).copied().unwrap_or(TierQuotas::defaults("free"));
+        let batch_max_operations = l.batch_max_operations.unwrap_or(20);
+        if !(1..=100).contains(&batch_max_operations) {
+            return Err(invalid("limits.batch_max_operations", "must be between 1 and 100"));
+        }
         let limits = LimitsConfig {
             service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0),
             bootstrap_tier,
             quotas,
             fallback_quotas,
+            batch_max_operations,
         };
         if limits.service_account_multiplier.is_nan() || limits.service_account_multiplier <= 0.0 {
             return Err(invalid("limits.service_account_multiplier", "must be positive"));

@@ -1,0 +1,112 @@
+//! `POST /batch`: several management calls in one request. Each operation runs through the same
+//! route table, scope check, validation and MFA rule as if sent alone, in order, with the
+//! batch's credential and headers; the answer lists each one's status and envelope. The batch
+//! costs 1 + 0.5 per operation (Decision 2), charged before any runs (`proxy.rs`), and may not
+//! contain `/batch`.
+
+use super::{ApiResult, Call, Endpoint, Reply};
+use crate::error::ApiError;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    /// At most `limits.batch_max_operations` (20).
+    #[schema(min_items = 1)]
+    pub operations: Vec<Operation>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Operation {
+    /// GET, POST, PATCH or DELETE.
+    pub method: String,
+    /// A management path with its version prefix and query, e.g. `/v1/gateways?limit=5`.
+    #[schema(max_length = 2048)]
+    pub path: String,
+    /// The operation's JSON body.
+    #[schema(value_type = Option<Object>)]
+    pub body: Option<Value>,
+}
+
+/// How many operations a batch body holds (for its charge, before it runs); 0 when it is not one.
+pub fn operations_in(body: &[u8]) -> usize {
+    #[derive(Deserialize)]
+    struct Count {
+        operations: Vec<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Count>(body).map_or(0, |c| c.operations.len())
+}
+
+/// One operation's outcome as the batch answer lists it.
+fn outcome(result: ApiResult) -> Value {
+    match result {
+        Ok(reply) => {
+            let mut v = json!({ "status": reply.status, "success": true });
+            if let Some(d) = reply.data {
+                v["data"] = d;
+            }
+            if let Some(m) = reply.message {
+                v["message"] = Value::String(m);
+            }
+            v
+        }
+        Err(e) => json!({ "status": e.status(), "success": false, "error": e.to_error_object() }),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/batch", tag = "batch", request_body = Batch,
+    responses((status = 200, description = "each operation's status and envelope, in order", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn run(call: &Call<'_>) -> ApiResult {
+    call.who()?;
+    let batch: Batch = call.json()?;
+    let max = call.server.state.config.limits.batch_max_operations;
+    if batch.operations.is_empty() || batch.operations.len() > max {
+        return Err(ApiError::validation("operations", format!("1-{max} operations (limits.batch_max_operations)")));
+    }
+    let mut results = Vec::with_capacity(batch.operations.len());
+    for op in batch.operations {
+        results.push(outcome(one(call, op).await));
+    }
+    Ok(Reply::ok(json!({ "results": results })))
+}
+
+async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
+    let method = match op.method.to_ascii_uppercase().as_str() {
+        "GET" => http::Method::GET,
+        "POST" => http::Method::POST,
+        "PATCH" => http::Method::PATCH,
+        "DELETE" => http::Method::DELETE,
+        _ => return Err(ApiError::validation("method", "must be GET, POST, PATCH or DELETE")),
+    };
+    let (path, query) = op.path.split_once('?').unwrap_or((&op.path, ""));
+    let rest = toolgate_filters::rate_limit::strip_version_prefix(path);
+    if rest.len() == path.len() {
+        return Err(ApiError::validation("path", "must start with /v1/ or /api/v1/"));
+    }
+    let Some((endpoint, id)) = super::route(rest) else { return Err(ApiError::NoRoute(path.to_string())) };
+    if endpoint == Endpoint::Batch {
+        return Err(ApiError::validation("path", "a batch cannot contain /batch"));
+    }
+    let body = match op.body {
+        Some(b) => serde_json::to_vec(&b).unwrap_or_default().into(),
+        None => bytes::Bytes::new(),
+    };
+    let sub = Call {
+        server: call.server,
+        principal: call.principal.clone(),
+        method,
+        id: id.map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()),
+        query: super::parse_query((!query.is_empty()).then_some(query)),
+        body,
+        client_ip: call.client_ip,
+        ip_multiplier: call.ip_multiplier,
+        headers: call.headers,
+    };
+    // Boxed: `dispatch` runs this handler, which runs `dispatch` (never deeper: no batch in a batch).
+    Box::pin(super::dispatch(endpoint, sub)).await
+}
