@@ -28,6 +28,28 @@ pub struct Proxy {
     pub trusted_proxies: Vec<IpNet>,
 }
 
+/// What the filters see of a request.
+fn request_view<'r>(
+    req: &'r pingora::http::RequestHeader,
+    client_ip: std::net::IpAddr,
+    route: &'r Route,
+    class: RouteClass,
+) -> RequestView<'r> {
+    let gateway_id = match route {
+        Route::Gateway(id) => Some(id.as_str()),
+        _ => None,
+    };
+    RequestView {
+        method: &req.method,
+        path: req.uri.path(),
+        query: req.uri.query(),
+        headers: &req.headers,
+        client_ip,
+        route: class,
+        gateway_id,
+    }
+}
+
 impl Proxy {
     async fn management(&self, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
         let (method, path, query) = {
@@ -90,34 +112,14 @@ impl Proxy {
     /// Charges `extra` more tokens to the bucket the chain charged this request to.
     fn charge_extra(&self, ex: &mut Exchange<'_>, extra: u32) -> std::result::Result<(), ApiError> {
         let (req, ctx) = ex.parts();
-        let view = RequestView {
-            method: &req.method,
-            path: req.uri.path(),
-            query: req.uri.query(),
-            headers: &req.headers,
-            client_ip: ctx.client_ip,
-            route: RouteClass::Management,
-            gateway_id: None,
-        };
+        let view = request_view(req, ctx.client_ip, &ctx.route, RouteClass::Management);
         self.server.limiter.charge_extra(&view, &mut ctx.filters, extra).map_err(ApiError::from)
     }
 
     /// Runs the chain of a route class; the principal and response headers land in the context.
     fn run_chain(&self, ex: &mut Exchange<'_>, class: RouteClass) -> std::result::Result<(), ApiError> {
         let (req, ctx) = ex.parts();
-        let gateway_id = match &ctx.route {
-            Route::Gateway(id) => Some(id.as_str()),
-            _ => None,
-        };
-        let view = RequestView {
-            method: &req.method,
-            path: req.uri.path(),
-            query: req.uri.query(),
-            headers: &req.headers,
-            client_ip: ctx.client_ip,
-            route: class,
-            gateway_id,
-        };
+        let view = request_view(req, ctx.client_ip, &ctx.route, class);
         let chain = match class {
             RouteClass::Gateway => &self.gateway,
             _ => &self.management,
