@@ -35,6 +35,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, Notify, Semaphore};
 
+/// How long one attempt may hold a delivery's lock (more than an attempt's time-out can take).
+const CLAIM_TTL: Duration = Duration::from_secs(300);
+
+/// How overdue another instance's pending delivery must be before this one takes it up, and
+/// how often it looks.
+const ADOPT_AFTER: Duration = Duration::from_secs(10);
+
 /// How often finished deliveries past their retention are removed.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -202,6 +209,16 @@ impl Events {
                 pruner.prune().await;
             }
         });
+        if self.state.config.storage.is_shared() {
+            let adopter = self.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(ADOPT_AFTER);
+                loop {
+                    every.tick().await;
+                    adopter.adopt().await;
+                }
+            });
+        }
         loop {
             let next = self.due.lock().first().map(|(t, _)| *t);
             let wait = next.map_or(Duration::from_secs(60), |t| Duration::from_millis((t - now_ms()).max(0) as u64));
@@ -219,9 +236,46 @@ impl Events {
         }
     }
 
-    /// One attempt of a delivery, its outcome recorded.
+    /// One attempt of a delivery, its outcome recorded. With several instances on one store, an
+    /// attempt holds the delivery's lock there, so that one instance at a time sends it; a
+    /// delivery another instance holds is left to it (and taken back if that instance dies:
+    /// [`Events::adopt`]).
     async fn attempt(&self, id: &str) {
+        let lock = format!("delivery:{id}");
+        let held = match self.state.store.lock(&lock, CLAIM_TTL, Duration::ZERO).await {
+            Ok(token) => token,
+            Err(_) => {
+                // Another instance is sending it: it records the outcome; this one forgets it.
+                self.pending.remove(id);
+                return;
+            }
+        };
+        self.attempt_held(id).await;
+        if let Some(token) = held {
+            let _ = self.state.store.unlock(&lock, &token).await;
+        }
+    }
+
+    async fn attempt_held(&self, id: &str) {
         let Some(mut d) = self.pending.get(id).map(|d| d.clone()) else { return };
+        // The store's copy is the truth: another instance may have delivered it meanwhile.
+        if self.state.config.storage.is_shared() {
+            match self.state.store.get(Kind::Delivery, id).await {
+                Ok(Some(body)) => match serde_json::from_str::<Delivery>(&body) {
+                    Ok(stored) if stored.status != "pending" => {
+                        self.pending.remove(id);
+                        return;
+                    }
+                    Ok(stored) => d = stored,
+                    Err(_) => {}
+                },
+                Ok(None) => {
+                    self.pending.remove(id);
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
         let webhook = self.state.webhook_of(&d.org_id, &d.webhook_id);
         let Some(w) = webhook.filter(|w| w.enabled) else {
             // Deleted or disabled since: nothing to send it to.
@@ -397,6 +451,26 @@ impl Events {
             .await
             .map_err(|e| if e.is_timeout() { "timed out".to_string() } else { format!("request failed: {e}") })?;
         Ok(resp.status().as_u16())
+    }
+
+    /// With several instances on one store: takes up the pending deliveries this instance does
+    /// not know (recorded by an instance that died, or that restarted), so none waits for an
+    /// instance that is gone. Each attempt's lock keeps two instances from sending one delivery
+    /// at once.
+    async fn adopt(&self) {
+        let Ok(all) = self.state.store.load_all(Kind::Delivery).await else { return };
+        let now = now_ms();
+        for (id, body) in all {
+            if self.pending.contains_key(&id) {
+                continue;
+            }
+            let Ok(d) = serde_json::from_str::<Delivery>(&body) else { continue };
+            // Overdue by a while: its instance would have tried it by now if it were alive.
+            let due = d.next_attempt_at.map_or(now, |t| t.timestamp_millis());
+            if d.status == "pending" && now - due > ADOPT_AFTER.as_millis() as i64 {
+                self.queue(d);
+            }
+        }
     }
 
     /// Removes finished deliveries older than `webhooks.delivery_retention_days`, and those of

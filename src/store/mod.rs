@@ -34,6 +34,9 @@ pub enum StoreError {
     Backend(String),
     #[error("stored record {kind}/{id} is corrupt: {reason}")]
     Corrupt { kind: &'static str, id: String, reason: String },
+    /// A lock ([`Store::lock`]) stayed held by another process.
+    #[error("the lock {0} is held elsewhere")]
+    Busy(String),
 }
 
 /// The record families the store holds.

@@ -716,7 +716,7 @@ impl Store for RedisStore {
                     return Ok(Some(token));
                 }
                 if Instant::now() + pause > until {
-                    return Err(backend(format!("the lock {name} is held elsewhere")));
+                    return Err(StoreError::Busy(name));
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(50));

@@ -60,6 +60,15 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("POST", "/auth/mfa/verify", Any),
     ("DELETE", "/auth/mfa", Scope("admin")),
     ("POST", "/auth/mfa/reset", Scope("admin")),
+    ("GET", "/webhooks", Scope("admin")),
+    ("POST", "/webhooks", Scope("admin")),
+    ("PATCH", "/webhooks/{id}", Scope("admin")),
+    ("DELETE", "/webhooks/{id}", Scope("admin")),
+    ("GET", "/webhooks/{id}/deliveries", Scope("admin")),
+    ("POST", "/webhooks/{id}/rotate-secret", Scope("admin")),
+    ("POST", "/webhooks/{id}/test", Scope("admin")),
+    // Each operation is checked as if sent alone.
+    ("POST", "/batch", Any),
     ("GET", "/openapi.json", Public),
 ];
 
@@ -100,6 +109,9 @@ fn body(method: &str, path: &str, n: usize) -> Option<Value> {
         ("POST", "/auth/mfa/activate") => json!({ "code": "000000" }),
         ("POST", "/auth/mfa/verify") => json!({ "challenge_id": "mfa_ch_nope", "code": "000000" }),
         ("POST", "/auth/mfa/reset") => json!({ "user_id": "usr_viewer_s" }),
+        // A public address literal (no DNS); only error.critical, which these tests never raise.
+        ("POST", "/webhooks") => json!({ "url": "https://93.184.216.34/hook", "events": ["error.critical"] }),
+        ("POST", "/batch") => json!({ "operations": [{ "method": "GET", "path": "/v1/rate-limit" }] }),
         ("POST", _) | ("PATCH", _) => json!({}),
         _ => return None,
     })
@@ -135,6 +147,7 @@ fn start() -> Fx {
     let (developer, yd) = declared_key("developer_star", "usr_dev_s", &["*"]);
     let yaml = format!(
         "rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
+         \x20 webhook: {{ requests_per_hour: unlimited, requests_per_minute: 100000, burst: 10000 }}\n\
          organizations:\n  - {{ id: org_s, name: Scopes, tier: enterprise }}\n\
          users:\n\
          \x20 - {{ id: usr_owner_s, email: o@s.test, name: O, role: owner, organization: org_s }}\n\
@@ -171,6 +184,11 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
         "/service-accounts/{id}/keys" => f.ids["sa"].clone(),
         "/apps/{id}" | "/apps/{id}/connect" | "/apps/{id}/connection" | "/apps/{id}/test" | "/metrics/app/{id}" => {
             "time".into()
+        }
+        "/webhooks/{id}" | "/webhooks/{id}/deliveries" | "/webhooks/{id}/rotate-secret" | "/webhooks/{id}/test" => {
+            let body = json!({ "url": "https://93.184.216.34/hook", "events": ["error.critical"] });
+            let r = f.srv.api("POST", "/v1/webhooks", Some(owner), Some(body));
+            ok(&r, 201)["id"].as_str().unwrap().to_string()
         }
         "/sessions/{id}" => "sess_does_not_exist".into(),
         "/account/whitelist/{id}" => "wl_does_not_exist".into(),

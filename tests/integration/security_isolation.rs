@@ -63,6 +63,15 @@ fn another_organisations_resources_are_404_on_every_id_path() {
         ),
         201,
     );
+    let webhook = ok(
+        &srv.api(
+            "POST",
+            "/v1/webhooks",
+            Some(&a),
+            Some(json!({ "url": "https://93.184.216.34/hook", "events": ["error.critical"] })),
+        ),
+        201,
+    );
     let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
     let id_for = |path: &str| -> String {
         match path {
@@ -71,6 +80,7 @@ fn another_organisations_resources_are_404_on_every_id_path() {
             p if p.starts_with("/service-accounts/") => sa["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/sessions/") => session.clone(),
             p if p.starts_with("/account/whitelist/") => wl["id"].as_str().unwrap().to_string(),
+            p if p.starts_with("/webhooks/") => webhook["id"].as_str().unwrap().to_string(),
             other => panic!("no resource of organisation A for {other}: add a row to this sweep"),
         }
     };
@@ -98,4 +108,6 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     ok(&srv.api("GET", "/v1/gateways", Some(key["key"].as_str().unwrap()), None), 200);
     let entries = ok(&srv.api("GET", "/v1/account/whitelist", Some(&a), None), 200);
     assert!(entries.to_string().contains(wl["id"].as_str().unwrap()), "{entries}");
+    let hooks = ok(&srv.api("GET", "/v1/webhooks", Some(&a), None), 200);
+    assert!(hooks.to_string().contains(webhook["id"].as_str().unwrap()), "B's DELETE removed A's webhook: {hooks}");
 }

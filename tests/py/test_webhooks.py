@@ -268,3 +268,29 @@ def test_a_rotated_secret_signs_beside_the_old_one_for_its_grace_period_and_a_te
     with pytest.raises(Exception):
         Webhook(new).verify(got["raw"], got["headers"])
     assert not receiver.failures, receiver.failures
+
+
+def test_on_redis_a_delivery_of_a_killed_instance_is_taken_up_by_another(receiver):
+    """Two instances on one Redis: the instance that recorded a delivery is killed while the
+    delivery waits for its retry; the other takes it up (once overdue) and delivers it, under
+    the same webhook-id."""
+    from test_redis_scaleout import SECRET, random_key, redis_config, redis_server
+
+    receiver.plan["/orphan"] = [503]
+    with redis_server() as redis:
+        admin = random_key()
+        cfg = redis_config(redis.url, "wh") + WEBHOOKS.replace("[1, 1]", "[3]")
+        a, b = (ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
+                for _ in range(2))
+        try:
+            hook(a, receiver, "/orphan", ["gateway.created"])
+            assert api(a, "POST", "/v1/gateways", {"name": "orphaned", "servers": ["time"]}).status_code == 201
+            first = wait_for(lambda: receiver.at("/orphan"))[0]
+            a.stop()  # SIGKILL, its delivery waiting 3 s for its retry
+            receiver.plan["/orphan"] = [200]
+            done = wait_for(lambda: [d for d in receiver.at("/orphan") if d["status"] == 200], 40.0)
+            assert [d["id"] for d in done] == [first["id"]], done
+        finally:
+            for s in (a, b):
+                s.stop()
+                s.tmp.cleanup()
