@@ -333,3 +333,74 @@ def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connectio
             for srv in (a, b):
                 srv.stop()
                 srv.tmp.cleanup()
+
+
+def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_fail():
+    """Calls and management writes run on two instances while Redis is stopped and started
+    again: no MCP call fails (they are answered from memory), every write is 201 or a clear 503
+    UNAVAILABLE (never a 500 or a hang), and every write answered 201 is there afterwards, on
+    both instances."""
+    import concurrent.futures
+
+    with redis_server() as redis:
+        admin = random_key()
+        # Limits out of the way: what is measured is the outage, not the rate limiter.
+        cfg = redis_config(redis.url, "restart") + (
+            "rate_limits:\n  tiers:\n    bench: { requests_per_hour: unlimited, requests_per_minute: 1000000,"
+            " burst: 100000, concurrent: 100 }\nlimits:\n  bootstrap_tier: bench\n  quotas:\n    bench: { gateways: 100000 }\n")
+        a, b = (ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
+                for _ in range(2))
+        try:
+            body = {"name": "steady", "servers": ["time"], "configuration": {"rate_limit": 1000000000}}
+            gw = call(a, "POST", "/v1/gateways", admin, body).json()["data"]
+            within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", admin).status_code == 200)
+            clients = []
+            for srv in (a, b):
+                c = McpHttp(mcp_url(srv, gw["id"]), gw["api_key"])
+                c.initialize()
+                clients.append(c)
+            tool = clients[0].rpc("tools/list")["result"]["tools"][0]["name"]
+            stop = time.monotonic() + 6
+            call_statuses: list[int] = []
+            rejected: list[str] = []
+            writes: list[tuple[int, str]] = []
+
+            def calls(c):
+                while time.monotonic() < stop:
+                    r = c.request("tools/call", {"name": tool, "arguments": {"format": "ss", "timezone": "UTC"}})
+                    call_statuses.append(r.status_code)
+                    if r.status_code == 429 and not rejected:
+                        rejected.append(r.text)
+
+            def creations(srv, tag):
+                n = 0
+                while time.monotonic() < stop:
+                    n += 1
+                    name = f"{tag}-{n}"
+                    r = call(srv, "POST", "/v1/gateways", admin, {"name": name, "servers": ["time"]})
+                    writes.append((r.status_code, r.json()["data"]["id"] if r.status_code == 201 else
+                                   r.json()["error"]["code"]))
+                    time.sleep(0.05)
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                jobs = [pool.submit(calls, c) for c in clients]
+                jobs += [pool.submit(creations, a, "a"), pool.submit(creations, b, "b")]
+                time.sleep(1.5)
+                redis.stop()
+                time.sleep(2)
+                redis.start()
+                for j in jobs:
+                    j.result()
+            assert call_statuses and set(call_statuses) == {200}, (sorted(set(call_statuses)), rejected)
+            codes = {s for s, _ in writes}
+            assert codes <= {201, 503}, writes
+            assert all(code == "UNAVAILABLE" for s, code in writes if s == 503), writes
+            assert 503 in codes and 201 in codes, f"the outage was not seen by the writes: {writes}"
+            made = [gid for s, gid in writes if s == 201]
+            for srv in (a, b):
+                for gid in made:
+                    within(5.0, lambda: call(srv, "GET", f"/v1/gateways/{gid}", admin).status_code == 200)
+        finally:
+            for srv in (a, b):
+                srv.stop()
+                srv.tmp.cleanup()
