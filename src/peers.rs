@@ -120,6 +120,7 @@ async fn follow(client: redis::Client, stream: String, instance: String, state: 
             tokio::time::sleep(RETRY).await;
             continue;
         }
+        state.note_shared_contact();
         let synced = Instant::now();
         let options = StreamReadOptions::default().block(BLOCK.as_millis() as usize).count(256);
         loop {
@@ -136,6 +137,7 @@ async fn follow(client: redis::Client, stream: String, instance: String, state: 
                     break;
                 }
             };
+            state.note_shared_contact();
             let Some(reply) = reply else { continue };
             let mut reload = false;
             for key in reply.keys {

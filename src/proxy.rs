@@ -150,6 +150,13 @@ impl Proxy {
             return Err(ApiError::from(rejection));
         }
         if let Some(p) = &ctx.filters.principal {
+            // Several instances on Redis, and Redis silent past the grace: the keys and gateways
+            // this instance holds may be stale (a key revoked elsewhere), so no caller is served.
+            if let Some(secs) = self.server.state.shared_store_lost_for() {
+                return Err(ApiError::Unavailable(format!(
+                    "the shared store has not answered for {secs} s: this instance cannot vouch for credentials"
+                )));
+            }
             self.server.state.record_usage(&p.key_id, ctx.client_ip);
         }
         Ok(())

@@ -55,6 +55,8 @@ pub struct State {
     write_lock: tokio::sync::Mutex<()>,
     /// Every change of a record, published by the write methods below once it is durable.
     pub changes: Feed,
+    /// With a shared store: when this instance last heard from it (Unix ms, `peers.rs`).
+    shared_contact: std::sync::atomic::AtomicI64,
     /// The id of the key given as `TOOLGATE_ADMIN_KEY`: whoever sets the server's environment is
     /// the operator, who may reset any user's MFA without MFA (the documented recovery path).
     pub operator_key_id: std::sync::OnceLock<String>,
@@ -101,6 +103,7 @@ impl State {
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
             changes: Feed::new(),
+            shared_contact: std::sync::atomic::AtomicI64::new(Utc::now().timestamp_millis()),
             operator_key_id: std::sync::OnceLock::new(),
             jwt: config.jwt.clone(),
         };
@@ -648,6 +651,21 @@ impl State {
             self.webhooks.iter().filter(|w| w.org_id == org_id).map(|w| w.value().clone()).collect();
         all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
         all
+    }
+
+    /// Notes that the shared store answered (`peers.rs`, at each read of the change feed).
+    pub fn note_shared_contact(&self) {
+        self.shared_contact.store(Utc::now().timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// With a shared store that has not answered for longer than `storage.outage_grace_secs`:
+    /// for how many seconds. This instance's records may be out of date by then (a key revoked
+    /// elsewhere), so authenticated requests are refused rather than served from them.
+    pub fn shared_store_lost_for(&self) -> Option<u64> {
+        let StorageConfig::Redis { outage_grace, .. } = &self.config.storage else { return None };
+        let last = self.shared_contact.load(std::sync::atomic::Ordering::Relaxed);
+        let silent = (Utc::now().timestamp_millis() - last).max(0) as u64;
+        (silent > outage_grace.as_millis() as u64).then_some(silent / 1000)
     }
 
     /// A gateway visible to `org_id`; another organisation's gateway is "not found".

@@ -109,6 +109,9 @@ pub enum StorageConfig {
         key_prefix: String,
         connect_timeout: std::time::Duration,
         command_timeout: std::time::Duration,
+        /// How long calls go on from this instance's copy of the records while Redis cannot be
+        /// reached; past it authenticated requests are answered 503.
+        outage_grace: std::time::Duration,
     },
 }
 
@@ -446,7 +449,7 @@ mod tests {
     #[test]
     fn a_redis_store_is_read_with_its_defaults() {
         let c = Config::parse("storage:\n  backend: redis\n  url: redis://127.0.0.1:6379/2\n").unwrap();
-        let StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout } = &c.storage else {
+        let StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout, .. } = &c.storage else {
             panic!("{:?}", c.storage)
         };
         assert_eq!((url.as_str(), key_prefix.as_str()), ("redis://127.0.0.1:6379/2", "toolgate"));
@@ -454,7 +457,12 @@ mod tests {
         assert!(c.storage.is_shared());
         let c =
             Config::parse("storage:\n  backend: redis\n  url: unix:///run/redis.sock\n  key_prefix: tg1\n").unwrap();
-        assert!(matches!(&c.storage, StorageConfig::Redis { key_prefix, .. } if key_prefix == "tg1"));
+        assert!(matches!(&c.storage, StorageConfig::Redis { key_prefix, outage_grace, .. }
+            if key_prefix == "tg1" && *outage_grace == Duration::from_secs(300)));
+        let e = Config::parse("storage:\n  backend: redis\n  url: redis://x\n  outage_grace_secs: 0\n").unwrap_err();
+        assert!(e.to_string().starts_with("storage.outage_grace_secs"), "{e}");
+        let e = Config::parse("storage:\n  outage_grace_secs: 5\n").unwrap_err();
+        assert!(e.to_string().starts_with("storage.outage_grace_secs"), "{e}");
         let e = Config::parse("storage:\n  backend: redis\n  url: redis://x\n  path: ./data\n").unwrap_err();
         assert!(e.to_string().starts_with("storage.path"), "{e}");
         assert!(!Config::parse(MINIMAL).unwrap().storage.is_shared());

@@ -404,3 +404,27 @@ def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_
             for srv in (a, b):
                 srv.stop()
                 srv.tmp.cleanup()
+
+
+def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_redis_is_back():
+    with redis_server() as redis:
+        cfg = redis_config(redis.url, "grace").replace("  key_prefix: grace\n", "  key_prefix: grace\n  outage_grace_secs: 2\n")
+        admin = random_key()
+        a = ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
+        try:
+            gw = call(a, "POST", "/v1/gateways", admin, {"name": "graced", "servers": ["time"]}).json()["data"]
+            c = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
+            c.initialize()
+            redis.stop()
+            assert c.request("tools/list").status_code == 200, "within the grace: served from memory"
+            refused = within(6.0, lambda: c.request("tools/list").status_code == 503)
+            assert refused >= 1.0, f"refused after {refused:.1f} s, before the grace of 2 s ran out"
+            r = c.request("tools/list")
+            assert "shared store" in r.text, r.text
+            assert call(a, "GET", "/v1/gateways", admin).status_code == 503
+            assert httpx2.get(a.base_url + "/healthz", timeout=10).status_code == 200, "alive, only not serving"
+            redis.start()
+            within(8.0, lambda: c.request("tools/list").status_code == 200)
+        finally:
+            a.stop()
+            a.tmp.cleanup()

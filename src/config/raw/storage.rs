@@ -12,14 +12,19 @@ pub(super) struct RawStorage {
     key_prefix: Option<String>,
     connect_timeout_ms: Option<u64>,
     command_timeout_ms: Option<u64>,
+    outage_grace_secs: Option<u64>,
 }
 
 impl RawStorage {
     pub(super) fn build(self) -> Result<StorageConfig, ConfigError> {
         Ok(match self.backend.as_deref() {
             None | Some("embedded") => {
-                if self.url.is_some() || self.key_prefix.is_some() {
-                    let field = if self.url.is_some() { "storage.url" } else { "storage.key_prefix" };
+                if self.url.is_some() || self.key_prefix.is_some() || self.outage_grace_secs.is_some() {
+                    let field = match (&self.url, &self.key_prefix) {
+                        (Some(_), _) => "storage.url",
+                        (None, Some(_)) => "storage.key_prefix",
+                        _ => "storage.outage_grace_secs",
+                    };
                     return Err(invalid(field, "only used with backend: redis"));
                 }
                 StorageConfig::Embedded { path: PathBuf::from(self.path.unwrap_or_else(|| "./data".into())) }
@@ -46,9 +51,14 @@ impl RawStorage {
                     Some(n) => Ok(std::time::Duration::from_millis(n)),
                     None => Ok(std::time::Duration::from_millis(default)),
                 };
+                let grace = self.outage_grace_secs.unwrap_or(300);
+                if !(1..=86_400).contains(&grace) {
+                    return Err(invalid("storage.outage_grace_secs", "must be between 1 and 86400"));
+                }
                 StorageConfig::Redis {
                     url,
                     key_prefix: prefix,
+                    outage_grace: std::time::Duration::from_secs(grace),
                     connect_timeout: ms(self.connect_timeout_ms, "storage.connect_timeout_ms", 2000)?,
                     command_timeout: ms(self.command_timeout_ms, "storage.command_timeout_ms", 2000)?,
                 }
