@@ -42,6 +42,9 @@ const CLAIM_TTL: Duration = Duration::from_secs(300);
 /// how often it looks.
 const ADOPT_AFTER: Duration = Duration::from_secs(10);
 
+/// HTTP clients kept (one per receiver address); beyond, the cache starts again.
+const MAX_CLIENTS: usize = 1024;
+
 /// How often finished deliveries past their retention are removed.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -68,6 +71,8 @@ pub struct Events {
     wake: Notify,
     in_flight: Arc<Semaphore>,
     per_webhook: DashMap<String, Arc<Semaphore>>,
+    /// HTTP clients by (host, address connected to).
+    clients: DashMap<(String, Option<std::net::SocketAddr>), reqwest::Client>,
     changes: parking_lot::Mutex<Option<broadcast::Receiver<Change>>>,
 }
 
@@ -94,6 +99,7 @@ impl Events {
             due: parking_lot::Mutex::new(BTreeSet::new()),
             wake: Notify::new(),
             per_webhook: DashMap::new(),
+            clients: DashMap::new(),
         };
         for (id, body) in state.store.load_all(Kind::Delivery).await? {
             let Ok(d) = serde_json::from_str::<Delivery>(&body) else {
@@ -405,6 +411,28 @@ impl Events {
         self.emit(&w.org_id, "error.critical", data).await;
     }
 
+    /// A client that connects `host` to `addr` (the address checked, whatever the name resolves
+    /// to by then), kept so that attempts to one receiver reuse its connections.
+    fn client_for(&self, host: &str, addr: Option<std::net::SocketAddr>) -> Result<reqwest::Client, String> {
+        let key = (host.to_string(), addr);
+        if let Some(c) = self.clients.get(&key) {
+            return Ok(c.clone());
+        }
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.config.attempt_timeout)
+            .user_agent(concat!("toolgate-webhooks/", env!("CARGO_PKG_VERSION")));
+        if let Some(addr) = addr {
+            builder = builder.resolve(host, addr);
+        }
+        let client = builder.build().map_err(|e| e.to_string())?;
+        if self.clients.len() >= MAX_CLIENTS {
+            self.clients.clear();
+        }
+        self.clients.insert(key, client.clone());
+        Ok(client)
+    }
+
     /// Sends one attempt; the status code, or why there is none.
     async fn send(&self, w: &Webhook, d: &Delivery) -> Result<u16, String> {
         let target = self.egress.resolve(&w.url).await.map_err(|e| e.to_string())?;
@@ -422,15 +450,7 @@ impl Events {
         let timestamp = d.timestamp.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let (body, signature) = sign::body(&key, &d.event, &timestamp, &d.data);
         let now = Utc::now().timestamp();
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(self.config.attempt_timeout)
-            .user_agent(concat!("toolgate-webhooks/", env!("CARGO_PKG_VERSION")));
-        if let Some(addr) = target.addr {
-            // Connect to the address checked, whatever the name resolves to by then.
-            builder = builder.resolve(&target.host, addr);
-        }
-        let client = builder.build().map_err(|e| e.to_string())?;
+        let client = self.client_for(&target.host, target.addr)?;
         let resp = client
             .post(target.url)
             .header("content-type", "application/json")
