@@ -26,18 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 
 import httpx2  # noqa: E402
 
+from mcp_helpers import TIME_APP, config  # noqa: E402
 from toolgate_harness import ToolgateServer  # noqa: E402
 
-CONFIG = """\
-environment: development
-server:
-  listen: 127.0.0.1:0
-  metrics_listen: 127.0.0.2:0
-  public_url: http://localhost:8080
-  trusted_proxies: []
-storage:
-  backend: embedded
-  path: ./data
+# The tests' usual config (the built-in time app), with limits and quotas out of the way.
+CONFIG = config(TIME_APP) + """\
 rate_limits:
   tiers:
     bench: { requests_per_hour: unlimited, requests_per_minute: 1000000000, burst: 1000000000, concurrent: 1000 }
@@ -48,8 +41,6 @@ limits:
     bench: { gateways: 1000000, webhooks: 100 }
 webhooks:
   allowed_hosts: ["127.0.0.1"]
-apps:
-  - { id: time, name: Time, builtin: time }
 """
 
 

@@ -9,6 +9,7 @@ use crate::mcp::jsonrpc::{self, ErrorObject, Message, RawJson, RawMembers, Respo
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::parked;
 use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
+use crate::mcp::quota;
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
@@ -393,9 +394,8 @@ async fn forward(
     let charged = matches!(caller, Caller::Stateless { app_charged: Some(a), .. } if a == app_id);
     if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit).filter(|_| !charged) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
-        let bucket = format!("app:{app_id}");
-        if let Err(spent) = mcp.quotas.admit(&bucket, limit) {
-            return reply::quota_exceeded(ex, spent, &bucket, &format!("app {app_id} rate limit")).await;
+        if let Err(spent) = mcp.quotas.admit(&quota::app_bucket(app_id), limit) {
+            return reply::app_quota_exceeded(ex, spent, app_id).await;
         }
     }
     // Who may continue a stateless call: this credential, on this gateway, for this method and

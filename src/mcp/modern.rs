@@ -259,12 +259,14 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
     if single_header(headers, "mcp-method")? != Some(method) {
         return Err(Rejection::new(HEADER_MISMATCH, "the Mcp-Method header does not match the request's method"));
     }
-    let named = match method {
-        "tools/call" | "prompts/get" => read.name.map(|n| ("name", n)),
-        "resources/read" => read.uri.map(|u| ("uri", u)),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => read.task_id.map(|t| ("taskId", t)),
-        _ => None,
-    };
+    let named = name_field(method).and_then(|field| {
+        let value = match field {
+            "name" => read.name,
+            "uri" => read.uri,
+            _ => read.task_id,
+        };
+        value.map(|v| (field, v))
+    });
     let header_name = single_header(headers, "mcp-name")?;
     if let Some((field, value)) = named {
         let value = string_of(value);
@@ -311,6 +313,17 @@ pub(crate) fn translate_meta(meta: &RawValue) -> Option<RawJson> {
         })
         .collect();
     (!kept.is_empty()).then(|| RawJson::from_value(&RawMembers(kept)))
+}
+
+/// The member of `params` that names what a method acts on, which `Mcp-Name` carries: a tool's
+/// or prompt's `name`, a resource's `uri`, a task's `taskId` (the tasks extension's methods).
+pub fn name_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
 }
 
 /// Every version the endpoint speaks: the stateless ones, then the handshake ones.

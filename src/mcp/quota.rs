@@ -52,6 +52,11 @@ impl Spent {
     }
 }
 
+/// The bucket an app's per-minute limit counts in (and the 429 names).
+pub fn app_bucket(app_id: &str) -> String {
+    format!("app:{app_id}")
+}
+
 /// The per-minute quotas of gateways and apps, counted by the rate-limit backend (the same one
 /// the filter's buckets use), so that instances sharing a backend share the figures.
 pub struct MinuteQuota {

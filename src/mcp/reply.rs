@@ -49,6 +49,11 @@ pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, w
     ex.respond(429, "application/json", body, &extra).await
 }
 
+/// 429 for a call over its app's per-minute limit (`apps[].rate_limit`), bucket `app:<id>`.
+pub async fn app_quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, app_id: &str) -> pingora::Result<()> {
+    quota_exceeded(ex, spent, &crate::mcp::quota::app_bucket(app_id), &format!("app {app_id} rate limit")).await
+}
+
 /// A JSON-RPC response (result or error) under HTTP 200.
 pub async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<()> {
     ex.respond(200, "application/json", r.to_bytes(), &[]).await

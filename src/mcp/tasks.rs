@@ -29,9 +29,9 @@ use modern::TASKS_EXTENSION as EXTENSION;
 /// Prefix of the task ids toolgate issues (the rest is sealed).
 const PREFIX: &str = "tgt1.";
 
-/// The methods of the extension a client sends; each names its task in `params.taskId`.
+/// The methods of the extension a client sends: those that name a task in `params.taskId`.
 pub fn is_task_method(method: &str) -> bool {
-    matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
+    modern::name_field(method) == Some("taskId")
 }
 
 /// What a task id of toolgate's seals.

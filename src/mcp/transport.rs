@@ -188,10 +188,7 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
     };
     let app_charged = match app_quota_from_headers(mcp, ex, gw).await {
         Ok(app) => app,
-        Err((spent, app)) => {
-            let (bucket, what) = (format!("app:{app}"), format!("app {app} rate limit"));
-            return reply::quota_exceeded(ex, spent, &bucket, &what).await;
-        }
+        Err((spent, app)) => return reply::app_quota_exceeded(ex, spent, &app).await,
     };
     let body = match ex.read_body().await {
         Ok(b) => b,
@@ -261,8 +258,13 @@ async fn app_quota_from_headers(
     ex: &Exchange<'_>,
     gw: &Gateway,
 ) -> Result<Option<String>, (crate::mcp::quota::Spent, String)> {
+    // Most deployments limit no app: then nothing is looked up for it on the call's path.
+    let limited = mcp.state.config.apps.iter().any(|a| a.rate_limit.is_some());
     let h = ex.headers();
-    if !modern::is_stateless(h, None) || h.get("mcp-method").map(|v| v.as_bytes()) != Some(b"tools/call".as_slice()) {
+    if !limited
+        || !modern::is_stateless(h, None)
+        || h.get("mcp-method").map(|v| v.as_bytes()) != Some(b"tools/call".as_slice())
+    {
         return Ok(None);
     }
     let Some(name) = h.get("mcp-name").and_then(|v| v.to_str().ok()).and_then(modern::decode_header_value) else {
@@ -271,8 +273,7 @@ async fn app_quota_from_headers(
     let catalogue = mcp.catalogue(gw).await;
     let Some((_, target)) = catalogue.entry(name.trim(), false) else { return Ok(None) };
     let Some(limit) = mcp.state.config.app(&target.app_id).and_then(|a| a.rate_limit) else { return Ok(None) };
-    let bucket = format!("app:{}", target.app_id);
-    match mcp.quotas.admit(&bucket, limit) {
+    match mcp.quotas.admit(&crate::mcp::quota::app_bucket(&target.app_id), limit) {
         Ok(()) => Ok(Some(target.app_id.clone())),
         Err(spent) => Err((spent, target.app_id.clone())),
     }

@@ -436,65 +436,34 @@ impl Store for RedisStore {
             };
             let max = q.until_ms.map_or_else(|| "+inf".to_string(), |t| t.to_string());
             let min = q.since_ms.map_or_else(|| "-inf".to_string(), |t| t.to_string());
-            let bodies = k.log_key(org, ":b");
+            let range = (max.as_str(), min.as_str());
             let mut rows = Vec::new();
             if !rest {
                 let total: u64 = c.zcount(&index, &min, &max).await.map_err(backend)?;
-                let ids: Vec<(String, f64)> = redis::cmd("ZREVRANGEBYSCORE")
-                    .arg(&index)
-                    .arg(&max)
-                    .arg(&min)
-                    .arg("WITHSCORES")
-                    .arg("LIMIT")
-                    .arg(offset)
-                    .arg(limit)
-                    .query_async(&mut c)
-                    .await
-                    .map_err(backend)?;
-                if !ids.is_empty() {
-                    let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
-                    let values: Vec<Option<String>> =
-                        redis::cmd("HMGET").arg(&bodies).arg(&names).query_async(&mut c).await.map_err(backend)?;
-                    for ((id, ts), v) in ids.iter().zip(values) {
-                        if let Some(e) = v.as_deref().and_then(read_log) {
-                            rows.push(LogRow { id: id.clone(), ts_ms: *ts as i64, body: e.body.to_string() });
-                        }
+                for (id, ts, v) in k.newest_logs(&mut c, org, &index, range, offset, limit as usize).await? {
+                    if let Some(e) = v.as_deref().and_then(read_log) {
+                        rows.push(LogRow { id, ts_ms: ts, body: e.body.to_string() });
                     }
                 }
                 return Ok((total.min(LOG_COUNT_CAP), rows));
             }
             let mut total = 0u64;
-            let mut skip = 0isize;
+            let mut skip = 0u64;
             loop {
-                let ids: Vec<(String, f64)> = redis::cmd("ZREVRANGEBYSCORE")
-                    .arg(&index)
-                    .arg(&max)
-                    .arg(&min)
-                    .arg("WITHSCORES")
-                    .arg("LIMIT")
-                    .arg(skip)
-                    .arg(SCAN_CHUNK)
-                    .query_async(&mut c)
-                    .await
-                    .map_err(backend)?;
-                if ids.is_empty() {
-                    break;
-                }
-                skip += ids.len() as isize;
-                let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
-                let values: Vec<Option<String>> =
-                    redis::cmd("HMGET").arg(&bodies).arg(&names).query_async(&mut c).await.map_err(backend)?;
-                for ((id, ts), v) in ids.iter().zip(values) {
+                let entries = k.newest_logs(&mut c, org, &index, range, skip, SCAN_CHUNK as usize).await?;
+                let read = entries.len();
+                skip += read as u64;
+                for (id, ts, v) in entries {
                     let Some(e) = v.as_deref().and_then(read_log) else { continue };
                     if !matches(&q, &e) {
                         continue;
                     }
                     if total >= offset && rows.len() < limit as usize {
-                        rows.push(LogRow { id: id.clone(), ts_ms: *ts as i64, body: e.body.to_string() });
+                        rows.push(LogRow { id, ts_ms: ts, body: e.body.to_string() });
                     }
                     total += 1;
                 }
-                if total >= LOG_COUNT_CAP || (ids.len() as isize) < SCAN_CHUNK {
+                if total >= LOG_COUNT_CAP || read < SCAN_CHUNK as usize {
                     break;
                 }
             }
@@ -749,6 +718,37 @@ impl Store for RedisStore {
 }
 
 impl Keys {
+    /// `count` of `org`'s log entries in `index`, newest first from the `skip`-th, within the
+    /// score `range` (max, min): id, time and stored value (`None` if gone meanwhile).
+    async fn newest_logs(
+        &self,
+        c: &mut ConnectionManager,
+        org: &str,
+        index: &str,
+        range: (&str, &str),
+        skip: u64,
+        count: usize,
+    ) -> Result<Vec<(String, i64, Option<String>)>, StoreError> {
+        let ids: Vec<(String, f64)> = redis::cmd("ZREVRANGEBYSCORE")
+            .arg(index)
+            .arg(range.0)
+            .arg(range.1)
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(skip)
+            .arg(count)
+            .query_async(c)
+            .await
+            .map_err(backend)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+        let values: Vec<Option<String>> =
+            redis::cmd("HMGET").arg(self.log_key(org, ":b")).arg(&names).query_async(c).await.map_err(backend)?;
+        Ok(ids.into_iter().zip(values).map(|((id, ts), v)| (id, ts as i64, v)).collect())
+    }
+
     /// Removes log entries of `org` by id from the bodies and every index they are in.
     async fn remove_logs(&self, c: &mut ConnectionManager, org: &str, ids: Vec<String>) -> Result<u64, StoreError> {
         let mut removed = 0;

@@ -73,6 +73,22 @@ def redis_server():
             r.stop()
 
 
+@contextlib.contextmanager
+def instances(cfg: str, n: int):
+    """`n` instances with the config `cfg`, sharing the admin key and the sealing key: yields
+    (admin key, [servers]); all stopped at the end, whichever failed to start."""
+    admin = random_key()
+    servers: list[ToolgateServer] = []
+    try:
+        for _ in range(n):
+            servers.append(ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start())
+        yield admin, servers
+    finally:
+        for srv in servers:
+            srv.stop()
+            srv.tmp.cleanup()
+
+
 def redis_config(url: str, prefix: str) -> str:
     """The tests' usual config (the built-in time app), its store on Redis."""
     redis = f"storage:\n  backend: redis\n  url: {url}\n  key_prefix: {prefix}\n"
@@ -83,20 +99,8 @@ def redis_config(url: str, prefix: str) -> str:
 def cluster():
     """Three instances on one Redis, sharing the admin key and the sealing key: [A, B, C]."""
     with redis_server() as redis:
-        url = redis.url
-        admin = random_key()
-        prefix = f"tg{secrets.token_hex(3)}"
-        servers = []
-        try:
-            for _ in range(3):
-                srv = ToolgateServer(full_config=redis_config(url, prefix), admin_key=admin,
-                                     env={"TOOLGATE_SECRET_KEY": SECRET})
-                servers.append(srv.start())
+        with instances(redis_config(redis.url, f"tg{secrets.token_hex(3)}"), 3) as (_, servers):
             yield servers
-        finally:
-            for srv in servers:
-                srv.stop()
-                srv.tmp.cleanup()
 
 
 def call(srv: ToolgateServer, method: str, path: str, key: str, body=None) -> httpx2.Response:
@@ -220,10 +224,7 @@ def test_an_instance_on_redis_needs_the_shared_sealing_key():
 
 def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_restart():
     with redis_server() as redis:
-        admin = random_key()
-        a, b = (ToolgateServer(full_config=redis_config(redis.url, "outage"), admin_key=admin,
-                               env={"TOOLGATE_SECRET_KEY": SECRET}).start() for _ in range(2))
-        try:
+        with instances(redis_config(redis.url, "outage"), 2) as (admin, (a, b)):
             r = call(a, "POST", "/v1/gateways", admin, {"name": "before", "servers": ["time"]})
             assert r.status_code == 201, r.text
             gw = r.json()["data"]
@@ -249,10 +250,6 @@ def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_r
             within(5.0, lambda: call(b, "GET", f"/v1/gateways/{after}", admin).status_code == 200)
             # What was acknowledged before the outage is still there.
             assert call(b, "GET", f"/v1/gateways/{gw['id']}", admin).status_code == 200
-        finally:
-            for srv in (a, b):
-                srv.stop()
-                srv.tmp.cleanup()
 
 
 def test_rate_limits_are_shared_leased_within_the_stated_bound():
@@ -264,11 +261,8 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound():
               "    tiny: { requests_per_hour: unlimited, requests_per_minute: 60, burst: 10, concurrent: 5 }\n"
               "limits:\n  bootstrap_tier: tiny\n")
     with redis_server() as redis:
-        admin = random_key()
         cfg = redis_config(redis.url, "limits") + limits
-        servers = [ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
-                   for _ in range(3)]
-        try:
+        with instances(cfg, 3) as (admin, servers):
             statuses = []
             started = time.monotonic()
             for i in range(36):
@@ -281,10 +275,6 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound():
             r = call(servers[0], "GET", "/v1/gateways", admin)
             if r.status_code == 429:
                 assert r.headers["x-ratelimit-remaining"] == "0", dict(r.headers)
-        finally:
-            for srv in servers:
-                srv.stop()
-                srv.tmp.cleanup()
 
 
 def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(cluster):
@@ -308,11 +298,8 @@ def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connectio
     with the same session id, and what the dead instance acknowledged (a gateway it created, the
     calls it logged) is there."""
     with redis_server() as redis:
-        admin = random_key()
         cfg = redis_config(redis.url, "kill")
-        a, b = (ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
-                for _ in range(2))
-        try:
+        with instances(cfg, 2) as (admin, (a, b)):
             r = call(a, "POST", "/v1/gateways", admin, {"name": "survivor", "servers": ["time"]})
             assert r.status_code == 201, r.text
             gw = r.json()["data"]
@@ -329,10 +316,6 @@ def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connectio
             logs = call(b, "GET", f"/v1/logs?gateway_id={gw['id']}", admin).json()["data"]["logs"]
             within(3.0, lambda: len(call(b, "GET", f"/v1/logs?gateway_id={gw['id']}", admin).json()["data"]["logs"]) == 2)
             assert logs, "the call logged by the dead instance is there"
-        finally:
-            for srv in (a, b):
-                srv.stop()
-                srv.tmp.cleanup()
 
 
 def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_fail():
@@ -343,14 +326,11 @@ def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_
     import concurrent.futures
 
     with redis_server() as redis:
-        admin = random_key()
         # Limits out of the way: what is measured is the outage, not the rate limiter.
         cfg = redis_config(redis.url, "restart") + (
             "rate_limits:\n  tiers:\n    bench: { requests_per_hour: unlimited, requests_per_minute: 1000000,"
             " burst: 100000, concurrent: 100 }\nlimits:\n  bootstrap_tier: bench\n  quotas:\n    bench: { gateways: 100000 }\n")
-        a, b = (ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
-                for _ in range(2))
-        try:
+        with instances(cfg, 2) as (admin, (a, b)):
             body = {"name": "steady", "servers": ["time"], "configuration": {"rate_limit": 1000000000}}
             gw = call(a, "POST", "/v1/gateways", admin, body).json()["data"]
             within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", admin).status_code == 200)
@@ -400,18 +380,12 @@ def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_
             for srv in (a, b):
                 for gid in made:
                     within(5.0, lambda: call(srv, "GET", f"/v1/gateways/{gid}", admin).status_code == 200)
-        finally:
-            for srv in (a, b):
-                srv.stop()
-                srv.tmp.cleanup()
 
 
 def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_redis_is_back():
     with redis_server() as redis:
         cfg = redis_config(redis.url, "grace").replace("  key_prefix: grace\n", "  key_prefix: grace\n  outage_grace_secs: 2\n")
-        admin = random_key()
-        a = ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start()
-        try:
+        with instances(cfg, 1) as (admin, (a,)):
             gw = call(a, "POST", "/v1/gateways", admin, {"name": "graced", "servers": ["time"]}).json()["data"]
             c = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
             c.initialize()
@@ -425,6 +399,3 @@ def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_red
             assert httpx2.get(a.base_url + "/healthz", timeout=10).status_code == 200, "alive, only not serving"
             redis.start()
             within(8.0, lambda: c.request("tools/list").status_code == 200)
-        finally:
-            a.stop()
-            a.tmp.cleanup()

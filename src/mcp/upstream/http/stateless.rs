@@ -217,14 +217,7 @@ async fn rounds(
     tx: mpsc::Sender<Result<Event, UpstreamError>>,
 ) {
     let params = params.map(|p| p.to_value()).unwrap_or_else(|| json!({}));
-    let name = match method.as_str() {
-        "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str).map(str::to_string),
-        "resources/read" => params.get("uri").and_then(Value::as_str).map(str::to_string),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => {
-            params.get("taskId").and_then(Value::as_str).map(str::to_string)
-        }
-        _ => None,
-    };
+    let name = modern::name_field(&method).and_then(|f| params.get(f)).and_then(Value::as_str).map(str::to_string);
     let ctx = CallContext { client_request_id: Id::NULL, headers };
     let mut continuation: Option<(Map<String, Value>, Option<Value>)> = None;
     let mut waiting = Waiting(&inner, Vec::new());
