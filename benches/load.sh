@@ -36,6 +36,8 @@
 # had a machine of its own; every target of the run is pinned the same way).
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
+#                    (PERF_FREQ samples/s, 499; PERF_CALLGRAPH=none samples without call graphs,
+#                    which perturbs the round far less than the default dwarf unwinding)
 #                    PERF_PHASE (fast | everything; default fast) and PERF_TARGET (toolgate |
 #                    plain | direct; default toolgate).
 #   STRACE=PREFIX    `strace -f` of the proxies (plain and toolgate) during the first round of
@@ -168,7 +170,9 @@ run() {
   local p0 u0 p1 u1 c0 c1 line
   local watchers=()  # profilers of this run, waited for before its results are read
   if [[ -n "${PERF:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
-    perf record -q -F 499 --call-graph dwarf,16384 -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
+    local graph=(--call-graph "${PERF_CALLGRAPH:-dwarf,16384}")
+    [[ "${PERF_CALLGRAPH:-}" == none ]] && graph=()
+    perf record -q -F "${PERF_FREQ:-499}" "${graph[@]}" -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
     watchers+=($!)
   fi
   if [[ -n "${PERF_SCHED:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then

@@ -2,6 +2,9 @@
 
 use crate::config::{LogFormat, ObservabilityConfig};
 
+/// Bytes of log lines the writer thread gathers before a write.
+const LOG_WRITE_BUFFER: usize = 64 * 1024;
+
 /// The writer thread of the process's log, kept until [`flush`].
 static LOG_WRITER: parking_lot::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> =
     parking_lot::Mutex::new(None);
@@ -10,7 +13,10 @@ static LOG_WRITER: parking_lot::Mutex<Option<tracing_appender::non_blocking::Wor
 /// `RUST_LOG` when it is set and not empty (it wins, as operators expect of a Rust program).
 /// Lines are formatted by the thread that logs and written by a thread of their own, so that a
 /// request's access line costs it no system call; a full queue (128k lines) makes the logging
-/// thread wait rather than lose lines.
+/// thread wait rather than lose lines. The writer thread buffers what it takes off the queue and
+/// writes it with one `write(2)` whenever the queue runs empty (standard error is unbuffered: a
+/// system call per line was 5 % of the process's CPU at saturation), so lines still leave as soon
+/// as nothing else is waiting.
 pub fn init(o: &ObservabilityConfig) {
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
     let filter = from_env
@@ -23,8 +29,9 @@ pub fn init(o: &ObservabilityConfig) {
             }
         })
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
-    let (writer, guard) =
-        tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::BufWriter::with_capacity(LOG_WRITE_BUFFER, std::io::stderr()));
     *LOG_WRITER.lock() = Some(guard);
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match o.log_format {

@@ -221,7 +221,7 @@ impl HttpUpstream {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
         if inner.era(deadline).await? == Era::Stateless {
-            return stateless::request(inner, method, params, ctx, deadline).await;
+            return Box::pin(stateless::request(inner, method, params, ctx, deadline)).await;
         }
         let mut retried = false;
         loop {
@@ -336,6 +336,13 @@ impl Inner {
         if let Some(s) = self.session.load_full() {
             return Ok(s);
         }
+        // The handshake's future is large and needed once per session: boxed, so that it does not
+        // size (and get copied with) the future of every call.
+        Box::pin(self.open_session(deadline)).await
+    }
+
+    /// The handshake of [`Inner::ensure_session`], unless another caller completed it meanwhile.
+    async fn open_session(self: &Arc<Self>, deadline: Instant) -> Result<Arc<Session>, UpstreamError> {
         let _guard = tokio::time::timeout_at(deadline, self.init_lock.lock())
             .await
             .map_err(|_| UpstreamError::Timeout { phase: TimeoutPhase::Total })?;
@@ -764,7 +771,8 @@ impl HttpSource {
                         self.resumed += 1;
                         // The server's `retry:` hint, within reason (the call's deadline still holds).
                         tokio::time::sleep(retry.unwrap_or(Duration::ZERO).min(Duration::from_secs(5))).await;
-                        match guard.inner.open_stream(&guard.session, Some(&last_id)).await? {
+                        // Boxed: a rare path, whose future would otherwise make every call's bigger.
+                        match Box::pin(guard.inner.open_stream(&guard.session, Some(&last_id))).await? {
                             Opened::Stream(resp) => {
                                 *body = Some(resp);
                                 parser.reset_keeping_id();

@@ -732,11 +732,13 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJ
 /// created when the future is not ready at once, and creating and cancelling one takes no global
 /// lock. tokio's timer wheel is behind one mutex, and the two worker threads contended for it
 /// on every call (seen as `sched_yield` in `parking_lot`). Resolution is Pingora's 10 ms tick.
-pub(crate) async fn until<F: std::future::Future>(
+/// A plain function, not an `async fn`: an `async fn` would hold `fut` twice (its argument and
+/// the timeout wrapping it), doubling a future the whole call's state machine carries and copies.
+pub(crate) fn until<F: std::future::Future>(
     deadline: Instant,
     fut: F,
-) -> Result<F::Output, pingora::time::Elapsed> {
-    pingora::time::timeout(deadline.saturating_duration_since(Instant::now()), fut).await
+) -> impl std::future::Future<Output = Result<F::Output, pingora::time::Elapsed>> {
+    pingora::time::timeout(deadline.saturating_duration_since(Instant::now()), fut)
 }
 
 /// An error with its whole `source()` chain: reqwest's own message ("error sending request")

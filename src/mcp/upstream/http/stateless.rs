@@ -74,7 +74,11 @@ fn with_envelope(params: &Value, continuation: Option<&(Map<String, Value>, Opti
 impl Inner {
     /// The app's revision: pinned, or asked once (an unreachable app is asked again next time).
     pub(super) async fn era(&self, deadline: Instant) -> Result<Era, UpstreamError> {
-        self.era.get_or_try_init(|| async { Ok(self.discover(deadline).await?.0) }).await.copied()
+        if let Some(era) = self.era.get() {
+            return Ok(*era);
+        }
+        // Once per app: boxed, so that the probe's future does not size every call's.
+        Box::pin(self.era.get_or_try_init(|| async { Ok(self.discover(deadline).await?.0) })).await.copied()
     }
 
     /// `server/discover`: the app speaks the stateless revision if it answers with a result
