@@ -260,7 +260,7 @@ pub(super) async fn request(
         // handshake era's own tasks) is not relayed.
         m if tasks::is_task_method(m) && caller.stateless() => {
             let Caller::Stateless { env, key_id, .. } = caller else { unreachable!("checked: stateless") };
-            let r = tasks::follow(mcp, gw, env, key_id, &req).await;
+            let r = Box::pin(tasks::follow(mcp, gw, env, key_id, &req)).await;
             return respond(ex, caller, r, modern::COMPLETE).await;
         }
         other => Err(ErrorObject::method_not_found(other)),
@@ -428,7 +428,9 @@ async fn forward(
             }
         });
         let answered = match parked {
-            Ok(mut p) => stateless::deliver_answers(mcp, &mut p, cont.input_responses.as_ref()).await.map(|u| (p, u)),
+            Ok(mut p) => {
+                Box::pin(stateless::deliver_answers(mcp, &mut p, cont.input_responses.as_ref())).await.map(|u| (p, u))
+            }
             Err(e) => Err(e),
         };
         match answered {
@@ -573,7 +575,7 @@ async fn forward(
                 decorate,
                 given: continuation.as_ref().and_then(|c| c.input_responses.as_ref()),
             };
-            stateless::relay(mcp, ex, call, stream, pending, keys_issued, &acc, &mut log).await
+            Box::pin(stateless::relay(mcp, ex, call, stream, pending, keys_issued, &acc, &mut log)).await
         }
         Ok(UpstreamReply::Stream(mut stream)) => {
             let Caller::Session(mcp_id) = caller else { unreachable!("stateless streams are relayed above") };
@@ -585,14 +587,14 @@ async fn forward(
                         Some(Ok(Message::Response(r))) => break Ok(r),
                         // A liveness check needs no client: the gateway answers it.
                         Some(Ok(Message::Request(r))) if r.method == "ping" => {
-                            mcp.answer_app(&gw.org_id, app_id, Response::success(r.id, json!({}))).await;
+                            Box::pin(mcp.answer_app(&gw.org_id, app_id, Response::success(r.id, json!({})))).await;
                         }
                         Some(Ok(Message::Request(r))) => {
                             let caps = mcp.sessions.capabilities(mcp_id);
                             // Without a stream there is always a reason to refuse.
                             let e = refusal(&r.method, caps, false)
                                 .unwrap_or_else(|| ErrorObject::method_not_found(&r.method));
-                            mcp.answer_app(&gw.org_id, app_id, Response::error(r.id, e)).await;
+                            Box::pin(mcp.answer_app(&gw.org_id, app_id, Response::error(r.id, e))).await;
                         }
                         Some(Ok(_)) => continue,
                         Some(Err(e)) => break Err(e),
@@ -626,7 +628,7 @@ async fn forward(
                 if let Message::Request(r) = &msg {
                     let caps = mcp.sessions.capabilities(mcp_id);
                     if let Some(e) = refusal(&r.method, caps, true) {
-                        mcp.answer_app(&gw.org_id, app_id, Response::error(r.id.clone(), e)).await;
+                        Box::pin(mcp.answer_app(&gw.org_id, app_id, Response::error(r.id.clone(), e))).await;
                         continue;
                     }
                     // Known before the client can see it, and answer it.

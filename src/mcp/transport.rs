@@ -234,7 +234,7 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
                 return Ok(());
             }
             if n.method == "notifications/cancelled" || n.method.starts_with("notifications/roots") {
-                mcp.forward_notification(gw, &n.method, n.params).await;
+                Box::pin(mcp.forward_notification(gw, &n.method, n.params)).await;
             }
             ex.respond(202, "application/json", Vec::new(), &[]).await
         }
@@ -242,7 +242,7 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
             let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &Id::NULL).await? else {
                 return Ok(());
             };
-            mcp.relay_client_response(&mcp_id, gw, r).await;
+            Box::pin(mcp.relay_client_response(&mcp_id, gw, r)).await;
             ex.respond(202, "application/json", Vec::new(), &[]).await
         }
     }
