@@ -116,7 +116,13 @@ impl Webhook {
 pub struct Delivery {
     pub id: String,
     pub org_id: String,
+    /// The webhook it goes to; empty for an alert's notification.
     pub webhook_id: String,
+    /// For an alert's notification: the alert, and the channel (`slack` or `email`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
     pub event: String,
     pub timestamp: Timestamp,
     pub data: serde_json::Value,
@@ -130,6 +136,53 @@ pub struct Delivery {
     pub latency_ms: Option<u64>,
     pub created_at: Timestamp,
     pub delivered_at: Option<Timestamp>,
+}
+
+impl Delivery {
+    /// A new delivery `id` of `event` to webhook `webhook_id` (empty for an alert's
+    /// notification), due now.
+    pub fn pending(id: String, org_id: &str, webhook_id: &str, event: &str, data: serde_json::Value) -> Delivery {
+        let now = chrono::Utc::now();
+        Delivery {
+            id,
+            org_id: org_id.to_string(),
+            webhook_id: webhook_id.to_string(),
+            alert_id: None,
+            channel: None,
+            event: event.to_string(),
+            timestamp: now,
+            data,
+            status: "pending".into(),
+            attempts: 0,
+            next_attempt_at: Some(now),
+            last_status_code: None,
+            last_error: None,
+            latency_ms: None,
+            created_at: now,
+            delivered_at: None,
+        }
+    }
+}
+
+/// An organisation's usage alert (`POST /alerts`): when a key of the organisation uses
+/// `threshold` percent of a rate limit, one notification per crossing goes to its channels and a
+/// `usage.limit_warning` event to the webhooks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Alert {
+    pub id: String,
+    pub org_id: String,
+    /// `rate_limit` (the only type the spec names).
+    pub kind: String,
+    /// Percent of a limit, 1-100.
+    pub threshold: u8,
+    pub email: Option<String>,
+    /// The Slack incoming-webhook URL, sealed like credentials (whoever has it can post).
+    pub sealed_slack: Option<String>,
+    /// The Slack URL's scheme and host, for display.
+    pub slack_host: Option<String>,
+    pub created_at: Timestamp,
+    #[serde(default)]
+    pub last_triggered_at: Option<Timestamp>,
 }
 
 /// What `GET /api-keys/{id}/usage` reports; kept in memory, written in the background.

@@ -140,8 +140,17 @@ impl Server {
     /// are kept for the next flush (up to [`UNSAVED_USAGE_CAP`] minutes, beyond which the
     /// oldest are dropped with a warning).
     pub async fn flush_rate_usage(&self) {
+        let reached = self.mcp.quotas.take_reached();
+        if !reached.is_empty() {
+            self.events.observe_gateway_quotas(&reached).await;
+        }
+        let fresh = self.limiter.backend().take_usage();
+        // Alerts and usage warnings read the counts as they are taken (each count once).
+        if !fresh.is_empty() {
+            self.events.observe_usage(&fresh).await;
+        }
         let mut minutes = std::mem::take(&mut *self.unsaved_usage.lock());
-        minutes.extend(self.limiter.backend().take_usage());
+        minutes.extend(fresh);
         if minutes.is_empty() {
             return;
         }

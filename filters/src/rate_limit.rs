@@ -474,7 +474,7 @@ pub enum Outcome {
 /// One caller's requests in one calendar minute, counted by the limiter until the server takes
 /// them ([`RateLimiter::take_usage`]) and adds them to the store, where `GET
 /// /metrics/rate-limits` reads them: figures over a period that survive a restart.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UsageMinute {
     pub key_id: String,
     /// The minute's start, Unix seconds.
@@ -483,6 +483,11 @@ pub struct UsageMinute {
     pub rate_limited: u64,
     /// Sum of the `X-RateLimit-Remaining` values reported, for an average.
     pub remaining_sum: u64,
+    /// The largest share of a window's limit in use after a request of the minute, in percent
+    /// (100 for a refusal), and the bucket it was in: what alerts compare with their
+    /// thresholds. Not kept by the store.
+    pub peak_percent: u8,
+    pub peak_bucket: Option<Bucket>,
 }
 
 /// Time one caller's admissions took from one window of one bucket on this instance since the

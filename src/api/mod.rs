@@ -2,6 +2,7 @@
 //! (Decision 8), request parsing helpers and the envelope. One file per resource.
 
 pub mod account;
+pub mod alerts;
 pub mod apps;
 pub mod auth;
 pub mod authority;
@@ -69,6 +70,8 @@ pub enum Endpoint {
     WebhookDeliveries,
     WebhookRotate,
     WebhookTest,
+    Alerts,
+    Alert,
     Batch,
     OpenApi,
 }
@@ -112,6 +115,8 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/webhooks/{id}/deliveries", Endpoint::WebhookDeliveries),
     ("/webhooks/{id}/rotate-secret", Endpoint::WebhookRotate),
     ("/webhooks/{id}/test", Endpoint::WebhookTest),
+    ("/alerts", Endpoint::Alerts),
+    ("/alerts/{id}", Endpoint::Alert),
     ("/batch", Endpoint::Batch),
     ("/openapi.json", Endpoint::OpenApi),
 ];
@@ -159,6 +164,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         | (E::Webhook, "PATCH" | "DELETE")
         | (E::WebhookDeliveries, "GET")
         | (E::WebhookRotate | E::WebhookTest, "POST") => Scope(crate::api::Scope::Admin),
+        (E::Alerts, "GET" | "POST") | (E::Alert, "GET" | "DELETE") => Scope(crate::api::Scope::Admin),
         // Each operation is checked as if sent alone.
         (E::Batch, "POST") => AnyCredential,
         (E::OpenApi, "GET") => Public,
@@ -425,6 +431,10 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::WebhookDeliveries, "GET") => webhooks::deliveries(&call).await,
         (E::WebhookRotate, "POST") => webhooks::rotate(&call).await,
         (E::WebhookTest, "POST") => webhooks::test(&call).await,
+        (E::Alerts, "GET") => alerts::list(&call).await,
+        (E::Alerts, "POST") => alerts::create(&call).await,
+        (E::Alert, "GET") => alerts::get(&call).await,
+        (E::Alert, "DELETE") => alerts::delete(&call).await,
         (E::Batch, "POST") => batch::run(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),

@@ -40,6 +40,7 @@ impl Modify for Security {
         super::mfa::enroll, super::mfa::activate, super::mfa::verify, super::mfa::disable, super::mfa::reset,
         super::webhooks::list, super::webhooks::create, super::webhooks::update, super::webhooks::delete,
         super::webhooks::deliveries, super::webhooks::rotate, super::webhooks::test,
+        super::alerts::list, super::alerts::create, super::alerts::get, super::alerts::delete,
         super::batch::run,
     ),
     components(schemas(Envelope, MessageEnvelope, ErrorEnvelope, ErrorObject, Meta)),

@@ -62,6 +62,9 @@ pub struct Config {
     pub mcp: McpConfig,
     pub observability: ObservabilityConfig,
     pub webhooks: WebhooksConfig,
+    pub alerts: AlertsConfig,
+    /// Where e-mail (alerts' notifications) leaves; `None`: alerts may not name an e-mail.
+    pub smtp: Option<SmtpConfig>,
     /// JWT bearer tokens on the management API (the verifier, holding its [`JwtConfig`] and the
     /// keys read while validating); `None` refuses every non-key bearer value.
     pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
@@ -131,6 +134,53 @@ pub struct WebhooksConfig {
     /// A webhook whose attempts have all failed for this long is disabled (and `error.critical`
     /// raised).
     pub disable_after: std::time::Duration,
+}
+
+/// `alerts:`.
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    /// Share of a rate limit (percent) whose crossing by a key raises `usage.limit_warning` for
+    /// the webhooks even without an alert; 0 turns that off (alerts' own thresholds still do).
+    pub limit_warning_percent: u8,
+}
+
+/// How the SMTP connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpTls {
+    /// Plain text (a relay on the same host or network only).
+    None,
+    /// Plain, then upgraded with STARTTLS (required: refused if the server does not offer it).
+    StartTls,
+    /// TLS from the first byte (port 465).
+    Tls,
+}
+
+/// `smtp:`: the server e-mail is handed to.
+#[derive(Clone)]
+pub struct SmtpConfig {
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    pub username: Option<String>,
+    /// Read from the environment variable `smtp.password_env` names, never from the file.
+    pub password: Option<String>,
+    /// The sender, e.g. `toolgate <alerts@example.com>`.
+    pub from: String,
+    pub timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for SmtpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmtpConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "(set)"))
+            .field("from", &self.from)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 impl StorageConfig {

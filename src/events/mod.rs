@@ -17,12 +17,14 @@
 //! is `failed`. Redirects are not followed; where a delivery may go is `egress.rs`'s decision,
 //! taken again at every attempt.
 
+pub mod alerts;
 pub mod egress;
+mod notify;
 pub mod sign;
 
 use crate::changes::Change;
 use crate::config::WebhooksConfig;
-use crate::model::{Delivery, Webhook};
+use crate::model::{Alert, Delivery, Webhook};
 use crate::state::State;
 use crate::store::{Kind, StoreError};
 use chrono::Utc;
@@ -74,6 +76,10 @@ pub struct Events {
     /// HTTP clients by (host, address connected to).
     clients: DashMap<(String, Option<std::net::SocketAddr>), reqwest::Client>,
     changes: parking_lot::Mutex<Option<broadcast::Receiver<Change>>>,
+    /// Usage crossings (alerts and `usage.limit_warning`).
+    pub watcher: alerts::Watcher,
+    /// The SMTP transport of alerts' e-mail, built once (it pools its connections).
+    mailer: Option<notify::Mailer>,
 }
 
 fn now_ms() -> i64 {
@@ -100,6 +106,11 @@ impl Events {
             wake: Notify::new(),
             per_webhook: DashMap::new(),
             clients: DashMap::new(),
+            watcher: alerts::Watcher::new(state.clone()),
+            mailer: match &state.config.smtp {
+                Some(smtp) => Some(notify::Mailer::new(smtp).map_err(|e| StoreError::Backend(format!("smtp: {e}")))?),
+                None => None,
+            },
         };
         for (id, body) in state.store.load_all(Kind::Delivery).await? {
             let Ok(d) = serde_json::from_str::<Delivery>(&body) else {
@@ -134,29 +145,89 @@ impl Events {
         }
     }
 
+    /// Tells the crossings in a batch of usage counts: `usage.limit_warning` to the webhooks
+    /// that take it and, for an alert, a notification to each of its channels (through the
+    /// outbox, retried like a webhook's delivery).
+    pub async fn observe_usage(&self, minutes: &[toolgate_filters::rate_limit::UsageMinute]) {
+        for c in self.watcher.crossings(minutes).await {
+            if !self.watcher.claim(&c).await {
+                continue;
+            }
+            tracing::info!(org = c.org_id, key = c.key_id, alert = ?c.alert.as_ref().map(|a| &a.id),
+                usage_percent = c.usage_percent, bucket = c.bucket, "usage crossed a threshold");
+            let data = c.data();
+            self.emit(&c.org_id, "usage.limit_warning", data.clone()).await;
+            let Some(alert) = &c.alert else { continue };
+            let mut triggered = alert.clone();
+            triggered.last_triggered_at = Some(Utc::now());
+            if let Err(e) = self.save_alert(&triggered).await {
+                tracing::warn!(error = %e, alert = alert.id, "cannot record when an alert fired");
+            }
+            let mut data = data;
+            data["summary"] = Value::String(c.summary());
+            let channels = [("slack", alert.sealed_slack.is_some()), ("email", alert.email.is_some())];
+            for (channel, _) in channels.into_iter().filter(|(_, on)| *on) {
+                if let Err(e) = self.record_notification(alert, channel, data.clone()).await {
+                    tracing::error!(error = %e, alert = alert.id, channel, "cannot record an alert notification; it is lost");
+                }
+            }
+        }
+    }
+
+    /// Tells the gateways that reached `alerts.limit_warning_percent` of their quota:
+    /// `usage.limit_warning` (`type: gateway_quota`) to the organisation's webhooks.
+    pub async fn observe_gateway_quotas(&self, reached: &[crate::mcp::quota::Reached]) {
+        for r in reached {
+            if let Some((org_id, data)) = self.watcher.gateway_crossing(r).await {
+                tracing::info!(org = org_id, gateway = r.gateway_id, "a gateway's quota crossed the warning share");
+                self.emit(&org_id, "usage.limit_warning", data).await;
+            }
+        }
+    }
+
+    /// Saves an alert and forgets this instance's copy of its organisation's list.
+    pub async fn save_alert(&self, a: &Alert) -> Result<(), StoreError> {
+        let json = serde_json::to_string(a).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.state.store.put(Kind::Alert, &a.org_id, &a.id, json).await?;
+        self.watcher.forget(&a.org_id);
+        Ok(())
+    }
+
+    pub async fn delete_alert(&self, a: &Alert) -> Result<(), StoreError> {
+        self.state.store.delete(Kind::Alert, &a.id).await?;
+        self.watcher.forget(&a.org_id);
+        Ok(())
+    }
+
+    /// An alert of `org_id` (another organisation's is "not found").
+    pub async fn alert_of(&self, org_id: &str, id: &str) -> Result<Option<Alert>, StoreError> {
+        let Some(body) = self.state.store.get(Kind::Alert, id).await? else { return Ok(None) };
+        Ok(serde_json::from_str::<Alert>(&body).ok().filter(|a| a.org_id == org_id))
+    }
+
+    /// Whether alerts may name an e-mail address (`smtp:` is configured).
+    pub fn can_email(&self) -> bool {
+        self.mailer.is_some()
+    }
+
+    async fn record_notification(&self, alert: &Alert, channel: &str, data: Value) -> Result<Delivery, StoreError> {
+        let mut d = Delivery::pending(crate::secrets::new_id("msg"), &alert.org_id, "", "usage.limit_warning", data);
+        d.alert_id = Some(alert.id.clone());
+        d.channel = Some(channel.to_string());
+        self.enqueue(d).await
+    }
+
     /// A `webhook.test` delivery to one webhook, whatever events it takes.
     pub async fn test(&self, w: &Webhook) -> Result<Delivery, StoreError> {
         self.record(w, "webhook.test", json!({ "webhook_id": w.id })).await
     }
 
     async fn record(&self, w: &Webhook, event: &str, data: Value) -> Result<Delivery, StoreError> {
-        let now = Utc::now();
-        let d = Delivery {
-            id: crate::secrets::new_id("msg"),
-            org_id: w.org_id.clone(),
-            webhook_id: w.id.clone(),
-            event: event.to_string(),
-            timestamp: now,
-            data,
-            status: "pending".into(),
-            attempts: 0,
-            next_attempt_at: Some(now),
-            last_status_code: None,
-            last_error: None,
-            latency_ms: None,
-            created_at: now,
-            delivered_at: None,
-        };
+        self.enqueue(Delivery::pending(crate::secrets::new_id("msg"), &w.org_id, &w.id, event, data)).await
+    }
+
+    /// Writes a new delivery to the outbox, then queues it.
+    async fn enqueue(&self, d: Delivery) -> Result<Delivery, StoreError> {
         self.save(&d).await?;
         self.queue(d.clone());
         Ok(d)
@@ -282,6 +353,9 @@ impl Events {
                 Err(_) => {}
             }
         }
+        if let Some(alert_id) = d.alert_id.clone() {
+            return self.attempt_notification(d, &alert_id).await;
+        }
         let webhook = self.state.webhook_of(&d.org_id, &d.webhook_id);
         let Some(w) = webhook.filter(|w| w.enabled) else {
             // Deleted or disabled since: nothing to send it to.
@@ -328,20 +402,105 @@ impl Events {
                         d.last_error = Some(e);
                     }
                 }
-                match self.config.retry_schedule.get(d.attempts as usize - 1) {
-                    Some(wait) => {
-                        let jitter = rand::thread_rng().gen_range(0.0..0.2);
-                        let wait = wait.mul_f64(1.0 + jitter);
-                        d.next_attempt_at = Some(Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default());
-                    }
-                    None => {
-                        d.status = "failed".into();
-                        d.next_attempt_at = None;
-                    }
-                }
+                self.schedule_retry(&mut d);
             }
         }
         self.finish(d).await;
+    }
+
+    /// The next attempt of a failed delivery, or `failed` after the schedule's last wait.
+    fn schedule_retry(&self, d: &mut Delivery) {
+        match self.config.retry_schedule.get(d.attempts as usize - 1) {
+            Some(wait) => {
+                let jitter = rand::thread_rng().gen_range(0.0..0.2);
+                let wait = wait.mul_f64(1.0 + jitter);
+                d.next_attempt_at = Some(Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default());
+            }
+            None => {
+                d.status = "failed".into();
+                d.next_attempt_at = None;
+            }
+        }
+    }
+
+    /// One attempt of an alert's notification: to Slack (an incoming webhook: 2xx is sent) or
+    /// by e-mail (the SMTP server took it). Failures are retried on the webhooks' schedule; an
+    /// alert deleted meanwhile ends it.
+    async fn attempt_notification(&self, mut d: Delivery, alert_id: &str) {
+        let alert = match self.alert_of(&d.org_id, alert_id).await {
+            Ok(Some(a)) => a,
+            Ok(None) => {
+                d.status = "failed".into();
+                d.last_error = Some("the alert was deleted".into());
+                d.next_attempt_at = None;
+                self.finish(d).await;
+                return;
+            }
+            Err(e) => {
+                // The store is unavailable: try again later, the attempt not counted.
+                tracing::warn!(error = %e, delivery = d.id, "cannot read an alert to notify; will retry");
+                d.next_attempt_at = Some(Utc::now() + chrono::Duration::seconds(5));
+                self.finish(d).await;
+                return;
+            }
+        };
+        let gate = self
+            .per_webhook
+            .entry(alert.id.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_endpoint_concurrency)))
+            .clone();
+        let _slot = gate.acquire_owned().await.expect("the semaphore is never closed");
+        let started = Instant::now();
+        let outcome = match d.channel.as_deref() {
+            Some("slack") => self.send_slack(&alert, &d).await,
+            Some("email") => match (&self.mailer, &alert.email) {
+                (Some(mailer), Some(to)) => mailer.send(to, &d).await.map(|()| 250),
+                (None, _) => Err("no smtp server is configured".to_string()),
+                (_, None) => Err("the alert has no e-mail address".to_string()),
+            },
+            other => Err(format!("unknown channel {other:?}")),
+        };
+        d.attempts += 1;
+        d.latency_ms = Some(started.elapsed().as_millis() as u64);
+        match outcome {
+            Ok(code) if (200..300).contains(&code) || d.channel.as_deref() == Some("email") => {
+                d.status = "delivered".into();
+                d.last_status_code = Some(code);
+                d.last_error = None;
+                d.delivered_at = Some(Utc::now());
+                d.next_attempt_at = None;
+            }
+            Ok(code) => {
+                d.last_status_code = Some(code);
+                d.last_error = Some(format!("HTTP {code}"));
+                self.schedule_retry(&mut d);
+            }
+            Err(e) => {
+                d.last_status_code = None;
+                d.last_error = Some(e);
+                self.schedule_retry(&mut d);
+            }
+        }
+        self.finish(d).await;
+    }
+
+    /// Posts a notification to the alert's Slack incoming webhook: `{"text": ...}`, under the
+    /// same egress rules as webhooks.
+    async fn send_slack(&self, alert: &Alert, d: &Delivery) -> Result<u16, String> {
+        let sealed = alert.sealed_slack.as_deref().ok_or("the alert has no Slack URL")?;
+        let url = self.state.sealer.open(sealed).map_err(|_| "the alert's Slack URL cannot be opened")?;
+        let url = String::from_utf8(url).map_err(|_| "the alert's Slack URL is not text")?;
+        let target = self.egress.resolve(&url).await.map_err(|e| e.to_string())?;
+        let client = self.client_for(&target.host, target.addr)?;
+        let text = d.data.get("summary").and_then(Value::as_str).unwrap_or("toolgate: usage alert");
+        let resp = client.post(target.url).json(&json!({ "text": text })).send().await.map_err(|e| {
+            if e.is_timeout() {
+                "timed out".to_string()
+            } else {
+                format!("request failed: {e}")
+            }
+        })?;
+        Ok(resp.status().as_u16())
     }
 
     /// Writes a delivery's new state; queues it again while it is pending. A write that fails
@@ -507,7 +666,7 @@ impl Events {
         let mut removed = 0;
         for (id, body) in all {
             let Ok(d) = serde_json::from_str::<Delivery>(&body) else { continue };
-            let orphan = self.state.webhook_of(&d.org_id, &d.webhook_id).is_none();
+            let orphan = d.alert_id.is_none() && self.state.webhook_of(&d.org_id, &d.webhook_id).is_none();
             let done = d.status != "pending" && (d.created_at < cutoff || orphan);
             if done && self.state.store.delete(Kind::Delivery, &id).await.is_ok() {
                 removed += 1;
@@ -520,6 +679,19 @@ impl Events {
 
     /// A webhook's deliveries, newest first.
     pub async fn deliveries(&self, org_id: &str, webhook_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.deliveries_where(org_id, |d| d.alert_id.is_none() && d.webhook_id == webhook_id).await
+    }
+
+    /// An alert's notifications, newest first.
+    pub async fn notifications(&self, org_id: &str, alert_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.deliveries_where(org_id, |d| d.alert_id.as_deref() == Some(alert_id)).await
+    }
+
+    async fn deliveries_where(
+        &self,
+        org_id: &str,
+        wanted: impl Fn(&Delivery) -> bool,
+    ) -> Result<Vec<Delivery>, StoreError> {
         let mut all: Vec<Delivery> = self
             .state
             .store
@@ -527,7 +699,7 @@ impl Events {
             .await?
             .into_iter()
             .filter_map(|(_, body)| serde_json::from_str::<Delivery>(&body).ok())
-            .filter(|d| d.webhook_id == webhook_id)
+            .filter(|d| wanted(d))
             .map(|d| self.pending.get(&d.id).map_or(d, |p| p.clone()))
             .collect();
         all.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));

@@ -57,15 +57,80 @@ pub fn app_bucket(app_id: &str) -> String {
     format!("app:{app_id}")
 }
 
+/// A gateway whose per-minute quota reached `alerts.limit_warning_percent` in a window: what
+/// `usage.limit_warning` reports of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    pub gateway_id: String,
+    /// The window's start, Unix seconds.
+    pub minute_unix: u64,
+    pub count: u64,
+    pub limit: u32,
+}
+
 /// The per-minute quotas of gateways and apps, counted by the rate-limit backend (the same one
 /// the filter's buckets use), so that instances sharing a backend share the figures.
 pub struct MinuteQuota {
     backend: Arc<dyn RateLimiter>,
+    /// Percent of a gateway's quota whose reaching is noted in `reached` (0: none).
+    warn_percent: u8,
+    reached: parking_lot::Mutex<Vec<Reached>>,
+    /// Per gateway, the window (its end) last noted in `reached`.
+    noted: dashmap::DashMap<String, u64>,
 }
 
+/// Most gateway readings kept between two takes (each is one gateway's one window).
+const MAX_REACHED: usize = 10_000;
+
 impl MinuteQuota {
-    pub fn new(backend: Arc<dyn RateLimiter>) -> MinuteQuota {
-        MinuteQuota { backend }
+    pub fn new(backend: Arc<dyn RateLimiter>, warn_percent: u8) -> MinuteQuota {
+        MinuteQuota {
+            backend,
+            warn_percent,
+            reached: parking_lot::Mutex::new(Vec::new()),
+            noted: dashmap::DashMap::new(),
+        }
+    }
+
+    /// [`MinuteQuota::admit`] for a gateway's own quota; the first request of a window at or past
+    /// `warn_percent` of it is noted for [`MinuteQuota::take_reached`], once per window and
+    /// instance (`>=`, not `==`: with a shared backend, other instances' counts arrive in steps).
+    pub fn admit_gateway(&self, gateway_id: &str, limit: u32) -> Result<(), Spent> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let w = self.backend.charge_window(gateway_id, limit, 60, now);
+        if w.allowed
+            && self.warn_percent > 0
+            && u64::from(w.count) >= warn_count(limit, self.warn_percent)
+            && self.first_in(gateway_id, w.reset_at)
+        {
+            let mut reached = self.reached.lock();
+            if reached.len() < MAX_REACHED {
+                reached.push(Reached {
+                    gateway_id: gateway_id.to_string(),
+                    minute_unix: w.reset_at.saturating_sub(60),
+                    count: u64::from(w.count),
+                    limit,
+                });
+            }
+        }
+        if w.allowed {
+            return Ok(());
+        }
+        Err(Spent { limit, reset_at: w.reset_at, retry_after: w.reset_at.saturating_sub(now).max(1) })
+    }
+
+    /// Whether this is the first note of `gateway_id`'s window ending at `reset_at`.
+    fn first_in(&self, gateway_id: &str, reset_at: u64) -> bool {
+        if self.noted.get(gateway_id).is_some_and(|r| *r == reset_at) {
+            return false;
+        }
+        self.noted.insert(gateway_id.to_string(), reset_at);
+        true
+    }
+
+    /// The gateways that reached their warning share since the last take.
+    pub fn take_reached(&self) -> Vec<Reached> {
+        std::mem::take(&mut *self.reached.lock())
     }
 
     /// Counts one request against `limit` per minute for `key`; [`Spent`] until the next window
@@ -84,14 +149,45 @@ impl MinuteQuota {
     }
 }
 
+/// The count at which a window holds `percent` of `limit` (rounded up, at least 1).
+fn warn_count(limit: u32, percent: u8) -> u64 {
+    (u64::from(limit) * u64::from(percent)).div_ceil(100).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use toolgate_filters::rate_limit::LocalRateLimiter;
 
     #[test]
+    fn a_gateway_reaching_its_warning_share_is_noted_once_per_window() {
+        let q = MinuteQuota::new(Arc::new(LocalRateLimiter::new()), 80);
+        assert_eq!(warn_count(10, 80), 8);
+        assert_eq!(warn_count(3, 80), 3);
+        assert_eq!(warn_count(1000, 1), 10);
+        for _ in 0..7 {
+            q.admit_gateway("gw_a", 10).unwrap();
+        }
+        assert_eq!(q.take_reached(), vec![], "7 of 10: below 80 %");
+        for _ in 0..3 {
+            q.admit_gateway("gw_a", 10).unwrap();
+        }
+        assert!(q.admit_gateway("gw_a", 10).is_err(), "spent");
+        let reached = q.take_reached();
+        assert_eq!(reached.len(), 1, "once, at the 8th call: {reached:?}");
+        assert_eq!((reached[0].gateway_id.as_str(), reached[0].count, reached[0].limit), ("gw_a", 8, 10));
+        assert_eq!(reached[0].minute_unix % 60, 0);
+        assert_eq!(q.take_reached(), vec![], "taken once");
+        let off = MinuteQuota::new(Arc::new(LocalRateLimiter::new()), 0);
+        for _ in 0..10 {
+            off.admit_gateway("gw_a", 10).unwrap();
+        }
+        assert_eq!(off.take_reached(), vec![], "0 turns it off");
+    }
+
+    #[test]
     fn exact_per_minute() {
-        let q = MinuteQuota::new(Arc::new(LocalRateLimiter::new()));
+        let q = MinuteQuota::new(Arc::new(LocalRateLimiter::new()), 0);
         let t = 6_000; // start of a minute
         for _ in 0..3 {
             assert_eq!(q.admit_at("g", 3, t + 10), Ok(()));

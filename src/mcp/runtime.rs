@@ -74,7 +74,7 @@ impl McpRuntime {
         Ok(McpRuntime {
             apps: AppClients::new(state.clone()),
             reqlog,
-            quotas: MinuteQuota::new(limiter),
+            quotas: MinuteQuota::new(limiter, state.config.alerts.limit_warning_percent),
             sessions,
             state,
             catalogues: DashMap::new(),

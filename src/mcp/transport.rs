@@ -136,7 +136,7 @@ pub async fn handle(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -
     };
     if method == Method::POST {
         // The gateway's own per-minute figure, all callers together (Decision 3).
-        if let Err(spent) = mcp.quotas.admit(&gw.id, gw.configuration.rate_limit) {
+        if let Err(spent) = mcp.quotas.admit_gateway(&gw.id, gw.configuration.rate_limit) {
             let (bucket, what) = (format!("gateway:{}", gw.id), format!("gateway {} rate limit", gw.id));
             return reply::quota_exceeded(ex, spent, &bucket, &what).await;
         }

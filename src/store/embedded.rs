@@ -584,6 +584,7 @@ impl Store for EmbeddedStore {
                         requests: n(1)?,
                         rate_limited: n(2)?,
                         remaining_sum: n(3)?,
+                        ..UsageMinute::default()
                     })
                 })
                 .map_err(backend)?;
@@ -749,6 +750,7 @@ mod tests {
             requests,
             rate_limited,
             remaining_sum: requests * 10,
+            ..UsageMinute::default()
         };
         store.add_rate_usage(Arc::new(vec![m("k1", 60, 3, 0), m("k1", 120, 1, 1), m("k2", 60, 5, 0)])).await.unwrap();
         store.add_rate_usage(Arc::new(vec![m("k1", 120, 2, 0)])).await.unwrap();

@@ -57,8 +57,10 @@ pub enum Kind {
     KeyUsage,
     Meta,
     Webhook,
-    /// A webhook delivery (the outbox).
+    /// A webhook delivery, or an alert's notification (the outbox).
     Delivery,
+    /// A usage alert (`/alerts`).
+    Alert,
 }
 
 impl Kind {
@@ -78,6 +80,7 @@ impl Kind {
             Kind::Meta => "meta",
             Kind::Webhook => "webhook",
             Kind::Delivery => "delivery",
+            Kind::Alert => "alert",
         }
     }
 }

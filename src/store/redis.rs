@@ -624,9 +624,7 @@ impl Store for RedisStore {
                 let m = by_minute.entry(minute).or_insert_with(|| UsageMinute {
                     key_id: key_id.clone(),
                     minute_unix: minute,
-                    requests: 0,
-                    rate_limited: 0,
-                    remaining_sum: 0,
+                    ..UsageMinute::default()
                 });
                 match metric {
                     "r" => m.requests = n,

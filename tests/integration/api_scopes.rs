@@ -67,6 +67,10 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/webhooks/{id}/deliveries", Scope("admin")),
     ("POST", "/webhooks/{id}/rotate-secret", Scope("admin")),
     ("POST", "/webhooks/{id}/test", Scope("admin")),
+    ("GET", "/alerts", Scope("admin")),
+    ("POST", "/alerts", Scope("admin")),
+    ("GET", "/alerts/{id}", Scope("admin")),
+    ("DELETE", "/alerts/{id}", Scope("admin")),
     // Each operation is checked as if sent alone.
     ("POST", "/batch", Any),
     ("GET", "/openapi.json", Public),
@@ -111,10 +115,16 @@ fn body(method: &str, path: &str, n: usize) -> Option<Value> {
         ("POST", "/auth/mfa/reset") => json!({ "user_id": "usr_viewer_s" }),
         // A public address literal (no DNS); only error.critical, which these tests never raise.
         ("POST", "/webhooks") => json!({ "url": "https://93.184.216.34/hook", "events": ["error.critical"] }),
+        ("POST", "/alerts") => alert_body(),
         ("POST", "/batch") => json!({ "operations": [{ "method": "GET", "path": "/v1/rate-limit" }] }),
         ("POST", _) | ("PATCH", _) => json!({}),
         _ => return None,
     })
+}
+
+/// An alert notifying a public address literal's Slack-like URL (no DNS, never reached here).
+fn alert_body() -> serde_json::Value {
+    json!({ "type": "rate_limit", "threshold": 90, "notification": { "slack": "https://93.184.216.34/slack" } })
 }
 
 struct Fx {
@@ -188,6 +198,10 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
         "/webhooks/{id}" | "/webhooks/{id}/deliveries" | "/webhooks/{id}/rotate-secret" | "/webhooks/{id}/test" => {
             let body = json!({ "url": "https://93.184.216.34/hook", "events": ["error.critical"] });
             let r = f.srv.api("POST", "/v1/webhooks", Some(owner), Some(body));
+            ok(&r, 201)["id"].as_str().unwrap().to_string()
+        }
+        "/alerts/{id}" => {
+            let r = f.srv.api("POST", "/v1/alerts", Some(owner), Some(alert_body()));
             ok(&r, 201)["id"].as_str().unwrap().to_string()
         }
         "/sessions/{id}" => "sess_does_not_exist".into(),

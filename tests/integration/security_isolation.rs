@@ -72,6 +72,15 @@ fn another_organisations_resources_are_404_on_every_id_path() {
         ),
         201,
     );
+    let alert = ok(
+        &srv.api(
+            "POST",
+            "/v1/alerts",
+            Some(&a),
+            Some(json!({ "type": "rate_limit", "threshold": 90, "notification": { "slack": "https://93.184.216.34/s" } })),
+        ),
+        201,
+    );
     let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
     let id_for = |path: &str| -> String {
         match path {
@@ -81,6 +90,7 @@ fn another_organisations_resources_are_404_on_every_id_path() {
             p if p.starts_with("/sessions/") => session.clone(),
             p if p.starts_with("/account/whitelist/") => wl["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/webhooks/") => webhook["id"].as_str().unwrap().to_string(),
+            p if p.starts_with("/alerts/") => alert["id"].as_str().unwrap().to_string(),
             other => panic!("no resource of organisation A for {other}: add a row to this sweep"),
         }
     };
@@ -110,4 +120,8 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     assert!(entries.to_string().contains(wl["id"].as_str().unwrap()), "{entries}");
     let hooks = ok(&srv.api("GET", "/v1/webhooks", Some(&a), None), 200);
     assert!(hooks.to_string().contains(webhook["id"].as_str().unwrap()), "B's DELETE removed A's webhook: {hooks}");
+    let alerts = ok(&srv.api("GET", "/v1/alerts", Some(&a), None), 200);
+    assert!(alerts.to_string().contains(alert["id"].as_str().unwrap()), "B's DELETE removed A's alert: {alerts}");
+    let b_alerts = ok(&srv.api("GET", "/v1/alerts", Some(&b), None), 200);
+    assert_eq!(b_alerts["alerts"], json!([]), "B lists A's alert: {b_alerts}");
 }

@@ -82,10 +82,9 @@ impl Clock for ManualClock {
 #[derive(Debug, Default)]
 struct Windows {
     tat: [[u64; 2]; 5],
-    /// Requests per calendar minute not yet taken by [`RateLimiter::take_usage`]: (minute
-    /// start in Unix seconds, requests, rate limited, sum of remaining). One entry most of the
-    /// time, two across a minute's end.
-    unsaved: Vec<(u64, u64, u64, u64)>,
+    /// Requests per calendar minute not yet taken by [`RateLimiter::take_usage`] (without
+    /// `key_id`). One entry most of the time, two across a minute's end.
+    unsaved: Vec<UsageMinute>,
     /// Per window, the time admissions advanced `tat` by (cost x interval) since
     /// [`LocalRateLimiter::take_spent`], and the window's span (capacity x interval): what a
     /// shared backend merges across instances.
@@ -308,7 +307,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
             if let Some(max) = req.max_in_flight {
                 if !state.try_take_slot(max) {
                     let mut w = state.windows.lock();
-                    count(&mut w, now, self.clock.unix_origin_ns(), req.new_request, true, 0);
+                    count(&mut w, now, self.clock.unix_origin_ns(), req.new_request, req.bucket, Counted::Refused);
                     let mut snapshot = self.report(now, &req.limits, &w.tat[b]);
                     snapshot.remaining = 0;
                     return Outcome::TooManyInFlight { snapshot };
@@ -335,7 +334,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
                     }
                     let snapshot = self.report(now, &req.limits, &w.tat[b]);
                     let origin = self.clock.unix_origin_ns();
-                    count(&mut w, now, origin, req.new_request, false, snapshot.remaining);
+                    count(&mut w, now, origin, req.new_request, req.bucket, Counted::Admitted(&snapshot));
                     drop(w);
                     let guard =
                         req.max_in_flight.map(|_| ConcurrencyGuard::new(state.clone() as Arc<dyn InFlightSlot>));
@@ -353,7 +352,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
                         _ => self.snapshot(now, req.limits.minute, tat[0]),
                     };
                     snapshot.remaining = 0;
-                    count(&mut w, now, self.clock.unix_origin_ns(), req.new_request, true, 0);
+                    count(&mut w, now, self.clock.unix_origin_ns(), req.new_request, req.bucket, Counted::Refused);
                     Outcome::Limited { snapshot, retry_after_ns: wait_minute.max(wait_hour) }
                 }
             }
@@ -370,13 +369,7 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         let mut taken = Vec::new();
         for entry in self.keys.iter() {
             let unsaved = std::mem::take(&mut entry.value().windows.lock().unsaved);
-            taken.extend(unsaved.into_iter().map(|(minute_unix, requests, rate_limited, remaining_sum)| UsageMinute {
-                key_id: entry.key().to_string(),
-                minute_unix,
-                requests,
-                rate_limited,
-                remaining_sum,
-            }));
+            taken.extend(unsaved.into_iter().map(|m| UsageMinute { key_id: entry.key().to_string(), ..m }));
         }
         // Callers without a credential are not reported, only kept from piling up.
         for entry in self.addresses.iter() {
@@ -407,20 +400,40 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
     }
 }
 
+/// One request's outcome for its calendar minute's usage: refused, or admitted with what its
+/// window reported.
+enum Counted<'a> {
+    Refused,
+    Admitted(&'a Snapshot),
+}
+
 /// Counts one request in its calendar minute's usage.
-fn count(w: &mut Windows, now: u64, unix_origin: u64, new_request: bool, limited: bool, remaining: u64) {
+fn count(w: &mut Windows, now: u64, unix_origin: u64, new_request: bool, bucket: Bucket, outcome: Counted<'_>) {
     if !new_request {
         return;
     }
     let minute_unix = (unix_origin + now) / MINUTE_NS * 60;
     let current = match w.unsaved.last_mut() {
-        Some(m) if m.0 == minute_unix => m,
+        Some(m) if m.minute_unix == minute_unix => m,
         _ => {
-            w.unsaved.push((minute_unix, 0, 0, 0));
+            w.unsaved.push(UsageMinute { minute_unix, ..UsageMinute::default() });
             w.unsaved.last_mut().expect("just pushed")
         }
     };
-    current.1 += 1;
-    current.2 += u64::from(limited);
-    current.3 += remaining;
+    current.requests += 1;
+    let (remaining, used_percent) = match outcome {
+        Counted::Refused => {
+            current.rate_limited += 1;
+            (0, 100)
+        }
+        Counted::Admitted(s) => {
+            let used = s.limit.saturating_sub(s.remaining.min(s.limit));
+            (s.remaining, (used * 100).checked_div(s.limit).unwrap_or(0).min(100) as u8)
+        }
+    };
+    current.remaining_sum += remaining;
+    if current.peak_bucket.is_none() || used_percent > current.peak_percent {
+        current.peak_percent = used_percent;
+        current.peak_bucket = Some(bucket);
+    }
 }

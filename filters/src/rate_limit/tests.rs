@@ -383,6 +383,9 @@ fn usage_is_counted_per_caller_and_minute_until_taken() {
         requests,
         rate_limited,
         remaining_sum,
+        // The analytics bucket's 5 of 20 is the largest share used (global: 2 of 10).
+        peak_percent: 25,
+        peak_bucket: Some(Bucket::Analytics),
     };
     assert_eq!(rl.limiter().take_usage(), vec![usage(3, 0, 9 + 8 + 15, minute)]);
     assert_eq!(rl.limiter().take_usage(), vec![], "taken once");
@@ -399,6 +402,7 @@ fn usage_is_counted_per_caller_and_minute_until_taken() {
         (minute, 9, 1),
         "a free tier's minute holds 10"
     );
+    assert_eq!((taken[0].peak_percent, taken[0].peak_bucket), (100, Some(Bucket::Global)), "a refusal is all of it");
     assert_eq!((taken[1].minute_unix, taken[1].requests), (minute + 60, 1));
 }
 

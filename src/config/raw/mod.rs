@@ -4,6 +4,7 @@
 //! (`server.max_body_bytes`, `apps[2].tls_ca_file`). Sections that depend on others get those
 //! already built (users need the organisations, quotas the tiers).
 
+mod alerts;
 mod apps;
 mod identity;
 mod jwt;
@@ -44,6 +45,9 @@ pub struct RawConfig {
     observability: observability::RawObservability,
     #[serde(default)]
     webhooks: webhooks::RawWebhooks,
+    #[serde(default)]
+    alerts: alerts::RawAlerts,
+    smtp: Option<alerts::RawSmtp>,
     jwt: Option<jwt::RawJwt>,
 }
 
@@ -80,6 +84,8 @@ impl RawConfig {
         let mcp = self.mcp.build()?;
         let observability = self.observability.build()?;
         let webhooks = self.webhooks.build()?;
+        let alerts = self.alerts.build()?;
+        let smtp = self.smtp.map(alerts::RawSmtp::build).transpose()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
         Ok(Config {
             environment,
@@ -95,6 +101,8 @@ impl RawConfig {
             mcp,
             observability,
             webhooks,
+            alerts,
+            smtp,
             jwt,
         })
     }
