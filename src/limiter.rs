@@ -20,9 +20,9 @@ use toolgate_filters::rate_limit::{LocalRateLimiter, RateLimiter};
 pub fn open(storage: &StorageConfig, sync: Duration) -> Arc<dyn RateLimiter> {
     match storage {
         StorageConfig::Embedded { .. } => Arc::new(LocalRateLimiter::new()),
-        StorageConfig::Redis { url, key_prefix, command_timeout, .. } => {
+        StorageConfig::Redis { url, key_prefix, command_timeout, tls, .. } => {
             let local = Arc::new(LocalRateLimiter::new());
-            match redis::Client::open(url.as_str()) {
+            match crate::store::redis::client(url, tls) {
                 Ok(client) => {
                     let shared = Shared { client, prefix: key_prefix.clone(), timeout: *command_timeout };
                     spawn_on_redis_runtime(shared.run(local.clone(), sync));

@@ -15,6 +15,7 @@
 //! write and its publication) can go unseen.
 
 use crate::changes::Change;
+use crate::config::RedisTls;
 use crate::state::State;
 use crate::store::redis::spawn_on_redis_runtime;
 use redis::streams::{StreamReadOptions, StreamReadReply};
@@ -36,8 +37,8 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 const RETRY: Duration = Duration::from_millis(500);
 
 /// Starts carrying changes between this instance and the others on the Redis at `url`.
-pub fn start(state: Arc<State>, url: &str, prefix: &str) -> Result<(), redis::RedisError> {
-    let client = redis::Client::open(url)?;
+pub fn start(state: Arc<State>, url: &str, tls: &RedisTls, prefix: &str) -> Result<(), redis::RedisError> {
+    let client = crate::store::redis::client(url, tls)?;
     let stream = format!("{prefix}:changes");
     let instance = crate::secrets::new_id("inst");
     tracing::info!(instance, stream, "following the other instances' changes on Redis");

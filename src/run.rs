@@ -48,8 +48,8 @@ pub fn run(config_path: &Path) -> ExitCode {
             crate::limiter::open(&config.storage, std::time::Duration::from_millis(config.rate_limits.sync_ms)),
         );
         let server = Server::new(state.clone(), limiter).await.map_err(|e| e.to_string())?;
-        if let crate::config::StorageConfig::Redis { url, key_prefix, .. } = &config.storage {
-            crate::peers::start(state.clone(), url, key_prefix).map_err(|e| e.to_string())?;
+        if let crate::config::StorageConfig::Redis { url, key_prefix, tls, .. } = &config.storage {
+            crate::peers::start(state.clone(), url, tls, key_prefix).map_err(|e| e.to_string())?;
         }
         Ok::<_, String>((state, Arc::new(server), printed))
     });

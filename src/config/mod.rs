@@ -115,7 +115,32 @@ pub enum StorageConfig {
         /// How long calls go on from this instance's copy of the records while Redis cannot be
         /// reached; past it authenticated requests are answered 503.
         outage_grace: std::time::Duration,
+        /// With `rediss://`: a private CA and a client certificate, read at load.
+        tls: RedisTls,
     },
+}
+
+/// TLS to Redis beyond the system's roots: the CA that issued the server's certificate, and
+/// this instance's certificate when the server requires one.
+#[derive(Debug, Clone, Default)]
+pub struct RedisTls {
+    pub ca: Option<TlsRoots>,
+    pub client: Option<ClientIdentity>,
+}
+
+/// A client certificate chain and its private key (PEM), read at load.
+#[derive(Clone)]
+pub struct ClientIdentity {
+    pub cert_file: PathBuf,
+    pub cert_pem: std::sync::Arc<[u8]>,
+    pub key_pem: std::sync::Arc<[u8]>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key's bytes are a secret.
+        f.debug_struct("ClientIdentity").field("cert_file", &self.cert_file).finish_non_exhaustive()
+    }
 }
 
 /// `webhooks:` (see `config/raw/webhooks.rs` and `events/`).
@@ -523,7 +548,9 @@ mod tests {
     #[test]
     fn values_the_start_would_refuse_are_refused_at_load() {
         for (yaml, field) in [
-            ("storage:\n  backend: redis\n  url: rediss://127.0.0.1:6379\n", "storage.url"),
+            ("storage:\n  backend: redis\n  url: redis://x\n  tls_ca_file: /ca.pem\n", "storage.tls_ca_file"),
+            ("storage:\n  backend: redis\n  url: rediss://x\n  tls_ca_file: /nonexistent.pem\n", "storage.tls_ca_file"),
+            ("storage:\n  backend: redis\n  url: rediss://x\n  tls_cert_file: /c.pem\n", "storage.tls_key_file"),
             ("storage:\n  backend: redis\n  url: redis://x\n  key_prefix: 'a{b}'\n", "storage.key_prefix"),
             ("storage:\n  backend: redis\n  url: redis://x\n  command_timeout_ms: 0\n", "storage.command_timeout_ms"),
             ("mcp:\n  max_stdio_processes: 18446744073709551615\n", "mcp.max_stdio_processes"),

@@ -17,8 +17,8 @@ use toolgate_filters::rate_limit::UsageMinute;
 pub fn open(config: &StorageConfig) -> Result<Arc<dyn Store>, StoreError> {
     match config {
         StorageConfig::Embedded { path } => Ok(Arc::new(EmbeddedStore::open(path)?)),
-        StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout, .. } => {
-            Ok(Arc::new(RedisStore::open(url, key_prefix, *connect_timeout, *command_timeout)?))
+        StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout, tls, .. } => {
+            Ok(Arc::new(RedisStore::open(url, tls, key_prefix, *connect_timeout, *command_timeout)?))
         }
     }
 }

@@ -18,6 +18,7 @@
 //! Uniqueness is `SET NX`, a single use `GETDEL`: no lock held in any process.
 
 use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP, NO_PARTITION};
+use crate::config::RedisTls;
 use crate::rollup::{Histogram, Rollup};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -80,16 +81,34 @@ fn tag(partition: &str) -> &str {
 /// Entries a page of the log reads per round trip when it must filter them itself.
 const SCAN_CHUNK: isize = 1000;
 
+/// A client of the Redis at `url`: with `rediss://`, over TLS, trusting the system's roots or
+/// the configured CA, presenting the configured client certificate. The store, the change feed
+/// and the shared rate limits each make theirs here.
+pub fn client(url: &str, tls: &RedisTls) -> redis::RedisResult<redis::Client> {
+    if tls.ca.is_none() && tls.client.is_none() {
+        return redis::Client::open(url);
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|c| redis::ClientTlsConfig { client_cert: c.cert_pem.to_vec(), client_key: c.key_pem.to_vec() }),
+        root_cert: tls.ca.as_ref().map(|ca| ca.pem.to_vec()),
+    };
+    redis::Client::build_with_tls(url, certificates)
+}
+
 impl RedisStore {
     /// Connects lazily: the first command connects, and the manager reconnects after a failure,
     /// each attempt bounded by `connect_timeout`, each command by `command_timeout`.
     pub fn open(
         url: &str,
+        tls: &RedisTls,
         prefix: &str,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Result<RedisStore, StoreError> {
-        let client = redis::Client::open(url).map_err(backend)?;
+        let client = client(url, tls).map_err(backend)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(command_timeout))

@@ -176,12 +176,15 @@ fn start_server(file: &Path) -> Output {
 /// to bind.
 #[test]
 fn check_config_refuses_what_the_start_refuses() {
-    // Redis over TLS is refused by both (the start would fail to connect, much later).
-    let base_apps =
-        BASE_CONFIG.replace("backend: embedded\n  path: {data_dir}", "backend: redis\n  url: rediss://127.0.0.1:6379");
+    // A CA file for Redis over TLS that does not exist is refused by both (the start would fail
+    // to connect, much later).
+    let base_apps = BASE_CONFIG.replace(
+        "backend: embedded\n  path: {data_dir}",
+        "backend: redis\n  url: rediss://127.0.0.1:6379\n  tls_ca_file: /nonexistent/ca.pem",
+    );
     assert!(base_apps.contains("backend: redis"), "test setup: base config changed shape");
     let cases: [(&str, String, &str); 5] = [
-        ("redis_tls", base_apps, "storage.url: TLS to Redis (rediss://) is not available in this build yet"),
+        ("redis_tls", base_apps, "storage.tls_ca_file: `/nonexistent/ca.pem`"),
         (
             "stdio_processes",
             format!("{BASE_CONFIG}mcp:\n  max_stdio_processes: 18446744073709551615\n"),

@@ -13,6 +13,9 @@ pub(super) struct RawStorage {
     connect_timeout_ms: Option<u64>,
     command_timeout_ms: Option<u64>,
     outage_grace_secs: Option<u64>,
+    tls_ca_file: Option<String>,
+    tls_cert_file: Option<String>,
+    tls_key_file: Option<String>,
 }
 
 impl RawStorage {
@@ -27,18 +30,18 @@ impl RawStorage {
                     };
                     return Err(invalid(field, "only used with backend: redis"));
                 }
+                self.tls(false)?;
                 StorageConfig::Embedded { path: PathBuf::from(self.path.unwrap_or_else(|| "./data".into())) }
             }
             Some("redis") => {
-                let url = self.url.ok_or_else(|| invalid("storage.url", "required with backend: redis"))?;
-                if !["redis://", "unix://", "redis+unix://"].iter().any(|s| url.starts_with(s)) {
-                    let why = if url.starts_with("rediss://") {
-                        "TLS to Redis (rediss://) is not available in this build yet; use redis:// on a private network"
-                    } else {
-                        "must start with redis:// (or unix:// for a local socket)"
-                    };
-                    return Err(invalid("storage.url", why));
+                let url = self.url.clone().ok_or_else(|| invalid("storage.url", "required with backend: redis"))?;
+                if !["redis://", "rediss://", "unix://", "redis+unix://"].iter().any(|s| url.starts_with(s)) {
+                    return Err(invalid(
+                        "storage.url",
+                        "must start with redis://, rediss:// (TLS) or unix:// (a local socket)",
+                    ));
                 }
+                let tls = self.tls(url.starts_with("rediss://"))?;
                 if self.path.is_some() {
                     return Err(invalid("storage.path", "only used with backend: embedded"));
                 }
@@ -61,9 +64,54 @@ impl RawStorage {
                     outage_grace: std::time::Duration::from_secs(grace),
                     connect_timeout: ms(self.connect_timeout_ms, "storage.connect_timeout_ms", 2000)?,
                     command_timeout: ms(self.command_timeout_ms, "storage.command_timeout_ms", 2000)?,
+                    tls,
                 }
             }
             Some(other) => return Err(invalid("storage.backend", format!("`{other}`: expected embedded or redis"))),
         })
+    }
+
+    /// The TLS files, read now so that a wrong path stops the start rather than the first
+    /// connection.
+    fn tls(&self, rediss: bool) -> Result<RedisTls, ConfigError> {
+        let given = [
+            ("storage.tls_ca_file", &self.tls_ca_file),
+            ("storage.tls_cert_file", &self.tls_cert_file),
+            ("storage.tls_key_file", &self.tls_key_file),
+        ];
+        if !rediss {
+            if let Some((field, _)) = given.iter().find(|(_, v)| v.is_some()) {
+                return Err(invalid(*field, "only used with a rediss:// url"));
+            }
+            return Ok(RedisTls::default());
+        }
+        let read = |field: &str, file: &str| {
+            let pem = std::fs::read(file).map_err(|e| invalid(field, format!("`{file}`: {e}")))?;
+            if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
+                return Err(invalid(field, format!("`{file}` holds no PEM block")));
+            }
+            Ok(pem)
+        };
+        let ca = match &self.tls_ca_file {
+            Some(file) => {
+                let pem = read("storage.tls_ca_file", file)?;
+                match reqwest::Certificate::from_pem_bundle(&pem) {
+                    Ok(certs) if !certs.is_empty() => Some(TlsRoots { file: PathBuf::from(file), pem: pem.into() }),
+                    _ => return Err(invalid("storage.tls_ca_file", format!("`{file}` holds no PEM certificate"))),
+                }
+            }
+            None => None,
+        };
+        let client = match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Some(ClientIdentity {
+                cert_file: PathBuf::from(cert),
+                cert_pem: read("storage.tls_cert_file", cert)?.into(),
+                key_pem: read("storage.tls_key_file", key)?.into(),
+            }),
+            (None, None) => None,
+            (Some(_), None) => return Err(invalid("storage.tls_key_file", "required with tls_cert_file")),
+            (None, Some(_)) => return Err(invalid("storage.tls_cert_file", "required with tls_key_file")),
+        };
+        Ok(RedisTls { ca, client })
     }
 }
