@@ -105,16 +105,23 @@ def main() -> None:
 
 def run(servers, admin: str, redis: RedisProcess, seconds: int, rounds: int, conns: int) -> None:
     auth = {"Authorization": f"Bearer {admin}"}
-    gw = httpx2.post(servers[0].base_url + "/v1/gateways", json={"name": "scaleout", "servers": ["fast"]},
-                     headers=auth, timeout=30).json()["data"]
+    # The gateway's own per-minute quota out of the way too.
+    body = {"name": "scaleout", "servers": ["fast"], "configuration": {"rate_limit": 1000000000}}
+    gw = httpx2.post(servers[0].base_url + "/v1/gateways", json=body, headers=auth, timeout=30).json()["data"]
     mcp = f"/gateway/{gw['id']}/mcp"
     head = {"X-API-Key": gw["api_key"], "Accept": "application/json, text/event-stream"}
     init = httpx2.post(servers[0].base_url + mcp, headers=head, timeout=30, json={
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
     sid = init.headers["mcp-session-id"]
-    httpx2.post(servers[0].base_url + mcp, headers={**head, "Mcp-Session-Id": sid},
+    head.update({"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"})
+    httpx2.post(servers[0].base_url + mcp, headers=head,
                 json={"jsonrpc": "2.0", "method": "notifications/initialized"}, timeout=30)
+    # The call the load makes, checked on every instance first.
+    for s in servers:
+        r = httpx2.post(s.base_url + mcp, headers=head, timeout=30, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "hi"}}})
+        assert r.status_code == 200 and "hi" in r.text, (s.base_url, r.status_code, r.text)
     pids = [s.proc.pid for s in servers]
     redis_pid = redis.proc.pid
     rows: dict[str, list[dict]] = {"one": [], "three": []}
