@@ -284,6 +284,12 @@ where
     }
 }
 
+/// Connections open now on the main listener (all [`ConnLimits`] together): a shutdown waits
+/// for it to reach 0.
+pub fn open_connections() -> i64 {
+    metrics().open.get()
+}
+
 /// Keeps `toolgate_connections_open` right on every way out of `process_new`.
 struct OpenGuard;
 

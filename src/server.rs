@@ -170,6 +170,9 @@ impl Server {
     }
 }
 
+/// How often, after SIGTERM, the open connections are counted to exit once none is left.
+const IDLE_CHECK: Duration = Duration::from_millis(20);
+
 /// Runs [`Server::flush`] every `period` until the process stops; a Pingora background service.
 pub struct Flusher {
     pub server: Arc<Server>,
@@ -220,17 +223,33 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
         }
         // Pingora lets in-flight requests run for the grace period after SIGTERM; the apps must
-        // keep serving them, so they are stopped only at its end, after the last writes.
+        // keep serving them, so they are stopped only when the last connection has closed (idle
+        // keep-alive connections close at once on shutdown) or at the period's end, after the
+        // last writes. Idle, the process then exits at once: Pingora itself would sleep out the
+        // whole grace period, which only delays a restart.
         let grace = self.server.state.config.server.grace_period.saturating_sub(Duration::from_millis(500));
         let started = Instant::now();
-        while started.elapsed() < grace {
-            tokio::time::sleep(self.period.min(grace - started.elapsed())).await;
-            self.server.flush(Urgency::Now).await;
-        }
+        let mut flushed = Instant::now();
+        let idle = loop {
+            if crate::conn_limits::open_connections() == 0 {
+                break true;
+            }
+            if started.elapsed() >= grace {
+                break false;
+            }
+            tokio::time::sleep(IDLE_CHECK.min(grace - started.elapsed())).await;
+            if flushed.elapsed() >= self.period {
+                self.server.flush(Urgency::Now).await;
+                flushed = Instant::now();
+            }
+        };
         self.server.flush(Urgency::Now).await;
         self.server.mcp.apps.shutdown().await;
-        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "flushed and stopped apps");
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, idle, "flushed and stopped apps");
         crate::logging::flush();
+        if idle {
+            std::process::exit(0);
+        }
     }
 }
 

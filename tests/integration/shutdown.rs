@@ -111,3 +111,50 @@ fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "stdio app {pid} outlived toolgate");
     }
 }
+
+#[test]
+fn sigterm_exits_at_once_when_nothing_is_in_flight_and_keeps_what_was_buffered() {
+    let mut srv = TestServer::start_with_config(
+        "server:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  grace_period_secs: 20\n\
+         storage:\n  backend: embedded\n  path: {data_dir}\n\
+         apps:\n  - { id: time, name: Time, builtin: time }\n",
+    );
+    let gw = srv.api("POST", "/v1/gateways", Some(srv.admin_key()), Some(json!({"name": "g", "servers": ["time"]})));
+    let gw = gw.data().clone();
+    let url = srv.url(&format!("/gateway/{}/mcp", gw["id"].as_str().unwrap()));
+    let key = gw["api_key"].as_str().unwrap().to_string();
+    // A kept-alive client connection stays open, idle, while the signal comes.
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let init = mcp(
+        &client,
+        &url,
+        &key,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let r = mcp(
+        &client,
+        &url,
+        &key,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "get_current_time", "arguments": {"timezone": "UTC"}}}),
+    );
+    assert_eq!(r.status(), 200);
+    let started = Instant::now();
+    let status = srv.sigterm_timeout(Duration::from_secs(10));
+    let took = started.elapsed();
+    assert!(status.success(), "toolgate exited with {status}");
+    assert!(took < Duration::from_secs(5), "idle, it should not sleep out the 20 s grace period: {took:?}");
+    // The call's request-log entry, still buffered when the signal came, was written.
+    srv.restart();
+    let logs = srv.api("GET", "/v1/logs", Some(srv.admin_key()), None);
+    assert_eq!(logs.status, 200, "{logs:?}");
+    let entries = logs.data()["logs"].as_array().cloned().unwrap_or_default();
+    assert!(
+        entries.iter().any(|e| e["function"].as_str().is_some_and(|f| f.ends_with("get_current_time"))),
+        "the call's log entry was lost: {entries:?}"
+    );
+}
