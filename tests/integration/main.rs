@@ -20,6 +20,7 @@ mod limits_concurrency;
 mod mcp_defects;
 mod mcp_upstreams;
 mod metrics_prometheus;
+mod packaging;
 mod process_logs;
 mod security_bounds;
 mod security_connections;
