@@ -26,6 +26,8 @@ static LINES: OnceLock<Lines> = OnceLock::new();
 /// no system call, no thread woken); a writer thread of its own writes what has gathered every
 /// [`WRITE_INTERVAL`] with one `write(2)`. At saturation a write and a wake-up per access line
 /// (a queue to a writer thread, or standard error directly) cost about 5 % of the process's CPU.
+/// A warning or an error wakes the writer at once: they are rare, and whoever watches the log
+/// for them should not wait.
 pub fn init(o: &ObservabilityConfig) {
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
     let filter = from_env
@@ -40,7 +42,7 @@ pub fn init(o: &ObservabilityConfig) {
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
     let lines: &'static Lines = LINES.get_or_init(Lines::default);
     lines.start_writer();
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(move || lines);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(LogWriter(lines));
     match o.log_format {
         // One object per line: timestamp, level, target and the event's fields at the top level.
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init(),
@@ -103,17 +105,40 @@ impl Lines {
     }
 }
 
-impl Write for &Lines {
+/// The subscriber's writer: [`Lines`], told whether a line is a warning or an error.
+struct LogWriter(&'static Lines);
+
+/// One line's writer.
+struct LineWriter {
+    lines: &'static Lines,
+    urgent: bool,
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> LineWriter {
+        LineWriter { lines: self.0, urgent: false }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> LineWriter {
+        // Levels order by verbosity: WARN and ERROR are the ones at or below WARN.
+        LineWriter { lines: self.0, urgent: *meta.level() <= tracing::Level::WARN }
+    }
+}
+
+impl Write for LineWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let lines = self.lines;
         let waiting_now = {
-            let mut waiting = self.waiting.lock();
+            let mut waiting = lines.waiting.lock();
             waiting.extend_from_slice(line);
             waiting.len()
         };
         if waiting_now >= WRITE_NOW_AT {
-            self.write_out();
-        } else if waiting_now >= WAKE_AT {
-            self.wake.notify_one();
+            lines.write_out();
+        } else if self.urgent || waiting_now >= WAKE_AT {
+            lines.wake.notify_one();
         }
         Ok(line.len())
     }

@@ -41,6 +41,11 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        None => toolgate::run::run(&cli.config),
+        None => {
+            let code = toolgate::run::run(&cli.config);
+            // Lines logged before a failed start are still in memory.
+            toolgate::logging::flush();
+            code
+        }
     }
 }

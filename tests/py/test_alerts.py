@@ -30,6 +30,15 @@ class Mailbox:
 
     def __init__(self):
         self.messages: list[tuple[str, list[str], email.message.Message]] = []
+        # Recipients refused this many more times (then taken): a mailbox that is full for a while.
+        self.refuse: dict[str, int] = {}
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802
+        if self.refuse.get(address, 0) > 0:
+            self.refuse[address] -= 1
+            return "452 4.2.2 mailbox full, try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
         self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), email.message_from_bytes(envelope.content)))
@@ -235,3 +244,26 @@ def test_a_gateway_near_its_quota_raises_one_warning(srv, peers):
     assert data["type"] == "gateway_quota" and data["gateway_id"] == gw["id"] and data["alert_id"] is None
     assert (data["threshold"], data["limit"], data["usage_percent"]) == (80, 10, 80), data
     assert not hooks.failures, hooks.failures
+
+
+def test_an_email_the_server_refuses_is_retried(srv, peers):
+    mailbox = peers[0]
+    mailbox.refuse["full@example.com"] = 1
+    created = api(srv, "POST", "/v1/alerts", {"type": "rate_limit", "threshold": 30,
+                                              "notification": {"email": "full@example.com"}})
+    assert created.status_code == 201, created.text
+    alert = created.json()["data"]
+    key = api(srv, "POST", "/v1/api-keys", {"name": "busy-2", "scopes": ["gateways:read"]}).json()["data"]
+    with httpx2.Client(base_url=srv.base_url, headers={"Authorization": f"Bearer {key['key']}"}) as c:
+        for _ in range(20):
+            c.get("/v1/gateways")
+
+    def delivered():
+        got = api(srv, "GET", f"/v1/alerts/{alert['id']}").json()["data"]["notifications"]
+        return got if got and got[0]["status"] == "delivered" else None
+    notes = wait_for(delivered, 20)
+    assert len(notes) == 1 and notes[0]["channel"] == "email"
+    assert notes[0]["attempts"] == 2, notes[0]
+    mine = [m for m in mailbox.messages if m[1] == ["full@example.com"]]
+    assert len(mine) == 1 and key["id"] in mine[0][2]["Subject"], mailbox.messages
+    assert api(srv, "DELETE", f"/v1/alerts/{alert['id']}").status_code == 200
