@@ -11,26 +11,62 @@
 
 use crate::config::StorageConfig;
 use crate::store::redis::spawn_on_redis_runtime;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use toolgate_filters::rate_limit::{LocalRateLimiter, RateLimiter};
 
+/// Whether this instance's buckets are being shared: since when merging them with Redis has
+/// failed, if it has (`rate_limits.outage: closed` refuses calls meanwhile). Always shared on
+/// the embedded store (nothing to share).
+#[derive(Debug, Clone, Default)]
+pub struct Sharing(Arc<AtomicI64>);
+
+impl Sharing {
+    /// How long merging has failed, if it is failing now.
+    pub fn lost_for(&self) -> Option<Duration> {
+        let since = self.0.load(Ordering::Relaxed);
+        (since > 0).then(|| Duration::from_millis((now_ms() - since).max(0) as u64))
+    }
+
+    fn works(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    fn failed(&self) {
+        let _ = self.0.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
 /// The backend for a deployment: one instance on its embedded store counts in memory; several
 /// on Redis count in memory and merge through Redis.
-pub fn open(storage: &StorageConfig, sync: Duration) -> Arc<dyn RateLimiter> {
+pub fn open(storage: &StorageConfig, sync: Duration) -> (Arc<dyn RateLimiter>, Sharing) {
+    let sharing = Sharing::default();
     match storage {
-        StorageConfig::Embedded { .. } => Arc::new(LocalRateLimiter::new()),
+        StorageConfig::Embedded { .. } => (Arc::new(LocalRateLimiter::new()), sharing),
         StorageConfig::Redis { url, key_prefix, command_timeout, tls, .. } => {
             let local = Arc::new(LocalRateLimiter::new());
             match crate::store::redis::client(url, tls) {
                 Ok(client) => {
-                    let shared = Shared { client, prefix: key_prefix.clone(), timeout: *command_timeout };
+                    let shared = Shared {
+                        client,
+                        prefix: key_prefix.clone(),
+                        timeout: *command_timeout,
+                        sharing: sharing.clone(),
+                    };
                     spawn_on_redis_runtime(shared.run(local.clone(), sync));
                 }
                 // The URL was validated with the configuration; still, never a panic.
-                Err(e) => tracing::error!(error = %e, "rate limits cannot be shared: they stay per instance"),
+                Err(e) => {
+                    tracing::error!(error = %e, "rate limits cannot be shared: they stay per instance");
+                    sharing.failed();
+                }
             }
-            local
+            (local, sharing)
         }
     }
 }
@@ -65,6 +101,7 @@ struct Shared {
     client: redis::Client,
     prefix: String,
     timeout: Duration,
+    sharing: Sharing,
 }
 
 impl Shared {
@@ -87,7 +124,13 @@ impl Shared {
                     .set_response_timeout(Some(self.timeout));
                 conn = self.client.get_multiplexed_async_connection_with_config(&config).await.ok();
             }
-            let Some(c) = conn.as_mut() else { continue };
+            let Some(c) = conn.as_mut() else {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!("cannot reach Redis to share rate limits; each instance counts alone meanwhile");
+                }
+                self.sharing.failed();
+                continue;
+            };
             let mut invocation = script.prepare_invoke();
             invocation.arg(spent.len());
             for s in &spent {
@@ -109,6 +152,7 @@ impl Shared {
                     if std::mem::replace(&mut failing, false) {
                         tracing::info!("rate limits are shared again");
                     }
+                    self.sharing.works();
                     for (s, v) in spent.iter().zip(&values) {
                         if let Ok(us) = v.parse::<u64>() {
                             local.merge_tat(&s.key, s.bucket, s.window, us.saturating_mul(1000));
@@ -125,6 +169,7 @@ impl Shared {
                     if !std::mem::replace(&mut failing, true) {
                         tracing::warn!(error = %e, "cannot share rate limits through Redis; each instance counts alone meanwhile");
                     }
+                    self.sharing.failed();
                     conn = None;
                 }
             }

@@ -157,6 +157,15 @@ impl Proxy {
                     "the shared store has not answered for {secs} s: this instance cannot vouch for credentials"
                 )));
             }
+            // `rate_limits.outage: closed`: no call is admitted on this instance's count alone.
+            if let Some(lost) = self.server.sharing.lost_for() {
+                if self.server.state.config.rate_limits.outage == "closed" {
+                    return Err(ApiError::Unavailable(format!(
+                        "rate limits cannot be shared (Redis has not answered for {} ms) and rate_limits.outage is closed",
+                        lost.as_millis()
+                    )));
+                }
+            }
             self.server.state.record_usage(&p.key_id, ctx.client_ip);
         }
         Ok(())

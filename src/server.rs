@@ -23,6 +23,8 @@ pub struct Server {
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges; its backend
     /// also counts the MCP quotas.
     pub limiter: RateLimit<dyn RateLimiter>,
+    /// Whether the limiter's buckets are being shared with the other instances.
+    pub sharing: crate::limiter::Sharing,
     /// A pruning of the request log is running ([`Server::prune_logs`]).
     pruning: AtomicBool,
     /// Rate-limit usage the store did not take yet ([`Server::flush_rate_usage`]).
@@ -33,7 +35,11 @@ pub struct Server {
 const UNSAVED_USAGE_CAP: usize = 100_000;
 
 impl Server {
-    pub async fn new(state: Arc<State>, limiter: RateLimit<dyn RateLimiter>) -> Result<Server, StoreError> {
+    pub async fn new(
+        state: Arc<State>,
+        limiter: RateLimit<dyn RateLimiter>,
+        sharing: crate::limiter::Sharing,
+    ) -> Result<Server, StoreError> {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
         let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone()).await?);
         // The runtime's caches follow the state through the change feed. Held weakly: the feed
@@ -52,6 +58,7 @@ impl Server {
             mfa,
             events,
             limiter,
+            sharing,
             state,
             pruning: AtomicBool::new(false),
             unsaved_usage: parking_lot::Mutex::default(),

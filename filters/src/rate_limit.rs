@@ -189,6 +189,9 @@ pub struct RateLimitConfig {
     pub distributed: String,
     /// With `leased`: how often an instance merges its buckets with the shared ones.
     pub sync_ms: u64,
+    /// While the shared buckets cannot be reached: `open` (each instance admits alone, the
+    /// default) or `closed` (authenticated requests are answered 503 until they can).
+    pub outage: String,
 }
 
 impl RateLimitConfig {
@@ -218,6 +221,7 @@ impl Default for RateLimitConfig {
             webhook: BucketSize { requests_per_hour: Some(600), requests_per_minute: 30, burst: 10 },
             distributed: "leased".into(),
             sync_ms: 100,
+            outage: "open".into(),
         }
     }
 }

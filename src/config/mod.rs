@@ -549,6 +549,7 @@ mod tests {
     fn values_the_start_would_refuse_are_refused_at_load() {
         for (yaml, field) in [
             ("storage:\n  backend: redis\n  url: redis://x\n  tls_ca_file: /ca.pem\n", "storage.tls_ca_file"),
+            ("rate_limits:\n  outage: maybe\n", "rate_limits.outage"),
             ("storage:\n  backend: redis\n  url: rediss://x\n  tls_ca_file: /nonexistent.pem\n", "storage.tls_ca_file"),
             ("storage:\n  backend: redis\n  url: rediss://x\n  tls_cert_file: /c.pem\n", "storage.tls_key_file"),
             ("storage:\n  backend: redis\n  url: redis://x\n  key_prefix: 'a{b}'\n", "storage.key_prefix"),

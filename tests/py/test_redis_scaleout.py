@@ -399,3 +399,30 @@ def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_red
             assert httpx2.get(a.base_url + "/healthz", timeout=10).status_code == 200, "alive, only not serving"
             redis.start()
             within(8.0, lambda: c.request("tools/list").status_code == 200)
+
+
+@pytest.mark.parametrize("outage", ["open", "closed"])
+def test_rate_limits_fail_open_or_closed_as_configured_while_redis_is_away(outage):
+    with redis_server() as redis:
+        prefix = f"rl{outage}"
+        cfg = redis_config(redis.url, prefix).replace(
+            f"  key_prefix: {prefix}\n", f"  key_prefix: {prefix}\n  command_timeout_ms: 200\n  connect_timeout_ms: 200\n")
+        cfg += f"rate_limits:\n  outage: {outage}\n  sync_ms: 50\n"
+        with instances(cfg, 1) as (admin, (a,)):
+            gw = call(a, "POST", "/v1/gateways", admin, {"name": "limited", "servers": ["time"]}).json()["data"]
+            c = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
+            c.initialize()
+            assert c.request("tools/list").status_code == 200
+            redis.stop()
+            if outage == "closed":
+                # Refused once a merge has failed (within a sync interval and a command time-out),
+                # long before the store's outage grace (300 s).
+                within(3.0, lambda: c.request("tools/list").status_code == 503)
+                r = c.request("tools/list")
+                assert "rate_limits.outage is closed" in r.text, r.text
+            else:
+                time.sleep(1.5)
+                statuses = [c.request("tools/list").status_code for _ in range(10)]
+                assert statuses == [200] * 10, f"open: each instance counts alone meanwhile: {statuses}"
+            redis.start()
+            within(8.0, lambda: c.request("tools/list").status_code == 200)

@@ -39,6 +39,10 @@ pub(super) fn rate_limits(raw: RateLimitConfig) -> Result<(RateLimitConfig, Rate
         }
         other => return Err(invalid("rate_limits.distributed", format!("`{other}`: expected leased or exact"))),
     }
+    if !["open", "closed"].contains(&raw.outage.as_str()) {
+        let got: String = raw.outage.chars().take(32).collect();
+        return Err(invalid("rate_limits.outage", format!("`{got}`: expected open or closed")));
+    }
     if !(10..=10_000).contains(&raw.sync_ms) {
         return Err(invalid("rate_limits.sync_ms", "must be 10-10000"));
     }
