@@ -56,7 +56,6 @@ pub struct Crossing {
 impl Crossing {
     /// The `usage.limit_warning` event's `data`.
     pub fn data(&self) -> Value {
-        let minute = chrono::DateTime::from_timestamp(self.minute_unix as i64, 0).unwrap_or_default();
         json!({
             "type": "rate_limit",
             "alert_id": self.alert.as_ref().map(|a| a.id.as_str()),
@@ -64,7 +63,7 @@ impl Crossing {
             "bucket": self.bucket,
             "threshold": self.threshold,
             "usage_percent": self.usage_percent,
-            "minute": minute.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            "minute": minute_text(self.minute_unix),
         })
     }
 
@@ -180,7 +179,6 @@ impl Watcher {
         if !self.claim_named(&format!("gateway-crossing:{}:{}", r.gateway_id, r.minute_unix / 60)).await {
             return None;
         }
-        let minute = chrono::DateTime::from_timestamp(r.minute_unix as i64, 0).unwrap_or_default();
         Some((
             gw.org_id.clone(),
             json!({
@@ -190,10 +188,16 @@ impl Watcher {
                 "threshold": self.default_percent,
                 "usage_percent": percent,
                 "limit": r.limit,
-                "minute": minute.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "minute": minute_text(r.minute_unix),
             }),
         ))
     }
+}
+
+/// A minute's start as the events' `data` writes it (`2026-11-25T10:41:00Z`).
+fn minute_text(unix: u64) -> String {
+    let t = chrono::DateTime::from_timestamp(unix as i64, 0).unwrap_or_default();
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// The crossing rule for one reading: fires when the reading is at or above the threshold and

@@ -82,6 +82,18 @@ pub struct Events {
     mailer: Option<notify::Mailer>,
 }
 
+/// Whether a receiver took a delivery: a 2xx (an SMTP server's 250 among them).
+fn sent(code: u16) -> bool {
+    (200..300).contains(&code)
+}
+
+/// Ends a delivery that has nowhere to go any more.
+fn give_up(d: &mut Delivery, reason: &str) {
+    d.status = "failed".into();
+    d.last_error = Some(reason.to_string());
+    d.next_attempt_at = None;
+}
+
 fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
@@ -359,53 +371,61 @@ impl Events {
         let webhook = self.state.webhook_of(&d.org_id, &d.webhook_id);
         let Some(w) = webhook.filter(|w| w.enabled) else {
             // Deleted or disabled since: nothing to send it to.
-            d.status = "failed".into();
-            d.last_error = Some("the webhook was deleted or disabled".into());
-            d.next_attempt_at = None;
+            give_up(&mut d, "the webhook was deleted or disabled");
             self.finish(d).await;
             return;
         };
-        let gate = self
-            .per_webhook
-            .entry(w.id.clone())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_endpoint_concurrency)))
-            .clone();
-        let _slot = gate.acquire_owned().await.expect("the semaphore is never closed");
+        let _slot = self.endpoint_slot(&w.id).await;
         let started = Instant::now();
         let outcome = self.send(&w, &d).await;
+        self.note_health(&w, !matches!(outcome, Ok(code) if sent(code))).await;
+        if outcome == Ok(410) {
+            d.attempts += 1;
+            d.latency_ms = Some(started.elapsed().as_millis() as u64);
+            d.status = "disabled".into();
+            d.last_status_code = Some(410);
+            d.next_attempt_at = None;
+            self.disable(&w, "the endpoint answered 410 Gone").await;
+        } else {
+            self.record_attempt(&mut d, started, outcome);
+        }
+        self.finish(d).await;
+    }
+
+    /// A slot of the endpoint's (a webhook's, an alert's) `webhooks.per_endpoint_concurrency`.
+    async fn endpoint_slot(&self, endpoint: &str) -> tokio::sync::OwnedSemaphorePermit {
+        let gate = self
+            .per_webhook
+            .entry(endpoint.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_endpoint_concurrency)))
+            .clone();
+        gate.acquire_owned().await.expect("the semaphore is never closed")
+    }
+
+    /// Counts an attempt begun at `started` and records what came of it: delivered on a 2xx
+    /// (an SMTP server's 250 included), else retried on the schedule.
+    fn record_attempt(&self, d: &mut Delivery, started: Instant, outcome: Result<u16, String>) {
         d.attempts += 1;
         d.latency_ms = Some(started.elapsed().as_millis() as u64);
-        let failed = !matches!(outcome, Ok(code) if (200..300).contains(&code));
-        self.note_health(&w, failed).await;
         match outcome {
-            Ok(code) if (200..300).contains(&code) => {
+            Ok(code) if sent(code) => {
                 d.status = "delivered".into();
                 d.last_status_code = Some(code);
                 d.last_error = None;
                 d.delivered_at = Some(Utc::now());
                 d.next_attempt_at = None;
             }
-            Ok(410) => {
-                d.status = "disabled".into();
-                d.last_status_code = Some(410);
-                d.next_attempt_at = None;
-                self.disable(&w, "the endpoint answered 410 Gone").await;
+            Ok(code) => {
+                d.last_status_code = Some(code);
+                d.last_error = Some(format!("HTTP {code}"));
+                self.schedule_retry(d);
             }
-            other => {
-                match other {
-                    Ok(code) => {
-                        d.last_status_code = Some(code);
-                        d.last_error = Some(format!("HTTP {code}"));
-                    }
-                    Err(e) => {
-                        d.last_status_code = None;
-                        d.last_error = Some(e);
-                    }
-                }
-                self.schedule_retry(&mut d);
+            Err(e) => {
+                d.last_status_code = None;
+                d.last_error = Some(e);
+                self.schedule_retry(d);
             }
         }
-        self.finish(d).await;
     }
 
     /// The next attempt of a failed delivery, or `failed` after the schedule's last wait.
@@ -430,9 +450,7 @@ impl Events {
         let alert = match self.alert_of(&d.org_id, alert_id).await {
             Ok(Some(a)) => a,
             Ok(None) => {
-                d.status = "failed".into();
-                d.last_error = Some("the alert was deleted".into());
-                d.next_attempt_at = None;
+                give_up(&mut d, "the alert was deleted");
                 self.finish(d).await;
                 return;
             }
@@ -444,12 +462,7 @@ impl Events {
                 return;
             }
         };
-        let gate = self
-            .per_webhook
-            .entry(alert.id.clone())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_endpoint_concurrency)))
-            .clone();
-        let _slot = gate.acquire_owned().await.expect("the semaphore is never closed");
+        let _slot = self.endpoint_slot(&alert.id).await;
         let started = Instant::now();
         let outcome = match d.channel.as_deref() {
             Some("slack") => self.send_slack(&alert, &d).await,
@@ -460,27 +473,7 @@ impl Events {
             },
             other => Err(format!("unknown channel {other:?}")),
         };
-        d.attempts += 1;
-        d.latency_ms = Some(started.elapsed().as_millis() as u64);
-        match outcome {
-            Ok(code) if (200..300).contains(&code) || d.channel.as_deref() == Some("email") => {
-                d.status = "delivered".into();
-                d.last_status_code = Some(code);
-                d.last_error = None;
-                d.delivered_at = Some(Utc::now());
-                d.next_attempt_at = None;
-            }
-            Ok(code) => {
-                d.last_status_code = Some(code);
-                d.last_error = Some(format!("HTTP {code}"));
-                self.schedule_retry(&mut d);
-            }
-            Err(e) => {
-                d.last_status_code = None;
-                d.last_error = Some(e);
-                self.schedule_retry(&mut d);
-            }
-        }
+        self.record_attempt(&mut d, started, outcome);
         self.finish(d).await;
     }
 

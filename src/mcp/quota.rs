@@ -8,7 +8,7 @@
 use http::{HeaderName, HeaderValue};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use toolgate_filters::rate_limit::RateLimiter;
+use toolgate_filters::rate_limit::{RateLimiter, WindowOutcome};
 use toolgate_filters::rate_limit::{
     X_RATELIMIT_BUCKET, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, X_RATELIMIT_RESET_AFTER,
 };
@@ -97,9 +97,8 @@ impl MinuteQuota {
     /// instance (`>=`, not `==`: with a shared backend, other instances' counts arrive in steps).
     pub fn admit_gateway(&self, gateway_id: &str, limit: u32) -> Result<(), Spent> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let w = self.backend.charge_window(gateway_id, limit, 60, now);
-        if w.allowed
-            && self.warn_percent > 0
+        let w = self.charge_at(gateway_id, limit, now)?;
+        if self.warn_percent > 0
             && u64::from(w.count) >= warn_count(limit, self.warn_percent)
             && self.first_in(gateway_id, w.reset_at)
         {
@@ -113,10 +112,7 @@ impl MinuteQuota {
                 });
             }
         }
-        if w.allowed {
-            return Ok(());
-        }
-        Err(Spent { limit, reset_at: w.reset_at, retry_after: w.reset_at.saturating_sub(now).max(1) })
+        Ok(())
     }
 
     /// Whether this is the first note of `gateway_id`'s window ending at `reset_at`.
@@ -141,9 +137,14 @@ impl MinuteQuota {
     }
 
     fn admit_at(&self, key: &str, limit: u32, now_secs: u64) -> Result<(), Spent> {
+        self.charge_at(key, limit, now_secs).map(|_| ())
+    }
+
+    /// One request in `key`'s window: the window as it stands after it, or [`Spent`].
+    fn charge_at(&self, key: &str, limit: u32, now_secs: u64) -> Result<WindowOutcome, Spent> {
         let w = self.backend.charge_window(key, limit, 60, now_secs);
         if w.allowed {
-            return Ok(());
+            return Ok(w);
         }
         Err(Spent { limit, reset_at: w.reset_at, retry_after: w.reset_at.saturating_sub(now_secs).max(1) })
     }

@@ -41,6 +41,19 @@ fn mcp(
     req.send().expect("MCP POST")
 }
 
+/// `initialize` on the gateway's endpoint: the new session's id.
+fn open_session(client: &reqwest::blocking::Client, url: &str, key: &str) -> String {
+    let init = mcp(
+        client,
+        url,
+        key,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    init.headers()["mcp-session-id"].to_str().unwrap().to_string()
+}
+
 #[test]
 fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
     let everything = spawn_everything();
@@ -61,15 +74,7 @@ fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
     let url = srv.url(&format!("/gateway/{}/mcp", gw["id"].as_str().unwrap()));
     let key = gw["api_key"].as_str().unwrap().to_string();
     let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
-    let init = mcp(
-        &client,
-        &url,
-        &key,
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
-    );
-    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let session = open_session(&client, &url, &key);
 
     // Start the stdio app, and check it is toolgate's child.
     let r = mcp(
@@ -125,15 +130,7 @@ fn sigterm_exits_at_once_when_nothing_is_in_flight_and_keeps_what_was_buffered()
     let key = gw["api_key"].as_str().unwrap().to_string();
     // A kept-alive client connection stays open, idle, while the signal comes.
     let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    let init = mcp(
-        &client,
-        &url,
-        &key,
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
-    );
-    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let session = open_session(&client, &url, &key);
     let r = mcp(
         &client,
         &url,
