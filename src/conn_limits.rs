@@ -20,12 +20,14 @@
 //! the global cap. IPv6 peers are counted by /64, the block one subscriber usually holds.
 
 use crate::config::ServerConfig;
+use crate::tls::{Accepted, ClientSubject, EdgeTls};
 use async_trait::async_trait;
 use dashmap::DashMap;
 use ipnet::IpNet;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
-use pingora::protocols::Stream;
+use pingora::protocols::tls::server::handshake_with_callback;
+use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
 use pingora_prometheus::prometheus::{register_int_counter_vec, register_int_gauge, IntCounter, IntGauge};
 use std::net::{IpAddr, Ipv6Addr};
@@ -191,14 +193,40 @@ pub fn mark_header_read(context: &(dyn std::any::Any + Send + Sync)) {
 /// after `keepalive_idle`; and each request's header must be complete within `header_timeout`
 /// of the request's first byte (of the accept, for a connection's first request), or the
 /// connection is closed.
+///
+/// On a TLS listener the handshake runs first, within the same deadline as the first header;
+/// a connection that negotiates `h2` by ALPN (or, with `h2c`, opens with the HTTP/2 preface)
+/// is handed to Pingora's HTTP/2 server loop, whose streams each run the same app.
 pub struct BoundedHttp<A> {
     app: Arc<A>,
     limits: Arc<ConnLimits>,
+    tls: Option<Arc<EdgeTls>>,
+    h2c: bool,
 }
+
+/// What every HTTP/2 connection starts with ("prior knowledge", RFC 9113 section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl<A> BoundedHttp<A> {
     pub fn new(app: A, limits: Arc<ConnLimits>) -> BoundedHttp<A> {
-        BoundedHttp { app: Arc::new(app), limits }
+        BoundedHttp { app: Arc::new(app), limits, tls: None, h2c: false }
+    }
+
+    /// The same app and connection caps on another listener, with TLS (`Some`) or without.
+    pub fn sibling(&self, tls: Option<Arc<EdgeTls>>) -> BoundedHttp<A> {
+        BoundedHttp { app: self.app.clone(), limits: self.limits.clone(), tls, h2c: self.h2c }
+    }
+
+    pub fn with_tls(mut self, tls: Option<Arc<EdgeTls>>) -> BoundedHttp<A> {
+        self.tls = tls;
+        self
+    }
+
+    /// Accept HTTP/2 with prior knowledge on plain connections (the app's server options must
+    /// allow h2c too: Pingora's HTTP/2 loop checks them).
+    pub fn with_h2c(mut self, h2c: bool) -> BoundedHttp<A> {
+        self.h2c = h2c;
+        self
     }
 
     /// Pingora's keep-alive setting in whole seconds (at least 1: 0 would mean "no limit").
@@ -225,8 +253,30 @@ where
         };
         let _open = OpenGuard::new();
         let config = &self.limits.config;
-        let clock = Arc::new(HeaderClock::default());
         let mut stream = stream;
+        if let Some(tls) = &self.tls {
+            let acceptor = tls.acceptor();
+            let handshake = handshake_with_callback(&acceptor, Accepted(stream), &ClientSubject);
+            match tokio::time::timeout_at(accepted + config.header_timeout, handshake).await {
+                Ok(Ok(secured)) => stream = Box::new(secured),
+                Ok(Err(e)) => {
+                    crate::tls::handshake_failed(false);
+                    tracing::debug!(peer = ?peer, error = %e, "TLS handshake failed");
+                    return None;
+                }
+                Err(_) => {
+                    crate::tls::handshake_failed(true);
+                    tracing::debug!(peer = ?peer, "TLS handshake not complete in time; connection closed");
+                    return None;
+                }
+            }
+        }
+        if self.speaks_h2(&mut stream, accepted + config.header_timeout).await {
+            // Pingora's HTTP/2 loop (its blanket `ServerApp` for HTTP apps): each stream is a
+            // request of the same app; the connection keeps its slot until the loop ends.
+            return <A as ServerApp>::process_new(&self.app, stream, shutdown).await;
+        }
+        let clock = Arc::new(HeaderClock::default());
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
         loop {
@@ -240,7 +290,11 @@ where
                 tokio::select! {
                     peeked = tokio::time::timeout(config.keepalive_idle, stream.try_peek(&mut byte)) => {
                         match peeked {
-                            Ok(Ok(_)) => Instant::now(),
+                            Ok(Ok(true)) => Instant::now(),
+                            // A TLS stream cannot be peeked: the wait for the next request is
+                            // Pingora's keep-alive read timeout (`keepalive_idle`), so the
+                            // header's deadline counts from its end.
+                            Ok(Ok(false)) => Instant::now() + config.keepalive_idle,
                             Ok(Err(_)) => return None,
                             Err(_) => {
                                 metrics().idle_closed.inc();
@@ -281,6 +335,23 @@ where
 
     async fn cleanup(&self) {
         self.app.http_cleanup().await;
+    }
+}
+
+impl<A> BoundedHttp<A> {
+    /// HTTP/2 on this connection: ALPN `h2` on TLS, or the preface on a plain h2c listener.
+    /// A client that sends nothing before `deadline` is treated as HTTP/1.1, whose header
+    /// deadline (the same) then closes the connection.
+    async fn speaks_h2(&self, stream: &mut Stream, deadline: Instant) -> bool {
+        if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
+            return true;
+        }
+        if !self.h2c || self.tls.is_some() {
+            return false;
+        }
+        let mut preface = [0u8; H2_PREFACE.len()];
+        let peeked = tokio::time::timeout_at(deadline, stream.try_peek(&mut preface)).await;
+        matches!(peeked, Ok(Ok(true))) && preface == H2_PREFACE
     }
 }
 

@@ -59,6 +59,8 @@ pub struct RequestCtx {
     pub status: u16,
     /// The W3C trace context: the client's, or toolgate's own when spans are exported.
     pub trace: Option<crate::trace::TraceContext>,
+    /// The subject of the connection's verified client certificate (mTLS), if any.
+    pub client_certificate: Option<std::sync::Arc<str>>,
 }
 
 impl Default for RequestCtx {
@@ -72,6 +74,7 @@ impl Default for RequestCtx {
             started: Instant::now(),
             status: 0,
             trace: None,
+            client_certificate: None,
         }
     }
 }

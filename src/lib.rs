@@ -31,4 +31,5 @@ pub mod secrets;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod trace;

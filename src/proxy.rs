@@ -33,6 +33,7 @@ fn request_view<'r>(
     req: &'r pingora::http::RequestHeader,
     client_ip: std::net::IpAddr,
     route: &'r Route,
+    client_certificate: Option<&'r str>,
     class: RouteClass,
 ) -> RequestView<'r> {
     let gateway_id = match route {
@@ -47,6 +48,7 @@ fn request_view<'r>(
         client_ip,
         route: class,
         gateway_id,
+        client_certificate,
     }
 }
 
@@ -112,14 +114,15 @@ impl Proxy {
     /// Charges `extra` more tokens to the bucket the chain charged this request to.
     fn charge_extra(&self, ex: &mut Exchange<'_>, extra: u32) -> std::result::Result<(), ApiError> {
         let (req, ctx) = ex.parts();
-        let view = request_view(req, ctx.client_ip, &ctx.route, RouteClass::Management);
+        let view =
+            request_view(req, ctx.client_ip, &ctx.route, ctx.client_certificate.as_deref(), RouteClass::Management);
         self.server.limiter.charge_extra(&view, &mut ctx.filters, extra).map_err(ApiError::from)
     }
 
     /// Runs the chain of a route class; the principal and response headers land in the context.
     fn run_chain(&self, ex: &mut Exchange<'_>, class: RouteClass) -> std::result::Result<(), ApiError> {
         let (req, ctx) = ex.parts();
-        let view = request_view(req, ctx.client_ip, &ctx.route, class);
+        let view = request_view(req, ctx.client_ip, &ctx.route, ctx.client_certificate.as_deref(), class);
         let chain = match class {
             RouteClass::Gateway => &self.gateway,
             _ => &self.management,
@@ -209,6 +212,7 @@ impl ProxyHttp for Proxy {
         let forwarded = session.req_header().headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
         ctx.client_ip = client_ip(peer, forwarded, &self.trusted_proxies);
         ctx.route = Route::of(session.req_header().uri.path());
+        ctx.client_certificate = crate::tls::client_certificate(session.digest()).map(|c| c.subject);
         let headers = &session.req_header().headers;
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         ctx.trace = TraceContext::start(header("traceparent"), header("tracestate"));
@@ -289,6 +293,7 @@ impl ProxyHttp for Proxy {
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             client_ip = %ctx.client_ip,
             principal = ctx.filters.principal.as_ref().map(|p| p.key_id.as_str()),
+            client_certificate = ctx.client_certificate.as_deref(),
             "request"
         );
     }

@@ -26,6 +26,15 @@ pub fn run(config_path: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The certificates are read before anything else starts: a bad file is a configuration
+    // error, reported like one.
+    let edge = match config.server.tls.as_ref().map(|t| crate::tls::EdgeTls::load(t, config.server.http2)).transpose() {
+        Ok(edge) => edge,
+        Err(e) => {
+            eprintln!("toolgate: bad configuration {}: {e}", config_path.display());
+            return ExitCode::from(2);
+        }
+    };
     crate::logging::init(&config.observability);
     let admin_key = std::env::var("TOOLGATE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
     if let Some(k) = &admin_key {
@@ -99,7 +108,26 @@ pub fn run(config_path: &Path) -> ExitCode {
     // connection caps): see src/conn_limits.rs for why this wraps the app instead of using a
     // Pingora setting.
     let limits = ConnLimits::new(ConnLimitsConfig::from_server(&config.server));
-    let app = BoundedHttp::new(pingora::proxy::http_proxy(&pingora_server.configuration, proxy), limits);
+    let mut http = pingora::proxy::http_proxy(&pingora_server.configuration, proxy);
+    if config.server.h2c {
+        // Pingora's HTTP/2 loop reads this too: without it a preface would be read as HTTP/1.
+        let mut options = pingora::apps::HttpServerOptions::default();
+        options.h2c = true;
+        http.server_options = Some(options);
+    }
+    let app = BoundedHttp::new(http, limits).with_h2c(config.server.h2c);
+    let mut plain_beside = None;
+    let app = match edge {
+        None => app,
+        Some(edge) => {
+            pingora_server.add_service(pingora::services::background::background_service(
+                "TLS certificate reloader",
+                crate::tls::Reloader(edge.clone()),
+            ));
+            plain_beside = config.server.plain_listen.map(|addr| (addr, app.sibling(None)));
+            app.with_tls(Some(edge))
+        }
+    };
     let mut service = Service::new("toolgate".to_string(), app);
     // A 4 KiB L4 read buffer instead of Pingora's 64 KiB one (sized to batch TLS's 16 KiB record
     // reads, and allocated for every accepted connection): with it each idle or slow connection
@@ -109,6 +137,12 @@ pub fn run(config_path: &Path) -> ExitCode {
     service.add_listener(
         ListenerConfig::tcp(config.server.listen.to_string()).l4_buffer(L4BufferSettings::default().read(4096)),
     );
+    if let Some((addr, plain)) = plain_beside {
+        let mut plain_service = Service::new("toolgate (plain HTTP)".to_string(), plain);
+        plain_service
+            .add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(L4BufferSettings::default().read(4096)));
+        pingora_server.add_service(plain_service);
+    }
     let mut prometheus = pingora_prometheus::prometheus_http_service();
     prometheus.add_tcp(&config.server.metrics_listen.to_string());
     pingora_server.add_service(service);
@@ -125,6 +159,6 @@ pub fn run(config_path: &Path) -> ExitCode {
                 .add_service(pingora::services::background::background_service("OTLP span exporter", exporter));
         }
     }
-    tracing::info!(listen = %config.server.listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");
+    tracing::info!(listen = %config.server.listen, tls = config.server.tls.is_some(), plain_listen = ?config.server.plain_listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");
     pingora_server.run_forever()
 }

@@ -72,6 +72,7 @@ command -v wrk >/dev/null || missing+=(wrk)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
 command -v npm >/dev/null || missing+=(nodejs npm)
+command -v curl >/dev/null || missing+=(curl ca-certificates)
 command -v python3 >/dev/null || missing+=(python3)
 if command -v python3 >/dev/null && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     missing+=(python3-venv)

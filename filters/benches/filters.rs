@@ -86,6 +86,7 @@ fn bench(c: &mut Criterion) {
         client_ip: "10.3.0.9".parse().unwrap(),
         route: RouteClass::Management,
         gateway_id: None,
+        client_certificate: None,
     };
     let p = principal();
 

@@ -54,6 +54,9 @@ pub struct RequestView<'a> {
     pub route: RouteClass,
     /// For gateway routes, the `{gateway_id}` segment.
     pub gateway_id: Option<&'a str>,
+    /// The subject (`CN=..., O=...`) of the client certificate verified in the TLS handshake
+    /// (`server.tls.client_ca_file`), when the connection presented one.
+    pub client_certificate: Option<&'a str>,
 }
 
 /// What the filters learned about a request, handed to the handler afterwards.
@@ -159,6 +162,7 @@ pub(crate) mod testing {
             client_ip: ip.parse().unwrap(),
             route,
             gateway_id: (route == RouteClass::Gateway).then_some("g1"),
+            client_certificate: None,
         }
     }
 }

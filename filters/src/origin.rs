@@ -57,6 +57,7 @@ mod tests {
             client_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             route: RouteClass::Gateway,
             gateway_id: Some("gw_1"),
+            client_certificate: None,
         };
         filter.filter(&view, &mut FilterContext::default())
     }

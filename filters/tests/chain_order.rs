@@ -66,6 +66,7 @@ fn run(chain: &FilterChain, key: Option<&str>, ip: &str) -> (Result<(), u16>, Fi
         client_ip: ip.parse().unwrap(),
         route: RouteClass::Management,
         gateway_id: None,
+        client_certificate: None,
     };
     let mut ctx = FilterContext::default();
     let result = chain.run(&req, &mut ctx).map_err(|r| r.status);

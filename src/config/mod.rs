@@ -75,7 +75,17 @@ pub use crate::jwt::{JwtConfig, JwtKeyConfig};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// The main listener: TLS when `tls` is set, plain HTTP otherwise.
     pub listen: SocketAddr,
+    /// With `tls`, an optional plain-HTTP listener beside the TLS one (behind a load balancer
+    /// that terminates TLS itself, or for health checks).
+    pub plain_listen: Option<SocketAddr>,
+    /// TLS termination on `listen` (`src/tls.rs`).
+    pub tls: Option<TlsConfig>,
+    /// Offer HTTP/2 by ALPN on the TLS listener (HTTP/1.1 is always offered).
+    pub http2: bool,
+    /// HTTP/2 without TLS ("prior knowledge") on the plain listeners, beside HTTP/1.1.
+    pub h2c: bool,
     pub metrics_listen: SocketAddr,
     /// Public base URL, used to build each gateway's `endpoint` (no trailing slash).
     pub public_url: String,
@@ -97,6 +107,40 @@ pub struct ServerConfig {
     /// Open connections on the main listener, in all and per client address (`src/conn_limits.rs`).
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
+}
+
+/// `server.tls`: what the TLS listener presents and asks of clients.
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// Certificate chains and keys (PEM); the first is presented when the client's SNI names
+    /// none of the others' DNS names (or sends no SNI).
+    pub certificates: Vec<CertificatePaths>,
+    pub min_version: TlsVersion,
+    pub client_auth: ClientAuth,
+    /// How often the files are checked for changes (None: only on SIGHUP).
+    pub reload_check: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CertificatePaths {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+/// Client certificates (mTLS), verified against the CA file's certificates.
+#[derive(Debug, Clone)]
+pub enum ClientAuth {
+    None,
+    /// A connection without a valid client certificate is refused in the handshake.
+    Required(PathBuf),
+    /// A certificate, when sent, must be valid; connections without one are served.
+    Optional(PathBuf),
 }
 
 /// Where records live. `backend: redis` is refused at load until the shared backend exists, so

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import http.client
 import os
 import secrets
 import string
@@ -164,8 +165,8 @@ def classify(addrs: list[str]) -> tuple[str | None, str | None]:
             status, _, body = _get(addr, "/metrics")
             if status == 200 and not _is_json(body):
                 metrics = addr
-        except (OSError, urllib.error.URLError):
-            continue  # bound but not serving yet
+        except (OSError, urllib.error.URLError, http.client.HTTPException):
+            continue  # bound but not serving yet, or not serving plain HTTP (a TLS listener)
     return main, metrics
 
 

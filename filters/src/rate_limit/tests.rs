@@ -42,6 +42,7 @@ impl Req {
             client_ip: self.ip,
             route: self.route,
             gateway_id: None,
+            client_certificate: None,
         }
     }
 }

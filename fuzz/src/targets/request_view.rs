@@ -130,7 +130,16 @@ pub fn run(data: &[u8]) -> Features {
             headers.insert(name, v);
         }
     }
-    let view = RequestView { method: &method, path, query, headers: &headers, client_ip: ip, route: class, gateway_id };
+    let view = RequestView {
+        method: &method,
+        path,
+        query,
+        headers: &headers,
+        client_ip: ip,
+        route: class,
+        gateway_id,
+        client_certificate: None,
+    };
     match auth::management_credential(&view) {
         Ok(c) => {
             assert!(!c.is_empty(), "empty management credential");

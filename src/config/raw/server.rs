@@ -20,6 +20,73 @@ pub(super) struct RawServer {
     keepalive_idle_secs: Option<u64>,
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
+    /// With `tls`: a second listener that serves plain HTTP beside the TLS one.
+    plain_listen: Option<String>,
+    h2c: Option<bool>,
+    http2: Option<bool>,
+    tls: Option<RawTls>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    #[serde(default)]
+    certificates: Vec<RawCertificate>,
+    min_version: Option<String>,
+    client_ca_file: Option<String>,
+    client_auth: Option<String>,
+    reload_check_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCertificate {
+    cert_file: Option<String>,
+    key_file: Option<String>,
+}
+
+impl RawTls {
+    fn build(self) -> Result<TlsConfig, ConfigError> {
+        if self.certificates.is_empty() {
+            return Err(invalid(
+                "server.tls.certificates",
+                "at least one certificate (cert_file, key_file) is required",
+            ));
+        }
+        let mut certificates = Vec::with_capacity(self.certificates.len());
+        for (i, c) in self.certificates.into_iter().enumerate() {
+            let field = |f: &str| format!("server.tls.certificates[{i}].{f}");
+            let cert_file =
+                c.cert_file.filter(|f| !f.is_empty()).ok_or_else(|| invalid(field("cert_file"), "required"))?;
+            let key_file =
+                c.key_file.filter(|f| !f.is_empty()).ok_or_else(|| invalid(field("key_file"), "required"))?;
+            certificates.push(CertificatePaths { cert_file: cert_file.into(), key_file: key_file.into() });
+        }
+        let min_version = match self.min_version.as_deref() {
+            None | Some("1.2") => TlsVersion::Tls12,
+            Some("1.3") => TlsVersion::Tls13,
+            Some(other) => return Err(invalid("server.tls.min_version", format!("`{other}`: use \"1.2\" or \"1.3\""))),
+        };
+        let client_auth = match (self.client_ca_file, self.client_auth.as_deref()) {
+            (None, None) => ClientAuth::None,
+            (None, Some(_)) => return Err(invalid("server.tls.client_auth", "needs server.tls.client_ca_file")),
+            (Some(ca), None | Some("required")) => ClientAuth::Required(ca.into()),
+            (Some(ca), Some("optional")) => ClientAuth::Optional(ca.into()),
+            (Some(_), Some(other)) => {
+                return Err(invalid("server.tls.client_auth", format!("`{other}`: use required or optional")))
+            }
+        };
+        let reload_check_ms = self.reload_check_ms.unwrap_or(10_000);
+        if reload_check_ms != 0 && reload_check_ms < 100 {
+            return Err(invalid("server.tls.reload_check_ms", "must be 0 (on SIGHUP only) or at least 100"));
+        }
+        Ok(TlsConfig {
+            certificates,
+            min_version,
+            client_auth,
+            reload_check: (reload_check_ms > 0).then(|| Duration::from_millis(reload_check_ms)),
+        })
+    }
 }
 
 fn parse_addr(field: &str, value: Option<&str>, default: &str) -> Result<SocketAddr, ConfigError> {
@@ -88,8 +155,29 @@ impl RawServer {
         if max_connections_per_ip == 0 || max_connections_per_ip > max_connections {
             return Err(invalid("server.max_connections_per_ip", "must be between 1 and server.max_connections"));
         }
+        let tls = s.tls.map(RawTls::build).transpose()?;
+        let plain_listen = match (&s.plain_listen, &tls) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(invalid("server.plain_listen", "only with server.tls (server.listen is plain already)"))
+            }
+            (Some(a), Some(_)) => {
+                let addr = parse_addr("server.plain_listen", Some(a), "")?;
+                if addr == listen || addr == metrics_listen {
+                    return Err(invalid(
+                        "server.plain_listen",
+                        "must differ from server.listen and server.metrics_listen",
+                    ));
+                }
+                Some(addr)
+            }
+        };
         Ok(ServerConfig {
             listen,
+            plain_listen,
+            tls,
+            http2: s.http2.unwrap_or(true),
+            h2c: s.h2c.unwrap_or(false),
             metrics_listen,
             public_url: public_url.trim_end_matches('/').to_string(),
             trusted_proxies,
