@@ -13,6 +13,9 @@
 #              session checks, request log) -> fast_upstream
 #   toolgate-stateless  the same toolgate and gateway, called as MCP 2026-07-28 (no session; the
 #              envelope in `_meta`, the routing headers), translated for the 2025-era upstream
+#   toolgate-tls  another toolgate terminating TLS (self-signed certificate) on 127.0.0.3, its
+#              plain listener beside it; then a "handshake" phase: GET /healthz with
+#              `Connection: close` on its plain and TLS listeners (TLS=0 leaves both out)
 #   toolgate-redis  a second toolgate, the same settings but `storage.backend: redis` (a
 #              redis-server on a Unix socket in the work directory; rate limits shared the
 #              leased way), when redis-server is installed (REDIS=0 leaves it out)
@@ -138,12 +141,12 @@ mcp_init() {
   local url="$1" key="${2:-}" version="${3:-2025-06-18}" hdrs="$WORK/init.headers" sid
   local -a auth=()
   [[ -n "$key" ]] && auth=(-H "X-API-Key: $key")
-  curl -sS -o "$WORK/init.body" -D "$hdrs" "${auth[@]}" -X POST "$url" \
+  curl -sSk -o "$WORK/init.body" -D "$hdrs" "${auth[@]}" -X POST "$url" \
     -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
     -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"'"$version"'","capabilities":{},"clientInfo":{"name":"toolgate-load","version":"1"}}}'
   sid="$(tr -d '\r' <"$hdrs" | awk -F': *' 'tolower($1) == "mcp-session-id" { print $2; exit }')"
   [[ -n "$sid" ]] || { echo "load.sh: initialize at $url gave no Mcp-Session-Id:" >&2; cat "$hdrs" "$WORK/init.body" >&2; return 1; }
-  curl -sS -o /dev/null "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: $version" \
+  curl -sSk -o /dev/null "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: $version" \
     -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
     -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
   echo "$sid"
@@ -154,7 +157,7 @@ check_call() {
   local url="$1" sid="$2" key="${3:-}" out
   local -a auth=()
   [[ -n "$key" ]] && auth=(-H "X-API-Key: $key")
-  out="$(curl -sS "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 2025-06-18' \
+  out="$(curl -sSk "${auth[@]}" -X POST "$url" -H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 2025-06-18' \
     -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
     -d '{"jsonrpc":"2.0","id":"check","method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"}}}')"
   [[ "$out" == *'Echo: hello'* ]] || { echo "load.sh: tools/call at $url did not echo: $out" >&2; return 1; }
@@ -391,6 +394,34 @@ if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
   TARGETS="$TARGETS toolgate-b"
 fi
 
+if [[ "${TLS:-1}" != 0 ]] && command -v openssl >/dev/null; then
+  # The same toolgate terminating TLS (a self-signed ECDSA P-256 certificate; wrk does not
+  # verify), on 127.0.0.3, with its plain listener on 127.0.0.1 for the management calls.
+  log "starting toolgate-tls"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+    -addext subjectAltName=IP:127.0.0.3,DNS:localhost -keyout "$WORK/tls.key" -out "$WORK/tls.pem" 2>/dev/null
+  cp "$WORK/bin/toolgate" "$WORK/bin/toolgate-tls"
+  python3 - "$WORK/toolgate.yaml" "$WORK/toolgate-tls.yaml" "$WORK" <<'PY'
+import sys
+src, dst, work = sys.argv[1:]
+text = open(src).read().replace(f"path: {work}/data\n", f"path: {work}/data-tls\n")
+text = text.replace("  listen: 127.0.0.1:0\n", "  listen: 127.0.0.3:0\n  plain_listen: 127.0.0.1:0\n  tls:\n"
+                    f"    certificates:\n      - cert_file: {work}/tls.pem\n        key_file: {work}/tls.key\n")
+open(dst, "w").write(text)
+PY
+  (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec ${PIN_REST[@]+"${PIN_REST[@]}"} "$WORK/bin/toolgate-tls" \
+    --config "$WORK/toolgate-tls.yaml" >"$WORK/toolgate-tls.log" 2>&1) &
+  TGT_PID=$!; PIDS+=("$TGT_PID")
+  TGT_PLAIN_PORT="$(port_of "$TGT_PID" 127.0.0.1)"
+  TGT_PORT="$(port_of "$TGT_PID" 127.0.0.3)"
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$TGT_PLAIN_PORT/healthz" >/dev/null && break; sleep 0.1; done
+  read -r GWT_ID GWT_KEY < <(create_gateway fast "$TGT_PLAIN_PORT")
+  TGT_URL="https://127.0.0.3:$TGT_PORT/gateway/$GWT_ID/mcp"
+  SID_TGT="$(mcp_init "$TGT_URL" "$GWT_KEY")"
+  check_call "$TGT_URL" "$SID_TGT" "$GWT_KEY"
+  TARGETS="$TARGETS toolgate-tls"
+fi
+
 note_load() { echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2; }
 
 log "fast upstream: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds (warm-up ${WARMUP}s each)"
@@ -404,6 +435,7 @@ run_fast() {
     toolgate-stateless) run fast toolgate-stateless "$2" "$TG_URL" "" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
     toolgate-b) run fast toolgate-b "$2" "$TGB_URL" "$SID_TGB" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
     toolgate-redis) run fast toolgate-redis "$2" "$TGR_URL" "$SID_TGR" "$GWR_KEY" "$TGR_PID" "$UP_PID" "$3" ;;
+    toolgate-tls) run fast toolgate-tls "$2" "$TGT_URL" "$SID_TGT" "$GWT_KEY" "$TGT_PID" "$UP_PID" "$3" ;;
   esac
 }
 [[ -n "${SKIP_FAST:-}" ]] && TARGETS=""
@@ -417,6 +449,33 @@ for r in $(seq "$ROUNDS"); do
 done
 note_load
 check_call "$TG_URL" "$SID_TG" "$GW_KEY"
+
+# New connections: `GET /healthz` with `Connection: close` (one connection per request), on the
+# plain and the TLS listener of toolgate-tls, so the difference in CPU per request is the cost
+# of a TLS handshake (TLS 1.3, ECDSA P-256, X25519).
+# run_close TARGET ROUND URL PID SECONDS
+run_close() {
+  local target="$1" round="$2" url="$3" pid="$4" secs="$5" p0 p1 out rps reqs errs
+  p0="$(cpu_ticks "$pid")"
+  out="$(wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s -H 'Connection: close' "$url")"
+  p1="$(cpu_ticks "$pid")"
+  [[ "$round" == warmup ]] && return 0
+  rps="$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")"
+  reqs="$(awk '/requests in/ { print $1 }' <<<"$out")"
+  errs="$(awk '/Socket errors/ { gsub(/,/, ""); print $4 + $6 + $8 + $10 }' <<<"$out")"
+  printf '%s\t%s\t%s\tRESULT rps=%s requests=%s p50_us=0 p99_us=0 non2xx=0 socket_errors=%s\tproxy_ticks=%s\tup_ticks=0\tproxy_cs=0\n' \
+    handshake "$target" "$round" "$rps" "$reqs" "${errs:-0}" "$((p1 - p0))" >>"$RESULTS"
+  echo "   handshake $target round $round: $rps req/s, $reqs requests" >&2
+}
+if [[ -n "${TGT_PID:-}" && -z "${SKIP_FAST:-}" ]]; then
+  log "new connections: wrk -c$CONNS -H 'Connection: close' GET /healthz, plain and TLS listener of toolgate-tls"
+  run_close plain warmup "http://127.0.0.1:$TGT_PLAIN_PORT/healthz" "$TGT_PID" "$WARMUP"
+  run_close tls warmup "https://127.0.0.3:$TGT_PORT/healthz" "$TGT_PID" "$WARMUP"
+  for r in $(seq "$ROUNDS"); do
+    run_close plain "$r" "http://127.0.0.1:$TGT_PLAIN_PORT/healthz" "$TGT_PID" "$DURATION"
+    run_close tls "$r" "https://127.0.0.3:$TGT_PORT/healthz" "$TGT_PID" "$DURATION"
+  done
+fi
 
 if [[ -n "$EV_PORT" ]]; then
   read -r EV_GW_ID EV_GW_KEY < <(create_gateway everything)
@@ -498,7 +557,8 @@ for phase in ("fast", "everything"):
     if not direct:
         continue
     d_rps, d_p50 = med(direct, "rps"), med(direct, "p50_us")
-    for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-stateless", "toolgate-redis", "toolgate-b"):
+    for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-stateless", "toolgate-redis", "toolgate-tls",
+                   "toolgate-b"):
         rs = runs.get((phase, target))
         if not rs:
             continue
@@ -524,6 +584,16 @@ if tg and tgr:
     print(f"Redis store (leased rate limits) / embedded store, one instance: throughput "
           f"{med(tgr, 'rps') / med(tg, 'rps'):.3f}, CPU per call {cpu_us(tgr, 'proxy_ticks'):.1f} / "
           f"{cpu_us(tg, 'proxy_ticks'):.1f} us")
+tgt = runs.get(("fast", "toolgate-tls"))
+if tg and tgt:
+    print(f"TLS on the client side (keep-alive), toolgate-tls / toolgate: throughput {med(tgt, 'rps') / med(tg, 'rps'):.3f}, "
+          f"CPU per call {cpu_us(tgt, 'proxy_ticks'):.1f} / {cpu_us(tg, 'proxy_ticks'):.1f} us "
+          f"(TLS: {cpu_us(tgt, 'proxy_ticks') - cpu_us(tg, 'proxy_ticks'):+.1f} us per call)")
+hp, ht = runs.get(("handshake", "plain")), runs.get(("handshake", "tls"))
+if hp and ht:
+    print(f"new connection per request (GET /healthz, Connection: close): plain {med(hp, 'rps'):,.0f} req/s, "
+          f"{cpu_us(hp, 'proxy_ticks'):.1f} us; TLS {med(ht, 'rps'):,.0f} req/s, {cpu_us(ht, 'proxy_ticks'):.1f} us "
+          f"(a TLS handshake: {cpu_us(ht, 'proxy_ticks') - cpu_us(hp, 'proxy_ticks'):+.1f} us of toolgate's CPU)")
 tgb = runs.get(("fast", "toolgate-b"))
 ev_tg, ev_tgb = runs.get(("everything", "toolgate")), runs.get(("everything", "toolgate-b"))
 if ev_tg and ev_tgb:
