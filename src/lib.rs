@@ -33,3 +33,4 @@ pub mod state;
 pub mod store;
 pub mod tls;
 pub mod trace;
+pub mod upgrade;

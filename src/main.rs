@@ -18,6 +18,10 @@ struct Cli {
     /// Configuration file.
     #[arg(long, short, default_value = "conf/toolgate.yaml")]
     config: PathBuf,
+    /// Take over the listening sockets of a running toolgate: start this, then send SIGQUIT to
+    /// the running one (see `server.upgrade_sock`).
+    #[arg(long, short)]
+    upgrade: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -48,7 +52,7 @@ fn main() -> ExitCode {
             }
         },
         None => {
-            let code = toolgate::run::run(&cli.config);
+            let code = toolgate::run::run(&cli.config, cli.upgrade);
             // Lines logged before a failed start are still in memory.
             toolgate::logging::flush();
             code

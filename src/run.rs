@@ -17,8 +17,9 @@ use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::RateLimit;
 use toolgate_filters::FilterChain;
 
-/// Runs toolgate until SIGTERM (graceful: in-flight requests finish) or SIGINT.
-pub fn run(config_path: &Path) -> ExitCode {
+/// Runs toolgate until SIGTERM (graceful: in-flight requests finish), SIGINT, or SIGQUIT (a
+/// graceful upgrade: the listening sockets go to a process started with `upgrade`).
+pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     let config = match Config::load(config_path) {
         Ok(c) => Arc::new(c),
         Err(e) => {
@@ -43,6 +44,27 @@ pub fn run(config_path: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    // Bootstrap first: with `upgrade` this waits (up to 5 s) for the running process's sockets,
+    // so the records below are read once that process has been told to hand over.
+    let upgrade_sock = config.server.upgrade_sock.clone().unwrap_or_else(|| config.storage.default_upgrade_sock());
+    let conf = ServerConf {
+        threads: config.server.threads,
+        work_stealing: config.server.work_stealing,
+        grace_period_seconds: Some(config.server.grace_period.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(5),
+        upgrade_sock: upgrade_sock.to_string_lossy().into_owned(),
+        ..ServerConf::default()
+    };
+    let opt = Opt { upgrade, ..Opt::default() };
+    let claim = match crate::upgrade::claim(&config.storage, upgrade) {
+        Ok(claim) => claim,
+        Err(e) => {
+            eprintln!("toolgate: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut pingora_server = pingora::server::Server::new_with_opt_and_conf(opt, conf);
+    pingora_server.bootstrap();
     let startup = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -69,6 +91,26 @@ pub fn run(config_path: &Path) -> ExitCode {
         }
     };
     drop(startup);
+    // The lock on the embedded store is kept for the process's life (`run_forever` never
+    // returns); after `--upgrade` a background service waits for the old process to free it.
+    let _instance_lock = match claim {
+        crate::upgrade::Claim::Held(file) => Some(file),
+        crate::upgrade::Claim::Waiting(file) => {
+            server.mcp.sessions.adopt_unknown();
+            pingora_server.add_service(pingora::services::background::background_service(
+                "takeover after upgrade",
+                crate::upgrade::Takeover { lock: std::sync::Mutex::new(Some(file)), state: state.clone() },
+            ));
+            None
+        }
+        crate::upgrade::Claim::Shared => None,
+    };
+    if !config.storage.is_shared() {
+        pingora_server.add_service(pingora::services::background::background_service(
+            "upgrade hand-over",
+            crate::upgrade::Handover { server: server.clone() },
+        ));
+    }
     if let Some(key) = printed {
         eprintln!("toolgate: created the owner API key (shown once, store it now): {key}");
     }
@@ -95,15 +137,6 @@ pub fn run(config_path: &Path) -> ExitCode {
         trusted_proxies: config.server.trusted_proxies.clone(),
     };
 
-    let conf = ServerConf {
-        threads: config.server.threads,
-        work_stealing: config.server.work_stealing,
-        grace_period_seconds: Some(config.server.grace_period.as_secs()),
-        graceful_shutdown_timeout_seconds: Some(5),
-        ..ServerConf::default()
-    };
-    let mut pingora_server = pingora::server::Server::new_with_opt_and_conf(Opt::default(), conf);
-    pingora_server.bootstrap();
     // Pingora's HTTP app behind the connection bounds (header deadline, idle keep-alive limit,
     // connection caps): see src/conn_limits.rs for why this wraps the app instead of using a
     // Pingora setting.
@@ -117,13 +150,13 @@ pub fn run(config_path: &Path) -> ExitCode {
     }
     let app = BoundedHttp::new(http, limits).with_h2c(config.server.h2c);
     let mut plain_beside = None;
+    pingora_server.add_service(pingora::services::background::background_service(
+        "SIGHUP and TLS certificate reloader",
+        crate::tls::Reloader(edge.clone()),
+    ));
     let app = match edge {
         None => app,
         Some(edge) => {
-            pingora_server.add_service(pingora::services::background::background_service(
-                "TLS certificate reloader",
-                crate::tls::Reloader(edge.clone()),
-            ));
             plain_beside = config.server.plain_listen.map(|addr| (addr, app.sibling(None)));
             app.with_tls(Some(edge))
         }

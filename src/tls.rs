@@ -339,8 +339,10 @@ fn metrics() -> &'static Metrics {
     })
 }
 
-/// Watches the certificate files (every `reload_check`) and SIGHUP, and reloads.
-pub struct Reloader(pub Arc<EdgeTls>);
+/// SIGHUP, for every process: reloads what can change in place, the TLS certificates (when
+/// TLS is on; their files are also checked every `reload_check`). Other configuration changes
+/// take a new process (`--upgrade`). Without this a SIGHUP would end the process.
+pub struct Reloader(pub Option<Arc<EdgeTls>>);
 
 #[async_trait]
 impl pingora::services::background::BackgroundService for Reloader {
@@ -352,7 +354,7 @@ impl pingora::services::background::BackgroundService for Reloader {
                 None
             }
         };
-        let period = self.0.reload_check();
+        let period = self.0.as_ref().and_then(|tls| tls.reload_check());
         loop {
             let tick = async {
                 match period {
@@ -367,11 +369,20 @@ impl pingora::services::background::BackgroundService for Reloader {
                 }
             };
             tokio::select! {
-                _ = tick => { self.0.reload(false); }
-                _ = signalled => {
-                    tracing::info!("SIGHUP: reloading the TLS certificates");
-                    self.0.reload(true);
+                _ = tick => {
+                    if let Some(tls) = &self.0 {
+                        tls.reload(false);
+                    }
                 }
+                _ = signalled => match &self.0 {
+                    Some(tls) => {
+                        tracing::info!("SIGHUP: reloading the TLS certificates");
+                        tls.reload(true);
+                    }
+                    None => tracing::info!(
+                        "SIGHUP: nothing reloads in place without TLS; apply configuration changes with --upgrade"
+                    ),
+                },
                 _ = shutdown.changed() => return,
             }
         }

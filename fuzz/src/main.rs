@@ -356,7 +356,7 @@ fn fuzz(t: &'static Target, o: &Options) -> Result<bool, String> {
         if execs >= o.max_execs {
             break;
         }
-        if execs % 64 == 0 {
+        if execs.is_multiple_of(64) {
             let now = Instant::now();
             if now >= deadline {
                 break;

@@ -86,6 +86,9 @@ pub struct ServerConfig {
     pub http2: bool,
     /// HTTP/2 without TLS ("prior knowledge") on the plain listeners, beside HTTP/1.1.
     pub h2c: bool,
+    /// Where a process started with `--upgrade` waits for the running one's sockets (None:
+    /// `upgrade.sock` in the embedded store's directory, `/tmp/toolgate-upgrade.sock` on Redis).
+    pub upgrade_sock: Option<PathBuf>,
     pub metrics_listen: SocketAddr,
     /// Public base URL, used to build each gateway's `endpoint` (no trailing slash).
     pub public_url: String,
@@ -253,6 +256,14 @@ impl std::fmt::Debug for SmtpConfig {
 }
 
 impl StorageConfig {
+    /// `server.upgrade_sock` when it is not set.
+    pub fn default_upgrade_sock(&self) -> PathBuf {
+        match self {
+            StorageConfig::Embedded { path } => path.join("upgrade.sock"),
+            StorageConfig::Redis { .. } => PathBuf::from("/tmp/toolgate-upgrade.sock"),
+        }
+    }
+
     /// Several instances may share this store (so each must hear of the others' changes).
     pub fn is_shared(&self) -> bool {
         matches!(self, StorageConfig::Redis { .. })

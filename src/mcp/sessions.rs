@@ -105,6 +105,8 @@ pub struct Sessions {
     deleting: AtomicBool,
     /// Where a session's start and end are announced.
     changes: Feed,
+    /// Read a session this process does not know from the store (see [`Sessions::adopt`]).
+    adopts: AtomicBool,
 }
 
 fn idle_for(s: &McpSession, now: chrono::DateTime<Utc>) -> Duration {
@@ -124,6 +126,7 @@ impl Sessions {
             removed: Mutex::new(Vec::new()),
             deleting: AtomicBool::new(false),
             changes,
+            adopts: AtomicBool::new(false),
         };
         let now = Utc::now();
         let mut stale = Vec::new();
@@ -443,6 +446,18 @@ impl Sessions {
             }
         }
         self.deleting.store(false, Ordering::Release);
+    }
+
+    /// From now on, a session id this process does not know is looked up in the store: after
+    /// `--upgrade`, the process being replaced may have created it after this one loaded its
+    /// sessions.
+    pub fn adopt_unknown(&self) {
+        self.adopts.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether unknown session ids are looked up in the store ([`Sessions::adopt_unknown`]).
+    pub fn adopts_unknown(&self) -> bool {
+        self.adopts.load(Ordering::Relaxed)
     }
 
     /// A session another instance created (several instances on one store): read once from the

@@ -167,8 +167,12 @@ async fn require_session(
         return Ok(None);
     };
     let mut touched = mcp.sessions.touch(&sid, &gw.id, key_id);
-    // Several instances on one store: a session created on another is read from the store once.
-    if touched == Err(SessionError::Unknown) && mcp.state.config.storage.is_shared() && mcp.sessions.adopt(&sid).await {
+    // Several instances on one store (or a process being replaced by this one, `--upgrade`): a
+    // session created by another is read from the store once.
+    if touched == Err(SessionError::Unknown)
+        && (mcp.state.config.storage.is_shared() || mcp.sessions.adopts_unknown())
+        && mcp.sessions.adopt(&sid).await
+    {
         touched = mcp.sessions.touch(&sid, &gw.id, key_id);
     }
     match touched {

@@ -25,6 +25,7 @@ pub(super) struct RawServer {
     h2c: Option<bool>,
     http2: Option<bool>,
     tls: Option<RawTls>,
+    upgrade_sock: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -178,6 +179,7 @@ impl RawServer {
             tls,
             http2: s.http2.unwrap_or(true),
             h2c: s.h2c.unwrap_or(false),
+            upgrade_sock: s.upgrade_sock.filter(|p| !p.is_empty()).map(PathBuf::from),
             metrics_listen,
             public_url: public_url.trim_end_matches('/').to_string(),
             trusted_proxies,

@@ -1,0 +1,171 @@
+"""Graceful upgrade: a new toolgate process (`--upgrade`) takes the listening sockets of the
+running one (on SIGQUIT) while MCP calls keep coming, on new connections and on a kept-alive
+one, and not one of them fails; sessions and records made on the old process carry over.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import httpx2
+
+from mcp_helpers import Api, ToolgateServer, config, mcp_url
+from toolgate_harness import toolgate_bin
+
+CALL = {"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+        "params": {"name": "get_current_time", "arguments": {"timezone": "UTC", "format": "YYYY"}}}
+
+
+def _headers(key: str, sid: str | None = None) -> dict[str, str]:
+    h = {"X-API-Key": key, "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+         "MCP-Protocol-Version": "2025-11-25"}
+    if sid:
+        h["Mcp-Session-Id"] = sid
+    return h
+
+
+def _open_session(url: str, key: str) -> str:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "upgrade-test", "version": "1"}}}
+    r = httpx2.post(url, json=init, headers=_headers(key), timeout=10)
+    assert r.status_code == 200, r.text
+    sid = r.headers["mcp-session-id"]
+    r = httpx2.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=_headers(key, sid),
+                    timeout=10)
+    assert r.status_code == 202, r.text
+    return sid
+
+
+class Load:
+    """Calls `tools/call` in a loop until stopped; counts answers and failures."""
+
+    def __init__(self, url: str, key: str, sid: str, keep_alive: bool):
+        self.url, self.key, self.sid, self.keep_alive = url, key, sid, keep_alive
+        self.ok = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _call(self, client: httpx2.Client | None, n: int) -> None:
+        body = dict(CALL, id=n)
+        try:
+            if client is not None:
+                r = client.post(self.url, json=body, headers=_headers(self.key, self.sid))
+            else:
+                r = httpx2.post(self.url, json=body, headers=_headers(self.key, self.sid), timeout=10)
+        except Exception as e:  # noqa: BLE001 - every failure is counted and reported
+            self.failures.append(f"call {n}: {type(e).__name__}: {e}")
+            return
+        if r.status_code != 200 or '"result"' not in r.text or '"isError":true' in r.text:
+            self.failures.append(f"call {n}: {r.status_code} {r.text[:200]}")
+        else:
+            self.ok += 1
+
+    def _run(self) -> None:
+        n = 0
+        client = httpx2.Client(timeout=10) if self.keep_alive else None
+        try:
+            while not self.stop.is_set():
+                n += 1
+                self._call(client, n)
+                time.sleep(0.005)
+        finally:
+            if client is not None:
+                client.close()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=15)
+
+
+def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
+    srv = ToolgateServer(full_config=config(server="  grace_period_secs: 3\n")).start()
+    new: subprocess.Popen | None = None
+    try:
+        api = Api(srv)
+        gw, key = api.create_gateway(["time"])
+        url = mcp_url(srv, gw)
+        sid = _open_session(url, key)
+        loads = [Load(url, key, sid, keep_alive=False), Load(url, key, sid, keep_alive=True)]
+        time.sleep(1.0)
+
+        env = dict(os.environ, TOOLGATE_ADMIN_KEY=srv.admin_key, RUST_LOG="info")
+        new_log = open(srv.dir / "new.log", "wb")
+        new = subprocess.Popen([str(toolgate_bin()), "--config", str(srv.config_path), "--upgrade"], cwd=srv.dir,
+                               env=env, stdout=new_log, stderr=new_log, stdin=subprocess.DEVNULL)
+        time.sleep(0.5)  # the new process now waits on server.upgrade_sock
+        old_pid = srv.proc.pid
+        os.kill(old_pid, signal.SIGQUIT)
+
+        # During the overlap: a session and a gateway made (by whichever process answers).
+        time.sleep(1.0)
+        late_sid = _open_session(url, key)
+        late_gw, _ = api.create_gateway(["time"], name="made-during-the-upgrade")
+
+        # The old process exits after Pingora's close timeout (5 s) and the grace period (3 s).
+        try:
+            srv.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the old process did not exit after SIGQUIT") from None
+        assert srv.proc.returncode == 0, f"old process exit code {srv.proc.returncode}"
+        time.sleep(1.5)  # calls answered by the new process alone
+        for load in loads:
+            load.finish()
+        assert new.poll() is None, (srv.dir / "new.log").read_text()[-3000:]
+
+        for load in loads:
+            kind = "kept-alive" if load.keep_alive else "new connection per call"
+            assert load.failures == [], f"{kind}: {len(load.failures)} failed calls: {load.failures[:5]}"
+            assert load.ok > 50, f"{kind}: only {load.ok} calls"
+
+        # The sessions (the first, made before; the late one, perhaps on the old process) and the
+        # gateway made during the overlap are the new process's now.
+        for s in (sid, late_sid):
+            r = httpx2.post(url, json=dict(CALL, id=99), headers=_headers(key, s), timeout=10)
+            assert r.status_code == 200 and '"result"' in r.text, r.text
+        deadline = time.monotonic() + 5
+        while True:
+            r = api.call("GET", f"/v1/gateways/{late_gw}")
+            if r.status_code == 200:
+                break
+            assert time.monotonic() < deadline, f"the gateway made during the upgrade is unknown: {r.text}"
+            time.sleep(0.2)
+        new_text = (srv.dir / "new.log").read_text()
+        assert "records read again" in new_text, new_text[-3000:]
+        assert "listener sockets sent" in srv.stderr_text(), srv.stderr_text()[-3000:]
+        # Both processes answered calls: the old one before and during the hand-over, the new
+        # one after (each writes an access line per call).
+        assert srv.stderr_text().count('"route":"gateway"') > 10
+        assert new_text.count('"route":"gateway"') > 10, new_text[-2000:]
+
+        # A second process on the same store without --upgrade is refused.
+        p = subprocess.run([str(toolgate_bin()), "--config", str(srv.config_path)], cwd=srv.dir, env=env,
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 1, p.stderr
+        assert "in use by another toolgate process" in p.stderr, p.stderr
+    finally:
+        if new is not None and new.poll() is None:
+            new.kill()
+            new.wait(timeout=10)
+        srv.stop()
+        srv.tmp.cleanup()
+
+
+def test_sighup_without_tls_keeps_the_process_running():
+    srv = ToolgateServer(full_config=config()).start()
+    try:
+        os.kill(srv.proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while "nothing reloads in place" not in srv.stderr_text():
+            assert srv.proc.poll() is None, f"SIGHUP ended the process: {srv.stderr_text()[-2000:]}"
+            assert time.monotonic() < deadline, srv.stderr_text()[-2000:]
+            time.sleep(0.05)
+        assert httpx2.get(srv.base_url + "/healthz", timeout=5).status_code == 200
+    finally:
+        srv.stop()
+        srv.tmp.cleanup()
