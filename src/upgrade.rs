@@ -70,6 +70,15 @@ fn open_lock(path: &Path) -> Result<File, UpgradeError> {
     options.open(path).map_err(|source| UpgradeError::Open { path: path.to_path_buf(), source })
 }
 
+/// How often the records are read again while an old and a new process both answer.
+const OVERLAP_RESYNC: std::time::Duration = std::time::Duration::from_millis(500);
+
+async fn resync(state: &State) {
+    if let Err(e) = state.reload().await {
+        tracing::warn!(error = %e, "could not read the records again during an upgrade");
+    }
+}
+
 /// Waits for the old process to exit (its lock to be free), then reads every record again.
 pub struct Takeover {
     pub lock: std::sync::Mutex<Option<File>>,
@@ -80,10 +89,15 @@ pub struct Takeover {
 impl pingora::services::background::BackgroundService for Takeover {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         let Some(file) = self.lock.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
-        let locked = tokio::task::spawn_blocking(move || file.lock().map(|()| file));
-        let held = tokio::select! {
-            locked = locked => locked,
-            _ = shutdown.changed() => return,
+        let mut locked = tokio::task::spawn_blocking(move || file.lock().map(|()| file));
+        // While both processes answer, each reads the records again every OVERLAP_RESYNC, so a
+        // gateway or key the other one made is known here within that time.
+        let held = loop {
+            tokio::select! {
+                locked = &mut locked => break locked,
+                _ = tokio::time::sleep(OVERLAP_RESYNC) => resync(&self.state).await,
+                _ = shutdown.changed() => return,
+            }
         };
         let _held = match held {
             Ok(Ok(file)) => file,
@@ -109,7 +123,8 @@ impl pingora::services::background::BackgroundService for Takeover {
 
 /// On SIGQUIT (Pingora hands the sockets over and this process keeps accepting for a few
 /// seconds beside the new one): from then on, sessions the new process makes are read from the
-/// store when their requests land here.
+/// store when their requests land here, and the records are read again every
+/// `OVERLAP_RESYNC` until this process stops.
 pub struct Handover {
     pub server: Arc<crate::server::Server>,
 }
@@ -129,7 +144,15 @@ impl pingora::services::background::BackgroundService for Handover {
                 self.server.mcp.sessions.adopt_unknown();
                 tracing::info!("SIGQUIT: handing the listening sockets over to the new process");
             }
-            _ = shutdown.changed() => {}
+            _ = shutdown.changed() => return,
+        }
+        // Pingora keeps accepting beside the new process for its close timeout, then announces
+        // the shutdown (no more accepts): until then the other process may make records.
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(OVERLAP_RESYNC) => resync(&self.server.state).await,
+                _ = shutdown.changed() => return,
+            }
         }
     }
 }

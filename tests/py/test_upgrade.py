@@ -105,7 +105,13 @@ def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
         # During the overlap: a session and a gateway made (by whichever process answers).
         time.sleep(1.0)
         late_sid = _open_session(url, key)
-        late_gw, _ = api.create_gateway(["time"], name="made-during-the-upgrade")
+        late_gw, late_key = api.create_gateway(["time"], name="made-during-the-upgrade")
+        # Both processes accept from the same socket now: within a second each knows the new
+        # gateway, whichever made it (new connections land on either).
+        time.sleep(1.2)
+        late_url = mcp_url(srv, late_gw)
+        for n in range(20):
+            _open_session(late_url, late_key)  # asserts 200 and 202: the gateway is known
 
         # The old process exits after Pingora's close timeout (5 s) and the grace period (3 s).
         try:
