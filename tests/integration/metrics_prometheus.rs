@@ -62,22 +62,29 @@ fn query(prom: &Peer, promql: &str) -> Result<Vec<Value>, String> {
     Ok(body["data"]["result"].as_array().cloned().unwrap_or_default())
 }
 
-/// The value of a query whose result is one sample, if it has one.
-fn scalar(prom: &Peer, promql: &str) -> Option<f64> {
-    let result = query(prom, promql).unwrap_or_else(|e| panic!("{e}"));
-    match result.as_slice() {
+/// The value of a query whose result is one sample, if it has one; an error while Prometheus
+/// cannot answer (it answers 503 in plain text until its storage has started).
+fn try_scalar(prom: &Peer, promql: &str) -> Result<Option<f64>, String> {
+    let result = query(prom, promql)?;
+    Ok(match result.as_slice() {
         [one] => one["value"][1].as_str().and_then(|v| v.parse().ok()),
         _ => None,
-    }
+    })
 }
 
-/// Waits until `promql` is `want` in Prometheus (it scrapes every second).
+/// [`try_scalar`] once Prometheus is known to answer.
+fn scalar(prom: &Peer, promql: &str) -> Option<f64> {
+    try_scalar(prom, promql).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until `promql` is `want` in Prometheus (it scrapes every second); errors while it
+/// starts are waited out like a missing sample.
 fn wait_for(prom: &Peer, promql: &str, want: f64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = None;
+    let mut last = Ok(None);
     while Instant::now() < deadline {
-        last = scalar(prom, promql);
-        if last == Some(want) {
+        last = try_scalar(prom, promql);
+        if last == Ok(Some(want)) {
             return;
         }
         std::thread::sleep(Duration::from_millis(250));
