@@ -35,13 +35,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::CheckConfig { file }) => match toolgate::config::Config::load(&file).and_then(|c| {
-            // The TLS files too: the start would refuse a certificate that does not parse.
-            match &c.server.tls {
-                Some(tls) => toolgate::tls::EdgeTls::load(tls, c.server.http2).map(|_| ()).map_err(Into::into),
-                None => Ok(()),
-            }
-        }) {
+        // The TLS files too: the start would refuse a certificate that does not parse.
+        Some(Command::CheckConfig { file }) => match toolgate::config::Config::load(&file)
+            .and_then(|c| toolgate::tls::EdgeTls::for_server(&c.server).map(|_| ()).map_err(Into::into))
+        {
             Ok(()) => {
                 println!("{}: ok", file.display());
                 ExitCode::SUCCESS

@@ -29,7 +29,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     };
     // The certificates are read before anything else starts: a bad file is a configuration
     // error, reported like one.
-    let edge = match config.server.tls.as_ref().map(|t| crate::tls::EdgeTls::load(t, config.server.http2)).transpose() {
+    let edge = match crate::tls::EdgeTls::for_server(&config.server) {
         Ok(edge) => edge,
         Err(e) => {
             eprintln!("toolgate: bad configuration {}: {e}", config_path.display());

@@ -89,6 +89,11 @@ impl EdgeTls {
         }))
     }
 
+    /// The TLS side of `server` if it has one: what the start and `check-config` both read.
+    pub fn for_server(server: &crate::config::ServerConfig) -> Result<Option<Arc<EdgeTls>>, TlsError> {
+        server.tls.as_ref().map(|tls| EdgeTls::load(tls, server.http2)).transpose()
+    }
+
     /// The acceptor new connections use.
     pub fn acceptor(&self) -> Arc<Acceptor> {
         self.acceptor.load_full()

@@ -453,3 +453,18 @@ def test_h2c_with_prior_knowledge_on_the_plain_listener(pki):
         assert r.stdout == "200 1.1", r.stdout + r.stderr
     finally:
         e.stop()
+
+
+def test_a_client_that_never_finishes_the_handshake_is_closed_at_the_header_deadline(pki):
+    cert, key, _ = pki["main"]
+    e = Edge(_tls_yaml(cert, key, server_extra="  header_timeout_ms: 500\n"))
+    try:
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", e.tls_port), timeout=5) as s:
+            s.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, and then nothing
+            assert s.recv(100) == b"", "the connection was not closed"
+        assert time.monotonic() - started < 3, "closed, but not at the header deadline"
+        m = httpx2.get(e.srv.metrics_url, timeout=5).text
+        assert 'toolgate_tls_handshakes_total{result="timeout"} 1' in m, m
+    finally:
+        e.stop()
