@@ -98,7 +98,14 @@ def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
         new_log = open(srv.dir / "new.log", "wb")
         new = subprocess.Popen([str(toolgate_bin()), "--config", str(srv.config_path), "--upgrade"], cwd=srv.dir,
                                env=env, stdout=new_log, stderr=new_log, stdin=subprocess.DEVNULL)
-        time.sleep(0.5)  # the new process now waits on server.upgrade_sock
+        # The new process waits on server.upgrade_sock (default: in the store's directory) once
+        # it has bound it; SIGQUIT before that would find no one to take the sockets.
+        sock = srv.data_dir / "upgrade.sock"
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert new.poll() is None, (srv.dir / "new.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the new process did not bind server.upgrade_sock"
+            time.sleep(0.02)
         old_pid = srv.proc.pid
         os.kill(old_pid, signal.SIGQUIT)
 
