@@ -36,6 +36,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How long a kept-alive connection that is idle when the server starts shutting down still
+/// waits for a next request (answered with `Connection: close`). HTTP/1.1 cannot tell an idle
+/// client "closing"; a client already sending would otherwise meet a reset. Bounds how long
+/// an idle server takes to exit on SIGTERM.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
 /// Why a connection was refused or ended early; also the `reason` label of the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -284,25 +289,35 @@ where
                 accepted
             } else {
                 // Between keep-alive requests: wait for the next request's first byte, at most
-                // `keepalive_idle`, and stop waiting when the server shuts down.
+                // `keepalive_idle`.
                 let mut byte = [0u8; 1];
                 let mut stopping = shutdown.clone();
-                tokio::select! {
-                    peeked = tokio::time::timeout(config.keepalive_idle, stream.try_peek(&mut byte)) => {
-                        match peeked {
-                            Ok(Ok(true)) => Instant::now(),
-                            // A TLS stream cannot be peeked: the wait for the next request is
-                            // Pingora's keep-alive read timeout (`keepalive_idle`), so the
-                            // header's deadline counts from its end.
-                            Ok(Ok(false)) => Instant::now() + config.keepalive_idle,
-                            Ok(Err(_)) => return None,
-                            Err(_) => {
-                                metrics().idle_closed.inc();
-                                return None;
-                            }
+                let peek = tokio::time::timeout(config.keepalive_idle, stream.try_peek(&mut byte));
+                tokio::pin!(peek);
+                let peeked = tokio::select! {
+                    peeked = &mut peek => peeked,
+                    _ = async { stopping.wait_for(|stop| *stop).await.is_ok() } => {
+                        // Shutting down (or handing over to a new process). Closing now would
+                        // race a request the client is sending on this connection into a
+                        // reset; a request that comes within `SHUTDOWN_DRAIN` is still answered
+                        // (with `Connection: close`), a connection quiet for that long is closed.
+                        match tokio::time::timeout(SHUTDOWN_DRAIN, &mut peek).await {
+                            Ok(peeked) => peeked,
+                            Err(_) => return None,
                         }
                     }
-                    _ = stopping.wait_for(|stop| *stop) => return None,
+                };
+                match peeked {
+                    Ok(Ok(true)) => Instant::now(),
+                    // A TLS stream cannot be peeked: the wait for the next request is
+                    // Pingora's keep-alive read timeout (`keepalive_idle`), so the
+                    // header's deadline counts from its end.
+                    Ok(Ok(false)) => Instant::now() + config.keepalive_idle,
+                    Ok(Err(_)) => return None,
+                    Err(_) => {
+                        metrics().idle_closed.inc();
+                        return None;
+                    }
                 }
             };
             let mut session = ServerSession::new_http1(stream);

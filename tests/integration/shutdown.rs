@@ -155,3 +155,51 @@ fn sigterm_exits_at_once_when_nothing_is_in_flight_and_keeps_what_was_buffered()
         "the call's log entry was lost: {entries:?}"
     );
 }
+
+/// A kept-alive connection idle when SIGTERM comes: a request the client sends on it just after
+/// is still answered, with `Connection: close`, instead of meeting a closed socket (a client
+/// already writing would get a reset; the graceful-upgrade load test met one).
+#[test]
+fn a_request_on_a_kept_alive_connection_just_after_sigterm_is_answered_with_connection_close() {
+    use std::io::{Read, Write};
+    let mut srv = TestServer::start_with_config(
+        "server:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  grace_period_secs: 20\n\
+         storage:\n  backend: embedded\n  path: {data_dir}\n",
+    );
+    let base = srv.url("");
+    let addr = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    let read_answer = |conn: &mut std::net::TcpStream| {
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).expect("read the answer");
+            assert!(
+                n > 0,
+                "the server closed the connection instead of answering: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).to_ascii_lowercase()
+    };
+    conn.write_all(request).unwrap();
+    let first = read_answer(&mut conn);
+    assert!(first.starts_with("http/1.1 200"), "{first}");
+    assert!(!first.contains("connection: close"), "the first answer keeps the connection: {first}");
+
+    let pid = srv.pid().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(300));
+    conn.write_all(request).expect("the kept-alive connection is still open 300 ms after SIGTERM");
+    let second = read_answer(&mut conn);
+    assert!(second.starts_with("http/1.1 200"), "{second}");
+    assert!(second.contains("connection: close"), "the answer after SIGTERM closes the connection: {second}");
+
+    let started = Instant::now();
+    let status = srv.sigterm_timeout(Duration::from_secs(10));
+    assert!(status.success(), "toolgate exited with {status}");
+    assert!(started.elapsed() < Duration::from_secs(5), "idle again, it exits without the grace period");
+}
