@@ -62,14 +62,14 @@ impl Proxy {
         let Some((endpoint, id)) = api::route(rest) else {
             // Unknown paths are a 404 whoever asks; the chain still runs so that the request is
             // counted and carries its rate-limit headers.
-            let _ = self.run_chain(ex, RouteClass::Management);
+            let _ = self.run_chain(ex, RouteClass::Management).await;
             return ex.respond_error(ApiError::NoRoute(path.clone())).await;
         };
         let public = matches!(api::access(endpoint, &method), Ok(Access::Public));
         // Public endpoints run the chain too, so that they are counted and carry the rate-limit
         // headers (Decision 2); of its refusals only the rate limit applies to them: they need no
         // credential, so a bad key or address does not bar them.
-        if let Err(rejection) = self.run_chain(ex, RouteClass::Management) {
+        if let Err(rejection) = self.run_chain(ex, RouteClass::Management).await {
             if !public || rejection.status() == 429 {
                 return ex.respond_error(rejection).await;
             }
@@ -83,7 +83,7 @@ impl Proxy {
         let operations = if endpoint == api::Endpoint::Batch { api::batch::operations_in(&body) } else { 0 };
         if operations > 0 && operations <= self.server.state.config.limits.batch_max_operations {
             let extra = toolgate_filters::rate_limit::batch_extra_cost(operations);
-            if let Err(rejection) = self.charge_extra(ex, extra) {
+            if let Err(rejection) = self.charge_extra(ex, extra).await {
                 return ex.respond_error(rejection).await;
             }
         }
@@ -112,15 +112,20 @@ impl Proxy {
     }
 
     /// Charges `extra` more tokens to the bucket the chain charged this request to.
-    fn charge_extra(&self, ex: &mut Exchange<'_>, extra: u32) -> std::result::Result<(), ApiError> {
+    async fn charge_extra(&self, ex: &mut Exchange<'_>, extra: u32) -> std::result::Result<(), ApiError> {
         let (req, ctx) = ex.parts();
         let view =
             request_view(req, ctx.client_ip, &ctx.route, ctx.client_certificate.as_deref(), RouteClass::Management);
-        self.server.limiter.charge_extra(&view, &mut ctx.filters, extra).map_err(ApiError::from)
+        self.server.limiter.charge_extra(&view, &mut ctx.filters, extra)?;
+        // `exact`: the extra tokens are taken in the shared backend.
+        match self.server.limiter.settle(&mut ctx.filters).await {
+            Some(Err(limited)) => Err(ApiError::from(limited)),
+            _ => Ok(()),
+        }
     }
 
     /// Runs the chain of a route class; the principal and response headers land in the context.
-    fn run_chain(&self, ex: &mut Exchange<'_>, class: RouteClass) -> std::result::Result<(), ApiError> {
+    async fn run_chain(&self, ex: &mut Exchange<'_>, class: RouteClass) -> std::result::Result<(), ApiError> {
         let (req, ctx) = ex.parts();
         let view = request_view(req, ctx.client_ip, &ctx.route, ctx.client_certificate.as_deref(), class);
         let chain = match class {
@@ -128,7 +133,14 @@ impl Proxy {
             _ => &self.management,
         };
         let chain_started = (ctx.trace.is_some() && trace::exporting()).then(|| (SystemTime::now(), Instant::now()));
-        let ran = chain.run(&view, &mut ctx.filters);
+        let mut ran = chain.run(&view, &mut ctx.filters);
+        // `rate_limits.distributed: exact`: the rate limit left its charge for one round trip
+        // to the shared backend; a refusal there answers instead of the chain's (as a refusal
+        // of the rate-limit filter in the chain would).
+        if let Some(Err(limited)) = self.server.limiter.settle(&mut ctx.filters).await {
+            ctx.filters.rejected_by = Some("rate_limit");
+            ran = Err(limited);
+        }
         if let (Some((start, clock)), Some(t)) = (chain_started, &ctx.trace) {
             let mut attributes = vec![("toolgate.filters", json!(chain.names().join(",")))];
             if let Some(by) = ctx.filters.rejected_by {
@@ -176,7 +188,7 @@ impl Proxy {
 
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.
     async fn gateway(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<()> {
-        if let Err(e) = self.run_chain(ex, RouteClass::Gateway) {
+        if let Err(e) = self.run_chain(ex, RouteClass::Gateway).await {
             return crate::mcp::reply::api_error(ex, e).await;
         }
         crate::mcp::transport::handle(&self.server.mcp, ex, gateway_id).await

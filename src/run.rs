@@ -74,9 +74,8 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     };
     let opened = startup.block_on(async {
         let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
-        let (backend, sharing) =
-            crate::limiter::open(&config.storage, std::time::Duration::from_millis(config.rate_limits.sync_ms));
-        let limiter = RateLimit::new(config.rate_limit_policy.clone(), backend);
+        let (backend, exact, sharing) = crate::limiter::open(&config.storage, &config.rate_limits);
+        let limiter = RateLimit::new(config.rate_limit_policy.clone(), backend).with_exact(exact);
         let server = Server::new(state.clone(), limiter, sharing).await.map_err(|e| e.to_string())?;
         if let crate::config::StorageConfig::Redis { url, key_prefix, tls, .. } = &config.storage {
             crate::peers::start(state.clone(), url, tls, key_prefix).map_err(|e| e.to_string())?;

@@ -85,6 +85,10 @@ pub struct FilterContext {
     pub concurrency: Option<ConcurrencyGuard>,
     /// The filter whose refusal the request is answered with (for the rejection metrics).
     pub rejected_by: Option<&'static str>,
+    /// A charge the rate limit left for a shared backend to decide (`rate_limits.distributed:
+    /// exact`): one round trip, made by [`RateLimit::settle`] once the chain has run, since
+    /// filters do not wait.
+    pub pending_charge: Option<rate_limit::PendingCharge>,
 }
 
 /// Fakes shared by the unit tests of several filters.

@@ -19,7 +19,9 @@ use crate::{FilterContext, Principal, Rejection, RequestFilter, RequestView, Rou
 use http::{HeaderName, HeaderValue, Method};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -520,6 +522,123 @@ pub struct WindowOutcome {
     pub reset_at: u64,
 }
 
+/// One request's outcome for its calendar minute's usage: refused, or admitted with what its
+/// window reported.
+#[derive(Debug, Clone, Copy)]
+pub enum Counted<'a> {
+    Refused,
+    Admitted(&'a Snapshot),
+}
+
+/// What a window reports at an instant, all in Unix nanoseconds: its limit, the tokens left and
+/// when it is full again. The arithmetic every backend reports with.
+pub(crate) fn snapshot_at(now_unix_ns: u64, w: Window, tat_unix_ns: u64) -> Snapshot {
+    let backlog = tat_unix_ns.saturating_sub(now_unix_ns);
+    let full = w.capacity.saturating_mul(w.interval_ns);
+    Snapshot {
+        limit: w.capacity,
+        remaining: full.saturating_sub(backlog) / w.interval_ns,
+        reset_after_ns: backlog,
+        reset_at_unix: now_unix_ns.saturating_add(backlog).div_ceil(SECOND_NS),
+    }
+}
+
+/// An [`ExactBackend`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedDecision {
+    /// Both windows had the tokens, and they were taken.
+    pub admitted: bool,
+    /// The backend's clock (the one every instance shares), Unix nanoseconds.
+    pub now_unix_ns: u64,
+    /// The windows' `tat` (minute, hour) in Unix nanoseconds: after the charge when admitted,
+    /// as they were when not. An hour window the limits do not have reads 0.
+    pub tat_unix_ns: [u64; 2],
+}
+
+impl SharedDecision {
+    /// The outcome this decision means for the response (without the in-flight slot).
+    fn outcome(&self, limits: &BucketLimits, cost: u32) -> Outcome {
+        let now = self.now_unix_ns;
+        let minute = snapshot_at(now, limits.minute, self.tat_unix_ns[0]);
+        let hour = limits.hour.map(|h| snapshot_at(now, h, self.tat_unix_ns[1]));
+        if self.admitted {
+            let snapshot = match hour {
+                Some(h) if h.remaining < minute.remaining => h,
+                _ => minute,
+            };
+            return Outcome::Allowed { snapshot, guard: None };
+        }
+        let cost = u64::from(cost);
+        let wait = |tat: u64, w: Window| local::admit(tat, now, w, cost).err().unwrap_or(0);
+        let wait_minute = wait(self.tat_unix_ns[0], limits.minute);
+        let wait_hour = limits.hour.map_or(0, |h| wait(self.tat_unix_ns[1], h));
+        let mut snapshot = match hour {
+            Some(h) if wait_hour > wait_minute => h,
+            _ => minute,
+        };
+        snapshot.remaining = 0;
+        Outcome::Limited { snapshot, retry_after_ns: wait_minute.max(wait_hour) }
+    }
+}
+
+/// The future an [`ExactBackend`] answers with; `Err` says why the backend could not decide.
+pub type ExactFuture<'a> = Pin<Box<dyn Future<Output = Result<SharedDecision, String>> + Send + 'a>>;
+
+/// A backend that decides every charge in one place shared by all instances, one round trip
+/// per request (`rate_limits.distributed: exact`), with the same GCRA arithmetic as
+/// [`LocalRateLimiter`] on the backend's clock.
+pub trait ExactBackend: Send + Sync {
+    /// Atomically takes `cost` from both windows of the caller's `bucket` if both have it;
+    /// takes nothing otherwise.
+    fn charge<'a>(&'a self, key: LimitKey<'a>, bucket: Bucket, cost: u32, limits: BucketLimits) -> ExactFuture<'a>;
+}
+
+/// The name of a caller's buckets in a shared backend: the key id, or `ip:` and the address
+/// (IPv6 by /64, as the local backend keys it).
+pub fn shared_key_name(key: LimitKey<'_>) -> String {
+    match key {
+        LimitKey::Credential(k) => k.to_string(),
+        LimitKey::Address(ip) => format!("ip:{}", local::address_key(ip)),
+    }
+}
+
+/// A charge left in [`FilterContext::pending_charge`] for an [`ExactBackend`] to decide.
+#[derive(Debug, Clone)]
+pub struct PendingCharge {
+    /// The caller's key id; `None` for a caller without a credential, charged by `address`.
+    credential: Option<Box<str>>,
+    address: IpAddr,
+    bucket: Bucket,
+    cost: u32,
+    limits: BucketLimits,
+    max_in_flight: Option<u32>,
+    new_request: bool,
+}
+
+impl PendingCharge {
+    fn of(charge: &ChargeRequest<'_>, address: IpAddr) -> PendingCharge {
+        PendingCharge {
+            credential: match charge.key {
+                LimitKey::Credential(k) => Some(k.into()),
+                LimitKey::Address(_) => None,
+            },
+            address,
+            bucket: charge.bucket,
+            cost: charge.cost,
+            limits: charge.limits,
+            max_in_flight: charge.max_in_flight,
+            new_request: charge.new_request,
+        }
+    }
+
+    fn key(&self) -> LimitKey<'_> {
+        match &self.credential {
+            Some(k) => LimitKey::Credential(k),
+            None => LimitKey::Address(self.address),
+        }
+    }
+}
+
 /// Where bucket state lives. Implementations must apply the GCRA arithmetic of
 /// [`LocalRateLimiter`] so that backends agree on admission.
 ///
@@ -533,6 +652,20 @@ pub trait RateLimiter: Send + Sync {
     fn charge_window(&self, key: &str, limit: u32, window_secs: u64, now_unix_secs: u64) -> WindowOutcome;
     /// Takes `req.cost` tokens if both windows have them (and an in-flight slot if asked).
     fn charge(&self, req: &ChargeRequest<'_>) -> Outcome;
+    /// Takes an in-flight slot under `max` without charging tokens (an [`ExactBackend`] decides
+    /// those); `None` when the cap is reached. The cap is per instance in every mode.
+    fn take_slot(&self, key: LimitKey<'_>, max: u32) -> Option<ConcurrencyGuard>;
+    /// Takes in the window state an [`ExactBackend`] decided (its `tat`s as Unix nanoseconds;
+    /// a window only ever moves later) and counts the request in the usage figures as
+    /// [`RateLimiter::charge`] would have, so `GET /rate-limit` and the usage metrics follow.
+    fn adopt(
+        &self,
+        key: LimitKey<'_>,
+        bucket: Bucket,
+        tat_unix_ns: Option<[u64; 2]>,
+        new_request: bool,
+        outcome: Counted<'_>,
+    );
     /// The bucket's state without charging, for `GET /rate-limit`.
     fn peek(&self, key: LimitKey<'_>, bucket: Bucket, limits: &BucketLimits) -> Snapshot;
     /// The usage counted since the last call, per authenticated caller and minute (callers
@@ -668,11 +801,19 @@ pub struct RateLimit<L: RateLimiter + ?Sized = LocalRateLimiter> {
     policy: Arc<RateLimitPolicy>,
     limiter: Arc<L>,
     totals: Arc<Totals>,
+    /// With `rate_limits.distributed: exact`, the backend that decides the tokens; `limiter`
+    /// then keeps the in-flight slots, the usage figures and the last state seen.
+    exact: Option<Arc<dyn ExactBackend>>,
 }
 
 impl<L: RateLimiter + ?Sized> Clone for RateLimit<L> {
     fn clone(&self) -> Self {
-        RateLimit { policy: self.policy.clone(), limiter: self.limiter.clone(), totals: self.totals.clone() }
+        RateLimit {
+            policy: self.policy.clone(),
+            limiter: self.limiter.clone(),
+            totals: self.totals.clone(),
+            exact: self.exact.clone(),
+        }
     }
 }
 
@@ -683,7 +824,14 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
     }
 
     pub fn new(policy: Arc<RateLimitPolicy>, limiter: Arc<L>) -> Self {
-        RateLimit { policy, limiter, totals: Arc::default() }
+        RateLimit { policy, limiter, totals: Arc::default(), exact: None }
+    }
+
+    /// Tokens decided by `backend`, one round trip per request: the filter leaves the charge in
+    /// [`FilterContext::pending_charge`] and [`RateLimit::settle`] makes it.
+    pub fn with_exact(mut self, backend: Option<Arc<dyn ExactBackend>>) -> Self {
+        self.exact = backend;
+        self
     }
 
     pub fn policy(&self) -> &RateLimitPolicy {
@@ -707,7 +855,11 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
         take_slot: bool,
         new_request: bool,
     ) -> Result<(), Rejection> {
-        let (bucket, cost, outcome) = match ctx.principal.as_deref() {
+        let decide = |charge: &ChargeRequest<'_>| match self.exact {
+            Some(_) => Err(PendingCharge::of(charge, req.client_ip)),
+            None => Ok(self.limiter.charge(charge)),
+        };
+        let (bucket, cost, decided) = match ctx.principal.as_deref() {
             Some(p) => {
                 let m = self.policy.multiplier(p, ctx.ip_rate_limit_multiplier);
                 let charge = ChargeRequest {
@@ -718,7 +870,7 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
                     max_in_flight: take_slot.then(|| self.policy.concurrent(&p.tier, m)),
                     new_request,
                 };
-                (bucket, cost, self.limiter.charge(&charge))
+                (bucket, cost, decide(&charge))
             }
             None => {
                 let charge = ChargeRequest {
@@ -729,13 +881,34 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
                     max_in_flight: None,
                     new_request,
                 };
-                (Bucket::Global, 1, self.limiter.charge(&charge))
+                (Bucket::Global, 1, decide(&charge))
             }
         };
+        match decided {
+            Ok(outcome) => self.record(ctx, bucket, cost, new_request, outcome),
+            Err(pending) => {
+                // Decided by the shared backend once the chain has run (`settle`).
+                if new_request {
+                    ctx.rate_limit = Some(Charge { bucket, cost });
+                }
+                ctx.pending_charge = Some(pending);
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes a charge's outcome into `ctx` (headers, in-flight slot) and the counters; the
+    /// refusal to answer with, if it was refused.
+    fn record(
+        &self,
+        ctx: &mut FilterContext,
+        bucket: Bucket,
+        cost: u32,
+        new_request: bool,
+        outcome: Outcome,
+    ) -> Result<(), Rejection> {
         if new_request {
             ctx.rate_limit = Some(Charge { bucket, cost });
-        }
-        if new_request {
             self.totals.requests.fetch_add(1, Ordering::Relaxed);
         }
         let result = match outcome {
@@ -763,6 +936,53 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
             self.totals.limited.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Makes the charge the chain left for the [`ExactBackend`] (`None` when it left none):
+    /// the in-flight slot here, the tokens in one round trip, the outcome recorded as the
+    /// filter would have. When the backend cannot answer, this instance decides alone from the
+    /// last shared state it saw (`rate_limits.outage` says whether such requests are served).
+    pub async fn settle(&self, ctx: &mut FilterContext) -> Option<Result<(), Rejection>> {
+        let pending = ctx.pending_charge.take()?;
+        let exact = self.exact.as_ref()?;
+        let key = pending.key();
+        let (bucket, cost, new_request) = (pending.bucket, pending.cost, pending.new_request);
+        let mut guard = None;
+        if let Some(max) = pending.max_in_flight {
+            match self.limiter.take_slot(key, max) {
+                Some(g) => guard = Some(g),
+                None => {
+                    let mut snapshot = self.limiter.peek(key, bucket, &pending.limits);
+                    snapshot.remaining = 0;
+                    self.limiter.adopt(key, bucket, None, new_request, Counted::Refused);
+                    return Some(self.record(ctx, bucket, cost, new_request, Outcome::TooManyInFlight { snapshot }));
+                }
+            }
+        }
+        let outcome = match exact.charge(key, bucket, cost, pending.limits).await {
+            Ok(decision) => {
+                let outcome = decision.outcome(&pending.limits, cost);
+                let counted = match &outcome {
+                    Outcome::Allowed { snapshot, .. } => Counted::Admitted(snapshot),
+                    _ => Counted::Refused,
+                };
+                self.limiter.adopt(key, bucket, Some(decision.tat_unix_ns), new_request, counted);
+                outcome
+            }
+            Err(_) => self.limiter.charge(&ChargeRequest {
+                key,
+                bucket,
+                cost,
+                limits: pending.limits,
+                max_in_flight: None,
+                new_request,
+            }),
+        };
+        let outcome = match outcome {
+            Outcome::Allowed { snapshot, guard: None } => Outcome::Allowed { snapshot, guard },
+            other => other,
+        };
+        Some(self.record(ctx, bucket, cost, new_request, outcome))
     }
 
     /// Charges `extra` more tokens to the bucket this request was charged to, e.g. a batch's

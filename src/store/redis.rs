@@ -60,6 +60,13 @@ pub async fn on_redis_runtime<T: Send + 'static>(
     runtime().spawn(f).await.map_err(|e| backend(format!("task failed: {e}")))?
 }
 
+/// Runs `f` inside the Redis runtime's context, so that what it makes (a connection manager
+/// that spawns its own tasks) lives there.
+pub fn on_redis_runtime_sync<T>(f: impl FnOnce() -> T) -> T {
+    let _on = runtime().enter();
+    f()
+}
+
 /// Spawns a task that lives as long as the process on the Redis runtime.
 pub fn spawn_on_redis_runtime(f: impl std::future::Future<Output = ()> + Send + 'static) {
     runtime().spawn(f);

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2
@@ -277,6 +278,40 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound():
                 assert r.headers["x-ratelimit-remaining"] == "0", dict(r.headers)
 
 
+def test_rate_limits_are_exact_across_instances_with_distributed_exact():
+    """`rate_limits.distributed: exact`: one caller fires 45 requests at once, spread over three
+    instances, at a bucket of 10 that refills one token a minute. Exactly 10 are admitted, each
+    reporting a different `X-RateLimit-Remaining` (9 down to 0: one shared count, decided in
+    Redis), and the refusals say 0 remaining. The leased merge interval is set to 10 s, so that
+    leased sharing would admit up to 30 here: only the per-request script keeps it at 10."""
+    limits = ("rate_limits:\n  distributed: exact\n  sync_ms: 10000\n  tiers:\n"
+              "    tiny: { requests_per_hour: unlimited, requests_per_minute: 1, burst: 10, concurrent: 100 }\n"
+              "limits:\n  bootstrap_tier: tiny\n")
+    with redis_server() as redis:
+        cfg = redis_config(redis.url, "exact") + limits
+        with instances(cfg, 3) as (admin, servers):
+            clients = [httpx2.Client(base_url=s.base_url, headers={"Authorization": f"Bearer {admin}"}, timeout=30)
+                       for s in servers]
+            try:
+                with ThreadPoolExecutor(max_workers=15) as pool:
+                    answers = list(pool.map(lambda i: clients[i % 3].get("/v1/gateways"), range(45)))
+            finally:
+                for c in clients:
+                    c.close()
+            statuses = [r.status_code for r in answers]
+            assert set(statuses) <= {200, 429}, statuses
+            admitted = [r for r in answers if r.status_code == 200]
+            assert len(admitted) == 10, f"admitted {len(admitted)} of 45: {statuses}"
+            remaining = sorted(int(r.headers["x-ratelimit-remaining"]) for r in admitted)
+            assert remaining == list(range(10)), f"each admission saw the shared count: {remaining}"
+            assert {r.headers["x-ratelimit-remaining"] for r in answers if r.status_code == 429} == {"0"}
+            refused = next(r for r in answers if r.status_code == 429)
+            assert 1 <= int(refused.headers["retry-after"]) <= 60, dict(refused.headers)
+            # Every instance was asked, and each refuses now: the bucket is shared.
+            for srv in servers:
+                assert call(srv, "GET", "/v1/gateways", admin).status_code == 429
+
+
 def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(cluster):
     """The check and the write run under the organisation's lock in Redis, which re-reads the
     organisation's records once held: of three instances creating the same gateway name at the
@@ -401,13 +436,14 @@ def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_red
             within(8.0, lambda: c.request("tools/list").status_code == 200)
 
 
+@pytest.mark.parametrize("distributed", ["leased", "exact"])
 @pytest.mark.parametrize("outage", ["open", "closed"])
-def test_rate_limits_fail_open_or_closed_as_configured_while_redis_is_away(outage):
+def test_rate_limits_fail_open_or_closed_as_configured_while_redis_is_away(outage, distributed):
     with redis_server() as redis:
-        prefix = f"rl{outage}"
+        prefix = f"rl{outage}{distributed}"
         cfg = redis_config(redis.url, prefix).replace(
             f"  key_prefix: {prefix}\n", f"  key_prefix: {prefix}\n  command_timeout_ms: 200\n  connect_timeout_ms: 200\n")
-        cfg += f"rate_limits:\n  outage: {outage}\n  sync_ms: 50\n"
+        cfg += f"rate_limits:\n  outage: {outage}\n  sync_ms: 50\n  distributed: {distributed}\n"
         with instances(cfg, 1) as (admin, (a,)):
             gw = call(a, "POST", "/v1/gateways", admin, {"name": "limited", "servers": ["time"]}).json()["data"]
             c = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
@@ -422,7 +458,12 @@ def test_rate_limits_fail_open_or_closed_as_configured_while_redis_is_away(outag
                 assert "rate_limits.outage is closed" in r.text, r.text
             else:
                 time.sleep(1.5)
+                started = time.monotonic()
                 statuses = [c.request("tools/list").status_code for _ in range(10)]
+                took = time.monotonic() - started
                 assert statuses == [200] * 10, f"open: each instance counts alone meanwhile: {statuses}"
+                # `exact` does not wait for Redis on every call while it is away (at most one
+                # call a second tries it, bounded by the 200 ms command time-out).
+                assert took < 1.5, f"10 calls took {took:.2f} s while Redis was away"
             redis.start()
             within(8.0, lambda: c.request("tools/list").status_code == 200)

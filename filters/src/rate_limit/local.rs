@@ -8,8 +8,8 @@
 //! bucket is full and leaves debt, so it is slowed down rather than impossible.
 
 use super::{
-    Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, InFlightSlot, LimitKey, Outcome, RateLimiter, Snapshot,
-    Spent, UsageMinute, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
+    snapshot_at, Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, Counted, InFlightSlot, LimitKey, Outcome,
+    RateLimiter, Snapshot, Spent, UsageMinute, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
 };
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -233,14 +233,8 @@ impl<C: Clock> LocalRateLimiter<C> {
     }
 
     fn snapshot(&self, now: u64, w: Window, tat: u64) -> Snapshot {
-        let backlog = tat.saturating_sub(now);
-        let full = w.capacity.saturating_mul(w.interval_ns);
-        Snapshot {
-            limit: w.capacity,
-            remaining: full.saturating_sub(backlog) / w.interval_ns,
-            reset_after_ns: backlog,
-            reset_at_unix: (self.clock.unix_origin_ns() + now + backlog).div_ceil(SECOND_NS),
-        }
+        let origin = self.clock.unix_origin_ns();
+        snapshot_at(origin + now, w, origin.saturating_add(tat))
     }
 
     /// The window to report: the one with fewer tokens left (the minute window on a tie).
@@ -262,7 +256,7 @@ impl<C: Clock> LocalRateLimiter<C> {
 
 /// Callers without a credential are keyed by address; IPv6 by /64, the smallest block a
 /// single host is usually given, so one host cannot mint fresh buckets (and entries) at will.
-fn address_key(ip: IpAddr) -> IpAddr {
+pub(super) fn address_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
         v4 => v4,
@@ -270,7 +264,7 @@ fn address_key(ip: IpAddr) -> IpAddr {
 }
 
 /// The GCRA test for one window: the new `tat` if `cost` fits, else the wait until it does.
-fn admit(tat: u64, now: u64, w: Window, cost: u64) -> Result<u64, u64> {
+pub(super) fn admit(tat: u64, now: u64, w: Window, cost: u64) -> Result<u64, u64> {
     let backlog = tat.saturating_sub(now);
     let allowed = (w.capacity - cost.min(w.capacity)).saturating_mul(w.interval_ns);
     if backlog <= allowed {
@@ -359,6 +353,33 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         })
     }
 
+    fn take_slot(&self, key: LimitKey<'_>, max: u32) -> Option<ConcurrencyGuard> {
+        self.with_state(key, |state| {
+            state.try_take_slot(max).then(|| ConcurrencyGuard::new(state.clone() as Arc<dyn InFlightSlot>))
+        })
+    }
+
+    fn adopt(
+        &self,
+        key: LimitKey<'_>,
+        bucket: Bucket,
+        tat_unix_ns: Option<[u64; 2]>,
+        new_request: bool,
+        outcome: Counted<'_>,
+    ) {
+        let now = self.clock.now_ns();
+        let origin = self.clock.unix_origin_ns();
+        self.with_state(key, |state| {
+            let mut w = state.windows.lock();
+            if let Some(shared) = tat_unix_ns {
+                for (t, s) in w.tat[bucket.index()].iter_mut().zip(shared) {
+                    *t = (*t).max(s.saturating_sub(origin));
+                }
+            }
+            count(&mut w, now, origin, new_request, bucket, outcome);
+        });
+    }
+
     fn peek(&self, key: LimitKey<'_>, bucket: Bucket, limits: &BucketLimits) -> Snapshot {
         let now = self.clock.now_ns();
         let tat = self.existing(key, |s| s.windows.lock().tat[bucket.index()]).unwrap_or([0, 0]);
@@ -398,13 +419,6 @@ impl<C: Clock> RateLimiter for LocalRateLimiter<C> {
         self.windows.retain(|_, w| w.0 > now_secs);
         before - self.len() + (windows - self.windows.len())
     }
-}
-
-/// One request's outcome for its calendar minute's usage: refused, or admitted with what its
-/// window reported.
-enum Counted<'a> {
-    Refused,
-    Admitted(&'a Snapshot),
 }
 
 /// Counts one request in its calendar minute's usage.

@@ -517,3 +517,124 @@ fn spent_time_is_taken_once_and_a_merged_state_only_ever_takes_tokens_away() {
     l.merge_window("gw_1", end, 5);
     assert!(!l.charge_window("gw_1", 5, 60, T0 + 2).allowed, "the others used the window up");
 }
+
+/// A shared backend in memory, with the same arithmetic as the Redis script: one `tat` per
+/// caller, bucket and window, on a clock of its own; it can be made to fail.
+#[derive(Default)]
+struct FakeShared {
+    tats: parking_lot::Mutex<std::collections::HashMap<(String, usize, usize), u64>>,
+    now_unix_ns: AtomicU64,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl ExactBackend for FakeShared {
+    fn charge<'a>(&'a self, key: LimitKey<'a>, bucket: Bucket, cost: u32, limits: BucketLimits) -> ExactFuture<'a> {
+        Box::pin(async move {
+            if self.failing.load(Ordering::Relaxed) {
+                return Err("down".to_string());
+            }
+            let now = self.now_unix_ns.load(Ordering::Relaxed);
+            let name = shared_key_name(key);
+            let mut tats = self.tats.lock();
+            let windows: Vec<Window> = std::iter::once(limits.minute).chain(limits.hour).collect();
+            let before: Vec<u64> =
+                (0..windows.len()).map(|i| *tats.get(&(name.clone(), bucket.index(), i)).unwrap_or(&0)).collect();
+            let after: Vec<_> =
+                windows.iter().zip(&before).map(|(w, &t)| local::admit(t, now, *w, u64::from(cost))).collect();
+            let admitted = after.iter().all(Result::is_ok);
+            let mut out = [0u64; 2];
+            for (i, (t, a)) in before.iter().zip(&after).enumerate() {
+                out[i] = *t;
+                if let (true, Ok(new)) = (admitted, a) {
+                    tats.insert((name.clone(), bucket.index(), i), *new);
+                    out[i] = *new;
+                }
+            }
+            Ok(SharedDecision { admitted, now_unix_ns: now, tat_unix_ns: out })
+        })
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+}
+
+/// With an exact backend the filter only leaves the charge; `settle` takes the tokens there
+/// (two instances share one count), keeps the in-flight slot local, counts usage, and decides
+/// locally from the last shared state while the backend is down.
+#[test]
+fn exact_charges_are_settled_in_the_shared_backend() {
+    let shared = Arc::new(FakeShared::default());
+    shared.now_unix_ns.store(T0 * SECOND_NS, Ordering::Relaxed);
+    let c = RateLimitConfig {
+        tiers: BTreeMap::from([(
+            "free".to_string(),
+            TierLimits { requests_per_hour: None, requests_per_minute: 1, burst: 3, concurrent: 1 },
+        )]),
+        ..RateLimitConfig::default()
+    };
+    let (a, _) = limiter_with(c.clone());
+    let (b, _) = limiter_with(c);
+    let (a, b) = (a.with_exact(Some(shared.clone())), b.with_exact(Some(shared.clone())));
+    let p = Arc::new(principal("k1", "o1"));
+    let req = Req::new(Method::GET, "/v1/gateways");
+
+    let mut ctx = ctx_for(&p);
+    assert!(a.filter(&req.view(), &mut ctx).is_ok());
+    assert!(ctx.pending_charge.is_some() && ctx.response_headers.is_empty(), "left for settle");
+    assert_eq!(block_on(a.settle(&mut ctx)), Some(Ok(())));
+    assert_eq!(header(&ctx, "x-ratelimit-remaining"), "2");
+    assert!(ctx.concurrency.is_some(), "the in-flight slot is taken here");
+    // The slot is per instance: a second request on `a` while the first is in flight is refused
+    // without asking the backend; on `b` it is admitted and sees the shared count.
+    let mut second = ctx_for(&p);
+    a.filter(&req.view(), &mut second).unwrap();
+    let refused = block_on(a.settle(&mut second)).unwrap().unwrap_err();
+    assert_eq!((refused.status, &*refused.message), (429, "Too many concurrent requests"));
+    drop(ctx);
+    let mut on_b = ctx_for(&p);
+    b.filter(&req.view(), &mut on_b).unwrap();
+    assert_eq!(block_on(b.settle(&mut on_b)), Some(Ok(())));
+    assert_eq!(header(&on_b, "x-ratelimit-remaining"), "1");
+    drop(on_b);
+    // A handler's extra charge is settled there too: nothing is left for it.
+    let mut batch = ctx_for(&p);
+    a.filter(&req.view(), &mut batch).unwrap();
+    block_on(a.settle(&mut batch)).unwrap().unwrap();
+    assert_eq!(header(&batch, "x-ratelimit-remaining"), "0");
+    a.charge_extra(&req.view(), &mut batch, 2).unwrap();
+    assert!(batch.pending_charge.is_some());
+    assert_eq!(block_on(a.settle(&mut batch)).unwrap().unwrap_err().status, 429);
+    drop(batch);
+    let mut over = ctx_for(&p);
+    a.filter(&req.view(), &mut over).unwrap();
+    let limited = block_on(a.settle(&mut over)).unwrap().unwrap_err();
+    assert_eq!(limited.status, 429);
+    assert_eq!(header(&over, "x-ratelimit-remaining"), "0");
+    assert!(limited.retry_after.is_some_and(|s| (1..=60).contains(&s)), "{limited:?}");
+    // Usage counted on the instance that took each request: a saw 4 (one refused by its slot,
+    // one by the shared count), b saw 1.
+    let usage_a: u64 = a.limiter().take_usage().iter().map(|m| m.requests).sum();
+    let usage_b: u64 = b.limiter().take_usage().iter().map(|m| m.requests).sum();
+    assert_eq!((usage_a, usage_b), (4, 1));
+    // Backend down: `b` decides alone from the state it last saw (its own last answer said 1
+    // left), so it admits one and refuses the next.
+    shared.failing.store(true, Ordering::Relaxed);
+    let outcomes: Vec<u16> = (0..2)
+        .map(|_| {
+            let mut ctx = ctx_for(&p);
+            b.filter(&req.view(), &mut ctx).unwrap();
+            match block_on(b.settle(&mut ctx)).unwrap() {
+                Ok(()) => 200,
+                Err(r) => r.status,
+            }
+        })
+        .collect();
+    assert_eq!(outcomes, vec![200, 429]);
+    // Without an exact backend nothing is left pending.
+    let (plain, _) = limiter();
+    let mut ctx = ctx_for(&p);
+    plain.filter(&req.view(), &mut ctx).unwrap();
+    assert!(ctx.pending_charge.is_none());
+    assert_eq!(block_on(plain.settle(&mut ctx)), None);
+}

@@ -30,13 +30,7 @@ pub(super) struct RawQuotas {
 /// The rate-limit tiers (YAML's added to the built-in table) and the filter's policy of them.
 pub(super) fn rate_limits(raw: RateLimitConfig) -> Result<(RateLimitConfig, RateLimitPolicy), ConfigError> {
     match raw.distributed.as_str() {
-        "leased" => {}
-        "exact" => {
-            return Err(invalid(
-                "rate_limits.distributed",
-                "`exact` (a Redis round trip per request) is not available in this build yet; use `leased`",
-            ))
-        }
+        "leased" | "exact" => {}
         other => return Err(invalid("rate_limits.distributed", format!("`{other}`: expected leased or exact"))),
     }
     if !["open", "closed"].contains(&raw.outage.as_str()) {
