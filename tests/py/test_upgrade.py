@@ -1,6 +1,7 @@
 """Graceful upgrade: a new toolgate process (`--upgrade`) takes the listening sockets of the
 running one (on SIGQUIT) while MCP calls keep coming, on new connections and on a kept-alive
-one, and not one of them fails; sessions and records made on the old process carry over.
+one, and not one of them fails; sessions and records made on the old process carry over; an SSE
+answer streaming from the old process when the signal comes streams to its end.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 
 import httpx2
 
-from mcp_helpers import Api, ToolgateServer, config, mcp_url
+from mcp_helpers import TIME_APP, Api, ToolgateServer, config, everything_server, http_app, mcp_url, sse_messages
 from toolgate_harness import toolgate_bin
 
 CALL = {"jsonrpc": "2.0", "id": 0, "method": "tools/call",
@@ -26,6 +27,25 @@ def _headers(key: str, sid: str | None = None) -> dict[str, str]:
     if sid:
         h["Mcp-Session-Id"] = sid
     return h
+
+
+def _start_upgrade(srv: ToolgateServer) -> subprocess.Popen:
+    """Starts `toolgate --upgrade` on the same config, waits until it waits on
+    server.upgrade_sock, and sends the running process SIGQUIT."""
+    env = dict(os.environ, TOOLGATE_ADMIN_KEY=srv.admin_key, RUST_LOG="info")
+    new_log = open(srv.dir / "new.log", "wb")
+    new = subprocess.Popen([str(toolgate_bin()), "--config", str(srv.config_path), "--upgrade"], cwd=srv.dir,
+                           env=env, stdout=new_log, stderr=new_log, stdin=subprocess.DEVNULL)
+    # The new process waits on server.upgrade_sock (default: in the store's directory) once it
+    # has bound it; SIGQUIT before that would find no one to take the sockets.
+    sock = srv.data_dir / "upgrade.sock"
+    deadline = time.monotonic() + 10
+    while not sock.exists():
+        assert new.poll() is None, (srv.dir / "new.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the new process did not bind server.upgrade_sock"
+        time.sleep(0.02)
+    os.kill(srv.proc.pid, signal.SIGQUIT)
+    return new
 
 
 def _open_session(url: str, key: str) -> str:
@@ -94,20 +114,7 @@ def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
         loads = [Load(url, key, sid, keep_alive=False), Load(url, key, sid, keep_alive=True)]
         time.sleep(1.0)
 
-        env = dict(os.environ, TOOLGATE_ADMIN_KEY=srv.admin_key, RUST_LOG="info")
-        new_log = open(srv.dir / "new.log", "wb")
-        new = subprocess.Popen([str(toolgate_bin()), "--config", str(srv.config_path), "--upgrade"], cwd=srv.dir,
-                               env=env, stdout=new_log, stderr=new_log, stdin=subprocess.DEVNULL)
-        # The new process waits on server.upgrade_sock (default: in the store's directory) once
-        # it has bound it; SIGQUIT before that would find no one to take the sockets.
-        sock = srv.data_dir / "upgrade.sock"
-        deadline = time.monotonic() + 10
-        while not sock.exists():
-            assert new.poll() is None, (srv.dir / "new.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the new process did not bind server.upgrade_sock"
-            time.sleep(0.02)
-        old_pid = srv.proc.pid
-        os.kill(old_pid, signal.SIGQUIT)
+        new = _start_upgrade(srv)
 
         # During the overlap: a session and a gateway made (by whichever process answers).
         time.sleep(1.0)
@@ -157,6 +164,7 @@ def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
         assert new_text.count('"route":"gateway"') > 10, new_text[-2000:]
 
         # A second process on the same store without --upgrade is refused.
+        env = dict(os.environ, TOOLGATE_ADMIN_KEY=srv.admin_key)
         p = subprocess.run([str(toolgate_bin()), "--config", str(srv.config_path)], cwd=srv.dir, env=env,
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 1, p.stderr
@@ -167,6 +175,74 @@ def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
             new.wait(timeout=10)
         srv.stop()
         srv.tmp.cleanup()
+
+
+def test_an_sse_answer_streaming_from_the_old_process_streams_to_its_end():
+    """A `tools/call` answered as an SSE stream (server-everything's long-running operation, 4
+    progress events over 4 s) is open on the old process when SIGQUIT comes: every event and the
+    result arrive, on the same response, and the old process exits once it has ended."""
+    with everything_server() as ev:
+        cfg = config(TIME_APP + http_app("everything", ev.url), server="  grace_period_secs: 15\n")
+        srv = ToolgateServer(full_config=cfg).start()
+        new: subprocess.Popen | None = None
+        try:
+            api = Api(srv)
+            gw, key = api.create_gateway(["everything"])
+            url = mcp_url(srv, gw)
+            sid = _open_session(url, key)
+            r = httpx2.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                            headers=_headers(key, sid), timeout=10)
+            assert r.status_code == 200 and "trigger-long-running-operation" in r.text, r.text
+            call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": "trigger-long-running-operation", "arguments": {"duration": 4, "steps": 4},
+                "_meta": {"progressToken": "up-1"}}}
+            first_event = threading.Event()
+            got: dict = {}
+
+            def stream() -> None:
+                try:
+                    with httpx2.stream("POST", url, json=call, headers=_headers(key, sid), timeout=30) as r:
+                        got["status"], got["type"] = r.status_code, r.headers.get("content-type", "")
+                        text = ""
+                        for chunk in r.iter_text():
+                            text += chunk
+                            if "notifications/progress" in text:
+                                first_event.set()
+                        got["text"] = text
+                except Exception as e:  # noqa: BLE001 - reported by the assertions below
+                    got["error"] = f"{type(e).__name__}: {e}"
+                finally:
+                    first_event.set()
+
+            t = threading.Thread(target=stream, daemon=True)
+            t.start()
+            assert first_event.wait(10), "no progress event within 10 s"
+            assert "error" not in got, got
+            new = _start_upgrade(srv)
+            signalled = time.monotonic()
+            t.join(30)
+            assert not t.is_alive(), "the stream did not end"
+            assert "error" not in got, got
+            assert got["status"] == 200 and got["type"].startswith("text/event-stream"), got
+            msgs = sse_messages(got["text"])
+            progress = [m["params"]["progress"] for m in msgs if m.get("method") == "notifications/progress"]
+            assert progress == [1, 2, 3, 4], msgs
+            assert msgs[-1].get("id") == 7 and "completed" in msgs[-1]["result"]["content"][0]["text"], msgs
+            # Idle once the stream has ended: the old process exits well before the 15 s grace.
+            srv.proc.wait(timeout=30)
+            assert srv.proc.returncode == 0, srv.stderr_text()[-3000:]
+            assert time.monotonic() - signalled < 12, "the old process waited out the grace period"
+            # The new process serves the session.
+            r = httpx2.post(url, json={"jsonrpc": "2.0", "id": 8, "method": "tools/list"},
+                            headers=_headers(key, sid), timeout=10)
+            assert r.status_code == 200 and "trigger-long-running-operation" in r.text, r.text
+            assert new.poll() is None, (srv.dir / "new.log").read_text()[-3000:]
+        finally:
+            if new is not None and new.poll() is None:
+                new.kill()
+                new.wait(timeout=10)
+            srv.stop()
+            srv.tmp.cleanup()
 
 
 def test_sighup_without_tls_keeps_the_process_running():
