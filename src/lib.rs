@@ -23,6 +23,7 @@ pub mod mfa;
 pub mod model;
 pub mod peers;
 pub mod proxy;
+pub mod reload;
 pub mod reqlog;
 pub mod rollup;
 pub mod route;

@@ -81,7 +81,7 @@ impl Proxy {
         // A batch's per-operation cost, charged before any operation runs (a batch over the
         // limit of operations is refused by its handler, uncharged).
         let operations = if endpoint == api::Endpoint::Batch { api::batch::operations_in(&body) } else { 0 };
-        if operations > 0 && operations <= self.server.state.config.limits.batch_max_operations {
+        if operations > 0 && operations <= self.server.state.config().limits.batch_max_operations {
             let extra = toolgate_filters::rate_limit::batch_extra_cost(operations);
             if let Err(rejection) = self.charge_extra(ex, extra).await {
                 return ex.respond_error(rejection).await;
@@ -174,7 +174,7 @@ impl Proxy {
             }
             // `rate_limits.outage: closed`: no call is admitted on this instance's count alone.
             if let Some(lost) = self.server.sharing.lost_for() {
-                if self.server.state.config.rate_limits.outage == "closed" {
+                if self.server.state.config().rate_limits.outage == "closed" {
                     return Err(ApiError::Unavailable(format!(
                         "rate limits cannot be shared (Redis has not answered for {} ms) and rate_limits.outage is closed",
                         lost.as_millis()
@@ -235,7 +235,7 @@ impl ProxyHttp for Proxy {
     /// is to be contacted.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let route = ctx.route.clone();
-        let mut ex = Exchange::new(session, ctx, self.server.state.config.server.max_body_bytes);
+        let mut ex = Exchange::new(session, ctx, self.server.state.config().server.max_body_bytes);
         match route {
             Route::Health => {
                 let body = serde_json::to_vec(&json!({ "status": "ok" })).unwrap_or_default();

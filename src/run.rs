@@ -20,7 +20,14 @@ use toolgate_filters::FilterChain;
 /// Runs toolgate until SIGTERM (graceful: in-flight requests finish), SIGINT, or SIGQUIT (a
 /// graceful upgrade: the listening sockets go to a process started with `upgrade`).
 pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
-    let config = match Config::load(config_path) {
+    let text = match std::fs::read_to_string(config_path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("toolgate: bad configuration {}: cannot read it: {e}", config_path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let config = match Config::parse(&text) {
         Ok(c) => Arc::new(c),
         Err(e) => {
             eprintln!("toolgate: bad configuration {}: {e}", config_path.display());
@@ -76,7 +83,8 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
         let (backend, exact, sharing) = crate::limiter::open(&config.storage, &config.rate_limits);
         let limiter = RateLimit::new(config.rate_limit_policy.clone(), backend).with_exact(exact);
-        let server = Server::new(state.clone(), limiter, sharing).await.map_err(|e| e.to_string())?;
+        let source = Arc::new(crate::reload::ConfigSource::new(config_path, text));
+        let server = Server::new(state.clone(), limiter, sharing, source).await.map_err(|e| e.to_string())?;
         if let crate::config::StorageConfig::Redis { url, key_prefix, tls, .. } = &config.storage {
             crate::peers::start(state.clone(), url, tls, key_prefix).map_err(|e| e.to_string())?;
         }
@@ -151,7 +159,13 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     let mut plain_beside = None;
     pingora_server.add_service(pingora::services::background::background_service(
         "SIGHUP and TLS certificate reloader",
-        crate::tls::Reloader(edge.clone()),
+        crate::reload::Reloader {
+            source: server.config_source.clone(),
+            state: server.state.clone(),
+            limiter: server.limiter.clone(),
+            mcp: server.mcp.clone(),
+            tls: edge.clone(),
+        },
     ));
     let app = match edge {
         None => app,

@@ -25,6 +25,8 @@ pub struct Server {
     pub limiter: RateLimit<dyn RateLimiter>,
     /// Whether the limiter's buckets are being shared with the other instances.
     pub sharing: crate::limiter::Sharing,
+    /// The configuration file and the text the running configuration came from, for reloads.
+    pub config_source: Arc<crate::reload::ConfigSource>,
     /// A pruning of the request log is running ([`Server::prune_logs`]).
     pruning: AtomicBool,
     /// Rate-limit usage the store did not take yet ([`Server::flush_rate_usage`]).
@@ -39,6 +41,7 @@ impl Server {
         state: Arc<State>,
         limiter: RateLimit<dyn RateLimiter>,
         sharing: crate::limiter::Sharing,
+        config_source: Arc<crate::reload::ConfigSource>,
     ) -> Result<Server, StoreError> {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
         let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone()).await?);
@@ -60,6 +63,7 @@ impl Server {
             limiter,
             sharing,
             state,
+            config_source,
             pruning: AtomicBool::new(false),
             unsaved_usage: parking_lot::Mutex::default(),
         })
@@ -74,7 +78,7 @@ impl Server {
         }
         let server = self.clone();
         tokio::spawn(async move {
-            let o = &server.state.config.observability;
+            let o = &server.state.config().observability;
             let retention = i64::try_from(o.log_retention.as_millis()).unwrap_or(i64::MAX);
             let now = chrono::Utc::now().timestamp_millis();
             let before = now.saturating_sub(retention);
@@ -234,7 +238,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         // keep-alive connections close at once on shutdown) or at the period's end, after the
         // last writes. Idle, the process then exits at once: Pingora itself would sleep out the
         // whole grace period, which only delays a restart.
-        let grace = self.server.state.config.server.grace_period.saturating_sub(Duration::from_millis(500));
+        let grace = self.server.state.config().server.grace_period.saturating_sub(Duration::from_millis(500));
         let started = Instant::now();
         let mut flushed = Instant::now();
         let idle = loop {

@@ -29,7 +29,9 @@ pub const BOOTSTRAP_ORG: &str = "org_default";
 pub const BOOTSTRAP_USER: &str = "usr_owner";
 
 pub struct State {
-    pub config: Arc<Config>,
+    /// The running configuration; [`State::reload`] replaces it (SIGHUP, `POST /v1/admin/reload`).
+    /// Read through [`State::config`].
+    config: arc_swap::ArcSwap<Config>,
     pub store: Arc<dyn Store>,
     pub sealer: Sealer,
     orgs: DashMap<String, Arc<Organization>>,
@@ -71,6 +73,22 @@ fn decode<T: DeserializeOwned>(kind: Kind, id: &str, body: &str) -> Result<T, St
 }
 
 impl State {
+    /// The running configuration. A cheap read (no reference count is touched); hold it for a
+    /// statement or a short block, not across a wait, so a reload is seen by the next request.
+    pub fn config(&self) -> arc_swap::Guard<Arc<Config>> {
+        self.config.load()
+    }
+
+    /// Puts a reloaded configuration in place (`reload`): every read from now on sees it.
+    pub(crate) fn replace_config(&self, config: Arc<Config>) {
+        self.config.store(config);
+    }
+
+    /// A configured app's settings, kept by the caller across a reload.
+    pub fn app(&self, id: &str) -> Option<Arc<crate::config::AppConfig>> {
+        self.config.load().app(id).cloned()
+    }
+
     /// Opens the store, loads every record and applies the YAML declarations and the bootstrap
     /// key. Returns the state and, on a first start without `TOOLGATE_ADMIN_KEY`, the new owner
     /// key to print once.
@@ -86,7 +104,7 @@ impl State {
             StorageConfig::Redis { .. } => Sealer::shared()?,
         };
         let state = State {
-            config: config.clone(),
+            config: arc_swap::ArcSwap::new(config.clone()),
             store,
             sealer,
             orgs: DashMap::new(),
@@ -147,9 +165,11 @@ impl State {
         Ok(())
     }
 
-    async fn apply_declarations(&self) -> Result<(), StoreError> {
+    /// Writes the organisations, users and keys the configuration declares (at start, and again
+    /// after a reload).
+    pub(crate) async fn apply_declarations(&self) -> Result<(), StoreError> {
         let now = Utc::now();
-        let config = self.config.clone();
+        let config = self.config.load_full();
         for o in &config.organizations {
             let prev = self.orgs.get(&o.id).map(|r| r.value().clone());
             let mut org = prev.as_deref().cloned().unwrap_or(Organization {
@@ -219,7 +239,7 @@ impl State {
             self.save_org(Organization {
                 id: BOOTSTRAP_ORG.into(),
                 name: "Default".into(),
-                tier: self.config.limits.bootstrap_tier.clone(),
+                tier: self.config().limits.bootstrap_tier.clone(),
                 created_at: now,
                 ip_whitelist: vec![],
                 enforce_ip_whitelist: false,
@@ -662,7 +682,7 @@ impl State {
     /// for how many seconds. This instance's records may be out of date by then (a key revoked
     /// elsewhere), so authenticated requests are refused rather than served from them.
     pub fn shared_store_lost_for(&self) -> Option<u64> {
-        let StorageConfig::Redis { outage_grace, .. } = &self.config.storage else { return None };
+        let StorageConfig::Redis { outage_grace, .. } = &self.config().storage else { return None };
         let last = self.shared_contact.load(std::sync::atomic::Ordering::Relaxed);
         let silent = (Utc::now().timestamp_millis() - last).max(0) as u64;
         (silent > outage_grace.as_millis() as u64).then_some(silent / 1000)
@@ -787,7 +807,7 @@ impl State {
     }
 
     pub fn is_connected(&self, org_id: &str, app_id: &str) -> bool {
-        let Some(app) = self.config.app(app_id) else { return false };
+        let Some(app) = self.app(app_id) else { return false };
         if !app.needs_credentials() {
             return true;
         }

@@ -344,56 +344,6 @@ fn metrics() -> &'static Metrics {
     })
 }
 
-/// SIGHUP, for every process: reloads what can change in place, the TLS certificates (when
-/// TLS is on; their files are also checked every `reload_check`). Other configuration changes
-/// take a new process (`--upgrade`). Without this a SIGHUP would end the process.
-pub struct Reloader(pub Option<Arc<EdgeTls>>);
-
-#[async_trait]
-impl pingora::services::background::BackgroundService for Reloader {
-    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
-        let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGHUP; certificates reload on file changes only");
-                None
-            }
-        };
-        let period = self.0.as_ref().and_then(|tls| tls.reload_check());
-        loop {
-            let tick = async {
-                match period {
-                    Some(p) => tokio::time::sleep(p).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let signalled = async {
-                match hangup.as_mut() {
-                    Some(h) => h.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = tick => {
-                    if let Some(tls) = &self.0 {
-                        tls.reload(false);
-                    }
-                }
-                _ = signalled => match &self.0 {
-                    Some(tls) => {
-                        tracing::info!("SIGHUP: reloading the TLS certificates");
-                        tls.reload(true);
-                    }
-                    None => tracing::info!(
-                        "SIGHUP: nothing reloads in place without TLS; apply configuration changes with --upgrade"
-                    ),
-                },
-                _ = shutdown.changed() => return,
-            }
-        }
-    }
-}
-
 /// The accepted connection as the TLS handshake needs it: Pingora hands the app a boxed
 /// stream (`Box<dyn IO>`), and its handshake takes a sized `IO`; this forwards every part of
 /// `IO` to the box.

@@ -16,6 +16,7 @@ mod local;
 pub use local::{Clock, LocalRateLimiter, ManualClock, MonotonicClock};
 
 use crate::{FilterContext, Principal, Rejection, RequestFilter, RequestView, RouteClass};
+use arc_swap::ArcSwap;
 use http::{HeaderName, HeaderValue, Method};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -798,7 +799,9 @@ fn takes_slot(req: &RequestView<'_>) -> bool {
 /// [`RateLimit::charge_extra`], [`RateLimit::status`] and [`RateLimit::sweep`] while the chain
 /// owns another.
 pub struct RateLimit<L: RateLimiter + ?Sized = LocalRateLimiter> {
-    policy: Arc<RateLimitPolicy>,
+    /// Replaced whole by [`RateLimit::set_policy`] (a configuration reload); each request reads
+    /// the one in place when it starts.
+    policy: Arc<ArcSwap<RateLimitPolicy>>,
     limiter: Arc<L>,
     totals: Arc<Totals>,
     /// With `rate_limits.distributed: exact`, the backend that decides the tokens; `limiter`
@@ -824,7 +827,7 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
     }
 
     pub fn new(policy: Arc<RateLimitPolicy>, limiter: Arc<L>) -> Self {
-        RateLimit { policy, limiter, totals: Arc::default(), exact: None }
+        RateLimit { policy: Arc::new(ArcSwap::new(policy)), limiter, totals: Arc::default(), exact: None }
     }
 
     /// Tokens decided by `backend`, one round trip per request: the filter leaves the charge in
@@ -834,8 +837,14 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
         self
     }
 
-    pub fn policy(&self) -> &RateLimitPolicy {
-        &self.policy
+    pub fn policy(&self) -> arc_swap::Guard<Arc<RateLimitPolicy>> {
+        self.policy.load()
+    }
+
+    /// Puts a new policy in place (tiers, shares, multipliers' ceilings): requests that start
+    /// from now on are checked against it; bucket state carries over.
+    pub fn set_policy(&self, policy: Arc<RateLimitPolicy>) {
+        self.policy.store(policy);
     }
 
     pub fn limiter(&self) -> &L {
@@ -859,15 +868,16 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
             Some(_) => Err(PendingCharge::of(charge, req.client_ip)),
             None => Ok(self.limiter.charge(charge)),
         };
+        let policy = self.policy.load();
         let (bucket, cost, decided) = match ctx.principal.as_deref() {
             Some(p) => {
-                let m = self.policy.multiplier(p, ctx.ip_rate_limit_multiplier);
+                let m = policy.multiplier(p, ctx.ip_rate_limit_multiplier);
                 let charge = ChargeRequest {
                     key: LimitKey::Credential(&p.key_id),
                     bucket,
                     cost,
-                    limits: self.policy.limits(&p.tier, bucket, m),
-                    max_in_flight: take_slot.then(|| self.policy.concurrent(&p.tier, m)),
+                    limits: policy.limits(&p.tier, bucket, m),
+                    max_in_flight: take_slot.then(|| policy.concurrent(&p.tier, m)),
                     new_request,
                 };
                 (bucket, cost, decide(&charge))
@@ -877,7 +887,7 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
                     key: LimitKey::Address(req.client_ip),
                     bucket: Bucket::Global,
                     cost: 1,
-                    limits: self.policy.unauthenticated(),
+                    limits: policy.unauthenticated(),
                     max_in_flight: None,
                     new_request,
                 };
@@ -1002,10 +1012,11 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
 
     /// The caller's buckets, for `GET /rate-limit`.
     pub fn status(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitStatus {
-        let m = self.policy.multiplier(principal, ip_multiplier);
+        let policy = self.policy.load();
+        let m = policy.multiplier(principal, ip_multiplier);
         let key = LimitKey::Credential(&principal.key_id);
         let buckets = Bucket::ALL.map(|bucket| {
-            let limits = self.policy.limits(&principal.tier, bucket, m);
+            let limits = policy.limits(&principal.tier, bucket, m);
             let s = self.limiter.peek(key, bucket, &limits);
             BucketStatus { bucket, limit: s.limit, remaining: s.remaining, reset: s.reset_at_unix }
         });

@@ -99,8 +99,8 @@ pub struct Credentials {
     pub api_secret: Option<String>,
 }
 
-fn app<'c>(call: &'c Call<'_>) -> Result<&'c AppConfig, ApiError> {
-    call.server.state.config.app(call.id()).ok_or(ApiError::NotFound("app"))
+fn app(call: &Call<'_>) -> Result<std::sync::Arc<AppConfig>, ApiError> {
+    call.server.state.app(call.id()).ok_or(ApiError::NotFound("app"))
 }
 
 /// An app's functions as one organisation sees them: its own listing when it is connected,
@@ -192,7 +192,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     let search = call.query("search").map(str::to_lowercase);
     let state = &call.server.state;
     let mut apps = Vec::new();
-    for a in &state.config.apps {
+    for a in &state.config().apps {
         let st = state.app_status(&who.org_id, a);
         if status.as_deref().is_some_and(|s| s != st) {
             continue;
@@ -227,8 +227,8 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     let state = &call.server.state;
-    let status = state.app_status(&who.org_id, a);
-    let functions = Functions::of(call, &who.org_id, a, status == "connected").await.views(a);
+    let status = state.app_status(&who.org_id, &a);
+    let functions = Functions::of(call, &who.org_id, &a, status == "connected").await.views(&a);
     // The auth in use: a pending connection (an OAuth flow not finished) uses none yet.
     let current_auth = state
         .connection(&who.org_id, &a.id)

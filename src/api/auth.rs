@@ -54,6 +54,6 @@ pub async fn debug(call: &Call<'_>) -> ApiResult {
         "ip_rate_limit_multiplier": call.ip_multiplier,
         "buckets": buckets,
         "mfa_enabled": call.server.mfa.is_active(&who.user_id),
-        "environment": call.server.state.config.environment.as_str(),
+        "environment": call.server.state.config().environment.as_str(),
     })))
 }

@@ -64,7 +64,7 @@ fn outcome(result: ApiResult) -> Value {
 pub async fn run(call: &Call<'_>) -> ApiResult {
     call.who()?;
     let batch: Batch = call.json()?;
-    let max = call.server.state.config.limits.batch_max_operations;
+    let max = call.server.state.config().limits.batch_max_operations;
     if batch.operations.is_empty() || batch.operations.len() > max {
         return Err(ApiError::validation("operations", format!("1-{max} operations (limits.batch_max_operations)")));
     }

@@ -157,15 +157,15 @@ pub struct GatewayCreated {
 }
 
 fn endpoint(call: &Call<'_>, id: &str) -> String {
-    format!("{}/gateway/{id}/mcp", call.server.state.config.server.public_url)
+    format!("{}/gateway/{id}/mcp", call.server.state.config().server.public_url)
 }
 
 /// Names of the functions the gateway exposes from `app_id`, as far as they are known.
 async fn allowed_functions(call: &Call<'_>, gw: &Gateway, app_id: &str) -> (String, Vec<String>) {
     let state = &call.server.state;
-    let Some(app) = state.config.app(app_id) else { return ("unknown".into(), vec![]) };
+    let Some(app) = state.app(app_id) else { return ("unknown".into(), vec![]) };
     if !state.is_connected(&gw.org_id, app_id) {
-        return (state.app_status(&gw.org_id, app), vec![]);
+        return (state.app_status(&gw.org_id, &app), vec![]);
     }
     match call.server.mcp.apps.tools(&gw.org_id, app_id).await {
         Ok(tools) => {
@@ -194,7 +194,7 @@ fn validate_servers(call: &Call<'_>, servers: &[String]) -> Result<Vec<String>, 
     }
     let mut out: Vec<String> = Vec::with_capacity(servers.len());
     for (i, s) in servers.iter().enumerate() {
-        if call.server.state.config.app(s).is_none() {
+        if call.server.state.config().app(s).is_none() {
             return Err(ApiError::validation(format!("servers[{i}]"), format!("unknown app `{s}`")));
         }
         if !out.contains(s) {
@@ -332,7 +332,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     let mut servers = Vec::new();
     for app in &g.servers {
         let (status, functions) = allowed_functions(call, &g, app).await;
-        let name = call.server.state.config.app(app).map(|a| a.name.clone()).unwrap_or_default();
+        let name = call.server.state.config().app(app).map(|a| a.name.clone()).unwrap_or_default();
         servers.push(ServerView { id: app.clone(), name, status, functions });
     }
     let metrics = metrics_today(call.server, &g).await?;

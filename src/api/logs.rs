@@ -326,7 +326,7 @@ pub async fn gateway_metrics(call: &Call<'_>) -> ApiResult {
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn app_metrics(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
-    let app = call.server.state.config.app(call.id()).ok_or(ApiError::NotFound("app"))?;
+    let app = call.server.state.app(call.id()).ok_or(ApiError::NotFound("app"))?;
     let q = RollupQuery { org_id: who.org_id.clone(), app: Some(app.id.clone()), ..Default::default() };
     let mut data = metrics(call, q).await?;
     data["app_id"] = Value::String(app.id.clone());

@@ -2,6 +2,7 @@
 //! (Decision 8), request parsing helpers and the envelope. One file per resource.
 
 pub mod account;
+pub mod admin;
 pub mod alerts;
 pub mod apps;
 pub mod auth;
@@ -73,6 +74,7 @@ pub enum Endpoint {
     Alerts,
     Alert,
     Batch,
+    AdminReload,
     OpenApi,
 }
 
@@ -118,6 +120,7 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/alerts", Endpoint::Alerts),
     ("/alerts/{id}", Endpoint::Alert),
     ("/batch", Endpoint::Batch),
+    ("/admin/reload", Endpoint::AdminReload),
     ("/openapi.json", Endpoint::OpenApi),
 ];
 
@@ -167,6 +170,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::Alerts, "GET" | "POST") | (E::Alert, "GET" | "DELETE") => Scope(crate::api::Scope::Admin),
         // Each operation is checked as if sent alone.
         (E::Batch, "POST") => AnyCredential,
+        (E::AdminReload, "POST") => Scope(crate::api::Scope::Admin),
         (E::OpenApi, "GET") => Public,
         _ => return Err(ApiError::MethodNotAllowed(m.to_string())),
     };
@@ -436,6 +440,7 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::Alert, "GET") => alerts::get(&call).await,
         (E::Alert, "DELETE") => alerts::delete(&call).await,
         (E::Batch, "POST") => batch::run(&call).await,
+        (E::AdminReload, "POST") => admin::reload(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),
     }

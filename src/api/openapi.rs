@@ -42,6 +42,7 @@ impl Modify for Security {
         super::webhooks::deliveries, super::webhooks::rotate, super::webhooks::test,
         super::alerts::list, super::alerts::create, super::alerts::get, super::alerts::delete,
         super::batch::run,
+        super::admin::reload,
     ),
     components(schemas(Envelope, MessageEnvelope, ErrorEnvelope, ErrorObject, Meta)),
     security(("bearer" = []), ("api_key_query" = [])),

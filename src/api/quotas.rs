@@ -45,7 +45,7 @@ impl Quota {
 
 /// The tier whose quotas bind `org_id` (the default tier's when the organisation is unknown).
 fn tier_of(state: &State, org_id: &str) -> String {
-    state.org(org_id).map(|o| o.tier.clone()).unwrap_or_else(|| state.config.rate_limits.default_tier.clone())
+    state.org(org_id).map(|o| o.tier.clone()).unwrap_or_else(|| state.config().rate_limits.default_tier.clone())
 }
 
 /// How many of `quota` the organisation holds now.
@@ -66,7 +66,7 @@ pub fn used(state: &State, org_id: &str, quota: Quota) -> usize {
 /// holds its tier's allowance. Call it under `state.lock_writes()`, just before saving.
 pub fn check(state: &State, org_id: &str, quota: Quota) -> Result<(), ApiError> {
     let tier = tier_of(state, org_id);
-    let limit = quota.limit(state.config.limits.quotas(&tier));
+    let limit = quota.limit(state.config().limits.quotas(&tier));
     if used(state, org_id, quota) >= limit as usize {
         return Err(ApiError::QuotaExceeded { quota: quota.name(), limit, tier });
     }
@@ -76,7 +76,7 @@ pub fn check(state: &State, org_id: &str, quota: Quota) -> Result<(), ApiError> 
 /// The largest `rate_limit_multiplier` the organisation may give (a service account, a
 /// whitelist entry); their product is capped at the same figure where limits are applied.
 pub fn max_multiplier(state: &State, org_id: &str) -> f64 {
-    state.config.limits.quotas(&tier_of(state, org_id)).max_multiplier
+    state.config().limits.quotas(&tier_of(state, org_id)).max_multiplier
 }
 
 /// Validates a `rate_limit_multiplier` against the organisation's tier: a positive number up to

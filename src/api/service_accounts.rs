@@ -52,7 +52,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let state = &call.server.state;
     let multiplier = match body.rate_limit_multiplier {
         Some(m) => super::quotas::multiplier(state, &who.org_id, m)?,
-        None => state.config.limits.service_account_multiplier.min(super::quotas::max_multiplier(state, &who.org_id)),
+        None => state.config().limits.service_account_multiplier.min(super::quotas::max_multiplier(state, &who.org_id)),
     };
     // Raising an account's limits above its tier's is a security decision, as is the allowlist.
     if multiplier > 1.0 {

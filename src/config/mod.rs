@@ -51,7 +51,8 @@ pub struct Config {
     pub environment: Environment,
     pub server: ServerConfig,
     pub storage: StorageConfig,
-    pub apps: Vec<AppConfig>,
+    /// Shared, so that a reader keeps its app's settings while a reload replaces the list.
+    pub apps: Vec<std::sync::Arc<AppConfig>>,
     pub organizations: Vec<OrgConfig>,
     pub users: Vec<UserConfig>,
     pub api_keys: Vec<KeyConfig>,
@@ -537,7 +538,7 @@ impl Config {
         raw.validate()
     }
 
-    pub fn app(&self, id: &str) -> Option<&AppConfig> {
+    pub fn app(&self, id: &str) -> Option<&std::sync::Arc<AppConfig>> {
         self.apps.iter().find(|a| a.id == id)
     }
 }

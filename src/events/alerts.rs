@@ -90,7 +90,7 @@ pub struct Watcher {
 
 impl Watcher {
     pub fn new(state: Arc<State>) -> Watcher {
-        let default_percent = state.config.alerts.limit_warning_percent;
+        let default_percent = state.config().alerts.limit_warning_percent;
         Watcher { state, default_percent, alerts: DashMap::new(), fired: DashMap::new() }
     }
 

@@ -102,10 +102,10 @@ impl Events {
     /// Loads the pending deliveries of the outbox, and starts listening to the change feed
     /// (changes made from now on are not lost, even before [`Events::run`] runs).
     pub async fn load(state: Arc<State>) -> Result<Arc<Events>, StoreError> {
-        let config = state.config.webhooks.clone();
+        let config = state.config().webhooks.clone();
         let egress = Egress {
             allowed_hosts: config.allowed_hosts.clone(),
-            allow_http: state.config.environment == crate::config::Environment::Development,
+            allow_http: state.config().environment == crate::config::Environment::Development,
         };
         let events = Events {
             changes: parking_lot::Mutex::new(Some(state.changes.subscribe())),
@@ -119,7 +119,7 @@ impl Events {
             per_webhook: DashMap::new(),
             clients: DashMap::new(),
             watcher: alerts::Watcher::new(state.clone()),
-            mailer: match &state.config.smtp {
+            mailer: match &state.config().smtp {
                 Some(smtp) => Some(notify::Mailer::new(smtp).map_err(|e| StoreError::Backend(format!("smtp: {e}")))?),
                 None => None,
             },
@@ -298,7 +298,7 @@ impl Events {
                 pruner.prune().await;
             }
         });
-        if self.state.config.storage.is_shared() {
+        if self.state.config().storage.is_shared() {
             let adopter = self.clone();
             tokio::spawn(async move {
                 let mut every = tokio::time::interval(ADOPT_AFTER);
@@ -348,7 +348,7 @@ impl Events {
     async fn attempt_held(&self, id: &str) {
         let Some(mut d) = self.pending.get(id).map(|d| d.clone()) else { return };
         // The store's copy is the truth: another instance may have delivered it meanwhile.
-        if self.state.config.storage.is_shared() {
+        if self.state.config().storage.is_shared() {
             match self.state.store.get(Kind::Delivery, id).await {
                 Ok(Some(body)) => match serde_json::from_str::<Delivery>(&body) {
                     Ok(stored) if stored.status != "pending" => {

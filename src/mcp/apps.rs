@@ -52,7 +52,7 @@ pub struct AppClients {
 
 impl AppClients {
     pub fn new(state: Arc<State>) -> AppClients {
-        let mut shared = UpstreamShared::new(state.config.mcp.max_stdio_processes);
+        let mut shared = UpstreamShared::new(state.config().mcp.max_stdio_processes);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         shared.report_notices_to(tx);
         AppClients {
@@ -77,8 +77,8 @@ impl AppClients {
         self.lists.retain(|(org, app, _), _| !(app == app_id && (owner.is_empty() || org == owner)));
     }
 
-    fn app(&self, id: &str) -> Result<&AppConfig, AppError> {
-        self.state.config.app(id).ok_or_else(|| AppError::UnknownApp(id.into()))
+    fn app(&self, id: &str) -> Result<Arc<AppConfig>, AppError> {
+        self.state.app(id).ok_or_else(|| AppError::UnknownApp(id.into()))
     }
 
     /// The organisation's upstream for an app, made on first use.
@@ -87,11 +87,11 @@ impl AppClients {
         if !self.state.is_connected(org_id, app_id) {
             return Err(AppError::NotConnected(app_id.into()));
         }
-        let key = self.upstream_key(org_id, app);
+        let key = self.upstream_key(org_id, &app);
         if let Some(u) = self.upstreams.get(&key) {
             return Ok(u.value().clone());
         }
-        let settings = self.settings(org_id, app)?;
+        let settings = self.settings(org_id, &app)?;
         let up = Arc::new(
             Upstream::for_owner(&key.0, &settings, &self.shared)
                 .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })?,
@@ -134,7 +134,7 @@ impl AppClients {
     /// shared by all (as in [`AppNotice::owner`]).
     pub fn owner_of(&self, org_id: &str, app_id: &str) -> String {
         match self.app(app_id) {
-            Ok(app) => self.upstream_key(org_id, app).0,
+            Ok(app) => self.upstream_key(org_id, &app).0,
             Err(_) => org_id.to_string(),
         }
     }
@@ -261,9 +261,21 @@ impl AppClients {
     pub fn invalidate(&self, org_id: &str, app_id: &str) {
         self.forget_lists(org_id, app_id);
         let Ok(app) = self.app(app_id) else { return };
-        let key = self.upstream_key(org_id, app);
+        let key = self.upstream_key(org_id, &app);
         if let Some((_, up)) = self.upstreams.remove(&key) {
             tokio::spawn(async move { up.shutdown().await });
+        }
+    }
+
+    /// Forgets every owner's upstream and lists of an app whose settings changed (a reload):
+    /// the next call connects with the new ones. Calls in flight finish on the old upstream.
+    pub fn forget_app(&self, app_id: &str) {
+        self.forget_lists("", app_id);
+        let keys: Vec<Key> = self.upstreams.iter().filter(|u| u.key().1 == app_id).map(|u| u.key().clone()).collect();
+        for key in keys {
+            if let Some((_, up)) = self.upstreams.remove(&key) {
+                tokio::spawn(async move { up.shutdown().await });
+            }
         }
     }
 

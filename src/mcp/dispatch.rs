@@ -162,7 +162,7 @@ pub(super) async fn initialize(
         "serverInfo": { "name": "toolgate", "title": format!("toolgate: {}", gw.name), "version": env!("CARGO_PKG_VERSION") },
         "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
     });
-    let secure = if mcp.state.config.server.public_url.starts_with("https://") { "; Secure" } else { "" };
+    let secure = if mcp.state.config().server.public_url.starts_with("https://") { "; Secure" } else { "" };
     let cookie = format!("{SESSION_COOKIE}={}; Path=/gateway/{}/; HttpOnly; SameSite=Strict{secure}", record.id, gw.id);
     let headers = [
         (
@@ -210,7 +210,7 @@ pub(super) async fn request(
 ) -> pingora::Result<()> {
     let started = Instant::now();
     let params = req.params.as_ref();
-    let page_size = mcp.state.config.mcp.page_size;
+    let page_size = mcp.state.config().mcp.page_size;
     // The smallest `ttlMs` the apps gave the lists of the catalogue a list was read from.
     let mut app_ttl_ms = None;
     let mut list = |cat: &Catalogue, key: &str| {
@@ -392,7 +392,7 @@ async fn forward(
         call_ctx.headers.extend(modern::param_header_values(declared, &arguments));
     }
     let charged = matches!(caller, Caller::Stateless { app_charged: Some(a), .. } if a == app_id);
-    if let Some(limit) = mcp.state.config.app(app_id).and_then(|a| a.rate_limit).filter(|_| !charged) {
+    if let Some(limit) = mcp.state.config().app(app_id).and_then(|a| a.rate_limit).filter(|_| !charged) {
         // Protects the upstream: its per-minute figure across every gateway and caller.
         if let Err(spent) = mcp.quotas.admit(&quota::app_bucket(app_id), limit) {
             return reply::app_quota_exceeded(ex, spent, app_id).await;

@@ -56,7 +56,7 @@ impl McpRuntime {
         reqlog: Arc<RequestLog>,
         limiter: Arc<dyn RateLimiter>,
     ) -> Result<McpRuntime, StoreError> {
-        let m = &state.config.mcp;
+        let m = &state.config().mcp;
         let limits = SessionLimits {
             idle_timeout: m.session_idle_timeout,
             retention: m.session_retention,
@@ -74,7 +74,7 @@ impl McpRuntime {
         Ok(McpRuntime {
             apps: AppClients::new(state.clone()),
             reqlog,
-            quotas: MinuteQuota::new(limiter, state.config.alerts.limit_warning_percent),
+            quotas: MinuteQuota::new(limiter, state.config().alerts.limit_warning_percent),
             sessions,
             state,
             catalogues: DashMap::new(),
@@ -116,7 +116,7 @@ impl McpRuntime {
                 }
             }
         }
-        let cat = Arc::new(Catalogue::build(&self.apps, gw, self.state.config.mcp.list_deadline).await);
+        let cat = Arc::new(Catalogue::build(&self.apps, gw, self.state.config().mcp.list_deadline).await);
         if c.cache_enabled {
             self.catalogues.insert(gw.id.clone(), cat.clone());
         }
@@ -188,6 +188,15 @@ impl McpRuntime {
     pub fn app_changed(&self, org_id: &str, app_id: &str) {
         self.apps.invalidate(org_id, app_id);
         for g in self.gateways_with_app(Some(org_id), app_id) {
+            self.notify_changed(&g);
+        }
+    }
+
+    /// An app's settings changed in the configuration (a reload): every organisation's upstream
+    /// of it is dropped, and the gateways that include it tell their open streams.
+    pub fn app_reconfigured(&self, app_id: &str) {
+        self.apps.forget_app(app_id);
+        for g in self.gateways_with_app(None, app_id) {
             self.notify_changed(&g);
         }
     }

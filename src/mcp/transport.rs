@@ -170,7 +170,7 @@ async fn require_session(
     // Several instances on one store (or a process being replaced by this one, `--upgrade`): a
     // session created by another is read from the store once.
     if touched == Err(SessionError::Unknown)
-        && (mcp.state.config.storage.is_shared() || mcp.sessions.adopts_unknown())
+        && (mcp.state.config().storage.is_shared() || mcp.sessions.adopts_unknown())
         && mcp.sessions.adopt(&sid).await
     {
         touched = mcp.sessions.touch(&sid, &gw.id, key_id);
@@ -263,7 +263,7 @@ async fn app_quota_from_headers(
     gw: &Gateway,
 ) -> Result<Option<String>, (crate::mcp::quota::Spent, String)> {
     // Most deployments limit no app: then nothing is looked up for it on the call's path.
-    let limited = mcp.state.config.apps.iter().any(|a| a.rate_limit.is_some());
+    let limited = mcp.state.config().apps.iter().any(|a| a.rate_limit.is_some());
     let h = ex.headers();
     if !limited
         || !modern::is_stateless(h, None)
@@ -276,7 +276,7 @@ async fn app_quota_from_headers(
     };
     let catalogue = mcp.catalogue(gw).await;
     let Some((_, target)) = catalogue.entry(name.trim(), false) else { return Ok(None) };
-    let Some(limit) = mcp.state.config.app(&target.app_id).and_then(|a| a.rate_limit) else { return Ok(None) };
+    let Some(limit) = mcp.state.config().app(&target.app_id).and_then(|a| a.rate_limit) else { return Ok(None) };
     match mcp.quotas.admit(&crate::mcp::quota::app_bucket(&target.app_id), limit) {
         Ok(()) => Ok(Some(target.app_id.clone())),
         Err(spent) => Err((spent, target.app_id.clone())),

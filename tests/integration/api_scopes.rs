@@ -73,6 +73,8 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("DELETE", "/alerts/{id}", Scope("admin")),
     // Each operation is checked as if sent alone.
     ("POST", "/batch", Any),
+    // The operator's owner only: another holder of `admin` gets 404.
+    ("POST", "/admin/reload", Scope("admin")),
     ("GET", "/openapi.json", Public),
 ];
 

@@ -250,7 +250,7 @@ def test_sighup_without_tls_keeps_the_process_running():
     try:
         os.kill(srv.proc.pid, signal.SIGHUP)
         deadline = time.monotonic() + 5
-        while "nothing reloads in place" not in srv.stderr_text():
+        while "the configuration file is unchanged" not in srv.stderr_text():
             assert srv.proc.poll() is None, f"SIGHUP ended the process: {srv.stderr_text()[-2000:]}"
             assert time.monotonic() < deadline, srv.stderr_text()[-2000:]
             time.sleep(0.05)

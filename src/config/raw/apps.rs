@@ -68,13 +68,13 @@ pub(super) struct RawOAuth {
 
 impl RawApp {
     /// The `i`-th app, given the apps before it (its id must be new).
-    pub(super) fn build(self, i: usize, earlier: &[AppConfig]) -> Result<AppConfig, ConfigError> {
+    pub(super) fn build(self, i: usize, earlier: &[std::sync::Arc<AppConfig>]) -> Result<AppConfig, ConfigError> {
         let a = self;
         let f = |name: &str| format!("apps[{i}].{name}");
         if !is_id(&a.id) {
             return Err(invalid(f("id"), "must be 1-64 characters of A-Z a-z 0-9 _ -"));
         }
-        if earlier.iter().any(|x: &AppConfig| x.id == a.id) {
+        if earlier.iter().any(|x| x.id == a.id) {
             return Err(invalid(f("id"), format!("duplicate app id `{}`", a.id)));
         }
         if a.name.trim().is_empty() {

@@ -69,7 +69,7 @@ impl RawConfig {
         let mut apps = Vec::with_capacity(self.apps.len());
         for (i, a) in self.apps.into_iter().enumerate() {
             let app = a.build(i, &apps)?;
-            apps.push(app);
+            apps.push(std::sync::Arc::new(app));
         }
         let (rate_limits, mut rate_limit_policy) = limits::rate_limits(self.rate_limits)?;
         let organizations = (self.organizations.into_iter().enumerate())
