@@ -185,7 +185,55 @@ fn build(config: &TlsConfig, alpn: &[Vec<u8>]) -> Result<Arc<ServerConfig>, TlsE
     }
     let mut server_config = builder.with_cert_resolver(Arc::new(resolver));
     server_config.alpn_protocols = alpn.to_vec();
+    let (sessions, tickets) = resumption();
+    server_config.session_storage = sessions;
+    server_config.ticketer = tickets;
     Ok(Arc::new(server_config))
+}
+
+/// Session resumption, one for the process so that a certificate reload does not forget the
+/// sessions clients hold: stateless tickets (rustls' ring ticketer: ChaCha20-Poly1305 keys
+/// rotated every 6 hours, nothing kept per client), which TLS 1.3 and 1.2 clients resume with,
+/// and for TLS 1.2 clients without tickets a cache of session ids larger than rustls' 256. A
+/// resumed handshake skips the certificate signature. Early data (0-RTT) stays off: it could be
+/// replayed.
+fn resumption() -> (Arc<dyn rustls::server::StoresServerSessions>, Arc<dyn rustls::server::ProducesTickets>) {
+    static RESUMPTION: OnceLock<(
+        Arc<dyn rustls::server::StoresServerSessions>,
+        Arc<dyn rustls::server::ProducesTickets>,
+    )> = OnceLock::new();
+    RESUMPTION
+        .get_or_init(|| {
+            let sessions = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
+            let tickets = provider::Ticketer::new().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "TLS session tickets unavailable; resumption by session id only");
+                Arc::new(NoTickets)
+            });
+            (sessions, tickets)
+        })
+        .clone()
+}
+
+/// TLS 1.2 session ids remembered for resumption (a few hundred bytes each).
+const SESSION_CACHE_ENTRIES: usize = 8192;
+
+/// Used only if the ticketer cannot be made: no tickets.
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 fn read_certs(field: &str, file: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

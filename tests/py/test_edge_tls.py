@@ -259,6 +259,29 @@ def test_python_mcp_sdk_over_https(edge, pki):
     assert result.is_error is False and str(NOW.year) in result.content[0].text, result
 
 
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+def test_a_client_resumes_its_session(edge, pki, version):
+    """Python's ssl (OpenSSL) keeps the session of a first connection and offers it on the next:
+    the server resumes it (a ticket), on TLS 1.3 and 1.2; a client without one gets a full
+    handshake."""
+    ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+    ctx.minimum_version = ctx.maximum_version = version
+
+    def connect(session=None):
+        with socket.create_connection(("127.0.0.1", edge.tls_port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as tls:
+                assert _health_on(tls).startswith(b"HTTP/1.1 200")
+                return tls.session, tls.session_reused
+
+    first, reused = connect()
+    assert not reused and first is not None
+    assert first.has_ticket, "the server sent no session ticket"
+    second, reused = connect(first)
+    assert reused, "the offered session was not resumed"
+    _, reused = connect(None)
+    assert not reused
+
+
 def test_sni_chooses_the_certificate(edge, pki):
     for name, cn in (("a.test", "toolgate edge"), ("b.test", "b.test"), ("localhost", "toolgate edge")):
         cert = _handshake(edge.tls_port, pki["ca"], name)
