@@ -8,7 +8,8 @@
 //! so the next call uses the new settings; the gateways that include it tell their open
 //! streams), `organizations`, `users`, `api_keys` (declared records are written again, as at
 //! start; one removed from the file stays until deleted through the API), `rate_limits` (the
-//! policy: tiers, shares, sizes) and `limits`, `alerts`. The others (the listeners, the store,
+//! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
+//! page size and the list deadline. The others (the listeners, the store,
 //! the pipeline, TLS file names, ...) are read once by the parts they build, so a change there
 //! is refused and named: `toolgate --upgrade` applies it without dropping a request.
 
@@ -22,14 +23,23 @@ use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
 
 /// Top-level sections a reload applies in place.
-const IN_PLACE: &[&str] = &["apps", "organizations", "users", "api_keys", "rate_limits", "limits", "alerts"];
+const IN_PLACE: &[&str] = &["apps", "organizations", "users", "api_keys", "rate_limits", "limits", "alerts", "mcp"];
 
 /// Fields of in-place sections that the parts built at start read once.
-const READ_AT_START: &[(&str, &str)] =
-    &[("rate_limits", "distributed"), ("rate_limits", "sync_ms"), ("alerts", "limit_warning_percent")];
+const READ_AT_START: &[(&str, &str)] = &[
+    ("rate_limits", "distributed"),
+    ("rate_limits", "sync_ms"),
+    ("alerts", "limit_warning_percent"),
+    ("mcp", "session_idle_timeout_secs"),
+    ("mcp", "session_retention_secs"),
+    ("mcp", "max_sessions_per_key"),
+    ("mcp", "max_sessions_per_organization"),
+    ("mcp", "max_stdio_processes"),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
@@ -56,6 +66,7 @@ pub struct Reloadable<'a> {
     pub state: &'a State,
     pub limiter: &'a RateLimit<dyn RateLimiter>,
     pub mcp: &'a McpRuntime,
+    pub origins: &'a OriginCheck,
 }
 
 /// The file the running configuration came from, and its text then.
@@ -98,6 +109,7 @@ impl ConfigSource {
         let config = Arc::new(config);
         parts.state.replace_config(config.clone());
         parts.limiter.set_policy(config.rate_limit_policy.clone());
+        parts.origins.set(config.mcp.allowed_origins.clone());
         for app_id in &apps_changed {
             parts.mcp.app_reconfigured(app_id);
         }
@@ -154,6 +166,7 @@ pub struct Reloader {
     pub state: Arc<State>,
     pub limiter: RateLimit<dyn RateLimiter>,
     pub mcp: Arc<McpRuntime>,
+    pub origins: OriginCheck,
     pub tls: Option<Arc<EdgeTls>>,
 }
 
@@ -190,7 +203,8 @@ impl pingora::services::background::BackgroundService for Reloader {
                 _ = signalled => {
                     let source = &self.source;
                     tracing::info!(path = %source.path().display(), "SIGHUP: reloading the configuration");
-                    let parts = Reloadable { state: &self.state, limiter: &self.limiter, mcp: &self.mcp };
+                    let parts =
+                        Reloadable { state: &self.state, limiter: &self.limiter, mcp: &self.mcp, origins: &self.origins };
                     match source.reload(&parts).await {
                         Ok(r) if r.changed.is_empty() => tracing::info!("SIGHUP: the configuration file is unchanged"),
                         Ok(_) => {}

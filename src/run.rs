@@ -13,7 +13,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgate_filters::auth::Authenticate;
 use toolgate_filters::ip_allowlist::IpAllowlist;
-use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::RateLimit;
 use toolgate_filters::FilterChain;
 
@@ -140,7 +139,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     let proxy = Proxy {
         server: server.clone(),
         management: chain(),
-        gateway: chain().with(OriginCheck::new(config.mcp.allowed_origins.clone())),
+        gateway: chain().with(server.origin_check.clone()),
         trusted_proxies: config.server.trusted_proxies.clone(),
     };
 
@@ -164,6 +163,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
             state: server.state.clone(),
             limiter: server.limiter.clone(),
             mcp: server.mcp.clone(),
+            origins: server.origin_check.clone(),
             tls: edge.clone(),
         },
     ));

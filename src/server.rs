@@ -25,6 +25,9 @@ pub struct Server {
     pub limiter: RateLimit<dyn RateLimiter>,
     /// Whether the limiter's buckets are being shared with the other instances.
     pub sharing: crate::limiter::Sharing,
+    /// The gateway routes' `Origin` check (`mcp.allowed_origins`), shared with their chain so a
+    /// reload can replace the list.
+    pub origin_check: toolgate_filters::origin::OriginCheck,
     /// The configuration file and the text the running configuration came from, for reloads.
     pub config_source: Arc<crate::reload::ConfigSource>,
     /// A pruning of the request log is running ([`Server::prune_logs`]).
@@ -55,7 +58,9 @@ impl Server {
         });
         let mfa = Mfa::load(state.store.clone()).await?;
         let events = crate::events::Events::load(state.clone()).await?;
+        let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
         Ok(Server {
+            origin_check,
             mcp,
             reqlog,
             mfa,

@@ -6,19 +6,29 @@
 //! carries its headers, like every other answer.
 
 use crate::{FilterContext, Rejection, RequestFilter, RequestView};
+use arc_swap::ArcSwap;
+use std::sync::Arc;
 
+/// Cheap to clone: clones share the list, so the server can replace it ([`OriginCheck::set`],
+/// a configuration reload) while the chain owns another clone.
+#[derive(Clone)]
 pub struct OriginCheck {
     /// Exact origins (`https://app.example.com`); `*` allows any.
-    allowed: Vec<String>,
+    allowed: Arc<ArcSwap<Vec<String>>>,
 }
 
 impl OriginCheck {
     pub fn new(allowed: Vec<String>) -> Self {
-        OriginCheck { allowed }
+        OriginCheck { allowed: Arc::new(ArcSwap::from_pointee(allowed)) }
+    }
+
+    /// Replaces the allowed origins for the requests that start from now on.
+    pub fn set(&self, allowed: Vec<String>) {
+        self.allowed.store(Arc::new(allowed));
     }
 
     fn allows(&self, origin: &str) -> bool {
-        self.allowed.iter().any(|o| o == origin || o == "*")
+        self.allowed.load().iter().any(|o| o == origin || o == "*")
     }
 }
 
@@ -60,6 +70,16 @@ mod tests {
             client_certificate: None,
         };
         filter.filter(&view, &mut FilterContext::default())
+    }
+
+    #[test]
+    fn a_replaced_list_applies_to_every_clone() {
+        let f = OriginCheck::new(vec!["https://a.example".into()]);
+        let in_chain = f.clone();
+        assert!(check(&in_chain, Some(b"https://b.example")).is_err());
+        f.set(vec!["https://b.example".into()]);
+        assert!(check(&in_chain, Some(b"https://b.example")).is_ok());
+        assert!(check(&in_chain, Some(b"https://a.example")).is_err());
     }
 
     #[test]

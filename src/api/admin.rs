@@ -21,7 +21,12 @@ pub async fn reload(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::NotFound("configuration"));
     }
     let server = call.server;
-    let parts = crate::reload::Reloadable { state: &server.state, limiter: &server.limiter, mcp: &server.mcp };
+    let parts = crate::reload::Reloadable {
+        state: &server.state,
+        limiter: &server.limiter,
+        mcp: &server.mcp,
+        origins: &server.origin_check,
+    };
     match server.config_source.reload(&parts).await {
         Ok(r) => Ok(Reply::ok(json!({ "changed": r.changed }))),
         Err(ReloadError::Invalid(crate::config::ConfigError::Invalid { field, message })) => {

@@ -45,6 +45,9 @@ def test_reload_applies_in_place_refuses_what_it_cannot_and_keeps_connections_an
         sid = _open_session(url, key)
         kept = httpx2.Client(base_url=srv.base_url, timeout=10)  # one kept-alive connection throughout
         assert limit_of(kept, admin) == 5
+        other_origin = dict(_headers(key, sid), Origin="http://other.example")
+        r = httpx2.post(url, json=dict(CALL, id=2), headers=other_origin, timeout=10)
+        assert r.status_code == 403, r.text
 
         def reload() -> httpx2.Response:
             return kept.post("/v1/admin/reload", headers={"Authorization": f"Bearer {admin}"})
@@ -63,11 +66,18 @@ def test_reload_applies_in_place_refuses_what_it_cannot_and_keeps_connections_an
         )
         second_app = "  - { id: clock, name: Clock, builtin: time }\n"
         srv.config_path.write_text(config(TIME_APP + second_app, server="  grace_period_secs: 3\n")
+                                   .replace("http://allowed.example", "http://other.example")
                                    + TIERS.format(burst=50) + tenant)
         r = reload()
         assert r.status_code == 200, r.text
-        assert set(r.json()["data"]["changed"]) == {"apps", "rate_limits", "organizations", "users", "api_keys"}, r.text
+        changed = set(r.json()["data"]["changed"])
+        assert changed == {"apps", "mcp", "rate_limits", "organizations", "users", "api_keys"}, r.text
         assert limit_of(kept, admin) == 50
+        r = httpx2.post(url, json=dict(CALL, id=2), headers=other_origin, timeout=10)
+        assert r.status_code == 200, f"the new allowed origin: {r.text}"
+        old_origin = dict(other_origin, Origin="http://allowed.example")
+        r = httpx2.post(url, json=dict(CALL, id=2), headers=old_origin, timeout=10)
+        assert r.status_code == 403, f"the old allowed origin: {r.text}"
         apps = kept.get("/v1/apps", headers={"Authorization": f"Bearer {admin}"}).json()["data"]
         assert "clock" in str(apps), apps
         gw2, key2 = api.create_gateway(["clock"], name="with-the-new-app")
@@ -91,6 +101,10 @@ def test_reload_applies_in_place_refuses_what_it_cannot_and_keeps_connections_an
         assert r.json()["error"]["code"] == "VALIDATION_ERROR" and "burst" in r.text, r.text
         assert limit_of(kept, admin) == 50
 
+        # A field of an in-place section that is read once at start: refused, naming it.
+        srv.config_path.write_text(good.replace("mcp:\n", "mcp:\n  max_stdio_processes: 7\n"))
+        r = reload()
+        assert r.status_code == 409 and "mcp.max_stdio_processes" in r.text, r.text
         # A section read once at start changed (with an in-place one): refused whole, naming it.
         srv.config_path.write_text(good.replace("grace_period_secs: 3", "grace_period_secs: 4")
                                    .replace("burst: 50", "burst: 70"))
