@@ -186,8 +186,10 @@ fn build(config: &TlsConfig, alpn: &[Vec<u8>]) -> Result<Arc<ServerConfig>, TlsE
     let mut server_config = builder.with_cert_resolver(Arc::new(resolver));
     server_config.alpn_protocols = alpn.to_vec();
     let (sessions, tickets) = resumption();
-    server_config.session_storage = sessions;
-    server_config.ticketer = tickets;
+    server_config.session_storage = sessions.clone();
+    if let Some(tickets) = tickets {
+        server_config.ticketer = tickets.clone();
+    }
     Ok(Arc::new(server_config))
 }
 
@@ -196,45 +198,24 @@ fn build(config: &TlsConfig, alpn: &[Vec<u8>]) -> Result<Arc<ServerConfig>, TlsE
 /// rotated every 6 hours, nothing kept per client), which TLS 1.3 and 1.2 clients resume with,
 /// and for TLS 1.2 clients without tickets a cache of session ids larger than rustls' 256. A
 /// resumed handshake skips the certificate signature. Early data (0-RTT) stays off: it could be
-/// replayed.
-fn resumption() -> (Arc<dyn rustls::server::StoresServerSessions>, Arc<dyn rustls::server::ProducesTickets>) {
-    static RESUMPTION: OnceLock<(
-        Arc<dyn rustls::server::StoresServerSessions>,
-        Arc<dyn rustls::server::ProducesTickets>,
-    )> = OnceLock::new();
-    RESUMPTION
-        .get_or_init(|| {
-            let sessions = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
-            let tickets = provider::Ticketer::new().unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "TLS session tickets unavailable; resumption by session id only");
-                Arc::new(NoTickets)
-            });
-            (sessions, tickets)
-        })
-        .clone()
+/// replayed. Without a ticketer (it could not be made) rustls' default, no tickets, stays.
+fn resumption() -> &'static Resumption {
+    static RESUMPTION: OnceLock<Resumption> = OnceLock::new();
+    RESUMPTION.get_or_init(|| {
+        let tickets = provider::Ticketer::new()
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "TLS session tickets unavailable; resumption by session id only"),
+            )
+            .ok();
+        (rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES), tickets)
+    })
 }
+
+/// The session-id cache and the ticketer every rebuilt configuration gets.
+type Resumption = (Arc<dyn rustls::server::StoresServerSessions>, Option<Arc<dyn rustls::server::ProducesTickets>>);
 
 /// TLS 1.2 session ids remembered for resumption (a few hundred bytes each).
 const SESSION_CACHE_ENTRIES: usize = 8192;
-
-/// Used only if the ticketer cannot be made: no tickets.
-#[derive(Debug)]
-struct NoTickets;
-
-impl rustls::server::ProducesTickets for NoTickets {
-    fn enabled(&self) -> bool {
-        false
-    }
-    fn lifetime(&self) -> u32 {
-        0
-    }
-    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-}
 
 fn read_certs(field: &str, file: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(file)

@@ -48,6 +48,15 @@ def _start_upgrade(srv: ToolgateServer) -> subprocess.Popen:
     return new
 
 
+def _stop_both(srv: ToolgateServer, new: subprocess.Popen | None) -> None:
+    """Stops the new process (if it still runs) and the old one, and removes their directory."""
+    if new is not None and new.poll() is None:
+        new.kill()
+        new.wait(timeout=10)
+    srv.stop()
+    srv.tmp.cleanup()
+
+
 def _open_session(url: str, key: str) -> str:
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "upgrade-test", "version": "1"}}}
@@ -170,11 +179,7 @@ def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
         assert p.returncode == 1, p.stderr
         assert "in use by another toolgate process" in p.stderr, p.stderr
     finally:
-        if new is not None and new.poll() is None:
-            new.kill()
-            new.wait(timeout=10)
-        srv.stop()
-        srv.tmp.cleanup()
+        _stop_both(srv, new)
 
 
 def test_an_sse_answer_streaming_from_the_old_process_streams_to_its_end():
@@ -238,11 +243,7 @@ def test_an_sse_answer_streaming_from_the_old_process_streams_to_its_end():
             assert r.status_code == 200 and "trigger-long-running-operation" in r.text, r.text
             assert new.poll() is None, (srv.dir / "new.log").read_text()[-3000:]
         finally:
-            if new is not None and new.poll() is None:
-                new.kill()
-                new.wait(timeout=10)
-            srv.stop()
-            srv.tmp.cleanup()
+            _stop_both(srv, new)
 
 
 def test_sighup_without_tls_keeps_the_process_running():
