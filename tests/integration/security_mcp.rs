@@ -6,7 +6,7 @@
 
 use crate::common::{self, err, ok, RawResponse as Raw, TestServer};
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -124,19 +124,24 @@ impl Listening {
         String::from_utf8_lossy(&self.seen).into_owned()
     }
 
-    /// Reads what arrives before `deadline`; false once the connection is closed or the time is
-    /// up.
+    /// Reads what arrives before `deadline`: true when bytes came, false once the server closed
+    /// the connection or the time is up. A read timeout that the kernel fires a little before
+    /// `deadline` (its clock is coarser than `Instant`) is read again, not taken for an end.
     fn read_until(&mut self, deadline: Instant) -> bool {
-        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
-            return false;
-        };
-        self.sock.set_read_timeout(Some(left)).unwrap();
         let mut buf = [0u8; 4096];
-        match self.sock.read(&mut buf) {
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.seen.extend_from_slice(&buf[..n]);
-                true
+        loop {
+            let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
+                return false;
+            };
+            self.sock.set_read_timeout(Some(left)).unwrap();
+            match self.sock.read(&mut buf) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.seen.extend_from_slice(&buf[..n]);
+                    return true;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                Err(_) => return false,
             }
         }
     }
