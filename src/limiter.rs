@@ -17,14 +17,14 @@
 //! whichever mode wrote it.
 
 use crate::config::StorageConfig;
-use crate::store::redis::spawn_on_redis_runtime;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use crate::store::redis::{spawn_on_redis_runtime, Conn, Target};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use toolgate_filters::rate_limit::{
     shared_key_name, Bucket, BucketLimits, ExactBackend, ExactFuture, LimitKey, LocalRateLimiter, RateLimitConfig,
-    RateLimiter, SharedDecision,
+    RateLimiter, SharedDecision, Spent,
 };
 
 /// Whether this instance's buckets are being shared: since when merging them with Redis has
@@ -64,14 +64,13 @@ pub fn open(
     let sync = Duration::from_millis(config.sync_ms);
     match storage {
         StorageConfig::Embedded { .. } => (Arc::new(LocalRateLimiter::new()), None, sharing),
-        StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout, tls, .. } => {
+        StorageConfig::Redis { key_prefix, connect_timeout, command_timeout, .. } => {
             let local = Arc::new(LocalRateLimiter::new());
             let mut exact: Option<Arc<dyn ExactBackend>> = None;
-            match crate::store::redis::client(url, tls) {
-                Ok(client) => {
+            match Target::of(storage) {
+                Ok(target) => {
                     if config.distributed == "exact" {
-                        match ExactRedis::new(client.clone(), key_prefix, *connect_timeout, *command_timeout, &sharing)
-                        {
+                        match ExactRedis::new(&target, key_prefix, *connect_timeout, *command_timeout, &sharing) {
                             Ok(backend) => exact = Some(Arc::new(backend)),
                             Err(e) => {
                                 tracing::error!(error = %e, "exact rate limits unavailable: each instance counts alone");
@@ -80,7 +79,7 @@ pub fn open(
                         }
                     }
                     let shared = Shared {
-                        client,
+                        target,
                         prefix: key_prefix.clone(),
                         timeout: *command_timeout,
                         sharing: sharing.clone(),
@@ -148,26 +147,20 @@ struct ExactRedis {
 }
 
 struct ExactInner {
-    conn: ConnectionManager,
+    conn: Conn,
     script: redis::Script,
     prefix: String,
 }
 
 impl ExactRedis {
     fn new(
-        client: redis::Client,
+        target: &Target,
         prefix: &str,
         connect_timeout: Duration,
         command_timeout: Duration,
         sharing: &Sharing,
     ) -> redis::RedisResult<ExactRedis> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(command_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let conn =
-            crate::store::redis::on_redis_runtime_sync(|| ConnectionManager::new_lazy_with_config(client, config))?;
+        let conn = crate::store::redis::on_redis_runtime_sync(|| target.shared(connect_timeout, command_timeout, 1))?;
         Ok(ExactRedis {
             inner: Arc::new(ExactInner { conn, script: redis::Script::new(EXACT), prefix: prefix.to_string() }),
             sharing: sharing.clone(),
@@ -258,19 +251,29 @@ return out
 "#;
 
 struct Shared {
-    client: redis::Client,
+    target: Target,
     prefix: String,
     timeout: Duration,
     sharing: Sharing,
 }
 
+/// What one script call merges: a caller's spent windows and fixed-window counts. On a Redis
+/// Cluster a script may only touch one slot, so there is one call per caller (its keys carry it
+/// as hash tag), sent together; on one server, one call for all.
+#[derive(Default)]
+struct MergeCall<'a> {
+    spent: Vec<&'a Spent>,
+    windows: Vec<&'a (String, u64, u32)>,
+}
+
 impl Shared {
     async fn run(self, local: Arc<LocalRateLimiter>, sync: Duration) {
         let script = redis::Script::new(MERGE);
-        let mut conn = None;
+        let mut conn: Option<Conn> = None;
         let mut ticker = tokio::time::interval(sync);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        let per_caller = matches!(self.target, Target::Cluster(_));
         loop {
             ticker.tick().await;
             let spent = local.take_spent();
@@ -279,52 +282,33 @@ impl Shared {
                 continue;
             }
             if conn.is_none() {
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout));
-                conn = self.client.get_multiplexed_async_connection_with_config(&config).await.ok();
+                conn = self.target.dedicated(self.timeout, self.timeout).await.ok();
             }
-            let Some(c) = conn.as_mut() else {
+            let Some(c) = conn.as_ref() else {
                 if !std::mem::replace(&mut failing, true) {
                     tracing::warn!("cannot reach Redis to share rate limits; each instance counts alone meanwhile");
                 }
                 self.sharing.failed();
                 continue;
             };
-            let mut invocation = script.prepare_invoke();
-            invocation.arg(spent.len());
+            let mut calls: BTreeMap<&str, MergeCall> = BTreeMap::new();
             for s in &spent {
-                invocation.key(format!("{}:rl:{{{}}}:{}:{}", self.prefix, s.key, s.bucket, s.window));
-                invocation.arg((s.advance_ns / 1000).max(1)).arg(s.span_ns / 1_000_000 + 1000);
+                calls.entry(if per_caller { s.key.as_str() } else { "" }).or_default().spent.push(s);
             }
-            for (key, reset_at, _) in &windows {
-                invocation.key(format!("{}:rw:{{{key}}}:{reset_at}", self.prefix));
+            for w in &windows {
+                calls.entry(if per_caller { w.0.as_str() } else { "" }).or_default().windows.push(w);
             }
-            for (_, _, n) in &windows {
-                invocation.arg(*n);
-            }
-            for (_, reset_at, _) in &windows {
-                invocation.arg((reset_at + 60) * 1000);
-            }
-            let merged: redis::RedisResult<Vec<String>> = invocation.invoke_async(c).await;
-            match merged {
-                Ok(values) => {
+            let merged =
+                futures_util::future::join_all(calls.values().map(|call| self.merge(&script, c.clone(), &local, call)))
+                    .await;
+            match merged.into_iter().find_map(Result::err) {
+                None => {
                     if std::mem::replace(&mut failing, false) {
                         tracing::info!("rate limits are shared again");
                     }
                     self.sharing.works();
-                    for (s, v) in spent.iter().zip(&values) {
-                        if let Ok(us) = v.parse::<u64>() {
-                            local.merge_tat(&s.key, s.bucket, s.window, us.saturating_mul(1000));
-                        }
-                    }
-                    for ((key, reset_at, _), v) in windows.iter().zip(values.iter().skip(spent.len())) {
-                        if let Ok(n) = v.parse::<u32>() {
-                            local.merge_window(key, *reset_at, n);
-                        }
-                    }
                 }
-                Err(e) => {
+                Some(e) => {
                     // What this interval spent is not shared; admission goes on per instance.
                     if !std::mem::replace(&mut failing, true) {
                         tracing::warn!(error = %e, "cannot share rate limits through Redis; each instance counts alone meanwhile");
@@ -334,5 +318,42 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Runs one [`MERGE`] call and adopts the shared state it returns.
+    async fn merge(
+        &self,
+        script: &redis::Script,
+        mut conn: Conn,
+        local: &LocalRateLimiter,
+        call: &MergeCall<'_>,
+    ) -> redis::RedisResult<()> {
+        let mut invocation = script.prepare_invoke();
+        invocation.arg(call.spent.len());
+        for s in &call.spent {
+            invocation.key(format!("{}:rl:{{{}}}:{}:{}", self.prefix, s.key, s.bucket, s.window));
+            invocation.arg((s.advance_ns / 1000).max(1)).arg(s.span_ns / 1_000_000 + 1000);
+        }
+        for (key, reset_at, _) in &call.windows {
+            invocation.key(format!("{}:rw:{{{key}}}:{reset_at}", self.prefix));
+        }
+        for (_, _, n) in &call.windows {
+            invocation.arg(*n);
+        }
+        for (_, reset_at, _) in &call.windows {
+            invocation.arg((reset_at + 60) * 1000);
+        }
+        let values: Vec<String> = invocation.invoke_async(&mut conn).await?;
+        for (s, v) in call.spent.iter().zip(&values) {
+            if let Ok(us) = v.parse::<u64>() {
+                local.merge_tat(&s.key, s.bucket, s.window, us.saturating_mul(1000));
+            }
+        }
+        for ((key, reset_at, _), v) in call.windows.iter().zip(values.iter().skip(call.spent.len())) {
+            if let Ok(n) = v.parse::<u32>() {
+                local.merge_window(key, *reset_at, n);
+            }
+        }
+        Ok(())
     }
 }

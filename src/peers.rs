@@ -15,9 +15,8 @@
 //! write and its publication) can go unseen.
 
 use crate::changes::Change;
-use crate::config::RedisTls;
 use crate::state::State;
-use crate::store::redis::spawn_on_redis_runtime;
+use crate::store::redis::{spawn_on_redis_runtime, Target};
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use std::sync::Arc;
@@ -36,27 +35,20 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 /// After a failed read or write, the wait before the next attempt.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// Starts carrying changes between this instance and the others on the Redis at `url`.
-pub fn start(state: Arc<State>, url: &str, tls: &RedisTls, prefix: &str) -> Result<(), redis::RedisError> {
-    let client = crate::store::redis::client(url, tls)?;
+/// Starts carrying changes between this instance and the others on the Redis `target`.
+pub fn start(state: Arc<State>, target: Target, prefix: &str) {
     let stream = format!("{prefix}:changes");
     let instance = crate::secrets::new_id("inst");
     tracing::info!(instance, stream, "following the other instances' changes on Redis");
     let rx = state.changes.subscribe();
-    spawn_on_redis_runtime(publish(client.clone(), stream.clone(), instance.clone(), rx));
-    spawn_on_redis_runtime(follow(client, stream, instance, state));
-    Ok(())
+    spawn_on_redis_runtime(publish(target.clone(), stream.clone(), instance.clone(), rx));
+    spawn_on_redis_runtime(follow(target, stream, instance, state));
 }
 
 /// Puts this instance's changes onto the stream, in order. A change that cannot be written
 /// (Redis away) is retried until it is; if the feed outran this task meanwhile, the other
 /// instances are asked to reload (a `reload` entry), since they cannot know what was lost.
-async fn publish(
-    client: redis::Client,
-    stream: String,
-    instance: String,
-    mut rx: tokio::sync::broadcast::Receiver<Change>,
-) {
+async fn publish(target: Target, stream: String, instance: String, mut rx: tokio::sync::broadcast::Receiver<Change>) {
     let mut conn = None;
     loop {
         let entry = match rx.recv().await {
@@ -69,7 +61,7 @@ async fn publish(
         };
         loop {
             if conn.is_none() {
-                conn = client.get_multiplexed_async_connection().await.ok();
+                conn = target.dedicated(Duration::from_secs(2), Duration::from_secs(2)).await.ok();
             }
             let Some(c) = conn.as_mut() else {
                 tokio::time::sleep(RETRY).await;
@@ -91,14 +83,11 @@ async fn publish(
 }
 
 /// Follows the other instances' changes.
-async fn follow(client: redis::Client, stream: String, instance: String, state: Arc<State>) {
+async fn follow(target: Target, stream: String, instance: String, state: Arc<State>) {
     loop {
         // (Re)starting: where the stream stands, then every record, then what came after.
         // A blocking read holds its answer up to BLOCK: the connection waits longer than that.
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(BLOCK + Duration::from_secs(2)));
-        let mut conn = match client.get_multiplexed_async_connection_with_config(&config).await {
+        let mut conn = match target.dedicated(Duration::from_secs(2), BLOCK + Duration::from_secs(2)).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot reach Redis for the change feed; retrying");

@@ -84,8 +84,9 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         let limiter = RateLimit::new(config.rate_limit_policy.clone(), backend).with_exact(exact);
         let source = Arc::new(crate::reload::ConfigSource::new(config_path, text));
         let server = Server::new(state.clone(), limiter, sharing, source).await.map_err(|e| e.to_string())?;
-        if let crate::config::StorageConfig::Redis { url, key_prefix, tls, .. } = &config.storage {
-            crate::peers::start(state.clone(), url, tls, key_prefix).map_err(|e| e.to_string())?;
+        if let crate::config::StorageConfig::Redis { key_prefix, .. } = &config.storage {
+            let target = crate::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
+            crate::peers::start(state.clone(), target, key_prefix);
         }
         Ok::<_, String>((state, Arc::new(server), printed))
     });

@@ -165,6 +165,8 @@ pub enum StorageConfig {
         outage_grace: std::time::Duration,
         /// With `rediss://`: a private CA and a client certificate, read at load.
         tls: RedisTls,
+        /// `Some` for a Redis Cluster: seed nodes besides `url` (`storage.cluster_nodes`).
+        cluster_nodes: Option<Vec<String>>,
     },
 }
 
@@ -597,6 +599,32 @@ mod tests {
         let e = Config::parse("storage:\n  backend: redis\n  url: redis://x\n  path: ./data\n").unwrap_err();
         assert!(e.to_string().starts_with("storage.path"), "{e}");
         assert!(!Config::parse(MINIMAL).unwrap().storage.is_shared());
+    }
+
+    #[test]
+    fn a_redis_cluster_is_named_by_seed_nodes_reached_over_tcp() {
+        let c = Config::parse(
+            "storage:\n  backend: redis\n  url: redis://10.0.0.1:7000\n  cluster: true\n  \
+             cluster_nodes: [redis://10.0.0.2:7000, redis://10.0.0.3:7000]\n",
+        )
+        .unwrap();
+        assert!(matches!(&c.storage, StorageConfig::Redis { cluster_nodes: Some(n), .. } if n.len() == 2));
+        let c = Config::parse("storage:\n  backend: redis\n  url: redis://h:7000\n  cluster: true\n").unwrap();
+        assert!(matches!(&c.storage, StorageConfig::Redis { cluster_nodes: Some(n), .. } if n.is_empty()));
+        let c = Config::parse("storage:\n  backend: redis\n  url: redis://h:6379\n").unwrap();
+        assert!(matches!(&c.storage, StorageConfig::Redis { cluster_nodes: None, .. }));
+        for (yaml, field) in [
+            ("storage:\n  backend: redis\n  url: unix:///r.sock\n  cluster: true\n", "storage.url"),
+            ("storage:\n  backend: redis\n  url: redis://h\n  cluster_nodes: [redis://g]\n", "storage.cluster_nodes"),
+            (
+                "storage:\n  backend: redis\n  url: redis://h\n  cluster: true\n  cluster_nodes: [rediss://g]\n",
+                "storage.cluster_nodes",
+            ),
+            ("storage:\n  cluster: true\n", "storage.cluster"),
+        ] {
+            let e = Config::parse(yaml).unwrap_err().to_string();
+            assert!(e.starts_with(field), "{yaml}: {e}");
+        }
     }
 
     /// Each of these passed validation and then failed the start (a refusal or a panic), so

@@ -17,8 +17,9 @@ use toolgate_filters::rate_limit::UsageMinute;
 pub fn open(config: &StorageConfig) -> Result<Arc<dyn Store>, StoreError> {
     match config {
         StorageConfig::Embedded { path } => Ok(Arc::new(EmbeddedStore::open(path)?)),
-        StorageConfig::Redis { url, key_prefix, connect_timeout, command_timeout, tls, .. } => {
-            Ok(Arc::new(RedisStore::open(url, tls, key_prefix, *connect_timeout, *command_timeout)?))
+        StorageConfig::Redis { key_prefix, connect_timeout, command_timeout, .. } => {
+            let target = redis::Target::of(config).map_err(|e| StoreError::Backend(format!("redis: {e}")))?;
+            Ok(Arc::new(RedisStore::open(&target, key_prefix, *connect_timeout, *command_timeout)?))
         }
     }
 }

@@ -5,7 +5,8 @@ temporary directory (no port to race for), and three real toolgate instances sha
 measured: a gateway created on one instance is served by the others, a revoked key is refused by
 every instance within 1 s, an MCP session opened on one instance is used, streamed and ended on
 the others, the request log reads the same everywhere, and an instance refuses to start on Redis
-without the shared sealing key.
+without the shared sealing key. The scale-out tests run twice: on one Redis, and on a Redis Cluster
+of three masters the test creates (`redis-cli --cluster create`, TCP ports on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class RedisProcess:
             raise AssertionError("redis-server is not installed: tests/run.sh installs it (Debian package redis-server)")
         self.binary, self.dir, self.sock = binary, d, Path(d) / "redis.sock"
         self.url = f"unix://{self.sock}"
+        self.nodes = None  # not a cluster
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "RedisProcess":
@@ -74,6 +76,121 @@ def redis_server():
             r.stop()
 
 
+def free_cluster_port() -> int:
+    """A free TCP port whose cluster bus port (+10000) is free too."""
+    import socket
+
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no free port pair for a Redis Cluster node")
+
+
+class RedisCluster:
+    """A Redis Cluster of three masters (no replicas), each a real redis-server on 127.0.0.1,
+    joined by `redis-cli --cluster create`; `url` is one seed and `nodes` the other two."""
+
+    def __init__(self, d: str):
+        self.binary, self.cli = shutil.which("redis-server"), shutil.which("redis-cli")
+        if self.binary is None or self.cli is None:
+            raise AssertionError("redis-server and redis-cli are not installed: tests/run.sh installs them "
+                                 "(Debian packages redis-server, redis-tools)")
+        self.dir = d
+        self.ports: list[int] = []
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> "RedisCluster":
+        """Starts the three nodes; the first time, on new ports, joined into a cluster; again
+        after `stop`, on the same ports, from their saved cluster configuration and data."""
+        first = not self.ports
+        if first:
+            self.ports = [free_cluster_port() for _ in range(3)]
+        for port in self.ports:
+            node_dir = Path(self.dir) / str(port)
+            node_dir.mkdir(exist_ok=True)
+            self.procs.append(subprocess.Popen(
+                [self.binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
+                 "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for port in self.ports:
+            self.wait(port, lambda out: out.strip() == "PONG", "PING")
+        if first:
+            self.create()
+        for port in self.ports:
+            self.wait(port, lambda out: "cluster_state:ok" in out, "CLUSTER", "INFO")
+        return self
+
+    def create(self) -> None:
+        created = subprocess.run(
+            [self.cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
+             "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True, timeout=60)
+        assert created.returncode == 0, f"redis-cli --cluster create failed: {created.stdout}{created.stderr}"
+
+    def wait(self, port: int, ok, *command: str) -> None:
+        deadline = time.monotonic() + 20
+        while True:
+            out = self.run(port, *command)
+            if ok(out):
+                return
+            assert time.monotonic() < deadline, f"redis node {port}: {' '.join(command)} -> {out!r}"
+            time.sleep(0.1)
+
+    def run(self, port: int, *command: str) -> str:
+        return subprocess.run([self.cli, "-p", str(port), *command], capture_output=True, text=True, timeout=10).stdout
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports[0]}"
+
+    @property
+    def nodes(self) -> list[str]:
+        return [f"redis://127.0.0.1:{p}" for p in self.ports[1:]]
+
+    def keys_per_node(self, prefix: str) -> list[int]:
+        """How many keys under `prefix` each master holds."""
+        return [len([k for k in self.run(p, "--scan", "--pattern", f"{prefix}:*").split() if k]) for p in self.ports]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=10)
+        self.procs = []
+
+
+@contextlib.contextmanager
+def redis_cluster():
+    """A running `RedisCluster`, stopped at the end."""
+    with tempfile.TemporaryDirectory(prefix="toolgate-redis-cluster-") as d:
+        r = RedisCluster(d)
+        try:
+            yield r.start()
+        finally:
+            r.stop()
+
+
+@contextlib.contextmanager
+def redis_of(kind: str):
+    """A single Redis (`single`) or a Redis Cluster (`cluster`), with `url` and `nodes` (None for
+    a single server)."""
+    if kind == "cluster":
+        with redis_cluster() as r:
+            yield r
+    else:
+        with redis_server() as r:
+            yield r
+
+
 @contextlib.contextmanager
 def instances(cfg: str, n: int):
     """`n` instances with the config `cfg`, sharing the admin key and the sealing key: yields
@@ -90,17 +207,21 @@ def instances(cfg: str, n: int):
             srv.tmp.cleanup()
 
 
-def redis_config(url: str, prefix: str) -> str:
-    """The tests' usual config (the built-in time app), its store on Redis."""
+def redis_config(url: str, prefix: str, cluster_nodes: list[str] | None = None) -> str:
+    """The tests' usual config (the built-in time app), its store on Redis (a Redis Cluster when
+    `cluster_nodes` is given, maybe empty)."""
     redis = f"storage:\n  backend: redis\n  url: {url}\n  key_prefix: {prefix}\n"
+    if cluster_nodes is not None:
+        redis += "  cluster: true\n  cluster_nodes: [" + ", ".join(cluster_nodes) + "]\n"
     return config(TIME_APP).replace("storage:\n  backend: embedded\n  path: ./data\n", redis)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """Three instances on one Redis, sharing the admin key and the sealing key: [A, B, C]."""
-    with redis_server() as redis:
-        with instances(redis_config(redis.url, f"tg{secrets.token_hex(3)}"), 3) as (_, servers):
+@pytest.fixture(scope="module", params=["single", "cluster"])
+def trio(request):
+    """Three instances on one Redis (a single server, then a Redis Cluster of three masters),
+    sharing the admin key and the sealing key: [A, B, C]."""
+    with redis_of(request.param) as redis:
+        with instances(redis_config(redis.url, f"tg{secrets.token_hex(3)}", redis.nodes), 3) as (_, servers):
             yield servers
 
 
@@ -118,8 +239,8 @@ def within(seconds: float, probe) -> float:
     return time.monotonic() - started
 
 
-def test_a_gateway_made_on_one_instance_is_served_by_the_others(cluster):
-    a, b, c = cluster
+def test_a_gateway_made_on_one_instance_is_served_by_the_others(trio):
+    a, b, c = trio
     r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"shared-{secrets.token_hex(3)}", "servers": ["time"]})
     assert r.status_code == 201, r.text
     gw = r.json()["data"]
@@ -138,8 +259,8 @@ def test_a_gateway_made_on_one_instance_is_served_by_the_others(cluster):
         within(1.0, lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 404)
 
 
-def test_a_revoked_key_is_refused_by_every_instance_within_a_second(cluster):
-    a, b, c = cluster
+def test_a_revoked_key_is_refused_by_every_instance_within_a_second(trio):
+    a, b, c = trio
     r = call(a, "POST", "/v1/api-keys", a.admin_key, {"name": "short-lived", "scopes": ["gateways:read"]})
     assert r.status_code == 201, r.text
     created = r.json().get("data", r.json())
@@ -153,8 +274,8 @@ def test_a_revoked_key_is_refused_by_every_instance_within_a_second(cluster):
     assert time.monotonic() - revoked_at < 1.0 + 0.5, "all three within a second of the revocation"
 
 
-def test_an_mcp_session_opened_on_one_instance_is_used_streamed_and_ended_on_the_others(cluster):
-    a, b, c = cluster
+def test_an_mcp_session_opened_on_one_instance_is_used_streamed_and_ended_on_the_others(trio):
+    a, b, c = trio
     r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"sess-{secrets.token_hex(3)}", "servers": ["time"]})
     gw = r.json()["data"]
     for srv in (b, c):
@@ -185,8 +306,8 @@ def test_an_mcp_session_opened_on_one_instance_is_used_streamed_and_ended_on_the
     assert on_b.request("tools/list").status_code == 404
 
 
-def test_the_request_log_reads_the_same_on_every_instance(cluster):
-    a, b, c = cluster
+def test_the_request_log_reads_the_same_on_every_instance(trio):
+    a, b, c = trio
     r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"logs-{secrets.token_hex(3)}", "servers": ["time"]})
     gw = r.json()["data"]
     within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
@@ -209,6 +330,34 @@ def test_the_request_log_reads_the_same_on_every_instance(cluster):
     assert len(errors) == 1 and "Not/AZone" in str(errors[0]), errors
 
 
+def test_on_a_redis_cluster_records_spread_over_the_masters_and_a_deleted_one_leaves_no_key():
+    """The keys of one organisation share a slot, the locators of its records have slots of their
+    own: six gateways made on A put keys on every master, are all served by B, and once deleted
+    leave no key naming them on any node (the record, its indexes and its locator are removed
+    slot by slot)."""
+    with redis_cluster() as redis:
+        with instances(redis_config(redis.url, "spread", redis.nodes), 2) as (admin, (a, b)):
+            ids = []
+            for i in range(6):
+                r = call(a, "POST", "/v1/gateways", admin, {"name": f"spread-{i}", "servers": ["time"]})
+                assert r.status_code == 201, r.text
+                ids.append(r.json()["data"]["id"])
+            for gw in ids:
+                within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw}", admin).status_code == 200)
+            per_node = redis.keys_per_node("spread")
+            assert all(n > 0 for n in per_node), f"keys per master: {per_node}"
+            listed = call(b, "GET", "/v1/gateways?limit=100", admin).json()["data"]
+            listed_ids = {g["id"] for g in (listed if isinstance(listed, list) else listed.get("gateways", []))}
+            assert set(ids) <= listed_ids, listed
+            for gw in ids:
+                assert call(b, "DELETE", f"/v1/gateways/{gw}", admin).status_code in (200, 204)
+            for gw in ids:
+                within(1.0, lambda: call(a, "GET", f"/v1/gateways/{gw}", admin).status_code == 404)
+            left = [k for p in redis.ports for k in redis.run(p, "--scan", "--pattern", "spread:*").split()
+                    if any(gw in k for gw in ids)]
+            assert left == [], f"keys left by deleted gateways: {left}"
+
+
 def test_an_instance_on_redis_needs_the_shared_sealing_key():
     with redis_server() as redis:
         srv = ToolgateServer(full_config=redis_config(redis.url, "nokey"), env={"TOOLGATE_SECRET_KEY": ""})
@@ -223,9 +372,10 @@ def test_an_instance_on_redis_needs_the_shared_sealing_key():
         assert "TOOLGATE_SECRET_KEY" in p.stderr and "redis" in p.stderr, p.stderr
 
 
-def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_restart():
-    with redis_server() as redis:
-        with instances(redis_config(redis.url, "outage"), 2) as (admin, (a, b)):
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_restart(kind):
+    with redis_of(kind) as redis:
+        with instances(redis_config(redis.url, "outage", redis.nodes), 2) as (admin, (a, b)):
             r = call(a, "POST", "/v1/gateways", admin, {"name": "before", "servers": ["time"]})
             assert r.status_code == 201, r.text
             gw = r.json()["data"]
@@ -253,7 +403,8 @@ def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_r
             assert call(b, "GET", f"/v1/gateways/{gw['id']}", admin).status_code == 200
 
 
-def test_rate_limits_are_shared_leased_within_the_stated_bound():
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_rate_limits_are_shared_leased_within_the_stated_bound(kind):
     """One caller, three instances, requests spread round-robin 100 ms apart for 3.6 s: the
     instances together admit the burst plus what refilled (10 + 3.6), within the README's bound
     (each other instance may admit what it does in one sync interval, 50 ms here, before it hears:
@@ -261,8 +412,8 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound():
     limits = ("rate_limits:\n  sync_ms: 50\n  tiers:\n"
               "    tiny: { requests_per_hour: unlimited, requests_per_minute: 60, burst: 10, concurrent: 5 }\n"
               "limits:\n  bootstrap_tier: tiny\n")
-    with redis_server() as redis:
-        cfg = redis_config(redis.url, "limits") + limits
+    with redis_of(kind) as redis:
+        cfg = redis_config(redis.url, "limits", redis.nodes) + limits
         with instances(cfg, 3) as (admin, servers):
             statuses = []
             started = time.monotonic()
@@ -278,7 +429,8 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound():
                 assert r.headers["x-ratelimit-remaining"] == "0", dict(r.headers)
 
 
-def test_rate_limits_are_exact_across_instances_with_distributed_exact():
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_rate_limits_are_exact_across_instances_with_distributed_exact(kind):
     """`rate_limits.distributed: exact`: one caller fires 45 requests at once, spread over three
     instances, at a bucket of 10 that refills one token a minute. Exactly 10 are admitted, each
     reporting a different `X-RateLimit-Remaining` (9 down to 0: one shared count, decided in
@@ -287,8 +439,8 @@ def test_rate_limits_are_exact_across_instances_with_distributed_exact():
     limits = ("rate_limits:\n  distributed: exact\n  sync_ms: 10000\n  tiers:\n"
               "    tiny: { requests_per_hour: unlimited, requests_per_minute: 1, burst: 10, concurrent: 100 }\n"
               "limits:\n  bootstrap_tier: tiny\n")
-    with redis_server() as redis:
-        cfg = redis_config(redis.url, "exact") + limits
+    with redis_of(kind) as redis:
+        cfg = redis_config(redis.url, "exact", redis.nodes) + limits
         with instances(cfg, 3) as (admin, servers):
             clients = [httpx2.Client(base_url=s.base_url, headers={"Authorization": f"Bearer {admin}"}, timeout=30)
                        for s in servers]
@@ -312,13 +464,13 @@ def test_rate_limits_are_exact_across_instances_with_distributed_exact():
                 assert call(srv, "GET", "/v1/gateways", admin).status_code == 429
 
 
-def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(cluster):
+def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(trio):
     """The check and the write run under the organisation's lock in Redis, which re-reads the
     organisation's records once held: of three instances creating the same gateway name at the
     same moment, one succeeds and two get 409."""
     import concurrent.futures
 
-    a, b, c = cluster
+    a, b, c = trio
     for round_ in range(5):
         name = f"race-{round_}-{secrets.token_hex(3)}"
         with concurrent.futures.ThreadPoolExecutor(3) as pool:

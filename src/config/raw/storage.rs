@@ -16,19 +16,23 @@ pub(super) struct RawStorage {
     tls_ca_file: Option<String>,
     tls_cert_file: Option<String>,
     tls_key_file: Option<String>,
+    cluster: Option<bool>,
+    cluster_nodes: Option<Vec<String>>,
 }
 
 impl RawStorage {
     pub(super) fn build(self) -> Result<StorageConfig, ConfigError> {
         Ok(match self.backend.as_deref() {
             None | Some("embedded") => {
-                if self.url.is_some() || self.key_prefix.is_some() || self.outage_grace_secs.is_some() {
-                    let field = match (&self.url, &self.key_prefix) {
-                        (Some(_), _) => "storage.url",
-                        (None, Some(_)) => "storage.key_prefix",
-                        _ => "storage.outage_grace_secs",
-                    };
-                    return Err(invalid(field, "only used with backend: redis"));
+                let redis_only = [
+                    ("storage.url", self.url.is_some()),
+                    ("storage.key_prefix", self.key_prefix.is_some()),
+                    ("storage.outage_grace_secs", self.outage_grace_secs.is_some()),
+                    ("storage.cluster", self.cluster.is_some()),
+                    ("storage.cluster_nodes", self.cluster_nodes.is_some()),
+                ];
+                if let Some((field, _)) = redis_only.iter().find(|(_, given)| *given) {
+                    return Err(invalid(*field, "only used with backend: redis"));
                 }
                 self.tls(false)?;
                 StorageConfig::Embedded { path: PathBuf::from(self.path.unwrap_or_else(|| "./data".into())) }
@@ -42,6 +46,7 @@ impl RawStorage {
                     ));
                 }
                 let tls = self.tls(url.starts_with("rediss://"))?;
+                let cluster_nodes = self.cluster_nodes(&url)?;
                 if self.path.is_some() {
                     return Err(invalid("storage.path", "only used with backend: embedded"));
                 }
@@ -65,10 +70,34 @@ impl RawStorage {
                     connect_timeout: ms(self.connect_timeout_ms, "storage.connect_timeout_ms", 2000)?,
                     command_timeout: ms(self.command_timeout_ms, "storage.command_timeout_ms", 2000)?,
                     tls,
+                    cluster_nodes,
                 }
             }
             Some(other) => return Err(invalid("storage.backend", format!("`{other}`: expected embedded or redis"))),
         })
+    }
+
+    /// With `cluster: true`, the seed nodes beside `url` (`Some`, maybe empty); `None` for a
+    /// single server. A cluster is reached over TCP, every seed by the same scheme as `url`.
+    fn cluster_nodes(&self, url: &str) -> Result<Option<Vec<String>>, ConfigError> {
+        if self.cluster != Some(true) {
+            if self.cluster_nodes.is_some() {
+                return Err(invalid("storage.cluster_nodes", "only used with cluster: true"));
+            }
+            return Ok(None);
+        }
+        let scheme = match url.split_once("://") {
+            Some((scheme @ ("redis" | "rediss"), _)) => scheme,
+            _ => return Err(invalid("storage.url", "a cluster is reached by redis:// or rediss://, not a socket")),
+        };
+        let nodes = self.cluster_nodes.clone().unwrap_or_default();
+        if let Some(node) = nodes.iter().find(|n| n.split_once("://").map(|(s, _)| s) != Some(scheme)) {
+            return Err(invalid(
+                "storage.cluster_nodes",
+                format!("`{node}`: every node must be a {scheme}:// url like storage.url"),
+            ));
+        }
+        Ok(Some(nodes))
     }
 
     /// The TLS files, read now so that a wrong path stops the start rather than the first

@@ -16,20 +16,28 @@
 //! reading it. Per-minute rate-limit usage: a hash per caller, counters by minute.
 //!
 //! Uniqueness is `SET NX`, a single use `GETDEL`: no lock held in any process.
+//!
+//! The same layout serves a Redis Cluster ([`connection`]): an organisation's keys share its
+//! hash tag, and the keys of a slot of their own (locators, kind indexes, the lists of
+//! organisations and of callers with usage) are written apart from the `MULTI` of the records
+//! ([`Writes`]): index entries first when writing, last when removing, so a reader may meet an
+//! entry whose record is not there (skipped, as an expired one) but never a record it cannot
+//! find.
 
 use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP, NO_PARTITION};
-use crate::config::RedisTls;
 use crate::rollup::{Histogram, Rollup};
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Pipeline};
-use std::collections::BTreeMap;
+use redis::{AsyncCommands, Cmd, Pipeline};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use toolgate_filters::rate_limit::UsageMinute;
 
+pub mod connection;
+pub use connection::{Conn, Target};
+
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     keys: Arc<Keys>,
 }
 
@@ -88,41 +96,17 @@ fn tag(partition: &str) -> &str {
 /// Entries a page of the log reads per round trip when it must filter them itself.
 const SCAN_CHUNK: isize = 1000;
 
-/// A client of the Redis at `url`: with `rediss://`, over TLS, trusting the system's roots or
-/// the configured CA, presenting the configured client certificate. The store, the change feed
-/// and the shared rate limits each make theirs here.
-pub fn client(url: &str, tls: &RedisTls) -> redis::RedisResult<redis::Client> {
-    if tls.ca.is_none() && tls.client.is_none() {
-        return redis::Client::open(url);
-    }
-    let certificates = redis::TlsCertificates {
-        client_tls: tls
-            .client
-            .as_ref()
-            .map(|c| redis::ClientTlsConfig { client_cert: c.cert_pem.to_vec(), client_key: c.key_pem.to_vec() }),
-        root_cert: tls.ca.as_ref().map(|ca| ca.pem.to_vec()),
-    };
-    redis::Client::build_with_tls(url, certificates)
-}
-
 impl RedisStore {
-    /// Connects lazily: the first command connects, and the manager reconnects after a failure,
-    /// each attempt bounded by `connect_timeout`, each command by `command_timeout`.
+    /// Connects lazily: the first command connects, and the connection is made again after a
+    /// failure, each attempt bounded by `connect_timeout`, each command by `command_timeout`.
     pub fn open(
-        url: &str,
-        tls: &RedisTls,
+        target: &Target,
         prefix: &str,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Result<RedisStore, StoreError> {
-        let client = client(url, tls).map_err(backend)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(command_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
         let _on = runtime().enter();
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
+        let conn = target.shared(connect_timeout, command_timeout, 2).map_err(backend)?;
         Ok(RedisStore { conn, keys: Arc::new(Keys { prefix: prefix.to_string() }) })
     }
 
@@ -131,7 +115,7 @@ impl RedisStore {
     async fn with<T, F, Fut>(&self, operation: &'static str, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(Arc<Keys>, ConnectionManager) -> Fut,
+        F: FnOnce(Arc<Keys>, Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
     {
         let started = Instant::now();
@@ -182,40 +166,41 @@ impl Keys {
         format!("{}:ukeys", self.prefix)
     }
 
-    /// Adds a record's writes to `p`: the body (expiring at `expires_at_ms` if given), its
-    /// locator and index entries.
-    fn add_put(&self, p: &mut Pipeline, kind: Kind, partition: &str, id: &str, json: &str, expires_at_ms: Option<i64>) {
+    /// Adds a record's writes: the body (expiring at `expires_at_ms` if given) and its
+    /// organisation's index entry in its slot, its locator and kind index entry apart.
+    fn add_put(&self, w: &mut Writes, kind: Kind, partition: &str, id: &str, json: &str, expires_at_ms: Option<i64>) {
         let key = self.record_key(kind, partition, id);
+        let p = w.slot(partition);
         match expires_at_ms {
             Some(at) => p.cmd("SET").arg(&key).arg(json).arg("PXAT").arg(at.max(1)).ignore(),
             None => p.set(&key, json).ignore(),
         };
-        p.set(self.locator(kind, id), partition).ignore();
-        p.sadd(self.partition_index(kind, partition), id).ignore();
-        p.sadd(self.kind_index(kind), format!("{partition}\n{id}")).ignore();
+        self.add_index(w, kind, partition, id);
+    }
+
+    /// Adds a record's index entries (its body is written or there).
+    fn add_index(&self, w: &mut Writes, kind: Kind, partition: &str, id: &str) {
+        w.slot(partition).sadd(self.partition_index(kind, partition), id).ignore();
+        w.apart(redis::cmd("SET").arg(self.locator(kind, id)).arg(partition).to_owned());
+        w.apart(redis::cmd("SADD").arg(self.kind_index(kind)).arg(format!("{partition}\n{id}")).to_owned());
     }
 
     /// The partition of a record, from its locator.
-    async fn partition_of(
-        &self,
-        conn: &mut ConnectionManager,
-        kind: Kind,
-        id: &str,
-    ) -> Result<Option<String>, StoreError> {
+    async fn partition_of(&self, conn: &mut Conn, kind: Kind, id: &str) -> Result<Option<String>, StoreError> {
         conn.get(self.locator(kind, id)).await.map_err(backend)
     }
 
-    /// Removes a record's locator and index entries (its body is gone or going).
-    fn add_unindex(&self, p: &mut Pipeline, kind: Kind, partition: &str, id: &str) {
-        p.del(self.locator(kind, id)).ignore();
-        p.srem(self.partition_index(kind, partition), id).ignore();
-        p.srem(self.kind_index(kind), format!("{partition}\n{id}")).ignore();
+    /// Adds the removal of a record's index entries (its body is gone or going in `w`).
+    fn add_unindex(&self, w: &mut Writes, kind: Kind, partition: &str, id: &str) {
+        w.slot(partition).srem(self.partition_index(kind, partition), id).ignore();
+        w.apart(redis::cmd("DEL").arg(self.locator(kind, id)).to_owned());
+        w.apart(redis::cmd("SREM").arg(self.kind_index(kind)).arg(format!("{partition}\n{id}")).to_owned());
     }
 
     /// Reads the bodies of `(partition, id)` records; those gone (expired) are left out.
     async fn bodies(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut Conn,
         kind: Kind,
         records: Vec<(String, String)>,
     ) -> Result<Vec<(String, String)>, StoreError> {
@@ -231,6 +216,61 @@ impl Keys {
         }
         Ok(out)
     }
+}
+
+/// A write that spans hash slots, in the parts a Redis Cluster runs: per hash tag a `MULTI` (a
+/// record and its organisation's index change together), and the commands on keys of a slot
+/// of their own, each sent alone. The parts are sent concurrently on the one multiplexed
+/// connection, so a write costs two round trips whatever it spans.
+#[derive(Default)]
+struct Writes {
+    slots: BTreeMap<String, Pipeline>,
+    apart: Vec<Cmd>,
+}
+
+impl Writes {
+    /// The `MULTI` of the slot of `partition`'s hash tag.
+    fn slot(&mut self, partition: &str) -> &mut Pipeline {
+        self.slots.entry(partition.to_string()).or_insert_with(|| {
+            let mut p = redis::pipe();
+            p.atomic();
+            p
+        })
+    }
+
+    fn apart(&mut self, cmd: Cmd) {
+        self.apart.push(cmd);
+    }
+
+    /// Writing: the index entries first, then the records.
+    async fn indexes_first(self, c: &Conn) -> Result<(), StoreError> {
+        commands(c, self.apart).await?;
+        transactions(c, self.slots.into_values()).await
+    }
+
+    /// Removing: the records first, then the index entries.
+    async fn records_first(self, c: &Conn) -> Result<(), StoreError> {
+        transactions(c, self.slots.into_values()).await?;
+        commands(c, self.apart).await
+    }
+}
+
+/// Sends every command, concurrently, and waits for all.
+async fn commands(c: &Conn, cmds: Vec<Cmd>) -> Result<(), StoreError> {
+    let sends = cmds.into_iter().map(|cmd| {
+        let mut c = c.clone();
+        async move { cmd.query_async::<()>(&mut c).await }
+    });
+    futures_util::future::try_join_all(sends).await.map(|_| ()).map_err(backend)
+}
+
+/// Sends every pipeline, concurrently, and waits for all.
+async fn transactions(c: &Conn, pipes: impl Iterator<Item = Pipeline>) -> Result<(), StoreError> {
+    let sends = pipes.map(|p| {
+        let mut c = c.clone();
+        async move { p.query_async::<()>(&mut c).await }
+    });
+    futures_util::future::try_join_all(sends).await.map(|_| ()).map_err(backend)
 }
 
 /// A log entry's stored form: `<gateway>\n<app>\n<status>\n<body>`.
@@ -268,23 +308,21 @@ fn rollup_field(r: &Rollup, metric: &str) -> String {
 impl Store for RedisStore {
     async fn put(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<(), StoreError> {
         let (partition, id) = (partition.to_string(), id.to_string());
-        self.with("put", move |k, mut c| async move {
-            let mut p = redis::pipe();
-            p.atomic();
-            k.add_put(&mut p, kind, &partition, &id, &json, None);
-            p.query_async::<()>(&mut c).await.map_err(backend)
+        self.with("put", move |k, c| async move {
+            let mut w = Writes::default();
+            k.add_put(&mut w, kind, &partition, &id, &json, None);
+            w.indexes_first(&c).await
         })
         .await
     }
 
     async fn put_many(&self, kind: Kind, items: Vec<Stored>) -> Result<(), StoreError> {
-        self.with("put_many", move |k, mut c| async move {
-            let mut p = redis::pipe();
-            p.atomic();
+        self.with("put_many", move |k, c| async move {
+            let mut w = Writes::default();
             for s in &items {
-                k.add_put(&mut p, kind, &s.partition, &s.id, &s.json, None);
+                k.add_put(&mut w, kind, &s.partition, &s.id, &s.json, None);
             }
-            p.query_async::<()>(&mut c).await.map_err(backend)
+            w.indexes_first(&c).await
         })
         .await
     }
@@ -298,11 +336,10 @@ impl Store for RedisStore {
         expires_at_ms: i64,
     ) -> Result<(), StoreError> {
         let (partition, id) = (partition.to_string(), id.to_string());
-        self.with("put_expiring", move |k, mut c| async move {
-            let mut p = redis::pipe();
-            p.atomic();
-            k.add_put(&mut p, kind, &partition, &id, &json, Some(expires_at_ms));
-            p.query_async::<()>(&mut c).await.map_err(backend)
+        self.with("put_expiring", move |k, c| async move {
+            let mut w = Writes::default();
+            k.add_put(&mut w, kind, &partition, &id, &json, Some(expires_at_ms));
+            w.indexes_first(&c).await
         })
         .await
     }
@@ -316,12 +353,9 @@ impl Store for RedisStore {
             if won.is_none() {
                 return Ok(false);
             }
-            let mut p = redis::pipe();
-            p.atomic();
-            p.set(k.locator(kind, &id), &partition).ignore();
-            p.sadd(k.partition_index(kind, &partition), &id).ignore();
-            p.sadd(k.kind_index(kind), format!("{partition}\n{id}")).ignore();
-            p.query_async::<()>(&mut c).await.map_err(backend)?;
+            let mut w = Writes::default();
+            k.add_index(&mut w, kind, &partition, &id);
+            w.indexes_first(&c).await?;
             Ok(true)
         })
         .await
@@ -345,9 +379,9 @@ impl Store for RedisStore {
                 .query_async(&mut c)
                 .await
                 .map_err(backend)?;
-            let mut p = redis::pipe();
-            k.add_unindex(&mut p, kind, &partition, &id);
-            p.query_async::<()>(&mut c).await.map_err(backend)?;
+            let mut w = Writes::default();
+            k.add_unindex(&mut w, kind, &partition, &id);
+            w.records_first(&c).await?;
             Ok(taken)
         })
         .await
@@ -357,11 +391,10 @@ impl Store for RedisStore {
         let id = id.to_string();
         self.with("delete", move |k, mut c| async move {
             let Some(partition) = k.partition_of(&mut c, kind, &id).await? else { return Ok(false) };
-            let mut p = redis::pipe();
-            p.atomic();
-            p.del(k.record_key(kind, &partition, &id));
-            k.add_unindex(&mut p, kind, &partition, &id);
-            let (removed,): (u64,) = p.query_async(&mut c).await.map_err(backend)?;
+            let removed: u64 = c.del(k.record_key(kind, &partition, &id)).await.map_err(backend)?;
+            let mut w = Writes::default();
+            k.add_unindex(&mut w, kind, &partition, &id);
+            w.records_first(&c).await?;
             Ok(removed > 0)
         })
         .await
@@ -398,9 +431,9 @@ impl Store for RedisStore {
                     let Some((partition, id)) = m.split_once('\n') else { continue };
                     let live: bool = c.exists(k.record_key(kind, partition, id)).await.map_err(backend)?;
                     if !live {
-                        let mut p = redis::pipe();
-                        k.add_unindex(&mut p, kind, partition, id);
-                        p.query_async::<()>(&mut c).await.map_err(backend)?;
+                        let mut w = Writes::default();
+                        k.add_unindex(&mut w, kind, partition, id);
+                        w.records_first(&c).await?;
                         swept += 1;
                     }
                 }
@@ -411,13 +444,17 @@ impl Store for RedisStore {
     }
 
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError> {
-        self.with("append_logs", move |k, mut c| async move {
-            let mut p = redis::pipe();
-            p.atomic();
+        self.with("append_logs", move |k, c| async move {
+            // Per organisation one MULTI (its log and rollups share its hash tag); the list of
+            // organisations with logs apart.
+            let mut w = Writes::default();
+            let mut orgs = BTreeSet::new();
             let mut id = String::with_capacity(32);
             for e in entries.iter() {
                 crate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
                 let org = &e.gateway.org_id;
+                orgs.insert(org.as_str());
+                let p = w.slot(org);
                 p.hset(k.log_key(org, ":b"), &id, log_value(e)).ignore();
                 p.zadd(k.log_key(org, ""), &id, e.ts_ms).ignore();
                 p.zadd(k.log_key(org, &format!(":g:{}", e.gateway.id)), &id, e.ts_ms).ignore();
@@ -425,10 +462,11 @@ impl Store for RedisStore {
                 if e.error {
                     p.zadd(k.log_key(org, ":e"), &id, e.ts_ms).ignore();
                 }
-                p.sadd(k.log_orgs(), org).ignore();
             }
             for r in &rollups {
+                orgs.insert(r.org_id.as_str());
                 let bucket = k.rollup_bucket(&r.org_id, r.tier_ms, r.start_ms);
+                let p = w.slot(&r.org_id);
                 p.zadd(k.rollup_index(&r.org_id, r.tier_ms), r.start_ms, r.start_ms).ignore();
                 for (metric, n) in [("r", r.requests), ("e", r.errors), ("t", r.total_us), ("et", r.error_us)] {
                     if n > 0 {
@@ -441,9 +479,11 @@ impl Store for RedisStore {
                     n.copy_from_slice(&pair[2..]);
                     p.hincr(&bucket, rollup_field(r, &format!("h{b}")), u64::from_le_bytes(n)).ignore();
                 }
-                p.sadd(k.log_orgs(), &r.org_id).ignore();
             }
-            p.query_async::<()>(&mut c).await.map_err(backend)
+            if !orgs.is_empty() {
+                w.apart(redis::cmd("SADD").arg(k.log_orgs()).arg(orgs.into_iter().collect::<Vec<_>>()).to_owned());
+            }
+            w.indexes_first(&c).await
         })
         .await
     }
@@ -622,17 +662,23 @@ impl Store for RedisStore {
     }
 
     async fn add_rate_usage(&self, minutes: Arc<Vec<UsageMinute>>) -> Result<(), StoreError> {
-        self.with("add_rate_usage", move |k, mut c| async move {
-            let mut p = redis::pipe();
-            p.atomic();
+        self.with("add_rate_usage", move |k, c| async move {
+            // Per caller one MULTI (its usage hash has the caller as hash tag), the list of
+            // callers apart.
+            let mut w = Writes::default();
+            let mut callers = BTreeSet::new();
             for m in minutes.iter() {
                 let key = k.usage_key(&m.key_id);
+                let p = w.slot(&m.key_id);
                 for (metric, n) in [("r", m.requests), ("l", m.rate_limited), ("s", m.remaining_sum)] {
                     p.hincr(&key, format!("{}:{metric}", m.minute_unix), n).ignore();
                 }
-                p.sadd(k.usage_keys(), &m.key_id).ignore();
+                callers.insert(m.key_id.as_str());
             }
-            p.query_async::<()>(&mut c).await.map_err(backend)
+            if !callers.is_empty() {
+                w.apart(redis::cmd("SADD").arg(k.usage_keys()).arg(callers.into_iter().collect::<Vec<_>>()).to_owned());
+            }
+            w.indexes_first(&c).await
         })
         .await
     }
@@ -746,7 +792,7 @@ impl Keys {
     /// score `range` (max, min): id, time and stored value (`None` if gone meanwhile).
     async fn newest_logs(
         &self,
-        c: &mut ConnectionManager,
+        c: &mut Conn,
         org: &str,
         index: &str,
         range: (&str, &str),
@@ -774,7 +820,7 @@ impl Keys {
     }
 
     /// Removes log entries of `org` by id from the bodies and every index they are in.
-    async fn remove_logs(&self, c: &mut ConnectionManager, org: &str, ids: Vec<String>) -> Result<u64, StoreError> {
+    async fn remove_logs(&self, c: &mut Conn, org: &str, ids: Vec<String>) -> Result<u64, StoreError> {
         let mut removed = 0;
         for chunk in ids.chunks(SCAN_CHUNK as usize) {
             let bodies = self.log_key(org, ":b");
