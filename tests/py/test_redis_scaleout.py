@@ -480,12 +480,13 @@ def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(
         assert statuses == [201, 409, 409], (name, statuses)
 
 
-def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connections():
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connections(kind):
     """kill -9 of the instance a client was talking to: the client goes on to another instance
     with the same session id, and what the dead instance acknowledged (a gateway it created, the
     calls it logged) is there."""
-    with redis_server() as redis:
-        cfg = redis_config(redis.url, "kill")
+    with redis_of(kind) as redis:
+        cfg = redis_config(redis.url, "kill", redis.nodes)
         with instances(cfg, 2) as (admin, (a, b)):
             r = call(a, "POST", "/v1/gateways", admin, {"name": "survivor", "servers": ["time"]})
             assert r.status_code == 201, r.text
@@ -505,16 +506,17 @@ def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connectio
             assert logs, "the call logged by the dead instance is there"
 
 
-def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_fail():
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_fail(kind):
     """Calls and management writes run on two instances while Redis is stopped and started
     again: no MCP call fails (they are answered from memory), every write is 201 or a clear 503
     UNAVAILABLE (never a 500 or a hang), and every write answered 201 is there afterwards, on
     both instances."""
     import concurrent.futures
 
-    with redis_server() as redis:
+    with redis_of(kind) as redis:
         # Limits out of the way: what is measured is the outage, not the rate limiter.
-        cfg = redis_config(redis.url, "restart") + (
+        cfg = redis_config(redis.url, "restart", redis.nodes) + (
             "rate_limits:\n  tiers:\n    bench: { requests_per_hour: unlimited, requests_per_minute: 1000000,"
             " burst: 100000, concurrent: 100 }\nlimits:\n  bootstrap_tier: bench\n  quotas:\n    bench: { gateways: 100000 }\n")
         with instances(cfg, 2) as (admin, (a, b)):

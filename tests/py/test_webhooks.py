@@ -268,15 +268,16 @@ def test_a_rotated_secret_signs_beside_the_old_one_for_its_grace_period_and_a_te
     assert not receiver.failures, receiver.failures
 
 
-def test_on_redis_a_delivery_of_a_killed_instance_is_taken_up_by_another(receiver):
-    """Two instances on one Redis: the instance that recorded a delivery is killed while the
-    delivery waits for its retry; the other takes it up (once overdue) and delivers it, under
-    the same webhook-id."""
-    from test_redis_scaleout import instances, redis_config, redis_server
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_on_redis_a_delivery_of_a_killed_instance_is_taken_up_by_another(receiver, kind):
+    """Two instances on one Redis (a single server, or a Redis Cluster): the instance that
+    recorded a delivery is killed while the delivery waits for its retry; the other takes it up
+    (once overdue) and delivers it, under the same webhook-id."""
+    from test_redis_scaleout import instances, redis_config, redis_of
 
     receiver.plan["/orphan"] = [503]
-    with redis_server() as redis:
-        cfg = redis_config(redis.url, "wh") + WEBHOOKS.replace("[1, 1]", "[3]")
+    with redis_of(kind) as redis:
+        cfg = redis_config(redis.url, "wh", redis.nodes) + WEBHOOKS.replace("[1, 1]", "[3]")
         with instances(cfg, 2) as (_, (a, b)):
             hook(a, receiver, "/orphan", ["gateway.created"])
             assert api(a, "POST", "/v1/gateways", {"name": "orphaned", "servers": ["time"]}).status_code == 201
