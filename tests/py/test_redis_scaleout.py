@@ -571,9 +571,10 @@ def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_
                     within(5.0, lambda: call(srv, "GET", f"/v1/gateways/{gid}", admin).status_code == 200)
 
 
-def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_redis_is_back():
-    with redis_server() as redis:
-        cfg = redis_config(redis.url, "grace").replace("  key_prefix: grace\n", "  key_prefix: grace\n  outage_grace_secs: 2\n")
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_redis_is_back(kind):
+    with redis_of(kind) as redis:
+        cfg = redis_config(redis.url, "grace", redis.nodes).replace("  key_prefix: grace\n", "  key_prefix: grace\n  outage_grace_secs: 2\n")
         with instances(cfg, 1) as (admin, (a,)):
             gw = call(a, "POST", "/v1/gateways", admin, {"name": "graced", "servers": ["time"]}).json()["data"]
             c = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
@@ -592,10 +593,11 @@ def test_calls_go_on_from_memory_for_the_outage_grace_then_are_refused_until_red
 
 @pytest.mark.parametrize("distributed", ["leased", "exact"])
 @pytest.mark.parametrize("outage", ["open", "closed"])
-def test_rate_limits_fail_open_or_closed_as_configured_while_redis_is_away(outage, distributed):
-    with redis_server() as redis:
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_rate_limits_fail_open_or_closed_as_configured_while_redis_is_away(kind, outage, distributed):
+    with redis_of(kind) as redis:
         prefix = f"rl{outage}{distributed}"
-        cfg = redis_config(redis.url, prefix).replace(
+        cfg = redis_config(redis.url, prefix, redis.nodes).replace(
             f"  key_prefix: {prefix}\n", f"  key_prefix: {prefix}\n  command_timeout_ms: 200\n  connect_timeout_ms: 200\n")
         cfg += f"rate_limits:\n  outage: {outage}\n  sync_ms: 50\n  distributed: {distributed}\n"
         with instances(cfg, 1) as (admin, (a,)):
