@@ -4,6 +4,7 @@ by hand, not in CI:
 
     cargo build --release --example fast_upstream --bin toolgate
     tests/py/.venv/bin/python benches/scaleout.py [SECONDS] [ROUNDS] [CONNECTIONS]   # 5 2 32
+    REDIS=cluster tests/py/.venv/bin/python benches/scaleout.py ...   # on a 3-master Redis Cluster
 
 Starts benches/load/fast_upstream.rs (the load benchmark's JSON upstream), a redis-server on a
 Unix socket (the tests' RedisProcess: append-only, fsync always), and three instances of the
@@ -18,7 +19,8 @@ Reports per round and as medians: calls per second in all, non-2xx answers and s
 (which must be 0), p50 and p99 (the three wrk's worst), and the CPU time of all toolgate
 processes and of redis-server per call (utime + stime from /proc). On this 2-core machine the
 three instances, wrk and Redis share two cores: the figure is what three instances cost against
-one, not a scaling factor.
+one, not a scaling factor. With `REDIS=cluster` the instances share a Redis Cluster of three
+masters on 127.0.0.1 instead (the tests' RedisCluster), and redis-server's CPU is the three nodes'.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests" / "py"))
 import httpx2  # noqa: E402
 
 from mcp_helpers import config  # noqa: E402
-from test_redis_scaleout import RedisProcess, instances  # noqa: E402
+from test_redis_scaleout import instances, redis_of  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 LUA = ROOT / "benches" / "tools_call.lua"
@@ -56,8 +57,10 @@ def fast_app(port: int) -> str:
             f"    url: http://127.0.0.1:{port}/mcp\n")
 
 
-def bench_config(redis_url: str, prefix: str, up_port: int) -> str:
+def bench_config(redis_url: str, prefix: str, up_port: int, nodes: list[str] | None) -> str:
     redis = (f"storage:\n  backend: redis\n  url: {redis_url}\n  key_prefix: {prefix}\n")
+    if nodes is not None:
+        redis += "  cluster: true\n  cluster_nodes: [" + ", ".join(nodes) + "]\n"
     cfg = config(fast_app(up_port)).replace("storage:\n  backend: embedded\n  path: ./data\n", redis)
     # Limits and quotas out of the way, the access log off (as load.sh's production settings keep
     # it on, the difference is the same for both shapes).
@@ -92,18 +95,17 @@ def main() -> None:
     os.environ.setdefault("TOOLGATE_BIN", str(ROOT / "target" / "release" / "toolgate"))
     up = subprocess.Popen([str(up_bin), "0", "--threads", "1"], stdout=subprocess.PIPE, text=True)
     up_port = int(up.stdout.readline().strip())
-    with tempfile.TemporaryDirectory(prefix="toolgate-scaleout-") as d:
-        redis = RedisProcess(d).start()
-        try:
-            cfg = bench_config(redis.url, f"tg{secrets.token_hex(3)}", up_port)
+    try:
+        with redis_of(os.environ.get("REDIS", "single")) as redis:
+            cfg = bench_config(redis.url, f"tg{secrets.token_hex(3)}", up_port, redis.nodes)
             with instances(cfg, 3) as (admin, servers):
-                run(servers, admin, redis, seconds, rounds, conns)
-        finally:
-            redis.stop()
-            up.kill()
+                redis_pids = [p.pid for p in getattr(redis, "procs", [])] or [redis.proc.pid]
+                run(servers, admin, redis_pids, seconds, rounds, conns)
+    finally:
+        up.kill()
 
 
-def run(servers, admin: str, redis: RedisProcess, seconds: int, rounds: int, conns: int) -> None:
+def run(servers, admin: str, redis_pids: list[int], seconds: int, rounds: int, conns: int) -> None:
     auth = {"Authorization": f"Bearer {admin}"}
     # The gateway's own per-minute quota out of the way too.
     body = {"name": "scaleout", "servers": ["fast"], "configuration": {"rate_limit": 1000000000}}
@@ -123,16 +125,15 @@ def run(servers, admin: str, redis: RedisProcess, seconds: int, rounds: int, con
             "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "hi"}}})
         assert r.status_code == 200 and "hi" in r.text, (s.base_url, r.status_code, r.text)
     pids = [s.proc.pid for s in servers]
-    redis_pid = redis.proc.pid
     rows: dict[str, list[dict]] = {"one": [], "three": []}
     for r in range(rounds + 1):  # round 0 warms every instance up (session adoption, pools)
         for shape in ("one", "three") if r % 2 == 0 else ("three", "one"):
             targets = [servers[0].base_url] if shape == "one" else [s.base_url for s in servers]
             each = conns if shape == "one" else max(1, conns // 3)
-            t0 = [cpu_ticks(p) for p in pids] + [cpu_ticks(redis_pid)]
+            t0 = [cpu_ticks(p) for p in pids] + [sum(cpu_ticks(p) for p in redis_pids)]
             procs = [wrk(u + mcp, each, seconds if r else 2, sid, gw["api_key"]) for u in targets]
             results = [result(p) for p in procs]
-            t1 = [cpu_ticks(p) for p in pids] + [cpu_ticks(redis_pid)]
+            t1 = [cpu_ticks(p) for p in pids] + [sum(cpu_ticks(p) for p in redis_pids)]
             if r == 0:
                 continue
             calls = sum(x["requests"] for x in results)
