@@ -9,12 +9,18 @@
 //! streams), `organizations`, `users`, `api_keys` (declared records are written again, as at
 //! start; one removed from the file stays until deleted through the API), `rate_limits` (the
 //! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
-//! page size and the list deadline. The others (the listeners, the store,
-//! the pipeline, TLS file names, ...) are read once by the parts they build, so a change there
-//! is refused and named: `toolgate --upgrade` applies it without dropping a request.
+//! page size and the list deadline, `jwt` (the new verifier takes over at once, its JWKS URL
+//! fetched first), `smtp` (the next e-mail goes through the new server), of `webhooks` the
+//! allowed hosts, time-outs, retry schedule and retention (read at each delivery), and of
+//! `observability` the log's and rollups' retention (read at each pruning). The others (the
+//! listeners, the store, the pipeline, TLS file names, the bounds of the delivery queues, ...)
+//! are read once by the parts they build, so a change there is refused and named:
+//! `toolgate --upgrade` applies it without dropping a request.
 
 use crate::config::{Config, ConfigError};
+use crate::events::Events;
 use crate::mcp::runtime::McpRuntime;
+use crate::server::Server;
 use crate::state::State;
 use crate::store::StoreError;
 use crate::tls::EdgeTls;
@@ -27,7 +33,24 @@ use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
 
 /// Top-level sections a reload applies in place.
-const IN_PLACE: &[&str] = &["apps", "organizations", "users", "api_keys", "rate_limits", "limits", "alerts", "mcp"];
+const IN_PLACE: &[&str] =
+    &["apps", "organizations", "users", "api_keys", "rate_limits", "limits", "alerts", "mcp", "jwt", "smtp"];
+
+/// Sections of which only these fields change in place (the parts built from the others read
+/// them once).
+const FIELDS_IN_PLACE: &[(&str, &[&str])] = &[
+    ("observability", &["log_retention_days", "max_log_rows", "rollup_retention_days"]),
+    (
+        "webhooks",
+        &[
+            "allowed_hosts",
+            "attempt_timeout_ms",
+            "retry_schedule_secs",
+            "delivery_retention_days",
+            "disable_after_secs",
+        ],
+    ),
+];
 
 /// Fields of in-place sections that the parts built at start read once.
 const READ_AT_START: &[(&str, &str)] = &[
@@ -67,6 +90,19 @@ pub struct Reloadable<'a> {
     pub limiter: &'a RateLimit<dyn RateLimiter>,
     pub mcp: &'a McpRuntime,
     pub origins: &'a OriginCheck,
+    pub events: &'a Events,
+}
+
+impl<'a> Reloadable<'a> {
+    pub fn of(server: &'a Server) -> Reloadable<'a> {
+        Reloadable {
+            state: &server.state,
+            limiter: &server.limiter,
+            mcp: &server.mcp,
+            origins: &server.origin_check,
+            events: &server.events,
+        }
+    }
 }
 
 /// The file the running configuration came from, and its text then.
@@ -96,7 +132,19 @@ impl ConfigSource {
         changed.retain(|k| before.get(k.as_str()) != after.get(k.as_str()));
         let mut seen = std::collections::HashSet::new();
         changed.retain(|k| seen.insert(k.clone()));
-        let mut refused: Vec<String> = changed.iter().filter(|s| !IN_PLACE.contains(&s.as_str())).cloned().collect();
+        let mut refused = Vec::new();
+        for section in &changed {
+            match FIELDS_IN_PLACE.iter().find(|(name, _)| name == section) {
+                Some((_, fields)) => refused.extend(
+                    changed_fields(&before, &after, section)
+                        .into_iter()
+                        .filter(|f| !fields.contains(&f.as_str()))
+                        .map(|f| if f.is_empty() { section.clone() } else { format!("{section}.{f}") }),
+                ),
+                None if !IN_PLACE.contains(&section.as_str()) => refused.push(section.clone()),
+                None => {}
+            }
+        }
         for (section, field) in READ_AT_START {
             if field_of(&before, section, field) != field_of(&after, section, field) {
                 refused.push(format!("{section}.{field}"));
@@ -106,10 +154,19 @@ impl ConfigSource {
             return Err(ReloadError::NeedsUpgrade(refused));
         }
         let apps_changed = changed_apps(&before, &after);
+        // What can still fail is made before anything is replaced.
+        let mailer = Events::mailer_for(config.smtp.as_ref()).map_err(|e| ConfigError::Invalid {
+            field: "smtp".into(),
+            message: format!("cannot set up the SMTP client: {e}"),
+        })?;
+        if let Some(jwt) = &config.jwt {
+            jwt.refresh().await;
+        }
         let config = Arc::new(config);
         parts.state.replace_config(config.clone());
         parts.limiter.set_policy(config.rate_limit_policy.clone());
         parts.origins.set(config.mcp.allowed_origins.clone());
+        parts.events.set_mailer(mailer);
         for app_id in &apps_changed {
             parts.mcp.app_reconfigured(app_id);
         }
@@ -132,6 +189,23 @@ fn sections(text: &str) -> Mapping {
 
 fn names(sections: &Mapping) -> impl Iterator<Item = String> + '_ {
     sections.keys().filter_map(|k| k.as_str().map(str::to_string))
+}
+
+/// The fields of `section` whose values differ; `""` when the section is not a mapping in
+/// both (then the whole section changed).
+fn changed_fields(before: &Mapping, after: &Mapping, section: &str) -> Vec<String> {
+    let empty = Mapping::new();
+    let as_map = |m: &Mapping| match m.get(section) {
+        None | Some(Value::Null) => Some(empty.clone()),
+        Some(Value::Mapping(fields)) => Some(fields.clone()),
+        Some(_) => None,
+    };
+    let (Some(b), Some(a)) = (as_map(before), as_map(after)) else { return vec![String::new()] };
+    let mut fields: Vec<String> = names(&a).chain(names(&b)).collect();
+    fields.retain(|f| b.get(f.as_str()) != a.get(f.as_str()));
+    let mut seen = std::collections::HashSet::new();
+    fields.retain(|f| seen.insert(f.clone()));
+    fields
 }
 
 fn field_of<'a>(sections: &'a Mapping, section: &str, field: &str) -> Option<&'a Value> {
@@ -162,11 +236,7 @@ fn changed_apps(before: &Mapping, after: &Mapping) -> Vec<String> {
 /// the TLS certificates (when TLS is on; their files are also checked every `reload_check`).
 /// Without this a SIGHUP would end the process.
 pub struct Reloader {
-    pub source: Arc<ConfigSource>,
-    pub state: Arc<State>,
-    pub limiter: RateLimit<dyn RateLimiter>,
-    pub mcp: Arc<McpRuntime>,
-    pub origins: OriginCheck,
+    pub server: Arc<Server>,
     pub tls: Option<Arc<EdgeTls>>,
 }
 
@@ -201,11 +271,9 @@ impl pingora::services::background::BackgroundService for Reloader {
                     }
                 }
                 _ = signalled => {
-                    let source = &self.source;
+                    let source = &self.server.config_source;
                     tracing::info!(path = %source.path().display(), "SIGHUP: reloading the configuration");
-                    let parts =
-                        Reloadable { state: &self.state, limiter: &self.limiter, mcp: &self.mcp, origins: &self.origins };
-                    match source.reload(&parts).await {
+                    match source.reload(&Reloadable::of(&self.server)).await {
                         Ok(r) if r.changed.is_empty() => tracing::info!("SIGHUP: the configuration file is unchanged"),
                         Ok(_) => {}
                         Err(e) => tracing::error!(error = %e, "SIGHUP: configuration not reloaded; the running one stays"),

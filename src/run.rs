@@ -159,14 +159,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     let mut plain_beside = None;
     pingora_server.add_service(pingora::services::background::background_service(
         "SIGHUP and TLS certificate reloader",
-        crate::reload::Reloader {
-            source: server.config_source.clone(),
-            state: server.state.clone(),
-            limiter: server.limiter.clone(),
-            mcp: server.mcp.clone(),
-            origins: server.origin_check.clone(),
-            tls: edge.clone(),
-        },
+        crate::reload::Reloader { server: server.clone(), tls: edge.clone() },
     ));
     let app = match edge {
         None => app,

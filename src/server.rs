@@ -231,7 +231,7 @@ impl pingora::services::background::BackgroundService for Flusher {
                 self.server.prune_logs();
                 last_sweep = Instant::now();
             }
-            if let Some(jwt) = &self.server.state.jwt {
+            if let Some(jwt) = self.server.state.jwt.load_full() {
                 if last_jwt_refresh.is_none_or(|t: Instant| t.elapsed() >= jwt.refresh_period()) {
                     jwt.refresh().await;
                     last_jwt_refresh = Some(Instant::now());

@@ -50,8 +50,8 @@ pub struct State {
     webhooks: DashMap<String, Arc<Webhook>>,
     usage: DashMap<String, KeyUsage>,
     usage_dirty: DashSet<String>,
-    /// Verifies JWT bearer tokens, when `jwt:` is configured.
-    pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
+    /// Verifies JWT bearer tokens, when `jwt:` is configured (replaced by a reload).
+    pub jwt: arc_swap::ArcSwapOption<crate::jwt::JwtVerifier>,
     /// Serialises management writes so uniqueness checks and their write are atomic
     /// ([`State::lock_writes`]).
     write_lock: tokio::sync::Mutex<()>,
@@ -81,6 +81,7 @@ impl State {
 
     /// Puts a reloaded configuration in place (`reload`): every read from now on sees it.
     pub(crate) fn replace_config(&self, config: Arc<Config>) {
+        self.jwt.store(config.jwt.clone());
         self.config.store(config);
     }
 
@@ -123,7 +124,7 @@ impl State {
             changes: Feed::new(),
             shared_contact: std::sync::atomic::AtomicI64::new(Utc::now().timestamp_millis()),
             operator_key_id: std::sync::OnceLock::new(),
-            jwt: config.jwt.clone(),
+            jwt: arc_swap::ArcSwapOption::from(config.jwt.clone()),
         };
         state.load().await?;
         state.apply_declarations().await?;
@@ -868,7 +869,7 @@ impl CredentialResolver for State {
 
     /// A JWT: `sub` is a user, `scopes` its scopes within the user's role, `jti` recorded.
     fn resolve_token(&self, token: &str) -> Result<Arc<Principal>, AuthError> {
-        let verifier = self.jwt.as_ref().ok_or(AuthError::Malformed)?;
+        let verifier = self.jwt.load_full().ok_or(AuthError::Malformed)?;
         let claims = verifier.verify(token)?;
         let user = self.users.get(&claims.sub).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
         let org = self.orgs.get(&user.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;

@@ -21,13 +21,7 @@ pub async fn reload(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::NotFound("configuration"));
     }
     let server = call.server;
-    let parts = crate::reload::Reloadable {
-        state: &server.state,
-        limiter: &server.limiter,
-        mcp: &server.mcp,
-        origins: &server.origin_check,
-    };
-    match server.config_source.reload(&parts).await {
+    match server.config_source.reload(&crate::reload::Reloadable::of(server)).await {
         Ok(r) => Ok(Reply::ok(json!({ "changed": r.changed }))),
         Err(ReloadError::Invalid(crate::config::ConfigError::Invalid { field, message })) => {
             Err(ApiError::validation(field, message))

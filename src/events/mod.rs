@@ -23,10 +23,10 @@ mod notify;
 pub mod sign;
 
 use crate::changes::Change;
-use crate::config::WebhooksConfig;
 use crate::model::{Alert, Delivery, Webhook};
 use crate::state::State;
 use crate::store::{Kind, StoreError};
+use arc_swap::ArcSwapOption;
 use chrono::Utc;
 use dashmap::DashMap;
 use egress::Egress;
@@ -64,8 +64,6 @@ pub const EVENTS: [&str; 7] = [
 /// The webhooks' outbox and its deliverer.
 pub struct Events {
     state: Arc<State>,
-    config: WebhooksConfig,
-    egress: Egress,
     /// Pending deliveries by id.
     pending: DashMap<String, Delivery>,
     /// (due, id) of every pending delivery not being attempted.
@@ -78,8 +76,9 @@ pub struct Events {
     changes: parking_lot::Mutex<Option<broadcast::Receiver<Change>>>,
     /// Usage crossings (alerts and `usage.limit_warning`).
     pub watcher: alerts::Watcher,
-    /// The SMTP transport of alerts' e-mail, built once (it pools its connections).
-    mailer: Option<notify::Mailer>,
+    /// The SMTP transport of alerts' e-mail, built once (it pools its connections) and again
+    /// when a reload changes `smtp`.
+    mailer: ArcSwapOption<notify::Mailer>,
 }
 
 /// Whether a receiver took a delivery: a 2xx (an SMTP server's 250 among them).
@@ -102,27 +101,20 @@ impl Events {
     /// Loads the pending deliveries of the outbox, and starts listening to the change feed
     /// (changes made from now on are not lost, even before [`Events::run`] runs).
     pub async fn load(state: Arc<State>) -> Result<Arc<Events>, StoreError> {
-        let config = state.config().webhooks.clone();
-        let egress = Egress {
-            allowed_hosts: config.allowed_hosts.clone(),
-            allow_http: state.config().environment == crate::config::Environment::Development,
-        };
         let events = Events {
             changes: parking_lot::Mutex::new(Some(state.changes.subscribe())),
-            in_flight: Arc::new(Semaphore::new(config.concurrency)),
+            in_flight: Arc::new(Semaphore::new(state.config().webhooks.concurrency)),
             state: state.clone(),
-            config,
-            egress,
             pending: DashMap::new(),
             due: parking_lot::Mutex::new(BTreeSet::new()),
             wake: Notify::new(),
             per_webhook: DashMap::new(),
             clients: DashMap::new(),
             watcher: alerts::Watcher::new(state.clone()),
-            mailer: match &state.config().smtp {
-                Some(smtp) => Some(notify::Mailer::new(smtp).map_err(|e| StoreError::Backend(format!("smtp: {e}")))?),
-                None => None,
-            },
+            mailer: ArcSwapOption::from(
+                Self::mailer_for(state.config().smtp.as_ref())
+                    .map_err(|e| StoreError::Backend(format!("smtp: {e}")))?,
+            ),
         };
         for (id, body) in state.store.load_all(Kind::Delivery).await? {
             let Ok(d) = serde_json::from_str::<Delivery>(&body) else {
@@ -136,9 +128,23 @@ impl Events {
         Ok(Arc::new(events))
     }
 
-    /// The rules a webhook URL is checked against.
-    pub fn egress(&self) -> &Egress {
-        &self.egress
+    /// The rules a webhook URL is checked against, as the configuration says now.
+    pub fn egress(&self) -> Egress {
+        let config = self.state.config();
+        Egress {
+            allowed_hosts: config.webhooks.allowed_hosts.clone(),
+            allow_http: config.environment == crate::config::Environment::Development,
+        }
+    }
+
+    /// The SMTP transport `smtp` describes, if any.
+    pub fn mailer_for(smtp: Option<&crate::config::SmtpConfig>) -> Result<Option<Arc<notify::Mailer>>, String> {
+        smtp.map(|c| notify::Mailer::new(c).map(Arc::new)).transpose()
+    }
+
+    /// Puts a reloaded `smtp`'s transport in place: the next e-mail goes through it.
+    pub fn set_mailer(&self, mailer: Option<Arc<notify::Mailer>>) {
+        self.mailer.store(mailer);
     }
 
     fn queue(&self, d: Delivery) {
@@ -219,7 +225,7 @@ impl Events {
 
     /// Whether alerts may name an e-mail address (`smtp:` is configured).
     pub fn can_email(&self) -> bool {
-        self.mailer.is_some()
+        self.mailer.load().is_some()
     }
 
     async fn record_notification(&self, alert: &Alert, channel: &str, data: Value) -> Result<Delivery, StoreError> {
@@ -397,7 +403,7 @@ impl Events {
         let gate = self
             .per_webhook
             .entry(endpoint.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_endpoint_concurrency)))
+            .or_insert_with(|| Arc::new(Semaphore::new(self.state.config().webhooks.per_endpoint_concurrency)))
             .clone();
         gate.acquire_owned().await.expect("the semaphore is never closed")
     }
@@ -430,7 +436,7 @@ impl Events {
 
     /// The next attempt of a failed delivery, or `failed` after the schedule's last wait.
     fn schedule_retry(&self, d: &mut Delivery) {
-        match self.config.retry_schedule.get(d.attempts as usize - 1) {
+        match self.state.config().webhooks.retry_schedule.get(d.attempts as usize - 1) {
             Some(wait) => {
                 let jitter = rand::thread_rng().gen_range(0.0..0.2);
                 let wait = wait.mul_f64(1.0 + jitter);
@@ -466,7 +472,7 @@ impl Events {
         let started = Instant::now();
         let outcome = match d.channel.as_deref() {
             Some("slack") => self.send_slack(&alert, &d).await,
-            Some("email") => match (&self.mailer, &alert.email) {
+            Some("email") => match (self.mailer.load_full(), &alert.email) {
                 (Some(mailer), Some(to)) => mailer.send(to, &d).await.map(|()| 250),
                 (None, _) => Err("no smtp server is configured".to_string()),
                 (_, None) => Err("the alert has no e-mail address".to_string()),
@@ -483,7 +489,7 @@ impl Events {
         let sealed = alert.sealed_slack.as_deref().ok_or("the alert has no Slack URL")?;
         let url = self.state.sealer.open(sealed).map_err(|_| "the alert's Slack URL cannot be opened")?;
         let url = String::from_utf8(url).map_err(|_| "the alert's Slack URL is not text")?;
-        let target = self.egress.resolve(&url).await.map_err(|e| e.to_string())?;
+        let target = self.egress().resolve(&url).await.map_err(|e| e.to_string())?;
         let client = self.client_for(&target.host, target.addr)?;
         let text = d.data.get("summary").and_then(Value::as_str).unwrap_or("toolgate: usage alert");
         let resp = client.post(target.url).json(&json!({ "text": text })).send().await.map_err(|e| {
@@ -532,11 +538,11 @@ impl Events {
                 }
             }
             (true, Some(since)) => {
-                let limit = chrono::Duration::from_std(self.config.disable_after).unwrap_or_default();
+                let limit = chrono::Duration::from_std(self.state.config().webhooks.disable_after).unwrap_or_default();
                 if current.enabled && Utc::now() - since >= limit {
                     let reason = format!(
                         "every attempt failed for more than {} s (since {})",
-                        self.config.disable_after.as_secs(),
+                        self.state.config().webhooks.disable_after.as_secs(),
                         since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                     );
                     self.disable(&current, &reason).await;
@@ -572,7 +578,7 @@ impl Events {
         }
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(self.config.attempt_timeout)
+            .timeout(self.state.config().webhooks.attempt_timeout)
             .user_agent(concat!("toolgate-webhooks/", env!("CARGO_PKG_VERSION")));
         if let Some(addr) = addr {
             builder = builder.resolve(host, addr);
@@ -587,7 +593,7 @@ impl Events {
 
     /// Sends one attempt; the status code, or why there is none.
     async fn send(&self, w: &Webhook, d: &Delivery) -> Result<u16, String> {
-        let target = self.egress.resolve(&w.url).await.map_err(|e| e.to_string())?;
+        let target = self.egress().resolve(&w.url).await.map_err(|e| e.to_string())?;
         let key_of = |sealed: &str| {
             let secret = self.state.sealer.open(sealed).ok()?;
             sign::key_of(&String::from_utf8_lossy(&secret))
@@ -655,7 +661,8 @@ impl Events {
                 return;
             }
         };
-        let cutoff = Utc::now() - chrono::Duration::from_std(self.config.delivery_retention).unwrap_or_default();
+        let cutoff = Utc::now()
+            - chrono::Duration::from_std(self.state.config().webhooks.delivery_retention).unwrap_or_default();
         let mut removed = 0;
         for (id, body) in all {
             let Ok(d) = serde_json::from_str::<Delivery>(&body) else { continue };

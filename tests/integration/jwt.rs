@@ -8,7 +8,7 @@ use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jwt").join(name)
 }
 
@@ -25,14 +25,14 @@ fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-fn sign(kid: Option<&str>, claims: Value, key_file: &str) -> String {
+pub(crate) fn sign(kid: Option<&str>, claims: Value, key_file: &str) -> String {
     let mut header = Header::new(Algorithm::RS256);
     header.kid = kid.map(str::to_string);
     let pem = std::fs::read(fixture(key_file)).unwrap();
     encode(&header, &claims, &EncodingKey::from_rsa_pem(&pem).unwrap()).unwrap()
 }
 
-fn claims(scopes: &[&str]) -> Value {
+pub(crate) fn claims(scopes: &[&str]) -> Value {
     json!({ "sub": "usr_dev", "iat": now(), "exp": now() + 300, "scopes": scopes, "jti": "jti-1" })
 }
 

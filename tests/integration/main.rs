@@ -22,6 +22,7 @@ mod mcp_upstreams;
 mod metrics_prometheus;
 mod packaging;
 mod process_logs;
+mod reload_sections;
 mod security_bounds;
 mod security_connections;
 mod security_isolation;

@@ -1,0 +1,84 @@
+//! Reloading `jwt`, `smtp`, and the in-place fields of `webhooks` and `observability`
+//! (`POST /v1/admin/reload`): each takes effect on the next request that reads it, and a field
+//! read once at start is refused by name with nothing applied.
+
+use crate::common::TestServer;
+use crate::jwt::{claims, fixture, sign};
+use serde_json::{json, Value};
+
+const TENANT: &str = "organizations:\n  - { id: org_jwt, name: JWT Inc, tier: free }\n\
+     users:\n  - { id: usr_dev, email: dev@jwt.test, name: Dev, role: developer, organization: org_jwt }\n";
+
+/// Writes `text` as the server's configuration file and reloads it: (status, body).
+fn reload_with(srv: &TestServer, text: &str) -> (u16, Value) {
+    std::fs::write(srv.config_path(), text).unwrap();
+    let r = srv.api("POST", "/v1/admin/reload", Some(srv.admin_key()), None);
+    (r.status, r.json.clone())
+}
+
+#[test]
+fn a_reload_puts_a_jwt_verifier_in_place_and_takes_it_away() {
+    let srv = TestServer::start(TENANT);
+    let original = std::fs::read_to_string(srv.config_path()).unwrap();
+    let jwt = sign(Some("test"), claims(&["gateways:read"]), "test_rsa_private.pem");
+    assert_eq!(srv.api("GET", "/v1/gateways", Some(&jwt), None).status, 401, "no jwt: configured yet");
+    let with_jwt = format!(
+        "{original}jwt:\n  leeway_secs: 5\n  keys:\n    - {{ kid: test, pem_file: {} }}\n",
+        fixture("test_rsa_public.pem").display()
+    );
+    let (status, body) = reload_with(&srv, &with_jwt);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["changed"], json!(["jwt"]), "{body}");
+    let r = srv.api("GET", "/v1/gateways", Some(&jwt), None);
+    assert_eq!(r.status, 200, "the new verifier takes the token: {r:?}");
+    let (status, body) = reload_with(&srv, &original);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(srv.api("GET", "/v1/gateways", Some(&jwt), None).status, 401, "the verifier is gone");
+}
+
+#[test]
+fn a_reload_applies_webhook_hosts_smtp_and_log_retention_and_refuses_what_is_read_once() {
+    let srv = TestServer::start("");
+    let original = std::fs::read_to_string(srv.config_path()).unwrap();
+    let admin = srv.admin_key().to_string();
+    let hook = json!({ "url": "http://127.0.0.1:9/hook", "events": ["gateway.created"] });
+    let alert = json!({ "type": "rate_limit", "threshold": 80, "notification": { "email": "ops@example.com" } });
+    let r = srv.api("POST", "/v1/webhooks", Some(&admin), Some(hook.clone()));
+    assert_eq!((r.status, r.error_code()), (400, "VALIDATION_ERROR"), "loopback refused: {r:?}");
+    let r = srv.api("POST", "/v1/alerts", Some(&admin), Some(alert.clone()));
+    assert_eq!((r.status, r.error_code()), (400, "VALIDATION_ERROR"), "no smtp: yet: {r:?}");
+
+    let changed = format!(
+        "{original}webhooks:\n  allowed_hosts: [127.0.0.1]\n  retry_schedule_secs: [1, 2]\n\
+         smtp:\n  host: 127.0.0.1\n  port: 2525\n  tls: none\n  from: toolgate@example.com\n\
+         observability:\n  max_log_rows: 5000\n  log_retention_days: 3\n"
+    );
+    let (status, body) = reload_with(&srv, &changed);
+    assert_eq!(status, 200, "{body}");
+    let mut sections: Vec<String> =
+        body["data"]["changed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    sections.sort();
+    assert_eq!(sections, ["observability", "smtp", "webhooks"], "{body}");
+    let r = srv.api("POST", "/v1/webhooks", Some(&admin), Some(hook));
+    assert_eq!(r.status, 201, "an allowed host now: {r:?}");
+    let r = srv.api("POST", "/v1/alerts", Some(&admin), Some(alert));
+    assert_eq!(r.status, 201, "e-mail alerts now: {r:?}");
+
+    // Read once at start: refused by name, and nothing of the file applied.
+    for (field, text) in [
+        ("webhooks.concurrency", changed.replace("  allowed_hosts: [127.0.0.1]\n", "  concurrency: 4\n")),
+        ("observability.log_format", changed.replace("  max_log_rows: 5000\n", "  log_format: text\n")),
+    ] {
+        let (status, body) = reload_with(&srv, &text);
+        assert_eq!(status, 409, "{field}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(field) && message.contains("--upgrade"), "{field}: {body}");
+    }
+    let r = srv.api(
+        "POST",
+        "/v1/webhooks",
+        Some(&admin),
+        Some(json!({ "url": "http://127.0.0.1:9/again", "events": ["*"] })),
+    );
+    assert_eq!(r.status, 201, "the refused files changed nothing: {r:?}");
+}
