@@ -9,7 +9,7 @@
 //! streams), `organizations`, `users`, `api_keys` (declared records are written again, as at
 //! start; one removed from the file stays until deleted through the API), `rate_limits` (the
 //! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
-//! page size and the list deadline, `jwt` (the new verifier takes over at once, its JWKS URL
+//! page size, the list deadline and the session caps (new sessions only), `jwt` (the new verifier takes over at once, its JWKS URL
 //! fetched first), `smtp` (the next e-mail goes through the new server), of `webhooks` the
 //! allowed hosts, time-outs, retry schedule and retention (read at each delivery), and of
 //! `observability` the log's and rollups' retention (read at each pruning). The others (the
@@ -59,8 +59,6 @@ const READ_AT_START: &[(&str, &str)] = &[
     ("alerts", "limit_warning_percent"),
     ("mcp", "session_idle_timeout_secs"),
     ("mcp", "session_retention_secs"),
-    ("mcp", "max_sessions_per_key"),
-    ("mcp", "max_sessions_per_organization"),
     ("mcp", "max_stdio_processes"),
 ];
 
@@ -167,6 +165,7 @@ impl ConfigSource {
         parts.limiter.set_policy(config.rate_limit_policy.clone());
         parts.origins.set(config.mcp.allowed_origins.clone());
         parts.events.set_mailer(mailer);
+        parts.mcp.sessions.set_caps(config.mcp.max_sessions_per_key, config.mcp.max_sessions_per_org);
         for app_id in &apps_changed {
             parts.mcp.app_reconfigured(app_id);
         }

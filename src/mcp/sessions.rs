@@ -23,7 +23,7 @@ use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
 use dashmap::{DashMap, DashSet};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -99,7 +99,13 @@ pub struct Sessions {
     /// `orgs` is taken, nor the other way round.
     orgs: DashMap<String, OrgSessions>,
     dirty: DashSet<String>,
+    /// The timeouts as at start (the sweep's period is derived from them); the caps below are
+    /// the ones in force.
     limits: SessionLimits,
+    /// `mcp.max_sessions_per_key` and `mcp.max_sessions_per_organization`, replaced by a
+    /// reload: a lower cap refuses new sessions only, the live ones go on.
+    per_key: AtomicUsize,
+    per_org: AtomicUsize,
     /// Ids removed from memory whose store records are still to be deleted.
     removed: Mutex<Vec<String>>,
     deleting: AtomicBool,
@@ -123,6 +129,8 @@ impl Sessions {
             orgs: DashMap::new(),
             dirty: DashSet::new(),
             limits,
+            per_key: AtomicUsize::new(limits.per_key),
+            per_org: AtomicUsize::new(limits.per_org),
             removed: Mutex::new(Vec::new()),
             deleting: AtomicBool::new(false),
             changes,
@@ -177,18 +185,25 @@ impl Sessions {
         &self.limits
     }
 
+    /// Puts reloaded caps in place for the sessions created from now on.
+    pub fn set_caps(&self, per_key: usize, per_org: usize) {
+        self.per_key.store(per_key, Ordering::Relaxed);
+        self.per_org.store(per_org, Ordering::Relaxed);
+    }
+
     fn expired(&self, s: &McpSession, now: chrono::DateTime<Utc>) -> bool {
         idle_for(s, now) > self.limits.idle_timeout
     }
 
     /// Counts a new session toward its key's and organisation's caps.
     fn reserve(&self, s: &McpSession) -> Result<(), CreateError> {
+        let (per_key, per_org) = (self.per_key.load(Ordering::Relaxed), self.per_org.load(Ordering::Relaxed));
         let mut org = self.orgs.entry(s.org_id.clone()).or_default();
-        if org.live_total >= self.limits.per_org {
-            return Err(CreateError::OrgCap(self.limits.per_org));
+        if org.live_total >= per_org {
+            return Err(CreateError::OrgCap(per_org));
         }
-        if org.live.get(&s.key_id).map_or(0, HashSet::len) >= self.limits.per_key {
-            return Err(CreateError::KeyCap(self.limits.per_key));
+        if org.live.get(&s.key_id).map_or(0, HashSet::len) >= per_key {
+            return Err(CreateError::KeyCap(per_key));
         }
         org.live.entry(s.key_id.clone()).or_default().insert(s.id.clone());
         org.live_total += 1;

@@ -82,3 +82,29 @@ fn a_reload_applies_webhook_hosts_smtp_and_log_retention_and_refuses_what_is_rea
     );
     assert_eq!(r.status, 201, "the refused files changed nothing: {r:?}");
 }
+
+#[test]
+fn a_reload_changes_the_session_caps_for_new_sessions_and_keeps_the_live_ones() {
+    use crate::security_mcp::{call_time, gateway, initialize, initialize_raw};
+    let srv = TestServer::start("mcp:\n  max_sessions_per_key: 1\n");
+    let original = std::fs::read_to_string(srv.config_path()).unwrap();
+    let admin = srv.admin_key().to_string();
+    let (gw, key) = gateway(&srv, &admin);
+    let first = initialize(&srv, &gw, &key);
+    assert_eq!(initialize_raw(&srv, &gw, &key).status, 429, "the cap of 1");
+
+    let (status, body) = reload_with(&srv, &original.replace("max_sessions_per_key: 1", "max_sessions_per_key: 3"));
+    assert_eq!((status, &body["data"]["changed"]), (200, &json!(["mcp"])), "{body}");
+    let second = initialize(&srv, &gw, &key);
+    let third = initialize(&srv, &gw, &key);
+
+    // Lowered below the live count: new sessions are refused, the live ones go on.
+    let (status, body) = reload_with(&srv, &original);
+    assert_eq!(status, 200, "{body}");
+    let r = initialize_raw(&srv, &gw, &key);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.json()["error"]["data"]["limit"], 1, "{}", r.body);
+    for session in [&first, &second, &third] {
+        assert_eq!(call_time(&srv, &gw, &key, session).status, 200);
+    }
+}

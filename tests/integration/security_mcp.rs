@@ -40,7 +40,7 @@ fn start(mcp_yaml: &str) -> Setup {
 }
 
 /// A gateway with the built-in `time` app: `(id, access key)`.
-fn gateway(srv: &TestServer, owner: &str) -> (String, String) {
+pub(crate) fn gateway(srv: &TestServer, owner: &str) -> (String, String) {
     let name = format!("g-{}", common::random_alnum(8));
     let g = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(json!({"name": name, "servers": ["time"]}))), 201);
     (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
@@ -68,7 +68,7 @@ fn post_raw(srv: &TestServer, gw: &str, key: &str, session: Option<&str>, body: 
     Raw { status, headers, body: r.text().unwrap_or_default() }
 }
 
-fn initialize_raw(srv: &TestServer, gw: &str, key: &str) -> Raw {
+pub(crate) fn initialize_raw(srv: &TestServer, gw: &str, key: &str) -> Raw {
     post_raw(
         srv,
         gw,
@@ -79,13 +79,13 @@ fn initialize_raw(srv: &TestServer, gw: &str, key: &str) -> Raw {
 }
 
 /// A new session of `key` on `gw`.
-fn initialize(srv: &TestServer, gw: &str, key: &str) -> String {
+pub(crate) fn initialize(srv: &TestServer, gw: &str, key: &str) -> String {
     let r = initialize_raw(srv, gw, key);
     assert_eq!(r.status, 200, "initialize: {}", r.body);
     r.header("mcp-session-id").expect("Mcp-Session-Id").to_string()
 }
 
-fn call_time(srv: &TestServer, gw: &str, key: &str, session: &str) -> Raw {
+pub(crate) fn call_time(srv: &TestServer, gw: &str, key: &str, session: &str) -> Raw {
     post_raw(
         srv,
         gw,
