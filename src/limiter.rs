@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolgate_filters::rate_limit::{
     shared_key_name, Bucket, BucketLimits, ExactBackend, ExactFuture, LimitKey, LocalRateLimiter, RateLimitConfig,
-    RateLimiter, SharedDecision, Spent,
+    RateLimiter, ReadFuture, SharedDecision, SharedState, Spent,
 };
 
 /// Whether this instance's buckets are being shared: since when merging them with Redis has
@@ -169,7 +169,32 @@ impl ExactRedis {
     }
 }
 
+impl ExactRedis {
+    /// The key of a window of a caller's bucket, as [`EXACT`] and [`MERGE`] name it.
+    fn window_key(&self, name: &str, bucket: usize, window: usize) -> String {
+        format!("{}:rl:{{{name}}}:{bucket}:{window}", self.inner.prefix)
+    }
+}
+
 impl ExactBackend for ExactRedis {
+    fn read<'a>(&'a self, key: LimitKey<'a>) -> ReadFuture<'a> {
+        let name = shared_key_name(key);
+        Box::pin(async move {
+            if now_ms() < self.resting_until.load(Ordering::Relaxed) {
+                return Err("Redis failed a moment ago".to_string());
+            }
+            // One slot (the caller's hash tag), so one MGET on a cluster too.
+            let keys: Vec<String> =
+                (0..Bucket::ALL.len()).flat_map(|b| [0, 1].map(|w| self.window_key(&name, b, w))).collect();
+            let mut conn = self.inner.conn.clone();
+            let values: Vec<Option<u64>> =
+                redis::cmd("MGET").arg(&keys).query_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
+            let us = |i: usize| values.get(i).copied().flatten().unwrap_or(0).saturating_mul(1000);
+            let state: SharedState = std::array::from_fn(|b| [us(2 * b), us(2 * b + 1)]);
+            Ok(state)
+        })
+    }
+
     fn charge<'a>(&'a self, key: LimitKey<'a>, bucket: Bucket, cost: u32, limits: BucketLimits) -> ExactFuture<'a> {
         let name = shared_key_name(key);
         Box::pin(async move {

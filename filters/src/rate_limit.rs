@@ -592,7 +592,15 @@ pub trait ExactBackend: Send + Sync {
     /// Atomically takes `cost` from both windows of the caller's `bucket` if both have it;
     /// takes nothing otherwise.
     fn charge<'a>(&'a self, key: LimitKey<'a>, bucket: Bucket, cost: u32, limits: BucketLimits) -> ExactFuture<'a>;
+    /// Every bucket's shared state for `key`, taking nothing: what `GET /rate-limit` shows.
+    fn read<'a>(&'a self, key: LimitKey<'a>) -> ReadFuture<'a>;
 }
+
+/// Each bucket's windows' `tat` (minute, hour) in Unix nanoseconds, by [`Bucket::index`]; 0 is
+/// a window never charged (full).
+pub type SharedState = [[u64; 2]; Bucket::ALL.len()];
+
+pub type ReadFuture<'a> = Pin<Box<dyn Future<Output = Result<SharedState, String>> + Send + 'a>>;
 
 /// The name of a caller's buckets in a shared backend: the key id, or `ip:` and the address
 /// (IPv6 by /64, as the local backend keys it).
@@ -1010,7 +1018,22 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
         Ok(())
     }
 
-    /// The caller's buckets, for `GET /rate-limit`.
+    /// [`RateLimit::status`], after taking in the shared state when an [`ExactBackend`]
+    /// decides: a bucket charged on another instance shows what was spent there. Without the
+    /// backend (or while it fails), this instance's view.
+    pub async fn current_status(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitStatus {
+        if let Some(exact) = &self.exact {
+            let key = LimitKey::Credential(&principal.key_id);
+            if let Ok(shared) = exact.read(key).await {
+                for bucket in Bucket::ALL {
+                    self.limiter.adopt(key, bucket, Some(shared[bucket.index()]), false, Counted::Refused);
+                }
+            }
+        }
+        self.status(principal, ip_multiplier)
+    }
+
+    /// The caller's buckets as this instance sees them, for `GET /rate-limit`.
     pub fn status(&self, principal: &Principal, ip_multiplier: Option<f64>) -> RateLimitStatus {
         let policy = self.policy.load();
         let m = policy.multiplier(principal, ip_multiplier);

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
               (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn status(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
-    let s = call.server.limiter.status(who, call.ip_multiplier);
+    let s = call.server.limiter.current_status(who, call.ip_multiplier).await;
     let mut buckets = Map::new();
     for b in s.buckets {
         buckets

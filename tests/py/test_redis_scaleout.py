@@ -464,6 +464,35 @@ def test_rate_limits_are_exact_across_instances_with_distributed_exact(kind):
                 assert call(srv, "GET", "/v1/gateways", admin).status_code == 429
 
 
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_rate_limit_status_shows_what_the_caller_spent_on_other_instances_with_distributed_exact(kind):
+    """`GET /v1/rate-limit` reads the shared buckets in `exact` mode: MCP calls made on A take
+    from the caller's `gateway` bucket, and B and C (which served none of them) report the same
+    remaining as A at once, not their own full bucket. The leased merge is set to 10 s, so
+    nothing but the read in Redis can tell them."""
+    limits = ("rate_limits:\n  distributed: exact\n  sync_ms: 10000\n  tiers:\n"
+              "    tiny: { requests_per_hour: unlimited, requests_per_minute: 1, burst: 30, concurrent: 100 }\n"
+              "limits:\n  bootstrap_tier: tiny\n")
+    with redis_of(kind) as redis:
+        cfg = redis_config(redis.url, "status", redis.nodes) + limits
+        with instances(cfg, 3) as (admin, (a, b, c)):
+            gw = call(a, "POST", "/v1/gateways", admin, {"name": "counted", "servers": ["time"]}).json()["data"]
+            client = McpHttp(mcp_url(a, gw["id"]), admin)
+            client.initialize()
+            for _ in range(6):
+                assert client.request("tools/list").status_code == 200
+
+            def remaining(srv) -> int:
+                r = call(srv, "GET", "/v1/rate-limit", admin)
+                assert r.status_code == 200, r.text
+                return r.json()["data"]["buckets"]["gateway"]["remaining"]
+
+            on_a = remaining(a)
+            assert on_a <= 30 - 7, f"A spent at least 7 of 30: {on_a}"
+            for srv in (b, c):
+                assert abs(remaining(srv) - on_a) <= 1, f"{srv.base_url}: {remaining(srv)} against A's {on_a}"
+
+
 def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(trio):
     """The check and the write run under the organisation's lock in Redis, which re-reads the
     organisation's records once held: of three instances creating the same gateway name at the

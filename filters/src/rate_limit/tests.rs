@@ -553,6 +553,14 @@ impl ExactBackend for FakeShared {
             Ok(SharedDecision { admitted, now_unix_ns: now, tat_unix_ns: out })
         })
     }
+
+    fn read<'a>(&'a self, key: LimitKey<'a>) -> ReadFuture<'a> {
+        Box::pin(async move {
+            let name = shared_key_name(key);
+            let tats = self.tats.lock();
+            Ok(std::array::from_fn(|b| std::array::from_fn(|i| *tats.get(&(name.clone(), b, i)).unwrap_or(&0))))
+        })
+    }
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -637,4 +645,31 @@ fn exact_charges_are_settled_in_the_shared_backend() {
     plain.filter(&req.view(), &mut ctx).unwrap();
     assert!(ctx.pending_charge.is_none());
     assert_eq!(block_on(plain.settle(&mut ctx)), None);
+}
+
+#[test]
+fn exact_status_shows_what_another_instance_spent() {
+    let shared = Arc::new(FakeShared::default());
+    shared.now_unix_ns.store(T0 * SECOND_NS, Ordering::Relaxed);
+    let c = RateLimitConfig {
+        tiers: BTreeMap::from([(
+            "free".to_string(),
+            TierLimits { requests_per_hour: None, requests_per_minute: 1, burst: 3, concurrent: 5 },
+        )]),
+        ..RateLimitConfig::default()
+    };
+    let (a, _) = limiter_with(c.clone());
+    let (b, _) = limiter_with(c);
+    let (a, b) = (a.with_exact(Some(shared.clone())), b.with_exact(Some(shared)));
+    let p = Arc::new(principal("k1", "o1"));
+    let req = Req::new(Method::GET, "/v1/gateways");
+    for _ in 0..2 {
+        let mut ctx = ctx_for(&p);
+        a.filter(&req.view(), &mut ctx).unwrap();
+        block_on(a.settle(&mut ctx)).unwrap().unwrap();
+    }
+    let global = |s: &RateLimitStatus| s.buckets[Bucket::Global.index()].remaining;
+    assert_eq!(global(&b.status(&p, None)), 3, "b's own view: it charged nothing");
+    assert_eq!(global(&block_on(b.current_status(&p, None))), 1, "the shared state: a spent two");
+    assert_eq!(global(&b.status(&p, None)), 1, "and b keeps it");
 }
