@@ -52,6 +52,10 @@ pub enum Change {
     ConnectionSaved {
         org_id: String,
         app_id: String,
+        /// Only its OAuth tokens were renewed: the upstreams take the new token, no event is
+        /// raised.
+        #[serde(default)]
+        renewed: bool,
     },
     ConnectionDeleted {
         org_id: String,

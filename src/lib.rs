@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod app_oauth;
 pub mod changes;
 pub mod config;
 pub mod conn_limits;

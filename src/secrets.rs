@@ -20,7 +20,7 @@ const KEY_RANDOM_LEN: usize = 40;
 
 /// Random alphanumerics from the thread's CSPRNG (ChaCha, seeded and periodically reseeded from
 /// the OS): one `getrandom` syscall per character would cost more than the rest of a request.
-fn random_alnum(len: usize) -> String {
+pub(crate) fn random_alnum(len: usize) -> String {
     rand::thread_rng().sample_iter(&Alphanumeric).take(len).map(char::from).collect()
 }
 

@@ -429,10 +429,19 @@ impl State {
     }
 
     pub async fn save_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
+        self.store_connection(c, false).await
+    }
+
+    /// Saves a connection whose OAuth tokens were renewed, and nothing else changed.
+    pub async fn renew_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
+        self.store_connection(c, true).await
+    }
+
+    async fn store_connection(&self, c: Connection, renewed: bool) -> Result<Arc<Connection>, StoreError> {
         self.put(Kind::Connection, &c.org_id, &c.id, &c).await?;
         let c = Arc::new(c);
         self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
-        self.changes.publish(Change::ConnectionSaved { org_id: c.org_id.clone(), app_id: c.app_id.clone() });
+        self.changes.publish(Change::ConnectionSaved { org_id: c.org_id.clone(), app_id: c.app_id.clone(), renewed });
         Ok(c)
     }
 
@@ -541,7 +550,7 @@ impl State {
                     }
                 }
             }
-            Change::ConnectionSaved { org_id, app_id } | Change::ConnectionDeleted { org_id, app_id } => {
+            Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {
                 let key = (org_id.clone(), app_id.clone());
                 let mut found = None;
                 for (id, body) in self.store.load_partition(Kind::Connection, org_id).await? {

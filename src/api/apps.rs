@@ -44,6 +44,10 @@ pub struct AppDetail {
     pub auth_types: Vec<String>,
     /// The auth type of the organisation's connection, or `none`.
     pub current_auth: String,
+    /// The organisation's connection: `none`, `pending` (an OAuth authorization not finished),
+    /// `connected`, or `error` (its OAuth authorization was refused or could not be renewed:
+    /// connect the app again).
+    pub connection_status: String,
     pub icon: String,
     pub functions: Vec<FunctionView>,
     pub configuration: AppConfiguration,
@@ -89,6 +93,19 @@ pub struct ConnectApp {
     pub credentials: Option<Credentials>,
     /// OAuth only: where the provider sends the user back.
     pub redirect_uri: Option<String>,
+}
+
+/// What the provider sent back to the `redirect_uri` of an OAuth connect: `state` with `code`,
+/// or with `error` when the user (or the provider) refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectCallback {
+    pub state: String,
+    pub code: Option<String>,
+    pub error: Option<String>,
+    pub error_description: Option<String>,
+    /// RFC 9207's issuer identifier, passed along as received (not checked).
+    pub iss: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
@@ -230,11 +247,13 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     let status = state.app_status(&who.org_id, &a);
     let functions = Functions::of(call, &who.org_id, &a, status == "connected").await.views(&a);
     // The auth in use: a pending connection (an OAuth flow not finished) uses none yet.
-    let current_auth = state
-        .connection(&who.org_id, &a.id)
+    let connection = state.connection(&who.org_id, &a.id);
+    let current_auth = connection
+        .as_ref()
         .filter(|c| c.status == "connected")
         .map(|c| c.auth_type.clone())
         .unwrap_or_else(|| "none".into());
+    let connection_status = connection.map_or_else(|| "none".to_string(), |c| c.status.clone());
     // Apps are the operator's: only the owner of the operator's organisation (the one made for
     // TOOLGATE_ADMIN_KEY) sees where an app really runs.
     let operator = who.org_id == crate::state::BOOTSTRAP_ORG && who.role == toolgate_filters::Role::Owner;
@@ -248,6 +267,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         status,
         auth_types: a.auth_types.clone(),
         current_auth,
+        connection_status,
         icon: a.icon.clone(),
         functions,
         configuration: AppConfiguration { base_url, rate_limit: a.rate_limit.unwrap_or(0) },
@@ -310,6 +330,7 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
                 _ => return Err(ApiError::validation("redirect_uri", "must be an absolute http or https URL")),
             }
             let oauth_state = secrets::new_session_id();
+            let pkce = crate::app_oauth::pkce();
             let mut authorize = url::Url::parse(&oauth.authorize_url).map_err(|e| ApiError::Internal(e.to_string()))?;
             authorize
                 .query_pairs_mut()
@@ -317,14 +338,19 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
                 .append_pair("redirect_uri", &redirect)
                 .append_pair("response_type", "code")
                 .append_pair("scope", &oauth.scopes.join(" "))
-                .append_pair("state", &oauth_state);
+                .append_pair("state", &oauth_state)
+                .append_pair("code_challenge", &pkce.challenge)
+                .append_pair("code_challenge_method", "S256");
+            let pending = crate::app_oauth::Pending { pkce_verifier: pkce.verifier };
+            let sealed =
+                state.sealer.seal(&serde_json::to_vec(&pending).map_err(|e| ApiError::Internal(e.to_string()))?);
             let c = Connection {
                 id: id.clone(),
                 org_id: who.org_id.clone(),
                 app_id: a.id.clone(),
                 auth_type: "oauth".into(),
                 status: "pending".into(),
-                sealed_credentials: None,
+                sealed_credentials: Some(sealed),
                 redirect_uri: Some(redirect),
                 oauth_state: Some(oauth_state),
                 created_at: now,
@@ -338,6 +364,68 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
         data["authorization_url"] = Value::String(url);
     }
     Ok(Reply::ok(data))
+}
+
+#[utoipa::path(post, path = "/v1/apps/{app_id}/connect/callback", tag = "apps", params(("app_id" = String, Path)), request_body = ConnectCallback,
+    responses((status = 200, description = "app_id, status (`connected`), connection_id", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
+              (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
+/// Finishes an OAuth connect: the `state` must be the pending authorization's (once), the code
+/// is exchanged with the PKCE verifier, and the tokens are kept sealed.
+pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let a = app(call)?;
+    let body: ConnectCallback = call.json()?;
+    let state = &call.server.state;
+    let pending = state
+        .connection(&who.org_id, &a.id)
+        .filter(|c| c.auth_type == "oauth" && c.status == "pending")
+        .ok_or(ApiError::NotFound("pending OAuth authorization"))?;
+    let expected = pending.oauth_state.as_deref().unwrap_or_default();
+    if expected.is_empty() || !secrets::hashes_equal(expected, &body.state) {
+        return Err(ApiError::validation("state", "does not match the pending authorization (or was used already)"));
+    }
+    let verifier = pending
+        .sealed_credentials
+        .as_deref()
+        .and_then(|s| state.sealer.open(s).ok())
+        .and_then(|plain| serde_json::from_slice::<crate::app_oauth::Pending>(&plain).ok())
+        .ok_or_else(|| ApiError::Internal("the pending authorization's PKCE verifier cannot be read".into()))?;
+    // Used once: a second callback with the same state finds nothing pending.
+    let mut done = (*pending).clone();
+    done.oauth_state = None;
+    if let Some(error) = body.error {
+        state.save_connection(failed(done)).await?;
+        let said = body.error_description.map(|d| format!(": {d}")).unwrap_or_default();
+        return Err(ApiError::validation("error", format!("the provider refused the authorization ({error}{said})")));
+    }
+    let code = body.code.filter(|c| !c.is_empty()).ok_or_else(|| ApiError::validation("code", "required"))?;
+    let oauth = a.oauth.as_ref().ok_or_else(|| ApiError::Internal("oauth app without oauth settings".into()))?;
+    let redirect = pending.redirect_uri.as_deref().unwrap_or_default();
+    let tokens = match crate::app_oauth::exchange_code(oauth, &code, redirect, &verifier.pkce_verifier).await {
+        Ok(t) => t,
+        Err(e) => {
+            state.save_connection(failed(done)).await?;
+            return Err(match e {
+                crate::app_oauth::OAuthError::Refused { .. } => ApiError::validation("code", e.to_string()),
+                _ => ApiError::Unavailable(e.to_string()),
+            });
+        }
+    };
+    done.status = "connected".into();
+    done.sealed_credentials =
+        Some(state.sealer.seal(&serde_json::to_vec(&tokens).map_err(|e| ApiError::Internal(e.to_string()))?));
+    let c = state.save_connection(done).await?;
+    Ok(Reply::ok(json!({ "app_id": a.id, "status": c.status, "connection_id": c.id })))
+}
+
+/// A connection whose OAuth authorization failed: `error`, holding nothing (connect again).
+fn failed(mut c: Connection) -> Connection {
+    c.status = "error".into();
+    c.sealed_credentials = None;
+    c.oauth_state = None;
+    c
 }
 
 #[utoipa::path(delete, path = "/v1/apps/{app_id}/connection", tag = "apps", params(("app_id" = String, Path)),

@@ -39,6 +39,7 @@ pub enum Endpoint {
     Apps,
     App,
     AppConnect,
+    AppConnectCallback,
     AppConnection,
     AppTest,
     Sessions,
@@ -85,6 +86,7 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/apps", Endpoint::Apps),
     ("/apps/{id}", Endpoint::App),
     ("/apps/{id}/connect", Endpoint::AppConnect),
+    ("/apps/{id}/connect/callback", Endpoint::AppConnectCallback),
     ("/apps/{id}/connection", Endpoint::AppConnection),
     ("/apps/{id}/test", Endpoint::AppTest),
     ("/sessions", Endpoint::Sessions),
@@ -143,9 +145,10 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::Gateways, "POST") | (E::Gateway, "PATCH") => Scope(crate::api::Scope::GatewaysWrite),
         (E::Gateway, "DELETE") => Scope(crate::api::Scope::GatewaysDelete),
         (E::Apps, "GET") | (E::App, "GET") => Scope(crate::api::Scope::AppsRead),
-        (E::AppConnect, "POST") | (E::AppConnection, "DELETE") | (E::AppTest, "POST") => {
-            Scope(crate::api::Scope::AppsWrite)
-        }
+        (E::AppConnect, "POST")
+        | (E::AppConnectCallback, "POST")
+        | (E::AppConnection, "DELETE")
+        | (E::AppTest, "POST") => Scope(crate::api::Scope::AppsWrite),
         (E::Sessions, "GET") | (E::Session, "GET") | (E::Session, "DELETE") => Scope(crate::api::Scope::SessionsManage),
         (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
         // Answering a challenge needs the code, not rights; changing MFA is account security.
@@ -398,6 +401,7 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::Apps, "GET") => apps::list(&call).await,
         (E::App, "GET") => apps::get(&call).await,
         (E::AppConnect, "POST") => apps::connect(&call).await,
+        (E::AppConnectCallback, "POST") => apps::connect_callback(&call).await,
         (E::AppConnection, "DELETE") => apps::disconnect(&call).await,
         (E::AppTest, "POST") => apps::test(&call).await,
         (E::Sessions, "GET") => sessions::list(&call).await,

@@ -27,7 +27,7 @@ impl Modify for Security {
     paths(
         openapi_json,
         super::gateways::list, super::gateways::get, super::gateways::create, super::gateways::update, super::gateways::delete,
-        super::apps::list, super::apps::get, super::apps::connect, super::apps::disconnect, super::apps::test,
+        super::apps::list, super::apps::get, super::apps::connect, super::apps::connect_callback, super::apps::disconnect, super::apps::test,
         super::sessions::list, super::sessions::get, super::sessions::delete,
         super::user::get, super::user::update,
         super::keys::create, super::keys::revoke, super::keys::rotate, super::keys::usage,

@@ -368,12 +368,28 @@ pub struct AppTimeouts {
     pub total: Duration,
 }
 
-#[derive(Debug, Clone)]
+/// An app's OAuth 2.0 authorization server, toolgate being its client (`app_oauth.rs`).
+#[derive(Clone)]
 pub struct OAuthConfig {
     pub authorize_url: String,
     pub token_url: String,
     pub client_id: String,
+    /// Read from the environment variable `client_secret_env` names, never from the file; none
+    /// for a public client (PKCE alone).
+    pub client_secret: Option<String>,
     pub scopes: Vec<String>,
+}
+
+impl std::fmt::Debug for OAuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthConfig")
+            .field("authorize_url", &self.authorize_url)
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "…"))
+            .field("scopes", &self.scopes)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]

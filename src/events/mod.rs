@@ -265,7 +265,7 @@ impl Events {
                 Some((name, json!({ "gateway_id": gw.id, "name": gw.name, "servers": gw.servers })))
             }
             Change::GatewayDeleted { gateway_id, .. } => Some(("gateway.deleted", json!({ "gateway_id": gateway_id }))),
-            Change::ConnectionSaved { org_id, app_id } => {
+            Change::ConnectionSaved { org_id, app_id, renewed: false } => {
                 let c = self.state.connection(org_id, app_id)?;
                 (c.status == "connected").then(|| {
                     ("app.connected", json!({ "app_id": app_id, "auth_type": c.auth_type, "connection_id": c.id }))

@@ -24,6 +24,9 @@ pub enum AppError {
     NotConnected(String),
     #[error("app `{app}`: {error}")]
     Upstream { app: String, error: Box<UpstreamError> },
+    /// The app's OAuth tokens could not be renewed; the connection is marked `error`.
+    #[error("app `{app}`: {error}")]
+    Authorization { app: String, error: crate::app_oauth::OAuthError },
 }
 
 /// How long a discovered list is trusted before the app is asked again.
@@ -48,6 +51,8 @@ pub struct AppClients {
     notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
     /// App id -> whether its latest exchange went through ([`AppClients::health`]).
     health: DashMap<String, AtomicBool>,
+    /// One renewal of a connection's OAuth tokens at a time (organisation, app).
+    renewing: DashMap<Key, Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl AppClients {
@@ -63,6 +68,7 @@ impl AppClients {
             last_tools: DashMap::new(),
             health: DashMap::new(),
             notices: parking_lot::Mutex::new(Some(rx)),
+            renewing: DashMap::new(),
         }
     }
 
@@ -186,13 +192,66 @@ impl AppClients {
         })
     }
 
-    /// The connection's API key, opened from its sealed form.
+    /// The connection's API key, or its OAuth access token, opened from its sealed form.
     fn credential(&self, org_id: &str, app: &AppConfig) -> Option<String> {
         let conn = self.state.connection(org_id, &app.id)?;
         let sealed = conn.sealed_credentials.as_ref()?;
         let plain = self.state.sealer.open(sealed).ok()?;
         let v: Value = serde_json::from_slice(&plain).ok()?;
-        v.get("api_key").and_then(Value::as_str).map(str::to_string)
+        v.get("api_key").or_else(|| v.get("access_token")).and_then(Value::as_str).map(str::to_string)
+    }
+
+    /// The OAuth tokens of a connected OAuth connection.
+    fn oauth_tokens(&self, org_id: &str, app_id: &str) -> Option<crate::app_oauth::Tokens> {
+        let conn = self.state.connection(org_id, app_id)?;
+        if conn.auth_type != "oauth" || conn.status != "connected" {
+            return None;
+        }
+        let plain = self.state.sealer.open(conn.sealed_credentials.as_ref()?).ok()?;
+        serde_json::from_slice(&plain).ok()
+    }
+
+    /// Renews the connection's OAuth access token when it is due, or when the app refused it
+    /// (`rejected`, the token it refused). One renewal at a time per connection: a call that
+    /// waited finds the token renewed and goes on with it. A renewal the provider refuses marks
+    /// the connection `error` (connect it again).
+    async fn renew_if_due(&self, org_id: &str, app_id: &str, rejected: Option<&str>) -> Result<(), AppError> {
+        let now = chrono::Utc::now().timestamp();
+        let due = |t: &crate::app_oauth::Tokens| match rejected {
+            Some(refused) => t.access_token == refused,
+            None => t.due(now),
+        };
+        if !self.oauth_tokens(org_id, app_id).is_some_and(|t| due(&t)) {
+            return Ok(());
+        }
+        let lock = self.renewing.entry((org_id.to_string(), app_id.to_string())).or_default().clone();
+        let _one_at_a_time = lock.lock().await;
+        let Some(tokens) = self.oauth_tokens(org_id, app_id).filter(|t| due(t)) else { return Ok(()) };
+        let (Some(app), Some(conn)) = (self.state.app(app_id), self.state.connection(org_id, app_id)) else {
+            return Ok(());
+        };
+        let Some(oauth) = app.oauth.as_ref() else { return Ok(()) };
+        let mut renewed = (*conn).clone();
+        match crate::app_oauth::refresh(oauth, &tokens).await {
+            Ok(fresh) => {
+                let plain = serde_json::to_vec(&fresh).unwrap_or_default();
+                renewed.sealed_credentials = Some(self.state.sealer.seal(&plain));
+                tracing::info!(org = org_id, app = app_id, "renewed the app's OAuth access token");
+                let _ = self.state.renew_connection(renewed).await;
+                Ok(())
+            }
+            Err(error @ crate::app_oauth::OAuthError::Unreachable(_)) => {
+                // The provider may be back soon: the connection stays, this call fails.
+                Err(AppError::Authorization { app: app_id.into(), error })
+            }
+            Err(error) => {
+                tracing::warn!(org = org_id, app = app_id, %error, "the app's OAuth authorization could not be renewed");
+                renewed.status = "error".into();
+                renewed.sealed_credentials = None;
+                let _ = self.state.save_connection(renewed).await;
+                Err(AppError::Authorization { app: app_id.into(), error })
+            }
+        }
     }
 
     /// One list of an app (`tools/list`, `resources/list`, ...), all pages, from cache when fresh.
@@ -207,8 +266,14 @@ impl AppClients {
     }
 
     pub async fn refresh(&self, org_id: &str, app_id: &str, method: ListMethod) -> Result<Arc<Vec<Value>>, AppError> {
-        let up = self.upstream(org_id, app_id)?;
-        let listed = up.list_all_with_ttl(method, &CallContext::default()).await;
+        self.renew_if_due(org_id, app_id, None).await?;
+        let mut up = self.upstream(org_id, app_id)?;
+        let mut listed = up.list_all_with_ttl(method, &CallContext::default()).await;
+        if let Some(refused) = self.refused_token(org_id, app_id, listed.as_ref().err()) {
+            self.renew_if_due(org_id, app_id, Some(&refused)).await?;
+            up = self.upstream(org_id, app_id)?;
+            listed = up.list_all_with_ttl(method, &CallContext::default()).await;
+        }
         self.note_health(app_id, listed.as_ref().err());
         let (items, ttl_ms) = match listed {
             Ok((items, ttl_ms)) => (Arc::new(items), ttl_ms),
@@ -251,10 +316,25 @@ impl AppClients {
         params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
+        self.renew_if_due(org_id, app_id, None).await?;
+        // Kept for one retry only when a 401 could be cured by renewing an OAuth token.
+        let again = self.oauth_tokens(org_id, app_id).and(params.clone());
         let up = self.upstream(org_id, app_id)?;
-        let reply = up.request(method, params, ctx).await;
+        let mut reply = up.request(method, params, ctx).await;
+        if let Some(refused) = self.refused_token(org_id, app_id, reply.as_ref().err()) {
+            self.renew_if_due(org_id, app_id, Some(&refused)).await?;
+            reply = self.upstream(org_id, app_id)?.request(method, again, ctx).await;
+        }
         self.note_health(app_id, reply.as_ref().err());
         reply.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
+    }
+
+    /// The access token the app refused, when `error` is its 401 to an OAuth connection.
+    fn refused_token(&self, org_id: &str, app_id: &str, error: Option<&UpstreamError>) -> Option<String> {
+        match error {
+            Some(UpstreamError::Http { status: 401, .. }) => self.oauth_tokens(org_id, app_id).map(|t| t.access_token),
+            _ => None,
+        }
     }
 
     /// Forgets an organisation's upstream and lists of an app (its connection changed).

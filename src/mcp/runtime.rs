@@ -95,7 +95,7 @@ impl McpRuntime {
             Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
                 self.gateway_changed(gateway_id)
             }
-            Change::ConnectionSaved { org_id, app_id } | Change::ConnectionDeleted { org_id, app_id } => {
+            Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {
                 self.app_changed(org_id, app_id)
             }
             Change::KeySaved { .. } | Change::KeyDeleted { .. } => self.end_sessions_of_unusable_keys(),

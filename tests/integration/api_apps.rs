@@ -290,6 +290,15 @@ fn connect_with_oauth_returns_the_authorization_url() {
     assert_eq!(q.get("scope").map(String::as_str), Some("tools read"), "{url}");
     let state = q.get("state").expect("state");
     assert!(state.len() >= 16, "state must be unguessable: {state}");
+    assert_eq!(q.get("code_challenge_method").map(String::as_str), Some("S256"), "{url}");
+    assert_eq!(q.get("code_challenge").map(String::len), Some(43), "{url}");
+    // The answer comes back to the organisation that asked: another one has nothing pending,
+    // and a wrong state is refused naming it.
+    let callback = |k: &str, state: &str| {
+        srv.api("POST", "/v1/apps/everything/connect/callback", Some(k), Some(json!({ "state": state, "code": "c" })))
+    };
+    assert_eq!(callback(key("other"), state).status, 404);
+    validation(&callback(k, &"0".repeat(64)), "state");
     // A second authorization gets a fresh state.
     let c2 = ok(&connect(json!({ "auth_type": "oauth", "redirect_uri": redirect })), 200);
     let url2 = url::Url::parse(c2["authorization_url"].as_str().unwrap()).unwrap();

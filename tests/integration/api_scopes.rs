@@ -29,6 +29,7 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/apps", Scope("apps:read")),
     ("GET", "/apps/{id}", Scope("apps:read")),
     ("POST", "/apps/{id}/connect", Scope("apps:write")),
+    ("POST", "/apps/{id}/connect/callback", Scope("apps:write")),
     ("DELETE", "/apps/{id}/connection", Scope("apps:write")),
     ("POST", "/apps/{id}/test", Scope("apps:write")),
     ("GET", "/sessions", Scope("sessions:manage")),
@@ -101,6 +102,7 @@ fn body(method: &str, path: &str, n: usize) -> Option<Value> {
         ("POST", "/gateways") => json!({ "name": format!("scopes-{n}-{}", random_alnum(8)), "servers": ["time"] }),
         ("PATCH", "/gateways/{id}") => json!({ "description": "scopes" }),
         ("POST", "/apps/{id}/connect") => json!({ "auth_type": "api_key", "credentials": { "api_key": "k" } }),
+        ("POST", "/apps/{id}/connect/callback") => json!({ "state": "s", "code": "c" }),
         ("PATCH", "/user") => json!({ "name": format!("Scopes {n}") }),
         ("POST", "/api-keys") => {
             json!({ "name": format!("scopes-{n}-{}", random_alnum(8)), "scopes": ["gateways:read"] })
@@ -194,9 +196,12 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
             ok(&r, 201)["id"].as_str().unwrap().to_string()
         }
         "/service-accounts/{id}/keys" => f.ids["sa"].clone(),
-        "/apps/{id}" | "/apps/{id}/connect" | "/apps/{id}/connection" | "/apps/{id}/test" | "/metrics/app/{id}" => {
-            "time".into()
-        }
+        "/apps/{id}"
+        | "/apps/{id}/connect"
+        | "/apps/{id}/connect/callback"
+        | "/apps/{id}/connection"
+        | "/apps/{id}/test"
+        | "/metrics/app/{id}" => "time".into(),
         "/webhooks/{id}" | "/webhooks/{id}/deliveries" | "/webhooks/{id}/rotate-secret" | "/webhooks/{id}/test" => {
             let body = json!({ "url": "https://93.184.216.34/hook", "events": ["error.critical"] });
             let r = f.srv.api("POST", "/v1/webhooks", Some(owner), Some(body));

@@ -11,8 +11,14 @@ use std::collections::BTreeSet;
 /// `{id}` paths that are not an organisation's resource: the app catalogue is the operator's and
 /// the same for everyone (an organisation's connection to an app is checked in api_apps.rs; an
 /// app's metrics count only the caller's organisation's calls, checked in api_logs.rs).
-const SHARED: &[&str] =
-    &["/apps/{id}", "/apps/{id}/connect", "/apps/{id}/connection", "/apps/{id}/test", "/metrics/app/{id}"];
+const SHARED: &[&str] = &[
+    "/apps/{id}",
+    "/apps/{id}/connect",
+    "/apps/{id}/connect/callback",
+    "/apps/{id}/connection",
+    "/apps/{id}/test",
+    "/metrics/app/{id}",
+];
 
 /// A body that would be valid for the owner, so that a 404 cannot come from validation.
 fn body(method: &str, path: &str) -> Option<Value> {

@@ -62,6 +62,7 @@ pub(super) struct RawOAuth {
     authorize_url: String,
     token_url: String,
     client_id: String,
+    client_secret_env: Option<String>,
     #[serde(default)]
     scopes: Vec<String>,
 }
@@ -129,6 +130,29 @@ impl RawApp {
         if a.auth_types.iter().any(|t| t == "oauth") && a.oauth.is_none() {
             return Err(invalid(f("oauth"), "required when auth_types contains oauth"));
         }
+        let oauth = match a.oauth {
+            None => None,
+            Some(o) => {
+                for (name, url) in [("authorize_url", &o.authorize_url), ("token_url", &o.token_url)] {
+                    if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                        return Err(invalid(f(&format!("oauth.{name}")), format!("`{url}` is not an http(s) URL")));
+                    }
+                }
+                let client_secret = match &o.client_secret_env {
+                    None => None,
+                    Some(var) => Some(std::env::var(var).map_err(|_| {
+                        invalid(f("oauth.client_secret_env"), format!("the environment variable `{var}` is not set"))
+                    })?),
+                };
+                Some(OAuthConfig {
+                    authorize_url: o.authorize_url,
+                    token_url: o.token_url,
+                    client_id: o.client_id,
+                    client_secret,
+                    scopes: o.scopes,
+                })
+            }
+        };
         // An app's quota of 0 would refuse every call; the API shows 0 for "no limit".
         if a.rate_limit == Some(0) {
             return Err(invalid(f("rate_limit"), "must be at least 1 (leave it out for no limit)"));
@@ -173,12 +197,7 @@ impl RawApp {
             credential_prefix: a.credential_prefix.unwrap_or_else(|| "Bearer ".into()),
             protocol_version: a.protocol_version,
             tls_roots,
-            oauth: a.oauth.map(|o| OAuthConfig {
-                authorize_url: o.authorize_url,
-                token_url: o.token_url,
-                client_id: o.client_id,
-                scopes: o.scopes,
-            }),
+            oauth,
             functions,
         })
     }

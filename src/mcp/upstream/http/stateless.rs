@@ -16,7 +16,7 @@ use crate::mcp::modern;
 use crate::mcp::protocol::STATELESS;
 use crate::mcp::upstream::{CallContext, Event, ReplyStream, Source, UpstreamError, UpstreamReply};
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::Method;
 use serde_json::{json, Map, Value};
 use std::sync::atomic::Ordering;
@@ -159,7 +159,11 @@ impl Inner {
             .header(&CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json"));
-        if status.is_success() || (status.is_client_error() && json) {
+        // A client error answered in JSON is the app's JSON-RPC answer, except an HTTP
+        // authentication challenge (RFC 6750: `WWW-Authenticate`, an OAuth error body), which
+        // is about the credential, not the call.
+        let challenge = resp.header(&WWW_AUTHENTICATE).is_some();
+        if status.is_success() || (status.is_client_error() && json && !challenge) {
             return Ok(resp);
         }
         let body = super::body_snippet(resp).await;

@@ -1,0 +1,33 @@
+// A real OAuth 2.0 / OpenID provider (`oidc-provider`) for toolgate's app-OAuth tests: the
+// authorization server of an app that requires bearer tokens. Listens on 127.0.0.1 at a port
+// the OS picks (the tests read it from /proc) and serves one confidential client:
+//   client_id toolgate-app, client_secret from CLIENT_SECRET, redirect URI from REDIRECT_URI,
+//   authorization code with PKCE (required), refresh tokens, revocation, and the development
+//   sign-in and consent pages (any login name signs in).
+// ACCESS_TOKEN_TTL (seconds) sets the access tokens' life. Revoking a token revokes every token
+// of its grant (oidc-provider's rule): its refresh token too.
+import http from 'node:http';
+import Provider from 'oidc-provider';
+
+const server = http.createServer();
+await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+const { port } = server.address();
+
+const provider = new Provider(`http://127.0.0.1:${port}`, {
+  clients: [{
+    client_id: 'toolgate-app',
+    client_secret: process.env.CLIENT_SECRET,
+    redirect_uris: [process.env.REDIRECT_URI],
+    grant_types: ['authorization_code', 'refresh_token'],
+    response_types: ['code'],
+    token_endpoint_auth_method: 'client_secret_post',
+  }],
+  pkce: { required: () => true },
+  ttl: { AccessToken: Number(process.env.ACCESS_TOKEN_TTL || 3600) },
+  issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
+  features: { devInteractions: { enabled: true }, revocation: { enabled: true } },
+  findAccount: async (ctx, sub) => ({ accountId: sub, claims: async () => ({ sub }) }),
+  cookies: { keys: ['toolgate-tests-only'] },
+});
+server.on('request', provider.callback());
+console.log(`oauth provider at http://127.0.0.1:${port}`);
