@@ -134,6 +134,13 @@ for i = 1, #KEYS do out[i + 2] = string.format('%.0f', tats[i]) end
 return out
 "#;
 
+/// The key of window `window` (0 the minute, 1 the hour) of a caller's bucket: the caller as
+/// hash tag, so all of a caller's windows share a slot. [`EXACT`] and [`MERGE`] keep the same
+/// state under it.
+fn window_key(prefix: &str, caller: &str, bucket: usize, window: usize) -> String {
+    format!("{prefix}:rl:{{{caller}}}:{bucket}:{window}")
+}
+
 /// How long after a failed call [`ExactRedis`] decides locally without trying Redis, so that
 /// an outage costs each request nothing rather than a time-out.
 const EXACT_RETRY_AFTER_MS: i64 = 1000;
@@ -169,13 +176,6 @@ impl ExactRedis {
     }
 }
 
-impl ExactRedis {
-    /// The key of a window of a caller's bucket, as [`EXACT`] and [`MERGE`] name it.
-    fn window_key(&self, name: &str, bucket: usize, window: usize) -> String {
-        format!("{}:rl:{{{name}}}:{bucket}:{window}", self.inner.prefix)
-    }
-}
-
 impl ExactBackend for ExactRedis {
     fn read<'a>(&'a self, key: LimitKey<'a>) -> ReadFuture<'a> {
         let name = shared_key_name(key);
@@ -184,8 +184,9 @@ impl ExactBackend for ExactRedis {
                 return Err("Redis failed a moment ago".to_string());
             }
             // One slot (the caller's hash tag), so one MGET on a cluster too.
-            let keys: Vec<String> =
-                (0..Bucket::ALL.len()).flat_map(|b| [0, 1].map(|w| self.window_key(&name, b, w))).collect();
+            let keys: Vec<String> = (0..Bucket::ALL.len())
+                .flat_map(|b| [0, 1].map(|w| window_key(&self.inner.prefix, &name, b, w)))
+                .collect();
             let mut conn = self.inner.conn.clone();
             let values: Vec<Option<u64>> =
                 redis::cmd("MGET").arg(&keys).query_async(&mut conn).await.map_err(|e| format!("redis: {e}"))?;
@@ -211,7 +212,7 @@ impl ExactBackend for ExactRedis {
                 let mut invocation = inner.script.prepare_invoke();
                 invocation.arg(cost);
                 for (i, w) in windows.iter().enumerate() {
-                    invocation.key(format!("{}:rl:{{{name}}}:{}:{i}", inner.prefix, bucket.index()));
+                    invocation.key(window_key(&inner.prefix, &name, bucket.index(), i));
                     invocation.arg((w.interval_ns / 1000).max(1)).arg(w.capacity);
                 }
                 let mut conn = inner.conn.clone();
@@ -356,7 +357,7 @@ impl Shared {
         let mut invocation = script.prepare_invoke();
         invocation.arg(call.spent.len());
         for s in &call.spent {
-            invocation.key(format!("{}:rl:{{{}}}:{}:{}", self.prefix, s.key, s.bucket, s.window));
+            invocation.key(window_key(&self.prefix, &s.key, s.bucket, s.window));
             invocation.arg((s.advance_ns / 1000).max(1)).arg(s.span_ns / 1_000_000 + 1000);
         }
         for (key, reset_at, _) in &call.windows {

@@ -211,19 +211,36 @@ impl AppClients {
         serde_json::from_slice(&plain).ok()
     }
 
-    /// Renews the connection's OAuth access token when it is due, or when the app refused it
-    /// (`rejected`, the token it refused). One renewal at a time per connection: a call that
-    /// waited finds the token renewed and goes on with it. A renewal the provider refuses marks
-    /// the connection `error` (connect it again).
-    async fn renew_if_due(&self, org_id: &str, app_id: &str, rejected: Option<&str>) -> Result<(), AppError> {
+    /// The connection's OAuth tokens for a call (read once per call: none for any other kind
+    /// of connection), renewed first when they are due.
+    async fn tokens_for_call(&self, org_id: &str, app_id: &str) -> Result<Option<crate::app_oauth::Tokens>, AppError> {
+        let tokens = self.oauth_tokens(org_id, app_id);
+        if tokens.as_ref().is_some_and(|t| t.due(chrono::Utc::now().timestamp())) {
+            self.renew(org_id, app_id, None).await?;
+            return Ok(self.oauth_tokens(org_id, app_id));
+        }
+        Ok(tokens)
+    }
+
+    /// The access token a call was sent with, when the app refused it with 401: worth a renewal
+    /// and one more try.
+    fn refused<'t>(tokens: &'t Option<crate::app_oauth::Tokens>, error: Option<&UpstreamError>) -> Option<&'t str> {
+        match error {
+            Some(UpstreamError::Http { status: 401, .. }) => tokens.as_ref().map(|t| t.access_token.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Renews the connection's OAuth access token: when it is due (`rejected` none), or when the
+    /// app refused it (`rejected`, the token it refused). One renewal at a time per connection:
+    /// a call that waited finds the token renewed and goes on with it. A renewal the provider
+    /// refuses marks the connection `error` (connect it again).
+    async fn renew(&self, org_id: &str, app_id: &str, rejected: Option<&str>) -> Result<(), AppError> {
         let now = chrono::Utc::now().timestamp();
         let due = |t: &crate::app_oauth::Tokens| match rejected {
             Some(refused) => t.access_token == refused,
             None => t.due(now),
         };
-        if !self.oauth_tokens(org_id, app_id).is_some_and(|t| due(&t)) {
-            return Ok(());
-        }
         let lock = self.renewing.entry((org_id.to_string(), app_id.to_string())).or_default().clone();
         let _one_at_a_time = lock.lock().await;
         let Some(tokens) = self.oauth_tokens(org_id, app_id).filter(|t| due(t)) else { return Ok(()) };
@@ -266,11 +283,11 @@ impl AppClients {
     }
 
     pub async fn refresh(&self, org_id: &str, app_id: &str, method: ListMethod) -> Result<Arc<Vec<Value>>, AppError> {
-        self.renew_if_due(org_id, app_id, None).await?;
+        let tokens = self.tokens_for_call(org_id, app_id).await?;
         let mut up = self.upstream(org_id, app_id)?;
         let mut listed = up.list_all_with_ttl(method, &CallContext::default()).await;
-        if let Some(refused) = self.refused_token(org_id, app_id, listed.as_ref().err()) {
-            self.renew_if_due(org_id, app_id, Some(&refused)).await?;
+        if let Some(refused) = Self::refused(&tokens, listed.as_ref().err()) {
+            self.renew(org_id, app_id, Some(refused)).await?;
             up = self.upstream(org_id, app_id)?;
             listed = up.list_all_with_ttl(method, &CallContext::default()).await;
         }
@@ -316,25 +333,17 @@ impl AppClients {
         params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
-        self.renew_if_due(org_id, app_id, None).await?;
+        let tokens = self.tokens_for_call(org_id, app_id).await?;
         // Kept for one retry only when a 401 could be cured by renewing an OAuth token.
-        let again = self.oauth_tokens(org_id, app_id).and(params.clone());
+        let again = tokens.as_ref().and(params.clone());
         let up = self.upstream(org_id, app_id)?;
         let mut reply = up.request(method, params, ctx).await;
-        if let Some(refused) = self.refused_token(org_id, app_id, reply.as_ref().err()) {
-            self.renew_if_due(org_id, app_id, Some(&refused)).await?;
+        if let Some(refused) = Self::refused(&tokens, reply.as_ref().err()) {
+            self.renew(org_id, app_id, Some(refused)).await?;
             reply = self.upstream(org_id, app_id)?.request(method, again, ctx).await;
         }
         self.note_health(app_id, reply.as_ref().err());
         reply.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
-    }
-
-    /// The access token the app refused, when `error` is its 401 to an OAuth connection.
-    fn refused_token(&self, org_id: &str, app_id: &str, error: Option<&UpstreamError>) -> Option<String> {
-        match error {
-            Some(UpstreamError::Http { status: 401, .. }) => self.oauth_tokens(org_id, app_id).map(|t| t.access_token),
-            _ => None,
-        }
     }
 
     /// Forgets an organisation's upstream and lists of an app (its connection changed).

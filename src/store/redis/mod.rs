@@ -225,7 +225,8 @@ impl Keys {
 #[derive(Default)]
 struct Writes {
     slots: BTreeMap<String, Pipeline>,
-    apart: Vec<Cmd>,
+    /// One command each (a pipeline of one, routed by its key on a cluster).
+    apart: Vec<Pipeline>,
 }
 
 impl Writes {
@@ -239,34 +240,27 @@ impl Writes {
     }
 
     fn apart(&mut self, cmd: Cmd) {
-        self.apart.push(cmd);
+        let mut p = redis::pipe();
+        p.add_command(cmd).ignore();
+        self.apart.push(p);
     }
 
     /// Writing: the index entries first, then the records.
     async fn indexes_first(self, c: &Conn) -> Result<(), StoreError> {
-        commands(c, self.apart).await?;
-        transactions(c, self.slots.into_values()).await
+        send_all(c, self.apart).await?;
+        send_all(c, self.slots.into_values()).await
     }
 
     /// Removing: the records first, then the index entries.
     async fn records_first(self, c: &Conn) -> Result<(), StoreError> {
-        transactions(c, self.slots.into_values()).await?;
-        commands(c, self.apart).await
+        send_all(c, self.slots.into_values()).await?;
+        send_all(c, self.apart).await
     }
 }
 
-/// Sends every command, concurrently, and waits for all.
-async fn commands(c: &Conn, cmds: Vec<Cmd>) -> Result<(), StoreError> {
-    let sends = cmds.into_iter().map(|cmd| {
-        let mut c = c.clone();
-        async move { cmd.query_async::<()>(&mut c).await }
-    });
-    futures_util::future::try_join_all(sends).await.map(|_| ()).map_err(backend)
-}
-
 /// Sends every pipeline, concurrently, and waits for all.
-async fn transactions(c: &Conn, pipes: impl Iterator<Item = Pipeline>) -> Result<(), StoreError> {
-    let sends = pipes.map(|p| {
+async fn send_all(c: &Conn, pipes: impl IntoIterator<Item = Pipeline>) -> Result<(), StoreError> {
+    let sends = pipes.into_iter().map(|p| {
         let mut c = c.clone();
         async move { p.query_async::<()>(&mut c).await }
     });
