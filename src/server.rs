@@ -143,13 +143,18 @@ impl Server {
         );
     }
 
-    /// Writes buffered activity (sessions, request log) to the store; `Background` is the
+    /// Writes buffered activity (sessions, request log) to the store and hands apps that keep
+    /// failing to the events; `Background` is the
     /// periodic flush (request log at idle priority), `Now` one that someone waits for.
     pub async fn flush(&self, urgency: Urgency) {
         self.reqlog.flush(urgency).await;
         self.mcp.sessions.flush().await;
         self.state.flush_usage().await;
         self.flush_rate_usage().await;
+        let failing = self.mcp.apps.failures.take_reports();
+        if !failing.is_empty() {
+            self.events.observe_app_failures(&failing).await;
+        }
     }
 
     /// Hands the rate limiter's per-minute usage counts to the store. Counts the store refused

@@ -217,6 +217,10 @@ pub struct AlertsConfig {
     /// Share of a rate limit (percent) whose crossing by a key raises `usage.limit_warning` for
     /// the webhooks even without an alert; 0 turns that off (alerts' own thresholds still do).
     pub limit_warning_percent: u8,
+    /// Failed exchanges in a row with an app, within `app_failure_window`, that raise
+    /// `error.critical` (`kind: app_failing`) for the organisation; 0 turns that off.
+    pub app_failures: u32,
+    pub app_failure_window: std::time::Duration,
 }
 
 /// How the SMTP connection is secured.

@@ -203,6 +203,29 @@ impl Events {
         }
     }
 
+    /// Tells the organisations whose apps failed `alerts.app_failures` times in a row:
+    /// `error.critical` (`kind: app_failing`) to their webhooks.
+    pub async fn observe_app_failures(&self, reports: &[crate::mcp::failures::AppFailing]) {
+        for r in reports {
+            tracing::warn!(
+                org = r.org_id,
+                app = r.app_id,
+                failures = r.failures,
+                error = r.last_error,
+                "an app keeps failing"
+            );
+            let data = json!({
+                "kind": "app_failing",
+                "app_id": r.app_id,
+                "failures": r.failures,
+                "window_secs": r.window.as_secs(),
+                "since": r.since.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                "last_error": r.last_error,
+            });
+            self.emit(&r.org_id, "error.critical", data).await;
+        }
+    }
+
     /// Saves an alert and forgets this instance's copy of its organisation's list.
     pub async fn save_alert(&self, a: &Alert) -> Result<(), StoreError> {
         let json = serde_json::to_string(a).map_err(|e| StoreError::Backend(e.to_string()))?;

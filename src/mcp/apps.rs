@@ -3,6 +3,7 @@
 //! have no credentials and are shared.
 
 use crate::config::{AppConfig, AppUpstream};
+use crate::mcp::failures::FailureRuns;
 use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{
     AppNotice, CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream,
@@ -51,6 +52,8 @@ pub struct AppClients {
     notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
     /// App id -> whether its latest exchange went through ([`AppClients::health`]).
     health: DashMap<String, AtomicBool>,
+    /// Runs of failed exchanges per organisation and app (`error.critical`).
+    pub failures: FailureRuns,
     /// One renewal of a connection's OAuth tokens at a time (organisation, app).
     renewing: DashMap<Key, Arc<tokio::sync::Mutex<()>>>,
 }
@@ -67,6 +70,7 @@ impl AppClients {
             lists: DashMap::new(),
             last_tools: DashMap::new(),
             health: DashMap::new(),
+            failures: FailureRuns::default(),
             notices: parking_lot::Mutex::new(Some(rx)),
             renewing: DashMap::new(),
         }
@@ -120,14 +124,22 @@ impl AppClients {
         all
     }
 
-    /// Notes how an exchange with `app_id` went (see [`AppClients::health`]).
-    fn note_health(&self, app_id: &str, error: Option<&UpstreamError>) {
+    /// Notes how an exchange of `org_id` with `app_id` went (see [`AppClients::health`] and
+    /// [`FailureRuns`]).
+    fn note_health(&self, org_id: &str, app_id: &str, error: Option<&UpstreamError>) {
         let up = match error {
             None => true,
             // Toolgate's own limits and shutdown say nothing about the app.
             Some(UpstreamError::ProcessLimit { .. } | UpstreamError::ShutDown | UpstreamError::Config(_)) => return,
             Some(_) => false,
         };
+        match error {
+            None => self.failures.succeeded(org_id, app_id),
+            Some(e) => {
+                let alerts = &self.state.config().alerts;
+                self.failures.failed(org_id, app_id, &e.to_string(), alerts.app_failures, alerts.app_failure_window);
+            }
+        }
         match self.health.get(app_id) {
             Some(h) => h.store(up, Ordering::Relaxed),
             None => {
@@ -291,7 +303,7 @@ impl AppClients {
             up = self.upstream(org_id, app_id)?;
             listed = up.list_all_with_ttl(method, &CallContext::default()).await;
         }
-        self.note_health(app_id, listed.as_ref().err());
+        self.note_health(org_id, app_id, listed.as_ref().err());
         let (items, ttl_ms) = match listed {
             Ok((items, ttl_ms)) => (Arc::new(items), ttl_ms),
             // An app without resources or prompts has an empty list of them.
@@ -342,7 +354,7 @@ impl AppClients {
             self.renew(org_id, app_id, Some(refused)).await?;
             reply = self.upstream(org_id, app_id)?.request(method, again, ctx).await;
         }
-        self.note_health(app_id, reply.as_ref().err());
+        self.note_health(org_id, app_id, reply.as_ref().err());
         reply.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
     }
 

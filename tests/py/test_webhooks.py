@@ -19,7 +19,7 @@ import httpx2
 import pytest
 from standardwebhooks import Webhook
 
-from mcp_helpers import TIME_APP, config
+from mcp_helpers import STATELESS, TIME_APP, config, everything_server, http_app, stateless_post
 from toolgate_harness import ROOT, ToolgateServer
 
 
@@ -236,6 +236,53 @@ def test_an_endpoint_failing_too_long_is_disabled_and_error_critical_raised(rece
         assert r.json()["data"]["enabled"] is True and r.json()["data"]["failing_since"] is None, r.text
         assert not receiver.failures, receiver.failures
     finally:
+        s.stop()
+        s.tmp.cleanup()
+
+
+def test_an_app_failing_calls_in_a_row_raises_error_critical_once(receiver):
+    """An app that goes away: `alerts.app_failures` (3) failed calls in a row of an organisation
+    raise one `error.critical` (`kind: app_failing`); more failures in the same run raise nothing
+    more. The app is the real server-everything, killed once its tools are listed."""
+    app = everything_server().start()
+    cfg = config(TIME_APP + http_app("everything", app.url)) + WEBHOOKS + (
+        "alerts:\n  app_failures: 3\n  app_failure_window_secs: 60\n")
+    s = ToolgateServer(full_config=cfg).start()
+    try:
+        hook(s, receiver, "/critical", ["error.critical"])
+        gw = api(s, "POST", "/v1/gateways", {"name": "with-a-dying-app", "servers": ["everything"],
+                                       # every call reaches the app (no cached "unavailable")
+                                       "configuration": {"cache_enabled": False}}).json()["data"]
+        url = f"{s.base_url}/gateway/{gw['id']}/mcp"
+        meta = {"io.modelcontextprotocol/protocolVersion": STATELESS, "io.modelcontextprotocol/clientCapabilities": {}}
+
+        def call() -> dict:
+            params = {"name": "echo", "arguments": {"message": "hi"}, "_meta": meta}
+            r = stateless_post(url, gw["api_key"], "tools/call", params)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        answered = call()
+        assert "hi" in json.dumps(answered.get("result")), answered
+        time.sleep(1.2)
+        assert not receiver.at("/critical"), "an app that answers is not failing"
+        app.stop()
+        # Each failed call is one or two failed exchanges (the call, the gateway's tool listing).
+        for _ in range(3):
+            assert call()["error"]["code"] == -32004
+        alarm = wait_for(lambda: receiver.at("/critical"))[0]["body"]
+        assert alarm["event"] == "error.critical", alarm
+        data = alarm["data"]
+        assert data["kind"] == "app_failing" and data["app_id"] == "everything", data
+        assert data["failures"] == 3 and data["window_secs"] == 60 and data["since"], data
+        assert "connect" in data["last_error"], data
+        for _ in range(3):
+            call()
+        time.sleep(1.2)
+        assert len(receiver.at("/critical")) == 1, "one event per run of failures"
+        assert not receiver.failures, receiver.failures
+    finally:
+        app.stop()
         s.stop()
         s.tmp.cleanup()
 
