@@ -109,7 +109,9 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def srv():
-    s = ToolgateServer(full_config=config(TIME_APP) + WEBHOOKS).start()
+    # `keyed` needs an API key: connecting and disconnecting it are events. It is never called.
+    keyed = http_app("keyed", "http://127.0.0.1:9/mcp", name="Keyed") + "    auth_types: [api_key]\n"
+    s = ToolgateServer(full_config=config(TIME_APP + keyed) + WEBHOOKS).start()
     yield s
     s.stop()
     s.tmp.cleanup()
@@ -145,6 +147,22 @@ def test_gateway_events_are_delivered_signed_both_ways(srv, receiver):
     deliveries = api(srv, "GET", f"/v1/webhooks/{w['id']}/deliveries").json()["data"]["deliveries"]
     assert {d["status"] for d in deliveries} == {"delivered"}, deliveries
     assert all(d["attempts"] == 1 and d["status_code"] == 200 for d in deliveries), deliveries
+
+
+def test_app_connection_events_are_delivered(srv, receiver):
+    hook(srv, receiver, "/apps", ["app.connected", "app.disconnected"])
+    r = api(srv, "POST", "/v1/apps/keyed/connect", {"auth_type": "api_key", "credentials": {"api_key": "sk-test-1"}})
+    assert r.status_code in (200, 201), r.text
+    connected = wait_for(lambda: receiver.at("/apps"))[0]["body"]
+    assert connected["event"] == "app.connected", connected
+    assert connected["data"]["app_id"] == "keyed" and connected["data"]["auth_type"] == "api_key", connected
+    assert connected["data"]["connection_id"], connected
+    assert "sk-test-1" not in json.dumps(connected), "the credential never leaves in an event"
+    assert api(srv, "DELETE", "/v1/apps/keyed/connection").status_code in (200, 204)
+    got = wait_for(lambda: (d := receiver.at("/apps")) and len(d) >= 2 and d)
+    assert got[1]["body"]["event"] == "app.disconnected" and got[1]["body"]["data"] == {"app_id": "keyed"}, got[1]
+    assert len(got) == 2, [d["body"]["event"] for d in got]
+    assert not receiver.failures, receiver.failures
 
 
 def test_a_failing_receiver_is_retried_under_the_same_id_and_410_disables(srv, receiver):
