@@ -248,8 +248,11 @@ impl ProxyHttp for Proxy {
                 };
                 ex.json(status, serde_json::to_vec(&body).unwrap_or_default()).await?;
             }
-            Route::Management(prefix) => self.management(&mut ex, prefix).await?,
-            Route::Gateway(id) => self.gateway(&mut ex, &id).await?,
+            // Boxed: these futures are several KB, and Pingora's own per-request futures hold
+            // this one inline, so each move of theirs (one per level, per request) would copy
+            // it; boxed, the bytes are allocated once and never moved.
+            Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await?,
+            Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await?,
             Route::NotFound => {
                 let path = ex.request().uri.path().to_string();
                 ex.respond_error(ApiError::NoRoute(path)).await?
