@@ -10,12 +10,26 @@
 //! is refreshed ([`refresh`]) before it expires and when the app answers 401, one refresh at a
 //! time per connection, and a refresh the provider refuses marks the connection `error`.
 //!
-//! Decisions: the token endpoint is the operator's configuration, so it is reached as given
-//! (no egress filtering), with no redirects followed and a 10 s time-out; the client
-//! authenticates with `client_secret_post` when a secret is configured, and by PKCE alone
-//! otherwise (a public client).
+//! Where the authorization server is: `oauth.authorize_url` and `oauth.token_url` when the
+//! operator gives them; otherwise discovered as the MCP authorization specification has a
+//! client do ([`discover`]): the app's protected-resource metadata (RFC 9728), found through the
+//! `resource_metadata` of the `WWW-Authenticate` challenge the app answers an unauthenticated
+//! request with, else at its well-known URIs; then the first authorization server it names, whose
+//! metadata (RFC 8414, or OpenID Connect discovery) must name itself as issuer and support PKCE
+//! with S256. Discovered endpoints are kept for an hour; they must be https (http only in
+//! `environment: development`). The `resource` the metadata names is sent with the
+//! authorization and token requests (RFC 8707), so that tokens are minted for that app.
+//!
+//! Decisions: the token endpoint is the operator's configuration or the metadata of an app the
+//! operator chose, so it is reached as given (no egress filtering), with no redirects followed
+//! and a 10 s time-out; the client authenticates with `client_secret_post` when a secret is
+//! configured, and by PKCE alone otherwise (a public client).
 
-use crate::config::OAuthConfig;
+use crate::config::{AppConfig, AppUpstream, OAuthConfig, OAuthEndpoints};
+use dashmap::DashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -35,6 +49,200 @@ pub enum OAuthError {
     Malformed(String),
     #[error("the access token expired and the provider gave no refresh token: connect the app again")]
     NoRefreshToken,
+    #[error("the app's authorization server could not be discovered: {0}")]
+    Discovery(String),
+}
+
+/// How long discovered endpoints are used before they are looked up again.
+const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
+
+type Discovered = DashMap<String, (Instant, Arc<OAuthEndpoints>)>;
+
+/// Discovered endpoints by app URL.
+fn discovered() -> &'static Discovered {
+    static CACHE: OnceLock<Discovered> = OnceLock::new();
+    CACHE.get_or_init(DashMap::new)
+}
+
+/// Where an app's authorization server takes the user and the code: as configured, or
+/// discovered from the app (see the module's comment). `allow_http`: discovered endpoints may be
+/// plain http (development).
+pub async fn endpoints(app: &AppConfig, allow_http: bool) -> Result<Arc<OAuthEndpoints>, OAuthError> {
+    let oauth = app.oauth.as_ref().ok_or_else(|| discovery_error("the app has no oauth settings"))?;
+    if let Some(e) = &oauth.endpoints {
+        return Ok(Arc::new(e.clone()));
+    }
+    let AppUpstream::Url(app_url) = &app.upstream else {
+        return Err(discovery_error("only an app with a url can be discovered"));
+    };
+    if let Some(hit) = discovered().get(app_url).filter(|e| e.0.elapsed() < DISCOVERY_TTL) {
+        return Ok(hit.1.clone());
+    }
+    let found = Arc::new(discover(app_url, allow_http).await?);
+    tracing::info!(
+        app = app.id,
+        authorize_url = found.authorize_url,
+        token_url = found.token_url,
+        "discovered the app's authorization server"
+    );
+    discovered().insert(app_url.clone(), (Instant::now(), found.clone()));
+    Ok(found)
+}
+
+/// The authorization URL the user is sent to: the code grant with PKCE (S256).
+pub fn authorization_url(
+    oauth: &OAuthConfig,
+    endpoints: &OAuthEndpoints,
+    redirect_uri: &str,
+    state: &str,
+    challenge: &str,
+) -> Result<String, OAuthError> {
+    let mut url = url::Url::parse(&endpoints.authorize_url).map_err(discovery_error)?;
+    {
+        let mut q = url.query_pairs_mut();
+        q.append_pair("response_type", "code")
+            .append_pair("client_id", &oauth.client_id)
+            .append_pair("redirect_uri", redirect_uri)
+            .append_pair("scope", &oauth.scopes.join(" "))
+            .append_pair("state", state)
+            .append_pair("code_challenge", challenge)
+            .append_pair("code_challenge_method", "S256");
+        if let Some(resource) = &endpoints.resource {
+            q.append_pair("resource", resource);
+        }
+    }
+    Ok(url.into())
+}
+
+/// RFC 9728's metadata of a protected resource: the part toolgate reads.
+#[derive(Deserialize)]
+struct ResourceMetadata {
+    resource: Option<String>,
+    #[serde(default)]
+    authorization_servers: Vec<String>,
+}
+
+/// RFC 8414's metadata of an authorization server: the part toolgate reads.
+#[derive(Deserialize)]
+struct ServerMetadata {
+    issuer: Option<String>,
+    authorization_endpoint: Option<String>,
+    token_endpoint: Option<String>,
+    #[serde(default)]
+    code_challenge_methods_supported: Vec<String>,
+}
+
+fn discovery_error(what: impl std::fmt::Display) -> OAuthError {
+    OAuthError::Discovery(what.to_string())
+}
+
+/// An http(s) URL, https unless `allow_http`.
+fn usable(url: &str, allow_http: bool, what: &str) -> Result<url::Url, OAuthError> {
+    let u = url::Url::parse(url).map_err(|e| discovery_error(format!("{what} `{url}`: {e}")))?;
+    match u.scheme() {
+        "https" => Ok(u),
+        "http" if allow_http => Ok(u),
+        _ => Err(discovery_error(format!("{what} `{url}` is not https (http only in environment: development)"))),
+    }
+}
+
+/// The well-known URIs of `name` for `url`: with the URL's path after the well-known part (RFC
+/// 8414 section 3.1, RFC 9728 section 3.1), then at the root.
+fn well_known(url: &url::Url, name: &str) -> Vec<String> {
+    let origin = url.origin().ascii_serialization();
+    let path = url.path().trim_end_matches('/');
+    let mut all = Vec::new();
+    if !path.is_empty() {
+        all.push(format!("{origin}/.well-known/{name}{path}"));
+    }
+    all.push(format!("{origin}/.well-known/{name}"));
+    all
+}
+
+/// The `resource_metadata` parameter of a `WWW-Authenticate: Bearer` challenge, if any.
+fn resource_metadata_of(challenge: &str) -> Option<String> {
+    let at = challenge.find("resource_metadata=")? + "resource_metadata=".len();
+    let rest = &challenge[at..];
+    let value = match rest.strip_prefix('"') {
+        Some(quoted) => &quoted[..quoted.find('"')?],
+        None => rest.split([',', ' ']).next()?,
+    };
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+/// The first of `urls` that answers 200 with JSON of type `T`.
+async fn first_json<T: serde::de::DeserializeOwned>(urls: &[String], what: &str) -> Result<T, OAuthError> {
+    let mut tried = Vec::new();
+    for url in urls {
+        match http().get(url).header("Accept", "application/json").send().await {
+            Ok(r) if r.status().is_success() => match r.json::<T>().await {
+                Ok(v) => return Ok(v),
+                Err(_) => tried.push(format!("{url}: not the expected JSON")),
+            },
+            Ok(r) => tried.push(format!("{url}: HTTP {}", r.status().as_u16())),
+            Err(e) => tried.push(format!("{url}: {}", e.without_url())),
+        }
+    }
+    Err(discovery_error(format!("no {what} ({})", tried.join("; "))))
+}
+
+/// Finds the app's authorization server, as the MCP authorization specification has a client do.
+async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, OAuthError> {
+    let app = url::Url::parse(app_url).map_err(discovery_error)?;
+    // An unauthenticated request: the app's 401 says where its metadata is.
+    let probe = serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": { "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") } },
+    });
+    let mut candidates = Vec::new();
+    let answer = http().post(app_url).header("Accept", "application/json, text/event-stream").json(&probe).send().await;
+    if let Ok(r) = answer {
+        let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok());
+        if let Some(url) = challenge.and_then(resource_metadata_of) {
+            usable(&url, allow_http, "resource_metadata")?;
+            candidates.push(url);
+        }
+    }
+    candidates.extend(well_known(&app, "oauth-protected-resource"));
+    let resource: ResourceMetadata = first_json(&candidates, "protected-resource metadata").await?;
+    // RFC 9728 section 3.3: the metadata is about this resource (its origin, at least).
+    if let Some(r) = &resource.resource {
+        let u = url::Url::parse(r).map_err(|e| discovery_error(format!("resource `{r}`: {e}")))?;
+        if u.origin() != app.origin() {
+            return Err(discovery_error(format!("the metadata is about `{r}`, not this app (`{app_url}`)")));
+        }
+    }
+    let issuer = resource
+        .authorization_servers
+        .first()
+        .ok_or_else(|| discovery_error("the protected-resource metadata names no authorization server"))?;
+    let issuer_url = usable(issuer, allow_http, "authorization server")?;
+    let mut candidates = well_known(&issuer_url, "oauth-authorization-server");
+    candidates.extend(well_known(&issuer_url, "openid-configuration"));
+    // OpenID Connect discovery also puts the well-known part after an issuer's path.
+    if !issuer_url.path().trim_end_matches('/').is_empty() {
+        candidates.push(format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/')));
+    }
+    let meta: ServerMetadata = first_json(&candidates, "authorization-server metadata").await?;
+    // RFC 8414 section 3.3: the issuer the metadata names is the one asked about.
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    if !meta.issuer.as_deref().is_some_and(|i| same(i, issuer)) {
+        return Err(discovery_error(format!("the metadata's issuer {:?} is not `{issuer}`", meta.issuer)));
+    }
+    if !meta.code_challenge_methods_supported.iter().any(|m| m == "S256") {
+        return Err(discovery_error(format!("`{issuer}` does not announce PKCE with S256")));
+    }
+    let endpoint = |v: Option<String>, what: &str| -> Result<String, OAuthError> {
+        let v = v.ok_or_else(|| discovery_error(format!("the metadata of `{issuer}` has no {what}")))?;
+        usable(&v, allow_http, what)?;
+        Ok(v)
+    };
+    Ok(OAuthEndpoints {
+        authorize_url: endpoint(meta.authorization_endpoint, "authorization_endpoint")?,
+        token_url: endpoint(meta.token_endpoint, "token_endpoint")?,
+        resource: resource.resource,
+    })
 }
 
 /// A PKCE pair: the verifier kept sealed, the S256 challenge sent in the authorization URL.
@@ -102,6 +310,7 @@ fn http() -> &'static reqwest::Client {
 /// Exchanges an authorization code (with the PKCE verifier it was asked with).
 pub async fn exchange_code(
     oauth: &OAuthConfig,
+    endpoints: &OAuthEndpoints,
     code: &str,
     redirect_uri: &str,
     verifier: &str,
@@ -112,18 +321,19 @@ pub async fn exchange_code(
         ("redirect_uri", redirect_uri),
         ("code_verifier", verifier),
     ];
-    token_request(oauth, &form, None).await
+    token_request(oauth, endpoints, &form, None).await
 }
 
 /// Renews `tokens` with their refresh token; the provider may rotate it (else it is kept).
-pub async fn refresh(oauth: &OAuthConfig, tokens: &Tokens) -> Result<Tokens, OAuthError> {
+pub async fn refresh(oauth: &OAuthConfig, endpoints: &OAuthEndpoints, tokens: &Tokens) -> Result<Tokens, OAuthError> {
     let Some(refresh_token) = tokens.refresh_token.as_deref() else { return Err(OAuthError::NoRefreshToken) };
     let form = [("grant_type", "refresh_token"), ("refresh_token", refresh_token)];
-    token_request(oauth, &form, Some(refresh_token)).await
+    token_request(oauth, endpoints, &form, Some(refresh_token)).await
 }
 
 async fn token_request(
     oauth: &OAuthConfig,
+    endpoints: &OAuthEndpoints,
     grant: &[(&str, &str)],
     kept_refresh_token: Option<&str>,
 ) -> Result<Tokens, OAuthError> {
@@ -132,8 +342,11 @@ async fn token_request(
     if let Some(secret) = &oauth.client_secret {
         form.push(("client_secret", secret));
     }
+    if let Some(resource) = &endpoints.resource {
+        form.push(("resource", resource));
+    }
     let response = http()
-        .post(&oauth.token_url)
+        .post(&endpoints.token_url)
         .header("Accept", "application/json")
         .form(&form)
         .send()
@@ -176,6 +389,45 @@ mod tests {
         let expected = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(p.verifier.as_bytes()));
         assert_eq!(p.challenge, expected);
         assert_ne!(pkce().verifier, p.verifier);
+    }
+
+    #[test]
+    fn well_known_uris_put_the_path_after_the_well_known_part_then_try_the_root() {
+        let u = url::Url::parse("https://mcp.example.com/tenant/mcp").unwrap();
+        assert_eq!(
+            well_known(&u, "oauth-protected-resource"),
+            [
+                "https://mcp.example.com/.well-known/oauth-protected-resource/tenant/mcp",
+                "https://mcp.example.com/.well-known/oauth-protected-resource"
+            ]
+        );
+        let root = url::Url::parse("https://auth.example.com/").unwrap();
+        assert_eq!(
+            well_known(&root, "openid-configuration"),
+            ["https://auth.example.com/.well-known/openid-configuration"]
+        );
+    }
+
+    #[test]
+    fn the_resource_metadata_url_is_read_from_a_bearer_challenge() {
+        let c = r#"Bearer error="invalid_token", resource_metadata="https://a.example/.well-known/oauth-protected-resource/mcp""#;
+        assert_eq!(
+            resource_metadata_of(c).as_deref(),
+            Some("https://a.example/.well-known/oauth-protected-resource/mcp")
+        );
+        let bare = r#"Bearer resource_metadata=https://a.example/x, realm="r""#;
+        assert_eq!(resource_metadata_of(bare).as_deref(), Some("https://a.example/x"));
+        assert_eq!(resource_metadata_of(r#"Bearer realm="r""#), None);
+        assert_eq!(resource_metadata_of(r#"Bearer resource_metadata="", realm="r""#), None);
+    }
+
+    #[test]
+    fn discovered_endpoints_must_be_https_outside_development() {
+        assert!(usable("https://a.example/token", false, "token_endpoint").is_ok());
+        assert!(usable("http://a.example/token", true, "token_endpoint").is_ok());
+        let e = usable("http://a.example/token", false, "token_endpoint").unwrap_err().to_string();
+        assert!(e.contains("not https"), "{e}");
+        assert!(usable("file:///etc/passwd", true, "token_endpoint").is_err());
     }
 
     #[test]

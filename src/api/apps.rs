@@ -331,16 +331,10 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
             }
             let oauth_state = secrets::new_session_id();
             let pkce = crate::app_oauth::pkce();
-            let mut authorize = url::Url::parse(&oauth.authorize_url).map_err(|e| ApiError::Internal(e.to_string()))?;
-            authorize
-                .query_pairs_mut()
-                .append_pair("client_id", &oauth.client_id)
-                .append_pair("redirect_uri", &redirect)
-                .append_pair("response_type", "code")
-                .append_pair("scope", &oauth.scopes.join(" "))
-                .append_pair("state", &oauth_state)
-                .append_pair("code_challenge", &pkce.challenge)
-                .append_pair("code_challenge_method", "S256");
+            let authorize = crate::app_oauth::endpoints(&a, state.config().environment.allows_http())
+                .await
+                .and_then(|e| crate::app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge))
+                .map_err(|e| ApiError::Unavailable(e.to_string()))?;
             let pending = crate::app_oauth::Pending { pkce_verifier: pkce.verifier };
             let sealed =
                 state.sealer.seal(&serde_json::to_vec(&pending).map_err(|e| ApiError::Internal(e.to_string()))?);
@@ -355,7 +349,7 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
                 oauth_state: Some(oauth_state),
                 created_at: now,
             };
-            (c, Some(authorize.to_string()))
+            (c, Some(authorize))
         }
     };
     let c = state.save_connection(connection).await?;
@@ -403,7 +397,13 @@ pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
     let code = body.code.filter(|c| !c.is_empty()).ok_or_else(|| ApiError::validation("code", "required"))?;
     let oauth = a.oauth.as_ref().ok_or_else(|| ApiError::Internal("oauth app without oauth settings".into()))?;
     let redirect = pending.redirect_uri.as_deref().unwrap_or_default();
-    let tokens = match crate::app_oauth::exchange_code(oauth, &code, redirect, &verifier.pkce_verifier).await {
+    let exchanged = match crate::app_oauth::endpoints(&a, state.config().environment.allows_http()).await {
+        Ok(endpoints) => {
+            crate::app_oauth::exchange_code(oauth, &endpoints, &code, redirect, &verifier.pkce_verifier).await
+        }
+        Err(e) => Err(e),
+    };
+    let tokens = match exchanged {
         Ok(t) => t,
         Err(e) => {
             state.save_connection(failed(done)).await?;

@@ -43,6 +43,12 @@ impl Environment {
             Environment::Development => "development",
         }
     }
+
+    /// Whether URLs toolgate calls out to (webhooks, discovered OAuth endpoints) may be plain
+    /// http: in development only.
+    pub fn allows_http(self) -> bool {
+        self == Environment::Development
+    }
 }
 
 /// The validated configuration.
@@ -375,8 +381,9 @@ pub struct AppTimeouts {
 /// An app's OAuth 2.0 authorization server, toolgate being its client (`app_oauth.rs`).
 #[derive(Clone)]
 pub struct OAuthConfig {
-    pub authorize_url: String,
-    pub token_url: String,
+    /// As configured; none: discovered from the app's protected-resource metadata (RFC 9728)
+    /// and its authorization server's metadata (RFC 8414).
+    pub endpoints: Option<OAuthEndpoints>,
     pub client_id: String,
     /// Read from the environment variable `client_secret_env` names, never from the file; none
     /// for a public client (PKCE alone).
@@ -387,13 +394,21 @@ pub struct OAuthConfig {
 impl std::fmt::Debug for OAuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OAuthConfig")
-            .field("authorize_url", &self.authorize_url)
-            .field("token_url", &self.token_url)
+            .field("endpoints", &self.endpoints)
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret.as_ref().map(|_| "…"))
             .field("scopes", &self.scopes)
             .finish()
     }
+}
+
+/// Where an app's authorization server takes the user and the code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthEndpoints {
+    pub authorize_url: String,
+    pub token_url: String,
+    /// The resource the tokens are for (RFC 8707 `resource`), when the app's metadata named it.
+    pub resource: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -131,10 +131,7 @@ impl Events {
     /// The rules a webhook URL is checked against, as the configuration says now.
     pub fn egress(&self) -> Egress {
         let config = self.state.config();
-        Egress {
-            allowed_hosts: config.webhooks.allowed_hosts.clone(),
-            allow_http: config.environment == crate::config::Environment::Development,
-        }
+        Egress { allowed_hosts: config.webhooks.allowed_hosts.clone(), allow_http: config.environment.allows_http() }
     }
 
     /// The SMTP transport `smtp` describes, if any.

@@ -261,7 +261,12 @@ impl AppClients {
         };
         let Some(oauth) = app.oauth.as_ref() else { return Ok(()) };
         let mut renewed = (*conn).clone();
-        match crate::app_oauth::refresh(oauth, &tokens).await {
+        let allow_http = self.state.config().environment.allows_http();
+        let refreshed = match crate::app_oauth::endpoints(&app, allow_http).await {
+            Ok(endpoints) => crate::app_oauth::refresh(oauth, &endpoints, &tokens).await,
+            Err(e) => Err(e),
+        };
+        match refreshed {
             Ok(fresh) => {
                 let plain = serde_json::to_vec(&fresh).unwrap_or_default();
                 renewed.sealed_credentials = Some(self.state.sealer.seal(&plain));
@@ -269,7 +274,9 @@ impl AppClients {
                 let _ = self.state.renew_connection(renewed).await;
                 Ok(())
             }
-            Err(error @ crate::app_oauth::OAuthError::Unreachable(_)) => {
+            Err(
+                error @ (crate::app_oauth::OAuthError::Unreachable(_) | crate::app_oauth::OAuthError::Discovery(_)),
+            ) => {
                 // The provider may be back soon: the connection stays, this call fails.
                 Err(AppError::Authorization { app: app_id.into(), error })
             }

@@ -2,12 +2,13 @@
 // authorization server of an app that requires bearer tokens. Listens on 127.0.0.1 at a port
 // the OS picks (the tests read it from /proc) and serves one confidential client:
 //   client_id toolgate-app, client_secret from CLIENT_SECRET, redirect URI from REDIRECT_URI,
-//   authorization code with PKCE (required), refresh tokens, revocation, and the development
-//   sign-in and consent pages (any login name signs in).
+//   authorization code with PKCE (required), refresh tokens, revocation, introspection, resource
+//   indicators (RFC 8707: tokens for a resource on 127.0.0.1 carry it as `aud`), and the
+//   development sign-in and consent pages (any login name signs in).
 // ACCESS_TOKEN_TTL (seconds) sets the access tokens' life. Revoking a token revokes every token
 // of its grant (oidc-provider's rule): its refresh token too.
 import http from 'node:http';
-import Provider from 'oidc-provider';
+import Provider, { errors } from 'oidc-provider';
 
 const server = http.createServer();
 await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -25,7 +26,22 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
   pkce: { required: () => true },
   ttl: { AccessToken: Number(process.env.ACCESS_TOKEN_TTL || 3600) },
   issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
-  features: { devInteractions: { enabled: true }, revocation: { enabled: true } },
+  features: {
+    devInteractions: { enabled: true },
+    revocation: { enabled: true },
+    introspection: { enabled: true },
+    // RFC 8707: a client that names a resource (an MCP server on this host) gets tokens for it
+    // alone (their `aud`); one that names none gets tokens without an audience.
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: (ctx, client, oneOf) => oneOf ?? undefined,
+      useGrantedResource: () => true,
+      getResourceServerInfo: (ctx, resource) => {
+        if (!resource.startsWith('http://127.0.0.1:')) throw new errors.InvalidTarget();
+        return { scope: 'openid', audience: resource, accessTokenFormat: 'opaque' };
+      },
+    },
+  },
   findAccount: async (ctx, sub) => ({ accountId: sub, claims: async () => ({ sub }) }),
   cookies: { keys: ['toolgate-tests-only'] },
 });

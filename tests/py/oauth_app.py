@@ -1,7 +1,8 @@
 """An MCP server that requires OAuth bearer tokens (`test_app_oauth.py`), built on the official
-Python SDK's resource-server support: every request's token is checked at the provider given as
-the first argument (its userinfo endpoint, `/me`, answers 200 for a live token only), so a
-revoked or expired token is refused with 401. Tool `whoami` answers the token's subject;
+Python SDK's resource-server support (it serves the protected-resource metadata, RFC 9728, and
+answers 401 with a `resource_metadata` challenge): every request's token is introspected at the
+provider given as the first argument, so a revoked or expired token, or one minted for another
+resource, is refused with 401. Tool `token_audience` answers the token's audience. Tool `whoami` answers the token's subject;
 `refuse_this_token` makes this server refuse (401) the token it was called with from now on,
 though the provider still knows it; `forget_my_token` revokes at the provider the token it was
 called with, and so its whole grant, refresh token included (client secret from
@@ -23,17 +24,30 @@ from mcp.server.mcpserver import Context, MCPServer
 
 ISSUER = sys.argv[1]
 REFUSED: set[str] = set()
+AUDIENCES: dict[str, object] = {}
 
 
-class UserinfoVerifier:
+class IntrospectionVerifier:
+    """Asks the provider about every token (RFC 7662): live, and, when it names an audience
+    (RFC 8707), minted for this server."""
+
+    def __init__(self, resource: str):
+        self.resource = resource
+
     async def verify_token(self, token: str) -> AccessToken | None:
         if token in REFUSED:
             return None
         async with httpx2.AsyncClient(timeout=10) as client:
-            r = await client.get(f"{ISSUER}/me", headers={"Authorization": f"Bearer {token}"})
-        if r.status_code != 200:
+            r = await client.post(f"{ISSUER}/token/introspection", data={
+                "token": token, "client_id": "toolgate-app", "client_secret": os.environ["CLIENT_SECRET"]})
+        info = r.json() if r.status_code == 200 else {}
+        if not info.get("active"):
             return None
-        return AccessToken(token=token, client_id="toolgate-app", scopes=[], subject=r.json().get("sub"))
+        audience = info.get("aud")
+        if audience is not None and self.resource not in ([audience] if isinstance(audience, str) else audience):
+            return None
+        AUDIENCES[token] = audience
+        return AccessToken(token=token, client_id="toolgate-app", scopes=[], subject=info.get("sub"))
 
 
 def main() -> None:
@@ -43,7 +57,7 @@ def main() -> None:
     port = sock.getsockname()[1]
     server = MCPServer(
         "oauth-app",
-        token_verifier=UserinfoVerifier(),
+        token_verifier=IntrospectionVerifier(f"http://127.0.0.1:{port}/mcp"),
         auth=AuthSettings(issuer_url=ISSUER, resource_server_url=f"http://127.0.0.1:{port}/mcp",
                           validate_token_resource=False),
     )
@@ -55,6 +69,13 @@ def main() -> None:
 
         token = get_access_token()
         return f"subject: {token.subject if token else None}"
+
+    @server.tool()
+    async def token_audience(ctx: Context) -> str:
+        """The audience (RFC 8707 resource) of the bearer token this call carried."""
+        from mcp.server.auth.middleware.auth_context import get_access_token
+
+        return f"audience: {AUDIENCES.get(get_access_token().token)}"
 
     @server.tool()
     async def refuse_this_token(ctx: Context) -> str:

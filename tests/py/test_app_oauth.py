@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import httpx2
+import pytest
 
 from mcp_helpers import NODE_DIR, VENV, Api, McpHttp, ToolgateServer, config, mcp_url, node_bin, wait_for_port
 
@@ -63,13 +64,15 @@ def oauth_app(tmp: Path, issuer: str, secret: str):
 
 
 @contextlib.contextmanager
-def world(tmp: Path, token_ttl: int = 3600):
-    """The provider, the app, and toolgate with the app configured: yields (toolgate, issuer)."""
+def world(tmp: Path, token_ttl: int = 3600, discover: bool = False):
+    """The provider, the app, and toolgate with the app configured: yields (toolgate, issuer).
+    `discover`: the app's authorization server is not configured but discovered from the app."""
     with provider(tmp, token_ttl) as (issuer, secret), oauth_app(tmp, issuer, secret) as app_url:
+        endpoints = "" if discover else f"      authorize_url: {issuer}/auth\n      token_url: {issuer}/token\n"
         app = (
             "  - id: secured\n    name: Secured\n    category: testing\n    auth_types: [oauth]\n"
             f"    url: {app_url}\n"
-            f"    oauth:\n      authorize_url: {issuer}/auth\n      token_url: {issuer}/token\n"
+            f"    oauth:\n{endpoints}"
             "      client_id: toolgate-app\n      client_secret_env: TG_TEST_APP_SECRET\n      scopes: [openid]\n"
         )
         srv = ToolgateServer(full_config=config(app), env={"TG_TEST_APP_SECRET": secret}).start()
@@ -133,16 +136,29 @@ def text_of(answer: dict) -> str:
     return answer["result"]["content"][0]["text"]
 
 
-def test_an_oauth_app_is_connected_with_pkce_and_called_with_its_token(tmp_path):
-    with world(tmp_path) as (srv, issuer):
+@pytest.mark.parametrize("discover", [False, True], ids=["configured", "discovered"])
+def test_an_oauth_app_is_connected_with_pkce_and_called_with_its_token(tmp_path, discover):
+    """Configured: the endpoints come from YAML. Discovered: toolgate reads the app's 401 challenge,
+    its protected-resource metadata (RFC 9728, served by the Python SDK) and the provider's
+    metadata (oidc-provider's discovery document), and asks for tokens for the app's resource."""
+    with world(tmp_path, discover=discover) as (srv, issuer):
         api = Api(srv)
         started = api.ok("POST", "/v1/apps/secured/connect", {"auth_type": "oauth", "redirect_uri": REDIRECT})["data"]
         assert started["status"] == "pending", started
         query = {k: v[0] for k, v in parse_qs(urlparse(started["authorization_url"]).query).items()}
         assert query["code_challenge_method"] == "S256" and len(query["code_challenge"]) == 43, query
         assert query["client_id"] == "toolgate-app" and query["redirect_uri"] == REDIRECT, query
+        assert started["authorization_url"].startswith(f"{issuer}/auth?"), started
+        if discover:
+            assert query["resource"].endswith("/mcp") and query["resource"].startswith("http://127.0.0.1:"), query
+            deadline = time.monotonic() + 3  # the process log is written in batches
+            while "discovered the app's authorization server" not in srv.stderr_text():
+                assert time.monotonic() < deadline, "the discovery is not logged"
+                time.sleep(0.05)
+        else:
+            assert "resource" not in query, query
         back = sign_in(started["authorization_url"], issuer)
-        assert back["state"] == query["state"], (back, query)
+        assert back["state"] == query["state"] and "code" in back, (back, query)
 
         # A wrong state is refused and leaves the authorization pending.
         r = api.call("POST", "/v1/apps/secured/connect/callback", {"state": "0" * 64, "code": back["code"]})
@@ -160,6 +176,9 @@ def test_an_oauth_app_is_connected_with_pkce_and_called_with_its_token(tmp_path)
 
         client = gateway_client(srv)
         assert text_of(client.rpc("tools/call", {"name": tool_name(client, "whoami"), "arguments": {}})) == "subject: alice"
+        audience = text_of(client.rpc("tools/call", {"name": tool_name(client, "token_audience"), "arguments": {}}))
+        # Discovered: the token was minted for this app alone (RFC 8707); configured: for no resource.
+        assert audience == (f"audience: {query['resource']}" if discover else "audience: None"), audience
         assert back["code"] not in srv.stderr_text(), "the code is never logged"
 
 
@@ -199,3 +218,61 @@ def test_a_renewal_the_provider_refuses_fails_the_call_clearly_and_marks_the_con
         assert "invalid_grant" in said and "secured" in said, answer
         detail = Api(srv).ok("GET", "/v1/apps/secured")["data"]
         assert (detail["status"], detail["connection_status"]) == ("available", "error"), detail
+
+
+@pytest.mark.parametrize("flaw", ["wrong issuer", "no S256", "no authorization server"])
+def test_an_app_whose_oauth_metadata_is_unusable_is_refused_at_connect_with_the_reason(flaw):
+    """Metadata that does not hold together (RFC 8414's issuer check, PKCE S256 required by the MCP
+    authorization specification, RFC 9728's authorization_servers) stops the connect with a 503
+    naming the flaw; nothing is left pending."""
+    import http.server
+    import json
+    import threading
+
+    class Metadata(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def answer(self, status, body, headers=()):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):  # noqa: N802 (the MCP endpoint: a challenge naming the metadata)
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.answer(401, {"error": "invalid_token"}, [(
+                "WWW-Authenticate", f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"')])
+
+        def do_GET(self):  # noqa: N802
+            if self.path == "/.well-known/oauth-protected-resource/mcp":
+                servers = [] if flaw == "no authorization server" else [base]
+                return self.answer(200, {"resource": f"{base}/mcp", "authorization_servers": servers})
+            if self.path == "/.well-known/oauth-authorization-server":
+                return self.answer(200, {
+                    "issuer": "https://elsewhere.example" if flaw == "wrong issuer" else base,
+                    "authorization_endpoint": f"{base}/authorize", "token_endpoint": f"{base}/token",
+                    "code_challenge_methods_supported": ["plain"] if flaw == "no S256" else ["S256"]})
+            self.answer(404, {})
+
+    meta = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metadata)
+    base = f"http://127.0.0.1:{meta.server_address[1]}"
+    threading.Thread(target=meta.serve_forever, daemon=True).start()
+    app = ("  - id: secured\n    name: Secured\n    category: testing\n    auth_types: [oauth]\n"
+           f"    url: {base}/mcp\n    oauth:\n      client_id: toolgate-app\n")
+    srv = ToolgateServer(full_config=config(app)).start()
+    try:
+        r = Api(srv).call("POST", "/v1/apps/secured/connect", {"auth_type": "oauth", "redirect_uri": REDIRECT})
+        assert r.status_code == 503, r.text
+        message = r.json()["error"]["message"]
+        expected = {"wrong issuer": "is not", "no S256": "S256", "no authorization server": "names no authorization server"}
+        assert "could not be discovered" in message and expected[flaw] in message, message
+        assert Api(srv).ok("GET", "/v1/apps/secured")["data"]["connection_status"] != "pending"
+    finally:
+        srv.stop()
+        srv.tmp.cleanup()
+        meta.shutdown()

@@ -59,8 +59,8 @@ pub(super) struct RawTimeouts {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOAuth {
-    authorize_url: String,
-    token_url: String,
+    authorize_url: Option<String>,
+    token_url: Option<String>,
     client_id: String,
     client_secret_env: Option<String>,
     #[serde(default)]
@@ -133,24 +133,37 @@ impl RawApp {
         let oauth = match a.oauth {
             None => None,
             Some(o) => {
-                for (name, url) in [("authorize_url", &o.authorize_url), ("token_url", &o.token_url)] {
-                    if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
-                        return Err(invalid(f(&format!("oauth.{name}")), format!("`{url}` is not an http(s) URL")));
+                let endpoints = match (o.authorize_url, o.token_url) {
+                    (None, None) => {
+                        if !matches!(upstream, AppUpstream::Url(_)) {
+                            return Err(invalid(
+                                f("oauth.authorize_url"),
+                                "required for an app without a url (its authorization server is discovered from its url otherwise)",
+                            ));
+                        }
+                        None
                     }
-                }
+                    (Some(authorize_url), Some(token_url)) => {
+                        for (name, url) in [("authorize_url", &authorize_url), ("token_url", &token_url)] {
+                            if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                                return Err(invalid(
+                                    f(&format!("oauth.{name}")),
+                                    format!("`{url}` is not an http(s) URL"),
+                                ));
+                            }
+                        }
+                        Some(OAuthEndpoints { authorize_url, token_url, resource: None })
+                    }
+                    (Some(_), None) => return Err(invalid(f("oauth.token_url"), "required with authorize_url")),
+                    (None, Some(_)) => return Err(invalid(f("oauth.authorize_url"), "required with token_url")),
+                };
                 let client_secret = match &o.client_secret_env {
                     None => None,
                     Some(var) => Some(std::env::var(var).map_err(|_| {
                         invalid(f("oauth.client_secret_env"), format!("the environment variable `{var}` is not set"))
                     })?),
                 };
-                Some(OAuthConfig {
-                    authorize_url: o.authorize_url,
-                    token_url: o.token_url,
-                    client_id: o.client_id,
-                    client_secret,
-                    scopes: o.scopes,
-                })
+                Some(OAuthConfig { endpoints, client_id: o.client_id, client_secret, scopes: o.scopes })
             }
         };
         // An app's quota of 0 would refuse every call; the API shows 0 for "no limit".
