@@ -26,15 +26,12 @@
 //! configured, and by PKCE alone otherwise (a public client).
 
 use crate::config::{AppConfig, AppUpstream, OAuthConfig, OAuthEndpoints};
-use dashmap::DashMap;
-use std::sync::Arc;
-use std::time::Instant;
-
 use base64::Engine;
+use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// How long before its expiry an access token is renewed: at most this, at most half its life.
 const RENEW_AHEAD_SECS: i64 = 30;
@@ -309,8 +306,8 @@ fn http() -> &'static reqwest::Client {
 
 /// Exchanges an authorization code (with the PKCE verifier it was asked with).
 pub async fn exchange_code(
-    oauth: &OAuthConfig,
-    endpoints: &OAuthEndpoints,
+    app: &AppConfig,
+    allow_http: bool,
     code: &str,
     redirect_uri: &str,
     verifier: &str,
@@ -321,22 +318,25 @@ pub async fn exchange_code(
         ("redirect_uri", redirect_uri),
         ("code_verifier", verifier),
     ];
-    token_request(oauth, endpoints, &form, None).await
+    token_request(app, allow_http, &form, None).await
 }
 
 /// Renews `tokens` with their refresh token; the provider may rotate it (else it is kept).
-pub async fn refresh(oauth: &OAuthConfig, endpoints: &OAuthEndpoints, tokens: &Tokens) -> Result<Tokens, OAuthError> {
+pub async fn refresh(app: &AppConfig, allow_http: bool, tokens: &Tokens) -> Result<Tokens, OAuthError> {
     let Some(refresh_token) = tokens.refresh_token.as_deref() else { return Err(OAuthError::NoRefreshToken) };
     let form = [("grant_type", "refresh_token"), ("refresh_token", refresh_token)];
-    token_request(oauth, endpoints, &form, Some(refresh_token)).await
+    token_request(app, allow_http, &form, Some(refresh_token)).await
 }
 
+/// A request to the app's token endpoint (found by [`endpoints`]).
 async fn token_request(
-    oauth: &OAuthConfig,
-    endpoints: &OAuthEndpoints,
+    app: &AppConfig,
+    allow_http: bool,
     grant: &[(&str, &str)],
     kept_refresh_token: Option<&str>,
 ) -> Result<Tokens, OAuthError> {
+    let oauth = app.oauth.as_ref().ok_or_else(|| discovery_error("the app has no oauth settings"))?;
+    let endpoints = endpoints(app, allow_http).await?;
     let mut form: Vec<(&str, &str)> = grant.to_vec();
     form.push(("client_id", &oauth.client_id));
     if let Some(secret) = &oauth.client_secret {

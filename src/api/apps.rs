@@ -395,15 +395,9 @@ pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::validation("error", format!("the provider refused the authorization ({error}{said})")));
     }
     let code = body.code.filter(|c| !c.is_empty()).ok_or_else(|| ApiError::validation("code", "required"))?;
-    let oauth = a.oauth.as_ref().ok_or_else(|| ApiError::Internal("oauth app without oauth settings".into()))?;
     let redirect = pending.redirect_uri.as_deref().unwrap_or_default();
-    let exchanged = match crate::app_oauth::endpoints(&a, state.config().environment.allows_http()).await {
-        Ok(endpoints) => {
-            crate::app_oauth::exchange_code(oauth, &endpoints, &code, redirect, &verifier.pkce_verifier).await
-        }
-        Err(e) => Err(e),
-    };
-    let tokens = match exchanged {
+    let allow_http = state.config().environment.allows_http();
+    let tokens = match crate::app_oauth::exchange_code(&a, allow_http, &code, redirect, &verifier.pkce_verifier).await {
         Ok(t) => t,
         Err(e) => {
             state.save_connection(failed(done)).await?;

@@ -259,14 +259,9 @@ impl AppClients {
         let (Some(app), Some(conn)) = (self.state.app(app_id), self.state.connection(org_id, app_id)) else {
             return Ok(());
         };
-        let Some(oauth) = app.oauth.as_ref() else { return Ok(()) };
         let mut renewed = (*conn).clone();
         let allow_http = self.state.config().environment.allows_http();
-        let refreshed = match crate::app_oauth::endpoints(&app, allow_http).await {
-            Ok(endpoints) => crate::app_oauth::refresh(oauth, &endpoints, &tokens).await,
-            Err(e) => Err(e),
-        };
-        match refreshed {
+        match crate::app_oauth::refresh(&app, allow_http, &tokens).await {
             Ok(fresh) => {
                 let plain = serde_json::to_vec(&fresh).unwrap_or_default();
                 renewed.sealed_credentials = Some(self.state.sealer.seal(&plain));
