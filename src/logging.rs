@@ -19,6 +19,11 @@ const WRITE_NOW_AT: usize = 8 * 1024 * 1024;
 /// The lines waiting for the writer thread, once [`init`] has run.
 static LINES: OnceLock<Lines> = OnceLock::new();
 
+/// Puts a new filter in place (a reload of `observability.log_level`); unset when `RUST_LOG`
+/// chose the filter at start, which then stays.
+type SetFilter = Box<dyn Fn(tracing_subscriber::EnvFilter) -> Result<(), String> + Send + Sync>;
+static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
+
 /// The process's log on standard error: `observability.log_format` and `log_level`, or
 /// `RUST_LOG` when it is set and not empty (it wins, as operators expect of a Rust program).
 ///
@@ -30,25 +35,47 @@ static LINES: OnceLock<Lines> = OnceLock::new();
 /// for them should not wait.
 pub fn init(o: &ObservabilityConfig) {
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
-    let filter = from_env
-        .and_then(|v| match tracing_subscriber::EnvFilter::try_new(&v) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                // Before the log exists: said on standard error, as a configuration error is.
-                eprintln!("toolgate: RUST_LOG {v:?} is not a log filter ({e}); using observability.log_level");
-                None
-            }
-        })
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
+    let env_filter = from_env.and_then(|v| match tracing_subscriber::EnvFilter::try_new(&v) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            // Before the log exists: said on standard error, as a configuration error is.
+            eprintln!("toolgate: RUST_LOG {v:?} is not a log filter ({e}); using observability.log_level");
+            None
+        }
+    });
+    let reloadable = env_filter.is_none();
+    let filter = env_filter.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
     let lines: &'static Lines = LINES.get_or_init(Lines::default);
     lines.start_writer();
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(LogWriter(lines));
+    // The two formats are two types of subscriber, each with its own handle (made once the
+    // format is chosen: the handle's type names it).
+    macro_rules! start {
+        ($builder:expr) => {{
+            let builder = $builder.with_filter_reloading();
+            if reloadable {
+                let handle = builder.reload_handle();
+                let _ = SET_FILTER.set(Box::new(move |f| handle.reload(f).map_err(|e| e.to_string())));
+            }
+            builder.init()
+        }};
+    }
     match o.log_format {
         // One object per line: timestamp, level, target and the event's fields at the top level.
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init(),
+        LogFormat::Json => start!(builder.json().flatten_event(true).with_current_span(false).with_span_list(false)),
         // Colour codes only for a person at a terminal, not in files, journald or a collector.
-        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Text => start!(builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))),
     }
+}
+
+/// Makes `level` (an `observability.log_level` the configuration has validated) the log's
+/// filter: a reload. Without effect when `RUST_LOG` chose the filter (it wins, as at start).
+pub fn set_level(level: &str) -> Result<(), String> {
+    let Some(set) = SET_FILTER.get() else {
+        tracing::info!("RUST_LOG is set: it stays the log filter, observability.log_level is not applied");
+        return Ok(());
+    };
+    set(tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?)
 }
 
 /// Writes the lines still waiting: the last thing before the process exits (Pingora exits

@@ -12,7 +12,8 @@
 //! page size, the list deadline and the session caps (new sessions only), `jwt` (the new verifier takes over at once, its JWKS URL
 //! fetched first), `smtp` (the next e-mail goes through the new server), of `webhooks` the
 //! allowed hosts, time-outs, retry schedule and retention (read at each delivery), and of
-//! `observability` the log's and rollups' retention (read at each pruning). The others (the
+//! `observability` the log level (the process log's filter is replaced; `RUST_LOG`, when set,
+//! still wins) and the log's and rollups' retention (read at each pruning). The others (the
 //! listeners, the store, the pipeline, TLS file names, the bounds of the delivery queues, ...)
 //! are read once by the parts they build, so a change there is refused and named:
 //! `toolgate --upgrade` applies it without dropping a request.
@@ -39,7 +40,7 @@ const IN_PLACE: &[&str] =
 /// Sections of which only these fields change in place (the parts built from the others read
 /// them once).
 const FIELDS_IN_PLACE: &[(&str, &[&str])] = &[
-    ("observability", &["log_retention_days", "max_log_rows", "rollup_retention_days"]),
+    ("observability", &["log_level", "log_retention_days", "max_log_rows", "rollup_retention_days"]),
     (
         "webhooks",
         &[
@@ -165,6 +166,9 @@ impl ConfigSource {
         parts.limiter.set_policy(config.rate_limit_policy.clone());
         parts.origins.set(config.mcp.allowed_origins.clone());
         parts.events.set_mailer(mailer);
+        if let Err(e) = crate::logging::set_level(&config.observability.log_level) {
+            tracing::warn!(error = e, "the new observability.log_level could not be applied; the log keeps its filter");
+        }
         parts.mcp.sessions.set_caps(config.mcp.max_sessions_per_key, config.mcp.max_sessions_per_org);
         for app_id in &apps_changed {
             parts.mcp.app_reconfigured(app_id);

@@ -94,3 +94,47 @@ fn text_format_level_from_yaml_and_rust_log_over_it() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// Waits until `srv`'s log has an access line for the request `id` (true), or 1 s has passed
+/// without one (false: the log writes every 25 ms, so a line that is coming is there by then).
+fn logged_within_a_second(srv: &TestServer, id: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        if access_lines(srv).iter().any(|v| v["request_id"] == id) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn a_reload_changes_the_log_level_unless_rust_log_chose_it() {
+    let srv = start("observability:\n  log_level: warn\n", "");
+    let admin = srv.admin_key().to_string();
+    let health = |srv: &TestServer| srv.api("GET", "/healthz", None, None).header("x-request-id").unwrap().to_string();
+    let quiet = health(&srv);
+    assert!(!logged_within_a_second(&srv, &quiet), "warn hides the access lines:\n{}", srv.stderr());
+
+    let text = std::fs::read_to_string(srv.config_path()).unwrap();
+    std::fs::write(srv.config_path(), text.replace("log_level: warn", "log_level: info")).unwrap();
+    let r = srv.api("POST", "/v1/admin/reload", Some(&admin), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json["data"]["changed"], serde_json::json!(["observability"]), "{r:?}");
+    let heard = health(&srv);
+    assert!(logged_within_a_second(&srv, &heard), "info after the reload:\n{}", srv.stderr());
+
+    std::fs::write(srv.config_path(), &text).unwrap();
+    assert_eq!(srv.api("POST", "/v1/admin/reload", Some(&admin), None).status, 200);
+    let quiet_again = health(&srv);
+    assert!(!logged_within_a_second(&srv, &quiet_again), "warn again:\n{}", srv.stderr());
+    drop(srv);
+
+    // RUST_LOG chose the filter at start: a reload leaves it.
+    let srv = start("observability:\n  log_level: info\n", "warn");
+    let text = std::fs::read_to_string(srv.config_path()).unwrap();
+    std::fs::write(srv.config_path(), text.replace("log_level: info", "log_level: debug")).unwrap();
+    assert_eq!(srv.api("POST", "/v1/admin/reload", Some(srv.admin_key()), None).status, 200);
+    let id = health(&srv);
+    assert!(!logged_within_a_second(&srv, &id), "RUST_LOG=warn still rules:\n{}", srv.stderr());
+}
