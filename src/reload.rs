@@ -9,7 +9,8 @@
 //! streams), `organizations`, `users`, `api_keys` (declared records are written again, as at
 //! start; one removed from the file stays until deleted through the API), `rate_limits` (the
 //! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
-//! page size, the list deadline and the session caps (new sessions only), `jwt` (the new verifier takes over at once, its JWKS URL
+//! page size, the list deadline, the session caps (new sessions only) and time-outs (every
+//! session at its next check), `jwt` (the new verifier takes over at once, its JWKS URL
 //! fetched first), `smtp` (the next e-mail goes through the new server), of `webhooks` the
 //! allowed hosts, time-outs, retry schedule and retention (read at each delivery), and of
 //! `observability` the log level (the process log's filter is replaced; `RUST_LOG`, when set,
@@ -58,8 +59,6 @@ const READ_AT_START: &[(&str, &str)] = &[
     ("rate_limits", "distributed"),
     ("rate_limits", "sync_ms"),
     ("alerts", "limit_warning_percent"),
-    ("mcp", "session_idle_timeout_secs"),
-    ("mcp", "session_retention_secs"),
     ("mcp", "max_stdio_processes"),
 ];
 
@@ -169,7 +168,7 @@ impl ConfigSource {
         if let Err(e) = crate::logging::set_level(&config.observability.log_level) {
             tracing::warn!(error = e, "the new observability.log_level could not be applied; the log keeps its filter");
         }
-        parts.mcp.sessions.set_caps(config.mcp.max_sessions_per_key, config.mcp.max_sessions_per_org);
+        parts.mcp.sessions.set_limits(crate::mcp::sessions::SessionLimits::of(&config.mcp));
         for app_id in &apps_changed {
             parts.mcp.app_reconfigured(app_id);
         }

@@ -206,7 +206,6 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut tick = tokio::time::interval(self.period);
         let mut last_sweep = Instant::now();
         let mut last_session_sweep = Instant::now();
-        let session_sweep = self.server.mcp.sessions.limits().sweep_period();
         let mut last_jwt_refresh: Option<Instant> = None;
         let mut notices = self.server.mcp.apps.take_notices();
         loop {
@@ -220,7 +219,8 @@ impl pingora::services::background::BackgroundService for Flusher {
             self.server.mcp.end_sessions_of_unusable_keys();
             // Expired and ended sessions leave memory here; their store records are deleted by a
             // task of their own (one durable write each), so flushes never wait for them.
-            if last_session_sweep.elapsed() >= session_sweep {
+            // The period follows the time-outs in force (a reload may change them).
+            if last_session_sweep.elapsed() >= self.server.mcp.sessions.limits().sweep_period() {
                 self.server.mcp.sessions.sweep();
                 // Call streams ended longer ago than a client may take to resume them.
                 self.server.mcp.call_streams.sweep();

@@ -56,13 +56,7 @@ impl McpRuntime {
         reqlog: Arc<RequestLog>,
         limiter: Arc<dyn RateLimiter>,
     ) -> Result<McpRuntime, StoreError> {
-        let m = &state.config().mcp;
-        let limits = SessionLimits {
-            idle_timeout: m.session_idle_timeout,
-            retention: m.session_retention,
-            per_key: m.max_sessions_per_key,
-            per_org: m.max_sessions_per_org,
-        };
+        let limits = SessionLimits::of(&state.config().mcp);
         let sessions = Sessions::load(state.store.clone(), limits, state.changes.clone()).await?;
         // Keys revoked and gateways deleted while the process was down (or before their sessions
         // were written ended) end their sessions now.

@@ -23,7 +23,7 @@ use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
 use dashmap::{DashMap, DashSet};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -61,6 +61,16 @@ pub struct SessionLimits {
 }
 
 impl SessionLimits {
+    /// The bounds the `mcp:` section sets.
+    pub fn of(m: &crate::config::McpConfig) -> SessionLimits {
+        SessionLimits {
+            idle_timeout: m.session_idle_timeout,
+            retention: m.session_retention,
+            per_key: m.max_sessions_per_key,
+            per_org: m.max_sessions_per_org,
+        }
+    }
+
     /// How often [`Sessions::sweep`] should run: often enough that a session is removed soon
     /// after its retention ends, at most once a second, at least once a minute.
     pub fn sweep_period(&self) -> Duration {
@@ -99,9 +109,10 @@ pub struct Sessions {
     /// `orgs` is taken, nor the other way round.
     orgs: DashMap<String, OrgSessions>,
     dirty: DashSet<String>,
-    /// The timeouts as at start (the sweep's period is derived from them); the caps below are
-    /// the ones in force.
-    limits: SessionLimits,
+    /// `mcp.session_idle_timeout_secs` and `session_retention_secs` in milliseconds, replaced
+    /// by a reload: every session is judged by the timeouts in force at its next check.
+    idle_timeout_ms: AtomicU64,
+    retention_ms: AtomicU64,
     /// `mcp.max_sessions_per_key` and `mcp.max_sessions_per_organization`, replaced by a
     /// reload: a lower cap refuses new sessions only, the live ones go on.
     per_key: AtomicUsize,
@@ -113,6 +124,10 @@ pub struct Sessions {
     changes: Feed,
     /// Read a session this process does not know from the store (see [`Sessions::adopt`]).
     adopts: AtomicBool,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn idle_for(s: &McpSession, now: chrono::DateTime<Utc>) -> Duration {
@@ -128,7 +143,8 @@ impl Sessions {
             map: DashMap::new(),
             orgs: DashMap::new(),
             dirty: DashSet::new(),
-            limits,
+            idle_timeout_ms: AtomicU64::new(millis(limits.idle_timeout)),
+            retention_ms: AtomicU64::new(millis(limits.retention)),
             per_key: AtomicUsize::new(limits.per_key),
             per_org: AtomicUsize::new(limits.per_org),
             removed: Mutex::new(Vec::new()),
@@ -181,18 +197,31 @@ impl Sessions {
         self.orgs.iter().map(|o| o.live_total).sum()
     }
 
-    pub fn limits(&self) -> &SessionLimits {
-        &self.limits
+    /// The bounds in force.
+    pub fn limits(&self) -> SessionLimits {
+        SessionLimits {
+            idle_timeout: self.idle_timeout(),
+            retention: Duration::from_millis(self.retention_ms.load(Ordering::Relaxed)),
+            per_key: self.per_key.load(Ordering::Relaxed),
+            per_org: self.per_org.load(Ordering::Relaxed),
+        }
     }
 
-    /// Puts reloaded caps in place for the sessions created from now on.
-    pub fn set_caps(&self, per_key: usize, per_org: usize) {
-        self.per_key.store(per_key, Ordering::Relaxed);
-        self.per_org.store(per_org, Ordering::Relaxed);
+    fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// Puts reloaded bounds in place: caps for the sessions created from now on, time-outs for
+    /// every session at its next check (a shorter idle time-out ends the sessions idle past it).
+    pub fn set_limits(&self, limits: SessionLimits) {
+        self.idle_timeout_ms.store(millis(limits.idle_timeout), Ordering::Relaxed);
+        self.retention_ms.store(millis(limits.retention), Ordering::Relaxed);
+        self.per_key.store(limits.per_key, Ordering::Relaxed);
+        self.per_org.store(limits.per_org, Ordering::Relaxed);
     }
 
     fn expired(&self, s: &McpSession, now: chrono::DateTime<Utc>) -> bool {
-        idle_for(s, now) > self.limits.idle_timeout
+        idle_for(s, now) > self.idle_timeout()
     }
 
     /// Counts a new session toward its key's and organisation's caps.
@@ -386,7 +415,7 @@ impl Sessions {
     /// go to [`Sessions::delete_removed`]. Returns how many were removed.
     pub fn sweep(&self) -> usize {
         let now = Utc::now();
-        let limits = self.limits;
+        let limits = self.limits();
         let removable = |e: &Entry| match e.ended_at {
             _ if e.session.status == "active" => idle_for(&e.session, now) > limits.idle_timeout + limits.retention,
             Some(t) => t.elapsed() >= limits.retention,

@@ -108,3 +108,24 @@ fn a_reload_changes_the_session_caps_for_new_sessions_and_keeps_the_live_ones() 
         assert_eq!(call_time(&srv, &gw, &key, session).status, 200);
     }
 }
+
+#[test]
+fn a_reload_shortens_the_session_idle_timeout_for_the_live_sessions() {
+    use crate::security_mcp::{call_time, gateway, initialize};
+    let srv = TestServer::start("mcp:\n  session_idle_timeout_secs: 3600\n");
+    let original = std::fs::read_to_string(srv.config_path()).unwrap();
+    let admin = srv.admin_key().to_string();
+    let (gw, key) = gateway(&srv, &admin);
+    let session = initialize(&srv, &gw, &key);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(call_time(&srv, &gw, &key, &session).status, 200, "an hour's idle time-out");
+
+    let shorter = original.replace("session_idle_timeout_secs: 3600", "session_idle_timeout_secs: 1");
+    let (status, body) = reload_with(&srv, &shorter);
+    assert_eq!((status, &body["data"]["changed"]), (200, &json!(["mcp"])), "{body}");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let r = call_time(&srv, &gw, &key, &session);
+    assert_eq!(r.status, 404, "idle past the new time-out: the session has ended: {}", r.body);
+    let fresh = initialize(&srv, &gw, &key);
+    assert_eq!(call_time(&srv, &gw, &key, &fresh).status, 200, "a new session works");
+}
