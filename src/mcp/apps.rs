@@ -127,19 +127,16 @@ impl AppClients {
     /// Notes how an exchange of `org_id` with `app_id` went (see [`AppClients::health`] and
     /// [`FailureRuns`]).
     fn note_health(&self, org_id: &str, app_id: &str, error: Option<&UpstreamError>) {
-        let up = match error {
-            None => true,
+        match error {
             // Toolgate's own limits and shutdown say nothing about the app.
             Some(UpstreamError::ProcessLimit { .. } | UpstreamError::ShutDown | UpstreamError::Config(_)) => return,
-            Some(_) => false,
-        };
-        match error {
             None => self.failures.succeeded(org_id, app_id),
             Some(e) => {
                 let alerts = &self.state.config().alerts;
-                self.failures.failed(org_id, app_id, &e.to_string(), alerts.app_failures, alerts.app_failure_window);
+                self.failures.failed(org_id, app_id, e, alerts.app_failures, alerts.app_failure_window);
             }
         }
+        let up = error.is_none();
         match self.health.get(app_id) {
             Some(h) => h.store(up, Ordering::Relaxed),
             None => {

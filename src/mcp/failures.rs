@@ -34,6 +34,12 @@ struct Run {
     reported: bool,
 }
 
+impl Run {
+    fn starting(now: Instant) -> Run {
+        Run { first: now, since: Utc::now(), failures: 0, reported: false }
+    }
+}
+
 /// The open runs and the reports not yet taken.
 #[derive(Default)]
 pub struct FailureRuns {
@@ -57,20 +63,15 @@ impl FailureRuns {
 
     /// An exchange failed with `error`; `threshold` failures (0: never) within `window` are
     /// reported, once per run.
-    pub fn failed(&self, org_id: &str, app_id: &str, error: &str, threshold: u32, window: Duration) {
+    pub fn failed(&self, org_id: &str, app_id: &str, error: &dyn std::fmt::Display, threshold: u32, window: Duration) {
         if threshold == 0 {
             return;
         }
         let now = Instant::now();
         let mut runs = self.runs.lock();
-        let run = runs.entry((org_id.to_string(), app_id.to_string())).or_insert_with(|| Run {
-            first: now,
-            since: Utc::now(),
-            failures: 0,
-            reported: false,
-        });
+        let run = runs.entry((org_id.to_string(), app_id.to_string())).or_insert_with(|| Run::starting(now));
         if now.duration_since(run.first) > window && !run.reported {
-            *run = Run { first: now, since: Utc::now(), failures: 0, reported: false };
+            *run = Run::starting(now);
         }
         run.failures = run.failures.saturating_add(1);
         if run.failures >= threshold && !run.reported {
@@ -103,21 +104,21 @@ mod tests {
     fn a_run_is_reported_once_at_the_threshold_and_again_only_after_a_success() {
         let runs = FailureRuns::default();
         for _ in 0..2 {
-            runs.failed("org_1", "time", "cannot connect", 3, WINDOW);
+            runs.failed("org_1", "time", &"cannot connect", 3, WINDOW);
         }
         assert!(runs.take_reports().is_empty(), "two failures are below the threshold");
-        runs.failed("org_1", "time", "refused", 3, WINDOW);
+        runs.failed("org_1", "time", &"refused", 3, WINDOW);
         let reports = runs.take_reports();
         assert_eq!(reports.len(), 1);
         assert_eq!((reports[0].failures, reports[0].last_error.as_str()), (3, "refused"));
         for _ in 0..5 {
-            runs.failed("org_1", "time", "refused", 3, WINDOW);
+            runs.failed("org_1", "time", &"refused", 3, WINDOW);
         }
         assert!(runs.take_reports().is_empty(), "one report per run");
         runs.succeeded("org_1", "time");
         assert_eq!(runs.open.load(Ordering::Relaxed), 0);
         for _ in 0..3 {
-            runs.failed("org_1", "time", "refused", 3, WINDOW);
+            runs.failed("org_1", "time", &"refused", 3, WINDOW);
         }
         assert_eq!(runs.take_reports().len(), 1, "a new run after a success is reported again");
     }
@@ -125,17 +126,17 @@ mod tests {
     #[test]
     fn runs_are_per_organisation_and_app_and_a_threshold_of_zero_is_off() {
         let runs = FailureRuns::default();
-        runs.failed("org_1", "time", "x", 2, WINDOW);
-        runs.failed("org_2", "time", "x", 2, WINDOW);
-        runs.failed("org_1", "echo", "x", 2, WINDOW);
+        runs.failed("org_1", "time", &"x", 2, WINDOW);
+        runs.failed("org_2", "time", &"x", 2, WINDOW);
+        runs.failed("org_1", "echo", &"x", 2, WINDOW);
         assert!(runs.take_reports().is_empty());
         runs.succeeded("org_2", "time");
-        runs.failed("org_2", "time", "x", 2, WINDOW);
-        runs.failed("org_1", "time", "x", 2, WINDOW);
+        runs.failed("org_2", "time", &"x", 2, WINDOW);
+        runs.failed("org_1", "time", &"x", 2, WINDOW);
         let reports = runs.take_reports();
         assert_eq!(reports.len(), 1);
         assert_eq!((reports[0].org_id.as_str(), reports[0].app_id.as_str()), ("org_1", "time"));
-        runs.failed("org_3", "time", "x", 0, WINDOW);
+        runs.failed("org_3", "time", &"x", 0, WINDOW);
         assert!(!runs.runs.lock().contains_key(&("org_3".to_string(), "time".to_string())));
     }
 
@@ -143,11 +144,11 @@ mod tests {
     fn failures_spread_wider_than_the_window_start_the_run_again() {
         let runs = FailureRuns::default();
         let window = Duration::from_millis(30);
-        runs.failed("org_1", "time", "x", 2, window);
+        runs.failed("org_1", "time", &"x", 2, window);
         std::thread::sleep(Duration::from_millis(50));
-        runs.failed("org_1", "time", "x", 2, window);
+        runs.failed("org_1", "time", &"x", 2, window);
         assert!(runs.take_reports().is_empty(), "the first failure fell out of the window");
-        runs.failed("org_1", "time", "x", 2, window);
+        runs.failed("org_1", "time", &"x", 2, window);
         assert_eq!(runs.take_reports().len(), 1);
     }
 }
