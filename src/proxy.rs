@@ -6,10 +6,10 @@
 use crate::api::{self, Access, Call};
 use crate::error::ApiError;
 use crate::exchange::{success_body, Exchange, RequestCtx, RequestId};
-use crate::metrics;
 use crate::route::Route;
 use crate::server::Server;
 use crate::trace::{self, Span, SpanKind, TraceContext};
+use crate::{logging, metrics};
 use async_trait::async_trait;
 use ipnet::IpNet;
 use pingora::prelude::*;
@@ -296,20 +296,17 @@ impl ProxyHttp for Proxy {
             });
         }
         // The access log: one line per request (target `toolgate::access`, so that
-        // `toolgate::access=off` turns it off). The path only: a query string may carry a
-        // secret, a path never does (ids only).
-        tracing::info!(
-            target: "toolgate::access",
-            request_id = %ctx.request_id,
-            method = %session.req_header().method,
-            path = session.req_header().uri.path(),
-            route = ctx.route.label(),
+        // `toolgate::access=off` turns it off).
+        logging::access(&logging::AccessLine {
+            request_id: ctx.request_id.as_str(),
+            method: session.req_header().method.as_str(),
+            path: session.req_header().uri.path(),
+            route: ctx.route.label(),
             status,
-            duration_ms = elapsed.as_secs_f64() * 1000.0,
-            client_ip = %ctx.client_ip,
-            principal = ctx.filters.principal.as_ref().map(|p| p.key_id.as_str()),
-            client_certificate = ctx.client_certificate.as_deref(),
-            "request"
-        );
+            elapsed,
+            client_ip: ctx.client_ip,
+            principal: ctx.filters.principal.as_ref().map(|p| p.key_id.as_str()),
+            client_certificate: ctx.client_certificate.as_deref(),
+        });
     }
 }
