@@ -26,6 +26,7 @@
 //! configured, and by PKCE alone otherwise (a public client).
 
 use crate::config::{AppConfig, AppUpstream, OAuthConfig, OAuthEndpoints};
+use crate::well_known;
 use base64::Engine;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
@@ -143,19 +144,6 @@ fn usable(url: &str, allow_http: bool, what: &str) -> Result<url::Url, OAuthErro
     }
 }
 
-/// The well-known URIs of `name` for `url`: with the URL's path after the well-known part (RFC
-/// 8414 section 3.1, RFC 9728 section 3.1), then at the root.
-fn well_known(url: &url::Url, name: &str) -> Vec<String> {
-    let origin = url.origin().ascii_serialization();
-    let path = url.path().trim_end_matches('/');
-    let mut all = Vec::new();
-    if !path.is_empty() {
-        all.push(format!("{origin}/.well-known/{name}{path}"));
-    }
-    all.push(format!("{origin}/.well-known/{name}"));
-    all
-}
-
 /// The `resource_metadata` parameter of a `WWW-Authenticate: Bearer` challenge, if any.
 fn resource_metadata_of(challenge: &str) -> Option<String> {
     let at = challenge.find("resource_metadata=")? + "resource_metadata=".len();
@@ -201,7 +189,7 @@ async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, OAu
             candidates.push(url);
         }
     }
-    candidates.extend(well_known(&app, "oauth-protected-resource"));
+    candidates.extend(well_known::urls(&app, "oauth-protected-resource"));
     let resource: ResourceMetadata = first_json(&candidates, "protected-resource metadata").await?;
     // RFC 9728 section 3.3: the metadata is about this resource (its origin, at least).
     if let Some(r) = &resource.resource {
@@ -214,13 +202,8 @@ async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, OAu
         .authorization_servers
         .first()
         .ok_or_else(|| discovery_error("the protected-resource metadata names no authorization server"))?;
-    let issuer_url = usable(issuer, allow_http, "authorization server")?;
-    let mut candidates = well_known(&issuer_url, "oauth-authorization-server");
-    candidates.extend(well_known(&issuer_url, "openid-configuration"));
-    // OpenID Connect discovery also puts the well-known part after an issuer's path.
-    if !issuer_url.path().trim_end_matches('/').is_empty() {
-        candidates.push(format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/')));
-    }
+    usable(issuer, allow_http, "authorization server")?;
+    let candidates = well_known::authorization_server_metadata(issuer);
     let meta: ServerMetadata = first_json(&candidates, "authorization-server metadata").await?;
     // RFC 8414 section 3.3: the issuer the metadata names is the one asked about.
     let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
@@ -389,23 +372,6 @@ mod tests {
         let expected = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(p.verifier.as_bytes()));
         assert_eq!(p.challenge, expected);
         assert_ne!(pkce().verifier, p.verifier);
-    }
-
-    #[test]
-    fn well_known_uris_put_the_path_after_the_well_known_part_then_try_the_root() {
-        let u = url::Url::parse("https://mcp.example.com/tenant/mcp").unwrap();
-        assert_eq!(
-            well_known(&u, "oauth-protected-resource"),
-            [
-                "https://mcp.example.com/.well-known/oauth-protected-resource/tenant/mcp",
-                "https://mcp.example.com/.well-known/oauth-protected-resource"
-            ]
-        );
-        let root = url::Url::parse("https://auth.example.com/").unwrap();
-        assert_eq!(
-            well_known(&root, "openid-configuration"),
-            ["https://auth.example.com/.well-known/openid-configuration"]
-        );
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct JwtConfig {
     /// Longest accepted token life (`exp - iat`, or `exp - now` without `iat`): a leaked
     /// long-lived token stays useful for at most this long.
     pub max_lifetime_secs: u64,
+    /// Without `jwks_url`: the issuer's metadata (RFC 8414, then OpenID discovery) says where
+    /// its keys are, asked again at each refresh (a provider may move them).
+    pub discover_jwks: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -46,6 +49,10 @@ pub struct Claims {
     #[serde(default)]
     pub scopes: Vec<String>,
     pub jti: Option<String>,
+    /// An OAuth access token's scopes, space-separated (RFC 9068).
+    pub scope: Option<String>,
+    /// The OAuth client the token was issued to (RFC 9068).
+    pub client_id: Option<String>,
 }
 
 pub struct JwtVerifier {
@@ -115,17 +122,21 @@ impl JwtVerifier {
                 return;
             }
         };
-        if let Some(url) = &self.config.jwks_url {
+        let discovered = match (&self.config.jwks_url, &self.config.issuer) {
+            (None, Some(issuer)) if self.config.discover_jwks => self.jwks_url_of(issuer).await,
+            _ => None,
+        };
+        if let Some(url) = self.config.jwks_url.as_ref().or(discovered.as_ref()) {
             let fetched = async {
                 let resp = self.http.get(url).timeout(std::time::Duration::from_secs(10)).send().await.ok()?;
                 let text = resp.error_for_status().ok()?.text().await.ok()?;
-                keys_from_jwks(&text, "jwt.jwks_url").ok()
+                keys_from_jwks(&text, "jwks_uri").ok()
             }
             .await;
             match fetched {
                 Some(remote) => keys.extend(remote),
                 None => {
-                    tracing::warn!("cannot fetch jwt.jwks_url; keeping the previous keys");
+                    tracing::warn!(url, "cannot fetch the JWKS; keeping the previous keys");
                     let previous = self.keys.load();
                     for (kid, k) in previous.iter() {
                         keys.entry(kid.clone()).or_insert_with(|| k.clone());
@@ -133,15 +144,55 @@ impl JwtVerifier {
                 }
             }
         }
+        if self.config.discover_jwks && self.config.jwks_url.is_none() && discovered.is_none() {
+            tracing::warn!(
+                issuer = self.config.issuer,
+                "cannot find the issuer's jwks_uri in its metadata; keeping the previous keys"
+            );
+            let previous = self.keys.load();
+            for (kid, k) in previous.iter() {
+                keys.entry(kid.clone()).or_insert_with(|| k.clone());
+            }
+        }
         self.keys.store(Arc::new(keys));
+    }
+
+    /// The `jwks_uri` of `issuer`'s metadata, when its metadata names that issuer.
+    async fn jwks_url_of(&self, issuer: &str) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Metadata {
+            issuer: Option<String>,
+            jwks_uri: Option<String>,
+        }
+        for url in crate::well_known::authorization_server_metadata(issuer) {
+            let Ok(resp) = self.http.get(&url).timeout(std::time::Duration::from_secs(10)).send().await else {
+                continue;
+            };
+            let Ok(meta) = resp.error_for_status().map(|r| r.json::<Metadata>()) else { continue };
+            let Ok(meta) = meta.await else { continue };
+            // RFC 8414 section 3.3: metadata about another issuer is not this one's.
+            if meta.issuer.as_deref().map(|i| i.trim_end_matches('/')) == Some(issuer.trim_end_matches('/')) {
+                return meta.jwks_uri;
+            }
+        }
+        None
     }
 
     pub fn refresh_period(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.config.refresh_secs)
     }
 
-    /// Verifies a token; every failure is a 401.
+    /// Verifies a token for the configured audience (if any); every failure is a 401.
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        self.verify_for(token, self.config.audience.as_deref())
+    }
+
+    /// Verifies a token that must name `audience` (an OAuth resource, RFC 8707) in `aud`.
+    pub fn verify_for_audience(&self, token: &str, audience: &str) -> Result<Claims, AuthError> {
+        self.verify_for(token, Some(audience))
+    }
+
+    fn verify_for(&self, token: &str, audience: Option<&str>) -> Result<Claims, AuthError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
         if header.alg != Algorithm::RS256 {
             return Err(AuthError::Unknown);
@@ -155,7 +206,7 @@ impl JwtVerifier {
         if let Some(iss) = &self.config.issuer {
             v.set_issuer(&[iss]);
         }
-        match &self.config.audience {
+        match audience {
             Some(aud) => v.set_audience(&[aud]),
             None => v.validate_aud = false,
         }

@@ -294,6 +294,21 @@ pub struct GatewayConfiguration {
     /// Joins app id and function name when a gateway has several apps (Decision 5).
     #[serde(default = "default_separator")]
     pub tool_name_separator: String,
+    /// How MCP clients authenticate at the gateway's endpoint (Decision 17).
+    #[serde(default)]
+    pub auth: GatewayAuth,
+}
+
+/// The credentials a gateway's MCP endpoint accepts.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GatewayAuth {
+    /// `X-API-Key` only: the specification's rule.
+    #[default]
+    ApiKey,
+    /// `X-API-Key`, and `Authorization: Bearer` access tokens of the `gateway_oauth` issuer
+    /// for this gateway's resource (RFC 8707); a 401 points at its protected-resource metadata.
+    Oauth,
 }
 
 pub fn default_separator() -> String {
@@ -307,6 +322,7 @@ impl Default for GatewayConfiguration {
             cache_ttl: 300,
             cache_enabled: true,
             tool_name_separator: default_separator(),
+            auth: GatewayAuth::ApiKey,
         }
     }
 }

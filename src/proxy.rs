@@ -6,6 +6,8 @@
 use crate::api::{self, Access, Call};
 use crate::error::ApiError;
 use crate::exchange::{success_body, Exchange, RequestCtx, RequestId};
+use crate::gateway_oauth;
+use crate::model::GatewayAuth;
 use crate::route::Route;
 use crate::server::Server;
 use crate::trace::{self, Span, SpanKind, TraceContext};
@@ -53,6 +55,41 @@ fn request_view<'r>(
 }
 
 impl Proxy {
+    /// A 401 from a gateway that takes OAuth access tokens says where to get one (RFC 9728).
+    fn challenge(&self, ex: &mut Exchange<'_>, gateway_id: &str) {
+        let state = &self.server.state;
+        let config = state.config();
+        let Some(oauth) = &config.gateway_oauth else { return };
+        if !state.gateway(gateway_id).is_some_and(|g| g.configuration.auth == GatewayAuth::Oauth) {
+            return;
+        }
+        let refused = ex.ctx.filters.credential_error;
+        let value = gateway_oauth::challenge(oauth, &config.server.public_url, gateway_id, refused);
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            ex.ctx.filters.response_headers.push((http::header::WWW_AUTHENTICATE, value));
+        }
+    }
+
+    /// A gateway's protected-resource metadata; a 404, as for any unknown path, when the gateway
+    /// does not take OAuth access tokens.
+    async fn resource_metadata(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<()> {
+        let state = &self.server.state;
+        let config = state.config();
+        let gateway = state.gateway(gateway_id).filter(|g| g.configuration.auth == GatewayAuth::Oauth);
+        match (&config.gateway_oauth, gateway) {
+            (Some(oauth), Some(gateway)) => {
+                let doc = gateway_oauth::metadata(oauth, &config.server.public_url, &gateway);
+                drop(config);
+                ex.json(200, serde_json::to_vec(&doc).unwrap_or_default()).await
+            }
+            _ => {
+                drop(config);
+                let path = ex.request().uri.path().to_string();
+                ex.respond_error(ApiError::NoRoute(path)).await
+            }
+        }
+    }
+
     async fn management(&self, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
         let (method, path, query) = {
             let req = ex.request();
@@ -189,6 +226,9 @@ impl Proxy {
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.
     async fn gateway(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<()> {
         if let Err(e) = self.run_chain(ex, RouteClass::Gateway).await {
+            if e.status() == 401 {
+                self.challenge(ex, gateway_id);
+            }
             return crate::mcp::reply::api_error(ex, e).await;
         }
         crate::mcp::transport::handle(&self.server.mcp, ex, gateway_id).await
@@ -253,6 +293,7 @@ impl ProxyHttp for Proxy {
             // it; boxed, the bytes are allocated once and never moved.
             Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await?,
             Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await?,
+            Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await?,
             Route::NotFound => {
                 let path = ex.request().uri.path().to_string();
                 ex.respond_error(ApiError::NoRoute(path)).await?

@@ -10,8 +10,8 @@
 //! start; one removed from the file stays until deleted through the API), `rate_limits` (the
 //! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
 //! page size, the list deadline, the session caps (new sessions only) and time-outs (every
-//! session at its next check), `jwt` (the new verifier takes over at once, its JWKS URL
-//! fetched first), `smtp` (the next e-mail goes through the new server), of `webhooks` the
+//! session at its next check), `jwt` and `gateway_oauth` (the new verifier takes over at
+//! once, its JWKS fetched first), `smtp` (the next e-mail goes through the new server), of `webhooks` the
 //! allowed hosts, time-outs, retry schedule and retention (read at each delivery), and of
 //! `observability` the log level (the process log's filter is replaced; `RUST_LOG`, when set,
 //! still wins) and the log's and rollups' retention (read at each pruning). The others (the
@@ -35,8 +35,19 @@ use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
 
 /// Top-level sections a reload applies in place.
-const IN_PLACE: &[&str] =
-    &["apps", "organizations", "users", "api_keys", "rate_limits", "limits", "alerts", "mcp", "jwt", "smtp"];
+const IN_PLACE: &[&str] = &[
+    "apps",
+    "organizations",
+    "users",
+    "api_keys",
+    "rate_limits",
+    "limits",
+    "alerts",
+    "mcp",
+    "jwt",
+    "gateway_oauth",
+    "smtp",
+];
 
 /// Sections of which only these fields change in place (the parts built from the others read
 /// them once).
@@ -159,6 +170,9 @@ impl ConfigSource {
         })?;
         if let Some(jwt) = &config.jwt {
             jwt.refresh().await;
+        }
+        if let Some(oauth) = &config.gateway_oauth {
+            oauth.verifier.refresh().await;
         }
         let config = Arc::new(config);
         parts.state.replace_config(config.clone());

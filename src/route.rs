@@ -7,6 +7,8 @@ pub enum Route {
     /// Management API; the number is the length of the version prefix (`/v1` or `/api/v1`).
     Management(usize),
     Gateway(String),
+    /// A gateway's protected-resource metadata (RFC 9728), for MCP clients that sign in with OAuth.
+    ResourceMetadata(String),
     Health,
     Ready,
     NotFound,
@@ -28,6 +30,13 @@ impl Route {
                 }
             }
         }
+        if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource/gateway/") {
+            if let Some((id, "mcp")) = rest.split_once('/') {
+                if !id.is_empty() {
+                    return Route::ResourceMetadata(id.to_string());
+                }
+            }
+        }
         match path {
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
@@ -36,7 +45,7 @@ impl Route {
     }
 
     /// Every value [`Route::label`] gives: the metrics' `route` label.
-    pub const LABELS: [&'static str; 4] = ["management", "gateway", "health", "unknown"];
+    pub const LABELS: [&'static str; 5] = ["management", "gateway", "health", "unknown", "metadata"];
 
     pub fn label(&self) -> &'static str {
         Self::LABELS[match self {
@@ -44,6 +53,7 @@ impl Route {
             Route::Gateway(_) => 1,
             Route::Health | Route::Ready => 2,
             Route::NotFound => 3,
+            Route::ResourceMetadata(_) => 4,
         }]
     }
 }
@@ -61,6 +71,11 @@ mod tests {
         assert_eq!(Route::of("/gateway/gw_1/mcp/"), Route::Gateway("gw_1".into()));
         assert_eq!(Route::of("/gateway//mcp"), Route::NotFound);
         assert_eq!(Route::of("/gateway/gw_1/other"), Route::NotFound);
+        assert_eq!(
+            Route::of("/.well-known/oauth-protected-resource/gateway/gw_1/mcp"),
+            Route::ResourceMetadata("gw_1".into())
+        );
+        assert_eq!(Route::of("/.well-known/oauth-protected-resource/gateway/gw_1/x"), Route::NotFound);
         assert_eq!(Route::of("/healthz").label(), "health");
         assert_eq!(Route::of("/nope").label(), "unknown");
     }

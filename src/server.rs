@@ -207,6 +207,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut last_sweep = Instant::now();
         let mut last_session_sweep = Instant::now();
         let mut last_jwt_refresh: Option<Instant> = None;
+        let mut last_gateway_oauth_refresh: Option<Instant> = None;
         let mut notices = self.server.mcp.apps.take_notices();
         loop {
             tokio::select! {
@@ -240,6 +241,13 @@ impl pingora::services::background::BackgroundService for Flusher {
                 if last_jwt_refresh.is_none_or(|t: Instant| t.elapsed() >= jwt.refresh_period()) {
                     jwt.refresh().await;
                     last_jwt_refresh = Some(Instant::now());
+                }
+            }
+            let gateway_oauth = self.server.state.config().gateway_oauth.as_ref().map(|o| o.verifier.clone());
+            if let Some(verifier) = gateway_oauth {
+                if last_gateway_oauth_refresh.is_none_or(|t: Instant| t.elapsed() >= verifier.refresh_period()) {
+                    verifier.refresh().await;
+                    last_gateway_oauth_refresh = Some(Instant::now());
                 }
             }
         }

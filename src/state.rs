@@ -877,6 +877,21 @@ impl CredentialResolver for State {
     }
 
     /// A JWT: `sub` is a user, `scopes` its scopes within the user's role, `jti` recorded.
+    fn resolve_gateway_token(&self, gateway_id: &str, token: &str) -> Result<Arc<Principal>, AuthError> {
+        let config = self.config();
+        let gateway = self.gateway(gateway_id);
+        // A gateway that does not take tokens (or does not exist) answers as the specification
+        // says of every Bearer header on the gateway route.
+        let (Some(oauth), Some(gateway)) = (config.gateway_oauth.as_ref(), gateway) else {
+            return Err(AuthError::WrongHeader);
+        };
+        if gateway.configuration.auth != GatewayAuth::Oauth {
+            return Err(AuthError::WrongHeader);
+        }
+        let org = self.orgs.get(&gateway.org_id).map(|o| o.value().clone()).ok_or(AuthError::InvalidToken)?;
+        crate::gateway_oauth::principal(oauth, &config.server.public_url, &gateway, &org, token).map(Arc::new)
+    }
+
     fn resolve_token(&self, token: &str) -> Result<Arc<Principal>, AuthError> {
         let verifier = self.jwt.load_full().ok_or(AuthError::Malformed)?;
         let claims = verifier.verify(token)?;

@@ -2,7 +2,8 @@
 //! server's [`CredentialResolver`] who it belongs to.
 //!
 //! Management routes take `Authorization: Bearer <key>` or `?api_key=<key>`; the gateway route
-//! takes `X-API-Key` only (Decision 4), and a Bearer header there is a 401.
+//! takes `X-API-Key` (Decision 4), and a Bearer header there is a 401 unless the gateway opted
+//! into OAuth (Decision 17): then the resolver verifies it as an access token for that gateway.
 
 use crate::{FilterContext, Principal, Rejection, RequestFilter, RequestView, RouteClass};
 use std::sync::Arc;
@@ -24,6 +25,10 @@ pub enum AuthError {
     WrongHeader,
     #[error("this key is not valid for this gateway")]
     WrongGateway,
+    #[error("invalid or expired access token")]
+    InvalidToken,
+    #[error("the access token lacks a scope this gateway requires")]
+    InsufficientScope,
 }
 
 impl From<AuthError> for Rejection {
@@ -45,6 +50,13 @@ pub trait CredentialResolver: Send + Sync {
         let _ = token;
         Err(AuthError::Malformed)
     }
+
+    /// Resolves a Bearer access token sent to gateway `gateway_id`'s endpoint. The default,
+    /// and a gateway that did not opt into OAuth, refuse it as the wrong header.
+    fn resolve_gateway_token(&self, gateway_id: &str, token: &str) -> Result<Arc<Principal>, AuthError> {
+        let _ = (gateway_id, token);
+        Err(AuthError::WrongHeader)
+    }
 }
 
 /// The authentication filter.
@@ -61,13 +73,7 @@ impl Authenticate {
 /// Extracts the credential of a management request: Bearer header first, then `?api_key=`.
 pub fn management_credential<'a>(req: &RequestView<'a>) -> Result<&'a str, AuthError> {
     if let Some(value) = req.headers.get(http::header::AUTHORIZATION) {
-        let value = value.to_str().map_err(|_| AuthError::Malformed)?;
-        let (scheme, token) = value.split_once(' ').ok_or(AuthError::Malformed)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(AuthError::Malformed);
-        }
-        let token = token.trim();
-        return if token.is_empty() { Err(AuthError::Malformed) } else { Ok(token) };
+        return bearer_value(value);
     }
     if let Some(query) = req.query {
         for pair in query.split('&') {
@@ -79,7 +85,23 @@ pub fn management_credential<'a>(req: &RequestView<'a>) -> Result<&'a str, AuthE
     Err(AuthError::Missing)
 }
 
-/// Extracts the credential of a gateway request: `X-API-Key` only.
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer_value(value: &http::HeaderValue) -> Result<&str, AuthError> {
+    let value = value.to_str().map_err(|_| AuthError::Malformed)?;
+    let (scheme, token) = value.split_once(' ').ok_or(AuthError::Malformed)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::Malformed);
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        Err(AuthError::Malformed)
+    } else {
+        Ok(token)
+    }
+}
+
+/// Extracts the credential of a gateway request: `X-API-Key` (a Bearer header is the resolver's
+/// to accept or refuse, see [`resolve_credential`]).
 pub fn gateway_credential<'a>(req: &RequestView<'a>) -> Result<&'a str, AuthError> {
     match req.headers.get("x-api-key") {
         Some(v) => v.to_str().map_err(|_| AuthError::Malformed).map(str::trim),
@@ -107,15 +129,21 @@ pub fn resolve_credential(
                 resolver.resolve_token(credential)?
             }
         }
-        RouteClass::Gateway => {
-            let credential = gateway_credential(req)?;
-            if !credential.starts_with("ag_") {
-                return Err(AuthError::Malformed);
+        RouteClass::Gateway => match gateway_credential(req) {
+            Ok(key) if key.starts_with("ag_") => resolver.resolve_key(key)?,
+            Ok(_) => return Err(AuthError::Malformed),
+            // No X-API-Key but an Authorization header: an access token, if this gateway takes them.
+            Err(AuthError::WrongHeader) => {
+                let token = req.headers.get(http::header::AUTHORIZATION).ok_or(AuthError::WrongHeader)?;
+                resolver.resolve_gateway_token(req.gateway_id.unwrap_or_default(), bearer_value(token)?)?
             }
-            resolver.resolve_key(credential)?
-        }
+            Err(e) => return Err(e),
+        },
     };
-    if let crate::CredentialKind::GatewayKey { gateway_id } = &principal.credential {
+    // Credentials made for one gateway are valid on that gateway's endpoint alone.
+    if let crate::CredentialKind::GatewayKey { gateway_id } | crate::CredentialKind::GatewayToken { gateway_id } =
+        &principal.credential
+    {
         if req.route != RouteClass::Gateway || req.gateway_id != Some(gateway_id.as_str()) {
             return Err(AuthError::WrongGateway);
         }
@@ -194,6 +222,39 @@ mod tests {
         assert!(run(&h, RouteClass::Gateway).is_ok(), "request() targets gateway g1");
         let r = run(&bearer("ag_gw"), RouteClass::Management).unwrap_err();
         assert_eq!(r.message, AuthError::WrongGateway.to_string());
+    }
+
+    /// Takes the access token `good` for gateway g1, as a gateway with OAuth would.
+    struct TokenResolver;
+
+    impl CredentialResolver for TokenResolver {
+        fn resolve_key(&self, _: &str) -> Result<Arc<Principal>, AuthError> {
+            Err(AuthError::Unknown)
+        }
+
+        fn resolve_gateway_token(&self, gateway_id: &str, token: &str) -> Result<Arc<Principal>, AuthError> {
+            if token != "good" {
+                return Err(AuthError::InvalidToken);
+            }
+            let mut p = principal("oauth:alice", "o1");
+            p.credential = crate::CredentialKind::GatewayToken { gateway_id: gateway_id.into() };
+            Ok(Arc::new(p))
+        }
+    }
+
+    #[test]
+    fn a_bearer_token_on_a_gateway_is_the_resolvers_to_accept_for_that_gateway_alone() {
+        let resolve =
+            |headers: &http::HeaderMap, route| resolve_credential(&TokenResolver, &request(headers, "10.0.0.1", route));
+        let p = resolve(&bearer("good"), RouteClass::Gateway).unwrap().unwrap();
+        assert_eq!(p.credential, crate::CredentialKind::GatewayToken { gateway_id: "g1".into() });
+        assert_eq!(resolve(&bearer("bad"), RouteClass::Gateway).unwrap_err(), AuthError::InvalidToken);
+        let mut basic = http::HeaderMap::new();
+        basic.insert(http::header::AUTHORIZATION, "Basic Zm9vOmJhcg==".parse().unwrap());
+        assert_eq!(resolve(&basic, RouteClass::Gateway).unwrap_err(), AuthError::Malformed);
+        // A resolver without OAuth keeps the specification's answer.
+        let plain = resolve_credential(resolver().as_ref(), &request(&bearer("good"), "10.0.0.1", RouteClass::Gateway));
+        assert_eq!(plain.unwrap_err(), AuthError::WrongHeader);
     }
 
     #[test]

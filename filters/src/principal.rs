@@ -13,6 +13,8 @@ pub enum CredentialKind {
     ServiceAccount { account_id: String },
     /// A signed RS256 JWT.
     Jwt { jti: Option<String> },
+    /// An OAuth access token issued for one gateway's resource, valid for it alone.
+    GatewayToken { gateway_id: String },
 }
 
 impl CredentialKind {
@@ -22,6 +24,7 @@ impl CredentialKind {
             CredentialKind::GatewayKey { .. } => "gateway_key",
             CredentialKind::ServiceAccount { .. } => "service_account",
             CredentialKind::Jwt { .. } => "jwt",
+            CredentialKind::GatewayToken { .. } => "oauth_token",
         }
     }
 }

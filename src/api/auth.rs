@@ -32,7 +32,8 @@ pub async fn debug(call: &Call<'_>) -> ApiResult {
         })
         .collect();
     let (gateway_id, service_account_id, jti) = match &who.credential {
-        toolgate_filters::CredentialKind::GatewayKey { gateway_id } => (Some(gateway_id.clone()), None, None),
+        toolgate_filters::CredentialKind::GatewayKey { gateway_id }
+        | toolgate_filters::CredentialKind::GatewayToken { gateway_id } => (Some(gateway_id.clone()), None, None),
         toolgate_filters::CredentialKind::ServiceAccount { account_id } => (None, Some(account_id.clone()), None),
         toolgate_filters::CredentialKind::Jwt { jti } => (None, None, jti.clone()),
         toolgate_filters::CredentialKind::ApiKey => (None, None, None),

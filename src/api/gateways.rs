@@ -2,7 +2,7 @@
 
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::error::ApiError;
-use crate::model::{AllowedTools, ApiKey, Gateway, GatewayConfiguration};
+use crate::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration};
 use crate::secrets;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -72,6 +72,9 @@ pub struct ConfigurationPatch {
     pub cache_enabled: Option<bool>,
     /// Joins app id and tool name when the gateway has several apps (default `__`).
     pub tool_name_separator: Option<String>,
+    /// `api_key` (default): the endpoint takes `X-API-Key` only. `oauth`: also access tokens of
+    /// the server's `gateway_oauth` issuer for this gateway (refused when none is configured).
+    pub auth: Option<GatewayAuth>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -242,7 +245,11 @@ fn validate_allowed(
     Ok(allowed)
 }
 
-fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) -> Result<(), ApiError> {
+fn apply_configuration(
+    call: &Call<'_>,
+    c: &mut GatewayConfiguration,
+    patch: ConfigurationPatch,
+) -> Result<(), ApiError> {
     if let Some(r) = patch.rate_limit {
         if r == 0 {
             return Err(ApiError::validation("configuration.rate_limit", "must be at least 1"));
@@ -263,6 +270,15 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
             ));
         }
         c.tool_name_separator = sep;
+    }
+    if let Some(auth) = patch.auth {
+        if auth == GatewayAuth::Oauth && call.server.state.config().gateway_oauth.is_none() {
+            return Err(ApiError::validation(
+                "configuration.auth",
+                "oauth needs an issuer: the server has no gateway_oauth section in its configuration",
+            ));
+        }
+        c.auth = auth;
     }
     Ok(())
 }
@@ -366,7 +382,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let servers = validate_servers(call, &body.servers)?;
     let allowed = validate_allowed(&servers, body.allowed_tools.unwrap_or_default())?;
     let mut configuration = GatewayConfiguration::default();
-    apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
+    apply_configuration(call, &mut configuration, body.configuration.unwrap_or_default())?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
     if name_taken(call, &who.org_id, &name, None) {
@@ -451,7 +467,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         g.allowed_tools = validate_allowed(&g.servers, allowed)?;
     }
     if let Some(c) = patch.configuration {
-        apply_configuration(&mut g.configuration, c)?;
+        apply_configuration(call, &mut g.configuration, c)?;
     }
     g.updated_at = Utc::now();
     state.save_gateway(g).await?;

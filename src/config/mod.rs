@@ -75,6 +75,20 @@ pub struct Config {
     /// JWT bearer tokens on the management API (the verifier, holding its [`JwtConfig`] and the
     /// keys read while validating); `None` refuses every non-key bearer value.
     pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
+    /// OAuth for MCP clients on the gateways that opt in; `None`: no gateway may.
+    pub gateway_oauth: Option<GatewayOAuthConfig>,
+}
+
+/// The issuer whose access tokens the gateways with `configuration.auth: oauth` accept.
+#[derive(Debug, Clone)]
+pub struct GatewayOAuthConfig {
+    /// Named in each gateway's protected-resource metadata, and required as the tokens' `iss`.
+    pub issuer: String,
+    /// Required in every token (all of them) and advertised in the metadata.
+    pub scopes: Vec<String>,
+    /// Verifies the signature, issuer and times with the issuer's keys; the audience (the
+    /// gateway's resource) is checked per request.
+    pub verifier: std::sync::Arc<crate::jwt::JwtVerifier>,
 }
 
 /// The JWT settings are the verifier's own type (`jwt` is a leaf the configuration builds on).

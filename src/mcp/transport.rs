@@ -125,8 +125,9 @@ pub async fn handle(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -
     let Some(principal) = ex.ctx.filters.principal.clone() else {
         return reply::api_error(ex, ApiError::Unauthorized("missing credentials".into())).await;
     };
-    // An account key needs `gateways:read`; a gateway key was already bound to this gateway.
-    if !matches!(principal.credential, CredentialKind::GatewayKey { .. })
+    // An account key needs `gateways:read`; a gateway key or a gateway's OAuth access token
+    // was already bound to this gateway.
+    if !matches!(principal.credential, CredentialKind::GatewayKey { .. } | CredentialKind::GatewayToken { .. })
         && !principal.scopes.contains(Scope::GatewaysRead)
     {
         return reply::api_error(ex, ApiError::InsufficientScope(Scope::GatewaysRead.as_str())).await;

@@ -5,16 +5,25 @@
 //   authorization code with PKCE (required), refresh tokens, revocation, introspection, resource
 //   indicators (RFC 8707: tokens for a resource on 127.0.0.1 carry it as `aud`), and the
 //   development sign-in and consent pages (any login name signs in).
+// For toolgate's gateways (resources whose path starts with /gateway/, test_gateway_oauth.py):
+// dynamic client registration (RFC 7591), scope `mcp`, and access tokens that are JWTs signed
+// with the provider's RSA key (RFC 9068), which the gateway verifies with the provider's JWKS.
 // ACCESS_TOKEN_TTL (seconds) sets the access tokens' life. Revoking a token revokes every token
 // of its grant (oidc-provider's rule): its refresh token too.
 import http from 'node:http';
+import { generateKeyPairSync } from 'node:crypto';
 import Provider, { errors } from 'oidc-provider';
 
 const server = http.createServer();
 await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
 const { port } = server.address();
 
+const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: 'tests-rs256', use: 'sig', alg: 'RS256' };
+
 const provider = new Provider(`http://127.0.0.1:${port}`, {
+  jwks: { keys: [signingKey] },
+  scopes: ['openid', 'offline_access', 'mcp'],
   clients: [{
     client_id: 'toolgate-app',
     client_secret: process.env.CLIENT_SECRET,
@@ -28,6 +37,7 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
   issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
   features: {
     devInteractions: { enabled: true },
+    registration: { enabled: true },
     revocation: { enabled: true },
     introspection: { enabled: true },
     // RFC 8707: a client that names a resource (an MCP server on this host) gets tokens for it
@@ -38,6 +48,9 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
       useGrantedResource: () => true,
       getResourceServerInfo: (ctx, resource) => {
         if (!resource.startsWith('http://127.0.0.1:')) throw new errors.InvalidTarget();
+        if (new URL(resource).pathname.startsWith('/gateway/')) {
+          return { scope: 'mcp', audience: resource, accessTokenFormat: 'jwt', jwt: { sign: { alg: 'RS256' } } };
+        }
         return { scope: 'openid', audience: resource, accessTokenFormat: 'opaque' };
       },
     },

@@ -2,7 +2,8 @@
 (`test_traces.py`): the official Python SDK's `MCPServer` under uvicorn, on a port the OS picks.
 
 Tool `trace_context` answers, as JSON text, the `traceparent` and `tracestate` of the HTTP
-request and of `params._meta`.
+request and of `params._meta`, and the request's `Authorization` header (`test_gateway_oauth.py`:
+a client's token must not reach an app).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def trace_context(ctx: Context) -> str:
         "header_state": headers.get("tracestate"),
         "meta": meta.get("traceparent"),
         "meta_state": meta.get("tracestate"),
+        "authorization": headers.get("authorization"),
     })
 
 

@@ -58,6 +58,7 @@ impl RawJwt {
             jwks_url: j.jwks_url,
             refresh_secs: j.refresh_secs.unwrap_or(300).max(10),
             max_lifetime_secs,
+            discover_jwks: false,
         };
         // Keys that cannot be read stop the start (and `check-config`), naming the field.
         // The verifier that read them is the server's: one verifier, built once.

@@ -6,6 +6,7 @@
 
 mod alerts;
 mod apps;
+mod gateway_oauth;
 mod identity;
 mod jwt;
 mod limits;
@@ -49,6 +50,7 @@ pub struct RawConfig {
     alerts: alerts::RawAlerts,
     smtp: Option<alerts::RawSmtp>,
     jwt: Option<jwt::RawJwt>,
+    gateway_oauth: Option<gateway_oauth::RawGatewayOAuth>,
 }
 
 fn is_id(s: &str) -> bool {
@@ -87,6 +89,7 @@ impl RawConfig {
         let alerts = self.alerts.build()?;
         let smtp = self.smtp.map(alerts::RawSmtp::build).transpose()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
+        let gateway_oauth = self.gateway_oauth.map(|g| g.build(environment)).transpose()?;
         Ok(Config {
             environment,
             server,
@@ -104,6 +107,7 @@ impl RawConfig {
             alerts,
             smtp,
             jwt,
+            gateway_oauth,
         })
     }
 }
