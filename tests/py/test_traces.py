@@ -116,7 +116,8 @@ def test_without_export_the_clients_context_reaches_the_app_unchanged(upstream):
     srv = start_toolgate(config(http_app("tracer", upstream, name="Tracer")))
     try:
         seen = call_trace_context(srv, {"traceparent": TRACEPARENT, "tracestate": "vendor=x"})
-        assert seen == {"header": TRACEPARENT, "header_state": "vendor=x", "meta": TRACEPARENT, "meta_state": "vendor=x"}
+        assert seen == {"header": TRACEPARENT, "header_state": "vendor=x", "meta": TRACEPARENT, "meta_state": "vendor=x",
+                        "authorization": None}
         # In `params._meta` only, as an MCP client may send it: the app gets it in both places.
         seen = call_trace_context(srv, {}, meta={"traceparent": TRACEPARENT})
         assert (seen["header"], seen["meta"]) == (TRACEPARENT, TRACEPARENT), seen
