@@ -33,13 +33,13 @@ pub fn metadata_url(public_url: &str, gateway_id: &str) -> String {
     format!("{public_url}/.well-known/oauth-protected-resource/gateway/{gateway_id}/mcp")
 }
 
-/// The gateway's protected-resource metadata (RFC 9728 section 2).
+/// The gateway's protected-resource metadata (RFC 9728 section 2). Public, so it says nothing of
+/// the gateway beyond its address (not its name, which is the tenant's).
 pub fn metadata(config: &GatewayOAuthConfig, public_url: &str, gateway: &Gateway) -> Value {
     let mut doc = json!({
         "resource": resource(public_url, &gateway.id),
         "authorization_servers": [config.issuer],
         "bearer_methods_supported": ["header"],
-        "resource_name": gateway.name,
     });
     if !config.scopes.is_empty() {
         doc["scopes_supported"] = json!(config.scopes);
@@ -135,12 +135,16 @@ mod tests {
 
     #[test]
     fn the_metadata_is_about_the_gateways_endpoint() {
-        let mut gw = Gateway::for_tests("gw_1", "org_1");
-        gw.name = "Support".into();
-        let doc = metadata(&config(&["mcp"]), "https://gw.example", &gw);
-        assert_eq!(doc["resource"], "https://gw.example/gateway/gw_1/mcp");
-        assert_eq!(doc["authorization_servers"], json!(["http://127.0.0.1:9/"]));
-        assert_eq!((&doc["scopes_supported"], &doc["resource_name"]), (&json!(["mcp"]), &json!("Support")));
+        let doc = metadata(&config(&["mcp"]), "https://gw.example", &Gateway::for_tests("gw_1", "org_1"));
+        assert_eq!(
+            doc,
+            json!({
+                "resource": "https://gw.example/gateway/gw_1/mcp",
+                "authorization_servers": ["http://127.0.0.1:9/"],
+                "bearer_methods_supported": ["header"],
+                "scopes_supported": ["mcp"],
+            })
+        );
     }
 
     #[test]

@@ -55,9 +55,15 @@ pub struct Claims {
     pub client_id: Option<String>,
 }
 
+/// The shortest time between two fetches of the keys that unknown key ids bring forward.
+const EARLY_REFRESH_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub struct JwtVerifier {
     config: JwtConfig,
     keys: ArcSwap<HashMap<String, DecodingKey>>,
+    /// A token named a key id this verifier does not hold: the issuer may have rotated its
+    /// keys, so the server's flusher fetches them before the period is up.
+    unknown_kid_seen: std::sync::atomic::AtomicBool,
     http: reqwest::Client,
 }
 
@@ -91,8 +97,12 @@ fn keys_from_jwks(text: &str, source: &str) -> Result<HashMap<String, DecodingKe
 impl JwtVerifier {
     /// Loads the PEM files and the JWKS file; the JWKS URL is fetched by [`JwtVerifier::refresh`].
     pub fn new(config: JwtConfig) -> Result<JwtVerifier, JwtSetupError> {
-        let verifier =
-            JwtVerifier { keys: ArcSwap::from_pointee(HashMap::new()), http: reqwest::Client::new(), config };
+        let verifier = JwtVerifier {
+            keys: ArcSwap::from_pointee(HashMap::new()),
+            unknown_kid_seen: Default::default(),
+            http: reqwest::Client::new(),
+            config,
+        };
         verifier.keys.store(Arc::new(verifier.load_local()?));
         Ok(verifier)
     }
@@ -115,6 +125,7 @@ impl JwtVerifier {
 
     /// Re-reads the JWKS file and fetches the JWKS URL; on failure the previous keys stay.
     pub async fn refresh(&self) {
+        self.unknown_kid_seen.store(false, std::sync::atomic::Ordering::Relaxed);
         let mut keys = match self.load_local() {
             Ok(k) => k,
             Err(e) => {
@@ -182,6 +193,15 @@ impl JwtVerifier {
         std::time::Duration::from_secs(self.config.refresh_secs)
     }
 
+    /// Whether the keys are due for a fetch, `since` the last one: the period is up, or a token
+    /// named an unknown key id and [`EARLY_REFRESH_AFTER`] has passed (so that a stream of forged
+    /// key ids cannot make toolgate hammer the issuer).
+    pub fn refresh_due(&self, since: Option<std::time::Duration>) -> bool {
+        let Some(since) = since else { return true };
+        since >= self.refresh_period()
+            || (since >= EARLY_REFRESH_AFTER && self.unknown_kid_seen.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Verifies a token for the configured audience (if any); every failure is a 401.
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
         self.verify_for(token, self.config.audience.as_deref())
@@ -199,7 +219,10 @@ impl JwtVerifier {
         }
         let kid = header.kid.ok_or(AuthError::Unknown)?;
         let keys = self.keys.load();
-        let key = keys.get(&kid).ok_or(AuthError::Unknown)?;
+        let Some(key) = keys.get(&kid) else {
+            self.unknown_kid_seen.store(true, std::sync::atomic::Ordering::Relaxed);
+            return Err(AuthError::Unknown);
+        };
         let mut v = Validation::new(Algorithm::RS256);
         v.leeway = self.config.leeway_secs;
         v.set_required_spec_claims(&["exp", "sub"]);
@@ -227,5 +250,37 @@ impl JwtVerifier {
             return Err(AuthError::Unknown);
         }
         Ok(claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+    use std::time::Duration;
+
+    #[test]
+    fn an_unknown_key_id_brings_the_next_fetch_forward_but_not_before_ten_seconds() {
+        let config = JwtConfig {
+            issuer: None,
+            audience: None,
+            leeway_secs: 0,
+            keys: Vec::new(),
+            jwks_file: None,
+            jwks_url: None,
+            refresh_secs: 300,
+            max_lifetime_secs: 60,
+            discover_jwks: false,
+        };
+        let verifier = JwtVerifier::new(config).unwrap();
+        let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let token =
+            format!("{}.{}.{}", b64(r#"{"alg":"RS256","kid":"rotated"}"#), b64(r#"{"sub":"a","exp":1}"#), b64("sig"));
+        assert!(verifier.refresh_due(None), "never fetched");
+        assert!(!verifier.refresh_due(Some(Duration::from_secs(60))), "within the period");
+        assert_eq!(verifier.verify(&token).unwrap_err(), AuthError::Unknown);
+        assert!(!verifier.refresh_due(Some(Duration::from_secs(5))), "not sooner than ten seconds");
+        assert!(verifier.refresh_due(Some(Duration::from_secs(11))), "an unknown key id was seen");
+        assert!(verifier.refresh_due(Some(Duration::from_secs(300))), "the period is up");
     }
 }

@@ -238,14 +238,14 @@ impl pingora::services::background::BackgroundService for Flusher {
                 last_sweep = Instant::now();
             }
             if let Some(jwt) = self.server.state.jwt.load_full() {
-                if last_jwt_refresh.is_none_or(|t: Instant| t.elapsed() >= jwt.refresh_period()) {
+                if jwt.refresh_due(last_jwt_refresh.map(|t: Instant| t.elapsed())) {
                     jwt.refresh().await;
                     last_jwt_refresh = Some(Instant::now());
                 }
             }
             let gateway_oauth = self.server.state.config().gateway_oauth.as_ref().map(|o| o.verifier.clone());
             if let Some(verifier) = gateway_oauth {
-                if last_gateway_oauth_refresh.is_none_or(|t: Instant| t.elapsed() >= verifier.refresh_period()) {
+                if verifier.refresh_due(last_gateway_oauth_refresh.map(|t: Instant| t.elapsed())) {
                     verifier.refresh().await;
                     last_gateway_oauth_refresh = Some(Instant::now());
                 }

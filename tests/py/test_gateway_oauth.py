@@ -168,7 +168,7 @@ def test_an_sdk_client_signs_in_from_the_gateways_challenge_and_its_token_is_for
         prm = httpx2.get(metadata_url, timeout=10)
         assert prm.status_code == 200, prm.text
         assert prm.json() == {"resource": url, "authorization_servers": [issuer], "bearer_methods_supported": ["header"],
-                              "resource_name": detail["name"], "scopes_supported": ["mcp"]}, prm.json()
+                              "scopes_supported": ["mcp"]}, prm.json()
 
         # The SDK does the rest: metadata, registration, sign-in with PKCE, token, calls.
         storage = Memory()
