@@ -32,6 +32,7 @@ pub mod route;
 pub mod run;
 pub mod secrets;
 pub mod server;
+pub mod signin;
 pub mod state;
 pub mod store;
 pub mod tls;

@@ -303,6 +303,17 @@ impl Mfa {
         Ok(id)
     }
 
+    /// The user an open challenge was asked of (`None` when it is unknown, expired or used up):
+    /// web sign-in learns whom it is signing in from the challenge alone.
+    pub async fn challenge_user(&self, challenge_id: &str) -> Result<Option<String>, ApiError> {
+        let stored = self.store.get(Kind::MfaChallenge, challenge_id).await?;
+        let now = Utc::now().timestamp_millis();
+        Ok(stored
+            .and_then(|json| serde_json::from_str::<ChallengeRecord>(&json).ok())
+            .filter(|c| c.expires_at_ms > now)
+            .map(|c| c.user_id))
+    }
+
     /// Expired challenges and tokens are never read; this removes them from the store, at most
     /// once a minute, on the way of a new challenge.
     async fn sweep_now_and_then(&self) {

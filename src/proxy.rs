@@ -28,6 +28,8 @@ pub struct Proxy {
     /// The gateway routes' chain: the management chain's filters, then the Origin check.
     pub gateway: FilterChain,
     pub trusted_proxies: Vec<IpNet>,
+    /// `web.path`, read once at start.
+    pub identity_path: String,
 }
 
 /// What the filters see of a request.
@@ -263,7 +265,7 @@ impl ProxyHttp for Proxy {
             session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let forwarded = session.req_header().headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
         ctx.client_ip = client_ip(peer, forwarded, &self.trusted_proxies);
-        ctx.route = Route::of(session.req_header().uri.path());
+        ctx.route = Route::of(session.req_header().uri.path(), &self.identity_path);
         ctx.client_certificate = crate::tls::client_certificate(session.digest()).map(|c| c.subject);
         let headers = &session.req_header().headers;
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -294,6 +296,7 @@ impl ProxyHttp for Proxy {
             Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await?,
             Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await?,
             Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await?,
+            Route::Identity(prefix) => Box::pin(crate::signin::handle(&self.server, &mut ex, prefix)).await?,
             Route::NotFound => {
                 let path = ex.request().uri.path().to_string();
                 ex.respond_error(ApiError::NoRoute(path)).await?

@@ -71,6 +71,7 @@ const READ_AT_START: &[(&str, &str)] = &[
     ("rate_limits", "sync_ms"),
     ("alerts", "limit_warning_percent"),
     ("mcp", "max_stdio_processes"),
+    ("web", "path"),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -9,13 +9,16 @@ pub enum Route {
     Gateway(String),
     /// A gateway's protected-resource metadata (RFC 9728), for MCP clients that sign in with OAuth.
     ResourceMetadata(String),
+    /// The identity service's pages (`web.path`, `{auth_url}`); the number is the prefix's length.
+    Identity(usize),
     Health,
     Ready,
     NotFound,
 }
 
 impl Route {
-    pub fn of(path: &str) -> Route {
+    /// `identity` is `web.path`, the identity service's prefix.
+    pub fn of(path: &str, identity: &str) -> Route {
         for prefix in ["/v1", "/api/v1"] {
             if let Some(rest) = path.strip_prefix(prefix) {
                 if rest.is_empty() || rest.starts_with('/') {
@@ -37,6 +40,11 @@ impl Route {
                 }
             }
         }
+        if let Some(rest) = path.strip_prefix(identity) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return Route::Identity(identity.len());
+            }
+        }
         match path {
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
@@ -45,7 +53,7 @@ impl Route {
     }
 
     /// Every value [`Route::label`] gives: the metrics' `route` label.
-    pub const LABELS: [&'static str; 5] = ["management", "gateway", "health", "unknown", "metadata"];
+    pub const LABELS: [&'static str; 6] = ["management", "gateway", "health", "unknown", "metadata", "identity"];
 
     pub fn label(&self) -> &'static str {
         Self::LABELS[match self {
@@ -54,6 +62,7 @@ impl Route {
             Route::Health | Route::Ready => 2,
             Route::NotFound => 3,
             Route::ResourceMetadata(_) => 4,
+            Route::Identity(_) => 5,
         }]
     }
 }
@@ -64,19 +73,22 @@ mod tests {
 
     #[test]
     fn paths_route_by_prefix_and_the_gateway_segment() {
-        assert_eq!(Route::of("/v1/gateways"), Route::Management(3));
-        assert_eq!(Route::of("/api/v1"), Route::Management(7));
-        assert_eq!(Route::of("/v1x"), Route::NotFound);
-        assert_eq!(Route::of("/gateway/gw_1/mcp"), Route::Gateway("gw_1".into()));
-        assert_eq!(Route::of("/gateway/gw_1/mcp/"), Route::Gateway("gw_1".into()));
-        assert_eq!(Route::of("/gateway//mcp"), Route::NotFound);
-        assert_eq!(Route::of("/gateway/gw_1/other"), Route::NotFound);
+        assert_eq!(Route::of("/v1/gateways", "/auth"), Route::Management(3));
+        assert_eq!(Route::of("/api/v1", "/auth"), Route::Management(7));
+        assert_eq!(Route::of("/v1x", "/auth"), Route::NotFound);
+        assert_eq!(Route::of("/gateway/gw_1/mcp", "/auth"), Route::Gateway("gw_1".into()));
+        assert_eq!(Route::of("/gateway/gw_1/mcp/", "/auth"), Route::Gateway("gw_1".into()));
+        assert_eq!(Route::of("/gateway//mcp", "/auth"), Route::NotFound);
+        assert_eq!(Route::of("/gateway/gw_1/other", "/auth"), Route::NotFound);
         assert_eq!(
-            Route::of("/.well-known/oauth-protected-resource/gateway/gw_1/mcp"),
+            Route::of("/.well-known/oauth-protected-resource/gateway/gw_1/mcp", "/auth"),
             Route::ResourceMetadata("gw_1".into())
         );
-        assert_eq!(Route::of("/.well-known/oauth-protected-resource/gateway/gw_1/x"), Route::NotFound);
-        assert_eq!(Route::of("/healthz").label(), "health");
-        assert_eq!(Route::of("/nope").label(), "unknown");
+        assert_eq!(Route::of("/.well-known/oauth-protected-resource/gateway/gw_1/x", "/auth"), Route::NotFound);
+        assert_eq!(Route::of("/auth/signin", "/auth"), Route::Identity(5));
+        assert_eq!(Route::of("/auth", "/auth"), Route::Identity(5));
+        assert_eq!(Route::of("/authx", "/auth"), Route::NotFound);
+        assert_eq!(Route::of("/healthz", "/auth").label(), "health");
+        assert_eq!(Route::of("/nope", "/auth").label(), "unknown");
     }
 }

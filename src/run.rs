@@ -142,6 +142,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         management: chain(),
         gateway: chain().with(server.origin_check.clone()),
         trusted_proxies: config.server.trusted_proxies.clone(),
+        identity_path: config.web.path.clone(),
     };
 
     // Pingora's HTTP app behind the connection bounds (header deadline, idle keep-alive limit,

@@ -18,6 +18,8 @@ pub struct Server {
     pub mcp: Arc<McpRuntime>,
     pub reqlog: Arc<RequestLog>,
     pub mfa: Mfa,
+    /// Web sign-in: sessions and guessing bounds.
+    pub signin: crate::signin::SignIn,
     /// Events and the webhooks' outbox.
     pub events: Arc<crate::events::Events>,
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges; its backend
@@ -64,6 +66,7 @@ impl Server {
             mcp,
             reqlog,
             mfa,
+            signin: crate::signin::SignIn::new(state.store.clone()),
             events,
             limiter,
             sharing,

@@ -765,6 +765,11 @@ impl State {
         self.users.get(id).map(|u| u.value().clone())
     }
 
+    /// The users that `keep` keeps (a scan: for rare look-ups such as a sign-in's e-mail).
+    pub fn users_where(&self, keep: impl Fn(&User) -> bool) -> Vec<Arc<User>> {
+        self.users.iter().filter(|u| keep(u.value())).map(|u| u.value().clone()).collect()
+    }
+
     pub fn key(&self, id: &str) -> Option<Arc<ApiKey>> {
         self.keys.get(id).map(|k| k.value().clone())
     }

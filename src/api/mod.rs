@@ -45,6 +45,9 @@ pub enum Endpoint {
     Sessions,
     Session,
     User,
+    UserPassword,
+    WebSessions,
+    WebSession,
     ApiKeys,
     ApiKey,
     ApiKeyRotate,
@@ -92,6 +95,9 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/sessions", Endpoint::Sessions),
     ("/sessions/{id}", Endpoint::Session),
     ("/user", Endpoint::User),
+    ("/user/password", Endpoint::UserPassword),
+    ("/user/web-sessions", Endpoint::WebSessions),
+    ("/user/web-sessions/{id}", Endpoint::WebSession),
     ("/api-keys", Endpoint::ApiKeys),
     ("/api-keys/{id}", Endpoint::ApiKey),
     ("/api-keys/{id}/rotate", Endpoint::ApiKeyRotate),
@@ -151,6 +157,8 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         | (E::AppTest, "POST") => Scope(crate::api::Scope::AppsWrite),
         (E::Sessions, "GET") | (E::Session, "GET") | (E::Session, "DELETE") => Scope(crate::api::Scope::SessionsManage),
         (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
+        // One's own sign-in: the handlers refuse credentials that speak for no person.
+        (E::UserPassword, "PUT") | (E::WebSessions, "GET") | (E::WebSession, "DELETE") => AnyCredential,
         // Answering a challenge needs the code, not rights; changing MFA is account security.
         (E::MfaVerify, "POST") => AnyCredential,
         (E::MfaEnroll, "POST") | (E::MfaActivate, "POST") | (E::Mfa, "DELETE") | (E::MfaReset, "POST") => {
@@ -409,6 +417,9 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::Session, "DELETE") => sessions::delete(&call).await,
         (E::User, "GET") => user::get(&call).await,
         (E::User, "PATCH") => user::update(&call).await,
+        (E::UserPassword, "PUT") => user::set_password(&call).await,
+        (E::WebSessions, "GET") => user::web_sessions(&call).await,
+        (E::WebSession, "DELETE") => user::end_web_session(&call).await,
         (E::ApiKeys, "POST") => keys::create(&call).await,
         (E::ApiKey, "DELETE") => keys::revoke(&call).await,
         (E::ApiKeyRotate, "POST") => keys::rotate(&call).await,

@@ -3,8 +3,10 @@
 use super::{iso, ApiResult, Call, Reply};
 use crate::error::ApiError;
 use crate::model::NotificationPreferences;
+use crate::signin::passwords::{self, PasswordRecord};
 use serde::Deserialize;
 use serde_json::json;
+use toolgate_filters::CredentialKind;
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -69,4 +71,77 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     state.save_user(user).await?;
     drop(_guard);
     view(call, &who.user_id)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPassword {
+    /// Required when the user already has a password.
+    pub current_password: Option<String>,
+    /// 12 to 128 characters, at least 4 different, not the e-mail, not a most-common password.
+    pub new_password: String,
+}
+
+/// The caller's own user, when the credential is the user's own (an account key or a JWT):
+/// a gateway's key or token, or a service account's, speaks for no person.
+fn person(call: &Call<'_>) -> Result<std::sync::Arc<crate::model::User>, ApiError> {
+    let who = call.who()?;
+    if !matches!(who.credential, CredentialKind::ApiKey | CredentialKind::Jwt { .. }) {
+        return Err(ApiError::Forbidden("only a user's own key or token manages its sign-in".into()));
+    }
+    call.server.state.user(&who.user_id).ok_or(ApiError::NotFound("user"))
+}
+
+#[utoipa::path(put, path = "/v1/user/password", tag = "user", request_body = SetPassword,
+    params(("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active")),
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn set_password(call: &Call<'_>) -> ApiResult {
+    let user = person(call)?;
+    let body: SetPassword = call.json()?;
+    super::mfa::require(call).await?;
+    let store = call.server.state.store.as_ref();
+    if let Some(stored) = passwords::stored(store, &user.id).await? {
+        let current = body.current_password.clone().unwrap_or_default();
+        if !passwords::verify(Some(stored.hash), current).await {
+            return Err(ApiError::validation("current_password", "is missing or wrong"));
+        }
+    }
+    passwords::check(&body.new_password, &user.email).map_err(|m| ApiError::validation("new_password", m))?;
+    let hash = passwords::hash(body.new_password).await?;
+    passwords::save(store, &PasswordRecord { user_id: user.id.clone(), hash, changed_at: chrono::Utc::now() }).await?;
+    // A new password ends every web session: one that leaked ends with the old password.
+    call.server.signin.sessions.end_all(&user.id).await?;
+    Ok(Reply::message("password set; every web session was ended"))
+}
+
+#[utoipa::path(get, path = "/v1/user/web-sessions", tag = "user",
+    responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn web_sessions(call: &Call<'_>) -> ApiResult {
+    let user = person(call)?;
+    let sessions = call.server.signin.sessions.of_user(&user.id).await?;
+    let items: Vec<_> = sessions
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id, "created_at": iso(&s.created_at), "last_seen_at": iso(&s.last_seen_at),
+                "expires_at": chrono::DateTime::from_timestamp_millis(s.expires_at_ms).map(|t| iso(&t)),
+                "ip": s.ip, "user_agent": s.user_agent,
+            })
+        })
+        .collect();
+    Ok(Reply::ok(json!({ "sessions": items })))
+}
+
+#[utoipa::path(delete, path = "/v1/user/web-sessions/{id}", tag = "user",
+    params(("id" = String, Path)),
+    responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn end_web_session(call: &Call<'_>) -> ApiResult {
+    let user = person(call)?;
+    if !call.server.signin.sessions.end(&user.id, call.id()).await? {
+        return Err(ApiError::NotFound("web session"));
+    }
+    Ok(Reply::message("web session ended"))
 }

@@ -77,6 +77,19 @@ pub struct Config {
     pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
     /// OAuth for MCP clients on the gateways that opt in; `None`: no gateway may.
     pub gateway_oauth: Option<GatewayOAuthConfig>,
+    pub web: WebConfig,
+}
+
+/// Web sign-in (`src/signin/`): where its pages are, and the web sessions' bounds.
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    /// The identity service's path prefix on the main listener (`{auth_url}`, default `/auth`);
+    /// read once at start.
+    pub path: String,
+    /// A web session ends after this long without use (24 hours).
+    pub session_idle: Duration,
+    /// Web sessions a user may hold at once; a new one ends the oldest.
+    pub max_sessions_per_user: usize,
 }
 
 /// The issuer whose access tokens the gateways with `configuration.auth: oauth` accept.

@@ -62,6 +62,10 @@ pub enum Kind {
     Delivery,
     /// A usage alert (`/alerts`).
     Alert,
+    /// A user's password hash (web sign-in).
+    Password,
+    /// A web session, by the SHA-256 of its token, in its user's partition (expiring).
+    WebSession,
 }
 
 impl Kind {
@@ -82,6 +86,8 @@ impl Kind {
             Kind::Webhook => "webhook",
             Kind::Delivery => "delivery",
             Kind::Alert => "alert",
+            Kind::Password => "password",
+            Kind::WebSession => "web_session",
         }
     }
 }

@@ -37,6 +37,9 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("DELETE", "/sessions/{id}", Scope("sessions:manage")),
     ("GET", "/user", Any),
     ("PATCH", "/user", Any),
+    ("PUT", "/user/password", Any),
+    ("GET", "/user/web-sessions", Any),
+    ("DELETE", "/user/web-sessions/{id}", Any),
     ("POST", "/api-keys", Scope("admin")),
     ("DELETE", "/api-keys/{id}", Scope("admin")),
     ("POST", "/api-keys/{id}/rotate", Scope("admin")),
@@ -212,6 +215,7 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
             ok(&r, 201)["id"].as_str().unwrap().to_string()
         }
         "/sessions/{id}" => "sess_does_not_exist".into(),
+        "/user/web-sessions/{id}" => "ws_does_not_exist".into(),
         "/account/whitelist/{id}" => "wl_does_not_exist".into(),
         p if p.contains("{id}") => panic!("no id for {p}"),
         _ => String::new(),

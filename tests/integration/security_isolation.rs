@@ -30,6 +30,22 @@ fn body(method: &str, path: &str) -> Option<Value> {
     })
 }
 
+/// Signs `email` (whose key is `key`) in through the web pages; returns the web session's id.
+fn web_session_of(srv: &TestServer, key: &str, email: &str) -> String {
+    let password = "isolation passphrase one";
+    ok(&srv.api("PUT", "/v1/user/password", Some(key), Some(json!({ "new_password": password }))), 200);
+    let http = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = http.get(srv.url("/auth/signin")).send().unwrap();
+    let set = page.headers().get("set-cookie").and_then(|v| v.to_str().ok()).expect("a CSRF cookie").to_string();
+    let csrf = set.split(';').next().unwrap().trim_start_matches("toolgate_csrf=").to_string();
+    let form = [("csrf", csrf.as_str()), ("email", email), ("password", password), ("next", "")];
+    let signed =
+        http.post(srv.url("/auth/signin")).header("Cookie", format!("toolgate_csrf={csrf}")).form(&form).send();
+    assert_eq!(signed.unwrap().status(), 303, "signed in");
+    let listed = ok(&srv.api("GET", "/v1/user/web-sessions", Some(key), None), 200);
+    listed["sessions"][0]["id"].as_str().expect("the web session").to_string()
+}
+
 #[test]
 fn another_organisations_resources_are_404_on_every_id_path() {
     let (a, ya) = declared_key("key_iso_a", "usr_iso_a", &["*"]);
@@ -88,6 +104,7 @@ fn another_organisations_resources_are_404_on_every_id_path() {
         201,
     );
     let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
+    let web_session = web_session_of(&srv, &a, "a@iso.test");
     let id_for = |path: &str| -> String {
         match path {
             p if p.starts_with("/gateways/") || p.starts_with("/metrics/gateway/") => gw_id.clone(),
@@ -97,6 +114,7 @@ fn another_organisations_resources_are_404_on_every_id_path() {
             p if p.starts_with("/account/whitelist/") => wl["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/webhooks/") => webhook["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/alerts/") => alert["id"].as_str().unwrap().to_string(),
+            p if p.starts_with("/user/web-sessions/") => web_session.clone(),
             other => panic!("no resource of organisation A for {other}: add a row to this sweep"),
         }
     };
@@ -128,6 +146,8 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     assert!(hooks.to_string().contains(webhook["id"].as_str().unwrap()), "B's DELETE removed A's webhook: {hooks}");
     let alerts = ok(&srv.api("GET", "/v1/alerts", Some(&a), None), 200);
     assert!(alerts.to_string().contains(alert["id"].as_str().unwrap()), "B's DELETE removed A's alert: {alerts}");
+    let sessions = ok(&srv.api("GET", "/v1/user/web-sessions", Some(&a), None), 200);
+    assert!(sessions.to_string().contains(&web_session), "B's DELETE ended A's web session: {sessions}");
     let b_alerts = ok(&srv.api("GET", "/v1/alerts", Some(&b), None), 200);
     assert_eq!(b_alerts["alerts"], json!([]), "B lists A's alert: {b_alerts}");
 }

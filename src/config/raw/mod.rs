@@ -14,6 +14,7 @@ mod mcp;
 mod observability;
 mod server;
 mod storage;
+mod web;
 mod webhooks;
 
 use super::*;
@@ -51,6 +52,8 @@ pub struct RawConfig {
     smtp: Option<alerts::RawSmtp>,
     jwt: Option<jwt::RawJwt>,
     gateway_oauth: Option<gateway_oauth::RawGatewayOAuth>,
+    #[serde(default)]
+    web: web::RawWeb,
 }
 
 fn is_id(s: &str) -> bool {
@@ -90,6 +93,7 @@ impl RawConfig {
         let smtp = self.smtp.map(alerts::RawSmtp::build).transpose()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
         let gateway_oauth = self.gateway_oauth.map(|g| g.build(environment)).transpose()?;
+        let web = self.web.build()?;
         Ok(Config {
             environment,
             server,
@@ -108,6 +112,7 @@ impl RawConfig {
             smtp,
             jwt,
             gateway_oauth,
+            web,
         })
     }
 }
