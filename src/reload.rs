@@ -11,7 +11,7 @@
 //! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
 //! page size, the list deadline, the session caps (new sessions only) and time-outs (every
 //! session at its next check), `jwt` and `gateway_oauth` (the new verifier takes over at
-//! once, its JWKS fetched first), `smtp` (the next e-mail goes through the new server), of `webhooks` the
+//! once, its JWKS fetched first), `web`'s session bounds, `smtp` (the next e-mail goes through the new server), of `webhooks` the
 //! allowed hosts, time-outs, retry schedule and retention (read at each delivery), and of
 //! `observability` the log level (the process log's filter is replaced; `RUST_LOG`, when set,
 //! still wins) and the log's and rollups' retention (read at each pruning). The others (the
