@@ -276,7 +276,9 @@ struct TokenAnswer {
     error_description: Option<String>,
 }
 
-fn http() -> &'static reqwest::Client {
+/// The client of OAuth and OpenID requests (apps' authorization servers, web sign-in's providers):
+/// a short time-out, and redirects not followed (a token endpoint that redirects is refused).
+pub(crate) fn http() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()

@@ -53,6 +53,10 @@ pub struct Claims {
     pub scope: Option<String>,
     /// The OAuth client the token was issued to (RFC 9068).
     pub client_id: Option<String>,
+    /// An OpenID Connect ID token's: the value the sign-in request carried, and the user's address.
+    pub nonce: Option<String>,
+    pub email: Option<String>,
+    pub email_verified: Option<bool>,
 }
 
 /// The shortest time between two fetches of the keys that unknown key ids bring forward.

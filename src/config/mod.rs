@@ -90,6 +90,24 @@ pub struct WebConfig {
     pub session_idle: Duration,
     /// Web sessions a user may hold at once; a new one ends the oldest.
     pub max_sessions_per_user: usize,
+    /// External OpenID Connect providers users may sign in with (the specification's "social"
+    /// sign-in).
+    pub oidc_providers: Vec<OidcProvider>,
+}
+
+/// An OpenID Connect provider of web sign-in: toolgate is its client (authorization code with
+/// PKCE; the ID token verified with the provider's keys).
+#[derive(Debug, Clone)]
+pub struct OidcProvider {
+    pub id: String,
+    /// Shown on the sign-in page.
+    pub name: String,
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    pub scopes: Vec<String>,
+    /// Verifies ID tokens: RS256, the issuer, the audience `client_id`, their times.
+    pub verifier: std::sync::Arc<crate::jwt::JwtVerifier>,
 }
 
 /// The issuer whose access tokens the gateways with `configuration.auth: oauth` accept.

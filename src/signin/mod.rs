@@ -17,6 +17,7 @@
 //!   (`Content-Security-Policy: default-src 'none'`).
 //! - `next` (where to go once signed in) is a path on this server only.
 
+mod oidc;
 mod pages;
 pub mod passwords;
 pub mod sessions;
@@ -104,10 +105,12 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Re
     let method = ex.request().method.clone();
     let page = match (method.as_str(), path.as_str()) {
         ("GET", "" | "/") => account(server, ex).await,
-        ("GET", "/signin") => Ok(sign_in_form(ex, None)),
+        ("GET", "/signin") => Ok(sign_in_form(server, ex, None)),
         ("POST", "/signin") => sign_in(server, ex).await,
         ("POST", "/signin/mfa") => sign_in_mfa(server, ex).await,
         ("POST", "/signout") => sign_out(server, ex).await,
+        ("GET", p) if p.starts_with("/signin/") => start_with_provider(server, ex, &p["/signin/".len()..]).await,
+        ("GET", p) if p.starts_with("/callback/") => back_from_provider(server, ex).await,
         (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout") => Err(ApiError::MethodNotAllowed(method.to_string())),
         _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
     };
@@ -195,13 +198,20 @@ fn next_of(server: &Server, next: Option<&str>) -> String {
 }
 
 /// The sign-in form, with a fresh CSRF token (cookie and field).
-fn sign_in_form(ex: &Exchange<'_>, error: Option<&str>) -> Page {
+fn sign_in_form(server: &Server, ex: &Exchange<'_>, error: Option<&str>) -> Page {
+    let ex_providers = |_: &Exchange<'_>| -> Vec<(String, String)> {
+        server.state.config().web.oidc_providers.iter().map(|p| (p.id.clone(), p.name.clone())).collect()
+    };
     let query = ex.request().uri.query().unwrap_or("");
     let next = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned());
     let csrf = crate::secrets::new_session_id();
     let path = ex.request().uri.path().trim_end_matches("/signin").to_string();
-    Page::html(if error.is_some() { 401 } else { 200 }, pages::sign_in(&path, &csrf, next.as_deref(), error))
-        .cookie(csrf_cookie(&path, &csrf))
+    let providers: Vec<(String, String)> = ex_providers(ex);
+    Page::html(
+        if error.is_some() { 401 } else { 200 },
+        pages::sign_in(&path, &csrf, next.as_deref(), &providers, error),
+    )
+    .cookie(csrf_cookie(&path, &csrf))
 }
 
 fn csrf_cookie(path: &str, token: &str) -> String {
@@ -267,15 +277,69 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
     }
     let Some(user) = signed_in else {
         server.signin.failed(&email, ip);
-        return Ok(sign_in_form(ex, Some("The e-mail or the password is wrong.")));
+        return Ok(sign_in_form(server, ex, Some("The e-mail or the password is wrong.")));
     };
     server.signin.succeeded(&email);
+    signed_in_as(server, ex, &user, &next).await
+}
+
+/// The user proved who it is (password, or a provider): the second factor when MFA is on, else
+/// a session.
+async fn signed_in_as(
+    server: &Server,
+    ex: &Exchange<'_>,
+    user: &User,
+    next: &str,
+) -> std::result::Result<Page, ApiError> {
     if server.mfa.is_active(&user.id) {
         let challenge = server.mfa.challenge(&user.id).await?;
-        let csrf = cookie(ex, CSRF_COOKIE).unwrap_or("").to_string();
-        return Ok(Page::html(200, pages::code(&prefix(server), &csrf, &challenge, &next, None)));
+        // A sign-in that arrives from a provider has no form yet: it gets a CSRF token here.
+        let (csrf, fresh) = match cookie(ex, CSRF_COOKIE) {
+            Some(c) => (c.to_string(), false),
+            None => (crate::secrets::new_session_id(), true),
+        };
+        let path = prefix(server);
+        let page = Page::html(200, pages::code(&path, &csrf, &challenge, next, None));
+        return Ok(if fresh { page.cookie(csrf_cookie(&path, &csrf)) } else { page });
     }
-    start_session(server, ex, &user, &next).await
+    start_session(server, ex, user, next).await
+}
+
+fn redirect_uri(server: &Server, provider: &str) -> String {
+    let config = server.state.config();
+    format!("{}{}/callback/{provider}", config.server.public_url, config.web.path)
+}
+
+async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> std::result::Result<Page, ApiError> {
+    let config = server.state.config();
+    let provider = config.web.oidc_providers.iter().find(|p| p.id == id).cloned();
+    drop(config);
+    let provider = provider.ok_or_else(|| ApiError::NoRoute(ex.request().uri.path().to_string()))?;
+    let query = ex.request().uri.query().unwrap_or("");
+    let next = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned());
+    let next = next_of(server, next.as_deref());
+    let to = oidc::start(server.signin.store.as_ref(), &provider, &redirect_uri(server, id), &next).await?;
+    Ok(Page::redirect(&to))
+}
+
+async fn back_from_provider(server: &Server, ex: &Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    let query = ex.request().uri.query().unwrap_or("");
+    let params: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    if let Some((_, error)) = params.iter().find(|(k, _)| k == "error") {
+        return Err(ApiError::Unauthorized(format!("the provider did not sign you in ({error})")));
+    }
+    let (state, code) = (field(&params, "state"), field(&params, "code"));
+    if state.is_empty() || code.is_empty() {
+        return Err(ApiError::validation("code", "the provider sent back no code and state"));
+    }
+    let providers = server.state.config().web.oidc_providers.clone();
+    let done =
+        oidc::finish(server.signin.store.as_ref(), &providers, |id| redirect_uri(server, id), state, code).await?;
+    let user = users_with(server, &done.email)
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::Forbidden(format!("no toolgate user has the e-mail address {}", done.email)))?;
+    signed_in_as(server, ex, &user, &done.next).await
 }
 
 async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {

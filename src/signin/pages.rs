@@ -38,11 +38,26 @@ pub fn message(title: &str, text: &str) -> String {
     page(title, &format!("<p>{}</p>", escape(text)))
 }
 
-pub fn sign_in(prefix: &str, csrf: &str, next: Option<&str>, error: Option<&str>) -> String {
+pub fn sign_in(
+    prefix: &str,
+    csrf: &str,
+    next: Option<&str>,
+    providers: &[(String, String)],
+    error: Option<&str>,
+) -> String {
+    let next_query =
+        next.map(|n| format!("?next={}", url::form_urlencoded::byte_serialize(n.as_bytes()).collect::<String>()));
+    let links: String = providers
+        .iter()
+        .map(|(id, name)| {
+            let href = format!("{prefix}/signin/{id}{}", next_query.as_deref().unwrap_or(""));
+            format!("<p><a class=\"provider\" href=\"{}\">Sign in with {}</a></p>", escape(&href), escape(name))
+        })
+        .collect();
     page(
         "Sign in",
         &format!(
-            "{}<form method=\"post\" action=\"{}/signin\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+            "{}{links}<form method=\"post\" action=\"{}/signin\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
              <input type=\"hidden\" name=\"next\" value=\"{}\">\
              <label>E-mail <input type=\"email\" name=\"email\" autocomplete=\"username\" required></label>\
              <label>Password <input type=\"password\" name=\"password\" autocomplete=\"current-password\" required></label>\
@@ -104,8 +119,13 @@ pub fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sess
 mod tests {
     #[test]
     fn values_are_escaped_in_text_and_attributes() {
-        let html = super::sign_in("/auth", "c", Some("/x\"><script>"), Some("<b>"));
+        let html =
+            super::sign_in("/auth", "c", Some("/x\"><script>"), &[("acme".into(), "<Acme>".into())], Some("<b>"));
         assert!(html.contains("value=\"/x&quot;&gt;&lt;script&gt;\""), "{html}");
         assert!(html.contains("&lt;b&gt;") && !html.contains("<script>"), "{html}");
+        assert!(
+            html.contains("href=\"/auth/signin/acme?next=%2Fx%22%3E%3Cscript%3E\">Sign in with &lt;Acme&gt;</a>"),
+            "{html}"
+        );
     }
 }

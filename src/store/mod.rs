@@ -66,6 +66,8 @@ pub enum Kind {
     Password,
     /// A web session, by the SHA-256 of its token, in its user's partition (expiring).
     WebSession,
+    /// A sign-in through an OpenID provider under way, by the SHA-256 of its state (expiring).
+    SignInState,
 }
 
 impl Kind {
@@ -88,6 +90,7 @@ impl Kind {
             Kind::Alert => "alert",
             Kind::Password => "password",
             Kind::WebSession => "web_session",
+            Kind::SignInState => "sign_in_state",
         }
     }
 }

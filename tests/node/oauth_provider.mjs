@@ -8,6 +8,10 @@
 // For toolgate's gateways (resources whose path starts with /gateway/, test_gateway_oauth.py):
 // dynamic client registration (RFC 7591), scope `mcp`, and access tokens that are JWTs signed
 // with the provider's RSA key (RFC 9068), which the gateway verifies with the provider's JWKS.
+// For toolgate's web sign-in (test_web_signin_oidc.py), when SIGNIN_REDIRECT_URI is set: a
+// second confidential client `toolgate-signin` (secret CLIENT_SECRET) whose ID tokens carry the
+// user's `email` (`<login>@example.com`) and `email_verified` (false for logins that start with
+// "unverified").
 // ACCESS_TOKEN_TTL (seconds) sets the access tokens' life. Revoking a token revokes every token
 // of its grant (oidc-provider's rule): its refresh token too.
 import http from 'node:http';
@@ -21,17 +25,31 @@ const { port } = server.address();
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: 'tests-rs256', use: 'sig', alg: 'RS256' };
 
-const provider = new Provider(`http://127.0.0.1:${port}`, {
-  jwks: { keys: [signingKey] },
-  scopes: ['openid', 'offline_access', 'mcp'],
-  clients: [{
-    client_id: 'toolgate-app',
+const clients = [{
+  client_id: 'toolgate-app',
+  client_secret: process.env.CLIENT_SECRET,
+  redirect_uris: [process.env.REDIRECT_URI],
+  grant_types: ['authorization_code', 'refresh_token'],
+  response_types: ['code'],
+  token_endpoint_auth_method: 'client_secret_post',
+}];
+if (process.env.SIGNIN_REDIRECT_URI) {
+  clients.push({
+    client_id: 'toolgate-signin',
     client_secret: process.env.CLIENT_SECRET,
-    redirect_uris: [process.env.REDIRECT_URI],
-    grant_types: ['authorization_code', 'refresh_token'],
+    redirect_uris: [process.env.SIGNIN_REDIRECT_URI],
+    grant_types: ['authorization_code'],
     response_types: ['code'],
     token_endpoint_auth_method: 'client_secret_post',
-  }],
+  });
+}
+
+const provider = new Provider(`http://127.0.0.1:${port}`, {
+  jwks: { keys: [signingKey] },
+  claims: { openid: ['sub'], email: ['email', 'email_verified'] },
+  conformIdTokenClaims: false,
+  scopes: ['openid', 'offline_access', 'mcp'],
+  clients,
   pkce: { required: () => true },
   ttl: { AccessToken: Number(process.env.ACCESS_TOKEN_TTL || 3600) },
   issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
@@ -55,7 +73,10 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
       },
     },
   },
-  findAccount: async (ctx, sub) => ({ accountId: sub, claims: async () => ({ sub }) }),
+  findAccount: async (ctx, sub) => ({
+    accountId: sub,
+    claims: async () => ({ sub, email: `${sub}@example.com`, email_verified: !sub.startsWith('unverified') }),
+  }),
   cookies: { keys: ['toolgate-tests-only'] },
 });
 server.on('request', provider.callback());

@@ -99,6 +99,31 @@ def start_toolgate(full_config: str) -> ToolgateServer:
     return ToolgateServer(full_config=full_config).start()
 
 
+def start_on_a_chosen_port(make_config) -> ToolgateServer:
+    """toolgate whose main listener's port is chosen before the start, for tests whose
+    configuration must name its own public URL (an OAuth resource, a redirect URI):
+    `make_config(port)` gives the whole configuration. The port may be taken meanwhile; then
+    another is tried (the only place the tests choose a port, since the URL must be known)."""
+    import socket
+
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            return ToolgateServer(full_config=make_config(port)).start()
+        except RuntimeError as e:
+            if "in use" not in str(e).lower():
+                raise
+    raise AssertionError("no free port for toolgate's main listener")
+
+
+def on_port(text: str, port: int) -> str:
+    """A config of `config()` with its main listener and public URL on `port`."""
+    text = text.replace("listen: 127.0.0.1:0", f"listen: 127.0.0.1:{port}")
+    return text.replace("public_url: http://localhost:8080", f"public_url: http://127.0.0.1:{port}")
+
+
 # ------------------------------------------------------------------ management API
 
 

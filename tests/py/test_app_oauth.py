@@ -34,13 +34,16 @@ REDIRECT = "http://localhost/after-sign-in"
 
 
 @contextlib.contextmanager
-def provider(tmp: Path, token_ttl: int = 3600):
-    """oidc-provider with one confidential client: yields (issuer URL, client secret)."""
+def provider(tmp: Path, token_ttl: int = 3600, signin_redirect: str | None = None):
+    """oidc-provider with one confidential client (two with `signin_redirect`, the redirect URI of
+    toolgate's web sign-in): yields (issuer URL, client secret)."""
     script = NODE_DIR / "oauth_provider.mjs"
     if not (NODE_DIR / "node_modules" / "oidc-provider").exists():
         raise AssertionError(f"oidc-provider missing: run `npm ci` in {NODE_DIR} (tests/run.sh does)")
     secret = secrets.token_urlsafe(24)
     env = dict(os.environ, CLIENT_SECRET=secret, REDIRECT_URI=REDIRECT, ACCESS_TOKEN_TTL=str(token_ttl))
+    if signin_redirect:
+        env["SIGNIN_REDIRECT_URI"] = signin_redirect
     log = open(tmp / "provider.log", "ab")
     proc = subprocess.Popen([str(node_bin()), str(script)], cwd=NODE_DIR, env=env, stdout=log, stderr=log)
     try:
@@ -83,9 +86,9 @@ def world(tmp: Path, token_ttl: int = 3600, discover: bool = False):
             srv.tmp.cleanup()
 
 
-def sign_in(authorization_url: str, issuer: str) -> dict[str, str]:
+def sign_in(authorization_url: str, issuer: str, redirect: str = REDIRECT, login: str = "alice") -> dict[str, str]:
     """Follows the provider's pages as a browser would (any login signs in; consent given) until
-    it sends the browser to REDIRECT: returns that redirect's query parameters."""
+    it sends the browser to `redirect`: returns that redirect's query parameters."""
     browser = httpx2.Client(timeout=10)
     url = authorization_url
     for _ in range(12):
@@ -96,12 +99,12 @@ def sign_in(authorization_url: str, issuer: str) -> dict[str, str]:
             fields = {n: html.unescape(v) for n, v in
                       re.findall(r'<input[^>]*type="hidden"[^>]*name="([^"]+)"[^>]*value="([^"]*)"', form.group(2))}
             if 'name="login"' in form.group(2):
-                fields.update(login="alice", password="any")
+                fields.update(login=login, password="any")
             action = form.group(1)
             r = browser.post(action if action.startswith("http") else issuer + action, data=fields)
         assert r.status_code in (302, 303), f"{url}: {r.status_code} {r.text[:500]}"
         location = r.headers["location"]
-        if location.startswith(REDIRECT):
+        if location.startswith(redirect):
             return {k: v[0] for k, v in parse_qs(urlparse(location).query).items()}
         url = location if location.startswith("http") else issuer + location
     raise AssertionError("the provider never sent the browser back")

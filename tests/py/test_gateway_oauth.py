@@ -19,7 +19,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from mcp_helpers import ACCEPT_BOTH, Api, ToolgateServer, config, wait_for_port
+from mcp_helpers import ACCEPT_BOTH, Api, ToolgateServer, config, on_port, start_on_a_chosen_port, wait_for_port
 from test_app_oauth import REDIRECT, provider, sign_in
 
 HERE = Path(__file__).parent
@@ -47,14 +46,6 @@ def trace_app(tmp: Path):
         proc.wait(timeout=10)
 
 
-def free_port() -> int:
-    """A port for the main listener, chosen before the start: the gateway's resource identifier
-    (its public URL) must be the URL the client calls, and it is part of the configuration."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def world(tmp: Path):
     """The issuer, the app, and toolgate trusting the issuer: yields (toolgate, issuer)."""
@@ -63,19 +54,8 @@ def world(tmp: Path):
             "  - id: tracer\n    name: Tracer\n    description: reports its headers\n    category: testing\n"
             f"    url: {app_url}\n"
         )
-        srv = None
-        for _ in range(3):  # the port chosen may be taken meanwhile: another one then
-            port = free_port()
-            text = config(apps).replace("listen: 127.0.0.1:0", f"listen: 127.0.0.1:{port}")
-            text = text.replace("public_url: http://localhost:8080", f"public_url: http://127.0.0.1:{port}")
-            text += f"gateway_oauth:\n  issuer: {issuer}\n  scopes: [mcp]\n  leeway_secs: 0\n"
-            try:
-                srv = ToolgateServer(full_config=text).start()
-                break
-            except RuntimeError as e:
-                if "in use" not in str(e).lower():
-                    raise
-        assert srv is not None, "no free port for toolgate's main listener"
+        trust = f"gateway_oauth:\n  issuer: {issuer}\n  scopes: [mcp]\n  leeway_secs: 0\n"
+        srv = start_on_a_chosen_port(lambda port: on_port(config(apps), port) + trust)
         try:
             yield srv, issuer
         finally:

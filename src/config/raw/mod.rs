@@ -93,7 +93,7 @@ impl RawConfig {
         let smtp = self.smtp.map(alerts::RawSmtp::build).transpose()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
         let gateway_oauth = self.gateway_oauth.map(|g| g.build(environment)).transpose()?;
-        let web = self.web.build()?;
+        let web = self.web.build(environment)?;
         Ok(Config {
             environment,
             server,

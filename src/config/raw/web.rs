@@ -9,10 +9,23 @@ pub(super) struct RawWeb {
     path: Option<String>,
     session_idle_secs: Option<u64>,
     max_sessions_per_user: Option<usize>,
+    #[serde(default)]
+    oidc_providers: Vec<RawOidcProvider>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOidcProvider {
+    id: String,
+    name: String,
+    issuer: String,
+    client_id: String,
+    client_secret_env: Option<String>,
+    scopes: Option<Vec<String>>,
 }
 
 impl RawWeb {
-    pub(super) fn build(self) -> Result<WebConfig, ConfigError> {
+    pub(super) fn build(self, environment: Environment) -> Result<WebConfig, ConfigError> {
         let path = self.path.unwrap_or_else(|| "/auth".into());
         let reserved = ["/v1", "/api", "/gateway", "/.well-known", "/healthz", "/readyz"];
         let segment_ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
@@ -30,6 +43,59 @@ impl RawWeb {
         if !(1..=100).contains(&max) {
             return Err(invalid("web.max_sessions_per_user", "must be between 1 and 100"));
         }
-        Ok(WebConfig { path, session_idle: std::time::Duration::from_secs(idle), max_sessions_per_user: max })
+        let mut providers: Vec<OidcProvider> = Vec::new();
+        for (i, p) in self.oidc_providers.into_iter().enumerate() {
+            let f = |name: &str| format!("web.oidc_providers[{i}].{name}");
+            let id_ok =
+                !p.id.is_empty() && p.id.len() <= 32 && p.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            if !id_ok {
+                return Err(invalid(f("id"), "must be 1-32 characters of A-Z a-z 0-9 -"));
+            }
+            if providers.iter().any(|q| q.id == p.id) {
+                return Err(invalid(f("id"), format!("`{}` is declared twice", p.id)));
+            }
+            match url::Url::parse(&p.issuer).map(|u| u.scheme().to_string()).as_deref() {
+                Ok("https") => {}
+                Ok("http") if environment == Environment::Development => {}
+                _ => return Err(invalid(f("issuer"), "must be an https URL (http only in environment: development)")),
+            }
+            let client_secret = match &p.client_secret_env {
+                Some(var) => Some(std::env::var(var).map_err(|_| {
+                    invalid(f("client_secret_env"), format!("the environment variable `{var}` is not set"))
+                })?),
+                None => None,
+            };
+            let scopes = p.scopes.unwrap_or_else(|| vec!["openid".into(), "email".into(), "profile".into()]);
+            if !scopes.iter().any(|s| s == "openid") {
+                return Err(invalid(f("scopes"), "must include openid"));
+            }
+            let verifier = crate::jwt::JwtVerifier::new(JwtConfig {
+                issuer: Some(p.issuer.clone()),
+                audience: Some(p.client_id.clone()),
+                leeway_secs: 60,
+                keys: Vec::new(),
+                jwks_file: None,
+                jwks_url: None,
+                refresh_secs: 3600,
+                max_lifetime_secs: 86_400,
+                discover_jwks: true,
+            })
+            .map_err(|e| invalid(f("issuer"), e.to_string()))?;
+            providers.push(OidcProvider {
+                id: p.id,
+                name: p.name,
+                issuer: p.issuer,
+                client_id: p.client_id,
+                client_secret,
+                scopes,
+                verifier: std::sync::Arc::new(verifier),
+            });
+        }
+        Ok(WebConfig {
+            path,
+            session_idle: std::time::Duration::from_secs(idle),
+            max_sessions_per_user: max,
+            oidc_providers: providers,
+        })
     }
 }

@@ -1,0 +1,101 @@
+"""Web sign-in through external OpenID Connect providers (`web.oidc_providers`, the
+specification's "social" sign-in), with two real providers (the npm `oidc-provider`, one process
+each) whose sign-in and consent pages the test drives as a browser would.
+
+What is measured: the sign-in page offers both; the browser is sent to the provider with
+`state`, `nonce` and PKCE (S256); coming back, toolgate exchanges the code, verifies the ID
+token and starts a web session for the user with that (verified) e-mail, then MFA when the user
+has it; a state is used once; a provider's user that no toolgate user matches, or whose e-mail the
+provider does not call verified, is refused; an `error` from the provider is shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+
+from mcp_helpers import ToolgateServer, config
+from test_app_oauth import provider, sign_in
+from test_web_signin import Browser
+
+PUBLIC = "http://localhost:8080"  # the harness's public_url: what redirect URIs are built on
+
+
+def callback(provider_id: str) -> str:
+    return f"{PUBLIC}/auth/callback/{provider_id}"
+
+
+@contextlib.contextmanager
+def world(tmp: Path):
+    """Two providers and toolgate trusting both: yields (toolgate, {provider id: issuer})."""
+    with provider(tmp, signin_redirect=callback("acme")) as (acme, acme_secret), \
+            provider(tmp, signin_redirect=callback("globex")) as (globex, globex_secret):
+        yaml = config() + (
+            "organizations:\n  - {id: org_web, name: Web, tier: free}\n"
+            "users:\n"
+            "  - {id: usr_alice, email: alice@example.com, name: Alice, role: developer, organization: org_web}\n"
+            "  - {id: usr_unverified, email: unverified@example.com, name: U, role: viewer, organization: org_web}\n"
+            "web:\n  oidc_providers:\n"
+            f"    - {{id: acme, name: Acme ID, issuer: '{acme}', client_id: toolgate-signin, client_secret_env: ACME_SECRET}}\n"
+            f"    - {{id: globex, name: Globex, issuer: '{globex}', client_id: toolgate-signin, client_secret_env: GLOBEX_SECRET}}\n"
+        )
+        srv = ToolgateServer(full_config=yaml, env={"ACME_SECRET": acme_secret, "GLOBEX_SECRET": globex_secret}).start()
+        try:
+            yield srv, {"acme": acme, "globex": globex}
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
+
+
+def through(b: Browser, provider_id: str, issuer: str, login: str, next_: str = "") -> tuple[str, object]:
+    """Starts a sign-in with `provider_id`, signs `login` in at the provider; returns the
+    callback's query and toolgate's answer to it."""
+    start = b.request("GET", f"/auth/signin/{provider_id}" + (f"?next={next_}" if next_ else ""))
+    assert start.status_code == 303, start.text
+    to = urlparse(start.headers["location"])
+    asked = {k: v[0] for k, v in parse_qs(to.query).items()}
+    assert f"{to.scheme}://{to.netloc}" == issuer, to
+    assert asked["client_id"] == "toolgate-signin" and asked["redirect_uri"] == callback(provider_id), asked
+    assert asked["code_challenge_method"] == "S256" and len(asked["code_challenge"]) == 43, asked
+    assert len(asked["state"]) >= 32 and len(asked["nonce"]) >= 32 and "openid" in asked["scope"].split(), asked
+    back = sign_in(start.headers["location"], issuer, redirect=callback(provider_id), login=login)
+    query = urlencode(back)
+    return query, b.request("GET", f"/auth/callback/{provider_id}?{query}")
+
+
+def test_users_sign_in_with_either_provider_by_their_verified_email(tmp_path):
+    with world(tmp_path) as (srv, issuers):
+        b = Browser(srv)
+        page = b.request("GET", "/auth/signin?next=/auth/%3Fwelcome")
+        assert 'href="/auth/signin/acme?next=%2Fauth%2F%3Fwelcome">Sign in with Acme ID</a>' in page.text, page.text
+        assert 'href="/auth/signin/globex?next=%2Fauth%2F%3Fwelcome">Sign in with Globex</a>' in page.text
+
+        query, r = through(b, "acme", issuers["acme"], "alice", next_="/auth/%3Fwelcome")
+        assert r.status_code == 303 and r.headers["location"] == "/auth/?welcome", (r.status_code, r.text)
+        assert "toolgate_session" in b.jar
+        account = b.request("GET", "/auth/")
+        assert '<strong id="email">alice@example.com</strong>' in account.text, account.text
+        # The same answer again: its state was used.
+        again = Browser(srv).request("GET", f"/auth/callback/acme?{query}")
+        assert again.status_code == 400 and "sign in again" in again.text, again.text
+
+        other = Browser(srv)
+        _, r = through(other, "globex", issuers["globex"], "alice")
+        assert r.status_code == 303 and "toolgate_session" in other.jar, "the second provider signs in too"
+
+        # Who toolgate does not know, or whose address the provider does not vouch for: refused.
+        stranger = Browser(srv)
+        _, r = through(stranger, "acme", issuers["acme"], "mallory")
+        assert r.status_code == 403 and "mallory@example.com" in r.text and "toolgate_session" not in stranger.jar
+        unverified = Browser(srv)
+        _, r = through(unverified, "globex", issuers["globex"], "unverified")
+        assert r.status_code == 403 and "verified" in r.text and "toolgate_session" not in unverified.jar
+
+        # A tampered state, a provider's refusal, an unknown provider.
+        assert Browser(srv).request("GET", "/auth/callback/acme?state=forged&code=x").status_code == 400
+        refused = Browser(srv).request("GET", "/auth/callback/acme?error=access_denied&state=x")
+        assert refused.status_code == 401 and "access_denied" in refused.text
+        assert Browser(srv).request("GET", "/auth/signin/nope").status_code == 404
