@@ -44,6 +44,8 @@ const FIRST_LOCKOUT: Duration = Duration::from_secs(30);
 const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
 /// Wrong passwords from one address per window.
 const ADDRESS_FAILURES: u32 = 50;
+/// Sign-ins through a provider one address may start per window (each is a stored record).
+const ADDRESS_STARTS: u32 = 30;
 const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Largest sign-in form accepted.
 const MAX_FORM_BYTES: usize = 8 * 1024;
@@ -54,8 +56,46 @@ pub struct SignIn {
     store: Arc<dyn Store>,
     /// e-mail (lower case) -> wrong passwords in a row and the lockout they earned.
     by_email: DashMap<String, (u32, Option<Instant>)>,
-    /// address -> wrong passwords in the current window.
-    by_address: DashMap<IpAddr, (u32, Instant)>,
+    /// Wrong passwords per address.
+    failures_by_address: PerAddress,
+    /// Sign-ins through a provider started per address.
+    starts_by_address: PerAddress,
+}
+
+/// Events per address in a fixed window, up to a limit.
+struct PerAddress {
+    limit: u32,
+    counts: DashMap<IpAddr, (u32, Instant)>,
+}
+
+impl PerAddress {
+    fn new(limit: u32) -> PerAddress {
+        PerAddress { limit, counts: DashMap::new() }
+    }
+
+    /// How long until `ip` is under the limit again, when it is at it.
+    fn wait(&self, ip: IpAddr) -> Option<Duration> {
+        let (count, since) = *self.counts.get(&ip)?;
+        (count >= self.limit).then(|| (since + ADDRESS_WINDOW).checked_duration_since(Instant::now())).flatten()
+    }
+
+    fn add(&self, ip: IpAddr) {
+        let mut a = self.counts.entry(ip).or_insert((0, Instant::now()));
+        if a.1.elapsed() >= ADDRESS_WINDOW {
+            *a = (0, Instant::now());
+        }
+        a.0 += 1;
+    }
+}
+
+fn too_many(what: &str, wait: Duration) -> ApiError {
+    let secs = wait.as_secs().max(1);
+    ApiError::Rejected {
+        status: 429,
+        code: "RATE_LIMITED",
+        message: format!("too many {what}; try again in {secs} s"),
+        retry_after: Some(secs),
+    }
 }
 
 impl SignIn {
@@ -64,19 +104,16 @@ impl SignIn {
             sessions: WebSessions::new(store.clone()),
             store,
             by_email: DashMap::new(),
-            by_address: DashMap::new(),
+            failures_by_address: PerAddress::new(ADDRESS_FAILURES),
+            starts_by_address: PerAddress::new(ADDRESS_STARTS),
         }
     }
 
-    /// Seconds until `email` or `ip` may try again, when either is locked.
-    fn locked(&self, email: &str, ip: IpAddr) -> Option<u64> {
+    /// How long until `email` or `ip` may try a password again, when either is locked.
+    fn locked(&self, email: &str, ip: IpAddr) -> Option<Duration> {
         let now = Instant::now();
         let email_wait = self.by_email.get(email).and_then(|f| f.1).and_then(|until| until.checked_duration_since(now));
-        let address_wait = self.by_address.get(&ip).and_then(|f| {
-            let (count, since) = *f;
-            (count >= ADDRESS_FAILURES).then(|| (since + ADDRESS_WINDOW).checked_duration_since(now)).flatten()
-        });
-        email_wait.max(address_wait).map(|d| d.as_secs().max(1))
+        email_wait.max(self.failures_by_address.wait(ip))
     }
 
     fn failed(&self, email: &str, ip: IpAddr) {
@@ -87,11 +124,7 @@ impl SignIn {
             f.1 = Some(Instant::now() + (FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT));
         }
         drop(f);
-        let mut a = self.by_address.entry(ip).or_insert((0, Instant::now()));
-        if a.1.elapsed() >= ADDRESS_WINDOW {
-            *a = (0, Instant::now());
-        }
-        a.0 += 1;
+        self.failures_by_address.add(ip);
     }
 
     fn succeeded(&self, email: &str) {
@@ -199,14 +232,12 @@ fn next_of(server: &Server, next: Option<&str>) -> String {
 
 /// The sign-in form, with a fresh CSRF token (cookie and field).
 fn sign_in_form(server: &Server, ex: &Exchange<'_>, error: Option<&str>) -> Page {
-    let ex_providers = |_: &Exchange<'_>| -> Vec<(String, String)> {
-        server.state.config().web.oidc_providers.iter().map(|p| (p.id.clone(), p.name.clone())).collect()
-    };
     let query = ex.request().uri.query().unwrap_or("");
     let next = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned());
     let csrf = crate::secrets::new_session_id();
-    let path = ex.request().uri.path().trim_end_matches("/signin").to_string();
-    let providers: Vec<(String, String)> = ex_providers(ex);
+    let path = prefix(server);
+    let providers: Vec<(String, String)> =
+        server.state.config().web.oidc_providers.iter().map(|p| (p.id.clone(), p.name.clone())).collect();
     Page::html(
         if error.is_some() { 401 } else { 200 },
         pages::sign_in(&path, &csrf, next.as_deref(), &providers, error),
@@ -255,13 +286,8 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
     let password = field(&fields, "password").to_string();
     let next = next_of(server, Some(field(&fields, "next")));
     let ip = ex.ctx.client_ip;
-    if let Some(secs) = server.signin.locked(&email, ip) {
-        return Err(ApiError::Rejected {
-            status: 429,
-            code: "RATE_LIMITED",
-            message: format!("too many wrong passwords; try again in {secs} s"),
-            retry_after: Some(secs),
-        });
+    if let Some(wait) = server.signin.locked(&email, ip) {
+        return Err(too_many("wrong passwords", wait));
     }
     let mut signed_in = None;
     let candidates = users_with(server, &email);
@@ -318,6 +344,11 @@ async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> st
     let query = ex.request().uri.query().unwrap_or("");
     let next = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned());
     let next = next_of(server, next.as_deref());
+    let ip = ex.ctx.client_ip;
+    if let Some(wait) = server.signin.starts_by_address.wait(ip) {
+        return Err(too_many("sign-ins started from this address", wait));
+    }
+    server.signin.starts_by_address.add(ip);
     let to = oidc::start(server.signin.store.as_ref(), &provider, &redirect_uri(server, id), &next).await?;
     Ok(Page::redirect(&to))
 }

@@ -131,7 +131,12 @@ pub async fn finish(
     if let Some(secret) = &provider.client_secret {
         form.push(("client_secret", secret));
     }
-    let answer = crate::app_oauth::http().post(&meta.token_endpoint).form(&form).send().await.map_err(|e| unavailable(provider, e))?;
+    let answer = crate::app_oauth::http()
+        .post(&meta.token_endpoint)
+        .form(&form)
+        .send()
+        .await
+        .map_err(|e| unavailable(provider, e))?;
     if !answer.status().is_success() {
         let status = answer.status().as_u16();
         return Err(ApiError::Unauthorized(format!("{} refused the sign-in (HTTP {status})", provider.name)));

@@ -6,7 +6,8 @@ What is measured: the sign-in page offers both; the browser is sent to the provi
 `state`, `nonce` and PKCE (S256); coming back, toolgate exchanges the code, verifies the ID
 token and starts a web session for the user with that (verified) e-mail, then MFA when the user
 has it; a state is used once; a provider's user that no toolgate user matches, or whose e-mail the
-provider does not call verified, is refused; an `error` from the provider is shown.
+provider does not call verified, is refused; an `error` from the provider is shown; an address
+may start a bounded number of sign-ins.
 """
 
 from __future__ import annotations
@@ -99,3 +100,8 @@ def test_users_sign_in_with_either_provider_by_their_verified_email(tmp_path):
         refused = Browser(srv).request("GET", "/auth/callback/acme?error=access_denied&state=x")
         assert refused.status_code == 401 and "access_denied" in refused.text
         assert Browser(srv).request("GET", "/auth/signin/nope").status_code == 404
+
+        # Each start is a stored record: an address may start 30 per ten minutes (4 so far).
+        answers = [Browser(srv).request("GET", "/auth/signin/globex") for _ in range(27)]
+        assert [r.status_code for r in answers] == [303] * 26 + [429], [r.status_code for r in answers]
+        assert int(answers[-1].headers["retry-after"]) > 0
