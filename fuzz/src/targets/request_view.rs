@@ -55,7 +55,7 @@ pub fn run(data: &[u8]) -> Features {
         Some((p, q)) => (p, Some(q)),
         None => (target, None),
     };
-    let route = Route::of(path);
+    let route = Route::of(path, "/auth");
     let (class, gateway_id) = match &route {
         Route::Management(_) => (RouteClass::Management, None),
         Route::Gateway(id) => {
