@@ -107,6 +107,19 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// 429 after too many `what` (wrong codes, wrong passwords, ...), retry after `wait`.
+    pub fn too_many(what: &str, wait: std::time::Duration) -> ApiError {
+        let secs = wait.as_secs().max(1);
+        ApiError::Rejected {
+            status: 429,
+            code: "RATE_LIMITED",
+            message: format!("too many {what}; try again in {secs} s"),
+            retry_after: Some(secs),
+        }
+    }
+}
+
 impl From<Rejection> for ApiError {
     fn from(r: Rejection) -> Self {
         ApiError::Rejected {

@@ -117,13 +117,7 @@ enum CodeKind {
 }
 
 fn too_many(retry_after: Duration) -> ApiError {
-    let secs = retry_after.as_secs().max(1);
-    ApiError::Rejected {
-        status: 429,
-        code: "RATE_LIMITED",
-        message: format!("too many wrong MFA codes; try again in {secs} s"),
-        retry_after: Some(secs),
-    }
+    ApiError::too_many("wrong MFA codes", retry_after)
 }
 
 fn totp(secret_b32: &str, account: &str) -> Result<TOTP, ApiError> {

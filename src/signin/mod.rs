@@ -88,14 +88,10 @@ impl PerAddress {
     }
 }
 
-fn too_many(what: &str, wait: Duration) -> ApiError {
-    let secs = wait.as_secs().max(1);
-    ApiError::Rejected {
-        status: 429,
-        code: "RATE_LIMITED",
-        message: format!("too many {what}; try again in {secs} s"),
-        retry_after: Some(secs),
-    }
+/// The `next` of the request's query (where to go once signed in), unchecked.
+fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
+    let query = ex.request().uri.query().unwrap_or("");
+    url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned())
 }
 
 impl SignIn {
@@ -232,8 +228,7 @@ fn next_of(server: &Server, next: Option<&str>) -> String {
 
 /// The sign-in form, with a fresh CSRF token (cookie and field).
 fn sign_in_form(server: &Server, ex: &Exchange<'_>, error: Option<&str>) -> Page {
-    let query = ex.request().uri.query().unwrap_or("");
-    let next = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned());
+    let next = next_in_query(ex);
     let csrf = crate::secrets::new_session_id();
     let path = prefix(server);
     let providers: Vec<(String, String)> =
@@ -287,7 +282,7 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
     let next = next_of(server, Some(field(&fields, "next")));
     let ip = ex.ctx.client_ip;
     if let Some(wait) = server.signin.locked(&email, ip) {
-        return Err(too_many("wrong passwords", wait));
+        return Err(ApiError::too_many("wrong passwords", wait));
     }
     let mut signed_in = None;
     let candidates = users_with(server, &email);
@@ -341,12 +336,10 @@ async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> st
     let provider = config.web.oidc_providers.iter().find(|p| p.id == id).cloned();
     drop(config);
     let provider = provider.ok_or_else(|| ApiError::NoRoute(ex.request().uri.path().to_string()))?;
-    let query = ex.request().uri.query().unwrap_or("");
-    let next = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned());
-    let next = next_of(server, next.as_deref());
+    let next = next_of(server, next_in_query(ex).as_deref());
     let ip = ex.ctx.client_ip;
     if let Some(wait) = server.signin.starts_by_address.wait(ip) {
-        return Err(too_many("sign-ins started from this address", wait));
+        return Err(ApiError::too_many("sign-ins started from this address", wait));
     }
     server.signin.starts_by_address.add(ip);
     let to = oidc::start(server.signin.store.as_ref(), &provider, &redirect_uri(server, id), &next).await?;
