@@ -83,6 +83,16 @@ pub enum Change {
         org_id: String,
         webhook_id: String,
     },
+    /// A user's grant to an OAuth client, made or its tokens rotated.
+    GrantSaved {
+        org_id: String,
+        grant_id: String,
+    },
+    /// A grant revoked: its tokens stop working.
+    GrantDeleted {
+        org_id: String,
+        grant_id: String,
+    },
 }
 
 impl Change {
@@ -101,7 +111,9 @@ impl Change {
             | Change::SessionCreated { org_id, .. }
             | Change::SessionEnded { org_id, .. }
             | Change::WebhookSaved { org_id, .. }
-            | Change::WebhookDeleted { org_id, .. } => org_id,
+            | Change::WebhookDeleted { org_id, .. }
+            | Change::GrantSaved { org_id, .. }
+            | Change::GrantDeleted { org_id, .. } => org_id,
         }
     }
 }

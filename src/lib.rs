@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod mfa;
 pub mod model;
+pub mod oauth_server;
 pub mod peers;
 pub mod proxy;
 pub mod reload;

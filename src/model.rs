@@ -414,3 +414,46 @@ pub struct McpSession {
     #[serde(default)]
     pub capabilities: ClientCapabilities,
 }
+
+/// A client of toolgate's OAuth authorization server (`/v1/oauth/clients`, `oauth_server`): a
+/// third-party application that users of the organisation may let act for them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OAuthClient {
+    /// The `client_id` (`tgc_...`).
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    /// Compared exactly with an authorization request's `redirect_uri`.
+    pub redirect_uris: Vec<String>,
+    /// The most a user may grant it.
+    pub scopes: Vec<String>,
+    /// A public client (no secret; PKCE required), such as a native or browser application.
+    pub public: bool,
+    /// SHA-256 (hex) of the client secret, shown once; `None` for a public client.
+    pub secret_hash: Option<String>,
+    pub created_by: String,
+    pub created_at: Timestamp,
+}
+
+/// What a user granted a client: one family of tokens, from one authorization code. Its tokens
+/// are `tga_<grant id>.<secret>` (access) and `tgr_<grant id>.<secret>` (refresh); only their
+/// SHA-256 is kept. A refresh rotates both; presenting a refresh token that was rotated out
+/// revokes the grant (reuse detection), as does a second use of its authorization code.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OAuthGrant {
+    /// `grt_...`
+    pub id: String,
+    pub org_id: String,
+    pub user_id: String,
+    pub client_id: String,
+    /// Granted scope names: within the client's and, at each use, the user's role.
+    pub scopes: Vec<String>,
+    pub created_at: Timestamp,
+    pub access_hash: String,
+    pub access_expires_ms: i64,
+    pub refresh_hash: String,
+    pub refresh_expires_ms: i64,
+    /// Refresh tokens rotated out (SHA-256 hex), newest last, for reuse detection.
+    #[serde(default)]
+    pub used_refresh: Vec<String>,
+}

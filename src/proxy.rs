@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use toolgate_filters::auth::AuthError;
 use toolgate_filters::{client_ip::client_ip, FilterChain, RequestView, RouteClass};
 
 pub struct Proxy {
@@ -57,7 +58,8 @@ fn request_view<'r>(
 }
 
 impl Proxy {
-    /// A 401 from a gateway that takes OAuth access tokens says where to get one (RFC 9728).
+    /// A 401 from a gateway that takes OAuth access tokens says where to get one (RFC 9728); a
+    /// 403 for a token's scope says which scope to ask for (step-up, RFC 6750 section 3.1).
     fn challenge(&self, ex: &mut Exchange<'_>, gateway_id: &str) {
         let state = &self.server.state;
         let config = state.config();
@@ -228,7 +230,7 @@ impl Proxy {
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.
     async fn gateway(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<()> {
         if let Err(e) = self.run_chain(ex, RouteClass::Gateway).await {
-            if e.status() == 401 {
+            if e.status() == 401 || ex.ctx.filters.credential_error == Some(AuthError::InsufficientScope) {
                 self.challenge(ex, gateway_id);
             }
             return crate::mcp::reply::api_error(ex, e).await;
@@ -296,6 +298,10 @@ impl ProxyHttp for Proxy {
             Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await?,
             Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await?,
             Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await?,
+            Route::AuthorizationServerMetadata => {
+                let doc = crate::oauth_server::metadata(&self.server.state.config());
+                ex.json(200, serde_json::to_vec(&doc).unwrap_or_default()).await?;
+            }
             Route::Identity(prefix) => Box::pin(crate::signin::handle(&self.server, &mut ex, prefix)).await?,
             Route::NotFound => {
                 let path = ex.request().uri.path().to_string();

@@ -9,6 +9,8 @@ pub enum Route {
     Gateway(String),
     /// A gateway's protected-resource metadata (RFC 9728), for MCP clients that sign in with OAuth.
     ResourceMetadata(String),
+    /// toolgate's authorization-server metadata (RFC 8414).
+    AuthorizationServerMetadata,
     /// The identity service's pages (`web.path`, `{auth_url}`); the number is the prefix's length.
     Identity(usize),
     Health,
@@ -40,6 +42,9 @@ impl Route {
                 }
             }
         }
+        if path == "/.well-known/oauth-authorization-server" {
+            return Route::AuthorizationServerMetadata;
+        }
         if let Some(rest) = path.strip_prefix(identity) {
             if rest.is_empty() || rest.starts_with('/') {
                 return Route::Identity(identity.len());
@@ -61,7 +66,7 @@ impl Route {
             Route::Gateway(_) => 1,
             Route::Health | Route::Ready => 2,
             Route::NotFound => 3,
-            Route::ResourceMetadata(_) => 4,
+            Route::ResourceMetadata(_) | Route::AuthorizationServerMetadata => 4,
             Route::Identity(_) => 5,
         }]
     }
@@ -85,6 +90,7 @@ mod tests {
             Route::ResourceMetadata("gw_1".into())
         );
         assert_eq!(Route::of("/.well-known/oauth-protected-resource/gateway/gw_1/x", "/auth"), Route::NotFound);
+        assert_eq!(Route::of("/.well-known/oauth-authorization-server", "/auth"), Route::AuthorizationServerMetadata);
         assert_eq!(Route::of("/auth/signin", "/auth"), Route::Identity(5));
         assert_eq!(Route::of("/auth", "/auth"), Route::Identity(5));
         assert_eq!(Route::of("/authx", "/auth"), Route::NotFound);

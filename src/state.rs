@@ -48,6 +48,9 @@ pub struct State {
     ip_policies: DashMap<String, Arc<IpPolicy>>,
     service_accounts: DashMap<String, Arc<ServiceAccount>>,
     webhooks: DashMap<String, Arc<Webhook>>,
+    /// What users granted OAuth clients (toolgate's authorization server), by grant id: an access
+    /// token is checked here, in memory, as a key is.
+    grants: DashMap<String, Arc<OAuthGrant>>,
     usage: DashMap<String, KeyUsage>,
     usage_dirty: DashSet<String>,
     /// Verifies JWT bearer tokens, when `jwt:` is configured (replaced by a reload).
@@ -118,6 +121,7 @@ impl State {
             ip_policies: DashMap::new(),
             service_accounts: DashMap::new(),
             webhooks: DashMap::new(),
+            grants: DashMap::new(),
             usage: DashMap::new(),
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
@@ -162,6 +166,9 @@ impl State {
         }
         for (id, body) in self.store.load_all(Kind::Webhook).await? {
             self.webhooks.insert(id.clone(), Arc::new(decode(Kind::Webhook, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::OAuthGrant).await? {
+            self.grants.insert(id.clone(), Arc::new(decode(Kind::OAuthGrant, &id, &body)?));
         }
         Ok(())
     }
@@ -510,6 +517,40 @@ impl State {
         }
     }
 
+    /// Replaces this instance's copy of record `id` with the store's, or drops it when the store
+    /// no longer has it.
+    async fn follow<T: DeserializeOwned>(
+        &self,
+        map: &DashMap<String, Arc<T>>,
+        kind: Kind,
+        id: &str,
+    ) -> Result<(), StoreError> {
+        match self.read::<T>(kind, id).await? {
+            Some(record) => {
+                map.insert(id.to_string(), Arc::new(record));
+            }
+            None => {
+                map.remove(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every record of `kind` into `map` again, dropping those the store no longer has.
+    async fn reload_all<T: DeserializeOwned>(
+        &self,
+        map: &DashMap<String, Arc<T>>,
+        kind: Kind,
+    ) -> Result<(), StoreError> {
+        let rows = self.store.load_all(kind).await?;
+        let ids = rows.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
+        for (id, body) in rows {
+            map.insert(id.clone(), Arc::new(decode(kind, &id, &body)?));
+        }
+        map.retain(|id, _| ids.contains(id));
+        Ok(())
+    }
+
     /// Follows a change another instance made (several instances on one store, `peers.rs`): the
     /// record it names is read from the store and this instance's copy replaced or removed, then
     /// the listeners (caches) are told. The store is the truth, so a change heard twice, or late,
@@ -541,14 +582,7 @@ impl State {
                 }
             }
             Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
-                match self.read::<Gateway>(Kind::Gateway, gateway_id).await? {
-                    Some(gw) => {
-                        self.gateways.insert(gw.id.clone(), Arc::new(gw));
-                    }
-                    None => {
-                        self.gateways.remove(gateway_id);
-                    }
-                }
+                self.follow(&self.gateways, Kind::Gateway, gateway_id).await?;
             }
             Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {
                 let key = (org_id.clone(), app_id.clone());
@@ -574,14 +608,10 @@ impl State {
                 }
             }
             Change::WebhookSaved { webhook_id, .. } | Change::WebhookDeleted { webhook_id, .. } => {
-                match self.read::<Webhook>(Kind::Webhook, webhook_id).await? {
-                    Some(w) => {
-                        self.webhooks.insert(w.id.clone(), Arc::new(w));
-                    }
-                    None => {
-                        self.webhooks.remove(webhook_id);
-                    }
-                }
+                self.follow(&self.webhooks, Kind::Webhook, webhook_id).await?;
+            }
+            Change::GrantSaved { grant_id, .. } | Change::GrantDeleted { grant_id, .. } => {
+                self.follow(&self.grants, Kind::OAuthGrant, grant_id).await?;
             }
             Change::SessionCreated { .. } | Change::SessionEnded { .. } => {}
         }
@@ -597,18 +627,13 @@ impl State {
         let users = self.store.load_all(Kind::User).await?;
         let accounts = self.store.load_all(Kind::ServiceAccount).await?;
         let keys = self.store.load_all(Kind::ApiKey).await?;
-        let gateways = self.store.load_all(Kind::Gateway).await?;
         let connections = self.store.load_all(Kind::Connection).await?;
-        let webhooks = self.store.load_all(Kind::Webhook).await?;
-        let webhook_ids = webhooks.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
-        for (id, body) in webhooks {
-            self.webhooks.insert(id.clone(), Arc::new(decode(Kind::Webhook, &id, &body)?));
-        }
-        self.webhooks.retain(|id, _| webhook_ids.contains(id));
+        self.reload_all(&self.webhooks, Kind::Webhook).await?;
+        self.reload_all(&self.grants, Kind::OAuthGrant).await?;
+        self.reload_all(&self.gateways, Kind::Gateway).await?;
         let ids =
             |rows: &[(String, String)]| rows.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
-        let (org_ids, user_ids, account_ids, key_ids, gateway_ids) =
-            (ids(&orgs), ids(&users), ids(&accounts), ids(&keys), ids(&gateways));
+        let (org_ids, user_ids, account_ids, key_ids) = (ids(&orgs), ids(&users), ids(&accounts), ids(&keys));
         for (id, body) in orgs {
             self.install_org(decode(Kind::Organization, &id, &body)?);
         }
@@ -629,10 +654,6 @@ impl State {
         for id in gone {
             self.uninstall_key(&id);
         }
-        for (id, body) in gateways {
-            self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
-        }
-        self.gateways.retain(|id, _| gateway_ids.contains(id));
         let mut connection_keys = std::collections::HashSet::new();
         for (id, body) in connections {
             let c: Connection = decode(Kind::Connection, &id, &body)?;
@@ -668,6 +689,42 @@ impl State {
             self.changes.publish(Change::WebhookDeleted { org_id: w.org_id.clone(), webhook_id: w.id.clone() });
         }
         Ok(())
+    }
+
+    /// Saves a grant (a new one, or its tokens rotated); it lives as long as its refresh token.
+    pub async fn save_grant(&self, g: OAuthGrant) -> Result<Arc<OAuthGrant>, StoreError> {
+        let json = serde_json::to_string(&g).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.store.put_expiring(Kind::OAuthGrant, &g.org_id, &g.id, json, g.refresh_expires_ms).await?;
+        let g = Arc::new(g);
+        self.grants.insert(g.id.clone(), g.clone());
+        self.changes.publish(Change::GrantSaved { org_id: g.org_id.clone(), grant_id: g.id.clone() });
+        Ok(g)
+    }
+
+    /// Revokes a grant: its access and refresh tokens stop working at once, on every instance
+    /// as soon as it hears of the change.
+    pub async fn delete_grant(&self, id: &str) -> Result<bool, StoreError> {
+        let deleted = self.store.delete(Kind::OAuthGrant, id).await?;
+        if let Some((_, g)) = self.grants.remove(id) {
+            self.changes.publish(Change::GrantDeleted { org_id: g.org_id.clone(), grant_id: g.id.clone() });
+        }
+        Ok(deleted)
+    }
+
+    /// A grant as this instance knows it.
+    pub fn grant(&self, id: &str) -> Option<Arc<OAuthGrant>> {
+        self.grants.get(id).map(|g| g.value().clone())
+    }
+
+    /// A grant as the store holds it now: what a refresh reads, so that a token rotated on
+    /// another instance a moment ago counts as used here too.
+    pub async fn stored_grant(&self, id: &str) -> Result<Option<OAuthGrant>, StoreError> {
+        self.read(Kind::OAuthGrant, id).await
+    }
+
+    /// The grants of a client (to revoke them with it).
+    pub fn grants_of_client(&self, client_id: &str) -> Vec<Arc<OAuthGrant>> {
+        self.grants.iter().filter(|g| g.client_id == client_id).map(|g| g.value().clone()).collect()
     }
 
     /// A webhook visible to `org_id`; another organisation's is "not found".
@@ -833,7 +890,6 @@ impl State {
         let user = self.users.get(&key.user_id).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
         let org = self.orgs.get(&key.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;
         // A service account's keys belong to its creator, so they act within that user's role.
-        let role = Role::parse(&user.role).unwrap_or(Role::Viewer);
         let mut account_multiplier = None;
         if let Some(a) = &key.service_account_id {
             let a = self.service_accounts.get(a).map(|a| a.value().clone()).ok_or(AuthError::Revoked)?;
@@ -845,19 +901,10 @@ impl State {
             (None, Some(a)) => CredentialKind::ServiceAccount { account_id: a.clone() },
             (None, None) => CredentialKind::ApiKey,
         };
-        let multiplier = account_multiplier.unwrap_or(1.0);
-        Ok(Principal {
-            key_id: key.id.clone(),
-            user_id: user.id.clone(),
-            org_id: org.id.clone(),
-            role,
-            credential,
-            scopes: own.intersect(role.allowed()),
-            tier: org.tier.clone(),
-            rate_limit_multiplier: multiplier,
-            bypass_ip_whitelist: key.bypass_ip_whitelist,
-            expires_at: key.ends_at().map(|t| t.timestamp()),
-        })
+        let mut p = user_principal(&user, &org, key.id.clone(), credential, own, key.ends_at().map(|t| t.timestamp()));
+        p.rate_limit_multiplier = account_multiplier.unwrap_or(1.0);
+        p.bypass_ip_whitelist = key.bypass_ip_whitelist;
+        Ok(p)
     }
 }
 
@@ -898,25 +945,77 @@ impl CredentialResolver for State {
     }
 
     fn resolve_token(&self, token: &str) -> Result<Arc<Principal>, AuthError> {
+        if let Some(token_grant) = crate::oauth_server::access_token_grant(token) {
+            return self.resolve_access_token(token, token_grant);
+        }
         let verifier = self.jwt.load_full().ok_or(AuthError::Malformed)?;
         let claims = verifier.verify(token)?;
         let user = self.users.get(&claims.sub).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
         let org = self.orgs.get(&user.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;
-        let role = Role::parse(&user.role).unwrap_or(Role::Viewer);
         let own = ScopeSet::parse(claims.scopes.iter().map(String::as_str)).map_err(|_| AuthError::Unknown)?;
-        Ok(Arc::new(Principal {
-            // Buckets and usage are per subject, so a fresh token does not reset the limits.
-            key_id: format!("jwt:{}", user.id),
-            user_id: user.id.clone(),
-            org_id: org.id.clone(),
-            role,
-            credential: CredentialKind::Jwt { jti: claims.jti },
-            scopes: own.intersect(role.allowed()),
-            tier: org.tier.clone(),
-            rate_limit_multiplier: 1.0,
-            bypass_ip_whitelist: false,
-            expires_at: Some(claims.exp),
-        }))
+        // Buckets and usage are per subject, so a fresh token does not reset the limits.
+        let key_id = format!("jwt:{}", user.id);
+        Ok(Arc::new(user_principal(
+            &user,
+            &org,
+            key_id,
+            CredentialKind::Jwt { jti: claims.jti },
+            own,
+            Some(claims.exp),
+        )))
+    }
+}
+
+impl State {
+    /// An access token of toolgate's authorization server: its grant live, the token its
+    /// current one (digests compared in constant time), unexpired; the caller is the user who
+    /// granted it, with the granted scopes within the user's role now.
+    fn resolve_access_token(&self, token: &str, grant_id: &str) -> Result<Arc<Principal>, AuthError> {
+        let grant = self.grant(grant_id).ok_or(AuthError::InvalidToken)?;
+        let presented = secrets::hash_key_bytes(token);
+        if secrets::hash_from_hex(&grant.access_hash).is_none_or(|stored| !secrets::digests_equal(&stored, &presented))
+        {
+            return Err(AuthError::InvalidToken);
+        }
+        let now_ms = Utc::now().timestamp_millis();
+        if grant.access_expires_ms <= now_ms {
+            return Err(AuthError::InvalidToken);
+        }
+        let user = self.users.get(&grant.user_id).map(|u| u.value().clone()).ok_or(AuthError::InvalidToken)?;
+        let org = self.orgs.get(&grant.org_id).map(|o| o.value().clone()).ok_or(AuthError::InvalidToken)?;
+        if user.org_id != org.id {
+            return Err(AuthError::InvalidToken);
+        }
+        let own = ScopeSet::parse(grant.scopes.iter().map(String::as_str)).map_err(|_| AuthError::InvalidToken)?;
+        // Buckets and usage are per grant: a refreshed token keeps its limits.
+        let credential = CredentialKind::OAuthToken { client_id: grant.client_id.clone() };
+        let key_id = format!("oauth:{}", grant.id);
+        Ok(Arc::new(user_principal(&user, &org, key_id, credential, own, Some(grant.access_expires_ms / 1000))))
+    }
+}
+
+/// The caller of a credential that speaks for `user`: its own scopes within the user's role,
+/// the organisation's tier, no multiplier and no allowlist bypass (a key sets its own).
+fn user_principal(
+    user: &User,
+    org: &Organization,
+    key_id: String,
+    credential: CredentialKind,
+    own: ScopeSet,
+    expires_at: Option<i64>,
+) -> Principal {
+    let role = Role::parse(&user.role).unwrap_or(Role::Viewer);
+    Principal {
+        key_id,
+        user_id: user.id.clone(),
+        org_id: org.id.clone(),
+        role,
+        credential,
+        scopes: own.intersect(role.allowed()),
+        tier: org.tier.clone(),
+        rate_limit_multiplier: 1.0,
+        bypass_ip_whitelist: false,
+        expires_at,
     }
 }
 

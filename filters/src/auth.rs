@@ -8,7 +8,8 @@
 use crate::{FilterContext, Principal, Rejection, RequestFilter, RequestView, RouteClass};
 use std::sync::Arc;
 
-/// Why a credential was refused. Every variant is a 401; the message says which.
+/// Why a credential was refused. Every variant is a 401 but `InsufficientScope`, a 403 (RFC 6750
+/// section 3.1: the token is good, its scope is not enough); the message says which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     #[error("missing credentials")]
@@ -33,7 +34,10 @@ pub enum AuthError {
 
 impl From<AuthError> for Rejection {
     fn from(e: AuthError) -> Self {
-        Rejection::unauthorized(e.to_string())
+        match e {
+            AuthError::InsufficientScope => Rejection::forbidden("INSUFFICIENT_SCOPE", e.to_string()),
+            _ => Rejection::unauthorized(e.to_string()),
+        }
     }
 }
 
@@ -222,6 +226,14 @@ mod tests {
         assert!(run(&h, RouteClass::Gateway).is_ok(), "request() targets gateway g1");
         let r = run(&bearer("ag_gw"), RouteClass::Management).unwrap_err();
         assert_eq!(r.message, AuthError::WrongGateway.to_string());
+    }
+
+    #[test]
+    fn a_token_short_of_scope_is_forbidden_not_unauthenticated() {
+        let r: Rejection = AuthError::InsufficientScope.into();
+        assert_eq!((r.status, r.code), (403, "INSUFFICIENT_SCOPE"));
+        let r: Rejection = AuthError::InvalidToken.into();
+        assert_eq!((r.status, r.code), (401, "UNAUTHORIZED"));
     }
 
     /// Takes the access token `good` for gateway g1, as a gateway with OAuth would.

@@ -15,6 +15,9 @@ pub enum CredentialKind {
     Jwt { jti: Option<String> },
     /// An OAuth access token issued for one gateway's resource, valid for it alone.
     GatewayToken { gateway_id: String },
+    /// An access token of toolgate's own authorization server, held by a third-party client
+    /// acting for the user.
+    OAuthToken { client_id: String },
 }
 
 impl CredentialKind {
@@ -24,7 +27,7 @@ impl CredentialKind {
             CredentialKind::GatewayKey { .. } => "gateway_key",
             CredentialKind::ServiceAccount { .. } => "service_account",
             CredentialKind::Jwt { .. } => "jwt",
-            CredentialKind::GatewayToken { .. } => "oauth_token",
+            CredentialKind::GatewayToken { .. } | CredentialKind::OAuthToken { .. } => "oauth_token",
         }
     }
 }

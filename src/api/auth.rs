@@ -32,6 +32,7 @@ pub async fn debug(call: &Call<'_>) -> ApiResult {
         })
         .collect();
     let (gateway_id, service_account_id, jti) = match &who.credential {
+        toolgate_filters::CredentialKind::OAuthToken { .. } => (None, None, None),
         toolgate_filters::CredentialKind::GatewayKey { gateway_id }
         | toolgate_filters::CredentialKind::GatewayToken { gateway_id } => (Some(gateway_id.clone()), None, None),
         toolgate_filters::CredentialKind::ServiceAccount { account_id } => (None, Some(account_id.clone()), None),
@@ -44,6 +45,10 @@ pub async fn debug(call: &Call<'_>) -> ApiResult {
         "gateway_id": gateway_id,
         "service_account_id": service_account_id,
         "jti": jti,
+        "oauth_client_id": match &who.credential {
+            toolgate_filters::CredentialKind::OAuthToken { client_id } => Some(client_id.as_str()),
+            _ => None,
+        },
         "user_id": who.user_id,
         "organization_id": who.org_id,
         "role": who.role.as_str(),

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod limits;
 pub mod logs;
 pub mod mfa;
+pub mod oauth_clients;
 pub mod openapi;
 pub mod quotas;
 pub mod service_accounts;
@@ -29,7 +30,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
-use toolgate_filters::{Principal, Scope};
+use toolgate_filters::{CredentialKind, Principal, Scope};
 
 /// Every management endpoint (a path shape; methods are matched in [`route`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +79,8 @@ pub enum Endpoint {
     Alerts,
     Alert,
     Batch,
+    OAuthClients,
+    OAuthClient,
     AdminReload,
     OpenApi,
 }
@@ -128,6 +131,8 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/alerts", Endpoint::Alerts),
     ("/alerts/{id}", Endpoint::Alert),
     ("/batch", Endpoint::Batch),
+    ("/oauth/clients", Endpoint::OAuthClients),
+    ("/oauth/clients/{id}", Endpoint::OAuthClient),
     ("/admin/reload", Endpoint::AdminReload),
     ("/openapi.json", Endpoint::OpenApi),
 ];
@@ -179,6 +184,7 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         | (E::WebhookDeliveries, "GET")
         | (E::WebhookRotate | E::WebhookTest, "POST") => Scope(crate::api::Scope::Admin),
         (E::Alerts, "GET" | "POST") | (E::Alert, "GET" | "DELETE") => Scope(crate::api::Scope::Admin),
+        (E::OAuthClients, "GET" | "POST") | (E::OAuthClient, "GET" | "DELETE") => Scope(crate::api::Scope::Admin),
         // Each operation is checked as if sent alone.
         (E::Batch, "POST") => AnyCredential,
         (E::AdminReload, "POST") => Scope(crate::api::Scope::Admin),
@@ -385,6 +391,19 @@ pub fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
     query.map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default()
 }
 
+/// Endpoints that make or change credentials. A third party acting for a user with an OAuth
+/// access token may not call them, whatever scopes it was granted: a token that expires must not
+/// mint a key that does not, nor take over the user's MFA.
+fn makes_credentials(endpoint: Endpoint, method: &str) -> bool {
+    use Endpoint as E;
+    matches!(
+        (endpoint, method),
+        (E::ApiKeys | E::ApiKeyRotate | E::ServiceAccounts | E::ServiceAccountKeys | E::OAuthClients, "POST")
+            | (E::MfaEnroll | E::MfaActivate | E::MfaReset, "POST")
+            | (E::Mfa, "DELETE")
+    )
+}
+
 /// Runs the handler of `endpoint` for `call`, after the scope check.
 pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
     use Endpoint as E;
@@ -400,6 +419,14 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         }
     }
     let m = call.method.as_str();
+    if makes_credentials(endpoint, m)
+        && call.principal.as_deref().is_some_and(|p| matches!(p.credential, CredentialKind::OAuthToken { .. }))
+    {
+        return Err(ApiError::Forbidden(
+            "a delegated OAuth token cannot make or change credentials (keys, service accounts, MFA, OAuth clients)"
+                .into(),
+        ));
+    }
     match (endpoint, m) {
         (E::Gateways, "GET") => gateways::list(&call).await,
         (E::Gateways, "POST") => gateways::create(&call).await,
@@ -455,6 +482,10 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
         (E::Alert, "GET") => alerts::get(&call).await,
         (E::Alert, "DELETE") => alerts::delete(&call).await,
         (E::Batch, "POST") => batch::run(&call).await,
+        (E::OAuthClients, "GET") => oauth_clients::list(&call).await,
+        (E::OAuthClients, "POST") => oauth_clients::create(&call).await,
+        (E::OAuthClient, "GET") => oauth_clients::get(&call).await,
+        (E::OAuthClient, "DELETE") => oauth_clients::delete(&call).await,
         (E::AdminReload, "POST") => admin::reload(&call).await,
         (E::OpenApi, "GET") => Ok(Reply { raw: true, ..Reply::ok(openapi::document()) }),
         _ => Err(ApiError::MethodNotAllowed(m.to_string())),

@@ -43,6 +43,7 @@ impl Modify for Security {
         super::webhooks::deliveries, super::webhooks::rotate, super::webhooks::test,
         super::alerts::list, super::alerts::create, super::alerts::get, super::alerts::delete,
         super::batch::run,
+        super::oauth_clients::list, super::oauth_clients::create, super::oauth_clients::get, super::oauth_clients::delete,
         super::admin::reload,
     ),
     components(schemas(Envelope, MessageEnvelope, ErrorEnvelope, ErrorObject, Meta)),

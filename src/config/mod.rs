@@ -90,6 +90,12 @@ pub struct WebConfig {
     pub session_idle: Duration,
     /// Web sessions a user may hold at once; a new one ends the oldest.
     pub max_sessions_per_user: usize,
+    /// How long an authorization code may wait for its exchange (60 s).
+    pub authorization_code_lifetime: Duration,
+    /// How long an access token of toolgate's authorization server lives (an hour).
+    pub access_token_lifetime: Duration,
+    /// How long a refresh token lives unused (30 days); each use rotates it.
+    pub refresh_token_lifetime: Duration,
     /// External OpenID Connect providers users may sign in with (the specification's "social"
     /// sign-in).
     pub oidc_providers: Vec<OidcProvider>,

@@ -1,7 +1,7 @@
 //! Web sign-in, the identity service's first part (`{auth_url}`, `web.path`, default `/auth`):
 //! server-rendered pages where a user signs in with e-mail and password (and the TOTP code or a
 //! backup code when MFA is on), a web session held in a cookie, and sign-out. The OAuth
-//! authorization server's consent will sit on these sessions.
+//! authorization server's consent page (`consent.rs`) sits on these sessions.
 //!
 //! Decisions (README "Web sign-in"):
 //! - Cookies: `toolgate_session` (the session token; `HttpOnly`, `Secure`, `SameSite=Lax` so a
@@ -17,6 +17,7 @@
 //!   (`Content-Security-Policy: default-src 'none'`).
 //! - `next` (where to go once signed in) is a path on this server only.
 
+mod consent;
 mod oidc;
 mod pages;
 pub mod passwords;
@@ -132,15 +133,22 @@ impl SignIn {
 pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
     let path = ex.request().uri.path()[prefix..].to_string();
     let method = ex.request().method.clone();
+    if path == "/oauth/token" || path == "/oauth/revoke" {
+        return crate::oauth_server::handle(server, ex, &path).await;
+    }
     let page = match (method.as_str(), path.as_str()) {
         ("GET", "" | "/") => account(server, ex).await,
         ("GET", "/signin") => Ok(sign_in_form(server, ex, None)),
         ("POST", "/signin") => sign_in(server, ex).await,
         ("POST", "/signin/mfa") => sign_in_mfa(server, ex).await,
         ("POST", "/signout") => sign_out(server, ex).await,
+        ("GET", "/oauth/authorize") => consent::authorize(server, ex).await,
+        ("POST", "/oauth/authorize") => consent::decide(server, ex).await,
         ("GET", p) if p.starts_with("/signin/") => start_with_provider(server, ex, &p["/signin/".len()..]).await,
         ("GET", p) if p.starts_with("/callback/") => back_from_provider(server, ex).await,
-        (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout") => Err(ApiError::MethodNotAllowed(method.to_string())),
+        (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout" | "/oauth/authorize") => {
+            Err(ApiError::MethodNotAllowed(method.to_string()))
+        }
         _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
     };
     let page = page.unwrap_or_else(|e| Page::error(&e));

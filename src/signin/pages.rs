@@ -115,6 +115,41 @@ pub fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sess
     )
 }
 
+/// What a client asks of the signed-in user; `carried` are the request's parameters, sent back
+/// with the decision.
+pub fn consent(
+    prefix: &str,
+    csrf: &str,
+    client: &str,
+    email: &str,
+    scopes: &[&str],
+    carried: &[(&str, &str)],
+) -> String {
+    let items: String = scopes.iter().map(|s| format!("<li class=\"scope\">{}</li>", escape(s))).collect();
+    let hidden: String = carried
+        .iter()
+        .map(|(k, v)| format!("<input type=\"hidden\" name=\"{}\" value=\"{}\">", escape(k), escape(v)))
+        .collect();
+    let what = if scopes.is_empty() {
+        "<p>It asks for nothing that your role allows.</p>".to_string()
+    } else {
+        format!("<p>It asks to act for you with:</p><ul>{items}</ul>")
+    };
+    page(
+        "Allow access",
+        &format!(
+            "<p><strong id=\"client\">{}</strong> wants to use toolgate as <strong>{}</strong>.</p>{what}\
+             <form method=\"post\" action=\"{}/oauth/authorize\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">{hidden}\
+             <button type=\"submit\" name=\"decision\" value=\"allow\">Allow</button> \
+             <button type=\"submit\" name=\"decision\" value=\"deny\">Deny</button></form>",
+            escape(client),
+            escape(email),
+            escape(prefix),
+            escape(csrf)
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

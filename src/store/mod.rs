@@ -68,6 +68,14 @@ pub enum Kind {
     WebSession,
     /// A sign-in through an OpenID provider under way, by the SHA-256 of its state (expiring).
     SignInState,
+    /// A client of the OAuth authorization server, in its organisation's partition.
+    OAuthClient,
+    /// An authorization code, by its SHA-256 (expiring, taken once); after use, `used:<hash>`
+    /// names the grant it made, so that a second use revokes it.
+    OAuthCode,
+    /// What a user granted a client, in its organisation's partition (expiring with its refresh
+    /// token).
+    OAuthGrant,
 }
 
 impl Kind {
@@ -91,6 +99,9 @@ impl Kind {
             Kind::Password => "password",
             Kind::WebSession => "web_session",
             Kind::SignInState => "sign_in_state",
+            Kind::OAuthClient => "oauth_client",
+            Kind::OAuthCode => "oauth_code",
+            Kind::OAuthGrant => "oauth_grant",
         }
     }
 }

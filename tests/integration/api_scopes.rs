@@ -75,6 +75,10 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("POST", "/alerts", Scope("admin")),
     ("GET", "/alerts/{id}", Scope("admin")),
     ("DELETE", "/alerts/{id}", Scope("admin")),
+    ("GET", "/oauth/clients", Scope("admin")),
+    ("POST", "/oauth/clients", Scope("admin")),
+    ("GET", "/oauth/clients/{id}", Scope("admin")),
+    ("DELETE", "/oauth/clients/{id}", Scope("admin")),
     // Each operation is checked as if sent alone.
     ("POST", "/batch", Any),
     // The operator's owner only: another holder of `admin` gets 404.
@@ -123,10 +127,16 @@ fn body(method: &str, path: &str, n: usize) -> Option<Value> {
         // A public address literal (no DNS); only error.critical, which these tests never raise.
         ("POST", "/webhooks") => json!({ "url": "https://93.184.216.34/hook", "events": ["error.critical"] }),
         ("POST", "/alerts") => alert_body(),
+        ("POST", "/oauth/clients") => oauth_client_body(),
         ("POST", "/batch") => json!({ "operations": [{ "method": "GET", "path": "/v1/rate-limit" }] }),
         ("POST", _) | ("PATCH", _) => json!({}),
         _ => return None,
     })
+}
+
+/// A confidential OAuth client.
+fn oauth_client_body() -> serde_json::Value {
+    json!({ "name": "Scopes app", "redirect_uris": ["https://client.example/cb"], "scopes": ["gateways:read"] })
 }
 
 /// An alert notifying a public address literal's Slack-like URL (no DNS, never reached here).
@@ -213,6 +223,10 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
         "/alerts/{id}" => {
             let r = f.srv.api("POST", "/v1/alerts", Some(owner), Some(alert_body()));
             ok(&r, 201)["id"].as_str().unwrap().to_string()
+        }
+        "/oauth/clients/{id}" => {
+            let r = f.srv.api("POST", "/v1/oauth/clients", Some(owner), Some(oauth_client_body()));
+            ok(&r, 201)["client_id"].as_str().unwrap().to_string()
         }
         "/sessions/{id}" => "sess_does_not_exist".into(),
         "/user/web-sessions/{id}" => "ws_does_not_exist".into(),

@@ -103,6 +103,15 @@ fn another_organisations_resources_are_404_on_every_id_path() {
         ),
         201,
     );
+    let oauth_client = ok(
+        &srv.api(
+            "POST",
+            "/v1/oauth/clients",
+            Some(&a),
+            Some(json!({ "name": "iso", "redirect_uris": ["https://client.example/cb"], "scopes": ["logs:read"] })),
+        ),
+        201,
+    );
     let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
     let web_session = web_session_of(&srv, &a, "a@iso.test");
     let id_for = |path: &str| -> String {
@@ -115,6 +124,7 @@ fn another_organisations_resources_are_404_on_every_id_path() {
             p if p.starts_with("/webhooks/") => webhook["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/alerts/") => alert["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/user/web-sessions/") => web_session.clone(),
+            p if p.starts_with("/oauth/clients/") => oauth_client["client_id"].as_str().unwrap().to_string(),
             other => panic!("no resource of organisation A for {other}: add a row to this sweep"),
         }
     };
@@ -148,6 +158,10 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     assert!(alerts.to_string().contains(alert["id"].as_str().unwrap()), "B's DELETE removed A's alert: {alerts}");
     let sessions = ok(&srv.api("GET", "/v1/user/web-sessions", Some(&a), None), 200);
     assert!(sessions.to_string().contains(&web_session), "B's DELETE ended A's web session: {sessions}");
+    let client_id = oauth_client["client_id"].as_str().unwrap();
+    ok(&srv.api("GET", &format!("/v1/oauth/clients/{client_id}"), Some(&a), None), 200);
+    let b_clients = ok(&srv.api("GET", "/v1/oauth/clients", Some(&b), None), 200);
+    assert_eq!(b_clients["clients"], json!([]), "B lists A's OAuth client: {b_clients}");
     let b_alerts = ok(&srv.api("GET", "/v1/alerts", Some(&b), None), 200);
     assert_eq!(b_alerts["alerts"], json!([]), "B lists A's alert: {b_alerts}");
 }

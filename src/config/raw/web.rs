@@ -9,6 +9,9 @@ pub(super) struct RawWeb {
     path: Option<String>,
     session_idle_secs: Option<u64>,
     max_sessions_per_user: Option<usize>,
+    authorization_code_secs: Option<u64>,
+    access_token_secs: Option<u64>,
+    refresh_token_secs: Option<u64>,
     #[serde(default)]
     oidc_providers: Vec<RawOidcProvider>,
 }
@@ -42,6 +45,21 @@ impl RawWeb {
         let max = self.max_sessions_per_user.unwrap_or(5);
         if !(1..=100).contains(&max) {
             return Err(invalid("web.max_sessions_per_user", "must be between 1 and 100"));
+        }
+        let code = self.authorization_code_secs.unwrap_or(60);
+        if !(1..=600).contains(&code) {
+            return Err(invalid("web.authorization_code_secs", "must be between 1 and 600 (ten minutes)"));
+        }
+        let access = self.access_token_secs.unwrap_or(3600);
+        if !(60..=86_400).contains(&access) {
+            return Err(invalid("web.access_token_secs", "must be between 60 and 86400 (a day)"));
+        }
+        let refresh = self.refresh_token_secs.unwrap_or(30 * 86_400);
+        if !(access..=365 * 86_400).contains(&refresh) {
+            return Err(invalid(
+                "web.refresh_token_secs",
+                "must be at least web.access_token_secs and at most 31536000 (a year)",
+            ));
         }
         let mut providers: Vec<OidcProvider> = Vec::new();
         for (i, p) in self.oidc_providers.into_iter().enumerate() {
@@ -95,6 +113,9 @@ impl RawWeb {
             path,
             session_idle: std::time::Duration::from_secs(idle),
             max_sessions_per_user: max,
+            authorization_code_lifetime: std::time::Duration::from_secs(code),
+            access_token_lifetime: std::time::Duration::from_secs(access),
+            refresh_token_lifetime: std::time::Duration::from_secs(refresh),
             oidc_providers: providers,
         })
     }

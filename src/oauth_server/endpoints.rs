@@ -1,0 +1,157 @@
+//! The authorization server's machine endpoints: token (RFC 6749 section 3.2), revocation
+//! (RFC 7009) and metadata (RFC 8414). Form-encoded in, JSON out, errors as RFC 6749 section
+//! 5.2 has them (`{"error", "error_description"}`), never cached.
+
+use super::OAuthError;
+use crate::config::Config;
+use crate::exchange::Exchange;
+use crate::model::OAuthClient;
+use crate::server::Server;
+use base64::Engine as _;
+use http::header::{HeaderName, HeaderValue};
+use pingora::Result;
+use serde_json::{json, Value};
+
+/// Largest form accepted.
+const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// The metadata document (RFC 8414 section 2).
+pub fn metadata(config: &Config) -> Value {
+    let base = format!("{}{}", config.server.public_url, config.web.path);
+    let auth_methods = ["client_secret_basic", "client_secret_post", "none"];
+    json!({
+        "issuer": config.server.public_url,
+        "authorization_endpoint": format!("{base}/oauth/authorize"),
+        "token_endpoint": format!("{base}/oauth/token"),
+        "revocation_endpoint": format!("{base}/oauth/revoke"),
+        "response_types_supported": ["code"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": auth_methods,
+        "revocation_endpoint_auth_methods_supported": auth_methods,
+        "scopes_supported": super::scope_names(toolgate_filters::ScopeSet::ALL),
+        "authorization_response_iss_parameter_supported": true,
+    })
+}
+
+/// Answers `POST {auth_url}/oauth/token` and `/oauth/revoke` (`path` is after the prefix).
+pub async fn handle(server: &Server, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
+    if ex.request().method != http::Method::POST {
+        let e = OAuthError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
+        return write(ex, 405, &error_body(&e), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
+    }
+    let basic_used = ex.headers().contains_key(http::header::AUTHORIZATION);
+    let outcome = match path {
+        "/oauth/token" => token(server, ex).await.map(|t| serde_json::to_value(t).unwrap_or_default()),
+        _ => revoke(server, ex).await.map(|()| json!({})),
+    };
+    match outcome {
+        Ok(body) => write(ex, 200, &body, &[]).await,
+        Err(e) => {
+            let mut headers = Vec::new();
+            if e.code == "invalid_client" && basic_used {
+                // RFC 6749 section 5.2: a client that tried Basic is told the scheme.
+                headers.push((http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"toolgate\"")));
+            }
+            write(ex, e.status(), &error_body(&e), &headers).await
+        }
+    }
+}
+
+fn error_body(e: &OAuthError) -> Value {
+    json!({ "error": e.code, "error_description": e.description })
+}
+
+async fn write(ex: &mut Exchange<'_>, status: u16, body: &Value, extra: &[(HeaderName, HeaderValue)]) -> Result<()> {
+    let mut headers = extra.to_vec();
+    headers.push((http::header::PRAGMA, HeaderValue::from_static("no-cache")));
+    ex.respond(status, "application/json", serde_json::to_vec(body).unwrap_or_default(), &headers).await
+}
+
+/// The form's fields; a field given twice is an error (RFC 6749 section 3.2).
+async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, OAuthError> {
+    let form_type = ex.header("content-type").is_some_and(|t| {
+        t.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/x-www-form-urlencoded"))
+    });
+    if !form_type {
+        return Err(OAuthError::new("invalid_request", "the body must be application/x-www-form-urlencoded"));
+    }
+    let body = ex.read_body().await.map_err(|e| OAuthError::new("invalid_request", e.to_string()))?;
+    if body.len() > MAX_FORM_BYTES {
+        return Err(OAuthError::new("invalid_request", "the form is too large"));
+    }
+    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    for (i, (name, _)) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|(n, _)| n == name) {
+            return Err(OAuthError::new("invalid_request", format!("`{name}` is given twice")));
+        }
+    }
+    Ok(fields)
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
+}
+
+/// The client of the request (RFC 6749 section 2.3): HTTP Basic, or `client_id` (and
+/// `client_secret`) in the form. A confidential client must prove its secret; a public one
+/// has none to prove.
+async fn authenticate(
+    server: &Server,
+    ex: &Exchange<'_>,
+    fields: &[(String, String)],
+) -> std::result::Result<OAuthClient, OAuthError> {
+    let refused = || OAuthError::new("invalid_client", "client authentication failed");
+    let (id, secret) = match ex.header("authorization") {
+        Some(value) => {
+            let encoded = value.strip_prefix("Basic ").ok_or_else(refused)?;
+            let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).map_err(|_| refused())?;
+            let decoded = String::from_utf8(decoded).map_err(|_| refused())?;
+            let (id, secret) = decoded.split_once(':').ok_or_else(refused)?;
+            // Both parts are form-encoded before they are joined (RFC 6749 section 2.3.1).
+            let unescape =
+                |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+            (unescape(id), Some(unescape(secret)))
+        }
+        None => (
+            field(fields, "client_id").ok_or_else(refused)?.to_string(),
+            field(fields, "client_secret").map(str::to_string),
+        ),
+    };
+    let client = super::client(server.state.store.as_ref(), &id).await?.ok_or_else(refused)?;
+    match (&client.secret_hash, secret) {
+        (Some(stored), Some(given)) if crate::secrets::hashes_equal(stored, &crate::secrets::hash_key(&given)) => {}
+        (None, None) => {}
+        _ => return Err(refused()),
+    }
+    Ok(client)
+}
+
+async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<super::Tokens, OAuthError> {
+    let fields = form(ex).await?;
+    let client = authenticate(server, ex, &fields).await?;
+    let state = &server.state;
+    match field(&fields, "grant_type") {
+        Some("authorization_code") => {
+            let code = field(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
+            super::exchange_code(state, &client, code, field(&fields, "redirect_uri"), field(&fields, "code_verifier"))
+                .await
+        }
+        Some("refresh_token") => {
+            let token = field(&fields, "refresh_token")
+                .ok_or_else(|| OAuthError::new("invalid_request", "refresh_token is missing"))?;
+            super::refresh(state, &client, token, field(&fields, "scope")).await
+        }
+        Some(_) => {
+            Err(OAuthError::new("unsupported_grant_type", "grant_type must be authorization_code or refresh_token"))
+        }
+        None => Err(OAuthError::new("invalid_request", "grant_type is missing")),
+    }
+}
+
+async fn revoke(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
+    let fields = form(ex).await?;
+    let client = authenticate(server, ex, &fields).await?;
+    let token = field(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
+    super::revoke(&server.state, &client, token).await
+}

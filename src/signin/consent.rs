@@ -1,0 +1,91 @@
+//! The authorization server's page (`{auth_url}/oauth/authorize`): a signed-in user sees what
+//! a client asks for and allows or denies it. The protocol's checks are `oauth_server`'s; this
+//! file is the web session, the CSRF-protected form and the redirects.
+
+use super::{current, form, pages, prefix, Page};
+use crate::error::ApiError;
+use crate::exchange::Exchange;
+use crate::oauth_server::{self, AuthorizationRequest};
+use crate::server::Server;
+
+/// The request's parameters the decision form carries back.
+const CARRIED: [&str; 7] =
+    ["client_id", "redirect_uri", "response_type", "scope", "state", "code_challenge", "code_challenge_method"];
+
+/// `GET {auth_url}/oauth/authorize`: the consent page, or the sign-in page first.
+pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page, ApiError> {
+    let query = ex.request().uri.query().unwrap_or("");
+    let params: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    let path = prefix(server);
+    let Some(session) = current(server, ex).await? else {
+        // Only a well-formed request is worth signing in for.
+        oauth_server::check_client(server.state.store.as_ref(), &params, None).await?;
+        let here = format!("{path}/oauth/authorize?{query}");
+        let next: String = url::form_urlencoded::byte_serialize(here.as_bytes()).collect();
+        return Ok(Page::redirect(&format!("{path}/signin?next={next}")));
+    };
+    let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
+    let request = match checked(server, &params, &user.org_id).await? {
+        Ok(r) => r,
+        Err(refusal) => return Ok(refusal),
+    };
+    let csrf = crate::secrets::new_session_id();
+    let carried: Vec<(&str, &str)> = CARRIED
+        .iter()
+        .filter_map(|name| params.iter().find(|(k, _)| k == name).map(|(_, v)| (*name, v.as_str())))
+        .collect();
+    let scopes = oauth_server::scope_names(oauth_server::granted(&request, &user));
+    Ok(Page::html(200, pages::consent(&path, &csrf, &request.client.name, &user.email, &scopes, &carried))
+        .cookie(super::csrf_cookie(&path, &csrf)))
+}
+
+/// `POST {auth_url}/oauth/authorize`: the user's decision, on the same checks again.
+pub(super) async fn decide(server: &Server, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
+    let fields = form(ex).await?;
+    let session = current(server, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
+    let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
+    let request = match checked(server, &fields, &user.org_id).await? {
+        Ok(r) => r,
+        Err(refusal) => return Ok(refusal),
+    };
+    let issuer = server.state.config().server.public_url.clone();
+    let state = request.state.as_deref();
+    let with_state = |mut pairs: Vec<(&'static str, String)>| {
+        if let Some(s) = state {
+            pairs.push(("state", s.to_string()));
+        }
+        pairs
+    };
+    let pairs = if super::field(&fields, "decision") == "allow" {
+        let lifetime = server.state.config().web.authorization_code_lifetime;
+        let code = oauth_server::issue_code(server.state.store.as_ref(), &request, &user, lifetime).await?;
+        tracing::info!(user = user.id, client = request.client.id, "OAuth client authorised");
+        with_state(vec![("code", code)])
+    } else {
+        with_state(vec![("error", "access_denied".into()), ("error_description", "the user denied the request".into())])
+    };
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Ok(Page::redirect(&oauth_server::redirect_with(&request.redirect_uri, &issuer, &pairs)))
+}
+
+/// The request checked for a user of `org_id`: `Ok(Err(page))` when it is refused, to the user
+/// (an error page) or to the client (a redirect with the error).
+async fn checked(
+    server: &Server,
+    params: &[(String, String)],
+    org_id: &str,
+) -> Result<Result<AuthorizationRequest, Page>, ApiError> {
+    let (client, redirect_uri) = oauth_server::check_client(server.state.store.as_ref(), params, Some(org_id)).await?;
+    match oauth_server::check_request(client, redirect_uri.clone(), params) {
+        Ok(r) => Ok(Ok(r)),
+        Err(e) => {
+            let issuer = server.state.config().server.public_url.clone();
+            let mut pairs = vec![("error", e.code), ("error_description", e.description.as_str())];
+            let state = params.iter().find(|(k, _)| k == "state").map(|(_, v)| v.as_str());
+            if let Some(s) = state {
+                pairs.push(("state", s));
+            }
+            Ok(Err(Page::redirect(&oauth_server::redirect_with(&redirect_uri, &issuer, &pairs))))
+        }
+    }
+}

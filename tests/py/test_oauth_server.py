@@ -1,0 +1,297 @@
+"""toolgate as an OAuth 2.0 authorization server: an organisation registers a client
+(`/v1/oauth/clients`), a signed-in user allows it on the consent page
+(`{auth_url}/oauth/authorize`), and the client, driven by `authlib`'s OAuth 2.0 client, gets
+tokens at `{auth_url}/oauth/token` (authorization code with PKCE, rotating refresh tokens),
+calls the management API with them within the granted scopes, and revokes them (RFC 7009).
+Then the attacks: a foreign redirect URI, a code used twice, a missing or wrong PKCE verifier,
+an expired code, a refresh token used twice, a wrong client secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+import urllib.parse
+
+import httpx2
+import pytest
+
+os.environ.setdefault("AUTHLIB_INSECURE_TRANSPORT", "1")  # the test's server is plain HTTP on the loopback
+
+try:
+    from authlib.common.security import generate_token
+    from authlib.integrations.requests_client import OAuth2Session
+except ImportError as e:  # pragma: no cover - the test command installs it
+    raise RuntimeError("authlib is missing: run the test command (tests/run.sh), which installs tests/py/requirements.txt") from e
+
+import test_web_signin as signin
+from mcp_helpers import Api, ToolgateServer, config, on_port, start_on_a_chosen_port
+
+REDIRECT = "https://client.example/callback"
+
+
+@contextlib.contextmanager
+def server(extra_yaml: str = ""):
+    """toolgate whose public URL is its own address: the issuer and the endpoints in its metadata
+    are where the client library goes."""
+    srv = start_on_a_chosen_port(lambda port: on_port(config(), port) + extra_yaml)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def metadata(srv: ToolgateServer) -> dict:
+    r = httpx2.get(srv.base_url + "/.well-known/oauth-authorization-server", timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def register(api: Api, public: bool = False, scopes=("gateways:read", "logs:read")) -> dict:
+    r = api.call("POST", "/v1/oauth/clients",
+                 {"name": "Reporting app", "redirect_uris": [REDIRECT], "scopes": list(scopes), "public": public})
+    assert r.status_code == 201, r.text
+    return r.json()["data"]
+
+
+def signed_in(srv: ToolgateServer) -> signin.Browser:
+    assert signin.set_password(srv, signin.PASSWORD).status_code == 200
+    b = signin.Browser(srv)
+    assert b.sign_in(signin.OWNER, signin.PASSWORD).status_code == 303
+    return b
+
+
+def consent(b: signin.Browser, authorize_url: str) -> httpx2.Response:
+    """Opens the authorization URL as the signed-in browser; returns the consent page."""
+    parts = urllib.parse.urlsplit(authorize_url)
+    return b.request("GET", f"{parts.path}?{parts.query}")
+
+
+def decide(b: signin.Browser, page: httpx2.Response, decision: str = "allow") -> str:
+    """Submits the consent form; returns where the browser is sent (the client's redirect URI)."""
+    assert page.status_code == 200, page.text
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page.text))
+    fields = {k: v.replace("&amp;", "&").replace("&quot;", '"').replace("&#39;", "'") for k, v in fields.items()}
+    r = b.request("POST", "/auth/oauth/authorize", data=fields | {"decision": decision})
+    assert r.status_code == 303, r.text
+    return r.headers["location"]
+
+
+def query_of(url: str) -> dict[str, str]:
+    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+
+
+def status_with(srv: ToolgateServer, token: str, path: str = "/v1/gateways") -> int:
+    return httpx2.get(srv.base_url + path, headers={"Authorization": f"Bearer {token}"}, timeout=10).status_code
+
+
+def authorize(srv, b, client: OAuth2Session, meta, **kw) -> tuple[str, str]:
+    """The code flow up to the redirect back: (redirect URL, PKCE verifier)."""
+    verifier = generate_token(48)
+    url, _state = client.create_authorization_url(meta["authorization_endpoint"], code_verifier=verifier, **kw)
+    return decide(b, consent(b, url)), verifier
+
+
+def test_a_client_gets_tokens_with_the_code_flow_uses_refreshes_and_revokes_them():
+    with server() as srv:
+        api = Api(srv)
+        meta = metadata(srv)
+        assert meta["issuer"] == srv.base_url
+        assert meta["token_endpoint"] == srv.base_url + "/auth/oauth/token"
+        assert meta["code_challenge_methods_supported"] == ["S256"]
+        assert set(meta["grant_types_supported"]) == {"authorization_code", "refresh_token"}
+
+        registered = register(api)
+        secret = registered["client_secret"]
+        assert secret.startswith("tgs_") and registered["token_endpoint_auth_method"] == "client_secret_basic"
+        shown = api.ok("GET", f"/v1/oauth/clients/{registered['client_id']}")["data"]
+        assert "client_secret" not in shown and secret not in str(api.ok("GET", "/v1/oauth/clients")), "shown once"
+
+        # Not signed in: the sign-in page first, which comes back to the request.
+        client = OAuth2Session(registered["client_id"], secret, scope="gateways:read logs:read",
+                               redirect_uri=REDIRECT, code_challenge_method="S256")
+        verifier = generate_token(48)
+        url, state = client.create_authorization_url(meta["authorization_endpoint"], code_verifier=verifier)
+        anonymous = signin.Browser(srv)
+        r = consent(anonymous, url)
+        assert r.status_code == 303 and r.headers["location"].startswith("/auth/signin?next=%2Fauth%2Foauth%2Fauthorize%3F")
+        assert signin.set_password(srv, signin.PASSWORD).status_code == 200
+        csrf = anonymous.form_csrf(r.headers["location"])
+        next_ = urllib.parse.unquote(r.headers["location"].split("next=", 1)[1])
+        back = anonymous.request("POST", "/auth/signin",
+                                 data={"csrf": csrf, "email": signin.OWNER, "password": signin.PASSWORD, "next": next_})
+        assert back.status_code == 303 and back.headers["location"] == next_
+
+        page = anonymous.request("GET", next_)
+        assert page.status_code == 200 and "Reporting app" in page.text
+        assert re.findall(r'<li class="scope">([^<]+)</li>', page.text) == ["gateways:read", "logs:read"]
+        redirected = decide(anonymous, page)
+        assert redirected.startswith(REDIRECT + "?")
+        params = query_of(redirected)
+        assert params["state"] == state and params["iss"] == srv.base_url
+
+        token = client.fetch_token(meta["token_endpoint"], authorization_response=redirected, code_verifier=verifier)
+        assert token["token_type"].lower() == "bearer" and token["expires_in"] == 3600
+        assert token["scope"] == "gateways:read logs:read"
+        access, refresh = token["access_token"], token["refresh_token"]
+
+        # The token acts for the user within the granted scopes.
+        assert status_with(srv, access) == 200
+        assert status_with(srv, access, "/v1/logs") == 200
+        seen = httpx2.get(srv.base_url + "/v1/auth/debug", headers={"Authorization": f"Bearer {access}"}, timeout=10).json()["data"]
+        assert seen["credential_type"] == "oauth_token" and seen["oauth_client_id"] == registered["client_id"]
+        assert seen["scopes"] == ["gateways:read", "logs:read"] and seen["user_id"] == "usr_owner"
+        created = httpx2.post(srv.base_url + "/v1/api-keys", json={"name": "x"},
+                              headers={"Authorization": f"Bearer {access}"}, timeout=10)
+        assert created.status_code == 403, "no admin scope was granted"
+        assert status_with(srv, access + "x") == 401
+
+        # Refresh rotates both tokens: the old access token stops at once.
+        renewed = client.refresh_token(meta["token_endpoint"], refresh_token=refresh)
+        assert renewed["access_token"] != access and renewed["refresh_token"] != refresh
+        assert status_with(srv, access) == 401 and status_with(srv, renewed["access_token"]) == 200
+
+        # A refresh token used twice: refused, and the whole grant is revoked.
+        reused = httpx2.post(meta["token_endpoint"], data={"grant_type": "refresh_token", "refresh_token": refresh},
+                             auth=(registered["client_id"], secret), timeout=10)
+        assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant", reused.text
+        assert reused.headers["cache-control"] == "no-store"
+        assert status_with(srv, renewed["access_token"]) == 401, "reuse revokes the family"
+        gone = httpx2.post(meta["token_endpoint"], data={"grant_type": "refresh_token", "refresh_token": renewed["refresh_token"]},
+                           auth=(registered["client_id"], secret), timeout=10)
+        assert gone.status_code == 400 and gone.json()["error"] == "invalid_grant"
+
+        # Revocation (RFC 7009): the refresh token ends the grant, the access token with it.
+        redirected, verifier = authorize(srv, anonymous, client, meta)
+        token = client.fetch_token(meta["token_endpoint"], authorization_response=redirected, code_verifier=verifier)
+        assert status_with(srv, token["access_token"]) == 200
+        revoked = client.revoke_token(meta["revocation_endpoint"], token=token["refresh_token"], token_type_hint="refresh_token")
+        assert revoked.status_code == 200
+        assert status_with(srv, token["access_token"]) == 401
+        again = client.revoke_token(meta["revocation_endpoint"], token=token["refresh_token"])
+        assert again.status_code == 200, "an unknown token is not an error"
+
+        # Deleting the client revokes what it holds.
+        redirected, verifier = authorize(srv, anonymous, client, meta)
+        token = client.fetch_token(meta["token_endpoint"], authorization_response=redirected, code_verifier=verifier)
+        assert api.ok("GET", f"/v1/oauth/clients/{registered['client_id']}")["data"]["active_grants"] == 1
+        assert api.call("DELETE", f"/v1/oauth/clients/{registered['client_id']}").status_code == 200
+        assert status_with(srv, token["access_token"]) == 401
+        assert api.call("GET", f"/v1/oauth/clients/{registered['client_id']}").status_code == 404
+
+
+def test_the_attacks_on_the_code_flow_are_refused():
+    with server("web:\n  authorization_code_secs: 2\n") as srv:
+        api = Api(srv)
+        meta = metadata(srv)
+        registered = register(api)
+        cid, secret = registered["client_id"], registered["client_secret"]
+        b = signed_in(srv)
+        client = OAuth2Session(cid, secret, scope="logs:read", redirect_uri=REDIRECT, code_challenge_method="S256")
+
+        def exchange(code: str, verifier: str | None, redirect: str = REDIRECT, auth=(cid, secret)) -> httpx2.Response:
+            form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect}
+            if verifier is not None:
+                form["code_verifier"] = verifier
+            return httpx2.post(meta["token_endpoint"], data=form, auth=auth, timeout=10)
+
+        # A redirect URI the client did not register: told to the user, never redirected.
+        foreign = OAuth2Session(cid, secret, scope="logs:read", redirect_uri="https://evil.example/cb",
+                                code_challenge_method="S256")
+        url, _ = foreign.create_authorization_url(meta["authorization_endpoint"], code_verifier=generate_token(48))
+        r = consent(b, url)
+        assert r.status_code == 400 and "location" not in r.headers and "redirect_uri" in r.text
+        # A scope beyond the client's: sent back to the client as invalid_scope.
+        wide = OAuth2Session(cid, secret, scope="admin", redirect_uri=REDIRECT, code_challenge_method="S256")
+        url, state = wide.create_authorization_url(meta["authorization_endpoint"], code_verifier=generate_token(48))
+        r = consent(b, url)
+        assert r.status_code == 303 and query_of(r.headers["location"]) | {"error_description": ""} == {
+            "error": "invalid_scope", "error_description": "", "state": state, "iss": srv.base_url}
+        # The user denies: access_denied.
+        url, state = client.create_authorization_url(meta["authorization_endpoint"], code_verifier=generate_token(48))
+        denied = query_of(decide(b, consent(b, url), "deny"))
+        assert denied["error"] == "access_denied" and denied["state"] == state and "code" not in denied
+        # The consent form without its CSRF token: refused.
+        page = consent(b, url)
+        fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page.text))
+        fields.pop("csrf")
+        assert b.request("POST", "/auth/oauth/authorize", data=fields | {"decision": "allow"}).status_code == 403
+
+        # A code used twice: refused, and the tokens of its first use revoked.
+        redirected, verifier = authorize(srv, b, client, meta)
+        code = query_of(redirected)["code"]
+        first = exchange(code, verifier)
+        assert first.status_code == 200, first.text
+        assert status_with(srv, first.json()["access_token"], "/v1/logs") == 200
+        second = exchange(code, verifier)
+        assert second.status_code == 400 and second.json()["error"] == "invalid_grant", second.text
+        assert status_with(srv, first.json()["access_token"], "/v1/logs") == 401
+
+        # PKCE: a missing verifier, a wrong one.
+        code = query_of(authorize(srv, b, client, meta)[0])["code"]
+        r = exchange(code, None)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant" and "code_verifier" in r.json()["error_description"]
+        code = query_of(authorize(srv, b, client, meta)[0])["code"]
+        r = exchange(code, generate_token(48))
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant"
+        # Another redirect URI at the token endpoint than at the authorization.
+        redirected, verifier = authorize(srv, b, client, meta)
+        r = exchange(query_of(redirected)["code"], verifier, redirect="https://client.example/other")
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant"
+        # A wrong client secret: 401 invalid_client, with the Basic challenge.
+        redirected, verifier = authorize(srv, b, client, meta)
+        r = exchange(query_of(redirected)["code"], verifier, auth=(cid, "tgs_wrong"))
+        assert r.status_code == 401 and r.json()["error"] == "invalid_client" and r.headers["www-authenticate"].startswith("Basic")
+        # An expired code (codes live 2 s here).
+        redirected, verifier = authorize(srv, b, client, meta)
+        time.sleep(3)
+        r = exchange(query_of(redirected)["code"], verifier)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant", r.text
+        # Malformed requests.
+        r = httpx2.post(meta["token_endpoint"], json={"grant_type": "authorization_code"}, auth=(cid, secret), timeout=10)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_request"
+        r = httpx2.post(meta["token_endpoint"], data={"grant_type": "password"}, auth=(cid, secret), timeout=10)
+        assert r.status_code == 400 and r.json()["error"] == "unsupported_grant_type"
+
+
+def test_a_public_client_must_use_pkce_and_has_no_secret():
+    with server() as srv:
+        api = Api(srv)
+        meta = metadata(srv)
+        registered = register(api, public=True)
+        assert "client_secret" not in registered and registered["token_endpoint_auth_method"] == "none"
+        b = signed_in(srv)
+        no_pkce = OAuth2Session(registered["client_id"], scope="gateways:read", redirect_uri=REDIRECT)
+        url, state = no_pkce.create_authorization_url(meta["authorization_endpoint"])
+        r = consent(b, url)
+        assert r.status_code == 303 and query_of(r.headers["location"])["error"] == "invalid_request"
+        client = OAuth2Session(registered["client_id"], scope="gateways:read", redirect_uri=REDIRECT,
+                               code_challenge_method="S256", token_endpoint_auth_method="none")
+        redirected, verifier = authorize(srv, b, client, meta)
+        token = client.fetch_token(meta["token_endpoint"], authorization_response=redirected, code_verifier=verifier)
+        assert token["scope"] == "gateways:read" and status_with(srv, token["access_token"]) == 200
+        assert status_with(srv, token["access_token"], "/v1/logs") == 403, "logs:read was not granted"
+
+
+def test_a_delegated_token_never_makes_credentials_whatever_its_scopes():
+    with server() as srv:
+        api = Api(srv)
+        meta = metadata(srv)
+        registered = register(api, public=True, scopes=("admin",))
+        b = signed_in(srv)
+        client = OAuth2Session(registered["client_id"], scope="admin", redirect_uri=REDIRECT,
+                               code_challenge_method="S256", token_endpoint_auth_method="none")
+        redirected, verifier = authorize(srv, b, client, meta)
+        token = client.fetch_token(meta["token_endpoint"], authorization_response=redirected, code_verifier=verifier)
+        assert "admin" in token["scope"].split(" ")
+        bearer = {"Authorization": f"Bearer {token['access_token']}"}
+        assert httpx2.get(srv.base_url + "/v1/webhooks", headers=bearer, timeout=10).status_code == 200, "admin holds"
+        for method, path, body in [("POST", "/v1/api-keys", {"name": "minted", "scopes": ["gateways:read"]}),
+                                   ("POST", "/v1/service-accounts", {"name": "minted", "scopes": ["gateways:read"]}),
+                                   ("POST", "/v1/auth/mfa/enroll", None),
+                                   ("POST", "/v1/oauth/clients", {"name": "x", "redirect_uris": [REDIRECT], "scopes": ["admin"]}),
+                                   ("PUT", "/v1/user/password", {"new_password": "a delegated new passphrase"})]:
+            r = httpx2.request(method, srv.base_url + path, json=body, headers=bearer, timeout=10)
+            assert r.status_code == 403, (path, r.text)
