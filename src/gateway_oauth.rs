@@ -1,12 +1,13 @@
 //! OAuth for MCP clients, on the gateways that opt in (`configuration.auth: oauth`, Decision 17).
 //!
 //! Such a gateway is an OAuth protected resource (RFC 9728) whose identifier is its endpoint
-//! URL. It takes, beside `X-API-Key`, `Authorization: Bearer` access tokens that the configured
-//! issuer (`gateway_oauth.issuer`) signed as JWTs (RFC 9068) for that resource: `aud` names the
-//! endpoint (RFC 8707), so a token for one gateway is refused by every other. A 401 there says
+//! URL. It takes, beside `X-API-Key`, `Authorization: Bearer` access tokens of toolgate's own
+//! authorization server granted for that resource (`oauth_server`, resolved by `state.rs`), and
+//! those that the configured issuer (`gateway_oauth.issuer`) signed as JWTs (RFC 9068) for it:
+//! `aud` names the endpoint (RFC 8707), so a token for one gateway is refused by every other. A 401 there says
 //! where the gateway's metadata is (`WWW-Authenticate: Bearer resource_metadata=...`), which is
 //! how an MCP client finds the issuer, registers and signs in (the MCP authorization
-//! specification); toolgate only verifies. A client's token stays at the gateway: apps are
+//! specification). A client's token stays at the gateway: apps are
 //! called with their own credentials.
 //!
 //! The caller is the token's subject within the gateway's organisation (`oauth:<gateway>:<sub>`:
@@ -34,15 +35,19 @@ pub fn metadata_url(public_url: &str, gateway_id: &str) -> String {
 }
 
 /// The gateway's protected-resource metadata (RFC 9728 section 2). Public, so it says nothing of
-/// the gateway beyond its address (not its name, which is the tenant's).
-pub fn metadata(config: &GatewayOAuthConfig, public_url: &str, gateway: &Gateway) -> Value {
+/// the gateway beyond its address (not its name, which is the tenant's). The authorization
+/// servers: the configured issuer first, when there is one, then toolgate's own (whose issuer
+/// is `public_url`).
+pub fn metadata(config: Option<&GatewayOAuthConfig>, public_url: &str, gateway: &Gateway) -> Value {
+    let mut servers: Vec<&str> = config.map(|c| c.issuer.as_str()).into_iter().collect();
+    servers.push(public_url);
     let mut doc = json!({
         "resource": resource(public_url, &gateway.id),
-        "authorization_servers": [config.issuer],
+        "authorization_servers": servers,
         "bearer_methods_supported": ["header"],
     });
-    if !config.scopes.is_empty() {
-        doc["scopes_supported"] = json!(config.scopes);
+    if let Some(c) = config.filter(|c| !c.scopes.is_empty()) {
+        doc["scopes_supported"] = json!(c.scopes);
     }
     doc
 }
@@ -50,14 +55,14 @@ pub fn metadata(config: &GatewayOAuthConfig, public_url: &str, gateway: &Gateway
 /// The `WWW-Authenticate` value of a 401 from the gateway (RFC 6750 section 3, RFC 9728 section
 /// 5.1): where the metadata is, the scopes to ask for, and why a presented token was refused.
 pub fn challenge(
-    config: &GatewayOAuthConfig,
+    config: Option<&GatewayOAuthConfig>,
     public_url: &str,
     gateway_id: &str,
     refused: Option<AuthError>,
 ) -> String {
     let mut value = format!("Bearer resource_metadata=\"{}\"", metadata_url(public_url, gateway_id));
-    if !config.scopes.is_empty() {
-        value.push_str(&format!(", scope=\"{}\"", config.scopes.join(" ")));
+    if let Some(c) = config.filter(|c| !c.scopes.is_empty()) {
+        value.push_str(&format!(", scope=\"{}\"", c.scopes.join(" ")));
     }
     let error = match refused {
         Some(AuthError::InvalidToken) => {
@@ -125,22 +130,22 @@ mod tests {
     fn the_challenge_names_the_metadata_the_scopes_and_why_a_token_was_refused() {
         let c = config(&["mcp", "tools"]);
         assert_eq!(
-            challenge(&c, "https://gw.example", "gw_1", None),
+            challenge(Some(&c), "https://gw.example", "gw_1", None),
             "Bearer resource_metadata=\"https://gw.example/.well-known/oauth-protected-resource/gateway/gw_1/mcp\", scope=\"mcp tools\""
         );
-        let refused = challenge(&config(&[]), "https://gw.example", "gw_1", Some(AuthError::InvalidToken));
+        let refused = challenge(Some(&config(&[])), "https://gw.example", "gw_1", Some(AuthError::InvalidToken));
         assert!(refused.ends_with(", error=\"invalid_token\", error_description=\"the access token is invalid, expired or not for this gateway\""), "{refused}");
         assert!(!refused.contains("scope="), "{refused}");
     }
 
     #[test]
     fn the_metadata_is_about_the_gateways_endpoint() {
-        let doc = metadata(&config(&["mcp"]), "https://gw.example", &Gateway::for_tests("gw_1", "org_1"));
+        let doc = metadata(Some(&config(&["mcp"])), "https://gw.example", &Gateway::for_tests("gw_1", "org_1"));
         assert_eq!(
             doc,
             json!({
                 "resource": "https://gw.example/gateway/gw_1/mcp",
-                "authorization_servers": ["http://127.0.0.1:9/"],
+                "authorization_servers": ["http://127.0.0.1:9/", "https://gw.example"],
                 "bearer_methods_supported": ["header"],
                 "scopes_supported": ["mcp"],
             })

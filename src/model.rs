@@ -456,4 +456,8 @@ pub struct OAuthGrant {
     /// Refresh tokens rotated out (SHA-256 hex), newest last, for reuse detection.
     #[serde(default)]
     pub used_refresh: Vec<String>,
+    /// A gateway's endpoint (RFC 8707) when the grant is for that gateway alone: its tokens are
+    /// taken there and nowhere else (not by the management API).
+    #[serde(default)]
+    pub resource: Option<String>,
 }

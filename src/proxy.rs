@@ -7,7 +7,6 @@ use crate::api::{self, Access, Call};
 use crate::error::ApiError;
 use crate::exchange::{success_body, Exchange, RequestCtx, RequestId};
 use crate::gateway_oauth;
-use crate::model::GatewayAuth;
 use crate::route::Route;
 use crate::server::Server;
 use crate::trace::{self, Span, SpanKind, TraceContext};
@@ -62,13 +61,13 @@ impl Proxy {
     /// 403 for a token's scope says which scope to ask for (step-up, RFC 6750 section 3.1).
     fn challenge(&self, ex: &mut Exchange<'_>, gateway_id: &str) {
         let state = &self.server.state;
-        let config = state.config();
-        let Some(oauth) = &config.gateway_oauth else { return };
-        if !state.gateway(gateway_id).is_some_and(|g| g.configuration.auth == GatewayAuth::Oauth) {
+        if state.oauth_gateway(gateway_id).is_none() {
             return;
         }
+        let config = state.config();
         let refused = ex.ctx.filters.credential_error;
-        let value = gateway_oauth::challenge(oauth, &config.server.public_url, gateway_id, refused);
+        let value =
+            gateway_oauth::challenge(config.gateway_oauth.as_ref(), &config.server.public_url, gateway_id, refused);
         if let Ok(value) = http::HeaderValue::from_str(&value) {
             ex.ctx.filters.response_headers.push((http::header::WWW_AUTHENTICATE, value));
         }
@@ -77,17 +76,14 @@ impl Proxy {
     /// A gateway's protected-resource metadata; a 404, as for any unknown path, when the gateway
     /// does not take OAuth access tokens.
     async fn resource_metadata(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<()> {
-        let state = &self.server.state;
-        let config = state.config();
-        let gateway = state.gateway(gateway_id).filter(|g| g.configuration.auth == GatewayAuth::Oauth);
-        match (&config.gateway_oauth, gateway) {
-            (Some(oauth), Some(gateway)) => {
-                let doc = gateway_oauth::metadata(oauth, &config.server.public_url, &gateway);
+        match self.server.state.oauth_gateway(gateway_id) {
+            Some(gateway) => {
+                let config = self.server.state.config();
+                let doc = gateway_oauth::metadata(config.gateway_oauth.as_ref(), &config.server.public_url, &gateway);
                 drop(config);
                 ex.json(200, serde_json::to_vec(&doc).unwrap_or_default()).await
             }
-            _ => {
-                drop(config);
+            None => {
                 let path = ex.request().uri.path().to_string();
                 ex.respond_error(ApiError::NoRoute(path)).await
             }

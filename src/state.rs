@@ -930,17 +930,15 @@ impl CredentialResolver for State {
 
     /// A JWT: `sub` is a user, `scopes` its scopes within the user's role, `jti` recorded.
     fn resolve_gateway_token(&self, gateway_id: &str, token: &str) -> Result<Arc<Principal>, AuthError> {
-        let config = self.config();
-        let gateway = self.gateway(gateway_id);
         // A gateway that does not take tokens (or does not exist) answers as the specification
         // says of every Bearer header on the gateway route.
-        let (Some(oauth), Some(gateway)) = (config.gateway_oauth.as_ref(), gateway) else {
-            return Err(AuthError::WrongHeader);
-        };
-        if gateway.configuration.auth != GatewayAuth::Oauth {
-            return Err(AuthError::WrongHeader);
-        }
+        let gateway = self.oauth_gateway(gateway_id).ok_or(AuthError::WrongHeader)?;
         let org = self.orgs.get(&gateway.org_id).map(|o| o.value().clone()).ok_or(AuthError::InvalidToken)?;
+        if let Some(grant_id) = crate::oauth_server::access_token_grant(token) {
+            return self.resolve_gateway_access_token(token, grant_id, &gateway, &org);
+        }
+        let config = self.config();
+        let oauth = config.gateway_oauth.as_ref().ok_or(AuthError::InvalidToken)?;
         crate::gateway_oauth::principal(oauth, &config.server.public_url, &gateway, &org, token).map(Arc::new)
     }
 
@@ -971,14 +969,9 @@ impl State {
     /// current one (digests compared in constant time), unexpired; the caller is the user who
     /// granted it, with the granted scopes within the user's role now.
     fn resolve_access_token(&self, token: &str, grant_id: &str) -> Result<Arc<Principal>, AuthError> {
-        let grant = self.grant(grant_id).ok_or(AuthError::InvalidToken)?;
-        let presented = secrets::hash_key_bytes(token);
-        if secrets::hash_from_hex(&grant.access_hash).is_none_or(|stored| !secrets::digests_equal(&stored, &presented))
-        {
-            return Err(AuthError::InvalidToken);
-        }
-        let now_ms = Utc::now().timestamp_millis();
-        if grant.access_expires_ms <= now_ms {
+        let grant = self.live_grant(token, grant_id)?;
+        if grant.resource.is_some() {
+            // A gateway's token is for that gateway's endpoint alone.
             return Err(AuthError::InvalidToken);
         }
         let user = self.users.get(&grant.user_id).map(|u| u.value().clone()).ok_or(AuthError::InvalidToken)?;
@@ -991,6 +984,51 @@ impl State {
         let credential = CredentialKind::OAuthToken { client_id: grant.client_id.clone() };
         let key_id = format!("oauth:{}", grant.id);
         Ok(Arc::new(user_principal(&user, &org, key_id, credential, own, Some(grant.access_expires_ms / 1000))))
+    }
+}
+
+impl State {
+    /// The grant of access token `token` (whose grant id is `grant_id`): live, the token its
+    /// current one (digests compared in constant time) and unexpired.
+    fn live_grant(&self, token: &str, grant_id: &str) -> Result<Arc<OAuthGrant>, AuthError> {
+        let grant = self.grant(grant_id).ok_or(AuthError::InvalidToken)?;
+        let presented = secrets::hash_key_bytes(token);
+        if secrets::hash_from_hex(&grant.access_hash).is_none_or(|stored| !secrets::digests_equal(&stored, &presented))
+        {
+            return Err(AuthError::InvalidToken);
+        }
+        if grant.access_expires_ms <= Utc::now().timestamp_millis() {
+            return Err(AuthError::InvalidToken);
+        }
+        Ok(grant)
+    }
+
+    /// An access token of toolgate's authorization server at a gateway's endpoint: its grant is
+    /// for this gateway's resource. The caller is the user who granted it, with none of the
+    /// management API's scopes (the token is for this endpoint alone).
+    fn resolve_gateway_access_token(
+        &self,
+        token: &str,
+        grant_id: &str,
+        gateway: &Gateway,
+        org: &Organization,
+    ) -> Result<Arc<Principal>, AuthError> {
+        let grant = self.live_grant(token, grant_id)?;
+        let resource = crate::gateway_oauth::resource(&self.config().server.public_url, &gateway.id);
+        if grant.resource.as_deref() != Some(resource.as_str()) || grant.org_id != org.id {
+            return Err(AuthError::InvalidToken);
+        }
+        let user = self.users.get(&grant.user_id).map(|u| u.value().clone()).ok_or(AuthError::InvalidToken)?;
+        let credential = CredentialKind::GatewayToken { gateway_id: gateway.id.clone() };
+        let key_id = format!("oauth:{}", grant.id);
+        let expires = Some(grant.access_expires_ms / 1000);
+        Ok(Arc::new(user_principal(&user, org, key_id, credential, ScopeSet::EMPTY, expires)))
+    }
+
+    /// The gateway `id` when it takes OAuth access tokens (`configuration.auth: oauth`): the one
+    /// place that decides it, for the credential, the 401's challenge and the metadata.
+    pub fn oauth_gateway(&self, id: &str) -> Option<Arc<Gateway>> {
+        self.gateway(id).filter(|g| g.configuration.auth == GatewayAuth::Oauth)
     }
 }
 

@@ -245,11 +245,7 @@ fn validate_allowed(
     Ok(allowed)
 }
 
-fn apply_configuration(
-    call: &Call<'_>,
-    c: &mut GatewayConfiguration,
-    patch: ConfigurationPatch,
-) -> Result<(), ApiError> {
+fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) -> Result<(), ApiError> {
     if let Some(r) = patch.rate_limit {
         if r == 0 {
             return Err(ApiError::validation("configuration.rate_limit", "must be at least 1"));
@@ -272,12 +268,8 @@ fn apply_configuration(
         c.tool_name_separator = sep;
     }
     if let Some(auth) = patch.auth {
-        if auth == GatewayAuth::Oauth && call.server.state.config().gateway_oauth.is_none() {
-            return Err(ApiError::validation(
-                "configuration.auth",
-                "oauth needs an issuer: the server has no gateway_oauth section in its configuration",
-            ));
-        }
+        // toolgate's own authorization server can always issue tokens for the gateway; a
+        // configured `gateway_oauth` issuer's are taken too.
         c.auth = auth;
     }
     Ok(())
@@ -382,7 +374,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let servers = validate_servers(call, &body.servers)?;
     let allowed = validate_allowed(&servers, body.allowed_tools.unwrap_or_default())?;
     let mut configuration = GatewayConfiguration::default();
-    apply_configuration(call, &mut configuration, body.configuration.unwrap_or_default())?;
+    apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
     if name_taken(call, &who.org_id, &name, None) {
@@ -467,7 +459,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         g.allowed_tools = validate_allowed(&g.servers, allowed)?;
     }
     if let Some(c) = patch.configuration {
-        apply_configuration(call, &mut g.configuration, c)?;
+        apply_configuration(&mut g.configuration, c)?;
     }
     g.updated_at = Utc::now();
     state.save_gateway(g).await?;

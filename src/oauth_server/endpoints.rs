@@ -134,8 +134,8 @@ async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<su
     match field(&fields, "grant_type") {
         Some("authorization_code") => {
             let code = field(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
-            super::exchange_code(state, &client, code, field(&fields, "redirect_uri"), field(&fields, "code_verifier"))
-                .await
+            let (redirect_uri, verifier) = (field(&fields, "redirect_uri"), field(&fields, "code_verifier"));
+            super::exchange_code(state, &client, code, redirect_uri, verifier, field(&fields, "resource")).await
         }
         Some("refresh_token") => {
             let token = field(&fields, "refresh_token")

@@ -10,13 +10,15 @@
 //!   (RFC 6749 section 4.1.2). Refresh tokens rotate; a rotated-out one presented again revokes
 //!   the grant (OAuth 2.0 Security BCP, RFC 9700 section 4.14).
 //! - PKCE S256 is required of public clients and checked whenever a challenge was sent.
+//! - A request naming a gateway's endpoint as its `resource` (RFC 8707) gets tokens for that
+//!   gateway alone (an MCP client signing in to a gateway with `configuration.auth: oauth`).
 
 mod endpoints;
 
 pub use endpoints::{handle, metadata};
 
 use crate::error::ApiError;
-use crate::model::{OAuthClient, OAuthGrant, User};
+use crate::model::{Gateway, OAuthClient, OAuthGrant, User};
 use crate::secrets;
 use crate::state::State;
 use crate::store::{Kind, Store, StoreError};
@@ -24,6 +26,7 @@ use base64::Engine as _;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::time::Duration;
 use toolgate_filters::{Role, Scope, ScopeSet};
 
@@ -102,6 +105,9 @@ struct Code {
     scopes: Vec<String>,
     /// The PKCE S256 challenge, when the client sent one.
     challenge: Option<String>,
+    /// The gateway endpoint the tokens will be for (RFC 8707), if the client named one.
+    #[serde(default)]
+    resource: Option<String>,
     expires_ms: i64,
 }
 
@@ -114,6 +120,8 @@ pub struct AuthorizationRequest {
     /// What the client asked for (its registered scopes when it named none).
     pub scopes: ScopeSet,
     pub challenge: Option<String>,
+    /// A gateway's endpoint (RFC 8707 `resource`): the tokens are for that gateway alone.
+    pub resource: Option<String>,
 }
 
 fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -158,9 +166,14 @@ pub fn check_request(
         None => return Err(OAuthError::new("invalid_request", "response_type is missing")),
     }
     let allowed = ScopeSet::parse(client.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);
-    let scopes = match param(params, "scope") {
-        None => allowed,
-        Some(s) => ScopeSet::parse(s.split(' ').filter(|s| !s.is_empty()))
+    let resource = param(params, "resource").map(str::to_string);
+    let scopes = match (param(params, "scope"), &resource) {
+        (None, _) => allowed,
+        // A token for a gateway carries none of the management API's scopes, so what an MCP
+        // client asks for (often the gateway's own `mcp`) is not refused (RFC 6749 section 3.3
+        // lets the server issue another scope than requested).
+        (Some(_), Some(_)) => ScopeSet::EMPTY,
+        (Some(s), None) => ScopeSet::parse(s.split(' ').filter(|s| !s.is_empty()))
             .map_err(|name| OAuthError::new("invalid_scope", format!("unknown scope `{name}`")))?,
     };
     if !scopes.is_subset_of(allowed) {
@@ -187,7 +200,26 @@ pub fn check_request(
         state: param(params, "state").map(str::to_string),
         scopes,
         challenge,
+        resource,
     })
+}
+
+/// The gateway a `resource` names: one of organisation `org_id` that takes OAuth, whose
+/// endpoint the resource is exactly (`invalid_target`, RFC 8707 section 2, otherwise).
+pub fn gateway_of_resource(state: &State, resource: &str, org_id: &str) -> Result<Arc<Gateway>, OAuthError> {
+    let public_url = state.config().server.public_url.clone();
+    let refused =
+        || OAuthError::new("invalid_target", "the resource is not the endpoint of a gateway that takes OAuth");
+    let id = resource
+        .strip_prefix(&public_url)
+        .and_then(|rest| rest.strip_prefix("/gateway/"))
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .ok_or_else(refused)?;
+    let gateway = state.oauth_gateway(id).filter(|g| g.org_id == org_id).ok_or_else(refused)?;
+    if crate::gateway_oauth::resource(&public_url, &gateway.id) != resource {
+        return Err(refused());
+    }
+    Ok(gateway)
 }
 
 /// What `user` would grant: the request's scopes within the user's role.
@@ -224,6 +256,7 @@ pub async fn issue_code(
         org_id: user.org_id.clone(),
         scopes: scope_names(granted(request, user)).into_iter().map(str::to_string).collect(),
         challenge: request.challenge.clone(),
+        resource: request.resource.clone(),
         expires_ms,
     };
     let json = serde_json::to_string(&record).map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -271,6 +304,7 @@ pub async fn exchange_code(
     code: &str,
     redirect_uri: Option<&str>,
     verifier: Option<&str>,
+    resource: Option<&str>,
 ) -> Result<Tokens, OAuthError> {
     let hash = secrets::hash_key(code);
     let Some(json) = state.store.take(Kind::OAuthCode, &hash).await? else {
@@ -305,6 +339,9 @@ pub async fn exchange_code(
         (None, Some(_)) => return Err(OAuthError::invalid_grant("no code_challenge was sent for this code")),
         (None, None) => {}
     }
+    if resource.is_some() && resource != code.resource.as_deref() {
+        return Err(OAuthError::new("invalid_target", "the resource is not the one of the authorization request"));
+    }
     let mut grant = OAuthGrant {
         id: secrets::new_id("grt"),
         org_id: code.org_id,
@@ -317,6 +354,7 @@ pub async fn exchange_code(
         refresh_hash: String::new(),
         refresh_expires_ms: 0,
         used_refresh: Vec::new(),
+        resource: code.resource,
     };
     let expires = Utc::now().timestamp_millis() + USED_CODE_MEMORY.as_millis() as i64;
     state.store.put_expiring(Kind::OAuthCode, &client.id, &format!("used:{hash}"), grant.id.clone(), expires).await?;

@@ -5,12 +5,22 @@
 use super::{current, form, pages, prefix, Page};
 use crate::error::ApiError;
 use crate::exchange::Exchange;
+use crate::model::Gateway;
 use crate::oauth_server::{self, AuthorizationRequest};
 use crate::server::Server;
+use std::sync::Arc;
 
 /// The request's parameters the decision form carries back.
-const CARRIED: [&str; 7] =
-    ["client_id", "redirect_uri", "response_type", "scope", "state", "code_challenge", "code_challenge_method"];
+const CARRIED: [&str; 8] = [
+    "client_id",
+    "redirect_uri",
+    "response_type",
+    "scope",
+    "state",
+    "code_challenge",
+    "code_challenge_method",
+    "resource",
+];
 
 /// `GET {auth_url}/oauth/authorize`: the consent page, or the sign-in page first.
 pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page, ApiError> {
@@ -25,7 +35,7 @@ pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page
         return Ok(Page::redirect(&format!("{path}/signin?next={next}")));
     };
     let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
-    let request = match checked(server, &params, &user.org_id).await? {
+    let (request, gateway) = match checked(server, &params, &user.org_id).await? {
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
@@ -35,8 +45,9 @@ pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page
         .filter_map(|name| params.iter().find(|(k, _)| k == name).map(|(_, v)| (*name, v.as_str())))
         .collect();
     let scopes = oauth_server::scope_names(oauth_server::granted(&request, &user));
-    Ok(Page::html(200, pages::consent(&path, &csrf, &request.client.name, &user.email, &scopes, &carried))
-        .cookie(super::csrf_cookie(&path, &csrf)))
+    let gateway = gateway.as_ref().map(|g| g.name.as_str());
+    let page = pages::consent(&path, &csrf, &request.client.name, &user.email, &scopes, gateway, &carried);
+    Ok(Page::html(200, page).cookie(super::csrf_cookie(&path, &csrf)))
 }
 
 /// `POST {auth_url}/oauth/authorize`: the user's decision, on the same checks again.
@@ -44,7 +55,7 @@ pub(super) async fn decide(server: &Server, ex: &mut Exchange<'_>) -> Result<Pag
     let fields = form(ex).await?;
     let session = current(server, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
     let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
-    let request = match checked(server, &fields, &user.org_id).await? {
+    let (request, _) = match checked(server, &fields, &user.org_id).await? {
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
@@ -68,15 +79,23 @@ pub(super) async fn decide(server: &Server, ex: &mut Exchange<'_>) -> Result<Pag
     Ok(Page::redirect(&oauth_server::redirect_with(&request.redirect_uri, &issuer, &pairs)))
 }
 
-/// The request checked for a user of `org_id`: `Ok(Err(page))` when it is refused, to the user
-/// (an error page) or to the client (a redirect with the error).
+/// The request checked for a user of `org_id`, with the gateway it is for (a `resource`):
+/// `Ok(Err(page))` when it is refused, to the user (an error page) or to the client (a redirect
+/// with the error).
 async fn checked(
     server: &Server,
     params: &[(String, String)],
     org_id: &str,
-) -> Result<Result<AuthorizationRequest, Page>, ApiError> {
+) -> Result<Result<(AuthorizationRequest, Option<Arc<Gateway>>), Page>, ApiError> {
     let (client, redirect_uri) = oauth_server::check_client(server.state.store.as_ref(), params, Some(org_id)).await?;
-    match oauth_server::check_request(client, redirect_uri.clone(), params) {
+    let checked = oauth_server::check_request(client, redirect_uri.clone(), params).and_then(|r| {
+        let gateway = match &r.resource {
+            Some(resource) => Some(oauth_server::gateway_of_resource(&server.state, resource, org_id)?),
+            None => None,
+        };
+        Ok((r, gateway))
+    });
+    match checked {
         Ok(r) => Ok(Ok(r)),
         Err(e) => {
             let issuer = server.state.config().server.public_url.clone();

@@ -123,6 +123,7 @@ pub fn consent(
     client: &str,
     email: &str,
     scopes: &[&str],
+    gateway: Option<&str>,
     carried: &[(&str, &str)],
 ) -> String {
     let items: String = scopes.iter().map(|s| format!("<li class=\"scope\">{}</li>", escape(s))).collect();
@@ -130,7 +131,12 @@ pub fn consent(
         .iter()
         .map(|(k, v)| format!("<input type=\"hidden\" name=\"{}\" value=\"{}\">", escape(k), escape(v)))
         .collect();
-    let what = if scopes.is_empty() {
+    let what = if let Some(gateway) = gateway {
+        format!(
+            "<p>It asks to use the tools of the gateway <strong id=\"gateway\">{}</strong> as you.</p>",
+            escape(gateway)
+        )
+    } else if scopes.is_empty() {
         "<p>It asks for nothing that your role allows.</p>".to_string()
     } else {
         format!("<p>It asks to act for you with:</p><ul>{items}</ul>")

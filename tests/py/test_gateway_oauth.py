@@ -10,7 +10,8 @@ names the issuer and the scope; the SDK registers, signs in with PKCE and the ga
 refused by another gateway (its audience is this one), a gateway that takes API keys only still
 answers a Bearer header as the specification says (and has no metadata); an expired token is
 refused with `error="invalid_token"` and the SDK renews it with its refresh token; an API key
-still works on an OAuth gateway; a gateway cannot opt in when the server names no issuer.
+still works on an OAuth gateway; without an external issuer a gateway takes toolgate's own
+tokens only (those are tested in test_oauth_server.py).
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ def test_an_sdk_client_signs_in_from_the_gateways_challenge_and_its_token_is_for
         assert r.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}", scope="mcp"', r.headers
         prm = httpx2.get(metadata_url, timeout=10)
         assert prm.status_code == 200, prm.text
-        assert prm.json() == {"resource": url, "authorization_servers": [issuer], "bearer_methods_supported": ["header"],
-                              "scopes_supported": ["mcp"]}, prm.json()
+        # The configured issuer first (the SDK takes the first), then toolgate's own.
+        assert prm.json() == {"resource": url, "authorization_servers": [issuer, srv.base_url],
+                              "bearer_methods_supported": ["header"], "scopes_supported": ["mcp"]}, prm.json()
 
         # The SDK does the rest: metadata, registration, sign-in with PKCE, token, calls.
         storage = Memory()
@@ -188,10 +190,14 @@ def test_an_sdk_client_signs_in_from_the_gateways_challenge_and_its_token_is_for
         assert claims(storage.tokens.access_token)["aud"] == url
 
 
-def test_a_gateway_cannot_take_oauth_tokens_when_the_server_names_no_issuer(tmp_path):
+def test_without_an_external_issuer_a_gateway_takes_only_toolgates_own_tokens(tmp_path):
     with ToolgateServer(full_config=config()) as srv:
         r = Api(srv).call("POST", "/v1/gateways", {"name": "g", "servers": ["time"], "configuration": {"auth": "oauth"}})
-        assert r.status_code == 400, r.text
-        assert r.json()["error"]["details"]["field"] == "configuration.auth", r.text
+        assert r.status_code == 201, r.text
+        url = f"{srv.base_url}/gateway/{r.json()['data']['id']}/mcp"
+        # A JWT of some issuer: no issuer is configured whose tokens this gateway takes.
+        refused = post(url, {"Authorization": "Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln"})
+        assert refused.status_code == 401 and 'error="invalid_token"' in refused.headers["www-authenticate"], refused.headers
+        assert "scope=" not in refused.headers["www-authenticate"], "no scope is required of toolgate's tokens"
         r = Api(srv).call("POST", "/v1/gateways", {"name": "g", "servers": ["time"], "configuration": {"auth": "saml"}})
         assert r.status_code == 400, r.text

@@ -295,3 +295,78 @@ def test_a_delegated_token_never_makes_credentials_whatever_its_scopes():
                                    ("PUT", "/v1/user/password", {"new_password": "a delegated new passphrase"})]:
             r = httpx2.request(method, srv.base_url + path, json=body, headers=bearer, timeout=10)
             assert r.status_code == 403, (path, r.text)
+
+
+def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorization_server():
+    """A gateway with `configuration.auth: oauth` and no external issuer configured: its metadata
+    names toolgate, and the official Python SDK's OAuth client (a client registered beforehand,
+    as an admin would) gets a token for that gateway's endpoint (RFC 8707) through the consent
+    page, then lists and calls tools. The token is for that gateway alone."""
+    import asyncio
+
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
+
+    import test_gateway_oauth as gateway_oauth
+
+    with server() as srv:
+        api = Api(srv)
+        make = lambda name: api.ok("POST", "/v1/gateways", {"name": name, "servers": ["time"],
+                                                             "configuration": {"auth": "oauth"}}, status=201)["data"]
+        gw, other = make("Team tools"), make("Other tools")
+        url = f"{srv.base_url}/gateway/{gw['id']}/mcp"
+        prm = httpx2.get(f"{srv.base_url}/.well-known/oauth-protected-resource/gateway/{gw['id']}/mcp", timeout=10).json()
+        assert prm["resource"] == url and prm["authorization_servers"] == [srv.base_url], prm
+        challenge = gateway_oauth.post(url, {}).headers["www-authenticate"]
+        assert challenge.startswith('Bearer resource_metadata="'), challenge
+
+        registered = register(api, public=True, scopes=("gateways:read",))
+        b = signed_in(srv)
+        pages: list[str] = []
+        back: dict[str, str] = {}
+
+        async def redirect(authorization_url: str) -> None:
+            def browse() -> dict[str, str]:
+                page = consent(b, authorization_url)
+                pages.append(page.text)
+                return query_of(decide(b, page))
+            back.clear()
+            back.update(await asyncio.to_thread(browse))
+
+        async def callback() -> AuthorizationCodeResult:
+            return AuthorizationCodeResult(code=back["code"], state=back.get("state"), iss=back.get("iss"))
+
+        storage = gateway_oauth.Memory()
+        storage.client_info = OAuthClientInformationFull(
+            client_id=registered["client_id"], redirect_uris=[REDIRECT], token_endpoint_auth_method="none",
+            grant_types=["authorization_code", "refresh_token"], response_types=["code"])
+        metadata_ = OAuthClientMetadata(client_name="toolgate tests", redirect_uris=[REDIRECT],
+                                        token_endpoint_auth_method="none")
+
+        async def use() -> list[str]:
+            auth = OAuthClientProvider(url, metadata_, storage, redirect_handler=redirect, callback_handler=callback)
+            async with create_mcp_http_client(auth=auth) as http:
+                async with Client(streamable_http_client(url, http_client=http)) as client:
+                    tools = [t.name for t in (await client.list_tools()).tools]
+                    answer = await client.call_tool(tools[0], {"timezone": "UTC", "format": "YYYY"})
+                    assert not answer.is_error, answer
+                    return tools
+
+        tools = asyncio.run(use())
+        assert tools == ["get_current_time"], tools
+        assert len(pages) == 1 and '<strong id="gateway">Team tools</strong>' in pages[0], pages
+        token = storage.tokens.access_token
+        assert token.startswith("tga_"), "toolgate issued it"
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert gateway_oauth.post(url, bearer).status_code == 200
+        assert gateway_oauth.post(f"{srv.base_url}/gateway/{other['id']}/mcp", bearer).status_code == 401, "another gateway"
+        assert status_with(srv, token) == 401, "not a management API token"
+        # A resource that is not a gateway of the user's organisation taking OAuth: invalid_target.
+        client = OAuth2Session(registered["client_id"], redirect_uri=REDIRECT, code_challenge_method="S256")
+        url_, _ = client.create_authorization_url(srv.base_url + "/auth/oauth/authorize", code_verifier=generate_token(48),
+                                                   resource=f"{srv.base_url}/gateway/gw_nope/mcp")
+        r = consent(b, url_)
+        assert r.status_code == 303 and query_of(r.headers["location"])["error"] == "invalid_target", r.headers
