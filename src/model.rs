@@ -421,6 +421,8 @@ pub struct McpSession {
 pub struct OAuthClient {
     /// The `client_id` (`tgc_...`).
     pub id: String,
+    /// Empty for a client that registered itself (RFC 7591): it belongs to no organisation and
+    /// may ask only for a gateway's endpoint, of whichever organisation the user is in.
     pub org_id: String,
     pub name: String,
     /// Compared exactly with an authorization request's `redirect_uri`.

@@ -96,6 +96,8 @@ pub struct WebConfig {
     pub access_token_lifetime: Duration,
     /// How long a refresh token lives unused (30 days); each use rotates it.
     pub refresh_token_lifetime: Duration,
+    /// Whether clients may register themselves (RFC 7591) to sign in to gateways (off).
+    pub dynamic_registration: bool,
     /// External OpenID Connect providers users may sign in with (the specification's "social"
     /// sign-in).
     pub oidc_providers: Vec<OidcProvider>,

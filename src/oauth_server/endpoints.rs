@@ -19,7 +19,7 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 pub fn metadata(config: &Config) -> Value {
     let base = format!("{}{}", config.server.public_url, config.web.path);
     let auth_methods = ["client_secret_basic", "client_secret_post", "none"];
-    json!({
+    let mut doc = json!({
         "issuer": config.server.public_url,
         "authorization_endpoint": format!("{base}/oauth/authorize"),
         "token_endpoint": format!("{base}/oauth/token"),
@@ -31,14 +31,25 @@ pub fn metadata(config: &Config) -> Value {
         "revocation_endpoint_auth_methods_supported": auth_methods,
         "scopes_supported": super::scope_names(toolgate_filters::ScopeSet::ALL),
         "authorization_response_iss_parameter_supported": true,
-    })
+    });
+    if config.web.dynamic_registration {
+        doc["registration_endpoint"] = json!(format!("{base}/oauth/register"));
+    }
+    doc
 }
 
-/// Answers `POST {auth_url}/oauth/token` and `/oauth/revoke` (`path` is after the prefix).
+/// Answers `POST {auth_url}/oauth/token`, `/oauth/revoke` and `/oauth/register` (`path` is after
+/// the prefix).
 pub async fn handle(server: &Server, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
     if ex.request().method != http::Method::POST {
         let e = OAuthError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
         return write(ex, 405, &error_body(&e), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
+    }
+    if path == "/oauth/register" {
+        return match register(server, ex).await {
+            Ok(body) => write(ex, 201, &body, &[]).await,
+            Err(e) => write(ex, e.status(), &error_body(&e), &[]).await,
+        };
     }
     let basic_used = ex.headers().contains_key(http::header::AUTHORIZATION);
     let outcome = match path {
@@ -154,4 +165,71 @@ async fn revoke(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<(
     let client = authenticate(server, ex, &fields).await?;
     let token = field(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
     super::revoke(&server.state, &client, token).await
+}
+
+/// What a client registering itself sends (RFC 7591 section 2); other fields are ignored.
+#[derive(serde::Deserialize)]
+struct Registration {
+    redirect_uris: Vec<String>,
+    client_name: Option<String>,
+    token_endpoint_auth_method: Option<String>,
+}
+
+/// Dynamic client registration (RFC 7591), when `web.dynamic_registration` is on: a public
+/// client of no organisation, which may ask only for a gateway's endpoint (MCP clients signing
+/// in to gateways, as the MCP authorization specification has them register).
+async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthError> {
+    if !server.state.config().web.dynamic_registration {
+        return Err(OAuthError::new("access_denied", "this server does not take dynamic registrations"));
+    }
+    let ip = ex.ctx.client_ip;
+    if server.signin.registrations_by_address.wait(ip).is_some() {
+        return Err(OAuthError::new("rate_limited", "too many registrations from this address; try later"));
+    }
+    let body = ex.read_body().await.map_err(|e| OAuthError::new("invalid_client_metadata", e.to_string()))?;
+    if body.len() > MAX_FORM_BYTES {
+        return Err(OAuthError::new("invalid_client_metadata", "the metadata is too large"));
+    }
+    let asked: Registration = serde_json::from_slice(&body)
+        .map_err(|e| OAuthError::new("invalid_client_metadata", format!("not client metadata: {e}")))?;
+    if asked.token_endpoint_auth_method.as_deref().is_some_and(|m| m != "none") {
+        return Err(OAuthError::new(
+            "invalid_client_metadata",
+            "only public clients (token_endpoint_auth_method none) register here",
+        ));
+    }
+    if asked.redirect_uris.is_empty() || asked.redirect_uris.len() > 10 {
+        return Err(OAuthError::new("invalid_redirect_uri", "1-10 redirect_uris"));
+    }
+    for uri in &asked.redirect_uris {
+        super::check_redirect_uri(uri).map_err(|e| OAuthError::new("invalid_redirect_uri", format!("`{uri}`: {e}")))?;
+    }
+    let name = asked.client_name.unwrap_or_else(|| "An MCP client".into());
+    let name = crate::api::display_name("client_name", &name)
+        .map_err(|e| OAuthError::new("invalid_client_metadata", e.to_string()))?
+        .to_string();
+    server.signin.registrations_by_address.add(ip);
+    let client = OAuthClient {
+        id: crate::secrets::new_id("tgc"),
+        org_id: String::new(),
+        name,
+        redirect_uris: asked.redirect_uris,
+        scopes: Vec::new(),
+        public: true,
+        secret_hash: None,
+        created_by: format!("registration from {ip}"),
+        created_at: chrono::Utc::now(),
+    };
+    let json = serde_json::to_string(&client).map_err(|e| OAuthError::new("server_error", e.to_string()))?;
+    server.state.store.put(crate::store::Kind::OAuthClient, crate::store::NO_PARTITION, &client.id, json).await?;
+    tracing::info!(client = client.id, %ip, "OAuth client registered itself");
+    Ok(json!({
+        "client_id": client.id,
+        "client_id_issued_at": client.created_at.timestamp(),
+        "client_name": client.name,
+        "redirect_uris": client.redirect_uris,
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+    }))
 }

@@ -60,6 +60,7 @@ impl OAuthError {
     pub fn status(&self) -> u16 {
         match self.code {
             "invalid_client" => 401,
+            "rate_limited" => 429,
             "server_error" => 500,
             _ => 400,
         }
@@ -87,6 +88,25 @@ fn grant_of<'t>(token: &'t str, prefix: &str) -> Option<&'t str> {
 /// page show.
 pub fn scope_names(set: ScopeSet) -> Vec<&'static str> {
     Scope::ALL.iter().filter(|s| set.contains(**s)).map(|s| s.as_str()).collect()
+}
+
+/// A redirect URI a client may register: https, or http on a loopback host (a native
+/// application, RFC 8252), with a host and no fragment or user information.
+pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
+    if raw.len() > 2048 {
+        return Err("each at most 2048 characters".into());
+    }
+    let url = url::Url::parse(raw).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
+    let loopback = matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        _ => return Err("must be https (http only for localhost or 127.0.0.1)".into()),
+    }
+    if url.fragment().is_some() || url.host_str().is_none() || !url.username().is_empty() {
+        return Err("must have a host and no fragment or user information".into());
+    }
+    Ok(())
 }
 
 /// A client, by its `client_id`.
@@ -140,7 +160,7 @@ pub async fn check_client(
         .ok_or_else(|| ApiError::validation("client_id", "the request names no client_id"))?;
     let client = client(store, id)
         .await?
-        .filter(|c| org_id.is_none_or(|o| c.org_id == o))
+        .filter(|c| org_id.is_none_or(|o| c.org_id == o || c.org_id.is_empty()))
         .ok_or_else(|| ApiError::validation("client_id", "the client_id names no client of your organisation"))?;
     let redirect = param(params, "redirect_uri")
         .ok_or_else(|| ApiError::validation("redirect_uri", "the request names no redirect_uri"))?;
@@ -167,6 +187,12 @@ pub fn check_request(
     }
     let allowed = ScopeSet::parse(client.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);
     let resource = param(params, "resource").map(str::to_string);
+    if client.org_id.is_empty() && resource.is_none() {
+        return Err(OAuthError::new(
+            "invalid_target",
+            "a dynamically registered client may ask only for a gateway's endpoint (resource)",
+        ));
+    }
     let scopes = match (param(params, "scope"), &resource) {
         (None, _) => allowed,
         // A token for a gateway carries none of the management API's scopes, so what an MCP
@@ -457,6 +483,18 @@ mod tests {
 
     fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn redirect_uris_are_https_or_loopback_http_without_fragments() {
+        for good in ["https://app.example/cb?x=1", "http://127.0.0.1:8123/cb", "http://localhost/cb"] {
+            assert!(check_redirect_uri(good).is_ok(), "{good}");
+        }
+        for bad in
+            ["http://app.example/cb", "https://app.example/cb#f", "javascript:alert(1)", "cb", "https://u@app.example/"]
+        {
+            assert!(check_redirect_uri(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

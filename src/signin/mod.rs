@@ -47,6 +47,8 @@ const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
 const ADDRESS_FAILURES: u32 = 50;
 /// Sign-ins through a provider one address may start per window (each is a stored record).
 const ADDRESS_STARTS: u32 = 30;
+/// OAuth clients one address may register per window (each is a stored record).
+const ADDRESS_REGISTRATIONS: u32 = 20;
 const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Largest sign-in form accepted.
 const MAX_FORM_BYTES: usize = 8 * 1024;
@@ -61,10 +63,12 @@ pub struct SignIn {
     failures_by_address: PerAddress,
     /// Sign-ins through a provider started per address.
     starts_by_address: PerAddress,
+    /// OAuth clients registered per address (`oauth_server`).
+    pub(crate) registrations_by_address: PerAddress,
 }
 
 /// Events per address in a fixed window, up to a limit.
-struct PerAddress {
+pub(crate) struct PerAddress {
     limit: u32,
     counts: DashMap<IpAddr, (u32, Instant)>,
 }
@@ -75,12 +79,12 @@ impl PerAddress {
     }
 
     /// How long until `ip` is under the limit again, when it is at it.
-    fn wait(&self, ip: IpAddr) -> Option<Duration> {
+    pub(crate) fn wait(&self, ip: IpAddr) -> Option<Duration> {
         let (count, since) = *self.counts.get(&ip)?;
         (count >= self.limit).then(|| (since + ADDRESS_WINDOW).checked_duration_since(Instant::now())).flatten()
     }
 
-    fn add(&self, ip: IpAddr) {
+    pub(crate) fn add(&self, ip: IpAddr) {
         let mut a = self.counts.entry(ip).or_insert((0, Instant::now()));
         if a.1.elapsed() >= ADDRESS_WINDOW {
             *a = (0, Instant::now());
@@ -103,6 +107,7 @@ impl SignIn {
             by_email: DashMap::new(),
             failures_by_address: PerAddress::new(ADDRESS_FAILURES),
             starts_by_address: PerAddress::new(ADDRESS_STARTS),
+            registrations_by_address: PerAddress::new(ADDRESS_REGISTRATIONS),
         }
     }
 
@@ -133,7 +138,7 @@ impl SignIn {
 pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
     let path = ex.request().uri.path()[prefix..].to_string();
     let method = ex.request().method.clone();
-    if path == "/oauth/token" || path == "/oauth/revoke" {
+    if matches!(path.as_str(), "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
         return crate::oauth_server::handle(server, ex, &path).await;
     }
     let page = match (method.as_str(), path.as_str()) {

@@ -297,11 +297,12 @@ def test_a_delegated_token_never_makes_credentials_whatever_its_scopes():
             assert r.status_code == 403, (path, r.text)
 
 
-def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorization_server():
+@pytest.mark.parametrize("registration", ["by an admin", "dynamic"])
+def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorization_server(registration):
     """A gateway with `configuration.auth: oauth` and no external issuer configured: its metadata
-    names toolgate, and the official Python SDK's OAuth client (a client registered beforehand,
-    as an admin would) gets a token for that gateway's endpoint (RFC 8707) through the consent
-    page, then lists and calls tools. The token is for that gateway alone."""
+    names toolgate, and the official Python SDK's OAuth client (a client registered beforehand by
+    an admin, or registering itself, RFC 7591) gets a token for that gateway's endpoint (RFC 8707)
+    through the consent page, then lists and calls tools. The token is for that gateway alone."""
     import asyncio
 
     from mcp.client.auth import OAuthClientProvider
@@ -312,7 +313,8 @@ def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorizatio
 
     import test_gateway_oauth as gateway_oauth
 
-    with server() as srv:
+    dynamic = registration == "dynamic"
+    with server("web:\n  dynamic_registration: true\n" if dynamic else "") as srv:
         api = Api(srv)
         make = lambda name: api.ok("POST", "/v1/gateways", {"name": name, "servers": ["time"],
                                                              "configuration": {"auth": "oauth"}}, status=201)["data"]
@@ -323,7 +325,8 @@ def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorizatio
         challenge = gateway_oauth.post(url, {}).headers["www-authenticate"]
         assert challenge.startswith('Bearer resource_metadata="'), challenge
 
-        registered = register(api, public=True, scopes=("gateways:read",))
+        as_meta = metadata(srv)
+        assert ("registration_endpoint" in as_meta) == dynamic, as_meta
         b = signed_in(srv)
         pages: list[str] = []
         back: dict[str, str] = {}
@@ -340,9 +343,11 @@ def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorizatio
             return AuthorizationCodeResult(code=back["code"], state=back.get("state"), iss=back.get("iss"))
 
         storage = gateway_oauth.Memory()
-        storage.client_info = OAuthClientInformationFull(
-            client_id=registered["client_id"], redirect_uris=[REDIRECT], token_endpoint_auth_method="none",
-            grant_types=["authorization_code", "refresh_token"], response_types=["code"])
+        if not dynamic:
+            registered = register(api, public=True, scopes=("gateways:read",))
+            storage.client_info = OAuthClientInformationFull(
+                client_id=registered["client_id"], redirect_uris=[REDIRECT], token_endpoint_auth_method="none",
+                grant_types=["authorization_code", "refresh_token"], response_types=["code"])
         metadata_ = OAuthClientMetadata(client_name="toolgate tests", redirect_uris=[REDIRECT],
                                         token_endpoint_auth_method="none")
 
@@ -360,13 +365,33 @@ def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorizatio
         assert len(pages) == 1 and '<strong id="gateway">Team tools</strong>' in pages[0], pages
         token = storage.tokens.access_token
         assert token.startswith("tga_"), "toolgate issued it"
+        client_id = storage.client_info.client_id
+        assert client_id.startswith("tgc_")
+        if dynamic:
+            assert api.ok("GET", "/v1/oauth/clients")["data"]["clients"] == [], "a registered client is no organisation's"
         bearer = {"Authorization": f"Bearer {token}"}
         assert gateway_oauth.post(url, bearer).status_code == 200
         assert gateway_oauth.post(f"{srv.base_url}/gateway/{other['id']}/mcp", bearer).status_code == 401, "another gateway"
         assert status_with(srv, token) == 401, "not a management API token"
         # A resource that is not a gateway of the user's organisation taking OAuth: invalid_target.
-        client = OAuth2Session(registered["client_id"], redirect_uri=REDIRECT, code_challenge_method="S256")
+        client = OAuth2Session(client_id, redirect_uri=REDIRECT, code_challenge_method="S256")
         url_, _ = client.create_authorization_url(srv.base_url + "/auth/oauth/authorize", code_verifier=generate_token(48),
                                                    resource=f"{srv.base_url}/gateway/gw_nope/mcp")
         r = consent(b, url_)
         assert r.status_code == 303 and query_of(r.headers["location"])["error"] == "invalid_target", r.headers
+        if dynamic:
+            # A self-registered client never gets a management API token.
+            url_, _ = client.create_authorization_url(srv.base_url + "/auth/oauth/authorize", code_verifier=generate_token(48))
+            r = consent(b, url_)
+            assert r.status_code == 303 and query_of(r.headers["location"])["error"] == "invalid_target", r.headers
+            # Registration: public clients only, good redirect URIs only, and bounded per address.
+            reg = srv.base_url + "/auth/oauth/register"
+            bad = httpx2.post(reg, json={"redirect_uris": ["http://evil.example/cb"]}, timeout=10)
+            assert bad.status_code == 400 and bad.json()["error"] == "invalid_redirect_uri", bad.text
+            secret = httpx2.post(reg, json={"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "client_secret_basic"}, timeout=10)
+            assert secret.status_code == 400 and secret.json()["error"] == "invalid_client_metadata", secret.text
+            codes = [httpx2.post(reg, json={"redirect_uris": [REDIRECT]}, timeout=10).status_code for _ in range(20)]
+            assert codes.count(201) == 19 and codes[-1] == 429, codes
+        else:
+            off = httpx2.post(srv.base_url + "/auth/oauth/register", json={"redirect_uris": [REDIRECT]}, timeout=10)
+            assert off.status_code == 400 and off.json()["error"] == "access_denied", off.text

@@ -13,6 +13,8 @@ pub(super) struct RawWeb {
     access_token_secs: Option<u64>,
     refresh_token_secs: Option<u64>,
     #[serde(default)]
+    dynamic_registration: bool,
+    #[serde(default)]
     oidc_providers: Vec<RawOidcProvider>,
 }
 
@@ -116,6 +118,7 @@ impl RawWeb {
             authorization_code_lifetime: std::time::Duration::from_secs(code),
             access_token_lifetime: std::time::Duration::from_secs(access),
             refresh_token_lifetime: std::time::Duration::from_secs(refresh),
+            dynamic_registration: self.dynamic_registration,
             oidc_providers: providers,
         })
     }
