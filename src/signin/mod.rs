@@ -150,7 +150,7 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Re
         ("GET", "/oauth/authorize") => consent::authorize(server, ex).await,
         ("POST", "/oauth/authorize") => consent::decide(server, ex).await,
         ("GET", p) if p.starts_with("/signin/") => start_with_provider(server, ex, &p["/signin/".len()..]).await,
-        ("GET", p) if p.starts_with("/callback/") => back_from_provider(server, ex).await,
+        ("GET", p) if p.starts_with("/callback/") => back_from_provider(server, ex, &p["/callback/".len()..]).await,
         (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout" | "/oauth/authorize") => {
             Err(ApiError::MethodNotAllowed(method.to_string()))
         }
@@ -359,7 +359,7 @@ async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> st
     Ok(Page::redirect(&to))
 }
 
-async fn back_from_provider(server: &Server, ex: &Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) -> std::result::Result<Page, ApiError> {
     let query = ex.request().uri.query().unwrap_or("");
     let params: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes()).into_owned().collect();
     if let Some((_, error)) = params.iter().find(|(k, _)| k == "error") {
@@ -370,8 +370,8 @@ async fn back_from_provider(server: &Server, ex: &Exchange<'_>) -> std::result::
         return Err(ApiError::validation("code", "the provider sent back no code and state"));
     }
     let providers = server.state.config().web.oidc_providers.clone();
-    let done =
-        oidc::finish(server.signin.store.as_ref(), &providers, |id| redirect_uri(server, id), state, code).await?;
+    let store = server.signin.store.as_ref();
+    let done = oidc::finish(store, &providers, |id| redirect_uri(server, id), callback, state, code).await?;
     let user = users_with(server, &done.email)
         .into_iter()
         .next()

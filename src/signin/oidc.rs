@@ -107,17 +107,23 @@ struct TokenAnswer {
     id_token: Option<String>,
 }
 
-/// Finishes a sign-in the provider sent back (`state`, `code`): the e-mail it vouches for.
+/// Finishes a sign-in that provider `callback` (the callback's path) sent back (`state`,
+/// `code`): the e-mail it vouches for. The state must be one started with that provider: a
+/// code arriving at another provider's callback is a mix-up, refused (and the state used up).
 pub async fn finish(
     store: &dyn Store,
     providers: &[OidcProvider],
     redirect_uri: impl Fn(&str) -> String,
+    callback: &str,
     state: &str,
     code: &str,
 ) -> Result<Finished, ApiError> {
     let stale = || ApiError::validation("state", "unknown, used or expired: sign in again");
     let json = store.take(Kind::SignInState, &crate::secrets::hash_key(state)).await?.ok_or_else(stale)?;
     let started: Started = serde_json::from_str(&json).map_err(|_| stale())?;
+    if started.provider != callback {
+        return Err(ApiError::validation("state", "this sign-in was started with another provider: sign in again"));
+    }
     let provider = providers.iter().find(|p| p.id == started.provider).ok_or_else(stale)?;
     let meta = metadata(provider).await?;
     let redirect = redirect_uri(&provider.id);
