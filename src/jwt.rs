@@ -152,10 +152,7 @@ impl JwtVerifier {
                 Some(remote) => keys.extend(remote),
                 None => {
                     tracing::warn!(url, "cannot fetch the JWKS; keeping the previous keys");
-                    let previous = self.keys.load();
-                    for (kid, k) in previous.iter() {
-                        keys.entry(kid.clone()).or_insert_with(|| k.clone());
-                    }
+                    self.keep_previous(&mut keys);
                 }
             }
         }
@@ -164,12 +161,16 @@ impl JwtVerifier {
                 issuer = self.config.issuer,
                 "cannot find the issuer's jwks_uri in its metadata; keeping the previous keys"
             );
-            let previous = self.keys.load();
-            for (kid, k) in previous.iter() {
-                keys.entry(kid.clone()).or_insert_with(|| k.clone());
-            }
+            self.keep_previous(&mut keys);
         }
         self.keys.store(Arc::new(keys));
+    }
+
+    /// Adds the keys in use to `keys` where it has none of that id: what a failed fetch keeps.
+    fn keep_previous(&self, keys: &mut HashMap<String, DecodingKey>) {
+        for (kid, k) in self.keys.load().iter() {
+            keys.entry(kid.clone()).or_insert_with(|| k.clone());
+        }
     }
 
     /// The `jwks_uri` of `issuer`'s metadata, when its metadata names that issuer.
