@@ -234,8 +234,14 @@ pub struct Pkce {
 pub fn pkce() -> Pkce {
     // 64 characters of the unreserved alphabet: 380 bits, within RFC 7636's 43-128.
     let verifier = crate::secrets::random_alnum(64);
-    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    let challenge = pkce_challenge(&verifier);
     Pkce { verifier, challenge }
+}
+
+/// The S256 challenge of a PKCE verifier (RFC 7636 section 4.2): what a client sends, and what
+/// toolgate's own authorization server checks a verifier against.
+pub fn pkce_challenge(verifier: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
 /// What a pending OAuth connection keeps sealed until the code comes back.

@@ -106,6 +106,11 @@ impl ScopeSet {
         if self == ScopeSet::ALL {
             return vec!["*"];
         }
+        self.each_name()
+    }
+
+    /// Each scope's own name, never `*` (an OAuth token's `scope`, which lists them).
+    pub fn each_name(self) -> Vec<&'static str> {
         Scope::ALL.iter().filter(|s| self.contains(**s)).map(|s| s.as_str()).collect()
     }
 }

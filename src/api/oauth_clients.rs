@@ -104,7 +104,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         org_id: who.org_id.clone(),
         name,
         redirect_uris,
-        scopes: crate::oauth_server::scope_names(scopes).into_iter().map(str::to_string).collect(),
+        scopes: scopes.each_name().into_iter().map(str::to_string).collect(),
         public: body.public,
         secret_hash: secret.as_deref().map(secrets::hash_key),
         created_by: who.user_id.clone(),

@@ -2,7 +2,7 @@
 //! (RFC 7009) and metadata (RFC 8414). Form-encoded in, JSON out, errors as RFC 6749 section
 //! 5.2 has them (`{"error", "error_description"}`), never cached.
 
-use super::OAuthError;
+use super::{param, OAuthError};
 use crate::config::Config;
 use crate::exchange::Exchange;
 use crate::model::OAuthClient;
@@ -29,7 +29,7 @@ pub fn metadata(config: &Config) -> Value {
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": auth_methods,
         "revocation_endpoint_auth_methods_supported": auth_methods,
-        "scopes_supported": super::scope_names(toolgate_filters::ScopeSet::ALL),
+        "scopes_supported": toolgate_filters::ScopeSet::ALL.each_name(),
         "authorization_response_iss_parameter_supported": true,
     });
     if config.web.dynamic_registration {
@@ -100,10 +100,6 @@ async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)
     Ok(fields)
 }
 
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
-}
-
 /// The client of the request (RFC 6749 section 2.3): HTTP Basic, or `client_id` (and
 /// `client_secret`) in the form. A confidential client must prove its secret; a public one
 /// has none to prove.
@@ -125,8 +121,8 @@ async fn authenticate(
             (unescape(id), Some(unescape(secret)))
         }
         None => (
-            field(fields, "client_id").ok_or_else(refused)?.to_string(),
-            field(fields, "client_secret").map(str::to_string),
+            param(fields, "client_id").ok_or_else(refused)?.to_string(),
+            param(fields, "client_secret").map(str::to_string),
         ),
     };
     let client = super::client(server.state.store.as_ref(), &id).await?.ok_or_else(refused)?;
@@ -142,16 +138,16 @@ async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<su
     let fields = form(ex).await?;
     let client = authenticate(server, ex, &fields).await?;
     let state = &server.state;
-    match field(&fields, "grant_type") {
+    match param(&fields, "grant_type") {
         Some("authorization_code") => {
-            let code = field(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
-            let (redirect_uri, verifier) = (field(&fields, "redirect_uri"), field(&fields, "code_verifier"));
-            super::exchange_code(state, &client, code, redirect_uri, verifier, field(&fields, "resource")).await
+            let code = param(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
+            let (redirect_uri, verifier) = (param(&fields, "redirect_uri"), param(&fields, "code_verifier"));
+            super::exchange_code(state, &client, code, redirect_uri, verifier, param(&fields, "resource")).await
         }
         Some("refresh_token") => {
-            let token = field(&fields, "refresh_token")
+            let token = param(&fields, "refresh_token")
                 .ok_or_else(|| OAuthError::new("invalid_request", "refresh_token is missing"))?;
-            super::refresh(state, &client, token, field(&fields, "scope")).await
+            super::refresh(state, &client, token, param(&fields, "scope")).await
         }
         Some(_) => {
             Err(OAuthError::new("unsupported_grant_type", "grant_type must be authorization_code or refresh_token"))
@@ -163,7 +159,7 @@ async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<su
 async fn revoke(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
     let fields = form(ex).await?;
     let client = authenticate(server, ex, &fields).await?;
-    let token = field(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
+    let token = param(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
     super::revoke(&server.state, &client, token).await
 }
 

@@ -22,13 +22,11 @@ use crate::model::{Gateway, OAuthClient, OAuthGrant, User};
 use crate::secrets;
 use crate::state::State;
 use crate::store::{Kind, Store, StoreError};
-use base64::Engine as _;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
-use toolgate_filters::{Role, Scope, ScopeSet};
+use toolgate_filters::{Role, ScopeSet};
 
 const ACCESS_PREFIX: &str = "tga_";
 const REFRESH_PREFIX: &str = "tgr_";
@@ -82,12 +80,6 @@ pub fn access_token_grant(token: &str) -> Option<&str> {
 fn grant_of<'t>(token: &'t str, prefix: &str) -> Option<&'t str> {
     let (grant, secret) = token.strip_prefix(prefix)?.split_once('.')?;
     (!grant.is_empty() && !secret.is_empty()).then_some(grant)
-}
-
-/// The scope names of a set, one per scope (never `*`): what a token response and the consent
-/// page show.
-pub fn scope_names(set: ScopeSet) -> Vec<&'static str> {
-    Scope::ALL.iter().filter(|s| set.contains(**s)).map(|s| s.as_str()).collect()
 }
 
 /// A redirect URI a client may register: https, or http on a loopback host (a native
@@ -144,7 +136,8 @@ pub struct AuthorizationRequest {
     pub resource: Option<String>,
 }
 
-fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+/// A request parameter (or form field), when it is given and not empty.
+pub(crate) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
     params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
 }
 
@@ -241,11 +234,8 @@ pub fn gateway_of_resource(state: &State, resource: &str, org_id: &str) -> Resul
         .and_then(|rest| rest.strip_prefix("/gateway/"))
         .and_then(|rest| rest.strip_suffix("/mcp"))
         .ok_or_else(refused)?;
-    let gateway = state.oauth_gateway(id).filter(|g| g.org_id == org_id).ok_or_else(refused)?;
-    if crate::gateway_oauth::resource(&public_url, &gateway.id) != resource {
-        return Err(refused());
-    }
-    Ok(gateway)
+    // Stripping the prefix and the suffix leaves exactly the id: the resource is that gateway's.
+    state.oauth_gateway(id).filter(|g| g.org_id == org_id).ok_or_else(refused)
 }
 
 /// What `user` would grant: the request's scopes within the user's role.
@@ -253,13 +243,17 @@ pub fn granted(request: &AuthorizationRequest, user: &User) -> ScopeSet {
     request.scopes.intersect(Role::parse(&user.role).unwrap_or(Role::Viewer).allowed())
 }
 
-/// `redirect_uri` with `pairs` added to its query (and the issuer, RFC 9207).
-pub fn redirect_with(redirect_uri: &str, issuer: &str, pairs: &[(&str, &str)]) -> String {
+/// `redirect_uri` with `pairs` added to its query, then the request's `state` when it had one
+/// and the issuer (RFC 9207): every answer sent back to a client.
+pub fn redirect_with(redirect_uri: &str, issuer: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> String {
     let Ok(mut url) = url::Url::parse(redirect_uri) else { return redirect_uri.to_string() };
     {
         let mut q = url.query_pairs_mut();
         for (k, v) in pairs {
             q.append_pair(k, v);
+        }
+        if let Some(state) = state {
+            q.append_pair("state", state);
         }
         q.append_pair("iss", issuer);
     }
@@ -280,7 +274,7 @@ pub async fn issue_code(
         redirect_uri: request.redirect_uri.clone(),
         user_id: user.id.clone(),
         org_id: user.org_id.clone(),
-        scopes: scope_names(granted(request, user)).into_iter().map(str::to_string).collect(),
+        scopes: granted(request, user).each_name().into_iter().map(str::to_string).collect(),
         challenge: request.challenge.clone(),
         resource: request.resource.clone(),
         expires_ms,
@@ -323,6 +317,11 @@ fn lifetimes(state: &State) -> (Duration, Duration) {
     (web.access_token_lifetime, web.refresh_token_lifetime)
 }
 
+/// Where a used code (by its hash) names the grant it made, so that a second use revokes it.
+fn used_code(hash: &str) -> String {
+    format!("used:{hash}")
+}
+
 /// The `authorization_code` grant.
 pub async fn exchange_code(
     state: &State,
@@ -334,8 +333,7 @@ pub async fn exchange_code(
 ) -> Result<Tokens, OAuthError> {
     let hash = secrets::hash_key(code);
     let Some(json) = state.store.take(Kind::OAuthCode, &hash).await? else {
-        let used = format!("used:{hash}");
-        if let Some(grant_id) = state.store.get(Kind::OAuthCode, &used).await? {
+        if let Some(grant_id) = state.store.get(Kind::OAuthCode, &used_code(&hash)).await? {
             state.delete_grant(&grant_id).await?;
             tracing::warn!(grant = grant_id, client = client.id, "authorization code used twice: its grant is revoked");
             return Err(OAuthError::invalid_grant("the code was already used; the tokens issued for it are revoked"));
@@ -356,8 +354,7 @@ pub async fn exchange_code(
         (Some(challenge), Some(v)) => {
             let ok_shape =
                 (43..=128).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
-            let computed = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(v.as_bytes()));
-            if !ok_shape || !secrets::hashes_equal(&computed, challenge) {
+            if !ok_shape || !secrets::hashes_equal(&crate::app_oauth::pkce_challenge(v), challenge) {
                 return Err(OAuthError::invalid_grant("the code_verifier does not match the code_challenge"));
             }
         }
@@ -383,7 +380,7 @@ pub async fn exchange_code(
         resource: code.resource,
     };
     let expires = Utc::now().timestamp_millis() + USED_CODE_MEMORY.as_millis() as i64;
-    state.store.put_expiring(Kind::OAuthCode, &client.id, &format!("used:{hash}"), grant.id.clone(), expires).await?;
+    state.store.put_expiring(Kind::OAuthCode, &client.id, &used_code(&hash), grant.id.clone(), expires).await?;
     let (access, refresh) = lifetimes(state);
     let tokens = mint(&mut grant, access, refresh);
     state.save_grant(grant).await?;
@@ -434,7 +431,7 @@ pub async fn refresh(
         if !asked.is_subset_of(held) {
             return Err(OAuthError::new("invalid_scope", "a refresh may narrow the scope, not widen it"));
         }
-        grant.scopes = scope_names(asked).into_iter().map(str::to_string).collect();
+        grant.scopes = asked.each_name().into_iter().map(str::to_string).collect();
     }
     let old = std::mem::take(&mut grant.refresh_hash);
     grant.used_refresh.push(old);
@@ -510,7 +507,7 @@ mod tests {
     fn a_request_is_checked_against_what_the_client_registered() {
         let ok = params(&[("response_type", "code"), ("scope", "logs:read")]);
         let r = check_request(client(false), "https://app.example/cb".into(), &ok).unwrap();
-        assert_eq!(scope_names(r.scopes), ["logs:read"]);
+        assert_eq!(r.scopes.each_name(), ["logs:read"]);
         let wide = params(&[("response_type", "code"), ("scope", "admin")]);
         assert_eq!(check_request(client(false), String::new(), &wide).unwrap_err().code, "invalid_scope");
         let token = params(&[("response_type", "token")]);
@@ -528,7 +525,7 @@ mod tests {
     #[test]
     fn redirects_keep_the_clients_query_and_name_the_issuer() {
         assert_eq!(
-            redirect_with("https://app.example/cb?x=1", "https://tg.example", &[("code", "c"), ("state", "a b")]),
+            redirect_with("https://app.example/cb?x=1", "https://tg.example", Some("a b"), &[("code", "c")]),
             "https://app.example/cb?x=1&code=c&state=a+b&iss=https%3A%2F%2Ftg.example"
         );
     }

@@ -25,7 +25,7 @@ const CARRIED: [&str; 8] = [
 /// `GET {auth_url}/oauth/authorize`: the consent page, or the sign-in page first.
 pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page, ApiError> {
     let query = ex.request().uri.query().unwrap_or("");
-    let params: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    let params = crate::api::parse_query(Some(query));
     let path = prefix(server);
     let Some(session) = current(server, ex).await? else {
         // Only a well-formed request is worth signing in for.
@@ -44,7 +44,7 @@ pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page
         .iter()
         .filter_map(|name| params.iter().find(|(k, _)| k == name).map(|(_, v)| (*name, v.as_str())))
         .collect();
-    let scopes = oauth_server::scope_names(oauth_server::granted(&request, &user));
+    let scopes = oauth_server::granted(&request, &user).each_name();
     let gateway = gateway.as_ref().map(|g| g.name.as_str());
     let page = pages::consent(&path, &csrf, &request.client.name, &user.email, &scopes, gateway, &carried);
     Ok(Page::html(200, page).cookie(super::csrf_cookie(&path, &csrf)))
@@ -59,24 +59,21 @@ pub(super) async fn decide(server: &Server, ex: &mut Exchange<'_>) -> Result<Pag
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
-    let issuer = server.state.config().server.public_url.clone();
     let state = request.state.as_deref();
-    let with_state = |mut pairs: Vec<(&'static str, String)>| {
-        if let Some(s) = state {
-            pairs.push(("state", s.to_string()));
-        }
-        pairs
-    };
-    let pairs = if super::field(&fields, "decision") == "allow" {
-        let lifetime = server.state.config().web.authorization_code_lifetime;
-        let code = oauth_server::issue_code(server.state.store.as_ref(), &request, &user, lifetime).await?;
-        tracing::info!(user = user.id, client = request.client.id, "OAuth client authorised");
-        with_state(vec![("code", code)])
-    } else {
-        with_state(vec![("error", "access_denied".into()), ("error_description", "the user denied the request".into())])
-    };
-    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    Ok(Page::redirect(&oauth_server::redirect_with(&request.redirect_uri, &issuer, &pairs)))
+    if super::field(&fields, "decision") != "allow" {
+        let denied = [("error", "access_denied"), ("error_description", "the user denied the request")];
+        return Ok(back_to_client(server, &request.redirect_uri, state, &denied));
+    }
+    let lifetime = server.state.config().web.authorization_code_lifetime;
+    let code = oauth_server::issue_code(server.state.store.as_ref(), &request, &user, lifetime).await?;
+    tracing::info!(user = user.id, client = request.client.id, "OAuth client authorised");
+    Ok(back_to_client(server, &request.redirect_uri, state, &[("code", &code)]))
+}
+
+/// The browser sent back to the client's redirect URI with `pairs`, the state and the issuer.
+fn back_to_client(server: &Server, redirect_uri: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> Page {
+    let issuer = server.state.config().server.public_url.clone();
+    Page::redirect(&oauth_server::redirect_with(redirect_uri, &issuer, state, pairs))
 }
 
 /// The request checked for a user of `org_id`, with the gateway it is for (a `resource`):
@@ -98,13 +95,9 @@ async fn checked(
     match checked {
         Ok(r) => Ok(Ok(r)),
         Err(e) => {
-            let issuer = server.state.config().server.public_url.clone();
-            let mut pairs = vec![("error", e.code), ("error_description", e.description.as_str())];
-            let state = params.iter().find(|(k, _)| k == "state").map(|(_, v)| v.as_str());
-            if let Some(s) = state {
-                pairs.push(("state", s));
-            }
-            Ok(Err(Page::redirect(&oauth_server::redirect_with(&redirect_uri, &issuer, &pairs))))
+            let pairs = [("error", e.code), ("error_description", e.description.as_str())];
+            let state = oauth_server::param(params, "state");
+            Ok(Err(back_to_client(server, &redirect_uri, state, &pairs)))
         }
     }
 }

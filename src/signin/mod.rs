@@ -360,8 +360,7 @@ async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> st
 }
 
 async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) -> std::result::Result<Page, ApiError> {
-    let query = ex.request().uri.query().unwrap_or("");
-    let params: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    let params = crate::api::parse_query(ex.request().uri.query());
     if let Some((_, error)) = params.iter().find(|(k, _)| k == "error") {
         return Err(ApiError::Unauthorized(format!("the provider did not sign you in ({error})")));
     }
