@@ -12,6 +12,7 @@ pub mod app_oauth;
 pub mod changes;
 pub mod config;
 pub mod conn_limits;
+pub mod courier;
 pub mod error;
 pub mod events;
 pub mod exchange;

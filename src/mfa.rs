@@ -1,8 +1,15 @@
-//! Multi-factor authentication (DESIGN Decision 9): TOTP (RFC 6238, SHA-1, 6 digits, 30 s) per
-//! user with backup codes, challenges and short-lived MFA tokens.
+//! Multi-factor authentication (DESIGN Decision 9): per user one method, an authenticator app
+//! (TOTP, RFC 6238, SHA-1, 6 digits, 30 s), a code sent by e-mail, or a code sent by text
+//! message; backup codes with each; challenges and short-lived MFA tokens.
 //!
 //! The TOTP seed is sealed at rest like app credentials; backup codes are stored as SHA-256 hashes
-//! and each works once. Challenges and tokens live 5 minutes and are single use; they are
+//! and each works once. A code sent by e-mail or SMS belongs to one challenge (or to the
+//! enrolment it confirms): six random digits, kept as a hash, valid 5 minutes, used once. Sending
+//! is bounded (five codes per user per ten minutes, per instance) so that asking for challenges
+//! cannot flood someone's inbox or phone; past the bound, or when sending fails, the challenge
+//! still opens and a backup code answers it. The MFA records are read from the store at each use
+//! (protected actions and sign-ins are rare), so every instance sharing a store enforces MFA as
+//! soon as any of them activated it. Challenges and tokens live 5 minutes and are single use; they are
 //! records of the store that expire (so a challenge asked of one instance can be answered on
 //! another, and a token is used once across all: the store's `take` reads and removes it in one
 //! step). A code is accepted once per 30-second step per user, so a code seen on the wire cannot
@@ -16,6 +23,7 @@
 //! itself, and the per-user bound refuses TOTP codes only; backup codes (ten digits each, too
 //! many to guess) and MFA tokens keep working, and an owner or the operator can reset MFA.
 
+use crate::courier::Courier;
 use crate::error::ApiError;
 use crate::secrets::{self, Sealer};
 use crate::store::{Kind, Store, StoreError, NO_PARTITION};
@@ -28,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use totp_rs::{Algorithm, Secret, TOTP};
 
-/// How long a challenge or an MFA token stays valid.
+/// How long a challenge, a sent code or an MFA token stays valid.
 pub const MFA_TTL: Duration = Duration::from_secs(300);
 const BACKUP_CODES: usize = 10;
 /// Wrong codes a credential may send in a row before it is locked out.
@@ -41,8 +49,48 @@ const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
 /// this bound on guessing cannot lock the owner out.
 const USER_TOTP_FAILURES: u32 = 20;
 const USER_WINDOW: Duration = Duration::from_secs(10 * 60);
-/// Wrong answers a challenge takes before it is used up.
+/// Wrong answers a challenge (or a sent enrolment code) takes before it is used up.
 const CHALLENGE_FAILURES: u8 = 3;
+/// Codes sent to one user (e-mail or SMS) per [`USER_WINDOW`].
+const SENDS_PER_WINDOW: u32 = 5;
+
+/// How a user receives its codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// An authenticator app (TOTP).
+    #[default]
+    Totp,
+    Email,
+    Sms,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Totp => "totp",
+            Method::Email => "email",
+            Method::Sms => "sms",
+        }
+    }
+}
+
+/// What enrolment is asked for: the method, and where its codes go.
+#[derive(Debug, Clone)]
+pub enum NewMethod {
+    Totp { account: String },
+    Email { address: String },
+    Sms { phone_number: String },
+}
+
+/// A code sent by e-mail or SMS, as stored: its hash, when it expires, wrong answers so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SentCode {
+    hash: String,
+    expires_at_ms: i64,
+    #[serde(default)]
+    failures: u8,
+}
 
 /// An open challenge, as stored (kind `mfa_challenge`, expiring with it).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,6 +99,10 @@ struct ChallengeRecord {
     /// Wrong answers so far.
     failures: u8,
     expires_at_ms: i64,
+    /// The hash of the code sent for it (e-mail and SMS methods; none when sending failed or
+    /// was bounded: then a backup code answers).
+    #[serde(default)]
+    code_hash: Option<String>,
 }
 
 /// An unused MFA token, as stored under the SHA-256 of its value (kind `mfa_token`).
@@ -66,8 +118,14 @@ fn to_json<T: Serialize>(v: &T) -> Result<String, ApiError> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MfaRecord {
     pub user_id: String,
-    /// Base32 TOTP seed, sealed.
+    #[serde(default)]
+    pub method: Method,
+    /// Base32 TOTP seed, sealed (the TOTP method only; empty otherwise).
+    #[serde(default)]
     pub sealed_secret: String,
+    /// Where codes are sent: the e-mail address or the E.164 phone number.
+    #[serde(default)]
+    pub destination: Option<String>,
     /// Confirmed with a first code; until then MFA is not enforced.
     pub active: bool,
     /// SHA-256 of each unused backup code.
@@ -75,23 +133,37 @@ pub struct MfaRecord {
     /// Last accepted TOTP step, against replays.
     #[serde(default)]
     pub last_step: u64,
+    /// The code sent at enrolment, which activation must give back (e-mail and SMS).
+    #[serde(default)]
+    enrolment_code: Option<SentCode>,
 }
 
 pub struct Enrolment {
-    pub secret: String,
-    pub otpauth_uri: String,
+    pub method: Method,
+    /// The TOTP seed and its `otpauth://` URI (the TOTP method).
+    pub totp: Option<(String, String)>,
+    /// Where the first code went, partly hidden (e-mail and SMS).
+    pub sent_to: Option<String>,
     pub backup_codes: Vec<String>,
+}
+
+/// A challenge just opened, and what the user is told about answering it.
+pub struct Challenge {
+    pub id: String,
+    pub prompt: String,
 }
 
 pub struct Mfa {
     store: Arc<dyn Store>,
-    records: DashMap<String, MfaRecord>,
+    courier: Arc<Courier>,
     /// When expired challenges and tokens were last swept from the store (ms since the epoch).
     last_sweep_ms: std::sync::atomic::AtomicI64,
     /// (user id, credential key id) -> consecutive wrong codes and the lockout they earned.
     credential_failures: DashMap<(String, String), Failures>,
     /// user id -> wrong TOTP codes in the current window (all credentials).
     user_failures: DashMap<String, (u32, Instant)>,
+    /// user id -> codes sent in the current window.
+    sends: DashMap<String, (u32, Instant)>,
 }
 
 /// Consecutive wrong codes of one credential.
@@ -109,10 +181,22 @@ pub struct Caller<'a> {
     pub key_id: &'a str,
 }
 
+/// What a six-digit code is checked against.
+#[derive(Debug, Clone, Copy)]
+enum Expected<'a> {
+    /// The authenticator app's current code.
+    Authenticator,
+    /// The code sent by e-mail or SMS, by its hash; `None` when none was sent (bounded or
+    /// failed): then only a backup code answers.
+    Sent(Option<&'a str>),
+}
+
 /// What kind of code was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CodeKind {
     Totp,
+    /// A code toolgate sent by e-mail or SMS.
+    Sent,
     Backup,
 }
 
@@ -136,61 +220,144 @@ fn is_backup_code(s: &str) -> bool {
     s.len() == 11 && s.bytes().enumerate().all(|(i, b)| if i == 5 { b == b'-' } else { b.is_ascii_digit() })
 }
 
-impl Mfa {
-    pub async fn load(store: Arc<dyn Store>) -> Result<Mfa, StoreError> {
-        let records = DashMap::new();
-        for (id, body) in store.load_all(Kind::Mfa).await? {
-            match serde_json::from_str::<MfaRecord>(&body) {
-                Ok(r) => {
-                    records.insert(id, r);
-                }
-                Err(e) => tracing::warn!(user = id, error = %e, "skipping corrupt MFA record"),
-            }
+fn new_code() -> String {
+    format!("{:06}", OsRng.gen_range(0..1_000_000))
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn expiry_ms() -> i64 {
+    now_ms() + MFA_TTL.as_millis() as i64
+}
+
+/// An address or number with most of it hidden, for telling the user where a code went:
+/// `a***@example.com`, `+*******4567`.
+pub fn masked(destination: &str) -> String {
+    match destination.split_once('@') {
+        Some((local, domain)) => format!("{}***@{domain}", local.chars().next().unwrap_or('*')),
+        None => {
+            let keep = destination.len().saturating_sub(4);
+            format!("+{}{}", "*".repeat(keep.saturating_sub(1)), &destination[keep..])
         }
+    }
+}
+
+impl Mfa {
+    pub async fn load(store: Arc<dyn Store>, courier: Arc<Courier>) -> Result<Mfa, StoreError> {
         Ok(Mfa {
             store,
-            records,
+            courier,
             last_sweep_ms: std::sync::atomic::AtomicI64::new(0),
             credential_failures: DashMap::new(),
             user_failures: DashMap::new(),
+            sends: DashMap::new(),
         })
     }
 
-    async fn save(&self, r: MfaRecord) -> Result<(), ApiError> {
-        let json = serde_json::to_string(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
-        self.store.put(Kind::Mfa, NO_PARTITION, &r.user_id, json).await?;
-        self.records.insert(r.user_id.clone(), r);
+    async fn record(&self, user_id: &str) -> Result<Option<MfaRecord>, ApiError> {
+        let Some(json) = self.store.get(Kind::Mfa, user_id).await? else { return Ok(None) };
+        match serde_json::from_str::<MfaRecord>(&json) {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => Err(ApiError::Internal(format!("unreadable MFA record of {user_id}: {e}"))),
+        }
+    }
+
+    async fn save(&self, r: &MfaRecord) -> Result<(), ApiError> {
+        self.store.put(Kind::Mfa, NO_PARTITION, &r.user_id, to_json(r)?).await?;
         Ok(())
     }
 
-    pub fn is_active(&self, user_id: &str) -> bool {
-        self.records.get(user_id).is_some_and(|r| r.active)
+    pub async fn is_active(&self, user_id: &str) -> Result<bool, ApiError> {
+        Ok(self.record(user_id).await?.is_some_and(|r| r.active))
     }
 
-    /// Starts (or restarts, while not active) enrolment: a new seed and backup codes.
-    pub async fn enroll(&self, sealer: &Sealer, user_id: &str, account: &str) -> Result<Enrolment, ApiError> {
-        if self.is_active(user_id) {
+    /// The active method of a user, if MFA is on.
+    pub async fn active_method(&self, user_id: &str) -> Result<Option<Method>, ApiError> {
+        Ok(self.record(user_id).await?.filter(|r| r.active).map(|r| r.method))
+    }
+
+    /// Starts (or restarts, while not active) enrolment: a new seed or a first code sent, and
+    /// new backup codes.
+    pub async fn enroll(&self, sealer: &Sealer, user_id: &str, method: NewMethod) -> Result<Enrolment, ApiError> {
+        if self.is_active(user_id).await? {
             return Err(ApiError::Conflict("MFA is already active for this user".into()));
         }
-        let secret = Secret::generate_secret().to_encoded().to_string();
-        let uri = totp(&secret, account)?.get_url();
         let backup_codes: Vec<String> = (0..BACKUP_CODES)
             .map(|_| format!("{:05}-{:05}", OsRng.gen_range(0..100_000), OsRng.gen_range(0..100_000)))
             .collect();
-        self.save(MfaRecord {
+        let mut record = MfaRecord {
             user_id: user_id.to_string(),
-            sealed_secret: sealer.seal(secret.as_bytes()),
+            method: Method::Totp,
+            sealed_secret: String::new(),
+            destination: None,
             active: false,
             backup_code_hashes: backup_codes.iter().map(|c| secrets::hash_key(c)).collect(),
             last_step: 0,
-        })
-        .await?;
-        Ok(Enrolment { secret, otpauth_uri: uri, backup_codes })
+            enrolment_code: None,
+        };
+        let mut enrolment = Enrolment { method: Method::Totp, totp: None, sent_to: None, backup_codes };
+        match method {
+            NewMethod::Totp { account } => {
+                let secret = Secret::generate_secret().to_encoded().to_string();
+                let uri = totp(&secret, &account)?.get_url();
+                record.sealed_secret = sealer.seal(secret.as_bytes());
+                enrolment.totp = Some((secret, uri));
+            }
+            NewMethod::Email { address: to } | NewMethod::Sms { phone_number: to } => {
+                let sms = to.starts_with('+');
+                record.method = if sms { Method::Sms } else { Method::Email };
+                if !self.may_send(user_id) {
+                    return Err(ApiError::too_many("MFA codes sent to this user", USER_WINDOW));
+                }
+                let code = new_code();
+                self.send(record.method, &to, &code).await.map_err(|e| {
+                    ApiError::validation(
+                        if sms { "phone_number" } else { "method" },
+                        format!("the first code could not be sent: {e}"),
+                    )
+                })?;
+                record.enrolment_code =
+                    Some(SentCode { hash: secrets::hash_key(&code), expires_at_ms: expiry_ms(), failures: 0 });
+                enrolment.method = record.method;
+                enrolment.sent_to = Some(masked(&to));
+                record.destination = Some(to);
+            }
+        }
+        self.save(&record).await?;
+        Ok(enrolment)
+    }
+
+    /// Counts a code about to be sent to `user_id`; `false` past the bound.
+    fn may_send(&self, user_id: &str) -> bool {
+        let mut entry = self.sends.entry(user_id.to_string()).or_insert((0, Instant::now()));
+        if entry.1.elapsed() >= USER_WINDOW {
+            *entry = (0, Instant::now());
+        }
+        if entry.0 >= SENDS_PER_WINDOW {
+            return false;
+        }
+        entry.0 += 1;
+        true
+    }
+
+    async fn send(&self, method: Method, to: &str, code: &str) -> Result<(), crate::courier::CourierError> {
+        let text = format!("Your toolgate verification code is {code}. It expires in 5 minutes.");
+        match method {
+            Method::Sms => self.courier.text(to, &text).await,
+            _ => {
+                let body = format!("{text}\n\nIf you did not ask for it, someone may know your password.\n");
+                self.courier.email(to, &format!("toolgate verification code: {code}"), body, None).await
+            }
+        }
     }
 
     /// Checks a current TOTP code, once per step; updates the record on success.
-    async fn check_code(&self, sealer: &Sealer, user_id: &str, code: &str) -> Result<bool, ApiError> {
-        let Some(mut r) = self.records.get(user_id).map(|r| r.clone()) else { return Ok(false) };
+    async fn check_totp(&self, sealer: &Sealer, user_id: &str, code: &str) -> Result<bool, ApiError> {
+        let Some(mut r) = self.record(user_id).await?.filter(|r| r.method == Method::Totp) else {
+            return Ok(false);
+        };
         let secret = String::from_utf8(sealer.open(&r.sealed_secret).map_err(|e| ApiError::Internal(e.to_string()))?)
             .map_err(|_| ApiError::Internal("bad TOTP seed".into()))?;
         let t = totp(&secret, user_id)?;
@@ -199,7 +366,7 @@ impl Mfa {
         for step in [now / 30, now / 30 - 1, now / 30 + 1] {
             if step > r.last_step && subtle_eq(&t.generate(step * 30), code) {
                 r.last_step = step;
-                self.save(r).await?;
+                self.save(&r).await?;
                 return Ok(true);
             }
         }
@@ -250,14 +417,28 @@ impl Mfa {
         self.credential_failures.remove(&(caller.user_id.to_string(), caller.key_id.to_string()));
     }
 
-    /// Checks a TOTP or backup code under the lockout rules: `Ok(false)` for a wrong code
-    /// (counted), `Err` while locked out.
-    async fn attempt(&self, sealer: &Sealer, caller: Caller<'_>, code: &str) -> Result<bool, ApiError> {
-        let kind = if is_code(code) { CodeKind::Totp } else { CodeKind::Backup };
+    /// Checks a code under the lockout rules: a backup code, or a six-digit code against what
+    /// `expected` says. `Ok(false)` for a wrong code (counted), `Err` while locked out.
+    async fn attempt(
+        &self,
+        sealer: &Sealer,
+        caller: Caller<'_>,
+        code: &str,
+        expected: Expected<'_>,
+    ) -> Result<bool, ApiError> {
+        let kind = match (is_code(code), expected) {
+            (false, _) => CodeKind::Backup,
+            (true, Expected::Sent(_)) => CodeKind::Sent,
+            (true, Expected::Authenticator) => CodeKind::Totp,
+        };
         self.check_lockout(caller, kind)?;
-        let ok = match kind {
-            CodeKind::Totp => self.check_code(sealer, caller.user_id, code).await?,
-            CodeKind::Backup => is_backup_code(code) && self.use_backup(caller.user_id, code).await?,
+        let ok = match (kind, expected) {
+            (CodeKind::Totp, _) => self.check_totp(sealer, caller.user_id, code).await?,
+            (CodeKind::Sent, Expected::Sent(hash)) => {
+                hash.is_some_and(|hash| secrets::hashes_equal(hash, &secrets::hash_key(code)))
+            }
+            (CodeKind::Sent, Expected::Authenticator) => false,
+            (CodeKind::Backup, _) => is_backup_code(code) && self.use_backup(caller.user_id, code).await?,
         };
         if ok {
             self.record_success(caller);
@@ -267,41 +448,85 @@ impl Mfa {
         Ok(ok)
     }
 
-    /// Confirms enrolment with a first code.
+    /// Confirms enrolment with a first code: the authenticator's, or the one sent.
     pub async fn activate(&self, sealer: &Sealer, caller: Caller<'_>, code: &str) -> Result<(), ApiError> {
         let user_id = caller.user_id;
-        let Some(r) = self.records.get(user_id).map(|r| r.clone()) else {
+        let Some(mut r) = self.record(user_id).await? else {
             return Err(ApiError::validation("code", "start with POST /auth/mfa/enroll"));
         };
         if r.active {
             return Err(ApiError::Conflict("MFA is already active for this user".into()));
         }
         if !is_code(code) {
-            return Err(ApiError::validation("code", "must be the six-digit code of the authenticator"));
+            return Err(ApiError::validation("code", "must be the six-digit code (authenticator, e-mail or SMS)"));
         }
-        if !self.attempt(sealer, caller, code).await? {
+        let sent = match (&r.method, &r.enrolment_code) {
+            (Method::Totp, _) => None,
+            (_, Some(c)) if c.expires_at_ms > now_ms() => Some(c.hash.clone()),
+            (_, _) => return Err(ApiError::validation("code", "the code expired: enrol again for a new one")),
+        };
+        let expected = match (&r.method, &sent) {
+            (Method::Totp, _) => Expected::Authenticator,
+            (_, hash) => Expected::Sent(hash.as_deref()),
+        };
+        if !self.attempt(sealer, caller, code, expected).await? {
+            if let Some(c) = r.enrolment_code.as_mut() {
+                c.failures += 1;
+                if c.failures >= CHALLENGE_FAILURES {
+                    r.enrolment_code = None;
+                    self.save(&r).await?;
+                    return Err(ApiError::validation("code", "invalid code; it is used up, enrol again for a new one"));
+                }
+                self.save(&r).await?;
+            }
             return Err(ApiError::validation("code", "invalid or expired code"));
         }
-        let mut r = self.records.get(user_id).map(|r| r.clone()).ok_or(ApiError::NotFound("mfa"))?;
+        // Read again: a TOTP check has just saved its step.
+        let mut r = self.record(user_id).await?.ok_or(ApiError::NotFound("mfa"))?;
         r.active = true;
-        self.save(r).await
+        r.enrolment_code = None;
+        self.save(&r).await
     }
 
-    /// A new challenge for a protected action, stored so that any instance can answer it.
-    pub async fn challenge(&self, user_id: &str) -> Result<String, ApiError> {
+    /// A new challenge for a protected action or a sign-in, stored so that any instance can
+    /// answer it. For the e-mail and SMS methods a code is sent with it.
+    pub async fn challenge(&self, user_id: &str) -> Result<Challenge, ApiError> {
         self.sweep_now_and_then().await;
         let id = secrets::new_id("mfa_ch");
-        let expires_at_ms = Utc::now().timestamp_millis() + MFA_TTL.as_millis() as i64;
-        let rec = ChallengeRecord { user_id: user_id.to_string(), failures: 0, expires_at_ms };
-        self.store.put_expiring(Kind::MfaChallenge, NO_PARTITION, &id, to_json(&rec)?, expires_at_ms).await?;
-        Ok(id)
+        let record = self.record(user_id).await?.filter(|r| r.active);
+        let mut rec =
+            ChallengeRecord { user_id: user_id.to_string(), failures: 0, expires_at_ms: expiry_ms(), code_hash: None };
+        let prompt = match record.as_ref().map(|r| (r.method, r.destination.as_deref())) {
+            None | Some((Method::Totp, _)) => "Enter the code of your authenticator app, or a backup code.".to_string(),
+            Some((method, Some(to))) => {
+                let by = if method == Method::Sms { "text message" } else { "e-mail" };
+                if !self.may_send(user_id) {
+                    "Too many codes were sent recently: answer with a backup code, or wait ten minutes.".to_string()
+                } else {
+                    let code = new_code();
+                    match self.send(method, to, &code).await {
+                        Ok(()) => {
+                            rec.code_hash = Some(secrets::hash_key(&code));
+                            format!("A code was sent by {by} to {}; it expires in 5 minutes.", masked(to))
+                        }
+                        Err(e) => {
+                            tracing::error!(user = user_id, method = method.as_str(), error = %e, "cannot send an MFA code");
+                            format!("The code could not be sent by {by}: answer with a backup code.")
+                        }
+                    }
+                }
+            }
+            Some((_, None)) => "Answer with a backup code.".to_string(),
+        };
+        self.store.put_expiring(Kind::MfaChallenge, NO_PARTITION, &id, to_json(&rec)?, rec.expires_at_ms).await?;
+        Ok(Challenge { id, prompt })
     }
 
     /// The user an open challenge was asked of (`None` when it is unknown, expired or used up):
     /// web sign-in learns whom it is signing in from the challenge alone.
     pub async fn challenge_user(&self, challenge_id: &str) -> Result<Option<String>, ApiError> {
         let stored = self.store.get(Kind::MfaChallenge, challenge_id).await?;
-        let now = Utc::now().timestamp_millis();
+        let now = now_ms();
         Ok(stored
             .and_then(|json| serde_json::from_str::<ChallengeRecord>(&json).ok())
             .filter(|c| c.expires_at_ms > now)
@@ -312,7 +537,7 @@ impl Mfa {
     /// once a minute, on the way of a new challenge.
     async fn sweep_now_and_then(&self) {
         use std::sync::atomic::Ordering;
-        let now = Utc::now().timestamp_millis();
+        let now = now_ms();
         let last = self.last_sweep_ms.load(Ordering::Relaxed);
         if now - last < 60_000
             || self.last_sweep_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
@@ -324,7 +549,8 @@ impl Mfa {
         }
     }
 
-    /// Answers a challenge with a TOTP or backup code; returns an MFA token (single use).
+    /// Answers a challenge with a code (the authenticator's, or the one sent for it) or a backup
+    /// code; returns an MFA token (single use).
     pub async fn verify(
         &self,
         sealer: &Sealer,
@@ -337,9 +563,15 @@ impl Mfa {
         let stored = self.store.get(Kind::MfaChallenge, challenge_id).await?;
         let mut challenge = stored
             .and_then(|json| serde_json::from_str::<ChallengeRecord>(&json).ok())
-            .filter(|c| c.user_id == user_id)
+            .filter(|c| c.user_id == user_id && c.expires_at_ms > now_ms())
             .ok_or_else(unknown)?;
-        if !self.attempt(sealer, caller, code).await? {
+        let sends_codes = self.record(user_id).await?.is_some_and(|r| r.active && r.method != Method::Totp);
+        let expected = if sends_codes || challenge.code_hash.is_some() {
+            Expected::Sent(challenge.code_hash.as_deref())
+        } else {
+            Expected::Authenticator
+        };
+        if !self.attempt(sealer, caller, code, expected).await? {
             // A challenge takes a few wrong answers, then a new one must be asked for.
             challenge.failures += 1;
             if challenge.failures >= CHALLENGE_FAILURES {
@@ -355,37 +587,40 @@ impl Mfa {
         // Used once: of two answers racing on one challenge, only the one that takes it wins.
         self.store.take(Kind::MfaChallenge, challenge_id).await?.ok_or_else(unknown)?;
         let token = format!("mfa_{}", secrets::new_session_id());
-        let expires_at_ms = Utc::now().timestamp_millis() + MFA_TTL.as_millis() as i64;
         let rec = TokenRecord { user_id: user_id.to_string() };
         self.store
-            .put_expiring(Kind::MfaToken, NO_PARTITION, &secrets::hash_key(&token), to_json(&rec)?, expires_at_ms)
+            .put_expiring(Kind::MfaToken, NO_PARTITION, &secrets::hash_key(&token), to_json(&rec)?, expiry_ms())
             .await?;
         Ok(token)
     }
 
     async fn use_backup(&self, user_id: &str, code: &str) -> Result<bool, ApiError> {
-        let Some(mut r) = self.records.get(user_id).map(|r| r.clone()) else { return Ok(false) };
+        let Some(mut r) = self.record(user_id).await? else { return Ok(false) };
         let h = secrets::hash_key(code.trim());
         let Some(pos) = r.backup_code_hashes.iter().position(|c| secrets::hashes_equal(c, &h)) else {
             return Ok(false);
         };
         r.backup_code_hashes.remove(pos);
-        self.save(r).await?;
+        self.save(&r).await?;
         Ok(true)
     }
 
     /// The gate of a protected action: passes when the user has no active MFA, or when
-    /// `X-MFA-Token` holds a current code or an unused token; otherwise `MFA_REQUIRED` with a
-    /// fresh challenge.
+    /// `X-MFA-Token` holds a current authenticator code, a backup code or an unused token;
+    /// otherwise `MFA_REQUIRED` with a fresh challenge (which, for the e-mail and SMS methods,
+    /// sends a code: those codes are given to `POST /auth/mfa/verify`, not to the header).
     pub async fn require(&self, sealer: &Sealer, caller: Caller<'_>, header: Option<&str>) -> Result<(), ApiError> {
         let user_id = caller.user_id;
-        if !self.is_active(user_id) {
+        let Some(method) = self.active_method(user_id).await? else {
             return Ok(());
-        }
+        };
         let message = match header.map(str::trim) {
             None | Some("") => "this action requires MFA: verify the challenge and retry with X-MFA-Token",
+            Some(v) if is_code(v) && method != Method::Totp => {
+                "a sent code answers its challenge: POST it to /auth/mfa/verify and retry with the MFA token"
+            }
             Some(v) if is_code(v) || is_backup_code(v) => {
-                if self.attempt(sealer, caller, v).await? {
+                if self.attempt(sealer, caller, v, Expected::Authenticator).await? {
                     return Ok(());
                 }
                 "invalid or already used MFA code"
@@ -398,7 +633,8 @@ impl Mfa {
                 }
             }
         };
-        Err(ApiError::MfaRequired { challenge_id: self.challenge(user_id).await?, message: message.into() })
+        let challenge = self.challenge(user_id).await?;
+        Err(ApiError::MfaRequired { challenge_id: challenge.id, message: format!("{message}. {}", challenge.prompt) })
     }
 }
 
@@ -407,11 +643,9 @@ impl Mfa {
     /// operator's recovery): the seed and backup codes are forgotten, so enrolment starts anew.
     /// `false` when the user had no MFA record.
     pub async fn remove(&self, user_id: &str) -> Result<bool, ApiError> {
-        if !self.records.contains_key(user_id) {
+        if !self.store.delete(Kind::Mfa, user_id).await? {
             return Ok(false);
         }
-        self.store.delete(Kind::Mfa, user_id).await?;
-        self.records.remove(user_id);
         // Its open challenges and unused tokens go too (a reset is rare: a scan is fine).
         for kind in [Kind::MfaChallenge, Kind::MfaToken] {
             for (id, json) in self.store.load_all(kind).await? {

@@ -20,7 +20,6 @@
 //! `toolgate --upgrade` applies it without dropping a request.
 
 use crate::config::{Config, ConfigError};
-use crate::events::Events;
 use crate::mcp::runtime::McpRuntime;
 use crate::server::Server;
 use crate::state::State;
@@ -47,6 +46,7 @@ const IN_PLACE: &[&str] = &[
     "jwt",
     "gateway_oauth",
     "smtp",
+    "sms",
 ];
 
 /// Sections of which only these fields change in place (the parts built from the others read
@@ -100,7 +100,7 @@ pub struct Reloadable<'a> {
     pub limiter: &'a RateLimit<dyn RateLimiter>,
     pub mcp: &'a McpRuntime,
     pub origins: &'a OriginCheck,
-    pub events: &'a Events,
+    pub courier: &'a crate::courier::Courier,
 }
 
 impl<'a> Reloadable<'a> {
@@ -110,7 +110,7 @@ impl<'a> Reloadable<'a> {
             limiter: &server.limiter,
             mcp: &server.mcp,
             origins: &server.origin_check,
-            events: &server.events,
+            courier: &server.courier,
         }
     }
 }
@@ -165,10 +165,7 @@ impl ConfigSource {
         }
         let apps_changed = changed_apps(&before, &after);
         // What can still fail is made before anything is replaced.
-        let mailer = Events::mailer_for(config.smtp.as_ref()).map_err(|e| ConfigError::Invalid {
-            field: "smtp".into(),
-            message: format!("cannot set up the SMTP client: {e}"),
-        })?;
+        let transports = crate::courier::Courier::prepare(&config)?;
         if let Some(jwt) = &config.jwt {
             jwt.refresh().await;
         }
@@ -179,7 +176,7 @@ impl ConfigSource {
         parts.state.replace_config(config.clone());
         parts.limiter.set_policy(config.rate_limit_policy.clone());
         parts.origins.set(config.mcp.allowed_origins.clone());
-        parts.events.set_mailer(mailer);
+        parts.courier.install(transports);
         if let Err(e) = crate::logging::set_level(&config.observability.log_level) {
             tracing::warn!(error = e, "the new observability.log_level could not be applied; the log keeps its filter");
         }

@@ -20,6 +20,8 @@ pub struct Server {
     pub mfa: Mfa,
     /// Web sign-in: sessions and guessing bounds.
     pub signin: crate::signin::SignIn,
+    /// Where e-mail and text messages leave (alerts, MFA codes).
+    pub courier: Arc<crate::courier::Courier>,
     /// Events and the webhooks' outbox.
     pub events: Arc<crate::events::Events>,
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges; its backend
@@ -58,8 +60,10 @@ impl Server {
                 mcp.on_change(change);
             }
         });
-        let mfa = Mfa::load(state.store.clone()).await?;
-        let events = crate::events::Events::load(state.clone()).await?;
+        let courier =
+            Arc::new(crate::courier::Courier::new(&state.config()).map_err(|e| StoreError::Backend(e.to_string()))?);
+        let mfa = Mfa::load(state.store.clone(), courier.clone()).await?;
+        let events = crate::events::Events::load(state.clone(), courier.clone()).await?;
         let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
         Ok(Server {
             origin_check,
@@ -68,6 +72,7 @@ impl Server {
             mfa,
             signin: crate::signin::SignIn::new(state.store.clone()),
             events,
+            courier,
             limiter,
             sharing,
             state,

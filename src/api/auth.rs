@@ -59,7 +59,7 @@ pub async fn debug(call: &Call<'_>) -> ApiResult {
         "rate_limit_multiplier": who.rate_limit_multiplier,
         "ip_rate_limit_multiplier": call.ip_multiplier,
         "buckets": buckets,
-        "mfa_enabled": call.server.mfa.is_active(&who.user_id),
+        "mfa_enabled": call.server.mfa.is_active(&who.user_id).await?,
         "environment": call.server.state.config().environment.as_str(),
     })))
 }

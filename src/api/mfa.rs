@@ -1,5 +1,5 @@
-//! `/auth/mfa/*`: TOTP enrolment, activation, disabling, an owner's reset of another user's
-//! MFA, and the challenge answer that yields an MFA token.
+//! `/auth/mfa/*`: enrolment (authenticator app, e-mail or SMS), activation, disabling, an
+//! owner's reset of another user's MFA, and the challenge answer that yields an MFA token.
 //!
 //! Enrolling, activating and disabling change how an account is protected, so they take scope
 //! `admin` (a leaked narrow key cannot turn MFA on and keep the seed) and, once MFA is active,
@@ -8,16 +8,39 @@
 //! `TOOLGATE_ADMIN_KEY` resets any user's MFA without a code.
 
 use super::{ApiResult, Call, Reply};
+use crate::courier::is_phone_number;
 use crate::error::ApiError;
-use crate::mfa::{Caller, MFA_TTL};
+use crate::mfa::{Caller, NewMethod, MFA_TTL};
 use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
+/// How codes reach the user.
+#[derive(Debug, Default, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MfaMethod {
+    /// An authenticator app (TOTP); the default.
+    #[default]
+    Totp,
+    /// A code sent to the user's e-mail address (needs `smtp:`).
+    Email,
+    /// A code sent by text message to `phone_number` (needs `sms:`).
+    Sms,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollMfa {
+    #[serde(default)]
+    pub method: MfaMethod,
+    /// E.164, e.g. `+15551234567` (the `sms` method only).
+    pub phone_number: Option<String>,
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActivateMfa {
-    /// A current six-digit code from the authenticator.
+    /// The six-digit code of the authenticator, or the one sent by e-mail or SMS.
     pub code: String,
 }
 
@@ -51,18 +74,58 @@ fn user_id(call: &Call<'_>) -> Result<String, ApiError> {
     caller(call).map(|c| c.user_id.to_string())
 }
 
-#[utoipa::path(post, path = "/v1/auth/mfa/enroll", tag = "auth",
-    responses((status = 200, description = "secret, otpauth_uri, backup_codes (shown once)", body = crate::api::envelope::Envelope),
+#[utoipa::path(post, path = "/v1/auth/mfa/enroll", tag = "auth", request_body(content = EnrollMfa, description = "optional: the authenticator app when absent"),
+    responses((status = 200, description = "method, backup_codes (shown once), and secret and otpauth_uri (totp) or sent_to (email, sms)", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
-              (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
+              (status = 409, body = crate::api::envelope::ErrorEnvelope), (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn enroll(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
+    let body: EnrollMfa = call.json()?;
+    let courier = &call.server.courier;
+    let email = call.server.state.user(&user).map(|u| u.email.clone()).unwrap_or_default();
+    let method = match body.method {
+        MfaMethod::Totp if body.phone_number.is_some() => {
+            return Err(ApiError::validation("phone_number", "only the sms method takes a phone number"))
+        }
+        MfaMethod::Totp => NewMethod::Totp { account: if email.is_empty() { user.clone() } else { email } },
+        MfaMethod::Email if body.phone_number.is_some() => {
+            return Err(ApiError::validation("phone_number", "only the sms method takes a phone number"))
+        }
+        MfaMethod::Email if !courier.can_email() => {
+            return Err(ApiError::validation(
+                "method",
+                "e-mail codes need an SMTP server (`smtp:` in the configuration)",
+            ))
+        }
+        MfaMethod::Email if email.parse::<lettre::message::Mailbox>().is_err() => {
+            return Err(ApiError::validation("method", "this user has no e-mail address to send codes to"))
+        }
+        MfaMethod::Email => NewMethod::Email { address: email },
+        MfaMethod::Sms => {
+            let phone_number = body.phone_number.filter(|p| is_phone_number(p)).ok_or_else(|| {
+                ApiError::validation("phone_number", "the sms method needs an E.164 number, e.g. +15551234567")
+            })?;
+            if !courier.can_text() {
+                return Err(ApiError::validation(
+                    "method",
+                    "SMS codes need an SMS provider (`sms:` in the configuration)",
+                ));
+            }
+            NewMethod::Sms { phone_number }
+        }
+    };
     // While MFA is active, enrolment is refused (409) without changing anything: disable first.
-    let account = call.server.state.user(&user).map(|u| u.email.clone()).unwrap_or_else(|| user.clone());
-    let e = call.server.mfa.enroll(&call.server.state.sealer, &user, &account).await?;
-    Ok(Reply::ok(
-        json!({ "secret": e.secret, "otpauth_uri": e.otpauth_uri, "backup_codes": e.backup_codes, "active": false }),
-    ))
+    let e = call.server.mfa.enroll(&call.server.state.sealer, &user, method).await?;
+    let mut reply = json!({ "method": e.method.as_str(), "backup_codes": e.backup_codes, "active": false });
+    if let Some((secret, uri)) = e.totp {
+        reply["secret"] = json!(secret);
+        reply["otpauth_uri"] = json!(uri);
+    }
+    if let Some(to) = e.sent_to {
+        reply["sent_to"] = json!(to);
+    }
+    Ok(Reply::ok(reply))
 }
 
 #[utoipa::path(post, path = "/v1/auth/mfa/activate", tag = "auth", request_body = ActivateMfa,

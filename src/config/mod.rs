@@ -72,6 +72,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Where e-mail (alerts' notifications) leaves; `None`: alerts may not name an e-mail.
     pub smtp: Option<SmtpConfig>,
+    /// `sms:`: the HTTP API text messages (MFA codes) are handed to.
+    pub sms: Option<SmsConfig>,
     /// JWT bearer tokens on the management API (the verifier, holding its [`JwtConfig`] and the
     /// keys read while validating); `None` refuses every non-key bearer value.
     pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
@@ -315,6 +317,29 @@ impl std::fmt::Debug for SmtpConfig {
             .field("tls", &self.tls)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "(set)"))
+            .field("from", &self.from)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// `sms:`: an SMS provider's HTTP API. Each message is a `POST` of JSON `{"to", "from", "body"}`
+/// (E.164 number, the configured sender if any, the text) with `Authorization: Bearer` when a
+/// token is set; any 2xx answer means the provider took it.
+#[derive(Clone)]
+pub struct SmsConfig {
+    pub url: url::Url,
+    /// Read from the environment variable `sms.token_env` names, never from the file.
+    pub token: Option<String>,
+    pub from: Option<String>,
+    pub timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for SmsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmsConfig")
+            .field("url", &self.url.as_str())
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
             .field("from", &self.from)
             .field("timeout", &self.timeout)
             .finish()

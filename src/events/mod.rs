@@ -19,14 +19,12 @@
 
 pub mod alerts;
 pub mod egress;
-mod notify;
 pub mod sign;
 
 use crate::changes::Change;
 use crate::model::{Alert, Delivery, Webhook};
 use crate::state::State;
 use crate::store::{Kind, StoreError};
-use arc_swap::ArcSwapOption;
 use chrono::Utc;
 use dashmap::DashMap;
 use egress::Egress;
@@ -76,9 +74,8 @@ pub struct Events {
     changes: parking_lot::Mutex<Option<broadcast::Receiver<Change>>>,
     /// Usage crossings (alerts and `usage.limit_warning`).
     pub watcher: alerts::Watcher,
-    /// The SMTP transport of alerts' e-mail, built once (it pools its connections) and again
-    /// when a reload changes `smtp`.
-    mailer: ArcSwapOption<notify::Mailer>,
+    /// Where alerts' e-mail leaves.
+    courier: Arc<crate::courier::Courier>,
 }
 
 /// Whether a receiver took a delivery: a 2xx (an SMTP server's 250 among them).
@@ -100,7 +97,7 @@ fn now_ms() -> i64 {
 impl Events {
     /// Loads the pending deliveries of the outbox, and starts listening to the change feed
     /// (changes made from now on are not lost, even before [`Events::run`] runs).
-    pub async fn load(state: Arc<State>) -> Result<Arc<Events>, StoreError> {
+    pub async fn load(state: Arc<State>, courier: Arc<crate::courier::Courier>) -> Result<Arc<Events>, StoreError> {
         let events = Events {
             changes: parking_lot::Mutex::new(Some(state.changes.subscribe())),
             in_flight: Arc::new(Semaphore::new(state.config().webhooks.concurrency)),
@@ -111,10 +108,7 @@ impl Events {
             per_webhook: DashMap::new(),
             clients: DashMap::new(),
             watcher: alerts::Watcher::new(state.clone()),
-            mailer: ArcSwapOption::from(
-                Self::mailer_for(state.config().smtp.as_ref())
-                    .map_err(|e| StoreError::Backend(format!("smtp: {e}")))?,
-            ),
+            courier,
         };
         for (id, body) in state.store.load_all(Kind::Delivery).await? {
             let Ok(d) = serde_json::from_str::<Delivery>(&body) else {
@@ -132,16 +126,6 @@ impl Events {
     pub fn egress(&self) -> Egress {
         let config = self.state.config();
         Egress { allowed_hosts: config.webhooks.allowed_hosts.clone(), allow_http: config.environment.allows_http() }
-    }
-
-    /// The SMTP transport `smtp` describes, if any.
-    pub fn mailer_for(smtp: Option<&crate::config::SmtpConfig>) -> Result<Option<Arc<notify::Mailer>>, String> {
-        smtp.map(|c| notify::Mailer::new(c).map(Arc::new)).transpose()
-    }
-
-    /// Puts a reloaded `smtp`'s transport in place: the next e-mail goes through it.
-    pub fn set_mailer(&self, mailer: Option<Arc<notify::Mailer>>) {
-        self.mailer.store(mailer);
     }
 
     fn queue(&self, d: Delivery) {
@@ -245,7 +229,7 @@ impl Events {
 
     /// Whether alerts may name an e-mail address (`smtp:` is configured).
     pub fn can_email(&self) -> bool {
-        self.mailer.load().is_some()
+        self.courier.can_email()
     }
 
     async fn record_notification(&self, alert: &Alert, channel: &str, data: Value) -> Result<Delivery, StoreError> {
@@ -492,10 +476,9 @@ impl Events {
         let started = Instant::now();
         let outcome = match d.channel.as_deref() {
             Some("slack") => self.send_slack(&alert, &d).await,
-            Some("email") => match (self.mailer.load_full(), &alert.email) {
-                (Some(mailer), Some(to)) => mailer.send(to, &d).await.map(|()| 250),
-                (None, _) => Err("no smtp server is configured".to_string()),
-                (_, None) => Err("the alert has no e-mail address".to_string()),
+            Some("email") => match &alert.email {
+                Some(to) => self.send_email(to, &d).await,
+                None => Err("the alert has no e-mail address".to_string()),
             },
             other => Err(format!("unknown channel {other:?}")),
         };
@@ -505,6 +488,19 @@ impl Events {
 
     /// Posts a notification to the alert's Slack incoming webhook: `{"text": ...}`, under the
     /// same egress rules as webhooks.
+    /// An alert's notification by e-mail: the subject is its summary, the body the summary
+    /// and its data; the delivery's id is the message's, so a retry is recognisable.
+    async fn send_email(&self, to: &str, d: &Delivery) -> Result<u16, String> {
+        let summary = d.data.get("summary").and_then(Value::as_str).unwrap_or("toolgate: usage alert");
+        let body = format!(
+            "{summary}\n\nEvent: {}\nNotification id: {}\n\n{}\n",
+            d.event,
+            d.id,
+            serde_json::to_string_pretty(&d.data).unwrap_or_default()
+        );
+        self.courier.email(to, summary, body, Some(&d.id)).await.map(|()| 250).map_err(|e| e.to_string())
+    }
+
     async fn send_slack(&self, alert: &Alert, d: &Delivery) -> Result<u16, String> {
         let sealed = alert.sealed_slack.as_deref().ok_or("the alert has no Slack URL")?;
         let url = self.state.sealer.open(sealed).map_err(|_| "the alert's Slack URL cannot be opened")?;

@@ -325,7 +325,7 @@ async fn signed_in_as(
     user: &User,
     next: &str,
 ) -> std::result::Result<Page, ApiError> {
-    if server.mfa.is_active(&user.id) {
+    if server.mfa.is_active(&user.id).await? {
         let challenge = server.mfa.challenge(&user.id).await?;
         // A sign-in that arrives from a provider has no form yet: it gets a CSRF token here.
         let (csrf, fresh) = match cookie(ex, CSRF_COOKIE) {
@@ -333,7 +333,7 @@ async fn signed_in_as(
             None => (crate::secrets::new_session_id(), true),
         };
         let path = prefix(server);
-        let page = Page::html(200, pages::code(&path, &csrf, &challenge, next, None));
+        let page = Page::html(200, pages::code(&path, &csrf, &challenge.id, next, Some(&challenge.prompt), None));
         return Ok(if fresh { page.cookie(csrf_cookie(&path, &csrf)) } else { page });
     }
     start_session(server, ex, user, next).await
@@ -396,7 +396,8 @@ async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Res
             if !still_open {
                 return Err(e);
             }
-            Ok(Page::html(401, pages::code(&prefix(server), &csrf, challenge, &next, Some("That code is not valid."))))
+            let page = pages::code(&prefix(server), &csrf, challenge, &next, None, Some("That code is not valid."));
+            Ok(Page::html(401, page))
         }
     }
 }

@@ -70,15 +70,25 @@ pub fn sign_in(
     )
 }
 
-pub fn code(prefix: &str, csrf: &str, challenge: &str, next: &str, error: Option<&str>) -> String {
+/// The second step of a sign-in; `prompt` says where the code comes from (the authenticator, or
+/// where a code was just sent).
+pub fn code(
+    prefix: &str,
+    csrf: &str,
+    challenge: &str,
+    next: &str,
+    prompt: Option<&str>,
+    error: Option<&str>,
+) -> String {
     page(
         "Two-step verification",
         &format!(
-            "{}<form method=\"post\" action=\"{}/signin/mfa\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+            "{}{}<form method=\"post\" action=\"{}/signin/mfa\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
              <input type=\"hidden\" name=\"challenge_id\" value=\"{}\"><input type=\"hidden\" name=\"next\" value=\"{}\">\
-             <label>Code from your authenticator app, or a backup code <input name=\"code\" \
+             <label>Code (authenticator app, e-mail or text message), or a backup code <input name=\"code\" \
              autocomplete=\"one-time-code\" required></label><button type=\"submit\">Verify</button></form>",
             error_line(error),
+            prompt.map(|p| format!("<p>{}</p>", escape(p))).unwrap_or_default(),
             escape(prefix),
             escape(csrf),
             escape(challenge),

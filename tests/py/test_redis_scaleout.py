@@ -25,6 +25,7 @@ import httpx2
 import pytest
 
 from mcp_helpers import ACCEPT_BOTH, LATEST, TIME_APP, McpHttp, config, mcp_url, response_message
+from test_web_signin import totp
 from toolgate_harness import ToolgateServer, random_key
 
 SECRET = secrets.token_hex(32)
@@ -507,6 +508,37 @@ def test_a_name_is_taken_once_even_by_instances_creating_it_in_the_same_instant(
                        for srv in (a, b, c)]
             statuses = sorted(f.result().status_code for f in futures)
         assert statuses == [201, 409, 409], (name, statuses)
+
+
+def test_mfa_activated_on_one_instance_is_enforced_by_the_others_at_once(trio):
+    a, b, c = trio
+    user_id = call(a, "GET", "/v1/auth/debug", a.admin_key).json()["data"]["user_id"]
+    r = call(b, "POST", "/v1/gateways", a.admin_key, {"name": f"mfa-{secrets.token_hex(3)}", "servers": ["time"]})
+    assert r.status_code == 201, r.text
+    gw = r.json()["data"]["id"]
+    enrolled = call(a, "POST", "/v1/auth/mfa/enroll", a.admin_key).json()["data"]
+    try:
+        r = call(a, "POST", "/v1/auth/mfa/activate", a.admin_key, {"code": totp(enrolled["secret"])})
+        assert r.status_code == 200, r.text
+        # No wait: B reads the MFA record where A wrote it.
+        refused = call(b, "DELETE", f"/v1/gateways/{gw}", a.admin_key)
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "MFA_REQUIRED", refused.text
+        challenge = refused.json()["error"]["challenge_id"]
+        r = call(c, "POST", "/v1/auth/mfa/verify", a.admin_key, {"challenge_id": challenge, "code": enrolled["backup_codes"][0]})
+        assert r.status_code == 200, r.text
+        token = r.json()["data"]["mfa_token"]
+        r = httpx2.delete(b.base_url + f"/v1/gateways/{gw}", timeout=30,
+                          headers={"Authorization": f"Bearer {a.admin_key}", "X-MFA-Token": token})
+        assert r.status_code == 200, r.text
+        # The backup code was used up on C: A refuses it.
+        again = httpx2.delete(a.base_url + "/v1/auth/mfa", timeout=30,
+                              headers={"Authorization": f"Bearer {a.admin_key}", "X-MFA-Token": enrolled["backup_codes"][0]})
+        assert again.status_code == 403, again.text
+    finally:
+        # The operator's key turns it off again for the module's other tests.
+        r = call(c, "POST", "/v1/auth/mfa/reset", a.admin_key, {"user_id": user_id})
+        assert r.status_code == 200, r.text
+    assert call(a, "GET", "/v1/auth/debug", a.admin_key).json()["data"]["mfa_enabled"] is False
 
 
 @pytest.mark.parametrize("kind", ["single", "cluster"])

@@ -6,6 +6,7 @@
 
 mod alerts;
 mod apps;
+mod courier;
 mod gateway_oauth;
 mod identity;
 mod jwt;
@@ -49,7 +50,8 @@ pub struct RawConfig {
     webhooks: webhooks::RawWebhooks,
     #[serde(default)]
     alerts: alerts::RawAlerts,
-    smtp: Option<alerts::RawSmtp>,
+    smtp: Option<courier::RawSmtp>,
+    sms: Option<courier::RawSms>,
     jwt: Option<jwt::RawJwt>,
     gateway_oauth: Option<gateway_oauth::RawGatewayOAuth>,
     #[serde(default)]
@@ -90,7 +92,8 @@ impl RawConfig {
         let observability = self.observability.build()?;
         let webhooks = self.webhooks.build()?;
         let alerts = self.alerts.build()?;
-        let smtp = self.smtp.map(alerts::RawSmtp::build).transpose()?;
+        let smtp = self.smtp.map(courier::RawSmtp::build).transpose()?;
+        let sms = self.sms.map(|s| s.build(environment)).transpose()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
         let gateway_oauth = self.gateway_oauth.map(|g| g.build(environment)).transpose()?;
         let web = self.web.build(environment)?;
@@ -110,6 +113,7 @@ impl RawConfig {
             webhooks,
             alerts,
             smtp,
+            sms,
             jwt,
             gateway_oauth,
             web,
@@ -137,6 +141,8 @@ mod tests {
         let user = "users:\n  - {id: u1, email: a@b.c, role: owner, organization: acme}\n";
         let app = "apps:\n  - {id: t, name: T, builtin: time}\n";
         assert!(Config::parse(&format!("{org}{user}{app}")).is_ok(), "the sections together are valid");
+        // An SMS relay on the loopback may be plain http, in production too.
+        assert!(Config::parse("sms:\n  url: http://127.0.0.1:9000/send\n  from: toolgate\n").is_ok());
         for (yaml, field) in [
             ("environment: staging\n".to_string(), "environment"),
             ("server:\n  threads: 0\n".into(), "server.threads"),
@@ -159,6 +165,15 @@ mod tests {
             ("observability:\n  otlp_endpoint: collector:4318\n".into(), "observability.otlp_endpoint"),
             ("observability:\n  log_level: 'info,[bad'\n".into(), "observability.log_level"),
             ("jwt:\n  issuer: i\n".into(), "jwt"),
+            ("smtp:\n  host: mail.example.com\n  tls: ssl\n  from: a@b.c\n".into(), "smtp.tls"),
+            ("sms:\n  url: http://sms.example.com/send\n".into(), "sms.url"),
+            ("sms:\n  url: https://user:pw@sms.example.com/send\n".into(), "sms.url"),
+            (
+                "sms:\n  url: https://sms.example.com/send\n  token_env: TOOLGATE_TEST_UNSET_ENV\n".into(),
+                "sms.token_env",
+            ),
+            ("sms:\n  url: https://sms.example.com/send\n  from: ''\n".into(), "sms.from"),
+            ("sms:\n  url: https://sms.example.com/send\n  timeout_ms: 5\n".into(), "sms.timeout_ms"),
         ] {
             assert_eq!(refusal(&yaml), field, "{yaml}");
         }

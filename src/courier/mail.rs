@@ -1,9 +1,9 @@
-//! E-mail for alerts' notifications, through the SMTP server of `smtp:` (`lettre`: the
-//! message builder, headers encoded as RFC 2047 wants, and an async SMTP client with STARTTLS,
-//! implicit TLS, authentication and a connection pool; none of which is worth writing again).
+//! E-mail through the SMTP server of `smtp:` (`lettre`: the message builder, headers encoded as
+//! RFC 2047 wants, and an async SMTP client with STARTTLS, implicit TLS, authentication and a
+//! connection pool; none of which is worth writing again).
 
+use super::CourierError;
 use crate::config::{SmtpConfig, SmtpTls};
-use crate::model::Delivery;
 use lettre::message::{header::ContentType, Mailbox};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
@@ -32,24 +32,22 @@ impl Mailer {
         Ok(Mailer { transport: builder.build(), from })
     }
 
-    /// Sends one notification; the subject is its summary, the body the summary and its data.
-    pub async fn send(&self, to: &str, d: &Delivery) -> Result<(), String> {
-        let to = to.parse::<Mailbox>().map_err(|e| format!("the alert's e-mail: {e}"))?;
-        let summary = d.data.get("summary").and_then(serde_json::Value::as_str).unwrap_or("toolgate: usage alert");
-        let body = format!(
-            "{summary}\n\nEvent: {}\nNotification id: {}\n\n{}\n",
-            d.event,
-            d.id,
-            serde_json::to_string_pretty(&d.data).unwrap_or_default()
-        );
+    pub async fn send(
+        &self,
+        to: &str,
+        subject: &str,
+        body: String,
+        message_id: Option<&str>,
+    ) -> Result<(), CourierError> {
+        let to = to.parse::<Mailbox>().map_err(|e| CourierError::Address(format!("the e-mail address: {e}")))?;
         let message = Message::builder()
             .from(self.from.clone())
             .to(to)
-            .subject(summary)
-            .message_id(Some(format!("<{}@toolgate>", d.id)))
+            .subject(subject)
+            .message_id(message_id.map(|id| format!("<{id}@toolgate>")))
             .header(ContentType::TEXT_PLAIN)
             .body(body)
-            .map_err(|e| format!("cannot build the message: {e}"))?;
-        self.transport.send(message).await.map(|_| ()).map_err(|e| format!("smtp: {e}"))
+            .map_err(|e| CourierError::Send(format!("cannot build the message: {e}")))?;
+        self.transport.send(message).await.map(|_| ()).map_err(|e| CourierError::Send(format!("smtp: {e}")))
     }
 }

@@ -1,0 +1,111 @@
+//! `smtp:` and `sms:`: where e-mail and text messages leave (alerts' notifications, MFA codes).
+
+use crate::config::*;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSmtp {
+    host: String,
+    port: Option<u16>,
+    tls: Option<String>,
+    username: Option<String>,
+    password_env: Option<String>,
+    from: String,
+    timeout_ms: Option<u64>,
+}
+
+impl RawSmtp {
+    pub(super) fn build(self) -> Result<SmtpConfig, ConfigError> {
+        if self.host.is_empty() || self.host.contains(['/', ' ', '@']) {
+            return Err(invalid("smtp.host", format!("`{}` is not a host name or address", self.host)));
+        }
+        let tls = match self.tls.as_deref().unwrap_or("starttls") {
+            "none" => SmtpTls::None,
+            "starttls" => SmtpTls::StartTls,
+            "tls" => SmtpTls::Tls,
+            other => return Err(invalid("smtp.tls", format!("`{other}`: expected none, starttls or tls"))),
+        };
+        let port = self.port.unwrap_or(match tls {
+            SmtpTls::None => 25,
+            SmtpTls::StartTls => 587,
+            SmtpTls::Tls => 465,
+        });
+        if port == 0 {
+            return Err(invalid("smtp.port", "must be between 1 and 65535"));
+        }
+        if self.from.parse::<lettre::message::Mailbox>().is_err() {
+            return Err(invalid("smtp.from", format!("`{}` is not an e-mail address", self.from)));
+        }
+        let password = match &self.password_env {
+            Some(name) => match std::env::var(name) {
+                Ok(p) if !p.is_empty() => Some(p),
+                _ => return Err(invalid("smtp.password_env", format!("the environment variable `{name}` is not set"))),
+            },
+            None => None,
+        };
+        if password.is_some() != self.username.is_some() {
+            return Err(invalid("smtp.username", "username and password_env go together"));
+        }
+        let timeout = self.timeout_ms.unwrap_or(10_000);
+        if !(100..=120_000).contains(&timeout) {
+            return Err(invalid("smtp.timeout_ms", "must be between 100 and 120000"));
+        }
+        Ok(SmtpConfig {
+            host: self.host,
+            port,
+            tls,
+            username: self.username,
+            password,
+            from: self.from,
+            timeout: std::time::Duration::from_millis(timeout),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSms {
+    url: String,
+    token_env: Option<String>,
+    from: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+impl RawSms {
+    pub(super) fn build(self, environment: Environment) -> Result<SmsConfig, ConfigError> {
+        let url = url::Url::parse(&self.url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| invalid("sms.url", format!("`{}` is not an absolute http(s) URL", self.url)))?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(invalid("sms.url", "must not carry credentials: put the token in token_env"));
+        }
+        let loopback = match url.host() {
+            Some(url::Host::Domain(d)) => d == "localhost",
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        if url.scheme() == "http" && !loopback && !environment.allows_http() {
+            return Err(invalid("sms.url", "must use https (http only to a loopback relay, or in development)"));
+        }
+        let token = match &self.token_env {
+            Some(name) => match std::env::var(name) {
+                Ok(t) if !t.is_empty() => Some(t),
+                _ => return Err(invalid("sms.token_env", format!("the environment variable `{name}` is not set"))),
+            },
+            None => None,
+        };
+        if let Some(from) = &self.from {
+            if from.is_empty() || from.len() > 32 || from.chars().any(char::is_control) {
+                return Err(invalid("sms.from", "must be 1 to 32 printable characters"));
+            }
+        }
+        let timeout = self.timeout_ms.unwrap_or(10_000);
+        if !(100..=120_000).contains(&timeout) {
+            return Err(invalid("sms.timeout_ms", "must be between 100 and 120000"));
+        }
+        Ok(SmsConfig { url, token, from: self.from, timeout: std::time::Duration::from_millis(timeout) })
+    }
+}
