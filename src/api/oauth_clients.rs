@@ -53,7 +53,7 @@ async fn clients_of(call: &Call<'_>, org_id: &str) -> Result<Vec<OAuthClient>, A
 
 async fn find(call: &Call<'_>) -> Result<OAuthClient, ApiError> {
     let who = call.who()?;
-    crate::oauth_server::client(call.server.state.store.as_ref(), call.id())
+    crate::oauth_server::stored_client(call.server.state.store.as_ref(), call.id())
         .await?
         .filter(|c| c.org_id == who.org_id)
         .ok_or(ApiError::NotFound("OAuth client"))

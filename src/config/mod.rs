@@ -103,6 +103,19 @@ pub struct WebConfig {
     /// External OpenID Connect providers users may sign in with (the specification's "social"
     /// sign-in).
     pub oidc_providers: Vec<OidcProvider>,
+    /// Whether an https URL is taken as a `client_id` whose metadata document toolgate fetches
+    /// (the MCP authorization specification's client ID metadata documents); off when `None`.
+    pub client_documents: Option<ClientDocumentsConfig>,
+}
+
+/// `web.client_id_metadata_documents`: where toolgate may fetch client metadata documents from.
+#[derive(Debug, Clone)]
+pub struct ClientDocumentsConfig {
+    /// Hosts exempt from the address check (a document served inside the deployment's network);
+    /// every other host must resolve to public addresses only, as a webhook's must.
+    pub allowed_hosts: Vec<String>,
+    /// PEM certificates trusted besides the public roots (a private PKI), read at load.
+    pub extra_roots: Option<Vec<u8>>,
 }
 
 /// An OpenID Connect provider of web sign-in: toolgate is its client (authorization code with

@@ -35,6 +35,9 @@ pub fn metadata(config: &Config) -> Value {
     if config.web.dynamic_registration {
         doc["registration_endpoint"] = json!(format!("{base}/oauth/register"));
     }
+    if config.web.client_documents.is_some() {
+        doc["client_id_metadata_document_supported"] = json!(true);
+    }
     doc
 }
 
@@ -125,7 +128,7 @@ async fn authenticate(
             param(fields, "client_secret").map(str::to_string),
         ),
     };
-    let client = super::client(server.state.store.as_ref(), &id).await?.ok_or_else(refused)?;
+    let client = super::client(server, &id).await?.ok_or_else(refused)?;
     match (&client.secret_hash, secret) {
         (Some(stored), Some(given)) if crate::secrets::hashes_equal(stored, &crate::secrets::hash_key(&given)) => {}
         (None, None) => {}

@@ -12,9 +12,14 @@
 //! - PKCE S256 is required of public clients and checked whenever a challenge was sent.
 //! - A request naming a gateway's endpoint as its `resource` (RFC 8707) gets tokens for that
 //!   gateway alone (an MCP client signing in to a gateway with `configuration.auth: oauth`).
+//! - MCP clients without an account register themselves (RFC 7591) or, preferably, are named by
+//!   the URL of their metadata document (`documents.rs`); either kind belongs to no
+//!   organisation and may ask only for a gateway's endpoint.
 
+mod documents;
 mod endpoints;
 
+pub use documents::ClientDocuments;
 pub use endpoints::{handle, metadata};
 
 use crate::error::ApiError;
@@ -101,10 +106,50 @@ pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A client, by its `client_id`.
-pub async fn client(store: &dyn Store, id: &str) -> Result<Option<OAuthClient>, StoreError> {
+/// A client registered with toolgate (by an admin, or by itself), by its `client_id`.
+pub async fn stored_client(store: &dyn Store, id: &str) -> Result<Option<OAuthClient>, StoreError> {
     let Some(json) = store.get(Kind::OAuthClient, id).await? else { return Ok(None) };
     Ok(serde_json::from_str(&json).ok())
+}
+
+/// Why a `client_id` names no usable client, beyond its simply being unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the client's metadata document cannot be used: {0}")]
+    Document(String),
+}
+
+impl From<ClientError> for ApiError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Store(e) => e.into(),
+            e @ ClientError::Document(_) => ApiError::validation("client_id", e.to_string()),
+        }
+    }
+}
+
+impl From<ClientError> for OAuthError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Store(e) => e.into(),
+            e @ ClientError::Document(_) => OAuthError::new("invalid_client", e.to_string()),
+        }
+    }
+}
+
+/// The client a protocol request names: one registered with toolgate, or, when
+/// `web.client_id_metadata_documents` is on and the id is an https URL, the one its document
+/// describes.
+pub async fn client(server: &crate::server::Server, id: &str) -> Result<Option<OAuthClient>, ClientError> {
+    if documents::is_document_url(id) {
+        let config = server.state.config().web.client_documents.clone();
+        let Some(config) = config else { return Ok(None) };
+        let client = server.signin.client_documents.client(&config, id).await.map_err(ClientError::Document)?;
+        return Ok(Some(OAuthClient::clone(&client)));
+    }
+    Ok(stored_client(server.state.store.as_ref(), id).await?)
 }
 
 /// A code waiting for its exchange.
@@ -145,13 +190,13 @@ pub(crate) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'
 /// organisation's client is unknown). A failure here is told to the user, never redirected
 /// (RFC 6749 section 4.1.2.1), so that nobody can bounce a user to a URI of their choosing.
 pub async fn check_client(
-    store: &dyn Store,
+    server: &crate::server::Server,
     params: &[(String, String)],
     org_id: Option<&str>,
 ) -> Result<(OAuthClient, String), ApiError> {
     let id = param(params, "client_id")
         .ok_or_else(|| ApiError::validation("client_id", "the request names no client_id"))?;
-    let client = client(store, id)
+    let client = client(server, id)
         .await?
         .filter(|c| org_id.is_none_or(|o| c.org_id == o || c.org_id.is_empty()))
         .ok_or_else(|| ApiError::validation("client_id", "the client_id names no client of your organisation"))?;
@@ -183,7 +228,7 @@ pub fn check_request(
     if client.org_id.is_empty() && resource.is_none() {
         return Err(OAuthError::new(
             "invalid_target",
-            "a dynamically registered client may ask only for a gateway's endpoint (resource)",
+            "a client of no organisation (registered by itself, or by its metadata document) may ask only for a gateway's endpoint (resource)",
         ));
     }
     let scopes = match (param(params, "scope"), &resource) {

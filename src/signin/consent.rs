@@ -29,7 +29,7 @@ pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page
     let path = prefix(server);
     let Some(session) = current(server, ex).await? else {
         // Only a well-formed request is worth signing in for.
-        oauth_server::check_client(server.state.store.as_ref(), &params, None).await?;
+        oauth_server::check_client(server, &params, None).await?;
         let here = format!("{path}/oauth/authorize?{query}");
         let next: String = url::form_urlencoded::byte_serialize(here.as_bytes()).collect();
         return Ok(Page::redirect(&format!("{path}/signin?next={next}")));
@@ -84,7 +84,7 @@ async fn checked(
     params: &[(String, String)],
     org_id: &str,
 ) -> Result<Result<(AuthorizationRequest, Option<Arc<Gateway>>), Page>, ApiError> {
-    let (client, redirect_uri) = oauth_server::check_client(server.state.store.as_ref(), params, Some(org_id)).await?;
+    let (client, redirect_uri) = oauth_server::check_client(server, params, Some(org_id)).await?;
     let checked = oauth_server::check_request(client, redirect_uri.clone(), params).and_then(|r| {
         let gateway = match &r.resource {
             Some(resource) => Some(oauth_server::gateway_of_resource(&server.state, resource, org_id)?),

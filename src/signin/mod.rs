@@ -65,6 +65,8 @@ pub struct SignIn {
     starts_by_address: PerAddress,
     /// OAuth clients registered per address (`oauth_server`).
     pub(crate) registrations_by_address: PerAddress,
+    /// Client metadata documents fetched and kept (`oauth_server`).
+    pub(crate) client_documents: crate::oauth_server::ClientDocuments,
 }
 
 /// Events per address in a fixed window, up to a limit.
@@ -108,6 +110,7 @@ impl SignIn {
             failures_by_address: PerAddress::new(ADDRESS_FAILURES),
             starts_by_address: PerAddress::new(ADDRESS_STARTS),
             registrations_by_address: PerAddress::new(ADDRESS_REGISTRATIONS),
+            client_documents: Default::default(),
         }
     }
 

@@ -10,6 +10,7 @@ an expired code, a refresh token used twice, a wrong client secret.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import time
@@ -297,19 +298,54 @@ def test_a_delegated_token_never_makes_credentials_whatever_its_scopes():
             assert r.status_code == 403, (path, r.text)
 
 
-@pytest.mark.parametrize("registration", ["by an admin", "dynamic"])
-def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorization_server(registration):
-    """A gateway with `configuration.auth: oauth` and no external issuer configured: its metadata
-    names toolgate, and the official Python SDK's OAuth client (a client registered beforehand by
-    an admin, or registering itself, RFC 7591) gets a token for that gateway's endpoint (RFC 8707)
-    through the consent page, then lists and calls tools. The token is for that gateway alone."""
+def sdk_sign_in(b: signin.Browser, url: str, storage, client_name: str, client_metadata_url: str | None = None):
+    """The official Python SDK's OAuth client against the gateway at `url`, the signed-in browser
+    `b` answering the consent page: lists the tools and calls the first. Returns (tool names,
+    consent pages seen)."""
     import asyncio
 
     from mcp.client.auth import OAuthClientProvider
     from mcp.client.client import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
-    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+
+    pages: list[str] = []
+    back: dict[str, str] = {}
+
+    async def redirect(authorization_url: str) -> None:
+        def browse() -> dict[str, str]:
+            page = consent(b, authorization_url)
+            pages.append(page.text)
+            return query_of(decide(b, page))
+        back.clear()
+        back.update(await asyncio.to_thread(browse))
+
+    async def callback() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(code=back["code"], state=back.get("state"), iss=back.get("iss"))
+
+    client_metadata = OAuthClientMetadata(client_name=client_name, redirect_uris=[REDIRECT],
+                                          token_endpoint_auth_method="none")
+
+    async def use() -> list[str]:
+        auth = OAuthClientProvider(url, client_metadata, storage, redirect_handler=redirect, callback_handler=callback,
+                                   client_metadata_url=client_metadata_url)
+        async with create_mcp_http_client(auth=auth) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                tools = [t.name for t in (await client.list_tools()).tools]
+                answer = await client.call_tool(tools[0], {"timezone": "UTC", "format": "YYYY"})
+                assert not answer.is_error, answer
+                return tools
+
+    return asyncio.run(use()), pages
+
+@pytest.mark.parametrize("registration", ["by an admin", "dynamic"])
+def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorization_server(registration):
+    """A gateway with `configuration.auth: oauth` and no external issuer configured: its metadata
+    names toolgate, and the official Python SDK's OAuth client (a client registered beforehand by
+    an admin, or registering itself, RFC 7591) gets a token for that gateway's endpoint (RFC 8707)
+    through the consent page, then lists and calls tools. The token is for that gateway alone."""
+    from mcp.shared.auth import OAuthClientInformationFull
 
     import test_gateway_oauth as gateway_oauth
 
@@ -328,39 +364,13 @@ def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorizatio
         as_meta = metadata(srv)
         assert ("registration_endpoint" in as_meta) == dynamic, as_meta
         b = signed_in(srv)
-        pages: list[str] = []
-        back: dict[str, str] = {}
-
-        async def redirect(authorization_url: str) -> None:
-            def browse() -> dict[str, str]:
-                page = consent(b, authorization_url)
-                pages.append(page.text)
-                return query_of(decide(b, page))
-            back.clear()
-            back.update(await asyncio.to_thread(browse))
-
-        async def callback() -> AuthorizationCodeResult:
-            return AuthorizationCodeResult(code=back["code"], state=back.get("state"), iss=back.get("iss"))
-
         storage = gateway_oauth.Memory()
         if not dynamic:
             registered = register(api, public=True, scopes=("gateways:read",))
             storage.client_info = OAuthClientInformationFull(
                 client_id=registered["client_id"], redirect_uris=[REDIRECT], token_endpoint_auth_method="none",
                 grant_types=["authorization_code", "refresh_token"], response_types=["code"])
-        metadata_ = OAuthClientMetadata(client_name="toolgate tests", redirect_uris=[REDIRECT],
-                                        token_endpoint_auth_method="none")
-
-        async def use() -> list[str]:
-            auth = OAuthClientProvider(url, metadata_, storage, redirect_handler=redirect, callback_handler=callback)
-            async with create_mcp_http_client(auth=auth) as http:
-                async with Client(streamable_http_client(url, http_client=http)) as client:
-                    tools = [t.name for t in (await client.list_tools()).tools]
-                    answer = await client.call_tool(tools[0], {"timezone": "UTC", "format": "YYYY"})
-                    assert not answer.is_error, answer
-                    return tools
-
-        tools = asyncio.run(use())
+        tools, pages = sdk_sign_in(b, url, storage, "toolgate tests")
         assert tools == ["get_current_time"], tools
         assert len(pages) == 1 and '<strong id="gateway">Team tools</strong>' in pages[0], pages
         token = storage.tokens.access_token
@@ -395,3 +405,139 @@ def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorizatio
         else:
             off = httpx2.post(srv.base_url + "/auth/oauth/register", json={"redirect_uris": [REDIRECT]}, timeout=10)
             assert off.status_code == 400 and off.json()["error"] == "access_denied", off.text
+
+
+class ClientDocuments:
+    """An https server of client metadata documents (the client's own site), trusted through a
+    test CA; counts the fetches of each path."""
+
+    def __init__(self, d):
+        import http.server
+        import ssl
+        import threading
+
+        from test_edge_tls import Ca, _name
+
+        ca = Ca("client documents CA")
+        self.ca_file = ca.write(d / "documents-ca.pem")
+        cert, key, _ = ca.issue(d, "documents", _name("client site"), ["localhost"], ["127.0.0.1"])
+        self.fetches: dict[str, int] = {}
+        self.documents: dict[str, tuple[int, dict, bytes]] = {}
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802
+                site.fetches[self.path] = site.fetches.get(self.path, 0) + 1
+                status, headers, body = site.documents.get(self.path, (404, {}, b"{}"))
+                self.send_response(status)
+                for k, v in (headers | {"content-type": "application/json", "content-length": str(len(body))}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.base = f"https://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def serve(self, path: str, document: dict | None = None, status: int = 200, headers: dict | None = None,
+              raw: bytes | None = None) -> str:
+        """Serves `document` (its client_id defaults to its own URL) at `path`; returns the URL."""
+        url = self.base + path
+        body = raw if raw is not None else json.dumps({"client_id": url} | (document or {})).encode()
+        self.documents[path] = (status, headers or {}, body)
+        return url
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    site = ClientDocuments(tmp_path_factory.mktemp("client-documents"))
+    yield site
+    site.server.shutdown()
+
+
+def documents_yaml(site: ClientDocuments) -> str:
+    return ("web:\n  client_id_metadata_documents:\n    enabled: true\n    allowed_hosts: [\"127.0.0.1\"]\n"
+            f"    ca_file: {site.ca_file}\n")
+
+
+def test_an_mcp_sdk_client_named_by_its_metadata_document_signs_in_to_a_gateway(documents):
+    """The MCP authorization specification's client ID metadata documents: the server says it
+    takes them, the official Python SDK names itself by the URL of its document (no
+    registration), toolgate fetches the document once (kept for its max-age), shows its host on
+    the consent page, and issues a token for the gateway."""
+    import test_gateway_oauth as gateway_oauth
+
+    client_url = documents.serve("/oauth/client.json", {
+        "client_name": "Doc Client", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+    }, headers={"cache-control": "max-age=600"})
+    with server(documents_yaml(documents)) as srv:
+        api = Api(srv)
+        as_meta = metadata(srv)
+        assert as_meta["client_id_metadata_document_supported"] is True and "registration_endpoint" not in as_meta
+        gw = api.ok("POST", "/v1/gateways", {"name": "Doc tools", "servers": ["time"],
+                                             "configuration": {"auth": "oauth"}}, status=201)["data"]
+        url = f"{srv.base_url}/gateway/{gw['id']}/mcp"
+        b = signed_in(srv)
+        storage = gateway_oauth.Memory()
+        tools, pages = sdk_sign_in(b, url, storage, "Doc Client", client_metadata_url=client_url)
+        assert tools == ["get_current_time"], tools
+        assert storage.client_info.client_id == client_url, "named by its document, not registered"
+        assert storage.tokens.access_token.startswith("tga_")
+        assert len(pages) == 1 and "Doc Client (127.0.0.1)" in pages[0], pages
+        assert documents.fetches["/oauth/client.json"] == 1, "fetched once for the consent page and the token endpoint"
+        assert gateway_oauth.post(url, {"Authorization": f"Bearer {storage.tokens.access_token}"}).status_code == 200
+        # Without the option, a URL is no client.
+    with server() as plain:
+        assert "client_id_metadata_document_supported" not in metadata(plain)
+        b = signed_in(plain)
+        client = OAuth2Session(client_url, redirect_uri=REDIRECT, code_challenge_method="S256")
+        url_, _ = client.create_authorization_url(plain.base_url + "/auth/oauth/authorize", code_verifier=generate_token(48))
+        r = consent(b, url_)
+        assert r.status_code == 400 and "client_id" in r.text, r.text
+        assert documents.fetches["/oauth/client.json"] == 1, "not fetched when the option is off"
+
+
+def test_a_metadata_document_that_is_not_the_clients_own_is_refused(documents):
+    """Each bad document is an error page (never a redirect to a URI it lists), and a refusal
+    is remembered for a while rather than fetched again on every request."""
+    good = {"client_name": "C", "redirect_uris": [REDIRECT]}
+    cases = {
+        "another client_id": documents.serve("/bad/other-id.json", good | {"client_id": documents.base + "/oauth/client.json"}),
+        "a secret": documents.serve("/bad/secret.json", good | {"client_secret": "s3cret"}),
+        "confidential": documents.serve("/bad/basic.json", good | {"token_endpoint_auth_method": "client_secret_basic"}),
+        "no redirect URIs": documents.serve("/bad/no-redirects.json", {"client_name": "C"}),
+        "a bad redirect URI": documents.serve("/bad/http-redirect.json", good | {"redirect_uris": ["http://evil.example/cb"]}),
+        "too large": documents.serve("/bad/large.json", good | {"padding": "x" * 6000}),
+        "not JSON": documents.serve("/bad/html.json", raw=b"<html>hello</html>"),
+        "a redirect": documents.serve("/bad/moved.json", status=302, headers={"location": documents.base + "/oauth/client.json"}),
+        "missing": documents.base + "/bad/absent.json",
+        "not in normal form": documents.base + "/bad/../oauth/client.json",
+        "with a query": documents.serve("/bad/q.json") + "?v=1",
+        # Inside the network and not an allowed host: never fetched.
+        "an internal address": documents.base.replace("127.0.0.1", "127.0.0.2") + "/oauth/client.json",
+    }
+    with server(documents_yaml(documents)) as srv:
+        b = signed_in(srv)
+        for why, client_url in cases.items():
+            client = OAuth2Session(client_url, redirect_uri=REDIRECT, code_challenge_method="S256")
+            url_, _ = client.create_authorization_url(srv.base_url + "/auth/oauth/authorize", code_verifier=generate_token(48),
+                                                       resource=f"{srv.base_url}/gateway/gw_x/mcp")
+            r = consent(b, url_)
+            assert r.status_code == 400 and "metadata document cannot be used" in r.text, (why, r.status_code, r.text)
+            assert "location" not in r.headers, why
+        fetched = sum(n for path, n in documents.fetches.items() if path.startswith("/bad/"))
+        assert fetched == 9, documents.fetches
+        r = consent(b, OAuth2Session(cases["a secret"], redirect_uri=REDIRECT).create_authorization_url(
+            srv.base_url + "/auth/oauth/authorize")[0])
+        assert r.status_code == 400 and documents.fetches["/bad/secret.json"] == 1, "the refusal was remembered"
+        # At the token endpoint, such a client is invalid_client.
+        r = httpx2.post(srv.base_url + "/auth/oauth/token", timeout=10, data={
+            "grant_type": "authorization_code", "code": "x", "redirect_uri": REDIRECT, "client_id": cases["a secret"]})
+        assert r.status_code == 401 and r.json()["error"] == "invalid_client", r.text

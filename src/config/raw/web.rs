@@ -16,6 +16,40 @@ pub(super) struct RawWeb {
     dynamic_registration: bool,
     #[serde(default)]
     oidc_providers: Vec<RawOidcProvider>,
+    client_id_metadata_documents: Option<RawClientDocuments>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClientDocuments {
+    #[serde(default)]
+    enabled: bool,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+    ca_file: Option<String>,
+}
+
+impl RawClientDocuments {
+    fn build(self) -> Result<Option<ClientDocumentsConfig>, ConfigError> {
+        const F: &str = "web.client_id_metadata_documents";
+        if !self.enabled {
+            return Ok(None);
+        }
+        let extra_roots = match &self.ca_file {
+            Some(file) => {
+                let pem = std::fs::read(file).map_err(|e| invalid(format!("{F}.ca_file"), format!("`{file}`: {e}")))?;
+                match reqwest::Certificate::from_pem_bundle(&pem) {
+                    Ok(certs) if !certs.is_empty() => Some(pem),
+                    _ => return Err(invalid(format!("{F}.ca_file"), format!("`{file}` holds no PEM certificate"))),
+                }
+            }
+            None => None,
+        };
+        if let Some(bad) = self.allowed_hosts.iter().find(|h| h.is_empty() || h.contains(['/', ' ', '@', ':'])) {
+            return Err(invalid(format!("{F}.allowed_hosts"), format!("`{bad}` is not a host name or address")));
+        }
+        Ok(Some(ClientDocumentsConfig { allowed_hosts: self.allowed_hosts, extra_roots }))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,7 +145,9 @@ impl RawWeb {
                 verifier: std::sync::Arc::new(verifier),
             });
         }
+        let client_documents = self.client_id_metadata_documents.map(RawClientDocuments::build).transpose()?.flatten();
         Ok(WebConfig {
+            client_documents,
             path,
             session_idle: std::time::Duration::from_secs(idle),
             max_sessions_per_user: max,
