@@ -257,6 +257,66 @@ def test_the_attacks_on_the_code_flow_are_refused():
         assert r.status_code == 400 and r.json()["error"] == "unsupported_grant_type"
 
 
+def test_codes_and_tokens_serve_only_the_client_they_were_issued_to():
+    """Two confidential clients of one organisation: neither can exchange, refresh or revoke
+    what the other was given; client_secret_post authenticates like Basic; a refresh narrows the
+    scope and never widens it; the token endpoint takes POST forms only, each field once."""
+    with server() as srv:
+        api = Api(srv)
+        meta = metadata(srv)
+        a, other = register(api), register(api)
+        b = signed_in(srv)
+        session = OAuth2Session(a["client_id"], a["client_secret"], scope="gateways:read logs:read",
+                                redirect_uri=REDIRECT, code_challenge_method="S256")
+
+        def post(form: dict, client: dict | None = None, url: str = meta["token_endpoint"]) -> httpx2.Response:
+            auth = (client["client_id"], client["client_secret"]) if client else None
+            return httpx2.post(url, data=form, auth=auth, timeout=10)
+
+        # A's code at B: refused.
+        redirected, verifier = authorize(srv, b, session, meta)
+        form = {"grant_type": "authorization_code", "code": query_of(redirected)["code"], "redirect_uri": REDIRECT,
+                "code_verifier": verifier}
+        r = post(form, other)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant" and "another client" in r.text, r.text
+        # client_secret_post: the client's credentials in the form.
+        redirected, verifier = authorize(srv, b, session, meta)
+        r = post({"grant_type": "authorization_code", "code": query_of(redirected)["code"], "redirect_uri": REDIRECT,
+                  "code_verifier": verifier, "client_id": a["client_id"], "client_secret": a["client_secret"]})
+        assert r.status_code == 200, r.text
+        tokens = r.json()
+        r = post({"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                  "client_id": a["client_id"], "client_secret": "tgs_wrong"})
+        assert r.status_code == 401 and r.json()["error"] == "invalid_client"
+        assert "www-authenticate" not in r.headers, "no Basic challenge for a client that did not use Basic"
+
+        # B cannot refresh or revoke A's tokens, and its attempts change nothing.
+        r = post({"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]}, other)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant", r.text
+        r = post({"token": tokens["access_token"]}, other, url=meta["revocation_endpoint"])
+        assert r.status_code == 200, "RFC 7009: not an error, but nothing is revoked"
+        assert status_with(srv, tokens["access_token"]) == 200
+
+        # A refresh narrows the scope; widening it again, or an unknown scope, is invalid_scope.
+        r = post({"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"], "scope": "gateways:read"}, a)
+        assert r.status_code == 200 and r.json()["scope"] == "gateways:read", r.text
+        narrowed = r.json()
+        assert status_with(srv, narrowed["access_token"]) == 200
+        assert status_with(srv, narrowed["access_token"], "/v1/logs") == 403
+        for scope in ["gateways:read logs:read", "teleport"]:
+            r = post({"grant_type": "refresh_token", "refresh_token": narrowed["refresh_token"], "scope": scope}, a)
+            assert r.status_code == 400 and r.json()["error"] == "invalid_scope", (scope, r.text)
+        assert status_with(srv, narrowed["access_token"]) == 200, "a refused refresh rotates nothing"
+
+        # Only POST forms, each field once.
+        r = httpx2.get(meta["token_endpoint"], timeout=10)
+        assert r.status_code == 405 and r.headers["allow"] == "POST" and r.json()["error"] == "invalid_request"
+        r = httpx2.post(meta["token_endpoint"], timeout=10, auth=(a["client_id"], a["client_secret"]),
+                        content=f"grant_type=refresh_token&refresh_token={narrowed['refresh_token']}&refresh_token=x",
+                        headers={"content-type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 400 and r.json()["error"] == "invalid_request" and "twice" in r.text, r.text
+
+
 def test_a_public_client_must_use_pkce_and_has_no_secret():
     with server() as srv:
         api = Api(srv)
@@ -400,6 +460,10 @@ def test_an_mcp_sdk_client_signs_in_to_a_gateway_with_toolgates_own_authorizatio
             assert bad.status_code == 400 and bad.json()["error"] == "invalid_redirect_uri", bad.text
             secret = httpx2.post(reg, json={"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "client_secret_basic"}, timeout=10)
             assert secret.status_code == 400 and secret.json()["error"] == "invalid_client_metadata", secret.text
+            for name in ["x" * 500, "bad\u0000name"]:
+                named = httpx2.post(reg, json={"redirect_uris": [REDIRECT], "client_name": name}, timeout=10)
+                assert named.status_code == 400 and named.json()["error"] == "invalid_client_metadata", named.text
+            # Refused registrations are not counted against the address.
             codes = [httpx2.post(reg, json={"redirect_uris": [REDIRECT]}, timeout=10).status_code for _ in range(20)]
             assert codes.count(201) == 19 and codes[-1] == 429, codes
         else:
