@@ -5,7 +5,7 @@
 # and the default configuration (replace it by mounting your own conf/ on /etc/toolgate).
 FROM rust:1.95-bookworm AS build
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends cmake \
+    && apt-get install -y --no-install-recommends cmake pkg-config libclang-dev libxml2-dev libxmlsec1-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -13,7 +13,7 @@ RUN cargo build --release --locked --bin toolgate
 
 FROM debian:bookworm-slim
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
+    && apt-get install -y --no-install-recommends ca-certificates libxml2 libxmlsec1 libxmlsec1-openssl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/lib/toolgate --create-home toolgate
 COPY --from=build /src/target/release/toolgate /usr/local/bin/toolgate

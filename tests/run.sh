@@ -73,6 +73,11 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
 command -v npm >/dev/null || missing+=(nodejs npm)
 command -v curl >/dev/null || missing+=(curl ca-certificates)
+# SAML: the build links libxmlsec1 and libxml2 (samael's bindings are generated with libclang);
+# the test IdP (pysaml2) signs with the xmlsec1 command.
+command -v xmlsec1 >/dev/null || missing+=(xmlsec1)
+pkg-config --exists xmlsec1 libxml-2.0 2>/dev/null || missing+=(libxmlsec1-dev libxml2-dev pkg-config)
+ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' || missing+=(libclang-dev)
 command -v python3 >/dev/null || missing+=(python3)
 if command -v python3 >/dev/null && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     missing+=(python3-venv)
@@ -83,7 +88,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
     record apt ok $((SECONDS - t0)) "installed ${missing[*]}"
 else
-    record apt ok $((SECONDS - t0)) "cmake, redis-server, wrk, prometheus present"
+    record apt ok $((SECONDS - t0)) "cmake, redis-server, wrk, prometheus, xmlsec1, libclang present"
 fi
 
 # ---------------------------------------------------------------- 2. Node 22 + MCP peers

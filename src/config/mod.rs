@@ -106,6 +106,30 @@ pub struct WebConfig {
     /// Whether an https URL is taken as a `client_id` whose metadata document toolgate fetches
     /// (the MCP authorization specification's client ID metadata documents); off when `None`.
     pub client_documents: Option<ClientDocumentsConfig>,
+    /// SAML 2.0 identity providers, one per organisation at most.
+    pub saml: Vec<SamlIdp>,
+}
+
+/// `web.saml[]`: an organisation's SAML identity provider. Its users sign in at
+/// `{auth_url}/saml/login/{organization}`; the IdP answers at `{auth_url}/saml/callback`.
+#[derive(Debug, Clone)]
+pub struct SamlIdp {
+    pub organization: String,
+    /// Shown on the sign-in page's button.
+    pub name: String,
+    pub idp_entity_id: String,
+    /// Where the authentication request is sent (HTTP-Redirect binding).
+    pub sso_url: String,
+    /// The IdP's signing certificate (DER): every response must carry a valid signature by it.
+    pub certificate_der: Vec<u8>,
+    /// The role of a user created at its first sign-in, unless a group says otherwise.
+    pub default_role: String,
+    /// (group, role): the first group of the user found here gives its role.
+    pub group_roles: Vec<(String, String)>,
+    /// The attributes read (by Name or FriendlyName); common names are tried when unset.
+    pub email_attribute: Option<String>,
+    pub name_attribute: Option<String>,
+    pub groups_attribute: Option<String>,
 }
 
 /// `web.client_id_metadata_documents`: where toolgate may fetch client metadata documents from.

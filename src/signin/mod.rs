@@ -21,6 +21,7 @@ mod consent;
 mod oidc;
 mod pages;
 pub mod passwords;
+mod saml;
 pub mod sessions;
 
 use crate::error::ApiError;
@@ -154,6 +155,9 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Re
         ("POST", "/oauth/authorize") => consent::decide(server, ex).await,
         ("GET", p) if p.starts_with("/signin/") => start_with_provider(server, ex, &p["/signin/".len()..]).await,
         ("GET", p) if p.starts_with("/callback/") => back_from_provider(server, ex, &p["/callback/".len()..]).await,
+        ("GET", "/saml/metadata") => Ok(Page::xml(saml::metadata(server))),
+        ("GET", p) if p.starts_with("/saml/login/") => saml_start(server, ex, &p["/saml/login/".len()..]).await,
+        ("POST", "/saml/callback") => saml_callback(server, ex).await,
         (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout" | "/oauth/authorize") => {
             Err(ApiError::MethodNotAllowed(method.to_string()))
         }
@@ -167,12 +171,18 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Re
 struct Page {
     status: u16,
     body: String,
+    content_type: &'static str,
     headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Page {
     fn html(status: u16, body: String) -> Page {
-        Page { status, body, headers: Vec::new() }
+        Page { status, body, content_type: "text/html; charset=utf-8", headers: Vec::new() }
+    }
+
+    /// The SAML service provider's metadata.
+    fn xml(body: String) -> Page {
+        Page { status: 200, body, content_type: "application/samlmetadata+xml", headers: Vec::new() }
     }
 
     fn redirect(to: &str) -> Page {
@@ -213,7 +223,7 @@ impl Page {
         ] {
             self.headers.push((name, HeaderValue::from_static(value)));
         }
-        ex.respond(self.status, "text/html; charset=utf-8", self.body.into_bytes(), &self.headers).await
+        ex.respond(self.status, self.content_type, self.body.into_bytes(), &self.headers).await
     }
 }
 
@@ -247,8 +257,12 @@ fn sign_in_form(server: &Server, ex: &Exchange<'_>, error: Option<&str>) -> Page
     let next = next_in_query(ex);
     let csrf = crate::secrets::new_session_id();
     let path = prefix(server);
-    let providers: Vec<(String, String)> =
-        server.state.config().web.oidc_providers.iter().map(|p| (p.id.clone(), p.name.clone())).collect();
+    // Where each way of signing in starts, and its name: the OpenID providers, then SAML.
+    let web = &server.state.config().web;
+    let providers: Vec<(String, String)> = (web.oidc_providers.iter())
+        .map(|p| (format!("/signin/{}", p.id), p.name.clone()))
+        .chain(web.saml.iter().map(|s| (format!("/saml/login/{}", s.organization), s.name.clone())))
+        .collect();
     Page::html(
         if error.is_some() { 401 } else { 200 },
         pages::sign_in(&path, &csrf, next.as_deref(), &providers, error),
@@ -379,6 +393,43 @@ async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) 
         .next()
         .ok_or_else(|| ApiError::Forbidden(format!("no toolgate user has the e-mail address {}", done.email)))?;
     signed_in_as(server, ex, &user, &done.next).await
+}
+
+async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
+    let next = next_of(server, next_in_query(ex).as_deref());
+    let ip = ex.ctx.client_ip;
+    if let Some(wait) = server.signin.starts_by_address.wait(ip) {
+        return Err(ApiError::too_many("sign-ins started from this address", wait));
+    }
+    server.signin.starts_by_address.add(ip);
+    let started = saml::start(server, org, &next).await?;
+    let cookie = format!(
+        "{}={}; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age={}",
+        saml::BROWSER_COOKIE,
+        started.browser,
+        prefix(server),
+        saml::REQUEST_TTL.as_secs()
+    );
+    Ok(Page::redirect(&started.redirect_to).cookie(cookie))
+}
+
+/// The IdP's answer (HTTP-POST binding). Cross-site by nature, so no CSRF token: the request it
+/// answers is single use and bound to the browser that started it (a cookie).
+async fn saml_callback(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    let body = ex.read_body().await?;
+    if body.len() > saml::MAX_RESPONSE_FORM_BYTES {
+        return Err(ApiError::validation("SAMLResponse", "too large"));
+    }
+    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    let browser = cookie(ex, saml::BROWSER_COOKIE).unwrap_or("");
+    let done = saml::finish(server, field(&fields, "RelayState"), field(&fields, "SAMLResponse"), browser).await?;
+    let page = signed_in_as(server, ex, &done.user, &done.next).await?;
+    let expired = format!(
+        "{}=; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age=0",
+        saml::BROWSER_COOKIE,
+        prefix(server)
+    );
+    Ok(page.cookie(expired))
 }
 
 async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {

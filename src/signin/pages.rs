@@ -49,8 +49,8 @@ pub fn sign_in(
         next.map(|n| format!("?next={}", url::form_urlencoded::byte_serialize(n.as_bytes()).collect::<String>()));
     let links: String = providers
         .iter()
-        .map(|(id, name)| {
-            let href = format!("{prefix}/signin/{id}{}", next_query.as_deref().unwrap_or(""));
+        .map(|(path, name)| {
+            let href = format!("{prefix}{path}{}", next_query.as_deref().unwrap_or(""));
             format!("<p><a class=\"provider\" href=\"{}\">Sign in with {}</a></p>", escape(&href), escape(name))
         })
         .collect();
@@ -114,11 +114,14 @@ pub fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sess
     page(
         "Your account",
         &format!(
-            "<p>Signed in as <strong id=\"email\">{}</strong> ({})</p><h2>Sessions</h2><ul>{rows}</ul>\
+            "<p>Signed in as <strong id=\"email\">{}</strong> ({}), <span id=\"role\">{}</span> of \
+             <span id=\"organization\">{}</span></p><h2>Sessions</h2><ul>{rows}</ul>\
              <form method=\"post\" action=\"{}/signout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
              <button type=\"submit\">Sign out</button></form>",
             escape(&user.email),
             escape(&user.name),
+            escape(&user.role),
+            escape(&user.org_id),
             escape(prefix),
             escape(csrf)
         ),

@@ -140,6 +140,7 @@ mod tests {
         let org = "organizations:\n  - {id: acme, name: Acme}\n";
         let user = "users:\n  - {id: u1, email: a@b.c, role: owner, organization: acme}\n";
         let app = "apps:\n  - {id: t, name: T, builtin: time}\n";
+        let saml = "web:\n  saml:\n    - {organization: acme, idp_entity_id: idp, sso_url: 'https://idp.example/sso', ";
         assert!(Config::parse(&format!("{org}{user}{app}")).is_ok(), "the sections together are valid");
         // An SMS relay on the loopback may be plain http, in production too.
         assert!(Config::parse("sms:\n  url: http://127.0.0.1:9000/send\n  from: toolgate\n").is_ok());
@@ -174,6 +175,10 @@ mod tests {
             ),
             ("sms:\n  url: https://sms.example.com/send\n  from: ''\n".into(), "sms.from"),
             ("sms:\n  url: https://sms.example.com/send\n  timeout_ms: 5\n".into(), "sms.timeout_ms"),
+            (format!("{saml}certificate_file: /nonexistent/idp.pem}}\n"), "web.saml[0].certificate_file"),
+            (format!("{saml}certificate_file: x, default_role: owner}}\n"), "web.saml[0].default_role"),
+            (format!("{saml}certificate_file: x, group_roles: {{ops: owner}}}}\n"), "web.saml[0].group_roles.ops"),
+            (saml.replace("https://idp", "http://idp") + "certificate_file: x}\n", "web.saml[0].sso_url"),
         ] {
             assert_eq!(refusal(&yaml), field, "{yaml}");
         }

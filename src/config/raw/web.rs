@@ -17,6 +17,86 @@ pub(super) struct RawWeb {
     #[serde(default)]
     oidc_providers: Vec<RawOidcProvider>,
     client_id_metadata_documents: Option<RawClientDocuments>,
+    #[serde(default)]
+    saml: Vec<RawSaml>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSaml {
+    organization: String,
+    name: Option<String>,
+    idp_entity_id: String,
+    sso_url: String,
+    certificate_file: String,
+    default_role: Option<String>,
+    #[serde(default)]
+    group_roles: std::collections::BTreeMap<String, String>,
+    email_attribute: Option<String>,
+    name_attribute: Option<String>,
+    groups_attribute: Option<String>,
+}
+
+/// Roles SSO may give: never `owner` (an IdP group must not make owners).
+const SSO_ROLES: [&str; 3] = ["admin", "developer", "viewer"];
+
+impl RawSaml {
+    fn build(self, i: usize, environment: Environment, before: &[SamlIdp]) -> Result<SamlIdp, ConfigError> {
+        let f = |name: &str| format!("web.saml[{i}].{name}");
+        if before.iter().any(|s| s.organization == self.organization) {
+            return Err(invalid(f("organization"), format!("`{}` has an IdP already", self.organization)));
+        }
+        if self.organization.is_empty() || self.organization.len() > 64 {
+            return Err(invalid(f("organization"), "must be an organisation id"));
+        }
+        if self.idp_entity_id.is_empty() || self.idp_entity_id.len() > 1024 {
+            return Err(invalid(f("idp_entity_id"), "must be the IdP's entity id (1-1024 characters)"));
+        }
+        match url::Url::parse(&self.sso_url).map(|u| u.scheme().to_string()).as_deref() {
+            Ok("https") => {}
+            Ok("http") if environment == Environment::Development => {}
+            _ => return Err(invalid(f("sso_url"), "must be an https URL (http only in environment: development)")),
+        }
+        let role = |field: String, r: &str| {
+            if SSO_ROLES.contains(&r) {
+                Ok(r.to_string())
+            } else {
+                Err(invalid(field, format!("`{r}`: expected admin, developer or viewer (SSO never makes owners)")))
+            }
+        };
+        let default_role = role(f("default_role"), self.default_role.as_deref().unwrap_or("viewer"))?;
+        let mut group_roles = Vec::new();
+        for (group, r) in &self.group_roles {
+            group_roles.push((group.clone(), role(f(&format!("group_roles.{group}")), r)?));
+        }
+        let pem = std::fs::read(&self.certificate_file)
+            .map_err(|e| invalid(f("certificate_file"), format!("`{}`: {e}", self.certificate_file)))?;
+        let certificate_der = pem_certificate(&pem).ok_or_else(|| {
+            invalid(f("certificate_file"), format!("`{}` holds no PEM certificate", self.certificate_file))
+        })?;
+        Ok(SamlIdp {
+            name: self.name.unwrap_or_else(|| "single sign-on".into()),
+            organization: self.organization,
+            idp_entity_id: self.idp_entity_id,
+            sso_url: self.sso_url,
+            certificate_der,
+            default_role,
+            group_roles,
+            email_attribute: self.email_attribute,
+            name_attribute: self.name_attribute,
+            groups_attribute: self.groups_attribute,
+        })
+    }
+}
+
+/// The DER bytes of the first certificate of a PEM file.
+fn pem_certificate(pem: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let text = std::str::from_utf8(pem).ok()?;
+    let start = text.find("-----BEGIN CERTIFICATE-----")? + "-----BEGIN CERTIFICATE-----".len();
+    let end = start + text[start..].find("-----END CERTIFICATE-----")?;
+    let body: String = text[start..end].chars().filter(|c| !c.is_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD.decode(body).ok().filter(|der| !der.is_empty())
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,7 +226,13 @@ impl RawWeb {
             });
         }
         let client_documents = self.client_id_metadata_documents.map(RawClientDocuments::build).transpose()?.flatten();
+        let mut saml: Vec<SamlIdp> = Vec::new();
+        for (i, s) in self.saml.into_iter().enumerate() {
+            let idp = s.build(i, environment, &saml)?;
+            saml.push(idp);
+        }
         Ok(WebConfig {
+            saml,
             client_documents,
             path,
             session_idle: std::time::Duration::from_secs(idle),
