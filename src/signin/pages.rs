@@ -173,8 +173,13 @@ pub fn consent(
 mod tests {
     #[test]
     fn values_are_escaped_in_text_and_attributes() {
-        let html =
-            super::sign_in("/auth", "c", Some("/x\"><script>"), &[("acme".into(), "<Acme>".into())], Some("<b>"));
+        let html = super::sign_in(
+            "/auth",
+            "c",
+            Some("/x\"><script>"),
+            &[("/signin/acme".into(), "<Acme>".into())],
+            Some("<b>"),
+        );
         assert!(html.contains("value=\"/x&quot;&gt;&lt;script&gt;\""), "{html}");
         assert!(html.contains("&lt;b&gt;") && !html.contains("<script>"), "{html}");
         assert!(
