@@ -432,13 +432,10 @@ impl Mfa {
             (true, Expected::Authenticator) => CodeKind::Totp,
         };
         self.check_lockout(caller, kind)?;
-        let ok = match (kind, expected) {
-            (CodeKind::Totp, _) => self.check_totp(sealer, caller.user_id, code).await?,
-            (CodeKind::Sent, Expected::Sent(hash)) => {
-                hash.is_some_and(|hash| secrets::hashes_equal(hash, &secrets::hash_key(code)))
-            }
-            (CodeKind::Sent, Expected::Authenticator) => false,
-            (CodeKind::Backup, _) => is_backup_code(code) && self.use_backup(caller.user_id, code).await?,
+        let ok = match expected {
+            _ if kind == CodeKind::Backup => is_backup_code(code) && self.use_backup(caller.user_id, code).await?,
+            Expected::Authenticator => self.check_totp(sealer, caller.user_id, code).await?,
+            Expected::Sent(hash) => hash.is_some_and(|hash| secrets::hashes_equal(hash, &secrets::hash_key(code))),
         };
         if ok {
             self.record_success(caller);

@@ -75,10 +75,6 @@ fn acs_url(server: &Server) -> String {
     format!("{}{}/saml/callback", config.server.public_url, config.web.path)
 }
 
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
 fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::Unavailable(format!("single sign-on is unavailable: {e}"))
 }
@@ -94,8 +90,8 @@ fn service_provider(server: &Server, idp: &SamlIdp) -> Result<ServiceProvider, A
                  </md:KeyDescriptor><md:SingleSignOnService \
                  Binding=\"urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect\" Location=\"{}\"/>\
                  </md:IDPSSODescriptor></md:EntityDescriptor>",
-        xml_escape(&idp.idp_entity_id),
-        xml_escape(&idp.sso_url)
+        super::pages::escape(&idp.idp_entity_id),
+        super::pages::escape(&idp.sso_url)
     )
     .parse()
     .map_err(|e| unavailable(format!("the IdP's description: {e}")))?;
@@ -131,8 +127,8 @@ pub fn metadata(server: &Server) -> String {
          <md:NameIDFormat>urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress</md:NameIDFormat>\
          <md:AssertionConsumerService Binding=\"urn:oasis:names:tc:SAML:2.0:bindings:HTTP-POST\" \
          Location=\"{}\" index=\"0\" isDefault=\"true\"/></md:SPSSODescriptor></md:EntityDescriptor>",
-        xml_escape(&entity_id(server)),
-        xml_escape(&acs_url(server))
+        super::pages::escape(&entity_id(server)),
+        super::pages::escape(&acs_url(server))
     )
 }
 

@@ -91,12 +91,8 @@ impl RawSaml {
 
 /// The DER bytes of the first certificate of a PEM file.
 fn pem_certificate(pem: &[u8]) -> Option<Vec<u8>> {
-    use base64::Engine;
-    let text = std::str::from_utf8(pem).ok()?;
-    let start = text.find("-----BEGIN CERTIFICATE-----")? + "-----BEGIN CERTIFICATE-----".len();
-    let end = start + text[start..].find("-----END CERTIFICATE-----")?;
-    let body: String = text[start..end].chars().filter(|c| !c.is_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD.decode(body).ok().filter(|der| !der.is_empty())
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    CertificateDer::from_pem_slice(pem).ok().map(|c| c.to_vec()).filter(|der| !der.is_empty())
 }
 
 #[derive(Debug, Deserialize)]
