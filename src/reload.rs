@@ -11,7 +11,9 @@
 //! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
 //! page size, the list deadline, the session caps (new sessions only) and time-outs (every
 //! session at its next check), `jwt` and `gateway_oauth` (the new verifier takes over at
-//! once, its JWKS fetched first), `web`'s session bounds, `smtp` (the next e-mail goes through the new server), of `webhooks` the
+//! once, its JWKS fetched first), `web` but its `path` (read at each sign-in, authorization
+//! and SAML request; the client documents kept are forgotten, so the new allowed hosts and CA
+//! judge the next fetch), `smtp` and `sms` (the next message goes through the new transport), of `webhooks` the
 //! allowed hosts, time-outs, retry schedule and retention (read at each delivery), and of
 //! `observability` the log level (the process log's filter is replaced; `RUST_LOG`, when set,
 //! still wins) and the log's and rollups' retention (read at each pruning). The others (the
@@ -47,6 +49,7 @@ const IN_PLACE: &[&str] = &[
     "gateway_oauth",
     "smtp",
     "sms",
+    "web",
 ];
 
 /// Sections of which only these fields change in place (the parts built from the others read
@@ -101,6 +104,7 @@ pub struct Reloadable<'a> {
     pub mcp: &'a McpRuntime,
     pub origins: &'a OriginCheck,
     pub courier: &'a crate::courier::Courier,
+    pub signin: &'a crate::signin::SignIn,
 }
 
 impl<'a> Reloadable<'a> {
@@ -111,6 +115,7 @@ impl<'a> Reloadable<'a> {
             mcp: &server.mcp,
             origins: &server.origin_check,
             courier: &server.courier,
+            signin: &server.signin,
         }
     }
 }
@@ -181,6 +186,9 @@ impl ConfigSource {
             tracing::warn!(error = e, "the new observability.log_level could not be applied; the log keeps its filter");
         }
         parts.mcp.sessions.set_limits(crate::mcp::sessions::SessionLimits::of(&config.mcp));
+        if changed.iter().any(|s| s == "web") {
+            parts.signin.client_documents.forget();
+        }
         for app_id in &apps_changed {
             parts.mcp.app_reconfigured(app_id);
         }

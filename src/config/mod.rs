@@ -865,6 +865,20 @@ mod tests {
         assert!(e.starts_with("apps[0].tls_ca_file") && e.contains("/no/such/ca.pem"), "{e}");
         let e = err(app("https://x/mcp", not_pem));
         assert!(e.starts_with("apps[0].tls_ca_file") && e.contains("no PEM certificate"), "{e}");
+        // The other CA files are read by the same rules.
+        for (yaml, field) in [
+            (
+                format!("storage:\n  backend: redis\n  url: rediss://x\n  tls_ca_file: {not_pem:?}\n"),
+                "storage.tls_ca_file",
+            ),
+            (
+                format!("web:\n  client_id_metadata_documents: {{ enabled: true, ca_file: {not_pem:?} }}\n"),
+                "web.client_id_metadata_documents.ca_file",
+            ),
+        ] {
+            let e = err(yaml);
+            assert!(e.starts_with(field) && e.contains("no PEM certificate"), "{field}: {e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -102,6 +102,12 @@ impl ClientDocuments {
             }
         }
     }
+
+    /// Drops every document kept: after a reload of `web`, a document is judged again by the
+    /// settings in force (a host no longer allowed, another CA).
+    pub fn forget(&self) {
+        self.cache.clear();
+    }
 }
 
 /// How long a document may be kept, from its `Cache-Control`.

@@ -1,4 +1,4 @@
-//! Reloading `jwt`, `smtp`, and the in-place fields of `webhooks` and `observability`
+//! Reloading `jwt`, `smtp`, `web`, and the in-place fields of `webhooks` and `observability`
 //! (`POST /v1/admin/reload`): each takes effect on the next request that reads it, and a field
 //! read once at start is refused by name with nothing applied.
 
@@ -128,4 +128,38 @@ fn a_reload_shortens_the_session_idle_timeout_for_the_live_sessions() {
     assert_eq!(r.status, 404, "idle past the new time-out: the session has ended: {}", r.body);
     let fresh = initialize(&srv, &gw, &key);
     assert_eq!(call_time(&srv, &gw, &key, &fresh).status, 200, "a new session works");
+}
+
+#[test]
+fn a_reload_applies_web_in_place_and_refuses_a_new_path() {
+    let srv = TestServer::start("");
+    let original = std::fs::read_to_string(srv.config_path()).unwrap();
+    let metadata = || srv.api("GET", "/.well-known/oauth-authorization-server", None, None).json.clone();
+    let register = || {
+        let client = json!({ "client_name": "Reloaded", "redirect_uris": ["http://127.0.0.1:9/cb"] });
+        srv.api("POST", "/auth/oauth/register", None, Some(client))
+    };
+    assert!(metadata()["registration_endpoint"].is_null(), "off by default: {}", metadata());
+    let r = register();
+    assert_ne!(r.status, 201, "registration is off: {r:?}");
+
+    let (status, body) = reload_with(&srv, &format!("{original}web:\n  dynamic_registration: true\n"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["changed"], json!(["web"]), "{body}");
+    let doc = metadata();
+    assert!(doc["registration_endpoint"].as_str().unwrap_or_default().ends_with("/auth/oauth/register"), "{doc}");
+    let r = register();
+    assert_eq!(r.status, 201, "registration is on after the reload: {r:?}");
+
+    let moved = format!("{original}web:\n  dynamic_registration: false\n  path: /signin\n");
+    let (status, body) = reload_with(&srv, &moved);
+    assert_eq!(status, 409, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("web.path") && message.contains("--upgrade"), "{body}");
+    assert!(metadata()["registration_endpoint"].is_string(), "the refused file changed nothing");
+
+    let (status, body) = reload_with(&srv, &original);
+    assert_eq!(status, 200, "{body}");
+    assert!(metadata()["registration_endpoint"].is_null(), "off again: {}", metadata());
+    assert_ne!(register().status, 201, "registration is off again");
 }

@@ -216,17 +216,12 @@ impl RawApp {
     }
 }
 
-/// Reads an app's `tls_ca_file` at load, so that a wrong path or a file without a certificate
-/// stops the start instead of failing the app's first call.
+/// An app's `tls_ca_file`, for https apps only.
 fn tls_roots(upstream: &AppUpstream, file: String) -> Result<TlsRoots, String> {
     let https = matches!(upstream, AppUpstream::Url(u) if url::Url::parse(u).is_ok_and(|u| u.scheme() == "https"));
     if !https {
         return Err("only applies to https url apps".into());
     }
-    let pem = std::fs::read(&file).map_err(|e| format!("`{file}`: {e}"))?;
-    match reqwest::Certificate::from_pem_bundle(&pem) {
-        Ok(certs) if !certs.is_empty() => Ok(TlsRoots { file: PathBuf::from(file), pem: pem.into() }),
-        Ok(_) => Err(format!("`{file}` holds no PEM certificate")),
-        Err(e) => Err(format!("`{file}`: {e}")),
-    }
+    let pem = super::read_ca_pem(&file)?;
+    Ok(TlsRoots { file: PathBuf::from(file), pem: pem.into() })
 }

@@ -62,6 +62,18 @@ fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Reads a file of CA certificates (PEM) at load, so that a wrong path or a file without a
+/// certificate stops the start instead of failing the first connection that needs it. `Err`
+/// is the message for the field that names the file.
+fn read_ca_pem(file: &str) -> Result<Vec<u8>, String> {
+    let pem = std::fs::read(file).map_err(|e| format!("`{file}`: {e}"))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(pem),
+        Ok(_) => Err(format!("`{file}` holds no PEM certificate")),
+        Err(e) => Err(format!("`{file}`: {e}")),
+    }
+}
+
 impl RawConfig {
     pub fn validate(self) -> Result<Config, ConfigError> {
         let environment = match self.environment.as_deref() {

@@ -123,11 +123,8 @@ impl RawStorage {
         };
         let ca = match &self.tls_ca_file {
             Some(file) => {
-                let pem = read("storage.tls_ca_file", file)?;
-                match reqwest::Certificate::from_pem_bundle(&pem) {
-                    Ok(certs) if !certs.is_empty() => Some(TlsRoots { file: PathBuf::from(file), pem: pem.into() }),
-                    _ => return Err(invalid("storage.tls_ca_file", format!("`{file}` holds no PEM certificate"))),
-                }
+                let pem = super::read_ca_pem(file).map_err(|m| invalid("storage.tls_ca_file", m))?;
+                Some(TlsRoots { file: PathBuf::from(file), pem: pem.into() })
             }
             None => None,
         };

@@ -111,16 +111,12 @@ impl RawClientDocuments {
         if !self.enabled {
             return Ok(None);
         }
-        let extra_roots = match &self.ca_file {
-            Some(file) => {
-                let pem = std::fs::read(file).map_err(|e| invalid(format!("{F}.ca_file"), format!("`{file}`: {e}")))?;
-                match reqwest::Certificate::from_pem_bundle(&pem) {
-                    Ok(certs) if !certs.is_empty() => Some(pem),
-                    _ => return Err(invalid(format!("{F}.ca_file"), format!("`{file}` holds no PEM certificate"))),
-                }
-            }
-            None => None,
-        };
+        let extra_roots = self
+            .ca_file
+            .as_deref()
+            .map(super::read_ca_pem)
+            .transpose()
+            .map_err(|m| invalid(format!("{F}.ca_file"), m))?;
         if let Some(bad) = self.allowed_hosts.iter().find(|h| h.is_empty() || h.contains(['/', ' ', '@', ':'])) {
             return Err(invalid(format!("{F}.allowed_hosts"), format!("`{bad}` is not a host name or address")));
         }
