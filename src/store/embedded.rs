@@ -3,9 +3,9 @@
 //! Why SQLite: one file, transactions, `synchronous=FULL` in WAL mode makes a committed write
 //! survive `kill -9` and power loss, and the request log gets real indexes for its filters. The
 //! request log's own slices are committed with `synchronous=NORMAL` (see `without_fsync`).
-//! The log's indexes lead with the organisation, which every query names, so that a filtered
-//! page and its (capped) count read an index alone; errors, the few entries people look for,
-//! have partial indexes of their own (`benches/analytics.sh` measures them over 10 million).
+//! The log is keyed by time (`LOG_TABLE` says how and why); its indexes lead with the
+//! organisation, which every query names, so that a filtered page and its (capped) count read
+//! an index alone (`benches/analytics.sh` measures them over 10 million entries).
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
 use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP};
@@ -14,11 +14,16 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use toolgate_filters::rate_limit::UsageMinute;
 
 pub struct EmbeddedStore {
     conn: Arc<Mutex<Connection>>,
+    /// The log key after the last one written (see [`insert_logs`]); 0 before the first slice.
+    next_log_key: Arc<AtomicI64>,
+    /// Whether the log table of an older build is still there (see [`log_table`]).
+    legacy_log: Arc<AtomicBool>,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -39,17 +44,6 @@ impl EmbeddedStore {
              CREATE TABLE IF NOT EXISTS records (
                  kind TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL,
                  PRIMARY KEY (kind, id)) WITHOUT ROWID;
-             CREATE TABLE IF NOT EXISTS logs (
-                 id TEXT PRIMARY KEY, ts_ms INTEGER NOT NULL, org_id TEXT NOT NULL,
-                 gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL,
-                 body TEXT NOT NULL);
-             CREATE INDEX IF NOT EXISTS logs_org_ts ON logs (org_id, ts_ms);
-             DROP INDEX IF EXISTS logs_gateway_ts;
-             CREATE INDEX IF NOT EXISTS logs_org_gateway_ts ON logs (org_id, gateway_id, ts_ms);
-             CREATE INDEX IF NOT EXISTS logs_org_app_ts ON logs (org_id, app, ts_ms);
-             CREATE INDEX IF NOT EXISTS logs_ts ON logs (ts_ms);
-             CREATE INDEX IF NOT EXISTS logs_org_errors ON logs (org_id, ts_ms) WHERE status = 'error';
-             CREATE INDEX IF NOT EXISTS logs_org_gateway_errors ON logs (org_id, gateway_id, ts_ms) WHERE status = 'error';
              CREATE TABLE IF NOT EXISTS rollups (
                  org_id TEXT NOT NULL, tier_ms INTEGER NOT NULL, start_ms INTEGER NOT NULL,
                  gateway_id TEXT NOT NULL, app TEXT NOT NULL, function TEXT NOT NULL,
@@ -66,7 +60,12 @@ impl EmbeddedStore {
         .map_err(backend)?;
         add_expiry_column(&conn)?;
         add_partition_column(&conn)?;
-        Ok(EmbeddedStore { conn: Arc::new(Mutex::new(conn)) })
+        let legacy_log = log_table(&conn)?;
+        Ok(EmbeddedStore {
+            conn: Arc::new(Mutex::new(conn)),
+            next_log_key: Arc::default(),
+            legacy_log: Arc::new(AtomicBool::new(legacy_log)),
+        })
     }
 
     /// Runs `f` on the blocking pool with the connection; its time (waiting for the connection
@@ -111,6 +110,54 @@ fn add_expiry_column(conn: &Connection) -> Result<(), StoreError> {
 fn add_partition_column(conn: &Connection) -> Result<(), StoreError> {
     add_column_if_missing(conn, "partition", "TEXT NOT NULL DEFAULT ''")?;
     conn.execute_batch("CREATE INDEX IF NOT EXISTS records_partition ON records (kind, partition)").map_err(backend)
+}
+
+/// The request log. Each entry's key, `seq`, is its time in milliseconds shifted left by
+/// [`SEQ_BITS`] plus a counter: the table is ordered by time, so a time range is a key range
+/// and pruning deletes a range of the table. Each index holds the key as its last column, so
+/// an index on `(org_id, gateway_id)` is ordered by time within a gateway, which is what a page
+/// of `/logs` reads, newest first. That leaves four B-trees written per entry (six for an
+/// error), against six (eight) when the key was the text id, with an index of its own, and a
+/// time index besides: the log's writes are most of the pipeline's cost per call
+/// (BENCHMARKS.md). Errors, the few entries people look for, keep partial indexes of their own.
+const LOG_TABLE: &str = "
+    CREATE TABLE IF NOT EXISTS log_entries (
+        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, ts_ms INTEGER NOT NULL, org_id TEXT NOT NULL,
+        gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL);
+    CREATE INDEX IF NOT EXISTS log_entries_by_org ON log_entries (org_id);
+    CREATE INDEX IF NOT EXISTS log_entries_by_gateway ON log_entries (org_id, gateway_id);
+    CREATE INDEX IF NOT EXISTS log_entries_by_app ON log_entries (org_id, app);
+    CREATE INDEX IF NOT EXISTS log_errors_by_org ON log_entries (org_id) WHERE status = 'error';
+    CREATE INDEX IF NOT EXISTS log_errors_by_gateway ON log_entries (org_id, gateway_id) WHERE status = 'error';";
+
+/// Bits of `seq` below the millisecond: entries of one millisecond are told apart by a counter
+/// (65,536 of them per millisecond before a key is taken; a taken key moves to the next value).
+const SEQ_BITS: u32 = 16;
+
+/// The first key of millisecond `ts_ms` (times before 1970 are 1970's; times past what the key
+/// can hold, year 6429, are the last millisecond it can).
+fn seq_of(ts_ms: i64) -> i64 {
+    ts_ms.clamp(0, i64::MAX >> SEQ_BITS) << SEQ_BITS
+}
+
+/// Creates the log's table; `true` when the store also holds the table an older build wrote
+/// (`logs`, keyed by the text id, `ts_ms` in every index). That table is not copied (for a big
+/// log that would hold the start, and with it `--upgrade`, for minutes): it is read after the
+/// new one, since every entry written since is newer, and pruned by its own indexes until it
+/// is empty, then dropped (`log_retention_days` after the upgrade at the latest).
+fn log_table(conn: &Connection) -> Result<bool, StoreError> {
+    conn.execute_batch(LOG_TABLE).map_err(backend)?;
+    let legacy: i64 = conn
+        .query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'logs'", [], |r| r.get(0))
+        .map_err(backend)?;
+    Ok(legacy > 0)
+}
+
+/// One of the log's two tables (see [`log_table`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LogTable {
+    Entries,
+    Legacy,
 }
 
 fn now_ms() -> i64 {
@@ -194,26 +241,52 @@ fn insert_rate_usage(c: &mut Connection, minutes: &[UsageMinute]) -> Result<(), 
 }
 
 /// One transaction of log rows and the rollups they add to.
-fn insert_logs(c: &mut Connection, entries: &[LogRecord], rollups: &[Rollup]) -> Result<(), StoreError> {
+///
+/// Keys: the entries go in time order (a slice holds the calls of two threads, slightly out
+/// of order; the sort keeps the writing order within a millisecond), each taking the next
+/// key of its millisecond, starting after the last key written (`next_key`, carried from the
+/// previous slice, whose last millisecond this one often shares). Only an entry older than
+/// the last one written can meet a taken key; it takes the next free one.
+fn insert_logs(
+    c: &mut Connection,
+    entries: &[LogRecord],
+    rollups: &[Rollup],
+    next_key: &AtomicI64,
+) -> Result<(), StoreError> {
     let tx = c.transaction().map_err(backend)?;
     add_rollups(&tx, rollups)?;
-    {
+    let next = {
         let mut stmt = tx
             .prepare_cached(
-                "INSERT OR IGNORE INTO logs (id, ts_ms, org_id, gateway_id, app, status, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO log_entries (seq, id, ts_ms, org_id, gateway_id, app, status, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (seq) DO NOTHING",
             )
             .map_err(backend)?;
+        let mut in_order: Vec<&LogRecord> = entries.iter().collect();
+        in_order.sort_by_key(|e| e.ts_ms);
+        let mut next = next_key.load(Ordering::Relaxed);
         let mut id = String::with_capacity(32);
-        for e in entries {
-            // Time-ordered, so that every index of the table appends.
+        for e in in_order {
             crate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
             let status = if e.error { "error" } else { "success" };
             let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
-            stmt.execute(params![id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)?;
+            let (first, end) = (seq_of(e.ts_ms), seq_of(e.ts_ms).saturating_add(1 << SEQ_BITS));
+            let mut seq = if next > first && next < end { next } else { first };
+            // Taken by an entry of this millisecond written before (an earlier slice or run):
+            // the next key. Past the millisecond's keys (65,536 entries) the write fails.
+            while stmt.execute(params![seq, id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)? == 0 {
+                seq += 1;
+                if seq >= end {
+                    return Err(backend(format!("more than {} log entries in millisecond {}", 1 << SEQ_BITS, e.ts_ms)));
+                }
+            }
+            next = seq + 1;
         }
-    }
-    tx.commit().map_err(backend)
+        next
+    };
+    tx.commit().map_err(backend)?;
+    next_key.store(next, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Adds each rollup to the stored one of its key (read, merged, written back: the histogram is
@@ -267,9 +340,13 @@ fn add_rollups(tx: &rusqlite::Transaction<'_>, rollups: &[Rollup]) -> Result<(),
     Ok(())
 }
 
-/// The `FROM ... WHERE ...` of a log query and its arguments (the page is added by the caller).
-fn log_filter(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
-    let mut sql = String::from(" FROM logs WHERE org_id = ?1");
+/// The `FROM ... WHERE ...` of a log query on `table` and its arguments (the page is added by
+/// the caller).
+fn log_filter(q: &LogQuery, table: LogTable) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = String::from(match table {
+        LogTable::Entries => " FROM log_entries WHERE org_id = ?1",
+        LogTable::Legacy => " FROM logs WHERE org_id = ?1",
+    });
     let mut args: Vec<rusqlite::types::Value> = vec![q.org_id.clone().into()];
     let mut push = |clause: &str, v: rusqlite::types::Value| {
         args.push(v);
@@ -281,11 +358,24 @@ fn log_filter(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
     if let Some(a) = &q.app {
         push("app =", a.clone().into());
     }
-    if let Some(t) = q.since_ms {
-        push("ts_ms >=", t.into());
-    }
-    if let Some(t) = q.until_ms {
-        push("ts_ms <=", t.into());
+    // Time ranges are key ranges (see LOG_TABLE); the older table has `ts_ms` in its indexes.
+    match table {
+        LogTable::Entries => {
+            if let Some(t) = q.since_ms {
+                push("seq >=", seq_of(t).into());
+            }
+            if let Some(t) = q.until_ms {
+                push("seq <", seq_of(t.saturating_add(1)).into());
+            }
+        }
+        LogTable::Legacy => {
+            if let Some(t) = q.since_ms {
+                push("ts_ms >=", t.into());
+            }
+            if let Some(t) = q.until_ms {
+                push("ts_ms <=", t.into());
+            }
+        }
     }
     match q.status.as_deref() {
         // Inline, so that SQLite sees the partial indexes of errors apply: errors are the few
@@ -299,6 +389,78 @@ fn log_filter(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
         None => {}
     }
     (sql, args)
+}
+
+/// How many entries of `table` match `q`, counting up to `cap` when given.
+fn count_logs(c: &Connection, q: &LogQuery, table: LogTable, cap: Option<u64>) -> Result<u64, StoreError> {
+    let (sql, args) = log_filter(q, table);
+    let count = match cap {
+        Some(cap) => format!("SELECT COUNT(*) FROM (SELECT 1{sql} LIMIT {cap})"),
+        None => format!("SELECT COUNT(*){sql}"),
+    };
+    let n: i64 = c.query_row(&count, rusqlite::params_from_iter(args.iter()), |r| r.get(0)).map_err(backend)?;
+    Ok(n.max(0) as u64)
+}
+
+/// A page of the entries of `table` that match `q`: newest first, entries of the same
+/// millisecond in writing order, newest first.
+fn log_rows(c: &Connection, q: &LogQuery, table: LogTable, offset: u64, limit: u64) -> Result<Vec<LogRow>, StoreError> {
+    let (sql, mut args) = log_filter(q, table);
+    let order = if table == LogTable::Entries { "seq DESC" } else { "ts_ms DESC, rowid DESC" };
+    let select =
+        format!("SELECT id, ts_ms, body{sql} ORDER BY {order} LIMIT ?{} OFFSET ?{}", args.len() + 1, args.len() + 2);
+    args.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
+    args.push(i64::try_from(offset).unwrap_or(i64::MAX).into());
+    let mut stmt = c.prepare(&select).map_err(backend)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+            Ok(LogRow { id: r.get(0)?, ts_ms: r.get(1)?, body: r.get(2)? })
+        })
+        .map_err(backend)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+}
+
+/// Deletes the entries older than `before_ms`, then the oldest beyond `max_rows` (of the
+/// older build's table first: its entries are the oldest), and drops that table once it is
+/// empty. `legacy` says whether it is there, and is cleared when it is dropped.
+fn prune_log_tables(c: &Connection, before_ms: i64, max_rows: u64, legacy: &AtomicBool) -> Result<u64, StoreError> {
+    let count = |table: &str| -> Result<u64, StoreError> {
+        let n: i64 = c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).map_err(backend)?;
+        Ok(n.max(0) as u64)
+    };
+    let as_sql = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let has_legacy = legacy.load(Ordering::Relaxed);
+    let mut deleted =
+        c.execute("DELETE FROM log_entries WHERE seq < ?1", params![seq_of(before_ms)]).map_err(backend)? as u64;
+    let mut legacy_rows = 0;
+    if has_legacy {
+        deleted += c.execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms]).map_err(backend)? as u64;
+        legacy_rows = count("logs")?;
+    }
+    let mut excess = (count("log_entries")? + legacy_rows).saturating_sub(max_rows);
+    if excess > 0 && legacy_rows > 0 {
+        let n = c
+            .execute(
+                "DELETE FROM logs WHERE rowid IN (SELECT rowid FROM logs ORDER BY ts_ms, rowid LIMIT ?1)",
+                params![as_sql(excess)],
+            )
+            .map_err(backend)? as u64;
+        (deleted, excess, legacy_rows) = (deleted + n, excess - n.min(excess), legacy_rows - n.min(legacy_rows));
+    }
+    if excess > 0 {
+        deleted += c
+            .execute(
+                "DELETE FROM log_entries WHERE seq IN (SELECT seq FROM log_entries ORDER BY seq LIMIT ?1)",
+                params![as_sql(excess)],
+            )
+            .map_err(backend)? as u64;
+    }
+    if has_legacy && legacy_rows == 0 {
+        c.execute_batch("DROP TABLE logs").map_err(backend)?;
+        legacy.store(false, Ordering::Relaxed);
+        tracing::info!("the request log table of the older build is empty and dropped");
+    }
+    Ok(deleted)
 }
 
 #[async_trait]
@@ -460,32 +622,28 @@ impl Store for EmbeddedStore {
     }
 
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError> {
-        self.with("append_logs", move |c| without_fsync(c, |c| insert_logs(c, &entries, &rollups))).await
+        let next_key = self.next_log_key.clone();
+        self.with("append_logs", move |c| without_fsync(c, |c| insert_logs(c, &entries, &rollups, &next_key))).await
     }
 
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError> {
+        let legacy = self.legacy_log.load(Ordering::Relaxed);
         self.with("log_page", move |c| {
-            let (sql, mut args) = log_filter(&q);
-            let count = format!("SELECT COUNT(*) FROM (SELECT 1{sql} LIMIT {LOG_COUNT_CAP})");
-            let total: i64 =
-                c.query_row(&count, rusqlite::params_from_iter(args.iter()), |r| r.get(0)).map_err(backend)?;
-            // Entries of the same millisecond come in writing order (the rowid), newest first: an
-            // id orders by time, but its random tail does not order within a millisecond.
-            let select = format!(
-                "SELECT id, ts_ms, body{sql} ORDER BY ts_ms DESC, rowid DESC LIMIT ?{} OFFSET ?{}",
-                args.len() + 1,
-                args.len() + 2
-            );
-            args.push(i64::from(limit).into());
-            args.push(i64::try_from(offset).unwrap_or(i64::MAX).into());
-            let mut stmt = c.prepare(&select).map_err(backend)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
-                    Ok(LogRow { id: r.get(0)?, ts_ms: r.get(1)?, body: r.get(2)? })
-                })
-                .map_err(backend)?;
-            let rows = rows.collect::<Result<Vec<_>, _>>().map_err(backend)?;
-            Ok((total.max(0) as u64, rows))
+            let mut total = count_logs(c, &q, LogTable::Entries, Some(LOG_COUNT_CAP))?;
+            let mut rows = log_rows(c, &q, LogTable::Entries, offset, u64::from(limit))?;
+            if legacy {
+                // The older table's entries come after every new one (see `log_table`).
+                total = (total + count_logs(c, &q, LogTable::Legacy, Some(LOG_COUNT_CAP))?).min(LOG_COUNT_CAP);
+                let short = u64::from(limit) - rows.len() as u64;
+                if short > 0 {
+                    let newer = match rows.len() {
+                        0 => count_logs(c, &q, LogTable::Entries, None)?,
+                        n => offset + n as u64,
+                    };
+                    rows.extend(log_rows(c, &q, LogTable::Legacy, offset.saturating_sub(newer), short)?);
+                }
+            }
+            Ok((total, rows))
         })
         .await
     }
@@ -534,22 +692,8 @@ impl Store for EmbeddedStore {
     }
 
     async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, StoreError> {
-        self.with("prune_logs", move |c| {
-            let old = c.execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms]).map_err(backend)?;
-            let rows: i64 = c.query_row("SELECT COUNT(*) FROM logs", [], |r| r.get(0)).map_err(backend)?;
-            let excess = (rows.max(0) as u64).saturating_sub(max_rows);
-            let over = if excess == 0 {
-                0
-            } else {
-                c.execute(
-                    "DELETE FROM logs WHERE rowid IN (SELECT rowid FROM logs ORDER BY ts_ms, rowid LIMIT ?1)",
-                    params![i64::try_from(excess).unwrap_or(i64::MAX)],
-                )
-                .map_err(backend)?
-            };
-            Ok((old + over) as u64)
-        })
-        .await
+        let legacy = self.legacy_log.clone();
+        self.with("prune_logs", move |c| prune_log_tables(c, before_ms, max_rows, &legacy)).await
     }
 
     async fn prune_rollups(&self, tier_ms: i64, before_ms: i64) -> Result<u64, StoreError> {
@@ -715,6 +859,110 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn entries_of_one_millisecond_keep_their_writing_order_across_slices_and_ranges_are_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        let entry = |ts_ms: i64, function: &str| record(&gateway, ts_ms, function, 1_000, false);
+        store
+            .append_logs(Arc::new(vec![entry(5_000, "a"), entry(5_000, "b"), entry(4_999, "z")]), vec![])
+            .await
+            .unwrap();
+        store
+            .append_logs(Arc::new(vec![entry(5_000, "c"), entry(5_001, "d"), entry(5_000, "e")]), vec![])
+            .await
+            .unwrap();
+        let page = |since_ms: Option<i64>, until_ms: Option<i64>| {
+            let q = LogQuery { org_id: "org_1".into(), since_ms, until_ms, ..Default::default() };
+            let store = &store;
+            async move {
+                let (total, rows) = store.log_page(q, 0, 100).await.unwrap();
+                let functions = rows
+                    .iter()
+                    .map(|r| {
+                        serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["function"]
+                            .as_str()
+                            .unwrap()
+                            .to_string()
+                    })
+                    .collect::<Vec<_>>();
+                (total, functions.iter().map(|f| f.trim_start_matches("time.").to_string()).collect::<Vec<_>>())
+            }
+        };
+        assert_eq!(page(None, None).await, (6, ["d", "e", "c", "b", "a", "z"].map(String::from).to_vec()));
+        assert_eq!(page(Some(5_000), Some(5_000)).await.1, ["e", "c", "b", "a"], "both ends inclusive");
+        assert_eq!(page(Some(5_001), None).await.1, ["d"]);
+        assert_eq!(page(None, Some(4_999)).await.1, ["z"]);
+        assert_eq!(page(Some(-5), Some(i64::MAX)).await.0, 6, "out-of-range bounds are clamped, not wrapped");
+        assert_eq!(page(Some(i64::MAX), None).await.0, 0);
+    }
+
+    /// A store whose log an older build wrote (keyed by the text id) opens at once: those
+    /// entries are read after the new ones, pages run across both tables, and the older table
+    /// is pruned by its own rules until it is empty, then dropped.
+    #[tokio::test]
+    async fn an_older_request_log_is_read_after_the_new_one_and_ages_out() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(dir.path().join("toolgate.sqlite3")).unwrap();
+            c.execute_batch(
+                "CREATE TABLE logs (
+                     id TEXT PRIMARY KEY, ts_ms INTEGER NOT NULL, org_id TEXT NOT NULL,
+                     gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL,
+                     body TEXT NOT NULL);
+                 CREATE INDEX logs_org_ts ON logs (org_id, ts_ms);
+                 CREATE INDEX logs_ts ON logs (ts_ms);
+                 INSERT INTO logs VALUES ('log_3', 7000, 'org_1', 'gw_1', 'time', 'success', '{}');
+                 INSERT INTO logs VALUES ('log_1', 5000, 'org_1', 'gw_1', 'time', 'error', '{}');
+                 INSERT INTO logs VALUES ('log_2', 5000, 'org_1', 'gw_2', 'time', 'success', '{}');
+                 INSERT INTO logs VALUES ('log_x', 6000, 'org_2', 'gw_9', 'time', 'success', '{}');",
+            )
+            .unwrap();
+        }
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        let new = |ts_ms: i64| record(&gateway, ts_ms, "f", 1, false);
+        store.append_logs(Arc::new(vec![new(8_000), new(9_000)]), vec![]).await.unwrap();
+        let q = |gateway_id: Option<&str>, status: Option<&str>, since_ms: Option<i64>| LogQuery {
+            org_id: "org_1".into(),
+            gateway_id: gateway_id.map(str::to_string),
+            status: status.map(str::to_string),
+            since_ms,
+            ..Default::default()
+        };
+        let times = |(total, rows): (u64, Vec<LogRow>)| (total, rows.iter().map(|r| r.ts_ms).collect::<Vec<_>>());
+        let old_ids = |rows: Vec<LogRow>| rows.into_iter().map(|r| r.id).filter(|id| id.len() == 5).collect::<Vec<_>>();
+        assert_eq!(
+            times(store.log_page(q(None, None, None), 0, 10).await.unwrap()),
+            (5, vec![9_000, 8_000, 7_000, 5_000, 5_000])
+        );
+        let all = store.log_page(q(None, None, None), 0, 10).await.unwrap().1;
+        assert_eq!(old_ids(all), ["log_3", "log_2", "log_1"], "the older entries keep their ids and order");
+        // Pages across the two tables: one that straddles them, one within the older.
+        assert_eq!(times(store.log_page(q(None, None, None), 1, 2).await.unwrap()).1, [8_000, 7_000]);
+        assert_eq!(times(store.log_page(q(None, None, None), 3, 5).await.unwrap()).1, [5_000, 5_000]);
+        assert_eq!(times(store.log_page(q(None, None, None), 5, 5).await.unwrap()).1, Vec::<i64>::new());
+        // Filters apply to both.
+        assert_eq!(old_ids(store.log_page(q(Some("gw_1"), Some("error"), None), 0, 10).await.unwrap().1), ["log_1"]);
+        assert_eq!(
+            times(store.log_page(q(Some("gw_1"), None, Some(7_000)), 0, 10).await.unwrap()).1,
+            [9_000, 8_000, 7_000]
+        );
+
+        // Pruning: by age in both tables; the older table goes once it is empty.
+        assert_eq!(store.prune_logs(5_500, 100).await.unwrap(), 2, "log_1 and log_2");
+        assert!(store.legacy_log.load(Ordering::Relaxed), "log_3 and org_2's log_x are still in it");
+        assert_eq!(store.prune_logs(0, 3).await.unwrap(), 1, "the cap takes the oldest: log_x, of the older table");
+        assert_eq!(store.prune_logs(0, 2).await.unwrap(), 1, "then log_3");
+        assert!(!store.legacy_log.load(Ordering::Relaxed), "empty, and dropped");
+        assert_eq!(times(store.log_page(q(None, None, None), 0, 10).await.unwrap()), (2, vec![9_000, 8_000]));
+        drop(store);
+        let reopened = EmbeddedStore::open(dir.path()).unwrap();
+        assert!(!reopened.legacy_log.load(Ordering::Relaxed));
+        assert_eq!(reopened.log_page(q(None, None, None), 0, 10).await.unwrap().0, 2);
+    }
+
+    #[tokio::test]
     async fn log_writes_skip_the_fsync_and_every_other_write_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
@@ -726,7 +974,7 @@ mod tests {
         let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
         assert_eq!(store.log_page(q, 0, 1).await.unwrap().0, 10);
         // A failing slice (here: the table is gone) puts FULL back too.
-        store.conn.lock().execute_batch("DROP TABLE logs").unwrap();
+        store.conn.lock().execute_batch("DROP TABLE log_entries").unwrap();
         assert!(store.append_logs(Arc::new(vec![entry(11)]), vec![]).await.is_err());
         assert_eq!(synchronous(&store), 2);
     }
@@ -801,7 +1049,7 @@ mod tests {
         let other = RollupQuery { org_id: "org_2".into(), tier_ms: MINUTE, ..Default::default() };
         assert!(store.rollups(other).await.unwrap().is_empty(), "organisations are apart");
         // A slice that fails to write adds nothing to the rollups either.
-        store.conn.lock().execute_batch("DROP TABLE logs").unwrap();
+        store.conn.lock().execute_batch("DROP TABLE log_entries").unwrap();
         assert!(write(vec![record(&g1, 61_000, "a", 1_000, false)]).await.is_err());
         let again = read(MINUTE, Some("gw_1")).await.unwrap();
         assert_eq!(again, minutes);
