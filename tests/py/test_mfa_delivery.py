@@ -217,6 +217,42 @@ def test_sms_codes_through_the_provider_and_backup_codes_when_it_fails(mailbox, 
         srv.tmp.cleanup()
 
 
+def test_an_enrolment_whose_first_code_cannot_be_sent_is_refused_and_leaves_nothing(mailbox, sms):
+    _, port = mailbox
+    sms.posts.clear()
+    srv = started(port, sms.url)
+    try:
+        api = Api(srv)
+        sms.status = 503
+        try:
+            r = api.call("POST", "/v1/auth/mfa/enroll", {"method": "sms", "phone_number": "+15551234567"})
+        finally:
+            sms.status = 200
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["details"]["field"] == "phone_number" and "could not be sent" in error["message"], error
+        assert len(sms.posts) == 1, "the provider was asked once"
+        assert api.ok("GET", "/v1/auth/debug")["data"]["mfa_enabled"] is False
+        r = api.call("POST", "/v1/auth/mfa/activate", {"code": code_in(sms.posts[0][1]["body"])})
+        assert r.status_code == 400 and "enroll" in r.text, f"no enrolment was kept: {r.text}"
+        # The provider back: the same enrolment goes through.
+        enrolled = api.ok("POST", "/v1/auth/mfa/enroll", {"method": "sms", "phone_number": "+15551234567"})["data"]
+        assert enrolled["method"] == "sms", enrolled
+    finally:
+        srv.stop()
+        srv.tmp.cleanup()
+
+    # E-mail through an SMTP server that is not there: the field is `method`.
+    with ToolgateServer(extra_yaml=f"smtp:\n  host: 127.0.0.1\n  port: {free_port()}\n  tls: none\n"
+                                   "  from: mfa@toolgate.test\n") as srv:
+        api = Api(srv)
+        r = api.call("POST", "/v1/auth/mfa/enroll", {"method": "email"})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["details"]["field"] == "method" and "could not be sent" in error["message"], error
+        assert api.ok("GET", "/v1/auth/debug")["data"]["mfa_enabled"] is False
+
+
 def test_each_method_needs_its_transport():
     with ToolgateServer() as srv:
         api = Api(srv)
