@@ -81,10 +81,11 @@ def sms():
     provider.server.shutdown()
 
 
-def started(mailbox_port: int, sms_url: str) -> ToolgateServer:
+def with_transports(mailbox_port: int, sms_url: str) -> ToolgateServer:
+    """A server (not started: use it in `with`) that sends through the mailbox and the provider."""
     extra = (f"smtp:\n  host: 127.0.0.1\n  port: {mailbox_port}\n  tls: none\n  from: \"toolgate <mfa@toolgate.test>\"\n"
              f"sms:\n  url: {sms_url}\n  token_env: TOOLGATE_TEST_SMS_TOKEN\n  from: toolgate\n")
-    return ToolgateServer(extra_yaml=extra, env={"TOOLGATE_TEST_SMS_TOKEN": SMS_TOKEN}).start()
+    return ToolgateServer(extra_yaml=extra, env={"TOOLGATE_TEST_SMS_TOKEN": SMS_TOKEN})
 
 
 def last_mail_code(box: Mailbox, count: int) -> str:
@@ -103,8 +104,7 @@ def delete_gateway(srv: ToolgateServer, gw: str, mfa: str | None = None) -> http
 def test_email_codes_protect_actions_and_sign_in(mailbox, sms):
     box, port = mailbox
     box.messages.clear()
-    srv = started(port, sms.url)
-    try:
+    with with_transports(port, sms.url) as srv:
         api = Api(srv)
         bad = api.call("POST", "/v1/auth/mfa/enroll", {"method": "email", "phone_number": "+15551234567"})
         assert bad.status_code == 400 and bad.json()["error"]["details"]["field"] == "phone_number", bad.text
@@ -151,16 +151,12 @@ def test_email_codes_protect_actions_and_sign_in(mailbox, sms):
         good = b.request("POST", "/auth/signin/mfa", data=form | {"code": code})
         assert good.status_code == 303 and "toolgate_session" in b.jar, good.text
         assert len(box.messages) == 4, "no code sent that was not asked for"
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
 
 
 def test_sms_codes_through_the_provider_and_backup_codes_when_it_fails(mailbox, sms):
     _, port = mailbox
     sms.posts.clear()
-    srv = started(port, sms.url)
-    try:
+    with with_transports(port, sms.url) as srv:
         api = Api(srv)
         for body, field in [({"method": "sms"}, "phone_number"),
                             ({"method": "sms", "phone_number": "5551234567"}, "phone_number"),
@@ -212,16 +208,12 @@ def test_sms_codes_through_the_provider_and_backup_codes_when_it_fails(mailbox, 
         assert sixth["code"] == "MFA_REQUIRED" and "Too many codes were sent" in sixth["message"], sixth
         time.sleep(0.3)
         assert len(sms.posts) == 5, "the sixth code was not sent"
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
 
 
 def test_an_enrolment_whose_first_code_cannot_be_sent_is_refused_and_leaves_nothing(mailbox, sms):
     _, port = mailbox
     sms.posts.clear()
-    srv = started(port, sms.url)
-    try:
+    with with_transports(port, sms.url) as srv:
         api = Api(srv)
         sms.status = 503
         try:
@@ -238,9 +230,6 @@ def test_an_enrolment_whose_first_code_cannot_be_sent_is_refused_and_leaves_noth
         # The provider back: the same enrolment goes through.
         enrolled = api.ok("POST", "/v1/auth/mfa/enroll", {"method": "sms", "phone_number": "+15551234567"})["data"]
         assert enrolled["method"] == "sms", enrolled
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
 
     # E-mail through an SMTP server that is not there: the field is `method`.
     with ToolgateServer(extra_yaml=f"smtp:\n  host: 127.0.0.1\n  port: {free_port()}\n  tls: none\n"
