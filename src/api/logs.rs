@@ -120,13 +120,18 @@ impl Totals {
     }
 }
 
-/// Totals per key (`key_of` a rollup), most requests first, then by key.
-fn ranked(rows: &[Rollup], key_of: impl Fn(&Rollup) -> String) -> Vec<(String, Totals)> {
-    let mut by: std::collections::HashMap<String, Totals> = Default::default();
+/// Totals per key (`key_of` a rollup, borrowed: a 30-day question adds up thousands of rows
+/// of a few keys), named by `name`, most requests first, then by name.
+fn ranked<'r, K: std::hash::Hash + Eq>(
+    rows: &'r [Rollup],
+    key_of: impl Fn(&'r Rollup) -> K,
+    name: impl Fn(&K) -> String,
+) -> Vec<(String, Totals)> {
+    let mut by: std::collections::HashMap<K, Totals> = Default::default();
     for r in rows {
         by.entry(key_of(r)).or_default().add(r);
     }
-    let mut v: Vec<_> = by.into_iter().collect();
+    let mut v: Vec<_> = by.into_iter().map(|(k, t)| (name(&k), t)).collect();
     v.sort_by(|a, b| b.1.requests.cmp(&a.1.requests).then_with(|| a.0.cmp(&b.0)));
     v
 }
@@ -183,8 +188,8 @@ pub async fn analytics(call: &Call<'_>) -> ApiResult {
         })
         .collect();
     let view = |name: &str, (key, t): &(String, Totals)| json!({ name: key, "count": t.requests, "errors": t.errors, "avg_duration": t.avg_ms(), "error_rate": t.error_rate() });
-    let function = |r: &Rollup| format!("{}.{}", r.app, r.function);
-    let top: Vec<Value> = ranked(&rows, function).iter().take(10).map(|t| view("function", t)).collect();
+    let by_function = || ranked(&rows, |r: &Rollup| (r.app.as_str(), r.function.as_str()), |(a, f)| format!("{a}.{f}"));
+    let top: Vec<Value> = by_function().iter().take(10).map(|t| view("function", t)).collect();
     let mut data = json!({
         "period": name,
         "summary": {
@@ -198,8 +203,8 @@ pub async fn analytics(call: &Call<'_>) -> ApiResult {
     });
     let groups = match group_by.as_deref() {
         None => None,
-        Some("app") => Some(ranked(&rows, |r| r.app.clone())),
-        Some("function") => Some(ranked(&rows, function)),
+        Some("app") => Some(ranked(&rows, |r: &Rollup| r.app.as_str(), |a| a.to_string())),
+        Some("function") => Some(by_function()),
         _ => {
             // Each rollup knows its errors and their duration; the rest succeeded.
             let errors = Totals {
