@@ -272,7 +272,8 @@ fn insert_logs(
             crate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
             let status = if e.error { "error" } else { "success" };
             let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
-            let (first, end) = (seq_of(e.ts_ms), seq_of(e.ts_ms).saturating_add(1 << SEQ_BITS));
+            let first = seq_of(e.ts_ms);
+            let end = first.saturating_add(1 << SEQ_BITS);
             let mut seq = if next > first && next < end { next } else { first };
             // Taken by an entry of this millisecond written before (an earlier slice or run):
             // the next key. Past the millisecond's keys (65,536 entries) the write fails.
@@ -447,7 +448,10 @@ fn prune_log_tables(c: &Connection, before_ms: i64, max_rows: u64, legacy: &Atom
                 params![as_sql(excess)],
             )
             .map_err(backend)? as u64;
-        (deleted, excess, legacy_rows) = (deleted + n, excess - n.min(excess), legacy_rows - n.min(legacy_rows));
+        // At most `excess` and at most the table's rows.
+        deleted += n;
+        excess -= n;
+        legacy_rows -= n;
     }
     if excess > 0 {
         deleted += c
