@@ -432,10 +432,13 @@ impl Mfa {
             (true, Expected::Authenticator) => CodeKind::Totp,
         };
         self.check_lockout(caller, kind)?;
-        let ok = match expected {
-            _ if kind == CodeKind::Backup => is_backup_code(code) && self.use_backup(caller.user_id, code).await?,
-            Expected::Authenticator => self.check_totp(sealer, caller.user_id, code).await?,
-            Expected::Sent(hash) => hash.is_some_and(|hash| secrets::hashes_equal(hash, &secrets::hash_key(code))),
+        let ok = if kind == CodeKind::Backup {
+            is_backup_code(code) && self.use_backup(caller.user_id, code).await?
+        } else {
+            match expected {
+                Expected::Authenticator => self.check_totp(sealer, caller.user_id, code).await?,
+                Expected::Sent(hash) => hash.is_some_and(|hash| secrets::hashes_equal(hash, &secrets::hash_key(code))),
+            }
         };
         if ok {
             self.record_success(caller);

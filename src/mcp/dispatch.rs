@@ -488,7 +488,9 @@ async fn forward(
                     tokio::pin!(call);
                     let reply = tokio::select! {
                         r = &mut call => r,
-                        _ = tokio::time::sleep(EARLY_STREAM) => {
+                        // Pingora's timer: a tokio timer per call woke the other worker (see
+                        // `conn_limits::left`).
+                        _ = pingora::time::sleep(EARLY_STREAM) => {
                             if let Some(rs) = mcp.call_streams.open(mcp_id) {
                                 ex.start_sse().await?;
                                 let connected = ex.write(Some(rs.priming()), false).await.is_ok();

@@ -133,7 +133,8 @@ const LOG_TABLE: &str = "
     CREATE INDEX IF NOT EXISTS log_errors_by_gateway ON log_entries (org_id, gateway_id) WHERE status = 'error';";
 
 /// Bits of `seq` below the millisecond: entries of one millisecond are told apart by a counter
-/// (65,536 of them per millisecond before a key is taken; a taken key moves to the next value).
+/// (65,536 of them per millisecond; a taken key moves to the next value, past the last one into
+/// the next millisecond's keys).
 const SEQ_BITS: u32 = 16;
 
 /// The first key of millisecond `ts_ms` (times before 1970 are 1970's; times past what the key
@@ -275,13 +276,12 @@ fn insert_logs(
             let first = seq_of(e.ts_ms);
             let end = first.saturating_add(1 << SEQ_BITS);
             let mut seq = if next > first && next < end { next } else { first };
-            // Taken by an entry of this millisecond written before (an earlier slice or run):
-            // the next key. Past the millisecond's keys (65,536 entries) the write fails.
+            // Taken by an entry written before (an earlier slice or run): the next key. Past
+            // its millisecond's 65,536 keys an entry takes the next millisecond's, so it sorts
+            // and ranges as one millisecond later (its `ts_ms` keeps the true time) rather than
+            // failing the slice.
             while stmt.execute(params![seq, id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)? == 0 {
-                seq += 1;
-                if seq >= end {
-                    return Err(backend(format!("more than {} log entries in millisecond {}", 1 << SEQ_BITS, e.ts_ms)));
-                }
+                seq = seq.checked_add(1).ok_or_else(|| backend("the request log's keys are exhausted"))?;
             }
             next = seq + 1;
         }
@@ -908,6 +908,37 @@ mod tests {
         assert_eq!(page(None, Some(4_999)).await.1, ["z"]);
         assert_eq!(page(Some(-5), Some(i64::MAX)).await.0, 6, "out-of-range bounds are clamped, not wrapped");
         assert_eq!(page(Some(i64::MAX), None).await.0, 0);
+    }
+
+    /// More entries in one millisecond than it has keys: the last ones take the next
+    /// millisecond's keys (read as one millisecond later) instead of failing the slice, and the
+    /// next millisecond's own entries follow them.
+    #[tokio::test]
+    async fn a_millisecond_past_its_keys_spills_into_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        let entry = |ts_ms: i64, function: &str| record(&gateway, ts_ms, function, 1_000, false);
+        // As if 65,535 entries of millisecond 5,000 had been written: the next key is its last.
+        store.next_log_key.store(seq_of(5_001) - 1, Ordering::Relaxed);
+        store
+            .append_logs(Arc::new(vec![entry(5_000, "last"), entry(5_000, "spilled"), entry(5_001, "own")]), vec![])
+            .await
+            .unwrap();
+        let seqs: Vec<(i64, i64)> = store
+            .conn
+            .lock()
+            .prepare("SELECT seq, ts_ms FROM log_entries ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(seqs, [(seq_of(5_001) - 1, 5_000), (seq_of(5_001), 5_000), (seq_of(5_001) + 1, 5_001)]);
+        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
+        let (total, rows) = store.log_page(q, 0, 10).await.unwrap();
+        assert_eq!(total, 3);
+        assert_eq!(rows.iter().map(|r| r.ts_ms).collect::<Vec<_>>(), [5_001, 5_000, 5_000], "newest first");
     }
 
     /// A store whose log an older build wrote (keyed by the text id) opens at once: those
