@@ -266,7 +266,11 @@ impl PlainTarget {
         loop {
             let (stream, reused) = match self.idle.take() {
                 Some(s) => (s, true),
-                None => match self.connector.new_stream(&*peer).await {
+                // Boxed: Pingora's connect future is about 8 KB, and held inline it made every
+                // call's future that much larger (each level above it holds this one), so every
+                // move and copy of the call's state copied it, while a pooled connection, the
+                // usual case, never runs it.
+                None => match Box::pin(self.connector.new_stream(&*peer)).await {
                     Ok(s) => (s, false),
                     Err(e) => {
                         self.peer.store(None);
