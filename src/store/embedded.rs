@@ -269,13 +269,16 @@ fn insert_logs(
         in_order.sort_by_key(|e| e.ts_ms);
         let mut next = next_key.load(Ordering::Relaxed);
         let mut id = String::with_capacity(32);
+        let mut last_ms = None;
         for e in in_order {
             crate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
             let status = if e.error { "error" } else { "success" };
             let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
             let first = seq_of(e.ts_ms);
             let end = first.saturating_add(1 << SEQ_BITS);
-            let mut seq = if next > first && next < end { next } else { first };
+            // After the last key taken when that is this millisecond's; past the millisecond's
+            // keys when the entry before, of the same millisecond, spilled beyond them.
+            let mut seq = if next > first && (next < end || last_ms == Some(e.ts_ms)) { next } else { first };
             // Taken by an entry written before (an earlier slice or run): the next key. Past
             // its millisecond's 65,536 keys an entry takes the next millisecond's, so it sorts
             // and ranges as one millisecond later (its `ts_ms` keeps the true time) rather than
@@ -284,6 +287,7 @@ fn insert_logs(
                 seq = seq.checked_add(1).ok_or_else(|| backend("the request log's keys are exhausted"))?;
             }
             next = seq + 1;
+            last_ms = Some(e.ts_ms);
         }
         next
     };

@@ -685,6 +685,19 @@ mod tests {
         assert!(first.ends_with("\r\n\r\n{\"a\":1}"), "{first}");
     }
 
+    /// A call's future holds the send's inline, and every level above it holds that, so what
+    /// the send holds is copied with the call's state: Pingora's connect future (about 8 KB,
+    /// run only when no pooled connection is idle) stays boxed.
+    #[tokio::test]
+    async fn the_send_future_stays_small() {
+        let clients = HttpClients::default();
+        let target = Target::new("http://127.0.0.1:9/mcp", Duration::from_secs(1), None, &clients).unwrap();
+        let headers = HeaderMap::new();
+        let send = target.send(Method::POST, post(&headers, "{}"));
+        let size = std::mem::size_of_val(&send);
+        assert!(size < 2048, "the send future is {size} bytes");
+    }
+
     fn out_again<'a>(
         base: &'a HeaderMap,
         sid: &'a HeaderName,
