@@ -50,6 +50,7 @@ const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
 fn left(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }
+
 /// Why a connection was refused or ended early; also the `reason` label of the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
