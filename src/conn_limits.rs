@@ -20,6 +20,7 @@
 //! the global cap. IPv6 peers are counted by /64, the block one subscriber usually holds.
 
 use crate::config::ServerConfig;
+use crate::deadline;
 use crate::tls::{Accepted, ClientSubject, EdgeTls};
 use async_trait::async_trait;
 use dashmap::DashMap;
@@ -37,19 +38,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How long a kept-alive connection that is idle when the server starts shutting down still
-/// waits for a next request (answered with `Connection: close`). HTTP/1.1 cannot tell an idle
-/// client "closing"; a client already sending would otherwise meet a reset. Bounds how long
-/// an idle server takes to exit on SIGTERM.
+/// waits for a next request, and a request whose header is being read then still has to
+/// complete it (each answered with `Connection: close`). HTTP/1.1 cannot tell an idle client
+/// "closing"; a client already sending would otherwise meet a reset. Bounds how long an idle
+/// server takes to exit on SIGTERM.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
-
-/// The time left until `deadline`, for Pingora's timer (`pingora::time`), which every deadline
-/// here runs on. Its timers live in per-thread lists that a clock thread fires at 10 ms steps;
-/// a tokio timer is registered in the runtime's shared wheel instead (a lock the two workers
-/// contended for on every request), and one due sooner than the parked worker's next wake-up
-/// wakes it with a write to its eventfd: about one `write` and one thread wake-up per request.
-fn left(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now())
-}
 
 /// Why a connection was refused or ended early; also the `reason` label of the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +178,7 @@ impl HeaderClock {
 
     /// Completes at `deadline` if the header has not been read by then; never otherwise.
     async fn expired(&self, deadline: Instant) {
-        pingora::time::sleep(left(deadline)).await;
+        deadline::sleep_until(deadline).await;
         if self.is_read() {
             std::future::pending::<()>().await;
         }
@@ -272,7 +265,7 @@ where
         if let Some(tls) = &self.tls {
             let acceptor = tls.acceptor();
             let handshake = handshake_with_callback(&acceptor, Accepted(stream), &ClientSubject);
-            match pingora::time::timeout(left(accepted + config.header_timeout), handshake).await {
+            match deadline::until(accepted + config.header_timeout, handshake).await {
                 Ok(Ok(secured)) => stream = Box::new(secured),
                 Ok(Err(e)) => {
                     crate::tls::handshake_failed(false);
@@ -358,7 +351,14 @@ where
         }
     }
 
+    /// Runs when the listener has stopped accepting (shutdown, or the hand-over to a new
+    /// process). Pingora's HTTP cleanup ends every request whose header is still being read,
+    /// which includes the first request of a connection accepted a moment before: its client
+    /// is sending and would read EOF without an answer (an upgrade under load met it). Such a
+    /// request gets `SHUTDOWN_DRAIN`, as does a kept-alive connection's next one; each is still
+    /// bounded by its header deadline.
     async fn cleanup(&self) {
+        pingora::time::sleep(SHUTDOWN_DRAIN).await;
         self.app.http_cleanup().await;
     }
 }
@@ -375,7 +375,7 @@ impl<A> BoundedHttp<A> {
             return false;
         }
         let mut preface = [0u8; H2_PREFACE.len()];
-        let peeked = pingora::time::timeout(left(deadline), stream.try_peek(&mut preface)).await;
+        let peeked = deadline::until(deadline, stream.try_peek(&mut preface)).await;
         matches!(peeked, Ok(Ok(true))) && preface == H2_PREFACE
     }
 }

@@ -13,6 +13,7 @@ pub mod changes;
 pub mod config;
 pub mod conn_limits;
 pub mod courier;
+pub mod deadline;
 pub mod error;
 pub mod events;
 pub mod exchange;

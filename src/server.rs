@@ -202,6 +202,12 @@ impl Server {
 /// How often, after SIGTERM, the open connections are counted to exit once none is left.
 const IDLE_CHECK: Duration = Duration::from_millis(20);
 
+/// How long after the shutdown signal the open connections are first counted. Pingora's accept
+/// loops wake on the same signal as this task, and a connection one of them accepts at that
+/// moment counts as open only once its own task first runs: counted at once, the process could
+/// find none open and exit under it, and its client would read EOF without an answer.
+const LISTENERS_SETTLE: Duration = Duration::from_millis(100);
+
 /// Runs [`Server::flush`] every `period` until the process stops; a Pingora background service.
 pub struct Flusher {
     pub server: Arc<Server>,
@@ -266,6 +272,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         // whole grace period, which only delays a restart.
         let grace = self.server.state.config().server.grace_period.saturating_sub(Duration::from_millis(500));
         let started = Instant::now();
+        tokio::time::sleep(LISTENERS_SETTLE.min(grace)).await;
         let mut flushed = Instant::now();
         let idle = loop {
             if crate::conn_limits::open_connections() == 0 {

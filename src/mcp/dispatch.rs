@@ -488,8 +488,7 @@ async fn forward(
                     tokio::pin!(call);
                     let reply = tokio::select! {
                         r = &mut call => r,
-                        // Pingora's timer: a tokio timer per call woke the other worker (see
-                        // `conn_limits::left`).
+                        // Pingora's timer, as every per-call wait (see `crate::deadline`).
                         _ = pingora::time::sleep(EARLY_STREAM) => {
                             if let Some(rs) = mcp.call_streams.open(mcp_id) {
                                 ex.start_sse().await?;

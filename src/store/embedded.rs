@@ -14,14 +14,14 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use toolgate_filters::rate_limit::UsageMinute;
 
 pub struct EmbeddedStore {
     conn: Arc<Mutex<Connection>>,
-    /// The log key after the last one written (see [`insert_logs`]); 0 before the first slice.
-    next_log_key: Arc<AtomicI64>,
+    /// Where the next request-log slice's keys start (see [`insert_logs`]).
+    log_cursor: Arc<Mutex<LogCursor>>,
     /// Whether the log table of an older build is still there (see [`log_table`]).
     legacy_log: Arc<AtomicBool>,
 }
@@ -65,7 +65,7 @@ impl EmbeddedStore {
         let legacy_log = log_table(&conn)?;
         Ok(EmbeddedStore {
             conn: Arc::new(Mutex::new(conn)),
-            next_log_key: Arc::default(),
+            log_cursor: Arc::default(),
             legacy_log: Arc::new(AtomicBool::new(legacy_log)),
         })
     }
@@ -245,20 +245,29 @@ fn insert_rate_usage(c: &mut Connection, minutes: &[UsageMinute]) -> Result<(), 
 
 /// One transaction of log rows and the rollups they add to.
 ///
+/// Carried from one request-log slice to the next: the key after the last one written (0
+/// before the first slice) and that entry's millisecond, which the next slice often shares.
+#[derive(Debug, Default, Clone, Copy)]
+struct LogCursor {
+    next: i64,
+    last_ms: Option<i64>,
+}
+
 /// Keys: the entries go in time order (a slice holds the calls of two threads, slightly out
 /// of order; the sort keeps the writing order within a millisecond), each taking the next
-/// key of its millisecond, starting after the last key written (`next_key`, carried from the
+/// key of its millisecond, starting after the last key written (`cursor`, carried from the
 /// previous slice, whose last millisecond this one often shares). Only an entry older than
 /// the last one written can meet a taken key; it takes the next free one.
 fn insert_logs(
     c: &mut Connection,
     entries: &[LogRecord],
     rollups: &[Rollup],
-    next_key: &AtomicI64,
+    cursor: &Mutex<LogCursor>,
 ) -> Result<(), StoreError> {
     let tx = c.transaction().map_err(backend)?;
     add_rollups(&tx, rollups)?;
-    let next = {
+    let carried = *cursor.lock();
+    let written = {
         let mut stmt = tx
             .prepare_cached(
                 "INSERT INTO log_entries (seq, id, ts_ms, org_id, gateway_id, app, status, body)
@@ -267,9 +276,8 @@ fn insert_logs(
             .map_err(backend)?;
         let mut in_order: Vec<&LogRecord> = entries.iter().collect();
         in_order.sort_by_key(|e| e.ts_ms);
-        let mut next = next_key.load(Ordering::Relaxed);
+        let LogCursor { mut next, mut last_ms } = carried;
         let mut id = String::with_capacity(32);
-        let mut last_ms = None;
         for e in in_order {
             crate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
             let status = if e.error { "error" } else { "success" };
@@ -289,10 +297,10 @@ fn insert_logs(
             next = seq + 1;
             last_ms = Some(e.ts_ms);
         }
-        next
+        LogCursor { next, last_ms }
     };
     tx.commit().map_err(backend)?;
-    next_key.store(next, Ordering::Relaxed);
+    *cursor.lock() = written;
     Ok(())
 }
 
@@ -632,8 +640,8 @@ impl Store for EmbeddedStore {
     }
 
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError> {
-        let next_key = self.next_log_key.clone();
-        self.with("append_logs", move |c| without_fsync(c, |c| insert_logs(c, &entries, &rollups, &next_key))).await
+        let cursor = self.log_cursor.clone();
+        self.with("append_logs", move |c| without_fsync(c, |c| insert_logs(c, &entries, &rollups, &cursor))).await
     }
 
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError> {
@@ -858,9 +866,7 @@ mod tests {
 
     #[tokio::test]
     async fn pruning_drops_old_entries_then_the_oldest_beyond_the_cap() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(dir.path()).unwrap();
-        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        let (_dir, store, gateway) = log_store();
         let entry = |ts_ms: i64| record(&gateway, ts_ms, "f", 1_000, false);
         store.append_logs(Arc::new((1..=10).map(|i| entry(i * 1000)).collect()), vec![]).await.unwrap();
         let q = || LogQuery { org_id: "org_1".into(), ..Default::default() };
@@ -877,9 +883,7 @@ mod tests {
 
     #[tokio::test]
     async fn entries_of_one_millisecond_keep_their_writing_order_across_slices_and_ranges_are_exact() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(dir.path()).unwrap();
-        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        let (_dir, store, gateway) = log_store();
         let entry = |ts_ms: i64, function: &str| record(&gateway, ts_ms, function, 1_000, false);
         store
             .append_logs(Arc::new(vec![entry(5_000, "a"), entry(5_000, "b"), entry(4_999, "z")]), vec![])
@@ -915,20 +919,19 @@ mod tests {
     }
 
     /// More entries in one millisecond than it has keys: the last ones take the next
-    /// millisecond's keys (read as one millisecond later) instead of failing the slice, and the
-    /// next millisecond's own entries follow them.
+    /// millisecond's keys (read as one millisecond later) instead of failing the slice, also in
+    /// the next slice (which goes on after them rather than probing the full millisecond's
+    /// keys again), and the next millisecond's own entries follow them.
     #[tokio::test]
     async fn a_millisecond_past_its_keys_spills_into_the_next() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(dir.path()).unwrap();
-        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        let (_dir, store, gateway) = log_store();
         let entry = |ts_ms: i64, function: &str| record(&gateway, ts_ms, function, 1_000, false);
         // As if 65,535 entries of millisecond 5,000 had been written: the next key is its last.
-        store.next_log_key.store(seq_of(5_001) - 1, Ordering::Relaxed);
-        store
-            .append_logs(Arc::new(vec![entry(5_000, "last"), entry(5_000, "spilled"), entry(5_001, "own")]), vec![])
-            .await
-            .unwrap();
+        *store.log_cursor.lock() = LogCursor { next: seq_of(5_001) - 1, last_ms: Some(5_000) };
+        store.append_logs(Arc::new(vec![entry(5_000, "last"), entry(5_000, "spilled")]), vec![]).await.unwrap();
+        // The keys below the carried one are free here (no 65,535 rows were written): an entry
+        // that started over from its millisecond's first key would take one of them.
+        store.append_logs(Arc::new(vec![entry(5_000, "spilled later"), entry(5_001, "own")]), vec![]).await.unwrap();
         let seqs: Vec<(i64, i64)> = store
             .conn
             .lock()
@@ -938,11 +941,12 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(seqs, [(seq_of(5_001) - 1, 5_000), (seq_of(5_001), 5_000), (seq_of(5_001) + 1, 5_001)]);
+        let spill = seq_of(5_001);
+        assert_eq!(seqs, [(spill - 1, 5_000), (spill, 5_000), (spill + 1, 5_000), (spill + 2, 5_001)]);
         let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
         let (total, rows) = store.log_page(q, 0, 10).await.unwrap();
-        assert_eq!(total, 3);
-        assert_eq!(rows.iter().map(|r| r.ts_ms).collect::<Vec<_>>(), [5_001, 5_000, 5_000], "newest first");
+        assert_eq!(total, 4);
+        assert_eq!(rows.iter().map(|r| r.ts_ms).collect::<Vec<_>>(), [5_001, 5_000, 5_000, 5_000], "newest first");
     }
 
     /// A store whose log an older build wrote (keyed by the text id) opens at once: those
@@ -1028,6 +1032,14 @@ mod tests {
     }
 
     /// An entry as the pipeline makes it, at `ts_ms`.
+    /// A store in a fresh directory (which lives as long as the returned guard) and the gateway
+    /// of `org_1` whose entries the request-log tests write.
+    fn log_store() -> (tempfile::TempDir, EmbeddedStore, Arc<crate::model::Gateway>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        (dir, store, Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1")))
+    }
+
     fn record(gateway: &Arc<crate::model::Gateway>, ts_ms: i64, function: &str, us: u64, error: bool) -> LogRecord {
         use crate::reqlog::{Answer, EntryWriter};
         let w = EntryWriter::begin(gateway, "time", function, "null");

@@ -161,45 +161,89 @@ fn sigterm_exits_at_once_when_nothing_is_in_flight_and_keeps_what_was_buffered()
 /// already writing would get a reset; the graceful-upgrade load test met one).
 #[test]
 fn a_request_on_a_kept_alive_connection_just_after_sigterm_is_answered_with_connection_close() {
-    use std::io::{Read, Write};
-    let mut srv = TestServer::start_with_config(
-        "server:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  grace_period_secs: 20\n\
-         storage:\n  backend: embedded\n  path: {data_dir}\n",
-    );
-    let base = srv.url("");
-    let addr = base.trim_start_matches("http://").trim_end_matches('/');
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
-    let read_answer = |conn: &mut std::net::TcpStream| {
-        let mut buf = vec![0u8; 4096];
-        let mut got = Vec::new();
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = conn.read(&mut buf).expect("read the answer");
-            assert!(
-                n > 0,
-                "the server closed the connection instead of answering: {:?}",
-                String::from_utf8_lossy(&got)
-            );
-            got.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&got).to_ascii_lowercase()
-    };
-    conn.write_all(request).unwrap();
+    use std::io::Write;
+    let mut srv = server_with_a_long_grace_period();
+    let mut conn = connect(&srv);
+    conn.write_all(HEALTHZ).unwrap();
     let first = read_answer(&mut conn);
     assert!(first.starts_with("http/1.1 200"), "{first}");
     assert!(!first.contains("connection: close"), "the first answer keeps the connection: {first}");
 
-    let pid = srv.pid().to_string();
-    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    send_sigterm(&srv);
     std::thread::sleep(Duration::from_millis(300));
-    conn.write_all(request).expect("the kept-alive connection is still open 300 ms after SIGTERM");
+    conn.write_all(HEALTHZ).expect("the kept-alive connection is still open 300 ms after SIGTERM");
     let second = read_answer(&mut conn);
     assert!(second.starts_with("http/1.1 200"), "{second}");
     assert!(second.contains("connection: close"), "the answer after SIGTERM closes the connection: {second}");
 
+    exits_at_once_when_idle(&mut srv);
+}
+
+/// A connection accepted before SIGTERM whose first request is still on its way when the
+/// listener stops: the request, sent 300 ms after the signal, is answered (with `Connection:
+/// close`) rather than the connection dropped with the header half read (Pingora's own
+/// shutdown clean-up ends such reads at once; the graceful-upgrade load test met it as
+/// "disconnected without a response").
+#[test]
+fn a_first_request_still_on_its_way_when_sigterm_comes_is_answered() {
+    use std::io::Write;
+    let mut srv = server_with_a_long_grace_period();
+    let mut conn = connect(&srv);
+    // Part of the header before the signal, the rest after.
+    conn.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    send_sigterm(&srv);
+    std::thread::sleep(Duration::from_millis(300));
+    conn.write_all(b"Host: t\r\n\r\n").expect("the connection is still open 300 ms after SIGTERM");
+    let answer = read_answer(&mut conn);
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("connection: close"), "the answer after SIGTERM closes the connection: {answer}");
+    drop(conn);
+
+    exits_at_once_when_idle(&mut srv);
+}
+
+/// No apps, and a grace period (20 s) long enough that an early exit is the server's choice.
+fn server_with_a_long_grace_period() -> TestServer {
+    TestServer::start_with_config(
+        "server:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  grace_period_secs: 20\n\
+         storage:\n  backend: embedded\n  path: {data_dir}\n",
+    )
+}
+
+/// SIGTERM, without waiting for the process to end.
+fn send_sigterm(srv: &TestServer) {
+    let pid = srv.pid().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+}
+
+/// SIGTERM again once nothing is in flight: the process exits well within its grace period.
+fn exits_at_once_when_idle(srv: &mut TestServer) {
     let started = Instant::now();
     let status = srv.sigterm_timeout(Duration::from_secs(10));
     assert!(status.success(), "toolgate exited with {status}");
     assert!(started.elapsed() < Duration::from_secs(5), "idle again, it exits without the grace period");
+}
+
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+
+/// A raw connection to the server's main listener.
+fn connect(srv: &TestServer) -> std::net::TcpStream {
+    let base = srv.url("");
+    let conn = std::net::TcpStream::connect(base.trim_start_matches("http://").trim_end_matches('/')).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn
+}
+
+/// An answer's status line and headers, lower-cased; fails if the server closes first.
+fn read_answer(conn: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = conn.read(&mut buf).expect("read the answer");
+        assert!(n > 0, "the server closed the connection instead of answering: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).to_ascii_lowercase()
 }

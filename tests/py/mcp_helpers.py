@@ -175,6 +175,21 @@ def sse_messages(text: str) -> list[dict]:
     return out
 
 
+def sse_events(text: str) -> list[dict]:
+    """Server-sent events as {id, data} (the `retry:` hint as `retry`)."""
+    out = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        ev: dict = {}
+        for line in block.split("\n"):
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field in ("id", "data", "retry", "event"):
+                ev[field] = ev.get(field, "") + value if field == "data" else value
+        if ev:
+            out.append(ev)
+    return out
+
+
 class McpHttp:
     """Raw Streamable HTTP to one gateway endpoint; remembers the session after initialize."""
 

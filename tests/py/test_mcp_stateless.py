@@ -38,6 +38,7 @@ from mcp_helpers import (
     python_app,
     run,
     sdk_client,
+    sse_events,
     start_toolgate,
     stateless_post,
     stdio_time_app,
@@ -225,21 +226,6 @@ def test_an_app_closing_its_stream_mid_call_is_resumed_with_last_event_id(gatewa
 
 
 # ------------------------------------------------------------------ resumable call streams (2025-11-25)
-
-
-def sse_events(text: str) -> list[dict]:
-    """Server-sent events as {id, data} (the `retry:` hint as `retry`)."""
-    out = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        ev: dict = {}
-        for line in block.split("\n"):
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field in ("id", "data", "retry", "event"):
-                ev[field] = ev.get(field, "") + value if field == "data" else value
-        if ev:
-            out.append(ev)
-    return out
 
 
 def test_a_session_client_resumes_a_dropped_call_stream_with_last_event_id(gateway_of_fixture):

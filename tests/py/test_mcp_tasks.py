@@ -8,12 +8,16 @@
 2. Raw HTTP: a task id is toolgate's and is followed only by the key that created it; the
    extension is required for `tasks/*` (-32021); `Mcp-Name` carries the task id; a handshake-era
    client is answered synchronously and never sees the extension's methods.
+3. The app's `slow_compute` also serves a session client's slow call: past 250 ms its answer
+   becomes a resumable SSE stream.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
+import httpx2
 import pytest
 
 from mcp_helpers import (
@@ -29,6 +33,7 @@ from mcp_helpers import (
     python_app,
     run,
     sdk_client,
+    sse_events,
     start_toolgate,
     stateless_post,
     suite_2026_run,
@@ -202,4 +207,39 @@ def test_tasks_methods_in_a_session_are_not_found(gateway, method):
     c.initialize()
     body = c.rpc(method, {"taskId": "tgt1.x"})
     assert body["error"]["code"] == -32601, body
+    c.close()
+
+
+def test_a_slow_call_of_a_session_becomes_a_resumable_stream(gateway):
+    """A session client that takes SSE: a call the app answers at once comes back as plain JSON;
+    one the app takes longer than 250 ms over becomes an SSE answer that opens with a priming
+    event (id, `retry`, no data) before the app has answered; a client that drops after that
+    event gets the result on `GET` with `Last-Event-ID` (the call went on without it)."""
+    srv, url, key, _ = gateway
+    c = McpHttp(url, key)
+    c.initialize()
+    quick = c.request("tools/call", {"name": "slow_compute", "arguments": {"seconds": 0, "label": "quick"}})
+    assert quick.status_code == 200, quick.text
+    assert quick.headers["content-type"].startswith("application/json"), quick.headers
+    assert "computed quick" in quick.text, quick.text
+
+    body = {"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+            "params": {"name": "slow_compute", "arguments": {"seconds": 2, "label": "slow"}}}
+    seen = ""
+    with httpx2.stream("POST", url, json=body, headers=c.headers(), timeout=30) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.headers
+        for chunk in r.iter_text():
+            seen += chunk
+            if "\n\n" in seen.replace("\r\n", "\n"):
+                break  # the first event: drop the connection while the app still works
+    first = sse_events(seen)[0]
+    assert first.get("id") and first.get("retry") and not first.get("data"), first
+    assert "computed slow" not in seen, "the app's answer came before the priming event"
+
+    h = c.headers(**{"Accept": "text/event-stream", "Last-Event-ID": first["id"], "Content-Type": None})
+    r = httpx2.get(url, headers=h, timeout=30)
+    assert r.status_code == 200, r.text
+    results = [json.loads(e["data"]) for e in sse_events(r.text) if '"result"' in e.get("data", "")]
+    assert len(results) == 1 and results[0]["id"] == 41, r.text
+    assert results[0]["result"]["content"][0]["text"] == "computed slow", results
     c.close()

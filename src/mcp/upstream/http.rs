@@ -389,7 +389,7 @@ impl Inner {
             body: Bytes::new(),
         };
         let limit = Instant::now() + self.timeouts.first_byte();
-        let resp = super::until(limit, self.target.send(Method::GET, out))
+        let resp = crate::deadline::until(limit, self.target.send(Method::GET, out))
             .await
             .map_err(|_| UpstreamError::Timeout { phase: TimeoutPhase::FirstByte })??;
         let status = resp.status();
@@ -477,7 +477,7 @@ impl Inner {
         let first_byte = Instant::now() + self.timeouts.first_byte();
         let (limit, phase) =
             if first_byte < deadline { (first_byte, TimeoutPhase::FirstByte) } else { (deadline, TimeoutPhase::Total) };
-        let resp = match super::until(limit, self.target.send(Method::POST, out)).await {
+        let resp = match crate::deadline::until(limit, self.target.send(Method::POST, out)).await {
             Err(_) => return Err(UpstreamError::Timeout { phase }),
             Ok(result) => result?,
         };

@@ -412,7 +412,7 @@ impl ReplyStream {
         }
         let event = match self.peeked.take() {
             Some(ev) => Ok(ev),
-            None => match until(self.deadline, self.source.recv()).await {
+            None => match crate::deadline::until(self.deadline, self.source.recv()).await {
                 Ok(r) => r,
                 Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
             },
@@ -444,7 +444,7 @@ impl ReplyStream {
     /// so the common case costs the gateway no streaming.
     pub(crate) async fn into_reply(mut self) -> Result<UpstreamReply, UpstreamError> {
         if self.peeked.is_none() {
-            let ev = match until(self.deadline, self.source.recv()).await {
+            let ev = match crate::deadline::until(self.deadline, self.source.recv()).await {
                 Ok(r) => r,
                 Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
             };
@@ -726,19 +726,6 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJ
         }
         other => Response::error(id, ErrorObject::method_not_found(other)),
     }
-}
-
-/// `tokio::time::timeout_at` on Pingora's timer, for the per-call deadlines: its timer is only
-/// created when the future is not ready at once, and creating and cancelling one takes no global
-/// lock. tokio's timer wheel is behind one mutex, and the two worker threads contended for it
-/// on every call (seen as `sched_yield` in `parking_lot`). Resolution is Pingora's 10 ms tick.
-/// A plain function, not an `async fn`: an `async fn` would hold `fut` twice (its argument and
-/// the timeout wrapping it), doubling a future the whole call's state machine carries and copies.
-pub(crate) fn until<F: std::future::Future>(
-    deadline: Instant,
-    fut: F,
-) -> impl std::future::Future<Output = Result<F::Output, pingora::time::Elapsed>> {
-    pingora::time::timeout(deadline.saturating_duration_since(Instant::now()), fut)
 }
 
 /// An error with its whole `source()` chain: reqwest's own message ("error sending request")
