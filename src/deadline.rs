@@ -1,6 +1,7 @@
 //! Deadlines on Pingora's timer (`pingora::time`) instead of tokio's, for the per-request and
-//! per-call waits: the connection's header deadline, keep-alive and drain waits, the upstream
-//! call's deadline and the early-stream wait.
+//! per-call waits: the connection's header deadline and the upstream call's deadline. The waits
+//! of a fixed length (keep-alive, the shutdown drain, a session call's early-stream wait) call
+//! `pingora::time` directly, for the same reason.
 //!
 //! Why: tokio's timers live in one wheel per runtime behind a mutex, and a timer due sooner than
 //! a parked worker's next wake-up wakes that worker with a write to its eventfd. With a timer or

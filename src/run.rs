@@ -56,7 +56,9 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     let conf = ServerConf {
         threads: config.server.threads,
         work_stealing: config.server.work_stealing,
-        grace_period_seconds: Some(config.server.grace_period.as_secs()),
+        // Beyond the grace period the flusher still writes the last entries and stops the apps,
+        // then exits the process itself; Pingora's end is only the bound.
+        grace_period_seconds: Some((config.server.grace_period + crate::server::SHUTDOWN_WORK).as_secs()),
         graceful_shutdown_timeout_seconds: Some(5),
         upgrade_sock: upgrade_sock.to_string_lossy().into_owned(),
         ..ServerConf::default()

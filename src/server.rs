@@ -208,6 +208,12 @@ const IDLE_CHECK: Duration = Duration::from_millis(20);
 /// find none open and exit under it, and its client would read EOF without an answer.
 const LISTENERS_SETTLE: Duration = Duration::from_millis(100);
 
+/// What the process does after the grace period's requests, and the time Pingora is told to
+/// allow for it beyond `server.grace_period` (see `run`): the last flush, and stopping the apps
+/// (a stdio app gets its stdin closed, 2 s, a kill and up to 3 s more to be reaped; all apps at
+/// once). The process exits by itself as soon as that is done.
+pub const SHUTDOWN_WORK: Duration = Duration::from_secs(6);
+
 /// Runs [`Server::flush`] every `period` until the process stops; a Pingora background service.
 pub struct Flusher {
     pub server: Arc<Server>,
@@ -265,11 +271,12 @@ impl pingora::services::background::BackgroundService for Flusher {
                 }
             }
         }
-        // Pingora lets in-flight requests run for the grace period after SIGTERM; the apps must
-        // keep serving them, so they are stopped only when the last connection has closed (idle
-        // keep-alive connections close at once on shutdown) or at the period's end, after the
-        // last writes. Idle, the process then exits at once: Pingora itself would sleep out the
-        // whole grace period, which only delays a restart.
+        // In-flight requests run for the grace period after SIGTERM; the apps must keep serving
+        // them, so they are stopped only when the last connection has closed (idle keep-alive
+        // connections close at once on shutdown) or at the period's end, after the last writes.
+        // Then the process exits: Pingora would sleep out the whole grace period, which only
+        // delays a restart, and its own end (`SHUTDOWN_WORK` later) drops this task wherever it
+        // is, which could leave a stdio app's process unreaped.
         let grace = self.server.state.config().server.grace_period.saturating_sub(Duration::from_millis(500));
         let started = Instant::now();
         tokio::time::sleep(LISTENERS_SETTLE.min(grace)).await;
@@ -291,9 +298,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         self.server.mcp.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, idle, "flushed and stopped apps");
         crate::logging::flush();
-        if idle {
-            std::process::exit(0);
-        }
+        std::process::exit(0);
     }
 }
 

@@ -391,8 +391,6 @@ impl AppClients {
     pub async fn shutdown(&self) {
         let all: Vec<Arc<Upstream>> = self.upstreams.iter().map(|u| u.value().clone()).collect();
         self.upstreams.clear();
-        for up in all {
-            up.shutdown().await;
-        }
+        futures_util::future::join_all(all.iter().map(|up| up.shutdown())).await;
     }
 }

@@ -203,6 +203,58 @@ fn a_first_request_still_on_its_way_when_sigterm_comes_is_answered() {
     exits_at_once_when_idle(&mut srv);
 }
 
+/// A stdio app slow to stop (its command lingers 1.5 s after the app has exited on its closed
+/// stdin) and a grace period of 1 s: toolgate still waits for it, reaps it and then exits.
+/// Pingora's own end of the grace period used to end the process half-way through that stop,
+/// which could leave the app's process behind (the test above met it once).
+#[test]
+fn an_app_slow_to_stop_is_stopped_and_reaped_before_the_process_exits() {
+    let app = format!("{}; sleep 1.5", mcp_server_time_command().join(" "));
+    let mut srv = TestServer::start_with_config(&format!(
+        "server:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  grace_period_secs: 1\n\
+         storage:\n  backend: embedded\n  path: {{data_dir}}\n\
+         apps:\n  - {{ id: clock, name: Clock, command: [sh, -c, {app:?}] }}\n"
+    ));
+    let r = srv.api("POST", "/v1/gateways", Some(srv.admin_key()), Some(json!({"name": "g", "servers": ["clock"]})));
+    let gw = r.data().clone();
+    let url = srv.url(&format!("/gateway/{}/mcp", gw["id"].as_str().unwrap()));
+    let key = gw["api_key"].as_str().unwrap().to_string();
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let session = open_session(&client, &url, &key);
+    let listed: Value =
+        mcp(&client, &url, &key, Some(&session), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            .json()
+            .unwrap();
+    let tool = listed["result"]["tools"]
+        .as_array()
+        .and_then(|tools| tools.iter().filter_map(|t| t["name"].as_str()).find(|n| n.ends_with("get_current_time")))
+        .unwrap_or_else(|| panic!("the app's tool is listed: {listed}"))
+        .to_string();
+    let r = mcp(
+        &client,
+        &url,
+        &key,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": tool, "arguments": {"timezone": "UTC"}}}),
+    );
+    assert_eq!(r.status(), 200);
+    let children = children_of(srv.pid());
+    assert!(!children.is_empty(), "the stdio app should run as toolgate's child");
+
+    let status = srv.sigterm_timeout(Duration::from_secs(15));
+    assert!(status.success(), "toolgate exited with {status}");
+    let log = srv.stderr();
+    assert!(log.contains("stdio upstream exited"), "the app's stop was cut short:\n{}", srv.logs_for_humans());
+    assert!(
+        log.contains("flushed and stopped apps"),
+        "the process ended before its last step:\n{}",
+        srv.logs_for_humans()
+    );
+    for pid in children {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "stdio app {pid} outlived toolgate");
+    }
+}
+
 /// No apps, and a grace period (20 s) long enough that an early exit is the server's choice.
 fn server_with_a_long_grace_period() -> TestServer {
     TestServer::start_with_config(
