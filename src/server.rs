@@ -209,10 +209,10 @@ const IDLE_CHECK: Duration = Duration::from_millis(20);
 const LISTENERS_SETTLE: Duration = Duration::from_millis(100);
 
 /// What the process does after the grace period's requests, and the time Pingora is told to
-/// allow for it beyond `server.grace_period` (see `run`): the last flush, and stopping the apps
-/// (a stdio app gets its stdin closed, 2 s, a kill and up to 3 s more to be reaped; all apps at
-/// once). The process exits by itself as soon as that is done.
-pub const SHUTDOWN_WORK: Duration = Duration::from_secs(6);
+/// allow for it beyond `server.grace_period` (see `run`): stopping the apps (all at once, each
+/// within the stdio transport's bound) and a second for the last flush. The process exits by
+/// itself as soon as that is done.
+pub const SHUTDOWN_WORK: Duration = Duration::from_secs(crate::mcp::upstream::stdio::STOP_BOUND.as_secs() + 1);
 
 /// Runs [`Server::flush`] every `period` until the process stops; a Pingora background service.
 pub struct Flusher {

@@ -56,6 +56,10 @@ const BACKOFF_CAP: Duration = Duration::from_secs(30);
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// How long a stopping process gets after its stdin is closed before it is killed.
 const GRACEFUL_STOP: Duration = Duration::from_secs(2);
+
+/// The longest [`StdioUpstream::shutdown`] waits: the graceful stop, then up to 3 s for the
+/// kill and the reap.
+pub const STOP_BOUND: Duration = Duration::from_secs(GRACEFUL_STOP.as_secs() + 3);
 /// How long the waiter lets the reader drain stdout after the exit.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 const STDERR_TAIL: usize = 5;
@@ -300,7 +304,7 @@ impl StdioUpstream {
             let _ = stop.send(());
         }
         let mut exited = p.exited.clone();
-        let _ = tokio::time::timeout(GRACEFUL_STOP + Duration::from_secs(3), exited.wait_for(|e| *e)).await;
+        let _ = tokio::time::timeout(STOP_BOUND, exited.wait_for(|e| *e)).await;
     }
 }
 
