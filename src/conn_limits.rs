@@ -176,9 +176,13 @@ impl HeaderClock {
         self.read.store(false, Ordering::Release);
     }
 
-    /// Completes at `deadline` if the header has not been read by then; never otherwise.
+    /// Completes at `deadline` if the header has not been read by then; never otherwise. A
+    /// header already read when this is first polled (the usual case: the request's future is
+    /// polled first, and the whole header arrives in one read) needs no timer at all.
     async fn expired(&self, deadline: Instant) {
-        deadline::sleep_until(deadline).await;
+        if !self.is_read() {
+            deadline::sleep_until(deadline).await;
+        }
         if self.is_read() {
             std::future::pending::<()>().await;
         }
