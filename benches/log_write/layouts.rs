@@ -11,15 +11,15 @@
 //!
 //! Layouts:
 //!   store            toolgate's embedded store as built (`EmbeddedStore::append_logs`, without
-//!                    rollups): one row per entry, keyed by time, and its secondary indexes
+//!                    rollups): compressed slices with a summary per gateway and app
+//!                    (`src/store/log_slices.rs`)
+//!   rows + indexes   the layout before the slices (until 2026-11-27): one row per entry keyed
+//!                    by time, with indexes by organisation, gateway and app and partial ones of
+//!                    errors
 //!   rows, no index   the same rows without any secondary index: the floor of any
 //!                    row-per-entry layout
-//!   slice rows       one row per slice (the entries encoded one after another) and one summary
-//!                    row per gateway and app in it, for the filters
-//!   slice zstd-1     the same, the slice compressed with zstd at level 1
-//!
-//! The last two are sketches of a layout, not the store: they write what it would write, so
-//! that their cost can be weighed before the store is changed.
+//!   slices, raw      the store's slices and summaries without compression (a sketch: it writes
+//!                    what such a store would write)
 
 use rusqlite::{params, Connection};
 use std::collections::BTreeMap;
@@ -107,12 +107,18 @@ async fn store_layout(dir: &std::path::Path, all: &[LogRecord]) {
     }
 }
 
-fn rows_layout(dir: &std::path::Path, all: &[LogRecord]) {
-    let mut c = sqlite(
-        dir,
-        "CREATE TABLE log_entries (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, ts_ms INTEGER NOT NULL,
-         org_id TEXT NOT NULL, gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL)",
-    );
+/// The rows layout's indexes (before 2026-11-27).
+const ROW_INDEXES: &str = "
+    CREATE INDEX log_entries_by_org ON log_entries (org_id);
+    CREATE INDEX log_entries_by_gateway ON log_entries (org_id, gateway_id);
+    CREATE INDEX log_entries_by_app ON log_entries (org_id, app);
+    CREATE INDEX log_errors_by_org ON log_entries (org_id) WHERE status = 'error';
+    CREATE INDEX log_errors_by_gateway ON log_entries (org_id, gateway_id) WHERE status = 'error';";
+
+fn rows_layout(dir: &std::path::Path, all: &[LogRecord], indexes: &str) {
+    let table = "CREATE TABLE log_entries (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, ts_ms INTEGER NOT NULL,
+         org_id TEXT NOT NULL, gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL);";
+    let mut c = sqlite(dir, &format!("{table}{indexes}"));
     let mut id = String::new();
     for (s, slice) in all.chunks(SLICE).enumerate() {
         let tx = c.transaction().expect("begin");
@@ -130,7 +136,7 @@ fn rows_layout(dir: &std::path::Path, all: &[LogRecord]) {
     }
 }
 
-fn slice_layout(dir: &std::path::Path, all: &[LogRecord], zstd_level: Option<i32>) {
+fn slice_layout(dir: &std::path::Path, all: &[LogRecord]) {
     let mut c = sqlite(
         dir,
         "CREATE TABLE log_slices (id INTEGER PRIMARY KEY, org_id TEXT NOT NULL, first_ms INTEGER NOT NULL,
@@ -158,10 +164,6 @@ fn slice_layout(dir: &std::path::Path, all: &[LogRecord], zstd_level: Option<i32
             let k = keys.entry((e.gateway.id.as_str(), e.app.as_str())).or_default();
             *k = (k.0 + 1, k.1 + i64::from(e.error));
         }
-        let blob = match zstd_level {
-            Some(level) => zstd::bulk::compress(&data, level).expect("compress"),
-            None => data.clone(),
-        };
         let (first, last) = (slice[0].ts_ms, slice[slice.len() - 1].ts_ms);
         let errors: i64 = keys.values().map(|k| k.1).sum();
         let tx = c.transaction().expect("begin");
@@ -169,7 +171,7 @@ fn slice_layout(dir: &std::path::Path, all: &[LogRecord], zstd_level: Option<i32
             "INSERT INTO log_slices (org_id, first_ms, last_ms, entries, errors, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )
         .expect("sql")
-        .execute(params![ORG, first, last, slice.len() as i64, errors, blob])
+        .execute(params![ORG, first, last, slice.len() as i64, errors, data])
         .expect("insert");
         let slice_id = tx.last_insert_rowid();
         {
@@ -195,7 +197,7 @@ async fn main() {
     let all = entries(n);
     let body_bytes = all.iter().map(|e| e.body.len()).sum::<usize>() as f64 / n as f64;
     println!("{n} entries, {body_bytes:.0} bytes of JSON each on average, slices of {SLICE}, {rounds} rounds");
-    const LAYOUTS: [&str; 4] = ["store", "rows, no index", "slice rows", "slice zstd-1"];
+    const LAYOUTS: [&str; 4] = ["store", "rows + indexes", "rows, no index", "slices, raw"];
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); LAYOUTS.len()];
     let mut ratio: Vec<Vec<f64>> = vec![Vec::new(); LAYOUTS.len()];
     let mut disk = vec![0.0; LAYOUTS.len()];
@@ -205,9 +207,9 @@ async fn main() {
             let before = cpu_seconds();
             match i {
                 0 => store_layout(dir.path(), &all).await,
-                1 => rows_layout(dir.path(), &all),
-                2 => slice_layout(dir.path(), &all, None),
-                _ => slice_layout(dir.path(), &all, Some(1)),
+                1 => rows_layout(dir.path(), &all, ROW_INDEXES),
+                2 => rows_layout(dir.path(), &all, ""),
+                _ => slice_layout(dir.path(), &all),
             }
             let us = (cpu_seconds() - before) * 1e6 / n as f64;
             cpu[i].push(us);

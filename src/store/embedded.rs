@@ -1,13 +1,13 @@
 //! The embedded backend: SQLite (bundled, so no system library) in `storage.path`.
 //!
 //! Why SQLite: one file, transactions, `synchronous=FULL` in WAL mode makes a committed write
-//! survive `kill -9` and power loss, and the request log gets real indexes for its filters. The
-//! request log's own slices are committed with `synchronous=NORMAL` (see `without_fsync`).
-//! The log is keyed by time (`LOG_TABLE` says how and why); its indexes lead with the
-//! organisation, which every query names, so that a filtered page and its (capped) count read
-//! an index alone (`benches/analytics.sh` measures them over 10 million entries).
+//! survive `kill -9` and power loss. The request log is kept in compressed slices with a
+//! summary per gateway and app ([`super::log_slices`] says how and why); its writes are
+//! committed with `synchronous=NORMAL` (see `without_fsync`). `benches/analytics.sh` measures
+//! its reads over 10 million entries.
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
+use super::log_slices;
 use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP};
 use crate::rollup::{Histogram, Rollup};
 use async_trait::async_trait;
@@ -20,10 +20,30 @@ use toolgate_filters::rate_limit::UsageMinute;
 
 pub struct EmbeddedStore {
     conn: Arc<Mutex<Connection>>,
-    /// Where the next request-log slice's keys start (see [`insert_logs`]).
-    log_cursor: Arc<Mutex<LogCursor>>,
-    /// Whether the log table of an older build is still there (see [`log_table`]).
-    legacy_log: Arc<AtomicBool>,
+    /// Which log tables of older builds are still there (see [`log_tables`]).
+    legacy_logs: Arc<LegacyLogs>,
+}
+
+/// The log tables older builds wrote, read after the slices until they are empty (see
+/// [`log_tables`]): per [`LogTable`], whether it is still there.
+#[derive(Debug, Default)]
+struct LegacyLogs {
+    entries: AtomicBool,
+    logs: AtomicBool,
+}
+
+impl LegacyLogs {
+    fn flag(&self, table: LogTable) -> &AtomicBool {
+        match table {
+            LogTable::Entries => &self.entries,
+            LogTable::Legacy => &self.logs,
+        }
+    }
+
+    /// The tables still there, newest first.
+    fn present(&self) -> Vec<LogTable> {
+        [LogTable::Entries, LogTable::Legacy].into_iter().filter(|t| self.flag(*t).load(Ordering::Relaxed)).collect()
+    }
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -62,12 +82,8 @@ impl EmbeddedStore {
         .map_err(backend)?;
         add_expiry_column(&conn)?;
         add_partition_column(&conn)?;
-        let legacy_log = log_table(&conn)?;
-        Ok(EmbeddedStore {
-            conn: Arc::new(Mutex::new(conn)),
-            log_cursor: Arc::default(),
-            legacy_log: Arc::new(AtomicBool::new(legacy_log)),
-        })
+        let legacy_logs = log_tables(&conn)?;
+        Ok(EmbeddedStore { conn: Arc::new(Mutex::new(conn)), legacy_logs: Arc::new(legacy_logs) })
     }
 
     /// Runs `f` on the blocking pool with the connection; its time (waiting for the connection
@@ -114,24 +130,10 @@ fn add_partition_column(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch("CREATE INDEX IF NOT EXISTS records_partition ON records (kind, partition)").map_err(backend)
 }
 
-/// The request log. Each entry's key, `seq`, is its time in milliseconds shifted left by
-/// [`SEQ_BITS`] plus a counter: the table is ordered by time, so a time range is a key range
-/// and pruning deletes a range of the table. Each index holds the key as its last column, so
-/// an index on `(org_id, gateway_id)` is ordered by time within a gateway, which is what a page
-/// of `/logs` reads, newest first. That leaves four B-trees written per entry (six for an
-/// error), against six (eight) when the key was the text id, with an index of its own, and a
-/// time index besides: the log's writes are most of the pipeline's cost per call
-/// (BENCHMARKS.md). Errors, the few entries people look for, keep partial indexes of their own.
-const LOG_TABLE: &str = "
-    CREATE TABLE IF NOT EXISTS log_entries (
-        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, ts_ms INTEGER NOT NULL, org_id TEXT NOT NULL,
-        gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL);
-    CREATE INDEX IF NOT EXISTS log_entries_by_org ON log_entries (org_id);
-    CREATE INDEX IF NOT EXISTS log_entries_by_gateway ON log_entries (org_id, gateway_id);
-    CREATE INDEX IF NOT EXISTS log_entries_by_app ON log_entries (org_id, app);
-    CREATE INDEX IF NOT EXISTS log_errors_by_org ON log_entries (org_id) WHERE status = 'error';
-    CREATE INDEX IF NOT EXISTS log_errors_by_gateway ON log_entries (org_id, gateway_id) WHERE status = 'error';";
-
+/// The request log as the previous build kept it (`log_entries`, read until it is empty): one
+/// row per entry, keyed by `seq`, its time in milliseconds shifted left by [`SEQ_BITS`] plus a
+/// counter, so that a time range is a key range; indexes on `(org_id)`, `(org_id, gateway_id)`,
+/// `(org_id, app)` and partial ones of errors, each ordered by time.
 /// Bits of `seq` below the millisecond: entries of one millisecond are told apart by a counter
 /// (65,536 of them per millisecond; a taken key moves to the next value, past the last one into
 /// the next millisecond's keys).
@@ -143,24 +145,39 @@ fn seq_of(ts_ms: i64) -> i64 {
     ts_ms.clamp(0, i64::MAX >> SEQ_BITS) << SEQ_BITS
 }
 
-/// Creates the log's table; `true` when the store also holds the table an older build wrote
-/// (`logs`, keyed by the text id, `ts_ms` in every index). That table is not copied (for a big
-/// log that would hold the start, and with it `--upgrade`, for minutes): it is read after the
-/// new one, since every entry written since is newer, and pruned by its own indexes until it
-/// is empty, then dropped (`log_retention_days` after the upgrade at the latest).
-fn log_table(conn: &Connection) -> Result<bool, StoreError> {
-    conn.execute_batch(LOG_TABLE).map_err(backend)?;
-    let legacy: i64 = conn
-        .query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'logs'", [], |r| r.get(0))
-        .map_err(backend)?;
-    Ok(legacy > 0)
+/// Creates the log's slice tables, and finds the tables older builds wrote: `log_entries`
+/// (keyed by time, see [`SEQ_BITS`]) and `logs` (keyed by the text id, `ts_ms` in every
+/// index). They are not copied (for a big log that would hold the start, and with it
+/// `--upgrade`, for minutes): they are read after the slices, since every entry written since
+/// is newer, and pruned by their own indexes until they are empty, then dropped
+/// (`log_retention_days` after the upgrade at the latest).
+fn log_tables(conn: &Connection) -> Result<LegacyLogs, StoreError> {
+    conn.execute_batch(log_slices::SCHEMA).map_err(backend)?;
+    let exists = |name: &str| -> Result<bool, StoreError> {
+        let n: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| r.get(0))
+            .map_err(backend)?;
+        Ok(n > 0)
+    };
+    Ok(LegacyLogs { entries: AtomicBool::new(exists("log_entries")?), logs: AtomicBool::new(exists("logs")?) })
 }
 
-/// One of the log's two tables (see [`log_table`]).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// A log table of an older build (see [`log_tables`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LogTable {
+    /// `log_entries`, of the build before the slices.
     Entries,
+    /// `logs`, of the build before that.
     Legacy,
+}
+
+impl LogTable {
+    fn name(self) -> &'static str {
+        match self {
+            LogTable::Entries => "log_entries",
+            LogTable::Legacy => "logs",
+        }
+    }
 }
 
 fn now_ms() -> i64 {
@@ -243,65 +260,12 @@ fn insert_rate_usage(c: &mut Connection, minutes: &[UsageMinute]) -> Result<(), 
     tx.commit().map_err(backend)
 }
 
-/// One transaction of log rows and the rollups they add to.
-///
-/// Carried from one request-log slice to the next: the key after the last one written (0
-/// before the first slice) and that entry's millisecond, which the next slice often shares.
-#[derive(Debug, Default, Clone, Copy)]
-struct LogCursor {
-    next: i64,
-    last_ms: Option<i64>,
-}
-
-/// Keys: the entries go in time order (a slice holds the calls of two threads, slightly out
-/// of order; the sort keeps the writing order within a millisecond), each taking the next
-/// key of its millisecond, starting after the last key written (`cursor`, carried from the
-/// previous slice, whose last millisecond this one often shares). Only an entry older than
-/// the last one written can meet a taken key; it takes the next free one.
-fn insert_logs(
-    c: &mut Connection,
-    entries: &[LogRecord],
-    rollups: &[Rollup],
-    cursor: &Mutex<LogCursor>,
-) -> Result<(), StoreError> {
+/// One transaction of log entries and the rollups they add to.
+fn insert_logs(c: &mut Connection, entries: &[LogRecord], rollups: &[Rollup]) -> Result<(), StoreError> {
     let tx = c.transaction().map_err(backend)?;
     add_rollups(&tx, rollups)?;
-    let carried = *cursor.lock();
-    let written = {
-        let mut stmt = tx
-            .prepare_cached(
-                "INSERT INTO log_entries (seq, id, ts_ms, org_id, gateway_id, app, status, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (seq) DO NOTHING",
-            )
-            .map_err(backend)?;
-        let mut in_order: Vec<&LogRecord> = entries.iter().collect();
-        in_order.sort_by_key(|e| e.ts_ms);
-        let LogCursor { mut next, mut last_ms } = carried;
-        let mut id = String::with_capacity(32);
-        for e in in_order {
-            crate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
-            let status = if e.error { "error" } else { "success" };
-            let (org, gw) = (&e.gateway.org_id, &e.gateway.id);
-            let first = seq_of(e.ts_ms);
-            let end = first.saturating_add(1 << SEQ_BITS);
-            // After the last key taken when that is this millisecond's; past the millisecond's
-            // keys when the entry before, of the same millisecond, spilled beyond them.
-            let mut seq = if next > first && (next < end || last_ms == Some(e.ts_ms)) { next } else { first };
-            // Taken by an entry written before (an earlier slice or run): the next key. Past
-            // its millisecond's 65,536 keys an entry takes the next millisecond's, so it sorts
-            // and ranges as one millisecond later (its `ts_ms` keeps the true time) rather than
-            // failing the slice.
-            while stmt.execute(params![seq, id, e.ts_ms, org, gw, e.app, status, e.body]).map_err(backend)? == 0 {
-                seq = seq.checked_add(1).ok_or_else(|| backend("the request log's keys are exhausted"))?;
-            }
-            next = seq + 1;
-            last_ms = Some(e.ts_ms);
-        }
-        LogCursor { next, last_ms }
-    };
-    tx.commit().map_err(backend)?;
-    *cursor.lock() = written;
-    Ok(())
+    log_slices::append(&tx, entries)?;
+    tx.commit().map_err(backend)
 }
 
 /// Adds each rollup to the stored one of its key (read, merged, written back: the histogram is
@@ -373,7 +337,7 @@ fn log_filter(q: &LogQuery, table: LogTable) -> (String, Vec<rusqlite::types::Va
     if let Some(a) = &q.app {
         push("app =", a.clone().into());
     }
-    // Time ranges are key ranges (see LOG_TABLE); the older table has `ts_ms` in its indexes.
+    // Time ranges are key ranges in `log_entries` (see SEQ_BITS); `logs` has `ts_ms` in its indexes.
     match table {
         LogTable::Entries => {
             if let Some(t) = q.since_ms {
@@ -436,47 +400,59 @@ fn log_rows(c: &Connection, q: &LogQuery, table: LogTable, offset: u64, limit: u
 }
 
 /// Deletes the entries older than `before_ms`, then the oldest beyond `max_rows` (of the
-/// older build's table first: its entries are the oldest), and drops that table once it is
-/// empty. `legacy` says whether it is there, and is cleared when it is dropped.
-fn prune_log_tables(c: &Connection, before_ms: i64, max_rows: u64, legacy: &AtomicBool) -> Result<u64, StoreError> {
-    let count = |table: &str| -> Result<u64, StoreError> {
-        let n: i64 = c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).map_err(backend)?;
+/// older builds' tables first, the oldest first: their entries are older than every slice),
+/// and drops an older table once it is empty. All in one transaction, so that a slice and its
+/// summaries never disagree.
+fn prune_log_tables(c: &mut Connection, before_ms: i64, max_rows: u64, legacy: &LegacyLogs) -> Result<u64, StoreError> {
+    let tx = c.transaction().map_err(backend)?;
+    let count = |table: LogTable| -> Result<u64, StoreError> {
+        let sql = format!("SELECT COUNT(*) FROM {}", table.name());
+        let n: i64 = tx.query_row(&sql, [], |r| r.get(0)).map_err(backend)?;
         Ok(n.max(0) as u64)
     };
     let as_sql = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let has_legacy = legacy.load(Ordering::Relaxed);
-    let mut deleted =
-        c.execute("DELETE FROM log_entries WHERE seq < ?1", params![seq_of(before_ms)]).map_err(backend)? as u64;
-    let mut legacy_rows = 0;
-    if has_legacy {
-        deleted += c.execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms]).map_err(backend)? as u64;
-        legacy_rows = count("logs")?;
+    let mut deleted = log_slices::prune_older(&tx, before_ms)?;
+    // Oldest first: `logs`, then `log_entries`.
+    let mut tables: Vec<(LogTable, u64)> = Vec::new();
+    for table in legacy.present().into_iter().rev() {
+        let older = match table {
+            LogTable::Entries => tx.execute("DELETE FROM log_entries WHERE seq < ?1", params![seq_of(before_ms)]),
+            LogTable::Legacy => tx.execute("DELETE FROM logs WHERE ts_ms < ?1", params![before_ms]),
+        };
+        deleted += older.map_err(backend)? as u64;
+        tables.push((table, count(table)?));
     }
-    let mut excess = (count("log_entries")? + legacy_rows).saturating_sub(max_rows);
-    if excess > 0 && legacy_rows > 0 {
-        let n = c
-            .execute(
-                "DELETE FROM logs WHERE rowid IN (SELECT rowid FROM logs ORDER BY ts_ms, rowid LIMIT ?1)",
-                params![as_sql(excess)],
-            )
-            .map_err(backend)? as u64;
+    let rows: u64 = tables.iter().map(|(_, n)| n).sum::<u64>() + log_slices::count(&tx)?;
+    let mut excess = rows.saturating_sub(max_rows);
+    for (table, left) in &mut tables {
+        if excess == 0 {
+            break;
+        }
+        let oldest = match table {
+            LogTable::Entries => {
+                "DELETE FROM log_entries WHERE seq IN (SELECT seq FROM log_entries ORDER BY seq LIMIT ?1)"
+            }
+            LogTable::Legacy => {
+                "DELETE FROM logs WHERE rowid IN (SELECT rowid FROM logs ORDER BY ts_ms, rowid LIMIT ?1)"
+            }
+        };
         // At most `excess` and at most the table's rows.
+        let n = tx.execute(oldest, params![as_sql(excess)]).map_err(backend)? as u64;
         deleted += n;
         excess -= n;
-        legacy_rows -= n;
+        *left -= n;
     }
     if excess > 0 {
-        deleted += c
-            .execute(
-                "DELETE FROM log_entries WHERE seq IN (SELECT seq FROM log_entries ORDER BY seq LIMIT ?1)",
-                params![as_sql(excess)],
-            )
-            .map_err(backend)? as u64;
+        deleted += log_slices::prune_oldest(&tx, excess)?;
     }
-    if has_legacy && legacy_rows == 0 {
-        c.execute_batch("DROP TABLE logs").map_err(backend)?;
-        legacy.store(false, Ordering::Relaxed);
-        tracing::info!("the request log table of the older build is empty and dropped");
+    let emptied: Vec<LogTable> = tables.iter().filter(|(_, left)| *left == 0).map(|(t, _)| *t).collect();
+    for table in &emptied {
+        tx.execute_batch(&format!("DROP TABLE {}", table.name())).map_err(backend)?;
+    }
+    tx.commit().map_err(backend)?;
+    for table in emptied {
+        legacy.flag(table).store(false, Ordering::Relaxed);
+        tracing::info!(table = table.name(), "a request log table of an older build is empty and dropped");
     }
     Ok(deleted)
 }
@@ -640,28 +616,26 @@ impl Store for EmbeddedStore {
     }
 
     async fn append_logs(&self, entries: Arc<Vec<LogRecord>>, rollups: Vec<Rollup>) -> Result<(), StoreError> {
-        let cursor = self.log_cursor.clone();
-        self.with("append_logs", move |c| without_fsync(c, |c| insert_logs(c, &entries, &rollups, &cursor))).await
+        self.with("append_logs", move |c| without_fsync(c, |c| insert_logs(c, &entries, &rollups))).await
     }
 
     async fn log_page(&self, q: LogQuery, offset: u64, limit: u32) -> Result<(u64, Vec<LogRow>), StoreError> {
-        let legacy = self.legacy_log.load(Ordering::Relaxed);
+        let older = self.legacy_logs.present();
         self.with("log_page", move |c| {
-            let mut total = count_logs(c, &q, LogTable::Entries, Some(LOG_COUNT_CAP))?;
-            let mut rows = log_rows(c, &q, LogTable::Entries, offset, u64::from(limit))?;
-            if legacy {
-                // The older table's entries come after every new one (see `log_table`).
-                total = (total + count_logs(c, &q, LogTable::Legacy, Some(LOG_COUNT_CAP))?).min(LOG_COUNT_CAP);
-                let short = u64::from(limit) - rows.len() as u64;
+            let limit = u64::from(limit);
+            let (mut total, mut rows) = log_slices::page(c, &q, offset, limit, LOG_COUNT_CAP)?;
+            // The older builds' tables come after the slices, newest first (see `log_tables`).
+            // While the page is short, every entry before the table was counted exactly.
+            for table in older {
+                let short = limit - rows.len() as u64;
                 if short > 0 {
-                    let newer = match rows.len() {
-                        0 => count_logs(c, &q, LogTable::Entries, None)?,
-                        n => offset + n as u64,
-                    };
-                    rows.extend(log_rows(c, &q, LogTable::Legacy, offset.saturating_sub(newer), short)?);
+                    rows.extend(log_rows(c, &q, table, offset.saturating_sub(total), short)?);
+                    total += count_logs(c, &q, table, None)?;
+                } else {
+                    total += count_logs(c, &q, table, Some(LOG_COUNT_CAP))?;
                 }
             }
-            Ok((total, rows))
+            Ok((total.min(LOG_COUNT_CAP), rows))
         })
         .await
     }
@@ -717,7 +691,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn prune_logs(&self, before_ms: i64, max_rows: u64) -> Result<u64, StoreError> {
-        let legacy = self.legacy_log.clone();
+        let legacy = self.legacy_logs.clone();
         self.with("prune_logs", move |c| prune_log_tables(c, before_ms, max_rows, &legacy)).await
     }
 
@@ -918,35 +892,87 @@ mod tests {
         assert_eq!(page(Some(i64::MAX), None).await.0, 0);
     }
 
-    /// More entries in one millisecond than it has keys: the last ones take the next
-    /// millisecond's keys (read as one millisecond later) instead of failing the slice, also in
-    /// the next slice (which goes on after them rather than probing the full millisecond's
-    /// keys again), and the next millisecond's own entries follow them.
+    /// A query of `org_1`'s log with the filters the older-table tests vary.
+    fn org_1_query(gateway_id: Option<&str>, status: Option<&str>, since_ms: Option<i64>) -> LogQuery {
+        LogQuery {
+            org_id: "org_1".into(),
+            gateway_id: gateway_id.map(str::to_string),
+            status: status.map(str::to_string),
+            since_ms,
+            ..Default::default()
+        }
+    }
+
+    /// A store whose log the previous build wrote (a row per entry in `log_entries`, keyed by
+    /// time) opens at once: its entries are read after the slices, with every filter, pages run
+    /// across both, and the table is pruned by its own keys until it is empty, then dropped.
     #[tokio::test]
-    async fn a_millisecond_past_its_keys_spills_into_the_next() {
-        let (_dir, store, gateway) = log_store();
-        let entry = |ts_ms: i64, function: &str| record(&gateway, ts_ms, function, 1_000, false);
-        // As if 65,535 entries of millisecond 5,000 had been written: the next key is its last.
-        *store.log_cursor.lock() = LogCursor { next: seq_of(5_001) - 1, last_ms: Some(5_000) };
-        store.append_logs(Arc::new(vec![entry(5_000, "last"), entry(5_000, "spilled")]), vec![]).await.unwrap();
-        // The keys below the carried one are free here (no 65,535 rows were written): an entry
-        // that started over from its millisecond's first key would take one of them.
-        store.append_logs(Arc::new(vec![entry(5_000, "spilled later"), entry(5_001, "own")]), vec![]).await.unwrap();
-        let seqs: Vec<(i64, i64)> = store
-            .conn
-            .lock()
-            .prepare("SELECT seq, ts_ms FROM log_entries ORDER BY seq")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
+    async fn the_previous_builds_log_rows_are_read_after_the_slices_and_age_out() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(dir.path().join("toolgate.sqlite3")).unwrap();
+            c.execute_batch(
+                "CREATE TABLE log_entries (
+                     seq INTEGER PRIMARY KEY, id TEXT NOT NULL, ts_ms INTEGER NOT NULL, org_id TEXT NOT NULL,
+                     gateway_id TEXT NOT NULL, app TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL);
+                 CREATE INDEX log_entries_by_org ON log_entries (org_id);
+                 CREATE INDEX log_entries_by_gateway ON log_entries (org_id, gateway_id);
+                 CREATE INDEX log_entries_by_app ON log_entries (org_id, app);",
+            )
             .unwrap();
-        let spill = seq_of(5_001);
-        assert_eq!(seqs, [(spill - 1, 5_000), (spill, 5_000), (spill + 1, 5_000), (spill + 2, 5_001)]);
-        let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
-        let (total, rows) = store.log_page(q, 0, 10).await.unwrap();
-        assert_eq!(total, 4);
-        assert_eq!(rows.iter().map(|r| r.ts_ms).collect::<Vec<_>>(), [5_001, 5_000, 5_000, 5_000], "newest first");
+            let mut insert =
+                c.prepare("INSERT INTO log_entries VALUES (?1, ?2, ?3, ?4, ?5, 'time', ?6, '{}')").unwrap();
+            for (id, ts_ms, org, gateway, status) in [
+                ("row_1", 5_000, "org_1", "gw_1", "error"),
+                ("row_2", 5_000, "org_1", "gw_2", "success"),
+                ("row_3", 7_000, "org_1", "gw_1", "success"),
+                ("row_x", 6_000, "org_2", "gw_9", "success"),
+            ] {
+                // Keys as that build made them: the millisecond shifted, plus a counter.
+                let seq = seq_of(ts_ms) + i64::from(id == "row_2");
+                insert.execute(params![seq, id, ts_ms, org, gateway, status]).unwrap();
+            }
+        }
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(store.legacy_logs.present(), [LogTable::Entries]);
+        let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
+        store
+            .append_logs(
+                Arc::new(vec![record(&gateway, 8_000, "f", 1, true), record(&gateway, 9_000, "f", 1, false)]),
+                vec![],
+            )
+            .await
+            .unwrap();
+        let q = org_1_query;
+        let page = |q: LogQuery, offset: u64, limit: u32| {
+            let store = &store;
+            async move {
+                let (total, rows) = store.log_page(q, offset, limit).await.unwrap();
+                let ids =
+                    rows.iter().map(|r| if r.id.starts_with("row_") { r.id.clone() } else { r.ts_ms.to_string() });
+                (total, ids.collect::<Vec<_>>())
+            }
+        };
+        let all = page(q(None, None, None), 0, 10).await;
+        assert_eq!(all, (5, ["9000", "8000", "row_3", "row_2", "row_1"].map(String::from).to_vec()));
+        assert_eq!(page(q(None, None, None), 1, 2).await.1, ["8000", "row_3"], "a page across both");
+        assert_eq!(page(q(None, None, None), 3, 5).await.1, ["row_2", "row_1"]);
+        assert_eq!(page(q(None, None, None), 5, 5).await, (5, vec![]));
+        assert_eq!(
+            page(q(Some("gw_1"), Some("error"), None), 0, 10).await,
+            (2, ["8000", "row_1"].map(String::from).to_vec())
+        );
+        assert_eq!(page(q(Some("gw_1"), None, Some(7_000)), 0, 10).await.1, ["9000", "8000", "row_3"]);
+
+        assert_eq!(store.prune_logs(5_500, 100).await.unwrap(), 2, "row_1 and row_2");
+        assert_eq!(store.prune_logs(0, 3).await.unwrap(), 1, "the cap takes the oldest: row_x, of the older table");
+        assert!(store.legacy_logs.entries.load(Ordering::Relaxed), "row_3 is still in it");
+        assert_eq!(store.prune_logs(0, 2).await.unwrap(), 1, "then row_3");
+        assert!(store.legacy_logs.present().is_empty(), "empty, and dropped");
+        assert_eq!(page(q(None, None, None), 0, 10).await.0, 2);
+        drop(store);
+        let reopened = EmbeddedStore::open(dir.path()).unwrap();
+        assert!(reopened.legacy_logs.present().is_empty());
     }
 
     /// A store whose log an older build wrote (keyed by the text id) opens at once: those
@@ -975,13 +1001,7 @@ mod tests {
         let gateway = Arc::new(crate::model::Gateway::for_tests("gw_1", "org_1"));
         let new = |ts_ms: i64| record(&gateway, ts_ms, "f", 1, false);
         store.append_logs(Arc::new(vec![new(8_000), new(9_000)]), vec![]).await.unwrap();
-        let q = |gateway_id: Option<&str>, status: Option<&str>, since_ms: Option<i64>| LogQuery {
-            org_id: "org_1".into(),
-            gateway_id: gateway_id.map(str::to_string),
-            status: status.map(str::to_string),
-            since_ms,
-            ..Default::default()
-        };
+        let q = org_1_query;
         let times = |(total, rows): (u64, Vec<LogRow>)| (total, rows.iter().map(|r| r.ts_ms).collect::<Vec<_>>());
         let old_ids = |rows: Vec<LogRow>| rows.into_iter().map(|r| r.id).filter(|id| id.len() == 5).collect::<Vec<_>>();
         assert_eq!(
@@ -1003,14 +1023,14 @@ mod tests {
 
         // Pruning: by age in both tables; the older table goes once it is empty.
         assert_eq!(store.prune_logs(5_500, 100).await.unwrap(), 2, "log_1 and log_2");
-        assert!(store.legacy_log.load(Ordering::Relaxed), "log_3 and org_2's log_x are still in it");
+        assert!(store.legacy_logs.logs.load(Ordering::Relaxed), "log_3 and org_2's log_x are still in it");
         assert_eq!(store.prune_logs(0, 3).await.unwrap(), 1, "the cap takes the oldest: log_x, of the older table");
         assert_eq!(store.prune_logs(0, 2).await.unwrap(), 1, "then log_3");
-        assert!(!store.legacy_log.load(Ordering::Relaxed), "empty, and dropped");
+        assert!(!store.legacy_logs.logs.load(Ordering::Relaxed), "empty, and dropped");
         assert_eq!(times(store.log_page(q(None, None, None), 0, 10).await.unwrap()), (2, vec![9_000, 8_000]));
         drop(store);
         let reopened = EmbeddedStore::open(dir.path()).unwrap();
-        assert!(!reopened.legacy_log.load(Ordering::Relaxed));
+        assert!(!reopened.legacy_logs.logs.load(Ordering::Relaxed));
         assert_eq!(reopened.log_page(q(None, None, None), 0, 10).await.unwrap().0, 2);
     }
 
@@ -1026,7 +1046,7 @@ mod tests {
         let q = LogQuery { org_id: "org_1".into(), ..Default::default() };
         assert_eq!(store.log_page(q, 0, 1).await.unwrap().0, 10);
         // A failing slice (here: the table is gone) puts FULL back too.
-        store.conn.lock().execute_batch("DROP TABLE log_entries").unwrap();
+        store.conn.lock().execute_batch("DROP TABLE log_slices").unwrap();
         assert!(store.append_logs(Arc::new(vec![entry(11)]), vec![]).await.is_err());
         assert_eq!(synchronous(&store), 2);
     }
@@ -1126,7 +1146,7 @@ mod tests {
         let other = RollupQuery { org_id: "org_2".into(), tier_ms: MINUTE, ..Default::default() };
         assert!(store.rollups(other).await.unwrap().is_empty(), "organisations are apart");
         // A slice that fails to write adds nothing to the rollups either.
-        store.conn.lock().execute_batch("DROP TABLE log_entries").unwrap();
+        store.conn.lock().execute_batch("DROP TABLE log_slices").unwrap();
         assert!(write(vec![record(&g1, 61_000, "a", 1_000, false)]).await.is_err());
         let again = read(MINUTE, Some("gw_1")).await.unwrap();
         assert_eq!(again, minutes);

@@ -4,6 +4,7 @@
 //! and writes through to the store before it answers 2xx.
 
 mod embedded;
+mod log_slices;
 pub mod redis;
 
 pub use embedded::EmbeddedStore;
