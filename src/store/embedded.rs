@@ -134,6 +134,7 @@ fn add_partition_column(conn: &Connection) -> Result<(), StoreError> {
 /// row per entry, keyed by `seq`, its time in milliseconds shifted left by [`SEQ_BITS`] plus a
 /// counter, so that a time range is a key range; indexes on `(org_id)`, `(org_id, gateway_id)`,
 /// `(org_id, app)` and partial ones of errors, each ordered by time.
+///
 /// Bits of `seq` below the millisecond: entries of one millisecond are told apart by a counter
 /// (65,536 of them per millisecond; a taken key moves to the next value, past the last one into
 /// the next millisecond's keys).
