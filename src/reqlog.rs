@@ -144,8 +144,10 @@ pub struct RequestLog {
 }
 
 /// A one-worker runtime whose threads, its worker and the blocking threads the store writes on,
-/// run with the `SCHED_IDLE` policy: the kernel runs them only on a CPU that nothing else wants
-/// and takes the CPU back the moment a call's thread wakes.
+/// run with the `SCHED_IDLE` policy: the kernel prefers every other thread to them and takes
+/// the CPU back when a call's thread wakes. Not always at once: `perf sched` (2026-11-27, kernel
+/// 6.18) showed the scheduler run the writer for 2 ms while a worker waited on the same CPU, so
+/// the writer's work itself has to stay small (the store's compressed slices, BENCHMARKS.md).
 ///
 /// Why: a slice of log rows is about a millisecond of SQLite work. At normal priority a
 /// scheduler that lets the running thread finish its slice kept a woken proxy thread (or the

@@ -341,8 +341,8 @@ fn matching_entries(c: &Connection, slice: i64, q: &LogQuery) -> Result<Vec<Entr
 }
 
 /// A page of the entries `q` selects (`limit` after skipping `offset`, newest first) and how
-/// many match: exactly when the page comes up short (every slice was read), else at least
-/// `cap` or exactly.
+/// many match: exactly without a time range (the running totals) or when the page comes up
+/// short (every slice was read), else at least `cap` or exactly.
 pub fn page(c: &Connection, q: &LogQuery, offset: u64, limit: u64, cap: u64) -> Result<(u64, Vec<LogRow>), StoreError> {
     // Without a time range the running totals count; the slices are read for the page only.
     let counted = match (q.since_ms, q.until_ms) {
@@ -358,13 +358,7 @@ pub fn page(c: &Connection, q: &LogQuery, offset: u64, limit: u64, cap: u64) -> 
             (r.get(0).map_err(backend)?, r.get(1).map_err(backend)?, r.get(2).map_err(backend)?);
         let (n, errors): (i64, i64) = (r.get(3).map_err(backend)?, r.get(4).map_err(backend)?);
         let inside = q.since_ms.is_none_or(|t| first >= t) && q.until_ms.is_none_or(|t| last <= t);
-        let matching = match q.status.as_deref() {
-            Some("error") => errors,
-            Some("success") => n - errors,
-            Some(_) => 0,
-            None => n,
-        }
-        .max(0) as u64;
+        let matching = of_status(q, n, errors);
         // A slice wholly within the time range counts from its summary; it is decoded only
         // when the page shows some of its entries, or to count one that straddles the range.
         let shown = (rows.len() as u64) < limit && total + matching > offset;
@@ -384,14 +378,21 @@ pub fn page(c: &Connection, q: &LogQuery, offset: u64, limit: u64, cap: u64) -> 
     Ok((counted.unwrap_or(total), rows))
 }
 
+/// How many of `entries` entries, `errors` of them errors, have the status `q` asks for.
+fn of_status(q: &LogQuery, entries: i64, errors: i64) -> u64 {
+    let n = match q.status.as_deref() {
+        Some("error") => errors,
+        Some("success") => entries - errors,
+        Some(_) => 0,
+        None => entries,
+    };
+    n.max(0) as u64
+}
+
 /// How many entries `q` (without a time range) selects, from the running totals.
 fn totals(c: &Connection, q: &LogQuery) -> Result<u64, StoreError> {
-    let mut sql = String::from(match q.status.as_deref() {
-        Some("error") => "SELECT COALESCE(SUM(errors), 0) FROM log_counts WHERE org_id = ?1",
-        Some("success") => "SELECT COALESCE(SUM(entries - errors), 0) FROM log_counts WHERE org_id = ?1",
-        Some(_) => return Ok(0),
-        None => "SELECT COALESCE(SUM(entries), 0) FROM log_counts WHERE org_id = ?1",
-    });
+    let mut sql =
+        String::from("SELECT COALESCE(SUM(entries), 0), COALESCE(SUM(errors), 0) FROM log_counts WHERE org_id = ?1");
     let mut args: Vec<rusqlite::types::Value> = vec![q.org_id.clone().into()];
     for (column, value) in [("gateway_id", &q.gateway_id), ("app", &q.app)] {
         if let Some(v) = value {
@@ -399,12 +400,12 @@ fn totals(c: &Connection, q: &LogQuery) -> Result<u64, StoreError> {
             sql.push_str(&format!(" AND {column} = ?{}", args.len()));
         }
     }
-    let n: i64 = c
+    let (entries, errors) = c
         .prepare_cached(&sql)
         .map_err(backend)?
-        .query_row(rusqlite::params_from_iter(args.iter()), |r| r.get(0))
+        .query_row(rusqlite::params_from_iter(args.iter()), |r| Ok((r.get(0)?, r.get(1)?)))
         .map_err(backend)?;
-    Ok(n.max(0) as u64)
+    Ok(of_status(q, entries, errors))
 }
 
 /// How many entries the slices hold in all.
