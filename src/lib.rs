@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod mfa;
 pub mod model;
 pub mod oauth_server;
+pub mod pair_key;
 pub mod peers;
 pub mod proxy;
 pub mod reload;

@@ -5,6 +5,7 @@
 use crate::changes::{Change, Feed};
 use crate::config::{Config, StorageConfig};
 use crate::model::*;
+use crate::pair_key::pair;
 use crate::secrets::{self, Sealer};
 use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
@@ -851,7 +852,7 @@ impl State {
     }
 
     pub fn connection(&self, org_id: &str, app_id: &str) -> Option<Arc<Connection>> {
-        self.connections.get(&(org_id.to_string(), app_id.to_string())).map(|c| c.value().clone())
+        self.connections.get(pair(&(org_id, app_id))).map(|c| c.value().clone())
     }
 
     pub fn service_account(&self, id: &str) -> Option<Arc<ServiceAccount>> {
@@ -883,7 +884,7 @@ impl State {
         if !app.needs_credentials() {
             return true;
         }
-        self.connections.get(&(org_id.to_string(), app_id.to_string())).is_some_and(|c| c.status == "connected")
+        self.connections.get(pair(&(org_id, app_id))).is_some_and(|c| c.status == "connected")
     }
 
     fn build_principal(&self, key: &ApiKey) -> Result<Principal, AuthError> {

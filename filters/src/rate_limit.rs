@@ -19,6 +19,7 @@ use crate::{FilterContext, Principal, Rejection, RequestFilter, RequestView, Rou
 use arc_swap::ArcSwap;
 use http::{HeaderName, HeaderValue, Method};
 use serde::Deserialize;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::IpAddr;
@@ -762,26 +763,39 @@ pub const X_RATELIMIT_RESET_AFTER: HeaderName = HeaderName::from_static("x-ratel
 pub const X_RATELIMIT_BUCKET: HeaderName = HeaderName::from_static("x-ratelimit-bucket");
 
 /// Header values for small numbers, built once: most `Remaining`, `Reset-After` and `Limit`
-/// values are small, and cloning a prebuilt value does not allocate.
-fn number_value(n: u64) -> HeaderValue {
+/// values are small, and cloning a prebuilt value does not allocate. A larger number is looked
+/// up in `recent`, the last value this thread built for the same header (a bucket's `Limit`
+/// rarely changes, `Reset` changes once a second), and built only when it differs.
+fn number_value(n: u64, recent: &mut Option<(u64, HeaderValue)>) -> HeaderValue {
     const CACHED: usize = 1024;
     static SMALL: OnceLock<Box<[HeaderValue]>> = OnceLock::new();
     match usize::try_from(n) {
         Ok(i) if i < CACHED => SMALL.get_or_init(|| (0..CACHED as u64).map(HeaderValue::from).collect())[i].clone(),
-        _ => HeaderValue::from(n),
+        _ => match recent {
+            Some((last, value)) if *last == n => value.clone(),
+            _ => recent.insert((n, HeaderValue::from(n))).1.clone(),
+        },
     }
+}
+
+thread_local! {
+    /// Per thread, the last large `Limit`, `Remaining`, `Reset` and `Reset-After` values built
+    /// (see [`number_value`]).
+    static RECENT_NUMBERS: RefCell<[Option<(u64, HeaderValue)>; 4]> = const { RefCell::new([None, None, None, None]) };
 }
 
 /// Writes the five `X-RateLimit-*` headers into `headers`, replacing earlier ones (a handler's
 /// extra charge reports the bucket's new state).
 pub fn set_rate_limit_headers(headers: &mut Vec<(HeaderName, HeaderValue)>, bucket: Bucket, snapshot: &Snapshot) {
-    let values = [
-        (X_RATELIMIT_LIMIT, number_value(snapshot.limit)),
-        (X_RATELIMIT_REMAINING, number_value(snapshot.remaining)),
-        (X_RATELIMIT_RESET, HeaderValue::from(snapshot.reset_at_unix)),
-        (X_RATELIMIT_RESET_AFTER, number_value(snapshot.reset_after_secs())),
-        (X_RATELIMIT_BUCKET, HeaderValue::from_static(bucket.as_str())),
-    ];
+    let values = RECENT_NUMBERS.with_borrow_mut(|[limit, remaining, reset, reset_after]| {
+        [
+            (X_RATELIMIT_LIMIT, number_value(snapshot.limit, limit)),
+            (X_RATELIMIT_REMAINING, number_value(snapshot.remaining, remaining)),
+            (X_RATELIMIT_RESET, number_value(snapshot.reset_at_unix, reset)),
+            (X_RATELIMIT_RESET_AFTER, number_value(snapshot.reset_after_secs(), reset_after)),
+            (X_RATELIMIT_BUCKET, HeaderValue::from_static(bucket.as_str())),
+        ]
+    });
     match headers.iter().position(|(n, _)| *n == X_RATELIMIT_LIMIT) {
         Some(at) if headers.len() >= at + values.len() => {
             for (slot, v) in headers[at..at + values.len()].iter_mut().zip(values) {

@@ -9,6 +9,7 @@ use crate::mcp::upstream::{
     AppNotice, CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream,
     UpstreamError, UpstreamReply, UpstreamSettings, UpstreamShared,
 };
+use crate::pair_key::pair;
 use crate::state::State;
 use dashmap::DashMap;
 use serde_json::Value;
@@ -28,6 +29,16 @@ pub enum AppError {
     /// The app's OAuth tokens could not be renewed; the connection is marked `error`.
     #[error("app `{app}`: {error}")]
     Authorization { app: String, error: crate::app_oauth::OAuthError },
+}
+
+/// Whose upstream serves `org_id`'s calls to `app`: apps without credentials are the same for
+/// every organisation, so they share one upstream (owner `""`).
+fn owner<'a>(org_id: &'a str, app: &AppConfig) -> &'a str {
+    if app.needs_credentials() {
+        org_id
+    } else {
+        ""
+    }
 }
 
 /// How long a discovered list is trusted before the app is asked again.
@@ -97,10 +108,11 @@ impl AppClients {
         if !self.state.is_connected(org_id, app_id) {
             return Err(AppError::NotConnected(app_id.into()));
         }
-        let key = self.upstream_key(org_id, &app);
-        if let Some(u) = self.upstreams.get(&key) {
+        let owner = owner(org_id, &app);
+        if let Some(u) = self.upstreams.get(pair(&(owner, app.id.as_str()))) {
             return Ok(u.value().clone());
         }
+        let key = (owner.to_string(), app.id.clone());
         let settings = self.settings(org_id, &app)?;
         let up = Arc::new(
             Upstream::for_owner(&key.0, &settings, &self.shared)
@@ -149,15 +161,9 @@ impl AppClients {
     /// shared by all (as in [`AppNotice::owner`]).
     pub fn owner_of(&self, org_id: &str, app_id: &str) -> String {
         match self.app(app_id) {
-            Ok(app) => self.upstream_key(org_id, &app).0,
+            Ok(app) => owner(org_id, &app).to_string(),
             Err(_) => org_id.to_string(),
         }
-    }
-
-    /// Apps without credentials are the same for every organisation: they share one upstream.
-    fn upstream_key(&self, org_id: &str, app: &AppConfig) -> Key {
-        let owner = if app.needs_credentials() { org_id } else { "" };
-        (owner.to_string(), app.id.clone())
     }
 
     fn settings(&self, org_id: &str, app: &AppConfig) -> Result<UpstreamSettings, AppError> {
@@ -361,8 +367,7 @@ impl AppClients {
     pub fn invalidate(&self, org_id: &str, app_id: &str) {
         self.forget_lists(org_id, app_id);
         let Ok(app) = self.app(app_id) else { return };
-        let key = self.upstream_key(org_id, &app);
-        if let Some((_, up)) = self.upstreams.remove(&key) {
+        if let Some((_, up)) = self.upstreams.remove(pair(&(owner(org_id, &app), app.id.as_str()))) {
             tokio::spawn(async move { up.shutdown().await });
         }
     }

@@ -10,6 +10,7 @@
 //!
 //! The path of a call that went through costs one atomic load while no run is open.
 
+use crate::pair_key::pair;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,7 +57,7 @@ impl FailureRuns {
             return;
         }
         let mut runs = self.runs.lock();
-        if runs.remove(&(org_id.to_string(), app_id.to_string())).is_some() {
+        if runs.remove(pair(&(org_id, app_id))).is_some() {
             self.open.store(runs.len(), Ordering::Relaxed);
         }
     }

@@ -673,3 +673,27 @@ fn exact_status_shows_what_another_instance_spent() {
     assert_eq!(global(&block_on(b.current_status(&p, None))), 1, "the shared state: a spent two");
     assert_eq!(global(&b.status(&p, None)), 1, "and b keeps it");
 }
+
+#[test]
+fn header_numbers_are_right_whether_prebuilt_remembered_or_built() {
+    let mut recent = None;
+    for n in [0u64, 7, 1023, 1024, T0, T0, T0 + 1, 5, T0 + 1, T0, u64::MAX] {
+        assert_eq!(number_value(n, &mut recent).to_str().unwrap(), n.to_string());
+    }
+    assert_eq!(recent.map(|(n, _)| n), Some(u64::MAX), "the last large number built is remembered");
+}
+
+#[test]
+fn the_headers_follow_each_snapshot_when_large_numbers_repeat_and_change() {
+    let mut headers = Vec::new();
+    for (limit, remaining, reset) in [(5000, 4999, T0 + 60), (5000, 4998, T0 + 60), (7000, 4998, T0 + 61)] {
+        let snapshot = Snapshot { limit, remaining, reset_at_unix: reset, reset_after_ns: 60 * SECOND_NS };
+        set_rate_limit_headers(&mut headers, Bucket::Gateway, &snapshot);
+        let value = |name: &HeaderName| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_str().unwrap());
+        assert_eq!(value(&X_RATELIMIT_LIMIT), Some(limit.to_string().as_str()));
+        assert_eq!(value(&X_RATELIMIT_REMAINING), Some(remaining.to_string().as_str()));
+        assert_eq!(value(&X_RATELIMIT_RESET), Some(reset.to_string().as_str()));
+        assert_eq!(value(&X_RATELIMIT_RESET_AFTER), Some("60"));
+        assert_eq!(headers.len(), 5);
+    }
+}
