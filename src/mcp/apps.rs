@@ -33,7 +33,7 @@ pub enum AppError {
 
 /// Whose upstream serves `org_id`'s calls to `app`: apps without credentials are the same for
 /// every organisation, so they share one upstream (owner `""`).
-fn owner<'a>(org_id: &'a str, app: &AppConfig) -> &'a str {
+fn upstream_owner<'a>(org_id: &'a str, app: &AppConfig) -> &'a str {
     if app.needs_credentials() {
         org_id
     } else {
@@ -108,7 +108,7 @@ impl AppClients {
         if !self.state.is_connected(org_id, app_id) {
             return Err(AppError::NotConnected(app_id.into()));
         }
-        let owner = owner(org_id, &app);
+        let owner = upstream_owner(org_id, &app);
         if let Some(u) = self.upstreams.get(pair(&(owner, app.id.as_str()))) {
             return Ok(u.value().clone());
         }
@@ -161,7 +161,7 @@ impl AppClients {
     /// shared by all (as in [`AppNotice::owner`]).
     pub fn owner_of(&self, org_id: &str, app_id: &str) -> String {
         match self.app(app_id) {
-            Ok(app) => owner(org_id, &app).to_string(),
+            Ok(app) => upstream_owner(org_id, &app).to_string(),
             Err(_) => org_id.to_string(),
         }
     }
@@ -367,7 +367,7 @@ impl AppClients {
     pub fn invalidate(&self, org_id: &str, app_id: &str) {
         self.forget_lists(org_id, app_id);
         let Ok(app) = self.app(app_id) else { return };
-        if let Some((_, up)) = self.upstreams.remove(pair(&(owner(org_id, &app), app.id.as_str()))) {
+        if let Some((_, up)) = self.upstreams.remove(pair(&(upstream_owner(org_id, &app), app.id.as_str()))) {
             tokio::spawn(async move { up.shutdown().await });
         }
     }
