@@ -2,17 +2,15 @@
 //! time limit between keep-alive requests, and caps on open connections (all, and per client
 //! address), so that slow or idle clients cannot hold sockets, memory and tasks without end.
 //!
-//! Why a wrapper around Pingora's HTTP app and not Pingora's own knobs: Pingora 0.9 times each
+//! Why the listener's own connection loop and not Pingora's knobs: Pingora 0.9 times each
 //! *read* of a request header (60 s, restarted by every byte, and no limit at all once a
 //! keep-alive request has been answered), so a client trickling one header line at a time keeps
 //! its connection for ever. Its `ConnectionFilter` (feature `connection_filter`) sees a connection
 //! only at accept and never learns when it ends, so it cannot count open connections, and
 //! `TcpSocketOptions` has no connection cap. [`BoundedHttp`] is the [`ServerApp`] the listener
-//! runs instead of `HttpProxy`: it takes a slot for the connection's whole life (refusing it when
-//! a cap is reached), and runs each request of the connection against a deadline that the proxy
-//! disarms once the header is parsed ([`HeaderClock`], handed over through Pingora's
-//! per-connection user context and marked in `ProxyHttp::on_connection_reuse`, which runs right
-//! after the header is read).
+//! runs: it takes a slot for the connection's whole life (refusing it when a cap is reached),
+//! reads each request's header against its deadline, and only then hands the request to the
+//! app ([`Answer`]), which never sees a request whose header is incomplete.
 //!
 //! The per-address cap counts the TCP peer, never `X-Forwarded-For` (the header is not read when
 //! the connection is accepted, and it is the client's to write). Peers in `server.trusted_proxies`
@@ -25,14 +23,15 @@ use crate::tls::{Accepted, ClientSubject, EdgeTls};
 use async_trait::async_trait;
 use dashmap::DashMap;
 use ipnet::IpNet;
-use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::tls::server::handshake_with_callback;
 use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
 use pingora_prometheus::prometheus::{register_int_counter_vec, register_int_gauge, IntCounter, IntGauge};
+use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -155,56 +154,45 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Set by the proxy when a request's header has been read, so that [`BoundedHttp`] lets the
-/// request run past the header deadline. One per connection, re-armed for every request.
-#[derive(Debug, Default)]
-pub struct HeaderClock {
-    read: AtomicBool,
-}
-
-impl HeaderClock {
-    /// Called by the proxy (from `on_connection_reuse`, the first hook after the header is read).
-    pub fn header_read(&self) {
-        self.read.store(true, Ordering::Release);
-    }
-
-    fn is_read(&self) -> bool {
-        self.read.load(Ordering::Acquire)
-    }
-
-    fn rearm(&self) {
-        self.read.store(false, Ordering::Release);
-    }
-
-    /// Completes at `deadline` if the header has not been read by then; never otherwise. A
-    /// header already read when this is first polled (the usual case: the request's future is
-    /// polled first, and the whole header arrives in one read) needs no timer at all.
-    async fn expired(&self, deadline: Instant) {
-        if !self.is_read() {
-            deadline::sleep_until(deadline).await;
-        }
-        if self.is_read() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// Marks the header read if `context` is a connection's [`HeaderClock`] (the proxy's
-/// `on_connection_reuse` hands Pingora's per-connection user context here).
-pub fn mark_header_read(context: &(dyn std::any::Any + Send + Sync)) {
-    if let Some(clock) = context.downcast_ref::<Arc<HeaderClock>>() {
-        clock.header_read();
-    }
-}
-
-/// The listener's application: Pingora's HTTP/1.1 app (`HttpProxy`) with connection bounds.
+/// An HTTP app whose HTTP/1 requests arrive with their header read: [`BoundedHttp`] reads it,
+/// within the header deadline, and hands the session over. (HTTP/2 streams arrive through
+/// Pingora's HTTP/2 loop and the app's `HttpServerApp::process_new_http`.)
 ///
-/// toolgate's listener speaks plain HTTP/1.1 (no TLS, no h2c), so this runs Pingora's HTTP/1
-/// keep-alive loop itself (as `ServerApp for HttpServerApp` does), with these differences: the
-/// connection holds a [`ConnSlot`]; the wait for a keep-alive connection's next request ends
-/// after `keepalive_idle`; and each request's header must be complete within `header_timeout`
-/// of the request's first byte (of the accept, for a connection's first request), or the
-/// connection is closed.
+/// Not an `async_trait`: the answer's future is held inline in the connection's future (boxed
+/// once per connection), instead of a box per request.
+pub trait Answer: HttpServerApp + Send + Sync + 'static {
+    /// Answers one request whose header has been read; the stream back when the connection
+    /// can carry another request.
+    fn answer(
+        self: &Arc<Self>,
+        session: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> impl Future<Output = Option<ReusedHttpStream>> + Send;
+}
+
+/// The outcome of reading a request's header: `true` when there is a request to answer. An
+/// unparsable header gets a 400 and the connection is closed, as Pingora's own HTTP apps do.
+pub async fn header_read(session: &mut ServerSession, read: pingora::Result<bool>) -> bool {
+    match read {
+        Ok(read) => read,
+        Err(e) => {
+            if matches!(e.etype(), pingora::ErrorType::InvalidHTTPHeader) {
+                tracing::debug!(error = %e, "request header cannot be parsed");
+                let _ = session.respond_error(400).await;
+            }
+            session.shutdown().await;
+            false
+        }
+    }
+}
+
+/// The listener's application: an HTTP app ([`Answer`]) with connection bounds.
+///
+/// This runs the HTTP/1 keep-alive loop itself (as Pingora's `ServerApp for HttpServerApp`
+/// does), with these differences: the connection holds a [`ConnSlot`]; the wait for a
+/// keep-alive connection's next request ends after `keepalive_idle`; and each request's header
+/// must be complete within `header_timeout` of the request's first byte (of the accept, for a
+/// connection's first request), or the connection is closed.
 ///
 /// On a TLS listener the handshake runs first, within the same deadline as the first header;
 /// a connection that negotiates `h2` by ALPN (or, with `h2c`, opens with the HTTP/2 preface)
@@ -248,10 +236,7 @@ impl<A> BoundedHttp<A> {
 }
 
 #[async_trait]
-impl<A> ServerApp for BoundedHttp<A>
-where
-    A: HttpServerApp + Send + Sync + 'static,
-{
+impl<A: Answer> ServerApp for BoundedHttp<A> {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let accepted = Instant::now();
         let peer = stream.get_socket_digest().and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
@@ -288,7 +273,6 @@ where
             // request of the same app; the connection keeps its slot until the loop ends.
             return <A as ServerApp>::process_new(&self.app, stream, shutdown).await;
         }
-        let clock = Arc::new(HeaderClock::default());
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
         loop {
@@ -335,35 +319,44 @@ where
             // request starts again from the configured idle time (this also bounds every single
             // read of the header).
             session.set_keepalive(if *shutdown.borrow() { None } else { Some(self.idle_secs()) });
-            clock.rearm();
-            session.set_connection_user_context(Some(Box::new(clock.clone())));
             let deadline = started + config.header_timeout;
-            let reused = tokio::select! {
+            // Biased, the header first: a header that is there whole (the usual case) is read
+            // in the first poll, and neither the deadline's timer nor the shutdown's waiter is
+            // made.
+            let read = tokio::select! {
                 biased;
-                reused = self.app.process_new_http(session, shutdown) => reused,
-                () = clock.expired(deadline) => {
-                    // Dropping the request's future drops the connection: the client reads EOF.
+                read = session.read_request() => read,
+                () = deadline::sleep_until(deadline) => {
+                    // Dropping the session drops the connection: the client reads EOF.
                     metrics().header_timeouts.inc();
                     tracing::debug!(peer = ?peer, "request header not complete in time; connection closed");
                     return None;
                 }
+                () = drain_ended(shutdown) => return None,
             };
+            if !header_read(&mut session, read).await {
+                return None;
+            }
+            let reused = self.app.answer(session, shutdown).await;
             let (next, next_settings) = reused?.consume();
             stream = next;
             settings = next_settings;
             first = false;
         }
     }
+}
 
-    /// Runs when the listener has stopped accepting (shutdown, or the hand-over to a new
-    /// process). Pingora's HTTP cleanup ends every request whose header is still being read,
-    /// which includes the first request of a connection accepted a moment before: its client
-    /// is sending and would read EOF without an answer (an upgrade under load met it). Such a
-    /// request gets `SHUTDOWN_DRAIN`, as does a kept-alive connection's next one; each is still
-    /// bounded by its header deadline.
-    async fn cleanup(&self) {
+/// Completes `SHUTDOWN_DRAIN` after the server starts shutting down (or handing over to a new
+/// process); never otherwise. A request whose header is still being read then (the first
+/// request of a connection accepted a moment before included: its client is sending and would
+/// read EOF without an answer, which an upgrade under load met) has that long to complete it,
+/// as a kept-alive connection's next request has; each is still bounded by its header deadline.
+async fn drain_ended(shutdown: &ShutdownWatch) {
+    let mut stopping = shutdown.clone();
+    if stopping.wait_for(|stop| *stop).await.is_ok() {
         pingora::time::sleep(SHUTDOWN_DRAIN).await;
-        self.app.http_cleanup().await;
+    } else {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -528,23 +521,5 @@ mod tests {
             let err = crate::config::Config::parse(&format!("server:\n  {line}\n")).unwrap_err().to_string();
             assert!(err.starts_with(field), "{line}: {err}");
         }
-    }
-
-    /// In real time: the clock runs on Pingora's timer thread, which tokio's paused clock does
-    /// not move.
-    #[tokio::test]
-    async fn the_clock_fires_only_when_the_header_is_unread() {
-        let clock = HeaderClock::default();
-        let deadline = Instant::now() + Duration::from_millis(50);
-        assert!(tokio::time::timeout(Duration::from_secs(2), clock.expired(deadline)).await.is_ok());
-        assert!(Instant::now() >= deadline, "not before the deadline");
-        clock.header_read();
-        let deadline = Instant::now() + Duration::from_millis(50);
-        assert!(tokio::time::timeout(Duration::from_millis(300), clock.expired(deadline)).await.is_err());
-        clock.rearm();
-        let ctx: Box<dyn std::any::Any + Send + Sync> = Box::new(Arc::new(HeaderClock::default()));
-        mark_header_read(&*ctx);
-        let Ok(c) = ctx.downcast::<Arc<HeaderClock>>() else { panic!("a clock") };
-        assert!(c.is_read());
     }
 }

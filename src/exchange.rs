@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -48,7 +48,7 @@ impl std::fmt::Display for RequestId {
     }
 }
 
-/// What the proxy learned of a request before its handler runs; Pingora keeps it per request.
+/// What the proxy learned of a request before its handler runs.
 pub struct RequestCtx {
     pub request_id: RequestId,
     pub client_ip: IpAddr,
@@ -64,7 +64,7 @@ pub struct RequestCtx {
 }
 
 impl Default for RequestCtx {
-    /// The context Pingora makes before a request is read; `early_request_filter` fills it in.
+    /// A context with nothing learned yet (the proxy makes each request's own from its header).
     fn default() -> RequestCtx {
         RequestCtx {
             request_id: RequestId::unset(),
@@ -129,13 +129,13 @@ fn response_head(status: u16, more: usize, ctx: &mut RequestCtx) -> Result<http:
 
 /// One request and its answer.
 pub struct Exchange<'a> {
-    session: &'a mut Session,
+    session: &'a mut ServerSession,
     pub ctx: &'a mut RequestCtx,
     max_body: usize,
 }
 
 impl<'a> Exchange<'a> {
-    pub fn new(session: &'a mut Session, ctx: &'a mut RequestCtx, max_body: usize) -> Exchange<'a> {
+    pub fn new(session: &'a mut ServerSession, ctx: &'a mut RequestCtx, max_body: usize) -> Exchange<'a> {
         Exchange { session, ctx, max_body }
     }
 
@@ -175,9 +175,8 @@ impl<'a> Exchange<'a> {
             h.headers.append(k.clone(), v.clone());
         }
         self.ctx.status = status;
-        self.session.write_response_header(Box::new(ResponseHeader::from(h)), false).await?;
-        self.session.write_response_body(Some(Bytes::from(body)), true).await?;
-        Ok(())
+        self.session.write_response_header(Box::new(ResponseHeader::from(h))).await?;
+        self.session.write_response_body(Bytes::from(body), true).await
     }
 
     /// A JSON answer.
@@ -232,12 +231,16 @@ impl<'a> Exchange<'a> {
         h.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         self.ctx.status = 200;
-        self.session.write_response_header(Box::new(ResponseHeader::from(h)), false).await
+        self.session.write_response_header(Box::new(ResponseHeader::from(h))).await
     }
 
     /// Writes a piece of a streamed answer; `end` closes it.
     pub async fn write(&mut self, chunk: Option<Bytes>, end: bool) -> Result<()> {
-        self.session.write_response_body(chunk, end).await
+        match chunk {
+            Some(data) => self.session.write_response_body(data, end).await,
+            None if end => self.session.write_response_body(Bytes::new(), true).await,
+            None => Ok(()),
+        }
     }
 
     /// Waits until the client closes its side of a streamed answer (after a GET there is no

@@ -1,9 +1,17 @@
-//! The Pingora `ProxyHttp` implementation: routing by path and the filter chains, before a
-//! request is handed to `api` (management) or `mcp` (gateways). No request is proxied by Pingora
-//! itself: `mcp` talks to the apps with its own pooled clients, so `request_filter` always
-//! answers and returns `Ok(true)`. Answers are written through [`Exchange`].
+//! toolgate's HTTP app on Pingora: routing by path and the filter chains, before a request is
+//! handed to `api` (management) or `mcp` (gateways), then the request's metrics, span and
+//! access line. Answers are written through [`Exchange`].
+//!
+//! Why an `HttpServerApp` of its own and not Pingora's `ProxyHttp`: no request is proxied by
+//! Pingora (`mcp` talks to the apps with its own pooled clients), so every request would be
+//! answered in `request_filter`, and the proxy layer around it (a per-request `Session` with
+//! its cache and module state, a boxed future per hook) was about 5 % of the CPU of a call at
+//! saturation and 8 allocations per request for nothing (BENCHMARKS.md). What that layer did
+//! for toolgate is done here: CONNECT refused, an error answer when a failure leaves none, the
+//! connection handed back for keep-alive.
 
 use crate::api::{self, Access, Call};
+use crate::conn_limits::Answer;
 use crate::error::ApiError;
 use crate::exchange::{success_body, Exchange, RequestCtx, RequestId};
 use crate::gateway_oauth;
@@ -13,8 +21,11 @@ use crate::trace::{self, Span, SpanKind, TraceContext};
 use crate::{logging, metrics};
 use async_trait::async_trait;
 use ipnet::IpNet;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, HttpServerOptions, ReusedHttpStream};
 use pingora::prelude::*;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use pingora::ErrorSource;
 use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -30,6 +41,8 @@ pub struct Proxy {
     pub trusted_proxies: Vec<IpNet>,
     /// `web.path`, read once at start.
     pub identity_path: String,
+    /// Pingora's HTTP options: `h2c` (`server.h2c`).
+    pub server_options: HttpServerOptions,
 }
 
 /// What the filters see of a request.
@@ -235,93 +248,87 @@ impl Proxy {
     }
 }
 
-#[async_trait]
-impl ProxyHttp for Proxy {
-    type CTX = RequestCtx;
-
-    fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::default()
-    }
-
-    /// Runs once a request's header has been read, before `early_request_filter`, with the
-    /// connection's context (which `conn_limits::BoundedHttp` sets for every request, the first
-    /// included): stops the connection's header deadline.
-    fn on_connection_reuse(
-        &self,
-        _session: &mut Session,
-        _ctx: &mut RequestCtx,
-        connection: Box<dyn std::any::Any + Send + Sync>,
-    ) {
-        crate::conn_limits::mark_header_read(&*connection);
-    }
-
-    /// Runs first: request id, client address and route, so every later step (and every error
-    /// response) has them.
-    async fn early_request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
-        ctx.request_id = RequestId::generate();
+impl Proxy {
+    /// What every later step (and every error answer) needs of a request, from its header: the
+    /// request id, the client's address, the route, the client certificate's subject and the
+    /// trace context.
+    fn begin(&self, session: &ServerSession) -> RequestCtx {
+        let req = session.req_header();
         let peer =
             session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let forwarded = session.req_header().headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
-        ctx.client_ip = client_ip(peer, forwarded, &self.trusted_proxies);
-        ctx.route = Route::of(session.req_header().uri.path(), &self.identity_path);
-        ctx.client_certificate = crate::tls::client_certificate(session.digest()).map(|c| c.subject);
-        let headers = &session.req_header().headers;
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        ctx.trace = TraceContext::start(header("traceparent"), header("tracestate"));
-        Ok(())
+        let header = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
+        RequestCtx {
+            request_id: RequestId::generate(),
+            client_ip: client_ip(peer, header("x-forwarded-for"), &self.trusted_proxies),
+            route: Route::of(req.uri.path(), &self.identity_path),
+            filters: Default::default(),
+            started: Instant::now(),
+            status: 0,
+            trace: TraceContext::start(header("traceparent"), header("tracestate")),
+            client_certificate: crate::tls::client_certificate(session.digest()).map(|c| c.subject),
+        }
     }
 
-    /// Answers every request: `Ok(true)` tells Pingora the response is written and no upstream
-    /// is to be contacted.
-    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+    /// Answers a request by its route. `Err` only when the connection failed under it (a write
+    /// to a client that has gone): every refusal and failure of toolgate's own is an answer.
+    async fn route(&self, session: &mut ServerSession, ctx: &mut RequestCtx) -> Result<()> {
         let route = ctx.route.clone();
         let mut ex = Exchange::new(session, ctx, self.server.state.config().server.max_body_bytes);
         match route {
             Route::Health => {
                 let body = serde_json::to_vec(&json!({ "status": "ok" })).unwrap_or_default();
-                ex.json(200, body).await?;
+                ex.json(200, body).await
             }
             Route::Ready => {
                 let (status, body) = match self.server.state.store.ping().await {
                     Ok(()) => (200, json!({ "status": "ready" })),
                     Err(e) => (503, json!({ "status": "unavailable", "reason": e.to_string() })),
                 };
-                ex.json(status, serde_json::to_vec(&body).unwrap_or_default()).await?;
+                ex.json(status, serde_json::to_vec(&body).unwrap_or_default()).await
             }
-            // Boxed: these futures are several KB, and Pingora's own per-request futures hold
-            // this one inline, so each move of theirs (one per level, per request) would copy
-            // it; boxed, the bytes are allocated once and never moved.
-            Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await?,
-            Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await?,
-            Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await?,
+            // Boxed: these futures are several KB, and the connection's future holds this one
+            // inline; boxed, their bytes are allocated once and never moved with it.
+            Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await,
+            Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await,
+            Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await,
             Route::AuthorizationServerMetadata => {
                 let doc = crate::oauth_server::metadata(&self.server.state.config());
-                ex.json(200, serde_json::to_vec(&doc).unwrap_or_default()).await?;
+                ex.json(200, serde_json::to_vec(&doc).unwrap_or_default()).await
             }
-            Route::Identity(prefix) => Box::pin(crate::signin::handle(&self.server, &mut ex, prefix)).await?,
+            Route::Identity(prefix) => Box::pin(crate::signin::handle(&self.server, &mut ex, prefix)).await,
             Route::NotFound => {
                 let path = ex.request().uri.path().to_string();
-                ex.respond_error(ApiError::NoRoute(path)).await?
+                ex.respond_error(ApiError::NoRoute(path)).await
             }
         }
-        Ok(true)
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
-        // request_filter answers every request, so Pingora never asks for a peer.
-        Err(Error::explain(ErrorType::InternalError, "toolgate does not proxy through Pingora's upstream path"))
+    /// After a failure under [`Proxy::route`]: an answer when none has been written and the
+    /// connection can still carry one, and a log line. The connection is not reused.
+    async fn failed(&self, session: &mut ServerSession, ctx: &RequestCtx, e: &pingora::Error) {
+        let status = failure_status(e);
+        if status == 0 {
+            tracing::debug!(request_id = %ctx.request_id, error = %e, "the connection failed under the answer");
+            return;
+        }
+        tracing::warn!(request_id = %ctx.request_id, error = %e, status, "request failed");
+        if session.response_written().is_none() {
+            let _ = session.respond_error(status).await;
+        }
     }
 
-    async fn logging(&self, session: &mut Session, _e: Option<&pingora::Error>, ctx: &mut RequestCtx) {
+    /// The request's metrics, span and access line, once it is answered (or has failed).
+    fn record(&self, session: &ServerSession, ctx: &RequestCtx) {
         let status =
             if ctx.status == 0 { session.response_written().map_or(0, |r| r.status.as_u16()) } else { ctx.status };
         let elapsed = ctx.started.elapsed();
+        let req = session.req_header();
         metrics::observe_request(ctx.route.label(), status, elapsed);
         if let Some(t) = ctx.trace.as_ref().filter(|_| trace::exporting()) {
-            let method = session.req_header().method.as_str();
+            let method = req.method.as_str();
             let mut attributes = vec![
                 ("http.request.method", json!(method)),
-                ("url.path", json!(session.req_header().uri.path())),
+                ("url.path", json!(req.uri.path())),
                 ("http.response.status_code", json!(status)),
                 ("toolgate.route", json!(ctx.route.label())),
                 ("toolgate.request_id", json!(ctx.request_id.as_str())),
@@ -345,8 +352,8 @@ impl ProxyHttp for Proxy {
         // `toolgate::access=off` turns it off).
         logging::access(&logging::AccessLine {
             request_id: ctx.request_id.as_str(),
-            method: session.req_header().method.as_str(),
-            path: session.req_header().uri.path(),
+            method: req.method.as_str(),
+            path: req.uri.path(),
             route: ctx.route.label(),
             status,
             elapsed,
@@ -354,5 +361,104 @@ impl ProxyHttp for Proxy {
             principal: ctx.filters.principal.as_ref().map(|p| p.key_id.as_str()),
             client_certificate: ctx.client_certificate.as_deref(),
         });
+    }
+}
+
+/// The status of the answer to a request that failed before one was written: the error's own,
+/// 502 for an upstream's, 400 for the client's, 500 otherwise (as Pingora's proxy answers); 0
+/// when reading or writing the connection failed, as nothing can be written to it then.
+fn failure_status(e: &pingora::Error) -> u16 {
+    match (e.etype(), e.esource()) {
+        (ErrorType::HTTPStatus(code), _) => *code,
+        (ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed, _) => 0,
+        (_, ErrorSource::Upstream) => 502,
+        (_, ErrorSource::Downstream) => 400,
+        _ => 500,
+    }
+}
+
+impl Answer for Proxy {
+    /// One request, header read: answered, recorded, and the connection handed back for the
+    /// next request when it can carry one.
+    async fn answer(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        // CONNECT changes how the message is framed, and toolgate tunnels nothing: refused and
+        // closed, as Pingora's proxy does.
+        if session.req_header().method == http::Method::CONNECT {
+            let _ = session.respond_error(405).await;
+            session.shutdown().await;
+            return None;
+        }
+        if *shutdown.borrow() {
+            // Shutting down: this answer is the connection's last.
+            session.set_keepalive(None);
+        }
+        let mut ctx = self.begin(&session);
+        let answered = self.route(&mut session, &mut ctx).await;
+        if let Err(e) = &answered {
+            self.failed(&mut session, &ctx, e).await;
+        }
+        self.record(&session, &ctx);
+        match answered {
+            Ok(()) => {
+                let settings = HttpPersistentSettings::for_session(&session);
+                let reusable = session.finish().await.ok().flatten()?;
+                Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
+            }
+            Err(e) => {
+                // An HTTP/2 stream is reset with the error's code; an HTTP/1 connection closes.
+                session.on_proxy_failure(e);
+                None
+            }
+        }
+    }
+}
+
+/// HTTP/2 streams come here, from Pingora's HTTP/2 loop (HTTP/1 requests come through
+/// [`Answer::answer`], from `conn_limits`' loop).
+#[async_trait]
+impl HttpServerApp for Proxy {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        let read = session.read_request().await;
+        if !crate::conn_limits::header_read(&mut session, read).await {
+            return None;
+        }
+        self.answer(session, shutdown).await
+    }
+
+    /// `h2c` is read here by Pingora's loop for plain HTTP/2 connections.
+    fn server_options(&self) -> Option<&HttpServerOptions> {
+        Some(&self.server_options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_answered_with_its_status_unless_the_connection_itself_failed() {
+        let e = |etype: ErrorType, source: ErrorSource| {
+            let mut e = Error::new(etype);
+            e.esource = source;
+            e
+        };
+        assert_eq!(failure_status(&e(ErrorType::HTTPStatus(413), ErrorSource::Unset)), 413);
+        for dead in [ErrorType::WriteError, ErrorType::ReadError, ErrorType::ConnectionClosed] {
+            for source in [ErrorSource::Downstream, ErrorSource::Internal, ErrorSource::Unset] {
+                assert_eq!(failure_status(&e(dead.clone(), source.clone())), 0, "{dead:?} from {source:?}");
+            }
+        }
+        assert_eq!(failure_status(&e(ErrorType::ConnectTimedout, ErrorSource::Upstream)), 502);
+        assert_eq!(failure_status(&e(ErrorType::InvalidHTTPHeader, ErrorSource::Downstream)), 400);
+        assert_eq!(failure_status(&e(ErrorType::InternalError, ErrorSource::Internal)), 500);
+        assert_eq!(failure_status(&e(ErrorType::InternalError, ErrorSource::Unset)), 500);
     }
 }

@@ -145,20 +145,19 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         gateway: chain().with(server.origin_check.clone()),
         trusted_proxies: config.server.trusted_proxies.clone(),
         identity_path: config.web.path.clone(),
+        server_options: {
+            // Pingora's HTTP/2 loop reads `h2c` too: without it a preface would be read as HTTP/1.
+            let mut options = pingora::apps::HttpServerOptions::default();
+            options.h2c = config.server.h2c;
+            options
+        },
     };
 
-    // Pingora's HTTP app behind the connection bounds (header deadline, idle keep-alive limit,
+    // toolgate's HTTP app behind the connection bounds (header deadline, idle keep-alive limit,
     // connection caps): see src/conn_limits.rs for why this wraps the app instead of using a
     // Pingora setting.
     let limits = ConnLimits::new(ConnLimitsConfig::from_server(&config.server));
-    let mut http = pingora::proxy::http_proxy(&pingora_server.configuration, proxy);
-    if config.server.h2c {
-        // Pingora's HTTP/2 loop reads this too: without it a preface would be read as HTTP/1.
-        let mut options = pingora::apps::HttpServerOptions::default();
-        options.h2c = true;
-        http.server_options = Some(options);
-    }
-    let app = BoundedHttp::new(http, limits).with_h2c(config.server.h2c);
+    let app = BoundedHttp::new(proxy, limits).with_h2c(config.server.h2c);
     let mut plain_beside = None;
     pingora_server.add_service(pingora::services::background::background_service(
         "SIGHUP and TLS certificate reloader",

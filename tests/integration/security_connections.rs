@@ -60,6 +60,15 @@ fn read_response(s: &mut TcpStream) -> Option<(u16, String)> {
     Some((status, String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned()))
 }
 
+/// The head of `POST /v1/gateways` with the admin key, for a JSON body of `length` bytes.
+fn create_gateway_head(srv: &TestServer, length: usize) -> String {
+    format!(
+        "POST /v1/gateways HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\n\r\n",
+        srv.admin_key()
+    )
+}
+
 /// `GET /healthz` on a kept-alive connection; `None` if the connection was closed instead.
 fn healthz(s: &mut TcpStream) -> Option<u16> {
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").ok()?;
@@ -135,6 +144,57 @@ fn a_header_trickled_past_the_deadline_is_cut() {
     assert_eq!(healthz(&mut prompt), Some(200));
 }
 
+/// What toolgate's connection loop does besides the deadlines, each on a raw connection: an
+/// unparsable header is a 400 and CONNECT a 405, both closing the connection; a body the
+/// answer did not read closes the connection (its bytes are never read as requests), one that
+/// was read leaves it ready for the next request; HTTP/1.0 without keep-alive is answered and
+/// closed.
+#[test]
+fn the_connection_loop_refuses_bad_heads_and_never_reads_a_body_as_a_request() {
+    let srv = server_with(&["header_timeout_ms: 5000"]);
+
+    let mut garbage = connect(&srv);
+    garbage.write_all(b"GET /healthz HTTP/1.1\r\nHost t\r\nno colon here\r\n\r\n").unwrap();
+    let (status, _) = read_response(&mut garbage).expect("an answer to an unparsable header");
+    assert_eq!(status, 400);
+    assert!(closed_within(&mut garbage, Duration::from_secs(3)), "closed after the 400");
+
+    let mut tunnel = connect(&srv);
+    tunnel.write_all(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n").unwrap();
+    let (status, _) = read_response(&mut tunnel).expect("an answer to CONNECT");
+    assert_eq!(status, 405);
+    assert!(closed_within(&mut tunnel, Duration::from_secs(3)), "closed after the 405");
+
+    // A body the answer did not read (a 404 answers before it) is never parsed as the next
+    // request: the connection closes after the answer.
+    let mut unread = connect(&srv);
+    let junk = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".repeat(50);
+    let head = format!("POST /no/such/path HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", junk.len());
+    unread.write_all(head.as_bytes()).unwrap();
+    unread.write_all(junk.as_bytes()).unwrap();
+    let (status, text) = read_response(&mut unread).expect("an answer to the unknown path");
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("/no/such/path"), "{text}");
+    assert!(closed_within(&mut unread, Duration::from_secs(3)), "the body's bytes were read as requests");
+
+    // A body that was read leaves the connection ready for the next request.
+    let mut kept = connect(&srv);
+    let body = serde_json::to_vec(&json!({"name": "kept alive"})).unwrap();
+    let head = create_gateway_head(&srv, body.len());
+    kept.write_all(head.as_bytes()).unwrap();
+    kept.write_all(&body).unwrap();
+    let (status, text) = read_response(&mut kept).expect("an answer to the POST");
+    assert_eq!(status, 201, "{text}");
+    assert_eq!(healthz(&mut kept), Some(200), "the next request on the connection");
+    assert_eq!(healthz(&mut kept), Some(200), "and the one after");
+
+    let mut old = connect(&srv);
+    old.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
+    let (status, text) = read_response(&mut old).expect("an answer to HTTP/1.0");
+    assert_eq!(status, 200, "{text}");
+    assert!(closed_within(&mut old, Duration::from_secs(3)), "HTTP/1.0 without keep-alive is closed after the answer");
+}
+
 #[test]
 fn an_idle_keep_alive_connection_is_closed_but_each_request_gets_its_own_deadline() {
     let srv = server_with(&["header_timeout_ms: 1500", "keepalive_idle_secs: 1"]);
@@ -159,12 +219,7 @@ fn an_idle_keep_alive_connection_is_closed_but_each_request_gets_its_own_deadlin
     // A body slower than the header deadline is not cut: the deadline covers the header only.
     let mut slow_body = connect(&srv);
     let body = serde_json::to_vec(&json!({"name": "slow body"})).unwrap();
-    let head = format!(
-        "POST /v1/gateways HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n",
-        srv.admin_key(),
-        body.len()
-    );
+    let head = create_gateway_head(&srv, body.len());
     slow_body.write_all(head.as_bytes()).unwrap();
     thread::sleep(Duration::from_millis(2000));
     slow_body.write_all(&body).unwrap();
