@@ -6,7 +6,7 @@
 //! Pingora (`mcp` talks to the apps with its own pooled clients), so every request would be
 //! answered in `request_filter`, and the proxy layer around it (a per-request `Session` with
 //! its cache and module state, a boxed future per hook) was about 5 % of the CPU of a call at
-//! saturation and 8 allocations per request for nothing (BENCHMARKS.md). What that layer did
+//! saturation and about 10 allocations per request for nothing (BENCHMARKS.md). What that layer did
 //! for toolgate is done here: CONNECT refused, an error answer when a failure leaves none, the
 //! connection handed back for keep-alive.
 
@@ -269,8 +269,8 @@ impl Proxy {
         }
     }
 
-    /// Answers a request by its route. `Err` only when the connection failed under it (a write
-    /// to a client that has gone): every refusal and failure of toolgate's own is an answer.
+    /// Answers a request by its route. `Err` only when the answer could not be written (mostly a
+    /// client that has gone): every refusal and failure of toolgate's own is an answer.
     async fn route(&self, session: &mut ServerSession, ctx: &mut RequestCtx) -> Result<()> {
         let route = ctx.route.clone();
         let mut ex = Exchange::new(session, ctx, self.server.state.config().server.max_body_bytes);
@@ -286,8 +286,10 @@ impl Proxy {
                 };
                 ex.json(status, serde_json::to_vec(&body).unwrap_or_default()).await
             }
-            // Boxed: these futures are several KB, and the connection's future holds this one
-            // inline; boxed, their bytes are allocated once and never moved with it.
+            // Boxed: these futures are several KB (a gateway's about 11), and the connection's
+            // future, allocated for the connection's whole life (idle or slow ones included),
+            // holds this one inline; boxed, a request pays one copy into its box instead of every
+            // connection carrying the largest handler (BENCHMARKS.md, the slowloris bound).
             Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await,
             Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await,
             Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await,
