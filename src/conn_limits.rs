@@ -282,21 +282,13 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
                 // Between keep-alive requests: wait for the next request's first byte, at most
                 // `keepalive_idle`.
                 let mut byte = [0u8; 1];
-                let mut stopping = shutdown.clone();
-                let peek = pingora::time::timeout(config.keepalive_idle, stream.try_peek(&mut byte));
-                tokio::pin!(peek);
                 let peeked = tokio::select! {
-                    peeked = &mut peek => peeked,
-                    _ = async { stopping.wait_for(|stop| *stop).await.is_ok() } => {
-                        // Shutting down (or handing over to a new process). Closing now would
-                        // race a request the client is sending on this connection into a
-                        // reset; a request that comes within `SHUTDOWN_DRAIN` is still answered
-                        // (with `Connection: close`), a connection quiet for that long is closed.
-                        match pingora::time::timeout(SHUTDOWN_DRAIN, &mut peek).await {
-                            Ok(peeked) => peeked,
-                            Err(_) => return None,
-                        }
-                    }
+                    peeked = pingora::time::timeout(config.keepalive_idle, stream.try_peek(&mut byte)) => peeked,
+                    // Shutting down (or handing over to a new process). Closing at once would
+                    // race a request the client is sending on this connection into a reset; a
+                    // request that comes within `SHUTDOWN_DRAIN` is still answered (with
+                    // `Connection: close`), a connection quiet for that long is closed.
+                    () = drain_ended(shutdown) => return None,
                 };
                 match peeked {
                     Ok(Ok(true)) => Instant::now(),
