@@ -17,6 +17,8 @@ use toolgate_filters::auth::{AuthError, CredentialResolver};
 use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
 use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
 
+mod follow;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
@@ -59,6 +61,11 @@ pub struct State {
     /// Serialises management writes so uniqueness checks and their write are atomic
     /// ([`State::lock_writes`]).
     write_lock: tokio::sync::Mutex<()>,
+    /// Held while this instance's copies of records change: by a write, from its copy's update
+    /// to its publication, and by a reload or another instance's change, while it puts in
+    /// place the copies it read from the store. So a copy read before a write of this
+    /// instance cannot overwrite what the write put in place (`follow.rs`).
+    copies: std::sync::Mutex<()>,
     /// Every change of a record, published by the write methods below once it is durable.
     pub changes: Feed,
     /// With a shared store: when this instance last heard from it (Unix ms, `peers.rs`).
@@ -108,6 +115,16 @@ impl State {
             StorageConfig::Embedded { path: dir } => Sealer::load(dir)?,
             StorageConfig::Redis { .. } => Sealer::shared()?,
         };
+        Self::open_on(config, store, sealer, admin_key).await
+    }
+
+    /// [`State::open`] on a store already opened.
+    async fn open_on(
+        config: Arc<Config>,
+        store: Arc<dyn Store>,
+        sealer: Sealer,
+        admin_key: Option<String>,
+    ) -> Result<(Arc<State>, Option<String>), StartError> {
         let state = State {
             config: arc_swap::ArcSwap::new(config.clone()),
             store,
@@ -126,6 +143,7 @@ impl State {
             usage: DashMap::new(),
             usage_dirty: DashSet::new(),
             write_lock: tokio::sync::Mutex::new(()),
+            copies: std::sync::Mutex::new(()),
             changes: Feed::new(),
             shared_contact: std::sync::atomic::AtomicI64::new(Utc::now().timestamp_millis()),
             operator_key_id: std::sync::OnceLock::new(),
@@ -305,6 +323,11 @@ impl State {
         Ok(print.then_some(plaintext))
     }
 
+    /// See the field `copies`. Never held across a wait.
+    fn copies(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.copies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Writes a record of organisation `org_id` (its store partition).
     async fn put<T: Serialize>(&self, kind: Kind, org_id: &str, id: &str, value: &T) -> Result<(), StoreError> {
         let json = serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -327,6 +350,7 @@ impl State {
 
     pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
         self.put(Kind::Organization, &org.id, &org.id, &org).await?;
+        let _copies = self.copies();
         let org = self.install_org(org);
         self.changes.publish(Change::OrganizationSaved { org_id: org.id.clone() });
         Ok(org)
@@ -334,6 +358,7 @@ impl State {
 
     pub async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
         self.put(Kind::User, &user.org_id, &user.id, &user).await?;
+        let _copies = self.copies();
         let user = self.install_user(user);
         self.changes.publish(Change::UserSaved { org_id: user.org_id.clone(), user_id: user.id.clone() });
         Ok(user)
@@ -341,6 +366,7 @@ impl State {
 
     pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
         self.put(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
+        let _copies = self.copies();
         let key = self.install_key(key);
         self.changes.publish(Change::KeySaved { org_id: key.org_id.clone(), key_id: key.id.clone() });
         Ok(key)
@@ -348,6 +374,7 @@ impl State {
 
     pub async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
         self.put(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
+        let _copies = self.copies();
         let a = self.install_service_account(a);
         self.changes.publish(Change::ServiceAccountSaved { org_id: a.org_id.clone(), account_id: a.id.clone() });
         Ok(a)
@@ -414,6 +441,7 @@ impl State {
 
     pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::ApiKey, id).await?;
+        let _copies = self.copies();
         if let Some(k) = self.uninstall_key(id) {
             self.changes.publish(Change::KeyDeleted { org_id: k.org_id.clone(), key_id: k.id.clone() });
         }
@@ -423,6 +451,7 @@ impl State {
     pub async fn save_gateway(&self, gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
         self.put(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
         let gw = Arc::new(gw);
+        let _copies = self.copies();
         let created = self.gateways.insert(gw.id.clone(), gw.clone()).is_none();
         self.changes.publish(Change::GatewaySaved { org_id: gw.org_id.clone(), gateway_id: gw.id.clone(), created });
         Ok(gw)
@@ -430,6 +459,7 @@ impl State {
 
     pub async fn delete_gateway(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::Gateway, id).await?;
+        let _copies = self.copies();
         if let Some((_, gw)) = self.gateways.remove(id) {
             self.changes.publish(Change::GatewayDeleted { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
         }
@@ -448,6 +478,7 @@ impl State {
     async fn store_connection(&self, c: Connection, renewed: bool) -> Result<Arc<Connection>, StoreError> {
         self.put(Kind::Connection, &c.org_id, &c.id, &c).await?;
         let c = Arc::new(c);
+        let _copies = self.copies();
         self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
         self.changes.publish(Change::ConnectionSaved { org_id: c.org_id.clone(), app_id: c.app_id.clone(), renewed });
         Ok(c)
@@ -457,6 +488,7 @@ impl State {
         let key = (org_id.to_string(), app_id.to_string());
         let Some(c) = self.connections.get(&key).map(|c| c.value().clone()) else { return Ok(false) };
         self.store.delete(Kind::Connection, &c.id).await?;
+        let _copies = self.copies();
         self.connections.remove(&key);
         self.changes.publish(Change::ConnectionDeleted { org_id: key.0, app_id: key.1 });
         Ok(true)
@@ -518,167 +550,10 @@ impl State {
         }
     }
 
-    /// Replaces this instance's copy of record `id` with the store's, or drops it when the store
-    /// no longer has it.
-    async fn follow<T: DeserializeOwned>(
-        &self,
-        map: &DashMap<String, Arc<T>>,
-        kind: Kind,
-        id: &str,
-    ) -> Result<(), StoreError> {
-        match self.read::<T>(kind, id).await? {
-            Some(record) => {
-                map.insert(id.to_string(), Arc::new(record));
-            }
-            None => {
-                map.remove(id);
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads every record of `kind` into `map` again, dropping those the store no longer has.
-    async fn reload_all<T: DeserializeOwned>(
-        &self,
-        map: &DashMap<String, Arc<T>>,
-        kind: Kind,
-    ) -> Result<(), StoreError> {
-        let rows = self.store.load_all(kind).await?;
-        let ids = rows.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
-        for (id, body) in rows {
-            map.insert(id.clone(), Arc::new(decode(kind, &id, &body)?));
-        }
-        map.retain(|id, _| ids.contains(id));
-        Ok(())
-    }
-
-    /// Follows a change another instance made (several instances on one store, `peers.rs`): the
-    /// record it names is read from the store and this instance's copy replaced or removed, then
-    /// the listeners (caches) are told. The store is the truth, so a change heard twice, or late,
-    /// leaves the same state.
-    pub async fn apply_peer_change(&self, change: &Change) -> Result<(), StoreError> {
-        match change {
-            Change::OrganizationSaved { org_id } => {
-                if let Some(org) = self.read::<Organization>(Kind::Organization, org_id).await? {
-                    self.install_org(org);
-                }
-            }
-            Change::UserSaved { user_id, .. } => match self.read::<User>(Kind::User, user_id).await? {
-                Some(user) => {
-                    self.install_user(user);
-                }
-                None => {
-                    self.users.remove(user_id);
-                    self.principals.clear();
-                }
-            },
-            Change::KeySaved { key_id, .. } | Change::KeyDeleted { key_id, .. } => {
-                match self.read::<ApiKey>(Kind::ApiKey, key_id).await? {
-                    Some(key) => {
-                        self.install_key(key);
-                    }
-                    None => {
-                        self.uninstall_key(key_id);
-                    }
-                }
-            }
-            Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
-                self.follow(&self.gateways, Kind::Gateway, gateway_id).await?;
-            }
-            Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {
-                let key = (org_id.clone(), app_id.clone());
-                let mut found = None;
-                for (id, body) in self.store.load_partition(Kind::Connection, org_id).await? {
-                    let c: Connection = decode(Kind::Connection, &id, &body)?;
-                    if c.app_id == *app_id {
-                        found = Some(c);
-                    }
-                }
-                match found {
-                    Some(c) => {
-                        self.connections.insert(key, Arc::new(c));
-                    }
-                    None => {
-                        self.connections.remove(&key);
-                    }
-                }
-            }
-            Change::ServiceAccountSaved { account_id, .. } => {
-                if let Some(a) = self.read::<ServiceAccount>(Kind::ServiceAccount, account_id).await? {
-                    self.install_service_account(a);
-                }
-            }
-            Change::WebhookSaved { webhook_id, .. } | Change::WebhookDeleted { webhook_id, .. } => {
-                self.follow(&self.webhooks, Kind::Webhook, webhook_id).await?;
-            }
-            Change::GrantSaved { grant_id, .. } | Change::GrantDeleted { grant_id, .. } => {
-                self.follow(&self.grants, Kind::OAuthGrant, grant_id).await?;
-            }
-            Change::SessionCreated { .. } | Change::SessionEnded { .. } => {}
-        }
-        self.changes.from_peer(change);
-        Ok(())
-    }
-
-    /// Reads every record again and drops those the store no longer has: what an instance does
-    /// when it may have missed other instances' changes (its feed connection was lost). The
-    /// listeners hear of every gateway and connection, whose caches may be stale.
-    pub async fn reload(&self) -> Result<(), StoreError> {
-        let orgs = self.store.load_all(Kind::Organization).await?;
-        let users = self.store.load_all(Kind::User).await?;
-        let accounts = self.store.load_all(Kind::ServiceAccount).await?;
-        let keys = self.store.load_all(Kind::ApiKey).await?;
-        let connections = self.store.load_all(Kind::Connection).await?;
-        self.reload_all(&self.webhooks, Kind::Webhook).await?;
-        self.reload_all(&self.grants, Kind::OAuthGrant).await?;
-        self.reload_all(&self.gateways, Kind::Gateway).await?;
-        let ids =
-            |rows: &[(String, String)]| rows.iter().map(|(id, _)| id.clone()).collect::<std::collections::HashSet<_>>();
-        let (org_ids, user_ids, account_ids, key_ids) = (ids(&orgs), ids(&users), ids(&accounts), ids(&keys));
-        for (id, body) in orgs {
-            self.install_org(decode(Kind::Organization, &id, &body)?);
-        }
-        self.orgs.retain(|id, _| org_ids.contains(id));
-        for (id, body) in users {
-            self.install_user(decode(Kind::User, &id, &body)?);
-        }
-        self.users.retain(|id, _| user_ids.contains(id));
-        for (id, body) in accounts {
-            self.install_service_account(decode(Kind::ServiceAccount, &id, &body)?);
-        }
-        self.service_accounts.retain(|id, _| account_ids.contains(id));
-        for (id, body) in keys {
-            self.install_key(decode(Kind::ApiKey, &id, &body)?);
-        }
-        let gone: Vec<String> =
-            self.keys.iter().filter(|k| !key_ids.contains(k.key())).map(|k| k.key().clone()).collect();
-        for id in gone {
-            self.uninstall_key(&id);
-        }
-        let mut connection_keys = std::collections::HashSet::new();
-        for (id, body) in connections {
-            let c: Connection = decode(Kind::Connection, &id, &body)?;
-            let key = (c.org_id.clone(), c.app_id.clone());
-            connection_keys.insert(key.clone());
-            self.connections.insert(key, Arc::new(c));
-        }
-        self.connections.retain(|k, _| connection_keys.contains(k));
-        self.principals.clear();
-        let gateways: Vec<(String, String)> = self.gateways.iter().map(|g| (g.org_id.clone(), g.id.clone())).collect();
-        for (org_id, gateway_id) in gateways {
-            self.changes.from_peer(&Change::GatewaySaved { org_id, gateway_id, created: false });
-        }
-        let keys: Vec<(String, String)> = self.keys.iter().map(|k| (k.org_id.clone(), k.id.clone())).collect();
-        if let Some((org_id, key_id)) = keys.into_iter().next() {
-            // One is enough: the runtime then checks every session's key.
-            self.changes.from_peer(&Change::KeySaved { org_id, key_id });
-        }
-        Ok(())
-    }
-
     pub async fn save_webhook(&self, w: Webhook) -> Result<Arc<Webhook>, StoreError> {
         self.put(Kind::Webhook, &w.org_id, &w.id, &w).await?;
         let w = Arc::new(w);
+        let _copies = self.copies();
         self.webhooks.insert(w.id.clone(), w.clone());
         self.changes.publish(Change::WebhookSaved { org_id: w.org_id.clone(), webhook_id: w.id.clone() });
         Ok(w)
@@ -686,6 +561,7 @@ impl State {
 
     pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::Webhook, id).await?;
+        let _copies = self.copies();
         if let Some((_, w)) = self.webhooks.remove(id) {
             self.changes.publish(Change::WebhookDeleted { org_id: w.org_id.clone(), webhook_id: w.id.clone() });
         }
@@ -697,6 +573,7 @@ impl State {
         let json = serde_json::to_string(&g).map_err(|e| StoreError::Backend(e.to_string()))?;
         self.store.put_expiring(Kind::OAuthGrant, &g.org_id, &g.id, json, g.refresh_expires_ms).await?;
         let g = Arc::new(g);
+        let _copies = self.copies();
         self.grants.insert(g.id.clone(), g.clone());
         self.changes.publish(Change::GrantSaved { org_id: g.org_id.clone(), grant_id: g.id.clone() });
         Ok(g)
@@ -706,6 +583,7 @@ impl State {
     /// as soon as it hears of the change.
     pub async fn delete_grant(&self, id: &str) -> Result<bool, StoreError> {
         let deleted = self.store.delete(Kind::OAuthGrant, id).await?;
+        let _copies = self.copies();
         if let Some((_, g)) = self.grants.remove(id) {
             self.changes.publish(Change::GrantDeleted { org_id: g.org_id.clone(), grant_id: g.id.clone() });
         }
@@ -775,44 +653,6 @@ impl State {
             self.refresh_org(org_id).await?;
         }
         Ok(guard)
-    }
-
-    /// Reads one organisation's records again and drops those the store no longer has (see
-    /// [`State::lock_writes`]).
-    async fn refresh_org(&self, org_id: &str) -> Result<(), StoreError> {
-        if let Some(org) = self.read::<Organization>(Kind::Organization, org_id).await? {
-            self.install_org(org);
-        }
-        let keys = self.store.load_partition(Kind::ApiKey, org_id).await?;
-        let ids: std::collections::HashSet<&str> = keys.iter().map(|(id, _)| id.as_str()).collect();
-        let gone: Vec<String> = self
-            .keys
-            .iter()
-            .filter(|k| k.org_id == org_id && !ids.contains(k.key().as_str()))
-            .map(|k| k.key().clone())
-            .collect();
-        for id in gone {
-            self.uninstall_key(&id);
-        }
-        for (id, body) in keys {
-            self.install_key(decode(Kind::ApiKey, &id, &body)?);
-        }
-        let gateways = self.store.load_partition(Kind::Gateway, org_id).await?;
-        let ids: std::collections::HashSet<String> = gateways.iter().map(|(id, _)| id.clone()).collect();
-        self.gateways.retain(|id, g| g.org_id != org_id || ids.contains(id));
-        for (id, body) in gateways {
-            self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
-        }
-        let accounts = self.store.load_partition(Kind::ServiceAccount, org_id).await?;
-        let ids: std::collections::HashSet<String> = accounts.iter().map(|(id, _)| id.clone()).collect();
-        self.service_accounts.retain(|id, a| a.org_id != org_id || ids.contains(id));
-        for (id, body) in accounts {
-            self.install_service_account(decode(Kind::ServiceAccount, &id, &body)?);
-        }
-        for (id, body) in self.store.load_partition(Kind::User, org_id).await? {
-            self.install_user(decode(Kind::User, &id, &body)?);
-        }
-        Ok(())
     }
 
     pub fn org(&self, id: &str) -> Option<Arc<Organization>> {
