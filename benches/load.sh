@@ -222,10 +222,13 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   (cd "$ROOT" && cargo build --release --example fast_upstream --example plain_proxy && cargo build --release --bin toolgate)
 fi
 # Private copies: the target dir is shared, and a concurrent `cargo test` re-links
-# target/release/toolgate with the dev-dependencies' features while we run.
+# target/release/toolgate with the dev-dependencies' features while we run. A binary given as
+# TOOLGATE_BIN or TOOLGATE_BIN_B is the caller's own copy: linked rather than copied, so that
+# uprobes placed on it (`perf probe -x PATH`, for PERF_STAT) count in the bench.
 mkdir -p "$WORK/bin"
-cp "${TOOLGATE_BIN:-$BIN/toolgate}" "$WORK/bin/toolgate"
-[[ -n "${TOOLGATE_BIN_B:-}" ]] && cp "$TOOLGATE_BIN_B" "$WORK/bin/toolgate-b"
+private() { ln -f "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
+if [[ -n "${TOOLGATE_BIN:-}" ]]; then private "$TOOLGATE_BIN" "$WORK/bin/toolgate"; else cp "$BIN/toolgate" "$WORK/bin/toolgate"; fi
+[[ -n "${TOOLGATE_BIN_B:-}" ]] && private "$TOOLGATE_BIN_B" "$WORK/bin/toolgate-b"
 cp "$BIN/examples/fast_upstream" "$BIN/examples/plain_proxy" "$WORK/bin/"
 if grep -q CookieService "$WORK/bin/toolgate"; then
   echo "load.sh: WARNING: the toolgate binary was built with dev-dependency features (reqwest cookies);" \

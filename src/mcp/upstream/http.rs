@@ -42,7 +42,7 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::wire::{HttpClients, Outgoing, Target, WireResponse};
+use super::wire::{media_type_is, HttpClients, Outgoing, Target, WireResponse};
 use super::{
     CallContext, Credential, Event, HttpSettings, NoticeReporter, ReplyStream, Source, TimeoutPhase, Timeouts,
     UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
@@ -393,10 +393,7 @@ impl Inner {
             .await
             .map_err(|_| UpstreamError::Timeout { phase: TimeoutPhase::FirstByte })??;
         let status = resp.status();
-        let is_sse = resp
-            .header(&CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+        let is_sse = resp.header(&CONTENT_TYPE).is_some_and(|t| media_type_is(t, "text/event-stream"));
         if status == StatusCode::OK && is_sse {
             return Ok(Opened::Stream(resp));
         }
@@ -433,7 +430,7 @@ impl Inner {
             Posted::Ok(r) => r,
             Posted::Expired => return Err(UpstreamError::Protocol("initialize rejected".into())),
         };
-        let session_id = resp.header(&SESSION_ID).cloned();
+        let session_id = resp.header(&SESSION_ID).and_then(|v| HeaderValue::from_bytes(v).ok());
         let source = HttpSource::from_response(resp, id, None, self.notices.clone())?;
         let response = ReplyStream::new(Source::Http(Box::new(source)), None, deadline, Id::NULL)
             .into_reply()
@@ -693,7 +690,7 @@ impl HttpSource {
         }
         let ctype = resp
             .header(&CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
+            .and_then(|v| std::str::from_utf8(v).ok())
             .unwrap_or("")
             .split(';')
             .next()

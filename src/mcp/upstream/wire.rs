@@ -1,9 +1,9 @@
 //! One HTTP exchange with a Streamable HTTP upstream: send a request, then read the status,
 //! headers and body of its answer in chunks. [`super::http`] builds the MCP session on top.
 //!
-//! * **`http://` upstreams** connect through Pingora's connector and speak HTTP/1.1 with Pingora's
-//!   client session. The request is written and the answer read by the task that serves the
-//!   gateway client. hyper's client (under reqwest) runs every connection as a task of its own,
+//! * **`http://` upstreams** connect through Pingora's connector and speak HTTP/1.1: the request
+//!   is written and the answer read ([`answer`]) by the task that serves the gateway client.
+//!   hyper's client (under reqwest) runs every connection as a task of its own,
 //!   so each call handed its request to that task and its answer back: two cross-task wake-ups
 //!   per call, which on a 2-worker runtime are cross-thread wake-ups. That hand-off, with
 //!   reqwest's redirect and retry layers, was the largest cost left in a `tools/call`
@@ -23,8 +23,10 @@
 //!   Pingora's own proxy does (`RetryType::ReusedOnly`).
 //! * The request line, headers and body leave in **one write** (Pingora's client session writes
 //!   the head and the body separately): one system call and one wake-up of the upstream fewer
-//!   per call. The head is written by hand (`request_bytes`); Pingora's client session reads the
-//!   answer.
+//!   per call. The head is written by hand (`request_bytes`).
+//! * **The answer is read by toolgate's own reader** ([`answer`], on `httparse`), whose buffer
+//!   stays with the pooled connection, rather than by a Pingora client session made for each
+//!   exchange (a read buffer, a header map, a digest and a body reader allocated per call).
 //! * **`https://` upstreams** use reqwest with rustls and the webpki roots (HTTP/2 by ALPN), plus
 //!   the app's `tls_ca_file` roots (internal servers behind a company CA).
 //!   toolgate's Pingora is built without a TLS backend, and certificate checking is not
@@ -44,13 +46,16 @@ use futures_util::FutureExt as _;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
 use http::{Method, StatusCode};
 use pingora::connectors::{ConnectorOptions, TransportConnector};
-use pingora::protocols::http::v1::client::HttpSession;
 use pingora::protocols::Stream;
 use pingora::upstreams::peer::HttpPeer;
-use pingora::{Error as PingoraError, ErrorType, OrErr};
+use pingora::{Error as PingoraError, ErrorType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt};
 
 use super::{describe_error, TimeoutPhase, UpstreamError};
+
+mod answer;
+
+use answer::{Answer, AnswerError, Connection};
 
 /// How long an idle pooled connection is kept. Servers close sooner (Node's default is 5 s); the
 /// check on taking a connection notices that and drops it.
@@ -264,36 +269,39 @@ impl PlainTarget {
         let request = self.request_bytes(&method, out);
         let mut attempt = 0;
         loop {
-            let (stream, reused) = match self.idle.take() {
-                Some(s) => (s, true),
+            let (conn, reused) = match self.idle.take() {
+                Some(c) => (c, true),
                 // Boxed: Pingora's connect future is about 8 KB, and held inline it made every
                 // call's future that much larger (each level above it holds this one), so every
                 // move and copy of the call's state copied it, while a pooled connection, the
                 // usual case, never runs it.
                 None => match Box::pin(self.connector.new_stream(&*peer)).await {
-                    Ok(s) => (s, false),
+                    Ok(s) => (Connection::new(s), false),
                     Err(e) => {
                         self.peer.store(None);
                         return Err(connect_error(&e));
                     }
                 },
             };
-            match exchange(stream, &peer, &request).await {
-                Ok((status, session)) => {
+            match exchange(conn, &method, &request).await {
+                Ok(answer) => {
                     return Ok(WireResponse {
-                        status,
-                        reply: Reply::Pooled { session: Some(Box::new(session)), idle: self.idle.clone() },
+                        status: answer.status,
+                        reply: Reply::Pooled { answer: Some(answer), idle: self.idle.clone() },
                     })
                 }
-                Err(mut e) => {
-                    e.retry.decide_reuse(reused);
-                    let stale = reused && (e.retry() || e.etype == ErrorType::WriteError);
+                Err(e) => {
+                    let stale = reused
+                        && matches!(e, ExchangeError::Write(_) | ExchangeError::Read(AnswerError::NothingRead(_)));
                     if stale && attempt < STALE_RETRIES {
                         attempt += 1;
                         tracing::debug!(error = %e, "pooled upstream connection was stale; sending again");
                         continue;
                     }
-                    return Err(connect_error(&e));
+                    return Err(match e {
+                        ExchangeError::Read(AnswerError::Malformed(why)) => UpstreamError::Protocol(why.to_string()),
+                        e => UpstreamError::Connect(e.to_string()),
+                    });
                 }
             }
         }
@@ -357,6 +365,15 @@ impl PlainTarget {
     }
 }
 
+/// Whether a `Content-Type` value names the media type `ty` (lowercase), in any case, before
+/// its parameters. No allocation: it runs on every answer.
+pub(crate) fn media_type_is(value: &[u8], ty: &str) -> bool {
+    let value = value.trim_ascii_start();
+    value.len() >= ty.len()
+        && value[..ty.len()].eq_ignore_ascii_case(ty.as_bytes())
+        && matches!(value.get(ty.len()), None | Some(b';' | b' ' | b'\t'))
+}
+
 /// Whether a configured or per-call header goes on the wire: framing and routing are the
 /// transport's own.
 fn sent(name: &HeaderName) -> bool {
@@ -382,7 +399,7 @@ impl Default for IdleConnections {
 }
 
 struct IdleConnection {
-    stream: Stream,
+    conn: Connection<Stream>,
     since: Instant,
 }
 
@@ -392,7 +409,7 @@ impl IdleConnections {
     }
 
     /// The most recently used connection that is still open, if any.
-    fn take(&self) -> Option<Stream> {
+    fn take(&self) -> Option<Connection<Stream>> {
         loop {
             let mut c = {
                 let mut list = self.list.lock();
@@ -407,17 +424,17 @@ impl IdleConnections {
                 c
             };
             // Checked outside the lock; a closed one is dropped and the next one tried.
-            if still_open(&mut c.stream) {
-                return Some(c.stream);
+            if still_open(&mut c.conn.stream) {
+                return Some(c.conn);
             }
         }
     }
 
-    fn put(&self, stream: Stream) {
+    fn put(&self, conn: Connection<Stream>) {
         let now = Instant::now();
         let surplus = {
             let mut list = self.list.lock();
-            list.push_back(IdleConnection { stream, since: now });
+            list.push_back(IdleConnection { conn, since: now });
             let surplus = self.expired(&list, now).max(list.len().saturating_sub(self.cap));
             list.drain(..surplus).collect::<Vec<_>>()
         };
@@ -467,19 +484,23 @@ fn still_open(stream: &mut Stream) -> bool {
     }
 }
 
+#[derive(Debug, thiserror::Error)]
+enum ExchangeError {
+    #[error("while writing the request: {0}")]
+    Write(std::io::Error),
+    #[error(transparent)]
+    Read(AnswerError),
+}
+
 /// Writes the request in one go and reads the answer's head (skipping 1xx).
-async fn exchange(mut stream: Stream, peer: &HttpPeer, request: &[u8]) -> pingora::Result<(StatusCode, HttpSession)> {
-    stream.write_all(request).await.or_err(ErrorType::WriteError, "while writing the request")?;
-    stream.flush().await.or_err(ErrorType::WriteError, "while flushing the request")?;
-    let mut session = HttpSession::new_with_options(stream, peer);
-    loop {
-        session.read_response().await?;
-        match session.get_status() {
-            Some(s) if s.is_informational() => continue,
-            Some(s) => return Ok((s, session)),
-            None => return Err(PingoraError::explain(ErrorType::InvalidHTTPHeader, "response without a status")),
-        }
-    }
+async fn exchange(
+    mut conn: Connection<Stream>,
+    method: &Method,
+    request: &[u8],
+) -> Result<Answer<Stream>, ExchangeError> {
+    conn.stream.write_all(request).await.map_err(ExchangeError::Write)?;
+    conn.stream.flush().await.map_err(ExchangeError::Write)?;
+    conn.read_head(method == Method::HEAD).await.map_err(|(_, e)| ExchangeError::Read(e))
 }
 
 fn connect_error(e: &PingoraError) -> UpstreamError {
@@ -498,7 +519,7 @@ pub(crate) struct WireResponse {
 enum Reply {
     Pooled {
         /// `None` once the body is read and the connection is back in the pool.
-        session: Option<Box<HttpSession>>,
+        answer: Option<Answer<Stream>>,
         /// Where the connection goes when the body is read.
         idle: Arc<IdleConnections>,
     },
@@ -513,10 +534,10 @@ impl WireResponse {
         self.status
     }
 
-    pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+    pub fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         match &self.reply {
-            Reply::Pooled { session, .. } => session.as_ref()?.get_header(name),
-            Reply::Tls { resp, .. } => resp.headers().get(name),
+            Reply::Pooled { answer, .. } => answer.as_ref()?.header(name),
+            Reply::Tls { resp, .. } => resp.headers().get(name).map(HeaderValue::as_bytes),
         }
     }
 
@@ -529,28 +550,20 @@ impl WireResponse {
         mut sink: impl FnMut(&[u8]) -> Result<(), UpstreamError>,
     ) -> Result<bool, UpstreamError> {
         match &mut self.reply {
-            Reply::Pooled { session, idle } => {
-                let Some(s) = session.as_deref_mut() else { return Ok(false) };
-                if !s.is_body_done() {
-                    match s.read_body_ref().await {
-                        Ok(Some(piece)) => {
-                            sink(piece)?;
-                            return Ok(true);
-                        }
-                        // The end: a chunked body's last chunk was already buffered.
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::debug!(error = %e, "upstream body broke");
-                            *session = None;
-                            return Err(UpstreamError::Closed);
-                        }
+            Reply::Pooled { answer, idle } => {
+                let Some(a) = answer.as_mut() else { return Ok(false) };
+                match a.next_piece(&mut sink).await {
+                    Ok(Ok(true)) => return Ok(true),
+                    Ok(Ok(false)) => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "upstream body broke");
+                        *answer = None;
+                        return Err(UpstreamError::Closed);
                     }
                 }
-                if let Some(mut s) = session.take() {
-                    s.respect_keepalive();
-                    if let Some(stream) = s.reuse().await {
-                        idle.put(stream);
-                    }
+                if let Some(conn) = answer.take().and_then(Answer::reusable) {
+                    idle.put(conn);
                 }
                 Ok(false)
             }
@@ -796,7 +809,7 @@ mod tests {
         let connect = || async {
             let client = clients.connector.new_stream(&peer).await.unwrap();
             let (server, _) = listener.accept().await.unwrap();
-            (client, server)
+            (Connection::new(client), server)
         };
         let closed = |mut server: tokio::net::TcpStream| async move {
             let mut b = [0u8; 1];
@@ -817,8 +830,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut taken = idle.take().expect("the older connection is still open");
         assert_eq!(idle.len(), 0);
-        taken.write_all(b"ping").await.unwrap();
-        taken.flush().await.unwrap();
+        taken.stream.write_all(b"ping").await.unwrap();
+        taken.stream.flush().await.unwrap();
         let mut got = [0u8; 4];
         tokio::time::timeout(Duration::from_secs(2), s2.read_exact(&mut got)).await.unwrap().unwrap();
         assert_eq!(&got, b"ping", "the connection handed out is the one still open");
@@ -840,6 +853,16 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert!(idle.take().is_none(), "past its time: closed, not handed out");
         assert!(closed(s5).await);
+    }
+
+    #[test]
+    fn a_media_type_is_matched_in_any_case_before_its_parameters() {
+        assert!(media_type_is(b"text/event-stream", "text/event-stream"));
+        assert!(media_type_is(b" Text/Event-Stream; charset=utf-8", "text/event-stream"));
+        assert!(media_type_is(b"application/json;charset=UTF-8", "application/json"));
+        assert!(!media_type_is(b"application/jsonl", "application/json"));
+        assert!(!media_type_is(b"text/html", "text/event-stream"));
+        assert!(!media_type_is(b"", "application/json"));
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ use super::{HttpSource, Inner, PROTOCOL_VERSION};
 use crate::mcp::jsonrpc::{self, Id, Message, RawJson, Request, Response};
 use crate::mcp::modern;
 use crate::mcp::protocol::STATELESS;
+use crate::mcp::upstream::wire::media_type_is;
 use crate::mcp::upstream::{CallContext, Event, ReplyStream, Source, UpstreamError, UpstreamReply};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -155,10 +156,7 @@ impl Inner {
             Ok(result) => result?,
         };
         let status = resp.status();
-        let json = resp
-            .header(&CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json"));
+        let json = resp.header(&CONTENT_TYPE).is_some_and(|t| media_type_is(t, "application/json"));
         // A client error answered in JSON is the app's JSON-RPC answer, except an HTTP
         // authentication challenge (RFC 6750: `WWW-Authenticate`, an OAuth error body), which
         // is about the credential, not the call.
