@@ -892,6 +892,46 @@ mod tests {
         assert_eq!(conns.load(Ordering::SeqCst), 1, "chunked answers must not cost a connection each");
     }
 
+    /// A server that reads one request per connection, writes `answer` and closes.
+    async fn answering(answer: &'static [u8]) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    if read_request(&mut sock, &mut buf).await.is_some() {
+                        let _ = sock.write_all(answer).await;
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn malformed_and_broken_answers_map_to_their_upstream_errors() {
+        let clients = HttpClients::default();
+        let headers = HeaderMap::new();
+        let target = |port: u16| {
+            Target::new(&format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(2), None, &clients).unwrap()
+        };
+        // A head that cannot be read: a protocol error, not a connection failure.
+        for garbage in [&b"NOT HTTP AT ALL\r\n\r\n"[..], b"HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n"] {
+            let err = target(answering(garbage).await).send(Method::POST, post(&headers, "{}")).await.err().unwrap();
+            assert!(matches!(err, UpstreamError::Protocol(_)), "{:?}: {err:?}", String::from_utf8_lossy(garbage));
+        }
+        // Closed before answering, on a fresh connection: not sent again, a connection failure.
+        let err = target(answering(b"").await).send(Method::POST, post(&headers, "{}")).await.err().unwrap();
+        assert!(matches!(err, UpstreamError::Connect(_)), "{err:?}");
+        // A good head, then a body that breaks: the head is the answer, the body read fails.
+        let broken = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab";
+        let mut resp = target(answering(broken).await).send(Method::POST, post(&headers, "{}")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let err = resp.read_to_end(1024).await.err().unwrap();
+        assert!(matches!(err, UpstreamError::Closed), "{err:?}");
+    }
+
     #[tokio::test]
     async fn connect_failures_and_bad_urls() {
         let clients = HttpClients::default();

@@ -279,8 +279,7 @@ impl<S: AsyncRead + Unpin> Answer<S> {
                     return Ok(sink(self.take(n)).map(|_| true));
                 }
                 Framing::Chunked(Chunk::Size) => {
-                    let line = self.line().await?;
-                    let size = chunk_size(&self.conn.buf[line])?;
+                    let size = self.chunk_size().await?;
                     self.body = Framing::Chunked(if size == 0 { Chunk::Trailers } else { Chunk::Data(size) });
                 }
                 Framing::Chunked(Chunk::DataEnd) => {
@@ -331,6 +330,33 @@ impl<S: AsyncRead + Unpin> Answer<S> {
         }
     }
 
+    /// The size on the chunk-size line at the window's start (read more until it is whole;
+    /// extensions ignored), and uses the line. `httparse` reads it; an empty size, which it
+    /// takes for 0, is refused here.
+    async fn chunk_size(&mut self) -> Result<u64, AnswerError> {
+        let invalid = || AnswerError::Malformed("invalid chunk size");
+        loop {
+            let window = &self.conn.buf[self.window.clone()];
+            match httparse::parse_chunk_size(window) {
+                Ok(httparse::Status::Complete((used, size))) => {
+                    if !window[0].is_ascii_hexdigit() {
+                        return Err(invalid());
+                    }
+                    self.window.start += used;
+                    return Ok(size);
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(httparse::InvalidChunkSize) => return Err(invalid()),
+            }
+            if self.window.len() > MAX_LINE {
+                return Err(AnswerError::Malformed("chunk line longer than 4 KiB"));
+            }
+            if !self.fill().await? {
+                return Err(AnswerError::Broken("end of stream within a chunked body".into()));
+            }
+        }
+    }
+
     /// The next line of the window without its line break (read more until it is whole), and
     /// uses it.
     async fn line(&mut self) -> Result<Range<usize>, AnswerError> {
@@ -350,21 +376,6 @@ impl<S: AsyncRead + Unpin> Answer<S> {
             }
         }
     }
-}
-
-/// A chunk-size line's size (extensions after `;` ignored).
-fn chunk_size(line: &[u8]) -> Result<u64, AnswerError> {
-    let digits = line.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
-    let bad = AnswerError::Malformed("invalid chunk size");
-    if digits.is_empty() || digits.len() > 15 {
-        return Err(bad);
-    }
-    let mut size = 0u64;
-    for d in digits {
-        let v = (*d as char).to_digit(16).ok_or(AnswerError::Malformed("invalid chunk size"))?;
-        size = size * 16 + u64::from(v);
-    }
-    Ok(size)
 }
 
 #[cfg(test)]
@@ -523,6 +534,10 @@ mod tests {
             (b"HTTP/1.1 200 OK\r\nContent-Le", "Broken"),
             (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", "Broken"),
             (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "Malformed"),
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\r\n", "Malformed"),
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n;ext\r\n", "Malformed"),
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n", "Malformed"),
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3", "Broken"),
             (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcdef\r\n", "Malformed"),
             (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", "Broken"),
             (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok", "Malformed"),
