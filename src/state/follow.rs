@@ -319,18 +319,18 @@ impl State {
             let mut since = self.changes.subscribe();
             let mut read = Vec::with_capacity(names.0.len());
             for name in names.0.drain() {
-                let body = self.read_named(&name).await?;
-                read.push((name, body));
+                let stored = self.read_named(&name).await?;
+                read.push((name, stored));
             }
             let _copies = self.copies();
             match WrittenMeanwhile::heard(&mut since) {
                 None => names.0.extend(read.into_iter().map(|(name, _)| name)),
                 Some(meanwhile) => {
-                    for (name, body) in read {
+                    for (name, stored) in read {
                         if meanwhile.0.contains(&name) {
                             names.0.insert(name);
                         } else {
-                            self.put_named(&name, body)?;
+                            self.put_named(&name, stored)?;
                         }
                     }
                 }
@@ -339,8 +339,8 @@ impl State {
         Ok(())
     }
 
-    /// The store's body of the record `name`; `None`: the store does not have it.
-    async fn read_named(&self, name: &Named) -> Result<Option<String>, StoreError> {
+    /// The store's copy of the record `name`; `None`: the store does not have it.
+    async fn read_named(&self, name: &Named) -> Result<Option<Stored>, StoreError> {
         let (kind, id) = match name {
             Named::Organization(id) => (Kind::Organization, id),
             Named::User(id) => (Kind::User, id),
@@ -350,38 +350,43 @@ impl State {
             Named::Webhook(id) => (Kind::Webhook, id),
             Named::Grant(id) => (Kind::OAuthGrant, id),
             Named::Connection(org_id, app_id) => {
+                // Stored by their own id, named by their app: the organisation's are searched.
                 for (id, body) in self.store.load_partition(Kind::Connection, org_id).await? {
                     let c: Connection = decode(Kind::Connection, &id, &body)?;
                     if c.app_id == *app_id {
-                        return Ok(Some(body));
+                        return Ok(Some(Stored { id, body }));
                     }
                 }
                 return Ok(None);
             }
         };
-        self.store.get(kind, id).await
+        Ok(self.store.get(kind, id).await?.map(|body| Stored { id: id.clone(), body }))
     }
 
     /// Puts the store's copy of `name` in place (`None`: drops this instance's).
-    fn put_named(&self, name: &Named, body: Option<String>) -> Result<(), StoreError> {
-        fn parse<T: Record>(id: &str, body: Option<String>) -> Result<Option<T>, StoreError> {
-            body.map(|b| decode(T::KIND, id, &b)).transpose()
+    fn put_named(&self, name: &Named, stored: Option<Stored>) -> Result<(), StoreError> {
+        fn parse<T: Record>(stored: Option<Stored>) -> Result<Option<T>, StoreError> {
+            stored.map(|s| decode(T::KIND, &s.id, &s.body)).transpose()
         }
-        fn follow<T: Record>(map: &DashMap<String, Arc<T>>, id: &str, body: Option<String>) -> Result<(), StoreError> {
-            match parse::<T>(id, body)? {
+        fn follow<T: Record>(
+            map: &DashMap<String, Arc<T>>,
+            id: &str,
+            stored: Option<Stored>,
+        ) -> Result<(), StoreError> {
+            match parse::<T>(stored)? {
                 Some(record) => map.insert(id.to_string(), Arc::new(record)),
                 None => map.remove(id).map(|(_, r)| r),
             };
             Ok(())
         }
         match name {
-            Named::Organization(id) => {
+            Named::Organization(_) => {
                 // Organisations are never deleted; one the store lacks is left as it is.
-                if let Some(org) = parse::<Organization>(id, body)? {
+                if let Some(org) = parse::<Organization>(stored)? {
                     self.install_org(org);
                 }
             }
-            Named::User(id) => match parse::<User>(id, body)? {
+            Named::User(id) => match parse::<User>(stored)? {
                 Some(user) => {
                     self.install_user(user);
                 }
@@ -390,7 +395,7 @@ impl State {
                     self.principals.clear();
                 }
             },
-            Named::Key(id) => match parse::<ApiKey>(id, body)? {
+            Named::Key(id) => match parse::<ApiKey>(stored)? {
                 Some(key) => {
                     self.install_key(key);
                 }
@@ -398,7 +403,7 @@ impl State {
                     self.uninstall_key(id);
                 }
             },
-            Named::ServiceAccount(id) => match parse::<ServiceAccount>(id, body)? {
+            Named::ServiceAccount(id) => match parse::<ServiceAccount>(stored)? {
                 Some(account) => {
                     self.install_service_account(account);
                 }
@@ -407,12 +412,12 @@ impl State {
                     self.principals.clear();
                 }
             },
-            Named::Gateway(id) => follow(&self.gateways, id, body)?,
-            Named::Webhook(id) => follow(&self.webhooks, id, body)?,
-            Named::Grant(id) => follow(&self.grants, id, body)?,
+            Named::Gateway(id) => follow(&self.gateways, id, stored)?,
+            Named::Webhook(id) => follow(&self.webhooks, id, stored)?,
+            Named::Grant(id) => follow(&self.grants, id, stored)?,
             Named::Connection(org_id, app_id) => {
                 let key = (org_id.clone(), app_id.clone());
-                match body.map(|b| decode::<Connection>(Kind::Connection, app_id, &b)).transpose()? {
+                match stored.map(|s| decode::<Connection>(Kind::Connection, &s.id, &s.body)).transpose()? {
                     Some(c) => self.connections.insert(key, Arc::new(c)),
                     None => self.connections.remove(&key).map(|(_, c)| c),
                 };
@@ -420,6 +425,13 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// A record's body as the store holds it, with its id in the store (for a connection, not the
+/// app id it is named by).
+struct Stored {
+    id: String,
+    body: String,
 }
 
 /// Puts a family's diff in place in a map that has nothing beside it to keep in step.
