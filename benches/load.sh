@@ -42,7 +42,10 @@
 #                    (PERF_FREQ samples/s, 499; PERF_CALLGRAPH=none samples without call graphs,
 #                    which perturbs the round far less than the default dwarf unwinding)
 #                    PERF_PHASE (fast | everything; default fast) and PERF_TARGET (toolgate |
-#                    plain | direct; default toolgate).
+#                    plain | direct; default toolgate). PERF_EVENT=EVENT records that event
+#                    instead of CPU samples, every PERF_PERIOD-th occurrence (1), e.g. a uprobe
+#                    on the allocator (`perf probe -x BIN -a 'grp:malloc=mi_malloc_aligned'`)
+#                    to see who allocates per call.
 #   STRACE=PREFIX    `strace -f` of the proxies (plain and toolgate) during the first round of
 #                    STRACE_PHASE (fast | everything; default fast) into PREFIX.plain and
 #                    PREFIX.toolgate; STRACE_ARGS (default `-c`, counts: divide by the round's
@@ -175,7 +178,9 @@ run() {
   if [[ -n "${PERF:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
     local graph=(--call-graph "${PERF_CALLGRAPH:-dwarf,16384}")
     [[ "${PERF_CALLGRAPH:-}" == none ]] && graph=()
-    perf record -q -F "${PERF_FREQ:-499}" "${graph[@]}" -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
+    local sampling=(-F "${PERF_FREQ:-499}")
+    [[ -n "${PERF_EVENT:-}" ]] && sampling=(-e "$PERF_EVENT" -c "${PERF_PERIOD:-1}")
+    perf record -q "${sampling[@]}" "${graph[@]}" -p "$ppid" -o "$PERF" -- sleep "$secs" 2>/dev/null &
     watchers+=($!)
   fi
   if [[ -n "${PERF_SCHED:-}" && "$phase/$target/$round" == "${PERF_PHASE:-fast}/${PERF_TARGET:-toolgate}/1" ]]; then
