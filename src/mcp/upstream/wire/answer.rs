@@ -555,5 +555,10 @@ mod tests {
         huge.resize(MAX_HEAD + 10, b'a');
         let e = read_all(conn(&huge, 8192)).await.err().unwrap();
         assert!(matches!(e, AnswerError::Malformed("head longer than 64 KiB")), "{e:?}");
+        // A chunk-size line that never ends: refused once it passes 4 KiB, not read forever.
+        let mut long = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;".to_vec();
+        long.resize(long.len() + MAX_LINE + 10, b'x');
+        let e = read_all(conn(&long, 1024)).await.err().unwrap();
+        assert!(matches!(e, AnswerError::Malformed("chunk line longer than 4 KiB")), "{e:?}");
     }
 }
