@@ -19,9 +19,9 @@
 
 use crate::config::ServerConfig;
 use crate::deadline;
+use crate::fast_map::FastMap;
 use crate::tls::{Accepted, ClientSubject, EdgeTls};
 use async_trait::async_trait;
-use dashmap::DashMap;
 use ipnet::IpNet;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession;
@@ -81,7 +81,7 @@ impl ConnLimitsConfig {
 pub struct ConnLimits {
     config: ConnLimitsConfig,
     open: AtomicUsize,
-    per_address: DashMap<IpAddr, usize>,
+    per_address: FastMap<IpAddr, usize>,
 }
 
 /// A connection's place in [`ConnLimits`], given back when it drops (when the connection ends).
@@ -93,7 +93,7 @@ pub struct ConnSlot {
 
 impl ConnLimits {
     pub fn new(config: ConnLimitsConfig) -> Arc<ConnLimits> {
-        Arc::new(ConnLimits { config, open: AtomicUsize::new(0), per_address: DashMap::new() })
+        Arc::new(ConnLimits { config, open: AtomicUsize::new(0), per_address: FastMap::default() })
     }
 
     pub fn config(&self) -> &ConnLimitsConfig {

@@ -17,6 +17,7 @@ pub mod deadline;
 pub mod error;
 pub mod events;
 pub mod exchange;
+pub mod fast_map;
 pub mod gateway_oauth;
 pub mod jwt;
 pub mod limiter;

@@ -235,7 +235,9 @@ fn access_json(out: &mut Vec<u8>, l: &AccessLine<'_>) {
     out.extend_from_slice(itoa::Buffer::new().format(l.status).as_bytes());
     out.extend_from_slice(b",\"duration_ms\":");
     milliseconds(out, l.elapsed);
-    let _ = write!(out, ",\"client_ip\":\"{}\"", l.client_ip);
+    out.extend_from_slice(b",\"client_ip\":\"");
+    ip_text(out, l.client_ip);
+    out.push(b'"');
     if let Some(p) = l.principal {
         out.extend_from_slice(b",\"principal\":");
         json_string(out, p);
@@ -262,7 +264,8 @@ fn access_text(out: &mut Vec<u8>, l: &AccessLine<'_>) {
     out.extend_from_slice(itoa::Buffer::new().format(l.status).as_bytes());
     out.extend_from_slice(b" duration_ms=");
     milliseconds(out, l.elapsed);
-    let _ = write!(out, " client_ip={}", l.client_ip);
+    out.extend_from_slice(b" client_ip=");
+    ip_text(out, l.client_ip);
     if let Some(p) = l.principal {
         out.extend_from_slice(b" principal=");
         json_string(out, p);
@@ -275,24 +278,61 @@ fn access_text(out: &mut Vec<u8>, l: &AccessLine<'_>) {
 }
 
 /// Now in UTC as RFC 3339 with microseconds, as `tracing`'s lines have it.
+///
+/// Every line of a second starts with the same date and time: each thread keeps the text of the
+/// second it last wrote and makes it again only when the second changes, so a line costs a
+/// clock read and six digits rather than a calendar conversion.
 fn timestamp(out: &mut Vec<u8>) {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    thread_local! {
+        /// (Unix second, `YYYY-MM-DDTHH:MM:SS.` of that second).
+        static SECOND: std::cell::Cell<(u64, [u8; 20])> = const { std::cell::Cell::new((u64::MAX, [0; 20])) };
+    }
+    let secs = since_epoch.as_secs();
+    let (cached, mut text) = SECOND.get();
+    if cached != secs {
+        text = second_text(secs);
+        SECOND.set((secs, text));
+    }
+    out.extend_from_slice(&text);
+    zero_padded(out, u64::from(since_epoch.subsec_micros()), 6);
+    out.push(b'Z');
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.` of a Unix second.
+fn second_text(secs: u64) -> [u8; 20] {
     use chrono::{Datelike, Timelike};
-    let now = chrono::Utc::now();
-    let (date, time) = (now.date_naive(), now.time());
-    // A leap second's nanoseconds go past a billion; the microseconds stay six digits.
-    let micros = (time.nanosecond() / 1000).min(999_999);
-    let year = date.year().clamp(0, 9999) as u32;
+    let at = i64::try_from(secs).ok().and_then(|s| chrono::DateTime::from_timestamp(s, 0)).unwrap_or_default();
+    let year = at.year().clamp(0, 9999) as u32;
+    let mut text = Vec::with_capacity(20);
     for (n, width, then) in [
         (year, 4, b'-'),
-        (date.month(), 2, b'-'),
-        (date.day(), 2, b'T'),
-        (time.hour(), 2, b':'),
-        (time.minute(), 2, b':'),
-        (time.second(), 2, b'.'),
-        (micros, 6, b'Z'),
+        (at.month(), 2, b'-'),
+        (at.day(), 2, b'T'),
+        (at.hour(), 2, b':'),
+        (at.minute(), 2, b':'),
+        (at.second(), 2, b'.'),
     ] {
-        zero_padded(out, n.into(), width);
-        out.push(then);
+        zero_padded(&mut text, n.into(), width);
+        text.push(then);
+    }
+    text.try_into().unwrap_or([b'0'; 20])
+}
+
+/// An address as its usual text; IPv4 (the common case) without the formatting machinery.
+fn ip_text(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 
@@ -391,6 +431,41 @@ mod tests {
                 && text.contains(" status=200 duration_ms=12.345 "),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_timestamp_of_each_second_is_its_own() {
+        // The second's text, right at the edges of days, months, a leap day and years; then two
+        // stamps in a row, the second no earlier than the first.
+        for (secs, text) in [
+            (0, "1970-01-01T00:00:00."),
+            (951_782_399, "2000-02-28T23:59:59."),
+            (951_782_400, "2000-02-29T00:00:00."),
+            (1_798_761_599, "2026-12-31T23:59:59."),
+            (1_798_761_600, "2027-01-01T00:00:00."),
+        ] {
+            assert_eq!(std::str::from_utf8(&second_text(secs)).unwrap(), text);
+        }
+        let stamp = || {
+            let mut out = Vec::new();
+            timestamp(&mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let (first, second) = (stamp(), stamp());
+        for t in [&first, &second] {
+            let parsed = chrono::DateTime::parse_from_rfc3339(t).unwrap().to_utc();
+            assert!((chrono::Utc::now() - parsed).num_seconds().abs() < 2, "{t}");
+        }
+        assert!(first <= second, "{first} then {second}");
+    }
+
+    #[test]
+    fn addresses_are_written_as_their_usual_text() {
+        for ip in ["0.0.0.0", "127.0.0.1", "10.200.3.255", "2001:db8::1", "::ffff:10.0.0.1"] {
+            let mut out = Vec::new();
+            ip_text(&mut out, ip.parse().unwrap());
+            assert_eq!(String::from_utf8(out).unwrap(), ip);
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! have no credentials and are shared.
 
 use crate::config::{AppConfig, AppUpstream};
+use crate::fast_map::FastMap;
 use crate::mcp::failures::FailureRuns;
 use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{
@@ -52,7 +53,7 @@ type ListCache = DashMap<(String, String, &'static str), (Instant, Arc<Vec<Value
 pub struct AppClients {
     state: Arc<State>,
     shared: UpstreamShared,
-    upstreams: DashMap<Key, Arc<Upstream>>,
+    upstreams: FastMap<Key, Arc<Upstream>>,
     lists: ListCache,
     /// The latest tool listing any organisation got of each app (app id -> tools): what the
     /// app catalogue shows an organisation that has not connected the app. Never used to call
@@ -62,7 +63,7 @@ pub struct AppClients {
     /// service takes them.
     notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
     /// App id -> whether its latest exchange went through ([`AppClients::health`]).
-    health: DashMap<String, AtomicBool>,
+    health: FastMap<String, AtomicBool>,
     /// Runs of failed exchanges per organisation and app (`error.critical`).
     pub failures: FailureRuns,
     /// One renewal of a connection's OAuth tokens at a time (organisation, app).
@@ -77,10 +78,10 @@ impl AppClients {
         AppClients {
             state,
             shared,
-            upstreams: DashMap::new(),
+            upstreams: FastMap::default(),
             lists: DashMap::new(),
             last_tools: DashMap::new(),
-            health: DashMap::new(),
+            health: FastMap::default(),
             failures: FailureRuns::default(),
             notices: parking_lot::Mutex::new(Some(rx)),
             renewing: DashMap::new(),

@@ -5,6 +5,7 @@
 //! the simplest exact reading of it is the right one; the per-caller buckets with burst live in
 //! the rate-limit filter.
 
+use crate::fast_map::FastMap;
 use http::{HeaderName, HeaderValue};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -76,7 +77,7 @@ pub struct MinuteQuota {
     warn_percent: u8,
     reached: parking_lot::Mutex<Vec<Reached>>,
     /// Per gateway, the window (its end) last noted in `reached`.
-    noted: dashmap::DashMap<String, u64>,
+    noted: FastMap<String, u64>,
 }
 
 /// Most gateway readings kept between two takes (each is one gateway's one window).
@@ -84,12 +85,7 @@ const MAX_REACHED: usize = 10_000;
 
 impl MinuteQuota {
     pub fn new(backend: Arc<dyn RateLimiter>, warn_percent: u8) -> MinuteQuota {
-        MinuteQuota {
-            backend,
-            warn_percent,
-            reached: parking_lot::Mutex::new(Vec::new()),
-            noted: dashmap::DashMap::new(),
-        }
+        MinuteQuota { backend, warn_percent, reached: parking_lot::Mutex::new(Vec::new()), noted: FastMap::default() }
     }
 
     /// [`MinuteQuota::admit`] for a gateway's own quota; the first request of a window at or past

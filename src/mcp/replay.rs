@@ -6,8 +6,8 @@
 //! missed, then the rest live. A dropped connection is not a cancellation (MCP says so): the call
 //! goes on and its events are buffered for the client to come back to.
 
+use crate::fast_map::FastMap;
 use bytes::Bytes;
-use dashmap::DashMap;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -113,7 +113,7 @@ impl CallStream {
 /// The resumable streams of the running calls (and of recently ended ones).
 #[derive(Default)]
 pub struct CallStreams {
-    streams: DashMap<String, Arc<CallStream>>,
+    streams: FastMap<String, Arc<CallStream>>,
 }
 
 impl CallStreams {

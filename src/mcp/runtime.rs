@@ -4,6 +4,7 @@
 //! management handlers reach it through `Server::mcp` to list sessions or test apps.
 
 use crate::changes::Change;
+use crate::fast_map::FastMap;
 use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc;
@@ -37,9 +38,9 @@ pub struct McpRuntime {
     pub reqlog: Arc<RequestLog>,
     /// Per-minute quotas of gateways and apps (all callers together).
     pub quotas: MinuteQuota,
-    catalogues: DashMap<String, Arc<Catalogue>>,
+    catalogues: FastMap<String, Arc<Catalogue>>,
     /// Gateway id -> sender of server-to-client messages for its open GET streams.
-    pub(super) streams: DashMap<String, broadcast::Sender<Arc<StreamMessage>>>,
+    pub(super) streams: FastMap<String, broadcast::Sender<Arc<StreamMessage>>>,
     /// Which client sessions are subscribed to which resource of which upstream.
     pub subscriptions: Subscriptions,
     /// (session id, JSON of a relayed server->client request id) -> (org, app).
@@ -71,8 +72,8 @@ impl McpRuntime {
             quotas: MinuteQuota::new(limiter, state.config().alerts.limit_warning_percent),
             sessions,
             state,
-            catalogues: DashMap::new(),
-            streams: DashMap::new(),
+            catalogues: FastMap::default(),
+            streams: FastMap::default(),
             subscriptions: Subscriptions::default(),
             relayed: DashMap::new(),
             parked: ParkedCalls::default(),

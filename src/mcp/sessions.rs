@@ -18,10 +18,10 @@
 //!   through [`Sessions::closed`].
 
 use crate::changes::{Change, Feed};
+use crate::fast_map::{FastMap, FastSet};
 use crate::model::{ClientCapabilities, McpSession};
 use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
-use dashmap::{DashMap, DashSet};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,11 +104,11 @@ struct OrgSessions {
 
 pub struct Sessions {
     store: Arc<dyn Store>,
-    map: DashMap<String, Entry>,
+    map: FastMap<String, Entry>,
     /// Organisation id -> its sessions. Lock order: a guard of `map` is never held while one of
     /// `orgs` is taken, nor the other way round.
-    orgs: DashMap<String, OrgSessions>,
-    dirty: DashSet<String>,
+    orgs: FastMap<String, OrgSessions>,
+    dirty: FastSet<String>,
     /// `mcp.session_idle_timeout_secs` and `session_retention_secs` in milliseconds, replaced
     /// by a reload: every session is judged by the timeouts in force at its next check.
     idle_timeout_ms: AtomicU64,
@@ -140,9 +140,9 @@ impl Sessions {
     pub async fn load(store: Arc<dyn Store>, limits: SessionLimits, changes: Feed) -> Result<Sessions, StoreError> {
         let sessions = Sessions {
             store: store.clone(),
-            map: DashMap::new(),
-            orgs: DashMap::new(),
-            dirty: DashSet::new(),
+            map: FastMap::default(),
+            orgs: FastMap::default(),
+            dirty: FastSet::default(),
             idle_timeout_ms: AtomicU64::new(millis(limits.idle_timeout)),
             retention_ms: AtomicU64::new(millis(limits.retention)),
             per_key: AtomicUsize::new(limits.per_key),

@@ -16,9 +16,9 @@
 
 use super::{decode, State};
 use crate::changes::Change;
+use crate::fast_map::FastMap;
 use crate::model::*;
 use crate::store::{Kind, StoreError};
-use dashmap::DashMap;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -142,7 +142,7 @@ struct Diff<T> {
 
 impl<T: Record> Diff<T> {
     /// Leaves out the records written here meanwhile, either way.
-    fn of(held: &DashMap<String, Arc<T>>, rows: Vec<T>, scope: Scope<'_>, meanwhile: &WrittenMeanwhile) -> Diff<T> {
+    fn of(held: &FastMap<String, Arc<T>>, rows: Vec<T>, scope: Scope<'_>, meanwhile: &WrittenMeanwhile) -> Diff<T> {
         let ids: HashSet<&str> = rows.iter().map(|r| r.id()).collect();
         let gone = held
             .iter()
@@ -369,7 +369,7 @@ impl State {
             stored.map(|s| decode(T::KIND, &s.id, &s.body)).transpose()
         }
         fn follow<T: Record>(
-            map: &DashMap<String, Arc<T>>,
+            map: &FastMap<String, Arc<T>>,
             id: &str,
             stored: Option<Stored>,
         ) -> Result<(), StoreError> {
@@ -435,7 +435,7 @@ struct Stored {
 }
 
 /// Puts a family's diff in place in a map that has nothing beside it to keep in step.
-fn replace<T: Record>(map: &DashMap<String, Arc<T>>, diff: Diff<T>) {
+fn replace<T: Record>(map: &FastMap<String, Arc<T>>, diff: Diff<T>) {
     for id in diff.gone {
         map.remove(&id);
     }

@@ -4,12 +4,12 @@
 
 use crate::changes::{Change, Feed};
 use crate::config::{Config, StorageConfig};
+use crate::fast_map::{FastMap, FastSet};
 use crate::model::*;
 use crate::pair_key::pair;
 use crate::secrets::{self, Sealer};
 use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
-use dashmap::{DashMap, DashSet};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
@@ -37,25 +37,25 @@ pub struct State {
     config: arc_swap::ArcSwap<Config>,
     pub store: Arc<dyn Store>,
     pub sealer: Sealer,
-    orgs: DashMap<String, Arc<Organization>>,
-    users: DashMap<String, Arc<User>>,
-    keys: DashMap<String, Arc<ApiKey>>,
+    orgs: FastMap<String, Arc<Organization>>,
+    users: FastMap<String, Arc<User>>,
+    keys: FastMap<String, Arc<ApiKey>>,
     /// SHA-256 hex of a key -> key id.
-    key_by_hash: DashMap<[u8; 32], Arc<ApiKey>>,
-    gateways: DashMap<String, Arc<Gateway>>,
+    key_by_hash: FastMap<[u8; 32], Arc<ApiKey>>,
+    gateways: FastMap<String, Arc<Gateway>>,
     /// (org id, app id) -> connection.
-    connections: DashMap<(String, String), Arc<Connection>>,
+    connections: FastMap<(String, String), Arc<Connection>>,
     /// Resolved callers by key id; cleared whenever a key, user or organisation changes.
-    principals: DashMap<String, Arc<Principal>>,
+    principals: FastMap<String, Arc<Principal>>,
     /// Each organisation's IP policy, rebuilt when the organisation is saved.
-    ip_policies: DashMap<String, Arc<IpPolicy>>,
-    service_accounts: DashMap<String, Arc<ServiceAccount>>,
-    webhooks: DashMap<String, Arc<Webhook>>,
+    ip_policies: FastMap<String, Arc<IpPolicy>>,
+    service_accounts: FastMap<String, Arc<ServiceAccount>>,
+    webhooks: FastMap<String, Arc<Webhook>>,
     /// What users granted OAuth clients (toolgate's authorization server), by grant id: an access
     /// token is checked here, in memory, as a key is.
-    grants: DashMap<String, Arc<OAuthGrant>>,
-    usage: DashMap<String, KeyUsage>,
-    usage_dirty: DashSet<String>,
+    grants: FastMap<String, Arc<OAuthGrant>>,
+    usage: FastMap<String, KeyUsage>,
+    usage_dirty: FastSet<String>,
     /// Verifies JWT bearer tokens, when `jwt:` is configured (replaced by a reload).
     pub jwt: arc_swap::ArcSwapOption<crate::jwt::JwtVerifier>,
     /// Serialises management writes so uniqueness checks and their write are atomic
@@ -129,19 +129,19 @@ impl State {
             config: arc_swap::ArcSwap::new(config.clone()),
             store,
             sealer,
-            orgs: DashMap::new(),
-            users: DashMap::new(),
-            keys: DashMap::new(),
-            key_by_hash: DashMap::new(),
-            gateways: DashMap::new(),
-            connections: DashMap::new(),
-            principals: DashMap::new(),
-            ip_policies: DashMap::new(),
-            service_accounts: DashMap::new(),
-            webhooks: DashMap::new(),
-            grants: DashMap::new(),
-            usage: DashMap::new(),
-            usage_dirty: DashSet::new(),
+            orgs: FastMap::default(),
+            users: FastMap::default(),
+            keys: FastMap::default(),
+            key_by_hash: FastMap::default(),
+            gateways: FastMap::default(),
+            connections: FastMap::default(),
+            principals: FastMap::default(),
+            ip_policies: FastMap::default(),
+            service_accounts: FastMap::default(),
+            webhooks: FastMap::default(),
+            grants: FastMap::default(),
+            usage: FastMap::default(),
+            usage_dirty: FastSet::default(),
             write_lock: tokio::sync::Mutex::new(()),
             copies: std::sync::Mutex::new(()),
             changes: Feed::new(),

@@ -299,7 +299,7 @@ pub trait Store: Send + Sync {
 pub async fn write_dirty(
     store: &dyn Store,
     kind: Kind,
-    dirty: &dashmap::DashSet<String>,
+    dirty: &crate::fast_map::FastSet<String>,
     record_of: impl Fn(&str) -> Option<(String, String)>,
 ) {
     let ids: Vec<String> = dirty.iter().map(|k| k.clone()).collect();

@@ -12,6 +12,8 @@ use super::{
     RateLimiter, Snapshot, Spent, UsageMinute, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
 };
 use dashmap::DashMap;
+
+type Map<K, V> = DashMap<K, V, ahash::RandomState>;
 use parking_lot::Mutex;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -113,11 +115,13 @@ impl CallerState {
 /// and [`RateLimiter::sweep`] drops callers whose buckets have refilled.
 pub struct LocalRateLimiter<C: Clock = MonotonicClock> {
     clock: C,
-    keys: DashMap<Box<str>, Arc<CallerState>>,
-    addresses: DashMap<IpAddr, Arc<CallerState>>,
+    /// Read on every request: hashed with aHash, keyed per process, as toolgate's other maps
+    /// read per call (`src/fast_map.rs` says why).
+    keys: Map<Box<str>, Arc<CallerState>>,
+    addresses: Map<IpAddr, Arc<CallerState>>,
     /// Fixed windows of shared figures: key -> (Unix seconds when the window ends, requests in
     /// it, requests not yet taken by [`LocalRateLimiter::take_window_counts`]).
-    windows: DashMap<Box<str>, (u64, u32, u32)>,
+    windows: Map<Box<str>, (u64, u32, u32)>,
 }
 
 impl Default for LocalRateLimiter<MonotonicClock> {
@@ -134,7 +138,7 @@ impl LocalRateLimiter<MonotonicClock> {
 
 impl<C: Clock> LocalRateLimiter<C> {
     pub fn with_clock(clock: C) -> Self {
-        LocalRateLimiter { clock, keys: DashMap::new(), addresses: DashMap::new(), windows: DashMap::new() }
+        LocalRateLimiter { clock, keys: Map::default(), addresses: Map::default(), windows: Map::default() }
     }
 
     pub fn clock(&self) -> &C {

@@ -30,6 +30,7 @@
 //!   gateway relays those requests, arriving on a call's stream, to the calling client, or refuses
 //!   them on its behalf when it did not declare them (`dispatch::refusal`).
 
+use crate::fast_map::FastMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -97,7 +98,7 @@ struct Inner {
     era: tokio::sync::OnceCell<Era>,
     /// A stateless app's questions to the client (by the id toolgate gave them), waiting for
     /// the answers.
-    waiters: dashmap::DashMap<u64, tokio::sync::oneshot::Sender<Response>>,
+    waiters: FastMap<u64, tokio::sync::oneshot::Sender<Response>>,
 }
 
 /// A Streamable HTTP upstream; cheap to clone (shared state).
@@ -179,7 +180,7 @@ impl HttpUpstream {
                 next_id: AtomicU64::new(1),
                 notices,
                 era,
-                waiters: dashmap::DashMap::new(),
+                waiters: FastMap::default(),
             }),
         })
     }
