@@ -843,11 +843,22 @@ fn error_type(method: &str, outcome: &Result<RawJson, ErrorObject>) -> ErrorType
     }
     match outcome {
         Err(e) => ErrorType::Code(e.code),
-        Ok(r) if method == "tools/call" && r.read::<ToolResult>().is_ok_and(|r| r.is_error == Some(true)) => {
+        Ok(r)
+            if method == "tools/call"
+                && may_name_is_error(r.get())
+                && r.read::<ToolResult>().is_ok_and(|r| r.is_error == Some(true)) =>
+        {
             ErrorType::ToolError
         }
         Ok(_) => ErrorType::None,
     }
+}
+
+/// Whether a result's text can have an `isError` member at all. Most have none, and a search of
+/// the text is cheaper than reading it. A member name is spelled either as it is or with `\u`
+/// escapes (JSON's other escapes make no letters), so a text with neither cannot have one.
+fn may_name_is_error(text: &str) -> bool {
+    text.contains("isError") || text.contains("\\u")
 }
 
 /// Ends a call's log entry with its outcome: `failed` when it was an error (see
@@ -934,6 +945,28 @@ mod tests {
         let record = log_entry(entry, &outcome, failed, transport_status, Duration::from_millis(5));
         let body: Value = serde_json::from_str(&record.body).unwrap();
         (record.error, body["response"].clone())
+    }
+
+    #[test]
+    fn a_tool_error_is_found_however_its_flag_is_spelled() {
+        let error_of = |text: &str| {
+            let outcome = Ok(RawJson::from_value(&serde_json::from_str::<Value>(text).unwrap()));
+            let escaped = Ok(RawJson::from_text(text.to_string()).unwrap());
+            let (a, b) = (error_type("tools/call", &escaped).is_error(), error_type("tools/call", &outcome).is_error());
+            assert_eq!(a, b, "{text}");
+            a
+        };
+        assert!(error_of(r#"{"content":[],"isError":true}"#));
+        assert!(error_of(r#"{"content":[],"is\u0045rror":true}"#), "an escaped name is the same name");
+        assert!(error_of(r#"{"\u0069sError":true,"content":[{"type":"text","text":"caf\u00e9"}]}"#));
+        assert!(!error_of(r#"{"content":[{"type":"text","text":"Echo: hello"}]}"#));
+        assert!(!error_of(r#"{"content":[],"isError":false}"#));
+        assert!(!error_of(r#"{"content":[{"type":"text","text":"isError"}]}"#), "in a value, not a name");
+        assert!(!error_of(r#"{"content":[{"type":"text","text":"\u00e9"}]}"#));
+        // Only a tool's result carries the flag.
+        let flagged = Ok(RawJson::from_value(&json!({"isError": true})));
+        assert!(!error_type("prompts/get", &flagged).is_error());
+        assert!(!may_name_is_error(r#"{"content":[{"type":"text","text":"Echo: hello"}]}"#));
     }
 
     fn params_of(text: &str) -> RawJson {
