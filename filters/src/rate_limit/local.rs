@@ -12,13 +12,14 @@ use super::{
     RateLimiter, Snapshot, Spent, UsageMinute, Window, WindowOutcome, MINUTE_NS, SECOND_NS,
 };
 use dashmap::DashMap;
-
-type Map<K, V> = DashMap<K, V, ahash::RandomState>;
 use parking_lot::Mutex;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// The maps of callers, read on every request (aHash: `src/fast_map.rs` in toolgate says why).
+type Map<K, V> = DashMap<K, V, ahash::RandomState>;
 
 /// Time as the limiter sees it. Injectable so that tests move time by hand.
 pub trait Clock: Send + Sync {
@@ -115,8 +116,6 @@ impl CallerState {
 /// and [`RateLimiter::sweep`] drops callers whose buckets have refilled.
 pub struct LocalRateLimiter<C: Clock = MonotonicClock> {
     clock: C,
-    /// Read on every request: hashed with aHash, keyed per process, as toolgate's other maps
-    /// read per call (`src/fast_map.rs` says why).
     keys: Map<Box<str>, Arc<CallerState>>,
     addresses: Map<IpAddr, Arc<CallerState>>,
     /// Fixed windows of shared figures: key -> (Unix seconds when the window ends, requests in
