@@ -5,7 +5,8 @@
 //! are short ids. aHash is several times faster on such keys and stays resistant to collision
 //! attacks (the maps are keyed by what clients send: session ids, key hashes, addresses), because
 //! each process draws its keys from the operating system's randomness (`runtime-rng`).
-//! Maps read only by the management API keep `DashMap`'s default hasher.
+//! Maps read only by the management API keep `DashMap`'s default hasher, except the state's
+//! records: they share one type so that `state/follow.rs` refreshes them all the same way.
 
 /// A `DashMap` hashed with aHash; made with `FastMap::default()`.
 pub type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;

@@ -299,24 +299,13 @@ fn timestamp(out: &mut Vec<u8>) {
     out.push(b'Z');
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.` of a Unix second.
+/// `YYYY-MM-DDTHH:MM:SS.` of a Unix second. Made once a second, so chrono's formatter is
+/// cheap enough here.
 fn second_text(secs: u64) -> [u8; 20] {
-    use chrono::{Datelike, Timelike};
     let at = i64::try_from(secs).ok().and_then(|s| chrono::DateTime::from_timestamp(s, 0)).unwrap_or_default();
-    let year = at.year().clamp(0, 9999) as u32;
-    let mut text = Vec::with_capacity(20);
-    for (n, width, then) in [
-        (year, 4, b'-'),
-        (at.month(), 2, b'-'),
-        (at.day(), 2, b'T'),
-        (at.hour(), 2, b':'),
-        (at.minute(), 2, b':'),
-        (at.second(), 2, b'.'),
-    ] {
-        zero_padded(&mut text, n.into(), width);
-        text.push(then);
-    }
-    text.try_into().unwrap_or([b'0'; 20])
+    let mut text = [b'0'; 20];
+    let _ = write!(&mut text[..], "{}", at.format("%Y-%m-%dT%H:%M:%S."));
+    text
 }
 
 /// An address as its usual text; IPv4 (the common case) without the formatting machinery.
