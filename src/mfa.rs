@@ -13,9 +13,15 @@
 //! records of the store that expire (so a challenge asked of one instance can be answered on
 //! another, and a token is used once across all: the store's `take` reads and removes it in one
 //! step). A code is accepted once per 30-second step per user, so a code seen on the wire cannot
-//! be replayed. The failure counters below stay in memory: they bound guessing per instance.
+//! be replayed. The failure counters below stay in memory: they bound guessing per instance,
+//! and forget what bounds nothing any more (a [`Sweeper`] each).
 //!
-//! Guessing is bounded. Wrong codes are counted per credential (user and key): five in a row
+//! A web sign-in's challenge is bound to the browser whose password check opened it (the hash
+//! of a cookie set on that answer): only that browser answers it, at the web step, and an API
+//! challenge is never answered there.
+//!
+//! Guessing is bounded. Wrong codes are counted per credential (user and key; for a web
+//! sign-in, the browser's binding), forgotten an hour after the last once no lockout runs: five in a row
 //! lock that credential out for 30 s, doubling with each further failure up to 15 minutes, and a
 //! challenge is used up after three wrong answers. Wrong TOTP codes are also counted per user
 //! across credentials (twenty per ten minutes, then TOTP codes are refused until the window
@@ -53,6 +59,13 @@ const USER_WINDOW: Duration = Duration::from_secs(10 * 60);
 const CHALLENGE_FAILURES: u8 = 3;
 /// Codes sent to one user (e-mail or SMS) per [`USER_WINDOW`].
 const SENDS_PER_WINDOW: u32 = 5;
+/// How long a credential's wrong codes in a row are remembered after the last one, once its
+/// lockout (if any) is over: past it, the entry is forgotten (and may be swept out).
+const FORGET_AFTER: Duration = Duration::from_secs(60 * 60);
+/// Entries a guess counter holds before a write sweeps out the expired ones.
+pub(crate) const SWEEP_ABOVE: usize = 4096;
+/// Least time between two sweeps of one counter.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How a user receives its codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -103,6 +116,11 @@ struct ChallengeRecord {
     /// was bounded: then a backup code answers).
     #[serde(default)]
     code_hash: Option<String>,
+    /// A web sign-in's challenge: the SHA-256 of the cookie set on the answer of the password
+    /// check that opened it. Only the web sign-in's MFA step answers such a challenge, and only
+    /// from the browser holding that cookie; `/auth/mfa/verify` answers only challenges without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    browser: Option<String>,
 }
 
 /// An unused MFA token, as stored under the SHA-256 of its value (kind `mfa_token`).
@@ -164,6 +182,8 @@ pub struct Mfa {
     user_failures: DashMap<String, (u32, Instant)>,
     /// user id -> codes sent in the current window.
     sends: DashMap<String, (u32, Instant)>,
+    /// Sweeps of the three counters above.
+    sweeps: [Sweeper; 3],
 }
 
 /// Consecutive wrong codes of one credential.
@@ -171,6 +191,65 @@ pub struct Mfa {
 struct Failures {
     count: u32,
     locked_until: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Failures {
+    /// Whether the entry still bounds anything: a lockout running, or a failure recent enough
+    /// to count towards the next one.
+    fn live(&self, now: Instant) -> bool {
+        self.locked_until.is_some_and(|until| until > now)
+            || self.last.is_some_and(|last| now.saturating_duration_since(last) < FORGET_AFTER)
+    }
+}
+
+/// Whether a fixed-window count (how many, since when) is still in its `window` at `now`.
+pub(crate) fn in_window(window: Duration) -> impl Fn(&(u32, Instant), Instant) -> bool {
+    move |count: &(u32, Instant), now: Instant| now.saturating_duration_since(count.1) < window
+}
+
+/// The sweep of one in-memory guess counter (wrong codes, wrong passwords, codes sent, events
+/// per address): keyed by whoever guesses, such a map would otherwise keep an entry for every
+/// credential, e-mail or address ever seen. A write calls [`Sweeper::sweep`] before it inserts;
+/// once the map holds more than [`SWEEP_ABOVE`] entries, the entries that bound nothing any
+/// more go, at most once a second (so a map full of live entries costs one pass a second).
+#[derive(Debug)]
+pub(crate) struct Sweeper {
+    last: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Default for Sweeper {
+    fn default() -> Self {
+        Sweeper { last: std::sync::Mutex::new(None) }
+    }
+}
+
+impl Sweeper {
+    /// Sweeps out of `map` the entries that are not `live` now, when it is due.
+    pub(crate) fn sweep<K, V>(&self, map: &DashMap<K, V>, live: impl FnMut(&V, Instant) -> bool)
+    where
+        K: Eq + std::hash::Hash,
+    {
+        self.sweep_at(map, Instant::now(), live)
+    }
+
+    /// [`Sweeper::sweep`] as at `now`.
+    pub(crate) fn sweep_at<K, V>(&self, map: &DashMap<K, V>, now: Instant, mut live: impl FnMut(&V, Instant) -> bool)
+    where
+        K: Eq + std::hash::Hash,
+    {
+        if map.len() <= SWEEP_ABOVE {
+            return;
+        }
+        {
+            let Ok(mut last) = self.last.try_lock() else { return };
+            if last.is_some_and(|l| now.saturating_duration_since(l) < SWEEP_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        map.retain(|_, v| live(v, now));
+    }
 }
 
 /// Who is answering: the user the code belongs to and the credential sending it. Failures are
@@ -253,6 +332,7 @@ impl Mfa {
             credential_failures: DashMap::new(),
             user_failures: DashMap::new(),
             sends: DashMap::new(),
+            sweeps: Default::default(),
         })
     }
 
@@ -331,6 +411,7 @@ impl Mfa {
 
     /// Counts a code about to be sent to `user_id`; `false` past the bound.
     fn may_send(&self, user_id: &str) -> bool {
+        self.sweeps[2].sweep(&self.sends, in_window(USER_WINDOW));
         let mut entry = self.sends.entry(user_id.to_string()).or_insert((0, Instant::now()));
         if entry.1.elapsed() >= USER_WINDOW {
             *entry = (0, Instant::now());
@@ -348,7 +429,9 @@ impl Mfa {
             Method::Sms => self.courier.text(to, &text).await,
             _ => {
                 let body = format!("{text}\n\nIf you did not ask for it, someone may know your password.\n");
-                self.courier.email(to, &format!("toolgate verification code: {code}"), body, None).await
+                // The code stays out of the subject: subjects show on lock screens and in
+                // notification previews, and mail systems log them.
+                self.courier.email(to, "toolgate verification code", body, None).await
             }
         }
     }
@@ -395,9 +478,15 @@ impl Mfa {
 
     /// Counts a wrong code against the credential (and the user, for TOTP codes).
     fn record_failure(&self, caller: Caller<'_>, kind: CodeKind) {
+        self.sweeps[0].sweep(&self.credential_failures, |f, now| f.live(now));
         let mut f =
             self.credential_failures.entry((caller.user_id.to_string(), caller.key_id.to_string())).or_default();
+        let now = Instant::now();
+        if !f.live(now) {
+            *f = Failures::default();
+        }
         f.count += 1;
+        f.last = Some(now);
         if f.count >= FREE_FAILURES {
             let doublings = (f.count - FREE_FAILURES).min(10);
             let lockout = FIRST_LOCKOUT.saturating_mul(1 << doublings).min(MAX_LOCKOUT);
@@ -405,6 +494,7 @@ impl Mfa {
         }
         drop(f);
         if kind == CodeKind::Totp {
+            self.sweeps[1].sweep(&self.user_failures, in_window(USER_WINDOW));
             let mut u = self.user_failures.entry(caller.user_id.to_string()).or_insert((0, Instant::now()));
             if u.1.elapsed() >= USER_WINDOW {
                 *u = (0, Instant::now());
@@ -488,14 +578,30 @@ impl Mfa {
         self.save(&r).await
     }
 
-    /// A new challenge for a protected action or a sign-in, stored so that any instance can
+    /// A new challenge for a protected action of the API, stored so that any instance can
     /// answer it. For the e-mail and SMS methods a code is sent with it.
     pub async fn challenge(&self, user_id: &str) -> Result<Challenge, ApiError> {
+        self.open_challenge(user_id, None).await
+    }
+
+    /// A new challenge for a web sign-in whose password check just passed, bound to the browser
+    /// by `browser`, the SHA-256 of a cookie set on that check's answer: only
+    /// [`Mfa::verify_web`] with the same hash answers it.
+    pub async fn web_challenge(&self, user_id: &str, browser: &str) -> Result<Challenge, ApiError> {
+        self.open_challenge(user_id, Some(browser.to_string())).await
+    }
+
+    async fn open_challenge(&self, user_id: &str, browser: Option<String>) -> Result<Challenge, ApiError> {
         self.sweep_now_and_then().await;
         let id = secrets::new_id("mfa_ch");
         let record = self.record(user_id).await?.filter(|r| r.active);
-        let mut rec =
-            ChallengeRecord { user_id: user_id.to_string(), failures: 0, expires_at_ms: expiry_ms(), code_hash: None };
+        let mut rec = ChallengeRecord {
+            user_id: user_id.to_string(),
+            failures: 0,
+            expires_at_ms: expiry_ms(),
+            code_hash: None,
+            browser,
+        };
         let prompt = match record.as_ref().map(|r| (r.method, r.destination.as_deref())) {
             None | Some((Method::Totp, _)) => "Enter the code of your authenticator app, or a backup code.".to_string(),
             Some((method, Some(to))) => {
@@ -522,14 +628,16 @@ impl Mfa {
         Ok(Challenge { id, prompt })
     }
 
-    /// The user an open challenge was asked of (`None` when it is unknown, expired or used up):
-    /// web sign-in learns whom it is signing in from the challenge alone.
-    pub async fn challenge_user(&self, challenge_id: &str) -> Result<Option<String>, ApiError> {
+    /// The user a web sign-in's open challenge was asked of, when `browser` (the SHA-256 of the
+    /// browser's cookie) is the one it is bound to (`None` when it is unknown, expired, used up,
+    /// an API challenge, or another browser's): web sign-in learns whom it is signing in from
+    /// the challenge and the browser alone.
+    pub async fn web_challenge_user(&self, challenge_id: &str, browser: &str) -> Result<Option<String>, ApiError> {
         let stored = self.store.get(Kind::MfaChallenge, challenge_id).await?;
         let now = now_ms();
         Ok(stored
             .and_then(|json| serde_json::from_str::<ChallengeRecord>(&json).ok())
-            .filter(|c| c.expires_at_ms > now)
+            .filter(|c| c.expires_at_ms > now && bound_to(c, Some(browser)))
             .map(|c| c.user_id))
     }
 
@@ -549,8 +657,9 @@ impl Mfa {
         }
     }
 
-    /// Answers a challenge with a code (the authenticator's, or the one sent for it) or a backup
-    /// code; returns an MFA token (single use).
+    /// Answers an API challenge (an `MFA_REQUIRED` answer's) with a code (the authenticator's,
+    /// or the one sent for it) or a backup code; returns an MFA token (single use). A web
+    /// sign-in's challenge is not answered here.
     pub async fn verify(
         &self,
         sealer: &Sealer,
@@ -558,12 +667,47 @@ impl Mfa {
         challenge_id: &str,
         code: &str,
     ) -> Result<String, ApiError> {
+        self.answer(sealer, caller, challenge_id, code, None).await?;
+        let token = format!("mfa_{}", secrets::new_session_id());
+        let rec = TokenRecord { user_id: caller.user_id.to_string() };
+        self.store
+            .put_expiring(Kind::MfaToken, NO_PARTITION, &secrets::hash_key(&token), to_json(&rec)?, expiry_ms())
+            .await?;
+        Ok(token)
+    }
+
+    /// Answers a web sign-in's challenge from the browser whose cookie hashes to `browser`.
+    /// Wrong codes count against that browser's sign-in (the credential a browser holds), so
+    /// nobody else's wrong codes lock the user out of web sign-in.
+    pub async fn verify_web(
+        &self,
+        sealer: &Sealer,
+        user_id: &str,
+        challenge_id: &str,
+        code: &str,
+        browser: &str,
+    ) -> Result<(), ApiError> {
+        let key_id = format!("web:{browser}");
+        let caller = Caller { user_id, key_id: &key_id };
+        self.answer(sealer, caller, challenge_id, code, Some(browser)).await
+    }
+
+    /// Checks `code` against an open challenge of the caller's user bound to `browser` (none
+    /// for the API's), and takes the challenge when it is right.
+    async fn answer(
+        &self,
+        sealer: &Sealer,
+        caller: Caller<'_>,
+        challenge_id: &str,
+        code: &str,
+        browser: Option<&str>,
+    ) -> Result<(), ApiError> {
         let user_id = caller.user_id;
         let unknown = || ApiError::validation("challenge_id", "unknown or expired challenge");
         let stored = self.store.get(Kind::MfaChallenge, challenge_id).await?;
         let mut challenge = stored
             .and_then(|json| serde_json::from_str::<ChallengeRecord>(&json).ok())
-            .filter(|c| c.user_id == user_id && c.expires_at_ms > now_ms())
+            .filter(|c| c.user_id == user_id && c.expires_at_ms > now_ms() && bound_to(c, browser))
             .ok_or_else(unknown)?;
         let sends_codes = self.record(user_id).await?.is_some_and(|r| r.active && r.method != Method::Totp);
         let expected = if sends_codes || challenge.code_hash.is_some() {
@@ -586,12 +730,7 @@ impl Mfa {
         }
         // Used once: of two answers racing on one challenge, only the one that takes it wins.
         self.store.take(Kind::MfaChallenge, challenge_id).await?.ok_or_else(unknown)?;
-        let token = format!("mfa_{}", secrets::new_session_id());
-        let rec = TokenRecord { user_id: user_id.to_string() };
-        self.store
-            .put_expiring(Kind::MfaToken, NO_PARTITION, &secrets::hash_key(&token), to_json(&rec)?, expiry_ms())
-            .await?;
-        Ok(token)
+        Ok(())
     }
 
     async fn use_backup(&self, user_id: &str, code: &str) -> Result<bool, ApiError> {
@@ -661,6 +800,76 @@ impl Mfa {
     }
 }
 
+/// Whether challenge `c` is bound to `browser`: an API challenge to none, a web sign-in's to
+/// the hash of its browser's cookie (compared in constant time).
+fn bound_to(c: &ChallengeRecord, browser: Option<&str>) -> bool {
+    match (c.browser.as_deref(), browser) {
+        (None, None) => true,
+        (Some(bound), Some(given)) => secrets::hashes_equal(bound, given),
+        _ => false,
+    }
+}
+
 fn subtle_eq(a: &str, b: &str) -> bool {
     secrets::hashes_equal(a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mfa(dir: &std::path::Path) -> Mfa {
+        let store: Arc<dyn Store> = Arc::new(crate::store::EmbeddedStore::open(dir).unwrap());
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(Mfa::load(store, Arc::new(Courier::default()))).unwrap()
+    }
+
+    #[test]
+    fn expired_guess_counters_are_swept_out_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mfa = mfa(dir.path());
+        let now = Instant::now();
+        // Stale: no lockout running and no failure remembered.
+        for i in 0..SWEEP_ABOVE + 10 {
+            mfa.credential_failures.insert((format!("usr_{i}"), "key".into()), Failures::default());
+        }
+        // Live: a lockout running, a recent failure.
+        let locked = Failures { count: 5, locked_until: Some(now + MAX_LOCKOUT), last: Some(now) };
+        mfa.credential_failures.insert(("usr_locked".into(), "key".into()), locked);
+        let recent = Failures { count: 1, locked_until: None, last: Some(now) };
+        mfa.credential_failures.insert(("usr_recent".into(), "key".into()), recent);
+        // The next wrong code sweeps on its way in.
+        mfa.record_failure(Caller { user_id: "usr_new", key_id: "key" }, CodeKind::Backup);
+        assert_eq!(mfa.credential_failures.len(), 3, "the stale entries went, the live two and the new one stay");
+        assert!(mfa.check_lockout(Caller { user_id: "usr_locked", key_id: "key" }, CodeKind::Backup).is_err());
+
+        // Windowed counts (wrong TOTP codes per user, codes sent) go once their window ended.
+        for i in 0..SWEEP_ABOVE + 10 {
+            mfa.user_failures.insert(format!("usr_{i}"), (3, now));
+            mfa.sends.insert(format!("usr_{i}"), (5, now));
+        }
+        assert_eq!(mfa.user_failures.len(), SWEEP_ABOVE + 10);
+        let during = now + USER_WINDOW - Duration::from_secs(1);
+        mfa.sweeps[1].sweep_at(&mfa.user_failures, during, in_window(USER_WINDOW));
+        assert_eq!(mfa.user_failures.len(), SWEEP_ABOVE + 10, "still in their window");
+        let after = now + USER_WINDOW;
+        mfa.sweeps[1].sweep_at(&mfa.user_failures, after + SWEEP_EVERY, in_window(USER_WINDOW));
+        mfa.sweeps[2].sweep_at(&mfa.sends, after, in_window(USER_WINDOW));
+        assert!(mfa.user_failures.is_empty() && mfa.sends.is_empty());
+
+        // Below the size, nothing is swept (no pass over a small map at each write).
+        mfa.credential_failures.insert(("usr_stale".into(), "key".into()), Failures::default());
+        mfa.record_failure(Caller { user_id: "usr_other", key_id: "key" }, CodeKind::Backup);
+        assert!(mfa.credential_failures.contains_key(&("usr_stale".to_string(), "key".to_string())));
+    }
+
+    #[test]
+    fn wrong_codes_are_forgotten_an_hour_after_the_last_once_no_lockout_runs() {
+        let now = Instant::now();
+        let f = Failures { count: 4, locked_until: None, last: Some(now) };
+        assert!(f.live(now) && f.live(now + FORGET_AFTER - Duration::from_secs(1)));
+        assert!(!f.live(now + FORGET_AFTER));
+        let locked = Failures { count: 9, locked_until: Some(now + FORGET_AFTER * 2), last: Some(now) };
+        assert!(locked.live(now + FORGET_AFTER), "a running lockout is kept");
+    }
 }

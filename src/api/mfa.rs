@@ -1,9 +1,11 @@
 //! `/auth/mfa/*`: enrolment (authenticator app, e-mail or SMS), activation, disabling, an
 //! owner's reset of another user's MFA, and the challenge answer that yields an MFA token.
 //!
-//! Enrolling, activating and disabling change how an account is protected, so they take scope
-//! `admin` (a leaked narrow key cannot turn MFA on and keep the seed) and, once MFA is active,
-//! pass the MFA gate. Recovery: a backup code works wherever a code does; an owner resets a
+//! Enrolling, activating and disabling change how an account is protected, so they take a
+//! credential holding everything the user's role allows (`Access::WholeRole`: `admin` for an
+//! Owner or an Admin, a Developer's or a Viewer's `*`; the rule of setting a password, so every
+//! role can turn MFA on while a leaked narrow key cannot turn it on and keep the seed) and, once
+//! MFA is active, pass the MFA gate. Recovery: a backup code works wherever a code does; an owner resets a
 //! user's MFA (`POST /auth/mfa/reset`, through the owner's own MFA gate); the operator's
 //! `TOOLGATE_ADMIN_KEY` resets any user's MFA without a code.
 

@@ -137,13 +137,27 @@ pub const PATHS: &[(&str, Endpoint)] = &[
     ("/openapi.json", Endpoint::OpenApi),
 ];
 
-/// What a (endpoint, method) pair needs: `Some(scope)`, any valid credential (`None`), or no
-/// credential at all (public).
+/// What a (endpoint, method) pair needs: a scope, any valid credential, a credential that can
+/// do everything its user's role allows, or no credential at all (public).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     Public,
     AnyCredential,
     Scope(Scope),
+    /// Every scope the caller's role allows (`admin` for an Owner or an Admin; a Developer's
+    /// five or a Viewer's three `:read` for them): what changing one's own sign-in (the
+    /// password, MFA) needs, since a password or a second factor signs in with the whole role.
+    WholeRole,
+}
+
+/// The scope a credential lacks to do everything its role allows (`admin` first, when the
+/// role allows it), or `None` when it holds them all.
+pub fn missing_for_whole_role(who: &Principal) -> Option<Scope> {
+    let allowed = who.role.allowed();
+    if allowed.contains(Scope::Admin) {
+        return (!who.scopes.contains(Scope::Admin)).then_some(Scope::Admin);
+    }
+    Scope::ALL.into_iter().find(|s| allowed.contains(*s) && !who.scopes.contains(*s))
 }
 
 /// The scope table (Decision 8). `Err` when the method is not served on that path.
@@ -163,12 +177,14 @@ pub fn access(endpoint: Endpoint, method: &Method) -> Result<Access, ApiError> {
         (E::Sessions, "GET") | (E::Session, "GET") | (E::Session, "DELETE") => Scope(crate::api::Scope::SessionsManage),
         (E::User, "GET") | (E::User, "PATCH") | (E::AuthVerify, "GET") => AnyCredential,
         // One's own sign-in: the handlers refuse credentials that speak for no person.
-        (E::UserPassword, "PUT") | (E::WebSessions, "GET") | (E::WebSession, "DELETE") => AnyCredential,
+        (E::WebSessions, "GET") | (E::WebSession, "DELETE") => AnyCredential,
+        // A password or a second factor signs in with the whole role: setting them needs a
+        // credential that already holds it (a leaked narrow key must not become the user).
+        (E::UserPassword, "PUT") => WholeRole,
         // Answering a challenge needs the code, not rights; changing MFA is account security.
         (E::MfaVerify, "POST") => AnyCredential,
-        (E::MfaEnroll, "POST") | (E::MfaActivate, "POST") | (E::Mfa, "DELETE") | (E::MfaReset, "POST") => {
-            Scope(crate::api::Scope::Admin)
-        }
+        (E::MfaEnroll, "POST") | (E::MfaActivate, "POST") | (E::Mfa, "DELETE") => WholeRole,
+        (E::MfaReset, "POST") => Scope(crate::api::Scope::Admin),
         (E::ApiKeys, "POST") | (E::ApiKey, "DELETE") | (E::ApiKeyRotate, "POST") | (E::ApiKeyUsage, "GET") => {
             Scope(crate::api::Scope::Admin)
         }
@@ -401,6 +417,7 @@ fn makes_credentials(endpoint: Endpoint, method: &str) -> bool {
         (E::ApiKeys | E::ApiKeyRotate | E::ServiceAccounts | E::ServiceAccountKeys | E::OAuthClients, "POST")
             | (E::MfaEnroll | E::MfaActivate | E::MfaReset, "POST")
             | (E::Mfa, "DELETE")
+            | (E::UserPassword, "PUT")
     )
 }
 
@@ -417,13 +434,18 @@ pub async fn dispatch(endpoint: Endpoint, call: Call<'_>) -> ApiResult {
                 return Err(ApiError::InsufficientScope(scope.as_str()));
             }
         }
+        Access::WholeRole => {
+            if let Some(scope) = missing_for_whole_role(call.who()?) {
+                return Err(ApiError::InsufficientScope(scope.as_str()));
+            }
+        }
     }
     let m = call.method.as_str();
     if makes_credentials(endpoint, m)
         && call.principal.as_deref().is_some_and(|p| matches!(p.credential, CredentialKind::OAuthToken { .. }))
     {
         return Err(ApiError::Forbidden(
-            "a delegated OAuth token cannot make or change credentials (keys, service accounts, MFA, OAuth clients)"
+            "a delegated OAuth token cannot make or change credentials (keys, service accounts, MFA, passwords, OAuth clients)"
                 .into(),
         ));
     }

@@ -92,27 +92,39 @@ fn person(call: &Call<'_>) -> Result<std::sync::Arc<crate::model::User>, ApiErro
     call.server.state.user(&who.user_id).ok_or(ApiError::NotFound("user"))
 }
 
+/// Sets or changes the caller's own password. The scope table asks for a credential holding
+/// every scope the user's role allows (`admin` for an Owner or an Admin): a password signs in
+/// with the whole role (and through the consent page hands OAuth clients any of it), so only a
+/// credential that can already do all of that may set one. Then the MFA gate when MFA is on,
+/// and the current password when one is set, its wrong guesses counted as wrong sign-ins. A new
+/// password ends every web session and revokes every OAuth grant of the user: whatever signed
+/// in with the old one (or was handed a token by it) signs in again.
 #[utoipa::path(put, path = "/v1/user/password", tag = "user", request_body = SetPassword,
     params(("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active")),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
-              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn set_password(call: &Call<'_>) -> ApiResult {
     let user = person(call)?;
     let body: SetPassword = call.json()?;
     super::mfa::require(call).await?;
-    let store = call.server.state.store.as_ref();
+    let server = call.server;
+    let store = server.state.store.as_ref();
     if let Some(stored) = passwords::stored(store, &user.id).await? {
         let current = body.current_password.clone().unwrap_or_default();
-        if !passwords::verify(Some(stored.hash), current).await {
+        if !server.signin.check_current_password(&user.email, call.client_ip, stored.hash, current).await? {
             return Err(ApiError::validation("current_password", "is missing or wrong"));
         }
     }
     passwords::check(&body.new_password, &user.email).map_err(|m| ApiError::validation("new_password", m))?;
     let hash = passwords::hash(body.new_password).await?;
     passwords::save(store, &PasswordRecord { user_id: user.id.clone(), hash, changed_at: chrono::Utc::now() }).await?;
-    // A new password ends every web session: one that leaked ends with the old password.
-    call.server.signin.sessions.end_all(&user.id).await?;
-    Ok(Reply::message("password set; every web session was ended"))
+    // A new password ends every web session (one that leaked ends with the old password) and
+    // every OAuth grant the user gave (a client that was handed a token through a session of
+    // the old password loses it).
+    server.signin.sessions.end_all(&user.id).await?;
+    let revoked = crate::oauth_server::revoke_user(&server.state, &user).await?;
+    Ok(Reply::message(format!("password set; every web session was ended and {revoked} OAuth grant(s) revoked")))
 }
 
 #[utoipa::path(get, path = "/v1/user/web-sessions", tag = "user",

@@ -153,6 +153,9 @@ pub struct OidcProvider {
     pub client_id: String,
     pub client_secret: Option<String>,
     pub scopes: Vec<String>,
+    /// The organisation whose users it signs in; with none, an e-mail that users of several
+    /// organisations hold is refused.
+    pub organization: Option<String>,
     /// Verifies ID tokens: RS256, the issuer, the audience `client_id`, their times.
     pub verifier: std::sync::Arc<crate::jwt::JwtVerifier>,
 }

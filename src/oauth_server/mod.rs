@@ -377,6 +377,21 @@ pub async fn exchange_code(
     resource: Option<&str>,
 ) -> Result<Tokens, OAuthError> {
     let hash = secrets::hash_key(code);
+    // The client is checked before the code is taken: another client presenting a code (a
+    // leaked one, or a guess) is refused without using it up, so it cannot destroy the code of
+    // the client it was issued to.
+    let waiting =
+        state.store.get(Kind::OAuthCode, &hash).await?.and_then(|json| serde_json::from_str::<Code>(&json).ok());
+    if waiting.as_ref().is_some_and(|c| c.client_id != client.id) {
+        return Err(OAuthError::invalid_grant("the code was issued to another client"));
+    }
+    // Taken and turned into a grant under the organisation's write lock, which revoking a
+    // user's grants holds too (`revoke_user`): a code is either gone before that or its grant
+    // is there to be revoked.
+    let _guard = match &waiting {
+        Some(c) => Some(state.lock_writes(&c.org_id).await?),
+        None => None,
+    };
     let Some(json) = state.store.take(Kind::OAuthCode, &hash).await? else {
         if let Some(grant_id) = state.store.get(Kind::OAuthCode, &used_code(&hash)).await? {
             state.delete_grant(&grant_id).await?;
@@ -486,6 +501,28 @@ pub async fn refresh(
     let tokens = mint(&mut grant, access, refresh);
     state.save_grant(grant).await?;
     Ok(tokens)
+}
+
+/// Revokes everything `user` granted OAuth clients (its password changed): every grant, with
+/// its access and refresh tokens, and the codes still waiting for their exchange. Under the
+/// organisation's write lock, which a code's exchange and a refresh also take, so that neither
+/// brings back a grant revoked here. Returns how many grants were revoked.
+pub async fn revoke_user(state: &State, user: &User) -> Result<usize, StoreError> {
+    let _guard = state.lock_writes(&user.org_id).await?;
+    // Codes live a minute, so there are few: a scan is fine for a rare event.
+    for (id, json) in state.store.load_all(Kind::OAuthCode).await? {
+        if serde_json::from_str::<Code>(&json).is_ok_and(|c| c.user_id == user.id) {
+            state.store.delete(Kind::OAuthCode, &id).await?;
+        }
+    }
+    let grants = state.grants_of_user(&user.id);
+    for grant in &grants {
+        state.delete_grant(&grant.id).await?;
+    }
+    if !grants.is_empty() {
+        tracing::info!(user = user.id, grants = grants.len(), "password changed: the user's OAuth grants are revoked");
+    }
+    Ok(grants.len())
 }
 
 /// Revocation (RFC 7009): an access or refresh token of `client` revokes its whole grant. An

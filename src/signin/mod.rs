@@ -15,7 +15,10 @@
 //!   same words and time as a wrong password.
 //! - Pages say nothing about which part was wrong, are never cached or framed, and load nothing
 //!   (`Content-Security-Policy: default-src 'none'`).
-//! - `next` (where to go once signed in) is a path on this server only.
+//! - The MFA step continues only its own sign-in: the answer that opens a challenge sets the
+//!   `toolgate_mfa` cookie and the challenge keeps its hash; the step takes only that browser's
+//!   challenge, and wrong codes count against that browser's sign-in (never the user's).
+//! - `next` (where to go once signed in) is a path that resolves to this server's origin only.
 
 mod consent;
 mod oidc;
@@ -40,6 +43,9 @@ pub use sessions::{WebSession, WebSessions};
 
 const SESSION_COOKIE: &str = "toolgate_session";
 const CSRF_COOKIE: &str = "toolgate_csrf";
+/// Set on the answer of a password check (or a provider's sign-in) that opens an MFA challenge:
+/// the challenge is bound to its hash, so only this browser continues this sign-in.
+const MFA_COOKIE: &str = "toolgate_mfa";
 /// Wrong passwords an e-mail may get in a row before it is locked.
 const FREE_FAILURES: u32 = 5;
 const FIRST_LOCKOUT: Duration = Duration::from_secs(30);
@@ -59,7 +65,8 @@ pub struct SignIn {
     pub sessions: WebSessions,
     store: Arc<dyn Store>,
     /// e-mail (lower case) -> wrong passwords in a row and the lockout they earned.
-    by_email: DashMap<String, (u32, Option<Instant>)>,
+    by_email: DashMap<String, EmailFailures>,
+    by_email_sweep: crate::mfa::Sweeper,
     /// Wrong passwords per address.
     failures_by_address: PerAddress,
     /// Sign-ins through a provider started per address.
@@ -70,15 +77,35 @@ pub struct SignIn {
     pub(crate) client_documents: crate::oauth_server::ClientDocuments,
 }
 
+/// Wrong passwords in a row for one e-mail, the lockout they earned, and when the last came.
+#[derive(Debug, Clone, Copy)]
+struct EmailFailures {
+    count: u32,
+    locked_until: Option<Instant>,
+    last: Instant,
+}
+
+impl EmailFailures {
+    /// Whether the entry still bounds anything: a lockout running, or a failure recent enough
+    /// to count towards the next one (forgotten an hour after the last, as MFA's are).
+    fn live(&self, now: Instant) -> bool {
+        self.locked_until.is_some_and(|until| until > now) || now.saturating_duration_since(self.last) < FORGET_AFTER
+    }
+}
+
+/// How long wrong passwords in a row are remembered after the last, once no lockout runs.
+const FORGET_AFTER: Duration = Duration::from_secs(60 * 60);
+
 /// Events per address in a fixed window, up to a limit.
 pub(crate) struct PerAddress {
     limit: u32,
     counts: DashMap<IpAddr, (u32, Instant)>,
+    sweep: crate::mfa::Sweeper,
 }
 
 impl PerAddress {
     fn new(limit: u32) -> PerAddress {
-        PerAddress { limit, counts: DashMap::new() }
+        PerAddress { limit, counts: DashMap::new(), sweep: Default::default() }
     }
 
     /// How long until `ip` is under the limit again, when it is at it.
@@ -88,6 +115,7 @@ impl PerAddress {
     }
 
     pub(crate) fn add(&self, ip: IpAddr) {
+        self.sweep.sweep(&self.counts, crate::mfa::in_window(ADDRESS_WINDOW));
         let mut a = self.counts.entry(ip).or_insert((0, Instant::now()));
         if a.1.elapsed() >= ADDRESS_WINDOW {
             *a = (0, Instant::now());
@@ -108,6 +136,7 @@ impl SignIn {
             sessions: WebSessions::new(store.clone()),
             store,
             by_email: DashMap::new(),
+            by_email_sweep: Default::default(),
             failures_by_address: PerAddress::new(ADDRESS_FAILURES),
             starts_by_address: PerAddress::new(ADDRESS_STARTS),
             registrations_by_address: PerAddress::new(ADDRESS_REGISTRATIONS),
@@ -118,19 +147,51 @@ impl SignIn {
     /// How long until `email` or `ip` may try a password again, when either is locked.
     fn locked(&self, email: &str, ip: IpAddr) -> Option<Duration> {
         let now = Instant::now();
-        let email_wait = self.by_email.get(email).and_then(|f| f.1).and_then(|until| until.checked_duration_since(now));
+        let email_wait =
+            self.by_email.get(email).and_then(|f| f.locked_until).and_then(|until| until.checked_duration_since(now));
         email_wait.max(self.failures_by_address.wait(ip))
     }
 
     fn failed(&self, email: &str, ip: IpAddr) {
-        let mut f = self.by_email.entry(email.to_string()).or_default();
-        f.0 += 1;
-        if f.0 >= FREE_FAILURES {
-            let doublings = (f.0 - FREE_FAILURES).min(10);
-            f.1 = Some(Instant::now() + (FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT));
+        self.by_email_sweep.sweep(&self.by_email, |f, now| f.live(now));
+        let now = Instant::now();
+        let fresh = EmailFailures { count: 0, locked_until: None, last: now };
+        let mut f = self.by_email.entry(email.to_string()).or_insert(fresh);
+        if !f.live(now) {
+            *f = fresh;
+        }
+        f.count += 1;
+        f.last = now;
+        if f.count >= FREE_FAILURES {
+            let doublings = (f.count - FREE_FAILURES).min(10);
+            f.locked_until = Some(now + (FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT));
         }
         drop(f);
         self.failures_by_address.add(ip);
+    }
+
+    /// Checks a user's current password (`PUT /v1/user/password`) under the sign-in's guessing
+    /// bounds: refused (429) while the e-mail or the address is locked out, and a wrong one
+    /// counted as a wrong sign-in, so that an API key cannot guess the password faster than
+    /// the sign-in form lets anyone.
+    pub(crate) async fn check_current_password(
+        &self,
+        email: &str,
+        ip: IpAddr,
+        stored_hash: String,
+        given: String,
+    ) -> std::result::Result<bool, ApiError> {
+        let email = email.trim().to_lowercase();
+        if let Some(wait) = self.locked(&email, ip) {
+            return Err(ApiError::too_many("wrong passwords", wait));
+        }
+        if passwords::verify(Some(stored_hash), given).await {
+            self.succeeded(&email);
+            Ok(true)
+        } else {
+            self.failed(&email, ip);
+            Ok(false)
+        }
     }
 
     fn succeeded(&self, email: &str) {
@@ -246,10 +307,34 @@ fn prefix(server: &Server) -> String {
 
 /// Where to go once signed in: a path of this server, else the account page.
 fn next_of(server: &Server, next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains(['\\', '\r', '\n']) => n.to_string(),
-        _ => format!("{}/", prefix(server)),
+    let origin = server.state.config().server.public_url.clone();
+    next.and_then(|n| same_origin_path(&origin, n)).unwrap_or_else(|| format!("{}/", prefix(server)))
+}
+
+/// `next` as a path (with its query) of the server at `public_url`, or `None` when a browser
+/// could read it as anything else. Refused: anything but one `/` first (`//host`, `/\host`,
+/// `https:host`), control characters, whitespace and backslashes anywhere (browsers drop a tab
+/// or a line break inside a URL, so `/<TAB>/host` becomes `//host`, and read `\` as `/`), and
+/// the same in the percent-decoded path (`/%2F%2Fhost`, `/%09/host`, `/%5Chost`). What remains
+/// must resolve, against the server's own origin, to that origin; the answer is the resolved
+/// path and query, as the URL parser wrote them.
+fn same_origin_path(public_url: &str, next: &str) -> Option<String> {
+    let bad = |c: char| c.is_control() || c.is_whitespace() || c == '\\';
+    let leads_elsewhere = |p: &str| !p.starts_with('/') || p.starts_with("//") || p.contains(bad);
+    if leads_elsewhere(next) {
+        return None;
     }
+    let path = next.split(['?', '#']).next().unwrap_or_default();
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8().ok()?;
+    if leads_elsewhere(&decoded) {
+        return None;
+    }
+    let base = url::Url::parse(public_url).ok().filter(|u| u.has_host())?;
+    let resolved = base.join(next).ok()?;
+    if resolved.origin() != base.origin() {
+        return None;
+    }
+    Some(resolved[url::Position::BeforePath..].to_string())
 }
 
 /// The sign-in form, with a fresh CSRF token (cookie and field).
@@ -335,7 +420,10 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
 }
 
 /// The user proved who it is (password, or a provider): the second factor when MFA is on, else
-/// a session.
+/// a session. The challenge opened here is bound to this browser: a fresh random cookie is set
+/// on this answer and the challenge keeps its hash, so only this browser, holding the proof of
+/// this check, continues this sign-in (not a challenge a key was given by the API, nor this one
+/// from another browser).
 async fn signed_in_as(
     server: &Server,
     ex: &Exchange<'_>,
@@ -343,17 +431,28 @@ async fn signed_in_as(
     next: &str,
 ) -> std::result::Result<Page, ApiError> {
     if server.mfa.is_active(&user.id).await? {
-        let challenge = server.mfa.challenge(&user.id).await?;
+        let browser = crate::secrets::new_session_id();
+        let challenge = server.mfa.web_challenge(&user.id, &crate::secrets::hash_key(&browser)).await?;
         // A sign-in that arrives from a provider has no form yet: it gets a CSRF token here.
         let (csrf, fresh) = match cookie(ex, CSRF_COOKIE) {
             Some(c) => (c.to_string(), false),
             None => (crate::secrets::new_session_id(), true),
         };
         let path = prefix(server);
-        let page = Page::html(200, pages::code(&path, &csrf, &challenge.id, next, Some(&challenge.prompt), None));
+        let page = Page::html(200, pages::code(&path, &csrf, &challenge.id, next, Some(&challenge.prompt), None))
+            .cookie(mfa_cookie(&path, &browser, crate::mfa::MFA_TTL));
         return Ok(if fresh { page.cookie(csrf_cookie(&path, &csrf)) } else { page });
     }
     start_session(server, ex, user, next).await
+}
+
+/// The cookie that binds an MFA challenge to its browser (`Max-Age=0` with an empty value
+/// removes it).
+fn mfa_cookie(path: &str, value: &str, max_age: Duration) -> String {
+    format!(
+        "{MFA_COOKIE}={value}; Path={path}/signin/mfa; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
+        max_age.as_secs()
+    )
 }
 
 fn redirect_uri(server: &Server, provider: &str) -> String {
@@ -388,11 +487,29 @@ async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) 
     let providers = server.state.config().web.oidc_providers.clone();
     let store = server.signin.store.as_ref();
     let done = oidc::finish(store, &providers, |id| redirect_uri(server, id), callback, state, code).await?;
-    let user = users_with(server, &done.email)
-        .into_iter()
-        .next()
-        .ok_or_else(|| ApiError::Forbidden(format!("no toolgate user has the e-mail address {}", done.email)))?;
+    // `finish` took only a sign-in started with this callback's provider.
+    let organization = providers.iter().find(|p| p.id == callback).and_then(|p| p.organization.as_deref());
+    let user = provider_user(server, &done.email, organization)?;
     signed_in_as(server, ex, &user, &done.next).await
+}
+
+/// The user a provider's verified e-mail names: the one with it in the provider's organisation
+/// (`organization`), or, for a provider configured for none, the only user with it. An e-mail
+/// that users of several organisations hold is refused, never settled by picking one: the
+/// provider vouches for an address, not for an organisation.
+fn provider_user(server: &Server, email: &str, organization: Option<&str>) -> std::result::Result<Arc<User>, ApiError> {
+    let mut users = users_with(server, email);
+    if let Some(org) = organization {
+        users.retain(|u| u.org_id == org);
+    }
+    match (users.pop(), users.is_empty()) {
+        (Some(user), true) => Ok(user),
+        (None, _) => Err(ApiError::Forbidden(format!("no toolgate user has the e-mail address {email}"))),
+        (Some(_), false) => Err(ApiError::Forbidden(format!(
+            "users of several organisations have the e-mail address {email}: this provider names no organisation \
+             (`web.oidc_providers[].organization`), so it signs none of them in"
+        ))),
+    }
 }
 
 async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
@@ -436,17 +553,21 @@ async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Res
     let fields = form(ex).await?;
     let challenge = field(&fields, "challenge_id");
     let next = next_of(server, Some(field(&fields, "next")));
-    let user_id = server.mfa.challenge_user(challenge).await?.ok_or_else(|| {
-        ApiError::validation("challenge_id", "the sign-in took too long or was used up: sign in again")
-    })?;
+    let stale = || ApiError::validation("challenge_id", "the sign-in took too long or was used up: sign in again");
+    // Only the challenge this browser's password check opened (its cookie's hash) is answered.
+    let browser = cookie(ex, MFA_COOKIE).map(crate::secrets::hash_key).ok_or_else(stale)?;
+    let user_id = server.mfa.web_challenge_user(challenge, &browser).await?.ok_or_else(stale)?;
     let user = server.state.user(&user_id).ok_or(ApiError::NotFound("user"))?;
-    let caller = crate::mfa::Caller { user_id: &user.id, key_id: "web-sign-in" };
-    match server.mfa.verify(&server.state.sealer, caller, challenge, field(&fields, "code")).await {
-        Ok(_) => start_session(server, ex, &user, &next).await,
+    let code = field(&fields, "code");
+    match server.mfa.verify_web(&server.state.sealer, &user.id, challenge, code, &browser).await {
+        Ok(()) => {
+            let page = start_session(server, ex, &user, &next).await?;
+            Ok(page.cookie(mfa_cookie(&prefix(server), "", Duration::ZERO)))
+        }
         Err(e @ ApiError::Rejected { .. }) => Err(e),
         Err(e) => {
             let csrf = field(&fields, "csrf").to_string();
-            let still_open = server.mfa.challenge_user(challenge).await?.is_some();
+            let still_open = server.mfa.web_challenge_user(challenge, &browser).await?.is_some();
             if !still_open {
                 return Err(e);
             }
@@ -498,4 +619,86 @@ async fn sign_out(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result
     }
     let gone = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0");
     Ok(Page::redirect(&format!("{}/signin", prefix(server))).cookie(gone))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ORIGIN: &str = "https://tg.example";
+
+    #[test]
+    fn next_is_a_path_of_this_server_or_nothing() {
+        for good in [
+            "/auth/",
+            "/auth/?from=test",
+            "/auth/oauth/authorize?client_id=c&redirect_uri=https%3A%2F%2Fapp.example%2Fcb",
+        ] {
+            assert_eq!(same_origin_path(ORIGIN, good).as_deref(), Some(good), "{good}");
+        }
+        // Dot segments are resolved, and stay on the server.
+        assert_eq!(same_origin_path(ORIGIN, "/a/../../b").as_deref(), Some("/b"));
+        for bad in [
+            "//evil.example",
+            "///evil.example",
+            "/\\evil.example",
+            "/\\/evil.example",
+            "\\\\evil.example",
+            "/\t/evil.example",
+            "/%09/evil.example",
+            "/\n/evil.example",
+            "/%0a/evil.example",
+            "/\r/evil.example",
+            "/ /evil.example",
+            "/%2F%2Fevil.example",
+            "/%2f/evil.example",
+            "/%5Cevil.example",
+            "/%5c%5cevil.example",
+            "https:evil.example",
+            "https://evil.example",
+            "http:/evil.example",
+            "javascript:alert(1)",
+            "evil.example",
+            "",
+            "/\u{0}x",
+            "/\u{2028}/evil.example",
+            "/\u{a0}/evil.example",
+            "/%E2%80%A8/evil.example",
+        ] {
+            assert_eq!(same_origin_path(ORIGIN, bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_guess_counters_forget_what_bounds_nothing_any_more() {
+        let now = Instant::now();
+        let counts = PerAddress::new(ADDRESS_FAILURES);
+        for i in 0..crate::mfa::SWEEP_ABOVE as u32 + 10 {
+            counts.counts.insert(IpAddr::from(i.to_be_bytes()), (ADDRESS_FAILURES, now));
+        }
+        let window = crate::mfa::in_window(ADDRESS_WINDOW);
+        counts.sweep.sweep_at(&counts.counts, now + ADDRESS_WINDOW - Duration::from_secs(1), &window);
+        assert_eq!(counts.counts.len(), crate::mfa::SWEEP_ABOVE + 10, "still in their window");
+        counts.sweep.sweep_at(&counts.counts, now + ADDRESS_WINDOW + Duration::from_secs(2), &window);
+        assert!(counts.counts.is_empty(), "the windows that ended went");
+
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::store::EmbeddedStore::open(dir.path()).unwrap());
+        let signin = SignIn::new(store);
+        for i in 0..crate::mfa::SWEEP_ABOVE + 10 {
+            let recent = EmailFailures { count: 3, locked_until: None, last: now };
+            signin.by_email.insert(format!("u{i}@example.com"), recent);
+        }
+        let locked = EmailFailures { count: 9, locked_until: Some(now + FORGET_AFTER * 2), last: now };
+        signin.by_email.insert("locked@example.com".into(), locked);
+        // A wrong password sweeps on its way in: nothing is stale yet.
+        signin.failed("new@example.com", "192.0.2.3".parse().unwrap());
+        assert_eq!(signin.by_email.len(), crate::mfa::SWEEP_ABOVE + 12);
+        // An hour after the last failure, only the running lockout is left.
+        signin
+            .by_email_sweep
+            .sweep_at(&signin.by_email, now + FORGET_AFTER + Duration::from_secs(2), |f, at| f.live(at));
+        assert_eq!(signin.by_email.len(), 1, "the stale e-mails went, the locked one stayed");
+        assert!(signin.locked("locked@example.com", "192.0.2.4".parse().unwrap()).is_some());
+    }
 }

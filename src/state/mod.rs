@@ -606,6 +606,11 @@ impl State {
         self.grants.iter().filter(|g| g.client_id == client_id).map(|g| g.value().clone()).collect()
     }
 
+    /// The grants a user gave (to revoke them when its password changes).
+    pub fn grants_of_user(&self, user_id: &str) -> Vec<Arc<OAuthGrant>> {
+        self.grants.iter().filter(|g| g.user_id == user_id).map(|g| g.value().clone()).collect()
+    }
+
     /// A webhook visible to `org_id`; another organisation's is "not found".
     pub fn webhook_of(&self, org_id: &str, id: &str) -> Option<Arc<Webhook>> {
         self.webhooks.get(id).map(|w| w.value().clone()).filter(|w| w.org_id == org_id)

@@ -16,6 +16,9 @@ enum Need {
     Public,
     Any,
     Scope(&'static str),
+    /// Every scope the user's role allows: `admin` for an Owner, a Developer's or a Viewer's
+    /// `*` (one's own password and MFA: they sign in with the whole role).
+    WholeRole,
 }
 use Need::*;
 
@@ -37,7 +40,7 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("DELETE", "/sessions/{id}", Scope("sessions:manage")),
     ("GET", "/user", Any),
     ("PATCH", "/user", Any),
-    ("PUT", "/user/password", Any),
+    ("PUT", "/user/password", WholeRole),
     ("GET", "/user/web-sessions", Any),
     ("DELETE", "/user/web-sessions/{id}", Any),
     ("POST", "/api-keys", Scope("admin")),
@@ -58,11 +61,12 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/metrics/app/{id}", Scope("logs:read")),
     ("GET", "/auth/verify", Any),
     ("GET", "/auth/debug", Any),
-    // Turning MFA on or off is account security (a leaked narrow key must not take it over).
-    ("POST", "/auth/mfa/enroll", Scope("admin")),
-    ("POST", "/auth/mfa/activate", Scope("admin")),
+    // Turning MFA on or off is account security (a leaked narrow key must not take it over),
+    // open to every role with a credential holding all the role allows.
+    ("POST", "/auth/mfa/enroll", WholeRole),
+    ("POST", "/auth/mfa/activate", WholeRole),
     ("POST", "/auth/mfa/verify", Any),
-    ("DELETE", "/auth/mfa", Scope("admin")),
+    ("DELETE", "/auth/mfa", WholeRole),
     ("POST", "/auth/mfa/reset", Scope("admin")),
     ("GET", "/webhooks", Scope("admin")),
     ("POST", "/webhooks", Scope("admin")),
@@ -303,6 +307,24 @@ fn every_endpoint_enforces_its_scope() {
                     failures.push(format!("{what} with `admin`: got {} {}", r.status, r.text));
                 }
             }
+            WholeRole => {
+                // The Owner's keys: lacking `admin` (even with every other scope) is refused.
+                for lacking in ["admin", "gateways:read"] {
+                    let k = if lacking == "admin" { &f.without["admin"] } else { &f.only["gateways:read"] };
+                    let r = call(&f, method, shape, Some(k), n);
+                    if r.status != 403 || r.error_code() != "INSUFFICIENT_SCOPE" || !r.text.contains("`admin`") {
+                        failures.push(format!(
+                            "{what} (whole role) lacking `{lacking}`: want 403, got {} {}",
+                            r.status, r.text
+                        ));
+                    }
+                }
+                n += 1;
+                let r = call(&f, method, shape, Some(&f.only["admin"]), n);
+                if r.status == 403 || r.status == 401 || r.status >= 500 {
+                    failures.push(format!("{what} (whole role) with `admin`: got {} {}", r.status, r.text));
+                }
+            }
             Any => {
                 for s in ["billing:manage", "gateways:read"] {
                     n += 1;
@@ -351,8 +373,15 @@ fn role_bounds_a_star_key() {
     );
     f.ids.insert("sa", ok(&sa, 201)["id"].as_str().unwrap().to_string());
     for &(method, shape, need) in TABLE {
-        let Scope(s) = need else { continue };
-        for (who, key, may) in [("Viewer", &f.viewer, viewer_may(s)), ("Developer", &f.developer, developer_may(s))] {
+        // A Developer's or a Viewer's `*` holds all its role allows: it sets its own password and MFA.
+        let (s, whole) = match need {
+            Scope(s) => (s, false),
+            WholeRole => ("the whole role", true),
+            _ => continue,
+        };
+        for (who, key, may) in
+            [("Viewer", &f.viewer, whole || viewer_may(s)), ("Developer", &f.developer, whole || developer_may(s))]
+        {
             n += 1;
             let r = call(&f, method, shape, Some(key), n);
             let refused = r.status == 403 && r.error_code() == "INSUFFICIENT_SCOPE";

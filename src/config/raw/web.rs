@@ -133,6 +133,8 @@ struct RawOidcProvider {
     client_id: String,
     client_secret_env: Option<String>,
     scopes: Option<Vec<String>>,
+    /// The organisation whose users this provider signs in.
+    organization: Option<String>,
 }
 
 impl RawWeb {
@@ -191,6 +193,9 @@ impl RawWeb {
                 })?),
                 None => None,
             };
+            if p.organization.as_ref().is_some_and(|o| o.is_empty() || o.len() > 64) {
+                return Err(invalid(f("organization"), "must be an organisation id"));
+            }
             let scopes = p.scopes.unwrap_or_else(|| vec!["openid".into(), "email".into(), "profile".into()]);
             if !scopes.iter().any(|s| s == "openid") {
                 return Err(invalid(f("scopes"), "must include openid"));
@@ -214,6 +219,7 @@ impl RawWeb {
                 client_id: p.client_id,
                 client_secret,
                 scopes,
+                organization: p.organization,
                 verifier: std::sync::Arc::new(verifier),
             });
         }
