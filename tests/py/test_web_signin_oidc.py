@@ -114,12 +114,14 @@ def test_users_sign_in_with_either_provider_by_their_verified_email(tmp_path):
         assert int(answers[-1].headers["retry-after"]) > 0
 
 
-def test_a_provider_signs_in_its_organisations_user_and_never_picks_one_of_several(tmp_path):
-    """The same verified e-mail in two organisations: a provider configured for one of them
-    (`organization`) signs in that organisation's user; a provider configured for none refuses
-    rather than pick one (it vouches for an address, not for an organisation)."""
-    with provider(tmp_path, signin_redirect=callback("acme")) as (acme, acme_secret), \
-            provider(tmp_path, signin_redirect=callback("globex")) as (globex, globex_secret):
+
+@contextlib.contextmanager
+def two_organisations(tmp: Path, acme_organization: str | None):
+    """bob@example.com is a user of org_a and of org_b, carol@example.com of org_a; acme names
+    `acme_organization` (if any), globex none: yields (toolgate, {provider id: issuer})."""
+    with provider(tmp, signin_redirect=callback("acme")) as (acme, acme_secret), \
+            provider(tmp, signin_redirect=callback("globex")) as (globex, globex_secret):
+        organization = f", organization: {acme_organization}" if acme_organization else ""
         yaml = config() + (
             "organizations:\n  - {id: org_a, name: A, tier: free}\n  - {id: org_b, name: B, tier: free}\n"
             "users:\n"
@@ -128,31 +130,41 @@ def test_a_provider_signs_in_its_organisations_user_and_never_picks_one_of_sever
             "  - {id: usr_bob_b, email: bob@example.com, name: Bob of B, role: viewer, organization: org_b}\n"
             "  - {id: usr_carol, email: carol@example.com, name: Carol, role: viewer, organization: org_a}\n"
             "web:\n  oidc_providers:\n"
-            f"    - {{id: acme, name: Acme ID, issuer: '{acme}', client_id: toolgate-signin, client_secret_env: ACME_SECRET,"
-            " organization: org_b}\n"
+            f"    - {{id: acme, name: Acme ID, issuer: '{acme}', client_id: toolgate-signin, client_secret_env: ACME_SECRET"
+            f"{organization}}}\n"
             f"    - {{id: globex, name: Globex, issuer: '{globex}', client_id: toolgate-signin, client_secret_env: GLOBEX_SECRET}}\n"
         )
         srv = ToolgateServer(full_config=yaml, env={"ACME_SECRET": acme_secret, "GLOBEX_SECRET": globex_secret}).start()
         try:
-            b = Browser(srv)
-            _, r = through(b, "acme", acme, "bob")
-            assert r.status_code == 303 and "toolgate_session" in b.jar, (r.status_code, r.text)
-            account = b.request("GET", "/auth/").text
-            assert "(Bob of B)" in account and '<span id="organization">org_b</span>' in account, account
-
-            # Acme signs in org_b's users only: carol is org_a's.
-            carol = Browser(srv)
-            _, r = through(carol, "acme", acme, "carol")
-            assert r.status_code == 403 and "toolgate_session" not in carol.jar, r.text
-
-            # Globex names no organisation: bob is ambiguous, refused; carol is not.
-            ambiguous = Browser(srv)
-            _, r = through(ambiguous, "globex", globex, "bob")
-            assert r.status_code == 403 and "several organisations" in r.text, r.text
-            assert "toolgate_session" not in ambiguous.jar
-            carol = Browser(srv)
-            _, r = through(carol, "globex", globex, "carol")
-            assert r.status_code == 303 and "toolgate_session" in carol.jar, r.text
+            yield srv, {"acme": acme, "globex": globex}
         finally:
             srv.stop()
             srv.tmp.cleanup()
+
+
+def test_a_provider_naming_no_organisation_never_picks_one_of_several_users(tmp_path):
+    """The same verified e-mail in two organisations: a provider configured for no organisation
+    refuses it rather than pick one (it vouches for an address, not for an organisation); an
+    e-mail one user holds still signs in."""
+    with two_organisations(tmp_path, None) as (srv, issuers):
+        ambiguous = Browser(srv)
+        _, r = through(ambiguous, "globex", issuers["globex"], "bob")
+        assert r.status_code == 403 and "several organisations" in r.text, (r.status_code, r.text)
+        assert "toolgate_session" not in ambiguous.jar
+        carol = Browser(srv)
+        _, r = through(carol, "globex", issuers["globex"], "carol")
+        assert r.status_code == 303 and "toolgate_session" in carol.jar, r.text
+
+
+def test_a_provider_signs_in_only_the_user_of_its_organisation(tmp_path):
+    """A provider configured for an organisation (`organization`) signs in that organisation's
+    user with the e-mail, and nobody of another organisation."""
+    with two_organisations(tmp_path, "org_b") as (srv, issuers):
+        b = Browser(srv)
+        _, r = through(b, "acme", issuers["acme"], "bob")
+        assert r.status_code == 303 and "toolgate_session" in b.jar, (r.status_code, r.text)
+        account = b.request("GET", "/auth/").text
+        assert "(Bob of B)" in account and '<span id="organization">org_b</span>' in account, account
+        carol = Browser(srv)
+        _, r = through(carol, "acme", issuers["acme"], "carol")
+        assert r.status_code == 403 and "toolgate_session" not in carol.jar, r.text
