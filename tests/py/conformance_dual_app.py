@@ -8,12 +8,17 @@ scenarios) with what the 2025-11-25 scenarios name besides: sampling, elicitatio
 with enums) and logging mid-call on the call's stream, resource subscriptions, the log level,
 completion. A handshake-era client gets all of that only if it is spoken to in its own era.
 
+One answer is framed by hand: a 2026-07-28 call of `test_streaming_elicitation` is answered as the
+suite's reference server answers it, `application/json` streamed in chunks, one JSON-RPC message per
+line (a progress notification, then the result), a framing the SDK does not produce.
+
 Run under uvicorn on a port the OS picks (tests read it from /proc).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import mcp_types as types
@@ -145,5 +150,33 @@ low.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _empty)
 low.add_request_handler("completion/complete", types.CompleteRequestParams, _complete)
 
 
+def streamed_as_json_lines(app):
+    """ASGI wrapper: the reference server's framing of `test_streaming_elicitation` (2026-07-28)."""
+
+    async def wrapped(scope, receive, send):
+        headers = dict(scope.get("headers") or []) if scope["type"] == "http" else {}
+        if (scope["type"] == "http" and scope["method"] == "POST"
+                and headers.get(b"mcp-protocol-version") == b"2026-07-28"
+                and headers.get(b"mcp-name") == b"test_streaming_elicitation"):
+            body, more = b"", True
+            while more:
+                msg = await receive()
+                body += msg.get("body", b"")
+                more = msg.get("more_body", False)
+            rid = json.loads(body).get("id")
+            progress = {"jsonrpc": "2.0", "method": "notifications/progress",
+                        "params": {"progressToken": "token-abc", "total": 100, "progress": 50}}
+            result = {"jsonrpc": "2.0", "id": rid,
+                      "result": {"content": [{"type": "text", "text": "Streaming complete"}], "resultType": "complete"}}
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": (json.dumps(progress) + "\n").encode(), "more_body": True})
+            await asyncio.sleep(0.05)
+            await send({"type": "http.response.body", "body": json.dumps(result).encode()})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 if __name__ == "__main__":
-    serve_on_a_free_port(server)
+    serve_on_a_free_port(server, wrap=streamed_as_json_lines)
