@@ -16,7 +16,7 @@ use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
 use crate::mcp::tasks;
-use crate::mcp::upstream::{CallContext, UpstreamError, UpstreamReply};
+use crate::mcp::upstream::{CallContext, ClientEra, UpstreamError, UpstreamReply};
 use crate::metrics::{self, ErrorType};
 use crate::model::{ClientCapabilities, Gateway, McpSession};
 use crate::reqlog::{Answer, EntryWriter};
@@ -375,7 +375,8 @@ async fn forward(
         let none = Response::success(req.id, json!({ "completion": { "values": [] } }));
         return respond(ex, caller, none, modern::COMPLETE).await;
     };
-    let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
+    let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
+    let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
     // A tool that declares `Mcp-Param-*` headers: a stateless caller's must agree with the
     // arguments, and the app gets them from the arguments, whoever called. Read only then.
     let declared = tool.and_then(|(exposed, _)| catalogue.tool(exposed)).map(|t| t.param_headers.as_slice());

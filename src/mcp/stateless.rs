@@ -303,10 +303,13 @@ pub(crate) async fn relay(
         keys_issued,
         expires: Instant::now(),
     };
-    let Some(parked_id) = mcp.parked.park(parked) else {
-        let e = ErrorObject::internal("too many calls are waiting for their clients' answers; try again later");
-        log(&Err(e.clone()), 503);
-        return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
+    let parked_id = match mcp.parked.park(parked) {
+        Ok(id) => id,
+        Err(refused) => {
+            let (e, status) = refused.to_error();
+            log(&Err(e.clone()), status);
+            return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
+        }
     };
     let sealed = serde_json::to_vec(&SealedState { parked: parked_id, binding }).unwrap_or_default();
     let state = format!("{STATE_PREFIX}{}", mcp.state.sealer.seal(&sealed));

@@ -14,7 +14,7 @@ use crate::mcp::jsonrpc::{self, ErrorObject, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
-use crate::mcp::upstream::CallContext;
+use crate::mcp::upstream::{CallContext, ClientEra};
 use crate::metrics::{self, ErrorType};
 use crate::model::Gateway;
 use crate::secrets::Sealer;
@@ -170,7 +170,7 @@ async fn relay(
         return Err(ErrorObject::invalid_params(format!("unknown task {id}")).with_data(json!({ "taskId": id })));
     };
     let params = params.map(|p| for_app(p, &task));
-    let ctx = CallContext { client_request_id: req.id.clone(), headers: vec![] };
+    let ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era: ClientEra::Stateless };
     let answer = match mcp.apps.request(&gw.org_id, &app_id, &req.method, params, &ctx).await {
         Ok(reply) => match reply.into_response().await {
             Ok(r) => r,

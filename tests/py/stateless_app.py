@@ -5,6 +5,10 @@ answers `server/discover`, so toolgate speaks 2026-07-28 to it.
 `ask_name` asks the client for its name the 2026-07-28 way: it returns an input-required result
 with an elicitation and its own `requestState`, and completes when called again with the answer
 and that state unchanged.
+
+It speaks 2026-07-28 alone: the SDK serves both eras on one endpoint, so `initialize` is refused
+here (HTTP 400, -32022), and a handshake-era client reaches it only through toolgate's
+translation (`conformance_dual_app.py` is the app of both eras).
 """
 
 from __future__ import annotations
@@ -59,5 +63,42 @@ def envelope(ctx: Context) -> str:
     return json.dumps({"protocol_version": ctx.protocol_version})
 
 
+def refusing_initialize(app):
+    """ASGI wrapper: `initialize` gets the answer of a server of the stateless revision alone."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            msg = await receive()
+            body += msg.get("body", b"")
+            more = msg.get("more_body", False)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and message.get("method") == "initialize":
+            error = {"jsonrpc": "2.0", "id": message.get("id"), "error": {
+                "code": -32022, "message": "this server speaks only 2026-07-28",
+                "data": {"supported": ["2026-07-28"], "requested": (message.get("params") or {}).get("protocolVersion")}}}
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": json.dumps(error).encode()})
+            return
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return wrapped
+
+
 if __name__ == "__main__":
-    serve_on_a_free_port(server)
+    serve_on_a_free_port(server, wrap=refusing_initialize)

@@ -29,6 +29,15 @@
 //! * **Client capabilities**: `sampling` and `elicitation` are declared upstream, since the
 //!   gateway relays those requests, arriving on a call's stream, to the calling client, or refuses
 //!   them on its behalf when it did not declare them (`dispatch::refusal`).
+//! * **Apps of both eras**: an app that answers `server/discover` naming 2026-07-28 may still speak
+//!   the handshake era on the same endpoint (the official SDKs' servers and the conformance
+//!   suite's reference server do, naming only 2026-07-28). It is spoken to in the calling client's
+//!   era ([`super::CallContext::client_era`]) whenever it offers it: a handshake-era client's
+//!   calls go over the app's upstream session (sampling, elicitation, subscriptions as with a
+//!   handshake app), a 2026-07-28 client's and the gateway's own go stateless. Whether such an app
+//!   takes `initialize` is known from `supportedVersions` when it names a handshake version, else
+//!   tried once, when a handshake-era client first calls it; an app that refuses it is translated
+//!   for those clients (`stateless.rs`).
 
 use crate::fast_map::FastMap;
 use std::collections::VecDeque;
@@ -45,8 +54,8 @@ use tokio::time::Instant;
 
 use super::wire::{media_type_is, HttpClients, Outgoing, Target, WireResponse};
 use super::{
-    CallContext, Credential, Event, HttpSettings, NoticeReporter, ReplyStream, Source, TimeoutPhase, Timeouts,
-    UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
+    CallContext, ClientEra, Credential, Event, HttpSettings, NoticeReporter, ReplyStream, Source, TimeoutPhase,
+    Timeouts, UpstreamError, UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
 
@@ -96,6 +105,9 @@ struct Inner {
     /// The revision the app speaks: pinned by `protocol_version`, else asked once
     /// (`server/discover`).
     era: tokio::sync::OnceCell<Era>,
+    /// Whether an app of [`Era::Stateless`] also takes `initialize` (tried once, when a
+    /// handshake-era client first calls it; `false` when pinned to 2026-07-28).
+    handshake: tokio::sync::OnceCell<bool>,
     /// A stateless app's questions to the client (by the id toolgate gave them), waiting for
     /// the answers.
     waiters: FastMap<u64, tokio::sync::oneshot::Sender<Response>>,
@@ -156,9 +168,11 @@ impl HttpUpstream {
             }
             None => {}
         }
+        let mut handshake = tokio::sync::OnceCell::new();
         let (protocol_version, era) = match settings.protocol_version.as_deref() {
             None => (LATEST_PROTOCOL_VERSION, tokio::sync::OnceCell::new()),
             Some(crate::mcp::protocol::STATELESS) => {
+                handshake = tokio::sync::OnceCell::new_with(Some(false));
                 (LATEST_PROTOCOL_VERSION, tokio::sync::OnceCell::new_with(Some(Era::Stateless)))
             }
             Some(v) => {
@@ -180,6 +194,7 @@ impl HttpUpstream {
                 next_id: AtomicU64::new(1),
                 notices,
                 era,
+                handshake,
                 waiters: FastMap::default(),
             }),
         })
@@ -198,7 +213,7 @@ impl HttpUpstream {
     /// the stateless revision, its `server/discover` result).
     pub async fn connect(&self) -> Result<Value, UpstreamError> {
         let deadline = Instant::now() + self.inner.timeouts.total();
-        if self.inner.era(deadline).await? == Era::Stateless {
+        if self.inner.era(deadline).await? != Era::Handshake {
             return Ok(self.inner.discover(deadline).await?.1);
         }
         Ok(self.inner.ensure_session(deadline).await?.init_result.clone())
@@ -221,7 +236,7 @@ impl HttpUpstream {
     ) -> Result<UpstreamReply, UpstreamError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
-        if inner.era(deadline).await? == Era::Stateless {
+        if inner.path(ctx.client_era, deadline).await? == Path::Stateless {
             return Box::pin(stateless::request(inner, method, params, ctx, deadline)).await;
         }
         let mut retried = false;
@@ -258,8 +273,19 @@ impl HttpUpstream {
     pub async fn notify(&self, method: &str, params: Option<RawJson>, ctx: &CallContext) -> Result<(), UpstreamError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
-        // The stateless revision has no client notifications (cancelling is closing the stream).
-        if inner.era.get() == Some(&Era::Stateless) {
+        // The stateless revision has no client notifications (cancelling is closing the stream):
+        // an app of that revision hears them only on a session a handshake-era client's calls
+        // opened, and only while it is open.
+        if matches!(inner.era.get(), Some(Era::Stateless | Era::Both)) {
+            if ctx.client_era == ClientEra::Stateless {
+                return Ok(());
+            }
+            let Some(session) = inner.session.load_full() else { return Ok(()) };
+            let body = jsonrpc::notification_bytes(method, params.as_ref()).into();
+            match inner.post(Some(&session), body, ctx, deadline).await? {
+                Posted::Ok(resp) => resp.finish().await,
+                Posted::Expired => inner.invalidate(&session),
+            }
             return Ok(());
         }
         let body = Bytes::from(jsonrpc::notification_bytes(method, params.as_ref()));
@@ -282,15 +308,21 @@ impl HttpUpstream {
         }
     }
 
-    /// Posts the client's answer to a server->client request. Not retried on an expired session:
-    /// the request it answers died with that session.
+    /// Posts the client's answer to a server->client request, on the path the request came: an
+    /// answer to a question of a stateless call (its id is one toolgate gave) to that call, any
+    /// other to the app's session. Not retried on an expired session: the request it answers
+    /// died with that session.
     pub async fn respond(&self, response: Response, ctx: &CallContext) -> Result<(), UpstreamError> {
         let inner = &self.inner;
-        if inner.era.get() == Some(&Era::Stateless) {
-            return stateless::answer(inner, response);
+        if let Some(asked) = stateless::asked(&response.id) {
+            return stateless::answer(inner, asked, response);
         }
         let deadline = Instant::now() + inner.timeouts.total();
-        let session = inner.ensure_session(deadline).await?;
+        let session = match inner.era.get() {
+            // No session, no request of the app's that could be waiting on it.
+            Some(Era::Stateless | Era::Both) => inner.session.load_full().ok_or(UpstreamError::Closed)?,
+            _ => inner.ensure_session(deadline).await?,
+        };
         match inner.post(Some(&session), response.to_bytes().into(), ctx, deadline).await? {
             Posted::Ok(resp) => {
                 resp.finish().await;
@@ -331,7 +363,48 @@ fn credential_headers(all: &HeaderMap) -> HeaderMap {
     h
 }
 
+/// How one call reaches its app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Over the app's upstream session (the handshake era).
+    Session,
+    /// Without a session (2026-07-28, `stateless.rs`).
+    Stateless,
+}
+
 impl Inner {
+    /// How a call of a client of `client` era reaches the app: in the client's own era whenever
+    /// the app speaks it; the gateway's own calls (no client) go stateless to an app that can.
+    async fn path(self: &Arc<Self>, client: ClientEra, deadline: Instant) -> Result<Path, UpstreamError> {
+        Ok(match self.era(deadline).await? {
+            Era::Handshake => Path::Session,
+            Era::Both if client == ClientEra::Handshake => Path::Session,
+            Era::Stateless if client == ClientEra::Handshake && self.offers_handshake(deadline).await? => Path::Session,
+            Era::Both | Era::Stateless => Path::Stateless,
+        })
+    }
+
+    /// Whether an app that named only 2026-07-28 also takes `initialize`: tried once (the session
+    /// it opens is kept for the calls). A refusal (an HTTP or JSON-RPC error, an answer that is
+    /// not a handshake) is remembered; an unreachable app is tried again next time.
+    async fn offers_handshake(self: &Arc<Self>, deadline: Instant) -> Result<bool, UpstreamError> {
+        if let Some(known) = self.handshake.get() {
+            return Ok(*known);
+        }
+        let probe = self.handshake.get_or_try_init(|| async {
+            match self.ensure_session(deadline).await {
+                Ok(_) => Ok(true),
+                Err(e @ (UpstreamError::Http { .. } | UpstreamError::Protocol(_) | UpstreamError::Initialize(_))) => {
+                    tracing::info!(app = %self.app_id, error = %e, "the app speaks only 2026-07-28; handshake-era clients reach it translated");
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            }
+        });
+        // Once per app: boxed, so that the probe's future does not size every call's.
+        Box::pin(probe).await.copied()
+    }
+
     /// The open session, or a new one. Concurrent callers share one handshake.
     async fn ensure_session(self: &Arc<Self>, deadline: Instant) -> Result<Arc<Session>, UpstreamError> {
         if let Some(s) = self.session.load_full() {
@@ -753,7 +826,7 @@ impl HttpSource {
                 Body::Json(resp) => {
                     let Some(mut resp) = resp.take() else { return Err(UpstreamError::Closed) };
                     let bytes = resp.read_to_end(MAX_MESSAGE_BYTES).await?;
-                    push_messages(&mut self.queue, &bytes)?;
+                    push_json_body(&mut self.queue, &bytes)?;
                 }
                 Body::Sse { body, parser } => {
                     // The app closed the call's stream before its response: resume it.
@@ -799,7 +872,7 @@ impl HttpSource {
                         if ev.event.as_deref().is_some_and(|t| t != "message") || ev.data.trim().is_empty() {
                             continue; // priming events (id only) and foreign event types
                         }
-                        push_messages(&mut self.queue, ev.data.as_bytes())?;
+                        push_json_body(&mut self.queue, ev.data.as_bytes())?;
                     }
                 }
             }
@@ -807,8 +880,40 @@ impl HttpSource {
     }
 }
 
+/// An `application/json` body: one message or a batch; or several messages one after the other
+/// (JSON texts separated by whitespace, in practice one per line), the notifications first and
+/// the response last, as servers of the 2026-07-28 revision stream an answer under that type
+/// (the conformance suite's reference server does). Only a body that is not one JSON text is
+/// read as a sequence, so the usual answer costs one parse.
+fn push_json_body(queue: &mut VecDeque<Message>, bytes: &[u8]) -> Result<(), UpstreamError> {
+    let first = match jsonrpc::parse(bytes) {
+        Err(jsonrpc::ParseError::Parse(e)) => e,
+        parsed => return push_parsed(queue, parsed),
+    };
+    let mut texts = serde_json::Deserializer::from_slice(bytes).into_iter::<&serde_json::value::RawValue>();
+    let mut messages = VecDeque::new();
+    let mut count = 0;
+    for text in texts.by_ref() {
+        let Ok(text) = text else { return Err(UpstreamError::Protocol(format!("upstream sent parse error: {first}"))) };
+        push_messages(&mut messages, text.get().as_bytes())?;
+        count += 1;
+    }
+    if count < 2 {
+        return Err(UpstreamError::Protocol(format!("upstream sent parse error: {first}")));
+    }
+    queue.append(&mut messages);
+    Ok(())
+}
+
 fn push_messages(queue: &mut VecDeque<Message>, bytes: &[u8]) -> Result<(), UpstreamError> {
-    match jsonrpc::parse(bytes) {
+    push_parsed(queue, jsonrpc::parse(bytes))
+}
+
+fn push_parsed(
+    queue: &mut VecDeque<Message>,
+    parsed: Result<Incoming, jsonrpc::ParseError>,
+) -> Result<(), UpstreamError> {
+    match parsed {
         Ok(Incoming::Single(m)) => queue.push_back(m),
         Ok(Incoming::Batch(items)) => {
             for item in items {
@@ -1226,7 +1331,7 @@ mod tests {
             HttpUpstream::new("t", &settings, Timeouts::default(), &HttpClients::default(), NoticeReporter::default())
                 .unwrap();
         let call = |name: &str| RawJson::from_value(&json!({ "name": name, "arguments": {} }));
-        let ctx = CallContext { client_request_id: Id::from(7u64), headers: vec![] };
+        let ctx = CallContext { client_request_id: Id::from(7u64), headers: vec![], client_era: ClientEra::Stateless };
         let r = up.request("tools/call", Some(call("echo")), &ctx).await.unwrap().into_response().await.unwrap();
         assert_eq!(r.id, Id::from(7u64));
         assert_eq!(r.outcome.unwrap().to_value()["content"][0]["text"], "hi");
@@ -1240,6 +1345,165 @@ mod tests {
         }
         assert!(seen[1].contains(r#""io.modelcontextprotocol/protocolVersion":"2026-07-28""#), "{}", seen[1]);
         assert!(!call.contains("mcp-session-id"));
+    }
+
+    /// The app of each call's path, from the requests a canned server saw.
+    fn is_handshake_call(req: &str, session: &str) -> bool {
+        let r = req.to_ascii_lowercase();
+        r.contains(&format!("mcp-session-id: {session}")) && r.contains("mcp-protocol-version: 2025-11-25")
+    }
+
+    fn is_stateless_call(req: &str) -> bool {
+        let r = req.to_ascii_lowercase();
+        !r.contains("mcp-session-id") && r.contains("mcp-protocol-version: 2026-07-28")
+    }
+
+    /// An app that names only 2026-07-28 in `server/discover` and still takes `initialize` (as
+    /// the official SDKs' servers do) is spoken to in each client's era: a handshake-era
+    /// client's calls over a session (opened once), a 2026-07-28 client's and the gateway's own
+    /// without one.
+    #[tokio::test]
+    async fn a_dual_era_app_is_spoken_to_in_the_client_s_era() {
+        let json_resp = |body: &str| http_resp("200 OK", "Content-Type: application/json\r\n", body);
+        let done = |id: u64| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[],"resultType":"complete","tools":[]}}}}"#)
+        };
+        let responses = vec![
+            json_resp(r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{}}}"#),
+            http_resp(
+                "200 OK",
+                "Content-Type: application/json\r\nMcp-Session-Id: s1\r\n",
+                r#"{"jsonrpc":"2.0","id":2,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}"#,
+            ),
+            http_resp("202 Accepted", "", ""),
+            json_resp(&done(3)),
+            json_resp(&done(4)),
+            json_resp(&done(5)),
+            json_resp(&done(6)),
+            http_resp("202 Accepted", "", ""),
+        ];
+        let (url, server) = canned_server(responses).await;
+        let settings = HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None };
+        let up =
+            HttpUpstream::new("t", &settings, Timeouts::default(), &HttpClients::default(), NoticeReporter::default())
+                .unwrap();
+        let ctx = |client_era| CallContext { client_request_id: Id::from(9u64), headers: vec![], client_era };
+        let call = || Some(RawJson::from_value(&json!({ "name": "echo", "arguments": {} })));
+        for era in [ClientEra::Handshake, ClientEra::Stateless] {
+            let r = up.request("tools/call", call(), &ctx(era)).await.unwrap().into_response().await.unwrap();
+            assert_eq!(r.id, Id::from(9u64));
+            assert!(r.outcome.is_ok(), "{era:?}");
+        }
+        up.request("tools/list", None, &ctx(ClientEra::None)).await.unwrap().into_response().await.unwrap();
+        up.request("tools/call", call(), &ctx(ClientEra::Handshake)).await.unwrap().into_response().await.unwrap();
+        // A handshake-era client's notification goes to the session; a 2026-07-28 client's nowhere.
+        up.notify("notifications/roots/list_changed", None, &ctx(ClientEra::Stateless)).await.unwrap();
+        up.notify("notifications/roots/list_changed", None, &ctx(ClientEra::Handshake)).await.unwrap();
+        let seen = server.await.unwrap();
+        assert_eq!(seen.len(), 8, "{seen:#?}");
+        assert!(seen[0].contains("server/discover"), "{}", seen[0]);
+        assert!(seen[1].contains(r#""method":"initialize""#) && seen[1].contains("2025-11-25"), "{}", seen[1]);
+        assert!(is_handshake_call(&seen[3], "s1"), "the handshake-era client's call: {}", seen[3]);
+        assert!(is_stateless_call(&seen[4]), "the 2026-07-28 client's call: {}", seen[4]);
+        assert!(seen[4].contains(r#""io.modelcontextprotocol/protocolVersion":"2026-07-28""#), "{}", seen[4]);
+        assert!(is_stateless_call(&seen[5]) && seen[5].contains("tools/list"), "the gateway's own: {}", seen[5]);
+        assert!(is_handshake_call(&seen[6], "s1"), "the session is kept: {}", seen[6]);
+        assert!(is_handshake_call(&seen[7], "s1") && seen[7].contains("roots/list_changed"), "{}", seen[7]);
+    }
+
+    /// An app of 2026-07-28 alone refuses `initialize`: handshake-era clients reach it
+    /// translated, and it is not asked again.
+    #[tokio::test]
+    async fn a_stateless_only_app_is_translated_for_handshake_era_clients_and_tried_once() {
+        let json_resp = |body: &str| http_resp("200 OK", "Content-Type: application/json\r\n", body);
+        let responses = vec![
+            json_resp(r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{}}}"#),
+            http_resp("400 Bad Request", "Content-Type: text/plain\r\n", "initialize is not a method of 2026-07-28"),
+            json_resp(r#"{"jsonrpc":"2.0","id":3,"result":{"content":[],"resultType":"complete"}}"#),
+            json_resp(r#"{"jsonrpc":"2.0","id":4,"result":{"content":[],"resultType":"complete"}}"#),
+        ];
+        let (url, server) = canned_server(responses).await;
+        let settings = HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None };
+        let up =
+            HttpUpstream::new("t", &settings, Timeouts::default(), &HttpClients::default(), NoticeReporter::default())
+                .unwrap();
+        let ctx = CallContext { client_era: ClientEra::Handshake, ..Default::default() };
+        for _ in 0..2 {
+            let call = RawJson::from_value(&json!({ "name": "echo", "arguments": {} }));
+            let r = up.request("tools/call", Some(call), &ctx).await.unwrap().into_response().await.unwrap();
+            assert!(r.outcome.is_ok());
+        }
+        let seen = server.await.unwrap();
+        assert!(seen[1].contains(r#""method":"initialize""#), "{}", seen[1]);
+        assert!(is_stateless_call(&seen[2]) && is_stateless_call(&seen[3]), "{seen:#?}");
+        assert!(!seen[3].contains("initialize"));
+    }
+
+    /// A 2026-07-28 server may stream an answer as `application/json` (chunked), one message per
+    /// line, notifications first (the conformance suite's reference server does): each message is
+    /// read, the response last.
+    #[tokio::test]
+    async fn a_json_answer_of_several_lines_is_read_message_by_message() {
+        let json_resp = |body: &str| http_resp("200 OK", "Content-Type: application/json\r\n", body);
+        let lines = concat!(
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":50}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"Streaming complete"}]}}"#,
+        );
+        let chunked = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+            lines.len(),
+            lines
+        );
+        let responses = vec![
+            json_resp(r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{}}}"#),
+            chunked,
+            // Not JSON at all stays a protocol error.
+            json_resp("{\"jsonrpc\":\"2.0\"}\n{oops"),
+        ];
+        let (url, server) = canned_server(responses).await;
+        let settings = HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None };
+        let up =
+            HttpUpstream::new("t", &settings, Timeouts::default(), &HttpClients::default(), NoticeReporter::default())
+                .unwrap();
+        let ctx =
+            CallContext { client_request_id: Id::from("c"), client_era: ClientEra::Stateless, ..Default::default() };
+        let call = || Some(RawJson::from_value(&json!({ "name": "test_streaming_elicitation", "arguments": {} })));
+        let UpstreamReply::Stream(mut s) = up.request("tools/call", call(), &ctx).await.unwrap() else {
+            panic!("a notification first means a stream")
+        };
+        let Some(Ok(Message::Notification(n))) = s.next().await else { panic!("the progress first") };
+        assert_eq!(n.method, "notifications/progress");
+        let Some(Ok(Message::Response(r))) = s.next().await else { panic!("then the response") };
+        assert_eq!(r.id, Id::from("c"));
+        assert_eq!(r.outcome.unwrap().to_value()["content"][0]["text"], "Streaming complete");
+        assert!(matches!(up.request("tools/call", call(), &ctx).await, Err(UpstreamError::Protocol(_))));
+        server.await.unwrap();
+    }
+
+    #[test]
+    fn a_json_body_read_as_one_message_or_a_sequence() {
+        let mut q = VecDeque::new();
+        push_json_body(&mut q, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n").unwrap();
+        assert_eq!(q.len(), 1);
+        let mut q = VecDeque::new();
+        push_json_body(&mut q, b"{\"jsonrpc\":\"2.0\",\"method\":\"a\"}\r\n {\"jsonrpc\":\"2.0\",\"method\":\"b\"}{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}").unwrap();
+        assert_eq!(q.len(), 3);
+        assert!(matches!(q.pop_back(), Some(Message::Response(_))));
+        for bad in [
+            &b"{oops"[..],
+            b"",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"a\"} nope",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"a\"}\n{\"x\":1}",
+        ] {
+            let mut q = VecDeque::new();
+            assert!(
+                matches!(push_json_body(&mut q, bad), Err(UpstreamError::Protocol(_))),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+            assert!(q.is_empty());
+        }
     }
 
     #[tokio::test]

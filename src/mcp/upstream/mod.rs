@@ -259,6 +259,21 @@ pub struct CallContext {
     /// Extra headers for this call only (HTTP), e.g. a per-connection credential. The gateway
     /// must never put the client's own `X-API-Key` here.
     pub headers: Vec<(::http::HeaderName, ::http::HeaderValue)>,
+    /// The revision the calling client speaks: an HTTP app that speaks both is spoken to in the
+    /// client's own ([`http`]'s module documentation).
+    pub client_era: ClientEra,
+}
+
+/// Which protocol era the client behind a call speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientEra {
+    /// No client: the gateway calls on its own behalf (its catalogue's lists).
+    #[default]
+    None,
+    /// A client of a session opened with `initialize` (2025-11-25 and before).
+    Handshake,
+    /// A client of the stateless revision (2026-07-28).
+    Stateless,
 }
 
 /// The phase whose timeout fired.
@@ -394,6 +409,19 @@ pub struct ReplyStream {
 impl fmt::Debug for ReplyStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReplyStream").field("done", &self.done).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+impl ReplyStream {
+    /// A call whose answer never comes (tests of what holds one).
+    pub(crate) fn idle_for_test() -> Self {
+        Self::new(
+            Source::Channel(http::ChannelSource::idle()),
+            None,
+            Instant::now() + Duration::from_secs(600),
+            Id::NULL,
+        )
     }
 }
 

@@ -1,6 +1,8 @@
 //! HTTP apps of the stateless revision (MCP 2026-07-28): no `initialize`, no session; each
 //! request carries the envelope in `params._meta` and the routing headers. Whether an app speaks
-//! it is found once with `server/discover` (or pinned by `protocol_version`).
+//! it is found once with `server/discover` (or pinned by `protocol_version`). An app that also
+//! speaks the handshake era is called here only for 2026-07-28 clients and the gateway itself
+//! (`http.rs`, "Apps of both eras").
 //!
 //! The rest of toolgate speaks to every app as to a handshake-era one, so this module translates
 //! the one difference that reaches the gateway: an app's input-required result. Its questions
@@ -15,7 +17,7 @@ use crate::mcp::jsonrpc::{self, Id, Message, RawJson, Request, Response};
 use crate::mcp::modern;
 use crate::mcp::protocol::STATELESS;
 use crate::mcp::upstream::wire::media_type_is;
-use crate::mcp::upstream::{CallContext, Event, ReplyStream, Source, UpstreamError, UpstreamReply};
+use crate::mcp::upstream::{CallContext, ClientEra, Event, ReplyStream, Source, UpstreamError, UpstreamReply};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::Method;
@@ -29,8 +31,15 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Era {
     Handshake,
+    /// 2026-07-28; whether it also takes `initialize` is tried when first needed.
     Stateless,
+    /// 2026-07-28 and a handshake version its `supportedVersions` names.
+    Both,
 }
+
+/// The ids toolgate gives a stateless call's questions to the client start with this, so that
+/// the answer finds its way back to the call (`HttpUpstream::respond`), never to a session.
+const ASKED: &str = "toolgate-ask-";
 
 static STATELESS_VERSION: HeaderValue = HeaderValue::from_static(STATELESS);
 static MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
@@ -115,12 +124,18 @@ impl Inner {
             Err(UpstreamError::Protocol(_)) => return Ok((Era::Handshake, Value::Null)),
             Err(e) => return Err(e),
         };
-        let speaks = result
-            .get("supportedVersions")
-            .and_then(Value::as_array)
-            .is_some_and(|v| v.iter().any(|v| v.as_str() == Some(STATELESS)));
-        tracing::info!(app = %self.app_id, stateless = speaks, "asked the app which MCP revision it speaks");
-        Ok((if speaks { Era::Stateless } else { Era::Handshake }, result))
+        let versions = result.get("supportedVersions").and_then(Value::as_array);
+        let named =
+            |which: &dyn Fn(&str) -> bool| versions.is_some_and(|v| v.iter().filter_map(Value::as_str).any(which));
+        let speaks = named(&|v| v == STATELESS);
+        let handshake = named(&|v| super::PROTOCOL_VERSIONS.contains(&v));
+        tracing::info!(app = %self.app_id, stateless = speaks, handshake, "asked the app which MCP revision it speaks");
+        let era = match (speaks, handshake) {
+            (false, _) => Era::Handshake,
+            (true, false) => Era::Stateless,
+            (true, true) => Era::Both,
+        };
+        Ok((era, result))
     }
 
     /// One stateless POST. An error status with a JSON-RPC body is an answer (this revision
@@ -197,6 +212,19 @@ impl ChannelSource {
     }
 }
 
+#[cfg(test)]
+impl ChannelSource {
+    /// A source whose answer never comes (tests of what holds a call).
+    pub(crate) fn idle() -> Self {
+        let (tx, rx) = mpsc::channel(1);
+        let task = tokio::spawn(async move {
+            let _hold = tx;
+            std::future::pending::<()>().await
+        });
+        ChannelSource { rx, task: task.abort_handle() }
+    }
+}
+
 impl Drop for ChannelSource {
     fn drop(&mut self) {
         self.task.abort();
@@ -224,7 +252,7 @@ async fn rounds(
 ) {
     let params = params.map(|p| p.to_value()).unwrap_or_else(|| json!({}));
     let name = modern::name_field(&method).and_then(|f| params.get(f)).and_then(Value::as_str).map(str::to_string);
-    let ctx = CallContext { client_request_id: Id::NULL, headers };
+    let ctx = CallContext { client_request_id: Id::NULL, headers, client_era: ClientEra::Stateless };
     let mut continuation: Option<(Map<String, Value>, Option<Value>)> = None;
     let mut waiting = Waiting(&inner, Vec::new());
     loop {
@@ -285,7 +313,7 @@ async fn rounds(
                 }
             }
             let request = Request {
-                id: Id::from(ask_id),
+                id: Id::from(format!("{ASKED}{ask_id}").as_str()),
                 method: q.get("method").and_then(Value::as_str).unwrap_or_default().to_string(),
                 params: Some(RawJson::from_value(&params)),
             };
@@ -327,9 +355,18 @@ async fn rounds(
     }
 }
 
+/// The number of a stateless call's question, if `id` is one toolgate gave.
+pub(super) fn asked(id: &Id) -> Option<u64> {
+    if id.as_u64().is_some() || id.is_null() {
+        return None;
+    }
+    let Value::String(text) = id.to_value() else { return None };
+    text.strip_prefix(ASKED)?.parse().ok()
+}
+
 /// Delivers the client's answer to a question of a stateless app's call.
-pub(super) fn answer(inner: &Inner, response: Response) -> Result<(), UpstreamError> {
-    let waiter = response.id.as_u64().and_then(|id| inner.waiters.remove(&id));
+pub(super) fn answer(inner: &Inner, asked: u64, response: Response) -> Result<(), UpstreamError> {
+    let waiter = inner.waiters.remove(&asked);
     match waiter {
         Some((_, tx)) => tx.send(response).map_err(|_| UpstreamError::Closed),
         None => Err(UpstreamError::Closed),
