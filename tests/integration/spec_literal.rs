@@ -4,7 +4,7 @@
 //! webhook secret may be the client's own string; batch paths may be relative to `{base_url}`;
 //! each batch operation is charged to its own bucket; `/v1/admin/reload` is a 404 to a narrow
 //! key; a plain listener beside required client certificates and plain SMTP in production are
-//! refused at start and on reload.
+//! refused at start and on reload; webhook URLs may not hide an internal address in IPv6.
 
 use crate::common::{declared_key, err, ok, validation, TestServer, BASE_CONFIG};
 use serde_json::{json, Value};
@@ -305,5 +305,38 @@ fn plain_smtp_to_a_remote_relay_is_refused_in_production() {
     ] {
         let out = check(yaml.clone());
         assert!(out.status.success(), "{yaml}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// C17: a webhook URL naming an IPv6 address that carries an internal IPv4 address (IPv4-
+/// compatible, 6to4, Teredo with its client address inverted) or a site-local one is refused
+/// like the IPv4 address itself; the same forms of a public address are accepted.
+#[test]
+fn webhook_urls_hiding_an_internal_address_in_ipv6_are_refused() {
+    // More creations than the `webhook` bucket's default burst of 10.
+    let srv = TestServer::start(
+        "rate_limits:\n  webhook: { requests_per_hour: unlimited, requests_per_minute: 600, burst: 100 }\n",
+    );
+    let admin = srv.admin_key();
+    let create = |host: &str| {
+        let body = json!({"url": format!("https://[{host}]/hook"), "events": ["error.critical"]});
+        srv.api("POST", "/v1/webhooks", Some(admin), Some(body))
+    };
+    for host in [
+        "::7f00:1",                       // IPv4-compatible 127.0.0.1
+        "::a9fe:a9fe",                    // IPv4-compatible 169.254.169.254
+        "fec0::1",                        // site-local
+        "2002:7f00:1::1",                 // 6to4 of 127.0.0.1
+        "2002:a9fe:a9fe::1",              // 6to4 of 169.254.169.254
+        "2002:c0a8:101::1",               // 6to4 of 192.168.1.1
+        "2001:0:5db8:d822:0:0:80ff:fffe", // Teredo, client 127.0.0.1 (inverted)
+        "2001:0:5db8:d822::5601:5601",    // Teredo, client 169.254.169.254
+        "2001:0:a00:1::a247:27dd",        // Teredo, server 10.0.0.1
+    ] {
+        let e = validation(&create(host), "url");
+        assert!(e["details"]["issue"].as_str().unwrap().contains("inside the network"), "{host}: {e}");
+    }
+    for host in ["2002:5db8:d822::1", "2001:0:5db8:d822::a247:27dd"] {
+        ok(&create(host), 201);
     }
 }
