@@ -1032,6 +1032,27 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
         Ok(())
     }
 
+    /// Charges one operation of a batch as if it were sent alone: to the bucket its method and
+    /// path (`req.path`, with or without the version prefix) draw from, at their cost, as a
+    /// request of its own (counted like one). Refused (429) when the bucket does not have the
+    /// tokens; `exact` takes them in the shared backend. The batch's own cost is the filter's
+    /// charge plus [`batch_extra_cost`], separately.
+    pub async fn charge_operation(
+        &self,
+        req: &RequestView<'_>,
+        principal: Arc<Principal>,
+        ip_multiplier: Option<f64>,
+    ) -> Result<(), Rejection> {
+        let mut ctx =
+            FilterContext { principal: Some(principal), ip_rate_limit_multiplier: ip_multiplier, ..Default::default() };
+        let (bucket, cost) = cost_and_bucket(req.method, strip_version_prefix(req.path), RouteClass::Management);
+        self.apply(req, &mut ctx, bucket, cost, false, true)?;
+        match self.settle(&mut ctx).await {
+            Some(Err(limited)) => Err(limited),
+            _ => Ok(()),
+        }
+    }
+
     /// [`RateLimit::status`], after taking in the shared state when an [`ExactBackend`]
     /// decides: a bucket charged on another instance shows what was spent there. Without the
     /// backend (or while it fails), this instance's view.

@@ -1,8 +1,12 @@
 //! `POST /batch`: several management calls in one request. Each operation runs through the same
-//! route table, scope check, validation and MFA rule as if sent alone, in order, with the
-//! batch's credential and headers; the answer lists each one's status and envelope. The batch
-//! costs 1 + 0.5 per operation (Decision 2), charged before any runs (`proxy.rs`), and may not
-//! contain `/batch`.
+//! rate limit, route table, scope check, validation and MFA rule as if sent alone, in order,
+//! with the batch's credential and headers; the answer lists each one's status and envelope.
+//! An operation's `path` is relative to the API's base URL (`/gateways`, as the specification
+//! writes paths) or carries the version prefix (`/v1/gateways`, `/api/v1/gateways`). The batch
+//! itself costs 1 + 0.5 per operation (Decision 2), charged before any runs (`proxy.rs`); each
+//! operation is then charged to its own bucket at its own cost (an analytics query 5 tokens of
+//! `analytics`), and one its bucket cannot pay is answered 429 `RATE_LIMITED` in its place
+//! without running, while the others go on. A batch may not contain `/batch`.
 
 use super::{ApiResult, Call, Endpoint, Reply};
 use crate::error::ApiError;
@@ -23,7 +27,8 @@ pub struct Batch {
 pub struct Operation {
     /// GET, POST, PATCH or DELETE.
     pub method: String,
-    /// A management path with its version prefix and query, e.g. `/v1/gateways?limit=5`.
+    /// A management path and query, relative to the API's base URL (`/gateways?limit=5`) or with
+    /// its version prefix (`/v1/gateways?limit=5`).
     #[schema(max_length = 2048)]
     pub path: String,
     /// The operation's JSON body.
@@ -84,14 +89,30 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         _ => return Err(ApiError::validation("method", "must be GET, POST, PATCH or DELETE")),
     };
     let (path, query) = op.path.split_once('?').unwrap_or((&op.path, ""));
+    // `{base_url}` includes the version: `/gateways` is `/v1/gateways`.
     let rest = toolgate_filters::rate_limit::strip_version_prefix(path);
-    if rest.len() == path.len() {
-        return Err(ApiError::validation("path", "must start with /v1/ or /api/v1/"));
+    if !path.starts_with('/') {
+        return Err(ApiError::validation("path", "must start with / (e.g. /gateways or /v1/gateways)"));
     }
-    let Some((endpoint, id)) = super::route(rest) else { return Err(ApiError::NoRoute(path.to_string())) };
-    if endpoint == Endpoint::Batch {
+    let routed = super::route(rest);
+    if matches!(routed, Some((Endpoint::Batch, _))) {
         return Err(ApiError::validation("path", "a batch cannot contain /batch"));
     }
+    // Charged as if sent alone (an unknown path too): its bucket, its cost.
+    if let Some(principal) = &call.principal {
+        let view = toolgate_filters::RequestView {
+            method: &method,
+            path: rest,
+            query: (!query.is_empty()).then_some(query),
+            headers: call.headers,
+            client_ip: call.client_ip,
+            route: toolgate_filters::RouteClass::Management,
+            gateway_id: None,
+            client_certificate: None,
+        };
+        call.server.limiter.charge_operation(&view, principal.clone(), call.ip_multiplier).await?;
+    }
+    let Some((endpoint, id)) = routed else { return Err(ApiError::NoRoute(path.to_string())) };
     let body = match op.body {
         Some(b) => serde_json::to_vec(&b).unwrap_or_default().into(),
         None => bytes::Bytes::new(),

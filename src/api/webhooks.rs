@@ -22,7 +22,10 @@ pub struct CreateWebhook {
     /// `app.disconnected`, `error.critical`, `usage.limit_warning`) or `*`.
     #[schema(min_items = 1, max_items = 8)]
     pub events: Vec<String>,
-    /// `whsec_` + base64 of 24-64 random bytes; made when absent. Shown once.
+    /// Used for signing: the client's own string (32-256 printable ASCII characters, no spaces;
+    /// the HMAC key is its bytes), or `whsec_` + base64 of 24-64 random bytes (the key is the
+    /// decoded bytes, as Standard Webhooks reads it); made (`whsec_`) when absent. Shown once.
+    #[schema(min_length = 32, max_length = 256)]
     pub secret: Option<String>,
 }
 
@@ -32,7 +35,7 @@ pub struct RotateSecret {
     /// Hours the old secret keeps signing beside the new one (0-72, default 24).
     #[schema(minimum = 0, maximum = 72)]
     pub grace_period_hours: Option<i64>,
-    /// The new secret (`whsec_` + base64 of 24-64 bytes); made when absent. Shown once.
+    /// The new secret, as `secret` on create; made when absent. Shown once.
     pub secret: Option<String>,
 }
 
@@ -91,8 +94,10 @@ fn delivery_view(d: &Delivery) -> Value {
 
 fn secret_of(given: Option<String>) -> Result<String, ApiError> {
     match given {
-        Some(s) if sign::key_of(&s).is_some() => Ok(s),
-        Some(_) => Err(ApiError::validation("secret", "must be whsec_ followed by the base64 of 24-64 bytes")),
+        Some(s) => match sign::key_of(&s) {
+            Ok(_) => Ok(s),
+            Err(e) => Err(ApiError::validation("secret", e.to_string())),
+        },
         None => Ok(sign::new_secret()),
     }
 }

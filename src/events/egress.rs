@@ -1,13 +1,15 @@
 //! Where webhook deliveries may go. A webhook URL names a host the server will connect to on a
 //! tenant's behalf, so addresses inside the deployment's network are refused: loopback,
 //! private (RFC 1918, ULA), link-local (cloud metadata at 169.254.169.254 included), CGNAT,
-//! unspecified, multicast and the documentation ranges. The check runs when a webhook is saved
-//! and again at each delivery, on the addresses the name resolves to then, and the delivery
-//! connects to exactly the address checked (a name that resolves elsewhere the second time, DNS
-//! rebinding, gains nothing). Hosts listed in `webhooks.allowed_hosts` skip the address check
+//! unspecified, multicast and the documentation ranges; in IPv6 also site-local (`fec0::/10`),
+//! IPv4-compatible (`::/96`), NAT64 (`64:ff9b::/32`), and the 6to4 (`2002::/16`) and Teredo
+//! (`2001::/32`, obfuscated) forms of an IPv4 address that is refused itself. The check runs
+//! when a webhook is saved and again at each delivery, on the addresses the name resolves to
+//! then, and the delivery connects to exactly the address checked (a name that resolves
+//! elsewhere the second time, DNS rebinding, gains nothing). Hosts listed in `webhooks.allowed_hosts` skip the address check
 //! (a receiver on the same machine, in tests or behind a sidecar).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// How long a name may take to resolve.
 const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -64,13 +66,26 @@ pub fn internal(ip: IpAddr) -> bool {
         }
         IpAddr::V6(v6) => {
             let s = v6.segments();
+            let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
+                // IPv4-compatible (`::a.b.c.d`, deprecated by RFC 4291 and never routed).
+                || s[..6] == [0; 6]
                 || (s[0] & 0xfe00) == 0xfc00
                 || (s[0] & 0xffc0) == 0xfe80
+                // Site-local (deprecated by RFC 3879, still routed inside some networks).
+                || (s[0] & 0xffc0) == 0xfec0
                 || (s[0] == 0x2001 && s[1] == 0x0db8)
+                // NAT64, well-known and local-use prefixes: the IPv4 address is anyone's.
                 || (s[0] == 0x0064 && s[1] == 0xff9b)
+                // 6to4: the IPv4 address of the relay that carries it, in bits 16-47.
+                || (s[0] == 0x2002 && internal(IpAddr::V4(v4(s[1], s[2]))))
+                // Teredo: the server's IPv4 address in bits 32-63, the client's inverted in
+                // bits 96-127.
+                || (s[0] == 0x2001
+                    && s[1] == 0
+                    && (internal(IpAddr::V4(v4(s[2], s[3]))) || internal(IpAddr::V4(v4(!s[6], !s[7])))))
         }
     }
 }
@@ -146,7 +161,36 @@ mod tests {
         ] {
             assert!(internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
+        // IPv4 inside IPv6: IPv4-compatible, 6to4 and Teredo (client address inverted).
+        for ip in [
+            "::7f00:1",
+            "::a9fe:a9fe",
+            "::808:808",
+            "fec0::1",
+            "feff:ffff::1",
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "2002:a9fe:a9fe::1",
+            "2002:c0a8:101:1::1",
+            // Teredo: server 93.184.216.34, client 127.0.0.1 (0x7f000001 inverted).
+            "2001:0:5db8:d822:0:0:80ff:fffe",
+            // Teredo: server 10.0.0.1, client 93.184.216.34 inverted.
+            "2001:0:a00:1::a247:27dd",
+            // Teredo: client 169.254.169.254.
+            "2001:0:5db8:d822::5601:5601",
+            "64:ff9b:1::a00:1",
+        ] {
+            assert!(internal(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            // 6to4 of 93.184.216.34, Teredo of server and client 93.184.216.34.
+            "2002:5db8:d822::1",
+            "2001:0:5db8:d822::a247:27dd",
+            "2001:4860::8888",
+        ] {
             assert!(!internal(ip.parse().unwrap()), "{ip}");
         }
     }

@@ -612,7 +612,7 @@ impl Events {
         let target = self.egress().resolve(&w.url).await.map_err(|e| e.to_string())?;
         let key_of = |sealed: &str| {
             let secret = self.state.sealer.open(sealed).ok()?;
-            sign::key_of(&String::from_utf8_lossy(&secret))
+            sign::key_of(&String::from_utf8_lossy(&secret)).ok()
         };
         let key = key_of(&w.sealed_secret).ok_or("the webhook's secret cannot be opened")?;
         // During a rotation's grace period the old secret signs too (Standard Webhooks takes

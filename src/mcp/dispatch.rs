@@ -159,7 +159,13 @@ pub(super) async fn initialize(
             "resources": { "subscribe": true, "listChanged": true },
             "logging": {},
         },
-        "serverInfo": { "name": "toolgate", "title": format!("toolgate: {}", gw.name), "version": env!("CARGO_PKG_VERSION") },
+        "serverInfo": {
+            "name": "toolgate",
+            "title": format!("toolgate: {}", gw.name),
+            "version": env!("CARGO_PKG_VERSION"),
+            // Decision 12: which deployment answers (`production` or `development`).
+            "environment": mcp.state.config().environment.as_str(),
+        },
         "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
     });
     let secure = if mcp.state.config().server.public_url.starts_with("https://") { "; Secure" } else { "" };
@@ -344,6 +350,10 @@ async fn forward(
                 }
                 // The name is the client's own and not in the catalogue: no label of its own.
                 refused(&e);
+                if req.method == "tools/call" {
+                    let (app, function) = named_app(gw, name);
+                    log_refused(mcp, gw, app, function, call.get("arguments"), &e, started);
+                }
                 return respond(ex, caller, Response::error(req.id, e), "").await;
             };
             tool = Some((exposed, t.name.as_str()));
@@ -387,6 +397,9 @@ async fn forward(
             if let Err(r) = modern::check_param_headers(declared, &arguments, ex.headers()) {
                 let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
                 refused(&e);
+                if let (Some((_, name)), true) = (named.as_ref(), req.method == "tools/call") {
+                    log_refused(mcp, gw, app_id, name, call.get("arguments"), &e, started);
+                }
                 return respond(ex, caller, Response::error(req.id, e), "").await;
             }
         }
@@ -432,7 +445,8 @@ async fn forward(
     // `tools/call` is logged; what was asked is written before the call goes upstream.
     let mut entry = (req.method == "tools/call").then(|| {
         let call = named.as_ref().map(|(call, _)| call);
-        let function = call.and_then(|c| c.name.as_deref()).unwrap_or_default();
+        // The function's own name at its app (spec "Log entry"), not the gateway's prefixed one.
+        let function = named.as_ref().map_or("", |(_, name)| *name);
         let arguments = call.and_then(|c| c.get("arguments")).map_or("null", RawValue::get);
         EntryWriter::begin(gw, app_id, function, arguments)
     });
@@ -862,6 +876,37 @@ fn may_name_is_error(text: &str) -> bool {
     text.contains("isError") || text.contains("\\u")
 }
 
+/// The app a tool name a client sent says it is of, and that app's own name for the tool: the
+/// gateway's only app (whose tools keep their names), or the app whose `<app><separator>` prefix
+/// the name carries; no app (empty) and the name as sent otherwise.
+fn named_app<'a>(gw: &'a Gateway, name: &'a str) -> (&'a str, &'a str) {
+    if let [only] = gw.servers.as_slice() {
+        return (only.as_str(), name);
+    }
+    let sep = gw.configuration.tool_name_separator.as_str();
+    gw.servers
+        .iter()
+        .find_map(|app| Some((app.as_str(), name.strip_prefix(app.as_str())?.strip_prefix(sep)?)))
+        .unwrap_or(("", name))
+}
+
+/// A `tools/call` refused before it reached an app (an unknown tool, an app whose list failed,
+/// headers that disagree with the arguments) is logged as the error it was answered with, so
+/// that the log, analytics and metrics count it like any other failed call.
+fn log_refused(
+    mcp: &McpRuntime,
+    gw: &Arc<Gateway>,
+    app: &str,
+    function: &str,
+    arguments: Option<&RawValue>,
+    e: &ErrorObject,
+    started: Instant,
+) {
+    let entry = EntryWriter::begin(gw, app, function, arguments.map_or("null", RawValue::get));
+    let outcome = Err(ErrorObject::new(e.code, e.message.clone()));
+    mcp.reqlog.record(log_entry(entry, &outcome, true, 200, started.elapsed()));
+}
+
 /// Ends a call's log entry with its outcome: `failed` when it was an error (see
 /// [`error_type`]); a JSON-RPC error gets the HTTP status that says where it came from.
 fn log_entry(
@@ -877,7 +922,7 @@ fn log_entry(
             const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
             const TIMEOUT: i64 = RpcCode::UpstreamTimeout.code();
             let status = match e.code {
-                INVALID_PARAMS => 400,
+                INVALID_PARAMS | modern::HEADER_MISMATCH => 400,
                 TIMEOUT => 504,
                 _ if transport_status >= 500 => transport_status,
                 _ => 502,

@@ -19,6 +19,9 @@ enum Need {
     /// Every scope the user's role allows: `admin` for an Owner, a Developer's or a Viewer's
     /// `*` (one's own password and MFA: they sign in with the whole role).
     WholeRole,
+    /// The operator's owner's alone (with `admin`): to every other credential a 404, whatever
+    /// its scopes (its own keys are in `spec_literal`).
+    Hidden,
 }
 use Need::*;
 
@@ -85,8 +88,8 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("DELETE", "/oauth/clients/{id}", Scope("admin")),
     // Each operation is checked as if sent alone.
     ("POST", "/batch", Any),
-    // The operator's owner only: another holder of `admin` gets 404.
-    ("POST", "/admin/reload", Scope("admin")),
+    // The operator's owner only: another holder of `admin` gets 404, and so does a key without.
+    ("POST", "/admin/reload", Hidden),
     ("GET", "/openapi.json", Public),
 ];
 
@@ -331,6 +334,20 @@ fn every_endpoint_enforces_its_scope() {
                     let r = call(&f, method, shape, Some(&f.only[s]), n);
                     if r.status == 403 || r.status == 401 || r.status >= 500 {
                         failures.push(format!("{what} (any credential) with only `{s}`: got {} {}", r.status, r.text));
+                    }
+                }
+                let r = call(&f, method, shape, None, n);
+                if r.status != 401 {
+                    failures.push(format!("{what} without a credential: want 401, got {} {}", r.status, r.text));
+                }
+            }
+            Hidden => {
+                for s in ["billing:manage", "admin"] {
+                    n += 1;
+                    let r = call(&f, method, shape, Some(&f.only[s]), n);
+                    if r.status != 404 || r.error_code() != "NOT_FOUND" {
+                        failures
+                            .push(format!("{what} with only `{s}`: want 404 NOT_FOUND, got {} {}", r.status, r.text));
                     }
                 }
                 let r = call(&f, method, shape, None, n);

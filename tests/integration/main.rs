@@ -32,3 +32,4 @@ mod security_mcp;
 mod security_mfa;
 mod security_misc;
 mod shutdown;
+mod spec_literal;

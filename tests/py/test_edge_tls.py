@@ -339,7 +339,10 @@ def test_mtls_required_and_optional(pki):
     cert, key, _ = pki["main"]
     client = pki["client"][:2]
     rogue = pki["rogue_client"][:2]
-    e = Edge(_tls_yaml(cert, key, f"    client_ca_file: {pki['client_ca']}\n"))
+    # The harness reaches the API on the plain listener, which client_auth: required does not
+    # bind: declared trusted (without it the start is refused; see the bad settings below).
+    e = Edge(_tls_yaml(cert, key, f"    client_ca_file: {pki['client_ca']}\n",
+                       server_extra="  plain_listen_trusted: true\n"))
     try:
         for missing_or_wrong in (None, rogue):
             with pytest.raises((ssl.SSLError, ConnectionResetError, AssertionError)):
@@ -443,7 +446,10 @@ def test_bad_tls_settings_stop_the_start_with_the_field(pki, tmp_path):
         (_tls_yaml(cert, other_key), "server.tls.certificates[0].key_file"),
         (_tls_yaml(cert, key, '    min_version: "1.1"\n'), "server.tls.min_version"),
         (_tls_yaml(cert, key, "    client_auth: required\n"), "server.tls.client_auth"),
-        (_tls_yaml(cert, key, f"    client_ca_file: {tmp_path / 'nope.pem'}\n"), "server.tls.client_ca_file"),
+        (_tls_yaml(cert, key, f"    client_ca_file: {tmp_path / 'nope.pem'}\n",
+                   server_extra="  plain_listen_trusted: true\n"), "server.tls.client_ca_file"),
+        # Required client certificates do not bind the plain listener beside: refused, naming it.
+        (_tls_yaml(cert, key, f"    client_ca_file: {pki['client_ca']}\n"), "server.plain_listen"),
     ]
     from toolgate_harness import toolgate_bin
 

@@ -33,6 +33,12 @@ def readme_verify():
     return scope["verify"]
 
 
+def standard_key(secret: str):
+    """What a Standard Webhooks receiver is given: a `whsec_` secret as it is (the library decodes
+    it), a client's own secret as its bytes (the library takes bytes as the key itself)."""
+    return secret if secret.startswith("whsec_") else secret.encode()
+
+
 class Receiver:
     """Records verified deliveries per path; `plan[path]` lists the statuses to answer in turn
     (the last repeats); `hang` paths never answer in time."""
@@ -58,7 +64,7 @@ class Receiver:
                     time.sleep(3)
                 secret = receiver.secrets.get(path)
                 try:
-                    Webhook(secret).verify(body, {k.lower(): v for k, v in self.headers.items()})
+                    Webhook(standard_key(secret)).verify(body, {k.lower(): v for k, v in self.headers.items()})
                     assert receiver.verify(body, secret), "the README's check failed"
                     assert self.headers["x-webhook-signature"] == json.loads(body)["signature"]
                 except Exception as e:  # noqa: BLE001 (recorded, the test fails on it)
@@ -331,6 +337,43 @@ def test_a_rotated_secret_signs_beside_the_old_one_for_its_grace_period_and_a_te
     with pytest.raises(Exception):
         Webhook(new).verify(got["raw"], got["headers"])
     assert not receiver.failures, receiver.failures
+
+
+def test_a_secret_the_client_chose_keys_the_hmac_with_its_own_bytes(srv, receiver):
+    """The specification's create body has `secret`, a string used for signing: a client's own
+    string is accepted as it is, and the `sha256=` signature is the HMAC-SHA256 under the
+    string's bytes of the body without its `signature` member (the bytes README.md names)."""
+    import hashlib
+    import hmac
+
+    secret = "spec-literal-secret-0123456789abcdef"
+    r = api(srv, "POST", "/v1/webhooks", {"url": receiver.url("/plain"), "events": ["gateway.created"],
+                                          "secret": secret})
+    assert r.status_code == 201, r.text
+    assert r.json()["data"]["secret"] == secret, r.text
+    receiver.secrets["/plain"] = secret
+    w = r.json()["data"]
+    assert api(srv, "POST", f"/v1/webhooks/{w['id']}/test").status_code == 202
+    got = wait_for(lambda: receiver.at("/plain"))[0]
+    raw: bytes = got["raw"]
+    text = raw.decode()
+    payload = (text[: text.rindex(',"signature":')] + "}").encode()
+    assert json.loads(payload) == {k: v for k, v in got["body"].items() if k != "signature"}, payload
+    expected = "sha256=" + hmac.new(secret.encode(), payload, hashlib.sha256).hexdigest()
+    assert got["body"]["signature"] == expected, (got["body"], expected)
+    assert got["headers"]["x-webhook-signature"] == expected, got["headers"]
+    # Standard Webhooks: the same key, given to the library as bytes.
+    Webhook(secret.encode()).verify(raw, got["headers"])
+    # What a client chose is the key itself, not a base64 text of one.
+    with pytest.raises(Exception):
+        Webhook("whsec_" + secret).verify(raw, got["headers"])
+    # Too short for an HMAC-SHA256 key (RFC 2104: at least the hash's 32 bytes), or not
+    # printable: refused, naming the field.
+    for bad in ["short-secret-0123456789", "x" * 31, "spec literal secret with spaces 0123456789", "whsec_!!"]:
+        r = api(srv, "POST", "/v1/webhooks", {"url": receiver.url("/bad"), "events": ["*"], "secret": bad})
+        assert r.status_code == 400, (bad, r.text)
+        assert r.json()["error"]["details"]["field"] == "secret", r.text
+    assert not [f for f in receiver.failures if f.startswith("/plain")], receiver.failures
 
 
 @pytest.mark.parametrize("kind", ["single", "cluster"])

@@ -697,3 +697,26 @@ fn the_headers_follow_each_snapshot_when_large_numbers_repeat_and_change() {
         assert_eq!(headers.len(), 5);
     }
 }
+
+/// A batch's operation is charged as if sent alone: to its own bucket at its own cost (an
+/// analytics query 5 of `analytics`, a gateway POST 2 of `write`), with or without the version
+/// prefix, refused when that bucket cannot pay while the others are untouched.
+#[test]
+fn a_batch_operation_is_charged_to_its_own_bucket() {
+    let (rl, _clock) = limiter();
+    let p = Arc::new(principal("k1", "o1"));
+    let status = |b: Bucket| rl.status(&p, None).buckets[b.index()].remaining;
+    let analytics = status(Bucket::Analytics);
+    let query = Req::new(Method::GET, "/logs/analytics");
+    let mut paid = 0;
+    while block_on(rl.charge_operation(&query.view(), p.clone(), None)).is_ok() {
+        paid += 1;
+        assert!(paid <= 100, "never refused");
+    }
+    assert_eq!(paid, analytics / 5, "5 tokens a query from {analytics}");
+    let r = block_on(rl.charge_operation(&Req::new(Method::GET, "/v1/metrics/gateway/g").view(), p.clone(), None));
+    assert_eq!(r.unwrap_err().status, 429, "the versioned form draws from the same bucket");
+    let (global, write) = (status(Bucket::Global), status(Bucket::Write));
+    block_on(rl.charge_operation(&Req::new(Method::POST, "/gateways").view(), p.clone(), None)).unwrap();
+    assert_eq!((status(Bucket::Global), status(Bucket::Write)), (global, write - 2));
+}

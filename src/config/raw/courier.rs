@@ -13,10 +13,12 @@ pub(super) struct RawSmtp {
     password_env: Option<String>,
     from: String,
     timeout_ms: Option<u64>,
+    /// `tls: none` to a host that is not loopback, in production: only when this says so.
+    allow_plaintext: Option<bool>,
 }
 
 impl RawSmtp {
-    pub(super) fn build(self) -> Result<SmtpConfig, ConfigError> {
+    pub(super) fn build(self, environment: Environment) -> Result<SmtpConfig, ConfigError> {
         if self.host.is_empty() || self.host.contains(['/', ' ', '@']) {
             return Err(invalid("smtp.host", format!("`{}` is not a host name or address", self.host)));
         }
@@ -26,6 +28,29 @@ impl RawSmtp {
             "tls" => SmtpTls::Tls,
             other => return Err(invalid("smtp.tls", format!("`{other}`: expected none, starttls or tls"))),
         };
+        // Plain SMTP carries MFA codes and the relay's password readable on the way: in
+        // production only to a relay on this host, or when the operator says the path is safe.
+        let loopback = self.host.eq_ignore_ascii_case("localhost")
+            || self
+                .host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if tls == SmtpTls::None
+            && environment == Environment::Production
+            && !loopback
+            && !self.allow_plaintext.unwrap_or(false)
+        {
+            return Err(invalid(
+                "smtp.tls",
+                format!(
+                    "`none` sends MFA codes and the SMTP password unencrypted to `{}`: use starttls or tls, \
+                     or set smtp.allow_plaintext: true if the path to the relay is private (or environment: development)",
+                    self.host
+                ),
+            ));
+        }
         let port = self.port.unwrap_or(match tls {
             SmtpTls::None => 25,
             SmtpTls::StartTls => 587,

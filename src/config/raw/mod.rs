@@ -104,7 +104,7 @@ impl RawConfig {
         let observability = self.observability.build()?;
         let webhooks = self.webhooks.build()?;
         let alerts = self.alerts.build()?;
-        let smtp = self.smtp.map(courier::RawSmtp::build).transpose()?;
+        let smtp = self.smtp.map(|s| s.build(environment)).transpose()?;
         let sms = self.sms.map(|s| s.build(environment)).transpose()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
         let gateway_oauth = self.gateway_oauth.map(|g| g.build(environment)).transpose()?;
@@ -156,6 +156,16 @@ mod tests {
         assert!(Config::parse(&format!("{org}{user}{app}")).is_ok(), "the sections together are valid");
         // An SMS relay on the loopback may be plain http, in production too.
         assert!(Config::parse("sms:\n  url: http://127.0.0.1:9000/send\n  from: toolgate\n").is_ok());
+        // Plain SMTP in production: to the loopback, or when allowed explicitly; in development.
+        let plain_smtp = "smtp:\n  host: mail.example.com\n  tls: none\n  from: a@b.c\n";
+        assert!(Config::parse(&format!("{plain_smtp}  allow_plaintext: true\n")).is_ok());
+        assert!(Config::parse(&plain_smtp.replace("mail.example.com", "127.0.0.1")).is_ok());
+        assert!(Config::parse(&plain_smtp.replace("mail.example.com", "localhost")).is_ok());
+        assert!(Config::parse(&format!("environment: development\n{plain_smtp}")).is_ok());
+        // Required client certificates beside a plain listener: only when it is declared trusted.
+        let mtls = "server:\n  plain_listen: 127.0.0.3:0\n  tls:\n    certificates: [{cert_file: c, key_file: k}]\n    client_ca_file: ca\n";
+        assert!(Config::parse(&mtls.replace("  tls:", "  plain_listen_trusted: true\n  tls:")).is_ok());
+        assert!(Config::parse(&format!("{mtls}    client_auth: optional\n")).is_ok());
         for (yaml, field) in [
             ("environment: staging\n".to_string(), "environment"),
             ("server:\n  threads: 0\n".into(), "server.threads"),
@@ -179,6 +189,9 @@ mod tests {
             ("observability:\n  log_level: 'info,[bad'\n".into(), "observability.log_level"),
             ("jwt:\n  issuer: i\n".into(), "jwt"),
             ("smtp:\n  host: mail.example.com\n  tls: ssl\n  from: a@b.c\n".into(), "smtp.tls"),
+            (plain_smtp.into(), "smtp.tls"),
+            (mtls.into(), "server.plain_listen"),
+            ("server:\n  plain_listen_trusted: true\n".into(), "server.plain_listen_trusted"),
             ("sms:\n  url: http://sms.example.com/send\n".into(), "sms.url"),
             ("sms:\n  url: https://user:pw@sms.example.com/send\n".into(), "sms.url"),
             (

@@ -22,6 +22,10 @@ pub(super) struct RawServer {
     max_connections_per_ip: Option<usize>,
     /// With `tls`: a second listener that serves plain HTTP beside the TLS one.
     plain_listen: Option<String>,
+    /// Says that whatever reaches `plain_listen` has been authenticated already (a load
+    /// balancer that checks client certificates itself): needed beside `tls.client_auth:
+    /// required`, which the plain listener cannot apply.
+    plain_listen_trusted: Option<bool>,
     h2c: Option<bool>,
     http2: Option<bool>,
     tls: Option<RawTls>,
@@ -173,6 +177,19 @@ impl RawServer {
                 Some(addr)
             }
         };
+        let trusted = s.plain_listen_trusted.unwrap_or(false);
+        if trusted && plain_listen.is_none() {
+            return Err(invalid("server.plain_listen_trusted", "only with server.plain_listen"));
+        }
+        let required = tls.as_ref().is_some_and(|t| matches!(t.client_auth, ClientAuth::Required(_)));
+        if required && plain_listen.is_some() && !trusted {
+            return Err(invalid(
+                "server.plain_listen",
+                "server.tls.client_auth: required is not applied on server.plain_listen, which would let every \
+                 request in without a client certificate: remove server.plain_listen, or set \
+                 server.plain_listen_trusted: true if only a proxy that checks client certificates can reach it",
+            ));
+        }
         Ok(ServerConfig {
             listen,
             plain_listen,
