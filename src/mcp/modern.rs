@@ -356,7 +356,7 @@ pub fn missing_capability(capability: &str, method: &str) -> (i64, String, Value
 /// as it answers `initialize` with, less what the stateless revision removed (`resources.subscribe`
 /// as a method; `logging/setLevel`), plus the tasks extension, whose requests toolgate relays to
 /// the app that created the task (whether a call becomes a task is the app's decision).
-pub fn discover_result(gw: &Gateway) -> Value {
+pub fn discover_result(gw: &Gateway, environment: &str) -> Value {
     json!({
         "resultType": "complete",
         "ttlMs": 0,
@@ -370,12 +370,19 @@ pub fn discover_result(gw: &Gateway) -> Value {
             "extensions": { TASKS_EXTENSION: {} },
         },
         "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
-        "_meta": { META_SERVER_INFO: server_info(gw) },
+        "_meta": { META_SERVER_INFO: server_info(gw, environment) },
     })
 }
 
-pub fn server_info(gw: &Gateway) -> Value {
-    json!({ "name": "toolgate", "title": format!("toolgate: {}", gw.name), "version": env!("CARGO_PKG_VERSION") })
+/// The gateway's identity, as `initialize`'s `serverInfo` gives it: `environment` says which
+/// deployment answers (Decision 12: `production` or `development`).
+pub fn server_info(gw: &Gateway, environment: &str) -> Value {
+    json!({
+        "name": "toolgate",
+        "title": format!("toolgate: {}", gw.name),
+        "version": env!("CARGO_PKG_VERSION"),
+        "environment": environment,
+    })
 }
 
 /// The result members of a complete answer (written in by `jsonrpc::response_bytes_with_members`).

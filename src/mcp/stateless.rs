@@ -82,8 +82,8 @@ pub async fn not_a_request(ex: &mut Exchange<'_>, message: &Message) -> pingora:
 }
 
 /// `server/discover`: the gateway's capabilities and identity.
-pub async fn discover(ex: &mut Exchange<'_>, gw: &Gateway, id: &Id) -> pingora::Result<()> {
-    let body = jsonrpc::response_bytes(id, &modern::discover_result(gw));
+pub async fn discover(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Gateway, id: &Id) -> pingora::Result<()> {
+    let body = jsonrpc::response_bytes(id, &modern::discover_result(gw, mcp.state.config().environment.as_str()));
     ex.respond(200, "application/json", body, &[]).await
 }
 

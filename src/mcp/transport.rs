@@ -297,7 +297,7 @@ async fn post_stateless(
     let Message::Request(req) = message else { return stateless::not_a_request(ex, &message).await };
     let Some(env) = stateless::envelope(ex, &req).await? else { return Ok(()) };
     match req.method.as_str() {
-        "server/discover" => stateless::discover(ex, gw, &req.id).await,
+        "server/discover" => stateless::discover(mcp, ex, gw, &req.id).await,
         "subscriptions/listen" => stateless::listen(mcp, ex, gw, req).await,
         m if modern::removed(m) => {
             let e = jsonrpc::ErrorObject::method_not_found(m);

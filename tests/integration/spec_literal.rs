@@ -113,6 +113,25 @@ fn a_two_app_gateway_logs_each_function_by_its_own_name_and_refused_calls_count(
     let (gw, key) = gateway(&prod, &["time"]);
     let (_, result) = initialize(&prod, &gw, &key);
     assert_eq!(result["serverInfo"]["environment"], "production", "{result}");
+    // A 2026-07-28 client learns it from `server/discover`'s server info.
+    let r = prod.request(
+        "POST",
+        &format!("/gateway/{gw}/mcp"),
+        None,
+        Some(json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "spec-literal", "version": "1"}}}})),
+        &[
+            ("x-api-key", key.as_str()),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "server/discover"),
+        ],
+    );
+    assert_eq!(r.status, 200, "server/discover: {r:?}");
+    let info = &r.json["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!((&info["name"], &info["environment"]), (&json!("toolgate"), &json!("production")), "{}", r.json);
 }
 
 /// B5: the secret a client chose is taken as it is (the delivery's HMAC, checked by the Python
