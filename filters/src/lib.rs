@@ -40,6 +40,9 @@ pub enum RouteClass {
     Gateway,
     /// Health and readiness: no credentials, no limits.
     Public,
+    /// The identity service (`web.path`: sign-in pages, OAuth endpoints): no credential at the
+    /// edge; each address has a bucket of its own (`rate_limits.identity`).
+    Identity,
 }
 
 /// The small, borrowed view of a request that filters inspect.

@@ -10,9 +10,13 @@
 //!   the CSRF token in a hidden field, compared in constant time with the cookie (the double-submit
 //!   pattern): a POST without both, or with two that differ, is a 403.
 //! - Guessing is bounded as MFA bounds it: five wrong passwords in a row for an e-mail lock it
-//!   for 30 s, doubling up to 15 minutes (429 with `Retry-After`), and an address gets fifty wrong
-//!   passwords per ten minutes. An unknown e-mail is refused after checking a decoy hash, in the
-//!   same words and time as a wrong password.
+//!   for 30 s, doubling up to 15 minutes (429 with `Retry-After`), and an address gets fifty
+//!   password checks per ten minutes, counted before the check (so concurrent attempts count
+//!   too). An unknown e-mail is refused after checking a decoy hash, in the same words and time
+//!   as a wrong password. At most `web.password_checks` checks run at once (`passwords`).
+//! - The per-address bounds are [`crate::limiter::Guesses`]: shared by the instances on Redis.
+//! - A form's body must arrive within `web.body_timeout_secs` (408) and is read as it comes,
+//!   never reserved to its declared length.
 //! - Pages say nothing about which part was wrong, are never cached or framed, and load nothing
 //!   (`Content-Security-Policy: default-src 'none'`).
 //! - `next` (where to go once signed in) is a path on this server only.
@@ -44,13 +48,13 @@ const CSRF_COOKIE: &str = "toolgate_csrf";
 const FREE_FAILURES: u32 = 5;
 const FIRST_LOCKOUT: Duration = Duration::from_secs(30);
 const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
-/// Wrong passwords from one address per window.
-const ADDRESS_FAILURES: u32 = 50;
+/// Password checks (sign-in attempts) from one address per window.
+const ADDRESS_ATTEMPTS: u32 = 50;
 /// Sign-ins through a provider one address may start per window (each is a stored record).
 const ADDRESS_STARTS: u32 = 30;
-/// OAuth clients one address may register per window (each is a stored record).
-const ADDRESS_REGISTRATIONS: u32 = 20;
-const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// OAuth clients one address block (/24, /56) may register per window (each is a stored record).
+pub(crate) const BLOCK_REGISTRATIONS: u32 = 20;
+pub(crate) const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Largest sign-in form accepted.
 const MAX_FORM_BYTES: usize = 8 * 1024;
 
@@ -60,40 +64,14 @@ pub struct SignIn {
     store: Arc<dyn Store>,
     /// e-mail (lower case) -> wrong passwords in a row and the lockout they earned.
     by_email: DashMap<String, (u32, Option<Instant>)>,
-    /// Wrong passwords per address.
-    failures_by_address: PerAddress,
-    /// Sign-ins through a provider started per address.
-    starts_by_address: PerAddress,
-    /// OAuth clients registered per address (`oauth_server`).
-    pub(crate) registrations_by_address: PerAddress,
+    /// Per-address bounds (password checks, sign-ins started, registrations, documents
+    /// fetched), shared by the instances on Redis.
+    pub(crate) guesses: crate::limiter::Guesses,
+    /// Self-registered OAuth clients and when this instance last extended their life
+    /// (`oauth_server`: a client unused for `web.registration_unused_secs` expires).
+    pub(crate) registrations_kept: DashMap<String, Instant>,
     /// Client metadata documents fetched and kept (`oauth_server`).
     pub(crate) client_documents: crate::oauth_server::ClientDocuments,
-}
-
-/// Events per address in a fixed window, up to a limit.
-pub(crate) struct PerAddress {
-    limit: u32,
-    counts: DashMap<IpAddr, (u32, Instant)>,
-}
-
-impl PerAddress {
-    fn new(limit: u32) -> PerAddress {
-        PerAddress { limit, counts: DashMap::new() }
-    }
-
-    /// How long until `ip` is under the limit again, when it is at it.
-    pub(crate) fn wait(&self, ip: IpAddr) -> Option<Duration> {
-        let (count, since) = *self.counts.get(&ip)?;
-        (count >= self.limit).then(|| (since + ADDRESS_WINDOW).checked_duration_since(Instant::now())).flatten()
-    }
-
-    pub(crate) fn add(&self, ip: IpAddr) {
-        let mut a = self.counts.entry(ip).or_insert((0, Instant::now()));
-        if a.1.elapsed() >= ADDRESS_WINDOW {
-            *a = (0, Instant::now());
-        }
-        a.0 += 1;
-    }
 }
 
 /// The `next` of the request's query (where to go once signed in), unchecked.
@@ -103,34 +81,38 @@ fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
 }
 
 impl SignIn {
-    pub fn new(store: Arc<dyn Store>) -> SignIn {
+    pub fn new(store: Arc<dyn Store>, config: &crate::config::Config) -> SignIn {
+        passwords::configure(config.web.password_checks);
         SignIn {
             sessions: WebSessions::new(store.clone()),
             store,
             by_email: DashMap::new(),
-            failures_by_address: PerAddress::new(ADDRESS_FAILURES),
-            starts_by_address: PerAddress::new(ADDRESS_STARTS),
-            registrations_by_address: PerAddress::new(ADDRESS_REGISTRATIONS),
+            guesses: crate::limiter::Guesses::open(&config.storage),
+            registrations_kept: DashMap::new(),
             client_documents: Default::default(),
         }
     }
 
-    /// How long until `email` or `ip` may try a password again, when either is locked.
-    fn locked(&self, email: &str, ip: IpAddr) -> Option<Duration> {
+    /// How long until `email` may try a password again, when it is locked.
+    fn locked(&self, email: &str) -> Option<Duration> {
         let now = Instant::now();
-        let email_wait = self.by_email.get(email).and_then(|f| f.1).and_then(|until| until.checked_duration_since(now));
-        email_wait.max(self.failures_by_address.wait(ip))
+        self.by_email.get(email).and_then(|f| f.1).and_then(|until| until.checked_duration_since(now))
     }
 
-    fn failed(&self, email: &str, ip: IpAddr) {
+    /// Counts one more `what` from `ip` (by address, IPv6 by /64) against `limit` per
+    /// [`ADDRESS_WINDOW`]: a 429 with `Retry-After` when the address has had its share.
+    pub(crate) async fn count(&self, what: &str, ip: IpAddr, limit: u32) -> Result<(), ApiError> {
+        let key = format!("{what}:{}", crate::limiter::address_block(ip, false));
+        self.guesses.count(&key, limit, ADDRESS_WINDOW).await.map_err(|wait| ApiError::too_many(what, wait))
+    }
+
+    fn failed(&self, email: &str) {
         let mut f = self.by_email.entry(email.to_string()).or_default();
         f.0 += 1;
         if f.0 >= FREE_FAILURES {
             let doublings = (f.0 - FREE_FAILURES).min(10);
             f.1 = Some(Instant::now() + (FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT));
         }
-        drop(f);
-        self.failures_by_address.add(ip);
     }
 
     fn succeeded(&self, email: &str) {
@@ -165,6 +147,16 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Re
     };
     let page = page.unwrap_or_else(|e| Page::error(&e));
     page.write(ex).await
+}
+
+/// A refusal at the identity service's edge (its filter chain, e.g. the address's bucket): an
+/// OAuth error on the machine endpoints, a page elsewhere; `Retry-After` either way.
+pub async fn refuse(ex: &mut Exchange<'_>, prefix: usize, e: ApiError) -> Result<()> {
+    let path = &ex.request().uri.path()[prefix..];
+    if matches!(path, "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
+        return crate::oauth_server::refuse(ex, e).await;
+    }
+    Page::error(&e).write(ex).await
 }
 
 /// A response of the identity service: an HTML page or a redirect, with its cookies.
@@ -280,10 +272,7 @@ fn session_cookie(token: &str, idle: Duration) -> String {
 
 /// The fields of a form POST, after its CSRF token was checked against the cookie.
 async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, ApiError> {
-    let body = ex.read_body().await?;
-    if body.len() > MAX_FORM_BYTES {
-        return Err(ApiError::validation("form", "too large"));
-    }
+    let body = ex.read_body_within(MAX_FORM_BYTES).await?;
     let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
     let sent = fields.iter().find(|(k, _)| k == "csrf").map(|(_, v)| v.as_str()).unwrap_or("");
     let expected = cookie(ex, CSRF_COOKIE).unwrap_or("");
@@ -311,9 +300,19 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
     let password = field(&fields, "password").to_string();
     let next = next_of(server, Some(field(&fields, "next")));
     let ip = ex.ctx.client_ip;
-    if let Some(wait) = server.signin.locked(&email, ip) {
+    if let Some(wait) = server.signin.locked(&email) {
         return Err(ApiError::too_many("wrong passwords", wait));
     }
+    if passwords::overloaded() {
+        return Err(ApiError::Rejected {
+            status: 503,
+            code: "UNAVAILABLE",
+            message: "too many sign-ins at once; try again in a moment".into(),
+            retry_after: Some(1),
+        });
+    }
+    // Counted before the check, so that attempts made at once count as much as one after another.
+    server.signin.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
     let mut signed_in = None;
     let candidates = users_with(server, &email);
     if candidates.is_empty() {
@@ -327,7 +326,7 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
         }
     }
     let Some(user) = signed_in else {
-        server.signin.failed(&email, ip);
+        server.signin.failed(&email);
         return Ok(sign_in_form(server, ex, Some("The e-mail or the password is wrong.")));
     };
     server.signin.succeeded(&email);
@@ -367,11 +366,7 @@ async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> st
     drop(config);
     let provider = provider.ok_or_else(|| ApiError::NoRoute(ex.request().uri.path().to_string()))?;
     let next = next_of(server, next_in_query(ex).as_deref());
-    let ip = ex.ctx.client_ip;
-    if let Some(wait) = server.signin.starts_by_address.wait(ip) {
-        return Err(ApiError::too_many("sign-ins started from this address", wait));
-    }
-    server.signin.starts_by_address.add(ip);
+    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
     let to = oidc::start(server.signin.store.as_ref(), &provider, &redirect_uri(server, id), &next).await?;
     Ok(Page::redirect(&to))
 }
@@ -397,11 +392,7 @@ async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) 
 
 async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
     let next = next_of(server, next_in_query(ex).as_deref());
-    let ip = ex.ctx.client_ip;
-    if let Some(wait) = server.signin.starts_by_address.wait(ip) {
-        return Err(ApiError::too_many("sign-ins started from this address", wait));
-    }
-    server.signin.starts_by_address.add(ip);
+    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
     let started = saml::start(server, org, &next).await?;
     let cookie = format!(
         "{}={}; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age={}",
@@ -416,10 +407,7 @@ async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::resul
 /// The IdP's answer (HTTP-POST binding). Cross-site by nature, so no CSRF token: the request it
 /// answers is single use and bound to the browser that started it (a cookie).
 async fn saml_callback(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
-    let body = ex.read_body().await?;
-    if body.len() > saml::MAX_RESPONSE_FORM_BYTES {
-        return Err(ApiError::validation("SAMLResponse", "too large"));
-    }
+    let body = ex.read_body_within(saml::MAX_RESPONSE_FORM_BYTES).await?;
     let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
     let browser = cookie(ex, saml::BROWSER_COOKIE).unwrap_or("");
     let done = saml::finish(server, field(&fields, "RelayState"), field(&fields, "SAMLResponse"), browser).await?;
