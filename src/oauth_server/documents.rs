@@ -117,6 +117,10 @@ impl ClientDocuments {
             Some(Entry::Refused(why, until)) if *until > now => return Err(DocumentError::Refused(why.clone())),
             _ => {}
         }
+        // A `client_id` that cannot name a document costs no fetch, and is not counted.
+        if let Err(why) = check_url(url) {
+            return Err(DocumentError::Refused(why));
+        }
         let per_address = format!("document fetches:{}", crate::limiter::address_block(ip, false));
         let busy = DocumentError::Busy;
         guesses.count(&per_address, config.fetches_per_address, FETCH_WINDOW).await.map_err(busy)?;
