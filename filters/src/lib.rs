@@ -160,6 +160,7 @@ pub(crate) mod testing {
             RouteClass::Management => "/v1/gateways",
             RouteClass::Gateway => "/gateway/g1/mcp",
             RouteClass::Public => "/healthz",
+            RouteClass::Identity => "/auth/signin",
         };
         RequestView {
             method: &GET,
