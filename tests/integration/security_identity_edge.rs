@@ -241,11 +241,9 @@ fn two_instances_on_one_redis_share_the_identity_bounds() {
     let redis = common::spawn_redis();
     let prefix = format!("tgedge{}", common::random_alnum(6).to_lowercase());
     let storage = format!("  backend: redis\n  url: {}\n  key_prefix: {prefix}\n", common::redis_url(&redis));
-    let rest = format!(
-        "rate_limits:\n  distributed: exact\n  identity: {{ requests_per_hour: 1000, requests_per_minute: 1, burst: 6 }}\n\
-         web:\n  dynamic_registration: true\n"
-    );
-    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, &rest);
+    let rest = "rate_limits:\n  distributed: exact\n  identity: { requests_per_hour: 1000, requests_per_minute: 1, burst: 6 }\n\
+         web:\n  dynamic_registration: true\n";
+    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, rest);
     let secret = "ab".repeat(32);
     let start = || {
         TestServer::start_opts(common::ServerOptions {
