@@ -418,3 +418,41 @@ fn registrations_are_capped_per_network_block() {
     }
     assert_eq!(register(&http, &srv, &v6("ff")).status(), 429, "the 21st from the /56");
 }
+
+/// The new settings are validated at load, naming the field; good values are taken.
+#[test]
+fn the_identity_edge_settings_are_validated() {
+    let check = |rest: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("toolgate.yaml");
+        let data = dir.path().join("data");
+        let yaml = config("", EMBEDDED, rest).replace("{data_dir}", &data.to_string_lossy());
+        std::fs::write(&file, yaml).unwrap();
+        let out = std::process::Command::new(TestServer::binary())
+            .arg("check-config")
+            .arg(&file)
+            .env_remove("TOOLGATE_ADMIN_KEY")
+            .output()
+            .expect("run check-config");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let good = "web:\n  body_timeout_secs: 30\n  password_checks: 4\n  registration_unused_secs: 3600\n  \
+                client_id_metadata_documents:\n    enabled: true\n    fetches_per_address: 5\n    fetches_in_all: 50\n\
+                rate_limits:\n  identity: { requests_per_hour: 100, requests_per_minute: 10, burst: 5 }\n";
+    let (ok, stderr) = check(good);
+    assert!(ok, "{stderr}");
+    for (bad, field) in [
+        ("web:\n  body_timeout_secs: 0\n", "web.body_timeout_secs"),
+        ("web:\n  body_timeout_secs: 301\n", "web.body_timeout_secs"),
+        ("web:\n  password_checks: 0\n", "web.password_checks"),
+        ("web:\n  registration_unused_secs: 0\n", "web.registration_unused_secs"),
+        (
+            "web:\n  client_id_metadata_documents:\n    enabled: true\n    fetches_per_address: 0\n",
+            "web.client_id_metadata_documents.fetches_per_address",
+        ),
+        ("rate_limits:\n  identity: { requests_per_hour: 100, requests_per_minute: 10, burst: 0 }\n", "identity.burst"),
+    ] {
+        let (ok, stderr) = check(bad);
+        assert!(!ok && stderr.contains(field), "{bad}: {stderr}");
+    }
+}
