@@ -127,16 +127,28 @@ fn response_head(status: u16, more: usize, ctx: &mut RequestCtx) -> Result<http:
     Ok(h)
 }
 
+/// The most a declared `Content-Length` reserves before the body arrives; a larger body grows
+/// the buffer as it comes. Most bodies (MCP calls, management requests) fit, so they are read
+/// into one allocation as before.
+pub const PREALLOCATED_BODY_BYTES: usize = 64 * 1024;
+
 /// One request and its answer.
 pub struct Exchange<'a> {
     session: &'a mut ServerSession,
     pub ctx: &'a mut RequestCtx,
     max_body: usize,
+    /// How long the body may take to arrive, on routes that set one (the identity service's).
+    body_deadline: Option<std::time::Duration>,
 }
 
 impl<'a> Exchange<'a> {
     pub fn new(session: &'a mut ServerSession, ctx: &'a mut RequestCtx, max_body: usize) -> Exchange<'a> {
-        Exchange { session, ctx, max_body }
+        Exchange { session, ctx, max_body, body_deadline: None }
+    }
+
+    /// Gives the request's body `deadline` to arrive whole (408 past it).
+    pub fn set_body_deadline(&mut self, deadline: std::time::Duration) {
+        self.body_deadline = Some(deadline);
     }
 
     /// The request's method, URI and headers.
@@ -199,27 +211,56 @@ impl<'a> Exchange<'a> {
 
     /// Reads the whole request body, refusing more than `server.max_body_bytes`.
     pub async fn read_body(&mut self) -> std::result::Result<Bytes, ApiError> {
-        let limit = self.max_body;
+        self.read_body_within(self.max_body).await
+    }
+
+    /// Reads the whole request body, refusing more than `limit` bytes (413, at once when the
+    /// declared length is larger) and, when the route set a deadline
+    /// ([`Exchange::set_body_deadline`]), a body that has not arrived whole within it (408). The buffer grows with what arrives: a declared length reserves at most
+    /// [`PREALLOCATED_BODY_BYTES`], so a client that announces a large body and sends it
+    /// slowly holds only what it sent. After a refusal the connection is not reused (its body
+    /// is left unread).
+    pub async fn read_body_within(&mut self, limit: usize) -> std::result::Result<Bytes, ApiError> {
+        let deadline = self.body_deadline;
+        let limit = limit.min(self.max_body);
         let declared = self
             .headers()
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         if declared.is_some_and(|n| n > limit) {
+            self.session.set_keepalive(None);
             return Err(ApiError::PayloadTooLarge(limit));
         }
-        let mut buf = bytes::BytesMut::with_capacity(declared.unwrap_or(0));
-        loop {
-            match self.session.read_request_body().await {
-                Ok(Some(chunk)) => {
-                    if buf.len() + chunk.len() > limit {
-                        return Err(ApiError::PayloadTooLarge(limit));
+        let mut buf = bytes::BytesMut::with_capacity(declared.unwrap_or(0).min(PREALLOCATED_BODY_BYTES));
+        let read = async {
+            loop {
+                match self.session.read_request_body().await {
+                    Ok(Some(chunk)) => {
+                        if buf.len() + chunk.len() > limit {
+                            return Err(ApiError::PayloadTooLarge(limit));
+                        }
+                        buf.extend_from_slice(&chunk);
                     }
-                    buf.extend_from_slice(&chunk);
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(ApiError::validation("body", format!("cannot read request body: {e}"))),
                 }
-                Ok(None) => break,
-                Err(e) => return Err(ApiError::validation("body", format!("cannot read request body: {e}"))),
             }
+        };
+        let read = match deadline {
+            Some(d) => tokio::time::timeout(d, read).await.unwrap_or_else(|_| {
+                Err(ApiError::Rejected {
+                    status: 408,
+                    code: "REQUEST_TIMEOUT",
+                    message: format!("the request body did not arrive within {} s", d.as_secs_f64()),
+                    retry_after: None,
+                })
+            }),
+            None => read.await,
+        };
+        if let Err(e) = read {
+            self.session.set_keepalive(None);
+            return Err(e);
         }
         Ok(buf.freeze())
     }

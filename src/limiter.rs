@@ -383,3 +383,156 @@ impl Shared {
         Ok(())
     }
 }
+
+/// Counts events in `KEYS[1]`'s fixed window of `ARGV[2]` ms (from its first event) and returns
+/// the count with this one and the window's time left in ms. A refused event is not counted,
+/// so a client that keeps trying past the limit does not hold the window open.
+const GUESS: &str = r#"
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n >= tonumber(ARGV[1]) then
+  return { n + 1, redis.call('PTTL', KEYS[1]) }
+end
+n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return { n, redis.call('PTTL', KEYS[1]) }
+"#;
+
+/// The identity service's guessing bounds (wrong passwords per address, sign-ins started,
+/// registrations per address block, metadata documents fetched): events per key in a fixed
+/// window that opens with its first event, up to a limit. On Redis every count is one script
+/// call, so the instances share each bound exactly (what one instance allows, all together
+/// allow); on the embedded store, or while Redis does not answer, this instance counts alone.
+pub struct Guesses {
+    local: dashmap::DashMap<String, (u32, std::time::Instant)>,
+    redis: Option<GuessRedis>,
+}
+
+struct GuessRedis {
+    conn: Conn,
+    script: redis::Script,
+    prefix: String,
+    /// Until when (Unix ms) Redis is not asked after a failure.
+    resting_until: AtomicI64,
+}
+
+/// Keys counted locally at most; past it the oldest windows are dropped first.
+const MAX_LOCAL_GUESS_KEYS: usize = 100_000;
+
+impl Guesses {
+    /// Counting in this process only.
+    pub fn local() -> Guesses {
+        Guesses { local: Default::default(), redis: None }
+    }
+
+    /// Shared through Redis when the store is Redis.
+    pub fn open(storage: &StorageConfig) -> Guesses {
+        let StorageConfig::Redis { key_prefix, connect_timeout, command_timeout, .. } = storage else {
+            return Guesses::local();
+        };
+        let conn = Target::of(storage).and_then(|target| {
+            crate::store::redis::on_redis_runtime_sync(|| target.shared(*connect_timeout, *command_timeout, 1))
+        });
+        match conn {
+            Ok(conn) => Guesses {
+                local: Default::default(),
+                redis: Some(GuessRedis {
+                    conn,
+                    script: redis::Script::new(GUESS),
+                    prefix: key_prefix.clone(),
+                    resting_until: AtomicI64::new(0),
+                }),
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "guessing bounds cannot be shared: each instance counts alone");
+                Guesses::local()
+            }
+        }
+    }
+
+    /// Counts one event for `key`, unless its window already holds `limit`: then how long
+    /// until the window closes.
+    pub async fn count(&self, key: &str, limit: u32, window: Duration) -> Result<(), Duration> {
+        if let Some(r) = &self.redis {
+            if now_ms() >= r.resting_until.load(Ordering::Relaxed) {
+                let mut invocation = r.script.prepare_invoke();
+                invocation.key(format!("{}:guess:{{{key}}}", r.prefix)).arg(limit).arg(window.as_millis() as u64);
+                let mut conn = r.conn.clone();
+                match invocation.invoke_async::<(i64, i64)>(&mut conn).await {
+                    Ok((n, ttl)) if n > i64::from(limit) => {
+                        return Err(Duration::from_millis(ttl.max(1000) as u64));
+                    }
+                    Ok(_) => return Ok(()),
+                    Err(e) => {
+                        if r.resting_until.swap(now_ms() + EXACT_RETRY_AFTER_MS, Ordering::Relaxed) == 0 {
+                            tracing::warn!(error = %e, "guessing bounds: Redis did not answer; this instance counts alone meanwhile");
+                        }
+                    }
+                }
+            }
+        }
+        self.count_locally(key, limit, window)
+    }
+
+    fn count_locally(&self, key: &str, limit: u32, window: Duration) -> Result<(), Duration> {
+        if self.local.len() >= MAX_LOCAL_GUESS_KEYS {
+            self.local.retain(|_, (_, since)| since.elapsed() < window);
+        }
+        let mut a = self.local.entry(key.to_string()).or_insert((0, std::time::Instant::now()));
+        if a.1.elapsed() >= window {
+            *a = (0, std::time::Instant::now());
+        }
+        if a.0 >= limit {
+            return Err((a.1 + window)
+                .saturating_duration_since(std::time::Instant::now())
+                .max(Duration::from_secs(1)));
+        }
+        a.0 += 1;
+        Ok(())
+    }
+
+    /// Drops the windows that have closed (the server's sweep).
+    pub fn sweep(&self, longest: Duration) {
+        self.local.retain(|_, (_, since)| since.elapsed() < longest);
+    }
+}
+
+/// The address block a bound counts an address in: the address itself (IPv4), its /64 (IPv6,
+/// one host's usual allocation), or with `wide` its /24 or /56 (a small network's).
+pub fn address_block(ip: std::net::IpAddr, wide: bool) -> String {
+    use std::net::IpAddr;
+    match ip.to_canonical() {
+        IpAddr::V4(v4) if wide => format!("{}/24", std::net::Ipv4Addr::from(u32::from(v4) & 0xffff_ff00)),
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let bits = if wide { 56 } else { 64 };
+            let masked = u128::from(v6) & (u128::MAX << (128 - bits));
+            format!("{}/{bits}", std::net::Ipv6Addr::from(masked))
+        }
+    }
+}
+
+#[cfg(test)]
+mod guess_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_window_refuses_past_its_limit_and_says_how_long() {
+        let g = Guesses::local();
+        for _ in 0..3 {
+            g.count("k", 3, Duration::from_secs(60)).await.unwrap();
+        }
+        let wait = g.count("k", 3, Duration::from_secs(60)).await.unwrap_err();
+        assert!(wait > Duration::from_secs(50) && wait <= Duration::from_secs(60), "{wait:?}");
+        g.count("other", 3, Duration::from_secs(60)).await.unwrap();
+    }
+
+    #[test]
+    fn blocks_are_slash_24_and_56_when_wide() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(address_block(ip("192.0.2.77"), true), "192.0.2.0/24");
+        assert_eq!(address_block(ip("192.0.2.77"), false), "192.0.2.77");
+        assert_eq!(address_block(ip("::ffff:192.0.2.77"), true), "192.0.2.0/24");
+        assert_eq!(address_block(ip("2001:db8:1:2ff:1::9"), true), "2001:db8:1:200::/56");
+        assert_eq!(address_block(ip("2001:db8:1:2ff:1::9"), false), "2001:db8:1:2ff::/64");
+    }
+}

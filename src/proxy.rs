@@ -38,6 +38,10 @@ pub struct Proxy {
     pub management: FilterChain,
     /// The gateway routes' chain: the management chain's filters, then the Origin check.
     pub gateway: FilterChain,
+    /// The identity service's chain: the per-address bucket (`rate_limits.identity`). No
+    /// credential is presented at this edge, so neither authentication nor the organisations'
+    /// allowlists (which need one to know the organisation) run here.
+    pub identity: FilterChain,
     pub trusted_proxies: Vec<IpNet>,
     /// `web.path`, read once at start.
     pub identity_path: String,
@@ -180,6 +184,7 @@ impl Proxy {
         let view = request_view(req, ctx.client_ip, &ctx.route, ctx.client_certificate.as_deref(), class);
         let chain = match class {
             RouteClass::Gateway => &self.gateway,
+            RouteClass::Identity => &self.identity,
             _ => &self.management,
         };
         let chain_started = (ctx.trace.is_some() && trace::exporting()).then(|| (SystemTime::now(), Instant::now()));
@@ -234,6 +239,16 @@ impl Proxy {
             self.server.state.record_usage(&p.key_id, ctx.client_ip);
         }
         Ok(())
+    }
+
+    /// The identity service: its chain first (a 429 page or OAuth error past the address's
+    /// bucket), then its pages with a deadline on request bodies (`web.body_timeout_secs`).
+    async fn identity(&self, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
+        if let Err(e) = self.run_chain(ex, RouteClass::Identity).await {
+            return crate::signin::refuse(ex, prefix, e).await;
+        }
+        ex.set_body_deadline(self.server.state.config().web.body_timeout);
+        crate::signin::handle(&self.server, ex, prefix).await
     }
 
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.
@@ -297,7 +312,7 @@ impl Proxy {
                 let doc = crate::oauth_server::metadata(&self.server.state.config());
                 ex.json(200, serde_json::to_vec(&doc).unwrap_or_default()).await
             }
-            Route::Identity(prefix) => Box::pin(crate::signin::handle(&self.server, &mut ex, prefix)).await,
+            Route::Identity(prefix) => Box::pin(self.identity(&mut ex, prefix)).await,
             Route::NotFound => {
                 let path = ex.request().uri.path().to_string();
                 ex.respond_error(ApiError::NoRoute(path)).await

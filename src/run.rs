@@ -143,6 +143,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         server: server.clone(),
         management: chain(),
         gateway: chain().with(server.origin_check.clone()),
+        identity: toolgate_filters::FilterChain::new().with(server.limiter.clone()),
         trusted_proxies: config.server.trusted_proxies.clone(),
         identity_path: config.web.path.clone(),
         server_options: {

@@ -70,7 +70,7 @@ impl Server {
             mcp,
             reqlog,
             mfa,
-            signin: crate::signin::SignIn::new(state.store.clone()),
+            signin: crate::signin::SignIn::new(state.store.clone(), &state.config()),
             events,
             courier,
             limiter,

@@ -124,7 +124,7 @@ pub fn resolve_credential(
     req: &RequestView<'_>,
 ) -> Result<Option<Arc<Principal>>, AuthError> {
     let principal = match req.route {
-        RouteClass::Public => return Ok(None),
+        RouteClass::Public | RouteClass::Identity => return Ok(None),
         RouteClass::Management => {
             let credential = management_credential(req)?;
             if credential.starts_with("ag_") {

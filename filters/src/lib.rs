@@ -40,6 +40,9 @@ pub enum RouteClass {
     Gateway,
     /// Health and readiness: no credentials, no limits.
     Public,
+    /// The identity service (`web.path`: sign-in pages, OAuth endpoints): no credential at the
+    /// edge; each address has a bucket of its own (`rate_limits.identity`).
+    Identity,
 }
 
 /// The small, borrowed view of a request that filters inspect.
@@ -157,6 +160,7 @@ pub(crate) mod testing {
             RouteClass::Management => "/v1/gateways",
             RouteClass::Gateway => "/gateway/g1/mcp",
             RouteClass::Public => "/healthz",
+            RouteClass::Identity => "/auth/signin",
         };
         RequestView {
             method: &GET,

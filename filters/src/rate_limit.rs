@@ -103,6 +103,7 @@ pub fn strip_version_prefix(path: &str) -> &str {
 pub fn cost_and_bucket(method: &Method, path: &str, route: RouteClass) -> (Bucket, u32) {
     match route {
         RouteClass::Public => (Bucket::Global, 0),
+        RouteClass::Identity => (Bucket::Global, 1),
         RouteClass::Gateway => (Bucket::Gateway, 1),
         RouteClass::Management => {
             let mut segments = path.trim_start_matches('/').split('/').filter(|s| !s.is_empty());
@@ -180,6 +181,9 @@ pub struct RateLimitConfig {
     pub tiers: BTreeMap<String, TierLimits>,
     /// Requests without a valid credential, keyed by client address.
     pub unauthenticated: BucketSize,
+    /// Requests to the identity service (sign-in pages, OAuth endpoints), keyed by client
+    /// address (IPv6 by /64), in a bucket of their own.
+    pub identity: BucketSize,
     /// `write` as a share of `global`.
     pub write_share: f64,
     /// `analytics` as a share of `global`.
@@ -219,6 +223,10 @@ impl Default for RateLimitConfig {
             // 60/hour, burst 10 (Decision 1); the minute rate lets a burst refill in a minute
             // while the hourly quota stays the binding limit.
             unauthenticated: BucketSize { requests_per_hour: Some(60), requests_per_minute: 10, burst: 10 },
+            // A sign-in is a handful of requests (form, password, code, consent, token): room
+            // for an office behind one address; guessing is bounded further by the identity
+            // service's own counts (password checks, registrations, documents fetched).
+            identity: BucketSize { requests_per_hour: Some(3000), requests_per_minute: 120, burst: 100 },
             write_share: 0.5,
             analytics_share: 2.0,
             gateway_share: 1.0,
@@ -307,6 +315,7 @@ pub struct RateLimitPolicy {
     tiers: Vec<(Box<str>, Tier)>,
     default_tier: usize,
     anonymous: BaseSize,
+    identity: BaseSize,
 }
 
 impl Default for RateLimitPolicy {
@@ -336,6 +345,7 @@ impl TryFrom<&RateLimitConfig> for RateLimitPolicy {
             nonzero(format!("{name}.burst"), Some(s.burst))
         };
         check_size("unauthenticated", &c.unauthenticated)?;
+        check_size("identity", &c.identity)?;
         check_size("webhook", &c.webhook)?;
         let size = |s: &BucketSize| {
             BaseSize::new(s.burst.into(), s.requests_per_minute.into(), s.requests_per_hour.map(f64::from))
@@ -368,7 +378,7 @@ impl TryFrom<&RateLimitConfig> for RateLimitPolicy {
             .iter()
             .position(|(n, _)| **n == *c.default_tier)
             .ok_or_else(|| RateLimitConfigError::UnknownDefaultTier(c.default_tier.clone()))?;
-        Ok(RateLimitPolicy { tiers, default_tier, anonymous: size(&c.unauthenticated) })
+        Ok(RateLimitPolicy { tiers, default_tier, anonymous: size(&c.unauthenticated), identity: size(&c.identity) })
     }
 }
 
@@ -392,6 +402,11 @@ impl RateLimitPolicy {
     /// The limits of a caller without a valid credential.
     pub fn unauthenticated(&self) -> BucketLimits {
         self.anonymous.unit
+    }
+
+    /// The limits of an address on the identity service's routes.
+    pub fn identity(&self) -> BucketLimits {
+        self.identity.unit
     }
 
     /// Caps the multiplier of `tier`'s callers at `ceiling` (the server's
@@ -610,6 +625,12 @@ pub fn shared_key_name(key: LimitKey<'_>) -> String {
         LimitKey::Credential(k) => k.to_string(),
         LimitKey::Address(ip) => format!("ip:{}", local::address_key(ip)),
     }
+}
+
+/// The bucket name of an address on the identity service's routes (IPv6 by /64), apart from
+/// the key ids' names.
+pub fn identity_key(ip: IpAddr) -> String {
+    format!("identity:{}", local::address_key(ip))
 }
 
 /// A charge left in [`FilterContext::pending_charge`] for an [`ExactBackend`] to decide.
@@ -891,6 +912,26 @@ impl<L: RateLimiter + ?Sized> RateLimit<L> {
             None => Ok(self.limiter.charge(charge)),
         };
         let policy = self.policy.load();
+        if req.route == RouteClass::Identity {
+            // A bucket of the address's own, apart from its management one; not a caller's usage
+            // (`new_request: false` keeps it out of the per-key figures).
+            let name = identity_key(req.client_ip);
+            let charge = ChargeRequest {
+                key: LimitKey::Credential(&name),
+                bucket: Bucket::Global,
+                cost: 1,
+                limits: policy.identity(),
+                max_in_flight: None,
+                new_request: false,
+            };
+            return match decide(&charge) {
+                Ok(outcome) => self.record(ctx, Bucket::Global, 1, false, outcome),
+                Err(pending) => {
+                    ctx.pending_charge = Some(pending);
+                    Ok(())
+                }
+            };
+        }
         let (bucket, cost, decided) = match ctx.principal.as_deref() {
             Some(p) => {
                 let m = policy.multiplier(p, ctx.ip_rate_limit_multiplier);

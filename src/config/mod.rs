@@ -100,6 +100,14 @@ pub struct WebConfig {
     pub refresh_token_lifetime: Duration,
     /// Whether clients may register themselves (RFC 7591) to sign in to gateways (off).
     pub dynamic_registration: bool,
+    /// A self-registered client not used (authorized or given tokens) for this long is deleted
+    /// (`web.registration_unused_secs`, 30 days).
+    pub registration_unused: Duration,
+    /// How long a request body of the identity service may take to arrive (10 s; 408 past it).
+    pub body_timeout: Duration,
+    /// Password hashes checked at once at most (each holds 19 MiB; the number of cores), read
+    /// at start.
+    pub password_checks: usize,
     /// External OpenID Connect providers users may sign in with (the specification's "social"
     /// sign-in).
     pub oidc_providers: Vec<OidcProvider>,
@@ -140,6 +148,10 @@ pub struct ClientDocumentsConfig {
     pub allowed_hosts: Vec<String>,
     /// PEM certificates trusted besides the public roots (a private PKI), read at load.
     pub extra_roots: Option<Vec<u8>>,
+    /// Documents one address may have fetched per ten minutes (10), and all addresses together
+    /// (100); past either a client is refused `temporarily_unavailable`.
+    pub fetches_per_address: u32,
+    pub fetches_in_all: u32,
 }
 
 /// An OpenID Connect provider of web sign-in: toolgate is its client (authorization code with

@@ -11,6 +11,11 @@
 //! `none`, no secret). A document is kept as long as its `Cache-Control: max-age` says, between
 //! one minute and a day (five minutes without one); a refusal is remembered for 30 seconds, so a
 //! bad `client_id` cannot make toolgate fetch on every request.
+//!
+//! Anyone may name a document, so fetches are bounded: per address (`fetches_per_address` per
+//! ten minutes, 10), in all (`fetches_in_all`, 100, shared by the instances on Redis) and at
+//! once ([`MAX_FETCHES_AT_ONCE`] per instance). A request past a bound is refused
+//! `temporarily_unavailable` (503 with `Retry-After`), and nothing is fetched.
 
 use crate::config::ClientDocumentsConfig;
 use crate::events::egress::Egress;
@@ -29,6 +34,20 @@ const REFUSAL_KEEP: Duration = Duration::from_secs(30);
 /// Documents kept at most; past it the cache starts again (each entry is small, and a fetch is
 /// only a fetch).
 const MAX_ENTRIES: usize = 10_000;
+
+/// Documents fetched at once at most, per instance.
+pub const MAX_FETCHES_AT_ONCE: usize = 8;
+/// The window of the fetch bounds.
+const FETCH_WINDOW: Duration = Duration::from_secs(10 * 60);
+
+/// Why a document's client cannot be had.
+#[derive(Debug)]
+pub enum DocumentError {
+    /// The document is refused (fetch failed, or its content is not acceptable).
+    Refused(String),
+    /// A fetch bound is reached: retry after this long.
+    Busy(Duration),
+}
 
 /// Whether a `client_id` is the URL of a metadata document (an ordinary client id never is).
 pub fn is_document_url(client_id: &str) -> bool {
@@ -71,21 +90,44 @@ enum Entry {
     Refused(String, Instant),
 }
 
-#[derive(Default)]
 pub struct ClientDocuments {
     cache: DashMap<String, Entry>,
+    fetching: tokio::sync::Semaphore,
+}
+
+impl Default for ClientDocuments {
+    fn default() -> Self {
+        ClientDocuments { cache: DashMap::new(), fetching: tokio::sync::Semaphore::new(MAX_FETCHES_AT_ONCE) }
+    }
 }
 
 impl ClientDocuments {
     /// The client `url` describes (fetched, or kept from an earlier fetch); `Err` says why the
-    /// document cannot be used.
-    pub async fn client(&self, config: &ClientDocumentsConfig, url: &str) -> Result<Arc<OAuthClient>, String> {
+    /// document cannot be used. `ip` asked for it: a fetch is counted against its bounds.
+    pub async fn client(
+        &self,
+        config: &ClientDocumentsConfig,
+        url: &str,
+        ip: std::net::IpAddr,
+        guesses: &crate::limiter::Guesses,
+    ) -> Result<Arc<OAuthClient>, DocumentError> {
         let now = Instant::now();
         match self.cache.get(url).as_deref() {
             Some(Entry::Client(c, until)) if *until > now => return Ok(c.clone()),
-            Some(Entry::Refused(why, until)) if *until > now => return Err(why.clone()),
+            Some(Entry::Refused(why, until)) if *until > now => return Err(DocumentError::Refused(why.clone())),
             _ => {}
         }
+        // A `client_id` that cannot name a document costs no fetch, and is not counted.
+        if let Err(why) = check_url(url) {
+            return Err(DocumentError::Refused(why));
+        }
+        let per_address = format!("document fetches:{}", crate::limiter::address_block(ip, false));
+        let busy = DocumentError::Busy;
+        guesses.count(&per_address, config.fetches_per_address, FETCH_WINDOW).await.map_err(busy)?;
+        guesses.count("document fetches:all", config.fetches_in_all, FETCH_WINDOW).await.map_err(busy)?;
+        let Ok(_fetching) = self.fetching.try_acquire() else {
+            return Err(DocumentError::Busy(Duration::from_secs(1)));
+        };
         if self.cache.len() >= MAX_ENTRIES {
             self.cache.clear();
         }
@@ -98,7 +140,7 @@ impl ClientDocuments {
             Err(why) => {
                 tracing::info!(client_id = url, reason = why, "client metadata document refused");
                 self.cache.insert(url.to_string(), Entry::Refused(why.clone(), now + REFUSAL_KEEP));
-                Err(why)
+                Err(DocumentError::Refused(why))
             }
         }
     }

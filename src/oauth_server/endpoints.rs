@@ -72,12 +72,27 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, path: &str) -> Resul
     }
 }
 
+/// A refusal at the edge (the address's bucket), in the endpoints' own error form.
+pub async fn refuse(ex: &mut Exchange<'_>, e: crate::error::ApiError) -> Result<()> {
+    let mut o = OAuthError::new("rate_limited", e.to_string());
+    o.status = Some(e.status());
+    o.retry_after = e.retry_after();
+    write(ex, e.status(), &error_body(&o), &[]).await
+}
+
 fn error_body(e: &OAuthError) -> Value {
-    json!({ "error": e.code, "error_description": e.description })
+    let mut body = json!({ "error": e.code, "error_description": e.description });
+    if let Some(secs) = e.retry_after {
+        body["retry_after"] = json!(secs);
+    }
+    body
 }
 
 async fn write(ex: &mut Exchange<'_>, status: u16, body: &Value, extra: &[(HeaderName, HeaderValue)]) -> Result<()> {
     let mut headers = extra.to_vec();
+    if let Some(secs) = body.get("retry_after").and_then(Value::as_u64) {
+        headers.push((http::header::RETRY_AFTER, HeaderValue::from(secs)));
+    }
     headers.push((http::header::PRAGMA, HeaderValue::from_static("no-cache")));
     ex.respond(status, "application/json", serde_json::to_vec(body).unwrap_or_default(), &headers).await
 }
@@ -90,10 +105,7 @@ async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)
     if !form_type {
         return Err(OAuthError::new("invalid_request", "the body must be application/x-www-form-urlencoded"));
     }
-    let body = ex.read_body().await.map_err(|e| OAuthError::new("invalid_request", e.to_string()))?;
-    if body.len() > MAX_FORM_BYTES {
-        return Err(OAuthError::new("invalid_request", "the form is too large"));
-    }
+    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthError::body)?;
     let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
     for (i, (name, _)) in fields.iter().enumerate() {
         if fields[..i].iter().any(|(n, _)| n == name) {
@@ -128,7 +140,7 @@ async fn authenticate(
             param(fields, "client_secret").map(str::to_string),
         ),
     };
-    let client = super::client(server, &id).await?.ok_or_else(refused)?;
+    let client = super::client(server, &id, ex.ctx.client_ip).await?.ok_or_else(refused)?;
     match (&client.secret_hash, secret) {
         (Some(stored), Some(given)) if crate::secrets::hashes_equal(stored, &crate::secrets::hash_key(&given)) => {}
         (None, None) => {}
@@ -182,13 +194,7 @@ async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result
         return Err(OAuthError::new("access_denied", "this server does not take dynamic registrations"));
     }
     let ip = ex.ctx.client_ip;
-    if server.signin.registrations_by_address.wait(ip).is_some() {
-        return Err(OAuthError::new("rate_limited", "too many registrations from this address; try later"));
-    }
-    let body = ex.read_body().await.map_err(|e| OAuthError::new("invalid_client_metadata", e.to_string()))?;
-    if body.len() > MAX_FORM_BYTES {
-        return Err(OAuthError::new("invalid_client_metadata", "the metadata is too large"));
-    }
+    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthError::body)?;
     let asked: Registration = serde_json::from_slice(&body)
         .map_err(|e| OAuthError::new("invalid_client_metadata", format!("not client metadata: {e}")))?;
     if asked.token_endpoint_auth_method.as_deref().is_some_and(|m| m != "none") {
@@ -207,7 +213,17 @@ async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result
     let name = crate::api::display_name("client_name", &name)
         .map_err(|e| OAuthError::new("invalid_client_metadata", e.to_string()))?
         .to_string();
-    server.signin.registrations_by_address.add(ip);
+    // Counted per network (/24, /56), once the metadata is good (a refused registration stores
+    // nothing): each one is a stored record, and a host often holds a whole block of addresses.
+    let block = crate::limiter::address_block(ip, true);
+    let window = crate::signin::ADDRESS_WINDOW;
+    if let Err(wait) =
+        server.signin.guesses.count(&format!("registrations:{block}"), crate::signin::BLOCK_REGISTRATIONS, window).await
+    {
+        let secs = wait.as_secs().max(1);
+        return Err(OAuthError::new("rate_limited", format!("too many registrations from {block}; try in {secs} s"))
+            .with_retry_after(secs));
+    }
     let client = OAuthClient {
         id: crate::secrets::new_id("tgc"),
         org_id: String::new(),
@@ -219,8 +235,7 @@ async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result
         created_by: format!("registration from {ip}"),
         created_at: chrono::Utc::now(),
     };
-    let json = serde_json::to_string(&client).map_err(|e| OAuthError::new("server_error", e.to_string()))?;
-    server.state.store.put(crate::store::Kind::OAuthClient, crate::store::NO_PARTITION, &client.id, json).await?;
+    keep(server, &client).await?;
     tracing::info!(client = client.id, %ip, "OAuth client registered itself");
     Ok(json!({
         "client_id": client.id,
@@ -231,4 +246,41 @@ async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
     }))
+}
+
+/// What `created_by` starts with for a client that registered itself.
+const SELF_REGISTERED: &str = "registration from ";
+
+/// Whether a stored client registered itself (RFC 7591): such a client expires unused.
+pub(super) fn self_registered(client: &OAuthClient) -> bool {
+    client.org_id.is_empty() && client.created_by.starts_with(SELF_REGISTERED)
+}
+
+/// Stores a self-registered client until `web.registration_unused_secs` from now.
+async fn keep(server: &Server, client: &OAuthClient) -> std::result::Result<(), crate::store::StoreError> {
+    let unused = server.state.config().web.registration_unused;
+    let json = serde_json::to_string(client).map_err(|e| crate::store::StoreError::Backend(e.to_string()))?;
+    let until =
+        chrono::Utc::now().timestamp_millis().saturating_add(i64::try_from(unused.as_millis()).unwrap_or(i64::MAX));
+    let store = &server.state.store;
+    store.put_expiring(crate::store::Kind::OAuthClient, crate::store::NO_PARTITION, &client.id, json, until).await?;
+    server.signin.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
+    Ok(())
+}
+
+/// A self-registered client is in use (an authorization request or a token request named it):
+/// it is kept for another `web.registration_unused_secs`. Written again at most every tenth of
+/// that (an hour at most) per instance, not at every request.
+pub(super) async fn used(server: &Server, client: &OAuthClient) -> std::result::Result<(), crate::store::StoreError> {
+    let unused = server.state.config().web.registration_unused;
+    let every = (unused / 10).min(std::time::Duration::from_secs(3600));
+    let fresh = server.signin.registrations_kept.get(&client.id).is_some_and(|at| at.elapsed() < every);
+    if fresh {
+        return Ok(());
+    }
+    let kept = &server.signin.registrations_kept;
+    if kept.len() >= 100_000 {
+        kept.retain(|_, at| at.elapsed() < every);
+    }
+    keep(server, client).await
 }

@@ -20,7 +20,7 @@ mod documents;
 mod endpoints;
 
 pub use documents::ClientDocuments;
-pub use endpoints::{handle, metadata};
+pub use endpoints::{handle, metadata, refuse};
 
 use crate::error::ApiError;
 use crate::model::{Gateway, OAuthClient, OAuthGrant, User};
@@ -47,11 +47,29 @@ const USED_REFRESH_KEPT: usize = 50;
 pub struct OAuthError {
     pub code: &'static str,
     pub description: String,
+    /// Seconds to wait before retrying (`Retry-After`), for `temporarily_unavailable` and
+    /// `rate_limited`.
+    pub retry_after: Option<u64>,
+    /// The status when not the code's own (a body that was too large or too slow).
+    pub status: Option<u16>,
 }
 
 impl OAuthError {
     pub fn new(code: &'static str, description: impl Into<String>) -> OAuthError {
-        OAuthError { code, description: description.into() }
+        OAuthError { code, description: description.into(), retry_after: None, status: None }
+    }
+
+    pub fn with_retry_after(mut self, secs: u64) -> OAuthError {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// A request body that could not be read: `invalid_request` with the read's status (413,
+    /// 408, 400).
+    pub fn body(e: ApiError) -> OAuthError {
+        let mut o = OAuthError::new("invalid_request", e.to_string());
+        o.status = Some(e.status());
+        o
     }
 
     fn invalid_grant(description: impl Into<String>) -> OAuthError {
@@ -61,9 +79,13 @@ impl OAuthError {
     /// The token endpoint's status: 401 for a client that failed to authenticate, 500 for the
     /// server's own failure, 400 for the rest.
     pub fn status(&self) -> u16 {
+        if let Some(s) = self.status {
+            return s;
+        }
         match self.code {
             "invalid_client" => 401,
             "rate_limited" => 429,
+            "temporarily_unavailable" => 503,
             "server_error" => 500,
             _ => 400,
         }
@@ -119,6 +141,9 @@ pub enum ClientError {
     Store(#[from] StoreError),
     #[error("the client's metadata document cannot be used: {0}")]
     Document(String),
+    /// Fetching the client's metadata document is refused for now (its bounds are reached).
+    #[error("too many client metadata documents fetched; try again in {} s", .0.as_secs().max(1))]
+    Busy(Duration),
 }
 
 impl From<ClientError> for ApiError {
@@ -126,6 +151,7 @@ impl From<ClientError> for ApiError {
         match e {
             ClientError::Store(e) => e.into(),
             e @ ClientError::Document(_) => ApiError::validation("client_id", e.to_string()),
+            ClientError::Busy(wait) => ApiError::too_many("client metadata documents fetched", wait),
         }
     }
 }
@@ -135,6 +161,9 @@ impl From<ClientError> for OAuthError {
         match e {
             ClientError::Store(e) => e.into(),
             e @ ClientError::Document(_) => OAuthError::new("invalid_client", e.to_string()),
+            e @ ClientError::Busy(wait) => {
+                OAuthError::new("temporarily_unavailable", e.to_string()).with_retry_after(wait.as_secs().max(1))
+            }
         }
     }
 }
@@ -142,14 +171,28 @@ impl From<ClientError> for OAuthError {
 /// The client a protocol request names: one registered with toolgate, or, when
 /// `web.client_id_metadata_documents` is on and the id is an https URL, the one its document
 /// describes.
-pub async fn client(server: &crate::server::Server, id: &str) -> Result<Option<OAuthClient>, ClientError> {
+/// `ip` asked: a document fetched for it counts against its bounds. A self-registered client
+/// found is kept for another `web.registration_unused_secs` (it is in use).
+pub async fn client(
+    server: &crate::server::Server,
+    id: &str,
+    ip: std::net::IpAddr,
+) -> Result<Option<OAuthClient>, ClientError> {
     if documents::is_document_url(id) {
         let config = server.state.config().web.client_documents.clone();
         let Some(config) = config else { return Ok(None) };
-        let client = server.signin.client_documents.client(&config, id).await.map_err(ClientError::Document)?;
+        let docs = &server.signin.client_documents;
+        let client = docs.client(&config, id, ip, &server.signin.guesses).await.map_err(|e| match e {
+            documents::DocumentError::Refused(why) => ClientError::Document(why),
+            documents::DocumentError::Busy(wait) => ClientError::Busy(wait),
+        })?;
         return Ok(Some(OAuthClient::clone(&client)));
     }
-    Ok(stored_client(server.state.store.as_ref(), id).await?)
+    let client = stored_client(server.state.store.as_ref(), id).await?;
+    if let Some(c) = client.as_ref().filter(|c| endpoints::self_registered(c)) {
+        endpoints::used(server, c).await?;
+    }
+    Ok(client)
 }
 
 /// A code waiting for its exchange.
@@ -193,10 +236,11 @@ pub async fn check_client(
     server: &crate::server::Server,
     params: &[(String, String)],
     org_id: Option<&str>,
+    ip: std::net::IpAddr,
 ) -> Result<(OAuthClient, String), ApiError> {
     let id = param(params, "client_id")
         .ok_or_else(|| ApiError::validation("client_id", "the request names no client_id"))?;
-    let client = client(server, id)
+    let client = client(server, id, ip)
         .await?
         .filter(|c| org_id.is_none_or(|o| c.org_id == o || c.org_id.is_empty()))
         .ok_or_else(|| ApiError::validation("client_id", "the client_id names no client of your organisation"))?;

@@ -29,13 +29,13 @@ pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page
     let path = prefix(server);
     let Some(session) = current(server, ex).await? else {
         // Only a well-formed request is worth signing in for.
-        oauth_server::check_client(server, &params, None).await?;
+        oauth_server::check_client(server, &params, None, ex.ctx.client_ip).await?;
         let here = format!("{path}/oauth/authorize?{query}");
         let next: String = url::form_urlencoded::byte_serialize(here.as_bytes()).collect();
         return Ok(Page::redirect(&format!("{path}/signin?next={next}")));
     };
     let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
-    let (request, gateway) = match checked(server, &params, &user.org_id).await? {
+    let (request, gateway) = match checked(server, &params, &user.org_id, ex.ctx.client_ip).await? {
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
@@ -55,7 +55,7 @@ pub(super) async fn decide(server: &Server, ex: &mut Exchange<'_>) -> Result<Pag
     let fields = form(ex).await?;
     let session = current(server, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
     let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
-    let (request, _) = match checked(server, &fields, &user.org_id).await? {
+    let (request, _) = match checked(server, &fields, &user.org_id, ex.ctx.client_ip).await? {
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
@@ -83,8 +83,9 @@ async fn checked(
     server: &Server,
     params: &[(String, String)],
     org_id: &str,
+    ip: std::net::IpAddr,
 ) -> Result<Result<(AuthorizationRequest, Option<Arc<Gateway>>), Page>, ApiError> {
-    let (client, redirect_uri) = oauth_server::check_client(server, params, Some(org_id)).await?;
+    let (client, redirect_uri) = oauth_server::check_client(server, params, Some(org_id), ip).await?;
     let checked = oauth_server::check_request(client, redirect_uri.clone(), params).and_then(|r| {
         let gateway = match &r.resource {
             Some(resource) => Some(oauth_server::gateway_of_resource(&server.state, resource, org_id)?),

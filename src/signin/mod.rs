@@ -10,9 +10,13 @@
 //!   the CSRF token in a hidden field, compared in constant time with the cookie (the double-submit
 //!   pattern): a POST without both, or with two that differ, is a 403.
 //! - Guessing is bounded as MFA bounds it: five wrong passwords in a row for an e-mail lock it
-//!   for 30 s, doubling up to 15 minutes (429 with `Retry-After`), and an address gets fifty wrong
-//!   passwords per ten minutes. An unknown e-mail is refused after checking a decoy hash, in the
-//!   same words and time as a wrong password.
+//!   for 30 s, doubling up to 15 minutes (429 with `Retry-After`), and an address gets fifty
+//!   password checks per ten minutes, counted before the check (so concurrent attempts count
+//!   too). An unknown e-mail is refused after checking a decoy hash, in the same words and time
+//!   as a wrong password. At most `web.password_checks` checks run at once (`passwords`).
+//! - The per-address bounds are [`crate::limiter::Guesses`]: shared by the instances on Redis.
+//! - A form's body must arrive within `web.body_timeout_secs` (408) and is read as it comes,
+//!   never reserved to its declared length.
 //! - Pages say nothing about which part was wrong, are never cached or framed, and load nothing
 //!   (`Content-Security-Policy: default-src 'none'`).
 //! - The MFA step continues only its own sign-in: the answer that opens a challenge sets the
@@ -50,13 +54,13 @@ const MFA_COOKIE: &str = "toolgate_mfa";
 const FREE_FAILURES: u32 = 5;
 const FIRST_LOCKOUT: Duration = Duration::from_secs(30);
 const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
-/// Wrong passwords from one address per window.
-const ADDRESS_FAILURES: u32 = 50;
+/// Password checks (sign-in attempts) from one address per window.
+const ADDRESS_ATTEMPTS: u32 = 50;
 /// Sign-ins through a provider one address may start per window (each is a stored record).
 const ADDRESS_STARTS: u32 = 30;
-/// OAuth clients one address may register per window (each is a stored record).
-const ADDRESS_REGISTRATIONS: u32 = 20;
-const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// OAuth clients one address block (/24, /56) may register per window (each is a stored record).
+pub(crate) const BLOCK_REGISTRATIONS: u32 = 20;
+pub(crate) const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Largest sign-in form accepted.
 const MAX_FORM_BYTES: usize = 8 * 1024;
 
@@ -67,12 +71,12 @@ pub struct SignIn {
     /// e-mail (lower case) -> wrong passwords in a row and the lockout they earned.
     by_email: DashMap<String, EmailFailures>,
     by_email_sweep: crate::mfa::Sweeper,
-    /// Wrong passwords per address.
-    failures_by_address: PerAddress,
-    /// Sign-ins through a provider started per address.
-    starts_by_address: PerAddress,
-    /// OAuth clients registered per address (`oauth_server`).
-    pub(crate) registrations_by_address: PerAddress,
+    /// Per-address bounds (password checks, sign-ins started, registrations, documents
+    /// fetched), shared by the instances on Redis.
+    pub(crate) guesses: crate::limiter::Guesses,
+    /// Self-registered OAuth clients and when this instance last extended their life
+    /// (`oauth_server`: a client unused for `web.registration_unused_secs` expires).
+    pub(crate) registrations_kept: DashMap<String, Instant>,
     /// Client metadata documents fetched and kept (`oauth_server`).
     pub(crate) client_documents: crate::oauth_server::ClientDocuments,
 }
@@ -96,34 +100,6 @@ impl EmailFailures {
 /// How long wrong passwords in a row are remembered after the last, once no lockout runs.
 const FORGET_AFTER: Duration = Duration::from_secs(60 * 60);
 
-/// Events per address in a fixed window, up to a limit.
-pub(crate) struct PerAddress {
-    limit: u32,
-    counts: DashMap<IpAddr, (u32, Instant)>,
-    sweep: crate::mfa::Sweeper,
-}
-
-impl PerAddress {
-    fn new(limit: u32) -> PerAddress {
-        PerAddress { limit, counts: DashMap::new(), sweep: Default::default() }
-    }
-
-    /// How long until `ip` is under the limit again, when it is at it.
-    pub(crate) fn wait(&self, ip: IpAddr) -> Option<Duration> {
-        let (count, since) = *self.counts.get(&ip)?;
-        (count >= self.limit).then(|| (since + ADDRESS_WINDOW).checked_duration_since(Instant::now())).flatten()
-    }
-
-    pub(crate) fn add(&self, ip: IpAddr) {
-        self.sweep.sweep(&self.counts, crate::mfa::in_window(ADDRESS_WINDOW));
-        let mut a = self.counts.entry(ip).or_insert((0, Instant::now()));
-        if a.1.elapsed() >= ADDRESS_WINDOW {
-            *a = (0, Instant::now());
-        }
-        a.0 += 1;
-    }
-}
-
 /// The `next` of the request's query (where to go once signed in), unchecked.
 fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
     let query = ex.request().uri.query().unwrap_or("");
@@ -131,28 +107,33 @@ fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
 }
 
 impl SignIn {
-    pub fn new(store: Arc<dyn Store>) -> SignIn {
+    pub fn new(store: Arc<dyn Store>, config: &crate::config::Config) -> SignIn {
+        passwords::configure(config.web.password_checks);
         SignIn {
             sessions: WebSessions::new(store.clone()),
             store,
             by_email: DashMap::new(),
             by_email_sweep: Default::default(),
-            failures_by_address: PerAddress::new(ADDRESS_FAILURES),
-            starts_by_address: PerAddress::new(ADDRESS_STARTS),
-            registrations_by_address: PerAddress::new(ADDRESS_REGISTRATIONS),
+            guesses: crate::limiter::Guesses::open(&config.storage),
+            registrations_kept: DashMap::new(),
             client_documents: Default::default(),
         }
     }
 
-    /// How long until `email` or `ip` may try a password again, when either is locked.
-    fn locked(&self, email: &str, ip: IpAddr) -> Option<Duration> {
+    /// How long until `email` may try a password again, when it is locked.
+    fn locked(&self, email: &str) -> Option<Duration> {
         let now = Instant::now();
-        let email_wait =
-            self.by_email.get(email).and_then(|f| f.locked_until).and_then(|until| until.checked_duration_since(now));
-        email_wait.max(self.failures_by_address.wait(ip))
+        self.by_email.get(email).and_then(|f| f.locked_until).and_then(|until| until.checked_duration_since(now))
     }
 
-    fn failed(&self, email: &str, ip: IpAddr) {
+    /// Counts one more `what` from `ip` (by address, IPv6 by /64) against `limit` per
+    /// [`ADDRESS_WINDOW`]: a 429 with `Retry-After` when the address has had its share.
+    pub(crate) async fn count(&self, what: &str, ip: IpAddr, limit: u32) -> Result<(), ApiError> {
+        let key = format!("{what}:{}", crate::limiter::address_block(ip, false));
+        self.guesses.count(&key, limit, ADDRESS_WINDOW).await.map_err(|wait| ApiError::too_many(what, wait))
+    }
+
+    fn failed(&self, email: &str) {
         self.by_email_sweep.sweep(&self.by_email, |f, now| f.live(now));
         let now = Instant::now();
         let fresh = EmailFailures { count: 0, locked_until: None, last: now };
@@ -166,12 +147,10 @@ impl SignIn {
             let doublings = (f.count - FREE_FAILURES).min(10);
             f.locked_until = Some(now + (FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT));
         }
-        drop(f);
-        self.failures_by_address.add(ip);
     }
 
     /// Checks a user's current password (`PUT /v1/user/password`) under the sign-in's guessing
-    /// bounds: refused (429) while the e-mail or the address is locked out, and a wrong one
+    /// bounds: refused (429) while the e-mail is locked out or the address has had its checks, and a wrong one
     /// counted as a wrong sign-in, so that an API key cannot guess the password faster than
     /// the sign-in form lets anyone.
     pub(crate) async fn check_current_password(
@@ -182,14 +161,16 @@ impl SignIn {
         given: String,
     ) -> std::result::Result<bool, ApiError> {
         let email = email.trim().to_lowercase();
-        if let Some(wait) = self.locked(&email, ip) {
+        if let Some(wait) = self.locked(&email) {
             return Err(ApiError::too_many("wrong passwords", wait));
         }
+        // Counted before the check, as the sign-in form counts its checks.
+        self.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
         if passwords::verify(Some(stored_hash), given).await {
             self.succeeded(&email);
             Ok(true)
         } else {
-            self.failed(&email, ip);
+            self.failed(&email);
             Ok(false)
         }
     }
@@ -226,6 +207,16 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Re
     };
     let page = page.unwrap_or_else(|e| Page::error(&e));
     page.write(ex).await
+}
+
+/// A refusal at the identity service's edge (its filter chain, e.g. the address's bucket): an
+/// OAuth error on the machine endpoints, a page elsewhere; `Retry-After` either way.
+pub async fn refuse(ex: &mut Exchange<'_>, prefix: usize, e: ApiError) -> Result<()> {
+    let path = &ex.request().uri.path()[prefix..];
+    if matches!(path, "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
+        return crate::oauth_server::refuse(ex, e).await;
+    }
+    Page::error(&e).write(ex).await
 }
 
 /// A response of the identity service: an HTML page or a redirect, with its cookies.
@@ -365,10 +356,7 @@ fn session_cookie(token: &str, idle: Duration) -> String {
 
 /// The fields of a form POST, after its CSRF token was checked against the cookie.
 async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, ApiError> {
-    let body = ex.read_body().await?;
-    if body.len() > MAX_FORM_BYTES {
-        return Err(ApiError::validation("form", "too large"));
-    }
+    let body = ex.read_body_within(MAX_FORM_BYTES).await?;
     let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
     let sent = fields.iter().find(|(k, _)| k == "csrf").map(|(_, v)| v.as_str()).unwrap_or("");
     let expected = cookie(ex, CSRF_COOKIE).unwrap_or("");
@@ -396,9 +384,19 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
     let password = field(&fields, "password").to_string();
     let next = next_of(server, Some(field(&fields, "next")));
     let ip = ex.ctx.client_ip;
-    if let Some(wait) = server.signin.locked(&email, ip) {
+    if let Some(wait) = server.signin.locked(&email) {
         return Err(ApiError::too_many("wrong passwords", wait));
     }
+    if passwords::overloaded() {
+        return Err(ApiError::Rejected {
+            status: 503,
+            code: "UNAVAILABLE",
+            message: "too many sign-ins at once; try again in a moment".into(),
+            retry_after: Some(1),
+        });
+    }
+    // Counted before the check, so that attempts made at once count as much as one after another.
+    server.signin.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
     let mut signed_in = None;
     let candidates = users_with(server, &email);
     if candidates.is_empty() {
@@ -412,7 +410,7 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
         }
     }
     let Some(user) = signed_in else {
-        server.signin.failed(&email, ip);
+        server.signin.failed(&email);
         return Ok(sign_in_form(server, ex, Some("The e-mail or the password is wrong.")));
     };
     server.signin.succeeded(&email);
@@ -466,11 +464,7 @@ async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> st
     drop(config);
     let provider = provider.ok_or_else(|| ApiError::NoRoute(ex.request().uri.path().to_string()))?;
     let next = next_of(server, next_in_query(ex).as_deref());
-    let ip = ex.ctx.client_ip;
-    if let Some(wait) = server.signin.starts_by_address.wait(ip) {
-        return Err(ApiError::too_many("sign-ins started from this address", wait));
-    }
-    server.signin.starts_by_address.add(ip);
+    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
     let to = oidc::start(server.signin.store.as_ref(), &provider, &redirect_uri(server, id), &next).await?;
     Ok(Page::redirect(&to))
 }
@@ -514,11 +508,7 @@ fn provider_user(server: &Server, email: &str, organization: Option<&str>) -> st
 
 async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
     let next = next_of(server, next_in_query(ex).as_deref());
-    let ip = ex.ctx.client_ip;
-    if let Some(wait) = server.signin.starts_by_address.wait(ip) {
-        return Err(ApiError::too_many("sign-ins started from this address", wait));
-    }
-    server.signin.starts_by_address.add(ip);
+    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
     let started = saml::start(server, org, &next).await?;
     let cookie = format!(
         "{}={}; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age={}",
@@ -533,10 +523,7 @@ async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::resul
 /// The IdP's answer (HTTP-POST binding). Cross-site by nature, so no CSRF token: the request it
 /// answers is single use and bound to the browser that started it (a cookie).
 async fn saml_callback(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
-    let body = ex.read_body().await?;
-    if body.len() > saml::MAX_RESPONSE_FORM_BYTES {
-        return Err(ApiError::validation("SAMLResponse", "too large"));
-    }
+    let body = ex.read_body_within(saml::MAX_RESPONSE_FORM_BYTES).await?;
     let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
     let browser = cookie(ex, saml::BROWSER_COOKIE).unwrap_or("");
     let done = saml::finish(server, field(&fields, "RelayState"), field(&fields, "SAMLResponse"), browser).await?;
@@ -672,19 +659,9 @@ mod tests {
     #[test]
     fn the_guess_counters_forget_what_bounds_nothing_any_more() {
         let now = Instant::now();
-        let counts = PerAddress::new(ADDRESS_FAILURES);
-        for i in 0..crate::mfa::SWEEP_ABOVE as u32 + 10 {
-            counts.counts.insert(IpAddr::from(i.to_be_bytes()), (ADDRESS_FAILURES, now));
-        }
-        let window = crate::mfa::in_window(ADDRESS_WINDOW);
-        counts.sweep.sweep_at(&counts.counts, now + ADDRESS_WINDOW - Duration::from_secs(1), &window);
-        assert_eq!(counts.counts.len(), crate::mfa::SWEEP_ABOVE + 10, "still in their window");
-        counts.sweep.sweep_at(&counts.counts, now + ADDRESS_WINDOW + Duration::from_secs(2), &window);
-        assert!(counts.counts.is_empty(), "the windows that ended went");
-
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(crate::store::EmbeddedStore::open(dir.path()).unwrap());
-        let signin = SignIn::new(store);
+        let signin = SignIn::new(store, &crate::config::Config::parse("{}").unwrap());
         for i in 0..crate::mfa::SWEEP_ABOVE + 10 {
             let recent = EmailFailures { count: 3, locked_until: None, last: now };
             signin.by_email.insert(format!("u{i}@example.com"), recent);
@@ -692,13 +669,13 @@ mod tests {
         let locked = EmailFailures { count: 9, locked_until: Some(now + FORGET_AFTER * 2), last: now };
         signin.by_email.insert("locked@example.com".into(), locked);
         // A wrong password sweeps on its way in: nothing is stale yet.
-        signin.failed("new@example.com", "192.0.2.3".parse().unwrap());
+        signin.failed("new@example.com");
         assert_eq!(signin.by_email.len(), crate::mfa::SWEEP_ABOVE + 12);
         // An hour after the last failure, only the running lockout is left.
         signin
             .by_email_sweep
             .sweep_at(&signin.by_email, now + FORGET_AFTER + Duration::from_secs(2), |f, at| f.live(at));
         assert_eq!(signin.by_email.len(), 1, "the stale e-mails went, the locked one stayed");
-        assert!(signin.locked("locked@example.com", "192.0.2.4".parse().unwrap()).is_some());
+        assert!(signin.locked("locked@example.com").is_some());
     }
 }

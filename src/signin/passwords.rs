@@ -1,12 +1,20 @@
 //! Passwords for web sign-in: argon2id hashes (the `argon2` crate's defaults, OWASP's minimum:
 //! 19 MiB, 2 passes, 1 lane), the rules a new password must meet, and the stored record.
+//!
+//! Each hash or check holds 19 MiB while it runs, and anyone may ask for one (a sign-in form),
+//! so at most `web.password_checks` run at once (default: the number of cores, read at
+//! start); the others wait their turn, and a sign-in finding more than
+//! [`MAX_WAITING_PER_CHECK`] times that many waiting is refused (503, `Retry-After`) before it
+//! joins them. Memory stays at `password_checks` x 19 MiB whatever the number of attempts.
 
 use crate::error::ApiError;
 use crate::store::{Kind, Store, StoreError};
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use tokio::sync::Semaphore;
 
 /// Shortest and longest password accepted, in characters (NIST SP 800-63B: at least 8; 12
 /// here, which the guessing bounds of a sign-in form make ample; a long limit for passphrases).
@@ -73,21 +81,67 @@ pub fn check(password: &str, email: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Sign-ins that may wait for a turn, per turn: past it a sign-in is refused at once.
+pub const MAX_WAITING_PER_CHECK: usize = 4;
+
+/// The argon2 runs allowed at once, and how many wait for one.
+struct Checks {
+    turns: Semaphore,
+    size: usize,
+    waiting: AtomicUsize,
+}
+
+static CONFIGURED: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets how many argon2 runs may go at once (`web.password_checks`); takes effect only before
+/// the first run (at start).
+pub fn configure(concurrent: usize) {
+    CONFIGURED.store(concurrent, Ordering::Relaxed);
+}
+
+fn checks() -> &'static Checks {
+    static CHECKS: OnceLock<Checks> = OnceLock::new();
+    CHECKS.get_or_init(|| {
+        let size = match CONFIGURED.load(Ordering::Relaxed) {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        };
+        Checks { turns: Semaphore::new(size), size, waiting: AtomicUsize::new(0) }
+    })
+}
+
+/// Whether so many checks already wait that one more should be refused (503) rather than
+/// queued: a sign-in asks before it counts or checks anything.
+pub fn overloaded() -> bool {
+    let c = checks();
+    c.turns.available_permits() == 0 && c.waiting.load(Ordering::Relaxed) >= c.size * MAX_WAITING_PER_CHECK
+}
+
+/// Runs `work` (an argon2 run) when a turn is free, off the proxy's threads.
+async fn in_turn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let c = checks();
+    c.waiting.fetch_add(1, Ordering::Relaxed);
+    let turn = c.turns.acquire().await;
+    c.waiting.fetch_sub(1, Ordering::Relaxed);
+    let _turn = turn.ok()?;
+    tokio::task::spawn_blocking(work).await.ok()
+}
+
 /// The argon2id hash of `password` (tens of milliseconds of CPU: off the proxy's threads).
 pub async fn hash(password: String) -> Result<String, ApiError> {
-    tokio::task::spawn_blocking(move || {
+    in_turn(move || {
         let salt = SaltString::generate(&mut OsRng);
         Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string())
     })
     .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?
+    .ok_or_else(|| ApiError::Internal("the password hash did not finish".into()))?
     .map_err(|e| ApiError::Internal(format!("argon2: {e}")))
 }
 
 /// Whether `password` is the one `phc` was made from (off the proxy's threads). With `None`,
 /// a decoy hash is checked, so that an unknown e-mail takes as long to refuse as a wrong password.
 pub async fn verify(phc: Option<String>, password: String) -> bool {
-    tokio::task::spawn_blocking(move || {
+    in_turn(move || {
         let phc = phc.as_deref().unwrap_or_else(|| decoy());
         let Ok(parsed) = PasswordHash::new(phc) else { return false };
         Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok()

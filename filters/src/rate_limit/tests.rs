@@ -308,6 +308,28 @@ fn public_routes_are_not_limited() {
 }
 
 #[test]
+fn identity_routes_have_a_bucket_per_address_apart_from_the_management_one() {
+    let c = RateLimitConfig {
+        identity: BucketSize { requests_per_hour: Some(100), requests_per_minute: 1, burst: 3 },
+        ..Default::default()
+    };
+    let (rl, _clock) = limiter_with(c);
+    let mut signin = Req::new(Method::POST, "/auth/signin");
+    signin.route = RouteClass::Identity;
+    for _ in 0..3 {
+        rl.filter(&signin.view(), &mut FilterContext::default()).unwrap();
+    }
+    let refused = rl.filter(&signin.view(), &mut FilterContext::default()).unwrap_err();
+    assert_eq!((refused.status, refused.retry_after), (429, Some(60)));
+    // The address's management bucket is untouched, another address has its own, and no
+    // caller's usage is reported.
+    rl.filter(&Req::new(Method::GET, "/v1/apps").view(), &mut FilterContext::default()).unwrap();
+    signin.ip = "192.0.2.2".parse().unwrap();
+    rl.filter(&signin.view(), &mut FilterContext::default()).unwrap();
+    assert_eq!(rl.limiter().take_usage(), vec![]);
+}
+
+#[test]
 fn refused_requests_count_and_carry_headers() {
     let (rl, _clock) = limiter();
     let resolver = Arc::new(FakeResolver::default());

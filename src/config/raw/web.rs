@@ -14,6 +14,9 @@ pub(super) struct RawWeb {
     refresh_token_secs: Option<u64>,
     #[serde(default)]
     dynamic_registration: bool,
+    registration_unused_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    password_checks: Option<usize>,
     #[serde(default)]
     oidc_providers: Vec<RawOidcProvider>,
     client_id_metadata_documents: Option<RawClientDocuments>,
@@ -103,6 +106,8 @@ struct RawClientDocuments {
     #[serde(default)]
     allowed_hosts: Vec<String>,
     ca_file: Option<String>,
+    fetches_per_address: Option<u32>,
+    fetches_in_all: Option<u32>,
 }
 
 impl RawClientDocuments {
@@ -120,7 +125,20 @@ impl RawClientDocuments {
         if let Some(bad) = self.allowed_hosts.iter().find(|h| h.is_empty() || h.contains(['/', ' ', '@', ':'])) {
             return Err(invalid(format!("{F}.allowed_hosts"), format!("`{bad}` is not a host name or address")));
         }
-        Ok(Some(ClientDocumentsConfig { allowed_hosts: self.allowed_hosts, extra_roots }))
+        let fetches_per_address = self.fetches_per_address.unwrap_or(10);
+        let fetches_in_all = self.fetches_in_all.unwrap_or(100);
+        if !(1..=10_000).contains(&fetches_per_address) || !(1..=100_000).contains(&fetches_in_all) {
+            return Err(invalid(
+                format!("{F}.fetches_per_address"),
+                "fetches_per_address must be 1-10000 and fetches_in_all 1-100000 (per ten minutes)",
+            ));
+        }
+        Ok(Some(ClientDocumentsConfig {
+            allowed_hosts: self.allowed_hosts,
+            extra_roots,
+            fetches_per_address,
+            fetches_in_all,
+        }))
     }
 }
 
@@ -170,6 +188,19 @@ impl RawWeb {
                 "web.refresh_token_secs",
                 "must be at least web.access_token_secs and at most 31536000 (a year)",
             ));
+        }
+        let unused = self.registration_unused_secs.unwrap_or(30 * 86_400);
+        if !(1..=365 * 86_400).contains(&unused) {
+            return Err(invalid("web.registration_unused_secs", "must be between 1 and 31536000 (a year)"));
+        }
+        let body_timeout = self.body_timeout_secs.unwrap_or(10);
+        if !(1..=300).contains(&body_timeout) {
+            return Err(invalid("web.body_timeout_secs", "must be between 1 and 300"));
+        }
+        let password_checks =
+            self.password_checks.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        if !(1..=256).contains(&password_checks) {
+            return Err(invalid("web.password_checks", "must be between 1 and 256"));
         }
         let mut providers: Vec<OidcProvider> = Vec::new();
         for (i, p) in self.oidc_providers.into_iter().enumerate() {
@@ -239,6 +270,9 @@ impl RawWeb {
             access_token_lifetime: std::time::Duration::from_secs(access),
             refresh_token_lifetime: std::time::Duration::from_secs(refresh),
             dynamic_registration: self.dynamic_registration,
+            registration_unused: std::time::Duration::from_secs(unused),
+            body_timeout: std::time::Duration::from_secs(body_timeout),
+            password_checks,
             oidc_providers: providers,
         })
     }
