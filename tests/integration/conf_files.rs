@@ -6,8 +6,7 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use common::BASE_CONFIG;
 
@@ -42,12 +41,7 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn describe(out: &Output) -> String {
-    format!(
-        "exit status {}\n--- stderr ---\n{}\n--- stdout ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    )
+    common::describe_output(out)
 }
 
 #[test]
@@ -142,32 +136,6 @@ fn missing_file_is_an_error() {
     );
 }
 
-/// Runs the server itself on `file` and returns its output once it exits; a server still
-/// running after 20 s started, which is a failure here (it is killed first).
-fn start_server(file: &Path) -> Output {
-    let mut child = Command::new(common::TestServer::binary())
-        .arg("--config")
-        .arg(file)
-        .current_dir(file.parent().expect("file in a directory"))
-        .env_remove("TOOLGATE_ADMIN_KEY")
-        .env_remove("TOOLGATE_SECRET_KEY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run toolgate");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait for toolgate").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("toolgate output");
-            panic!("{}: the server started on a config it should refuse:\n{}", file.display(), describe(&out));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("toolgate output")
-}
-
 /// Issue 12: `check-config` refuses every value the server would refuse at start, naming the
 /// field, and the start refuses it with the same message. Before the fix `check-config` said
 /// `ok` to each of these: the Redis backend (then not built) was refused only when the store opened, a
@@ -209,7 +177,7 @@ fn check_config_refuses_what_the_start_refuses() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&file, yaml.replace("{data_dir}", &dir.path().join("data").to_string_lossy())).expect("write");
-        let out = start_server(&file);
+        let out = common::run_until_exit(&file);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && out.status.code().is_some(), "{name}: {}", describe(&out));
         assert!(

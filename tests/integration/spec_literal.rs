@@ -8,9 +8,7 @@
 
 use crate::common::{declared_key, err, ok, validation, TestServer, BASE_CONFIG};
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 /// `initialize` then `notifications/initialized` on `gw`: the session id and the result.
 fn initialize(srv: &TestServer, gw: &str, key: &str) -> (String, Value) {
@@ -233,31 +231,7 @@ fn start_refused(yaml: &str) -> Output {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("toolgate.yaml");
     std::fs::write(&file, yaml.replace("{data_dir}", &dir.path().join("data").to_string_lossy())).expect("write");
-    run_until_exit(&file)
-}
-
-fn run_until_exit(file: &Path) -> Output {
-    let mut child = Command::new(TestServer::binary())
-        .arg("--config")
-        .arg(file)
-        .current_dir(file.parent().unwrap())
-        .env_remove("TOOLGATE_ADMIN_KEY")
-        .env_remove("TOOLGATE_SECRET_KEY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run toolgate");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("the server started on a config it should refuse: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
+    crate::common::run_until_exit(&file)
 }
 
 /// A `server:` head with TLS requiring client certificates and a plain listener beside it (the

@@ -34,7 +34,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -856,4 +856,41 @@ fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(std::process::id() as u64);
     h.finish()
+}
+
+/// Runs the server on the configuration `file` (without the harness's admin and secret keys) and
+/// returns its output once it exits: for configurations it must refuse. A server still running
+/// after 20 s started, which fails the test (it is killed first).
+pub fn run_until_exit(file: &Path) -> Output {
+    let mut child = Command::new(TestServer::binary())
+        .arg("--config")
+        .arg(file)
+        .current_dir(file.parent().expect("file in a directory"))
+        .env_remove("TOOLGATE_ADMIN_KEY")
+        .env_remove("TOOLGATE_SECRET_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run toolgate");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait for toolgate").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("toolgate output");
+            panic!("{}: the server started on a config it should refuse:\n{}", file.display(), describe_output(&out));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("toolgate output")
+}
+
+/// A finished process's exit status, stderr and stdout, for assertion messages.
+pub fn describe_output(out: &Output) -> String {
+    format!(
+        "exit status {}\n--- stderr ---\n{}\n--- stdout ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    )
 }
