@@ -313,6 +313,16 @@ mod tests {
     }
 
     #[test]
+    fn refuses_address_is_the_policy_of_the_organisation_or_nothing() {
+        let enforced = FakePolicies::with("org_a", IpPolicy::new(true, [net("203.0.113.0/24")], []).unwrap());
+        assert!(enforced.refuses_address("org_a", ip("127.0.0.1")));
+        assert!(!enforced.refuses_address("org_a", ip("203.0.113.9")));
+        assert!(!enforced.refuses_address("org_b", ip("127.0.0.1")), "no policy: everything allowed");
+        let open = FakePolicies::with("org_a", IpPolicy::new(false, [net("203.0.113.0/24")], []).unwrap());
+        assert!(!open.refuses_address("org_a", ip("127.0.0.1")), "not enforced");
+    }
+
+    #[test]
     fn ranges_merge_and_match_at_the_edges() {
         let p =
             IpPolicy::new(true, [net("10.0.0.0/24"), net("10.0.1.0/24"), net("192.168.1.7"), net("2001:db8::/32")], [])
