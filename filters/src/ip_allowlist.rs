@@ -242,6 +242,13 @@ pub trait IpPolicySource: Send + Sync {
     /// Called once per request, so implementations hand out a cached `Arc`, rebuilt when the
     /// settings change.
     fn policy(&self, org_id: &str) -> Option<Arc<IpPolicy>>;
+
+    /// Whether the organisation refuses requests from `ip` ([`IpPolicy::refuses`] of its
+    /// policy): the check for callers that hold no key (so no `bypass_ip_whitelist`), such as
+    /// a user signing in to the identity service or an OAuth grant being used.
+    fn refuses_address(&self, org_id: &str, ip: IpAddr) -> bool {
+        self.policy(org_id).is_some_and(|p| p.refuses(ip))
+    }
 }
 
 /// The allowlist filter: 403 `IP_NOT_ALLOWED` when the caller's organisation enforces a list
@@ -303,6 +310,16 @@ mod tests {
     }
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn refuses_address_is_the_policy_of_the_organisation_or_nothing() {
+        let enforced = FakePolicies::with("org_a", IpPolicy::new(true, [net("203.0.113.0/24")], []).unwrap());
+        assert!(enforced.refuses_address("org_a", ip("127.0.0.1")));
+        assert!(!enforced.refuses_address("org_a", ip("203.0.113.9")));
+        assert!(!enforced.refuses_address("org_b", ip("127.0.0.1")), "no policy: everything allowed");
+        let open = FakePolicies::with("org_a", IpPolicy::new(false, [net("203.0.113.0/24")], []).unwrap());
+        assert!(!open.refuses_address("org_a", ip("127.0.0.1")), "not enforced");
     }
 
     #[test]

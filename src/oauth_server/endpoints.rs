@@ -157,12 +157,13 @@ async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<su
         Some("authorization_code") => {
             let code = param(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
             let (redirect_uri, verifier) = (param(&fields, "redirect_uri"), param(&fields, "code_verifier"));
-            super::exchange_code(state, &client, code, redirect_uri, verifier, param(&fields, "resource")).await
+            let resource = param(&fields, "resource");
+            super::exchange_code(state, &client, code, redirect_uri, verifier, resource, ex.ctx.client_ip).await
         }
         Some("refresh_token") => {
             let token = param(&fields, "refresh_token")
                 .ok_or_else(|| OAuthError::new("invalid_request", "refresh_token is missing"))?;
-            super::refresh(state, &client, token, param(&fields, "scope")).await
+            super::refresh(state, &client, token, param(&fields, "scope"), ex.ctx.client_ip).await
         }
         Some(_) => {
             Err(OAuthError::new("unsupported_grant_type", "grant_type must be authorization_code or refresh_token"))

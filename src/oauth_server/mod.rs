@@ -15,6 +15,9 @@
 //! - MCP clients without an account register themselves (RFC 7591) or, preferably, are named by
 //!   the URL of their metadata document (`documents.rs`); either kind belongs to no
 //!   organisation and may ask only for a gateway's endpoint.
+//! - The organisation's IP allowlist holds here too: a code exchange or a refresh from an
+//!   address it does not allow is `invalid_grant` (400), and the consent page sends
+//!   `access_denied` back to the client.
 
 mod documents;
 mod endpoints;
@@ -29,8 +32,10 @@ use crate::state::State;
 use crate::store::{Kind, Store, StoreError};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use toolgate_filters::ip_allowlist::IpPolicySource;
 use toolgate_filters::{Role, ScopeSet};
 
 const ACCESS_PREFIX: &str = "tga_";
@@ -74,6 +79,13 @@ impl OAuthError {
 
     fn invalid_grant(description: impl Into<String>) -> OAuthError {
         OAuthError::new("invalid_grant", description)
+    }
+
+    /// The grant's organisation does not allow requests from the client's address (its IP
+    /// allowlist): `invalid_grant`, 400. RFC 6749 section 5.2 gives the token endpoint no
+    /// `access_denied`; the grant is sound but not to be honoured from there.
+    fn address_refused() -> OAuthError {
+        OAuthError::invalid_grant("the organisation's IP allowlist does not allow requests from this address")
     }
 
     /// The token endpoint's status: 401 for a client that failed to authenticate, 500 for the
@@ -419,6 +431,7 @@ pub async fn exchange_code(
     redirect_uri: Option<&str>,
     verifier: Option<&str>,
     resource: Option<&str>,
+    ip: IpAddr,
 ) -> Result<Tokens, OAuthError> {
     let hash = secrets::hash_key(code);
     // The client is checked before the code is taken: another client presenting a code (a
@@ -469,6 +482,10 @@ pub async fn exchange_code(
     if resource.is_some() && resource != code.resource.as_deref() {
         return Err(OAuthError::new("invalid_target", "the resource is not the one of the authorization request"));
     }
+    // Checked last, once the code is known good (and used up): only its holder learns of it.
+    if state.refuses_address(&code.org_id, ip) {
+        return Err(OAuthError::address_refused());
+    }
     let mut grant = OAuthGrant {
         id: secrets::new_id("grt"),
         org_id: code.org_id,
@@ -497,6 +514,7 @@ pub async fn refresh(
     client: &OAuthClient,
     token: &str,
     scope: Option<&str>,
+    ip: IpAddr,
 ) -> Result<Tokens, OAuthError> {
     let grant_id = grant_of(token, REFRESH_PREFIX).ok_or_else(|| OAuthError::invalid_grant("not a refresh token"))?;
     let Some(mut grant) = state.stored_grant(grant_id).await? else {
@@ -527,6 +545,10 @@ pub async fn refresh(
     if state.user(&grant.user_id).is_none_or(|u| u.org_id != grant.org_id) {
         state.delete_grant(&grant.id).await?;
         return Err(OAuthError::invalid_grant("the user of this grant no longer exists"));
+    }
+    // The grant stays: the same refresh token works again from an address the list allows.
+    if state.refuses_address(&grant.org_id, ip) {
+        return Err(OAuthError::address_refused());
     }
     if let Some(scope) = scope {
         let held = ScopeSet::parse(grant.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);

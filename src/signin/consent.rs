@@ -9,6 +9,7 @@ use crate::model::Gateway;
 use crate::oauth_server::{self, AuthorizationRequest};
 use crate::server::Server;
 use std::sync::Arc;
+use toolgate_filters::ip_allowlist::IpPolicySource;
 
 /// The request's parameters the decision form carries back.
 const CARRIED: [&str; 8] = [
@@ -78,7 +79,8 @@ fn back_to_client(server: &Server, redirect_uri: &str, state: Option<&str>, pair
 
 /// The request checked for a user of `org_id`, with the gateway it is for (a `resource`):
 /// `Ok(Err(page))` when it is refused, to the user (an error page) or to the client (a redirect
-/// with the error).
+/// with the error). An address the organisation's IP allowlist refuses gets `access_denied`
+/// (RFC 6749 section 4.1.2.1) back at the client, whatever the request.
 async fn checked(
     server: &Server,
     params: &[(String, String)],
@@ -86,6 +88,13 @@ async fn checked(
     ip: std::net::IpAddr,
 ) -> Result<Result<(AuthorizationRequest, Option<Arc<Gateway>>), Page>, ApiError> {
     let (client, redirect_uri) = oauth_server::check_client(server, params, Some(org_id), ip).await?;
+    if server.state.refuses_address(org_id, ip) {
+        let pairs = [
+            ("error", "access_denied"),
+            ("error_description", "the organisation's IP allowlist does not allow requests from this address"),
+        ];
+        return Ok(Err(back_to_client(server, &redirect_uri, oauth_server::param(params, "state"), &pairs)));
+    }
     let checked = oauth_server::check_request(client, redirect_uri.clone(), params).and_then(|r| {
         let gateway = match &r.resource {
             Some(resource) => Some(oauth_server::gateway_of_resource(&server.state, resource, org_id)?),

@@ -23,6 +23,10 @@
 //!   `toolgate_mfa` cookie and the challenge keeps its hash; the step takes only that browser's
 //!   challenge, and wrong codes count against that browser's sign-in (never the user's).
 //! - `next` (where to go once signed in) is a path that resolves to this server's origin only.
+//! - The organisation's IP allowlist is checked once the user is known (the password, provider
+//!   or SAML assertion proved it), before any MFA challenge or session: an address it refuses
+//!   gets a 403 page in the same words whatever the way in. A wrong password stays a wrong
+//!   password, so the list is shown to no one who lacks it.
 
 mod consent;
 mod oidc;
@@ -42,6 +46,7 @@ use pingora::Result;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolgate_filters::ip_allowlist::IpPolicySource;
 
 pub use sessions::{WebSession, WebSessions};
 
@@ -417,6 +422,21 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
     signed_in_as(server, ex, &user, &next).await
 }
 
+/// Refused (403 `IP_NOT_ALLOWED`) when the user's organisation enforces an IP allowlist that
+/// does not hold `ip`: one page, whatever proved who the user is.
+fn admitted(server: &Server, user: &User, ip: IpAddr) -> std::result::Result<(), ApiError> {
+    if server.state.refuses_address(&user.org_id, ip) {
+        tracing::info!(user = user.id, %ip, "web sign-in refused by the organisation's IP allowlist");
+        return Err(ApiError::Rejected {
+            status: 403,
+            code: "IP_NOT_ALLOWED",
+            message: "Your organisation does not allow signing in from this address.".into(),
+            retry_after: None,
+        });
+    }
+    Ok(())
+}
+
 /// The user proved who it is (password, or a provider): the second factor when MFA is on, else
 /// a session. The challenge opened here is bound to this browser: a fresh random cookie is set
 /// on this answer and the challenge keeps its hash, so only this browser, holding the proof of
@@ -428,6 +448,7 @@ async fn signed_in_as(
     user: &User,
     next: &str,
 ) -> std::result::Result<Page, ApiError> {
+    admitted(server, user, ex.ctx.client_ip)?;
     if server.mfa.is_active(&user.id).await? {
         let browser = crate::secrets::new_session_id();
         let challenge = server.mfa.web_challenge(&user.id, &crate::secrets::hash_key(&browser)).await?;
@@ -545,6 +566,8 @@ async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Res
     let browser = cookie(ex, MFA_COOKIE).map(crate::secrets::hash_key).ok_or_else(stale)?;
     let user_id = server.mfa.web_challenge_user(challenge, &browser).await?.ok_or_else(stale)?;
     let user = server.state.user(&user_id).ok_or(ApiError::NotFound("user"))?;
+    // Checked again: the code may come from another address than the password did.
+    admitted(server, &user, ex.ctx.client_ip)?;
     let code = field(&fields, "code");
     match server.mfa.verify_web(&server.state.sealer, &user.id, challenge, code, &browser).await {
         Ok(()) => {

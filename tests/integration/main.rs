@@ -26,6 +26,7 @@ mod reload_sections;
 mod security_bounds;
 mod security_connections;
 mod security_identity;
+mod security_identity_allowlist;
 mod security_identity_edge;
 mod security_isolation;
 mod security_keys;

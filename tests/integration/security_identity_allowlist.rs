@@ -1,0 +1,279 @@
+//! The organisation's IP allowlist on the identity service (security issue 39, item C13),
+//! against the real binary. The edge knows no organisation, so the list is checked once the
+//! user (or the grant) names one: a sign-in with the right password from an address the list
+//! refuses gets a 403 page, no session and no MFA challenge, while a wrong password is still
+//! answered as a wrong password; from an address the list holds it signs in. OAuth: the consent
+//! page sends `access_denied` back to the client, and the token endpoint answers a code
+//! exchange or a refresh with `invalid_grant` (400), the grant kept for an allowed address.
+//!
+//! No proxy is trusted here: every request comes from 127.0.0.1, which the "outside" lists
+//! (203.0.113.0/24) leave out and the "inside" list holds.
+
+use crate::api_mfa::{code_at, step_now, totp};
+use crate::common::*;
+use reqwest::blocking::Client;
+use serde_json::json;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
+
+const PASSWORD: &str = "allowlist passphrase one";
+const REDIRECT: &str = "https://client.example/cb";
+const REFUSED_PAGE: &str = "does not allow signing in from this address";
+
+struct Fx {
+    srv: TestServer,
+    keys: HashMap<&'static str, String>,
+}
+
+/// (key name, user, organisation, bypass_ip_whitelist). One user and organisation per test.
+const KEYS: &[(&str, &str, &str, bool)] = &[
+    ("out", "usr_al_out", "org_al_out", true),
+    ("in", "usr_al_in", "org_al_in", false),
+    ("oauth", "usr_al_oauth", "org_al_oauth", true),
+];
+
+fn fx() -> &'static Fx {
+    static FX: OnceLock<Fx> = OnceLock::new();
+    FX.get_or_init(|| {
+        let (mut orgs, mut users, mut yk) = (String::new(), String::new(), String::new());
+        let mut keys = HashMap::new();
+        for (name, user, org, bypass) in KEYS {
+            orgs += &format!("  - {{ id: {org}, name: {org}, tier: enterprise }}\n");
+            users += &format!("  - {{ id: {user}, email: {user}@al.test, name: {user}, role: owner, organization: {org} }}\n");
+            let (k, y) = declared_key(&format!("key_{name}"), user, &["*"]);
+            yk += &y.replace(" }\n", &format!(", bypass_ip_whitelist: {bypass} }}\n"));
+            keys.insert(*name, k);
+        }
+        let srv = TestServer::start(&format!(
+            "rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
+             organizations:\n{orgs}users:\n{users}api_keys:\n{yk}"
+        ));
+        reap_on_exit(&srv);
+        Fx { srv, keys }
+    })
+}
+
+fn key(name: &str) -> &'static str {
+    fx().keys[name].as_str()
+}
+
+fn srv() -> &'static TestServer {
+    &fx().srv
+}
+
+/// Sets the organisation's list with `k`, even when it refuses the caller's own address.
+fn allowlist(k: &str, networks: &[&str], enforce: bool) {
+    let body = json!({ "ip_whitelist": networks, "enforce_ip_whitelist": enforce, "allow_lockout": true });
+    ok(&srv().api("PATCH", "/v1/account/security", Some(k), Some(body)), 200);
+}
+
+fn set_password(k: &str) {
+    ok_message(&srv().api("PUT", "/v1/user/password", Some(k), Some(json!({ "new_password": PASSWORD }))));
+}
+
+/// A browser: its own cookie jar (the cookies are `Secure`, the requests plain HTTP on the
+/// loopback, so the test keeps them), no redirects followed.
+struct Browser {
+    http: Client,
+    jar: RefCell<BTreeMap<String, String>>,
+}
+
+impl Browser {
+    fn new() -> Browser {
+        let http = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Browser { http, jar: RefCell::new(BTreeMap::new()) }
+    }
+
+    fn send(&self, method: &str, path: &str, form: Option<&[(&str, &str)]>) -> Resp {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.http.request(method, srv().url(path));
+        let cookies: Vec<String> = self.jar.borrow().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if !cookies.is_empty() {
+            req = req.header("Cookie", cookies.join("; "));
+        }
+        if let Some(form) = form {
+            req = req.form(form);
+        }
+        let r = req.send().unwrap_or_else(|e| panic!("{path}: {e}"));
+        for line in r.headers().get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()) {
+            let (name, value) = line.split(';').next().unwrap().split_once('=').unwrap();
+            if line.contains("Max-Age=0") {
+                self.jar.borrow_mut().remove(name);
+            } else {
+                self.jar.borrow_mut().insert(name.to_string(), value.to_string());
+            }
+        }
+        Resp::from_blocking(r)
+    }
+
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.jar.borrow().get(name).cloned()
+    }
+
+    fn sign_in(&self, user: &str, password: &str) -> Resp {
+        let page = self.send("GET", "/auth/signin", None);
+        assert_eq!(page.status, 200, "{page:?}");
+        let csrf = self.cookie("toolgate_csrf").expect("a CSRF cookie");
+        let email = format!("{user}@al.test");
+        let form = [("csrf", csrf.as_str()), ("email", &email), ("password", password), ("next", "")];
+        self.send("POST", "/auth/signin", Some(&form))
+    }
+
+    fn signed_in(&self) -> bool {
+        self.cookie("toolgate_session").is_some() && self.send("GET", "/auth/", None).status == 200
+    }
+}
+
+fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page.find(&marker).unwrap_or_else(|| panic!("no field {name} in {page}")) + marker.len();
+    page[start..].split('"').next().unwrap().to_string()
+}
+
+/// A confidential OAuth client of the organisation, made with `k`: (client_id, client_secret).
+fn oauth_client(k: &str) -> (String, String) {
+    let body = json!({ "name": "Allowlist app", "redirect_uris": [REDIRECT], "scopes": ["gateways:read"] });
+    let c = ok(&srv().api("POST", "/v1/oauth/clients", Some(k), Some(body)), 201);
+    (c["client_id"].as_str().unwrap().to_string(), c["client_secret"].as_str().unwrap().to_string())
+}
+
+/// The consent form's decision to allow `client`, posted with the browser's CSRF cookie.
+fn decide(b: &Browser, client: &str) -> Resp {
+    let csrf = b.cookie("toolgate_csrf").expect("a CSRF cookie");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("client_id", client),
+        ("redirect_uri", REDIRECT),
+        ("response_type", "code"),
+        ("scope", "gateways:read"),
+        ("state", "st"),
+        ("decision", "allow"),
+    ];
+    b.send("POST", "/auth/oauth/authorize", Some(&form))
+}
+
+/// The query of the redirect back to the client.
+fn back_at_client(r: &Resp) -> HashMap<String, String> {
+    assert_eq!(r.status, 303, "{r:?}");
+    let to = url::Url::parse(r.header("location").expect("a Location")).unwrap();
+    assert!(to.as_str().starts_with(REDIRECT), "{to}");
+    to.query_pairs().into_owned().collect()
+}
+
+/// The code a signed-in browser's consent gives `client`.
+fn consent(b: &Browser, client: &str) -> String {
+    let query = format!(
+        "response_type=code&client_id={client}&redirect_uri={}&scope=gateways%3Aread&state=st",
+        url::form_urlencoded::byte_serialize(REDIRECT.as_bytes()).collect::<String>()
+    );
+    let page = b.send("GET", &format!("/auth/oauth/authorize?{query}"), None);
+    assert_eq!(page.status, 200, "the consent page: {page:?}");
+    assert_eq!(hidden(&page.text, "csrf"), b.cookie("toolgate_csrf").unwrap());
+    back_at_client(&decide(b, client)).remove("code").expect("a code")
+}
+
+fn token(form: &[(&str, &str)]) -> Resp {
+    let r = srv().client().post(srv().url("/auth/oauth/token")).form(form).send().unwrap();
+    Resp::from_blocking(r)
+}
+
+fn exchange(client: &str, secret: &str, code: &str) -> Resp {
+    token(&[
+        ("grant_type", "authorization_code"),
+        ("code", code),
+        ("redirect_uri", REDIRECT),
+        ("client_id", client),
+        ("client_secret", secret),
+    ])
+}
+
+fn refresh(client: &str, secret: &str, refresh_token: &str) -> Resp {
+    token(&[
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh_token),
+        ("client_id", client),
+        ("client_secret", secret),
+    ])
+}
+
+fn refresh_token_of(r: &Resp) -> String {
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json["refresh_token"].as_str().expect("a refresh token").to_string()
+}
+
+fn refused_grant(r: &Resp) {
+    assert_eq!((r.status, r.json["error"].as_str()), (400, Some("invalid_grant")), "{r:?}");
+    let description = r.json["error_description"].as_str().unwrap_or_default();
+    assert!(description.contains("IP allowlist"), "{r:?}");
+}
+
+#[test]
+fn a_sign_in_from_outside_the_allowlist_is_refused_once_the_password_is_right() {
+    let (user, k) = ("usr_al_out", key("out"));
+    set_password(k);
+    allowlist(k, &["203.0.113.0/24"], true);
+    // MFA on: a refused address must not even get a challenge.
+    let e = ok(&srv().api("POST", "/v1/auth/mfa/enroll", Some(k), None), 200);
+    let t = totp(e["secret"].as_str().unwrap());
+    ok(&srv().api("POST", "/v1/auth/mfa/activate", Some(k), Some(json!({ "code": code_at(&t, step_now()) }))), 200);
+
+    // A wrong password is a wrong password: the list is not shown to who lacks it.
+    let b = Browser::new();
+    let wrong = b.sign_in(user, "not the passphrase at all");
+    assert_eq!(wrong.status, 401, "{wrong:?}");
+    assert!(wrong.text.contains("The e-mail or the password is wrong."), "{wrong:?}");
+    assert!(!wrong.text.contains(REFUSED_PAGE), "{wrong:?}");
+
+    // The right one, from 127.0.0.1: refused, no session, no MFA step.
+    let r = b.sign_in(user, PASSWORD);
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(r.text.contains(REFUSED_PAGE), "{r:?}");
+    assert!(!r.text.contains("challenge_id"), "no code page: {r:?}");
+    assert_eq!(b.cookie("toolgate_session"), None, "{r:?}");
+    assert_eq!(b.cookie("toolgate_mfa"), None, "no MFA challenge was opened: {r:?}");
+    assert!(!b.signed_in());
+}
+
+#[test]
+fn a_sign_in_from_inside_the_allowlist_succeeds_and_oauth_works() {
+    let (user, k) = ("usr_al_in", key("in"));
+    set_password(k);
+    // The key has no bypass: the list holding 127.0.0.1 is what lets it through.
+    allowlist(k, &["203.0.113.0/24", "127.0.0.1/32"], true);
+    let b = Browser::new();
+    let r = b.sign_in(user, PASSWORD);
+    assert_eq!(r.status, 303, "{r:?}");
+    assert!(b.signed_in());
+    let (client, secret) = oauth_client(k);
+    let first = refresh_token_of(&exchange(&client, &secret, &consent(&b, &client)));
+    refresh_token_of(&refresh(&client, &secret, &first));
+}
+
+#[test]
+fn oauth_from_outside_the_allowlist_is_refused_and_the_grant_kept() {
+    let (user, k) = ("usr_al_oauth", key("oauth"));
+    set_password(k);
+    let b = Browser::new();
+    assert_eq!(b.sign_in(user, PASSWORD).status, 303);
+    let (client, secret) = oauth_client(k);
+    let tokens = exchange(&client, &secret, &consent(&b, &client));
+    let rt = refresh_token_of(&tokens);
+    let waiting = consent(&b, &client);
+
+    allowlist(k, &["203.0.113.0/24"], true);
+    // The refresh, the exchange of a waiting code and the consent are refused from 127.0.0.1.
+    refused_grant(&refresh(&client, &secret, &rt));
+    refused_grant(&exchange(&client, &secret, &waiting));
+    let back = back_at_client(&decide(&b, &client));
+    assert_eq!(back.get("error").map(String::as_str), Some("access_denied"), "{back:?}");
+    assert_eq!(back.get("state").map(String::as_str), Some("st"), "{back:?}");
+    assert!(!back.contains_key("code"), "{back:?}");
+    // The access token is refused by the management API's own check, as before.
+    let access = tokens.json["access_token"].as_str().unwrap();
+    err(&srv().api("GET", "/v1/gateways", Some(access), None), 403, "IP_NOT_ALLOWED");
+
+    // The refusal was the list's alone: with it off, the same refresh token works.
+    allowlist(k, &["203.0.113.0/24"], false);
+    refresh_token_of(&refresh(&client, &secret, &rt));
+}
