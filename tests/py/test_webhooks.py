@@ -179,7 +179,12 @@ def test_a_failing_receiver_is_retried_under_the_same_id_and_410_disables(srv, r
     api(srv, "POST", "/v1/gateways", {"name": "retried-gw", "servers": ["time"]})
     tries = wait_for(lambda: (d := receiver.at("/flaky")) and len(d) >= 2 and d)
     assert [t["status"] for t in tries] == [500, 200] and tries[0]["id"] == tries[1]["id"], tries
-    d = api(srv, "GET", f"/v1/webhooks/{flaky['id']}/deliveries").json()["data"]["deliveries"][0]
+    # The receiver has the second attempt before toolgate has written down its answer: wait for
+    # the delivery to leave `pending`, then check what it became.
+    def settled():
+        d = api(srv, "GET", f"/v1/webhooks/{flaky['id']}/deliveries").json()["data"]["deliveries"][0]
+        return d if d["status"] != "pending" else None
+    d = wait_for(settled)
     assert (d["status"], d["attempts"], d["status_code"]) == ("delivered", 2, 200), d
     state = wait_for(lambda: next((x for x in api(srv, "GET", "/v1/webhooks").json()["data"]["webhooks"]
                                    if x["id"] == gone["id"] and not x["enabled"]), None))
