@@ -8,10 +8,8 @@
 
 use crate::api_mfa::{code_at, step_now, totp, wrong_code};
 use crate::common::*;
-use reqwest::blocking::Client;
 use serde_json::json;
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 const PASSWORD: &str = "identity passphrase one";
@@ -74,74 +72,6 @@ fn srv() -> &'static TestServer {
     &fx().srv
 }
 
-fn email(user: &str) -> String {
-    format!("{user}@si.test")
-}
-
-/// One browser: its own cookie jar (the cookies are `Secure` and these requests plain HTTP on
-/// the loopback, so the test keeps them), no redirects followed.
-struct Browser {
-    http: Client,
-    jar: RefCell<BTreeMap<String, String>>,
-}
-
-impl Browser {
-    fn new() -> Browser {
-        let http = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        Browser { http, jar: RefCell::new(BTreeMap::new()) }
-    }
-
-    fn send(&self, method: &str, path: &str, form: Option<&[(&str, &str)]>) -> Resp {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = self.http.request(method, srv().url(path));
-        let cookies: Vec<String> = self.jar.borrow().iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if !cookies.is_empty() {
-            req = req.header("Cookie", cookies.join("; "));
-        }
-        if let Some(form) = form {
-            req = req.form(form);
-        }
-        let r = req.send().unwrap_or_else(|e| panic!("{path}: {e}"));
-        for line in r.headers().get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()) {
-            let (name, value) = line.split(';').next().unwrap().split_once('=').unwrap();
-            if line.contains("Max-Age=0") {
-                self.jar.borrow_mut().remove(name);
-            } else {
-                self.jar.borrow_mut().insert(name.to_string(), value.to_string());
-            }
-        }
-        Resp::from_blocking(r)
-    }
-
-    fn cookie(&self, name: &str) -> Option<String> {
-        self.jar.borrow().get(name).cloned()
-    }
-
-    fn csrf(&self) -> String {
-        let page = self.send("GET", "/auth/signin", None);
-        assert_eq!(page.status, 200, "{page:?}");
-        self.cookie("toolgate_csrf").expect("a CSRF cookie")
-    }
-
-    fn sign_in(&self, user: &str, password: &str, next: &str) -> Resp {
-        let csrf = self.csrf();
-        let email = email(user);
-        let form = [("csrf", csrf.as_str()), ("email", &email), ("password", password), ("next", next)];
-        self.send("POST", "/auth/signin", Some(&form))
-    }
-
-    /// Answers the MFA step of a sign-in with `challenge` and `code`.
-    fn answer(&self, challenge: &str, code: &str) -> Resp {
-        let csrf = self.cookie("toolgate_csrf").unwrap_or_else(|| self.csrf());
-        let form = [("csrf", csrf.as_str()), ("challenge_id", challenge), ("code", code), ("next", "")];
-        self.send("POST", "/auth/signin/mfa", Some(&form))
-    }
-
-    fn signed_in(&self) -> bool {
-        self.cookie("toolgate_session").is_some() && self.send("GET", "/auth/", None).status == 200
-    }
-}
-
 /// The value of the hidden field `name` of a page.
 fn hidden(page: &str, name: &str) -> String {
     let marker = format!("name=\"{name}\" value=\"");
@@ -177,7 +107,7 @@ fn a_narrow_key_cannot_set_the_password_and_become_the_owner() {
         let e = err(&r, 403, "INSUFFICIENT_SCOPE");
         assert!(e["message"].as_str().unwrap().contains("`admin`"), "{r:?}");
     }
-    let b = Browser::new();
+    let b = Browser::new(srv(), "si.test");
     let r = b.sign_in(user, PASSWORD, "");
     assert_eq!(r.status, 401, "no password was set: {r:?}");
     assert!(!b.signed_in());
@@ -206,7 +136,7 @@ fn wrong_current_passwords_lock_out_like_wrong_sign_ins() {
     let wait: u64 = r.header("retry-after").expect("Retry-After").parse().unwrap();
     assert!((1..=30).contains(&wait), "{r:?}");
     // It is the sign-in's own bound: the e-mail is locked there too.
-    let signed = Browser::new().sign_in(user, PASSWORD, "");
+    let signed = Browser::new(srv(), "si.test").sign_in(user, PASSWORD, "");
     assert_eq!(signed.status, 429, "{signed:?}");
 }
 
@@ -227,7 +157,7 @@ fn a_developer_sets_its_password_and_turns_mfa_on_with_its_whole_role_key() {
     assert!(e["challenge_id"].as_str().is_some(), "{r:?}");
     ok_message(&set_password(key("dev_star"), PASSWORD, None, Some(&backup[0])));
     // The web sign-in asks for the second factor, and takes it.
-    let b = Browser::new();
+    let b = Browser::new(srv(), "si.test");
     let page = b.sign_in(user, PASSWORD, "");
     assert_eq!(page.status, 200, "the code page: {page:?}");
     let step = step_now();
@@ -286,7 +216,7 @@ fn exchange(client: &str, secret: &str, code: &str) -> Resp {
 fn a_password_change_revokes_oauth_grants_and_ends_web_sessions() {
     let (user, k) = ("usr_si_revoke", key("revoke"));
     ok_message(&set_password(k, PASSWORD, None, None));
-    let b = Browser::new();
+    let b = Browser::new(srv(), "si.test");
     assert_eq!(b.sign_in(user, PASSWORD, "").status, 303);
     let (client, secret) = oauth_client(k);
     let r = exchange(&client, &secret, &consent(&b, &client));
@@ -315,7 +245,7 @@ fn a_password_change_revokes_oauth_grants_and_ends_web_sessions() {
 fn a_code_shown_to_another_client_stays_usable_by_its_own() {
     let (user, k) = ("usr_si_code", key("code"));
     ok_message(&set_password(k, PASSWORD, None, None));
-    let b = Browser::new();
+    let b = Browser::new(srv(), "si.test");
     assert_eq!(b.sign_in(user, PASSWORD, "").status, 303);
     let (mine, my_secret) = oauth_client(k);
     let (other, other_secret) = oauth_client(k);
@@ -337,7 +267,7 @@ fn an_api_challenge_does_not_continue_a_web_sign_in() {
     let e = err(&r, 403, "MFA_REQUIRED");
     let challenge = e["challenge_id"].as_str().unwrap().to_string();
     // ...which the web MFA step does not take, even with a good code.
-    let b = Browser::new();
+    let b = Browser::new(srv(), "si.test");
     let r = b.answer(&challenge, &backup[0]);
     assert_eq!(r.status, 400, "{r:?}");
     assert!(!b.signed_in(), "signed in with no password");
@@ -356,16 +286,16 @@ fn a_web_challenge_continues_only_in_the_browser_whose_password_opened_it() {
     let (user, k) = ("usr_si_web", key("web"));
     let (_, backup) = enable_mfa(k);
     ok_message(&set_password(k, PASSWORD, None, Some(&backup[0])));
-    let a = Browser::new();
+    let a = Browser::new(srv(), "si.test");
     let page = a.sign_in(user, PASSWORD, "");
     assert_eq!(page.status, 200, "{page:?}");
     let challenge = hidden(&page.text, "challenge_id");
     // Another browser (no binding cookie) and one with another sign-in's cookie are refused.
-    let other = Browser::new();
+    let other = Browser::new(srv(), "si.test");
     let r = other.answer(&challenge, &backup[1]);
     assert_eq!(r.status, 400, "{r:?}");
     assert!(!other.signed_in());
-    let third = Browser::new();
+    let third = Browser::new(srv(), "si.test");
     assert_eq!(third.sign_in(user, PASSWORD, "").status, 200);
     let r = third.answer(&challenge, &backup[1]);
     assert_eq!(r.status, 400, "{r:?}");
@@ -384,7 +314,7 @@ fn wrong_codes_from_one_browser_do_not_lock_the_owner_out() {
     ok_message(&set_password(k, PASSWORD, None, Some(&backup[0])));
     let wrong = wrong_code(&t, step_now());
     // Browser A knows the password but not the code: three wrong codes use its challenge up...
-    let a = Browser::new();
+    let a = Browser::new(srv(), "si.test");
     let page = a.sign_in(user, PASSWORD, "");
     let first = hidden(&page.text, "challenge_id");
     assert_eq!(a.answer(&first, &wrong).status, 401);
@@ -397,7 +327,7 @@ fn wrong_codes_from_one_browser_do_not_lock_the_owner_out() {
     assert_eq!(a.answer(&second, &wrong).status, 401);
     assert_eq!(a.answer(&second, &wrong).status, 401);
     // The owner, in its own browser, with the password and a good code, signs in.
-    let b = Browser::new();
+    let b = Browser::new(srv(), "si.test");
     let page = b.sign_in(user, PASSWORD, "");
     assert_eq!(page.status, 200, "{page:?}");
     let r = b.answer(&hidden(&page.text, "challenge_id"), &backup[1]);
@@ -410,9 +340,9 @@ fn next_never_sends_the_browser_off_the_server() {
     let (user, k) = ("usr_si_next", key("next"));
     ok_message(&set_password(k, PASSWORD, None, None));
     for bad in ["/\t/evil.example", "//evil.example", "/\\evil.example", "/%2F%2Fevil.example", "https:evil.example"] {
-        let r = Browser::new().sign_in(user, PASSWORD, bad);
+        let r = Browser::new(srv(), "si.test").sign_in(user, PASSWORD, bad);
         assert_eq!((r.status, r.header("location")), (303, Some("/auth/")), "next={bad:?}: {r:?}");
     }
-    let r = Browser::new().sign_in(user, PASSWORD, "/auth/?from=test");
+    let r = Browser::new(srv(), "si.test").sign_in(user, PASSWORD, "/auth/?from=test");
     assert_eq!((r.status, r.header("location")), (303, Some("/auth/?from=test")), "{r:?}");
 }

@@ -11,10 +11,8 @@
 
 use crate::api_mfa::{code_at, step_now, totp};
 use crate::common::*;
-use reqwest::blocking::Client;
 use serde_json::json;
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 const PASSWORD: &str = "allowlist passphrase one";
@@ -70,59 +68,6 @@ fn allowlist(k: &str, networks: &[&str], enforce: bool) {
 
 fn set_password(k: &str) {
     ok_message(&srv().api("PUT", "/v1/user/password", Some(k), Some(json!({ "new_password": PASSWORD }))));
-}
-
-/// A browser: its own cookie jar (the cookies are `Secure`, the requests plain HTTP on the
-/// loopback, so the test keeps them), no redirects followed.
-struct Browser {
-    http: Client,
-    jar: RefCell<BTreeMap<String, String>>,
-}
-
-impl Browser {
-    fn new() -> Browser {
-        let http = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        Browser { http, jar: RefCell::new(BTreeMap::new()) }
-    }
-
-    fn send(&self, method: &str, path: &str, form: Option<&[(&str, &str)]>) -> Resp {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = self.http.request(method, srv().url(path));
-        let cookies: Vec<String> = self.jar.borrow().iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if !cookies.is_empty() {
-            req = req.header("Cookie", cookies.join("; "));
-        }
-        if let Some(form) = form {
-            req = req.form(form);
-        }
-        let r = req.send().unwrap_or_else(|e| panic!("{path}: {e}"));
-        for line in r.headers().get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()) {
-            let (name, value) = line.split(';').next().unwrap().split_once('=').unwrap();
-            if line.contains("Max-Age=0") {
-                self.jar.borrow_mut().remove(name);
-            } else {
-                self.jar.borrow_mut().insert(name.to_string(), value.to_string());
-            }
-        }
-        Resp::from_blocking(r)
-    }
-
-    fn cookie(&self, name: &str) -> Option<String> {
-        self.jar.borrow().get(name).cloned()
-    }
-
-    fn sign_in(&self, user: &str, password: &str) -> Resp {
-        let page = self.send("GET", "/auth/signin", None);
-        assert_eq!(page.status, 200, "{page:?}");
-        let csrf = self.cookie("toolgate_csrf").expect("a CSRF cookie");
-        let email = format!("{user}@al.test");
-        let form = [("csrf", csrf.as_str()), ("email", &email), ("password", password), ("next", "")];
-        self.send("POST", "/auth/signin", Some(&form))
-    }
-
-    fn signed_in(&self) -> bool {
-        self.cookie("toolgate_session").is_some() && self.send("GET", "/auth/", None).status == 200
-    }
 }
 
 fn hidden(page: &str, name: &str) -> String {
@@ -219,14 +164,14 @@ fn a_sign_in_from_outside_the_allowlist_is_refused_once_the_password_is_right() 
     ok(&srv().api("POST", "/v1/auth/mfa/activate", Some(k), Some(json!({ "code": code_at(&t, step_now()) }))), 200);
 
     // A wrong password is a wrong password: the list is not shown to who lacks it.
-    let b = Browser::new();
-    let wrong = b.sign_in(user, "not the passphrase at all");
+    let b = Browser::new(srv(), "al.test");
+    let wrong = b.sign_in(user, "not the passphrase at all", "");
     assert_eq!(wrong.status, 401, "{wrong:?}");
     assert!(wrong.text.contains("The e-mail or the password is wrong."), "{wrong:?}");
     assert!(!wrong.text.contains(REFUSED_PAGE), "{wrong:?}");
 
     // The right one, from 127.0.0.1: refused, no session, no MFA step.
-    let r = b.sign_in(user, PASSWORD);
+    let r = b.sign_in(user, PASSWORD, "");
     assert_eq!(r.status, 403, "{r:?}");
     assert!(r.text.contains(REFUSED_PAGE), "{r:?}");
     assert!(!r.text.contains("challenge_id"), "no code page: {r:?}");
@@ -241,8 +186,8 @@ fn a_sign_in_from_inside_the_allowlist_succeeds_and_oauth_works() {
     set_password(k);
     // The key has no bypass: the list holding 127.0.0.1 is what lets it through.
     allowlist(k, &["203.0.113.0/24", "127.0.0.1/32"], true);
-    let b = Browser::new();
-    let r = b.sign_in(user, PASSWORD);
+    let b = Browser::new(srv(), "al.test");
+    let r = b.sign_in(user, PASSWORD, "");
     assert_eq!(r.status, 303, "{r:?}");
     assert!(b.signed_in());
     let (client, secret) = oauth_client(k);
@@ -254,8 +199,8 @@ fn a_sign_in_from_inside_the_allowlist_succeeds_and_oauth_works() {
 fn oauth_from_outside_the_allowlist_is_refused_and_the_grant_kept() {
     let (user, k) = ("usr_al_oauth", key("oauth"));
     set_password(k);
-    let b = Browser::new();
-    assert_eq!(b.sign_in(user, PASSWORD).status, 303);
+    let b = Browser::new(srv(), "al.test");
+    assert_eq!(b.sign_in(user, PASSWORD, "").status, 303);
     let (client, secret) = oauth_client(k);
     let tokens = exchange(&client, &secret, &consent(&b, &client));
     let rt = refresh_token_of(&tokens);

@@ -894,3 +894,71 @@ pub fn describe_output(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout)
     )
 }
+
+/// One browser on the identity service: its own cookie jar (the cookies are `Secure` and the
+/// requests plain HTTP on the loopback, so the test keeps them), no redirects followed. Users
+/// are named by the part before `@` of their e-mail, in `email_domain`.
+pub struct Browser {
+    base: String,
+    email_domain: &'static str,
+    http: Client,
+    jar: std::cell::RefCell<std::collections::BTreeMap<String, String>>,
+}
+
+impl Browser {
+    pub fn new(srv: &TestServer, email_domain: &'static str) -> Browser {
+        let http = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Browser { base: srv.base_url(), email_domain, http, jar: Default::default() }
+    }
+
+    pub fn send(&self, method: &str, path: &str, form: Option<&[(&str, &str)]>) -> Resp {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        let cookies: Vec<String> = self.jar.borrow().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if !cookies.is_empty() {
+            req = req.header("Cookie", cookies.join("; "));
+        }
+        if let Some(form) = form {
+            req = req.form(form);
+        }
+        let r = req.send().unwrap_or_else(|e| panic!("{path}: {e}"));
+        for line in r.headers().get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()) {
+            let (name, value) = line.split(';').next().unwrap().split_once('=').unwrap();
+            if line.contains("Max-Age=0") {
+                self.jar.borrow_mut().remove(name);
+            } else {
+                self.jar.borrow_mut().insert(name.to_string(), value.to_string());
+            }
+        }
+        Resp::from_blocking(r)
+    }
+
+    pub fn cookie(&self, name: &str) -> Option<String> {
+        self.jar.borrow().get(name).cloned()
+    }
+
+    /// Opens the sign-in page: the CSRF token its form carries.
+    pub fn csrf(&self) -> String {
+        let page = self.send("GET", "/auth/signin", None);
+        assert_eq!(page.status, 200, "{page:?}");
+        self.cookie("toolgate_csrf").expect("a CSRF cookie")
+    }
+
+    pub fn sign_in(&self, user: &str, password: &str, next: &str) -> Resp {
+        let csrf = self.csrf();
+        let email = format!("{user}@{}", self.email_domain);
+        let form = [("csrf", csrf.as_str()), ("email", &email), ("password", password), ("next", next)];
+        self.send("POST", "/auth/signin", Some(&form))
+    }
+
+    /// Answers the MFA step of a sign-in with `challenge` and `code`.
+    pub fn answer(&self, challenge: &str, code: &str) -> Resp {
+        let csrf = self.cookie("toolgate_csrf").unwrap_or_else(|| self.csrf());
+        let form = [("csrf", csrf.as_str()), ("challenge_id", challenge), ("code", code), ("next", "")];
+        self.send("POST", "/auth/signin/mfa", Some(&form))
+    }
+
+    pub fn signed_in(&self) -> bool {
+        self.cookie("toolgate_session").is_some() && self.send("GET", "/auth/", None).status == 200
+    }
+}
