@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     match cli.command {
         // The TLS files too: the start would refuse a certificate that does not parse.
         Some(Command::CheckConfig { file }) => match toolgate::config::Config::load(&file)
-            .and_then(|c| toolgate::tls::EdgeTls::for_server(&c.server).map(|_| ()).map_err(Into::into))
+            .and_then(|c| toolgate::edge::tls::EdgeTls::for_server(&c.server).map(|_| ()).map_err(Into::into))
         {
             Ok(()) => {
                 println!("{}: ok", file.display());
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         None => {
             let code = toolgate::run::run(&cli.config, cli.upgrade);
             // Lines logged before a failed start are still in memory.
-            toolgate::logging::flush();
+            toolgate::observe::logging::flush();
             code
         }
     }

@@ -11,14 +11,14 @@
 //! connection handed back for keep-alive.
 
 use crate::api::{self, Access, Call};
-use crate::conn_limits::Answer;
-use crate::error::ApiError;
-use crate::exchange::{success_body, Exchange, RequestCtx, RequestId};
-use crate::gateway_oauth;
-use crate::route::Route;
+use crate::base::route::Route;
+use crate::edge::conn_limits::Answer;
+use crate::edge::error::ApiError;
+use crate::edge::exchange::{success_body, Exchange, RequestCtx, RequestId};
+use crate::identity::gateway_oauth;
+use crate::observe::trace::{self, Span, SpanKind, TraceContext};
 use crate::server::Server;
-use crate::trace::{self, Span, SpanKind, TraceContext};
-use crate::{logging, metrics};
+use crate::{observe::logging, observe::metrics};
 use async_trait::async_trait;
 use ipnet::IpNet;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, HttpServerOptions, ReusedHttpStream};
@@ -245,10 +245,10 @@ impl Proxy {
     /// bucket), then its pages with a deadline on request bodies (`web.body_timeout_secs`).
     async fn identity(&self, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
         if let Err(e) = self.run_chain(ex, RouteClass::Identity).await {
-            return crate::signin::refuse(ex, prefix, e).await;
+            return crate::identity::signin::refuse(ex, prefix, e).await;
         }
         ex.set_body_deadline(self.server.state.config().web.body_timeout);
-        crate::signin::handle(&self.server, ex, prefix).await
+        crate::identity::signin::handle(&self.server, ex, prefix).await
     }
 
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.
@@ -280,7 +280,7 @@ impl Proxy {
             started: Instant::now(),
             status: 0,
             trace: TraceContext::start(header("traceparent"), header("tracestate")),
-            client_certificate: crate::tls::client_certificate(session.digest()).map(|c| c.subject),
+            client_certificate: crate::edge::tls::client_certificate(session.digest()).map(|c| c.subject),
         }
     }
 
@@ -309,7 +309,7 @@ impl Proxy {
             Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await,
             Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await,
             Route::AuthorizationServerMetadata => {
-                let doc = crate::oauth_server::metadata(&self.server.state.config());
+                let doc = crate::identity::oauth_server::metadata(&self.server.state.config());
                 ex.json(200, serde_json::to_vec(&doc).unwrap_or_default()).await
             }
             Route::Identity(prefix) => Box::pin(self.identity(&mut ex, prefix)).await,
@@ -444,7 +444,7 @@ impl HttpServerApp for Proxy {
         shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
         let read = session.read_request().await;
-        if !crate::conn_limits::header_read(&mut session, read).await {
+        if !crate::edge::conn_limits::header_read(&mut session, read).await {
             return None;
         }
         self.answer(session, shutdown).await

@@ -1,10 +1,10 @@
 //! Starting the server: configuration, state, the Pingora services, and the first-start key.
 
 use crate::config::Config;
-use crate::conn_limits::{BoundedHttp, ConnLimits, ConnLimitsConfig};
+use crate::data::state::State;
+use crate::edge::conn_limits::{BoundedHttp, ConnLimits, ConnLimitsConfig};
 use crate::proxy::Proxy;
 use crate::server::{Flusher, Server};
-use crate::state::State;
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::services::listening::Service;
@@ -35,17 +35,17 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     };
     // The certificates are read before anything else starts: a bad file is a configuration
     // error, reported like one.
-    let edge = match crate::tls::EdgeTls::for_server(&config.server) {
+    let edge = match crate::edge::tls::EdgeTls::for_server(&config.server) {
         Ok(edge) => edge,
         Err(e) => {
             eprintln!("toolgate: bad configuration {}: {e}", config_path.display());
             return ExitCode::from(2);
         }
     };
-    crate::logging::init(&config.observability);
+    crate::observe::logging::init(&config.observability);
     let admin_key = std::env::var("TOOLGATE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
     if let Some(k) = &admin_key {
-        if !k.starts_with(crate::secrets::KEY_PREFIX) || k.len() < 35 {
+        if !k.starts_with(crate::base::secrets::KEY_PREFIX) || k.len() < 35 {
             eprintln!("toolgate: TOOLGATE_ADMIN_KEY must start with `ag_` and have at least 32 characters after it");
             return ExitCode::from(2);
         }
@@ -64,7 +64,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         ..ServerConf::default()
     };
     let opt = Opt { upgrade, ..Opt::default() };
-    let claim = match crate::upgrade::claim(&config.storage, upgrade) {
+    let claim = match crate::server::upgrade::claim(&config.storage, upgrade) {
         Ok(claim) => claim,
         Err(e) => {
             eprintln!("toolgate: cannot start: {e}");
@@ -82,13 +82,13 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     };
     let opened = startup.block_on(async {
         let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
-        let (backend, exact, sharing) = crate::limiter::open(&config.storage, &config.rate_limits);
+        let (backend, exact, sharing) = crate::data::limiter::open(&config.storage, &config.rate_limits);
         let limiter = RateLimit::new(config.rate_limit_policy.clone(), backend).with_exact(exact);
-        let source = Arc::new(crate::reload::ConfigSource::new(config_path, text));
+        let source = Arc::new(crate::server::reload::ConfigSource::new(config_path, text));
         let server = Server::new(state.clone(), limiter, sharing, source).await.map_err(|e| e.to_string())?;
         if let crate::config::StorageConfig::Redis { key_prefix, .. } = &config.storage {
-            let target = crate::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
-            crate::peers::start(state.clone(), target, key_prefix);
+            let target = crate::data::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
+            crate::data::peers::start(state.clone(), target, key_prefix);
         }
         Ok::<_, String>((state, Arc::new(server), printed))
     });
@@ -103,28 +103,28 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     // The lock on the embedded store is kept for the process's life (`run_forever` never
     // returns); after `--upgrade` a background service waits for the old process to free it.
     let _instance_lock = match claim {
-        crate::upgrade::Claim::Held(file) => Some(file),
-        crate::upgrade::Claim::Waiting(file) => {
+        crate::server::upgrade::Claim::Held(file) => Some(file),
+        crate::server::upgrade::Claim::Waiting(file) => {
             server.mcp.sessions.adopt_unknown();
             pingora_server.add_service(pingora::services::background::background_service(
                 "takeover after upgrade",
-                crate::upgrade::Takeover { lock: std::sync::Mutex::new(Some(file)), state: state.clone() },
+                crate::server::upgrade::Takeover { lock: std::sync::Mutex::new(Some(file)), state: state.clone() },
             ));
             None
         }
-        crate::upgrade::Claim::Shared => None,
+        crate::server::upgrade::Claim::Shared => None,
     };
     if !config.storage.is_shared() {
         pingora_server.add_service(pingora::services::background::background_service(
             "upgrade hand-over",
-            crate::upgrade::Handover { server: server.clone() },
+            crate::server::upgrade::Handover { server: server.clone() },
         ));
     }
     if let Some(key) = printed {
         eprintln!("toolgate: created the owner API key (shown once, store it now): {key}");
     }
     let o = &config.observability;
-    crate::metrics::init(crate::metrics::LabelLimits {
+    crate::observe::metrics::init(crate::observe::metrics::LabelLimits {
         gateways: o.metric_gateway_labels,
         tools: o.metric_tool_labels,
     });
@@ -162,7 +162,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     let mut plain_beside = None;
     pingora_server.add_service(pingora::services::background::background_service(
         "SIGHUP and TLS certificate reloader",
-        crate::reload::Reloader { server: server.clone(), tls: edge.clone() },
+        crate::server::reload::Reloader { server: server.clone(), tls: edge.clone() },
     ));
     let app = match edge {
         None => app,
@@ -197,7 +197,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     ));
     if let Some(endpoint) = &config.observability.otlp_endpoint {
         let service_name = config.observability.service_name.clone();
-        if let Some(exporter) = crate::trace::start_export(endpoint.clone(), service_name) {
+        if let Some(exporter) = crate::observe::trace::start_export(endpoint.clone(), service_name) {
             pingora_server
                 .add_service(pingora::services::background::background_service("OTLP span exporter", exporter));
         }

@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolgate::data::model::Gateway;
+use toolgate::data::reqlog::{Answer, EntryWriter};
+use toolgate::data::store::{EmbeddedStore, Store};
 use toolgate::mcp::jsonrpc::RawJson;
-use toolgate::model::Gateway;
-use toolgate::reqlog::{Answer, EntryWriter};
-use toolgate::store::{EmbeddedStore, Store};
 
 const BATCH: usize = 50_000;
 const FUNCTIONS: [(&str, &str); 5] = [
@@ -73,7 +73,7 @@ async fn main() {
             record.ts_ms = start + (span as i128 * i as i128 / total as i128) as i64;
             batch.push(record);
         }
-        let rollups = toolgate::rollup::of(&batch);
+        let rollups = toolgate::observe::rollup::of(&batch);
         store.append_logs(Arc::new(batch), rollups).await.expect("append");
         written += n;
         if written % 1_000_000 == 0 || written == total {

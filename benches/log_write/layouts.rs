@@ -25,10 +25,10 @@ use rusqlite::{params, Connection};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use toolgate::data::model::Gateway;
+use toolgate::data::reqlog::{Answer, EntryWriter};
+use toolgate::data::store::{EmbeddedStore, LogRecord, Store};
 use toolgate::mcp::jsonrpc::RawJson;
-use toolgate::model::Gateway;
-use toolgate::reqlog::{Answer, EntryWriter};
-use toolgate::store::{EmbeddedStore, LogRecord, Store};
 
 const SLICE: usize = 256;
 const ORG: &str = "org_5f2c9a1d7e3b4c60";
@@ -126,7 +126,7 @@ fn rows_layout(dir: &std::path::Path, all: &[LogRecord], indexes: &str) {
             let mut insert =
                 tx.prepare_cached("INSERT INTO log_entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)").expect("sql");
             for (i, e) in slice.iter().enumerate() {
-                toolgate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
+                toolgate::base::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
                 let seq = (e.ts_ms << 16) + (s * SLICE + i) as i64;
                 let status = if e.error { "error" } else { "success" };
                 insert.execute(params![seq, id, e.ts_ms, ORG, e.gateway.id, e.app, status, e.body]).expect("insert");
@@ -154,7 +154,7 @@ fn slice_layout(dir: &std::path::Path, all: &[LogRecord]) {
         data.clear();
         let mut keys: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
         for e in slice {
-            toolgate::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
+            toolgate::base::secrets::write_ordered_id(&mut id, "log", e.ts_ms);
             data.extend_from_slice(&e.ts_ms.to_le_bytes());
             data.push(u8::from(e.error));
             for field in [id.as_bytes(), e.gateway.id.as_bytes(), e.app.as_bytes(), e.body.as_bytes()] {

@@ -7,9 +7,9 @@
 //! limits of requests from that address (enforced or not), within the tier's `max_multiplier`.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::{Organization, WhitelistEntry};
-use crate::secrets;
+use crate::base::secrets;
+use crate::data::model::{Organization, WhitelistEntry};
+use crate::edge::error::ApiError;
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};

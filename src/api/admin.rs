@@ -2,8 +2,8 @@
 //! `src/reload.rs` for what applies in place).
 
 use super::{ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::reload::ReloadError;
+use crate::edge::error::ApiError;
+use crate::server::reload::ReloadError;
 use serde_json::json;
 
 #[utoipa::path(post, path = "/v1/admin/reload", tag = "admin",
@@ -18,12 +18,12 @@ pub async fn reload(call: &Call<'_>) -> ApiResult {
     // The server's configuration belongs to its operator: to every other organisation, to
     // anyone in it but its owner, and to the owner's keys without `admin`, there is nothing
     // here (a 404, not a 403 that would say the endpoint is there to be had).
-    let operator = who.org_id == crate::state::BOOTSTRAP_ORG && who.role == toolgate_filters::Role::Owner;
+    let operator = who.org_id == crate::data::state::BOOTSTRAP_ORG && who.role == toolgate_filters::Role::Owner;
     if !operator || !who.scopes.contains(crate::api::Scope::Admin) {
         return Err(ApiError::NotFound("configuration"));
     }
     let server = call.server;
-    match server.config_source.reload(&crate::reload::Reloadable::of(server)).await {
+    match server.config_source.reload(&crate::server::reload::Reloadable::of(server)).await {
         Ok(r) => Ok(Reply::ok(json!({ "changed": r.changed }))),
         Err(ReloadError::Invalid(crate::config::ConfigError::Invalid { field, message })) => {
             Err(ApiError::validation(field, message))

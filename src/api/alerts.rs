@@ -2,8 +2,8 @@
 //! `events/alerts.rs`; the Slack URL is kept sealed and shown by its host only.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::{Alert, Delivery};
+use crate::data::model::{Alert, Delivery};
+use crate::edge::error::ApiError;
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -121,7 +121,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         return Err(ApiError::Conflict(format!("an organisation holds at most {MAX_ALERTS} alerts")));
     }
     let alert = Alert {
-        id: crate::secrets::new_id("alert"),
+        id: crate::base::secrets::new_id("alert"),
         org_id: who.org_id.clone(),
         kind: body.kind,
         threshold,

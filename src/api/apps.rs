@@ -1,10 +1,10 @@
 //! `/apps`: the catalogue declared in YAML, each organisation's connections, and a live test.
 
 use super::{ApiResult, Call, Reply};
+use crate::base::secrets;
 use crate::config::AppConfig;
-use crate::error::ApiError;
-use crate::model::Connection;
-use crate::secrets;
+use crate::data::model::Connection;
+use crate::edge::error::ApiError;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -256,7 +256,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     let connection_status = connection.map_or_else(|| "none".to_string(), |c| c.status.clone());
     // Apps are the operator's: only the owner of the operator's organisation (the one made for
     // TOOLGATE_ADMIN_KEY) sees where an app really runs.
-    let operator = who.org_id == crate::state::BOOTSTRAP_ORG && who.role == toolgate_filters::Role::Owner;
+    let operator = who.org_id == crate::data::state::BOOTSTRAP_ORG && who.role == toolgate_filters::Role::Owner;
     let base_url = if operator { a.base_url() } else { a.base_url_for_tenants() };
     let detail = AppDetail {
         id: a.id.clone(),
@@ -330,12 +330,14 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
                 _ => return Err(ApiError::validation("redirect_uri", "must be an absolute http or https URL")),
             }
             let oauth_state = secrets::new_session_id();
-            let pkce = crate::app_oauth::pkce();
-            let authorize = crate::app_oauth::endpoints(&a, state.config().environment.allows_http())
+            let pkce = crate::identity::app_oauth::pkce();
+            let authorize = crate::identity::app_oauth::endpoints(&a, state.config().environment.allows_http())
                 .await
-                .and_then(|e| crate::app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge))
+                .and_then(|e| {
+                    crate::identity::app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge)
+                })
                 .map_err(|e| ApiError::Unavailable(e.to_string()))?;
-            let pending = crate::app_oauth::Pending { pkce_verifier: pkce.verifier };
+            let pending = crate::identity::app_oauth::Pending { pkce_verifier: pkce.verifier };
             let sealed =
                 state.sealer.seal(&serde_json::to_vec(&pending).map_err(|e| ApiError::Internal(e.to_string()))?);
             let c = Connection {
@@ -384,7 +386,7 @@ pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
         .sealed_credentials
         .as_deref()
         .and_then(|s| state.sealer.open(s).ok())
-        .and_then(|plain| serde_json::from_slice::<crate::app_oauth::Pending>(&plain).ok())
+        .and_then(|plain| serde_json::from_slice::<crate::identity::app_oauth::Pending>(&plain).ok())
         .ok_or_else(|| ApiError::Internal("the pending authorization's PKCE verifier cannot be read".into()))?;
     // Used once: a second callback with the same state finds nothing pending.
     let mut done = (*pending).clone();
@@ -397,16 +399,20 @@ pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
     let code = body.code.filter(|c| !c.is_empty()).ok_or_else(|| ApiError::validation("code", "required"))?;
     let redirect = pending.redirect_uri.as_deref().unwrap_or_default();
     let allow_http = state.config().environment.allows_http();
-    let tokens = match crate::app_oauth::exchange_code(&a, allow_http, &code, redirect, &verifier.pkce_verifier).await {
-        Ok(t) => t,
-        Err(e) => {
-            state.save_connection(failed(done)).await?;
-            return Err(match e {
-                crate::app_oauth::OAuthError::Refused { .. } => ApiError::validation("code", e.to_string()),
-                _ => ApiError::Unavailable(e.to_string()),
-            });
-        }
-    };
+    let tokens =
+        match crate::identity::app_oauth::exchange_code(&a, allow_http, &code, redirect, &verifier.pkce_verifier).await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                state.save_connection(failed(done)).await?;
+                return Err(match e {
+                    crate::identity::app_oauth::OAuthError::Refused { .. } => {
+                        ApiError::validation("code", e.to_string())
+                    }
+                    _ => ApiError::Unavailable(e.to_string()),
+                });
+            }
+        };
     done.status = "connected".into();
     done.sealed_credentials =
         Some(state.sealer.seal(&serde_json::to_vec(&tokens).map_err(|e| ApiError::Internal(e.to_string()))?));

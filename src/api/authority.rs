@@ -13,9 +13,9 @@
 //! A service-account key acts as the service account: it is never "the same user" as its
 //! creator, and a call made with it manages only that account's own keys.
 
-use crate::error::ApiError;
-use crate::model::{ApiKey, ServiceAccount};
-use crate::state::State;
+use crate::data::model::{ApiKey, ServiceAccount};
+use crate::data::state::State;
+use crate::edge::error::ApiError;
 use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
 
 /// Roles from least to most powerful (Decision 8).

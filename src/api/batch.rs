@@ -9,7 +9,7 @@
 //! without running, while the others go on. A batch may not contain `/batch`.
 
 use super::{ApiResult, Call, Endpoint, Reply};
-use crate::error::ApiError;
+use crate::edge::error::ApiError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;

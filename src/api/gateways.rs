@@ -1,9 +1,9 @@
 //! `/gateways`: create, list, read, update and delete gateways.
 
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration};
-use crate::secrets;
+use crate::base::secrets;
+use crate::data::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration};
+use crate::edge::error::ApiError;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -112,16 +112,16 @@ pub struct GatewayMetrics {
 
 /// `metrics` of the gateway detail, from today's hourly rollups (UTC day).
 async fn metrics_today(server: &crate::server::Server, g: &Gateway) -> Result<GatewayMetrics, ApiError> {
-    server.reqlog.flush(crate::reqlog::Urgency::Now).await;
+    server.reqlog.flush(crate::data::reqlog::Urgency::Now).await;
     let now = chrono::Utc::now().timestamp_millis();
-    let day = 24 * crate::rollup::HOUR;
+    let day = 24 * crate::observe::rollup::HOUR;
     let rows = server
         .state
         .store
-        .rollups(crate::store::RollupQuery {
+        .rollups(crate::data::store::RollupQuery {
             org_id: g.org_id.clone(),
             gateway_id: Some(g.id.clone()),
-            tier_ms: crate::rollup::HOUR,
+            tier_ms: crate::observe::rollup::HOUR,
             since_ms: now.div_euclid(day) * day,
             ..Default::default()
         })

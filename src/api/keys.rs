@@ -2,9 +2,9 @@
 
 use super::authority::Rights;
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::ApiKey;
-use crate::secrets;
+use crate::base::secrets;
+use crate::data::model::ApiKey;
+use crate::edge::error::ApiError;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::json;

@@ -1,14 +1,14 @@
 //! `/logs`: the organisation's request log, newest first. Each `tools/call` through a gateway
 //! leaves one entry (spec "Log entry"); the arguments and the answer are size-capped when they
 //! are written, and credentials never reach them (they travel in headers, not in params).
-//! Analytics and metrics read the log's rollups ([`crate::rollup`]), never its entries, so that
+//! Analytics and metrics read the log's rollups ([`crate::observe::rollup`]), never its entries, so that
 //! a month costs what a month of buckets costs.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::reqlog::Urgency;
-use crate::rollup::{self, Histogram, Rollup};
-use crate::store::{LogQuery, LogRow, RollupQuery};
+use crate::data::reqlog::Urgency;
+use crate::data::store::{LogQuery, LogRow, RollupQuery};
+use crate::edge::error::ApiError;
+use crate::observe::rollup::{self, Histogram, Rollup};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 

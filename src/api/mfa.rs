@@ -10,9 +10,9 @@
 //! `TOOLGATE_ADMIN_KEY` resets any user's MFA without a code.
 
 use super::{ApiResult, Call, Reply};
-use crate::courier::is_phone_number;
-use crate::error::ApiError;
-use crate::mfa::{Caller, NewMethod, MFA_TTL};
+use crate::edge::error::ApiError;
+use crate::identity::mfa::{Caller, NewMethod, MFA_TTL};
+use crate::outbound::courier::is_phone_number;
 use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;

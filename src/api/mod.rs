@@ -22,7 +22,7 @@ pub mod sessions;
 pub mod user;
 pub mod webhooks;
 
-use crate::error::ApiError;
+use crate::edge::error::ApiError;
 use crate::server::Server;
 use bytes::Bytes;
 use http::Method;

@@ -4,10 +4,10 @@
 //! Deleting a client revokes every grant its users made it.
 
 use super::{display_name, iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::OAuthClient;
-use crate::secrets;
-use crate::store::Kind;
+use crate::base::secrets;
+use crate::data::model::OAuthClient;
+use crate::data::store::Kind;
+use crate::edge::error::ApiError;
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -53,7 +53,7 @@ async fn clients_of(call: &Call<'_>, org_id: &str) -> Result<Vec<OAuthClient>, A
 
 async fn find(call: &Call<'_>) -> Result<OAuthClient, ApiError> {
     let who = call.who()?;
-    crate::oauth_server::stored_client(call.server.state.store.as_ref(), call.id())
+    crate::identity::oauth_server::stored_client(call.server.state.store.as_ref(), call.id())
         .await?
         .filter(|c| c.org_id == who.org_id)
         .ok_or(ApiError::NotFound("OAuth client"))
@@ -81,7 +81,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     }
     let mut redirect_uris = Vec::with_capacity(body.redirect_uris.len());
     for raw in &body.redirect_uris {
-        crate::oauth_server::check_redirect_uri(raw).map_err(|e| ApiError::validation("redirect_uris", e))?;
+        crate::identity::oauth_server::check_redirect_uri(raw).map_err(|e| ApiError::validation("redirect_uris", e))?;
         if !redirect_uris.contains(raw) {
             redirect_uris.push(raw.clone());
         }

@@ -4,8 +4,8 @@
 //! share, so concurrent creations cannot overshoot.
 
 use crate::config::TierQuotas;
-use crate::error::ApiError;
-use crate::state::State;
+use crate::data::state::State;
+use crate::edge::error::ApiError;
 
 /// A counted resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

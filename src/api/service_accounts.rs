@@ -1,9 +1,9 @@
 //! `/service-accounts`: non-human key owners with their own scopes and rate-limit multiplier.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::{ApiKey, ServiceAccount};
-use crate::secrets;
+use crate::base::secrets;
+use crate::data::model::{ApiKey, ServiceAccount};
+use crate::edge::error::ApiError;
 use chrono::{Duration, Utc};
 use serde::Deserialize;
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! `/sessions`: the MCP protocol sessions of the caller's organisation.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::McpSession;
+use crate::data::model::McpSession;
+use crate::edge::error::ApiError;
 use serde_json::{json, Value};
 
 fn view(call: &Call<'_>, s: &McpSession) -> Value {

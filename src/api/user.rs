@@ -1,9 +1,9 @@
 //! `/user`: the caller's own user.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
-use crate::model::NotificationPreferences;
-use crate::signin::passwords::{self, PasswordRecord};
+use crate::data::model::NotificationPreferences;
+use crate::edge::error::ApiError;
+use crate::identity::signin::passwords::{self, PasswordRecord};
 use serde::Deserialize;
 use serde_json::json;
 use toolgate_filters::CredentialKind;
@@ -84,7 +84,7 @@ pub struct SetPassword {
 
 /// The caller's own user, when the credential is the user's own (an account key or a JWT):
 /// a gateway's key or token, or a service account's, speaks for no person.
-fn person(call: &Call<'_>) -> Result<std::sync::Arc<crate::model::User>, ApiError> {
+fn person(call: &Call<'_>) -> Result<std::sync::Arc<crate::data::model::User>, ApiError> {
     let who = call.who()?;
     if !matches!(who.credential, CredentialKind::ApiKey | CredentialKind::Jwt { .. }) {
         return Err(ApiError::Forbidden("only a user's own key or token manages its sign-in".into()));
@@ -123,7 +123,7 @@ pub async fn set_password(call: &Call<'_>) -> ApiResult {
     // every OAuth grant the user gave (a client that was handed a token through a session of
     // the old password loses it).
     server.signin.sessions.end_all(&user.id).await?;
-    let revoked = crate::oauth_server::revoke_user(&server.state, &user).await?;
+    let revoked = crate::identity::oauth_server::revoke_user(&server.state, &user).await?;
     Ok(Reply::message(format!("password set; every web session was ended and {revoked} OAuth grant(s) revoked")))
 }
 

@@ -2,10 +2,10 @@
 //! secret is shown once, when it is made; it is kept sealed. Delivery itself is `events/`.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::error::ApiError;
+use crate::base::secrets;
+use crate::data::model::{Delivery, Webhook};
+use crate::edge::error::ApiError;
 use crate::events::{sign, EVENTS};
-use crate::model::{Delivery, Webhook};
-use crate::secrets;
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -76,7 +76,7 @@ pub struct Config {
     pub sms: Option<SmsConfig>,
     /// JWT bearer tokens on the management API (the verifier, holding its [`JwtConfig`] and the
     /// keys read while validating); `None` refuses every non-key bearer value.
-    pub jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
+    pub jwt: Option<std::sync::Arc<crate::base::jwt::JwtVerifier>>,
     /// OAuth for MCP clients on the gateways that opt in; `None`: no gateway may.
     pub gateway_oauth: Option<GatewayOAuthConfig>,
     pub web: WebConfig,
@@ -169,7 +169,7 @@ pub struct OidcProvider {
     /// organisations hold is refused.
     pub organization: Option<String>,
     /// Verifies ID tokens: RS256, the issuer, the audience `client_id`, their times.
-    pub verifier: std::sync::Arc<crate::jwt::JwtVerifier>,
+    pub verifier: std::sync::Arc<crate::base::jwt::JwtVerifier>,
 }
 
 /// The issuer whose access tokens the gateways with `configuration.auth: oauth` accept.
@@ -181,11 +181,11 @@ pub struct GatewayOAuthConfig {
     pub scopes: Vec<String>,
     /// Verifies the signature, issuer and times with the issuer's keys; the audience (the
     /// gateway's resource) is checked per request.
-    pub verifier: std::sync::Arc<crate::jwt::JwtVerifier>,
+    pub verifier: std::sync::Arc<crate::base::jwt::JwtVerifier>,
 }
 
 /// The JWT settings are the verifier's own type (`jwt` is a leaf the configuration builds on).
-pub use crate::jwt::{JwtConfig, JwtKeyConfig};
+pub use crate::base::jwt::{JwtConfig, JwtKeyConfig};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -13,10 +13,10 @@
 //! With several instances on one store, the instance that fires takes a short lock named after
 //! the crossing, so that the others (which may see the same key near its limit) stay silent.
 
+use crate::data::model::Alert;
+use crate::data::state::State;
+use crate::data::store::{Kind, StoreError};
 use crate::mcp::quota::Reached;
-use crate::model::Alert;
-use crate::state::State;
-use crate::store::{Kind, StoreError};
 use dashmap::DashMap;
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -18,16 +18,16 @@
 //! taken again at every attempt.
 
 pub mod alerts;
-pub mod egress;
+
 pub mod sign;
 
-use crate::changes::Change;
-use crate::model::{Alert, Delivery, Webhook};
-use crate::state::State;
-use crate::store::{Kind, StoreError};
+use crate::data::changes::Change;
+use crate::data::model::{Alert, Delivery, Webhook};
+use crate::data::state::State;
+use crate::data::store::{Kind, StoreError};
+use crate::outbound::egress::Egress;
 use chrono::Utc;
 use dashmap::DashMap;
-use egress::Egress;
 use rand::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -75,7 +75,7 @@ pub struct Events {
     /// Usage crossings (alerts and `usage.limit_warning`).
     pub watcher: alerts::Watcher,
     /// Where alerts' e-mail leaves.
-    courier: Arc<crate::courier::Courier>,
+    courier: Arc<crate::outbound::courier::Courier>,
 }
 
 /// Whether a receiver took a delivery: a 2xx (an SMTP server's 250 among them).
@@ -97,7 +97,10 @@ fn now_ms() -> i64 {
 impl Events {
     /// Loads the pending deliveries of the outbox, and starts listening to the change feed
     /// (changes made from now on are not lost, even before [`Events::run`] runs).
-    pub async fn load(state: Arc<State>, courier: Arc<crate::courier::Courier>) -> Result<Arc<Events>, StoreError> {
+    pub async fn load(
+        state: Arc<State>,
+        courier: Arc<crate::outbound::courier::Courier>,
+    ) -> Result<Arc<Events>, StoreError> {
         let events = Events {
             changes: parking_lot::Mutex::new(Some(state.changes.subscribe())),
             in_flight: Arc::new(Semaphore::new(state.config().webhooks.concurrency)),
@@ -233,7 +236,8 @@ impl Events {
     }
 
     async fn record_notification(&self, alert: &Alert, channel: &str, data: Value) -> Result<Delivery, StoreError> {
-        let mut d = Delivery::pending(crate::secrets::new_id("msg"), &alert.org_id, "", "usage.limit_warning", data);
+        let mut d =
+            Delivery::pending(crate::base::secrets::new_id("msg"), &alert.org_id, "", "usage.limit_warning", data);
         d.alert_id = Some(alert.id.clone());
         d.channel = Some(channel.to_string());
         self.enqueue(d).await
@@ -245,7 +249,7 @@ impl Events {
     }
 
     async fn record(&self, w: &Webhook, event: &str, data: Value) -> Result<Delivery, StoreError> {
-        self.enqueue(Delivery::pending(crate::secrets::new_id("msg"), &w.org_id, &w.id, event, data)).await
+        self.enqueue(Delivery::pending(crate::base::secrets::new_id("msg"), &w.org_id, &w.id, event, data)).await
     }
 
     /// Writes a new delivery to the outbox, then queues it.

@@ -2,16 +2,16 @@
 //! upstream (and its upstream MCP session) belongs to one organisation's connection. Built-in apps
 //! have no credentials and are shared.
 
+use crate::base::fast_map::FastMap;
+use crate::base::pair_key::pair;
 use crate::config::{AppConfig, AppUpstream};
-use crate::fast_map::FastMap;
+use crate::data::state::State;
 use crate::mcp::failures::FailureRuns;
 use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{
     AppNotice, CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream,
     UpstreamError, UpstreamReply, UpstreamSettings, UpstreamShared,
 };
-use crate::pair_key::pair;
-use crate::state::State;
 use dashmap::DashMap;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +29,7 @@ pub enum AppError {
     Upstream { app: String, error: Box<UpstreamError> },
     /// The app's OAuth tokens could not be renewed; the connection is marked `error`.
     #[error("app `{app}`: {error}")]
-    Authorization { app: String, error: crate::app_oauth::OAuthError },
+    Authorization { app: String, error: crate::identity::app_oauth::OAuthError },
 }
 
 /// Whose upstream serves `org_id`'s calls to `app`: apps without credentials are the same for
@@ -218,7 +218,7 @@ impl AppClients {
     }
 
     /// The OAuth tokens of a connected OAuth connection.
-    fn oauth_tokens(&self, org_id: &str, app_id: &str) -> Option<crate::app_oauth::Tokens> {
+    fn oauth_tokens(&self, org_id: &str, app_id: &str) -> Option<crate::identity::app_oauth::Tokens> {
         let conn = self.state.connection(org_id, app_id)?;
         if conn.auth_type != "oauth" || conn.status != "connected" {
             return None;
@@ -229,7 +229,11 @@ impl AppClients {
 
     /// The connection's OAuth tokens for a call (read once per call: none for any other kind
     /// of connection), renewed first when they are due.
-    async fn tokens_for_call(&self, org_id: &str, app_id: &str) -> Result<Option<crate::app_oauth::Tokens>, AppError> {
+    async fn tokens_for_call(
+        &self,
+        org_id: &str,
+        app_id: &str,
+    ) -> Result<Option<crate::identity::app_oauth::Tokens>, AppError> {
         let tokens = self.oauth_tokens(org_id, app_id);
         if tokens.as_ref().is_some_and(|t| t.due(chrono::Utc::now().timestamp())) {
             self.renew(org_id, app_id, None).await?;
@@ -240,7 +244,10 @@ impl AppClients {
 
     /// The access token a call was sent with, when the app refused it with 401: worth a renewal
     /// and one more try.
-    fn refused<'t>(tokens: &'t Option<crate::app_oauth::Tokens>, error: Option<&UpstreamError>) -> Option<&'t str> {
+    fn refused<'t>(
+        tokens: &'t Option<crate::identity::app_oauth::Tokens>,
+        error: Option<&UpstreamError>,
+    ) -> Option<&'t str> {
         match error {
             Some(UpstreamError::Http { status: 401, .. }) => tokens.as_ref().map(|t| t.access_token.as_str()),
             _ => None,
@@ -253,7 +260,7 @@ impl AppClients {
     /// refuses marks the connection `error` (connect it again).
     async fn renew(&self, org_id: &str, app_id: &str, rejected: Option<&str>) -> Result<(), AppError> {
         let now = chrono::Utc::now().timestamp();
-        let due = |t: &crate::app_oauth::Tokens| match rejected {
+        let due = |t: &crate::identity::app_oauth::Tokens| match rejected {
             Some(refused) => t.access_token == refused,
             None => t.due(now),
         };
@@ -265,7 +272,7 @@ impl AppClients {
         };
         let mut renewed = (*conn).clone();
         let allow_http = self.state.config().environment.allows_http();
-        match crate::app_oauth::refresh(&app, allow_http, &tokens).await {
+        match crate::identity::app_oauth::refresh(&app, allow_http, &tokens).await {
             Ok(fresh) => {
                 let plain = serde_json::to_vec(&fresh).unwrap_or_default();
                 renewed.sealed_credentials = Some(self.state.sealer.seal(&plain));
@@ -274,7 +281,8 @@ impl AppClients {
                 Ok(())
             }
             Err(
-                error @ (crate::app_oauth::OAuthError::Unreachable(_) | crate::app_oauth::OAuthError::Discovery(_)),
+                error @ (crate::identity::app_oauth::OAuthError::Unreachable(_)
+                | crate::identity::app_oauth::OAuthError::Discovery(_)),
             ) => {
                 // The provider may be back soon: the connection stays, this call fails.
                 Err(AppError::Authorization { app: app_id.into(), error })

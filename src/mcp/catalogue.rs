@@ -2,10 +2,10 @@
 //! apps, filtered by `allowed_tools` and named per DESIGN Decision 5, with the map back from an
 //! exposed name to (app, upstream name).
 
+use crate::data::model::Gateway;
 use crate::mcp::apps::AppClients;
 use crate::mcp::modern::{self, ParamHeader};
 use crate::mcp::upstream::ListMethod;
-use crate::model::Gateway;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

@@ -3,7 +3,11 @@
 //! prompt or resource, whose answer (JSON or a stream of events) is relayed back. Every
 //! `tools/call` leaves an entry in the request log.
 
-use crate::exchange::{sse_event, Exchange};
+use crate::base::secrets;
+use crate::data::model::{ClientCapabilities, Gateway, McpSession};
+use crate::data::reqlog::{Answer, EntryWriter};
+use crate::data::store::LogRecord;
+use crate::edge::exchange::{sse_event, Exchange};
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope};
@@ -17,12 +21,8 @@ use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
 use crate::mcp::tasks;
 use crate::mcp::upstream::{CallContext, ClientEra, UpstreamError, UpstreamReply};
-use crate::metrics::{self, ErrorType};
-use crate::model::{ClientCapabilities, Gateway, McpSession};
-use crate::reqlog::{Answer, EntryWriter};
-use crate::secrets;
-use crate::store::LogRecord;
-use crate::trace::{self, Span, SpanKind, TraceContext};
+use crate::observe::metrics::{self, ErrorType};
+use crate::observe::trace::{self, Span, SpanKind, TraceContext};
 use chrono::Utc;
 use http::{HeaderName, HeaderValue};
 use serde_json::value::RawValue;
@@ -727,7 +727,7 @@ async fn await_or_stream_early<F: std::future::Future>(
 ) -> pingora::Result<(F::Output, Option<(Arc<CallStream>, bool)>)> {
     tokio::select! {
         r = &mut call => Ok((r, None)),
-        // Pingora's timer, as every per-call wait (see `crate::deadline`).
+        // Pingora's timer, as every per-call wait (see `crate::base::deadline`).
         _ = pingora::time::sleep(EARLY_STREAM) => {
             let mut early = None;
             if let Some(rs) = mcp.call_streams.open(mcp_id) {

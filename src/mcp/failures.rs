@@ -10,7 +10,7 @@
 //!
 //! The path of a call that went through costs one atomic load while no run is open.
 
-use crate::pair_key::pair;
+use crate::base::pair_key::pair;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

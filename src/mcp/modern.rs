@@ -5,9 +5,9 @@
 //! the members a result gains (`resultType`, the caching hints). No I/O: `stateless.rs` does
 //! the exchange. The decisions are in `README.md` ("MCP 2026-07-28").
 
+use crate::data::model::Gateway;
 use crate::mcp::jsonrpc::{RawJson, RawMembers};
 use crate::mcp::protocol::{self, RpcCode};
-use crate::model::Gateway;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde::Deserialize;

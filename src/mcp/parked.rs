@@ -122,7 +122,7 @@ impl ParkedCalls {
     pub(crate) fn park(&self, mut call: Parked) -> Result<String, ParkRefused> {
         let now = Instant::now();
         call.expires = now + PARK_TTL;
-        let id = crate::secrets::new_session_id();
+        let id = crate::base::secrets::new_session_id();
         let mut calls = self.calls.lock();
         // Expired calls go first (their streams drop outside the lock, below).
         let expired: Vec<Parked> = {

@@ -5,7 +5,7 @@
 //! the simplest exact reading of it is the right one; the per-caller buckets with burst live in
 //! the rate-limit filter.
 
-use crate::fast_map::FastMap;
+use crate::base::fast_map::FastMap;
 use http::{HeaderName, HeaderValue};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -3,10 +3,10 @@
 //! notifications that concern the apps (cancellation, roots) go to the apps; an app's
 //! `notifications/resources/updated` goes to the subscribed sessions' GET streams.
 
+use crate::data::model::Gateway;
 use crate::mcp::jsonrpc::{self, Id, RawJson, Response};
 use crate::mcp::runtime::{McpRuntime, StreamMessage};
 use crate::mcp::upstream::{AppNotice, CallContext};
-use crate::model::Gateway;
 use std::sync::Arc;
 
 impl McpRuntime {

@@ -6,7 +6,7 @@
 //! missed, then the rest live. A dropped connection is not a cancellation (MCP says so): the call
 //! goes on and its events are buffered for the client to come back to.
 
-use crate::fast_map::FastMap;
+use crate::base::fast_map::FastMap;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::VecDeque;

@@ -2,8 +2,8 @@
 //! management-style [`ApiError`], a spent quota, a protocol error) becomes a JSON-RPC error body
 //! under its HTTP status, with the codes of [`RpcCode`].
 
-use crate::error::ApiError;
-use crate::exchange::Exchange;
+use crate::edge::error::ApiError;
+use crate::edge::exchange::Exchange;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Response};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::quota::Spent;

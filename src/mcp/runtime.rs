@@ -3,8 +3,12 @@
 //! (`transport`, `dispatch`) and the relay of server-to-client messages (`relay`) work on it;
 //! management handlers reach it through `Server::mcp` to list sessions or test apps.
 
-use crate::changes::Change;
-use crate::fast_map::FastMap;
+use crate::base::fast_map::FastMap;
+use crate::data::changes::Change;
+use crate::data::model::Gateway;
+use crate::data::reqlog::RequestLog;
+use crate::data::state::State;
+use crate::data::store::StoreError;
 use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc;
@@ -14,10 +18,6 @@ use crate::mcp::replay::CallStreams;
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;
 use crate::mcp::upstream::{AppNotice, NoticeKind};
-use crate::model::Gateway;
-use crate::reqlog::RequestLog;
-use crate::state::State;
-use crate::store::StoreError;
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,10 +17,10 @@
 //! * ending a session (DELETE, a revoked key, a deleted gateway, expiry) closes its GET streams
 //!   through [`Sessions::closed`].
 
-use crate::changes::{Change, Feed};
-use crate::fast_map::{FastMap, FastSet};
-use crate::model::{ClientCapabilities, McpSession};
-use crate::store::{Kind, Store, StoreError};
+use crate::base::fast_map::{FastMap, FastSet};
+use crate::data::changes::{Change, Feed};
+use crate::data::model::{ClientCapabilities, McpSession};
+use crate::data::store::{Kind, Store, StoreError};
 use chrono::Utc;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -594,7 +594,7 @@ impl Sessions {
 
     /// Writes the activity of sessions used since the last flush, in one transaction.
     pub async fn flush(&self) {
-        crate::store::write_dirty(&*self.store, Kind::Session, &self.dirty, |id| {
+        crate::data::store::write_dirty(&*self.store, Kind::Session, &self.dirty, |id| {
             self.get(id).and_then(|s| serde_json::to_string(&s).ok().map(|json| (s.org_id, json)))
         })
         .await;
@@ -604,13 +604,13 @@ impl Sessions {
 /// A session's lifetime, from its start to `end` (its last activity when it expired), in the
 /// session-duration histogram.
 fn observe_lifetime(session: &McpSession, end: chrono::DateTime<Utc>) {
-    crate::metrics::mcp_session_ended((end - session.started_at).to_std().unwrap_or_default());
+    crate::observe::metrics::mcp_session_ended((end - session.started_at).to_std().unwrap_or_default());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::EmbeddedStore;
+    use crate::data::store::EmbeddedStore;
 
     fn session(id: &str, org: &str, key: &str) -> McpSession {
         let now = Utc::now();

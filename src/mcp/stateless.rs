@@ -5,7 +5,8 @@
 //! turns a stateless app's questions into requests), so it holds the app's call open between the
 //! client's rounds ([`ParkedCalls`]) and carries its own sealed `requestState` to find it again. The decisions are in `README.md` ("MCP 2026-07-28").
 
-use crate::exchange::{sse_event, Exchange};
+use crate::data::model::Gateway;
+use crate::edge::exchange::{sse_event, Exchange};
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope, Rejection};
 use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
@@ -14,7 +15,6 @@ use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::tasks;
 use crate::mcp::upstream::ReplyStream;
-use crate::model::Gateway;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;

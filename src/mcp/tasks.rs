@@ -9,15 +9,15 @@
 //! gateway it was created through, and an app's task ids never reach clients (nor can a client
 //! name another app's task). The decisions are in `README.md` ("Tasks").
 
+use crate::base::secrets::Sealer;
+use crate::data::model::Gateway;
 use crate::mcp::apps::AppError;
 use crate::mcp::jsonrpc::{self, ErrorObject, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::upstream::{CallContext, ClientEra};
-use crate::metrics::{self, ErrorType};
-use crate::model::Gateway;
-use crate::secrets::Sealer;
+use crate::observe::metrics::{self, ErrorType};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};

@@ -3,8 +3,9 @@
 //! session from `Mcp-Session-Id` or its cookie, and the GET stream. What a message asks for is
 //! `dispatch`'s business.
 
-use crate::error::ApiError;
-use crate::exchange::{sse_event, Exchange};
+use crate::data::model::Gateway;
+use crate::edge::error::ApiError;
+use crate::edge::exchange::{sse_event, Exchange};
 use crate::mcp::dispatch::{self, Caller};
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
 use crate::mcp::modern;
@@ -14,7 +15,6 @@ use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::SessionError;
 use crate::mcp::stateless;
-use crate::model::Gateway;
 use bytes::Bytes;
 use http::{HeaderValue, Method};
 use std::borrow::Cow;

@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use toolgate::route::Route;
+use toolgate::base::route::Route;
 use toolgate_filters::auth::{self, AuthError, Authenticate, CredentialResolver};
 use toolgate_filters::ip_allowlist::{parse_net, IpPolicyConfig, IpPolicyError};
 use toolgate_filters::rate_limit::{cost_and_bucket, strip_version_prefix, RateLimitPolicy};

@@ -52,7 +52,7 @@ impl RawGatewayOAuth {
             max_lifetime_secs,
             discover_jwks: true,
         };
-        let verifier = crate::jwt::JwtVerifier::new(jwt).map_err(|e| invalid("gateway_oauth", e.to_string()))?;
+        let verifier = crate::base::jwt::JwtVerifier::new(jwt).map_err(|e| invalid("gateway_oauth", e.to_string()))?;
         Ok(GatewayOAuthConfig { issuer: self.issuer, scopes: self.scopes, verifier: std::sync::Arc::new(verifier) })
     }
 }

@@ -31,7 +31,7 @@ impl RawJwt {
     pub(super) fn build(
         self,
         environment: Environment,
-    ) -> Result<std::sync::Arc<crate::jwt::JwtVerifier>, ConfigError> {
+    ) -> Result<std::sync::Arc<crate::base::jwt::JwtVerifier>, ConfigError> {
         let j = self;
         if j.keys.is_empty() && j.jwks_file.is_none() && j.jwks_url.is_none() {
             return Err(invalid("jwt", "needs keys, jwks_file or jwks_url"));
@@ -62,7 +62,7 @@ impl RawJwt {
         };
         // Keys that cannot be read stop the start (and `check-config`), naming the field.
         // The verifier that read them is the server's: one verifier, built once.
-        let verifier = crate::jwt::JwtVerifier::new(cfg.clone()).map_err(|e| {
+        let verifier = crate::base::jwt::JwtVerifier::new(cfg.clone()).map_err(|e| {
             let text = e.to_string();
             let (field, message) = text.split_once(": ").unwrap_or(("jwt", &text));
             invalid(field, message)

@@ -231,7 +231,7 @@ impl RawWeb {
             if !scopes.iter().any(|s| s == "openid") {
                 return Err(invalid(f("scopes"), "must include openid"));
             }
-            let verifier = crate::jwt::JwtVerifier::new(JwtConfig {
+            let verifier = crate::base::jwt::JwtVerifier::new(JwtConfig {
                 issuer: Some(p.issuer.clone()),
                 audience: Some(p.client_id.clone()),
                 leeway_secs: 60,

@@ -39,7 +39,7 @@
 //!   tried once, when a handshake-era client first calls it; an app that refuses it is translated
 //!   for those clients (`stateless.rs`).
 
-use crate::fast_map::FastMap;
+use crate::base::fast_map::FastMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -463,7 +463,7 @@ impl Inner {
             body: Bytes::new(),
         };
         let limit = Instant::now() + self.timeouts.first_byte();
-        let resp = crate::deadline::until(limit, self.target.send(Method::GET, out))
+        let resp = crate::base::deadline::until(limit, self.target.send(Method::GET, out))
             .await
             .map_err(|_| UpstreamError::Timeout { phase: TimeoutPhase::FirstByte })??;
         let status = resp.status();
@@ -548,7 +548,7 @@ impl Inner {
         let first_byte = Instant::now() + self.timeouts.first_byte();
         let (limit, phase) =
             if first_byte < deadline { (first_byte, TimeoutPhase::FirstByte) } else { (deadline, TimeoutPhase::Total) };
-        let resp = match crate::deadline::until(limit, self.target.send(Method::POST, out)).await {
+        let resp = match crate::base::deadline::until(limit, self.target.send(Method::POST, out)).await {
             Err(_) => return Err(UpstreamError::Timeout { phase }),
             Ok(result) => result?,
         };

@@ -440,7 +440,7 @@ impl ReplyStream {
         }
         let event = match self.peeked.take() {
             Some(ev) => Ok(ev),
-            None => match crate::deadline::until(self.deadline, self.source.recv()).await {
+            None => match crate::base::deadline::until(self.deadline, self.source.recv()).await {
                 Ok(r) => r,
                 Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
             },
@@ -472,7 +472,7 @@ impl ReplyStream {
     /// so the common case costs the gateway no streaming.
     pub(crate) async fn into_reply(mut self) -> Result<UpstreamReply, UpstreamError> {
         if self.peeked.is_none() {
-            let ev = match crate::deadline::until(self.deadline, self.source.recv()).await {
+            let ev = match crate::base::deadline::until(self.deadline, self.source.recv()).await {
                 Ok(r) => r,
                 Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Total }),
             };

@@ -166,7 +166,7 @@ impl Inner {
         } else {
             (deadline, super::TimeoutPhase::Total)
         };
-        let resp = match crate::deadline::until(limit, self.target.send(Method::POST, out)).await {
+        let resp = match crate::base::deadline::until(limit, self.target.send(Method::POST, out)).await {
             Err(_) => return Err(UpstreamError::Timeout { phase }),
             Ok(result) => result?,
         };
@@ -324,7 +324,7 @@ async fn rounds(
         }
         let mut responses = Map::new();
         for (key, orx) in pending {
-            let answered = match crate::deadline::until(deadline, orx).await {
+            let answered = match crate::base::deadline::until(deadline, orx).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => {
                     let _ = tx.send(Err(UpstreamError::Closed)).await;

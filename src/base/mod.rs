@@ -1,0 +1,11 @@
+//! The ground floor: small pieces every other area may use and that use nothing of toolgate's
+//! (ids and secrets, JWT verification, the maps read on every call, deadlines, where a path
+//! goes, the well-known URIs).
+
+pub mod deadline;
+pub mod fast_map;
+pub mod jwt;
+pub mod pair_key;
+pub mod route;
+pub mod secrets;
+pub mod well_known;

@@ -1,0 +1,942 @@
+//! The server's state: every record in memory (sharded maps, lock-free reads), written through to
+//! the [`Store`] before a change is acknowledged. Hot-path reads (key by hash, gateway by id)
+//! never touch the store.
+
+use crate::base::fast_map::{FastMap, FastSet};
+use crate::base::pair_key::pair;
+use crate::base::secrets::{self, Sealer};
+use crate::config::{Config, StorageConfig};
+use crate::data::changes::{Change, Feed};
+use crate::data::model::*;
+use crate::data::store::{Kind, Store, StoreError};
+use chrono::Utc;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::Arc;
+use toolgate_filters::auth::{AuthError, CredentialResolver};
+use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
+use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
+
+mod follow;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Seal(#[from] secrets::SealError),
+}
+
+/// Id of the organisation, user and key made for `TOOLGATE_ADMIN_KEY` / the first start.
+pub const BOOTSTRAP_ORG: &str = "org_default";
+pub const BOOTSTRAP_USER: &str = "usr_owner";
+
+pub struct State {
+    /// The running configuration; [`State::reload`] replaces it (SIGHUP, `POST /v1/admin/reload`).
+    /// Read through [`State::config`].
+    config: arc_swap::ArcSwap<Config>,
+    pub store: Arc<dyn Store>,
+    pub sealer: Sealer,
+    orgs: FastMap<String, Arc<Organization>>,
+    users: FastMap<String, Arc<User>>,
+    keys: FastMap<String, Arc<ApiKey>>,
+    /// SHA-256 hex of a key -> key id.
+    key_by_hash: FastMap<[u8; 32], Arc<ApiKey>>,
+    gateways: FastMap<String, Arc<Gateway>>,
+    /// (org id, app id) -> connection.
+    connections: FastMap<(String, String), Arc<Connection>>,
+    /// Resolved callers by key id; cleared whenever a key, user or organisation changes.
+    principals: FastMap<String, Arc<Principal>>,
+    /// Each organisation's IP policy, rebuilt when the organisation is saved.
+    ip_policies: FastMap<String, Arc<IpPolicy>>,
+    service_accounts: FastMap<String, Arc<ServiceAccount>>,
+    webhooks: FastMap<String, Arc<Webhook>>,
+    /// What users granted OAuth clients (toolgate's authorization server), by grant id: an access
+    /// token is checked here, in memory, as a key is.
+    grants: FastMap<String, Arc<OAuthGrant>>,
+    usage: FastMap<String, KeyUsage>,
+    usage_dirty: FastSet<String>,
+    /// Verifies JWT bearer tokens, when `jwt:` is configured (replaced by a reload).
+    pub jwt: arc_swap::ArcSwapOption<crate::base::jwt::JwtVerifier>,
+    /// Serialises management writes so uniqueness checks and their write are atomic
+    /// ([`State::lock_writes`]).
+    write_lock: tokio::sync::Mutex<()>,
+    /// Held while this instance's copies of records change: by a write, from its copy's update
+    /// to its publication, and by a reload or another instance's change, while it puts in
+    /// place the copies it read from the store. So a copy read before a write of this
+    /// instance cannot overwrite what the write put in place (`follow.rs`).
+    copies: std::sync::Mutex<()>,
+    /// Every change of a record, published by the write methods below once it is durable.
+    pub changes: Feed,
+    /// With a shared store: when this instance last heard from it (Unix ms, `peers.rs`).
+    shared_contact: std::sync::atomic::AtomicI64,
+    /// The id of the key given as `TOOLGATE_ADMIN_KEY`: whoever sets the server's environment is
+    /// the operator, who may reset any user's MFA without MFA (the documented recovery path).
+    pub operator_key_id: std::sync::OnceLock<String>,
+}
+
+fn decode<T: DeserializeOwned>(kind: Kind, id: &str, body: &str) -> Result<T, StoreError> {
+    serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
+        kind: kind.as_str(),
+        id: id.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+impl State {
+    /// The running configuration. A cheap read (no reference count is touched); hold it for a
+    /// statement or a short block, not across a wait, so a reload is seen by the next request.
+    pub fn config(&self) -> arc_swap::Guard<Arc<Config>> {
+        self.config.load()
+    }
+
+    /// Puts a reloaded configuration in place (`reload`): every read from now on sees it.
+    pub(crate) fn replace_config(&self, config: Arc<Config>) {
+        self.jwt.store(config.jwt.clone());
+        self.config.store(config);
+    }
+
+    /// A configured app's settings, kept by the caller across a reload.
+    pub fn app(&self, id: &str) -> Option<Arc<crate::config::AppConfig>> {
+        self.config.load().app(id).cloned()
+    }
+
+    /// Opens the store, loads every record and applies the YAML declarations and the bootstrap
+    /// key. Returns the state and, on a first start without `TOOLGATE_ADMIN_KEY`, the new owner
+    /// key to print once.
+    pub async fn open(
+        config: Arc<Config>,
+        admin_key: Option<String>,
+    ) -> Result<(Arc<State>, Option<String>), StartError> {
+        let store = crate::data::store::open(&config.storage)?;
+        // The sealing key: TOOLGATE_SECRET_KEY, or a key file beside the embedded store; on
+        // Redis every instance must seal with the same key, so only the environment will do.
+        let sealer = match &config.storage {
+            StorageConfig::Embedded { path: dir } => Sealer::load(dir)?,
+            StorageConfig::Redis { .. } => Sealer::shared()?,
+        };
+        Self::open_on(config, store, sealer, admin_key).await
+    }
+
+    /// [`State::open`] on a store already opened.
+    async fn open_on(
+        config: Arc<Config>,
+        store: Arc<dyn Store>,
+        sealer: Sealer,
+        admin_key: Option<String>,
+    ) -> Result<(Arc<State>, Option<String>), StartError> {
+        let state = State {
+            config: arc_swap::ArcSwap::new(config.clone()),
+            store,
+            sealer,
+            orgs: FastMap::default(),
+            users: FastMap::default(),
+            keys: FastMap::default(),
+            key_by_hash: FastMap::default(),
+            gateways: FastMap::default(),
+            connections: FastMap::default(),
+            principals: FastMap::default(),
+            ip_policies: FastMap::default(),
+            service_accounts: FastMap::default(),
+            webhooks: FastMap::default(),
+            grants: FastMap::default(),
+            usage: FastMap::default(),
+            usage_dirty: FastSet::default(),
+            write_lock: tokio::sync::Mutex::new(()),
+            copies: std::sync::Mutex::new(()),
+            changes: Feed::new(),
+            shared_contact: std::sync::atomic::AtomicI64::new(Utc::now().timestamp_millis()),
+            operator_key_id: std::sync::OnceLock::new(),
+            jwt: arc_swap::ArcSwapOption::from(config.jwt.clone()),
+        };
+        state.load().await?;
+        state.apply_declarations().await?;
+        let printed = state.bootstrap(admin_key).await?;
+        Ok((Arc::new(state), printed))
+    }
+
+    async fn load(&self) -> Result<(), StoreError> {
+        for (id, body) in self.store.load_all(Kind::Organization).await? {
+            let org: Organization = decode(Kind::Organization, &id, &body)?;
+            self.set_ip_policy(&org);
+            self.orgs.insert(id, Arc::new(org));
+        }
+        for (id, body) in self.store.load_all(Kind::ServiceAccount).await? {
+            self.service_accounts.insert(id.clone(), Arc::new(decode(Kind::ServiceAccount, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::KeyUsage).await? {
+            self.usage.insert(id.clone(), decode(Kind::KeyUsage, &id, &body)?);
+        }
+        for (id, body) in self.store.load_all(Kind::User).await? {
+            self.users.insert(id.clone(), Arc::new(decode(Kind::User, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::ApiKey).await? {
+            let key: ApiKey = decode(Kind::ApiKey, &id, &body)?;
+            let key = Arc::new(key);
+            self.index_key(&key);
+            self.keys.insert(id, key);
+        }
+        for (id, body) in self.store.load_all(Kind::Gateway).await? {
+            self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::Connection).await? {
+            let c: Connection = decode(Kind::Connection, &id, &body)?;
+            self.connections.insert((c.org_id.clone(), c.app_id.clone()), Arc::new(c));
+        }
+        for (id, body) in self.store.load_all(Kind::Webhook).await? {
+            self.webhooks.insert(id.clone(), Arc::new(decode(Kind::Webhook, &id, &body)?));
+        }
+        for (id, body) in self.store.load_all(Kind::OAuthGrant).await? {
+            self.grants.insert(id.clone(), Arc::new(decode(Kind::OAuthGrant, &id, &body)?));
+        }
+        Ok(())
+    }
+
+    /// Writes the organisations, users and keys the configuration declares (at start, and again
+    /// after a reload).
+    pub(crate) async fn apply_declarations(&self) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let config = self.config.load_full();
+        for o in &config.organizations {
+            let prev = self.orgs.get(&o.id).map(|r| r.value().clone());
+            let mut org = prev.as_deref().cloned().unwrap_or(Organization {
+                id: o.id.clone(),
+                name: o.name.clone(),
+                tier: o.tier.clone(),
+                created_at: now,
+                ip_whitelist: vec![],
+                enforce_ip_whitelist: false,
+                allowed_ips: vec![],
+                whitelist: vec![],
+                declared: true,
+            });
+            org.name = o.name.clone();
+            org.tier = o.tier.clone();
+            org.declared = true;
+            self.save_org(org).await?;
+        }
+        for u in &config.users {
+            let prev = self.users.get(&u.id).map(|r| r.value().clone());
+            let mut user = prev.as_deref().cloned().unwrap_or(User {
+                id: u.id.clone(),
+                org_id: u.organization.clone(),
+                email: u.email.clone(),
+                name: u.name.clone(),
+                role: u.role.as_str().to_string(),
+                created_at: now,
+                notification_preferences: Default::default(),
+                declared: true,
+            });
+            user.org_id = u.organization.clone();
+            user.email = u.email.clone();
+            user.role = u.role.as_str().to_string();
+            user.declared = true;
+            self.save_user(user).await?;
+        }
+        for k in &config.api_keys {
+            let org_id =
+                config.users.iter().find(|u| u.id == k.user).map(|u| u.organization.clone()).unwrap_or_default();
+            let prev = self.keys.get(&k.id).map(|r| r.value().clone());
+            let key = ApiKey {
+                id: k.id.clone(),
+                org_id,
+                user_id: k.user.clone(),
+                name: k.name.clone(),
+                hash: k.sha256.clone(),
+                scopes: k.scopes.clone(),
+                created_at: prev.as_ref().map_or(now, |p| p.created_at),
+                expires_at: k.expires_at,
+                revoked_at: prev.as_ref().and_then(|p| p.revoked_at),
+                bypass_ip_whitelist: k.bypass_ip_whitelist,
+                gateway_id: None,
+                service_account_id: None,
+                declared: true,
+                // Revocation and rotation happened through the API; the declaration does not undo them.
+                retires_at: prev.as_ref().and_then(|p| p.retires_at),
+            };
+            self.save_key(key).await?;
+        }
+        Ok(())
+    }
+
+    async fn bootstrap(&self, admin_key: Option<String>) -> Result<Option<String>, StoreError> {
+        let first_start = !self.orgs.contains_key(BOOTSTRAP_ORG);
+        if first_start {
+            let now = Utc::now();
+            self.save_org(Organization {
+                id: BOOTSTRAP_ORG.into(),
+                name: "Default".into(),
+                tier: self.config().limits.bootstrap_tier.clone(),
+                created_at: now,
+                ip_whitelist: vec![],
+                enforce_ip_whitelist: false,
+                allowed_ips: vec![],
+                whitelist: vec![],
+                declared: false,
+            })
+            .await?;
+            self.save_user(User {
+                id: BOOTSTRAP_USER.into(),
+                org_id: BOOTSTRAP_ORG.into(),
+                email: "owner@localhost".into(),
+                name: "Owner".into(),
+                role: "owner".into(),
+                created_at: now,
+                notification_preferences: Default::default(),
+                declared: false,
+            })
+            .await?;
+        }
+        let (plaintext, print) = match admin_key {
+            Some(k) => (k, false),
+            None if first_start => (secrets::new_api_key(), true),
+            None => return Ok(None),
+        };
+        let hash = secrets::hash_key(&plaintext);
+        if let Some(existing) = self.key_by_hash.get(&secrets::hash_key_bytes(&plaintext)) {
+            if !print {
+                let _ = self.operator_key_id.set(existing.id.clone());
+            }
+            return Ok(None);
+        }
+        let saved = self
+            .save_key(ApiKey {
+                id: secrets::new_id("key"),
+                org_id: BOOTSTRAP_ORG.into(),
+                user_id: BOOTSTRAP_USER.into(),
+                name: "owner (bootstrap)".into(),
+                hash,
+                scopes: vec!["*".into()],
+                created_at: Utc::now(),
+                expires_at: None,
+                revoked_at: None,
+                bypass_ip_whitelist: false,
+                gateway_id: None,
+                service_account_id: None,
+                declared: false,
+                retires_at: None,
+            })
+            .await?;
+        if !print {
+            let _ = self.operator_key_id.set(saved.id.clone());
+        }
+        Ok(print.then_some(plaintext))
+    }
+
+    /// See the field `copies`. Never held across a wait.
+    fn copies(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.copies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes a record of organisation `org_id` (its store partition).
+    async fn put<T: Serialize>(&self, kind: Kind, org_id: &str, id: &str, value: &T) -> Result<(), StoreError> {
+        let json = serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.store.put(kind, org_id, id, json).await
+    }
+
+    fn set_ip_policy(&self, org: &Organization) {
+        match IpPolicy::try_from(&org.ip_policy_config()) {
+            Ok(p) => {
+                self.ip_policies.insert(org.id.clone(), Arc::new(p));
+            }
+            // Validated before saving; a stored policy that no longer parses fails closed.
+            Err(e) => {
+                tracing::error!(org = org.id, error = %e, "stored IP policy is invalid; refusing all addresses");
+                let closed = IpPolicy::new(true, [], []).expect("an empty policy is valid");
+                self.ip_policies.insert(org.id.clone(), Arc::new(closed));
+            }
+        }
+    }
+
+    pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
+        self.put(Kind::Organization, &org.id, &org.id, &org).await?;
+        let _copies = self.copies();
+        let org = self.install_org(org);
+        self.changes.publish(Change::OrganizationSaved { org_id: org.id.clone() });
+        Ok(org)
+    }
+
+    pub async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
+        self.put(Kind::User, &user.org_id, &user.id, &user).await?;
+        let _copies = self.copies();
+        let user = self.install_user(user);
+        self.changes.publish(Change::UserSaved { org_id: user.org_id.clone(), user_id: user.id.clone() });
+        Ok(user)
+    }
+
+    pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
+        self.put(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
+        let _copies = self.copies();
+        let key = self.install_key(key);
+        self.changes.publish(Change::KeySaved { org_id: key.org_id.clone(), key_id: key.id.clone() });
+        Ok(key)
+    }
+
+    pub async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
+        self.put(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
+        let _copies = self.copies();
+        let a = self.install_service_account(a);
+        self.changes.publish(Change::ServiceAccountSaved { org_id: a.org_id.clone(), account_id: a.id.clone() });
+        Ok(a)
+    }
+
+    /// Counts one authenticated request of a key (no store write; see [`State::flush_usage`]).
+    /// On the hot path: no allocation once the key has been seen, no date formatting.
+    pub fn record_usage(&self, key_id: &str, ip: std::net::IpAddr) {
+        let now = Utc::now();
+        let (day, month) = day_and_month(now);
+        let mut u = match self.usage.get_mut(key_id) {
+            Some(u) => u,
+            None => self.usage.entry(key_id.to_string()).or_default(),
+        };
+        if u.day != day {
+            u.day = day;
+            u.requests_today = 0;
+        }
+        if u.month != month {
+            u.month = month;
+            u.requests_this_month = 0;
+        }
+        u.requests_today += 1;
+        u.requests_this_month += 1;
+        u.last_used = Some(now);
+        if u.last_ip.as_deref().is_none_or(|last| last.parse::<std::net::IpAddr>().ok() != Some(ip)) {
+            u.last_ip = Some(ip.to_string());
+        }
+        drop(u);
+        if !self.usage_dirty.contains(key_id) {
+            self.usage_dirty.insert(key_id.to_string());
+        }
+    }
+
+    pub fn usage_of(&self, key_id: &str) -> KeyUsage {
+        let mut u = self.usage.get(key_id).map(|u| u.clone()).unwrap_or_default();
+        let (day, month) = day_and_month(Utc::now());
+        if u.day != day {
+            u.requests_today = 0;
+        }
+        if u.month != month {
+            u.requests_this_month = 0;
+        }
+        u
+    }
+
+    /// Writes usage counters changed since the last flush, in one transaction.
+    pub async fn flush_usage(&self) {
+        crate::data::store::write_dirty(&*self.store, Kind::KeyUsage, &self.usage_dirty, |id| {
+            let org = self.keys.get(id).map(|k| k.org_id.clone()).unwrap_or_default();
+            self.usage.get(id).and_then(|u| serde_json::to_string(u.value()).ok()).map(|json| (org, json))
+        })
+        .await;
+    }
+
+    fn index_key(&self, key: &Arc<ApiKey>) {
+        match secrets::hash_from_hex(&key.hash) {
+            Some(h) => {
+                self.key_by_hash.insert(h, key.clone());
+            }
+            None => tracing::error!(key = key.id, "stored key hash is not 64 hex characters; the key cannot be used"),
+        }
+    }
+
+    pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
+        self.store.delete(Kind::ApiKey, id).await?;
+        let _copies = self.copies();
+        if let Some(k) = self.uninstall_key(id) {
+            self.changes.publish(Change::KeyDeleted { org_id: k.org_id.clone(), key_id: k.id.clone() });
+        }
+        Ok(())
+    }
+
+    pub async fn save_gateway(&self, gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
+        self.put(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
+        let gw = Arc::new(gw);
+        let _copies = self.copies();
+        let created = self.gateways.insert(gw.id.clone(), gw.clone()).is_none();
+        self.changes.publish(Change::GatewaySaved { org_id: gw.org_id.clone(), gateway_id: gw.id.clone(), created });
+        Ok(gw)
+    }
+
+    pub async fn delete_gateway(&self, id: &str) -> Result<(), StoreError> {
+        self.store.delete(Kind::Gateway, id).await?;
+        let _copies = self.copies();
+        if let Some((_, gw)) = self.gateways.remove(id) {
+            self.changes.publish(Change::GatewayDeleted { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
+        }
+        Ok(())
+    }
+
+    pub async fn save_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
+        self.store_connection(c, false).await
+    }
+
+    /// Saves a connection whose OAuth tokens were renewed, and nothing else changed.
+    pub async fn renew_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
+        self.store_connection(c, true).await
+    }
+
+    async fn store_connection(&self, c: Connection, renewed: bool) -> Result<Arc<Connection>, StoreError> {
+        self.put(Kind::Connection, &c.org_id, &c.id, &c).await?;
+        let c = Arc::new(c);
+        let _copies = self.copies();
+        self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
+        self.changes.publish(Change::ConnectionSaved { org_id: c.org_id.clone(), app_id: c.app_id.clone(), renewed });
+        Ok(c)
+    }
+
+    pub async fn delete_connection(&self, org_id: &str, app_id: &str) -> Result<bool, StoreError> {
+        let key = (org_id.to_string(), app_id.to_string());
+        let Some(c) = self.connections.get(&key).map(|c| c.value().clone()) else { return Ok(false) };
+        self.store.delete(Kind::Connection, &c.id).await?;
+        let _copies = self.copies();
+        self.connections.remove(&key);
+        self.changes.publish(Change::ConnectionDeleted { org_id: key.0, app_id: key.1 });
+        Ok(true)
+    }
+
+    fn install_org(&self, org: Organization) -> Arc<Organization> {
+        self.set_ip_policy(&org);
+        let org = Arc::new(org);
+        self.orgs.insert(org.id.clone(), org.clone());
+        self.principals.clear();
+        org
+    }
+
+    fn install_user(&self, user: User) -> Arc<User> {
+        let user = Arc::new(user);
+        self.users.insert(user.id.clone(), user.clone());
+        self.principals.clear();
+        user
+    }
+
+    fn install_key(&self, key: ApiKey) -> Arc<ApiKey> {
+        let key = Arc::new(key);
+        self.index_key(&key);
+        if let Some(previous) = self.keys.insert(key.id.clone(), key.clone()) {
+            // A declared key whose hash changed in YAML: the old value must stop working now.
+            if previous.hash != key.hash {
+                if let Some(h) = secrets::hash_from_hex(&previous.hash) {
+                    self.key_by_hash.remove(&h);
+                }
+            }
+        }
+        self.principals.remove(&key.id);
+        key
+    }
+
+    fn uninstall_key(&self, id: &str) -> Option<Arc<ApiKey>> {
+        let removed = self.keys.remove(id).map(|(_, k)| k);
+        if let Some(k) = &removed {
+            if let Some(h) = secrets::hash_from_hex(&k.hash) {
+                self.key_by_hash.remove(&h);
+            }
+        }
+        self.principals.remove(id);
+        removed
+    }
+
+    fn install_service_account(&self, a: ServiceAccount) -> Arc<ServiceAccount> {
+        let a = Arc::new(a);
+        self.service_accounts.insert(a.id.clone(), a.clone());
+        self.principals.clear();
+        a
+    }
+
+    /// A record as the store holds it now (`None`: gone).
+    async fn read<T: DeserializeOwned>(&self, kind: Kind, id: &str) -> Result<Option<T>, StoreError> {
+        match self.store.get(kind, id).await? {
+            Some(body) => decode(kind, id, &body).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub async fn save_webhook(&self, w: Webhook) -> Result<Arc<Webhook>, StoreError> {
+        self.put(Kind::Webhook, &w.org_id, &w.id, &w).await?;
+        let w = Arc::new(w);
+        let _copies = self.copies();
+        self.webhooks.insert(w.id.clone(), w.clone());
+        self.changes.publish(Change::WebhookSaved { org_id: w.org_id.clone(), webhook_id: w.id.clone() });
+        Ok(w)
+    }
+
+    pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
+        self.store.delete(Kind::Webhook, id).await?;
+        let _copies = self.copies();
+        if let Some((_, w)) = self.webhooks.remove(id) {
+            self.changes.publish(Change::WebhookDeleted { org_id: w.org_id.clone(), webhook_id: w.id.clone() });
+        }
+        Ok(())
+    }
+
+    /// Saves a grant (a new one, or its tokens rotated); it lives as long as its refresh token.
+    pub async fn save_grant(&self, g: OAuthGrant) -> Result<Arc<OAuthGrant>, StoreError> {
+        let json = serde_json::to_string(&g).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.store.put_expiring(Kind::OAuthGrant, &g.org_id, &g.id, json, g.refresh_expires_ms).await?;
+        let g = Arc::new(g);
+        let _copies = self.copies();
+        self.grants.insert(g.id.clone(), g.clone());
+        self.changes.publish(Change::GrantSaved { org_id: g.org_id.clone(), grant_id: g.id.clone() });
+        Ok(g)
+    }
+
+    /// Revokes a grant: its access and refresh tokens stop working at once, on every instance
+    /// as soon as it hears of the change.
+    pub async fn delete_grant(&self, id: &str) -> Result<bool, StoreError> {
+        let deleted = self.store.delete(Kind::OAuthGrant, id).await?;
+        let _copies = self.copies();
+        if let Some((_, g)) = self.grants.remove(id) {
+            self.changes.publish(Change::GrantDeleted { org_id: g.org_id.clone(), grant_id: g.id.clone() });
+        }
+        Ok(deleted)
+    }
+
+    /// A grant as this instance knows it.
+    pub fn grant(&self, id: &str) -> Option<Arc<OAuthGrant>> {
+        self.grants.get(id).map(|g| g.value().clone())
+    }
+
+    /// A grant as the store holds it now: what a refresh reads, so that a token rotated on
+    /// another instance a moment ago counts as used here too.
+    pub async fn stored_grant(&self, id: &str) -> Result<Option<OAuthGrant>, StoreError> {
+        self.read(Kind::OAuthGrant, id).await
+    }
+
+    /// The grants of a client (to revoke them with it).
+    pub fn grants_of_client(&self, client_id: &str) -> Vec<Arc<OAuthGrant>> {
+        self.grants.iter().filter(|g| g.client_id == client_id).map(|g| g.value().clone()).collect()
+    }
+
+    /// The grants a user gave (to revoke them when its password changes).
+    pub fn grants_of_user(&self, user_id: &str) -> Vec<Arc<OAuthGrant>> {
+        self.grants.iter().filter(|g| g.user_id == user_id).map(|g| g.value().clone()).collect()
+    }
+
+    /// A webhook visible to `org_id`; another organisation's is "not found".
+    pub fn webhook_of(&self, org_id: &str, id: &str) -> Option<Arc<Webhook>> {
+        self.webhooks.get(id).map(|w| w.value().clone()).filter(|w| w.org_id == org_id)
+    }
+
+    /// The organisation's webhooks, oldest first.
+    pub fn webhooks_of(&self, org_id: &str) -> Vec<Arc<Webhook>> {
+        let mut all: Vec<Arc<Webhook>> =
+            self.webhooks.iter().filter(|w| w.org_id == org_id).map(|w| w.value().clone()).collect();
+        all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        all
+    }
+
+    /// Notes that the shared store answered (`peers.rs`, at each read of the change feed).
+    pub fn note_shared_contact(&self) {
+        self.shared_contact.store(Utc::now().timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// With a shared store that has not answered for longer than `storage.outage_grace_secs`:
+    /// for how many seconds. This instance's records may be out of date by then (a key revoked
+    /// elsewhere), so authenticated requests are refused rather than served from them.
+    pub fn shared_store_lost_for(&self) -> Option<u64> {
+        let StorageConfig::Redis { outage_grace, .. } = &self.config().storage else { return None };
+        let last = self.shared_contact.load(std::sync::atomic::Ordering::Relaxed);
+        let silent = (Utc::now().timestamp_millis() - last).max(0) as u64;
+        (silent > outage_grace.as_millis() as u64).then_some(silent / 1000)
+    }
+
+    /// A gateway visible to `org_id`; another organisation's gateway is "not found".
+    pub fn gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<Gateway>> {
+        self.gateways.get(id).map(|g| g.value().clone()).filter(|g| g.org_id == org_id)
+    }
+
+    /// Takes the lock that serialises an organisation's management writes, for a handler whose
+    /// check and write must be atomic (a uniqueness or quota check, then the save). With several
+    /// instances on one store the lock is the store's (Redis), and once it is held the
+    /// organisation's records are read again, so the check sees every write made under the lock
+    /// before, whether or not this instance has heard of it yet.
+    pub async fn lock_writes(&self, org_id: &str) -> Result<WriteGuard<'_>, StoreError> {
+        let local = self.write_lock.lock().await;
+        let name = format!("writes:{org_id}");
+        let token = self.store.lock(&name, WRITE_LOCK_TTL, WRITE_LOCK_WAIT).await?;
+        let guard = WriteGuard { _local: local, shared: token.map(|t| (self.store.clone(), name, t)) };
+        if guard.shared.is_some() {
+            self.refresh_org(org_id).await?;
+        }
+        Ok(guard)
+    }
+
+    pub fn org(&self, id: &str) -> Option<Arc<Organization>> {
+        self.orgs.get(id).map(|o| o.value().clone())
+    }
+
+    pub fn user(&self, id: &str) -> Option<Arc<User>> {
+        self.users.get(id).map(|u| u.value().clone())
+    }
+
+    /// The users that `keep` keeps (a scan: for rare look-ups such as a sign-in's e-mail).
+    pub fn users_where(&self, keep: impl Fn(&User) -> bool) -> Vec<Arc<User>> {
+        self.users.iter().filter(|u| keep(u.value())).map(|u| u.value().clone()).collect()
+    }
+
+    pub fn key(&self, id: &str) -> Option<Arc<ApiKey>> {
+        self.keys.get(id).map(|k| k.value().clone())
+    }
+
+    /// A gateway of any organisation: for internal use (sessions, change listeners); handlers
+    /// use [`State::gateway_of`].
+    pub fn gateway(&self, id: &str) -> Option<Arc<Gateway>> {
+        self.gateways.get(id).map(|g| g.value().clone())
+    }
+
+    pub fn gateway_exists(&self, id: &str) -> bool {
+        self.gateways.contains_key(id)
+    }
+
+    /// The gateways for which `keep` holds.
+    pub fn gateways_where(&self, keep: impl Fn(&Gateway) -> bool) -> Vec<Arc<Gateway>> {
+        self.gateways.iter().filter(|g| keep(g)).map(|g| g.value().clone()).collect()
+    }
+
+    pub fn gateway_count(&self, org_id: &str) -> usize {
+        self.gateways.iter().filter(|g| g.org_id == org_id).count()
+    }
+
+    pub fn connection(&self, org_id: &str, app_id: &str) -> Option<Arc<Connection>> {
+        self.connections.get(pair(&(org_id, app_id))).map(|c| c.value().clone())
+    }
+
+    pub fn service_account(&self, id: &str) -> Option<Arc<ServiceAccount>> {
+        self.service_accounts.get(id).map(|a| a.value().clone())
+    }
+
+    /// How many keys `keep` holds for.
+    pub fn key_count(&self, keep: impl Fn(&ApiKey) -> bool) -> usize {
+        self.keys.iter().filter(|k| keep(k)).count()
+    }
+
+    /// The service accounts for which `keep` holds.
+    pub fn service_accounts_where(&self, keep: impl Fn(&ServiceAccount) -> bool) -> Vec<Arc<ServiceAccount>> {
+        self.service_accounts.iter().filter(|a| keep(a)).map(|a| a.value().clone()).collect()
+    }
+
+    /// The app status an organisation sees: `connected` when it has a live connection or the app
+    /// needs no credentials, else the declared status.
+    pub fn app_status(&self, org_id: &str, app: &crate::config::AppConfig) -> String {
+        if self.is_connected(org_id, &app.id) {
+            "connected".into()
+        } else {
+            app.status.clone()
+        }
+    }
+
+    pub fn is_connected(&self, org_id: &str, app_id: &str) -> bool {
+        let Some(app) = self.app(app_id) else { return false };
+        if !app.needs_credentials() {
+            return true;
+        }
+        self.connections.get(pair(&(org_id, app_id))).is_some_and(|c| c.status == "connected")
+    }
+
+    fn build_principal(&self, key: &ApiKey) -> Result<Principal, AuthError> {
+        let user = self.users.get(&key.user_id).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
+        let org = self.orgs.get(&key.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;
+        // A service account's keys belong to its creator, so they act within that user's role.
+        let mut account_multiplier = None;
+        if let Some(a) = &key.service_account_id {
+            let a = self.service_accounts.get(a).map(|a| a.value().clone()).ok_or(AuthError::Revoked)?;
+            account_multiplier = Some(a.rate_limit_multiplier);
+        }
+        let own = ScopeSet::parse(key.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);
+        let credential = match (&key.gateway_id, &key.service_account_id) {
+            (Some(g), _) => CredentialKind::GatewayKey { gateway_id: g.clone() },
+            (None, Some(a)) => CredentialKind::ServiceAccount { account_id: a.clone() },
+            (None, None) => CredentialKind::ApiKey,
+        };
+        let mut p = user_principal(&user, &org, key.id.clone(), credential, own, key.ends_at().map(|t| t.timestamp()));
+        p.rate_limit_multiplier = account_multiplier.unwrap_or(1.0);
+        p.bypass_ip_whitelist = key.bypass_ip_whitelist;
+        Ok(p)
+    }
+}
+
+impl CredentialResolver for State {
+    fn resolve_key(&self, presented: &str) -> Result<Arc<Principal>, AuthError> {
+        // Looked up by SHA-256, so no plaintext is ever compared; the final equality of the
+        // digests is constant-time.
+        let hash = secrets::hash_key_bytes(presented);
+        let key = self.key_by_hash.get(&hash).map(|r| r.value().clone()).ok_or(AuthError::Unknown)?;
+        if secrets::hash_from_hex(&key.hash).is_none_or(|stored| !secrets::digests_equal(&stored, &hash)) {
+            return Err(AuthError::Unknown);
+        }
+        if let Some(reason) = key.unusable(Utc::now()) {
+            return Err(reason);
+        }
+        if let Some(p) = self.principals.get(key.id.as_str()) {
+            return Ok(p.value().clone());
+        }
+        let p = Arc::new(self.build_principal(&key)?);
+        self.principals.insert(key.id.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// A JWT: `sub` is a user, `scopes` its scopes within the user's role, `jti` recorded.
+    fn resolve_gateway_token(&self, gateway_id: &str, token: &str) -> Result<Arc<Principal>, AuthError> {
+        // A gateway that does not take tokens (or does not exist) answers as the specification
+        // says of every Bearer header on the gateway route.
+        let gateway = self.oauth_gateway(gateway_id).ok_or(AuthError::WrongHeader)?;
+        let org = self.orgs.get(&gateway.org_id).map(|o| o.value().clone()).ok_or(AuthError::InvalidToken)?;
+        if let Some(grant_id) = crate::identity::oauth_server::access_token_grant(token) {
+            return self.resolve_gateway_access_token(token, grant_id, &gateway, &org);
+        }
+        let config = self.config();
+        let oauth = config.gateway_oauth.as_ref().ok_or(AuthError::InvalidToken)?;
+        crate::identity::gateway_oauth::principal(oauth, &config.server.public_url, &gateway, &org, token).map(Arc::new)
+    }
+
+    fn resolve_token(&self, token: &str) -> Result<Arc<Principal>, AuthError> {
+        if let Some(token_grant) = crate::identity::oauth_server::access_token_grant(token) {
+            return self.resolve_access_token(token, token_grant);
+        }
+        let verifier = self.jwt.load_full().ok_or(AuthError::Malformed)?;
+        let claims = verifier.verify(token)?;
+        let user = self.users.get(&claims.sub).map(|u| u.value().clone()).ok_or(AuthError::Unknown)?;
+        let org = self.orgs.get(&user.org_id).map(|o| o.value().clone()).ok_or(AuthError::Unknown)?;
+        let own = ScopeSet::parse(claims.scopes.iter().map(String::as_str)).map_err(|_| AuthError::Unknown)?;
+        // Buckets and usage are per subject, so a fresh token does not reset the limits.
+        let key_id = format!("jwt:{}", user.id);
+        Ok(Arc::new(user_principal(
+            &user,
+            &org,
+            key_id,
+            CredentialKind::Jwt { jti: claims.jti },
+            own,
+            Some(claims.exp),
+        )))
+    }
+}
+
+impl State {
+    /// An access token of toolgate's authorization server: its grant live, the token its
+    /// current one (digests compared in constant time), unexpired; the caller is the user who
+    /// granted it, with the granted scopes within the user's role now.
+    fn resolve_access_token(&self, token: &str, grant_id: &str) -> Result<Arc<Principal>, AuthError> {
+        let grant = self.live_grant(token, grant_id)?;
+        if grant.resource.is_some() {
+            // A gateway's token is for that gateway's endpoint alone.
+            return Err(AuthError::InvalidToken);
+        }
+        let user = self.users.get(&grant.user_id).map(|u| u.value().clone()).ok_or(AuthError::InvalidToken)?;
+        let org = self.orgs.get(&grant.org_id).map(|o| o.value().clone()).ok_or(AuthError::InvalidToken)?;
+        if user.org_id != org.id {
+            return Err(AuthError::InvalidToken);
+        }
+        let own = ScopeSet::parse(grant.scopes.iter().map(String::as_str)).map_err(|_| AuthError::InvalidToken)?;
+        // Buckets and usage are per grant: a refreshed token keeps its limits.
+        let credential = CredentialKind::OAuthToken { client_id: grant.client_id.clone() };
+        let key_id = format!("oauth:{}", grant.id);
+        Ok(Arc::new(user_principal(&user, &org, key_id, credential, own, Some(grant.access_expires_ms / 1000))))
+    }
+}
+
+impl State {
+    /// The grant of access token `token` (whose grant id is `grant_id`): live, the token its
+    /// current one (digests compared in constant time) and unexpired.
+    fn live_grant(&self, token: &str, grant_id: &str) -> Result<Arc<OAuthGrant>, AuthError> {
+        let grant = self.grant(grant_id).ok_or(AuthError::InvalidToken)?;
+        let presented = secrets::hash_key_bytes(token);
+        if secrets::hash_from_hex(&grant.access_hash).is_none_or(|stored| !secrets::digests_equal(&stored, &presented))
+        {
+            return Err(AuthError::InvalidToken);
+        }
+        if grant.access_expires_ms <= Utc::now().timestamp_millis() {
+            return Err(AuthError::InvalidToken);
+        }
+        Ok(grant)
+    }
+
+    /// An access token of toolgate's authorization server at a gateway's endpoint: its grant is
+    /// for this gateway's resource. The caller is the user who granted it, with none of the
+    /// management API's scopes (the token is for this endpoint alone).
+    fn resolve_gateway_access_token(
+        &self,
+        token: &str,
+        grant_id: &str,
+        gateway: &Gateway,
+        org: &Organization,
+    ) -> Result<Arc<Principal>, AuthError> {
+        let grant = self.live_grant(token, grant_id)?;
+        let resource = crate::identity::gateway_oauth::resource(&self.config().server.public_url, &gateway.id);
+        if grant.resource.as_deref() != Some(resource.as_str()) || grant.org_id != org.id {
+            return Err(AuthError::InvalidToken);
+        }
+        let user = self.users.get(&grant.user_id).map(|u| u.value().clone()).ok_or(AuthError::InvalidToken)?;
+        let credential = CredentialKind::GatewayToken { gateway_id: gateway.id.clone() };
+        let key_id = format!("oauth:{}", grant.id);
+        let expires = Some(grant.access_expires_ms / 1000);
+        Ok(Arc::new(user_principal(&user, org, key_id, credential, ScopeSet::EMPTY, expires)))
+    }
+
+    /// The gateway `id` when it takes OAuth access tokens (`configuration.auth: oauth`): the one
+    /// place that decides it, for the credential, the 401's challenge and the metadata.
+    pub fn oauth_gateway(&self, id: &str) -> Option<Arc<Gateway>> {
+        self.gateway(id).filter(|g| g.configuration.auth == GatewayAuth::Oauth)
+    }
+}
+
+/// The caller of a credential that speaks for `user`: its own scopes within the user's role,
+/// the organisation's tier, no multiplier and no allowlist bypass (a key sets its own).
+fn user_principal(
+    user: &User,
+    org: &Organization,
+    key_id: String,
+    credential: CredentialKind,
+    own: ScopeSet,
+    expires_at: Option<i64>,
+) -> Principal {
+    let role = Role::parse(&user.role).unwrap_or(Role::Viewer);
+    Principal {
+        key_id,
+        user_id: user.id.clone(),
+        org_id: org.id.clone(),
+        role,
+        credential,
+        scopes: own.intersect(role.allowed()),
+        tier: org.tier.clone(),
+        rate_limit_multiplier: 1.0,
+        bypass_ip_whitelist: false,
+        expires_at,
+    }
+}
+
+/// How long an organisation's write lock lives if its holder dies holding it.
+const WRITE_LOCK_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a management write waits for the lock before it answers 503.
+const WRITE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Held while an organisation's management write checks and saves ([`State::lock_writes`]).
+pub struct WriteGuard<'a> {
+    _local: tokio::sync::MutexGuard<'a, ()>,
+    /// The store's lock, when the store is shared: released when the guard goes.
+    shared: Option<(Arc<dyn Store>, String, String)>,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        if let Some((store, name, token)) = self.shared.take() {
+            // Released in the background: a drop cannot wait. Until then the next writer waits
+            // (or the lock's time runs out).
+            tokio::spawn(async move {
+                if let Err(e) = store.unlock(&name, &token).await {
+                    tracing::warn!(error = %e, lock = name, "could not release a write lock; it expires by itself");
+                }
+            });
+        }
+    }
+}
+
+/// The UTC day (days since the epoch) and month (year * 12 + month index) of `t`.
+fn day_and_month(t: chrono::DateTime<Utc>) -> (i64, i32) {
+    use chrono::Datelike;
+    (t.timestamp().div_euclid(86_400), t.year() * 12 + t.month0() as i32)
+}
+
+impl IpPolicySource for State {
+    fn policy(&self, org_id: &str) -> Option<Arc<IpPolicy>> {
+        self.ip_policies.get(org_id).map(|p| p.value().clone())
+    }
+}

@@ -1,0 +1,139 @@
+//! The one place where errors become HTTP statuses and envelope codes (DESIGN Decision 7).
+//! Handlers return [`ApiError`]; filters return a [`Rejection`]; both are written by
+//! [`crate::edge::exchange`] (or as JSON-RPC errors by `crate::mcp::protocol`) through [`ApiError::status`] and [`ApiError::code`].
+
+use serde_json::{json, Value};
+use toolgate_filters::Rejection;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{issue}")]
+    Validation { field: String, issue: String },
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("this key lacks the `{0}` scope")]
+    InsufficientScope(&'static str),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("no route for {0}")]
+    NoRoute(String),
+    #[error("method {0} is not allowed here")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// An organisation holds as many of a resource as its tier allows (`limits.quotas`): 409
+    /// `CONFLICT` (the request is fine; the account's state refuses it until something is
+    /// deleted), with `details.quota` and `details.limit`.
+    #[error("quota exceeded: tier `{tier}` allows {limit} {quota} per organisation (limits.quotas.{tier}.{quota})")]
+    QuotaExceeded { quota: &'static str, limit: u32, tier: String },
+    #[error("request body exceeds the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("{message}")]
+    Rejected { status: u16, code: &'static str, message: String, retry_after: Option<u64> },
+    #[error("{message}")]
+    MfaRequired { challenge_id: String, message: String },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn validation(field: impl Into<String>, issue: impl Into<String>) -> Self {
+        ApiError::Validation { field: field.into(), issue: issue.into() }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::Validation { .. } => 400,
+            ApiError::Unauthorized(_) => 401,
+            ApiError::InsufficientScope(_) | ApiError::Forbidden(_) | ApiError::MfaRequired { .. } => 403,
+            ApiError::NotFound(_) | ApiError::NoRoute(_) => 404,
+            ApiError::MethodNotAllowed(_) => 405,
+            ApiError::Conflict(_) | ApiError::QuotaExceeded { .. } => 409,
+            ApiError::PayloadTooLarge(_) => 413,
+            ApiError::Rejected { status, .. } => *status,
+            ApiError::Unavailable(_) => 503,
+            ApiError::Internal(_) => 500,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Validation { .. } => "VALIDATION_ERROR",
+            ApiError::Unauthorized(_) => "UNAUTHORIZED",
+            ApiError::InsufficientScope(_) => "INSUFFICIENT_SCOPE",
+            ApiError::Forbidden(_) => "FORBIDDEN",
+            ApiError::NotFound(_) | ApiError::NoRoute(_) => "NOT_FOUND",
+            ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
+            ApiError::Conflict(_) | ApiError::QuotaExceeded { .. } => "CONFLICT",
+            ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            ApiError::Rejected { code, .. } => code,
+            ApiError::MfaRequired { .. } => "MFA_REQUIRED",
+            ApiError::Unavailable(_) => "UNAVAILABLE",
+            ApiError::Internal(_) => "INTERNAL_ERROR",
+        }
+    }
+
+    /// Seconds until a retry can succeed: a rate-limit refusal's `Retry-After`.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Rejected { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The envelope's `error` object.
+    pub fn to_error_object(&self) -> Value {
+        let mut obj = json!({ "code": self.code(), "message": self.to_string(), "details": {} });
+        match self {
+            ApiError::Validation { field, issue } => {
+                obj["details"] = json!({ "field": field, "issue": issue });
+            }
+            ApiError::QuotaExceeded { quota, limit, .. } => {
+                obj["details"] = json!({ "quota": quota, "limit": limit });
+            }
+            ApiError::Rejected { retry_after: Some(r), .. } => {
+                obj["retry_after"] = json!(r);
+            }
+            ApiError::MfaRequired { challenge_id, .. } => {
+                obj["challenge_id"] = json!(challenge_id);
+            }
+            _ => {}
+        }
+        obj
+    }
+}
+
+impl ApiError {
+    /// 429 after too many `what` (wrong codes, wrong passwords, ...), retry after `wait`.
+    pub fn too_many(what: &str, wait: std::time::Duration) -> ApiError {
+        let secs = wait.as_secs().max(1);
+        ApiError::Rejected {
+            status: 429,
+            code: "RATE_LIMITED",
+            message: format!("too many {what}; try again in {secs} s"),
+            retry_after: Some(secs),
+        }
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(r: Rejection) -> Self {
+        ApiError::Rejected {
+            status: r.status,
+            code: r.code,
+            message: r.message.into_owned(),
+            retry_after: r.retry_after,
+        }
+    }
+}
+
+impl From<crate::data::store::StoreError> for ApiError {
+    fn from(e: crate::data::store::StoreError) -> Self {
+        tracing::error!(error = %e, "store error");
+        ApiError::Unavailable("storage is unavailable, try again".into())
+    }
+}

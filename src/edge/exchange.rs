@@ -1,0 +1,350 @@
+//! One HTTP exchange: the only code that holds Pingora's `Session`. It reads the request body
+//! (within `server.max_body_bytes`), writes complete answers and SSE streams, and puts the
+//! headers every answer carries (the request id, the filters' rate-limit headers). The proxy
+//! routes and runs the filter chains, then hands an [`Exchange`] to `api` glue or to `mcp`,
+//! which decide what to answer and never touch the connection otherwise.
+
+use crate::base::route::Route;
+use crate::edge::error::ApiError;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::*;
+use pingora::protocols::http::ServerSession;
+use serde_json::{json, Value};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
+use toolgate_filters::FilterContext;
+
+/// Every answer carries the request's id (also in its logs and error bodies).
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// A request's id: a UUID v4, hyphenated, kept inline (no allocation per request).
+#[derive(Clone, Copy)]
+pub struct RequestId([u8; uuid::fmt::Hyphenated::LENGTH]);
+
+impl RequestId {
+    /// A fresh random id (not a `Default`: every request needs its own).
+    pub fn generate() -> RequestId {
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+        RequestId(text)
+    }
+
+    /// The id of a request not yet given one (all zeros); replaced first thing.
+    pub fn unset() -> RequestId {
+        RequestId([b'0'; uuid::fmt::Hyphenated::LENGTH])
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Hex digits and hyphens only.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the proxy learned of a request before its handler runs.
+pub struct RequestCtx {
+    pub request_id: RequestId,
+    pub client_ip: IpAddr,
+    pub route: Route,
+    pub filters: FilterContext,
+    pub started: Instant,
+    /// The status written, for the metrics and the access log.
+    pub status: u16,
+    /// The W3C trace context: the client's, or toolgate's own when spans are exported.
+    pub trace: Option<crate::observe::trace::TraceContext>,
+    /// The subject of the connection's verified client certificate (mTLS), if any.
+    pub client_certificate: Option<std::sync::Arc<str>>,
+}
+
+impl Default for RequestCtx {
+    /// A context with nothing learned yet (the proxy makes each request's own from its header).
+    fn default() -> RequestCtx {
+        RequestCtx {
+            request_id: RequestId::unset(),
+            client_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            route: Route::NotFound,
+            filters: FilterContext::default(),
+            started: Instant::now(),
+            status: 0,
+            trace: None,
+            client_certificate: None,
+        }
+    }
+}
+
+/// The envelope's `meta`.
+fn meta(ctx: &RequestCtx) -> Value {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    json!({ "timestamp": now, "request_id": ctx.request_id.as_str() })
+}
+
+/// The management envelope of an error: `success: false`, `error`, `meta`.
+pub fn error_body(err: &ApiError, ctx: &RequestCtx) -> Vec<u8> {
+    serde_json::to_vec(&json!({ "success": false, "error": err.to_error_object(), "meta": meta(ctx) }))
+        .unwrap_or_default()
+}
+
+/// The management envelope of a success: `success: true`, `data` and `message` when given,
+/// `meta`.
+pub fn success_body(data: Option<Value>, message: Option<String>, ctx: &RequestCtx) -> Vec<u8> {
+    let mut env = json!({ "success": true, "meta": meta(ctx) });
+    if let Some(d) = data {
+        env["data"] = d;
+    }
+    if let Some(m) = message {
+        env["message"] = Value::String(m);
+    }
+    serde_json::to_vec(&env).unwrap_or_default()
+}
+
+/// The head of an answer with its status, the request id and the filters' headers (rate limits),
+/// with room for `more` headers.
+///
+/// Built as `http` parts and handed to Pingora whole: `ResponseHeader::insert_header` turns every
+/// name into a title-cased copy and parses that back into a name (two allocations for each header
+/// that is not a standard one, seven of them here), while these names are already `HeaderName`s.
+/// With no header-case map, names go out lower-case, as HTTP/2 and HTTP/3 require anyway.
+fn response_head(status: u16, more: usize, ctx: &mut RequestCtx) -> Result<http::response::Parts> {
+    let (mut h, ()) = http::Response::new(()).into_parts();
+    h.status = http::StatusCode::from_u16(status)
+        .map_err(|_| Error::explain(ErrorType::InternalError, format!("invalid status {status}")))?;
+    // The filters' headers are answered once: moved, not copied.
+    let filters = std::mem::take(&mut ctx.filters.response_headers);
+    h.headers.reserve(1 + filters.len() + more);
+    let id = HeaderValue::from_str(ctx.request_id.as_str())
+        .map_err(|_| Error::explain(ErrorType::InternalError, "request id is not a header value"))?;
+    h.headers.insert(X_REQUEST_ID, id);
+    for (k, v) in filters {
+        h.headers.append(k, v);
+    }
+    Ok(h)
+}
+
+/// The most a declared `Content-Length` reserves before the body arrives; a larger body grows
+/// the buffer as it comes. Most bodies (MCP calls, management requests) fit, so they are read
+/// into one allocation as before.
+pub const PREALLOCATED_BODY_BYTES: usize = 64 * 1024;
+
+/// One request and its answer.
+pub struct Exchange<'a> {
+    session: &'a mut ServerSession,
+    pub ctx: &'a mut RequestCtx,
+    max_body: usize,
+    /// How long the body may take to arrive, on routes that set one (the identity service's).
+    body_deadline: Option<std::time::Duration>,
+}
+
+impl<'a> Exchange<'a> {
+    pub fn new(session: &'a mut ServerSession, ctx: &'a mut RequestCtx, max_body: usize) -> Exchange<'a> {
+        Exchange { session, ctx, max_body, body_deadline: None }
+    }
+
+    /// Gives the request's body `deadline` to arrive whole (408 past it).
+    pub fn set_body_deadline(&mut self, deadline: std::time::Duration) {
+        self.body_deadline = Some(deadline);
+    }
+
+    /// The request's method, URI and headers.
+    pub fn request(&self) -> &RequestHeader {
+        self.session.req_header()
+    }
+
+    /// The request and the context at once, for the filter chain, which reads the one and
+    /// writes the other.
+    pub fn parts(&mut self) -> (&RequestHeader, &mut RequestCtx) {
+        (self.session.req_header(), self.ctx)
+    }
+
+    pub fn headers(&self) -> &http::HeaderMap {
+        &self.session.req_header().headers
+    }
+
+    /// A request header's value, when it is text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Writes a complete response with the request id and the filters' headers.
+    pub async fn respond(
+        &mut self,
+        status: u16,
+        content_type: &'static str,
+        body: Vec<u8>,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<()> {
+        let mut h = response_head(status, 4 + extra.len(), self.ctx)?;
+        h.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        h.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        for (k, v) in extra {
+            h.headers.append(k.clone(), v.clone());
+        }
+        self.ctx.status = status;
+        self.session.write_response_header(Box::new(ResponseHeader::from(h))).await?;
+        self.session.write_response_body(Bytes::from(body), true).await
+    }
+
+    /// A JSON answer.
+    pub async fn json(&mut self, status: u16, body: Vec<u8>) -> Result<()> {
+        self.respond(status, "application/json", body, &[]).await
+    }
+
+    /// Writes an error in the management envelope, with `Retry-After` when it has one.
+    pub async fn respond_error(&mut self, err: ApiError) -> Result<()> {
+        let mut extra = Vec::new();
+        if let Some(r) = err.retry_after() {
+            extra.push((http::header::RETRY_AFTER, HeaderValue::from(r)));
+        }
+        if err.status() >= 500 {
+            tracing::error!(request_id = %self.ctx.request_id, error = ?err, "request failed");
+        }
+        let body = error_body(&err, self.ctx);
+        self.respond(err.status(), "application/json", body, &extra).await
+    }
+
+    /// Reads the whole request body, refusing more than `server.max_body_bytes`.
+    pub async fn read_body(&mut self) -> std::result::Result<Bytes, ApiError> {
+        self.read_body_within(self.max_body).await
+    }
+
+    /// Reads the whole request body, refusing more than `limit` bytes (413, at once when the
+    /// declared length is larger) and, when the route set a deadline
+    /// ([`Exchange::set_body_deadline`]), a body that has not arrived whole within it (408). The buffer grows with what arrives: a declared length reserves at most
+    /// [`PREALLOCATED_BODY_BYTES`], so a client that announces a large body and sends it
+    /// slowly holds only what it sent. After a refusal the connection is not reused (its body
+    /// is left unread).
+    pub async fn read_body_within(&mut self, limit: usize) -> std::result::Result<Bytes, ApiError> {
+        let deadline = self.body_deadline;
+        let limit = limit.min(self.max_body);
+        let declared = self
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            self.session.set_keepalive(None);
+            return Err(ApiError::PayloadTooLarge(limit));
+        }
+        let mut buf = bytes::BytesMut::with_capacity(declared.unwrap_or(0).min(PREALLOCATED_BODY_BYTES));
+        let read = async {
+            loop {
+                match self.session.read_request_body().await {
+                    Ok(Some(chunk)) => {
+                        if buf.len() + chunk.len() > limit {
+                            return Err(ApiError::PayloadTooLarge(limit));
+                        }
+                        buf.extend_from_slice(&chunk);
+                    }
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(ApiError::validation("body", format!("cannot read request body: {e}"))),
+                }
+            }
+        };
+        let read = match deadline {
+            Some(d) => tokio::time::timeout(d, read).await.unwrap_or_else(|_| {
+                Err(ApiError::Rejected {
+                    status: 408,
+                    code: "REQUEST_TIMEOUT",
+                    message: format!("the request body did not arrive within {} s", d.as_secs_f64()),
+                    retry_after: None,
+                })
+            }),
+            None => read.await,
+        };
+        if let Err(e) = read {
+            self.session.set_keepalive(None);
+            return Err(e);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Starts a `text/event-stream` answer (a relayed call's events, or the GET stream): status
+    /// 200, the request id and the filters' headers, as [`Exchange::respond`] puts them.
+    pub async fn start_sse(&mut self) -> Result<()> {
+        let mut h = response_head(200, 2, self.ctx)?;
+        h.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        self.ctx.status = 200;
+        self.session.write_response_header(Box::new(ResponseHeader::from(h))).await
+    }
+
+    /// Writes a piece of a streamed answer; `end` closes it.
+    pub async fn write(&mut self, chunk: Option<Bytes>, end: bool) -> Result<()> {
+        match chunk {
+            Some(data) => self.session.write_response_body(data, end).await,
+            None if end => self.session.write_response_body(Bytes::new(), true).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until the client closes its side of a streamed answer (after a GET there is no
+    /// body to read): `Err` when it has gone.
+    pub async fn client_gone(&mut self) -> Result<()> {
+        let done = self.session.is_body_done();
+        self.session.read_body_or_idle(done).await.map(|_| ())
+    }
+}
+
+/// One event of a `text/event-stream` answer carrying one JSON-RPC message.
+pub fn sse_event(data: &[u8]) -> Bytes {
+    const HEAD: &[u8] = b"event: message\ndata: ";
+    // Sized exactly: a `Vec` whose length is its capacity becomes a `Bytes` without another
+    // allocation.
+    let mut out = Vec::with_capacity(HEAD.len() + data.len() + 2);
+    out.extend_from_slice(HEAD);
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_id_is_a_fresh_uuid_v4() {
+        let (a, b) = (RequestId::generate(), RequestId::generate());
+        let parsed = uuid::Uuid::parse_str(a.as_str()).expect("a UUID");
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_eq!(a.as_str(), parsed.hyphenated().to_string());
+        assert_eq!(a.to_string(), a.as_str());
+        assert_ne!(a.as_str(), b.as_str());
+    }
+
+    #[test]
+    fn an_answer_head_carries_the_request_id_and_moves_the_filters_headers() {
+        let mut ctx = RequestCtx { request_id: RequestId::generate(), ..Default::default() };
+        ctx.filters.response_headers.push((HeaderName::from_static("x-ratelimit-limit"), HeaderValue::from(10)));
+        let h = response_head(429, 0, &mut ctx).unwrap();
+        assert_eq!(h.status, 429);
+        assert_eq!(h.headers[X_REQUEST_ID], ctx.request_id.as_str());
+        assert_eq!(h.headers["x-ratelimit-limit"], "10");
+        assert!(ctx.filters.response_headers.is_empty(), "moved, not copied");
+    }
+
+    #[test]
+    fn an_sse_event_is_one_message_event() {
+        assert_eq!(&sse_event(b"{}")[..], b"event: message\ndata: {}\n\n");
+    }
+
+    #[test]
+    fn envelopes_carry_meta() {
+        let ctx = RequestCtx::default();
+        let e: Value = serde_json::from_slice(&error_body(&ApiError::NotFound("gateway"), &ctx)).unwrap();
+        assert_eq!(e["success"], false);
+        assert_eq!(e["error"]["code"], "NOT_FOUND");
+        assert_eq!(e["meta"]["request_id"], ctx.request_id.as_str());
+        let s: Value = serde_json::from_slice(&success_body(Some(json!(1)), Some("ok".into()), &ctx)).unwrap();
+        assert_eq!(
+            (s["success"].clone(), s["data"].clone(), s["message"].clone()),
+            (json!(true), json!(1), json!("ok"))
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! The authorization server's machine endpoints: token (RFC 6749 section 3.2), revocation
+//! (RFC 7009) and metadata (RFC 8414). Form-encoded in, JSON out, errors as RFC 6749 section
+//! 5.2 has them (`{"error", "error_description"}`), never cached.
+
+use super::{param, OAuthError};
+use crate::config::Config;
+use crate::data::model::OAuthClient;
+use crate::edge::exchange::Exchange;
+use crate::server::Server;
+use base64::Engine as _;
+use http::header::{HeaderName, HeaderValue};
+use pingora::Result;
+use serde_json::{json, Value};
+
+/// Largest form accepted.
+const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// The metadata document (RFC 8414 section 2).
+pub fn metadata(config: &Config) -> Value {
+    let base = format!("{}{}", config.server.public_url, config.web.path);
+    let auth_methods = ["client_secret_basic", "client_secret_post", "none"];
+    let mut doc = json!({
+        "issuer": config.server.public_url,
+        "authorization_endpoint": format!("{base}/oauth/authorize"),
+        "token_endpoint": format!("{base}/oauth/token"),
+        "revocation_endpoint": format!("{base}/oauth/revoke"),
+        "response_types_supported": ["code"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": auth_methods,
+        "revocation_endpoint_auth_methods_supported": auth_methods,
+        "scopes_supported": toolgate_filters::ScopeSet::ALL.each_name(),
+        "authorization_response_iss_parameter_supported": true,
+    });
+    if config.web.dynamic_registration {
+        doc["registration_endpoint"] = json!(format!("{base}/oauth/register"));
+    }
+    if config.web.client_documents.is_some() {
+        doc["client_id_metadata_document_supported"] = json!(true);
+    }
+    doc
+}
+
+/// Answers `POST {auth_url}/oauth/token`, `/oauth/revoke` and `/oauth/register` (`path` is after
+/// the prefix).
+pub async fn handle(server: &Server, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
+    if ex.request().method != http::Method::POST {
+        let e = OAuthError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
+        return write(ex, 405, &error_body(&e), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
+    }
+    if path == "/oauth/register" {
+        return match register(server, ex).await {
+            Ok(body) => write(ex, 201, &body, &[]).await,
+            Err(e) => write(ex, e.status(), &error_body(&e), &[]).await,
+        };
+    }
+    let basic_used = ex.headers().contains_key(http::header::AUTHORIZATION);
+    let outcome = match path {
+        "/oauth/token" => token(server, ex).await.map(|t| serde_json::to_value(t).unwrap_or_default()),
+        _ => revoke(server, ex).await.map(|()| json!({})),
+    };
+    match outcome {
+        Ok(body) => write(ex, 200, &body, &[]).await,
+        Err(e) => {
+            let mut headers = Vec::new();
+            if e.code == "invalid_client" && basic_used {
+                // RFC 6749 section 5.2: a client that tried Basic is told the scheme.
+                headers.push((http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"toolgate\"")));
+            }
+            write(ex, e.status(), &error_body(&e), &headers).await
+        }
+    }
+}
+
+/// A refusal at the edge (the address's bucket), in the endpoints' own error form.
+pub async fn refuse(ex: &mut Exchange<'_>, e: crate::edge::error::ApiError) -> Result<()> {
+    let mut o = OAuthError::new("rate_limited", e.to_string());
+    o.status = Some(e.status());
+    o.retry_after = e.retry_after();
+    write(ex, e.status(), &error_body(&o), &[]).await
+}
+
+fn error_body(e: &OAuthError) -> Value {
+    let mut body = json!({ "error": e.code, "error_description": e.description });
+    if let Some(secs) = e.retry_after {
+        body["retry_after"] = json!(secs);
+    }
+    body
+}
+
+async fn write(ex: &mut Exchange<'_>, status: u16, body: &Value, extra: &[(HeaderName, HeaderValue)]) -> Result<()> {
+    let mut headers = extra.to_vec();
+    if let Some(secs) = body.get("retry_after").and_then(Value::as_u64) {
+        headers.push((http::header::RETRY_AFTER, HeaderValue::from(secs)));
+    }
+    headers.push((http::header::PRAGMA, HeaderValue::from_static("no-cache")));
+    ex.respond(status, "application/json", serde_json::to_vec(body).unwrap_or_default(), &headers).await
+}
+
+/// The form's fields; a field given twice is an error (RFC 6749 section 3.2).
+async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, OAuthError> {
+    let form_type = ex.header("content-type").is_some_and(|t| {
+        t.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/x-www-form-urlencoded"))
+    });
+    if !form_type {
+        return Err(OAuthError::new("invalid_request", "the body must be application/x-www-form-urlencoded"));
+    }
+    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthError::body)?;
+    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    for (i, (name, _)) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|(n, _)| n == name) {
+            return Err(OAuthError::new("invalid_request", format!("`{name}` is given twice")));
+        }
+    }
+    Ok(fields)
+}
+
+/// The client of the request (RFC 6749 section 2.3): HTTP Basic, or `client_id` (and
+/// `client_secret`) in the form. A confidential client must prove its secret; a public one
+/// has none to prove.
+async fn authenticate(
+    server: &Server,
+    ex: &Exchange<'_>,
+    fields: &[(String, String)],
+) -> std::result::Result<OAuthClient, OAuthError> {
+    let refused = || OAuthError::new("invalid_client", "client authentication failed");
+    let (id, secret) = match ex.header("authorization") {
+        Some(value) => {
+            let encoded = value.strip_prefix("Basic ").ok_or_else(refused)?;
+            let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).map_err(|_| refused())?;
+            let decoded = String::from_utf8(decoded).map_err(|_| refused())?;
+            let (id, secret) = decoded.split_once(':').ok_or_else(refused)?;
+            // Both parts are form-encoded before they are joined (RFC 6749 section 2.3.1).
+            let unescape =
+                |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+            (unescape(id), Some(unescape(secret)))
+        }
+        None => (
+            param(fields, "client_id").ok_or_else(refused)?.to_string(),
+            param(fields, "client_secret").map(str::to_string),
+        ),
+    };
+    let client = super::client(server, &id, ex.ctx.client_ip).await?.ok_or_else(refused)?;
+    match (&client.secret_hash, secret) {
+        (Some(stored), Some(given))
+            if crate::base::secrets::hashes_equal(stored, &crate::base::secrets::hash_key(&given)) => {}
+        (None, None) => {}
+        _ => return Err(refused()),
+    }
+    Ok(client)
+}
+
+async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<super::Tokens, OAuthError> {
+    let fields = form(ex).await?;
+    let client = authenticate(server, ex, &fields).await?;
+    let state = &server.state;
+    match param(&fields, "grant_type") {
+        Some("authorization_code") => {
+            let code = param(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
+            let (redirect_uri, verifier) = (param(&fields, "redirect_uri"), param(&fields, "code_verifier"));
+            let resource = param(&fields, "resource");
+            super::exchange_code(state, &client, code, redirect_uri, verifier, resource, ex.ctx.client_ip).await
+        }
+        Some("refresh_token") => {
+            let token = param(&fields, "refresh_token")
+                .ok_or_else(|| OAuthError::new("invalid_request", "refresh_token is missing"))?;
+            super::refresh(state, &client, token, param(&fields, "scope"), ex.ctx.client_ip).await
+        }
+        Some(_) => {
+            Err(OAuthError::new("unsupported_grant_type", "grant_type must be authorization_code or refresh_token"))
+        }
+        None => Err(OAuthError::new("invalid_request", "grant_type is missing")),
+    }
+}
+
+async fn revoke(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
+    let fields = form(ex).await?;
+    let client = authenticate(server, ex, &fields).await?;
+    let token = param(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
+    super::revoke(&server.state, &client, token).await
+}
+
+/// What a client registering itself sends (RFC 7591 section 2); other fields are ignored.
+#[derive(serde::Deserialize)]
+struct Registration {
+    redirect_uris: Vec<String>,
+    client_name: Option<String>,
+    token_endpoint_auth_method: Option<String>,
+}
+
+/// Dynamic client registration (RFC 7591), when `web.dynamic_registration` is on: a public
+/// client of no organisation, which may ask only for a gateway's endpoint (MCP clients signing
+/// in to gateways, as the MCP authorization specification has them register).
+async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthError> {
+    if !server.state.config().web.dynamic_registration {
+        return Err(OAuthError::new("access_denied", "this server does not take dynamic registrations"));
+    }
+    let ip = ex.ctx.client_ip;
+    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthError::body)?;
+    let asked: Registration = serde_json::from_slice(&body)
+        .map_err(|e| OAuthError::new("invalid_client_metadata", format!("not client metadata: {e}")))?;
+    if asked.token_endpoint_auth_method.as_deref().is_some_and(|m| m != "none") {
+        return Err(OAuthError::new(
+            "invalid_client_metadata",
+            "only public clients (token_endpoint_auth_method none) register here",
+        ));
+    }
+    if asked.redirect_uris.is_empty() || asked.redirect_uris.len() > 10 {
+        return Err(OAuthError::new("invalid_redirect_uri", "1-10 redirect_uris"));
+    }
+    for uri in &asked.redirect_uris {
+        super::check_redirect_uri(uri).map_err(|e| OAuthError::new("invalid_redirect_uri", format!("`{uri}`: {e}")))?;
+    }
+    let name = asked.client_name.unwrap_or_else(|| "An MCP client".into());
+    let name = crate::api::display_name("client_name", &name)
+        .map_err(|e| OAuthError::new("invalid_client_metadata", e.to_string()))?
+        .to_string();
+    // Counted per network (/24, /56), once the metadata is good (a refused registration stores
+    // nothing): each one is a stored record, and a host often holds a whole block of addresses.
+    let block = crate::data::limiter::address_block(ip, true);
+    let window = crate::identity::signin::ADDRESS_WINDOW;
+    if let Err(wait) = server
+        .signin
+        .guesses
+        .count(&format!("registrations:{block}"), crate::identity::signin::BLOCK_REGISTRATIONS, window)
+        .await
+    {
+        let secs = wait.as_secs().max(1);
+        return Err(OAuthError::new("rate_limited", format!("too many registrations from {block}; try in {secs} s"))
+            .with_retry_after(secs));
+    }
+    let client = OAuthClient {
+        id: crate::base::secrets::new_id("tgc"),
+        org_id: String::new(),
+        name,
+        redirect_uris: asked.redirect_uris,
+        scopes: Vec::new(),
+        public: true,
+        secret_hash: None,
+        created_by: format!("registration from {ip}"),
+        created_at: chrono::Utc::now(),
+    };
+    keep(server, &client).await?;
+    tracing::info!(client = client.id, %ip, "OAuth client registered itself");
+    Ok(json!({
+        "client_id": client.id,
+        "client_id_issued_at": client.created_at.timestamp(),
+        "client_name": client.name,
+        "redirect_uris": client.redirect_uris,
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+    }))
+}
+
+/// What `created_by` starts with for a client that registered itself.
+const SELF_REGISTERED: &str = "registration from ";
+
+/// Whether a stored client registered itself (RFC 7591): such a client expires unused.
+pub(super) fn self_registered(client: &OAuthClient) -> bool {
+    client.org_id.is_empty() && client.created_by.starts_with(SELF_REGISTERED)
+}
+
+/// Stores a self-registered client until `web.registration_unused_secs` from now.
+async fn keep(server: &Server, client: &OAuthClient) -> std::result::Result<(), crate::data::store::StoreError> {
+    let unused = server.state.config().web.registration_unused;
+    let json = serde_json::to_string(client).map_err(|e| crate::data::store::StoreError::Backend(e.to_string()))?;
+    let until =
+        chrono::Utc::now().timestamp_millis().saturating_add(i64::try_from(unused.as_millis()).unwrap_or(i64::MAX));
+    let store = &server.state.store;
+    store
+        .put_expiring(crate::data::store::Kind::OAuthClient, crate::data::store::NO_PARTITION, &client.id, json, until)
+        .await?;
+    server.signin.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
+    Ok(())
+}
+
+/// A self-registered client is in use (an authorization request or a token request named it):
+/// it is kept for another `web.registration_unused_secs`. Written again at most every tenth of
+/// that (an hour at most) per instance, not at every request.
+pub(super) async fn used(
+    server: &Server,
+    client: &OAuthClient,
+) -> std::result::Result<(), crate::data::store::StoreError> {
+    let unused = server.state.config().web.registration_unused;
+    let every = (unused / 10).min(std::time::Duration::from_secs(3600));
+    let fresh = server.signin.registrations_kept.get(&client.id).is_some_and(|at| at.elapsed() < every);
+    if fresh {
+        return Ok(());
+    }
+    let kept = &server.signin.registrations_kept;
+    if kept.len() >= 100_000 {
+        kept.retain(|_, at| at.elapsed() < every);
+    }
+    keep(server, client).await
+}

@@ -1,0 +1,704 @@
+//! Web sign-in, the identity service's first part (`{auth_url}`, `web.path`, default `/auth`):
+//! server-rendered pages where a user signs in with e-mail and password (and the TOTP code or a
+//! backup code when MFA is on), a web session held in a cookie, and sign-out. The OAuth
+//! authorization server's consent page (`consent.rs`) sits on these sessions.
+//!
+//! Decisions (README "Web sign-in"):
+//! - Cookies: `toolgate_session` (the session token; `HttpOnly`, `Secure`, `SameSite=Lax` so a
+//!   top-level navigation from another site, an OAuth redirect, still carries it, `Path=/`) and
+//!   `toolgate_csrf` (`HttpOnly`, `Secure`, `SameSite=Strict`, on the prefix). Every form carries
+//!   the CSRF token in a hidden field, compared in constant time with the cookie (the double-submit
+//!   pattern): a POST without both, or with two that differ, is a 403.
+//! - Guessing is bounded as MFA bounds it: five wrong passwords in a row for an e-mail lock it
+//!   for 30 s, doubling up to 15 minutes (429 with `Retry-After`), and an address gets fifty
+//!   password checks per ten minutes, counted before the check (so concurrent attempts count
+//!   too). An unknown e-mail is refused after checking a decoy hash, in the same words and time
+//!   as a wrong password. At most `web.password_checks` checks run at once (`passwords`).
+//! - The per-address bounds are [`crate::data::limiter::Guesses`]: shared by the instances on Redis.
+//! - A form's body must arrive within `web.body_timeout_secs` (408) and is read as it comes,
+//!   never reserved to its declared length.
+//! - Pages say nothing about which part was wrong, are never cached or framed, and load nothing
+//!   (`Content-Security-Policy: default-src 'none'`).
+//! - The MFA step continues only its own sign-in: the answer that opens a challenge sets the
+//!   `toolgate_mfa` cookie and the challenge keeps its hash; the step takes only that browser's
+//!   challenge, and wrong codes count against that browser's sign-in (never the user's).
+//! - `next` (where to go once signed in) is a path that resolves to this server's origin only.
+//! - The organisation's IP allowlist is checked once the user is known (the password, provider
+//!   or SAML assertion proved it), before any MFA challenge or session: an address it refuses
+//!   gets a 403 page in the same words whatever the way in. A wrong password stays a wrong
+//!   password, so the list is shown to no one who lacks it.
+
+mod consent;
+mod oidc;
+mod pages;
+pub mod passwords;
+mod saml;
+pub mod sessions;
+
+use crate::data::model::User;
+use crate::data::store::Store;
+use crate::edge::error::ApiError;
+use crate::edge::exchange::Exchange;
+use crate::server::Server;
+use dashmap::DashMap;
+use http::header::{HeaderName, HeaderValue};
+use pingora::Result;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolgate_filters::ip_allowlist::IpPolicySource;
+
+pub use sessions::{WebSession, WebSessions};
+
+const SESSION_COOKIE: &str = "toolgate_session";
+const CSRF_COOKIE: &str = "toolgate_csrf";
+/// Set on the answer of a password check (or a provider's sign-in) that opens an MFA challenge:
+/// the challenge is bound to its hash, so only this browser continues this sign-in.
+const MFA_COOKIE: &str = "toolgate_mfa";
+/// Wrong passwords an e-mail may get in a row before it is locked.
+const FREE_FAILURES: u32 = 5;
+const FIRST_LOCKOUT: Duration = Duration::from_secs(30);
+const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
+/// Password checks (sign-in attempts) from one address per window.
+const ADDRESS_ATTEMPTS: u32 = 50;
+/// Sign-ins through a provider one address may start per window (each is a stored record).
+const ADDRESS_STARTS: u32 = 30;
+/// OAuth clients one address block (/24, /56) may register per window (each is a stored record).
+pub(crate) const BLOCK_REGISTRATIONS: u32 = 20;
+pub(crate) const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// Largest sign-in form accepted.
+const MAX_FORM_BYTES: usize = 8 * 1024;
+
+/// The identity service's state: web sessions and the guessing bounds.
+pub struct SignIn {
+    pub sessions: WebSessions,
+    store: Arc<dyn Store>,
+    /// e-mail (lower case) -> wrong passwords in a row and the lockout they earned.
+    by_email: DashMap<String, EmailFailures>,
+    by_email_sweep: crate::identity::mfa::Sweeper,
+    /// Per-address bounds (password checks, sign-ins started, registrations, documents
+    /// fetched), shared by the instances on Redis.
+    pub(crate) guesses: crate::data::limiter::Guesses,
+    /// Self-registered OAuth clients and when this instance last extended their life
+    /// (`oauth_server`: a client unused for `web.registration_unused_secs` expires).
+    pub(crate) registrations_kept: DashMap<String, Instant>,
+    /// Client metadata documents fetched and kept (`oauth_server`).
+    pub(crate) client_documents: crate::identity::oauth_server::ClientDocuments,
+}
+
+/// Wrong passwords in a row for one e-mail, the lockout they earned, and when the last came.
+#[derive(Debug, Clone, Copy)]
+struct EmailFailures {
+    count: u32,
+    locked_until: Option<Instant>,
+    last: Instant,
+}
+
+impl EmailFailures {
+    /// Whether the entry still bounds anything: a lockout running, or a failure recent enough
+    /// to count towards the next one (forgotten an hour after the last, as MFA's are).
+    fn live(&self, now: Instant) -> bool {
+        self.locked_until.is_some_and(|until| until > now) || now.saturating_duration_since(self.last) < FORGET_AFTER
+    }
+}
+
+/// How long wrong passwords in a row are remembered after the last, once no lockout runs.
+const FORGET_AFTER: Duration = Duration::from_secs(60 * 60);
+
+/// The `next` of the request's query (where to go once signed in), unchecked.
+fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
+    let query = ex.request().uri.query().unwrap_or("");
+    url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned())
+}
+
+impl SignIn {
+    pub fn new(store: Arc<dyn Store>, config: &crate::config::Config) -> SignIn {
+        passwords::configure(config.web.password_checks);
+        SignIn {
+            sessions: WebSessions::new(store.clone()),
+            store,
+            by_email: DashMap::new(),
+            by_email_sweep: Default::default(),
+            guesses: crate::data::limiter::Guesses::open(&config.storage),
+            registrations_kept: DashMap::new(),
+            client_documents: Default::default(),
+        }
+    }
+
+    /// How long until `email` may try a password again, when it is locked.
+    fn locked(&self, email: &str) -> Option<Duration> {
+        let now = Instant::now();
+        self.by_email.get(email).and_then(|f| f.locked_until).and_then(|until| until.checked_duration_since(now))
+    }
+
+    /// Counts one more `what` from `ip` (by address, IPv6 by /64) against `limit` per
+    /// [`ADDRESS_WINDOW`]: a 429 with `Retry-After` when the address has had its share.
+    pub(crate) async fn count(&self, what: &str, ip: IpAddr, limit: u32) -> Result<(), ApiError> {
+        let key = format!("{what}:{}", crate::data::limiter::address_block(ip, false));
+        self.guesses.count(&key, limit, ADDRESS_WINDOW).await.map_err(|wait| ApiError::too_many(what, wait))
+    }
+
+    fn failed(&self, email: &str) {
+        self.by_email_sweep.sweep(&self.by_email, |f, now| f.live(now));
+        let now = Instant::now();
+        let fresh = EmailFailures { count: 0, locked_until: None, last: now };
+        let mut f = self.by_email.entry(email.to_string()).or_insert(fresh);
+        if !f.live(now) {
+            *f = fresh;
+        }
+        f.count += 1;
+        f.last = now;
+        if f.count >= FREE_FAILURES {
+            let doublings = (f.count - FREE_FAILURES).min(10);
+            f.locked_until = Some(now + (FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT));
+        }
+    }
+
+    /// Checks a user's current password (`PUT /v1/user/password`) under the sign-in's guessing
+    /// bounds: refused (429) while the e-mail is locked out or the address has had its checks, and a wrong one
+    /// counted as a wrong sign-in, so that an API key cannot guess the password faster than
+    /// the sign-in form lets anyone.
+    pub(crate) async fn check_current_password(
+        &self,
+        email: &str,
+        ip: IpAddr,
+        stored_hash: String,
+        given: String,
+    ) -> std::result::Result<bool, ApiError> {
+        let email = email.trim().to_lowercase();
+        if let Some(wait) = self.locked(&email) {
+            return Err(ApiError::too_many("wrong passwords", wait));
+        }
+        // Counted before the check, as the sign-in form counts its checks.
+        self.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
+        if passwords::verify(Some(stored_hash), given).await {
+            self.succeeded(&email);
+            Ok(true)
+        } else {
+            self.failed(&email);
+            Ok(false)
+        }
+    }
+
+    fn succeeded(&self, email: &str) {
+        self.by_email.remove(email);
+    }
+}
+
+/// Answers a request under the prefix (`prefix` is its length in the path).
+pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
+    let path = ex.request().uri.path()[prefix..].to_string();
+    let method = ex.request().method.clone();
+    if matches!(path.as_str(), "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
+        return crate::identity::oauth_server::handle(server, ex, &path).await;
+    }
+    let page = match (method.as_str(), path.as_str()) {
+        ("GET", "" | "/") => account(server, ex).await,
+        ("GET", "/signin") => Ok(sign_in_form(server, ex, None)),
+        ("POST", "/signin") => sign_in(server, ex).await,
+        ("POST", "/signin/mfa") => sign_in_mfa(server, ex).await,
+        ("POST", "/signout") => sign_out(server, ex).await,
+        ("GET", "/oauth/authorize") => consent::authorize(server, ex).await,
+        ("POST", "/oauth/authorize") => consent::decide(server, ex).await,
+        ("GET", p) if p.starts_with("/signin/") => start_with_provider(server, ex, &p["/signin/".len()..]).await,
+        ("GET", p) if p.starts_with("/callback/") => back_from_provider(server, ex, &p["/callback/".len()..]).await,
+        ("GET", "/saml/metadata") => Ok(Page::xml(saml::metadata(server))),
+        ("GET", p) if p.starts_with("/saml/login/") => saml_start(server, ex, &p["/saml/login/".len()..]).await,
+        ("POST", "/saml/callback") => saml_callback(server, ex).await,
+        (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout" | "/oauth/authorize") => {
+            Err(ApiError::MethodNotAllowed(method.to_string()))
+        }
+        _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
+    };
+    let page = page.unwrap_or_else(|e| Page::error(&e));
+    page.write(ex).await
+}
+
+/// A refusal at the identity service's edge (its filter chain, e.g. the address's bucket): an
+/// OAuth error on the machine endpoints, a page elsewhere; `Retry-After` either way.
+pub async fn refuse(ex: &mut Exchange<'_>, prefix: usize, e: ApiError) -> Result<()> {
+    let path = &ex.request().uri.path()[prefix..];
+    if matches!(path, "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
+        return crate::identity::oauth_server::refuse(ex, e).await;
+    }
+    Page::error(&e).write(ex).await
+}
+
+/// A response of the identity service: an HTML page or a redirect, with its cookies.
+struct Page {
+    status: u16,
+    body: String,
+    content_type: &'static str,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Page {
+    fn html(status: u16, body: String) -> Page {
+        Page { status, body, content_type: "text/html; charset=utf-8", headers: Vec::new() }
+    }
+
+    /// The SAML service provider's metadata.
+    fn xml(body: String) -> Page {
+        Page { status: 200, body, content_type: "application/samlmetadata+xml", headers: Vec::new() }
+    }
+
+    fn redirect(to: &str) -> Page {
+        let mut p = Page::html(303, String::new());
+        if let Ok(v) = HeaderValue::from_str(to) {
+            p.headers.push((http::header::LOCATION, v));
+        }
+        p
+    }
+
+    fn error(e: &ApiError) -> Page {
+        if e.status() >= 500 {
+            tracing::error!(error = ?e, "identity service request failed");
+        }
+        let mut page = Page::html(e.status(), pages::message("Something went wrong", &e.to_string()));
+        if let Some(secs) = e.retry_after() {
+            page.headers.push((http::header::RETRY_AFTER, HeaderValue::from(secs)));
+        }
+        page
+    }
+
+    fn cookie(mut self, value: String) -> Page {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            self.headers.push((http::header::SET_COOKIE, v));
+        }
+        self
+    }
+
+    async fn write(mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        for (name, value) in [
+            (
+                http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+            ),
+            (http::header::X_FRAME_OPTIONS, "DENY"),
+            (http::header::REFERRER_POLICY, "no-referrer"),
+            (http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ] {
+            self.headers.push((name, HeaderValue::from_static(value)));
+        }
+        ex.respond(self.status, self.content_type, self.body.into_bytes(), &self.headers).await
+    }
+}
+
+/// The value of cookie `name` in the request.
+fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
+    ex.headers()
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_empty())
+}
+
+fn prefix(server: &Server) -> String {
+    server.state.config().web.path.clone()
+}
+
+/// Where to go once signed in: a path of this server, else the account page.
+fn next_of(server: &Server, next: Option<&str>) -> String {
+    let origin = server.state.config().server.public_url.clone();
+    next.and_then(|n| same_origin_path(&origin, n)).unwrap_or_else(|| format!("{}/", prefix(server)))
+}
+
+/// `next` as a path (with its query) of the server at `public_url`, or `None` when a browser
+/// could read it as anything else. Refused: anything but one `/` first (`//host`, `/\host`,
+/// `https:host`), control characters, whitespace and backslashes anywhere (browsers drop a tab
+/// or a line break inside a URL, so `/<TAB>/host` becomes `//host`, and read `\` as `/`), and
+/// the same in the percent-decoded path (`/%2F%2Fhost`, `/%09/host`, `/%5Chost`). What remains
+/// must resolve, against the server's own origin, to that origin; the answer is the resolved
+/// path and query, as the URL parser wrote them.
+fn same_origin_path(public_url: &str, next: &str) -> Option<String> {
+    let bad = |c: char| c.is_control() || c.is_whitespace() || c == '\\';
+    let leads_elsewhere = |p: &str| !p.starts_with('/') || p.starts_with("//") || p.contains(bad);
+    if leads_elsewhere(next) {
+        return None;
+    }
+    let path = next.split(['?', '#']).next().unwrap_or_default();
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8().ok()?;
+    if leads_elsewhere(&decoded) {
+        return None;
+    }
+    let base = url::Url::parse(public_url).ok().filter(|u| u.has_host())?;
+    let resolved = base.join(next).ok()?;
+    if resolved.origin() != base.origin() {
+        return None;
+    }
+    Some(resolved[url::Position::BeforePath..].to_string())
+}
+
+/// The sign-in form, with a fresh CSRF token (cookie and field).
+fn sign_in_form(server: &Server, ex: &Exchange<'_>, error: Option<&str>) -> Page {
+    let next = next_in_query(ex);
+    let csrf = crate::base::secrets::new_session_id();
+    let path = prefix(server);
+    // Where each way of signing in starts, and its name: the OpenID providers, then SAML.
+    let web = &server.state.config().web;
+    let providers: Vec<(String, String)> = (web.oidc_providers.iter())
+        .map(|p| (format!("/signin/{}", p.id), p.name.clone()))
+        .chain(web.saml.iter().map(|s| (format!("/saml/login/{}", s.organization), s.name.clone())))
+        .collect();
+    Page::html(
+        if error.is_some() { 401 } else { 200 },
+        pages::sign_in(&path, &csrf, next.as_deref(), &providers, error),
+    )
+    .cookie(csrf_cookie(&path, &csrf))
+}
+
+fn csrf_cookie(path: &str, token: &str) -> String {
+    format!("{CSRF_COOKIE}={token}; Path={path}; HttpOnly; Secure; SameSite=Strict")
+}
+
+fn session_cookie(token: &str, idle: Duration) -> String {
+    format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age={}", idle.as_secs())
+}
+
+/// The fields of a form POST, after its CSRF token was checked against the cookie.
+async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, ApiError> {
+    let body = ex.read_body_within(MAX_FORM_BYTES).await?;
+    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    let sent = fields.iter().find(|(k, _)| k == "csrf").map(|(_, v)| v.as_str()).unwrap_or("");
+    let expected = cookie(ex, CSRF_COOKIE).unwrap_or("");
+    if sent.is_empty() || expected.is_empty() || !crate::base::secrets::hashes_equal(sent, expected) {
+        return Err(ApiError::Forbidden("the form's CSRF token is missing or does not match: reload the page".into()));
+    }
+    Ok(fields)
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).unwrap_or("")
+}
+
+/// The users an e-mail names (one in practice; in several organisations, the first whose
+/// password matches signs in).
+fn users_with(server: &Server, email: &str) -> Vec<Arc<User>> {
+    let mut users = server.state.users_where(|u| u.email.eq_ignore_ascii_case(email));
+    users.sort_by(|a, b| a.id.cmp(&b.id));
+    users
+}
+
+async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    let fields = form(ex).await?;
+    let email = field(&fields, "email").trim().to_lowercase();
+    let password = field(&fields, "password").to_string();
+    let next = next_of(server, Some(field(&fields, "next")));
+    let ip = ex.ctx.client_ip;
+    if let Some(wait) = server.signin.locked(&email) {
+        return Err(ApiError::too_many("wrong passwords", wait));
+    }
+    if passwords::overloaded() {
+        return Err(ApiError::Rejected {
+            status: 503,
+            code: "UNAVAILABLE",
+            message: "too many sign-ins at once; try again in a moment".into(),
+            retry_after: Some(1),
+        });
+    }
+    // Counted before the check, so that attempts made at once count as much as one after another.
+    server.signin.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
+    let mut signed_in = None;
+    let candidates = users_with(server, &email);
+    if candidates.is_empty() {
+        passwords::verify(None, password.clone()).await;
+    }
+    for user in candidates {
+        let stored = passwords::stored(server.signin.store.as_ref(), &user.id).await?;
+        if passwords::verify(stored.map(|p| p.hash), password.clone()).await {
+            signed_in = Some(user);
+            break;
+        }
+    }
+    let Some(user) = signed_in else {
+        server.signin.failed(&email);
+        return Ok(sign_in_form(server, ex, Some("The e-mail or the password is wrong.")));
+    };
+    server.signin.succeeded(&email);
+    signed_in_as(server, ex, &user, &next).await
+}
+
+/// Refused (403 `IP_NOT_ALLOWED`) when the user's organisation enforces an IP allowlist that
+/// does not hold `ip`: one page, whatever proved who the user is.
+fn admitted(server: &Server, user: &User, ip: IpAddr) -> std::result::Result<(), ApiError> {
+    if server.state.refuses_address(&user.org_id, ip) {
+        tracing::info!(user = user.id, %ip, "web sign-in refused by the organisation's IP allowlist");
+        return Err(ApiError::Rejected {
+            status: 403,
+            code: "IP_NOT_ALLOWED",
+            message: "Your organisation does not allow signing in from this address.".into(),
+            retry_after: None,
+        });
+    }
+    Ok(())
+}
+
+/// The user proved who it is (password, or a provider): the second factor when MFA is on, else
+/// a session. The challenge opened here is bound to this browser: a fresh random cookie is set
+/// on this answer and the challenge keeps its hash, so only this browser, holding the proof of
+/// this check, continues this sign-in (not a challenge a key was given by the API, nor this one
+/// from another browser).
+async fn signed_in_as(
+    server: &Server,
+    ex: &Exchange<'_>,
+    user: &User,
+    next: &str,
+) -> std::result::Result<Page, ApiError> {
+    admitted(server, user, ex.ctx.client_ip)?;
+    if server.mfa.is_active(&user.id).await? {
+        let browser = crate::base::secrets::new_session_id();
+        let challenge = server.mfa.web_challenge(&user.id, &crate::base::secrets::hash_key(&browser)).await?;
+        // A sign-in that arrives from a provider has no form yet: it gets a CSRF token here.
+        let (csrf, fresh) = match cookie(ex, CSRF_COOKIE) {
+            Some(c) => (c.to_string(), false),
+            None => (crate::base::secrets::new_session_id(), true),
+        };
+        let path = prefix(server);
+        let page = Page::html(200, pages::code(&path, &csrf, &challenge.id, next, Some(&challenge.prompt), None))
+            .cookie(mfa_cookie(&path, &browser, crate::identity::mfa::MFA_TTL));
+        return Ok(if fresh { page.cookie(csrf_cookie(&path, &csrf)) } else { page });
+    }
+    start_session(server, ex, user, next).await
+}
+
+/// The cookie that binds an MFA challenge to its browser (`Max-Age=0` with an empty value
+/// removes it).
+fn mfa_cookie(path: &str, value: &str, max_age: Duration) -> String {
+    format!(
+        "{MFA_COOKIE}={value}; Path={path}/signin/mfa; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
+        max_age.as_secs()
+    )
+}
+
+fn redirect_uri(server: &Server, provider: &str) -> String {
+    let config = server.state.config();
+    format!("{}{}/callback/{provider}", config.server.public_url, config.web.path)
+}
+
+async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> std::result::Result<Page, ApiError> {
+    let config = server.state.config();
+    let provider = config.web.oidc_providers.iter().find(|p| p.id == id).cloned();
+    drop(config);
+    let provider = provider.ok_or_else(|| ApiError::NoRoute(ex.request().uri.path().to_string()))?;
+    let next = next_of(server, next_in_query(ex).as_deref());
+    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
+    let to = oidc::start(server.signin.store.as_ref(), &provider, &redirect_uri(server, id), &next).await?;
+    Ok(Page::redirect(&to))
+}
+
+async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) -> std::result::Result<Page, ApiError> {
+    let params = crate::api::parse_query(ex.request().uri.query());
+    if let Some((_, error)) = params.iter().find(|(k, _)| k == "error") {
+        return Err(ApiError::Unauthorized(format!("the provider did not sign you in ({error})")));
+    }
+    let (state, code) = (field(&params, "state"), field(&params, "code"));
+    if state.is_empty() || code.is_empty() {
+        return Err(ApiError::validation("code", "the provider sent back no code and state"));
+    }
+    let providers = server.state.config().web.oidc_providers.clone();
+    let store = server.signin.store.as_ref();
+    let done = oidc::finish(store, &providers, |id| redirect_uri(server, id), callback, state, code).await?;
+    // `finish` took only a sign-in started with this callback's provider.
+    let organization = providers.iter().find(|p| p.id == callback).and_then(|p| p.organization.as_deref());
+    let user = provider_user(server, &done.email, organization)?;
+    signed_in_as(server, ex, &user, &done.next).await
+}
+
+/// The user a provider's verified e-mail names: the one with it in the provider's organisation
+/// (`organization`), or, for a provider configured for none, the only user with it. An e-mail
+/// that users of several organisations hold is refused, never settled by picking one: the
+/// provider vouches for an address, not for an organisation.
+fn provider_user(server: &Server, email: &str, organization: Option<&str>) -> std::result::Result<Arc<User>, ApiError> {
+    let mut users = users_with(server, email);
+    if let Some(org) = organization {
+        users.retain(|u| u.org_id == org);
+    }
+    match (users.pop(), users.is_empty()) {
+        (Some(user), true) => Ok(user),
+        (None, _) => Err(ApiError::Forbidden(format!("no toolgate user has the e-mail address {email}"))),
+        (Some(_), false) => Err(ApiError::Forbidden(format!(
+            "users of several organisations have the e-mail address {email}: this provider names no organisation \
+             (`web.oidc_providers[].organization`), so it signs none of them in"
+        ))),
+    }
+}
+
+async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
+    let next = next_of(server, next_in_query(ex).as_deref());
+    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
+    let started = saml::start(server, org, &next).await?;
+    let cookie = format!(
+        "{}={}; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age={}",
+        saml::BROWSER_COOKIE,
+        started.browser,
+        prefix(server),
+        saml::REQUEST_TTL.as_secs()
+    );
+    Ok(Page::redirect(&started.redirect_to).cookie(cookie))
+}
+
+/// The IdP's answer (HTTP-POST binding). Cross-site by nature, so no CSRF token: the request it
+/// answers is single use and bound to the browser that started it (a cookie).
+async fn saml_callback(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    let body = ex.read_body_within(saml::MAX_RESPONSE_FORM_BYTES).await?;
+    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    let browser = cookie(ex, saml::BROWSER_COOKIE).unwrap_or("");
+    let done = saml::finish(server, field(&fields, "RelayState"), field(&fields, "SAMLResponse"), browser).await?;
+    let page = signed_in_as(server, ex, &done.user, &done.next).await?;
+    let expired = format!(
+        "{}=; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age=0",
+        saml::BROWSER_COOKIE,
+        prefix(server)
+    );
+    Ok(page.cookie(expired))
+}
+
+async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    let fields = form(ex).await?;
+    let challenge = field(&fields, "challenge_id");
+    let next = next_of(server, Some(field(&fields, "next")));
+    let stale = || ApiError::validation("challenge_id", "the sign-in took too long or was used up: sign in again");
+    // Only the challenge this browser's password check opened (its cookie's hash) is answered.
+    let browser = cookie(ex, MFA_COOKIE).map(crate::base::secrets::hash_key).ok_or_else(stale)?;
+    let user_id = server.mfa.web_challenge_user(challenge, &browser).await?.ok_or_else(stale)?;
+    let user = server.state.user(&user_id).ok_or(ApiError::NotFound("user"))?;
+    // Checked again: the code may come from another address than the password did.
+    admitted(server, &user, ex.ctx.client_ip)?;
+    let code = field(&fields, "code");
+    match server.mfa.verify_web(&server.state.sealer, &user.id, challenge, code, &browser).await {
+        Ok(()) => {
+            let page = start_session(server, ex, &user, &next).await?;
+            Ok(page.cookie(mfa_cookie(&prefix(server), "", Duration::ZERO)))
+        }
+        Err(e @ ApiError::Rejected { .. }) => Err(e),
+        Err(e) => {
+            let csrf = field(&fields, "csrf").to_string();
+            let still_open = server.mfa.web_challenge_user(challenge, &browser).await?.is_some();
+            if !still_open {
+                return Err(e);
+            }
+            let page = pages::code(&prefix(server), &csrf, challenge, &next, None, Some("That code is not valid."));
+            Ok(Page::html(401, page))
+        }
+    }
+}
+
+async fn start_session(
+    server: &Server,
+    ex: &Exchange<'_>,
+    user: &User,
+    next: &str,
+) -> std::result::Result<Page, ApiError> {
+    let web = server.state.config().web.clone();
+    let ua = ex.header("user-agent").unwrap_or("").to_string();
+    let token = server
+        .signin
+        .sessions
+        .start(user, ex.ctx.client_ip.to_string(), ua, web.session_idle, web.max_sessions_per_user)
+        .await?;
+    tracing::info!(user = user.id, "web sign-in");
+    Ok(Page::redirect(next).cookie(session_cookie(&token, web.session_idle)))
+}
+
+/// The signed-in user's session, if the request carries a live one.
+pub async fn current(server: &Server, ex: &Exchange<'_>) -> std::result::Result<Option<WebSession>, ApiError> {
+    let Some(token) = cookie(ex, SESSION_COOKIE) else { return Ok(None) };
+    let idle = server.state.config().web.session_idle;
+    Ok(server.signin.sessions.find(token, idle).await?)
+}
+
+async fn account(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    let Some(session) = current(server, ex).await? else {
+        return Ok(Page::redirect(&format!("{}/signin", prefix(server))));
+    };
+    let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
+    let sessions = server.signin.sessions.of_user(&user.id).await?;
+    let csrf = crate::base::secrets::new_session_id();
+    let path = prefix(server);
+    Ok(Page::html(200, pages::account(&path, &csrf, &user, &session, &sessions)).cookie(csrf_cookie(&path, &csrf)))
+}
+
+async fn sign_out(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    form(ex).await?;
+    if let Some(token) = cookie(ex, SESSION_COOKIE) {
+        server.signin.sessions.end_token(token).await?;
+    }
+    let gone = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0");
+    Ok(Page::redirect(&format!("{}/signin", prefix(server))).cookie(gone))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ORIGIN: &str = "https://tg.example";
+
+    #[test]
+    fn next_is_a_path_of_this_server_or_nothing() {
+        for good in [
+            "/auth/",
+            "/auth/?from=test",
+            "/auth/oauth/authorize?client_id=c&redirect_uri=https%3A%2F%2Fapp.example%2Fcb",
+        ] {
+            assert_eq!(same_origin_path(ORIGIN, good).as_deref(), Some(good), "{good}");
+        }
+        // Dot segments are resolved, and stay on the server.
+        assert_eq!(same_origin_path(ORIGIN, "/a/../../b").as_deref(), Some("/b"));
+        for bad in [
+            "//evil.example",
+            "///evil.example",
+            "/\\evil.example",
+            "/\\/evil.example",
+            "\\\\evil.example",
+            "/\t/evil.example",
+            "/%09/evil.example",
+            "/\n/evil.example",
+            "/%0a/evil.example",
+            "/\r/evil.example",
+            "/ /evil.example",
+            "/%2F%2Fevil.example",
+            "/%2f/evil.example",
+            "/%5Cevil.example",
+            "/%5c%5cevil.example",
+            "https:evil.example",
+            "https://evil.example",
+            "http:/evil.example",
+            "javascript:alert(1)",
+            "evil.example",
+            "",
+            "/\u{0}x",
+            "/\u{2028}/evil.example",
+            "/\u{a0}/evil.example",
+            "/%E2%80%A8/evil.example",
+        ] {
+            assert_eq!(same_origin_path(ORIGIN, bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_guess_counters_forget_what_bounds_nothing_any_more() {
+        let now = Instant::now();
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::data::store::EmbeddedStore::open(dir.path()).unwrap());
+        let signin = SignIn::new(store, &crate::config::Config::parse("{}").unwrap());
+        for i in 0..crate::identity::mfa::SWEEP_ABOVE + 10 {
+            let recent = EmailFailures { count: 3, locked_until: None, last: now };
+            signin.by_email.insert(format!("u{i}@example.com"), recent);
+        }
+        let locked = EmailFailures { count: 9, locked_until: Some(now + FORGET_AFTER * 2), last: now };
+        signin.by_email.insert("locked@example.com".into(), locked);
+        // A wrong password sweeps on its way in: nothing is stale yet.
+        signin.failed("new@example.com");
+        assert_eq!(signin.by_email.len(), crate::identity::mfa::SWEEP_ABOVE + 12);
+        // An hour after the last failure, only the running lockout is left.
+        signin
+            .by_email_sweep
+            .sweep_at(&signin.by_email, now + FORGET_AFTER + Duration::from_secs(2), |f, at| f.live(at));
+        assert_eq!(signin.by_email.len(), 1, "the stale e-mails went, the locked one stayed");
+        assert!(signin.locked("locked@example.com").is_some());
+    }
+}

@@ -1,0 +1,190 @@
+//! The identity service's pages: minimal HTML, every value escaped.
+
+use super::WebSession;
+use crate::data::model::User;
+
+/// `s` safe in HTML text and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} - toolgate</title>\
+         <meta name=\"viewport\" content=\"width=device-width\"><style>body{{font-family:sans-serif;max-width:32em;\
+         margin:3em auto}}label{{display:block;margin:.8em 0}}input{{display:block;width:100%}}.error{{color:#b00}}</style>\
+         </head><body><h1>{}</h1>{body}</body></html>",
+        escape(title),
+        escape(title)
+    )
+}
+
+fn error_line(error: Option<&str>) -> String {
+    error.map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e))).unwrap_or_default()
+}
+
+pub fn message(title: &str, text: &str) -> String {
+    page(title, &format!("<p>{}</p>", escape(text)))
+}
+
+pub fn sign_in(
+    prefix: &str,
+    csrf: &str,
+    next: Option<&str>,
+    providers: &[(String, String)],
+    error: Option<&str>,
+) -> String {
+    let next_query =
+        next.map(|n| format!("?next={}", url::form_urlencoded::byte_serialize(n.as_bytes()).collect::<String>()));
+    let links: String = providers
+        .iter()
+        .map(|(path, name)| {
+            let href = format!("{prefix}{path}{}", next_query.as_deref().unwrap_or(""));
+            format!("<p><a class=\"provider\" href=\"{}\">Sign in with {}</a></p>", escape(&href), escape(name))
+        })
+        .collect();
+    page(
+        "Sign in",
+        &format!(
+            "{}{links}<form method=\"post\" action=\"{}/signin\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <input type=\"hidden\" name=\"next\" value=\"{}\">\
+             <label>E-mail <input type=\"email\" name=\"email\" autocomplete=\"username\" required></label>\
+             <label>Password <input type=\"password\" name=\"password\" autocomplete=\"current-password\" required></label>\
+             <button type=\"submit\">Sign in</button></form>",
+            error_line(error),
+            escape(prefix),
+            escape(csrf),
+            escape(next.unwrap_or(""))
+        ),
+    )
+}
+
+/// The second step of a sign-in; `prompt` says where the code comes from (the authenticator, or
+/// where a code was just sent).
+pub fn code(
+    prefix: &str,
+    csrf: &str,
+    challenge: &str,
+    next: &str,
+    prompt: Option<&str>,
+    error: Option<&str>,
+) -> String {
+    page(
+        "Two-step verification",
+        &format!(
+            "{}{}<form method=\"post\" action=\"{}/signin/mfa\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <input type=\"hidden\" name=\"challenge_id\" value=\"{}\"><input type=\"hidden\" name=\"next\" value=\"{}\">\
+             <label>Code (authenticator app, e-mail or text message), or a backup code <input name=\"code\" \
+             autocomplete=\"one-time-code\" required></label><button type=\"submit\">Verify</button></form>",
+            error_line(error),
+            prompt.map(|p| format!("<p>{}</p>", escape(p))).unwrap_or_default(),
+            escape(prefix),
+            escape(csrf),
+            escape(challenge),
+            escape(next)
+        ),
+    )
+}
+
+pub fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sessions: &[WebSession]) -> String {
+    let rows: String = sessions
+        .iter()
+        .map(|s| {
+            format!(
+                "<li data-session=\"{}\">{} from {} ({}){}</li>",
+                escape(&s.id),
+                escape(&s.created_at.to_rfc3339()),
+                escape(&s.ip),
+                escape(&s.user_agent),
+                if s.id == current.id { " - this one" } else { "" }
+            )
+        })
+        .collect();
+    page(
+        "Your account",
+        &format!(
+            "<p>Signed in as <strong id=\"email\">{}</strong> ({}), <span id=\"role\">{}</span> of \
+             <span id=\"organization\">{}</span></p><h2>Sessions</h2><ul>{rows}</ul>\
+             <form method=\"post\" action=\"{}/signout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <button type=\"submit\">Sign out</button></form>",
+            escape(&user.email),
+            escape(&user.name),
+            escape(&user.role),
+            escape(&user.org_id),
+            escape(prefix),
+            escape(csrf)
+        ),
+    )
+}
+
+/// What a client asks of the signed-in user; `carried` are the request's parameters, sent back
+/// with the decision.
+pub fn consent(
+    prefix: &str,
+    csrf: &str,
+    client: &str,
+    email: &str,
+    scopes: &[&str],
+    gateway: Option<&str>,
+    carried: &[(&str, &str)],
+) -> String {
+    let items: String = scopes.iter().map(|s| format!("<li class=\"scope\">{}</li>", escape(s))).collect();
+    let hidden: String = carried
+        .iter()
+        .map(|(k, v)| format!("<input type=\"hidden\" name=\"{}\" value=\"{}\">", escape(k), escape(v)))
+        .collect();
+    let what = if let Some(gateway) = gateway {
+        format!(
+            "<p>It asks to use the tools of the gateway <strong id=\"gateway\">{}</strong> as you.</p>",
+            escape(gateway)
+        )
+    } else if scopes.is_empty() {
+        "<p>It asks for nothing that your role allows.</p>".to_string()
+    } else {
+        format!("<p>It asks to act for you with:</p><ul>{items}</ul>")
+    };
+    page(
+        "Allow access",
+        &format!(
+            "<p><strong id=\"client\">{}</strong> wants to use toolgate as <strong>{}</strong>.</p>{what}\
+             <form method=\"post\" action=\"{}/oauth/authorize\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">{hidden}\
+             <button type=\"submit\" name=\"decision\" value=\"allow\">Allow</button> \
+             <button type=\"submit\" name=\"decision\" value=\"deny\">Deny</button></form>",
+            escape(client),
+            escape(email),
+            escape(prefix),
+            escape(csrf)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn values_are_escaped_in_text_and_attributes() {
+        let html = super::sign_in(
+            "/auth",
+            "c",
+            Some("/x\"><script>"),
+            &[("/signin/acme".into(), "<Acme>".into())],
+            Some("<b>"),
+        );
+        assert!(html.contains("value=\"/x&quot;&gt;&lt;script&gt;\""), "{html}");
+        assert!(html.contains("&lt;b&gt;") && !html.contains("<script>"), "{html}");
+        assert!(
+            html.contains("href=\"/auth/signin/acme?next=%2Fx%22%3E%3Cscript%3E\">Sign in with &lt;Acme&gt;</a>"),
+            "{html}"
+        );
+    }
+}

@@ -1,0 +1,452 @@
+//! Prometheus metrics, served on `server.metrics_listen` by Pingora's Prometheus service.
+//!
+//! MCP operations are named as the OpenTelemetry MCP semantic conventions name them, in
+//! Prometheus form: `mcp_server_operation_duration_seconds` for what clients ask of toolgate,
+//! `mcp_client_operation_duration_seconds` for what toolgate asks of apps, with the attributes
+//! `mcp.method.name`, `gen_ai.tool.name` and `error.type` as `mcp_method_name`,
+//! `gen_ai_tool_name` and `error_type`. The rest is toolgate's own, prefixed `toolgate_`.
+//! Label values that clients choose (tool names, gateways) are capped ([`LabelCap`]), so a
+//! client cannot grow the series without bound; methods outside MCP's list read `other`.
+
+use parking_lot::RwLock;
+use pingora_prometheus::prometheus::core::{Collector, Desc};
+use pingora_prometheus::prometheus::proto::MetricFamily;
+use pingora_prometheus::prometheus::{
+    register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    register_int_gauge_vec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Bucket bounds (seconds) of the MCP operation histograms: the semantic conventions' bounds
+/// (10 ms to 300 s) with finer ones below, where a gateway's own answers are.
+const OPERATION_BUCKETS: [f64; 20] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0,
+];
+
+/// The label values a client-chosen label may take: the first `cap` values seen keep their
+/// name, later ones fold into `other`; a cap of 0 turns the label off (empty value).
+pub struct LabelCap {
+    cap: usize,
+    seen: RwLock<HashSet<Box<str>>>,
+}
+
+impl LabelCap {
+    pub fn new(cap: usize) -> LabelCap {
+        LabelCap { cap, seen: RwLock::new(HashSet::new()) }
+    }
+
+    pub fn fold<'a>(&self, value: &'a str) -> &'a str {
+        if self.cap == 0 {
+            return "";
+        }
+        if self.seen.read().contains(value) {
+            return value;
+        }
+        let mut seen = self.seen.write();
+        if seen.contains(value) {
+            value
+        } else if seen.len() < self.cap {
+            seen.insert(value.into());
+            value
+        } else {
+            "other"
+        }
+    }
+}
+
+/// How many distinct gateways and tools get series of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelLimits {
+    pub gateways: usize,
+    pub tools: usize,
+}
+
+impl Default for LabelLimits {
+    fn default() -> LabelLimits {
+        LabelLimits { gateways: 100, tools: 200 }
+    }
+}
+
+static LIMITS: OnceLock<LabelLimits> = OnceLock::new();
+
+/// The MCP methods that keep their name as a label value.
+const MCP_METHODS: [&str; 20] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "server/discover",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/roots/list_changed",
+];
+
+fn method_label(method: &str) -> &str {
+    if MCP_METHODS.contains(&method) {
+        method
+    } else {
+        "other"
+    }
+}
+
+struct Mcp {
+    server_ops: HistogramVec,
+    client_ops: HistogramVec,
+    session_duration: Histogram,
+    gateways: LabelCap,
+    tools: LabelCap,
+}
+
+fn mcp() -> &'static Mcp {
+    static M: OnceLock<Mcp> = OnceLock::new();
+    M.get_or_init(|| {
+        let limits = LIMITS.get().copied().unwrap_or_default();
+        Mcp {
+            server_ops: register_histogram_vec!(
+                "mcp_server_operation_duration_seconds",
+                "MCP requests clients made of toolgate's gateways, by method, tool, error type and gateway",
+                &["mcp_method_name", "gen_ai_tool_name", "error_type", "gateway"],
+                OPERATION_BUCKETS.to_vec()
+            )
+            .expect("metric registers once"),
+            client_ops: register_histogram_vec!(
+                "mcp_client_operation_duration_seconds",
+                "MCP requests toolgate made of apps, by method, tool, error type and app",
+                &["mcp_method_name", "gen_ai_tool_name", "error_type", "app"],
+                OPERATION_BUCKETS.to_vec()
+            )
+            .expect("metric registers once"),
+            session_duration: register_histogram!(
+                "mcp_server_session_duration_seconds",
+                "Lifetime of MCP sessions, observed when they end or expire",
+                vec![1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0]
+            )
+            .expect("metric registers once"),
+            gateways: LabelCap::new(limits.gateways),
+            tools: LabelCap::new(limits.tools),
+        }
+    })
+}
+
+/// What went wrong with an MCP operation, as `error_type`: the JSON-RPC error code, or
+/// `tool_error` for a tool result with `isError`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorType {
+    None,
+    Code(i64),
+    ToolError,
+}
+
+impl ErrorType {
+    pub fn is_error(self) -> bool {
+        self != ErrorType::None
+    }
+
+    /// The `error_type` label: empty on success.
+    pub fn label<'a>(&self, buf: &'a mut itoa::Buffer) -> &'a str {
+        match self {
+            ErrorType::None => "",
+            ErrorType::ToolError => "tool_error",
+            ErrorType::Code(code) => buf.format(*code),
+        }
+    }
+}
+
+/// A request a client made of a gateway, answered (or refused) by toolgate.
+pub fn mcp_server_operation(method: &str, tool: Option<&str>, error: ErrorType, gateway: &str, elapsed: Duration) {
+    let m = mcp();
+    observe_operation(&m.server_ops, method, tool, error, m.gateways.fold(gateway), elapsed);
+}
+
+/// A request toolgate made of an app on a client's behalf (app ids come from the
+/// configuration: no cap).
+pub fn mcp_client_operation(method: &str, tool: Option<&str>, error: ErrorType, app: &str, elapsed: Duration) {
+    observe_operation(&mcp().client_ops, method, tool, error, app, elapsed);
+}
+
+/// One observation of an operation histogram; `last` is its gateway or app label.
+fn observe_operation(
+    ops: &HistogramVec,
+    method: &str,
+    tool: Option<&str>,
+    error: ErrorType,
+    last: &str,
+    elapsed: Duration,
+) {
+    let mut buf = itoa::Buffer::new();
+    let tool = tool.map_or("", |t| mcp().tools.fold(t));
+    let labels = [method_label(method), tool, error.label(&mut buf), last];
+    ops.with_label_values(&labels).observe(elapsed.as_secs_f64());
+}
+
+pub fn mcp_session_ended(lifetime: Duration) {
+    mcp().session_duration.observe(lifetime.as_secs_f64());
+}
+
+struct Edge {
+    rejections: IntCounterVec,
+    rate_limited: IntCounterVec,
+    store_ops: HistogramVec,
+    spans_dropped: IntCounter,
+}
+
+fn edge() -> &'static Edge {
+    static E: OnceLock<Edge> = OnceLock::new();
+    E.get_or_init(|| Edge {
+        rejections: register_int_counter_vec!(
+            "toolgate_filter_rejections_total",
+            "Requests an edge filter refused, by filter and reason (the error code)",
+            &["filter", "reason"]
+        )
+        .expect("metric registers once"),
+        rate_limited: register_int_counter_vec!(
+            "toolgate_rate_limited_requests_total",
+            "Requests refused with 429, by rate-limit bucket and reason",
+            &["bucket", "reason"]
+        )
+        .expect("metric registers once"),
+        store_ops: register_histogram_vec!(
+            "toolgate_store_operation_duration_seconds",
+            "Time of storage operations, by operation",
+            &["operation"],
+            vec![0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0]
+        )
+        .expect("metric registers once"),
+        spans_dropped: register_int_counter!(
+            "toolgate_trace_spans_dropped_total",
+            "Spans not exported: queue full or endpoint refused"
+        )
+        .expect("metric registers once"),
+    })
+}
+
+/// A filter refused a request; `bucket` is the rate-limit bucket it was charged to (a 429's).
+pub fn filter_rejected(filter: &str, reason: &str, bucket: Option<&str>) {
+    let e = edge();
+    e.rejections.with_label_values(&[filter, reason]).inc();
+    if let Some(bucket) = bucket {
+        e.rate_limited.with_label_values(&[bucket, reason]).inc();
+    }
+}
+
+/// Spans the trace exporter dropped: its queue was full, or the endpoint refused them.
+pub fn trace_spans_dropped(spans: usize) {
+    edge().spans_dropped.inc_by(spans as u64);
+}
+
+pub fn store_operation(operation: &'static str, elapsed: Duration) {
+    edge().store_ops.with_label_values(&[operation]).observe(elapsed.as_secs_f64());
+}
+
+/// A gauge read when Prometheus scrapes rather than kept up to date on every change: the
+/// number of live sessions, open streams or running processes is a function of the running
+/// server ([`gauge_at_scrape`]).
+struct ScrapeGauge<G> {
+    gauge: G,
+    read: Box<dyn Fn(&G) + Send + Sync>,
+}
+
+impl<G: Collector + Clone + Send + Sync> Collector for ScrapeGauge<G> {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        (self.read)(&self.gauge);
+        self.gauge.collect()
+    }
+}
+
+/// A gauge whose value `read` gives at each scrape.
+pub fn gauge_at_scrape(name: &str, help: &str, read: impl Fn() -> i64 + Send + Sync + 'static) {
+    let registered = IntGauge::new(name, help).and_then(|gauge| {
+        let read = Box::new(move |g: &IntGauge| g.set(read()));
+        pingora_prometheus::prometheus::register(Box::new(ScrapeGauge { gauge, read }))
+    });
+    if let Err(e) = registered {
+        tracing::warn!(metric = name, error = %e, "cannot register a gauge");
+    }
+}
+
+/// A gauge with one label whose series `read` gives at each scrape (a series not given is
+/// gone).
+pub fn gauge_vec_at_scrape(
+    name: &str,
+    help: &str,
+    label: &str,
+    read: impl Fn() -> Vec<(String, i64)> + Send + Sync + 'static,
+) {
+    let registered = IntGaugeVec::new(Opts::new(name, help), &[label]).and_then(|gauge| {
+        let read = Box::new(move |g: &IntGaugeVec| {
+            g.reset();
+            for (value, n) in read() {
+                g.with_label_values(&[&value]).set(n);
+            }
+        });
+        pingora_prometheus::prometheus::register(Box::new(ScrapeGauge { gauge, read }))
+    });
+    if let Err(e) = registered {
+        tracing::warn!(metric = name, error = %e, "cannot register a gauge");
+    }
+}
+
+struct Metrics {
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    /// The children of the two vectors for every route class, and of `requests` for the common
+    /// statuses, looked up once: `with_label_values` hashes the labels and takes a lock on every
+    /// call, and this runs on every request.
+    by_route: Vec<RouteMetrics>,
+    log_pending: IntGauge,
+    log_dropped: IntCounter,
+}
+
+struct RouteMetrics {
+    route: &'static str,
+    latency: Histogram,
+    by_status: Vec<(u16, IntCounter)>,
+}
+
+/// Statuses whose counters are looked up in advance; others are looked up per request.
+const COMMON_STATUSES: [u16; 12] = [200, 201, 202, 204, 400, 401, 403, 404, 406, 429, 500, 502];
+
+fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| {
+        let requests = register_int_counter_vec!(
+            "toolgate_requests_total",
+            "Requests answered, by route class and status code",
+            &["route", "status"]
+        )
+        .expect("metric registers once");
+        let latency = register_histogram_vec!(
+            "toolgate_request_duration_seconds",
+            "Time from request to response, by route class",
+            &["route"],
+            vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+        )
+        .expect("metric registers once");
+        let by_route = crate::base::route::Route::LABELS
+            .iter()
+            .map(|&route| RouteMetrics {
+                route,
+                latency: latency.with_label_values(&[route]),
+                by_status: COMMON_STATUSES
+                    .iter()
+                    .map(|&status| (status, requests.with_label_values(&[route, itoa::Buffer::new().format(status)])))
+                    .collect(),
+            })
+            .collect();
+        Metrics {
+            requests,
+            latency,
+            by_route,
+            log_pending: register_int_gauge!(
+                "toolgate_request_log_pending",
+                "Request-log entries waiting to be written, as of the last flush"
+            )
+            .expect("metric registers once"),
+            log_dropped: register_int_counter!(
+                "toolgate_request_log_dropped_total",
+                "Request-log entries dropped because the buffer was full"
+            )
+            .expect("metric registers once"),
+        }
+    })
+}
+
+/// Registers the metrics so they are exported (with zero values) from the start, with the
+/// label caps of the configuration.
+pub fn init(limits: LabelLimits) {
+    let _ = LIMITS.set(limits);
+    metrics();
+    mcp();
+    // Every bucket's refusals from zero: `rate()` over a series that appears with its first
+    // refusal misses that refusal, and an alert over an absent series never fires.
+    let e = edge();
+    for bucket in toolgate_filters::rate_limit::Bucket::ALL {
+        e.rate_limited.with_label_values(&[bucket.as_str(), "RATE_LIMITED"]);
+    }
+    match register_int_gauge_vec!(
+        "toolgate_build_info",
+        "The running build: always 1, its version as a label",
+        &["version"]
+    ) {
+        Ok(g) => g.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1),
+        Err(e) => tracing::warn!(error = %e, "cannot register toolgate_build_info"),
+    }
+}
+
+pub fn observe_request(route: &'static str, status: u16, elapsed: Duration) {
+    let m = metrics();
+    let known = m.by_route.iter().find(|r| r.route == route);
+    match known.and_then(|r| r.by_status.iter().find(|(s, _)| *s == status)) {
+        Some((_, counter)) => counter.inc(),
+        None => m.requests.with_label_values(&[route, itoa::Buffer::new().format(status)]).inc(),
+    }
+    match known {
+        Some(r) => r.latency.observe(elapsed.as_secs_f64()),
+        None => m.latency.with_label_values(&[route]).observe(elapsed.as_secs_f64()),
+    }
+}
+
+/// The request log's backlog at a flush: where a store that cannot keep up shows.
+pub fn request_log_pending(entries: usize) {
+    metrics().log_pending.set(i64::try_from(entries).unwrap_or(i64::MAX));
+}
+
+pub fn request_log_dropped(entries: usize) {
+    metrics().log_dropped.inc_by(u64::try_from(entries).unwrap_or(u64::MAX));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_by_route_and_status_whether_looked_up_in_advance_or_not() {
+        let m = metrics();
+        let count = |route: &str, status: &str| m.requests.with_label_values(&[route, status]).get();
+        let seen = |route: &str| m.latency.with_label_values(&[route]).get_sample_count();
+        let (ok, teapot, gw, odd) = (count("gateway", "200"), count("gateway", "418"), seen("gateway"), seen("odd"));
+        observe_request("gateway", 200, Duration::from_micros(150));
+        observe_request("gateway", 418, Duration::from_micros(150));
+        // A label outside `Route::LABELS` still counts.
+        observe_request("odd", 200, Duration::from_micros(150));
+        assert_eq!(count("gateway", "200"), ok + 1);
+        assert_eq!(count("gateway", "418"), teapot + 1);
+        assert_eq!(seen("gateway"), gw + 2);
+        assert_eq!(seen("odd"), odd + 1);
+        assert_eq!(count("odd", "200"), 1);
+    }
+
+    #[test]
+    fn client_chosen_label_values_are_capped_and_fold_into_other() {
+        let cap = LabelCap::new(2);
+        assert_eq!((cap.fold("a"), cap.fold("b"), cap.fold("a")), ("a", "b", "a"));
+        assert_eq!(cap.fold("c"), "other", "beyond the cap");
+        assert_eq!(cap.fold("b"), "b", "values already seen keep their series");
+        assert_eq!(LabelCap::new(0).fold("a"), "", "a cap of 0 turns the label off");
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("made/up"), "other");
+        let mut buf = itoa::Buffer::new();
+        assert_eq!(ErrorType::Code(-32602).label(&mut buf), "-32602");
+        assert_eq!(ErrorType::ToolError.label(&mut buf), "tool_error");
+        assert_eq!(ErrorType::None.label(&mut buf), "");
+    }
+}

@@ -1,0 +1,7 @@
+//! What toolgate tells its operators: Prometheus series, trace spans and their export, the
+//! process's own log, and the request log's rollups.
+
+pub mod logging;
+pub mod metrics;
+pub mod rollup;
+pub mod trace;
