@@ -16,6 +16,7 @@ mod durability;
 mod filters_edge;
 mod harness_smoke;
 mod jwt;
+mod layers;
 mod limits_concurrency;
 mod mcp_defects;
 mod mcp_upstreams;
