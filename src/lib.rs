@@ -1,10 +1,11 @@
 //! toolgate: a high-performance MCP gateway on Cloudflare Pingora.
 //!
-//! `main.rs` only parses the command line; everything testable lives in these modules. A
-//! request goes `proxy` (routing, the filter chains of `toolgate-filters`) -> `api` (management)
-//! or `mcp` (a gateway's endpoint), which answer through `exchange`; `state` holds the records
-//! and publishes their changes on `changes`; `store` persists them; `peers` carries them between instances sharing one Redis. `ARCHITECTURE.md` has the
-//! whole map and its rules.
+//! `main.rs` only parses the command line; everything testable lives in these areas, whose floors
+//! (which may use which) ARCHITECTURE.md gives. A request goes
+//! `proxy` (routing, the filter chains of `toolgate-filters`) -> `api` (management), `identity`
+//! (sign-in and the OAuth endpoints) or `mcp` (a gateway's endpoint), which answer through
+//! `edge::exchange`; `data::state` holds the records and publishes their changes on
+//! `data::changes`. An area uses only the areas below it (`tests/integration/layers.rs`).
 #![forbid(unsafe_code)]
 
 pub mod api;
