@@ -146,7 +146,7 @@ impl Proxy {
             principal: ex.ctx.filters.principal.clone(),
             method,
             id: id.map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()),
-            query: api::parse_query(query.as_deref()),
+            query: crate::edge::forms::parse_query(query.as_deref()),
             body,
             client_ip: ex.ctx.client_ip,
             ip_multiplier: ex.ctx.filters.ip_rate_limit_multiplier,
@@ -248,7 +248,7 @@ impl Proxy {
             return crate::identity::signin::refuse(ex, prefix, e).await;
         }
         ex.set_body_deadline(self.server.state.config().web.body_timeout);
-        crate::identity::signin::handle(&self.server, ex, prefix).await
+        crate::identity::signin::handle(&self.server.identity, ex, prefix).await
     }
 
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.

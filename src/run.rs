@@ -84,7 +84,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         let (state, printed) = State::open(config.clone(), admin_key).await.map_err(|e| e.to_string())?;
         let (backend, exact, sharing) = crate::data::limiter::open(&config.storage, &config.rate_limits);
         let limiter = RateLimit::new(config.rate_limit_policy.clone(), backend).with_exact(exact);
-        let source = Arc::new(crate::server::reload::ConfigSource::new(config_path, text));
+        let source = Arc::new(crate::config::ConfigSource::new(config_path, text));
         let server = Server::new(state.clone(), limiter, sharing, source).await.map_err(|e| e.to_string())?;
         if let crate::config::StorageConfig::Redis { key_prefix, .. } = &config.storage {
             let target = crate::data::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
@@ -132,10 +132,11 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
 
     // The order is pinned (and tested): IP allowlist -> authentication -> rate limit; the gateway
     // routes then check `Origin`, after the rate limit so that a refusal is counted.
+    let credentials = Arc::new(crate::identity::credentials::Credentials::new(state.clone()));
     let chain = || {
         FilterChain::new()
-            .with(IpAllowlist::new(state.clone(), state.clone()))
-            .with(Authenticate::new(state.clone()))
+            .with(IpAllowlist::new(credentials.clone(), state.clone()))
+            .with(Authenticate::new(credentials.clone()))
             .with(server.limiter.clone())
     };
     let flusher = Flusher { server: server.clone(), period: std::time::Duration::from_millis(500) };

@@ -23,6 +23,7 @@ pub mod user;
 pub mod webhooks;
 
 use crate::edge::error::ApiError;
+pub use crate::edge::forms::{display_name, parse_query, MAX_NAME_CHARS};
 use crate::server::Server;
 use bytes::Bytes;
 use http::Method;
@@ -337,24 +338,9 @@ impl Call<'_> {
     }
 }
 
-/// Longest display name, in characters (the `maxLength` of every `name` in the OpenAPI document).
-pub const MAX_NAME_CHARS: usize = 100;
 /// Longest description, in characters: what a tenant stores is kept in memory and copied into
 /// every list answer, so it is bounded.
 pub const MAX_DESCRIPTION_CHARS: usize = 1000;
-
-/// A display name: trimmed, 1-100 characters, none of them a control character (a NUL or an
-/// escape sequence in a name ends up in terminals, logs and other systems' fields).
-pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
-        return Err(ApiError::validation(field, format!("must be 1-{MAX_NAME_CHARS} characters")));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(ApiError::validation(field, "must not contain control characters"));
-    }
-    Ok(name)
-}
 
 /// A free-text description: at most [`MAX_DESCRIPTION_CHARS`] characters; line breaks and tabs
 /// are text, other control characters are refused.
@@ -402,10 +388,6 @@ pub fn pagination_json(page: u32, limit: u32, total: usize) -> Value {
 pub fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
     let start = (page as usize - 1).saturating_mul(limit as usize);
     items.into_iter().skip(start).take(limit as usize).collect()
-}
-
-pub fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
-    query.map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default()
 }
 
 /// Endpoints that make or change credentials. A third party acting for a user with an OAuth

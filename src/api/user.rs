@@ -112,7 +112,7 @@ pub async fn set_password(call: &Call<'_>) -> ApiResult {
     let store = server.state.store.as_ref();
     if let Some(stored) = passwords::stored(store, &user.id).await? {
         let current = body.current_password.clone().unwrap_or_default();
-        if !server.signin.check_current_password(&user.email, call.client_ip, stored.hash, current).await? {
+        if !server.identity.signin.check_current_password(&user.email, call.client_ip, stored.hash, current).await? {
             return Err(ApiError::validation("current_password", "is missing or wrong"));
         }
     }
@@ -122,7 +122,7 @@ pub async fn set_password(call: &Call<'_>) -> ApiResult {
     // A new password ends every web session (one that leaked ends with the old password) and
     // every OAuth grant the user gave (a client that was handed a token through a session of
     // the old password loses it).
-    server.signin.sessions.end_all(&user.id).await?;
+    server.identity.signin.sessions.end_all(&user.id).await?;
     let revoked = crate::identity::oauth_server::revoke_user(&server.state, &user).await?;
     Ok(Reply::message(format!("password set; every web session was ended and {revoked} OAuth grant(s) revoked")))
 }
@@ -132,7 +132,7 @@ pub async fn set_password(call: &Call<'_>) -> ApiResult {
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn web_sessions(call: &Call<'_>) -> ApiResult {
     let user = person(call)?;
-    let sessions = call.server.signin.sessions.of_user(&user.id).await?;
+    let sessions = call.server.identity.signin.sessions.of_user(&user.id).await?;
     let items: Vec<_> = sessions
         .iter()
         .map(|s| {
@@ -152,7 +152,7 @@ pub async fn web_sessions(call: &Call<'_>) -> ApiResult {
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn end_web_session(call: &Call<'_>) -> ApiResult {
     let user = person(call)?;
-    if !call.server.signin.sessions.end(&user.id, call.id()).await? {
+    if !call.server.identity.signin.sessions.end(&user.id, call.id()).await? {
         return Err(ApiError::NotFound("web session"));
     }
     Ok(Reply::message("web session ended"))

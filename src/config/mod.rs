@@ -3,8 +3,10 @@
 //! the offending field.
 
 mod raw;
+mod source;
 
 pub use raw::RawConfig;
+pub use source::ConfigSource;
 
 use ipnet::IpNet;
 use std::collections::BTreeMap;

@@ -1,6 +1,8 @@
 //! The one place where errors become HTTP statuses and envelope codes (DESIGN Decision 7).
 //! Handlers return [`ApiError`]; filters return a [`Rejection`]; both are written by
 //! [`crate::edge::exchange`] (or as JSON-RPC errors by `crate::mcp::protocol`) through [`ApiError::status`] and [`ApiError::code`].
+//! The authorization server's machine endpoints answer in RFC 6749's form instead: an
+//! [`OAuthError`], whose status and body are mapped here too.
 
 use serde_json::{json, Value};
 use toolgate_filters::Rejection;
@@ -135,5 +137,116 @@ impl From<crate::data::store::StoreError> for ApiError {
     fn from(e: crate::data::store::StoreError) -> Self {
         tracing::error!(error = %e, "store error");
         ApiError::Unavailable("storage is unavailable, try again".into())
+    }
+}
+
+/// An error of the OAuth protocol, in RFC 6749's words (section 5.2 for the token endpoint,
+/// 4.1.2.1 for the authorization endpoint's redirect). On the wire (`identity::oauth_server`'s
+/// endpoints) it is [`OAuthError::status`] and [`OAuthError::to_body`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {description}")]
+pub struct OAuthError {
+    pub code: &'static str,
+    pub description: String,
+    /// Seconds to wait before retrying (`Retry-After`), for `temporarily_unavailable` and
+    /// `rate_limited`.
+    pub retry_after: Option<u64>,
+    /// The status when not the code's own: that of the [`ApiError`] it stands for (a body that
+    /// was too large or too slow, a refusal at the edge).
+    status: Option<u16>,
+}
+
+impl OAuthError {
+    pub fn new(code: &'static str, description: impl Into<String>) -> OAuthError {
+        OAuthError { code, description: description.into(), retry_after: None, status: None }
+    }
+
+    pub fn with_retry_after(mut self, secs: u64) -> OAuthError {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    pub fn invalid_grant(description: impl Into<String>) -> OAuthError {
+        OAuthError::new("invalid_grant", description)
+    }
+
+    /// A request body that could not be read: `invalid_request` with the read's status (413,
+    /// 408, 400).
+    pub fn body(e: ApiError) -> OAuthError {
+        OAuthError { status: Some(e.status()), ..OAuthError::new("invalid_request", e.to_string()) }
+    }
+
+    /// A refusal at the edge (the address's bucket): `rate_limited`, with the refusal's status
+    /// and `Retry-After`.
+    pub fn refused(e: &ApiError) -> OAuthError {
+        OAuthError {
+            status: Some(e.status()),
+            retry_after: e.retry_after(),
+            ..OAuthError::new("rate_limited", e.to_string())
+        }
+    }
+
+    /// The endpoint's status: 401 for a client that failed to authenticate, 429 and 503 for a
+    /// retry later, 500 for the server's own failure, 400 for the rest.
+    pub fn status(&self) -> u16 {
+        if let Some(s) = self.status {
+            return s;
+        }
+        match self.code {
+            "invalid_client" => 401,
+            "rate_limited" => 429,
+            "temporarily_unavailable" => 503,
+            "server_error" => 500,
+            _ => 400,
+        }
+    }
+
+    /// The body (RFC 6749 section 5.2): `error`, `error_description`, and `retry_after` when
+    /// there is one.
+    pub fn to_body(&self) -> Value {
+        let mut body = json!({ "error": self.code, "error_description": self.description });
+        if let Some(secs) = self.retry_after {
+            body["retry_after"] = json!(secs);
+        }
+        body
+    }
+}
+
+impl From<crate::data::store::StoreError> for OAuthError {
+    fn from(e: crate::data::store::StoreError) -> Self {
+        tracing::error!(error = %e, "authorization server: store failed");
+        OAuthError::new("server_error", "the server could not complete the request")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oauth_errors_map_to_their_status_and_rfc_6749_body() {
+        for (code, status) in [
+            ("invalid_client", 401),
+            ("rate_limited", 429),
+            ("temporarily_unavailable", 503),
+            ("server_error", 500),
+            ("invalid_grant", 400),
+            ("invalid_request", 400),
+        ] {
+            assert_eq!(OAuthError::new(code, "why").status(), status, "{code}");
+        }
+        let busy = OAuthError::new("temporarily_unavailable", "later").with_retry_after(3);
+        assert_eq!(
+            busy.to_body(),
+            json!({ "error": "temporarily_unavailable", "error_description": "later", "retry_after": 3 })
+        );
+        assert_eq!(
+            OAuthError::invalid_grant("no").to_body(),
+            json!({ "error": "invalid_grant", "error_description": "no" })
+        );
+        let unread = OAuthError::body(ApiError::PayloadTooLarge(10));
+        assert_eq!((unread.code, unread.status()), ("invalid_request", 413));
+        let refused = OAuthError::refused(&ApiError::too_many("requests", std::time::Duration::from_secs(7)));
+        assert_eq!((refused.code, refused.status(), refused.retry_after), ("rate_limited", 429, Some(7)));
     }
 }

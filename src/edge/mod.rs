@@ -1,7 +1,8 @@
-//! The HTTP edge: connections and their bounds, TLS, one exchange's body and answer, and the
-//! typed API errors' one mapping to HTTP.
+//! The HTTP edge: connections and their bounds, TLS, one exchange's body and answer, query and
+//! form parsing, and the typed errors' one mapping to HTTP (the API's and the OAuth endpoints').
 
 pub mod conn_limits;
 pub mod error;
 pub mod exchange;
+pub mod forms;
 pub mod tls;

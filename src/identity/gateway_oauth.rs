@@ -2,7 +2,7 @@
 //!
 //! Such a gateway is an OAuth protected resource (RFC 9728) whose identifier is its endpoint
 //! URL. It takes, beside `X-API-Key`, `Authorization: Bearer` access tokens of toolgate's own
-//! authorization server granted for that resource (`oauth_server`, resolved by `state`), and
+//! authorization server granted for that resource (`oauth_server`, resolved by `credentials`), and
 //! those that the configured issuer (`gateway_oauth.issuer`) signed as JWTs (RFC 9068) for it:
 //! `aud` names the endpoint (RFC 8707), so a token for one gateway is refused by every other. A 401 there says
 //! where the gateway's metadata is (`WWW-Authenticate: Bearer resource_metadata=...`), which is

@@ -1,8 +1,31 @@
-//! Who is calling and how they prove it: MFA, OAuth for the gateways' MCP clients, OAuth toward
-//! the apps, toolgate's own authorization server and the web sign-in.
+//! Who is calling and how they prove it: credential resolution, MFA, OAuth for the gateways' MCP
+//! clients, OAuth toward the apps, toolgate's own authorization server and the web sign-in.
 
 pub mod app_oauth;
+pub mod credentials;
 pub mod gateway_oauth;
 pub mod mfa;
 pub mod oauth_server;
 pub mod signin;
+
+use crate::data::state::State;
+use std::sync::Arc;
+
+/// What the identity service's handlers (the sign-in pages, the consent page, the authorization
+/// server's endpoints) work with: the state, MFA, and the sign-in's own bounds, sessions and
+/// client documents. Held by the running server and handed to them alone, as the MCP routes
+/// get the MCP runtime, so that the identity area depends on nothing above it.
+pub struct IdentityService {
+    pub state: Arc<State>,
+    /// The MFA service, shared with the management API's MFA routes.
+    pub mfa: Arc<mfa::Mfa>,
+    /// Web sessions, guessing bounds, self-registered clients and client documents.
+    pub signin: signin::SignIn,
+}
+
+impl IdentityService {
+    pub fn new(state: Arc<State>, mfa: Arc<mfa::Mfa>) -> IdentityService {
+        let signin = signin::SignIn::new(state.store.clone(), &state.config());
+        IdentityService { state, mfa, signin }
+    }
+}

@@ -20,9 +20,11 @@ pub struct Server {
     /// The MCP side: app clients, protocol sessions, quotas, catalogues, GET streams.
     pub mcp: Arc<McpRuntime>,
     pub reqlog: Arc<RequestLog>,
-    pub mfa: Mfa,
-    /// Web sign-in: sessions and guessing bounds.
-    pub signin: crate::identity::signin::SignIn,
+    /// The MFA service (the management API's MFA routes; the identity service holds it too).
+    pub mfa: Arc<Mfa>,
+    /// The identity service: sign-in pages, web sessions and guessing bounds, the
+    /// authorization server's endpoints.
+    pub identity: crate::identity::IdentityService,
     /// Where e-mail and text messages leave (alerts, MFA codes).
     pub courier: Arc<crate::outbound::courier::Courier>,
     /// Events and the webhooks' outbox.
@@ -36,7 +38,7 @@ pub struct Server {
     /// reload can replace the list.
     pub origin_check: toolgate_filters::origin::OriginCheck,
     /// The configuration file and the text the running configuration came from, for reloads.
-    pub config_source: Arc<crate::server::reload::ConfigSource>,
+    pub config_source: Arc<crate::config::ConfigSource>,
     /// A pruning of the request log is running ([`Server::prune_logs`]).
     pruning: AtomicBool,
     /// Rate-limit usage the store did not take yet ([`Server::flush_rate_usage`]).
@@ -51,7 +53,7 @@ impl Server {
         state: Arc<State>,
         limiter: RateLimit<dyn RateLimiter>,
         sharing: crate::data::limiter::Sharing,
-        config_source: Arc<crate::server::reload::ConfigSource>,
+        config_source: Arc<crate::config::ConfigSource>,
     ) -> Result<Server, StoreError> {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
         let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone()).await?);
@@ -66,15 +68,15 @@ impl Server {
         let courier = Arc::new(
             crate::outbound::courier::Courier::new(&state.config()).map_err(|e| StoreError::Backend(e.to_string()))?,
         );
-        let mfa = Mfa::load(state.store.clone(), courier.clone()).await?;
+        let mfa = Arc::new(Mfa::load(state.store.clone(), courier.clone()).await?);
         let events = crate::events::Events::load(state.clone(), courier.clone()).await?;
         let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
         Ok(Server {
             origin_check,
             mcp,
             reqlog,
+            identity: crate::identity::IdentityService::new(state.clone(), mfa.clone()),
             mfa,
-            signin: crate::identity::signin::SignIn::new(state.store.clone(), &state.config()),
             events,
             courier,
             limiter,

@@ -21,7 +21,7 @@
 //! are read once by the parts they build, so a change there is refused and named:
 //! `toolgate --upgrade` applies it without dropping a request.
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, ConfigSource};
 use crate::data::state::State;
 use crate::data::store::StoreError;
 use crate::edge::tls::EdgeTls;
@@ -30,7 +30,6 @@ use crate::server::Server;
 use async_trait::async_trait;
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toolgate_filters::origin::OriginCheck;
 use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
@@ -115,32 +114,20 @@ impl<'a> Reloadable<'a> {
             mcp: &server.mcp,
             origins: &server.origin_check,
             courier: &server.courier,
-            signin: &server.signin,
+            signin: &server.identity.signin,
         }
     }
 }
 
-/// The file the running configuration came from, and its text then.
-pub struct ConfigSource {
-    path: PathBuf,
-    text: tokio::sync::Mutex<String>,
-}
-
+/// Reloading is defined here, beside what it replaces; the source itself is `config`'s.
 impl ConfigSource {
-    pub fn new(path: &Path, text: String) -> ConfigSource {
-        ConfigSource { path: path.to_path_buf(), text: tokio::sync::Mutex::new(text) }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Reads the file again and applies what changed (see the module's comment). One reload at
     /// a time; a refused one leaves everything as it was.
     pub async fn reload(&self, parts: &Reloadable<'_>) -> Result<Reloaded, ReloadError> {
-        let mut running = self.text.lock().await;
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|source| ConfigError::Read { path: self.path.clone(), source })?;
+        let mut running = self.running_text().await;
+        let path = self.path();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         let config = Config::parse(&text)?;
         let (before, after) = (sections(&running), sections(&text));
         let mut changed: Vec<String> = names(&after).chain(names(&before)).collect();
@@ -194,7 +181,7 @@ impl ConfigSource {
         }
         *running = text;
         drop(running);
-        tracing::info!(path = %self.path.display(), changed = ?changed, apps = ?apps_changed, "configuration reloaded");
+        tracing::info!(path = %path.display(), changed = ?changed, apps = ?apps_changed, "configuration reloaded");
         parts.state.apply_declarations().await?;
         Ok(Reloaded { changed })
     }

@@ -221,7 +221,7 @@ async fn fetch(config: &ClientDocumentsConfig, raw: &str) -> Result<(OAuthClient
         super::check_redirect_uri(uri).map_err(|e| format!("redirect_uri `{uri}`: {e}"))?;
     }
     let name = doc.client_name.unwrap_or_else(|| "An MCP client".into());
-    let name = crate::api::display_name("client_name", &name).map_err(|e| e.to_string())?;
+    let name = crate::edge::forms::display_name("client_name", &name).map_err(|e| e.to_string())?;
     Ok((
         OAuthClient {
             id: raw.to_string(),

@@ -6,7 +6,8 @@ use super::{param, OAuthError};
 use crate::config::Config;
 use crate::data::model::OAuthClient;
 use crate::edge::exchange::Exchange;
-use crate::server::Server;
+use crate::edge::forms;
+use crate::identity::IdentityService;
 use base64::Engine as _;
 use http::header::{HeaderName, HeaderValue};
 use pingora::Result;
@@ -43,15 +44,15 @@ pub fn metadata(config: &Config) -> Value {
 
 /// Answers `POST {auth_url}/oauth/token`, `/oauth/revoke` and `/oauth/register` (`path` is after
 /// the prefix).
-pub async fn handle(server: &Server, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
+pub async fn handle(server: &IdentityService, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
     if ex.request().method != http::Method::POST {
         let e = OAuthError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
-        return write(ex, 405, &error_body(&e), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
+        return write(ex, 405, &e.to_body(), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
     }
     if path == "/oauth/register" {
         return match register(server, ex).await {
             Ok(body) => write(ex, 201, &body, &[]).await,
-            Err(e) => write(ex, e.status(), &error_body(&e), &[]).await,
+            Err(e) => write(ex, e.status(), &e.to_body(), &[]).await,
         };
     }
     let basic_used = ex.headers().contains_key(http::header::AUTHORIZATION);
@@ -67,25 +68,15 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, path: &str) -> Resul
                 // RFC 6749 section 5.2: a client that tried Basic is told the scheme.
                 headers.push((http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"toolgate\"")));
             }
-            write(ex, e.status(), &error_body(&e), &headers).await
+            write(ex, e.status(), &e.to_body(), &headers).await
         }
     }
 }
 
 /// A refusal at the edge (the address's bucket), in the endpoints' own error form.
 pub async fn refuse(ex: &mut Exchange<'_>, e: crate::edge::error::ApiError) -> Result<()> {
-    let mut o = OAuthError::new("rate_limited", e.to_string());
-    o.status = Some(e.status());
-    o.retry_after = e.retry_after();
-    write(ex, e.status(), &error_body(&o), &[]).await
-}
-
-fn error_body(e: &OAuthError) -> Value {
-    let mut body = json!({ "error": e.code, "error_description": e.description });
-    if let Some(secs) = e.retry_after {
-        body["retry_after"] = json!(secs);
-    }
-    body
+    let o = OAuthError::refused(&e);
+    write(ex, o.status(), &o.to_body(), &[]).await
 }
 
 async fn write(ex: &mut Exchange<'_>, status: u16, body: &Value, extra: &[(HeaderName, HeaderValue)]) -> Result<()> {
@@ -99,18 +90,13 @@ async fn write(ex: &mut Exchange<'_>, status: u16, body: &Value, extra: &[(Heade
 
 /// The form's fields; a field given twice is an error (RFC 6749 section 3.2).
 async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, OAuthError> {
-    let form_type = ex.header("content-type").is_some_and(|t| {
-        t.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/x-www-form-urlencoded"))
-    });
-    if !form_type {
+    if !forms::is_form_type(ex.header("content-type")) {
         return Err(OAuthError::new("invalid_request", "the body must be application/x-www-form-urlencoded"));
     }
     let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthError::body)?;
-    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
-    for (i, (name, _)) in fields.iter().enumerate() {
-        if fields[..i].iter().any(|(n, _)| n == name) {
-            return Err(OAuthError::new("invalid_request", format!("`{name}` is given twice")));
-        }
+    let fields = forms::parse(&body);
+    if let Some(name) = forms::repeated(&fields) {
+        return Err(OAuthError::new("invalid_request", format!("`{name}` is given twice")));
     }
     Ok(fields)
 }
@@ -119,7 +105,7 @@ async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)
 /// `client_secret`) in the form. A confidential client must prove its secret; a public one
 /// has none to prove.
 async fn authenticate(
-    server: &Server,
+    server: &IdentityService,
     ex: &Exchange<'_>,
     fields: &[(String, String)],
 ) -> std::result::Result<OAuthClient, OAuthError> {
@@ -131,9 +117,7 @@ async fn authenticate(
             let decoded = String::from_utf8(decoded).map_err(|_| refused())?;
             let (id, secret) = decoded.split_once(':').ok_or_else(refused)?;
             // Both parts are form-encoded before they are joined (RFC 6749 section 2.3.1).
-            let unescape =
-                |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
-            (unescape(id), Some(unescape(secret)))
+            (forms::decode_component(id), Some(forms::decode_component(secret)))
         }
         None => (
             param(fields, "client_id").ok_or_else(refused)?.to_string(),
@@ -150,7 +134,7 @@ async fn authenticate(
     Ok(client)
 }
 
-async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<super::Tokens, OAuthError> {
+async fn token(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<super::Tokens, OAuthError> {
     let fields = form(ex).await?;
     let client = authenticate(server, ex, &fields).await?;
     let state = &server.state;
@@ -173,7 +157,7 @@ async fn token(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<su
     }
 }
 
-async fn revoke(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
+async fn revoke(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
     let fields = form(ex).await?;
     let client = authenticate(server, ex, &fields).await?;
     let token = param(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
@@ -191,7 +175,7 @@ struct Registration {
 /// Dynamic client registration (RFC 7591), when `web.dynamic_registration` is on: a public
 /// client of no organisation, which may ask only for a gateway's endpoint (MCP clients signing
 /// in to gateways, as the MCP authorization specification has them register).
-async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthError> {
+async fn register(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthError> {
     if !server.state.config().web.dynamic_registration {
         return Err(OAuthError::new("access_denied", "this server does not take dynamic registrations"));
     }
@@ -212,7 +196,7 @@ async fn register(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result
         super::check_redirect_uri(uri).map_err(|e| OAuthError::new("invalid_redirect_uri", format!("`{uri}`: {e}")))?;
     }
     let name = asked.client_name.unwrap_or_else(|| "An MCP client".into());
-    let name = crate::api::display_name("client_name", &name)
+    let name = crate::edge::forms::display_name("client_name", &name)
         .map_err(|e| OAuthError::new("invalid_client_metadata", e.to_string()))?
         .to_string();
     // Counted per network (/24, /56), once the metadata is good (a refused registration stores
@@ -262,7 +246,10 @@ pub(super) fn self_registered(client: &OAuthClient) -> bool {
 }
 
 /// Stores a self-registered client until `web.registration_unused_secs` from now.
-async fn keep(server: &Server, client: &OAuthClient) -> std::result::Result<(), crate::data::store::StoreError> {
+async fn keep(
+    server: &IdentityService,
+    client: &OAuthClient,
+) -> std::result::Result<(), crate::data::store::StoreError> {
     let unused = server.state.config().web.registration_unused;
     let json = serde_json::to_string(client).map_err(|e| crate::data::store::StoreError::Backend(e.to_string()))?;
     let until =
@@ -279,7 +266,7 @@ async fn keep(server: &Server, client: &OAuthClient) -> std::result::Result<(), 
 /// it is kept for another `web.registration_unused_secs`. Written again at most every tenth of
 /// that (an hour at most) per instance, not at every request.
 pub(super) async fn used(
-    server: &Server,
+    server: &IdentityService,
     client: &OAuthClient,
 ) -> std::result::Result<(), crate::data::store::StoreError> {
     let unused = server.state.config().web.registration_unused;

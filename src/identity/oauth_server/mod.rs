@@ -30,6 +30,7 @@ use crate::data::model::{Gateway, OAuthClient, OAuthGrant, User};
 use crate::data::state::State;
 use crate::data::store::{Kind, Store, StoreError};
 use crate::edge::error::ApiError;
+pub use crate::edge::error::OAuthError;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -45,70 +46,11 @@ const USED_CODE_MEMORY: Duration = Duration::from_secs(10 * 60);
 /// Rotated-out refresh tokens a grant remembers for reuse detection.
 const USED_REFRESH_KEPT: usize = 50;
 
-/// An error of the protocol, in RFC 6749's words (section 5.2 for the token endpoint, 4.1.2.1
-/// for the authorization endpoint's redirect).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {description}")]
-pub struct OAuthError {
-    pub code: &'static str,
-    pub description: String,
-    /// Seconds to wait before retrying (`Retry-After`), for `temporarily_unavailable` and
-    /// `rate_limited`.
-    pub retry_after: Option<u64>,
-    /// The status when not the code's own (a body that was too large or too slow).
-    pub status: Option<u16>,
-}
-
-impl OAuthError {
-    pub fn new(code: &'static str, description: impl Into<String>) -> OAuthError {
-        OAuthError { code, description: description.into(), retry_after: None, status: None }
-    }
-
-    pub fn with_retry_after(mut self, secs: u64) -> OAuthError {
-        self.retry_after = Some(secs);
-        self
-    }
-
-    /// A request body that could not be read: `invalid_request` with the read's status (413,
-    /// 408, 400).
-    pub fn body(e: ApiError) -> OAuthError {
-        let mut o = OAuthError::new("invalid_request", e.to_string());
-        o.status = Some(e.status());
-        o
-    }
-
-    fn invalid_grant(description: impl Into<String>) -> OAuthError {
-        OAuthError::new("invalid_grant", description)
-    }
-
-    /// The grant's organisation does not allow requests from the client's address (its IP
-    /// allowlist): `invalid_grant`, 400. RFC 6749 section 5.2 gives the token endpoint no
-    /// `access_denied`; the grant is sound but not to be honoured from there.
-    fn address_refused() -> OAuthError {
-        OAuthError::invalid_grant("the organisation's IP allowlist does not allow requests from this address")
-    }
-
-    /// The token endpoint's status: 401 for a client that failed to authenticate, 500 for the
-    /// server's own failure, 400 for the rest.
-    pub fn status(&self) -> u16 {
-        if let Some(s) = self.status {
-            return s;
-        }
-        match self.code {
-            "invalid_client" => 401,
-            "rate_limited" => 429,
-            "temporarily_unavailable" => 503,
-            "server_error" => 500,
-            _ => 400,
-        }
-    }
-}
-
-impl From<StoreError> for OAuthError {
-    fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, "authorization server: store failed");
-        OAuthError::new("server_error", "the server could not complete the request")
-    }
+/// The grant's organisation does not allow requests from the client's address (its IP
+/// allowlist): `invalid_grant`, 400. RFC 6749 section 5.2 gives the token endpoint no
+/// `access_denied`; the grant is sound but not to be honoured from there.
+fn address_refused() -> OAuthError {
+    OAuthError::invalid_grant("the organisation's IP allowlist does not allow requests from this address")
 }
 
 /// The grant id in an access token, when `token` has an access token's shape.
@@ -186,7 +128,7 @@ impl From<ClientError> for OAuthError {
 /// `ip` asked: a document fetched for it counts against its bounds. A self-registered client
 /// found is kept for another `web.registration_unused_secs` (it is in use).
 pub async fn client(
-    server: &crate::server::Server,
+    server: &crate::identity::IdentityService,
     id: &str,
     ip: std::net::IpAddr,
 ) -> Result<Option<OAuthClient>, ClientError> {
@@ -238,14 +180,14 @@ pub struct AuthorizationRequest {
 
 /// A request parameter (or form field), when it is given and not empty.
 pub(crate) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
+    crate::edge::forms::first(params, name).filter(|v| !v.is_empty())
 }
 
 /// Checks the client and its redirect URI, for a user of organisation `org_id` (another
 /// organisation's client is unknown). A failure here is told to the user, never redirected
 /// (RFC 6749 section 4.1.2.1), so that nobody can bounce a user to a URI of their choosing.
 pub async fn check_client(
-    server: &crate::server::Server,
+    server: &crate::identity::IdentityService,
     params: &[(String, String)],
     org_id: Option<&str>,
     ip: std::net::IpAddr,
@@ -449,15 +391,57 @@ pub async fn exchange_code(
         Some(c) => Some(state.lock_writes(&c.org_id).await?),
         None => None,
     };
-    let Some(json) = state.store.take(Kind::OAuthCode, &hash).await? else {
-        if let Some(grant_id) = state.store.get(Kind::OAuthCode, &used_code(&hash)).await? {
+    let code = take_code(state, client, &hash).await?;
+    check_code(&code, client, redirect_uri, verifier, resource)?;
+    // Checked last, once the code is known good (and used up): only its holder learns of it.
+    if state.refuses_address(&code.org_id, ip) {
+        return Err(address_refused());
+    }
+    let mut grant = OAuthGrant {
+        id: secrets::new_id("grt"),
+        org_id: code.org_id,
+        user_id: code.user_id,
+        client_id: client.id.clone(),
+        scopes: code.scopes,
+        created_at: Utc::now(),
+        access_hash: String::new(),
+        access_expires_ms: 0,
+        refresh_hash: String::new(),
+        refresh_expires_ms: 0,
+        used_refresh: Vec::new(),
+        resource: code.resource,
+    };
+    let expires = Utc::now().timestamp_millis() + USED_CODE_MEMORY.as_millis() as i64;
+    state.store.put_expiring(Kind::OAuthCode, &client.id, &used_code(&hash), grant.id.clone(), expires).await?;
+    let (access, refresh) = lifetimes(state);
+    let tokens = mint(&mut grant, access, refresh);
+    state.save_grant(grant).await?;
+    Ok(tokens)
+}
+
+/// Takes (uses up) the code whose hash is `hash`. A code already used revokes the grant it made
+/// (RFC 6749 section 4.1.2).
+async fn take_code(state: &State, client: &OAuthClient, hash: &str) -> Result<Code, OAuthError> {
+    let Some(json) = state.store.take(Kind::OAuthCode, hash).await? else {
+        if let Some(grant_id) = state.store.get(Kind::OAuthCode, &used_code(hash)).await? {
             state.delete_grant(&grant_id).await?;
             tracing::warn!(grant = grant_id, client = client.id, "authorization code used twice: its grant is revoked");
             return Err(OAuthError::invalid_grant("the code was already used; the tokens issued for it are revoked"));
         }
         return Err(OAuthError::invalid_grant("the code is unknown or expired"));
     };
-    let code: Code = serde_json::from_str(&json).map_err(|_| OAuthError::invalid_grant("the code is unreadable"))?;
+    serde_json::from_str(&json).map_err(|_| OAuthError::invalid_grant("the code is unreadable"))
+}
+
+/// Checks a taken code against the token request: its client, its time, its redirect URI, its
+/// PKCE challenge and its resource.
+fn check_code(
+    code: &Code,
+    client: &OAuthClient,
+    redirect_uri: Option<&str>,
+    verifier: Option<&str>,
+    resource: Option<&str>,
+) -> Result<(), OAuthError> {
     if code.client_id != client.id {
         return Err(OAuthError::invalid_grant("the code was issued to another client"));
     }
@@ -482,30 +466,7 @@ pub async fn exchange_code(
     if resource.is_some() && resource != code.resource.as_deref() {
         return Err(OAuthError::new("invalid_target", "the resource is not the one of the authorization request"));
     }
-    // Checked last, once the code is known good (and used up): only its holder learns of it.
-    if state.refuses_address(&code.org_id, ip) {
-        return Err(OAuthError::address_refused());
-    }
-    let mut grant = OAuthGrant {
-        id: secrets::new_id("grt"),
-        org_id: code.org_id,
-        user_id: code.user_id,
-        client_id: client.id.clone(),
-        scopes: code.scopes,
-        created_at: Utc::now(),
-        access_hash: String::new(),
-        access_expires_ms: 0,
-        refresh_hash: String::new(),
-        refresh_expires_ms: 0,
-        used_refresh: Vec::new(),
-        resource: code.resource,
-    };
-    let expires = Utc::now().timestamp_millis() + USED_CODE_MEMORY.as_millis() as i64;
-    state.store.put_expiring(Kind::OAuthCode, &client.id, &used_code(&hash), grant.id.clone(), expires).await?;
-    let (access, refresh) = lifetimes(state);
-    let tokens = mint(&mut grant, access, refresh);
-    state.save_grant(grant).await?;
-    Ok(tokens)
+    Ok(())
 }
 
 /// The `refresh_token` grant: both tokens rotate; `scope`, when given, narrows the grant.
@@ -548,7 +509,7 @@ pub async fn refresh(
     }
     // The grant stays: the same refresh token works again from an address the list allows.
     if state.refuses_address(&grant.org_id, ip) {
-        return Err(OAuthError::address_refused());
+        return Err(address_refused());
     }
     if let Some(scope) = scope {
         let held = ScopeSet::parse(grant.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);

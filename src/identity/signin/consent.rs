@@ -7,7 +7,7 @@ use crate::data::model::Gateway;
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
 use crate::identity::oauth_server::{self, AuthorizationRequest};
-use crate::server::Server;
+use crate::identity::IdentityService;
 use std::sync::Arc;
 use toolgate_filters::ip_allowlist::IpPolicySource;
 
@@ -24,9 +24,9 @@ const CARRIED: [&str; 8] = [
 ];
 
 /// `GET {auth_url}/oauth/authorize`: the consent page, or the sign-in page first.
-pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page, ApiError> {
+pub(super) async fn authorize(server: &IdentityService, ex: &Exchange<'_>) -> Result<Page, ApiError> {
     let query = ex.request().uri.query().unwrap_or("");
-    let params = crate::api::parse_query(Some(query));
+    let params = crate::edge::forms::parse_query(Some(query));
     let path = prefix(server);
     let Some(session) = current(server, ex).await? else {
         // Only a well-formed request is worth signing in for.
@@ -52,7 +52,7 @@ pub(super) async fn authorize(server: &Server, ex: &Exchange<'_>) -> Result<Page
 }
 
 /// `POST {auth_url}/oauth/authorize`: the user's decision, on the same checks again.
-pub(super) async fn decide(server: &Server, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
+pub(super) async fn decide(server: &IdentityService, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
     let fields = form(ex).await?;
     let session = current(server, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
     let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
@@ -72,7 +72,7 @@ pub(super) async fn decide(server: &Server, ex: &mut Exchange<'_>) -> Result<Pag
 }
 
 /// The browser sent back to the client's redirect URI with `pairs`, the state and the issuer.
-fn back_to_client(server: &Server, redirect_uri: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> Page {
+fn back_to_client(server: &IdentityService, redirect_uri: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> Page {
     let issuer = server.state.config().server.public_url.clone();
     Page::redirect(&oauth_server::redirect_with(redirect_uri, &issuer, state, pairs))
 }
@@ -82,7 +82,7 @@ fn back_to_client(server: &Server, redirect_uri: &str, state: Option<&str>, pair
 /// with the error). An address the organisation's IP allowlist refuses gets `access_denied`
 /// (RFC 6749 section 4.1.2.1) back at the client, whatever the request.
 async fn checked(
-    server: &Server,
+    server: &IdentityService,
     params: &[(String, String)],
     org_id: &str,
     ip: std::net::IpAddr,

@@ -39,7 +39,8 @@ use crate::data::model::User;
 use crate::data::store::Store;
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
-use crate::server::Server;
+use crate::edge::forms;
+use crate::identity::IdentityService;
 use dashmap::DashMap;
 use http::header::{HeaderName, HeaderValue};
 use pingora::Result;
@@ -107,8 +108,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(60 * 60);
 
 /// The `next` of the request's query (where to go once signed in), unchecked.
 fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
-    let query = ex.request().uri.query().unwrap_or("");
-    url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "next").map(|(_, v)| v.into_owned())
+    forms::first(&forms::parse_query(ex.request().uri.query()), "next").map(str::to_string)
 }
 
 impl SignIn {
@@ -186,7 +186,7 @@ impl SignIn {
 }
 
 /// Answers a request under the prefix (`prefix` is its length in the path).
-pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
+pub async fn handle(server: &IdentityService, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
     let path = ex.request().uri.path()[prefix..].to_string();
     let method = ex.request().method.clone();
     if matches!(path.as_str(), "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
@@ -297,12 +297,12 @@ fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-fn prefix(server: &Server) -> String {
+fn prefix(server: &IdentityService) -> String {
     server.state.config().web.path.clone()
 }
 
 /// Where to go once signed in: a path of this server, else the account page.
-fn next_of(server: &Server, next: Option<&str>) -> String {
+fn next_of(server: &IdentityService, next: Option<&str>) -> String {
     let origin = server.state.config().server.public_url.clone();
     next.and_then(|n| same_origin_path(&origin, n)).unwrap_or_else(|| format!("{}/", prefix(server)))
 }
@@ -334,7 +334,7 @@ fn same_origin_path(public_url: &str, next: &str) -> Option<String> {
 }
 
 /// The sign-in form, with a fresh CSRF token (cookie and field).
-fn sign_in_form(server: &Server, ex: &Exchange<'_>, error: Option<&str>) -> Page {
+fn sign_in_form(server: &IdentityService, ex: &Exchange<'_>, error: Option<&str>) -> Page {
     let next = next_in_query(ex);
     let csrf = crate::base::secrets::new_session_id();
     let path = prefix(server);
@@ -361,9 +361,8 @@ fn session_cookie(token: &str, idle: Duration) -> String {
 
 /// The fields of a form POST, after its CSRF token was checked against the cookie.
 async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, ApiError> {
-    let body = ex.read_body_within(MAX_FORM_BYTES).await?;
-    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
-    let sent = fields.iter().find(|(k, _)| k == "csrf").map(|(_, v)| v.as_str()).unwrap_or("");
+    let fields = forms::parse(&ex.read_body_within(MAX_FORM_BYTES).await?);
+    let sent = field(&fields, "csrf");
     let expected = cookie(ex, CSRF_COOKIE).unwrap_or("");
     if sent.is_empty() || expected.is_empty() || !crate::base::secrets::hashes_equal(sent, expected) {
         return Err(ApiError::Forbidden("the form's CSRF token is missing or does not match: reload the page".into()));
@@ -372,18 +371,18 @@ async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)
 }
 
 fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
-    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).unwrap_or("")
+    forms::first(fields, name).unwrap_or("")
 }
 
 /// The users an e-mail names (one in practice; in several organisations, the first whose
 /// password matches signs in).
-fn users_with(server: &Server, email: &str) -> Vec<Arc<User>> {
+fn users_with(server: &IdentityService, email: &str) -> Vec<Arc<User>> {
     let mut users = server.state.users_where(|u| u.email.eq_ignore_ascii_case(email));
     users.sort_by(|a, b| a.id.cmp(&b.id));
     users
 }
 
-async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn sign_in(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     let fields = form(ex).await?;
     let email = field(&fields, "email").trim().to_lowercase();
     let password = field(&fields, "password").to_string();
@@ -424,7 +423,7 @@ async fn sign_in(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
 
 /// Refused (403 `IP_NOT_ALLOWED`) when the user's organisation enforces an IP allowlist that
 /// does not hold `ip`: one page, whatever proved who the user is.
-fn admitted(server: &Server, user: &User, ip: IpAddr) -> std::result::Result<(), ApiError> {
+fn admitted(server: &IdentityService, user: &User, ip: IpAddr) -> std::result::Result<(), ApiError> {
     if server.state.refuses_address(&user.org_id, ip) {
         tracing::info!(user = user.id, %ip, "web sign-in refused by the organisation's IP allowlist");
         return Err(ApiError::Rejected {
@@ -443,7 +442,7 @@ fn admitted(server: &Server, user: &User, ip: IpAddr) -> std::result::Result<(),
 /// this check, continues this sign-in (not a challenge a key was given by the API, nor this one
 /// from another browser).
 async fn signed_in_as(
-    server: &Server,
+    server: &IdentityService,
     ex: &Exchange<'_>,
     user: &User,
     next: &str,
@@ -474,12 +473,16 @@ fn mfa_cookie(path: &str, value: &str, max_age: Duration) -> String {
     )
 }
 
-fn redirect_uri(server: &Server, provider: &str) -> String {
+fn redirect_uri(server: &IdentityService, provider: &str) -> String {
     let config = server.state.config();
     format!("{}{}/callback/{provider}", config.server.public_url, config.web.path)
 }
 
-async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> std::result::Result<Page, ApiError> {
+async fn start_with_provider(
+    server: &IdentityService,
+    ex: &Exchange<'_>,
+    id: &str,
+) -> std::result::Result<Page, ApiError> {
     let config = server.state.config();
     let provider = config.web.oidc_providers.iter().find(|p| p.id == id).cloned();
     drop(config);
@@ -490,8 +493,12 @@ async fn start_with_provider(server: &Server, ex: &Exchange<'_>, id: &str) -> st
     Ok(Page::redirect(&to))
 }
 
-async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) -> std::result::Result<Page, ApiError> {
-    let params = crate::api::parse_query(ex.request().uri.query());
+async fn back_from_provider(
+    server: &IdentityService,
+    ex: &Exchange<'_>,
+    callback: &str,
+) -> std::result::Result<Page, ApiError> {
+    let params = forms::parse_query(ex.request().uri.query());
     if let Some((_, error)) = params.iter().find(|(k, _)| k == "error") {
         return Err(ApiError::Unauthorized(format!("the provider did not sign you in ({error})")));
     }
@@ -512,7 +519,11 @@ async fn back_from_provider(server: &Server, ex: &Exchange<'_>, callback: &str) 
 /// (`organization`), or, for a provider configured for none, the only user with it. An e-mail
 /// that users of several organisations hold is refused, never settled by picking one: the
 /// provider vouches for an address, not for an organisation.
-fn provider_user(server: &Server, email: &str, organization: Option<&str>) -> std::result::Result<Arc<User>, ApiError> {
+fn provider_user(
+    server: &IdentityService,
+    email: &str,
+    organization: Option<&str>,
+) -> std::result::Result<Arc<User>, ApiError> {
     let mut users = users_with(server, email);
     if let Some(org) = organization {
         users.retain(|u| u.org_id == org);
@@ -527,7 +538,7 @@ fn provider_user(server: &Server, email: &str, organization: Option<&str>) -> st
     }
 }
 
-async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
+async fn saml_start(server: &IdentityService, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
     let next = next_of(server, next_in_query(ex).as_deref());
     server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
     let started = saml::start(server, org, &next).await?;
@@ -543,9 +554,9 @@ async fn saml_start(server: &Server, ex: &Exchange<'_>, org: &str) -> std::resul
 
 /// The IdP's answer (HTTP-POST binding). Cross-site by nature, so no CSRF token: the request it
 /// answers is single use and bound to the browser that started it (a cookie).
-async fn saml_callback(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn saml_callback(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     let body = ex.read_body_within(saml::MAX_RESPONSE_FORM_BYTES).await?;
-    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    let fields = forms::parse(&body);
     let browser = cookie(ex, saml::BROWSER_COOKIE).unwrap_or("");
     let done = saml::finish(server, field(&fields, "RelayState"), field(&fields, "SAMLResponse"), browser).await?;
     let page = signed_in_as(server, ex, &done.user, &done.next).await?;
@@ -557,7 +568,7 @@ async fn saml_callback(server: &Server, ex: &mut Exchange<'_>) -> std::result::R
     Ok(page.cookie(expired))
 }
 
-async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn sign_in_mfa(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     let fields = form(ex).await?;
     let challenge = field(&fields, "challenge_id");
     let next = next_of(server, Some(field(&fields, "next")));
@@ -588,7 +599,7 @@ async fn sign_in_mfa(server: &Server, ex: &mut Exchange<'_>) -> std::result::Res
 }
 
 async fn start_session(
-    server: &Server,
+    server: &IdentityService,
     ex: &Exchange<'_>,
     user: &User,
     next: &str,
@@ -605,13 +616,13 @@ async fn start_session(
 }
 
 /// The signed-in user's session, if the request carries a live one.
-pub async fn current(server: &Server, ex: &Exchange<'_>) -> std::result::Result<Option<WebSession>, ApiError> {
+pub async fn current(server: &IdentityService, ex: &Exchange<'_>) -> std::result::Result<Option<WebSession>, ApiError> {
     let Some(token) = cookie(ex, SESSION_COOKIE) else { return Ok(None) };
     let idle = server.state.config().web.session_idle;
     Ok(server.signin.sessions.find(token, idle).await?)
 }
 
-async fn account(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn account(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     let Some(session) = current(server, ex).await? else {
         return Ok(Page::redirect(&format!("{}/signin", prefix(server))));
     };
@@ -622,7 +633,7 @@ async fn account(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<
     Ok(Page::html(200, pages::account(&path, &csrf, &user, &session, &sessions)).cookie(csrf_cookie(&path, &csrf)))
 }
 
-async fn sign_out(server: &Server, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn sign_out(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     form(ex).await?;
     if let Some(token) = cookie(ex, SESSION_COOKIE) {
         server.signin.sessions.end_token(token).await?;

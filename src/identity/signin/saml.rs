@@ -24,7 +24,7 @@ use crate::config::SamlIdp;
 use crate::data::model::User;
 use crate::data::store::{Kind, NO_PARTITION};
 use crate::edge::error::ApiError;
-use crate::server::Server;
+use crate::identity::IdentityService;
 use base64::Engine;
 use samael::service_provider::{ServiceProvider, ServiceProviderBuilder};
 use samael::traits::ToXml;
@@ -65,12 +65,12 @@ pub struct Finished {
 }
 
 /// toolgate's entity id as a service provider (also where its metadata is served).
-fn entity_id(server: &Server) -> String {
+fn entity_id(server: &IdentityService) -> String {
     let config = server.state.config();
     format!("{}{}/saml/metadata", config.server.public_url, config.web.path)
 }
 
-fn acs_url(server: &Server) -> String {
+fn acs_url(server: &IdentityService) -> String {
     let config = server.state.config();
     format!("{}{}/saml/callback", config.server.public_url, config.web.path)
 }
@@ -80,7 +80,7 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 }
 
 /// The service provider facing `idp`.
-fn service_provider(server: &Server, idp: &SamlIdp) -> Result<ServiceProvider, ApiError> {
+fn service_provider(server: &IdentityService, idp: &SamlIdp) -> Result<ServiceProvider, ApiError> {
     let cert = base64::engine::general_purpose::STANDARD.encode(&idp.certificate_der);
     let idp_metadata: samael::metadata::EntityDescriptor = format!(
         "<md:EntityDescriptor xmlns:md=\"urn:oasis:names:tc:SAML:2.0:metadata\" entityID=\"{}\">\
@@ -118,7 +118,7 @@ fn service_provider(server: &Server, idp: &SamlIdp) -> Result<ServiceProvider, A
 /// `GET {auth_url}/saml/metadata`: toolgate's service-provider metadata, for the IdP: its
 /// entity id, the callback (HTTP-POST), signed assertions wanted, e-mail name ids. No single
 /// logout: a web session ends at toolgate's sign-out.
-pub fn metadata(server: &Server) -> String {
+pub fn metadata(server: &IdentityService) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
          <md:EntityDescriptor xmlns:md=\"urn:oasis:names:tc:SAML:2.0:metadata\" entityID=\"{}\">\
@@ -132,13 +132,13 @@ pub fn metadata(server: &Server) -> String {
     )
 }
 
-fn idp_of(server: &Server, org: &str) -> Result<SamlIdp, ApiError> {
+fn idp_of(server: &IdentityService, org: &str) -> Result<SamlIdp, ApiError> {
     let idp = server.state.config().web.saml.iter().find(|s| s.organization == org).cloned();
     idp.filter(|_| server.state.org(org).is_some()).ok_or(ApiError::NotFound("single sign-on for this organisation"))
 }
 
 /// Starts a sign-in with the IdP of organisation `org`.
-pub async fn start(server: &Server, org: &str, next: &str) -> Result<Started, ApiError> {
+pub async fn start(server: &IdentityService, org: &str, next: &str) -> Result<Started, ApiError> {
     let idp = idp_of(server, org)?;
     let sp = service_provider(server, &idp)?;
     let mut request = sp.make_authentication_request(&idp.sso_url).map_err(unavailable)?;
@@ -222,10 +222,24 @@ const NAME_NAMES: &[&str] = &[
 const GROUP_NAMES: &[&str] = &["groups", "memberOf", "http://schemas.microsoft.com/ws/2008/06/identity/claims/groups"];
 
 /// Checks the IdP's answer and finds (or makes) the user it names.
-pub async fn finish(server: &Server, relay_state: &str, response: &str, browser: &str) -> Result<Finished, ApiError> {
+pub async fn finish(
+    server: &IdentityService,
+    relay_state: &str,
+    response: &str,
+    browser: &str,
+) -> Result<Finished, ApiError> {
     if relay_state.is_empty() || response.is_empty() {
         return Err(ApiError::validation("SAMLResponse", "the identity provider sent no SAMLResponse and RelayState"));
     }
+    let pending = take_pending(server, relay_state, browser).await?;
+    let idp = idp_of(server, &pending.organization)?;
+    let assertion = verified_assertion(server, &idp, &pending, response).await?;
+    let user = user_of(server, &idp, &pending.organization, &assertion).await?;
+    Ok(Finished { user, next: pending.next })
+}
+
+/// The sign-in under way that `relay_state` names, used up, if this browser started it.
+async fn take_pending(server: &IdentityService, relay_state: &str, browser: &str) -> Result<Pending, ApiError> {
     let key = format!("saml:{}", crate::base::secrets::hash_key(relay_state));
     let taken = server.signin.store.take(Kind::SignInState, &key).await?;
     let pending: Pending = taken
@@ -236,7 +250,17 @@ pub async fn finish(server: &Server, relay_state: &str, response: &str, browser:
     {
         return Err(refused("the sign-in was started in another browser"));
     }
-    let idp = idp_of(server, &pending.organization)?;
+    Ok(pending)
+}
+
+/// The one assertion of `response`: signed by the IdP, answering `pending`'s request, and not
+/// seen before (it is remembered for [`ASSERTION_MEMORY`]).
+async fn verified_assertion(
+    server: &IdentityService,
+    idp: &SamlIdp,
+    pending: &Pending,
+    response: &str,
+) -> Result<samael::schema::Assertion, ApiError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(response.split_whitespace().collect::<String>())
         .map_err(|_| refused("SAMLResponse is not base64"))?;
@@ -244,7 +268,7 @@ pub async fn finish(server: &Server, relay_state: &str, response: &str, browser:
     if assertions_in(&xml)? != 1 {
         return Err(refused("a response must carry exactly one assertion"));
     }
-    let sp = service_provider(server, &idp)?;
+    let sp = service_provider(server, idp)?;
     let request_id = pending.request_id.clone();
     // libxml2 and xmlsec work synchronously and keep global state: one check at a time, off the
     // request threads.
@@ -265,46 +289,48 @@ pub async fn finish(server: &Server, relay_state: &str, response: &str, browser:
     }
     let until = chrono::Utc::now().timestamp_millis() + ASSERTION_MEMORY.as_millis() as i64;
     server.signin.store.put_expiring(Kind::SignInState, NO_PARTITION, &seen, "1".into(), until).await?;
+    Ok(assertion)
+}
 
+/// The user of `organization` with the assertion's e-mail; made at its first sign-in, with the
+/// role its groups map to (`group_roles`, else `default_role`).
+async fn user_of(
+    server: &IdentityService,
+    idp: &SamlIdp,
+    organization: &str,
+    assertion: &samael::schema::Assertion,
+) -> Result<Arc<User>, ApiError> {
     let name_id = assertion.subject.as_ref().and_then(|s| s.name_id.as_ref()).map(|n| n.value.as_str());
-    let email = attribute(&assertion, idp.email_attribute.as_deref(), EMAIL_NAMES)
+    let email = attribute(assertion, idp.email_attribute.as_deref(), EMAIL_NAMES)
         .first()
         .copied()
         .or(name_id.filter(|n| n.contains('@')))
         .map(|e| e.trim().to_lowercase())
         .filter(|e| e.parse::<lettre::Address>().is_ok())
         .ok_or_else(|| refused("it names no e-mail address"))?;
-    let name = attribute(&assertion, idp.name_attribute.as_deref(), NAME_NAMES).first().map(|n| n.to_string());
-    let groups = attribute(&assertion, idp.groups_attribute.as_deref(), GROUP_NAMES);
     let existing = server
         .state
-        .users_where(|u| u.org_id == pending.organization && u.email.eq_ignore_ascii_case(&email))
+        .users_where(|u| u.org_id == organization && u.email.eq_ignore_ascii_case(&email))
         .into_iter()
         .min_by(|a, b| a.id.cmp(&b.id));
-    let user = match existing {
-        Some(user) => user,
-        None => {
-            let role = (idp.group_roles.iter())
-                .find(|(group, _)| groups.contains(&group.as_str()))
-                .map_or(idp.default_role.clone(), |(_, role)| role.clone());
-            let user = User {
-                id: crate::base::secrets::new_id("usr"),
-                org_id: pending.organization.clone(),
-                name: name.unwrap_or_else(|| email.clone()),
-                email: email.clone(),
-                role,
-                created_at: chrono::Utc::now(),
-                notification_preferences: Default::default(),
-                declared: false,
-            };
-            tracing::info!(
-                user = user.id,
-                org = user.org_id,
-                role = user.role,
-                "user created at its first SAML sign-in"
-            );
-            server.state.save_user(user).await?
-        }
+    if let Some(user) = existing {
+        return Ok(user);
+    }
+    let name = attribute(assertion, idp.name_attribute.as_deref(), NAME_NAMES).first().map(|n| n.to_string());
+    let groups = attribute(assertion, idp.groups_attribute.as_deref(), GROUP_NAMES);
+    let role = (idp.group_roles.iter())
+        .find(|(group, _)| groups.contains(&group.as_str()))
+        .map_or(idp.default_role.clone(), |(_, role)| role.clone());
+    let user = User {
+        id: crate::base::secrets::new_id("usr"),
+        org_id: organization.to_string(),
+        name: name.unwrap_or_else(|| email.clone()),
+        email: email.clone(),
+        role,
+        created_at: chrono::Utc::now(),
+        notification_preferences: Default::default(),
+        declared: false,
     };
-    Ok(Finished { user, next: pending.next })
+    tracing::info!(user = user.id, org = user.org_id, role = user.role, "user created at its first SAML sign-in");
+    Ok(server.state.save_user(user).await?)
 }

@@ -1,0 +1,138 @@
+//! Query strings and form bodies (`application/x-www-form-urlencoded`), and the display names
+//! people type into them: the one parser every route uses, so that the API, the sign-in pages and
+//! the authorization server read a field the same way.
+//!
+//! Decoding is the WHATWG `application/x-www-form-urlencoded` parser's (`url::form_urlencoded`):
+//! `+` is a space, a `%` not followed by two hex digits stays as written, and bytes that are not
+//! UTF-8 become U+FFFD. It never fails, so a malformed field is judged by the check of its value
+//! (a client id that names nothing, a CSRF token that does not match), never answered with a 500.
+//! Every field is kept in order, repeats included: whether a repeat is an error is the caller's
+//! rule (the token endpoint refuses one, RFC 6749 section 3.2; the pages take the first).
+
+use crate::edge::error::ApiError;
+
+/// Name-value pairs in the order they were sent.
+pub type Fields = Vec<(String, String)>;
+
+/// The fields of a form body or of a query string's bytes.
+pub fn parse(bytes: &[u8]) -> Fields {
+    url::form_urlencoded::parse(bytes).into_owned().collect()
+}
+
+/// The fields of a request's query string (none when it has no query).
+pub fn parse_query(query: Option<&str>) -> Fields {
+    query.map(|q| parse(q.as_bytes())).unwrap_or_default()
+}
+
+/// The first value of field `name`, if the field is given (possibly empty).
+pub fn first<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// The first field name given more than once, if any.
+pub fn repeated(fields: &[(String, String)]) -> Option<&str> {
+    fields
+        .iter()
+        .enumerate()
+        .find(|(i, (name, _))| fields[..*i].iter().any(|(n, _)| n == name))
+        .map(|(_, (n, _))| n.as_str())
+}
+
+/// Whether a `Content-Type` value is `application/x-www-form-urlencoded` (parameters aside,
+/// case-insensitive).
+pub fn is_form_type(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|t| {
+        t.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/x-www-form-urlencoded"))
+    })
+}
+
+/// One form-encoded component on its own (HTTP Basic's client id and secret are form-encoded
+/// before they are joined, RFC 6749 section 2.3.1): `+` is a space, then percent-decoding.
+pub fn decode_component(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
+}
+
+/// Longest display name, in characters (the `maxLength` of every `name` in the OpenAPI document).
+pub const MAX_NAME_CHARS: usize = 100;
+
+/// A display name: trimmed, 1-100 characters, none of them a control character (a NUL or an
+/// escape sequence in a name ends up in terminals, logs and other systems' fields).
+pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+        return Err(ApiError::validation(field, format!("must be 1-{MAX_NAME_CHARS} characters")));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ApiError::validation(field, "must not contain control characters"));
+    }
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(fields: &Fields) -> Vec<(&str, &str)> {
+        fields.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
+    #[test]
+    fn plus_is_a_space_and_percent_escapes_decode() {
+        let f = parse(b"email=a%2Bb%40example.com&next=%2Fauth%2F%3Fx%3D1&name=Jane+Doe");
+        assert_eq!(pairs(&f), [("email", "a+b@example.com"), ("next", "/auth/?x=1"), ("name", "Jane Doe")]);
+        assert_eq!(decode_component("my+client%3Aid"), "my client:id");
+        assert_eq!(decode_component("a%2Bb"), "a+b");
+    }
+
+    #[test]
+    fn malformed_percent_encoding_is_kept_or_replaced_never_an_error() {
+        let f = parse(b"a=%zz&b=100%&c=%e2%82&d=%ff");
+        assert_eq!(pairs(&f), [("a", "%zz"), ("b", "100%"), ("c", "\u{fffd}"), ("d", "\u{fffd}")]);
+        assert_eq!(decode_component("%zz%"), "%zz%");
+        assert_eq!(decode_component("%ff"), "\u{fffd}");
+    }
+
+    #[test]
+    fn repeated_fields_are_all_kept_in_order_and_found() {
+        let f = parse(b"scope=a&code=1&scope=b");
+        assert_eq!(pairs(&f), [("scope", "a"), ("code", "1"), ("scope", "b")]);
+        assert_eq!(first(&f, "scope"), Some("a"));
+        assert_eq!(repeated(&f), Some("scope"));
+        assert_eq!(repeated(&parse(b"a=1&b=2")), None);
+    }
+
+    #[test]
+    fn empty_input_fields_and_names() {
+        assert!(parse(b"").is_empty());
+        assert!(parse_query(None).is_empty());
+        assert!(parse_query(Some("")).is_empty());
+        // Empty pairs (`&&`) are skipped; a name without `=` has an empty value.
+        let f = parse(b"&&flag&x=&=v");
+        assert_eq!(pairs(&f), [("flag", ""), ("x", ""), ("", "v")]);
+        assert_eq!(first(&f, "x"), Some(""));
+        assert_eq!(first(&f, "missing"), None);
+    }
+
+    #[test]
+    fn the_form_content_type_is_recognised_with_parameters_and_any_case() {
+        assert!(is_form_type(Some("application/x-www-form-urlencoded")));
+        assert!(is_form_type(Some("Application/X-WWW-Form-Urlencoded; charset=UTF-8")));
+        assert!(!is_form_type(Some("application/json")));
+        assert!(!is_form_type(Some("multipart/form-data; boundary=x")));
+        assert!(!is_form_type(None));
+    }
+
+    #[test]
+    fn display_names_are_trimmed_bounded_and_free_of_control_characters() {
+        assert_eq!(display_name("name", "  My key ").unwrap(), "My key");
+        assert_eq!(display_name("name", &"é".repeat(MAX_NAME_CHARS)).unwrap().chars().count(), MAX_NAME_CHARS);
+        for bad in ["", "   ", "a\u{0}b", "a\u{1b}[31m", "line\nbreak"] {
+            assert_eq!(display_name("name", bad).unwrap_err().status(), 400, "{bad:?}");
+        }
+        let long = "x".repeat(MAX_NAME_CHARS + 1);
+        match display_name("client_name", &long).unwrap_err() {
+            ApiError::Validation { field, .. } => assert_eq!(field, "client_name"),
+            e => panic!("{e:?}"),
+        }
+    }
+}
