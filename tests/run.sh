@@ -7,7 +7,8 @@
 # what the tests need, then builds and tests. Every install step checks first and does nothing
 # when things are already in place, so a second run goes straight to cargo.
 #
-#   1. system packages  cmake (Pingora's zlib-ng), redis-server (Redis store tests), wrk (load bench)
+#   1. system packages  scripts/install-deps.sh --tests: the build's (cmake, libxmlsec1 ...) and the
+#                       tests' (redis-server, wrk, Prometheus ...), each only when missing
 #   2. tests/node       npm ci: Node 22 (npm package `node`), MCP reference servers, TypeScript
 #                       SDK, the Inspector's CLI, the conformance suite (two versions), exact
 #                       versions in package-lock.json
@@ -56,40 +57,15 @@ trap 'rc=$?; if [ $rc -ne 0 ] && [ "$FAILED" -eq 0 ]; then record "${CURRENT_STE
 
 skipped() { [[ ",${TOOLGATE_SKIP:-}," == *",$1,"* ]]; }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
-
 sha256_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
 # ---------------------------------------------------------------- 1. system packages
 CURRENT_STEP=apt
 t0=$SECONDS
-missing=()
-command -v cmake >/dev/null || missing+=(cmake)
-command -v redis-server >/dev/null || missing+=(redis-server)
-command -v wrk >/dev/null || missing+=(wrk)
-command -v systemd-analyze >/dev/null || missing+=(systemd)
-command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
-command -v npm >/dev/null || missing+=(nodejs npm)
-command -v curl >/dev/null || missing+=(curl ca-certificates)
-# SAML: the build links libxmlsec1 and libxml2 (samael's bindings are generated with libclang);
-# the test IdP (pysaml2) signs with the xmlsec1 command.
-command -v xmlsec1 >/dev/null || missing+=(xmlsec1)
-pkg-config --exists xmlsec1 libxml-2.0 2>/dev/null || missing+=(libxmlsec1-dev libxml2-dev pkg-config)
-ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' || missing+=(libclang-dev)
-command -v python3 >/dev/null || missing+=(python3)
-if command -v python3 >/dev/null && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-    missing+=(python3-venv)
-fi
-if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing Debian packages: ${missing[*]}"
-    as_root apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-    record apt ok $((SECONDS - t0)) "installed ${missing[*]}"
-else
-    record apt ok $((SECONDS - t0)) "cmake, redis-server, wrk, prometheus, xmlsec1, libclang present"
-fi
+# One list of system packages, shared with ./run.sh: the build's, and with --tests the tests'.
+log "system packages (scripts/install-deps.sh --tests)"
+"$ROOT/scripts/install-deps.sh" --tests
+record apt ok $((SECONDS - t0)) "scripts/install-deps.sh --tests"
 
 # ---------------------------------------------------------------- 2. Node 22 + MCP peers
 CURRENT_STEP=npm

@@ -12,6 +12,7 @@ mod api_logs;
 mod api_mfa;
 mod api_scopes;
 mod conf_files;
+mod docs;
 mod durability;
 mod filters_edge;
 mod harness_smoke;

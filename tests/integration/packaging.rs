@@ -1,4 +1,4 @@
-//! Packaging for the edge (issue 17): the `Dockerfile` builds with the README's build step and
+//! Packaging for the edge (issue 17): the `Dockerfile` builds with the documented build step and
 //! runs as a non-root user on the shipped configuration; the systemd unit passes
 //! `systemd-analyze verify` with the binary under test in place of the installed one.
 
@@ -12,10 +12,11 @@ fn repo_file(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-/// The README's build command: the line of the block after `<!-- build -->`.
+/// The documented build command: the line of the block after `<!-- build -->` in
+/// docs/operations.md.
 fn readme_build_step() -> String {
-    let readme = repo_file("README.md");
-    let after = readme.split("<!-- build -->").nth(1).expect("README.md has no `<!-- build -->` block");
+    let readme = repo_file("docs/operations.md");
+    let after = readme.split("<!-- build -->").nth(1).expect("docs/operations.md has no `<!-- build -->` block");
     let block = after.split("```").nth(1).expect("a fenced block after `<!-- build -->`");
     let line = block.lines().map(str::trim).find(|l| l.starts_with("cargo build")).expect("a cargo build line");
     line.split('#').next().unwrap().trim().to_string()
@@ -28,7 +29,7 @@ fn the_image_builds_with_the_readme_build_step_and_runs_unprivileged() {
     assert!(step.contains("--locked") && step.contains("--release"), "{step}");
     assert!(
         dockerfile.lines().any(|l| l.trim() == format!("RUN {step}")),
-        "the Dockerfile does not build with the README's step `{step}`"
+        "the Dockerfile does not build with docs/operations.md's step `{step}`"
     );
     assert!(dockerfile.contains("install -y --no-install-recommends cmake"), "the build stage needs cmake");
     let user = dockerfile.lines().rev().find_map(|l| l.trim().strip_prefix("USER ")).expect("a USER line");

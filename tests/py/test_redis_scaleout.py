@@ -407,7 +407,7 @@ def test_a_redis_outage_refuses_writes_keeps_calls_working_and_heals_without_a_r
 @pytest.mark.parametrize("kind", ["single", "cluster"])
 def test_rate_limits_are_shared_leased_within_the_stated_bound(kind):
     """One caller, three instances, requests spread round-robin 100 ms apart for 3.6 s: the
-    instances together admit the burst plus what refilled (10 + 3.6), within the README's bound
+    instances together admit the burst plus what refilled (10 + 3.6), within docs/scale-out.md's bound
     (each other instance may admit what it does in one sync interval, 50 ms here, before it hears:
     nothing at this spacing), where three instances counting alone would admit about 33."""
     limits = ("rate_limits:\n  sync_ms: 50\n  tiers:\n"

@@ -2,7 +2,7 @@
 
 The receiver is an HTTP server in the test process that verifies every delivery twice: with the
 official Standard Webhooks library (`standardwebhooks`, pinned in requirements.txt) over the
-`webhook-id` / `webhook-timestamp` / `webhook-signature` headers, and with the README's snippet
+`webhook-id` / `webhook-timestamp` / `webhook-signature` headers, and with docs/events.md's snippet
 for the specification's `signature` (run as written there). Each of its paths answers as told:
 200, 500 then 200, 410, or hangs.
 """
@@ -24,12 +24,12 @@ from toolgate_harness import ROOT, ToolgateServer
 
 
 def readme_verify():
-    """The README's verification snippet (the block after "verify a delivery"), as a function."""
-    text = (ROOT / "README.md").read_text()
+    """docs/events.md's verification snippet (the block after "verify a delivery"), as a function."""
+    text = (ROOT / "docs" / "events.md").read_text()
     block = re.search(r"<!-- verify a delivery -->\n```python\n(.*?)```", text, re.S)
-    assert block, "README.md has no webhook verification snippet"
+    assert block, "docs/events.md has no webhook verification snippet"
     scope: dict = {}
-    exec(block.group(1), scope)  # noqa: S102 (our own README's snippet is what is tested)
+    exec(block.group(1), scope)  # noqa: S102 (our own documented snippet is what is tested)
     return scope["verify"]
 
 
@@ -65,7 +65,7 @@ class Receiver:
                 secret = receiver.secrets.get(path)
                 try:
                     Webhook(standard_key(secret)).verify(body, {k.lower(): v for k, v in self.headers.items()})
-                    assert receiver.verify(body, secret), "the README's check failed"
+                    assert receiver.verify(body, secret), "docs/events.md's check failed"
                     assert self.headers["x-webhook-signature"] == json.loads(body)["signature"]
                 except Exception as e:  # noqa: BLE001 (recorded, the test fails on it)
                     receiver.failures.append(f"{path}: {e!r}")
@@ -347,7 +347,7 @@ def test_a_rotated_secret_signs_beside_the_old_one_for_its_grace_period_and_a_te
 def test_a_secret_the_client_chose_keys_the_hmac_with_its_own_bytes(srv, receiver):
     """The specification's create body has `secret`, a string used for signing: a client's own
     string is accepted as it is, and the `sha256=` signature is the HMAC-SHA256 under the
-    string's bytes of the body without its `signature` member (the bytes README.md names)."""
+    string's bytes of the body without its `signature` member (the bytes docs/events.md names)."""
     import hashlib
     import hmac
 
