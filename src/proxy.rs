@@ -10,7 +10,7 @@
 //! for toolgate is done here: CONNECT refused, an error answer when a failure leaves none, the
 //! connection handed back for keep-alive.
 
-use crate::api::{self, Access, Call};
+use crate::api::{self, Call};
 use crate::base::route::Route;
 use crate::edge::conn_limits::Answer;
 use crate::edge::error::ApiError;
@@ -119,7 +119,7 @@ impl Proxy {
             let _ = self.run_chain(ex, RouteClass::Management).await;
             return ex.respond_error(ApiError::NoRoute(path.clone())).await;
         };
-        let public = matches!(api::access(endpoint, &method), Ok(Access::Public));
+        let public = endpoint.is_public(&method);
         // Public endpoints run the chain too, so that they are counted and carry the rate-limit
         // headers (Decision 2); of its refusals only the rate limit applies to them: they need no
         // credential, so a bad key or address does not bar them.
@@ -134,7 +134,7 @@ impl Proxy {
         };
         // A batch's per-operation cost, charged before any operation runs (a batch over the
         // limit of operations is refused by its handler, uncharged).
-        let operations = if endpoint == api::Endpoint::Batch { api::batch::operations_in(&body) } else { 0 };
+        let operations = if endpoint.is_batch() { api::batch::operations_in(&body) } else { 0 };
         if operations > 0 && operations <= self.server.state.config().limits.batch_max_operations {
             let extra = toolgate_filters::rate_limit::batch_extra_cost(operations);
             if let Err(rejection) = self.charge_extra(ex, extra).await {

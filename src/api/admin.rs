@@ -19,7 +19,7 @@ pub async fn reload(call: &Call<'_>) -> ApiResult {
     // anyone in it but its owner, and to the owner's keys without `admin`, there is nothing
     // here (a 404, not a 403 that would say the endpoint is there to be had).
     let operator = who.org_id == crate::data::state::BOOTSTRAP_ORG && who.role == toolgate_filters::Role::Owner;
-    if !operator || !who.scopes.contains(crate::api::Scope::Admin) {
+    if !operator || !who.scopes.contains(toolgate_filters::Scope::Admin) {
         return Err(ApiError::NotFound("configuration"));
     }
     let server = call.server;

@@ -283,83 +283,101 @@ pub async fn connect(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     let body: ConnectApp = call.json()?;
-    if !a.auth_types.contains(&body.auth_type) {
-        let accepted = if a.auth_types.is_empty() {
-            "none (the app needs no credentials)".to_string()
-        } else {
-            a.auth_types.join(", ")
-        };
-        return Err(ApiError::validation(
-            "auth_type",
-            format!("`{}` is not accepted by this app; accepted: {accepted}", body.auth_type),
-        ));
-    }
-    let state = &call.server.state;
-    let now = Utc::now();
-    let id = secrets::new_id("conn");
-    let (connection, extra) = match body.auth_type.as_str() {
-        "api_key" => {
-            let creds = body
-                .credentials
-                .ok_or_else(|| ApiError::validation("credentials", "required for auth_type api_key"))?;
-            if creds.api_key.trim().is_empty() {
-                return Err(ApiError::validation("credentials.api_key", "must not be empty"));
-            }
-            let sealed = state.sealer.seal(&serde_json::to_vec(&creds).map_err(|e| ApiError::Internal(e.to_string()))?);
-            let c = Connection {
-                id: id.clone(),
-                org_id: who.org_id.clone(),
-                app_id: a.id.clone(),
-                auth_type: "api_key".into(),
-                status: "connected".into(),
-                sealed_credentials: Some(sealed),
-                redirect_uri: None,
-                oauth_state: None,
-                created_at: now,
-            };
-            (c, None)
-        }
+    accepted(&a, &body.auth_type)?;
+    let (connection, authorization_url) = match body.auth_type.as_str() {
+        "api_key" => (api_key_connection(call, &who.org_id, &a, body.credentials)?, None),
         _ => {
-            let oauth =
-                a.oauth.as_ref().ok_or_else(|| ApiError::Internal("oauth app without oauth settings".into()))?;
-            let redirect = body
-                .redirect_uri
-                .ok_or_else(|| ApiError::validation("redirect_uri", "required for auth_type oauth"))?;
-            match url::Url::parse(&redirect) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                _ => return Err(ApiError::validation("redirect_uri", "must be an absolute http or https URL")),
-            }
-            let oauth_state = secrets::new_session_id();
-            let pkce = crate::identity::app_oauth::pkce();
-            let authorize = crate::identity::app_oauth::endpoints(&a, state.config().environment.allows_http())
-                .await
-                .and_then(|e| {
-                    crate::identity::app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge)
-                })
-                .map_err(|e| ApiError::Unavailable(e.to_string()))?;
-            let pending = crate::identity::app_oauth::Pending { pkce_verifier: pkce.verifier };
-            let sealed =
-                state.sealer.seal(&serde_json::to_vec(&pending).map_err(|e| ApiError::Internal(e.to_string()))?);
-            let c = Connection {
-                id: id.clone(),
-                org_id: who.org_id.clone(),
-                app_id: a.id.clone(),
-                auth_type: "oauth".into(),
-                status: "pending".into(),
-                sealed_credentials: Some(sealed),
-                redirect_uri: Some(redirect),
-                oauth_state: Some(oauth_state),
-                created_at: now,
-            };
-            (c, Some(authorize))
+            let (c, url) = oauth_connection(call, &who.org_id, &a, body.redirect_uri).await?;
+            (c, Some(url))
         }
     };
-    let c = state.save_connection(connection).await?;
+    let c = call.server.state.save_connection(connection).await?;
     let mut data = json!({ "app_id": a.id, "status": c.status, "connection_id": c.id });
-    if let Some(url) = extra {
+    if let Some(url) = authorization_url {
         data["authorization_url"] = Value::String(url);
     }
     Ok(Reply::ok(data))
+}
+
+/// Refuses an `auth_type` the app does not take, naming the ones it does.
+fn accepted(a: &AppConfig, auth_type: &str) -> Result<(), ApiError> {
+    if a.auth_types.iter().any(|t| t == auth_type) {
+        return Ok(());
+    }
+    let accepted = if a.auth_types.is_empty() {
+        "none (the app needs no credentials)".to_string()
+    } else {
+        a.auth_types.join(", ")
+    };
+    Err(ApiError::validation("auth_type", format!("`{auth_type}` is not accepted by this app; accepted: {accepted}")))
+}
+
+/// A new connection of the organisation to the app, its credentials sealed.
+fn new_connection(
+    call: &Call<'_>,
+    org_id: &str,
+    a: &AppConfig,
+    auth_type: &str,
+    status: &str,
+    secret: &impl Serialize,
+) -> Result<Connection, ApiError> {
+    let sealed =
+        call.server.state.sealer.seal(&serde_json::to_vec(secret).map_err(|e| ApiError::Internal(e.to_string()))?);
+    Ok(Connection {
+        id: secrets::new_id("conn"),
+        org_id: org_id.to_string(),
+        app_id: a.id.clone(),
+        auth_type: auth_type.into(),
+        status: status.into(),
+        sealed_credentials: Some(sealed),
+        redirect_uri: None,
+        oauth_state: None,
+        created_at: Utc::now(),
+    })
+}
+
+/// `api_key`: connected at once with the key given.
+fn api_key_connection(
+    call: &Call<'_>,
+    org_id: &str,
+    a: &AppConfig,
+    credentials: Option<Credentials>,
+) -> Result<Connection, ApiError> {
+    let creds = credentials.ok_or_else(|| ApiError::validation("credentials", "required for auth_type api_key"))?;
+    if creds.api_key.trim().is_empty() {
+        return Err(ApiError::validation("credentials.api_key", "must not be empty"));
+    }
+    new_connection(call, org_id, a, "api_key", "connected", &creds)
+}
+
+/// `oauth`: a pending connection (its PKCE verifier sealed, its `state` kept for the callback)
+/// and the provider's authorization URL the user is sent to.
+async fn oauth_connection(
+    call: &Call<'_>,
+    org_id: &str,
+    a: &AppConfig,
+    redirect_uri: Option<String>,
+) -> Result<(Connection, String), ApiError> {
+    let oauth = a.oauth.as_ref().ok_or_else(|| ApiError::Internal("oauth app without oauth settings".into()))?;
+    let redirect = redirect_uri.ok_or_else(|| ApiError::validation("redirect_uri", "required for auth_type oauth"))?;
+    match url::Url::parse(&redirect) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        _ => return Err(ApiError::validation("redirect_uri", "must be an absolute http or https URL")),
+    }
+    let oauth_state = secrets::new_session_id();
+    let pkce = crate::identity::app_oauth::pkce();
+    let allows_http = call.server.state.config().environment.allows_http();
+    let authorize = crate::identity::app_oauth::endpoints(a, allows_http)
+        .await
+        .and_then(|e| {
+            crate::identity::app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge)
+        })
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let pending = crate::identity::app_oauth::Pending { pkce_verifier: pkce.verifier };
+    let mut c = new_connection(call, org_id, a, "oauth", "pending", &pending)?;
+    c.redirect_uri = Some(redirect);
+    c.oauth_state = Some(oauth_state);
+    Ok((c, authorize))
 }
 
 #[utoipa::path(post, path = "/v1/apps/{app_id}/connect/callback", tag = "apps", params(("app_id" = String, Path)), request_body = ConnectCallback,

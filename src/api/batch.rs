@@ -8,11 +8,14 @@
 //! `analytics`), and one its bucket cannot pay is answered 429 `RATE_LIMITED` in its place
 //! without running, while the others go on. A batch may not contain `/batch`.
 
-use super::{ApiResult, Call, Endpoint, Reply};
+use super::{ApiResult, Call, Reply};
 use crate::edge::error::ApiError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
+
+/// Its path in the route table.
+pub const PATH: &str = "/batch";
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -95,7 +98,7 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         return Err(ApiError::validation("path", "must start with / (e.g. /gateways or /v1/gateways)"));
     }
     let routed = super::route(rest);
-    if matches!(routed, Some((Endpoint::Batch, _))) {
+    if routed.is_some_and(|(e, _)| e.is_batch()) {
         return Err(ApiError::validation("path", "a batch cannot contain /batch"));
     }
     // Charged as if sent alone (an unknown path too): its bucket, its cost.

@@ -1,7 +1,7 @@
 //! Cross-organisation isolation, swept over the route table: for every management path with an
 //! `{id}` that names an organisation's resource, each method the server serves there answers 404
 //! to the Owner (scope `*`) of another organisation, and the resource is unchanged. The sweep is
-//! checked against `toolgate::api::PATHS`, so a new `{id}` endpoint cannot be added without a row.
+//! checked against `toolgate::api::ROUTES`, so a new `{id}` endpoint cannot be added without a row.
 
 use crate::api_gateways::mcp_session;
 use crate::common::*;
@@ -130,12 +130,13 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     };
 
     let mut swept = BTreeSet::new();
-    for (path, ep) in toolgate::api::PATHS {
+    for route in toolgate::api::ROUTES {
+        let path = &route.path;
         if !path.contains("{id}") || SHARED.contains(path) {
             continue;
         }
         for m in ["GET", "POST", "PATCH", "DELETE"] {
-            if toolgate::api::access(*ep, &http::Method::from_bytes(m.as_bytes()).unwrap()).is_err() {
+            if route.method != m {
                 continue;
             }
             let url = format!("/v1{}", path.replace("{id}", &id_for(path)));
