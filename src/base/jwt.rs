@@ -1,6 +1,7 @@
 //! JWT bearer tokens on the management API: RS256 only, the signing key chosen by `kid` among the
 //! public keys of the configuration (PEM files, a JWKS file, a JWKS URL; the JWKS sources are
-//! re-read every `refresh_secs`).
+//! re-read every `refresh_secs`). The verifier holds the keys; fetching the remote ones is
+//! outbound work, done by `outbound::jwks`.
 //!
 //! Only RS256 is accepted: `alg: none`, HS256 (which would let a public key act as an HMAC
 //! secret) and every other algorithm are refused before any key is looked at.
@@ -64,11 +65,10 @@ const EARLY_REFRESH_AFTER: std::time::Duration = std::time::Duration::from_secs(
 
 pub struct JwtVerifier {
     config: JwtConfig,
-    keys: ArcSwap<HashMap<String, DecodingKey>>,
+    keys: ArcSwap<Keys>,
     /// A token named a key id this verifier does not hold: the issuer may have rotated its
     /// keys, so the server's flusher fetches them before the period is up.
     unknown_kid_seen: std::sync::atomic::AtomicBool,
-    http: reqwest::Client,
 }
 
 /// The configuration and the key ids, never key material.
@@ -85,7 +85,11 @@ pub enum JwtSetupError {
     Key(String),
 }
 
-fn keys_from_jwks(text: &str, source: &str) -> Result<HashMap<String, DecodingKey>, JwtSetupError> {
+/// Verification keys by key id.
+pub type Keys = HashMap<String, DecodingKey>;
+
+/// The keys of a JWKS document with a key id; `source` names it in the error.
+pub fn keys_from_jwks(text: &str, source: &str) -> Result<Keys, JwtSetupError> {
     let set: JwkSet =
         serde_json::from_str(text).map_err(|e| JwtSetupError::Key(format!("{source}: not a JWKS: {e}")))?;
     let mut keys = HashMap::new();
@@ -99,19 +103,15 @@ fn keys_from_jwks(text: &str, source: &str) -> Result<HashMap<String, DecodingKe
 }
 
 impl JwtVerifier {
-    /// Loads the PEM files and the JWKS file; the JWKS URL is fetched by [`JwtVerifier::refresh`].
+    /// Loads the PEM files and the JWKS file; the JWKS URL is fetched by `outbound::jwks::refresh`.
     pub fn new(config: JwtConfig) -> Result<JwtVerifier, JwtSetupError> {
-        let verifier = JwtVerifier {
-            keys: ArcSwap::from_pointee(HashMap::new()),
-            unknown_kid_seen: Default::default(),
-            http: reqwest::Client::new(),
-            config,
-        };
+        let verifier =
+            JwtVerifier { keys: ArcSwap::from_pointee(HashMap::new()), unknown_kid_seen: Default::default(), config };
         verifier.keys.store(Arc::new(verifier.load_local()?));
         Ok(verifier)
     }
 
-    fn load_local(&self) -> Result<HashMap<String, DecodingKey>, JwtSetupError> {
+    fn load_local(&self) -> Result<Keys, JwtSetupError> {
         let mut keys = HashMap::new();
         for k in &self.config.keys {
             let pem = std::fs::read(&k.pem_file)
@@ -127,71 +127,28 @@ impl JwtVerifier {
         Ok(keys)
     }
 
-    /// Re-reads the JWKS file and fetches the JWKS URL; on failure the previous keys stay.
-    pub async fn refresh(&self) {
+    /// The settings the verifier was built with.
+    pub fn config(&self) -> &JwtConfig {
+        &self.config
+    }
+
+    /// Begins a refresh (`outbound::jwks` fetches the remote keys): forgets that an unknown key
+    /// id was seen, and reads the PEM files and the JWKS file again. `Err`: keep the keys in use.
+    pub fn begin_refresh(&self) -> Result<Keys, JwtSetupError> {
         self.unknown_kid_seen.store(false, std::sync::atomic::Ordering::Relaxed);
-        let mut keys = match self.load_local() {
-            Ok(k) => k,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot reload JWT keys; keeping the previous ones");
-                return;
-            }
-        };
-        let discovered = match (&self.config.jwks_url, &self.config.issuer) {
-            (None, Some(issuer)) if self.config.discover_jwks => self.jwks_url_of(issuer).await,
-            _ => None,
-        };
-        if let Some(url) = self.config.jwks_url.as_ref().or(discovered.as_ref()) {
-            let fetched = async {
-                let resp = self.http.get(url).timeout(std::time::Duration::from_secs(10)).send().await.ok()?;
-                let text = resp.error_for_status().ok()?.text().await.ok()?;
-                keys_from_jwks(&text, "jwks_uri").ok()
-            }
-            .await;
-            match fetched {
-                Some(remote) => keys.extend(remote),
-                None => {
-                    tracing::warn!(url, "cannot fetch the JWKS; keeping the previous keys");
-                    self.keep_previous(&mut keys);
-                }
-            }
-        }
-        if self.config.discover_jwks && self.config.jwks_url.is_none() && discovered.is_none() {
-            tracing::warn!(
-                issuer = self.config.issuer,
-                "cannot find the issuer's jwks_uri in its metadata; keeping the previous keys"
-            );
-            self.keep_previous(&mut keys);
-        }
-        self.keys.store(Arc::new(keys));
+        self.load_local()
     }
 
     /// Adds the keys in use to `keys` where it has none of that id: what a failed fetch keeps.
-    fn keep_previous(&self, keys: &mut HashMap<String, DecodingKey>) {
+    pub fn keep_previous(&self, keys: &mut Keys) {
         for (kid, k) in self.keys.load().iter() {
             keys.entry(kid.clone()).or_insert_with(|| k.clone());
         }
     }
 
-    /// The `jwks_uri` of `issuer`'s metadata, when its metadata names that issuer.
-    async fn jwks_url_of(&self, issuer: &str) -> Option<String> {
-        #[derive(Deserialize)]
-        struct Metadata {
-            issuer: Option<String>,
-            jwks_uri: Option<String>,
-        }
-        for url in crate::base::well_known::authorization_server_metadata(issuer) {
-            let Ok(resp) = self.http.get(&url).timeout(std::time::Duration::from_secs(10)).send().await else {
-                continue;
-            };
-            let Ok(meta) = resp.error_for_status().map(|r| r.json::<Metadata>()) else { continue };
-            let Ok(meta) = meta.await else { continue };
-            // RFC 8414 section 3.3: metadata about another issuer is not this one's.
-            if meta.issuer.as_deref().map(|i| i.trim_end_matches('/')) == Some(issuer.trim_end_matches('/')) {
-                return meta.jwks_uri;
-            }
-        }
-        None
+    /// Puts the keys of a refresh in use.
+    pub fn install(&self, keys: Keys) {
+        self.keys.store(Arc::new(keys));
     }
 
     pub fn refresh_period(&self) -> std::time::Duration {

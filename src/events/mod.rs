@@ -510,7 +510,7 @@ impl Events {
         let url = self.state.sealer.open(sealed).map_err(|_| "the alert's Slack URL cannot be opened")?;
         let url = String::from_utf8(url).map_err(|_| "the alert's Slack URL is not text")?;
         let target = self.egress().resolve(&url).await.map_err(|e| e.to_string())?;
-        let client = self.client_for(&target.host, target.addr)?;
+        let client = self.client_for(&target)?;
         let text = d.data.get("summary").and_then(Value::as_str).unwrap_or("toolgate: usage alert");
         let resp = client.post(target.url).json(&json!({ "text": text })).send().await.map_err(|e| {
             if e.is_timeout() {
@@ -589,21 +589,18 @@ impl Events {
         self.emit(&w.org_id, "error.critical", data).await;
     }
 
-    /// A client that connects `host` to `addr` (the address checked, whatever the name resolves
-    /// to by then), kept so that attempts to one receiver reuse its connections.
-    fn client_for(&self, host: &str, addr: Option<std::net::SocketAddr>) -> Result<reqwest::Client, String> {
-        let key = (host.to_string(), addr);
+    /// A client that connects the target's host to its address (the address checked, whatever
+    /// the name resolves to by then), kept so that attempts to one receiver reuse its connections.
+    fn client_for(&self, target: &crate::outbound::egress::Target) -> Result<reqwest::Client, String> {
+        let key = (target.host.clone(), target.addr);
         if let Some(c) = self.clients.get(&key) {
             return Ok(c.clone());
         }
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
+        let client = crate::outbound::client::builder()
             .timeout(self.state.config().webhooks.attempt_timeout)
-            .user_agent(concat!("toolgate-webhooks/", env!("CARGO_PKG_VERSION")));
-        if let Some(addr) = addr {
-            builder = builder.resolve(host, addr);
-        }
-        let client = builder.build().map_err(|e| e.to_string())?;
+            .connect_to(target)
+            .build()
+            .map_err(|e| e.to_string())?;
         if self.clients.len() >= MAX_CLIENTS {
             self.clients.clear();
         }
@@ -628,7 +625,7 @@ impl Events {
         let timestamp = d.timestamp.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let (body, signature) = sign::body(&key, &d.event, &timestamp, &d.data);
         let now = Utc::now().timestamp();
-        let client = self.client_for(&target.host, target.addr)?;
+        let client = self.client_for(&target)?;
         let resp = client
             .post(target.url)
             .header("content-type", "application/json")

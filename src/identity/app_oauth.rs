@@ -287,9 +287,8 @@ struct TokenAnswer {
 pub(crate) fn http() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
+        crate::outbound::client::builder()
             .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
             .build()
             .expect("an HTTP client with default TLS settings")
     })

@@ -227,13 +227,8 @@ impl Exporter {
     }
 
     async fn post(&self, client: &reqwest::Client, spans: &[Span]) {
-        let sent = client
-            .post(&self.endpoint)
-            .header("content-type", "application/json")
-            .body(self.body(spans))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await;
+        let sent =
+            client.post(&self.endpoint).header("content-type", "application/json").body(self.body(spans)).send().await;
         match sent {
             Ok(r) if r.status().is_success() => {}
             Ok(r) => {
@@ -252,7 +247,12 @@ impl Exporter {
 impl pingora::services::background::BackgroundService for Exporter {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         let Some(mut rx) = self.rx.lock().take() else { return };
-        let client = reqwest::Client::new();
+        // The collector is the operator's: redirects are followed, as many as reqwest's default.
+        let client = crate::outbound::client::builder()
+            .follow_redirects(10)
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("an HTTP client with default TLS settings");
         let mut batch = Vec::with_capacity(BATCH);
         loop {
             let deadline = tokio::time::sleep(BATCH_DELAY);

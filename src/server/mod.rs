@@ -265,14 +265,14 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
             if let Some(jwt) = self.server.state.jwt.load_full() {
                 if jwt.refresh_due(last_jwt_refresh.map(|t: Instant| t.elapsed())) {
-                    jwt.refresh().await;
+                    crate::outbound::jwks::refresh(&jwt).await;
                     last_jwt_refresh = Some(Instant::now());
                 }
             }
             let gateway_oauth = self.server.state.config().gateway_oauth.as_ref().map(|o| o.verifier.clone());
             if let Some(verifier) = gateway_oauth {
                 if verifier.refresh_due(last_gateway_oauth_refresh.map(|t: Instant| t.elapsed())) {
-                    verifier.refresh().await;
+                    crate::outbound::jwks::refresh(&verifier).await;
                     last_gateway_oauth_refresh = Some(Instant::now());
                 }
             }

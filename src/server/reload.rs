@@ -159,10 +159,10 @@ impl ConfigSource {
         // What can still fail is made before anything is replaced.
         let transports = crate::outbound::courier::Courier::prepare(&config)?;
         if let Some(jwt) = &config.jwt {
-            jwt.refresh().await;
+            crate::outbound::jwks::refresh(jwt).await;
         }
         if let Some(oauth) = &config.gateway_oauth {
-            oauth.verifier.refresh().await;
+            crate::outbound::jwks::refresh(&oauth.verifier).await;
         }
         let config = Arc::new(config);
         parts.state.replace_config(config.clone());

@@ -174,19 +174,12 @@ async fn fetch(config: &ClientDocumentsConfig, raw: &str) -> Result<(OAuthClient
     let url = check_url(raw)?;
     let egress = Egress { allowed_hosts: config.allowed_hosts.clone(), allow_http: false };
     let target = egress.resolve(raw).await.map_err(|e| e.to_string())?;
-    let mut builder = reqwest::Client::builder()
+    let http = crate::outbound::client::builder()
         .timeout(FETCH_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")));
-    if let Some(addr) = target.addr {
-        builder = builder.resolve(&target.host, addr);
-    }
-    if let Some(pem) = &config.extra_roots {
-        for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(|e| e.to_string())? {
-            builder = builder.add_root_certificate(cert);
-        }
-    }
-    let http = builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        .connect_to(&target)
+        .roots(config.extra_roots.as_deref())
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut response = http
         .get(url.clone())
         .header(reqwest::header::ACCEPT, "application/json")

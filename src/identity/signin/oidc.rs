@@ -153,7 +153,7 @@ pub async fn finish(
         Ok(c) => Ok(c),
         // The provider may have rotated its keys since they were fetched (or they never were).
         Err(_) => {
-            provider.verifier.refresh().await;
+            crate::outbound::jwks::refresh(&provider.verifier).await;
             provider.verifier.verify(&id_token)
         }
     }

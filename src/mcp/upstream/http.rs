@@ -144,7 +144,7 @@ impl HttpUpstream {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-        headers.insert(USER_AGENT, HeaderValue::from_static(concat!("toolgate/", env!("CARGO_PKG_VERSION"))));
+        headers.insert(USER_AGENT, HeaderValue::from_static(crate::outbound::client::USER_AGENT));
         let header = |name: &str, value: &str, secret: bool| -> Result<(HeaderName, HeaderValue), UpstreamError> {
             let n = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| UpstreamError::Config(format!("app {app_id}: invalid header name \"{name}\"")))?;

@@ -101,23 +101,18 @@ impl HttpClients {
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
-        let mut builder = reqwest::Client::builder();
-        if let Some(pem) = roots {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| UpstreamError::Config(format!("tls_ca_file: {e}")))?;
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder
+        // Redirects stay off: MCP servers do not redirect, and following one would replay
+        // credentials elsewhere.
+        let client = crate::outbound::client::builder()
+            .roots(roots.map(|pem| &pem[..]))
             .connect_timeout(connect_timeout)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(64)
-            .tcp_nodelay(true)
-            // MCP servers do not redirect; following one would replay credentials elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
+            .pool(POOL_IDLE_TIMEOUT, 64)
+            .nodelay()
             .build()
-            .map_err(|e| UpstreamError::Config(format!("HTTP client: {e}")))?;
+            .map_err(|e| match e {
+                crate::outbound::client::ClientError::Roots(e) => UpstreamError::Config(format!("tls_ca_file: {e}")),
+                crate::outbound::client::ClientError::Build(e) => UpstreamError::Config(format!("HTTP client: {e}")),
+            })?;
         clients.insert(key, client.clone());
         Ok(client)
     }

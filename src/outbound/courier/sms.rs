@@ -21,11 +21,7 @@ pub fn is_phone_number(s: &str) -> bool {
 
 impl SmsSender {
     pub fn new(c: &SmsConfig) -> Result<SmsSender, String> {
-        let client = reqwest::Client::builder()
-            .timeout(c.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| e.to_string())?;
+        let client = crate::outbound::client::builder().timeout(c.timeout).build().map_err(|e| e.to_string())?;
         Ok(SmsSender { client, url: c.url.clone(), token: c.token.clone(), from: c.from.clone() })
     }
 
