@@ -10,7 +10,7 @@ use crate::edge::exchange::{sse_event, Exchange};
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope, Rejection};
 use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
-use crate::mcp::protocol::Accept;
+use crate::mcp::protocol::{Accept, RpcCode};
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::tasks;
@@ -51,7 +51,7 @@ pub(crate) async fn answer(ex: &mut Exchange<'_>, r: Response, decorate: &str, s
     if streaming {
         return ex.write(Some(sse_event(&bytes)), true).await;
     }
-    let status = r.outcome.as_ref().err().map_or(200, |e| modern::http_status(e.code));
+    let status = r.outcome.as_ref().err().map_or(200, |e| RpcCode::stateless_status(e.code));
     ex.respond(status, "application/json", bytes, &[]).await
 }
 
@@ -74,7 +74,7 @@ pub async fn not_a_request(ex: &mut Exchange<'_>, message: &Message) -> pingora:
         return ex.respond(202, "application/json", Vec::new(), &[]).await;
     }
     let r = Rejection {
-        code: -32600,
+        code: RpcCode::InvalidRequest.code(),
         message: "a stateless request cannot carry a response: answers go in inputResponses".into(),
         data: None,
     };
