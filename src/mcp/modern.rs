@@ -240,19 +240,6 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
         ));
     };
     let version = string_of(version);
-    let header_version = single_header(headers, "mcp-protocol-version")?;
-    if header_version.is_none() || header_version != version.as_deref() {
-        return Err(Rejection::new(
-            RpcCode::HeaderMismatch.code(),
-            "the MCP-Protocol-Version header does not match params._meta's io.modelcontextprotocol/protocolVersion",
-        ));
-    }
-    if single_header(headers, "mcp-method")? != Some(method) {
-        return Err(Rejection::new(
-            RpcCode::HeaderMismatch.code(),
-            "the Mcp-Method header does not match the request's method",
-        ));
-    }
     let named = name_field(method).and_then(|field| {
         let value = match field {
             "name" => read.name,
@@ -261,16 +248,7 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
         };
         value.map(|v| (field, v))
     });
-    let header_name = single_header(headers, "mcp-name")?;
-    if let Some((field, value)) = named {
-        let value = string_of(value);
-        if header_name.and_then(decode_header_value).as_deref() != value.as_deref() {
-            return Err(Rejection::new(
-                RpcCode::HeaderMismatch.code(),
-                format!("the Mcp-Name header does not match the request's params.{field}"),
-            ));
-        }
-    }
+    check_routing_headers(headers, method, version.as_deref(), named)?;
     let Some(version) = version else {
         return Err(invalid("io.modelcontextprotocol/protocolVersion must be a string"));
     };
@@ -289,6 +267,41 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
         wants_logs: meta.log_level.is_some(),
         continues: read.request_state.is_some() || read.input_responses.is_some(),
     })
+}
+
+/// The routing headers against the body, each sent once: `MCP-Protocol-Version` against the
+/// envelope's `version`, `Mcp-Method` against the method, and `Mcp-Name` against the params'
+/// name, uri or task id (`named`: the field and its value).
+fn check_routing_headers(
+    headers: &http::HeaderMap,
+    method: &str,
+    version: Option<&str>,
+    named: Option<(&'static str, &RawValue)>,
+) -> Result<(), Rejection> {
+    let header_version = single_header(headers, "mcp-protocol-version")?;
+    if header_version.is_none() || header_version != version {
+        return Err(Rejection::new(
+            RpcCode::HeaderMismatch.code(),
+            "the MCP-Protocol-Version header does not match params._meta's io.modelcontextprotocol/protocolVersion",
+        ));
+    }
+    if single_header(headers, "mcp-method")? != Some(method) {
+        return Err(Rejection::new(
+            RpcCode::HeaderMismatch.code(),
+            "the Mcp-Method header does not match the request's method",
+        ));
+    }
+    let header_name = single_header(headers, "mcp-name")?;
+    if let Some((field, value)) = named {
+        let value = string_of(value);
+        if header_name.and_then(decode_header_value).as_deref() != value.as_deref() {
+            return Err(Rejection::new(
+                RpcCode::HeaderMismatch.code(),
+                format!("the Mcp-Name header does not match the request's params.{field}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `_meta` as a handshake-era app takes it (see `stateless::for_handshake_app`), member by member from its
