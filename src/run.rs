@@ -35,7 +35,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         }
     };
     let mut pingora_server = bootstrap(&config, upgrade);
-    let (state, server, printed) = match open_state(config_path, text, &config, admin_key) {
+    let Opened { state, server, printed } = match open_state(config_path, text, &config, admin_key) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
@@ -123,15 +123,21 @@ fn bootstrap(config: &Config, upgrade: bool) -> pingora::server::Server {
     pingora_server
 }
 
+/// The state and the running server, and the owner key created at first start (to be shown once).
+struct Opened {
+    state: Arc<State>,
+    server: Arc<Server>,
+    printed: Option<String>,
+}
+
 /// The state and the running server, opened on a runtime of their own that ends before Pingora
-/// starts its: the store, the rate limiter's backend, the peers' feed on Redis. Returns the
-/// owner key created at first start, to be shown once.
+/// starts its: the store, the rate limiter's backend, the peers' feed on Redis.
 fn open_state(
     config_path: &Path,
     text: String,
     config: &Arc<Config>,
     admin_key: Option<String>,
-) -> Result<(Arc<State>, Arc<Server>, Option<String>), ExitCode> {
+) -> Result<Opened, ExitCode> {
     let startup = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -149,7 +155,7 @@ fn open_state(
             let target = crate::data::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
             crate::data::peers::start(state.clone(), target, key_prefix);
         }
-        Ok::<_, String>((state, Arc::new(server), printed))
+        Ok::<_, String>(Opened { state, server: Arc::new(server), printed })
     });
     opened.map_err(|e| {
         eprintln!("toolgate: cannot open storage: {e}");

@@ -354,7 +354,7 @@ async fn forward(
     let continuation: Option<Continuation> = continuation_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
     // A `requestState` continues the call it names, whose app is given the client's answers.
     let resumed = match resuming(binding.as_ref(), continuation.as_ref()) {
-        Some((binding, state, given)) => match Box::pin(resume_parked(mcp, state, binding, app_id, given)).await {
+        Some(r) => match Box::pin(resume_parked(mcp, r.state, r.binding, app_id, r.given)).await {
             Ok(r) => Some(r),
             Err(e) => {
                 call.refused(&e);
@@ -648,14 +648,21 @@ impl Call<'_> {
     }
 }
 
-/// The parked call a continuation would resume: the caller's binding, the `requestState` and
+/// What continues a parked call: the caller's binding, the `requestState` naming the call, and
 /// the answers sent with it.
+struct Resume<'b> {
+    binding: &'b parked::Binding,
+    state: &'b str,
+    given: Option<&'b HashMap<String, &'b RawValue>>,
+}
+
+/// The parked call a stateless request would continue, if it carries a `requestState`.
 fn resuming<'b>(
     binding: Option<&'b parked::Binding>,
     continuation: Option<&'b Continuation<'b>>,
-) -> Option<(&'b parked::Binding, &'b str, Option<&'b HashMap<String, &'b RawValue>>)> {
+) -> Option<Resume<'b>> {
     let (binding, c) = binding.zip(continuation)?;
-    Some((binding, c.request_state.as_deref()?, c.input_responses.as_ref()))
+    Some(Resume { binding, state: c.request_state.as_deref()?, given: c.input_responses.as_ref() })
 }
 
 /// Puts the call in the trace `t`: to the app in the header and in `params._meta` (the client's
