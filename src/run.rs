@@ -3,6 +3,7 @@
 use crate::config::Config;
 use crate::data::state::State;
 use crate::edge::conn_limits::{BoundedHttp, ConnLimits, ConnLimitsConfig};
+use crate::edge::tls::EdgeTls;
 use crate::proxy::Proxy;
 use crate::server::{Flusher, Server};
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
@@ -17,29 +18,79 @@ use toolgate_filters::rate_limit::RateLimit;
 use toolgate_filters::FilterChain;
 
 /// Runs toolgate until SIGTERM (graceful: in-flight requests finish), SIGINT, or SIGQUIT (a
-/// graceful upgrade: the listening sockets go to a process started with `upgrade`).
+/// graceful upgrade: the listening sockets go to a process started with `upgrade`). In stages:
+/// the configuration, the state, the services, the listeners.
 pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
+    let Configuration { text, config, edge, admin_key } = match configuration(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // Bootstrap first: with `upgrade` this waits (up to 5 s) for the running process's sockets,
+    // so the records below are read once that process has been told to hand over.
+    let claim = match crate::server::upgrade::claim(&config.storage, upgrade) {
+        Ok(claim) => claim,
+        Err(e) => {
+            eprintln!("toolgate: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut pingora_server = bootstrap(&config, upgrade);
+    let Opened { state, server, printed } = match open_state(config_path, text, &config, admin_key) {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
+    // The lock on the embedded store is kept for the process's life (`run_forever` never
+    // returns); after `--upgrade` a background service waits for the old process to free it.
+    let _instance_lock = hand_over(&mut pingora_server, &config, &state, &server, claim);
+    if let Some(key) = printed {
+        eprintln!("toolgate: created the owner API key (shown once, store it now): {key}");
+    }
+    let o = &config.observability;
+    crate::observe::metrics::init(crate::observe::metrics::LabelLimits {
+        gateways: o.metric_gateway_labels,
+        tools: o.metric_tool_labels,
+    });
+    server.register_scrape_gauges();
+    let proxy = proxy(&config, &state, &server);
+    listeners(&mut pingora_server, &config, &server, proxy, edge);
+    background(&mut pingora_server, &config, &server);
+    tracing::info!(listen = %config.server.listen, tls = config.server.tls.is_some(), plain_listen = ?config.server.plain_listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");
+    pingora_server.run_forever()
+}
+
+/// What starting takes from the configuration file and the environment: the file's text (the
+/// reloader compares it with the next), the configuration, the edge certificates, the owner key.
+struct Configuration {
+    text: String,
+    config: Arc<Config>,
+    edge: Option<Arc<EdgeTls>>,
+    admin_key: Option<String>,
+}
+
+/// Reads and validates the configuration; a bad one is reported and exits with 2. Logging starts
+/// here, as soon as the configuration says how.
+fn configuration(config_path: &Path) -> Result<Configuration, ExitCode> {
     let text = match std::fs::read_to_string(config_path) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("toolgate: bad configuration {}: cannot read it: {e}", config_path.display());
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     let config = match Config::parse(&text) {
         Ok(c) => Arc::new(c),
         Err(e) => {
             eprintln!("toolgate: bad configuration {}: {e}", config_path.display());
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     // The certificates are read before anything else starts: a bad file is a configuration
     // error, reported like one.
-    let edge = match crate::edge::tls::EdgeTls::for_server(&config.server) {
+    let edge = match EdgeTls::for_server(&config.server) {
         Ok(edge) => edge,
         Err(e) => {
             eprintln!("toolgate: bad configuration {}: {e}", config_path.display());
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     crate::observe::logging::init(&config.observability);
@@ -47,11 +98,14 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     if let Some(k) = &admin_key {
         if !k.starts_with(crate::base::secrets::KEY_PREFIX) || k.len() < 35 {
             eprintln!("toolgate: TOOLGATE_ADMIN_KEY must start with `ag_` and have at least 32 characters after it");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     }
-    // Bootstrap first: with `upgrade` this waits (up to 5 s) for the running process's sockets,
-    // so the records below are read once that process has been told to hand over.
+    Ok(Configuration { text, config, edge, admin_key })
+}
+
+/// Pingora's server, bootstrapped (with `upgrade`, holding the running process's sockets).
+fn bootstrap(config: &Config, upgrade: bool) -> pingora::server::Server {
     let upgrade_sock = config.server.upgrade_sock.clone().unwrap_or_else(|| config.storage.default_upgrade_sock());
     let conf = ServerConf {
         threads: config.server.threads,
@@ -64,20 +118,31 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         ..ServerConf::default()
     };
     let opt = Opt { upgrade, ..Opt::default() };
-    let claim = match crate::server::upgrade::claim(&config.storage, upgrade) {
-        Ok(claim) => claim,
-        Err(e) => {
-            eprintln!("toolgate: cannot start: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let mut pingora_server = pingora::server::Server::new_with_opt_and_conf(opt, conf);
     pingora_server.bootstrap();
+    pingora_server
+}
+
+/// The state and the running server, and the owner key created at first start (to be shown once).
+struct Opened {
+    state: Arc<State>,
+    server: Arc<Server>,
+    printed: Option<String>,
+}
+
+/// The state and the running server, opened on a runtime of their own that ends before Pingora
+/// starts its: the store, the rate limiter's backend, the peers' feed on Redis.
+fn open_state(
+    config_path: &Path,
+    text: String,
+    config: &Arc<Config>,
+    admin_key: Option<String>,
+) -> Result<Opened, ExitCode> {
     let startup = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolgate: cannot start: {e}");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
     let opened = startup.block_on(async {
@@ -90,19 +155,25 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
             let target = crate::data::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
             crate::data::peers::start(state.clone(), target, key_prefix);
         }
-        Ok::<_, String>((state, Arc::new(server), printed))
+        Ok::<_, String>(Opened { state, server: Arc::new(server), printed })
     });
-    let (state, server, printed) = match opened {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("toolgate: cannot open storage: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    drop(startup);
-    // The lock on the embedded store is kept for the process's life (`run_forever` never
-    // returns); after `--upgrade` a background service waits for the old process to free it.
-    let _instance_lock = match claim {
+    opened.map_err(|e| {
+        eprintln!("toolgate: cannot open storage: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// The services of a graceful upgrade: after `--upgrade` the one that takes the embedded store
+/// over once the old process frees it, and (one instance on its own store) the one that hands
+/// it to the next. Returns the store's lock when this process holds it.
+fn hand_over(
+    pingora_server: &mut pingora::server::Server,
+    config: &Config,
+    state: &Arc<State>,
+    server: &Arc<Server>,
+    claim: crate::server::upgrade::Claim,
+) -> Option<std::fs::File> {
+    let lock = match claim {
         crate::server::upgrade::Claim::Held(file) => Some(file),
         crate::server::upgrade::Claim::Waiting(file) => {
             server.mcp.sessions.adopt_unknown();
@@ -120,16 +191,11 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
             crate::server::upgrade::Handover { server: server.clone() },
         ));
     }
-    if let Some(key) = printed {
-        eprintln!("toolgate: created the owner API key (shown once, store it now): {key}");
-    }
-    let o = &config.observability;
-    crate::observe::metrics::init(crate::observe::metrics::LabelLimits {
-        gateways: o.metric_gateway_labels,
-        tools: o.metric_tool_labels,
-    });
-    server.register_scrape_gauges();
+    lock
+}
 
+/// toolgate's HTTP app with its filter chains.
+fn proxy(config: &Config, state: &Arc<State>, server: &Arc<Server>) -> Proxy {
     // The order is pinned (and tested): IP allowlist -> authentication -> rate limit; the gateway
     // routes then check `Origin`, after the rate limit so that a refusal is counted.
     let credentials = Arc::new(crate::identity::credentials::Credentials::new(state.clone()));
@@ -139,8 +205,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
             .with(Authenticate::new(credentials.clone()))
             .with(server.limiter.clone())
     };
-    let flusher = Flusher { server: server.clone(), period: std::time::Duration::from_millis(500) };
-    let proxy = Proxy {
+    Proxy {
         server: server.clone(),
         management: chain(),
         gateway: chain().with(server.origin_check.clone()),
@@ -153,11 +218,22 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
             options.h2c = config.server.h2c;
             options
         },
-    };
+    }
+}
 
+/// The listening services: the app on `server.listen` (with TLS when configured, and then plain
+/// HTTP beside it on `server.plain_listen`), the metrics on `server.metrics_listen`, and the
+/// reloader of the configuration and the certificates.
+fn listeners(
+    pingora_server: &mut pingora::server::Server,
+    config: &Config,
+    server: &Arc<Server>,
+    proxy: Proxy,
+    edge: Option<Arc<EdgeTls>>,
+) {
     // toolgate's HTTP app behind the connection bounds (header deadline, idle keep-alive limit,
-    // connection caps): see src/conn_limits.rs for why this wraps the app instead of using a
-    // Pingora setting.
+    // connection caps): see src/edge/conn_limits.rs for why this wraps the app instead of using
+    // a Pingora setting.
     let limits = ConnLimits::new(ConnLimitsConfig::from_server(&config.server));
     let app = BoundedHttp::new(proxy, limits).with_h2c(config.server.h2c);
     let mut plain_beside = None;
@@ -191,6 +267,12 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     prometheus.add_tcp(&config.server.metrics_listen.to_string());
     pingora_server.add_service(service);
     pingora_server.add_service(prometheus);
+}
+
+/// The background services: the flusher (activity, the request log, sweeps), the webhooks'
+/// deliveries, and the OTLP span exporter when configured.
+fn background(pingora_server: &mut pingora::server::Server, config: &Config, server: &Arc<Server>) {
+    let flusher = Flusher { server: server.clone(), period: std::time::Duration::from_millis(500) };
     pingora_server.add_service(pingora::services::background::background_service("flusher", flusher));
     pingora_server.add_service(pingora::services::background::background_service(
         "webhooks",
@@ -203,6 +285,4 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
                 .add_service(pingora::services::background::background_service("OTLP span exporter", exporter));
         }
     }
-    tracing::info!(listen = %config.server.listen, tls = config.server.tls.is_some(), plain_listen = ?config.server.plain_listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");
-    pingora_server.run_forever()
 }

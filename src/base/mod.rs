@@ -1,6 +1,6 @@
 //! The ground floor: small pieces every other area may use and that use nothing of toolgate's
-//! (ids and secrets, JWT verification, the maps read on every call, deadlines, where a path
-//! goes, the well-known URIs).
+//! (ids and secrets, JWT verification, the maps read on every call, deadlines, the clock, where a
+//! path goes, the well-known URIs).
 
 pub mod deadline;
 pub mod fast_map;
@@ -8,4 +8,5 @@ pub mod jwt;
 pub mod pair_key;
 pub mod route;
 pub mod secrets;
+pub mod time;
 pub mod well_known;

@@ -16,6 +16,7 @@
 //! Both keep a window's `tat` under the same key in microseconds, so the state is the same
 //! whichever mode wrote it.
 
+use crate::base::time::now_ms;
 use crate::config::StorageConfig;
 use crate::data::store::redis::{spawn_on_redis_runtime, Conn, Target};
 use std::collections::BTreeMap;
@@ -47,10 +48,6 @@ impl Sharing {
     fn failed(&self) {
         let _ = self.0.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
     }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 /// The backend for a deployment: one instance on its embedded store counts in memory; several

@@ -250,24 +250,10 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
         };
         let _open = OpenGuard::new();
         let config = &self.limits.config;
-        let mut stream = stream;
-        if let Some(tls) = &self.tls {
-            let acceptor = tls.acceptor();
-            let handshake = handshake_with_callback(&acceptor, Accepted(stream), &ClientSubject);
-            match deadline::until(accepted + config.header_timeout, handshake).await {
-                Ok(Ok(secured)) => stream = Box::new(secured),
-                Ok(Err(e)) => {
-                    crate::edge::tls::handshake_failed(false);
-                    tracing::debug!(peer = ?peer, error = %e, "TLS handshake failed");
-                    return None;
-                }
-                Err(_) => {
-                    crate::edge::tls::handshake_failed(true);
-                    tracing::debug!(peer = ?peer, "TLS handshake not complete in time; connection closed");
-                    return None;
-                }
-            }
-        }
+        let mut stream = match &self.tls {
+            Some(tls) => secure(tls, stream, accepted + config.header_timeout, peer).await?,
+            None => stream,
+        };
         if self.speaks_h2(&mut stream, accepted + config.header_timeout).await {
             // Pingora's HTTP/2 loop (its blanket `ServerApp` for HTTP apps): each stream is a
             // request of the same app; the connection keeps its slot until the loop ends.
@@ -276,33 +262,8 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
         loop {
-            let started = if first {
-                accepted
-            } else {
-                // Between keep-alive requests: wait for the next request's first byte, at most
-                // `keepalive_idle`.
-                let mut byte = [0u8; 1];
-                let peeked = tokio::select! {
-                    peeked = pingora::time::timeout(config.keepalive_idle, stream.try_peek(&mut byte)) => peeked,
-                    // Shutting down (or handing over to a new process). Closing at once would
-                    // race a request the client is sending on this connection into a reset; a
-                    // request that comes within `SHUTDOWN_DRAIN` is still answered (with
-                    // `Connection: close`), a connection quiet for that long is closed.
-                    () = drain_ended(shutdown) => return None,
-                };
-                match peeked {
-                    Ok(Ok(true)) => Instant::now(),
-                    // A TLS stream cannot be peeked: the wait for the next request is
-                    // Pingora's keep-alive read timeout (`keepalive_idle`), so the
-                    // header's deadline counts from its end.
-                    Ok(Ok(false)) => Instant::now() + config.keepalive_idle,
-                    Ok(Err(_)) => return None,
-                    Err(_) => {
-                        metrics().idle_closed.inc();
-                        return None;
-                    }
-                }
-            };
+            let started =
+                if first { accepted } else { next_request(&mut stream, config.keepalive_idle, shutdown).await? };
             let mut session = ServerSession::new_http1(stream);
             if let Some(s) = settings.take() {
                 s.apply_to_session(&mut session);
@@ -334,6 +295,54 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
             stream = next;
             settings = next_settings;
             first = false;
+        }
+    }
+}
+
+/// The TLS handshake of an accepted connection, within the header's `deadline`; a failed or late
+/// one closes the connection (counted, and logged at debug level).
+async fn secure(tls: &EdgeTls, stream: Stream, deadline: Instant, peer: Option<IpAddr>) -> Option<Stream> {
+    let acceptor = tls.acceptor();
+    let handshake = handshake_with_callback(&acceptor, Accepted(stream), &ClientSubject);
+    match deadline::until(deadline, handshake).await {
+        Ok(Ok(secured)) => {
+            let secured: Stream = Box::new(secured);
+            Some(secured)
+        }
+        Ok(Err(e)) => {
+            crate::edge::tls::handshake_failed(false);
+            tracing::debug!(peer = ?peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            crate::edge::tls::handshake_failed(true);
+            tracing::debug!(peer = ?peer, "TLS handshake not complete in time; connection closed");
+            None
+        }
+    }
+}
+
+/// Between keep-alive requests: waits for the next request's first byte, at most `idle`, and
+/// returns when its header's time starts; `None` closes the connection.
+async fn next_request(stream: &mut Stream, idle: Duration, shutdown: &ShutdownWatch) -> Option<Instant> {
+    let mut byte = [0u8; 1];
+    let peeked = tokio::select! {
+        peeked = pingora::time::timeout(idle, stream.try_peek(&mut byte)) => peeked,
+        // Shutting down (or handing over to a new process). Closing at once would race a
+        // request the client is sending on this connection into a reset; a request that comes
+        // within `SHUTDOWN_DRAIN` is still answered (with `Connection: close`), a connection
+        // quiet for that long is closed.
+        () = drain_ended(shutdown) => return None,
+    };
+    match peeked {
+        Ok(Ok(true)) => Some(Instant::now()),
+        // A TLS stream cannot be peeked: the wait for the next request is Pingora's keep-alive
+        // read timeout (`keepalive_idle`), so the header's deadline counts from its end.
+        Ok(Ok(false)) => Some(Instant::now() + idle),
+        Ok(Err(_)) => None,
+        Err(_) => {
+            metrics().idle_closed.inc();
+            None
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod alerts;
 
 pub mod sign;
 
+use crate::base::time::now_ms;
 use crate::data::changes::Change;
 use crate::data::model::{Alert, Delivery, Webhook};
 use crate::data::state::State;
@@ -88,10 +89,6 @@ fn give_up(d: &mut Delivery, reason: &str) {
     d.status = "failed".into();
     d.last_error = Some(reason.to_string());
     d.next_attempt_at = None;
-}
-
-fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
 }
 
 impl Events {

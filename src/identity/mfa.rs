@@ -30,6 +30,7 @@
 //! many to guess) and MFA tokens keep working, and an owner or the operator can reset MFA.
 
 use crate::base::secrets::{self, Sealer};
+use crate::base::time::now_ms;
 use crate::data::store::{Kind, Store, StoreError, NO_PARTITION};
 use crate::edge::error::ApiError;
 use crate::outbound::courier::Courier;
@@ -301,10 +302,6 @@ fn is_backup_code(s: &str) -> bool {
 
 fn new_code() -> String {
     format!("{:06}", OsRng.gen_range(0..1_000_000))
-}
-
-fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
 }
 
 fn expiry_ms() -> i64 {

@@ -8,8 +8,9 @@ use crate::data::model::{ClientCapabilities, Gateway, McpSession};
 use crate::data::reqlog::{Answer, EntryWriter};
 use crate::data::store::LogRecord;
 use crate::edge::exchange::{sse_event, Exchange};
+use crate::mcp::apps::AppError;
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, ErrorObject, Message, RawJson, RawMembers, Response};
+use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::parked;
 use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
@@ -20,7 +21,7 @@ use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
 use crate::mcp::tasks;
-use crate::mcp::upstream::{CallContext, ClientEra, UpstreamError, UpstreamReply};
+use crate::mcp::upstream::{CallContext, ClientEra, ReplyStream, UpstreamError, UpstreamReply};
 use crate::observe::metrics::{self, ErrorType};
 use crate::observe::trace::{self, Span, SpanKind, TraceContext};
 use chrono::Utc;
@@ -95,6 +96,8 @@ fn refusal(method: &str, caps: ClientCapabilities, sse: bool) -> Option<ErrorObj
     }
 }
 
+/// `initialize`: a new session, bound to the key and the gateway and stored before it is
+/// answered, sent as `Mcp-Session-Id` and as the session cookie.
 pub(super) async fn initialize(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
@@ -106,37 +109,8 @@ pub(super) async fn initialize(
     let observe =
         |error: ErrorType| metrics::mcp_server_operation("initialize", None, error, &gw.id, started.elapsed());
     let params = req.params.as_ref().map(RawJson::to_value).unwrap_or_default();
-    let requested = params.get("protocolVersion").and_then(Value::as_str);
-    let version = protocol::negotiate(requested);
-    let client = params.get("clientInfo");
-    let now = Utc::now();
-    let record = McpSession {
-        id: secrets::new_session_id(),
-        org_id: gw.org_id.clone(),
-        gateway_id: gw.id.clone(),
-        key_id: key_id.to_string(),
-        protocol_version: version.to_string(),
-        client_type: client
-            .and_then(|c| c.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .chars()
-            .take(100)
-            .collect(),
-        client_version: client
-            .and_then(|c| c.get("version"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .chars()
-            .take(50)
-            .collect(),
-        client_ip: ex.ctx.client_ip.to_string(),
-        started_at: now,
-        last_activity: now,
-        requests_count: 1,
-        status: "active".into(),
-        capabilities: declared_capabilities(params.get("capabilities")),
-    };
+    let version = protocol::negotiate(params.get("protocolVersion").and_then(Value::as_str));
+    let record = session_record(gw, key_id, ex.ctx.client_ip.to_string(), version, &params);
     match mcp.sessions.create(record.clone()).await {
         Ok(()) => {}
         Err(CreateError::Store(e)) => {
@@ -144,11 +118,12 @@ pub(super) async fn initialize(
             return reply::api_error(ex, e.into()).await;
         }
         Err(e @ (CreateError::KeyCap(limit) | CreateError::OrgCap(limit))) => {
-            observe(ErrorType::Code(RpcCode::LimitExceeded.code()));
+            let code = RpcCode::LimitExceeded;
+            observe(ErrorType::Code(code.code()));
             // Not a rate: no Retry-After, since only an ended or expired session frees a place.
             let data = json!({ "code": "TOO_MANY_SESSIONS", "limit": limit });
-            let body = jsonrpc::error_bytes(&req.id, RpcCode::LimitExceeded.code(), &e.to_string(), Some(&data));
-            return ex.respond(429, "application/json", body, &[]).await;
+            let body = jsonrpc::error_bytes(&req.id, code.code(), &e.to_string(), Some(&data));
+            return ex.respond(code.status(), "application/json", body, &[]).await;
         }
     }
     let result = json!({
@@ -180,6 +155,31 @@ pub(super) async fn initialize(
     let body = jsonrpc::response_bytes(&req.id, &result);
     observe(ErrorType::None);
     ex.respond(200, "application/json", body, &headers).await
+}
+
+/// The session an `initialize` with `params` opens: a new CSPRNG id, the negotiated `version`,
+/// the client's name and version (cut to 100 and 50 characters) and the capabilities it declared.
+fn session_record(gw: &Gateway, key_id: &str, client_ip: String, version: &str, params: &Value) -> McpSession {
+    let client = params.get("clientInfo");
+    let info = |key: &str, default: &str, most: usize| -> String {
+        client.and_then(|c| c.get(key)).and_then(Value::as_str).unwrap_or(default).chars().take(most).collect()
+    };
+    let now = Utc::now();
+    McpSession {
+        id: secrets::new_session_id(),
+        org_id: gw.org_id.clone(),
+        gateway_id: gw.id.clone(),
+        key_id: key_id.to_string(),
+        protocol_version: version.to_string(),
+        client_type: info("name", "unknown", 100),
+        client_version: info("version", "", 50),
+        client_ip,
+        started_at: now,
+        last_activity: now,
+        requests_count: 1,
+        status: "active".into(),
+        capabilities: declared_capabilities(params.get("capabilities")),
+    }
 }
 
 /// A cursor is the offset into the gateway's list, opaque to clients.
@@ -297,7 +297,29 @@ fn resource_uri(params: Option<&RawJson>) -> Cow<'_, str> {
     params.and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default()
 }
 
-/// Sends a call to the app that owns the named tool, prompt or resource, and relays its answer.
+/// A call on its way through [`forward`]'s phases: who asks, on which gateway, with which
+/// method, since when. Made of borrows of the request; nothing is copied to make it.
+struct Call<'a> {
+    mcp: &'a McpRuntime,
+    gw: &'a Arc<Gateway>,
+    caller: Caller<'a>,
+    method: &'a str,
+    started: Instant,
+}
+
+/// Where a call goes, from the catalogue (`'c`): the app and, for `tools/call` and
+/// `prompts/get`, the name at the gateway and at the app; and the call's params as read from the
+/// request (`'p`), every member but `name` relayed as it came.
+struct Target<'c, 'p> {
+    app_id: &'c str,
+    tool: Option<(&'c str, &'c str)>,
+    named: Option<NamedParams<'p>>,
+}
+
+/// Sends a call to the app that owns the named tool, prompt or resource, and relays its answer,
+/// in phases: resolve the target, check the `Mcp-Param-*` headers, admit the app's quota, bind
+/// the call to its caller or continue a parked one, call the app, and finish (relay the answer;
+/// the metrics, the span and the log entry once).
 async fn forward(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
@@ -306,386 +328,534 @@ async fn forward(
     mut req: jsonrpc::Request,
     acc: Accept,
 ) -> pingora::Result<()> {
-    let started = Instant::now();
-    // A request refused before it reached an app, in the operation metrics.
-    let refused = |e: &ErrorObject| {
-        metrics::mcp_server_operation(&req.method, None, ErrorType::Code(e.code), &gw.id, started.elapsed())
-    };
+    let call = Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now() };
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
-    // The tool's name at the gateway and at its app, for the operation metrics.
-    let mut tool: Option<(&str, &str)> = None;
-    // The app that serves the call; `tools/call` and `prompts/get` also get the app's own name for
-    // the tool or prompt (`named`), the other members of their params relayed as they came.
-    let (target, named) = match req.method.as_str() {
-        "tools/call" | "prompts/get" => {
-            let Some(call) = params.as_ref().and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some())
-            else {
-                let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", req.method));
-                refused(&e);
-                return respond(ex, caller, Response::error(req.id, e), "").await;
-            };
-            let name = call.name.as_deref().unwrap_or_default();
-            let Some((exposed, t)) = catalogue.entry(name, req.method == "prompts/get") else {
-                let mut e = if req.method == "tools/call" {
-                    ErrorObject::unknown_tool(name)
-                } else {
-                    ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
-                };
-                // The name may belong to one of the gateway's apps that is down. When the name
-                // says which (the only app, or its `<app><sep>` prefix), that app's failure is
-                // the answer; otherwise the unavailable apps ride along as data.
-                let sep = &gw.configuration.tool_name_separator;
-                let owner = catalogue.failures.iter().find(|(app, _)| {
-                    gw.servers.len() == 1
-                        || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
-                });
-                if let Some((app, reason)) = owner {
-                    e = ErrorObject::new(
-                        RpcCode::UpstreamFailure.code(),
-                        format!("App `{app}` is unavailable: {reason}"),
-                    );
-                } else if !catalogue.failures.is_empty() {
-                    e = e.with_data(json!({ "unavailable_apps": catalogue.failures }));
-                }
-                // The name is the client's own and not in the catalogue: no label of its own.
-                refused(&e);
-                if req.method == "tools/call" {
-                    let (app, function) = named_app(gw, name);
-                    log_refused(mcp, gw, app, function, call.get("arguments"), &e, started);
-                }
-                return respond(ex, caller, Response::error(req.id, e), "").await;
-            };
-            tool = Some((exposed, t.name.as_str()));
-            (Some(t.app_id.as_str()), Some((call, t.name.as_str())))
+    let target = match call.resolve(&catalogue, params.as_ref()) {
+        Ok(Some(target)) => target,
+        // A completion for a prompt no app has: nothing to complete.
+        Ok(None) => {
+            let none = Response::success(req.id, json!({ "completion": { "values": [] } }));
+            return respond(ex, caller, none, modern::COMPLETE).await;
         }
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-            let uri = resource_uri(params.as_ref());
-            match catalogue.resource_app(&uri) {
-                Some(app) => (Some(app), None),
-                None => {
-                    // The stateless revision answers an unknown resource with -32602 (SEP-2164).
-                    let code =
-                        if caller.stateless() { jsonrpc::INVALID_PARAMS } else { RpcCode::ResourceNotFound.code() };
-                    let e =
-                        ErrorObject::new(code, format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }));
-                    refused(&e);
-                    return respond(ex, caller, Response::error(req.id, e), "").await;
-                }
-            }
-        }
-        _ => {
-            // completion/complete: the app of the referenced prompt.
-            let name = params.as_ref().map(RawJson::to_value).unwrap_or_default();
-            let name = name.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
-            (catalogue.prompt(name).map(|t| t.app_id.as_str()), None)
-        }
-    };
-    let Some(app_id) = target else {
-        let none = Response::success(req.id, json!({ "completion": { "values": [] } }));
-        return respond(ex, caller, none, modern::COMPLETE).await;
+        Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
     };
     let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
-    // A tool that declares `Mcp-Param-*` headers: a stateless caller's must agree with the
-    // arguments, and the app gets them from the arguments, whoever called. Read only then.
-    let declared = tool.and_then(|(exposed, _)| catalogue.tool(exposed)).map(|t| t.param_headers.as_slice());
-    if let (Some((call, _)), Some(declared)) = (named.as_ref(), declared.filter(|d| !d.is_empty())) {
-        let arguments: Value =
-            call.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
-        if caller.stateless() {
-            if let Err(r) = modern::check_param_headers(declared, &arguments, ex.headers()) {
-                let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
-                refused(&e);
-                if let (Some((_, name)), true) = (named.as_ref(), req.method == "tools/call") {
-                    log_refused(mcp, gw, app_id, name, call.get("arguments"), &e, started);
-                }
-                return respond(ex, caller, Response::error(req.id, e), "").await;
-            }
-        }
-        call_ctx.headers.extend(modern::param_header_values(declared, &arguments));
+    if let Err(e) = call.param_headers(&catalogue, &target, ex.headers(), &mut call_ctx.headers) {
+        return respond(ex, caller, Response::error(req.id, e), "").await;
     }
-    let charged = matches!(caller, Caller::Stateless { app_charged: Some(a), .. } if a == app_id);
-    if let Some(limit) = mcp.state.config().app(app_id).and_then(|a| a.rate_limit).filter(|_| !charged) {
-        // Protects the upstream: its per-minute figure across every gateway and caller.
-        if let Err(spent) = mcp.quotas.admit(&quota::app_bucket(app_id), limit) {
-            return reply::app_quota_exceeded(ex, spent, app_id).await;
-        }
+    let Target { app_id, tool, named } = target;
+    if let Err(spent) = call.admit(app_id) {
+        return reply::app_quota_exceeded(ex, spent, app_id).await;
     }
-    // Who may continue a stateless call: this credential, on this gateway, for this method and
-    // tool, prompt or resource.
-    let binding = match caller {
-        Caller::Stateless { key_id, .. } => Some(parked::Binding {
-            key_id: key_id.to_string(),
-            gateway_id: gw.id.clone(),
-            method: req.method.clone(),
-            name: tool.map(|t| t.0.to_string()).unwrap_or_else(|| resource_uri(params.as_ref()).into_owned()),
-        }),
-        Caller::Session(_) => None,
-    };
-    // A `requestState` continues the call it names, whose app is given the client's answers.
-    let mut resumed = None;
-    // Copied (a continuation is rare) because the params go to the app before it is used up.
-    let continuation_text = match caller {
-        Caller::Stateless { env, .. } if env.continues => params.as_ref().map(|p| p.get().to_string()),
-        _ => None,
-    };
+    let binding = call.binding(tool, params.as_ref());
+    let continuation_text = call.continuation_text(params.as_ref());
     let continuation: Option<Continuation> = continuation_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
-    let resuming =
-        binding.as_ref().zip(continuation.as_ref()).and_then(|(b, c)| Some((b, c, c.request_state.as_deref()?)));
-    if let Some((binding, cont, state)) = resuming {
-        match Box::pin(resume_parked(mcp, state, binding, app_id, cont.input_responses.as_ref())).await {
-            Ok(r) => resumed = Some(r),
+    // A `requestState` continues the call it names, whose app is given the client's answers.
+    let resumed = match resuming(binding.as_ref(), continuation.as_ref()) {
+        Some(r) => match Box::pin(resume_parked(mcp, r.state, r.binding, app_id, r.given)).await {
+            Ok(r) => Some(r),
             Err(e) => {
-                refused(&e);
+                call.refused(&e);
                 return respond(ex, caller, Response::error(req.id, e), "").await;
             }
-        }
-    }
-    // `tools/call` is logged; what was asked is written before the call goes upstream.
-    let mut entry = (req.method == "tools/call").then(|| {
-        let call = named.as_ref().map(|(call, _)| call);
-        // The function's own name at its app (spec "Log entry"), not the gateway's prefixed one.
-        let function = named.as_ref().map_or("", |(_, name)| *name);
-        let arguments = call.and_then(|c| c.get("arguments")).map_or("null", RawValue::get);
-        EntryWriter::begin(gw, app_id, function, arguments)
-    });
+        },
+        None => None,
+    };
+    let entry = call.begin_entry(app_id, tool, named.as_ref());
     let mut params = match named {
-        Some((call, name)) => Some(call.renamed(name, caller.stateless())),
+        Some(named) => Some(named.renamed(tool.map_or("", |t| t.1), caller.stateless())),
         None if caller.stateless() => params.as_ref().map(stateless::for_handshake_app),
         None => params,
     };
-    // The trace context goes to the app in the header and in `params._meta`; the client's
-    // came in its header or, as MCP's convention also allows, in its `params._meta`.
-    let call_trace = ex.ctx.trace.clone().or_else(|| params.as_ref().and_then(trace_in_meta));
-    let call_span = call_trace.as_ref().map(|t| {
-        let span_id = t.call_span_id();
-        let traceparent = t.traceparent(&span_id);
-        if let Ok(v) = HeaderValue::from_str(&traceparent) {
-            call_ctx.headers.push((HeaderName::from_static("traceparent"), v));
-        }
-        if let Some(v) = t.state.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
-            call_ctx.headers.push((HeaderName::from_static("tracestate"), v));
-        }
-        let traced =
-            trace::with_meta(params.as_ref().map(RawJson::to_value).as_ref(), &traceparent, t.state.as_deref());
-        if let Some(traced) = traced {
-            params = Some(RawJson::from_value(&traced));
-        }
-        (span_id, SystemTime::now())
-    });
-    let decorate = if req.method == "resources/read" { modern::READ_HINTS } else { modern::COMPLETE };
-    let mut early: Option<(Arc<CallStream>, bool)> = None;
-    let (reply, carried) = match resumed {
+    let trace = ex.ctx.trace.clone().or_else(|| params.as_ref().and_then(trace_in_meta));
+    let span = trace.as_ref().map(|t| trace_call(t, &mut params, &mut call_ctx.headers));
+    let answered = match resumed {
         Some(r) => {
             let (parked, unanswered) = *r;
-            (Ok(UpstreamReply::Stream(parked.stream)), Some((unanswered, parked.keys_issued)))
+            let carried = Some((unanswered, parked.keys_issued));
+            Answered { reply: Ok(UpstreamReply::Stream(parked.stream)), carried, early: None }
         }
-        None => {
-            let call = mcp.apps.request(&gw.org_id, app_id, &req.method, params, &call_ctx);
-            match caller {
-                // A session client that takes SSE gets a resumable stream once the app takes
-                // longer than EARLY_STREAM.
-                Caller::Session(mcp_id) if acc.sse => {
-                    let call = std::pin::pin!(call);
-                    let (reply, opened) = await_or_stream_early(mcp, ex, mcp_id, call).await?;
-                    early = opened;
-                    (reply, None)
-                }
-                _ => (call.await, None),
-            }
-        }
+        None => call.request(ex, app_id, params, &call_ctx, &acc).await?,
     };
-    // Once per call, whichever way its answer came: the operation metrics and the log entry.
-    let mut finished = false;
-    let mut log = |outcome: &Result<RawJson, ErrorObject>, status: u16| {
-        if std::mem::replace(&mut finished, true) {
-            return;
-        }
-        let elapsed = started.elapsed();
-        let error = error_type(&req.method, outcome);
-        metrics::mcp_client_operation(&req.method, tool.map(|t| t.1), error, app_id, elapsed);
-        metrics::mcp_server_operation(&req.method, tool.map(|t| t.0), error, &gw.id, elapsed);
-        if let (Some(t), Some((span_id, start)), true) = (&call_trace, call_span, trace::exporting()) {
-            let mut attributes = vec![
-                ("mcp.method.name", json!(req.method)),
-                ("toolgate.app.id", json!(app_id)),
-                ("toolgate.gateway.id", json!(gw.id)),
-            ];
-            if let Some((_, name)) = tool {
-                attributes.push(("gen_ai.tool.name", json!(name)));
-            }
-            let mut buf = itoa::Buffer::new();
-            let error_label = error.label(&mut buf);
-            if !error_label.is_empty() {
-                attributes.push(("error.type", json!(error_label)));
-            }
-            trace::record(Span {
-                trace_id: t.trace_id,
-                span_id,
-                parent_id: Some(t.span_id),
-                name: tool.map_or_else(|| req.method.clone(), |(_, name)| format!("{} {name}", req.method)),
-                kind: SpanKind::Client,
-                start,
-                duration: elapsed,
-                error: error.is_error(),
-                attributes,
-            });
-        }
-        if let Some(entry) = entry.take() {
-            let failed = error.is_error();
-            mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
-        }
-    };
-    // A task the app created is named to a stateless client by toolgate's own id.
-    let task_owner = binding
-        .as_ref()
-        .filter(|_| req.method == "tools/call")
-        .map(|b| tasks::Owner { gateway_id: &b.gateway_id, key_id: &b.key_id });
-    match reply {
+    let mut done = Finish { call: &call, app_id, tool, trace, span, entry, finished: false };
+    let given = continuation.as_ref().and_then(|c| c.input_responses.as_ref());
+    finish(&mut done, ex, answered, req.id, binding, given, &acc).await
+}
+
+/// What the app's call came to: its reply; for a continued call, the questions still unanswered
+/// and the keys issued so far; and the resumable stream opened while the app was slow, if any
+/// (with whether the client still listens).
+struct Answered {
+    reply: Result<UpstreamReply, AppError>,
+    carried: Option<(Vec<parked::Pending>, u32)>,
+    early: Option<(Arc<CallStream>, bool)>,
+}
+
+/// Relays the app's answer (`id` is the client's) and records the call once: a response as it
+/// came, a stream as a stateless client's (input-required rounds), as JSON only, or as events.
+async fn finish(
+    done: &mut Finish<'_>,
+    ex: &mut Exchange<'_>,
+    answered: Answered,
+    id: Id,
+    binding: Option<parked::Binding>,
+    given: Option<&HashMap<String, &RawValue>>,
+    acc: &Accept,
+) -> pingora::Result<()> {
+    let (call, app_id) = (done.call, done.app_id);
+    let (mcp, caller) = (call.mcp, call.caller);
+    let decorate = if call.method == "resources/read" { modern::READ_HINTS } else { modern::COMPLETE };
+    match answered.reply {
         Ok(UpstreamReply::Response(r)) => {
-            let r = match task_owner {
-                Some(owner) => tasks::claim_created(mcp, owner, app_id, r),
+            // A task the app created is named to a stateless client by toolgate's own id.
+            let r = match binding.as_ref().filter(|_| call.method == "tools/call") {
+                Some(b) => {
+                    tasks::claim_created(mcp, tasks::Owner { gateway_id: &b.gateway_id, key_id: &b.key_id }, app_id, r)
+                }
                 None => r,
             };
-            log(&r.outcome, 200);
-            match early {
-                Some((rs, connected)) => finish_early(ex, &rs, connected, r.with_id(req.id)).await,
-                None => respond(ex, caller, r.with_id(req.id), decorate).await,
+            done.record(&r.outcome, 200);
+            match answered.early {
+                Some((rs, connected)) => finish_early(ex, &rs, connected, r.with_id(id)).await,
+                None => respond(ex, caller, r.with_id(id), decorate).await,
             }
         }
-        Ok(UpstreamReply::Stream(stream)) if caller.stateless() => {
-            let (Caller::Stateless { env, .. }, Some(binding)) = (caller, binding) else {
-                unreachable!("a stateless caller has a binding")
-            };
-            let (pending, keys_issued) = carried.unwrap_or_default();
-            let call = stateless::CallInfo {
-                gw,
-                app_id,
-                id: &req.id,
-                env,
-                binding,
-                decorate,
-                given: continuation.as_ref().and_then(|c| c.input_responses.as_ref()),
-            };
-            Box::pin(stateless::relay(mcp, ex, call, stream, pending, keys_issued, &acc, &mut log)).await
-        }
-        Ok(UpstreamReply::Stream(mut stream)) => {
-            let Caller::Session(mcp_id) = caller else { unreachable!("stateless streams are relayed above") };
-            if !acc.sse {
-                // The client takes JSON only: wait for the response, dropping notifications and
-                // refusing the app's requests (nothing could carry them to the client).
-                let r = loop {
-                    match stream.next().await {
-                        Some(Ok(Message::Response(r))) => break Ok(r),
-                        // A liveness check needs no client: the gateway answers it.
-                        Some(Ok(Message::Request(r))) if r.method == "ping" => {
-                            Box::pin(mcp.answer_app(&gw.org_id, app_id, Response::success(r.id, json!({})))).await;
-                        }
-                        Some(Ok(Message::Request(r))) => {
-                            let caps = mcp.sessions.capabilities(mcp_id);
-                            // Without a stream there is always a reason to refuse.
-                            let e = refusal(&r.method, caps, false)
-                                .unwrap_or_else(|| ErrorObject::method_not_found(&r.method));
-                            Box::pin(mcp.answer_app(&gw.org_id, app_id, Response::error(r.id, e))).await;
-                        }
-                        Some(Ok(_)) => continue,
-                        Some(Err(e)) => break Err(e),
-                        None => break Err(UpstreamError::Closed),
-                    }
-                };
-                let r = r.unwrap_or_else(|e| reply::app_failure(&req.id, app_id, &e));
-                log(&r.outcome, 200);
-                return reply::json(ex, r.with_id(req.id)).await;
+        Ok(UpstreamReply::Stream(stream)) => match (caller, binding) {
+            (Caller::Stateless { env, .. }, Some(binding)) => {
+                let (pending, keys_issued) = answered.carried.unwrap_or_default();
+                let info = stateless::CallInfo { gw: call.gw, app_id, id: &id, env, binding, decorate, given };
+                let log = &mut |o: &Result<RawJson, ErrorObject>, status| done.record(o, status);
+                Box::pin(stateless::relay(mcp, ex, info, stream, pending, keys_issued, acc, log)).await
             }
-            // Resumable (event ids, a priming event, a buffer): a client whose connection drops
-            // comes back with `Last-Event-ID` (`transport::get_stream`), and the call goes on
-            // meanwhile, since a dropped connection is not a cancellation.
-            let (resumable, mut connected) = match early.take() {
-                Some((rs, connected)) => (Some(rs), connected),
-                None => {
-                    let resumable = mcp.call_streams.open(mcp_id);
-                    ex.start_sse().await?;
-                    let connected = match &resumable {
-                        Some(rs) => ex.write(Some(rs.priming()), false).await.is_ok(),
-                        None => true,
-                    };
-                    (resumable, connected)
-                }
-            };
-            while let Some(item) = stream.next().await {
-                let msg = match item {
-                    Ok(m) => m,
-                    Err(e) => Message::Response(reply::app_failure(&req.id, app_id, &e)),
-                };
-                if let Message::Request(r) = &msg {
-                    let caps = mcp.sessions.capabilities(mcp_id);
-                    if let Some(e) = refusal(&r.method, caps, true) {
-                        Box::pin(mcp.answer_app(&gw.org_id, app_id, Response::error(r.id.clone(), e))).await;
-                        continue;
-                    }
-                    // Known before the client can see it, and answer it.
-                    mcp.remember_relayed(mcp_id, &r.id, app_id, &gw.org_id);
-                }
-                let done = matches!(msg, Message::Response(_));
-                let bytes = msg.to_bytes();
-                let event = match &resumable {
-                    Some(rs) => {
-                        let event = rs.push(&bytes);
-                        if done {
-                            rs.finish();
-                        }
-                        event
-                    }
-                    None => sse_event(&bytes),
-                };
-                // The response is the last event: it leaves with the end of the stream, in one
-                // write and one wake-up of the client instead of two.
-                if connected {
-                    connected = ex.write(Some(event), done).await.is_ok();
-                }
-                if let Message::Response(r) = &msg {
-                    log(&r.outcome, 200);
-                }
-                if !connected && resumable.is_none() {
-                    // The client went away and cannot resume: dropping the stream cancels the
-                    // call upstream.
-                    break;
-                }
-                if done {
-                    return Ok(());
-                }
+            (Caller::Session(mcp_id), _) if !acc.sse => {
+                let r = json_only(call, app_id, mcp_id, stream).await;
+                let r = r.unwrap_or_else(|e| reply::app_failure(&id, app_id, &e));
+                done.record(&r.outcome, 200);
+                reply::json(ex, r.with_id(id)).await
             }
-            if let Some(rs) = &resumable {
-                rs.finish();
-            }
-            // Logged when the response went by; a stream that ended without one is an error.
-            log(&Err(ErrorObject::internal("stream ended without a response")), 200);
-            if connected {
-                ex.write(None, true).await?;
-            }
-            Ok(())
-        }
+            (Caller::Session(mcp_id), _) => relay_events(done, ex, mcp_id, &id, stream, answered.early).await,
+            (Caller::Stateless { .. }, None) => unreachable!("a stateless caller has a binding"),
+        },
         Err(e) => {
-            let r = match &e {
-                crate::mcp::apps::AppError::Upstream { error, .. } => {
-                    if app_unreachable(error) {
-                        // Forget the app's cached lists so that the catalogue and the gateway
-                        // detail show it failing (and list_changed reaches open streams) instead
-                        // of serving its tools until the caches expire.
-                        mcp.app_changed(&gw.org_id, app_id);
-                    }
-                    reply::app_failure(&req.id, app_id, error)
-                }
-                other => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
-            };
-            log(&r.outcome, 502);
-            match early {
+            let r = call.failure(app_id, &id, &e);
+            done.record(&r.outcome, 502);
+            match answered.early {
                 Some((rs, connected)) => finish_early(ex, &rs, connected, r).await,
                 None => respond(ex, caller, r, "").await,
             }
         }
     }
+}
+
+impl Call<'_> {
+    /// A request refused before it reached an app, in the operation metrics.
+    fn refused(&self, e: &ErrorObject) {
+        metrics::mcp_server_operation(self.method, None, ErrorType::Code(e.code), &self.gw.id, self.started.elapsed())
+    }
+
+    /// The app that serves the call: the owner of the named tool or prompt, of the resource, or
+    /// of the prompt a completion refers to (none: no app has it). A refusal is counted (and a
+    /// `tools/call`'s logged) here; the caller answers it.
+    fn resolve<'c, 'p>(
+        &self,
+        catalogue: &'c Catalogue,
+        params: Option<&'p RawJson>,
+    ) -> Result<Option<Target<'c, 'p>>, ErrorObject> {
+        match self.method {
+            "tools/call" | "prompts/get" => self.resolve_named(catalogue, params).map(Some),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = resource_uri(params);
+                if let Some(app_id) = catalogue.resource_app(&uri) {
+                    return Ok(Some(Target { app_id, tool: None, named: None }));
+                }
+                // The stateless revision answers an unknown resource with -32602 (SEP-2164).
+                let code =
+                    if self.caller.stateless() { jsonrpc::INVALID_PARAMS } else { RpcCode::ResourceNotFound.code() };
+                let e = ErrorObject::new(code, format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }));
+                self.refused(&e);
+                Err(e)
+            }
+            _ => {
+                // completion/complete: the app of the referenced prompt.
+                let name = params.map(RawJson::to_value).unwrap_or_default();
+                let name = name.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
+                Ok(catalogue.prompt(name).map(|t| Target { app_id: t.app_id.as_str(), tool: None, named: None }))
+            }
+        }
+    }
+
+    /// The target of a `tools/call` or `prompts/get`: the app owning the name in its params.
+    fn resolve_named<'c, 'p>(
+        &self,
+        catalogue: &'c Catalogue,
+        params: Option<&'p RawJson>,
+    ) -> Result<Target<'c, 'p>, ErrorObject> {
+        let Some(named) = params.and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some()) else {
+            let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", self.method));
+            self.refused(&e);
+            return Err(e);
+        };
+        let name = named.name.as_deref().unwrap_or_default();
+        let Some((exposed, t)) = catalogue.entry(name, self.method == "prompts/get") else {
+            let e = self.unknown_name(catalogue, name);
+            // The name is the client's own and not in the catalogue: no label of its own.
+            self.refused(&e);
+            if self.method == "tools/call" {
+                let (app, function) = named_app(self.gw, name);
+                log_refused(self.mcp, self.gw, app, function, named.get("arguments"), &e, self.started);
+            }
+            return Err(e);
+        };
+        Ok(Target { app_id: t.app_id.as_str(), tool: Some((exposed, t.name.as_str())), named: Some(named) })
+    }
+
+    /// The answer to a tool or prompt name the catalogue does not have. The name may belong to
+    /// one of the gateway's apps that is down. When the name says which (the only app, or its
+    /// `<app><sep>` prefix), that app's failure is the answer; otherwise the unavailable apps
+    /// ride along as data.
+    fn unknown_name(&self, catalogue: &Catalogue, name: &str) -> ErrorObject {
+        let gw = self.gw;
+        let sep = &gw.configuration.tool_name_separator;
+        let owner = catalogue.failures.iter().find(|(app, _)| {
+            gw.servers.len() == 1 || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
+        });
+        if let Some((app, reason)) = owner {
+            return ErrorObject::new(RpcCode::UpstreamFailure.code(), format!("App `{app}` is unavailable: {reason}"));
+        }
+        let e = if self.method == "tools/call" {
+            ErrorObject::unknown_tool(name)
+        } else {
+            ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
+        };
+        if catalogue.failures.is_empty() {
+            return e;
+        }
+        e.with_data(json!({ "unavailable_apps": catalogue.failures }))
+    }
+
+    /// A tool that declares `Mcp-Param-*` headers: a stateless caller's must agree with the
+    /// arguments, and the app gets them from the arguments (`to_app`), whoever called. The
+    /// arguments are read only then.
+    fn param_headers(
+        &self,
+        catalogue: &Catalogue,
+        target: &Target<'_, '_>,
+        headers: &http::HeaderMap,
+        to_app: &mut Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<(), ErrorObject> {
+        let declared = target.tool.and_then(|(exposed, _)| catalogue.tool(exposed)).map(|t| t.param_headers.as_slice());
+        let (Some(named), Some(declared)) = (target.named.as_ref(), declared.filter(|d| !d.is_empty())) else {
+            return Ok(());
+        };
+        let arguments: Value =
+            named.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
+        if self.caller.stateless() {
+            if let Err(r) = modern::check_param_headers(declared, &arguments, headers) {
+                let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
+                self.refused(&e);
+                if let (Some((_, name)), true) = (target.tool, self.method == "tools/call") {
+                    log_refused(self.mcp, self.gw, target.app_id, name, named.get("arguments"), &e, self.started);
+                }
+                return Err(e);
+            }
+        }
+        to_app.extend(modern::param_header_values(declared, &arguments));
+        Ok(())
+    }
+
+    /// The app's per-minute limit, which protects the upstream: its figure across every gateway
+    /// and caller. A stateless request was already counted from its routing headers.
+    fn admit(&self, app_id: &str) -> Result<(), quota::Spent> {
+        let charged = matches!(self.caller, Caller::Stateless { app_charged: Some(a), .. } if a == app_id);
+        if let Some(limit) = self.mcp.state.config().app(app_id).and_then(|a| a.rate_limit).filter(|_| !charged) {
+            self.mcp.quotas.admit(&quota::app_bucket(app_id), limit)?;
+        }
+        Ok(())
+    }
+
+    /// Who may continue a stateless call: this credential, on this gateway, for this method and
+    /// tool, prompt or resource.
+    fn binding(&self, tool: Option<(&str, &str)>, params: Option<&RawJson>) -> Option<parked::Binding> {
+        let Caller::Stateless { key_id, .. } = self.caller else { return None };
+        Some(parked::Binding {
+            key_id: key_id.to_string(),
+            gateway_id: self.gw.id.clone(),
+            method: self.method.to_string(),
+            name: tool.map(|t| t.0.to_string()).unwrap_or_else(|| resource_uri(params).into_owned()),
+        })
+    }
+
+    /// A stateless retry's params, copied (a continuation is rare) because the params go to the
+    /// app before the continuation is used up.
+    fn continuation_text(&self, params: Option<&RawJson>) -> Option<String> {
+        match self.caller {
+            Caller::Stateless { env, .. } if env.continues => params.map(|p| p.get().to_string()),
+            _ => None,
+        }
+    }
+
+    /// Calls the app. A session client that takes SSE gets a resumable stream once the app takes
+    /// longer than EARLY_STREAM; the call's future is pinned here, in one wait.
+    async fn request(
+        &self,
+        ex: &mut Exchange<'_>,
+        app_id: &str,
+        params: Option<RawJson>,
+        call_ctx: &CallContext,
+        acc: &Accept,
+    ) -> pingora::Result<Answered> {
+        let upstream = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, call_ctx);
+        let (reply, early) = match self.caller {
+            Caller::Session(mcp_id) if acc.sse => {
+                let upstream = std::pin::pin!(upstream);
+                await_or_stream_early(self.mcp, ex, mcp_id, upstream).await?
+            }
+            _ => (upstream.await, None),
+        };
+        Ok(Answered { reply, carried: None, early })
+    }
+
+    /// A `tools/call`'s log entry, begun with what was asked before the call goes upstream: the
+    /// function's own name at its app (spec "Log entry"), not the gateway's prefixed one.
+    fn begin_entry(
+        &self,
+        app_id: &str,
+        tool: Option<(&str, &str)>,
+        named: Option<&NamedParams>,
+    ) -> Option<EntryWriter> {
+        (self.method == "tools/call").then(|| {
+            let function = tool.map_or("", |t| t.1);
+            let arguments = named.and_then(|c| c.get("arguments")).map_or("null", RawValue::get);
+            EntryWriter::begin(self.gw, app_id, function, arguments)
+        })
+    }
+
+    /// The answer to a call the app could not take. An app that is gone has its cached lists
+    /// forgotten, so that the catalogue and the gateway detail show it failing (and
+    /// list_changed reaches open streams) instead of serving its tools until the caches expire.
+    fn failure(&self, app_id: &str, id: &Id, e: &AppError) -> Response {
+        match e {
+            AppError::Upstream { error, .. } => {
+                if app_unreachable(error) {
+                    self.mcp.app_changed(&self.gw.org_id, app_id);
+                }
+                reply::app_failure(id, app_id, error)
+            }
+            other => Response::error(id.clone(), ErrorObject::internal(other.to_string())),
+        }
+    }
+}
+
+/// What continues a parked call: the caller's binding, the `requestState` naming the call, and
+/// the answers sent with it.
+struct Resume<'b> {
+    binding: &'b parked::Binding,
+    state: &'b str,
+    given: Option<&'b HashMap<String, &'b RawValue>>,
+}
+
+/// The parked call a stateless request would continue, if it carries a `requestState`.
+fn resuming<'b>(
+    binding: Option<&'b parked::Binding>,
+    continuation: Option<&'b Continuation<'b>>,
+) -> Option<Resume<'b>> {
+    let (binding, c) = binding.zip(continuation)?;
+    Some(Resume { binding, state: c.request_state.as_deref()?, given: c.input_responses.as_ref() })
+}
+
+/// Puts the call in the trace `t`: to the app in the header and in `params._meta` (the client's
+/// context came in its header or, as MCP's convention also allows, in its `params._meta`).
+/// Returns the call's span id and start.
+fn trace_call(
+    t: &TraceContext,
+    params: &mut Option<RawJson>,
+    to_app: &mut Vec<(HeaderName, HeaderValue)>,
+) -> ([u8; 8], SystemTime) {
+    let span_id = t.call_span_id();
+    let traceparent = t.traceparent(&span_id);
+    if let Ok(v) = HeaderValue::from_str(&traceparent) {
+        to_app.push((HeaderName::from_static("traceparent"), v));
+    }
+    if let Some(v) = t.state.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
+        to_app.push((HeaderName::from_static("tracestate"), v));
+    }
+    let traced = trace::with_meta(params.as_ref().map(RawJson::to_value).as_ref(), &traceparent, t.state.as_deref());
+    if let Some(traced) = traced {
+        *params = Some(RawJson::from_value(&traced));
+    }
+    (span_id, SystemTime::now())
+}
+
+/// What a call leaves once, whichever way its answer came: the operation metrics, its span
+/// (when traces are exported), and a `tools/call`'s log entry.
+struct Finish<'a> {
+    call: &'a Call<'a>,
+    app_id: &'a str,
+    tool: Option<(&'a str, &'a str)>,
+    trace: Option<TraceContext>,
+    span: Option<([u8; 8], SystemTime)>,
+    entry: Option<EntryWriter>,
+    finished: bool,
+}
+
+impl Finish<'_> {
+    /// Records the call's outcome, answered under `status`; only the first time.
+    fn record(&mut self, outcome: &Result<RawJson, ErrorObject>, status: u16) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let (call, app_id, tool) = (self.call, self.app_id, self.tool);
+        let elapsed = call.started.elapsed();
+        let error = error_type(call.method, outcome);
+        metrics::mcp_client_operation(call.method, tool.map(|t| t.1), error, app_id, elapsed);
+        metrics::mcp_server_operation(call.method, tool.map(|t| t.0), error, &call.gw.id, elapsed);
+        if let (Some(t), Some((span_id, start)), true) = (&self.trace, self.span, trace::exporting()) {
+            self.export_span(t, span_id, start, error, elapsed);
+        }
+        if let Some(entry) = self.entry.take() {
+            let failed = error.is_error();
+            call.mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
+        }
+    }
+
+    fn export_span(&self, t: &TraceContext, span_id: [u8; 8], start: SystemTime, error: ErrorType, elapsed: Duration) {
+        let (method, tool) = (self.call.method, self.tool);
+        let mut attributes = vec![
+            ("mcp.method.name", json!(method)),
+            ("toolgate.app.id", json!(self.app_id)),
+            ("toolgate.gateway.id", json!(self.call.gw.id)),
+        ];
+        if let Some((_, name)) = tool {
+            attributes.push(("gen_ai.tool.name", json!(name)));
+        }
+        let mut buf = itoa::Buffer::new();
+        let error_label = error.label(&mut buf);
+        if !error_label.is_empty() {
+            attributes.push(("error.type", json!(error_label)));
+        }
+        trace::record(Span {
+            trace_id: t.trace_id,
+            span_id,
+            parent_id: Some(t.span_id),
+            name: tool.map_or_else(|| method.to_string(), |(_, name)| format!("{method} {name}")),
+            kind: SpanKind::Client,
+            start,
+            duration: elapsed,
+            error: error.is_error(),
+            attributes,
+        });
+    }
+}
+
+/// The app's answer for a session client that takes JSON only: its response. Notifications are
+/// dropped and the app's requests refused (nothing could carry them to the client); a liveness
+/// check needs no client: the gateway answers it.
+async fn json_only(
+    call: &Call<'_>,
+    app_id: &str,
+    mcp_id: &str,
+    mut stream: ReplyStream,
+) -> Result<Response, UpstreamError> {
+    let (mcp, org_id) = (call.mcp, &call.gw.org_id);
+    loop {
+        match stream.next().await {
+            Some(Ok(Message::Response(r))) => return Ok(r),
+            Some(Ok(Message::Request(r))) if r.method == "ping" => {
+                Box::pin(mcp.answer_app(org_id, app_id, Response::success(r.id, json!({})))).await;
+            }
+            Some(Ok(Message::Request(r))) => {
+                let caps = mcp.sessions.capabilities(mcp_id);
+                // Without a stream there is always a reason to refuse.
+                let e = refusal(&r.method, caps, false).unwrap_or_else(|| ErrorObject::method_not_found(&r.method));
+                Box::pin(mcp.answer_app(org_id, app_id, Response::error(r.id, e))).await;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e),
+            None => return Err(UpstreamError::Closed),
+        }
+    }
+}
+
+/// Relays the app's streamed answer to a session client that takes SSE, as events. Resumable
+/// (event ids, a priming event, a buffer): a client whose connection drops comes back with
+/// `Last-Event-ID` (`transport::get_stream`), and the call goes on meanwhile, since a dropped
+/// connection is not a cancellation. `early`: the stream already opened while the app was slow.
+async fn relay_events(
+    done: &mut Finish<'_>,
+    ex: &mut Exchange<'_>,
+    mcp_id: &str,
+    id: &Id,
+    mut stream: ReplyStream,
+    early: Option<(Arc<CallStream>, bool)>,
+) -> pingora::Result<()> {
+    let (call, app_id) = (done.call, done.app_id);
+    let (mcp, org_id) = (call.mcp, &call.gw.org_id);
+    let (resumable, mut connected) = match early {
+        Some((rs, connected)) => (Some(rs), connected),
+        None => {
+            let resumable = mcp.call_streams.open(mcp_id);
+            ex.start_sse().await?;
+            let connected = match &resumable {
+                Some(rs) => ex.write(Some(rs.priming()), false).await.is_ok(),
+                None => true,
+            };
+            (resumable, connected)
+        }
+    };
+    while let Some(item) = stream.next().await {
+        let msg = match item {
+            Ok(m) => m,
+            Err(e) => Message::Response(reply::app_failure(id, app_id, &e)),
+        };
+        if let Message::Request(r) = &msg {
+            let caps = mcp.sessions.capabilities(mcp_id);
+            if let Some(e) = refusal(&r.method, caps, true) {
+                Box::pin(mcp.answer_app(org_id, app_id, Response::error(r.id.clone(), e))).await;
+                continue;
+            }
+            // Known before the client can see it, and answer it.
+            mcp.remember_relayed(mcp_id, &r.id, app_id, org_id);
+        }
+        let done_now = matches!(msg, Message::Response(_));
+        let bytes = msg.to_bytes();
+        let event = match &resumable {
+            Some(rs) => {
+                let event = rs.push(&bytes);
+                if done_now {
+                    rs.finish();
+                }
+                event
+            }
+            None => sse_event(&bytes),
+        };
+        // The response is the last event: it leaves with the end of the stream, in one write
+        // and one wake-up of the client instead of two.
+        if connected {
+            connected = ex.write(Some(event), done_now).await.is_ok();
+        }
+        if let Message::Response(r) = &msg {
+            done.record(&r.outcome, 200);
+        }
+        if !connected && resumable.is_none() {
+            // The client went away and cannot resume: dropping the stream cancels the call
+            // upstream.
+            break;
+        }
+        if done_now {
+            return Ok(());
+        }
+    }
+    if let Some(rs) = &resumable {
+        rs.finish();
+    }
+    // Logged when the response went by; a stream that ended without one is an error.
+    done.record(&Err(ErrorObject::internal("stream ended without a response")), 200);
+    if connected {
+        ex.write(None, true).await?;
+    }
+    Ok(())
 }
 
 /// How long a session client that takes SSE waits for a plain JSON answer before its answer
@@ -919,14 +1089,7 @@ fn log_entry(
     match outcome {
         Ok(result) => entry.finish(elapsed, failed, 200, Answer::Result(result)),
         Err(e) => {
-            const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
-            const TIMEOUT: i64 = RpcCode::UpstreamTimeout.code();
-            let status = match e.code {
-                INVALID_PARAMS | modern::HEADER_MISMATCH => 400,
-                TIMEOUT => 504,
-                _ if transport_status >= 500 => transport_status,
-                _ => 502,
-            };
+            let status = RpcCode::logged_status(e.code, transport_status);
             entry.finish(elapsed, true, status, Answer::Error { code: e.code, message: &e.message })
         }
     }

@@ -1,9 +1,9 @@
 //! The facts of MCP 2026-07-28, the stateless revision, as plain functions of a header map and a
 //! request: which era a POST speaks, the per-request envelope (`_meta` with the protocol version
 //! and the client's capabilities), the routing headers (`MCP-Protocol-Version`, `Mcp-Method`,
-//! `Mcp-Name`, `Mcp-Param-*`) checked against the body, the HTTP status of each error code, and
-//! the members a result gains (`resultType`, the caching hints). No I/O: `stateless.rs` does
-//! the exchange. The decisions are in `README.md` ("MCP 2026-07-28").
+//! `Mcp-Name`, `Mcp-Param-*`) checked against the body, and the members a result gains
+//! (`resultType`, the caching hints). No I/O: `stateless.rs` does the exchange; the HTTP status
+//! of each error code is `RpcCode`'s. The decisions are in `README.md` ("MCP 2026-07-28").
 
 use crate::data::model::Gateway;
 use crate::mcp::jsonrpc::{RawJson, RawMembers};
@@ -31,10 +31,6 @@ pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 pub const META_TOOLGATE_CLIENT_CAPABILITIES: &str = "toolgate.dev/clientCapabilities";
 pub const META_INPUT_KEY: &str = "toolgate.dev/inputKey";
 
-/// JSON-RPC codes the specification allocates for this revision.
-pub const HEADER_MISMATCH: i64 = -32020;
-pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-
 /// Whether a POST speaks the stateless revision. As the official SDKs' servers decide it: an
 /// `MCP-Protocol-Version` header that names no handshake version (2024-11-05 .. 2025-11-25). An
 /// unknown version lands here too, where the envelope check answers it with the versions this
@@ -52,17 +48,6 @@ pub fn is_stateless(headers: &http::HeaderMap, method: Option<&str>) -> bool {
 /// answered 404 -32601, as the specification says of any method the server does not implement.
 pub fn removed(method: &str) -> bool {
     matches!(method, "initialize" | "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe")
-}
-
-/// The HTTP status of a stateless request's error: the specification's table (the same as the
-/// official SDKs' servers); every other code, the apps' own included, is 200.
-pub fn http_status(code: i64) -> u16 {
-    match code {
-        -32700 | -32600 | -32602 | HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY => 400,
-        c if c == RpcCode::UnsupportedProtocolVersion.code() => 400,
-        -32601 => 404,
-        _ => 200,
-    }
 }
 
 /// The server->client requests a stateless client said it takes, from
@@ -115,7 +100,7 @@ impl Rejection {
     }
 
     pub fn status(&self) -> u16 {
-        http_status(self.code)
+        RpcCode::stateless_status(self.code)
     }
 }
 
@@ -178,7 +163,10 @@ fn single_header<'h>(headers: &'h http::HeaderMap, name: &'static str) -> Result
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
-        return Err(Rejection::new(HEADER_MISMATCH, format!("the {name} header appears more than once")));
+        return Err(Rejection::new(
+            RpcCode::HeaderMismatch.code(),
+            format!("the {name} header appears more than once"),
+        ));
     }
     Ok(first.map(|v| v.to_str().unwrap_or("\u{fffd}")))
 }
@@ -214,7 +202,7 @@ pub fn encode_header_value(v: &str) -> Cow<'_, str> {
 /// with the body (-32020), the version is one this server speaks (-32022). Which method it names
 /// is not checked here: the dispatcher answers unknown ones.
 pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson>) -> Result<Envelope, Rejection> {
-    let invalid = |m: &'static str| Rejection::new(-32602, m);
+    let invalid = |m: &'static str| Rejection::new(RpcCode::InvalidParams.code(), m);
     let read = match params {
         Some(p) => p.read::<EnvelopeParams>().map_err(|_| {
             invalid("params must be an object whose _meta is an object (name and uri, when present, strings)")
@@ -246,19 +234,12 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
             (None, _) => "io.modelcontextprotocol/protocolVersion",
             _ => "io.modelcontextprotocol/clientCapabilities",
         };
-        return Err(Rejection::new(-32602, format!("params._meta is missing the required key(s): {missing}")));
+        return Err(Rejection::new(
+            RpcCode::InvalidParams.code(),
+            format!("params._meta is missing the required key(s): {missing}"),
+        ));
     };
     let version = string_of(version);
-    let header_version = single_header(headers, "mcp-protocol-version")?;
-    if header_version.is_none() || header_version != version.as_deref() {
-        return Err(Rejection::new(
-            HEADER_MISMATCH,
-            "the MCP-Protocol-Version header does not match params._meta's io.modelcontextprotocol/protocolVersion",
-        ));
-    }
-    if single_header(headers, "mcp-method")? != Some(method) {
-        return Err(Rejection::new(HEADER_MISMATCH, "the Mcp-Method header does not match the request's method"));
-    }
     let named = name_field(method).and_then(|field| {
         let value = match field {
             "name" => read.name,
@@ -267,16 +248,7 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
         };
         value.map(|v| (field, v))
     });
-    let header_name = single_header(headers, "mcp-name")?;
-    if let Some((field, value)) = named {
-        let value = string_of(value);
-        if header_name.and_then(decode_header_value).as_deref() != value.as_deref() {
-            return Err(Rejection::new(
-                HEADER_MISMATCH,
-                format!("the Mcp-Name header does not match the request's params.{field}"),
-            ));
-        }
-    }
+    check_routing_headers(headers, method, version.as_deref(), named)?;
     let Some(version) = version else {
         return Err(invalid("io.modelcontextprotocol/protocolVersion must be a string"));
     };
@@ -295,6 +267,41 @@ pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson
         wants_logs: meta.log_level.is_some(),
         continues: read.request_state.is_some() || read.input_responses.is_some(),
     })
+}
+
+/// The routing headers against the body, each sent once: `MCP-Protocol-Version` against the
+/// envelope's `version`, `Mcp-Method` against the method, and `Mcp-Name` against the params'
+/// name, uri or task id (`named`: the field and its value).
+fn check_routing_headers(
+    headers: &http::HeaderMap,
+    method: &str,
+    version: Option<&str>,
+    named: Option<(&'static str, &RawValue)>,
+) -> Result<(), Rejection> {
+    let header_version = single_header(headers, "mcp-protocol-version")?;
+    if header_version.is_none() || header_version != version {
+        return Err(Rejection::new(
+            RpcCode::HeaderMismatch.code(),
+            "the MCP-Protocol-Version header does not match params._meta's io.modelcontextprotocol/protocolVersion",
+        ));
+    }
+    if single_header(headers, "mcp-method")? != Some(method) {
+        return Err(Rejection::new(
+            RpcCode::HeaderMismatch.code(),
+            "the Mcp-Method header does not match the request's method",
+        ));
+    }
+    let header_name = single_header(headers, "mcp-name")?;
+    if let Some((field, value)) = named {
+        let value = string_of(value);
+        if header_name.and_then(decode_header_value).as_deref() != value.as_deref() {
+            return Err(Rejection::new(
+                RpcCode::HeaderMismatch.code(),
+                format!("the Mcp-Name header does not match the request's params.{field}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `_meta` as a handshake-era app takes it (see `stateless::for_handshake_app`), member by member from its
@@ -344,7 +351,7 @@ pub fn unsupported_version(requested: &str) -> Rejection {
 /// declare it. `requiredCapabilities` is a ClientCapabilities object, as the schema defines it.
 pub fn missing_capability(capability: &str, method: &str) -> (i64, String, Value) {
     (
-        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        RpcCode::MissingRequiredClientCapability.code(),
         format!(
             "the app asks for {method}, which needs the client capability `{capability}` this request did not declare"
         ),
@@ -472,7 +479,10 @@ pub fn check_param_headers(
     headers: &http::HeaderMap,
 ) -> Result<(), Rejection> {
     let mismatch = |h: &ParamHeader, why: &str| {
-        Rejection::new(HEADER_MISMATCH, format!("the {} header {why} the argument `{}`", h.header, h.path.join(".")))
+        Rejection::new(
+            RpcCode::HeaderMismatch.code(),
+            format!("the {} header {why} the argument `{}`", h.header, h.path.join(".")),
+        )
     };
     for h in declared {
         let mut values = headers.get_all(h.header.as_str()).iter();
@@ -557,7 +567,7 @@ mod tests {
         let env = classify(&h("tgt1.abc"), "tasks/get", Some(&params(body.clone()))).unwrap();
         assert!(env.caps.tasks && !env.caps.elicitation, "{env:?}");
         let e = classify(&h("tgt1.other"), "tasks/get", Some(&params(body))).unwrap_err();
-        assert_eq!((e.code, e.status()), (HEADER_MISMATCH, 400));
+        assert_eq!((e.code, e.status()), (RpcCode::HeaderMismatch.code(), 400));
         assert!(e.message.contains("params.taskId"), "{e:?}");
         // An extension of another name, or the key with a value that is not an object: no tasks.
         for caps in
@@ -611,7 +621,7 @@ mod tests {
             ),
         ] {
             let e = call(h, body.clone()).unwrap_err();
-            assert_eq!((e.code, e.status()), (HEADER_MISMATCH, 400), "{what}: {e:?}");
+            assert_eq!((e.code, e.status()), (RpcCode::HeaderMismatch.code(), 400), "{what}: {e:?}");
         }
         // The base64 form of Mcp-Name.
         let h =
@@ -628,7 +638,10 @@ mod tests {
         // The header says one version and the body another: a mismatch, not an unsupported version.
         let h = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "server/discover")];
         let p = json!({ "_meta": { META_PROTOCOL_VERSION: "v9", META_CLIENT_CAPABILITIES: {} } });
-        assert_eq!(classify(&headers(&h), "server/discover", Some(&params(p))).unwrap_err().code, HEADER_MISMATCH);
+        assert_eq!(
+            classify(&headers(&h), "server/discover", Some(&params(p))).unwrap_err().code,
+            RpcCode::HeaderMismatch.code()
+        );
     }
 
     #[test]
@@ -649,12 +662,12 @@ mod tests {
 
     #[test]
     fn statuses_follow_the_specification_table() {
-        assert_eq!(http_status(-32601), 404);
+        assert_eq!(RpcCode::stateless_status(-32601), 404);
         for c in [-32700, -32600, -32602, -32020, -32021, -32022] {
-            assert_eq!(http_status(c), 400, "{c}");
+            assert_eq!(RpcCode::stateless_status(c), 400, "{c}");
         }
-        assert_eq!(http_status(-32603), 200);
-        assert_eq!(http_status(-32004), 200, "an app's failure is a JSON-RPC answer");
+        assert_eq!(RpcCode::stateless_status(-32603), 200);
+        assert_eq!(RpcCode::stateless_status(-32004), 200, "an app's failure is a JSON-RPC answer");
     }
 
     #[test]
@@ -703,7 +716,7 @@ mod tests {
         let ok = headers(&[("mcp-param-region", "eu west"), ("mcp-param-n", "42.0"), ("mcp-param-flag", "true")]);
         assert!(check_param_headers(&declared, &args, &ok).is_ok());
         let wrong = headers(&[("mcp-param-region", "us"), ("mcp-param-n", "42"), ("mcp-param-flag", "true")]);
-        assert_eq!(check_param_headers(&declared, &args, &wrong).unwrap_err().code, HEADER_MISMATCH);
+        assert_eq!(check_param_headers(&declared, &args, &wrong).unwrap_err().code, RpcCode::HeaderMismatch.code());
         let missing = headers(&[("mcp-param-n", "42"), ("mcp-param-flag", "true")]);
         assert!(check_param_headers(&declared, &args, &missing).unwrap_err().message.contains("missing"));
         let extra = headers(&[("mcp-param-region", "eu"), ("mcp-param-n", "1")]);

@@ -43,7 +43,7 @@ impl ParkRefused {
             ParkRefused::KeyShare { limit, total } => (
                 ErrorObject::new(RpcCode::LimitExceeded.code(), self.to_string())
                     .with_data(json!({ "limit": limit, "total": total, "scope": "key" })),
-                429,
+                RpcCode::LimitExceeded.status(),
             ),
             ParkRefused::Full { total } => {
                 (ErrorObject::internal(self.to_string()).with_data(json!({ "total": total, "scope": "gateway" })), 503)

@@ -32,8 +32,11 @@ pub struct Accept {
 pub const SESSION_COOKIE: &str = "mcp_session";
 
 /// Every JSON-RPC error code the gateway itself answers with, each with one meaning, so that a
-/// client can tell "initialize again" from "bad key" from "the app failed". Errors an app
-/// answers are relayed with the app's own code.
+/// client can tell "initialize again" from "bad key" from "the app failed", and the HTTP status
+/// each is answered under (in a session, [`RpcCode::status`]; in the stateless revision,
+/// [`RpcCode::stateless_status`]; in the request log, [`RpcCode::logged_status`]). The one table:
+/// no other part spells a code or maps one to a status. Errors an app answers are relayed with
+/// the app's own code.
 ///
 /// MCP leaves -32000..-32019 to implementations and reserves -32020..-32099 for codes the
 /// specification allocates (2026-07-28), so toolgate's own codes stay in the first band. The
@@ -73,6 +76,12 @@ pub enum RpcCode {
     UnsupportedMediaType,
     /// HTTP 429: a rate limit, a gateway or app quota, or the session cap is reached.
     LimitExceeded,
+    /// MCP 2026-07-28 `HEADER_MISMATCH`: a routing header (`Mcp-Method`, `Mcp-Name`,
+    /// `Mcp-Param-*`, `MCP-Protocol-Version`) disagrees with the body or appears twice.
+    HeaderMismatch,
+    /// MCP 2026-07-28: the app asks the client for what the request did not declare
+    /// (`data.requiredCapabilities`).
+    MissingRequiredClientCapability,
     /// MCP 2026-07-28: the request's protocol version is not one this server speaks (the answer
     /// to `server/discover`).
     UnsupportedProtocolVersion,
@@ -97,7 +106,79 @@ impl RpcCode {
             RpcCode::NotAcceptable => -32008,
             RpcCode::UnsupportedMediaType => -32009,
             RpcCode::LimitExceeded => -32010,
+            RpcCode::HeaderMismatch => -32020,
+            RpcCode::MissingRequiredClientCapability => -32021,
             RpcCode::UnsupportedProtocolVersion => -32022,
+        }
+    }
+
+    /// The gateway's meaning of a code, if it has one (an app's own codes may have none).
+    pub const fn from_code(code: i64) -> Option<RpcCode> {
+        let mut i = 0;
+        while i < RpcCode::ALL.len() {
+            if RpcCode::ALL[i].code() == code {
+                return Some(RpcCode::ALL[i]);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The HTTP status a handshake-era (session) request is refused under with this code. A
+    /// JSON-RPC answer about the call itself (its method, its params, its app) is 200, like any
+    /// answer; a refusal of the HTTP request is its HTTP status. The transport's two exceptions:
+    /// a body over `server.max_body_bytes` (413) and a method other than GET, POST and DELETE
+    /// (405) are -32600 too.
+    pub const fn status(self) -> u16 {
+        match self {
+            RpcCode::ParseError
+            | RpcCode::InvalidRequest
+            | RpcCode::NotInitialized
+            | RpcCode::HeaderMismatch
+            | RpcCode::MissingRequiredClientCapability
+            | RpcCode::UnsupportedProtocolVersion => 400,
+            RpcCode::MethodNotFound
+            | RpcCode::InvalidParams
+            | RpcCode::ResourceNotFound
+            | RpcCode::UpstreamTimeout
+            | RpcCode::UpstreamFailure => 200,
+            RpcCode::InternalError => 500,
+            RpcCode::Unauthorized => 401,
+            RpcCode::Forbidden => 403,
+            RpcCode::SessionNotFound | RpcCode::GatewayNotFound => 404,
+            RpcCode::NotAcceptable => 406,
+            RpcCode::UnsupportedMediaType => 415,
+            RpcCode::LimitExceeded => 429,
+        }
+    }
+
+    /// The HTTP status of a stateless (2026-07-28) request's error, by the specification's table
+    /// (the same as the official SDKs' servers): the request's own faults are 400, an unknown
+    /// method 404; every other code, the apps' own included, is 200.
+    pub const fn stateless_status(code: i64) -> u16 {
+        match RpcCode::from_code(code) {
+            Some(
+                RpcCode::ParseError
+                | RpcCode::InvalidRequest
+                | RpcCode::InvalidParams
+                | RpcCode::HeaderMismatch
+                | RpcCode::MissingRequiredClientCapability
+                | RpcCode::UnsupportedProtocolVersion,
+            ) => 400,
+            Some(RpcCode::MethodNotFound) => 404,
+            _ => 200,
+        }
+    }
+
+    /// The HTTP status a call's JSON-RPC error is written down with in the request log, which
+    /// says where it came from: the caller's fault (400), the app's time-out (504), the
+    /// transport's own 5xx, else the app's failure (502).
+    pub const fn logged_status(code: i64, transport_status: u16) -> u16 {
+        match RpcCode::from_code(code) {
+            Some(RpcCode::InvalidParams | RpcCode::HeaderMismatch) => 400,
+            Some(RpcCode::UpstreamTimeout) => 504,
+            _ if transport_status >= 500 => transport_status,
+            _ => 502,
         }
     }
 
@@ -117,7 +198,7 @@ impl RpcCode {
     }
 
     /// Every code, for the tests and the README's table.
-    pub const ALL: [RpcCode; 17] = [
+    pub const ALL: [RpcCode; 19] = [
         RpcCode::ParseError,
         RpcCode::InvalidRequest,
         RpcCode::MethodNotFound,
@@ -134,6 +215,8 @@ impl RpcCode {
         RpcCode::NotAcceptable,
         RpcCode::UnsupportedMediaType,
         RpcCode::LimitExceeded,
+        RpcCode::HeaderMismatch,
+        RpcCode::MissingRequiredClientCapability,
         RpcCode::UnsupportedProtocolVersion,
     ];
 }
@@ -149,13 +232,98 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), RpcCode::ALL.len(), "two meanings share a code");
         // toolgate's own codes stay out of the band MCP reserves for the specification.
+        let allocated =
+            [RpcCode::HeaderMismatch, RpcCode::MissingRequiredClientCapability, RpcCode::UnsupportedProtocolVersion];
         for c in RpcCode::ALL {
             let n = c.code();
             assert!(
-                !(-32099..=-32020).contains(&n) || c == RpcCode::UnsupportedProtocolVersion,
+                !(-32099..=-32020).contains(&n) || allocated.contains(&c),
                 "{c:?} ({n}) is in the specification's band"
             );
+            assert_eq!(RpcCode::from_code(n), Some(c));
         }
+        assert_eq!(RpcCode::from_code(-32099), None, "an app's own code has no meaning of the gateway's");
+    }
+
+    /// Every variant is in `ALL` (the match fails to compile when one is added without a place
+    /// here), so `from_code` and the README's table know it.
+    #[test]
+    fn every_variant_is_listed() {
+        for c in RpcCode::ALL {
+            match c {
+                RpcCode::ParseError
+                | RpcCode::InvalidRequest
+                | RpcCode::MethodNotFound
+                | RpcCode::InvalidParams
+                | RpcCode::InternalError
+                | RpcCode::NotInitialized
+                | RpcCode::SessionNotFound
+                | RpcCode::ResourceNotFound
+                | RpcCode::UpstreamTimeout
+                | RpcCode::UpstreamFailure
+                | RpcCode::Unauthorized
+                | RpcCode::Forbidden
+                | RpcCode::GatewayNotFound
+                | RpcCode::NotAcceptable
+                | RpcCode::UnsupportedMediaType
+                | RpcCode::LimitExceeded
+                | RpcCode::HeaderMismatch
+                | RpcCode::MissingRequiredClientCapability
+                | RpcCode::UnsupportedProtocolVersion => {}
+            }
+        }
+        let mut listed = RpcCode::ALL.to_vec();
+        listed.dedup();
+        assert_eq!(listed.len(), 19);
+    }
+
+    /// The table's statuses, in a session and in the stateless revision, as `src/mcp/README.md`
+    /// states them to clients (its "Errors" table: code, HTTP status, meaning).
+    #[test]
+    fn the_statuses_are_the_readme_table() {
+        let readme = include_str!("README.md");
+        for c in RpcCode::ALL {
+            let row = format!("| {} | ", c.code());
+            let line = readme.lines().find(|l| l.trim_start().starts_with(&row));
+            let line = line.unwrap_or_else(|| panic!("README.md has no row for {c:?} ({})", c.code()));
+            let cell = line.trim_start()[row.len()..].split('|').next().unwrap_or_default().trim();
+            let first = cell.split(',').next().unwrap_or_default().trim();
+            let status = c.status();
+            assert!(
+                first == status.to_string() || (first == "5xx" && status >= 500),
+                "{c:?}: the README says {cell}, the table {status}"
+            );
+            // A refusal of the HTTP request maps back to its code (the edge filters' refusals).
+            if matches!(status, 401 | 403 | 406 | 415 | 429) {
+                assert_eq!(RpcCode::for_status(status), c);
+            }
+        }
+        let stateless = |c: RpcCode| RpcCode::stateless_status(c.code());
+        assert_eq!(stateless(RpcCode::MethodNotFound), 404);
+        for c in [
+            RpcCode::ParseError,
+            RpcCode::InvalidRequest,
+            RpcCode::InvalidParams,
+            RpcCode::HeaderMismatch,
+            RpcCode::MissingRequiredClientCapability,
+            RpcCode::UnsupportedProtocolVersion,
+        ] {
+            assert_eq!(stateless(c), 400, "{c:?}");
+        }
+        assert_eq!(stateless(RpcCode::InternalError), 200);
+        assert_eq!(stateless(RpcCode::UpstreamFailure), 200, "an app's failure is a JSON-RPC answer");
+        assert_eq!(RpcCode::stateless_status(-32099), 200, "an app's own code");
+    }
+
+    #[test]
+    fn a_logged_error_says_where_it_came_from() {
+        let logged = |c: RpcCode, transport: u16| RpcCode::logged_status(c.code(), transport);
+        assert_eq!(logged(RpcCode::InvalidParams, 200), 400, "bad arguments");
+        assert_eq!(logged(RpcCode::HeaderMismatch, 200), 400, "headers that disagree");
+        assert_eq!(logged(RpcCode::UpstreamTimeout, 200), 504, "the app timed out");
+        assert_eq!(logged(RpcCode::ResourceNotFound, 503), 503, "the transport's own 5xx");
+        assert_eq!(logged(RpcCode::ResourceNotFound, 200), 502, "any other failure of the app");
+        assert_eq!(RpcCode::logged_status(-32099, 200), 502, "an app's own code");
     }
 
     #[test]

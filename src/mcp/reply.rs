@@ -11,8 +11,20 @@ use crate::mcp::upstream::UpstreamError;
 use http::HeaderValue;
 use serde_json::json;
 
-/// Writes a JSON-RPC error with an HTTP status.
-pub async fn error(ex: &mut Exchange<'_>, status: u16, id: &Id, code: RpcCode, message: &str) -> pingora::Result<()> {
+/// Writes a JSON-RPC error under its code's HTTP status ([`RpcCode::status`]).
+pub async fn error(ex: &mut Exchange<'_>, id: &Id, code: RpcCode, message: &str) -> pingora::Result<()> {
+    error_under(ex, code.status(), id, code, message).await
+}
+
+/// Writes a JSON-RPC error under another HTTP status than its code's, where the HTTP request
+/// itself is what is wrong (its size: 413).
+pub async fn error_under(
+    ex: &mut Exchange<'_>,
+    status: u16,
+    id: &Id,
+    code: RpcCode,
+    message: &str,
+) -> pingora::Result<()> {
     let body = jsonrpc::error_bytes(id, code.code(), message, None);
     ex.respond(status, "application/json", body, &[]).await
 }
@@ -39,14 +51,15 @@ pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, w
     let retry_after = spent.retry_after;
     spent.write_headers(bucket, &mut ex.ctx.filters.response_headers);
     let data = json!({ "code": "RATE_LIMITED", "retry_after": retry_after, "bucket": bucket });
+    let code = RpcCode::LimitExceeded;
     let body = jsonrpc::error_bytes(
         &Id::NULL,
-        RpcCode::LimitExceeded.code(),
+        code.code(),
         &format!("{what} exceeded; retry in {retry_after} s"),
         Some(&data),
     );
     let extra = [(http::header::RETRY_AFTER, HeaderValue::from(retry_after))];
-    ex.respond(429, "application/json", body, &extra).await
+    ex.respond(code.status(), "application/json", body, &extra).await
 }
 
 /// 429 for a call over its app's per-minute limit (`apps[].rate_limit`), bucket `app:<id>`.

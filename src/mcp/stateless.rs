@@ -10,7 +10,7 @@ use crate::edge::exchange::{sse_event, Exchange};
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope, Rejection};
 use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
-use crate::mcp::protocol::Accept;
+use crate::mcp::protocol::{Accept, RpcCode};
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::tasks;
@@ -51,7 +51,7 @@ pub(crate) async fn answer(ex: &mut Exchange<'_>, r: Response, decorate: &str, s
     if streaming {
         return ex.write(Some(sse_event(&bytes)), true).await;
     }
-    let status = r.outcome.as_ref().err().map_or(200, |e| modern::http_status(e.code));
+    let status = r.outcome.as_ref().err().map_or(200, |e| RpcCode::stateless_status(e.code));
     ex.respond(status, "application/json", bytes, &[]).await
 }
 
@@ -74,7 +74,7 @@ pub async fn not_a_request(ex: &mut Exchange<'_>, message: &Message) -> pingora:
         return ex.respond(202, "application/json", Vec::new(), &[]).await;
     }
     let r = Rejection {
-        code: -32600,
+        code: RpcCode::InvalidRequest.code(),
         message: "a stateless request cannot carry a response: answers go in inputResponses".into(),
         data: None,
     };
@@ -241,62 +241,101 @@ pub(crate) async fn relay(
             Message::Request(r) if r.method == "ping" => {
                 mcp.answer_app(org_id, call.app_id, Response::success(r.id, json!({}))).await;
             }
-            Message::Request(r) => {
-                if let Some(capability) = call.env.caps.missing_for(&r.method) {
-                    let refusal = format!("the client did not declare the {capability} capability ({})", r.method);
-                    let refusal = ErrorObject::new(jsonrpc::METHOD_NOT_FOUND, refusal);
-                    mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
-                    let (code, message, data) = modern::missing_capability(capability, &r.method);
-                    let e = ErrorObject::new(code, message).with_data(data);
+            Message::Request(r) => match question(mcp, &call, r, &mut keys_issued).await {
+                Question::Answered => {}
+                Question::Asked(p) => {
+                    pending.push(p);
+                    gather_until.get_or_insert_with(|| Instant::now() + GATHER);
+                }
+                Question::Fails(e) => {
                     log(&Err(e.clone()), 400);
                     return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
                 }
-                if !matches!(r.method.as_str(), "elicitation/create" | "sampling/createMessage" | "roots/list") {
-                    let e = ErrorObject::method_not_found(&r.method);
-                    mcp.answer_app(org_id, call.app_id, Response::error(r.id, e)).await;
-                    continue;
-                }
-                keys_issued += 1;
-                let params = r.params.as_ref().map(RawJson::to_value).unwrap_or_else(|| json!({}));
-                let key = params
-                    .get("_meta")
-                    .and_then(|m| m.get(modern::META_INPUT_KEY))
-                    .and_then(Value::as_str)
-                    .filter(|k| !k.is_empty() && k.len() <= 64)
-                    .map_or_else(|| format!("{}_{keys_issued}", r.method.replace('/', "_")), str::to_string);
-                // Answered already: the client sent this key's answer with the call itself.
-                if let Some(given) = call.given.and_then(|g| g.get(&key)) {
-                    match valid_answer(&r.method, &key, given) {
-                        Ok(result) => {
-                            let answer = Response { id: r.id, outcome: Ok(result) };
-                            mcp.answer_app(org_id, call.app_id, answer).await;
-                            continue;
-                        }
-                        Err(e) => {
-                            let refusal = ErrorObject::invalid_params("the client's answer was not valid");
-                            mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
-                            log(&Err(e.clone()), 400);
-                            return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
-                        }
-                    }
-                }
-                pending.push(Pending {
-                    key,
-                    app_request: r.id,
-                    request: json!({ "method": r.method, "params": params }),
-                    method: r.method,
-                });
-                gather_until.get_or_insert_with(|| Instant::now() + GATHER);
-            }
+            },
         }
     }
     // The app waits for answers: park the call and ask the client.
+    let id = call.id.clone();
+    let (outcome, status) = park(mcp, call, stream, pending, keys_issued);
+    log(&outcome, status);
+    answer(ex, Response { id, outcome }, "", streaming).await
+}
+
+/// What became of an app's question to a stateless client.
+enum Question {
+    /// Answered at once: by the gateway (a question the client cannot be asked is refused) or
+    /// with the answer the client sent ahead under its key.
+    Answered,
+    /// To be asked of the client.
+    Asked(Pending),
+    /// The call fails with this error: the client lacks the capability the question needs, or
+    /// its answer sent ahead is not a result of the question's method.
+    Fails(ErrorObject),
+}
+
+/// An app's request to a stateless client (other than `ping`): refused, answered from what the
+/// client sent ahead, or kept to be asked under its key (`_meta["toolgate.dev/inputKey"]` when
+/// the app names one, else `<method>_<n>`).
+async fn question(mcp: &McpRuntime, call: &CallInfo<'_>, r: jsonrpc::Request, keys_issued: &mut u32) -> Question {
+    let org_id = &call.gw.org_id;
+    if let Some(capability) = call.env.caps.missing_for(&r.method) {
+        let refusal = format!("the client did not declare the {capability} capability ({})", r.method);
+        let refusal = ErrorObject::new(jsonrpc::METHOD_NOT_FOUND, refusal);
+        mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
+        let (code, message, data) = modern::missing_capability(capability, &r.method);
+        return Question::Fails(ErrorObject::new(code, message).with_data(data));
+    }
+    if !matches!(r.method.as_str(), "elicitation/create" | "sampling/createMessage" | "roots/list") {
+        let e = ErrorObject::method_not_found(&r.method);
+        mcp.answer_app(org_id, call.app_id, Response::error(r.id, e)).await;
+        return Question::Answered;
+    }
+    *keys_issued += 1;
+    let params = r.params.as_ref().map(RawJson::to_value).unwrap_or_else(|| json!({}));
+    let key = params
+        .get("_meta")
+        .and_then(|m| m.get(modern::META_INPUT_KEY))
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty() && k.len() <= 64)
+        .map_or_else(|| format!("{}_{keys_issued}", r.method.replace('/', "_")), str::to_string);
+    // Answered already: the client sent this key's answer with the call itself.
+    if let Some(given) = call.given.and_then(|g| g.get(&key)) {
+        return match valid_answer(&r.method, &key, given) {
+            Ok(result) => {
+                mcp.answer_app(org_id, call.app_id, Response { id: r.id, outcome: Ok(result) }).await;
+                Question::Answered
+            }
+            Err(e) => {
+                let refusal = ErrorObject::invalid_params("the client's answer was not valid");
+                mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
+                Question::Fails(e)
+            }
+        };
+    }
+    Question::Asked(Pending {
+        key,
+        app_request: r.id,
+        request: json!({ "method": r.method, "params": params }),
+        method: r.method,
+    })
+}
+
+/// Parks a call whose app waits for the client's answers: the input-required result (the
+/// questions and toolgate's sealed `requestState`), or the refusal when the table has no room
+/// for it, with the status it is logged under.
+fn park(
+    mcp: &McpRuntime,
+    call: CallInfo<'_>,
+    stream: ReplyStream,
+    pending: Vec<Pending>,
+    keys_issued: u32,
+) -> (Result<RawJson, ErrorObject>, u16) {
     let input_requests: serde_json::Map<String, Value> =
         pending.iter().map(|p| (p.key.clone(), p.request.clone())).collect();
     let binding = call.binding.clone();
     let parked = Parked {
         stream,
-        org_id: org_id.clone(),
+        org_id: call.gw.org_id.clone(),
         app_id: call.app_id.to_string(),
         binding: call.binding,
         pending,
@@ -307,17 +346,13 @@ pub(crate) async fn relay(
         Ok(id) => id,
         Err(refused) => {
             let (e, status) = refused.to_error();
-            log(&Err(e.clone()), status);
-            return answer(ex, Response::error(call.id.clone(), e), "", streaming).await;
+            return (Err(e), status);
         }
     };
     let sealed = serde_json::to_vec(&SealedState { parked: parked_id, binding }).unwrap_or_default();
     let state = format!("{STATE_PREFIX}{}", mcp.state.sealer.seal(&sealed));
     let result = json!({ "resultType": "input_required", "inputRequests": input_requests, "requestState": state });
-    let result = RawJson::from_value(&result);
-    let outcome = Ok(result);
-    log(&outcome, 200);
-    answer(ex, Response { id: call.id.clone(), outcome }, "", streaming).await
+    (Ok(RawJson::from_value(&result)), 200)
 }
 
 /// What a `subscriptions/listen` asks to hear.

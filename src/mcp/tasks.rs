@@ -14,6 +14,7 @@ use crate::data::model::Gateway;
 use crate::mcp::apps::AppError;
 use crate::mcp::jsonrpc::{self, ErrorObject, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope};
+use crate::mcp::protocol::RpcCode;
 use crate::mcp::reply;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::upstream::{CallContext, ClientEra};
@@ -114,7 +115,7 @@ fn for_app(params: &RawJson, task: &str) -> RawJson {
 /// The error of a `tasks/*` request from a client that did not declare the extension.
 fn undeclared(method: &str) -> ErrorObject {
     ErrorObject::new(
-        modern::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        RpcCode::MissingRequiredClientCapability.code(),
         format!("{method} needs the client capability extensions[\"{EXTENSION}\"], which this request did not declare"),
     )
     .with_data(json!({ "requiredCapabilities": { "extensions": { EXTENSION: {} } } }))

@@ -52,7 +52,6 @@ fn accept(headers: &http::HeaderMap) -> Accept {
 /// header whether or not its session is still known (instead of initializing again in vain).
 #[derive(Debug, PartialEq, Eq)]
 struct HeaderRefusal {
-    status: u16,
     code: RpcCode,
     message: Cow<'static, str>,
 }
@@ -64,12 +63,12 @@ fn post_headers(headers: &http::HeaderMap) -> Result<Accept, HeaderRefusal> {
     if !acc.json {
         let message =
             "Not Acceptable: Accept must include application/json (and text/event-stream for streamed replies)";
-        return Err(HeaderRefusal { status: 406, code: RpcCode::NotAcceptable, message: message.into() });
+        return Err(HeaderRefusal { code: RpcCode::NotAcceptable, message: message.into() });
     }
     let ct = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if !ct.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json") {
         let message = "Unsupported Media Type: Content-Type must be application/json";
-        return Err(HeaderRefusal { status: 415, code: RpcCode::UnsupportedMediaType, message: message.into() });
+        return Err(HeaderRefusal { code: RpcCode::UnsupportedMediaType, message: message.into() });
     }
     Ok(acc)
 }
@@ -78,7 +77,7 @@ fn post_headers(headers: &http::HeaderMap) -> Result<Accept, HeaderRefusal> {
 fn get_headers(headers: &http::HeaderMap) -> Result<(), HeaderRefusal> {
     if !accept(headers).sse {
         let message = "Not Acceptable: Accept must include text/event-stream";
-        return Err(HeaderRefusal { status: 406, code: RpcCode::NotAcceptable, message: message.into() });
+        return Err(HeaderRefusal { code: RpcCode::NotAcceptable, message: message.into() });
     }
     protocol_version(headers)
 }
@@ -91,7 +90,7 @@ fn protocol_version(headers: &http::HeaderMap) -> Result<(), HeaderRefusal> {
         return Ok(());
     }
     let message = format!("Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})", VERSIONS.join(", "));
-    Err(HeaderRefusal { status: 400, code: RpcCode::InvalidRequest, message: message.into() })
+    Err(HeaderRefusal { code: RpcCode::InvalidRequest, message: message.into() })
 }
 
 /// The session id from `Mcp-Session-Id`, else from the session cookie.
@@ -112,9 +111,9 @@ fn session_id(headers: &http::HeaderMap) -> Option<String> {
     None
 }
 
-/// Answers a [`HeaderRefusal`]: a JSON-RPC error under its HTTP status.
+/// Answers a [`HeaderRefusal`]: a JSON-RPC error under its code's HTTP status.
 async fn refuse(ex: &mut Exchange<'_>, id: &Id, r: HeaderRefusal) -> pingora::Result<()> {
-    reply::error(ex, r.status, id, r.code, &r.message).await
+    reply::error(ex, id, r.code, &r.message).await
 }
 
 /// Handles one request to a gateway's MCP endpoint, after the proxy ran the gateway routes'
@@ -148,6 +147,7 @@ pub async fn handle(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -
         Method::DELETE => delete(mcp, ex, &gw, &principal.key_id).await,
         _ => {
             let allow = [(http::header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"))];
+            // -32600 under 405 (not its status of the table): the HTTP method is what is wrong.
             let body = jsonrpc::error_bytes(&Id::NULL, RpcCode::InvalidRequest.code(), "Method not allowed", None);
             ex.respond(405, "application/json", body, &allow).await
         }
@@ -164,7 +164,7 @@ async fn require_session(
 ) -> pingora::Result<Option<String>> {
     let Some(sid) = session_id(ex.headers()) else {
         let message = "Bad Request: Server not initialized; send initialize first";
-        reply::error(ex, 400, id, RpcCode::NotInitialized, message).await?;
+        reply::error(ex, id, RpcCode::NotInitialized, message).await?;
         return Ok(None);
     };
     let mut touched = mcp.sessions.touch(&sid, &gw.id, key_id);
@@ -180,7 +180,7 @@ async fn require_session(
         Ok(()) => Ok(Some(sid)),
         Err(e) => {
             let msg = format!("Session not found ({e}); send initialize to start a new session");
-            reply::error(ex, 404, id, RpcCode::SessionNotFound, &msg).await?;
+            reply::error(ex, id, RpcCode::SessionNotFound, &msg).await?;
             Ok(None)
         }
     }
@@ -199,7 +199,8 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
         Ok(b) => b,
         Err(ApiError::PayloadTooLarge(limit)) => {
             let msg = format!("Request body exceeds the limit of {limit} bytes (server.max_body_bytes)");
-            return reply::error(ex, 413, &Id::NULL, RpcCode::InvalidRequest, &msg).await;
+            // -32600 under 413 (not its status of the table): the body's size is what is wrong.
+            return reply::error_under(ex, 413, &Id::NULL, RpcCode::InvalidRequest, &msg).await;
         }
         Err(e) => return reply::api_error(ex, e).await,
     };
@@ -207,11 +208,11 @@ async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id
         Ok(Incoming::Single(m)) => m,
         Ok(Incoming::Batch(_)) => {
             let msg = "Batch requests are not supported: send one JSON-RPC message per POST";
-            return reply::error(ex, 400, &Id::NULL, RpcCode::InvalidRequest, msg).await;
+            return reply::error(ex, &Id::NULL, RpcCode::InvalidRequest, msg).await;
         }
         Err(e) => {
-            let body = e.to_response().to_bytes();
-            return ex.respond(400, "application/json", body, &[]).await;
+            let status = RpcCode::from_code(e.code()).map_or(400, RpcCode::status);
+            return ex.respond(status, "application/json", e.to_response().to_bytes(), &[]).await;
         }
     };
     // A stateless (2026-07-28) request carries its own envelope: no session; its header checks
@@ -413,7 +414,8 @@ mod tests {
 
     #[test]
     fn a_post_must_accept_json_and_send_json() {
-        let status = |pairs: &[(&'static str, &'static str)]| post_headers(&headers(pairs)).err().map(|r| r.status);
+        let status =
+            |pairs: &[(&'static str, &'static str)]| post_headers(&headers(pairs)).err().map(|r| r.code.status());
         let json = ("content-type", "application/json; charset=utf-8");
         assert_eq!(status(&[("accept", "application/json, text/event-stream"), json]), None);
         assert_eq!(status(&[("accept", "application/json"), json]), None, "a JSON-only client");
@@ -431,7 +433,8 @@ mod tests {
 
     #[test]
     fn a_get_must_accept_the_stream_and_speak_a_known_version() {
-        let status = |pairs: &[(&'static str, &'static str)]| get_headers(&headers(pairs)).err().map(|r| r.status);
+        let status =
+            |pairs: &[(&'static str, &'static str)]| get_headers(&headers(pairs)).err().map(|r| r.code.status());
         assert_eq!(status(&[("accept", "text/event-stream")]), None);
         assert_eq!(status(&[("accept", "text/event-stream"), ("mcp-protocol-version", "2025-06-18")]), None);
         assert_eq!(status(&[("accept", "application/json")]), Some(406));

@@ -99,7 +99,7 @@ impl Server {
         tokio::spawn(async move {
             let o = &server.state.config().observability;
             let retention = i64::try_from(o.log_retention.as_millis()).unwrap_or(i64::MAX);
-            let now = chrono::Utc::now().timestamp_millis();
+            let now = crate::base::time::now_ms();
             let before = now.saturating_sub(retention);
             match server.state.store.prune_logs(before, o.max_log_rows).await {
                 Ok(0) => {}

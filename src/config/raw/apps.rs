@@ -81,38 +81,9 @@ impl RawApp {
         if a.name.trim().is_empty() {
             return Err(invalid(f("name"), "must not be empty"));
         }
-        let upstream = match (a.url, a.command, a.builtin) {
-            (Some(url), None, None) => {
-                let u = url::Url::parse(&url).map_err(|e| invalid(f("url"), format!("`{url}`: {e}")))?;
-                if !matches!(u.scheme(), "http" | "https") {
-                    return Err(invalid(f("url"), "must be an http or https URL"));
-                }
-                AppUpstream::Url(url)
-            }
-            (None, Some(argv), None) => {
-                if argv.is_empty() || argv[0].is_empty() {
-                    return Err(invalid(f("command"), "must name a program"));
-                }
-                AppUpstream::Command { argv, env: a.env }
-            }
-            (None, None, Some(b)) => {
-                if b != "time" {
-                    return Err(invalid(f("builtin"), format!("unknown built-in app `{b}` (known: time)")));
-                }
-                AppUpstream::Builtin(b)
-            }
-            _ => return Err(invalid(format!("apps[{i}]"), "needs exactly one of url, command, builtin")),
-        };
+        let upstream = upstream(i, a.url, a.command, a.env, a.builtin)?;
         if let Some(v) = &a.protocol_version {
-            if !matches!(upstream, AppUpstream::Url(_)) {
-                return Err(invalid(f("protocol_version"), "only applies to url apps"));
-            }
-            let stateless = v == crate::mcp::protocol::STATELESS;
-            if !stateless && !crate::mcp::protocol::VERSIONS.contains(&v.as_str()) {
-                let known =
-                    format!("{}, {}", crate::mcp::protocol::STATELESS, crate::mcp::protocol::VERSIONS.join(", "));
-                return Err(invalid(f("protocol_version"), format!("`{v}`: expected one of {known}")));
-            }
+            check_protocol_version(i, &upstream, v)?;
         }
         let tls_roots = match a.tls_ca_file {
             None => None,
@@ -130,70 +101,13 @@ impl RawApp {
         if a.auth_types.iter().any(|t| t == "oauth") && a.oauth.is_none() {
             return Err(invalid(f("oauth"), "required when auth_types contains oauth"));
         }
-        let oauth = match a.oauth {
-            None => None,
-            Some(o) => {
-                let endpoints = match (o.authorize_url, o.token_url) {
-                    (None, None) => {
-                        if !matches!(upstream, AppUpstream::Url(_)) {
-                            return Err(invalid(
-                                f("oauth.authorize_url"),
-                                "required for an app without a url (its authorization server is discovered from its url otherwise)",
-                            ));
-                        }
-                        None
-                    }
-                    (Some(authorize_url), Some(token_url)) => {
-                        for (name, url) in [("authorize_url", &authorize_url), ("token_url", &token_url)] {
-                            if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
-                                return Err(invalid(
-                                    f(&format!("oauth.{name}")),
-                                    format!("`{url}` is not an http(s) URL"),
-                                ));
-                            }
-                        }
-                        Some(OAuthEndpoints { authorize_url, token_url, resource: None })
-                    }
-                    (Some(_), None) => return Err(invalid(f("oauth.token_url"), "required with authorize_url")),
-                    (None, Some(_)) => return Err(invalid(f("oauth.authorize_url"), "required with token_url")),
-                };
-                let client_secret = match &o.client_secret_env {
-                    None => None,
-                    Some(var) => Some(std::env::var(var).map_err(|_| {
-                        invalid(f("oauth.client_secret_env"), format!("the environment variable `{var}` is not set"))
-                    })?),
-                };
-                Some(OAuthConfig { endpoints, client_id: o.client_id, client_secret, scopes: o.scopes })
-            }
-        };
+        let oauth = a.oauth.map(|o| o.build(i, &upstream)).transpose()?;
         // An app's quota of 0 would refuse every call; the API shows 0 for "no limit".
         if a.rate_limit == Some(0) {
             return Err(invalid(f("rate_limit"), "must be at least 1 (leave it out for no limit)"));
         }
-        let mut functions = Vec::with_capacity(a.functions.len());
-        for (j, func) in a.functions.into_iter().enumerate() {
-            let field = format!("apps[{i}].functions[{j}].name");
-            if func.name.is_empty() || func.name.chars().any(char::is_control) {
-                return Err(invalid(field, "must be a non-empty name without control characters"));
-            }
-            if functions.iter().any(|x: &FunctionDecl| x.name == func.name) {
-                return Err(invalid(field, format!("duplicate function `{}`", func.name)));
-            }
-            functions.push(FunctionDecl {
-                name: func.name,
-                description: func.description,
-                parameters: func.parameters,
-            });
-        }
-        let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d));
-        let timeouts = AppTimeouts {
-            connect: ms(a.timeouts.connect_ms, 5_000),
-            first_byte: ms(a.timeouts.first_byte_ms, 30_000),
-            total: ms(a.timeouts.total_ms, 60_000),
-        };
-        if timeouts.connect.is_zero() || timeouts.first_byte.is_zero() || timeouts.total.is_zero() {
-            return Err(invalid(f("timeouts"), "timeouts must be positive"));
-        }
+        let functions = functions(i, a.functions)?;
+        let timeouts = a.timeouts.build(i)?;
         Ok(AppConfig {
             id: a.id,
             name: a.name,
@@ -213,6 +127,122 @@ impl RawApp {
             oauth,
             functions,
         })
+    }
+}
+
+/// The `i`-th app's upstream: exactly one of an http(s) `url`, a `command` (with its `env`), a
+/// `builtin` name.
+fn upstream(
+    i: usize,
+    url: Option<String>,
+    command: Option<Vec<String>>,
+    env: BTreeMap<String, String>,
+    builtin: Option<String>,
+) -> Result<AppUpstream, ConfigError> {
+    let f = |name: &str| format!("apps[{i}].{name}");
+    match (url, command, builtin) {
+        (Some(url), None, None) => {
+            let u = url::Url::parse(&url).map_err(|e| invalid(f("url"), format!("`{url}`: {e}")))?;
+            if !matches!(u.scheme(), "http" | "https") {
+                return Err(invalid(f("url"), "must be an http or https URL"));
+            }
+            Ok(AppUpstream::Url(url))
+        }
+        (None, Some(argv), None) => {
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err(invalid(f("command"), "must name a program"));
+            }
+            Ok(AppUpstream::Command { argv, env })
+        }
+        (None, None, Some(b)) => {
+            if b != "time" {
+                return Err(invalid(f("builtin"), format!("unknown built-in app `{b}` (known: time)")));
+            }
+            Ok(AppUpstream::Builtin(b))
+        }
+        _ => Err(invalid(format!("apps[{i}]"), "needs exactly one of url, command, builtin")),
+    }
+}
+
+/// An app's `protocol_version`: for url apps only, the stateless revision or a handshake one.
+fn check_protocol_version(i: usize, upstream: &AppUpstream, v: &str) -> Result<(), ConfigError> {
+    let field = format!("apps[{i}].protocol_version");
+    if !matches!(upstream, AppUpstream::Url(_)) {
+        return Err(invalid(field, "only applies to url apps"));
+    }
+    let stateless = v == crate::mcp::protocol::STATELESS;
+    if !stateless && !crate::mcp::protocol::VERSIONS.contains(&v) {
+        let known = format!("{}, {}", crate::mcp::protocol::STATELESS, crate::mcp::protocol::VERSIONS.join(", "));
+        return Err(invalid(field, format!("`{v}`: expected one of {known}")));
+    }
+    Ok(())
+}
+
+impl RawOAuth {
+    /// The `i`-th app's OAuth client: its endpoints (both or neither: an app with a url has its
+    /// authorization server discovered from it) and its secret, read from the environment.
+    fn build(self, i: usize, upstream: &AppUpstream) -> Result<OAuthConfig, ConfigError> {
+        let f = |name: &str| format!("apps[{i}].{name}");
+        let endpoints = match (self.authorize_url, self.token_url) {
+            (None, None) => {
+                if !matches!(upstream, AppUpstream::Url(_)) {
+                    return Err(invalid(
+                        f("oauth.authorize_url"),
+                        "required for an app without a url (its authorization server is discovered from its url otherwise)",
+                    ));
+                }
+                None
+            }
+            (Some(authorize_url), Some(token_url)) => {
+                for (name, url) in [("authorize_url", &authorize_url), ("token_url", &token_url)] {
+                    if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                        return Err(invalid(f(&format!("oauth.{name}")), format!("`{url}` is not an http(s) URL")));
+                    }
+                }
+                Some(OAuthEndpoints { authorize_url, token_url, resource: None })
+            }
+            (Some(_), None) => return Err(invalid(f("oauth.token_url"), "required with authorize_url")),
+            (None, Some(_)) => return Err(invalid(f("oauth.authorize_url"), "required with token_url")),
+        };
+        let client_secret = match &self.client_secret_env {
+            None => None,
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                invalid(f("oauth.client_secret_env"), format!("the environment variable `{var}` is not set"))
+            })?),
+        };
+        Ok(OAuthConfig { endpoints, client_id: self.client_id, client_secret, scopes: self.scopes })
+    }
+}
+
+/// The `i`-th app's declared functions: named, each name once.
+fn functions(i: usize, raw: Vec<RawFunction>) -> Result<Vec<FunctionDecl>, ConfigError> {
+    let mut functions = Vec::with_capacity(raw.len());
+    for (j, func) in raw.into_iter().enumerate() {
+        let field = format!("apps[{i}].functions[{j}].name");
+        if func.name.is_empty() || func.name.chars().any(char::is_control) {
+            return Err(invalid(field, "must be a non-empty name without control characters"));
+        }
+        if functions.iter().any(|x: &FunctionDecl| x.name == func.name) {
+            return Err(invalid(field, format!("duplicate function `{}`", func.name)));
+        }
+        functions.push(FunctionDecl { name: func.name, description: func.description, parameters: func.parameters });
+    }
+    Ok(functions)
+}
+
+impl RawTimeouts {
+    /// The `i`-th app's time-outs per phase (connect 5 s, first byte 30 s, total 60 s unless set).
+    fn build(self, i: usize) -> Result<AppTimeouts, ConfigError> {
+        let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d));
+        let timeouts = AppTimeouts {
+            connect: ms(self.connect_ms, 5_000),
+            first_byte: ms(self.first_byte_ms, 30_000),
+            total: ms(self.total_ms, 60_000),
+        };
+        if timeouts.connect.is_zero() || timeouts.first_byte.is_zero() || timeouts.total.is_zero() {
+            return Err(invalid(format!("apps[{i}].timeouts"), "timeouts must be positive"));
+        }
+        Ok(timeouts)
     }
 }
 

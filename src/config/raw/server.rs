@@ -99,43 +99,95 @@ fn parse_addr(field: &str, value: Option<&str>, default: &str) -> Result<SocketA
     v.parse().map_err(|_| invalid(field, format!("`{v}` is not an address like 127.0.0.1:8080")))
 }
 
+/// `server.metrics_listen` must not be `server.listen`, nor a port a wildcard address of the
+/// other already holds.
+fn check_metrics_listen(listen: SocketAddr, metrics_listen: SocketAddr) -> Result<(), ConfigError> {
+    if metrics_listen == listen {
+        return Err(invalid(
+            "server.metrics_listen",
+            "must differ from server.listen (use another address, e.g. 127.0.0.2:0, when both use port 0)",
+        ));
+    }
+    // A wildcard address holds its port on every address of its family (`[::]` on IPv4 too,
+    // Linux's dual-stack default): the second listener could not bind.
+    let covers = |a: &SocketAddr, b: &SocketAddr| a.ip().is_unspecified() && (a.is_ipv6() || b.is_ipv4());
+    if listen.port() != 0
+        && metrics_listen.port() == listen.port()
+        && (covers(&listen, &metrics_listen) || covers(&metrics_listen, &listen))
+    {
+        return Err(invalid(
+            "server.metrics_listen",
+            format!("port {} is already taken by server.listen {listen}", listen.port()),
+        ));
+    }
+    Ok(())
+}
+
+/// `server.trusted_proxies`: CIDRs, or single addresses.
+fn trusted_proxies(raw: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+    let mut trusted_proxies = Vec::new();
+    for (i, p) in raw.iter().enumerate() {
+        let net = p
+            .parse::<IpNet>()
+            .or_else(|_| p.parse::<std::net::IpAddr>().map(IpNet::from))
+            .map_err(|_| invalid(format!("server.trusted_proxies[{i}]"), format!("`{p}` is not a CIDR")))?;
+        trusted_proxies.push(net);
+    }
+    Ok(trusted_proxies)
+}
+
+/// `server.plain_listen`, plain HTTP beside TLS: an address of its own, only with `server.tls`,
+/// and not beside required client certificates unless declared trusted (only a proxy that
+/// checks them reaches it).
+fn plain_listen(
+    raw: Option<&str>,
+    trusted: Option<bool>,
+    tls: Option<&TlsConfig>,
+    listen: SocketAddr,
+    metrics_listen: SocketAddr,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    let plain_listen = match (raw, tls) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(invalid("server.plain_listen", "only with server.tls (server.listen is plain already)"))
+        }
+        (Some(a), Some(_)) => {
+            let addr = parse_addr("server.plain_listen", Some(a), "")?;
+            if addr == listen || addr == metrics_listen {
+                return Err(invalid("server.plain_listen", "must differ from server.listen and server.metrics_listen"));
+            }
+            Some(addr)
+        }
+    };
+    let trusted = trusted.unwrap_or(false);
+    if trusted && plain_listen.is_none() {
+        return Err(invalid("server.plain_listen_trusted", "only with server.plain_listen"));
+    }
+    let required = tls.is_some_and(|t| matches!(t.client_auth, ClientAuth::Required(_)));
+    if required && plain_listen.is_some() && !trusted {
+        return Err(invalid(
+            "server.plain_listen",
+            "server.tls.client_auth: required is not applied on server.plain_listen, which would let every \
+             request in without a client certificate: remove server.plain_listen, or set \
+             server.plain_listen_trusted: true if only a proxy that checks client certificates can reach it",
+        ));
+    }
+    Ok(plain_listen)
+}
+
 impl RawServer {
     pub(super) fn build(self) -> Result<ServerConfig, ConfigError> {
         let s = self;
         let listen = parse_addr("server.listen", s.listen.as_deref(), "0.0.0.0:8080")?;
         let metrics_listen = parse_addr("server.metrics_listen", s.metrics_listen.as_deref(), "127.0.0.1:9090")?;
-        if metrics_listen == listen {
-            return Err(invalid(
-                "server.metrics_listen",
-                "must differ from server.listen (use another address, e.g. 127.0.0.2:0, when both use port 0)",
-            ));
-        }
-        // A wildcard address holds its port on every address of its family (`[::]` on IPv4 too,
-        // Linux's dual-stack default): the second listener could not bind.
-        let covers = |a: &SocketAddr, b: &SocketAddr| a.ip().is_unspecified() && (a.is_ipv6() || b.is_ipv4());
-        if listen.port() != 0
-            && metrics_listen.port() == listen.port()
-            && (covers(&listen, &metrics_listen) || covers(&metrics_listen, &listen))
-        {
-            return Err(invalid(
-                "server.metrics_listen",
-                format!("port {} is already taken by server.listen {listen}", listen.port()),
-            ));
-        }
+        check_metrics_listen(listen, metrics_listen)?;
         let public_url = s.public_url.unwrap_or_else(|| format!("http://localhost:{}", listen.port()));
         let parsed =
             url::Url::parse(&public_url).map_err(|e| invalid("server.public_url", format!("`{public_url}`: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(invalid("server.public_url", "must be an http or https URL"));
         }
-        let mut trusted_proxies = Vec::new();
-        for (i, p) in s.trusted_proxies.iter().enumerate() {
-            let net = p
-                .parse::<IpNet>()
-                .or_else(|_| p.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map_err(|_| invalid(format!("server.trusted_proxies[{i}]"), format!("`{p}` is not a CIDR")))?;
-            trusted_proxies.push(net);
-        }
+        let trusted_proxies = trusted_proxies(&s.trusted_proxies)?;
         let threads = s.threads.unwrap_or(2);
         if threads == 0 {
             return Err(invalid("server.threads", "must be at least 1"));
@@ -161,35 +213,8 @@ impl RawServer {
             return Err(invalid("server.max_connections_per_ip", "must be between 1 and server.max_connections"));
         }
         let tls = s.tls.map(RawTls::build).transpose()?;
-        let plain_listen = match (&s.plain_listen, &tls) {
-            (None, _) => None,
-            (Some(_), None) => {
-                return Err(invalid("server.plain_listen", "only with server.tls (server.listen is plain already)"))
-            }
-            (Some(a), Some(_)) => {
-                let addr = parse_addr("server.plain_listen", Some(a), "")?;
-                if addr == listen || addr == metrics_listen {
-                    return Err(invalid(
-                        "server.plain_listen",
-                        "must differ from server.listen and server.metrics_listen",
-                    ));
-                }
-                Some(addr)
-            }
-        };
-        let trusted = s.plain_listen_trusted.unwrap_or(false);
-        if trusted && plain_listen.is_none() {
-            return Err(invalid("server.plain_listen_trusted", "only with server.plain_listen"));
-        }
-        let required = tls.as_ref().is_some_and(|t| matches!(t.client_auth, ClientAuth::Required(_)));
-        if required && plain_listen.is_some() && !trusted {
-            return Err(invalid(
-                "server.plain_listen",
-                "server.tls.client_auth: required is not applied on server.plain_listen, which would let every \
-                 request in without a client certificate: remove server.plain_listen, or set \
-                 server.plain_listen_trusted: true if only a proxy that checks client certificates can reach it",
-            ));
-        }
+        let plain_listen =
+            plain_listen(s.plain_listen.as_deref(), s.plain_listen_trusted, tls.as_ref(), listen, metrics_listen)?;
         Ok(ServerConfig {
             listen,
             plain_listen,

@@ -155,17 +155,82 @@ struct RawOidcProvider {
     organization: Option<String>,
 }
 
+impl RawOidcProvider {
+    /// The `i`-th OpenID provider, given the ones before it (its id must be new): an https
+    /// issuer (http in development), a secret from the environment, `openid` among the scopes,
+    /// and a verifier of its ID tokens with the keys its discovery document names.
+    fn build(self, i: usize, environment: Environment, earlier: &[OidcProvider]) -> Result<OidcProvider, ConfigError> {
+        let p = self;
+        let f = |name: &str| format!("web.oidc_providers[{i}].{name}");
+        let id_ok =
+            !p.id.is_empty() && p.id.len() <= 32 && p.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !id_ok {
+            return Err(invalid(f("id"), "must be 1-32 characters of A-Z a-z 0-9 -"));
+        }
+        if earlier.iter().any(|q| q.id == p.id) {
+            return Err(invalid(f("id"), format!("`{}` is declared twice", p.id)));
+        }
+        match url::Url::parse(&p.issuer).map(|u| u.scheme().to_string()).as_deref() {
+            Ok("https") => {}
+            Ok("http") if environment == Environment::Development => {}
+            _ => return Err(invalid(f("issuer"), "must be an https URL (http only in environment: development)")),
+        }
+        let client_secret = match &p.client_secret_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                invalid(f("client_secret_env"), format!("the environment variable `{var}` is not set"))
+            })?),
+            None => None,
+        };
+        if p.organization.as_ref().is_some_and(|o| o.is_empty() || o.len() > 64) {
+            return Err(invalid(f("organization"), "must be an organisation id"));
+        }
+        let scopes = p.scopes.unwrap_or_else(|| vec!["openid".into(), "email".into(), "profile".into()]);
+        if !scopes.iter().any(|s| s == "openid") {
+            return Err(invalid(f("scopes"), "must include openid"));
+        }
+        let verifier = crate::base::jwt::JwtVerifier::new(JwtConfig {
+            issuer: Some(p.issuer.clone()),
+            audience: Some(p.client_id.clone()),
+            leeway_secs: 60,
+            keys: Vec::new(),
+            jwks_file: None,
+            jwks_url: None,
+            refresh_secs: 3600,
+            max_lifetime_secs: 86_400,
+            discover_jwks: true,
+        })
+        .map_err(|e| invalid(f("issuer"), e.to_string()))?;
+        Ok(OidcProvider {
+            id: p.id,
+            name: p.name,
+            issuer: p.issuer,
+            client_id: p.client_id,
+            client_secret,
+            scopes,
+            organization: p.organization,
+            verifier: std::sync::Arc::new(verifier),
+        })
+    }
+}
+
+/// `web.path`: where the sign-in pages and the authorization server live, a path of its own
+/// (not one of the management API's or the gateways').
+fn check_path(path: &str) -> Result<(), ConfigError> {
+    let reserved = ["/v1", "/api", "/gateway", "/.well-known", "/healthz", "/readyz"];
+    let segment_ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if !path.starts_with('/') || path.len() < 2 || !path[1..].split('/').all(segment_ok) {
+        return Err(invalid("web.path", "must be a path like /auth (segments of A-Z a-z 0-9 - _ .)"));
+    }
+    if reserved.iter().any(|r| path == *r || path.starts_with(&format!("{r}/"))) {
+        return Err(invalid("web.path", format!("`{path}` is a path of the management API or the gateways")));
+    }
+    Ok(())
+}
+
 impl RawWeb {
     pub(super) fn build(self, environment: Environment) -> Result<WebConfig, ConfigError> {
         let path = self.path.unwrap_or_else(|| "/auth".into());
-        let reserved = ["/v1", "/api", "/gateway", "/.well-known", "/healthz", "/readyz"];
-        let segment_ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !path.starts_with('/') || path.len() < 2 || !path[1..].split('/').all(segment_ok) {
-            return Err(invalid("web.path", "must be a path like /auth (segments of A-Z a-z 0-9 - _ .)"));
-        }
-        if reserved.iter().any(|r| path == *r || path.starts_with(&format!("{r}/"))) {
-            return Err(invalid("web.path", format!("`{path}` is a path of the management API or the gateways")));
-        }
+        check_path(&path)?;
         let idle = self.session_idle_secs.unwrap_or(86_400);
         if !(1..=30 * 86_400).contains(&idle) {
             return Err(invalid("web.session_idle_secs", "must be between 1 and 2592000 (30 days)"));
@@ -204,55 +269,8 @@ impl RawWeb {
         }
         let mut providers: Vec<OidcProvider> = Vec::new();
         for (i, p) in self.oidc_providers.into_iter().enumerate() {
-            let f = |name: &str| format!("web.oidc_providers[{i}].{name}");
-            let id_ok =
-                !p.id.is_empty() && p.id.len() <= 32 && p.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-            if !id_ok {
-                return Err(invalid(f("id"), "must be 1-32 characters of A-Z a-z 0-9 -"));
-            }
-            if providers.iter().any(|q| q.id == p.id) {
-                return Err(invalid(f("id"), format!("`{}` is declared twice", p.id)));
-            }
-            match url::Url::parse(&p.issuer).map(|u| u.scheme().to_string()).as_deref() {
-                Ok("https") => {}
-                Ok("http") if environment == Environment::Development => {}
-                _ => return Err(invalid(f("issuer"), "must be an https URL (http only in environment: development)")),
-            }
-            let client_secret = match &p.client_secret_env {
-                Some(var) => Some(std::env::var(var).map_err(|_| {
-                    invalid(f("client_secret_env"), format!("the environment variable `{var}` is not set"))
-                })?),
-                None => None,
-            };
-            if p.organization.as_ref().is_some_and(|o| o.is_empty() || o.len() > 64) {
-                return Err(invalid(f("organization"), "must be an organisation id"));
-            }
-            let scopes = p.scopes.unwrap_or_else(|| vec!["openid".into(), "email".into(), "profile".into()]);
-            if !scopes.iter().any(|s| s == "openid") {
-                return Err(invalid(f("scopes"), "must include openid"));
-            }
-            let verifier = crate::base::jwt::JwtVerifier::new(JwtConfig {
-                issuer: Some(p.issuer.clone()),
-                audience: Some(p.client_id.clone()),
-                leeway_secs: 60,
-                keys: Vec::new(),
-                jwks_file: None,
-                jwks_url: None,
-                refresh_secs: 3600,
-                max_lifetime_secs: 86_400,
-                discover_jwks: true,
-            })
-            .map_err(|e| invalid(f("issuer"), e.to_string()))?;
-            providers.push(OidcProvider {
-                id: p.id,
-                name: p.name,
-                issuer: p.issuer,
-                client_id: p.client_id,
-                client_secret,
-                scopes,
-                organization: p.organization,
-                verifier: std::sync::Arc::new(verifier),
-            });
+            let provider = p.build(i, environment, &providers)?;
+            providers.push(provider);
         }
         let client_documents = self.client_id_metadata_documents.map(RawClientDocuments::build).transpose()?.flatten();
         let mut saml: Vec<SamlIdp> = Vec::new();

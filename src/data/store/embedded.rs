@@ -9,6 +9,7 @@
 
 use super::log_slices;
 use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP};
+use crate::base::time::now_ms;
 use crate::observe::rollup::{Histogram, Rollup};
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -179,10 +180,6 @@ impl LogTable {
             LogTable::Legacy => "logs",
         }
     }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 /// The store holds key hashes, sealed credentials and the request log: only the owner may read

@@ -373,23 +373,7 @@ impl Inner {
         permit: OwnedSemaphorePermit,
         deadline: Instant,
     ) -> Result<Arc<Proc>, UpstreamError> {
-        let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for name in INHERITED_ENV {
-            if let Some(v) = std::env::var_os(name) {
-                cmd.env(name, v);
-            }
-        }
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
-        if let Some(cwd) = &self.cwd {
-            cmd.current_dir(cwd);
-        }
-        let mut child = cmd.spawn().map_err(|e| UpstreamError::Spawn(format!("{}: {e}", self.program)))?;
+        let mut child = self.command().spawn().map_err(|e| UpstreamError::Spawn(format!("{}: {e}", self.program)))?;
         let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(UpstreamError::Spawn("child pipes missing".into()));
@@ -423,36 +407,7 @@ impl Inner {
             exited: exit_rx,
         });
 
-        let params = RawJson::from_value(&json!({
-            "protocolVersion": LATEST_PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
-        }));
-        let handshake = async {
-            let mut source = self.send_request(&proc, "initialize", Some(params))?;
-            loop {
-                match source.recv().await? {
-                    Event::Final(r) => {
-                        source.complete();
-                        return Ok(r);
-                    }
-                    Event::Message(_) => continue,
-                }
-            }
-        };
-        let result = match tokio::time::timeout_at(deadline, handshake).await {
-            Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Connect }),
-            Ok(Err(e)) => Err(e),
-            Ok(Ok(r)) => r.outcome.map(|raw| raw.to_value()).map_err(UpstreamError::Initialize),
-        }
-        .and_then(|result| {
-            let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
-            if PROTOCOL_VERSIONS.contains(&version) {
-                Ok(result)
-            } else {
-                Err(UpstreamError::Protocol(format!("upstream chose unsupported protocol version \"{version}\"")))
-            }
-        });
+        let result = self.handshake(&proc, deadline).await;
         match result {
             Ok(result) => {
                 let _ = proc.init_result.set(result);
@@ -466,6 +421,64 @@ impl Inner {
                 Err(e)
             }
         }
+    }
+
+    /// The app's process as configured: its arguments and working directory, piped standard
+    /// streams, killed when dropped, and an environment of [`INHERITED_ENV`] and the app's `env`
+    /// only (the gateway's may hold `TOOLGATE_ADMIN_KEY`).
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for name in INHERITED_ENV {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(cwd) = &self.cwd {
+            cmd.current_dir(cwd);
+        }
+        cmd
+    }
+
+    /// `initialize` with a new process, by `deadline`: its result, once it names a protocol
+    /// version toolgate speaks.
+    async fn handshake(&self, proc: &Arc<Proc>, deadline: Instant) -> Result<Value, UpstreamError> {
+        let params = RawJson::from_value(&json!({
+            "protocolVersion": LATEST_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": { "name": "toolgate", "version": env!("CARGO_PKG_VERSION") },
+        }));
+        let handshake = async {
+            let mut source = self.send_request(proc, "initialize", Some(params))?;
+            loop {
+                match source.recv().await? {
+                    Event::Final(r) => {
+                        source.complete();
+                        return Ok(r);
+                    }
+                    Event::Message(_) => continue,
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, handshake).await {
+            Err(_) => Err(UpstreamError::Timeout { phase: TimeoutPhase::Connect }),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(r)) => r.outcome.map(|raw| raw.to_value()).map_err(UpstreamError::Initialize),
+        }
+        .and_then(|result| {
+            let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
+            if PROTOCOL_VERSIONS.contains(&version) {
+                Ok(result)
+            } else {
+                Err(UpstreamError::Protocol(format!("upstream chose unsupported protocol version \"{version}\"")))
+            }
+        })
     }
 
     /// Registers a call and writes it to stdin with a gateway id.

@@ -242,6 +242,9 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// A stateless app's call, in rounds: the questions of an input-required result go to the caller
+/// as requests on the reply stream, and the call is made again with the answers and the app's
+/// `requestState`, until its final answer.
 async fn rounds(
     inner: Arc<Inner>,
     method: String,
@@ -263,27 +266,14 @@ async fn rounds(
             Ok(resp) => HttpSource::from_response(resp, id, None, inner.notices.clone()),
             Err(e) => Err(e),
         };
-        let mut source = match source {
-            Ok(s) => s,
+        let answer = match source {
+            Ok(source) => until_final(source, &tx).await,
             Err(e) => {
                 let _ = tx.send(Err(e)).await;
                 return;
             }
         };
-        let answer = loop {
-            match source.recv().await {
-                Ok(Event::Message(m)) => {
-                    if tx.send(Ok(Event::Message(m))).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(Event::Final(r)) => break r,
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            }
-        };
+        let Some(answer) = answer else { return };
         let questions = match &answer.outcome {
             Ok(result) if result.get().contains("\"input_required\"") => {
                 let v = result.to_value();
@@ -295,64 +285,106 @@ async fn rounds(
             let _ = tx.send(Ok(Event::Final(answer))).await;
             return;
         };
-        // Each question as a server->client request on the reply stream, as a handshake-era app
-        // would send it; the answers come back through `HttpUpstream::respond`.
-        let mut pending = Vec::new();
-        let asked = questions.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
-        for (key, q) in asked {
-            let ask_id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let (otx, orx) = oneshot::channel();
-            inner.waiters.insert(ask_id, otx);
-            waiting.1.push(ask_id);
-            // The app's key goes along, so that a stateless client is asked under the same one.
-            let mut params = q.get("params").cloned().unwrap_or_else(|| json!({}));
-            if let Some(p) = params.as_object_mut() {
-                let meta = p.entry("_meta").or_insert_with(|| json!({}));
-                if let Some(meta) = meta.as_object_mut() {
-                    meta.insert(modern::META_INPUT_KEY.into(), Value::String(key.clone()));
-                }
-            }
-            let request = Request {
-                id: Id::from(format!("{ASKED}{ask_id}").as_str()),
-                method: q.get("method").and_then(Value::as_str).unwrap_or_default().to_string(),
-                params: Some(RawJson::from_value(&params)),
-            };
-            if tx.send(Ok(Event::Message(Message::Request(request)))).await.is_err() {
-                return;
-            }
-            pending.push((key, orx));
-        }
-        let mut responses = Map::new();
-        for (key, orx) in pending {
-            let answered = match crate::base::deadline::until(deadline, orx).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(_)) => {
-                    let _ = tx.send(Err(UpstreamError::Closed)).await;
-                    return;
-                }
-                Err(_) => {
-                    let _ = tx.send(Err(UpstreamError::Timeout { phase: super::TimeoutPhase::Total })).await;
-                    return;
-                }
-            };
-            match answered.outcome {
-                Ok(result) => {
-                    responses.insert(key, result.to_value());
-                }
-                Err(e) => {
-                    // The client could not answer (or toolgate refused on its behalf): the
-                    // revision has no way to tell the app, so the call ends with the reason.
-                    let e = jsonrpc::ErrorObject::new(
-                        e.code,
-                        format!("the client did not answer the app's question `{key}`: {}", e.message),
-                    );
-                    let _ = tx.send(Ok(Event::Final(Response::error(Id::from(id), e)))).await;
-                    return;
-                }
-            }
-        }
+        let Some(pending) = ask(&inner, &mut waiting, &questions, &tx).await else { return };
+        let Some(responses) = answers(pending, id, deadline, &tx).await else { return };
         continuation = Some((responses, questions.get("requestState").cloned()));
     }
+}
+
+/// The app's messages on one request's answer, relayed on `tx`, until its response; `None` when
+/// the call ended (its error was sent, or the caller is gone).
+async fn until_final(mut source: HttpSource, tx: &mpsc::Sender<Result<Event, UpstreamError>>) -> Option<Response> {
+    loop {
+        match source.recv().await {
+            Ok(Event::Message(m)) => {
+                if tx.send(Ok(Event::Message(m))).await.is_err() {
+                    return None;
+                }
+            }
+            Ok(Event::Final(r)) => return Some(r),
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return None;
+            }
+        }
+    }
+}
+
+/// Each question of an input-required result as a server->client request on the reply stream,
+/// as a handshake-era app would send it; the answers come back through
+/// `HttpUpstream::respond`, each to its receiver. `None` when the caller is gone.
+async fn ask(
+    inner: &Inner,
+    waiting: &mut Waiting<'_>,
+    questions: &Value,
+    tx: &mpsc::Sender<Result<Event, UpstreamError>>,
+) -> Option<Vec<(String, oneshot::Receiver<Response>)>> {
+    let mut pending = Vec::new();
+    let asked = questions.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+    for (key, q) in asked {
+        let ask_id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (otx, orx) = oneshot::channel();
+        inner.waiters.insert(ask_id, otx);
+        waiting.1.push(ask_id);
+        // The app's key goes along, so that a stateless client is asked under the same one.
+        let mut params = q.get("params").cloned().unwrap_or_else(|| json!({}));
+        if let Some(p) = params.as_object_mut() {
+            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(modern::META_INPUT_KEY.into(), Value::String(key.clone()));
+            }
+        }
+        let request = Request {
+            id: Id::from(format!("{ASKED}{ask_id}").as_str()),
+            method: q.get("method").and_then(Value::as_str).unwrap_or_default().to_string(),
+            params: Some(RawJson::from_value(&params)),
+        };
+        if tx.send(Ok(Event::Message(Message::Request(request)))).await.is_err() {
+            return None;
+        }
+        pending.push((key, orx));
+    }
+    Some(pending)
+}
+
+/// The client's answers to the questions, by key, by `deadline`; `None` when the call ended
+/// (the reason sent on `tx` as the answer to request `id`).
+async fn answers(
+    pending: Vec<(String, oneshot::Receiver<Response>)>,
+    id: u64,
+    deadline: Instant,
+    tx: &mpsc::Sender<Result<Event, UpstreamError>>,
+) -> Option<Map<String, Value>> {
+    let mut responses = Map::new();
+    for (key, orx) in pending {
+        let answered = match crate::base::deadline::until(deadline, orx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => {
+                let _ = tx.send(Err(UpstreamError::Closed)).await;
+                return None;
+            }
+            Err(_) => {
+                let _ = tx.send(Err(UpstreamError::Timeout { phase: super::TimeoutPhase::Total })).await;
+                return None;
+            }
+        };
+        match answered.outcome {
+            Ok(result) => {
+                responses.insert(key, result.to_value());
+            }
+            Err(e) => {
+                // The client could not answer (or toolgate refused on its behalf): the revision
+                // has no way to tell the app, so the call ends with the reason.
+                let e = jsonrpc::ErrorObject::new(
+                    e.code,
+                    format!("the client did not answer the app's question `{key}`: {}", e.message),
+                );
+                let _ = tx.send(Ok(Event::Final(Response::error(Id::from(id), e)))).await;
+                return None;
+            }
+        }
+    }
+    Some(responses)
 }
 
 /// The number of a stateless call's question, if `id` is one toolgate gave.
