@@ -74,7 +74,7 @@ impl Server {
             mcp,
             reqlog,
             mfa,
-            signin: crate::identity::signin::SignIn::new(state.store.clone(), &state.config()),
+            signin: crate::identity::signin::SignIn::new(state.store.clone(), state.changes.clone(), &state.config()),
             events,
             courier,
             limiter,

@@ -15,6 +15,7 @@ mod conf_files;
 mod durability;
 mod filters_edge;
 mod harness_smoke;
+mod identity_changes;
 mod jwt;
 mod limits_concurrency;
 mod mcp_defects;
