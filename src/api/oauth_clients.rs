@@ -53,8 +53,11 @@ async fn clients_of(call: &Call<'_>, org_id: &str) -> Result<Vec<OAuthClient>, A
 
 async fn find(call: &Call<'_>) -> Result<OAuthClient, ApiError> {
     let who = call.who()?;
-    crate::identity::oauth_server::stored_client(call.server.state.store.as_ref(), call.id())
+    call.server
+        .state
+        .oauth_client(call.id())
         .await?
+        .map(|c| OAuthClient::clone(&c))
         .filter(|c| c.org_id == who.org_id)
         .ok_or(ApiError::NotFound("OAuth client"))
 }
@@ -110,8 +113,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         created_by: who.user_id.clone(),
         created_at: Utc::now(),
     };
-    let json = serde_json::to_string(&client).map_err(|e| ApiError::Internal(e.to_string()))?;
-    state.store.put(Kind::OAuthClient, &client.org_id, &client.id, json).await?;
+    state.save_oauth_client(&client, None).await?;
     let mut data = view(&client);
     if let Some(secret) = secret {
         data["client_secret"] = json!(secret);
@@ -139,9 +141,6 @@ pub async fn delete(call: &Call<'_>) -> ApiResult {
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
     let client = find(call).await?;
-    state.store.delete(Kind::OAuthClient, &client.id).await?;
-    for grant in state.grants_of_client(&client.id) {
-        state.delete_grant(&grant.id).await?;
-    }
+    state.delete_oauth_client(&client).await?;
     Ok(Reply::message(format!("OAuth client {} deleted; its tokens are revoked", client.id)))
 }

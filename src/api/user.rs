@@ -3,7 +3,7 @@
 use super::{iso, ApiResult, Call, Reply};
 use crate::data::model::NotificationPreferences;
 use crate::edge::error::ApiError;
-use crate::identity::signin::passwords::{self, PasswordRecord};
+use crate::identity::signin::passwords;
 use serde::Deserialize;
 use serde_json::json;
 use toolgate_filters::CredentialKind;
@@ -118,7 +118,7 @@ pub async fn set_password(call: &Call<'_>) -> ApiResult {
     }
     passwords::check(&body.new_password, &user.email).map_err(|m| ApiError::validation("new_password", m))?;
     let hash = passwords::hash(body.new_password).await?;
-    passwords::save(store, &PasswordRecord { user_id: user.id.clone(), hash, changed_at: chrono::Utc::now() }).await?;
+    passwords::save(&server.state, &user, hash).await?;
     // A new password ends every web session (one that leaked ends with the old password) and
     // every OAuth grant the user gave (a client that was handed a token through a session of
     // the old password loses it).

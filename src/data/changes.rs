@@ -1,7 +1,9 @@
 //! The change feed: every create, update and delete of a record (organisation, user, key,
-//! gateway, connection, service account, MCP session) becomes one typed [`Change`], published
-//! by the owner of that record (`State`'s write methods, `mcp::sessions`) after the write is
-//! durable. Whoever must react subscribes here instead of being called by each handler.
+//! gateway, connection, service account, MCP session, webhook, and the identity records: OAuth
+//! clients and grants, web sessions, passwords) becomes one typed [`Change`], published by the
+//! owner of that record (`State`'s write methods, `mcp::sessions`,
+//! `identity::signin::sessions`) after the write is durable. Whoever must react subscribes here
+//! instead of being called by each handler.
 //!
 //! Two kinds of subscriber, by what they can afford:
 //! - **Listeners** ([`Feed::listen`]) run synchronously inside [`Feed::publish`], before the
@@ -93,6 +95,35 @@ pub enum Change {
         org_id: String,
         grant_id: String,
     },
+    /// A client of the authorization server registered (by an organisation, or by itself:
+    /// `org_id` empty), or its life extended.
+    OAuthClientSaved {
+        org_id: String,
+        client_id: String,
+    },
+    /// A client deleted: it is refused from now on (its grants go with their own changes).
+    OAuthClientDeleted {
+        org_id: String,
+        client_id: String,
+    },
+    /// A web session started (a sign-in); `session_id` is its public id (`ws_...`).
+    WebSessionStarted {
+        org_id: String,
+        user_id: String,
+        session_id: String,
+    },
+    /// A web session ended (sign-out, ended by its user, or pushed out by a newer one).
+    WebSessionEnded {
+        org_id: String,
+        user_id: String,
+        session_id: String,
+    },
+    /// A user's password set or changed (its web sessions and grants end with their own
+    /// changes).
+    PasswordChanged {
+        org_id: String,
+        user_id: String,
+    },
 }
 
 impl Change {
@@ -113,7 +144,12 @@ impl Change {
             | Change::WebhookSaved { org_id, .. }
             | Change::WebhookDeleted { org_id, .. }
             | Change::GrantSaved { org_id, .. }
-            | Change::GrantDeleted { org_id, .. } => org_id,
+            | Change::GrantDeleted { org_id, .. }
+            | Change::OAuthClientSaved { org_id, .. }
+            | Change::OAuthClientDeleted { org_id, .. }
+            | Change::WebSessionStarted { org_id, .. }
+            | Change::WebSessionEnded { org_id, .. }
+            | Change::PasswordChanged { org_id, .. } => org_id,
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::base::time::now_ms;
 use crate::data::changes::Change;
 use crate::data::model::{Alert, Delivery, Webhook};
 use crate::data::state::State;
-use crate::data::store::{Kind, StoreError};
+use crate::data::store::{Kind, PutRecord, StoreError};
 use crate::outbound::egress::Egress;
 use chrono::Utc;
 use dashmap::DashMap;
@@ -209,8 +209,7 @@ impl Events {
 
     /// Saves an alert and forgets this instance's copy of its organisation's list.
     pub async fn save_alert(&self, a: &Alert) -> Result<(), StoreError> {
-        let json = serde_json::to_string(a).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.state.store.put(Kind::Alert, &a.org_id, &a.id, json).await?;
+        self.state.store.put_record(Kind::Alert, &a.org_id, &a.id, a).await?;
         self.watcher.forget(&a.org_id);
         Ok(())
     }
@@ -257,8 +256,7 @@ impl Events {
     }
 
     async fn save(&self, d: &Delivery) -> Result<(), StoreError> {
-        let json = serde_json::to_string(d).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.state.store.put(Kind::Delivery, &d.org_id, &d.id, json).await
+        self.state.store.put_record(Kind::Delivery, &d.org_id, &d.id, d).await
     }
 
     /// The event a change is, if it is one, with its `data`.

@@ -31,7 +31,7 @@
 
 use crate::base::secrets::{self, Sealer};
 use crate::base::time::now_ms;
-use crate::data::store::{Kind, Store, StoreError, NO_PARTITION};
+use crate::data::store::{Kind, PutRecord, Store, StoreError, NO_PARTITION};
 use crate::edge::error::ApiError;
 use crate::outbound::courier::Courier;
 use chrono::Utc;
@@ -128,10 +128,6 @@ struct ChallengeRecord {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct TokenRecord {
     user_id: String,
-}
-
-fn to_json<T: Serialize>(v: &T) -> Result<String, ApiError> {
-    serde_json::to_string(v).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -342,7 +338,7 @@ impl Mfa {
     }
 
     async fn save(&self, r: &MfaRecord) -> Result<(), ApiError> {
-        self.store.put(Kind::Mfa, NO_PARTITION, &r.user_id, to_json(r)?).await?;
+        self.store.put_record(Kind::Mfa, NO_PARTITION, &r.user_id, r).await?;
         Ok(())
     }
 
@@ -621,7 +617,7 @@ impl Mfa {
             }
             Some((_, None)) => "Answer with a backup code.".to_string(),
         };
-        self.store.put_expiring(Kind::MfaChallenge, NO_PARTITION, &id, to_json(&rec)?, rec.expires_at_ms).await?;
+        self.store.put_record_until(Kind::MfaChallenge, NO_PARTITION, &id, &rec, rec.expires_at_ms).await?;
         Ok(Challenge { id, prompt })
     }
 
@@ -667,9 +663,8 @@ impl Mfa {
         self.answer(sealer, caller, challenge_id, code, None).await?;
         let token = format!("mfa_{}", secrets::new_session_id());
         let rec = TokenRecord { user_id: caller.user_id.to_string() };
-        self.store
-            .put_expiring(Kind::MfaToken, NO_PARTITION, &secrets::hash_key(&token), to_json(&rec)?, expiry_ms())
-            .await?;
+        let hash = secrets::hash_key(&token);
+        self.store.put_record_until(Kind::MfaToken, NO_PARTITION, &hash, &rec, expiry_ms()).await?;
         Ok(token)
     }
 
@@ -719,10 +714,8 @@ impl Mfa {
                 self.store.delete(Kind::MfaChallenge, challenge_id).await?;
                 return Err(ApiError::validation("code", "invalid code; this challenge is used up, ask for a new one"));
             }
-            let json = to_json(&challenge)?;
-            self.store
-                .put_expiring(Kind::MfaChallenge, NO_PARTITION, challenge_id, json, challenge.expires_at_ms)
-                .await?;
+            let until = challenge.expires_at_ms;
+            self.store.put_record_until(Kind::MfaChallenge, NO_PARTITION, challenge_id, &challenge, until).await?;
             return Err(ApiError::validation("code", "invalid or expired code"));
         }
         // Used once: of two answers racing on one challenge, only the one that takes it wins.

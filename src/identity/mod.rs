@@ -25,7 +25,7 @@ pub struct IdentityService {
 
 impl IdentityService {
     pub fn new(state: Arc<State>, mfa: Arc<mfa::Mfa>) -> IdentityService {
-        let signin = signin::SignIn::new(state.store.clone(), &state.config());
+        let signin = signin::SignIn::new(state.store.clone(), state.changes.clone(), &state.config());
         IdentityService { state, mfa, signin }
     }
 }

@@ -20,7 +20,7 @@
 use crate::base::fast_map::{FastMap, FastSet};
 use crate::data::changes::{Change, Feed};
 use crate::data::model::{ClientCapabilities, McpSession};
-use crate::data::store::{Kind, Store, StoreError};
+use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use chrono::Utc;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -260,11 +260,7 @@ impl Sessions {
             self.expire_org(&session.org_id);
             self.reserve(&session)?;
         }
-        let json = serde_json::to_string(&session).map_err(|e| StoreError::Backend(e.to_string()));
-        let stored = match json {
-            Ok(json) => self.store.put(Kind::Session, &session.org_id, &session.id, json).await,
-            Err(e) => Err(e),
-        };
+        let stored = self.store.put_record(Kind::Session, &session.org_id, &session.id, &session).await;
         if let Err(e) = stored {
             self.unlive(&session.org_id, &session.key_id, &session.id);
             if let Some(mut org) = self.orgs.get_mut(&session.org_id) {
@@ -364,8 +360,7 @@ impl Sessions {
     /// Ends a session (DELETE on the MCP endpoint or the management API); durable on return.
     pub async fn end(&self, id: &str) -> Result<bool, StoreError> {
         let Some(ended) = self.end_in_memory(id) else { return Ok(false) };
-        let json = serde_json::to_string(&ended).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.store.put(Kind::Session, &ended.org_id, id, json).await?;
+        self.store.put_record(Kind::Session, &ended.org_id, id, &ended).await?;
         Ok(true)
     }
 

@@ -16,6 +16,7 @@ mod docs;
 mod durability;
 mod filters_edge;
 mod harness_smoke;
+mod identity_changes;
 mod jwt;
 mod layers;
 mod limits_concurrency;

@@ -284,6 +284,45 @@ fn two_instances_on_one_redis_share_the_identity_bounds() {
     assert!(codes[20..].iter().all(|c| *c == 429), "{codes:?}");
 }
 
+/// Issue 40, item 5: the wrong-password bound of an address (fifty password checks per ten
+/// minutes) is counted in Redis: two instances together check what one would, and then both
+/// refuse, whichever took the checks.
+#[test]
+fn two_instances_on_one_redis_share_an_addresss_password_checks() {
+    let redis = common::spawn_redis();
+    let prefix = format!("tgpw{}", common::random_alnum(6).to_lowercase());
+    let storage = format!("  backend: redis\n  url: {}\n  key_prefix: {prefix}\n", common::redis_url(&redis));
+    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, WIDE_BUCKET);
+    let secret = "ef".repeat(32);
+    let start = || {
+        TestServer::start_opts(common::ServerOptions {
+            full_config: Some(yaml.clone()),
+            env: vec![("TOOLGATE_SECRET_KEY".into(), secret.clone())],
+            ..Default::default()
+        })
+    };
+    let (a, b) = (start(), start());
+    let http = no_redirects();
+    let token = csrf(&a);
+    let wrong = |srv: &TestServer, n: usize| {
+        // A new e-mail each time: no e-mail's own lockout is what stops them.
+        let email = format!("guess{n}@edge.test");
+        let form = [("csrf", token.as_str()), ("email", &email), ("password", "not the password at all"), ("next", "")];
+        let r = http
+            .post(srv.url("/auth/signin"))
+            .header("Cookie", format!("toolgate_csrf={token}"))
+            .header("X-Forwarded-For", "198.51.100.77")
+            .form(&form)
+            .send()
+            .unwrap();
+        r.status().as_u16()
+    };
+    let codes: Vec<u16> = (0..50).map(|n| wrong(if n % 2 == 0 { &a } else { &b }, n)).collect();
+    assert!(codes.iter().all(|c| *c == 401), "fifty checks, half on each instance: {codes:?}");
+    assert_eq!(wrong(&a, 50), 429, "the 51st on A");
+    assert_eq!(wrong(&b, 51), 429, "and on B");
+}
+
 /// A TCP listener standing in for the documents' host: counts the connections (one per fetch)
 /// and drops them, so that each fetch fails at once.
 fn counting_listener() -> (u16, Arc<AtomicUsize>) {

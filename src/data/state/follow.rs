@@ -57,7 +57,15 @@ impl Named {
             Change::GrantSaved { grant_id, .. } | Change::GrantDeleted { grant_id, .. } => {
                 Named::Grant(grant_id.clone())
             }
-            Change::SessionCreated { .. } | Change::SessionEnded { .. } => return None,
+            // Clients are held read-through (dropped, not read again: `apply_peer_change`);
+            // web sessions and passwords are not held by the state (their listeners follow).
+            Change::SessionCreated { .. }
+            | Change::SessionEnded { .. }
+            | Change::OAuthClientSaved { .. }
+            | Change::OAuthClientDeleted { .. }
+            | Change::WebSessionStarted { .. }
+            | Change::WebSessionEnded { .. }
+            | Change::PasswordChanged { .. } => return None,
         })
     }
 }
@@ -193,6 +201,7 @@ impl State {
             }
         };
         self.read_again(meanwhile).await?;
+        self.drop_clients();
         let gateways: Vec<(String, String)> = self.gateways.iter().map(|g| (g.org_id.clone(), g.id.clone())).collect();
         for (org_id, gateway_id) in gateways {
             self.changes.from_peer(&Change::GatewaySaved { org_id, gateway_id, created: false });
@@ -233,6 +242,10 @@ impl State {
     pub async fn apply_peer_change(&self, change: &Change) -> Result<(), StoreError> {
         if let Some(name) = Named::of(change) {
             self.read_again(WrittenMeanwhile(HashSet::from([name]))).await?;
+        }
+        if let Change::OAuthClientSaved { client_id, .. } | Change::OAuthClientDeleted { client_id, .. } = change {
+            let _copies = self.copies();
+            self.drop_client(client_id);
         }
         self.changes.from_peer(change);
         Ok(())
@@ -612,6 +625,48 @@ mod tests {
         store.release.notify_one();
         follow.await.unwrap().unwrap();
         assert_eq!(name_held(&state, "gw_1").as_deref(), Some("second"));
+    }
+
+    fn client(id: &str, org_id: &str) -> OAuthClient {
+        OAuthClient {
+            id: id.into(),
+            org_id: org_id.into(),
+            name: "App".into(),
+            redirect_uris: vec!["https://app.example/cb".into()],
+            scopes: vec!["gateways:read".into()],
+            public: true,
+            secret_hash: None,
+            created_by: "usr_1".into(),
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_is_held_once_read_and_dropped_by_its_change_from_another_instance() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, store) = state_on_held_reads(dir.path()).await;
+        let mut heard = state.changes.subscribe();
+        state.save_oauth_client(&client("tgc_1", "org_1"), None).await.unwrap();
+        assert_eq!(
+            heard.try_recv().unwrap(),
+            Change::OAuthClientSaved { org_id: "org_1".into(), client_id: "tgc_1".into() },
+            "a saved client is a change"
+        );
+        assert!(state.oauth_client("tgc_1").await.unwrap().is_some());
+        // Another instance deletes it: the store no longer has it, this instance's copy stays
+        // until the change arrives.
+        store.inner.delete(Kind::OAuthClient, "tgc_1").await.unwrap();
+        assert!(state.oauth_client("tgc_1").await.unwrap().is_some(), "held, not read again");
+        let deleted = Change::OAuthClientDeleted { org_id: "org_1".into(), client_id: "tgc_1".into() };
+        state.apply_peer_change(&deleted).await.unwrap();
+        assert!(state.oauth_client("tgc_1").await.unwrap().is_none(), "dropped by the change");
+        // Deleting here publishes too, and drops this instance's copy at once.
+        state.save_oauth_client(&client("tgc_2", "org_1"), None).await.unwrap();
+        assert!(state.oauth_client("tgc_2").await.unwrap().is_some());
+        state.delete_oauth_client(&client("tgc_2", "org_1")).await.unwrap();
+        assert!(state.oauth_client("tgc_2").await.unwrap().is_none());
+        let changes: Vec<Change> = std::iter::from_fn(|| heard.try_recv().ok()).collect();
+        assert!(changes.contains(&Change::OAuthClientDeleted { org_id: "org_1".into(), client_id: "tgc_2".into() }));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use crate::base::secrets::{self, Sealer};
 use crate::config::{Config, StorageConfig};
 use crate::data::changes::{Change, Feed};
 use crate::data::model::*;
-use crate::data::store::{Kind, Store, StoreError};
+use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use chrono::Utc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -53,6 +53,14 @@ pub struct State {
     /// What users granted OAuth clients (toolgate's authorization server), by grant id: an access
     /// token is checked here, in memory, as a key is.
     grants: FastMap<String, Arc<OAuthGrant>>,
+    /// Clients of the authorization server that organisations registered, read from the store
+    /// once and then held ([`State::oauth_client`]): the token endpoint and the consent page
+    /// look one up at every request. A client's change drops its copy, here and, through the
+    /// change feed, on every instance; a reload drops them all.
+    clients: FastMap<String, Arc<OAuthClient>>,
+    /// Bumped (under `copies`) whenever held clients are dropped: a copy read from the store
+    /// before is not kept ([`State::oauth_client`]).
+    clients_dropped: std::sync::atomic::AtomicU64,
     usage: FastMap<String, KeyUsage>,
     usage_dirty: FastSet<String>,
     /// Verifies JWT bearer tokens, when `jwt:` is configured (replaced by a reload).
@@ -139,6 +147,8 @@ impl State {
             service_accounts: FastMap::default(),
             webhooks: FastMap::default(),
             grants: FastMap::default(),
+            clients: FastMap::default(),
+            clients_dropped: std::sync::atomic::AtomicU64::new(0),
             usage: FastMap::default(),
             usage_dirty: FastSet::default(),
             write_lock: tokio::sync::Mutex::new(()),
@@ -328,9 +338,8 @@ impl State {
     }
 
     /// Writes a record of organisation `org_id` (its store partition).
-    async fn put<T: Serialize>(&self, kind: Kind, org_id: &str, id: &str, value: &T) -> Result<(), StoreError> {
-        let json = serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.store.put(kind, org_id, id, json).await
+    async fn put<T: Serialize + Sync>(&self, kind: Kind, org_id: &str, id: &str, value: &T) -> Result<(), StoreError> {
+        self.store.put_record(kind, org_id, id, value).await
     }
 
     fn set_ip_policy(&self, org: &Organization) {
@@ -569,8 +578,7 @@ impl State {
 
     /// Saves a grant (a new one, or its tokens rotated); it lives as long as its refresh token.
     pub async fn save_grant(&self, g: OAuthGrant) -> Result<Arc<OAuthGrant>, StoreError> {
-        let json = serde_json::to_string(&g).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.store.put_expiring(Kind::OAuthGrant, &g.org_id, &g.id, json, g.refresh_expires_ms).await?;
+        self.store.put_record_until(Kind::OAuthGrant, &g.org_id, &g.id, &g, g.refresh_expires_ms).await?;
         let g = Arc::new(g);
         let _copies = self.copies();
         self.grants.insert(g.id.clone(), g.clone());
@@ -587,6 +595,69 @@ impl State {
             self.changes.publish(Change::GrantDeleted { org_id: g.org_id.clone(), grant_id: g.id.clone() });
         }
         Ok(deleted)
+    }
+
+    /// Registers a client of the authorization server, or saves it again; a client that
+    /// registered itself (no organisation) lives until `expires_at_ms`.
+    pub async fn save_oauth_client(&self, c: &OAuthClient, expires_at_ms: Option<i64>) -> Result<(), StoreError> {
+        match expires_at_ms {
+            Some(at) => self.store.put_record_until(Kind::OAuthClient, &c.org_id, &c.id, c, at).await?,
+            None => self.put(Kind::OAuthClient, &c.org_id, &c.id, c).await?,
+        }
+        let _copies = self.copies();
+        self.drop_client(&c.id);
+        self.changes.publish(Change::OAuthClientSaved { org_id: c.org_id.clone(), client_id: c.id.clone() });
+        Ok(())
+    }
+
+    /// Deletes a client, then revokes every grant its users made it: from here on it is refused
+    /// on every instance as soon as it hears of the change.
+    pub async fn delete_oauth_client(&self, c: &OAuthClient) -> Result<(), StoreError> {
+        self.store.delete(Kind::OAuthClient, &c.id).await?;
+        {
+            let _copies = self.copies();
+            self.drop_client(&c.id);
+            self.changes.publish(Change::OAuthClientDeleted { org_id: c.org_id.clone(), client_id: c.id.clone() });
+        }
+        for grant in self.grants_of_client(&c.id) {
+            self.delete_grant(&grant.id).await?;
+        }
+        Ok(())
+    }
+
+    /// A client of the authorization server by its `client_id`: an organisation's from this
+    /// instance's copy, read from the store the first time; one that registered itself is read
+    /// from the store each time (it expires there).
+    pub async fn oauth_client(&self, id: &str) -> Result<Option<Arc<OAuthClient>>, StoreError> {
+        use std::sync::atomic::Ordering;
+        if let Some(c) = self.clients.get(id) {
+            return Ok(Some(c.value().clone()));
+        }
+        let dropped = self.clients_dropped.load(Ordering::Acquire);
+        let Some(body) = self.store.get(Kind::OAuthClient, id).await? else { return Ok(None) };
+        let Ok(client) = serde_json::from_str::<OAuthClient>(&body) else { return Ok(None) };
+        let client = Arc::new(client);
+        if !client.org_id.is_empty() {
+            // Kept only if no client changed while it was read: that change may be this one's.
+            let _copies = self.copies();
+            if self.clients_dropped.load(Ordering::Acquire) == dropped {
+                self.clients.insert(id.to_string(), client.clone());
+            }
+        }
+        Ok(Some(client))
+    }
+
+    /// Drops this instance's copy of a client (held `copies`).
+    fn drop_client(&self, id: &str) {
+        self.clients_dropped.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.clients.remove(id);
+    }
+
+    /// Drops every client held (a reload: changes may have been missed).
+    fn drop_clients(&self) {
+        let _copies = self.copies();
+        self.clients_dropped.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.clients.clear();
     }
 
     /// A grant as this instance knows it.

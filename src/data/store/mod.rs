@@ -5,9 +5,11 @@
 
 mod embedded;
 mod log_slices;
+mod records;
 pub mod redis;
 
 pub use embedded::EmbeddedStore;
+pub use records::{encode, PutRecord};
 pub use redis::RedisStore;
 
 use crate::config::StorageConfig;
@@ -36,6 +38,9 @@ pub enum StoreError {
     Backend(String),
     #[error("stored record {kind}/{id} is corrupt: {reason}")]
     Corrupt { kind: &'static str, id: String, reason: String },
+    /// A record that has no JSON form ([`PutRecord`]): a bug, never bad input.
+    #[error("record {kind}/{id} cannot be serialised: {reason}")]
+    Encode { kind: &'static str, id: String, reason: String },
     /// A lock ([`Store::lock`]) stayed held by another process.
     #[error("the lock {0} is held elsewhere")]
     Busy(String),

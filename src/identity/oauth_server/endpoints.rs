@@ -251,13 +251,9 @@ async fn keep(
     client: &OAuthClient,
 ) -> std::result::Result<(), crate::data::store::StoreError> {
     let unused = server.state.config().web.registration_unused;
-    let json = serde_json::to_string(client).map_err(|e| crate::data::store::StoreError::Backend(e.to_string()))?;
     let until =
         chrono::Utc::now().timestamp_millis().saturating_add(i64::try_from(unused.as_millis()).unwrap_or(i64::MAX));
-    let store = &server.state.store;
-    store
-        .put_expiring(crate::data::store::Kind::OAuthClient, crate::data::store::NO_PARTITION, &client.id, json, until)
-        .await?;
+    server.state.save_oauth_client(client, Some(until)).await?;
     server.signin.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
     Ok(())
 }

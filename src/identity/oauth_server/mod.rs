@@ -28,7 +28,7 @@ pub use endpoints::{handle, metadata, refuse};
 use crate::base::secrets;
 use crate::data::model::{Gateway, OAuthClient, OAuthGrant, User};
 use crate::data::state::State;
-use crate::data::store::{Kind, Store, StoreError};
+use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use crate::edge::error::ApiError;
 pub use crate::edge::error::OAuthError;
 use chrono::Utc;
@@ -80,12 +80,6 @@ pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
         return Err("must have a host and no fragment or user information".into());
     }
     Ok(())
-}
-
-/// A client registered with toolgate (by an admin, or by itself), by its `client_id`.
-pub async fn stored_client(store: &dyn Store, id: &str) -> Result<Option<OAuthClient>, StoreError> {
-    let Some(json) = store.get(Kind::OAuthClient, id).await? else { return Ok(None) };
-    Ok(serde_json::from_str(&json).ok())
 }
 
 /// Why a `client_id` names no usable client, beyond its simply being unknown.
@@ -142,7 +136,7 @@ pub async fn client(
         })?;
         return Ok(Some(OAuthClient::clone(&client)));
     }
-    let client = stored_client(server.state.store.as_ref(), id).await?;
+    let client = server.state.oauth_client(id).await?.map(|c| OAuthClient::clone(&c));
     if let Some(c) = client.as_ref().filter(|c| endpoints::self_registered(c)) {
         endpoints::used(server, c).await?;
     }
@@ -322,8 +316,7 @@ pub async fn issue_code(
         resource: request.resource.clone(),
         expires_ms,
     };
-    let json = serde_json::to_string(&record).map_err(|e| StoreError::Backend(e.to_string()))?;
-    store.put_expiring(Kind::OAuthCode, &request.client.id, &secrets::hash_key(&code), json, expires_ms).await?;
+    store.put_record_until(Kind::OAuthCode, &request.client.id, &secrets::hash_key(&code), &record, expires_ms).await?;
     Ok(code)
 }
 

@@ -112,10 +112,12 @@ fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
 }
 
 impl SignIn {
-    pub fn new(store: Arc<dyn Store>, config: &crate::config::Config) -> SignIn {
+    /// The identity service on `store`; its web sessions are published on (and follow)
+    /// `changes`.
+    pub fn new(store: Arc<dyn Store>, changes: crate::data::changes::Feed, config: &crate::config::Config) -> SignIn {
         passwords::configure(config.web.password_checks);
         SignIn {
-            sessions: WebSessions::new(store.clone()),
+            sessions: WebSessions::new(store.clone(), changes),
             store,
             by_email: DashMap::new(),
             by_email_sweep: Default::default(),
@@ -695,7 +697,8 @@ mod tests {
         let now = Instant::now();
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(crate::data::store::EmbeddedStore::open(dir.path()).unwrap());
-        let signin = SignIn::new(store, &crate::config::Config::parse("{}").unwrap());
+        let feed = crate::data::changes::Feed::new();
+        let signin = SignIn::new(store, feed, &crate::config::Config::parse("{}").unwrap());
         for i in 0..crate::identity::mfa::SWEEP_ABOVE + 10 {
             let recent = EmailFailures { count: 3, locked_until: None, last: now };
             signin.by_email.insert(format!("u{i}@example.com"), recent);

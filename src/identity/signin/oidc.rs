@@ -6,7 +6,7 @@
 //! say is verified: an unverified address would let anyone claim anyone's account.
 
 use crate::config::OidcProvider;
-use crate::data::store::{Kind, Store};
+use crate::data::store::{Kind, PutRecord, Store};
 use crate::edge::error::ApiError;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
@@ -79,10 +79,9 @@ pub async fn start(
         pkce_verifier: pkce.verifier,
         next: next.into(),
     };
-    let json = serde_json::to_string(&started).map_err(|e| ApiError::Internal(e.to_string()))?;
     let expires = chrono::Utc::now().timestamp_millis() + STATE_TTL.as_millis() as i64;
     let key = crate::base::secrets::hash_key(&state);
-    store.put_expiring(Kind::SignInState, crate::data::store::NO_PARTITION, &key, json, expires).await?;
+    store.put_record_until(Kind::SignInState, crate::data::store::NO_PARTITION, &key, &started, expires).await?;
     let mut url = url::Url::parse(&meta.authorization_endpoint).map_err(|e| unavailable(provider, e))?;
     url.query_pairs_mut()
         .append_pair("response_type", "code")

@@ -7,7 +7,10 @@
 //! [`MAX_WAITING_PER_CHECK`] times that many waiting is refused (503, `Retry-After`) before it
 //! joins them. Memory stays at `password_checks` x 19 MiB whatever the number of attempts.
 
-use crate::data::store::{Kind, Store, StoreError};
+use crate::data::changes::Change;
+use crate::data::model::User;
+use crate::data::state::State;
+use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use crate::edge::error::ApiError;
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
@@ -163,9 +166,13 @@ pub async fn stored(store: &dyn Store, user_id: &str) -> Result<Option<PasswordR
     Ok(store.get(Kind::Password, user_id).await?.and_then(|json| serde_json::from_str(&json).ok()))
 }
 
-pub async fn save(store: &dyn Store, record: &PasswordRecord) -> Result<(), StoreError> {
-    let json = serde_json::to_string(record).map_err(|e| StoreError::Backend(e.to_string()))?;
-    store.put(Kind::Password, crate::data::store::NO_PARTITION, &record.user_id, json).await
+/// Sets `user`'s password to the argon2id hash `hash` and publishes the change (the caller
+/// ends its sessions and grants, which publish their own).
+pub async fn save(state: &State, user: &User, hash: String) -> Result<(), StoreError> {
+    let record = PasswordRecord { user_id: user.id.clone(), hash, changed_at: chrono::Utc::now() };
+    state.store.put_record(Kind::Password, crate::data::store::NO_PARTITION, &user.id, &record).await?;
+    state.changes.publish(Change::PasswordChanged { org_id: user.org_id.clone(), user_id: user.id.clone() });
+    Ok(())
 }
 
 #[cfg(test)]

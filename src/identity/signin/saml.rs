@@ -22,7 +22,7 @@
 
 use crate::config::SamlIdp;
 use crate::data::model::User;
-use crate::data::store::{Kind, NO_PARTITION};
+use crate::data::store::{Kind, PutRecord, NO_PARTITION};
 use crate::edge::error::ApiError;
 use crate::identity::IdentityService;
 use base64::Engine;
@@ -156,10 +156,9 @@ pub async fn start(server: &IdentityService, org: &str, next: &str) -> Result<St
         next: next.to_string(),
         browser: crate::base::secrets::hash_key(&browser),
     };
-    let json = serde_json::to_string(&pending).map_err(|e| ApiError::Internal(e.to_string()))?;
     let expires = chrono::Utc::now().timestamp_millis() + REQUEST_TTL.as_millis() as i64;
     let key = format!("saml:{}", crate::base::secrets::hash_key(&relay_state));
-    server.signin.store.put_expiring(Kind::SignInState, NO_PARTITION, &key, json, expires).await?;
+    server.signin.store.put_record_until(Kind::SignInState, NO_PARTITION, &key, &pending, expires).await?;
     let mut to = url::Url::parse(&idp.sso_url).map_err(unavailable)?;
     to.query_pairs_mut().append_pair("SAMLRequest", &encoded).append_pair("RelayState", &relay_state);
     Ok(Started { redirect_to: to.into(), browser })

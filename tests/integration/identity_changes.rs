@@ -1,0 +1,227 @@
+//! Identity writes are changes (issue 40, item 6): an OAuth client deleted, a web session
+//! ended and a password changed on one instance are refused on another instance sharing the
+//! Redis store within a second. Each instance holds clients and web sessions it has seen in
+//! memory; before these writes were published on the change feed, the other instance went on
+//! answering from its copy (a deleted client kept getting tokens, an ended session kept
+//! signing in, until the copy was next checked against the store).
+
+use crate::common::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const PASSWORD: &str = "identity changes passphrase";
+const REDIRECT: &str = "https://client.example/cb";
+const USER: &str = "usr_ic";
+
+/// Two instances on one Redis, and the user's `*` key.
+struct Pair {
+    a: TestServer,
+    b: TestServer,
+    key: String,
+    _redis: Peer,
+}
+
+fn pair() -> Pair {
+    let redis = spawn_redis();
+    let prefix = format!("tgic{}", random_alnum(6).to_lowercase());
+    let (key, key_yaml) = declared_key("key_ic", USER, &["*"]);
+    let yaml = format!(
+        "environment: development\nserver:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  \
+         public_url: http://localhost:8080\nstorage:\n  backend: redis\n  url: {}\n  key_prefix: {prefix}\n\
+         rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
+         organizations:\n  - {{ id: org_ic, name: IdentityChanges, tier: enterprise }}\n\
+         users:\n  - {{ id: {USER}, email: {USER}@ic.test, name: ic, role: owner, organization: org_ic }}\n\
+         api_keys:\n{key_yaml}",
+        redis_url(&redis)
+    );
+    let secret = "cd".repeat(32);
+    let start = || {
+        TestServer::start_opts(ServerOptions {
+            full_config: Some(yaml.clone()),
+            env: vec![("TOOLGATE_SECRET_KEY".into(), secret.clone())],
+            ..Default::default()
+        })
+    };
+    let (a, b) = (start(), start());
+    Pair { a, b, key, _redis: redis }
+}
+
+fn set_password(srv: &TestServer, key: &str, new: &str, current: Option<&str>) -> String {
+    let mut body = json!({ "new_password": new });
+    if let Some(c) = current {
+        body["current_password"] = json!(c);
+    }
+    ok_message(&srv.request("PUT", "/v1/user/password", Some(key), Some(body), &[]))
+}
+
+/// The status of the account page on `srv` for the session cookie `session` (200 signed in,
+/// 303 to the sign-in form otherwise).
+fn account(srv: &TestServer, session: &str) -> u16 {
+    let http = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = http.get(srv.url("/auth/")).header("Cookie", format!("toolgate_session={session}")).send().unwrap();
+    r.status().as_u16()
+}
+
+/// Waits up to a second for `refused` to hold; how long it took, or a panic naming `what`.
+fn refused_within_a_second(what: &str, refused: impl Fn() -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        if refused() {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "{what}: still accepted a second later");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A signed-in browser on `srv`, and its session cookie.
+fn signed_in(srv: &TestServer, password: &str) -> (Browser, String) {
+    let b = Browser::new(srv, "ic.test");
+    let r = b.sign_in(USER, password, "");
+    assert_eq!(r.status, 303, "{r:?}");
+    let session = b.cookie("toolgate_session").expect("a session cookie");
+    (b, session)
+}
+
+/// A confidential client of the organisation, made on `srv`: (client_id, client_secret).
+fn oauth_client(srv: &TestServer, key: &str) -> (String, String) {
+    let body = json!({ "name": "Changes app", "redirect_uris": [REDIRECT], "scopes": ["gateways:read"] });
+    let c = ok(&srv.api("POST", "/v1/oauth/clients", Some(key), Some(body)), 201);
+    (c["client_id"].as_str().unwrap().to_string(), c["client_secret"].as_str().unwrap().to_string())
+}
+
+fn authorize_query(client: &str) -> String {
+    let redirect = url::form_urlencoded::byte_serialize(REDIRECT.as_bytes()).collect::<String>();
+    format!("/auth/oauth/authorize?response_type=code&client_id={client}&redirect_uri={redirect}&scope=gateways%3Aread&state=st")
+}
+
+/// The code a signed-in browser's consent gives `client`.
+fn consent(b: &Browser, client: &str) -> String {
+    let page = b.send("GET", &authorize_query(client), None);
+    assert_eq!(page.status, 200, "the consent page: {page:?}");
+    let marker = "name=\"csrf\" value=\"";
+    let at = page.text.find(marker).expect("a CSRF field") + marker.len();
+    let csrf = page.text[at..].split('"').next().unwrap().to_string();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("client_id", client),
+        ("redirect_uri", REDIRECT),
+        ("response_type", "code"),
+        ("scope", "gateways:read"),
+        ("state", "st"),
+        ("decision", "allow"),
+    ];
+    let back = b.send("POST", "/auth/oauth/authorize", Some(&form));
+    assert_eq!(back.status, 303, "{back:?}");
+    let to = url::Url::parse(back.header("location").unwrap()).unwrap();
+    to.query_pairs().find(|(k, _)| k == "code").map(|(_, v)| v.into_owned()).expect("a code")
+}
+
+fn token(srv: &TestServer, form: &[(&str, &str)]) -> Resp {
+    Resp::from_blocking(srv.client().post(srv.url("/auth/oauth/token")).form(form).send().unwrap())
+}
+
+/// The token endpoint's answer to `client` presenting a refresh token that is not its own:
+/// `invalid_grant` while the client is known, `invalid_client` once it is not.
+fn token_error(srv: &TestServer, client: &str, secret: &str) -> String {
+    let r = token(
+        srv,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", "tgr_grt_none.x"),
+            ("client_id", client),
+            ("client_secret", secret),
+        ],
+    );
+    r.json["error"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn an_oauth_client_deleted_on_one_instance_is_refused_on_the_other_within_a_second() {
+    let p = pair();
+    set_password(&p.a, &p.key, PASSWORD, None);
+    let (client, secret) = oauth_client(&p.a, &p.key);
+    // B knows the client: its token endpoint and its consent page take it, and a grant is made there.
+    assert_eq!(token_error(&p.b, &client, &secret), "invalid_grant");
+    let (browser, _) = signed_in(&p.b, PASSWORD);
+    let code = consent(&browser, &client);
+    let r = token(
+        &p.b,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", REDIRECT),
+            ("client_id", &client),
+            ("client_secret", &secret),
+        ],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let access = r.json["access_token"].as_str().unwrap().to_string();
+    assert_eq!(p.b.api("GET", "/v1/gateways", Some(&access), None).status, 200);
+
+    ok_message(&p.a.api("DELETE", &format!("/v1/oauth/clients/{client}"), Some(&p.key), None));
+    refused_within_a_second("B's token endpoint", || token_error(&p.b, &client, &secret) == "invalid_client");
+    refused_within_a_second("B's consent page", || browser.send("GET", &authorize_query(&client), None).status == 400);
+    refused_within_a_second("the client's access token on B", || {
+        p.b.api("GET", "/v1/gateways", Some(&access), None).status == 401
+    });
+    err(&p.b.api("GET", &format!("/v1/oauth/clients/{client}"), Some(&p.key), None), 404, "NOT_FOUND");
+}
+
+#[test]
+fn a_web_session_ended_on_one_instance_is_refused_on_the_other_within_a_second() {
+    let p = pair();
+    set_password(&p.a, &p.key, PASSWORD, None);
+
+    // Signed out on A.
+    let (browser, session) = signed_in(&p.a, PASSWORD);
+    assert_eq!(account(&p.b, &session), 200, "B takes the session");
+    let csrf = browser.cookie("toolgate_csrf").unwrap();
+    assert_eq!(browser.send("POST", "/auth/signout", Some(&[("csrf", csrf.as_str())])).status, 303);
+    assert_eq!(account(&p.a, &session), 303, "A refuses it at once");
+    refused_within_a_second("a signed-out session on B", || account(&p.b, &session) == 303);
+
+    // Ended through the API on A.
+    let (_, session) = signed_in(&p.a, PASSWORD);
+    assert_eq!(account(&p.b, &session), 200, "B takes the session");
+    let listed = ok(&p.a.api("GET", "/v1/user/web-sessions", Some(&p.key), None), 200);
+    let ids: Vec<&str> = listed["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 1, "{listed}");
+    ok_message(&p.a.api("DELETE", &format!("/v1/user/web-sessions/{}", ids[0]), Some(&p.key), None));
+    refused_within_a_second("a session ended through the API on B", || account(&p.b, &session) == 303);
+}
+
+#[test]
+fn a_password_changed_on_one_instance_is_refused_on_the_other_within_a_second() {
+    let p = pair();
+    set_password(&p.a, &p.key, PASSWORD, None);
+    let (client, secret) = oauth_client(&p.a, &p.key);
+    // A session and a grant made on B with the old password.
+    let (browser, session) = signed_in(&p.b, PASSWORD);
+    let code = consent(&browser, &client);
+    let r = token(
+        &p.b,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", REDIRECT),
+            ("client_id", &client),
+            ("client_secret", &secret),
+        ],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let access = r.json["access_token"].as_str().unwrap().to_string();
+    assert_eq!(p.b.api("GET", "/v1/gateways", Some(&access), None).status, 200);
+    assert_eq!(account(&p.b, &session), 200);
+
+    let changed = set_password(&p.a, &p.key, "a second changes passphrase", Some(PASSWORD));
+    assert!(changed.contains("1 OAuth grant(s) revoked"), "{changed}");
+    refused_within_a_second("B's session of the old password", || account(&p.b, &session) == 303);
+    refused_within_a_second("B's grant of the old password", || {
+        p.b.api("GET", "/v1/gateways", Some(&access), None).status == 401
+    });
+    let old = Browser::new(&p.b, "ic.test").sign_in(USER, PASSWORD, "");
+    assert_eq!(old.status, 401, "the old password on B: {old:?}");
+    let new = Browser::new(&p.b, "ic.test").sign_in(USER, "a second changes passphrase", "");
+    assert_eq!(new.status, 303, "the new password on B: {new:?}");
+}
