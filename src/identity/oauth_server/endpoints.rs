@@ -44,21 +44,21 @@ pub fn metadata(config: &Config) -> Value {
 
 /// Answers `POST {auth_url}/oauth/token`, `/oauth/revoke` and `/oauth/register` (`path` is after
 /// the prefix).
-pub async fn handle(server: &IdentityService, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
+pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
     if ex.request().method != http::Method::POST {
         let e = OAuthError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
         return write(ex, 405, &e.to_body(), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
     }
     if path == "/oauth/register" {
-        return match register(server, ex).await {
+        return match register(identity, ex).await {
             Ok(body) => write(ex, 201, &body, &[]).await,
             Err(e) => write(ex, e.status(), &e.to_body(), &[]).await,
         };
     }
     let basic_used = ex.headers().contains_key(http::header::AUTHORIZATION);
     let outcome = match path {
-        "/oauth/token" => token(server, ex).await.map(|t| serde_json::to_value(t).unwrap_or_default()),
-        _ => revoke(server, ex).await.map(|()| json!({})),
+        "/oauth/token" => token(identity, ex).await.map(|t| serde_json::to_value(t).unwrap_or_default()),
+        _ => revoke(identity, ex).await.map(|()| json!({})),
     };
     match outcome {
         Ok(body) => write(ex, 200, &body, &[]).await,
@@ -105,7 +105,7 @@ async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)
 /// `client_secret`) in the form. A confidential client must prove its secret; a public one
 /// has none to prove.
 async fn authenticate(
-    server: &IdentityService,
+    identity: &IdentityService,
     ex: &Exchange<'_>,
     fields: &[(String, String)],
 ) -> std::result::Result<OAuthClient, OAuthError> {
@@ -124,7 +124,7 @@ async fn authenticate(
             param(fields, "client_secret").map(str::to_string),
         ),
     };
-    let client = super::client(server, &id, ex.ctx.client_ip).await?.ok_or_else(refused)?;
+    let client = super::client(identity, &id, ex.ctx.client_ip).await?.ok_or_else(refused)?;
     match (&client.secret_hash, secret) {
         (Some(stored), Some(given))
             if crate::base::secrets::hashes_equal(stored, &crate::base::secrets::hash_key(&given)) => {}
@@ -134,10 +134,10 @@ async fn authenticate(
     Ok(client)
 }
 
-async fn token(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<super::Tokens, OAuthError> {
+async fn token(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<super::Tokens, OAuthError> {
     let fields = form(ex).await?;
-    let client = authenticate(server, ex, &fields).await?;
-    let state = &server.state;
+    let client = authenticate(identity, ex, &fields).await?;
+    let state = &identity.state;
     match param(&fields, "grant_type") {
         Some("authorization_code") => {
             let code = param(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
@@ -157,11 +157,11 @@ async fn token(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::
     }
 }
 
-async fn revoke(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
+async fn revoke(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
     let fields = form(ex).await?;
-    let client = authenticate(server, ex, &fields).await?;
+    let client = authenticate(identity, ex, &fields).await?;
     let token = param(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
-    super::revoke(&server.state, &client, token).await
+    super::revoke(&identity.state, &client, token).await
 }
 
 /// What a client registering itself sends (RFC 7591 section 2); other fields are ignored.
@@ -175,8 +175,8 @@ struct Registration {
 /// Dynamic client registration (RFC 7591), when `web.dynamic_registration` is on: a public
 /// client of no organisation, which may ask only for a gateway's endpoint (MCP clients signing
 /// in to gateways, as the MCP authorization specification has them register).
-async fn register(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthError> {
-    if !server.state.config().web.dynamic_registration {
+async fn register(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthError> {
+    if !identity.state.config().web.dynamic_registration {
         return Err(OAuthError::new("access_denied", "this server does not take dynamic registrations"));
     }
     let ip = ex.ctx.client_ip;
@@ -203,7 +203,7 @@ async fn register(server: &IdentityService, ex: &mut Exchange<'_>) -> std::resul
     // nothing): each one is a stored record, and a host often holds a whole block of addresses.
     let block = crate::data::limiter::address_block(ip, true);
     let window = crate::identity::signin::ADDRESS_WINDOW;
-    if let Err(wait) = server
+    if let Err(wait) = identity
         .signin
         .guesses
         .count(&format!("registrations:{block}"), crate::identity::signin::BLOCK_REGISTRATIONS, window)
@@ -224,7 +224,7 @@ async fn register(server: &IdentityService, ex: &mut Exchange<'_>) -> std::resul
         created_by: format!("registration from {ip}"),
         created_at: chrono::Utc::now(),
     };
-    keep(server, &client).await?;
+    keep(identity, &client).await?;
     tracing::info!(client = client.id, %ip, "OAuth client registered itself");
     Ok(json!({
         "client_id": client.id,
@@ -247,14 +247,14 @@ pub(super) fn self_registered(client: &OAuthClient) -> bool {
 
 /// Stores a self-registered client until `web.registration_unused_secs` from now.
 async fn keep(
-    server: &IdentityService,
+    identity: &IdentityService,
     client: &OAuthClient,
 ) -> std::result::Result<(), crate::data::store::StoreError> {
-    let unused = server.state.config().web.registration_unused;
+    let unused = identity.state.config().web.registration_unused;
     let until =
         chrono::Utc::now().timestamp_millis().saturating_add(i64::try_from(unused.as_millis()).unwrap_or(i64::MAX));
-    server.state.save_oauth_client(client, Some(until)).await?;
-    server.signin.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
+    identity.state.save_oauth_client(client, Some(until)).await?;
+    identity.signin.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
     Ok(())
 }
 
@@ -262,18 +262,18 @@ async fn keep(
 /// it is kept for another `web.registration_unused_secs`. Written again at most every tenth of
 /// that (an hour at most) per instance, not at every request.
 pub(super) async fn used(
-    server: &IdentityService,
+    identity: &IdentityService,
     client: &OAuthClient,
 ) -> std::result::Result<(), crate::data::store::StoreError> {
-    let unused = server.state.config().web.registration_unused;
+    let unused = identity.state.config().web.registration_unused;
     let every = (unused / 10).min(std::time::Duration::from_secs(3600));
-    let fresh = server.signin.registrations_kept.get(&client.id).is_some_and(|at| at.elapsed() < every);
+    let fresh = identity.signin.registrations_kept.get(&client.id).is_some_and(|at| at.elapsed() < every);
     if fresh {
         return Ok(());
     }
-    let kept = &server.signin.registrations_kept;
+    let kept = &identity.signin.registrations_kept;
     if kept.len() >= 100_000 {
         kept.retain(|_, at| at.elapsed() < every);
     }
-    keep(server, client).await
+    keep(identity, client).await
 }

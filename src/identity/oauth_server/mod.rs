@@ -122,23 +122,23 @@ impl From<ClientError> for OAuthError {
 /// `ip` asked: a document fetched for it counts against its bounds. A self-registered client
 /// found is kept for another `web.registration_unused_secs` (it is in use).
 pub async fn client(
-    server: &crate::identity::IdentityService,
+    identity: &crate::identity::IdentityService,
     id: &str,
     ip: std::net::IpAddr,
 ) -> Result<Option<OAuthClient>, ClientError> {
     if documents::is_document_url(id) {
-        let config = server.state.config().web.client_documents.clone();
+        let config = identity.state.config().web.client_documents.clone();
         let Some(config) = config else { return Ok(None) };
-        let docs = &server.signin.client_documents;
-        let client = docs.client(&config, id, ip, &server.signin.guesses).await.map_err(|e| match e {
+        let docs = &identity.signin.client_documents;
+        let client = docs.client(&config, id, ip, &identity.signin.guesses).await.map_err(|e| match e {
             documents::DocumentError::Refused(why) => ClientError::Document(why),
             documents::DocumentError::Busy(wait) => ClientError::Busy(wait),
         })?;
         return Ok(Some(OAuthClient::clone(&client)));
     }
-    let client = server.state.oauth_client(id).await?.map(|c| OAuthClient::clone(&c));
+    let client = identity.state.oauth_client(id).await?.map(|c| OAuthClient::clone(&c));
     if let Some(c) = client.as_ref().filter(|c| endpoints::self_registered(c)) {
-        endpoints::used(server, c).await?;
+        endpoints::used(identity, c).await?;
     }
     Ok(client)
 }
@@ -181,14 +181,14 @@ pub(crate) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'
 /// organisation's client is unknown). A failure here is told to the user, never redirected
 /// (RFC 6749 section 4.1.2.1), so that nobody can bounce a user to a URI of their choosing.
 pub async fn check_client(
-    server: &crate::identity::IdentityService,
+    identity: &crate::identity::IdentityService,
     params: &[(String, String)],
     org_id: Option<&str>,
     ip: std::net::IpAddr,
 ) -> Result<(OAuthClient, String), ApiError> {
     let id = param(params, "client_id")
         .ok_or_else(|| ApiError::validation("client_id", "the request names no client_id"))?;
-    let client = client(server, id, ip)
+    let client = client(identity, id, ip)
         .await?
         .filter(|c| org_id.is_none_or(|o| c.org_id == o || c.org_id.is_empty()))
         .ok_or_else(|| ApiError::validation("client_id", "the client_id names no client of your organisation"))?;

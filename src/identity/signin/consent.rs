@@ -24,19 +24,19 @@ const CARRIED: [&str; 8] = [
 ];
 
 /// `GET {auth_url}/oauth/authorize`: the consent page, or the sign-in page first.
-pub(super) async fn authorize(server: &IdentityService, ex: &Exchange<'_>) -> Result<Page, ApiError> {
+pub(super) async fn authorize(identity: &IdentityService, ex: &Exchange<'_>) -> Result<Page, ApiError> {
     let query = ex.request().uri.query().unwrap_or("");
     let params = crate::edge::forms::parse_query(Some(query));
-    let path = prefix(server);
-    let Some(session) = current(server, ex).await? else {
+    let path = prefix(identity);
+    let Some(session) = current(identity, ex).await? else {
         // Only a well-formed request is worth signing in for.
-        oauth_server::check_client(server, &params, None, ex.ctx.client_ip).await?;
+        oauth_server::check_client(identity, &params, None, ex.ctx.client_ip).await?;
         let here = format!("{path}/oauth/authorize?{query}");
         let next: String = url::form_urlencoded::byte_serialize(here.as_bytes()).collect();
         return Ok(Page::redirect(&format!("{path}/signin?next={next}")));
     };
-    let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
-    let (request, gateway) = match checked(server, &params, &user.org_id, ex.ctx.client_ip).await? {
+    let user = identity.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
+    let (request, gateway) = match checked(identity, &params, &user.org_id, ex.ctx.client_ip).await? {
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
@@ -52,28 +52,28 @@ pub(super) async fn authorize(server: &IdentityService, ex: &Exchange<'_>) -> Re
 }
 
 /// `POST {auth_url}/oauth/authorize`: the user's decision, on the same checks again.
-pub(super) async fn decide(server: &IdentityService, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
+pub(super) async fn decide(identity: &IdentityService, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
     let fields = form(ex).await?;
-    let session = current(server, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
-    let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
-    let (request, _) = match checked(server, &fields, &user.org_id, ex.ctx.client_ip).await? {
+    let session = current(identity, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
+    let user = identity.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
+    let (request, _) = match checked(identity, &fields, &user.org_id, ex.ctx.client_ip).await? {
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
     let state = request.state.as_deref();
     if super::field(&fields, "decision") != "allow" {
         let denied = [("error", "access_denied"), ("error_description", "the user denied the request")];
-        return Ok(back_to_client(server, &request.redirect_uri, state, &denied));
+        return Ok(back_to_client(identity, &request.redirect_uri, state, &denied));
     }
-    let lifetime = server.state.config().web.authorization_code_lifetime;
-    let code = oauth_server::issue_code(server.state.store.as_ref(), &request, &user, lifetime).await?;
+    let lifetime = identity.state.config().web.authorization_code_lifetime;
+    let code = oauth_server::issue_code(identity.state.store.as_ref(), &request, &user, lifetime).await?;
     tracing::info!(user = user.id, client = request.client.id, "OAuth client authorised");
-    Ok(back_to_client(server, &request.redirect_uri, state, &[("code", &code)]))
+    Ok(back_to_client(identity, &request.redirect_uri, state, &[("code", &code)]))
 }
 
 /// The browser sent back to the client's redirect URI with `pairs`, the state and the issuer.
-fn back_to_client(server: &IdentityService, redirect_uri: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> Page {
-    let issuer = server.state.config().server.public_url.clone();
+fn back_to_client(identity: &IdentityService, redirect_uri: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> Page {
+    let issuer = identity.state.config().server.public_url.clone();
     Page::redirect(&oauth_server::redirect_with(redirect_uri, &issuer, state, pairs))
 }
 
@@ -82,22 +82,22 @@ fn back_to_client(server: &IdentityService, redirect_uri: &str, state: Option<&s
 /// with the error). An address the organisation's IP allowlist refuses gets `access_denied`
 /// (RFC 6749 section 4.1.2.1) back at the client, whatever the request.
 async fn checked(
-    server: &IdentityService,
+    identity: &IdentityService,
     params: &[(String, String)],
     org_id: &str,
     ip: std::net::IpAddr,
 ) -> Result<Result<(AuthorizationRequest, Option<Arc<Gateway>>), Page>, ApiError> {
-    let (client, redirect_uri) = oauth_server::check_client(server, params, Some(org_id), ip).await?;
-    if server.state.refuses_address(org_id, ip) {
+    let (client, redirect_uri) = oauth_server::check_client(identity, params, Some(org_id), ip).await?;
+    if identity.state.refuses_address(org_id, ip) {
         let pairs = [
             ("error", "access_denied"),
             ("error_description", "the organisation's IP allowlist does not allow requests from this address"),
         ];
-        return Ok(Err(back_to_client(server, &redirect_uri, oauth_server::param(params, "state"), &pairs)));
+        return Ok(Err(back_to_client(identity, &redirect_uri, oauth_server::param(params, "state"), &pairs)));
     }
     let checked = oauth_server::check_request(client, redirect_uri.clone(), params).and_then(|r| {
         let gateway = match &r.resource {
-            Some(resource) => Some(oauth_server::gateway_of_resource(&server.state, resource, org_id)?),
+            Some(resource) => Some(oauth_server::gateway_of_resource(&identity.state, resource, org_id)?),
             None => None,
         };
         Ok((r, gateway))
@@ -107,7 +107,7 @@ async fn checked(
         Err(e) => {
             let pairs = [("error", e.code), ("error_description", e.description.as_str())];
             let state = oauth_server::param(params, "state");
-            Ok(Err(back_to_client(server, &redirect_uri, state, &pairs)))
+            Ok(Err(back_to_client(identity, &redirect_uri, state, &pairs)))
         }
     }
 }

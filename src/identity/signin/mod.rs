@@ -188,25 +188,25 @@ impl SignIn {
 }
 
 /// Answers a request under the prefix (`prefix` is its length in the path).
-pub async fn handle(server: &IdentityService, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
+pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
     let path = ex.request().uri.path()[prefix..].to_string();
     let method = ex.request().method.clone();
     if matches!(path.as_str(), "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
-        return crate::identity::oauth_server::handle(server, ex, &path).await;
+        return crate::identity::oauth_server::handle(identity, ex, &path).await;
     }
     let page = match (method.as_str(), path.as_str()) {
-        ("GET", "" | "/") => account(server, ex).await,
-        ("GET", "/signin") => Ok(sign_in_form(server, ex, None)),
-        ("POST", "/signin") => sign_in(server, ex).await,
-        ("POST", "/signin/mfa") => sign_in_mfa(server, ex).await,
-        ("POST", "/signout") => sign_out(server, ex).await,
-        ("GET", "/oauth/authorize") => consent::authorize(server, ex).await,
-        ("POST", "/oauth/authorize") => consent::decide(server, ex).await,
-        ("GET", p) if p.starts_with("/signin/") => start_with_provider(server, ex, &p["/signin/".len()..]).await,
-        ("GET", p) if p.starts_with("/callback/") => back_from_provider(server, ex, &p["/callback/".len()..]).await,
-        ("GET", "/saml/metadata") => Ok(Page::xml(saml::metadata(server))),
-        ("GET", p) if p.starts_with("/saml/login/") => saml_start(server, ex, &p["/saml/login/".len()..]).await,
-        ("POST", "/saml/callback") => saml_callback(server, ex).await,
+        ("GET", "" | "/") => account(identity, ex).await,
+        ("GET", "/signin") => Ok(sign_in_form(identity, ex, None)),
+        ("POST", "/signin") => sign_in(identity, ex).await,
+        ("POST", "/signin/mfa") => sign_in_mfa(identity, ex).await,
+        ("POST", "/signout") => sign_out(identity, ex).await,
+        ("GET", "/oauth/authorize") => consent::authorize(identity, ex).await,
+        ("POST", "/oauth/authorize") => consent::decide(identity, ex).await,
+        ("GET", p) if p.starts_with("/signin/") => start_with_provider(identity, ex, &p["/signin/".len()..]).await,
+        ("GET", p) if p.starts_with("/callback/") => back_from_provider(identity, ex, &p["/callback/".len()..]).await,
+        ("GET", "/saml/metadata") => Ok(Page::xml(saml::metadata(identity))),
+        ("GET", p) if p.starts_with("/saml/login/") => saml_start(identity, ex, &p["/saml/login/".len()..]).await,
+        ("POST", "/saml/callback") => saml_callback(identity, ex).await,
         (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout" | "/oauth/authorize") => {
             Err(ApiError::MethodNotAllowed(method.to_string()))
         }
@@ -299,14 +299,14 @@ fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-fn prefix(server: &IdentityService) -> String {
-    server.state.config().web.path.clone()
+fn prefix(identity: &IdentityService) -> String {
+    identity.state.config().web.path.clone()
 }
 
 /// Where to go once signed in: a path of this server, else the account page.
-fn next_of(server: &IdentityService, next: Option<&str>) -> String {
-    let origin = server.state.config().server.public_url.clone();
-    next.and_then(|n| same_origin_path(&origin, n)).unwrap_or_else(|| format!("{}/", prefix(server)))
+fn next_of(identity: &IdentityService, next: Option<&str>) -> String {
+    let origin = identity.state.config().server.public_url.clone();
+    next.and_then(|n| same_origin_path(&origin, n)).unwrap_or_else(|| format!("{}/", prefix(identity)))
 }
 
 /// `next` as a path (with its query) of the server at `public_url`, or `None` when a browser
@@ -336,12 +336,12 @@ fn same_origin_path(public_url: &str, next: &str) -> Option<String> {
 }
 
 /// The sign-in form, with a fresh CSRF token (cookie and field).
-fn sign_in_form(server: &IdentityService, ex: &Exchange<'_>, error: Option<&str>) -> Page {
+fn sign_in_form(identity: &IdentityService, ex: &Exchange<'_>, error: Option<&str>) -> Page {
     let next = next_in_query(ex);
     let csrf = crate::base::secrets::new_session_id();
-    let path = prefix(server);
+    let path = prefix(identity);
     // Where each way of signing in starts, and its name: the OpenID providers, then SAML.
-    let web = &server.state.config().web;
+    let web = &identity.state.config().web;
     let providers: Vec<(String, String)> = (web.oidc_providers.iter())
         .map(|p| (format!("/signin/{}", p.id), p.name.clone()))
         .chain(web.saml.iter().map(|s| (format!("/saml/login/{}", s.organization), s.name.clone())))
@@ -378,19 +378,19 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
 
 /// The users an e-mail names (one in practice; in several organisations, the first whose
 /// password matches signs in).
-fn users_with(server: &IdentityService, email: &str) -> Vec<Arc<User>> {
-    let mut users = server.state.users_where(|u| u.email.eq_ignore_ascii_case(email));
+fn users_with(identity: &IdentityService, email: &str) -> Vec<Arc<User>> {
+    let mut users = identity.state.users_where(|u| u.email.eq_ignore_ascii_case(email));
     users.sort_by(|a, b| a.id.cmp(&b.id));
     users
 }
 
-async fn sign_in(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     let fields = form(ex).await?;
     let email = field(&fields, "email").trim().to_lowercase();
     let password = field(&fields, "password").to_string();
-    let next = next_of(server, Some(field(&fields, "next")));
+    let next = next_of(identity, Some(field(&fields, "next")));
     let ip = ex.ctx.client_ip;
-    if let Some(wait) = server.signin.locked(&email) {
+    if let Some(wait) = identity.signin.locked(&email) {
         return Err(ApiError::too_many("wrong passwords", wait));
     }
     if passwords::overloaded() {
@@ -402,31 +402,31 @@ async fn sign_in(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result
         });
     }
     // Counted before the check, so that attempts made at once count as much as one after another.
-    server.signin.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
+    identity.signin.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
     let mut signed_in = None;
-    let candidates = users_with(server, &email);
+    let candidates = users_with(identity, &email);
     if candidates.is_empty() {
         passwords::verify(None, password.clone()).await;
     }
     for user in candidates {
-        let stored = passwords::stored(server.signin.store.as_ref(), &user.id).await?;
+        let stored = passwords::stored(identity.signin.store.as_ref(), &user.id).await?;
         if passwords::verify(stored.map(|p| p.hash), password.clone()).await {
             signed_in = Some(user);
             break;
         }
     }
     let Some(user) = signed_in else {
-        server.signin.failed(&email);
-        return Ok(sign_in_form(server, ex, Some("The e-mail or the password is wrong.")));
+        identity.signin.failed(&email);
+        return Ok(sign_in_form(identity, ex, Some("The e-mail or the password is wrong.")));
     };
-    server.signin.succeeded(&email);
-    signed_in_as(server, ex, &user, &next).await
+    identity.signin.succeeded(&email);
+    signed_in_as(identity, ex, &user, &next).await
 }
 
 /// Refused (403 `IP_NOT_ALLOWED`) when the user's organisation enforces an IP allowlist that
 /// does not hold `ip`: one page, whatever proved who the user is.
-fn admitted(server: &IdentityService, user: &User, ip: IpAddr) -> std::result::Result<(), ApiError> {
-    if server.state.refuses_address(&user.org_id, ip) {
+fn admitted(identity: &IdentityService, user: &User, ip: IpAddr) -> std::result::Result<(), ApiError> {
+    if identity.state.refuses_address(&user.org_id, ip) {
         tracing::info!(user = user.id, %ip, "web sign-in refused by the organisation's IP allowlist");
         return Err(ApiError::Rejected {
             status: 403,
@@ -444,26 +444,26 @@ fn admitted(server: &IdentityService, user: &User, ip: IpAddr) -> std::result::R
 /// this check, continues this sign-in (not a challenge a key was given by the API, nor this one
 /// from another browser).
 async fn signed_in_as(
-    server: &IdentityService,
+    identity: &IdentityService,
     ex: &Exchange<'_>,
     user: &User,
     next: &str,
 ) -> std::result::Result<Page, ApiError> {
-    admitted(server, user, ex.ctx.client_ip)?;
-    if server.mfa.is_active(&user.id).await? {
+    admitted(identity, user, ex.ctx.client_ip)?;
+    if identity.mfa.is_active(&user.id).await? {
         let browser = crate::base::secrets::new_session_id();
-        let challenge = server.mfa.web_challenge(&user.id, &crate::base::secrets::hash_key(&browser)).await?;
+        let challenge = identity.mfa.web_challenge(&user.id, &crate::base::secrets::hash_key(&browser)).await?;
         // A sign-in that arrives from a provider has no form yet: it gets a CSRF token here.
         let (csrf, fresh) = match cookie(ex, CSRF_COOKIE) {
             Some(c) => (c.to_string(), false),
             None => (crate::base::secrets::new_session_id(), true),
         };
-        let path = prefix(server);
+        let path = prefix(identity);
         let page = Page::html(200, pages::code(&path, &csrf, &challenge.id, next, Some(&challenge.prompt), None))
             .cookie(mfa_cookie(&path, &browser, crate::identity::mfa::MFA_TTL));
         return Ok(if fresh { page.cookie(csrf_cookie(&path, &csrf)) } else { page });
     }
-    start_session(server, ex, user, next).await
+    start_session(identity, ex, user, next).await
 }
 
 /// The cookie that binds an MFA challenge to its browser (`Max-Age=0` with an empty value
@@ -475,28 +475,28 @@ fn mfa_cookie(path: &str, value: &str, max_age: Duration) -> String {
     )
 }
 
-fn redirect_uri(server: &IdentityService, provider: &str) -> String {
-    let config = server.state.config();
+fn redirect_uri(identity: &IdentityService, provider: &str) -> String {
+    let config = identity.state.config();
     format!("{}{}/callback/{provider}", config.server.public_url, config.web.path)
 }
 
 async fn start_with_provider(
-    server: &IdentityService,
+    identity: &IdentityService,
     ex: &Exchange<'_>,
     id: &str,
 ) -> std::result::Result<Page, ApiError> {
-    let config = server.state.config();
+    let config = identity.state.config();
     let provider = config.web.oidc_providers.iter().find(|p| p.id == id).cloned();
     drop(config);
     let provider = provider.ok_or_else(|| ApiError::NoRoute(ex.request().uri.path().to_string()))?;
-    let next = next_of(server, next_in_query(ex).as_deref());
-    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
-    let to = oidc::start(server.signin.store.as_ref(), &provider, &redirect_uri(server, id), &next).await?;
+    let next = next_of(identity, next_in_query(ex).as_deref());
+    identity.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
+    let to = oidc::start(identity.signin.store.as_ref(), &provider, &redirect_uri(identity, id), &next).await?;
     Ok(Page::redirect(&to))
 }
 
 async fn back_from_provider(
-    server: &IdentityService,
+    identity: &IdentityService,
     ex: &Exchange<'_>,
     callback: &str,
 ) -> std::result::Result<Page, ApiError> {
@@ -508,13 +508,13 @@ async fn back_from_provider(
     if state.is_empty() || code.is_empty() {
         return Err(ApiError::validation("code", "the provider sent back no code and state"));
     }
-    let providers = server.state.config().web.oidc_providers.clone();
-    let store = server.signin.store.as_ref();
-    let done = oidc::finish(store, &providers, |id| redirect_uri(server, id), callback, state, code).await?;
+    let providers = identity.state.config().web.oidc_providers.clone();
+    let store = identity.signin.store.as_ref();
+    let done = oidc::finish(store, &providers, |id| redirect_uri(identity, id), callback, state, code).await?;
     // `finish` took only a sign-in started with this callback's provider.
     let organization = providers.iter().find(|p| p.id == callback).and_then(|p| p.organization.as_deref());
-    let user = provider_user(server, &done.email, organization)?;
-    signed_in_as(server, ex, &user, &done.next).await
+    let user = provider_user(identity, &done.email, organization)?;
+    signed_in_as(identity, ex, &user, &done.next).await
 }
 
 /// The user a provider's verified e-mail names: the one with it in the provider's organisation
@@ -522,11 +522,11 @@ async fn back_from_provider(
 /// that users of several organisations hold is refused, never settled by picking one: the
 /// provider vouches for an address, not for an organisation.
 fn provider_user(
-    server: &IdentityService,
+    identity: &IdentityService,
     email: &str,
     organization: Option<&str>,
 ) -> std::result::Result<Arc<User>, ApiError> {
-    let mut users = users_with(server, email);
+    let mut users = users_with(identity, email);
     if let Some(org) = organization {
         users.retain(|u| u.org_id == org);
     }
@@ -540,15 +540,15 @@ fn provider_user(
     }
 }
 
-async fn saml_start(server: &IdentityService, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
-    let next = next_of(server, next_in_query(ex).as_deref());
-    server.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
-    let started = saml::start(server, org, &next).await?;
+async fn saml_start(identity: &IdentityService, ex: &Exchange<'_>, org: &str) -> std::result::Result<Page, ApiError> {
+    let next = next_of(identity, next_in_query(ex).as_deref());
+    identity.signin.count("sign-ins started from this address", ex.ctx.client_ip, ADDRESS_STARTS).await?;
+    let started = saml::start(identity, org, &next).await?;
     let cookie = format!(
         "{}={}; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age={}",
         saml::BROWSER_COOKIE,
         started.browser,
-        prefix(server),
+        prefix(identity),
         saml::REQUEST_TTL.as_secs()
     );
     Ok(Page::redirect(&started.redirect_to).cookie(cookie))
@@ -556,59 +556,59 @@ async fn saml_start(server: &IdentityService, ex: &Exchange<'_>, org: &str) -> s
 
 /// The IdP's answer (HTTP-POST binding). Cross-site by nature, so no CSRF token: the request it
 /// answers is single use and bound to the browser that started it (a cookie).
-async fn saml_callback(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn saml_callback(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     let body = ex.read_body_within(saml::MAX_RESPONSE_FORM_BYTES).await?;
     let fields = forms::parse(&body);
     let browser = cookie(ex, saml::BROWSER_COOKIE).unwrap_or("");
-    let done = saml::finish(server, field(&fields, "RelayState"), field(&fields, "SAMLResponse"), browser).await?;
-    let page = signed_in_as(server, ex, &done.user, &done.next).await?;
+    let done = saml::finish(identity, field(&fields, "RelayState"), field(&fields, "SAMLResponse"), browser).await?;
+    let page = signed_in_as(identity, ex, &done.user, &done.next).await?;
     let expired = format!(
         "{}=; Path={}/saml/callback; HttpOnly; Secure; SameSite=None; Max-Age=0",
         saml::BROWSER_COOKIE,
-        prefix(server)
+        prefix(identity)
     );
     Ok(page.cookie(expired))
 }
 
-async fn sign_in_mfa(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn sign_in_mfa(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     let fields = form(ex).await?;
     let challenge = field(&fields, "challenge_id");
-    let next = next_of(server, Some(field(&fields, "next")));
+    let next = next_of(identity, Some(field(&fields, "next")));
     let stale = || ApiError::validation("challenge_id", "the sign-in took too long or was used up: sign in again");
     // Only the challenge this browser's password check opened (its cookie's hash) is answered.
     let browser = cookie(ex, MFA_COOKIE).map(crate::base::secrets::hash_key).ok_or_else(stale)?;
-    let user_id = server.mfa.web_challenge_user(challenge, &browser).await?.ok_or_else(stale)?;
-    let user = server.state.user(&user_id).ok_or(ApiError::NotFound("user"))?;
+    let user_id = identity.mfa.web_challenge_user(challenge, &browser).await?.ok_or_else(stale)?;
+    let user = identity.state.user(&user_id).ok_or(ApiError::NotFound("user"))?;
     // Checked again: the code may come from another address than the password did.
-    admitted(server, &user, ex.ctx.client_ip)?;
+    admitted(identity, &user, ex.ctx.client_ip)?;
     let code = field(&fields, "code");
-    match server.mfa.verify_web(&server.state.sealer, &user.id, challenge, code, &browser).await {
+    match identity.mfa.verify_web(&identity.state.sealer, &user.id, challenge, code, &browser).await {
         Ok(()) => {
-            let page = start_session(server, ex, &user, &next).await?;
-            Ok(page.cookie(mfa_cookie(&prefix(server), "", Duration::ZERO)))
+            let page = start_session(identity, ex, &user, &next).await?;
+            Ok(page.cookie(mfa_cookie(&prefix(identity), "", Duration::ZERO)))
         }
         Err(e @ ApiError::Rejected { .. }) => Err(e),
         Err(e) => {
             let csrf = field(&fields, "csrf").to_string();
-            let still_open = server.mfa.web_challenge_user(challenge, &browser).await?.is_some();
+            let still_open = identity.mfa.web_challenge_user(challenge, &browser).await?.is_some();
             if !still_open {
                 return Err(e);
             }
-            let page = pages::code(&prefix(server), &csrf, challenge, &next, None, Some("That code is not valid."));
+            let page = pages::code(&prefix(identity), &csrf, challenge, &next, None, Some("That code is not valid."));
             Ok(Page::html(401, page))
         }
     }
 }
 
 async fn start_session(
-    server: &IdentityService,
+    identity: &IdentityService,
     ex: &Exchange<'_>,
     user: &User,
     next: &str,
 ) -> std::result::Result<Page, ApiError> {
-    let web = server.state.config().web.clone();
+    let web = identity.state.config().web.clone();
     let ua = ex.header("user-agent").unwrap_or("").to_string();
-    let token = server
+    let token = identity
         .signin
         .sessions
         .start(user, ex.ctx.client_ip.to_string(), ua, web.session_idle, web.max_sessions_per_user)
@@ -618,30 +618,33 @@ async fn start_session(
 }
 
 /// The signed-in user's session, if the request carries a live one.
-pub async fn current(server: &IdentityService, ex: &Exchange<'_>) -> std::result::Result<Option<WebSession>, ApiError> {
+pub async fn current(
+    identity: &IdentityService,
+    ex: &Exchange<'_>,
+) -> std::result::Result<Option<WebSession>, ApiError> {
     let Some(token) = cookie(ex, SESSION_COOKIE) else { return Ok(None) };
-    let idle = server.state.config().web.session_idle;
-    Ok(server.signin.sessions.find(token, idle).await?)
+    let idle = identity.state.config().web.session_idle;
+    Ok(identity.signin.sessions.find(token, idle).await?)
 }
 
-async fn account(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
-    let Some(session) = current(server, ex).await? else {
-        return Ok(Page::redirect(&format!("{}/signin", prefix(server))));
+async fn account(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+    let Some(session) = current(identity, ex).await? else {
+        return Ok(Page::redirect(&format!("{}/signin", prefix(identity))));
     };
-    let user = server.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
-    let sessions = server.signin.sessions.of_user(&user.id).await?;
+    let user = identity.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
+    let sessions = identity.signin.sessions.of_user(&user.id).await?;
     let csrf = crate::base::secrets::new_session_id();
-    let path = prefix(server);
+    let path = prefix(identity);
     Ok(Page::html(200, pages::account(&path, &csrf, &user, &session, &sessions)).cookie(csrf_cookie(&path, &csrf)))
 }
 
-async fn sign_out(server: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
+async fn sign_out(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
     form(ex).await?;
     if let Some(token) = cookie(ex, SESSION_COOKIE) {
-        server.signin.sessions.end_token(token).await?;
+        identity.signin.sessions.end_token(token).await?;
     }
     let gone = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0");
-    Ok(Page::redirect(&format!("{}/signin", prefix(server))).cookie(gone))
+    Ok(Page::redirect(&format!("{}/signin", prefix(identity))).cookie(gone))
 }
 
 #[cfg(test)]

@@ -65,13 +65,13 @@ pub struct Finished {
 }
 
 /// toolgate's entity id as a service provider (also where its metadata is served).
-fn entity_id(server: &IdentityService) -> String {
-    let config = server.state.config();
+fn entity_id(identity: &IdentityService) -> String {
+    let config = identity.state.config();
     format!("{}{}/saml/metadata", config.server.public_url, config.web.path)
 }
 
-fn acs_url(server: &IdentityService) -> String {
-    let config = server.state.config();
+fn acs_url(identity: &IdentityService) -> String {
+    let config = identity.state.config();
     format!("{}{}/saml/callback", config.server.public_url, config.web.path)
 }
 
@@ -80,7 +80,7 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 }
 
 /// The service provider facing `idp`.
-fn service_provider(server: &IdentityService, idp: &SamlIdp) -> Result<ServiceProvider, ApiError> {
+fn service_provider(identity: &IdentityService, idp: &SamlIdp) -> Result<ServiceProvider, ApiError> {
     let cert = base64::engine::general_purpose::STANDARD.encode(&idp.certificate_der);
     let idp_metadata: samael::metadata::EntityDescriptor = format!(
         "<md:EntityDescriptor xmlns:md=\"urn:oasis:names:tc:SAML:2.0:metadata\" entityID=\"{}\">\
@@ -97,9 +97,9 @@ fn service_provider(server: &IdentityService, idp: &SamlIdp) -> Result<ServicePr
     .map_err(|e| unavailable(format!("the IdP's description: {e}")))?;
     use samael::crypto::AllowedSignatureAlgorithm as A;
     ServiceProviderBuilder::default()
-        .entity_id(entity_id(server))
-        .metadata_url(entity_id(server))
-        .acs_url(acs_url(server))
+        .entity_id(entity_id(identity))
+        .metadata_url(entity_id(identity))
+        .acs_url(acs_url(identity))
         .slo_url(None)
         .idp_metadata(idp_metadata)
         .authn_name_id_format(None)
@@ -118,7 +118,7 @@ fn service_provider(server: &IdentityService, idp: &SamlIdp) -> Result<ServicePr
 /// `GET {auth_url}/saml/metadata`: toolgate's service-provider metadata, for the IdP: its
 /// entity id, the callback (HTTP-POST), signed assertions wanted, e-mail name ids. No single
 /// logout: a web session ends at toolgate's sign-out.
-pub fn metadata(server: &IdentityService) -> String {
+pub fn metadata(identity: &IdentityService) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
          <md:EntityDescriptor xmlns:md=\"urn:oasis:names:tc:SAML:2.0:metadata\" entityID=\"{}\">\
@@ -127,20 +127,20 @@ pub fn metadata(server: &IdentityService) -> String {
          <md:NameIDFormat>urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress</md:NameIDFormat>\
          <md:AssertionConsumerService Binding=\"urn:oasis:names:tc:SAML:2.0:bindings:HTTP-POST\" \
          Location=\"{}\" index=\"0\" isDefault=\"true\"/></md:SPSSODescriptor></md:EntityDescriptor>",
-        super::pages::escape(&entity_id(server)),
-        super::pages::escape(&acs_url(server))
+        super::pages::escape(&entity_id(identity)),
+        super::pages::escape(&acs_url(identity))
     )
 }
 
-fn idp_of(server: &IdentityService, org: &str) -> Result<SamlIdp, ApiError> {
-    let idp = server.state.config().web.saml.iter().find(|s| s.organization == org).cloned();
-    idp.filter(|_| server.state.org(org).is_some()).ok_or(ApiError::NotFound("single sign-on for this organisation"))
+fn idp_of(identity: &IdentityService, org: &str) -> Result<SamlIdp, ApiError> {
+    let idp = identity.state.config().web.saml.iter().find(|s| s.organization == org).cloned();
+    idp.filter(|_| identity.state.org(org).is_some()).ok_or(ApiError::NotFound("single sign-on for this organisation"))
 }
 
 /// Starts a sign-in with the IdP of organisation `org`.
-pub async fn start(server: &IdentityService, org: &str, next: &str) -> Result<Started, ApiError> {
-    let idp = idp_of(server, org)?;
-    let sp = service_provider(server, &idp)?;
+pub async fn start(identity: &IdentityService, org: &str, next: &str) -> Result<Started, ApiError> {
+    let idp = idp_of(identity, org)?;
+    let sp = service_provider(identity, &idp)?;
     let mut request = sp.make_authentication_request(&idp.sso_url).map_err(unavailable)?;
     // An XML id (a letter first), unguessable; samael's own is a 32-bit number.
     request.id = format!("_{}", crate::base::secrets::new_session_id());
@@ -158,7 +158,7 @@ pub async fn start(server: &IdentityService, org: &str, next: &str) -> Result<St
     };
     let expires = chrono::Utc::now().timestamp_millis() + REQUEST_TTL.as_millis() as i64;
     let key = format!("saml:{}", crate::base::secrets::hash_key(&relay_state));
-    server.signin.store.put_record_until(Kind::SignInState, NO_PARTITION, &key, &pending, expires).await?;
+    identity.signin.store.put_record_until(Kind::SignInState, NO_PARTITION, &key, &pending, expires).await?;
     let mut to = url::Url::parse(&idp.sso_url).map_err(unavailable)?;
     to.query_pairs_mut().append_pair("SAMLRequest", &encoded).append_pair("RelayState", &relay_state);
     Ok(Started { redirect_to: to.into(), browser })
@@ -222,7 +222,7 @@ const GROUP_NAMES: &[&str] = &["groups", "memberOf", "http://schemas.microsoft.c
 
 /// Checks the IdP's answer and finds (or makes) the user it names.
 pub async fn finish(
-    server: &IdentityService,
+    identity: &IdentityService,
     relay_state: &str,
     response: &str,
     browser: &str,
@@ -230,17 +230,17 @@ pub async fn finish(
     if relay_state.is_empty() || response.is_empty() {
         return Err(ApiError::validation("SAMLResponse", "the identity provider sent no SAMLResponse and RelayState"));
     }
-    let pending = take_pending(server, relay_state, browser).await?;
-    let idp = idp_of(server, &pending.organization)?;
-    let assertion = verified_assertion(server, &idp, &pending, response).await?;
-    let user = user_of(server, &idp, &pending.organization, &assertion).await?;
+    let pending = take_pending(identity, relay_state, browser).await?;
+    let idp = idp_of(identity, &pending.organization)?;
+    let assertion = verified_assertion(identity, &idp, &pending, response).await?;
+    let user = user_of(identity, &idp, &pending.organization, &assertion).await?;
     Ok(Finished { user, next: pending.next })
 }
 
 /// The sign-in under way that `relay_state` names, used up, if this browser started it.
-async fn take_pending(server: &IdentityService, relay_state: &str, browser: &str) -> Result<Pending, ApiError> {
+async fn take_pending(identity: &IdentityService, relay_state: &str, browser: &str) -> Result<Pending, ApiError> {
     let key = format!("saml:{}", crate::base::secrets::hash_key(relay_state));
-    let taken = server.signin.store.take(Kind::SignInState, &key).await?;
+    let taken = identity.signin.store.take(Kind::SignInState, &key).await?;
     let pending: Pending = taken
         .and_then(|json| serde_json::from_str(&json).ok())
         .ok_or_else(|| refused("it answers no sign-in under way (unknown, expired or already used): sign in again"))?;
@@ -255,7 +255,7 @@ async fn take_pending(server: &IdentityService, relay_state: &str, browser: &str
 /// The one assertion of `response`: signed by the IdP, answering `pending`'s request, and not
 /// seen before (it is remembered for [`ASSERTION_MEMORY`]).
 async fn verified_assertion(
-    server: &IdentityService,
+    identity: &IdentityService,
     idp: &SamlIdp,
     pending: &Pending,
     response: &str,
@@ -267,7 +267,7 @@ async fn verified_assertion(
     if assertions_in(&xml)? != 1 {
         return Err(refused("a response must carry exactly one assertion"));
     }
-    let sp = service_provider(server, idp)?;
+    let sp = service_provider(identity, idp)?;
     let request_id = pending.request_id.clone();
     // libxml2 and xmlsec work synchronously and keep global state: one check at a time, off the
     // request threads.
@@ -283,18 +283,18 @@ async fn verified_assertion(
         "saml-assertion:{}",
         crate::base::secrets::hash_key(&format!("{}|{}", idp.idp_entity_id, assertion.id))
     );
-    if server.signin.store.get(Kind::SignInState, &seen).await?.is_some() {
+    if identity.signin.store.get(Kind::SignInState, &seen).await?.is_some() {
         return Err(refused("this assertion was used before"));
     }
     let until = chrono::Utc::now().timestamp_millis() + ASSERTION_MEMORY.as_millis() as i64;
-    server.signin.store.put_expiring(Kind::SignInState, NO_PARTITION, &seen, "1".into(), until).await?;
+    identity.signin.store.put_expiring(Kind::SignInState, NO_PARTITION, &seen, "1".into(), until).await?;
     Ok(assertion)
 }
 
 /// The user of `organization` with the assertion's e-mail; made at its first sign-in, with the
 /// role its groups map to (`group_roles`, else `default_role`).
 async fn user_of(
-    server: &IdentityService,
+    identity: &IdentityService,
     idp: &SamlIdp,
     organization: &str,
     assertion: &samael::schema::Assertion,
@@ -307,7 +307,7 @@ async fn user_of(
         .map(|e| e.trim().to_lowercase())
         .filter(|e| e.parse::<lettre::Address>().is_ok())
         .ok_or_else(|| refused("it names no e-mail address"))?;
-    let existing = server
+    let existing = identity
         .state
         .users_where(|u| u.org_id == organization && u.email.eq_ignore_ascii_case(&email))
         .into_iter()
@@ -331,5 +331,5 @@ async fn user_of(
         declared: false,
     };
     tracing::info!(user = user.id, org = user.org_id, role = user.role, "user created at its first SAML sign-in");
-    Ok(server.state.save_user(user).await?)
+    Ok(identity.state.save_user(user).await?)
 }
