@@ -113,7 +113,7 @@ pub struct GatewayMetrics {
 /// `metrics` of the gateway detail, from today's hourly rollups (UTC day).
 async fn metrics_today(server: &crate::server::Server, g: &Gateway) -> Result<GatewayMetrics, ApiError> {
     server.reqlog.flush(crate::data::reqlog::Urgency::Now).await;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = crate::base::time::now_ms();
     let day = 24 * crate::observe::rollup::HOUR;
     let rows = server
         .state

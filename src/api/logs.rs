@@ -161,7 +161,7 @@ pub async fn analytics(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (name, span_ms, bucket_ms) = period(call)?;
     let group_by = call.query_choice("group_by", &["app", "function", "status"])?;
-    let now = Utc::now().timestamp_millis();
+    let now = crate::base::time::now_ms();
     // Whole buckets: the first starts at or before `now - span`, the last holds `now`.
     let first = (now - span_ms).div_euclid(bucket_ms) * bucket_ms;
     let q = RollupQuery {
@@ -274,7 +274,7 @@ fn metrics_window(call: &Call<'_>) -> Result<(&'static str, i64, &'static str, i
 /// The metrics of the calls that `q` selects over the window: the whole and every bucket.
 async fn metrics(call: &Call<'_>, mut q: RollupQuery) -> Result<Value, ApiError> {
     let (period, span, resolution, step) = metrics_window(call)?;
-    let now = Utc::now().timestamp_millis();
+    let now = crate::base::time::now_ms();
     let first = (now - span).div_euclid(step) * step;
     q.histograms = true;
     let rows = rollups(call, q, first, step).await?;

@@ -90,7 +90,7 @@ impl EntryWriter {
         // Only UTF-8 went in: serde_json's output and ASCII literals.
         let body = String::from_utf8(std::mem::take(json)).unwrap_or_default();
         LogRecord {
-            ts_ms: chrono::Utc::now().timestamp_millis(),
+            ts_ms: crate::base::time::now_ms(),
             gateway: self.gateway,
             app: self.app,
             error,
@@ -319,7 +319,7 @@ mod tests {
         assert!(!e.error);
         assert_eq!((e.gateway.id.as_str(), e.app.as_str(), e.duration_us), ("gw_1", "time", 7_400));
         assert_eq!(e.function(), "get_current_time");
-        assert!((chrono::Utc::now().timestamp_millis() - e.ts_ms).abs() < 60_000);
+        assert!((crate::base::time::now_ms() - e.ts_ms).abs() < 60_000);
         assert_eq!(
             body(&e),
             json!({

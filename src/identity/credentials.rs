@@ -77,7 +77,7 @@ impl Credentials {
         {
             return Err(AuthError::InvalidToken);
         }
-        if grant.access_expires_ms <= Utc::now().timestamp_millis() {
+        if grant.access_expires_ms <= crate::base::time::now_ms() {
             return Err(AuthError::InvalidToken);
         }
         Ok(grant)

@@ -154,7 +154,7 @@ impl State {
             write_lock: tokio::sync::Mutex::new(()),
             copies: std::sync::Mutex::new(()),
             changes: Feed::new(),
-            shared_contact: std::sync::atomic::AtomicI64::new(Utc::now().timestamp_millis()),
+            shared_contact: std::sync::atomic::AtomicI64::new(crate::base::time::now_ms()),
             operator_key_id: std::sync::OnceLock::new(),
             jwt: arc_swap::ArcSwapOption::from(config.jwt.clone()),
         };
@@ -696,7 +696,7 @@ impl State {
 
     /// Notes that the shared store answered (`peers.rs`, at each read of the change feed).
     pub fn note_shared_contact(&self) {
-        self.shared_contact.store(Utc::now().timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
+        self.shared_contact.store(crate::base::time::now_ms(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// With a shared store that has not answered for longer than `storage.outage_grace_secs`:
@@ -705,7 +705,7 @@ impl State {
     pub fn shared_store_lost_for(&self) -> Option<u64> {
         let StorageConfig::Redis { outage_grace, .. } = &self.config().storage else { return None };
         let last = self.shared_contact.load(std::sync::atomic::Ordering::Relaxed);
-        let silent = (Utc::now().timestamp_millis() - last).max(0) as u64;
+        let silent = (crate::base::time::now_ms() - last).max(0) as u64;
         (silent > outage_grace.as_millis() as u64).then_some(silent / 1000)
     }
 

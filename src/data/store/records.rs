@@ -61,7 +61,7 @@ mod tests {
         let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
         let note = Note { text: "hello".into() };
         store.put_record(Kind::Meta, "org_1", "n1", &note).await.unwrap();
-        let far = chrono::Utc::now().timestamp_millis() + 60_000;
+        let far = crate::base::time::now_ms() + 60_000;
         store.put_record_until(Kind::Meta, "org_1", "n2", &note, far).await.unwrap();
         for id in ["n1", "n2"] {
             let body = store.get(Kind::Meta, id).await.unwrap().expect("stored");

@@ -251,8 +251,7 @@ async fn keep(
     client: &OAuthClient,
 ) -> std::result::Result<(), crate::data::store::StoreError> {
     let unused = identity.state.config().web.registration_unused;
-    let until =
-        chrono::Utc::now().timestamp_millis().saturating_add(i64::try_from(unused.as_millis()).unwrap_or(i64::MAX));
+    let until = crate::base::time::now_ms().saturating_add(i64::try_from(unused.as_millis()).unwrap_or(i64::MAX));
     identity.state.save_oauth_client(client, Some(until)).await?;
     identity.signin.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
     Ok(())

@@ -305,7 +305,7 @@ pub async fn issue_code(
     lifetime: Duration,
 ) -> Result<String, StoreError> {
     let code = secrets::new_session_id();
-    let expires_ms = Utc::now().timestamp_millis() + lifetime.as_millis() as i64;
+    let expires_ms = crate::base::time::now_ms() + lifetime.as_millis() as i64;
     let record = Code {
         client_id: request.client.id.clone(),
         redirect_uri: request.redirect_uri.clone(),
@@ -332,7 +332,7 @@ pub struct Tokens {
 
 /// New access and refresh tokens for `grant`, written into it.
 fn mint(grant: &mut OAuthGrant, access: Duration, refresh: Duration) -> Tokens {
-    let now = Utc::now().timestamp_millis();
+    let now = crate::base::time::now_ms();
     let access_token = format!("{ACCESS_PREFIX}{}.{}", grant.id, secrets::new_session_id());
     let refresh_token = format!("{REFRESH_PREFIX}{}.{}", grant.id, secrets::new_session_id());
     grant.access_hash = secrets::hash_key(&access_token);
@@ -404,7 +404,7 @@ pub async fn exchange_code(
         used_refresh: Vec::new(),
         resource: code.resource,
     };
-    let expires = Utc::now().timestamp_millis() + USED_CODE_MEMORY.as_millis() as i64;
+    let expires = crate::base::time::now_ms() + USED_CODE_MEMORY.as_millis() as i64;
     state.store.put_expiring(Kind::OAuthCode, &client.id, &used_code(&hash), grant.id.clone(), expires).await?;
     let (access, refresh) = lifetimes(state);
     let tokens = mint(&mut grant, access, refresh);
@@ -438,7 +438,7 @@ fn check_code(
     if code.client_id != client.id {
         return Err(OAuthError::invalid_grant("the code was issued to another client"));
     }
-    if code.expires_ms <= Utc::now().timestamp_millis() {
+    if code.expires_ms <= crate::base::time::now_ms() {
         return Err(OAuthError::invalid_grant("the code has expired"));
     }
     if redirect_uri != Some(code.redirect_uri.as_str()) {
@@ -493,7 +493,7 @@ pub async fn refresh(
         );
         return Err(OAuthError::invalid_grant("the refresh token was already used; the grant is revoked"));
     }
-    if !secrets::hashes_equal(&grant.refresh_hash, &hash) || grant.refresh_expires_ms <= Utc::now().timestamp_millis() {
+    if !secrets::hashes_equal(&grant.refresh_hash, &hash) || grant.refresh_expires_ms <= crate::base::time::now_ms() {
         return Err(OAuthError::invalid_grant("the refresh token is unknown, expired or revoked"));
     }
     if state.user(&grant.user_id).is_none_or(|u| u.org_id != grant.org_id) {

@@ -79,7 +79,7 @@ pub async fn start(
         pkce_verifier: pkce.verifier,
         next: next.into(),
     };
-    let expires = chrono::Utc::now().timestamp_millis() + STATE_TTL.as_millis() as i64;
+    let expires = crate::base::time::now_ms() + STATE_TTL.as_millis() as i64;
     let key = crate::base::secrets::hash_key(&state);
     store.put_record_until(Kind::SignInState, crate::data::store::NO_PARTITION, &key, &started, expires).await?;
     let mut url = url::Url::parse(&meta.authorization_endpoint).map_err(|e| unavailable(provider, e))?;

@@ -156,7 +156,7 @@ pub async fn start(identity: &IdentityService, org: &str, next: &str) -> Result<
         next: next.to_string(),
         browser: crate::base::secrets::hash_key(&browser),
     };
-    let expires = chrono::Utc::now().timestamp_millis() + REQUEST_TTL.as_millis() as i64;
+    let expires = crate::base::time::now_ms() + REQUEST_TTL.as_millis() as i64;
     let key = format!("saml:{}", crate::base::secrets::hash_key(&relay_state));
     identity.signin.store.put_record_until(Kind::SignInState, NO_PARTITION, &key, &pending, expires).await?;
     let mut to = url::Url::parse(&idp.sso_url).map_err(unavailable)?;
@@ -286,7 +286,7 @@ async fn verified_assertion(
     if identity.signin.store.get(Kind::SignInState, &seen).await?.is_some() {
         return Err(refused("this assertion was used before"));
     }
-    let until = chrono::Utc::now().timestamp_millis() + ASSERTION_MEMORY.as_millis() as i64;
+    let until = crate::base::time::now_ms() + ASSERTION_MEMORY.as_millis() as i64;
     identity.signin.store.put_expiring(Kind::SignInState, NO_PARTITION, &seen, "1".into(), until).await?;
     Ok(assertion)
 }

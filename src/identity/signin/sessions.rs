@@ -77,7 +77,7 @@ impl Held {
             return;
         }
         if self.by_token.len() >= HELD_SWEEP_ABOVE {
-            let now = Utc::now().timestamp_millis();
+            let now = crate::base::time::now_ms();
             self.by_token.retain(|_, s| s.expires_at_ms > now);
         }
         self.by_token.insert(key.to_string(), Arc::new(session));
@@ -160,7 +160,7 @@ impl WebSessions {
     async fn read(&self, key: &str) -> Result<Option<WebSession>, StoreError> {
         let Some(json) = self.store.get(Kind::WebSession, key).await? else { return Ok(None) };
         let Ok(session) = serde_json::from_str::<WebSession>(&json) else { return Ok(None) };
-        Ok(Some(session).filter(|s| s.expires_at_ms > Utc::now().timestamp_millis()))
+        Ok(Some(session).filter(|s| s.expires_at_ms > crate::base::time::now_ms()))
     }
 
     /// The live session of `token`, its use recorded (which moves its expiry).
@@ -237,7 +237,7 @@ impl WebSessions {
     }
 
     async fn stored(&self, user_id: &str) -> Result<Vec<(String, WebSession)>, StoreError> {
-        let now = Utc::now().timestamp_millis();
+        let now = crate::base::time::now_ms();
         let rows = self.store.load_partition(Kind::WebSession, user_id).await?;
         Ok(rows
             .into_iter()
