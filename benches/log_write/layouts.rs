@@ -12,7 +12,7 @@
 //! Layouts:
 //!   store            toolgate's embedded store as built (`EmbeddedStore::append_logs`, without
 //!                    rollups): compressed slices with a summary per gateway and app
-//!                    (`src/store/log_slices.rs`)
+//!                    (`src/data/store/log_slices.rs`)
 //!   rows + indexes   the layout before the slices (until 2026-11-27): one row per entry keyed
 //!                    by time, with indexes by organisation, gateway and app and partial ones of
 //!                    errors

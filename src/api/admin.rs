@@ -1,5 +1,5 @@
 //! `POST /admin/reload`: the operator reloads the configuration file (as SIGHUP does; see
-//! `src/reload.rs` for what applies in place).
+//! `src/server/reload.rs` for what applies in place).
 
 use super::{ApiResult, Call, Reply};
 use crate::edge::error::ApiError;

@@ -84,7 +84,7 @@ pub struct Config {
     pub web: WebConfig,
 }
 
-/// Web sign-in (`src/signin/`): where its pages are, and the web sessions' bounds.
+/// Web sign-in (`src/identity/signin/`): where its pages are, and the web sessions' bounds.
 #[derive(Debug, Clone)]
 pub struct WebConfig {
     /// The identity service's path prefix on the main listener (`{auth_url}`, default `/auth`);
@@ -196,7 +196,7 @@ pub struct ServerConfig {
     /// With `tls`, an optional plain-HTTP listener beside the TLS one (behind a load balancer
     /// that terminates TLS itself, or for health checks).
     pub plain_listen: Option<SocketAddr>,
-    /// TLS termination on `listen` (`src/tls.rs`).
+    /// TLS termination on `listen` (`src/edge/tls.rs`).
     pub tls: Option<TlsConfig>,
     /// Offer HTTP/2 by ALPN on the TLS listener (HTTP/1.1 is always offered).
     pub http2: bool,
@@ -223,7 +223,7 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// How long a keep-alive connection may wait for its next request.
     pub keepalive_idle: Duration,
-    /// Open connections on the main listener, in all and per client address (`src/conn_limits.rs`).
+    /// Open connections on the main listener, in all and per client address (`src/edge/conn_limits.rs`).
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
 }

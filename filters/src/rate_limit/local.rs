@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// The maps of callers, read on every request (aHash: `src/fast_map.rs` in toolgate says why).
+/// The maps of callers, read on every request (aHash: `src/base/fast_map.rs` in toolgate says why).
 type Map<K, V> = DashMap<K, V, ahash::RandomState>;
 
 /// Time as the limiter sees it. Injectable so that tests move time by hand.
