@@ -225,3 +225,48 @@ fn credential_usable(state: &State, key_id: &str) -> bool {
         None => key_id.starts_with("jwt:"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::model::OAuthGrant;
+
+    fn grant(id: &str, refresh_expires_ms: i64) -> OAuthGrant {
+        OAuthGrant {
+            id: id.into(),
+            org_id: "org_1".into(),
+            user_id: "usr_1".into(),
+            client_id: "tgc_1".into(),
+            scopes: Vec::new(),
+            created_at: chrono::Utc::now(),
+            access_hash: String::new(),
+            access_expires_ms: 0,
+            refresh_hash: String::new(),
+            refresh_expires_ms,
+            used_refresh: Vec::new(),
+            resource: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_oauth_credential_is_usable_while_its_grant_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "server:\n  listen: 127.0.0.1:0\nstorage:\n  backend: embedded\n  path: {}\n",
+            dir.path().display()
+        );
+        let config = Arc::new(crate::config::Config::parse(&yaml).unwrap());
+        let (state, _) = State::open(config, Some("tg_test_key".into())).await.unwrap();
+        let now = crate::base::time::now_ms();
+        state.save_grant(grant("grt_live", now + 60_000)).await.unwrap();
+        // An access token that ran out does not end the session: a refresh keeps the grant.
+        assert!(credential_usable(&state, "oauth:grt_live"));
+        assert!(!credential_usable(&state, "oauth:grt_gone"), "a revoked (deleted) grant");
+        state.delete_grant("grt_live").await.unwrap();
+        assert!(!credential_usable(&state, "oauth:grt_live"));
+        // The gateway issuer's tokens and JWT callers have no record to revoke.
+        assert!(credential_usable(&state, "oauth:gw_1:alice"));
+        assert!(credential_usable(&state, "jwt:usr_1"));
+        assert!(!credential_usable(&state, "key_nope"));
+    }
+}
