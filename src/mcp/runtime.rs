@@ -83,8 +83,9 @@ impl McpRuntime {
 
     /// What the runtime does about a change of state (a listener of the change feed, so it has
     /// happened before the management API answers): a gateway's or a connection's change drops
-    /// the catalogues it affects and tells the open streams; a key's change ends the sessions of
-    /// keys that no longer work at once, instead of at the next flush.
+    /// the catalogues it affects and tells the open streams; a key's change, or a grant's
+    /// revocation (a token revoked, its client deleted, its user's password changed), ends the
+    /// sessions of credentials that no longer work at once, instead of at the next flush.
     pub fn on_change(&self, change: &Change) {
         match change {
             Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
@@ -93,7 +94,9 @@ impl McpRuntime {
             Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {
                 self.app_changed(org_id, app_id)
             }
-            Change::KeySaved { .. } | Change::KeyDeleted { .. } => self.end_sessions_of_unusable_keys(),
+            Change::KeySaved { .. } | Change::KeyDeleted { .. } | Change::GrantDeleted { .. } => {
+                self.end_sessions_of_unusable_keys()
+            }
             // Already ended here when this instance ended it; another instance's end closes
             // this one's streams of it.
             Change::SessionEnded { session_id, .. } => self.sessions.ended_elsewhere(session_id),
@@ -152,8 +155,9 @@ impl McpRuntime {
     }
 
     /// Ends the sessions (and so closes the GET streams) of keys that can no longer be used:
-    /// revoked, expired, retired by a rotation, or deleted with their gateway. Cheap: reads only
-    /// the keys that have live sessions; run at every flush, so a stream closes within one.
+    /// revoked, expired, retired by a rotation, or deleted with their gateway; and of OAuth
+    /// access tokens whose grant was revoked or ran out. Cheap: reads only the credentials that
+    /// have live sessions; run at every flush, so a stream closes within one.
     pub fn end_sessions_of_unusable_keys(&self) {
         let n = self.sessions.end_of_unusable_keys(|key| credential_usable(&self.state, key));
         if n > 0 {
@@ -203,11 +207,66 @@ impl McpRuntime {
     }
 }
 
-/// Whether the credential a session is bound to still works. JWT callers (`jwt:<user>`) have no
-/// key record to revoke; their tokens expire on their own.
+/// Whether the credential a session is bound to still works. An access token of toolgate's
+/// authorization server (`oauth:<grant>`) works while its grant lives: revoking it deletes it,
+/// and a refreshed token keeps the grant (and so the session). JWT callers (`jwt:<user>`) and
+/// the gateway issuer's tokens (`oauth:<gateway>:<subject>`) have no record to revoke; their
+/// tokens expire on their own.
 fn credential_usable(state: &State, key_id: &str) -> bool {
+    if let Some(rest) = key_id.strip_prefix("oauth:") {
+        return match state.grant(rest) {
+            Some(g) => g.refresh_expires_ms > crate::base::time::now_ms(),
+            // A grant id has no `:`; the gateway issuer's subject follows one.
+            None => rest.contains(':'),
+        };
+    }
     match state.key(key_id) {
         Some(k) => k.unusable(chrono::Utc::now()).is_none(),
         None => key_id.starts_with("jwt:"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::model::OAuthGrant;
+
+    fn grant(id: &str, refresh_expires_ms: i64) -> OAuthGrant {
+        OAuthGrant {
+            id: id.into(),
+            org_id: "org_1".into(),
+            user_id: "usr_1".into(),
+            client_id: "tgc_1".into(),
+            scopes: Vec::new(),
+            created_at: chrono::Utc::now(),
+            access_hash: String::new(),
+            access_expires_ms: 0,
+            refresh_hash: String::new(),
+            refresh_expires_ms,
+            used_refresh: Vec::new(),
+            resource: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_oauth_credential_is_usable_while_its_grant_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "server:\n  listen: 127.0.0.1:0\nstorage:\n  backend: embedded\n  path: {}\n",
+            dir.path().display()
+        );
+        let config = Arc::new(crate::config::Config::parse(&yaml).unwrap());
+        let (state, _) = State::open(config, Some("tg_test_key".into())).await.unwrap();
+        let now = crate::base::time::now_ms();
+        state.save_grant(grant("grt_live", now + 60_000)).await.unwrap();
+        // An access token that ran out does not end the session: a refresh keeps the grant.
+        assert!(credential_usable(&state, "oauth:grt_live"));
+        assert!(!credential_usable(&state, "oauth:grt_gone"), "a revoked (deleted) grant");
+        state.delete_grant("grt_live").await.unwrap();
+        assert!(!credential_usable(&state, "oauth:grt_live"));
+        // The gateway issuer's tokens and JWT callers have no record to revoke.
+        assert!(credential_usable(&state, "oauth:gw_1:alice"));
+        assert!(credential_usable(&state, "jwt:usr_1"));
+        assert!(!credential_usable(&state, "key_nope"));
     }
 }

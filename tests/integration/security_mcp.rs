@@ -1,10 +1,11 @@
 //! Security issue 11, the MCP side, against the real binary over raw HTTP: open GET (listening)
 //! streams hold no `concurrent` slot and end as soon as their client goes (#3); MCP sessions are
 //! removed after expiry from memory and the store, capped per key and per organisation, and
-//! listed per organisation (#10); a stream ends when its key is revoked or its gateway deleted;
-//! JSON-RPC ids come back byte-exact.
+//! listed per organisation (#10); a stream ends when its key is revoked or its gateway deleted,
+//! and a session of an OAuth access token when its grant is revoked (not when an unrelated key
+//! changes); JSON-RPC ids come back byte-exact.
 
-use crate::common::{self, err, ok, RawResponse as Raw, TestServer};
+use crate::common::{self, err, ok, ok_message, RawResponse as Raw, TestServer};
 use serde_json::json;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -46,15 +47,25 @@ pub(crate) fn gateway(srv: &TestServer, owner: &str) -> (String, String) {
     (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
 }
 
+/// The header a credential goes in: an access token of toolgate's authorization server as a
+/// Bearer token, anything else as `X-API-Key`.
+fn credential_header(key: &str) -> (&'static str, String) {
+    match key.starts_with("tga_") {
+        true => ("Authorization", format!("Bearer {key}")),
+        false => ("X-API-Key", key.to_string()),
+    }
+}
+
 fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).no_proxy().build().unwrap()
 }
 
 /// POSTs `body` as it is written (no JSON re-encoding, so ids keep their spelling).
 fn post_raw(srv: &TestServer, gw: &str, key: &str, session: Option<&str>, body: &str) -> Raw {
+    let (header, value) = credential_header(key);
     let mut req = client()
         .post(srv.url(&format!("/gateway/{gw}/mcp")))
-        .header("X-API-Key", key)
+        .header(header, value)
         .header("Accept", "application/json, text/event-stream")
         .header("Content-Type", "application/json")
         .body(body.to_string());
@@ -104,8 +115,9 @@ struct Listening {
 impl Listening {
     fn open(srv: &TestServer, gw: &str, key: &str, session: &str) -> Listening {
         let mut sock = TcpStream::connect(srv.main_addr()).expect("connect");
+        let (header, value) = credential_header(key);
         let req = format!(
-            "GET /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\nX-API-Key: {key}\r\nMcp-Session-Id: {session}\r\n\
+            "GET /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\n{header}: {value}\r\nMcp-Session-Id: {session}\r\n\
              Accept: text/event-stream\r\n\r\n",
             srv.main_addr()
         );
@@ -274,6 +286,95 @@ fn a_stream_ends_when_its_key_is_revoked() {
     assert!(!other_stream.ends_within(Duration::from_millis(1500)), "another key's stream ended too");
     let detail = ok(&srv.api("GET", &format!("/v1/sessions/{other}"), Some(&s.a), None), 200);
     assert_eq!(detail["status"], "active", "{detail}");
+}
+
+const REDIRECT: &str = "https://client.example/cb";
+
+/// A gateway of `org_a` that takes toolgate's own OAuth tokens, and an access token for its
+/// endpoint (RFC 8707) that `usr_a` grants a confidential client on the consent page:
+/// `(gateway id, client_id, client_secret, access token)`.
+fn oauth_gateway_token(srv: &TestServer, owner: &str) -> (String, String, String, String) {
+    let body = json!({"name": "oauth-gw", "servers": ["time"], "configuration": {"auth": "oauth"}});
+    let gw = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(body)), 201)["id"].as_str().unwrap().to_string();
+    let body = json!({ "name": "MCP client", "redirect_uris": [REDIRECT], "scopes": ["gateways:read"] });
+    let c = ok(&srv.api("POST", "/v1/oauth/clients", Some(owner), Some(body)), 201);
+    let (client, secret) =
+        (c["client_id"].as_str().unwrap().to_string(), c["client_secret"].as_str().unwrap().to_string());
+    let password = "oauth session passphrase";
+    ok_message(&srv.request("PUT", "/v1/user/password", Some(owner), Some(json!({ "new_password": password })), &[]));
+    let browser = common::Browser::new(srv, "a.test");
+    assert_eq!(browser.sign_in("a", password, "").status, 303);
+
+    let resource = format!("http://localhost:8080/gateway/{gw}/mcp");
+    let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let query = format!(
+        "/auth/oauth/authorize?response_type=code&client_id={client}&redirect_uri={}&resource={}&state=st",
+        enc(REDIRECT),
+        enc(&resource)
+    );
+    let page = browser.send("GET", &query, None);
+    assert_eq!(page.status, 200, "the consent page: {page:?}");
+    let marker = "name=\"csrf\" value=\"";
+    let at = page.text.find(marker).expect("a CSRF field") + marker.len();
+    let csrf = page.text[at..].split('"').next().unwrap().to_string();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("client_id", &client),
+        ("redirect_uri", REDIRECT),
+        ("response_type", "code"),
+        ("resource", &resource),
+        ("state", "st"),
+        ("decision", "allow"),
+    ];
+    let back = browser.send("POST", "/auth/oauth/authorize", Some(&form));
+    assert_eq!(back.status, 303, "{back:?}");
+    let to = url::Url::parse(back.header("location").unwrap()).unwrap();
+    let code = to.query_pairs().find(|(k, _)| k == "code").map(|(_, v)| v.into_owned()).expect("a code");
+    let form = [
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", REDIRECT),
+        ("client_id", &client),
+        ("client_secret", &secret),
+        ("resource", &resource),
+    ];
+    let r = common::Resp::from_blocking(srv.client().post(srv.url("/auth/oauth/token")).form(&form).send().unwrap());
+    assert_eq!(r.status, 200, "{r:?}");
+    let access = r.json["access_token"].as_str().unwrap().to_string();
+    assert!(access.starts_with("tga_grt_"), "{access}");
+    (gw, client, secret, access)
+}
+
+#[test]
+fn an_oauth_session_outlives_other_keys_and_ends_with_its_grant() {
+    let s = start("");
+    let srv = &s.srv;
+    let (gw, client, secret, access) = oauth_gateway_token(srv, &s.a);
+    let sid = initialize(srv, &gw, &access);
+    let mut stream = Listening::open(srv, &gw, &access, &sid);
+    assert_eq!(call_time(srv, &gw, &access, &sid).status, 200);
+
+    // Another key made and deleted, and more than a flush (500 ms) later: the session goes on.
+    let k = ok(
+        &srv.api("POST", "/v1/api-keys", Some(&s.a), Some(json!({"name": "other", "scopes": ["gateways:read"]}))),
+        201,
+    );
+    ok(&srv.api("DELETE", &format!("/v1/api-keys/{}", k["id"].as_str().unwrap()), Some(&s.a), None), 200);
+    assert!(!stream.ends_within(Duration::from_millis(1500)), "an unrelated key ended the stream: {}", stream.text());
+    let r = call_time(srv, &gw, &access, &sid);
+    assert_eq!(r.status, 200, "a tools/call after an unrelated key's change: {}", r.body);
+    let detail = ok(&srv.api("GET", &format!("/v1/sessions/{sid}"), Some(&s.a), None), 200);
+    assert_eq!(detail["status"], "active", "{detail}");
+
+    // The client revokes its token (and so the grant): the session ends and its stream closes
+    // within a second.
+    let form = [("token", access.as_str()), ("client_id", &client), ("client_secret", &secret)];
+    let r = srv.client().post(srv.url("/auth/oauth/revoke")).form(&form).send().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(stream.ends_within(Duration::from_secs(1)), "the stream outlived its grant: {}", stream.text());
+    let detail = ok(&srv.api("GET", &format!("/v1/sessions/{sid}"), Some(&s.a), None), 200);
+    assert_eq!(detail["status"], "ended", "{detail}");
+    assert_eq!(call_time(srv, &gw, &access, &sid).status, 401, "the revoked token");
 }
 
 #[test]
