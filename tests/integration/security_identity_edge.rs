@@ -375,7 +375,7 @@ fn two_instances_on_one_redis_share_the_wrong_code_bounds() {
         srv.request("DELETE", &format!("/v1/gateways/{gw}"), Some(k), None, &[("x-mfa-token", code)])
     };
     let guess = |k: &str, n: usize| {
-        let srv = if n % 2 == 0 { &a } else { &b };
+        let srv = if n.is_multiple_of(2) { &a } else { &b };
         let r = delete(srv, k, &wrong_code(&t, step));
         assert_eq!((r.status, r.error_code()), (403, "MFA_REQUIRED"), "wrong code {n} (instance {}): {r:?}", n % 2);
     };
@@ -420,8 +420,8 @@ fn two_instances_on_one_redis_share_an_e_mails_lockout() {
         let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
         (r.status().as_u16(), retry)
     };
-    for n in 0..5 {
-        let (status, _) = wrong(if n % 2 == 0 { &a } else { &b }, "Locked@Edge.test");
+    for n in 0..5usize {
+        let (status, _) = wrong(if n.is_multiple_of(2) { &a } else { &b }, "Locked@Edge.test");
         assert_eq!(status, 401, "wrong password {n} (instance {})", n % 2);
     }
     for (name, srv) in [("A", &a), ("B", &b)] {
