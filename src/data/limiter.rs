@@ -395,19 +395,61 @@ if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return { n, redis.call('PTTL', KEYS[1]) }
 "#;
 
+/// Reads `KEYS[1]`'s fixed window (as [`GUESS`] counts it): its count and time left in ms.
+const PEEK: &str = r#"
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+return { n, redis.call('PTTL', KEYS[1]) }
+"#;
+
+/// One more miss in a row for member `ARGV[1]` of the group `KEYS[1]` (a hash: the member's
+/// count and last miss, on Redis' clock in ms); a streak whose last miss is `ARGV[2]` ms old or
+/// more starts again. Returns the count with this one.
+const MISS: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local forget = tonumber(ARGV[2])
+local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. ':n') or '0')
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. ':t') or '0')
+if now - last >= forget then n = 0 end
+n = n + 1
+redis.call('HSET', KEYS[1], ARGV[1] .. ':n', n, ARGV[1] .. ':t', now)
+redis.call('PEXPIRE', KEYS[1], forget)
+return n
+"#;
+
+/// A member's streak as [`MISS`] keeps it: its count and how many ms ago its last miss was
+/// (`{0, 0}` when there is none, or it is `ARGV[2]` ms old or more).
+const STREAK: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. ':n') or '0')
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. ':t') or '0')
+if n == 0 or now - last >= tonumber(ARGV[2]) then return { 0, 0 } end
+return { n, now - last }
+"#;
+
 /// The identity service's guessing bounds (wrong passwords per address, sign-ins started,
 /// registrations per address block, metadata documents fetched): events per key in a fixed
 /// window that opens with its first event, up to a limit. On Redis every count is one script
 /// call, so the instances share each bound exactly (what one instance allows, all together
 /// allow); on the embedded store, or while Redis does not answer, this instance counts alone.
+///
+/// It also keeps misses in a row ([`Guesses::miss`]): per member of a group (a credential of a
+/// user, an e-mail), a count and when the last came, forgotten a while after the last or when
+/// cleared by a success; on Redis one hash per group, so a group is forgotten at once.
 pub struct Guesses {
     local: dashmap::DashMap<String, (u32, std::time::Instant)>,
+    /// (group, member) -> misses in a row, the last, and how long after it they are kept.
+    streaks: dashmap::DashMap<(String, String), (u32, std::time::Instant, Duration)>,
     redis: Option<GuessRedis>,
 }
 
 struct GuessRedis {
     conn: Conn,
     script: redis::Script,
+    peek: redis::Script,
+    miss: redis::Script,
+    streak: redis::Script,
     prefix: String,
     /// Until when (Unix ms) Redis is not asked after a failure.
     resting_until: AtomicI64,
@@ -419,7 +461,7 @@ const MAX_LOCAL_GUESS_KEYS: usize = 100_000;
 impl Guesses {
     /// Counting in this process only.
     pub fn local() -> Guesses {
-        Guesses { local: Default::default(), redis: None }
+        Guesses { local: Default::default(), streaks: Default::default(), redis: None }
     }
 
     /// Shared through Redis when the store is Redis.
@@ -433,9 +475,13 @@ impl Guesses {
         match conn {
             Ok(conn) => Guesses {
                 local: Default::default(),
+                streaks: Default::default(),
                 redis: Some(GuessRedis {
                     conn,
                     script: redis::Script::new(GUESS),
+                    peek: redis::Script::new(PEEK),
+                    miss: redis::Script::new(MISS),
+                    streak: redis::Script::new(STREAK),
                     prefix: key_prefix.clone(),
                     resting_until: AtomicI64::new(0),
                 }),
@@ -488,9 +534,123 @@ impl Guesses {
         Ok(())
     }
 
-    /// Drops the windows that have closed (the server's sweep).
+    /// Drops the windows that have closed and the streaks forgotten (the server's sweep).
     pub fn sweep(&self, longest: Duration) {
         self.local.retain(|_, (_, since)| since.elapsed() < longest);
+        self.streaks.retain(|_, (_, last, keep)| last.elapsed() < *keep);
+    }
+
+    /// Redis, unless it failed a moment ago.
+    fn shared(&self) -> Option<&GuessRedis> {
+        self.redis.as_ref().filter(|r| now_ms() >= r.resting_until.load(Ordering::Relaxed))
+    }
+
+    /// Notes that Redis did not answer: this instance counts alone for a moment.
+    fn rest(r: &GuessRedis, e: &redis::RedisError) {
+        if r.resting_until.swap(now_ms() + EXACT_RETRY_AFTER_MS, Ordering::Relaxed) == 0 {
+            tracing::warn!(error = %e, "guessing bounds: Redis did not answer; this instance counts alone meanwhile");
+        }
+    }
+
+    /// Without counting: whether `key`'s window (of `window`, as [`Guesses::count`] keeps it)
+    /// already holds `limit`, and then how long until it closes.
+    pub async fn full(&self, key: &str, limit: u32, window: Duration) -> Option<Duration> {
+        if let Some(r) = self.shared() {
+            let mut invocation = r.peek.prepare_invoke();
+            invocation.key(format!("{}:guess:{{{key}}}", r.prefix));
+            let mut conn = r.conn.clone();
+            match invocation.invoke_async::<(i64, i64)>(&mut conn).await {
+                Ok((n, ttl)) => {
+                    return (n >= i64::from(limit)).then(|| Duration::from_millis(ttl.max(1000) as u64));
+                }
+                Err(e) => Guesses::rest(r, &e),
+            }
+        }
+        let a = self.local.get(key)?;
+        let left = window.checked_sub(a.1.elapsed())?;
+        (a.0 >= limit).then(|| left.max(Duration::from_secs(1)))
+    }
+
+    /// Counts one more miss in a row for `member` of `group` (kept `keep` after it) and returns
+    /// how many there are now.
+    pub async fn miss(&self, group: &str, member: &str, keep: Duration) -> u32 {
+        if let Some(r) = self.shared() {
+            let mut invocation = r.miss.prepare_invoke();
+            invocation.key(format!("{}:streak:{{{group}}}", r.prefix)).arg(member).arg(keep.as_millis() as u64);
+            let mut conn = r.conn.clone();
+            match invocation.invoke_async::<i64>(&mut conn).await {
+                Ok(n) => return n.clamp(0, i64::from(u32::MAX)) as u32,
+                Err(e) => Guesses::rest(r, &e),
+            }
+        }
+        if self.streaks.len() >= MAX_LOCAL_GUESS_KEYS {
+            self.streaks.retain(|_, (_, last, keep)| last.elapsed() < *keep);
+        }
+        let now = std::time::Instant::now();
+        let mut s = self.streaks.entry((group.to_string(), member.to_string())).or_insert((0, now, keep));
+        if now.saturating_duration_since(s.1) >= s.2 {
+            s.0 = 0;
+        }
+        *s = (s.0.saturating_add(1), now, keep);
+        s.0
+    }
+
+    /// `member`'s misses in a row (kept `keep` after the last) and how long ago the last was;
+    /// `None` when there are none.
+    pub async fn streak(&self, group: &str, member: &str, keep: Duration) -> Option<(u32, Duration)> {
+        if let Some(r) = self.shared() {
+            let mut invocation = r.streak.prepare_invoke();
+            invocation.key(format!("{}:streak:{{{group}}}", r.prefix)).arg(member).arg(keep.as_millis() as u64);
+            let mut conn = r.conn.clone();
+            match invocation.invoke_async::<(i64, i64)>(&mut conn).await {
+                Ok((n, ago)) => {
+                    return (n > 0)
+                        .then(|| (n.min(i64::from(u32::MAX)) as u32, Duration::from_millis(ago.max(0) as u64)))
+                }
+                Err(e) => Guesses::rest(r, &e),
+            }
+        }
+        let s = self.streaks.get(&(group.to_string(), member.to_string()))?;
+        let ago = s.1.elapsed();
+        (s.0 > 0 && ago < s.2).then_some((s.0, ago))
+    }
+
+    /// Ends `member`'s streak (a success), or with `None` every streak of `group`.
+    pub async fn clear(&self, group: &str, member: Option<&str>) {
+        if let Some(r) = self.shared() {
+            let key = format!("{}:streak:{{{group}}}", r.prefix);
+            let mut conn = r.conn.clone();
+            let done = match member {
+                Some(m) => redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(format!("{m}:n"))
+                    .arg(format!("{m}:t"))
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .map(drop),
+                None => redis::cmd("DEL").arg(&key).query_async::<i64>(&mut conn).await.map(drop),
+            };
+            if let Err(e) = done {
+                Guesses::rest(r, &e);
+            }
+        }
+        match member {
+            Some(m) => drop(self.streaks.remove(&(group.to_string(), m.to_string()))),
+            None => self.streaks.retain(|(g, _), _| g != group),
+        }
+    }
+
+    /// Forgets `key`'s window (the user it counts for is gone or reset).
+    pub async fn forget(&self, key: &str) {
+        if let Some(r) = self.shared() {
+            let mut conn = r.conn.clone();
+            if let Err(e) =
+                redis::cmd("DEL").arg(format!("{}:guess:{{{key}}}", r.prefix)).query_async::<i64>(&mut conn).await
+            {
+                Guesses::rest(r, &e);
+            }
+        }
+        self.local.remove(key);
     }
 }
 
@@ -522,6 +682,47 @@ mod guess_tests {
         let wait = g.count("k", 3, Duration::from_secs(60)).await.unwrap_err();
         assert!(wait > Duration::from_secs(50) && wait <= Duration::from_secs(60), "{wait:?}");
         g.count("other", 3, Duration::from_secs(60)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_full_window_is_seen_without_counting() {
+        let g = Guesses::local();
+        let w = Duration::from_secs(60);
+        assert_eq!(g.full("k", 2, w).await, None);
+        g.count("k", 2, w).await.unwrap();
+        assert_eq!(g.full("k", 2, w).await, None);
+        g.count("k", 2, w).await.unwrap();
+        let wait = g.full("k", 2, w).await.unwrap();
+        assert!(wait > Duration::from_secs(50) && wait <= w, "{wait:?}");
+        assert!(g.full("k", 3, w).await.is_none(), "peeking counted nothing");
+        g.forget("k").await;
+        assert_eq!(g.full("k", 2, w).await, None);
+    }
+
+    #[tokio::test]
+    async fn misses_in_a_row_count_until_cleared_or_forgotten() {
+        let g = Guesses::local();
+        let hour = Duration::from_secs(3600);
+        assert_eq!(g.streak("usr", "a", hour).await, None);
+        assert_eq!(g.miss("usr", "a", hour).await, 1);
+        assert_eq!(g.miss("usr", "a", hour).await, 2);
+        assert_eq!(g.miss("usr", "b", hour).await, 1);
+        assert_eq!(g.streak("usr", "a", hour).await.map(|s| s.0), Some(2));
+        g.clear("usr", Some("a")).await;
+        assert_eq!(g.streak("usr", "a", hour).await, None);
+        assert_eq!(g.streak("usr", "b", hour).await.map(|s| s.0), Some(1));
+        g.clear("usr", None).await;
+        assert_eq!(g.streak("usr", "b", hour).await, None);
+        // Kept `keep` after the last miss: then forgotten, and swept out.
+        let now = std::time::Instant::now();
+        let (short, past) = (Duration::from_millis(50), now - Duration::from_millis(60));
+        g.streaks.insert(("old".into(), "x".into()), (9, past, short));
+        g.streaks.insert(("new".into(), "x".into()), (3, now, hour));
+        assert_eq!(g.streak("old", "x", short).await, None);
+        assert_eq!(g.miss("old", "x", short).await, 1, "a forgotten streak starts again");
+        g.streaks.insert(("old".into(), "x".into()), (9, past, short));
+        g.sweep(hour);
+        assert_eq!(g.streaks.len(), 1, "the stale streak went, the live one stayed");
     }
 
     #[test]

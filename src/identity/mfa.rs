@@ -13,8 +13,10 @@
 //! records of the store that expire (so a challenge asked of one instance can be answered on
 //! another, and a token is used once across all: the store's `take` reads and removes it in one
 //! step). A code is accepted once per 30-second step per user, so a code seen on the wire cannot
-//! be replayed. The failure counters below stay in memory: they bound guessing per instance,
-//! and forget what bounds nothing any more (a [`Sweeper`] each).
+//! be replayed. The wrong-code bounds below count in the shared limiter
+//! ([`Guesses`]): on Redis every instance counts in the same place, so several instances allow
+//! together what one allows; on the embedded store they count in memory. The count of codes
+//! sent stays in memory per instance, and forgets what bounds nothing any more (a [`Sweeper`]).
 //!
 //! A web sign-in's challenge is bound to the browser whose password check opened it (the hash
 //! of a cookie set on that answer): only that browser answers it, at the web step, and an API
@@ -31,6 +33,7 @@
 
 use crate::base::secrets::{self, Sealer};
 use crate::base::time::now_ms;
+use crate::data::limiter::Guesses;
 use crate::data::store::{Kind, PutRecord, Store, StoreError, NO_PARTITION};
 use crate::edge::error::ApiError;
 use crate::outbound::courier::Courier;
@@ -173,31 +176,30 @@ pub struct Mfa {
     courier: Arc<Courier>,
     /// When expired challenges and tokens were last swept from the store (ms since the epoch).
     last_sweep_ms: std::sync::atomic::AtomicI64,
-    /// (user id, credential key id) -> consecutive wrong codes and the lockout they earned.
-    credential_failures: DashMap<(String, String), Failures>,
-    /// user id -> wrong TOTP codes in the current window (all credentials).
-    user_failures: DashMap<String, (u32, Instant)>,
+    /// The wrong codes: in a row per credential (group: the user, member: the key id), and
+    /// TOTP codes per user in a window ([`user_window`]); shared with the sign-in's bounds.
+    guesses: Arc<Guesses>,
     /// user id -> codes sent in the current window.
     sends: DashMap<String, (u32, Instant)>,
-    /// Sweeps of the three counters above.
-    sweeps: [Sweeper; 3],
+    /// The sweep of `sends`.
+    sends_sweep: Sweeper,
 }
 
-/// Consecutive wrong codes of one credential.
-#[derive(Debug, Default, Clone, Copy)]
-struct Failures {
-    count: u32,
-    locked_until: Option<Instant>,
-    last: Option<Instant>,
+/// The group a user's credentials count their wrong codes in a row under.
+fn credential_group(user_id: &str) -> String {
+    format!("mfa codes:{user_id}")
 }
 
-impl Failures {
-    /// Whether the entry still bounds anything: a lockout running, or a failure recent enough
-    /// to count towards the next one.
-    fn live(&self, now: Instant) -> bool {
-        self.locked_until.is_some_and(|until| until > now)
-            || self.last.is_some_and(|last| now.saturating_duration_since(last) < FORGET_AFTER)
-    }
+/// The window a user's wrong TOTP codes (all credentials together) count in.
+fn user_window(user_id: &str) -> String {
+    format!("mfa totp codes:{user_id}")
+}
+
+/// How long a credential with `count` wrong codes in a row is locked after the last: none below
+/// [`FREE_FAILURES`], then [`FIRST_LOCKOUT`] doubling with each further one, up to [`MAX_LOCKOUT`].
+fn lockout(count: u32) -> Option<Duration> {
+    let doublings = count.checked_sub(FREE_FAILURES)?.min(10);
+    Some(FIRST_LOCKOUT.saturating_mul(1 << doublings).min(MAX_LOCKOUT))
 }
 
 /// Whether a fixed-window count (how many, since when) is still in its `window` at `now`.
@@ -317,16 +319,21 @@ pub fn masked(destination: &str) -> String {
 }
 
 impl Mfa {
-    pub async fn load(store: Arc<dyn Store>, courier: Arc<Courier>) -> Result<Mfa, StoreError> {
+    /// The MFA service on `store`, counting wrong codes in `guesses` (the shared limiter).
+    pub async fn load(store: Arc<dyn Store>, courier: Arc<Courier>, guesses: Arc<Guesses>) -> Result<Mfa, StoreError> {
         Ok(Mfa {
             store,
             courier,
             last_sweep_ms: std::sync::atomic::AtomicI64::new(0),
-            credential_failures: DashMap::new(),
-            user_failures: DashMap::new(),
+            guesses,
             sends: DashMap::new(),
-            sweeps: Default::default(),
+            sends_sweep: Default::default(),
         })
+    }
+
+    /// The guessing bounds this service counts in, for the sign-in's to count in too.
+    pub fn guesses(&self) -> &Arc<Guesses> {
+        &self.guesses
     }
 
     async fn record(&self, user_id: &str) -> Result<Option<MfaRecord>, ApiError> {
@@ -404,7 +411,7 @@ impl Mfa {
 
     /// Counts a code about to be sent to `user_id`; `false` past the bound.
     fn may_send(&self, user_id: &str) -> bool {
-        self.sweeps[2].sweep(&self.sends, in_window(USER_WINDOW));
+        self.sends_sweep.sweep(&self.sends, in_window(USER_WINDOW));
         let mut entry = self.sends.entry(user_id.to_string()).or_insert((0, Instant::now()));
         if entry.1.elapsed() >= USER_WINDOW {
             *entry = (0, Instant::now());
@@ -450,54 +457,32 @@ impl Mfa {
     }
 
     /// Refuses a credential (or, for TOTP codes, a user) that has sent too many wrong codes.
-    fn check_lockout(&self, caller: Caller<'_>, kind: CodeKind) -> Result<(), ApiError> {
-        let key = (caller.user_id.to_string(), caller.key_id.to_string());
-        if let Some(until) = self.credential_failures.get(&key).and_then(|f| f.locked_until) {
-            let now = Instant::now();
-            if until > now {
-                return Err(too_many(until - now));
+    async fn check_lockout(&self, caller: Caller<'_>, kind: CodeKind) -> Result<(), ApiError> {
+        let group = credential_group(caller.user_id);
+        if let Some((count, ago)) = self.guesses.streak(&group, caller.key_id, FORGET_AFTER).await {
+            if let Some(left) = lockout(count).and_then(|l| l.checked_sub(ago)).filter(|l| !l.is_zero()) {
+                return Err(too_many(left));
             }
         }
         if kind == CodeKind::Totp {
-            if let Some(f) = self.user_failures.get(caller.user_id) {
-                let (count, since) = *f;
-                if count >= USER_TOTP_FAILURES && since.elapsed() < USER_WINDOW {
-                    return Err(too_many(USER_WINDOW - since.elapsed()));
-                }
+            if let Some(left) = self.guesses.full(&user_window(caller.user_id), USER_TOTP_FAILURES, USER_WINDOW).await {
+                return Err(too_many(left));
             }
         }
         Ok(())
     }
 
     /// Counts a wrong code against the credential (and the user, for TOTP codes).
-    fn record_failure(&self, caller: Caller<'_>, kind: CodeKind) {
-        self.sweeps[0].sweep(&self.credential_failures, |f, now| f.live(now));
-        let mut f =
-            self.credential_failures.entry((caller.user_id.to_string(), caller.key_id.to_string())).or_default();
-        let now = Instant::now();
-        if !f.live(now) {
-            *f = Failures::default();
-        }
-        f.count += 1;
-        f.last = Some(now);
-        if f.count >= FREE_FAILURES {
-            let doublings = (f.count - FREE_FAILURES).min(10);
-            let lockout = FIRST_LOCKOUT.saturating_mul(1 << doublings).min(MAX_LOCKOUT);
-            f.locked_until = Some(Instant::now() + lockout);
-        }
-        drop(f);
+    async fn record_failure(&self, caller: Caller<'_>, kind: CodeKind) {
+        self.guesses.miss(&credential_group(caller.user_id), caller.key_id, FORGET_AFTER).await;
         if kind == CodeKind::Totp {
-            self.sweeps[1].sweep(&self.user_failures, in_window(USER_WINDOW));
-            let mut u = self.user_failures.entry(caller.user_id.to_string()).or_insert((0, Instant::now()));
-            if u.1.elapsed() >= USER_WINDOW {
-                *u = (0, Instant::now());
-            }
-            u.0 += 1;
+            // Refused past the limit, which is what the check above reads.
+            let _ = self.guesses.count(&user_window(caller.user_id), USER_TOTP_FAILURES, USER_WINDOW).await;
         }
     }
 
-    fn record_success(&self, caller: Caller<'_>) {
-        self.credential_failures.remove(&(caller.user_id.to_string(), caller.key_id.to_string()));
+    async fn record_success(&self, caller: Caller<'_>) {
+        self.guesses.clear(&credential_group(caller.user_id), Some(caller.key_id)).await;
     }
 
     /// Checks a code under the lockout rules: a backup code, or a six-digit code against what
@@ -514,7 +499,7 @@ impl Mfa {
             (true, Expected::Sent(_)) => CodeKind::Sent,
             (true, Expected::Authenticator) => CodeKind::Totp,
         };
-        self.check_lockout(caller, kind)?;
+        self.check_lockout(caller, kind).await?;
         let ok = if kind == CodeKind::Backup {
             is_backup_code(code) && self.use_backup(caller.user_id, code).await?
         } else {
@@ -524,9 +509,9 @@ impl Mfa {
             }
         };
         if ok {
-            self.record_success(caller);
+            self.record_success(caller).await;
         } else {
-            self.record_failure(caller, kind);
+            self.record_failure(caller, kind).await;
         }
         Ok(ok)
     }
@@ -784,8 +769,8 @@ impl Mfa {
                 }
             }
         }
-        self.credential_failures.retain(|(owner, _), _| owner != user_id);
-        self.user_failures.remove(user_id);
+        self.guesses.clear(&credential_group(user_id), None).await;
+        self.guesses.forget(&user_window(user_id)).await;
         Ok(true)
     }
 }
@@ -811,55 +796,63 @@ mod tests {
     fn mfa(dir: &std::path::Path) -> Mfa {
         let store: Arc<dyn Store> = Arc::new(crate::data::store::EmbeddedStore::open(dir).unwrap());
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        rt.block_on(Mfa::load(store, Arc::new(Courier::default()))).unwrap()
+        rt.block_on(Mfa::load(store, Arc::new(Courier::default()), Arc::new(Guesses::local()))).unwrap()
+    }
+
+    #[tokio::test]
+    async fn five_wrong_codes_in_a_row_lock_the_credential_and_twenty_totp_codes_the_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::data::store::EmbeddedStore::open(dir.path()).unwrap());
+        let mfa = Mfa::load(store, Arc::new(Courier::default()), Arc::new(Guesses::local())).await.unwrap();
+        let key = |k| Caller { user_id: "usr_a", key_id: k };
+        for _ in 0..FREE_FAILURES - 1 {
+            mfa.record_failure(key("k1"), CodeKind::Backup).await;
+        }
+        mfa.check_lockout(key("k1"), CodeKind::Backup).await.unwrap();
+        // A success ends the streak: four more are still free.
+        mfa.record_success(key("k1")).await;
+        for _ in 0..FREE_FAILURES - 1 {
+            mfa.record_failure(key("k1"), CodeKind::Backup).await;
+        }
+        mfa.check_lockout(key("k1"), CodeKind::Backup).await.unwrap();
+        mfa.record_failure(key("k1"), CodeKind::Backup).await;
+        assert!(mfa.check_lockout(key("k1"), CodeKind::Backup).await.is_err(), "the fifth in a row locks");
+        mfa.check_lockout(key("k2"), CodeKind::Backup).await.unwrap();
+
+        // Wrong TOTP codes from many credentials: the twentieth refuses TOTP codes for the user.
+        for i in 0..USER_TOTP_FAILURES {
+            let id = format!("t{i}");
+            mfa.check_lockout(Caller { user_id: "usr_a", key_id: &id }, CodeKind::Totp).await.unwrap();
+            mfa.record_failure(Caller { user_id: "usr_a", key_id: &id }, CodeKind::Totp).await;
+        }
+        assert!(mfa.check_lockout(key("fresh"), CodeKind::Totp).await.is_err());
+        mfa.check_lockout(key("fresh"), CodeKind::Backup).await.unwrap();
     }
 
     #[test]
-    fn expired_guess_counters_are_swept_out_and_live_ones_kept() {
+    fn codes_sent_are_swept_out_once_their_window_ended() {
         let dir = tempfile::tempdir().unwrap();
         let mfa = mfa(dir.path());
         let now = Instant::now();
-        // Stale: no lockout running and no failure remembered.
         for i in 0..SWEEP_ABOVE + 10 {
-            mfa.credential_failures.insert((format!("usr_{i}"), "key".into()), Failures::default());
-        }
-        // Live: a lockout running, a recent failure.
-        let locked = Failures { count: 5, locked_until: Some(now + MAX_LOCKOUT), last: Some(now) };
-        mfa.credential_failures.insert(("usr_locked".into(), "key".into()), locked);
-        let recent = Failures { count: 1, locked_until: None, last: Some(now) };
-        mfa.credential_failures.insert(("usr_recent".into(), "key".into()), recent);
-        // The next wrong code sweeps on its way in.
-        mfa.record_failure(Caller { user_id: "usr_new", key_id: "key" }, CodeKind::Backup);
-        assert_eq!(mfa.credential_failures.len(), 3, "the stale entries went, the live two and the new one stay");
-        assert!(mfa.check_lockout(Caller { user_id: "usr_locked", key_id: "key" }, CodeKind::Backup).is_err());
-
-        // Windowed counts (wrong TOTP codes per user, codes sent) go once their window ended.
-        for i in 0..SWEEP_ABOVE + 10 {
-            mfa.user_failures.insert(format!("usr_{i}"), (3, now));
             mfa.sends.insert(format!("usr_{i}"), (5, now));
         }
-        assert_eq!(mfa.user_failures.len(), SWEEP_ABOVE + 10);
         let during = now + USER_WINDOW - Duration::from_secs(1);
-        mfa.sweeps[1].sweep_at(&mfa.user_failures, during, in_window(USER_WINDOW));
-        assert_eq!(mfa.user_failures.len(), SWEEP_ABOVE + 10, "still in their window");
+        mfa.sends_sweep.sweep_at(&mfa.sends, during, in_window(USER_WINDOW));
+        assert_eq!(mfa.sends.len(), SWEEP_ABOVE + 10, "still in their window");
         let after = now + USER_WINDOW;
-        mfa.sweeps[1].sweep_at(&mfa.user_failures, after + SWEEP_EVERY, in_window(USER_WINDOW));
-        mfa.sweeps[2].sweep_at(&mfa.sends, after, in_window(USER_WINDOW));
-        assert!(mfa.user_failures.is_empty() && mfa.sends.is_empty());
-
-        // Below the size, nothing is swept (no pass over a small map at each write).
-        mfa.credential_failures.insert(("usr_stale".into(), "key".into()), Failures::default());
-        mfa.record_failure(Caller { user_id: "usr_other", key_id: "key" }, CodeKind::Backup);
-        assert!(mfa.credential_failures.contains_key(&("usr_stale".to_string(), "key".to_string())));
+        mfa.sends_sweep.sweep_at(&mfa.sends, after + SWEEP_EVERY, in_window(USER_WINDOW));
+        assert!(mfa.sends.is_empty());
     }
 
     #[test]
-    fn wrong_codes_are_forgotten_an_hour_after_the_last_once_no_lockout_runs() {
-        let now = Instant::now();
-        let f = Failures { count: 4, locked_until: None, last: Some(now) };
-        assert!(f.live(now) && f.live(now + FORGET_AFTER - Duration::from_secs(1)));
-        assert!(!f.live(now + FORGET_AFTER));
-        let locked = Failures { count: 9, locked_until: Some(now + FORGET_AFTER * 2), last: Some(now) };
-        assert!(locked.live(now + FORGET_AFTER), "a running lockout is kept");
+    fn the_lockout_is_thirty_seconds_doubling_up_to_fifteen_minutes() {
+        assert_eq!(lockout(FREE_FAILURES - 1), None);
+        assert_eq!(lockout(FREE_FAILURES), Some(Duration::from_secs(30)));
+        assert_eq!(lockout(FREE_FAILURES + 1), Some(Duration::from_secs(60)));
+        assert_eq!(lockout(FREE_FAILURES + 4), Some(Duration::from_secs(480)));
+        assert_eq!(lockout(FREE_FAILURES + 5), Some(MAX_LOCKOUT));
+        assert_eq!(lockout(u32::MAX), Some(MAX_LOCKOUT));
+        assert!(lockout(FREE_FAILURES + 5).unwrap() < FORGET_AFTER, "a lockout ends before its streak is forgotten");
     }
 }

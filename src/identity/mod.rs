@@ -25,7 +25,9 @@ pub struct IdentityService {
 
 impl IdentityService {
     pub fn new(state: Arc<State>, mfa: Arc<mfa::Mfa>) -> IdentityService {
-        let signin = signin::SignIn::new(state.store.clone(), state.changes.clone(), &state.config());
+        // One set of guessing bounds for MFA's wrong codes and the sign-in's.
+        let guesses = mfa.guesses().clone();
+        let signin = signin::SignIn::new(state.store.clone(), state.changes.clone(), &state.config(), guesses);
         IdentityService { state, mfa, signin }
     }
 }

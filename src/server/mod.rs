@@ -68,7 +68,8 @@ impl Server {
         let courier = Arc::new(
             crate::outbound::courier::Courier::new(&state.config()).map_err(|e| StoreError::Backend(e.to_string()))?,
         );
-        let mfa = Arc::new(Mfa::load(state.store.clone(), courier.clone()).await?);
+        let guesses = Arc::new(crate::data::limiter::Guesses::open(&state.config().storage));
+        let mfa = Arc::new(Mfa::load(state.store.clone(), courier.clone(), guesses).await?);
         let events = crate::events::Events::load(state.clone(), courier.clone()).await?;
         let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
         Ok(Server {

@@ -323,6 +323,116 @@ fn two_instances_on_one_redis_share_an_addresss_password_checks() {
     assert_eq!(wrong(&b, 51), 429, "and on B");
 }
 
+/// Redis and two instances on it, trusting the local proxy, with `declared` (organisations,
+/// users, keys) in their configuration. Redis stops when its handle is dropped: after them.
+fn two_on_redis(prefix: &str, declared: &str) -> (common::Peer, TestServer, TestServer) {
+    let redis = common::spawn_redis();
+    let prefix = format!("{prefix}{}", common::random_alnum(6).to_lowercase());
+    let storage = format!("  backend: redis\n  url: {}\n  key_prefix: {prefix}\n", common::redis_url(&redis));
+    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, &format!("{WIDE_BUCKET}{declared}"));
+    let secret = "cd".repeat(32);
+    let start = || {
+        TestServer::start_opts(common::ServerOptions {
+            full_config: Some(yaml.clone()),
+            env: vec![("TOOLGATE_SECRET_KEY".into(), secret.clone())],
+            ..Default::default()
+        })
+    };
+    let (a, b) = (start(), start());
+    (redis, a, b)
+}
+
+/// Issue 40, item 5: MFA's wrong-code bounds count in Redis. Five wrong codes in a row from one
+/// credential, spread over two instances, lock it on both (as on one instance); twenty wrong
+/// TOTP codes of a user from several credentials, spread likewise, refuse the user's TOTP
+/// codes on both.
+#[test]
+fn two_instances_on_one_redis_share_the_wrong_code_bounds() {
+    use crate::api_mfa::{code_at, step_now, totp, wrong_code};
+    use crate::common::{err, ok};
+    let names = ["owner", "g1", "g2", "g3", "g4", "g5"];
+    let (mut keys, mut yaml_keys) = (std::collections::HashMap::new(), String::new());
+    for name in names {
+        let (k, y) = common::declared_key(&format!("key_mfa2_{name}"), "usr_mfa2", &["*"]);
+        keys.insert(name, k);
+        yaml_keys += &y;
+    }
+    let declared = format!(
+        "organizations:\n  - {{ id: org_mfa2, name: Mfa2, tier: enterprise }}\n\
+         users:\n  - {{ id: usr_mfa2, email: mfa2@edge.test, name: Mfa2, role: owner, organization: org_mfa2 }}\n\
+         api_keys:\n{yaml_keys}"
+    );
+    let (_redis, a, b) = two_on_redis("tgmfa", &declared);
+    let owner = keys["owner"].as_str();
+    let e = ok(&a.api("POST", "/v1/auth/mfa/enroll", Some(owner), None), 200);
+    let t = totp(e["secret"].as_str().unwrap());
+    let step = step_now();
+    ok(&a.api("POST", "/v1/auth/mfa/activate", Some(owner), Some(json!({ "code": code_at(&t, step) }))), 200);
+    let r =
+        a.api("POST", "/v1/gateways", Some(owner), Some(json!({ "name": format!("m2-{}", common::random_alnum(8)) })));
+    let gw = ok(&r, 201)["id"].as_str().unwrap().to_string();
+    let delete = |srv: &TestServer, k: &str, code: &str| {
+        srv.request("DELETE", &format!("/v1/gateways/{gw}"), Some(k), None, &[("x-mfa-token", code)])
+    };
+    let guess = |k: &str, n: usize| {
+        let srv = if n.is_multiple_of(2) { &a } else { &b };
+        let r = delete(srv, k, &wrong_code(&t, step));
+        assert_eq!((r.status, r.error_code()), (403, "MFA_REQUIRED"), "wrong code {n} (instance {}): {r:?}", n % 2);
+    };
+    // One credential: five wrong codes, three on A and two on B, lock it on both; the right
+    // code is refused too (and so stays unused).
+    for n in 0..5 {
+        guess(&keys["g1"], n);
+    }
+    let good = code_at(&t, step + 1);
+    err(&delete(&a, &keys["g1"], &good), 429, "RATE_LIMITED");
+    err(&delete(&b, &keys["g1"], &good), 429, "RATE_LIMITED");
+    // Fifteen more wrong TOTP codes from three more credentials (none locked): twenty for the
+    // user, ten on each instance. Then a fresh credential's TOTP code is refused on both.
+    for k in ["g2", "g3", "g4"] {
+        for n in 0..5 {
+            guess(&keys[k], n);
+        }
+    }
+    err(&delete(&a, &keys["g5"], &good), 429, "RATE_LIMITED");
+    err(&delete(&b, &keys["g5"], &good), 429, "RATE_LIMITED");
+    // The owner's credential is not locked, but the user's TOTP codes are refused for now.
+    err(&delete(&b, owner, &good), 429, "RATE_LIMITED");
+    ok(&a.api("GET", &format!("/v1/gateways/{gw}"), Some(owner), None), 200);
+}
+
+/// Issue 40, item 5: the per-e-mail lockout counts in Redis. Five wrong passwords for one
+/// e-mail, three on A and two on B, lock it on both, as five on one instance do.
+#[test]
+fn two_instances_on_one_redis_share_an_e_mails_lockout() {
+    let (_redis, a, b) = two_on_redis("tgmail", "");
+    let http = no_redirects();
+    let token = csrf(&a);
+    let wrong = |srv: &TestServer, email: &str| {
+        let form = [("csrf", token.as_str()), ("email", email), ("password", "not the password at all"), ("next", "")];
+        let r = http
+            .post(srv.url("/auth/signin"))
+            .header("Cookie", format!("toolgate_csrf={token}"))
+            .header("X-Forwarded-For", "198.51.100.88")
+            .form(&form)
+            .send()
+            .unwrap();
+        let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        (r.status().as_u16(), retry)
+    };
+    for n in 0..5usize {
+        let (status, _) = wrong(if n.is_multiple_of(2) { &a } else { &b }, "Locked@Edge.test");
+        assert_eq!(status, 401, "wrong password {n} (instance {})", n % 2);
+    }
+    for (name, srv) in [("A", &a), ("B", &b)] {
+        let (status, retry) = wrong(srv, "locked@edge.test");
+        assert_eq!(status, 429, "the e-mail is locked on {name}");
+        assert!(retry.is_some_and(|r| (1..=30).contains(&r)), "for the first lockout's 30 s: {retry:?}");
+    }
+    // Another e-mail from the same address is not.
+    assert_eq!(wrong(&b, "other@edge.test").0, 401);
+}
+
 /// A TCP listener standing in for the documents' host: counts the connections (one per fetch)
 /// and drops them, so that each fetch fails at once.
 fn counting_listener() -> (u16, Arc<AtomicUsize>) {

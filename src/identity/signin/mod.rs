@@ -14,7 +14,9 @@
 //!   password checks per ten minutes, counted before the check (so concurrent attempts count
 //!   too). An unknown e-mail is refused after checking a decoy hash, in the same words and time
 //!   as a wrong password. At most `web.password_checks` checks run at once (`passwords`).
-//! - The per-address bounds are [`crate::data::limiter::Guesses`]: shared by the instances on Redis.
+//! - The per-address bounds and the per-e-mail lockout count in [`crate::data::limiter::Guesses`]
+//!   (the one MFA counts its wrong codes in): shared by the instances on Redis, so several allow
+//!   together what one allows.
 //! - A form's body must arrive within `web.body_timeout_secs` (408) and is read as it comes,
 //!   never reserved to its declared length.
 //! - Pages say nothing about which part was wrong, are never cached or framed, and load nothing
@@ -74,12 +76,9 @@ const MAX_FORM_BYTES: usize = 8 * 1024;
 pub struct SignIn {
     pub sessions: WebSessions,
     store: Arc<dyn Store>,
-    /// e-mail (lower case) -> wrong passwords in a row and the lockout they earned.
-    by_email: DashMap<String, EmailFailures>,
-    by_email_sweep: crate::identity::mfa::Sweeper,
     /// Per-address bounds (password checks, sign-ins started, registrations, documents
-    /// fetched), shared by the instances on Redis.
-    pub(crate) guesses: crate::data::limiter::Guesses,
+    /// fetched) and wrong passwords in a row per e-mail, shared by the instances on Redis.
+    pub(crate) guesses: Arc<crate::data::limiter::Guesses>,
     /// Self-registered OAuth clients and when this instance last extended their life
     /// (`oauth_server`: a client unused for `web.registration_unused_secs` expires).
     pub(crate) registrations_kept: DashMap<String, Instant>,
@@ -87,20 +86,17 @@ pub struct SignIn {
     pub(crate) client_documents: crate::identity::oauth_server::ClientDocuments,
 }
 
-/// Wrong passwords in a row for one e-mail, the lockout they earned, and when the last came.
-#[derive(Debug, Clone, Copy)]
-struct EmailFailures {
-    count: u32,
-    locked_until: Option<Instant>,
-    last: Instant,
+/// The group an e-mail's (lower case) wrong passwords in a row count under.
+fn email_group(email: &str) -> String {
+    format!("wrong passwords:{email}")
 }
 
-impl EmailFailures {
-    /// Whether the entry still bounds anything: a lockout running, or a failure recent enough
-    /// to count towards the next one (forgotten an hour after the last, as MFA's are).
-    fn live(&self, now: Instant) -> bool {
-        self.locked_until.is_some_and(|until| until > now) || now.saturating_duration_since(self.last) < FORGET_AFTER
-    }
+/// How long an e-mail with `count` wrong passwords in a row is locked after the last: none
+/// below [`FREE_FAILURES`], then [`FIRST_LOCKOUT`] doubling with each further one, up to
+/// [`MAX_LOCKOUT`].
+fn lockout(count: u32) -> Option<Duration> {
+    let doublings = count.checked_sub(FREE_FAILURES)?.min(10);
+    Some((FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT))
 }
 
 /// How long wrong passwords in a row are remembered after the last, once no lockout runs.
@@ -113,24 +109,27 @@ fn next_in_query(ex: &Exchange<'_>) -> Option<String> {
 
 impl SignIn {
     /// The identity service on `store`; its web sessions are published on (and follow)
-    /// `changes`.
-    pub fn new(store: Arc<dyn Store>, changes: crate::data::changes::Feed, config: &crate::config::Config) -> SignIn {
+    /// `changes`; its bounds count in `guesses` (the shared limiter).
+    pub fn new(
+        store: Arc<dyn Store>,
+        changes: crate::data::changes::Feed,
+        config: &crate::config::Config,
+        guesses: Arc<crate::data::limiter::Guesses>,
+    ) -> SignIn {
         passwords::configure(config.web.password_checks);
         SignIn {
             sessions: WebSessions::new(store.clone(), changes),
             store,
-            by_email: DashMap::new(),
-            by_email_sweep: Default::default(),
-            guesses: crate::data::limiter::Guesses::open(&config.storage),
+            guesses,
             registrations_kept: DashMap::new(),
             client_documents: Default::default(),
         }
     }
 
     /// How long until `email` may try a password again, when it is locked.
-    fn locked(&self, email: &str) -> Option<Duration> {
-        let now = Instant::now();
-        self.by_email.get(email).and_then(|f| f.locked_until).and_then(|until| until.checked_duration_since(now))
+    async fn locked(&self, email: &str) -> Option<Duration> {
+        let (count, ago) = self.guesses.streak(&email_group(email), "", FORGET_AFTER).await?;
+        lockout(count)?.checked_sub(ago).filter(|left| !left.is_zero())
     }
 
     /// Counts one more `what` from `ip` (by address, IPv6 by /64) against `limit` per
@@ -140,20 +139,8 @@ impl SignIn {
         self.guesses.count(&key, limit, ADDRESS_WINDOW).await.map_err(|wait| ApiError::too_many(what, wait))
     }
 
-    fn failed(&self, email: &str) {
-        self.by_email_sweep.sweep(&self.by_email, |f, now| f.live(now));
-        let now = Instant::now();
-        let fresh = EmailFailures { count: 0, locked_until: None, last: now };
-        let mut f = self.by_email.entry(email.to_string()).or_insert(fresh);
-        if !f.live(now) {
-            *f = fresh;
-        }
-        f.count += 1;
-        f.last = now;
-        if f.count >= FREE_FAILURES {
-            let doublings = (f.count - FREE_FAILURES).min(10);
-            f.locked_until = Some(now + (FIRST_LOCKOUT * 2u32.pow(doublings)).min(MAX_LOCKOUT));
-        }
+    async fn failed(&self, email: &str) {
+        self.guesses.miss(&email_group(email), "", FORGET_AFTER).await;
     }
 
     /// Checks a user's current password (`PUT /v1/user/password`) under the sign-in's guessing
@@ -168,22 +155,22 @@ impl SignIn {
         given: String,
     ) -> std::result::Result<bool, ApiError> {
         let email = email.trim().to_lowercase();
-        if let Some(wait) = self.locked(&email) {
+        if let Some(wait) = self.locked(&email).await {
             return Err(ApiError::too_many("wrong passwords", wait));
         }
         // Counted before the check, as the sign-in form counts its checks.
         self.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
         if passwords::verify(Some(stored_hash), given).await {
-            self.succeeded(&email);
+            self.succeeded(&email).await;
             Ok(true)
         } else {
-            self.failed(&email);
+            self.failed(&email).await;
             Ok(false)
         }
     }
 
-    fn succeeded(&self, email: &str) {
-        self.by_email.remove(email);
+    async fn succeeded(&self, email: &str) {
+        self.guesses.clear(&email_group(email), Some("")).await;
     }
 }
 
@@ -390,7 +377,7 @@ async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::resu
     let password = field(&fields, "password").to_string();
     let next = next_of(identity, Some(field(&fields, "next")));
     let ip = ex.ctx.client_ip;
-    if let Some(wait) = identity.signin.locked(&email) {
+    if let Some(wait) = identity.signin.locked(&email).await {
         return Err(ApiError::too_many("wrong passwords", wait));
     }
     if passwords::overloaded() {
@@ -416,10 +403,10 @@ async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::resu
         }
     }
     let Some(user) = signed_in else {
-        identity.signin.failed(&email);
+        identity.signin.failed(&email).await;
         return Ok(sign_in_form(identity, ex, Some("The e-mail or the password is wrong.")));
     };
-    identity.signin.succeeded(&email);
+    identity.signin.succeeded(&email).await;
     signed_in_as(identity, ex, &user, &next).await
 }
 
@@ -695,27 +682,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_guess_counters_forget_what_bounds_nothing_any_more() {
-        let now = Instant::now();
+    #[tokio::test]
+    async fn five_wrong_passwords_in_a_row_lock_the_e_mail_until_a_success_clears_them() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(crate::data::store::EmbeddedStore::open(dir.path()).unwrap());
         let feed = crate::data::changes::Feed::new();
-        let signin = SignIn::new(store, feed, &crate::config::Config::parse("{}").unwrap());
-        for i in 0..crate::identity::mfa::SWEEP_ABOVE + 10 {
-            let recent = EmailFailures { count: 3, locked_until: None, last: now };
-            signin.by_email.insert(format!("u{i}@example.com"), recent);
+        let guesses = Arc::new(crate::data::limiter::Guesses::local());
+        let signin = SignIn::new(store, feed, &crate::config::Config::parse("{}").unwrap(), guesses);
+        for _ in 0..FREE_FAILURES - 1 {
+            signin.failed("a@example.com").await;
         }
-        let locked = EmailFailures { count: 9, locked_until: Some(now + FORGET_AFTER * 2), last: now };
-        signin.by_email.insert("locked@example.com".into(), locked);
-        // A wrong password sweeps on its way in: nothing is stale yet.
-        signin.failed("new@example.com");
-        assert_eq!(signin.by_email.len(), crate::identity::mfa::SWEEP_ABOVE + 12);
-        // An hour after the last failure, only the running lockout is left.
-        signin
-            .by_email_sweep
-            .sweep_at(&signin.by_email, now + FORGET_AFTER + Duration::from_secs(2), |f, at| f.live(at));
-        assert_eq!(signin.by_email.len(), 1, "the stale e-mails went, the locked one stayed");
-        assert!(signin.locked("locked@example.com").is_some());
+        assert!(signin.locked("a@example.com").await.is_none());
+        signin.succeeded("a@example.com").await;
+        for _ in 0..FREE_FAILURES - 1 {
+            signin.failed("a@example.com").await;
+        }
+        assert!(signin.locked("a@example.com").await.is_none(), "a success ended the streak");
+        signin.failed("a@example.com").await;
+        let wait = signin.locked("a@example.com").await.unwrap();
+        assert!(wait > Duration::from_secs(25) && wait <= FIRST_LOCKOUT, "{wait:?}");
+        assert!(signin.locked("b@example.com").await.is_none());
+        signin.failed("a@example.com").await;
+        assert!(signin.locked("a@example.com").await.unwrap() > FIRST_LOCKOUT, "doubled");
+        assert_eq!(lockout(FREE_FAILURES + 10), Some(MAX_LOCKOUT));
+        assert!(MAX_LOCKOUT < FORGET_AFTER, "a lockout ends before its streak is forgotten");
     }
 }
