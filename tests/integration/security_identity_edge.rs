@@ -238,21 +238,9 @@ fn a_burst_to_the_identity_routes_is_refused_after_the_address_bucket() {
 /// the guessing bounds (here: registrations per network): together they allow what one does.
 #[test]
 fn two_instances_on_one_redis_share_the_identity_bounds() {
-    let redis = common::spawn_redis();
-    let prefix = format!("tgedge{}", common::random_alnum(6).to_lowercase());
-    let storage = format!("  backend: redis\n  url: {}\n  key_prefix: {prefix}\n", common::redis_url(&redis));
     let rest = "rate_limits:\n  distributed: exact\n  identity: { requests_per_hour: 1000, requests_per_minute: 1, burst: 6 }\n\
          web:\n  dynamic_registration: true\n";
-    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, rest);
-    let secret = "ab".repeat(32);
-    let start = || {
-        TestServer::start_opts(common::ServerOptions {
-            full_config: Some(yaml.clone()),
-            env: vec![("TOOLGATE_SECRET_KEY".into(), secret.clone())],
-            ..Default::default()
-        })
-    };
-    let (a, b) = (start(), start());
+    let (_redis, a, b) = two_on_redis("tgedge", rest);
     let http = no_redirects();
     let get = |srv: &TestServer| {
         http.get(srv.url("/auth/signin")).header("X-Forwarded-For", "198.51.100.1").send().unwrap().status().as_u16()
@@ -289,19 +277,7 @@ fn two_instances_on_one_redis_share_the_identity_bounds() {
 /// refuse, whichever took the checks.
 #[test]
 fn two_instances_on_one_redis_share_an_addresss_password_checks() {
-    let redis = common::spawn_redis();
-    let prefix = format!("tgpw{}", common::random_alnum(6).to_lowercase());
-    let storage = format!("  backend: redis\n  url: {}\n  key_prefix: {prefix}\n", common::redis_url(&redis));
-    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, WIDE_BUCKET);
-    let secret = "ef".repeat(32);
-    let start = || {
-        TestServer::start_opts(common::ServerOptions {
-            full_config: Some(yaml.clone()),
-            env: vec![("TOOLGATE_SECRET_KEY".into(), secret.clone())],
-            ..Default::default()
-        })
-    };
-    let (a, b) = (start(), start());
+    let (_redis, a, b) = two_on_redis("tgpw", WIDE_BUCKET);
     let http = no_redirects();
     let token = csrf(&a);
     let wrong = |srv: &TestServer, n: usize| {
@@ -323,13 +299,13 @@ fn two_instances_on_one_redis_share_an_addresss_password_checks() {
     assert_eq!(wrong(&b, 51), 429, "and on B");
 }
 
-/// Redis and two instances on it, trusting the local proxy, with `declared` (organisations,
-/// users, keys) in their configuration. Redis stops when its handle is dropped: after them.
-fn two_on_redis(prefix: &str, declared: &str) -> (common::Peer, TestServer, TestServer) {
+/// Redis and two instances on it, trusting the local proxy, with `rest` (rate limits, web,
+/// organisations, users, keys) in their configuration. Redis stops when its handle is dropped: after them.
+fn two_on_redis(prefix: &str, rest: &str) -> (common::Peer, TestServer, TestServer) {
     let redis = common::spawn_redis();
     let prefix = format!("{prefix}{}", common::random_alnum(6).to_lowercase());
     let storage = format!("  backend: redis\n  url: {}\n  key_prefix: {prefix}\n", common::redis_url(&redis));
-    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, &format!("{WIDE_BUCKET}{declared}"));
+    let yaml = config("  trusted_proxies: [127.0.0.1/32]\n", &storage, rest);
     let secret = "cd".repeat(32);
     let start = || {
         TestServer::start_opts(common::ServerOptions {
@@ -362,7 +338,7 @@ fn two_instances_on_one_redis_share_the_wrong_code_bounds() {
          users:\n  - {{ id: usr_mfa2, email: mfa2@edge.test, name: Mfa2, role: owner, organization: org_mfa2 }}\n\
          api_keys:\n{yaml_keys}"
     );
-    let (_redis, a, b) = two_on_redis("tgmfa", &declared);
+    let (_redis, a, b) = two_on_redis("tgmfa", &format!("{WIDE_BUCKET}{declared}"));
     let owner = keys["owner"].as_str();
     let e = ok(&a.api("POST", "/v1/auth/mfa/enroll", Some(owner), None), 200);
     let t = totp(e["secret"].as_str().unwrap());
@@ -405,7 +381,7 @@ fn two_instances_on_one_redis_share_the_wrong_code_bounds() {
 /// e-mail, three on A and two on B, lock it on both, as five on one instance do.
 #[test]
 fn two_instances_on_one_redis_share_an_e_mails_lockout() {
-    let (_redis, a, b) = two_on_redis("tgmail", "");
+    let (_redis, a, b) = two_on_redis("tgmail", WIDE_BUCKET);
     let http = no_redirects();
     let token = csrf(&a);
     let wrong = |srv: &TestServer, email: &str| {
