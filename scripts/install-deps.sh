@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Debian/Ubuntu packages toolgate needs, installed only when missing: the one place that
-# knows them (the repository's ./run and tests/run.sh both call it).
+# knows them (the repository's ./run.sh and tests/run.sh both call it).
 #
 #   scripts/install-deps.sh            what the build needs (cargo build --release)
 #   scripts/install-deps.sh --tests    that, and what the test suite needs
