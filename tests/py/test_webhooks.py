@@ -23,7 +23,7 @@ from mcp_helpers import STATELESS, TIME_APP, config, everything_server, http_app
 from toolgate_harness import ROOT, ToolgateServer
 
 
-def readme_verify():
+def documented_verify():
     """docs/events.md's verification snippet (the block after "verify a delivery"), as a function."""
     text = (ROOT / "docs" / "events.md").read_text()
     block = re.search(r"<!-- verify a delivery -->\n```python\n(.*?)```", text, re.S)
@@ -50,7 +50,7 @@ class Receiver:
         self.hang: set[str] = set()
         self.failures: list[str] = []
         self.lock = threading.Lock()
-        self.verify = readme_verify()
+        self.verify = documented_verify()
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
