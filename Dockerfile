@@ -1,4 +1,4 @@
-# toolgate's image: built with the README's build step, run as a non-root user.
+# toolgate's image: built with docs/operations.md's build step, run as a non-root user.
 #   docker build -t toolgate .
 #   docker run -p 8080:8080 -v "$PWD/conf:/etc/toolgate:ro" -v toolgate-data:/var/lib/toolgate toolgate
 # The build stage needs cmake (Pingora's build); the runtime image holds the binary, the CA roots
