@@ -15,8 +15,9 @@ const MAX_FUNCTION_LINES: usize = 150;
 /// At most this many entries directly under `src/` (areas and the top files).
 const MAX_SRC_ENTRIES: usize = 16;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// The repository (also the docs and packaging tests' root).
+pub(crate) fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// One row of ARCHITECTURE.md's "Areas" table.
@@ -110,7 +111,8 @@ fn module_path_of(file: &Path) -> Vec<String> {
     parts
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file under `dir`, recursively, appended to `out` (also the docs test's walk).
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
         if path.is_dir() {

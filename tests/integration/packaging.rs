@@ -3,29 +3,25 @@
 //! `systemd-analyze verify` with the binary under test in place of the installed one.
 
 use crate::common;
+use crate::docs::read;
 
 use std::path::Path;
 use std::process::Command;
 
-fn repo_file(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
 /// The documented build command: the line of the block after `<!-- build -->` in
 /// docs/operations.md.
-fn readme_build_step() -> String {
-    let readme = repo_file("docs/operations.md");
-    let after = readme.split("<!-- build -->").nth(1).expect("docs/operations.md has no `<!-- build -->` block");
+fn documented_build_step() -> String {
+    let page = read("docs/operations.md");
+    let after = page.split("<!-- build -->").nth(1).expect("docs/operations.md has no `<!-- build -->` block");
     let block = after.split("```").nth(1).expect("a fenced block after `<!-- build -->`");
     let line = block.lines().map(str::trim).find(|l| l.starts_with("cargo build")).expect("a cargo build line");
     line.split('#').next().unwrap().trim().to_string()
 }
 
 #[test]
-fn the_image_builds_with_the_readme_build_step_and_runs_unprivileged() {
-    let dockerfile = repo_file("Dockerfile");
-    let step = readme_build_step();
+fn the_image_builds_with_the_documented_build_step_and_runs_unprivileged() {
+    let dockerfile = read("Dockerfile");
+    let step = documented_build_step();
     assert!(step.contains("--locked") && step.contains("--release"), "{step}");
     assert!(
         dockerfile.lines().any(|l| l.trim() == format!("RUN {step}")),
@@ -44,7 +40,7 @@ fn the_image_builds_with_the_readme_build_step_and_runs_unprivileged() {
         .output()
         .expect("run toolgate check-config");
     assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
-    let ignored = repo_file(".dockerignore");
+    let ignored = read(".dockerignore");
     for dir in ["target", "tests/node/node_modules", "tests/py/.venv"] {
         assert!(ignored.lines().any(|l| l.trim() == dir), ".dockerignore should leave out {dir}");
     }
@@ -54,7 +50,7 @@ fn the_image_builds_with_the_readme_build_step_and_runs_unprivileged() {
 fn the_systemd_unit_verifies() {
     let analyze = which("systemd-analyze")
         .expect("systemd-analyze is not installed: tests/run.sh installs it (Debian package systemd)");
-    let unit = repo_file("conf/examples/toolgate.service");
+    let unit = read("conf/examples/toolgate.service");
     assert!(unit.contains("ExecStart=/usr/local/bin/toolgate --config /etc/toolgate/toolgate.yaml"));
     assert!(unit.contains("KillSignal=SIGTERM") && unit.contains("DynamicUser=yes"), "{unit}");
     let dir = tempfile::tempdir().unwrap();
