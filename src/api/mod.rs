@@ -25,7 +25,6 @@ pub mod user;
 pub mod webhooks;
 
 use crate::edge::error::ApiError;
-pub use crate::edge::forms::{display_name, parse_query, MAX_NAME_CHARS};
 use crate::server::Server;
 use bytes::Bytes;
 use http::Method;
