@@ -132,6 +132,7 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         ip_multiplier: call.ip_multiplier,
         headers: call.headers,
     };
-    // Boxed: `dispatch` runs this handler, which runs `dispatch` (never deeper: no batch in a batch).
-    Box::pin(super::dispatch(endpoint, sub)).await
+    // `dispatch` runs this handler, which runs `dispatch` (never deeper: no batch in a batch);
+    // the route table's handlers are boxed futures already, which breaks the cycle.
+    super::dispatch(endpoint, sub).await
 }
