@@ -34,7 +34,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use toolgate_filters::Principal;
 
-pub use routes::{missing_for_whole_role, route, Access, Endpoint, Mfa, Route, ROUTES};
+pub use routes::{route, Endpoint, ROUTES};
 
 /// One management call, as a handler sees it.
 pub struct Call<'a> {
