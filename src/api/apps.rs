@@ -5,6 +5,7 @@ use crate::base::secrets;
 use crate::config::AppConfig;
 use crate::data::model::Connection;
 use crate::edge::error::ApiError;
+use crate::identity::app_oauth;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -365,15 +366,13 @@ async fn oauth_connection(
         _ => return Err(ApiError::validation("redirect_uri", "must be an absolute http or https URL")),
     }
     let oauth_state = secrets::new_session_id();
-    let pkce = crate::identity::app_oauth::pkce();
+    let pkce = app_oauth::pkce();
     let allows_http = call.server.state.config().environment.allows_http();
-    let authorize = crate::identity::app_oauth::endpoints(a, allows_http)
+    let authorize = app_oauth::endpoints(a, allows_http)
         .await
-        .and_then(|e| {
-            crate::identity::app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge)
-        })
+        .and_then(|e| app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge))
         .map_err(|e| ApiError::Unavailable(e.to_string()))?;
-    let pending = crate::identity::app_oauth::Pending { pkce_verifier: pkce.verifier };
+    let pending = app_oauth::Pending { pkce_verifier: pkce.verifier };
     let mut c = new_connection(call, org_id, a, "oauth", "pending", &pending)?;
     c.redirect_uri = Some(redirect);
     c.oauth_state = Some(oauth_state);
@@ -404,7 +403,7 @@ pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
         .sealed_credentials
         .as_deref()
         .and_then(|s| state.sealer.open(s).ok())
-        .and_then(|plain| serde_json::from_slice::<crate::identity::app_oauth::Pending>(&plain).ok())
+        .and_then(|plain| serde_json::from_slice::<app_oauth::Pending>(&plain).ok())
         .ok_or_else(|| ApiError::Internal("the pending authorization's PKCE verifier cannot be read".into()))?;
     // Used once: a second callback with the same state finds nothing pending.
     let mut done = (*pending).clone();
@@ -417,20 +416,16 @@ pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
     let code = body.code.filter(|c| !c.is_empty()).ok_or_else(|| ApiError::validation("code", "required"))?;
     let redirect = pending.redirect_uri.as_deref().unwrap_or_default();
     let allow_http = state.config().environment.allows_http();
-    let tokens =
-        match crate::identity::app_oauth::exchange_code(&a, allow_http, &code, redirect, &verifier.pkce_verifier).await
-        {
-            Ok(t) => t,
-            Err(e) => {
-                state.save_connection(failed(done)).await?;
-                return Err(match e {
-                    crate::identity::app_oauth::OAuthError::Refused { .. } => {
-                        ApiError::validation("code", e.to_string())
-                    }
-                    _ => ApiError::Unavailable(e.to_string()),
-                });
-            }
-        };
+    let tokens = match app_oauth::exchange_code(&a, allow_http, &code, redirect, &verifier.pkce_verifier).await {
+        Ok(t) => t,
+        Err(e) => {
+            state.save_connection(failed(done)).await?;
+            return Err(match e {
+                app_oauth::OAuthError::Refused { .. } => ApiError::validation("code", e.to_string()),
+                _ => ApiError::Unavailable(e.to_string()),
+            });
+        }
+    };
     done.status = "connected".into();
     done.sealed_credentials =
         Some(state.sealer.seal(&serde_json::to_vec(&tokens).map_err(|e| ApiError::Internal(e.to_string()))?));

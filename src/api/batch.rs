@@ -10,6 +10,7 @@
 
 use super::{ApiResult, Call, Reply};
 use crate::edge::error::ApiError;
+use crate::edge::forms;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -125,12 +126,13 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         principal: call.principal.clone(),
         method,
         id: id.map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()),
-        query: super::parse_query((!query.is_empty()).then_some(query)),
+        query: forms::parse_query((!query.is_empty()).then_some(query)),
         body,
         client_ip: call.client_ip,
         ip_multiplier: call.ip_multiplier,
         headers: call.headers,
     };
-    // Boxed: `dispatch` runs this handler, which runs `dispatch` (never deeper: no batch in a batch).
-    Box::pin(super::dispatch(endpoint, sub)).await
+    // `dispatch` runs this handler, which runs `dispatch` (never deeper: no batch in a batch);
+    // the route table's handlers are boxed futures already, which breaks the cycle.
+    super::dispatch(endpoint, sub).await
 }

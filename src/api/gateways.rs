@@ -4,6 +4,7 @@ use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration};
 use crate::edge::error::ApiError;
+use crate::edge::forms::display_name;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -188,7 +189,7 @@ async fn allowed_functions(call: &Call<'_>, gw: &Gateway, app_id: &str) -> (Stri
 }
 
 fn validate_name(name: &str) -> Result<String, ApiError> {
-    super::display_name("name", name).map(str::to_string)
+    display_name("name", name).map(str::to_string)
 }
 
 fn validate_servers(call: &Call<'_>, servers: &[String]) -> Result<Vec<String>, ApiError> {

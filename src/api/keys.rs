@@ -5,6 +5,7 @@ use super::{iso, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::ApiKey;
 use crate::edge::error::ApiError;
+use crate::edge::forms::display_name;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::json;
@@ -31,7 +32,7 @@ pub struct CreateKey {
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateKey = call.json()?;
-    let name = super::display_name("name", &body.name)?;
+    let name = display_name("name", &body.name)?;
     super::granted_scopes(who, &body.scopes)?;
     let expires_at = match body.expires_at {
         None => None,

@@ -25,7 +25,6 @@ pub mod user;
 pub mod webhooks;
 
 use crate::edge::error::ApiError;
-pub use crate::edge::forms::{display_name, parse_query, MAX_NAME_CHARS};
 use crate::server::Server;
 use bytes::Bytes;
 use http::Method;
@@ -35,7 +34,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use toolgate_filters::Principal;
 
-pub use routes::{missing_for_whole_role, route, Access, Endpoint, Mfa, Route, ROUTES};
+pub use routes::{route, Endpoint, ROUTES};
 
 /// One management call, as a handler sees it.
 pub struct Call<'a> {

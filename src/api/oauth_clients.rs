@@ -3,11 +3,12 @@
 //! kept as its SHA-256 (it is 32 random bytes, so no slow hash is needed, as for API keys).
 //! Deleting a client revokes every grant its users made it.
 
-use super::{display_name, iso, ApiResult, Call, Reply};
+use super::{iso, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::OAuthClient;
 use crate::data::store::Kind;
 use crate::edge::error::ApiError;
+use crate::edge::forms::display_name;
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -194,7 +194,7 @@ routes! {
 
 /// The scope a credential lacks to do everything its role allows (`admin` first, when the
 /// role allows it), or `None` when it holds them all.
-pub fn missing_for_whole_role(who: &Principal) -> Option<Scope> {
+fn missing_for_whole_role(who: &Principal) -> Option<Scope> {
     let allowed = who.role.allowed();
     if allowed.contains(Scope::Admin) {
         return (!who.scopes.contains(Scope::Admin)).then_some(Scope::Admin);

@@ -4,6 +4,7 @@ use super::{iso, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{ApiKey, ServiceAccount};
 use crate::edge::error::ApiError;
+use crate::edge::forms::display_name;
 use chrono::{Duration, Utc};
 use serde::Deserialize;
 use serde_json::json;
@@ -46,7 +47,7 @@ pub struct CreateServiceAccountKey {
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateServiceAccount = call.json()?;
-    let name = super::display_name("name", &body.name)?;
+    let name = display_name("name", &body.name)?;
     super::description("description", &body.description)?;
     super::granted_scopes(who, &body.scopes)?;
     let state = &call.server.state;
@@ -98,7 +99,7 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
     // The key acts as the account, within its creator's role: the caller must hold those rights.
     super::authority::Rights::of_service_account(&call.server.state, &a).check(who)?;
     let body: CreateServiceAccountKey = call.json()?;
-    let name = super::display_name("name", &body.name)?;
+    let name = display_name("name", &body.name)?;
     let expires_at = match body.expires_in_days {
         None => None,
         Some(d) if (1..=3650).contains(&d) => Some(Utc::now() + Duration::days(d)),

@@ -3,6 +3,7 @@
 use super::{iso, ApiResult, Call, Reply};
 use crate::data::model::NotificationPreferences;
 use crate::edge::error::ApiError;
+use crate::edge::forms::display_name;
 use crate::identity::signin::passwords;
 use serde::Deserialize;
 use serde_json::json;
@@ -58,7 +59,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     let _guard = state.lock_writes(&who.org_id).await?;
     let mut user = state.user(&who.user_id).map(|u| u.as_ref().clone()).ok_or(ApiError::NotFound("user"))?;
     if let Some(name) = patch.name {
-        user.name = super::display_name("name", &name)?.to_string();
+        user.name = display_name("name", &name)?.to_string();
     }
     if let Some(p) = patch.notification_preferences {
         if let Some(e) = p.email {

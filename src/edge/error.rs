@@ -249,4 +249,15 @@ mod tests {
         let refused = OAuthError::refused(&ApiError::too_many("requests", std::time::Duration::from_secs(7)));
         assert_eq!((refused.code, refused.status(), refused.retry_after), ("rate_limited", 429, Some(7)));
     }
+
+    #[test]
+    fn a_store_failure_is_a_server_error_to_oauth_and_unavailable_to_the_api() {
+        let failed = || crate::data::store::StoreError::Backend("disk gone".into());
+        let oauth = OAuthError::from(failed());
+        assert_eq!((oauth.code, oauth.status()), ("server_error", 500));
+        assert!(!oauth.description.contains("disk gone"), "the backend's words stay in the log: {oauth:?}");
+        let api = ApiError::from(failed());
+        assert_eq!((api.status(), api.code()), (503, "UNAVAILABLE"));
+        assert!(!api.to_string().contains("disk gone"), "{api:?}");
+    }
 }
