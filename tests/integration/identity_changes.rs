@@ -1,9 +1,12 @@
 //! Identity writes are changes (issue 40, item 6): an OAuth client deleted, a web session
 //! ended and a password changed on one instance are refused on another instance sharing the
-//! Redis store within a second. Each instance holds clients and web sessions it has seen in
-//! memory; before these writes were published on the change feed, the other instance went on
-//! answering from its copy (a deleted client kept getting tokens, an ended session kept
-//! signing in, until the copy was next checked against the store).
+//! Redis store within a second. Each instance holds the clients and web sessions it has seen in
+//! memory, and only the change feed drops a copy: were one of these writes not published, or
+//! not followed, the other instance would go on answering from its copy (a deleted client
+//! getting tokens, an ended session signing in until its copy is next checked against the
+//! store, a minute later). Before instances held copies every use read the store, and these
+//! tests passed then too: what they guard is the copies (each one's holding without reading
+//! the store again is tested beside it, in `data::state::follow` and `signin::sessions`).
 
 use crate::common::*;
 use serde_json::json;
