@@ -455,6 +455,18 @@ struct GuessRedis {
     resting_until: AtomicI64,
 }
 
+impl GuessRedis {
+    /// Where `key`'s window is counted.
+    fn window(&self, key: &str) -> String {
+        format!("{}:guess:{{{key}}}", self.prefix)
+    }
+
+    /// Where the streaks of `group` are kept (one hash).
+    fn streaks(&self, group: &str) -> String {
+        format!("{}:streak:{{{group}}}", self.prefix)
+    }
+}
+
 /// Keys counted locally at most; past it the oldest windows are dropped first.
 const MAX_LOCAL_GUESS_KEYS: usize = 100_000;
 
@@ -496,22 +508,16 @@ impl Guesses {
     /// Counts one event for `key`, unless its window already holds `limit`: then how long
     /// until the window closes.
     pub async fn count(&self, key: &str, limit: u32, window: Duration) -> Result<(), Duration> {
-        if let Some(r) = &self.redis {
-            if now_ms() >= r.resting_until.load(Ordering::Relaxed) {
-                let mut invocation = r.script.prepare_invoke();
-                invocation.key(format!("{}:guess:{{{key}}}", r.prefix)).arg(limit).arg(window.as_millis() as u64);
-                let mut conn = r.conn.clone();
-                match invocation.invoke_async::<(i64, i64)>(&mut conn).await {
-                    Ok((n, ttl)) if n > i64::from(limit) => {
-                        return Err(Duration::from_millis(ttl.max(1000) as u64));
-                    }
-                    Ok(_) => return Ok(()),
-                    Err(e) => {
-                        if r.resting_until.swap(now_ms() + EXACT_RETRY_AFTER_MS, Ordering::Relaxed) == 0 {
-                            tracing::warn!(error = %e, "guessing bounds: Redis did not answer; this instance counts alone meanwhile");
-                        }
-                    }
+        if let Some(r) = self.shared() {
+            let mut invocation = r.script.prepare_invoke();
+            invocation.key(r.window(key)).arg(limit).arg(window.as_millis() as u64);
+            let mut conn = r.conn.clone();
+            match invocation.invoke_async::<(i64, i64)>(&mut conn).await {
+                Ok((n, ttl)) if n > i64::from(limit) => {
+                    return Err(Duration::from_millis(ttl.max(1000) as u64));
                 }
+                Ok(_) => return Ok(()),
+                Err(e) => Guesses::rest(r, &e),
             }
         }
         self.count_locally(key, limit, window)
@@ -557,7 +563,7 @@ impl Guesses {
     pub async fn full(&self, key: &str, limit: u32, window: Duration) -> Option<Duration> {
         if let Some(r) = self.shared() {
             let mut invocation = r.peek.prepare_invoke();
-            invocation.key(format!("{}:guess:{{{key}}}", r.prefix));
+            invocation.key(r.window(key));
             let mut conn = r.conn.clone();
             match invocation.invoke_async::<(i64, i64)>(&mut conn).await {
                 Ok((n, ttl)) => {
@@ -576,7 +582,7 @@ impl Guesses {
     pub async fn miss(&self, group: &str, member: &str, keep: Duration) -> u32 {
         if let Some(r) = self.shared() {
             let mut invocation = r.miss.prepare_invoke();
-            invocation.key(format!("{}:streak:{{{group}}}", r.prefix)).arg(member).arg(keep.as_millis() as u64);
+            invocation.key(r.streaks(group)).arg(member).arg(keep.as_millis() as u64);
             let mut conn = r.conn.clone();
             match invocation.invoke_async::<i64>(&mut conn).await {
                 Ok(n) => return n.clamp(0, i64::from(u32::MAX)) as u32,
@@ -600,7 +606,7 @@ impl Guesses {
     pub async fn streak(&self, group: &str, member: &str, keep: Duration) -> Option<(u32, Duration)> {
         if let Some(r) = self.shared() {
             let mut invocation = r.streak.prepare_invoke();
-            invocation.key(format!("{}:streak:{{{group}}}", r.prefix)).arg(member).arg(keep.as_millis() as u64);
+            invocation.key(r.streaks(group)).arg(member).arg(keep.as_millis() as u64);
             let mut conn = r.conn.clone();
             match invocation.invoke_async::<(i64, i64)>(&mut conn).await {
                 Ok((n, ago)) => {
@@ -618,7 +624,7 @@ impl Guesses {
     /// Ends `member`'s streak (a success), or with `None` every streak of `group`.
     pub async fn clear(&self, group: &str, member: Option<&str>) {
         if let Some(r) = self.shared() {
-            let key = format!("{}:streak:{{{group}}}", r.prefix);
+            let key = r.streaks(group);
             let mut conn = r.conn.clone();
             let done = match member {
                 Some(m) => redis::cmd("HDEL")
@@ -644,9 +650,7 @@ impl Guesses {
     pub async fn forget(&self, key: &str) {
         if let Some(r) = self.shared() {
             let mut conn = r.conn.clone();
-            if let Err(e) =
-                redis::cmd("DEL").arg(format!("{}:guess:{{{key}}}", r.prefix)).query_async::<i64>(&mut conn).await
-            {
+            if let Err(e) = redis::cmd("DEL").arg(r.window(key)).query_async::<i64>(&mut conn).await {
                 Guesses::rest(r, &e);
             }
         }

@@ -58,7 +58,7 @@ const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
 /// TOTP codes are refused until the window ends; backup codes and MFA tokens still work, so
 /// this bound on guessing cannot lock the owner out.
 const USER_TOTP_FAILURES: u32 = 20;
-const USER_WINDOW: Duration = Duration::from_secs(10 * 60);
+pub(crate) const USER_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Wrong answers a challenge (or a sent enrolment code) takes before it is used up.
 const CHALLENGE_FAILURES: u8 = 3;
 /// Codes sent to one user (e-mail or SMS) per [`USER_WINDOW`].

@@ -30,4 +30,11 @@ impl IdentityService {
         let signin = signin::SignIn::new(state.store.clone(), state.changes.clone(), &state.config(), guesses);
         IdentityService { state, mfa, signin }
     }
+
+    /// Drops the guessing bounds' closed windows and forgotten streaks from memory (the
+    /// server's minute sweep); a window is dropped once the longest of them has passed.
+    pub fn sweep(&self) {
+        let longest = signin::ADDRESS_WINDOW.max(mfa::USER_WINDOW).max(oauth_server::FETCH_WINDOW);
+        self.signin.guesses.sweep(longest);
+    }
 }

@@ -260,6 +260,7 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();
+                self.server.identity.sweep();
                 self.server.mcp.apps.sweep_idle();
                 self.server.prune_logs();
                 last_sweep = Instant::now();

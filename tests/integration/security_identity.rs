@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 const PASSWORD: &str = "identity passphrase one";
-const REDIRECT: &str = "https://client.example/cb";
 
 struct Fx {
     srv: TestServer,
@@ -70,13 +69,6 @@ fn key(name: &str) -> &'static str {
 
 fn srv() -> &'static TestServer {
     &fx().srv
-}
-
-/// The value of the hidden field `name` of a page.
-fn hidden(page: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = page.find(&marker).unwrap_or_else(|| panic!("no field {name} in {page}")) + marker.len();
-    page[start..].split('"').next().unwrap().to_string()
 }
 
 fn set_password(k: &str, new: &str, current: Option<&str>, mfa: Option<&str>) -> Resp {
@@ -166,77 +158,34 @@ fn a_developer_sets_its_password_and_turns_mfa_on_with_its_whole_role_key() {
     assert!(b.signed_in());
 }
 
-/// A confidential OAuth client of the organisation, made with `k`: (client_id, client_secret).
-fn oauth_client(k: &str) -> (String, String) {
-    let body = json!({ "name": "Identity app", "redirect_uris": [REDIRECT], "scopes": ["gateways:read"] });
-    let c = ok(&srv().api("POST", "/v1/oauth/clients", Some(k), Some(body)), 201);
-    (c["client_id"].as_str().unwrap().to_string(), c["client_secret"].as_str().unwrap().to_string())
-}
-
-/// The code a signed-in browser's consent gives `client`.
-fn consent(b: &Browser, client: &str) -> String {
-    let query = format!(
-        "response_type=code&client_id={client}&redirect_uri={}&scope=gateways%3Aread&state=st",
-        url::form_urlencoded::byte_serialize(REDIRECT.as_bytes()).collect::<String>()
-    );
-    let page = b.send("GET", &format!("/auth/oauth/authorize?{query}"), None);
-    assert_eq!(page.status, 200, "the consent page: {page:?}");
-    let csrf = hidden(&page.text, "csrf");
-    let form = [
-        ("csrf", csrf.as_str()),
-        ("client_id", client),
-        ("redirect_uri", REDIRECT),
-        ("response_type", "code"),
-        ("scope", "gateways:read"),
-        ("state", "st"),
-        ("decision", "allow"),
-    ];
-    let back = b.send("POST", "/auth/oauth/authorize", Some(&form));
-    assert_eq!(back.status, 303, "{back:?}");
-    let to = url::Url::parse(back.header("location").unwrap()).unwrap();
-    to.query_pairs().find(|(k, _)| k == "code").map(|(_, v)| v.into_owned()).expect("a code")
-}
-
-fn token(form: &[(&str, &str)]) -> Resp {
-    let r = srv().client().post(srv().url("/auth/oauth/token")).form(form).send().unwrap();
-    Resp::from_blocking(r)
-}
-
-fn exchange(client: &str, secret: &str, code: &str) -> Resp {
-    token(&[
-        ("grant_type", "authorization_code"),
-        ("code", code),
-        ("redirect_uri", REDIRECT),
-        ("client_id", client),
-        ("client_secret", secret),
-    ])
-}
-
 #[test]
 fn a_password_change_revokes_oauth_grants_and_ends_web_sessions() {
     let (user, k) = ("usr_si_revoke", key("revoke"));
     ok_message(&set_password(k, PASSWORD, None, None));
     let b = Browser::new(srv(), "si.test");
     assert_eq!(b.sign_in(user, PASSWORD, "").status, 303);
-    let (client, secret) = oauth_client(k);
-    let r = exchange(&client, &secret, &consent(&b, &client));
+    let (client, secret) = oauth_client(srv(), k, "Identity app");
+    let r = exchange_code(srv(), &client, &secret, &b.consent(&client));
     assert_eq!(r.status, 200, "{r:?}");
     let (access, refresh) = (r.json["access_token"].as_str().unwrap(), r.json["refresh_token"].as_str().unwrap());
     assert_eq!(srv().api("GET", "/v1/gateways", Some(access), None).status, 200, "the grant works");
     // A code issued but not yet exchanged.
-    let waiting = consent(&b, &client);
+    let waiting = b.consent(&client);
 
     let changed = ok_message(&set_password(k, "a second long passphrase", Some(PASSWORD), None));
     assert!(!b.signed_in(), "the web session ended");
     err(&srv().api("GET", "/v1/gateways", Some(access), None), 401, "UNAUTHORIZED");
-    let r = token(&[
-        ("grant_type", "refresh_token"),
-        ("refresh_token", refresh),
-        ("client_id", &client),
-        ("client_secret", &secret),
-    ]);
+    let r = oauth_token(
+        srv(),
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh),
+            ("client_id", &client),
+            ("client_secret", &secret),
+        ],
+    );
     assert_eq!((r.status, r.json["error"].as_str()), (400, Some("invalid_grant")), "{r:?}");
-    let r = exchange(&client, &secret, &waiting);
+    let r = exchange_code(srv(), &client, &secret, &waiting);
     assert_eq!((r.status, r.json["error"].as_str()), (400, Some("invalid_grant")), "the waiting code: {r:?}");
     assert!(changed.contains("1 OAuth grant(s) revoked"), "{changed}");
 }
@@ -247,12 +196,12 @@ fn a_code_shown_to_another_client_stays_usable_by_its_own() {
     ok_message(&set_password(k, PASSWORD, None, None));
     let b = Browser::new(srv(), "si.test");
     assert_eq!(b.sign_in(user, PASSWORD, "").status, 303);
-    let (mine, my_secret) = oauth_client(k);
-    let (other, other_secret) = oauth_client(k);
-    let code = consent(&b, &mine);
-    let r = exchange(&other, &other_secret, &code);
+    let (mine, my_secret) = oauth_client(srv(), k, "Identity app");
+    let (other, other_secret) = oauth_client(srv(), k, "Identity app");
+    let code = b.consent(&mine);
+    let r = exchange_code(srv(), &other, &other_secret, &code);
     assert_eq!((r.status, r.json["error"].as_str()), (400, Some("invalid_grant")), "{r:?}");
-    let r = exchange(&mine, &my_secret, &code);
+    let r = exchange_code(srv(), &mine, &my_secret, &code);
     assert_eq!(r.status, 200, "the wrong client did not burn the code: {r:?}");
     assert!(r.json["access_token"].as_str().is_some_and(|t| t.starts_with("tga_")), "{r:?}");
 }

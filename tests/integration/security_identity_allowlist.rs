@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 const PASSWORD: &str = "allowlist passphrase one";
-const REDIRECT: &str = "https://client.example/cb";
 const REFUSED_PAGE: &str = "does not allow signing in from this address";
 
 struct Fx {
@@ -70,76 +69,16 @@ fn set_password(k: &str) {
     ok_message(&srv().api("PUT", "/v1/user/password", Some(k), Some(json!({ "new_password": PASSWORD }))));
 }
 
-fn hidden(page: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = page.find(&marker).unwrap_or_else(|| panic!("no field {name} in {page}")) + marker.len();
-    page[start..].split('"').next().unwrap().to_string()
-}
-
-/// A confidential OAuth client of the organisation, made with `k`: (client_id, client_secret).
-fn oauth_client(k: &str) -> (String, String) {
-    let body = json!({ "name": "Allowlist app", "redirect_uris": [REDIRECT], "scopes": ["gateways:read"] });
-    let c = ok(&srv().api("POST", "/v1/oauth/clients", Some(k), Some(body)), 201);
-    (c["client_id"].as_str().unwrap().to_string(), c["client_secret"].as_str().unwrap().to_string())
-}
-
-/// The consent form's decision to allow `client`, posted with the browser's CSRF cookie.
-fn decide(b: &Browser, client: &str) -> Resp {
-    let csrf = b.cookie("toolgate_csrf").expect("a CSRF cookie");
-    let form = [
-        ("csrf", csrf.as_str()),
-        ("client_id", client),
-        ("redirect_uri", REDIRECT),
-        ("response_type", "code"),
-        ("scope", "gateways:read"),
-        ("state", "st"),
-        ("decision", "allow"),
-    ];
-    b.send("POST", "/auth/oauth/authorize", Some(&form))
-}
-
-/// The query of the redirect back to the client.
-fn back_at_client(r: &Resp) -> HashMap<String, String> {
-    assert_eq!(r.status, 303, "{r:?}");
-    let to = url::Url::parse(r.header("location").expect("a Location")).unwrap();
-    assert!(to.as_str().starts_with(REDIRECT), "{to}");
-    to.query_pairs().into_owned().collect()
-}
-
-/// The code a signed-in browser's consent gives `client`.
-fn consent(b: &Browser, client: &str) -> String {
-    let query = format!(
-        "response_type=code&client_id={client}&redirect_uri={}&scope=gateways%3Aread&state=st",
-        url::form_urlencoded::byte_serialize(REDIRECT.as_bytes()).collect::<String>()
-    );
-    let page = b.send("GET", &format!("/auth/oauth/authorize?{query}"), None);
-    assert_eq!(page.status, 200, "the consent page: {page:?}");
-    assert_eq!(hidden(&page.text, "csrf"), b.cookie("toolgate_csrf").unwrap());
-    back_at_client(&decide(b, client)).remove("code").expect("a code")
-}
-
-fn token(form: &[(&str, &str)]) -> Resp {
-    let r = srv().client().post(srv().url("/auth/oauth/token")).form(form).send().unwrap();
-    Resp::from_blocking(r)
-}
-
-fn exchange(client: &str, secret: &str, code: &str) -> Resp {
-    token(&[
-        ("grant_type", "authorization_code"),
-        ("code", code),
-        ("redirect_uri", REDIRECT),
-        ("client_id", client),
-        ("client_secret", secret),
-    ])
-}
-
 fn refresh(client: &str, secret: &str, refresh_token: &str) -> Resp {
-    token(&[
-        ("grant_type", "refresh_token"),
-        ("refresh_token", refresh_token),
-        ("client_id", client),
-        ("client_secret", secret),
-    ])
+    oauth_token(
+        srv(),
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+            ("client_id", client),
+            ("client_secret", secret),
+        ],
+    )
 }
 
 fn refresh_token_of(r: &Resp) -> String {
@@ -190,8 +129,8 @@ fn a_sign_in_from_inside_the_allowlist_succeeds_and_oauth_works() {
     let r = b.sign_in(user, PASSWORD, "");
     assert_eq!(r.status, 303, "{r:?}");
     assert!(b.signed_in());
-    let (client, secret) = oauth_client(k);
-    let first = refresh_token_of(&exchange(&client, &secret, &consent(&b, &client)));
+    let (client, secret) = oauth_client(srv(), k, "Allowlist app");
+    let first = refresh_token_of(&exchange_code(srv(), &client, &secret, &b.consent(&client)));
     refresh_token_of(&refresh(&client, &secret, &first));
 }
 
@@ -201,16 +140,16 @@ fn oauth_from_outside_the_allowlist_is_refused_and_the_grant_kept() {
     set_password(k);
     let b = Browser::new(srv(), "al.test");
     assert_eq!(b.sign_in(user, PASSWORD, "").status, 303);
-    let (client, secret) = oauth_client(k);
-    let tokens = exchange(&client, &secret, &consent(&b, &client));
+    let (client, secret) = oauth_client(srv(), k, "Allowlist app");
+    let tokens = exchange_code(srv(), &client, &secret, &b.consent(&client));
     let rt = refresh_token_of(&tokens);
-    let waiting = consent(&b, &client);
+    let waiting = b.consent(&client);
 
     allowlist(k, &["203.0.113.0/24"], true);
     // The refresh, the exchange of a waiting code and the consent are refused from 127.0.0.1.
     refused_grant(&refresh(&client, &secret, &rt));
-    refused_grant(&exchange(&client, &secret, &waiting));
-    let back = back_at_client(&decide(&b, &client));
+    refused_grant(&exchange_code(srv(), &client, &secret, &waiting));
+    let back = back_at_client(&b.allow(&client));
     assert_eq!(back.get("error").map(String::as_str), Some("access_denied"), "{back:?}");
     assert_eq!(back.get("state").map(String::as_str), Some("st"), "{back:?}");
     assert!(!back.contains_key("code"), "{back:?}");

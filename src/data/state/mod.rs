@@ -11,7 +11,6 @@ use crate::data::model::*;
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use chrono::Utc;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use std::sync::Arc;
 use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
 use toolgate_filters::Principal;
@@ -337,11 +336,6 @@ impl State {
         self.copies.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes a record of organisation `org_id` (its store partition).
-    async fn put<T: Serialize + Sync>(&self, kind: Kind, org_id: &str, id: &str, value: &T) -> Result<(), StoreError> {
-        self.store.put_record(kind, org_id, id, value).await
-    }
-
     fn set_ip_policy(&self, org: &Organization) {
         match IpPolicy::try_from(&org.ip_policy_config()) {
             Ok(p) => {
@@ -357,7 +351,7 @@ impl State {
     }
 
     pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
-        self.put(Kind::Organization, &org.id, &org.id, &org).await?;
+        self.store.put_record(Kind::Organization, &org.id, &org.id, &org).await?;
         let _copies = self.copies();
         let org = self.install_org(org);
         self.changes.publish(Change::OrganizationSaved { org_id: org.id.clone() });
@@ -365,7 +359,7 @@ impl State {
     }
 
     pub async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
-        self.put(Kind::User, &user.org_id, &user.id, &user).await?;
+        self.store.put_record(Kind::User, &user.org_id, &user.id, &user).await?;
         let _copies = self.copies();
         let user = self.install_user(user);
         self.changes.publish(Change::UserSaved { org_id: user.org_id.clone(), user_id: user.id.clone() });
@@ -373,7 +367,7 @@ impl State {
     }
 
     pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
-        self.put(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
+        self.store.put_record(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
         let _copies = self.copies();
         let key = self.install_key(key);
         self.changes.publish(Change::KeySaved { org_id: key.org_id.clone(), key_id: key.id.clone() });
@@ -381,7 +375,7 @@ impl State {
     }
 
     pub async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
-        self.put(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
+        self.store.put_record(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
         let _copies = self.copies();
         let a = self.install_service_account(a);
         self.changes.publish(Change::ServiceAccountSaved { org_id: a.org_id.clone(), account_id: a.id.clone() });
@@ -457,7 +451,7 @@ impl State {
     }
 
     pub async fn save_gateway(&self, gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
-        self.put(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
+        self.store.put_record(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
         let gw = Arc::new(gw);
         let _copies = self.copies();
         let created = self.gateways.insert(gw.id.clone(), gw.clone()).is_none();
@@ -484,7 +478,7 @@ impl State {
     }
 
     async fn store_connection(&self, c: Connection, renewed: bool) -> Result<Arc<Connection>, StoreError> {
-        self.put(Kind::Connection, &c.org_id, &c.id, &c).await?;
+        self.store.put_record(Kind::Connection, &c.org_id, &c.id, &c).await?;
         let c = Arc::new(c);
         let _copies = self.copies();
         self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
@@ -559,7 +553,7 @@ impl State {
     }
 
     pub async fn save_webhook(&self, w: Webhook) -> Result<Arc<Webhook>, StoreError> {
-        self.put(Kind::Webhook, &w.org_id, &w.id, &w).await?;
+        self.store.put_record(Kind::Webhook, &w.org_id, &w.id, &w).await?;
         let w = Arc::new(w);
         let _copies = self.copies();
         self.webhooks.insert(w.id.clone(), w.clone());
@@ -602,7 +596,7 @@ impl State {
     pub async fn save_oauth_client(&self, c: &OAuthClient, expires_at_ms: Option<i64>) -> Result<(), StoreError> {
         match expires_at_ms {
             Some(at) => self.store.put_record_until(Kind::OAuthClient, &c.org_id, &c.id, c, at).await?,
-            None => self.put(Kind::OAuthClient, &c.org_id, &c.id, c).await?,
+            None => self.store.put_record(Kind::OAuthClient, &c.org_id, &c.id, c).await?,
         }
         let _copies = self.copies();
         self.drop_client(&c.id);

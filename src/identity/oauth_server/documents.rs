@@ -38,7 +38,7 @@ const MAX_ENTRIES: usize = 10_000;
 /// Documents fetched at once at most, per instance.
 pub const MAX_FETCHES_AT_ONCE: usize = 8;
 /// The window of the fetch bounds.
-const FETCH_WINDOW: Duration = Duration::from_secs(10 * 60);
+pub(crate) const FETCH_WINDOW: Duration = Duration::from_secs(10 * 60);
 
 /// Why a document's client cannot be had.
 #[derive(Debug)]

@@ -23,6 +23,7 @@ mod documents;
 mod endpoints;
 
 pub use documents::ClientDocuments;
+pub(crate) use documents::FETCH_WINDOW;
 pub use endpoints::{handle, metadata, refuse};
 
 use crate::base::secrets;

@@ -170,10 +170,10 @@ impl WebSessions {
         let dropped = self.held.dropped.load(Ordering::Acquire);
         let held = self.held.by_token.get(&key).map(|s| s.value().clone());
         // A copy held here that looks expired may have been used on another instance since.
-        let mut session = match held.filter(|s| s.expires_at_ms > now.timestamp_millis()) {
-            Some(s) => WebSession::clone(&s),
+        let (mut session, just_read) = match held.filter(|s| s.expires_at_ms > now.timestamp_millis()) {
+            Some(s) => (WebSession::clone(&s), false),
             None => match self.read(&key).await? {
-                Some(s) => s,
+                Some(s) => (s, true),
                 None => {
                     self.held.by_token.remove(&key);
                     return Ok(None);
@@ -182,8 +182,9 @@ impl WebSessions {
         };
         let touch_every = TOUCH_EVERY_MS.min(idle.as_millis() as i64 / 10);
         if now.timestamp_millis() - session.last_seen_at.timestamp_millis() >= touch_every {
-            // Read again before writing, so that a session ended elsewhere is not written back.
-            if self.read(&key).await?.is_none() {
+            // A held copy is read again before writing, so that a session ended elsewhere is not
+            // written back (one just read from the store is as fresh as that).
+            if !just_read && self.read(&key).await?.is_none() {
                 self.held.drop_where(|s| s.id == session.id);
                 return Ok(None);
             }

@@ -961,4 +961,80 @@ impl Browser {
     pub fn signed_in(&self) -> bool {
         self.cookie("toolgate_session").is_some() && self.send("GET", "/auth/", None).status == 200
     }
+
+    /// The consent form's decision to allow `client` (the [`authorize_query`] it was asked
+    /// with), posted with the browser's CSRF cookie.
+    pub fn allow(&self, client: &str) -> Resp {
+        let csrf = self.cookie("toolgate_csrf").expect("a CSRF cookie");
+        let form = [
+            ("csrf", csrf.as_str()),
+            ("client_id", client),
+            ("redirect_uri", CLIENT_REDIRECT),
+            ("response_type", "code"),
+            ("scope", "gateways:read"),
+            ("state", "st"),
+            ("decision", "allow"),
+        ];
+        self.send("POST", "/auth/oauth/authorize", Some(&form))
+    }
+
+    /// The code this signed-in browser's consent gives `client`: the consent page (its form's
+    /// CSRF token the browser's cookie), then the decision to allow.
+    pub fn consent(&self, client: &str) -> String {
+        let page = self.send("GET", &authorize_query(client), None);
+        assert_eq!(page.status, 200, "the consent page: {page:?}");
+        assert_eq!(hidden(&page.text, "csrf"), self.cookie("toolgate_csrf").unwrap());
+        back_at_client(&self.allow(client)).remove("code").expect("a code")
+    }
+}
+
+/// The value of the hidden field `name` of a page.
+pub fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page.find(&marker).unwrap_or_else(|| panic!("no field {name} in {page}")) + marker.len();
+    page[start..].split('"').next().unwrap().to_string()
+}
+
+/// Where the tests' OAuth clients of the authorization server are sent back.
+pub const CLIENT_REDIRECT: &str = "https://client.example/cb";
+
+/// A confidential OAuth client of `key`'s organisation named `name`, made on `srv` (sent back
+/// to [`CLIENT_REDIRECT`], scope `gateways:read`): (client_id, client_secret).
+pub fn oauth_client(srv: &TestServer, key: &str, name: &str) -> (String, String) {
+    let body = serde_json::json!({ "name": name, "redirect_uris": [CLIENT_REDIRECT], "scopes": ["gateways:read"] });
+    let c = ok(&srv.api("POST", "/v1/oauth/clients", Some(key), Some(body)), 201);
+    (c["client_id"].as_str().unwrap().to_string(), c["client_secret"].as_str().unwrap().to_string())
+}
+
+/// The consent page's address for `client`: a code for `gateways:read`, state `st`.
+pub fn authorize_query(client: &str) -> String {
+    let redirect = url::form_urlencoded::byte_serialize(CLIENT_REDIRECT.as_bytes()).collect::<String>();
+    format!("/auth/oauth/authorize?response_type=code&client_id={client}&redirect_uri={redirect}&scope=gateways%3Aread&state=st")
+}
+
+/// The query of the redirect back to the client.
+pub fn back_at_client(r: &Resp) -> std::collections::HashMap<String, String> {
+    assert_eq!(r.status, 303, "{r:?}");
+    let to = url::Url::parse(r.header("location").expect("a Location")).unwrap();
+    assert!(to.as_str().starts_with(CLIENT_REDIRECT), "{to}");
+    to.query_pairs().into_owned().collect()
+}
+
+/// The answer of `srv`'s token endpoint to `form`.
+pub fn oauth_token(srv: &TestServer, form: &[(&str, &str)]) -> Resp {
+    Resp::from_blocking(srv.client().post(srv.url("/auth/oauth/token")).form(form).send().unwrap())
+}
+
+/// `code` exchanged for tokens at `srv` by `client`, with `secret`.
+pub fn exchange_code(srv: &TestServer, client: &str, secret: &str, code: &str) -> Resp {
+    oauth_token(
+        srv,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", CLIENT_REDIRECT),
+            ("client_id", client),
+            ("client_secret", secret),
+        ],
+    )
 }
