@@ -308,11 +308,13 @@ struct Call<'a> {
 }
 
 /// Where a call goes, from the catalogue (`'c`): the app and, for `tools/call` and
-/// `prompts/get`, the name at the gateway and at the app; and the call's params as read from the
-/// request (`'p`), every member but `name` relayed as it came.
+/// `prompts/get`, the name at the gateway and at the app and the `Mcp-Param-*` headers the tool
+/// declares; and the call's params as read from the request (`'p`), every member but `name`
+/// relayed as it came.
 struct Target<'c, 'p> {
     app_id: &'c str,
     tool: Option<(&'c str, &'c str)>,
+    declared: &'c [modern::ParamHeader],
     named: Option<NamedParams<'p>>,
 }
 
@@ -342,10 +344,10 @@ async fn forward(
     };
     let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
-    if let Err(e) = call.param_headers(&catalogue, &target, ex.headers(), &mut call_ctx.headers) {
+    if let Err(e) = call.param_headers(&target, ex.headers(), &mut call_ctx.headers) {
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
-    let Target { app_id, tool, named } = target;
+    let Target { app_id, tool, named, .. } = target;
     if let Err(spent) = call.admit(app_id) {
         return reply::app_quota_exceeded(ex, spent, app_id).await;
     }
@@ -468,7 +470,7 @@ impl Call<'_> {
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = resource_uri(params);
                 if let Some(app_id) = catalogue.resource_app(&uri) {
-                    return Ok(Some(Target { app_id, tool: None, named: None }));
+                    return Ok(Some(Target { app_id, tool: None, declared: &[], named: None }));
                 }
                 // The stateless revision answers an unknown resource with -32602 (SEP-2164).
                 let code =
@@ -481,7 +483,12 @@ impl Call<'_> {
                 // completion/complete: the app of the referenced prompt.
                 let name = params.map(RawJson::to_value).unwrap_or_default();
                 let name = name.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
-                Ok(catalogue.prompt(name).map(|t| Target { app_id: t.app_id.as_str(), tool: None, named: None }))
+                Ok(catalogue.prompt(name).map(|t| Target {
+                    app_id: t.app_id.as_str(),
+                    tool: None,
+                    declared: &[],
+                    named: None,
+                }))
             }
         }
     }
@@ -508,7 +515,12 @@ impl Call<'_> {
             }
             return Err(e);
         };
-        Ok(Target { app_id: t.app_id.as_str(), tool: Some((exposed, t.name.as_str())), named: Some(named) })
+        Ok(Target {
+            app_id: t.app_id.as_str(),
+            tool: Some((exposed, t.name.as_str())),
+            declared: &t.param_headers,
+            named: Some(named),
+        })
     }
 
     /// The answer to a tool or prompt name the catalogue does not have. The name may belong to
@@ -540,13 +552,12 @@ impl Call<'_> {
     /// arguments are read only then.
     fn param_headers(
         &self,
-        catalogue: &Catalogue,
         target: &Target<'_, '_>,
         headers: &http::HeaderMap,
         to_app: &mut Vec<(HeaderName, HeaderValue)>,
     ) -> Result<(), ErrorObject> {
-        let declared = target.tool.and_then(|(exposed, _)| catalogue.tool(exposed)).map(|t| t.param_headers.as_slice());
-        let (Some(named), Some(declared)) = (target.named.as_ref(), declared.filter(|d| !d.is_empty())) else {
+        let declared = target.declared;
+        let Some(named) = target.named.as_ref().filter(|_| !declared.is_empty()) else {
             return Ok(());
         };
         let arguments: Value =
