@@ -372,7 +372,10 @@ async fn forward(
         None => params,
     };
     let trace = ex.ctx.trace.clone().or_else(|| params.as_ref().and_then(trace_in_meta));
-    let span = trace.as_ref().map(|t| trace_call(t, &mut params, &mut call_ctx.headers));
+    let span = trace.map(|t| {
+        let (span_id, start) = trace_call(&t, &mut params, &mut call_ctx.headers);
+        (t, span_id, start)
+    });
     let answered = match resumed {
         Some(r) => {
             let (parked, unanswered) = *r;
@@ -381,7 +384,7 @@ async fn forward(
         }
         None => call.request(ex, app_id, params, &call_ctx, &acc).await?,
     };
-    let mut done = Finish { call: &call, app_id, tool, trace, span, entry, finished: false };
+    let mut done = Finish { call: &call, app_id, tool, span, entry, finished: false };
     let given = continuation.as_ref().and_then(|c| c.input_responses.as_ref());
     finish(&mut done, ex, answered, req.id, binding, given, &acc).await
 }
@@ -705,8 +708,8 @@ struct Finish<'a> {
     call: &'a Call<'a>,
     app_id: &'a str,
     tool: Option<(&'a str, &'a str)>,
-    trace: Option<TraceContext>,
-    span: Option<([u8; 8], SystemTime)>,
+    /// The call's trace, its span id and start: in a trace, the call is a span.
+    span: Option<(TraceContext, [u8; 8], SystemTime)>,
     entry: Option<EntryWriter>,
     finished: bool,
 }
@@ -722,8 +725,8 @@ impl Finish<'_> {
         let error = error_type(call.method, outcome);
         metrics::mcp_client_operation(call.method, tool.map(|t| t.1), error, app_id, elapsed);
         metrics::mcp_server_operation(call.method, tool.map(|t| t.0), error, &call.gw.id, elapsed);
-        if let (Some(t), Some((span_id, start)), true) = (&self.trace, self.span, trace::exporting()) {
-            self.export_span(t, span_id, start, error, elapsed);
+        if let (Some((t, span_id, start)), true) = (&self.span, trace::exporting()) {
+            self.export_span(t, *span_id, *start, error, elapsed);
         }
         if let Some(entry) = self.entry.take() {
             let failed = error.is_error();
