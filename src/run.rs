@@ -35,13 +35,13 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         }
     };
     let mut pingora_server = bootstrap(&config, upgrade);
-    let Opened { state, server, printed } = match open_state(config_path, text, &config, admin_key) {
+    let (server, printed) = match open_state(config_path, text, &config, admin_key) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
     // The lock on the embedded store is kept for the process's life (`run_forever` never
     // returns); after `--upgrade` a background service waits for the old process to free it.
-    let _instance_lock = hand_over(&mut pingora_server, &config, &state, &server, claim);
+    let _instance_lock = hand_over(&mut pingora_server, &config, &server, claim);
     if let Some(key) = printed {
         eprintln!("toolgate: created the owner API key (shown once, store it now): {key}");
     }
@@ -51,7 +51,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
         tools: o.metric_tool_labels,
     });
     server.register_scrape_gauges();
-    let proxy = proxy(&config, &state, &server);
+    let proxy = proxy(&config, &server);
     listeners(&mut pingora_server, &config, &server, proxy, edge);
     background(&mut pingora_server, &config, &server);
     tracing::info!(listen = %config.server.listen, tls = config.server.tls.is_some(), plain_listen = ?config.server.plain_listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");
@@ -123,21 +123,15 @@ fn bootstrap(config: &Config, upgrade: bool) -> pingora::server::Server {
     pingora_server
 }
 
-/// The state and the running server, and the owner key created at first start (to be shown once).
-struct Opened {
-    state: Arc<State>,
-    server: Arc<Server>,
-    printed: Option<String>,
-}
-
-/// The state and the running server, opened on a runtime of their own that ends before Pingora
-/// starts its: the store, the rate limiter's backend, the peers' feed on Redis.
+/// The running server (holding the state), opened on a runtime of its own that ends before
+/// Pingora starts its: the store, the rate limiter's backend, the peers' feed on Redis; and the
+/// owner key created at first start (to be shown once).
 fn open_state(
     config_path: &Path,
     text: String,
     config: &Arc<Config>,
     admin_key: Option<String>,
-) -> Result<Opened, ExitCode> {
+) -> Result<(Arc<Server>, Option<String>), ExitCode> {
     let startup = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -155,7 +149,7 @@ fn open_state(
             let target = crate::data::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
             crate::data::peers::start(state.clone(), target, key_prefix);
         }
-        Ok::<_, String>(Opened { state, server: Arc::new(server), printed })
+        Ok::<_, String>((Arc::new(server), printed))
     });
     opened.map_err(|e| {
         eprintln!("toolgate: cannot open storage: {e}");
@@ -169,7 +163,6 @@ fn open_state(
 fn hand_over(
     pingora_server: &mut pingora::server::Server,
     config: &Config,
-    state: &Arc<State>,
     server: &Arc<Server>,
     claim: crate::server::upgrade::Claim,
 ) -> Option<std::fs::File> {
@@ -179,7 +172,10 @@ fn hand_over(
             server.mcp.sessions.adopt_unknown();
             pingora_server.add_service(pingora::services::background::background_service(
                 "takeover after upgrade",
-                crate::server::upgrade::Takeover { lock: std::sync::Mutex::new(Some(file)), state: state.clone() },
+                crate::server::upgrade::Takeover {
+                    lock: std::sync::Mutex::new(Some(file)),
+                    state: server.state.clone(),
+                },
             ));
             None
         }
@@ -195,7 +191,8 @@ fn hand_over(
 }
 
 /// toolgate's HTTP app with its filter chains.
-fn proxy(config: &Config, state: &Arc<State>, server: &Arc<Server>) -> Proxy {
+fn proxy(config: &Config, server: &Arc<Server>) -> Proxy {
+    let state = &server.state;
     // The order is pinned (and tested): IP allowlist -> authentication -> rate limit; the gateway
     // routes then check `Origin`, after the rate limit so that a refusal is counted.
     let credentials = Arc::new(crate::identity::credentials::Credentials::new(state.clone()));

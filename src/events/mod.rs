@@ -18,7 +18,6 @@
 //! taken again at every attempt.
 
 pub mod alerts;
-
 pub mod sign;
 
 use crate::base::time::now_ms;

@@ -165,10 +165,6 @@ impl Catalogue {
         c
     }
 
-    pub fn tool(&self, exposed: &str) -> Option<&Target> {
-        self.tool_targets.get(exposed)
-    }
-
     pub fn prompt(&self, exposed: &str) -> Option<&Target> {
         self.prompt_targets.get(exposed)
     }

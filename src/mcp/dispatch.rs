@@ -308,11 +308,13 @@ struct Call<'a> {
 }
 
 /// Where a call goes, from the catalogue (`'c`): the app and, for `tools/call` and
-/// `prompts/get`, the name at the gateway and at the app; and the call's params as read from the
-/// request (`'p`), every member but `name` relayed as it came.
+/// `prompts/get`, the name at the gateway and at the app and the `Mcp-Param-*` headers the tool
+/// declares; and the call's params as read from the request (`'p`), every member but `name`
+/// relayed as it came.
 struct Target<'c, 'p> {
     app_id: &'c str,
     tool: Option<(&'c str, &'c str)>,
+    declared: &'c [modern::ParamHeader],
     named: Option<NamedParams<'p>>,
 }
 
@@ -342,10 +344,10 @@ async fn forward(
     };
     let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
-    if let Err(e) = call.param_headers(&catalogue, &target, ex.headers(), &mut call_ctx.headers) {
+    if let Err(e) = call.param_headers(&target, ex.headers(), &mut call_ctx.headers) {
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
-    let Target { app_id, tool, named } = target;
+    let Target { app_id, tool, named, .. } = target;
     if let Err(spent) = call.admit(app_id) {
         return reply::app_quota_exceeded(ex, spent, app_id).await;
     }
@@ -370,7 +372,10 @@ async fn forward(
         None => params,
     };
     let trace = ex.ctx.trace.clone().or_else(|| params.as_ref().and_then(trace_in_meta));
-    let span = trace.as_ref().map(|t| trace_call(t, &mut params, &mut call_ctx.headers));
+    let span = trace.map(|t| {
+        let (span_id, start) = trace_call(&t, &mut params, &mut call_ctx.headers);
+        (t, span_id, start)
+    });
     let answered = match resumed {
         Some(r) => {
             let (parked, unanswered) = *r;
@@ -379,7 +384,7 @@ async fn forward(
         }
         None => call.request(ex, app_id, params, &call_ctx, &acc).await?,
     };
-    let mut done = Finish { call: &call, app_id, tool, trace, span, entry, finished: false };
+    let mut done = Finish { call: &call, app_id, tool, span, entry, finished: false };
     let given = continuation.as_ref().and_then(|c| c.input_responses.as_ref());
     finish(&mut done, ex, answered, req.id, binding, given, &acc).await
 }
@@ -468,7 +473,7 @@ impl Call<'_> {
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = resource_uri(params);
                 if let Some(app_id) = catalogue.resource_app(&uri) {
-                    return Ok(Some(Target { app_id, tool: None, named: None }));
+                    return Ok(Some(Target { app_id, tool: None, declared: &[], named: None }));
                 }
                 // The stateless revision answers an unknown resource with -32602 (SEP-2164).
                 let code =
@@ -481,7 +486,12 @@ impl Call<'_> {
                 // completion/complete: the app of the referenced prompt.
                 let name = params.map(RawJson::to_value).unwrap_or_default();
                 let name = name.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default();
-                Ok(catalogue.prompt(name).map(|t| Target { app_id: t.app_id.as_str(), tool: None, named: None }))
+                Ok(catalogue.prompt(name).map(|t| Target {
+                    app_id: t.app_id.as_str(),
+                    tool: None,
+                    declared: &[],
+                    named: None,
+                }))
             }
         }
     }
@@ -508,7 +518,12 @@ impl Call<'_> {
             }
             return Err(e);
         };
-        Ok(Target { app_id: t.app_id.as_str(), tool: Some((exposed, t.name.as_str())), named: Some(named) })
+        Ok(Target {
+            app_id: t.app_id.as_str(),
+            tool: Some((exposed, t.name.as_str())),
+            declared: &t.param_headers,
+            named: Some(named),
+        })
     }
 
     /// The answer to a tool or prompt name the catalogue does not have. The name may belong to
@@ -540,13 +555,12 @@ impl Call<'_> {
     /// arguments are read only then.
     fn param_headers(
         &self,
-        catalogue: &Catalogue,
         target: &Target<'_, '_>,
         headers: &http::HeaderMap,
         to_app: &mut Vec<(HeaderName, HeaderValue)>,
     ) -> Result<(), ErrorObject> {
-        let declared = target.tool.and_then(|(exposed, _)| catalogue.tool(exposed)).map(|t| t.param_headers.as_slice());
-        let (Some(named), Some(declared)) = (target.named.as_ref(), declared.filter(|d| !d.is_empty())) else {
+        let declared = target.declared;
+        let Some(named) = target.named.as_ref().filter(|_| !declared.is_empty()) else {
             return Ok(());
         };
         let arguments: Value =
@@ -694,8 +708,8 @@ struct Finish<'a> {
     call: &'a Call<'a>,
     app_id: &'a str,
     tool: Option<(&'a str, &'a str)>,
-    trace: Option<TraceContext>,
-    span: Option<([u8; 8], SystemTime)>,
+    /// The call's trace, its span id and start: in a trace, the call is a span.
+    span: Option<(TraceContext, [u8; 8], SystemTime)>,
     entry: Option<EntryWriter>,
     finished: bool,
 }
@@ -711,8 +725,8 @@ impl Finish<'_> {
         let error = error_type(call.method, outcome);
         metrics::mcp_client_operation(call.method, tool.map(|t| t.1), error, app_id, elapsed);
         metrics::mcp_server_operation(call.method, tool.map(|t| t.0), error, &call.gw.id, elapsed);
-        if let (Some(t), Some((span_id, start)), true) = (&self.trace, self.span, trace::exporting()) {
-            self.export_span(t, span_id, start, error, elapsed);
+        if let (Some((t, span_id, start)), true) = (&self.span, trace::exporting()) {
+            self.export_span(t, *span_id, *start, error, elapsed);
         }
         if let Some(entry) = self.entry.take() {
             let failed = error.is_error();

@@ -1,6 +1,6 @@
 //! `apps:`: the MCP servers the gateways can bundle (Streamable HTTP, stdio, built in).
 
-use super::is_id;
+use super::{is_id, secret_from_env};
 use crate::config::*;
 use serde::Deserialize;
 
@@ -204,12 +204,7 @@ impl RawOAuth {
             (Some(_), None) => return Err(invalid(f("oauth.token_url"), "required with authorize_url")),
             (None, Some(_)) => return Err(invalid(f("oauth.authorize_url"), "required with token_url")),
         };
-        let client_secret = match &self.client_secret_env {
-            None => None,
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                invalid(f("oauth.client_secret_env"), format!("the environment variable `{var}` is not set"))
-            })?),
-        };
+        let client_secret = secret_from_env(|| f("oauth.client_secret_env"), self.client_secret_env.as_deref())?;
         Ok(OAuthConfig { endpoints, client_id: self.client_id, client_secret, scopes: self.scopes })
     }
 }

@@ -62,6 +62,15 @@ fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// The secret held by the environment variable a `*_env` field names (`var`); `field` is that
+/// field, named when the variable is not set.
+fn secret_from_env(field: impl FnOnce() -> String, var: Option<&str>) -> Result<Option<String>, ConfigError> {
+    let Some(var) = var else { return Ok(None) };
+    let secret =
+        std::env::var(var).map_err(|_| invalid(field(), format!("the environment variable `{var}` is not set")))?;
+    Ok(Some(secret))
+}
+
 /// Reads a file of CA certificates (PEM) at load, so that a wrong path or a file without a
 /// certificate stops the start instead of failing the first connection that needs it. `Err`
 /// is the message for the field that names the file.
@@ -199,6 +208,18 @@ mod tests {
                 "sms.token_env",
             ),
             ("sms:\n  url: https://sms.example.com/send\n  from: ''\n".into(), "sms.from"),
+            (
+                "apps:\n  - {id: x, name: X, url: 'https://x.example/mcp', oauth: {client_id: c, \
+                 client_secret_env: TOOLGATE_TEST_UNSET_ENV}}\n"
+                    .into(),
+                "apps[0].oauth.client_secret_env",
+            ),
+            (
+                "web:\n  oidc_providers:\n    - {id: g, name: G, issuer: 'https://id.example', client_id: c, \
+                 client_secret_env: TOOLGATE_TEST_UNSET_ENV}\n"
+                    .into(),
+                "web.oidc_providers[0].client_secret_env",
+            ),
             ("sms:\n  url: https://sms.example.com/send\n  timeout_ms: 5\n".into(), "sms.timeout_ms"),
             (format!("{saml}certificate_file: /nonexistent/idp.pem}}\n"), "web.saml[0].certificate_file"),
             (format!("{saml}certificate_file: x, default_role: owner}}\n"), "web.saml[0].default_role"),

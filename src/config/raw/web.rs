@@ -1,5 +1,6 @@
 //! `web:`: the identity service's pages (web sign-in) and the web sessions they start.
 
+use super::secret_from_env;
 use crate::config::*;
 use serde::Deserialize;
 
@@ -175,12 +176,7 @@ impl RawOidcProvider {
             Ok("http") if environment == Environment::Development => {}
             _ => return Err(invalid(f("issuer"), "must be an https URL (http only in environment: development)")),
         }
-        let client_secret = match &p.client_secret_env {
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                invalid(f("client_secret_env"), format!("the environment variable `{var}` is not set"))
-            })?),
-            None => None,
-        };
+        let client_secret = secret_from_env(|| f("client_secret_env"), p.client_secret_env.as_deref())?;
         if p.organization.as_ref().is_some_and(|o| o.is_empty() || o.len() > 64) {
             return Err(invalid(f("organization"), "must be an organisation id"));
         }
