@@ -13,6 +13,8 @@
 #   SCHEMATHESIS_TIMEOUT        hard limit for the whole run in seconds (default 240)
 #   SCHEMATHESIS_EXTRA_YAML     appended to the server config (e.g. generous tiers)
 #   TOOLGATE_BIN                binary (default <target>/release/toolgate)
+# tests/run.sh ignores the SCHEMATHESIS_* knobs when CI is set. A run that tests no API operation
+# fails.
 # Reports (JUnit, and the failures reproduced as pytest) land in
 # <target>/schemathesis/, the server's logs beside them.
 set -euo pipefail
@@ -109,4 +111,16 @@ if ! kill -0 "$SERVER_PID" 2>/dev/null; then
     rc=1
 fi
 [ $rc -eq 124 ] && echo "schemathesis.sh: timed out after ${SCHEMATHESIS_TIMEOUT:-240}s" >&2
+
+# A run that tested no operation passes without having checked anything: count the operations
+# the JUnit report shows as tested (one test case per operation, not skipped).
+count_tested='import glob, sys, xml.etree.ElementTree as ET
+cases = [c for f in glob.glob(sys.argv[1] + "/junit-*.xml") for c in ET.parse(f).iter("testcase")]
+print(sum(1 for c in cases if c.find("skipped") is None and c.get("name", "").split(" ")[0].isupper()))'
+tested="$("$PY" -c "$count_tested" "$REPORT_DIR")" || tested=0
+echo "schemathesis.sh: $tested API operations tested"
+if [ "$tested" -eq 0 ]; then
+    echo "schemathesis.sh: no API operation was tested (no JUnit test case in $REPORT_DIR)" >&2
+    [ $rc -ne 0 ] || rc=1
+fi
 exit $rc
