@@ -323,6 +323,13 @@ def main():
         results.append(scenario("defaults", [], args))
     if args.scenario in ("no-address-cap", "all"):
         results.append(scenario("no-address-cap", ["max_connections_per_ip: 10000"], args))
+    # The memory each slow connection costs, the figure the budget is about (tests assert what
+    # the server does with slow connections; this script measures what they cost).
+    for r in results:
+        print("%s: %.1f KiB of RSS per connection open at the peak (%d open; budget %.0f KiB when "
+              "more than --rss-bound-mib's worth are open)"
+              % (r["scenario"], r["rss_kib_per_open_connection_at_peak"], r["peak_open_connections_seen"],
+                 args.per_conn_kib))
     ok = all(r["rss_within_bound"] for r in results)
     print("RSS growth within its bound in every scenario: %s" % ("yes" if ok else "NO"))
     sys.exit(0 if ok else 1)

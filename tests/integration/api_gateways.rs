@@ -262,7 +262,7 @@ fn patch_updates_and_validates() {
     let id = d["id"].as_str().unwrap();
     let path = format!("/v1/gateways/{id}");
     let before = ok(&srv.api("GET", &path, Some(k), None), 200);
-    sleep(Duration::from_millis(10));
+    sleep(Duration::from_millis(10)); // a later updated_at (milliseconds)
 
     let g = ok(
         &srv.api(

@@ -52,6 +52,7 @@ fn expires_at_is_enforced() {
     let v = ok(&srv.api("GET", "/v1/auth/verify", Some(key), None), 200);
     assert!(v["expires_at"].is_string(), "{v}");
     let left = (at - chrono::Utc::now()).num_milliseconds().max(0) as u64;
+    // Time passing is the behaviour under test: the key's expiry.
     sleep(Duration::from_millis(left + 300));
     let e = err(&srv.api("GET", "/v1/gateways", Some(key), None), 401, "UNAUTHORIZED");
     assert!(e["message"].as_str().unwrap().contains("expired"), "{e}");

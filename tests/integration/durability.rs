@@ -130,7 +130,9 @@ fn acknowledged_writes_survive_kill_9() {
     let mfa_gw =
         ok(&srv.api("POST", "/v1/gateways", Some(&mfa_user_key), Some(json!({ "name": "mfa-protected" }))), 201);
 
-    // Usage is flushed in the background (every 500 ms): give it a moment before the kill.
+    // Usage is flushed in the background every 500 ms, and nothing outside the store shows
+    // that a flush has happened: three periods pass before the kill (the flush period is part
+    // of what is tested: usage this old survives a kill -9).
     for _ in 0..3 {
         ok(&srv.api("GET", "/v1/gateways", Some(&kept), None), 200);
     }

@@ -10,7 +10,7 @@
 
 use crate::common::*;
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PASSWORD: &str = "identity changes passphrase";
 const USER: &str = "usr_ic";
@@ -64,16 +64,12 @@ fn account(srv: &TestServer, session: &str) -> u16 {
     r.status().as_u16()
 }
 
-/// Waits up to a second for `refused` to hold; how long it took, or a panic naming `what`.
-fn refused_within_a_second(what: &str, refused: impl Fn() -> bool) -> Duration {
-    let started = Instant::now();
-    loop {
-        if refused() {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < Duration::from_secs(1), "{what}: still accepted a second later");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Waits for `refused` to hold on the other instance, or panics naming `what`. The change feed
+/// brings it within a second (docs/scale-out.md); the bound is 10 s for a loaded machine, still
+/// far below the minute after which a copy is checked against the store anyway, which would
+/// hide a change not published or not followed.
+fn refused_soon(what: &str, refused: impl Fn() -> bool) {
+    wait_until(&format!("{what} refused through the change feed"), Duration::from_secs(10), refused);
 }
 
 /// A signed-in browser on `srv`, and its session cookie.
@@ -115,9 +111,9 @@ fn an_oauth_client_deleted_on_one_instance_is_refused_on_the_other_within_a_seco
     assert_eq!(p.b.api("GET", "/v1/gateways", Some(&access), None).status, 200);
 
     ok_message(&p.a.api("DELETE", &format!("/v1/oauth/clients/{client}"), Some(&p.key), None));
-    refused_within_a_second("B's token endpoint", || token_error(&p.b, &client, &secret) == "invalid_client");
-    refused_within_a_second("B's consent page", || browser.send("GET", &authorize_query(&client), None).status == 400);
-    refused_within_a_second("the client's access token on B", || {
+    refused_soon("B's token endpoint", || token_error(&p.b, &client, &secret) == "invalid_client");
+    refused_soon("B's consent page", || browser.send("GET", &authorize_query(&client), None).status == 400);
+    refused_soon("the client's access token on B", || {
         p.b.api("GET", "/v1/gateways", Some(&access), None).status == 401
     });
     err(&p.b.api("GET", &format!("/v1/oauth/clients/{client}"), Some(&p.key), None), 404, "NOT_FOUND");
@@ -134,7 +130,7 @@ fn a_web_session_ended_on_one_instance_is_refused_on_the_other_within_a_second()
     let csrf = browser.cookie("toolgate_csrf").unwrap();
     assert_eq!(browser.send("POST", "/auth/signout", Some(&[("csrf", csrf.as_str())])).status, 303);
     assert_eq!(account(&p.a, &session), 303, "A refuses it at once");
-    refused_within_a_second("a signed-out session on B", || account(&p.b, &session) == 303);
+    refused_soon("a signed-out session on B", || account(&p.b, &session) == 303);
 
     // Ended through the API on A.
     let (_, session) = signed_in(&p.a, PASSWORD);
@@ -143,7 +139,7 @@ fn a_web_session_ended_on_one_instance_is_refused_on_the_other_within_a_second()
     let ids: Vec<&str> = listed["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), 1, "{listed}");
     ok_message(&p.a.api("DELETE", &format!("/v1/user/web-sessions/{}", ids[0]), Some(&p.key), None));
-    refused_within_a_second("a session ended through the API on B", || account(&p.b, &session) == 303);
+    refused_soon("a session ended through the API on B", || account(&p.b, &session) == 303);
 }
 
 #[test]
@@ -162,10 +158,8 @@ fn a_password_changed_on_one_instance_is_refused_on_the_other_within_a_second() 
 
     let changed = set_password(&p.a, &p.key, "a second changes passphrase", Some(PASSWORD));
     assert!(changed.contains("1 OAuth grant(s) revoked"), "{changed}");
-    refused_within_a_second("B's session of the old password", || account(&p.b, &session) == 303);
-    refused_within_a_second("B's grant of the old password", || {
-        p.b.api("GET", "/v1/gateways", Some(&access), None).status == 401
-    });
+    refused_soon("B's session of the old password", || account(&p.b, &session) == 303);
+    refused_soon("B's grant of the old password", || p.b.api("GET", "/v1/gateways", Some(&access), None).status == 401);
     let old = Browser::new(&p.b, "ic.test").sign_in(USER, PASSWORD, "");
     assert_eq!(old.status, 401, "the old password on B: {old:?}");
     let new = Browser::new(&p.b, "ic.test").sign_in(USER, "a second changes passphrase", "");

@@ -60,11 +60,19 @@ fn in_flight_requests_beyond_the_cap_are_429() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(700));
-    // ...so a third request of the same key is refused at once, with the headers of a 429...
-    let r = post(Some(&session), json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
-    assert_eq!(r.status().as_u16(), 429, "third concurrent request");
-    assert!(r.headers().contains_key("retry-after"), "{:?}", r.headers());
+    // ...so a third request of the same key is refused, with the headers of a 429. Until both
+    // slow calls have arrived a ping passes; one is refused once they hold the slots, which must
+    // happen before they end.
+    let refused = loop {
+        let r = post(Some(&session), json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
+        if r.status().as_u16() == 429 {
+            break r;
+        }
+        assert_eq!(r.status().as_u16(), 200, "a ping before the slots are taken");
+        assert!(slow.iter().all(|t| !t.is_finished()), "no request was refused while two calls were in flight");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(refused.headers().contains_key("retry-after"), "{:?}", refused.headers());
     // ...while the slow ones complete, and then the slots are free again.
     for t in slow {
         assert_eq!(t.join().unwrap(), 200);

@@ -247,8 +247,9 @@ fn stdio_app_crash_is_restarted_with_one_child_at_a_time_and_none_left_after_sig
     };
 
     kill9(old);
-    let killed_at = Instant::now();
-    let deadline = killed_at + Duration::from_secs(8);
+    // Waits for the restart (after the 250 ms back-off): 8 s is only how long to wait before
+    // failing, not a speed asserted.
+    let deadline = Instant::now() + Duration::from_secs(8);
     let mut id = 10;
     let mut errors = Vec::new();
     let new = loop {
@@ -269,10 +270,8 @@ fn stdio_app_crash_is_restarted_with_one_child_at_a_time_and_none_left_after_sig
         assert_eq!(now.len(), 1, "one child after the restart: {now:?}");
         break now[0];
     };
-    let took = killed_at.elapsed();
     assert_ne!(new, old, "the call after the crash is served by a NEW process");
     assert!(!alive(old), "the killed child {old} is gone (reaped)");
-    assert!(took < Duration::from_secs(5), "restarted after the 250 ms back-off, not much later ({took:?})");
 
     // A few more calls: the same process serves them (no restart loop).
     for _ in 0..3 {
@@ -382,23 +381,28 @@ fn per_app_total_timeout_answers_32003_in_time_and_does_not_block_other_calls() 
         assert!(names.contains(&t.to_string()), "{t} listed: {names:?}");
     }
 
+    // The slow call on a connection of its own, so that the server's count of open connections
+    // shows when it has arrived.
+    let open_before = common::metric(&srv, "toolgate_connections_open ");
     let slow = {
-        let mcp = mcp.clone();
+        let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).no_proxy().build().unwrap();
+        let mcp = Mcp { client, ..mcp.clone() };
         thread::spawn(move || {
             let started = Instant::now();
             let body = mcp.call(2, "everything__trigger-long-running-operation", json!({"duration": 3, "steps": 3}));
             (body, started.elapsed())
         })
     };
-    // While the slow call runs: the built-in app answers promptly, several times.
-    thread::sleep(Duration::from_millis(150));
+    common::wait_until("the slow call's connection is accepted", Duration::from_secs(10), || {
+        common::metric(&srv, "toolgate_connections_open ") > open_before
+    });
+    // While the slow call runs, the built-in app answers, several times: the first answer comes
+    // while the slow call is still unanswered (it would come after it if the slow call blocked
+    // other calls). How fast the time app answers is the benchmarks' business.
     for id in 3..6 {
-        let started = Instant::now();
         let body = mcp.call(id, "time__get_current_time", json!({"format": "YYYY-MM-DD", "timezone": "UTC"}));
-        let took = started.elapsed();
         let text = result_text(&body);
         assert_eq!(text.len(), 10, "a YYYY-MM-DD date: {body}");
-        assert!(took < Duration::from_millis(500), "the time app answered in {took:?} while `everything` was slow");
         assert!(!slow.is_finished() || id > 3, "the slow call should still be running during the first time call");
     }
 
@@ -407,8 +411,10 @@ fn per_app_total_timeout_answers_32003_in_time_and_does_not_block_other_calls() 
     assert_eq!(code, -32003, "a timeout is -32003: {body}");
     assert!(msg.contains("everything"), "the message names the app: {body}");
     assert!(msg.contains("timed out") || msg.contains("timeout"), "the message names the timeout: {body}");
+    // The deadline is the behaviour under test: not before total_ms (800, less the moment
+    // before `started`), and before the 3 s operation could have answered by itself.
     assert!(took >= Duration::from_millis(700), "not before total_ms = 800 ({took:?})");
-    assert!(took < Duration::from_millis(2500), "the timeout answer took {took:?}");
+    assert!(took < Duration::from_secs(3), "the timeout answer took {took:?}, as long as the operation itself");
 
     // The app itself still works afterwards (the timed-out call was cancelled, not the session).
     let body = mcp.call(7, "everything__echo", json!({"message": "after"}));
@@ -427,20 +433,19 @@ fn dead_app_drops_out_of_the_catalogue_and_shows_in_the_gateway_detail() {
     let (gw, key) = create_gateway(&srv, &["time", "dead"]);
     let mcp = Mcp::open(&srv, &gw, &key);
 
+    // Not waiting on the dead app is the behaviour under test: its connection is refused, so the
+    // list does not wait out mcp.list_deadline_ms (5 s by default), which bounds a slow app.
     let started = Instant::now();
     let names = mcp.tool_names(1);
-    assert!(started.elapsed() < Duration::from_secs(3), "tools/list waited {:?} on a dead app", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(5), "tools/list waited {:?} on a dead app", started.elapsed());
     assert_eq!(names, vec!["time__get_current_time".to_string()], "only the time tools are listed");
 
-    // A name of the dead app is not in the catalogue: either plainly unknown, or (better) the
-    // dead app's failure, named.
+    // A name of the dead app is not in the catalogue; its `dead__` prefix says whose it is, so
+    // the answer is the dead app's failure, named (UpstreamFailure), not "Unknown tool".
     let body = mcp.call(2, "dead__echo", json!({"message": "x"}));
     let (code, msg) = rpc_error(&body);
-    match code {
-        -32602 => assert_eq!(msg, "Unknown tool: dead__echo", "{body}"),
-        -32004 => assert!(msg.contains("`dead`"), "the error names the dead app: {body}"),
-        _ => panic!("expected -32602 (unknown tool) or -32004 (app unavailable): {body}"),
-    }
+    assert_eq!(code, -32004, "{body}");
+    assert!(msg.starts_with("App `dead` is unavailable: "), "the error names the dead app: {body}");
     // A name of no app at all is unknown.
     let body = mcp.call(4, "nosuch__tool", json!({}));
     let (code, msg) = rpc_error(&body);
@@ -690,7 +695,7 @@ fn client_key_never_goes_upstream_connection_credential_does_and_one_session_ser
     }
 
     // Longer than the GET stream's first back-off (1 s), so that a listener retrying after the
-    // 405 would show a second GET.
+    // 405 would show a second GET: the time passing is what is tested (that nothing happens).
     std::thread::sleep(Duration::from_millis(1500));
     let seen = up.seen();
     let on = |path: &str| seen.iter().filter(|s| s.path == path).cloned().collect::<Vec<_>>();

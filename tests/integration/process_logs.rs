@@ -69,6 +69,8 @@ fn text_format_level_from_yaml_and_rust_log_over_it() {
     // Text, at the YAML's level: `warn` hides the info access lines.
     let srv = start("observability:\n  log_format: text\n  log_level: warn\n", "");
     assert_eq!(srv.api("GET", "/healthz", None, None).status, 200);
+    // A check that a line is NOT written needs time to pass: the log writes every 25 ms, so a
+    // line that is coming is there after 300 ms.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let logs = srv.stderr();
     assert!(!logs.contains("toolgate::access"), "warn hides info:\n{logs}");
@@ -78,6 +80,7 @@ fn text_format_level_from_yaml_and_rust_log_over_it() {
     // A RUST_LOG that is not a filter is said, and the YAML's level holds.
     let srv = start("observability:\n  log_format: text\n  log_level: warn\n", "info,[bad");
     assert_eq!(srv.api("GET", "/healthz", None, None).status, 200);
+    // As above: time for an access line that should not come.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let logs = srv.stderr();
     assert!(logs.contains("RUST_LOG \"info,[bad\" is not a log filter"), "{logs}");

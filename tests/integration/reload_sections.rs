@@ -117,12 +117,14 @@ fn a_reload_shortens_the_session_idle_timeout_for_the_live_sessions() {
     let admin = srv.admin_key().to_string();
     let (gw, key) = gateway(&srv, &admin);
     let session = initialize(&srv, &gw, &key);
+    // Idle time passing is the behaviour under test: 1.5 s idle, within an hour's time-out...
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(call_time(&srv, &gw, &key, &session).status, 200, "an hour's idle time-out");
 
     let shorter = original.replace("session_idle_timeout_secs: 3600", "session_idle_timeout_secs: 1");
     let (status, body) = reload_with(&srv, &shorter);
     assert_eq!((status, &body["data"]["changed"]), (200, &json!(["mcp"])), "{body}");
+    // ...and 1.5 s idle again, past the new 1 s time-out.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let r = call_time(&srv, &gw, &key, &session);
     assert_eq!(r.status, 404, "idle past the new time-out: the session has ended: {}", r.body);

@@ -4,7 +4,7 @@
 //! cap open connections (per TCP peer). Raw sockets, so that the test controls every byte and
 //! every pause. The 5000-connection measurement is `benches/slowloris.py` (BENCHMARKS.md).
 
-use crate::common::{TestServer, BASE_CONFIG};
+use crate::common::{metric, wait_until, TestServer, BASE_CONFIG};
 use serde_json::json;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
@@ -87,29 +87,18 @@ fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     }
 }
 
-/// The value of a metric line (`name{labels} value`), 0 if absent.
-fn metric(srv: &TestServer, line_start: &str) -> f64 {
-    srv.metrics().lines().find_map(|l| l.strip_prefix(line_start).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
-}
-
 /// Waits until the server holds no main-listener connection (the harness's start-up probes
 /// close theirs; the server notices a moment later).
 fn wait_until_no_connections(srv: &TestServer) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(srv, "toolgate_connections_open ") != 0.0 {
-        assert!(Instant::now() < deadline, "connections stay open:\n{}", srv.metrics());
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("the server closes every main-listener connection", Duration::from_secs(10), || {
+        metric(srv, "toolgate_connections_open ") == 0.0
+    });
 }
 
 /// Waits (3 s at most) for a counter to reach `at_least`: a client sees its connection closed a
 /// moment before the server has counted the close, more so on a loaded machine.
 fn counted_soon(srv: &TestServer, series: &str, at_least: f64) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while metric(srv, series) < at_least {
-        assert!(Instant::now() < deadline, "{series} did not reach {at_least}:\n{}", srv.metrics());
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(&format!("{series} reaches {at_least}"), Duration::from_secs(3), || metric(srv, series) >= at_least);
 }
 
 #[test]
@@ -131,6 +120,9 @@ fn a_header_trickled_past_the_deadline_is_cut() {
         }
     }
     let closed_after = closed_after.expect("a header trickled for 12 s was still being read (deadline 2 s)");
+    // The deadline is the behaviour under test, so its timing is asserted: not before
+    // header_timeout_ms (less a quarter, for the accept before `started`), and well before the
+    // trickle would have ended (three times the deadline, room for a loaded machine).
     assert!(
         closed_after >= Duration::from_millis(1500) && closed_after < Duration::from_secs(6),
         "closed after {closed_after:?}; the deadline is 2 s from the accept"
@@ -195,56 +187,41 @@ fn the_connection_loop_refuses_bad_heads_and_never_reads_a_body_as_a_request() {
     assert!(closed_within(&mut old, Duration::from_secs(3)), "HTTP/1.0 without keep-alive is closed after the answer");
 }
 
-/// The server's resident memory (`VmRSS`), in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the server's /proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a VmRSS line")
-}
-
-/// What a connection waiting for its header costs the server in memory: issue 11's bound is
-/// 32 KiB per open connection (`benches/slowloris.py` measures it with 5000; 29.4 KiB on
-/// 2026-11-27). Here 500 connections send part of a header and wait, and the growth of the
-/// server's resident memory is divided among them. The limit, 36 KiB, leaves room for the
-/// allocator's granularity at this smaller count (25 to 29 KiB measured here) and fails the
-/// build that Pingora's proxy layer had grown to (41 KiB here, 46 with 5000: each request's
-/// future was made before its header was read).
+/// Connections waiting for their header are held (not cut before their deadline, not refused
+/// under the per-address cap raised for them) and the server serves others meanwhile; closed by
+/// their clients, they are all released. What each costs in memory is a measurement, not a
+/// functional check: `benches/slowloris.py` reports it against its budget of 32 KiB per open
+/// connection (BENCHMARKS.md, "Slow connections").
 #[test]
-fn a_connection_waiting_for_its_header_costs_little_memory() {
+fn connections_waiting_for_their_header_are_held_and_released() {
     const SLOW: usize = 500;
     let srv = server_with(&["header_timeout_ms: 60000", "max_connections_per_ip: 10000"]);
-    // The worker threads' heaps and buffers exist before the baseline is read.
-    for _ in 0..50 {
-        let mut warm = connect(&srv);
-        assert_eq!(healthz(&mut warm), Some(200));
-    }
     wait_until_no_connections(&srv);
-    let before = rss_kib(srv.pid());
     let mut slow = Vec::with_capacity(SLOW);
     for _ in 0..SLOW {
         let mut s = connect(&srv);
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: 1\r\n").unwrap();
         slow.push(s);
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while metric(&srv, "toolgate_connections_open ") < SLOW as f64 {
-        assert!(Instant::now() < deadline, "the server did not take all {SLOW} connections:\n{}", srv.metrics());
-        thread::sleep(Duration::from_millis(50));
-    }
-    thread::sleep(Duration::from_millis(500));
-    let during = rss_kib(srv.pid());
-    let per_connection = during.saturating_sub(before) as f64 / SLOW as f64;
-    assert!(
-        per_connection <= 36.0,
-        "{per_connection:.1} KiB per connection waiting for its header ({before} KiB before, {during} KiB with {SLOW} open)"
-    );
-    // The server still answers others meanwhile.
+    wait_until(&format!("the server holds all {SLOW} connections"), Duration::from_secs(20), || {
+        metric(&srv, "toolgate_connections_open ") >= SLOW as f64
+    });
+    // The server still answers others meanwhile, and has neither cut nor refused a slow one.
     let mut other = connect(&srv);
     assert_eq!(healthz(&mut other), Some(200));
+    drop(other);
+    let metrics = srv.metrics();
+    for series in [
+        "toolgate_connections_closed_total{reason=\"header_timeout\"}",
+        "toolgate_connections_refused_total{reason=\"per_address\"}",
+    ] {
+        assert_eq!(metric(&srv, &format!("{series} ")), 0.0, "{series}:\n{metrics}");
+    }
+    for (i, s) in slow.iter_mut().enumerate() {
+        assert!(!closed_within(s, Duration::from_millis(1)), "slow connection {i} was closed before its deadline");
+    }
     drop(slow);
+    wait_until_no_connections(&srv);
 }
 
 #[test]
@@ -257,11 +234,13 @@ fn an_idle_keep_alive_connection_is_closed_but_each_request_gets_its_own_deadlin
     assert_eq!(healthz(&mut idle), Some(200));
     let t = Instant::now();
     assert!(closed_within(&mut idle, Duration::from_secs(5)), "an idle keep-alive connection stays open");
+    // The idle time is the behaviour under test: not closed before keepalive_idle_secs (1 s,
+    // less the moment between the answer and `t`).
     assert!(t.elapsed() >= Duration::from_millis(800), "closed after {:?}, before the idle time", t.elapsed());
     counted_soon(&srv, "toolgate_connections_closed_total{reason=\"keepalive_idle\"}", 1.0);
 
     // The header deadline counts per request: a connection busy for longer than it, with pauses
-    // shorter than the idle time, keeps being served.
+    // shorter than the idle time (the pauses are the behaviour under test), keeps being served.
     let mut busy = connect(&srv);
     for _ in 0..4 {
         assert_eq!(healthz(&mut busy), Some(200), "a request of a busy keep-alive connection");
@@ -273,6 +252,7 @@ fn an_idle_keep_alive_connection_is_closed_but_each_request_gets_its_own_deadlin
     let body = serde_json::to_vec(&json!({"name": "slow body"})).unwrap();
     let head = create_gateway_head(&srv, body.len());
     slow_body.write_all(head.as_bytes()).unwrap();
+    // Longer than header_timeout_ms (1.5 s): the time passing is what is tested.
     thread::sleep(Duration::from_millis(2000));
     slow_body.write_all(&body).unwrap();
     let (status, text) = read_response(&mut slow_body).expect("a request whose header was in time is answered");
@@ -303,15 +283,10 @@ fn the_per_address_cap_refuses_one_address_and_serves_another() {
 
     // A closed connection gives its place back.
     drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    wait_until("a freed place is given back", Duration::from_secs(5), || {
         let mut again = connect(&srv);
-        if healthz(&mut again) == Some(200) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "a freed place is not given back");
-        thread::sleep(Duration::from_millis(50));
-    }
+        healthz(&mut again) == Some(200)
+    });
 }
 
 /// A client whose connections come from another loopback address than the other tests' sockets.

@@ -186,14 +186,6 @@ fn gateway_requests_done(srv: &TestServer) -> u64 {
         .map_or(0, |n| n as u64)
 }
 
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn listed(srv: &TestServer, owner: &str) -> Vec<String> {
     let data = ok(&srv.api("GET", "/v1/sessions?limit=100", Some(owner), None), 200);
     data["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
@@ -232,7 +224,7 @@ fn listening_streams_hold_no_concurrent_slot_and_end_when_the_client_goes() {
     // write, 15 to 30 s later, holding a slot each all that time).
     let before = gateway_requests_done(srv);
     drop(streams);
-    wait_for("the six streams finish after their clients left", Duration::from_secs(8), || {
+    common::wait_until("the six streams finish after their clients left", Duration::from_secs(8), || {
         gateway_requests_done(srv) >= before + 6
     });
     // Calls still work, and the key's five slots are all free: five concurrent calls pass.
@@ -417,16 +409,20 @@ fn an_expired_session_leaves_the_list_and_the_store_and_is_not_loaded_again() {
     // Idle past the timeout and the retention: gone from the list, the detail and the store,
     // in the background (nobody asks for it). `kept` is kept alive meanwhile.
     let started = Instant::now();
-    wait_for("the expired session leaves /v1/sessions", Duration::from_secs(20), || {
+    common::wait_until("the expired session leaves /v1/sessions", Duration::from_secs(20), || {
         assert_eq!(
             post_raw(&s.srv, &gw, &gw_key, Some(&kept), r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).status,
             200
         );
         !listed(&s.srv, &s.a).contains(&sid)
     });
+    // Not before the expiry is the behaviour under test (idle 2 s; 1 s leaves room for the
+    // moment between the last use and `started`).
     assert!(started.elapsed() >= Duration::from_secs(1), "removed before it expired");
     err(&s.srv.api("GET", &format!("/v1/sessions/{sid}"), Some(&s.a), None), 404, "NOT_FOUND");
-    wait_for("the expired session leaves the store", Duration::from_secs(10), || stored_sessions(&s.srv, &sid) == 0);
+    common::wait_until("the expired session leaves the store", Duration::from_secs(10), || {
+        stored_sessions(&s.srv, &sid) == 0
+    });
     assert_eq!(post_raw(&s.srv, &gw, &gw_key, Some(&sid), r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).status, 404);
     assert!(listed(&s.srv, &s.a).contains(&kept), "a session in use stays");
 
@@ -492,6 +488,7 @@ fn expired_sessions_do_not_count_toward_the_cap() {
     let (gw, gw_key) = gateway(srv, &s.a);
     let old = initialize(srv, &gw, &gw_key);
     assert_eq!(initialize_raw(srv, &gw, &gw_key).status, 429);
+    // Time passing is the behaviour under test: idle past the 1 s time-out.
     std::thread::sleep(Duration::from_millis(1500));
     // Idle past the timeout (still listed, as expired, for the retention): a new one is allowed.
     initialize(srv, &gw, &gw_key);

@@ -3,9 +3,9 @@
 
 use crate::common;
 
-use common::{everything_url, mcp_server_time_command, spawn_everything, TestServer};
+use common::{everything_url, mcp_server_time_command, metric, spawn_everything, wait_until, TestServer};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The process ids whose parent is `pid`.
 fn children_of(pid: u32) -> Vec<u32> {
@@ -89,11 +89,14 @@ fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
     let children = children_of(srv.pid());
     assert!(!children.is_empty(), "the stdio app should run as toolgate's child");
 
-    // A 2-second call, then SIGTERM while it runs.
+    // A 2-second call, then SIGTERM while it runs: on a connection of its own, so that the
+    // server's count of open connections shows when it has been accepted (a connection accepted
+    // before SIGTERM has its request answered; the tests below check that).
+    let open_before = metric(&srv, "toolgate_connections_open ");
     let call = {
-        let (client, url, key, session) = (client.clone(), url.clone(), key.clone(), session.clone());
+        let (url, key, session) = (url.clone(), key.clone(), session.clone());
+        let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
         std::thread::spawn(move || {
-            let started = Instant::now();
             let r = mcp(
                 &client,
                 &url,
@@ -102,16 +105,21 @@ fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
                 json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                 "params": {"name": "everything__trigger-long-running-operation", "arguments": {"duration": 2, "steps": 2}}}),
             );
-            (r.status().as_u16(), r.json::<Value>().unwrap_or(Value::Null), started.elapsed())
+            (r.status().as_u16(), r.json::<Value>().unwrap_or(Value::Null))
         })
     };
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("the long call's connection is accepted", Duration::from_secs(10), || {
+        metric(&srv, "toolgate_connections_open ") > open_before
+    });
     let status = srv.sigterm();
     assert!(status.success(), "toolgate exited with {status}");
-    let (code, body, took) = call.join().unwrap();
+    let (code, body) = call.join().unwrap();
     assert_eq!(code, 200, "{body}");
-    assert!(body["result"]["content"].is_array(), "the call in flight got its result: {body}");
-    assert!(took >= Duration::from_millis(1500), "the call ran its course ({took:?})");
+    let text = body["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("Long running operation completed. Duration: 2 seconds"),
+        "the call in flight ran its course and got its result: {body}"
+    );
     for pid in children {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "stdio app {pid} outlived toolgate");
     }
@@ -140,11 +148,10 @@ fn sigterm_exits_at_once_when_nothing_is_in_flight_and_keeps_what_was_buffered()
         "params": {"name": "get_current_time", "arguments": {"timezone": "UTC"}}}),
     );
     assert_eq!(r.status(), 200);
-    let started = Instant::now();
+    // Not sleeping out the grace period is the behaviour under test: idle, it exits within half
+    // of it (sigterm_timeout fails the test past that).
     let status = srv.sigterm_timeout(Duration::from_secs(10));
-    let took = started.elapsed();
     assert!(status.success(), "toolgate exited with {status}");
-    assert!(took < Duration::from_secs(5), "idle, it should not sleep out the 20 s grace period: {took:?}");
     // The call's request-log entry, still buffered when the signal came, was written.
     srv.restart();
     let logs = srv.api("GET", "/v1/logs", Some(srv.admin_key()), None);
@@ -170,8 +177,8 @@ fn a_request_on_a_kept_alive_connection_just_after_sigterm_is_answered_with_conn
     assert!(!first.contains("connection: close"), "the first answer keeps the connection: {first}");
 
     send_sigterm(&srv);
-    std::thread::sleep(Duration::from_millis(300));
-    conn.write_all(HEALTHZ).expect("the kept-alive connection is still open 300 ms after SIGTERM");
+    wait_until_the_listener_stops(&srv);
+    conn.write_all(HEALTHZ).expect("the kept-alive connection is still open after the listener stopped");
     let second = read_answer(&mut conn);
     assert!(second.starts_with("http/1.1 200"), "{second}");
     assert!(second.contains("connection: close"), "the answer after SIGTERM closes the connection: {second}");
@@ -180,7 +187,7 @@ fn a_request_on_a_kept_alive_connection_just_after_sigterm_is_answered_with_conn
 }
 
 /// A connection accepted before SIGTERM whose first request is still on its way when the
-/// listener stops: the request, sent 300 ms after the signal, is answered (with `Connection:
+/// listener stops: the request, sent once the listener has stopped, is answered (with `Connection:
 /// close`) rather than the connection dropped with the header half read (Pingora's own
 /// shutdown clean-up ends such reads at once; the graceful-upgrade load test met it as
 /// "disconnected without a response").
@@ -191,10 +198,12 @@ fn a_first_request_still_on_its_way_when_sigterm_comes_is_answered() {
     let mut conn = connect(&srv);
     // Part of the header before the signal, the rest after.
     conn.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_until("the server counts the connection open", Duration::from_secs(10), || {
+        metric(&srv, "toolgate_connections_open ") >= 1.0
+    });
     send_sigterm(&srv);
-    std::thread::sleep(Duration::from_millis(300));
-    conn.write_all(b"Host: t\r\n\r\n").expect("the connection is still open 300 ms after SIGTERM");
+    wait_until_the_listener_stops(&srv);
+    conn.write_all(b"Host: t\r\n\r\n").expect("the connection is still open after the listener stopped");
     let answer = read_answer(&mut conn);
     assert!(answer.starts_with("http/1.1 200"), "{answer}");
     assert!(answer.contains("connection: close"), "the answer after SIGTERM closes the connection: {answer}");
@@ -269,12 +278,19 @@ fn send_sigterm(srv: &TestServer) {
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
 }
 
-/// SIGTERM again once nothing is in flight: the process exits well within its grace period.
+/// Waits until the main listener refuses new connections: the server has acted on SIGTERM.
+fn wait_until_the_listener_stops(srv: &TestServer) {
+    let addr = srv.main_addr();
+    wait_until("the main listener stops accepting after SIGTERM", Duration::from_secs(10), || {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err()
+    });
+}
+
+/// SIGTERM again once nothing is in flight: the process exits well within its grace period
+/// (20 s); that is the behaviour under test, and half of it is the bound.
 fn exits_at_once_when_idle(srv: &mut TestServer) {
-    let started = Instant::now();
     let status = srv.sigterm_timeout(Duration::from_secs(10));
     assert!(status.success(), "toolgate exited with {status}");
-    assert!(started.elapsed() < Duration::from_secs(5), "idle again, it exits without the grace period");
 }
 
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";

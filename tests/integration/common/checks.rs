@@ -128,3 +128,20 @@ pub fn rate_limit_headers(r: &Resp) -> (u64, u64, u64, u64, String) {
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
 }
+
+/// Polls `done` every 50 ms until it holds; fails naming `what` if it still does not after
+/// `limit`. Tests wait with this for what they can observe (a log line, a metric, a process gone)
+/// instead of sleeping a fixed time and hoping it happened.
+pub fn wait_until(what: &str, limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The value of the first line of `srv`'s `/metrics` that starts with `line_start` (the series'
+/// name and labels, with the space before the value), 0 if there is none.
+pub fn metric(srv: &TestServer, line_start: &str) -> f64 {
+    srv.metrics().lines().find_map(|l| l.strip_prefix(line_start).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
