@@ -263,7 +263,19 @@ mod tests {
     }
 
     #[test]
-    fn publishing_without_subscribers_is_fine() {
-        Feed::new().publish(gateway_saved(1));
+    fn publishing_without_subscribers_still_tells_the_listeners_and_keeps_nothing() {
+        let feed = Feed::new();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        feed.listen(move |_| {
+            s.fetch_add(1, Ordering::SeqCst);
+        });
+        feed.publish(gateway_saved(1));
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "the listener ran without any subscriber");
+        // A subscriber gets what is published after it subscribed, not what came before.
+        let mut rx = feed.subscribe();
+        assert_eq!(rx.try_recv(), Err(broadcast::error::TryRecvError::Empty), "nothing kept from before");
+        feed.publish(gateway_saved(2));
+        assert_eq!(rx.try_recv().unwrap(), gateway_saved(2));
     }
 }

@@ -321,10 +321,15 @@ fn costs_by_method_and_buckets() {
     let g = ok(&r, 201);
     let (limit, remaining, _, _, bucket) = rate_limit_headers(&r);
     assert_eq!(bucket, "write", "{r:?}");
-    assert!(limit == 2 || limit == 3, "write is half of a burst of 5: {r:?}");
+    assert_eq!(limit, 3, "write is half of a burst of 5, rounded (2.5 -> 3): {r:?}");
     assert_eq!(remaining, limit - 2, "POST costs 2: {r:?}");
     let r = from(ip, "GET", "/v1/gateways", Some(k), None);
-    assert_eq!(rate_limit_headers(&r), (5, 4, rate_limit_headers(&r).2, rate_limit_headers(&r).3, "global".into()));
+    let (limit, remaining, reset, reset_after, bucket) = rate_limit_headers(&r);
+    assert_eq!((limit, remaining, bucket.as_str()), (5, 4, "global"), "{r:?}");
+    // One token of `global` used, and one comes back every 10 s (6 a minute): full again in 10 s.
+    assert_eq!(reset_after, 10, "{r:?}");
+    let now = unix_now();
+    assert!(reset >= now + 9 && reset <= now + 11, "X-RateLimit-Reset is 10 s from now: {r:?}");
     // PATCH costs 2: more than is left.
     let r = from(
         ip,
