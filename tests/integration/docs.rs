@@ -490,3 +490,52 @@ fn the_shell_scripts_are_shellcheck_clean() {
         .expect("shellcheck is not installed: scripts/install-deps.sh --tests installs it (Debian package shellcheck)");
     assert!(out.status.success(), "shellcheck: {}", crate::common::describe_output(&out));
 }
+
+/// `tests/run.sh` reads cargo test's output with `tests/test-counts.awk`: a binary that ran no
+/// test, an ignored test, a binary without a result line, or no test at all fails the step; a
+/// doc-test binary with no test is a crate without doc examples, allowed and named.
+#[test]
+fn the_test_command_fails_a_cargo_test_that_ran_nothing() {
+    let counts = |output: &str| {
+        let file = std::env::temp_dir().join(format!("toolgate-test-counts-{}", crate::common::random_alnum(12)));
+        std::fs::write(&file, output).unwrap();
+        let out =
+            Command::new("awk").arg("-f").arg(root().join("tests/test-counts.awk")).arg(&file).output().expect("awk");
+        std::fs::remove_file(&file).unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let binary = |source: &str, crate_name: &str, passed: u32, ignored: u32| {
+        format!(
+            "     Running {source} (target/release/deps/{crate_name}-0123456789abcdef)\n\nrunning {} tests\n\
+             test result: ok. {passed} passed; 0 failed; {ignored} ignored; 0 measured; 0 filtered out; finished in 0.01s\n\n",
+            passed + ignored
+        )
+    };
+    let empty_doc = "   Doc-tests toolgate\n\nrunning 0 tests\n\
+                     test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n";
+
+    let good = binary("unittests src/lib.rs", "toolgate", 213, 0)
+        + &binary("tests/integration/main.rs", "integration", 175, 0);
+    assert_eq!(
+        counts(&(good.clone() + empty_doc)),
+        (Some(0), "388 tests in 3 binaries; no doc examples in toolgate\n".into())
+    );
+
+    let (code, text) = counts(&(good.clone() + &binary("unittests src/main.rs", "toolgate", 0, 0)));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("cargo test: toolgate unittests src/main.rs: ran no test"), "{text}");
+
+    let (code, text) = counts(&(good.clone() + &binary("tests/chain_order.rs", "chain_order", 1, 1)));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("cargo test: chain_order tests/chain_order.rs: 1 ignored test(s)"), "{text}");
+
+    let crashed =
+        "     Running tests/x.rs (target/release/deps/x-0123456789abcdef)\n\nrunning 2 tests\nerror: test failed\n";
+    let (code, text) = counts(&(good + crashed));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("cargo test: x tests/x.rs: no `test result` line"), "{text}");
+
+    let (code, text) = counts(empty_doc);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("cargo test: no test ran at all"), "{text}");
+}
