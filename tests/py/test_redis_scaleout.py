@@ -421,10 +421,13 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound(kind):
             for i in range(36):
                 time.sleep(max(0.0, started + i * 0.1 - time.monotonic()))
                 answers.append(call(servers[i % 3], "GET", "/v1/gateways", admin))
+            took = time.monotonic() - started
             statuses = [r.status_code for r in answers]
             admitted = statuses.count(200)
             assert set(statuses) <= {200, 429}, statuses
-            assert 11 <= admitted <= 16, f"admitted {admitted} of 36: {statuses}"
+            # The burst and what refilled while the requests went out (3.6 s unless the machine
+            # is slow to send them), and the bound's slack (2.4).
+            assert 11 <= admitted <= 10 + int(max(3.6, took) + 2.4), f"admitted {admitted} of 36 in {took:.1f} s: {statuses}"
             # The refusals (at least 20, by the bound above) carry the shared state: nothing remaining.
             remaining = [r.headers.get("x-ratelimit-remaining") for r in answers if r.status_code == 429]
             assert len(remaining) == 36 - admitted and set(remaining) == {"0"}, remaining
