@@ -138,9 +138,12 @@ run_step() { # name, command...
     fi
 }
 
+# The test files run in 3 workers (pytest-xdist), each file whole in one worker (`loadfile`): a
+# module's fixtures (servers, Redis, conformance runs) start once, and every test starts its own
+# processes on ports the OS picks, in temporary directories of its own, so files do not meet.
 run_pytest() {
     local rc=0 tests
-    (cd "$PY_DIR" && "$PY" -m pytest) || rc=$?
+    (cd "$PY_DIR" && "$PY" -m pytest -n 3 --dist loadfile) || rc=$?
     if [ $rc -eq 5 ]; then
         tests="$(find "$PY_DIR" -path "$VENV" -prune -o \( -name 'test_*.py' -o -name '*_test.py' \) -print | head -n 1)"
         if [ -z "$tests" ]; then
