@@ -398,9 +398,14 @@ def test_on_redis_a_delivery_of_a_killed_instance_is_taken_up_by_another(receive
     with redis_of(kind) as redis:
         cfg = redis_config(redis.url, "wh", redis.nodes) + WEBHOOKS.replace("[1, 1]", "[3]")
         with instances(cfg, 2) as (_, (a, b)):
-            hook(a, receiver, "/orphan", ["gateway.created"])
+            w = hook(a, receiver, "/orphan", ["gateway.created"])
             assert api(a, "POST", "/v1/gateways", {"name": "orphaned", "servers": ["time"]}).status_code == 201
             first = wait_for(lambda: receiver.at("/orphan"))[0]
+            # Killed once it has recorded the failed attempt (and let go of the attempt's lock,
+            # which a kill in mid-attempt would hold for its 300 s): the delivery then waits
+            # for its retry, pending, with one attempt made.
+            wait_for(lambda: [d for d in api(a, "GET", f"/v1/webhooks/{w['id']}/deliveries").json()["data"]["deliveries"]
+                              if d["status"] == "pending" and d["attempts"] == 1])
             a.stop()  # SIGKILL, its delivery waiting 3 s for its retry
             receiver.plan["/orphan"] = [200]
             done = wait_for(lambda: [d for d in receiver.at("/orphan") if d["status"] == 200], 40.0)
