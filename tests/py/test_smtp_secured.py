@@ -149,13 +149,18 @@ def test_the_relay_s_certificate_must_chain_to_a_trusted_ca(pki, tmp_path):
             assert box.logins == [] and box.messages == [], "no password and no message crossed an untrusted session"
 
 
-def test_a_ca_file_without_a_certificate_stops_the_start(tmp_path):
-    empty = tmp_path / "empty.pem"
-    empty.write_text("no certificate here\n")
-    srv = ToolgateServer(extra_yaml=f"smtp:\n  host: 127.0.0.1\n  tls: tls\n  ca_file: {empty}\n  from: mfa@toolgate.test\n")
+@pytest.mark.parametrize("case", ["no certificate in it", "with tls: none"])
+def test_a_ca_file_that_cannot_serve_stops_the_start(pki, tmp_path, case):
+    if case == "no certificate in it":
+        ca = tmp_path / "empty.pem"
+        ca.write_text("no certificate here\n")
+        tls, says = "tls", "no PEM certificate"
+    else:
+        ca, tls, says = pki[0], "none", "only with tls: starttls or tls"
+    srv = ToolgateServer(extra_yaml=f"smtp:\n  host: 127.0.0.1\n  tls: {tls}\n  ca_file: {ca}\n  from: mfa@toolgate.test\n")
     try:
         with pytest.raises(RuntimeError, match="exited during startup"):
             srv.start()
-        assert "smtp.ca_file" in srv.stderr_text() and "no PEM certificate" in srv.stderr_text(), srv.stderr_text()[-2000:]
+        assert "smtp.ca_file" in srv.stderr_text() and says in srv.stderr_text(), srv.stderr_text()[-2000:]
     finally:
         srv.tmp.cleanup()
