@@ -163,10 +163,13 @@ run_step() { # name, command...
     fi
 }
 
-# pytest exits 5 when it collected no test: a step that tests nothing fails.
+# pytest exits 5 when it collected no test: a step that tests nothing fails. The test files run
+# in 3 workers (pytest-xdist), each file whole in one worker (`loadfile`): a module's fixtures
+# (servers, Redis, conformance runs) start once, and every test starts its own processes on ports
+# the OS picks, in temporary directories of its own, so files do not meet.
 run_pytest() {
     local rc=0
-    (cd "$PY_DIR" && "$PY" -m pytest) || rc=$?
+    (cd "$PY_DIR" && "$PY" -m pytest -n 3 --dist loadfile) || rc=$?
     [ $rc -eq 5 ] && echo "error: pytest collected no tests in tests/py" >&2
     return $rc
 }

@@ -361,6 +361,8 @@ pub struct SmtpConfig {
     /// The sender, e.g. `toolgate <alerts@example.com>`.
     pub from: String,
     pub timeout: std::time::Duration,
+    /// `smtp.ca_file`'s PEM certificates, trusted besides the public roots.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for SmtpConfig {
@@ -373,6 +375,7 @@ impl std::fmt::Debug for SmtpConfig {
             .field("password", &self.password.as_ref().map(|_| "(set)"))
             .field("from", &self.from)
             .field("timeout", &self.timeout)
+            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "(set)"))
             .finish()
     }
 }

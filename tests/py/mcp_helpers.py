@@ -49,6 +49,12 @@ TIME_APP = """\
 """
 
 
+# A stdio app on the Python SDK imports for seconds before it answers `initialize`, longer on a
+# busy machine (the test files run in parallel) than the 5 s `timeouts.connect_ms` gives it:
+# the tests' stdio apps get 30 s, so that a slow start is not taken for a failed one.
+STDIO_START = "    timeouts: {connect_ms: 30000}\n"
+
+
 def stdio_time_app(app_id: str = "clock") -> str:
     """`mcp-server-time` (the Python reference server) as a stdio app."""
     exe = VENV / "bin" / "mcp-server-time"
@@ -60,7 +66,7 @@ def stdio_time_app(app_id: str = "clock") -> str:
     description: mcp-server-time over stdio
     category: utilities
     command: [{json.dumps(str(exe))}, --local-timezone, UTC]
-"""
+{STDIO_START}"""
 
 
 def http_app(app_id: str, url: str, name: str = "Everything", timeouts: str = "") -> str:
@@ -75,7 +81,13 @@ def http_app(app_id: str, url: str, name: str = "Everything", timeouts: str = ""
 
 
 def config(apps: str = TIME_APP, server: str = "", mcp: str = "") -> str:
-    """A complete config; `server`/`mcp` are extra indented lines (`  max_body_bytes: 2048`)."""
+    """A complete config; `server`/`mcp` are extra indented lines (`  max_body_bytes: 2048`).
+
+    `mcp.list_deadline_ms` is 30 s unless `mcp` sets it: a stdio app on the Python SDK takes
+    seconds to start on a busy machine (the test files run in parallel), and a first list that
+    left it out would fail a test about something else. Tests of the deadline set their own."""
+    if "list_deadline_ms" not in mcp:
+        mcp += "  list_deadline_ms: 30000\n"
     return (
         "environment: development\n"
         "server:\n"

@@ -387,10 +387,24 @@ def _serial(port: int, ca: Path) -> int:
     return _handshake(port, ca, "localhost").serial_number
 
 
+def _install(live: Path, cert: Path, key: Path) -> None:
+    """Puts a certificate and its key in place in one step, as a renewal tool does: both are
+    written into a new directory, then the `live` symlink is swapped to it by a rename. The
+    server, which polls the files' times and sizes and then reads both, never sees the key of
+    one pair beside the certificate of another, nor a half-written file."""
+    generation = live.parent / f"{live.name}.{time.monotonic_ns()}"
+    generation.mkdir()
+    shutil.copy(cert, generation / "cert.pem")
+    shutil.copy(key, generation / "key.pem")
+    staged = live.parent / f"{live.name}.staged"
+    os.symlink(generation.name, staged)
+    os.replace(staged, live)
+
+
 def test_certificates_reload_on_change_and_on_sighup_and_a_bad_file_is_refused(pki, tmp_path):
-    cert, key = tmp_path / "live.pem", tmp_path / "live.key"
-    shutil.copy(pki["main"][0], cert)
-    shutil.copy(pki["main"][1], key)
+    live = tmp_path / "live"
+    cert, key = live / "cert.pem", live / "key.pem"
+    _install(live, *pki["main"][:2])
     e = Edge(_tls_yaml(cert, key, "    reload_check_ms: 200\n"))
     try:
         assert _serial(e.tls_port, pki["ca"]) == pki["main"][2]
@@ -399,8 +413,7 @@ def test_certificates_reload_on_change_and_on_sighup_and_a_bad_file_is_refused(p
         held = ctx.wrap_socket(socket.create_connection(("127.0.0.1", e.tls_port), timeout=5), server_hostname="localhost")
         assert _health_on(held).startswith(b"HTTP/1.1 200")
         # Renewed files: new connections get the new certificate within the check period.
-        shutil.copy(pki["renewed"][1], key)
-        shutil.copy(pki["renewed"][0], cert)
+        _install(live, *pki["renewed"][:2])
         deadline = time.monotonic() + 5
         while _serial(e.tls_port, pki["ca"]) != pki["renewed"][2]:
             assert time.monotonic() < deadline, "the renewed certificate was not served within 5 s"
@@ -408,10 +421,14 @@ def test_certificates_reload_on_change_and_on_sighup_and_a_bad_file_is_refused(p
         assert _health_on(held).startswith(b"HTTP/1.1 200"), "the connection opened before the reload broke"
         held.close()
         # A broken file is refused: the running certificate stays, the refusal names the field.
-        cert.write_text("not a certificate\n")
-        time.sleep(1.0)
+        broken = tmp_path / "broken.pem"
+        broken.write_text("not a certificate\n")
+        _install(live, broken, pki["renewed"][1])
+        deadline = time.monotonic() + 5
+        while "server.tls.certificates[0].cert_file" not in e.srv.stderr_text():
+            assert time.monotonic() < deadline, "the broken certificate was not reported within 5 s"
+            time.sleep(0.1)
         assert _serial(e.tls_port, pki["ca"]) == pki["renewed"][2]
-        assert "server.tls.certificates[0].cert_file" in e.srv.stderr_text()
         m = httpx2.get(e.srv.metrics_url, timeout=5).text
         assert 'toolgate_tls_reloads_total{result="refused"} 1' in m, m
         assert 'toolgate_tls_reloads_total{result="applied"} 1' in m, m
@@ -420,12 +437,10 @@ def test_certificates_reload_on_change_and_on_sighup_and_a_bad_file_is_refused(p
     finally:
         e.stop()
     # reload_check_ms: 0: only SIGHUP reloads.
-    shutil.copy(pki["main"][0], cert)
-    shutil.copy(pki["main"][1], key)
+    _install(live, *pki["main"][:2])
     e = Edge(_tls_yaml(cert, key, "    reload_check_ms: 0\n"))
     try:
-        shutil.copy(pki["renewed"][1], key)
-        shutil.copy(pki["renewed"][0], cert)
+        _install(live, *pki["renewed"][:2])
         time.sleep(0.5)
         assert _serial(e.tls_port, pki["ca"]) == pki["main"][2], "reloaded without SIGHUP"
         os.kill(e.srv.proc.pid, signal.SIGHUP)

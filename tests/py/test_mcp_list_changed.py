@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx2
 
 from mcp_helpers import (
+    STDIO_START,
     TIME_APP,
     Api,
     McpHttp,
@@ -36,7 +37,7 @@ DYNAMIC_APP = f"""\
     description: a stdio server whose tools change at run time
     category: testing
     command: [{json.dumps(sys.executable)}, {json.dumps(str(Path(__file__).parent / "dynamic_tools_server.py"))}]
-"""
+{STDIO_START}"""
 
 
 def tool_names(c: McpHttp) -> set[str]:

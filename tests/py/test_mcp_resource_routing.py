@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_helpers import Api, McpHttp, config, mcp_url, start_toolgate
+from mcp_helpers import STDIO_START, Api, McpHttp, config, mcp_url, start_toolgate
 
 SERVER = Path(__file__).resolve().parent / "unlisted_resources_server.py"
 
@@ -26,7 +26,7 @@ def stdio_app(app_id: str, kind: str) -> str:
     description: serves resources it does not list
     category: testing
     command: {argv}
-"""
+{STDIO_START}"""
 
 
 @pytest.fixture(scope="module")

@@ -371,18 +371,41 @@ def requirements_with_a_2026_app(tmp_path_factory):
     return direct, through
 
 
-def test_the_2026_app_passes_most_required_scenarios_directly(requirements_with_a_2026_app):
+# The required scenarios that the 2026-07-28 app (a server on the Python SDK pinned in
+# requirements.txt) fails directly, because the SDK's server does not do them: toolgate cannot
+# pass through what its app does not do. Pinned: a scenario that starts failing directly fails
+# below, and one of these that starts passing (a newer SDK) fails as an unexpected pass, asking
+# for this list to be updated.
+NOT_DONE_BY_THE_2026_APP = {
+    "completion-complete": "completion/complete answers Method not found",
+    "input-required-result-non-tool-request": "an input-required result of prompts/get ends in an internal error",
+}
+
+
+def scenarios_through_the_2026_app() -> list:
+    return [pytest.param(s, marks=pytest.mark.xfail(
+                strict=True, raises=AssertionError,
+                reason=f"the Python SDK's 2026-07-28 server does not do {s} "
+                       f"({NOT_DONE_BY_THE_2026_APP[s]}): take it off NOT_DONE_BY_THE_2026_APP when it passes"))
+            if s in NOT_DONE_BY_THE_2026_APP else s
+            for s in required_scenarios()]
+
+
+def test_the_2026_app_passes_every_required_scenario_but_the_pinned_ones_directly(requirements_with_a_2026_app):
     direct, _ = requirements_with_a_2026_app
-    passing = [s for s in required_scenarios() if passes(direct.get(s, []))]
-    assert len(passing) >= 30, f"the 2026-07-28 app passes only {passing}"
+    failing = {s for s in required_scenarios() if not passes(direct.get(s, []))}
+    assert failing == set(NOT_DONE_BY_THE_2026_APP), (
+        f"failing directly: {sorted(failing)}; pinned: {sorted(NOT_DONE_BY_THE_2026_APP)}")
 
 
-@pytest.mark.parametrize("scenario", required_scenarios())
+@pytest.mark.parametrize("scenario", scenarios_through_the_2026_app())
 def test_what_the_2026_app_passes_directly_passes_through_toolgate(requirements_with_a_2026_app, scenario):
     assert scenario != "suite-missing", f"conformance suite 0.2.0-alpha.12 missing: run `npm ci` in {NODE_DIR}"
     direct, through = requirements_with_a_2026_app
-    if not passes(direct.get(scenario, [])):
-        pytest.skip(f"{scenario} does not pass against the 2026-07-28 app directly (the SDK's server does not do it)")
+    failed = [f"{c.get('id')}: {c.get('errorMessage')}" for c in direct.get(scenario, []) if c.get("status") == "FAILURE"]
+    assert passes(direct.get(scenario, [])), (
+        f"{scenario} fails against the 2026-07-28 app directly ({failed or 'no check ran'}) and is not on "
+        "NOT_DONE_BY_THE_2026_APP")
     checks = through.get(scenario, [])
     failed = [f"{c.get('id')}: {c.get('errorMessage')}" for c in checks if c.get("status") == "FAILURE"]
     assert passes(checks), f"{scenario} through toolgate: failed {failed}"

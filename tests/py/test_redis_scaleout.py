@@ -255,7 +255,7 @@ def test_a_gateway_made_on_one_instance_is_served_by_the_others(trio):
     r = httpx2.post(mcp_url(c, gw["id"]), json=body, headers=h, timeout=30)
     assert r.status_code == 200 and r.headers.get("mcp-session-id"), r.text
     # Deleted on B: gone on A and C within 1 s.
-    assert call(b, "DELETE", f"/v1/gateways/{gw['id']}", a.admin_key).status_code in (200, 204)
+    assert call(b, "DELETE", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200
     for other in (a, c):
         within(1.0, lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 404)
 
@@ -268,7 +268,7 @@ def test_a_revoked_key_is_refused_by_every_instance_within_a_second(trio):
     key, key_id = created["key"], created["id"]
     for srv in (a, b, c):
         within(1.0, lambda: call(srv, "GET", "/v1/gateways", key).status_code == 200)
-    assert call(b, "DELETE", f"/v1/api-keys/{key_id}", a.admin_key).status_code in (200, 204)
+    assert call(b, "DELETE", f"/v1/api-keys/{key_id}", a.admin_key).status_code == 200
     revoked_at = time.monotonic()
     for srv in (a, b, c):
         within(1.0, lambda: call(srv, "GET", "/v1/gateways", key).status_code == 401)
@@ -351,7 +351,7 @@ def test_on_a_redis_cluster_records_spread_over_the_masters_and_a_deleted_one_le
             listed_ids = {g["id"] for g in (listed if isinstance(listed, list) else listed.get("gateways", []))}
             assert set(ids) <= listed_ids, listed
             for gw in ids:
-                assert call(b, "DELETE", f"/v1/gateways/{gw}", admin).status_code in (200, 204)
+                assert call(b, "DELETE", f"/v1/gateways/{gw}", admin).status_code == 200
             for gw in ids:
                 within(1.0, lambda: call(a, "GET", f"/v1/gateways/{gw}", admin).status_code == 404)
             left = [k for p in redis.ports for k in redis.run(p, "--scan", "--pattern", "spread:*").split()
@@ -416,18 +416,21 @@ def test_rate_limits_are_shared_leased_within_the_stated_bound(kind):
     with redis_of(kind) as redis:
         cfg = redis_config(redis.url, "limits", redis.nodes) + limits
         with instances(cfg, 3) as (admin, servers):
-            statuses = []
+            answers = []
             started = time.monotonic()
             for i in range(36):
                 time.sleep(max(0.0, started + i * 0.1 - time.monotonic()))
-                statuses.append(call(servers[i % 3], "GET", "/v1/gateways", admin).status_code)
+                answers.append(call(servers[i % 3], "GET", "/v1/gateways", admin))
+            took = time.monotonic() - started
+            statuses = [r.status_code for r in answers]
             admitted = statuses.count(200)
             assert set(statuses) <= {200, 429}, statuses
-            assert 11 <= admitted <= 16, f"admitted {admitted} of 36: {statuses}"
-            # The refusals carry the shared state: nothing remaining.
-            r = call(servers[0], "GET", "/v1/gateways", admin)
-            if r.status_code == 429:
-                assert r.headers["x-ratelimit-remaining"] == "0", dict(r.headers)
+            # The burst and what refilled while the requests went out (3.6 s unless the machine
+            # is slow to send them), and the bound's slack (2.4).
+            assert 11 <= admitted <= 10 + int(max(3.6, took) + 2.4), f"admitted {admitted} of 36 in {took:.1f} s: {statuses}"
+            # The refusals (at least 20, by the bound above) carry the shared state: nothing remaining.
+            remaining = [r.headers.get("x-ratelimit-remaining") for r in answers if r.status_code == 429]
+            assert len(remaining) == 36 - admitted and set(remaining) == {"0"}, remaining
 
 
 @pytest.mark.parametrize("kind", ["single", "cluster"])

@@ -132,7 +132,8 @@ def test_a_user_signs_in_with_a_password_holds_a_session_and_signs_out():
         assert [s["id"] for s in api.ok("GET", "/v1/user/web-sessions")["data"]["sessions"]] == [listed[1]["id"]]
         # A gateway's key speaks for no person.
         _, gw_key = api.create_gateway(["time"])
-        assert api.call("GET", "/v1/user/web-sessions", key=gw_key).status_code in (401, 403)
+        r = api.call("GET", "/v1/user/web-sessions", key=gw_key)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "UNAUTHORIZED", r.text
 
         # Sign-out ends the session (a form: with its CSRF token).
         account = b.request("GET", "/auth/")

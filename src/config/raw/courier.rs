@@ -13,6 +13,9 @@ pub(super) struct RawSmtp {
     password_env: Option<String>,
     from: String,
     timeout_ms: Option<u64>,
+    /// A PEM file of certificate authorities trusted for the server's certificate besides the
+    /// public ones (a relay with a private CA).
+    ca_file: Option<std::path::PathBuf>,
     /// `tls: none` to a host that is not loopback, in production: only when this says so.
     allow_plaintext: Option<bool>,
 }
@@ -76,6 +79,16 @@ impl RawSmtp {
         if !(100..=120_000).contains(&timeout) {
             return Err(invalid("smtp.timeout_ms", "must be between 100 and 120000"));
         }
+        let ca_pem = match self.ca_file {
+            Some(_) if tls == SmtpTls::None => {
+                return Err(invalid(
+                    "smtp.ca_file",
+                    "only with tls: starttls or tls (a plain connection checks no certificate)",
+                ))
+            }
+            Some(path) => Some(read_ca(&path)?),
+            None => None,
+        };
         Ok(SmtpConfig {
             host: self.host,
             port,
@@ -84,7 +97,18 @@ impl RawSmtp {
             password,
             from: self.from,
             timeout: std::time::Duration::from_millis(timeout),
+            ca_pem,
         })
+    }
+}
+
+/// `smtp.ca_file`'s bytes, refused unless they hold at least one PEM certificate.
+fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let pem = std::fs::read(path).map_err(|e| invalid("smtp.ca_file", format!("{}: {e}", path.display())))?;
+    match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
+        Ok(certs) if !certs.is_empty() => Ok(pem),
+        _ => Err(invalid("smtp.ca_file", format!("{}: no PEM certificate in it", path.display()))),
     }
 }
 

@@ -6,7 +6,7 @@ use super::CourierError;
 use crate::config::{SmtpConfig, SmtpTls};
 use lettre::message::{header::ContentType, Mailbox};
 use lettre::transport::smtp::authentication::Credentials;
-use lettre::transport::smtp::client::{Tls, TlsParameters};
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 pub struct Mailer {
@@ -16,7 +16,14 @@ pub struct Mailer {
 
 impl Mailer {
     pub fn new(c: &SmtpConfig) -> Result<Mailer, String> {
-        let tls = || TlsParameters::new(c.host.clone()).map_err(|e| e.to_string());
+        let tls = || {
+            let mut params = TlsParameters::builder(c.host.clone());
+            if let Some(pem) = &c.ca_pem {
+                params =
+                    params.add_root_certificate(Certificate::from_pem(pem).map_err(|e| format!("smtp.ca_file: {e}"))?);
+            }
+            params.build().map_err(|e| e.to_string())
+        };
         let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&c.host)
             .port(c.port)
             .timeout(Some(c.timeout))
