@@ -19,7 +19,8 @@ enum Whose {
     Path,
     /// The caller's organisation (its security settings and allowlist).
     Organisation,
-    /// The caller's user (its profile, password, MFA, web sessions).
+    /// The caller's user (its profile, password, MFA, web sessions), or the one the body's
+    /// `user_id` names (an MFA reset).
     User,
 }
 
@@ -127,7 +128,13 @@ fn target_id(call: &Call<'_>, who: &Principal, whose: Whose, created: Option<&st
     match whose {
         Whose::Path => call.id.as_deref().or(created).map(str::to_string),
         Whose::Organisation => Some(who.org_id.clone()),
-        Whose::User => Some(who.user_id.clone()),
+        // `/auth/mfa/reset` names the user it resets in its body.
+        Whose::User => Some(
+            serde_json::from_slice::<Value>(&call.body)
+                .ok()
+                .and_then(|b| b.get("user_id").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_else(|| who.user_id.clone()),
+        ),
     }
 }
 
