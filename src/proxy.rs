@@ -10,7 +10,7 @@
 //! for toolgate is done here: CONNECT refused, an error answer when a failure leaves none, the
 //! connection handed back for keep-alive.
 
-use crate::api::{self, Call};
+use crate::api::{self, Call, Reply};
 use crate::base::route::Route;
 use crate::edge::conn_limits::Answer;
 use crate::edge::error::ApiError;
@@ -153,6 +153,9 @@ impl Proxy {
             headers: ex.headers(),
         };
         match api::dispatch(endpoint, call).await {
+            Ok(Reply { status, bytes: Some((content_type, bytes)), .. }) => {
+                ex.respond(status, content_type, bytes, &[]).await
+            }
             Ok(reply) => {
                 let body = if reply.raw {
                     serde_json::to_vec(&reply.data.unwrap_or(Value::Null)).unwrap_or_default()

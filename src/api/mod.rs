@@ -6,6 +6,7 @@ pub mod account;
 pub mod admin;
 pub mod alerts;
 pub mod apps;
+pub mod audit;
 pub mod auth;
 pub mod authority;
 pub mod batch;
@@ -57,17 +58,19 @@ pub struct Reply {
     pub message: Option<String>,
     /// Send `data` as the whole body, without the envelope (the OpenAPI document).
     pub raw: bool,
+    /// The whole body as is, with its content type, instead of `data` (the audit export).
+    pub bytes: Option<(&'static str, Vec<u8>)>,
 }
 
 impl Reply {
     pub fn ok(data: Value) -> Reply {
-        Reply { status: 200, data: Some(data), message: None, raw: false }
+        Reply { status: 200, data: Some(data), message: None, raw: false, bytes: None }
     }
     pub fn created(data: Value) -> Reply {
-        Reply { status: 201, data: Some(data), message: None, raw: false }
+        Reply { status: 201, data: Some(data), message: None, raw: false, bytes: None }
     }
     pub fn message(msg: impl Into<String>) -> Reply {
-        Reply { status: 200, data: None, message: Some(msg.into()), raw: false }
+        Reply { status: 200, data: None, message: Some(msg.into()), raw: false, bytes: None }
     }
 }
 
@@ -197,11 +200,18 @@ pub fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
 }
 
 /// Runs the route `call.method` names on `endpoint`, after its access rule: a method the path
-/// does not serve is a 405, a caller the rule refuses a 401 or a 403.
+/// does not serve is a 405, a caller the rule refuses a 401 or a 403. A write answered 2xx is
+/// answered only once its audit entry is durable (`audit.rs`).
 pub async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
     let route = endpoint.operation(&call.method)?;
     route.admit(&call)?;
-    (route.handler)(&call).await
+    if !audit::Trail::records(route) {
+        return (route.handler)(&call).await;
+    }
+    let trail = audit::Trail::before(&call, route).await;
+    let reply = (route.handler)(&call).await?;
+    trail.after(&call, route, &reply).await?;
+    Ok(reply)
 }
 
 /// ISO 8601 with milliseconds, UTC (`2026-11-22T03:42:13.123Z`).

@@ -188,6 +188,9 @@ routes! {
     GET "/oauth/clients/{id}" => oauth_clients::get, scope(Admin);
     DELETE "/oauth/clients/{id}" => oauth_clients::delete, scope(Admin);
 
+    GET "/audit" => audit::list, scope(Admin);
+    GET "/audit/export" => audit::export, scope(Admin);
+
     // The operator's owner with `admin` (checked by the handler); to everyone else a 404.
     POST "/admin/reload" => admin::reload, AnyCredential;
 }

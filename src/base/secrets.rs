@@ -88,9 +88,19 @@ pub enum SealError {
     Open,
 }
 
+/// HMAC-SHA256 of `message` under `key`.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    use hmac::Mac;
+    let mut mac = <hmac::Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(message);
+    mac.finalize().into_bytes().into()
+}
+
 /// Seals and opens app credentials.
 pub struct Sealer {
     cipher: Aes256Gcm,
+    /// The master key itself, from which [`Sealer::derive`] makes keys of other uses.
+    key: [u8; 32],
 }
 
 impl Sealer {
@@ -124,8 +134,8 @@ impl Sealer {
                 }
             }
         };
-        let cipher = Aes256Gcm::new_from_slice(&key_bytes).map_err(|_| SealError::Open)?;
-        Ok(Sealer { cipher })
+        let key = <[u8; 32]>::try_from(key_bytes).map_err(|_| SealError::Open)?;
+        Ok(Sealer::from_key(key))
     }
 
     /// Uses `TOOLGATE_SECRET_KEY`, which several instances sharing one store must all be given
@@ -146,7 +156,13 @@ impl Sealer {
 
     /// A sealer with the given key (tests; a key from elsewhere than the environment or the file).
     pub fn from_key(key: [u8; 32]) -> Sealer {
-        Sealer { cipher: Aes256Gcm::new(&key.into()) }
+        Sealer { cipher: Aes256Gcm::new(&key.into()), key }
+    }
+
+    /// A key for another use than sealing, derived from the master key:
+    /// HMAC-SHA256(master key, `label`). Whoever holds the master key derives the same.
+    pub fn derive(&self, label: &[u8]) -> [u8; 32] {
+        hmac_sha256(&self.key, label)
     }
 
     pub fn seal(&self, plaintext: &[u8]) -> String {

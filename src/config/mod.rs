@@ -72,6 +72,7 @@ pub struct Config {
     pub observability: ObservabilityConfig,
     pub webhooks: WebhooksConfig,
     pub alerts: AlertsConfig,
+    pub audit: AuditConfig,
     /// Where e-mail (alerts' notifications) leaves; `None`: alerts may not name an e-mail.
     pub smtp: Option<SmtpConfig>,
     /// `sms:`: the HTTP API text messages (MFA codes) are handed to.
@@ -305,6 +306,25 @@ impl std::fmt::Debug for ClientIdentity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The key's bytes are a secret.
         f.debug_struct("ClientIdentity").field("cert_file", &self.cert_file).finish_non_exhaustive()
+    }
+}
+
+/// `audit:` (see `config/raw/audit.rs` and `data/audit/`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// The checkpoints' HMAC key, from the variable `audit.checkpoint_key_env` names; `None`:
+    /// a key derived from the master key.
+    pub checkpoint_key: Option<Vec<u8>>,
+    pub checkpoint_interval: std::time::Duration,
+}
+
+impl std::fmt::Debug for AuditConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is a secret.
+        f.debug_struct("AuditConfig")
+            .field("checkpoint_key", &self.checkpoint_key.as_ref().map(|_| "<from the environment>"))
+            .field("checkpoint_interval", &self.checkpoint_interval)
+            .finish()
     }
 }
 

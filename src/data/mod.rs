@@ -1,7 +1,8 @@
 //! The records and everything that keeps them: the model, the in-memory state and its change
 //! feed, the store behind it, the peers that carry changes between instances, the rate-limit
-//! backend and the request log.
+//! backend, the request log and the audit trail.
 
+pub mod audit;
 pub mod changes;
 pub mod limiter;
 pub mod model;

@@ -29,6 +29,8 @@ pub struct Server {
     pub courier: Arc<crate::outbound::courier::Courier>,
     /// Events and the webhooks' outbox.
     pub events: Arc<crate::events::Events>,
+    /// The audit trail: management writes, protected actions, tool decisions, denied calls.
+    pub audit: Arc<crate::data::audit::Audit>,
     /// A handle on the rate-limit filter, for `/rate-limit` and extra charges; its backend
     /// also counts the MCP quotas.
     pub limiter: RateLimit<dyn RateLimiter>,
@@ -72,7 +74,11 @@ impl Server {
         let mfa = Arc::new(Mfa::load(state.store.clone(), courier.clone(), guesses).await?);
         let events = crate::events::Events::load(state.clone(), courier.clone()).await?;
         let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
+        let checkpoint_key = (state.config().audit.checkpoint_key.clone())
+            .unwrap_or_else(|| state.sealer.derive(crate::data::audit::chain::DERIVED_KEY_LABEL).to_vec());
+        let audit = Arc::new(crate::data::audit::Audit::new(state.store.clone(), checkpoint_key));
         Ok(Server {
+            audit,
             origin_check,
             mcp,
             reqlog,
@@ -166,6 +172,7 @@ impl Server {
         self.mcp.sessions.flush().await;
         self.state.flush_usage().await;
         self.flush_rate_usage().await;
+        self.audit.retry_unsaved().await;
         let failing = self.mcp.apps.failures.take_reports();
         if !failing.is_empty() {
             self.events.observe_app_failures(&failing).await;
@@ -235,6 +242,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut last_session_sweep = Instant::now();
         let mut last_jwt_refresh: Option<Instant> = None;
         let mut last_gateway_oauth_refresh: Option<Instant> = None;
+        let mut last_checkpoint = Instant::now();
         let mut notices = self.server.mcp.apps.take_notices();
         loop {
             tokio::select! {
@@ -264,6 +272,10 @@ impl pingora::services::background::BackgroundService for Flusher {
                 self.server.mcp.apps.sweep_idle();
                 self.server.prune_logs();
                 last_sweep = Instant::now();
+            }
+            if last_checkpoint.elapsed() >= self.server.state.config().audit.checkpoint_interval {
+                self.server.audit.checkpoint().await;
+                last_checkpoint = Instant::now();
             }
             if let Some(jwt) = self.server.state.jwt.load_full() {
                 if jwt.refresh_due(last_jwt_refresh.map(|t: Instant| t.elapsed())) {
@@ -303,6 +315,7 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
         };
         self.server.flush(Urgency::Now).await;
+        self.server.audit.checkpoint().await;
         self.server.mcp.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, idle, "flushed and stopped apps");
         crate::observe::logging::flush();

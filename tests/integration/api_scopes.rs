@@ -86,6 +86,8 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("POST", "/oauth/clients", Scope("admin")),
     ("GET", "/oauth/clients/{id}", Scope("admin")),
     ("DELETE", "/oauth/clients/{id}", Scope("admin")),
+    ("GET", "/audit", Scope("admin")),
+    ("GET", "/audit/export", Scope("admin")),
     // Each operation is checked as if sent alone.
     ("POST", "/batch", Any),
     // The operator's owner only: another holder of `admin` gets 404, and so does a key without.

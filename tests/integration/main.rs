@@ -11,6 +11,7 @@ mod api_keys;
 mod api_logs;
 mod api_mfa;
 mod api_scopes;
+mod audit;
 mod conf_files;
 mod docs;
 mod durability;

@@ -6,6 +6,7 @@
 
 mod alerts;
 mod apps;
+mod audit;
 mod courier;
 mod gateway_oauth;
 mod identity;
@@ -50,6 +51,8 @@ pub struct RawConfig {
     webhooks: webhooks::RawWebhooks,
     #[serde(default)]
     alerts: alerts::RawAlerts,
+    #[serde(default)]
+    audit: audit::RawAudit,
     smtp: Option<courier::RawSmtp>,
     sms: Option<courier::RawSms>,
     jwt: Option<jwt::RawJwt>,
@@ -113,6 +116,7 @@ impl RawConfig {
         let observability = self.observability.build()?;
         let webhooks = self.webhooks.build()?;
         let alerts = self.alerts.build()?;
+        let audit = self.audit.build()?;
         let smtp = self.smtp.map(|s| s.build(environment)).transpose()?;
         let sms = self.sms.map(|s| s.build(environment)).transpose()?;
         let jwt = self.jwt.map(|j| j.build(environment)).transpose()?;
@@ -133,6 +137,7 @@ impl RawConfig {
             observability,
             webhooks,
             alerts,
+            audit,
             smtp,
             sms,
             jwt,

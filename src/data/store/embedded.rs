@@ -8,7 +8,7 @@
 //! Calls run on the blocking pool so a slow fsync never stalls a Pingora worker.
 
 use super::log_slices;
-use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP};
+use super::{AuditLink, Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP};
 use crate::base::time::now_ms;
 use crate::observe::rollup::{Histogram, Rollup};
 use async_trait::async_trait;
@@ -78,7 +78,13 @@ impl EmbeddedStore {
                  key_id TEXT NOT NULL, minute INTEGER NOT NULL, requests INTEGER NOT NULL,
                  rate_limited INTEGER NOT NULL, remaining_sum INTEGER NOT NULL,
                  PRIMARY KEY (key_id, minute)) WITHOUT ROWID;
-             CREATE INDEX IF NOT EXISTS rate_usage_minute ON rate_usage (minute);",
+             CREATE INDEX IF NOT EXISTS rate_usage_minute ON rate_usage (minute);
+             CREATE TABLE IF NOT EXISTS audit_entries (
+                 org_id TEXT NOT NULL, seq INTEGER NOT NULL, hash TEXT NOT NULL, body TEXT NOT NULL,
+                 PRIMARY KEY (org_id, seq)) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS audit_checkpoints (
+                 org_id TEXT NOT NULL, n INTEGER NOT NULL, body TEXT NOT NULL,
+                 PRIMARY KEY (org_id, n)) WITHOUT ROWID;",
         )
         .map_err(backend)?;
         add_expiry_column(&conn)?;
@@ -738,6 +744,92 @@ impl Store for EmbeddedStore {
         self.with("prune_rate_usage", move |c| {
             let n = c.execute("DELETE FROM rate_usage WHERE minute < ?1", params![before_unix]).map_err(backend)?;
             Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn audit_append(&self, link: AuditLink) -> Result<bool, StoreError> {
+        self.with("audit_append", move |c| {
+            // The audit tables are only ever inserted into: no statement of toolgate's updates
+            // or deletes their rows.
+            let tx = c.transaction().map_err(backend)?;
+            let head: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT seq, hash FROM audit_entries WHERE org_id = ?1 ORDER BY seq DESC LIMIT 1",
+                    params![link.org_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            let follows = match head {
+                None => link.seq == 1,
+                Some((seq, hash)) => seq.checked_add(1) == i64::try_from(link.seq).ok() && hash == link.prev_hash,
+            };
+            if !follows {
+                return Ok(false);
+            }
+            let seq = i64::try_from(link.seq).map_err(backend)?;
+            tx.execute(
+                "INSERT INTO audit_entries (org_id, seq, hash, body) VALUES (?1, ?2, ?3, ?4)",
+                params![link.org_id, seq, link.hash, link.json],
+            )
+            .map_err(backend)?;
+            tx.commit().map_err(backend)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn audit_head(&self, org_id: &str) -> Result<Option<(u64, String)>, StoreError> {
+        let org_id = org_id.to_string();
+        self.with("audit_head", move |c| {
+            let head: Option<(i64, String)> = c
+                .query_row(
+                    "SELECT seq, hash FROM audit_entries WHERE org_id = ?1 ORDER BY seq DESC LIMIT 1",
+                    params![org_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            Ok(head.map(|(seq, hash)| (u64::try_from(seq).unwrap_or_default(), hash)))
+        })
+        .await
+    }
+
+    async fn audit_entries(&self, org_id: &str, after_seq: u64, limit: u32) -> Result<Vec<String>, StoreError> {
+        let org_id = org_id.to_string();
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        self.with("audit_entries", move |c| {
+            let mut stmt = c
+                .prepare_cached("SELECT body FROM audit_entries WHERE org_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")
+                .map_err(backend)?;
+            let rows = stmt.query_map(params![org_id, after, limit], |r| r.get(0)).map_err(backend)?;
+            rows.collect::<Result<Vec<String>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    async fn audit_add_checkpoint(&self, org_id: &str, json: String) -> Result<(), StoreError> {
+        let org_id = org_id.to_string();
+        self.with("audit_add_checkpoint", move |c| {
+            c.execute(
+                "INSERT INTO audit_checkpoints (org_id, n, body) VALUES (?1,
+                     (SELECT COALESCE(MAX(n), 0) + 1 FROM audit_checkpoints WHERE org_id = ?1), ?2)",
+                params![org_id, json],
+            )
+            .map(|_| ())
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn audit_checkpoints(&self, org_id: &str) -> Result<Vec<String>, StoreError> {
+        let org_id = org_id.to_string();
+        self.with("audit_checkpoints", move |c| {
+            let mut stmt =
+                c.prepare_cached("SELECT body FROM audit_checkpoints WHERE org_id = ?1 ORDER BY n").map_err(backend)?;
+            let rows = stmt.query_map(params![org_id], |r| r.get(0)).map_err(backend)?;
+            rows.collect::<Result<Vec<String>, _>>().map_err(backend)
         })
         .await
     }

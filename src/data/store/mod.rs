@@ -217,6 +217,18 @@ pub struct Stored {
     pub json: String,
 }
 
+/// One audit entry to append ([`Store::audit_append`]): its place in its organisation's chain
+/// and its JSON (see [`crate::data::audit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditLink {
+    pub org_id: String,
+    pub seq: u64,
+    /// The head it must follow: the hash of entry `seq - 1` (of none when `seq` is 1).
+    pub prev_hash: String,
+    pub hash: String,
+    pub json: String,
+}
+
 /// The partition of records that belong to no organisation, or are only ever read by id
 /// (MFA challenges and tokens, by their id or hash).
 pub const NO_PARTITION: &str = "";
@@ -280,6 +292,34 @@ pub trait Store: Send + Sync {
     async fn rate_usage(&self, key_id: String, since_unix: i64) -> Result<Vec<UsageMinute>, StoreError>;
     /// Removes per-minute usage older than `before_unix`; returns how many minutes went.
     async fn prune_rate_usage(&self, before_unix: i64) -> Result<u64, StoreError>;
+    /// Appends an entry to its organisation's audit chain if the chain's head is still the one
+    /// it follows (seq `seq - 1` with hash `prev_hash`, or no entry when `seq` is 1), in one
+    /// atomic step; `Ok(false)` when the head moved (another writer appended first). Entries are
+    /// never changed or removed through the store.
+    async fn audit_append(&self, link: AuditLink) -> Result<bool, StoreError> {
+        let _ = link;
+        Err(no_audit())
+    }
+    /// The organisation's chain head: its last seq and hash.
+    async fn audit_head(&self, org_id: &str) -> Result<Option<(u64, String)>, StoreError> {
+        let _ = org_id;
+        Err(no_audit())
+    }
+    /// Up to `limit` entries (JSON) after `after_seq`, in chain order.
+    async fn audit_entries(&self, org_id: &str, after_seq: u64, limit: u32) -> Result<Vec<String>, StoreError> {
+        let _ = (org_id, after_seq, limit);
+        Err(no_audit())
+    }
+    /// Appends a signed checkpoint (JSON) of the organisation's chain.
+    async fn audit_add_checkpoint(&self, org_id: &str, json: String) -> Result<(), StoreError> {
+        let _ = (org_id, json);
+        Err(no_audit())
+    }
+    /// The organisation's checkpoints, oldest first.
+    async fn audit_checkpoints(&self, org_id: &str) -> Result<Vec<String>, StoreError> {
+        let _ = org_id;
+        Err(no_audit())
+    }
     /// Readiness: the backend answers.
     async fn ping(&self) -> Result<(), StoreError>;
     /// Takes the lock `name` for at most `ttl` among every process sharing this store, waiting
@@ -294,6 +334,11 @@ pub trait Store: Send + Sync {
         let _ = (name, token);
         Ok(())
     }
+}
+
+/// What a store without an audit trail (a test's stand-in) answers to the audit calls.
+fn no_audit() -> StoreError {
+    StoreError::Backend("this store keeps no audit trail".into())
 }
 
 /// Writes the records named in `dirty` (ids marked by the request path since the last flush) in

@@ -24,7 +24,9 @@
 //! entry whose record is not there (skipped, as an expired one) but never a record it cannot
 //! find.
 
-use super::{Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP, NO_PARTITION};
+use super::{
+    AuditLink, Kind, LogQuery, LogRecord, LogRow, RollupQuery, Store, StoreError, Stored, LOG_COUNT_CAP, NO_PARTITION,
+};
 use crate::observe::rollup::{Histogram, Rollup};
 use async_trait::async_trait;
 use redis::{AsyncCommands, Cmd, Pipeline};
@@ -33,6 +35,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use toolgate_filters::rate_limit::UsageMinute;
 
+mod audit;
 pub mod connection;
 pub use connection::{Conn, Target};
 
@@ -300,6 +303,26 @@ fn rollup_field(r: &Rollup, metric: &str) -> String {
 
 #[async_trait]
 impl Store for RedisStore {
+    async fn audit_append(&self, link: AuditLink) -> Result<bool, StoreError> {
+        self.audit_append_link(link).await
+    }
+
+    async fn audit_head(&self, org_id: &str) -> Result<Option<(u64, String)>, StoreError> {
+        self.audit_head_of(org_id).await
+    }
+
+    async fn audit_entries(&self, org_id: &str, after_seq: u64, limit: u32) -> Result<Vec<String>, StoreError> {
+        self.audit_entries_of(org_id, after_seq, limit).await
+    }
+
+    async fn audit_add_checkpoint(&self, org_id: &str, json: String) -> Result<(), StoreError> {
+        self.audit_add_checkpoint_of(org_id, json).await
+    }
+
+    async fn audit_checkpoints(&self, org_id: &str) -> Result<Vec<String>, StoreError> {
+        self.audit_checkpoints_of(org_id).await
+    }
+
     async fn put(&self, kind: Kind, partition: &str, id: &str, json: String) -> Result<(), StoreError> {
         let (partition, id) = (partition.to_string(), id.to_string());
         self.with("put", move |k, c| async move {

@@ -1,0 +1,369 @@
+//! The audit trail: per organisation, a hash chain of who did what to which record
+//! ([`chain`] has the arithmetic and the offline check), appended through the store
+//! ([`Store::audit_append`]: compare the head, append, atomically), and signed every
+//! `audit.checkpoint_interval_secs` by an HMAC checkpoint under a key outside the store.
+//!
+//! One instance serialises its own appends per organisation (one lock each, holding the head it
+//! last wrote); another instance on the same Redis moves the head under it, which the store's
+//! compare refuses, and the append reads the head again and retries: the chain is in Redis'
+//! order. What is appended is [`AuditEvent`]s: management writes and protected actions (the API's
+//! dispatch), tool-change decisions and denied tool calls.
+//!
+//! Nothing acknowledged is lost: [`Audit::append`] returns once the entry is durable, and the
+//! API answers a write only after its entry is (`api::dispatch`). An entry the store refuses
+//! (after a few tries) is kept in memory and tried again at each flush, and the caller gets the
+//! error (the API answers 503 naming it).
+
+pub mod chain;
+
+pub use chain::{Actor, Checkpoint, Entry, Head, Target};
+
+use crate::base::time::now_ms;
+use crate::data::store::{AuditLink, Store, StoreError};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What happened, as it enters the trail.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuditEvent {
+    /// A management write answered 2xx (a protected action among them: `detail.mfa` says so).
+    Write { action: String, target: Target, before_hash: Option<String>, after_hash: Option<String>, detail: Value },
+    /// A tool call a gateway's rule refused.
+    ToolCallDenied { gateway_id: String, tool: String, rule: String },
+    /// An admin approved or rejected a pending tool definition.
+    ToolChangeDecided { gateway_id: String, tool: String, approved: bool, detail: Value },
+}
+
+impl AuditEvent {
+    /// `action`, `target`, the before and after hashes and `detail` of the entry.
+    fn into_parts(self) -> (String, Target, Option<String>, Option<String>, Value) {
+        let gateway = |id: String| Target { kind: "gateway".into(), id };
+        match self {
+            AuditEvent::Write { action, target, before_hash, after_hash, detail } => {
+                (action, target, before_hash, after_hash, detail)
+            }
+            AuditEvent::ToolCallDenied { gateway_id, tool, rule } => {
+                ("tool_call.denied".into(), gateway(gateway_id), None, None, json!({ "tool": tool, "rule": rule }))
+            }
+            AuditEvent::ToolChangeDecided { gateway_id, tool, approved, mut detail } => {
+                let action = if approved { "tool_change.approve" } else { "tool_change.reject" };
+                if let Value::Object(map) = &mut detail {
+                    map.insert("tool".into(), json!(tool));
+                } else {
+                    detail = json!({ "tool": tool, "detail": detail });
+                }
+                (action.into(), gateway(gateway_id), None, None, detail)
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("the audit entry could not be written (it is kept and retried): {0}")]
+    Store(#[from] StoreError),
+    #[error("the audit chain's head kept moving; the entry is kept and retried")]
+    Contended,
+    #[error("stored audit entry is not valid JSON: {0}")]
+    Corrupt(String),
+}
+
+/// An entry waiting for its place in the chain.
+#[derive(Debug, Clone)]
+struct Pending {
+    org_id: String,
+    at: i64,
+    actor: Actor,
+    event: AuditEvent,
+}
+
+/// Entries kept in memory while the store refuses them.
+const UNSAVED_CAP: usize = 100_000;
+/// Appends that find the head moved before giving up (each reads the head again).
+const MOVED_TRIES: usize = 64;
+/// Entries read from the store per round trip by the pages and the export.
+const CHUNK: u32 = 500;
+
+type Chain = Arc<tokio::sync::Mutex<Option<(u64, String)>>>;
+
+/// The trail of every organisation; held by the server.
+pub struct Audit {
+    store: Arc<dyn Store>,
+    key: Vec<u8>,
+    /// Per organisation: this instance's appends one at a time, and the head it last saw.
+    chains: Mutex<HashMap<String, Chain>>,
+    /// Organisations whose head this instance moved since its last checkpoint.
+    moved: Mutex<HashSet<String>>,
+    unsaved: Mutex<Vec<Pending>>,
+}
+
+/// A page of `GET /v1/audit`: the entries and the seq to read after for the next.
+pub struct Page {
+    pub entries: Vec<Value>,
+    pub next_after_seq: Option<u64>,
+}
+
+/// `GET /v1/audit`'s optional filters.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub action: Option<String>,
+    pub actor: Option<String>,
+}
+
+impl Filter {
+    fn keeps(&self, e: &Value) -> bool {
+        self.action.as_deref().is_none_or(|a| e["action"] == a)
+            && self.actor.as_deref().is_none_or(|a| e["actor"]["id"] == a)
+    }
+}
+
+impl Audit {
+    /// `key` signs the checkpoints.
+    pub fn new(store: Arc<dyn Store>, key: Vec<u8>) -> Audit {
+        Audit { store, key, chains: Mutex::default(), moved: Mutex::default(), unsaved: Mutex::default() }
+    }
+
+    fn chain(&self, org_id: &str) -> Chain {
+        self.chains.lock().entry(org_id.to_string()).or_default().clone()
+    }
+
+    /// Appends `event` to the organisation's chain and returns the entry once it is durable. On
+    /// failure the entry is kept and retried at each [`Audit::retry_unsaved`].
+    pub async fn append(&self, org_id: &str, actor: Actor, event: AuditEvent) -> Result<Entry, AuditError> {
+        let pending = Pending { org_id: org_id.to_string(), at: now_ms(), actor, event };
+        match self.write(&pending).await {
+            Ok(entry) => Ok(entry),
+            Err(e) => {
+                tracing::warn!(error = %e, org_id, "cannot write an audit entry; it is kept and retried");
+                self.keep(vec![pending]);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Audit::append`] without waiting: for callers on a call's path (a denied tool call).
+    pub fn record(self: &Arc<Self>, org_id: &str, actor: Actor, event: AuditEvent) {
+        let audit = self.clone();
+        let org_id = org_id.to_string();
+        tokio::spawn(async move {
+            let _ = audit.append(&org_id, actor, event).await;
+        });
+    }
+
+    fn keep(&self, mut entries: Vec<Pending>) {
+        let mut unsaved = self.unsaved.lock();
+        unsaved.append(&mut entries);
+        if unsaved.len() > UNSAVED_CAP {
+            let over = unsaved.len() - UNSAVED_CAP;
+            tracing::error!(entries = over, "dropped audit entries the store did not take");
+            unsaved.drain(..over);
+        }
+    }
+
+    /// Writes the entries the store refused before, in their order; those it refuses again are
+    /// kept.
+    pub async fn retry_unsaved(&self) {
+        let waiting = std::mem::take(&mut *self.unsaved.lock());
+        let mut failed = Vec::new();
+        for p in waiting {
+            // After one failure the rest wait too, so the order holds.
+            if !failed.is_empty() || self.write(&p).await.is_err() {
+                failed.push(p);
+            }
+        }
+        if !failed.is_empty() {
+            self.keep(failed);
+        }
+    }
+
+    async fn write(&self, p: &Pending) -> Result<Entry, AuditError> {
+        let chain = self.chain(&p.org_id);
+        let mut head = chain.lock().await;
+        let (action, target, before_hash, after_hash, detail) = p.event.clone().into_parts();
+        let mut store_errors = 0;
+        for _ in 0..MOVED_TRIES {
+            let (seq, prev_hash) = match head.clone() {
+                Some(h) => h,
+                None => match self.store.audit_head(&p.org_id).await {
+                    Ok(h) => h.unwrap_or((0, chain::GENESIS.to_string())),
+                    Err(e) if store_errors < 2 => {
+                        store_errors += 1;
+                        tracing::debug!(error = %e, "audit head read failed; trying again");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            let entry = Entry {
+                org_id: p.org_id.clone(),
+                seq: seq + 1,
+                at: p.at,
+                actor: p.actor.clone(),
+                action: action.clone(),
+                target: target.clone(),
+                before_hash: before_hash.clone(),
+                after_hash: after_hash.clone(),
+                detail: detail.clone(),
+                prev_hash,
+                hash: String::new(),
+            }
+            .seal();
+            let json = serde_json::to_string(&entry).map_err(|e| AuditError::Corrupt(e.to_string()))?;
+            let link = AuditLink {
+                org_id: entry.org_id.clone(),
+                seq: entry.seq,
+                prev_hash: entry.prev_hash.clone(),
+                hash: entry.hash.clone(),
+                json,
+            };
+            match self.store.audit_append(link).await {
+                Ok(true) => {
+                    *head = Some((entry.seq, entry.hash.clone()));
+                    self.moved.lock().insert(p.org_id.clone());
+                    return Ok(entry);
+                }
+                // Another instance appended: read the head again.
+                Ok(false) => *head = None,
+                Err(e) if store_errors < 2 => {
+                    store_errors += 1;
+                    *head = None;
+                    tracing::debug!(error = %e, "audit append failed; trying again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => {
+                    *head = None;
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(AuditError::Contended)
+    }
+
+    /// Signs and stores the head of every organisation whose chain this instance moved since the
+    /// last checkpoint (every `audit.checkpoint_interval_secs`, and at shutdown).
+    pub async fn checkpoint(&self) {
+        let orgs: Vec<String> = self.moved.lock().drain().collect();
+        for org_id in orgs {
+            let done = async {
+                let Some((seq, head_hash)) = self.store.audit_head(&org_id).await? else { return Ok(()) };
+                let cp = Checkpoint::sign(Head { org_id: org_id.clone(), seq, head_hash, at: now_ms() }, &self.key);
+                let json = serde_json::to_string(&cp).map_err(|e| StoreError::Backend(e.to_string()))?;
+                self.store.audit_add_checkpoint(&org_id, json).await
+            };
+            if let Err(e) = done.await {
+                tracing::warn!(error = %e, org_id, "cannot store an audit checkpoint; the next one retries");
+                self.moved.lock().insert(org_id);
+            }
+        }
+    }
+
+    /// Up to `limit` entries after `after_seq` that `filter` keeps (reading at most a few
+    /// thousand entries per page when the filter keeps few).
+    pub async fn page(&self, org_id: &str, after_seq: u64, limit: u32, filter: &Filter) -> Result<Page, AuditError> {
+        const MOST_READ: u64 = 10 * CHUNK as u64;
+        let mut entries = Vec::new();
+        let mut cursor = after_seq;
+        let mut read = 0u64;
+        loop {
+            let chunk = self.store.audit_entries(org_id, cursor, CHUNK).await?;
+            let last_chunk = chunk.len() < CHUNK as usize;
+            for json in chunk {
+                let e: Value = serde_json::from_str(&json).map_err(|e| AuditError::Corrupt(e.to_string()))?;
+                read += 1;
+                cursor = e["seq"].as_u64().unwrap_or(cursor + 1);
+                if filter.keeps(&e) {
+                    entries.push(e);
+                    if entries.len() == limit as usize {
+                        return Ok(Page { entries, next_after_seq: Some(cursor) });
+                    }
+                }
+            }
+            if last_chunk {
+                return Ok(Page { entries, next_after_seq: None });
+            }
+            if read >= MOST_READ {
+                return Ok(Page { entries, next_after_seq: Some(cursor) });
+            }
+        }
+    }
+
+    /// The organisation's chain as JSON lines: every entry in order, then every checkpoint.
+    pub async fn export(&self, org_id: &str) -> Result<Vec<u8>, AuditError> {
+        let mut out = Vec::new();
+        let mut after = 0u64;
+        loop {
+            let chunk = self.store.audit_entries(org_id, after, CHUNK).await?;
+            let n = chunk.len();
+            for json in chunk {
+                out.extend_from_slice(json.as_bytes());
+                out.push(b'\n');
+            }
+            after += n as u64;
+            if n < CHUNK as usize {
+                break;
+            }
+        }
+        for json in self.store.audit_checkpoints(org_id).await? {
+            out.extend_from_slice(json.as_bytes());
+            out.push(b'\n');
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::store::EmbeddedStore;
+
+    fn actor() -> Actor {
+        Actor { kind: "api_key".into(), id: "key_1".into() }
+    }
+
+    fn write(n: u32) -> AuditEvent {
+        AuditEvent::Write {
+            action: "gateway.update".into(),
+            target: Target { kind: "gateway".into(), id: format!("gw_{n}") },
+            before_hash: None,
+            after_hash: None,
+            detail: json!({}),
+        }
+    }
+
+    #[tokio::test]
+    async fn two_writers_on_one_store_make_one_chain_and_checkpoints_sign_its_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        // Two trails on one store stand for two instances: each one's cached head goes stale.
+        let (a, b) = (Audit::new(store.clone(), b"k".to_vec()), Audit::new(store.clone(), b"k".to_vec()));
+        for i in 0..6 {
+            let trail = if i % 2 == 0 { &a } else { &b };
+            trail.append("org_1", actor(), write(i)).await.unwrap();
+        }
+        a.append(
+            "org_2",
+            actor(),
+            AuditEvent::ToolCallDenied { gateway_id: "gw".into(), tool: "t".into(), rule: "r".into() },
+        )
+        .await
+        .unwrap();
+        a.checkpoint().await;
+        b.checkpoint().await;
+        let text = String::from_utf8(a.export("org_1").await.unwrap()).unwrap();
+        let v = chain::verify(&text, Some(b"k")).unwrap();
+        assert_eq!((v.entries, v.checkpoints, v.signed_seq), (6, 2, 6), "{text}");
+        let other = String::from_utf8(a.export("org_2").await.unwrap()).unwrap();
+        assert!(other.contains("tool_call.denied") && !other.contains("gw_1"), "{other}");
+
+        let f = Filter { action: Some("gateway.update".into()), actor: None };
+        let page = a.page("org_1", 2, 3, &f).await.unwrap();
+        let seqs: Vec<u64> = page.entries.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        assert_eq!((seqs, page.next_after_seq), (vec![3, 4, 5], Some(5)));
+        let none = Filter { action: Some("key.revoke".into()), actor: None };
+        assert!(a.page("org_1", 0, 3, &none).await.unwrap().entries.is_empty());
+    }
+}
