@@ -42,7 +42,7 @@ pub struct CreateGateway {
     #[serde(default)]
     pub configuration: Option<ConfigurationPatch>,
     /// Per-tool rules, in order (at most 64; names 1-64 characters of `A-Z a-z 0-9 _ . -`,
-    /// unique; `when` a CEL expression of at most 2048 characters). See docs/mcp.md, "Rules".
+    /// unique; `when` a CEL expression of at most 2048 characters). See docs/mcp.md, "Per-tool rules".
     #[serde(default)]
     #[schema(max_items = 64)]
     pub rules: Option<Vec<Rule>>,

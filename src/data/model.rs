@@ -359,9 +359,11 @@ pub enum RuleEffect {
 #[serde(deny_unknown_fields)]
 pub struct Rule {
     /// Unique within the gateway; named by a denied call's error.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]+$")]
     pub name: String,
     pub effect: RuleEffect,
     /// A CEL expression that gives a boolean.
+    #[schema(min_length = 1, max_length = 2048)]
     pub when: String,
 }
 
