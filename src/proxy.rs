@@ -284,6 +284,7 @@ impl Proxy {
             status: 0,
             trace: TraceContext::start(header("traceparent"), header("tracestate")),
             client_certificate: crate::edge::tls::client_certificate(session.digest()).map(|c| c.subject),
+            denied_by: None,
         }
     }
 
@@ -380,6 +381,7 @@ impl Proxy {
             client_ip: ctx.client_ip,
             principal: ctx.filters.principal.as_ref().map(|p| p.key_id.as_str()),
             client_certificate: ctx.client_certificate.as_deref(),
+            rule: ctx.denied_by.as_deref(),
         });
     }
 }

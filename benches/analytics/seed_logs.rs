@@ -39,6 +39,7 @@ async fn main() {
         servers: Vec::new(),
         allowed_tools: Default::default(),
         configuration: Default::default(),
+        rules: Vec::new(),
         status: "active".into(),
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),

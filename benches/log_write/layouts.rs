@@ -56,6 +56,7 @@ fn gateway(id: &str) -> Arc<Gateway> {
         servers: Vec::new(),
         allowed_tools: Default::default(),
         configuration: Default::default(),
+        rules: Vec::new(),
         status: "active".into(),
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),

@@ -2,9 +2,10 @@
 
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
-use crate::data::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration};
+use crate::data::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration, Rule};
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
+use crate::mcp::rules;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -40,6 +41,11 @@ pub struct CreateGateway {
     pub allowed_tools: Option<BTreeMap<String, AllowedTools>>,
     #[serde(default)]
     pub configuration: Option<ConfigurationPatch>,
+    /// Per-tool rules, in order (at most 64; names 1-64 characters of `A-Z a-z 0-9 _ . -`,
+    /// unique; `when` a CEL expression of at most 2048 characters). See docs/mcp.md, "Per-tool rules".
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    pub rules: Option<Vec<Rule>>,
 }
 
 /// Body of `PATCH /gateways/{id}`: any subset of the gateway's fields.
@@ -60,6 +66,9 @@ pub struct UpdateGateway {
     #[schema(value_type = Object)]
     pub allowed_tools: Option<BTreeMap<String, AllowedTools>>,
     pub configuration: Option<ConfigurationPatch>,
+    /// Replaces the rules (`[]` removes them).
+    #[schema(max_items = 64)]
+    pub rules: Option<Vec<Rule>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -89,6 +98,7 @@ pub struct GatewayListItem {
     pub allowed_tools: BTreeMap<String, AllowedTools>,
     #[schema(value_type = Object)]
     pub configuration: GatewayConfiguration,
+    pub rules: Vec<Rule>,
     pub functions_count: usize,
     pub status: String,
     pub created_at: String,
@@ -144,6 +154,7 @@ pub struct GatewayDetail {
     pub allowed_tools: BTreeMap<String, AllowedTools>,
     #[schema(value_type = Object)]
     pub configuration: GatewayConfiguration,
+    pub rules: Vec<Rule>,
     pub status: String,
     pub metrics: GatewayMetrics,
     pub created_at: String,
@@ -246,6 +257,13 @@ fn validate_allowed(
     Ok(allowed)
 }
 
+/// The rules as given, once they compile: the first fault is a 400 naming the rule's member
+/// (and, for an expression that does not parse, its line and column).
+fn validate_rules(given: Vec<Rule>) -> Result<Vec<Rule>, ApiError> {
+    rules::compile(&given, Utc::now()).map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
+    Ok(given)
+}
+
 fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) -> Result<(), ApiError> {
     if let Some(r) = patch.rate_limit {
         if r == 0 {
@@ -322,6 +340,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
             servers: g.servers.clone(),
             allowed_tools: g.allowed_tools.clone(),
             configuration: g.configuration.clone(),
+            rules: g.rules.clone(),
             functions_count,
             status: g.status.clone(),
             created_at: iso(&g.created_at),
@@ -353,6 +372,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         servers,
         allowed_tools: g.allowed_tools.clone(),
         configuration: g.configuration.clone(),
+        rules: g.rules.clone(),
         status: g.status.clone(),
         metrics,
         created_at: iso(&g.created_at),
@@ -376,6 +396,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let allowed = validate_allowed(&servers, body.allowed_tools.unwrap_or_default())?;
     let mut configuration = GatewayConfiguration::default();
     apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
+    let rules = validate_rules(body.rules.unwrap_or_default())?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
     if name_taken(call, &who.org_id, &name, None) {
@@ -409,6 +430,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         servers,
         allowed_tools: allowed,
         configuration,
+        rules,
         status: "active".into(),
         created_at: now,
         updated_at: now,
@@ -461,6 +483,9 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     }
     if let Some(c) = patch.configuration {
         apply_configuration(&mut g.configuration, c)?;
+    }
+    if let Some(r) = patch.rules {
+        g.rules = validate_rules(r)?;
     }
     g.updated_at = Utc::now();
     state.save_gateway(g).await?;

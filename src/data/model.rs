@@ -336,11 +336,35 @@ pub struct Gateway {
     pub servers: Vec<String>,
     pub allowed_tools: BTreeMap<String, AllowedTools>,
     pub configuration: GatewayConfiguration,
+    /// Per-tool rules, in order: the first whose `when` holds decides a call (none: allowed).
+    #[serde(default)]
+    pub rules: Vec<Rule>,
     pub status: String,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     /// The id of the gateway access key made at creation.
     pub access_key_id: String,
+}
+
+/// What a rule does to the calls it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleEffect {
+    Allow,
+    Deny,
+}
+
+/// One of a gateway's per-tool rules: a CEL expression over the call (`src/mcp/rules.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Unique within the gateway; named by a denied call's error.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]+$")]
+    pub name: String,
+    pub effect: RuleEffect,
+    /// A CEL expression that gives a boolean.
+    #[schema(min_length = 1, max_length = 2048)]
+    pub when: String,
 }
 
 #[cfg(test)]
@@ -357,6 +381,7 @@ impl Gateway {
             servers: Vec::new(),
             allowed_tools: BTreeMap::new(),
             configuration: GatewayConfiguration::default(),
+            rules: Vec::new(),
             status: "active".into(),
             created_at: now,
             updated_at: now,

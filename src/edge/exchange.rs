@@ -61,6 +61,8 @@ pub struct RequestCtx {
     pub trace: Option<crate::observe::trace::TraceContext>,
     /// The subject of the connection's verified client certificate (mTLS), if any.
     pub client_certificate: Option<std::sync::Arc<str>>,
+    /// The gateway rule that denied this request's tool call (the access line's `rule`).
+    pub denied_by: Option<std::sync::Arc<str>>,
 }
 
 impl Default for RequestCtx {
@@ -75,6 +77,7 @@ impl Default for RequestCtx {
             status: 0,
             trace: None,
             client_certificate: None,
+            denied_by: None,
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
 use crate::mcp::quota;
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
+use crate::mcp::rules::{self, RuleSet, Subject, ToolFacts};
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
@@ -219,11 +220,11 @@ pub(super) async fn request(
     let page_size = mcp.state.config().mcp.page_size;
     // The smallest `ttlMs` the apps gave the lists of the catalogue a list was read from.
     let mut app_ttl_ms = None;
-    let mut list = |cat: &Catalogue, key: &str| {
+    let mut list = |cat: &Catalogue, key: &str, shown: Option<Vec<Value>>| {
         let slot = ["tools", "prompts", "resources"].iter().position(|k| *k == key).unwrap_or(3);
         app_ttl_ms = cat.app_ttl_ms[slot];
         match key {
-            "tools" => page(&cat.tools, params, key, page_size),
+            "tools" => page(shown.as_deref().unwrap_or(&cat.tools), params, key, page_size),
             "prompts" => page(&cat.prompts, params, key, page_size),
             "resources" => page(&cat.resources, params, key, page_size),
             _ => page(&cat.templates, params, key, page_size),
@@ -232,10 +233,15 @@ pub(super) async fn request(
     let outcome: Result<Value, ErrorObject> = match req.method.as_str() {
         "ping" => Ok(json!({})),
         "logging/setLevel" => Ok(json!({})),
-        "tools/list" => list(&*mcp.catalogue(gw).await, "tools"),
-        "prompts/list" => list(&*mcp.catalogue(gw).await, "prompts"),
-        "resources/list" => list(&*mcp.catalogue(gw).await, "resources"),
-        "resources/templates/list" => list(&*mcp.catalogue(gw).await, "resourceTemplates"),
+        "tools/list" => {
+            let cat = mcp.catalogue(gw).await;
+            // A gateway with rules shows each caller the tools it may call.
+            let shown = mcp.rules(gw).map(|set| listed_tools(mcp, ex, &set, &cat));
+            list(&cat, "tools", shown)
+        }
+        "prompts/list" => list(&*mcp.catalogue(gw).await, "prompts", None),
+        "resources/list" => list(&*mcp.catalogue(gw).await, "resources", None),
+        "resources/templates/list" => list(&*mcp.catalogue(gw).await, "resourceTemplates", None),
         "resources/subscribe" | "resources/unsubscribe" => {
             // The app's one upstream session serves every client: the gateway keeps who is
             // subscribed to what, tells the app of the first subscriber and the last to leave,
@@ -285,6 +291,43 @@ pub(super) async fn request(
         Err(e) => Response::error(req.id.clone(), e).to_bytes(),
     };
     ex.respond(200, "application/json", body, &[]).await
+}
+
+/// The catalogue's tools this caller may see: those the gateway's rules do not deny before a
+/// rule that reads the arguments (`RuleSet::listed`).
+fn listed_tools(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet, cat: &Catalogue) -> Vec<Value> {
+    let Some(who) = subject(mcp, ex, set) else { return cat.tools.clone() };
+    let listed = |t: &&Value| {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+        cat.entry(name, false).is_none_or(|(tool, target)| {
+            set.listed(&who, ToolFacts { tool, app: &target.app_id, function: &target.name })
+        })
+    };
+    cat.tools.iter().filter(listed).cloned().collect()
+}
+
+/// The caller of this request as the rules see it; its token's claims are read only when a
+/// rule reads them: the grant of an access token of toolgate's authorization server, or the
+/// payload of the JWT the credential filter verified for this very request.
+fn subject(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet) -> Option<Subject> {
+    use toolgate_filters::CredentialKind;
+    let p = ex.ctx.filters.principal.as_deref()?;
+    let ip = ex.ctx.client_ip;
+    if !set.reads_claims() {
+        return Some(Subject::new(set, p, ip, rules::Claims::None));
+    }
+    if let Some(grant) = p.key_id.strip_prefix("oauth:").and_then(|g| mcp.state.grant(g)) {
+        let config = mcp.state.config();
+        let claims = rules::Claims::Grant { grant: &grant, issuer: &config.server.public_url };
+        return Some(Subject::new(set, p, ip, claims));
+    }
+    let bearer = ex.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let token = bearer.and_then(|b| b.get(7..).filter(|_| b[..7].eq_ignore_ascii_case("bearer "))).map(str::trim);
+    let claims = match (&p.credential, token) {
+        (CredentialKind::Jwt { .. } | CredentialKind::GatewayToken { .. }, Some(t)) => rules::Claims::Jwt(t),
+        _ => rules::Claims::None,
+    };
+    Some(Subject::new(set, p, ip, claims))
 }
 
 /// The `uri` of a resource request's params; empty when absent (no resource has that uri).
@@ -342,6 +385,9 @@ async fn forward(
         }
         Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
     };
+    if let Err(e) = call.rules(ex, &target) {
+        return respond(ex, caller, Response::error(req.id, e), "").await;
+    }
     let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
     if let Err(e) = call.param_headers(&target, ex.headers(), &mut call_ctx.headers) {
@@ -548,6 +594,27 @@ impl Call<'_> {
             return e;
         }
         e.with_data(json!({ "unavailable_apps": catalogue.failures }))
+    }
+
+    /// A `tools/call` of a gateway with rules: refused when a rule denies it (counted, logged,
+    /// and named in the access line). A gateway without rules pays one branch.
+    fn rules(&self, ex: &mut Exchange<'_>, target: &Target<'_, '_>) -> Result<(), ErrorObject> {
+        let Some((tool, function)) = target.tool.filter(|_| self.method == "tools/call") else { return Ok(()) };
+        let Some(set) = self.mcp.rules(self.gw) else { return Ok(()) };
+        let Some(who) = subject(self.mcp, ex, &set) else { return Ok(()) };
+        let args = target.named.as_ref().and_then(|n| n.get("arguments"));
+        let Err(denied) = set.decide(&who, ToolFacts { tool, app: target.app_id, function }, args) else {
+            return Ok(());
+        };
+        let e = ErrorObject::new(RpcCode::DeniedByRule.code(), denied.message())
+            .with_data(json!({ "rule": &*denied.rule, "tool": denied.tool }));
+        metrics::tool_denied(&self.gw.id, &denied.rule);
+        tracing::info!(gateway = %self.gw.id, tool = %denied.tool, rule = %denied.rule, key = %denied.key_id,
+            failed = denied.failed.as_deref().unwrap_or(""), "tool call denied by rule");
+        self.refused(&e);
+        log_refused(self.mcp, self.gw, target.app_id, function, args, &e, self.started);
+        ex.ctx.denied_by = Some(denied.rule);
+        Err(e)
     }
 
     /// A tool that declares `Mcp-Param-*` headers: a stateless caller's must agree with the

@@ -5,8 +5,9 @@
 //! A request to `/gateway/{id}/mcp` goes `transport` (HTTP method, headers, session; or, for a
 //! stateless 2026-07-28 request, `stateless` with the rules of `modern`) -> `dispatch` (what the
 //! message asks) -> the apps (`apps`, `upstream`); `relay` carries what the apps send the
-//! clients unasked; `tasks` follows the tasks apps create for stateless clients; `reply` writes
-//! every JSON-RPC error; `runtime` holds the running parts they share.
+//! clients unasked; `tasks` follows the tasks apps create for stateless clients; `rules` decides
+//! calls and lists by the gateway's per-tool rules; `reply` writes every JSON-RPC error;
+//! `runtime` holds the running parts they share.
 
 pub mod apps;
 pub mod builtin;
@@ -21,6 +22,7 @@ pub mod quota;
 pub mod relay;
 pub mod replay;
 pub mod reply;
+pub mod rules;
 pub mod runtime;
 pub mod sessions;
 pub mod stateless;

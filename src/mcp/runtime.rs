@@ -15,6 +15,7 @@ use crate::mcp::jsonrpc;
 use crate::mcp::parked::ParkedCalls;
 use crate::mcp::quota::MinuteQuota;
 use crate::mcp::replay::CallStreams;
+use crate::mcp::rules::{self, RuleSet};
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;
 use crate::mcp::upstream::{AppNotice, NoticeKind};
@@ -39,6 +40,8 @@ pub struct McpRuntime {
     /// Per-minute quotas of gateways and apps (all callers together).
     pub quotas: MinuteQuota,
     catalogues: FastMap<String, Arc<Catalogue>>,
+    /// Gateway id -> its rules, compiled (only gateways that have rules).
+    rules: FastMap<String, Arc<RuleSet>>,
     /// Gateway id -> sender of server-to-client messages for its open GET streams.
     pub(super) streams: FastMap<String, broadcast::Sender<Arc<StreamMessage>>>,
     /// Which client sessions are subscribed to which resource of which upstream.
@@ -73,6 +76,7 @@ impl McpRuntime {
             sessions,
             state,
             catalogues: FastMap::default(),
+            rules: FastMap::default(),
             streams: FastMap::default(),
             subscriptions: Subscriptions::default(),
             relayed: DashMap::new(),
@@ -102,6 +106,29 @@ impl McpRuntime {
             Change::SessionEnded { session_id, .. } => self.sessions.ended_elsewhere(session_id),
             _ => {}
         }
+    }
+
+    /// The gateway's rules, compiled; `None` when it has none, which is all a call of such a
+    /// gateway pays. Compiled when the record changes (on any instance: the change feed) or,
+    /// for a record this instance has not compiled yet, at its first call.
+    pub fn rules(&self, gw: &Gateway) -> Option<Arc<RuleSet>> {
+        if gw.rules.is_empty() {
+            return None;
+        }
+        if let Some(set) = self.rules.get(&gw.id).filter(|s| rules::current(s, gw)) {
+            return Some(set.clone());
+        }
+        Some(self.compile_rules(gw))
+    }
+
+    fn compile_rules(&self, gw: &Gateway) -> Arc<RuleSet> {
+        let set = rules::compile(&gw.rules, gw.updated_at).unwrap_or_else(|e| {
+            tracing::error!(gateway = %gw.id, error = %e, "a gateway's stored rules do not compile: every call is denied");
+            rules::deny_all(gw.updated_at)
+        });
+        let set = Arc::new(set);
+        self.rules.insert(gw.id.clone(), set.clone());
+        set
     }
 
     /// The gateway's catalogue, cached for `cache_ttl` when `cache_enabled`.
@@ -147,6 +174,10 @@ impl McpRuntime {
     /// sessions end and its open GET streams close.
     pub fn gateway_changed(&self, gateway_id: &str) {
         self.notify_changed(gateway_id);
+        match self.state.gateway(gateway_id).filter(|g| !g.rules.is_empty()) {
+            Some(g) => drop(self.compile_rules(&g)),
+            None => drop(self.rules.remove(gateway_id)),
+        }
         if !self.state.gateway_exists(gateway_id) {
             self.sessions.end_where(|s| s.gateway_id == gateway_id);
             // Streams that were not told by their session's end see the channel close.

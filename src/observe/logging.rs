@@ -193,6 +193,8 @@ pub struct AccessLine<'a> {
     pub principal: Option<&'a str>,
     /// The verified subject of the client's certificate (mTLS).
     pub client_certificate: Option<&'a str>,
+    /// The gateway rule that denied the request's tool call.
+    pub rule: Option<&'a str>,
 }
 
 /// Writes the access line of a request (target `toolgate::access`, level info), in the log's
@@ -246,6 +248,10 @@ fn access_json(out: &mut Vec<u8>, l: &AccessLine<'_>) {
         out.extend_from_slice(b",\"client_certificate\":");
         json_string(out, c);
     }
+    if let Some(r) = l.rule {
+        out.extend_from_slice(b",\"rule\":");
+        json_string(out, r);
+    }
     out.extend_from_slice(b",\"target\":\"toolgate::access\"}\n");
 }
 
@@ -273,6 +279,10 @@ fn access_text(out: &mut Vec<u8>, l: &AccessLine<'_>) {
     if let Some(c) = l.client_certificate {
         out.extend_from_slice(b" client_certificate=");
         json_string(out, c);
+    }
+    if let Some(r) = l.rule {
+        out.extend_from_slice(b" rule=");
+        json_string(out, r);
     }
     out.push(b'\n');
 }
@@ -386,6 +396,7 @@ mod tests {
             client_ip: "2001:db8::1".parse().unwrap(),
             principal,
             client_certificate: None,
+            rule: None,
         }
     }
 
@@ -402,6 +413,11 @@ mod tests {
         );
         assert_eq!((&v["client_ip"], &v["principal"]), (&"2001:db8::1".into(), &"key_1".into()));
         assert!(v.get("client_certificate").is_none(), "absent, as tracing leaves a None out: {v}");
+        assert!(v.get("rule").is_none(), "{v}");
+        let denied = AccessLine { rule: Some("no-deletes"), ..sample("/gateway/gw_1/mcp", Some("key_1")) };
+        let v: serde_json::Value = serde_json::from_str(&line(access_json, &denied)).unwrap();
+        assert_eq!(v["rule"], "no-deletes");
+        assert!(line(access_text, &denied).contains(" rule=\"no-deletes\""));
         let ts = chrono::DateTime::parse_from_rfc3339(v["timestamp"].as_str().unwrap()).unwrap();
         assert!((chrono::Utc::now() - ts.to_utc()).num_seconds().abs() < 5, "{ts}");
         assert_eq!(v["timestamp"].as_str().unwrap().len(), "2026-11-26T11:14:41.123456Z".len());

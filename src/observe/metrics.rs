@@ -108,8 +108,10 @@ struct Mcp {
     server_ops: HistogramVec,
     client_ops: HistogramVec,
     session_duration: Histogram,
+    denied: IntCounterVec,
     gateways: LabelCap,
     tools: LabelCap,
+    rules: LabelCap,
 }
 
 fn mcp() -> &'static Mcp {
@@ -137,8 +139,15 @@ fn mcp() -> &'static Mcp {
                 vec![1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0]
             )
             .expect("metric registers once"),
+            denied: register_int_counter_vec!(
+                "toolgate_tool_denied_total",
+                "Tool calls a gateway's rule denied, by gateway and rule",
+                &["gateway", "rule"]
+            )
+            .expect("metric registers once"),
             gateways: LabelCap::new(limits.gateways),
             tools: LabelCap::new(limits.tools),
+            rules: LabelCap::new(limits.tools),
         }
     })
 }
@@ -171,6 +180,12 @@ impl ErrorType {
 pub fn mcp_server_operation(method: &str, tool: Option<&str>, error: ErrorType, gateway: &str, elapsed: Duration) {
     let m = mcp();
     observe_operation(&m.server_ops, method, tool, error, m.gateways.fold(gateway), elapsed);
+}
+
+/// A tool call a gateway's rule denied (rule names share the tools' cap).
+pub fn tool_denied(gateway: &str, rule: &str) {
+    let m = mcp();
+    m.denied.with_label_values(&[m.gateways.fold(gateway), m.rules.fold(rule)]).inc();
 }
 
 /// A request toolgate made of an app on a client's behalf (app ids come from the

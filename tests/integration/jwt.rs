@@ -105,7 +105,7 @@ fn unreadable_key_file_fails_the_config_check() {
 }
 
 /// Serves `body` to every request on an OS-chosen port, for the JWKS URL.
-fn serve_jwks(body: String) -> String {
+pub(crate) fn serve_jwks(body: String) -> String {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();

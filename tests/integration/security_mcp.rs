@@ -285,7 +285,7 @@ const REDIRECT: &str = "https://client.example/cb";
 /// A gateway of `org_a` that takes toolgate's own OAuth tokens, and an access token for its
 /// endpoint (RFC 8707) that `usr_a` grants a confidential client on the consent page:
 /// `(gateway id, client_id, client_secret, access token)`.
-fn oauth_gateway_token(srv: &TestServer, owner: &str) -> (String, String, String, String) {
+pub(crate) fn oauth_gateway_token(srv: &TestServer, owner: &str) -> (String, String, String, String) {
     let body = json!({"name": "oauth-gw", "servers": ["time"], "configuration": {"auth": "oauth"}});
     let gw = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(body)), 201)["id"].as_str().unwrap().to_string();
     let body = json!({ "name": "MCP client", "redirect_uris": [REDIRECT], "scopes": ["gateways:read"] });

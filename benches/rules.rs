@@ -1,0 +1,69 @@
+//! The cost of a gateway's per-tool rules on one `tools/call` (`src/mcp/rules.rs`): the
+//! caller's variables made once per request, then one decision, for a typical rule on the
+//! caller's role and the tool's name and for one on the call's arguments; beside them the same
+//! tests written by hand in Rust, the floor a rule engine cannot go below.
+//!
+//! `cargo bench --bench rules`; the figures are in BENCHMARKS.md.
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use serde_json::value::RawValue;
+use toolgate::data::model::{Rule, RuleEffect};
+use toolgate::mcp::rules::{self, Claims, RuleSet, Subject, ToolFacts};
+use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
+
+fn set(when: &str) -> RuleSet {
+    let rule = Rule { name: "support-reads".into(), effect: RuleEffect::Allow, when: when.into() };
+    rules::compile(&[rule], chrono::Utc::now()).expect("the rule compiles")
+}
+
+fn principal() -> Principal {
+    Principal {
+        key_id: "key_support_1".into(),
+        user_id: "usr_1".into(),
+        org_id: "org_1".into(),
+        role: Role::Developer,
+        credential: CredentialKind::ApiKey,
+        scopes: ScopeSet::parse(["gateways:read"]).unwrap(),
+        tier: "free".into(),
+        rate_limit_multiplier: 1.0,
+        bypass_ip_whitelist: false,
+        expires_at: None,
+    }
+}
+
+const TOOL: ToolFacts<'static> = ToolFacts { tool: "crm__get_ticket", app: "crm", function: "get_ticket" };
+
+fn bench(c: &mut Criterion) {
+    let p = principal();
+    let ip = "10.1.2.3".parse().unwrap();
+    let role = set(r#"caller.role == "developer" && tool.startsWith("crm__get")"#);
+    let repo = set(r#"args.repo.startsWith("acme/")"#);
+    let args = RawValue::from_string(r#"{"repo":"acme/api","ticket":1234}"#.to_string()).unwrap();
+
+    let mut g = c.benchmark_group("rules");
+    g.bench_function("baseline: the role and tool test in Rust", |b| {
+        b.iter(|| black_box(p.role.as_str() == "developer" && black_box(TOOL.tool).starts_with("crm__get")))
+    });
+    g.bench_function("baseline: the arguments test in Rust (parse + test)", |b| {
+        b.iter(|| {
+            let v: serde_json::Value = serde_json::from_str(black_box(args.get())).unwrap();
+            black_box(v["repo"].as_str().is_some_and(|r| r.starts_with("acme/")))
+        })
+    });
+    g.bench_function("caller variables (once per request)", |b| {
+        b.iter(|| black_box(Subject::new(&role, black_box(&p), ip, Claims::None)))
+    });
+    let who = Subject::new(&role, &p, ip, Claims::None);
+    g.bench_function("decide: role and tool", |b| b.iter(|| black_box(role.decide(&who, TOOL, None))));
+    g.bench_function("decide: arguments", |b| b.iter(|| black_box(repo.decide(&who, TOOL, Some(&args)))));
+    g.bench_function("per call: variables + role and tool", |b| {
+        b.iter(|| {
+            let who = Subject::new(&role, black_box(&p), ip, Claims::None);
+            black_box(role.decide(&who, TOOL, None))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
