@@ -304,7 +304,7 @@ pub struct GatewayConfiguration {
 }
 
 /// What a gateway does with a tool, prompt or resource whose description, title or schema
-/// carries hidden text (`base::hidden_text`).
+/// carries hidden text: invisible or control characters (docs/governance.md).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DescriptionPolicy {

@@ -5,7 +5,8 @@ The app is `hidden_text_server.py`, a stdio server on the official Python SDK th
 class of hidden text (tag characters, zero-width, bidirectional controls, ANSI escapes, other
 controls, variation selectors, private use) in a tool's description, that tool's `query`
 property's description and a prompt's description. The clients are the official Python SDK's,
-in both connect modes. A `strip` gateway (the default) lists the exact clean text; a `block`
+in both connect modes, and the official TypeScript SDK's (`tests/node/ts_hidden_text_client.mjs`).
+A `strip` gateway (the default) lists the exact clean text; a `block`
 gateway does not list what carries hidden text, and a call of it is a JSON-RPC error naming the
 finding.
 """
@@ -13,6 +14,7 @@ finding.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcp_helpers import Api, config, mcp_url, run, sdk_client, start_toolgate
+from mcp_helpers import NODE_DIR, Api, config, mcp_url, node_bin, run, sdk_client, start_toolgate
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -50,7 +52,8 @@ NAMED = {
 
 @pytest.fixture(scope="module")
 def srv():
-    s = start_toolgate(config(APP))
+    # The Python app starts slowly on a busy machine: give its first lists time.
+    s = start_toolgate(config(APP, mcp="  list_deadline_ms: 30000\n"))
     try:
         api = Api(s)
         strip_gw, strip_key = api.create_gateway(["hider"])
@@ -166,3 +169,31 @@ def test_the_policy_is_validated_and_defaults_to_strip(srv):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "VALIDATION_ERROR" and err["details"]["field"] == "configuration.description_policy", err
+
+
+def run_ts_client(url: str, key: str) -> dict:
+    script = NODE_DIR / "ts_hidden_text_client.mjs"
+    p = subprocess.run([str(node_bin()), str(script), url, key], cwd=NODE_DIR, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, f"ts_hidden_text_client.mjs exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_the_typescript_sdk_sees_the_same(srv):
+    s, (strip_gw, strip_key), (block_gw, block_key) = srv
+    stripped = run_ts_client(mcp_url(s, strip_gw), strip_key)
+    by_name = {t["name"]: t for t in stripped["tools"]}
+    for cls, (description, prop, prompt) in CLEAN.items():
+        assert by_name[f"hide_{cls}"]["description"] == description, cls
+        assert by_name[f"hide_{cls}"]["inputSchema"]["properties"]["query"]["description"] == prop, cls
+        assert stripped["calls"][f"hide_{cls}"] == {"text": f"{cls}: q"}, stripped["calls"]
+    assert {p["name"]: p["description"] for p in stripped["prompts"]}["hide_tag"] == CLEAN["tag"][2]
+    blocked = run_ts_client(mcp_url(s, block_gw), block_key)
+    assert [t["name"] for t in blocked["tools"]] == ["clean_tool"], blocked["tools"]
+    assert [p["name"] for p in blocked["prompts"]] == ["clean_prompt"], blocked["prompts"]
+    assert blocked["calls"]["clean_tool"] == {"text": "clean: q"}
+    for cls in SAMPLES:
+        call = blocked["calls"][f"hide_{cls}"]
+        assert call["code"] == -32602, call
+        assert f"tool `hide_{cls}` is withheld: its description contains {NAMED[cls]}" in call["message"], call
+        assert call["data"]["withheld"]["findings"][0]["class"] == cls, call
