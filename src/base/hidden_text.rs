@@ -7,12 +7,12 @@
 //! over its bytes; only a string with a non-ASCII or control byte is walked by character, and a
 //! new string is made only once something is removed.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::fmt;
 
 /// A kind of hidden text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HiddenClass {
     /// U+E0000-U+E007F: an invisible copy of ASCII ("ASCII smuggling").
@@ -77,12 +77,13 @@ impl fmt::Display for HiddenClass {
 
 /// What [`strip`] removed of one class from one string: the first such character (for an ANSI
 /// escape sequence, its ESC), where it was (in characters from the start) and how many
-/// characters of the class were removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// characters of the class were removed. Serialised with the code point as `U+XXXX`, and read
+/// back, so a finding can be kept in a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hit {
     pub class: HiddenClass,
     /// The first character's code point (shown `U+XXXX`).
-    #[serde(serialize_with = "code_point")]
+    #[serde(serialize_with = "code_point", deserialize_with = "read_code_point")]
     pub code_point: u32,
     /// Its position, in characters.
     pub at: usize,
@@ -91,6 +92,13 @@ pub struct Hit {
 
 fn code_point<S: serde::Serializer>(cp: &u32, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("U+{cp:04X}"))
+}
+
+fn read_code_point<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let text = String::deserialize(d)?;
+    text.strip_prefix("U+")
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not a code point written U+XXXX")))
 }
 
 impl fmt::Display for Hit {
@@ -310,5 +318,8 @@ mod tests {
         assert_eq!(classes, [("bidi", 0, 1), ("zero_width", 2, 2), ("tag", 4, 1)]);
         let json = serde_json::to_value(hits[2]).unwrap();
         assert_eq!(json, serde_json::json!({"class": "tag", "code_point": "U+E0041", "at": 4, "count": 1}));
+        assert_eq!(serde_json::from_value::<Hit>(json).unwrap(), hits[2], "a finding reads back");
+        let bad = serde_json::json!({"class": "tag", "code_point": "E0041", "at": 4, "count": 1});
+        assert!(serde_json::from_value::<Hit>(bad).is_err());
     }
 }

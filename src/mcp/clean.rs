@@ -8,7 +8,7 @@
 
 use crate::base::hidden_text::{self, Hit};
 use crate::data::model::DescriptionPolicy;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::fmt;
@@ -17,7 +17,7 @@ use std::fmt;
 const IDENTIFIERS: [&str; 3] = ["name", "uri", "uriTemplate"];
 
 /// What a catalogue lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     Tool,
@@ -38,7 +38,7 @@ impl Kind {
 }
 
 /// Hidden text found in one string of a definition.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
     /// Where, as a path into the definition (`inputSchema.properties.q.description`), built
     /// from stripped keys so that it carries no hidden text itself.
@@ -56,8 +56,9 @@ impl fmt::Display for Finding {
     }
 }
 
-/// A definition the catalogue does not list, and why: what a refused call of it names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A definition the catalogue does not list, and why: what a refused call of it names. It
+/// serialises and reads back, so a pending change can carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Withheld {
     pub kind: Kind,
     /// The name at the gateway (a resource's URI, stripped).
@@ -213,6 +214,7 @@ mod tests {
             "tool `send` is withheld: its description contains a Unicode tag character (U+E0049) at character 5, 2 in all"
         );
         let data = serde_json::to_value(&w).unwrap();
+        assert_eq!(serde_json::from_value::<Withheld>(data.clone()).unwrap(), w, "it reads back");
         assert_eq!(
             data["findings"][0],
             json!({"field": "description", "identifier": false, "class": "tag", "code_point": "U+E0049", "at": 5, "count": 2})
