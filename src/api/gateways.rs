@@ -2,7 +2,7 @@
 
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
-use crate::data::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration, Rule};
+use crate::data::model::{AllowedTools, ApiKey, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Rule};
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
 use crate::mcp::rules;
@@ -85,6 +85,10 @@ pub struct ConfigurationPatch {
     /// `api_key` (default): the endpoint takes `X-API-Key` only. `oauth`: also access tokens of
     /// the server's `gateway_oauth` issuer for this gateway (refused when none is configured).
     pub auth: Option<GatewayAuth>,
+    /// `strip` (default): hidden text (invisible and control characters) in the apps' tool,
+    /// prompt and resource definitions is removed. `block`: such a definition is withheld, and a
+    /// call of it is a JSON-RPC error naming the finding.
+    pub description_policy: Option<DescriptionPolicy>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -290,6 +294,9 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
         // toolgate's own authorization server can always issue tokens for the gateway; a
         // configured `gateway_oauth` issuer's are taken too.
         c.auth = auth;
+    }
+    if let Some(policy) = patch.description_policy {
+        c.description_policy = policy;
     }
     Ok(())
 }

@@ -297,6 +297,22 @@ pub struct GatewayConfiguration {
     /// How MCP clients authenticate at the gateway's endpoint (Decision 17).
     #[serde(default)]
     pub auth: GatewayAuth,
+    /// What the catalogue does with hidden text in the apps' definitions (`strip` for a
+    /// gateway stored before the setting existed).
+    #[serde(default)]
+    pub description_policy: DescriptionPolicy,
+}
+
+/// What a gateway does with a tool, prompt or resource whose description, title or schema
+/// carries hidden text: invisible or control characters (docs/governance.md).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DescriptionPolicy {
+    /// The hidden text is removed and the definition listed clean.
+    #[default]
+    Strip,
+    /// The definition is withheld: not listed, and a call of it is refused naming the finding.
+    Block,
 }
 
 /// The credentials a gateway's MCP endpoint accepts.
@@ -323,6 +339,7 @@ impl Default for GatewayConfiguration {
             cache_enabled: true,
             tool_name_separator: default_separator(),
             auth: GatewayAuth::ApiKey,
+            description_policy: DescriptionPolicy::Strip,
         }
     }
 }

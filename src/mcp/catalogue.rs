@@ -2,10 +2,13 @@
 //! apps, filtered by `allowed_tools` and named per DESIGN Decision 5, with the map back from an
 //! exposed name to (app, upstream name).
 
+use crate::base::hidden_text;
 use crate::data::model::Gateway;
 use crate::mcp::apps::AppClients;
+use crate::mcp::clean::{self, Kind, Withheld};
 use crate::mcp::modern::{self, ParamHeader};
 use crate::mcp::upstream::ListMethod;
+use crate::observe::metrics;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -38,6 +41,11 @@ pub struct Catalogue {
     template_apps: Vec<(UriTemplate, String)>,
     /// The app of a single-app gateway: every resource URI is its to serve.
     single_app: Option<String>,
+    /// Tools and prompts (by their names at the gateway) and resources (by URI) not listed for
+    /// the hidden text in their definitions (`clean.rs`).
+    withheld_tools: HashMap<String, Withheld>,
+    withheld_prompts: HashMap<String, Withheld>,
+    withheld_resources: HashMap<String, Withheld>,
     /// App id -> why it is missing from the catalogue.
     pub failures: HashMap<String, String>,
     /// Per list (tools, prompts, resources, resource templates): the smallest `ttlMs` its apps
@@ -124,6 +132,9 @@ impl Catalogue {
                 }
                 let exposed = exposed_name(app_id, name, sep, single);
                 let mut t = tool.clone();
+                if !c.checked(gw, app_id, Kind::Tool, &exposed, &mut t) {
+                    continue;
+                }
                 t["name"] = Value::String(exposed.clone());
                 c.tools.push(t);
                 let param_headers = tool.get("inputSchema").map(modern::param_headers).unwrap_or_default();
@@ -134,6 +145,9 @@ impl Catalogue {
                 let Some(name) = p.get("name").and_then(Value::as_str) else { continue };
                 let exposed = exposed_name(app_id, name, sep, single);
                 let mut p = p.clone();
+                if !c.checked(gw, app_id, Kind::Prompt, &exposed, &mut p) {
+                    continue;
+                }
                 p["name"] = Value::String(exposed.clone());
                 c.prompts.push(p);
                 let target = Target { app_id: app_id.clone(), name: name.to_string(), param_headers: Vec::new() };
@@ -141,14 +155,22 @@ impl Catalogue {
             }
             for r in lists.resources.iter() {
                 if let Some(uri) = r.get("uri").and_then(Value::as_str) {
+                    let mut r = r.clone();
+                    if !c.checked(gw, app_id, Kind::Resource, uri, &mut r) {
+                        continue;
+                    }
                     c.resource_apps.entry(uri.to_string()).or_insert_with(|| app_id.clone());
-                    c.resources.push(r.clone());
+                    c.resources.push(r);
                 }
             }
             for t in lists.templates.iter() {
                 if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
+                    let mut t = t.clone();
+                    if !c.checked(gw, app_id, Kind::ResourceTemplate, tpl, &mut t) {
+                        continue;
+                    }
                     c.template_apps.push((UriTemplate::parse(tpl), app_id.clone()));
-                    c.templates.push(t.clone());
+                    c.templates.push(t);
                 }
             }
         }
@@ -163,6 +185,49 @@ impl Catalogue {
         }
         c.built = Some(Instant::now());
         c
+    }
+
+    /// Checks an app's definition for hidden text under the gateway's `description_policy`
+    /// (`clean.rs`): stripped in place and `true` when it may be listed; else it is withheld,
+    /// kept by its name (`name`: the gateway's name, or a resource's URI) for the refusal of a
+    /// call, and `false`. Each finding is counted and logged.
+    fn checked(&mut self, gw: &Gateway, app_id: &str, kind: Kind, name: &str, def: &mut Value) -> bool {
+        let policy = gw.configuration.description_policy;
+        let (listed, findings) = match clean::check(def, policy) {
+            Ok(findings) if findings.is_empty() => return true,
+            Ok(findings) => (true, findings),
+            Err(findings) => (false, findings),
+        };
+        // An app's URI may carry the very text found: logs and errors show it stripped.
+        let name = hidden_text::strip(name).0;
+        let action = if listed { "stripped" } else { "withheld" };
+        for f in &findings {
+            metrics::hidden_text(f.hit.class.as_str(), action);
+            tracing::warn!(gateway = %gw.id, app = app_id, kind = kind.as_str(), name = %name,
+                class = f.hit.class.as_str(), field = %f.field, code_point = f.hit.code_point, action,
+                "hidden text in an app's definition");
+        }
+        if !listed {
+            let withheld = Withheld { kind, name: name.to_string(), findings };
+            let map = match kind {
+                Kind::Tool => &mut self.withheld_tools,
+                Kind::Prompt => &mut self.withheld_prompts,
+                Kind::Resource | Kind::ResourceTemplate => &mut self.withheld_resources,
+            };
+            map.insert(withheld.name.clone(), withheld);
+        }
+        listed
+    }
+
+    /// Why a tool (or, with `prompt`, a prompt) the catalogue does not list was withheld, if it
+    /// was.
+    pub fn withheld(&self, exposed: &str, prompt: bool) -> Option<&Withheld> {
+        if prompt { &self.withheld_prompts } else { &self.withheld_tools }.get(exposed)
+    }
+
+    /// Why a resource URI was withheld, if it was.
+    pub fn withheld_resource(&self, uri: &str) -> Option<&Withheld> {
+        self.withheld_resources.get(uri)
     }
 
     pub fn prompt(&self, exposed: &str) -> Option<&Target> {

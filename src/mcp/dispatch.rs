@@ -518,6 +518,11 @@ impl Call<'_> {
             "tools/call" | "prompts/get" => self.resolve_named(catalogue, params).map(Some),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = resource_uri(params);
+                if let Some(w) = catalogue.withheld_resource(&uri) {
+                    let e = reply::withheld(w);
+                    self.refused(&e);
+                    return Err(e);
+                }
                 if let Some(app_id) = catalogue.resource_app(&uri) {
                     return Ok(Some(Target { app_id, tool: None, declared: &[], named: None }));
                 }
@@ -577,6 +582,9 @@ impl Call<'_> {
     /// `<app><sep>` prefix), that app's failure is the answer; otherwise the unavailable apps
     /// ride along as data.
     fn unknown_name(&self, catalogue: &Catalogue, name: &str) -> ErrorObject {
+        if let Some(w) = catalogue.withheld(name, self.method == "prompts/get") {
+            return reply::withheld(w);
+        }
         let gw = self.gw;
         let sep = &gw.configuration.tool_name_separator;
         let owner = catalogue.failures.iter().find(|(app, _)| {

@@ -12,6 +12,7 @@
 pub mod apps;
 pub mod builtin;
 pub mod catalogue;
+pub mod clean;
 pub mod dispatch;
 pub mod failures;
 pub mod jsonrpc;

@@ -81,3 +81,11 @@ pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
     .code();
     Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
 }
+
+/// The answer to a call of a tool, prompt or resource withheld for the hidden text in its
+/// definition: -32602, as for a name the gateway does not list, with the message naming the
+/// first finding and `data.withheld` every finding (`clean::Withheld`).
+pub fn withheld(w: &crate::mcp::clean::Withheld) -> ErrorObject {
+    let data = serde_json::to_value(w).unwrap_or_default();
+    ErrorObject::new(RpcCode::InvalidParams.code(), w.to_string()).with_data(json!({ "withheld": data }))
+}

@@ -268,6 +268,27 @@ pub fn store_operation(operation: &'static str, elapsed: Duration) {
     edge().store_ops.with_label_values(&[operation]).observe(elapsed.as_secs_f64());
 }
 
+/// The hidden-text counter's labels are the classes of `base::hidden_text` and the two actions:
+/// a bounded set, so no cap.
+fn hidden_text_total() -> &'static IntCounterVec {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_hidden_text_total",
+            "Hidden text found in an app's tool, prompt or resource definition when a catalogue \
+             was built, by class and action (stripped or withheld)",
+            &["class", "action"]
+        )
+        .expect("metric registers once")
+    })
+}
+
+/// One finding of hidden text in an app's definition: `class` as `base::hidden_text` names it,
+/// `action` `stripped` or `withheld`.
+pub fn hidden_text(class: &str, action: &str) {
+    hidden_text_total().with_label_values(&[class, action]).inc();
+}
+
 /// A gauge read when Prometheus scrapes rather than kept up to date on every change: the
 /// number of live sessions, open streams or running processes is a function of the running
 /// server ([`gauge_at_scrape`]).
@@ -396,6 +417,11 @@ pub fn init(limits: LabelLimits) {
     let e = edge();
     for bucket in toolgate_filters::rate_limit::Bucket::ALL {
         e.rate_limited.with_label_values(&[bucket.as_str(), "RATE_LIMITED"]);
+    }
+    for class in crate::base::hidden_text::HiddenClass::ALL {
+        for action in ["stripped", "withheld"] {
+            hidden_text_total().with_label_values(&[class.as_str(), action]);
+        }
     }
     match register_int_gauge_vec!(
         "toolgate_build_info",
