@@ -10,7 +10,7 @@ use crate::data::store::Kind;
 use crate::edge::error::ApiError;
 use http::Method;
 use serde_json::{json, Value};
-use toolgate_filters::{CredentialKind, Principal};
+use toolgate_filters::Principal;
 
 /// Who the record of a resource's writes names, and where its id comes from.
 #[derive(Clone, Copy)]
@@ -48,14 +48,6 @@ fn resource(module: &str) -> (&str, Option<Kind>, Whose) {
 fn action(route: &Route) -> String {
     let (module, function) = route.handler_name.split_once("::").unwrap_or((route.handler_name, ""));
     format!("{}.{function}", module.strip_suffix('s').unwrap_or(module))
-}
-
-fn actor(who: &Principal) -> Actor {
-    let (kind, id) = match &who.credential {
-        CredentialKind::ServiceAccount { account_id } => ("service_account", account_id.clone()),
-        other => (other.as_str(), who.key_id.clone()),
-    };
-    Actor { kind: kind.into(), id }
 }
 
 /// A write under way: what the trail read before the handler ran.
@@ -113,7 +105,7 @@ impl Trail {
             after_hash,
             detail,
         };
-        call.server.audit.append(&who.org_id, actor(who), event).await.map(|_| ()).map_err(|e| {
+        call.server.audit.append(&who.org_id, Actor::of(who), event).await.map(|_| ()).map_err(|e| {
             ApiError::Unavailable(format!("the change was made, but its audit entry is not written yet: {e}"))
         })
     }

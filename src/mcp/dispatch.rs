@@ -4,6 +4,7 @@
 //! `tools/call` leaves an entry in the request log.
 
 use crate::base::secrets;
+use crate::data::audit::{Actor, AuditEvent};
 use crate::data::model::{ClientCapabilities, Gateway, McpSession};
 use crate::data::reqlog::{Answer, EntryWriter};
 use crate::data::store::LogRecord;
@@ -621,6 +622,14 @@ impl Call<'_> {
             failed = denied.failed.as_deref().unwrap_or(""), "tool call denied by rule");
         self.refused(&e);
         log_refused(self.mcp, self.gw, target.app_id, function, args, &e, self.started);
+        if let Some(p) = ex.ctx.filters.principal.as_deref() {
+            let event = AuditEvent::ToolCallDenied {
+                gateway_id: self.gw.id.clone(),
+                tool: denied.tool.clone(),
+                rule: denied.rule.to_string(),
+            };
+            self.mcp.audit.record(&self.gw.org_id, Actor::of(p), event);
+        }
         ex.ctx.denied_by = Some(denied.rule);
         Err(e)
     }

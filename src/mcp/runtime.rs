@@ -4,6 +4,7 @@
 //! management handlers reach it through `Server::mcp` to list sessions or test apps.
 
 use crate::base::fast_map::FastMap;
+use crate::data::audit::Audit;
 use crate::data::changes::Change;
 use crate::data::model::Gateway;
 use crate::data::reqlog::RequestLog;
@@ -39,6 +40,8 @@ pub struct McpRuntime {
     pub reqlog: Arc<RequestLog>,
     /// Per-minute quotas of gateways and apps (all callers together).
     pub quotas: MinuteQuota,
+    /// The audit trail, shared with the management API: denied tool calls are appended to it.
+    pub audit: Arc<Audit>,
     catalogues: FastMap<String, Arc<Catalogue>>,
     /// Gateway id -> its rules, compiled (only gateways that have rules).
     rules: FastMap<String, Arc<RuleSet>>,
@@ -59,6 +62,7 @@ impl McpRuntime {
         state: Arc<State>,
         reqlog: Arc<RequestLog>,
         limiter: Arc<dyn RateLimiter>,
+        audit: Arc<Audit>,
     ) -> Result<McpRuntime, StoreError> {
         let limits = SessionLimits::of(&state.config().mcp);
         let sessions = Sessions::load(state.store.clone(), limits, state.changes.clone()).await?;
@@ -70,6 +74,7 @@ impl McpRuntime {
             tracing::info!(sessions = ended, "ended MCP sessions of deleted gateways or unusable keys");
         }
         Ok(McpRuntime {
+            audit,
             apps: AppClients::new(state.clone()),
             reqlog,
             quotas: MinuteQuota::new(limiter, state.config().alerts.limit_warning_percent),

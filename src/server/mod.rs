@@ -58,7 +58,11 @@ impl Server {
         config_source: Arc<crate::config::ConfigSource>,
     ) -> Result<Server, StoreError> {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
-        let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone()).await?);
+        let checkpoint_key = (state.config().audit.checkpoint_key.clone())
+            .unwrap_or_else(|| state.sealer.derive(crate::data::audit::chain::DERIVED_KEY_LABEL).to_vec());
+        let audit = Arc::new(crate::data::audit::Audit::new(state.store.clone(), checkpoint_key));
+        let mcp =
+            Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone(), audit.clone()).await?);
         // The runtime's caches follow the state through the change feed. Held weakly: the feed
         // lives in the state, which the runtime itself holds.
         let weak = Arc::downgrade(&mcp);
@@ -74,9 +78,6 @@ impl Server {
         let mfa = Arc::new(Mfa::load(state.store.clone(), courier.clone(), guesses).await?);
         let events = crate::events::Events::load(state.clone(), courier.clone()).await?;
         let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
-        let checkpoint_key = (state.config().audit.checkpoint_key.clone())
-            .unwrap_or_else(|| state.sealer.derive(crate::data::audit::chain::DERIVED_KEY_LABEL).to_vec());
-        let audit = Arc::new(crate::data::audit::Audit::new(state.store.clone(), checkpoint_key));
         Ok(Server {
             audit,
             origin_check,

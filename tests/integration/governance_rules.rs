@@ -206,6 +206,18 @@ fn rules_decide_api_key_calls_by_role_key_and_arguments_and_lists_hide_the_never
     let entry = entries.iter().find(|e| e["app"] == "clock").unwrap_or_else(|| panic!("{logs}"));
     assert_eq!(entry["response"]["status"], 403, "{entry}");
     assert!(entry.to_string().contains("denied by rule `dev-no-clock`"), "{entry}");
+    // And in the audit trail, appended off the call's path: the developer's key, the gateway, the rule.
+    let mut trail = Vec::new();
+    common::wait_until("the denied calls in the audit trail", Duration::from_secs(10), || {
+        let r = srv.api("GET", "/v1/audit?action=tool_call.denied", Some(&owner), None);
+        assert_eq!(r.status, 200, "{}", r.text);
+        trail = r.data()["entries"].as_array().cloned().unwrap_or_default();
+        trail.len() == 2
+    });
+    let dev_entry = trail.iter().find(|e| e["detail"]["rule"] == "dev-no-clock").unwrap_or_else(|| panic!("{trail:?}"));
+    assert_eq!(dev_entry["actor"], json!({"kind": "api_key", "id": "key_dev"}), "{dev_entry}");
+    assert_eq!(dev_entry["target"], json!({"kind": "gateway", "id": gw}), "{dev_entry}");
+    assert_eq!(dev_entry["detail"]["tool"], "clock__get_current_time", "{dev_entry}");
 
     // Rules removed: everything is the developer's again.
     set_rules(&srv, &owner, &gw, json!([]));

@@ -25,6 +25,18 @@ pub struct Actor {
     pub id: String,
 }
 
+impl Actor {
+    /// The caller a credential resolved to: a service account by its account id, any other
+    /// credential by its key (or token) id.
+    pub fn of(who: &toolgate_filters::Principal) -> Actor {
+        let (kind, id) = match &who.credential {
+            toolgate_filters::CredentialKind::ServiceAccount { account_id } => ("service_account", account_id.clone()),
+            other => (other.as_str(), who.key_id.clone()),
+        };
+        Actor { kind: kind.into(), id }
+    }
+}
+
 /// What it was done to: a record's kind (`gateway`, `key`, `webhook`, ...) and id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Target {
