@@ -2,7 +2,7 @@
 
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
-use crate::data::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration};
+use crate::data::model::{AllowedTools, ApiKey, Gateway, GatewayAuth, GatewayConfiguration, ToolPolicy};
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
 use chrono::Utc;
@@ -76,6 +76,10 @@ pub struct ConfigurationPatch {
     /// `api_key` (default): the endpoint takes `X-API-Key` only. `oauth`: also access tokens of
     /// the server's `gateway_oauth` issuer for this gateway (refused when none is configured).
     pub auth: Option<GatewayAuth>,
+    /// What the gateway does about its apps' tool definitions (`docs/governance.md`): `pin`
+    /// (default for a new gateway: an app's first list is trusted, later changed or added tools
+    /// wait for approval), `approve` (every tool waits for approval) or `off`.
+    pub tool_policy: Option<ToolPolicy>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -273,6 +277,9 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
         // configured `gateway_oauth` issuer's are taken too.
         c.auth = auth;
     }
+    if let Some(policy) = patch.tool_policy {
+        c.tool_policy = policy;
+    }
     Ok(())
 }
 
@@ -374,7 +381,9 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     }
     let servers = validate_servers(call, &body.servers)?;
     let allowed = validate_allowed(&servers, body.allowed_tools.unwrap_or_default())?;
-    let mut configuration = GatewayConfiguration::default();
+    // A new gateway pins its apps' tools unless it says otherwise (a stored one without the
+    // field stays `off`).
+    let mut configuration = GatewayConfiguration { tool_policy: ToolPolicy::Pin, ..GatewayConfiguration::default() };
     apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;

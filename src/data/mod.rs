@@ -9,3 +9,4 @@ pub mod peers;
 pub mod reqlog;
 pub mod state;
 pub mod store;
+pub mod tool_pins;

@@ -61,6 +61,8 @@ pub struct RequestCtx {
     pub trace: Option<crate::observe::trace::TraceContext>,
     /// The subject of the connection's verified client certificate (mTLS), if any.
     pub client_certificate: Option<std::sync::Arc<str>>,
+    /// A `tools/call` refused because the tool awaits approval (for the access line).
+    pub tool_pending: bool,
 }
 
 impl Default for RequestCtx {
@@ -75,6 +77,7 @@ impl Default for RequestCtx {
             status: 0,
             trace: None,
             client_certificate: None,
+            tool_pending: false,
         }
     }
 }

@@ -76,6 +76,9 @@ pub enum RpcCode {
     UnsupportedMediaType,
     /// HTTP 429: a rate limit, a gateway or app quota, or the session cap is reached.
     LimitExceeded,
+    /// The tool's definition awaits an admin's approval (the gateway's `tool_policy`), or was
+    /// rejected: an answer about the call (200).
+    ToolPending,
     /// MCP 2026-07-28 `HEADER_MISMATCH`: a routing header (`Mcp-Method`, `Mcp-Name`,
     /// `Mcp-Param-*`, `MCP-Protocol-Version`) disagrees with the body or appears twice.
     HeaderMismatch,
@@ -106,6 +109,7 @@ impl RpcCode {
             RpcCode::NotAcceptable => -32008,
             RpcCode::UnsupportedMediaType => -32009,
             RpcCode::LimitExceeded => -32010,
+            RpcCode::ToolPending => -32011,
             RpcCode::HeaderMismatch => -32020,
             RpcCode::MissingRequiredClientCapability => -32021,
             RpcCode::UnsupportedProtocolVersion => -32022,
@@ -141,7 +145,8 @@ impl RpcCode {
             | RpcCode::InvalidParams
             | RpcCode::ResourceNotFound
             | RpcCode::UpstreamTimeout
-            | RpcCode::UpstreamFailure => 200,
+            | RpcCode::UpstreamFailure
+            | RpcCode::ToolPending => 200,
             RpcCode::InternalError => 500,
             RpcCode::Unauthorized => 401,
             RpcCode::Forbidden => 403,
@@ -177,6 +182,7 @@ impl RpcCode {
         match RpcCode::from_code(code) {
             Some(RpcCode::InvalidParams | RpcCode::HeaderMismatch) => 400,
             Some(RpcCode::UpstreamTimeout) => 504,
+            Some(RpcCode::ToolPending) => 403,
             _ if transport_status >= 500 => transport_status,
             _ => 502,
         }
@@ -198,7 +204,7 @@ impl RpcCode {
     }
 
     /// Every code, for the tests and the README's table.
-    pub const ALL: [RpcCode; 19] = [
+    pub const ALL: [RpcCode; 20] = [
         RpcCode::ParseError,
         RpcCode::InvalidRequest,
         RpcCode::MethodNotFound,
@@ -215,6 +221,7 @@ impl RpcCode {
         RpcCode::NotAcceptable,
         RpcCode::UnsupportedMediaType,
         RpcCode::LimitExceeded,
+        RpcCode::ToolPending,
         RpcCode::HeaderMismatch,
         RpcCode::MissingRequiredClientCapability,
         RpcCode::UnsupportedProtocolVersion,
@@ -267,6 +274,7 @@ mod tests {
                 | RpcCode::NotAcceptable
                 | RpcCode::UnsupportedMediaType
                 | RpcCode::LimitExceeded
+                | RpcCode::ToolPending
                 | RpcCode::HeaderMismatch
                 | RpcCode::MissingRequiredClientCapability
                 | RpcCode::UnsupportedProtocolVersion => {}
@@ -274,7 +282,7 @@ mod tests {
         }
         let mut listed = RpcCode::ALL.to_vec();
         listed.dedup();
-        assert_eq!(listed.len(), 19);
+        assert_eq!(listed.len(), 20);
     }
 
     /// The table's statuses, in a session and in the stateless revision, as `src/mcp/README.md`

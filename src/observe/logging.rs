@@ -193,6 +193,8 @@ pub struct AccessLine<'a> {
     pub principal: Option<&'a str>,
     /// The verified subject of the client's certificate (mTLS).
     pub client_certificate: Option<&'a str>,
+    /// A `tools/call` refused because the tool awaits approval (the gateway's `tool_policy`).
+    pub tool_pending: bool,
 }
 
 /// Writes the access line of a request (target `toolgate::access`, level info), in the log's
@@ -246,6 +248,9 @@ fn access_json(out: &mut Vec<u8>, l: &AccessLine<'_>) {
         out.extend_from_slice(b",\"client_certificate\":");
         json_string(out, c);
     }
+    if l.tool_pending {
+        out.extend_from_slice(b",\"tool_pending\":true");
+    }
     out.extend_from_slice(b",\"target\":\"toolgate::access\"}\n");
 }
 
@@ -273,6 +278,9 @@ fn access_text(out: &mut Vec<u8>, l: &AccessLine<'_>) {
     if let Some(c) = l.client_certificate {
         out.extend_from_slice(b" client_certificate=");
         json_string(out, c);
+    }
+    if l.tool_pending {
+        out.extend_from_slice(b" tool_pending=true");
     }
     out.push(b'\n');
 }
@@ -386,6 +394,7 @@ mod tests {
             client_ip: "2001:db8::1".parse().unwrap(),
             principal,
             client_certificate: None,
+            tool_pending: false,
         }
     }
 

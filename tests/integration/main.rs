@@ -15,6 +15,7 @@ mod conf_files;
 mod docs;
 mod durability;
 mod filters_edge;
+mod governance_pins;
 mod harness_smoke;
 mod identity_changes;
 mod jwt;
