@@ -21,10 +21,11 @@ fn server_script() -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// The changing server as a stdio app `chg`.
+/// The changing server as a stdio app `chg` (a Python process started on first use: its first
+/// list is given time on a busy machine).
 fn stdio_app() -> String {
     format!(
-        "  - {{ id: chg, name: Changing, category: testing, command: [{:?}, {:?}] }}\n",
+        "  - {{ id: chg, name: Changing, category: testing, timeouts: {{ connect_ms: 60000 }}, command: [{:?}, {:?}] }}\nmcp:\n  list_deadline_ms: 30000\n",
         common::python().to_string_lossy(),
         server_script()
     )
@@ -235,7 +236,7 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
     let prefix = format!("tgpins{}", common::random_alnum(6).to_lowercase());
     let yaml = format!(
         "environment: development\nserver:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  public_url: http://localhost:8080\n\
-         storage:\n  backend: redis\n  url: {}\n  key_prefix: {prefix}\n\
+         storage:\n  backend: redis\n  url: {}\n  key_prefix: {prefix}\nmcp:\n  list_deadline_ms: 30000\n\
          apps:\n  - {{ id: chg, name: Changing, category: testing, url: \"http://127.0.0.1:{}/mcp\" }}\n{}",
         common::redis_url(&redis),
         app.port,

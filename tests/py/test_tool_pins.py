@@ -26,13 +26,15 @@ CHANGING_APP = f"""\
     name: Changing
     description: a stdio server whose tool definitions change at run time
     category: testing
+    timeouts: {{ connect_ms: 60000 }}
     command: [{json.dumps(sys.executable)}, {json.dumps(str(Path(__file__).parent / "changing_tools_server.py"))}]
 """
 
 
 @pytest.fixture(scope="module")
 def srv():
-    s = start_toolgate(config(CHANGING_APP))
+    # The app is a Python process started on first use: give its first list time on a busy machine.
+    s = start_toolgate(config(CHANGING_APP, mcp="  list_deadline_ms: 30000\n"))
     yield s
     s.stop()
     s.tmp.cleanup()
@@ -94,7 +96,7 @@ def test_a_rug_pull_is_held_back_until_approved(srv):
     assert api.gateway(gw)["configuration"]["tool_policy"] == "pin"
     url = mcp_url(srv, gw)
     first = run(listed(url, key))
-    assert first["send_email"].description == "Sends an e-mail.", first
+    assert "send_email" in first and first["send_email"].description == "Sends an e-mail.", list(first)
     assert run(call(url, key, "send_email", {"to": "a@b.test"})).content[0].text == "sent to a@b.test"
 
     # The server changes the description and announces it; the next list has it.
