@@ -7,8 +7,7 @@
 // `held`: TOOL is not listed and calling it is the error -32011 naming it. `served`: TOOL is
 // listed and calling it succeeds. Prints one JSON line with what it saw; exits 1 with a message
 // on the first failed check.
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { check, connect } from "./ts_common.mjs";
 
 const [url, key, tool, expect] = process.argv.slice(2);
 if (!url || !key || !tool || !["held", "served"].includes(expect)) {
@@ -16,18 +15,7 @@ if (!url || !key || !tool || !["held", "served"].includes(expect)) {
   process.exit(2);
 }
 
-function check(cond, what, detail) {
-  if (!cond) {
-    console.error(`FAILED: ${what}${detail === undefined ? "" : `: ${JSON.stringify(detail)}`}`);
-    process.exit(1);
-  }
-}
-
-const transport = new StreamableHTTPClientTransport(new URL(url), {
-  requestInit: { headers: { "X-API-Key": key } },
-});
-const client = new Client({ name: "toolgate-ts-pins", version: "1.0.0" });
-await client.connect(transport);
+const { client, transport } = await connect(url, key, "toolgate-ts-pins");
 const tools = (await client.listTools()).tools;
 const names = tools.map((t) => t.name);
 const listed = tools.find((t) => t.name === tool);
