@@ -195,6 +195,11 @@ impl Catalogue {
         c
     }
 
+    /// A catalogue with no entries: every app left out for the reason given.
+    pub fn failed(failures: HashMap<String, String>) -> Catalogue {
+        Catalogue { failures, built: Some(Instant::now()), ..Catalogue::default() }
+    }
+
     /// Whether a listed tool is served, given the gateway's pins; what must be recorded goes to
     /// `found`, a tool held back to `pending_tools` under its `exposed` name (`None`: outside
     /// `allowed_tools`, so unknown to callers).

@@ -137,10 +137,9 @@ impl McpRuntime {
                 Err(e) => {
                     // Without its pins nothing can be checked: no tool is served, nothing cached.
                     tracing::warn!(gateway = gw.id, error = %e, "cannot read the gateway's tool pins");
-                    let mut cat = Catalogue::default();
-                    cat.failures =
+                    let failures =
                         gw.servers.iter().map(|a| (a.clone(), format!("tool pins unavailable: {e}"))).collect();
-                    return Arc::new(cat);
+                    return Arc::new(Catalogue::failed(failures));
                 }
             },
         };
