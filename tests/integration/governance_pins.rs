@@ -4,8 +4,8 @@
 //! app's first list; the changed and the added tool are neither listed nor callable (-32011
 //! naming the tool) until approved; the pending changes and their diff through the API; approve
 //! and reject behind the MFA gate; another organisation's gateway and changes are 404; the
-//! counter; and two instances on one Redis, where an approval on one is enforced on the other
-//! within a second.
+//! counter and the access line's `tool_pending`; and two instances on one Redis, where an
+//! approval on one is enforced on the other within a second.
 
 use crate::api_mfa::{code_at, step_now, totp};
 use crate::common::{self, err, ok, validation, Peer, ServerOptions, TestServer};
@@ -129,6 +129,11 @@ fn a_changed_or_added_tool_is_held_back_until_approved() {
     result_text(&mcp.call(3, "rug_pull", json!({})));
     until_tools(&mcp, "send_email is held back", |n| !has(n, "send_email") && has(n, "rug_pull"));
     assert_pending(&mcp.call(4, "send_email", json!({"to": "a@b.test"})), "send_email");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !srv.all_logs().contains("\"tool_pending\":true") {
+        assert!(Instant::now() < deadline, "no access line with tool_pending:\n{}", srv.all_logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // And an added tool too.
     result_text(&mcp.call(5, "add_tool", json!({})));
     std::thread::sleep(Duration::from_millis(300));
