@@ -113,7 +113,7 @@ impl Proxy {
             (req.method.clone(), req.uri.path().to_string(), req.uri.query().map(str::to_string))
         };
         let rest = &path[prefix..];
-        let Some((endpoint, id)) = api::route(rest) else {
+        let Some((endpoint, id, sub_id)) = api::route(rest) else {
             // Unknown paths are a 404 whoever asks; the chain still runs so that the request is
             // counted and carries its rate-limit headers.
             let _ = self.run_chain(ex, RouteClass::Management).await;
@@ -145,7 +145,8 @@ impl Proxy {
             server: &self.server,
             principal: ex.ctx.filters.principal.clone(),
             method,
-            id: id.map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()),
+            id: id.map(api::path_param),
+            sub_id: sub_id.map(api::path_param),
             query: crate::edge::forms::parse_query(query.as_deref()),
             body,
             client_ip: ex.ctx.client_ip,
@@ -285,6 +286,7 @@ impl Proxy {
             trace: TraceContext::start(header("traceparent"), header("tracestate")),
             client_certificate: crate::edge::tls::client_certificate(session.digest()).map(|c| c.subject),
             denied_by: None,
+            tool_pending: false,
         }
     }
 
@@ -382,6 +384,7 @@ impl Proxy {
             principal: ctx.filters.principal.as_ref().map(|p| p.key_id.as_str()),
             client_certificate: ctx.client_certificate.as_deref(),
             rule: ctx.denied_by.as_deref(),
+            tool_pending: ctx.tool_pending,
         });
     }
 }

@@ -99,7 +99,7 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         return Err(ApiError::validation("path", "must start with / (e.g. /gateways or /v1/gateways)"));
     }
     let routed = super::route(rest);
-    if routed.is_some_and(|(e, _)| e.is_batch()) {
+    if routed.is_some_and(|(e, _, _)| e.is_batch()) {
         return Err(ApiError::validation("path", "a batch cannot contain /batch"));
     }
     // Charged as if sent alone (an unknown path too): its bucket, its cost.
@@ -116,7 +116,7 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         };
         call.server.limiter.charge_operation(&view, principal.clone(), call.ip_multiplier).await?;
     }
-    let Some((endpoint, id)) = routed else { return Err(ApiError::NoRoute(path.to_string())) };
+    let Some((endpoint, id, sub_id)) = routed else { return Err(ApiError::NoRoute(path.to_string())) };
     let body = match op.body {
         Some(b) => serde_json::to_vec(&b).unwrap_or_default().into(),
         None => bytes::Bytes::new(),
@@ -125,7 +125,8 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         server: call.server,
         principal: call.principal.clone(),
         method,
-        id: id.map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()),
+        id: id.map(super::path_param),
+        sub_id: sub_id.map(super::path_param),
         query: forms::parse_query((!query.is_empty()).then_some(query)),
         body,
         client_ip: call.client_ip,

@@ -2,7 +2,9 @@
 
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
-use crate::data::model::{AllowedTools, ApiKey, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Rule};
+use crate::data::model::{
+    AllowedTools, ApiKey, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Rule, ToolPolicy,
+};
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
 use crate::mcp::rules;
@@ -89,6 +91,10 @@ pub struct ConfigurationPatch {
     /// prompt and resource definitions is removed. `block`: such a definition is withheld, and a
     /// call of it is a JSON-RPC error naming the finding.
     pub description_policy: Option<DescriptionPolicy>,
+    /// What the gateway does about its apps' tool definitions (`docs/governance.md`): `pin`
+    /// (default for a new gateway: an app's first list is trusted, later changed or added tools
+    /// wait for approval), `approve` (every tool waits for approval) or `off`.
+    pub tool_policy: Option<ToolPolicy>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -298,6 +304,9 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
     if let Some(policy) = patch.description_policy {
         c.description_policy = policy;
     }
+    if let Some(policy) = patch.tool_policy {
+        c.tool_policy = policy;
+    }
     Ok(())
 }
 
@@ -401,7 +410,9 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     }
     let servers = validate_servers(call, &body.servers)?;
     let allowed = validate_allowed(&servers, body.allowed_tools.unwrap_or_default())?;
-    let mut configuration = GatewayConfiguration::default();
+    // A new gateway pins its apps' tools unless it says otherwise (a stored one without the
+    // field stays `off`).
+    let mut configuration = GatewayConfiguration { tool_policy: ToolPolicy::Pin, ..GatewayConfiguration::default() };
     apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
     let rules = validate_rules(body.rules.unwrap_or_default())?;
     let state = &call.server.state;

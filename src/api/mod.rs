@@ -22,6 +22,7 @@ pub mod quotas;
 pub mod routes;
 pub mod service_accounts;
 pub mod sessions;
+pub mod tool_changes;
 pub mod user;
 pub mod webhooks;
 
@@ -43,6 +44,8 @@ pub struct Call<'a> {
     pub principal: Option<Arc<Principal>>,
     pub method: Method,
     pub id: Option<String>,
+    /// The `{sub_id}` of a path under a record (a gateway's tool change).
+    pub sub_id: Option<String>,
     pub query: Vec<(String, String)>,
     pub body: Bytes,
     pub client_ip: IpAddr,
@@ -84,6 +87,10 @@ impl Call<'_> {
 
     pub fn id(&self) -> &str {
         self.id.as_deref().unwrap_or_default()
+    }
+
+    pub fn sub_id(&self) -> &str {
+        self.sub_id.as_deref().unwrap_or_default()
     }
 
     pub fn query(&self, name: &str) -> Option<&str> {
@@ -215,6 +222,11 @@ pub async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
 }
 
 /// ISO 8601 with milliseconds, UTC (`2026-11-22T03:42:13.123Z`).
+/// A path parameter as the handler reads it: percent-decoded.
+pub fn path_param(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
 pub fn iso(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

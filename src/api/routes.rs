@@ -111,6 +111,9 @@ routes! {
     POST "/gateways" => gateways::create, scope(GatewaysWrite);
     PATCH "/gateways/{id}" => gateways::update, scope(GatewaysWrite);
     DELETE "/gateways/{id}" => gateways::delete, scope(GatewaysDelete), mfa Always;
+    GET "/gateways/{id}/tool-changes" => tool_changes::list, scope(GatewaysRead);
+    POST "/gateways/{id}/tool-changes/{sub_id}/approve" => tool_changes::approve, scope(GatewaysWrite), mfa Always;
+    POST "/gateways/{id}/tool-changes/{sub_id}/reject" => tool_changes::reject, scope(GatewaysWrite), mfa Always;
 
     GET "/apps" => apps::list, scope(AppsRead);
     GET "/apps/{id}" => apps::get, scope(AppsRead);
@@ -307,12 +310,13 @@ fn table() -> &'static Table {
     TABLE.get_or_init(|| build().expect("the route table is valid"))
 }
 
-/// Finds the endpoint and its `{id}` for a path relative to the version prefix.
-pub fn route(path: &str) -> Option<(&'static Endpoint, Option<&str>)> {
+/// Finds the endpoint and its `{id}` for a path relative to the version prefix, and the
+/// `{sub_id}` of a record under that one (a gateway's tool change).
+pub fn route(path: &str) -> Option<(&'static Endpoint, Option<&str>, Option<&str>)> {
     let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
     let table = table();
     let m = table.router.at(path).ok()?;
-    Some((&table.endpoints[*m.value], m.params.get("id")))
+    Some((&table.endpoints[*m.value], m.params.get("id"), m.params.get("sub_id")))
 }
 
 #[cfg(test)]
@@ -334,14 +338,16 @@ mod tests {
         for r in ROUTES {
             assert!(r.path.starts_with('/'), "{r:?}: a template starts with /");
             assert!(r.path.len() == 1 || !r.path.ends_with('/'), "{r:?}: no trailing / (route() trims it)");
-            // `route` reads the one parameter by its name.
+            // `route` reads the parameters by their names: `{id}`, then `{sub_id}` under it.
             let params: Vec<&str> = r.path.match_indices('{').map(|(i, _)| &r.path[i..]).collect();
-            assert!(params.iter().all(|p| p.starts_with("{id}")), "{r:?}: the only parameter is {{id}}");
-            assert!(params.len() <= 1, "{r:?}: at most one parameter");
-            let concrete = r.path.replace("{id}", "x_1");
-            let (endpoint, id) = route(&concrete).unwrap_or_else(|| panic!("{r:?}: {concrete} is not routed"));
+            assert!(params.first().is_none_or(|p| p.starts_with("{id}")), "{r:?}: the first parameter is {{id}}");
+            assert!(params.get(1).is_none_or(|p| p.starts_with("{sub_id}")), "{r:?}: the second is {{sub_id}}");
+            assert!(params.len() <= 2, "{r:?}: at most two parameters");
+            let concrete = r.path.replace("{id}", "x_1").replace("{sub_id}", "y_2");
+            let (endpoint, id, sub_id) = route(&concrete).unwrap_or_else(|| panic!("{r:?}: {concrete} is not routed"));
             assert_eq!(endpoint.path, r.path, "{concrete} routes to another template");
             assert_eq!(id.is_some(), r.path.contains("{id}"), "{r:?}");
+            assert_eq!(sub_id, r.path.contains("{sub_id}").then_some("y_2"), "{r:?}");
             assert!(endpoint.operation(&r.method).is_ok_and(|found| std::ptr::eq(found, r)), "{r:?}");
         }
     }
@@ -363,12 +369,14 @@ mod tests {
     fn unknown_paths_and_methods() {
         assert!(route("/nope").is_none());
         assert!(route("/gateways/x/y/z").is_none());
-        let (gateways, id) = route("/gateways/").expect("a trailing / is trimmed");
+        let (gateways, id, _) = route("/gateways/").expect("a trailing / is trimmed");
         assert_eq!((gateways.path, id), ("/gateways", None));
         let err = gateways.operation(&Method::PUT).expect_err("PUT /gateways is not served");
         assert_eq!(err.status(), 405);
-        assert!(route("/batch").is_some_and(|(e, _)| e.is_batch()));
-        assert!(route("/openapi.json").is_some_and(|(e, _)| e.is_public(&Method::GET) && !e.is_public(&Method::POST)));
+        assert!(route("/batch").is_some_and(|(e, _, _)| e.is_batch()));
+        assert!(
+            route("/openapi.json").is_some_and(|(e, _, _)| e.is_public(&Method::GET) && !e.is_public(&Method::POST))
+        );
     }
 
     /// `{gateway_id}` and `{id}` are the same shape.

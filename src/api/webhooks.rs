@@ -19,7 +19,7 @@ pub struct CreateWebhook {
     #[schema(min_length = 1, max_length = 2048)]
     pub url: String,
     /// Event names (`gateway.created`, `gateway.updated`, `gateway.deleted`, `app.connected`,
-    /// `app.disconnected`, `error.critical`, `usage.limit_warning`) or `*`.
+    /// `app.disconnected`, `error.critical`, `usage.limit_warning`, `tool.changed`) or `*`.
     #[schema(min_items = 1, max_items = 8)]
     pub events: Vec<String>,
     /// Used for signing: the client's own string (32-256 printable ASCII characters, no spaces;

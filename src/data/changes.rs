@@ -124,6 +124,24 @@ pub enum Change {
         org_id: String,
         user_id: String,
     },
+    /// A gateway's tool pins were written: `decided`, by an admin's approval or rejection (the
+    /// gateway's clients are told its list changed), else pinned on first use.
+    ToolPinsSaved {
+        org_id: String,
+        gateway_id: String,
+        #[serde(default)]
+        decided: bool,
+    },
+    /// A tool definition of a gateway's app became pending (a `tool.changed` event).
+    ToolChangeDetected {
+        org_id: String,
+        gateway_id: String,
+        change_id: String,
+        app_id: String,
+        tool: String,
+        /// `changed`, `added` or `hidden_text`.
+        kind: String,
+    },
 }
 
 impl Change {
@@ -149,7 +167,9 @@ impl Change {
             | Change::OAuthClientDeleted { org_id, .. }
             | Change::WebSessionStarted { org_id, .. }
             | Change::WebSessionEnded { org_id, .. }
-            | Change::PasswordChanged { org_id, .. } => org_id,
+            | Change::PasswordChanged { org_id, .. }
+            | Change::ToolPinsSaved { org_id, .. }
+            | Change::ToolChangeDetected { org_id, .. } => org_id,
         }
     }
 }

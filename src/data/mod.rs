@@ -10,3 +10,4 @@ pub mod peers;
 pub mod reqlog;
 pub mod state;
 pub mod store;
+pub mod tool_pins;

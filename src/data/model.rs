@@ -301,6 +301,11 @@ pub struct GatewayConfiguration {
     /// gateway stored before the setting existed).
     #[serde(default)]
     pub description_policy: DescriptionPolicy,
+    /// What the gateway does about its apps' tool definitions (`docs/governance.md`). A gateway
+    /// stored before the field existed reads as `off`; one created through the API is `pin`
+    /// unless it says otherwise.
+    #[serde(default)]
+    pub tool_policy: ToolPolicy,
 }
 
 /// What a gateway does with a tool, prompt or resource whose description, title or schema
@@ -313,6 +318,83 @@ pub enum DescriptionPolicy {
     Strip,
     /// The definition is withheld: not listed, and a call of it is refused naming the finding.
     Block,
+}
+
+/// A gateway's rule for its apps' tool definitions (`configuration.tool_policy`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolPolicy {
+    /// Every tool an app lists is served as it comes.
+    #[default]
+    Off,
+    /// Trust on first use: the definitions an app lists the first time it is listed for the
+    /// gateway are pinned; a later changed or added tool is pending until approved.
+    Pin,
+    /// Nothing is approved at first: every tool is pending until approved.
+    Approve,
+}
+
+/// One app tool of one gateway under a `tool_policy` (one record per gateway, app and upstream
+/// tool name): the definition approved, the one waiting for a decision, and the last one
+/// rejected. A tool is served only while the app lists the approved definition.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolPin {
+    /// `tpn_` and a hash of (gateway, app, tool): the same on every instance.
+    pub id: String,
+    pub org_id: String,
+    pub gateway_id: String,
+    pub app_id: String,
+    /// The tool's name as the app lists it.
+    pub tool: String,
+    #[serde(default)]
+    pub approved: Option<PinnedDefinition>,
+    #[serde(default)]
+    pub pending: Option<PendingDefinition>,
+    /// The hash of the last definition rejected: while the app lists it, it stays hidden and no
+    /// new change is raised for it.
+    #[serde(default)]
+    pub rejected: Option<String>,
+}
+
+/// A definition as the app sent it, with its canonical hash (`data::tool_pins`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PinnedDefinition {
+    pub hash: String,
+    pub definition: serde_json::Value,
+    pub at: Timestamp,
+}
+
+/// A definition waiting for an admin's decision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PendingDefinition {
+    /// `tch_` and a hash of (pin, definition hash): what approve and reject name.
+    pub id: String,
+    pub hash: String,
+    pub definition: serde_json::Value,
+    pub reason: PendingReason,
+    pub detected_at: Timestamp,
+}
+
+/// Why a definition waits for a decision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PendingReason {
+    /// The app lists another definition than the approved one.
+    Changed,
+    /// The app lists a tool that has no approved definition.
+    Added,
+    /// The definition carries text a reader does not see (the findings name it).
+    HiddenText { findings: Vec<String> },
+}
+
+impl PendingReason {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PendingReason::Changed => "changed",
+            PendingReason::Added => "added",
+            PendingReason::HiddenText { .. } => "hidden_text",
+        }
+    }
 }
 
 /// The credentials a gateway's MCP endpoint accepts.
@@ -340,6 +422,7 @@ impl Default for GatewayConfiguration {
             tool_name_separator: default_separator(),
             auth: GatewayAuth::ApiKey,
             description_policy: DescriptionPolicy::Strip,
+            tool_policy: ToolPolicy::Off,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct RequestCtx {
     pub client_certificate: Option<std::sync::Arc<str>>,
     /// The gateway rule that denied this request's tool call (the access line's `rule`).
     pub denied_by: Option<std::sync::Arc<str>>,
+    /// A `tools/call` refused because the tool awaits approval (for the access line).
+    pub tool_pending: bool,
 }
 
 impl Default for RequestCtx {
@@ -78,6 +80,7 @@ impl Default for RequestCtx {
             trace: None,
             client_certificate: None,
             denied_by: None,
+            tool_pending: false,
         }
     }
 }

@@ -49,7 +49,7 @@ const MAX_CLIENTS: usize = 1024;
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// The events a webhook may take (spec "Events").
-pub const EVENTS: [&str; 7] = [
+pub const EVENTS: [&str; 8] = [
     "gateway.created",
     "gateway.updated",
     "gateway.deleted",
@@ -57,6 +57,7 @@ pub const EVENTS: [&str; 7] = [
     "app.disconnected",
     "error.critical",
     "usage.limit_warning",
+    "tool.changed",
 ];
 
 /// The webhooks' outbox and its deliverer.
@@ -274,6 +275,10 @@ impl Events {
                 })
             }
             Change::ConnectionDeleted { app_id, .. } => Some(("app.disconnected", json!({ "app_id": app_id }))),
+            Change::ToolChangeDetected { gateway_id, change_id, app_id, tool, kind, .. } => Some((
+                "tool.changed",
+                json!({ "gateway_id": gateway_id, "change_id": change_id, "app_id": app_id, "tool": tool, "kind": kind }),
+            )),
             _ => None,
         }
     }

@@ -3,7 +3,8 @@
 //! exposed name to (app, upstream name).
 
 use crate::base::hidden_text;
-use crate::data::model::Gateway;
+use crate::data::model::{Gateway, ToolPolicy};
+use crate::data::tool_pins::{self, GatewayPins, Verdict};
 use crate::mcp::apps::AppClients;
 use crate::mcp::clean::{self, Kind, Withheld};
 use crate::mcp::modern::{self, ParamHeader};
@@ -48,10 +49,26 @@ pub struct Catalogue {
     withheld_resources: HashMap<String, Withheld>,
     /// App id -> why it is missing from the catalogue.
     pub failures: HashMap<String, String>,
+    /// Exposed name -> why a tool the apps list is held back (`tool_policy`): it awaits an
+    /// admin's approval (`changed`, `added`, `hidden_text`) or was rejected.
+    pending_tools: HashMap<String, &'static str>,
+    /// What the build found that must be recorded: definitions to pin, changes now pending.
+    /// Taken by the runtime, which writes them before it shares the catalogue.
+    pub found: Vec<Found>,
     /// Per list (tools, prompts, resources, resource templates): the smallest `ttlMs` its apps
     /// gave it (apps of the 2026-07-28 revision), if any did.
     pub app_ttl_ms: [Option<u64>; 4],
     pub built: Option<Instant>,
+}
+
+/// A listed tool whose verdict must be recorded ([`Verdict::PinNow`] or [`Verdict::Pending`]).
+#[derive(Debug)]
+pub struct Found {
+    pub app_id: String,
+    pub tool: String,
+    pub hash: String,
+    pub definition: Value,
+    pub verdict: Verdict,
 }
 
 /// One app's four lists. Tools are required (an app that cannot list them is left out, with
@@ -98,7 +115,9 @@ pub fn exposed_name(app_id: &str, name: &str, separator: &str, single_app: bool)
 impl Catalogue {
     /// Asks every connected app of the gateway for its lists. A failing app drops out (its
     /// reason is kept in `failures`); the others stay.
-    pub async fn build(apps: &AppClients, gw: &Gateway, deadline: Duration) -> Catalogue {
+    /// Under a `tool_policy` other than `off`, `pins` are the gateway's pins: a tool is served
+    /// only with its approved definition (or pinned now, on its app's first list under `pin`).
+    pub async fn build(apps: &AppClients, gw: &Gateway, deadline: Duration, pins: Option<&GatewayPins>) -> Catalogue {
         let mut c = Catalogue::default();
         let single = gw.servers.len() == 1;
         if single {
@@ -127,10 +146,21 @@ impl Catalogue {
             let allowed = gw.allowed_tools.get(app_id);
             for tool in lists.tools.iter() {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
-                if allowed.is_some_and(|a| !a.allows(name)) {
+                let allowed_here = allowed.is_none_or(|a| a.allows(name));
+                let policy = gw.configuration.tool_policy;
+                let pins = pins.filter(|_| policy != ToolPolicy::Off);
+                if !allowed_here && pins.is_none() {
                     continue;
                 }
                 let exposed = exposed_name(app_id, name, sep, single);
+                if let Some(pins) = pins {
+                    // Every tool of the app is judged (its first list is pinned whole, whatever
+                    // `allowed_tools` says); one outside `allowed_tools` stays unknown.
+                    let served = c.admit(pins, policy, app_id, name, tool, allowed_here.then_some(exposed.as_str()));
+                    if !served || !allowed_here {
+                        continue;
+                    }
+                }
                 let mut t = tool.clone();
                 if !c.checked(gw, app_id, Kind::Tool, &exposed, &mut t) {
                     continue;
@@ -228,6 +258,55 @@ impl Catalogue {
     /// Why a resource URI was withheld, if it was.
     pub fn withheld_resource(&self, uri: &str) -> Option<&Withheld> {
         self.withheld_resources.get(uri)
+    }
+
+    /// A catalogue with no entries: every app left out for the reason given.
+    pub fn failed(failures: HashMap<String, String>) -> Catalogue {
+        Catalogue { failures, built: Some(Instant::now()), ..Catalogue::default() }
+    }
+
+    /// Whether a listed tool is served, given the gateway's pins; what must be recorded goes to
+    /// `found`, a tool held back to `pending_tools` under its `exposed` name (`None`: outside
+    /// `allowed_tools`, so unknown to callers).
+    fn admit(
+        &mut self,
+        pins: &GatewayPins,
+        policy: ToolPolicy,
+        app_id: &str,
+        name: &str,
+        tool: &Value,
+        exposed: Option<&str>,
+    ) -> bool {
+        let hash = tool_pins::canonical_hash(tool);
+        let verdict = pins.judge(policy, app_id, name, &hash);
+        let served = matches!(verdict, Verdict::Serve | Verdict::PinNow);
+        if let (false, Some(exposed)) = (served, exposed) {
+            let why = match &verdict {
+                Verdict::Pending(reason) => reason.kind(),
+                _ => match pins.get(app_id, name) {
+                    Some(p) if p.pending.as_ref().is_some_and(|d| d.hash == hash) => {
+                        p.pending.as_ref().map_or("changed", |d| d.reason.kind())
+                    }
+                    _ => "rejected",
+                },
+            };
+            self.pending_tools.insert(exposed.to_string(), why);
+        }
+        if matches!(verdict, Verdict::PinNow | Verdict::Pending(_)) {
+            self.found.push(Found {
+                app_id: app_id.to_string(),
+                tool: name.to_string(),
+                hash,
+                definition: tool.clone(),
+                verdict,
+            });
+        }
+        served
+    }
+
+    /// Why a tool the apps list is held back by the gateway's `tool_policy`, if it is.
+    pub fn pending_tool(&self, exposed: &str) -> Option<&'static str> {
+        self.pending_tools.get(exposed).copied()
     }
 
     pub fn prompt(&self, exposed: &str) -> Option<&Target> {

@@ -384,7 +384,10 @@ async fn forward(
             let none = Response::success(req.id, json!({ "completion": { "values": [] } }));
             return respond(ex, caller, none, modern::COMPLETE).await;
         }
-        Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
+        Err(e) => {
+            ex.ctx.tool_pending = e.code == RpcCode::ToolPending.code();
+            return respond(ex, caller, Response::error(req.id, e), "").await;
+        }
     };
     if let Err(e) = call.rules(ex, &target) {
         return respond(ex, caller, Response::error(req.id, e), "").await;
@@ -587,6 +590,13 @@ impl Call<'_> {
             return reply::withheld(w);
         }
         let gw = self.gw;
+        if self.method == "tools/call" {
+            if let Some(reason) = catalogue.pending_tool(name) {
+                let message = format!("Tool `{name}` awaits approval: its definition is not approved on this gateway");
+                return ErrorObject::new(RpcCode::ToolPending.code(), message)
+                    .with_data(json!({ "tool": name, "reason": reason }));
+            }
+        }
         let sep = &gw.configuration.tool_name_separator;
         let owner = catalogue.failures.iter().find(|(app, _)| {
             gw.servers.len() == 1 || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))

@@ -79,6 +79,9 @@ pub enum RpcCode {
     /// A rule of the gateway denies this call (named in the message and `data.rule`); 403 in
     /// the request log.
     DeniedByRule,
+    /// The tool's definition awaits an admin's approval (the gateway's `tool_policy`), or was
+    /// rejected: an answer about the call (200).
+    ToolPending,
     /// MCP 2026-07-28 `HEADER_MISMATCH`: a routing header (`Mcp-Method`, `Mcp-Name`,
     /// `Mcp-Param-*`, `MCP-Protocol-Version`) disagrees with the body or appears twice.
     HeaderMismatch,
@@ -109,6 +112,7 @@ impl RpcCode {
             RpcCode::NotAcceptable => -32008,
             RpcCode::UnsupportedMediaType => -32009,
             RpcCode::LimitExceeded => -32010,
+            RpcCode::ToolPending => -32011,
             RpcCode::DeniedByRule => -32012,
             RpcCode::HeaderMismatch => -32020,
             RpcCode::MissingRequiredClientCapability => -32021,
@@ -146,6 +150,7 @@ impl RpcCode {
             | RpcCode::ResourceNotFound
             | RpcCode::UpstreamTimeout
             | RpcCode::UpstreamFailure
+            | RpcCode::ToolPending
             | RpcCode::DeniedByRule => 200,
             RpcCode::InternalError => 500,
             RpcCode::Unauthorized => 401,
@@ -181,7 +186,7 @@ impl RpcCode {
     pub const fn logged_status(code: i64, transport_status: u16) -> u16 {
         match RpcCode::from_code(code) {
             Some(RpcCode::InvalidParams | RpcCode::HeaderMismatch) => 400,
-            Some(RpcCode::DeniedByRule) => 403,
+            Some(RpcCode::ToolPending | RpcCode::DeniedByRule) => 403,
             Some(RpcCode::UpstreamTimeout) => 504,
             _ if transport_status >= 500 => transport_status,
             _ => 502,
@@ -204,7 +209,7 @@ impl RpcCode {
     }
 
     /// Every code, for the tests and the README's table.
-    pub const ALL: [RpcCode; 20] = [
+    pub const ALL: [RpcCode; 21] = [
         RpcCode::ParseError,
         RpcCode::InvalidRequest,
         RpcCode::MethodNotFound,
@@ -221,6 +226,7 @@ impl RpcCode {
         RpcCode::NotAcceptable,
         RpcCode::UnsupportedMediaType,
         RpcCode::LimitExceeded,
+        RpcCode::ToolPending,
         RpcCode::DeniedByRule,
         RpcCode::HeaderMismatch,
         RpcCode::MissingRequiredClientCapability,
@@ -274,6 +280,7 @@ mod tests {
                 | RpcCode::NotAcceptable
                 | RpcCode::UnsupportedMediaType
                 | RpcCode::LimitExceeded
+                | RpcCode::ToolPending
                 | RpcCode::DeniedByRule
                 | RpcCode::HeaderMismatch
                 | RpcCode::MissingRequiredClientCapability

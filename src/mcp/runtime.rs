@@ -7,11 +7,13 @@ use crate::base::fast_map::FastMap;
 use crate::data::audit::Audit;
 use crate::data::changes::Change;
 use crate::data::model::Gateway;
+use crate::data::model::{PendingDefinition, PinnedDefinition, ToolPin, ToolPolicy};
 use crate::data::reqlog::RequestLog;
 use crate::data::state::State;
 use crate::data::store::StoreError;
+use crate::data::tool_pins::{self, GatewayPins, Verdict};
 use crate::mcp::apps::AppClients;
-use crate::mcp::catalogue::Catalogue;
+use crate::mcp::catalogue::{Catalogue, Found};
 use crate::mcp::jsonrpc;
 use crate::mcp::parked::ParkedCalls;
 use crate::mcp::quota::MinuteQuota;
@@ -45,6 +47,11 @@ pub struct McpRuntime {
     catalogues: FastMap<String, Arc<Catalogue>>,
     /// Gateway id -> its rules, compiled (only gateways that have rules).
     rules: FastMap<String, Arc<RuleSet>>,
+    /// Gateway id -> its tool pins (`tool_policy`), read from the store when a catalogue needs
+    /// them and dropped when they change (here or on another instance).
+    pins: FastMap<String, Arc<GatewayPins>>,
+    /// Bumped whenever pins are dropped: pins read from the store before are not kept.
+    pins_dropped: std::sync::atomic::AtomicU64,
     /// Gateway id -> sender of server-to-client messages for its open GET streams.
     pub(super) streams: FastMap<String, broadcast::Sender<Arc<StreamMessage>>>,
     /// Which client sessions are subscribed to which resource of which upstream.
@@ -82,6 +89,8 @@ impl McpRuntime {
             state,
             catalogues: FastMap::default(),
             rules: FastMap::default(),
+            pins: FastMap::default(),
+            pins_dropped: std::sync::atomic::AtomicU64::new(0),
             streams: FastMap::default(),
             subscriptions: Subscriptions::default(),
             relayed: DashMap::new(),
@@ -106,6 +115,13 @@ impl McpRuntime {
             Change::KeySaved { .. } | Change::KeyDeleted { .. } | Change::GrantDeleted { .. } => {
                 self.end_sessions_of_unusable_keys()
             }
+            Change::ToolPinsSaved { gateway_id, decided, .. } => {
+                self.drop_pins(gateway_id);
+                if *decided {
+                    self.notify_changed(gateway_id);
+                }
+            }
+            Change::ToolChangeDetected { gateway_id, .. } => self.drop_pins(gateway_id),
             // Already ended here when this instance ended it; another instance's end closes
             // this one's streams of it.
             Change::SessionEnded { session_id, .. } => self.sessions.ended_elsewhere(session_id),
@@ -146,11 +162,102 @@ impl McpRuntime {
                 }
             }
         }
-        let cat = Arc::new(Catalogue::build(&self.apps, gw, self.state.config().mcp.list_deadline).await);
-        if c.cache_enabled {
+        let pins = match c.tool_policy {
+            ToolPolicy::Off => None,
+            _ => match self.gateway_pins(gw).await {
+                Ok(pins) => Some(pins),
+                Err(e) => {
+                    // Without its pins nothing can be checked: no tool is served, nothing cached.
+                    tracing::warn!(gateway = gw.id, error = %e, "cannot read the gateway's tool pins");
+                    let failures =
+                        gw.servers.iter().map(|a| (a.clone(), format!("tool pins unavailable: {e}"))).collect();
+                    return Arc::new(Catalogue::failed(failures));
+                }
+            },
+        };
+        let mut cat = Catalogue::build(&self.apps, gw, self.state.config().mcp.list_deadline, pins.as_deref()).await;
+        let found = std::mem::take(&mut cat.found);
+        let recorded = match (&pins, found.is_empty()) {
+            (Some(pins), false) => self.record_found(gw, pins, found).await,
+            _ => true,
+        };
+        let cat = Arc::new(cat);
+        if c.cache_enabled && recorded {
             self.catalogues.insert(gw.id.clone(), cat.clone());
         }
         cat
+    }
+
+    /// The gateway's tool pins: this instance's copy, else read from the store (and kept, if no
+    /// pin changed meanwhile).
+    async fn gateway_pins(&self, gw: &Gateway) -> Result<Arc<GatewayPins>, StoreError> {
+        use std::sync::atomic::Ordering;
+        if let Some(p) = self.pins.get(&gw.id) {
+            return Ok(p.value().clone());
+        }
+        let dropped = self.pins_dropped.load(Ordering::Acquire);
+        let pins = Arc::new(GatewayPins::new(self.state.tool_pins_of(&gw.org_id, &gw.id).await?));
+        if self.pins_dropped.load(Ordering::Acquire) == dropped {
+            self.pins.insert(gw.id.clone(), pins.clone());
+        }
+        Ok(pins)
+    }
+
+    fn drop_pins(&self, gateway_id: &str) {
+        self.pins_dropped.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.pins.remove(gateway_id);
+    }
+
+    /// Writes what a catalogue's build found: definitions pinned on first use, changes now
+    /// pending (counted, and told to the feed for the `tool.changed` event). `false` when the
+    /// store refused them (the catalogue is then not kept, so the next request tries again).
+    async fn record_found(&self, gw: &Gateway, pins: &GatewayPins, found: Vec<Found>) -> bool {
+        let now = chrono::Utc::now();
+        let mut written = Vec::with_capacity(found.len());
+        for f in found {
+            let mut pin = pins.get(&f.app_id, &f.tool).cloned().unwrap_or_else(|| ToolPin {
+                id: tool_pins::pin_id(&gw.id, &f.app_id, &f.tool),
+                org_id: gw.org_id.clone(),
+                gateway_id: gw.id.clone(),
+                app_id: f.app_id,
+                tool: f.tool,
+                approved: None,
+                pending: None,
+                rejected: None,
+            });
+            match f.verdict {
+                Verdict::PinNow => {
+                    pin.approved = Some(PinnedDefinition { hash: f.hash, definition: f.definition, at: now })
+                }
+                Verdict::Pending(reason) => {
+                    let id = tool_pins::change_id(&pin.id, &f.hash);
+                    let pending =
+                        PendingDefinition { id, hash: f.hash, definition: f.definition, reason, detected_at: now };
+                    pin.pending = Some(pending);
+                }
+                Verdict::Serve | Verdict::Hide => continue,
+            }
+            written.push(pin);
+        }
+        if let Err(e) = self.state.save_tool_pins(&gw.org_id, &gw.id, &written, false).await {
+            tracing::warn!(gateway = gw.id, error = %e, "cannot record the gateway's tool pins");
+            return false;
+        }
+        for pin in &written {
+            if let Some(p) = &pin.pending {
+                tracing::info!(
+                    gateway = gw.id,
+                    app = pin.app_id,
+                    tool = pin.tool,
+                    kind = p.reason.kind(),
+                    change = p.id,
+                    "a tool definition awaits approval"
+                );
+                crate::observe::metrics::tool_change_detected(p.reason.kind());
+                self.state.tool_change_detected(pin);
+            }
+        }
+        true
     }
 
     /// GET streams open now, across the gateways.

@@ -195,6 +195,8 @@ pub struct AccessLine<'a> {
     pub client_certificate: Option<&'a str>,
     /// The gateway rule that denied the request's tool call.
     pub rule: Option<&'a str>,
+    /// A `tools/call` refused because the tool awaits approval (the gateway's `tool_policy`).
+    pub tool_pending: bool,
 }
 
 /// Writes the access line of a request (target `toolgate::access`, level info), in the log's
@@ -252,6 +254,9 @@ fn access_json(out: &mut Vec<u8>, l: &AccessLine<'_>) {
         out.extend_from_slice(b",\"rule\":");
         json_string(out, r);
     }
+    if l.tool_pending {
+        out.extend_from_slice(b",\"tool_pending\":true");
+    }
     out.extend_from_slice(b",\"target\":\"toolgate::access\"}\n");
 }
 
@@ -283,6 +288,9 @@ fn access_text(out: &mut Vec<u8>, l: &AccessLine<'_>) {
     if let Some(r) = l.rule {
         out.extend_from_slice(b" rule=");
         json_string(out, r);
+    }
+    if l.tool_pending {
+        out.extend_from_slice(b" tool_pending=true");
     }
     out.push(b'\n');
 }
@@ -397,6 +405,7 @@ mod tests {
             principal,
             client_certificate: None,
             rule: None,
+            tool_pending: false,
         }
     }
 

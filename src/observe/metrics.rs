@@ -289,6 +289,22 @@ pub fn hidden_text(class: &str, action: &str) {
     hidden_text_total().with_label_values(&[class, action]).inc();
 }
 
+/// A gateway's app tool definition became pending (`tool_policy`), by why: `changed`,
+/// `added` or `hidden_text`. No gateway label: the kinds are few, the gateways are not.
+pub fn tool_change_detected(kind: &'static str) {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_tool_changes_total",
+            "Tool definitions of gateways' apps that became pending under the gateway's tool_policy, by kind",
+            &["kind"]
+        )
+        .expect("metric registers once")
+    })
+    .with_label_values(&[kind])
+    .inc();
+}
+
 /// A gauge read when Prometheus scrapes rather than kept up to date on every change: the
 /// number of live sessions, open streams or running processes is a function of the running
 /// server ([`gauge_at_scrape`]).

@@ -16,6 +16,7 @@ mod conf_files;
 mod docs;
 mod durability;
 mod filters_edge;
+mod governance_pins;
 mod governance_rules;
 mod harness_smoke;
 mod identity_changes;

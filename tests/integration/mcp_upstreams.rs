@@ -51,7 +51,7 @@ fn create_gateway(srv: &TestServer, servers: &[&str]) -> (String, String) {
 
 /// An initialized MCP client session on one gateway (raw JSON-RPC over blocking reqwest).
 #[derive(Clone)]
-struct Mcp {
+pub(crate) struct Mcp {
     client: reqwest::blocking::Client,
     url: String,
     key: String,
@@ -59,7 +59,7 @@ struct Mcp {
 }
 
 impl Mcp {
-    fn open(srv: &TestServer, gateway_id: &str, key: &str) -> Mcp {
+    pub(crate) fn open(srv: &TestServer, gateway_id: &str, key: &str) -> Mcp {
         let client = reqwest::blocking::Client::builder()
             .timeout(Duration::from_secs(60))
             .no_proxy()
@@ -100,7 +100,7 @@ impl Mcp {
     }
 
     /// A JSON-RPC request with `id`; asserts HTTP 200, a JSON body and the echoed id.
-    fn rpc(&self, id: u64, method: &str, params: Value) -> Value {
+    pub(crate) fn rpc(&self, id: u64, method: &str, params: Value) -> Value {
         let r = self.post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         let status = r.status().as_u16();
         let text = r.text().unwrap_or_default();
@@ -111,11 +111,11 @@ impl Mcp {
         body
     }
 
-    fn call(&self, id: u64, tool: &str, arguments: Value) -> Value {
+    pub(crate) fn call(&self, id: u64, tool: &str, arguments: Value) -> Value {
         self.rpc(id, "tools/call", json!({"name": tool, "arguments": arguments}))
     }
 
-    fn tool_names(&self, id: u64) -> Vec<String> {
+    pub(crate) fn tool_names(&self, id: u64) -> Vec<String> {
         let body = self.rpc(id, "tools/list", json!({}));
         body["result"]["tools"]
             .as_array()
@@ -127,7 +127,7 @@ impl Mcp {
 }
 
 /// The text of a successful tool result (asserts `result`, no `isError`).
-fn result_text(body: &Value) -> String {
+pub(crate) fn result_text(body: &Value) -> String {
     assert!(body.get("error").is_none(), "expected a result, got an error: {body}");
     assert_ne!(body["result"]["isError"], json!(true), "expected a successful tool result: {body}");
     body["result"]["content"][0]["text"]
@@ -137,7 +137,7 @@ fn result_text(body: &Value) -> String {
 }
 
 /// `(code, message)` of a JSON-RPC error answer (asserts there is no result).
-fn rpc_error(body: &Value) -> (i64, String) {
+pub(crate) fn rpc_error(body: &Value) -> (i64, String) {
     assert!(body.get("result").is_none(), "expected a JSON-RPC error, got a result: {body}");
     let code = body["error"]["code"].as_i64().unwrap_or_else(|| panic!("error.code: {body}"));
     let msg = body["error"]["message"].as_str().unwrap_or_else(|| panic!("error.message: {body}")).to_string();

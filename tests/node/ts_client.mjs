@@ -6,8 +6,7 @@
 // TIME_TOOL is the exposed name of the built-in time tool (`get_current_time` on a single-app
 // gateway, `time__get_current_time` beside other apps). Prints one JSON line with what it saw;
 // exits 1 with a message on the first failed check.
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { check, connect } from "./ts_common.mjs";
 
 const [url, key, timeTool = "get_current_time"] = process.argv.slice(2);
 if (!url || !key) {
@@ -15,18 +14,7 @@ if (!url || !key) {
   process.exit(2);
 }
 
-function check(cond, what, detail) {
-  if (!cond) {
-    console.error(`FAILED: ${what}${detail === undefined ? "" : `: ${JSON.stringify(detail)}`}`);
-    process.exit(1);
-  }
-}
-
-const transport = new StreamableHTTPClientTransport(new URL(url), {
-  requestInit: { headers: { "X-API-Key": key } },
-});
-const client = new Client({ name: "toolgate-ts-test", version: "1.0.0" });
-await client.connect(transport);
+const { client, transport } = await connect(url, key, "toolgate-ts-test");
 check(transport.sessionId, "gateway gave a session id");
 check(client.getServerVersion()?.name === "toolgate", "serverInfo.name is toolgate", client.getServerVersion());
 check(client.getServerCapabilities()?.tools?.listChanged === true, "tools.listChanged", client.getServerCapabilities());

@@ -94,8 +94,12 @@ def silent_for(lines) -> list[str]:
 def test_app_list_changed_refreshes_the_catalogue_and_reaches_open_streams():
     with ToolgateServer(full_config=config(TIME_APP + DYNAMIC_APP)) as srv:
         api = Api(srv)
-        # A cache that would hide the new tool for an hour if the announcement were ignored.
-        gw_id, key = api.create_gateway(["time", "dyn"], configuration={"cache_enabled": True, "cache_ttl": 3600})
+        # A cache that would hide the new tool for an hour if the announcement were ignored;
+        # `tool_policy: off`, so that the added tool is served without an approval
+        # (`test_tool_pins.py` tests the approval).
+        gw_id, key = api.create_gateway(
+            ["time", "dyn"], configuration={"cache_enabled": True, "cache_ttl": 3600, "tool_policy": "off"}
+        )
         c = McpHttp(mcp_url(srv, gw_id), key)
         c.initialize()
         before = tool_names(c)

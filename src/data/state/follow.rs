@@ -65,7 +65,11 @@ impl Named {
             | Change::OAuthClientDeleted { .. }
             | Change::WebSessionStarted { .. }
             | Change::WebSessionEnded { .. }
-            | Change::PasswordChanged { .. } => return None,
+            | Change::PasswordChanged { .. }
+            // Tool pins are read from the store when a catalogue needs them; the MCP runtime
+            // drops its copy on these changes.
+            | Change::ToolPinsSaved { .. }
+            | Change::ToolChangeDetected { .. } => return None,
         })
     }
 }

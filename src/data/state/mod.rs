@@ -16,6 +16,7 @@ use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
 use toolgate_filters::Principal;
 
 mod follow;
+mod pins;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -82,6 +82,9 @@ pub enum Kind {
     /// What a user granted a client, in its organisation's partition (expiring with its refresh
     /// token).
     OAuthGrant,
+    /// A gateway's pinned definition of one app tool, and its pending change, in its
+    /// organisation's partition (`data::tool_pins`).
+    ToolPin,
 }
 
 impl Kind {
@@ -108,6 +111,7 @@ impl Kind {
             Kind::OAuthClient => "oauth_client",
             Kind::OAuthCode => "oauth_code",
             Kind::OAuthGrant => "oauth_grant",
+            Kind::ToolPin => "tool_pin",
         }
     }
 }

@@ -1,0 +1,72 @@
+//! A gateway's tool pins (`data::tool_pins`): read from the store when a gateway's catalogue
+//! needs them (the MCP runtime keeps them until they change) or an admin lists them, written
+//! through it with a change on the feed, so every instance drops its copy.
+
+use super::{decode, State};
+use crate::data::changes::Change;
+use crate::data::model::ToolPin;
+use crate::data::store::{encode, Kind, StoreError, Stored};
+
+impl State {
+    /// The pins of one gateway, as the store holds them now.
+    pub async fn tool_pins_of(&self, org_id: &str, gateway_id: &str) -> Result<Vec<ToolPin>, StoreError> {
+        let rows = self.store.load_partition(Kind::ToolPin, org_id).await?;
+        let mut pins = Vec::new();
+        for (id, body) in rows {
+            let pin: ToolPin = decode(Kind::ToolPin, &id, &body)?;
+            if pin.gateway_id == gateway_id {
+                pins.push(pin);
+            }
+        }
+        pins.sort_by(|a, b| (&a.app_id, &a.tool).cmp(&(&b.app_id, &b.tool)));
+        Ok(pins)
+    }
+
+    /// One pin as the store holds it now.
+    pub async fn tool_pin(&self, id: &str) -> Result<Option<ToolPin>, StoreError> {
+        self.read(Kind::ToolPin, id).await
+    }
+
+    /// Writes pins of one gateway in one durable write, then publishes [`Change::ToolPinsSaved`]
+    /// (`decided`: an admin's approval or rejection).
+    pub async fn save_tool_pins(
+        &self,
+        org_id: &str,
+        gateway_id: &str,
+        pins: &[ToolPin],
+        decided: bool,
+    ) -> Result<(), StoreError> {
+        if pins.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Vec::with_capacity(pins.len());
+        for p in pins {
+            batch.push(Stored {
+                partition: org_id.to_string(),
+                id: p.id.clone(),
+                json: encode(Kind::ToolPin, &p.id, p)?,
+            });
+        }
+        self.store.put_many(Kind::ToolPin, batch).await?;
+        let _copies = self.copies();
+        self.changes.publish(Change::ToolPinsSaved {
+            org_id: org_id.to_string(),
+            gateway_id: gateway_id.to_string(),
+            decided,
+        });
+        Ok(())
+    }
+
+    /// Tells the feed that a pin's definition became pending (once it is written).
+    pub fn tool_change_detected(&self, pin: &ToolPin) {
+        let Some(pending) = &pin.pending else { return };
+        self.changes.publish(Change::ToolChangeDetected {
+            org_id: pin.org_id.clone(),
+            gateway_id: pin.gateway_id.clone(),
+            change_id: pending.id.clone(),
+            app_id: pin.app_id.clone(),
+            tool: pin.tool.clone(),
+            kind: pending.reason.kind().to_string(),
+        });
+    }
+}

@@ -1,0 +1,236 @@
+//! Pinned tool definitions (`configuration.tool_policy`, `docs/governance.md`): a tool
+//! definition's canonical hash, the ids of pins and of pending changes, the readable diff of a
+//! change, and the verdict on one listed tool given a gateway's pins. The records are
+//! [`ToolPin`]s, written through `State` (`save_tool_pins`) like every record; the MCP
+//! catalogue applies the verdicts when it is built.
+
+use crate::data::model::{PendingReason, ToolPin, ToolPolicy};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+
+/// The fields of a tool definition that are pinned, in the order a diff lists them.
+pub const FIELDS: [&str; 6] = ["name", "title", "description", "inputSchema", "outputSchema", "annotations"];
+
+/// SHA-256 (hex) of the canonical JSON of `tool`'s pinned fields (absent ones omitted): keys
+/// sorted at every depth, no whitespace. The definition as the app sent it, so text a reader
+/// does not see is part of it.
+pub fn canonical_hash(tool: &Value) -> String {
+    let mut out = String::with_capacity(256);
+    out.push('{');
+    let mut first = true;
+    let mut present: Vec<(&str, &Value)> = FIELDS.iter().filter_map(|f| tool.get(*f).map(|v| (*f, v))).collect();
+    present.sort_by(|a, b| a.0.cmp(b.0));
+    for (field, value) in present {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        write_string(&mut out, field);
+        out.push(':');
+        write_canonical(&mut out, value);
+    }
+    out.push('}');
+    hex::encode(Sha256::digest(out.as_bytes()))
+}
+
+fn write_string(out: &mut String, s: &str) {
+    out.push_str(&Value::String(s.to_string()).to_string());
+}
+
+fn write_canonical(out: &mut String, v: &Value) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, k);
+                out.push(':');
+                write_canonical(out, &map[k]);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn short_hash(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(&h.finalize()[..12])
+}
+
+/// The id of the pin of `tool` of `app_id` on `gateway_id`: the same on every instance.
+pub fn pin_id(gateway_id: &str, app_id: &str, tool: &str) -> String {
+    format!("tpn_{}", short_hash(&[gateway_id, app_id, tool]))
+}
+
+/// The id of the pending change of a pin to the definition hashed `hash`.
+pub fn change_id(pin_id: &str, hash: &str) -> String {
+    format!("tch_{}", short_hash(&[pin_id, hash]))
+}
+
+/// The pinned fields that differ between `old` and `new` (`null` where absent), each as
+/// `{"old": ..., "new": ...}`; with no `old`, every field `new` has.
+pub fn diff(old: Option<&Value>, new: &Value) -> Value {
+    let mut out = Map::new();
+    for field in FIELDS {
+        let (o, n) = (old.and_then(|o| o.get(field)), new.get(field));
+        if o != n {
+            let pair = serde_json::json!({ "old": o.cloned().unwrap_or(Value::Null), "new": n.cloned().unwrap_or(Value::Null) });
+            out.insert(field.to_string(), pair);
+        }
+    }
+    Value::Object(out)
+}
+
+/// What the catalogue does with one listed tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its approved definition: served.
+    Serve,
+    /// Hidden, and already known as pending or rejected: nothing to record.
+    Hide,
+    /// The app's first list for the gateway under `pin`: served, and pinned now.
+    PinNow,
+    /// Hidden, and recorded as a new pending change.
+    Pending(PendingReason),
+}
+
+/// A gateway's pins, as the catalogue reads them.
+#[derive(Debug, Default)]
+pub struct GatewayPins {
+    by_tool: HashMap<(String, String), ToolPin>,
+    /// Apps that have been listed for the gateway (at least one pin).
+    apps: HashSet<String>,
+}
+
+impl GatewayPins {
+    pub fn new(pins: Vec<ToolPin>) -> GatewayPins {
+        let apps = pins.iter().map(|p| p.app_id.clone()).collect();
+        let by_tool = pins.into_iter().map(|p| ((p.app_id.clone(), p.tool.clone()), p)).collect();
+        GatewayPins { by_tool, apps }
+    }
+
+    pub fn get(&self, app_id: &str, tool: &str) -> Option<&ToolPin> {
+        self.by_tool.get(&(app_id.to_string(), tool.to_string()))
+    }
+
+    /// The verdict on `tool` of `app_id`, listed with the definition hashed `hash`.
+    pub fn judge(&self, policy: ToolPolicy, app_id: &str, tool: &str, hash: &str) -> Verdict {
+        if policy == ToolPolicy::Off {
+            return Verdict::Serve;
+        }
+        match self.get(app_id, tool) {
+            Some(pin) => {
+                if pin.approved.as_ref().is_some_and(|a| a.hash == hash) {
+                    Verdict::Serve
+                } else if pin.pending.as_ref().is_some_and(|p| p.hash == hash) || pin.rejected.as_deref() == Some(hash)
+                {
+                    Verdict::Hide
+                } else if pin.approved.is_some() {
+                    Verdict::Pending(PendingReason::Changed)
+                } else {
+                    Verdict::Pending(PendingReason::Added)
+                }
+            }
+            None if policy == ToolPolicy::Pin && !self.apps.contains(app_id) => Verdict::PinNow,
+            None => Verdict::Pending(PendingReason::Added),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::model::{PendingDefinition, PinnedDefinition};
+    use serde_json::json;
+
+    #[test]
+    fn the_hash_is_of_the_canonical_json_of_the_pinned_fields() {
+        let a = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"b": {}, "a": {}}}});
+        let b = json!({"inputSchema": {"properties": {"a": {}, "b": {}}, "type": "object"}, "description": "d", "name": "t"});
+        assert_eq!(canonical_hash(&a), canonical_hash(&b), "key order does not count");
+        let with_extra = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"b": {}, "a": {}}}, "_meta": {"x": 1}, "icons": []});
+        assert_eq!(canonical_hash(&a), canonical_hash(&with_extra), "unpinned fields do not count");
+        let hidden = json!({"name": "t", "description": "d\u{200b}", "inputSchema": {"type": "object", "properties": {"b": {}, "a": {}}}});
+        assert_ne!(canonical_hash(&a), canonical_hash(&hidden), "invisible text counts");
+        // The canonical form itself: sorted keys, no whitespace.
+        let expected = r#"{"description":"d","name":"t"}"#;
+        assert_eq!(
+            canonical_hash(&json!({"name": "t", "description": "d"})),
+            hex::encode(Sha256::digest(expected.as_bytes()))
+        );
+    }
+
+    #[test]
+    fn a_diff_names_each_changed_field() {
+        let old = json!({"name": "t", "description": "a", "title": "T"});
+        let new = json!({"name": "t", "description": "b", "annotations": {"readOnlyHint": true}});
+        assert_eq!(
+            diff(Some(&old), &new),
+            json!({"title": {"old": "T", "new": null}, "description": {"old": "a", "new": "b"},
+                   "annotations": {"old": null, "new": {"readOnlyHint": true}}})
+        );
+        assert_eq!(diff(None, &json!({"name": "t"})), json!({"name": {"old": null, "new": "t"}}));
+    }
+
+    fn pin(app: &str, tool: &str, approved: Option<&str>, pending: Option<&str>, rejected: Option<&str>) -> ToolPin {
+        let now = chrono::Utc::now();
+        ToolPin {
+            id: pin_id("gw", app, tool),
+            org_id: "org".into(),
+            gateway_id: "gw".into(),
+            app_id: app.into(),
+            tool: tool.into(),
+            approved: approved.map(|h| PinnedDefinition { hash: h.into(), definition: json!({}), at: now }),
+            pending: pending.map(|h| PendingDefinition {
+                id: change_id("p", h),
+                hash: h.into(),
+                definition: json!({}),
+                reason: PendingReason::Changed,
+                detected_at: now,
+            }),
+            rejected: rejected.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let pins = GatewayPins::new(vec![
+            pin("a", "ok", Some("h1"), None, None),
+            pin("a", "waiting", Some("h1"), Some("h2"), None),
+            pin("a", "refused", None, None, Some("h3")),
+        ]);
+        use ToolPolicy::*;
+        assert_eq!(pins.judge(Off, "a", "anything", "x"), Verdict::Serve);
+        assert_eq!(pins.judge(Pin, "a", "ok", "h1"), Verdict::Serve);
+        assert_eq!(pins.judge(Pin, "a", "ok", "h9"), Verdict::Pending(PendingReason::Changed));
+        assert_eq!(pins.judge(Pin, "a", "waiting", "h2"), Verdict::Hide, "already pending");
+        assert_eq!(pins.judge(Pin, "a", "waiting", "h1"), Verdict::Serve, "the app serves the pin again");
+        assert_eq!(pins.judge(Pin, "a", "refused", "h3"), Verdict::Hide, "rejected stays hidden");
+        assert_eq!(pins.judge(Pin, "a", "refused", "h4"), Verdict::Pending(PendingReason::Added));
+        assert_eq!(pins.judge(Pin, "a", "new", "h1"), Verdict::Pending(PendingReason::Added), "a known app's new tool");
+        assert_eq!(pins.judge(Pin, "b", "first", "h1"), Verdict::PinNow, "an app's first list is trusted");
+        assert_eq!(pins.judge(Approve, "b", "first", "h1"), Verdict::Pending(PendingReason::Added));
+        assert_ne!(pin_id("gw", "a", "t"), pin_id("gw", "a", "u"));
+        assert_ne!(change_id("p", "h1"), change_id("p", "h2"));
+    }
+}

@@ -1,0 +1,285 @@
+//! Pinned tool definitions (issue 42, item 1; `docs/governance.md`), against the real binary and
+//! a real MCP server on the official Python SDK (`tests/py/changing_tools_server.py`) that
+//! changes a tool's description (a rug pull) and adds a tool when asked: a new gateway pins the
+//! app's first list; the changed and the added tool are neither listed nor callable (-32011
+//! naming the tool) until approved; the pending changes and their diff through the API; approve
+//! and reject behind the MFA gate; another organisation's gateway and changes are 404; the
+//! counter and the access line's `tool_pending`; and two instances on one Redis, where an
+//! approval on one is enforced on the other within a second.
+
+use crate::api_mfa::{code_at, step_now, totp};
+use crate::common::{self, err, ok, validation, Peer, ServerOptions, TestServer};
+use crate::mcp_upstreams::{result_text, rpc_error, Mcp};
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const PENDING: i64 = -32011;
+
+fn server_script() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/changing_tools_server.py");
+    path.to_string_lossy().into_owned()
+}
+
+/// The changing server as a stdio app `chg` (a Python process started on first use: its first
+/// list is given time on a busy machine).
+fn stdio_app() -> String {
+    format!(
+        "  - {{ id: chg, name: Changing, category: testing, timeouts: {{ connect_ms: 60000 }}, command: [{:?}, {:?}] }}\nmcp:\n  list_deadline_ms: 30000\n",
+        common::python().to_string_lossy(),
+        server_script()
+    )
+}
+
+/// The changing server over Streamable HTTP (one server for every instance).
+fn http_server() -> Peer {
+    let mut cmd = Command::new(common::python());
+    cmd.arg(server_script()).arg("http").current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py"));
+    Peer::spawn("changing-tools", cmd)
+}
+
+/// Organisations, users and keys: `org_gp` (owner `usr_gp`, and `usr_gp_mfa` who will enrol
+/// MFA) and `org_gp_other`.
+struct Keys {
+    owner: String,
+    mfa: String,
+    other: String,
+    yaml: String,
+}
+
+fn keys() -> Keys {
+    let (owner, y1) = common::declared_key("key_gp_owner", "usr_gp", &["*"]);
+    let (mfa, y2) = common::declared_key("key_gp_mfa", "usr_gp_mfa", &["*"]);
+    let (other, y3) = common::declared_key("key_gp_other", "usr_gp_other", &["*"]);
+    let yaml = format!(
+        "organizations:\n  - {{ id: org_gp, name: Pins, tier: enterprise }}\n  - {{ id: org_gp_other, name: Other, tier: enterprise }}\n\
+         users:\n  - {{ id: usr_gp, email: gp@pins.test, name: Gp, role: owner, organization: org_gp }}\n\
+         \x20 - {{ id: usr_gp_mfa, email: mfa@pins.test, name: Mfa, role: owner, organization: org_gp }}\n\
+         \x20 - {{ id: usr_gp_other, email: other@pins.test, name: Other, role: owner, organization: org_gp_other }}\n\
+         api_keys:\n{y1}{y2}{y3}"
+    );
+    Keys { owner, mfa, other, yaml }
+}
+
+fn create_gateway(srv: &TestServer, key: &str, servers: &[&str], configuration: Value) -> (String, String) {
+    let body = json!({"name": format!("pins-{}", common::random_alnum(8)), "servers": servers, "configuration": configuration});
+    let gw = ok(&srv.api("POST", "/v1/gateways", Some(key), Some(body)), 201);
+    (gw["id"].as_str().unwrap().to_string(), gw["api_key"].as_str().unwrap().to_string())
+}
+
+fn changes(srv: &TestServer, key: &str, gw: &str) -> Vec<Value> {
+    let d = ok(&srv.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(key), None), 200);
+    d["tool_changes"].as_array().unwrap_or_else(|| panic!("tool_changes: {d}")).clone()
+}
+
+fn decide(srv: &TestServer, key: &str, gw: &str, change: &str, what: &str, mfa: Option<&str>) -> common::Resp {
+    let headers: Vec<(&str, &str)> = mfa.map(|m| vec![("x-mfa-token", m)]).unwrap_or_default();
+    srv.request("POST", &format!("/v1/gateways/{gw}/tool-changes/{change}/{what}"), Some(key), None, &headers)
+}
+
+/// Waits (up to 10 s) until `check` holds for the gateway's tool names.
+fn until_tools(mcp: &Mcp, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let names = mcp.tool_names(9);
+        if check(&names) {
+            return names;
+        }
+        assert!(Instant::now() < deadline, "{what}: tools are {names:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn has(names: &[String], n: &str) -> bool {
+    names.iter().any(|x| x == n)
+}
+
+fn assert_pending(body: &Value, tool: &str) {
+    let (code, message) = rpc_error(body);
+    assert_eq!(code, PENDING, "{body}");
+    assert!(message.contains(tool) && message.contains("awaits approval"), "{body}");
+    assert_eq!(body["error"]["data"]["tool"], tool, "{body}");
+}
+
+#[test]
+fn a_changed_or_added_tool_is_held_back_until_approved() {
+    let k = keys();
+    let srv = TestServer::start(&format!("{}{}", stdio_app(), k.yaml));
+    let (gw, gw_key) = create_gateway(&srv, &k.owner, &["chg"], json!({}));
+    let detail = ok(&srv.api("GET", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
+    assert_eq!(detail["configuration"]["tool_policy"], "pin", "a new gateway pins: {detail}");
+    validation(
+        &srv.api(
+            "PATCH",
+            &format!("/v1/gateways/{gw}"),
+            Some(&k.owner),
+            Some(json!({"configuration": {"tool_policy": "trust"}})),
+        ),
+        "configuration.tool_policy",
+    );
+
+    // The app's first list is pinned as it is.
+    let mcp = Mcp::open(&srv, &gw, &gw_key);
+    let names = mcp.tool_names(1);
+    assert!(has(&names, "send_email") && has(&names, "rug_pull") && has(&names, "add_tool"), "{names:?}");
+    assert_eq!(result_text(&mcp.call(2, "send_email", json!({"to": "a@b.test"}))), "sent to a@b.test");
+    assert!(changes(&srv, &k.owner, &gw).is_empty(), "nothing pending after the first list");
+
+    // The rug pull: the changed tool disappears and cannot be called.
+    result_text(&mcp.call(3, "rug_pull", json!({})));
+    until_tools(&mcp, "send_email is held back", |n| !has(n, "send_email") && has(n, "rug_pull"));
+    assert_pending(&mcp.call(4, "send_email", json!({"to": "a@b.test"})), "send_email");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !srv.all_logs().contains("\"tool_pending\":true") {
+        assert!(Instant::now() < deadline, "no access line with tool_pending:\n{}", srv.all_logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And an added tool too.
+    result_text(&mcp.call(5, "add_tool", json!({})));
+    std::thread::sleep(Duration::from_millis(300));
+    let names = until_tools(&mcp, "exfiltrate is held back", |n| !has(n, "exfiltrate") && has(n, "add_tool"));
+    assert!(!has(&names, "send_email"), "{names:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let list = loop {
+        let list = changes(&srv, &k.owner, &gw);
+        if list.len() == 2 || Instant::now() > deadline {
+            break list;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(list.len(), 2, "{list:?}");
+    let changed = list.iter().find(|c| c["tool"] == "send_email").expect("send_email's change");
+    assert_eq!((changed["kind"].as_str(), changed["app"].as_str()), (Some("changed"), Some("chg")), "{changed}");
+    assert_eq!(changed["diff"]["description"]["old"], "Sends an e-mail.", "{changed}");
+    assert!(changed["diff"]["description"]["new"].as_str().unwrap().contains("BCC"), "{changed}");
+    assert!(changed["diff"].get("inputSchema").is_none(), "only what changed: {changed}");
+    assert!(changed["id"].as_str().unwrap().starts_with("tch_") && changed["detected_at"].is_string(), "{changed}");
+    let added = list.iter().find(|c| c["tool"] == "exfiltrate").expect("exfiltrate's change");
+    assert_eq!(added["kind"], "added", "{added}");
+    assert_eq!(added["diff"]["description"]["old"], Value::Null, "{added}");
+    let (changed_id, added_id) = (changed["id"].as_str().unwrap(), added["id"].as_str().unwrap());
+    let metrics = srv.metrics();
+    for kind in ["changed", "added"] {
+        let line = format!("toolgate_tool_changes_total{{kind=\"{kind}\"}} 1");
+        assert!(
+            metrics.contains(&line),
+            "{line} in\n{}",
+            metrics.lines().filter(|l| l.contains("tool_changes")).collect::<Vec<_>>().join("\n")
+        );
+    }
+
+    // Another organisation sees none of it; an unknown change is 404.
+    err(&srv.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(&k.other), None), 404, "NOT_FOUND");
+    err(&decide(&srv, &k.other, &gw, changed_id, "approve", None), 404, "NOT_FOUND");
+    let (other_gw, _) = create_gateway(&srv, &k.other, &["chg"], json!({}));
+    err(&decide(&srv, &k.other, &other_gw, changed_id, "approve", None), 404, "NOT_FOUND");
+    err(&decide(&srv, &k.owner, &gw, "tch_nope", "approve", None), 404, "NOT_FOUND");
+    assert_eq!(changes(&srv, &k.owner, &gw).len(), 2, "nothing decided");
+
+    // Rejected: the added tool stays hidden, and is no longer pending.
+    let r = ok(&decide(&srv, &k.owner, &gw, added_id, "reject", None), 200);
+    assert_eq!(r["decision"], "rejected", "{r}");
+    assert_pending(&mcp.call(6, "exfiltrate", json!({})), "exfiltrate");
+    let left = changes(&srv, &k.owner, &gw);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(!has(&mcp.tool_names(7), "exfiltrate"));
+
+    // Approved: the new definition is pinned, listed and callable.
+    let r = ok(&decide(&srv, &k.owner, &gw, changed_id, "approve", None), 200);
+    assert_eq!(r["decision"], "approved", "{r}");
+    let names = mcp.tool_names(8);
+    assert!(has(&names, "send_email"), "approved at once: {names:?}");
+    let listed = mcp.rpc(10, "tools/list", json!({}));
+    let send =
+        listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "send_email").unwrap().clone();
+    assert!(send["description"].as_str().unwrap().contains("BCC"), "the approved definition: {send}");
+    assert_eq!(result_text(&mcp.call(11, "send_email", json!({"to": "c@d.test"}))), "sent to c@d.test");
+    assert!(changes(&srv, &k.owner, &gw).is_empty());
+    err(&decide(&srv, &k.owner, &gw, changed_id, "approve", None), 404, "NOT_FOUND");
+
+    // `off` keeps today's behaviour; `approve` starts with nothing approved.
+    let (off_gw, off_key) = create_gateway(&srv, &k.owner, &["chg"], json!({"tool_policy": "off"}));
+    let names = Mcp::open(&srv, &off_gw, &off_key).tool_names(1);
+    assert!(has(&names, "exfiltrate") && has(&names, "send_email"), "{names:?}");
+    let (strict_gw, strict_key) = create_gateway(&srv, &k.owner, &["chg"], json!({"tool_policy": "approve"}));
+    let strict = Mcp::open(&srv, &strict_gw, &strict_key);
+    assert!(strict.tool_names(1).is_empty(), "nothing approved yet");
+    let pending = changes(&srv, &k.owner, &strict_gw);
+    assert_eq!(pending.len(), 4, "{pending:?}");
+    assert!(pending.iter().all(|c| c["kind"] == "added"), "{pending:?}");
+    let rug = pending.iter().find(|c| c["tool"] == "rug_pull").unwrap()["id"].as_str().unwrap().to_string();
+    ok(&decide(&srv, &k.owner, &strict_gw, &rug, "approve", None), 200);
+    assert_eq!(strict.tool_names(2), ["rug_pull"]);
+}
+
+#[test]
+fn approve_and_reject_are_behind_the_mfa_gate() {
+    let k = keys();
+    let srv = TestServer::start(&format!("{}{}", stdio_app(), k.yaml));
+    let (gw, gw_key) = create_gateway(&srv, &k.mfa, &["chg"], json!({"tool_policy": "approve"}));
+    assert!(Mcp::open(&srv, &gw, &gw_key).tool_names(1).is_empty(), "nothing approved yet");
+    let id = changes(&srv, &k.mfa, &gw)[0]["id"].as_str().unwrap().to_string();
+    let e = ok(&srv.api("POST", "/v1/auth/mfa/enroll", Some(&k.mfa), None), 200);
+    let t = totp(e["secret"].as_str().unwrap());
+    let step = step_now();
+    ok(&srv.api("POST", "/v1/auth/mfa/activate", Some(&k.mfa), Some(json!({"code": code_at(&t, step - 1)}))), 200);
+    for what in ["approve", "reject"] {
+        let e = err(&decide(&srv, &k.mfa, &gw, &id, what, None), 403, "MFA_REQUIRED");
+        assert!(e["challenge_id"].is_string(), "{e}");
+    }
+    assert!(changes(&srv, &k.mfa, &gw).iter().any(|c| c["id"] == id.as_str()), "nothing decided without MFA");
+    let r = ok(&decide(&srv, &k.mfa, &gw, &id, "approve", Some(&code_at(&t, step))), 200);
+    assert_eq!(r["decision"], "approved");
+    assert!(!changes(&srv, &k.mfa, &gw).iter().any(|c| c["id"] == id.as_str()));
+}
+
+#[test]
+fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
+    let k = keys();
+    let app = http_server();
+    let redis = common::spawn_redis();
+    let prefix = format!("tgpins{}", common::random_alnum(6).to_lowercase());
+    let yaml = format!(
+        "environment: development\nserver:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  public_url: http://localhost:8080\n\
+         storage:\n  backend: redis\n  url: {}\n  key_prefix: {prefix}\nmcp:\n  list_deadline_ms: 30000\n\
+         apps:\n  - {{ id: chg, name: Changing, category: testing, url: \"http://127.0.0.1:{}/mcp\" }}\n{}",
+        common::redis_url(&redis),
+        app.port,
+        k.yaml
+    );
+    let start = || {
+        TestServer::start_opts(ServerOptions {
+            full_config: Some(yaml.clone()),
+            env: vec![("TOOLGATE_SECRET_KEY".into(), "ef".repeat(32))],
+            ..Default::default()
+        })
+    };
+    let (a, b) = (start(), start());
+    let (gw, gw_key) = create_gateway(&a, &k.owner, &["chg"], json!({}));
+    let on_a = Mcp::open(&a, &gw, &gw_key);
+    assert!(has(&on_a.tool_names(1), "send_email"), "pinned on first use");
+    result_text(&on_a.call(2, "rug_pull", json!({})));
+    until_tools(&on_a, "held back on A", |n| !has(n, "send_email") && has(n, "rug_pull"));
+
+    // B lists the app for the first time now, and enforces the pins A made.
+    let on_b = Mcp::open(&b, &gw, &gw_key);
+    let names = on_b.tool_names(1);
+    assert!(!has(&names, "send_email") && has(&names, "rug_pull"), "{names:?}");
+    assert_pending(&on_b.call(2, "send_email", json!({"to": "x@y.test"})), "send_email");
+    let list = changes(&b, &k.owner, &gw);
+    assert_eq!(list.len(), 1, "one change, seen from B: {list:?}");
+
+    // Approved on A: B serves it within a second.
+    let id = list[0]["id"].as_str().unwrap();
+    ok(&decide(&a, &k.owner, &gw, id, "approve", None), 200);
+    let approved = Instant::now();
+    loop {
+        if has(&on_b.tool_names(3), "send_email") {
+            break;
+        }
+        assert!(approved.elapsed() < Duration::from_secs(1), "B did not follow A's approval within a second");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(result_text(&on_b.call(4, "send_email", json!({"to": "x@y.test"}))), "sent to x@y.test");
+    drop((a, b));
+}
