@@ -289,7 +289,7 @@ mod tests {
         }
         let mut listed = RpcCode::ALL.to_vec();
         listed.dedup();
-        assert_eq!(listed.len(), 20);
+        assert_eq!(listed.len(), 21);
     }
 
     /// The table's statuses, in a session and in the stateless revision, as `src/mcp/README.md`

@@ -32,6 +32,9 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/gateways/{id}", Scope("gateways:read")),
     ("PATCH", "/gateways/{id}", Scope("gateways:write")),
     ("DELETE", "/gateways/{id}", Scope("gateways:delete")),
+    ("GET", "/gateways/{id}/tool-changes", Scope("gateways:read")),
+    ("POST", "/gateways/{id}/tool-changes/{sub_id}/approve", Scope("gateways:write")),
+    ("POST", "/gateways/{id}/tool-changes/{sub_id}/reject", Scope("gateways:write")),
     ("GET", "/apps", Scope("apps:read")),
     ("GET", "/apps/{id}", Scope("apps:read")),
     ("POST", "/apps/{id}/connect", Scope("apps:write")),
@@ -199,7 +202,11 @@ fn start() -> Fx {
 fn real_id(f: &Fx, path: &str, n: usize) -> String {
     let owner = &f.only["admin"];
     match path {
-        "/gateways/{id}" | "/metrics/gateway/{id}" => {
+        "/gateways/{id}"
+        | "/metrics/gateway/{id}"
+        | "/gateways/{id}/tool-changes"
+        | "/gateways/{id}/tool-changes/{sub_id}/approve"
+        | "/gateways/{id}/tool-changes/{sub_id}/reject" => {
             let r = f.srv.api(
                 "POST",
                 "/v1/gateways",
@@ -247,7 +254,8 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
 
 fn call(f: &Fx, method: &str, shape: &str, key: Option<&str>, n: usize) -> Resp {
     let id = real_id(f, shape, n);
-    let path = format!("/v1{}", shape.replace("{id}", &id));
+    // A pending change that does not exist: a holder of the scope gets 404, not a refusal.
+    let path = format!("/v1{}", shape.replace("{id}", &id).replace("{sub_id}", "tch_does_not_exist"));
     f.srv.api(method, &path, key, body(method, shape, n))
 }
 
