@@ -359,6 +359,34 @@ def test_on_a_redis_cluster_records_spread_over_the_masters_and_a_deleted_one_le
             assert left == [], f"keys left by deleted gateways: {left}"
 
 
+def test_on_a_redis_cluster_with_a_master_down_a_write_answers_503_within_the_command_timeout():
+    """`storage.command_timeout_ms` bounds each command whole, the cluster client's own retries
+    included: they wait at least 1.28 s each, 16 times, while the master of the slot does not
+    answer (a moved slot whose node is gone, then `CLUSTERDOWN`), so a write waited tens of
+    seconds, and so did the change feed's reads after the cluster was back."""
+    with redis_cluster() as redis:
+        cfg = redis_config(redis.url, "down", redis.nodes).replace(
+            "  key_prefix: down\n", "  key_prefix: down\n  command_timeout_ms: 1000\n")
+        with instances(cfg, 1) as (admin, (a,)):
+            r = call(a, "POST", "/v1/gateways", admin, {"name": "before", "servers": ["time"]})
+            assert r.status_code == 201, r.text
+            # The master of the slot of the admin's organisation (the bootstrap one, `org_default`),
+            # which every write of its records touches; the other masters answer MOVED.
+            owner = [i for i, port in enumerate(redis.ports)
+                     if redis.run(port, "EXISTS", "down:{org_default}:r:gateway:x").strip() == "0"]
+            assert len(owner) == 1, owner
+            proc = redis.procs.pop(owner[0])
+            proc.terminate()
+            proc.wait(timeout=10)
+            for name in ("during-1", "during-2"):
+                started = time.monotonic()
+                r = call(a, "POST", "/v1/gateways", admin, {"name": name, "servers": ["time"]})
+                took = time.monotonic() - started
+                assert r.status_code == 503 and r.json()["error"]["code"] == "UNAVAILABLE", r.text
+                # A few commands (the lock, the organisation's records), each at most 1 s.
+                assert took < 5.0, f"answered after {took:.1f} s"
+
+
 def test_an_instance_on_redis_needs_the_shared_sealing_key():
     with redis_server() as redis:
         srv = ToolgateServer(full_config=redis_config(redis.url, "nokey"), env={"TOOLGATE_SECRET_KEY": ""})
