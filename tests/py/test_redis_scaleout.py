@@ -362,8 +362,9 @@ def test_on_a_redis_cluster_records_spread_over_the_masters_and_a_deleted_one_le
 def test_on_a_redis_cluster_with_a_master_down_a_write_answers_503_within_the_command_timeout():
     """`storage.command_timeout_ms` bounds each command whole, the cluster client's own retries
     included: they wait at least 1.28 s each, 16 times, while the master of the slot does not
-    answer (a moved slot whose node is gone, then `CLUSTERDOWN`), so a write waited tens of
-    seconds, and so did the change feed's reads after the cluster was back."""
+    answer (a moved slot whose node is gone, then `CLUSTERDOWN`), so a write waited more than
+    30 s, and a read of the change feed in flight while a restarted cluster settled could wait
+    out those pauses after it was back."""
     with redis_cluster() as redis:
         cfg = redis_config(redis.url, "down", redis.nodes).replace(
             "  key_prefix: down\n", "  key_prefix: down\n  command_timeout_ms: 1000\n")
