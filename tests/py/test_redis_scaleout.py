@@ -359,6 +359,35 @@ def test_on_a_redis_cluster_records_spread_over_the_masters_and_a_deleted_one_le
             assert left == [], f"keys left by deleted gateways: {left}"
 
 
+def test_on_a_redis_cluster_with_a_master_down_a_write_answers_503_within_the_command_timeout():
+    """`storage.command_timeout_ms` bounds each command whole, the cluster client's own retries
+    included: they wait at least 1.28 s each, 16 times, while the master of the slot does not
+    answer (a moved slot whose node is gone, then `CLUSTERDOWN`), so a write waited more than
+    30 s, and a read of the change feed in flight while a restarted cluster settled could wait
+    out those pauses after it was back."""
+    with redis_cluster() as redis:
+        cfg = redis_config(redis.url, "down", redis.nodes).replace(
+            "  key_prefix: down\n", "  key_prefix: down\n  command_timeout_ms: 1000\n")
+        with instances(cfg, 1) as (admin, (a,)):
+            r = call(a, "POST", "/v1/gateways", admin, {"name": "before", "servers": ["time"]})
+            assert r.status_code == 201, r.text
+            # The master of the slot of the admin's organisation (the bootstrap one, `org_default`),
+            # which every write of its records touches; the other masters answer MOVED.
+            owner = [i for i, port in enumerate(redis.ports)
+                     if redis.run(port, "EXISTS", "down:{org_default}:r:gateway:x").strip() == "0"]
+            assert len(owner) == 1, owner
+            proc = redis.procs.pop(owner[0])
+            proc.terminate()
+            proc.wait(timeout=10)
+            for name in ("during-1", "during-2"):
+                started = time.monotonic()
+                r = call(a, "POST", "/v1/gateways", admin, {"name": name, "servers": ["time"]})
+                took = time.monotonic() - started
+                assert r.status_code == 503 and r.json()["error"]["code"] == "UNAVAILABLE", r.text
+                # A few commands (the lock, the organisation's records), each at most 1 s.
+                assert took < 5.0, f"answered after {took:.1f} s"
+
+
 def test_an_instance_on_redis_needs_the_shared_sealing_key():
     with redis_server() as redis:
         srv = ToolgateServer(full_config=redis_config(redis.url, "nokey"), env={"TOOLGATE_SECRET_KEY": ""})
@@ -630,9 +659,47 @@ def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_
             assert all(code == "UNAVAILABLE" for s, code in writes if s == 503), writes
             assert 503 in codes and 201 in codes, f"the outage was not seen by the writes: {writes}"
             made = [gid for s, gid in writes if s == 201]
+            # How soon an instance catches up after the outage is one question, whether it lost
+            # a write another: first wait until each instance has followed a write the other
+            # made after the outage, then expect every 201 on both at once. An instance that has
+            # followed the other's marker holds every write the other acknowledged before it:
+            # the other published its changes onto the stream in order, each after its write
+            # (peers.rs `publish`), and what a follower skips by reloading it reads from Redis.
+            for writer, reader in ((a, b), (b, a)):
+                marker = write_after_outage(writer, admin)
+                within(FEED_CATCH_UP, lambda: call(reader, "GET", f"/v1/gateways/{marker}", admin).status_code == 200)
             for srv in (a, b):
-                for gid in made:
-                    within(5.0, lambda: call(srv, "GET", f"/v1/gateways/{gid}", admin).status_code == 200)
+                missing = [gid for gid in made if call(srv, "GET", f"/v1/gateways/{gid}", admin).status_code != 200]
+                assert not missing, f"acknowledged, then lost on {srv.base_url}: {missing}"
+
+
+# A write cut by the outage may leave its organisation's write lock in Redis until the lock's
+# TTL (`WRITE_LOCK_TTL`, 10 s, src/data/state/mod.rs) runs out, and a write waits for the lock
+# `WRITE_LOCK_WAIT` (5 s) before it answers 503: a write succeeds again within 10 + 5 s.
+WRITE_AGAIN = 15.0
+# Once Redis answers again (`redis.start()` waited for it), each side of the change feed
+# (src/data/peers.rs) is at worst one reconnection away: the follower sleeps `RETRY` (0.5 s),
+# connects (connect time-out 2 s), reads where the stream stands (response time-out `BLOCK` + 2 s
+# = 3 s) and reloads (reads of milliseconds); the writer's publisher sleeps `RETRY` (0.5 s),
+# connects (2 s) and adds the change (response time-out 2 s). One after the other, each at its
+# time-out (a loaded machine): 0.5 + 2 + 3 + 0.5 + 2 + 2 = 10 s. Unloaded: a few milliseconds.
+# (The 5 s this test allowed before was less than that sum.)
+FEED_CATCH_UP = 10.0
+
+
+def write_after_outage(srv: ToolgateServer, admin: str) -> str:
+    """Creates a gateway on `srv` once Redis takes writes again; returns its id."""
+    made: list[str] = []
+
+    def created() -> bool:
+        r = call(srv, "POST", "/v1/gateways", admin, {"name": f"marker-{secrets.token_hex(3)}", "servers": ["time"]})
+        assert r.status_code in (201, 503), r.text
+        if r.status_code == 201:
+            made.append(r.json()["data"]["id"])
+        return bool(made)
+
+    within(WRITE_AGAIN, created)
+    return made[0]
 
 
 @pytest.mark.parametrize("kind", ["single", "cluster"])

@@ -15,12 +15,36 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use std::time::Duration;
 
 /// A Redis deployment to connect to.
-// Made a few times at start, never moved on a hot path: the variants' sizes do not matter.
-#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Target {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    Cluster(Cluster),
+}
+
+/// A Redis Cluster: its seed nodes and TLS settings, from which each connection's client is
+/// built with that connection's time-outs.
+#[derive(Clone)]
+pub struct Cluster {
+    nodes: Vec<String>,
+    certificates: Option<redis::TlsCertificates>,
+}
+
+impl Cluster {
+    /// A client whose every command, retries included, ends within `response`. The cluster
+    /// client retries a command refused while a node is away (`CLUSTERDOWN`, a moved slot
+    /// whose node does not answer) up to 16 times, waiting at least 1.28 s and up to minutes
+    /// between tries; only its overall time-out bounds that, and a time-out given per
+    /// connection (`ClusterConfig`) bounds each try alone. So the time-outs are the client's.
+    fn client(&self, connect: Duration, response: Duration) -> RedisResult<ClusterClient> {
+        let mut builder = ClusterClientBuilder::new(self.nodes.iter().map(String::as_str))
+            .connection_timeout(connect)
+            .response_timeout(response)
+            .overall_response_timeout(Some(response));
+        if let Some(certificates) = &self.certificates {
+            builder = builder.certs(certificates.clone());
+        }
+        builder.build()
+    }
 }
 
 impl Target {
@@ -35,11 +59,13 @@ impl Target {
         match cluster_nodes {
             None => Ok(Target::Single(client(url, tls)?)),
             Some(more) => {
-                let mut builder = ClusterClientBuilder::new(std::iter::once(url).chain(more).map(String::as_str));
-                if let Some(certificates) = certificates(tls) {
-                    builder = builder.certs(certificates);
-                }
-                Ok(Target::Cluster(builder.build()?))
+                let cluster = Cluster {
+                    nodes: std::iter::once(url).chain(more).cloned().collect(),
+                    certificates: certificates(tls),
+                };
+                // Checked now, so that a bad node address stops the start.
+                cluster.client(Duration::from_secs(1), Duration::from_secs(1))?;
+                Ok(Target::Cluster(cluster))
             }
         }
     }
@@ -57,9 +83,11 @@ impl Target {
                     .set_max_delay(Duration::from_millis(500));
                 Conn::Managed(ConnectionManager::new_lazy_with_config(client.clone(), config)?)
             }
-            Target::Cluster(client) => Conn::Cluster(client.get_pending_async_connection_with_config(
-                ClusterConfig::new().set_connection_timeout(connect).set_response_timeout(response),
-            )),
+            Target::Cluster(cluster) => {
+                Conn::Cluster(cluster.client(connect, response)?.get_pending_async_connection_with_config(
+                    ClusterConfig::new().set_connection_timeout(connect).set_response_timeout(response),
+                ))
+            }
         })
     }
 
@@ -73,13 +101,7 @@ impl Target {
                     .set_response_timeout(Some(response));
                 Conn::Multiplexed(client.get_multiplexed_async_connection_with_config(&config).await?)
             }
-            Target::Cluster(client) => Conn::Cluster(
-                client
-                    .get_async_connection_with_config(
-                        ClusterConfig::new().set_connection_timeout(connect).set_response_timeout(response),
-                    )
-                    .await?,
-            ),
+            Target::Cluster(cluster) => Conn::Cluster(cluster.client(connect, response)?.get_async_connection().await?),
         })
     }
 }
