@@ -36,7 +36,10 @@
 # rounds against the fast upstream, reported as `toolgate-b`; the machine's drift between runs is
 # larger than most changes, so compare builds this way), UPSTREAM_CPUS=LIST (taskset CPU list,
 # e.g. 1: the upstreams run on those CPUs and wrk and the proxies on the others, as if the app
-# had a machine of its own; every target of the run is pinned the same way).
+# had a machine of its own; every target of the run is pinned the same way),
+# GATEWAY_B_EXTRA=JSON (more members of toolgate-b's gateway creation body, e.g.
+# '"rules": [{"name": "r", "effect": "deny", "when": "tool == \"x\""}]': the cost of a feature
+# measured against the same build or the commit before).
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
 #                    (PERF_FREQ samples/s, 499; PERF_CALLGRAPH=none samples without call graphs,
@@ -338,11 +341,12 @@ log "starting toolgate"
 start_toolgate toolgate >"$WORK/tg.started"
 read -r TG_PID TG_PORT <"$WORK/tg.started"
 
-# create_gateway APP [PORT]: prints "ID KEY".
+# create_gateway APP [PORT [EXTRA]]: prints "ID KEY". EXTRA: more members of the creation body
+# (`"rules": [...]`), for toolgate-b's gateway (GATEWAY_B_EXTRA).
 create_gateway() {
   curl -sS -X POST "http://127.0.0.1:${2:-$TG_PORT}/v1/gateways" -H "Authorization: Bearer $ADMIN_KEY" \
     -H 'Content-Type: application/json' \
-    -d "{\"name\":\"load-$1\",\"servers\":[\"$1\"],\"configuration\":{\"rate_limit\":1000000000}}" |
+    -d "{\"name\":\"load-$1\",\"servers\":[\"$1\"],\"configuration\":{\"rate_limit\":1000000000}${3:+,$3}}" |
     python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(d["id"], d["api_key"])'
 }
 
@@ -395,7 +399,7 @@ if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
   log "starting toolgate-b ($TOOLGATE_BIN_B)"
   start_toolgate toolgate-b >"$WORK/tgb.started"
   read -r TGB_PID TGB_PORT <"$WORK/tgb.started"
-  read -r GWB_ID GWB_KEY < <(create_gateway fast "$TGB_PORT")
+  read -r GWB_ID GWB_KEY < <(create_gateway fast "$TGB_PORT" "${GATEWAY_B_EXTRA:-}")
   TGB_URL="http://127.0.0.1:$TGB_PORT/gateway/$GWB_ID/mcp"
   SID_TGB="$(mcp_init "$TGB_URL" "$GWB_KEY")"
   check_call "$TGB_URL" "$SID_TGB" "$GWB_KEY"
