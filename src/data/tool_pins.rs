@@ -4,6 +4,7 @@
 //! [`ToolPin`]s, written through `State` (`save_tool_pins`) like every record; the MCP
 //! catalogue applies the verdicts when it is built.
 
+use crate::data::audit::chain::canonical;
 use crate::data::model::{PendingReason, ToolPin, ToolPolicy};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -16,56 +17,11 @@ pub const FIELDS: [&str; 6] = ["name", "title", "description", "inputSchema", "o
 /// sorted at every depth, no whitespace. The definition as the app sent it, so text a reader
 /// does not see is part of it.
 pub fn canonical_hash(tool: &Value) -> String {
+    let pinned: Map<String, Value> =
+        FIELDS.iter().filter_map(|f| tool.get(*f).map(|v| (f.to_string(), v.clone()))).collect();
     let mut out = String::with_capacity(256);
-    out.push('{');
-    let mut first = true;
-    let mut present: Vec<(&str, &Value)> = FIELDS.iter().filter_map(|f| tool.get(*f).map(|v| (*f, v))).collect();
-    present.sort_by(|a, b| a.0.cmp(b.0));
-    for (field, value) in present {
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        write_string(&mut out, field);
-        out.push(':');
-        write_canonical(&mut out, value);
-    }
-    out.push('}');
+    canonical(&Value::Object(pinned), &mut out);
     hex::encode(Sha256::digest(out.as_bytes()))
-}
-
-fn write_string(out: &mut String, s: &str) {
-    out.push_str(&Value::String(s.to_string()).to_string());
-}
-
-fn write_canonical(out: &mut String, v: &Value) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(out, k);
-                out.push(':');
-                write_canonical(out, &map[k]);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(out, item);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
 }
 
 fn short_hash(parts: &[&str]) -> String {
