@@ -62,6 +62,12 @@ fn bench(c: &mut Criterion) {
             black_box(role.decide(&who, TOOL, None))
         })
     });
+    let memo = set(r#"caller.role == "developer" && tool.startsWith("crm__get")"#);
+    g.bench_function("per call, remembered: the role and tool rule's answer for this caller", |b| {
+        b.iter(|| {
+            black_box(memo.decide_call(black_box(&p), ip, TOOL, None, || Subject::new(&memo, &p, ip, Claims::None)))
+        })
+    });
     g.finish();
 }
 

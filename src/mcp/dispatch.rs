@@ -34,6 +34,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use toolgate_filters::Principal;
 
 /// Who asks: a handshake-era client in its session, or a stateless (2026-07-28) request with
 /// its own envelope and the credential that sent it.
@@ -297,7 +298,8 @@ pub(super) async fn request(
 /// The catalogue's tools this caller may see: those the gateway's rules do not deny before a
 /// rule that reads the arguments (`RuleSet::listed`).
 fn listed_tools(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet, cat: &Catalogue) -> Vec<Value> {
-    let Some(who) = subject(mcp, ex, set) else { return cat.tools.clone() };
+    let Some(p) = ex.ctx.filters.principal.as_deref() else { return cat.tools.clone() };
+    let who = subject(mcp, ex, set, p);
     let listed = |t: &&Value| {
         let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
         cat.entry(name, false).is_none_or(|(tool, target)| {
@@ -310,17 +312,16 @@ fn listed_tools(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet, cat: &Catalo
 /// The caller of this request as the rules see it; its token's claims are read only when a
 /// rule reads them: the grant of an access token of toolgate's authorization server, or the
 /// payload of the JWT the credential filter verified for this very request.
-fn subject(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet) -> Option<Subject> {
+fn subject(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet, p: &Principal) -> Subject {
     use toolgate_filters::CredentialKind;
-    let p = ex.ctx.filters.principal.as_deref()?;
     let ip = ex.ctx.client_ip;
     if !set.reads_claims() {
-        return Some(Subject::new(set, p, ip, rules::Claims::None));
+        return Subject::new(set, p, ip, rules::Claims::None);
     }
     if let Some(grant) = p.key_id.strip_prefix("oauth:").and_then(|g| mcp.state.grant(g)) {
         let config = mcp.state.config();
         let claims = rules::Claims::Grant { grant: &grant, issuer: &config.server.public_url };
-        return Some(Subject::new(set, p, ip, claims));
+        return Subject::new(set, p, ip, claims);
     }
     let bearer = ex.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let token = bearer.and_then(|b| b.get(7..).filter(|_| b[..7].eq_ignore_ascii_case("bearer "))).map(str::trim);
@@ -328,7 +329,7 @@ fn subject(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet) -> Option<Subject
         (CredentialKind::Jwt { .. } | CredentialKind::GatewayToken { .. }, Some(t)) => rules::Claims::Jwt(t),
         _ => rules::Claims::None,
     };
-    Some(Subject::new(set, p, ip, claims))
+    Subject::new(set, p, ip, claims)
 }
 
 /// The `uri` of a resource request's params; empty when absent (no resource has that uri).
@@ -620,9 +621,11 @@ impl Call<'_> {
     fn rules(&self, ex: &mut Exchange<'_>, target: &Target<'_, '_>) -> Result<(), ErrorObject> {
         let Some((tool, function)) = target.tool.filter(|_| self.method == "tools/call") else { return Ok(()) };
         let Some(set) = self.mcp.rules(self.gw) else { return Ok(()) };
-        let Some(who) = subject(self.mcp, ex, &set) else { return Ok(()) };
+        let Some(p) = ex.ctx.filters.principal.as_deref() else { return Ok(()) };
         let args = target.named.as_ref().and_then(|n| n.get("arguments"));
-        let Err(denied) = set.decide(&who, ToolFacts { tool, app: target.app_id, function }, args) else {
+        let facts = ToolFacts { tool, app: target.app_id, function };
+        let who = || subject(self.mcp, ex, &set, p);
+        let Err(denied) = set.decide_call(p, ex.ctx.client_ip, facts, args, who) else {
             return Ok(());
         };
         let e = ErrorObject::new(RpcCode::DeniedByRule.code(), denied.message())

@@ -6,6 +6,7 @@
 //! column) and when an instance first meets the gateway's record (`McpRuntime::rules`); a call
 //! evaluates only when its gateway has rules.
 
+use crate::base::fast_map::FastMap;
 use crate::data::model::{Gateway, OAuthGrant, Rule, RuleEffect, Timestamp};
 use cel::objects::{Key, Map};
 use cel::{Context, Program, Value};
@@ -13,7 +14,10 @@ use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use toolgate_filters::{CredentialKind, Principal};
+use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
+
+/// Most decisions a rule set remembers; past it the memo starts again empty.
+const MEMO_MAX: usize = 4096;
 
 /// Most rules on one gateway.
 pub const MAX_RULES: usize = 64;
@@ -68,6 +72,130 @@ pub struct RuleSet {
     reads_args: bool,
     /// Some rule reads `caller.claims` or `caller.scopes` (so a token's claims are read).
     reads_claims: bool,
+    /// Decisions already made, for rule sets that do not read `args` (see `decide_call`).
+    memo: Memo,
+}
+
+/// What the rules decided for one caller and one tool, remembered: a rule that does not read the
+/// call's arguments decides from the caller, its address and the tool alone, so the same caller
+/// calling the same tool gets the same answer without running the interpreter again (whose
+/// scope and variable maps cost about 5 us per call, the whole budget of the feature several
+/// times over). The memo lives in the compiled set, so a changed rule starts a new one; a
+/// caller whose role, scopes or address changed is another key. Keyed by a hash drawn from
+/// the process's randomness, each entry keeps its full key and is compared field by field, so
+/// a collision can only cost a miss, never borrow another caller's answer.
+#[derive(Default)]
+struct Memo {
+    hasher: ahash::RandomState,
+    entries: FastMap<u64, Vec<(MemoKey, Outcome)>>,
+}
+
+/// Everything a decision without `args` (and without a token's claims) depends on.
+#[derive(PartialEq, Eq)]
+struct MemoKey {
+    credential: &'static str,
+    service_account: String,
+    key_id: String,
+    user_id: String,
+    org_id: String,
+    role: Role,
+    scopes: ScopeSet,
+    ip: IpAddr,
+    tool: String,
+    app: String,
+    function: String,
+}
+
+/// `None` allows; otherwise the deny rule's name and why it could not be evaluated, if so.
+type Outcome = Option<(Arc<str>, Option<String>)>;
+
+/// A `MemoKey` borrowed from the call, hashed and compared without copying anything.
+#[derive(Hash)]
+struct MemoProbe<'a> {
+    credential: &'static str,
+    service_account: &'a str,
+    key_id: &'a str,
+    user_id: &'a str,
+    org_id: &'a str,
+    role: Role,
+    scopes: ScopeSet,
+    ip: IpAddr,
+    tool: &'a str,
+    app: &'a str,
+    function: &'a str,
+}
+
+impl<'a> MemoProbe<'a> {
+    fn new(p: &'a Principal, ip: IpAddr, t: ToolFacts<'a>) -> MemoProbe<'a> {
+        let service_account = match &p.credential {
+            CredentialKind::ServiceAccount { account_id } => account_id.as_str(),
+            _ => "",
+        };
+        MemoProbe {
+            credential: p.credential.as_str(),
+            service_account,
+            key_id: &p.key_id,
+            user_id: &p.user_id,
+            org_id: &p.org_id,
+            role: p.role,
+            scopes: p.scopes,
+            ip,
+            tool: t.tool,
+            app: t.app,
+            function: t.function,
+        }
+    }
+
+    fn is(&self, k: &MemoKey) -> bool {
+        self.credential == k.credential
+            && self.service_account == k.service_account
+            && self.key_id == k.key_id
+            && self.user_id == k.user_id
+            && self.org_id == k.org_id
+            && self.role == k.role
+            && self.scopes == k.scopes
+            && self.ip == k.ip
+            && self.tool == k.tool
+            && self.app == k.app
+            && self.function == k.function
+    }
+
+    fn owned(&self) -> MemoKey {
+        MemoKey {
+            credential: self.credential,
+            service_account: self.service_account.to_string(),
+            key_id: self.key_id.to_string(),
+            user_id: self.user_id.to_string(),
+            org_id: self.org_id.to_string(),
+            role: self.role,
+            scopes: self.scopes,
+            ip: self.ip,
+            tool: self.tool.to_string(),
+            app: self.app.to_string(),
+            function: self.function.to_string(),
+        }
+    }
+}
+
+impl Memo {
+    fn get(&self, hash: u64, probe: &MemoProbe<'_>) -> Option<Outcome> {
+        let bucket = self.entries.get(&hash)?;
+        bucket.iter().find(|(k, _)| probe.is(k)).map(|(_, o)| o.clone())
+    }
+
+    fn put(&self, hash: u64, probe: &MemoProbe<'_>, outcome: Outcome) {
+        if self.entries.len() >= MEMO_MAX {
+            self.entries.clear();
+        }
+        let mut bucket = self.entries.entry(hash).or_default();
+        if !bucket.iter().any(|(k, _)| probe.is(k)) {
+            bucket.push((probe.owned(), outcome));
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.iter().map(|b| b.len()).sum()
+    }
 }
 
 /// Checks and compiles `rules`: names unique and well formed, expressions within bounds and
@@ -104,6 +232,7 @@ pub fn compile(rules: &[Rule], compiled_from: Timestamp) -> Result<RuleSet, Rule
         rules: compiled,
         root: Context::default(),
         compiled_from,
+        memo: Memo::default(),
     })
 }
 
@@ -112,7 +241,14 @@ pub fn compile(rules: &[Rule], compiled_from: Timestamp) -> Result<RuleSet, Rule
 pub fn deny_all(compiled_from: Timestamp) -> RuleSet {
     let program = Program::compile("true").expect("`true` compiles");
     let rule = Compiled { name: Arc::from("invalid-rules"), effect: RuleEffect::Deny, program, reads_args: false };
-    RuleSet { rules: vec![rule], root: Context::default(), compiled_from, reads_args: false, reads_claims: false }
+    RuleSet {
+        rules: vec![rule],
+        root: Context::default(),
+        compiled_from,
+        reads_args: false,
+        reads_claims: false,
+        memo: Memo::default(),
+    }
 }
 
 /// A call refused by a rule: the typed value the answer, the metrics, the logs (and an audit
@@ -186,6 +322,48 @@ impl RuleSet {
                 Err(Denied { rule, tool: t.tool.to_string(), key_id: who.key_id.clone(), failed })
             }
         }
+    }
+
+    /// Decides a call by `p` from `ip`, as `decide`, remembering the answer when it cannot
+    /// depend on the call itself: no rule reads `args`, and no rule reads a token's claims or
+    /// the caller holds none (a key). `subject` makes the caller's variables, only on a miss.
+    pub fn decide_call(
+        &self,
+        p: &Principal,
+        ip: IpAddr,
+        t: ToolFacts<'_>,
+        args: Option<&RawValue>,
+        subject: impl FnOnce() -> Subject,
+    ) -> Result<(), Denied> {
+        let claimless = matches!(
+            p.credential,
+            CredentialKind::ApiKey | CredentialKind::GatewayKey { .. } | CredentialKind::ServiceAccount { .. }
+        );
+        if self.reads_args || (self.reads_claims && !claimless) {
+            return self.decide(&subject(), t, args);
+        }
+        let probe = MemoProbe::new(p, ip, t);
+        let hash = self.memo.hasher.hash_one(&probe);
+        let outcome = match self.memo.get(hash, &probe) {
+            Some(known) => known,
+            None => {
+                let outcome = match self.walk(&subject(), t, Some(Value::Null)) {
+                    Verdict::Allow | Verdict::Undecided => None,
+                    Verdict::Deny(rule, failed) => Some((rule, failed)),
+                };
+                self.memo.put(hash, &probe, outcome.clone());
+                outcome
+            }
+        };
+        match outcome {
+            None => Ok(()),
+            Some((rule, failed)) => Err(Denied { rule, tool: t.tool.to_string(), key_id: p.key_id.clone(), failed }),
+        }
+    }
+
+    /// How many decisions are remembered (for tests).
+    pub fn remembered(&self) -> usize {
+        self.memo.len()
     }
 
     /// Whether a list shows the tool to this caller: hidden when the first rule that matches
@@ -511,5 +689,62 @@ mod tests {
         assert!(!s.listed(&dev, DELETE));
         assert!(s.listed(&dev, GET), "an args rule comes before `never`: undecided, listed");
         assert!(s.reads_args() && !s.reads_claims());
+    }
+
+    #[test]
+    fn a_call_decision_is_remembered_per_caller_address_and_tool() {
+        let s = set(&[rule("developers-only", RuleEffect::Deny, r#"caller.role != "developer""#)]);
+        let ip: IpAddr = "10.0.0.7".parse().unwrap();
+        let dev = principal(Role::Developer, CredentialKind::ApiKey);
+        let made = std::cell::Cell::new(0);
+        let call = |p: &Principal, ip: IpAddr, t: ToolFacts<'_>| {
+            s.decide_call(p, ip, t, None, || {
+                made.set(made.get() + 1);
+                Subject::new(&s, p, ip, Claims::None)
+            })
+        };
+        assert_eq!(call(&dev, ip, GET), Ok(()));
+        assert_eq!(call(&dev, ip, GET), Ok(()));
+        assert_eq!((made.get(), s.remembered()), (1, 1), "the second call is answered from the memo");
+        // Another tool, address or role is another decision, made afresh.
+        assert_eq!(call(&dev, ip, DELETE), Ok(()));
+        assert_eq!(call(&dev, "10.0.0.8".parse().unwrap(), GET), Ok(()));
+        let viewer = principal(Role::Viewer, CredentialKind::ApiKey);
+        let denied = call(&viewer, ip, GET).unwrap_err();
+        assert_eq!(
+            (&*denied.rule, denied.key_id.as_str(), denied.tool.as_str()),
+            ("developers-only", "key_1", GET.tool)
+        );
+        assert_eq!(call(&viewer, ip, GET).unwrap_err(), denied, "a remembered denial is the same denial");
+        assert_eq!((made.get(), s.remembered()), (4, 4));
+    }
+
+    #[test]
+    fn a_decision_that_reads_the_call_or_a_token_is_never_remembered() {
+        let ip: IpAddr = "10.0.0.7".parse().unwrap();
+        let dev = principal(Role::Developer, CredentialKind::ApiKey);
+        let by_args = set(&[rule("acme", RuleEffect::Deny, r#"!args.repo.startsWith("acme/")"#)]);
+        for (repo, allowed) in [("acme/api", true), ("evil/api", false), ("acme/web", true)] {
+            let a = RawValue::from_string(format!(r#"{{"repo":"{repo}"}}"#)).unwrap();
+            let got = by_args.decide_call(&dev, ip, GET, Some(&a), || Subject::new(&by_args, &dev, ip, Claims::None));
+            assert_eq!(got.is_ok(), allowed, "{repo}");
+        }
+        assert_eq!(by_args.remembered(), 0);
+        let by_claims = set(&[rule("tenant", RuleEffect::Deny, r#"caller.claims.tenant != "acme""#)]);
+        let token = principal(Role::Developer, CredentialKind::Jwt { jti: None });
+        for (tenant, allowed) in [("acme", true), ("evil", false)] {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+            let jwt = format!("h.{}.s", b64.encode(format!(r#"{{"tenant":"{tenant}"}}"#)));
+            let got = by_claims
+                .decide_call(&token, ip, GET, None, || Subject::new(&by_claims, &token, ip, Claims::Jwt(&jwt)));
+            assert_eq!(got.is_ok(), allowed, "{tenant}");
+        }
+        assert_eq!(by_claims.remembered(), 0, "a token's claims are not part of the memo's key");
+        // A key holds no claims: its decision is remembered even under a claims rule.
+        assert!(by_claims
+            .decide_call(&dev, ip, GET, None, || Subject::new(&by_claims, &dev, ip, Claims::None))
+            .is_err());
+        assert_eq!(by_claims.remembered(), 1);
     }
 }
