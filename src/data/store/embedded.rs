@@ -590,6 +590,25 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn delete_many(&self, kind: Kind, ids: Vec<String>) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        self.with("delete_many", move |c| {
+            let tx = c.transaction().map_err(backend)?;
+            let mut n = 0;
+            {
+                let mut stmt = tx.prepare_cached("DELETE FROM records WHERE kind = ?1 AND id = ?2").map_err(backend)?;
+                for id in &ids {
+                    n += stmt.execute(params![kind.as_str(), id]).map_err(backend)? as u64;
+                }
+            }
+            tx.commit().map_err(backend)?;
+            Ok(n)
+        })
+        .await
+    }
+
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError> {
         self.with("load_all", move |c| {
             let mut stmt = c
@@ -878,6 +897,22 @@ mod tests {
         assert_eq!(store.sweep_expired().await.unwrap(), 1, "only `x`");
         assert_eq!(store.get(Kind::MfaToken, "y").await.unwrap().as_deref(), Some("4"));
         assert_eq!(store.get(Kind::MfaToken, "z").await.unwrap().as_deref(), Some("6"));
+    }
+
+    #[tokio::test]
+    async fn many_records_of_a_kind_are_deleted_in_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        for id in ["a", "b", "c"] {
+            store.put(Kind::Session, "org", id, format!("{{\"id\":\"{id}\"}}")).await.unwrap();
+        }
+        store.put(Kind::Gateway, "org", "a", "{}".into()).await.unwrap();
+        let ids = vec!["a".to_string(), "b".to_string(), "missing".to_string()];
+        assert_eq!(store.delete_many(Kind::Session, ids).await.unwrap(), 2, "those that were there");
+        let left: Vec<String> = store.load_all(Kind::Session).await.unwrap().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(left, ["c"]);
+        assert!(store.get(Kind::Gateway, "a").await.unwrap().is_some(), "another kind's record stays");
+        assert_eq!(store.delete_many(Kind::Session, Vec::new()).await.unwrap(), 0);
     }
 
     /// A store written before records could expire opens, gains the column, and keeps its rows.

@@ -268,6 +268,16 @@ pub trait Store: Send + Sync {
     async fn take(&self, kind: Kind, id: &str) -> Result<Option<String>, StoreError>;
     /// Removes a record; `Ok(false)` when there was none.
     async fn delete(&self, kind: Kind, id: &str) -> Result<bool, StoreError>;
+    /// Removes several records of a kind (those that exist); how many were there. A backend whose
+    /// writes each wait for the disk removes them in one durable write (the session sweep removes
+    /// thousands at once); the others may remove them one by one, as here.
+    async fn delete_many(&self, kind: Kind, ids: Vec<String>) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for id in &ids {
+            n += u64::from(self.delete(kind, id).await?);
+        }
+        Ok(n)
+    }
     /// Every live record of a kind, for loading the in-memory state at start.
     async fn load_all(&self, kind: Kind) -> Result<Vec<(String, String)>, StoreError>;
     /// Every live record of a kind in one partition (one organisation's gateways, keys, ...):
