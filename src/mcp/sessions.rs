@@ -88,8 +88,23 @@ struct Entry {
     /// from their last activity).
     ended_at: Option<Instant>,
     /// Set to `true` when the session ends or expires; dropped with the entry. Its GET streams
-    /// wait on it.
-    closed: watch::Sender<bool>,
+    /// wait on it. Made by the first stream ([`Sessions::closed`]): a channel is some 300 bytes,
+    /// more than the rest of an idle session's entry, and most sessions never open a stream. Its
+    /// value is always `!live`.
+    closed: Option<watch::Sender<bool>>,
+}
+
+impl Entry {
+    fn new(session: McpSession, live: bool, ended_at: Option<Instant>) -> Entry {
+        Entry { session, live, ended_at, closed: None }
+    }
+
+    /// Tells the session's streams that it ended or expired.
+    fn close_streams(&self) {
+        if let Some(closed) = &self.closed {
+            closed.send_replace(true);
+        }
+    }
 }
 
 /// One organisation's sessions.
@@ -125,6 +140,9 @@ pub struct Sessions {
     /// Read a session this process does not know from the store (see [`Sessions::adopt`]).
     adopts: AtomicBool,
 }
+
+/// Store records of removed sessions deleted per write by [`Sessions::delete_removed`].
+const DELETE_BATCH: usize = 4096;
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -178,8 +196,7 @@ impl Sessions {
                 org.live_total += 1;
             }
             drop(org);
-            let (closed, _) = watch::channel(!live);
-            sessions.map.insert(id, Entry { session: s, live, ended_at, closed });
+            sessions.map.insert(id, Entry::new(s, live, ended_at));
         }
         if !stale.is_empty() {
             tracing::info!(sessions = stale.len(), "dropping stored MCP sessions past their retention");
@@ -268,13 +285,12 @@ impl Sessions {
             }
             return Err(e.into());
         }
-        let (closed, _) = watch::channel(false);
         let created = Change::SessionCreated {
             org_id: session.org_id.clone(),
             gateway_id: session.gateway_id.clone(),
             session_id: session.id.clone(),
         };
-        self.map.insert(session.id.clone(), Entry { session, live: true, ended_at: None, closed });
+        self.map.insert(session.id.clone(), Entry::new(session, true, None));
         self.changes.publish(created);
         Ok(())
     }
@@ -292,7 +308,7 @@ impl Sessions {
             if e.live && self.expired(&e.session, now) {
                 e.live = false;
                 observe_lifetime(&e.session, e.session.last_activity);
-                e.closed.send_replace(true);
+                e.close_streams();
                 let key = e.session.key_id.clone();
                 drop(e);
                 self.unlive(org_id, &key, &id);
@@ -315,7 +331,7 @@ impl Sessions {
         }
         if self.expired(&e.session, now) {
             if std::mem::replace(&mut e.live, false) {
-                e.closed.send_replace(true);
+                e.close_streams();
                 let org = e.session.org_id.clone();
                 drop(entry);
                 self.unlive(&org, key_id, id);
@@ -341,7 +357,7 @@ impl Sessions {
             }
             e.session.status = "ended".into();
             e.ended_at = Some(Instant::now());
-            e.closed.send_replace(true);
+            e.close_streams();
             let was_live = std::mem::replace(&mut e.live, false);
             (e.session.clone(), was_live)
         };
@@ -422,7 +438,7 @@ impl Sessions {
             if e.live && self.expired(&e.session, now) {
                 e.live = false;
                 observe_lifetime(&e.session, e.session.last_activity);
-                e.closed.send_replace(true);
+                e.close_streams();
                 expired.push((e.session.org_id.clone(), e.session.key_id.clone(), e.key().clone()));
             }
             if removable(e.value()) {
@@ -463,25 +479,25 @@ impl Sessions {
             && self.deleting.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
-    /// Deletes the store records of removed sessions (one durable write each, so it runs as its
-    /// own task, not in the flusher). Called after [`Sessions::claim_deletion`] returned true.
+    /// Deletes the store records of removed sessions, in batches of [`DELETE_BATCH`] (one
+    /// durable write each on the embedded store: a sweep of a million sessions is a few hundred
+    /// writes, not a million). It runs as its own task, not in the flusher. Called after
+    /// [`Sessions::claim_deletion`] returned true.
     pub async fn delete_removed(&self) {
         loop {
             let batch: Vec<String> = {
                 let mut removed = self.lock_removed();
-                let n = removed.len().min(256);
+                let n = removed.len().min(DELETE_BATCH);
                 removed.drain(..n).collect()
             };
             if batch.is_empty() {
                 break;
             }
-            for id in batch {
-                if let Err(e) = self.store.delete(Kind::Session, &id).await {
-                    tracing::warn!(error = %e, "cannot delete an expired session record; will retry");
-                    self.lock_removed().push(id);
-                    self.deleting.store(false, Ordering::Release);
-                    return;
-                }
+            if let Err(e) = self.store.delete_many(Kind::Session, batch.clone()).await {
+                tracing::warn!(error = %e, "cannot delete expired session records; will retry");
+                self.lock_removed().extend(batch);
+                self.deleting.store(false, Ordering::Release);
+                return;
             }
         }
         self.deleting.store(false, Ordering::Release);
@@ -521,9 +537,8 @@ impl Sessions {
             org.live_total += 1;
         }
         drop(org);
-        let (closed, _) = watch::channel(!live);
         let ended_at = (!live).then(Instant::now);
-        self.map.entry(s.id.clone()).or_insert(Entry { session: s, live, ended_at, closed });
+        self.map.entry(s.id.clone()).or_insert_with(|| Entry::new(s, live, ended_at));
         true
     }
 
@@ -537,7 +552,7 @@ impl Sessions {
             }
             e.session.status = "ended".into();
             e.ended_at = Some(Instant::now());
-            e.closed.send_replace(true);
+            e.close_streams();
             (e.session.org_id.clone(), e.session.key_id.clone(), std::mem::replace(&mut e.live, false))
         };
         if was_live {
@@ -552,7 +567,9 @@ impl Sessions {
     /// A receiver that turns `true` when the session ends or expires, and is closed when the
     /// session is removed; `None` for an unknown session.
     pub fn closed(&self, id: &str) -> Option<watch::Receiver<bool>> {
-        self.map.get(id).map(|e| e.closed.subscribe())
+        let mut e = self.map.get_mut(id)?;
+        let closed = !e.live;
+        Some(e.closed.get_or_insert_with(|| watch::channel(closed).0).subscribe())
     }
 
     /// What the session's client declared it can do (nothing for an unknown session), read
@@ -656,6 +673,28 @@ mod tests {
         ids.sort();
         assert_eq!(ids, ["a1", "a2", "a4", "a6"], "the ended one is listed until the sweep");
         assert_eq!(s.of_org("org_b", |_| true).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_opened_after_the_end_or_the_expiry_is_told_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sessions(&dir, limits(10, 10)).await;
+        s.create(session("ended", "org_a", "k1")).await.unwrap();
+        let mut idle = session("idle", "org_a", "k1");
+        idle.last_activity = Utc::now() - chrono::Duration::seconds(120);
+        s.create(idle).await.unwrap();
+        assert!(s.map.get("ended").unwrap().closed.is_none(), "no channel until a stream asks");
+        assert!(s.end("ended").await.unwrap());
+        assert!(*s.closed("ended").unwrap().borrow(), "ended before the stream");
+        assert_eq!(s.touch("idle", "gw_1", "k1"), Err(SessionError::Expired));
+        assert!(*s.closed("idle").unwrap().borrow(), "expired before the stream");
+        assert!(s.closed("unknown").is_none());
+        // Every stream of a session waits on the one channel.
+        s.create(session("open", "org_a", "k2")).await.unwrap();
+        let (a, b) = (s.closed("open").unwrap(), s.closed("open").unwrap());
+        assert!(!*a.borrow() && !*b.borrow());
+        assert!(s.end("open").await.unwrap());
+        assert!(*a.borrow() && *b.borrow());
     }
 
     #[tokio::test]
