@@ -5,6 +5,8 @@
 --   MCP_API_KEY  X-API-Key (toolgate only; empty or unset for the direct and plain-hop targets)
 --   MCP_VERSION  MCP-Protocol-Version (default 2025-06-18)
 --   MCP_MESSAGE  the echoed text (default "hello")
+--   MCP_TOOL     the tool's name as the gateway shows it (default "echo"; `fast__echo` on a gateway
+--                of several apps, benches/scale.py's `wide`)
 --   MCP_STATELESS=1  MCP 2026-07-28 instead: no session; MCP-Protocol-Version 2026-07-28, Mcp-Method
 --                and Mcp-Name headers, and the per-request `_meta` envelope in the params
 --
@@ -38,13 +40,14 @@ function init(args)
       headers["X-API-Key"] = key
    end
    local message = os.getenv("MCP_MESSAGE") or "hello"
-   suffix = ',"method":"tools/call","params":{"name":"echo","arguments":{"message":"' .. message .. '"}}}'
+   local tool = os.getenv("MCP_TOOL") or "echo"
+   suffix = ',"method":"tools/call","params":{"name":"' .. tool .. '","arguments":{"message":"' .. message .. '"}}}'
    if os.getenv("MCP_STATELESS") == "1" then
       headers["Mcp-Session-Id"] = nil
       headers["MCP-Protocol-Version"] = "2026-07-28"
       headers["Mcp-Method"] = "tools/call"
-      headers["Mcp-Name"] = "echo"
-      suffix = ',"method":"tools/call","params":{"name":"echo","arguments":{"message":"' .. message .. '"},'
+      headers["Mcp-Name"] = tool
+      suffix = ',"method":"tools/call","params":{"name":"' .. tool .. '","arguments":{"message":"' .. message .. '"},'
          .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
          .. '"io.modelcontextprotocol/clientCapabilities":{}}}}'
    end

@@ -1,0 +1,672 @@
+#!/usr/bin/env python3
+"""Size on one instance (issue 44): what many sessions, apps, records and streams cost. Run by
+hand, not in CI; python3's standard library and `wrk` only:
+
+    benches/scale.py sessions --sizes 10000,100000,1000000
+    benches/scale.py wide --apps 100 --tools 50
+
+The binary under test is $TOOLGATE_BIN (default target/release/toolgate); each size runs on a
+fresh instance on its embedded store in a temporary directory (--keep keeps it), with the
+tests' harness (tests/py/toolgate_harness.py) finding its ports. Every timing is printed with
+the 1-minute load average beside it (the machine is shared). The method of each subcommand is in
+its function's docstring and in BENCHMARKS.md ("Scale on one instance").
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import resource
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "py"))
+
+from toolgate_harness import BASE_CONFIG, classify, listening_addrs, random_key, toolgate_bin  # noqa: E402
+
+PROTOCOL = "2025-06-18"
+INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "scale", "version": "1"}}})
+
+# Limits and quotas out of the way: the figures are about size, not about the limits.
+LIMITS = """\
+rate_limits:
+  tiers:
+    bench: { requests_per_hour: unlimited, requests_per_minute: 1000000000, burst: 1000000000, concurrent: 100000 }
+limits:
+  bootstrap_tier: bench
+  quotas:
+    bench: { gateways: 1000000 }
+"""
+
+# wrk script (one thread): `initialize` until LIMIT answers were received, counting the 200s;
+# `done` prints one RESULT line.
+INIT_LUA = """\
+limit = tonumber(os.getenv("LIMIT"))
+seen, ok = 0, 0
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args)
+   wrk.headers["Content-Type"] = "application/json"
+   wrk.headers["Accept"] = "application/json, text/event-stream"
+   wrk.headers["X-API-Key"] = os.getenv("API_KEY")
+   wrk.method = "POST"
+   wrk.body = os.getenv("BODY")
+end
+function response(status, headers, body)
+   seen = seen + 1
+   if status == 200 then ok = ok + 1 end
+   if seen == limit then
+      -- wrk's main thread sleeps out -d: the bench sends it SIGINT once this file exists (and
+      -- this thread has ended, so that the signal reaches the main thread).
+      wrk.thread:stop()
+      io.open(os.getenv("DONE_FILE"), "w"):close()
+   end
+end
+function done(summary, latency, requests)
+   local ok = 0
+   for _, t in ipairs(threads) do ok = ok + t:get("ok") end
+   io.write(string.format("RESULT requests=%d ok=%d duration_us=%d p99_us=%.1f\\n",
+      summary.requests, ok, summary.duration, latency:percentile(99)))
+end
+"""
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')} load {load1():.2f}] {msg}", flush=True)
+
+
+def request(addr: str, method: str, path: str, body=None, headers=None, timeout=60.0):
+    """(status, headers, parsed JSON or text) of one request on a new connection."""
+    host, port = addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        data = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
+        h = {"Content-Type": "application/json", **(headers or {})}
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        text = r.read().decode(errors="replace")
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = text
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, parsed
+    finally:
+        c.close()
+
+
+class Instance:
+    """The release binary on its embedded store in `dir` (kept across restarts)."""
+
+    def __init__(self, config: str, keep: bool = False):
+        self.tmp = tempfile.mkdtemp(prefix="toolgate-scale-")
+        self.dir = Path(self.tmp)
+        (self.dir / "data").mkdir()
+        self.config_path = self.dir / "toolgate.yaml"
+        self.config_path.write_text(config)
+        self.admin = random_key()
+        self.keep = keep
+        self.proc: subprocess.Popen | None = None
+        self.addr = ""
+
+    def spawn(self) -> float:
+        """Starts the process; returns the monotonic time of the start."""
+        env = dict(os.environ, TOOLGATE_ADMIN_KEY=self.admin, RUST_LOG="warn")
+        err = open(self.dir / "stderr.log", "ab")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen([str(toolgate_bin()), "--config", str(self.config_path)], cwd=self.dir,
+                                     env=env, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+        err.close()
+        return t0
+
+    def wait_listening(self, timeout: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"toolgate exited: {(self.dir / 'stderr.log').read_text()[-2000:]}")
+            main, _ = classify(listening_addrs(self.proc.pid))
+            if main:
+                self.addr = main
+                return
+            time.sleep(0.01)
+        raise RuntimeError("toolgate did not listen in time")
+
+    def start(self) -> "Instance":
+        self.spawn()
+        self.wait_listening()
+        return self
+
+    def stop(self) -> float:
+        """SIGINT (Pingora's fast shutdown) and wait; the seconds it took."""
+        t0 = time.monotonic()
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return time.monotonic() - t0
+
+    def close(self) -> None:
+        self.stop()
+        if not self.keep:
+            subprocess.run(["rm", "-rf", self.tmp], check=False)
+        else:
+            print(f"work dir kept: {self.tmp}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def api(self, method: str, path: str, body=None):
+        return request(self.addr, method, path, body, {"Authorization": f"Bearer {self.admin}"})
+
+    def gateway(self, apps: list[str], **extra) -> dict:
+        body = {"name": f"scale-{time.monotonic_ns()}", "servers": apps, "configuration": {"rate_limit": 1000000000}}
+        body.update(extra)
+        status, _, gw = self.api("POST", "/v1/gateways", body)
+        assert status == 201, (status, gw)
+        return gw["data"]
+
+    def store_count(self, kind: str) -> int:
+        """Records of `kind` in the embedded store, read beside the running process."""
+        c = sqlite3.connect(f"file:{self.dir / 'data' / 'toolgate.sqlite3'}?mode=ro", uri=True, timeout=30)
+        try:
+            return c.execute("SELECT count(*) FROM records WHERE kind = ?", (kind,)).fetchone()[0]
+        finally:
+            c.close()
+
+
+def wrk_lua(work: Path, name: str, text: str) -> Path:
+    path = work / name
+    path.write_text(text)
+    return path
+
+
+def wrk_initialize(inst: Instance, gw: dict, n: int, conns: int) -> dict:
+    """`n` initialize requests through wrk; RESULT fields plus the wall time."""
+    lua = wrk_lua(inst.dir, "init.lua", INIT_LUA)
+    done = inst.dir / "wrk.done"
+    done.unlink(missing_ok=True)
+    env = dict(os.environ, LIMIT=str(n), DONE_FILE=str(done), API_KEY=gw["api_key"], BODY=INIT)
+    url = f"http://{inst.addr}/gateway/{gw['id']}/mcp"
+    t0 = time.monotonic()
+    proc = subprocess.Popen(["wrk", "-t1", f"-c{conns}", "-d3600s", "--timeout", "60s", "-s", str(lua), url],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    while not done.exists() and proc.poll() is None:
+        time.sleep(0.02)
+    wall = time.monotonic() - t0
+    while proc.poll() is None:
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+    out = proc.stdout.read()
+    line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+    assert line, f"wrk printed no RESULT line: {out}"
+    res = {k: float(v) for k, v in (kv.split("=") for kv in line[7:].split())}
+    res["wall"] = wall
+    return res
+
+
+def mcp_headers(gw: dict, sid: str | None = None) -> dict:
+    h = {"X-API-Key": gw["api_key"], "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL}
+    if sid:
+        h["Mcp-Session-Id"] = sid
+    return h
+
+
+def open_session(inst: Instance, gw: dict) -> str:
+    status, headers, body = request(inst.addr, "POST", f"/gateway/{gw['id']}/mcp", INIT, mcp_headers(gw))
+    assert status == 200, (status, body)
+    sid = headers["mcp-session-id"]
+    status, _, body = request(inst.addr, "POST", f"/gateway/{gw['id']}/mcp",
+                              {"jsonrpc": "2.0", "method": "notifications/initialized"}, mcp_headers(gw, sid))
+    assert status in (200, 202), (status, body)
+    return sid
+
+
+def ping(addr: str, gw: dict, sid: str) -> int:
+    try:
+        status, _, _ = request(addr, "POST", f"/gateway/{gw['id']}/mcp",
+                               {"jsonrpc": "2.0", "id": 7, "method": "ping"}, mcp_headers(gw, sid), timeout=30)
+        return status
+    except OSError:
+        return 0
+
+
+def probe_main(addr: str, seconds: float) -> None:
+    """`probe`: GET /healthz back to back on one keep-alive connection for `seconds`; prints the
+    count, the max latency, the 99.9th percentile and the start offset of the max as JSON."""
+    host, port = addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    lat: list[float] = []
+    start = time.monotonic()
+    worst, worst_at = 0.0, 0.0
+    slow: list[tuple[float, float]] = []  # (monotonic start, ms) of answers over 10 ms
+    while time.monotonic() - start < seconds:
+        t = time.perf_counter()
+        c.request("GET", "/healthz")
+        c.getresponse().read()
+        d = time.perf_counter() - t
+        if d > worst:
+            worst, worst_at = d, time.monotonic() - start
+        if d > 0.010 and len(slow) < 100:
+            slow.append((round(time.monotonic() - d, 3), round(d * 1e3, 1)))
+        lat.append(d)
+    lat.sort()
+    print(json.dumps({"n": len(lat), "max_ms": worst * 1e3, "p999_ms": lat[int(len(lat) * 0.999)] * 1e3,
+                      "over10": sum(1 for x in lat if x > 0.010), "worst_at": worst_at, "slow": slow}), flush=True)
+
+
+def start_probe(addr: str, seconds: float) -> subprocess.Popen:
+    """The healthz probe in a process of its own (no GIL shared with the poller)."""
+    return subprocess.Popen([sys.executable, __file__, "probe", "--addr", addr, "--seconds", str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def probe_result(p: subprocess.Popen) -> dict:
+    out, _ = p.communicate(timeout=3600)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def instance_config(mcp: str, apps: str = "") -> str:
+    """The harness's configuration (embedded store in ./data, the built-in `time` app) with `apps`
+    (more entries of the list), the `mcp:` members `mcp` and the limits out of the way."""
+    return BASE_CONFIG.format(data="./data") + apps + "mcp:\n" + mcp + LIMITS
+
+
+def sessions_config(idle: int, retention: int) -> str:
+    return instance_config(f"""\
+  session_idle_timeout_secs: {idle}
+  session_retention_secs: {retention}
+  max_sessions_per_key: 100000000
+  max_sessions_per_organization: 100000000
+""")
+
+
+def metric(inst: Instance, name: str) -> float:
+    _, metrics = classify(listening_addrs(inst.pid))
+    status, _, text = request(metrics, "GET", "/metrics")
+    total = 0.0
+    for line in str(text).splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wait: float, probe_s: float) -> dict:
+    """One size: create `n` idle sessions through `initialize` (wrk), RSS before and after, the
+    restart until a call on an old session answers 200, then the idle sweep under a healthz probe."""
+    inst = Instance(sessions_config(86400, 300), keep).start()
+    row: dict = {"n": n}
+    try:
+        gw = inst.gateway(["time"])
+        sid0 = open_session(inst, gw)
+        assert ping(inst.addr, gw, sid0) == 200
+        row["rss_idle_kb"] = rss_kb(inst.pid)
+        first = wrk_initialize(inst, gw, 999, conns)
+        time.sleep(1)
+        row["rss_1k_kb"] = rss_kb(inst.pid)
+        say(f"{n}: 1000 sessions, RSS {row['rss_1k_kb'] / 1024:.1f} MiB (idle {row['rss_idle_kb'] / 1024:.1f})")
+        res = wrk_initialize(inst, gw, n - 1000, conns)
+        row["create_s"] = res["wall"]
+        row["create_load"] = load1()
+        row["created"] = inst.store_count("session")  # wrk's connections still in flight at its stop add a few
+        row["create_errors"] = int(first["requests"] - first["ok"] + res["requests"] - res["ok"])
+        time.sleep(2)  # the last flush of activity and the request log
+        row["rss_n_kb"] = rss_kb(inst.pid)
+        row["per_session_b"] = (row["rss_n_kb"] - row["rss_1k_kb"]) * 1024 / max(1, row["created"] - 1000)
+        say(f"{n}: created {row['created']} in {res['wall']:.1f} s ({row['created'] / res['wall']:,.0f}/s, "
+            f"{row['create_errors']} not 200, p99 {res['p99_us'] / 1000:.1f} ms); RSS {row['rss_n_kb'] / 1024:.1f} MiB, "
+            f"{row['per_session_b']:.0f} B per session beyond the first 1000")
+        row["stored"] = row["created"]
+        # Restart on the same store: the time until the first session answers 200.
+        row["stop_s"] = inst.stop()
+        t0 = inst.spawn()
+        inst.wait_listening()
+        row["listen_s"] = time.monotonic() - t0
+        while ping(inst.addr, gw, sid0) != 200:
+            time.sleep(0.01)
+        row["ready_s"] = time.monotonic() - t0
+        row["restart_load"] = load1()
+        time.sleep(2)
+        row["rss_restarted_kb"] = rss_kb(inst.pid)
+        say(f"{n}: {row['stored']} stored; stopped in {row['stop_s']:.1f} s; restart listening in {row['listen_s']:.2f} s, "
+            f"first session 200 in {row['ready_s']:.2f} s; RSS {row['rss_restarted_kb'] / 1024:.1f} MiB")
+        # The sweep: idle time-out 1 s, no retention, by reload; a healthz probe in its own process.
+        base = start_probe(inst.addr, 3)
+        row["probe_base"] = probe_result(base)
+        inst.config_path.write_text(sessions_config(1, 0))
+        probe = start_probe(inst.addr, probe_s)
+        time.sleep(0.5)
+        t_reload = time.monotonic()
+        status, _, body = inst.api("POST", "/v1/admin/reload")
+        assert status == 200, (status, body)
+        t0 = time.monotonic()
+        row["reload_s"] = t0 - t_reload
+        removed = None
+        while time.monotonic() - t0 < sweep_wait:
+            status, _, _ = inst.api("GET", f"/v1/sessions/{sid0}")
+            if status == 404 and removed is None:
+                removed = time.monotonic() - t0
+                row["sweep_load"] = load1()
+                break
+            time.sleep(0.02)
+        row["removed_s"] = removed
+        # The store records go after the sweep, while the probe still runs.
+        deleted = None
+        left = inst.store_count("session")
+        while left and time.monotonic() - t0 < delete_wait:
+            time.sleep(0.2)
+            left = inst.store_count("session")
+        if not left:
+            deleted = time.monotonic() - t0
+        row["probe"] = probe_result(probe)
+        # The slow answers, as (seconds after the reload was sent, ms); the worst likewise.
+        row["probe"]["slow"] = [(round(t - t_reload, 3), ms) for t, ms in row["probe"]["slow"]]
+        row["probe"]["worst_after_reload"] = row["probe"]["worst_at"] - 0.5
+        row["store_left"] = left
+        row["deletes_per_s"] = (row["stored"] - left) / (time.monotonic() - t0)
+        row["deleted_s"] = deleted
+        time.sleep(2)
+        row["rss_swept_kb"] = rss_kb(inst.pid)
+        say(f"{n}: sweep: gone from memory {removed} s after the reload; healthz probe max "
+            f"{row['probe']['max_ms']:.1f} ms, p99.9 {row['probe']['p999_ms']:.2f} ms, {row['probe']['over10']} over 10 ms "
+            f"of {row['probe']['n']}, the worst {row['probe']['worst_after_reload']:.2f} s after the reload, the first slow ones at {row['probe']['slow'][:12]} (reload answered in {row['reload_s']:.3f} s; before: max {row['probe_base']['max_ms']:.1f} ms over {row['probe_base']['n']}); "
+            f"store records deleted after {deleted} s ({left} left, {row['deletes_per_s']:.0f}/s); RSS {row['rss_swept_kb'] / 1024:.1f} MiB")
+    finally:
+        inst.close()
+    return row
+
+
+def sessions_main(args) -> None:
+    rows = [bench_sessions(n, args.connections, args.keep, args.sweep_wait, args.delete_wait, args.probe) for n in args.sizes]
+    print("\n| sessions | created/s | RSS idle / 1k / N MiB | bytes per session | restart: listening / ready s "
+          "| RSS after restart MiB | sweep: gone from memory s | healthz max ms (before) | store deleted s | RSS after sweep MiB |")
+    print("|---:|---:|---|---:|---|---:|---:|---|---:|---:|")
+    for r in rows:
+        print(f"| {r['created']:,} | {r['created'] / r['create_s']:,.0f} | {r['rss_idle_kb'] / 1024:.0f} / "
+              f"{r['rss_1k_kb'] / 1024:.0f} / {r['rss_n_kb'] / 1024:.0f} | {r['per_session_b']:.0f} | "
+              f"{r['listen_s']:.2f} / {r['ready_s']:.2f} | {r['rss_restarted_kb'] / 1024:.0f} | {r['removed_s']:.2f} | "
+              f"{r['probe']['max_ms']:.1f} ({r['probe_base']['max_ms']:.1f}) | {'%.1f' % r['deleted_s'] if r['deleted_s'] else 'unfinished'} ({r['deletes_per_s']:.0f}/s) | {r['rss_swept_kb'] / 1024:.0f} |")
+    print(json.dumps(rows))
+
+
+def upstream_main(tools: int) -> None:
+    """`upstream`: a small MCP server (Streamable HTTP, JSON answers) on a free port, printed on
+    the first line. Each path is an app of its own: `/mcp/<name>` lists `<name>_t0` ..
+    `<name>_t{tools-1}` and answers their calls; it takes `initialize` with a session id."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def reply(self, status: int, body: bytes = b"", session: bool = False):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if session:
+                self.send_header("Mcp-Session-Id", "s1")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802
+            self.reply(405)
+
+        def do_DELETE(self):  # noqa: N802
+            self.reply(200)
+
+        def do_POST(self):  # noqa: N802
+            msg = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
+            name = self.path.rstrip("/").rsplit("/", 1)[-1]
+            method, rid = msg.get("method"), msg.get("id")
+            if rid is None:
+                return self.reply(202)
+            if method == "initialize":
+                result = {"protocolVersion": msg["params"].get("protocolVersion", PROTOCOL),
+                          "capabilities": {"tools": {}}, "serverInfo": {"name": name, "version": "1"}}
+            elif method == "tools/list":
+                result = {"tools": [{"name": f"{name}_t{i}", "description": f"Tool {i} of {name}",
+                                     "inputSchema": {"type": "object", "properties": {
+                                         "message": {"type": "string", "description": "a message"}}}}
+                                    for i in range(tools)]}
+            elif method == "tools/call":
+                result = {"content": [{"type": "text", "text": f"{msg['params']['name']} called"}]}
+            elif method in ("resources/list", "resources/templates/list", "prompts/list"):
+                key = {"resources/list": "resources", "prompts/list": "prompts"}.get(method, "resourceTemplates")
+                result = {key: []}
+            elif method == "ping":
+                result = {}
+            else:
+                body = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}}
+                return self.reply(200, json.dumps(body).encode())
+            self.reply(200, json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}).encode(), method == "initialize")
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    print(srv.server_address[1], flush=True)
+    srv.serve_forever()
+
+
+def http_app(app_id: str, url: str) -> str:
+    return (f"  - id: {app_id}\n    name: {app_id}\n    description: bench app\n    category: testing\n"
+            f"    url: {url}\n")
+
+
+def wide_config(apps: str, deadline_ms: int, page_size: int) -> str:
+    return instance_config(f"  list_deadline_ms: {deadline_ms}\n  page_size: {page_size}\n", apps)
+
+
+def mcp_post(addr: str, gw: dict, sid: str, method: str, params: dict | None = None, rid: int = 1):
+    body = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        body["params"] = params
+    return request(addr, "POST", f"/gateway/{gw['id']}/mcp", body, mcp_headers(gw, sid))
+
+
+def list_all(conn: http.client.HTTPConnection, gw: dict, sid: str) -> tuple[int, float]:
+    """Every page of `tools/list` on a kept-alive connection: (tools, seconds)."""
+    t0 = time.perf_counter()
+    cursor, n = None, 0
+    while True:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"cursor": cursor} if cursor else {}}
+        conn.request("POST", f"/gateway/{gw['id']}/mcp", json.dumps(body),
+                     {"Content-Type": "application/json", **mcp_headers(gw, sid)})
+        r = conn.getresponse()
+        result = json.loads(r.read())["result"]
+        n += len(result["tools"])
+        cursor = result.get("nextCursor")
+        if not cursor:
+            return n, time.perf_counter() - t0
+
+
+def wrk_calls(inst: Instance, gw: dict, sid: str, tool: str, seconds: int, conns: int) -> dict:
+    """`tools/call` of `tool` (benches/tools_call.lua) for `seconds`; RESULT plus toolgate's CPU."""
+    env = dict(os.environ, MCP_SESSION=sid, MCP_API_KEY=gw["api_key"], MCP_TOOL=tool)
+    t0 = cpu_ticks(inst.pid)
+    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "-s", str(ROOT / "benches" / "tools_call.lua"),
+                          f"http://{inst.addr}/gateway/{gw['id']}/mcp"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    ticks = cpu_ticks(inst.pid) - t0
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+    res = {k: float(v) for k, v in (kv.split("=") for kv in line[7:].split())}
+    res["cpu_us"] = ticks / os.sysconf("SC_CLK_TCK") / max(1.0, res["requests"]) * 1e6
+    res["load"] = load1()
+    return res
+
+
+def bench_wide(apps: int, tools: int, args) -> dict:
+    """One size: a gateway of `apps` apps (`apps - 1` on the Python upstream, `tools` tools each,
+    plus the fast upstream's `echo`), a one-app gateway on the fast upstream, and a third gateway
+    of the same apps plus one that accepts connections and never answers."""
+    import socket
+
+    fast_bin = ROOT / "target" / "release" / "examples" / "fast_upstream"
+    assert fast_bin.exists(), f"{fast_bin} missing: cargo build --release --example fast_upstream"
+    fast = subprocess.Popen([str(fast_bin), "0", "--threads", "1"], stdout=subprocess.PIPE, text=True)
+    fast_port = int(fast.stdout.readline().strip())
+    up = subprocess.Popen([sys.executable, __file__, "upstream", "--tools", str(tools)], stdout=subprocess.PIPE, text=True)
+    up_port = int(up.stdout.readline().strip())
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead.listen(1024)  # accepts (the kernel does) and never answers
+    names = [f"a{i}" for i in range(apps - 1)]
+    cfg = "".join(http_app(n, f"http://127.0.0.1:{up_port}/mcp/{n}") for n in names)
+    cfg += http_app("fast", f"http://127.0.0.1:{fast_port}/mcp")
+    cfg += http_app("dead", f"http://127.0.0.1:{dead.getsockname()[1]}/mcp")
+    inst = Instance(wide_config(cfg, args.deadline_ms, args.page_size), args.keep).start()
+    row: dict = {"apps": apps, "tools": tools}
+    try:
+        rss0 = rss_kb(inst.pid)
+        wide = inst.gateway(names + ["fast"])
+        one = inst.gateway(["fast"])
+        with_dead = inst.gateway(names + ["fast", "dead"])
+        sids = {name: open_session(inst, gw) for name, gw in (("wide", wide), ("one", one), ("dead", with_dead))}
+        # The first list builds the catalogue (every app asked at once).
+        host, port = inst.addr.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        n, cold = list_all(conn, wide, sids["wide"])
+        row["listed"], row["cold_s"] = n, cold
+        row["rss_catalogue_kb"] = rss_kb(inst.pid) - rss0
+        want = (apps - 1) * tools + 1
+        for _ in range(20):  # apps left out of the first list (past the deadline) are asked again
+            if n == want:
+                break
+            say(f"wide {apps}x{tools}: the first list had {n} of {want} tools; listing again")
+            time.sleep(1)
+            n, _ = list_all(conn, wide, sids["wide"])
+        assert n == want, f"listed {n} of {want} tools"
+        firsts, walks = [], []
+        for _ in range(args.lists):
+            t = time.perf_counter()
+            conn.request("POST", f"/gateway/{wide['id']}/mcp", json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+                         {"Content-Type": "application/json", **mcp_headers(wide, sids["wide"])})
+            conn.getresponse().read()
+            firsts.append(time.perf_counter() - t)
+            walks.append(list_all(conn, wide, sids["wide"])[1])
+        row["list_load"] = load1()
+        q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(len(xs) * p))] * 1e3  # noqa: E731
+        row["page_p50_ms"], row["page_p99_ms"] = q(firsts, 0.5), q(firsts, 0.99)
+        row["all_p50_ms"], row["all_p99_ms"] = q(walks, 0.5), q(walks, 0.99)
+        pages = -(-n // args.page_size)
+        say(f"wide {apps}x{tools}: {n} tools in {pages} pages of {args.page_size}; cold {cold * 1e3:.0f} ms; "
+            f"first page p50 {row['page_p50_ms']:.2f} ms p99 {row['page_p99_ms']:.2f} ms; all pages p50 "
+            f"{row['all_p50_ms']:.1f} ms p99 {row['all_p99_ms']:.1f} ms; RSS beyond idle +{row['rss_catalogue_kb'] / 1024:.1f} MiB")
+        # A call of a tool of the wide gateway's app against the same call on a one-app gateway.
+        tool = {"wide": "fast__echo", "one": "echo"}  # a gateway of several apps shows `<app>__<tool>`
+        for gw, name in ((wide, "wide"), (one, "one")):
+            status, _, body = mcp_post(inst.addr, gw, sids[name], "tools/call", {"name": tool[name], "arguments": {"message": "x"}})
+            assert status == 200 and "Echo: x" in json.dumps(body), (status, body)
+        calls: dict[str, list[dict]] = {"wide": [], "one": []}
+        for r in range(args.rounds + 1):
+            for name in ("wide", "one") if r % 2 == 0 else ("one", "wide"):
+                gw = wide if name == "wide" else one
+                res = wrk_calls(inst, gw, sids[name], tool[name], args.seconds if r else 2, args.connections)
+                if r:
+                    calls[name].append(res)
+                    say(f"round {r} {name}: {res['rps']:,.0f} calls/s, {res['cpu_us']:.1f} us CPU per call, "
+                        f"p99 {res['p99_us'] / 1000:.2f} ms, errors {res['non2xx'] + res['socket_errors']:.0f}")
+        for name in ("wide", "one"):
+            row[f"{name}_cpu_us"] = statistics.median(x["cpu_us"] for x in calls[name])
+            row[f"{name}_rps"] = statistics.median(x["rps"] for x in calls[name])
+        # The dead app: the first list of the third gateway waits `list_deadline_ms` at most.
+        t = time.perf_counter()
+        status, _, body = mcp_post(inst.addr, with_dead, sids["dead"], "tools/list")
+        row["dead_first_page_s"] = time.perf_counter() - t
+        n_dead, _ = list_all(conn, with_dead, sids["dead"])
+        row["dead_listed"] = n_dead
+        say(f"with a dead app: first list in {row['dead_first_page_s'] * 1e3:.0f} ms (deadline {args.deadline_ms} ms), "
+            f"{n_dead} tools listed")
+        conn.close()
+    finally:
+        inst.close()
+        fast.kill()
+        up.kill()
+        dead.close()
+    return row
+
+
+def wide_main(args) -> None:
+    rows = [bench_wide(a, args.tools, args) for a in args.apps]
+    print("\n| apps x tools | first list (cold) ms | page of {0} p50 / p99 ms | all pages p50 / p99 ms | RSS beyond idle after the first list MiB "
+          "| CPU us per call: wide / one-app | calls/s wide / one-app | first list with a dead app ms |".format(args.page_size))
+    print("|---|---:|---|---|---:|---|---|---:|")
+    for r in rows:
+        print(f"| {r['apps']} x {r['tools']} | {r['cold_s'] * 1e3:.0f} | {r['page_p50_ms']:.2f} / {r['page_p99_ms']:.2f} "
+              f"| {r['all_p50_ms']:.1f} / {r['all_p99_ms']:.1f} | {r['rss_catalogue_kb'] / 1024:.1f} "
+              f"| {r['wide_cpu_us']:.1f} / {r['one_cpu_us']:.1f} | {r['wide_rps']:,.0f} / {r['one_rps']:,.0f} "
+              f"| {r['dead_first_page_s'] * 1e3:.0f} |")
+    print(json.dumps(rows))
+
+
+def main() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536)) if resource.getrlimit(resource.RLIMIT_NOFILE)[1] >= 65536 else None
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sessions", help="idle MCP sessions: memory, creation, restart, sweep")
+    s.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=[10000, 100000, 1000000])
+    s.add_argument("--connections", type=int, default=8, help="wrk connections creating sessions (8)")
+    s.add_argument("--sweep-wait", type=float, default=60.0, help="seconds to wait for the sweep (60)")
+    s.add_argument("--delete-wait", type=float, default=120.0,
+                   help="seconds to wait for the store records' deletion after the sweep (120)")
+    s.add_argument("--probe", type=float, default=10.0,
+                   help="seconds the healthz probe runs from 0.5 s before the reload that starts the sweep (10)")
+    s.add_argument("--keep", action="store_true", help="keep the work directory")
+    w = sub.add_parser("wide", help="a gateway of many apps: tools/list, CPU per call, a dead app")
+    w.add_argument("--apps", type=lambda v: [int(x) for x in v.split(",")], default=[10, 30, 100],
+                   help="apps per gateway, one size or a comma list (10,30,100)")
+    w.add_argument("--tools", type=int, default=50, help="tools per app (50)")
+    w.add_argument("--lists", type=int, default=200, help="tools/list requests timed (200)")
+    w.add_argument("--page-size", type=int, default=100, help="mcp.page_size (100, the default)")
+    w.add_argument("--deadline-ms", type=int, default=5000, help="mcp.list_deadline_ms (5000, the default)")
+    w.add_argument("--seconds", type=int, default=5, help="seconds per wrk round (5)")
+    w.add_argument("--rounds", type=int, default=3, help="alternating rounds of calls (3)")
+    w.add_argument("--connections", type=int, default=2, help="wrk connections (2)")
+    w.add_argument("--keep", action="store_true", help="keep the work directory")
+    up = sub.add_parser("upstream", help=argparse.SUPPRESS)
+    up.add_argument("--tools", type=int, required=True)
+    pr = sub.add_parser("probe", help=argparse.SUPPRESS)
+    pr.add_argument("--addr", required=True)
+    pr.add_argument("--seconds", type=float, required=True)
+    args = p.parse_args()
+    if args.cmd == "sessions":
+        sessions_main(args)
+    elif args.cmd == "wide":
+        wide_main(args)
+    elif args.cmd == "upstream":
+        upstream_main(args.tools)
+    elif args.cmd == "probe":
+        probe_main(args.addr, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
