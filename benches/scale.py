@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Size on one instance (issue 44): what many sessions, apps, records and streams cost. Run by
-hand, not in CI; python3's standard library and `wrk` only:
+"""Size on one instance (issue 44): what many sessions and wide gateways cost (records and
+streams are still to come). Run by hand, not in CI; python3's standard library and `wrk` only
+(`wide` also runs target/release/examples/fast_upstream):
 
     benches/scale.py sessions --sizes 10000,100000,1000000
     benches/scale.py wide --apps 10,25,50 --tools 50
