@@ -283,3 +283,90 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
     assert_eq!(result_text(&on_b.call(4, "send_email", json!({"to": "x@y.test"}))), "sent to x@y.test");
     drop((a, b));
 }
+
+/// The stdio app of `tests/py/hidden_text_server.py`: per class of hidden text a tool
+/// `hide_<class>` whose description and `query` description carry it, and `clean_tool`.
+fn hidden_text_app() -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/hidden_text_server.py");
+    format!(
+        "  - {{ id: hider, name: Hider, category: testing, timeouts: {{ connect_ms: 60000 }}, command: [{:?}, {:?}] }}\n",
+        common::python().to_string_lossy(),
+        script.to_string_lossy()
+    )
+}
+
+#[test]
+fn hidden_text_under_block_is_a_pending_change_served_stripped_once_approved() {
+    let k = keys();
+    let srv = TestServer::start(&format!("{}{}{}", hidden_text_app(), stdio_app(), k.yaml));
+    let (gw, gw_key) = create_gateway(&srv, &k.owner, &["hider"], json!({"description_policy": "block"}));
+    let mcp = Mcp::open(&srv, &gw, &gw_key);
+    assert_eq!(mcp.tool_names(1), ["clean_tool"], "the tools with hidden text are pending");
+
+    // A call is the pending error, naming the tool, that it awaits approval, and the finding.
+    let body = mcp.call(2, "hide_tag", json!({"query": "q"}));
+    assert_pending(&body, "hide_tag");
+    let (_, message) = rpc_error(&body);
+    assert!(message.contains("its description contains a Unicode tag character (U+E0049)"), "{body}");
+    assert!(message.chars().all(|c| !c.is_control() && !('\u{E0000}'..='\u{E007F}').contains(&c)), "{body}");
+    let data = &body["error"]["data"];
+    assert_eq!(data["reason"], "hidden_text", "{body}");
+    let classes: Vec<&str> =
+        data["findings"].as_array().unwrap().iter().map(|f| f["class"].as_str().unwrap()).collect();
+    assert_eq!(classes, ["tag", "tag"], "the description and the property's: {body}");
+    // A prompt under `block` stays withheld as before (pins cover tools).
+    let (code, message) = rpc_error(&mcp.rpc(3, "prompts/get", json!({"name": "hide_tag"})));
+    assert_eq!(code, -32602, "{message}");
+    assert!(message.starts_with("prompt `hide_tag` is withheld"), "{message}");
+
+    // Each is listed as a `hidden_text` change, with its classes and findings.
+    let list = changes(&srv, &k.owner, &gw);
+    assert_eq!(list.len(), 7, "one per class: {list:?}");
+    for c in &list {
+        assert_eq!(c["kind"], "hidden_text", "{c}");
+        let class = c["tool"].as_str().unwrap().strip_prefix("hide_").unwrap();
+        assert_eq!(c["classes"], json!([class]), "{c}");
+        let findings = c["findings"].as_array().unwrap();
+        assert!(findings.len() == 2 && findings[0].as_str().unwrap().starts_with("its description contains"), "{c}");
+        assert!(findings[1].as_str().unwrap().starts_with("its inputSchema.properties.query.description contains"));
+        assert!(c["diff"]["description"]["new"].is_string() && c["diff"]["description"]["old"].is_null(), "{c}");
+    }
+    let line = "toolgate_tool_changes_total{kind=\"hidden_text\"} 7";
+    assert!(srv.metrics().contains(line), "{line}");
+    let id = |tool: &str| list.iter().find(|c| c["tool"] == tool).unwrap()["id"].as_str().unwrap().to_string();
+
+    // Approved: listed and callable, stripped of its hidden text; the decision is audited.
+    ok(&decide(&srv, &k.owner, &gw, &id("hide_tag"), "approve", None), 200);
+    let listed = mcp.rpc(4, "tools/list", json!({}));
+    let tool = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "hide_tag").cloned();
+    let tool = tool.unwrap_or_else(|| panic!("hide_tag is served once approved: {listed}"));
+    assert_eq!(tool["description"], "Tool for tag. Use it.", "{tool}");
+    assert_eq!(tool["inputSchema"]["properties"]["query"]["description"], "The query. Plain.", "{tool}");
+    assert_eq!(result_text(&mcp.call(5, "hide_tag", json!({"query": "q"}))), "tag: q");
+    let audit = ok(&srv.api("GET", "/v1/audit?action=tool_change.approve", Some(&k.owner), None), 200);
+    assert_eq!(audit["entries"].as_array().map(Vec::len), Some(1), "{audit}");
+
+    // Rejected: stays hidden; the refusal still names the finding.
+    ok(&decide(&srv, &k.owner, &gw, &id("hide_bidi"), "reject", None), 200);
+    let body = mcp.call(6, "hide_bidi", json!({"query": "q"}));
+    assert_pending(&body, "hide_bidi");
+    assert_eq!(body["error"]["data"]["reason"], "rejected", "{body}");
+    assert!(rpc_error(&body).1.contains("a bidirectional control (U+202E)"), "{body}");
+    let names = mcp.tool_names(7);
+    assert!(has(&names, "hide_tag") && !has(&names, "hide_bidi"), "{names:?}");
+    assert_eq!(changes(&srv, &k.owner, &gw).len(), 5);
+
+    // Without pins, `block` withholds as before.
+    let (off_gw, off_key) =
+        create_gateway(&srv, &k.owner, &["hider"], json!({"description_policy": "block", "tool_policy": "off"}));
+    let off = Mcp::open(&srv, &off_gw, &off_key);
+    assert_eq!(off.tool_names(1), ["clean_tool"]);
+    let (code, message) = rpc_error(&off.call(2, "hide_tag", json!({"query": "q"})));
+    assert_eq!(code, -32602, "{message}");
+    assert!(message.starts_with("tool `hide_tag` is withheld: its description contains"), "{message}");
+    assert!(changes(&srv, &k.owner, &off_gw).is_empty());
+    // And under `strip` a pinned gateway serves them stripped, pinned on first use.
+    let (strip_gw, strip_key) = create_gateway(&srv, &k.owner, &["hider"], json!({}));
+    assert_eq!(Mcp::open(&srv, &strip_gw, &strip_key).tool_names(1).len(), 8);
+    assert!(changes(&srv, &k.owner, &strip_gw).is_empty());
+}
