@@ -281,7 +281,52 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(result_text(&on_b.call(4, "send_email", json!({"to": "x@y.test"}))), "sent to x@y.test");
+
+    // Deleted on B: its pins are gone from Redis.
+    let client = redis::Client::open(common::redis_url(&redis)).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut pin_keys =
+        || -> Vec<String> { redis::cmd("KEYS").arg(format!("{prefix}:*:r:tool_pin:*")).query(&mut conn).unwrap() };
+    assert!(pin_keys().len() >= 3, "the gateway's pins are in Redis: {:?}", pin_keys());
+    ok(&b.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
+    assert_eq!(pin_keys(), Vec::<String>::new(), "the pins went with their gateway");
+    err(&a.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(&k.owner), None), 404, "NOT_FOUND");
     drop((a, b));
+}
+
+/// The tool pins stored for `gateway` (the embedded store's records).
+fn stored_pins(srv: &TestServer, gateway: &str) -> usize {
+    let db = rusqlite::Connection::open_with_flags(
+        srv.data_dir().join("toolgate.sqlite3"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the store");
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let pattern = format!("%\"gateway_id\":\"{gateway}\"%");
+    db.query_row("SELECT count(*) FROM records WHERE kind = 'tool_pin' AND body LIKE ?1", [&pattern], |r| r.get(0))
+        .expect("count the pins")
+}
+
+#[test]
+fn deleting_a_gateway_deletes_its_pins() {
+    let k = keys();
+    let srv = TestServer::start(&format!("{}{}", stdio_app(), k.yaml));
+    let (gw, gw_key) = create_gateway(&srv, &k.owner, &["chg"], json!({"tool_policy": "approve"}));
+    assert!(Mcp::open(&srv, &gw, &gw_key).tool_names(1).is_empty(), "nothing approved yet");
+    let list = changes(&srv, &k.owner, &gw);
+    let rug = list.iter().find(|c| c["tool"] == "rug_pull").unwrap()["id"].as_str().unwrap().to_string();
+    ok(&decide(&srv, &k.owner, &gw, &rug, "approve", None), 200);
+    assert_eq!(stored_pins(&srv, &gw), 3, "one pin per tool");
+
+    ok(&srv.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
+    assert_eq!(stored_pins(&srv, &gw), 0, "the pins went with their gateway");
+
+    // A new gateway of the same app starts with nothing approved.
+    let (fresh, fresh_key) = create_gateway(&srv, &k.owner, &["chg"], json!({"tool_policy": "approve"}));
+    assert!(Mcp::open(&srv, &fresh, &fresh_key).tool_names(1).is_empty(), "no approval carried over");
+    let pending = changes(&srv, &k.owner, &fresh);
+    assert_eq!(pending.len(), 3, "{pending:?}");
+    assert!(pending.iter().all(|c| c["kind"] == "added"), "{pending:?}");
 }
 
 /// The stdio app of `tests/py/hidden_text_server.py`: per class of hidden text a tool
