@@ -372,6 +372,14 @@ impl Catalogue {
         served
     }
 
+    /// Whether the tool `name` of `app_id` is listed and callable on `gw` (not held back,
+    /// withheld, nor outside `allowed_tools`).
+    pub fn serves(&self, gw: &Gateway, app_id: &str, name: &str) -> bool {
+        let sep = &gw.configuration.tool_name_separator;
+        let exposed = exposed_name(app_id, name, sep, gw.servers.len() == 1);
+        self.tool_targets.get(&exposed).is_some_and(|t| t.app_id == app_id && t.name == name)
+    }
+
     /// Why a tool the apps list is held back by the gateway's `tool_policy`, if it is.
     pub fn pending_tool(&self, exposed: &str) -> Option<&Held> {
         self.pending_tools.get(exposed)

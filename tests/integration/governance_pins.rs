@@ -77,6 +77,20 @@ fn decide(srv: &TestServer, key: &str, gw: &str, change: &str, what: &str, mfa: 
     srv.request("POST", &format!("/v1/gateways/{gw}/tool-changes/{change}/{what}"), Some(key), None, &headers)
 }
 
+/// `servers[0].functions` of `GET /v1/gateways/{gw}`.
+fn served_functions(srv: &TestServer, key: &str, gw: &str) -> Vec<String> {
+    let d = ok(&srv.api("GET", &format!("/v1/gateways/{gw}"), Some(key), None), 200);
+    let functions = d["servers"][0]["functions"].as_array().unwrap_or_else(|| panic!("servers[0].functions: {d}"));
+    functions.iter().map(|f| f.as_str().unwrap().to_string()).collect()
+}
+
+/// The gateway's `functions_count` in `GET /v1/gateways`.
+fn functions_count(srv: &TestServer, key: &str, gw: &str) -> usize {
+    let d = ok(&srv.api("GET", "/v1/gateways?limit=100", Some(key), None), 200);
+    let item = d["gateways"].as_array().unwrap().iter().find(|g| g["id"] == gw).cloned();
+    item.unwrap_or_else(|| panic!("{gw} in {d}"))["functions_count"].as_u64().unwrap() as usize
+}
+
 /// Waits (up to 10 s) until `check` holds for the gateway's tool names.
 fn until_tools(mcp: &Mcp, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -129,6 +143,10 @@ fn a_changed_or_added_tool_is_held_back_until_approved() {
     result_text(&mcp.call(3, "rug_pull", json!({})));
     until_tools(&mcp, "send_email is held back", |n| !has(n, "send_email") && has(n, "rug_pull"));
     assert_pending(&mcp.call(4, "send_email", json!({"to": "a@b.test"})), "send_email");
+    // Nor is it among the gateway's functions: it cannot be called.
+    let functions = served_functions(&srv, &k.owner, &gw);
+    assert!(!has(&functions, "send_email") && has(&functions, "rug_pull"), "{functions:?}");
+    assert_eq!(functions_count(&srv, &k.owner, &gw), functions.len());
     let deadline = Instant::now() + Duration::from_secs(5);
     while !srv.all_logs().contains("\"tool_pending\":true") {
         assert!(Instant::now() < deadline, "no access line with tool_pending:\n{}", srv.all_logs());
@@ -195,6 +213,8 @@ fn a_changed_or_added_tool_is_held_back_until_approved() {
     assert!(send["description"].as_str().unwrap().contains("BCC"), "the approved definition: {send}");
     assert_eq!(result_text(&mcp.call(11, "send_email", json!({"to": "c@d.test"}))), "sent to c@d.test");
     assert!(changes(&srv, &k.owner, &gw).is_empty());
+    let functions = served_functions(&srv, &k.owner, &gw);
+    assert!(has(&functions, "send_email") && !has(&functions, "exfiltrate"), "approved, rejected: {functions:?}");
     err(&decide(&srv, &k.owner, &gw, changed_id, "approve", None), 404, "NOT_FOUND");
 
     // `off` keeps today's behaviour; `approve` starts with nothing approved.
