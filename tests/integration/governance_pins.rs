@@ -247,7 +247,36 @@ fn approve_and_reject_are_behind_the_mfa_gate() {
         let e = err(&decide(&srv, &k.mfa, &gw, &id, what, None), 403, "MFA_REQUIRED");
         assert!(e["challenge_id"].is_string(), "{e}");
     }
+    let wrong = "mfa_tok_not-a-real-token-0123456789";
+    err(&decide(&srv, &k.mfa, &gw, &id, "approve", Some(wrong)), 403, "MFA_REQUIRED");
     assert!(changes(&srv, &k.mfa, &gw).iter().any(|c| c["id"] == id.as_str()), "nothing decided without MFA");
+
+    // Each refusal is audited: who, what, the route, whether a token came (never its value).
+    let audit = ok(&srv.api("GET", "/v1/audit?action=mfa.refused", Some(&k.mfa), None), 200);
+    let refused = audit["entries"].as_array().unwrap();
+    assert_eq!(refused.len(), 3, "{audit}");
+    let tokens: Vec<(&str, bool)> = refused
+        .iter()
+        .map(|e| (e["detail"]["action"].as_str().unwrap(), e["detail"]["mfa_token"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(tokens, [("tool_change.approve", false), ("tool_change.reject", false), ("tool_change.approve", true)]);
+    for e in refused {
+        assert_eq!(e["detail"]["outcome"], "mfa_refused", "{e}");
+        assert_eq!(e["detail"]["status"], 403, "{e}");
+        assert_eq!(e["actor"], json!({"kind": "api_key", "id": "key_gp_mfa"}), "{e}");
+        // The target an approval's own entry names: the gateway, under the route's resource.
+        assert_eq!(e["target"], json!({"kind": "tool_changes", "id": gw}), "{e}");
+        let route = e["detail"]["route"].as_str().unwrap();
+        assert!(route.starts_with("POST /v1/gateways/{id}/tool-changes/"), "{e}");
+    }
+    let r = srv.api("GET", "/v1/audit/export", Some(&k.mfa), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(!r.text.contains(wrong), "the token's value is not recorded");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("audit.jsonl");
+    std::fs::write(&file, &r.text).unwrap();
+    let out = crate::audit::verify(&file, &[], &[]);
+    assert!(out.status.success(), "the chain verifies: {}", common::describe_output(&out));
     let r = ok(&decide(&srv, &k.mfa, &gw, &id, "approve", Some(&code_at(&t, step))), 200);
     assert_eq!(r["decision"], "approved");
     assert!(!changes(&srv, &k.mfa, &gw).iter().any(|c| c["id"] == id.as_str()));
