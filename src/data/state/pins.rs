@@ -76,6 +76,8 @@ impl State {
             app_id: pin.app_id.clone(),
             tool: pin.tool.clone(),
             kind: pending.reason.kind().to_string(),
+            hash: pending.hash.clone(),
+            approved_hash: pin.approved.as_ref().map(|a| a.hash.clone()),
         });
     }
 }
