@@ -197,7 +197,7 @@ impl Catalogue {
                     // `block`, hidden text makes the tool a pending change of its own: it is
                     // stripped here and served so once approved.
                     let shown = allowed_here.then_some(exposed.as_str());
-                    if !c.admit(pins, gw, app_id, name, tool, &mut t, shown) || !allowed_here {
+                    if !c.admit(pins, gw, app_id, tool, &mut t, shown) || !allowed_here {
                         continue;
                     }
                 } else if !c.checked(gw, app_id, Kind::Tool, &exposed, &mut t, gw.configuration.description_policy) {
@@ -310,21 +310,22 @@ impl Catalogue {
         Catalogue { failures, built: Some(Instant::now()), ..Catalogue::default() }
     }
 
-    /// Whether a listed tool is served, given the gateway's pins; what must be recorded goes to
-    /// `found`, a tool held back to `pending_tools` under its `exposed` name (`None`: outside
-    /// `allowed_tools`, so unknown to callers). `t` is the tool's copy, stripped of its hidden
-    /// text: under `block`, a definition with hidden text that is not the approved one is a
-    /// `hidden_text` change; hidden text in an identifier withholds it under either policy.
+    /// Whether a listed tool (it has a `name`) is served, given the gateway's pins; what must be
+    /// recorded goes to `found`, a tool held back to `pending_tools` under its `exposed` name
+    /// (`None`: outside `allowed_tools`, so unknown to callers). `t` is the tool's copy, stripped
+    /// of its hidden text: under `block`, a definition with hidden text that is not the approved
+    /// one is a `hidden_text` change; hidden text in an identifier withholds it under either
+    /// policy.
     fn admit(
         &mut self,
         pins: &GatewayPins,
         gw: &Gateway,
         app_id: &str,
-        name: &str,
         tool: &Value,
         t: &mut Value,
         exposed: Option<&str>,
     ) -> bool {
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
         let findings = match clean::check(t, DescriptionPolicy::Strip) {
             Ok(findings) => findings,
             Err(findings) => {
