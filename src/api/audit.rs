@@ -111,6 +111,37 @@ impl Trail {
     }
 }
 
+impl Trail {
+    /// A protected action refused at the MFA gate (a missing, wrong, expired or used
+    /// `X-MFA-Token`) becomes an entry `mfa.refused`: who, which record, the route and its
+    /// action, and whether a token was presented, never its value. Any other refusal is not
+    /// recorded (nothing was done, and nothing was attempted past the gate). The refusal is
+    /// answered whether or not its entry could be written (it is kept and retried).
+    pub(super) async fn refused(call: &Call<'_>, route: &Route, e: &ApiError) {
+        if route.mfa == Mfa::No || !matches!(e, ApiError::MfaRequired { .. }) {
+            return;
+        }
+        let Some(who) = call.principal.as_deref() else { return };
+        let (kind_name, _, whose) = resource(module(route));
+        let detail = json!({
+            "outcome": "mfa_refused", "status": e.status(), "action": action(route),
+            "route": format!("{} /v1{}", route.method, route.path),
+            "mfa_token": call.headers.contains_key("x-mfa-token"),
+            "user_id": who.user_id, "key_id": who.key_id,
+        });
+        let event = AuditEvent::Write {
+            action: "mfa.refused".into(),
+            target: Target { kind: kind_name.to_string(), id: target_id(call, who, whose, None).unwrap_or_default() },
+            before_hash: None,
+            after_hash: None,
+            detail,
+        };
+        if let Err(e) = call.server.audit.append(&who.org_id, Actor::of(who), event).await {
+            tracing::warn!(error = %e, "the audit entry of a refused protected action is not written yet");
+        }
+    }
+}
+
 fn module(route: &Route) -> &'static str {
     route.handler_name.split("::").next().unwrap_or_default()
 }
@@ -144,7 +175,7 @@ async fn stored_hash(call: &Call<'_>, kind: Kind, id: &str) -> Option<String> {
 #[utoipa::path(get, path = "/v1/audit", tag = "audit",
     params(("after_seq" = Option<u64>, Query, description = "entries after this sequence number (default 0)"),
            ("limit" = Option<u32>, Query, minimum = 1, maximum = 100),
-           ("action" = Option<String>, Query, description = "only this action, e.g. gateway.update"),
+           ("action" = Option<String>, Query, description = "only this action, e.g. gateway.update, or mfa.refused for the protected actions refused at the MFA gate"),
            ("actor" = Option<String>, Query, description = "only this actor's id (key, service account)")),
     responses((status = 200, description = "entries in chain order and the cursor of the next page", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),

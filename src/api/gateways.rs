@@ -7,11 +7,13 @@ use crate::data::model::{
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
+use crate::mcp::catalogue::Catalogue;
 use crate::mcp::rules;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use utoipa::ToSchema;
 
 /// Most apps in one gateway's `servers`.
@@ -109,6 +111,8 @@ pub struct GatewayListItem {
     #[schema(value_type = Object)]
     pub configuration: GatewayConfiguration,
     pub rules: Vec<Rule>,
+    /// How many functions its apps serve it: under a `tool_policy`, tools awaiting approval
+    /// (or rejected) are not counted.
     pub functions_count: usize,
     pub status: String,
     pub created_at: String,
@@ -120,6 +124,9 @@ pub struct ServerView {
     pub id: String,
     pub name: String,
     pub status: String,
+    /// The app's tools the gateway serves, by their names at the app: those outside
+    /// `allowed_tools` and, under a `tool_policy`, those awaiting approval (or rejected) are not
+    /// here (`GET /v1/gateways/{id}/tool-changes` lists the pending ones).
     pub functions: Vec<String>,
 }
 
@@ -185,8 +192,23 @@ fn endpoint(call: &Call<'_>, id: &str) -> String {
     format!("{}/gateway/{id}/mcp", call.server.state.config().server.public_url)
 }
 
-/// Names of the functions the gateway exposes from `app_id`, as far as they are known.
-async fn allowed_functions(call: &Call<'_>, gw: &Gateway, app_id: &str) -> (String, Vec<String>) {
+/// Under a `tool_policy` of `pin` or `approve`, the gateway's catalogue, which knows the tools
+/// held back (pending or rejected): they cannot be called, so they are not functions.
+async fn pinned_catalogue(call: &Call<'_>, gw: &Gateway) -> Option<Arc<Catalogue>> {
+    if gw.configuration.tool_policy == ToolPolicy::Off {
+        return None;
+    }
+    Some(call.server.mcp.catalogue(gw).await)
+}
+
+/// Names of the functions the gateway exposes from `app_id`, as far as they are known
+/// (`catalogue`: [`pinned_catalogue`]).
+async fn allowed_functions(
+    call: &Call<'_>,
+    gw: &Gateway,
+    app_id: &str,
+    catalogue: Option<&Catalogue>,
+) -> (String, Vec<String>) {
     let state = &call.server.state;
     let Some(app) = state.app(app_id) else { return ("unknown".into(), vec![]) };
     if !state.is_connected(&gw.org_id, app_id) {
@@ -198,6 +220,7 @@ async fn allowed_functions(call: &Call<'_>, gw: &Gateway, app_id: &str) -> (Stri
                 .iter()
                 .filter_map(|t| t.get("name").and_then(Value::as_str))
                 .filter(|n| gw.allowed_tools.get(app_id).is_none_or(|a| a.allows(n)))
+                .filter(|n| catalogue.is_none_or(|c| c.serves(gw, app_id, n)))
                 .map(str::to_string)
                 .collect();
             ("connected".into(), names)
@@ -345,8 +368,9 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     let mut items = Vec::new();
     for g in page_of(all, page, limit) {
         let mut functions_count = 0;
+        let catalogue = pinned_catalogue(call, &g).await;
         for app in &g.servers {
-            functions_count += allowed_functions(call, &g, app).await.1.len();
+            functions_count += allowed_functions(call, &g, app, catalogue.as_deref()).await.1.len();
         }
         items.push(GatewayListItem {
             id: g.id.clone(),
@@ -374,8 +398,9 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let g = call.server.state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
     let mut servers = Vec::new();
+    let catalogue = pinned_catalogue(call, &g).await;
     for app in &g.servers {
-        let (status, functions) = allowed_functions(call, &g, app).await;
+        let (status, functions) = allowed_functions(call, &g, app, catalogue.as_deref()).await;
         let name = call.server.state.config().app(app).map(|a| a.name.clone()).unwrap_or_default();
         servers.push(ServerView { id: app.clone(), name, status, functions });
     }

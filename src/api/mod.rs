@@ -208,7 +208,8 @@ pub fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
 
 /// Runs the route `call.method` names on `endpoint`, after its access rule: a method the path
 /// does not serve is a 405, a caller the rule refuses a 401 or a 403. A write answered 2xx is
-/// answered only once its audit entry is durable (`audit.rs`).
+/// answered only once its audit entry is durable (`audit.rs`), and so is a protected action
+/// refused at the MFA gate.
 pub async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
     let route = endpoint.operation(&call.method)?;
     route.admit(&call)?;
@@ -216,7 +217,13 @@ pub async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
         return (route.handler)(&call).await;
     }
     let trail = audit::Trail::before(&call, route).await;
-    let reply = (route.handler)(&call).await?;
+    let reply = match (route.handler)(&call).await {
+        Ok(reply) => reply,
+        Err(e) => {
+            audit::Trail::refused(&call, route, &e).await;
+            return Err(e);
+        }
+    };
     trail.after(&call, route, &reply).await?;
     Ok(reply)
 }

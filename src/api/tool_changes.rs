@@ -2,7 +2,7 @@
 //! decision under its `tool_policy` (`docs/governance.md`), and the approve and reject actions.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::data::model::{Gateway, PinnedDefinition, ToolPin};
+use crate::data::model::{Gateway, PendingReason, PinnedDefinition, ToolPin};
 use crate::data::tool_pins;
 use crate::edge::error::ApiError;
 use serde::Serialize;
@@ -22,8 +22,13 @@ pub struct ToolChange {
     /// `changed` (another definition than the approved one), `added` (none approved yet) or
     /// `hidden_text` (text a reader does not see).
     pub kind: String,
-    /// What a `hidden_text` change found; empty otherwise.
+    /// What a `hidden_text` change found, one finding each (the field, the class, the first
+    /// character, its position); empty otherwise.
     pub findings: Vec<String>,
+    /// The classes of hidden text a `hidden_text` change carries (`tag`, `zero_width`, `bidi`,
+    /// `ansi_escape`, `control`, `variation_selector`, `private_use`), each once; empty
+    /// otherwise.
+    pub classes: Vec<String>,
     /// Field by field (`name`, `title`, `description`, `inputSchema`, `outputSchema`,
     /// `annotations`), each changed one as `{"old": ..., "new": ...}`.
     #[schema(value_type = Object)]
@@ -38,9 +43,9 @@ pub struct ToolChange {
 
 fn view(pin: &ToolPin) -> Option<ToolChange> {
     let p = pin.pending.as_ref()?;
-    let findings = match &p.reason {
-        crate::data::model::PendingReason::HiddenText { findings } => findings.clone(),
-        _ => Vec::new(),
+    let (findings, classes) = match &p.reason {
+        PendingReason::HiddenText { findings, classes } => (findings.clone(), classes.clone()),
+        _ => (Vec::new(), Vec::new()),
     };
     Some(ToolChange {
         id: p.id.clone(),
@@ -48,6 +53,7 @@ fn view(pin: &ToolPin) -> Option<ToolChange> {
         tool: pin.tool.clone(),
         kind: p.reason.kind().to_string(),
         findings,
+        classes,
         diff: tool_pins::diff(pin.approved.as_ref().map(|a| &a.definition), &p.definition),
         definition: p.definition.clone(),
         hash: p.hash.clone(),

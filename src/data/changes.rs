@@ -141,6 +141,12 @@ pub enum Change {
         tool: String,
         /// `changed`, `added` or `hidden_text`.
         kind: String,
+        /// The canonical hash of the pending definition (`data::tool_pins`).
+        #[serde(default)]
+        hash: String,
+        /// The approved definition's, if one is.
+        #[serde(default)]
+        approved_hash: Option<String>,
     },
 }
 

@@ -383,8 +383,13 @@ pub enum PendingReason {
     Changed,
     /// The app lists a tool that has no approved definition.
     Added,
-    /// The definition carries text a reader does not see (the findings name it).
-    HiddenText { findings: Vec<String> },
+    /// The definition carries text a reader does not see, under `description_policy: block`:
+    /// each finding in words, and the classes found (`tag`, `bidi`, ...), each once.
+    HiddenText {
+        findings: Vec<String>,
+        #[serde(default)]
+        classes: Vec<String>,
+    },
 }
 
 impl PendingReason {

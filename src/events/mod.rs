@@ -275,10 +275,11 @@ impl Events {
                 })
             }
             Change::ConnectionDeleted { app_id, .. } => Some(("app.disconnected", json!({ "app_id": app_id }))),
-            Change::ToolChangeDetected { gateway_id, change_id, app_id, tool, kind, .. } => Some((
-                "tool.changed",
-                json!({ "gateway_id": gateway_id, "change_id": change_id, "app_id": app_id, "tool": tool, "kind": kind }),
-            )),
+            Change::ToolChangeDetected { gateway_id, change_id, app_id, tool, kind, hash, approved_hash, .. } => {
+                let data = json!({ "gateway_id": gateway_id, "change_id": change_id, "app_id": app_id, "tool": tool,
+                    "kind": kind, "hash": hash, "approved_hash": approved_hash });
+                Some(("tool.changed", data))
+            }
             _ => None,
         }
     }

@@ -3,10 +3,10 @@
 //! exposed name to (app, upstream name).
 
 use crate::base::hidden_text;
-use crate::data::model::{Gateway, ToolPolicy};
+use crate::data::model::{DescriptionPolicy, Gateway, PendingReason, ToolPolicy};
 use crate::data::tool_pins::{self, GatewayPins, Verdict};
 use crate::mcp::apps::AppClients;
-use crate::mcp::clean::{self, Kind, Withheld};
+use crate::mcp::clean::{self, Finding, Kind, Withheld};
 use crate::mcp::modern::{self, ParamHeader};
 use crate::mcp::upstream::ListMethod;
 use crate::observe::metrics;
@@ -51,7 +51,7 @@ pub struct Catalogue {
     pub failures: HashMap<String, String>,
     /// Exposed name -> why a tool the apps list is held back (`tool_policy`): it awaits an
     /// admin's approval (`changed`, `added`, `hidden_text`) or was rejected.
-    pending_tools: HashMap<String, &'static str>,
+    pending_tools: HashMap<String, Held>,
     /// What the build found that must be recorded: definitions to pin, changes now pending.
     /// Taken by the runtime, which writes them before it shares the catalogue.
     pub found: Vec<Found>,
@@ -59,6 +59,42 @@ pub struct Catalogue {
     /// gave it (apps of the 2026-07-28 revision), if any did.
     pub app_ttl_ms: [Option<u64>; 4],
     pub built: Option<Instant>,
+}
+
+/// A tool held back by the gateway's `tool_policy`: why, and under `description_policy: block`
+/// the hidden text its definition carries (what a refused call names).
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// `changed`, `added`, `hidden_text` or `rejected`.
+    pub reason: &'static str,
+    pub findings: Vec<Finding>,
+}
+
+/// The classes of hidden text among `findings`, each once, in the order found.
+fn classes(findings: &[Finding]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for f in findings {
+        let class = f.hit.class.as_str();
+        if !out.iter().any(|c| c == class) {
+            out.push(class.to_string());
+        }
+    }
+    out
+}
+
+/// Counts and logs the findings in one definition (`action`: `stripped` or `withheld`).
+/// An app's URI may carry the very text found: logs show it stripped.
+fn noted(gw: &Gateway, app_id: &str, kind: Kind, name: &str, findings: &[Finding], action: &str) {
+    if findings.is_empty() {
+        return;
+    }
+    let name = hidden_text::strip(name).0;
+    for f in findings {
+        metrics::hidden_text(f.hit.class.as_str(), action);
+        tracing::warn!(gateway = %gw.id, app = app_id, kind = kind.as_str(), name = %name,
+            class = f.hit.class.as_str(), field = %f.field, code_point = f.hit.code_point, action,
+            "hidden text in an app's definition");
+    }
 }
 
 /// A listed tool whose verdict must be recorded ([`Verdict::PinNow`] or [`Verdict::Pending`]).
@@ -124,6 +160,7 @@ impl Catalogue {
             c.single_app = gw.servers.first().cloned();
         }
         let sep = &gw.configuration.tool_name_separator;
+        let dp = gw.configuration.description_policy;
         // Every app is asked at once, each within `deadline`; the answers are put together in
         // the gateway's order of apps, so the lists come out the same whichever answered first.
         let answers = futures_util::future::join_all(gw.servers.iter().map(|app_id| async move {
@@ -153,16 +190,17 @@ impl Catalogue {
                     continue;
                 }
                 let exposed = exposed_name(app_id, name, sep, single);
+                let mut t = tool.clone();
                 if let Some(pins) = pins {
                     // Every tool of the app is judged (its first list is pinned whole, whatever
-                    // `allowed_tools` says); one outside `allowed_tools` stays unknown.
-                    let served = c.admit(pins, policy, app_id, name, tool, allowed_here.then_some(exposed.as_str()));
-                    if !served || !allowed_here {
+                    // `allowed_tools` says); one outside `allowed_tools` stays unknown. Under
+                    // `block`, hidden text makes the tool a pending change of its own: it is
+                    // stripped here and served so once approved.
+                    let shown = allowed_here.then_some(exposed.as_str());
+                    if !c.admit(pins, gw, app_id, tool, &mut t, shown) || !allowed_here {
                         continue;
                     }
-                }
-                let mut t = tool.clone();
-                if !c.checked(gw, app_id, Kind::Tool, &exposed, &mut t) {
+                } else if !c.checked(gw, app_id, Kind::Tool, &exposed, &mut t, gw.configuration.description_policy) {
                     continue;
                 }
                 t["name"] = Value::String(exposed.clone());
@@ -175,7 +213,7 @@ impl Catalogue {
                 let Some(name) = p.get("name").and_then(Value::as_str) else { continue };
                 let exposed = exposed_name(app_id, name, sep, single);
                 let mut p = p.clone();
-                if !c.checked(gw, app_id, Kind::Prompt, &exposed, &mut p) {
+                if !c.checked(gw, app_id, Kind::Prompt, &exposed, &mut p, dp) {
                     continue;
                 }
                 p["name"] = Value::String(exposed.clone());
@@ -186,7 +224,7 @@ impl Catalogue {
             for r in lists.resources.iter() {
                 if let Some(uri) = r.get("uri").and_then(Value::as_str) {
                     let mut r = r.clone();
-                    if !c.checked(gw, app_id, Kind::Resource, uri, &mut r) {
+                    if !c.checked(gw, app_id, Kind::Resource, uri, &mut r, dp) {
                         continue;
                     }
                     c.resource_apps.entry(uri.to_string()).or_insert_with(|| app_id.clone());
@@ -196,7 +234,7 @@ impl Catalogue {
             for t in lists.templates.iter() {
                 if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
                     let mut t = t.clone();
-                    if !c.checked(gw, app_id, Kind::ResourceTemplate, tpl, &mut t) {
+                    if !c.checked(gw, app_id, Kind::ResourceTemplate, tpl, &mut t, dp) {
                         continue;
                     }
                     c.template_apps.push((UriTemplate::parse(tpl), app_id.clone()));
@@ -217,36 +255,43 @@ impl Catalogue {
         c
     }
 
-    /// Checks an app's definition for hidden text under the gateway's `description_policy`
-    /// (`clean.rs`): stripped in place and `true` when it may be listed; else it is withheld,
-    /// kept by its name (`name`: the gateway's name, or a resource's URI) for the refusal of a
-    /// call, and `false`. Each finding is counted and logged.
-    fn checked(&mut self, gw: &Gateway, app_id: &str, kind: Kind, name: &str, def: &mut Value) -> bool {
-        let policy = gw.configuration.description_policy;
-        let (listed, findings) = match clean::check(def, policy) {
-            Ok(findings) if findings.is_empty() => return true,
-            Ok(findings) => (true, findings),
-            Err(findings) => (false, findings),
-        };
-        // An app's URI may carry the very text found: logs and errors show it stripped.
+    /// Checks an app's definition for hidden text under `policy` (`clean.rs`): stripped in
+    /// place and `true` when it may be listed; else it is withheld, kept by its name (`name`: the
+    /// gateway's name, or a resource's URI) for the refusal of a call, and `false`. Each finding
+    /// is counted and logged.
+    fn checked(
+        &mut self,
+        gw: &Gateway,
+        app_id: &str,
+        kind: Kind,
+        name: &str,
+        def: &mut Value,
+        policy: DescriptionPolicy,
+    ) -> bool {
+        match clean::check(def, policy) {
+            Ok(findings) => {
+                noted(gw, app_id, kind, name, &findings, "stripped");
+                true
+            }
+            Err(findings) => {
+                self.withhold(gw, app_id, kind, name, findings);
+                false
+            }
+        }
+    }
+
+    /// Keeps a definition's findings by its name for the refusal of a call, counted and logged.
+    fn withhold(&mut self, gw: &Gateway, app_id: &str, kind: Kind, name: &str, findings: Vec<Finding>) {
+        // An app's URI may carry the very text found: errors show it stripped.
         let name = hidden_text::strip(name).0;
-        let action = if listed { "stripped" } else { "withheld" };
-        for f in &findings {
-            metrics::hidden_text(f.hit.class.as_str(), action);
-            tracing::warn!(gateway = %gw.id, app = app_id, kind = kind.as_str(), name = %name,
-                class = f.hit.class.as_str(), field = %f.field, code_point = f.hit.code_point, action,
-                "hidden text in an app's definition");
-        }
-        if !listed {
-            let withheld = Withheld { kind, name: name.to_string(), findings };
-            let map = match kind {
-                Kind::Tool => &mut self.withheld_tools,
-                Kind::Prompt => &mut self.withheld_prompts,
-                Kind::Resource | Kind::ResourceTemplate => &mut self.withheld_resources,
-            };
-            map.insert(withheld.name.clone(), withheld);
-        }
-        listed
+        noted(gw, app_id, kind, &name, &findings, "withheld");
+        let withheld = Withheld { kind, name: name.to_string(), findings };
+        let map = match kind {
+            Kind::Tool => &mut self.withheld_tools,
+            Kind::Prompt => &mut self.withheld_prompts,
+            Kind::Resource | Kind::ResourceTemplate => &mut self.withheld_resources,
+        };
+        map.insert(withheld.name.clone(), withheld);
     }
 
     /// Why a tool (or, with `prompt`, a prompt) the catalogue does not list was withheld, if it
@@ -265,23 +310,46 @@ impl Catalogue {
         Catalogue { failures, built: Some(Instant::now()), ..Catalogue::default() }
     }
 
-    /// Whether a listed tool is served, given the gateway's pins; what must be recorded goes to
-    /// `found`, a tool held back to `pending_tools` under its `exposed` name (`None`: outside
-    /// `allowed_tools`, so unknown to callers).
+    /// Whether a listed tool (it has a `name`) is served, given the gateway's pins; what must be
+    /// recorded goes to `found`, a tool held back to `pending_tools` under its `exposed` name
+    /// (`None`: outside `allowed_tools`, so unknown to callers). `t` is the tool's copy, stripped
+    /// of its hidden text: under `block`, a definition with hidden text that is not the approved
+    /// one is a `hidden_text` change; hidden text in an identifier withholds it under either
+    /// policy.
     fn admit(
         &mut self,
         pins: &GatewayPins,
-        policy: ToolPolicy,
+        gw: &Gateway,
         app_id: &str,
-        name: &str,
         tool: &Value,
+        t: &mut Value,
         exposed: Option<&str>,
     ) -> bool {
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+        let findings = match clean::check(t, DescriptionPolicy::Strip) {
+            Ok(findings) => findings,
+            Err(findings) => {
+                if let Some(exposed) = exposed {
+                    self.withhold(gw, app_id, Kind::Tool, exposed, findings);
+                }
+                return false;
+            }
+        };
         let hash = tool_pins::canonical_hash(tool);
-        let verdict = pins.judge(policy, app_id, name, &hash);
+        let mut verdict = pins.judge(gw.configuration.tool_policy, app_id, name, &hash);
+        let block = gw.configuration.description_policy == DescriptionPolicy::Block;
+        if block && !findings.is_empty() && matches!(verdict, Verdict::PinNow | Verdict::Pending(_)) {
+            verdict = Verdict::Pending(PendingReason::HiddenText {
+                findings: findings.iter().map(Finding::to_string).collect(),
+                classes: classes(&findings),
+            });
+        }
         let served = matches!(verdict, Verdict::Serve | Verdict::PinNow);
+        if let Some(exposed) = exposed {
+            noted(gw, app_id, Kind::Tool, exposed, &findings, if served { "stripped" } else { "withheld" });
+        }
         if let (false, Some(exposed)) = (served, exposed) {
-            let why = match &verdict {
+            let reason = match &verdict {
                 Verdict::Pending(reason) => reason.kind(),
                 _ => match pins.get(app_id, name) {
                     Some(p) if p.pending.as_ref().is_some_and(|d| d.hash == hash) => {
@@ -290,7 +358,8 @@ impl Catalogue {
                     _ => "rejected",
                 },
             };
-            self.pending_tools.insert(exposed.to_string(), why);
+            let findings = if block { findings } else { Vec::new() };
+            self.pending_tools.insert(exposed.to_string(), Held { reason, findings });
         }
         if matches!(verdict, Verdict::PinNow | Verdict::Pending(_)) {
             self.found.push(Found {
@@ -304,9 +373,17 @@ impl Catalogue {
         served
     }
 
+    /// Whether the tool `name` of `app_id` is listed and callable on `gw` (not held back,
+    /// withheld, nor outside `allowed_tools`).
+    pub fn serves(&self, gw: &Gateway, app_id: &str, name: &str) -> bool {
+        let sep = &gw.configuration.tool_name_separator;
+        let exposed = exposed_name(app_id, name, sep, gw.servers.len() == 1);
+        self.tool_targets.get(&exposed).is_some_and(|t| t.app_id == app_id && t.name == name)
+    }
+
     /// Why a tool the apps list is held back by the gateway's `tool_policy`, if it is.
-    pub fn pending_tool(&self, exposed: &str) -> Option<&'static str> {
-        self.pending_tools.get(exposed).copied()
+    pub fn pending_tool(&self, exposed: &str) -> Option<&Held> {
+        self.pending_tools.get(exposed)
     }
 
     pub fn prompt(&self, exposed: &str) -> Option<&Target> {

@@ -592,10 +592,8 @@ impl Call<'_> {
         }
         let gw = self.gw;
         if self.method == "tools/call" {
-            if let Some(reason) = catalogue.pending_tool(name) {
-                let message = format!("Tool `{name}` awaits approval: its definition is not approved on this gateway");
-                return ErrorObject::new(RpcCode::ToolPending.code(), message)
-                    .with_data(json!({ "tool": name, "reason": reason }));
+            if let Some(held) = catalogue.pending_tool(name) {
+                return reply::tool_pending(name, held);
             }
         }
         let sep = &gw.configuration.tool_name_separator;

@@ -85,6 +85,20 @@ pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
 /// The answer to a call of a tool, prompt or resource withheld for the hidden text in its
 /// definition: -32602, as for a name the gateway does not list, with the message naming the
 /// first finding and `data.withheld` every finding (`clean::Withheld`).
+/// The refusal of a `tools/call` of a tool held back by the gateway's `tool_policy`: -32011
+/// naming the tool, why, and the hidden text it carries under `description_policy: block`.
+pub fn tool_pending(name: &str, held: &crate::mcp::catalogue::Held) -> ErrorObject {
+    let message = match held.findings.first() {
+        Some(first) => format!("Tool `{name}` awaits approval: {first}"),
+        None => format!("Tool `{name}` awaits approval: its definition is not approved on this gateway"),
+    };
+    let mut data = json!({ "tool": name, "reason": held.reason });
+    if !held.findings.is_empty() {
+        data["findings"] = serde_json::to_value(&held.findings).unwrap_or_default();
+    }
+    ErrorObject::new(RpcCode::ToolPending.code(), message).with_data(data)
+}
+
 pub fn withheld(w: &crate::mcp::clean::Withheld) -> ErrorObject {
     let data = serde_json::to_value(w).unwrap_or_default();
     ErrorObject::new(RpcCode::InvalidParams.code(), w.to_string()).with_data(json!({ "withheld": data }))

@@ -106,7 +106,10 @@ impl McpRuntime {
     /// sessions of credentials that no longer work at once, instead of at the next flush.
     pub fn on_change(&self, change: &Change) {
         match change {
-            Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
+            Change::GatewaySaved { gateway_id, .. } => self.gateway_changed(gateway_id),
+            Change::GatewayDeleted { gateway_id, .. } => {
+                // Its pins are deleted with it.
+                self.drop_pins(gateway_id);
                 self.gateway_changed(gateway_id)
             }
             Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {

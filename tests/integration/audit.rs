@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 const KEY_VAR: &str = "TG_AUDIT_TEST_KEY";
 
 /// `toolgate audit verify FILE [ARGS]` with `env`.
-fn verify(file: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(crate) fn verify(file: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(TestServer::binary());
     cmd.args(["audit", "verify"]).arg(file).args(args);
     for (k, v) in env {

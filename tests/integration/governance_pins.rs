@@ -77,6 +77,20 @@ fn decide(srv: &TestServer, key: &str, gw: &str, change: &str, what: &str, mfa: 
     srv.request("POST", &format!("/v1/gateways/{gw}/tool-changes/{change}/{what}"), Some(key), None, &headers)
 }
 
+/// `servers[0].functions` of `GET /v1/gateways/{gw}`.
+fn served_functions(srv: &TestServer, key: &str, gw: &str) -> Vec<String> {
+    let d = ok(&srv.api("GET", &format!("/v1/gateways/{gw}"), Some(key), None), 200);
+    let functions = d["servers"][0]["functions"].as_array().unwrap_or_else(|| panic!("servers[0].functions: {d}"));
+    functions.iter().map(|f| f.as_str().unwrap().to_string()).collect()
+}
+
+/// The gateway's `functions_count` in `GET /v1/gateways`.
+fn functions_count(srv: &TestServer, key: &str, gw: &str) -> usize {
+    let d = ok(&srv.api("GET", "/v1/gateways?limit=100", Some(key), None), 200);
+    let item = d["gateways"].as_array().unwrap().iter().find(|g| g["id"] == gw).cloned();
+    item.unwrap_or_else(|| panic!("{gw} in {d}"))["functions_count"].as_u64().unwrap() as usize
+}
+
 /// Waits (up to 10 s) until `check` holds for the gateway's tool names.
 fn until_tools(mcp: &Mcp, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -129,6 +143,10 @@ fn a_changed_or_added_tool_is_held_back_until_approved() {
     result_text(&mcp.call(3, "rug_pull", json!({})));
     until_tools(&mcp, "send_email is held back", |n| !has(n, "send_email") && has(n, "rug_pull"));
     assert_pending(&mcp.call(4, "send_email", json!({"to": "a@b.test"})), "send_email");
+    // Nor is it among the gateway's functions: it cannot be called.
+    let functions = served_functions(&srv, &k.owner, &gw);
+    assert!(!has(&functions, "send_email") && has(&functions, "rug_pull"), "{functions:?}");
+    assert_eq!(functions_count(&srv, &k.owner, &gw), functions.len());
     let deadline = Instant::now() + Duration::from_secs(5);
     while !srv.all_logs().contains("\"tool_pending\":true") {
         assert!(Instant::now() < deadline, "no access line with tool_pending:\n{}", srv.all_logs());
@@ -195,6 +213,8 @@ fn a_changed_or_added_tool_is_held_back_until_approved() {
     assert!(send["description"].as_str().unwrap().contains("BCC"), "the approved definition: {send}");
     assert_eq!(result_text(&mcp.call(11, "send_email", json!({"to": "c@d.test"}))), "sent to c@d.test");
     assert!(changes(&srv, &k.owner, &gw).is_empty());
+    let functions = served_functions(&srv, &k.owner, &gw);
+    assert!(has(&functions, "send_email") && !has(&functions, "exfiltrate"), "approved, rejected: {functions:?}");
     err(&decide(&srv, &k.owner, &gw, changed_id, "approve", None), 404, "NOT_FOUND");
 
     // `off` keeps today's behaviour; `approve` starts with nothing approved.
@@ -227,7 +247,36 @@ fn approve_and_reject_are_behind_the_mfa_gate() {
         let e = err(&decide(&srv, &k.mfa, &gw, &id, what, None), 403, "MFA_REQUIRED");
         assert!(e["challenge_id"].is_string(), "{e}");
     }
+    let wrong = "mfa_tok_not-a-real-token-0123456789";
+    err(&decide(&srv, &k.mfa, &gw, &id, "approve", Some(wrong)), 403, "MFA_REQUIRED");
     assert!(changes(&srv, &k.mfa, &gw).iter().any(|c| c["id"] == id.as_str()), "nothing decided without MFA");
+
+    // Each refusal is audited: who, what, the route, whether a token came (never its value).
+    let audit = ok(&srv.api("GET", "/v1/audit?action=mfa.refused", Some(&k.mfa), None), 200);
+    let refused = audit["entries"].as_array().unwrap();
+    assert_eq!(refused.len(), 3, "{audit}");
+    let tokens: Vec<(&str, bool)> = refused
+        .iter()
+        .map(|e| (e["detail"]["action"].as_str().unwrap(), e["detail"]["mfa_token"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(tokens, [("tool_change.approve", false), ("tool_change.reject", false), ("tool_change.approve", true)]);
+    for e in refused {
+        assert_eq!(e["detail"]["outcome"], "mfa_refused", "{e}");
+        assert_eq!(e["detail"]["status"], 403, "{e}");
+        assert_eq!(e["actor"], json!({"kind": "api_key", "id": "key_gp_mfa"}), "{e}");
+        // The target an approval's own entry names: the gateway, under the route's resource.
+        assert_eq!(e["target"], json!({"kind": "tool_changes", "id": gw}), "{e}");
+        let route = e["detail"]["route"].as_str().unwrap();
+        assert!(route.starts_with("POST /v1/gateways/{id}/tool-changes/"), "{e}");
+    }
+    let r = srv.api("GET", "/v1/audit/export", Some(&k.mfa), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(!r.text.contains(wrong), "the token's value is not recorded");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("audit.jsonl");
+    std::fs::write(&file, &r.text).unwrap();
+    let out = crate::audit::verify(&file, &[], &[]);
+    assert!(out.status.success(), "the chain verifies: {}", common::describe_output(&out));
     let r = ok(&decide(&srv, &k.mfa, &gw, &id, "approve", Some(&code_at(&t, step))), 200);
     assert_eq!(r["decision"], "approved");
     assert!(!changes(&srv, &k.mfa, &gw).iter().any(|c| c["id"] == id.as_str()));
@@ -281,5 +330,137 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(result_text(&on_b.call(4, "send_email", json!({"to": "x@y.test"}))), "sent to x@y.test");
+
+    // Deleted on B: its pins are gone from Redis.
+    let client = redis::Client::open(common::redis_url(&redis)).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut pin_keys =
+        || -> Vec<String> { redis::cmd("KEYS").arg(format!("{prefix}:*:r:tool_pin:*")).query(&mut conn).unwrap() };
+    assert!(pin_keys().len() >= 3, "the gateway's pins are in Redis: {:?}", pin_keys());
+    ok(&b.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
+    assert_eq!(pin_keys(), Vec::<String>::new(), "the pins went with their gateway");
+    err(&a.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(&k.owner), None), 404, "NOT_FOUND");
     drop((a, b));
+}
+
+/// The tool pins stored for `gateway` (the embedded store's records).
+fn stored_pins(srv: &TestServer, gateway: &str) -> usize {
+    let db = rusqlite::Connection::open_with_flags(
+        srv.data_dir().join("toolgate.sqlite3"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the store");
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let pattern = format!("%\"gateway_id\":\"{gateway}\"%");
+    db.query_row("SELECT count(*) FROM records WHERE kind = 'tool_pin' AND body LIKE ?1", [&pattern], |r| r.get(0))
+        .expect("count the pins")
+}
+
+#[test]
+fn deleting_a_gateway_deletes_its_pins() {
+    let k = keys();
+    let srv = TestServer::start(&format!("{}{}", stdio_app(), k.yaml));
+    let (gw, gw_key) = create_gateway(&srv, &k.owner, &["chg"], json!({"tool_policy": "approve"}));
+    assert!(Mcp::open(&srv, &gw, &gw_key).tool_names(1).is_empty(), "nothing approved yet");
+    let list = changes(&srv, &k.owner, &gw);
+    let rug = list.iter().find(|c| c["tool"] == "rug_pull").unwrap()["id"].as_str().unwrap().to_string();
+    ok(&decide(&srv, &k.owner, &gw, &rug, "approve", None), 200);
+    assert_eq!(stored_pins(&srv, &gw), 3, "one pin per tool");
+
+    ok(&srv.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
+    assert_eq!(stored_pins(&srv, &gw), 0, "the pins went with their gateway");
+
+    // A new gateway of the same app starts with nothing approved.
+    let (fresh, fresh_key) = create_gateway(&srv, &k.owner, &["chg"], json!({"tool_policy": "approve"}));
+    assert!(Mcp::open(&srv, &fresh, &fresh_key).tool_names(1).is_empty(), "no approval carried over");
+    let pending = changes(&srv, &k.owner, &fresh);
+    assert_eq!(pending.len(), 3, "{pending:?}");
+    assert!(pending.iter().all(|c| c["kind"] == "added"), "{pending:?}");
+}
+
+/// The stdio app of `tests/py/hidden_text_server.py`: per class of hidden text a tool
+/// `hide_<class>` whose description and `query` description carry it, and `clean_tool`.
+fn hidden_text_app() -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/hidden_text_server.py");
+    format!(
+        "  - {{ id: hider, name: Hider, category: testing, timeouts: {{ connect_ms: 60000 }}, command: [{:?}, {:?}] }}\n",
+        common::python().to_string_lossy(),
+        script.to_string_lossy()
+    )
+}
+
+#[test]
+fn hidden_text_under_block_is_a_pending_change_served_stripped_once_approved() {
+    let k = keys();
+    let srv = TestServer::start(&format!("{}{}{}", hidden_text_app(), stdio_app(), k.yaml));
+    let (gw, gw_key) = create_gateway(&srv, &k.owner, &["hider"], json!({"description_policy": "block"}));
+    let mcp = Mcp::open(&srv, &gw, &gw_key);
+    assert_eq!(mcp.tool_names(1), ["clean_tool"], "the tools with hidden text are pending");
+
+    // A call is the pending error, naming the tool, that it awaits approval, and the finding.
+    let body = mcp.call(2, "hide_tag", json!({"query": "q"}));
+    assert_pending(&body, "hide_tag");
+    let (_, message) = rpc_error(&body);
+    assert!(message.contains("its description contains a Unicode tag character (U+E0049)"), "{body}");
+    assert!(message.chars().all(|c| !c.is_control() && !('\u{E0000}'..='\u{E007F}').contains(&c)), "{body}");
+    let data = &body["error"]["data"];
+    assert_eq!(data["reason"], "hidden_text", "{body}");
+    let classes: Vec<&str> =
+        data["findings"].as_array().unwrap().iter().map(|f| f["class"].as_str().unwrap()).collect();
+    assert_eq!(classes, ["tag", "tag"], "the description and the property's: {body}");
+    // A prompt under `block` stays withheld as before (pins cover tools).
+    let (code, message) = rpc_error(&mcp.rpc(3, "prompts/get", json!({"name": "hide_tag"})));
+    assert_eq!(code, -32602, "{message}");
+    assert!(message.starts_with("prompt `hide_tag` is withheld"), "{message}");
+
+    // Each is listed as a `hidden_text` change, with its classes and findings.
+    let list = changes(&srv, &k.owner, &gw);
+    assert_eq!(list.len(), 7, "one per class: {list:?}");
+    for c in &list {
+        assert_eq!(c["kind"], "hidden_text", "{c}");
+        let class = c["tool"].as_str().unwrap().strip_prefix("hide_").unwrap();
+        assert_eq!(c["classes"], json!([class]), "{c}");
+        let findings = c["findings"].as_array().unwrap();
+        assert!(findings.len() == 2 && findings[0].as_str().unwrap().starts_with("its description contains"), "{c}");
+        assert!(findings[1].as_str().unwrap().starts_with("its inputSchema.properties.query.description contains"));
+        assert!(c["diff"]["description"]["new"].is_string() && c["diff"]["description"]["old"].is_null(), "{c}");
+    }
+    let line = "toolgate_tool_changes_total{kind=\"hidden_text\"} 7";
+    assert!(srv.metrics().contains(line), "{line}");
+    let id = |tool: &str| list.iter().find(|c| c["tool"] == tool).unwrap()["id"].as_str().unwrap().to_string();
+
+    // Approved: listed and callable, stripped of its hidden text; the decision is audited.
+    ok(&decide(&srv, &k.owner, &gw, &id("hide_tag"), "approve", None), 200);
+    let listed = mcp.rpc(4, "tools/list", json!({}));
+    let tool = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "hide_tag").cloned();
+    let tool = tool.unwrap_or_else(|| panic!("hide_tag is served once approved: {listed}"));
+    assert_eq!(tool["description"], "Tool for tag. Use it.", "{tool}");
+    assert_eq!(tool["inputSchema"]["properties"]["query"]["description"], "The query. Plain.", "{tool}");
+    assert_eq!(result_text(&mcp.call(5, "hide_tag", json!({"query": "q"}))), "tag: q");
+    let audit = ok(&srv.api("GET", "/v1/audit?action=tool_change.approve", Some(&k.owner), None), 200);
+    assert_eq!(audit["entries"].as_array().map(Vec::len), Some(1), "{audit}");
+
+    // Rejected: stays hidden; the refusal still names the finding.
+    ok(&decide(&srv, &k.owner, &gw, &id("hide_bidi"), "reject", None), 200);
+    let body = mcp.call(6, "hide_bidi", json!({"query": "q"}));
+    assert_pending(&body, "hide_bidi");
+    assert_eq!(body["error"]["data"]["reason"], "rejected", "{body}");
+    assert!(rpc_error(&body).1.contains("a bidirectional control (U+202E)"), "{body}");
+    let names = mcp.tool_names(7);
+    assert!(has(&names, "hide_tag") && !has(&names, "hide_bidi"), "{names:?}");
+    assert_eq!(changes(&srv, &k.owner, &gw).len(), 5);
+
+    // Without pins, `block` withholds as before.
+    let (off_gw, off_key) =
+        create_gateway(&srv, &k.owner, &["hider"], json!({"description_policy": "block", "tool_policy": "off"}));
+    let off = Mcp::open(&srv, &off_gw, &off_key);
+    assert_eq!(off.tool_names(1), ["clean_tool"]);
+    let (code, message) = rpc_error(&off.call(2, "hide_tag", json!({"query": "q"})));
+    assert_eq!(code, -32602, "{message}");
+    assert!(message.starts_with("tool `hide_tag` is withheld: its description contains"), "{message}");
+    assert!(changes(&srv, &k.owner, &off_gw).is_empty());
+    // And under `strip` a pinned gateway serves them stripped, pinned on first use.
+    let (strip_gw, strip_key) = create_gateway(&srv, &k.owner, &["hider"], json!({}));
+    assert_eq!(Mcp::open(&srv, &strip_gw, &strip_key).tool_names(1).len(), 8);
+    assert!(changes(&srv, &k.owner, &strip_gw).is_empty());
 }

@@ -6,9 +6,11 @@ class of hidden text (tag characters, zero-width, bidirectional controls, ANSI e
 controls, variation selectors, private use) in a tool's description, that tool's `query`
 property's description and a prompt's description. The clients are the official Python SDK's,
 in both connect modes, and the official TypeScript SDK's (`tests/node/ts_hidden_text_client.mjs`).
-A `strip` gateway (the default) lists the exact clean text; a `block`
-gateway does not list what carries hidden text, and a call of it is a JSON-RPC error naming the
-finding.
+A `strip` gateway (the default) lists the exact clean text. A `block` gateway without pins
+(`tool_policy: off`) does not list what carries hidden text, and a call of it is a JSON-RPC error
+naming the finding; under pins (a new gateway's `tool_policy: pin`) such a tool is a pending
+change of kind `hidden_text` instead (-32011 naming the tool and the finding), served stripped of
+its hidden text once an admin approves it. Prompts under `block` are withheld either way.
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ def srv():
         api = Api(s)
         strip_gw, strip_key = api.create_gateway(["hider"])
         block_gw, block_key = api.create_gateway(["hider"], configuration={"description_policy": "block"})
-        yield s, (strip_gw, strip_key), (block_gw, block_key)
+        off_gw, off_key = api.create_gateway(
+            ["hider"], configuration={"description_policy": "block", "tool_policy": "off"}
+        )
+        yield s, (strip_gw, strip_key), (block_gw, block_key), (off_gw, off_key)
     finally:
         s.stop()
 
@@ -73,7 +78,7 @@ def lists(url: str, key: str, mode: str):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_strip_lists_the_exact_clean_text_of_every_class(srv, mode):
-    s, (gw, key), _ = srv
+    s, (gw, key), _, _ = srv
     tools, prompts, resources = lists(mcp_url(s, gw), key, mode)
     by_name = {t.name: t for t in tools}
     assert set(by_name) == {f"hide_{c}" for c in SAMPLES} | {"clean_tool"}, sorted(by_name)
@@ -96,8 +101,8 @@ def test_strip_lists_the_exact_clean_text_of_every_class(srv, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_block_withholds_each_class_and_a_call_names_the_finding(srv, mode):
-    s, _, (gw, key) = srv
+def test_block_without_pins_withholds_each_class_and_a_call_names_the_finding(srv, mode):
+    s, _, _, (gw, key) = srv
     url = mcp_url(s, gw)
     tools, prompts, resources = lists(url, key, mode)
     assert [t.name for t in tools] == ["clean_tool"]
@@ -140,8 +145,77 @@ def test_block_withholds_each_class_and_a_call_names_the_finding(srv, mode):
         assert all(ch.isprintable() for ch in err.message + perr.message), err.message
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_block_under_pins_holds_each_tool_as_a_hidden_text_change(srv, mode):
+    s, _, (gw, key), _ = srv
+    url = mcp_url(s, gw)
+    tools, prompts, _ = lists(url, key, mode)
+    assert [t.name for t in tools] == ["clean_tool"]
+    assert [p.name for p in prompts] == ["clean_prompt"]
+
+    async def refusals():
+        errors = {}
+        async with sdk_client(url, key, mode=mode) as c:
+            for cls in SAMPLES:
+                for what, call in (("tool", c.call_tool(f"hide_{cls}", {"query": "q"})),
+                                   ("prompt", c.get_prompt(f"hide_{cls}"))):
+                    try:
+                        await call
+                    except MCPError as e:
+                        errors[(what, cls)] = e.error
+        return errors
+
+    errors = run(refusals())
+    for cls in SAMPLES:
+        err = errors.get(("tool", cls))
+        assert err is not None, f"calling hide_{cls} on a block gateway did not fail"
+        assert err.code == -32011, err
+        assert err.message.startswith(f"Tool `hide_{cls}` awaits approval: its description contains {NAMED[cls]}"), err
+        assert all(ch.isprintable() for ch in err.message), err.message
+        assert err.data["tool"] == f"hide_{cls}" and err.data["reason"] == "hidden_text", err.data
+        assert {f["class"] for f in err.data["findings"]} == {cls}, err.data
+        perr = errors.get(("prompt", cls))
+        assert perr is not None and perr.code == -32602, perr
+        assert perr.message.startswith(f"prompt `hide_{cls}` is withheld: its description contains {NAMED[cls]}")
+
+    changes = Api(s).ok("GET", f"/v1/gateways/{gw}/tool-changes")["data"]["tool_changes"]
+    by_tool = {c["tool"]: c for c in changes}
+    assert set(by_tool) == {f"hide_{cls}" for cls in SAMPLES}, sorted(by_tool)
+    for cls in SAMPLES:
+        c = by_tool[f"hide_{cls}"]
+        assert c["kind"] == "hidden_text" and c["classes"] == [cls], c
+        assert c["findings"][0].startswith(f"its description contains {NAMED[cls]}"), c
+
+
+def test_an_approved_hidden_text_tool_is_served_stripped(srv):
+    """The official Python SDK client does not see the tool, an admin approves the change, the
+    client sees it (and can call it) without the hidden text."""
+    s = srv[0]
+    api = Api(s)
+    gw, key = api.create_gateway(["hider"], configuration={"description_policy": "block"})
+    url = mcp_url(s, gw)
+    for mode in MODES:
+        assert "hide_tag" not in {t.name for t in lists(url, key, mode)[0]}, mode
+    changes = api.ok("GET", f"/v1/gateways/{gw}/tool-changes")["data"]["tool_changes"]
+    (change,) = [c for c in changes if c["tool"] == "hide_tag"]
+    d = api.ok("POST", f"/v1/gateways/{gw}/tool-changes/{change['id']}/approve")["data"]
+    assert d["decision"] == "approved", d
+    description, prop, _ = CLEAN["tag"]
+    for mode in MODES:
+        by_name = {t.name: t for t in lists(url, key, mode)[0]}
+        assert set(by_name) == {"hide_tag", "clean_tool"}, (mode, sorted(by_name))
+        assert by_name["hide_tag"].description == description, by_name["hide_tag"]
+        assert by_name["hide_tag"].input_schema["properties"]["query"]["description"] == prop
+
+        async def call():
+            async with sdk_client(url, key, mode=mode) as c:
+                return await c.call_tool("hide_tag", {"query": "q"})
+
+        assert run(call()).content[0].text == "tag: q"
+
+
 def test_the_finding_is_counted_and_logged(srv):
-    s, (strip_gw, strip_key), (block_gw, block_key) = srv
+    s, (strip_gw, strip_key), (block_gw, block_key), _ = srv
     # Each gateway's catalogue is built (and its findings counted) on its first list.
     lists(mcp_url(s, strip_gw), strip_key, "legacy")
     lists(mcp_url(s, block_gw), block_key, "legacy")
@@ -161,7 +235,7 @@ def test_the_finding_is_counted_and_logged(srv):
 
 
 def test_the_policy_is_validated_and_defaults_to_strip(srv):
-    s, (strip_gw, _), (block_gw, _) = srv
+    s, (strip_gw, _), (block_gw, _), _ = srv
     api = Api(s)
     assert api.gateway(strip_gw)["configuration"]["description_policy"] == "strip"
     assert api.gateway(block_gw)["configuration"]["description_policy"] == "block"
@@ -180,7 +254,7 @@ def run_ts_client(url: str, key: str) -> dict:
 
 
 def test_the_typescript_sdk_sees_the_same(srv):
-    s, (strip_gw, strip_key), (block_gw, block_key) = srv
+    s, (strip_gw, strip_key), _, (block_gw, block_key) = srv
     stripped = run_ts_client(mcp_url(s, strip_gw), strip_key)
     by_name = {t["name"]: t for t in stripped["tools"]}
     for cls, (description, prop, prompt) in CLEAN.items():

@@ -460,11 +460,24 @@ impl State {
         Ok(gw)
     }
 
+    /// Deletes a gateway, then its tool pins: the change names the gateway, so every instance
+    /// drops its copy of them (a gateway made later starts with none).
     pub async fn delete_gateway(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::Gateway, id).await?;
-        let _copies = self.copies();
-        if let Some((_, gw)) = self.gateways.remove(id) {
-            self.changes.publish(Change::GatewayDeleted { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
+        let removed = {
+            let _copies = self.copies();
+            let removed = self.gateways.remove(id).map(|(_, gw)| gw);
+            if let Some(gw) = &removed {
+                self.changes.publish(Change::GatewayDeleted { org_id: gw.org_id.clone(), gateway_id: gw.id.clone() });
+            }
+            removed
+        };
+        if let Some(gw) = removed {
+            // The gateway is gone already: pins left behind by a failing store are never read
+            // again (their ids name the gateway), so the deletion stands and the failure is logged.
+            if let Err(e) = self.delete_tool_pins(&gw.org_id, &gw.id).await {
+                tracing::warn!(gateway = gw.id, error = %e, "cannot delete the deleted gateway's tool pins");
+            }
         }
         Ok(())
     }

@@ -57,6 +57,15 @@ impl State {
         Ok(())
     }
 
+    /// Deletes every pin of one gateway (the gateway is being deleted); how many went.
+    pub async fn delete_tool_pins(&self, org_id: &str, gateway_id: &str) -> Result<usize, StoreError> {
+        let pins = self.tool_pins_of(org_id, gateway_id).await?;
+        for p in &pins {
+            self.store.delete(Kind::ToolPin, &p.id).await?;
+        }
+        Ok(pins.len())
+    }
+
     /// Tells the feed that a pin's definition became pending (once it is written).
     pub fn tool_change_detected(&self, pin: &ToolPin) {
         let Some(pending) = &pin.pending else { return };
@@ -67,6 +76,8 @@ impl State {
             app_id: pin.app_id.clone(),
             tool: pin.tool.clone(),
             kind: pending.reason.kind().to_string(),
+            hash: pending.hash.clone(),
+            approved_hash: pin.approved.as_ref().map(|a| a.hash.clone()),
         });
     }
 }
