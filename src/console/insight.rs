@@ -160,10 +160,8 @@ pub async fn analytics(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
 
 /// A gateway's latency percentiles over time (`/metrics/gateway/{id}`: 1h, 24h or 7d).
 async fn gateway_latency(ctx: &Ctx<'_>, id: &str) -> Result<String, ApiError> {
-    let period = match ctx.query("period") {
-        Some(p @ ("1h" | "7d")) => p,
-        _ => "24h",
-    };
+    // The metrics' periods are 1h, 24h and 7d: 30d shows the last 24 hours.
+    let period = ctx.query("period").filter(|p| matches!(*p, "1h" | "7d")).unwrap_or("24h");
     let got = ctx.get(&format!("/metrics/gateway/{}?period={period}", seg(id))).await?;
     let series = got["time_series"].as_array().cloned().unwrap_or_default();
     let (p50, p95, p99) = (points(&series, "p50"), points(&series, "p95"), points(&series, "p99"));

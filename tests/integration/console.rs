@@ -311,3 +311,36 @@ fn a_page_of_fifty_rows_is_under_100_kb() {
     let r = b.send("GET", "/auth/console/gateways?page=2", None);
     assert_eq!(r.text.matches("<tr><td><a href=\"/auth/console/gateways/").count(), 5);
 }
+
+#[test]
+fn a_session_token_planted_before_sign_in_is_never_the_signed_in_session() {
+    let http = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let planted = "ab".repeat(32);
+    let set_cookie = |r: &reqwest::blocking::Response, name: &str| {
+        r.headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix(&format!("{name}=")).map(|v| v.split(';').next().unwrap().to_string()))
+    };
+    let form =
+        http.get(srv().url("/auth/signin")).header("cookie", format!("toolgate_session={planted}")).send().unwrap();
+    let csrf = set_cookie(&form, "toolgate_csrf").expect("a CSRF cookie");
+    let email = "usr_co_pages@co.test";
+    let r = http
+        .post(srv().url("/auth/signin"))
+        .header("cookie", format!("toolgate_session={planted}; toolgate_csrf={csrf}"))
+        .form(&[("csrf", csrf.as_str()), ("email", email), ("password", PASSWORD), ("next", "/auth/console")])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let issued = set_cookie(&r, "toolgate_session").expect("a session cookie");
+    assert_ne!(issued, planted, "the session is a token toolgate made at sign-in");
+    let console = |token: &str| {
+        let r =
+            http.get(srv().url("/auth/console")).header("cookie", format!("toolgate_session={token}")).send().unwrap();
+        r.status().as_u16()
+    };
+    assert_eq!(console(&planted), 303, "the planted token is no session");
+    assert_eq!(console(&issued), 200);
+}
