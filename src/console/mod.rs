@@ -238,7 +238,7 @@ async fn signed_in<'s>(
     // The access line and the trace name the web session, as they name a key.
     ex.ctx.filters.principal = Some(principal.clone());
     let csrf = signin::csrf_token(ex).map_or_else(crate::base::secrets::new_session_id, str::to_string);
-    let notice = cookie(ex, NOTICE_COOKIE).map(|n| {
+    let notice = signin::cookie(ex, NOTICE_COOKIE).map(|n| {
         url::form_urlencoded::parse(format!("n={n}").as_bytes()).map(|(_, v)| v.into_owned()).collect::<String>()
     });
     Ok(Ok(Ctx {
@@ -252,18 +252,6 @@ async fn signed_in<'s>(
         query: forms::parse_query(ex.request().uri.query()),
         path,
     }))
-}
-
-fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
-    ex.headers()
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v)
-        .filter(|v| !v.is_empty())
 }
 
 /// A POST's fields, once its CSRF token matched the cookie (a 403 otherwise).

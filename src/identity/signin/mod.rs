@@ -274,8 +274,8 @@ impl Page {
     }
 }
 
-/// The value of cookie `name` in the request.
-fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
+/// The value of cookie `name` in the request (the console reads its notice with it).
+pub fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
     ex.headers()
         .get_all(http::header::COOKIE)
         .iter()
