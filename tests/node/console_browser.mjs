@@ -7,7 +7,7 @@
 //   verify  the call made meanwhile is on the logs page (and opens) and on the analytics page
 //   viewer  a viewer sees no write form; a forged POST is refused by the API's scope check
 //
-// Screenshots go to config.artifacts; config.docs_png gets the README's picture.
+// Screenshots go to config.artifacts; config.docs_png gets the README's picture (docs/console.png).
 import { chromium } from 'playwright-core';
 import { createHmac } from 'node:crypto';
 import { readFileSync, mkdirSync, existsSync } from 'node:fs';

@@ -3,8 +3,9 @@ playwright-core (tests/node/console_browser.mjs) signs in with a password and th
 creates a gateway with the `time` app; the official Python SDK calls a tool through it with the
 key the page showed once; the browser sees the call on the logs page (and opens it) and on the
 analytics page; a viewer sees no write form and a forged POST is refused by the API's scope check.
-Screenshots of each page go to tests/artifacts/console/; docs/console.png is the README's. A
-missing Chromium fails the test, saying so."""
+Screenshots of each page go to tests/artifacts/console/ (`readme.png` is the picture
+docs/console.png was taken from; the test never writes a tracked file). A missing Chromium fails
+the test, saying so."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def test_the_console_in_chromium(node_dir, tmp_path):
         settings = {
             "base": srv.base_url, "artifacts": str(artifacts), "profile": str(tmp_path / "owner-profile"),
             "viewer_profile": str(tmp_path / "viewer-profile"), "email": "owner@cb.test", "password": PASSWORD,
-            "totp_secret": secret, "viewer_email": "viewer@cb.test", "docs_png": str(ROOT / "docs" / "console.png"),
+            "totp_secret": secret, "viewer_email": "viewer@cb.test", "docs_png": str(artifacts / "readme.png"),
             "function": "get_current_time",
         }
         cfg.write_text(json.dumps(settings))
@@ -101,7 +102,7 @@ def test_the_console_in_chromium(node_dir, tmp_path):
         assert seen["total"] >= 1
         assert browser(node_dir, "viewer", cfg)["forged"] == 403
         assert [g["id"] for g in api(srv, "GET", "/v1/gateways", owner_key)["gateways"]] == [gateway_id]
-        for name in ("gateways-empty", "gateway-created", "gateway", "logs", "log-entry", "analytics", "viewer-gateway"):
+        for name in ("readme", "gateways-empty", "gateway-created", "gateway", "logs", "log-entry", "analytics", "viewer-gateway"):
             assert (artifacts / f"{name}.png").stat().st_size > 1000, name
     finally:
         srv.stop()
