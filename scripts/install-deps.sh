@@ -18,7 +18,7 @@
 # The tests (see tests/run.sh): redis-server (Redis store tests), wrk (load bench), Prometheus
 # and promtool (scrape and alert-rule tests), systemd-analyze (the unit file), Node and npm
 # (MCP peers), curl, xmlsec1 (the test SAML IdP signs with it), python3 with venv, shellcheck
-# (the scripts' lint).
+# (the scripts' lint), chromium (the console's browser test).
 set -euo pipefail
 
 tests=0
@@ -95,6 +95,9 @@ if [ "$tests" -eq 1 ]; then
     have curl || need curl ca-certificates
     have xmlsec1 || need xmlsec1
     have shellcheck || need shellcheck
+    # The console's browser test drives Debian's Chromium headless (playwright-core, no browser
+    # download).
+    have chromium || need chromium
     have python3 || need python3
     if have python3 && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
         need python3-venv

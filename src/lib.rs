@@ -11,6 +11,7 @@
 pub mod api;
 pub mod base;
 pub mod config;
+pub mod console;
 pub mod data;
 pub mod edge;
 pub mod events;

@@ -246,12 +246,17 @@ impl Proxy {
     }
 
     /// The identity service: its chain first (a 429 page or OAuth error past the address's
-    /// bucket), then its pages with a deadline on request bodies (`web.body_timeout_secs`).
+    /// bucket), then its pages with a deadline on request bodies (`web.body_timeout_secs`); the
+    /// console's pages (`{auth_url}/console`) go to `console`, which runs each of its API calls
+    /// through the signed-in user's own bucket.
     async fn identity(&self, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
         if let Err(e) = self.run_chain(ex, RouteClass::Identity).await {
             return crate::identity::signin::refuse(ex, prefix, e).await;
         }
         ex.set_body_deadline(self.server.state.config().web.body_timeout);
+        if crate::console::is_console(&ex.request().uri.path()[prefix..]) {
+            return crate::console::handle(&self.server, ex, prefix).await;
+        }
         crate::identity::signin::handle(&self.server.identity, ex, prefix).await
     }
 

@@ -18,6 +18,9 @@ pub enum CredentialKind {
     /// An access token of toolgate's own authorization server, held by a third-party client
     /// acting for the user.
     OAuthToken { client_id: String },
+    /// A signed-in user's web session, acting through the console (`session_id` is its public
+    /// `ws_...` id, never its token).
+    WebSession { session_id: String },
 }
 
 impl CredentialKind {
@@ -28,6 +31,7 @@ impl CredentialKind {
             CredentialKind::ServiceAccount { .. } => "service_account",
             CredentialKind::Jwt { .. } => "jwt",
             CredentialKind::GatewayToken { .. } | CredentialKind::OAuthToken { .. } => "oauth_token",
+            CredentialKind::WebSession { .. } => "web_session",
         }
     }
 }

@@ -37,7 +37,9 @@ pub async fn debug(call: &Call<'_>) -> ApiResult {
         | toolgate_filters::CredentialKind::GatewayToken { gateway_id } => (Some(gateway_id.clone()), None, None),
         toolgate_filters::CredentialKind::ServiceAccount { account_id } => (None, Some(account_id.clone()), None),
         toolgate_filters::CredentialKind::Jwt { jti } => (None, None, jti.clone()),
-        toolgate_filters::CredentialKind::ApiKey => (None, None, None),
+        toolgate_filters::CredentialKind::ApiKey | toolgate_filters::CredentialKind::WebSession { .. } => {
+            (None, None, None)
+        }
     };
     Ok(Reply::ok(json!({
         "credential_type": who.credential.as_str(),

@@ -92,7 +92,19 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         "DELETE" => http::Method::DELETE,
         _ => return Err(ApiError::validation("method", "must be GET, POST, PATCH or DELETE")),
     };
-    let (path, query) = op.path.split_once('?').unwrap_or((&op.path, ""));
+    let body = match op.body {
+        Some(b) => serde_json::to_vec(&b).unwrap_or_default().into(),
+        None => bytes::Bytes::new(),
+    };
+    operation(call, method, &op.path, body).await
+}
+
+/// Runs one management operation in-process with `call`'s credential, address and headers, as
+/// if sent alone: charged to its own bucket at its own cost, then routed and dispatched (scope
+/// check, MFA gate, audit, change feed). `path` is relative to the API's base URL or carries
+/// the version prefix, with its query. A batch's operations and the console's pages run here.
+pub async fn operation(call: &Call<'_>, method: http::Method, path: &str, body: bytes::Bytes) -> ApiResult {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     // `{base_url}` includes the version: `/gateways` is `/v1/gateways`.
     let rest = toolgate_filters::rate_limit::strip_version_prefix(path);
     if !path.starts_with('/') {
@@ -117,10 +129,6 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
         call.server.limiter.charge_operation(&view, principal.clone(), call.ip_multiplier).await?;
     }
     let Some((endpoint, id, sub_id)) = routed else { return Err(ApiError::NoRoute(path.to_string())) };
-    let body = match op.body {
-        Some(b) => serde_json::to_vec(&b).unwrap_or_default().into(),
-        None => bytes::Bytes::new(),
-    };
     let sub = Call {
         server: call.server,
         principal: call.principal.clone(),

@@ -341,7 +341,8 @@ fn name_taken(call: &Call<'_>, org_id: &str, name: &str, except: Option<&str>) -
 #[utoipa::path(get, path = "/v1/gateways", tag = "gateways",
     params(("page" = Option<u32>, Query, minimum = 1), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100),
            ("sort" = Option<String>, Query, description = "name, created_at or updated_at"),
-           ("order" = Option<String>, Query, description = "asc or desc")),
+           ("order" = Option<String>, Query, description = "asc or desc"),
+           ("q" = Option<String>, Query, max_length = 100, description = "only gateways whose name, description or id holds this text (any case)")),
     responses((status = 200, description = "gateways and pagination", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
@@ -350,7 +351,15 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     let (page, limit) = call.pagination()?;
     let sort = call.query_choice("sort", &["name", "created_at", "updated_at"])?.unwrap_or_else(|| "created_at".into());
     let order = call.query_choice("order", &["asc", "desc"])?.unwrap_or_else(|| "desc".into());
-    let mut all: Vec<_> = call.server.state.gateways_where(|g| g.org_id == who.org_id);
+    let q = call.query("q").map(str::trim).filter(|q| !q.is_empty()).map(str::to_lowercase);
+    if q.as_ref().is_some_and(|q| q.chars().count() > 100) {
+        return Err(ApiError::validation("q", "must be at most 100 characters"));
+    }
+    let holds = |g: &crate::data::model::Gateway, q: &str| {
+        g.id.to_lowercase().contains(q) || g.name.to_lowercase().contains(q) || g.description.to_lowercase().contains(q)
+    };
+    let mut all: Vec<_> =
+        call.server.state.gateways_where(|g| g.org_id == who.org_id && q.as_deref().is_none_or(|q| holds(g, q)));
     all.sort_by(|a, b| {
         let o = match sort.as_str() {
             "name" => a.name.to_lowercase().cmp(&b.name.to_lowercase()),

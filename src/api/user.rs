@@ -83,11 +83,15 @@ pub struct SetPassword {
     pub new_password: String,
 }
 
-/// The caller's own user, when the credential is the user's own (an account key or a JWT):
+/// The caller's own user, when the credential is the user's own (an account key, a JWT or the
+/// user's web session in the console):
 /// a gateway's key or token, or a service account's, speaks for no person.
 fn person(call: &Call<'_>) -> Result<std::sync::Arc<crate::data::model::User>, ApiError> {
     let who = call.who()?;
-    if !matches!(who.credential, CredentialKind::ApiKey | CredentialKind::Jwt { .. }) {
+    if !matches!(
+        who.credential,
+        CredentialKind::ApiKey | CredentialKind::Jwt { .. } | CredentialKind::WebSession { .. }
+    ) {
         return Err(ApiError::Forbidden("only a user's own key or token manages its sign-in".into()));
     }
     call.server.state.user(&who.user_id).ok_or(ApiError::NotFound("user"))

@@ -162,6 +162,21 @@ impl CredentialResolver for Credentials {
     }
 }
 
+/// The caller a web session acts as in the console: its user with every scope of the user's
+/// role (a password and its second factor sign in with the whole role), the organisation's
+/// tier, its buckets and audit entries under `web:<ws_ id>`. `None` when the user or the
+/// organisation is gone.
+pub fn web_session_principal(state: &State, session: &super::signin::WebSession) -> Option<Principal> {
+    let user = state.user(&session.user_id)?;
+    let org = state.org(&user.org_id)?;
+    if user.org_id != session.org_id {
+        return None;
+    }
+    let credential = CredentialKind::WebSession { session_id: session.id.clone() };
+    let key_id = format!("web:{}", session.id);
+    Some(user_principal(&user, &org, key_id, credential, ScopeSet::ALL, None))
+}
+
 /// The caller of a credential that speaks for `user`: its own scopes within the user's role,
 /// the organisation's tier, no multiplier and no allowlist bypass (a key sets its own).
 fn user_principal(

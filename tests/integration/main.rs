@@ -13,6 +13,7 @@ mod api_mfa;
 mod api_scopes;
 mod audit;
 mod conf_files;
+mod console;
 mod docs;
 mod durability;
 mod filters_edge;

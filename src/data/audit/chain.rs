@@ -18,7 +18,8 @@ use std::collections::HashMap;
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// Who did it: `kind` is `api_key`, `service_account`, `jwt`, `oauth_token`, `gateway_key`,
-/// `user` or `system`; `id` the key's, account's, token's or user's id.
+/// `web_session` (the console), `user` or `system`; `id` the key's, account's, token's, web
+/// session's (`web:ws_...`) or user's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Actor {
     pub kind: String,

@@ -51,6 +51,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolgate_filters::ip_allowlist::IpPolicySource;
 
+pub use pages::escape;
 pub use sessions::{WebSession, WebSessions};
 
 const SESSION_COOKIE: &str = "toolgate_session";
@@ -273,8 +274,8 @@ impl Page {
     }
 }
 
-/// The value of cookie `name` in the request.
-fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
+/// The value of cookie `name` in the request (the console reads its notice with it).
+pub fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
     ex.headers()
         .get_all(http::header::COOKIE)
         .iter()
@@ -340,7 +341,21 @@ fn sign_in_form(identity: &IdentityService, ex: &Exchange<'_>, error: Option<&st
     .cookie(csrf_cookie(&path, &csrf))
 }
 
-fn csrf_cookie(path: &str, token: &str) -> String {
+/// The CSRF token of the request's cookie (the double submit's first half), if any: the
+/// console's forms carry the same token as the identity service's.
+pub fn csrf_token<'a>(ex: &'a Exchange<'_>) -> Option<&'a str> {
+    cookie(ex, CSRF_COOKIE)
+}
+
+/// Whether a form's `csrf` field equals the request's CSRF cookie (both present, compared in
+/// constant time): the double submit.
+pub fn csrf_matches(ex: &Exchange<'_>, sent: &str) -> bool {
+    let expected = cookie(ex, CSRF_COOKIE).unwrap_or("");
+    !sent.is_empty() && !expected.is_empty() && crate::base::secrets::hashes_equal(sent, expected)
+}
+
+/// The `Set-Cookie` value of a fresh CSRF token on the prefix `path`.
+pub fn csrf_cookie(path: &str, token: &str) -> String {
     format!("{CSRF_COOKIE}={token}; Path={path}; HttpOnly; Secure; SameSite=Strict")
 }
 
@@ -351,9 +366,7 @@ fn session_cookie(token: &str, idle: Duration) -> String {
 /// The fields of a form POST, after its CSRF token was checked against the cookie.
 async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, ApiError> {
     let fields = forms::parse(&ex.read_body_within(MAX_FORM_BYTES).await?);
-    let sent = field(&fields, "csrf");
-    let expected = cookie(ex, CSRF_COOKIE).unwrap_or("");
-    if sent.is_empty() || expected.is_empty() || !crate::base::secrets::hashes_equal(sent, expected) {
+    if !csrf_matches(ex, field(&fields, "csrf")) {
         return Err(ApiError::Forbidden("the form's CSRF token is missing or does not match: reload the page".into()));
     }
     Ok(fields)

@@ -115,13 +115,15 @@ pub fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sess
         "Your account",
         &format!(
             "<p>Signed in as <strong id=\"email\">{}</strong> ({}), <span id=\"role\">{}</span> of \
-             <span id=\"organization\">{}</span></p><h2>Sessions</h2><ul>{rows}</ul>\
+             <span id=\"organization\">{}</span></p><p><a id=\"console\" href=\"{}/console\">Open the console</a></p>\
+             <h2>Sessions</h2><ul>{rows}</ul>\
              <form method=\"post\" action=\"{}/signout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
              <button type=\"submit\">Sign out</button></form>",
             escape(&user.email),
             escape(&user.name),
             escape(&user.role),
             escape(&user.org_id),
+            escape(prefix),
             escape(prefix),
             escape(csrf)
         ),

@@ -1,0 +1,197 @@
+//! Gateways: the list (search, sort, pages), create (the key shown once), a gateway's page
+//! (endpoint, client set-up), edit and delete (MFA).
+
+use super::html::{self, escape};
+use super::{data, field, seg, Answer, Ctx};
+use crate::edge::error::ApiError;
+use http::Method;
+use serde_json::{json, Value};
+use toolgate_filters::Scope;
+
+fn encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+pub async fn list(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+    let q = ctx.query("q").unwrap_or("");
+    let sort = ctx.query("sort").unwrap_or("created_at");
+    let order = ctx.query("order").unwrap_or("desc");
+    let page = ctx.query("page").unwrap_or("1");
+    let kept = format!("q={}&sort={}&order={}", encode(q), encode(sort), encode(order));
+    let got = ctx.get(&format!("/gateways?{kept}&page={}&limit=50", encode(page))).await?;
+    let rows = got["gateways"].as_array().cloned().unwrap_or_default();
+    let mut body = format!(
+        "<form method=\"get\" action=\"{}\" role=\"search\">{}{}{}<button type=\"submit\">Search</button></form>",
+        ctx.href("/gateways"),
+        html::input("Search", "q", q, "type=\"search\""),
+        html::select(
+            "Sort by",
+            "sort",
+            &[("created_at", "Created"), ("updated_at", "Updated"), ("name", "Name")],
+            Some(sort)
+        ),
+        html::select("Order", "order", &[("desc", "Descending"), ("asc", "Ascending")], Some(order)),
+    );
+    let columns = [
+        ("Name", "name"),
+        ("Id", "id"),
+        ("Apps", "servers"),
+        ("Functions", "functions_count"),
+        ("Status", "status"),
+        ("Created", "created_at"),
+    ];
+    body.push_str(&html::table("Gateways", &rows, &columns, Some((ctx, "/gateways/"))));
+    body.push_str(&html::pager(ctx, "/gateways", &got["pagination"], &kept));
+    if ctx.can(Scope::GatewaysWrite) {
+        body.push_str("<h2>New gateway</h2>");
+        body.push_str(&html::form_open(ctx, "/gateways", "create"));
+        body.push_str(&html::input("Name", "name", "", "required maxlength=\"100\""));
+        body.push_str(&html::input("Description", "description", "", "maxlength=\"1000\""));
+        body.push_str(&apps_field(ctx, &[]).await);
+        body.push_str("<button type=\"submit\">Create gateway</button></form>");
+    }
+    Ok(ctx.page("Gateways", "/gateways", &body))
+}
+
+/// The apps a gateway serves: a checkbox per app of the catalogue (when the role reads it),
+/// else a text field of ids.
+async fn apps_field(ctx: &Ctx<'_>, chosen: &[&str]) -> String {
+    let apps = match ctx.can(Scope::AppsRead) {
+        true => ctx.get("/apps").await.ok().and_then(|d| d["apps"].as_array().cloned()).unwrap_or_default(),
+        false => Vec::new(),
+    };
+    if apps.is_empty() {
+        return html::input("Apps (ids, separated by commas)", "servers", &chosen.join(","), "");
+    }
+    let mut out = String::from("<fieldset><legend>Apps</legend>");
+    for a in &apps {
+        let id = html::text(&a["id"]);
+        let checked = if chosen.contains(&id.as_str()) { " checked" } else { "" };
+        out.push_str(&format!(
+            "<label><input type=\"checkbox\" name=\"servers\" value=\"{}\"{checked}> {} <small>({})</small></label>",
+            escape(&id),
+            escape(&html::text(&a["name"])),
+            escape(&html::text(&a["status"]))
+        ));
+    }
+    out.push_str("</fieldset>");
+    out
+}
+
+/// The apps of a form: the checked boxes, or the ids of the text field.
+fn servers(fields: &[(String, String)]) -> Vec<String> {
+    fields
+        .iter()
+        .filter(|(k, _)| k == "servers")
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+    let body = json!({
+        "name": field(fields, "name"),
+        "description": field(fields, "description"),
+        "servers": servers(fields),
+    });
+    let created = data(ctx.api(Method::POST, "/gateways", Some(body), None).await?);
+    let id = html::text(&created["id"]);
+    // The key is in this answer only: the page that shows it is the POST's own answer.
+    let page = format!(
+        "{}<p>Gateway <a href=\"{}\">{}</a> is ready at <code>{}</code>.</p>{}",
+        html::secret("Gateway key", &html::text(&created["api_key"])),
+        ctx.href(&format!("/gateways/{}", seg(&id))),
+        escape(&html::text(&created["name"])),
+        escape(&html::text(&created["endpoint"])),
+        setup(&html::text(&created["endpoint"]), &html::text(&created["name"]), "<the key above>"),
+    );
+    Ok(ctx.page("Gateway created", "/gateways", &page))
+}
+
+/// Ready-to-paste client set-up for a gateway's endpoint: Claude Code, Cursor and VS Code's
+/// `mcp.json`, the Python SDK.
+fn setup(endpoint: &str, name: &str, key: &str) -> String {
+    let slug: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    let slug = if slug.trim_matches('-').is_empty() { "toolgate".to_string() } else { slug };
+    let claude = format!("claude mcp add --transport http {slug} {endpoint} --header \"X-API-Key: {key}\"");
+    let mcp_json = serde_json::to_string_pretty(&json!({
+        "mcpServers": { slug.clone(): { "type": "http", "url": endpoint, "headers": { "X-API-Key": key } } }
+    }))
+    .unwrap_or_default();
+    let python = format!(
+        "from mcp import ClientSession\nfrom mcp.client.streamable_http import streamablehttp_client\n\n\
+         async with streamablehttp_client(\"{endpoint}\", headers={{\"X-API-Key\": \"{key}\"}}) as (read, write, _):\n    \
+         async with ClientSession(read, write) as session:\n        await session.initialize()\n        \
+         print(await session.list_tools())"
+    );
+    format!(
+        "<h2>Connect a client</h2><h3>Claude Code</h3>{}<h3>Cursor and VS Code (<code>mcp.json</code>)</h3>{}\
+         <h3>Python SDK</h3>{}",
+        html::copyable("setup-claude", &claude),
+        html::copyable("setup-json", &mcp_json),
+        html::copyable("setup-python", &python)
+    )
+}
+
+pub async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Answer, ApiError> {
+    let g = ctx.get(&format!("/gateways/{}", seg(id))).await?;
+    let endpoint = html::text(&g["endpoint"]);
+    let name = html::text(&g["name"]);
+    let apps: Vec<String> =
+        g["servers"].as_array().into_iter().flatten().map(|s| html::text(&s["id"])).collect::<Vec<_>>();
+    let mut body = format!(
+        "<dl><dt>Id</dt><dd><code>{}</code></dd><dt>Status</dt><dd>{}</dd><dt>Description</dt><dd>{}</dd>\
+         <dt>Apps</dt><dd>{}</dd><dt>Requests today</dt><dd>{}</dd><dt>Errors today</dt><dd>{}</dd></dl>\
+         <h2>Endpoint</h2>{}{}",
+        escape(&html::text(&g["id"])),
+        escape(&html::text(&g["status"])),
+        escape(&html::text(&g["description"])),
+        escape(&apps.join(", ")),
+        escape(&html::text(&g["metrics"]["requests_today"])),
+        escape(&html::text(&g["metrics"]["errors_today"])),
+        html::copyable("endpoint", &endpoint),
+        setup(&endpoint, &name, "<your gateway key>"),
+    );
+    body.push_str(&format!(
+        "<p><a href=\"{}\">Logs of this gateway</a> · <a href=\"{}\">Analytics</a> · <a href=\"{}\">Tool changes</a></p>",
+        ctx.href(&format!("/logs?gateway_id={}", encode(id))),
+        ctx.href(&format!("/analytics?gateway_id={}", encode(id))),
+        ctx.href(&format!("/tool-changes?gateway_id={}", encode(id))),
+    ));
+    let path = format!("/gateways/{}", seg(id));
+    if ctx.can(Scope::GatewaysWrite) {
+        body.push_str("<h2>Edit</h2>");
+        body.push_str(&html::form_open(ctx, &path, "edit"));
+        body.push_str(&html::input("Name", "name", &name, "required maxlength=\"100\""));
+        body.push_str(&html::input("Description", "description", &html::text(&g["description"]), "maxlength=\"1000\""));
+        let chosen: Vec<&str> = apps.iter().map(String::as_str).collect();
+        body.push_str(&apps_field(ctx, &chosen).await);
+        body.push_str("<button type=\"submit\">Save</button></form>");
+    }
+    if ctx.can(Scope::GatewaysDelete) {
+        body.push_str("<h2>Delete</h2>");
+        body.push_str(&html::form_open(ctx, &format!("{path}/delete"), "delete"));
+        body.push_str(&html::mfa_field());
+        body.push_str("<button type=\"submit\" class=\"danger\">Delete gateway</button></form>");
+    }
+    Ok(ctx.page(&name, "/gateways", &body))
+}
+
+pub async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+    let body: Value = json!({
+        "name": field(fields, "name"),
+        "description": field(fields, "description"),
+        "servers": servers(fields),
+    });
+    ctx.api(Method::PATCH, &format!("/gateways/{}", seg(id)), Some(body), None).await?;
+    Ok(ctx.done(&format!("/gateways/{}", seg(id)), "Gateway saved."))
+}
+
+pub async fn delete(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+    let mfa = field(fields, "mfa_code");
+    ctx.api(Method::DELETE, &format!("/gateways/{}", seg(id)), None, Some(mfa)).await?;
+    Ok(ctx.done("/gateways", "Gateway deleted."))
+}

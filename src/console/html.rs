@@ -1,0 +1,200 @@
+//! The console's HTML: the frame (navigation, `<main>`), forms and tables, and the stylesheet and
+//! script served from the binary. Every value from the API goes through [`escape`].
+
+use super::{Answer, Ctx, PATH};
+pub use crate::identity::signin::escape;
+use serde_json::Value;
+
+const CSS: &str = include_str!("static/console.css");
+const JS: &str = include_str!("static/console.js");
+
+/// The pages of the navigation: path below the console, label.
+const NAV: [(&str, &str); 13] = [
+    ("/gateways", "Gateways"),
+    ("/apps", "Apps"),
+    ("/keys", "Keys"),
+    ("/service-accounts", "Service accounts"),
+    ("/sessions", "Sessions"),
+    ("/logs", "Logs"),
+    ("/analytics", "Analytics"),
+    ("/webhooks", "Webhooks"),
+    ("/alerts", "Alerts"),
+    ("/ip-allowlist", "IP allowlist"),
+    ("/mfa", "MFA"),
+    ("/team", "Team"),
+    ("/tool-changes", "Tool changes"),
+];
+
+fn head(prefix: &str, title: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} - toolgate console</title>\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <link rel=\"stylesheet\" href=\"{}{PATH}/static/console.css\">\
+         <script src=\"{}{PATH}/static/console.js\" defer></script></head>",
+        escape(title),
+        escape(prefix),
+        escape(prefix)
+    )
+}
+
+/// A page without the navigation (no signed-in user to show it to).
+pub fn bare(title: &str, text: &str) -> String {
+    format!(
+        "{}<body><main><h1>{}</h1><p class=\"error\" role=\"alert\">{}</p></main></body></html>",
+        head("/auth", title),
+        escape(title),
+        escape(text)
+    )
+}
+
+/// A page of the console: the header with the user and sign-out, the navigation (`current`
+/// marked), the notice left by the last POST, and `body` in `<main>`.
+pub fn frame(ctx: &Ctx<'_>, title: &str, current: &str, body: &str) -> String {
+    let mut out = String::with_capacity(body.len() + 3072);
+    out.push_str(&head(&ctx.prefix, title));
+    out.push_str("<body><a class=\"skip\" href=\"#main\">Skip to content</a><header><a class=\"brand\" href=\"");
+    out.push_str(&ctx.href(""));
+    out.push_str("\">toolgate</a><span class=\"who\">");
+    out.push_str(&escape(&ctx.user.email));
+    out.push_str(" · ");
+    out.push_str(&escape(ctx.principal.role.as_str()));
+    out.push_str("</span><a href=\"");
+    out.push_str(&escape(&format!("{}/", ctx.prefix)));
+    out.push_str("\">Account</a></header><nav aria-label=\"Console\"><ul>");
+    for (to, label) in NAV {
+        let here = if to == current { " aria-current=\"page\"" } else { "" };
+        out.push_str(&format!("<li><a href=\"{}\"{here}>{label}</a></li>", ctx.href(to)));
+    }
+    out.push_str("</ul></nav><main id=\"main\"><h1>");
+    out.push_str(&escape(title));
+    out.push_str("</h1>");
+    if let Some(n) = &ctx.notice {
+        out.push_str(&format!("<p class=\"notice\" role=\"status\">{}</p>", escape(n)));
+    }
+    out.push_str(body);
+    out.push_str("</main></body></html>");
+    out
+}
+
+/// The stylesheet or the script, from the binary.
+pub fn asset(file: &str) -> Answer {
+    let (body, content_type) = match file {
+        "console.css" => (CSS, "text/css; charset=utf-8"),
+        "console.js" => (JS, "text/javascript; charset=utf-8"),
+        _ => return Answer { status: 404, body: "not found".into(), content_type: "text/plain", headers: Vec::new() },
+    };
+    Answer { status: 200, body: body.to_string(), content_type, headers: Vec::new() }
+}
+
+/// A POST form's opening tag and its CSRF field; `class` names the form for the stylesheet.
+pub fn form_open(ctx: &Ctx<'_>, to: &str, class: &str) -> String {
+    format!(
+        "<form method=\"post\" action=\"{}\" class=\"{class}\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        ctx.href(to),
+        escape(&ctx.csrf)
+    )
+}
+
+/// A labelled text input.
+pub fn input(label: &str, name: &str, value: &str, extra: &str) -> String {
+    format!("<label>{label} <input name=\"{name}\" value=\"{}\" {extra}></label>", escape(value))
+}
+
+/// The field of a protected action: the current authenticator code (or a backup code), sent to
+/// the API as `X-MFA-Token`.
+pub fn mfa_field() -> String {
+    "<label>MFA code <input name=\"mfa_code\" inputmode=\"numeric\" autocomplete=\"one-time-code\" \
+     placeholder=\"if MFA is on\"></label>"
+        .to_string()
+}
+
+/// A JSON value as text: strings as they are, nothing for null, others as JSON.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A table of `rows` with `columns` (header, JSON field); `link` makes the first column a link
+/// to a record's page (`/gateways/` + its `id`).
+pub fn table(caption: &str, rows: &[Value], columns: &[(&str, &str)], link: Option<(&Ctx<'_>, &str)>) -> String {
+    if rows.is_empty() {
+        return format!("<p class=\"empty\">No {}.</p>", escape(&caption.to_lowercase()));
+    }
+    let mut out = String::with_capacity(rows.len() * 200 + 256);
+    out.push_str(&format!("<div class=\"scroll\"><table><caption>{}</caption><thead><tr>", escape(caption)));
+    for (header, _) in columns {
+        out.push_str(&format!("<th scope=\"col\">{header}</th>"));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in rows {
+        out.push_str("<tr>");
+        for (i, (_, key)) in columns.iter().enumerate() {
+            let value = escape(&text(&row[*key]));
+            match link {
+                Some((ctx, base)) if i == 0 => {
+                    let id = text(&row["id"]);
+                    let href = ctx.href(&format!("{base}{}", super::seg(&id)));
+                    out.push_str(&format!("<td><a href=\"{href}\">{value}</a></td>"));
+                }
+                _ => out.push_str(&format!("<td>{value}</td>")),
+            }
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table></div>");
+    out
+}
+
+/// Previous and next links from the API's `pagination` object; `query` is the page's other
+/// parameters, already encoded.
+pub fn pager(ctx: &Ctx<'_>, to: &str, pagination: &Value, query: &str) -> String {
+    let page = pagination["page"].as_u64().unwrap_or(1);
+    let link = |p: u64, label: &str, rel: &str| {
+        format!("<a rel=\"{rel}\" href=\"{}\">{label}</a>", ctx.href(&format!("{to}?{query}&page={p}")))
+    };
+    let mut out = format!(
+        "<nav class=\"pager\" aria-label=\"Pages\"><span>Page {page} of {} ({} in all)</span>",
+        pagination["pages"].as_u64().unwrap_or(1),
+        pagination["total"].as_u64().unwrap_or(0)
+    );
+    if pagination["has_prev"].as_bool() == Some(true) {
+        out.push_str(&link(page - 1, "Previous", "prev"));
+    }
+    if pagination["has_next"].as_bool() == Some(true) {
+        out.push_str(&link(page + 1, "Next", "next"));
+    }
+    out.push_str("</nav>");
+    out
+}
+
+/// A `<select>` of `options` (value, label) with `chosen` selected.
+pub fn select(label: &str, name: &str, options: &[(&str, &str)], chosen: Option<&str>) -> String {
+    let mut out = format!("<label>{label} <select name=\"{name}\">");
+    for (value, text) in options {
+        let sel = if Some(*value) == chosen { " selected" } else { "" };
+        out.push_str(&format!("<option value=\"{}\"{sel}>{}</option>", escape(value), escape(text)));
+    }
+    out.push_str("</select></label>");
+    out
+}
+
+/// A secret shown once, with a copy button.
+pub fn secret(label: &str, value: &str) -> String {
+    format!(
+        "<div class=\"secret\" role=\"alert\"><p><strong>{label}</strong>: shown this once; copy it now.</p>\
+         {}</div>",
+        copyable("secret", value)
+    )
+}
+
+/// A value in a `<code>` block with a copy button (the script copies the element it names).
+pub fn copyable(id: &str, value: &str) -> String {
+    format!(
+        "<div class=\"copy\"><pre><code id=\"{id}\">{}</code></pre>\
+         <button type=\"button\" class=\"copy-button\" data-copy=\"{id}\">Copy</button></div>",
+        escape(value)
+    )
+}

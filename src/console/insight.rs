@@ -1,0 +1,177 @@
+//! Logs (filter by gateway, app, status and time; pages; one entry opened) and analytics
+//! (requests, errors and latency percentiles over time, top functions; the API's periods).
+
+use super::chart::{self, Point, Series};
+use super::html::{self, escape};
+use super::{seg, Answer, Ctx};
+use crate::edge::error::ApiError;
+use serde_json::Value;
+
+fn encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// The page's query parameters among `names`, encoded again for the API and the links.
+fn kept(ctx: &Ctx<'_>, names: &[&str]) -> String {
+    names.iter().filter_map(|n| ctx.query(n).map(|v| format!("{n}={}", encode(v)))).collect::<Vec<_>>().join("&")
+}
+
+pub async fn logs(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+    let filters = kept(ctx, &["gateway_id", "app_id", "status", "start_date", "end_date"]);
+    let page = ctx.query("page").unwrap_or("1");
+    let got = ctx.get(&format!("/logs?{filters}&page={}&limit=50", encode(page))).await?;
+    let rows = got["logs"].as_array().cloned().unwrap_or_default();
+    let q = |n: &str| ctx.query(n).unwrap_or("").to_string();
+    let mut body = format!(
+        "<form method=\"get\" action=\"{}\" role=\"search\">{}{}{}{}{}<button type=\"submit\">Filter</button></form>",
+        ctx.href("/logs"),
+        html::input("Gateway id", "gateway_id", &q("gateway_id"), ""),
+        html::input("App id", "app_id", &q("app_id"), ""),
+        html::select(
+            "Status",
+            "status",
+            &[("", "Any"), ("success", "Success"), ("error", "Error")],
+            ctx.query("status")
+        ),
+        html::input("From (date or ISO 8601)", "start_date", &q("start_date"), "placeholder=\"2026-11-28\""),
+        html::input("To", "end_date", &q("end_date"), "placeholder=\"2026-11-28T23:59:59Z\""),
+    );
+    if let Some(open) = ctx.query("open") {
+        if let Some(e) = rows.iter().find(|r| r["id"].as_str() == Some(open)) {
+            body.push_str(&entry(e));
+        }
+    }
+    let mut table_rows = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let mut r = r.clone();
+        r["call"] = Value::String(format!("{}.{}", html::text(&r["app"]), html::text(&r["function"])));
+        table_rows.push(r);
+    }
+    let columns =
+        [("Time", "timestamp"), ("Gateway", "gateway_id"), ("Call", "call"), ("Status", "status"), ("ms", "duration")];
+    body.push_str(&logs_table(ctx, &table_rows, &columns, &filters));
+    body.push_str(&html::pager(ctx, "/logs", &got["pagination"], &filters));
+    Ok(ctx.page("Logs", "/logs", &body))
+}
+
+/// The log table, each row's time a link that opens the entry on this page.
+fn logs_table(ctx: &Ctx<'_>, rows: &[Value], columns: &[(&str, &str)], filters: &str) -> String {
+    if rows.is_empty() {
+        return "<p class=\"empty\">No calls.</p>".into();
+    }
+    let mut out =
+        String::from("<div class=\"scroll\"><table class=\"logs\"><caption>Calls, newest first</caption><thead><tr>");
+    for (h, _) in columns {
+        out.push_str(&format!("<th scope=\"col\">{h}</th>"));
+    }
+    out.push_str("</tr></thead><tbody>");
+    let page = ctx.query("page").unwrap_or("1");
+    for r in rows {
+        out.push_str("<tr>");
+        for (i, (_, key)) in columns.iter().enumerate() {
+            let v = escape(&html::text(&r[*key]));
+            if i == 0 {
+                let to = format!("/logs?{filters}&page={}&open={}", encode(page), encode(&html::text(&r["id"])));
+                out.push_str(&format!("<td><a href=\"{}\">{v}</a></td>", ctx.href(&to)));
+            } else {
+                out.push_str(&format!("<td>{v}</td>"));
+            }
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table></div>");
+    out
+}
+
+/// One entry in full: its fields, the request's arguments and the answer.
+fn entry(e: &Value) -> String {
+    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    format!(
+        "<section class=\"entry\" aria-label=\"Log entry\"><h2>Entry <code>{}</code></h2><dl><dt>Time</dt><dd>{}</dd>\
+         <dt>Gateway</dt><dd>{}</dd><dt>App</dt><dd>{}</dd><dt>Function</dt><dd>{}</dd><dt>Status</dt><dd>{}</dd>\
+         <dt>Duration (ms)</dt><dd>{}</dd></dl><h3>Request</h3><pre>{}</pre><h3>Response</h3><pre>{}</pre></section>",
+        escape(&html::text(&e["id"])),
+        escape(&html::text(&e["timestamp"])),
+        escape(&html::text(&e["gateway_id"])),
+        escape(&html::text(&e["app"])),
+        escape(&html::text(&e["function"])),
+        escape(&html::text(&e["status"])),
+        escape(&html::text(&e["duration"])),
+        escape(&pretty(&e["request"])),
+        escape(&pretty(&e["response"])),
+    )
+}
+
+/// The points of field `key` of a time series.
+fn points(series: &[Value], key: &str) -> Vec<Point> {
+    series
+        .iter()
+        .map(|p| Point {
+            t_ms: p["timestamp"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map_or(0, |t| t.timestamp_millis()),
+            v: p[key].as_f64().unwrap_or(0.0),
+        })
+        .collect()
+}
+
+pub async fn analytics(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+    let period = ctx.query("period").unwrap_or("24h");
+    let gateway = ctx.query("gateway_id");
+    let got = ctx.get(&format!("/logs/analytics?{}", kept(ctx, &["period", "gateway_id"]))).await?;
+    let s = &got["summary"];
+    let mut body = format!(
+        "<form method=\"get\" action=\"{}\">{}{}<button type=\"submit\">Show</button></form>\
+         <dl class=\"summary\"><dt>Requests</dt><dd id=\"total-requests\">{}</dd><dt>Errors</dt><dd>{}</dd>\
+         <dt>Average (ms)</dt><dd>{}</dd><dt>Success rate</dt><dd>{}</dd></dl>",
+        ctx.href("/analytics"),
+        html::select(
+            "Period",
+            "period",
+            &[("1h", "1 hour"), ("24h", "24 hours"), ("7d", "7 days"), ("30d", "30 days")],
+            Some(period)
+        ),
+        html::input("Gateway id", "gateway_id", gateway.unwrap_or(""), ""),
+        escape(&html::text(&s["total_requests"])),
+        escape(&html::text(&s["error_count"])),
+        escape(&html::text(&s["avg_duration"])),
+        escape(&html::text(&s["success_rate"])),
+    );
+    let series = got["time_series"].as_array().cloned().unwrap_or_default();
+    let (requests, errors) = (points(&series, "requests"), points(&series, "errors"));
+    body.push_str(&chart::line_chart(
+        "Requests and errors",
+        "calls",
+        &[Series { name: "requests", points: &requests }, Series { name: "errors", points: &errors }],
+    ));
+    let avg = points(&series, "avg_duration");
+    body.push_str(&chart::line_chart("Average duration", "ms", &[Series { name: "average", points: &avg }]));
+    let top = got["top_functions"].as_array().cloned().unwrap_or_default();
+    let names: Vec<String> = top.iter().map(|t| html::text(&t["function"])).collect();
+    let bars: Vec<(&str, f64)> =
+        names.iter().zip(&top).map(|(n, t)| (n.as_str(), t["count"].as_f64().unwrap_or(0.0))).collect();
+    body.push_str(&chart::bar_chart("Top functions", "calls", &bars));
+    if let Some(id) = gateway {
+        body.push_str(&gateway_latency(ctx, id).await?);
+    }
+    Ok(ctx.page("Analytics", "/analytics", &body))
+}
+
+/// A gateway's latency percentiles over time (`/metrics/gateway/{id}`: 1h, 24h or 7d).
+async fn gateway_latency(ctx: &Ctx<'_>, id: &str) -> Result<String, ApiError> {
+    // The metrics' periods are 1h, 24h and 7d: 30d shows the last 24 hours.
+    let period = ctx.query("period").filter(|p| matches!(*p, "1h" | "7d")).unwrap_or("24h");
+    let got = ctx.get(&format!("/metrics/gateway/{}?period={period}", seg(id))).await?;
+    let series = got["time_series"].as_array().cloned().unwrap_or_default();
+    let (p50, p95, p99) = (points(&series, "p50"), points(&series, "p95"), points(&series, "p99"));
+    Ok(chart::line_chart(
+        "Latency percentiles",
+        "ms",
+        &[
+            Series { name: "p50", points: &p50 },
+            Series { name: "p95", points: &p95 },
+            Series { name: "p99", points: &p99 },
+        ],
+    ))
+}

@@ -1,0 +1,349 @@
+//! The console: server-rendered pages under `{auth_url}/console` (`web.path`, default `/auth`)
+//! where a signed-in user sees and manages what the management API manages, within their role.
+//!
+//! Decisions (docs/console.md):
+//! - **One authority.** A page reads and writes only through the API: it builds a call for the
+//!   signed-in user ([`crate::identity::credentials::web_session_principal`]: their role, every
+//!   scope of it, their organisation; credential `web_session`, key id `web:ws_...`) and runs it
+//!   through [`crate::api::batch::operation`], the path a batch's operations take: the same
+//!   bucket and cost, route table, scope check, MFA gate, audit trail and change feed. The pages
+//!   hide what the role cannot do, but never decide it: a forged form is refused by the API.
+//! - **The session.** The identity service's web session cookie (`toolgate_session`); without a
+//!   live one a page is a 303 to `{auth_url}/signin?next=...`. The organisation's IP allowlist is
+//!   checked on every request, as the sign-in checks it.
+//! - **Forms.** Every POST carries the identity service's CSRF token (double submit, constant
+//!   time; refused with a 403 page). A protected action's form has an "MFA code" field, sent to
+//!   the API as `X-MFA-Token`. A POST that succeeds answers 303 to its page with a one-time
+//!   notice (a cookie read once), except one that makes a secret (a gateway's key, an API key):
+//!   its answer is the page that shows the secret, once, never stored anywhere to be shown again.
+//! - **Headers.** Every answer carries a strict CSP (no inline script or style, nothing from
+//!   another origin), `frame-ancestors 'none'` and `X-Frame-Options: DENY`, `no-referrer`,
+//!   `no-store` and `nosniff`; the one stylesheet and script are served from the binary.
+
+mod chart;
+mod gateways;
+mod html;
+mod insight;
+mod keys;
+mod more;
+
+use crate::api::{ApiResult, Reply};
+use crate::data::model::User;
+use crate::edge::error::ApiError;
+use crate::edge::exchange::Exchange;
+use crate::edge::forms;
+use crate::identity::signin;
+use crate::server::Server;
+use http::header::{HeaderName, HeaderValue};
+use http::Method;
+use serde_json::Value;
+use std::net::IpAddr;
+use std::sync::Arc;
+use toolgate_filters::ip_allowlist::IpPolicySource;
+use toolgate_filters::{Principal, Scope};
+
+/// The console's path under the identity service's prefix.
+pub const PATH: &str = "/console";
+/// The one-time notice shown by the page a successful POST redirects to.
+const NOTICE_COOKIE: &str = "toolgate_notice";
+/// Largest console form accepted.
+const MAX_FORM_BYTES: usize = 64 * 1024;
+
+/// Every console answer's headers (docs/console.md says why each).
+const SECURITY_HEADERS: [(HeaderName, &str); 4] = [
+    (
+        http::header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; form-action 'self'; \
+         frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (http::header::X_FRAME_OPTIONS, "DENY"),
+    (http::header::REFERRER_POLICY, "no-referrer"),
+    (http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+];
+
+/// Whether a path under the identity service's prefix is the console's.
+pub fn is_console(rest: &str) -> bool {
+    rest.strip_prefix(PATH).is_some_and(|r| r.is_empty() || r.starts_with('/'))
+}
+
+/// A console answer: a page, a redirect or a static file, with its cookies.
+pub(crate) struct Answer {
+    status: u16,
+    body: String,
+    content_type: &'static str,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Answer {
+    fn html(status: u16, body: String) -> Answer {
+        Answer { status, body, content_type: "text/html; charset=utf-8", headers: Vec::new() }
+    }
+
+    fn redirect(to: &str) -> Answer {
+        let mut a = Answer::html(303, String::new());
+        if let Ok(v) = HeaderValue::from_str(to) {
+            a.headers.push((http::header::LOCATION, v));
+        }
+        a
+    }
+
+    fn cookie(mut self, value: &str) -> Answer {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            self.headers.push((http::header::SET_COOKIE, v));
+        }
+        self
+    }
+
+    async fn write(mut self, ex: &mut Exchange<'_>) -> pingora::Result<()> {
+        for (name, value) in SECURITY_HEADERS {
+            self.headers.push((name, HeaderValue::from_static(value)));
+        }
+        ex.respond(self.status, self.content_type, self.body.into_bytes(), &self.headers).await
+    }
+}
+
+/// The signed-in user's side of one console request: who acts, the CSRF token its forms carry,
+/// and the notice left by the POST that redirected here.
+pub(crate) struct Ctx<'s> {
+    server: &'s Server,
+    principal: Arc<Principal>,
+    user: Arc<User>,
+    /// `web.path`.
+    prefix: String,
+    csrf: String,
+    client_ip: IpAddr,
+    notice: Option<String>,
+    /// The request's path below the console and its query.
+    path: String,
+    query: Vec<(String, String)>,
+}
+
+impl Ctx<'_> {
+    /// Runs one management operation as the signed-in user, exactly as a batch's operation runs
+    /// (`api::batch::operation`): its bucket, the route table, the scope check, the MFA gate
+    /// (`mfa`, the form's code, is sent as `X-MFA-Token`), the audit trail and the change feed.
+    async fn api(&self, method: Method, path: &str, body: Option<Value>, mfa: Option<&str>) -> ApiResult {
+        let mut headers = http::HeaderMap::new();
+        if let Some(code) = mfa.map(str::trim).filter(|c| !c.is_empty()) {
+            let value =
+                HeaderValue::from_str(code).map_err(|_| ApiError::validation("mfa_code", "not a valid code"))?;
+            headers.insert(HeaderName::from_static("x-mfa-token"), value);
+        }
+        let call = crate::api::Call {
+            server: self.server,
+            principal: Some(self.principal.clone()),
+            method: Method::GET,
+            id: None,
+            sub_id: None,
+            query: Vec::new(),
+            body: bytes::Bytes::new(),
+            client_ip: self.client_ip,
+            ip_multiplier: None,
+            headers: &headers,
+        };
+        let body = body.map(|b| bytes::Bytes::from(serde_json::to_vec(&b).unwrap_or_default())).unwrap_or_default();
+        crate::api::batch::operation(&call, method, path, body).await
+    }
+
+    /// A read: the envelope's `data`.
+    async fn get(&self, path: &str) -> Result<Value, ApiError> {
+        Ok(self.api(Method::GET, path, None, None).await?.data.unwrap_or(Value::Null))
+    }
+
+    /// Whether the user's role holds `scope`: what decides whether a write form is shown (the
+    /// API decides whether the write is done).
+    fn can(&self, scope: Scope) -> bool {
+        self.principal.scopes.contains(scope)
+    }
+
+    /// A query parameter of the page's request.
+    fn query(&self, name: &str) -> Option<&str> {
+        forms::first(&self.query, name).filter(|v| !v.is_empty())
+    }
+
+    /// A page of the console in its frame.
+    fn page(&self, title: &str, current: &str, body: &str) -> Answer {
+        Answer::html(200, html::frame(self, title, current, body))
+    }
+
+    /// The answer of a POST that succeeded: back to `to` (under the console) with `notice`.
+    fn done(&self, to: &str, notice: &str) -> Answer {
+        let value: String = url::form_urlencoded::byte_serialize(notice.as_bytes()).collect();
+        Answer::redirect(&format!("{}{PATH}{to}", self.prefix)).cookie(&format!(
+            "{NOTICE_COOKIE}={value}; Path={}{PATH}; HttpOnly; Secure; SameSite=Strict; Max-Age=60",
+            self.prefix
+        ))
+    }
+
+    /// A console URL (`to` under the console), escaped for an attribute.
+    fn href(&self, to: &str) -> String {
+        html::escape(&format!("{}{PATH}{to}", self.prefix))
+    }
+}
+
+/// Answers a request under `{auth_url}/console`; `prefix` is the length of `web.path` in the
+/// path. The identity service's chain (the per-address bucket) has run.
+pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pingora::Result<()> {
+    let rest = ex.request().uri.path()[prefix + PATH.len()..].to_string();
+    if let Some(file) = rest.strip_prefix("/static/") {
+        return html::asset(file).write(ex).await;
+    }
+    let answer = match signed_in(server, ex, prefix, rest).await {
+        Ok(Ok(mut ctx)) => {
+            let fresh_csrf = signin::csrf_token(ex).is_none();
+            let had_notice = ctx.notice.is_some();
+            let mut answer = route(&mut ctx, ex).await.unwrap_or_else(|e| error_page(&ctx, &e));
+            if fresh_csrf {
+                answer = answer.cookie(&signin::csrf_cookie(&ctx.prefix, &ctx.csrf));
+            }
+            if had_notice && answer.status == 200 {
+                let gone = format!(
+                    "{NOTICE_COOKIE}=; Path={}{PATH}; HttpOnly; Secure; SameSite=Strict; Max-Age=0",
+                    ctx.prefix
+                );
+                answer = answer.cookie(&gone);
+            }
+            answer
+        }
+        Ok(Err(answer)) => answer,
+        Err(e) => Answer::html(e.status(), html::bare("Something went wrong", &e.to_string())),
+    };
+    answer.write(ex).await
+}
+
+/// The request's signed-in user as a [`Ctx`], or the answer for a request without one (a 303
+/// to the sign-in page, a 403 from the organisation's IP allowlist).
+async fn signed_in<'s>(
+    server: &'s Server,
+    ex: &mut Exchange<'_>,
+    prefix: usize,
+    path: String,
+) -> Result<Result<Ctx<'s>, Answer>, ApiError> {
+    let web_path = ex.request().uri.path()[..prefix].to_string();
+    let session = signin::current(&server.identity, ex).await?;
+    let found = session.as_ref().and_then(|s| {
+        let principal = crate::identity::credentials::web_session_principal(&server.state, s)?;
+        Some((principal, server.state.user(&s.user_id)?))
+    });
+    let Some((principal, user)) = found else {
+        let here = ex.request().uri.path_and_query().map_or(String::new(), |p| p.as_str().to_string());
+        let next: String = url::form_urlencoded::byte_serialize(here.as_bytes()).collect();
+        return Ok(Err(Answer::redirect(&format!("{web_path}/signin?next={next}"))));
+    };
+    if server.state.refuses_address(&user.org_id, ex.ctx.client_ip) {
+        let text = "Your organisation does not allow the console from this address.";
+        return Ok(Err(Answer::html(403, html::bare("Not allowed", text))));
+    }
+    let principal = Arc::new(principal);
+    // The access line and the trace name the web session, as they name a key.
+    ex.ctx.filters.principal = Some(principal.clone());
+    let csrf = signin::csrf_token(ex).map_or_else(crate::base::secrets::new_session_id, str::to_string);
+    let notice = signin::cookie(ex, NOTICE_COOKIE).map(|n| {
+        url::form_urlencoded::parse(format!("n={n}").as_bytes()).map(|(_, v)| v.into_owned()).collect::<String>()
+    });
+    Ok(Ok(Ctx {
+        server,
+        principal,
+        user,
+        prefix: web_path,
+        csrf,
+        client_ip: ex.ctx.client_ip,
+        notice,
+        query: forms::parse_query(ex.request().uri.query()),
+        path,
+    }))
+}
+
+/// A POST's fields, once its CSRF token matched the cookie (a 403 otherwise).
+async fn form(ex: &mut Exchange<'_>) -> Result<Vec<(String, String)>, ApiError> {
+    let fields = forms::parse(&ex.read_body_within(MAX_FORM_BYTES).await?);
+    if !signin::csrf_matches(ex, forms::first(&fields, "csrf").unwrap_or("")) {
+        return Err(ApiError::Forbidden("the form's CSRF token is missing or does not match: reload the page".into()));
+    }
+    Ok(fields)
+}
+
+/// A form field, trimmed; empty when absent.
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+    forms::first(fields, name).unwrap_or("").trim()
+}
+
+/// A path segment percent-encoded, for a management path built from a page's path.
+fn seg(s: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// The page of a request, by method and path below the console.
+async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Answer, ApiError> {
+    let method = ex.request().method.clone();
+    let path = ctx.path.clone();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+    if method == Method::GET {
+        return match parts.as_slice() {
+            [] => Ok(overview(ctx)),
+            ["gateways"] => gateways::list(ctx).await,
+            ["gateways", id] => gateways::show(ctx, id).await,
+            ["keys"] => keys::page(ctx).await,
+            ["service-accounts"] => keys::accounts(ctx).await,
+            ["logs"] => insight::logs(ctx).await,
+            ["analytics"] => insight::analytics(ctx).await,
+            [page] => more::get(ctx, page).await,
+            _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
+        };
+    }
+    if method != Method::POST {
+        return Err(ApiError::MethodNotAllowed(method.to_string()));
+    }
+    let fields = form(ex).await?;
+    match parts.as_slice() {
+        ["gateways"] => gateways::create(ctx, &fields).await,
+        ["gateways", id] => gateways::update(ctx, id, &fields).await,
+        ["gateways", id, "delete"] => gateways::delete(ctx, id, &fields).await,
+        ["keys"] => keys::create(ctx, &fields).await,
+        ["keys", id, action] => keys::act(ctx, id, action, &fields).await,
+        ["service-accounts"] => keys::create_account(ctx, &fields).await,
+        ["service-accounts", id, "keys"] => keys::account_key(ctx, id, &fields).await,
+        [page, rest @ ..] => more::post(ctx, page, rest, &fields).await,
+        _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
+    }
+}
+
+/// The console's first page: who is signed in and what each page is for.
+fn overview(ctx: &Ctx<'_>) -> Answer {
+    let p = &ctx.principal;
+    let body = format!(
+        "<p>Signed in as <strong id=\"email\">{}</strong>, <span id=\"role\">{}</span> of <span id=\"organization\">{}</span>.</p>\
+         <p>Every page here acts through the management API with your role's scopes: <code>{}</code>.</p>",
+        html::escape(&ctx.user.email),
+        html::escape(p.role.as_str()),
+        html::escape(&p.org_id),
+        html::escape(&p.scopes.names().join(" ")),
+    );
+    ctx.page("Console", "", &body)
+}
+
+/// The page of an error the API (or the console) answered: its status, its code and words.
+fn error_page(ctx: &Ctx<'_>, e: &ApiError) -> Answer {
+    if e.status() >= 500 {
+        tracing::error!(error = ?e, "console request failed");
+    }
+    let body = format!(
+        "<p class=\"error\" role=\"alert\"><strong>{}</strong> <code>{}</code>: {}</p><p><a href=\"{}\">Back to the console</a></p>",
+        e.status(),
+        e.code(),
+        html::escape(&e.to_string()),
+        ctx.href(""),
+    );
+    let mut a = Answer::html(e.status(), html::frame(ctx, "Refused", "", &body));
+    if let Some(secs) = e.retry_after() {
+        a.headers.push((http::header::RETRY_AFTER, HeaderValue::from(secs)));
+    }
+    a
+}
+
+/// The `data` of a reply (what a write answered).
+fn data(reply: Reply) -> Value {
+    reply.data.unwrap_or(Value::Null)
+}

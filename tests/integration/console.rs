@@ -1,0 +1,346 @@
+//! The console (issue 43) against the real binary, as a browser drives it: every page sends the
+//! security headers; no session is a 303 to the sign-in page (and `next` brings the user back);
+//! a form without its CSRF token, or with another, is a 403; a viewer sees no write form and a
+//! forged one is refused by the API's own scope check; another organisation's gateway is a 404;
+//! a gateway made in the console is the API's (one authority) and its key is shown once; an
+//! MFA-gated delete needs the code; a page of 50 rows stays under 100 KB.
+
+use crate::api_mfa::totp;
+use crate::common::*;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+const PASSWORD: &str = "console passphrase one";
+
+struct Fx {
+    srv: TestServer,
+    keys: HashMap<&'static str, String>,
+}
+
+/// (user, organisation, role). One organisation per test where a test counts records: the tests
+/// run in parallel.
+const USERS: &[(&str, &str, &str)] = &[
+    ("usr_co_pages", "org_co_pages", "owner"),
+    ("usr_co_csrf", "org_co_csrf", "owner"),
+    ("usr_co_make", "org_co_make", "owner"),
+    ("usr_co_view", "org_co_view", "viewer"),
+    ("usr_co_view_owner", "org_co_view", "owner"),
+    ("usr_co_other", "org_co_other", "owner"),
+    ("usr_co_mfa", "org_co_mfa", "owner"),
+    ("usr_co_fifty", "org_co_fifty", "owner"),
+];
+
+fn fx() -> &'static Fx {
+    static FX: OnceLock<Fx> = OnceLock::new();
+    FX.get_or_init(|| {
+        let (mut orgs, mut users, mut yk) = (String::new(), String::new(), String::new());
+        let mut seen = std::collections::BTreeSet::new();
+        let mut keys = HashMap::new();
+        for (user, org, role) in USERS {
+            if seen.insert(*org) {
+                orgs += &format!("  - {{ id: {org}, name: {org}, tier: enterprise }}\n");
+            }
+            users += &format!("  - {{ id: {user}, email: {user}@co.test, name: {user}, role: {role}, organization: {org} }}\n");
+            let (k, y) = declared_key(&format!("key_{user}"), user, &["*"]);
+            yk += &y;
+            keys.insert(*user, k);
+        }
+        let srv = TestServer::start(&format!(
+            "rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
+             organizations:\n{orgs}users:\n{users}api_keys:\n{yk}"
+        ));
+        reap_on_exit(&srv);
+        for (user, _, _) in USERS {
+            let r = srv.request("PUT", "/v1/user/password", Some(&keys[user]), Some(json!({ "new_password": PASSWORD })), &[]);
+            ok_message(&r);
+        }
+        Fx { srv, keys }
+    })
+}
+
+fn srv() -> &'static TestServer {
+    &fx().srv
+}
+
+fn key(user: &str) -> &'static str {
+    fx().keys[user].as_str()
+}
+
+/// A browser signed in as `user`.
+fn signed_in(user: &str) -> Browser {
+    let b = Browser::new(srv(), "co.test");
+    let r = b.sign_in(user, PASSWORD, "");
+    assert_eq!(r.status, 303, "{r:?}");
+    b
+}
+
+/// The CSRF token a console page gave the browser.
+fn csrf(b: &Browser) -> String {
+    let page = b.send("GET", "/auth/console", None);
+    assert_eq!(page.status, 200, "{page:?}");
+    b.cookie("toolgate_csrf").expect("a CSRF cookie")
+}
+
+fn gateway_ids(user: &str) -> Vec<String> {
+    let d = ok(&srv().api("GET", "/v1/gateways?limit=100", Some(key(user)), None), 200);
+    d["gateways"].as_array().unwrap().iter().map(|g| g["id"].as_str().unwrap().to_string()).collect()
+}
+
+fn make_gateway(user: &str, name: &str) -> String {
+    let d = ok(&srv().api("POST", "/v1/gateways", Some(key(user)), Some(json!({ "name": name }))), 201);
+    d["id"].as_str().unwrap().to_string()
+}
+
+const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+fn assert_secure(r: &Resp, what: &str) {
+    assert_eq!(r.header("content-security-policy"), Some(CSP), "{what}");
+    assert_eq!(r.header("x-frame-options"), Some("DENY"), "{what}");
+    assert_eq!(r.header("referrer-policy"), Some("no-referrer"), "{what}");
+    assert_eq!(r.header("cache-control"), Some("no-store"), "{what}");
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{what}");
+}
+
+#[test]
+fn without_a_session_a_page_is_a_redirect_to_sign_in_and_next_brings_the_user_back() {
+    let b = Browser::new(srv(), "co.test");
+    let r = b.send("GET", "/auth/console/gateways?sort=name", None);
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/auth/signin?next=%2Fauth%2Fconsole%2Fgateways%3Fsort%3Dname"));
+    assert_secure(&r, "the redirect");
+    let r = b.sign_in("usr_co_pages", PASSWORD, "/auth/console/gateways?sort=name");
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(r.header("location"), Some("/auth/console/gateways?sort=name"));
+    let account = b.send("GET", "/auth/", None);
+    assert!(account.text.contains("href=\"/auth/console\""), "the account page links to the console: {}", account.text);
+    // A made-up session is no session.
+    let forged = Browser::new(srv(), "co.test");
+    let r = forged.send("GET", "/auth/console", None);
+    assert_eq!(r.status, 303);
+}
+
+#[test]
+fn every_page_sends_the_security_headers_and_nothing_inline() {
+    let b = signed_in("usr_co_pages");
+    for page in [
+        "",
+        "/gateways",
+        "/apps",
+        "/keys",
+        "/service-accounts",
+        "/sessions",
+        "/logs",
+        "/analytics",
+        "/webhooks",
+        "/alerts",
+        "/ip-allowlist",
+        "/mfa",
+        "/team",
+        "/tool-changes",
+    ] {
+        let r = b.send("GET", &format!("/auth/console{page}"), None);
+        assert_eq!(r.status, 200, "{page}: {}", r.text);
+        assert_secure(&r, page);
+        assert!(r.text.contains("<main id=\"main\">") && r.text.contains("<nav aria-label=\"Console\">"), "{page}");
+        assert!(!r.text.contains(" style=") && !r.text.contains("<style"), "{page}: inline style");
+        assert!(!r.text.contains("<script>") && !r.text.contains("onclick"), "{page}: inline script");
+    }
+    for (file, kind) in [("console.css", "text/css"), ("console.js", "text/javascript")] {
+        let r = b.send("GET", &format!("/auth/console/static/{file}"), None);
+        assert_eq!(r.status, 200, "{file}");
+        assert!(r.header("content-type").unwrap().starts_with(kind), "{file}");
+        assert_secure(&r, file);
+    }
+    // An error page too.
+    let r = b.send("GET", "/auth/console/gateways/gw_nope", None);
+    assert_eq!(r.status, 404);
+    assert_secure(&r, "a 404 page");
+}
+
+#[test]
+fn a_post_without_its_csrf_token_or_with_another_is_refused() {
+    let b = signed_in("usr_co_csrf");
+    let token = csrf(&b);
+    let before = gateway_ids("usr_co_csrf").len();
+    let wrong = "0".repeat(token.len());
+    let forms: [&[(&str, &str)]; 2] = [&[("name", "no token")], &[("csrf", &wrong), ("name", "wrong")]];
+    for form in forms {
+        let r = b.send("POST", "/auth/console/gateways", Some(form));
+        assert_eq!(r.status, 403, "{r:?}");
+        assert!(r.text.contains("CSRF"), "{}", r.text);
+        assert_secure(&r, "the refusal");
+    }
+    assert_eq!(gateway_ids("usr_co_csrf").len(), before, "nothing was made");
+    let r = b.send("POST", "/auth/console/gateways", Some(&[("csrf", &token), ("name", "with token")]));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(gateway_ids("usr_co_csrf").len(), before + 1);
+}
+
+#[test]
+fn a_gateway_made_in_the_console_is_the_apis_and_its_key_is_shown_once() {
+    let b = signed_in("usr_co_make");
+    let token = csrf(&b);
+    let r = b.send(
+        "POST",
+        "/auth/console/gateways",
+        Some(&[("csrf", &token), ("name", "Made <here>"), ("description", "by the console"), ("servers", "time")]),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("Made &lt;here&gt;") && !r.text.contains("Made <here>"), "escaped: {}", r.text);
+    let listed = ok(&srv().api("GET", "/v1/gateways", Some(key("usr_co_make")), None), 200);
+    let g =
+        listed["gateways"].as_array().unwrap().iter().find(|g| g["name"] == "Made <here>").expect("listed by the API");
+    let id = g["id"].as_str().unwrap();
+    assert_eq!(g["servers"], json!(["time"]));
+    // The key shown is the gateway's.
+    let shown = r.text.split("<code id=\"secret\">").nth(1).and_then(|s| s.split('<').next()).expect("the key");
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "console-test", "version": "1" } } });
+    let r = srv()
+        .client()
+        .post(srv().url(&format!("/gateway/{id}/mcp")))
+        .header("x-api-key", shown)
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the gateway takes its key: {:?}", r.text());
+    // Never shown again.
+    let page = b.send("GET", &format!("/auth/console/gateways/{id}"), None);
+    assert_eq!(page.status, 200);
+    assert!(!page.text.contains(shown), "the key is shown once");
+    assert!(page.text.contains("claude mcp add --transport http") && page.text.contains("mcpServers"));
+    assert!(page.text.contains("streamablehttp_client"));
+    // An edit: post, redirect, get, with a notice shown once.
+    let r = b.send("POST", &format!("/auth/console/gateways/{id}"), Some(&[("csrf", &token), ("name", "Renamed")]));
+    assert_eq!(r.status, 303, "{}", r.text);
+    assert_eq!(r.header("location"), Some(format!("/auth/console/gateways/{id}").as_str()));
+    let page = b.send("GET", &format!("/auth/console/gateways/{id}"), None);
+    assert!(page.text.contains("Gateway saved."), "{}", page.text);
+    assert!(!b.send("GET", &format!("/auth/console/gateways/{id}"), None).text.contains("Gateway saved."));
+    let g = ok(&srv().api("GET", &format!("/v1/gateways/{id}"), Some(key("usr_co_make")), None), 200);
+    assert_eq!(g["name"], "Renamed");
+    // The audit trail names the web session as the actor.
+    let audit = srv().api("GET", "/v1/audit?limit=100", Some(key("usr_co_make")), None);
+    assert!(audit.text.contains("\"web_session\""), "{}", audit.text);
+    // The search is the API's.
+    let found = b.send("GET", "/auth/console/gateways?q=renam", None);
+    assert!(found.text.contains(id), "{}", found.text);
+    let none = b.send("GET", "/auth/console/gateways?q=zzzz", None);
+    assert!(!none.text.contains(id));
+}
+
+#[test]
+fn a_viewer_sees_no_write_form_and_a_forged_one_is_refused_by_the_apis_scope_check() {
+    let id = make_gateway("usr_co_view_owner", "Kept");
+    let b = signed_in("usr_co_view");
+    for page in ["/gateways".to_string(), format!("/gateways/{id}"), "/keys".into(), "/apps".into()] {
+        let r = b.send("GET", &format!("/auth/console{page}"), None);
+        assert_eq!(r.status, 200, "{page}: {}", r.text);
+        assert!(!r.text.contains("method=\"post\" action=\"/auth/console"), "{page} shows a write form: {}", r.text);
+    }
+    let token = csrf(&b);
+    let before = gateway_ids("usr_co_view_owner");
+    let r = b.send("POST", "/auth/console/gateways", Some(&[("csrf", &token), ("name", "Forged")]));
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert!(r.text.contains("INSUFFICIENT_SCOPE"), "the API's refusal: {}", r.text);
+    let r = b.send("POST", &format!("/auth/console/gateways/{id}/delete"), Some(&[("csrf", &token)]));
+    assert_eq!(r.status, 403, "{}", r.text);
+    let r = b.send("POST", &format!("/auth/console/gateways/{id}"), Some(&[("csrf", &token), ("name", "Changed")]));
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(gateway_ids("usr_co_view_owner"), before, "nothing made or deleted");
+    let g = ok(&srv().api("GET", &format!("/v1/gateways/{id}"), Some(key("usr_co_view_owner")), None), 200);
+    assert_eq!(g["name"], "Kept");
+}
+
+#[test]
+fn another_organisations_gateway_is_a_404_page() {
+    let theirs = make_gateway("usr_co_make", "Not yours");
+    let b = signed_in("usr_co_other");
+    let r = b.send("GET", &format!("/auth/console/gateways/{theirs}"), None);
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert!(!r.text.contains("Not yours"));
+    let token = csrf(&b);
+    let r = b.send("POST", &format!("/auth/console/gateways/{theirs}/delete"), Some(&[("csrf", &token)]));
+    assert_eq!(r.status, 404, "{}", r.text);
+    ok(&srv().api("GET", &format!("/v1/gateways/{theirs}"), Some(key("usr_co_make")), None), 200);
+}
+
+#[test]
+fn deleting_a_gateway_asks_for_the_mfa_code_when_mfa_is_on() {
+    let user = "usr_co_mfa";
+    let id = make_gateway(user, "Protected");
+    let b = signed_in(user);
+    // MFA turned on after the sign-in: the session goes on, the gate now asks.
+    let e = ok(&srv().api("POST", "/v1/auth/mfa/enroll", Some(key(user)), None), 200);
+    let t = totp(e["secret"].as_str().unwrap());
+    let step = crate::api_mfa::step_now();
+    let code = crate::api_mfa::code_at(&t, step);
+    ok(&srv().api("POST", "/v1/auth/mfa/activate", Some(key(user)), Some(json!({ "code": code }))), 200);
+    let backup = e["backup_codes"][0].as_str().unwrap();
+    let page = b.send("GET", &format!("/auth/console/gateways/{id}"), None);
+    assert!(page.text.contains("name=\"mfa_code\""), "the delete form asks for the code");
+    let token = csrf(&b);
+    let r = b.send("POST", &format!("/auth/console/gateways/{id}/delete"), Some(&[("csrf", &token), ("mfa_code", "")]));
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert!(r.text.contains("MFA_REQUIRED"), "{}", r.text);
+    ok(&srv().api("GET", &format!("/v1/gateways/{id}"), Some(key(user)), None), 200);
+    let r =
+        b.send("POST", &format!("/auth/console/gateways/{id}/delete"), Some(&[("csrf", &token), ("mfa_code", backup)]));
+    assert_eq!(r.status, 303, "{}", r.text);
+    err(&srv().api("GET", &format!("/v1/gateways/{id}"), Some(key(user)), None), 404, "NOT_FOUND");
+}
+
+#[test]
+fn a_page_of_fifty_rows_is_under_100_kb() {
+    let user = "usr_co_fifty";
+    let description = "a gateway with a description long enough to count ".repeat(4);
+    for i in 0..55 {
+        let body = json!({ "name": format!("Gateway number {i:02} <of many>"), "description": description, "servers": ["time"] });
+        ok(&srv().api("POST", "/v1/gateways", Some(key(user)), Some(body)), 201);
+    }
+    let b = signed_in(user);
+    let r = b.send("GET", "/auth/console/gateways", None);
+    assert_eq!(r.status, 200);
+    let rows = r.text.matches("<tr><td><a href=\"/auth/console/gateways/").count();
+    assert_eq!(rows, 50, "a page of 50");
+    assert!(r.text.len() < 100 * 1024, "{} bytes", r.text.len());
+    assert!(r.text.contains("rel=\"next\""), "a next page");
+    let r = b.send("GET", "/auth/console/gateways?page=2", None);
+    assert_eq!(r.text.matches("<tr><td><a href=\"/auth/console/gateways/").count(), 5);
+}
+
+#[test]
+fn a_session_token_planted_before_sign_in_is_never_the_signed_in_session() {
+    let http = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let planted = "ab".repeat(32);
+    let set_cookie = |r: &reqwest::blocking::Response, name: &str| {
+        r.headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix(&format!("{name}=")).map(|v| v.split(';').next().unwrap().to_string()))
+    };
+    let form =
+        http.get(srv().url("/auth/signin")).header("cookie", format!("toolgate_session={planted}")).send().unwrap();
+    let csrf = set_cookie(&form, "toolgate_csrf").expect("a CSRF cookie");
+    let email = "usr_co_pages@co.test";
+    let r = http
+        .post(srv().url("/auth/signin"))
+        .header("cookie", format!("toolgate_session={planted}; toolgate_csrf={csrf}"))
+        .form(&[("csrf", csrf.as_str()), ("email", email), ("password", PASSWORD), ("next", "/auth/console")])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let issued = set_cookie(&r, "toolgate_session").expect("a session cookie");
+    assert_ne!(issued, planted, "the session is a token toolgate made at sign-in");
+    let console = |token: &str| {
+        let r =
+            http.get(srv().url("/auth/console")).header("cookie", format!("toolgate_session={token}")).send().unwrap();
+        r.status().as_u16()
+    };
+    assert_eq!(console(&planted), 303, "the planted token is no session");
+    assert_eq!(console(&issued), 200);
+}
