@@ -412,16 +412,7 @@ fn compact(v: f64) -> String {
     if a != 0.0 && a < 0.01 {
         return format!("{v:.1e}");
     }
-    let mut s = format!("{scaled:.2}");
-    while s.ends_with('0') {
-        s.pop();
-    }
-    if s.ends_with('.') {
-        s.pop();
-    }
-    if s == "-0" {
-        s = "0".to_string();
-    }
+    let mut s = two_decimals(scaled);
     s.push_str(suffix);
     s
 }
@@ -431,12 +422,20 @@ fn table_value(v: f64) -> String {
     if v.abs() >= 1e15 || (v != 0.0 && v.abs() < 0.01) {
         return format!("{v:e}");
     }
+    two_decimals(v)
+}
+
+/// `v` with at most two decimals and no trailing zero (`12.5`, `3`, never `-0`).
+fn two_decimals(v: f64) -> String {
     let mut s = format!("{v:.2}");
     while s.ends_with('0') {
         s.pop();
     }
     if s.ends_with('.') {
         s.pop();
+    }
+    if s == "-0" {
+        s.remove(0);
     }
     s
 }
@@ -803,6 +802,10 @@ mod tests {
         assert_eq!(compact(3_400_000.0), "3.4M");
         assert_eq!(compact(-2_500_000_000.0), "-2.5G");
         assert_eq!(compact(0.25), "0.25");
+        assert_eq!(compact(-0.0), "0");
+        assert_eq!(table_value(-0.0), "0");
+        assert_eq!(table_value(1_000.0), "1000");
+        assert_eq!(table_value(12.345_6), "12.35");
         assert_eq!(compact(2e18), "2.0e18");
         assert_eq!(value_label(250.0, "ms"), "250 ms");
         assert_eq!(value_label(50.0, "%"), "50%");
