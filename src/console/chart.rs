@@ -634,18 +634,9 @@ impl std::fmt::Display for Tenths {
     }
 }
 
-/// Appends `s` with `& < > " '` escaped for HTML text and attribute values.
+/// Appends `s` escaped for HTML text and attribute values (the identity pages' one escape).
 fn push_escaped(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
+    out.push_str(&crate::identity::signin::escape(s));
 }
 
 #[cfg(test)]
