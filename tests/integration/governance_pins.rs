@@ -339,7 +339,10 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
     assert!(pin_keys().len() >= 3, "the gateway's pins are in Redis: {:?}", pin_keys());
     ok(&b.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
     assert_eq!(pin_keys(), Vec::<String>::new(), "the pins went with their gateway");
-    err(&a.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(&k.owner), None), 404, "NOT_FOUND");
+    // A learns of the deletion from the feed, within a second like the approval.
+    let changes_on_a = || a.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(&k.owner), None);
+    common::wait_until("A follows B's deletion", Duration::from_secs(1), || changes_on_a().status == 404);
+    err(&changes_on_a(), 404, "NOT_FOUND");
     drop((a, b));
 }
 
