@@ -16,8 +16,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use utoipa::ToSchema;
 
-/// Most apps in one gateway's `servers`.
-pub const MAX_SERVERS: usize = 50;
 /// Most function names in one app's `allowed_tools` list.
 pub const MAX_ALLOWED_TOOLS: usize = 500;
 /// Longest function name in an `allowed_tools` list, in characters.
@@ -237,8 +235,9 @@ fn validate_name(name: &str) -> Result<String, ApiError> {
 }
 
 fn validate_servers(call: &Call<'_>, servers: &[String]) -> Result<Vec<String>, ApiError> {
-    if servers.len() > MAX_SERVERS {
-        return Err(ApiError::validation("servers", format!("at most {MAX_SERVERS} apps")));
+    let max = call.server.state.config().limits.gateway_max_servers;
+    if servers.len() > max {
+        return Err(ApiError::validation("servers", format!("at most {max} apps (limits.gateway_max_servers)")));
     }
     let mut out: Vec<String> = Vec::with_capacity(servers.len());
     for (i, s) in servers.iter().enumerate() {

@@ -607,6 +607,8 @@ pub struct LimitsConfig {
     pub fallback_quotas: TierQuotas,
     /// Most operations in one `POST /batch`.
     pub batch_max_operations: usize,
+    /// Most apps in one gateway's `servers` (the OpenAPI document's `maxItems` is the default).
+    pub gateway_max_servers: usize,
 }
 
 impl LimitsConfig {

@@ -480,3 +480,27 @@ fn another_organisations_resources_are_not_found() {
 fn g_key(g: &Value) -> &str {
     g["api_key"].as_str().unwrap()
 }
+
+#[test]
+fn the_apps_per_gateway_cap_is_a_configuration_key() {
+    // The default (50) is the OpenAPI document's `maxItems`; `limits.gateway_max_servers` moves
+    // it, here down to 2 so that three apps are one too many.
+    let apps: String = (1..=2)
+        .map(|i| format!("  - {{ id: clock{i}, name: Clock {i}, description: Time again, category: utilities, builtin: time }}\n"))
+        .collect();
+    let srv = TestServer::start(&format!("{apps}limits:\n  gateway_max_servers: 2\n"));
+    let k = srv.admin_key();
+    let post = |name: &str, servers: &[&str]| {
+        srv.api("POST", "/v1/gateways", Some(k), Some(json!({ "name": name, "servers": servers })))
+    };
+    let e = validation(&post("three", &["time", "clock1", "clock2"]), "servers");
+    assert!(e["message"].as_str().unwrap_or_default().contains("at most 2 apps"), "{e}");
+    let g = ok(&post("two", &["time", "clock1"]), 201);
+    let id = g["id"].as_str().unwrap();
+    let patch = |servers: &[&str]| {
+        srv.api("PATCH", &format!("/v1/gateways/{id}"), Some(k), Some(json!({ "servers": servers })))
+    };
+    validation(&patch(&["time", "clock1", "clock2"]), "servers");
+    ok(&patch(&["clock1", "clock2"]), 200);
+    // Out of range (0) is refused at start: `conf_files`.
+}

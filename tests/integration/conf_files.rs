@@ -151,7 +151,7 @@ fn check_config_refuses_what_the_start_refuses() {
         "backend: redis\n  url: rediss://127.0.0.1:6379\n  tls_ca_file: /nonexistent/ca.pem",
     );
     assert!(base_apps.contains("backend: redis"), "test setup: base config changed shape");
-    let cases: [(&str, String, &str); 5] = [
+    let cases: [(&str, String, &str); 6] = [
         ("redis_tls", base_apps, "storage.tls_ca_file: `/nonexistent/ca.pem`"),
         (
             "stdio_processes",
@@ -171,6 +171,11 @@ fn check_config_refuses_what_the_start_refuses() {
             "server.metrics_listen",
         ),
         ("app_rate_limit_zero", format!("{BASE_CONFIG}    rate_limit: 0\n"), "apps[0].rate_limit"),
+        (
+            "gateway_max_servers_zero",
+            format!("{BASE_CONFIG}limits:\n  gateway_max_servers: 0\n"),
+            "limits.gateway_max_servers",
+        ),
     ];
     for (name, yaml, field) in cases {
         assert_refused(name, &yaml, &[&[field]]);

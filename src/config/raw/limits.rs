@@ -13,6 +13,7 @@ pub(super) struct RawLimits {
     #[serde(default)]
     quotas: BTreeMap<String, RawQuotas>,
     batch_max_operations: Option<usize>,
+    gateway_max_servers: Option<usize>,
 }
 
 /// One tier's row of `limits.quotas`; absent fields keep the built-in figure.
@@ -92,12 +93,17 @@ impl RawLimits {
         if !(1..=100).contains(&batch_max_operations) {
             return Err(invalid("limits.batch_max_operations", "must be between 1 and 100"));
         }
+        let gateway_max_servers = l.gateway_max_servers.unwrap_or(50);
+        if !(1..=1000).contains(&gateway_max_servers) {
+            return Err(invalid("limits.gateway_max_servers", "must be between 1 and 1000"));
+        }
         let limits = LimitsConfig {
             service_account_multiplier: l.service_account_multiplier.unwrap_or(5.0),
             bootstrap_tier,
             quotas,
             fallback_quotas,
             batch_max_operations,
+            gateway_max_servers,
         };
         if limits.service_account_multiplier.is_nan() || limits.service_account_multiplier <= 0.0 {
             return Err(invalid("limits.service_account_multiplier", "must be positive"));
