@@ -262,13 +262,28 @@ impl Proxy {
 
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.
     async fn gateway(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<()> {
-        if let Err(e) = self.run_chain(ex, RouteClass::Gateway).await {
-            if e.status() == 401 || ex.ctx.filters.credential_error == Some(AuthError::InsufficientScope) {
-                self.challenge(ex, gateway_id);
-            }
-            return crate::mcp::reply::api_error(ex, e).await;
+        if self.gateway_chain(ex, gateway_id).await? {
+            crate::mcp::transport::handle(&self.server.mcp, ex, gateway_id).await?;
         }
-        crate::mcp::transport::handle(&self.server.mcp, ex, gateway_id).await
+        Ok(())
+    }
+
+    /// A GET to a gateway's MCP endpoint, as [`Proxy::gateway`], in a future of the GET's size.
+    async fn gateway_stream(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<()> {
+        if self.gateway_chain(ex, gateway_id).await? {
+            crate::mcp::transport::listen(&self.server.mcp, ex, gateway_id).await?;
+        }
+        Ok(())
+    }
+
+    /// The gateway routes' filter chain; `false` once its refusal is answered.
+    async fn gateway_chain(&self, ex: &mut Exchange<'_>, gateway_id: &str) -> Result<bool> {
+        let Err(e) = self.run_chain(ex, RouteClass::Gateway).await else { return Ok(true) };
+        if e.status() == 401 || ex.ctx.filters.credential_error == Some(AuthError::InsufficientScope) {
+            self.challenge(ex, gateway_id);
+        }
+        crate::mcp::reply::api_error(ex, e).await?;
+        Ok(false)
     }
 }
 
@@ -317,6 +332,10 @@ impl Proxy {
             // holds this one inline; boxed, a request pays one copy into its box instead of every
             // connection carrying the largest handler (BENCHMARKS.md, the slowloris bound).
             Route::Management(prefix) => Box::pin(self.management(&mut ex, prefix)).await,
+            // A GET (a stream, open as long as the client listens) in a box of its own size.
+            Route::Gateway(id) if ex.request().method == http::Method::GET => {
+                Box::pin(self.gateway_stream(&mut ex, &id)).await
+            }
             Route::Gateway(id) => Box::pin(self.gateway(&mut ex, &id)).await,
             Route::ResourceMetadata(id) => Box::pin(self.resource_metadata(&mut ex, &id)).await,
             Route::AuthorizationServerMetadata => {

@@ -4,6 +4,7 @@
 //! `notifications/resources/updated` goes to the subscribed sessions' GET streams.
 
 use crate::data::model::Gateway;
+use crate::edge::exchange::sse_event;
 use crate::mcp::jsonrpc::{self, Id, RawJson, Response};
 use crate::mcp::runtime::{McpRuntime, StreamMessage};
 use crate::mcp::upstream::{AppNotice, CallContext};
@@ -19,7 +20,7 @@ impl McpRuntime {
             return;
         }
         let params = RawJson::from_value(&serde_json::json!({ "uri": uri }));
-        let bytes = jsonrpc::notification_bytes("notifications/resources/updated", Some(&params));
+        let event = sse_event(&jsonrpc::notification_bytes("notifications/resources/updated", Some(&params)));
         for session_id in sessions {
             let gateway = self.sessions.get(&session_id).filter(|s| s.status == "active").map(|s| s.gateway_id);
             let Some(gateway) = gateway else {
@@ -28,7 +29,8 @@ impl McpRuntime {
             };
             // Without an open stream the update is not kept: MCP does not ask a server to.
             if let Some(tx) = self.streams.get(&gateway) {
-                let _ = tx.send(Arc::new(StreamMessage { to: Some(session_id), bytes: bytes.clone() }));
+                let _ =
+                    tx.send(Arc::new(StreamMessage { to: Some(session_id), list_changed: &[], event: event.clone() }));
             }
         }
     }

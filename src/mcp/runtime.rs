@@ -12,6 +12,7 @@ use crate::data::reqlog::RequestLog;
 use crate::data::state::State;
 use crate::data::store::StoreError;
 use crate::data::tool_pins::{self, GatewayPins, Verdict};
+use crate::edge::exchange::sse_event;
 use crate::mcp::apps::AppClients;
 use crate::mcp::catalogue::{Catalogue, Found};
 use crate::mcp::jsonrpc;
@@ -22,6 +23,7 @@ use crate::mcp::rules::{self, RuleSet};
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;
 use crate::mcp::upstream::{AppNotice, NoticeKind};
+use bytes::Bytes;
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,8 +33,17 @@ use toolgate_filters::rate_limit::RateLimiter;
 /// A message for a gateway's open GET streams: for all of them, or for one session's only.
 pub struct StreamMessage {
     pub to: Option<String>,
-    pub bytes: Vec<u8>,
+    /// The `notifications/*/list_changed` it carries (none for a resource update), for streams
+    /// that frame their own (`subscriptions/listen`).
+    pub list_changed: &'static [&'static str],
+    /// One or more SSE events, framed once for every stream: each stream writes this same
+    /// buffer (a reference count, no copy), in one write.
+    pub event: Bytes,
 }
+
+/// What a change of a gateway or of one of its apps sends to its streams, in this order.
+const LIST_CHANGED: &[&str] =
+    &["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
 
 pub struct McpRuntime {
     pub state: Arc<State>,
@@ -275,13 +286,15 @@ impl McpRuntime {
     pub(super) fn notify_changed(&self, gateway_id: &str) {
         self.catalogues.remove(gateway_id);
         if let Some(tx) = self.streams.get(gateway_id) {
-            for method in [
-                "notifications/tools/list_changed",
-                "notifications/prompts/list_changed",
-                "notifications/resources/list_changed",
-            ] {
-                let _ = tx.send(Arc::new(StreamMessage { to: None, bytes: jsonrpc::notification_bytes(method, None) }));
+            // The three notifications as one message: a stream wakes and writes once for them,
+            // which is what lets a change reach 10,000 streams within a second on two cores
+            // (`BENCHMARKS.md`, "Streams").
+            let mut event = Vec::new();
+            for method in LIST_CHANGED {
+                event.extend_from_slice(&sse_event(&jsonrpc::notification_bytes(method, None)));
             }
+            let _ =
+                tx.send(Arc::new(StreamMessage { to: None, list_changed: LIST_CHANGED, event: Bytes::from(event) }));
         }
     }
 
@@ -394,15 +407,20 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_oauth_credential_is_usable_while_its_grant_lives() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A state on an embedded store in `dir`.
+    async fn state(dir: &tempfile::TempDir) -> Arc<State> {
         let yaml = format!(
             "server:\n  listen: 127.0.0.1:0\nstorage:\n  backend: embedded\n  path: {}\n",
             dir.path().display()
         );
         let config = Arc::new(crate::config::Config::parse(&yaml).unwrap());
-        let (state, _) = State::open(config, Some("tg_test_key".into())).await.unwrap();
+        State::open(config, Some("tg_test_key".into())).await.unwrap().0
+    }
+
+    #[tokio::test]
+    async fn an_oauth_credential_is_usable_while_its_grant_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(&dir).await;
         let now = crate::base::time::now_ms();
         state.save_grant(grant("grt_live", now + 60_000)).await.unwrap();
         // An access token that ran out does not end the session: a refresh keeps the grant.
@@ -414,5 +432,33 @@ mod tests {
         assert!(credential_usable(&state, "oauth:gw_1:alice"));
         assert!(credential_usable(&state, "jwt:usr_1"));
         assert!(!credential_usable(&state, "key_nope"));
+    }
+
+    #[tokio::test]
+    async fn a_change_reaches_each_stream_as_one_message_framed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(&dir).await;
+        let reqlog = Arc::new(RequestLog::new(state.store.clone()));
+        let audit = Arc::new(Audit::new(state.store.clone(), vec![7; 32]));
+        let limiter = Arc::new(toolgate_filters::rate_limit::LocalRateLimiter::new());
+        let mcp = McpRuntime::new(state, reqlog, limiter, audit).await.unwrap();
+        let (mut a, mut b) = (mcp.subscribe("gw_1"), mcp.subscribe("gw_1"));
+        mcp.notify_changed("gw_1");
+        let (ma, mb) = (a.try_recv().unwrap(), b.try_recv().unwrap());
+        assert!(a.try_recv().is_err() && b.try_recv().is_err(), "one message per change, not one per list");
+        assert!(Arc::ptr_eq(&ma, &mb) && ma.to.is_none());
+        assert_eq!(ma.list_changed, LIST_CHANGED);
+        let text = std::str::from_utf8(&ma.event).unwrap();
+        let events: Vec<&str> = text.split_terminator("\n\n").collect();
+        assert_eq!(events.len(), 3, "{text}");
+        for (event, method) in events.iter().zip(LIST_CHANGED) {
+            let data = event.strip_prefix("event: message\ndata: ").expect("an SSE event of one message");
+            let v: serde_json::Value = serde_json::from_str(data).unwrap();
+            assert_eq!(v["method"], *method, "{text}");
+        }
+        // Another gateway's streams hear nothing.
+        let mut other = mcp.subscribe("gw_2");
+        mcp.notify_changed("gw_1");
+        assert!(other.try_recv().is_err());
     }
 }

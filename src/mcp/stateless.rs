@@ -428,13 +428,14 @@ pub async fn listen(
                 // A resource update for one handshake-era session.
                 Ok(m) if m.to.is_some() => continue,
                 Ok(m) => {
-                    let method = serde_json::from_slice::<Value>(&m.bytes)
-                        .ok()
-                        .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string));
-                    match method {
-                        Some(method) if filter.wants(&method) => notification(&method, json!({})),
-                        _ => continue,
+                    let mut out = Vec::new();
+                    for method in m.list_changed.iter().filter(|method| filter.wants(method)) {
+                        out.extend_from_slice(&notification(method, json!({})));
                     }
+                    if out.is_empty() {
+                        continue;
+                    }
+                    Bytes::from(out)
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(_) => break,

@@ -5,7 +5,7 @@
 
 use crate::data::model::Gateway;
 use crate::edge::error::ApiError;
-use crate::edge::exchange::{sse_event, Exchange};
+use crate::edge::exchange::Exchange;
 use crate::mcp::dispatch::{self, Caller};
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
 use crate::mcp::modern;
@@ -20,7 +20,7 @@ use http::{HeaderValue, Method};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
-use toolgate_filters::{CredentialKind, Scope};
+use toolgate_filters::{CredentialKind, Principal, Scope};
 
 /// How often an idle GET stream gets a keep-alive comment.
 const KEEPALIVE: Duration = Duration::from_secs(15);
@@ -121,19 +121,7 @@ async fn refuse(ex: &mut Exchange<'_>, id: &Id, r: HeaderRefusal) -> pingora::Re
 pub async fn handle(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
     // The method is kept (standard methods are inline, no allocation).
     let method = ex.request().method.clone();
-    let Some(principal) = ex.ctx.filters.principal.clone() else {
-        return reply::api_error(ex, ApiError::Unauthorized("missing credentials".into())).await;
-    };
-    // An account key needs `gateways:read`; a gateway key or a gateway's OAuth access token
-    // was already bound to this gateway.
-    if !matches!(principal.credential, CredentialKind::GatewayKey { .. } | CredentialKind::GatewayToken { .. })
-        && !principal.scopes.contains(Scope::GatewaysRead)
-    {
-        return reply::api_error(ex, ApiError::InsufficientScope(Scope::GatewaysRead.as_str())).await;
-    }
-    let Some(gw) = mcp.state.gateway_of(&principal.org_id, gateway_id) else {
-        return reply::api_error(ex, ApiError::NotFound("gateway")).await;
-    };
+    let Some((gw, principal)) = admit(mcp, ex, gateway_id).await? else { return Ok(()) };
     if method == Method::POST {
         // The gateway's own per-minute figure, all callers together (Decision 3).
         if let Err(spent) = mcp.quotas.admit_gateway(&gw.id, gw.configuration.rate_limit) {
@@ -152,6 +140,40 @@ pub async fn handle(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -
             ex.respond(405, "application/json", body, &allow).await
         }
     }
+}
+
+/// A GET to a gateway's MCP endpoint: what [`handle`] does for it, in a future of its own. An
+/// open stream holds its request's future for its whole life, and `handle`'s is as large as a
+/// `tools/call`'s (some 11 KB); this one is the GET's alone (`BENCHMARKS.md`, "Streams").
+pub async fn listen(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
+    let Some((gw, principal)) = admit(mcp, ex, gateway_id).await? else { return Ok(()) };
+    get_stream(mcp, ex, &gw, &principal.key_id).await
+}
+
+/// The caller's gateway and principal, or `None` once the refusal is answered: the credential must
+/// reach the gateway (an account key needs `gateways:read`) of the caller's organisation.
+async fn admit(
+    mcp: &McpRuntime,
+    ex: &mut Exchange<'_>,
+    gateway_id: &str,
+) -> pingora::Result<Option<(Arc<Gateway>, Arc<Principal>)>> {
+    let Some(principal) = ex.ctx.filters.principal.clone() else {
+        reply::api_error(ex, ApiError::Unauthorized("missing credentials".into())).await?;
+        return Ok(None);
+    };
+    // An account key needs `gateways:read`; a gateway key or a gateway's OAuth access token
+    // was already bound to this gateway.
+    if !matches!(principal.credential, CredentialKind::GatewayKey { .. } | CredentialKind::GatewayToken { .. })
+        && !principal.scopes.contains(Scope::GatewaysRead)
+    {
+        reply::api_error(ex, ApiError::InsufficientScope(Scope::GatewaysRead.as_str())).await?;
+        return Ok(None);
+    }
+    let Some(gw) = mcp.state.gateway_of(&principal.org_id, gateway_id) else {
+        reply::api_error(ex, ApiError::NotFound("gateway")).await?;
+        return Ok(None);
+    };
+    Ok(Some((gw, principal)))
 }
 
 /// Resolves the request's session, answering the not-initialized errors itself.
@@ -351,7 +373,7 @@ async fn get_stream(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, 
             m = rx.recv() => match m {
                 // Another session's resource update.
                 Ok(m) if m.to.as_deref().is_some_and(|to| to != mcp_id) => continue,
-                Ok(m) => sse_event(&m.bytes),
+                Ok(m) => m.event.clone(),
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(_) => break,
             },

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx2
 
 from mcp_helpers import (
+    STATELESS,
     STDIO_START,
     TIME_APP,
     Api,
@@ -230,3 +231,45 @@ def test_a_management_change_reaches_the_cache_and_open_streams_through_the_chan
         # A single-app gateway names the app's tools as the app does.
         names = tool_names(c)
         assert "add_tool" in names and not any("current_time" in n for n in names), names
+
+
+def test_a_stateless_listen_stream_hears_only_the_kinds_it_asked_for():
+    """`subscriptions/listen` (2026-07-28) frames its own notifications (each carries the
+    request's id as its subscription id) from the gateway's one message of three: asked for
+    tools and resources, it hears those two of a management change, not prompts."""
+    with ToolgateServer(full_config=config(TIME_APP)) as srv:
+        api = Api(srv)
+        gw_id, key = api.create_gateway(["time"])
+        params = {
+            "notifications": {"toolsListChanged": True, "resourcesListChanged": True},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": STATELESS, "io.modelcontextprotocol/clientCapabilities": {}},
+        }
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": STATELESS,
+            "Mcp-Method": "subscriptions/listen",
+            "X-API-Key": key,
+        }
+        body = {"jsonrpc": "2.0", "id": 41, "method": "subscriptions/listen", "params": params}
+        with httpx2.Client() as client, client.stream(
+            "POST", mcp_url(srv, gw_id), json=body, headers=headers, timeout=httpx2.Timeout(5.0, read=3.0)
+        ) as r:
+            assert r.status_code == 200, r.read()
+            lines = r.iter_lines()
+            ack = next(json.loads(line[5:]) for line in lines if line.startswith("data:"))
+            assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+            assert ack["params"]["notifications"] == {"toolsListChanged": True, "resourcesListChanged": True}, ack
+            api.ok("PATCH", f"/v1/gateways/{gw_id}", {"description": "changed"})
+            heard = []
+            try:
+                for line in lines:
+                    if line.startswith("data:"):
+                        heard.append(json.loads(line[5:]))
+            except httpx2.ReadTimeout:
+                pass  # silence for the read timeout: nothing more came
+        assert [m["method"] for m in heard] == [
+            "notifications/tools/list_changed",
+            "notifications/resources/list_changed",
+        ], heard
+        assert all(m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 41 for m in heard), heard
