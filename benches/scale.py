@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Size on one instance (issue 44): what many sessions and wide gateways cost (records and
-streams are still to come). Run by hand, not in CI; python3's standard library and `wrk` only
-(`wide` also runs target/release/examples/fast_upstream):
+"""Size on one instance (issue 44): what many sessions, open streams, records and wide gateways
+cost. Run by hand, not in CI; python3's standard library and `wrk` only (`wide` and `records`
+also run target/release/examples/fast_upstream, `records` redis-server and redis-cli):
 
     benches/scale.py sessions --sizes 10000,100000,1000000
-    benches/scale.py wide --apps 10,25,50 --tools 50
+    benches/scale.py streams --sizes 1000,5000,10000
+    benches/scale.py records --sizes 0.1,0.5,1
+    benches/scale.py wide --apps 10,25,50,100 --tools 50
 
 The binary under test is $TOOLGATE_BIN (default target/release/toolgate); each size runs on a
 fresh instance on its embedded store in a temporary directory (--keep keeps it), with the
@@ -135,10 +137,11 @@ class Instance:
         self.keep = keep
         self.proc: subprocess.Popen | None = None
         self.addr = ""
+        self.env: dict[str, str] = {}  # more environment for the process
 
     def spawn(self) -> float:
         """Starts the process; returns the monotonic time of the start."""
-        env = dict(os.environ, TOOLGATE_ADMIN_KEY=self.admin, RUST_LOG="warn")
+        env = dict(os.environ, TOOLGATE_ADMIN_KEY=self.admin, RUST_LOG="warn", **self.env)
         err = open(self.dir / "stderr.log", "ab")
         t0 = time.monotonic()
         self.proc = subprocess.Popen([str(toolgate_bin()), "--config", str(self.config_path)], cwd=self.dir,
@@ -495,7 +498,12 @@ def upstream_main(tools: int) -> None:
                 return self.reply(200, json.dumps(body).encode())
             self.reply(200, json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}).encode(), method == "initialize")
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+        # socketserver's default backlog is 5: a cold list of 100 apps opens some 400 connections
+        # at once, and the refused ones left their apps out of the list.
+        request_queue_size = 1024
+
+    srv = Server(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     print(srv.server_address[1], flush=True)
     srv.serve_forever()
@@ -507,7 +515,9 @@ def http_app(app_id: str, url: str) -> str:
 
 
 def wide_config(apps: str, deadline_ms: int, page_size: int) -> str:
-    return instance_config(f"  list_deadline_ms: {deadline_ms}\n  page_size: {page_size}\n", apps)
+    """The apps, the list deadline and page size, and gateways of up to 1000 apps."""
+    cfg = instance_config(f"  list_deadline_ms: {deadline_ms}\n  page_size: {page_size}\n", apps)
+    return cfg.replace("  bootstrap_tier: bench\n", "  bootstrap_tier: bench\n  gateway_max_servers: 1000\n", 1)
 
 
 def mcp_post(addr: str, gw: dict, sid: str, method: str, params: dict | None = None, rid: int = 1):
@@ -652,8 +662,470 @@ def wide_main(args) -> None:
     print(json.dumps(rows))
 
 
+# --- streams -------------------------------------------------------------------------------------
+
+def streams_config() -> str:
+    """Sessions' caps raised, and the listener's connection bounds above 10,000 streams."""
+    base = instance_config("""\
+  session_idle_timeout_secs: 86400
+  max_sessions_per_key: 100000000
+  max_sessions_per_organization: 100000000
+""")
+    return base.replace("  trusted_proxies: []\n",
+                        "  trusted_proxies: []\n  max_connections: 60000\n  max_connections_per_ip: 60000\n", 1)
+
+
+async def _http_exchange(reader, writer, head: str, body: bytes = b"") -> tuple[int, dict, bytes]:
+    """One request on a kept-alive connection; the answer must carry a Content-Length."""
+    writer.write(head.encode() + body)
+    await writer.drain()
+    raw = await reader.readuntil(b"\r\n\r\n")
+    lines = raw.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, v in (x.split(":", 1) for x in lines[1:] if ":" in x)}
+    n = int(headers.get("content-length", "0"))
+    return status, headers, (await reader.readexactly(n)) if n else b""
+
+
+class StreamClient:
+    """One MCP session (initialize + initialized) and its GET stream, on one connection."""
+
+    def __init__(self, host: str, port: int, gw: dict):
+        self.host, self.port, self.gw = host, port, gw
+        self.writer = None
+        self.got_at: float | None = None  # monotonic time the stream carried tools/list_changed
+        self.error = ""
+
+    def _head(self, method: str, body_len: int | None, sid: str | None, accept: str) -> str:
+        h = (f"{method} /gateway/{self.gw['id']}/mcp HTTP/1.1\r\nHost: {self.host}\r\nX-API-Key: {self.gw['api_key']}\r\n"
+             f"Accept: {accept}\r\nMCP-Protocol-Version: {PROTOCOL}\r\n")
+        if sid:
+            h += f"Mcp-Session-Id: {sid}\r\n"
+        if body_len is not None:
+            h += f"Content-Type: application/json\r\nContent-Length: {body_len}\r\n"
+        return h + "\r\n"
+
+    async def open(self) -> None:
+        import asyncio
+        reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        init = INIT.encode()
+        status, headers, body = await _http_exchange(reader, self.writer, self._head("POST", len(init), None, "application/json, text/event-stream"), init)
+        assert status == 200, (status, body[:200])
+        sid = headers["mcp-session-id"]
+        note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+        status, _, body = await _http_exchange(reader, self.writer, self._head("POST", len(note), sid, "application/json, text/event-stream"), note)
+        assert status in (200, 202), (status, body[:200])
+        self.writer.write(self._head("GET", None, sid, "text/event-stream").encode())
+        await self.writer.drain()
+        buf = b""
+        while b": stream open" not in buf:
+            chunk = await reader.read(4096)
+            assert chunk, f"the stream closed at once: {buf[:300]!r}"
+            buf += chunk
+        assert buf.startswith(b"HTTP/1.1 200"), buf[:300]
+        self.reader = reader
+
+    async def listen(self) -> None:
+        """Reads until the connection ends, noting when `tools/list_changed` arrived."""
+        buf = b""
+        try:
+            while True:
+                chunk = await self.reader.read(65536)
+                if not chunk:
+                    return
+                if self.got_at is None:
+                    buf = buf[-64:] + chunk
+                    if b"notifications/tools/list_changed" in buf:
+                        self.got_at = time.monotonic()
+        except OSError as e:
+            self.error = str(e)
+
+    def close(self) -> None:
+        if self.writer:
+            self.writer.close()
+
+
+def bench_streams(n: int, args) -> dict:
+    """One size: `n` sessions, each with its GET stream open on its own connection (asyncio, one
+    thread); RSS beyond idle; one management change (PATCH of the gateway's description, which
+    drops its catalogue and sends `notifications/*/list_changed` to its streams) and the time until
+    each stream carried `notifications/tools/list_changed`; then every connection closed and RSS."""
+    import asyncio
+
+    inst = Instance(streams_config(), args.keep).start()
+    row: dict = {"n": n}
+    try:
+        gw = inst.gateway(["time"])
+        host, port = inst.addr.rsplit(":", 1)
+        sid0 = open_session(inst, gw)
+        assert ping(inst.addr, gw, sid0) == 200
+        time.sleep(1)
+        row["rss_idle_kb"] = rss_kb(inst.pid)
+
+        async def run() -> None:
+            clients = [StreamClient(host, int(port), gw) for _ in range(n)]
+            sem = asyncio.Semaphore(args.connections)
+
+            async def opened(c: StreamClient):
+                async with sem:
+                    await c.open()
+                return asyncio.ensure_future(c.listen())
+
+            t0 = time.monotonic()
+            listeners = await asyncio.gather(*(opened(c) for c in clients))
+            row["open_s"] = time.monotonic() - t0
+            row["open_load"] = load1()
+            await asyncio.sleep(2)
+            row["open_metric"] = metric(inst, "toolgate_mcp_streams_open")
+            row["rss_open_kb"] = rss_kb(inst.pid)
+            row["per_stream_b"] = (row["rss_open_kb"] - row["rss_idle_kb"]) * 1024 / n
+            say(f"{n}: {n} streams open in {row['open_s']:.1f} s (toolgate counts {row['open_metric']:.0f}); "
+                f"RSS {row['rss_open_kb'] / 1024:.1f} MiB, +{(row['rss_open_kb'] - row['rss_idle_kb']) / 1024:.1f} beyond idle "
+                f"({row['per_stream_b']:,.0f} bytes per stream)")
+            lat = []
+            for rep in range(args.changes):
+                for c in clients:
+                    c.got_at = None
+                t = time.monotonic()
+                status, _, body = await asyncio.to_thread(
+                    inst.api, "PATCH", f"/v1/gateways/{gw['id']}", {"description": f"change {rep}"})
+                answered = time.monotonic() - t
+                assert status == 200, (status, body)
+                deadline = time.monotonic() + 30
+                while any(c.got_at is None for c in clients) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.005)
+                got = sorted(c.got_at - t for c in clients if c.got_at is not None)
+                missed = n - len(got)
+                lat.append({"answered_s": answered, "first_s": got[0], "p50_s": got[len(got) // 2], "max_s": got[-1],
+                            "missed": missed, "load": load1()})
+                say(f"{n}: change {rep + 1}: PATCH answered in {answered * 1e3:.0f} ms; list_changed on "
+                    f"{len(got)} of {n} streams, first {got[0] * 1e3:.0f} ms, p50 {got[len(got) // 2] * 1e3:.0f} ms, "
+                    f"max {got[-1] * 1e3:.0f} ms (first to last {(got[-1] - got[0]) * 1e3:.0f} ms)")
+                await asyncio.sleep(1)
+            row["changes"] = lat
+            row["fanout_p50_s"] = statistics.median(x["p50_s"] for x in lat)
+            row["fanout_max_s"] = max(x["max_s"] for x in lat)
+            row["spread_max_s"] = max(x["max_s"] - x["first_s"] for x in lat)
+            row["missed"] = sum(x["missed"] for x in lat)
+            row["change_load"] = statistics.median(x["load"] for x in lat)
+            for c in clients:
+                c.close()
+            await asyncio.wait_for(asyncio.gather(*listeners, return_exceptions=True), 60)
+
+        asyncio.run(run())
+        deadline = time.monotonic() + 30
+        while metric(inst, "toolgate_mcp_streams_open") > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        row["closed_metric"] = metric(inst, "toolgate_mcp_streams_open")
+        time.sleep(2)
+        row["rss_closed_kb"] = rss_kb(inst.pid)
+        time.sleep(10)
+        row["rss_closed_later_kb"] = rss_kb(inst.pid)
+        say(f"{n}: all closed (toolgate counts {row['closed_metric']:.0f} open); RSS {row['rss_closed_kb'] / 1024:.1f} MiB "
+            f"2 s after, {row['rss_closed_later_kb'] / 1024:.1f} MiB 12 s after (the {n} sessions stay)")
+    finally:
+        inst.close()
+    return row
+
+
+def streams_main(args) -> None:
+    rows = [bench_streams(n, args) for n in args.sizes]
+    print("\n| streams | opened in s (load) | RSS idle / open / closed (2 s, 12 s after) MiB | beyond idle MiB | bytes per stream "
+          "| list_changed from the PATCH: p50 / max ms (load) | first to last stream, max ms | missed |")
+    print("|---:|---:|---|---:|---:|---|---:|---:|")
+    for r in rows:
+        print(f"| {r['n']:,} | {r['open_s']:.1f} ({r['open_load']:.1f}) | {r['rss_idle_kb'] / 1024:.0f} / "
+              f"{r['rss_open_kb'] / 1024:.0f} / {r['rss_closed_kb'] / 1024:.0f}, {r['rss_closed_later_kb'] / 1024:.0f} | {(r['rss_open_kb'] - r['rss_idle_kb']) / 1024:.1f} "
+              f"| {r['per_stream_b']:,.0f} | {r['fanout_p50_s'] * 1e3:.0f} / {r['fanout_max_s'] * 1e3:.0f} ({r['change_load']:.1f}) "
+              f"| {r['spread_max_s'] * 1e3:.0f} | {r['missed']} |")
+    print(json.dumps(rows))
+
+
+# --- records -------------------------------------------------------------------------------------
+
+RECORD_APPS = 20  # apps an organisation connects (the issue's 20,000 connections at 1,000 organisations)
+
+
+def records_config(fast_port: int, storage: str = "") -> str:
+    """`RECORD_APPS` apps taking an API key (each an organisation's connection) and `fast`, all
+    on the fast upstream; quotas and session caps out of the way; `storage` replaces the
+    embedded store."""
+    apps = "".join(http_app(f"c{j}", f"http://127.0.0.1:{fast_port}/mcp") + "    auth_types: [api_key]\n"
+                   for j in range(RECORD_APPS))
+    apps += http_app("fast", f"http://127.0.0.1:{fast_port}/mcp")
+    cfg = instance_config("  max_sessions_per_key: 100000000\n  max_sessions_per_organization: 100000000\n", apps)
+    cfg = cfg.replace("bench: { gateways: 1000000 }", "bench: { gateways: 1000000, api_keys: 1000000 }")
+    if storage:
+        cfg = cfg.replace("storage:\n  backend: embedded\n  path: ./data\n", storage)
+    return cfg
+
+
+def templates(inst: Instance) -> dict:
+    """One record of each kind, written by the binary through the API: a gateway (and its
+    access key), an account key, a connection; the bootstrap organisation and its owner."""
+    gw = inst.gateway(["c0", "c1"])
+    status, _, key = inst.api("POST", "/v1/api-keys", {"name": "template", "scopes": ["*"]})
+    assert status == 201, (status, key)
+    status, _, conn = inst.api("POST", "/v1/apps/c0/connect", {"auth_type": "api_key", "credentials": {"api_key": "k"}})
+    assert status == 200, (status, conn)
+    time.sleep(1)  # written through
+    c = sqlite3.connect(f"file:{inst.dir / 'data' / 'toolgate.sqlite3'}?mode=ro", uri=True, timeout=30)
+    try:
+        get = lambda kind, rid: json.loads(c.execute(  # noqa: E731
+            "SELECT body FROM records WHERE kind = ? AND id = ?", (kind, rid)).fetchone()[0])
+        org_id = c.execute("SELECT id FROM records WHERE kind = 'organization'").fetchone()[0]
+        user_id = c.execute("SELECT id FROM records WHERE kind = 'user'").fetchone()[0]
+        conn_id = c.execute("SELECT id FROM records WHERE kind = 'connection'").fetchone()[0]
+        gateway = get("gateway", gw["id"])
+        return {"organization": get("organization", org_id), "user": get("user", user_id),
+                "api_key": get("api_key", key["data"]["id"]), "gateway": gateway,
+                "access_key": get("api_key", gateway["access_key_id"]), "connection": get("connection", conn_id)}
+    finally:
+        c.close()
+
+
+def seeded_records(t: dict, orgs: int, keys: int, gateways: int, conns: int, known: dict):
+    """(kind, partition, id, body) of `orgs` organisations, each with its owner, `keys` API keys
+    in all (one access key per gateway among them), `gateways` gateways (two apps each) and
+    `conns` connections, spread evenly; the templates' bodies with new ids, names and key hashes.
+    `known`: the first organisation's key in clear (`key`), filled in."""
+    import hashlib
+    import secrets
+
+    def body(tpl: dict, **over) -> str:
+        return json.dumps({**tpl, **over}, separators=(",", ":"))
+
+    gw_per, conn_per = gateways // orgs, conns // orgs
+    key_per = keys // orgs - gw_per  # account keys; the rest are the gateways' access keys
+    for o in range(orgs):
+        org = f"org_s{o:05d}"
+        user = f"usr_s{o:05d}"
+        yield "organization", org, org, body(t["organization"], id=org, name=f"Org {o}", declared=False)
+        yield "user", org, user, body(t["user"], id=user, org_id=org, email=f"owner{o}@scale.test", declared=False)
+        for k in range(key_per):
+            kid = f"key_s{o:05d}_{k}"
+            if o == 0 and k == 0:
+                clear = random_key()
+                known["key"], known["org"] = clear, org
+                digest = hashlib.sha256(clear.encode()).hexdigest()
+            else:
+                digest = secrets.token_hex(32)
+            yield "api_key", org, kid, body(t["api_key"], id=kid, org_id=org, user_id=user, name=f"key {k}", hash=digest,
+                                            declared=False)
+        for g in range(gw_per):
+            gid, akid = f"gw_s{o:05d}_{g}", f"key_s{o:05d}_g{g}"
+            servers = [f"c{(2 * g) % RECORD_APPS}", f"c{(2 * g + 1) % RECORD_APPS}"]
+            yield "gateway", org, gid, body(t["gateway"], id=gid, org_id=org, name=f"gateway {g}", servers=servers,
+                                            allowed_tools={s: "*" for s in servers} if t["gateway"].get("allowed_tools") else {},
+                                            access_key_id=akid)
+            yield "api_key", org, akid, body(t["access_key"], id=akid, org_id=org, user_id=user, hash=secrets.token_hex(32),
+                                             gateway_id=gid)
+        for j in range(conn_per):
+            cid = f"conn_s{o:05d}_{j}"
+            yield "connection", org, cid, body(t["connection"], id=cid, org_id=org, app_id=f"c{j % RECORD_APPS}")
+
+
+def seed_embedded(inst: Instance, rows: list) -> float:
+    """The rows into the stopped instance's embedded store in one transaction; seconds."""
+    t0 = time.monotonic()
+    c = sqlite3.connect(inst.dir / "data" / "toolgate.sqlite3")
+    try:
+        with c:
+            c.executemany("INSERT INTO records (kind, partition, id, body) VALUES (?, ?, ?, ?)", rows)
+    finally:
+        c.close()
+    return time.monotonic() - t0
+
+
+def resp(*args: str) -> bytes:
+    out = [f"*{len(args)}\r\n".encode()]
+    for a in args:
+        b = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def seed_redis(sock: Path, rows: list, prefix: str = "toolgate") -> float:
+    """The rows into Redis as the store writes a record (`storage/redis` `add_put`: the body, the
+    organisation's index, the locator, the kind's index), through `redis-cli --pipe`; seconds."""
+    t0 = time.monotonic()
+    cmds = []
+    for kind, part, rid, b in rows:
+        cmds.append(resp("SET", f"{prefix}:{{{part}}}:r:{kind}:{rid}", b))
+        cmds.append(resp("SADD", f"{prefix}:{{{part}}}:i:{kind}", rid))
+        cmds.append(resp("SET", f"{prefix}:loc:{kind}:{rid}", part))
+        cmds.append(resp("SADD", f"{prefix}:k:{kind}", f"{part}\n{rid}"))
+    out = subprocess.run(["redis-cli", "-s", str(sock), "--pipe"], input=b"".join(cmds), capture_output=True, check=True)
+    assert b"errors: 0" in out.stdout, out.stdout[-500:]
+    return time.monotonic() - t0
+
+
+def start_until_ready(inst: Instance, key: str) -> tuple[float, float]:
+    """(listening, ready): seconds from the process's start until its listener is open and until
+    a management call of the seeded organisation (`GET /v1/gateways`) answers 200."""
+    t0 = inst.spawn()
+    inst.wait_listening()
+    listening = time.monotonic() - t0
+    while True:
+        try:
+            status, _, _ = request(inst.addr, "GET", "/v1/gateways?limit=1", None, {"Authorization": f"Bearer {key}"}, 5)
+            if status == 200:
+                return listening, time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.005)
+
+
+def page_p99(addr: str, key: str, path: str, n: int) -> dict:
+    """`n` GETs of `path` on one kept-alive connection: p50 / p99 / max ms."""
+    host, port = addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    xs = []
+    for i in range(n + 10):  # the first 10 not timed
+        t = time.perf_counter()
+        c.request("GET", path, headers={"Authorization": f"Bearer {key}"})
+        r = c.getresponse()
+        r.read()
+        if i >= 10:
+            xs.append(time.perf_counter() - t)
+        assert r.status == 200, (path, r.status)
+    c.close()
+    xs.sort()
+    return {"p50_ms": xs[len(xs) // 2] * 1e3, "p99_ms": xs[int(len(xs) * 0.99)] * 1e3, "max_ms": xs[-1] * 1e3}
+
+
+def call_traffic(inst: Instance, key: str, sessions: int) -> tuple[dict, str, dict]:
+    """A gateway of `fast` in the key's organisation, `sessions` sessions on it and a few calls
+    (so that the sessions and logs pages have something to list); (gateway, a session, gateway's
+    creation answer)."""
+    status, _, body = request(inst.addr, "POST", "/v1/gateways", {"name": f"calls-{time.monotonic_ns()}", "servers": ["fast"],
+                              "configuration": {"rate_limit": 1000000000}}, {"Authorization": f"Bearer {key}"})
+    assert status == 201, (status, body)
+    gw = body["data"]
+    sids = [open_session(inst, gw) for _ in range(sessions)]
+    for sid in sids:
+        status, _, body = mcp_post(inst.addr, gw, sid, "tools/call", {"name": "echo", "arguments": {"message": "x"}})
+        assert status == 200, (status, body)
+    return gw, sids[0], body
+
+
+def bench_records(scale_: float, args) -> dict:
+    """One size: the issue's figures times `scale_`, on the embedded store and on Redis."""
+    orgs, keys = max(1, int(1000 * scale_)), int(100000 * scale_)
+    gateways, conns = int(10000 * scale_), int(20000 * scale_)
+    row: dict = {"orgs": orgs, "keys": keys, "gateways": gateways, "connections": conns}
+    fast_bin = ROOT / "target" / "release" / "examples" / "fast_upstream"
+    assert fast_bin.exists(), f"{fast_bin} missing: cargo build --release --example fast_upstream"
+    fast = subprocess.Popen([str(fast_bin), "0", "--threads", "1"], stdout=subprocess.PIPE, text=True)
+    fast_port = int(fast.stdout.readline().strip())
+    insts: list[Instance] = []
+    redis = None
+    try:
+        # The small store: a fresh instance, its bootstrap organisation only.
+        small = Instance(records_config(fast_port), args.keep).start()
+        insts.append(small)
+        row["rss_small_kb"] = rss_kb(small.pid)
+        # The big store: the templates written by the binary, then the records beside them.
+        big = Instance(records_config(fast_port), args.keep).start()
+        insts.append(big)
+        t = templates(big)
+        big.stop()
+        known: dict = {}
+        rows = list(seeded_records(t, orgs, keys, gateways, conns, known))
+        row["seed_s"] = seed_embedded(big, rows)
+        say(f"records x{scale_}: {len(rows):,} records written in {row['seed_s']:.1f} s")
+        listening, ready = start_until_ready(big, known["key"])
+        row["start_listening_s"], row["start_ready_s"], row["start_load"] = listening, ready, load1()
+        time.sleep(2)
+        row["rss_big_kb"] = rss_kb(big.pid)
+        say(f"records x{scale_}: embedded start: listening {listening:.2f} s, ready {ready:.2f} s; RSS {row['rss_big_kb'] / 1024:.1f} MiB "
+            f"(small store {row['rss_small_kb'] / 1024:.1f})")
+        # Pages, in the seeded organisation (10 gateways, 100 keys of 100,000) and its sessions and logs.
+        gw_big, sid_big, _ = call_traffic(big, known["key"], args.sessions)
+        time.sleep(1.5)  # the request log's flush
+        pages = {"gateways": "/v1/gateways?limit=20", "sessions": "/v1/sessions?limit=20", "logs": "/v1/logs?limit=50"}
+        row["pages"] = {}
+        for name, path in pages.items():
+            row["pages"][name] = page_p99(big.addr, known["key"], path, args.requests)
+        row["pages_load"] = load1()
+        say(f"records x{scale_}: pages p50/p99/max ms: " + "; ".join(
+            f"{k} {v['p50_ms']:.2f}/{v['p99_ms']:.2f}/{v['max_ms']:.1f}" for k, v in row["pages"].items()))
+        # CPU per call: the same call on the big and the small store, alternating.
+        gw_small, sid_small, _ = call_traffic(small, small.admin, 1)
+        calls: dict[str, list[dict]] = {"big": [], "small": []}
+        for r in range(args.rounds + 1):
+            for name in ("big", "small") if r % 2 == 0 else ("small", "big"):
+                inst, gw, sid = (big, gw_big, sid_big) if name == "big" else (small, gw_small, sid_small)
+                res = wrk_calls(inst, gw, sid, "echo", args.seconds if r else 2, args.connections)
+                if r:
+                    calls[name].append(res)
+                    say(f"round {r} {name}: {res['rps']:,.0f} calls/s, {res['cpu_us']:.1f} us CPU per call")
+        for name in ("big", "small"):
+            row[f"{name}_cpu_us"] = statistics.median(x["cpu_us"] for x in calls[name])
+            row[f"{name}_rps"] = statistics.median(x["rps"] for x in calls[name])
+        row["calls_load"] = load1()
+        small.close()
+        big.close()
+        insts.clear()
+        if args.redis:
+            # Redis: a first start on an empty database makes the bootstrap organisation; then
+            # the same records, and the start timed.
+            work = Path(tempfile.mkdtemp(prefix="toolgate-scale-redis-"))
+            sock = work / "redis.sock"
+            redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+                                      "--dir", str(work), "--save", "", "--appendonly", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while not sock.exists():
+                time.sleep(0.05)
+            rinst = Instance(records_config(fast_port, f"storage:\n  backend: redis\n  url: unix://{sock}\n"), args.keep)
+            rinst.env["TOOLGATE_SECRET_KEY"] = "%064d" % 7
+            insts.append(rinst.start())
+            rinst.stop()
+            row["seed_redis_s"] = seed_redis(sock, rows)
+            listening, ready = start_until_ready(rinst, known["key"])
+            row["redis_listening_s"], row["redis_ready_s"], row["redis_load"] = listening, ready, load1()
+            time.sleep(2)
+            row["rss_redis_kb"] = rss_kb(rinst.pid)
+            say(f"records x{scale_}: Redis start: listening {listening:.2f} s, ready {ready:.2f} s; RSS {row['rss_redis_kb'] / 1024:.1f} MiB "
+                f"(seeded in {row['seed_redis_s']:.1f} s)")
+    finally:
+        for i in insts:
+            i.close()
+        if redis:
+            redis.kill()
+            redis.wait()
+        fast.kill()
+    return row
+
+
+def records_main(args) -> None:
+    rows = [bench_records(s, args) for s in args.sizes]
+    print("\n| organisations / keys / gateways / connections | start, embedded: listening / ready s (load) "
+          "| start, Redis: listening / ready s (load) | RSS MiB (small store) | p99 ms gateways / sessions / logs (load) "
+          "| CPU us per call, big / small store (load) |")
+    print("|---|---|---|---:|---|---|")
+    for r in rows:
+        p = r["pages"]
+        redis = (f"{r['redis_listening_s']:.2f} / {r['redis_ready_s']:.2f} ({r['redis_load']:.1f})" if "redis_ready_s" in r else "-")
+        print(f"| {r['orgs']:,} / {r['keys']:,} / {r['gateways']:,} / {r['connections']:,} "
+              f"| {r['start_listening_s']:.2f} / {r['start_ready_s']:.2f} ({r['start_load']:.1f}) | {redis} "
+              f"| {r['rss_big_kb'] / 1024:.0f} ({r['rss_small_kb'] / 1024:.0f}) "
+              f"| {p['gateways']['p99_ms']:.2f} / {p['sessions']['p99_ms']:.2f} / {p['logs']['p99_ms']:.2f} ({r['pages_load']:.1f}) "
+              f"| {r['big_cpu_us']:.1f} / {r['small_cpu_us']:.1f} ({r['calls_load']:.1f}) |")
+    print(json.dumps(rows))
+
+
+def call_rounds(p: argparse.ArgumentParser) -> None:
+    """The knobs of alternating rounds of `tools/call` (`wrk_calls`), and --keep."""
+    p.add_argument("--seconds", type=int, default=5, help="seconds per wrk round (5)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of calls (3)")
+    p.add_argument("--connections", type=int, default=2, help="wrk connections (2)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+
+
 def main() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536)) if resource.getrlimit(resource.RLIMIT_NOFILE)[1] >= 65536 else None
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # toolgate inherits it too
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("sessions", help="idle MCP sessions: memory, creation, restart, sweep")
@@ -667,15 +1139,24 @@ def main() -> None:
     s.add_argument("--keep", action="store_true", help="keep the work directory")
     w = sub.add_parser("wide", help="a gateway of many apps: tools/list, CPU per call, a dead app")
     w.add_argument("--apps", type=lambda v: [int(x) for x in v.split(",")], default=[10, 25, 50],
-                   help="apps per gateway, one size or a comma list (10,25,50: 50 is the API's cap on a gateway's servers)")
+                   help="apps per gateway, one size or a comma list (10,25,50; above 50 needs limits.gateway_max_servers, set here to 1000)")
     w.add_argument("--tools", type=int, default=50, help="tools per app (50)")
     w.add_argument("--lists", type=int, default=200, help="tools/list requests timed (200)")
     w.add_argument("--page-size", type=int, default=100, help="mcp.page_size (100, the default)")
     w.add_argument("--deadline-ms", type=int, default=5000, help="mcp.list_deadline_ms (5000, the default)")
-    w.add_argument("--seconds", type=int, default=5, help="seconds per wrk round (5)")
-    w.add_argument("--rounds", type=int, default=3, help="alternating rounds of calls (3)")
-    w.add_argument("--connections", type=int, default=2, help="wrk connections (2)")
-    w.add_argument("--keep", action="store_true", help="keep the work directory")
+    call_rounds(w)
+    st = sub.add_parser("streams", help="open GET streams: memory, a list_changed to all of them, closing")
+    st.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=[1000, 5000, 10000])
+    st.add_argument("--connections", type=int, default=32, help="sessions and streams being opened at once (32)")
+    st.add_argument("--changes", type=int, default=5, help="management changes timed per size (5)")
+    st.add_argument("--keep", action="store_true", help="keep the work directory")
+    rc = sub.add_parser("records", help="many organisations, keys, gateways, connections: start, memory, pages, CPU per call")
+    rc.add_argument("--sizes", type=lambda v: [float(x) for x in v.split(",")], default=[0.1, 0.5, 1.0],
+                    help="fractions of 1,000 organisations, 100,000 keys, 10,000 gateways, 20,000 connections (0.1,0.5,1)")
+    rc.add_argument("--sessions", type=int, default=20, help="sessions opened in the measured organisation (20)")
+    rc.add_argument("--requests", type=int, default=500, help="GETs per list page timed (500)")
+    rc.add_argument("--no-redis", dest="redis", action="store_false", help="leave the Redis start out")
+    call_rounds(rc)
     up = sub.add_parser("upstream", help=argparse.SUPPRESS)
     up.add_argument("--tools", type=int, required=True)
     pr = sub.add_parser("probe", help=argparse.SUPPRESS)
@@ -687,6 +1168,10 @@ def main() -> None:
         sessions_main(args)
     elif args.cmd == "wide":
         wide_main(args)
+    elif args.cmd == "streams":
+        streams_main(args)
+    elif args.cmd == "records":
+        records_main(args)
     elif args.cmd == "upstream":
         upstream_main(args.tools)
     elif args.cmd == "probe":
