@@ -786,6 +786,7 @@ def bench_streams(n: int, args) -> dict:
             for rep in range(args.changes):
                 for c in clients:
                     c.got_at = None
+                ticks, mine = cpu_ticks(inst.pid), time.process_time()
                 t = time.monotonic()
                 status, _, body = await asyncio.to_thread(
                     inst.api, "PATCH", f"/v1/gateways/{gw['id']}", {"description": f"change {rep}"})
@@ -796,16 +797,22 @@ def bench_streams(n: int, args) -> dict:
                     await asyncio.sleep(0.005)
                 got = sorted(c.got_at - t for c in clients if c.got_at is not None)
                 missed = n - len(got)
+                # CPU seconds toolgate and this client spent from the PATCH until all had heard it.
+                server_cpu = (cpu_ticks(inst.pid) - ticks) / os.sysconf("SC_CLK_TCK")
+                client_cpu = time.process_time() - mine
                 lat.append({"answered_s": answered, "first_s": got[0], "p50_s": got[len(got) // 2], "max_s": got[-1],
-                            "missed": missed, "load": load1()})
+                            "missed": missed, "load": load1(), "server_cpu_s": server_cpu, "client_cpu_s": client_cpu})
                 say(f"{n}: change {rep + 1}: PATCH answered in {answered * 1e3:.0f} ms; list_changed on "
                     f"{len(got)} of {n} streams, first {got[0] * 1e3:.0f} ms, p50 {got[len(got) // 2] * 1e3:.0f} ms, "
-                    f"max {got[-1] * 1e3:.0f} ms (first to last {(got[-1] - got[0]) * 1e3:.0f} ms)")
+                    f"max {got[-1] * 1e3:.0f} ms (first to last {(got[-1] - got[0]) * 1e3:.0f} ms); CPU toolgate "
+                    f"{server_cpu * 1e3:.0f} ms, this client {client_cpu * 1e3:.0f} ms")
                 await asyncio.sleep(1)
             row["changes"] = lat
             row["fanout_p50_s"] = statistics.median(x["p50_s"] for x in lat)
             row["fanout_max_s"] = max(x["max_s"] for x in lat)
             row["spread_max_s"] = max(x["max_s"] - x["first_s"] for x in lat)
+            row["server_cpu_s"] = statistics.median(x["server_cpu_s"] for x in lat)
+            row["client_cpu_s"] = statistics.median(x["client_cpu_s"] for x in lat)
             row["missed"] = sum(x["missed"] for x in lat)
             row["change_load"] = statistics.median(x["load"] for x in lat)
             for c in clients:
@@ -831,13 +838,14 @@ def bench_streams(n: int, args) -> dict:
 def streams_main(args) -> None:
     rows = [bench_streams(n, args) for n in args.sizes]
     print("\n| streams | opened in s (load) | RSS idle / open / closed (2 s, 12 s after) MiB | beyond idle MiB | bytes per stream "
-          "| list_changed from the PATCH: p50 / max ms (load) | first to last stream, max ms | missed |")
-    print("|---:|---:|---|---:|---:|---|---:|---:|")
+          "| list_changed from the PATCH: p50 / max ms (load) | first to last stream, max ms "
+          "| CPU ms per change: toolgate / client | missed |")
+    print("|---:|---:|---|---:|---:|---|---:|---|---:|")
     for r in rows:
         print(f"| {r['n']:,} | {r['open_s']:.1f} ({r['open_load']:.1f}) | {r['rss_idle_kb'] / 1024:.0f} / "
               f"{r['rss_open_kb'] / 1024:.0f} / {r['rss_closed_kb'] / 1024:.0f}, {r['rss_closed_later_kb'] / 1024:.0f} | {(r['rss_open_kb'] - r['rss_idle_kb']) / 1024:.1f} "
               f"| {r['per_stream_b']:,.0f} | {r['fanout_p50_s'] * 1e3:.0f} / {r['fanout_max_s'] * 1e3:.0f} ({r['change_load']:.1f}) "
-              f"| {r['spread_max_s'] * 1e3:.0f} | {r['missed']} |")
+              f"| {r['spread_max_s'] * 1e3:.0f} | {r['server_cpu_s'] * 1e3:.0f} / {r['client_cpu_s'] * 1e3:.0f} | {r['missed']} |")
     print(json.dumps(rows))
 
 
