@@ -135,6 +135,7 @@ routes! {
     GET "/user/web-sessions" => user::web_sessions, AnyCredential;
     DELETE "/user/web-sessions/{id}" => user::end_web_session, AnyCredential;
 
+    GET "/api-keys" => keys::list, scope(Admin);
     POST "/api-keys" => keys::create, scope(Admin),
         mfa When("the key skips the allowlist (`bypass_ip_whitelist`)"), makes credentials;
     DELETE "/api-keys/{id}" => keys::revoke, scope(Admin),
@@ -142,6 +143,7 @@ routes! {
     POST "/api-keys/{id}/rotate" => keys::rotate, scope(Admin), mfa Always, makes credentials;
     GET "/api-keys/{id}/usage" => keys::usage, scope(Admin);
 
+    GET "/service-accounts" => service_accounts::list, scope(Admin);
     POST "/service-accounts" => service_accounts::create, scope(Admin),
         mfa When("the account's rate-limit multiplier is above 1"), makes credentials;
     POST "/service-accounts/{id}/keys" => service_accounts::create_key, scope(Admin), makes credentials;
@@ -156,6 +158,7 @@ routes! {
 
     GET "/logs" => logs::list, scope(LogsRead);
     GET "/logs/analytics" => logs::analytics, scope(LogsRead);
+    GET "/logs/{id}" => logs::get, scope(LogsRead);
     GET "/metrics/gateway/{id}" => logs::gateway_metrics, scope(LogsRead);
     GET "/metrics/app/{id}" => logs::app_metrics, scope(LogsRead);
 

@@ -8,6 +8,7 @@ mod api_apps;
 mod api_gateways;
 mod api_identity;
 mod api_keys;
+mod api_lists;
 mod api_logs;
 mod api_mfa;
 mod api_scopes;

@@ -782,6 +782,11 @@ impl State {
         self.service_accounts.get(id).map(|a| a.value().clone())
     }
 
+    /// The keys for which `keep` holds (a scan: for a management list, never the hot path).
+    pub fn keys_where(&self, keep: impl Fn(&ApiKey) -> bool) -> Vec<Arc<ApiKey>> {
+        self.keys.iter().filter(|k| keep(k)).map(|k| k.value().clone()).collect()
+    }
+
     /// How many keys `keep` holds for.
     pub fn key_count(&self, keep: impl Fn(&ApiKey) -> bool) -> usize {
         self.keys.iter().filter(|k| keep(k)).count()
