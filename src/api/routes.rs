@@ -96,7 +96,9 @@ macro_rules! routes {
 }
 
 use Access::{AnyCredential, Public, WholeRole};
-use Scope::{Admin, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage};
+use Scope::{
+    Admin, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage, TeamManage,
+};
 
 const fn scope(s: Scope) -> Access {
     Access::Scope(s)
@@ -147,6 +149,11 @@ routes! {
     POST "/service-accounts" => service_accounts::create, scope(Admin),
         mfa When("the account's rate-limit multiplier is above 1"), makes credentials;
     POST "/service-accounts/{id}/keys" => service_accounts::create_key, scope(Admin), makes credentials;
+
+    GET "/team/members" => team::list, scope(TeamManage);
+    POST "/team/members" => team::create, scope(TeamManage);
+    PATCH "/team/members/{id}" => team::update, scope(TeamManage), mfa Always;
+    DELETE "/team/members/{id}" => team::delete, scope(TeamManage), mfa Always;
 
     PATCH "/account/security" => account::update_security, scope(Admin), mfa Always;
     POST "/account/whitelist" => account::add_whitelist, scope(Admin), mfa Always;
