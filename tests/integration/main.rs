@@ -12,6 +12,7 @@ mod api_lists;
 mod api_logs;
 mod api_mfa;
 mod api_scopes;
+mod api_team;
 mod audit;
 mod conf_files;
 mod console;
