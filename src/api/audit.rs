@@ -37,6 +37,7 @@ fn resource(module: &str) -> (&str, Option<Kind>, Whose) {
         "sessions" => ("session", Some(Kind::Session), Whose::Path),
         "account" => ("organization", Some(Kind::Organization), Whose::Organisation),
         "user" => ("user", Some(Kind::User), Whose::User),
+        "team" => ("member", Some(Kind::User), Whose::Path),
         "mfa" => ("mfa", Some(Kind::Mfa), Whose::User),
         "admin" => ("configuration", None, Whose::Organisation),
         "apps" => ("app", None, Whose::Path),

@@ -1,14 +1,15 @@
-//! `/api-keys`: create (the key is shown once) and revoke (immediately).
+//! `/api-keys`: list (never the key nor its hash), create (the key is shown once) and revoke
+//! (immediately).
 
 use super::authority::Rights;
-use super::{iso, ApiResult, Call, Reply};
+use super::{iso, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::ApiKey;
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -23,6 +24,63 @@ pub struct CreateKey {
     pub scopes: Vec<String>,
     #[serde(default)]
     pub bypass_ip_whitelist: bool,
+}
+
+/// Where a key stands at `now`: `active`, `rotating` (a rotation's grace period runs),
+/// `revoked`, `expired` or `retired` (its grace period ended).
+fn key_state(key: &ApiKey, now: DateTime<Utc>) -> &'static str {
+    if key.revoked_at.is_some_and(|t| t <= now) {
+        "revoked"
+    } else if key.retires_at.is_some_and(|t| t <= now) {
+        "retired"
+    } else if key.expires_at.is_some_and(|t| t <= now) {
+        "expired"
+    } else if key.retires_at.is_some() {
+        "rotating"
+    } else {
+        "active"
+    }
+}
+
+/// A key as a list shows it: what it can do and where it stands, never the key nor its hash.
+fn listed(state: &crate::data::state::State, key: &ApiKey, now: DateTime<Utc>) -> Value {
+    let used = state.usage_of(&key.id).last_used;
+    json!({
+        "id": key.id, "name": key.name, "scopes": key.scopes,
+        "user_id": key.service_account_id.is_none().then_some(&key.user_id),
+        "service_account_id": key.service_account_id,
+        "created_at": iso(&key.created_at), "expires_at": key.expires_at.as_ref().map(iso),
+        "last_used_at": used.as_ref().map(iso), "revoked_at": key.revoked_at.as_ref().map(iso),
+        "retires_at": key.retires_at.as_ref().map(iso), "state": key_state(key, now),
+        "bypass_ip_whitelist": key.bypass_ip_whitelist,
+    })
+}
+
+#[utoipa::path(get, path = "/v1/api-keys", tag = "api-keys",
+    params(("user_id" = Option<String>, Query, description = "only the keys of this user (not its service accounts')"),
+           ("service_account_id" = Option<String>, Query, description = "only the keys of this service account"),
+           ("page" = Option<u32>, Query, minimum = 1), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100)),
+    responses((status = 200, description = "api_keys (newest first: id, name, scopes, user_id or service_account_id, created_at, expires_at, last_used_at, revoked_at, retires_at, state; never the key nor its hash) and pagination", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn list(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let (page, limit) = call.pagination()?;
+    let user = call.query("user_id");
+    let account = call.query("service_account_id");
+    let state = &call.server.state;
+    // A gateway's access key belongs to its gateway (shown once when the gateway is made).
+    let mut keys = state.keys_where(|k| {
+        k.org_id == who.org_id
+            && k.gateway_id.is_none()
+            && user.is_none_or(|u| k.service_account_id.is_none() && k.user_id == u)
+            && account.is_none_or(|a| k.service_account_id.as_deref() == Some(a))
+    });
+    keys.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+    let total = keys.len();
+    let now = Utc::now();
+    let items: Vec<Value> = super::page_of(keys, page, limit).iter().map(|k| listed(state, k, now)).collect();
+    Ok(Reply::ok(json!({ "api_keys": items, "pagination": pagination_json(page, limit, total) })))
 }
 
 #[utoipa::path(post, path = "/v1/api-keys", tag = "api-keys", request_body = CreateKey,

@@ -75,6 +75,41 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     Ok(Reply::ok(json!({ "logs": logs, "pagination": super::pagination_json(page, limit, total) })))
 }
 
+/// The time an entry's id carries (`log_<ms in hex>` and 8 characters, see
+/// `secrets::write_ordered_id`): where the store finds it.
+fn id_time(id: &str) -> Option<i64> {
+    let hex = id.strip_prefix("log_")?;
+    if hex.len() != 20 || !hex.is_char_boundary(12) {
+        return None;
+    }
+    i64::from_str_radix(&hex[..12], 16).ok()
+}
+
+#[utoipa::path(get, path = "/v1/logs/{log_id}", tag = "logs", params(("log_id" = String, Path)),
+    responses((status = 200, description = "one entry, as the list shows it (id, timestamp, gateway_id, app, function, duration, status, request, response)", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, description = "no such entry in the caller's organisation", body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn get(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let id = call.id();
+    let ts = id_time(id).ok_or(ApiError::NotFound("log entry"))?;
+    // The organisation's entries of that millisecond: a few, read a page at a time.
+    let q = LogQuery { org_id: who.org_id.clone(), since_ms: Some(ts), until_ms: Some(ts), ..Default::default() };
+    call.server.reqlog.flush(Urgency::Now).await;
+    let mut offset = 0u64;
+    loop {
+        let (total, rows) = call.server.state.store.log_page(q.clone(), offset, 100).await?;
+        let read = rows.len() as u64;
+        if let Some(row) = rows.into_iter().find(|r| r.id == id) {
+            return Ok(Reply::ok(entry(row)));
+        }
+        offset += read;
+        if read == 0 || offset >= total {
+            return Err(ApiError::NotFound("log entry"));
+        }
+    }
+}
+
 /// A period of `/logs/analytics` and the width of its time buckets: small enough to draw, few
 /// enough to send (60, 24, 28 and 30 points).
 fn period(call: &Call<'_>) -> Result<(&'static str, i64, i64), ApiError> {

@@ -22,6 +22,7 @@ pub mod quotas;
 pub mod routes;
 pub mod service_accounts;
 pub mod sessions;
+pub mod team;
 pub mod tool_changes;
 pub mod user;
 pub mod webhooks;

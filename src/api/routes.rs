@@ -96,7 +96,9 @@ macro_rules! routes {
 }
 
 use Access::{AnyCredential, Public, WholeRole};
-use Scope::{Admin, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage};
+use Scope::{
+    Admin, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage, TeamManage,
+};
 
 const fn scope(s: Scope) -> Access {
     Access::Scope(s)
@@ -135,6 +137,7 @@ routes! {
     GET "/user/web-sessions" => user::web_sessions, AnyCredential;
     DELETE "/user/web-sessions/{id}" => user::end_web_session, AnyCredential;
 
+    GET "/api-keys" => keys::list, scope(Admin);
     POST "/api-keys" => keys::create, scope(Admin),
         mfa When("the key skips the allowlist (`bypass_ip_whitelist`)"), makes credentials;
     DELETE "/api-keys/{id}" => keys::revoke, scope(Admin),
@@ -142,9 +145,15 @@ routes! {
     POST "/api-keys/{id}/rotate" => keys::rotate, scope(Admin), mfa Always, makes credentials;
     GET "/api-keys/{id}/usage" => keys::usage, scope(Admin);
 
+    GET "/service-accounts" => service_accounts::list, scope(Admin);
     POST "/service-accounts" => service_accounts::create, scope(Admin),
         mfa When("the account's rate-limit multiplier is above 1"), makes credentials;
     POST "/service-accounts/{id}/keys" => service_accounts::create_key, scope(Admin), makes credentials;
+
+    GET "/team/members" => team::list, scope(TeamManage);
+    POST "/team/members" => team::create, scope(TeamManage);
+    PATCH "/team/members/{id}" => team::update, scope(TeamManage), mfa Always;
+    DELETE "/team/members/{id}" => team::delete, scope(TeamManage), mfa Always;
 
     PATCH "/account/security" => account::update_security, scope(Admin), mfa Always;
     POST "/account/whitelist" => account::add_whitelist, scope(Admin), mfa Always;
@@ -156,6 +165,7 @@ routes! {
 
     GET "/logs" => logs::list, scope(LogsRead);
     GET "/logs/analytics" => logs::analytics, scope(LogsRead);
+    GET "/logs/{id}" => logs::get, scope(LogsRead);
     GET "/metrics/gateway/{id}" => logs::gateway_metrics, scope(LogsRead);
     GET "/metrics/app/{id}" => logs::app_metrics, scope(LogsRead);
 

@@ -1,13 +1,14 @@
-//! `/service-accounts`: non-human key owners with their own scopes and rate-limit multiplier.
+//! `/service-accounts`: non-human key owners with their own scopes and rate-limit multiplier:
+//! listed with their key counts, created, given keys.
 
-use super::{iso, ApiResult, Call, Reply};
+use super::{iso, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{ApiKey, ServiceAccount};
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
 use chrono::{Duration, Utc};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -38,6 +39,34 @@ pub struct CreateServiceAccountKey {
     /// Days until the key expires; absent means no expiry.
     #[schema(minimum = 1, maximum = 3650)]
     pub expires_in_days: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/v1/service-accounts", tag = "service-accounts",
+    params(("page" = Option<u32>, Query, minimum = 1), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100)),
+    responses((status = 200, description = "service_accounts (newest first, each with key_count, its keys still usable, and keys_total) and pagination", body = crate::api::envelope::Envelope),
+              (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
+pub async fn list(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let (page, limit) = call.pagination()?;
+    let state = &call.server.state;
+    let mut accounts = state.service_accounts_where(|a| a.org_id == who.org_id);
+    accounts.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+    let total = accounts.len();
+    let now = Utc::now();
+    let items: Vec<Value> = super::page_of(accounts, page, limit)
+        .iter()
+        .map(|a| {
+            let of_account = |k: &ApiKey| k.service_account_id.as_deref() == Some(a.id.as_str());
+            let usable = state.key_count(|k| of_account(k) && k.unusable(now).is_none());
+            json!({
+                "id": a.id, "name": a.name, "description": a.description, "scopes": a.scopes,
+                "rate_limit_multiplier": a.rate_limit_multiplier, "created_by": a.created_by,
+                "created_at": iso(&a.created_at), "key_count": usable, "keys_total": state.key_count(of_account),
+            })
+        })
+        .collect();
+    Ok(Reply::ok(json!({ "service_accounts": items, "pagination": pagination_json(page, limit, total) })))
 }
 
 #[utoipa::path(post, path = "/v1/service-accounts", tag = "service-accounts", request_body = CreateServiceAccount,

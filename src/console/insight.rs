@@ -1,4 +1,4 @@
-//! Logs (filter by gateway, app, status and time; pages; one entry opened) and analytics
+//! Logs (filter by gateway, app, status and time; pages; one entry on its page) and analytics
 //! (requests, errors and latency percentiles over time, top functions; the API's periods).
 
 use super::chart::{self, Point, Series};
@@ -36,11 +36,6 @@ pub async fn logs(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
         html::input("From (date or ISO 8601)", "start_date", &q("start_date"), "placeholder=\"2026-11-28\""),
         html::input("To", "end_date", &q("end_date"), "placeholder=\"2026-11-28T23:59:59Z\""),
     );
-    if let Some(open) = ctx.query("open") {
-        if let Some(e) = rows.iter().find(|r| r["id"].as_str() == Some(open)) {
-            body.push_str(&entry(e));
-        }
-    }
     let mut table_rows = Vec::with_capacity(rows.len());
     for r in &rows {
         let mut r = r.clone();
@@ -49,13 +44,21 @@ pub async fn logs(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     }
     let columns =
         [("Time", "timestamp"), ("Gateway", "gateway_id"), ("Call", "call"), ("Status", "status"), ("ms", "duration")];
-    body.push_str(&logs_table(ctx, &table_rows, &columns, &filters));
+    body.push_str(&logs_table(ctx, &table_rows, &columns));
     body.push_str(&html::pager(ctx, "/logs", &got["pagination"], &filters));
     Ok(ctx.page("Logs", "/logs", &body))
 }
 
-/// The log table, each row's time a link that opens the entry on this page.
-fn logs_table(ctx: &Ctx<'_>, rows: &[Value], columns: &[(&str, &str)], filters: &str) -> String {
+/// One entry on its own page (`/logs/{id}`, the API's `GET /logs/{id}`): another organisation's
+/// or an unknown id is the API's 404.
+pub async fn entry_page(ctx: &Ctx<'_>, id: &str) -> Result<Answer, ApiError> {
+    let e = ctx.get(&format!("/logs/{}", seg(id))).await?;
+    let body = format!("{}<p><a href=\"{}\">Back to the logs</a></p>", entry(&e), ctx.href("/logs"));
+    Ok(ctx.page("Log entry", "/logs", &body))
+}
+
+/// The log table, each row's time a link to the entry's page.
+fn logs_table(ctx: &Ctx<'_>, rows: &[Value], columns: &[(&str, &str)]) -> String {
     if rows.is_empty() {
         return "<p class=\"empty\">No calls.</p>".into();
     }
@@ -65,13 +68,12 @@ fn logs_table(ctx: &Ctx<'_>, rows: &[Value], columns: &[(&str, &str)], filters: 
         out.push_str(&format!("<th scope=\"col\">{h}</th>"));
     }
     out.push_str("</tr></thead><tbody>");
-    let page = ctx.query("page").unwrap_or("1");
     for r in rows {
         out.push_str("<tr>");
         for (i, (_, key)) in columns.iter().enumerate() {
             let v = escape(&html::text(&r[*key]));
             if i == 0 {
-                let to = format!("/logs?{filters}&page={}&open={}", encode(page), encode(&html::text(&r["id"])));
+                let to = format!("/logs/{}", seg(&html::text(&r["id"])));
                 out.push_str(&format!("<td><a href=\"{}\">{v}</a></td>", ctx.href(&to)));
             } else {
                 out.push_str(&format!("<td>{v}</td>"));

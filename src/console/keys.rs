@@ -1,7 +1,8 @@
-//! API keys and service accounts: create (the secret shown once), rotate, revoke, usage. The API
-//! lists neither, so a key or an account is named by its id.
+//! API keys and service accounts: listed (never a secret: the API's lists hold none), created
+//! (the secret shown once), rotated and revoked from their row or by id, usage.
 
 use super::html::{self, escape};
+use super::more::{button, table_with};
 use super::{data, field, seg, Answer, Ctx};
 use crate::edge::error::ApiError;
 use http::Method;
@@ -43,6 +44,7 @@ pub async fn page(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
         body.push_str("<p>Keys are managed with the <code>admin</code> scope, which your role does not hold.</p>");
         return Ok(ctx.page("API keys", "/keys", &body));
     }
+    body.push_str(&key_list(ctx).await?);
     body.push_str(&format!(
         "<h2>Usage</h2><form method=\"get\" action=\"{}\">{}<button type=\"submit\">Show usage</button></form>",
         ctx.href("/keys"),
@@ -80,6 +82,43 @@ pub async fn page(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     body.push_str(&html::mfa_field());
     body.push_str("<button type=\"submit\" class=\"danger\">Revoke key</button></form>");
     Ok(ctx.page("API keys", "/keys", &body))
+}
+
+/// A page of the organisation's keys (50), each row with its rotate and revoke forms (the MFA
+/// code with each: the API's gate decides whether it is needed).
+async fn key_list(ctx: &Ctx<'_>) -> Result<String, ApiError> {
+    let page = ctx.query("page").and_then(|p| p.parse::<u32>().ok()).unwrap_or(1);
+    let got = ctx.get(&format!("/api-keys?page={page}&limit=50")).await?;
+    let mut keys = got["api_keys"].as_array().cloned().unwrap_or_default();
+    for k in &mut keys {
+        let owner = if k["service_account_id"].is_string() { &k["service_account_id"] } else { &k["user_id"] };
+        k["owner"] = owner.clone();
+        k["scope_list"] = Value::String(
+            k["scopes"].as_array().map_or(String::new(), |s| s.iter().map(html::text).collect::<Vec<_>>().join(" ")),
+        );
+    }
+    let columns = [
+        ("Id", "id"),
+        ("Name", "name"),
+        ("Owner", "owner"),
+        ("Scopes", "scope_list"),
+        ("State", "state"),
+        ("Created", "created_at"),
+        ("Expires", "expires_at"),
+        ("Last used", "last_used_at"),
+    ];
+    let actions = |id: &str| {
+        format!(
+            "{}{}{}<button type=\"submit\">Rotate</button></form>{}",
+            html::form_open(ctx, &format!("/keys/{}/rotate", seg(id)), "inline"),
+            html::input("Grace (hours)", "grace_period_hours", "0", "type=\"number\" min=\"0\" max=\"720\""),
+            html::mfa_field(),
+            button(ctx, &format!("/keys/{}/revoke", seg(id)), "Revoke", true, true)
+        )
+    };
+    let mut out = table_with("API keys", &keys, &columns, true, actions);
+    out.push_str(&html::pager(ctx, "/keys", &got["pagination"], ""));
+    Ok(out)
 }
 
 /// The page that shows a new key, once: the POST's own answer.
@@ -136,7 +175,19 @@ pub async fn accounts(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
             "<p>Service accounts are managed with the <code>admin</code> scope, which your role does not hold.</p>";
         return Ok(ctx.page("Service accounts", "/service-accounts", body));
     }
-    let mut body = String::from("<h2>New service account</h2>");
+    let got = ctx.get("/service-accounts?limit=100").await?;
+    let accounts = got["service_accounts"].as_array().cloned().unwrap_or_default();
+    let columns = [
+        ("Id", "id"),
+        ("Name", "name"),
+        ("Scopes", "scopes"),
+        ("Multiplier", "rate_limit_multiplier"),
+        ("Usable keys", "key_count"),
+        ("Created by", "created_by"),
+        ("Created", "created_at"),
+    ];
+    let mut body = html::table("Service accounts", &accounts, &columns, None);
+    body.push_str("<h2>New service account</h2>");
     body.push_str(&html::form_open(ctx, "/service-accounts", "create"));
     body.push_str(&html::input("Name", "name", "", "required maxlength=\"100\""));
     body.push_str(&html::input("Description", "description", "", "maxlength=\"1000\""));

@@ -26,6 +26,7 @@ mod html;
 mod insight;
 mod keys;
 mod more;
+mod team;
 
 use crate::api::{ApiResult, Reply};
 use crate::data::model::User;
@@ -288,6 +289,7 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Answer, ApiEr
             ["keys"] => keys::page(ctx).await,
             ["service-accounts"] => keys::accounts(ctx).await,
             ["logs"] => insight::logs(ctx).await,
+            ["logs", id] => insight::entry_page(ctx, id).await,
             ["analytics"] => insight::analytics(ctx).await,
             [page] => more::get(ctx, page).await,
             _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
@@ -305,6 +307,7 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Answer, ApiEr
         ["keys", id, action] => keys::act(ctx, id, action, &fields).await,
         ["service-accounts"] => keys::create_account(ctx, &fields).await,
         ["service-accounts", id, "keys"] => keys::account_key(ctx, id, &fields).await,
+        ["team", rest @ ..] => team::post(ctx, rest, &fields).await,
         [page, rest @ ..] => more::post(ctx, page, rest, &fields).await,
         _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
     }

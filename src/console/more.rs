@@ -1,5 +1,5 @@
 //! The smaller pages, each over its API: MCP sessions, apps, tool changes, MFA, webhooks and
-//! their deliveries, alerts, the IP allowlist and the team.
+//! their deliveries, alerts and the IP allowlist (the team has its own file, `team.rs`).
 
 use super::chart;
 use super::html::{self, escape};
@@ -18,7 +18,7 @@ fn rows(v: &Value, key: &str) -> Vec<Value> {
 }
 
 /// One small form with a button (and the MFA code when `mfa`), posting to `to`.
-fn button(ctx: &Ctx<'_>, to: &str, label: &str, mfa: bool, danger: bool) -> String {
+pub(super) fn button(ctx: &Ctx<'_>, to: &str, label: &str, mfa: bool, danger: bool) -> String {
     format!(
         "{}{}<button type=\"submit\"{}>{label}</button></form>",
         html::form_open(ctx, to, "inline"),
@@ -29,7 +29,7 @@ fn button(ctx: &Ctx<'_>, to: &str, label: &str, mfa: bool, danger: bool) -> Stri
 
 /// A table whose last column holds a form per row (`action` of the row's id), shown when
 /// `writable`.
-fn table_with(
+pub(super) fn table_with(
     caption: &str,
     items: &[Value],
     columns: &[(&str, &str)],
@@ -68,7 +68,7 @@ pub async fn get(ctx: &Ctx<'_>, page: &str) -> Result<Answer, ApiError> {
         "webhooks" => webhooks(ctx).await,
         "alerts" => alerts(ctx).await,
         "ip-allowlist" => allowlist(ctx).await,
-        "team" => Ok(team(ctx)),
+        "team" => super::team::page(ctx).await,
         _ => Err(ApiError::NoRoute(format!("{}/console/{page}", ctx.prefix))),
     }
 }
@@ -372,12 +372,4 @@ async fn allowlist(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     body.push_str(&html::mfa_field());
     body.push_str("<button type=\"submit\">Add</button></form>");
     Ok(ctx.page("IP allowlist", "/ip-allowlist", &body))
-}
-
-/// The team: the management API has no route for an organisation's members, so the console
-/// shows none (a page of its own would be a second authority).
-fn team(ctx: &Ctx<'_>) -> Answer {
-    let body = "<p>Team members and roles are declared in the configuration (<code>users:</code>); the management \
-                API has no route that lists or changes them, so neither has the console.</p>";
-    ctx.page("Team", "/team", body)
 }

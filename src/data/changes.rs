@@ -32,6 +32,11 @@ pub enum Change {
         org_id: String,
         user_id: String,
     },
+    /// A member removed from its organisation (`DELETE /team/members/{id}`).
+    UserDeleted {
+        org_id: String,
+        user_id: String,
+    },
     KeySaved {
         org_id: String,
         key_id: String,
@@ -156,6 +161,7 @@ impl Change {
         match self {
             Change::OrganizationSaved { org_id }
             | Change::UserSaved { org_id, .. }
+            | Change::UserDeleted { org_id, .. }
             | Change::KeySaved { org_id, .. }
             | Change::KeyDeleted { org_id, .. }
             | Change::GatewaySaved { org_id, .. }

@@ -49,12 +49,19 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("PUT", "/user/password", WholeRole),
     ("GET", "/user/web-sessions", Any),
     ("DELETE", "/user/web-sessions/{id}", Any),
+    ("GET", "/api-keys", Scope("admin")),
     ("POST", "/api-keys", Scope("admin")),
     ("DELETE", "/api-keys/{id}", Scope("admin")),
     ("POST", "/api-keys/{id}/rotate", Scope("admin")),
     ("GET", "/api-keys/{id}/usage", Scope("admin")),
+    ("GET", "/service-accounts", Scope("admin")),
     ("POST", "/service-accounts", Scope("admin")),
     ("POST", "/service-accounts/{id}/keys", Scope("admin")),
+    // Only an Owner's role holds `team:manage`.
+    ("GET", "/team/members", Scope("team:manage")),
+    ("POST", "/team/members", Scope("team:manage")),
+    ("PATCH", "/team/members/{id}", Scope("team:manage")),
+    ("DELETE", "/team/members/{id}", Scope("team:manage")),
     ("PATCH", "/account/security", Scope("admin")),
     ("POST", "/account/whitelist", Scope("admin")),
     ("GET", "/account/whitelist", Scope("admin")),
@@ -63,6 +70,7 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/metrics/rate-limits", Scope("logs:read")),
     ("GET", "/logs", Scope("logs:read")),
     ("GET", "/logs/analytics", Scope("logs:read")),
+    ("GET", "/logs/{id}", Scope("logs:read")),
     ("GET", "/metrics/gateway/{id}", Scope("logs:read")),
     ("GET", "/metrics/app/{id}", Scope("logs:read")),
     ("GET", "/auth/verify", Any),
@@ -132,6 +140,10 @@ fn body(method: &str, path: &str, n: usize) -> Option<Value> {
         }
         ("POST", "/service-accounts/{id}/keys") => json!({ "name": format!("scopes-{n}-{}", random_alnum(8)) }),
         ("PATCH", "/account/security") => json!({ "enforce_ip_whitelist": false }),
+        ("POST", "/team/members") => {
+            json!({ "email": format!("m{n}-{}@s.test", random_alnum(8)), "name": format!("M {n}"), "role": "viewer" })
+        }
+        ("PATCH", "/team/members/{id}") => json!({ "role": "developer" }),
         ("POST", "/account/whitelist") => json!({ "ip": format!("10.77.0.{}", n % 250) }),
         ("POST", "/auth/mfa/activate") => json!({ "code": "000000" }),
         ("POST", "/auth/mfa/verify") => json!({ "challenge_id": "mfa_ch_nope", "code": "000000" }),
@@ -244,6 +256,12 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
             let r = f.srv.api("POST", "/v1/oauth/clients", Some(owner), Some(oauth_client_body()));
             ok(&r, 201)["client_id"].as_str().unwrap().to_string()
         }
+        "/team/members/{id}" => {
+            let body = json!({ "email": format!("t{n}-{}@s.test", random_alnum(8)), "name": "T", "role": "viewer" });
+            let r = f.srv.api("POST", "/v1/team/members", Some(owner), Some(body));
+            ok(&r, 201)["id"].as_str().unwrap().to_string()
+        }
+        "/logs/{id}" => "log_does_not_exist".into(),
         "/sessions/{id}" => "sess_does_not_exist".into(),
         "/user/web-sessions/{id}" => "ws_does_not_exist".into(),
         "/account/whitelist/{id}" => "wl_does_not_exist".into(),

@@ -3,7 +3,9 @@
 //! a form without its CSRF token, or with another, is a 403; a viewer sees no write form and a
 //! forged one is refused by the API's own scope check; another organisation's gateway is a 404;
 //! a gateway made in the console is the API's (one authority) and its key is shown once; an
-//! MFA-gated delete needs the code; a page of 50 rows stays under 100 KB.
+//! MFA-gated delete needs the code; a page of 50 rows stays under 100 KB; an Owner manages the
+//! team where an Admin sees no team form; the key list shows no secret; a log entry has its page,
+//! another organisation's a 404.
 
 use crate::api_mfa::totp;
 use crate::common::*;
@@ -29,6 +31,10 @@ const USERS: &[(&str, &str, &str)] = &[
     ("usr_co_other", "org_co_other", "owner"),
     ("usr_co_mfa", "org_co_mfa", "owner"),
     ("usr_co_fifty", "org_co_fifty", "owner"),
+    ("usr_co_team", "org_co_team", "owner"),
+    ("usr_co_team_admin", "org_co_team", "admin"),
+    ("usr_co_keys", "org_co_keys", "owner"),
+    ("usr_co_logs", "org_co_logs", "owner"),
 ];
 
 fn fx() -> &'static Fx {
@@ -343,4 +349,107 @@ fn a_session_token_planted_before_sign_in_is_never_the_signed_in_session() {
     };
     assert_eq!(console(&planted), 303, "the planted token is no session");
     assert_eq!(console(&issued), 200);
+}
+
+#[test]
+fn an_owner_manages_the_team_and_an_admin_sees_no_team_form() {
+    let b = signed_in("usr_co_team");
+    let page = b.send("GET", "/auth/console/team", None);
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.text.contains("usr_co_team_admin@co.test"), "{}", page.text);
+    assert!(page.text.contains("action=\"/auth/console/team/usr_co_team_admin/role\""), "{}", page.text);
+    let token = csrf(&b);
+    let add = [("csrf", token.as_str()), ("email", "joiner@co.test"), ("name", "Joiner"), ("role", "viewer")];
+    let r = b.send("POST", "/auth/console/team", Some(&add));
+    assert_eq!(r.status, 303, "{}", r.text);
+    let members = |user: &str| ok(&srv().api("GET", "/v1/team/members", Some(key(user)), None), 200)["members"].clone();
+    let joined = members("usr_co_team").as_array().unwrap().iter().find(|m| m["email"] == "joiner@co.test").cloned();
+    let id = joined.expect("the member the form added")["id"].as_str().unwrap().to_string();
+    let r = b.send(
+        "POST",
+        &format!("/auth/console/team/{id}/role"),
+        Some(&[("csrf", &token), ("role", "developer"), ("mfa_code", "")]),
+    );
+    assert_eq!(r.status, 303, "{}", r.text);
+    assert!(members("usr_co_team")
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["id"] == id.as_str() && m["role"] == "developer"));
+    let r = b.send("POST", &format!("/auth/console/team/{id}/remove"), Some(&[("csrf", &token), ("mfa_code", "")]));
+    assert_eq!(r.status, 303, "{}", r.text);
+    assert!(members("usr_co_team").as_array().unwrap().iter().all(|m| m["id"] != id.as_str()));
+
+    // An Admin's role does not hold `team:manage`: no form, and a forged one is the API's 403.
+    let a = signed_in("usr_co_team_admin");
+    let page = a.send("GET", "/auth/console/team", None);
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(!page.text.contains("method=\"post\" action=\"/auth/console/team"), "{}", page.text);
+    assert!(!page.text.contains("usr_co_team@co.test"), "the members are not shown: {}", page.text);
+    let token = csrf(&a);
+    let r = a.send("POST", "/auth/console/team/usr_co_team/remove", Some(&[("csrf", &token), ("mfa_code", "")]));
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert!(r.text.contains("INSUFFICIENT_SCOPE"), "{}", r.text);
+    let r = a.send(
+        "POST",
+        "/auth/console/team",
+        Some(&[("csrf", &token), ("email", "x@co.test"), ("name", "X"), ("role", "owner")]),
+    );
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(members("usr_co_team").as_array().unwrap().len(), 2, "nothing added or removed");
+}
+
+#[test]
+fn the_key_list_shows_no_secret_and_revokes_from_its_row() {
+    let user = "usr_co_keys";
+    let made = ok(
+        &srv().api(
+            "POST",
+            "/v1/api-keys",
+            Some(key(user)),
+            Some(json!({"name": "listed in the console", "scopes": ["gateways:read"]})),
+        ),
+        201,
+    );
+    let (id, secret) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
+    let sa = json!({"name": "console account", "scopes": ["logs:read"], "rate_limit_multiplier": 1.0});
+    let sa = ok(&srv().api("POST", "/v1/service-accounts", Some(key(user)), Some(sa)), 201);
+    let b = signed_in(user);
+    let page = b.send("GET", "/auth/console/keys", None);
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.text.contains(id) && page.text.contains("listed in the console"), "{}", page.text);
+    for s in [secret.to_string(), sha256_hex(secret), key(user).to_string(), sha256_hex(key(user))] {
+        assert!(!page.text.contains(&s), "a secret on the page");
+    }
+    assert!(page.text.contains(&format!("action=\"/auth/console/keys/{id}/revoke\"")), "{}", page.text);
+    assert!(page.text.len() < 100 * 1024, "{} bytes", page.text.len());
+    let accounts = b.send("GET", "/auth/console/service-accounts", None);
+    assert!(accounts.text.contains(sa["id"].as_str().unwrap()), "{}", accounts.text);
+    let token = csrf(&b);
+    let r = b.send("POST", &format!("/auth/console/keys/{id}/revoke"), Some(&[("csrf", &token), ("mfa_code", "")]));
+    assert_eq!(r.status, 303, "{}", r.text);
+    err(&srv().api("GET", "/v1/gateways", Some(secret), None), 401, "UNAUTHORIZED");
+}
+
+#[test]
+fn a_log_entry_has_its_page_and_another_organisations_is_a_404() {
+    let user = "usr_co_logs";
+    let g = ok(
+        &srv().api("POST", "/v1/gateways", Some(key(user)), Some(json!({"name": "logged", "servers": ["time"]}))),
+        201,
+    );
+    crate::api_logs::call_time(srv(), g["id"].as_str().unwrap(), g["api_key"].as_str().unwrap(), &["Europe/Paris"]);
+    let logs = ok(&srv().api("GET", "/v1/logs", Some(key(user)), None), 200);
+    let id = logs["logs"][0]["id"].as_str().unwrap().to_string();
+    let b = signed_in(user);
+    let list = b.send("GET", "/auth/console/logs", None);
+    assert!(list.text.contains(&format!("href=\"/auth/console/logs/{id}\"")), "{}", list.text);
+    let page = b.send("GET", &format!("/auth/console/logs/{id}"), None);
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert_secure(&page, "the entry page");
+    assert!(page.text.contains(&id) && page.text.contains("Europe/Paris"), "{}", page.text);
+    let other = signed_in("usr_co_other");
+    let r = other.send("GET", &format!("/auth/console/logs/{id}"), None);
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert!(!r.text.contains("Europe/Paris"));
 }

@@ -1,6 +1,6 @@
 //! Identity writes are changes (issue 40, item 6): an OAuth client deleted, a web session
 //! ended and a password changed on one instance are refused on another instance sharing the
-//! Redis store within a second. Each instance holds the clients and web sessions it has seen in
+//! Redis store within a second, and a team member removed on one is gone on the other. Each instance holds the clients and web sessions it has seen in
 //! memory, and only the change feed drops a copy: were one of these writes not published, or
 //! not followed, the other instance would go on answering from its copy (a deleted client
 //! getting tokens, an ended session signing in until its copy is next checked against the
@@ -164,4 +164,29 @@ fn a_password_changed_on_one_instance_is_refused_on_the_other_within_a_second() 
     assert_eq!(old.status, 401, "the old password on B: {old:?}");
     let new = Browser::new(&p.b, "ic.test").sign_in(USER, "a second changes passphrase", "");
     assert_eq!(new.status, 303, "the new password on B: {new:?}");
+}
+
+#[test]
+fn a_member_removed_on_one_instance_is_gone_on_the_other_within_a_second() {
+    let p = pair();
+    let listed = |srv: &TestServer| -> Vec<String> {
+        let d = ok(&srv.api("GET", "/v1/team/members", Some(&p.key), None), 200);
+        d["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| format!("{}:{}", m["id"].as_str().unwrap(), m["role"]))
+            .collect()
+    };
+    let body = json!({ "email": "member@ic.test", "name": "Member", "role": "viewer" });
+    let m = ok(&p.a.api("POST", "/v1/team/members", Some(&p.key), Some(body)), 201);
+    let id = m["id"].as_str().unwrap().to_string();
+    refused_soon("a member added on A, missing on B", || listed(&p.b).contains(&format!("{id}:\"viewer\"")));
+    ok_message(&p.a.api("DELETE", &format!("/v1/team/members/{id}"), Some(&p.key), None));
+    refused_soon("a member removed on A, still on B", || listed(&p.b).iter().all(|m| !m.starts_with(&id)));
+    err(
+        &p.b.api("PATCH", &format!("/v1/team/members/{id}"), Some(&p.key), Some(json!({ "role": "admin" }))),
+        404,
+        "NOT_FOUND",
+    );
 }

@@ -26,6 +26,7 @@ fn body(method: &str, path: &str) -> Option<Value> {
         ("PATCH", "/gateways/{id}") => json!({ "description": "taken" }),
         ("POST", "/api-keys/{id}/rotate") => json!({ "grace_period_hours": 0 }),
         ("POST", "/service-accounts/{id}/keys") => json!({ "name": "stolen" }),
+        ("PATCH", "/team/members/{id}") => json!({ "role": "owner" }),
         _ => return None,
     })
 }
@@ -112,6 +113,17 @@ fn another_organisations_resources_are_404_on_every_id_path() {
         ),
         201,
     );
+    let member = ok(
+        &srv.api(
+            "POST",
+            "/v1/team/members",
+            Some(&a),
+            Some(json!({ "email": "m@iso.test", "name": "M", "role": "viewer" })),
+        ),
+        201,
+    );
+    crate::api_logs::call_time(&srv, &gw_id, gw["api_key"].as_str().unwrap(), &["UTC"]);
+    let log = ok(&srv.api("GET", "/v1/logs", Some(&a), None), 200)["logs"][0]["id"].as_str().unwrap().to_string();
     let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
     let web_session = web_session_of(&srv, &a, "a@iso.test");
     let id_for = |path: &str| -> String {
@@ -125,6 +137,8 @@ fn another_organisations_resources_are_404_on_every_id_path() {
             p if p.starts_with("/alerts/") => alert["id"].as_str().unwrap().to_string(),
             p if p.starts_with("/user/web-sessions/") => web_session.clone(),
             p if p.starts_with("/oauth/clients/") => oauth_client["client_id"].as_str().unwrap().to_string(),
+            p if p.starts_with("/team/members/") => member["id"].as_str().unwrap().to_string(),
+            p if p.starts_with("/logs/") => log.clone(),
             other => panic!("no resource of organisation A for {other}: add a row to this sweep"),
         }
     };
@@ -152,6 +166,9 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     ok(&srv.api("GET", "/v1/gateways", Some(key["key"].as_str().unwrap()), None), 200);
     let entries = ok(&srv.api("GET", "/v1/account/whitelist", Some(&a), None), 200);
     assert!(entries.to_string().contains(wl["id"].as_str().unwrap()), "{entries}");
+    ok(&srv.api("GET", &format!("/v1/logs/{log}"), Some(&a), None), 200);
+    let members = ok(&srv.api("GET", "/v1/team/members", Some(&a), None), 200);
+    assert!(members.to_string().contains("\"role\":\"viewer\""), "B changed or removed A's member: {members}");
     let hooks = ok(&srv.api("GET", "/v1/webhooks", Some(&a), None), 200);
     assert!(hooks.to_string().contains(webhook["id"].as_str().unwrap()), "B's DELETE removed A's webhook: {hooks}");
     let alerts = ok(&srv.api("GET", "/v1/alerts", Some(&a), None), 200);

@@ -42,7 +42,7 @@ impl Named {
     fn of(change: &Change) -> Option<Named> {
         Some(match change {
             Change::OrganizationSaved { org_id } => Named::Organization(org_id.clone()),
-            Change::UserSaved { user_id, .. } => Named::User(user_id.clone()),
+            Change::UserSaved { user_id, .. } | Change::UserDeleted { user_id, .. } => Named::User(user_id.clone()),
             Change::KeySaved { key_id, .. } | Change::KeyDeleted { key_id, .. } => Named::Key(key_id.clone()),
             Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
                 Named::Gateway(gateway_id.clone())

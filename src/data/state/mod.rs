@@ -367,6 +367,18 @@ impl State {
         Ok(user)
     }
 
+    /// Removes a user record: every instance drops its copy (and the callers resolved through
+    /// it) as soon as it hears of the change. Its keys, sessions and grants are the caller's to
+    /// end first.
+    pub async fn delete_user(&self, user: &User) -> Result<(), StoreError> {
+        self.store.delete(Kind::User, &user.id).await?;
+        let _copies = self.copies();
+        self.users.remove(&user.id);
+        self.principals.clear();
+        self.changes.publish(Change::UserDeleted { org_id: user.org_id.clone(), user_id: user.id.clone() });
+        Ok(())
+    }
+
     pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
         self.store.put_record(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
         let _copies = self.copies();
@@ -780,6 +792,11 @@ impl State {
 
     pub fn service_account(&self, id: &str) -> Option<Arc<ServiceAccount>> {
         self.service_accounts.get(id).map(|a| a.value().clone())
+    }
+
+    /// The keys for which `keep` holds (a scan: for a management list, never the hot path).
+    pub fn keys_where(&self, keep: impl Fn(&ApiKey) -> bool) -> Vec<Arc<ApiKey>> {
+        self.keys.iter().filter(|k| keep(k)).map(|k| k.value().clone()).collect()
     }
 
     /// How many keys `keep` holds for.

@@ -84,11 +84,13 @@ impl Held {
     }
 
     /// A change of the feed: an ended session, or every session of a user whose password
-    /// changed, is dropped.
+    /// changed or who was removed, is dropped.
     fn follow(&self, change: &Change) {
         match change {
             Change::WebSessionEnded { session_id, .. } => self.drop_where(|s| s.id == *session_id),
-            Change::PasswordChanged { user_id, .. } => self.drop_where(|s| s.user_id == *user_id),
+            Change::PasswordChanged { user_id, .. } | Change::UserDeleted { user_id, .. } => {
+                self.drop_where(|s| s.user_id == *user_id)
+            }
             _ => {}
         }
     }
