@@ -895,10 +895,17 @@ mod tests {
         assert!(a.contains(&format!(r#"aria-labelledby="{} "#, id(&a))));
     }
 
+    /// The numeric `attr` of every `tag` in `html`, in order.
+    fn attribute(html: &str, tag: &str, attr: &str) -> Vec<f64> {
+        (html.split(tag).skip(1))
+            .map(|t| t.split(&format!(r#" {attr}=""#)).nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
+            .collect()
+    }
+
     #[test]
-    fn series_classes_cycle_and_a_legend_names_them() {
+    fn series_classes_cycle_and_a_legend_names_them_above_the_plot() {
         let points = ramp(3, 60_000, |i| i as f64);
-        let names = ["s0", "s1", "s2", "s3", "s4", "s5", "s6"];
+        let names = ["a long series name number 0", "s1", "s2", "s3", "s4", "s5", "s6"];
         let series: Vec<Series> = names.iter().map(|n| Series { name: n, points: &points }).collect();
         let html = line_chart("Many", "", &series);
         assert_clean(&html);
@@ -907,42 +914,19 @@ mod tests {
         }
         assert_eq!(html.matches(r#"<path class="series-0""#).count(), 2);
         assert!(html.contains(r#"<g class="chart-legend""#) && html.contains("— s6</text>"));
-    }
-
-    #[test]
-    fn the_legend_sits_above_the_plot_and_its_entries_apart() {
-        let points = ramp(3, 60_000, |i| i as f64);
-        let names = ["a long series name number 0", "s1", "s2", "s3", "s4", "s5", "s6"];
-        let series: Vec<Series> = names.iter().map(|n| Series { name: n, points: &points }).collect();
-        let html = line_chart("Many", "", &series);
-        let numbers = |tag: &str, attr: &str| -> Vec<f64> {
-            html.split(tag)
-                .skip(1)
-                .map(|t| t.split(&format!(r#"{attr}=""#)).nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
-                .collect()
-        };
+        // The legend has a band of its own: its texts (glyphs reach about 3 px below the baseline
+        // at font-size 11) end above the plot's top gridline, where the lines start.
         let legend = html.split(r#"<g class="chart-legend""#).nth(1).unwrap().split("</g>").next().unwrap();
-        let ys: Vec<f64> = legend
-            .split("<text")
-            .skip(1)
-            .map(|t| t.split(r#"y=""#).nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
-            .collect();
-        let xs: Vec<f64> = legend
-            .split("<text")
-            .skip(1)
-            .map(|t| t.split(r#"x=""#).nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
-            .collect();
-        let plot_top = numbers("<line class=\"chart-grid\"", "y1").into_iter().fold(f64::MAX, f64::min);
-        // A text's glyphs reach about 3 px below its baseline at font-size 11.
+        let (xs, ys) = (attribute(legend, "<text", "x"), attribute(legend, "<text", "y"));
+        let plot_top = attribute(&html, r#"<line class="chart-grid""#, "y1").into_iter().fold(f64::MAX, f64::min);
         assert!(ys.iter().all(|y| y + 3.0 < plot_top), "{ys:?} against the plot's top {plot_top}");
-        // Entries on one row are a third of the plot apart (wide enough for a 24-character name).
+        // Entries on one row are a third of the plot apart (room for a 24-character name).
         for (i, (x, y)) in xs.iter().zip(&ys).enumerate() {
             for (x2, y2) in xs.iter().zip(&ys).skip(i + 1) {
                 assert!(y != y2 || (x - x2).abs() >= (LINE_W - PAD_LEFT - PAD_RIGHT) / 3.0 - 0.1, "{xs:?} {ys:?}");
             }
         }
-        let one = line_chart("One", "", &series[..1]);
-        assert!(!one.contains("chart-legend"), "one series needs no legend");
+        assert!(!line_chart("One", "", &series[..1]).contains("chart-legend"), "one series needs no legend");
     }
 
     #[test]

@@ -145,7 +145,7 @@ impl Ctx<'_> {
     /// would not carry a `Strict` cookie to the page that shows it.
     fn done_with(&self, to: &str, notice: &str, same_site: &str) -> Page {
         let value: String = url::form_urlencoded::byte_serialize(notice.as_bytes()).collect();
-        Page::redirect(&format!("{}{PATH}{to}", self.prefix)).cookie(&format!(
+        Page::redirect(&format!("{}{PATH}{to}", self.prefix)).cookie(format!(
             "{NOTICE_COOKIE}={value}; Path={}{PATH}; HttpOnly; Secure; SameSite={same_site}; Max-Age=60",
             self.prefix
         ))
@@ -170,7 +170,7 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pi
             let had_notice = ctx.notice.is_some();
             let mut answer = route(&mut ctx, ex).await.unwrap_or_else(|e| error_page(&ctx, &e));
             if fresh_csrf {
-                answer = answer.cookie(&signin::csrf_cookie(&ctx.prefix, &ctx.csrf));
+                answer = answer.cookie(signin::csrf_cookie(&ctx.prefix, &ctx.csrf));
             }
             if had_notice && answer.status == 200 {
                 let gone = format!(

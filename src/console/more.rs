@@ -182,14 +182,18 @@ async fn sessions(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
 
 async fn apps(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let got = ctx.get("/apps").await?;
-    let items = rows(&got, "apps");
+    let mut items = rows(&got, "apps");
+    for a in &mut items {
+        let ways: Vec<String> = a["auth_types"].as_array().into_iter().flatten().map(html::text).collect();
+        a["sign_in"] = Value::String(ways.join(", "));
+    }
     let columns = [
         ("Id", "id"),
         ("Name", "name"),
         ("Category", "category"),
         ("Status", "status"),
         ("Functions", "functions_count"),
-        ("Sign-in", "auth_types"),
+        ("Sign-in", "sign_in"),
     ];
     let accepts = |id: &str, auth: &str| {
         let app = items.iter().find(|a| a["id"] == id);

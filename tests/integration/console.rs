@@ -382,6 +382,10 @@ fn connect_with_oauth_sends_the_browser_to_the_provider_and_its_answer_comes_bac
         "no API key form for an OAuth-only app"
     );
     assert!(!apps.text.contains("action=\"/auth/console/apps/time/oauth\""), "no OAuth form for an app without it");
+    assert!(
+        apps.text.contains("<td>oauth</td>") && !apps.text.contains("[&quot;oauth&quot;]"),
+        "the ways to connect, as words"
+    );
 
     // Connect: a CSRF-checked POST, then the page that sends the browser to the authorization
     // server by itself (a 303 would be blocked by the page's own `form-action 'self'`).
