@@ -92,7 +92,9 @@ pub fn line_chart(title: &str, unit: &str, series: &[Series<'_>]) -> String {
     open_figure(&mut out, &id, title, &desc, "chart-line", LINE_W, LINE_H);
     let (t_lo, t_hi) = time_range(&clean);
     let (v_ticks, v_lo, v_hi) = value_ticks(clean.iter().flatten().map(|p| p.1));
-    let plot = Plot { x0: PAD_LEFT, x1: LINE_W - PAD_RIGHT, y0: PAD_TOP, y1: LINE_H - PAD_BOTTOM };
+    // The legend (two series or more) has a band of its own above the plot: no line crosses it.
+    let legend_band = if series.len() > 1 { legend_rows(series.len()) as f64 * LEGEND_ROW } else { 0.0 };
+    let plot = Plot { x0: PAD_LEFT, x1: LINE_W - PAD_RIGHT, y0: PAD_TOP + legend_band, y1: LINE_H - PAD_BOTTOM };
     if count == 0 {
         empty_text(&mut out, LINE_W, LINE_H);
     } else {
@@ -533,16 +535,28 @@ fn series_path(out: &mut String, i: usize, points: &[(i64, f64)], plot: &Plot, t
     }
 }
 
-/// The series' names above the plot, each in its series' colour.
+/// Legend entries on one row (each name shortened to 24 characters fits a third of the plot).
+const LEGEND_PER_ROW: usize = 3;
+/// Height of one legend row, above the plot.
+const LEGEND_ROW: f64 = 14.0;
+
+fn legend_rows(series: usize) -> usize {
+    series.div_ceil(LEGEND_PER_ROW)
+}
+
+/// The series' names in rows above the plot (in the band the plot starts below), each in its
+/// series' colour.
 fn legend(out: &mut String, names: &[&str], plot: &Plot) {
     out.push_str(r#"<g class="chart-legend" font-size="11">"#);
-    let step = (plot.x1 - plot.x0) / names.len() as f64;
+    let step = (plot.x1 - plot.x0) / LEGEND_PER_ROW as f64;
     for (i, name) in names.iter().enumerate() {
         let class = i % SERIES_CLASSES;
+        let (row, column) = (i / LEGEND_PER_ROW, i % LEGEND_PER_ROW);
         let _ = write!(
             out,
-            r#"<text class="series-{class}" x="{}" y="10" fill="{}">"#,
-            r1(plot.x0 + 8.0 + step * i as f64),
+            r#"<text class="series-{class}" x="{}" y="{}" fill="{}">"#,
+            r1(plot.x0 + 8.0 + step * column as f64),
+            r1(12.0 + LEGEND_ROW * row as f64),
             SERIES_COLOURS[class]
         );
         push_escaped(out, &format!("— {}", shorten(name, 24)));
@@ -881,10 +895,17 @@ mod tests {
         assert!(a.contains(&format!(r#"aria-labelledby="{} "#, id(&a))));
     }
 
+    /// The numeric `attr` of every `tag` in `html`, in order.
+    fn attribute(html: &str, tag: &str, attr: &str) -> Vec<f64> {
+        (html.split(tag).skip(1))
+            .map(|t| t.split(&format!(r#" {attr}=""#)).nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
+            .collect()
+    }
+
     #[test]
-    fn series_classes_cycle_and_a_legend_names_them() {
+    fn series_classes_cycle_and_a_legend_names_them_above_the_plot() {
         let points = ramp(3, 60_000, |i| i as f64);
-        let names = ["s0", "s1", "s2", "s3", "s4", "s5", "s6"];
+        let names = ["a long series name number 0", "s1", "s2", "s3", "s4", "s5", "s6"];
         let series: Vec<Series> = names.iter().map(|n| Series { name: n, points: &points }).collect();
         let html = line_chart("Many", "", &series);
         assert_clean(&html);
@@ -893,6 +914,19 @@ mod tests {
         }
         assert_eq!(html.matches(r#"<path class="series-0""#).count(), 2);
         assert!(html.contains(r#"<g class="chart-legend""#) && html.contains("— s6</text>"));
+        // The legend has a band of its own: its texts (glyphs reach about 3 px below the baseline
+        // at font-size 11) end above the plot's top gridline, where the lines start.
+        let legend = html.split(r#"<g class="chart-legend""#).nth(1).unwrap().split("</g>").next().unwrap();
+        let (xs, ys) = (attribute(legend, "<text", "x"), attribute(legend, "<text", "y"));
+        let plot_top = attribute(&html, r#"<line class="chart-grid""#, "y1").into_iter().fold(f64::MAX, f64::min);
+        assert!(ys.iter().all(|y| y + 3.0 < plot_top), "{ys:?} against the plot's top {plot_top}");
+        // Entries on one row are a third of the plot apart (room for a 24-character name).
+        for (i, (x, y)) in xs.iter().zip(&ys).enumerate() {
+            for (x2, y2) in xs.iter().zip(&ys).skip(i + 1) {
+                assert!(y != y2 || (x - x2).abs() >= (LINE_W - PAD_LEFT - PAD_RIGHT) / 3.0 - 0.1, "{xs:?} {ys:?}");
+            }
+        }
+        assert!(!line_chart("One", "", &series[..1]).contains("chart-legend"), "one series needs no legend");
     }
 
     #[test]

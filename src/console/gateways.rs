@@ -2,8 +2,9 @@
 //! (endpoint, client set-up), edit and delete (MFA).
 
 use super::html::{self, escape};
-use super::{data, field, seg, Answer, Ctx};
+use super::{data, field, seg, Ctx};
 use crate::edge::error::ApiError;
+use crate::identity::signin::Page;
 use http::Method;
 use serde_json::{json, Value};
 use toolgate_filters::Scope;
@@ -12,14 +13,24 @@ fn encode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-pub async fn list(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+pub async fn list(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let q = ctx.query("q").unwrap_or("");
     let sort = ctx.query("sort").unwrap_or("created_at");
     let order = ctx.query("order").unwrap_or("desc");
     let page = ctx.query("page").unwrap_or("1");
     let kept = format!("q={}&sort={}&order={}", encode(q), encode(sort), encode(order));
     let got = ctx.get(&format!("/gateways?{kept}&page={}&limit=50", encode(page))).await?;
-    let rows = got["gateways"].as_array().cloned().unwrap_or_default();
+    let mut rows = got["gateways"].as_array().cloned().unwrap_or_default();
+    // The apps by name (the catalogue's), not as the API's list of ids.
+    for row in &mut rows {
+        let names: Vec<String> = (row["servers"].as_array().into_iter().flatten())
+            .map(|id| {
+                let id = html::text(id);
+                ctx.server.state.app(&id).map_or(id, |a| a.name.clone())
+            })
+            .collect();
+        row["servers"] = Value::String(names.join(", "));
+    }
     let mut body = format!(
         "<form method=\"get\" action=\"{}\" role=\"search\">{}{}{}<button type=\"submit\">Search</button></form>",
         ctx.href("/gateways"),
@@ -90,7 +101,7 @@ fn servers(fields: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
-pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let body = json!({
         "name": field(fields, "name"),
         "description": field(fields, "description"),
@@ -136,7 +147,7 @@ fn setup(endpoint: &str, name: &str, key: &str) -> String {
     )
 }
 
-pub async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Answer, ApiError> {
+pub async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
     let g = ctx.get(&format!("/gateways/{}", seg(id))).await?;
     let endpoint = html::text(&g["endpoint"]);
     let name = html::text(&g["name"]);
@@ -180,7 +191,7 @@ pub async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Answer, ApiError> {
     Ok(ctx.page(&name, "/gateways", &body))
 }
 
-pub async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let body: Value = json!({
         "name": field(fields, "name"),
         "description": field(fields, "description"),
@@ -190,7 +201,7 @@ pub async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Res
     Ok(ctx.done(&format!("/gateways/{}", seg(id)), "Gateway saved."))
 }
 
-pub async fn delete(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn delete(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mfa = field(fields, "mfa_code");
     ctx.api(Method::DELETE, &format!("/gateways/{}", seg(id)), None, Some(mfa)).await?;
     Ok(ctx.done("/gateways", "Gateway deleted."))

@@ -1,12 +1,25 @@
 //! The console's HTML: the frame (navigation, `<main>`), forms and tables, and the stylesheet and
 //! script served from the binary. Every value from the API goes through [`escape`].
 
-use super::{Answer, Ctx, PATH};
+use super::{Ctx, PATH};
 pub use crate::identity::signin::escape;
+use crate::identity::signin::Page;
 use serde_json::Value;
 
 const CSS: &str = include_str!("static/console.css");
 const JS: &str = include_str!("static/console.js");
+/// The static files' cache policy: their URL names their content, so a URL's answer never changes.
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// The static files' names: `console.<hash>.css` and `console.<hash>.js`, the hash the first 16
+/// hex digits of the content's SHA-256 (a changed file is a new URL).
+fn names() -> &'static (String, String) {
+    static NAMES: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let hash = |content: &str| crate::base::secrets::hash_key(content)[..16].to_string();
+        (format!("console.{}.css", hash(CSS)), format!("console.{}.js", hash(JS)))
+    })
+}
 
 /// The pages of the navigation: path below the console, label.
 const NAV: [(&str, &str); 13] = [
@@ -26,14 +39,23 @@ const NAV: [(&str, &str); 13] = [
 ];
 
 fn head(prefix: &str, title: &str) -> String {
+    head_going(prefix, title, None)
+}
+
+/// The `<head>`; `to`: a page that goes on to that URL by itself (`<meta http-equiv="refresh">`).
+fn head_going(prefix: &str, title: &str, to: Option<&str>) -> String {
+    let refresh =
+        to.map(|to| format!("<meta http-equiv=\"refresh\" content=\"0; url={}\">", escape(to))).unwrap_or_default();
     format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} - toolgate console</title>\
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}<title>{} - toolgate console</title>\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <link rel=\"stylesheet\" href=\"{}{PATH}/static/console.css\">\
-         <script src=\"{}{PATH}/static/console.js\" defer></script></head>",
+         <link rel=\"stylesheet\" href=\"{}{PATH}/static/{}\">\
+         <script src=\"{}{PATH}/static/{}\" defer></script></head>",
         escape(title),
         escape(prefix),
-        escape(prefix)
+        names().0,
+        escape(prefix),
+        names().1
     )
 }
 
@@ -50,8 +72,17 @@ pub fn bare(title: &str, text: &str) -> String {
 /// A page of the console: the header with the user and sign-out, the navigation (`current`
 /// marked), the notice left by the last POST, and `body` in `<main>`.
 pub fn frame(ctx: &Ctx<'_>, title: &str, current: &str, body: &str) -> String {
+    frame_to(ctx, title, current, body, None)
+}
+
+/// [`frame`] for a page that goes on to `to` by itself (the way to an OAuth authorization).
+pub fn frame_going(ctx: &Ctx<'_>, title: &str, current: &str, body: &str, to: &str) -> String {
+    frame_to(ctx, title, current, body, Some(to))
+}
+
+fn frame_to(ctx: &Ctx<'_>, title: &str, current: &str, body: &str, to: Option<&str>) -> String {
     let mut out = String::with_capacity(body.len() + 3072);
-    out.push_str(&head(&ctx.prefix, title));
+    out.push_str(&head_going(&ctx.prefix, title, to));
     out.push_str("<body><a class=\"skip\" href=\"#main\">Skip to content</a><header><a class=\"brand\" href=\"");
     out.push_str(&ctx.href(""));
     out.push_str("\">toolgate</a><span class=\"who\">");
@@ -76,14 +107,15 @@ pub fn frame(ctx: &Ctx<'_>, title: &str, current: &str, body: &str) -> String {
     out
 }
 
-/// The stylesheet or the script, from the binary.
-pub fn asset(file: &str) -> Answer {
+/// The stylesheet or the script, from the binary, by its content-addressed name (kept a year).
+pub fn asset(file: &str) -> Page {
+    let (css, js) = names();
     let (body, content_type) = match file {
-        "console.css" => (CSS, "text/css; charset=utf-8"),
-        "console.js" => (JS, "text/javascript; charset=utf-8"),
-        _ => return Answer { status: 404, body: "not found".into(), content_type: "text/plain", headers: Vec::new() },
+        f if f == css => (CSS, "text/css; charset=utf-8"),
+        f if f == js => (JS, "text/javascript; charset=utf-8"),
+        _ => return Page::of(404, "text/plain", "not found"),
     };
-    Answer { status: 200, body: body.to_string(), content_type, headers: Vec::new() }
+    Page::of(200, content_type, body).header(http::header::CACHE_CONTROL, IMMUTABLE)
 }
 
 /// A POST form's opening tag and its CSRF field; `class` names the form for the stylesheet.

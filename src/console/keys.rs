@@ -3,8 +3,9 @@
 
 use super::html::{self, escape};
 use super::more::{button, table_with};
-use super::{data, field, seg, Answer, Ctx};
+use super::{data, field, seg, Ctx};
 use crate::edge::error::ApiError;
+use crate::identity::signin::Page;
 use http::Method;
 use serde_json::{json, Value};
 use toolgate_filters::Scope;
@@ -26,7 +27,7 @@ fn scopes(fields: &[(String, String)]) -> Vec<&str> {
     fields.iter().filter(|(k, _)| k == "scopes").map(|(_, v)| v.as_str()).collect()
 }
 
-pub async fn page(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+pub async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let mut body = String::new();
     if let Some(id) = ctx.query("usage") {
         let u = ctx.get(&format!("/api-keys/{}/usage", seg(id))).await?;
@@ -113,7 +114,7 @@ async fn key_list(ctx: &Ctx<'_>) -> Result<String, ApiError> {
             html::form_open(ctx, &format!("/keys/{}/rotate", seg(id)), "inline"),
             html::input("Grace (hours)", "grace_period_hours", "0", "type=\"number\" min=\"0\" max=\"720\""),
             html::mfa_field(),
-            button(ctx, &format!("/keys/{}/revoke", seg(id)), "Revoke", true, true)
+            button(ctx, &format!("/keys/{}/revoke", seg(id)), ("Revoke", id), true, true)
         )
     };
     let mut out = table_with("API keys", &keys, &columns, true, actions);
@@ -122,7 +123,7 @@ async fn key_list(ctx: &Ctx<'_>) -> Result<String, ApiError> {
 }
 
 /// The page that shows a new key, once: the POST's own answer.
-fn shown_once(ctx: &Ctx<'_>, title: &str, key: &Value) -> Answer {
+fn shown_once(ctx: &Ctx<'_>, title: &str, key: &Value) -> Page {
     let body = format!(
         "{}<dl><dt>Id</dt><dd><code>{}</code></dd><dt>Name</dt><dd>{}</dd><dt>Scopes</dt><dd>{}</dd>\
          <dt>Expires</dt><dd>{}</dd></dl><p><a href=\"{}\">Back</a></p>",
@@ -136,7 +137,7 @@ fn shown_once(ctx: &Ctx<'_>, title: &str, key: &Value) -> Answer {
     ctx.page(title, "/keys", &body)
 }
 
-pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mut body = json!({
         "name": field(fields, "name"),
         "scopes": scopes(fields),
@@ -150,7 +151,7 @@ pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Answer
 }
 
 /// Rotate or revoke: the key is the path's id, or the form's `key_id` when the path says `-`.
-pub async fn act(ctx: &Ctx<'_>, id: &str, action: &str, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn act(ctx: &Ctx<'_>, id: &str, action: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let id = if id == "-" { field(fields, "key_id") } else { id };
     let mfa = Some(field(fields, "mfa_code"));
     let path = format!("/api-keys/{}", seg(id));
@@ -169,7 +170,7 @@ pub async fn act(ctx: &Ctx<'_>, id: &str, action: &str, fields: &[(String, Strin
     }
 }
 
-pub async fn accounts(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+pub async fn accounts(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     if !ctx.can(Scope::Admin) {
         let body =
             "<p>Service accounts are managed with the <code>admin</code> scope, which your role does not hold.</p>";
@@ -209,7 +210,7 @@ pub async fn accounts(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     Ok(ctx.page("Service accounts", "/service-accounts", &body))
 }
 
-pub async fn create_account(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn create_account(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mut body = json!({
         "name": field(fields, "name"),
         "description": field(fields, "description"),
@@ -223,7 +224,7 @@ pub async fn create_account(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Resul
     Ok(ctx.done("/service-accounts", &text))
 }
 
-pub async fn account_key(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn account_key(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let id = if id == "-" { field(fields, "account_id") } else { id };
     let mut body = json!({ "name": field(fields, "name") });
     if let Ok(days) = field(fields, "expires_in_days").parse::<i64>() {

@@ -33,7 +33,7 @@ use crate::data::model::User;
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
 use crate::edge::forms;
-use crate::identity::signin;
+use crate::identity::signin::{self, Page};
 use crate::server::Server;
 use http::header::{HeaderName, HeaderValue};
 use http::Method;
@@ -51,7 +51,7 @@ const NOTICE_COOKIE: &str = "toolgate_notice";
 const MAX_FORM_BYTES: usize = 64 * 1024;
 
 /// Every console answer's headers (docs/console.md says why each).
-const SECURITY_HEADERS: [(HeaderName, &str); 4] = [
+const SECURITY_HEADERS: &[(HeaderName, &str)] = &[
     (
         http::header::CONTENT_SECURITY_POLICY,
         "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; form-action 'self'; \
@@ -65,42 +65,6 @@ const SECURITY_HEADERS: [(HeaderName, &str); 4] = [
 /// Whether a path under the identity service's prefix is the console's.
 pub fn is_console(rest: &str) -> bool {
     rest.strip_prefix(PATH).is_some_and(|r| r.is_empty() || r.starts_with('/'))
-}
-
-/// A console answer: a page, a redirect or a static file, with its cookies.
-pub(crate) struct Answer {
-    status: u16,
-    body: String,
-    content_type: &'static str,
-    headers: Vec<(HeaderName, HeaderValue)>,
-}
-
-impl Answer {
-    fn html(status: u16, body: String) -> Answer {
-        Answer { status, body, content_type: "text/html; charset=utf-8", headers: Vec::new() }
-    }
-
-    fn redirect(to: &str) -> Answer {
-        let mut a = Answer::html(303, String::new());
-        if let Ok(v) = HeaderValue::from_str(to) {
-            a.headers.push((http::header::LOCATION, v));
-        }
-        a
-    }
-
-    fn cookie(mut self, value: &str) -> Answer {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            self.headers.push((http::header::SET_COOKIE, v));
-        }
-        self
-    }
-
-    async fn write(mut self, ex: &mut Exchange<'_>) -> pingora::Result<()> {
-        for (name, value) in SECURITY_HEADERS {
-            self.headers.push((name, HeaderValue::from_static(value)));
-        }
-        ex.respond(self.status, self.content_type, self.body.into_bytes(), &self.headers).await
-    }
 }
 
 /// The signed-in user's side of one console request: who acts, the CSRF token its forms carry,
@@ -163,15 +127,22 @@ impl Ctx<'_> {
     }
 
     /// A page of the console in its frame.
-    fn page(&self, title: &str, current: &str, body: &str) -> Answer {
-        Answer::html(200, html::frame(self, title, current, body))
+    fn page(&self, title: &str, current: &str, body: &str) -> Page {
+        Page::html(200, html::frame(self, title, current, body))
     }
 
     /// The answer of a POST that succeeded: back to `to` (under the console) with `notice`.
-    fn done(&self, to: &str, notice: &str) -> Answer {
+    fn done(&self, to: &str, notice: &str) -> Page {
+        self.done_with(to, notice, "Strict")
+    }
+
+    /// [`Ctx::done`] with the notice cookie's `SameSite`: `Lax` for the answer to a navigation
+    /// that came from another site (an OAuth provider sending the browser back), whose redirect
+    /// would not carry a `Strict` cookie to the page that shows it.
+    fn done_with(&self, to: &str, notice: &str, same_site: &str) -> Page {
         let value: String = url::form_urlencoded::byte_serialize(notice.as_bytes()).collect();
-        Answer::redirect(&format!("{}{PATH}{to}", self.prefix)).cookie(&format!(
-            "{NOTICE_COOKIE}={value}; Path={}{PATH}; HttpOnly; Secure; SameSite=Strict; Max-Age=60",
+        Page::redirect(&format!("{}{PATH}{to}", self.prefix)).cookie(format!(
+            "{NOTICE_COOKIE}={value}; Path={}{PATH}; HttpOnly; Secure; SameSite={same_site}; Max-Age=60",
             self.prefix
         ))
     }
@@ -187,7 +158,7 @@ impl Ctx<'_> {
 pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pingora::Result<()> {
     let rest = ex.request().uri.path()[prefix + PATH.len()..].to_string();
     if let Some(file) = rest.strip_prefix("/static/") {
-        return html::asset(file).write(ex).await;
+        return html::asset(file).secured_by(SECURITY_HEADERS).write(ex).await;
     }
     let answer = match signed_in(server, ex, prefix, rest).await {
         Ok(Ok(mut ctx)) => {
@@ -195,7 +166,7 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pi
             let had_notice = ctx.notice.is_some();
             let mut answer = route(&mut ctx, ex).await.unwrap_or_else(|e| error_page(&ctx, &e));
             if fresh_csrf {
-                answer = answer.cookie(&signin::csrf_cookie(&ctx.prefix, &ctx.csrf));
+                answer = answer.cookie(signin::csrf_cookie(&ctx.prefix, &ctx.csrf));
             }
             if had_notice && answer.status == 200 {
                 let gone = format!(
@@ -207,9 +178,9 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pi
             answer
         }
         Ok(Err(answer)) => answer,
-        Err(e) => Answer::html(e.status(), html::bare("Something went wrong", &e.to_string())),
+        Err(e) => Page::html(e.status(), html::bare("Something went wrong", &e.to_string())),
     };
-    answer.write(ex).await
+    answer.secured_by(SECURITY_HEADERS).write(ex).await
 }
 
 /// The request's signed-in user as a [`Ctx`], or the answer for a request without one (a 303
@@ -219,7 +190,7 @@ async fn signed_in<'s>(
     ex: &mut Exchange<'_>,
     prefix: usize,
     path: String,
-) -> Result<Result<Ctx<'s>, Answer>, ApiError> {
+) -> Result<Result<Ctx<'s>, Page>, ApiError> {
     let web_path = ex.request().uri.path()[..prefix].to_string();
     let session = signin::current(&server.identity, ex).await?;
     let found = session.as_ref().and_then(|s| {
@@ -229,11 +200,11 @@ async fn signed_in<'s>(
     let Some((principal, user)) = found else {
         let here = ex.request().uri.path_and_query().map_or(String::new(), |p| p.as_str().to_string());
         let next: String = url::form_urlencoded::byte_serialize(here.as_bytes()).collect();
-        return Ok(Err(Answer::redirect(&format!("{web_path}/signin?next={next}"))));
+        return Ok(Err(Page::redirect(&format!("{web_path}/signin?next={next}"))));
     };
     if server.state.refuses_address(&user.org_id, ex.ctx.client_ip) {
         let text = "Your organisation does not allow the console from this address.";
-        return Ok(Err(Answer::html(403, html::bare("Not allowed", text))));
+        return Ok(Err(Page::html(403, html::bare("Not allowed", text))));
     }
     let principal = Arc::new(principal);
     // The access line and the trace name the web session, as they name a key.
@@ -277,7 +248,7 @@ fn seg(s: &str) -> String {
 }
 
 /// The page of a request, by method and path below the console.
-async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Answer, ApiError> {
+async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
     let method = ex.request().method.clone();
     let path = ctx.path.clone();
     let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
@@ -292,6 +263,7 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Answer, ApiEr
             ["logs", id] => insight::entry_page(ctx, id).await,
             ["analytics"] => insight::analytics(ctx).await,
             [page] => more::get(ctx, page).await,
+            ["apps", id, "oauth", "back"] => more::oauth_back(ctx, id).await,
             _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
         };
     }
@@ -314,7 +286,7 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Answer, ApiEr
 }
 
 /// The console's first page: who is signed in and what each page is for.
-fn overview(ctx: &Ctx<'_>) -> Answer {
+fn overview(ctx: &Ctx<'_>) -> Page {
     let p = &ctx.principal;
     let body = format!(
         "<p>Signed in as <strong id=\"email\">{}</strong>, <span id=\"role\">{}</span> of <span id=\"organization\">{}</span>.</p>\
@@ -328,7 +300,7 @@ fn overview(ctx: &Ctx<'_>) -> Answer {
 }
 
 /// The page of an error the API (or the console) answered: its status, its code and words.
-fn error_page(ctx: &Ctx<'_>, e: &ApiError) -> Answer {
+fn error_page(ctx: &Ctx<'_>, e: &ApiError) -> Page {
     if e.status() >= 500 {
         tracing::error!(error = ?e, "console request failed");
     }
@@ -339,11 +311,7 @@ fn error_page(ctx: &Ctx<'_>, e: &ApiError) -> Answer {
         html::escape(&e.to_string()),
         ctx.href(""),
     );
-    let mut a = Answer::html(e.status(), html::frame(ctx, "Refused", "", &body));
-    if let Some(secs) = e.retry_after() {
-        a.headers.push((http::header::RETRY_AFTER, HeaderValue::from(secs)));
-    }
-    a
+    Page::html(e.status(), html::frame(ctx, "Refused", "", &body)).retry_after(e)
 }
 
 /// The `data` of a reply (what a write answered).

@@ -3,8 +3,9 @@
 
 use super::chart;
 use super::html::{self, escape};
-use super::{data, field, seg, Answer, Ctx};
+use super::{data, field, seg, Ctx};
 use crate::edge::error::ApiError;
+use crate::identity::signin::Page;
 use http::Method;
 use serde_json::{json, Value};
 use toolgate_filters::Scope;
@@ -17,10 +18,12 @@ fn rows(v: &Value, key: &str) -> Vec<Value> {
     v[key].as_array().cloned().unwrap_or_default()
 }
 
-/// One small form with a button (and the MFA code when `mfa`), posting to `to`.
-pub(super) fn button(ctx: &Ctx<'_>, to: &str, label: &str, mfa: bool, danger: bool) -> String {
+/// One small form with a button (and the MFA code when `mfa`), posting to `to`. A row's button
+/// (`of` its record's id) is named for a screen reader with the record: "End ses_1", not "End".
+pub(super) fn button(ctx: &Ctx<'_>, to: &str, (label, of): (&str, &str), mfa: bool, danger: bool) -> String {
+    let named = if of.is_empty() { String::new() } else { format!(" aria-label=\"{label} {}\"", escape(of)) };
     format!(
-        "{}{}<button type=\"submit\"{}>{label}</button></form>",
+        "{}{}<button type=\"submit\"{}{named}>{label}</button></form>",
         html::form_open(ctx, to, "inline"),
         if mfa { html::mfa_field() } else { String::new() },
         if danger { " class=\"danger\"" } else { "" }
@@ -59,7 +62,7 @@ pub(super) fn table_with(
     out
 }
 
-pub async fn get(ctx: &Ctx<'_>, page: &str) -> Result<Answer, ApiError> {
+pub async fn get(ctx: &Ctx<'_>, page: &str) -> Result<Page, ApiError> {
     match page {
         "sessions" => sessions(ctx).await,
         "apps" => apps(ctx).await,
@@ -73,7 +76,7 @@ pub async fn get(ctx: &Ctx<'_>, page: &str) -> Result<Answer, ApiError> {
     }
 }
 
-pub async fn post(ctx: &Ctx<'_>, page: &str, rest: &[&str], fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn post(ctx: &Ctx<'_>, page: &str, rest: &[&str], fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mfa = Some(field(fields, "mfa_code"));
     match (page, rest) {
         ("sessions", [id, "end"]) => {
@@ -85,6 +88,7 @@ pub async fn post(ctx: &Ctx<'_>, page: &str, rest: &[&str], fields: &[(String, S
             ctx.api(Method::POST, &format!("/apps/{}/connect", seg(id)), Some(body), None).await?;
             Ok(ctx.done("/apps", &format!("App {id} connected.")))
         }
+        ("apps", [id, "oauth"]) => oauth_start(ctx, id).await,
         ("apps", [id, "disconnect"]) => {
             ctx.api(Method::DELETE, &format!("/apps/{}/connection", seg(id)), None, None).await?;
             Ok(ctx.done("/apps", &format!("App {id} disconnected.")))
@@ -146,7 +150,7 @@ pub async fn post(ctx: &Ctx<'_>, page: &str, rest: &[&str], fields: &[(String, S
     }
 }
 
-async fn sessions(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+async fn sessions(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let active = ctx.query("active");
     let mut query = String::from("limit=50");
     if let Some(a) = active {
@@ -171,39 +175,104 @@ async fn sessions(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
         "<form method=\"get\" action=\"{}\">{filter}<button type=\"submit\">Show</button></form>",
         ctx.href("/sessions")
     );
-    let end = |id: &str| button(ctx, &format!("/sessions/{}/end", seg(id)), "End", false, true);
+    let end = |id: &str| button(ctx, &format!("/sessions/{}/end", seg(id)), ("End", id), false, true);
     body.push_str(&table_with("MCP sessions", &items, &columns, ctx.can(Scope::SessionsManage), end));
     Ok(ctx.page("Sessions", "/sessions", &body))
 }
 
-async fn apps(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+async fn apps(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let got = ctx.get("/apps").await?;
-    let items = rows(&got, "apps");
+    let mut items = rows(&got, "apps");
+    for a in &mut items {
+        let ways: Vec<String> = a["auth_types"].as_array().into_iter().flatten().map(html::text).collect();
+        a["sign_in"] = Value::String(ways.join(", "));
+    }
     let columns = [
         ("Id", "id"),
         ("Name", "name"),
         ("Category", "category"),
         ("Status", "status"),
         ("Functions", "functions_count"),
-        ("Sign-in", "auth_types"),
+        ("Sign-in", "sign_in"),
     ];
+    let accepts = |id: &str, auth: &str| {
+        let app = items.iter().find(|a| a["id"] == id);
+        app.and_then(|a| a["auth_types"].as_array()).is_some_and(|t| t.iter().any(|x| x == auth))
+    };
     let act = |id: &str| {
-        let connect = format!(
-            "{}<label>API key <input name=\"api_key\" type=\"password\" autocomplete=\"off\"></label>\
-             <button type=\"submit\">Connect</button></form>",
-            html::form_open(ctx, &format!("/apps/{}/connect", seg(id)), "inline")
-        );
+        let mut connect = String::new();
+        if accepts(id, "api_key") {
+            connect.push_str(&format!(
+                "{}<label>API key <input name=\"api_key\" type=\"password\" autocomplete=\"off\" \
+                 aria-label=\"API key of {id}\"></label><button type=\"submit\" aria-label=\"Connect {id}\">Connect</button></form>",
+                html::form_open(ctx, &format!("/apps/{}/connect", seg(id)), "inline"),
+                id = escape(id)
+            ));
+        }
+        if accepts(id, "oauth") {
+            connect.push_str(&button(
+                ctx,
+                &format!("/apps/{}/oauth", seg(id)),
+                ("Connect with OAuth", id),
+                false,
+                false,
+            ));
+        }
         format!(
             "{connect}{}{}",
-            button(ctx, &format!("/apps/{}/test", seg(id)), "Test", false, false),
-            button(ctx, &format!("/apps/{}/disconnect", seg(id)), "Disconnect", false, true)
+            button(ctx, &format!("/apps/{}/test", seg(id)), ("Test", id), false, false),
+            button(ctx, &format!("/apps/{}/disconnect", seg(id)), ("Disconnect", id), false, true)
         )
     };
     let body = table_with("Apps", &items, &columns, ctx.can(Scope::AppsWrite), act);
     Ok(ctx.page("Apps", "/apps", &body))
 }
 
-async fn tool_changes(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+/// Where the app's authorization server sends the browser back: the console's page that finishes
+/// the connect (`GET .../apps/{id}/oauth/back`), on the server's public URL.
+fn oauth_back_url(ctx: &Ctx<'_>, id: &str) -> String {
+    let public_url = ctx.server.state.config().server.public_url.clone();
+    format!("{}{}{}/apps/{}/oauth/back", public_url.trim_end_matches('/'), ctx.prefix, super::PATH, seg(id))
+}
+
+/// "Connect with OAuth": the API starts the authorization (PKCE, a fresh single-use `state` kept
+/// with the pending connection) and the browser goes to the app's authorization server. Not with
+/// a 303: browsers apply the page's `form-action 'self'` to the redirects of a form's navigation
+/// too, so the answer is a page that goes on by itself (`<meta http-equiv="refresh">`, which the
+/// CSP leaves alone) and with a link.
+async fn oauth_start(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
+    let body = json!({ "auth_type": "oauth", "redirect_uri": oauth_back_url(ctx, id) });
+    let started = data(ctx.api(Method::POST, &format!("/apps/{}/connect", seg(id)), Some(body), None).await?);
+    let to = started["authorization_url"]
+        .as_str()
+        .ok_or_else(|| ApiError::Internal("the OAuth connect answered no authorization_url".into()))?;
+    let body = format!(
+        "<p>Sign in at the app's authorization server and allow the connection: \
+         <a id=\"authorize\" href=\"{}\">continue</a>.</p>",
+        escape(to)
+    );
+    Ok(Page::html(200, html::frame_going(ctx, &format!("Connect {id}"), "/apps", &body, to)))
+}
+
+/// The authorization server sent the browser back (`code` and `state`, or `error`): the API
+/// finishes the connect (its `state` must be the organisation's pending one, once: that is this
+/// GET's CSRF protection) and the apps page says how it went.
+pub async fn oauth_back(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
+    let mut body = json!({ "state": ctx.query("state").unwrap_or("") });
+    for name in ["code", "error", "error_description", "iss"] {
+        if let Some(v) = ctx.query(name) {
+            body[name] = json!(v);
+        }
+    }
+    let path = format!("/apps/{}/connect/callback", seg(id));
+    let notice = match ctx.api(Method::POST, &path, Some(body), None).await {
+        Ok(_) => format!("App {id} connected."),
+        Err(e) => format!("App {id} was not connected: {} {}: {e}", e.status(), e.code()),
+    };
+    Ok(ctx.done_with("/apps", &notice, "Lax"))
+}
+
+async fn tool_changes(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let gateway = ctx.query("gateway_id").unwrap_or("");
     let mut body = format!(
         "<form method=\"get\" action=\"{}\">{}<button type=\"submit\">Show</button></form>",
@@ -225,8 +294,8 @@ async fn tool_changes(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
             let base = format!("/tool-changes/{}/{}", seg(gateway), seg(id));
             format!(
                 "{}{}",
-                button(ctx, &format!("{base}/approve"), "Approve", true, false),
-                button(ctx, &format!("{base}/reject"), "Reject", true, true)
+                button(ctx, &format!("{base}/approve"), ("Approve", id), true, false),
+                button(ctx, &format!("{base}/reject"), ("Reject", id), true, true)
             )
         };
         body.push_str(&table_with("Pending tool changes", &items, &columns, ctx.can(Scope::GatewaysWrite), decide));
@@ -234,21 +303,21 @@ async fn tool_changes(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     Ok(ctx.page("Tool changes", "/tool-changes", &body))
 }
 
-fn mfa(ctx: &Ctx<'_>) -> Answer {
+fn mfa(ctx: &Ctx<'_>) -> Page {
     let body = format!(
         "<p>A second factor from an authenticator app: set it up, then confirm with a code.</p>\
          <h2>Set up</h2>{}<h2>Confirm</h2>{}<label>Code <input name=\"code\" inputmode=\"numeric\" \
          autocomplete=\"one-time-code\" required></label><button type=\"submit\">Turn MFA on</button></form>\
          <h2>Turn off</h2>{}",
-        button(ctx, "/mfa/enroll", "Set up an authenticator app", false, false),
+        button(ctx, "/mfa/enroll", ("Set up an authenticator app", ""), false, false),
         html::form_open(ctx, "/mfa/activate", "activate"),
-        button(ctx, "/mfa/disable", "Turn MFA off", true, true)
+        button(ctx, "/mfa/disable", ("Turn MFA off", ""), true, true)
     );
     ctx.page("MFA", "/mfa", &body)
 }
 
 /// The enrolment's answer: the QR code, the secret and the backup codes, shown once.
-async fn mfa_enrolled(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+async fn mfa_enrolled(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let e = data(ctx.api(Method::POST, "/auth/mfa/enroll", Some(json!({ "method": "totp" })), None).await?);
     let uri = html::text(&e["otpauth_uri"]);
     let codes: Vec<String> = e["backup_codes"].as_array().into_iter().flatten().map(html::text).collect();
@@ -264,7 +333,7 @@ async fn mfa_enrolled(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     Ok(ctx.page("Set up MFA", "/mfa", &body))
 }
 
-async fn webhooks(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+async fn webhooks(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let got = ctx.get("/webhooks").await?;
     let items = rows(&got, "webhooks");
     let columns = [
@@ -274,7 +343,7 @@ async fn webhooks(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
         ("Enabled", "enabled"),
         ("Failing since", "failing_since"),
     ];
-    let delete = |id: &str| button(ctx, &format!("/webhooks/{}/delete", seg(id)), "Delete", false, true);
+    let delete = |id: &str| button(ctx, &format!("/webhooks/{}/delete", seg(id)), ("Delete", id), false, true);
     let mut body = table_with("Webhooks", &items, &columns, true, delete);
     if let Some(id) = ctx.query("deliveries") {
         let d = ctx.get(&format!("/webhooks/{}/deliveries?limit=50", seg(id))).await?;
@@ -302,7 +371,7 @@ async fn webhooks(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     Ok(ctx.page("Webhooks", "/webhooks", &body))
 }
 
-async fn webhook_created(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Answer, ApiError> {
+async fn webhook_created(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let events: Vec<&str> = field(fields, "events").split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
     let body = json!({ "url": field(fields, "url"), "events": events });
     let w = data(ctx.api(Method::POST, "/webhooks", Some(body), None).await?);
@@ -316,7 +385,7 @@ async fn webhook_created(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<A
     Ok(ctx.page("Webhook created", "/webhooks", &page))
 }
 
-async fn alerts(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+async fn alerts(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let got = ctx.get("/alerts").await?;
     let mut items = rows(&got, "alerts");
     for a in &mut items {
@@ -331,7 +400,7 @@ async fn alerts(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
         ("Slack", "slack"),
         ("Last triggered", "last_triggered_at"),
     ];
-    let delete = |id: &str| button(ctx, &format!("/alerts/{}/delete", seg(id)), "Delete", false, true);
+    let delete = |id: &str| button(ctx, &format!("/alerts/{}/delete", seg(id)), ("Delete", id), false, true);
     let mut body = table_with("Alerts", &items, &columns, true, delete);
     body.push_str("<h2>New alert</h2>");
     body.push_str(&html::form_open(ctx, "/alerts", "create"));
@@ -347,7 +416,7 @@ async fn alerts(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     Ok(ctx.page("Alerts", "/alerts", &body))
 }
 
-async fn allowlist(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+async fn allowlist(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let got = ctx.get("/account/whitelist").await?;
     let items = rows(&got, "whitelist");
     let columns = [
@@ -357,7 +426,7 @@ async fn allowlist(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
         ("Description", "description"),
         ("Added", "created_at"),
     ];
-    let delete = |id: &str| button(ctx, &format!("/ip-allowlist/{}/delete", seg(id)), "Remove", true, true);
+    let delete = |id: &str| button(ctx, &format!("/ip-allowlist/{}/delete", seg(id)), ("Remove", id), true, true);
     let mut body = table_with("IP allowlist", &items, &columns, true, delete);
     body.push_str("<h2>Add an address</h2>");
     body.push_str(&html::form_open(ctx, "/ip-allowlist", "create"));

@@ -4,8 +4,9 @@
 
 use super::html;
 use super::more::{button, table_with};
-use super::{data, field, seg, Answer, Ctx};
+use super::{data, field, seg, Ctx};
 use crate::edge::error::ApiError;
+use crate::identity::signin::Page;
 use http::Method;
 use serde_json::{json, Value};
 use toolgate_filters::Scope;
@@ -20,11 +21,11 @@ fn row_forms(ctx: &Ctx<'_>, id: &str, role: Option<&str>) -> String {
         html::form_open(ctx, &format!("/team/{}/role", seg(id)), "inline"),
         html::select("Role", "role", &ROLES, role),
         html::mfa_field(),
-        button(ctx, &format!("/team/{}/remove", seg(id)), "Remove", true, true)
+        button(ctx, &format!("/team/{}/remove", seg(id)), ("Remove", id), true, true)
     )
 }
 
-pub async fn page(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
+pub async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     if !ctx.can(Scope::TeamManage) {
         let body = "<p>Team members and roles are managed by the organisation's Owners (the <code>team:manage</code> \
                     scope, which your role does not hold).</p>";
@@ -63,7 +64,7 @@ pub async fn page(ctx: &Ctx<'_>) -> Result<Answer, ApiError> {
     Ok(ctx.page("Team", "/team", &body))
 }
 
-pub async fn post(ctx: &Ctx<'_>, rest: &[&str], fields: &[(String, String)]) -> Result<Answer, ApiError> {
+pub async fn post(ctx: &Ctx<'_>, rest: &[&str], fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mfa = Some(field(fields, "mfa_code"));
     match rest {
         [] => {

@@ -188,7 +188,10 @@ impl<'a> Exchange<'a> {
         let mut h = response_head(status, 4 + extra.len(), self.ctx)?;
         h.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         h.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        // Never cached, unless the answer says otherwise (the console's content-addressed files).
+        if !extra.iter().any(|(k, _)| k == http::header::CACHE_CONTROL) {
+            h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
         for (k, v) in extra {
             h.headers.append(k.clone(), v.clone());
         }

@@ -4,8 +4,12 @@
 //
 //   create  sign in (password, then the TOTP code), create a gateway with the `time` app, print
 //           {"gateway_id", "key"}; screenshot every page
-//   verify  the call made meanwhile is on the logs page (and opens) and on the analytics page
+//   verify  the call made meanwhile is on the logs page (and opens) and on the analytics page;
+//           every control is named and the keyboard focus visible
 //   viewer  a viewer sees no write form; a forged POST is refused by the API's scope check
+//   oauth   sign in (password), "Connect with OAuth" on the apps page, sign in and consent at the
+//           app's authorization server (oidc-provider's development pages), back on the apps page:
+//           print {"status", "notice"} of the app's row
 //
 // Screenshots go to config.artifacts; config.docs_png gets the README's picture (docs/console.png).
 import { chromium } from 'playwright-core';
@@ -95,6 +99,28 @@ async function create() {
   console.log(JSON.stringify({ gateway_id: gatewayId, key }));
 }
 
+// Keyboard and screen readers: every control of these pages has a name (a <label>, an
+// aria-label or its text), and the first Tab reaches the "skip to content" link with a visible
+// focus ring.
+async function accessible(page) {
+  for (const path of ['/auth/console/gateways', `/auth/console/gateways/${config.gateway_id}`, '/auth/console/apps',
+    '/auth/console/keys', '/auth/console/logs', '/auth/console/webhooks', '/auth/console/ip-allowlist']) {
+    await page.goto(`${config.base}${path}`);
+    const unnamed = await page.evaluate(() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+      .filter((e) => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())
+      .map((e) => e.outerHTML));
+    check(unnamed.length === 0, `${path}: controls without a name: ${unnamed.join(' ')}`);
+    await page.keyboard.press('Tab');
+    const focus = await page.evaluate(() => {
+      const e = document.activeElement;
+      const s = getComputedStyle(e);
+      return { cls: e.className, style: s.outlineStyle, width: s.outlineWidth };
+    });
+    check(focus.cls === 'skip' && focus.style !== 'none' && focus.width !== '0px',
+      `${path}: the first Tab reaches the skip link, its focus visible: ${JSON.stringify(focus)}`);
+  }
+}
+
 async function verify() {
   const context = await open(config.profile);
   const page = await context.newPage();
@@ -110,6 +136,7 @@ async function verify() {
   check(total >= 1, `analytics counts the call: ${total}`);
   check((await page.locator('figure', { hasText: config.function }).count()) >= 1, 'the top functions chart names it');
   await shot(page, 'analytics');
+  await accessible(page);
   await page.setViewportSize({ width: 1000, height: 600 });
   await page.goto(`${config.base}/auth/console/gateways`);
   await page.screenshot({ path: config.docs_png });
@@ -139,7 +166,42 @@ async function viewer() {
   console.log(JSON.stringify({ forged: forged.status() }));
 }
 
-const phases = { create, verify, viewer };
+async function oauth() {
+  const context = await open(config.profile);
+  // The provider sends the browser back to the server's public URL: served by the server under test.
+  // Fetched with the browser's own headers (its cookies) and answered as is: redirecting the
+  // request instead would make Chromium drop the cookies of a navigation that came from another site.
+  await context.route(`${config.public_url}/**`, async (route) => {
+    const response = await route.fetch({
+      url: config.base + route.request().url().slice(config.public_url.length),
+      headers: await route.request().allHeaders(),
+      maxRedirects: 0,
+    });
+    // A redirect it answers goes to the server itself (Chromium would not route that request).
+    const headers = response.headers();
+    if (headers.location && headers.location.startsWith('/')) headers.location = config.base + headers.location;
+    await route.fulfill({ response, headers });
+  });
+  const page = await context.newPage();
+  await signIn(page, config.email, config.password, null);
+  await page.goto(`${config.base}/auth/console/apps`);
+  const row = () => page.locator('tbody tr', { hasText: config.app_name });
+  await row().getByRole('button', { name: /Connect with OAuth/ }).click();
+  await page.waitForURL(`${config.issuer}/**`);
+  await shot(page, 'oauth-provider-sign-in');
+  await page.locator('input[name="login"]').fill('alice');
+  await page.locator('input[name="password"]').fill('any');
+  await page.locator('button[type="submit"]').click();
+  await page.getByRole('button', { name: /Continue/ }).click();
+  await page.waitForURL('**/auth/console/apps');
+  await shot(page, 'apps-oauth-connected');
+  const status = (await row().locator('td').nth(3).textContent()).trim();
+  const notice = (await page.locator('.notice').count()) ? await page.locator('.notice').textContent() : '';
+  await context.close();
+  console.log(JSON.stringify({ status, notice }));
+}
+
+const phases = { create, verify, viewer, oauth };
 phases[phase]().catch((e) => {
   console.error(e.stack || String(e));
   process.exit(1);

@@ -34,14 +34,15 @@ REDIRECT = "http://localhost/after-sign-in"
 
 
 @contextlib.contextmanager
-def provider(tmp: Path, token_ttl: int = 3600, signin_redirect: str | None = None):
-    """oidc-provider with one confidential client (two with `signin_redirect`, the redirect URI of
-    toolgate's web sign-in): yields (issuer URL, client secret)."""
+def provider(tmp: Path, token_ttl: int = 3600, signin_redirect: str | None = None, redirect: str = REDIRECT):
+    """oidc-provider with one confidential client, `toolgate-app` sending the browser back to
+    `redirect` (two with `signin_redirect`, the redirect URI of toolgate's web sign-in): yields
+    (issuer URL, client secret)."""
     script = NODE_DIR / "oauth_provider.mjs"
     if not (NODE_DIR / "node_modules" / "oidc-provider").exists():
         raise AssertionError(f"oidc-provider missing: run `npm ci` in {NODE_DIR} (tests/run.sh does)")
     secret = secrets.token_urlsafe(24)
-    env = dict(os.environ, CLIENT_SECRET=secret, REDIRECT_URI=REDIRECT, ACCESS_TOKEN_TTL=str(token_ttl))
+    env = dict(os.environ, CLIENT_SECRET=secret, REDIRECT_URI=redirect, ACCESS_TOKEN_TTL=str(token_ttl))
     if signin_redirect:
         env["SIGNIN_REDIRECT_URI"] = signin_redirect
     log = open(tmp / "provider.log", "ab")

@@ -214,63 +214,85 @@ pub async fn refuse(ex: &mut Exchange<'_>, prefix: usize, e: ApiError) -> Result
     Page::error(&e).write(ex).await
 }
 
-/// A response of the identity service: an HTML page or a redirect, with its cookies.
-struct Page {
-    status: u16,
-    body: String,
+/// The identity pages' security headers: nothing loaded, never framed or cached by referrer.
+const PAGE_HEADERS: &[(HeaderName, &str)] = &[
+    (
+        http::header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    (http::header::X_FRAME_OPTIONS, "DENY"),
+    (http::header::REFERRER_POLICY, "no-referrer"),
+    (http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+];
+
+/// A response of the identity service (its pages and the console's): an HTML page, a redirect
+/// or a file, with its cookies and headers, written with its security headers (the identity
+/// pages' unless [`Page::secured_by`] set others).
+pub(crate) struct Page {
+    pub(crate) status: u16,
+    body: Vec<u8>,
     content_type: &'static str,
     headers: Vec<(HeaderName, HeaderValue)>,
+    security: &'static [(HeaderName, &'static str)],
 }
 
 impl Page {
-    fn html(status: u16, body: String) -> Page {
-        Page { status, body, content_type: "text/html; charset=utf-8", headers: Vec::new() }
+    /// An answer of `content_type`.
+    pub(crate) fn of(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Page {
+        Page { status, body: body.into(), content_type, headers: Vec::new(), security: PAGE_HEADERS }
+    }
+
+    pub(crate) fn html(status: u16, body: String) -> Page {
+        Page::of(status, "text/html; charset=utf-8", body)
     }
 
     /// The SAML service provider's metadata.
     fn xml(body: String) -> Page {
-        Page { status: 200, body, content_type: "application/samlmetadata+xml", headers: Vec::new() }
+        Page::of(200, "application/samlmetadata+xml", body)
     }
 
-    fn redirect(to: &str) -> Page {
-        let mut p = Page::html(303, String::new());
-        if let Ok(v) = HeaderValue::from_str(to) {
-            p.headers.push((http::header::LOCATION, v));
-        }
-        p
+    pub(crate) fn redirect(to: &str) -> Page {
+        Page::html(303, String::new()).header(http::header::LOCATION, to)
     }
 
     fn error(e: &ApiError) -> Page {
         if e.status() >= 500 {
             tracing::error!(error = ?e, "identity service request failed");
         }
-        let mut page = Page::html(e.status(), pages::message("Something went wrong", &e.to_string()));
-        if let Some(secs) = e.retry_after() {
-            page.headers.push((http::header::RETRY_AFTER, HeaderValue::from(secs)));
-        }
-        page
+        Page::html(e.status(), pages::message("Something went wrong", &e.to_string())).retry_after(e)
     }
 
-    fn cookie(mut self, value: String) -> Page {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            self.headers.push((http::header::SET_COOKIE, v));
+    /// `Retry-After` when `e` has one.
+    pub(crate) fn retry_after(self, e: &ApiError) -> Page {
+        match e.retry_after() {
+            Some(secs) => self.header(http::header::RETRY_AFTER, &secs.to_string()),
+            None => self,
+        }
+    }
+
+    /// One more header (dropped when `value` is not a valid header value).
+    pub(crate) fn header(mut self, name: HeaderName, value: &str) -> Page {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            self.headers.push((name, v));
         }
         self
     }
 
-    async fn write(mut self, ex: &mut Exchange<'_>) -> Result<()> {
-        for (name, value) in [
-            (
-                http::header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-            ),
-            (http::header::X_FRAME_OPTIONS, "DENY"),
-            (http::header::REFERRER_POLICY, "no-referrer"),
-            (http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        ] {
-            self.headers.push((name, HeaderValue::from_static(value)));
+    pub(crate) fn cookie(self, value: impl AsRef<str>) -> Page {
+        self.header(http::header::SET_COOKIE, value.as_ref())
+    }
+
+    /// Written with `headers` instead of the identity pages' security headers.
+    pub(crate) fn secured_by(mut self, headers: &'static [(HeaderName, &'static str)]) -> Page {
+        self.security = headers;
+        self
+    }
+
+    pub(crate) async fn write(mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        for (name, value) in self.security {
+            self.headers.push((name.clone(), HeaderValue::from_static(value)));
         }
-        ex.respond(self.status, self.content_type, self.body.into_bytes(), &self.headers).await
+        ex.respond(self.status, self.content_type, self.body, &self.headers).await
     }
 }
 
