@@ -12,8 +12,11 @@
 //! * an ended or expired session stays readable (`/sessions` shows `ended` or `expired`) for
 //!   `mcp.session_retention_secs`, then [`Sessions::sweep`] removes it from memory and the store
 //!   (the store deletions run outside the flusher, see [`Sessions::delete_removed`]);
-//! * each organisation has an index of its sessions, so `/sessions` copies that organisation's
-//!   only, and the caps are checked under one lock per organisation;
+//! * each organisation has an index of its sessions, so `/sessions` reads that organisation's
+//!   only (and copies only the page's, [`Sessions::page_of_org`]), and the caps are checked under
+//!   one lock per organisation;
+//! * the map is in parts ([`PartedMap`]): the sweep holds a lock for a few hundred sessions at a
+//!   time and yields between parts, so calls go on while a million sessions are swept;
 //! * ending a session (DELETE, a revoked key, a deleted gateway, expiry) closes its GET streams
 //!   through [`Sessions::closed`].
 
@@ -654,6 +657,46 @@ impl Sessions {
         ids.iter().filter_map(|id| self.map.get(id).filter(|e| keep(&e.session)).map(|e| e.session.clone())).collect()
     }
 
+    /// One page of the sessions of an organisation that `keep` selects, newest first (then by
+    /// id), and how many it selects in all. Only the start time and id of each selected session
+    /// are gathered; the first `skip + limit` are chosen by a selection, sorted, and only the
+    /// page's sessions are copied: a page of an organisation of a hundred thousand sessions
+    /// does not copy or sort them all.
+    pub fn page_of_org(
+        &self,
+        org_id: &str,
+        keep: impl Fn(&McpSession) -> bool,
+        skip: usize,
+        limit: usize,
+    ) -> (Vec<McpSession>, usize) {
+        let ids: Vec<String> = match self.orgs.get(org_id) {
+            Some(org) => org.ids.iter().cloned().collect(),
+            None => return (Vec::new(), 0),
+        };
+        let mut found: Vec<(chrono::DateTime<Utc>, String)> = ids
+            .into_iter()
+            .filter_map(|id| {
+                let started = self.map.get(&id).filter(|e| keep(&e.session)).map(|e| e.session.started_at)?;
+                Some((started, id))
+            })
+            .collect();
+        let total = found.len();
+        let end = skip.saturating_add(limit).min(total);
+        if skip >= end {
+            return (Vec::new(), total);
+        }
+        let newest_first = |a: &(chrono::DateTime<Utc>, String), b: &(chrono::DateTime<Utc>, String)| {
+            b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1))
+        };
+        if end < total {
+            found.select_nth_unstable_by(end, newest_first);
+            found.truncate(end);
+        }
+        found.sort_unstable_by(newest_first);
+        let page = found[skip..].iter().filter_map(|(_, id)| self.get(id)).collect();
+        (page, total)
+    }
+
     /// Live sessions of a key, as counted for `mcp.max_sessions_per_key`.
     pub fn live_of_key(&self, org_id: &str, key_id: &str) -> usize {
         self.orgs.get(org_id).and_then(|o| o.live.get(key_id).map(HashSet::len)).unwrap_or(0)
@@ -925,5 +968,33 @@ mod tests {
         assert_eq!(s.live_count(), n / 4);
         assert_eq!(s.lock_removed().len(), n / 4, "those past their retention are queued for deletion");
         assert_eq!(s.live_of_key("org_0", "k1") + s.live_of_key("org_1", "k1") + s.live_of_key("org_2", "k1"), n / 4);
+    }
+
+    #[tokio::test]
+    async fn a_page_of_an_organisation_is_the_same_slice_of_its_sorted_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = Utc::now();
+        // Start times with ties (ordered by id then), some of another organisation or filtered out.
+        let all: Vec<McpSession> = (0..1000)
+            .map(|i| {
+                let mut x =
+                    session(&format!("s{:04}", (i * 7919) % 1000), if i % 10 == 0 { "org_b" } else { "org_a" }, "k1");
+                x.started_at = base - chrono::Duration::seconds((i * 31 % 97) as i64);
+                x.gateway_id = if i % 3 == 0 { "gw_2".into() } else { "gw_1".into() };
+                x
+            })
+            .collect();
+        let s = loaded(&dir, &all).await;
+        let keep = |x: &McpSession| x.gateway_id == "gw_1";
+        let mut sorted = s.of_org("org_a", keep);
+        sorted.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.id.cmp(&b.id)));
+        assert!(sorted.len() > 500 && sorted.len() < 900);
+        for (skip, limit) in [(0, 1), (0, 100), (100, 100), (550, 100), (590, 100), (0, 2000), (5000, 10)] {
+            let (page, total) = s.page_of_org("org_a", keep, skip, limit);
+            assert_eq!(total, sorted.len());
+            let want: Vec<&str> = sorted.iter().skip(skip).take(limit).map(|x| x.id.as_str()).collect();
+            assert_eq!(page.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), want, "skip {skip} limit {limit}");
+        }
+        assert_eq!(s.page_of_org("org_c", keep, 0, 10).1, 0);
     }
 }
