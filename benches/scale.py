@@ -335,6 +335,28 @@ def metric(inst: Instance, name: str) -> float:
     return total
 
 
+def time_pages(inst: Instance, pages: list[int], requests: int) -> dict:
+    """p50 and p99 ms of `GET /v1/sessions?page=P&limit=100` (the organisation's sessions,
+    newest first), `requests` times per page, back to back on one keep-alive connection."""
+    host, port = inst.addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=600)
+    out = {}
+    for page in pages:
+        xs = []
+        for _ in range(requests):
+            t = time.perf_counter()
+            c.request("GET", f"/v1/sessions?page={page}&limit=100", headers={"Authorization": f"Bearer {inst.admin}"})
+            r = c.getresponse()
+            body = json.loads(r.read())
+            xs.append(time.perf_counter() - t)
+            assert r.status == 200 and len(body["data"]["sessions"]) == 100, (r.status, str(body)[:300])
+        xs.sort()
+        out[page] = {"p50_ms": xs[len(xs) // 2] * 1e3, "p99_ms": xs[min(len(xs) - 1, int(len(xs) * 0.99))] * 1e3,
+                     "n": len(xs)}
+    c.close()
+    return out
+
+
 def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wait: float, probe_s: float) -> dict:
     """One size: create `n` idle sessions through `initialize` (wrk), RSS before and after, the
     restart until a call on an old session answers 200, then the idle sweep under a healthz probe."""
@@ -374,6 +396,11 @@ def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wai
         row["rss_restarted_kb"] = rss_kb(inst.pid)
         say(f"{n}: {row['stored']} stored; stopped in {row['stop_s']:.1f} s; restart listening in {row['listen_s']:.2f} s, "
             f"first session 200 in {row['ready_s']:.2f} s; RSS {row['rss_restarted_kb'] / 1024:.1f} MiB")
+        # A page of the sessions list: the first and one in the middle.
+        row["list"] = time_pages(inst, [1, max(1, n // 200)], 100 if n <= 100000 else 20)
+        row["list_load"] = load1()
+        say(f"{n}: GET /v1/sessions ?limit=100: " + "; ".join(
+            f"page {p}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms of {v['n']}" for p, v in row["list"].items()))
         # The sweep: idle time-out 1 s, no retention, by reload; a healthz probe in its own process.
         # A session the probe keeps in use (so live through the sweep): its ping takes the map.
         probe_sid = open_session(inst, gw)
@@ -431,14 +458,15 @@ def sessions_main(args) -> None:
     rows = [bench_sessions(n, args.connections, args.keep, args.sweep_wait, args.delete_wait, args.probe) for n in args.sizes]
     print("\n| sessions | created/s | RSS idle / 1k / N MiB | bytes per session | restart: listening / ready s "
           "| RSS after restart MiB | sweep: gone from memory s | max ms healthz / session ping (before) | store deleted s "
-          "| RSS after sweep MiB |")
-    print("|---:|---:|---|---:|---|---:|---:|---|---:|---:|")
+          "| RSS after sweep MiB | list page 1 / middle p99 ms |")
+    print("|---:|---:|---|---:|---|---:|---:|---|---:|---:|---|")
     for r in rows:
         print(f"| {r['created']:,} | {r['created'] / r['create_s']:,.0f} | {r['rss_idle_kb'] / 1024:.0f} / "
               f"{r['rss_1k_kb'] / 1024:.0f} / {r['rss_n_kb'] / 1024:.0f} | {r['per_session_b']:.0f} | "
               f"{r['listen_s']:.2f} / {r['ready_s']:.2f} | {r['rss_restarted_kb'] / 1024:.0f} | {r['removed_s']:.2f} | "
               f"{r['probe']['healthz']['max_ms']:.1f} / {r['probe']['session']['max_ms']:.1f} "
-              f"({r['probe_base']['healthz']['max_ms']:.1f} / {r['probe_base']['session']['max_ms']:.1f}) | {'%.1f' % r['deleted_s'] if r['deleted_s'] else 'unfinished'} ({r['deletes_per_s']:.0f}/s) | {r['rss_swept_kb'] / 1024:.0f} |")
+              f"({r['probe_base']['healthz']['max_ms']:.1f} / {r['probe_base']['session']['max_ms']:.1f}) | {'%.1f' % r['deleted_s'] if r['deleted_s'] else 'unfinished'} ({r['deletes_per_s']:.0f}/s) | {r['rss_swept_kb'] / 1024:.0f} | "
+              + " / ".join(f"{v['p99_ms']:.1f}" for v in r["list"].values()) + " |")
     print(json.dumps(rows))
 
 
