@@ -120,6 +120,20 @@ struct OrgSessions {
     live_total: usize,
 }
 
+impl OrgSessions {
+    /// Indexes a session loaded from the store.
+    fn add(&mut self, id: &str, key_id: &str, live: bool) {
+        self.ids.insert(id.to_string());
+        if live {
+            match self.live.get_mut(key_id) {
+                Some(ids) => ids.insert(id.to_string()),
+                None => self.live.entry(key_id.to_string()).or_default().insert(id.to_string()),
+            };
+            self.live_total += 1;
+        }
+    }
+}
+
 pub struct Sessions {
     store: Arc<dyn Store>,
     /// Boxed: the map's table holds a key and a pointer per slot, and it doubles as it grows
@@ -260,17 +274,13 @@ impl Sessions {
         }
         let live = active && idle <= limits.idle_timeout;
         let ended_at = (!active).then(|| Instant::now().checked_sub(idle).unwrap_or_else(Instant::now));
-        if !index.contains_key(&s.org_id) {
-            index.insert(s.org_id.clone(), OrgSessions::default());
-        }
-        let org = index.get_mut(&s.org_id).expect("inserted above");
-        org.ids.insert(id.clone());
-        if live {
-            match org.live.get_mut(&s.key_id) {
-                Some(ids) => ids.insert(id.clone()),
-                None => org.live.entry(s.key_id.clone()).or_default().insert(id.clone()),
-            };
-            org.live_total += 1;
+        match index.get_mut(&s.org_id) {
+            Some(org) => org.add(&id, &s.key_id, live),
+            None => {
+                let mut org = OrgSessions::default();
+                org.add(&id, &s.key_id, live);
+                index.insert(s.org_id.clone(), org);
+            }
         }
         self.map.insert(id, Entry::new(s, live, ended_at));
         None

@@ -460,7 +460,11 @@ fn expired_sessions_leave_redis_in_batches() {
         "{base}{}mcp:\n  session_idle_timeout_secs: 2\n  session_retention_secs: 0\n  max_sessions_per_key: 1000\n",
         orgs_yaml(&a_yaml, &b_yaml)
     );
-    let srv = TestServer::start_opts(common::ServerOptions { full_config: Some(yaml), ..Default::default() });
+    let srv = TestServer::start_opts(common::ServerOptions {
+        full_config: Some(yaml),
+        env: vec![("TOOLGATE_SECRET_KEY".into(), "ab".repeat(32))],
+        ..Default::default()
+    });
     let (gw, gw_key) = gateway(&srv, &a);
     let n = 300;
     let ids: Vec<String> = (0..n).map(|_| initialize(&srv, &gw, &gw_key)).collect();
