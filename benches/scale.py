@@ -338,6 +338,30 @@ def metric(inst: Instance, name: str) -> float:
     return total
 
 
+def time_pages(inst: Instance, pages: list[int], requests: int) -> dict:
+    """p50 and p99 ms of `GET /v1/sessions?page=P&limit=100` (the organisation's sessions,
+    newest first), `requests` times per page, back to back on one keep-alive connection."""
+    host, port = inst.addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=600)
+    out = {}
+    for page in pages:
+        xs = []
+        ticks = cpu_ticks(inst.pid)
+        for _ in range(requests):
+            t = time.perf_counter()
+            c.request("GET", f"/v1/sessions?page={page}&limit=100", headers={"Authorization": f"Bearer {inst.admin}"})
+            r = c.getresponse()
+            body = json.loads(r.read())
+            xs.append(time.perf_counter() - t)
+            assert r.status == 200 and len(body["data"]["sessions"]) == 100, (r.status, str(body)[:300])
+        cpu_ms = (cpu_ticks(inst.pid) - ticks) * 1e3 / os.sysconf("SC_CLK_TCK") / requests
+        xs.sort()
+        out[page] = {"p50_ms": xs[len(xs) // 2] * 1e3, "p99_ms": xs[min(len(xs) - 1, int(len(xs) * 0.99))] * 1e3,
+                     "n": len(xs), "cpu_ms": cpu_ms}
+    c.close()
+    return out
+
+
 def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wait: float, probe_s: float) -> dict:
     """One size: create `n` idle sessions through `initialize` (wrk), RSS before and after, the
     restart until a call on an old session answers 200, then the idle sweep under a healthz probe."""
@@ -377,6 +401,11 @@ def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wai
         row["rss_restarted_kb"] = rss_kb(inst.pid)
         say(f"{n}: {row['stored']} stored; stopped in {row['stop_s']:.1f} s; restart listening in {row['listen_s']:.2f} s, "
             f"first session 200 in {row['ready_s']:.2f} s; RSS {row['rss_restarted_kb'] / 1024:.1f} MiB")
+        # A page of the sessions list: the first and one in the middle.
+        row["list"] = time_pages(inst, [1, max(1, n // 200)], 100 if n <= 100000 else 20)
+        row["list_load"] = load1()
+        say(f"{n}: GET /v1/sessions ?limit=100: " + "; ".join(
+            f"page {p}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms of {v['n']}, CPU {v['cpu_ms']:.1f} ms each" for p, v in row["list"].items()))
         # The sweep: idle time-out 1 s, no retention, by reload; a healthz probe in its own process.
         # A session the probe keeps in use (so live through the sweep): its ping takes the map.
         probe_sid = open_session(inst, gw)
@@ -430,18 +459,81 @@ def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wai
     return row
 
 
+def pages_main(args) -> None:
+    """`pages`: only `n` idle sessions and the timing of a page of `/v1/sessions` (the same
+    steps as `sessions`, without the restart and the sweep): to compare builds quickly."""
+    for n in args.sizes:
+        inst = Instance(sessions_config(86400, 300), args.keep).start()
+        try:
+            gw = inst.gateway(["time"])
+            open_session(inst, gw)
+            wrk_initialize(inst, gw, n - 1, args.connections)
+            time.sleep(2)
+            pages = time_pages(inst, [1, max(1, n // 200)], args.requests)
+            say(f"{n} ({inst.store_count('session')} stored): GET /v1/sessions ?limit=100: " + "; ".join(
+                f"page {p}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms of {v['n']}, CPU {v['cpu_ms']:.1f} ms each"
+                for p, v in pages.items()))
+        finally:
+            inst.close()
+
+
+def restart_main(args) -> None:
+    """`restart`: the start with `n` stored sessions only, the store written directly (copies of
+    one session made through the endpoint, each with an id of its own), so that builds can be
+    compared on the same store in minutes: the time from the start until a `ping` on the first
+    session answers 200, and RSS then."""
+    for n in args.sizes:
+        inst = Instance(sessions_config(86400, 300), args.keep).start()
+        try:
+            gw = inst.gateway(["time"])
+            sid0 = open_session(inst, gw)
+            time.sleep(1)
+            inst.stop()
+            db = sqlite3.connect(inst.dir / "data" / "toolgate.sqlite3")
+            cur = db.execute("SELECT * FROM records WHERE kind = 'session' AND id = ?", (sid0,))
+            cols = [d[0] for d in cur.description]
+            row = cur.fetchone()
+            i_id, i_body = cols.index("id"), cols.index("body")
+
+            def copies():
+                for i in range(1, n):
+                    new_id = f"{sid0[:-8]}{i:08x}"
+                    r = list(row)
+                    r[i_id], r[i_body] = new_id, row[i_body].replace(sid0, new_id)
+                    yield r
+
+            db.executemany(f"INSERT INTO records ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", copies())
+            db.commit()
+            db.close()
+            for attempt in range(args.rounds):
+                t0 = inst.spawn()
+                inst.wait_listening()
+                listen = time.monotonic() - t0
+                while ping(inst.addr, gw, sid0) != 200:
+                    time.sleep(0.01)
+                ready = time.monotonic() - t0
+                load = load1()
+                time.sleep(1)
+                say(f"{n} ({inst.store_count('session')} stored) start {attempt + 1}: listening in {listen:.2f} s, "
+                    f"first session 200 in {ready:.2f} s (load {load:.2f}); RSS {rss_kb(inst.pid) / 1024:.0f} MiB")
+                inst.stop()
+        finally:
+            inst.close()
+
+
 def sessions_main(args) -> None:
     rows = [bench_sessions(n, args.connections, args.keep, args.sweep_wait, args.delete_wait, args.probe) for n in args.sizes]
     print("\n| sessions | created/s | RSS idle / 1k / N MiB | bytes per session | restart: listening / ready s "
           "| RSS after restart MiB | sweep: gone from memory s | max ms healthz / session ping (before) | store deleted s "
-          "| RSS after sweep MiB |")
-    print("|---:|---:|---|---:|---|---:|---:|---|---:|---:|")
+          "| RSS after sweep MiB | list page 1 / middle p99 ms |")
+    print("|---:|---:|---|---:|---|---:|---:|---|---:|---:|---|")
     for r in rows:
         print(f"| {r['created']:,} | {r['created'] / r['create_s']:,.0f} | {r['rss_idle_kb'] / 1024:.0f} / "
               f"{r['rss_1k_kb'] / 1024:.0f} / {r['rss_n_kb'] / 1024:.0f} | {r['per_session_b']:.0f} | "
               f"{r['listen_s']:.2f} / {r['ready_s']:.2f} | {r['rss_restarted_kb'] / 1024:.0f} | {r['removed_s']:.2f} | "
               f"{r['probe']['healthz']['max_ms']:.1f} / {r['probe']['session']['max_ms']:.1f} "
-              f"({r['probe_base']['healthz']['max_ms']:.1f} / {r['probe_base']['session']['max_ms']:.1f}) | {'%.1f' % r['deleted_s'] if r['deleted_s'] else 'unfinished'} ({r['deletes_per_s']:.0f}/s) | {r['rss_swept_kb'] / 1024:.0f} |")
+              f"({r['probe_base']['healthz']['max_ms']:.1f} / {r['probe_base']['session']['max_ms']:.1f}) | {'%.1f' % r['deleted_s'] if r['deleted_s'] else 'unfinished'} ({r['deletes_per_s']:.0f}/s) | {r['rss_swept_kb'] / 1024:.0f} | "
+              + " / ".join(f"{v['p99_ms']:.1f}" for v in r["list"].values()) + " |")
     print(json.dumps(rows))
 
 
@@ -1145,6 +1237,15 @@ def main() -> None:
     s.add_argument("--probe", type=float, default=10.0,
                    help="seconds the healthz probe runs from 0.5 s before the reload that starts the sweep (10)")
     s.add_argument("--keep", action="store_true", help="keep the work directory")
+    pg = sub.add_parser("pages", help="idle MCP sessions and a page of /v1/sessions only")
+    pg.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=[100000])
+    pg.add_argument("--connections", type=int, default=8, help="wrk connections creating sessions (8)")
+    pg.add_argument("--requests", type=int, default=100, help="requests timed per page (100)")
+    pg.add_argument("--keep", action="store_true", help="keep the work directory")
+    rs = sub.add_parser("restart", help="a start with idle MCP sessions written straight into the store")
+    rs.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=[1000000])
+    rs.add_argument("--rounds", type=int, default=2, help="starts timed per size (2)")
+    rs.add_argument("--keep", action="store_true", help="keep the work directory")
     w = sub.add_parser("wide", help="a gateway of many apps: tools/list, CPU per call, a dead app")
     w.add_argument("--apps", type=lambda v: [int(x) for x in v.split(",")], default=[10, 25, 50],
                    help="apps per gateway, one size or a comma list (10,25,50; above 50 needs limits.gateway_max_servers, set here to 1000)")
@@ -1174,6 +1275,10 @@ def main() -> None:
     args = p.parse_args()
     if args.cmd == "sessions":
         sessions_main(args)
+    elif args.cmd == "pages":
+        pages_main(args)
+    elif args.cmd == "restart":
+        restart_main(args)
     elif args.cmd == "wide":
         wide_main(args)
     elif args.cmd == "streams":

@@ -39,15 +39,20 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     };
     let gateway = call.query("gateway_id");
     let client = call.query("client_type");
-    // The organisation's own index: no other organisation's session is read or copied.
-    let mut sessions: Vec<McpSession> = call.server.mcp.sessions.of_org(&who.org_id, |s| {
-        gateway.is_none_or(|g| s.gateway_id == g)
-            && client.is_none_or(|c| client_matches(&s.client_type, c))
-            && active.is_none_or(|a| (call.server.mcp.sessions.status_of(s) == "active") == a)
-    });
-    sessions.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.id.cmp(&b.id)));
-    let total = sessions.len();
-    let items: Vec<Value> = super::page_of(sessions, page, limit).iter().map(|s| view(call, s)).collect();
+    // The organisation's own index: no other organisation's session is read or copied, and of
+    // its own only the page's.
+    let skip = (page as usize - 1).saturating_mul(limit as usize);
+    let (sessions, total) = call.server.mcp.sessions.page_of_org(
+        &who.org_id,
+        |s| {
+            gateway.is_none_or(|g| s.gateway_id == g)
+                && client.is_none_or(|c| client_matches(&s.client_type, c))
+                && active.is_none_or(|a| (call.server.mcp.sessions.status_of(s) == "active") == a)
+        },
+        skip,
+        limit as usize,
+    );
+    let items: Vec<Value> = sessions.iter().map(|s| view(call, s)).collect();
     Ok(Reply::ok(json!({ "sessions": items, "pagination": super::pagination_json(page, limit, total) })))
 }
 

@@ -12,12 +12,15 @@
 //! * an ended or expired session stays readable (`/sessions` shows `ended` or `expired`) for
 //!   `mcp.session_retention_secs`, then [`Sessions::sweep`] removes it from memory and the store
 //!   (the store deletions run outside the flusher, see [`Sessions::delete_removed`]);
-//! * each organisation has an index of its sessions, so `/sessions` copies that organisation's
-//!   only, and the caps are checked under one lock per organisation;
+//! * each organisation has an index of its sessions, so `/sessions` reads that organisation's
+//!   only (and copies only the page's, [`Sessions::page_of_org`]), and the caps are checked under
+//!   one lock per organisation;
+//! * the map is in parts ([`PartedMap`]): the sweep holds a lock for a few hundred sessions at a
+//!   time and yields between parts, so calls go on while a million sessions are swept;
 //! * ending a session (DELETE, a revoked key, a deleted gateway, expiry) closes its GET streams
 //!   through [`Sessions::closed`].
 
-use crate::base::fast_map::{FastMap, FastSet};
+use crate::base::fast_map::{FastMap, FastSet, PartedMap};
 use crate::data::changes::{Change, Feed};
 use crate::data::model::{ClientCapabilities, McpSession};
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
@@ -117,12 +120,28 @@ struct OrgSessions {
     live_total: usize,
 }
 
+impl OrgSessions {
+    /// Indexes a session loaded from the store.
+    fn add(&mut self, id: &str, key_id: &str, live: bool) {
+        self.ids.insert(id.to_string());
+        if live {
+            match self.live.get_mut(key_id) {
+                Some(ids) => ids.insert(id.to_string()),
+                None => self.live.entry(key_id.to_string()).or_default().insert(id.to_string()),
+            };
+            self.live_total += 1;
+        }
+    }
+}
+
 pub struct Sessions {
     store: Arc<dyn Store>,
     /// Boxed: the map's table holds a key and a pointer per slot, and it doubles as it grows
     /// (so up to half of it is empty); with the entry itself in the slots (some 300 bytes) an
     /// idle session cost from 600 bytes to 1.2 KB by where the table was in its growth.
-    map: FastMap<String, Box<Entry>>,
+    /// In parts, so that [`Sessions::sweep`] holds a lock for a few hundred sessions at a time
+    /// and yields between parts.
+    map: PartedMap<String, Box<Entry>>,
     /// Organisation id -> its sessions. Lock order: a guard of `map` is never held while one of
     /// `orgs` is taken, nor the other way round.
     orgs: FastMap<String, OrgSessions>,
@@ -161,7 +180,7 @@ impl Sessions {
     pub async fn load(store: Arc<dyn Store>, limits: SessionLimits, changes: Feed) -> Result<Sessions, StoreError> {
         let sessions = Sessions {
             store: store.clone(),
-            map: FastMap::default(),
+            map: PartedMap::default(),
             orgs: FastMap::default(),
             dirty: FastSet::default(),
             idle_timeout_ms: AtomicU64::new(millis(limits.idle_timeout)),
@@ -173,39 +192,98 @@ impl Sessions {
             changes,
             adopts: AtomicBool::new(false),
         };
-        let now = Utc::now();
-        let mut stale = Vec::new();
-        for (id, body) in store.load_all(Kind::Session).await? {
-            let s = match serde_json::from_str::<McpSession>(&body) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "skipping corrupt session record");
-                    continue;
-                }
-            };
-            let idle = idle_for(&s, now);
-            let active = s.status == "active";
-            let keep = if active { idle <= limits.idle_timeout + limits.retention } else { idle <= limits.retention };
-            if !keep {
-                stale.push(id);
-                continue;
-            }
-            let live = active && idle <= limits.idle_timeout;
-            let ended_at = (!active).then(|| Instant::now().checked_sub(idle).unwrap_or_else(Instant::now));
-            let mut org = sessions.orgs.entry(s.org_id.clone()).or_default();
-            org.ids.insert(id.clone());
-            if live {
-                org.live.entry(s.key_id.clone()).or_default().insert(id.clone());
-                org.live_total += 1;
-            }
-            drop(org);
-            sessions.map.insert(id, Entry::new(s, live, ended_at));
-        }
+        let records = store.load_all(Kind::Session).await?;
+        let stale = sessions.take_in_all(records, limits);
         if !stale.is_empty() {
             tracing::info!(sessions = stale.len(), "dropping stored MCP sessions past their retention");
             sessions.lock_removed().extend(stale);
         }
         Ok(sessions)
+    }
+
+    /// Parses and keeps the stored sessions, on as many threads as there are cores (a million
+    /// records take seconds on one), each inserting into the map (in parts, so the threads
+    /// rarely meet) and into an index of its own, merged into the organisations' index at the
+    /// end (one organisation's lock taken per record by every thread would serialise them).
+    /// Returns the ids of those past their retention.
+    fn take_in_all(&self, mut records: Vec<(String, String)>, limits: SessionLimits) -> Vec<String> {
+        let now = Utc::now();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(records.len() / 10_000 + 1);
+        let per_thread = records.len().div_ceil(threads).max(1);
+        let mut chunks = Vec::with_capacity(threads);
+        while records.len() > per_thread {
+            chunks.push(records.split_off(records.len() - per_thread));
+        }
+        chunks.push(records);
+        let done: Vec<(Vec<String>, HashMap<String, OrgSessions>)> = std::thread::scope(|scope| {
+            let running: Vec<_> =
+                chunks.into_iter().map(|chunk| scope.spawn(move || self.take_in_chunk(chunk, now, limits))).collect();
+            running.into_iter().map(|t| t.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+        });
+        let mut stale = Vec::new();
+        for (mut gone, index) in done {
+            stale.append(&mut gone);
+            for (org_id, part) in index {
+                let mut org = self.orgs.entry(org_id).or_default();
+                if org.ids.is_empty() && org.live.is_empty() {
+                    *org = part;
+                    continue;
+                }
+                org.ids.extend(part.ids);
+                for (key, ids) in part.live {
+                    org.live.entry(key).or_default().extend(ids);
+                }
+                org.live_total += part.live_total;
+            }
+        }
+        stale
+    }
+
+    fn take_in_chunk(
+        &self,
+        chunk: Vec<(String, String)>,
+        now: chrono::DateTime<Utc>,
+        limits: SessionLimits,
+    ) -> (Vec<String>, HashMap<String, OrgSessions>) {
+        let mut stale = Vec::new();
+        let mut index = HashMap::new();
+        for (id, body) in chunk {
+            match serde_json::from_str::<McpSession>(&body) {
+                Ok(s) => stale.extend(self.take_in(&mut index, id, s, now, limits)),
+                Err(e) => tracing::warn!(error = %e, "skipping corrupt session record"),
+            }
+        }
+        (stale, index)
+    }
+
+    /// Keeps one stored session (live when active and not idle past the timeout) in the map and
+    /// in `index`; its id back, and nothing kept, when it is past its retention.
+    fn take_in(
+        &self,
+        index: &mut HashMap<String, OrgSessions>,
+        id: String,
+        s: McpSession,
+        now: chrono::DateTime<Utc>,
+        limits: SessionLimits,
+    ) -> Option<String> {
+        let idle = idle_for(&s, now);
+        let active = s.status == "active";
+        let keep = if active { idle <= limits.idle_timeout + limits.retention } else { idle <= limits.retention };
+        if !keep {
+            return Some(id);
+        }
+        let live = active && idle <= limits.idle_timeout;
+        let ended_at = (!active).then(|| Instant::now().checked_sub(idle).unwrap_or_else(Instant::now));
+        match index.get_mut(&s.org_id) {
+            Some(org) => org.add(&id, &s.key_id, live),
+            None => {
+                let mut org = OrgSessions::default();
+                org.add(&id, &s.key_id, live);
+                index.insert(s.org_id.clone(), org);
+            }
+        }
+        self.map.insert(id, Entry::new(s, live, ended_at));
+        None
     }
 
     fn lock_removed(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
@@ -427,7 +505,22 @@ impl Sessions {
     /// Finds sessions idle past the timeout (they stop counting toward the caps and their
     /// streams close) and removes from memory those past their retention; their store records
     /// go to [`Sessions::delete_removed`]. Returns how many were removed.
-    pub fn sweep(&self) -> usize {
+    ///
+    /// The map is walked one part at a time ([`PartedMap`]: a lock is held for a few hundred
+    /// sessions of a million), yielding to the other tasks between parts, so calls go on while
+    /// a large map is swept. Each session is judged when its part is reached, by the time-outs
+    /// in force then.
+    pub async fn sweep(&self) -> usize {
+        let mut n = 0;
+        for part in 0..self.map.parts().len() {
+            n += self.sweep_part(part);
+            tokio::task::yield_now().await;
+        }
+        n
+    }
+
+    /// [`Sessions::sweep`] of one part of the map.
+    fn sweep_part(&self, part: usize) -> usize {
         let now = Utc::now();
         let limits = self.limits();
         let removable = |e: &Entry| match e.ended_at {
@@ -435,9 +528,10 @@ impl Sessions {
             Some(t) => t.elapsed() >= limits.retention,
             None => true,
         };
+        let map = &self.map.parts()[part];
         let mut expired = Vec::new();
         let mut remove = Vec::new();
-        for mut e in self.map.iter_mut() {
+        for mut e in map.iter_mut() {
             if e.live && self.expired(&e.session, now) {
                 e.live = false;
                 observe_lifetime(&e.session, e.session.last_activity);
@@ -453,7 +547,7 @@ impl Sessions {
         }
         let mut removed = Vec::with_capacity(remove.len());
         for id in remove {
-            let Some((id, e)) = self.map.remove_if(&id, |_, e| removable(e)) else { continue };
+            let Some((id, e)) = map.remove_if(&id, |_, e| removable(e)) else { continue };
             self.dirty.remove(&id);
             if e.live {
                 self.unlive(&e.session.org_id, &e.session.key_id, &id);
@@ -602,6 +696,50 @@ impl Sessions {
         ids.iter().filter_map(|id| self.map.get(id).filter(|e| keep(&e.session)).map(|e| e.session.clone())).collect()
     }
 
+    /// One page of the sessions of an organisation that `keep` selects, newest first (then by
+    /// id), and how many it selects in all. Only the start time and id of each selected session
+    /// are gathered; the page's are chosen by two selections (the first `skip + limit`, then
+    /// from them the last `limit`) and only they are sorted and copied: a page of an
+    /// organisation of a hundred thousand sessions does not copy or sort them all.
+    pub fn page_of_org(
+        &self,
+        org_id: &str,
+        keep: impl Fn(&McpSession) -> bool,
+        skip: usize,
+        limit: usize,
+    ) -> (Vec<McpSession>, usize) {
+        let ids: Vec<String> = match self.orgs.get(org_id) {
+            Some(org) => org.ids.iter().cloned().collect(),
+            None => return (Vec::new(), 0),
+        };
+        let mut found: Vec<(chrono::DateTime<Utc>, String)> = ids
+            .into_iter()
+            .filter_map(|id| {
+                let started = self.map.get(&id).filter(|e| keep(&e.session)).map(|e| e.session.started_at)?;
+                Some((started, id))
+            })
+            .collect();
+        let total = found.len();
+        let end = skip.saturating_add(limit).min(total);
+        if skip >= end {
+            return (Vec::new(), total);
+        }
+        let newest_first = |a: &(chrono::DateTime<Utc>, String), b: &(chrono::DateTime<Utc>, String)| {
+            b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1))
+        };
+        if end < total {
+            found.select_nth_unstable_by(end, newest_first);
+            found.truncate(end);
+        }
+        if skip > 0 {
+            found.select_nth_unstable_by(skip, newest_first);
+        }
+        let page = &mut found[skip..];
+        page.sort_unstable_by(newest_first);
+        let page = page.iter().filter_map(|(_, id)| self.get(id)).collect();
+        (page, total)
+    }
+
     /// Live sessions of a key, as counted for `mcp.max_sessions_per_key`.
     pub fn live_of_key(&self, org_id: &str, key_id: &str) -> usize {
         self.orgs.get(org_id).and_then(|o| o.live.get(key_id).map(HashSet::len)).unwrap_or(0)
@@ -719,7 +857,7 @@ mod tests {
         assert_eq!(s.live_of_key("org_a", "k1"), 0);
         s.flush().await;
         // Retention 0: the ended ones go, from memory and then from the store.
-        assert_eq!(s.sweep(), 2);
+        assert_eq!(s.sweep().await, 2);
         assert!(s.get("x").is_none() && s.get("z").is_none());
         assert!(closed.has_changed().is_err(), "the signal is dropped with the session");
         assert!(s.claim_deletion());
@@ -728,5 +866,193 @@ mod tests {
         let again = sessions(&dir, limits(10, 10)).await;
         let ids: Vec<String> = again.of_org("org_a", |_| true).into_iter().map(|x| x.id).collect();
         assert_eq!(ids, ["y"]);
+    }
+
+    /// A session of `org` last used `idle_secs` ago, ended when `ended`.
+    fn aged(id: &str, org: &str, idle_secs: i64, ended: bool) -> McpSession {
+        let mut s = session(id, org, "k1");
+        s.last_activity = Utc::now() - chrono::Duration::seconds(idle_secs);
+        if ended {
+            s.status = "ended".into();
+        }
+        s
+    }
+
+    /// What [`aged`] makes of session `i` in the sweep tests: 0 fresh, 1 idle past the timeout
+    /// but within the retention, 2 past both, 3 ended within the retention.
+    fn kind_of(i: usize) -> usize {
+        i % 4
+    }
+
+    fn sweep_case(n: usize) -> Vec<McpSession> {
+        (0..n)
+            .map(|i| {
+                let (idle, ended) = [(0, false), (75, false), (100, false), (10, true)][kind_of(i)];
+                aged(&format!("s{i}"), &format!("org_{}", i % 3), idle, ended)
+            })
+            .collect()
+    }
+
+    /// Loads `all` as if read from the store at a start, with bounds that keep them all.
+    async fn loaded(dir: &tempfile::TempDir, all: &[McpSession]) -> Sessions {
+        let keep_all = SessionLimits {
+            idle_timeout: Duration::from_secs(60),
+            retention: Duration::from_secs(1000),
+            per_key: 1 << 30,
+            per_org: 1 << 30,
+        };
+        let s = sessions(dir, keep_all).await;
+        let records = all.iter().map(|x| (x.id.clone(), serde_json::to_string(x).unwrap())).collect();
+        assert!(s.take_in_all(records, keep_all).is_empty());
+        s.set_limits(SessionLimits { retention: Duration::from_secs(30), ..keep_all });
+        s
+    }
+
+    #[tokio::test]
+    async fn sweeping_part_by_part_removes_all_and_only_what_is_due_while_calls_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 20_000;
+        let s = loaded(&dir, &sweep_case(n)).await;
+        assert_eq!(s.map.len(), n);
+        // Half the parts, then calls and a new session, then the rest (what the yields between
+        // parts allow).
+        let parts = s.map.parts().len();
+        let mut removed: usize = (0..parts / 2).map(|p| s.sweep_part(p)).sum();
+        let fresh = (0..n).filter(|i| kind_of(*i) == 0).map(|i| format!("s{i}")).collect::<Vec<_>>();
+        for id in &fresh {
+            assert_eq!(s.touch(id, "gw_1", "k1"), Ok(()), "{id} answers in the middle of the sweep");
+        }
+        s.create(session("new", "org_0", "k1")).await.unwrap();
+        removed += (parts / 2..parts).map(|p| s.sweep_part(p)).sum::<usize>();
+        let due: HashSet<String> = (0..n).filter(|i| kind_of(*i) == 2).map(|i| format!("s{i}")).collect();
+        assert_eq!(removed, due.len());
+        let queued: HashSet<String> = s.lock_removed().iter().cloned().collect();
+        assert_eq!(queued, due, "exactly those past the idle time-out and the retention go to the store deletion");
+        for i in 0..n {
+            let id = format!("s{i}");
+            let kept = s.get(&id);
+            assert_eq!(kept.is_none(), kind_of(i) == 2, "{id}");
+            if let Some(kept) = kept {
+                let status = ["active", "expired", "", "ended"][kind_of(i)];
+                assert_eq!(s.status_of(&kept), status, "{id}");
+            }
+        }
+        assert!(s.get("new").is_some());
+        // Only the fresh ones and the new one count toward the caps; the index lists what is kept.
+        assert_eq!(s.live_count(), fresh.len() + 1);
+        let listed: usize = (0..3).map(|o| s.of_org(&format!("org_{o}"), |_| true).len()).sum();
+        assert_eq!(listed, n - due.len() + 1);
+        assert_eq!(s.sweep().await, 0, "nothing more is due");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_are_answered_while_a_large_map_is_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 200_000;
+        let s = Arc::new(loaded(&dir, &sweep_case(n)).await);
+        let done = Arc::new(AtomicBool::new(false));
+        let caller = {
+            let (s, done) = (s.clone(), done.clone());
+            std::thread::spawn(move || {
+                let (mut calls, mut slowest) = (0u64, Duration::ZERO);
+                while !done.load(Ordering::Relaxed) {
+                    let at = Instant::now();
+                    assert_eq!(s.touch(&format!("s{}", (calls as usize * 4) % n), "gw_1", "k1"), Ok(()));
+                    slowest = slowest.max(at.elapsed());
+                    calls += 1;
+                }
+                (calls, slowest)
+            })
+        };
+        let removed = s.sweep().await;
+        done.store(true, Ordering::Relaxed);
+        let (calls, slowest) = caller.join().unwrap();
+        assert_eq!(removed, n / 4);
+        assert!(calls > 0, "calls were answered during the sweep");
+        // The time a part takes is the bound on a lock hold (a part's two shards are walked one
+        // after the other); printed, not asserted: a loaded machine preempts at any point.
+        let again = loaded(&dir, &sweep_case(n)).await;
+        let parts: Vec<Duration> = (0..again.map.parts().len())
+            .map(|p| {
+                let at = Instant::now();
+                again.sweep_part(p);
+                at.elapsed()
+            })
+            .collect();
+        let total: Duration = parts.iter().sum();
+        eprintln!(
+            "{calls} calls during the sweep of {n} sessions, the slowest {slowest:?}; parts swept alone: {total:?} in all, \
+             the longest {:?}",
+            parts.iter().max().unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_start_loads_every_stored_session_on_several_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = SessionLimits {
+            idle_timeout: Duration::from_secs(60),
+            retention: Duration::from_secs(30),
+            per_key: 1 << 30,
+            per_org: 1 << 30,
+        };
+        let n = 30_000;
+        {
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            let mut items: Vec<crate::data::store::Stored> = (0..n)
+                .map(|i| {
+                    // 0 fresh, 1 expired and kept, 2 past the retention, 3 ended and kept.
+                    let (idle, ended) = [(0, false), (75, false), (100, false), (10, true)][kind_of(i)];
+                    let x = aged(&format!("s{i}"), &format!("org_{}", i % 3), idle, ended);
+                    crate::data::store::Stored {
+                        partition: x.org_id.clone(),
+                        id: x.id.clone(),
+                        json: serde_json::to_string(&x).unwrap(),
+                    }
+                })
+                .collect();
+            items.push(crate::data::store::Stored { partition: "org_0".into(), id: "bad".into(), json: "{".into() });
+            store.put_many(Kind::Session, items).await.unwrap();
+        }
+        let s = sessions(&dir, limits).await;
+        for i in 0..n {
+            let id = format!("s{i}");
+            assert_eq!(s.get(&id).is_some(), kind_of(i) != 2, "{id}");
+            let answer = s.touch(&id, "gw_1", "k1");
+            let expected = [Ok(()), Err(SessionError::Expired), Err(SessionError::Unknown), Err(SessionError::Ended)];
+            assert_eq!(answer, expected[kind_of(i)], "{id}");
+        }
+        assert!(s.get("bad").is_none(), "a corrupt record is skipped");
+        assert_eq!(s.live_count(), n / 4);
+        assert_eq!(s.lock_removed().len(), n / 4, "those past their retention are queued for deletion");
+        assert_eq!(s.live_of_key("org_0", "k1") + s.live_of_key("org_1", "k1") + s.live_of_key("org_2", "k1"), n / 4);
+    }
+
+    #[tokio::test]
+    async fn a_page_of_an_organisation_is_the_same_slice_of_its_sorted_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = Utc::now();
+        // Start times with ties (ordered by id then), some of another organisation or filtered out.
+        let all: Vec<McpSession> = (0..1000)
+            .map(|i| {
+                let mut x =
+                    session(&format!("s{:04}", (i * 7919) % 1000), if i % 10 == 0 { "org_b" } else { "org_a" }, "k1");
+                x.started_at = base - chrono::Duration::seconds((i * 31 % 97) as i64);
+                x.gateway_id = if i % 3 == 0 { "gw_2".into() } else { "gw_1".into() };
+                x
+            })
+            .collect();
+        let s = loaded(&dir, &all).await;
+        let keep = |x: &McpSession| x.gateway_id == "gw_1";
+        let mut sorted = s.of_org("org_a", keep);
+        sorted.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.id.cmp(&b.id)));
+        assert!(sorted.len() > 500 && sorted.len() < 900);
+        for (skip, limit) in [(0, 1), (0, 100), (100, 100), (550, 100), (590, 100), (0, 2000), (5000, 10)] {
+            let (page, total) = s.page_of_org("org_a", keep, skip, limit);
+            assert_eq!(total, sorted.len());
+            let want: Vec<&str> = sorted.iter().skip(skip).take(limit).map(|x| x.id.as_str()).collect();
+            assert_eq!(page.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), want, "skip {skip} limit {limit}");
+        }
+        assert_eq!(s.page_of_org("org_c", keep, 0, 10).1, 0);
     }
 }

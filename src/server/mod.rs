@@ -258,7 +258,7 @@ impl pingora::services::background::BackgroundService for Flusher {
             // task of their own (one durable write each), so flushes never wait for them.
             // The period follows the time-outs in force (a reload may change them).
             if last_session_sweep.elapsed() >= self.server.mcp.sessions.limits().sweep_period() {
-                self.server.mcp.sessions.sweep();
+                self.server.mcp.sessions.sweep().await;
                 // Call streams ended longer ago than a client may take to resume them.
                 self.server.mcp.call_streams.sweep();
                 if self.server.mcp.sessions.claim_deletion() {

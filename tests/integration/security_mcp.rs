@@ -438,6 +438,71 @@ fn an_expired_session_leaves_the_list_and_the_store_and_is_not_loaded_again() {
     assert!(listed(&s.srv, &s.a).contains(&kept), "the live session survives the restart");
 }
 
+/// Commands Redis has served so far, of every kind (`INFO commandstats`).
+fn redis_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .filter_map(|l| {
+            l.split_once(":calls=").map(|(_, rest)| rest.split(',').next().unwrap().parse::<u64>().unwrap())
+        })
+        .sum()
+}
+
+#[test]
+fn expired_sessions_leave_redis_in_batches() {
+    let redis = common::spawn_redis();
+    let prefix = format!("tgsw{}", common::random_alnum(6).to_lowercase());
+    let (a, a_yaml) = common::declared_key("key_a", "usr_a", &["*"]);
+    let (_, b_yaml) = common::declared_key("key_b", "usr_b", &["*"]);
+    let storage = format!("storage:\n  backend: redis\n  url: {}\n  key_prefix: {prefix}\n", common::redis_url(&redis));
+    let base = common::BASE_CONFIG.replace("storage:\n  backend: embedded\n  path: {data_dir}\n", &storage);
+    assert!(base.contains("backend: redis"), "test setup: the base configuration changed shape");
+    let yaml = format!(
+        "{base}{}mcp:\n  session_idle_timeout_secs: 3600\n  session_retention_secs: 0\n  max_sessions_per_key: 1000\n",
+        orgs_yaml(&a_yaml, &b_yaml)
+    );
+    let srv = TestServer::start_opts(common::ServerOptions {
+        full_config: Some(yaml),
+        env: vec![("TOOLGATE_SECRET_KEY".into(), "ab".repeat(32))],
+        ..Default::default()
+    });
+    let (gw, gw_key) = gateway(&srv, &a);
+    let n = 300;
+    let ids: Vec<String> = (0..n).map(|_| initialize(&srv, &gw, &gw_key)).collect();
+    let mut conn = redis::Client::open(common::redis_url(&redis)).unwrap().get_connection().unwrap();
+    let mut session_keys =
+        || -> Vec<String> { redis::cmd("KEYS").arg(format!("{prefix}:*session*")).query(&mut conn).unwrap() };
+    let stored = session_keys();
+    for id in &ids {
+        assert!(stored.iter().any(|k| k.ends_with(id.as_str())), "{id} is in Redis: {stored:?}");
+    }
+    let mut conn = redis::Client::open(common::redis_url(&redis)).unwrap().get_connection().unwrap();
+    let before = redis_calls(&mut conn);
+    // A reload shortens the idle time-out to 1 s: out of memory, then every record, locator and
+    // index entry leaves Redis.
+    let config = std::fs::read_to_string(srv.config_path()).unwrap();
+    std::fs::write(
+        srv.config_path(),
+        config.replace("session_idle_timeout_secs: 3600", "session_idle_timeout_secs: 1"),
+    )
+    .unwrap();
+    ok(&srv.api("POST", "/v1/admin/reload", Some(srv.admin_key()), None), 200);
+    common::wait_until("the expired sessions leave Redis", Duration::from_secs(30), || {
+        let left = session_keys();
+        left.iter().all(|k| !ids.iter().any(|id| k.ends_with(id.as_str())))
+            && redis::cmd("SCARD").arg(format!("{prefix}:k:session")).query::<u64>(&mut conn).unwrap() == 0
+    });
+    let left = session_keys();
+    assert!(left.iter().all(|k| !k.contains(":r:session:") && !k.contains(":loc:session:")), "{left:?}");
+    // In batches: one by one took several commands per session (read its locator, delete its
+    // record, its locator and its index entries). The count includes this test's own reads and
+    // the flushes' writes meanwhile.
+    let sent = redis_calls(&mut conn) - before;
+    eprintln!("{sent} Redis commands while {n} sessions were removed");
+    assert!(sent < n as u64, "{sent} Redis commands while {n} sessions were removed");
+    assert!(!listed(&srv, &a).iter().any(|id| ids.contains(id)), "gone from the list too");
+}
+
 #[test]
 fn live_sessions_are_capped_per_key_and_per_organisation() {
     let s = start("mcp:\n  max_sessions_per_key: 2\n  max_sessions_per_organization: 3\n");
