@@ -1143,7 +1143,8 @@ def bench_records(scale_: float, args) -> dict:
         # Pages, in the seeded organisation (10 gateways, 100 keys of 100,000) and its sessions and logs.
         gw_big, sid_big, _ = call_traffic(big, known["key"], args.sessions)
         time.sleep(1.5)  # the request log's flush
-        pages = {"gateways": "/v1/gateways?limit=20", "sessions": "/v1/sessions?limit=20", "logs": "/v1/logs?limit=50"}
+        pages = {"gateways": "/v1/gateways?limit=20", "keys": "/v1/api-keys?limit=20", "sessions": "/v1/sessions?limit=20",
+                 "logs": "/v1/logs?limit=50"}
         row["pages"] = {}
         for name, path in pages.items():
             row["pages"][name] = page_p99(big.addr, known["key"], path, args.requests)
@@ -1201,7 +1202,7 @@ def bench_records(scale_: float, args) -> dict:
 def records_main(args) -> None:
     rows = [bench_records(s, args) for s in args.sizes]
     print("\n| organisations / keys / gateways / connections | start, embedded: listening / ready s (load) "
-          "| start, Redis: listening / ready s (load) | RSS MiB (small store) | p99 ms gateways / sessions / logs (load) "
+          "| start, Redis: listening / ready s (load) | RSS MiB (small store) | p99 ms gateways / keys / sessions / logs (load) "
           "| CPU us per call, big / small store (load) |")
     print("|---|---|---|---:|---|---|")
     for r in rows:
@@ -1210,7 +1211,7 @@ def records_main(args) -> None:
         print(f"| {r['orgs']:,} / {r['keys']:,} / {r['gateways']:,} / {r['connections']:,} "
               f"| {r['start_listening_s']:.2f} / {r['start_ready_s']:.2f} ({r['start_load']:.1f}) | {redis} "
               f"| {r['rss_big_kb'] / 1024:.0f} ({r['rss_small_kb'] / 1024:.0f}) "
-              f"| {p['gateways']['p99_ms']:.2f} / {p['sessions']['p99_ms']:.2f} / {p['logs']['p99_ms']:.2f} ({r['pages_load']:.1f}) "
+              f"| {p['gateways']['p99_ms']:.2f} / {p['keys']['p99_ms']:.2f} / {p['sessions']['p99_ms']:.2f} / {p['logs']['p99_ms']:.2f} ({r['pages_load']:.1f}) "
               f"| {r['big_cpu_us']:.1f} / {r['small_cpu_us']:.1f} ({r['calls_load']:.1f}) |")
     print(json.dumps(rows))
 

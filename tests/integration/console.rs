@@ -63,6 +63,7 @@ fn fx() -> &'static Fx {
         // BASE_CONFIG ends inside `apps:`: OAUTH_APP joins the built-in time app.
         let srv = TestServer::start(&format!(
             "{OAUTH_APP}rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
+             \x20 identity: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
              organizations:\n{orgs}users:\n{users}api_keys:\n{yk}"
         ));
         reap_on_exit(&srv);
@@ -581,6 +582,7 @@ fn render_time_of_fifty_row_pages_is_printed() {
     let (k, y) = declared_key("key_rt", "usr_rt", &["*"]);
     let srv = TestServer::start(&format!(
         "rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
+             \x20 identity: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
          organizations:\n  - {{ id: org_rt, name: rt, tier: enterprise }}\n\
          users:\n  - {{ id: usr_rt, email: usr_rt@rt.test, name: rt, role: owner, organization: org_rt }}\napi_keys:\n{y}"
     ));
@@ -598,7 +600,7 @@ fn render_time_of_fifty_row_pages_is_printed() {
     const ROUNDS: usize = 30;
     for (page, rows) in [
         ("/auth/console/gateways", "<tr><td><a href=\"/auth/console/gateways/"),
-        ("/auth/console/logs", "<tr><td><a href=\"/auth/console/logs?"),
+        ("/auth/console/logs", "<tr><td><a href=\"/auth/console/logs/"),
     ] {
         for _ in 0..ROUNDS {
             let r = b.send("GET", page, None);
