@@ -51,12 +51,15 @@ ldconfig_list() {
     return 0
 }
 
+# libclang itself (`libclang.so*`, `libclang-17.so*`), not `libclang-cpp.so*`: LLVM's C++
+# library, which other packages (Mesa, Chromium's) bring without it, and which bindgen cannot use.
 have_libclang() {
-    if [ -n "${LIBCLANG_PATH:-}" ] && compgen -G "${LIBCLANG_PATH%/}/libclang*.so*" >/dev/null; then
-        return 0
-    fi
-    ldconfig_list | grep -q 'libclang\(-[0-9.]*\)\?\.so' && return 0
-    compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null
+    local dir
+    for dir in ${LIBCLANG_PATH:+"${LIBCLANG_PATH%/}"} /usr/lib/llvm-*/lib; do
+        compgen -G "$dir/libclang.so*" >/dev/null && return 0
+        compgen -G "$dir/libclang-[0-9]*.so*" >/dev/null && return 0
+    done
+    ldconfig_list | grep -q 'libclang\(-[0-9][0-9.]*\)\?\.so'
 }
 
 missing=()
