@@ -338,28 +338,14 @@ def metric(inst: Instance, name: str) -> float:
     return total
 
 
-def time_pages(inst: Instance, pages: list[int], requests: int) -> dict:
-    """p50 and p99 ms of `GET /v1/sessions?page=P&limit=100` (the organisation's sessions,
-    newest first), `requests` times per page, back to back on one keep-alive connection."""
-    host, port = inst.addr.rsplit(":", 1)
-    c = http.client.HTTPConnection(host, int(port), timeout=600)
-    out = {}
-    for page in pages:
-        xs = []
-        ticks = cpu_ticks(inst.pid)
-        for _ in range(requests):
-            t = time.perf_counter()
-            c.request("GET", f"/v1/sessions?page={page}&limit=100", headers={"Authorization": f"Bearer {inst.admin}"})
-            r = c.getresponse()
-            body = json.loads(r.read())
-            xs.append(time.perf_counter() - t)
-            assert r.status == 200 and len(body["data"]["sessions"]) == 100, (r.status, str(body)[:300])
-        cpu_ms = (cpu_ticks(inst.pid) - ticks) * 1e3 / os.sysconf("SC_CLK_TCK") / requests
-        xs.sort()
-        out[page] = {"p50_ms": xs[len(xs) // 2] * 1e3, "p99_ms": xs[min(len(xs) - 1, int(len(xs) * 0.99))] * 1e3,
-                     "n": len(xs), "cpu_ms": cpu_ms}
-    c.close()
-    return out
+def time_pages(inst: Instance, pages: list[int], requests: int, query: str = "") -> dict:
+    """`timed_gets` of `GET /v1/sessions?page=P&limit=100{query}` (the organisation's sessions,
+    newest first) for each page P, each a full page of 100."""
+    def full(body: dict) -> bool:
+        return len(body["data"]["sessions"]) == 100
+    return {page: timed_gets(inst.addr, inst.admin, f"/v1/sessions?page={page}&limit=100{query}", requests,
+                             pid=inst.pid, check=full)
+            for page in pages}
 
 
 def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wait: float, probe_s: float) -> dict:
@@ -460,8 +446,9 @@ def bench_sessions(n: int, conns: int, keep: bool, sweep_wait: float, delete_wai
 
 
 def pages_main(args) -> None:
-    """`pages`: only `n` idle sessions and the timing of a page of `/v1/sessions` (the same
-    steps as `sessions`, without the restart and the sweep): to compare builds quickly."""
+    """`pages`: only `n` idle sessions and the timing of a page of `/v1/sessions`, unfiltered and
+    filtered (`active=true`, which reads every session to count them) (the same steps as
+    `sessions`, without the restart and the sweep): to compare builds quickly."""
     for n in args.sizes:
         inst = Instance(sessions_config(86400, 300), args.keep).start()
         try:
@@ -469,10 +456,11 @@ def pages_main(args) -> None:
             open_session(inst, gw)
             wrk_initialize(inst, gw, n - 1, args.connections)
             time.sleep(2)
-            pages = time_pages(inst, [1, max(1, n // 200)], args.requests)
-            say(f"{n} ({inst.store_count('session')} stored): GET /v1/sessions ?limit=100: " + "; ".join(
-                f"page {p}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms of {v['n']}, CPU {v['cpu_ms']:.1f} ms each"
-                for p, v in pages.items()))
+            for query in ("", "&active=true"):
+                pages = time_pages(inst, [1, max(1, n // 200)], args.requests, query)
+                say(f"{n} ({inst.store_count('session')} stored): GET /v1/sessions ?limit=100{query}: " + "; ".join(
+                    f"page {p}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms of {v['n']}, "
+                    f"CPU {v['cpu_ms']:.1f} ms each" for p, v in pages.items()))
         finally:
             inst.close()
 
@@ -1076,22 +1064,34 @@ def start_until_ready(inst: Instance, key: str) -> tuple[float, float]:
         time.sleep(0.005)
 
 
-def page_p99(addr: str, key: str, path: str, n: int) -> dict:
-    """`n` GETs of `path` on one kept-alive connection: p50 / p99 / max ms."""
+def timed_gets(addr: str, key: str, path: str, n: int, warm: int = 0, pid: int | None = None,
+               check=None) -> dict:
+    """`n` GETs of `path` on one kept-alive connection, after `warm` not timed: p50 / p99 / max
+    ms, and with `pid` that process's CPU ms per GET. Each answer must be 200 (and pass `check`
+    on its JSON body)."""
     host, port = addr.rsplit(":", 1)
-    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    c = http.client.HTTPConnection(host, int(port), timeout=600)
+    for _ in range(warm):
+        c.request("GET", path, headers={"Authorization": f"Bearer {key}"})
+        c.getresponse().read()
     xs = []
-    for i in range(n + 10):  # the first 10 not timed
+    ticks = cpu_ticks(pid) if pid else 0
+    for _ in range(n):
         t = time.perf_counter()
         c.request("GET", path, headers={"Authorization": f"Bearer {key}"})
         r = c.getresponse()
-        r.read()
-        if i >= 10:
-            xs.append(time.perf_counter() - t)
-        assert r.status == 200, (path, r.status)
+        body = r.read()
+        xs.append(time.perf_counter() - t)
+        assert r.status == 200, (path, r.status, body[:300])
+        assert check is None or check(json.loads(body)), (path, body[:300])
+    out = {"n": n}
+    if pid:
+        out["cpu_ms"] = (cpu_ticks(pid) - ticks) * 1e3 / os.sysconf("SC_CLK_TCK") / n
     c.close()
     xs.sort()
-    return {"p50_ms": xs[len(xs) // 2] * 1e3, "p99_ms": xs[int(len(xs) * 0.99)] * 1e3, "max_ms": xs[-1] * 1e3}
+    out.update(p50_ms=xs[len(xs) // 2] * 1e3, p99_ms=xs[min(len(xs) - 1, int(len(xs) * 0.99))] * 1e3,
+               max_ms=xs[-1] * 1e3)
+    return out
 
 
 def call_traffic(inst: Instance, key: str, sessions: int) -> tuple[dict, str, dict]:
@@ -1147,7 +1147,7 @@ def bench_records(scale_: float, args) -> dict:
                  "logs": "/v1/logs?limit=50"}
         row["pages"] = {}
         for name, path in pages.items():
-            row["pages"][name] = page_p99(big.addr, known["key"], path, args.requests)
+            row["pages"][name] = timed_gets(big.addr, known["key"], path, args.requests, warm=10)
         row["pages_load"] = load1()
         say(f"records x{scale_}: pages p50/p99/max ms: " + "; ".join(
             f"{k} {v['p50_ms']:.2f}/{v['p99_ms']:.2f}/{v['max_ms']:.1f}" for k, v in row["pages"].items()))

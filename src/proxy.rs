@@ -429,38 +429,50 @@ fn failure_status(e: &pingora::Error) -> u16 {
 impl Answer for Proxy {
     /// One request, header read: answered, recorded, and the connection handed back for the
     /// next request when it can carry one.
-    async fn answer(
+    ///
+    /// Not an `async fn`, and two steps boxed, for the connection's memory: this future is held
+    /// inline in the connection's (`conn_limits`), allocated at its largest for as long as the
+    /// connection lives, an idle or streaming one included. An `async fn` keeps its argument
+    /// twice (the argument's slot and the local it is moved into: a `ServerSession` is 680
+    /// bytes); the block below uses the captured `session` in place. Pingora's `finish` (3.7 KB)
+    /// and the failure's answer (1.4 KB, rare) are boxed: one allocation per request instead of
+    /// every connection carrying 5.6 KB (BENCHMARKS.md, "Scale on one instance", streams).
+    #[allow(clippy::manual_async_fn)]
+    fn answer(
         self: &Arc<Self>,
         mut session: ServerSession,
         shutdown: &ShutdownWatch,
-    ) -> Option<ReusedHttpStream> {
-        // CONNECT changes how the message is framed, and toolgate tunnels nothing: refused and
-        // closed, as Pingora's proxy does.
-        if session.req_header().method == http::Method::CONNECT {
-            let _ = session.respond_error(405).await;
-            session.shutdown().await;
-            return None;
-        }
-        if *shutdown.borrow() {
-            // Shutting down: this answer is the connection's last.
-            session.set_keepalive(None);
-        }
-        let mut ctx = self.begin(&session);
-        let answered = self.route(&mut session, &mut ctx).await;
-        if let Err(e) = &answered {
-            self.failed(&mut session, &ctx, e).await;
-        }
-        self.record(&session, &ctx);
-        match answered {
-            Ok(()) => {
-                let settings = HttpPersistentSettings::for_session(&session);
-                let reusable = session.finish().await.ok().flatten()?;
-                Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
+    ) -> impl std::future::Future<Output = Option<ReusedHttpStream>> + Send {
+        async move {
+            // CONNECT changes how the message is framed, and toolgate tunnels nothing: refused
+            // and closed, as Pingora's proxy does.
+            if session.req_header().method == http::Method::CONNECT {
+                let _ = session.respond_error(405).await;
+                session.shutdown().await;
+                return None;
             }
-            Err(e) => {
-                // An HTTP/2 stream is reset with the error's code; an HTTP/1 connection closes.
-                session.on_proxy_failure(e);
-                None
+            if *shutdown.borrow() {
+                // Shutting down: this answer is the connection's last.
+                session.set_keepalive(None);
+            }
+            let mut ctx = self.begin(&session);
+            let answered = self.route(&mut session, &mut ctx).await;
+            if let Err(e) = &answered {
+                Box::pin(self.failed(&mut session, &ctx, e)).await;
+            }
+            self.record(&session, &ctx);
+            match answered {
+                Ok(()) => {
+                    let settings = HttpPersistentSettings::for_session(&session);
+                    let reusable = Box::pin(session.finish()).await.ok().flatten()?;
+                    Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
+                }
+                Err(e) => {
+                    // An HTTP/2 stream is reset with the error's code; an HTTP/1 connection
+                    // closes.
+                    session.on_proxy_failure(e);
+                    None
+                }
             }
         }
     }

@@ -218,6 +218,16 @@ fn proxy(config: &Config, server: &Arc<Server>) -> Proxy {
     }
 }
 
+/// The L4 read buffer of each accepted connection, instead of Pingora's 64 KiB (sized to batch
+/// TLS's 16 KiB record reads): the buffer is allocated (and zeroed) for every connection, idle,
+/// slow and streaming ones included, and with 64 KiB each cost about 86 KiB of RSS (5000 slow
+/// connections: +432 MiB, BENCHMARKS.md). 2 KiB holds the header of a request of the MCP SDKs or
+/// curl whole (and usually its body), so the wait for a keep-alive connection's next request
+/// (conn_limits' one-byte peek) fills it with the request in one read; a larger request takes a
+/// second read, and larger reads (bodies, TLS records) bypass the buffer. 4 KiB before
+/// 2026-12-01: 2 KiB less per open stream (BENCHMARKS.md, "Scale on one instance").
+const L4_READ_BUFFER: usize = 2048;
+
 /// The listening services: the app on `server.listen` (with TLS when configured, and then plain
 /// HTTP beside it on `server.plain_listen`), the metrics on `server.metrics_listen`, and the
 /// reloader of the configuration and the certificates.
@@ -246,18 +256,15 @@ fn listeners(
         }
     };
     let mut service = Service::new("toolgate".to_string(), app);
-    // A 4 KiB L4 read buffer instead of Pingora's 64 KiB one (sized to batch TLS's 16 KiB record
-    // reads, and allocated for every accepted connection): with it each idle or slow connection
-    // cost about 86 KiB of RSS (5000 of them: +432 MiB, BENCHMARKS.md). 4 KiB still holds a
-    // typical request whole, so the wait for a keep-alive connection's next request
-    // (conn_limits' one-byte peek) costs no extra read; larger reads bypass the buffer.
     service.add_listener(
-        ListenerConfig::tcp(config.server.listen.to_string()).l4_buffer(L4BufferSettings::default().read(4096)),
+        ListenerConfig::tcp(config.server.listen.to_string())
+            .l4_buffer(L4BufferSettings::default().read(L4_READ_BUFFER)),
     );
     if let Some((addr, plain)) = plain_beside {
         let mut plain_service = Service::new("toolgate (plain HTTP)".to_string(), plain);
-        plain_service
-            .add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(L4BufferSettings::default().read(4096)));
+        plain_service.add_listener(
+            ListenerConfig::tcp(addr.to_string()).l4_buffer(L4BufferSettings::default().read(L4_READ_BUFFER)),
+        );
         pingora_server.add_service(plain_service);
     }
     let mut prometheus = pingora_prometheus::prometheus_http_service();

@@ -39,16 +39,18 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     };
     let gateway = call.query("gateway_id");
     let client = call.query("client_type");
-    // The organisation's own index: no other organisation's session is read or copied, and of
-    // its own only the page's.
+    // The organisation's own index: no other organisation's session is read or copied, of its
+    // own only the page's, and without a filter only the page's are read.
     let skip = (page as usize - 1).saturating_mul(limit as usize);
+    let keep = |s: &McpSession| {
+        gateway.is_none_or(|g| s.gateway_id == g)
+            && client.is_none_or(|c| client_matches(&s.client_type, c))
+            && active.is_none_or(|a| (call.server.mcp.sessions.status_of(s) == "active") == a)
+    };
+    let filtered = gateway.is_some() || client.is_some() || active.is_some();
     let (sessions, total) = call.server.mcp.sessions.page_of_org(
         &who.org_id,
-        |s| {
-            gateway.is_none_or(|g| s.gateway_id == g)
-                && client.is_none_or(|c| client_matches(&s.client_type, c))
-                && active.is_none_or(|a| (call.server.mcp.sessions.status_of(s) == "active") == a)
-        },
+        filtered.then_some(&keep as &dyn Fn(&McpSession) -> bool),
         skip,
         limit as usize,
     );

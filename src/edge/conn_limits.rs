@@ -250,8 +250,11 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
         };
         let _open = OpenGuard::new();
         let config = &self.limits.config;
+        // Boxed: the handshake's future is 5 KB, and this future lives as long as the
+        // connection; boxed, it is freed once the handshake is done (and a plain connection
+        // never pays for it).
         let mut stream = match &self.tls {
-            Some(tls) => secure(tls, stream, accepted + config.header_timeout, peer).await?,
+            Some(tls) => Box::pin(secure(tls, stream, accepted + config.header_timeout, peer)).await?,
             None => stream,
         };
         if self.speaks_h2(&mut stream, accepted + config.header_timeout).await {

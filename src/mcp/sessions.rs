@@ -12,9 +12,9 @@
 //! * an ended or expired session stays readable (`/sessions` shows `ended` or `expired`) for
 //!   `mcp.session_retention_secs`, then [`Sessions::sweep`] removes it from memory and the store
 //!   (the store deletions run outside the flusher, see [`Sessions::delete_removed`]);
-//! * each organisation has an index of its sessions, so `/sessions` reads that organisation's
-//!   only (and copies only the page's, [`Sessions::page_of_org`]), and the caps are checked under
-//!   one lock per organisation;
+//! * each organisation has an index of its sessions in the order `/sessions` lists them (newest
+//!   first), so a page reads that organisation's only, an unfiltered page only its own rows
+//!   ([`Sessions::page_of_org`]), and the caps are checked under one lock per organisation;
 //! * the map is in parts ([`PartedMap`]): the sweep holds a lock for a few hundred sessions at a
 //!   time and yields between parts, so calls go on while a million sessions are swept;
 //! * ending a session (DELETE, a revoked key, a deleted gateway, expiry) closes its GET streams
@@ -25,7 +25,9 @@ use crate::data::changes::{Change, Feed};
 use crate::data::model::{ClientCapabilities, McpSession};
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use chrono::Utc;
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -110,24 +112,44 @@ impl Entry {
     }
 }
 
+/// A session's id as the map and the indexes hold it: one allocation shared by the three (the
+/// map's key, the organisation's index, its key's live set), where three copies of the string
+/// cost some 50 bytes more per session.
+type SessionId = Arc<str>;
+
+/// A session's place in its organisation's index: newest first, then by id, the order of
+/// `/sessions`. The start time in nanoseconds (exact until 2262) never changes, so the place is
+/// found again from the session when it goes.
+type Place = (Reverse<i64>, SessionId);
+
+fn place(s: &McpSession, id: &SessionId) -> Place {
+    (Reverse(s.started_at.timestamp_nanos_opt().unwrap_or(i64::MAX)), id.clone())
+}
+
+/// Index entries copied per look at an organisation's index by a filtered page
+/// ([`Sessions::page_of_org`]): its lock is not held while the sessions are read.
+const PAGE_SLICE: usize = 1024;
+
 /// One organisation's sessions.
 #[derive(Default)]
 struct OrgSessions {
-    /// Every session kept in memory (live, ended or expired): what `/sessions` lists.
-    ids: HashSet<String>,
+    /// Every session kept in memory (live, ended or expired), in the order `/sessions` lists
+    /// them: an unfiltered page is a walk to its first row, the total the set's size. A B-tree
+    /// rather than a hash set: some 30 bytes more per session, and no page reads every session.
+    ids: BTreeSet<Place>,
     /// Key id -> its live sessions.
-    live: HashMap<String, HashSet<String>>,
+    live: HashMap<String, HashSet<SessionId>>,
     live_total: usize,
 }
 
 impl OrgSessions {
     /// Indexes a session loaded from the store.
-    fn add(&mut self, id: &str, key_id: &str, live: bool) {
-        self.ids.insert(id.to_string());
+    fn add(&mut self, s: &McpSession, id: &SessionId, live: bool) {
+        self.ids.insert(place(s, id));
         if live {
-            match self.live.get_mut(key_id) {
-                Some(ids) => ids.insert(id.to_string()),
-                None => self.live.entry(key_id.to_string()).or_default().insert(id.to_string()),
+            match self.live.get_mut(&s.key_id) {
+                Some(ids) => ids.insert(id.clone()),
+                None => self.live.entry(s.key_id.clone()).or_default().insert(id.clone()),
             };
             self.live_total += 1;
         }
@@ -141,7 +163,7 @@ pub struct Sessions {
     /// idle session cost from 600 bytes to 1.2 KB by where the table was in its growth.
     /// In parts, so that [`Sessions::sweep`] holds a lock for a few hundred sessions at a time
     /// and yields between parts.
-    map: PartedMap<String, Box<Entry>>,
+    map: PartedMap<SessionId, Box<Entry>>,
     /// Organisation id -> its sessions. Lock order: a guard of `map` is never held while one of
     /// `orgs` is taken, nor the other way round.
     orgs: FastMap<String, OrgSessions>,
@@ -192,8 +214,16 @@ impl Sessions {
             changes,
             adopts: AtomicBool::new(false),
         };
+        let started = Instant::now();
         let records = store.load_all(Kind::Session).await?;
+        let read = started.elapsed();
         let stale = sessions.take_in_all(records, limits);
+        tracing::info!(
+            sessions = sessions.map.len(),
+            read_ms = read.as_millis() as u64,
+            parsed_ms = (started.elapsed() - read).as_millis() as u64,
+            "MCP sessions loaded"
+        );
         if !stale.is_empty() {
             tracing::info!(sessions = stale.len(), "dropping stored MCP sessions past their retention");
             sessions.lock_removed().extend(stale);
@@ -229,7 +259,7 @@ impl Sessions {
                     *org = part;
                     continue;
                 }
-                org.ids.extend(part.ids);
+                org.ids.append(&mut { part.ids });
                 for (key, ids) in part.live {
                     org.live.entry(key).or_default().extend(ids);
                 }
@@ -274,11 +304,12 @@ impl Sessions {
         }
         let live = active && idle <= limits.idle_timeout;
         let ended_at = (!active).then(|| Instant::now().checked_sub(idle).unwrap_or_else(Instant::now));
+        let id = SessionId::from(id);
         match index.get_mut(&s.org_id) {
-            Some(org) => org.add(&id, &s.key_id, live),
+            Some(org) => org.add(&s, &id, live),
             None => {
                 let mut org = OrgSessions::default();
-                org.add(&id, &s.key_id, live);
+                org.add(&s, &id, live);
                 index.insert(s.org_id.clone(), org);
             }
         }
@@ -323,7 +354,7 @@ impl Sessions {
     }
 
     /// Counts a new session toward its key's and organisation's caps.
-    fn reserve(&self, s: &McpSession) -> Result<(), CreateError> {
+    fn reserve(&self, s: &McpSession, id: &SessionId) -> Result<(), CreateError> {
         let (per_key, per_org) = (self.per_key.load(Ordering::Relaxed), self.per_org.load(Ordering::Relaxed));
         let mut org = self.orgs.entry(s.org_id.clone()).or_default();
         if org.live_total >= per_org {
@@ -332,9 +363,9 @@ impl Sessions {
         if org.live.get(&s.key_id).map_or(0, HashSet::len) >= per_key {
             return Err(CreateError::KeyCap(per_key));
         }
-        org.live.entry(s.key_id.clone()).or_default().insert(s.id.clone());
+        org.live.entry(s.key_id.clone()).or_default().insert(id.clone());
         org.live_total += 1;
-        org.ids.insert(s.id.clone());
+        org.ids.insert(place(s, id));
         Ok(())
     }
 
@@ -354,15 +385,16 @@ impl Sessions {
     /// already has as many live sessions as allowed (sessions found idle past the timeout on the
     /// way no longer count).
     pub async fn create(&self, session: McpSession) -> Result<(), CreateError> {
-        if self.reserve(&session).is_err() {
+        let id = SessionId::from(session.id.as_str());
+        if self.reserve(&session, &id).is_err() {
             self.expire_org(&session.org_id);
-            self.reserve(&session)?;
+            self.reserve(&session, &id)?;
         }
         let stored = self.store.put_record(Kind::Session, &session.org_id, &session.id, &session).await;
         if let Err(e) = stored {
             self.unlive(&session.org_id, &session.key_id, &session.id);
             if let Some(mut org) = self.orgs.get_mut(&session.org_id) {
-                org.ids.remove(&session.id);
+                org.ids.remove(&place(&session, &id));
             }
             return Err(e.into());
         }
@@ -371,7 +403,7 @@ impl Sessions {
             gateway_id: session.gateway_id.clone(),
             session_id: session.id.clone(),
         };
-        self.map.insert(session.id.clone(), Entry::new(session, true, None));
+        self.map.insert(id, Entry::new(session, true, None));
         self.changes.publish(created);
         Ok(())
     }
@@ -379,7 +411,7 @@ impl Sessions {
     /// Stops counting the organisation's sessions that are idle past the timeout (the sweep does
     /// it too, but a full organisation should not wait for it) and closes their streams.
     fn expire_org(&self, org_id: &str) {
-        let live: Vec<String> = match self.orgs.get(org_id) {
+        let live: Vec<SessionId> = match self.orgs.get(org_id) {
             Some(org) => org.live.values().flatten().cloned().collect(),
             None => return,
         };
@@ -464,7 +496,7 @@ impl Sessions {
     /// Ends every active session for which `doomed` holds (its gateway was deleted, its key
     /// revoked); written by the next flush. Returns how many ended.
     pub fn end_where(&self, doomed: impl Fn(&McpSession) -> bool) -> usize {
-        let ids: Vec<String> = self
+        let ids: Vec<SessionId> = self
             .map
             .iter()
             .filter(|e| e.session.status == "active" && doomed(&e.session))
@@ -473,11 +505,11 @@ impl Sessions {
         self.end_all(ids)
     }
 
-    fn end_all(&self, ids: Vec<String>) -> usize {
+    fn end_all(&self, ids: Vec<SessionId>) -> usize {
         let mut n = 0;
         for id in ids {
             if self.end_in_memory(&id).is_some() {
-                self.dirty.insert(id);
+                self.dirty.insert(id.to_string());
                 n += 1;
             }
         }
@@ -548,19 +580,19 @@ impl Sessions {
         let mut removed = Vec::with_capacity(remove.len());
         for id in remove {
             let Some((id, e)) = map.remove_if(&id, |_, e| removable(e)) else { continue };
-            self.dirty.remove(&id);
+            self.dirty.remove(&*id);
             if e.live {
                 self.unlive(&e.session.org_id, &e.session.key_id, &id);
             }
             if let Some(mut org) = self.orgs.get_mut(&e.session.org_id) {
-                org.ids.remove(&id);
+                org.ids.remove(&place(&e.session, &id));
                 let empty = org.ids.is_empty() && org.live.is_empty();
                 drop(org);
                 if empty {
                     self.orgs.remove_if(&e.session.org_id, |_, o| o.ids.is_empty() && o.live.is_empty());
                 }
             }
-            removed.push(id);
+            removed.push(id.to_string());
         }
         let n = removed.len();
         if n > 0 {
@@ -582,10 +614,12 @@ impl Sessions {
     /// [`Sessions::claim_deletion`] returned true.
     pub async fn delete_removed(&self) {
         loop {
+            // From the end: draining the front would move the rest of a million ids down at
+            // each batch, under the lock the sweep (on a runtime thread) takes too.
             let batch: Vec<String> = {
                 let mut removed = self.lock_removed();
-                let n = removed.len().min(DELETE_BATCH);
-                removed.drain(..n).collect()
+                let keep = removed.len().saturating_sub(DELETE_BATCH);
+                removed.split_off(keep)
             };
             if batch.is_empty() {
                 break;
@@ -628,14 +662,15 @@ impl Sessions {
         };
         let Ok(s) = serde_json::from_str::<McpSession>(&body) else { return false };
         let live = s.status == "active" && !self.expired(&s, Utc::now());
+        let id = SessionId::from(s.id.as_str());
         let mut org = self.orgs.entry(s.org_id.clone()).or_default();
-        org.ids.insert(s.id.clone());
-        if live && org.live.entry(s.key_id.clone()).or_default().insert(s.id.clone()) {
+        org.ids.insert(place(&s, &id));
+        if live && org.live.entry(s.key_id.clone()).or_default().insert(id.clone()) {
             org.live_total += 1;
         }
         drop(org);
         let ended_at = (!live).then(Instant::now);
-        self.map.entry(s.id.clone()).or_insert_with(|| Entry::new(s, live, ended_at));
+        self.map.entry(id).or_insert_with(|| Entry::new(s, live, ended_at));
         true
     }
 
@@ -686,57 +721,59 @@ impl Sessions {
         }
     }
 
-    /// The sessions of one organisation that `keep` selects, read from its index: no other
-    /// organisation's session is looked at, and only the selected ones are copied.
-    pub fn of_org(&self, org_id: &str, keep: impl Fn(&McpSession) -> bool) -> Vec<McpSession> {
-        let ids: Vec<String> = match self.orgs.get(org_id) {
-            Some(org) => org.ids.iter().cloned().collect(),
-            None => return Vec::new(),
-        };
-        ids.iter().filter_map(|id| self.map.get(id).filter(|e| keep(&e.session)).map(|e| e.session.clone())).collect()
+    /// The sessions of one organisation that `keep` selects, newest first (then by id).
+    #[cfg(test)]
+    fn of_org(&self, org_id: &str, keep: impl Fn(&McpSession) -> bool) -> Vec<McpSession> {
+        self.page_of_org(org_id, Some(&keep), 0, usize::MAX).0
     }
 
-    /// One page of the sessions of an organisation that `keep` selects, newest first (then by
-    /// id), and how many it selects in all. Only the start time and id of each selected session
-    /// are gathered; the page's are chosen by two selections (the first `skip + limit`, then
-    /// from them the last `limit`) and only they are sorted and copied: a page of an
-    /// organisation of a hundred thousand sessions does not copy or sort them all.
+    /// One page of the sessions of an organisation, newest first (then by id), and how many
+    /// there are in all; with `keep`, of those it selects.
+    ///
+    /// Read from the organisation's index, which is in that order: without `keep` the page is
+    /// a walk to its first row and the total is the index's size, so a page costs the same at
+    /// ten sessions or a hundred thousand. With `keep` every session of the organisation is
+    /// read once (the total counts them), the index copied a slice at a time so that its lock
+    /// is never held while the map is read (the lock order of [`Sessions`]); only the page's
+    /// sessions are copied.
     pub fn page_of_org(
         &self,
         org_id: &str,
-        keep: impl Fn(&McpSession) -> bool,
+        keep: Option<&dyn Fn(&McpSession) -> bool>,
         skip: usize,
         limit: usize,
     ) -> (Vec<McpSession>, usize) {
-        let ids: Vec<String> = match self.orgs.get(org_id) {
-            Some(org) => org.ids.iter().cloned().collect(),
-            None => return (Vec::new(), 0),
+        let Some(keep) = keep else {
+            let (ids, total): (Vec<SessionId>, usize) = match self.orgs.get(org_id) {
+                Some(org) => (org.ids.iter().skip(skip).take(limit).map(|(_, id)| id.clone()).collect(), org.ids.len()),
+                None => return (Vec::new(), 0),
+            };
+            return (ids.iter().filter_map(|id| self.get(id)).collect(), total);
         };
-        let mut found: Vec<(chrono::DateTime<Utc>, String)> = ids
-            .into_iter()
-            .filter_map(|id| {
-                let started = self.map.get(&id).filter(|e| keep(&e.session)).map(|e| e.session.started_at)?;
-                Some((started, id))
-            })
-            .collect();
-        let total = found.len();
-        let end = skip.saturating_add(limit).min(total);
-        if skip >= end {
-            return (Vec::new(), total);
+        let (mut page, mut total) = (Vec::new(), 0);
+        let mut after: Option<Place> = None;
+        loop {
+            let slice: Vec<Place> = match self.orgs.get(org_id) {
+                Some(org) => {
+                    let from = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+                    org.ids.range((from, Bound::Unbounded)).take(PAGE_SLICE).cloned().collect()
+                }
+                None => break,
+            };
+            for (_, id) in &slice {
+                let Some(e) = self.map.get(id) else { continue };
+                if keep(&e.session) {
+                    if total >= skip && page.len() < limit {
+                        page.push(e.session.clone());
+                    }
+                    total += 1;
+                }
+            }
+            if slice.len() < PAGE_SLICE {
+                break;
+            }
+            after = slice.into_iter().next_back();
         }
-        let newest_first = |a: &(chrono::DateTime<Utc>, String), b: &(chrono::DateTime<Utc>, String)| {
-            b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1))
-        };
-        if end < total {
-            found.select_nth_unstable_by(end, newest_first);
-            found.truncate(end);
-        }
-        if skip > 0 {
-            found.select_nth_unstable_by(skip, newest_first);
-        }
-        let page = &mut found[skip..];
-        page.sort_unstable_by(newest_first);
-        let page = page.iter().filter_map(|(_, id)| self.get(id)).collect();
         (page, total)
     }
 
@@ -1033,26 +1070,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let base = Utc::now();
         // Start times with ties (ordered by id then), some of another organisation or filtered out.
-        let all: Vec<McpSession> = (0..1000)
+        // More than a slice of the index (PAGE_SLICE), so that a filtered page walks several.
+        let all: Vec<McpSession> = (0..3000)
             .map(|i| {
                 let mut x =
-                    session(&format!("s{:04}", (i * 7919) % 1000), if i % 10 == 0 { "org_b" } else { "org_a" }, "k1");
+                    session(&format!("s{:04}", (i * 7919) % 3000), if i % 10 == 0 { "org_b" } else { "org_a" }, "k1");
                 x.started_at = base - chrono::Duration::seconds((i * 31 % 97) as i64);
                 x.gateway_id = if i % 3 == 0 { "gw_2".into() } else { "gw_1".into() };
                 x
             })
             .collect();
         let s = loaded(&dir, &all).await;
-        let keep = |x: &McpSession| x.gateway_id == "gw_1";
-        let mut sorted = s.of_org("org_a", keep);
-        sorted.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.id.cmp(&b.id)));
-        assert!(sorted.len() > 500 && sorted.len() < 900);
-        for (skip, limit) in [(0, 1), (0, 100), (100, 100), (550, 100), (590, 100), (0, 2000), (5000, 10)] {
-            let (page, total) = s.page_of_org("org_a", keep, skip, limit);
-            assert_eq!(total, sorted.len());
-            let want: Vec<&str> = sorted.iter().skip(skip).take(limit).map(|x| x.id.as_str()).collect();
-            assert_eq!(page.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), want, "skip {skip} limit {limit}");
+        let newest_first =
+            |a: &McpSession, b: &McpSession| b.started_at.cmp(&a.started_at).then_with(|| a.id.cmp(&b.id));
+        let gw_1 = |x: &McpSession| x.gateway_id == "gw_1";
+        let mut all_of_a: Vec<McpSession> = all.iter().filter(|x| x.org_id == "org_a").cloned().collect();
+        all_of_a.sort_by(newest_first);
+        let filtered: Vec<McpSession> = all_of_a.iter().filter(|x| gw_1(x)).cloned().collect();
+        assert!(filtered.len() > PAGE_SLICE && filtered.len() < 2 * PAGE_SLICE);
+        let cases: [(Option<&dyn Fn(&McpSession) -> bool>, &[McpSession]); 2] =
+            [(Some(&gw_1), &filtered), (None, &all_of_a)];
+        for (keep, sorted) in cases {
+            for (skip, limit) in [(0, 1), (0, 100), (100, 100), (1000, 100), (1790, 100), (0, 5000), (5000, 10)] {
+                let (page, total) = s.page_of_org("org_a", keep, skip, limit);
+                assert_eq!(total, sorted.len());
+                let want: Vec<&str> = sorted.iter().skip(skip).take(limit).map(|x| x.id.as_str()).collect();
+                assert_eq!(page.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), want, "skip {skip} limit {limit}");
+            }
+            assert_eq!(s.page_of_org("org_c", keep, 0, 10).1, 0);
         }
-        assert_eq!(s.page_of_org("org_c", keep, 0, 10).1, 0);
     }
 }

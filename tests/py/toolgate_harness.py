@@ -184,8 +184,26 @@ def discover(pid: int, timeout: float = STARTUP_TIMEOUT, alive=None) -> tuple[st
         time.sleep(0.1)
     raise RuntimeError(
         f"toolgate (pid {pid}) did not serve both /healthz and /metrics within {timeout:.0f}s; "
-        f"listening on: {seen}"
+        f"listening on: {seen}\n--- its threads (name, state, kernel wait; a stall's first clue) ---\n"
+        f"{threads_of(pid)}"
     )
+
+
+def threads_of(pid: int) -> str:
+    """Each thread of `pid`: name, state, the kernel function it waits in and, where readable
+    (root), its kernel stack. Printed when a start stalls, before the process is killed."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*"), key=lambda p: int(p.name)):
+        def read(name: str) -> str:
+            try:
+                return (task / name).read_text(errors="replace").strip()
+            except OSError as err:
+                return f"({err.strerror})"
+        stat = read("stat")
+        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+        stack = read("stack").replace("\n", " | ")
+        lines.append(f"{task.name} {read('comm')} state={state} wchan={read('wchan')} stack: {stack}")
+    return "\n".join(lines) or "(no thread found: the process is gone)"
 
 
 class ToolgateServer:
