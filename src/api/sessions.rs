@@ -3,6 +3,7 @@
 use super::{iso, ApiResult, Call, Reply};
 use crate::data::model::McpSession;
 use crate::edge::error::ApiError;
+use crate::mcp::sessions::Selects;
 use serde_json::{json, Value};
 
 fn view(call: &Call<'_>, s: &McpSession) -> Value {
@@ -50,7 +51,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     let filtered = gateway.is_some() || client.is_some() || active.is_some();
     let (sessions, total) = call.server.mcp.sessions.page_of_org(
         &who.org_id,
-        filtered.then_some(&keep as &dyn Fn(&McpSession) -> bool),
+        filtered.then_some(&keep as Selects<'_>),
         skip,
         limit as usize,
     );

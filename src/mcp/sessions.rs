@@ -126,6 +126,9 @@ fn place(s: &McpSession, id: &SessionId) -> Place {
     (Reverse(s.started_at.timestamp_nanos_opt().unwrap_or(i64::MAX)), id.clone())
 }
 
+/// Which sessions a filtered page of [`Sessions::page_of_org`] selects.
+pub type Selects<'a> = &'a dyn Fn(&McpSession) -> bool;
+
 /// Index entries copied per look at an organisation's index by a filtered page
 /// ([`Sessions::page_of_org`]): its lock is not held while the sessions are read.
 const PAGE_SLICE: usize = 1024;
@@ -739,7 +742,7 @@ impl Sessions {
     pub fn page_of_org(
         &self,
         org_id: &str,
-        keep: Option<&dyn Fn(&McpSession) -> bool>,
+        keep: Option<Selects<'_>>,
         skip: usize,
         limit: usize,
     ) -> (Vec<McpSession>, usize) {
@@ -1088,8 +1091,7 @@ mod tests {
         all_of_a.sort_by(newest_first);
         let filtered: Vec<McpSession> = all_of_a.iter().filter(|x| gw_1(x)).cloned().collect();
         assert!(filtered.len() > PAGE_SLICE && filtered.len() < 2 * PAGE_SLICE);
-        let cases: [(Option<&dyn Fn(&McpSession) -> bool>, &[McpSession]); 2] =
-            [(Some(&gw_1), &filtered), (None, &all_of_a)];
+        let cases: [(Option<Selects<'_>>, &[McpSession]); 2] = [(Some(&gw_1), &filtered), (None, &all_of_a)];
         for (keep, sorted) in cases {
             for (skip, limit) in [(0, 1), (0, 100), (100, 100), (1000, 100), (1790, 100), (0, 5000), (5000, 10)] {
                 let (page, total) = s.page_of_org("org_a", keep, skip, limit);
