@@ -221,11 +221,11 @@ fn proxy(config: &Config, server: &Arc<Server>) -> Proxy {
 /// The L4 read buffer of each accepted connection, instead of Pingora's 64 KiB (sized to batch
 /// TLS's 16 KiB record reads): the buffer is allocated (and zeroed) for every connection, idle,
 /// slow and streaming ones included, and with 64 KiB each cost about 86 KiB of RSS (5000 slow
-/// connections: +432 MiB, BENCHMARKS.md). 2 KiB holds the header of a request of the MCP SDKs or
-/// curl whole (and usually its body), so the wait for a keep-alive connection's next request
-/// (conn_limits' one-byte peek) fills it with the request in one read; a larger request takes a
-/// second read, and larger reads (bodies, TLS records) bypass the buffer. 4 KiB before
-/// 2026-12-01: 2 KiB less per open stream (BENCHMARKS.md, "Scale on one instance").
+/// connections: +432 MiB, BENCHMARKS.md). 2 KiB holds a typical request header of the MCP SDKs
+/// or curl and a small body with it, so the wait for a keep-alive connection's next request
+/// (conn_limits' one-byte peek) fetches the request in one read; a larger request takes a second
+/// read, and larger reads (bodies, TLS records) bypass the buffer. It was 4 KiB until 2026-12-01:
+/// 2 KiB less per open connection or stream (BENCHMARKS.md, "Scale on one instance").
 const L4_READ_BUFFER: usize = 2048;
 
 /// The listening services: the app on `server.listen` (with TLS when configured, and then plain

@@ -113,8 +113,9 @@ impl Entry {
 }
 
 /// A session's id as the map and the indexes hold it: one allocation shared by the three (the
-/// map's key, the organisation's index, its key's live set), where three copies of the string
-/// cost some 50 bytes more per session.
+/// map's key, the organisation's index, its key's live set). With a copy of the string in each,
+/// a million idle sessions took 954 bytes each, with the one shared 787 (BENCHMARKS.md, "Scale
+/// on one instance").
 type SessionId = Arc<str>;
 
 /// A session's place in its organisation's index: newest first, then by id, the order of
@@ -138,7 +139,7 @@ const PAGE_SLICE: usize = 1024;
 struct OrgSessions {
     /// Every session kept in memory (live, ended or expired), in the order `/sessions` lists
     /// them: an unfiltered page is a walk to its first row, the total the set's size. A B-tree
-    /// rather than a hash set: some 30 bytes more per session, and no page reads every session.
+    /// rather than a hash set: some 20 bytes more per session, and no page reads every session.
     ids: BTreeSet<Place>,
     /// Key id -> its live sessions.
     live: HashMap<String, HashSet<SessionId>>,
@@ -734,8 +735,9 @@ impl Sessions {
     /// there are in all; with `keep`, of those it selects.
     ///
     /// Read from the organisation's index, which is in that order: without `keep` the page is
-    /// a walk to its first row and the total is the index's size, so a page costs the same at
-    /// ten sessions or a hundred thousand. With `keep` every session of the organisation is
+    /// a walk to its first row and the total is the index's size, so its cost does not grow with
+    /// the organisation's sessions, only with the page's depth (the walk passes the rows before
+    /// it: 500,000 of them in some 3 ms). With `keep` every session of the organisation is
     /// read once (the total counts them), the index copied a slice at a time so that its lock
     /// is never held while the map is read (the lock order of [`Sessions`]); only the page's
     /// sessions are copied.
