@@ -5,6 +5,7 @@ also run target/release/examples/fast_upstream, `records` redis-server and redis
 
     benches/scale.py sessions --sizes 10000,100000,1000000
     benches/scale.py streams --sizes 1000,5000,10000
+    benches/scale.py poststreams --sizes 1000,5000,8000 --hold 150
     benches/scale.py records --sizes 0.1,0.5,1
     benches/scale.py wide --apps 10,25,50,100 --tools 50
 
@@ -530,6 +531,7 @@ def upstream_main(tools: int) -> None:
     the first line. Each path is an app of its own: `/mcp/<name>` lists `<name>_t0` ..
     `<name>_t{tools-1}` and answers their calls; it takes `initialize` with a session id."""
     import http.server
+    import threading
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -566,7 +568,12 @@ def upstream_main(tools: int) -> None:
                                      "inputSchema": {"type": "object", "properties": {
                                          "message": {"type": "string", "description": "a message"}}}}
                                     for i in range(tools)]}
+                result["tools"].append({"name": f"{name}_wait", "description": "answers after `seconds`",
+                                        "inputSchema": {"type": "object", "properties": {
+                                            "seconds": {"type": "number"}}}})
             elif method == "tools/call":
+                if msg["params"]["name"].endswith("_wait"):
+                    time.sleep(float(msg["params"].get("arguments", {}).get("seconds", 1)))
                 result = {"content": [{"type": "text", "text": f"{msg['params']['name']} called"}]}
             elif method in ("resources/list", "resources/templates/list", "prompts/list"):
                 key = {"resources/list": "resources", "prompts/list": "prompts"}.get(method, "resourceTemplates")
@@ -583,6 +590,7 @@ def upstream_main(tools: int) -> None:
         # at once, and the refused ones left their apps out of the list.
         request_queue_size = 1024
 
+    threading.stack_size(256 * 1024)  # a thread per call in flight: thousands for `poststreams`
     srv = Server(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     print(srv.server_address[1], flush=True)
@@ -744,13 +752,13 @@ def wide_main(args) -> None:
 
 # --- streams -------------------------------------------------------------------------------------
 
-def streams_config() -> str:
+def streams_config(apps: str = "") -> str:
     """Sessions' caps raised, and the listener's connection bounds above 10,000 streams."""
     base = instance_config("""\
   session_idle_timeout_secs: 86400
   max_sessions_per_key: 100000000
   max_sessions_per_organization: 100000000
-""")
+""", apps)
     return base.replace("  trusted_proxies: []\n",
                         "  trusted_proxies: []\n  max_connections: 60000\n  max_connections_per_ip: 60000\n", 1)
 
@@ -926,6 +934,115 @@ def streams_main(args) -> None:
               f"{r['rss_open_kb'] / 1024:.0f} / {r['rss_closed_kb'] / 1024:.0f}, {r['rss_closed_later_kb'] / 1024:.0f} | {(r['rss_open_kb'] - r['rss_idle_kb']) / 1024:.1f} "
               f"| {r['per_stream_b']:,.0f} | {r['fanout_p50_s'] * 1e3:.0f} / {r['fanout_max_s'] * 1e3:.0f} ({r['change_load']:.1f}) "
               f"| {r['spread_max_s'] * 1e3:.0f} | {r['server_cpu_s'] * 1e3:.0f} / {r['client_cpu_s'] * 1e3:.0f} | {r['missed']} |")
+    print(json.dumps(rows))
+
+
+def bench_poststreams(n: int, args) -> dict:
+    """One size: `n` sessions, each on its own connection with a `tools/call` in flight of a tool
+    that answers after `--hold` seconds (`scale.py upstream`'s `<app>_wait`, one thread per call).
+    toolgate answers a session client that takes SSE with a resumable stream once the app has
+    taken 250 ms (`mcp/dispatch.rs`, `EARLY_STREAM`): a priming event with an id, the call's
+    events then kept for a `GET` with `Last-Event-ID` (`mcp/replay.rs`). RSS beyond idle with
+    all `n` open (toolgate's connection to the app for each call included); then the app answers,
+    and each stream must carry its result and end; RSS 2 s after the last."""
+    import asyncio
+
+    up = subprocess.Popen([sys.executable, __file__, "upstream", "--tools", "1"], stdout=subprocess.PIPE, text=True)
+    up_port = int(up.stdout.readline().strip())
+    # The app's time-outs above the hold (30 s to the first byte and 60 s in all by default).
+    wait = int(args.hold * 1000) + 60_000
+    app = http_app("slow", f"http://127.0.0.1:{up_port}/mcp/slow") + (
+        f"    timeouts: {{ first_byte_ms: {wait}, total_ms: {wait} }}\n")
+    inst = Instance(streams_config(app), args.keep).start()
+    row: dict = {"n": n}
+    try:
+        gw = inst.gateway(["slow"])
+        host, port = inst.addr.rsplit(":", 1)
+        sid0 = open_session(inst, gw)
+        status, _, body = mcp_post(inst.addr, gw, sid0, "tools/call", {"name": "slow_wait", "arguments": {"seconds": 0}})
+        assert status == 200, (status, body)
+        time.sleep(1)
+        row["rss_idle_kb"] = rss_kb(inst.pid)
+        call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                           "params": {"name": "slow_wait", "arguments": {"seconds": args.hold}}}).encode()
+
+        async def run() -> None:
+            clients = [StreamClient(host, int(port), gw) for _ in range(n)]
+            sem = asyncio.Semaphore(args.connections)
+            answered: list[float] = []
+            primed: list[float] = []
+
+            async def one(c: StreamClient) -> None:
+                async with sem:
+                    reader, c.writer = await asyncio.open_connection(c.host, c.port)
+                    init = INIT.encode()
+                    accept = "application/json, text/event-stream"
+                    status, headers, body = await _http_exchange(reader, c.writer, c._head("POST", len(init), None, accept), init)
+                    assert status == 200, (status, body[:200])
+                    sid = headers["mcp-session-id"]
+                    note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+                    status, _, body = await _http_exchange(reader, c.writer, c._head("POST", len(note), sid, accept), note)
+                    assert status in (200, 202), (status, body[:200])
+                    c.writer.write(c._head("POST", len(call), sid, accept).encode() + call)
+                    await c.writer.drain()
+                    buf = b""
+                    while b"retry:" not in buf:
+                        chunk = await reader.read(4096)
+                        assert chunk, f"the call's stream closed before its priming event: {buf[:300]!r}"
+                        buf += chunk
+                    assert buf.startswith(b"HTTP/1.1 200") and b"text/event-stream" in buf, buf[:300]
+                    primed.append(time.monotonic())
+                # Open: wait for the result on the stream, then its end.
+                while b'"result"' not in buf:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        c.error = f"ended without the result: {buf[-300:]!r}"
+                        return
+                    buf += chunk
+                answered.append(time.monotonic())
+                c.close()
+
+            t0 = time.monotonic()
+            tasks = [asyncio.ensure_future(one(c)) for c in clients]
+            while len(primed) < n:
+                await asyncio.sleep(0.05)
+                for t in tasks:
+                    if t.done() and t.exception() is not None:
+                        raise t.exception()
+                if time.monotonic() - t0 > args.hold - 5:
+                    raise RuntimeError("the streams did not all open before the app answers: raise --hold")
+            row["open_s"] = time.monotonic() - t0
+            row["open_load"] = load1()
+            await asyncio.sleep(2)
+            row["rss_open_kb"] = rss_kb(inst.pid)
+            row["per_stream_b"] = (row["rss_open_kb"] - row["rss_idle_kb"]) * 1024 / n
+            say(f"{n}: {n} POST streams open in {row['open_s']:.1f} s; RSS {row['rss_open_kb'] / 1024:.1f} MiB, "
+                f"+{(row['rss_open_kb'] - row['rss_idle_kb']) / 1024:.1f} beyond idle ({row['per_stream_b']:,.0f} bytes "
+                f"per stream, toolgate's connection to the app included)")
+            await asyncio.wait_for(asyncio.gather(*tasks), args.hold + 120)
+            row["answered"] = len(answered)
+            row["failed"] = [c.error for c in clients if c.error][:3]
+            row["answers_spread_s"] = max(answered) - min(answered) if answered else 0
+
+        asyncio.run(run())
+        time.sleep(2)
+        row["rss_closed_kb"] = rss_kb(inst.pid)
+        say(f"{n}: {row['answered']} of {n} streams carried their result and ended (first to last "
+            f"{row['answers_spread_s']:.1f} s); RSS {row['rss_closed_kb'] / 1024:.1f} MiB 2 s after; failures: {row['failed']}")
+    finally:
+        inst.close()
+        up.kill()
+    return row
+
+
+def poststreams_main(args) -> None:
+    rows = [bench_poststreams(n, args) for n in args.sizes]
+    print("\n| POST streams | opened in s (load) | RSS idle / open / after MiB | beyond idle MiB | bytes per stream | carried their result |")
+    print("|---:|---:|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['n']:,} | {r['open_s']:.1f} ({r['open_load']:.1f}) | {r['rss_idle_kb'] / 1024:.0f} / "
+              f"{r['rss_open_kb'] / 1024:.0f} / {r['rss_closed_kb'] / 1024:.0f} | {(r['rss_open_kb'] - r['rss_idle_kb']) / 1024:.1f} "
+              f"| {r['per_stream_b']:,.0f} | {r['answered']:,} of {r['n']:,} |")
     print(json.dumps(rows))
 
 
@@ -1260,6 +1377,11 @@ def main() -> None:
     st.add_argument("--connections", type=int, default=32, help="sessions and streams being opened at once (32)")
     st.add_argument("--changes", type=int, default=5, help="management changes timed per size (5)")
     st.add_argument("--keep", action="store_true", help="keep the work directory")
+    ps = sub.add_parser("poststreams", help="resumable POST streams (a slow tools/call each): memory, every result delivered")
+    ps.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=[1000, 5000])
+    ps.add_argument("--connections", type=int, default=32, help="sessions and calls being opened at once (32)")
+    ps.add_argument("--hold", type=float, default=60.0, help="seconds the app takes to answer each call (60)")
+    ps.add_argument("--keep", action="store_true", help="keep the work directory")
     rc = sub.add_parser("records", help="many organisations, keys, gateways, connections: start, memory, pages, CPU per call")
     rc.add_argument("--sizes", type=lambda v: [float(x) for x in v.split(",")], default=[0.1, 0.5, 1.0],
                     help="fractions of 1,000 organisations, 100,000 keys, 10,000 gateways, 20,000 connections (0.1,0.5,1)")
@@ -1284,6 +1406,8 @@ def main() -> None:
         wide_main(args)
     elif args.cmd == "streams":
         streams_main(args)
+    elif args.cmd == "poststreams":
+        poststreams_main(args)
     elif args.cmd == "records":
         records_main(args)
     elif args.cmd == "upstream":

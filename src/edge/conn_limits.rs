@@ -159,7 +159,9 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
 /// Pingora's HTTP/2 loop and the app's `HttpServerApp::process_new_http`.)
 ///
 /// Not an `async_trait`: the answer's future is held inline in the connection's future (boxed
-/// once per connection), instead of a box per request.
+/// once per connection), instead of a box per request. That future is allocated at its largest
+/// for the connection's whole life, so an implementation boxes its large and rare steps
+/// (`Proxy::answer`).
 pub trait Answer: HttpServerApp + Send + Sync + 'static {
     /// Answers one request whose header has been read; the stream back when the connection
     /// can carry another request.
