@@ -793,24 +793,37 @@ class StreamClient:
             h += f"Content-Type: application/json\r\nContent-Length: {body_len}\r\n"
         return h + "\r\n"
 
-    async def open(self) -> None:
+    async def handshake(self):
+        """A connection of its own and a session on it (`initialize` + `initialized`): the
+        connection's reader and the session id."""
         import asyncio
         reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        init = INIT.encode()
-        status, headers, body = await _http_exchange(reader, self.writer, self._head("POST", len(init), None, "application/json, text/event-stream"), init)
+        init, accept = INIT.encode(), "application/json, text/event-stream"
+        status, headers, body = await _http_exchange(reader, self.writer, self._head("POST", len(init), None, accept), init)
         assert status == 200, (status, body[:200])
         sid = headers["mcp-session-id"]
         note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
-        status, _, body = await _http_exchange(reader, self.writer, self._head("POST", len(note), sid, "application/json, text/event-stream"), note)
+        status, _, body = await _http_exchange(reader, self.writer, self._head("POST", len(note), sid, accept), note)
         assert status in (200, 202), (status, body[:200])
-        self.writer.write(self._head("GET", None, sid, "text/event-stream").encode())
+        return reader, sid
+
+    async def send_until(self, reader, request: bytes, marker: bytes, what: str) -> bytes:
+        """Sends `request` and reads until `marker` has arrived; what was read (a 200's head
+        first). `what`: the failure's words when the connection ends before."""
+        self.writer.write(request)
         await self.writer.drain()
         buf = b""
-        while b": stream open" not in buf:
+        while marker not in buf:
             chunk = await reader.read(4096)
-            assert chunk, f"the stream closed at once: {buf[:300]!r}"
+            assert chunk, f"{what}: {buf[:300]!r}"
             buf += chunk
         assert buf.startswith(b"HTTP/1.1 200"), buf[:300]
+        return buf
+
+    async def open(self) -> None:
+        reader, sid = await self.handshake()
+        head = self._head("GET", None, sid, "text/event-stream").encode()
+        await self.send_until(reader, head, b": stream open", "the stream closed at once")
         self.reader = reader
 
     async def listen(self) -> None:
@@ -974,23 +987,10 @@ def bench_poststreams(n: int, args) -> dict:
 
             async def one(c: StreamClient) -> None:
                 async with sem:
-                    reader, c.writer = await asyncio.open_connection(c.host, c.port)
-                    init = INIT.encode()
-                    accept = "application/json, text/event-stream"
-                    status, headers, body = await _http_exchange(reader, c.writer, c._head("POST", len(init), None, accept), init)
-                    assert status == 200, (status, body[:200])
-                    sid = headers["mcp-session-id"]
-                    note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
-                    status, _, body = await _http_exchange(reader, c.writer, c._head("POST", len(note), sid, accept), note)
-                    assert status in (200, 202), (status, body[:200])
-                    c.writer.write(c._head("POST", len(call), sid, accept).encode() + call)
-                    await c.writer.drain()
-                    buf = b""
-                    while b"retry:" not in buf:
-                        chunk = await reader.read(4096)
-                        assert chunk, f"the call's stream closed before its priming event: {buf[:300]!r}"
-                        buf += chunk
-                    assert buf.startswith(b"HTTP/1.1 200") and b"text/event-stream" in buf, buf[:300]
+                    reader, sid = await c.handshake()
+                    head = c._head("POST", len(call), sid, "application/json, text/event-stream").encode()
+                    buf = await c.send_until(reader, head + call, b"retry:", "the call's stream ended before its priming event")
+                    assert b"text/event-stream" in buf, buf[:300]
                     primed.append(time.monotonic())
                 # Open: wait for the result on the stream, then its end.
                 while b'"result"' not in buf:
