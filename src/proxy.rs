@@ -12,9 +12,9 @@
 
 use crate::api::{self, Call, Reply};
 use crate::base::route::Route;
-use crate::edge::conn_limits::Answer;
+use crate::edge::conn_limits::{Answer, Next};
 use crate::edge::error::ApiError;
-use crate::edge::exchange::{success_body, Exchange, RequestCtx, RequestId};
+use crate::edge::exchange::{success_body, EventStream, Exchange, RequestCtx, RequestId};
 use crate::identity::gateway_oauth;
 use crate::observe::trace::{self, Span, SpanKind, TraceContext};
 use crate::server::Server;
@@ -307,6 +307,7 @@ impl Proxy {
             client_certificate: crate::edge::tls::client_certificate(session.digest()).map(|c| c.subject),
             denied_by: None,
             tool_pending: false,
+            tail: None,
         }
     }
 
@@ -442,14 +443,14 @@ impl Answer for Proxy {
         self: &Arc<Self>,
         mut session: ServerSession,
         shutdown: &ShutdownWatch,
-    ) -> impl std::future::Future<Output = Option<ReusedHttpStream>> + Send {
+    ) -> impl std::future::Future<Output = Next> + Send {
         async move {
             // CONNECT changes how the message is framed, and toolgate tunnels nothing: refused
             // and closed, as Pingora's proxy does.
             if session.req_header().method == http::Method::CONNECT {
                 let _ = session.respond_error(405).await;
                 session.shutdown().await;
-                return None;
+                return Next::Close;
             }
             if *shutdown.borrow() {
                 // Shutting down: this answer is the connection's last.
@@ -463,15 +464,23 @@ impl Answer for Proxy {
             self.record(&session, &ctx);
             match answered {
                 Ok(()) => {
+                    // An event stream that goes on by itself (`Exchange::stream_on`, HTTP/1
+                    // only): its access line and metrics are the opening's.
+                    if let Some(tail) = ctx.tail.take() {
+                        let ServerSession::H1(h1) = session else { return Next::Close };
+                        return Next::Alone(tail(EventStream::new(h1.into_inner())));
+                    }
                     let settings = HttpPersistentSettings::for_session(&session);
-                    let reusable = Box::pin(session.finish()).await.ok().flatten()?;
-                    Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
+                    match Box::pin(session.finish()).await {
+                        Ok(Some(reusable)) => Next::Request(ReusedHttpStream::from_reusable_stream(reusable, settings)),
+                        _ => Next::Close,
+                    }
                 }
                 Err(e) => {
                     // An HTTP/2 stream is reset with the error's code; an HTTP/1 connection
                     // closes.
                     session.on_proxy_failure(e);
-                    None
+                    Next::Close
                 }
             }
         }
@@ -491,7 +500,7 @@ impl HttpServerApp for Proxy {
         if !crate::edge::conn_limits::header_read(&mut session, read).await {
             return None;
         }
-        self.answer(session, shutdown).await
+        self.answer(session, shutdown).await.reused()
     }
 
     /// `h2c` is read here by Pingora's loop for plain HTTP/2 connections.

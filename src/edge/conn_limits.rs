@@ -22,6 +22,7 @@ use crate::base::fast_map::FastMap;
 use crate::config::ServerConfig;
 use crate::edge::tls::{Accepted, ClientSubject, EdgeTls};
 use async_trait::async_trait;
+use futures_util::future::BoxFuture;
 use ipnet::IpNet;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession;
@@ -163,13 +164,32 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
 /// for the connection's whole life, so an implementation boxes its large and rare steps
 /// (`Proxy::answer`).
 pub trait Answer: HttpServerApp + Send + Sync + 'static {
-    /// Answers one request whose header has been read; the stream back when the connection
-    /// can carry another request.
-    fn answer(
-        self: &Arc<Self>,
-        session: ServerSession,
-        shutdown: &ShutdownWatch,
-    ) -> impl Future<Output = Option<ReusedHttpStream>> + Send;
+    /// Answers one request whose header has been read, and says what the connection does next.
+    fn answer(self: &Arc<Self>, session: ServerSession, shutdown: &ShutdownWatch) -> impl Future<Output = Next> + Send;
+}
+
+/// What a connection does after an answer.
+pub enum Next {
+    /// Carries another request.
+    Request(ReusedHttpStream),
+    /// Closes.
+    Close,
+    /// Goes on with an answer that runs by itself: an open event stream on the bare connection
+    /// (`edge::exchange::EventStream`). It runs as a task of its own that keeps the connection's
+    /// slot, so the connection's loop, the request's state and Pingora's session are freed
+    /// while the stream stays open.
+    Alone(BoxFuture<'static, ()>),
+}
+
+impl Next {
+    /// For Pingora's HTTP/2 loop, whose streams never go on alone (`Exchange::stream_on` runs
+    /// them in place).
+    pub fn reused(self) -> Option<ReusedHttpStream> {
+        match self {
+            Next::Request(reused) => Some(reused),
+            Next::Close | Next::Alone(_) => None,
+        }
+    }
 }
 
 /// The outcome of reading a request's header: `true` when there is a request to answer. An
@@ -242,7 +262,7 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let accepted = Instant::now();
         let peer = stream.get_socket_digest().and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
-        let _slot = match self.limits.admit(peer) {
+        let slot = match self.limits.admit(peer) {
             Ok(slot) => slot,
             Err(refusal) => {
                 metrics().refused(refusal).inc();
@@ -250,7 +270,7 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
                 return None;
             }
         };
-        let _open = OpenGuard::new();
+        let open = OpenGuard::new();
         let config = &self.limits.config;
         // Boxed: the handshake's future is 5 KB, and this future lives as long as the
         // connection; boxed, it is freed once the handshake is done (and a plain connection
@@ -295,10 +315,18 @@ impl<A: Answer> ServerApp for BoundedHttp<A> {
             if !header_read(&mut session, read).await {
                 return None;
             }
-            let reused = self.app.answer(session, shutdown).await;
-            let (next, next_settings) = reused?.consume();
-            stream = next;
-            settings = next_settings;
+            match self.app.answer(session, shutdown).await {
+                Next::Request(reused) => (stream, settings) = reused.consume(),
+                Next::Close => return None,
+                Next::Alone(rest) => {
+                    let held = (slot, open);
+                    tokio::spawn(async move {
+                        rest.await;
+                        drop(held);
+                    });
+                    return None;
+                }
+            }
             first = false;
         }
     }

@@ -7,13 +7,17 @@
 use crate::base::route::Route;
 use crate::edge::error::ApiError;
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http::{HeaderName, HeaderValue};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::protocols::http::ServerSession;
+use pingora::protocols::Stream;
 use serde_json::{json, Value};
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate_filters::FilterContext;
 
 /// Every answer carries the request's id (also in its logs and error bodies).
@@ -65,6 +69,9 @@ pub struct RequestCtx {
     pub denied_by: Option<std::sync::Arc<str>>,
     /// A `tools/call` refused because the tool awaits approval (for the access line).
     pub tool_pending: bool,
+    /// The rest of a streamed answer that goes on by itself once the request is finished
+    /// ([`Exchange::stream_on`]).
+    pub tail: Option<StreamTail>,
 }
 
 impl Default for RequestCtx {
@@ -81,6 +88,7 @@ impl Default for RequestCtx {
             client_certificate: None,
             denied_by: None,
             tool_pending: false,
+            tail: None,
         }
     }
 }
@@ -293,11 +301,101 @@ impl<'a> Exchange<'a> {
         }
     }
 
-    /// Waits until the client closes its side of a streamed answer (after a GET there is no
-    /// body to read): `Err` when it has gone.
-    pub async fn client_gone(&mut self) -> Result<()> {
+    /// Runs the rest of a streamed answer (its head and first events written). On HTTP/1 it is
+    /// handed over ([`RequestCtx::tail`]) and runs by itself on the bare connection once the
+    /// request is finished ([`EventStream`]); on HTTP/2, where the stream is one of its
+    /// connection's, it runs here.
+    pub async fn stream_on<S: EventSource>(&mut self, source: S) {
+        if matches!(self.session, ServerSession::H1(_)) && self.session.response_written().is_some() {
+            self.ctx.tail = Some(Box::new(move |mut out: EventStream| {
+                Box::pin(async move {
+                    source.run(&mut out).await;
+                    out.close().await;
+                })
+            }));
+        } else {
+            source.run(self).await;
+        }
+    }
+}
+
+impl EventSink for Exchange<'_> {
+    async fn send(&mut self, events: Bytes) -> Result<()> {
+        self.session.write_response_body(events, false).await
+    }
+
+    async fn client_gone(&mut self) -> Result<()> {
         let done = self.session.is_body_done();
         self.session.read_body_or_idle(done).await.map(|_| ())
+    }
+
+    async fn end(&mut self, last: Option<Bytes>) -> Result<()> {
+        self.session.write_response_body(last.unwrap_or_default(), true).await
+    }
+}
+
+/// Where a streamed answer's events go: an [`Exchange`], or the [`EventStream`] an HTTP/1
+/// answer goes on with by itself. The loops that write long-lived streams are written once,
+/// for both.
+pub trait EventSink: Send {
+    /// Writes events; `Err` when the client has gone.
+    fn send(&mut self, events: Bytes) -> impl Future<Output = Result<()>> + Send;
+    /// Completes with `Err` when the client closes its side (there is no request body left to
+    /// read), with `Ok` when it sent something, which is ignored.
+    fn client_gone(&mut self) -> impl Future<Output = Result<()>> + Send;
+    /// Ends the answer, with its last events.
+    fn end(&mut self, last: Option<Bytes>) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The rest of a streamed answer: what writes its events, to whichever sink it is given.
+pub trait EventSource: Send + Sync + 'static {
+    fn run<S: EventSink>(self, out: &mut S) -> impl Future<Output = ()> + Send;
+}
+
+/// A streamed answer's rest, handed over until the request's own state is freed.
+pub type StreamTail = Box<dyn FnOnce(EventStream) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// An HTTP/1 connection whose answer is an event stream, its head written: the events go
+/// straight to the socket. Pingora's session (its 4 KiB header buffer and header maps), the
+/// request's context and the connection's task are freed; an open stream holds only this and
+/// its loop (BENCHMARKS.md, "Scale on one instance", streams). Pingora frames an event stream's
+/// body by the connection's close (it has no length), so this writes the events as they are
+/// and ends the answer by closing.
+pub struct EventStream {
+    stream: Stream,
+}
+
+impl EventStream {
+    /// The connection of a session whose answer's head has been written.
+    pub fn new(stream: Stream) -> EventStream {
+        EventStream { stream }
+    }
+
+    async fn close(mut self) {
+        let _ = self.stream.shutdown().await;
+    }
+}
+
+impl EventSink for EventStream {
+    async fn send(&mut self, events: Bytes) -> Result<()> {
+        self.stream.write_all(&events).await.or_err(ErrorType::WriteError, "writing an event stream")?;
+        self.stream.flush().await.or_err(ErrorType::WriteError, "flushing an event stream")
+    }
+
+    async fn client_gone(&mut self) -> Result<()> {
+        let mut probe = [0u8; 1];
+        match self.stream.read(&mut probe).await {
+            Ok(0) => Error::e_explain(ErrorType::ConnectionClosed, "the client closed an event stream"),
+            Ok(_) => Ok(()),
+            Err(e) => Error::e_because(ErrorType::ReadError, "reading an event stream's connection", e),
+        }
+    }
+
+    async fn end(&mut self, last: Option<Bytes>) -> Result<()> {
+        match last {
+            Some(events) => self.send(events).await,
+            None => Ok(()),
+        }
     }
 }
 

@@ -6,13 +6,13 @@
 //! client's rounds ([`ParkedCalls`]) and carries its own sealed `requestState` to find it again. The decisions are in `README.md` ("MCP 2026-07-28").
 
 use crate::data::model::Gateway;
-use crate::edge::exchange::{sse_event, Exchange};
+use crate::edge::exchange::{sse_event, EventSink, EventSource, Exchange};
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope, Rejection};
 use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
 use crate::mcp::protocol::{Accept, RpcCode};
 use crate::mcp::reply;
-use crate::mcp::runtime::McpRuntime;
+use crate::mcp::runtime::{McpRuntime, StreamMessage};
 use crate::mcp::tasks;
 use crate::mcp::upstream::ReplyStream;
 use bytes::Bytes;
@@ -23,6 +23,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
 
 /// How long the app's further questions are awaited after its first, so that questions it asks
 /// together reach the client in one input-required result.
@@ -414,44 +415,61 @@ pub async fn listen(
         return answer(ex, Response::error(req.id, e), "", false).await;
     };
     let meta = json!({ modern::META_SUBSCRIPTION_ID: req.id.to_value() });
-    let notification = |method: &str, mut params: Value| {
-        params["_meta"] = meta.clone();
-        sse_event(&jsonrpc::notification_bytes(method, Some(&RawJson::from_value(&params))))
-    };
-    let mut rx = mcp.subscribe(&gw.id);
+    let rx = mcp.subscribe(&gw.id);
     ex.start_sse().await?;
-    let ack = notification("notifications/subscriptions/acknowledged", json!({ "notifications": filter.honoured() }));
+    let ack =
+        notification(&meta, "notifications/subscriptions/acknowledged", json!({ "notifications": filter.honoured() }));
     ex.write(Some(ack), false).await?;
-    loop {
-        let chunk = tokio::select! {
-            m = rx.recv() => match m {
-                // A resource update for one handshake-era session.
-                Ok(m) if m.to.is_some() => continue,
-                Ok(m) => {
-                    let mut out = Vec::new();
-                    for method in m.list_changed.iter().filter(|method| filter.wants(method)) {
-                        out.extend_from_slice(&notification(method, json!({})));
-                    }
-                    if out.is_empty() {
-                        continue;
-                    }
-                    Bytes::from(out)
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(_) => break,
-            },
-            _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
-            gone = ex.client_gone() => match gone {
-                Ok(()) => continue,
-                Err(_) => return Ok(()),
-            },
-        };
-        if ex.write(Some(chunk), false).await.is_err() {
-            return Ok(());
-        }
-    }
-    // The gateway is gone: the subscription ends with its result.
-    let done = jsonrpc::response_bytes(&req.id, &json!({ "resultType": "complete", "_meta": meta }));
-    ex.write(Some(sse_event(&done)), true).await.ok();
+    ex.stream_on(Subscription { id: req.id, meta, filter, rx }).await;
     Ok(())
+}
+
+/// One notification of a subscription, carrying its id (`meta`).
+fn notification(meta: &Value, method: &str, mut params: Value) -> Bytes {
+    params["_meta"] = meta.clone();
+    sse_event(&jsonrpc::notification_bytes(method, Some(&RawJson::from_value(&params))))
+}
+
+/// An open `subscriptions/listen` stream: the gateway's changes of the kinds asked for.
+struct Subscription {
+    id: Id,
+    meta: Value,
+    filter: Filter,
+    rx: broadcast::Receiver<Arc<StreamMessage>>,
+}
+
+impl EventSource for Subscription {
+    async fn run<S: EventSink>(mut self, out: &mut S) {
+        loop {
+            let chunk = tokio::select! {
+                m = self.rx.recv() => match m {
+                    // A resource update for one handshake-era session.
+                    Ok(m) if m.to.is_some() => continue,
+                    Ok(m) => {
+                        let mut events = Vec::new();
+                        for method in m.list_changed.iter().filter(|method| self.filter.wants(method)) {
+                            events.extend_from_slice(&notification(&self.meta, method, json!({})));
+                        }
+                        if events.is_empty() {
+                            continue;
+                        }
+                        Bytes::from(events)
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                },
+                _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
+                gone = out.client_gone() => match gone {
+                    Ok(()) => continue,
+                    Err(_) => return,
+                },
+            };
+            if out.send(chunk).await.is_err() {
+                return;
+            }
+        }
+        // The gateway is gone: the subscription ends with its result.
+        let done = jsonrpc::response_bytes(&self.id, &json!({ "resultType": "complete", "_meta": self.meta }));
+        out.end(Some(sse_event(&done))).await.ok();
+    }
 }

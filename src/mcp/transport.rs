@@ -5,14 +5,14 @@
 
 use crate::data::model::Gateway;
 use crate::edge::error::ApiError;
-use crate::edge::exchange::Exchange;
+use crate::edge::exchange::{EventSink, EventSource, Exchange};
 use crate::mcp::dispatch::{self, Caller};
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
 use crate::mcp::modern;
 use crate::mcp::protocol::{Accept, RpcCode, SESSION_COOKIE, VERSIONS};
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
-use crate::mcp::runtime::McpRuntime;
+use crate::mcp::runtime::{McpRuntime, StreamMessage};
 use crate::mcp::sessions::SessionError;
 use crate::mcp::stateless;
 use bytes::Bytes;
@@ -20,6 +20,7 @@ use http::{HeaderValue, Method};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{broadcast, watch};
 use toolgate_filters::{CredentialKind, Principal, Scope};
 
 /// How often an idle GET stream gets a keep-alive comment.
@@ -361,66 +362,95 @@ async fn get_stream(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, 
         let found =
             mcp.call_streams.find(last).filter(|(cs, seq)| cs.session_id() == mcp_id && cs.after(*seq).is_some());
         if let Some((cs, seq)) = found {
-            return resume_call_stream(ex, &cs, seq).await;
+            return resume_call_stream(ex, cs, seq).await;
         }
     }
-    let Some(mut closed) = mcp.sessions.closed(&mcp_id) else { return Ok(()) };
-    let mut rx = mcp.subscribe(&gw.id);
+    let Some(closed) = mcp.sessions.closed(&mcp_id) else { return Ok(()) };
+    let rx = mcp.subscribe(&gw.id);
     ex.start_sse().await?;
     ex.write(Some(Bytes::from_static(b": stream open\n\n")), false).await?;
-    loop {
-        let chunk = tokio::select! {
-            m = rx.recv() => match m {
-                // Another session's resource update.
-                Ok(m) if m.to.as_deref().is_some_and(|to| to != mcp_id) => continue,
-                Ok(m) => m.event.clone(),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(_) => break,
-            },
-            _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
-            // Ended, expired or removed (the sender dropped): the stream ends with it.
-            _ = closed.wait_for(|c| *c) => break,
-            // Waits for the client to close its side (there is no body to read after a GET);
-            // without it a gone client would be noticed only when a write fails, up to two
-            // keep-alives later.
-            gone = ex.client_gone() => match gone {
-                Ok(()) => continue,
-                Err(_) => return Ok(()),
-            },
-        };
-        if ex.write(Some(chunk), false).await.is_err() {
-            return Ok(());
-        }
-    }
-    ex.write(None, true).await.ok();
+    ex.stream_on(Listening { mcp_id, rx, closed }).await;
     Ok(())
 }
 
+/// An open GET stream: the session's messages and the gateway's changes, until the session or
+/// the client goes.
+struct Listening {
+    mcp_id: String,
+    rx: broadcast::Receiver<Arc<StreamMessage>>,
+    closed: watch::Receiver<bool>,
+}
+
+impl EventSource for Listening {
+    async fn run<S: EventSink>(mut self, out: &mut S) {
+        loop {
+            let chunk = tokio::select! {
+                m = self.rx.recv() => match m {
+                    // Another session's resource update.
+                    Ok(m) if m.to.as_deref().is_some_and(|to| to != self.mcp_id) => continue,
+                    Ok(m) => m.event.clone(),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                },
+                _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
+                // Ended, expired or removed (the sender dropped): the stream ends with it.
+                _ = self.closed.wait_for(|c| *c) => break,
+                // Waits for the client to close its side (there is no body to read after a GET);
+                // without it a gone client would be noticed only when a write fails, up to two
+                // keep-alives later.
+                gone = out.client_gone() => match gone {
+                    Ok(()) => continue,
+                    Err(_) => return,
+                },
+            };
+            if out.send(chunk).await.is_err() {
+                return;
+            }
+        }
+        out.end(None).await.ok();
+    }
+}
+
 /// Replays a call stream's events after `seen`, then the rest live, and ends with the stream.
-async fn resume_call_stream(ex: &mut Exchange<'_>, cs: &CallStream, mut seen: u64) -> pingora::Result<()> {
+async fn resume_call_stream(ex: &mut Exchange<'_>, cs: Arc<CallStream>, seen: u64) -> pingora::Result<()> {
     ex.start_sse().await?;
-    loop {
-        let Some((events, ended)) = cs.after(seen) else {
-            // Fell out of the buffer while the client was away: end; the client calls again.
-            return ex.write(None, true).await;
-        };
-        for (seq, event) in events {
-            if ex.write(Some(event), false).await.is_err() {
-                return Ok(());
-            }
-            seen = seq;
-        }
-        if ended {
-            return ex.write(None, true).await;
-        }
-        tokio::select! {
-            _ = cs.changed(seen) => {}
-            _ = tokio::time::sleep(KEEPALIVE) => {
-                if ex.write(Some(Bytes::from_static(b": keepalive\n\n")), false).await.is_err() {
-                    return Ok(());
+    ex.stream_on(Resumed { cs, seen }).await;
+    Ok(())
+}
+
+/// A call stream taken up again with `Last-Event-ID`.
+struct Resumed {
+    cs: Arc<CallStream>,
+    seen: u64,
+}
+
+impl EventSource for Resumed {
+    async fn run<S: EventSink>(mut self, out: &mut S) {
+        loop {
+            let Some((events, ended)) = self.cs.after(self.seen) else {
+                // Fell out of the buffer while the client was away: end; the client calls again.
+                out.end(None).await.ok();
+                return;
+            };
+            for (seq, event) in events {
+                if out.send(event).await.is_err() {
+                    return;
                 }
+                self.seen = seq;
             }
-            gone = ex.client_gone() => if gone.is_err() { return Ok(()) },
+            if ended {
+                out.end(None).await.ok();
+                return;
+            }
+            tokio::select! {
+                _ = self.cs.changed(self.seen) => {}
+                _ = tokio::time::sleep(KEEPALIVE) => {
+                    if out.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                        return;
+                    }
+                }
+                gone = out.client_gone() => if gone.is_err() { return },
+            }
         }
     }
 }

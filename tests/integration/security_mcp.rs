@@ -174,18 +174,6 @@ impl Listening {
 }
 
 /// `toolgate_requests_total{route="gateway",status="200"}`: gateway requests finished.
-fn gateway_requests_done(srv: &TestServer) -> u64 {
-    let metrics = srv.metrics();
-    metrics
-        .lines()
-        .find(|l| {
-            l.starts_with("toolgate_requests_total{") && l.contains("route=\"gateway\"") && l.contains("status=\"200\"")
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse::<f64>().ok())
-        .map_or(0, |n| n as u64)
-}
-
 fn listed(srv: &TestServer, owner: &str) -> Vec<String> {
     let data = ok(&srv.api("GET", "/v1/sessions?limit=100", Some(owner), None), 200);
     data["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
@@ -221,11 +209,13 @@ fn listening_streams_hold_no_concurrent_slot_and_end_when_the_client_goes() {
         assert_eq!(r.status, 200, "tools/list: {}", r.body);
     }
     // The clients go: their streams finish at once (they used to wait for a failed keep-alive
-    // write, 15 to 30 s later, holding a slot each all that time).
-    let before = gateway_requests_done(srv);
+    // write, 15 to 30 s later, holding a slot each all that time), and their connections close.
+    assert_eq!(common::metric(srv, "toolgate_mcp_streams_open "), 6.0);
+    let open = common::metric(srv, "toolgate_connections_open ");
     drop(streams);
     common::wait_until("the six streams finish after their clients left", Duration::from_secs(8), || {
-        gateway_requests_done(srv) >= before + 6
+        common::metric(srv, "toolgate_mcp_streams_open ") == 0.0
+            && common::metric(srv, "toolgate_connections_open ") <= open - 6.0
     });
     // Calls still work, and the key's five slots are all free: five concurrent calls pass.
     let calls: Vec<_> = sessions[..5]
@@ -250,6 +240,73 @@ fn listening_streams_hold_no_concurrent_slot_and_end_when_the_client_goes() {
     for c in calls {
         assert_eq!(c.join().unwrap(), 200);
     }
+}
+
+/// An HTTP/1 stream goes on by itself once open (the request's state freed, `Exchange::stream_on`)
+/// and keeps its connection's place: the per-address cap counts it, and its end gives the place
+/// back. It still hears its gateway's changes, and still ends with its session.
+#[test]
+fn an_open_stream_keeps_its_connections_place_hears_changes_and_ends_with_its_session() {
+    let (a, a_yaml) = common::declared_key("key_a", "usr_a", &["*"]);
+    let (_, b_yaml) = common::declared_key("key_b", "usr_b", &["*"]);
+    let config = common::BASE_CONFIG.replace(
+        "  trusted_proxies: []\n",
+        "  trusted_proxies: []\n  max_connections: 100\n  max_connections_per_ip: 3\n",
+    );
+    assert_ne!(config, common::BASE_CONFIG, "the base config has a `trusted_proxies: []` line to add after");
+    let srv = TestServer::start_with_config(&format!("{config}{}", orgs_yaml(&a_yaml, &b_yaml)));
+    let (gw, gw_key) = gateway(&srv, &a);
+    let sessions: Vec<String> = (0..3).map(|_| initialize(&srv, &gw, &gw_key)).collect();
+    common::wait_until("the set-up's connections close", Duration::from_secs(10), || {
+        common::metric(&srv, "toolgate_connections_open ") == 0.0
+    });
+    let mut streams: Vec<Listening> =
+        sessions[..2].iter().map(|sid| Listening::open(&srv, &gw, &gw_key, sid)).collect();
+    assert_eq!(common::metric(&srv, "toolgate_connections_open "), 2.0, "each open stream is a connection");
+    // A third connection from the same address is admitted; a fourth is refused while the
+    // streams are open.
+    let mut third = TcpStream::connect(srv.main_addr()).unwrap();
+    let mut fourth = TcpStream::connect(srv.main_addr()).unwrap();
+    fourth.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = fourth.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut buf = [0u8; 64];
+    assert!(
+        matches!(fourth.read(&mut buf), Ok(0) | Err(_)),
+        "a fourth connection from the address is closed unanswered while two streams hold their places"
+    );
+    assert!(common::metric(&srv, "toolgate_connections_refused_total{reason=\"per_address\"} ") >= 1.0);
+    third.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    third.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    third.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // A management change reaches the open streams.
+    ok(&srv.api("PATCH", &format!("/v1/gateways/{gw}"), Some(&a), Some(json!({"description": "changed"}))), 200);
+    for l in &mut streams {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !l.text().contains("notifications/tools/list_changed") {
+            assert!(l.read_until(deadline), "the change did not reach the stream: {}", l.text());
+        }
+    }
+    // DELETE of the first stream's session ends that stream: the server closes the connection.
+    let r = client()
+        .delete(srv.url(&format!("/gateway/{gw}/mcp")))
+        .header("X-API-Key", &gw_key)
+        .header("Mcp-Session-Id", &sessions[0])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while streams[0].read_until(deadline) {}
+    assert!(Instant::now() < deadline, "the ended session's stream was not closed: {}", streams[0].text());
+    // Its place is free again, and the other stream's client leaving frees its place too.
+    drop(streams);
+    common::wait_until("the streams' places are given back", Duration::from_secs(10), || {
+        common::metric(&srv, "toolgate_connections_open ") == 0.0
+            && common::metric(&srv, "toolgate_mcp_streams_open ") == 0.0
+    });
+    let again: Vec<Listening> = sessions[1..].iter().map(|sid| Listening::open(&srv, &gw, &gw_key, sid)).collect();
+    assert_eq!(again.len(), 2, "the address can open streams again");
 }
 
 // ------------------------------------------------------------------------------------------------
