@@ -436,6 +436,54 @@ mod tests {
         assert!(ctx.filters.response_headers.is_empty(), "moved, not copied");
     }
 
+    /// A connected pair: the server's end as Pingora's stream, the client's as a plain socket.
+    async fn pair() -> (EventStream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let stream: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(server));
+        (EventStream::new(stream), client)
+    }
+
+    #[tokio::test]
+    async fn an_event_stream_writes_its_events_as_they_are_and_ends_by_closing() {
+        let (mut out, mut client) = pair().await;
+        out.send(Bytes::from_static(b": stream open\n\n")).await.unwrap();
+        out.send(sse_event(b"{}")).await.unwrap();
+        out.end(Some(Bytes::from_static(b"data: last\n\n"))).await.unwrap();
+        out.close().await;
+        let mut got = Vec::new();
+        tokio::time::timeout(std::time::Duration::from_secs(5), client.read_to_end(&mut got)).await.unwrap().unwrap();
+        assert_eq!(got, b": stream open\n\nevent: message\ndata: {}\n\ndata: last\n\n", "no framing added");
+    }
+
+    #[tokio::test]
+    async fn an_event_stream_hears_its_client_go_and_ignores_what_it_sends() {
+        let (mut out, mut client) = pair().await;
+        client.write_all(b"x").await.unwrap();
+        let wait = std::time::Duration::from_secs(5);
+        assert!(
+            tokio::time::timeout(wait, out.client_gone()).await.unwrap().is_ok(),
+            "a byte from the client is not its end"
+        );
+        let pending = tokio::time::timeout(std::time::Duration::from_millis(50), out.client_gone()).await;
+        assert!(pending.is_err(), "nothing more from the client: still listening");
+        client.shutdown().await.unwrap();
+        let gone = tokio::time::timeout(wait, out.client_gone()).await.unwrap().unwrap_err();
+        assert_eq!(gone.etype(), &ErrorType::ConnectionClosed);
+        drop(client);
+        // Writes to a client that has gone fail (the first may still be taken by the kernel).
+        let mut failed = false;
+        for _ in 0..50 {
+            if out.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                failed = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(failed, "writing to a closed connection fails");
+    }
+
     #[test]
     fn an_sse_event_is_one_message_event() {
         assert_eq!(&sse_event(b"{}")[..], b"event: message\ndata: {}\n\n");

@@ -251,12 +251,13 @@ fn an_open_stream_keeps_its_connections_place_hears_changes_and_ends_with_its_se
     let (_, b_yaml) = common::declared_key("key_b", "usr_b", &["*"]);
     let config = common::BASE_CONFIG.replace(
         "  trusted_proxies: []\n",
-        "  trusted_proxies: []\n  max_connections: 100\n  max_connections_per_ip: 3\n",
+        "  trusted_proxies: []\n  max_connections: 100\n  max_connections_per_ip: 3\n  keepalive_idle_secs: 1\n",
     );
     assert_ne!(config, common::BASE_CONFIG, "the base config has a `trusted_proxies: []` line to add after");
     let srv = TestServer::start_with_config(&format!("{config}{}", orgs_yaml(&a_yaml, &b_yaml)));
     let (gw, gw_key) = gateway(&srv, &a);
     let sessions: Vec<String> = (0..3).map(|_| initialize(&srv, &gw, &gw_key)).collect();
+    // The set-up's kept-alive connections close after their idle second.
     common::wait_until("the set-up's connections close", Duration::from_secs(10), || {
         common::metric(&srv, "toolgate_connections_open ") == 0.0
     });
@@ -280,14 +281,27 @@ fn an_open_stream_keeps_its_connections_place_hears_changes_and_ends_with_its_se
     third.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     third.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    // A management change reaches the open streams.
-    ok(&srv.api("PATCH", &format!("/v1/gateways/{gw}"), Some(&a), Some(json!({"description": "changed"}))), 200);
+    common::wait_until("the third connection's place is given back", Duration::from_secs(10), || {
+        common::metric(&srv, "toolgate_connections_open ") == 2.0
+    });
+    // A management change (on a connection of its own, the third place) reaches the open streams.
+    let r = client()
+        .patch(srv.url(&format!("/v1/gateways/{gw}")))
+        .bearer_auth(&a)
+        .json(&json!({"description": "changed"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    drop(r);
     for l in &mut streams {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !l.text().contains("notifications/tools/list_changed") {
             assert!(l.read_until(deadline), "the change did not reach the stream: {}", l.text());
         }
     }
+    common::wait_until("the change's connection closes", Duration::from_secs(10), || {
+        common::metric(&srv, "toolgate_connections_open ") == 2.0
+    });
     // DELETE of the first stream's session ends that stream: the server closes the connection.
     let r = client()
         .delete(srv.url(&format!("/gateway/{gw}/mcp")))
