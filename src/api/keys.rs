@@ -70,9 +70,8 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     let account = call.query("service_account_id");
     let state = &call.server.state;
     // A gateway's access key belongs to its gateway (shown once when the gateway is made).
-    let mut keys = state.keys_where(|k| {
-        k.org_id == who.org_id
-            && k.gateway_id.is_none()
+    let mut keys = state.keys_of(&who.org_id, |k| {
+        k.gateway_id.is_none()
             && user.is_none_or(|u| k.service_account_id.is_none() && k.user_id == u)
             && account.is_none_or(|a| k.service_account_id.as_deref() == Some(a))
     });

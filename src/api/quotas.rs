@@ -54,7 +54,7 @@ pub fn used(state: &State, org_id: &str, quota: Quota) -> usize {
         Quota::Gateways => state.gateway_count(org_id),
         Quota::ApiKeys => {
             let now = chrono::Utc::now();
-            state.key_count(|k| k.org_id == org_id && k.gateway_id.is_none() && k.unusable(now).is_none())
+            state.key_count_of(org_id, |k| k.gateway_id.is_none() && k.unusable(now).is_none())
         }
         Quota::ServiceAccounts => state.service_accounts_where(|a| a.org_id == org_id).len(),
         Quota::WhitelistEntries => state.org(org_id).map_or(0, |o| o.whitelist.len()),

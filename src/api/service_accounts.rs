@@ -58,11 +58,11 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
         .iter()
         .map(|a| {
             let of_account = |k: &ApiKey| k.service_account_id.as_deref() == Some(a.id.as_str());
-            let usable = state.key_count(|k| of_account(k) && k.unusable(now).is_none());
+            let usable = state.key_count_of(&a.org_id, |k| of_account(k) && k.unusable(now).is_none());
             json!({
                 "id": a.id, "name": a.name, "description": a.description, "scopes": a.scopes,
                 "rate_limit_multiplier": a.rate_limit_multiplier, "created_by": a.created_by,
-                "created_at": iso(&a.created_at), "key_count": usable, "keys_total": state.key_count(of_account),
+                "created_at": iso(&a.created_at), "key_count": usable, "keys_total": state.key_count_of(&a.org_id, of_account),
             })
         })
         .collect();

@@ -188,7 +188,7 @@ async fn hand_over(call: &Call<'_>, user: &User, heir: &str) -> Result<usize, Ap
         own.intersect(bound).names().into_iter().map(str::to_string).collect()
     };
     let mut revoked = 0;
-    for key in state.keys_where(|k| k.org_id == user.org_id && k.user_id == user.id) {
+    for key in state.keys_of(&user.org_id, |k| k.user_id == user.id) {
         let mut k = key.as_ref().clone();
         // A gateway's access key belongs to the gateway, a service account's to the account:
         // both stay with the organisation.

@@ -11,6 +11,7 @@ use crate::data::model::*;
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use chrono::Utc;
 use serde::de::DeserializeOwned;
+use std::collections::HashMap;
 use std::sync::Arc;
 use toolgate_filters::ip_allowlist::{IpPolicy, IpPolicySource};
 use toolgate_filters::Principal;
@@ -39,6 +40,10 @@ pub struct State {
     orgs: FastMap<String, Arc<Organization>>,
     users: FastMap<String, Arc<User>>,
     keys: FastMap<String, Arc<ApiKey>>,
+    /// Each organisation's keys by id: the management lists and counts (`GET /v1/api-keys`, the
+    /// service accounts' key counts, the key quota) read one organisation's keys, not every key
+    /// of the instance (BENCHMARKS.md, "Scale on one instance", records).
+    keys_by_org: FastMap<String, HashMap<String, Arc<ApiKey>>>,
     /// SHA-256 hex of a key -> key id.
     key_by_hash: FastMap<[u8; 32], Arc<ApiKey>>,
     gateways: FastMap<String, Arc<Gateway>>,
@@ -139,6 +144,7 @@ impl State {
             orgs: FastMap::default(),
             users: FastMap::default(),
             keys: FastMap::default(),
+            keys_by_org: FastMap::default(),
             key_by_hash: FastMap::default(),
             gateways: FastMap::default(),
             connections: FastMap::default(),
@@ -445,7 +451,9 @@ impl State {
         .await;
     }
 
+    /// Files a key under its hash and its organisation.
     fn index_key(&self, key: &Arc<ApiKey>) {
+        self.keys_by_org.entry(key.org_id.clone()).or_default().insert(key.id.clone(), key.clone());
         match secrets::hash_from_hex(&key.hash) {
             Some(h) => {
                 self.key_by_hash.insert(h, key.clone());
@@ -541,6 +549,9 @@ impl State {
         let key = Arc::new(key);
         self.index_key(&key);
         if let Some(previous) = self.keys.insert(key.id.clone(), key.clone()) {
+            if previous.org_id != key.org_id {
+                self.unindex_org_key(&previous);
+            }
             // A declared key whose hash changed in YAML: the old value must stop working now.
             if previous.hash != key.hash {
                 if let Some(h) = secrets::hash_from_hex(&previous.hash) {
@@ -555,12 +566,22 @@ impl State {
     fn uninstall_key(&self, id: &str) -> Option<Arc<ApiKey>> {
         let removed = self.keys.remove(id).map(|(_, k)| k);
         if let Some(k) = &removed {
+            self.unindex_org_key(k);
             if let Some(h) = secrets::hash_from_hex(&k.hash) {
                 self.key_by_hash.remove(&h);
             }
         }
         self.principals.remove(id);
         removed
+    }
+
+    /// Takes a key out of its organisation's keys (and the organisation out of the index with
+    /// its last key).
+    fn unindex_org_key(&self, key: &ApiKey) {
+        self.keys_by_org.remove_if_mut(&key.org_id, |_, keys| {
+            keys.remove(&key.id);
+            keys.is_empty()
+        });
     }
 
     fn install_service_account(&self, a: ServiceAccount) -> Arc<ServiceAccount> {
@@ -794,14 +815,16 @@ impl State {
         self.service_accounts.get(id).map(|a| a.value().clone())
     }
 
-    /// The keys for which `keep` holds (a scan: for a management list, never the hot path).
-    pub fn keys_where(&self, keep: impl Fn(&ApiKey) -> bool) -> Vec<Arc<ApiKey>> {
-        self.keys.iter().filter(|k| keep(k)).map(|k| k.value().clone()).collect()
+    /// The organisation's keys for which `keep` holds (a scan of its keys: for a management
+    /// list, never the hot path).
+    pub fn keys_of(&self, org_id: &str, keep: impl Fn(&ApiKey) -> bool) -> Vec<Arc<ApiKey>> {
+        let Some(keys) = self.keys_by_org.get(org_id) else { return Vec::new() };
+        keys.values().filter(|k| keep(k)).cloned().collect()
     }
 
-    /// How many keys `keep` holds for.
-    pub fn key_count(&self, keep: impl Fn(&ApiKey) -> bool) -> usize {
-        self.keys.iter().filter(|k| keep(k)).count()
+    /// How many of the organisation's keys `keep` holds for.
+    pub fn key_count_of(&self, org_id: &str, keep: impl Fn(&ApiKey) -> bool) -> usize {
+        self.keys_by_org.get(org_id).map_or(0, |keys| keys.values().filter(|k| keep(k)).count())
     }
 
     /// The service accounts for which `keep` holds.
@@ -884,5 +907,62 @@ fn day_and_month(t: chrono::DateTime<Utc>) -> (i64, i32) {
 impl IpPolicySource for State {
     fn policy(&self, org_id: &str) -> Option<Arc<IpPolicy>> {
         self.ip_policies.get(org_id).map(|p| p.value().clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: &str, org_id: &str) -> ApiKey {
+        ApiKey {
+            id: id.into(),
+            org_id: org_id.into(),
+            user_id: "usr_x".into(),
+            name: id.into(),
+            hash: secrets::hash_key(&format!("ag_{id}")),
+            scopes: vec!["*".into()],
+            created_at: Utc::now(),
+            expires_at: None,
+            revoked_at: None,
+            bypass_ip_whitelist: false,
+            gateway_id: None,
+            service_account_id: None,
+            declared: false,
+            retires_at: None,
+        }
+    }
+
+    fn ids_of(state: &State, org: &str) -> Vec<String> {
+        let mut ids: Vec<String> = state.keys_of(org, |_| true).iter().map(|k| k.id.clone()).collect();
+        ids.sort();
+        ids
+    }
+
+    #[tokio::test]
+    async fn an_organisations_keys_are_read_from_its_own_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!("storage:\n  backend: embedded\n  path: {}\n", dir.path().display());
+        let config = Arc::new(Config::parse(&yaml).unwrap());
+        let admin = || Some(format!("ag_{}", "a".repeat(37)));
+        let (state, _) = State::open(config.clone(), admin()).await.unwrap();
+        let bootstrap = ids_of(&state, BOOTSTRAP_ORG);
+        assert_eq!(bootstrap.len(), 1, "the admin key");
+        for (id, org) in [("key_a1", "org_a"), ("key_a2", "org_a"), ("key_b1", "org_b")] {
+            state.save_key(key(id, org)).await.unwrap();
+        }
+        assert_eq!(ids_of(&state, "org_a"), ["key_a1", "key_a2"]);
+        assert_eq!(ids_of(&state, "org_b"), ["key_b1"]);
+        assert_eq!(state.key_count_of("org_a", |k| k.id.ends_with('2')), 1);
+        assert!(ids_of(&state, "org_none").is_empty());
+        state.delete_key("key_a1").await.unwrap();
+        state.delete_key("key_b1").await.unwrap();
+        assert_eq!(ids_of(&state, "org_a"), ["key_a2"]);
+        assert!(state.keys_by_org.get("org_b").is_none(), "an organisation leaves the index with its last key");
+        // Read back from the store at the next start: the same index.
+        drop(state);
+        let (state, _) = State::open(config, admin()).await.unwrap();
+        assert_eq!(ids_of(&state, "org_a"), ["key_a2"]);
+        assert_eq!(ids_of(&state, BOOTSTRAP_ORG), bootstrap);
     }
 }
