@@ -309,7 +309,10 @@ impl<'a> Exchange<'a> {
         if matches!(self.session, ServerSession::H1(_)) && self.session.response_written().is_some() {
             self.ctx.tail = Some(Box::new(move |mut out: EventStream| {
                 Box::pin(async move {
-                    source.run(&mut out).await;
+                    // What Pingora's session left in its write buffer (the head) goes out first.
+                    if out.flush().await.is_ok() {
+                        source.run(&mut out).await;
+                    }
                     out.close().await;
                 })
             }));
@@ -371,6 +374,10 @@ impl EventStream {
         EventStream { stream }
     }
 
+    async fn flush(&mut self) -> Result<()> {
+        self.stream.flush().await.or_err(ErrorType::WriteError, "flushing an event stream")
+    }
+
     async fn close(mut self) {
         let _ = self.stream.shutdown().await;
     }
@@ -379,7 +386,7 @@ impl EventStream {
 impl EventSink for EventStream {
     async fn send(&mut self, events: Bytes) -> Result<()> {
         self.stream.write_all(&events).await.or_err(ErrorType::WriteError, "writing an event stream")?;
-        self.stream.flush().await.or_err(ErrorType::WriteError, "flushing an event stream")
+        self.flush().await
     }
 
     async fn client_gone(&mut self) -> Result<()> {
@@ -482,6 +489,42 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert!(failed, "writing to a closed connection fails");
+    }
+
+    /// A stream with nothing to say: it waits for its client to go.
+    struct Quiet;
+
+    impl EventSource for Quiet {
+        async fn run<S: EventSink>(self, out: &mut S) {
+            while out.client_gone().await.is_ok() {}
+        }
+    }
+
+    #[tokio::test]
+    async fn an_http1_stream_is_handed_over_sends_its_head_at_once_and_ends_when_its_client_goes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let mut session = ServerSession::new_http1(Box::new(pingora::protocols::l4::stream::Stream::from(server)));
+        client.write_all(b"GET /s HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+        assert!(session.read_request().await.unwrap());
+        let mut ctx = RequestCtx::default();
+        let mut ex = Exchange::new(&mut session, &mut ctx, 1024);
+        ex.start_sse().await.unwrap();
+        ex.stream_on(Quiet).await;
+        let tail = ctx.tail.take().expect("an HTTP/1 stream is handed over");
+        let ServerSession::H1(h1) = session else { panic!("HTTP/1") };
+        let task = tokio::spawn(tail(EventStream::new(h1.into_inner())));
+        // The head arrives though no event has been written.
+        let wait = std::time::Duration::from_secs(5);
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(wait, client.read(&mut buf)).await.unwrap().unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200") && head.contains("content-type: text/event-stream"), "{head}");
+        // The client goes: the stream's task ends and closes the connection.
+        client.shutdown().await.unwrap();
+        tokio::time::timeout(wait, task).await.unwrap().unwrap();
+        assert_eq!(tokio::time::timeout(wait, client.read(&mut buf)).await.unwrap().unwrap(), 0);
     }
 
     #[test]
