@@ -914,25 +914,6 @@ impl IpPolicySource for State {
 mod tests {
     use super::*;
 
-    fn key(id: &str, org_id: &str) -> ApiKey {
-        ApiKey {
-            id: id.into(),
-            org_id: org_id.into(),
-            user_id: "usr_x".into(),
-            name: id.into(),
-            hash: secrets::hash_key(&format!("ag_{id}")),
-            scopes: vec!["*".into()],
-            created_at: Utc::now(),
-            expires_at: None,
-            revoked_at: None,
-            bypass_ip_whitelist: false,
-            gateway_id: None,
-            service_account_id: None,
-            declared: false,
-            retires_at: None,
-        }
-    }
-
     fn ids_of(state: &State, org: &str) -> Vec<String> {
         let mut ids: Vec<String> = state.keys_of(org, |_| true).iter().map(|k| k.id.clone()).collect();
         ids.sort();
@@ -948,8 +929,11 @@ mod tests {
         let (state, _) = State::open(config.clone(), admin()).await.unwrap();
         let bootstrap = ids_of(&state, BOOTSTRAP_ORG);
         assert_eq!(bootstrap.len(), 1, "the admin key");
+        let admin_key = state.key(&bootstrap[0]).unwrap();
         for (id, org) in [("key_a1", "org_a"), ("key_a2", "org_a"), ("key_b1", "org_b")] {
-            state.save_key(key(id, org)).await.unwrap();
+            let hash = secrets::hash_key(&format!("ag_{id}"));
+            let key = ApiKey { id: id.into(), org_id: org.into(), hash, ..(*admin_key).clone() };
+            state.save_key(key).await.unwrap();
         }
         assert_eq!(ids_of(&state, "org_a"), ["key_a1", "key_a2"]);
         assert_eq!(ids_of(&state, "org_b"), ["key_b1"]);
