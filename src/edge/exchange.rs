@@ -305,7 +305,12 @@ impl<'a> Exchange<'a> {
     /// handed over ([`RequestCtx::tail`]) and runs by itself on the bare connection once the
     /// request is finished ([`EventStream`]); on HTTP/2, where the stream is one of its
     /// connection's, it runs here.
+    ///
+    /// An open stream is not a request in flight: the caller's `concurrent` slot is given back
+    /// here (a GET stream never took one), so listening clients leave their key's calls the
+    /// whole figure.
     pub async fn stream_on<S: EventSource>(&mut self, source: S) {
+        self.ctx.filters.concurrency = None;
         if matches!(self.session, ServerSession::H1(_)) && self.session.response_written().is_some() {
             self.ctx.tail = Some(Box::new(move |mut out: EventStream| {
                 Box::pin(async move {

@@ -114,17 +114,23 @@ struct Listening {
 
 impl Listening {
     fn open(srv: &TestServer, gw: &str, key: &str, session: &str) -> Listening {
-        let mut sock = TcpStream::connect(srv.main_addr()).expect("connect");
         let (header, value) = credential_header(key);
         let req = format!(
             "GET /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\n{header}: {value}\r\nMcp-Session-Id: {session}\r\n\
              Accept: text/event-stream\r\n\r\n",
             srv.main_addr()
         );
+        Listening::request(srv, &req, ": stream open")
+    }
+
+    /// Sends `req` on a connection of its own and reads until `opened` has arrived in a 200
+    /// event stream.
+    fn request(srv: &TestServer, req: &str, opened: &str) -> Listening {
+        let mut sock = TcpStream::connect(srv.main_addr()).expect("connect");
         sock.write_all(req.as_bytes()).unwrap();
         let mut l = Listening { sock, seen: Vec::new() };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !l.text().contains(": stream open") {
+        while !l.text().contains(opened) {
             assert!(l.read_until(deadline), "the stream did not open: {}", l.text());
         }
         assert!(l.text().starts_with("HTTP/1.1 200"), "{}", l.text());
@@ -240,6 +246,35 @@ fn listening_streams_hold_no_concurrent_slot_and_end_when_the_client_goes() {
     for c in calls {
         assert_eq!(c.join().unwrap(), 200);
     }
+}
+
+/// A stateless client's `subscriptions/listen` stream (2026-07-28) on `gw`: its connection, once
+/// the acknowledgement has arrived.
+fn listen_stateless(srv: &TestServer, gw: &str, key: &str) -> Listening {
+    let body = r#"{"jsonrpc":"2.0","id":41,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let req = format!(
+        "POST /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\nX-API-Key: {key}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: subscriptions/listen\r\nContent-Length: {}\r\n\r\n{body}",
+        srv.main_addr(),
+        body.len()
+    );
+    Listening::request(srv, &req, "notifications/subscriptions/acknowledged")
+}
+
+/// `subscriptions/listen` is the stateless counterpart of the GET stream: once open, it holds no
+/// `concurrent` slot either.
+#[test]
+fn stateless_listen_streams_hold_no_concurrent_slot() {
+    let s = start("");
+    let srv = &s.srv;
+    let (gw, gw_key) = gateway(srv, &s.a);
+    // Six listen streams of one gateway key (free tier: 5 concurrent requests)...
+    let _streams: Vec<Listening> = (0..6).map(|_| listen_stateless(srv, &gw, &gw_key)).collect();
+    // ...and the key's calls still pass.
+    let sid = initialize(srv, &gw, &gw_key);
+    let r = call_time(srv, &gw, &gw_key, &sid);
+    assert_eq!(r.status, 200, "tools/call with six listen streams open: {:?} {}", r.header("retry-after"), r.body);
 }
 
 /// An HTTP/1 stream goes on by itself once open (the request's state freed, `Exchange::stream_on`)
