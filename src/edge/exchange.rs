@@ -306,9 +306,9 @@ impl<'a> Exchange<'a> {
     /// request is finished ([`EventStream`]); on HTTP/2, where the stream is one of its
     /// connection's, it runs here.
     ///
-    /// An open stream is not a request in flight: the caller's `concurrent` slot is given back
-    /// here (a GET stream never took one), so listening clients leave their key's calls the
-    /// whole figure.
+    /// An open stream is not a request in flight: the caller's `concurrent` slot (taken by a
+    /// `subscriptions/listen` POST; a GET takes none) is given back here, so listening clients
+    /// leave their key's calls the whole figure.
     pub async fn stream_on<S: EventSource>(&mut self, source: S) {
         self.ctx.filters.concurrency = None;
         if matches!(self.session, ServerSession::H1(_)) && self.session.response_written().is_some() {
