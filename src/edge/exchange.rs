@@ -329,7 +329,7 @@ impl<'a> Exchange<'a> {
 
 impl EventSink for Exchange<'_> {
     async fn send(&mut self, events: Bytes) -> Result<()> {
-        self.session.write_response_body(events, false).await
+        unstalled(self.session.write_response_body(events, false)).await
     }
 
     async fn client_gone(&mut self) -> Result<()> {
@@ -338,7 +338,22 @@ impl EventSink for Exchange<'_> {
     }
 
     async fn end(&mut self, last: Option<Bytes>) -> Result<()> {
-        self.session.write_response_body(last.unwrap_or_default(), true).await
+        unstalled(self.session.write_response_body(last.unwrap_or_default(), true)).await
+    }
+}
+
+/// How long one write of a long-lived stream may wait for its client to take it. A client that
+/// stops reading would otherwise hold its stream (the loop, the MCP session's place, the
+/// kernel's buffers) until the MCP session ends, however long that is; a stream's events are
+/// small, so a write this late means a client that does not read.
+const STALLED_WRITE: std::time::Duration =
+    if cfg!(test) { std::time::Duration::from_millis(300) } else { std::time::Duration::from_secs(30) };
+
+/// `write`, failed once it has waited [`STALLED_WRITE`] for the client.
+async fn unstalled(write: impl Future<Output = Result<()>>) -> Result<()> {
+    match pingora::time::timeout(STALLED_WRITE, write).await {
+        Ok(written) => written,
+        Err(_) => Error::e_explain(ErrorType::WriteTimedout, "the client of an event stream stopped reading"),
     }
 }
 
@@ -380,7 +395,7 @@ impl EventStream {
     }
 
     async fn flush(&mut self) -> Result<()> {
-        self.stream.flush().await.or_err(ErrorType::WriteError, "flushing an event stream")
+        unstalled(async { self.stream.flush().await.or_err(ErrorType::WriteError, "flushing an event stream") }).await
     }
 
     async fn close(mut self) {
@@ -390,8 +405,11 @@ impl EventStream {
 
 impl EventSink for EventStream {
     async fn send(&mut self, events: Bytes) -> Result<()> {
-        self.stream.write_all(&events).await.or_err(ErrorType::WriteError, "writing an event stream")?;
-        self.flush().await
+        unstalled(async {
+            self.stream.write_all(&events).await.or_err(ErrorType::WriteError, "writing an event stream")?;
+            self.stream.flush().await.or_err(ErrorType::WriteError, "flushing an event stream")
+        })
+        .await
     }
 
     async fn client_gone(&mut self) -> Result<()> {
@@ -494,6 +512,22 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert!(failed, "writing to a closed connection fails");
+    }
+
+    #[tokio::test]
+    async fn a_write_its_client_does_not_take_fails_after_the_stall_limit() {
+        let (mut out, client) = pair().await;
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let started = std::time::Instant::now();
+        // The client reads nothing: the kernel's buffers fill, then a write waits and fails.
+        let failed = loop {
+            if let Err(e) = out.send(chunk.clone()).await {
+                break e;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "writes never stalled");
+        };
+        assert_eq!(failed.etype(), &ErrorType::WriteTimedout);
+        drop(client);
     }
 
     /// A stream with nothing to say: it waits for its client to go.
