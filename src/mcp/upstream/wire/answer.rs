@@ -21,6 +21,14 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 /// The buffer a new connection starts with: a usual answer's head and body fit in one read.
 const INITIAL_BUFFER: usize = 16 * 1024;
 
+/// How long a connection waits for an answer's first bytes with its buffer. A slower answer (a
+/// long tool call) is awaited without it, so a call in flight holds no buffer for the time its
+/// app takes (BENCHMARKS.md, "Scale on one instance", POST streams).
+#[cfg(not(test))]
+const WAIT_WITH_BUFFER: std::time::Duration = std::time::Duration::from_secs(1);
+#[cfg(test)]
+const WAIT_WITH_BUFFER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The longest head read (status line and headers): a longer one is refused.
 const MAX_HEAD: usize = 64 * 1024;
 
@@ -97,7 +105,11 @@ impl<S: AsyncRead + Unpin> Connection<S> {
                 }
                 self.buf.resize(self.buf.len() * 2, 0);
             }
-            match self.stream.read(&mut self.buf[filled..]).await {
+            let read = match filled {
+                0 => self.first_read().await,
+                _ => self.stream.read(&mut self.buf[filled..]).await,
+            };
+            match read {
                 Ok(0) if filled == 0 => return Err((self, AnswerError::NothingRead("end of stream".into()))),
                 Ok(0) => return Err((self, AnswerError::Broken("end of stream within the head".into()))),
                 Ok(n) => filled += n,
@@ -105,6 +117,22 @@ impl<S: AsyncRead + Unpin> Connection<S> {
                 Err(e) => return Err((self, AnswerError::Broken(e.to_string()))),
             }
         }
+    }
+
+    /// Reads an answer's first bytes into the buffer. When they take longer than
+    /// [`WAIT_WITH_BUFFER`], the buffer is given back and the wait goes on for one byte, after
+    /// which a buffer is taken again: one more read for an answer already that slow. A read is
+    /// cancel-safe, so nothing is lost in between.
+    async fn first_read(&mut self) -> std::io::Result<usize> {
+        if let Ok(read) = pingora::time::timeout(WAIT_WITH_BUFFER, self.stream.read(&mut self.buf)).await {
+            return read;
+        }
+        let len = std::mem::take(&mut self.buf).len();
+        let mut first = [0u8; 1];
+        let read = self.stream.read(&mut first).await;
+        self.buf = vec![0; len];
+        self.buf[0] = first[0];
+        read
     }
 
     /// The head in `buf[..filled]`, if whole; records its headers' positions.
@@ -427,6 +455,27 @@ mod tests {
     }
 
     const SSE_BODY: &[u8] = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
+
+    #[tokio::test]
+    async fn a_slow_answer_is_awaited_without_the_buffer_and_read_whole() {
+        let (client, mut server) = tokio::io::duplex(64);
+        let answer = tokio::spawn(async move {
+            let mut a = Connection::new(client).read_head(false).await.map_err(|(_, e)| e).unwrap();
+            let mut body = Vec::new();
+            while a.next_piece(|p| -> Result<(), ()> { Ok(body.extend_from_slice(p)) }).await.unwrap().unwrap() {}
+            (a.status, body, a.reusable().map(|c| c.buf.len()))
+        });
+        // Past the wait with the buffer: the first byte is read alone, the rest into a new one.
+        tokio::time::sleep(WAIT_WITH_BUFFER * 3).await;
+        tokio::io::AsyncWriteExt::write_all(&mut server, b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
+            .await
+            .unwrap();
+        let (status, body, reusable) = answer.await.unwrap();
+        assert_eq!(
+            (status, body.as_slice(), reusable),
+            (StatusCode::OK, b"{\"ok\":true}".as_slice(), Some(INITIAL_BUFFER))
+        );
+    }
 
     #[tokio::test]
     async fn a_length_body_is_read_whole_however_the_bytes_arrive() {
