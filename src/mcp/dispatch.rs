@@ -23,6 +23,7 @@ use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
 use crate::mcp::tasks;
+use crate::mcp::transport;
 use crate::mcp::upstream::{CallContext, ClientEra, ReplyStream, UpstreamError, UpstreamReply};
 use crate::observe::metrics::{self, ErrorType};
 use crate::observe::trace::{self, Span, SpanKind, TraceContext};
@@ -32,6 +33,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use toolgate_filters::Principal;
@@ -210,7 +212,7 @@ fn page(items: &[Value], params: Option<&RawJson>, key: &str, page_size: usize) 
 }
 
 pub(super) async fn request(
-    mcp: &McpRuntime,
+    mcp: &Arc<McpRuntime>,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,
     caller: Caller<'_>,
@@ -345,7 +347,7 @@ fn resource_uri(params: Option<&RawJson>) -> Cow<'_, str> {
 /// A call on its way through [`forward`]'s phases: who asks, on which gateway, with which
 /// method, since when. Made of borrows of the request; nothing is copied to make it.
 struct Call<'a> {
-    mcp: &'a McpRuntime,
+    mcp: &'a Arc<McpRuntime>,
     gw: &'a Arc<Gateway>,
     caller: Caller<'a>,
     method: &'a str,
@@ -368,7 +370,7 @@ struct Target<'c, 'p> {
 /// the call to its caller or continue a parked one, call the app, and finish (relay the answer;
 /// the metrics, the span and the log entry once).
 async fn forward(
-    mcp: &McpRuntime,
+    mcp: &Arc<McpRuntime>,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,
     caller: Caller<'_>,
@@ -431,22 +433,51 @@ async fn forward(
         Some(r) => {
             let (parked, unanswered) = *r;
             let carried = Some((unanswered, parked.keys_issued));
-            Answered { reply: Ok(UpstreamReply::Stream(parked.stream)), carried, early: None }
+            Answered { reply: Ok(UpstreamReply::Stream(parked.stream)), carried }
         }
-        None => call.request(ex, app_id, params, &call_ctx, &acc).await?,
+        None => match call.request(ex, app_id, params, call_ctx, &acc).await? {
+            Requested::Answered(reply) => Answered { reply, carried: None },
+            Requested::Slow(slow) => {
+                let mut done = Finish { call: &call, app_id, tool, span, entry, finished: false };
+                return go_on_alone(ex, &mut done, &req.id, slow).await;
+            }
+        },
     };
     let mut done = Finish { call: &call, app_id, tool, span, entry, finished: false };
     let given = continuation.as_ref().and_then(|c| c.input_responses.as_ref());
     finish(&mut done, ex, answered, req.id, binding, given, &acc).await
 }
 
-/// What the app's call came to: its reply; for a continued call, the questions still unanswered
-/// and the keys issued so far; and the resumable stream opened while the app was slow, if any
-/// (with whether the client still listens).
+/// What the app's call came to: its reply; and for a continued call, the questions still
+/// unanswered and the keys issued so far.
 struct Answered {
     reply: Result<UpstreamReply, AppError>,
     carried: Option<(Vec<parked::Pending>, u32)>,
-    early: Option<(Arc<CallStream>, bool)>,
+}
+
+/// The app's call, owning what it needs, so that it can go on in a task of its own
+/// ([`go_on_alone`]).
+type AppCall = std::pin::Pin<Box<dyn std::future::Future<Output = Result<UpstreamReply, AppError>> + Send>>;
+
+/// What is left of a slow call: the wait for its app's answer, or the rest of the events the app
+/// streams.
+enum Pending {
+    Call(AppCall),
+    Stream(ReplyStream),
+}
+
+/// How [`Call::request`] left a call: answered, or slow, its resumable stream opened.
+enum Requested {
+    Answered(Result<UpstreamReply, AppError>),
+    Slow(Slow),
+}
+
+/// A call not done after [`EARLY_STREAM`]: what is left of it, its resumable stream (the
+/// priming event and the events so far written), and whether the client still listens.
+struct Slow {
+    pending: Pending,
+    stream: Arc<CallStream>,
+    connected: bool,
 }
 
 /// Relays the app's answer (`id` is the client's) and records the call once: a response as it
@@ -473,10 +504,7 @@ async fn finish(
                 None => r,
             };
             done.record(&r.outcome, 200);
-            match answered.early {
-                Some((rs, connected)) => finish_early(ex, &rs, connected, r.with_id(id)).await,
-                None => respond(ex, caller, r.with_id(id), decorate).await,
-            }
+            respond(ex, caller, r.with_id(id), decorate).await
         }
         Ok(UpstreamReply::Stream(stream)) => match (caller, binding) {
             (Caller::Stateless { env, .. }, Some(binding)) => {
@@ -491,16 +519,13 @@ async fn finish(
                 done.record(&r.outcome, 200);
                 reply::json(ex, r.with_id(id)).await
             }
-            (Caller::Session(mcp_id), _) => relay_events(done, ex, mcp_id, &id, stream, answered.early).await,
+            (Caller::Session(mcp_id), _) => relay_events(done, ex, mcp_id, &id, stream).await,
             (Caller::Stateless { .. }, None) => unreachable!("a stateless caller has a binding"),
         },
         Err(e) => {
             let r = call.failure(app_id, &id, &e);
             done.record(&r.outcome, 502);
-            match answered.early {
-                Some((rs, connected)) => finish_early(ex, &rs, connected, r).await,
-                None => respond(ex, caller, r, "").await,
-            }
+            respond(ex, caller, r, "").await
         }
     }
 }
@@ -706,24 +731,29 @@ impl Call<'_> {
     }
 
     /// Calls the app. A session client that takes SSE gets a resumable stream once the app takes
-    /// longer than EARLY_STREAM; the call's future is pinned here, in one wait.
+    /// longer than EARLY_STREAM: its call is then made to own what it needs (one allocation),
+    /// so that it can go on by itself.
     async fn request(
         &self,
         ex: &mut Exchange<'_>,
         app_id: &str,
         params: Option<RawJson>,
-        call_ctx: &CallContext,
+        call_ctx: CallContext,
         acc: &Accept,
-    ) -> pingora::Result<Answered> {
-        let upstream = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, call_ctx);
-        let (reply, early) = match self.caller {
+    ) -> pingora::Result<Requested> {
+        match self.caller {
             Caller::Session(mcp_id) if acc.sse => {
-                let upstream = std::pin::pin!(upstream);
-                await_or_stream_early(self.mcp, ex, mcp_id, upstream).await?
+                let (mcp, gw) = (Arc::clone(self.mcp), Arc::clone(self.gw));
+                let (app_id, method) = (app_id.to_owned(), self.method.to_owned());
+                let call: AppCall =
+                    Box::pin(async move { mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await });
+                await_or_stream_early(self.mcp, ex, mcp_id, call).await
             }
-            _ => (upstream.await, None),
-        };
-        Ok(Answered { reply, carried: None, early })
+            _ => {
+                let reply = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, &call_ctx).await;
+                Ok(Requested::Answered(reply))
+            }
+        }
     }
 
     /// A `tools/call`'s log entry, begun with what was asked before the call goes upstream: the
@@ -890,30 +920,67 @@ async fn json_only(
 /// Relays the app's streamed answer to a session client that takes SSE, as events. Resumable
 /// (event ids, a priming event, a buffer): a client whose connection drops comes back with
 /// `Last-Event-ID` (`transport::get_stream`), and the call goes on meanwhile, since a dropped
-/// connection is not a cancellation. `early`: the stream already opened while the app was slow.
+/// connection is not a cancellation. A stream still going [`EARLY_STREAM`] after the call began
+/// goes on alone, as a slow answer does ([`go_on_alone`]).
 async fn relay_events(
     done: &mut Finish<'_>,
     ex: &mut Exchange<'_>,
     mcp_id: &str,
     id: &Id,
-    mut stream: ReplyStream,
-    early: Option<(Arc<CallStream>, bool)>,
+    stream: ReplyStream,
 ) -> pingora::Result<()> {
+    let resumable = done.call.mcp.call_streams.open(mcp_id);
+    ex.start_sse().await?;
+    let connected = match &resumable {
+        Some(rs) => ex.write(Some(rs.priming()), false).await.is_ok(),
+        None => true,
+    };
+    let Some(rs) = resumable else {
+        relay(done, Some(&mut *ex), mcp_id, id, stream, None, None).await?;
+        return Ok(());
+    };
+    let hand_over_at = done.call.started + EARLY_STREAM;
+    let client = connected.then_some(&mut *ex);
+    match relay(done, client, mcp_id, id, stream, Some(&*rs), Some(hand_over_at)).await? {
+        Relayed::Done => Ok(()),
+        Relayed::Slow { rest, connected } => {
+            go_on_alone(ex, done, id, Slow { pending: Pending::Stream(rest), stream: rs, connected }).await
+        }
+    }
+}
+
+/// How [`relay`] left a stream: relayed to its end, or still going at its hand-over time (the
+/// rest, and whether the client still listens).
+enum Relayed {
+    Done,
+    Slow { rest: ReplyStream, connected: bool },
+}
+
+/// Relays the app's events: to `client` while it listens, and into the call's resumable stream
+/// `rs`, if it has one (a call that went on alone has only the stream, which its client follows).
+/// Records the call when its response goes by. With `hand_over_at`, a wait for the app's next
+/// event that lasts past it stops the relay there and returns the rest (a read of the stream is
+/// cancel-safe: what it had read is kept in the stream).
+async fn relay(
+    done: &mut Finish<'_>,
+    mut client: Option<&mut Exchange<'_>>,
+    mcp_id: &str,
+    id: &Id,
+    mut stream: ReplyStream,
+    rs: Option<&CallStream>,
+    hand_over_at: Option<Instant>,
+) -> pingora::Result<Relayed> {
     let (call, app_id) = (done.call, done.app_id);
     let (mcp, org_id) = (call.mcp, &call.gw.org_id);
-    let (resumable, mut connected) = match early {
-        Some((rs, connected)) => (Some(rs), connected),
-        None => {
-            let resumable = mcp.call_streams.open(mcp_id);
-            ex.start_sse().await?;
-            let connected = match &resumable {
-                Some(rs) => ex.write(Some(rs.priming()), false).await.is_ok(),
-                None => true,
-            };
-            (resumable, connected)
-        }
-    };
-    while let Some(item) = stream.next().await {
+    loop {
+        let item = match hand_over_at {
+            Some(at) => match crate::base::deadline::until(at.into(), stream.next()).await {
+                Ok(item) => item,
+                Err(_) => return Ok(Relayed::Slow { rest: stream, connected: client.is_some() }),
+            },
+            None => stream.next().await,
+        };
+        let Some(item) = item else { break };
         let msg = match item {
             Ok(m) => m,
             Err(e) => Message::Response(reply::app_failure(id, app_id, &e)),
@@ -929,7 +996,7 @@ async fn relay_events(
         }
         let done_now = matches!(msg, Message::Response(_));
         let bytes = msg.to_bytes();
-        let event = match &resumable {
+        let event = match rs {
             Some(rs) => {
                 let event = rs.push(&bytes);
                 if done_now {
@@ -941,30 +1008,32 @@ async fn relay_events(
         };
         // The response is the last event: it leaves with the end of the stream, in one write
         // and one wake-up of the client instead of two.
-        if connected {
-            connected = ex.write(Some(event), done_now).await.is_ok();
+        if let Some(ex) = client.as_deref_mut() {
+            if ex.write(Some(event), done_now).await.is_err() {
+                client = None;
+            }
         }
         if let Message::Response(r) = &msg {
             done.record(&r.outcome, 200);
         }
-        if !connected && resumable.is_none() {
+        if client.is_none() && rs.is_none() {
             // The client went away and cannot resume: dropping the stream cancels the call
             // upstream.
             break;
         }
         if done_now {
-            return Ok(());
+            return Ok(Relayed::Done);
         }
     }
-    if let Some(rs) = &resumable {
+    if let Some(rs) = rs {
         rs.finish();
     }
     // Logged when the response went by; a stream that ended without one is an error.
     done.record(&Err(ErrorObject::internal("stream ended without a response")), 200);
-    if connected {
+    if let Some(ex) = client {
         ex.write(None, true).await?;
     }
-    Ok(())
+    Ok(Relayed::Done)
 }
 
 /// How long a session client that takes SSE waits for a plain JSON answer before its answer
@@ -991,42 +1060,142 @@ async fn resume_parked(
 
 /// Waits for the app's answer to `call`; once it takes longer than EARLY_STREAM, answers the
 /// session client with a resumable stream (a priming event with an id), so a long call survives
-/// a dropped connection, and goes on waiting. Quick answers stay plain JSON. Returns the answer
-/// and, when it opened one, the stream and whether the client still listens.
-///
-/// A function of its own, given the call pinned by the caller, so the call's future lives in
-/// one wait of `forward`: awaited there across the stream's writes, it was kept in every state of
-/// `forward`'s future (which is copied into its box once per request), and moved into this
-/// function's future it would be kept twice.
-async fn await_or_stream_early<F: std::future::Future>(
+/// a dropped connection, and leaves the call to [`go_on_alone`]. Quick answers stay plain JSON;
+/// so does a slow one when no more streams can be buffered.
+async fn await_or_stream_early(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     mcp_id: &str,
-    mut call: std::pin::Pin<&mut F>,
-) -> pingora::Result<(F::Output, Option<(Arc<CallStream>, bool)>)> {
+    mut call: AppCall,
+) -> pingora::Result<Requested> {
     tokio::select! {
-        r = &mut call => Ok((r, None)),
+        r = &mut call => Ok(Requested::Answered(r)),
         // Pingora's timer, as every per-call wait (see `crate::base::deadline`).
         _ = pingora::time::sleep(EARLY_STREAM) => {
-            let mut early = None;
-            if let Some(rs) = mcp.call_streams.open(mcp_id) {
-                ex.start_sse().await?;
-                let connected = ex.write(Some(rs.priming()), false).await.is_ok();
-                early = Some((rs, connected));
-            }
-            Ok((call.await, early))
+            let Some(stream) = mcp.call_streams.open(mcp_id) else {
+                return Ok(Requested::Answered(call.await));
+            };
+            ex.start_sse().await?;
+            let connected = ex.write(Some(stream.priming()), false).await.is_ok();
+            Ok(Requested::Slow(Slow { pending: Pending::Call(call), stream, connected }))
         }
     }
 }
 
-/// The answer of a call whose resumable stream started before the app answered: its last event.
-async fn finish_early(ex: &mut Exchange<'_>, rs: &CallStream, connected: bool, r: Response) -> pingora::Result<()> {
-    let event = rs.push(&Message::Response(r).to_bytes());
-    rs.finish();
+/// A slow call goes on in a task of its own, which writes its answer into the call's resumable
+/// stream; the client's connection follows that stream as a resumed one does
+/// ([`transport::Following`]), and on HTTP/1 goes on alone (`Exchange::stream_on`). So a call
+/// in flight holds only itself, its stream and the bare connection, not the request's state,
+/// Pingora's session and the connection's task (BENCHMARKS.md, "Scale on one instance"). The
+/// caller's `concurrent` slot stays with the call until it is answered: it is a request in
+/// flight, unlike an open GET stream.
+async fn go_on_alone(ex: &mut Exchange<'_>, done: &mut Finish<'_>, id: &Id, slow: Slow) -> pingora::Result<()> {
+    let Slow { pending, stream, connected } = slow;
+    let alone = Alone::of(done, id);
+    let held = (ex.ctx.filters.concurrency.take(), GoingOnAlone::new());
+    // What the client was written so far: every event the stream has.
+    let seen = stream.last_seq();
+    let rs = Arc::clone(&stream);
+    tokio::spawn(async move {
+        alone.answer(pending, &rs).await;
+        drop(held);
+    });
     if connected {
-        ex.write(Some(event), true).await?;
+        ex.stream_on(transport::Following { cs: stream, seen }).await;
     }
     Ok(())
+}
+
+/// Calls going on alone now ([`calls_going_on_alone`]).
+static GOING_ON_ALONE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many calls go on alone now. A shutdown waits for them as for open connections: a call
+/// whose client dropped (to resume later) still ends, and is logged, within the grace period, as
+/// it did when its request held it.
+pub fn calls_going_on_alone() -> usize {
+    GOING_ON_ALONE.load(Ordering::Relaxed)
+}
+
+/// Counts a call in [`GOING_ON_ALONE`] for as long as it lives, however its task ends.
+struct GoingOnAlone;
+
+impl GoingOnAlone {
+    fn new() -> GoingOnAlone {
+        GOING_ON_ALONE.fetch_add(1, Ordering::Relaxed);
+        GoingOnAlone
+    }
+}
+
+impl Drop for GoingOnAlone {
+    fn drop(&mut self) {
+        GOING_ON_ALONE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What a call that goes on alone needs of its request: [`Finish`]'s borrows, owned.
+struct Alone {
+    mcp: Arc<McpRuntime>,
+    gw: Arc<Gateway>,
+    mcp_id: String,
+    method: String,
+    started: Instant,
+    app_id: String,
+    tool: Option<(String, String)>,
+    span: Option<(TraceContext, [u8; 8], SystemTime)>,
+    entry: Option<EntryWriter>,
+    id: Id,
+}
+
+impl Alone {
+    /// Takes what `done` would record with (it records nothing after this).
+    fn of(done: &mut Finish<'_>, id: &Id) -> Alone {
+        done.finished = true;
+        let (call, app_id, tool) = (done.call, done.app_id, done.tool);
+        let Caller::Session(mcp_id) = call.caller else { unreachable!("only a session's calls stream resumably") };
+        Alone {
+            mcp: Arc::clone(call.mcp),
+            gw: Arc::clone(call.gw),
+            mcp_id: mcp_id.to_owned(),
+            method: call.method.to_owned(),
+            started: call.started,
+            app_id: app_id.to_owned(),
+            tool: tool.map(|(at_gateway, at_app)| (at_gateway.to_owned(), at_app.to_owned())),
+            span: done.span.take(),
+            entry: done.entry.take(),
+            id: id.clone(),
+        }
+    }
+
+    /// Waits for the app's answer (or the rest of its events) and writes it into `rs`; the call
+    /// is recorded once, as in [`finish`].
+    async fn answer(self, pending: Pending, rs: &CallStream) {
+        let reply = match pending {
+            Pending::Call(call) => call.await,
+            Pending::Stream(rest) => Ok(UpstreamReply::Stream(rest)),
+        };
+        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id } = self;
+        let call = Call { mcp: &mcp, gw: &gw, caller: Caller::Session(&mcp_id), method: &method, started };
+        let tool = tool.as_ref().map(|(at_gateway, at_app)| (at_gateway.as_str(), at_app.as_str()));
+        let mut done = Finish { call: &call, app_id: &app_id, tool, span, entry, finished: false };
+        match reply {
+            Ok(UpstreamReply::Response(r)) => {
+                done.record(&r.outcome, 200);
+                rs.push(&Message::Response(r.with_id(id)).to_bytes());
+            }
+            Ok(UpstreamReply::Stream(stream)) => {
+                // Without a client to write to, nothing in it fails. Boxed: the wait for the
+                // app's answer, which most of these calls spend their time in, does not carry
+                // the relay's state.
+                let _ = Box::pin(relay(&mut done, None, &mcp_id, &id, stream, Some(rs), None)).await;
+            }
+            Err(e) => {
+                let r = call.failure(&app_id, &id, &e);
+                done.record(&r.outcome, 502);
+                rs.push(&Message::Response(r).to_bytes());
+            }
+        }
+        rs.finish();
+    }
 }
 
 /// The params of a `tools/call` or `prompts/get`, read without building a tree: `name`, and every

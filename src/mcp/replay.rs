@@ -76,6 +76,11 @@ impl CallStream {
         event
     }
 
+    /// The sequence number of the last event pushed (0: none yet, only the priming event).
+    pub fn last_seq(&self) -> u64 {
+        self.buffered.lock().next_seq
+    }
+
     /// The call answered (or failed): no more events.
     pub fn finish(&self) {
         self.buffered.lock().ended.get_or_insert_with(Instant::now);

@@ -119,7 +119,7 @@ async fn refuse(ex: &mut Exchange<'_>, id: &Id, r: HeaderRefusal) -> pingora::Re
 
 /// Handles one request to a gateway's MCP endpoint, after the proxy ran the gateway routes'
 /// filter chain (address, credential, rate limit, Origin).
-pub async fn handle(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
+pub async fn handle(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
     // The method is kept (standard methods are inline, no allocation).
     let method = ex.request().method.clone();
     let Some((gw, principal)) = admit(mcp, ex, gateway_id).await? else { return Ok(()) };
@@ -209,7 +209,7 @@ async fn require_session(
     }
 }
 
-async fn post(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id: &str) -> pingora::Result<()> {
+async fn post(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_id: &str) -> pingora::Result<()> {
     let acc = match post_headers(ex.headers()) {
         Ok(acc) => acc,
         Err(r) => return refuse(ex, &Id::NULL, r).await,
@@ -310,7 +310,7 @@ async fn app_quota_from_headers(
 
 /// A stateless (2026-07-28) POST: its envelope and headers checked, then what it asks.
 async fn post_stateless(
-    mcp: &McpRuntime,
+    mcp: &Arc<McpRuntime>,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,
     key_id: &str,
@@ -414,24 +414,29 @@ impl EventSource for Listening {
 /// Replays a call stream's events after `seen`, then the rest live, and ends with the stream.
 async fn resume_call_stream(ex: &mut Exchange<'_>, cs: Arc<CallStream>, seen: u64) -> pingora::Result<()> {
     ex.start_sse().await?;
-    ex.stream_on(Resumed { cs, seen }).await;
+    ex.stream_on(Following { cs, seen }).await;
     Ok(())
 }
 
-/// A call stream taken up again with `Last-Event-ID`.
-struct Resumed {
-    cs: Arc<CallStream>,
-    seen: u64,
+/// A client reading a call's resumable stream: the events after `seen`, then the rest live, until
+/// the stream ends. A stream taken up again with `Last-Event-ID`, or the answer of a call that
+/// went on in a task of its own while its app was slow (`dispatch`).
+pub(super) struct Following {
+    pub cs: Arc<CallStream>,
+    pub seen: u64,
 }
 
-impl EventSource for Resumed {
+impl EventSource for Following {
     async fn run<S: EventSink>(mut self, out: &mut S) {
         loop {
-            let Some((events, ended)) = self.cs.after(self.seen) else {
+            let Some((mut events, ended)) = self.cs.after(self.seen) else {
                 // Fell out of the buffer while the client was away: end; the client calls again.
                 out.end(None).await.ok();
                 return;
             };
+            // The last event of an ended stream (the response) leaves with the end of the
+            // answer, in one write and one wake-up of the client instead of two.
+            let last = if ended { events.pop() } else { None };
             for (seq, event) in events {
                 if out.send(event).await.is_err() {
                     return;
@@ -439,7 +444,7 @@ impl EventSource for Resumed {
                 self.seen = seq;
             }
             if ended {
-                out.end(None).await.ok();
+                out.end(last.map(|(_, event)| event)).await.ok();
                 return;
             }
             tokio::select! {

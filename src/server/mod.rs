@@ -149,6 +149,11 @@ impl Server {
             read(|s| s.mcp.open_streams()),
         );
         crate::observe::metrics::gauge_at_scrape(
+            "toolgate_mcp_slow_calls",
+            "MCP calls answered with a resumable stream that still run, each in a task of its own",
+            read(|_| crate::mcp::dispatch::calls_going_on_alone()),
+        );
+        crate::observe::metrics::gauge_at_scrape(
             "toolgate_stdio_processes",
             "Stdio app processes running now",
             read(|s| s.mcp.apps.stdio_processes()),
@@ -293,7 +298,8 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
         }
         // In-flight requests run for the grace period after SIGTERM; the apps must keep serving
-        // them, so they are stopped only when the last connection has closed (idle keep-alive
+        // them, so they are stopped only when the last connection has closed and the last call
+        // going on alone has ended (`mcp::dispatch::go_on_alone`; idle keep-alive
         // connections close at once on shutdown) or at the period's end, after the last writes.
         // Then the process exits: Pingora would sleep out the whole grace period, which only
         // delays a restart, and its own end (`SHUTDOWN_WORK` later) drops this task wherever it
@@ -303,7 +309,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         tokio::time::sleep(LISTENERS_SETTLE.min(grace)).await;
         let mut flushed = Instant::now();
         let idle = loop {
-            if crate::edge::conn_limits::open_connections() == 0 {
+            if crate::edge::conn_limits::open_connections() == 0 && crate::mcp::dispatch::calls_going_on_alone() == 0 {
                 break true;
             }
             if started.elapsed() >= grace {

@@ -271,6 +271,47 @@ def test_a_session_client_resumes_a_dropped_call_stream_with_last_event_id(gatew
         assert "stream open" in first, first
 
 
+def test_a_streamed_answer_still_going_after_250_ms_goes_on_by_itself_and_arrives_whole():
+    """server-everything streams a long operation's progress (SSE) for 2 s. Past 250 ms the rest
+    of the call goes on in a task of its own and the client's connection follows the call's
+    resumable stream from the last event it was written. The client, which stays, gets the
+    priming event, every progress event and the result, each once and in order (the ids'
+    sequence numbers run 0, 1, 2, ... without a gap); the POST's access line is written at the
+    hand-over, long before the call ends."""
+    from mcp_helpers import Api, McpHttp, everything_server
+
+    with everything_server() as ev:
+        srv = start_toolgate(config(http_app("everything", ev.url)))
+        try:
+            gw_id, key = Api(srv).create_gateway(["everything"])
+            url = mcp_url(srv, gw_id)
+            c = McpHttp(url, key)
+            c.initialize()
+            body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                    "params": {"name": "trigger-long-running-operation", "arguments": {"duration": 2, "steps": 4},
+                               "_meta": {"progressToken": "long"}}}
+            r = httpx2.post(url, json=body, headers=c.headers(), timeout=30)
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.headers
+            events = sse_events(r.text)
+            assert events[0].get("id") and events[0].get("retry") and not events[0].get("data"), events[0]
+            seqs = [int(e["id"].rsplit(".", 1)[1]) for e in events]
+            assert seqs == list(range(len(events))), f"an event lost or repeated: {seqs}"
+            messages = [json.loads(e["data"]) for e in events[1:]]
+            progress = [m["params"]["progress"] for m in messages if m.get("method") == "notifications/progress"]
+            assert len(progress) == 4 and progress == sorted(progress), messages
+            assert messages[-1]["id"] == 9 and "result" in messages[-1], messages[-1]
+            calls = [json.loads(line) for line in srv.stderr_text().splitlines()
+                     if '"route":"gateway"' in line and '"method":"POST"' in line]
+            # initialize and notifications/initialized take milliseconds; the call's request ends
+            # at its hand-over, some 250 ms in.
+            call = [line["duration_ms"] for line in calls if line["duration_ms"] >= 200]
+            assert len(call) == 1 and call[0] < 1500, f"the call's request did not end at its hand-over: {calls}"
+            c.close()
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
+
+
 def test_the_suite_s_sse_polling_scenario_passes_through_toolgate(gateway_of_fixture):
     """`server-sse-polling` (2025-11-25; pending in the suite's own requirement set) through toolgate."""
     url, _, _, out = gateway_of_fixture

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import httpx2
@@ -243,3 +244,66 @@ def test_a_slow_call_of_a_session_becomes_a_resumable_stream(gateway):
     assert len(results) == 1 and results[0]["id"] == 41, r.text
     assert results[0]["result"]["content"][0]["text"] == "computed slow", results
     c.close()
+
+
+def slow_calls(srv) -> float:
+    """`toolgate_mcp_slow_calls` from the metrics listener."""
+    text = httpx2.get(srv.metrics_url, timeout=10).text
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("toolgate_mcp_slow_calls ")))
+
+
+def test_a_slow_call_goes_on_by_itself_keeps_its_slot_and_is_logged_once_answered(tasks_app):
+    """A session's slow call, once its answer is a resumable stream, goes on in a task of its
+    own while its client's connection follows the stream: each client still gets the priming
+    event, then the result as the stream's last event, and the stream ends. The key's
+    `concurrent` slots stay taken until the app answers (a call in flight, unlike an open GET
+    stream): a third request is refused while two slow calls wait, and passes once they are
+    answered. The calls' log entries are written when they end, with the app's result."""
+    addr, _ = tasks_app
+    limits = ("rate_limits:\n  tiers:\n"
+              "    duo: { requests_per_hour: 10000, requests_per_minute: 1000, burst: 100, concurrent: 2 }\n"
+              "limits:\n  bootstrap_tier: duo\n")
+    srv = start_toolgate(config(http_app("tasks", f"http://{addr}/mcp", name="Tasks")) + limits)
+    try:
+        gw_id, key = Api(srv).create_gateway(["tasks"])
+        url = mcp_url(srv, gw_id)
+        c = McpHttp(url, key)
+        c.initialize()
+        primed = [threading.Event() for _ in range(2)]
+        texts: list[str] = ["", ""]
+
+        def slow_call(i: int) -> None:
+            body = {"jsonrpc": "2.0", "id": 70 + i, "method": "tools/call",
+                    "params": {"name": "slow_compute", "arguments": {"seconds": 3, "label": f"alone{i}"}}}
+            with httpx2.stream("POST", url, json=body, headers=c.headers(), timeout=30) as r:
+                assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+                for chunk in r.iter_text():
+                    texts[i] += chunk
+                    if "\n\n" in texts[i].replace("\r\n", "\n"):
+                        primed[i].set()
+            primed[i].set()
+
+        threads = [threading.Thread(target=slow_call, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        assert all(p.wait(10) for p in primed), "a slow call's stream did not open"
+        assert all("computed" not in t for t in texts), texts
+        refused = c.request("ping")
+        assert refused.status_code == 429, (refused.status_code, refused.text)
+        assert slow_calls(srv) == 2, "the running calls are not counted"
+        for t in threads:
+            t.join(30)
+        for i, text in enumerate(texts):
+            events = sse_events(text)
+            assert events[0].get("id") and events[0].get("retry") and not events[0].get("data"), events
+            last = json.loads(events[-1]["data"])
+            assert last["id"] == 70 + i and last["result"]["content"][0]["text"] == f"computed alone{i}", events
+            assert all(e.get("id") for e in events), "every event of a resumable stream has an id"
+        assert c.request("ping").status_code == 200, "the slots come back when the calls are answered"
+        assert slow_calls(srv) == 0
+        logs = Api(srv).ok("GET", f"/v1/logs?gateway_id={gw_id}")
+        entries = [e for e in logs.get("data", logs)["logs"] if e.get("function") == "slow_compute"]
+        assert len(entries) == 2 and all(e["status"] == "success" for e in entries), entries
+    finally:
+        srv.stop()
+        srv.tmp.cleanup()
