@@ -332,6 +332,27 @@ impl AppClients {
         Ok(items)
     }
 
+    /// Whether an app's lists differ from those cached: each list cached for it (`owner`'s, or for
+    /// a shared upstream any organisation's, one per method) is read again and compared, and
+    /// the cache keeps the new reading. For an app whose GET stream (re)opened, since a change
+    /// it announced while none was open is lost.
+    pub async fn lists_differ_from_cached(&self, owner: &str, app_id: &str) -> bool {
+        let mut cached: Vec<(String, ListMethod, Arc<Vec<Value>>)> = Vec::new();
+        for e in self.lists.iter() {
+            let (org, app, method) = e.key();
+            let Some(m) = ListMethod::ALL.into_iter().find(|m| m.method() == *method) else { continue };
+            if app == app_id && (owner.is_empty() || org == owner) && !cached.iter().any(|c| c.1 == m) {
+                cached.push((org.clone(), m, e.value().1.clone()));
+            }
+        }
+        for (org, method, before) in cached {
+            if self.refresh(&org, app_id, method).await.is_ok_and(|now| now != before) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// How long the app said its last listing of `method` may be kept (`ttlMs`), if it said.
     pub fn list_ttl(&self, org_id: &str, app_id: &str, method: ListMethod) -> Option<u64> {
         self.lists.get(&(org_id.to_string(), app_id.to_string(), method.method())).and_then(|e| e.2)

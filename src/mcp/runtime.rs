@@ -327,7 +327,9 @@ impl McpRuntime {
     /// What an app announced: a list change makes the gateways that include it (the owner's, or
     /// every organisation's for a shared upstream) drop their catalogues and tell their open
     /// streams, as when the gateway itself changes; a resource update goes to its subscribers.
-    pub fn app_notice(&self, notice: &AppNotice) {
+    /// A GET stream the app opened again has its lists read again (in a task of its own): a
+    /// difference is a list change it announced while no stream was open to carry it.
+    pub fn app_notice(self: &Arc<Self>, notice: &AppNotice) {
         match &notice.kind {
             NoticeKind::ListsChanged => {
                 self.apps.forget_lists(&notice.owner, &notice.app_id);
@@ -339,6 +341,14 @@ impl McpRuntime {
                 }
             }
             NoticeKind::ResourceUpdated { uri } => self.resource_updated(notice, uri),
+            NoticeKind::StreamOpened => {
+                let (mcp, notice) = (Arc::clone(self), notice.clone());
+                tokio::spawn(async move {
+                    if mcp.apps.lists_differ_from_cached(&notice.owner, &notice.app_id).await {
+                        mcp.app_notice(&AppNotice { kind: NoticeKind::ListsChanged, ..notice });
+                    }
+                });
+            }
         }
     }
 

@@ -273,3 +273,123 @@ def test_a_stateless_listen_stream_hears_only_the_kinds_it_asked_for():
             "notifications/resources/list_changed",
         ], heard
         assert all(m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 41 for m in heard), heard
+
+
+class DroppingStreamApp:
+    """A Streamable HTTP app (raw HTTP, JSON answers) whose standalone GET stream the test can
+    close, and whose tool list the test can change while no stream is open: the app's
+    announcement then has nowhere to go (an app without an event store drops it, as the Python
+    SDK's does). Runs in this process; `url` is its endpoint."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        app = self
+        self.tools = ["before_tool"]
+        self.gets = 0
+        self.drop = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def answer(self, status: int, body: bytes = b"", session: bool = False):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                if session:
+                    self.send_header("Mcp-Session-Id", "drop-1")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):  # noqa: N802
+                app.gets += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(b": open\n\n")
+                self.wfile.flush()
+                while not app.drop.wait(0.05):
+                    pass
+                self.close_connection = True
+
+            def do_DELETE(self):  # noqa: N802
+                self.answer(200)
+
+            def do_POST(self):  # noqa: N802
+                msg = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
+                if msg.get("id") is None:
+                    return self.answer(202)
+                method = msg.get("method")
+                if method == "initialize":
+                    result = {"protocolVersion": msg["params"]["protocolVersion"],
+                              "capabilities": {"tools": {"listChanged": True}},
+                              "serverInfo": {"name": "dropping", "version": "1"}}
+                elif method == "tools/list":
+                    result = {"tools": [{"name": t, "inputSchema": {"type": "object"}} for t in app.tools]}
+                elif method in ("prompts/list", "resources/list", "resources/templates/list"):
+                    result = {{"prompts/list": "prompts", "resources/list": "resources"}.get(method, "resourceTemplates"): []}
+                elif method == "ping":
+                    result = {}
+                else:
+                    error = {"code": -32601, "message": "Method not found"}
+                    return self.answer(200, json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": error}).encode())
+                body = {"jsonrpc": "2.0", "id": msg["id"], "result": result}
+                self.answer(200, json.dumps(body).encode(), session=method == "initialize")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/mcp"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.drop.set()
+        self.server.shutdown()
+
+
+def test_a_change_made_while_the_app_s_stream_was_closed_is_found_when_it_opens_again():
+    """An app's announcement made while toolgate's GET stream to it is closed is lost; so when
+    the stream opens again toolgate reads the app's lists again, and a difference reaches the
+    clients' open streams and the catalogue at once, not at the cache's expiry a minute later.
+    A stream that opens again on unchanged lists tells the clients nothing."""
+    app = DroppingStreamApp()
+    try:
+        with ToolgateServer(full_config=config(http_app("drop", app.url, name="Dropping"))) as srv:
+            # Served as the app lists them (a pinning gateway would hold the new tool back).
+            gw_id, key = Api(srv).create_gateway(["drop"], configuration={"tool_policy": "off"})
+            c = McpHttp(mcp_url(srv, gw_id), key)
+            c.initialize()
+            assert {n.rsplit("__", 1)[-1] for n in tool_names(c)} == {"before_tool"}, tool_names(c)
+            deadline = time.monotonic() + 10
+            while app.gets == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert app.gets == 1, "toolgate did not open its GET stream to the app"
+
+            def drop_and_reopen(change: bool):
+                before = app.gets
+                app.drop.set()
+                if change:
+                    app.tools = ["after_tool"]
+                time.sleep(0.2)
+                app.drop.clear()
+                deadline = time.monotonic() + 10
+                while app.gets == before and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert app.gets > before, "toolgate did not open its GET stream again"
+
+            # Unchanged lists: the client's stream hears nothing.
+            with open_stream(c, read_timeout=4) as r:
+                lines = r.iter_lines()
+                assert next(lines).startswith(":")
+                drop_and_reopen(change=False)
+                assert "notifications/tools/list_changed" not in silent_for(lines)
+
+            seen = methods_on_stream_while(c, lambda: drop_and_reopen(change=True), "notifications/tools/list_changed")
+            assert "notifications/tools/list_changed" in seen, f"no list_changed within 10 s: {seen}"
+            assert {n.rsplit("__", 1)[-1] for n in tool_names(c)} == {"after_tool"}, tool_names(c)
+    finally:
+        app.close()

@@ -595,7 +595,10 @@ async fn listen(inner: Weak<Inner>, session: Weak<Session>) {
                 return;
             }
             match inner.open_stream(&session, None).await {
-                Ok(Opened::Stream(resp)) => Some((resp, inner.notices.clone(), inner.app_id.clone())),
+                Ok(Opened::Stream(resp)) => {
+                    inner.notices.stream_opened();
+                    Some((resp, inner.notices.clone(), inner.app_id.clone()))
+                }
                 Ok(Opened::Refused(status)) => {
                     tracing::debug!(app = %inner.app_id, %status, "upstream offers no GET stream on this session");
                     return;

@@ -202,6 +202,9 @@ pub enum NoticeKind {
     ListsChanged,
     /// `notifications/resources/updated`: the clients subscribed to `uri` want to know.
     ResourceUpdated { uri: String },
+    /// The app's GET stream opened, or opened again: what the app announced while none was open
+    /// is lost (an app without an event store drops it), so its cached lists are read again.
+    StreamOpened,
 }
 
 /// An upstream's end of the notice reports: a no-op when nobody listens (unit tests). One `Arc`,
@@ -221,7 +224,6 @@ impl NoticeReporter {
 
     /// Reports the notifications the gateway acts on; ignores the rest.
     pub(crate) fn notice(&self, method: &str, params: Option<&RawJson>) {
-        let Some(to) = &self.0 else { return };
         let kind = match method {
             "notifications/tools/list_changed"
             | "notifications/prompts/list_changed"
@@ -238,6 +240,16 @@ impl NoticeReporter {
             }
             _ => return,
         };
+        self.report(kind);
+    }
+
+    /// The app's GET stream is open (again) ([`NoticeKind::StreamOpened`]).
+    pub(crate) fn stream_opened(&self) {
+        self.report(NoticeKind::StreamOpened);
+    }
+
+    fn report(&self, kind: NoticeKind) {
+        let Some(to) = &self.0 else { return };
         let (tx, owner, app_id) = &**to;
         // A closed receiver means the server is stopping; nothing is left to tell.
         let _ = tx.send(AppNotice { owner: owner.clone(), app_id: app_id.clone(), kind });
@@ -507,6 +519,9 @@ pub enum ListMethod {
 }
 
 impl ListMethod {
+    pub const ALL: [ListMethod; 4] =
+        [ListMethod::Tools, ListMethod::Resources, ListMethod::ResourceTemplates, ListMethod::Prompts];
+
     pub fn method(self) -> &'static str {
         match self {
             ListMethod::Tools => "tools/list",
