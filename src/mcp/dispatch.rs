@@ -460,10 +460,10 @@ struct Answered {
 type AppCall = std::pin::Pin<Box<dyn std::future::Future<Output = Result<UpstreamReply, AppError>> + Send>>;
 
 /// What is left of a slow call: the wait for its app's answer, or the rest of the events the app
-/// streams.
+/// streams (boxed, as the call is).
 enum Pending {
     Call(AppCall),
-    Stream(ReplyStream),
+    Stream(Box<ReplyStream>),
 }
 
 /// How [`Call::request`] left a call: answered, or slow, its resumable stream opened.
@@ -953,7 +953,7 @@ async fn relay_events(
 /// rest, and whether the client still listens).
 enum Relayed {
     Done,
-    Slow { rest: ReplyStream, connected: bool },
+    Slow { rest: Box<ReplyStream>, connected: bool },
 }
 
 /// Relays the app's events: to `client` while it listens, and into the call's resumable stream
@@ -976,7 +976,7 @@ async fn relay(
         let item = match hand_over_at {
             Some(at) => match crate::base::deadline::until(at.into(), stream.next()).await {
                 Ok(item) => item,
-                Err(_) => return Ok(Relayed::Slow { rest: stream, connected: client.is_some() }),
+                Err(_) => return Ok(Relayed::Slow { rest: Box::new(stream), connected: client.is_some() }),
             },
             None => stream.next().await,
         };
@@ -1171,7 +1171,7 @@ impl Alone {
     async fn answer(self, pending: Pending, rs: &CallStream) {
         let reply = match pending {
             Pending::Call(call) => call.await,
-            Pending::Stream(rest) => Ok(UpstreamReply::Stream(rest)),
+            Pending::Stream(rest) => Ok(UpstreamReply::Stream(*rest)),
         };
         let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id } = self;
         let call = Call { mcp: &mcp, gw: &gw, caller: Caller::Session(&mcp_id), method: &method, started };

@@ -462,7 +462,17 @@ mod tests {
         let answer = tokio::spawn(async move {
             let mut a = Connection::new(client).read_head(false).await.map_err(|(_, e)| e).unwrap();
             let mut body = Vec::new();
-            while a.next_piece(|p| -> Result<(), ()> { Ok(body.extend_from_slice(p)) }).await.unwrap().unwrap() {}
+            let mut more = true;
+            while more {
+                more = a
+                    .next_piece(|p| -> Result<(), ()> {
+                        body.extend_from_slice(p);
+                        Ok(())
+                    })
+                    .await
+                    .unwrap()
+                    .unwrap();
+            }
             (a.status, body, a.reusable().map(|c| c.buf.len()))
         });
         // Past the wait with the buffer: the first byte is read alone, the rest into a new one.
