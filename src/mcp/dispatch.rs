@@ -731,8 +731,8 @@ impl Call<'_> {
     }
 
     /// Calls the app. A session client that takes SSE gets a resumable stream once the app takes
-    /// longer than EARLY_STREAM: its call is then made to own what it needs (one allocation),
-    /// so that it can go on by itself.
+    /// longer than EARLY_STREAM, and the call then goes on by itself; so its call owns what it
+    /// needs from the start (one allocation), since a future cannot be moved once it is polled.
     async fn request(
         &self,
         ex: &mut Exchange<'_>,
