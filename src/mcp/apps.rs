@@ -324,17 +324,33 @@ impl AppClients {
             Err(UpstreamError::Protocol(_)) if method != ListMethod::Tools => (Arc::new(vec![]), None),
             Err(error) => return Err(AppError::Upstream { app: app_id.into(), error: Box::new(error) }),
         };
+        self.remember(org_id, app_id, method, &items, ttl_ms);
+        Ok(items)
+    }
+
+    fn remember(&self, org_id: &str, app_id: &str, method: ListMethod, items: &Arc<Vec<Value>>, ttl_ms: Option<u64>) {
         let key = (org_id.to_string(), app_id.to_string(), method.method());
         self.lists.insert(key, (Instant::now(), items.clone(), ttl_ms));
         if method == ListMethod::Tools {
             self.last_tools.insert(app_id.to_string(), items.clone());
         }
-        Ok(items)
+    }
+
+    /// `method`'s list read again for a check in the background ([`Self::lists_differ_from_cached`]):
+    /// with the connection's token as it is, never renewed here, and without a mark on the app's
+    /// health. A failure tells nothing the next call will not find out, and a renewal refused or a
+    /// failure marked by a background check would take a call's own clear error from it.
+    async fn reread(&self, org_id: &str, app_id: &str, method: ListMethod) -> Option<Arc<Vec<Value>>> {
+        let up = self.upstream(org_id, app_id).ok()?;
+        let (items, ttl_ms) = up.list_all_with_ttl(method, &CallContext::default()).await.ok()?;
+        let items = Arc::new(items);
+        self.remember(org_id, app_id, method, &items, ttl_ms);
+        Some(items)
     }
 
     /// Whether an app's lists differ from those cached: each list cached for it (`owner`'s, or for
-    /// a shared upstream any organisation's, one per method) is read again and compared, and
-    /// the cache keeps the new reading. For an app whose GET stream (re)opened, since a change
+    /// a shared upstream any organisation's, one per method) is read again ([`Self::reread`]) and
+    /// compared, and the cache keeps the new reading. For an app whose GET stream (re)opened, since a change
     /// it announced while none was open is lost.
     pub async fn lists_differ_from_cached(&self, owner: &str, app_id: &str) -> bool {
         let mut cached: Vec<(String, ListMethod, Arc<Vec<Value>>)> = Vec::new();
@@ -346,7 +362,7 @@ impl AppClients {
             }
         }
         for (org, method, before) in cached {
-            if self.refresh(&org, app_id, method).await.is_ok_and(|now| now != before) {
+            if self.reread(&org, app_id, method).await.is_some_and(|now| now != before) {
                 return true;
             }
         }
