@@ -6,7 +6,9 @@
 //! and allocates each time (its read buffer, a `ResponseHeader` with its header map, a digest,
 //! the body reader's state), and cannot be reset for the next request on the same connection.
 //! Here the buffer and the list of header positions travel with the connection
-//! ([`Connection`]), so a call on a pooled connection allocates nothing to read its answer.
+//! ([`Connection`]), so a call on a pooled connection allocates nothing to read its answer; only
+//! an answer slower than a second to begin gives the buffer back while it waits and takes one
+//! again (`first_read`).
 //!
 //! The head stays at the front of the buffer while the body is read after it, so headers are
 //! looked up in place (by position) for as long as the answer lives; body bytes are handed out
