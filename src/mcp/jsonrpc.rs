@@ -25,6 +25,7 @@
 //! JSON-RPC 2.0 says; MCP 2025-03-26 allows batches, 2025-06-18 removed them, so whether a batch is
 //! accepted is the caller's decision.
 
+use crate::base::strict_json;
 use crate::mcp::protocol::RpcCode;
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
@@ -440,6 +441,10 @@ pub enum ParseError {
     /// JSON, but not a JSON-RPC 2.0 message (or an empty batch): answer -32600.
     #[error("invalid request: {}", .0.reason)]
     Invalid(InvalidMessage),
+    /// A client's message that reads two ways, or that a reader cannot take whole
+    /// ([`parse_from_client`]): -32602 when the place is in `params`, else -32600.
+    #[error("{what}")]
+    Ambiguous { id: Id, what: strict_json::Ambiguous },
 }
 
 impl ParseError {
@@ -448,15 +453,26 @@ impl ParseError {
         match self {
             ParseError::Parse(_) => Response::error(Id::NULL, ErrorObject::parse_error()),
             ParseError::Invalid(inv) => inv.to_response(),
+            ParseError::Ambiguous { id, what } if in_params(what) => {
+                Response::error(id.clone(), ErrorObject::invalid_params(format!("Invalid params: {what}")))
+            }
+            ParseError::Ambiguous { id, what } => Response::error(id.clone(), ErrorObject::invalid_request(what)),
         }
     }
 
     pub fn code(&self) -> i64 {
         match self {
             ParseError::Parse(_) => PARSE_ERROR,
-            ParseError::Invalid(_) => INVALID_REQUEST,
+            ParseError::Ambiguous { what, .. } if in_params(what) => INVALID_PARAMS,
+            ParseError::Invalid(_) | ParseError::Ambiguous { .. } => INVALID_REQUEST,
         }
     }
+}
+
+/// Whether the place that reads two ways is inside the message's `params`.
+fn in_params(what: &strict_json::Ambiguous) -> bool {
+    let path = what.path();
+    path == "params" || path.starts_with("params.") || path.starts_with("params[")
 }
 
 /// Wire shape of one message, borrowed from the bytes it was parsed from: every member is kept
@@ -531,6 +547,31 @@ pub fn parse(bytes: &[u8]) -> Result<Incoming, ParseError> {
             Err(ParseError::Invalid(InvalidMessage { id: Id::NULL, reason: "expected a JSON object or array".into() }))
         }
         Err(e) => Err(ParseError::Parse(e.to_string())),
+    }
+}
+
+/// Parses a message a client sent, which toolgate decides on and forwards: it must also read one
+/// way only (Decision 22 of the design; `base::strict_json`). A member written twice at any depth,
+/// a lone surrogate, a number no reader holds or nesting beyond 128 is refused, naming the place,
+/// instead of being read one way here and another way by the app. Messages from apps go through
+/// [`parse`]: what toolgate decides on in them (definitions) is written out again, never relayed.
+pub fn parse_from_client(bytes: &[u8]) -> Result<Incoming, ParseError> {
+    let parsed = parse(bytes);
+    let id = match &parsed {
+        Ok(Incoming::Single(Message::Request(r))) => r.id.clone(),
+        Ok(_) => Id::NULL,
+        // Valid JSON refused for its shape: a member written twice at the top is named.
+        Err(ParseError::Invalid(inv)) if inv.id.is_null() => match strict_json::check(bytes) {
+            Err(what @ strict_json::Ambiguous::Duplicate { .. }) => {
+                return Err(ParseError::Invalid(InvalidMessage { id: Id::NULL, reason: what.to_string() }))
+            }
+            _ => return parsed,
+        },
+        Err(_) => return parsed,
+    };
+    match strict_json::check(bytes) {
+        Ok(()) => parsed,
+        Err(what) => Err(ParseError::Ambiguous { id, what }),
     }
 }
 

@@ -227,7 +227,7 @@ async fn post(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, k
         }
         Err(e) => return reply::api_error(ex, e).await,
     };
-    let message = match jsonrpc::parse(&body) {
+    let message = match jsonrpc::parse_from_client(&body) {
         Ok(Incoming::Single(m)) => m,
         Ok(Incoming::Batch(_)) => {
             let msg = "Batch requests are not supported: send one JSON-RPC message per POST";

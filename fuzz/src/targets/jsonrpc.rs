@@ -48,15 +48,11 @@ pub fn run(data: &[u8]) -> Features {
             assert!(jsonrpc::parse_message(data).is_err(), "parse_message accepted a batch");
         }
         Err(e) => {
-            match &e {
-                ParseError::Parse(_) => out.add("parse-error"),
-                ParseError::Invalid(i) => {
-                    out.add("invalid");
-                    out.add_text(&i.reason);
-                }
-            }
-            out.add_count(e.code().unsigned_abs() as usize);
-            answer_parses(&e.to_response().to_bytes());
+            assert!(
+                !matches!(e, ParseError::Ambiguous { .. }),
+                "only parse_from_client refuses a message as ambiguous"
+            );
+            refused(&e, &mut out);
         }
     }
     out.finish()
@@ -81,6 +77,23 @@ fn message(m: &Message, out: &mut Outcome) {
     }
 }
 
+/// A refusal's features; its answer must be a JSON-RPC response a client can read.
+pub(super) fn refused(e: &ParseError, out: &mut Outcome) {
+    match e {
+        ParseError::Parse(_) => out.add("parse-error"),
+        ParseError::Invalid(i) => {
+            out.add("invalid");
+            out.add_text(&i.reason);
+        }
+        ParseError::Ambiguous { what, .. } => {
+            out.add("ambiguous");
+            out.add_text(&what.to_string());
+        }
+    }
+    out.add_count(e.code().unsigned_abs() as usize);
+    answer_parses(&e.to_response().to_bytes());
+}
+
 /// An answer the gateway writes must be a JSON-RPC response a client can read.
 fn answer_parses(bytes: &[u8]) {
     match jsonrpc::parse(bytes) {
@@ -89,6 +102,6 @@ fn answer_parses(bytes: &[u8]) {
     }
 }
 
-fn show(bytes: &[u8]) -> String {
+pub(super) fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..bytes.len().min(400)]).into_owned()
 }

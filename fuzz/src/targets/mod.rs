@@ -1,5 +1,6 @@
-//! The four targets, one file each, and the outcome signature they report.
+//! The five targets, one file each, and the outcome signature they report.
 
+pub mod client_message;
 pub mod config;
 pub mod jsonrpc;
 pub mod request_view;
@@ -7,8 +8,9 @@ pub mod sse;
 
 use crate::Target;
 
-pub static ALL: [Target; 4] = [
+pub static ALL: [Target; 5] = [
     Target { name: "jsonrpc", run: jsonrpc::run, max_len: 64 * 1024, dictionary: JSON, extra_seeds: &[] },
+    Target { name: "client_message", run: client_message::run, max_len: 64 * 1024, dictionary: JSON, extra_seeds: &[] },
     Target { name: "sse", run: sse::run, max_len: 64 * 1024, dictionary: SSE, extra_seeds: &[] },
     Target {
         name: "config",
