@@ -123,41 +123,13 @@ def test_what_toolgate_decided_on_is_what_the_app_ran(apps, app):
     srv, gw, key, ran = apps[app]
     c = McpHttp(mcp_url(srv, gw), key)
     c.initialize()
-    ran_calls = 0
+    ran_calls, wrong = 0, []
     for path in sorted(CORPUS.iterdir()):
-        data = path.read_bytes()
-        before = len(ran.lines())
-        answer = send(c, data)
-        after = ran.lines()[before:]
-        name = path.name
-        if name in MUST_REFUSE:
-            assert "error" in answer, f"{app} {name}: accepted a message that reads two ways: {answer}"
-            err = answer["error"]
-            assert err["code"] in (-32700, -32600, -32602), f"{app} {name}: {err}"
-            assert after == [], f"{app} {name}: refused, yet the app ran {after}"
-            if name.startswith("dup_") and name != "dup_id.json":
-                assert "written twice" in err["message"], f"{app} {name}: the error does not name the member: {err}"
-            continue
-        msg = first_wins(data)
-        if name in MUST_DENY:
-            assert "error" in answer and answer["error"]["code"] == -32012, f"{app} {name}: {answer}"
-            assert after == [], f"{app} {name}: denied, yet the app ran {after}"
-            continue
-        assert name in MUST_RUN
-        assert "result" in answer and not answer["result"].get("isError"), f"{app} {name}: {answer}"
-        assert len(after) == 1, f"{app} {name}: the app ran {after}"
-        did, params = after[0], msg["params"]
-        # What the app ran is what toolgate read (the first-member reading), and the reply said so.
-        if msg["method"] == "tools/call":
-            decided = {"kind": "tool", "name": params["name"], "arguments": params["arguments"]}
-            assert did["name"] == "echo" and did["arguments"].get("repo") != "prod", f"{app} {name}: {did}"
-            assert json.loads(answer["result"]["content"][0]["text"]) == did
-        elif msg["method"] == "prompts/get":
-            decided = {"kind": "prompt", "name": params["name"], "arguments": params.get("arguments")}
-        else:
-            decided = {"kind": "resource", "name": params["uri"], "arguments": None}
-        assert as_read(did) == as_read(decided), f"{app} {name}: toolgate decided on {decided}, the app ran {did}"
-        ran_calls += 1
+        try:
+            ran_calls += check_one(c, ran, app, path)
+        except AssertionError as e:
+            wrong.append(str(e).splitlines()[0])
+    assert not wrong, "\n".join(wrong)
     assert ran_calls == len(MUST_RUN)
     # The tools the app never ran were never logged or counted either.
     functions = logged_functions(srv, gw, TOOL_CALLS)
@@ -165,6 +137,43 @@ def test_what_toolgate_decided_on_is_what_the_app_ran(apps, app):
     metrics = httpx2.get(srv.metrics_url + "/metrics", timeout=10).text
     assert 'gen_ai_tool_name="slow"' not in metrics, f"{app}: a call of slow was counted"
     c.close()
+
+
+def check_one(c: McpHttp, ran: RanLog, app: str, path: Path) -> int:
+    """Sends one crafted message; 1 if the app ran it (as toolgate decided), 0 if refused."""
+    data = path.read_bytes()
+    before = len(ran.lines())
+    answer = send(c, data)
+    after = ran.lines()[before:]
+    name = path.name
+    if name in MUST_REFUSE:
+        assert "error" in answer, f"{app} {name}: accepted a message that reads two ways: {answer}"
+        err = answer["error"]
+        assert err["code"] in (-32700, -32600, -32602), f"{app} {name}: {err}"
+        assert after == [], f"{app} {name}: refused, yet the app ran {after}"
+        if name.startswith("dup_") and name != "dup_id.json":
+            assert "written twice" in err["message"], f"{app} {name}: the error does not name the member: {err}"
+        return 0
+    msg = first_wins(data)
+    if name in MUST_DENY:
+        assert "error" in answer and answer["error"]["code"] == -32012, f"{app} {name}: {answer}"
+        assert after == [], f"{app} {name}: denied, yet the app ran {after}"
+        return 0
+    assert name in MUST_RUN
+    assert "result" in answer and not answer["result"].get("isError"), f"{app} {name}: {answer}"
+    assert len(after) == 1, f"{app} {name}: the app ran {after}"
+    did, params = after[0], msg["params"]
+    # What the app ran is what toolgate read (the first-member reading), and the reply said so.
+    if msg["method"] == "tools/call":
+        decided = {"kind": "tool", "name": params["name"], "arguments": params["arguments"]}
+        assert did["name"] == "echo" and did["arguments"].get("repo") != "prod", f"{app} {name}: {did}"
+        assert json.loads(answer["result"]["content"][0]["text"]) == did
+    elif msg["method"] == "prompts/get":
+        decided = {"kind": "prompt", "name": params["name"], "arguments": params.get("arguments")}
+    else:
+        decided = {"kind": "resource", "name": params["uri"], "arguments": None}
+    assert as_read(did) == as_read(decided), f"{app} {name}: toolgate decided on {decided}, the app ran {did}"
+    return 1
 
 
 def logged_functions(srv, gw: str, want: int) -> list[str]:
