@@ -112,7 +112,8 @@ routes! {
     GET "/gateways" => gateways::list, scope(GatewaysRead);
     GET "/gateways/{id}" => gateways::get, scope(GatewaysRead);
     POST "/gateways" => gateways::create, scope(GatewaysWrite);
-    PATCH "/gateways/{id}" => gateways::update, scope(GatewaysWrite);
+    PATCH "/gateways/{id}" => gateways::update, scope(GatewaysWrite),
+        mfa When("the change loosens one of the gateway's guards (`gateway_guards.rs`)");
     DELETE "/gateways/{id}" => gateways::delete, scope(GatewaysDelete), mfa Always;
     GET "/gateways/{id}/tool-changes" => tool_changes::list, scope(GatewaysRead);
     POST "/gateways/{id}/tool-changes/{sub_id}/approve" => tool_changes::approve, scope(GatewaysWrite), mfa Always;

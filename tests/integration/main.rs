@@ -34,6 +34,7 @@ mod process_logs;
 mod reload_sections;
 mod security_bounds;
 mod security_connections;
+mod security_guards;
 mod security_identity;
 mod security_identity_allowlist;
 mod security_identity_edge;
