@@ -1,6 +1,7 @@
 //! `/audit`: the organisation's audit trail, paged and exported; and the trail's hook in the
 //! dispatch ([`Trail`]): every management write answered 2xx becomes an entry (who, what, which
-//! record, the record's stored JSON hashed before and after) before the answer leaves.
+//! record, the record's stored JSON hashed before and after, and what the handler adds in
+//! `Reply::audit`, such as a gateway's guards before and after) before the answer leaves.
 
 use super::routes::{Mfa, Route};
 use super::{ApiResult, Call, Reply};
@@ -98,6 +99,9 @@ impl Trail {
         if route.mfa != Mfa::No {
             detail["mfa"] = json!(if route.mfa == Mfa::Always { "always" } else { "when" });
             detail["mfa_token"] = json!(call.headers.contains_key("x-mfa-token"));
+        }
+        if let (Some(Value::Object(more)), Value::Object(d)) = (&reply.audit, &mut detail) {
+            d.extend(more.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         let event = AuditEvent::Write {
             action: action(route),

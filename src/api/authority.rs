@@ -12,11 +12,42 @@
 //!
 //! A service-account key acts as the service account: it is never "the same user" as its
 //! creator, and a call made with it manages only that account's own keys.
+//!
+//! A role is rights too: making an Owner or an Admin, or raising a member to one, hands that
+//! role's administration (keys, service accounts, account security; an Owner's team too) to
+//! whoever signs in as the member, so the caller's credential must hold every scope the role
+//! allows ([`may_grant_role`]): a narrow key with `team:manage` cannot make an Owner whose `*`
+//! key then reads what the narrow key could not.
 
 use crate::data::model::{ApiKey, ServiceAccount};
 use crate::data::state::State;
 use crate::edge::error::ApiError;
-use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
+use toolgate_filters::{CredentialKind, Principal, Role, Scope, ScopeSet};
+
+/// The scope `held` lacks of everything `role` allows (`admin` first, when the role allows
+/// it), or `None` when it holds them all: what a credential needs to set a password or MFA for
+/// its own role, or to hand a role to a member.
+pub fn missing_for_role(held: ScopeSet, role: Role) -> Option<Scope> {
+    let allowed = role.allowed();
+    if allowed.contains(Scope::Admin) && !held.contains(Scope::Admin) {
+        return Some(Scope::Admin);
+    }
+    Scope::ALL.into_iter().find(|s| allowed.contains(*s) && !held.contains(*s))
+}
+
+/// `Ok` when `who` may make a member of `role` or set a member's role to it: for an Owner or
+/// an Admin, its credential holds every scope the role allows (an Owner's `*` or `admin` key,
+/// or a web session); a 403 `INSUFFICIENT_SCOPE` naming a missing scope otherwise. A Developer
+/// or a Viewer administers nothing, and `team:manage` is enough to give those roles.
+pub fn may_grant_role(who: &Principal, role: Role) -> Result<(), ApiError> {
+    if !matches!(role, Role::Owner | Role::Admin) {
+        return Ok(());
+    }
+    match missing_for_role(who.scopes, role) {
+        Some(scope) => Err(ApiError::InsufficientScope(scope.as_str())),
+        None => Ok(()),
+    }
+}
 
 /// Roles from least to most powerful (Decision 8).
 fn rank(role: Role) -> u8 {
@@ -169,6 +200,28 @@ mod tests {
         let owners_own = rights(Holder::User("usr_owner"), Role::Owner, &["gateways:read"]);
         assert!(owners_own.check(&as_account).is_err(), "an account's key acts on its creator's keys");
         assert!(owners_account.check(&as_account).is_ok(), "its own account's keys");
+    }
+
+    #[test]
+    fn owners_and_admins_are_made_only_with_the_whole_role() {
+        let scoped = |names: &[&str]| {
+            principal("usr_owner", Role::Owner, ScopeSet::parse(names.iter().copied()).unwrap(), CredentialKind::ApiKey)
+        };
+        let team = scoped(&["team:manage"]);
+        let all_but_admin = scoped(&["gateways:*", "apps:*", "logs:read", "sessions:manage", "team:manage"]);
+        for role in [Role::Owner, Role::Admin] {
+            for who in [&team, &all_but_admin] {
+                let e = may_grant_role(who, role).expect_err("a narrow key gives a role that administers");
+                assert_eq!(e.code(), "INSUFFICIENT_SCOPE");
+            }
+            assert!(may_grant_role(&scoped(&["*"]), role).is_ok());
+        }
+        for role in [Role::Developer, Role::Viewer] {
+            assert!(may_grant_role(&team, role).is_ok(), "{role:?} administers nothing");
+        }
+        assert_eq!(missing_for_role(team.scopes, Role::Owner), Some(Scope::Admin));
+        let dev_reader = ScopeSet::parse(["gateways:read"]).unwrap();
+        assert_eq!(missing_for_role(dev_reader, Role::Developer), Some(Scope::GatewaysWrite));
     }
 
     #[test]

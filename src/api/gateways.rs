@@ -1,4 +1,6 @@
-//! `/gateways`: create, list, read, update and delete gateways.
+//! `/gateways`: create, list, read, update and delete gateways. An update that loosens one of
+//! the gateway's guards (`gateway_guards.rs`) passes the MFA gate, and its audit entry shows
+//! the guards changed, before and after.
 
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
@@ -500,7 +502,8 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 }
 
 #[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
-    params(("gateway_id" = String, Path)),
+    params(("gateway_id" = String, Path),
+           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, or removes, edits, moves or adds an allow rule")),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
@@ -512,7 +515,8 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     }
     let patch: UpdateGateway = call.json()?;
     let _guard = state.lock_writes(&who.org_id).await?;
-    let mut g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?.as_ref().clone();
+    let before = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
+    let mut g = before.as_ref().clone();
     if let Some(name) = patch.name {
         let name = validate_name(&name)?;
         if name_taken(call, &who.org_id, &name, Some(&g.id)) {
@@ -538,11 +542,17 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     if let Some(r) = patch.rules {
         g.rules = validate_rules(r)?;
     }
+    // Asked once the change is known to be valid, so a bad body does not use up an MFA token.
+    let guards = super::gateway_guards::change(&before, &g);
+    if guards.loosens() {
+        super::mfa::require(call).await?;
+    }
     g.updated_at = Utc::now();
     state.save_gateway(g).await?;
     drop(_guard);
     let mut reply = get(call).await?;
     reply.status = 200;
+    reply.audit = guards.audit();
     Ok(reply)
 }
 

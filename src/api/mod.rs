@@ -11,6 +11,7 @@ pub mod auth;
 pub mod authority;
 pub mod batch;
 pub mod envelope;
+pub mod gateway_guards;
 pub mod gateways;
 pub mod keys;
 pub mod limits;
@@ -64,17 +65,20 @@ pub struct Reply {
     pub raw: bool,
     /// The whole body as is, with its content type, instead of `data` (the audit export).
     pub bytes: Option<(&'static str, Vec<u8>)>,
+    /// Members the write's audit entry adds to its `detail` (a gateway's guards before and
+    /// after); never sent.
+    pub audit: Option<Value>,
 }
 
 impl Reply {
     pub fn ok(data: Value) -> Reply {
-        Reply { status: 200, data: Some(data), message: None, raw: false, bytes: None }
+        Reply { status: 200, data: Some(data), message: None, raw: false, bytes: None, audit: None }
     }
     pub fn created(data: Value) -> Reply {
-        Reply { status: 201, data: Some(data), message: None, raw: false, bytes: None }
+        Reply { status: 201, data: Some(data), message: None, raw: false, bytes: None, audit: None }
     }
     pub fn message(msg: impl Into<String>) -> Reply {
-        Reply { status: 200, data: None, message: Some(msg.into()), raw: false, bytes: None }
+        Reply { status: 200, data: None, message: Some(msg.into()), raw: false, bytes: None, audit: None }
     }
 }
 

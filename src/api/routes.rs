@@ -13,7 +13,7 @@ use http::Method;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
-use toolgate_filters::{CredentialKind, Principal, Scope};
+use toolgate_filters::{CredentialKind, Scope};
 
 /// What a route needs of its caller: a scope, any valid credential, a credential that can do
 /// everything its user's role allows, or no credential at all (public).
@@ -51,10 +51,11 @@ pub struct Route {
     pub path: &'static str,
     pub access: Access,
     pub mfa: Mfa,
-    /// Makes or changes credentials (keys, service accounts, MFA, passwords, OAuth clients). A
-    /// third party acting for a user with an OAuth access token may not, whatever scopes it was
-    /// granted: a token that expires must not mint a key that does not, nor take over the
-    /// user's MFA.
+    /// Makes or changes credentials (keys, service accounts, MFA, passwords, OAuth clients) or
+    /// members (adding one, or changing one's role: a member signs in by SSO with the whole
+    /// role). A third party acting for a user with an OAuth access token may not, whatever
+    /// scopes it was granted: a token that expires must not mint a key that does not, take over
+    /// the user's MFA, nor make an Owner.
     pub makes_credentials: bool,
     pub handler: Handler,
     /// `module::function` of the handler, for the tests that hold the table to the handlers.
@@ -111,7 +112,8 @@ routes! {
     GET "/gateways" => gateways::list, scope(GatewaysRead);
     GET "/gateways/{id}" => gateways::get, scope(GatewaysRead);
     POST "/gateways" => gateways::create, scope(GatewaysWrite);
-    PATCH "/gateways/{id}" => gateways::update, scope(GatewaysWrite);
+    PATCH "/gateways/{id}" => gateways::update, scope(GatewaysWrite),
+        mfa When("the change loosens one of the gateway's guards (`gateway_guards.rs`)");
     DELETE "/gateways/{id}" => gateways::delete, scope(GatewaysDelete), mfa Always;
     GET "/gateways/{id}/tool-changes" => tool_changes::list, scope(GatewaysRead);
     POST "/gateways/{id}/tool-changes/{sub_id}/approve" => tool_changes::approve, scope(GatewaysWrite), mfa Always;
@@ -151,8 +153,10 @@ routes! {
     POST "/service-accounts/{id}/keys" => service_accounts::create_key, scope(Admin), makes credentials;
 
     GET "/team/members" => team::list, scope(TeamManage);
-    POST "/team/members" => team::create, scope(TeamManage);
-    PATCH "/team/members/{id}" => team::update, scope(TeamManage), mfa Always;
+    // A member signs in with its role: making or raising an Owner or an Admin also needs a
+    // credential holding every scope of that role (`authority::may_grant_role`).
+    POST "/team/members" => team::create, scope(TeamManage), mfa Always, makes credentials;
+    PATCH "/team/members/{id}" => team::update, scope(TeamManage), mfa Always, makes credentials;
     DELETE "/team/members/{id}" => team::delete, scope(TeamManage), mfa Always;
 
     PATCH "/account/security" => account::update_security, scope(Admin), mfa Always;
@@ -208,16 +212,6 @@ routes! {
     POST "/admin/reload" => admin::reload, AnyCredential;
 }
 
-/// The scope a credential lacks to do everything its role allows (`admin` first, when the
-/// role allows it), or `None` when it holds them all.
-fn missing_for_whole_role(who: &Principal) -> Option<Scope> {
-    let allowed = who.role.allowed();
-    if allowed.contains(Scope::Admin) {
-        return (!who.scopes.contains(Scope::Admin)).then_some(Scope::Admin);
-    }
-    Scope::ALL.into_iter().find(|s| allowed.contains(*s) && !who.scopes.contains(*s))
-}
-
 impl Route {
     /// Whether the call's credential may run this route: the access rule, then the rule for
     /// delegated OAuth tokens.
@@ -233,7 +227,8 @@ impl Route {
                 }
             }
             Access::WholeRole => {
-                if let Some(scope) = missing_for_whole_role(call.who()?) {
+                let who = call.who()?;
+                if let Some(scope) = super::authority::missing_for_role(who.scopes, who.role) {
                     return Err(ApiError::InsufficientScope(scope.as_str()));
                 }
             }
@@ -242,7 +237,7 @@ impl Route {
             && call.principal.as_deref().is_some_and(|p| matches!(p.credential, CredentialKind::OAuthToken { .. }))
         {
             return Err(ApiError::Forbidden(
-                "a delegated OAuth token cannot make or change credentials (keys, service accounts, MFA, passwords, OAuth clients)"
+                "a delegated OAuth token cannot make or change credentials or members (keys, service accounts, MFA, passwords, OAuth clients, team members and their roles)"
                     .into(),
             ));
         }

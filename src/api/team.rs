@@ -1,12 +1,23 @@
 //! `/team/members`: the organisation's users and their roles, managed with `team:manage` (only an
 //! Owner's role holds it). A member is added without a password (they sign in by SSO/OIDC, or
 //! set one through the operator's recovery); the organisation never loses its last Owner; one
-//! cannot remove oneself. Removing a member revokes their API keys, ends their web sessions and
-//! OAuth grants, and hands their service accounts (and the access keys of the gateways they
-//! made) to the Owner who removed them, with the rights they had (never more).
+//! cannot remove oneself.
+//!
+//! A member signs in with the whole of its role, so giving a role (adding a member, changing
+//! one's role) is handing out rights: it passes the MFA gate, is refused to delegated OAuth
+//! tokens (the route table's "makes credentials"), and making or raising an Owner or an Admin
+//! needs a credential holding every scope of that role (`authority::may_grant_role`; a narrow
+//! `team:manage` key cannot make an Owner). An e-mail address belongs to one organisation:
+//! adding one that another organisation's user holds is a 409 that does not say which
+//! organisation holds it (`State::create_user`).
+//!
+//! Removing a member revokes their API keys, ends their web sessions and OAuth grants, and
+//! hands their service accounts (and the access keys of the gateways they made) to the Owner
+//! who removed them, with the rights they had (never more).
 
 use super::{iso, ApiResult, Call, Reply};
 use crate::base::secrets;
+use crate::config::same_email;
 use crate::data::model::User;
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
@@ -20,7 +31,7 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewMember {
-    /// Unique within the organisation (in any case).
+    /// Unique (in any case): within the organisation, and no other organisation's user holds it.
     #[schema(min_length = 3, max_length = 254)]
     pub email: String,
     #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
@@ -90,21 +101,23 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(post, path = "/v1/team/members", tag = "team", request_body = NewMember,
     responses((status = 201, description = "the member, without a password: they sign in by SSO/OIDC", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
-              (status = 403, body = crate::api::envelope::ErrorEnvelope),
-              (status = 409, description = "a member of the organisation has this e-mail", body = crate::api::envelope::ErrorEnvelope)))]
+              (status = 403, description = "INSUFFICIENT_SCOPE: an Owner or Admin given by a credential lacking a scope of that role; MFA_REQUIRED; FORBIDDEN: a delegated OAuth token", body = crate::api::envelope::ErrorEnvelope),
+              (status = 409, description = "a user has this e-mail: a member of the organisation, or a user of another organisation (one e-mail, one organisation)", body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: NewMember = call.json()?;
     let address = email(&body.email)?;
     let name = display_name("name", &body.name)?;
     let role = role(&body.role)?;
+    super::authority::may_grant_role(who, role)?;
+    super::mfa::require(call).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
-    if !state.users_where(|u| u.org_id == who.org_id && u.email.eq_ignore_ascii_case(&address)).is_empty() {
+    if !state.users_where(|u| u.org_id == who.org_id && same_email(&u.email, &address)).is_empty() {
         return Err(ApiError::Conflict(format!("a member with the e-mail `{address}` already exists")));
     }
     let user = state
-        .save_user(User {
+        .create_user(User {
             id: secrets::new_id("usr"),
             org_id: who.org_id.clone(),
             email: address,
@@ -120,7 +133,8 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(patch, path = "/v1/team/members/{user_id}", tag = "team", params(("user_id" = String, Path)), request_body = MemberRole,
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
-              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope),
+              (status = 403, description = "INSUFFICIENT_SCOPE: an Owner or Admin given by a credential lacking a scope of that role; MFA_REQUIRED; FORBIDDEN: a delegated OAuth token", body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, description = "the organisation's last Owner would be demoted", body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn update(call: &Call<'_>) -> ApiResult {
@@ -128,6 +142,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     member(call)?;
     let body: MemberRole = call.json()?;
     let role = role(&body.role)?;
+    super::authority::may_grant_role(who, role)?;
     super::mfa::require(call).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;

@@ -576,10 +576,22 @@ pub struct OrgConfig {
 #[derive(Debug, Clone)]
 pub struct UserConfig {
     pub id: String,
+    /// No other organisation's user may hold it ([`same_email`]).
     pub email: String,
     pub name: String,
     pub role: Role,
     pub organization: String,
+}
+
+/// Whether two e-mail addresses are one: compared in any letter case once trimmed. An address
+/// belongs to the users of one organisation (the YAML's `users:`, the team API and SSO's
+/// first sign-in refuse to give another organisation's address), so a sign-in provider that
+/// names no organisation finds one user by it, and nobody claims another's address.
+pub fn same_email(a: &str, b: &str) -> bool {
+    fn folded(s: &str) -> impl Iterator<Item = char> + '_ {
+        s.trim().chars().flat_map(char::to_lowercase)
+    }
+    folded(a).eq(folded(b))
 }
 
 #[derive(Debug, Clone)]

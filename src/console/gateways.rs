@@ -1,5 +1,6 @@
 //! Gateways: the list (search, sort, pages), create (the key shown once), a gateway's page
-//! (endpoint, client set-up), edit and delete (MFA).
+//! (endpoint, client set-up), edit (MFA when an app is added: it widens what the gateway
+//! serves) and delete (MFA).
 
 use super::html::{self, escape};
 use super::{data, field, seg, Ctx};
@@ -180,6 +181,8 @@ pub async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
         body.push_str(&html::input("Description", "description", &html::text(&g["description"]), "maxlength=\"1000\""));
         let chosen: Vec<&str> = apps.iter().map(String::as_str).collect();
         body.push_str(&apps_field(ctx, &chosen).await);
+        // Adding an app widens what the gateway serves: a loosened guard asks for the code.
+        body.push_str(&html::mfa_field());
         body.push_str("<button type=\"submit\">Save</button></form>");
     }
     if ctx.can(Scope::GatewaysDelete) {
@@ -197,7 +200,8 @@ pub async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Res
         "description": field(fields, "description"),
         "servers": servers(fields),
     });
-    ctx.api(Method::PATCH, &format!("/gateways/{}", seg(id)), Some(body), None).await?;
+    let mfa = field(fields, "mfa_code");
+    ctx.api(Method::PATCH, &format!("/gateways/{}", seg(id)), Some(body), Some(mfa)).await?;
     Ok(ctx.done(&format!("/gateways/{}", seg(id)), "Gateway saved."))
 }
 

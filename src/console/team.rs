@@ -1,5 +1,5 @@
 //! The team: the organisation's members and their roles (`/team/members`), for the Owners whose
-//! role holds `team:manage`: add a member, change a role, remove a member (both behind the MFA
+//! role holds `team:manage`: add a member, change a role, remove a member (each behind the MFA
 //! gate). Anyone else sees why there is nothing here for them.
 
 use super::html;
@@ -57,6 +57,7 @@ pub async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     body.push_str(&html::input("E-mail", "email", "", "type=\"email\" required maxlength=\"254\""));
     body.push_str(&html::input("Name", "name", "", "required maxlength=\"100\""));
     body.push_str(&html::select("Role", "role", &ROLES, Some("developer")));
+    body.push_str(&html::mfa_field());
     body.push_str(
         "<p>The member has no password: they sign in with your organisation's single sign-on.</p>\
          <button type=\"submit\">Add member</button></form>",
@@ -69,7 +70,7 @@ pub async fn post(ctx: &Ctx<'_>, rest: &[&str], fields: &[(String, String)]) -> 
     match rest {
         [] => {
             let body = json!({ "email": field(fields, "email"), "name": field(fields, "name"), "role": field(fields, "role") });
-            let m = data(ctx.api(Method::POST, "/team/members", Some(body), None).await?);
+            let m = data(ctx.api(Method::POST, "/team/members", Some(body), mfa).await?);
             Ok(ctx.done("/team", &format!("{} added as {}.", html::text(&m["email"]), html::text(&m["role"]))))
         }
         [id, "role"] => {

@@ -140,6 +140,16 @@ impl From<crate::data::store::StoreError> for ApiError {
     }
 }
 
+impl From<crate::data::state::NewUserError> for ApiError {
+    fn from(e: crate::data::state::NewUserError) -> Self {
+        use crate::data::state::NewUserError;
+        match e {
+            NewUserError::EmailElsewhere => ApiError::Conflict(e.to_string()),
+            NewUserError::Store(e) => e.into(),
+        }
+    }
+}
+
 /// An error of the OAuth protocol, in RFC 6749's words (section 5.2 for the token endpoint,
 /// 4.1.2.1 for the authorization endpoint's redirect). On the wire (`identity::oauth_server`'s
 /// endpoints) it is [`OAuthError::status`] and [`OAuthError::to_body`].

@@ -164,6 +164,7 @@ impl ConfigSource {
         if let Some(oauth) = &config.gateway_oauth {
             crate::outbound::jwks::refresh(&oauth.verifier).await;
         }
+        parts.state.check_declarations(&config)?;
         let config = Arc::new(config);
         parts.state.replace_config(config.clone());
         parts.limiter.set_policy(config.rate_limit_policy.clone());

@@ -67,6 +67,15 @@ pub(crate) fn wrong_code(t: &TOTP, step: u64) -> String {
     (0..).map(|i| format!("{:06}", (123_457 + i * 7919) % 1_000_000)).find(|c| !near.contains(c)).unwrap()
 }
 
+/// Turns MFA on for the user of `key` on `srv`: its TOTP and its backup codes.
+pub(crate) fn mfa_on(srv: &TestServer, key: &str) -> (TOTP, Vec<String>) {
+    let e = ok(&srv.api("POST", "/v1/auth/mfa/enroll", Some(key), None), 200);
+    let t = totp(e["secret"].as_str().unwrap());
+    let backup = e["backup_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
+    ok(&srv.api("POST", "/v1/auth/mfa/activate", Some(key), Some(json!({ "code": code_at(&t, step_now()) }))), 200);
+    (t, backup)
+}
+
 /// Enrols and activates `user`; returns the TOTP, the backup codes and the step used.
 fn enable(user: &str, activation_step_offset: i64) -> (TOTP, Vec<String>, u64) {
     let srv = &fx().srv;

@@ -1,8 +1,8 @@
 //! `/v1/team/members` (scope `team:manage`, which only an Owner's role holds): members listed,
 //! added, their role changed and removed; the organisation never loses its last Owner, nobody
-//! removes themself, an e-mail is unique in the organisation, another organisation's member is a
-//! 404, and a removed member's key stops working at once while the service accounts they made
-//! keep working for the organisation.
+//! removes themself, an e-mail is unique in the organisation and across organisations, another
+//! organisation's member is a 404, and a removed member's key stops working at once while the
+//! service accounts they made keep working for the organisation.
 
 use crate::common::*;
 use serde_json::{json, Value};
@@ -70,15 +70,16 @@ fn owners_manage_members_within_the_rules() {
     );
     assert!(members(f).iter().any(|x| x["id"] == id));
     err(&add(json!({"email": "NEW@team.test", "name": "Again", "role": "viewer"})), 409, "CONFLICT");
-    // The same address in another organisation is another person.
-    ok(
+    // One e-mail, one organisation: another organisation cannot take it (`security_team.rs`).
+    err(
         &srv.api(
             "POST",
             "/v1/team/members",
             Some(&f.other),
             Some(json!({"email": "new@team.test", "name": "N", "role": "viewer"})),
         ),
-        201,
+        409,
+        "CONFLICT",
     );
     validation(&add(json!({"email": "nobody", "name": "N", "role": "viewer"})), "email");
     validation(&add(json!({"email": "a@b.test", "name": "", "role": "viewer"})), "name");

@@ -23,7 +23,7 @@ fn server_script() -> String {
 
 /// The changing server as a stdio app `chg` (a Python process started on first use: its first
 /// list is given time on a busy machine).
-fn stdio_app() -> String {
+pub(crate) fn stdio_app() -> String {
     format!(
         "  - {{ id: chg, name: Changing, category: testing, timeouts: {{ connect_ms: 60000 }}, command: [{:?}, {:?}] }}\nmcp:\n  list_deadline_ms: 30000\n",
         common::python().to_string_lossy(),
@@ -61,7 +61,7 @@ fn keys() -> Keys {
     Keys { owner, mfa, other, yaml }
 }
 
-fn create_gateway(srv: &TestServer, key: &str, servers: &[&str], configuration: Value) -> (String, String) {
+pub(crate) fn create_gateway(srv: &TestServer, key: &str, servers: &[&str], configuration: Value) -> (String, String) {
     let body = json!({"name": format!("pins-{}", common::random_alnum(8)), "servers": servers, "configuration": configuration});
     let gw = ok(&srv.api("POST", "/v1/gateways", Some(key), Some(body)), 201);
     (gw["id"].as_str().unwrap().to_string(), gw["api_key"].as_str().unwrap().to_string())
@@ -92,7 +92,7 @@ fn functions_count(srv: &TestServer, key: &str, gw: &str) -> usize {
 }
 
 /// Waits (up to 10 s) until `check` holds for the gateway's tool names.
-fn until_tools(mcp: &Mcp, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<String> {
+pub(crate) fn until_tools(mcp: &Mcp, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let names = mcp.tool_names(9);
@@ -104,11 +104,11 @@ fn until_tools(mcp: &Mcp, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<
     }
 }
 
-fn has(names: &[String], n: &str) -> bool {
+pub(crate) fn has(names: &[String], n: &str) -> bool {
     names.iter().any(|x| x == n)
 }
 
-fn assert_pending(body: &Value, tool: &str) {
+pub(crate) fn assert_pending(body: &Value, tool: &str) {
     let (code, message) = rpc_error(body);
     assert_eq!(code, PENDING, "{body}");
     assert!(message.contains(tool) && message.contains("awaits approval"), "{body}");

@@ -6,7 +6,7 @@
 //! browser's sign-in; `next` never leaves the server; a Developer turns MFA on with its `*` key;
 //! a code shown to the wrong client stays usable by its own.
 
-use crate::api_mfa::{code_at, step_now, totp, wrong_code};
+use crate::api_mfa::{code_at, step_now, wrong_code};
 use crate::common::*;
 use serde_json::json;
 use std::collections::HashMap;
@@ -82,11 +82,7 @@ fn set_password(k: &str, new: &str, current: Option<&str>, mfa: Option<&str>) ->
 
 /// Enrols and activates TOTP MFA with `k`; returns the TOTP and the backup codes.
 fn enable_mfa(k: &str) -> (totp_rs::TOTP, Vec<String>) {
-    let e = ok(&srv().api("POST", "/v1/auth/mfa/enroll", Some(k), None), 200);
-    let t = totp(e["secret"].as_str().unwrap());
-    let backup = e["backup_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
-    ok(&srv().api("POST", "/v1/auth/mfa/activate", Some(k), Some(json!({ "code": code_at(&t, step_now()) }))), 200);
-    (t, backup)
+    crate::api_mfa::mfa_on(srv(), k)
 }
 
 #[test]

@@ -18,6 +18,9 @@ use toolgate_filters::Principal;
 
 mod follow;
 mod pins;
+mod users;
+
+pub use users::NewUserError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -25,6 +28,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Seal(#[from] secrets::SealError),
+    /// The declared records contradict the stored ones (`users[i].email`).
+    #[error(transparent)]
+    Declared(#[from] crate::config::ConfigError),
 }
 
 /// Id of the organisation, user and key made for `TOOLGATE_ADMIN_KEY` / the first start.
@@ -73,6 +79,9 @@ pub struct State {
     /// Serialises management writes so uniqueness checks and their write are atomic
     /// ([`State::lock_writes`]).
     write_lock: tokio::sync::Mutex<()>,
+    /// Serialises the making of users, whose e-mail addresses are unique across organisations
+    /// ([`State::create_user`]).
+    new_users_lock: tokio::sync::Mutex<()>,
     /// Held while this instance's copies of records change: by a write, from its copy's update
     /// to its publication, and by a reload or another instance's change, while it puts in
     /// place the copies it read from the store. So a copy read before a write of this
@@ -158,6 +167,7 @@ impl State {
             usage: FastMap::default(),
             usage_dirty: FastSet::default(),
             write_lock: tokio::sync::Mutex::new(()),
+            new_users_lock: tokio::sync::Mutex::new(()),
             copies: std::sync::Mutex::new(()),
             changes: Feed::new(),
             shared_contact: std::sync::atomic::AtomicI64::new(crate::base::time::now_ms()),
@@ -165,6 +175,7 @@ impl State {
             jwt: arc_swap::ArcSwapOption::from(config.jwt.clone()),
         };
         state.load().await?;
+        state.check_declarations(&config)?;
         state.apply_declarations().await?;
         let printed = state.bootstrap(admin_key).await?;
         Ok((Arc::new(state), printed))

@@ -401,7 +401,7 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
 /// The users an e-mail names (one in practice; in several organisations, the first whose
 /// password matches signs in).
 fn users_with(identity: &IdentityService, email: &str) -> Vec<Arc<User>> {
-    let mut users = identity.state.users_where(|u| u.email.eq_ignore_ascii_case(email));
+    let mut users = identity.state.users_where(|u| crate::config::same_email(&u.email, email));
     users.sort_by(|a, b| a.id.cmp(&b.id));
     users
 }

@@ -20,8 +20,9 @@
 //! sign-in (role from `group_roles`, else `default_role`; never `owner`). An existing user's role
 //! is left as it is: the IdP's groups shape new accounts, and changing roles stays with owners.
 
-use crate::config::SamlIdp;
+use crate::config::{same_email, SamlIdp};
 use crate::data::model::User;
+use crate::data::state::NewUserError;
 use crate::data::store::{Kind, PutRecord, NO_PARTITION};
 use crate::edge::error::ApiError;
 use crate::identity::IdentityService;
@@ -292,7 +293,8 @@ async fn verified_assertion(
 }
 
 /// The user of `organization` with the assertion's e-mail; made at its first sign-in, with the
-/// role its groups map to (`group_roles`, else `default_role`).
+/// role its groups map to (`group_roles`, else `default_role`), unless another organisation's
+/// user has the address (one e-mail, one organisation: the sign-in is refused).
 async fn user_of(
     identity: &IdentityService,
     idp: &SamlIdp,
@@ -309,7 +311,7 @@ async fn user_of(
         .ok_or_else(|| refused("it names no e-mail address"))?;
     let existing = identity
         .state
-        .users_where(|u| u.org_id == organization && u.email.eq_ignore_ascii_case(&email))
+        .users_where(|u| u.org_id == organization && same_email(&u.email, &email))
         .into_iter()
         .min_by(|a, b| a.id.cmp(&b.id));
     if let Some(user) = existing {
@@ -330,6 +332,11 @@ async fn user_of(
         notification_preferences: Default::default(),
         declared: false,
     };
-    tracing::info!(user = user.id, org = user.org_id, role = user.role, "user created at its first SAML sign-in");
-    Ok(identity.state.save_user(user).await?)
+    let made = identity.state.create_user(user).await.map_err(|e| match e {
+        // One e-mail, one organisation: an organisation's IdP cannot claim another's user.
+        NewUserError::EmailElsewhere => refused(e),
+        NewUserError::Store(e) => e.into(),
+    })?;
+    tracing::info!(user = made.id, org = made.org_id, role = made.role, "user created at its first SAML sign-in");
+    Ok(made)
 }

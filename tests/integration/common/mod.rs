@@ -965,13 +965,18 @@ impl Browser {
     /// The consent form's decision to allow `client` (the [`authorize_query`] it was asked
     /// with), posted with the browser's CSRF cookie.
     pub fn allow(&self, client: &str) -> Resp {
+        self.allow_for(client, "gateways:read")
+    }
+
+    /// [`Browser::allow`] for `scope`.
+    pub fn allow_for(&self, client: &str, scope: &str) -> Resp {
         let csrf = self.cookie("toolgate_csrf").expect("a CSRF cookie");
         let form = [
             ("csrf", csrf.as_str()),
             ("client_id", client),
             ("redirect_uri", CLIENT_REDIRECT),
             ("response_type", "code"),
-            ("scope", "gateways:read"),
+            ("scope", scope),
             ("state", "st"),
             ("decision", "allow"),
         ];
@@ -981,10 +986,15 @@ impl Browser {
     /// The code this signed-in browser's consent gives `client`: the consent page (its form's
     /// CSRF token the browser's cookie), then the decision to allow.
     pub fn consent(&self, client: &str) -> String {
-        let page = self.send("GET", &authorize_query(client), None);
+        self.consent_for(client, "gateways:read")
+    }
+
+    /// [`Browser::consent`] to `scope`.
+    pub fn consent_for(&self, client: &str, scope: &str) -> String {
+        let page = self.send("GET", &authorize_query_for(client, scope), None);
         assert_eq!(page.status, 200, "the consent page: {page:?}");
         assert_eq!(hidden(&page.text, "csrf"), self.cookie("toolgate_csrf").unwrap());
-        back_at_client(&self.allow(client)).remove("code").expect("a code")
+        back_at_client(&self.allow_for(client, scope)).remove("code").expect("a code")
     }
 }
 
@@ -1001,15 +1011,28 @@ pub const CLIENT_REDIRECT: &str = "https://client.example/cb";
 /// A confidential OAuth client of `key`'s organisation named `name`, made on `srv` (sent back
 /// to [`CLIENT_REDIRECT`], scope `gateways:read`): (client_id, client_secret).
 pub fn oauth_client(srv: &TestServer, key: &str, name: &str) -> (String, String) {
-    let body = serde_json::json!({ "name": name, "redirect_uris": [CLIENT_REDIRECT], "scopes": ["gateways:read"] });
+    oauth_client_for(srv, key, name, "gateways:read")
+}
+
+/// [`oauth_client`] that may be granted `scope`.
+pub fn oauth_client_for(srv: &TestServer, key: &str, name: &str, scope: &str) -> (String, String) {
+    let body = serde_json::json!({ "name": name, "redirect_uris": [CLIENT_REDIRECT], "scopes": [scope] });
     let c = ok(&srv.api("POST", "/v1/oauth/clients", Some(key), Some(body)), 201);
     (c["client_id"].as_str().unwrap().to_string(), c["client_secret"].as_str().unwrap().to_string())
 }
 
 /// The consent page's address for `client`: a code for `gateways:read`, state `st`.
 pub fn authorize_query(client: &str) -> String {
+    authorize_query_for(client, "gateways:read")
+}
+
+/// [`authorize_query`] for `scope`.
+pub fn authorize_query_for(client: &str, scope: &str) -> String {
     let redirect = url::form_urlencoded::byte_serialize(CLIENT_REDIRECT.as_bytes()).collect::<String>();
-    format!("/auth/oauth/authorize?response_type=code&client_id={client}&redirect_uri={redirect}&scope=gateways%3Aread&state=st")
+    let scope = url::form_urlencoded::byte_serialize(scope.as_bytes()).collect::<String>();
+    format!(
+        "/auth/oauth/authorize?response_type=code&client_id={client}&redirect_uri={redirect}&scope={scope}&state=st"
+    )
 }
 
 /// The query of the redirect back to the client.
