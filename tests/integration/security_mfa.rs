@@ -18,7 +18,7 @@ struct Fx {
 
 /// (key name, user, role, organisation, scopes). One user per test: tests run in parallel and
 /// MFA state is per user.
-const KEYS: &[(&str, &str, &str, &str, &[&str])] = &[
+const KEYS: &[KeySpec] = &[
     ("takeover_star", "usr_takeover", "owner", "org_sm", &["*"]),
     ("takeover_leaked", "usr_takeover", "owner", "org_sm", &["gateways:read"]),
     ("disable", "usr_disable", "owner", "org_sm", &["*"]),
@@ -36,23 +36,11 @@ const KEYS: &[(&str, &str, &str, &str, &[&str])] = &[
 fn fx() -> &'static Fx {
     static FX: OnceLock<Fx> = OnceLock::new();
     FX.get_or_init(|| {
-        let (mut users, mut yk) = (String::new(), String::new());
-        let mut seen = std::collections::BTreeSet::new();
-        let mut keys = HashMap::new();
-        for (name, user, role, org, scopes) in KEYS {
-            if seen.insert(*user) {
-                users += &format!(
-                    "  - {{ id: {user}, email: {user}@sm.test, name: {user}, role: {role}, organization: {org} }}\n"
-                );
-            }
-            let (k, y) = declared_key(&format!("key_{name}"), user, scopes);
-            yk += &y;
-            keys.insert(*name, k);
-        }
+        let (declared, keys) = declared_users_and_keys(KEYS, |user| format!("{user}@sm.test"));
         let srv = TestServer::start(&format!(
             "rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
              organizations:\n  - {{ id: org_sm, name: SecMfa, tier: enterprise }}\n  - {{ id: org_sx, name: Other, tier: enterprise }}\n\
-             users:\n{users}api_keys:\n{yk}"
+             {declared}"
         ));
         reap_on_exit(&srv);
         Fx { srv, keys }

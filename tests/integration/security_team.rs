@@ -18,9 +18,8 @@ struct Fx {
     keys: HashMap<&'static str, String>,
 }
 
-/// (key name, user, role, organisation, scopes). One user per test where MFA or a password is
-/// set: tests run in parallel.
-const KEYS: &[(&str, &str, &str, &str, &[&str])] = &[
+/// One user per test where MFA or a password is set: tests run in parallel.
+const KEYS: &[KeySpec] = &[
     ("owner_star", "usr_nt_owner", "owner", "org_nt", &["*"]),
     ("owner_team", "usr_nt_owner", "owner", "org_nt", &["team:manage"]),
     (
@@ -39,26 +38,13 @@ const KEYS: &[(&str, &str, &str, &str, &[&str])] = &[
 fn fx() -> &'static Fx {
     static FX: OnceLock<Fx> = OnceLock::new();
     FX.get_or_init(|| {
-        let (mut users, mut yk) = (String::new(), String::new());
-        let mut seen = std::collections::BTreeSet::new();
-        let mut keys = HashMap::new();
-        for (name, user, role, org, scopes) in KEYS {
-            if seen.insert(*user) {
-                // The Owner of org_nt has the address another organisation will try to take.
-                let email = if *user == "usr_nt_owner" { "owner@nt-a.test".to_string() } else { format!("{user}@nt.test") };
-                users += &format!(
-                    "  - {{ id: {user}, email: {email}, name: {user}, role: {role}, organization: {org} }}\n"
-                );
-            }
-            let (k, y) = declared_key(&format!("key_{name}"), user, scopes);
-            yk += &y;
-            keys.insert(*name, k);
-        }
+        // The Owner of org_nt has the address another organisation will try to take.
+        let email = |user: &str| if user == "usr_nt_owner" { "owner@nt-a.test".into() } else { format!("{user}@nt.test") };
+        let (declared, keys) = declared_users_and_keys(KEYS, email);
         let srv = TestServer::start(&format!(
             "rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
              organizations:\n  - {{ id: org_nt, name: Narrow Team, tier: enterprise }}\n\
-             \x20 - {{ id: org_nt_b, name: Other Team, tier: enterprise }}\n\
-             users:\n{users}api_keys:\n{yk}"
+             \x20 - {{ id: org_nt_b, name: Other Team, tier: enterprise }}\n{declared}"
         ));
         reap_on_exit(&srv);
         Fx { srv, keys }

@@ -4,7 +4,8 @@ toolgate's service-provider metadata, reads toolgate's authentication requests a
 with signed responses. A good sign-in creates the user in the organisation with the role its
 group maps to and starts a web session; an unsigned answer, a signature-wrapping attempt, a
 wrong audience, an expired assertion, a replay and an answer posted from another browser are
-refused: only the first passes.
+refused: only the first passes. A first sign-in does not make a user with an address that
+another organisation's user holds.
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def identity_provider(d, key: str, cert: str, sp_metadata: str, acs: str, lifeti
 def saml(tmp_path_factory):
     d = tmp_path_factory.mktemp("saml")
     key, cert = write_key_and_cert(d, "idp")
-    extra = ("organizations:\n  - {id: acme, name: Acme}\n"
+    # globex's Owner holds an address that acme's IdP will assert (one e-mail, one organisation).
+    extra = ("organizations:\n  - {id: acme, name: Acme}\n  - {id: globex, name: Globex}\n"
+             "users:\n  - {id: usr_globex_boss, email: boss@globex.test, name: Boss, role: owner, organization: globex}\n"
              "web:\n  saml:\n    - organization: acme\n      name: Acme SSO\n"
              f"      idp_entity_id: {IDP_ENTITY}\n      sso_url: {SSO_URL}\n      certificate_file: {cert}\n"
              "      group_roles: {platform: admin, devs: developer}\n")
@@ -170,6 +173,17 @@ def test_a_signed_answer_signs_in_and_creates_the_user_once(saml):
     again = b2.request("GET", "/auth/")
     assert "alice@acme.test" in again.text and '<span id="role">developer</span>' in again.text, \
         "the existing user, its role unchanged"
+
+
+def test_a_first_sign_in_cannot_take_another_organisations_address(saml):
+    """acme's IdP asserts the address of globex's Owner: no acme user is made with it (a provider
+    naming no organisation would then refuse it for both), and the sign-in is refused."""
+    srv, idp, *_ = saml
+    b = signin.Browser(srv)
+    request_id, relay = start(b, idp)
+    r = post(b, answer(srv, idp, request_id, " Boss@Globex.test"), relay)
+    refused(b, r, "another organisation's address", "an address belongs to one organisation")
+    assert "globex" not in r.text.lower().replace("boss@globex.test", ""), "the page names the holder"
 
 
 def refused(b: signin.Browser, r: httpx2.Response, why: str, reason: str) -> None:

@@ -125,6 +125,32 @@ pub fn declared_key(id: &str, user: &str, scopes: &[&str]) -> (String, String) {
     (key, yaml)
 }
 
+/// One declared key of a test's organisations: (key name, user, role, organisation, scopes).
+pub type KeySpec = (&'static str, &'static str, &'static str, &'static str, &'static [&'static str]);
+
+/// The YAML `users:` and `api_keys:` sections of `specs` (each user declared once, with the
+/// e-mail `email(user)`, the role and organisation of its first key; key ids `key_<name>`), and
+/// each key's plaintext by its name: for the tests that give each test a user of its own.
+pub fn declared_users_and_keys(
+    specs: &[KeySpec],
+    email: impl Fn(&str) -> String,
+) -> (String, std::collections::HashMap<&'static str, String>) {
+    let (mut users, mut yk) = (String::new(), String::new());
+    let mut seen = HashSet::new();
+    let mut keys = std::collections::HashMap::new();
+    for (name, user, role, org, scopes) in specs {
+        if seen.insert(*user) {
+            let email = email(user);
+            users +=
+                &format!("  - {{ id: {user}, email: {email}, name: {user}, role: {role}, organization: {org} }}\n");
+        }
+        let (k, y) = declared_key(&format!("key_{name}"), user, scopes);
+        yk += &y;
+        keys.insert(*name, k);
+    }
+    (format!("users:\n{users}api_keys:\n{yk}"), keys)
+}
+
 // ------------------------------------------------------------------------------------------------
 // Ports
 
