@@ -42,5 +42,6 @@ mod security_keys;
 mod security_mcp;
 mod security_mfa;
 mod security_misc;
+mod security_streams;
 mod shutdown;
 mod spec_literal;
