@@ -721,6 +721,30 @@ pub struct McpConfig {
     /// built: the apps are asked in parallel, and one that has not answered by then is left out
     /// (named in the catalogue's failures) instead of holding back the others' tools.
     pub list_deadline: Duration,
+    /// `mcp.streams`: the long-lived streams one session, key and organisation may hold open.
+    pub streams: StreamBounds,
+    /// `mcp.resumable`: the bytes of call answers kept for resumption, per key and organisation.
+    pub resumable: ResumableBounds,
+}
+
+/// How many long-lived streams (GET streams, listening or resuming a call, and
+/// `subscriptions/listen` streams) may be open at once on one instance: each holds a
+/// connection of the listener for as long as its client listens (Decision 23).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBounds {
+    pub per_session: usize,
+    pub per_key: usize,
+    pub per_org: usize,
+}
+
+/// How many bytes of answers the resumable call streams of one key, and of one organisation,
+/// may hold on one instance, and how long an ended call stream stays resumable. SSE has no
+/// acknowledgement, so a buffer is kept until its time runs out: the bound is the only guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumableBounds {
+    pub bytes_per_key: usize,
+    pub bytes_per_org: usize,
+    pub keep_after_end: Duration,
 }
 
 impl Config {
@@ -780,6 +804,38 @@ mod tests {
         for field in ["max_sessions_per_key", "max_sessions_per_organization"] {
             let err = Config::parse(&format!("mcp:\n  {field}: 0\n")).unwrap_err().to_string();
             assert!(err.starts_with(&format!("mcp.{field}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn stream_and_resumable_bounds_have_defaults_and_refuse_zero_and_crossed_bounds() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.mcp.streams, StreamBounds { per_session: 8, per_key: 250, per_org: 1000 });
+        let r = c.mcp.resumable;
+        assert_eq!((r.bytes_per_key, r.bytes_per_org), (64 << 20, 256 << 20));
+        assert_eq!(r.keep_after_end, Duration::from_secs(60));
+        let c = Config::parse(
+            "mcp:\n  streams: { per_session: 1, per_key: 1, per_organization: 2 }\n  \
+             resumable: { bytes_per_key: 1024, bytes_per_organization: 1024, keep_after_end_secs: 2 }\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp.streams, StreamBounds { per_session: 1, per_key: 1, per_org: 2 });
+        assert_eq!(c.mcp.resumable.keep_after_end, Duration::from_secs(2));
+        for (yaml, field) in [
+            ("streams: { per_session: 0 }", "mcp.streams.per_session"),
+            ("streams: { per_key: 0 }", "mcp.streams.per_key"),
+            ("streams: { per_organization: 0 }", "mcp.streams.per_organization"),
+            ("streams: { per_session: 9, per_key: 5 }", "mcp.streams.per_session"),
+            ("streams: { per_key: 2000 }", "mcp.streams.per_key"),
+            ("streams: { per_socket: 1 }", "mcp.streams"),
+            ("resumable: { bytes_per_key: 0 }", "mcp.resumable.bytes_per_key"),
+            ("resumable: { bytes_per_organization: 0 }", "mcp.resumable.bytes_per_organization"),
+            ("resumable: { bytes_per_key: 1073741824 }", "mcp.resumable.bytes_per_key"),
+            ("resumable: { keep_after_end_secs: 0 }", "mcp.resumable.keep_after_end_secs"),
+            ("resumable: { keep_after_end_secs: 3601 }", "mcp.resumable.keep_after_end_secs"),
+        ] {
+            let err = Config::parse(&format!("mcp:\n  {yaml}\n")).unwrap_err().to_string();
+            assert!(err.starts_with(field), "{yaml}: {err}");
         }
     }
 

@@ -10,6 +10,7 @@ use crate::data::reqlog::{Answer, EntryWriter};
 use crate::data::store::LogRecord;
 use crate::edge::exchange::{sse_event, Exchange};
 use crate::mcp::apps::AppError;
+use crate::mcp::bounds::{Holder, Refused};
 use crate::mcp::catalogue::Catalogue;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope};
@@ -401,6 +402,15 @@ async fn forward(
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
     let Target { app_id, tool, named, .. } = target;
+    if let Err(refused) = call.resumable_room(ex, &acc) {
+        let e = refused.to_error();
+        call.refused(&e);
+        if let Some((_, function)) = tool.filter(|_| call.method == "tools/call") {
+            let args = named.as_ref().and_then(|n| n.get("arguments"));
+            call.log_refused(app_id, function, args, &e, RpcCode::LimitExceeded.status());
+        }
+        return reply::bound_refused(ex, &req.id, refused).await;
+    }
     if let Err(spent) = call.admit(app_id) {
         return reply::app_quota_exceeded(ex, spent, app_id).await;
     }
@@ -595,7 +605,7 @@ impl Call<'_> {
             self.refused(&e);
             if self.method == "tools/call" {
                 let (app, function) = named_app(self.gw, name);
-                log_refused(self.mcp, self.gw, app, function, named.get("arguments"), &e, self.started);
+                self.log_refused(app, function, named.get("arguments"), &e, 200);
             }
             return Err(e);
         };
@@ -657,7 +667,7 @@ impl Call<'_> {
         tracing::info!(gateway = %self.gw.id, tool = %denied.tool, rule = %denied.rule, key = %denied.key_id,
             failed = denied.failed.as_deref().unwrap_or(""), "tool call denied by rule");
         self.refused(&e);
-        log_refused(self.mcp, self.gw, target.app_id, function, args, &e, self.started);
+        self.log_refused(target.app_id, function, args, &e, 200);
         if let Some(p) = ex.ctx.filters.principal.as_deref() {
             let event = AuditEvent::ToolCallDenied {
                 gateway_id: self.gw.id.clone(),
@@ -690,13 +700,35 @@ impl Call<'_> {
                 let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
                 self.refused(&e);
                 if let (Some((_, name)), true) = (target.tool, self.method == "tools/call") {
-                    log_refused(self.mcp, self.gw, target.app_id, name, named.get("arguments"), &e, self.started);
+                    self.log_refused(target.app_id, name, named.get("arguments"), &e, 200);
                 }
                 return Err(e);
             }
         }
         to_app.extend(modern::param_header_values(declared, &arguments));
         Ok(())
+    }
+
+    /// A `tools/call` refused before it reached an app (an unknown tool, an app whose list
+    /// failed, headers that disagree with the arguments, a bound of the caller's) is logged as
+    /// the error it was answered with, under the HTTP `status` it was answered with, so that the
+    /// log, analytics and metrics count it like any other failed call.
+    fn log_refused(&self, app: &str, function: &str, arguments: Option<&RawValue>, e: &ErrorObject, status: u16) {
+        let entry = EntryWriter::begin(self.gw, app, function, arguments.map_or("null", RawValue::get));
+        let outcome = Err(ErrorObject::new(e.code, e.message.clone()));
+        self.mcp.reqlog.record(log_entry(entry, &outcome, true, status, self.started.elapsed()));
+    }
+
+    /// Whether a session client that takes SSE may start a call, whose answer may become a
+    /// resumable stream: not while its key's or organisation's resumable buffers hold their
+    /// bound (`mcp.resumable`). A client that takes JSON only is never buffered for.
+    fn resumable_room(&self, ex: &Exchange<'_>, acc: &Accept) -> Result<(), Refused> {
+        let Caller::Session(mcp_id) = self.caller else { return Ok(()) };
+        if !acc.sse {
+            return Ok(());
+        }
+        let who = holder(ex, self.gw, mcp_id);
+        self.mcp.call_streams.refusal(who, &self.mcp.state.config().mcp.resumable)
     }
 
     /// The app's per-minute limit, which protects the upstream: its figure across every gateway
@@ -747,7 +779,7 @@ impl Call<'_> {
                 let (app_id, method) = (app_id.to_owned(), self.method.to_owned());
                 let call: AppCall =
                     Box::pin(async move { mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await });
-                await_or_stream_early(self.mcp, ex, mcp_id, call).await
+                await_or_stream_early(self.mcp, ex, self.gw, mcp_id, call).await
             }
             _ => {
                 let reply = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, &call_ctx).await;
@@ -929,7 +961,7 @@ async fn relay_events(
     id: &Id,
     stream: ReplyStream,
 ) -> pingora::Result<()> {
-    let resumable = done.call.mcp.call_streams.open(mcp_id);
+    let resumable = done.call.mcp.call_streams.open(holder(ex, done.call.gw, mcp_id));
     ex.start_sse().await?;
     let connected = match &resumable {
         Some(rs) => ex.write(Some(rs.priming()), false).await.is_ok(),
@@ -1000,7 +1032,7 @@ async fn relay(
             Some(rs) => {
                 let event = rs.push(&bytes);
                 if done_now {
-                    rs.finish();
+                    mcp.call_streams.finish(rs, &mcp.state.config().mcp.resumable);
                 }
                 event
             }
@@ -1026,7 +1058,7 @@ async fn relay(
         }
     }
     if let Some(rs) = rs {
-        rs.finish();
+        mcp.call_streams.finish(rs, &mcp.state.config().mcp.resumable);
     }
     // Logged when the response went by; a stream that ended without one is an error.
     done.record(&Err(ErrorObject::internal("stream ended without a response")), 200);
@@ -1065,6 +1097,7 @@ async fn resume_parked(
 async fn await_or_stream_early(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
+    gw: &Gateway,
     mcp_id: &str,
     mut call: AppCall,
 ) -> pingora::Result<Requested> {
@@ -1072,7 +1105,7 @@ async fn await_or_stream_early(
         r = &mut call => Ok(Requested::Answered(r)),
         // Pingora's timer, as every per-call wait (see `crate::base::deadline`).
         _ = pingora::time::sleep(EARLY_STREAM) => {
-            let Some(stream) = mcp.call_streams.open(mcp_id) else {
+            let Some(stream) = mcp.call_streams.open(holder(ex, gw, mcp_id)) else {
                 return Ok(Requested::Answered(call.await));
             };
             ex.start_sse().await?;
@@ -1101,7 +1134,7 @@ async fn go_on_alone(ex: &mut Exchange<'_>, done: &mut Finish<'_>, id: &Id, slow
         drop(held);
     });
     if connected {
-        ex.stream_on(transport::Following { cs: stream, seen }).await;
+        ex.stream_on(transport::Following { cs: stream, seen, _slot: None }).await;
     }
     Ok(())
 }
@@ -1194,7 +1227,7 @@ impl Alone {
                 rs.push(&Message::Response(r).to_bytes());
             }
         }
-        rs.finish();
+        mcp.call_streams.finish(rs, &mcp.state.config().mcp.resumable);
     }
 }
 
@@ -1338,21 +1371,11 @@ fn named_app<'a>(gw: &'a Gateway, name: &'a str) -> (&'a str, &'a str) {
         .unwrap_or(("", name))
 }
 
-/// A `tools/call` refused before it reached an app (an unknown tool, an app whose list failed,
-/// headers that disagree with the arguments) is logged as the error it was answered with, so
-/// that the log, analytics and metrics count it like any other failed call.
-fn log_refused(
-    mcp: &McpRuntime,
-    gw: &Arc<Gateway>,
-    app: &str,
-    function: &str,
-    arguments: Option<&RawValue>,
-    e: &ErrorObject,
-    started: Instant,
-) {
-    let entry = EntryWriter::begin(gw, app, function, arguments.map_or("null", RawValue::get));
-    let outcome = Err(ErrorObject::new(e.code, e.message.clone()));
-    mcp.reqlog.record(log_entry(entry, &outcome, true, 200, started.elapsed()));
+/// Whose call stream: the session's, its credential's and its organisation's (the principal the
+/// filter chain found; every session request has one).
+fn holder<'a>(ex: &'a Exchange<'_>, gw: &'a Gateway, mcp_id: &'a str) -> Holder<'a> {
+    let key_id = ex.ctx.filters.principal.as_deref().map_or("", |p| p.key_id.as_str());
+    Holder { org_id: &gw.org_id, key_id, session_id: Some(mcp_id) }
 }
 
 /// Ends a call's log entry with its outcome: `failed` when it was an error (see

@@ -10,6 +10,7 @@
 //! `runtime` holds the running parts they share.
 
 pub mod apps;
+pub mod bounds;
 pub mod builtin;
 pub mod catalogue;
 pub mod clean;

@@ -181,12 +181,14 @@ impl RpcCode {
     }
 
     /// The HTTP status a call's JSON-RPC error is written down with in the request log, which
-    /// says where it came from: the caller's fault (400), a rule's denial (403), the app's
-    /// time-out (504), the transport's own 5xx, else the app's failure (502).
+    /// says where it came from: the caller's fault (400), a rule's denial (403), a bound of the
+    /// caller's that its answer's 429 names, the app's time-out (504), the transport's own 5xx,
+    /// else the app's failure (502).
     pub const fn logged_status(code: i64, transport_status: u16) -> u16 {
         match RpcCode::from_code(code) {
             Some(RpcCode::InvalidParams | RpcCode::HeaderMismatch) => 400,
             Some(RpcCode::ToolPending | RpcCode::DeniedByRule) => 403,
+            Some(RpcCode::LimitExceeded) if transport_status == 429 => 429,
             Some(RpcCode::UpstreamTimeout) => 504,
             _ if transport_status >= 500 => transport_status,
             _ => 502,
@@ -339,6 +341,8 @@ mod tests {
         assert_eq!(logged(RpcCode::ResourceNotFound, 503), 503, "the transport's own 5xx");
         assert_eq!(logged(RpcCode::ResourceNotFound, 200), 502, "any other failure of the app");
         assert_eq!(RpcCode::logged_status(-32099, 200), 502, "an app's own code");
+        assert_eq!(logged(RpcCode::LimitExceeded, 429), 429, "a bound of the caller's, answered 429");
+        assert_eq!(logged(RpcCode::LimitExceeded, 200), 502, "an app's own -32010");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
+use crate::mcp::bounds::Refused;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Response};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::quota::Spent;
@@ -65,6 +66,14 @@ pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, w
 /// 429 for a call over its app's per-minute limit (`apps[].rate_limit`), bucket `app:<id>`.
 pub async fn app_quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, app_id: &str) -> pingora::Result<()> {
     quota_exceeded(ex, spent, &crate::mcp::quota::app_bucket(app_id), &format!("app {app_id} rate limit")).await
+}
+
+/// A tenant at one of its bounds (open streams, resumable bytes): HTTP 429 with -32010 naming the
+/// bound (`data.scope`, `data.limit`, `data.setting`), in both eras. No `Retry-After`: it is not a
+/// rate; only a stream that ends or a buffer that expires frees a place.
+pub async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: Refused) -> pingora::Result<()> {
+    let body = Response::error(id.clone(), refused.to_error()).to_bytes();
+    ex.respond(RpcCode::LimitExceeded.status(), "application/json", body, &[]).await
 }
 
 /// A JSON-RPC response (result or error) under HTTP 200.

@@ -14,6 +14,7 @@ use crate::data::store::StoreError;
 use crate::data::tool_pins::{self, GatewayPins, Verdict};
 use crate::edge::exchange::sse_event;
 use crate::mcp::apps::AppClients;
+use crate::mcp::bounds::{Holder, OpenStreams, Refused, StreamSlot};
 use crate::mcp::catalogue::{Catalogue, Found};
 use crate::mcp::jsonrpc;
 use crate::mcp::parked::ParkedCalls;
@@ -71,8 +72,11 @@ pub struct McpRuntime {
     pub(super) relayed: DashMap<(String, String), (String, String)>,
     /// Stateless calls whose app asked the client something, until the client answers.
     pub parked: ParkedCalls,
-    /// Handshake-era call streams a client may resume with `Last-Event-ID`.
+    /// Handshake-era call streams a client may resume with `Last-Event-ID`, and the bytes they
+    /// hold per key and organisation.
     pub call_streams: CallStreams,
+    /// The long-lived streams open now, per session, key and organisation (`mcp.streams`).
+    pub stream_slots: Arc<OpenStreams>,
 }
 
 impl McpRuntime {
@@ -107,6 +111,7 @@ impl McpRuntime {
             relayed: DashMap::new(),
             parked: ParkedCalls::default(),
             call_streams: CallStreams::default(),
+            stream_slots: Arc::default(),
         })
     }
 
@@ -274,9 +279,16 @@ impl McpRuntime {
         true
     }
 
-    /// GET streams open now, across the gateways.
+    /// Long-lived streams open now: GET streams (listening or resuming a call) and
+    /// `subscriptions/listen` streams.
     pub fn open_streams(&self) -> usize {
-        self.streams.iter().map(|s| s.receiver_count()).sum()
+        self.stream_slots.len()
+    }
+
+    /// A place for one more long-lived stream of `who`, under the bounds in force
+    /// (`mcp.streams`, read at each opening so that a reload applies to the next stream).
+    pub fn stream_slot(&self, who: Holder<'_>) -> Result<StreamSlot, Refused> {
+        self.stream_slots.open(who, &self.state.config().mcp.streams)
     }
 
     pub fn subscribe(&self, gateway_id: &str) -> broadcast::Receiver<Arc<StreamMessage>> {

@@ -7,6 +7,7 @@
 
 use crate::data::model::Gateway;
 use crate::edge::exchange::{sse_event, EventSink, EventSource, Exchange};
+use crate::mcp::bounds::{Holder, StreamSlot};
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
 use crate::mcp::modern::{self, Envelope, Rejection};
 use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
@@ -403,10 +404,13 @@ impl Filter {
 /// `subscriptions/listen`: the stateless revision's stream of the gateway's list changes, the
 /// counterpart of the handshake era's GET stream. The acknowledgement comes first; every message
 /// carries the request's id as its subscription id; only the kinds asked for are sent.
+/// It counts under `mcp.streams` for its key and organisation (it has no session), like a GET
+/// stream: past a bound it is refused with HTTP 429 and -32010 naming the bound.
 pub async fn listen(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,
+    key_id: &str,
     req: jsonrpc::Request,
 ) -> pingora::Result<()> {
     let filter = req.params.as_ref().and_then(|p| p.read::<ListenParams>().ok()).and_then(|p| p.notifications);
@@ -414,13 +418,17 @@ pub async fn listen(
         let e = ErrorObject::invalid_params("subscriptions/listen needs params.notifications (the kinds to hear)");
         return answer(ex, Response::error(req.id, e), "", false).await;
     };
+    let slot = match mcp.stream_slot(Holder { org_id: &gw.org_id, key_id, session_id: None }) {
+        Ok(slot) => slot,
+        Err(refused) => return reply::bound_refused(ex, &req.id, refused).await,
+    };
     let meta = json!({ modern::META_SUBSCRIPTION_ID: req.id.to_value() });
     let rx = mcp.subscribe(&gw.id);
     ex.start_sse().await?;
     let ack =
         notification(&meta, "notifications/subscriptions/acknowledged", json!({ "notifications": filter.honoured() }));
     ex.write(Some(ack), false).await?;
-    ex.stream_on(Subscription { id: req.id, meta, filter, rx }).await;
+    ex.stream_on(Subscription { id: req.id, meta, filter, rx, _slot: slot }).await;
     Ok(())
 }
 
@@ -436,6 +444,8 @@ struct Subscription {
     meta: Value,
     filter: Filter,
     rx: broadcast::Receiver<Arc<StreamMessage>>,
+    /// Its place under `mcp.streams`, given back when the stream ends.
+    _slot: StreamSlot,
 }
 
 impl EventSource for Subscription {

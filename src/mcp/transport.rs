@@ -6,6 +6,7 @@
 use crate::data::model::Gateway;
 use crate::edge::error::ApiError;
 use crate::edge::exchange::{EventSink, EventSource, Exchange};
+use crate::mcp::bounds::{Holder, StreamSlot};
 use crate::mcp::dispatch::{self, Caller};
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
 use crate::mcp::modern;
@@ -322,7 +323,7 @@ async fn post_stateless(
     let Some(env) = stateless::envelope(ex, &req).await? else { return Ok(()) };
     match req.method.as_str() {
         "server/discover" => stateless::discover(mcp, ex, gw, &req.id).await,
-        "subscriptions/listen" => stateless::listen(mcp, ex, gw, req).await,
+        "subscriptions/listen" => stateless::listen(mcp, ex, gw, key_id, req).await,
         m if modern::removed(m) => {
             let e = jsonrpc::ErrorObject::method_not_found(m);
             stateless::answer(ex, jsonrpc::Response::error(req.id, e), "", false).await
@@ -356,20 +357,29 @@ async fn get_stream(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, 
         return refuse(ex, &Id::NULL, r).await;
     }
     let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &Id::NULL).await? else { return Ok(()) };
+    // Every GET stream of the session counts, listening or resuming a call: each holds a
+    // connection for as long as its client listens (Decision 23).
+    let who = Holder { org_id: &gw.org_id, key_id, session_id: Some(&mcp_id) };
+    let slot = match mcp.stream_slot(who) {
+        Ok(slot) => slot,
+        Err(refused) => return reply::bound_refused(ex, &Id::NULL, refused).await,
+    };
     // The resumption of one of this session's call streams; any other id (unknown, expired,
     // another session's, or whose events are no longer all buffered) opens the listening stream.
     if let Some(last) = ex.header("last-event-id") {
         let found =
             mcp.call_streams.find(last).filter(|(cs, seq)| cs.session_id() == mcp_id && cs.after(*seq).is_some());
         if let Some((cs, seq)) = found {
-            return resume_call_stream(ex, cs, seq).await;
+            ex.start_sse().await?;
+            ex.stream_on(Following { cs, seen: seq, _slot: Some(slot) }).await;
+            return Ok(());
         }
     }
     let Some(closed) = mcp.sessions.closed(&mcp_id) else { return Ok(()) };
     let rx = mcp.subscribe(&gw.id);
     ex.start_sse().await?;
     ex.write(Some(Bytes::from_static(b": stream open\n\n")), false).await?;
-    ex.stream_on(Listening { mcp_id, rx, closed }).await;
+    ex.stream_on(Listening { mcp_id, rx, closed, _slot: slot }).await;
     Ok(())
 }
 
@@ -379,6 +389,8 @@ struct Listening {
     mcp_id: String,
     rx: broadcast::Receiver<Arc<StreamMessage>>,
     closed: watch::Receiver<bool>,
+    /// Its place under `mcp.streams`, given back when the stream ends.
+    _slot: StreamSlot,
 }
 
 impl EventSource for Listening {
@@ -411,19 +423,14 @@ impl EventSource for Listening {
     }
 }
 
-/// Replays a call stream's events after `seen`, then the rest live, and ends with the stream.
-async fn resume_call_stream(ex: &mut Exchange<'_>, cs: Arc<CallStream>, seen: u64) -> pingora::Result<()> {
-    ex.start_sse().await?;
-    ex.stream_on(Following { cs, seen }).await;
-    Ok(())
-}
-
 /// A client reading a call's resumable stream: the events after `seen`, then the rest live, until
-/// the stream ends. A stream taken up again with `Last-Event-ID`, or the answer of a call that
-/// went on in a task of its own while its app was slow (`dispatch`).
+/// the stream ends. A stream taken up again with `Last-Event-ID` (a GET, holding its place under
+/// `mcp.streams`), or the answer of a call that went on in a task of its own while its app was
+/// slow (`dispatch`: the call's own POST, which its `concurrent` slot bounds).
 pub(super) struct Following {
     pub cs: Arc<CallStream>,
     pub seen: u64,
+    pub _slot: Option<StreamSlot>,
 }
 
 impl EventSource for Following {

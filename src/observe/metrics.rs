@@ -305,6 +305,43 @@ pub fn tool_change_detected(kind: &'static str) {
     .inc();
 }
 
+/// What one tenant was refused at its bounds on the MCP endpoint (Decision 23), by `scope`:
+/// `session`, `key` or `organization`. No organisation or key label: the scopes are three,
+/// the tenants are not.
+struct TenantBounds {
+    streams: IntCounterVec,
+    resumable: IntCounterVec,
+}
+
+fn tenant_bounds() -> &'static TenantBounds {
+    static B: OnceLock<TenantBounds> = OnceLock::new();
+    B.get_or_init(|| TenantBounds {
+        streams: register_int_counter_vec!(
+            "toolgate_mcp_stream_refusals_total",
+            "Long-lived MCP streams (GET streams, subscriptions/listen) refused at a bound, by the bound's scope",
+            &["scope"]
+        )
+        .expect("metric registers once"),
+        resumable: register_int_counter_vec!(
+            "toolgate_mcp_resumable_refusals_total",
+            "MCP calls refused because their key's or organisation's resumable buffers hold their bound of bytes, \
+             by the bound's scope",
+            &["scope"]
+        )
+        .expect("metric registers once"),
+    })
+}
+
+/// A stream refused at the bound of `scope` (`mcp.streams`).
+pub fn mcp_stream_refused(scope: &'static str) {
+    tenant_bounds().streams.with_label_values(&[scope]).inc();
+}
+
+/// A call refused at the bound of `scope` on resumable bytes (`mcp.resumable`).
+pub fn mcp_resumable_refused(scope: &'static str) {
+    tenant_bounds().resumable.with_label_values(&[scope]).inc();
+}
+
 /// A gauge read when Prometheus scrapes rather than kept up to date on every change: the
 /// number of live sessions, open streams or running processes is a function of the running
 /// server ([`gauge_at_scrape`]).
@@ -438,6 +475,13 @@ pub fn init(limits: LabelLimits) {
         for action in ["stripped", "withheld"] {
             hidden_text_total().with_label_values(&[class.as_str(), action]);
         }
+    }
+    let b = tenant_bounds();
+    for scope in ["session", "key", "organization"] {
+        b.streams.with_label_values(&[scope]);
+    }
+    for scope in ["key", "organization"] {
+        b.resumable.with_label_values(&[scope]);
     }
     match register_int_gauge_vec!(
         "toolgate_build_info",

@@ -130,8 +130,8 @@ impl Server {
         });
     }
 
-    /// The gauges read at each scrape: live sessions, open GET streams, stdio processes, app
-    /// health.
+    /// The gauges read at each scrape: live sessions, open streams, bytes kept for resumption,
+    /// slow calls, stdio processes, app health.
     pub fn register_scrape_gauges(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let read = move |f: fn(&Server) -> usize| {
@@ -145,8 +145,13 @@ impl Server {
         );
         crate::observe::metrics::gauge_at_scrape(
             "toolgate_mcp_streams_open",
-            "GET streams (server-to-client) open now",
+            "Long-lived MCP streams open now: GET streams (listening or resuming a call) and subscriptions/listen streams",
             read(|s| s.mcp.open_streams()),
+        );
+        crate::observe::metrics::gauge_at_scrape(
+            "toolgate_mcp_resumable_bytes",
+            "Bytes of call answers kept now for resumption (Last-Event-ID), all keys together",
+            read(|s| s.mcp.call_streams.held_bytes()),
         );
         crate::observe::metrics::gauge_at_scrape(
             "toolgate_mcp_slow_calls",
@@ -246,6 +251,7 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut tick = tokio::time::interval(self.period);
         let mut last_sweep = Instant::now();
         let mut last_session_sweep = Instant::now();
+        let mut last_call_stream_sweep = Instant::now();
         let mut last_jwt_refresh: Option<Instant> = None;
         let mut last_gateway_oauth_refresh: Option<Instant> = None;
         let mut last_checkpoint = Instant::now();
@@ -264,13 +270,18 @@ impl pingora::services::background::BackgroundService for Flusher {
             // The period follows the time-outs in force (a reload may change them).
             if last_session_sweep.elapsed() >= self.server.mcp.sessions.limits().sweep_period() {
                 self.server.mcp.sessions.sweep().await;
-                // Call streams ended longer ago than a client may take to resume them.
-                self.server.mcp.call_streams.sweep();
                 if self.server.mcp.sessions.claim_deletion() {
                     let server = self.server.clone();
                     tokio::spawn(async move { server.mcp.sessions.delete_removed().await });
                 }
                 last_session_sweep = Instant::now();
+            }
+            // Call streams ended longer ago than a client may take to resume them, every second:
+            // their bytes count toward their key's and organisation's bound until they go.
+            if last_call_stream_sweep.elapsed() >= Duration::from_secs(1) {
+                let keep = self.server.state.config().mcp.resumable.keep_after_end;
+                self.server.mcp.call_streams.sweep(keep);
+                last_call_stream_sweep = Instant::now();
             }
             if last_sweep.elapsed() >= Duration::from_secs(60) {
                 self.server.limiter.sweep();

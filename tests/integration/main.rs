@@ -43,6 +43,7 @@ mod security_keys;
 mod security_mcp;
 mod security_mfa;
 mod security_misc;
+mod security_streams;
 mod security_team;
 mod shutdown;
 mod spec_literal;

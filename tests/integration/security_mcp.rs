@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Two organisations on the `free` tier (5 concurrent requests per key) with an owner key each.
 /// The free tier's request rates are raised so that only `concurrent` can refuse a request here.
-fn orgs_yaml(key_a: &str, key_b: &str) -> String {
+pub(crate) fn orgs_yaml(key_a: &str, key_b: &str) -> String {
     format!(
         "rate_limits:\n  tiers:\n    free: {{ requests_per_hour: 100000, requests_per_minute: 10000, burst: 1000, concurrent: 5 }}\n\
          organizations:\n  - {{ id: org_a, name: A Inc, tier: free }}\n  - {{ id: org_b, name: B Inc, tier: free }}\n\
@@ -58,6 +58,18 @@ fn credential_header(key: &str) -> (&'static str, String) {
 
 fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).no_proxy().build().unwrap()
+}
+
+/// DELETE on the endpoint with `session`: the client ends it. Its HTTP status.
+pub(crate) fn end_session(srv: &TestServer, gw: &str, key: &str, session: &str) -> u16 {
+    let (header, value) = credential_header(key);
+    let r = client()
+        .delete(srv.url(&format!("/gateway/{gw}/mcp")))
+        .header(header, value)
+        .header("Mcp-Session-Id", session)
+        .send()
+        .unwrap();
+    r.status().as_u16()
 }
 
 /// POSTs `body` as it is written (no JSON re-encoding, so ids keep their spelling).
@@ -106,21 +118,25 @@ pub(crate) fn call_time(srv: &TestServer, gw: &str, key: &str, session: &str) ->
     )
 }
 
+/// The HTTP/1.1 request of a session's GET stream on `gw`.
+pub(crate) fn get_request(srv: &TestServer, gw: &str, key: &str, session: &str) -> String {
+    let (header, value) = credential_header(key);
+    format!(
+        "GET /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\n{header}: {value}\r\nMcp-Session-Id: {session}\r\n\
+         Accept: text/event-stream\r\n\r\n",
+        srv.main_addr()
+    )
+}
+
 /// An open GET stream on a raw socket: dropping it is the client going away.
-struct Listening {
+pub(crate) struct Listening {
     sock: TcpStream,
     seen: Vec<u8>,
 }
 
 impl Listening {
-    fn open(srv: &TestServer, gw: &str, key: &str, session: &str) -> Listening {
-        let (header, value) = credential_header(key);
-        let req = format!(
-            "GET /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\n{header}: {value}\r\nMcp-Session-Id: {session}\r\n\
-             Accept: text/event-stream\r\n\r\n",
-            srv.main_addr()
-        );
-        Listening::request(srv, &req, ": stream open")
+    pub(crate) fn open(srv: &TestServer, gw: &str, key: &str, session: &str) -> Listening {
+        Listening::request(srv, &get_request(srv, gw, key, session), ": stream open")
     }
 
     /// Sends `req` on a connection of its own and reads until `opened` has arrived in a 200
@@ -138,7 +154,7 @@ impl Listening {
         l
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.seen).into_owned()
     }
 
@@ -166,7 +182,7 @@ impl Listening {
 
     /// Whether the server ends the stream (the last chunk, or the connection closed) within
     /// `limit`.
-    fn ends_within(&mut self, limit: Duration) -> bool {
+    pub(crate) fn ends_within(&mut self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         loop {
             if self.text().contains("\r\n0\r\n\r\n") {
@@ -250,16 +266,20 @@ fn listening_streams_hold_no_concurrent_slot_and_end_when_the_client_goes() {
 
 /// A stateless client's `subscriptions/listen` stream (2026-07-28) on `gw`: its connection, once
 /// the acknowledgement has arrived.
-fn listen_stateless(srv: &TestServer, gw: &str, key: &str) -> Listening {
+pub(crate) fn listen_stateless(srv: &TestServer, gw: &str, key: &str) -> Listening {
+    Listening::request(srv, &listen_request(srv, gw, key), "notifications/subscriptions/acknowledged")
+}
+
+/// The HTTP/1.1 request of a stateless client's `subscriptions/listen` on `gw`.
+pub(crate) fn listen_request(srv: &TestServer, gw: &str, key: &str) -> String {
     let body = r#"{"jsonrpc":"2.0","id":41,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-    let req = format!(
+    format!(
         "POST /gateway/{gw}/mcp HTTP/1.1\r\nHost: {}\r\nX-API-Key: {key}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
          Mcp-Method: subscriptions/listen\r\nContent-Length: {}\r\n\r\n{body}",
         srv.main_addr(),
         body.len()
-    );
-    Listening::request(srv, &req, "notifications/subscriptions/acknowledged")
+    )
 }
 
 /// `subscriptions/listen` is the stateless counterpart of the GET stream: once open, it holds no
@@ -343,13 +363,7 @@ fn an_open_stream_keeps_its_connections_place_hears_changes_and_ends_with_its_se
         common::metric(&srv, "toolgate_connections_open ") == 2.0
     });
     // DELETE of the first stream's session ends that stream: the server closes the connection.
-    let r = client()
-        .delete(srv.url(&format!("/gateway/{gw}/mcp")))
-        .header("X-API-Key", &gw_key)
-        .header("Mcp-Session-Id", &sessions[0])
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(end_session(&srv, &gw, &gw_key, &sessions[0]), 200);
     let deadline = Instant::now() + Duration::from_secs(10);
     while streams[0].read_until(deadline) {}
     assert!(Instant::now() < deadline, "the ended session's stream was not closed: {}", streams[0].text());
@@ -646,13 +660,7 @@ fn live_sessions_are_capped_per_key_and_per_organisation() {
     assert!(!listed(srv, &s.a).contains(&b_sid), "A sees B's session");
 
     // Ending one (DELETE on the endpoint) frees a place at once.
-    let r = client()
-        .delete(srv.url(&format!("/gateway/{gw}/mcp")))
-        .header("X-API-Key", &gw_key)
-        .header("Mcp-Session-Id", &first)
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(end_session(srv, &gw, &gw_key, &first), 200);
     initialize(srv, &gw, &gw_key);
     assert_eq!(initialize_raw(srv, &gw, &gw_key).status, 429, "the cap holds again");
 }

@@ -281,6 +281,19 @@ class McpHttp:
         self.client.close()
 
 
+def first_event_then_drop(c: McpHttp, body: dict) -> str:
+    """POSTs `body`, a call answered as an event stream, and drops the connection after its first
+    event (a slow call's priming event, while the app still works): what arrived, as text."""
+    seen = ""
+    with httpx2.stream("POST", c.url, json=body, headers=c.headers(), timeout=30) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.headers
+        for chunk in r.iter_text():
+            seen += chunk
+            if "\n\n" in seen.replace("\r\n", "\n"):
+                break
+    return seen
+
+
 def list_all(c: McpHttp, method: str, key: str) -> list[dict]:
     """Every item of a paginated list (`tools/list`, ...), following `nextCursor`."""
     items, cursor = [], None

@@ -27,6 +27,7 @@ from mcp_helpers import (
     Api,
     McpHttp,
     config,
+    first_event_then_drop,
     gateway_for_suites,
     http_app,
     mcp_url,
@@ -226,13 +227,7 @@ def test_a_slow_call_of_a_session_becomes_a_resumable_stream(gateway):
 
     body = {"jsonrpc": "2.0", "id": 41, "method": "tools/call",
             "params": {"name": "slow_compute", "arguments": {"seconds": 2, "label": "slow"}}}
-    seen = ""
-    with httpx2.stream("POST", url, json=body, headers=c.headers(), timeout=30) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.headers
-        for chunk in r.iter_text():
-            seen += chunk
-            if "\n\n" in seen.replace("\r\n", "\n"):
-                break  # the first event: drop the connection while the app still works
+    seen = first_event_then_drop(c, body)  # drops the connection while the app still works
     first = sse_events(seen)[0]
     assert first.get("id") and first.get("retry") and not first.get("data"), first
     assert "computed slow" not in seen, "the app's answer came before the priming event"

@@ -1,4 +1,5 @@
-//! `mcp:`: the MCP endpoint's sessions, paging, allowed origins and stdio processes.
+//! `mcp:`: the MCP endpoint's sessions, paging, allowed origins, stdio processes, and the bounds
+//! on what one tenant's streams hold (`mcp.streams`, `mcp.resumable`).
 
 use crate::config::*;
 use serde::Deserialize;
@@ -15,7 +16,47 @@ pub(super) struct RawMcp {
     max_sessions_per_key: Option<usize>,
     max_sessions_per_organization: Option<usize>,
     list_deadline_ms: Option<u64>,
+    #[serde(default)]
+    streams: RawStreams,
+    #[serde(default)]
+    resumable: RawResumable,
 }
+
+/// `mcp.streams`: open long-lived streams per session, key and organisation.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStreams {
+    per_session: Option<usize>,
+    per_key: Option<usize>,
+    per_organization: Option<usize>,
+}
+
+/// `mcp.resumable`: bytes kept for resumable call streams per key and organisation.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResumable {
+    bytes_per_key: Option<usize>,
+    bytes_per_organization: Option<usize>,
+    keep_after_end_secs: Option<u64>,
+}
+
+/// Streams one session may hold: its listening stream and the resumption of several calls whose
+/// connection dropped together, which MCP allows on separate GETs.
+const STREAMS_PER_SESSION: usize = 8;
+/// Streams one key may hold: a quarter of its organisation's, so one key (a leaked one, a client
+/// in a reconnect loop) leaves room for the organisation's other keys.
+const STREAMS_PER_KEY: usize = 250;
+/// Streams one organisation may hold: a tenth of the listener's default connection cap
+/// (`server.max_connections`, 10,000), so ten organisations at their bound still leave it room,
+/// as a key's share of parked calls is a tenth of the table.
+const STREAMS_PER_ORG: usize = 1_000;
+/// Bytes of resumable answers one key may keep: sixteen call streams at their own bound (4 MiB).
+const RESUMABLE_BYTES_PER_KEY: usize = 64 << 20;
+/// ...and one organisation: four keys at their bound.
+const RESUMABLE_BYTES_PER_ORG: usize = 256 << 20;
+/// How long an ended call stream can be resumed, and at most.
+const KEEP_AFTER_END_SECS: u64 = 60;
+const MAX_KEEP_AFTER_END_SECS: u64 = 3600;
 
 /// Upper bounds of `mcp.session_idle_timeout_secs` and `mcp.session_retention_secs`.
 const MAX_SESSION_SECS: u64 = 365 * 24 * 3600;
@@ -44,6 +85,8 @@ impl RawMcp {
             max_sessions_per_key: m.max_sessions_per_key.unwrap_or(1000),
             max_sessions_per_org: m.max_sessions_per_organization.unwrap_or(10_000),
             list_deadline: Duration::from_millis(m.list_deadline_ms.unwrap_or(5_000)),
+            streams: m.streams.build()?,
+            resumable: m.resumable.build()?,
         };
         if !(1..=600_000).contains(&mcp.list_deadline.as_millis()) {
             return Err(invalid("mcp.list_deadline_ms", "must be between 1 and 600000"));
@@ -64,4 +107,54 @@ impl RawMcp {
         }
         Ok(mcp)
     }
+}
+
+impl RawStreams {
+    fn build(self) -> Result<StreamBounds, ConfigError> {
+        let b = StreamBounds {
+            per_session: self.per_session.unwrap_or(STREAMS_PER_SESSION),
+            per_key: self.per_key.unwrap_or(STREAMS_PER_KEY),
+            per_org: self.per_organization.unwrap_or(STREAMS_PER_ORG),
+        };
+        // Zero would refuse every stream; a narrower bound above a wider one would never be met.
+        at_least_one_and_nested([
+            ("mcp.streams.per_session", b.per_session),
+            ("mcp.streams.per_key", b.per_key),
+            ("mcp.streams.per_organization", b.per_org),
+        ])?;
+        Ok(b)
+    }
+}
+
+impl RawResumable {
+    fn build(self) -> Result<ResumableBounds, ConfigError> {
+        let keep = self.keep_after_end_secs.unwrap_or(KEEP_AFTER_END_SECS);
+        if !(1..=MAX_KEEP_AFTER_END_SECS).contains(&keep) {
+            let field = "mcp.resumable.keep_after_end_secs";
+            return Err(invalid(field, format!("must be between 1 and {MAX_KEEP_AFTER_END_SECS}")));
+        }
+        let b = ResumableBounds {
+            bytes_per_key: self.bytes_per_key.unwrap_or(RESUMABLE_BYTES_PER_KEY),
+            bytes_per_org: self.bytes_per_organization.unwrap_or(RESUMABLE_BYTES_PER_ORG),
+            keep_after_end: Duration::from_secs(keep),
+        };
+        at_least_one_and_nested([
+            ("mcp.resumable.bytes_per_key", b.bytes_per_key),
+            ("mcp.resumable.bytes_per_organization", b.bytes_per_org),
+        ])?;
+        Ok(b)
+    }
+}
+
+/// Each bound at least 1 and at most the next, wider one; a refusal names the field.
+fn at_least_one_and_nested<const N: usize>(bounds: [(&str, usize); N]) -> Result<(), ConfigError> {
+    if let Some((field, _)) = bounds.iter().find(|(_, value)| *value == 0) {
+        return Err(invalid(*field, "must be at least 1"));
+    }
+    for (i, (field, value)) in bounds.iter().enumerate() {
+        if let Some((wider, most)) = bounds.get(i + 1).filter(|(_, most)| value > most) {
+            return Err(invalid(*field, format!("must be at most {wider} ({most})")));
+        }
+    }
+    Ok(())
 }
