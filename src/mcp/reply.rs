@@ -7,6 +7,7 @@ use crate::edge::exchange::Exchange;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Response};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::quota::Spent;
+use crate::mcp::rules::{Cause, Refused};
 use crate::mcp::upstream::UpstreamError;
 use http::HeaderValue;
 use serde_json::json;
@@ -65,6 +66,30 @@ pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, w
 /// 429 for a call over its app's per-minute limit (`apps[].rate_limit`), bucket `app:<id>`.
 pub async fn app_quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, app_id: &str) -> pingora::Result<()> {
     quota_exceeded(ex, spent, &crate::mcp::quota::app_bucket(app_id), &format!("app {app_id} rate limit")).await
+}
+
+/// A call the gateway's rules refused: denied by a rule (named in `data.rule`, with `reason`
+/// when it was not the rule's match but its failure or the call's size), arguments the rules
+/// cannot read (the call is invalid), or every slot of the organisation for dear rule sets
+/// taken (retry shortly).
+pub fn rules_refused(r: &Refused) -> ErrorObject {
+    match r {
+        Refused::Denied(d) => {
+            let mut data = json!({ "rule": &*d.rule, "tool": d.tool });
+            if d.cause != Cause::Matched {
+                data["reason"] = json!(d.cause.as_str());
+            }
+            ErrorObject::new(RpcCode::DeniedByRule.code(), d.message()).with_data(data)
+        }
+        Refused::Unreadable { reason } => {
+            ErrorObject::invalid_params(format!("The tool call's arguments cannot be read: {reason}"))
+        }
+        Refused::Busy => ErrorObject::new(
+            RpcCode::LimitExceeded.code(),
+            "The organisation's rules are busy with other calls; retry shortly",
+        )
+        .with_data(json!({ "code": "RULES_BUSY" })),
+    }
 }
 
 /// A JSON-RPC response (result or error) under HTTP 200.
