@@ -1,19 +1,23 @@
 //! The cost of a gateway's per-tool rules on one `tools/call` (`src/mcp/rules.rs`): the
 //! caller's variables made once per request, then one decision, for a typical rule on the
 //! caller's role and the tool's name and for one on the call's arguments; beside them the same
-//! tests written by hand in Rust, the floor a rule engine cannot go below.
+//! tests written by hand in Rust, the floor a rule engine cannot go below. Then the cost bound's
+//! calibration: rules whose worst case the bound puts at many steps, run on calls at the sizes
+//! the bound assumes, so that the time of one step (the figure under each name) can be read.
 //!
 //! `cargo bench --bench rules`; the figures are in BENCHMARKS.md.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::value::RawValue;
+use std::time::Duration;
+use toolgate::config::RulesConfig;
 use toolgate::data::model::{Rule, RuleEffect};
 use toolgate::mcp::rules::{self, Claims, RuleSet, Subject, ToolFacts};
 use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
 
 fn set(when: &str) -> RuleSet {
     let rule = Rule { name: "support-reads".into(), effect: RuleEffect::Allow, when: when.into() };
-    rules::compile(&[rule], chrono::Utc::now()).expect("the rule compiles")
+    rules::compile(&[rule], chrono::Utc::now(), &RulesConfig::default()).expect("the rule compiles")
 }
 
 fn principal() -> Principal {
@@ -68,6 +72,45 @@ fn bench(c: &mut Criterion) {
             black_box(memo.decide_call(black_box(&p), ip, TOOL, None, || Subject::new(&memo, &p, ip, Claims::None)))
         })
     });
+    g.finish();
+    bound(c, &who);
+}
+
+/// Rules at or near their bound, on calls as large as the bound assumes. Each name carries the
+/// bound's steps: the time divided by them is what one step costs on this machine.
+fn bound(c: &mut Criterion, who: &Subject) {
+    let literals = |n: usize| format!("[{}]", (0..n).map(|i| format!("\"v{i}\"")).collect::<Vec<_>>().join(","));
+    let (list40, list30) = (literals(40), literals(30));
+    let strings: Vec<String> = (0..1000).map(|i| format!("item-{i:04}")).collect();
+    let big = "a".repeat(1024 * 1000);
+    let args = serde_json::json!({ "list": strings, "text": big, "other": strings }).to_string();
+    let args = RawValue::from_string(args).unwrap();
+    let cases = [
+        ("baseline: the arguments read, one key looked up", r#"args.none == 1"#.to_string()),
+        ("two exists over 40 literals", format!("{list40}.exists(a, {list40}.exists(b, a + b == \"x\"))")),
+        (
+            "three exists over 30 literals",
+            format!("{list30}.exists(a, {list30}.exists(b, {list30}.exists(c, a + b + c == \"x\")))"),
+        ),
+        ("exists over 1000 arguments", r#"args.list.exists(x, x == "none")"#.to_string()),
+        ("map over 1000 arguments", r#"args.list.map(x, x + "!").size() == 0"#.to_string()),
+        ("filter over 1000 arguments", r#"args.list.filter(x, x.startsWith("zz")).size() > 0"#.to_string()),
+        ("contains over 1 MB", r#"args.text.contains("needle")"#.to_string()),
+        ("matches over 1 MB", r#"args.text.matches("(a|b)*c")"#.to_string()),
+        ("in over 1000 arguments", r#"args.list.exists(x, x in ["a", "b", "c", "d"])"#.to_string()),
+        ("equal lists of 1000", r#"args.list == args.other"#.to_string()),
+    ];
+    let mut g = c.benchmark_group("rules at their bound");
+    g.sample_size(10).measurement_time(Duration::from_secs(3));
+    for (name, when) in cases {
+        let rule = Rule { name: "r".into(), effect: RuleEffect::Deny, when: when.clone() };
+        let s = match rules::compile(&[rule], chrono::Utc::now(), &RulesConfig::default()) {
+            Ok(s) => s,
+            Err(e) => panic!("{name}: {e}"),
+        };
+        let label = format!("{name} ({:.0} steps)", s.steps());
+        g.bench_function(label, |b| b.iter(|| black_box(s.decide(who, TOOL, Some(&args)))));
+    }
     g.finish();
 }
 

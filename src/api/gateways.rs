@@ -291,10 +291,12 @@ fn validate_allowed(
     Ok(allowed)
 }
 
-/// The rules as given, once they compile: the first fault is a 400 naming the rule's member
-/// (and, for an expression that does not parse, its line and column).
-fn validate_rules(given: Vec<Rule>) -> Result<Vec<Rule>, ApiError> {
-    rules::compile(&given, Utc::now()).map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
+/// The rules as given, once they compile within `mcp.rules`' budget: the first fault is a 400
+/// naming the rule's member and the rule (for an expression that does not parse, its line and
+/// column; for one over the budget, its worst case).
+fn validate_rules(call: &Call<'_>, given: Vec<Rule>) -> Result<Vec<Rule>, ApiError> {
+    let limits = call.server.state.config().mcp.rules;
+    rules::compile(&given, Utc::now(), &limits).map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
     Ok(given)
 }
 
@@ -449,7 +451,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     // field stays `off`).
     let mut configuration = GatewayConfiguration { tool_policy: ToolPolicy::Pin, ..GatewayConfiguration::default() };
     apply_configuration(&mut configuration, body.configuration.unwrap_or_default())?;
-    let rules = validate_rules(body.rules.unwrap_or_default())?;
+    let rules = validate_rules(call, body.rules.unwrap_or_default())?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
     if name_taken(call, &who.org_id, &name, None) {
@@ -540,7 +542,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
         apply_configuration(&mut g.configuration, c)?;
     }
     if let Some(r) = patch.rules {
-        g.rules = validate_rules(r)?;
+        g.rules = validate_rules(call, r)?;
     }
     // Asked once the change is known to be valid, so a bad body does not use up an MFA token.
     let guards = super::gateway_guards::change(&before, &g);

@@ -725,6 +725,8 @@ pub struct McpConfig {
     pub streams: StreamBounds,
     /// `mcp.resumable`: the bytes of call answers kept for resumption, per key and organisation.
     pub resumable: ResumableBounds,
+    /// The bounds of the gateways' per-tool rules (`mcp.rules`).
+    pub rules: RulesConfig,
 }
 
 /// How many long-lived streams (GET streams, listening or resuming a call, and
@@ -745,6 +747,36 @@ pub struct ResumableBounds {
     pub bytes_per_key: usize,
     pub bytes_per_org: usize,
     pub keep_after_end: Duration,
+}
+
+/// What one gateway's rules may cost (`mcp.rules`, `src/mcp/rules.rs`): a rule set's worst case
+/// is bounded when it is saved, from the sizes of what it reads; a call larger than those sizes
+/// is refused before a rule whose cost depends on them runs; and the dear rule sets of one
+/// organisation are evaluated off the worker threads, a few at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RulesConfig {
+    /// Most steps (about one node of the CEL interpreter each) a gateway's rules may take on
+    /// one call, worst case.
+    pub max_cost: u64,
+    /// Most entries of one list or map in what a rule reads from the call (its arguments, the
+    /// caller's token claims), assumed by the bound.
+    pub max_input_items: usize,
+    /// Most bytes of what a rule reads from the call (the arguments' JSON text, the token's
+    /// claims, the tool's name), assumed by the bound.
+    pub max_input_bytes: usize,
+    /// Dear rule sets of one organisation evaluated at once, on the blocking pool.
+    pub concurrency_per_organization: usize,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        RulesConfig {
+            max_cost: 1_000_000,
+            max_input_items: 256,
+            max_input_bytes: 1024 * 1024,
+            concurrency_per_organization: 1,
+        }
+    }
 }
 
 impl Config {

@@ -19,7 +19,7 @@ use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
 use crate::mcp::quota;
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
-use crate::mcp::rules::{self, RuleSet, Subject, ToolFacts};
+use crate::mcp::rules::{self, Cause, RuleSet, Subject, ToolFacts};
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
@@ -241,8 +241,13 @@ pub(super) async fn request(
         "tools/list" => {
             let cat = mcp.catalogue(gw).await;
             // A gateway with rules shows each caller the tools it may call.
-            let shown = mcp.rules(gw).map(|set| listed_tools(mcp, ex, &set, &cat));
-            list(&cat, "tools", shown)
+            match mcp.rules(gw) {
+                None => list(&cat, "tools", None),
+                Some(set) => match listed_tools(mcp, ex, set, &cat).await {
+                    Ok(shown) => list(&cat, "tools", Some(shown)),
+                    Err(e) => Err(e),
+                },
+            }
         }
         "prompts/list" => list(&*mcp.catalogue(gw).await, "prompts", None),
         "resources/list" => list(&*mcp.catalogue(gw).await, "resources", None),
@@ -299,14 +304,33 @@ pub(super) async fn request(
 }
 
 /// The catalogue's tools this caller may see: those the gateway's rules do not deny before a
-/// rule that reads the arguments (`RuleSet::listed`).
-fn listed_tools(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet, cat: &Catalogue) -> Vec<Value> {
-    let Some(p) = ex.ctx.filters.principal.as_deref() else { return cat.tools.clone() };
-    let who = subject(mcp, ex, set, p);
+/// rule that reads the arguments (`RuleSet::listed`). A dear rule set decides a long list on
+/// the blocking pool, in the organisation's slots, as it decides a call.
+async fn listed_tools(
+    mcp: &McpRuntime,
+    ex: &Exchange<'_>,
+    set: Arc<RuleSet>,
+    cat: &Arc<Catalogue>,
+) -> Result<Vec<Value>, ErrorObject> {
+    let Some(p) = ex.ctx.filters.principal.as_deref() else { return Ok(cat.tools.clone()) };
+    let who = subject(mcp, ex, &set, p);
+    if set.lists_inline(cat.tools.len()) {
+        return Ok(shown_tools(&set, &who, cat));
+    }
+    let cat = cat.clone();
+    let shown = mcp.rule_slots.run(&p.org_id, move || shown_tools(&set, &who, &cat)).await;
+    shown.map_err(|_| {
+        metrics::rule_refused("busy");
+        reply::rules_refused(&rules::Refused::Busy)
+    })
+}
+
+/// The catalogue's tools the rules do not hide from `who`.
+fn shown_tools(set: &RuleSet, who: &Subject, cat: &Catalogue) -> Vec<Value> {
     let listed = |t: &&Value| {
         let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
         cat.entry(name, false).is_none_or(|(tool, target)| {
-            set.listed(&who, ToolFacts { tool, app: &target.app_id, function: &target.name })
+            set.listed(who, ToolFacts { tool, app: &target.app_id, function: &target.name })
         })
     };
     cat.tools.iter().filter(listed).cloned().collect()
@@ -393,7 +417,7 @@ async fn forward(
             return respond(ex, caller, Response::error(req.id, e), "").await;
         }
     };
-    if let Err(e) = call.rules(ex, &target) {
+    if let Err(e) = call.rules(ex, &target).await {
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
     let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
@@ -650,32 +674,53 @@ impl Call<'_> {
     }
 
     /// A `tools/call` of a gateway with rules: refused when a rule denies it (counted, logged,
-    /// and named in the access line). A gateway without rules pays one branch.
-    fn rules(&self, ex: &mut Exchange<'_>, target: &Target<'_, '_>) -> Result<(), ErrorObject> {
+    /// audited, and named in the access line), when its arguments cannot be read, or when its
+    /// organisation's slots for dear rule sets are all taken (both counted and logged). A
+    /// gateway without rules pays one branch.
+    async fn rules(&self, ex: &mut Exchange<'_>, target: &Target<'_, '_>) -> Result<(), ErrorObject> {
         let Some((tool, function)) = target.tool.filter(|_| self.method == "tools/call") else { return Ok(()) };
         let Some(set) = self.mcp.rules(self.gw) else { return Ok(()) };
         let Some(p) = ex.ctx.filters.principal.as_deref() else { return Ok(()) };
         let args = target.named.as_ref().and_then(|n| n.get("arguments"));
         let facts = ToolFacts { tool, app: target.app_id, function };
         let who = || subject(self.mcp, ex, &set, p);
-        let Err(denied) = set.decide_call(p, ex.ctx.client_ip, facts, args, who) else {
+        let slots = &self.mcp.rule_slots;
+        let Err(refused) = set.decide_call_bounded(slots, p, ex.ctx.client_ip, facts, args, who).await else {
             return Ok(());
         };
-        let e = ErrorObject::new(RpcCode::DeniedByRule.code(), denied.message())
-            .with_data(json!({ "rule": &*denied.rule, "tool": denied.tool }));
-        metrics::tool_denied(&self.gw.id, &denied.rule);
-        tracing::info!(gateway = %self.gw.id, tool = %denied.tool, rule = %denied.rule, key = %denied.key_id,
-            failed = denied.failed.as_deref().unwrap_or(""), "tool call denied by rule");
+        let e = reply::rules_refused(&refused);
         self.refused(&e);
         self.log_refused(target.app_id, function, args, &e, 200);
-        if let Some(p) = ex.ctx.filters.principal.as_deref() {
-            let event = AuditEvent::ToolCallDenied {
-                gateway_id: self.gw.id.clone(),
-                tool: denied.tool.clone(),
-                rule: denied.rule.to_string(),
-            };
-            self.mcp.audit.record(&self.gw.org_id, Actor::of(p), event);
-        }
+        let denied = match refused {
+            rules::Refused::Denied(d) => d,
+            rules::Refused::Unreadable { reason } => {
+                metrics::rule_refused("unreadable_arguments");
+                tracing::info!(gateway = %self.gw.id, tool, key = %p.key_id, reason, "tool call refused: its arguments cannot be read");
+                return Err(e);
+            }
+            rules::Refused::Busy => {
+                metrics::rule_refused("busy");
+                tracing::warn!(gateway = %self.gw.id, org = %self.gw.org_id, tool, "tool call refused: the organisation's rule slots are taken");
+                return Err(e);
+            }
+        };
+        metrics::tool_denied(&self.gw.id, &denied.rule);
+        let why = match &denied.cause {
+            Cause::Matched => "",
+            Cause::Failed(why) | Cause::TooLarge(why) => {
+                metrics::rule_refused(denied.cause.as_str());
+                why
+            }
+        };
+        tracing::info!(gateway = %self.gw.id, tool = %denied.tool, rule = %denied.rule, key = %denied.key_id,
+            reason = denied.cause.as_str(), failed = why, "tool call denied by rule");
+        let event = AuditEvent::ToolCallDenied {
+            gateway_id: self.gw.id.clone(),
+            tool: denied.tool.clone(),
+            rule: denied.rule.to_string(),
+            reason: denied.cause.as_str(),
+        };
+        self.mcp.audit.record(&self.gw.org_id, Actor::of(p), event);
         ex.ctx.denied_by = Some(denied.rule);
         Err(e)
     }

@@ -4,10 +4,11 @@
 
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
-use crate::mcp::bounds::Refused;
+use crate::mcp::bounds;
 use crate::mcp::jsonrpc::{self, ErrorObject, Id, Response};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::quota::Spent;
+use crate::mcp::rules::{self, Cause};
 use crate::mcp::upstream::UpstreamError;
 use http::HeaderValue;
 use serde_json::json;
@@ -71,9 +72,33 @@ pub async fn app_quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, app_id: &st
 /// A tenant at one of its bounds (open streams, resumable bytes): HTTP 429 with -32010 naming the
 /// bound (`data.scope`, `data.limit`, `data.setting`), in both eras. No `Retry-After`: it is not a
 /// rate; only a stream that ends or a buffer that expires frees a place.
-pub async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: Refused) -> pingora::Result<()> {
+pub async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: bounds::Refused) -> pingora::Result<()> {
     let body = Response::error(id.clone(), refused.to_error()).to_bytes();
     ex.respond(RpcCode::LimitExceeded.status(), "application/json", body, &[]).await
+}
+
+/// A call the gateway's rules refused: denied by a rule (named in `data.rule`, with `reason`
+/// when it was not the rule's match but its failure or the call's size), arguments the rules
+/// cannot read (the call is invalid), or every slot of the organisation for dear rule sets
+/// taken (retry shortly).
+pub fn rules_refused(r: &rules::Refused) -> ErrorObject {
+    match r {
+        rules::Refused::Denied(d) => {
+            let mut data = json!({ "rule": &*d.rule, "tool": d.tool });
+            if d.cause != Cause::Matched {
+                data["reason"] = json!(d.cause.as_str());
+            }
+            ErrorObject::new(RpcCode::DeniedByRule.code(), d.message()).with_data(data)
+        }
+        rules::Refused::Unreadable { reason } => {
+            ErrorObject::invalid_params(format!("The tool call's arguments cannot be read: {reason}"))
+        }
+        rules::Refused::Busy => ErrorObject::new(
+            RpcCode::LimitExceeded.code(),
+            "The organisation's rules are busy with other calls; retry shortly",
+        )
+        .with_data(json!({ "code": "RULES_BUSY" })),
+    }
 }
 
 /// A JSON-RPC response (result or error) under HTTP 200.

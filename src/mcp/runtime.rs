@@ -20,7 +20,7 @@ use crate::mcp::jsonrpc;
 use crate::mcp::parked::ParkedCalls;
 use crate::mcp::quota::MinuteQuota;
 use crate::mcp::replay::CallStreams;
-use crate::mcp::rules::{self, RuleSet};
+use crate::mcp::rules::{self, RuleSet, RuleSlots};
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;
 use crate::mcp::upstream::{AppNotice, NoticeKind};
@@ -59,6 +59,8 @@ pub struct McpRuntime {
     catalogues: FastMap<String, Arc<Catalogue>>,
     /// Gateway id -> its rules, compiled (only gateways that have rules).
     rules: FastMap<String, Arc<RuleSet>>,
+    /// Where the dear rule sets run: a few at a time per organisation, off the worker threads.
+    pub rule_slots: RuleSlots,
     /// Gateway id -> its tool pins (`tool_policy`), read from the store when a catalogue needs
     /// them and dropped when they change (here or on another instance).
     pins: FastMap<String, Arc<GatewayPins>>,
@@ -95,6 +97,7 @@ impl McpRuntime {
         if ended > 0 {
             tracing::info!(sessions = ended, "ended MCP sessions of deleted gateways or unusable keys");
         }
+        let rule_slots = RuleSlots::new(state.config().mcp.rules.concurrency_per_organization);
         Ok(McpRuntime {
             audit,
             apps: AppClients::new(state.clone()),
@@ -104,6 +107,7 @@ impl McpRuntime {
             state,
             catalogues: FastMap::default(),
             rules: FastMap::default(),
+            rule_slots,
             pins: FastMap::default(),
             pins_dropped: std::sync::atomic::AtomicU64::new(0),
             streams: FastMap::default(),
@@ -155,16 +159,17 @@ impl McpRuntime {
         if gw.rules.is_empty() {
             return None;
         }
-        if let Some(set) = self.rules.get(&gw.id).filter(|s| rules::current(s, gw)) {
+        let limits = self.state.config().mcp.rules;
+        if let Some(set) = self.rules.get(&gw.id).filter(|s| s.current(gw, &limits)) {
             return Some(set.clone());
         }
-        Some(self.compile_rules(gw))
+        Some(self.compile_rules(gw, &limits))
     }
 
-    fn compile_rules(&self, gw: &Gateway) -> Arc<RuleSet> {
-        let set = rules::compile(&gw.rules, gw.updated_at).unwrap_or_else(|e| {
+    fn compile_rules(&self, gw: &Gateway, limits: &crate::config::RulesConfig) -> Arc<RuleSet> {
+        let set = rules::compile(&gw.rules, gw.updated_at, limits).unwrap_or_else(|e| {
             tracing::error!(gateway = %gw.id, error = %e, "a gateway's stored rules do not compile: every call is denied");
-            rules::deny_all(gw.updated_at)
+            rules::deny_all(gw.updated_at, limits)
         });
         let set = Arc::new(set);
         self.rules.insert(gw.id.clone(), set.clone());
@@ -315,7 +320,7 @@ impl McpRuntime {
     pub fn gateway_changed(&self, gateway_id: &str) {
         self.notify_changed(gateway_id);
         match self.state.gateway(gateway_id).filter(|g| !g.rules.is_empty()) {
-            Some(g) => drop(self.compile_rules(&g)),
+            Some(g) => drop(self.compile_rules(&g, &self.state.config().mcp.rules)),
             None => drop(self.rules.remove(gateway_id)),
         }
         if !self.state.gateway_exists(gateway_id) {

@@ -188,6 +188,24 @@ pub fn tool_denied(gateway: &str, rule: &str) {
     m.denied.with_label_values(&[m.gateways.fold(gateway), m.rules.fold(rule)]).inc();
 }
 
+/// A tool call the gateway's rules refused other than by a rule's match: `input_too_large`
+/// (larger than a rule's cost bound allows), `failed` (a rule could not be evaluated),
+/// `unreadable_arguments` (arguments the rules cannot read), `busy` (the organisation's slots
+/// for dear rule sets are taken). No gateway label: `toolgate_tool_denied_total` has it.
+pub fn rule_refused(reason: &'static str) {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_rule_refusals_total",
+            "Tool calls refused by a gateway's rules other than by a rule's match, by reason",
+            &["reason"]
+        )
+        .expect("metric registers once")
+    })
+    .with_label_values(&[reason])
+    .inc();
+}
+
 /// A request toolgate made of an app on a client's behalf (app ids come from the
 /// configuration: no cap).
 pub fn mcp_client_operation(method: &str, tool: Option<&str>, error: ErrorType, app: &str, elapsed: Duration) {

@@ -1,5 +1,6 @@
-//! `mcp:`: the MCP endpoint's sessions, paging, allowed origins, stdio processes, and the bounds
-//! on what one tenant's streams hold (`mcp.streams`, `mcp.resumable`).
+//! `mcp:`: the MCP endpoint's sessions, paging, allowed origins, stdio processes, the bounds on
+//! what one tenant's streams hold (`mcp.streams`, `mcp.resumable`) and of the gateways' rules
+//! (`mcp.rules`).
 
 use crate::config::*;
 use serde::Deserialize;
@@ -20,6 +21,47 @@ pub(super) struct RawMcp {
     streams: RawStreams,
     #[serde(default)]
     resumable: RawResumable,
+    #[serde(default)]
+    rules: RawRules,
+}
+
+/// `mcp.rules`: what a gateway's rules may cost.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRules {
+    max_cost: Option<u64>,
+    max_input_items: Option<usize>,
+    max_input_bytes: Option<usize>,
+    concurrency_per_organization: Option<usize>,
+}
+
+impl RawRules {
+    fn build(self) -> Result<RulesConfig, ConfigError> {
+        let d = RulesConfig::default();
+        let r = RulesConfig {
+            max_cost: self.max_cost.unwrap_or(d.max_cost),
+            max_input_items: self.max_input_items.unwrap_or(d.max_input_items),
+            max_input_bytes: self.max_input_bytes.unwrap_or(d.max_input_bytes),
+            concurrency_per_organization: self.concurrency_per_organization.unwrap_or(d.concurrency_per_organization),
+        };
+        // The bound's arithmetic is in f64: far below 2^53 it stays exact.
+        if !(1_000..=1_000_000_000).contains(&r.max_cost) {
+            return Err(invalid("mcp.rules.max_cost", "must be between 1000 and 1000000000"));
+        }
+        // The rules' own variables hold up to 16 entries (`caller` its eight members): the
+        // bound must cover them.
+        if !(16..=1_000_000).contains(&r.max_input_items) {
+            return Err(invalid("mcp.rules.max_input_items", "must be between 16 and 1000000"));
+        }
+        if !(1024..=1024 * 1024 * 1024).contains(&r.max_input_bytes) {
+            return Err(invalid("mcp.rules.max_input_bytes", "must be between 1024 and 1073741824"));
+        }
+        // A semaphore's permits; zero would refuse every dear rule set.
+        if !(1..=1024).contains(&r.concurrency_per_organization) {
+            return Err(invalid("mcp.rules.concurrency_per_organization", "must be between 1 and 1024"));
+        }
+        Ok(r)
+    }
 }
 
 /// `mcp.streams`: open long-lived streams per session, key and organisation.
@@ -87,6 +129,7 @@ impl RawMcp {
             list_deadline: Duration::from_millis(m.list_deadline_ms.unwrap_or(5_000)),
             streams: m.streams.build()?,
             resumable: m.resumable.build()?,
+            rules: m.rules.build()?,
         };
         if !(1..=600_000).contains(&mcp.list_deadline.as_millis()) {
             return Err(invalid("mcp.list_deadline_ms", "must be between 1 and 600000"));

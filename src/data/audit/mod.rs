@@ -31,8 +31,9 @@ use std::time::Duration;
 pub enum AuditEvent {
     /// A management write answered 2xx (a protected action among them: `detail.mfa` says so).
     Write { action: String, target: Target, before_hash: Option<String>, after_hash: Option<String>, detail: Value },
-    /// A tool call a gateway's rule refused.
-    ToolCallDenied { gateway_id: String, tool: String, rule: String },
+    /// A tool call a gateway's rule refused; `reason` says how (`matched`, `failed`, or
+    /// `input_too_large`: the call was larger than the rule's cost bound allows).
+    ToolCallDenied { gateway_id: String, tool: String, rule: String, reason: &'static str },
     /// An admin approved or rejected a pending tool definition.
     ToolChangeDecided { gateway_id: String, tool: String, approved: bool, detail: Value },
 }
@@ -45,8 +46,9 @@ impl AuditEvent {
             AuditEvent::Write { action, target, before_hash, after_hash, detail } => {
                 (action, target, before_hash, after_hash, detail)
             }
-            AuditEvent::ToolCallDenied { gateway_id, tool, rule } => {
-                ("tool_call.denied".into(), gateway(gateway_id), None, None, json!({ "tool": tool, "rule": rule }))
+            AuditEvent::ToolCallDenied { gateway_id, tool, rule, reason } => {
+                let detail = json!({ "tool": tool, "rule": rule, "reason": reason });
+                ("tool_call.denied".into(), gateway(gateway_id), None, None, detail)
             }
             AuditEvent::ToolChangeDecided { gateway_id, tool, approved, mut detail } => {
                 let action = if approved { "tool_change.approve" } else { "tool_change.reject" };
@@ -347,7 +349,12 @@ mod tests {
         a.append(
             "org_2",
             actor(),
-            AuditEvent::ToolCallDenied { gateway_id: "gw".into(), tool: "t".into(), rule: "r".into() },
+            AuditEvent::ToolCallDenied {
+                gateway_id: "gw".into(),
+                tool: "t".into(),
+                rule: "r".into(),
+                reason: "matched",
+            },
         )
         .await
         .unwrap();
