@@ -73,6 +73,9 @@ const READ_AT_START: &[(&str, &str)] = &[
     ("rate_limits", "sync_ms"),
     ("alerts", "limit_warning_percent"),
     ("mcp", "max_stdio_processes"),
+    // The rules' per-organisation slots are made at start; a bound saved rules were checked
+    // against must not move under them.
+    ("mcp", "rules"),
     ("web", "path"),
 ];
 
