@@ -29,6 +29,7 @@ use cel::{Context, ExecutionError, FunctionContext, Program, Value};
 use input::{read_args, Args, Size};
 use memo::{Memo, MemoProbe, Outcome};
 use serde_json::value::RawValue;
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
@@ -147,14 +148,15 @@ pub fn compile(rules: &[Rule], compiled_from: Timestamp, limits: &RulesConfig) -
         let unbounded = |why| RuleError::Unbounded { index, name: r.name.clone(), why };
         let bound = cost::estimate(program.expression(), inputs).map_err(unbounded)?;
         steps += bound.steps;
-        if !(steps <= budget) {
+        // Not `steps > budget`: a NaN bound must count as over it.
+        if !matches!(steps.partial_cmp(&budget), Some(Ordering::Less | Ordering::Equal)) {
             let alone = bound.steps <= budget;
             let worst = if alone { steps } else { bound.steps };
             let (name, steps) = (r.name.clone(), worst.ceil() as u64);
             return Err(RuleError::TooCostly { index, name, steps, budget: limits.max_cost, together: alone });
         }
-        let sized =
-            cost::estimate(program.expression(), cost::Inputs::UNBOUNDED).map_or(true, |u| !(u.steps <= bound.steps));
+        let sized = cost::estimate(program.expression(), cost::Inputs::UNBOUNDED)
+            .map_or(true, |u| !matches!(u.steps.partial_cmp(&bound.steps), Some(Ordering::Less | Ordering::Equal)));
         patterns.extend(bound.patterns);
         let reads_args = program.references().has_variable("args");
         compiled.push(Compiled { name: Arc::from(r.name.as_str()), effect: r.effect, program, reads_args, sized });
