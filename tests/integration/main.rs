@@ -20,6 +20,7 @@ mod docs;
 mod durability;
 mod filters_edge;
 mod governance_pins;
+mod governance_rule_cost;
 mod governance_rules;
 mod harness_smoke;
 mod identity_changes;
