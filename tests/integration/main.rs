@@ -32,6 +32,7 @@ mod mcp_upstreams;
 mod metrics_prometheus;
 mod packaging;
 mod process_logs;
+mod records_versions;
 mod reload_sections;
 mod security_bounds;
 mod security_connections;
