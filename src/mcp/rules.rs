@@ -44,6 +44,9 @@ pub const MAX_WHEN_CHARS: usize = 2048;
 /// A rule set whose worst case is at most this many steps runs where the call is: a few
 /// microseconds (BENCHMARKS.md, "Rules"), less than the hop to the blocking pool and back.
 const INLINE_STEPS: f64 = 2_000.0;
+/// A list decided where it is: at most this many steps for all its tools together (about a
+/// millisecond, what reading a large request costs anyway).
+const LIST_INLINE_STEPS: f64 = 100_000.0;
 
 /// Why a gateway's rules cannot be saved; `field` names the member at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -353,7 +356,7 @@ impl RuleSet {
 
     /// Whether a list of `tools` tools is decided where it is (each tool is one evaluation).
     pub fn lists_inline(&self, tools: usize) -> bool {
-        self.steps * tools as f64 <= INLINE_STEPS
+        self.inline() && self.steps * tools as f64 <= LIST_INLINE_STEPS
     }
 
     /// Whether the set is compiled from this record under these bounds.
@@ -423,7 +426,8 @@ impl RuleSet {
             Err(SlotError::Busy) => return Err(Refused::Busy),
             Err(SlotError::Lost) => {
                 let why = Cause::Failed("its evaluation did not finish".into());
-                return answer(Some((self.rules[0].name.clone(), why)), t, &p.key_id);
+                let rule = self.rules.first().map_or_else(|| Arc::from("rules"), |r| r.name.clone());
+                return answer(Some((rule, why)), t, &p.key_id);
             }
         };
         if let Some((probe, hash)) = &memo {
