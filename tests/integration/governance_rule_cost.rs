@@ -83,17 +83,18 @@ fn a_rule_over_the_budget_is_a_400_naming_it_and_one_at_the_budget_is_saved() {
 
 #[test]
 fn a_call_larger_than_the_rule_bound_is_denied_counted_logged_and_audited() {
-    let (srv, owner, _, _) = start("mcp:\n  rules:\n    max_input_items: 16\n");
+    // The default bound: lists of at most 256 entries.
+    let (srv, owner, _, _) = start("");
     let rules = json!([{"name": "no-secret-tag", "effect": "deny", "when": "args.tags.exists(t, t == \"secret\")"}]);
     let (gw, _) = gateway(&srv, &owner, json!({"name": "tags", "servers": ["time"], "rules": rules}));
     let session = initialize(&srv, &gw, &owner);
     let tags = |n: usize| json!({"timezone": "UTC", "tags": vec!["ok"; n]});
-    let (r, _) = call(&srv, &gw, &owner, &session, "get_current_time", tags(16));
-    assert!(r.get("result").is_some(), "16 tags are within the bound: {r}");
+    let (r, _) = call(&srv, &gw, &owner, &session, "get_current_time", tags(256));
+    assert!(r.get("result").is_some(), "256 tags are within the bound: {r}");
     let (r, _) = call(&srv, &gw, &owner, &session, "get_current_time", json!({"tags": ["secret"]}));
     assert_eq!(r["error"]["data"]["rule"], "no-secret-tag", "{r}");
 
-    let (r, _) = call(&srv, &gw, &owner, &session, "get_current_time", tags(17));
+    let (r, _) = call(&srv, &gw, &owner, &session, "get_current_time", tags(257));
     assert_eq!(r["error"]["code"], -32012, "{r}");
     assert_eq!(
         r["error"]["data"],
@@ -101,7 +102,7 @@ fn a_call_larger_than_the_rule_bound_is_denied_counted_logged_and_audited() {
     );
     let message = r["error"]["message"].as_str().unwrap();
     assert!(message.starts_with("Tool call denied by rule `no-secret-tag`: the call is larger than"), "{message}");
-    assert!(message.contains("17 entries") && message.contains("mcp.rules.max_input_items"), "{message}");
+    assert!(message.contains("257 entries") && message.contains("mcp.rules.max_input_items"), "{message}");
 
     // Counted, logged and audited.
     let metrics = srv.metrics();
