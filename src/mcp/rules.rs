@@ -150,14 +150,17 @@ pub fn compile(rules: &[Rule], compiled_from: Timestamp, limits: &RulesConfig) -
         let unbounded = |why| RuleError::Unbounded { index, name: r.name.clone(), why };
         let bound = cost::estimate(program.expression(), inputs).map_err(unbounded)?;
         steps += bound.steps;
-        if !(steps <= budget) {
+        if steps.is_nan() || steps > budget {
             let alone = bound.steps <= budget;
             let worst = if alone { steps } else { bound.steps };
             let (name, steps) = (r.name.clone(), worst.ceil() as u64);
             return Err(RuleError::TooCostly { index, name, steps, budget: limits.max_cost, together: alone });
         }
-        let sized =
-            cost::estimate(program.expression(), cost::Inputs::UNBOUNDED).map_or(true, |u| !(u.steps <= bound.steps));
+        // Its cost grows with the call when the bound without the sizes is not the same.
+        let sized = match cost::estimate(program.expression(), cost::Inputs::UNBOUNDED) {
+            Ok(u) => u.steps.is_nan() || u.steps > bound.steps,
+            Err(_) => true,
+        };
         patterns.extend(bound.patterns);
         let reads_args = program.references().has_variable("args");
         compiled.push(Compiled { name: Arc::from(r.name.as_str()), effect: r.effect, program, reads_args, sized });
