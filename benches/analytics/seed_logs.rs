@@ -32,6 +32,7 @@ async fn main() {
     let days: i64 = days.parse().expect("DAYS is a number");
     // Only the ids matter to an entry; the gateways themselves exist in the store already.
     let gateway = |id: &str| Gateway {
+        schema_version: toolgate::data::model::SCHEMA_VERSION,
         id: id.into(),
         org_id: org.clone(),
         name: id.into(),

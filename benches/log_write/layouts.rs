@@ -49,6 +49,7 @@ fn disk_bytes(dir: &std::path::Path) -> u64 {
 
 fn gateway(id: &str) -> Arc<Gateway> {
     Arc::new(Gateway {
+        schema_version: toolgate::data::model::SCHEMA_VERSION,
         id: id.into(),
         org_id: ORG.into(),
         name: id.into(),

@@ -6,6 +6,7 @@ use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{
     AllowedTools, ApiKey, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Rule, ToolPolicy,
+    SCHEMA_VERSION,
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
@@ -186,6 +187,18 @@ pub struct GatewayCreated {
     /// The gateway access key; shown once.
     pub api_key: String,
     pub created_at: String,
+}
+
+/// The path's gateway of `org_id`: 404 when the organisation has none, 503 when this instance
+/// cannot read it (written by a newer toolgate: shown, changed and deleted only by an instance
+/// that reads it, and never written back from here).
+fn found(call: &Call<'_>, org_id: &str) -> Result<Arc<Gateway>, ApiError> {
+    let state = &call.server.state;
+    if let Some(newer) = state.newer_gateway_of(org_id, call.id()) {
+        crate::observe::metrics::newer_record_refused("gateway");
+        return Err(ApiError::Unavailable(newer.refusal("gateway")));
+    }
+    state.gateway_of(org_id, call.id()).ok_or(ApiError::NotFound("gateway"))
 }
 
 fn endpoint(call: &Call<'_>, id: &str) -> String {
@@ -405,10 +418,11 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(get, path = "/v1/gateways/{gateway_id}", tag = "gateways",
     params(("gateway_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
-              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
+              (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
-    let g = call.server.state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
+    let g = found(call, &who.org_id)?;
     let mut servers = Vec::new();
     let catalogue = pinned_catalogue(call, &g).await;
     for app in &g.servers {
@@ -462,6 +476,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let id = secrets::new_id("gw");
     let plaintext = secrets::new_api_key();
     let key = ApiKey {
+        schema_version: SCHEMA_VERSION,
         id: secrets::new_id("key"),
         org_id: who.org_id.clone(),
         user_id: who.user_id.clone(),
@@ -478,6 +493,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         retires_at: None,
     };
     let gw = Gateway {
+        schema_version: SCHEMA_VERSION,
         id: id.clone(),
         org_id: who.org_id.clone(),
         name,
@@ -508,16 +524,15 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
            ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, or removes, edits, moves or adds an allow rule")),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
-              (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
+              (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope),
+              (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
-    if state.gateway_of(&who.org_id, call.id()).is_none() {
-        return Err(ApiError::NotFound("gateway"));
-    }
+    found(call, &who.org_id)?;
     let patch: UpdateGateway = call.json()?;
     let _guard = state.lock_writes(&who.org_id).await?;
-    let before = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
+    let before = found(call, &who.org_id)?;
     let mut g = before.as_ref().clone();
     if let Some(name) = patch.name {
         let name = validate_name(&name)?;
@@ -561,16 +576,15 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(delete, path = "/v1/gateways/{gateway_id}", tag = "gateways",
     params(("gateway_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
-              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
+              (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
+              (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
-    if state.gateway_of(&who.org_id, call.id()).is_none() {
-        return Err(ApiError::NotFound("gateway"));
-    }
+    found(call, &who.org_id)?;
     super::mfa::require(call).await?;
     let _guard = state.lock_writes(&who.org_id).await?;
-    let g = state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
+    let g = found(call, &who.org_id)?;
     state.delete_gateway(&g.id).await?;
     // The access key dies with its gateway.
     state.delete_key(&g.access_key_id).await?;

@@ -4,7 +4,7 @@
 use super::authority::Rights;
 use super::{iso, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
-use crate::data::model::ApiKey;
+use crate::data::model::{ApiKey, SCHEMA_VERSION};
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
 use chrono::{DateTime, Utc};
@@ -113,6 +113,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     super::quotas::check(state, &who.org_id, super::quotas::Quota::ApiKeys)?;
     let plaintext = secrets::new_api_key();
     let key = ApiKey {
+        schema_version: SCHEMA_VERSION,
         id: secrets::new_id("key"),
         org_id: who.org_id.clone(),
         user_id: who.user_id.clone(),
@@ -199,6 +200,7 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
     let _guard = state.lock_writes(&old.org_id).await?;
     let plaintext = secrets::new_api_key();
     let new = ApiKey {
+        schema_version: SCHEMA_VERSION,
         id: secrets::new_id("key"),
         hash: secrets::hash_key(&plaintext),
         created_at: now,

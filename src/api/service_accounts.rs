@@ -3,7 +3,7 @@
 
 use super::{iso, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
-use crate::data::model::{ApiKey, ServiceAccount};
+use crate::data::model::{ApiKey, ServiceAccount, SCHEMA_VERSION};
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
 use chrono::{Duration, Utc};
@@ -140,6 +140,7 @@ pub async fn create_key(call: &Call<'_>) -> ApiResult {
     let plaintext = secrets::new_api_key();
     let key = state
         .save_key(ApiKey {
+            schema_version: SCHEMA_VERSION,
             id: secrets::new_id("key"),
             org_id: a.org_id.clone(),
             user_id: a.created_by.clone(),

@@ -1,12 +1,92 @@
 //! The records toolgate keeps, as stored (JSON in the store) and cached in memory.
 //! API views are built from these in `api`; secrets (key hashes, app credentials) never leave
 //! through a view.
+//!
+//! The records that hold guard settings (a gateway with its configuration and rules, an API
+//! key) carry a schema version and take no member they do not know: during a rolling upgrade an
+//! instance that meets a record written by a newer toolgate ([`read_versioned`]) must not serve
+//! it as if the newer setting were absent, nor write it back without it (docs/operations.md,
+//! "Rolling upgrades").
 
 use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub type Timestamp = DateTime<Utc>;
+
+/// The schema version of the versioned records this build writes, and the newest it reads. A
+/// record stored before versions existed has none and reads as this one (1). A change that
+/// adds a guard setting bumps it (docs/operations.md says how).
+pub const SCHEMA_VERSION: u32 = 1;
+
+fn current_schema() -> u32 {
+    SCHEMA_VERSION
+}
+
+/// A stored record this build cannot read as it was meant: written by a newer toolgate (a
+/// higher `schema_version`, or at this one a member or value this build does not know: a newer
+/// build that forgot to bump it is treated the same). It is neither served nor written back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewerRecord {
+    pub id: String,
+    pub org_id: String,
+    /// The version it says it is (this build's when it says none).
+    pub schema_version: u32,
+    /// What this build does not know of it.
+    pub reason: String,
+}
+
+impl NewerRecord {
+    /// The refusal's sentence, for `what` (`gateway`, `key`).
+    pub fn refusal(&self, what: &str) -> String {
+        format!(
+            "{what} {} was written by a newer toolgate ({}); this instance reads schema version {SCHEMA_VERSION} \
+             and neither serves nor changes it: retry on an upgraded instance",
+            self.id, self.reason
+        )
+    }
+}
+
+/// A versioned record as read: understood, or newer than this build.
+#[derive(Debug)]
+pub enum Versioned<T> {
+    Known(T),
+    Newer(NewerRecord),
+}
+
+/// Reads a versioned record (`T` takes no unknown member). `Err` only for a body that is not
+/// such a record at all (corrupt).
+pub fn read_versioned<T: DeserializeOwned>(body: &str) -> Result<Versioned<T>, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        id: String,
+        #[serde(default)]
+        org_id: String,
+        #[serde(default = "current_schema")]
+        schema_version: u32,
+    }
+    let probe: Probe = serde_json::from_str(body)?;
+    let newer = |reason: String| {
+        let Probe { id, org_id, schema_version } = probe;
+        Versioned::Newer(NewerRecord { id, org_id, schema_version, reason })
+    };
+    if probe.schema_version > SCHEMA_VERSION {
+        return Ok(newer(format!("schema version {}", probe.schema_version)));
+    }
+    match serde_json::from_str::<T>(body) {
+        Ok(record) => Ok(Versioned::Known(record)),
+        Err(e) if unknown_to_this_build(&e) => Ok(newer(e.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
+/// serde's words for a member, a variant or a form of a value this build does not have.
+fn unknown_to_this_build(e: &serde_json::Error) -> bool {
+    let m = e.to_string();
+    m.starts_with("unknown field") || m.starts_with("unknown variant") || m.contains("did not match any variant")
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Organization {
@@ -219,8 +299,14 @@ pub struct User {
     pub declared: bool,
 }
 
+/// Versioned ([`read_versioned`]): it holds guard settings (scopes, a gateway, the IP
+/// allowlist's bypass).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ApiKey {
+    /// [`SCHEMA_VERSION`] when written by this build.
+    #[serde(default = "current_schema")]
+    pub schema_version: u32,
     pub id: String,
     pub org_id: String,
     pub user_id: String,
@@ -284,7 +370,9 @@ impl AllowedTools {
     }
 }
 
+/// Part of the versioned gateway record: no member it does not know.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct GatewayConfiguration {
     /// Requests per minute to this gateway, all callers together.
     pub rate_limit: u32,
@@ -432,8 +520,13 @@ impl Default for GatewayConfiguration {
     }
 }
 
+/// Versioned ([`read_versioned`]): its configuration and rules are guards.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Gateway {
+    /// [`SCHEMA_VERSION`] when written by this build.
+    #[serde(default = "current_schema")]
+    pub schema_version: u32,
     pub id: String,
     pub org_id: String,
     pub name: String,
@@ -479,6 +572,7 @@ impl Gateway {
     pub fn for_tests(id: &str, org_id: &str) -> Gateway {
         let now = chrono::Utc::now();
         Gateway {
+            schema_version: SCHEMA_VERSION,
             id: id.into(),
             org_id: org_id.into(),
             name: "test".into(),
@@ -592,4 +686,50 @@ pub struct OAuthGrant {
     /// taken there and nowhere else (not by the management API).
     #[serde(default)]
     pub resource: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gateway_json(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v = serde_json::to_value(Gateway::for_tests("gw_1", "org_1")).unwrap();
+        edit(&mut v);
+        v.to_string()
+    }
+
+    fn newer(body: &str) -> NewerRecord {
+        match read_versioned::<Gateway>(body).unwrap() {
+            Versioned::Newer(n) => n,
+            Versioned::Known(g) => panic!("read as known: {g:?}"),
+        }
+    }
+
+    #[test]
+    fn a_record_is_known_up_to_this_version_and_newer_past_it_or_with_what_this_build_lacks() {
+        let ok = |body: &str| matches!(read_versioned::<Gateway>(body), Ok(Versioned::Known(_)));
+        assert!(ok(&gateway_json(|_| {})), "this build's own");
+        let unversioned = gateway_json(|v| drop(v.as_object_mut().unwrap().remove("schema_version")));
+        match read_versioned::<Gateway>(&unversioned).unwrap() {
+            Versioned::Known(g) => assert_eq!(g.schema_version, SCHEMA_VERSION, "read as today"),
+            Versioned::Newer(n) => panic!("{n:?}"),
+        }
+        let n = newer(&gateway_json(|v| v["schema_version"] = 2.into()));
+        assert_eq!((n.id.as_str(), n.org_id.as_str(), n.schema_version), ("gw_1", "org_1", 2));
+        assert_eq!(n.reason, "schema version 2");
+        assert!(n.refusal("gateway").starts_with("gateway gw_1 was written by a newer toolgate (schema version 2)"));
+        // At this version, a member or a value this build does not know: a newer build that
+        // did not bump the version.
+        let n = newer(&gateway_json(|v| v["configuration"]["new_guard"] = true.into()));
+        assert!(n.reason.contains("unknown field `new_guard`"), "{}", n.reason);
+        assert!(newer(&gateway_json(|v| v["rate_guard"] = 1.into())).reason.contains("`rate_guard`"));
+        assert!(newer(&gateway_json(|v| v["configuration"]["tool_policy"] = "strict".into()))
+            .reason
+            .contains("variant"));
+        let rules = serde_json::json!([{"name": "r", "effect": "quarantine", "when": "true"}]);
+        assert!(newer(&gateway_json(|v| v["rules"] = rules)).reason.contains("variant"));
+        // Not a record at all: corrupt, as before.
+        assert!(read_versioned::<Gateway>("[1, 2]").is_err());
+        assert!(read_versioned::<Gateway>(&gateway_json(|v| v["servers"] = 7.into())).is_err());
+    }
 }

@@ -135,6 +135,10 @@ impl From<Rejection> for ApiError {
 
 impl From<crate::data::store::StoreError> for ApiError {
     fn from(e: crate::data::store::StoreError) -> Self {
+        if let crate::data::store::StoreError::Newer { .. } = e {
+            // Another instance (upgraded) serves and changes it: retry there.
+            return ApiError::Unavailable(format!("{e}: retry on an upgraded instance"));
+        }
         tracing::error!(error = %e, "store error");
         ApiError::Unavailable("storage is unavailable, try again".into())
     }

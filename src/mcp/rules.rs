@@ -29,7 +29,6 @@ use cel::{Context, ExecutionError, FunctionContext, Program, Value};
 use input::{read_args, Args, Size};
 use memo::{Memo, MemoProbe, Outcome};
 use serde_json::value::RawValue;
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
@@ -45,6 +44,9 @@ pub const MAX_WHEN_CHARS: usize = 2048;
 /// A rule set whose worst case is at most this many steps runs where the call is: a few
 /// microseconds (BENCHMARKS.md, "Rules"), less than the hop to the blocking pool and back.
 const INLINE_STEPS: f64 = 2_000.0;
+/// A list decided where it is: at most this many steps for all its tools together (about a
+/// millisecond, what reading a large request costs anyway).
+const LIST_INLINE_STEPS: f64 = 100_000.0;
 
 /// Why a gateway's rules cannot be saved; `field` names the member at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -148,15 +150,17 @@ pub fn compile(rules: &[Rule], compiled_from: Timestamp, limits: &RulesConfig) -
         let unbounded = |why| RuleError::Unbounded { index, name: r.name.clone(), why };
         let bound = cost::estimate(program.expression(), inputs).map_err(unbounded)?;
         steps += bound.steps;
-        // Not `steps > budget`: a NaN bound must count as over it.
-        if !matches!(steps.partial_cmp(&budget), Some(Ordering::Less | Ordering::Equal)) {
+        if steps.is_nan() || steps > budget {
             let alone = bound.steps <= budget;
             let worst = if alone { steps } else { bound.steps };
             let (name, steps) = (r.name.clone(), worst.ceil() as u64);
             return Err(RuleError::TooCostly { index, name, steps, budget: limits.max_cost, together: alone });
         }
-        let sized = cost::estimate(program.expression(), cost::Inputs::UNBOUNDED)
-            .map_or(true, |u| !matches!(u.steps.partial_cmp(&bound.steps), Some(Ordering::Less | Ordering::Equal)));
+        // Its cost grows with the call when the bound without the sizes is not the same.
+        let sized = match cost::estimate(program.expression(), cost::Inputs::UNBOUNDED) {
+            Ok(u) => u.steps.is_nan() || u.steps > bound.steps,
+            Err(_) => true,
+        };
         patterns.extend(bound.patterns);
         let reads_args = program.references().has_variable("args");
         compiled.push(Compiled { name: Arc::from(r.name.as_str()), effect: r.effect, program, reads_args, sized });
@@ -355,7 +359,7 @@ impl RuleSet {
 
     /// Whether a list of `tools` tools is decided where it is (each tool is one evaluation).
     pub fn lists_inline(&self, tools: usize) -> bool {
-        self.steps * tools as f64 <= INLINE_STEPS
+        self.inline() && self.steps * tools as f64 <= LIST_INLINE_STEPS
     }
 
     /// Whether the set is compiled from this record under these bounds.
@@ -425,7 +429,8 @@ impl RuleSet {
             Err(SlotError::Busy) => return Err(Refused::Busy),
             Err(SlotError::Lost) => {
                 let why = Cause::Failed("its evaluation did not finish".into());
-                return answer(Some((self.rules[0].name.clone(), why)), t, &p.key_id);
+                let rule = self.rules.first().map_or_else(|| Arc::from("rules"), |r| r.name.clone());
+                return answer(Some((rule, why)), t, &p.key_id);
             }
         };
         if let Some((probe, hash)) = &memo {

@@ -172,7 +172,16 @@ async fn admit(
         return Ok(None);
     }
     let Some(gw) = mcp.state.gateway_of(&principal.org_id, gateway_id) else {
-        reply::api_error(ex, ApiError::NotFound("gateway")).await?;
+        // Written by a newer toolgate: served only by an instance that reads all of it, never
+        // here as if what this build does not know were absent (503: retry elsewhere).
+        let e = match mcp.state.newer_gateway_of(&principal.org_id, gateway_id) {
+            Some(newer) => {
+                crate::observe::metrics::newer_record_refused("gateway");
+                ApiError::Unavailable(newer.refusal("gateway"))
+            }
+            None => ApiError::NotFound("gateway"),
+        };
+        reply::api_error(ex, e).await?;
         return Ok(None);
     };
     Ok(Some((gw, principal)))

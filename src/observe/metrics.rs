@@ -206,6 +206,22 @@ pub fn rule_refused(reason: &'static str) {
     .inc();
 }
 
+/// A request refused because the record it names was written by a newer toolgate (`kind`
+/// `gateway`): during a rolling upgrade, the requests an older instance turned away.
+pub fn newer_record_refused(kind: &'static str) {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_newer_record_refusals_total",
+            "Requests refused because the record they name was written by a newer toolgate, by kind",
+            &["kind"]
+        )
+        .expect("metric registers once")
+    })
+    .with_label_values(&[kind])
+    .inc();
+}
+
 /// A request toolgate made of an app on a client's behalf (app ids come from the
 /// configuration: no cap).
 pub fn mcp_client_operation(method: &str, tool: Option<&str>, error: ErrorType, app: &str, elapsed: Duration) {

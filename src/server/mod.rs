@@ -165,6 +165,20 @@ impl Server {
         );
         let weak = Arc::downgrade(self);
         crate::observe::metrics::gauge_vec_at_scrape(
+            "toolgate_newer_records",
+            "Gateways and API keys written by a newer toolgate, which this instance neither serves nor writes",
+            "kind",
+            move || {
+                let Some(s) = weak.upgrade() else { return Vec::new() };
+                s.state
+                    .newer_records()
+                    .into_iter()
+                    .map(|(k, n)| (k.to_string(), i64::try_from(n).unwrap_or(i64::MAX)))
+                    .collect()
+            },
+        );
+        let weak = Arc::downgrade(self);
+        crate::observe::metrics::gauge_vec_at_scrape(
             "toolgate_app_up",
             "1 when an app's latest exchange went through, 0 when it could not be reached, started or understood",
             "app",

@@ -73,9 +73,6 @@ const READ_AT_START: &[(&str, &str)] = &[
     ("rate_limits", "sync_ms"),
     ("alerts", "limit_warning_percent"),
     ("mcp", "max_stdio_processes"),
-    // The rules' per-organisation slots are made at start; a bound saved rules were checked
-    // against must not move under them.
-    ("mcp", "rules"),
     ("web", "path"),
 ];
 
@@ -177,6 +174,9 @@ impl ConfigSource {
             tracing::warn!(error = e, "the new observability.log_level could not be applied; the log keeps its filter");
         }
         parts.mcp.sessions.set_limits(crate::mcp::sessions::SessionLimits::of(&config.mcp));
+        // The rules' bounds are read at each compilation (a compiled set under others is
+        // compiled again at its next call); their slots take the new size.
+        parts.mcp.rule_slots.set_per_org(config.mcp.rules.concurrency_per_organization);
         if changed.iter().any(|s| s == "web") {
             parts.signin.client_documents.forget();
         }

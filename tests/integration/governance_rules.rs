@@ -58,7 +58,7 @@ fn rpc(srv: &TestServer, gw: &str, cred: &str, session: Option<&str>, body: Valu
     (status, body, tag)
 }
 
-fn initialize(srv: &TestServer, gw: &str, cred: &str) -> String {
+pub(crate) fn initialize(srv: &TestServer, gw: &str, cred: &str) -> String {
     let params =
         json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "rules", "version": "1"}});
     let (status, body, session) =
@@ -77,7 +77,7 @@ fn listed(srv: &TestServer, gw: &str, cred: &str, session: &str) -> Vec<String> 
 }
 
 /// A `tools/call`: (its JSON-RPC body, the request id).
-fn call(srv: &TestServer, gw: &str, cred: &str, session: &str, tool: &str, args: Value) -> (Value, String) {
+pub(crate) fn call(srv: &TestServer, gw: &str, cred: &str, session: &str, tool: &str, args: Value) -> (Value, String) {
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": args}});
     let (name, value) = credential(cred);
     let r = srv
@@ -105,7 +105,7 @@ fn denied_by(answer: &Value) -> Option<String> {
     Some(rule)
 }
 
-fn gateway(srv: &TestServer, owner: &str, body: Value) -> (String, String) {
+pub(crate) fn gateway(srv: &TestServer, owner: &str, body: Value) -> (String, String) {
     let g = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(body)), 201);
     (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
 }

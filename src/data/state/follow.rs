@@ -14,7 +14,7 @@
 //! putting in place of copies read, hold the state's `copies` lock, so no write falls between
 //! the note and the putting in place.
 
-use super::{decode, State};
+use super::{decode, decode_versioned, State};
 use crate::base::fast_map::FastMap;
 use crate::data::changes::Change;
 use crate::data::model::*;
@@ -96,29 +96,45 @@ impl WrittenMeanwhile {
     }
 }
 
-/// A family of records kept in a map by id.
-trait Record: DeserializeOwned {
-    const KIND: Kind;
+/// A record kept in a map by id, within an organisation.
+trait Held {
     fn id(&self) -> &str;
     fn org_id(&self) -> &str;
+}
+
+/// A family of records kept in a map by id.
+trait Record: DeserializeOwned + Held {
+    const KIND: Kind;
     fn named(id: &str) -> Named;
 }
 
 macro_rules! record {
     ($t:ty, $kind:expr, $named:ident, $org:ident) => {
-        impl Record for $t {
-            const KIND: Kind = $kind;
+        impl Held for $t {
             fn id(&self) -> &str {
                 &self.id
             }
             fn org_id(&self) -> &str {
                 &self.$org
             }
+        }
+        impl Record for $t {
+            const KIND: Kind = $kind;
             fn named(id: &str) -> Named {
                 Named::$named(id.to_string())
             }
         }
     };
+}
+
+/// A gateway or a key written by a newer toolgate, held apart (named as the record it is).
+impl Held for NewerRecord {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn org_id(&self) -> &str {
+        &self.org_id
+    }
 }
 
 record!(Organization, Kind::Organization, Organization, id);
@@ -155,16 +171,29 @@ struct Diff<T> {
 impl<T: Record> Diff<T> {
     /// Leaves out the records written here meanwhile, either way.
     fn of(held: &FastMap<String, Arc<T>>, rows: Vec<T>, scope: Scope<'_>, meanwhile: &WrittenMeanwhile) -> Diff<T> {
+        Diff::named(held, rows, scope, meanwhile, T::named)
+    }
+}
+
+impl<T: Held> Diff<T> {
+    /// [`Diff::of`] for records named by `named`.
+    fn named(
+        held: &FastMap<String, Arc<T>>,
+        rows: Vec<T>,
+        scope: Scope<'_>,
+        meanwhile: &WrittenMeanwhile,
+        named: fn(&str) -> Named,
+    ) -> Diff<T> {
         let ids: HashSet<&str> = rows.iter().map(|r| r.id()).collect();
         let gone = held
             .iter()
             .filter(|r| {
-                scope.covers(r.org_id()) && !ids.contains(r.key().as_str()) && !meanwhile.has(|| T::named(r.key()))
+                scope.covers(r.org_id()) && !ids.contains(r.key().as_str()) && !meanwhile.has(|| named(r.key()))
             })
             .map(|r| r.key().clone())
             .collect();
         drop(ids);
-        let put = rows.into_iter().filter(|r| !meanwhile.has(|| T::named(r.id()))).collect();
+        let put = rows.into_iter().filter(|r| !meanwhile.has(|| named(r.id()))).collect();
         Diff { put, gone }
     }
 }
@@ -178,6 +207,9 @@ struct Snapshot {
     keys: Vec<ApiKey>,
     accounts: Vec<ServiceAccount>,
     gateways: Vec<Gateway>,
+    /// Keys and gateways written by a newer toolgate.
+    newer_keys: Vec<NewerRecord>,
+    newer_gateways: Vec<NewerRecord>,
     connections: Option<Vec<Connection>>,
     webhooks: Option<Vec<Webhook>>,
     grants: Option<Vec<OAuthGrant>>,
@@ -190,12 +222,16 @@ impl State {
     pub async fn reload(&self) -> Result<(), StoreError> {
         let meanwhile = loop {
             let mut since = self.changes.subscribe();
+            let (keys, newer_keys) = self.versioned_rows(Kind::ApiKey, Scope::All).await?;
+            let (gateways, newer_gateways) = self.versioned_rows(Kind::Gateway, Scope::All).await?;
             let snapshot = Snapshot {
                 orgs: self.rows(Kind::Organization, Scope::All).await?,
                 users: self.rows(Kind::User, Scope::All).await?,
-                keys: self.rows(Kind::ApiKey, Scope::All).await?,
+                keys,
                 accounts: self.rows(Kind::ServiceAccount, Scope::All).await?,
-                gateways: self.rows(Kind::Gateway, Scope::All).await?,
+                gateways,
+                newer_keys,
+                newer_gateways,
                 connections: Some(self.rows(Kind::Connection, Scope::All).await?),
                 webhooks: Some(self.rows(Kind::Webhook, Scope::All).await?),
                 grants: Some(self.rows(Kind::OAuthGrant, Scope::All).await?),
@@ -224,12 +260,16 @@ impl State {
         let scope = Scope::Organization(org_id);
         let meanwhile = loop {
             let mut since = self.changes.subscribe();
+            let (keys, newer_keys) = self.versioned_rows(Kind::ApiKey, scope).await?;
+            let (gateways, newer_gateways) = self.versioned_rows(Kind::Gateway, scope).await?;
             let snapshot = Snapshot {
                 orgs: self.read::<Organization>(Kind::Organization, org_id).await?.into_iter().collect(),
                 users: self.rows(Kind::User, scope).await?,
-                keys: self.rows(Kind::ApiKey, scope).await?,
+                keys,
                 accounts: self.rows(Kind::ServiceAccount, scope).await?,
-                gateways: self.rows(Kind::Gateway, scope).await?,
+                gateways,
+                newer_keys,
+                newer_gateways,
                 ..Snapshot::default()
             };
             if let Some(meanwhile) = self.put_in_place(snapshot, scope, &mut since) {
@@ -257,11 +297,32 @@ impl State {
 
     /// Every record of `kind` within `scope`, decoded.
     async fn rows<T: DeserializeOwned>(&self, kind: Kind, scope: Scope<'_>) -> Result<Vec<T>, StoreError> {
-        let rows = match scope {
-            Scope::All => self.store.load_all(kind).await?,
-            Scope::Organization(org_id) => self.store.load_partition(kind, org_id).await?,
-        };
+        let rows = self.bodies(kind, scope).await?;
         rows.iter().map(|(id, body)| decode(kind, id, body)).collect()
+    }
+
+    /// Every versioned record of `kind` within `scope`: those this build reads, and those
+    /// written by a newer toolgate.
+    async fn versioned_rows<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        scope: Scope<'_>,
+    ) -> Result<(Vec<T>, Vec<NewerRecord>), StoreError> {
+        let (mut known, mut newer) = (Vec::new(), Vec::new());
+        for (id, body) in self.bodies(kind, scope).await? {
+            match decode_versioned(kind, &id, &body)? {
+                Versioned::Known(r) => known.push(r),
+                Versioned::Newer(n) => newer.push(n),
+            }
+        }
+        Ok((known, newer))
+    }
+
+    async fn bodies(&self, kind: Kind, scope: Scope<'_>) -> Result<Vec<(String, String)>, StoreError> {
+        match scope {
+            Scope::All => self.store.load_all(kind).await,
+            Scope::Organization(org_id) => self.store.load_partition(kind, org_id).await,
+        }
     }
 
     /// Puts `snapshot` in place, but for the records this instance wrote since `since` was
@@ -307,6 +368,13 @@ impl State {
             self.install_key(key);
         }
         replace(&self.gateways, Diff::of(&self.gateways, snapshot.gateways, scope, &meanwhile));
+        let keys = Diff::named(&self.newer_keys, snapshot.newer_keys, scope, &meanwhile, |id| Named::Key(id.into()));
+        self.replace_newer(Kind::ApiKey, keys);
+        let gateways = |id: &str| Named::Gateway(id.into());
+        self.replace_newer(
+            Kind::Gateway,
+            Diff::named(&self.newer_gateways, snapshot.newer_gateways, scope, &meanwhile, gateways),
+        );
         if let Some(rows) = snapshot.webhooks {
             replace(&self.webhooks, Diff::of(&self.webhooks, rows, scope, &meanwhile));
         }
@@ -385,6 +453,12 @@ impl State {
         fn parse<T: Record>(stored: Option<Stored>) -> Result<Option<T>, StoreError> {
             stored.map(|s| decode(T::KIND, &s.id, &s.body)).transpose()
         }
+        fn versioned<T: DeserializeOwned>(
+            kind: Kind,
+            stored: Option<Stored>,
+        ) -> Result<Option<Versioned<T>>, StoreError> {
+            stored.map(|s| decode_versioned(kind, &s.id, &s.body)).transpose()
+        }
         fn follow<T: Record>(
             map: &FastMap<String, Arc<T>>,
             id: &str,
@@ -412,11 +486,17 @@ impl State {
                     self.principals.clear();
                 }
             },
-            Named::Key(id) => match parse::<ApiKey>(stored)? {
-                Some(key) => {
+            Named::Key(id) => match versioned::<ApiKey>(Kind::ApiKey, stored)? {
+                Some(Versioned::Known(key)) => {
+                    self.newer_keys.remove(id);
                     self.install_key(key);
                 }
+                Some(Versioned::Newer(n)) => {
+                    self.uninstall_key(id);
+                    self.hold_newer(Kind::ApiKey, n);
+                }
                 None => {
+                    self.newer_keys.remove(id);
                     self.uninstall_key(id);
                 }
             },
@@ -429,7 +509,20 @@ impl State {
                     self.principals.clear();
                 }
             },
-            Named::Gateway(id) => follow(&self.gateways, id, stored)?,
+            Named::Gateway(id) => match versioned::<Gateway>(Kind::Gateway, stored)? {
+                Some(Versioned::Known(gw)) => {
+                    self.newer_gateways.remove(id);
+                    self.gateways.insert(id.clone(), Arc::new(gw));
+                }
+                Some(Versioned::Newer(n)) => {
+                    self.gateways.remove(id);
+                    self.hold_newer(Kind::Gateway, n);
+                }
+                None => {
+                    self.newer_gateways.remove(id);
+                    self.gateways.remove(id);
+                }
+            },
             Named::Webhook(id) => follow(&self.webhooks, id, stored)?,
             Named::Grant(id) => follow(&self.grants, id, stored)?,
             Named::Connection(org_id, app_id) => {
@@ -444,6 +537,23 @@ impl State {
     }
 }
 
+impl State {
+    /// Puts a diff of records written by a newer toolgate in place, telling of those newly met.
+    fn replace_newer(&self, kind: Kind, diff: Diff<NewerRecord>) {
+        let map = self.newer_of(kind);
+        for id in diff.gone {
+            map.remove(&id);
+        }
+        for n in diff.put {
+            if map.contains_key(&n.id) {
+                map.insert(n.id.clone(), Arc::new(n));
+            } else {
+                self.hold_newer(kind, n);
+            }
+        }
+    }
+}
+
 /// A record's body as the store holds it, with its id in the store (for a connection, not the
 /// app id it is named by).
 struct Stored {
@@ -452,7 +562,7 @@ struct Stored {
 }
 
 /// Puts a family's diff in place in a map that has nothing beside it to keep in step.
-fn replace<T: Record>(map: &FastMap<String, Arc<T>>, diff: Diff<T>) {
+fn replace<T: Held>(map: &FastMap<String, Arc<T>>, diff: Diff<T>) {
     for id in diff.gone {
         map.remove(&id);
     }
@@ -685,5 +795,47 @@ mod tests {
         state.reload().await.unwrap();
         assert_eq!(name_held(&state, "gw_gone"), None);
         assert_eq!(name_held(&state, "gw_other").as_deref(), Some("theirs"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_gateway_another_instance_wrote_newer_is_held_apart_and_never_written_back() {
+        use std::collections::HashMap;
+        let dir = tempfile::tempdir().unwrap();
+        let (state, store) = state_on_held_reads(dir.path()).await;
+        state.save_gateway(gateway("gw_1", "mine")).await.unwrap();
+        state.save_gateway(gateway("gw_2", "two")).await.unwrap();
+        // A newer instance rewrites gw_1 (its change heard) and gw_2 (found by a reload).
+        let newer = |id: &str| {
+            let mut v = serde_json::to_value(gateway(id, "theirs")).unwrap();
+            v["schema_version"] = 2.into();
+            v.to_string()
+        };
+        let bodies: HashMap<&str, String> = [("gw_1", newer("gw_1")), ("gw_2", newer("gw_2"))].into();
+        store.inner.put(Kind::Gateway, "org_1", "gw_1", bodies["gw_1"].clone()).await.unwrap();
+        let change = Change::GatewaySaved { org_id: "org_1".into(), gateway_id: "gw_1".into(), created: false };
+        state.apply_peer_change(&change).await.unwrap();
+        store.inner.put(Kind::Gateway, "org_1", "gw_2", bodies["gw_2"].clone()).await.unwrap();
+        state.reload().await.unwrap();
+        for id in ["gw_1", "gw_2"] {
+            assert_eq!(name_held(&state, id), None, "not served");
+            assert!(state.gateway_exists(id), "it exists: its sessions stay");
+            let held = state.newer_gateway_of("org_1", id).expect("held apart");
+            assert_eq!((held.schema_version, held.reason.as_str()), (2, "schema version 2"));
+            assert!(state.newer_gateway_of("org_2", id).is_none(), "another organisation's is not found");
+            // Neither written nor deleted from here.
+            let e = state.save_gateway(gateway(id, "mine again")).await.unwrap_err();
+            assert!(matches!(&e, StoreError::Newer { kind: "gateway", .. }), "{e}");
+            assert!(matches!(state.delete_gateway(id).await, Err(StoreError::Newer { .. })));
+            assert_eq!(store.inner.get(Kind::Gateway, id).await.unwrap().as_ref(), Some(&bodies[id]));
+        }
+        assert_eq!(state.newer_records()[0], ("gateway", 2));
+        // Written again at this version (a downgrade of the record, or this instance upgraded):
+        // served again.
+        let current = serde_json::to_string(&gateway("gw_1", "back")).unwrap();
+        store.inner.put(Kind::Gateway, "org_1", "gw_1", current).await.unwrap();
+        state.apply_peer_change(&change).await.unwrap();
+        assert_eq!(name_held(&state, "gw_1").as_deref(), Some("back"));
+        assert!(state.newer_gateway_of("org_1", "gw_1").is_none());
+        assert_eq!(state.newer_records()[0], ("gateway", 1));
     }
 }

@@ -53,6 +53,11 @@ pub struct State {
     /// SHA-256 hex of a key -> key id.
     key_by_hash: FastMap<[u8; 32], Arc<ApiKey>>,
     gateways: FastMap<String, Arc<Gateway>>,
+    /// Gateways and keys written by a newer toolgate (`model::read_versioned`), by id: never
+    /// served, used nor written back by this instance; a request that names one is refused
+    /// saying so, and a write is refused here ([`StoreError::Newer`]).
+    newer_gateways: FastMap<String, Arc<NewerRecord>>,
+    newer_keys: FastMap<String, Arc<NewerRecord>>,
     /// (org id, app id) -> connection.
     connections: FastMap<(String, String), Arc<Connection>>,
     /// Resolved callers by key id; cleared whenever a key, user or organisation changes.
@@ -101,6 +106,20 @@ fn decode<T: DeserializeOwned>(kind: Kind, id: &str, body: &str) -> Result<T, St
         kind: kind.as_str(),
         id: id.to_string(),
         reason: e.to_string(),
+    })
+}
+
+/// A versioned record (a gateway, a key) as this build reads it, or found newer; named by its
+/// id in the store.
+fn decode_versioned<T: DeserializeOwned>(kind: Kind, id: &str, body: &str) -> Result<Versioned<T>, StoreError> {
+    let read = read_versioned(body).map_err(|e| StoreError::Corrupt {
+        kind: kind.as_str(),
+        id: id.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(match read {
+        Versioned::Newer(n) => Versioned::Newer(NewerRecord { id: id.to_string(), ..n }),
+        known => known,
     })
 }
 
@@ -156,6 +175,8 @@ impl State {
             keys_by_org: FastMap::default(),
             key_by_hash: FastMap::default(),
             gateways: FastMap::default(),
+            newer_gateways: FastMap::default(),
+            newer_keys: FastMap::default(),
             connections: FastMap::default(),
             principals: FastMap::default(),
             ip_policies: FastMap::default(),
@@ -197,13 +218,20 @@ impl State {
             self.users.insert(id.clone(), Arc::new(decode(Kind::User, &id, &body)?));
         }
         for (id, body) in self.store.load_all(Kind::ApiKey).await? {
-            let key: ApiKey = decode(Kind::ApiKey, &id, &body)?;
-            let key = Arc::new(key);
-            self.index_key(&key);
-            self.keys.insert(id, key);
+            match decode_versioned::<ApiKey>(Kind::ApiKey, &id, &body)? {
+                Versioned::Known(key) => {
+                    let key = Arc::new(key);
+                    self.index_key(&key);
+                    self.keys.insert(id, key);
+                }
+                Versioned::Newer(n) => self.hold_newer(Kind::ApiKey, n),
+            }
         }
         for (id, body) in self.store.load_all(Kind::Gateway).await? {
-            self.gateways.insert(id.clone(), Arc::new(decode(Kind::Gateway, &id, &body)?));
+            match decode_versioned::<Gateway>(Kind::Gateway, &id, &body)? {
+                Versioned::Known(gw) => drop(self.gateways.insert(id, Arc::new(gw))),
+                Versioned::Newer(n) => self.hold_newer(Kind::Gateway, n),
+            }
         }
         for (id, body) in self.store.load_all(Kind::Connection).await? {
             let c: Connection = decode(Kind::Connection, &id, &body)?;
@@ -260,10 +288,20 @@ impl State {
             self.save_user(user).await?;
         }
         for k in &config.api_keys {
+            if self.newer_keys.contains_key(&k.id) {
+                // Its declaration is applied by the instances that read it (and by this one once
+                // upgraded): writing this build's copy would drop what it does not know.
+                tracing::warn!(
+                    key = k.id,
+                    "a declared key was written by a newer toolgate: its declaration is left to it"
+                );
+                continue;
+            }
             let org_id =
                 config.users.iter().find(|u| u.id == k.user).map(|u| u.organization.clone()).unwrap_or_default();
             let prev = self.keys.get(&k.id).map(|r| r.value().clone());
             let key = ApiKey {
+                schema_version: SCHEMA_VERSION,
                 id: k.id.clone(),
                 org_id,
                 user_id: k.user.clone(),
@@ -327,6 +365,7 @@ impl State {
         }
         let saved = self
             .save_key(ApiKey {
+                schema_version: SCHEMA_VERSION,
                 id: secrets::new_id("key"),
                 org_id: BOOTSTRAP_ORG.into(),
                 user_id: BOOTSTRAP_USER.into(),
@@ -396,7 +435,9 @@ impl State {
         Ok(())
     }
 
-    pub async fn save_key(&self, key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
+    pub async fn save_key(&self, mut key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
+        self.refuse_newer(Kind::ApiKey, &key.id)?;
+        key.schema_version = SCHEMA_VERSION;
         self.store.put_record(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
         let _copies = self.copies();
         let key = self.install_key(key);
@@ -474,6 +515,7 @@ impl State {
     }
 
     pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
+        self.refuse_newer(Kind::ApiKey, id)?;
         self.store.delete(Kind::ApiKey, id).await?;
         let _copies = self.copies();
         if let Some(k) = self.uninstall_key(id) {
@@ -482,7 +524,9 @@ impl State {
         Ok(())
     }
 
-    pub async fn save_gateway(&self, gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
+    pub async fn save_gateway(&self, mut gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
+        self.refuse_newer(Kind::Gateway, &gw.id)?;
+        gw.schema_version = SCHEMA_VERSION;
         self.store.put_record(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
         let gw = Arc::new(gw);
         let _copies = self.copies();
@@ -494,6 +538,7 @@ impl State {
     /// Deletes a gateway, then its tool pins: the change names the gateway, so every instance
     /// drops its copy of them (a gateway made later starts with none).
     pub async fn delete_gateway(&self, id: &str) -> Result<(), StoreError> {
+        self.refuse_newer(Kind::Gateway, id)?;
         self.store.delete(Kind::Gateway, id).await?;
         let removed = {
             let _copies = self.copies();
@@ -805,8 +850,50 @@ impl State {
         self.gateways.get(id).map(|g| g.value().clone())
     }
 
+    /// Whether the gateway exists, served here or not (written by a newer toolgate): its
+    /// sessions are not this instance's to end.
     pub fn gateway_exists(&self, id: &str) -> bool {
-        self.gateways.contains_key(id)
+        self.gateways.contains_key(id) || self.newer_gateways.contains_key(id)
+    }
+
+    /// The gateway `id` of `org_id` when it was written by a newer toolgate (so it is neither
+    /// served nor changed here).
+    pub fn newer_gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<NewerRecord>> {
+        self.newer_gateways.get(id).map(|g| g.value().clone()).filter(|g| g.org_id == org_id)
+    }
+
+    /// How many gateways and keys written by a newer toolgate this instance holds apart.
+    pub fn newer_records(&self) -> [(&'static str, usize); 2] {
+        [("gateway", self.newer_gateways.len()), ("api_key", self.newer_keys.len())]
+    }
+
+    /// Holds a record written by a newer toolgate apart (never served, never written back).
+    pub(super) fn hold_newer(&self, kind: Kind, n: NewerRecord) {
+        tracing::warn!(
+            kind = kind.as_str(),
+            id = n.id,
+            reason = n.reason,
+            "a record was written by a newer toolgate: this instance neither serves nor writes it"
+        );
+        self.newer_of(kind).insert(n.id.clone(), Arc::new(n));
+    }
+
+    /// The records of `kind` (a gateway or a key) held apart as newer.
+    pub(super) fn newer_of(&self, kind: Kind) -> &FastMap<String, Arc<NewerRecord>> {
+        if kind == Kind::Gateway {
+            &self.newer_gateways
+        } else {
+            &self.newer_keys
+        }
+    }
+
+    /// A write of a record written by a newer toolgate is refused: it would drop what this build
+    /// does not know.
+    fn refuse_newer(&self, kind: Kind, id: &str) -> Result<(), StoreError> {
+        match self.newer_of(kind).get(id) {
+            None => Ok(()),
+            Some(n) => Err(StoreError::Newer { kind: kind.as_str(), id: id.to_string(), reason: n.reason.clone() }),
+        }
     }
 
     /// The gateways for which `keep` holds.

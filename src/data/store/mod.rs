@@ -44,6 +44,10 @@ pub enum StoreError {
     /// A lock ([`Store::lock`]) stayed held by another process.
     #[error("the lock {0} is held elsewhere")]
     Busy(String),
+    /// A write of a record written by a newer toolgate (`model::read_versioned`): refused, as
+    /// it would drop what this build does not know.
+    #[error("{kind} {id} was written by a newer toolgate ({reason}); this instance does not change it")]
+    Newer { kind: &'static str, id: String, reason: String },
 }
 
 /// The record families the store holds.
