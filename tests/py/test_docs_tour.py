@@ -48,7 +48,13 @@ def first_start_key(srv: ToolgateServer) -> str:
     return said.group(1)
 
 
-def test_the_readme_tour_runs_as_written(tmp_path):
+def paste(work: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "tour.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_readme_tour_runs_as_written_and_can_be_pasted_again(tmp_path):
     utc_date = lambda: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")  # noqa: E731
     dates = {utc_date()}
     text = README.read_text()
@@ -69,11 +75,25 @@ def test_the_readme_tour_runs_as_written(tmp_path):
         assert (venv_bin / "python3").exists(), f"no python3 in {venv_bin}: run tests/run.sh"
         env = {k: v for k, v in os.environ.items() if k not in ("TG", "KEY", "GW", "GW_KEY")}
         env.update(TG=srv.base_url, KEY=key, PATH=f"{venv_bin}:{env.get('PATH', '')}")
-        run = subprocess.run(
-            ["bash", "-euo", "pipefail", "tour.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=120
-        )
+        run = paste(work, env)
         assert run.returncode == 0, f"the tour failed ({run.returncode}):\n{run.stdout}\n{run.stderr}"
         lines = run.stdout.splitlines()
+        kept = (work / "gateway.json").read_bytes()
+        # Pasted again, the block reuses its gateway: same id and key, gateway.json untouched.
+        again = paste(work, env)
+        assert again.returncode == 0, f"the tour pasted twice failed:\n{again.stdout}\n{again.stderr}"
+        assert (work / "gateway.json").read_bytes() == kept, "a second paste overwrote gateway.json"
+        assert again.stdout.splitlines()[0] == lines[0] and len(again.stdout.splitlines()) == 3, again.stdout
+        # With gateway.json gone the name is taken: the answer is shown, nothing runs on an empty id,
+        # and no file is left that a next paste would mistake for a gateway.
+        (work / "gateway.json").rename(work / "gateway.kept.json")
+        taken = paste(work, env)
+        assert taken.returncode == 0, f"{taken.stdout}\n{taken.stderr}"
+        assert taken.stdout.startswith("no gateway was made; toolgate answered:\n"), taken.stdout
+        assert '"code":"CONFLICT"' in taken.stdout.replace(" ", ""), taken.stdout
+        assert "Traceback" not in taken.stdout + taken.stderr and "python sdk" not in taken.stdout, taken
+        assert not (work / "gateway.json").exists()
+        (work / "gateway.kept.json").rename(work / "gateway.json")
         # The TypeScript SDK's snippet, against the tour's gateway.
         created = json.loads((work / "gateway.json").read_text())
         node_dir = Path(os.environ.get("TOOLGATE_TEST_NODE_DIR", ROOT / "tests" / "node"))
