@@ -12,11 +12,11 @@ use serde_json::value::RawValue;
 use std::time::Duration;
 use toolgate::config::RulesConfig;
 use toolgate::data::model::{Rule, RuleEffect};
-use toolgate::mcp::rules::{self, Claims, RuleSet, Subject, ToolFacts};
+use toolgate::mcp::rules::{self, CallFacts, Claims, RuleSet, Subject};
 use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
 
 fn set(when: &str) -> RuleSet {
-    let rule = Rule { name: "support-reads".into(), effect: RuleEffect::Allow, when: when.into() };
+    let rule = Rule { name: "support-reads".into(), effect: RuleEffect::Allow, when: when.into(), methods: None };
     rules::compile(&[rule], chrono::Utc::now(), &RulesConfig::default()).expect("the rule compiles")
 }
 
@@ -35,7 +35,7 @@ fn principal() -> Principal {
     }
 }
 
-const TOOL: ToolFacts<'static> = ToolFacts { tool: "crm__get_ticket", app: "crm", function: "get_ticket" };
+const TOOL: CallFacts<'static> = CallFacts::tool("crm__get_ticket", "crm", "get_ticket");
 
 fn bench(c: &mut Criterion) {
     let p = principal();
@@ -108,7 +108,7 @@ fn bound(c: &mut Criterion, who: &Subject) {
     let mut g = c.benchmark_group("rules at their bound");
     g.sample_size(10).measurement_time(Duration::from_secs(3));
     for (name, when) in cases {
-        let rule = Rule { name: "r".into(), effect: RuleEffect::Deny, when: when.clone() };
+        let rule = Rule { name: "r".into(), effect: RuleEffect::Deny, when: when.clone(), methods: None };
         let s = match rules::compile(&[rule], chrono::Utc::now(), &RulesConfig::default()) {
             Ok(s) => s,
             Err(e) => panic!("{name}: {e}"),

@@ -30,9 +30,9 @@
 # Knobs for a quicker local loop: TOOLGATE_SKIP=schemathesis,pytest (comma list of cargo-test,
 # schemathesis, pytest, fuzz, lint) leaves steps out; TOOLGATE_FUZZ_SECONDS sets the fuzzing time
 # per target (default 20); the SCHEMATHESIS_* knobs of tests/py/schemathesis.sh change that run.
-# When any of them is set the summary says "NOT a full run" and names them. When CI is set
-# (CI machines set CI=true; .ci/run sets CI=1) they are all ignored: a CI run is always the
-# full run.
+# PYTEST_ADDOPTS and TOOLGATE_TEST_BINARY count as knobs too. When any of them is set the
+# summary says "NOT a full run" and names them. When CI is set (CI machines set CI=true;
+# .ci/run sets CI=1 whatever it inherits) they are all ignored: a CI run is always the full run.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,7 +68,9 @@ trap 'rc=$?; if [ $rc -ne 0 ] && [ "$FAILED" -eq 0 ]; then record "${CURRENT_STE
 
 # The knobs that shorten a run (see the header): ignored under CI, named in the summary otherwise.
 ci_run() { [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; }
-KNOBS="$(env | grep -E '^(TOOLGATE_SKIP|TOOLGATE_FUZZ_SECONDS|SCHEMATHESIS_[A-Z_]+)=.' | sort || true)"
+# PYTEST_ADDOPTS (-k, --deselect ...) and TOOLGATE_TEST_BINARY (another build under test) shorten
+# or change a run as much, and count as knobs too.
+KNOBS="$(env | grep -E '^(TOOLGATE_SKIP|TOOLGATE_FUZZ_SECONDS|SCHEMATHESIS_[A-Z_]+|PYTEST_ADDOPTS|TOOLGATE_TEST_BINARY)=.' | sort || true)"
 PARTIAL=
 if [ -n "$KNOBS" ]; then
     if ci_run; then

@@ -117,30 +117,39 @@ impl Trail {
 }
 
 impl Trail {
-    /// A protected action refused at the MFA gate (a missing, wrong, expired or used
-    /// `X-MFA-Token`) becomes an entry `mfa.refused`: who, which record, the route and its
-    /// action, and whether a token was presented, never its value. Any other refusal is not
-    /// recorded (nothing was done, and nothing was attempted past the gate). The refusal is
-    /// answered whether or not its entry could be written (it is kept and retried).
+    /// A write refused to a caller of an organisation. At the MFA gate (a missing, wrong,
+    /// expired or used `X-MFA-Token`) it becomes an entry `mfa.refused` that the answer waits
+    /// for: who, which record, the route and its action, and whether a token was presented,
+    /// never its value. A 403 (scope, role, authority) or a 409 becomes an entry
+    /// `write.refused` written without the caller waiting, folded into a count past a share
+    /// per minute (`Audit::refused`). Other refusals (400, 404, 429) are not recorded: nothing
+    /// was attempted past a check on the request itself.
     pub(super) async fn refused(call: &Call<'_>, route: &Route, e: &ApiError) {
-        if route.mfa == Mfa::No || !matches!(e, ApiError::MfaRequired { .. }) {
-            return;
-        }
         let Some(who) = call.principal.as_deref() else { return };
         let (kind_name, _, whose) = resource(module(route));
+        let target = Target { kind: kind_name.to_string(), id: target_id(call, who, whose, None).unwrap_or_default() };
+        let route_name = format!("{} /v1{}", route.method, route.path);
+        if !matches!(e, ApiError::MfaRequired { .. }) {
+            if matches!(e.status(), 403 | 409) {
+                let detail = json!({
+                    "outcome": "refused", "status": e.status(), "code": e.code(), "action": action(route),
+                    "route": route_name, "user_id": who.user_id, "key_id": who.key_id,
+                });
+                call.server.audit.refused(&who.org_id, Actor::of(who), "write.refused", target, detail);
+            }
+            return;
+        }
+        if route.mfa == Mfa::No {
+            return;
+        }
         let detail = json!({
             "outcome": "mfa_refused", "status": e.status(), "action": action(route),
-            "route": format!("{} /v1{}", route.method, route.path),
+            "route": route_name,
             "mfa_token": call.headers.contains_key("x-mfa-token"),
             "user_id": who.user_id, "key_id": who.key_id,
         });
-        let event = AuditEvent::Write {
-            action: "mfa.refused".into(),
-            target: Target { kind: kind_name.to_string(), id: target_id(call, who, whose, None).unwrap_or_default() },
-            before_hash: None,
-            after_hash: None,
-            detail,
-        };
+        let event =
+            AuditEvent::Write { action: "mfa.refused".into(), target, before_hash: None, after_hash: None, detail };
         if let Err(e) = call.server.audit.append(&who.org_id, Actor::of(who), event).await {
             tracing::warn!(error = %e, "the audit entry of a refused protected action is not written yet");
         }

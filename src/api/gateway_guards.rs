@@ -158,7 +158,7 @@ mod tests {
     }
 
     fn rule(name: &str, effect: RuleEffect) -> Rule {
-        Rule { name: name.into(), effect, when: "true".into() }
+        Rule { name: name.into(), effect, when: "true".into(), methods: None }
     }
 
     fn loosened(before: &Gateway, after: &Gateway) -> Vec<&'static str> {

@@ -214,12 +214,16 @@ pub fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
 /// Runs the route `call.method` names on `endpoint`, after its access rule: a method the path
 /// does not serve is a 405, a caller the rule refuses a 401 or a 403. A write answered 2xx is
 /// answered only once its audit entry is durable (`audit.rs`), and so is a protected action
-/// refused at the MFA gate.
+/// refused at the MFA gate; a write refused with 403 or 409 is recorded without waiting.
 pub async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
     let route = endpoint.operation(&call.method)?;
-    route.admit(&call)?;
     if !audit::Trail::records(route) {
+        route.admit(&call)?;
         return (route.handler)(&call).await;
+    }
+    if let Err(e) = route.admit(&call) {
+        audit::Trail::refused(&call, route, &e).await;
+        return Err(e);
     }
     let trail = audit::Trail::before(&call, route).await;
     let reply = match (route.handler)(&call).await {

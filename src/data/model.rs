@@ -552,6 +552,29 @@ pub enum RuleEffect {
     Deny,
 }
 
+/// A method a rule decides. Rules decide `tools/call` unless they name others, so a rule saved
+/// before rules could name methods keeps its meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+pub enum RuleMethod {
+    #[serde(rename = "tools/call")]
+    ToolsCall,
+    #[serde(rename = "prompts/get")]
+    PromptsGet,
+    #[serde(rename = "resources/read")]
+    ResourcesRead,
+}
+
+impl RuleMethod {
+    /// The JSON-RPC method's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleMethod::ToolsCall => "tools/call",
+            RuleMethod::PromptsGet => "prompts/get",
+            RuleMethod::ResourcesRead => "resources/read",
+        }
+    }
+}
+
 /// One of a gateway's per-tool rules: a CEL expression over the call (`src/mcp/rules.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -563,6 +586,10 @@ pub struct Rule {
     /// A CEL expression that gives a boolean.
     #[schema(min_length = 1, max_length = 2048)]
     pub when: String,
+    /// The methods the rule decides; absent: `tools/call` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_items = 1)]
+    pub methods: Option<Vec<RuleMethod>>,
 }
 
 #[cfg(test)]

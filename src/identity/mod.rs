@@ -21,14 +21,16 @@ pub struct IdentityService {
     pub mfa: Arc<mfa::Mfa>,
     /// Web sessions, guessing bounds, self-registered clients and client documents.
     pub signin: signin::SignIn,
+    /// The trail that sign-ins and consents are recorded in.
+    pub audit: Arc<crate::data::audit::Audit>,
 }
 
 impl IdentityService {
-    pub fn new(state: Arc<State>, mfa: Arc<mfa::Mfa>) -> IdentityService {
+    pub fn new(state: Arc<State>, mfa: Arc<mfa::Mfa>, audit: Arc<crate::data::audit::Audit>) -> IdentityService {
         // One set of guessing bounds for MFA's wrong codes and the sign-in's.
         let guesses = mfa.guesses().clone();
         let signin = signin::SignIn::new(state.store.clone(), state.changes.clone(), &state.config(), guesses);
-        IdentityService { state, mfa, signin }
+        IdentityService { state, mfa, signin, audit }
     }
 
     /// Drops the guessing bounds' closed windows and forgotten streaks from memory (the

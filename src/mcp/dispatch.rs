@@ -5,7 +5,7 @@
 
 use crate::base::secrets;
 use crate::data::audit::{Actor, AuditEvent};
-use crate::data::model::{ClientCapabilities, Gateway, McpSession};
+use crate::data::model::{ClientCapabilities, Gateway, McpSession, RuleMethod};
 use crate::data::reqlog::{Answer, EntryWriter};
 use crate::data::store::LogRecord;
 use crate::edge::exchange::{sse_event, Exchange};
@@ -19,7 +19,7 @@ use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
 use crate::mcp::quota;
 use crate::mcp::replay::CallStream;
 use crate::mcp::reply;
-use crate::mcp::rules::{self, Cause, RuleSet, Subject, ToolFacts};
+use crate::mcp::rules::{self, CallFacts, Cause, RuleSet, Subject};
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
@@ -329,9 +329,8 @@ async fn listed_tools(
 fn shown_tools(set: &RuleSet, who: &Subject, cat: &Catalogue) -> Vec<Value> {
     let listed = |t: &&Value| {
         let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
-        cat.entry(name, false).is_none_or(|(tool, target)| {
-            set.listed(who, ToolFacts { tool, app: &target.app_id, function: &target.name })
-        })
+        cat.entry(name, false)
+            .is_none_or(|(tool, target)| set.listed(who, CallFacts::tool(tool, &target.app_id, &target.name)))
     };
     cat.tools.iter().filter(listed).cloned().collect()
 }
@@ -386,6 +385,8 @@ struct Call<'a> {
 struct Target<'c, 'p> {
     app_id: &'c str,
     tool: Option<(&'c str, &'c str)>,
+    /// The resource a `resources/read` names (for the rules).
+    uri: Option<Cow<'p, str>>,
     declared: &'c [modern::ParamHeader],
     named: Option<NamedParams<'p>>,
 }
@@ -414,6 +415,7 @@ async fn forward(
         }
         Err(e) => {
             ex.ctx.tool_pending = e.code == RpcCode::ToolPending.code();
+            call.audit_held(ex, &e);
             return respond(ex, caller, Response::error(req.id, e), "").await;
         }
     };
@@ -588,7 +590,7 @@ impl Call<'_> {
                     return Err(e);
                 }
                 if let Some(app_id) = catalogue.resource_app(&uri) {
-                    return Ok(Some(Target { app_id, tool: None, declared: &[], named: None }));
+                    return Ok(Some(Target { app_id, tool: None, uri: Some(uri), declared: &[], named: None }));
                 }
                 // The stateless revision answers an unknown resource with -32602 (SEP-2164).
                 let code =
@@ -604,6 +606,7 @@ impl Call<'_> {
                 Ok(catalogue.prompt(name).map(|t| Target {
                     app_id: t.app_id.as_str(),
                     tool: None,
+                    uri: None,
                     declared: &[],
                     named: None,
                 }))
@@ -636,6 +639,7 @@ impl Call<'_> {
         Ok(Target {
             app_id: t.app_id.as_str(),
             tool: Some((exposed, t.name.as_str())),
+            uri: None,
             declared: &t.param_headers,
             named: Some(named),
         })
@@ -673,16 +677,50 @@ impl Call<'_> {
         e.with_data(json!({ "unavailable_apps": catalogue.failures }))
     }
 
-    /// A `tools/call` of a gateway with rules: refused when a rule denies it (counted, logged,
+    /// A call to a tool awaiting approval, or to a tool, prompt or resource withheld for its
+    /// hidden text, is in the audit trail (`tool_call.refused`, folded past a share per minute):
+    /// someone tried what the gateway holds back.
+    fn audit_held(&self, ex: &Exchange<'_>, e: &ErrorObject) {
+        let withheld = e.data.as_ref().is_some_and(|d| d.get("withheld").is_some());
+        let reason = match (e.code == RpcCode::ToolPending.code(), withheld) {
+            (true, _) => "pending",
+            (false, true) => "withheld",
+            _ => return,
+        };
+        let Some(p) = ex.ctx.filters.principal.as_deref() else { return };
+        let detail = json!({
+            "method": self.method, "reason": reason, "message": e.message, "data": e.data, "key_id": p.key_id,
+        });
+        let target = crate::data::audit::Target { kind: "gateway".into(), id: self.gw.id.clone() };
+        self.mcp.audit.refused(&self.gw.org_id, Actor::of(p), "tool_call.refused", target, detail);
+    }
+
+    /// What the rules decide of a call: a `tools/call`, and the `prompts/get` and
+    /// `resources/read` that rules name in their `methods`.
+    fn facts<'t>(&self, target: &'t Target<'_, '_>) -> Option<CallFacts<'t>> {
+        let app = target.app_id;
+        match (self.method, target.tool, target.uri.as_deref()) {
+            ("tools/call", Some((tool, function)), _) => Some(CallFacts::tool(tool, app, function)),
+            ("prompts/get", Some((prompt, function)), _) => {
+                Some(CallFacts { method: RuleMethod::PromptsGet, tool: "", app, function, prompt, uri: "" })
+            }
+            ("resources/read", _, Some(uri)) => {
+                Some(CallFacts { method: RuleMethod::ResourcesRead, tool: "", app, function: "", prompt: "", uri })
+            }
+            _ => None,
+        }
+    }
+
+    /// A call of a gateway with rules: refused when a rule denies it (counted, logged,
     /// audited, and named in the access line), when its arguments cannot be read, or when its
     /// organisation's slots for dear rule sets are all taken (both counted and logged). A
     /// gateway without rules pays one branch.
     async fn rules(&self, ex: &mut Exchange<'_>, target: &Target<'_, '_>) -> Result<(), ErrorObject> {
-        let Some((tool, function)) = target.tool.filter(|_| self.method == "tools/call") else { return Ok(()) };
         let Some(set) = self.mcp.rules(self.gw) else { return Ok(()) };
+        let Some(facts) = self.facts(target) else { return Ok(()) };
         let Some(p) = ex.ctx.filters.principal.as_deref() else { return Ok(()) };
         let args = target.named.as_ref().and_then(|n| n.get("arguments"));
-        let facts = ToolFacts { tool, app: target.app_id, function };
+        let (tool, function) = (facts.tool, facts.function);
         let who = || subject(self.mcp, ex, &set, p);
         let slots = &self.mcp.rule_slots;
         let Err(refused) = set.decide_call_bounded(slots, p, ex.ctx.client_ip, facts, args, who).await else {
@@ -690,7 +728,9 @@ impl Call<'_> {
         };
         let e = reply::rules_refused(&refused);
         self.refused(&e);
-        self.log_refused(target.app_id, function, args, &e, 200);
+        if facts.method == RuleMethod::ToolsCall {
+            self.log_refused(target.app_id, function, args, &e, 200);
+        }
         let denied = match refused {
             rules::Refused::Denied(d) => d,
             rules::Refused::Unreadable { reason } => {
@@ -712,10 +752,11 @@ impl Call<'_> {
                 why
             }
         };
-        tracing::info!(gateway = %self.gw.id, tool = %denied.tool, rule = %denied.rule, key = %denied.key_id,
-            reason = denied.cause.as_str(), failed = why, "tool call denied by rule");
+        tracing::info!(gateway = %self.gw.id, method = denied.method.as_str(), tool = %denied.tool, rule = %denied.rule,
+            key = %denied.key_id, reason = denied.cause.as_str(), failed = why, "call denied by rule");
         let event = AuditEvent::ToolCallDenied {
             gateway_id: self.gw.id.clone(),
+            method: denied.method.as_str(),
             tool: denied.tool.clone(),
             rule: denied.rule.to_string(),
             reason: denied.cause.as_str(),
@@ -1072,6 +1113,11 @@ async fn relay(
             mcp.remember_relayed(mcp_id, &r.id, app_id, org_id);
         }
         let done_now = matches!(msg, Message::Response(_));
+        // Recorded before it leaves: a client that has its answer finds the call's log entry,
+        // whether the answer went to it directly or through the call's resumable stream.
+        if let Message::Response(r) = &msg {
+            done.record(&r.outcome, 200);
+        }
         let bytes = msg.to_bytes();
         let event = match rs {
             Some(rs) => {
@@ -1089,9 +1135,6 @@ async fn relay(
             if ex.write(Some(event), done_now).await.is_err() {
                 client = None;
             }
-        }
-        if let Message::Response(r) = &msg {
-            done.record(&r.outcome, 200);
         }
         if client.is_none() && rs.is_none() {
             // The client went away and cannot resume: dropping the stream cancels the call

@@ -84,7 +84,8 @@ pub async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: bounds::Refu
 pub fn rules_refused(r: &rules::Refused) -> ErrorObject {
     match r {
         rules::Refused::Denied(d) => {
-            let mut data = json!({ "rule": &*d.rule, "tool": d.tool });
+            let mut data = json!({ "rule": &*d.rule });
+            data[d.named_as()] = json!(d.tool);
             if d.cause != Cause::Matched {
                 data["reason"] = json!(d.cause.as_str());
             }

@@ -23,7 +23,7 @@ pub use input::{Claims, Subject};
 pub use slots::{RuleSlots, SlotError};
 
 use crate::config::RulesConfig;
-use crate::data::model::{Gateway, Rule, RuleEffect, Timestamp};
+use crate::data::model::{Gateway, Rule, RuleEffect, RuleMethod, Timestamp};
 use cel::extractors::This;
 use cel::{Context, ExecutionError, FunctionContext, Program, Value};
 use input::{read_args, Args, Size};
@@ -69,6 +69,8 @@ pub enum RuleError {
         if *.together { " with the rules before it" } else { "" }
     )]
     TooCostly { index: usize, name: String, steps: u64, budget: u64, together: bool },
+    #[error("rule `{name}`: `methods` names no method, or one twice")]
+    Methods { index: usize, name: String },
 }
 
 impl RuleError {
@@ -81,6 +83,7 @@ impl RuleError {
             | RuleError::Syntax { index, .. }
             | RuleError::Unbounded { index, .. }
             | RuleError::TooCostly { index, .. } => format!("rules[{index}].when"),
+            RuleError::Methods { index, .. } => format!("rules[{index}].methods"),
         }
     }
 }
@@ -95,6 +98,37 @@ struct Compiled {
     /// Its cost depends on the size of the call (it ranges over, searches or compares what the
     /// call holds): the call is checked against `mcp.rules`' sizes before it runs.
     sized: bool,
+    /// The methods it decides (`tools/call` when the rule names none).
+    methods: Methods,
+}
+
+/// A set of [`RuleMethod`]s, one bit each.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Methods(u8);
+
+impl Methods {
+    const TOOLS_CALL: Methods = Methods(1);
+
+    fn bit(m: RuleMethod) -> u8 {
+        1 << m as u8
+    }
+
+    /// A rule's `methods`: `None` when it names none or one twice.
+    fn of(named: Option<&[RuleMethod]>) -> Option<Methods> {
+        let Some(named) = named else { return Some(Methods::TOOLS_CALL) };
+        let mut bits = 0u8;
+        for m in named {
+            if bits & Methods::bit(*m) != 0 {
+                return None;
+            }
+            bits |= Methods::bit(*m);
+        }
+        (bits != 0).then_some(Methods(bits))
+    }
+
+    fn has(self, m: RuleMethod) -> bool {
+        self.0 & Methods::bit(m) != 0
+    }
 }
 
 /// A gateway's rules, compiled, with the root context of CEL's functions they run under (made
@@ -113,6 +147,8 @@ pub struct RuleSet {
     reads_args: bool,
     /// Some rule reads `caller.claims` or `caller.scopes` (so a token's claims are read).
     reads_claims: bool,
+    /// Some rule reads `method`, `prompt` or `uri` (so they are made variables).
+    reads_call_names: bool,
     /// Decisions already made, for rule sets that do not read `args` (see `decide_call`).
     memo: Memo,
 }
@@ -163,9 +199,19 @@ pub fn compile(rules: &[Rule], compiled_from: Timestamp, limits: &RulesConfig) -
         };
         patterns.extend(bound.patterns);
         let reads_args = program.references().has_variable("args");
-        compiled.push(Compiled { name: Arc::from(r.name.as_str()), effect: r.effect, program, reads_args, sized });
+        let methods = Methods::of(r.methods.as_deref()).ok_or(RuleError::Methods { index, name: r.name.clone() })?;
+        compiled.push(Compiled {
+            name: Arc::from(r.name.as_str()),
+            effect: r.effect,
+            program,
+            reads_args,
+            sized,
+            methods,
+        });
     }
+    let names = |c: &Compiled| ["method", "prompt", "uri"].iter().any(|v| c.program.references().has_variable(v));
     Ok(RuleSet {
+        reads_call_names: compiled.iter().any(names),
         reads_args: compiled.iter().any(|c| c.reads_args),
         reads_claims: rules.iter().any(|r| r.when.contains("claims") || r.when.contains("scopes")),
         rules: compiled,
@@ -203,6 +249,12 @@ pub fn deny_all(compiled_from: Timestamp, limits: &RulesConfig) -> RuleSet {
         program,
         reads_args: false,
         sized: false,
+        // Fail closed for every method a rule could have decided.
+        methods: Methods(
+            Methods::bit(RuleMethod::ToolsCall)
+                | Methods::bit(RuleMethod::PromptsGet)
+                | Methods::bit(RuleMethod::ResourcesRead),
+        ),
     };
     RuleSet {
         rules: vec![rule],
@@ -212,6 +264,7 @@ pub fn deny_all(compiled_from: Timestamp, limits: &RulesConfig) -> RuleSet {
         steps: 1.0,
         reads_args: false,
         reads_claims: false,
+        reads_call_names: false,
         memo: Memo::default(),
     }
 }
@@ -245,7 +298,9 @@ impl Cause {
 pub struct Denied {
     /// The rule's name.
     pub rule: Arc<str>,
-    /// The tool as the gateway exposes it.
+    /// The method denied.
+    pub method: RuleMethod,
+    /// What the call named: the tool or prompt as the gateway exposes it, or the resource's URI.
     pub tool: String,
     /// The caller's key id (or token subject), as in the access line.
     pub key_id: String,
@@ -255,17 +310,31 @@ pub struct Denied {
 impl Denied {
     /// The message of the JSON-RPC error.
     pub fn message(&self) -> String {
+        let what = match self.method {
+            RuleMethod::ToolsCall => "Tool call",
+            RuleMethod::PromptsGet => "Prompt request",
+            RuleMethod::ResourcesRead => "Resource read",
+        };
         match &self.cause {
-            Cause::Matched => format!("Tool call denied by rule `{}`", self.rule),
+            Cause::Matched => format!("{what} denied by rule `{}`", self.rule),
             Cause::Failed(why) => {
-                format!("Tool call denied by rule `{}`: it could not be evaluated ({why})", self.rule)
+                format!("{what} denied by rule `{}`: it could not be evaluated ({why})", self.rule)
             }
             Cause::TooLarge(why) => {
                 format!(
-                    "Tool call denied by rule `{}`: the call is larger than the rule's cost bound allows ({why})",
+                    "{what} denied by rule `{}`: the call is larger than the rule's cost bound allows ({why})",
                     self.rule
                 )
             }
+        }
+    }
+
+    /// The member of the error's `data` that names what was denied.
+    pub fn named_as(&self) -> &'static str {
+        match self.method {
+            RuleMethod::ToolsCall => "tool",
+            RuleMethod::PromptsGet => "prompt",
+            RuleMethod::ResourcesRead => "uri",
         }
     }
 }
@@ -281,30 +350,52 @@ pub enum Refused {
     Busy,
 }
 
-/// The tool a call or a list entry names.
+/// What a call or a list entry names: the method, and the tool, prompt or resource.
 #[derive(Clone, Copy)]
-pub struct ToolFacts<'a> {
-    /// As the gateway exposes it (`crm__get_ticket`).
+pub struct CallFacts<'a> {
+    pub method: RuleMethod,
+    /// The tool as the gateway exposes it (`crm__get_ticket`); empty for the other methods.
     pub tool: &'a str,
     pub app: &'a str,
-    /// The app's own name for it (`get_ticket`).
+    /// The app's own name for the tool or prompt (`get_ticket`).
     pub function: &'a str,
+    /// The prompt as the gateway exposes it (`prompts/get`), else empty.
+    pub prompt: &'a str,
+    /// The resource's URI (`resources/read`), else empty.
+    pub uri: &'a str,
 }
 
-/// `ToolFacts` owned, to go with an evaluation to the blocking pool.
+impl<'a> CallFacts<'a> {
+    /// A `tools/call` of (or a list entry for) `tool`.
+    pub const fn tool(tool: &'a str, app: &'a str, function: &'a str) -> CallFacts<'a> {
+        CallFacts { method: RuleMethod::ToolsCall, tool, app, function, prompt: "", uri: "" }
+    }
+
+    /// What the call names, as its denial names it.
+    fn named(&self) -> &'a str {
+        match self.method {
+            RuleMethod::ToolsCall => self.tool,
+            RuleMethod::PromptsGet => self.prompt,
+            RuleMethod::ResourcesRead => self.uri,
+        }
+    }
+}
+
+/// `CallFacts` owned, to go with an evaluation to the blocking pool.
 struct OwnedFacts {
-    tool: String,
-    app: String,
-    function: String,
+    method: RuleMethod,
+    names: [String; 5],
 }
 
 impl OwnedFacts {
-    fn of(t: ToolFacts<'_>) -> OwnedFacts {
-        OwnedFacts { tool: t.tool.to_string(), app: t.app.to_string(), function: t.function.to_string() }
+    fn of(t: CallFacts<'_>) -> OwnedFacts {
+        let names = [t.tool, t.app, t.function, t.prompt, t.uri].map(str::to_string);
+        OwnedFacts { method: t.method, names }
     }
 
-    fn facts(&self) -> ToolFacts<'_> {
-        ToolFacts { tool: &self.tool, app: &self.app, function: &self.function }
+    fn facts(&self) -> CallFacts<'_> {
+        let [tool, app, function, prompt, uri] = &self.names;
+        CallFacts { method: self.method, tool, app, function, prompt, uri }
     }
 }
 
@@ -326,12 +417,16 @@ impl Verdict {
 }
 
 /// A decision as the caller gets it.
-fn answer(outcome: Outcome, t: ToolFacts<'_>, key_id: &str) -> Result<(), Refused> {
+fn answer(outcome: Outcome, t: CallFacts<'_>, key_id: &str) -> Result<(), Refused> {
     match outcome {
         None => Ok(()),
-        Some((rule, cause)) => {
-            Err(Refused::Denied(Denied { rule, tool: t.tool.to_string(), key_id: key_id.to_string(), cause }))
-        }
+        Some((rule, cause)) => Err(Refused::Denied(Denied {
+            rule,
+            method: t.method,
+            tool: t.named().to_string(),
+            key_id: key_id.to_string(),
+            cause,
+        })),
     }
 }
 
@@ -370,7 +465,7 @@ impl RuleSet {
     /// Decides a call: `Err` names the first matching deny rule (or a rule that failed, or
     /// the call's size), or says the arguments cannot be read. `args` is the call's
     /// `arguments` as sent, read only when a rule reads them.
-    pub fn decide(&self, who: &Subject, t: ToolFacts<'_>, args: Option<&RawValue>) -> Result<(), Refused> {
+    pub fn decide(&self, who: &Subject, t: CallFacts<'_>, args: Option<&RawValue>) -> Result<(), Refused> {
         let args = self.read(args)?;
         answer(self.walk(who, t, Some(&args)).outcome(), t, &who.key_id)
     }
@@ -382,7 +477,7 @@ impl RuleSet {
         &self,
         p: &Principal,
         ip: IpAddr,
-        t: ToolFacts<'_>,
+        t: CallFacts<'_>,
         args: Option<&RawValue>,
         subject: impl FnOnce() -> Subject,
     ) -> Result<(), Refused> {
@@ -406,7 +501,7 @@ impl RuleSet {
         slots: &RuleSlots,
         p: &Principal,
         ip: IpAddr,
-        t: ToolFacts<'_>,
+        t: CallFacts<'_>,
         args: Option<&RawValue>,
         subject: impl FnOnce() -> Subject,
     ) -> Result<(), Refused> {
@@ -440,12 +535,13 @@ impl RuleSet {
     }
 
     /// The memo's key for this call, when its decision may be remembered.
-    fn memo_probe<'a>(&self, p: &'a Principal, ip: IpAddr, t: ToolFacts<'a>) -> Option<(MemoProbe<'a>, u64)> {
+    fn memo_probe<'a>(&self, p: &'a Principal, ip: IpAddr, t: CallFacts<'a>) -> Option<(MemoProbe<'a>, u64)> {
         let claimless = matches!(
             p.credential,
             CredentialKind::ApiKey | CredentialKind::GatewayKey { .. } | CredentialKind::ServiceAccount { .. }
         );
-        if self.reads_args || (self.reads_claims && !claimless) {
+        // Only a tool's decision is remembered (the memo's key is the tool).
+        if self.reads_args || (self.reads_claims && !claimless) || t.method != RuleMethod::ToolsCall {
             return None;
         }
         let probe = MemoProbe::new(p, ip, t);
@@ -468,7 +564,7 @@ impl RuleSet {
 
     /// Whether a list shows the tool to this caller: hidden when the first rule that matches
     /// without the arguments is a deny, before any rule that reads `args`.
-    pub fn listed(&self, who: &Subject, t: ToolFacts<'_>) -> bool {
+    pub fn listed(&self, who: &Subject, t: CallFacts<'_>) -> bool {
         !matches!(self.walk(who, t, None), Verdict::Deny(..))
     }
 
@@ -476,11 +572,16 @@ impl RuleSet {
     /// the call's size runs only when the call is within the sizes its bound assumed; the
     /// interpreter's panics (it has a few, on values a rule did not expect) deny, as any
     /// failure does.
-    fn walk(&self, who: &Subject, t: ToolFacts<'_>, args: Option<&Args>) -> Verdict {
+    fn walk(&self, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> Verdict {
         let mut ctx = self.root.new_inner_scope();
         ctx.add_variable_from_value("tool", t.tool);
         ctx.add_variable_from_value("app", t.app);
         ctx.add_variable_from_value("function", t.function);
+        if self.reads_call_names {
+            ctx.add_variable_from_value("method", t.method.as_str());
+            ctx.add_variable_from_value("prompt", t.prompt);
+            ctx.add_variable_from_value("uri", t.uri);
+        }
         ctx.add_variable_from_value("caller", who.caller.clone());
         ctx.add_variable_from_value("client", who.client.clone());
         let listing = args.is_none();
@@ -488,7 +589,7 @@ impl RuleSet {
             ctx.add_variable_from_value("args", args.value.clone());
         }
         let mut beyond: Option<Option<String>> = None;
-        for r in &self.rules {
+        for r in self.rules.iter().filter(|r| r.methods.has(t.method)) {
             if listing && r.reads_args {
                 return Verdict::Undecided;
             }
@@ -514,9 +615,10 @@ impl RuleSet {
     }
 
     /// What of the call is beyond the sizes the rules' bound assumed, if anything.
-    fn beyond(&self, who: &Subject, t: ToolFacts<'_>, args: Option<&Args>) -> Option<String> {
+    fn beyond(&self, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> Option<String> {
         let limits = &self.limits;
-        let names = Size { items: 0, bytes: t.tool.len().max(t.app.len()).max(t.function.len()) };
+        let longest = [t.tool, t.app, t.function, t.prompt, t.uri].iter().map(|n| n.len()).max().unwrap_or(0);
+        let names = Size { items: 0, bytes: longest };
         args.and_then(|a| a.size.beyond(limits, "the arguments"))
             .or_else(|| who.size.beyond(limits, "the caller's token claims"))
             .or_else(|| names.beyond(limits, "the tool's names"))

@@ -79,11 +79,11 @@ impl Server {
         let events = crate::events::Events::load(state.clone(), courier.clone()).await?;
         let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
         Ok(Server {
-            audit,
+            audit: audit.clone(),
             origin_check,
             mcp,
             reqlog,
-            identity: crate::identity::IdentityService::new(state.clone(), mfa.clone()),
+            identity: crate::identity::IdentityService::new(state.clone(), mfa.clone(), audit.clone()),
             mfa,
             events,
             courier,

@@ -539,3 +539,35 @@ fn the_test_command_fails_a_cargo_test_that_ran_nothing() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("cargo test: no test ran at all"), "{text}");
 }
+
+/// Every file of `tests/integration/` is a module of `main.rs`: a file left out would compile to
+/// nothing and its tests would never run, while the suite still passed.
+#[test]
+fn every_integration_test_file_is_a_module_of_main() {
+    let dir = root().join("tests/integration");
+    let main = std::fs::read_to_string(dir.join("main.rs")).expect("tests/integration/main.rs");
+    let declared: std::collections::BTreeSet<String> = main
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ").or_else(|| l.trim().strip_prefix("pub mod ")))
+        .map(|m| m.trim_end_matches(';').trim().to_string())
+        .collect();
+    let mut missing = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).expect("tests/integration/") {
+        let path = entry.unwrap().path();
+        let name = match path.extension() {
+            Some(e) if e == "rs" => path.file_stem().unwrap().to_string_lossy().into_owned(),
+            None if path.join("mod.rs").exists() => path.file_name().unwrap().to_string_lossy().into_owned(),
+            _ => continue,
+        };
+        if name == "main" {
+            continue;
+        }
+        files += 1;
+        if !declared.contains(&name) {
+            missing.push(name);
+        }
+    }
+    assert!(files > 40, "only {files} files found in tests/integration/");
+    assert!(missing.is_empty(), "files of tests/integration/ that main.rs does not declare (`mod x;`): {missing:?}");
+}

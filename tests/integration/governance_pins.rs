@@ -143,6 +143,13 @@ fn a_changed_or_added_tool_is_held_back_until_approved() {
     result_text(&mcp.call(3, "rug_pull", json!({})));
     until_tools(&mcp, "send_email is held back", |n| !has(n, "send_email") && has(n, "rug_pull"));
     assert_pending(&mcp.call(4, "send_email", json!({"to": "a@b.test"})), "send_email");
+    // The attempt is in the audit trail, naming the tool and why it was refused.
+    crate::common::wait_until("a tool_call.refused entry", Duration::from_secs(20), || {
+        let r = srv.api("GET", "/v1/audit?action=tool_call.refused", Some(&k.owner), None);
+        r.data()["entries"].as_array().is_some_and(|e| {
+            e.iter().any(|x| x["detail"]["reason"] == "pending" && x["detail"]["data"]["tool"] == "send_email")
+        })
+    });
     // Nor is it among the gateway's functions: it cannot be called.
     let functions = served_functions(&srv, &k.owner, &gw);
     assert!(!has(&functions, "send_email") && has(&functions, "rug_pull"), "{functions:?}");

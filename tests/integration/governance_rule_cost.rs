@@ -117,7 +117,7 @@ fn a_call_larger_than_the_rule_bound_is_denied_counted_logged_and_audited() {
         );
     }
     common::wait_until("the denial in the log", Duration::from_secs(5), || {
-        srv.stderr().lines().any(|l| l.contains("tool call denied by rule") && l.contains("input_too_large"))
+        srv.stderr().lines().any(|l| l.contains("call denied by rule") && l.contains("input_too_large"))
     });
     let mut trail = Vec::new();
     common::wait_until("the denials in the audit trail", Duration::from_secs(10), || {

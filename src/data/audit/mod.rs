@@ -15,6 +15,7 @@
 //! error (the API answers 503 naming it).
 
 pub mod chain;
+pub mod refusals;
 
 pub use chain::{Actor, Checkpoint, Entry, Head, Target};
 
@@ -33,7 +34,9 @@ pub enum AuditEvent {
     Write { action: String, target: Target, before_hash: Option<String>, after_hash: Option<String>, detail: Value },
     /// A tool call a gateway's rule refused; `reason` says how (`matched`, `failed`, or
     /// `input_too_large`: the call was larger than the rule's cost bound allows).
-    ToolCallDenied { gateway_id: String, tool: String, rule: String, reason: &'static str },
+    /// A rule denied a call (`method`: `tools/call`, or a `prompts/get` or `resources/read`
+    /// that the rule names; `tool` is then the prompt or the resource's URI).
+    ToolCallDenied { gateway_id: String, method: &'static str, tool: String, rule: String, reason: &'static str },
     /// An admin approved or rejected a pending tool definition.
     ToolChangeDecided { gateway_id: String, tool: String, approved: bool, detail: Value },
 }
@@ -46,8 +49,8 @@ impl AuditEvent {
             AuditEvent::Write { action, target, before_hash, after_hash, detail } => {
                 (action, target, before_hash, after_hash, detail)
             }
-            AuditEvent::ToolCallDenied { gateway_id, tool, rule, reason } => {
-                let detail = json!({ "tool": tool, "rule": rule, "reason": reason });
+            AuditEvent::ToolCallDenied { gateway_id, method, tool, rule, reason } => {
+                let detail = json!({ "method": method, "tool": tool, "rule": rule, "reason": reason });
                 ("tool_call.denied".into(), gateway(gateway_id), None, None, detail)
             }
             AuditEvent::ToolChangeDecided { gateway_id, tool, approved, mut detail } => {
@@ -100,6 +103,8 @@ pub struct Audit {
     /// Organisations whose head this instance moved since its last checkpoint.
     moved: Mutex<HashSet<String>>,
     unsaved: Mutex<Vec<Pending>>,
+    /// Refusals recorded so far per organisation and action, to fold a flood into counts.
+    refusals: refusals::Refusals,
 }
 
 /// A page of `GET /v1/audit`: the entries and the seq to read after for the next.
@@ -125,7 +130,14 @@ impl Filter {
 impl Audit {
     /// `key` signs the checkpoints.
     pub fn new(store: Arc<dyn Store>, key: Vec<u8>) -> Audit {
-        Audit { store, key, chains: Mutex::default(), moved: Mutex::default(), unsaved: Mutex::default() }
+        Audit {
+            store,
+            key,
+            chains: Mutex::default(),
+            moved: Mutex::default(),
+            unsaved: Mutex::default(),
+            refusals: refusals::Refusals::default(),
+        }
     }
 
     fn chain(&self, org_id: &str) -> Chain {
@@ -155,6 +167,37 @@ impl Audit {
         });
     }
 
+    /// A refusal of a caller of `org_id` (a write answered 403 or 409, a call to a pending or
+    /// withheld tool, a failed sign-in): an entry `action` without the caller waiting for it,
+    /// or, past [`refusals::PER_WINDOW`] of one action in a minute, a count in the entry
+    /// `refusals.folded` written when the minute is over (at a flush).
+    pub fn refused(self: &Arc<Self>, org_id: &str, actor: Actor, action: &str, target: Target, detail: Value) {
+        if self.refusals.admit(org_id, action, &actor, std::time::Instant::now(), now_ms()) {
+            let event =
+                AuditEvent::Write { action: action.into(), target, before_hash: None, after_hash: None, detail };
+            self.record(org_id, actor, event);
+        }
+    }
+
+    /// Writes the counts of the refusals folded over the windows that have closed.
+    async fn write_folded(&self) {
+        for f in self.refusals.take_closed(std::time::Instant::now(), now_ms()) {
+            let detail = json!({
+                "action": f.action, "count": f.count, "from_ms": f.from_ms, "to_ms": f.to_ms,
+                "last_actor": { "kind": f.last.kind, "id": f.last.id },
+            });
+            let target = Target { kind: "organization".into(), id: f.org_id.clone() };
+            let event = AuditEvent::Write {
+                action: "refusals.folded".into(),
+                target,
+                before_hash: None,
+                after_hash: None,
+                detail,
+            };
+            let _ = self.append(&f.org_id, f.last, event).await;
+        }
+    }
+
     fn keep(&self, mut entries: Vec<Pending>) {
         let mut unsaved = self.unsaved.lock();
         unsaved.append(&mut entries);
@@ -165,8 +208,8 @@ impl Audit {
         }
     }
 
-    /// Writes the entries the store refused before, in their order; those it refuses again are
-    /// kept.
+    /// Writes the entries the store refused before, in their order (those it refuses again are
+    /// kept), then the counts of refusals folded over the minutes that ended.
     pub async fn retry_unsaved(&self) {
         let waiting = std::mem::take(&mut *self.unsaved.lock());
         let mut failed = Vec::new();
@@ -179,6 +222,7 @@ impl Audit {
         if !failed.is_empty() {
             self.keep(failed);
         }
+        self.write_folded().await;
     }
 
     async fn write(&self, p: &Pending) -> Result<Entry, AuditError> {
@@ -351,6 +395,7 @@ mod tests {
             actor(),
             AuditEvent::ToolCallDenied {
                 gateway_id: "gw".into(),
+                method: "tools/call",
                 tool: "t".into(),
                 rule: "r".into(),
                 reason: "matched",

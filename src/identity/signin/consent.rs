@@ -61,7 +61,9 @@ pub(super) async fn decide(identity: &IdentityService, ex: &mut Exchange<'_>) ->
         Err(refusal) => return Ok(refusal),
     };
     let state = request.state.as_deref();
-    if super::field(&fields, "decision") != "allow" {
+    let allowed = super::field(&fields, "decision") == "allow";
+    super::trail::consent(identity, &user, &request.client.id, request.resource.as_deref(), allowed);
+    if !allowed {
         let denied = [("error", "access_denied"), ("error_description", "the user denied the request")];
         return Ok(back_to_client(identity, &request.redirect_uri, state, &denied));
     }

@@ -36,6 +36,7 @@ mod pages;
 pub mod passwords;
 mod saml;
 pub mod sessions;
+mod trail;
 
 use crate::data::model::User;
 use crate::data::store::Store;
@@ -430,14 +431,17 @@ async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::resu
     if candidates.is_empty() {
         passwords::verify(None, password.clone()).await;
     }
-    for user in candidates {
+    for user in &candidates {
         let stored = passwords::stored(identity.signin.store.as_ref(), &user.id).await?;
         if passwords::verify(stored.map(|p| p.hash), password.clone()).await {
-            signed_in = Some(user);
+            signed_in = Some(user.clone());
             break;
         }
     }
     let Some(user) = signed_in else {
+        for user in &candidates {
+            trail::refused(identity, user, "wrong_password", ip);
+        }
         identity.signin.failed(&email).await;
         return Ok(sign_in_form(identity, ex, Some("The e-mail or the password is wrong.")));
     };
@@ -450,6 +454,7 @@ async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::resu
 fn admitted(identity: &IdentityService, user: &User, ip: IpAddr) -> std::result::Result<(), ApiError> {
     if identity.state.refuses_address(&user.org_id, ip) {
         tracing::info!(user = user.id, %ip, "web sign-in refused by the organisation's IP allowlist");
+        trail::refused(identity, user, "ip_not_allowed", ip);
         return Err(ApiError::Rejected {
             status: 403,
             code: "IP_NOT_ALLOWED",
@@ -636,6 +641,7 @@ async fn start_session(
         .start(user, ex.ctx.client_ip.to_string(), ua, web.session_idle, web.max_sessions_per_user)
         .await?;
     tracing::info!(user = user.id, "web sign-in");
+    trail::signed_in(identity, user, ex.ctx.client_ip);
     Ok(Page::redirect(next).cookie(session_cookie(&token, web.session_idle)))
 }
 

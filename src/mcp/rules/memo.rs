@@ -1,6 +1,6 @@
 //! What a gateway's rules decided for one caller and one tool, remembered (`RuleSet::decide_call`).
 
-use super::{Cause, ToolFacts};
+use super::{CallFacts, Cause};
 use crate::base::fast_map::FastMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -59,7 +59,7 @@ pub(super) struct MemoProbe<'a> {
 }
 
 impl<'a> MemoProbe<'a> {
-    pub(super) fn new(p: &'a Principal, ip: IpAddr, t: ToolFacts<'a>) -> MemoProbe<'a> {
+    pub(super) fn new(p: &'a Principal, ip: IpAddr, t: CallFacts<'a>) -> MemoProbe<'a> {
         let service_account = match &p.credential {
             CredentialKind::ServiceAccount { account_id } => account_id.as_str(),
             _ => "",

@@ -5,7 +5,7 @@ use crate::data::model::OAuthGrant;
 use toolgate_filters::{Role, ScopeSet};
 
 fn rule(name: &str, effect: RuleEffect, when: &str) -> Rule {
-    Rule { name: name.into(), effect, when: when.into() }
+    Rule { name: name.into(), effect, when: when.into(), methods: None }
 }
 
 /// Compiles under the default bounds.
@@ -44,8 +44,8 @@ fn who(s: &RuleSet, role: Role) -> Subject {
     Subject::new(s, &principal(role, CredentialKind::ApiKey), "10.0.0.7".parse().unwrap(), Claims::None)
 }
 
-const GET: ToolFacts<'static> = ToolFacts { tool: "crm__get_ticket", app: "crm", function: "get_ticket" };
-const DELETE: ToolFacts<'static> = ToolFacts { tool: "crm__delete_ticket", app: "crm", function: "delete_ticket" };
+const GET: CallFacts<'static> = CallFacts::tool("crm__get_ticket", "crm", "get_ticket");
+const DELETE: CallFacts<'static> = CallFacts::tool("crm__delete_ticket", "crm", "delete_ticket");
 
 #[test]
 fn a_rule_that_does_not_compile_is_refused_with_its_line_and_column() {
@@ -98,7 +98,7 @@ fn the_first_matching_rule_decides_and_no_match_allows() {
     assert_eq!(denied.message(), "Tool call denied by rule `no-deletes`");
     let viewer = who(&s, Role::Viewer);
     assert_eq!(&*deny(s.decide(&viewer, GET, None)).rule, "developers-only");
-    let other = ToolFacts { tool: "time__now", app: "time", function: "now" };
+    let other = CallFacts::tool("time__now", "time", "now");
     assert_eq!(s.decide(&dev, other, None), Ok(()), "no rule matches: allowed");
 }
 
@@ -199,7 +199,7 @@ fn a_call_decision_is_remembered_per_caller_address_and_tool() {
     let ip: IpAddr = "10.0.0.7".parse().unwrap();
     let dev = principal(Role::Developer, CredentialKind::ApiKey);
     let made = std::cell::Cell::new(0);
-    let call = |p: &Principal, ip: IpAddr, t: ToolFacts<'_>| {
+    let call = |p: &Principal, ip: IpAddr, t: CallFacts<'_>| {
         s.decide_call(p, ip, t, None, || {
             made.set(made.get() + 1);
             Subject::new(&s, p, ip, Claims::None)
@@ -405,4 +405,75 @@ async fn a_dear_set_is_decided_on_the_blocking_pool_with_the_same_answer() {
     let lone = RawValue::from_string(r#"{"n":"\ud800"}"#.to_string()).unwrap();
     let got = s.decide_call_bounded(&slots, &p, ip, GET, Some(&lone), || Subject::new(&s, &p, ip, Claims::None)).await;
     assert!(matches!(got, Err(Refused::Unreadable { .. })), "{got:?}");
+}
+
+fn for_methods(name: &str, when: &str, methods: &[RuleMethod]) -> Rule {
+    Rule { methods: Some(methods.to_vec()), ..rule(name, RuleEffect::Deny, when) }
+}
+
+const PROMPT: CallFacts<'static> = CallFacts {
+    method: RuleMethod::PromptsGet,
+    tool: "",
+    app: "crm",
+    function: "summary",
+    prompt: "crm__summary",
+    uri: "",
+};
+const RESOURCE: CallFacts<'static> = CallFacts {
+    method: RuleMethod::ResourcesRead,
+    tool: "",
+    app: "crm",
+    function: "",
+    prompt: "",
+    uri: "crm://secret/1",
+};
+
+#[test]
+fn a_rule_without_methods_decides_only_tool_calls() {
+    let s = set(&[rule("no-prod", RuleEffect::Deny, r#"args.repo == "prod""#), rule("all", RuleEffect::Deny, "true")]);
+    let w = who(&s, Role::Developer);
+    let dev_repo = serde_json::value::RawValue::from_string(r#"{"repo":"dev"}"#.to_string()).unwrap();
+    assert_eq!(&*deny(s.decide(&w, GET, Some(&dev_repo))).rule, "all");
+    // The rule on `args.repo` would fail on a call without `repo`; it is not run for these.
+    assert_eq!(s.decide(&w, PROMPT, None), Ok(()));
+    assert_eq!(s.decide(&w, RESOURCE, None), Ok(()));
+}
+
+#[test]
+fn a_rule_naming_methods_decides_them_with_their_variables() {
+    let s = set(&[
+        for_methods(
+            "secrets",
+            r#"method == "resources/read" && uri.startsWith("crm://secret/")"#,
+            &[RuleMethod::ResourcesRead],
+        ),
+        for_methods("summaries", r#"prompt == "crm__summary" && function == "summary""#, &[RuleMethod::PromptsGet]),
+    ]);
+    let w = who(&s, Role::Developer);
+    let d = deny(s.decide(&w, RESOURCE, None));
+    assert_eq!((&*d.rule, d.tool.as_str(), d.named_as()), ("secrets", "crm://secret/1", "uri"));
+    assert_eq!(d.message(), "Resource read denied by rule `secrets`");
+    let d = deny(s.decide(&w, PROMPT, None));
+    assert_eq!((&*d.rule, d.tool.as_str(), d.named_as()), ("summaries", "crm__summary", "prompt"));
+    assert_eq!(s.decide(&w, CallFacts { uri: "crm://public/1", ..RESOURCE }, None), Ok(()));
+    // The tools are not theirs: calls and lists go through.
+    assert_eq!(s.decide(&w, GET, None), Ok(()));
+    assert!(s.listed(&w, GET));
+}
+
+#[test]
+fn methods_that_name_none_or_one_twice_are_refused_naming_the_member() {
+    for methods in [vec![], vec![RuleMethod::PromptsGet, RuleMethod::PromptsGet]] {
+        let e = build(&[for_methods("r", "true", &methods)], chrono::Utc::now()).err().unwrap();
+        assert_eq!(e.field(), "rules[0].methods", "{e}");
+    }
+}
+
+#[test]
+fn a_stored_set_that_does_not_compile_denies_every_method() {
+    let s = deny_all(chrono::Utc::now(), &RulesConfig::default());
+    let w = who(&s, Role::Developer);
+    for facts in [GET, PROMPT, RESOURCE] {
+        assert_eq!(&*deny(s.decide(&w, facts, None)).rule, "invalid-rules");
+    }
 }
