@@ -63,8 +63,5 @@ fn metrics_carry_the_standard_process_series_and_the_build() {
     assert!(build.ends_with("} 1"), "{build}");
     assert!(build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))), "{build}");
     let commit = build.split("commit=\"").nth(1).and_then(|r| r.split('"').next()).expect("a commit label");
-    assert!(
-        commit == "unknown" || (commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit())),
-        "{build}"
-    );
+    assert!(commit == "unknown" || (commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit())), "{build}");
 }
