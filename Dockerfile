@@ -9,6 +9,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# `.git` stays out of the image (.dockerignore): the commit for `toolgate_build_info` comes in
+# as `--build-arg TOOLGATE_COMMIT=...` (build.rs; `unknown` without it).
+ARG TOOLGATE_COMMIT
 RUN cargo build --release --locked --bin toolgate
 
 FROM debian:bookworm-slim

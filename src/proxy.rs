@@ -345,10 +345,24 @@ impl Proxy {
             }
             Route::Identity(prefix) => Box::pin(self.identity(&mut ex, prefix)).await,
             Route::NotFound => {
+                if let Some(console) = self.browser_home(&ex) {
+                    return ex.respond(303, "text/plain", Vec::new(), &[(http::header::LOCATION, console)]).await;
+                }
                 let path = ex.request().uri.path().to_string();
                 ex.respond_error(ApiError::NoRoute(path)).await
             }
         }
+    }
+
+    /// Where `GET /` from a browser (its `Accept` ranks HTML above JSON) goes: a person who
+    /// typed the gateway's address, sent on to the console (`{auth_url}/console`, which signs
+    /// them in first). `None` for every other client, and every other unknown path: the JSON 404.
+    fn browser_home(&self, ex: &Exchange<'_>) -> Option<http::HeaderValue> {
+        let req = ex.request();
+        let home = req.uri.path() == "/"
+            && matches!(req.method, http::Method::GET | http::Method::HEAD)
+            && crate::edge::negotiate::prefers_html(&req.headers);
+        home.then(|| http::HeaderValue::from_str(&format!("{}{}", self.identity_path, crate::console::PATH)).ok())?
     }
 
     /// After a failure under [`Proxy::route`]: an answer when none has been written and the

@@ -34,6 +34,13 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Pingora would retry a taken address for 30 s and then run on without that listener.
+    if !upgrade {
+        if let Err(e) = crate::server::ports::check_free(&crate::server::ports::listeners(&config.server)) {
+            eprintln!("toolgate: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let mut pingora_server = bootstrap(&config, upgrade);
     let (server, printed) = match open_state(config_path, text, &config, admin_key) {
         Ok(opened) => opened,
@@ -94,6 +101,9 @@ fn configuration(config_path: &Path) -> Result<Configuration, ExitCode> {
         }
     };
     crate::observe::logging::init(&config.observability);
+    for warning in crate::config::warnings(&config) {
+        tracing::warn!("{warning}");
+    }
     let admin_key = std::env::var("TOOLGATE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
     if let Some(k) = &admin_key {
         if !k.starts_with(crate::base::secrets::KEY_PREFIX) || k.len() < 35 {

@@ -4,9 +4,11 @@
 
 mod raw;
 mod source;
+mod warnings;
 
 pub use raw::RawConfig;
 pub use source::ConfigSource;
+pub use warnings::warnings;
 
 use ipnet::IpNet;
 use std::collections::BTreeMap;
@@ -681,8 +683,9 @@ pub struct ObservabilityConfig {
     /// into `other` (0: no such label).
     pub metric_gateway_labels: usize,
     pub metric_tool_labels: usize,
-    /// How the process's log lines are written on standard error.
-    pub log_format: LogFormat,
+    /// How the process's log lines are written on standard error; `None`: by what standard
+    /// error is (`observe::logging::format_for`).
+    pub log_format: Option<LogFormat>,
     /// What is logged (`RUST_LOG` overrides it): a level or an `EnvFilter` directive list.
     pub log_level: String,
     /// Where spans are posted (OTLP/HTTP, JSON), e.g. `http://collector:4318/v1/traces`; `None`

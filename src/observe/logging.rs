@@ -44,7 +44,8 @@ pub fn init(o: &ObservabilityConfig) {
         }
     });
     let reloadable = env_filter.is_none();
-    let _ = FORMAT.set(o.log_format);
+    let format = format_for(o.log_format, std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = FORMAT.set(format);
     let filter = env_filter.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&o.log_level));
     let lines: &'static Lines = LINES.get_or_init(Lines::default);
     lines.start_writer();
@@ -61,12 +62,18 @@ pub fn init(o: &ObservabilityConfig) {
             builder.init()
         }};
     }
-    match o.log_format {
+    match format {
         // One object per line: timestamp, level, target and the event's fields at the top level.
         LogFormat::Json => start!(builder.json().flatten_event(true).with_current_span(false).with_span_list(false)),
         // Colour codes only for a person at a terminal, not in files, journald or a collector.
         LogFormat::Text => start!(builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))),
     }
+}
+
+/// The log's format: the configured one, or by default text for a person at a terminal and
+/// JSON for everything else (a file, a pipe, journald, a container's log, a collector).
+pub fn format_for(configured: Option<LogFormat>, stderr_is_terminal: bool) -> LogFormat {
+    configured.unwrap_or(if stderr_is_terminal { LogFormat::Text } else { LogFormat::Json })
 }
 
 /// Makes `level` (an `observability.log_level` the configuration has validated) the log's
@@ -386,6 +393,14 @@ fn json_string(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_at_a_terminal_json_elsewhere_and_a_configured_format_wins() {
+        assert_eq!(format_for(None, true), LogFormat::Text);
+        assert_eq!(format_for(None, false), LogFormat::Json);
+        assert_eq!(format_for(Some(LogFormat::Json), true), LogFormat::Json);
+        assert_eq!(format_for(Some(LogFormat::Text), false), LogFormat::Text);
+    }
 
     fn line(format: fn(&mut Vec<u8>, &AccessLine<'_>), l: &AccessLine<'_>) -> String {
         let mut out = Vec::new();

@@ -519,10 +519,10 @@ pub fn init(limits: LabelLimits) {
     }
     match register_int_gauge_vec!(
         "toolgate_build_info",
-        "The running build: always 1, its version as a label",
-        &["version"]
+        "The running build: always 1, its version and commit (`unknown` when built without git) as labels",
+        &["version", "commit"]
     ) {
-        Ok(g) => g.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1),
+        Ok(g) => g.with_label_values(&[env!("CARGO_PKG_VERSION"), env!("TOOLGATE_COMMIT")]).set(1),
         Err(e) => tracing::warn!(error = %e, "cannot register toolgate_build_info"),
     }
 }

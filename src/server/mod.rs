@@ -2,6 +2,7 @@
 //! rate limiter, and the background service that flushes buffered activity and sweeps what
 //! expired.
 
+pub mod ports;
 pub mod reload;
 pub mod upgrade;
 

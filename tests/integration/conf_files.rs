@@ -192,3 +192,38 @@ fn check_config_refuses_what_the_start_refuses() {
         );
     }
 }
+
+/// A stdio app whose program is on no directory of `PATH`, or a path that is no executable, is
+/// a warning of `check-config` (the file is valid: the program may be installed later), naming
+/// the app; a program that is found is not.
+#[test]
+fn check_config_warns_of_a_stdio_program_it_cannot_find() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("stdio.yaml");
+    // Written without the execute bits.
+    let plain = dir.path().join("plain.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").expect("write");
+    let plain = plain.to_string_lossy().into_owned();
+    let apps = format!(
+        "  - {{ id: ghost, name: Ghost, command: [toolgate-no-such-program-q7, --stdio] }}\n\
+         \x20 - {{ id: notexec, name: NotExec, command: [{plain:?}] }}\n\
+         \x20 - {{ id: shell, name: Shell, command: [sh, -c, cat] }}\n"
+    );
+    let yaml = format!("{BASE_CONFIG}{apps}").replace("{data_dir}", &dir.path().join("data").to_string_lossy());
+    std::fs::write(&file, yaml).expect("write");
+    let out = check_config(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning, not a refusal: {}", describe(&out));
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains(": warning: ")).collect();
+    assert_eq!(warnings.len(), 2, "{}", describe(&out));
+    assert!(
+        warnings[0].ends_with(
+            "warning: apps[1].command (app ghost): `toolgate-no-such-program-q7` is not found on PATH; \
+             the app will fail to start"
+        ),
+        "{}",
+        describe(&out)
+    );
+    let not_executable = format!("apps[2].command (app notexec): `{plain}` is not an executable file");
+    assert!(warnings[1].contains(&not_executable), "{stderr}");
+}

@@ -346,7 +346,8 @@ fn a_page_of_fifty_rows_is_under_100_kb() {
 
 #[test]
 fn a_session_token_planted_before_sign_in_is_never_the_signed_in_session() {
-    let http = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let http =
+        reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).no_proxy().build().unwrap();
     let planted = "ab".repeat(32);
     let set_cookie = |r: &reqwest::blocking::Response, name: &str| {
         r.headers()
@@ -611,4 +612,35 @@ fn render_time_of_fifty_row_pages_is_printed() {
         let (median, largest) = server_ms(&srv, page, ROUNDS);
         eprintln!("render time of {page} (50 rows), server side, {ROUNDS} requests: median {median:.3} ms, largest {largest:.3} ms");
     }
+}
+
+/// A person who opens the gateway's address in a browser lands in the console (issue 56); API
+/// clients (JSON, `*/*` or no `Accept`) keep the JSON 404, and so does every other unknown path.
+#[test]
+fn the_root_sends_a_browser_to_the_console_and_api_clients_get_the_json_404() {
+    let http =
+        reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).no_proxy().build().unwrap();
+    let send = |method: reqwest::Method, path: &str, accept: Option<&str>| {
+        let mut req = http.request(method, srv().url(path));
+        if let Some(a) = accept {
+            req = req.header("accept", a);
+        }
+        Resp::from_blocking(req.send().unwrap_or_else(|e| panic!("{path}: {e}")))
+    };
+    let browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+    let r = send(reqwest::Method::GET, "/", Some(browser));
+    assert_eq!((r.status, r.header("location")), (303, Some("/auth/console")), "{r:?}");
+    // Followed: the console, once signed in (its own 303 to the sign-in page otherwise).
+    assert_eq!(Browser::new(srv(), "co.test").send("GET", "/auth/console", None).status, 303);
+    assert_eq!(signed_in("usr_co_pages").send("GET", "/auth/console", None).status, 200);
+
+    for accept in [None, Some("application/json"), Some("*/*"), Some("text/html, application/json")] {
+        let r = send(reqwest::Method::GET, "/", accept);
+        assert_eq!((r.status, r.error_code()), (404, "NOT_FOUND"), "Accept {accept:?}: {r:?}");
+        assert!(r.header("content-type").is_some_and(|t| t.starts_with("application/json")), "{r:?}");
+    }
+    let r = send(reqwest::Method::GET, "/elsewhere", Some(browser));
+    assert_eq!((r.status, r.error_code()), (404, "NOT_FOUND"), "only / sends a browser on: {r:?}");
+    let r = send(reqwest::Method::POST, "/", Some(browser));
+    assert_eq!((r.status, r.error_code()), (404, "NOT_FOUND"), "{r:?}");
 }

@@ -33,6 +33,7 @@ mod mcp_upstreams;
 mod metrics_prometheus;
 mod packaging;
 mod process_logs;
+mod process_signals;
 mod records_versions;
 mod reload_sections;
 mod security_bounds;

@@ -1,4 +1,6 @@
-//! The process's own log on standard error: one JSON object per line by default, with an access
+//! The process's own log on standard error: one JSON object per line by default when standard
+//! error is not a terminal (here it is a file; at a terminal the default is text, see
+//! `observe::logging::format_for`'s unit test), with an access
 //! line per request (request id, route, status, duration, principal; never a secret);
 //! `observability.log_format: text` for people; `observability.log_level` unless `RUST_LOG`
 //! says otherwise.

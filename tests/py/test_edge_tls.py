@@ -486,6 +486,30 @@ def test_bad_tls_settings_stop_the_start_with_the_field(pki, tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+def test_a_taken_plain_listener_ends_the_start_naming_it(pki, tmp_path):
+    """A taken `server.plain_listen` ends the start at once with one line naming the setting and
+    the address (issue 56), as a taken `server.listen` does; no retrying, no panic, no process left
+    running without its listener (the old behaviour: still running when `timeout` ends it)."""
+    from toolgate_harness import toolgate_bin
+
+    cert, key, _ = pki["main"]
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    taken.bind(("127.0.0.3", 0))
+    taken.listen()
+    addr = f"127.0.0.3:{taken.getsockname()[1]}"
+    cfg = tmp_path / "taken.yaml"
+    cfg.write_text(_tls_yaml(cert, key).replace("  plain_listen: 127.0.0.3:0\n", f"  plain_listen: {addr}\n"))
+    try:
+        p = subprocess.run([str(toolgate_bin()), "--config", str(cfg)], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=20)
+    finally:
+        taken.close()
+    assert p.returncode != 0, p.stderr
+    assert f"toolgate: cannot start: server.plain_listen {addr} is in use" in p.stderr.splitlines(), p.stderr
+    assert "panicked" not in p.stderr, p.stderr
+
+
 def test_h2c_with_prior_knowledge_on_the_plain_listener(pki):
     cert, key, _ = pki["main"]
     e = Edge(_tls_yaml(cert, key, server_extra="  h2c: true\n"))

@@ -33,8 +33,9 @@ impl RawObservability {
             return Err(invalid("observability.rollup_retention_days", "must be between 1 and 3650"));
         }
         let log_format = match self.log_format.as_deref() {
-            None | Some("json") => LogFormat::Json,
-            Some("text") => LogFormat::Text,
+            None => None,
+            Some("json") => Some(LogFormat::Json),
+            Some("text") => Some(LogFormat::Text),
             Some(_) => return Err(invalid("observability.log_format", "must be json or text")),
         };
         let log_level = self.log_level.unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_string());
