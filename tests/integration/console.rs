@@ -272,9 +272,10 @@ fn a_console_form_sent_from_another_site_is_refused() {
         assert_secure(&r, "the refusal");
     }
     assert_eq!(gateway_ids("usr_co_site").len(), before, "nothing was made");
-    let accepted: [&[(&str, &str)]; 2] = [&[("origin", &base), ("sec-fetch-site", "same-origin")], &[]];
-    for headers in accepted {
-        let r = b.send_with("POST", "/auth/console/gateways", Some(&form), headers);
+    let accepted: [(&[(&str, &str)], &str); 2] =
+        [(&[("origin", &base), ("sec-fetch-site", "same-origin")], "From here"), (&[], "From curl")];
+    for (headers, name) in accepted {
+        let r = b.send_with("POST", "/auth/console/gateways", Some(&[("csrf", &token), ("name", name)]), headers);
         assert_eq!(r.status, 200, "{headers:?}: {}", r.text);
     }
     assert_eq!(gateway_ids("usr_co_site").len(), before + 2);
