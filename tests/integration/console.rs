@@ -260,7 +260,7 @@ fn a_console_form_sent_from_another_site_is_refused() {
     let base = srv().base_url();
     let refused: [&[(&str, &str)]; 5] = [
         &[("origin", "https://evil.example")],
-        &[("origin", "null")],
+        &[("origin", "null"), ("sec-fetch-site", "cross-site")],
         &[("sec-fetch-site", "cross-site")],
         &[("sec-fetch-site", "same-site")],
         &[("origin", &base), ("sec-fetch-site", "cross-site")],
@@ -272,13 +272,17 @@ fn a_console_form_sent_from_another_site_is_refused() {
         assert_secure(&r, "the refusal");
     }
     assert_eq!(gateway_ids("usr_co_site").len(), before, "nothing was made");
-    let accepted: [(&[(&str, &str)], &str); 2] =
-        [(&[("origin", &base), ("sec-fetch-site", "same-origin")], "From here"), (&[], "From curl")];
+    // `Origin: null` is what a browser sends from a page with `Referrer-Policy: no-referrer`.
+    let accepted: [(&[(&str, &str)], &str); 3] = [
+        (&[("origin", &base), ("sec-fetch-site", "same-origin")], "From here"),
+        (&[("origin", "null"), ("sec-fetch-site", "same-origin")], "From here, no referrer"),
+        (&[], "From curl"),
+    ];
     for (headers, name) in accepted {
         let r = b.send_with("POST", "/auth/console/gateways", Some(&[("csrf", &token), ("name", name)]), headers);
         assert_eq!(r.status, 200, "{headers:?}: {}", r.text);
     }
-    assert_eq!(gateway_ids("usr_co_site").len(), before + 2);
+    assert_eq!(gateway_ids("usr_co_site").len(), before + 3);
     // The sign-in form too.
     let other = Browser::new(srv(), "co.test");
     let csrf = other.csrf();

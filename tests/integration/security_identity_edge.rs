@@ -171,8 +171,10 @@ fn one_address_flooding_sign_ins_does_not_keep_another_addresss_at_503() {
         });
         let statuses = (0..5)
             .map(|_| {
-                let form = [("csrf", token.as_str()), ("email", "share@edge.test"), ("password", PASSWORD), ("next", "")];
-                let r = other.post(srv.url("/auth/signin")).header("Cookie", format!("toolgate_csrf={token}")).form(&form);
+                let form =
+                    [("csrf", token.as_str()), ("email", "share@edge.test"), ("password", PASSWORD), ("next", "")];
+                let r =
+                    other.post(srv.url("/auth/signin")).header("Cookie", format!("toolgate_csrf={token}")).form(&form);
                 r.send().expect("sign-in answered").status().as_u16()
             })
             .collect();

@@ -15,7 +15,9 @@
 //! Browsers also say where a POST came from: `Sec-Fetch-Site` other than `same-origin` (or
 //! `none`, typed by the user) and an `Origin` that is not this server's (its `public_url`, or
 //! the `Host` it was asked for) are refused before the token is read. A client that sends
-//! neither (an old browser, curl) is judged by the token alone.
+//! neither (an old browser, curl) is judged by the token alone. `Origin: null` says nothing:
+//! browsers send it for every POST from a page with `Referrer-Policy: no-referrer`, which these
+//! pages are, so it counts as absent (a browser that sends it also sends `Sec-Fetch-Site`).
 //!
 //! Where TLS is on (`server.tls`), the session and CSRF cookies are `__Host-` prefixed (hence
 //! `Secure`, `Path=/` and no `Domain`): a browser accepts such a cookie only from this very
@@ -65,11 +67,7 @@ fn csrf_path(config: &Config) -> &str {
 
 /// The `Set-Cookie` value carrying `token`.
 pub fn cookie(config: &Config, token: &str) -> String {
-    format!(
-        "{}={token}; Path={}; HttpOnly; Secure; SameSite=Strict",
-        csrf_cookie_name(config),
-        csrf_path(config)
-    )
+    format!("{}={token}; Path={}; HttpOnly; Secure; SameSite=Strict", csrf_cookie_name(config), csrf_path(config))
 }
 
 /// The MAC of `nonce` under `binding` (hex).
@@ -121,7 +119,7 @@ fn from_this_site(ex: &Exchange<'_>, public_url: &str) -> Result<(), ApiError> {
         }
     }
     match ex.header("origin") {
-        None => Ok(()),
+        None | Some("null") => Ok(()),
         Some(origin) if same_origin(origin, public_url, host(ex)) => Ok(()),
         Some(origin) => Err(ApiError::Forbidden(format!("a form sent from another origin ({origin}) is refused"))),
     }
@@ -156,7 +154,8 @@ mod tests {
         assert!(same_origin("https://tg.example", public, None));
         assert!(same_origin("http://127.0.0.1:8080", public, Some("127.0.0.1:8080")));
         assert!(same_origin("http://LOCALHOST:8080", public, Some("localhost:8080")));
-        for other in ["https://evil.example", "null", "https://tg.example.evil", "http://tg.example", "", "tg.example"] {
+        for other in ["https://evil.example", "null", "https://tg.example.evil", "http://tg.example", "", "tg.example"]
+        {
             assert!(!same_origin(other, public, Some("127.0.0.1:8080")), "{other}");
         }
     }

@@ -5,12 +5,12 @@
 //! so each waits for a turn (`turns`: at most `web.password_checks` at once, and a sign-in's
 //! place in the queue shared fairly between addresses and accounts).
 
+use super::turns::in_turn;
 use crate::data::changes::Change;
 use crate::data::model::User;
 use crate::data::state::State;
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use crate::edge::error::ApiError;
-use super::turns::in_turn;
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use serde::{Deserialize, Serialize};
