@@ -11,8 +11,9 @@
 //! - **The session.** The identity service's web session cookie (`toolgate_session`); without a
 //!   live one a page is a 303 to `{auth_url}/signin?next=...`. The organisation's IP allowlist is
 //!   checked on every request, as the sign-in checks it.
-//! - **Forms.** Every POST carries the identity service's CSRF token (double submit, constant
-//!   time; refused with a 403 page). A protected action's form has an "MFA code" field, sent to
+//! - **Forms.** Every POST carries the identity service's CSRF token, bound to the web session
+//!   (`signin::csrf`: equal to the cookie and issued for this session), and a browser's
+//!   `Origin`/`Sec-Fetch-Site` must name this server; else a 403 page. A protected action's form has an "MFA code" field, sent to
 //!   the API as `X-MFA-Token`. A POST that succeeds answers 303 to its page with a one-time
 //!   notice (a cookie read once), except one that makes a secret (a gateway's key, an API key):
 //!   its answer is the page that shows the secret, once, never stored anywhere to be shown again.
@@ -33,7 +34,7 @@ use crate::data::model::User;
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
 use crate::edge::forms;
-use crate::identity::signin::{self, Page};
+use crate::identity::signin::{self, csrf, Page};
 use crate::server::Server;
 use http::header::{HeaderName, HeaderValue};
 use http::Method;
@@ -75,7 +76,12 @@ pub(crate) struct Ctx<'s> {
     user: Arc<User>,
     /// `web.path`.
     prefix: String,
+    /// The token the page's forms carry, bound to the session.
     csrf: String,
+    /// Whether `csrf` was issued for this answer (the request's cookie held no valid one).
+    csrf_fresh: bool,
+    /// The session cookie's token: what a form's token must be bound to.
+    session_token: String,
     client_ip: IpAddr,
     notice: Option<String>,
     /// The request's path below the console and its query.
@@ -162,11 +168,10 @@ pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pi
     }
     let answer = match signed_in(server, ex, prefix, rest).await {
         Ok(Ok(mut ctx)) => {
-            let fresh_csrf = signin::csrf_token(ex).is_none();
             let had_notice = ctx.notice.is_some();
             let mut answer = route(&mut ctx, ex).await.unwrap_or_else(|e| error_page(&ctx, &e));
-            if fresh_csrf {
-                answer = answer.cookie(signin::csrf_cookie(&ctx.prefix, &ctx.csrf));
+            if ctx.csrf_fresh {
+                answer = answer.cookie(csrf::cookie(&server.state.config(), &ctx.csrf));
             }
             if had_notice && answer.status == 200 {
                 let gone = format!(
@@ -209,7 +214,11 @@ async fn signed_in<'s>(
     let principal = Arc::new(principal);
     // The access line and the trace name the web session, as they name a key.
     ex.ctx.filters.principal = Some(principal.clone());
-    let csrf = signin::csrf_token(ex).map_or_else(crate::base::secrets::new_session_id, str::to_string);
+    let session_token = signin::session_token(&server.identity, ex).unwrap_or_default().to_string();
+    let binding = csrf::Binding::Session(&session_token);
+    let kept = csrf::kept(&server.state, ex, binding).map(str::to_string);
+    let csrf_fresh = kept.is_none();
+    let csrf = kept.unwrap_or_else(|| csrf::issue(&server.state, binding));
     let notice = signin::cookie(ex, NOTICE_COOKIE).map(|n| {
         url::form_urlencoded::parse(format!("n={n}").as_bytes()).map(|(_, v)| v.into_owned()).collect::<String>()
     });
@@ -219,6 +228,8 @@ async fn signed_in<'s>(
         user,
         prefix: web_path,
         csrf,
+        csrf_fresh,
+        session_token,
         client_ip: ex.ctx.client_ip,
         notice,
         query: forms::parse_query(ex.request().uri.query()),
@@ -226,12 +237,12 @@ async fn signed_in<'s>(
     }))
 }
 
-/// A POST's fields, once its CSRF token matched the cookie (a 403 otherwise).
-async fn form(ex: &mut Exchange<'_>) -> Result<Vec<(String, String)>, ApiError> {
+/// A POST's fields, once the browser's `Origin`/`Sec-Fetch-Site` named this server and its CSRF
+/// token matched the cookie and was issued for this session (a 403 otherwise).
+async fn form(ctx: &Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Vec<(String, String)>, ApiError> {
     let fields = forms::parse(&ex.read_body_within(MAX_FORM_BYTES).await?);
-    if !signin::csrf_matches(ex, forms::first(&fields, "csrf").unwrap_or("")) {
-        return Err(ApiError::Forbidden("the form's CSRF token is missing or does not match: reload the page".into()));
-    }
+    let sent = forms::first(&fields, "csrf").unwrap_or("");
+    csrf::check(&ctx.server.state, ex, sent, csrf::Binding::Session(&ctx.session_token))?;
     Ok(fields)
 }
 
@@ -270,7 +281,7 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Page, ApiErro
     if method != Method::POST {
         return Err(ApiError::MethodNotAllowed(method.to_string()));
     }
-    let fields = form(ex).await?;
+    let fields = form(ctx, ex).await?;
     match parts.as_slice() {
         ["gateways"] => gateways::create(ctx, &fields).await,
         ["gateways", id] => gateways::update(ctx, id, &fields).await,

@@ -5,7 +5,8 @@
 //! a gateway made in the console is the API's (one authority) and its key is shown once; an
 //! MFA-gated delete needs the code; a page of 50 rows stays under 100 KB; an Owner manages the
 //! team where an Admin sees no team form; the key list shows no secret; a log entry has its page,
-//! another organisation's a 404.
+//! another organisation's a 404. A CSRF token the client chose, or another session's, is
+//! refused, and so is a form a browser says came from another site (issue 55).
 
 use crate::api_mfa::totp;
 use crate::common::*;
@@ -37,6 +38,9 @@ const USERS: &[(&str, &str, &str)] = &[
     ("usr_co_keys", "org_co_keys", "owner"),
     ("usr_co_logs", "org_co_logs", "owner"),
     ("usr_co_oauth", "org_co_oauth", "owner"),
+    ("usr_co_forged", "org_co_forged", "owner"),
+    ("usr_co_forger", "org_co_forger", "owner"),
+    ("usr_co_site", "org_co_site", "owner"),
 ];
 
 /// An app that connects with OAuth only; its authorization server is never reached (the
@@ -207,6 +211,85 @@ fn a_post_without_its_csrf_token_or_with_another_is_refused() {
     let r = b.send("POST", "/auth/console/gateways", Some(&[("csrf", &token), ("name", "with token")]));
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(gateway_ids("usr_co_csrf").len(), before + 1);
+}
+
+/// Issue 55 B7: a CSRF token the client made up is refused, cookie and field alike, on the
+/// sign-in form (before any session) and on the console's forms; so is the token the server
+/// issued to another session (an attacker's own, planted in the victim's browser). The double
+/// submit accepted both, as long as the cookie and the field agreed.
+#[test]
+fn a_csrf_token_the_client_chose_or_another_sessions_is_refused() {
+    let chosen = "ab".repeat(32);
+    let b = Browser::new(srv(), "co.test");
+    b.plant_cookie("toolgate_csrf", &chosen);
+    let form = [("csrf", chosen.as_str()), ("email", "usr_co_forged@co.test"), ("password", PASSWORD), ("next", "")];
+    let r = b.send("POST", "/auth/signin", Some(&form));
+    assert_eq!(r.status, 403, "a made-up token on the sign-in form: {r:?}");
+    assert!(b.cookie("toolgate_session").is_none(), "no session");
+
+    let victim = signed_in("usr_co_forged");
+    let theirs = csrf(&signed_in("usr_co_forger"));
+    let before = gateway_ids("usr_co_forged").len();
+    for token in [chosen.as_str(), theirs.as_str()] {
+        victim.plant_cookie("toolgate_csrf", token);
+        let r = victim.send("POST", "/auth/console/gateways", Some(&[("csrf", token), ("name", "Forged")]));
+        assert_eq!(r.status, 403, "{r:?}");
+        assert!(r.text.contains("CSRF"), "{}", r.text);
+        let r = victim.send("POST", "/auth/signout", Some(&[("csrf", token)]));
+        assert_eq!(r.status, 403, "sign-out with a planted token: {r:?}");
+    }
+    assert_eq!(gateway_ids("usr_co_forged").len(), before, "nothing was made");
+    assert!(victim.signed_in(), "the victim is still signed in");
+    // The next page gives the browser a token of its own session again, and its forms work.
+    let own = csrf(&victim);
+    assert_ne!(own, theirs);
+    let r = victim.send("POST", "/auth/console/gateways", Some(&[("csrf", &own), ("name", "Own")]));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(gateway_ids("usr_co_forged").len(), before + 1);
+}
+
+/// Issue 55 B7: a console write that a browser says came from another site (`Origin`,
+/// `Sec-Fetch-Site`) is refused even with the right token; the browser's own form, and a
+/// client that sends neither header (curl), are judged by the token.
+#[test]
+fn a_console_form_sent_from_another_site_is_refused() {
+    let b = signed_in("usr_co_site");
+    let token = csrf(&b);
+    let before = gateway_ids("usr_co_site").len();
+    let form = [("csrf", token.as_str()), ("name", "From afar")];
+    let base = srv().base_url();
+    let refused: [&[(&str, &str)]; 5] = [
+        &[("origin", "https://evil.example")],
+        &[("origin", "null"), ("sec-fetch-site", "cross-site")],
+        &[("sec-fetch-site", "cross-site")],
+        &[("sec-fetch-site", "same-site")],
+        &[("origin", &base), ("sec-fetch-site", "cross-site")],
+    ];
+    for headers in refused {
+        let r = b.send_with("POST", "/auth/console/gateways", Some(&form), headers);
+        assert_eq!(r.status, 403, "{headers:?}: {r:?}");
+        assert!(r.text.contains("another"), "{}", r.text);
+        assert_secure(&r, "the refusal");
+    }
+    assert_eq!(gateway_ids("usr_co_site").len(), before, "nothing was made");
+    // `Origin: null` is what a browser sends from a page with `Referrer-Policy: no-referrer`.
+    let accepted: [(&[(&str, &str)], &str); 3] = [
+        (&[("origin", &base), ("sec-fetch-site", "same-origin")], "From here"),
+        (&[("origin", "null"), ("sec-fetch-site", "same-origin")], "From here, no referrer"),
+        (&[], "From curl"),
+    ];
+    for (headers, name) in accepted {
+        let r = b.send_with("POST", "/auth/console/gateways", Some(&[("csrf", &token), ("name", name)]), headers);
+        assert_eq!(r.status, 200, "{headers:?}: {}", r.text);
+    }
+    assert_eq!(gateway_ids("usr_co_site").len(), before + 3);
+    // The sign-in form too.
+    let other = Browser::new(srv(), "co.test");
+    let csrf = other.csrf();
+    let form = [("csrf", csrf.as_str()), ("email", "usr_co_site@co.test"), ("password", PASSWORD), ("next", "")];
+    let r = other.send_with("POST", "/auth/signin", Some(&form), &[("origin", "https://evil.example")]);
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(other.send("POST", "/auth/signin", Some(&form)).status, 303);
 }
 
 #[test]

@@ -121,6 +121,70 @@ fn concurrent_sign_ins_hold_little_memory_and_are_counted_before_the_check() {
     assert!(retry.is_some_and(|r| r > 60), "retry after the address's window: {retry:?}");
 }
 
+/// Issue 55 B8: one address sending wrong passwords as fast as it can while another signs in.
+/// The places in the password checks' queue were one line for all (36 of 48 sign-ins at once
+/// from one address got 503), so the flood kept everyone's sign-in at 503; now an address holds
+/// at most its share of the places, and the other address's sign-ins all go through.
+#[test]
+fn one_address_flooding_sign_ins_does_not_keep_another_addresss_at_503() {
+    const PASSWORD: &str = "the right passphrase";
+    let (key, key_yaml) = common::declared_key("key_share", "usr_share", &["*"]);
+    let rest = format!(
+        "{WIDE_BUCKET}web:\n  password_checks: 1\norganizations:\n  - {{ id: org_share, name: Share, tier: enterprise }}\n\
+         users:\n  - {{ id: usr_share, email: share@edge.test, name: Share, role: owner, organization: org_share }}\n\
+         api_keys:\n{key_yaml}"
+    );
+    let srv = TestServer::start_with_config(&config("", EMBEDDED, &rest));
+    let set = srv.request("PUT", "/v1/user/password", Some(&key), Some(json!({ "new_password": PASSWORD })), &[]);
+    assert_eq!(set.status, 200, "{set:?}");
+    let token = csrf(&srv);
+    // The other address: the client's sockets bound to 127.0.0.2 (the flood comes from 127.0.0.1).
+    let other = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .timeout(Duration::from_secs(60))
+        .no_proxy()
+        .build()
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    let (checked, refused) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let others: Vec<u16> = thread::scope(|s| {
+        for t in 0..12 {
+            let (srv, token, stop, checked, refused) = (&srv, token.as_str(), &stop, &checked, &refused);
+            s.spawn(move || {
+                let http = no_redirects();
+                for n in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    match sign_in(&http, srv, token, &format!("flood{t}.{n}@edge.test")) {
+                        (401, _) => checked.fetch_add(1, Ordering::Relaxed),
+                        // The address's fifty checks are spent: the flood is over.
+                        (429, Some(wait)) if wait > 60 => break,
+                        _ => refused.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+            });
+        }
+        common::wait_until("the flood is refused places", Duration::from_secs(30), || {
+            refused.load(Ordering::Relaxed) > 0
+        });
+        let statuses = (0..5)
+            .map(|_| {
+                let form =
+                    [("csrf", token.as_str()), ("email", "share@edge.test"), ("password", PASSWORD), ("next", "")];
+                let r =
+                    other.post(srv.url("/auth/signin")).header("Cookie", format!("toolgate_csrf={token}")).form(&form);
+                r.send().expect("sign-in answered").status().as_u16()
+            })
+            .collect();
+        stop.store(true, Ordering::Relaxed);
+        statuses
+    });
+    assert_eq!(others, vec![303; 5], "the other address signs in every time");
+    assert!(checked.load(Ordering::Relaxed) > 0, "the flood's own checks ran");
+}
+
 /// Sends `head` and `body_part` on a fresh connection and returns it.
 fn send_partial(addr: std::net::SocketAddr, head: &str, body_part: &[u8]) -> TcpStream {
     let mut s = TcpStream::connect(addr).expect("connect");

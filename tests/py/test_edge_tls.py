@@ -536,3 +536,45 @@ def test_a_client_that_never_finishes_the_handshake_is_closed_at_the_header_dead
         assert 'toolgate_tls_handshakes_total{result="timeout"} 1' in m, m
     finally:
         e.stop()
+
+
+def test_web_session_and_csrf_cookies_are_host_prefixed_over_tls(edge, pki):
+    """With `server.tls` the session and CSRF cookies are `__Host-` (Secure, Path=/, no Domain):
+    a browser takes them only from this origin over HTTPS, so a sibling host cannot plant one.
+    The unprefixed names are no longer read."""
+    password = "edge passphrase over tls"
+    set_pw = httpx2.put(edge.srv.base_url + "/v1/user/password", json={"new_password": password},
+                        headers={"Authorization": f"Bearer {edge.srv.admin_key}"}, timeout=30)
+    assert set_pw.status_code == 200, set_pw.text
+    http = httpx2.Client(verify=ssl.create_default_context(cafile=str(pki["ca"])), follow_redirects=False, timeout=30)
+
+    def cookies(r) -> dict[str, str]:
+        return {line.split("=", 1)[0]: line for line in r.headers.get_list("set-cookie")}
+
+    def value(line: str) -> str:
+        return line.split(";", 1)[0].split("=", 1)[1]
+
+    page = http.get(edge.url("/auth/signin"))
+    assert page.status_code == 200, page.text
+    csrf_line = cookies(page)["__Host-toolgate_csrf"]
+    attributes = [a.strip() for a in csrf_line.split(";")[1:]]
+    assert "Path=/" in attributes and "Secure" in attributes and "HttpOnly" in attributes, csrf_line
+    assert not any(a.lower().startswith("domain") for a in attributes), csrf_line
+    csrf = value(csrf_line)
+    form = {"csrf": csrf, "email": "owner@localhost", "password": password, "next": "/auth/console"}
+    # The same token under the unprefixed name is not the CSRF cookie any more.
+    plain = http.post(edge.url("/auth/signin"), data=form, headers={"Cookie": f"toolgate_csrf={csrf}"})
+    assert plain.status_code == 403, plain.text
+    signed = http.post(edge.url("/auth/signin"), data=form, headers={"Cookie": f"__Host-toolgate_csrf={csrf}"})
+    assert signed.status_code == 303, signed.text
+    set_now = cookies(signed)
+    assert "toolgate_session" not in set_now and "__Host-toolgate_session" in set_now, set_now
+    session_line = set_now["__Host-toolgate_session"]
+    attributes = [a.strip() for a in session_line.split(";")[1:]]
+    assert "Path=/" in attributes and "Secure" in attributes, session_line
+    assert not any(a.lower().startswith("domain") for a in attributes), session_line
+    session = value(session_line)
+    console = http.get(edge.url("/auth/console"), headers={"Cookie": f"__Host-toolgate_session={session}"})
+    assert console.status_code == 200, console.text
+    unprefixed = http.get(edge.url("/auth/console"), headers={"Cookie": f"toolgate_session={session}"})
+    assert unprefixed.status_code == 303, "a session under the unprefixed name is no session"

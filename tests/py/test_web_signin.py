@@ -179,8 +179,9 @@ def test_mfa_is_asked_at_sign_in_when_the_user_has_it():
         good = b.request("POST", "/auth/signin/mfa",
                          data={"csrf": csrf, "challenge_id": challenge, "code": enrolled["backup_codes"][0], "next": ""})
         assert good.status_code == 303 and "toolgate_session" in b.jar, good.text
+        # Signed in, the browser's token is bound to its session: the MFA step takes a sign-in form's.
         again = b.request("POST", "/auth/signin/mfa",
-                          data={"csrf": csrf, "challenge_id": challenge, "code": enrolled["backup_codes"][1], "next": ""})
+                          data={"csrf": b.form_csrf(), "challenge_id": challenge, "code": enrolled["backup_codes"][1], "next": ""})
         assert again.status_code == 400, "a challenge signs in once"
 
 

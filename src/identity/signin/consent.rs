@@ -2,7 +2,7 @@
 //! a client asks for and allows or denies it. The protocol's checks are `oauth_server`'s; this
 //! file is the web session, the CSRF-protected form and the redirects.
 
-use super::{current, form, pages, prefix, Page};
+use super::{csrf, current, form, pages, prefix, session_token, Page};
 use crate::data::model::Gateway;
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
@@ -40,7 +40,7 @@ pub(super) async fn authorize(identity: &IdentityService, ex: &Exchange<'_>) -> 
         Ok(r) => r,
         Err(refusal) => return Ok(refusal),
     };
-    let csrf = crate::base::secrets::new_session_id();
+    let csrf = csrf::issue(&identity.state, csrf::Binding::Session(session_token(identity, ex).unwrap_or_default()));
     let carried: Vec<(&str, &str)> = CARRIED
         .iter()
         .filter_map(|name| params.iter().find(|(k, _)| k == name).map(|(_, v)| (*name, v.as_str())))
@@ -48,13 +48,14 @@ pub(super) async fn authorize(identity: &IdentityService, ex: &Exchange<'_>) -> 
     let scopes = oauth_server::granted(&request, &user).each_name();
     let gateway = gateway.as_ref().map(|g| g.name.as_str());
     let page = pages::consent(&path, &csrf, &request.client.name, &user.email, &scopes, gateway, &carried);
-    Ok(Page::html(200, page).cookie(super::csrf_cookie(&path, &csrf)))
+    Ok(Page::html(200, page).cookie(csrf::cookie(&identity.state.config(), &csrf)))
 }
 
 /// `POST {auth_url}/oauth/authorize`: the user's decision, on the same checks again.
 pub(super) async fn decide(identity: &IdentityService, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
-    let fields = form(ex).await?;
     let session = current(identity, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
+    let token = session_token(identity, ex).unwrap_or_default().to_string();
+    let fields = form(identity, ex, csrf::Binding::Session(&token)).await?;
     let user = identity.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
     let (request, _) = match checked(identity, &fields, &user.org_id, ex.ctx.client_ip).await? {
         Ok(r) => r,

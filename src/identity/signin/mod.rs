@@ -6,9 +6,11 @@
 //! Decisions (README "Web sign-in"):
 //! - Cookies: `toolgate_session` (the session token; `HttpOnly`, `Secure`, `SameSite=Lax` so a
 //!   top-level navigation from another site, an OAuth redirect, still carries it, `Path=/`) and
-//!   `toolgate_csrf` (`HttpOnly`, `Secure`, `SameSite=Strict`, on the prefix). Every form carries
-//!   the CSRF token in a hidden field, compared in constant time with the cookie (the double-submit
-//!   pattern): a POST without both, or with two that differ, is a 403.
+//!   `toolgate_csrf` (`HttpOnly`, `Secure`, `SameSite=Strict`, on the prefix); both `__Host-`
+//!   prefixed (and on `/`) where TLS is on. Every form carries the CSRF token in a hidden field,
+//!   equal to the cookie and issued by this server for this session (or, before sign-in, for no
+//!   session): a POST without both, with two that differ, with a token the server did not issue
+//!   for this binding, or that a browser says came from another site, is a 403 (`csrf`).
 //! - Guessing is bounded as MFA bounds it: five wrong passwords in a row for an e-mail lock it
 //!   for 30 s, doubling up to 15 minutes (429 with `Retry-After`), and an address gets fifty
 //!   password checks per ten minutes, counted before the check (so concurrent attempts count
@@ -31,12 +33,14 @@
 //!   password, so the list is shown to no one who lacks it.
 
 mod consent;
+pub mod csrf;
 mod oidc;
 mod pages;
 pub mod passwords;
 mod saml;
 pub mod sessions;
 mod trail;
+pub mod turns;
 
 use crate::data::model::User;
 use crate::data::store::Store;
@@ -55,8 +59,6 @@ use toolgate_filters::ip_allowlist::IpPolicySource;
 pub use pages::escape;
 pub use sessions::{WebSession, WebSessions};
 
-const SESSION_COOKIE: &str = "toolgate_session";
-const CSRF_COOKIE: &str = "toolgate_csrf";
 /// Set on the answer of a password check (or a provider's sign-in) that opens an MFA challenge:
 /// the challenge is bound to its hash, so only this browser continues this sign-in.
 const MFA_COOKIE: &str = "toolgate_mfa";
@@ -118,7 +120,7 @@ impl SignIn {
         config: &crate::config::Config,
         guesses: Arc<crate::data::limiter::Guesses>,
     ) -> SignIn {
-        passwords::configure(config.web.password_checks);
+        turns::configure(config.web.password_checks);
         SignIn {
             sessions: WebSessions::new(store.clone(), changes),
             store,
@@ -160,6 +162,7 @@ impl SignIn {
         if let Some(wait) = self.locked(&email).await {
             return Err(ApiError::too_many("wrong passwords", wait));
         }
+        let _place = turns::admit(ip, &email)?;
         // Counted before the check, as the sign-in form counts its checks.
         self.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
         if passwords::verify(Some(stored_hash), given).await {
@@ -349,7 +352,7 @@ fn same_origin_path(public_url: &str, next: &str) -> Option<String> {
 /// The sign-in form, with a fresh CSRF token (cookie and field).
 fn sign_in_form(identity: &IdentityService, ex: &Exchange<'_>, error: Option<&str>) -> Page {
     let next = next_in_query(ex);
-    let csrf = crate::base::secrets::new_session_id();
+    let csrf = csrf::issue(&identity.state, csrf::Binding::PreSession);
     let path = prefix(identity);
     // Where each way of signing in starts, and its name: the OpenID providers, then SAML.
     let web = &identity.state.config().web;
@@ -361,37 +364,28 @@ fn sign_in_form(identity: &IdentityService, ex: &Exchange<'_>, error: Option<&st
         if error.is_some() { 401 } else { 200 },
         pages::sign_in(&path, &csrf, next.as_deref(), &providers, error),
     )
-    .cookie(csrf_cookie(&path, &csrf))
+    .cookie(csrf::cookie(&identity.state.config(), &csrf))
 }
 
-/// The CSRF token of the request's cookie (the double submit's first half), if any: the
-/// console's forms carry the same token as the identity service's.
-pub fn csrf_token<'a>(ex: &'a Exchange<'_>) -> Option<&'a str> {
-    cookie(ex, CSRF_COOKIE)
+/// The session cookie (`Max-Age=0` with an empty `token` removes it).
+fn session_cookie(identity: &IdentityService, token: &str, idle: Duration) -> String {
+    let name = csrf::session_cookie_name(&identity.state.config());
+    format!("{name}={token}; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age={}", idle.as_secs())
 }
 
-/// Whether a form's `csrf` field equals the request's CSRF cookie (both present, compared in
-/// constant time): the double submit.
-pub fn csrf_matches(ex: &Exchange<'_>, sent: &str) -> bool {
-    let expected = cookie(ex, CSRF_COOKIE).unwrap_or("");
-    !sent.is_empty() && !expected.is_empty() && crate::base::secrets::hashes_equal(sent, expected)
+/// The token of the request's session cookie, if any (live or not).
+pub fn session_token<'a>(identity: &IdentityService, ex: &'a Exchange<'_>) -> Option<&'a str> {
+    cookie(ex, csrf::session_cookie_name(&identity.state.config()))
 }
 
-/// The `Set-Cookie` value of a fresh CSRF token on the prefix `path`.
-pub fn csrf_cookie(path: &str, token: &str) -> String {
-    format!("{CSRF_COOKIE}={token}; Path={path}; HttpOnly; Secure; SameSite=Strict")
-}
-
-fn session_cookie(token: &str, idle: Duration) -> String {
-    format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age={}", idle.as_secs())
-}
-
-/// The fields of a form POST, after its CSRF token was checked against the cookie.
-async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, ApiError> {
+/// The fields of a form POST, after its CSRF token was checked for `binding` (`csrf::check`).
+async fn form(
+    identity: &IdentityService,
+    ex: &mut Exchange<'_>,
+    binding: csrf::Binding<'_>,
+) -> std::result::Result<Vec<(String, String)>, ApiError> {
     let fields = forms::parse(&ex.read_body_within(MAX_FORM_BYTES).await?);
-    if !csrf_matches(ex, field(&fields, "csrf")) {
-        return Err(ApiError::Forbidden("the form's CSRF token is missing or does not match: reload the page".into()));
-    }
+    csrf::check(&identity.state, ex, field(&fields, "csrf"), binding)?;
     Ok(fields)
 }
 
@@ -408,7 +402,7 @@ fn users_with(identity: &IdentityService, email: &str) -> Vec<Arc<User>> {
 }
 
 async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
-    let fields = form(ex).await?;
+    let fields = form(identity, ex, csrf::Binding::PreSession).await?;
     let email = field(&fields, "email").trim().to_lowercase();
     let password = field(&fields, "password").to_string();
     let next = next_of(identity, Some(field(&fields, "next")));
@@ -416,14 +410,8 @@ async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::resu
     if let Some(wait) = identity.signin.locked(&email).await {
         return Err(ApiError::too_many("wrong passwords", wait));
     }
-    if passwords::overloaded() {
-        return Err(ApiError::Rejected {
-            status: 503,
-            code: "UNAVAILABLE",
-            message: "too many sign-ins at once; try again in a moment".into(),
-            retry_after: Some(1),
-        });
-    }
+    // A place in the checks' queue, within the address's and the account's share (`turns`).
+    let place = turns::admit(ip, &email)?;
     // Counted before the check, so that attempts made at once count as much as one after another.
     identity.signin.count("password checks from this address", ip, ADDRESS_ATTEMPTS).await?;
     let mut signed_in = None;
@@ -438,6 +426,7 @@ async fn sign_in(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::resu
             break;
         }
     }
+    drop(place);
     let Some(user) = signed_in else {
         for user in &candidates {
             trail::refused(identity, user, "wrong_password", ip);
@@ -481,14 +470,13 @@ async fn signed_in_as(
         let browser = crate::base::secrets::new_session_id();
         let challenge = identity.mfa.web_challenge(&user.id, &crate::base::secrets::hash_key(&browser)).await?;
         // A sign-in that arrives from a provider has no form yet: it gets a CSRF token here.
-        let (csrf, fresh) = match cookie(ex, CSRF_COOKIE) {
-            Some(c) => (c.to_string(), false),
-            None => (crate::base::secrets::new_session_id(), true),
-        };
+        let kept = csrf::kept(&identity.state, ex, csrf::Binding::PreSession).map(str::to_string);
+        let fresh = kept.is_none();
+        let csrf = kept.unwrap_or_else(|| csrf::issue(&identity.state, csrf::Binding::PreSession));
         let path = prefix(identity);
         let page = Page::html(200, pages::code(&path, &csrf, &challenge.id, next, Some(&challenge.prompt), None))
             .cookie(mfa_cookie(&path, &browser, crate::identity::mfa::MFA_TTL));
-        return Ok(if fresh { page.cookie(csrf_cookie(&path, &csrf)) } else { page });
+        return Ok(if fresh { page.cookie(csrf::cookie(&identity.state.config(), &csrf)) } else { page });
     }
     start_session(identity, ex, user, next).await
 }
@@ -598,7 +586,7 @@ async fn saml_callback(identity: &IdentityService, ex: &mut Exchange<'_>) -> std
 }
 
 async fn sign_in_mfa(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
-    let fields = form(ex).await?;
+    let fields = form(identity, ex, csrf::Binding::PreSession).await?;
     let challenge = field(&fields, "challenge_id");
     let next = next_of(identity, Some(field(&fields, "next")));
     let stale = || ApiError::validation("challenge_id", "the sign-in took too long or was used up: sign in again");
@@ -642,7 +630,11 @@ async fn start_session(
         .await?;
     tracing::info!(user = user.id, "web sign-in");
     trail::signed_in(identity, user, ex.ctx.client_ip);
-    Ok(Page::redirect(next).cookie(session_cookie(&token, web.session_idle)))
+    // The CSRF token is renewed with the session: the one of the sign-in form was bound to none.
+    let csrf = csrf::issue(&identity.state, csrf::Binding::Session(&token));
+    Ok(Page::redirect(next)
+        .cookie(session_cookie(identity, &token, web.session_idle))
+        .cookie(csrf::cookie(&identity.state.config(), &csrf)))
 }
 
 /// The signed-in user's session, if the request carries a live one.
@@ -650,7 +642,7 @@ pub async fn current(
     identity: &IdentityService,
     ex: &Exchange<'_>,
 ) -> std::result::Result<Option<WebSession>, ApiError> {
-    let Some(token) = cookie(ex, SESSION_COOKIE) else { return Ok(None) };
+    let Some(token) = session_token(identity, ex) else { return Ok(None) };
     let idle = identity.state.config().web.session_idle;
     Ok(identity.signin.sessions.find(token, idle).await?)
 }
@@ -661,17 +653,21 @@ async fn account(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::resu
     };
     let user = identity.state.user(&session.user_id).ok_or(ApiError::NotFound("user"))?;
     let sessions = identity.signin.sessions.of_user(&user.id).await?;
-    let csrf = crate::base::secrets::new_session_id();
-    let path = prefix(identity);
-    Ok(Page::html(200, pages::account(&path, &csrf, &user, &session, &sessions)).cookie(csrf_cookie(&path, &csrf)))
+    let token = session_token(identity, ex).unwrap_or_default();
+    let csrf = csrf::issue(&identity.state, csrf::Binding::Session(token));
+    let page = pages::account(&prefix(identity), &csrf, &user, &session, &sessions);
+    Ok(Page::html(200, page).cookie(csrf::cookie(&identity.state.config(), &csrf)))
 }
 
+/// Ends the request's session (a form bound to it), or only drops the cookie of one that is
+/// no longer live (nothing to protect).
 async fn sign_out(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Page, ApiError> {
-    form(ex).await?;
-    if let Some(token) = cookie(ex, SESSION_COOKIE) {
+    let token = session_token(identity, ex).map(str::to_string);
+    if let (Some(token), Some(_)) = (&token, current(identity, ex).await?) {
+        form(identity, ex, csrf::Binding::Session(token)).await?;
         identity.signin.sessions.end_token(token).await?;
     }
-    let gone = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0");
+    let gone = session_cookie(identity, "", Duration::ZERO);
     Ok(Page::redirect(&format!("{}/signin", prefix(identity))).cookie(gone))
 }
 

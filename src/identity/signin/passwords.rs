@@ -2,11 +2,10 @@
 //! 19 MiB, 2 passes, 1 lane), the rules a new password must meet, and the stored record.
 //!
 //! Each hash or check holds 19 MiB while it runs, and anyone may ask for one (a sign-in form),
-//! so at most `web.password_checks` run at once (default: the number of cores, read at
-//! start); the others wait their turn, and a sign-in finding more than
-//! [`MAX_WAITING_PER_CHECK`] times that many waiting is refused (503, `Retry-After`) before it
-//! joins them. Memory stays at `password_checks` x 19 MiB whatever the number of attempts.
+//! so each waits for a turn (`turns`: at most `web.password_checks` at once, and a sign-in's
+//! place in the queue shared fairly between addresses and accounts).
 
+use super::turns::in_turn;
 use crate::data::changes::Change;
 use crate::data::model::User;
 use crate::data::state::State;
@@ -15,9 +14,7 @@ use crate::edge::error::ApiError;
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
-use tokio::sync::Semaphore;
 
 /// Shortest and longest password accepted, in characters (NIST SP 800-63B: at least 8; 12
 /// here, which the guessing bounds of a sign-in form make ample; a long limit for passphrases).
@@ -82,52 +79,6 @@ pub fn check(password: &str, email: &str) -> Result<(), String> {
         return Err("is one of the most common passwords".into());
     }
     Ok(())
-}
-
-/// Sign-ins that may wait for a turn, per turn: past it a sign-in is refused at once.
-pub const MAX_WAITING_PER_CHECK: usize = 4;
-
-/// The argon2 runs allowed at once, and how many wait for one.
-struct Checks {
-    turns: Semaphore,
-    size: usize,
-    waiting: AtomicUsize,
-}
-
-static CONFIGURED: AtomicUsize = AtomicUsize::new(0);
-
-/// Sets how many argon2 runs may go at once (`web.password_checks`); takes effect only before
-/// the first run (at start).
-pub fn configure(concurrent: usize) {
-    CONFIGURED.store(concurrent, Ordering::Relaxed);
-}
-
-fn checks() -> &'static Checks {
-    static CHECKS: OnceLock<Checks> = OnceLock::new();
-    CHECKS.get_or_init(|| {
-        let size = match CONFIGURED.load(Ordering::Relaxed) {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            n => n,
-        };
-        Checks { turns: Semaphore::new(size), size, waiting: AtomicUsize::new(0) }
-    })
-}
-
-/// Whether so many checks already wait that one more should be refused (503) rather than
-/// queued: a sign-in asks before it counts or checks anything.
-pub fn overloaded() -> bool {
-    let c = checks();
-    c.turns.available_permits() == 0 && c.waiting.load(Ordering::Relaxed) >= c.size * MAX_WAITING_PER_CHECK
-}
-
-/// Runs `work` (an argon2 run) when a turn is free, off the proxy's threads.
-async fn in_turn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let c = checks();
-    c.waiting.fetch_add(1, Ordering::Relaxed);
-    let turn = c.turns.acquire().await;
-    c.waiting.fetch_sub(1, Ordering::Relaxed);
-    let _turn = turn.ok()?;
-    tokio::task::spawn_blocking(work).await.ok()
 }
 
 /// The argon2id hash of `password` (tens of milliseconds of CPU: off the proxy's threads).

@@ -938,8 +938,16 @@ impl Browser {
     }
 
     pub fn send(&self, method: &str, path: &str, form: Option<&[(&str, &str)]>) -> Resp {
+        self.send_with(method, path, form, &[])
+    }
+
+    /// [`Browser::send`] with more request headers (`Origin`, `Sec-Fetch-Site`).
+    pub fn send_with(&self, method: &str, path: &str, form: Option<&[(&str, &str)]>, headers: &[(&str, &str)]) -> Resp {
         let method = Method::from_bytes(method.as_bytes()).unwrap();
         let mut req = self.http.request(method, format!("{}{path}", self.base));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         let cookies: Vec<String> = self.jar.borrow().iter().map(|(k, v)| format!("{k}={v}")).collect();
         if !cookies.is_empty() {
             req = req.header("Cookie", cookies.join("; "));
@@ -961,6 +969,12 @@ impl Browser {
 
     pub fn cookie(&self, name: &str) -> Option<String> {
         self.jar.borrow().get(name).cloned()
+    }
+
+    /// Puts a cookie in the jar, as a page of another host of the domain (or a plain-HTTP
+    /// answer) could plant one.
+    pub fn plant_cookie(&self, name: &str, value: &str) {
+        self.jar.borrow_mut().insert(name.to_string(), value.to_string());
     }
 
     /// Opens the sign-in page: the CSRF token its form carries.
