@@ -35,6 +35,8 @@ pub(super) struct RawApp {
     oauth: Option<RawOAuth>,
     #[serde(default)]
     functions: Vec<RawFunction>,
+    #[serde(default)]
+    health: super::mcp::RawAppHealth,
 }
 
 /// A function as the app's catalogue entry shows it before any organisation has connected.
@@ -108,6 +110,7 @@ impl RawApp {
         }
         let functions = functions(i, a.functions)?;
         let timeouts = a.timeouts.build(i)?;
+        let health = a.health.overrides(&f("health"))?;
         Ok(AppConfig {
             id: a.id,
             name: a.name,
@@ -126,6 +129,7 @@ impl RawApp {
             tls_roots,
             oauth,
             functions,
+            health,
         })
     }
 }
