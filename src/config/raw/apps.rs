@@ -36,7 +36,15 @@ pub(super) struct RawApp {
     #[serde(default)]
     functions: Vec<RawFunction>,
     #[serde(default)]
-    health: super::mcp::RawAppHealth,
+    health: RawHealth,
+}
+
+/// `apps[].health`: this app's probe, where it differs from `mcp.app_health`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealth {
+    interval_secs: Option<u64>,
+    timeout_ms: Option<u64>,
 }
 
 /// A function as the app's catalogue entry shows it before any organisation has connected.
@@ -110,7 +118,7 @@ impl RawApp {
         }
         let functions = functions(i, a.functions)?;
         let timeouts = a.timeouts.build(i)?;
-        let health = a.health.overrides(&f("health"))?;
+        let health = super::mcp::probe_settings(a.health.interval_secs, a.health.timeout_ms, &f("health"))?;
         Ok(AppConfig {
             id: a.id,
             name: a.name,

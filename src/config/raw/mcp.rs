@@ -27,10 +27,10 @@ pub(super) struct RawMcp {
     app_health: RawAppHealth,
 }
 
-/// `mcp.app_health`: the apps' background probes; also `apps[].health` (interval and time-out).
+/// `mcp.app_health`: the apps' background probes.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawAppHealth {
+struct RawAppHealth {
     interval_secs: Option<u64>,
     timeout_ms: Option<u64>,
     concurrency: Option<usize>,
@@ -40,34 +40,31 @@ pub(super) struct RawAppHealth {
 const MAX_PROBE_INTERVAL_SECS: u64 = 86_400;
 const MAX_PROBE_TIMEOUT_MS: u64 = 60_000;
 
+/// An interval and a time-out of the apps' probes, checked; `at` names the section in a
+/// refusal (`mcp.app_health`, `apps[i].health`).
+pub(super) fn probe_settings(
+    interval_secs: Option<u64>,
+    timeout_ms: Option<u64>,
+    at: &str,
+) -> Result<AppHealthOverrides, ConfigError> {
+    if let Some(s) = interval_secs.filter(|s| !(1..=MAX_PROBE_INTERVAL_SECS).contains(s)) {
+        let why = format!("{s}: must be between 1 and {MAX_PROBE_INTERVAL_SECS}");
+        return Err(invalid(format!("{at}.interval_secs"), why));
+    }
+    if let Some(ms) = timeout_ms.filter(|ms| !(1..=MAX_PROBE_TIMEOUT_MS).contains(ms)) {
+        let why = format!("{ms}: must be between 1 and {MAX_PROBE_TIMEOUT_MS}");
+        return Err(invalid(format!("{at}.timeout_ms"), why));
+    }
+    Ok(AppHealthOverrides {
+        interval: interval_secs.map(Duration::from_secs),
+        timeout: timeout_ms.map(Duration::from_millis),
+    })
+}
+
 impl RawAppHealth {
-    /// The interval and time-out given, checked; `at` names the section in a refusal. A
-    /// concurrency is refused here: only `mcp.app_health` has one.
-    pub(super) fn overrides(self, at: &str) -> Result<AppHealthOverrides, ConfigError> {
-        if self.concurrency.is_some() {
-            return Err(invalid(format!("{at}.concurrency"), "only mcp.app_health has a concurrency"));
-        }
-        self.checked(at)
-    }
-
-    fn checked(&self, at: &str) -> Result<AppHealthOverrides, ConfigError> {
-        if let Some(s) = self.interval_secs.filter(|s| !(1..=MAX_PROBE_INTERVAL_SECS).contains(s)) {
-            let why = format!("{s}: must be between 1 and {MAX_PROBE_INTERVAL_SECS}");
-            return Err(invalid(format!("{at}.interval_secs"), why));
-        }
-        if let Some(ms) = self.timeout_ms.filter(|ms| !(1..=MAX_PROBE_TIMEOUT_MS).contains(ms)) {
-            let why = format!("{ms}: must be between 1 and {MAX_PROBE_TIMEOUT_MS}");
-            return Err(invalid(format!("{at}.timeout_ms"), why));
-        }
-        Ok(AppHealthOverrides {
-            interval: self.interval_secs.map(Duration::from_secs),
-            timeout: self.timeout_ms.map(Duration::from_millis),
-        })
-    }
-
     fn build(self) -> Result<AppHealthConfig, ConfigError> {
         let d = AppHealthConfig::default();
-        let given = self.checked("mcp.app_health")?;
+        let given = probe_settings(self.interval_secs, self.timeout_ms, "mcp.app_health")?;
         let concurrency = self.concurrency.unwrap_or(d.concurrency);
         // A semaphore's permits: zero would never probe.
         if !(1..=1024).contains(&concurrency) {

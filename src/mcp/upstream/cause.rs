@@ -18,7 +18,9 @@ impl UpstreamError {
             UpstreamError::Spawn(_) => "could not be started",
             UpstreamError::Exited(_) => "exited",
             UpstreamError::Backoff { .. } => "restarting after a crash",
-            UpstreamError::ProcessLimit { .. } => "too many app processes are running",
+            UpstreamError::ProcessLimit { limit } => {
+                return Cow::Owned(format!("toolgate's limit of {limit} stdio processes is reached"))
+            }
             UpstreamError::ShutDown => "toolgate is shutting down",
             UpstreamError::Config(_) => "misconfigured",
         })
