@@ -154,7 +154,7 @@ impl AppClients {
     fn note_health(&self, org_id: &str, app_id: &str, error: Option<&UpstreamError>) {
         match error {
             // Toolgate's own limits and shutdown say nothing about the app.
-            Some(UpstreamError::ProcessLimit { .. } | UpstreamError::ShutDown | UpstreamError::Config(_)) => return,
+            Some(UpstreamError::ProcessLimit { .. } | UpstreamError::ShutDown | UpstreamError::Config(_)) => {}
             None => self.failures.succeeded(org_id, app_id),
             Some(e) => {
                 let alerts = &self.state.config().alerts;

@@ -1445,7 +1445,7 @@ fn log_entry(
         Ok(result) => entry.finish(elapsed, failed, 200, Answer::Result(result)),
         Err(e) => {
             let status = RpcCode::logged_status(e.code, transport_status);
-            let detail = e.detail.as_deref();
+            let detail = e.detail.as_deref().map(String::as_str);
             entry.finish(elapsed, true, status, Answer::Error { code: e.code, message: &e.message, detail })
         }
     }

@@ -252,9 +252,10 @@ pub struct ErrorObject {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
     /// What the operator's request log keeps beyond `message` (an app's failure in full, where
-    /// the client is told one sentence): never written to a client, never read from one.
+    /// the client is told one sentence): never written to a client, never read from one. A
+    /// thin pointer, since every response carries the field.
     #[serde(skip)]
-    pub detail: Option<Box<str>>,
+    pub detail: Option<Box<String>>,
 }
 
 impl ErrorObject {
@@ -263,8 +264,8 @@ impl ErrorObject {
     }
 
     /// The error with the detail the request log keeps ([`ErrorObject::detail`]).
-    pub fn with_detail(mut self, detail: impl Into<Box<str>>) -> Self {
-        self.detail = Some(detail.into());
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(Box::new(detail.into()));
         self
     }
 
