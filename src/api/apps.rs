@@ -23,6 +23,33 @@ pub struct AppListItem {
     pub auth_types: Vec<String>,
     pub functions_count: usize,
     pub icon: String,
+    pub health: HealthView,
+}
+
+/// What the app's background probe found on this instance (`src/mcp/health.rs`). Apart from
+/// `status`, which says whether the organisation's connection (its credentials, its settings)
+/// is in place, not whether the app answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthView {
+    /// `up` (it answered its latest probe), `down` (it could not be reached, started or
+    /// understood) or `unknown` (not probed yet; a stdio app whose process has not started).
+    pub state: String,
+    /// Why it is down or unknown, in words (`connection refused`, `timed out`, `answered HTTP
+    /// 503`, ...); null when up.
+    pub last_error: Option<String>,
+    /// When the latest probe ended (ISO 8601); null before the first.
+    pub checked_at: Option<String>,
+}
+
+impl HealthView {
+    fn of(call: &Call<'_>, app_id: &str) -> HealthView {
+        let h = call.server.mcp.apps.health.of(app_id);
+        HealthView {
+            state: h.state.as_str().to_string(),
+            last_error: h.last_error,
+            checked_at: h.checked_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -52,6 +79,7 @@ pub struct AppDetail {
     pub icon: String,
     pub functions: Vec<FunctionView>,
     pub configuration: AppConfiguration,
+    pub health: HealthView,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -233,6 +261,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
             auth_types: a.auth_types.clone(),
             functions_count,
             icon: a.icon.clone(),
+            health: HealthView::of(call, &a.id),
         });
     }
     Ok(Reply::ok(serde_json::to_value(AppList { apps }).map_err(|e| ApiError::Internal(e.to_string()))?))
@@ -272,6 +301,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         icon: a.icon.clone(),
         functions,
         configuration: AppConfiguration { base_url, rate_limit: a.rate_limit.unwrap_or(0) },
+        health: HealthView::of(call, &a.id),
     };
     Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::Internal(e.to_string()))?))
 }

@@ -493,6 +493,23 @@ pub struct AppConfig {
     /// The functions the catalogue shows for the app before an organisation's own listing
     /// (`functions:` in YAML); empty when the app declares none.
     pub functions: Vec<FunctionDecl>,
+    /// `health:`: how often and how long this app's health probe runs, where it differs from
+    /// `mcp.app_health`.
+    pub health: AppHealthOverrides,
+}
+
+/// An app's own probe settings (`apps[].health`); `None`: `mcp.app_health`'s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppHealthOverrides {
+    pub interval: Option<Duration>,
+    pub timeout: Option<Duration>,
+}
+
+impl AppConfig {
+    /// The interval and time-out of this app's probe: its own, else the global ones.
+    pub fn health_probe(&self, global: &AppHealthConfig) -> (Duration, Duration) {
+        (self.health.interval.unwrap_or(global.interval), self.health.timeout.unwrap_or(global.timeout))
+    }
 }
 
 /// A function declared in YAML for the catalogue: name, description, parameter name -> type.
@@ -730,6 +747,23 @@ pub struct McpConfig {
     pub resumable: ResumableBounds,
     /// The bounds of the gateways' per-tool rules (`mcp.rules`).
     pub rules: RulesConfig,
+    /// `mcp.app_health`: the apps' background health probes (`src/mcp/health.rs`).
+    pub app_health: AppHealthConfig,
+}
+
+/// How the apps are probed in the background: every `interval` (jittered), each probe bounded
+/// by `timeout`, at most `concurrency` probes at once. An app's `health:` may change the first two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppHealthConfig {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub concurrency: usize,
+}
+
+impl Default for AppHealthConfig {
+    fn default() -> Self {
+        AppHealthConfig { interval: Duration::from_secs(30), timeout: Duration::from_millis(5_000), concurrency: 8 }
+    }
 }
 
 /// How many long-lived streams (GET streams, listening or resuming a call, and

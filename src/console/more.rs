@@ -186,6 +186,7 @@ async fn apps(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     for a in &mut items {
         let ways: Vec<String> = a["auth_types"].as_array().into_iter().flatten().map(html::text).collect();
         a["sign_in"] = Value::String(ways.join(", "));
+        a["health_text"] = Value::String(health_text(&a["health"]));
     }
     let columns = [
         ("Id", "id"),
@@ -193,6 +194,7 @@ async fn apps(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
         ("Category", "category"),
         ("Status", "status"),
         ("Functions", "functions_count"),
+        ("Health", "health_text"),
         ("Sign-in", "sign_in"),
     ];
     let accepts = |id: &str, auth: &str| {
@@ -226,6 +228,19 @@ async fn apps(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     };
     let body = table_with("Apps", &items, &columns, ctx.can(Scope::AppsWrite), act);
     Ok(ctx.page("Apps", "/apps", &body))
+}
+
+/// An app's health in one cell: `up`, or `down: connection refused`, with when it was checked.
+fn health_text(h: &Value) -> String {
+    let mut text = h["state"].as_str().unwrap_or("unknown").to_string();
+    if let Some(e) = h["last_error"].as_str() {
+        text.push_str(": ");
+        text.push_str(e);
+    }
+    if let Some(at) = h["checked_at"].as_str() {
+        text.push_str(&format!(" (checked {at})"));
+    }
+    text
 }
 
 /// Where the app's authorization server sends the browser back: the console's page that finishes

@@ -35,8 +35,9 @@ const LOG_FIELD_CAP: usize = 16 * 1024;
 pub enum Answer<'a> {
     /// The JSON-RPC result (capped), as the app sent it.
     Result(&'a RawJson),
-    /// A JSON-RPC error: its code and message only.
-    Error { code: i64, message: &'a str },
+    /// A JSON-RPC error: its code and message, and what the operator is told beyond the
+    /// client's message (an app's failure in full), if anything.
+    Error { code: i64, message: &'a str, detail: Option<&'a str> },
 }
 
 /// One call's entry (spec "Log entry" without `id` and `timestamp`, which the store assigns and
@@ -66,6 +67,13 @@ impl EntryWriter {
         EntryWriter { gateway: gateway.clone(), app: app.to_string(), function_at, json }
     }
 
+    /// Puts the request's id in the entry (`request_id`, as the answer's `X-Request-Id` and an
+    /// app failure's `data.request_id` carry it), so that what a client quotes finds the entry.
+    pub fn request_id(&mut self, id: &str) {
+        self.json.extend_from_slice(b",\"request_id\":");
+        put(&mut self.json, id);
+    }
+
     /// Ends the entry with the outcome. `error` is the entry's `status` (a JSON-RPC error, or a
     /// tool result with `isError`); `status` is the HTTP-like `response.status`.
     pub fn finish(mut self, elapsed: std::time::Duration, error: bool, status: u16, answer: Answer<'_>) -> LogRecord {
@@ -78,11 +86,15 @@ impl EntryWriter {
         json.extend_from_slice(b",\"data\":");
         match answer {
             Answer::Result(raw) => put_raw_capped(json, raw.get()),
-            Answer::Error { code, message } => {
+            Answer::Error { code, message, detail } => {
                 json.extend_from_slice(b"{\"code\":");
                 put(json, &code);
                 json.extend_from_slice(b",\"message\":");
                 put(json, message);
+                if let Some(detail) = detail {
+                    json.extend_from_slice(b",\"detail\":");
+                    put(json, detail);
+                }
                 json.push(b'}');
             }
         }
@@ -332,7 +344,7 @@ mod tests {
             Duration::from_millis(30_001),
             true,
             504,
-            Answer::Error { code: -32003, message: "App `time` failed: timed out" },
+            Answer::Error { code: -32003, message: "App `time` failed: timed out", detail: None },
         );
         assert!(e.error);
         let b = body(&e);

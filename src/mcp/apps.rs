@@ -7,6 +7,7 @@ use crate::base::pair_key::pair;
 use crate::config::{AppConfig, AppUpstream};
 use crate::data::state::State;
 use crate::mcp::failures::FailureRuns;
+use crate::mcp::health::AppHealth;
 use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{
     AppNotice, CallContext, Credential, HttpSettings, ListMethod, StdioSettings, Timeouts, Transport, Upstream,
@@ -14,7 +15,6 @@ use crate::mcp::upstream::{
 };
 use dashmap::DashMap;
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -62,8 +62,8 @@ pub struct AppClients {
     /// The apps' notices (list changes, resource updates), until the server's background
     /// service takes them.
     notices: parking_lot::Mutex<Option<UnboundedReceiver<AppNotice>>>,
-    /// App id -> whether its latest exchange went through ([`AppClients::health`]).
-    health: FastMap<String, AtomicBool>,
+    /// Each app's health as its background probe found it (`health.rs`).
+    pub health: AppHealth,
     /// Runs of failed exchanges per organisation and app (`error.critical`).
     pub failures: FailureRuns,
     /// One renewal of a connection's OAuth tokens at a time (organisation, app).
@@ -81,7 +81,7 @@ impl AppClients {
             upstreams: FastMap::default(),
             lists: DashMap::new(),
             last_tools: DashMap::new(),
-            health: FastMap::default(),
+            health: AppHealth::default(),
             failures: FailureRuns::default(),
             notices: parking_lot::Mutex::new(Some(rx)),
             renewing: DashMap::new(),
@@ -127,33 +127,38 @@ impl AppClients {
         self.shared.stdio_processes()
     }
 
-    /// Each app's health as of its latest exchange (app id, up), in app id order: an app is up
-    /// when it answered (a JSON-RPC error is an answer) and down when it could not be reached,
-    /// started, or understood. An app not called since the start has no entry.
-    pub fn health(&self) -> Vec<(String, bool)> {
-        let mut all: Vec<(String, bool)> =
-            self.health.iter().map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed))).collect();
-        all.sort_unstable();
-        all
+    /// The stdio upstreams of an app that exist now (each owner's): what its health probe
+    /// asks, so that a probe starts no process of its own.
+    pub fn stdio_upstreams(&self, app_id: &str) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .iter()
+            .filter(|u| u.key().1 == app_id && matches!(**u.value(), Upstream::Stdio(_)))
+            .map(|u| u.value().clone())
+            .collect()
     }
 
-    /// Notes how an exchange of `org_id` with `app_id` went (see [`AppClients::health`] and
-    /// [`FailureRuns`]).
+    /// The health probe's settings of an app: no organisation's credential, and for a remote
+    /// app the header `X-Toolgate-Probe: health`, so that the app's operator can tell probes
+    /// from calls.
+    pub fn probe_settings(&self, app: &AppConfig) -> UpstreamSettings {
+        let mut settings = self.settings_with(app, None);
+        if let Transport::Http(h) = &mut settings.transport {
+            h.headers.push(("X-Toolgate-Probe".into(), "health".into()));
+        }
+        settings
+    }
+
+    /// Notes how an exchange of `org_id` with `app_id` went, in its runs of failures
+    /// ([`FailureRuns`]). The app's health is its probe's business (`health.rs`): a call's
+    /// failure may be its organisation's alone (a credential refused).
     fn note_health(&self, org_id: &str, app_id: &str, error: Option<&UpstreamError>) {
         match error {
             // Toolgate's own limits and shutdown say nothing about the app.
-            Some(UpstreamError::ProcessLimit { .. } | UpstreamError::ShutDown | UpstreamError::Config(_)) => return,
+            Some(UpstreamError::ProcessLimit { .. } | UpstreamError::ShutDown | UpstreamError::Config(_)) => {}
             None => self.failures.succeeded(org_id, app_id),
             Some(e) => {
                 let alerts = &self.state.config().alerts;
                 self.failures.failed(org_id, app_id, e, alerts.app_failures, alerts.app_failure_window);
-            }
-        }
-        let up = error.is_none();
-        match self.health.get(app_id) {
-            Some(h) => h.store(up, Ordering::Relaxed),
-            None => {
-                self.health.insert(app_id.to_string(), AtomicBool::new(up));
             }
         }
     }
@@ -168,7 +173,10 @@ impl AppClients {
     }
 
     fn settings(&self, org_id: &str, app: &AppConfig) -> Result<UpstreamSettings, AppError> {
-        let credential = self.credential(org_id, app);
+        Ok(self.settings_with(app, self.credential(org_id, app)))
+    }
+
+    fn settings_with(&self, app: &AppConfig, credential: Option<String>) -> UpstreamSettings {
         let transport = match &app.upstream {
             AppUpstream::Url(url) => Transport::Http(HttpSettings {
                 url: url.clone(),
@@ -197,7 +205,7 @@ impl AppClients {
             AppUpstream::Builtin(name) => Transport::Builtin(name.clone()),
         };
         let t = app.timeouts;
-        Ok(UpstreamSettings {
+        UpstreamSettings {
             app_id: app.id.clone(),
             timeouts: Timeouts {
                 connect_ms: t.connect.as_millis() as u64,
@@ -205,7 +213,7 @@ impl AppClients {
                 total_ms: t.total.as_millis() as u64,
             },
             transport,
-        })
+        }
     }
 
     /// The connection's API key, or its OAuth access token, opened from its sealed form.
@@ -317,7 +325,11 @@ impl AppClients {
             up = self.upstream(org_id, app_id)?;
             listed = up.list_all_with_ttl(method, &CallContext::default()).await;
         }
-        self.note_health(org_id, app_id, listed.as_ref().err());
+        // An app without resources or prompts answers their lists with a JSON-RPC error: an
+        // answer, not a failure (the cause of `toolgate_app_up` reading 0 for the built-in
+        // `time` app once a catalogue was built again, after a reload).
+        let answered = matches!(listed, Err(UpstreamError::Protocol(_))) && method != ListMethod::Tools;
+        self.note_health(org_id, app_id, listed.as_ref().err().filter(|_| !answered));
         let (items, ttl_ms) = match listed {
             Ok((items, ttl_ms)) => (Arc::new(items), ttl_ms),
             // An app without resources or prompts has an empty list of them.

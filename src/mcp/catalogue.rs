@@ -117,8 +117,13 @@ struct AppLists {
 }
 
 async fn lists_of(apps: &AppClients, org_id: &str, app_id: &str) -> Result<AppLists, String> {
+    // The reason is shown to the gateway's clients and its tenant: the cause in words; the
+    // error in full (the app's address, Pingora's chain) goes to the process log only.
     let tools = apps.list(org_id, app_id, ListMethod::Tools).await.map_err(|e| match e {
-        crate::mcp::apps::AppError::Upstream { error, .. } => error.to_string(),
+        crate::mcp::apps::AppError::Upstream { error, .. } => {
+            tracing::warn!(org = org_id, app = app_id, %error, "cannot list the app's tools");
+            error.in_words().into_owned()
+        }
         other => other.to_string(),
     })?;
     let (prompts, resources, templates) = tokio::join!(

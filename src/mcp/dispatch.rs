@@ -8,7 +8,7 @@ use crate::data::audit::{Actor, AuditEvent};
 use crate::data::model::{ClientCapabilities, Gateway, McpSession, RuleMethod};
 use crate::data::reqlog::{Answer, EntryWriter};
 use crate::data::store::LogRecord;
-use crate::edge::exchange::{sse_event, Exchange};
+use crate::edge::exchange::{sse_event, Exchange, RequestId};
 use crate::mcp::apps::AppError;
 use crate::mcp::bounds::{Holder, Refused};
 use crate::mcp::catalogue::Catalogue;
@@ -282,7 +282,7 @@ pub(super) async fn request(
         // handshake era's own tasks) is not relayed.
         m if tasks::is_task_method(m) && caller.stateless() => {
             let Caller::Stateless { env, key_id, .. } = caller else { unreachable!("checked: stateless") };
-            let r = Box::pin(tasks::follow(mcp, gw, env, key_id, &req)).await;
+            let r = Box::pin(tasks::follow(mcp, gw, env, key_id, &req, ex.ctx.request_id.as_str())).await;
             return respond(ex, caller, r, modern::COMPLETE).await;
         }
         other => Err(ErrorObject::method_not_found(other)),
@@ -376,6 +376,8 @@ struct Call<'a> {
     caller: Caller<'a>,
     method: &'a str,
     started: Instant,
+    /// The request's id: in what the client is told of an app's failure and in the log entry.
+    request_id: RequestId,
 }
 
 /// Where a call goes, from the catalogue (`'c`): the app and, for `tools/call` and
@@ -403,7 +405,8 @@ async fn forward(
     mut req: jsonrpc::Request,
     acc: Accept,
 ) -> pingora::Result<()> {
-    let call = Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now() };
+    let request_id = ex.ctx.request_id;
+    let call = Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id };
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
     let target = match call.resolve(&catalogue, params.as_ref()) {
@@ -551,7 +554,7 @@ async fn finish(
             }
             (Caller::Session(mcp_id), _) if !acc.sse => {
                 let r = json_only(call, app_id, mcp_id, stream).await;
-                let r = r.unwrap_or_else(|e| reply::app_failure(&id, app_id, &e));
+                let r = r.unwrap_or_else(|e| reply::app_failure(&id, app_id, &e, call.request_id.as_str()));
                 done.record(&r.outcome, 200);
                 reply::json(ex, r.with_id(id)).await
             }
@@ -664,7 +667,8 @@ impl Call<'_> {
             gw.servers.len() == 1 || name.strip_prefix(app.as_str()).is_some_and(|r| r.starts_with(sep.as_str()))
         });
         if let Some((app, reason)) = owner {
-            return ErrorObject::new(RpcCode::UpstreamFailure.code(), format!("App `{app}` is unavailable: {reason}"));
+            let data = json!({ "request_id": self.request_id.as_str(), "app": app, "cause": reason });
+            return ErrorObject::new(RpcCode::UpstreamFailure.code(), reply::unavailable(app, reason)).with_data(data);
         }
         let e = if self.method == "tools/call" {
             ErrorObject::unknown_tool(name)
@@ -783,7 +787,7 @@ impl Call<'_> {
             named.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
         if self.caller.stateless() {
             if let Err(r) = modern::check_param_headers(declared, &arguments, headers) {
-                let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data };
+                let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data, detail: None };
                 self.refused(&e);
                 if let (Some((_, name)), true) = (target.tool, self.method == "tools/call") {
                     self.log_refused(target.app_id, name, named.get("arguments"), &e, 200);
@@ -800,7 +804,8 @@ impl Call<'_> {
     /// the error it was answered with, under the HTTP `status` it was answered with, so that the
     /// log, analytics and metrics count it like any other failed call.
     fn log_refused(&self, app: &str, function: &str, arguments: Option<&RawValue>, e: &ErrorObject, status: u16) {
-        let entry = EntryWriter::begin(self.gw, app, function, arguments.map_or("null", RawValue::get));
+        let mut entry = EntryWriter::begin(self.gw, app, function, arguments.map_or("null", RawValue::get));
+        entry.request_id(self.request_id.as_str());
         let outcome = Err(ErrorObject::new(e.code, e.message.clone()));
         self.mcp.reqlog.record(log_entry(entry, &outcome, true, status, self.started.elapsed()));
     }
@@ -885,7 +890,9 @@ impl Call<'_> {
         (self.method == "tools/call").then(|| {
             let function = tool.map_or("", |t| t.1);
             let arguments = named.and_then(|c| c.get("arguments")).map_or("null", RawValue::get);
-            EntryWriter::begin(self.gw, app_id, function, arguments)
+            let mut entry = EntryWriter::begin(self.gw, app_id, function, arguments);
+            entry.request_id(self.request_id.as_str());
+            entry
         })
     }
 
@@ -898,7 +905,7 @@ impl Call<'_> {
                 if app_unreachable(error) {
                     self.mcp.app_changed(&self.gw.org_id, app_id);
                 }
-                reply::app_failure(id, app_id, error)
+                reply::app_failure(id, app_id, error, self.request_id.as_str())
             }
             other => Response::error(id.clone(), ErrorObject::internal(other.to_string())),
         }
@@ -1101,7 +1108,7 @@ async fn relay(
         let Some(item) = item else { break };
         let msg = match item {
             Ok(m) => m,
-            Err(e) => Message::Response(reply::app_failure(id, app_id, &e)),
+            Err(e) => Message::Response(reply::app_failure(id, app_id, &e, call.request_id.as_str())),
         };
         if let Message::Request(r) = &msg {
             let caps = mcp.sessions.capabilities(mcp_id);
@@ -1265,6 +1272,7 @@ struct Alone {
     span: Option<(TraceContext, [u8; 8], SystemTime)>,
     entry: Option<EntryWriter>,
     id: Id,
+    request_id: RequestId,
 }
 
 impl Alone {
@@ -1284,6 +1292,7 @@ impl Alone {
             span: done.span.take(),
             entry: done.entry.take(),
             id: id.clone(),
+            request_id: call.request_id,
         }
     }
 
@@ -1294,8 +1303,8 @@ impl Alone {
             Pending::Call(call) => call.await,
             Pending::Stream(rest) => Ok(UpstreamReply::Stream(*rest)),
         };
-        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id } = self;
-        let call = Call { mcp: &mcp, gw: &gw, caller: Caller::Session(&mcp_id), method: &method, started };
+        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id, request_id } = self;
+        let call = Call { mcp: &mcp, gw: &gw, caller: Caller::Session(&mcp_id), method: &method, started, request_id };
         let tool = tool.as_ref().map(|(at_gateway, at_app)| (at_gateway.as_str(), at_app.as_str()));
         let mut done = Finish { call: &call, app_id: &app_id, tool, span, entry, finished: false };
         match reply {
@@ -1479,7 +1488,8 @@ fn log_entry(
         Ok(result) => entry.finish(elapsed, failed, 200, Answer::Result(result)),
         Err(e) => {
             let status = RpcCode::logged_status(e.code, transport_status);
-            entry.finish(elapsed, true, status, Answer::Error { code: e.code, message: &e.message })
+            let detail = e.detail.as_deref().map(String::as_str);
+            entry.finish(elapsed, true, status, Answer::Error { code: e.code, message: &e.message, detail })
         }
     }
 }

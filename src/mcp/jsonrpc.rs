@@ -251,11 +251,22 @@ pub struct ErrorObject {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+    /// What the operator's request log keeps beyond `message` (an app's failure in full, where
+    /// the client is told one sentence): never written to a client, never read from one. A
+    /// thin pointer, since every response carries the field.
+    #[serde(skip)]
+    pub detail: Option<Box<String>>,
 }
 
 impl ErrorObject {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), data: None }
+        Self { code, message: message.into(), data: None, detail: None }
+    }
+
+    /// The error with the detail the request log keeps ([`ErrorObject::detail`]).
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(Box::new(detail.into()));
+        self
     }
 
     pub fn with_data(mut self, data: Value) -> Self {

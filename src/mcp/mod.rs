@@ -6,7 +6,8 @@
 //! stateless 2026-07-28 request, `stateless` with the rules of `modern`) -> `dispatch` (what the
 //! message asks) -> the apps (`apps`, `upstream`); `relay` carries what the apps send the
 //! clients unasked; `tasks` follows the tasks apps create for stateless clients; `rules` decides
-//! calls and lists by the gateway's per-tool rules; `reply` writes every JSON-RPC error;
+//! calls and lists by the gateway's per-tool rules; `reply` writes every JSON-RPC error; `health`
+//! probes the apps in the background;
 //! `runtime` holds the running parts they share.
 
 pub mod apps;
@@ -16,6 +17,7 @@ pub mod catalogue;
 pub mod clean;
 pub mod dispatch;
 pub mod failures;
+pub mod health;
 pub mod jsonrpc;
 pub mod modern;
 pub mod parked;

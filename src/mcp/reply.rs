@@ -107,14 +107,29 @@ pub async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<()> {
     ex.respond(200, "application/json", r.to_bytes(), &[]).await
 }
 
-/// The answer to a call whose app failed: -32003 when it timed out, -32004 otherwise, naming the app.
-pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError) -> Response {
+/// The answer to a call whose app failed: -32003 when it timed out, -32004 otherwise. The client
+/// is told one sentence, the app and the cause in words ([`unavailable`]), with the request id in
+/// `data.request_id` (the `X-Request-Id` of the answer, the request log entry's `request_id`); the
+/// error in full, which may carry Pingora's error chain and the app's address, goes to the
+/// process log here and to the request log entry (`response.data.detail`).
+pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError, request_id: &str) -> Response {
     let code = match e {
         UpstreamError::Timeout { .. } => RpcCode::UpstreamTimeout,
         _ => RpcCode::UpstreamFailure,
     }
     .code();
-    Response::error(id.clone(), ErrorObject::new(code, format!("App `{app_id}` failed: {e}")))
+    tracing::warn!(request_id, app = app_id, error = %e, "app call failed");
+    let cause = e.in_words();
+    let error = ErrorObject::new(code, unavailable(app_id, &cause))
+        .with_data(json!({ "request_id": request_id, "app": app_id, "cause": cause }))
+        .with_detail(format!("App `{app_id}` failed: {e}"));
+    Response::error(id.clone(), error)
+}
+
+/// What a client is told of an app that cannot answer: `app "spy" is unavailable (connection
+/// refused)`.
+pub fn unavailable(app_id: &str, cause: &str) -> String {
+    format!("app \"{app_id}\" is unavailable ({cause})")
 }
 
 /// The answer to a call of a tool, prompt or resource withheld for the hidden text in its

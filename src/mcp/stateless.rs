@@ -206,7 +206,7 @@ pub(crate) async fn relay(
         };
         let msg = match item {
             Some(Ok(m)) => m,
-            Some(Err(e)) => Message::Response(reply::app_failure(call.id, call.app_id, &e)),
+            Some(Err(e)) => Message::Response(reply::app_failure(call.id, call.app_id, &e, ex.ctx.request_id.as_str())),
             None => Message::Response(Response::error(
                 call.id.clone(),
                 ErrorObject::internal(format!("App `{}` ended its stream without a response", call.app_id)),

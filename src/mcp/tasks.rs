@@ -130,9 +130,10 @@ pub(crate) async fn follow(
     env: &Envelope,
     key_id: &str,
     req: &jsonrpc::Request,
+    request_id: &str,
 ) -> Response {
     let started = Instant::now();
-    let outcome = relay(mcp, gw, env, key_id, req).await;
+    let outcome = relay(mcp, gw, env, key_id, req, request_id).await;
     let (r, app_id) = match outcome {
         Ok((r, app_id)) => (r, Some(app_id)),
         Err(e) => (Response::error(req.id.clone(), e), None),
@@ -151,6 +152,7 @@ async fn relay(
     env: &Envelope,
     key_id: &str,
     req: &jsonrpc::Request,
+    request_id: &str,
 ) -> Result<(Response, String), ErrorObject> {
     if !env.caps.tasks {
         return Err(undeclared(&req.method));
@@ -175,9 +177,9 @@ async fn relay(
     let answer = match mcp.apps.request(&gw.org_id, &app_id, &req.method, params, &ctx).await {
         Ok(reply) => match reply.into_response().await {
             Ok(r) => r,
-            Err(e) => reply::app_failure(&req.id, &app_id, &e),
+            Err(e) => reply::app_failure(&req.id, &app_id, &e, request_id),
         },
-        Err(AppError::Upstream { error, .. }) => reply::app_failure(&req.id, &app_id, &error),
+        Err(AppError::Upstream { error, .. }) => reply::app_failure(&req.id, &app_id, &error, request_id),
         Err(other) => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
     };
     // The task is named to the client by toolgate's id, as it asked.

@@ -181,11 +181,11 @@ impl Server {
         let weak = Arc::downgrade(self);
         crate::observe::metrics::gauge_vec_at_scrape(
             "toolgate_app_up",
-            "1 when an app's latest exchange went through, 0 when it could not be reached, started or understood",
+            "1 when an app's latest health probe got an answer, 0 when it could not be reached, started or understood; no sample while unknown",
             "app",
             move || {
                 let Some(s) = weak.upgrade() else { return Vec::new() };
-                s.mcp.apps.health().into_iter().map(|(app, up)| (app, i64::from(up))).collect()
+                s.mcp.apps.health.known().into_iter().map(|(app, up)| (app, i64::from(up))).collect()
             },
         );
     }
@@ -271,6 +271,9 @@ impl pingora::services::background::BackgroundService for Flusher {
         let mut last_gateway_oauth_refresh: Option<Instant> = None;
         let mut last_checkpoint = Instant::now();
         let mut notices = self.server.mcp.apps.take_notices();
+        // The apps' health probes run beside the flushes, in a task of their own, until the
+        // same shutdown.
+        tokio::spawn(crate::mcp::health::probe_apps(Arc::clone(&self.server.mcp), shutdown.clone()));
         loop {
             tokio::select! {
                 _ = tick.tick() => self.server.flush(Urgency::Background).await,

@@ -13,6 +13,7 @@ mod api_logs;
 mod api_mfa;
 mod api_scopes;
 mod api_team;
+mod app_health;
 mod audit;
 mod audit_refusals;
 mod conf_files;

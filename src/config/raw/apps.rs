@@ -35,6 +35,16 @@ pub(super) struct RawApp {
     oauth: Option<RawOAuth>,
     #[serde(default)]
     functions: Vec<RawFunction>,
+    #[serde(default)]
+    health: RawHealth,
+}
+
+/// `apps[].health`: this app's probe, where it differs from `mcp.app_health`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealth {
+    interval_secs: Option<u64>,
+    timeout_ms: Option<u64>,
 }
 
 /// A function as the app's catalogue entry shows it before any organisation has connected.
@@ -108,6 +118,7 @@ impl RawApp {
         }
         let functions = functions(i, a.functions)?;
         let timeouts = a.timeouts.build(i)?;
+        let health = super::mcp::probe_settings(a.health.interval_secs, a.health.timeout_ms, &f("health"))?;
         Ok(AppConfig {
             id: a.id,
             name: a.name,
@@ -126,6 +137,7 @@ impl RawApp {
             tls_roots,
             oauth,
             functions,
+            health,
         })
     }
 }

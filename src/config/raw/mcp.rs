@@ -23,6 +23,59 @@ pub(super) struct RawMcp {
     resumable: RawResumable,
     #[serde(default)]
     rules: RawRules,
+    #[serde(default)]
+    app_health: RawAppHealth,
+}
+
+/// `mcp.app_health`: the apps' background probes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAppHealth {
+    interval_secs: Option<u64>,
+    timeout_ms: Option<u64>,
+    concurrency: Option<usize>,
+}
+
+/// Bounds of a probe's interval (a day at most) and time-out (a minute at most).
+const MAX_PROBE_INTERVAL_SECS: u64 = 86_400;
+const MAX_PROBE_TIMEOUT_MS: u64 = 60_000;
+
+/// An interval and a time-out of the apps' probes, checked; `at` names the section in a
+/// refusal (`mcp.app_health`, `apps[i].health`).
+pub(super) fn probe_settings(
+    interval_secs: Option<u64>,
+    timeout_ms: Option<u64>,
+    at: &str,
+) -> Result<AppHealthOverrides, ConfigError> {
+    if let Some(s) = interval_secs.filter(|s| !(1..=MAX_PROBE_INTERVAL_SECS).contains(s)) {
+        let why = format!("{s}: must be between 1 and {MAX_PROBE_INTERVAL_SECS}");
+        return Err(invalid(format!("{at}.interval_secs"), why));
+    }
+    if let Some(ms) = timeout_ms.filter(|ms| !(1..=MAX_PROBE_TIMEOUT_MS).contains(ms)) {
+        let why = format!("{ms}: must be between 1 and {MAX_PROBE_TIMEOUT_MS}");
+        return Err(invalid(format!("{at}.timeout_ms"), why));
+    }
+    Ok(AppHealthOverrides {
+        interval: interval_secs.map(Duration::from_secs),
+        timeout: timeout_ms.map(Duration::from_millis),
+    })
+}
+
+impl RawAppHealth {
+    fn build(self) -> Result<AppHealthConfig, ConfigError> {
+        let d = AppHealthConfig::default();
+        let given = probe_settings(self.interval_secs, self.timeout_ms, "mcp.app_health")?;
+        let concurrency = self.concurrency.unwrap_or(d.concurrency);
+        // A semaphore's permits: zero would never probe.
+        if !(1..=1024).contains(&concurrency) {
+            return Err(invalid("mcp.app_health.concurrency", "must be between 1 and 1024"));
+        }
+        Ok(AppHealthConfig {
+            interval: given.interval.unwrap_or(d.interval),
+            timeout: given.timeout.unwrap_or(d.timeout),
+            concurrency,
+        })
+    }
 }
 
 /// `mcp.rules`: what a gateway's rules may cost.
@@ -130,6 +183,7 @@ impl RawMcp {
             streams: m.streams.build()?,
             resumable: m.resumable.build()?,
             rules: m.rules.build()?,
+            app_health: m.app_health.build()?,
         };
         if !(1..=600_000).contains(&mcp.list_deadline.as_millis()) {
             return Err(invalid("mcp.list_deadline_ms", "must be between 1 and 600000"));

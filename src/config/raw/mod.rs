@@ -194,6 +194,12 @@ mod tests {
             (format!("{org}{user}api_keys:\n  - {{id: k, name: K, user: u1, sha256: abc}}\n"), "api_keys[0].sha256"),
             ("limits:\n  quotas:\n    gold: {gateways: 1}\n".into(), "limits.quotas.gold"),
             ("mcp:\n  page_size: 0\n".into(), "mcp.page_size"),
+            ("mcp:\n  app_health: {interval_secs: 0}\n".into(), "mcp.app_health.interval_secs"),
+            ("mcp:\n  app_health: {concurrency: 0}\n".into(), "mcp.app_health.concurrency"),
+            (
+                "apps:\n  - {id: x, name: X, builtin: time, health: {timeout_ms: 0}}\n".into(),
+                "apps[0].health.timeout_ms",
+            ),
             ("observability:\n  log_retention_days: 0\n".into(), "observability.log_retention_days"),
             ("observability:\n  max_log_rows: 10\n".into(), "observability.max_log_rows"),
             ("observability:\n  rollup_retention_days: 0\n".into(), "observability.rollup_retention_days"),
@@ -233,5 +239,17 @@ mod tests {
         ] {
             assert_eq!(refusal(&yaml), field, "{yaml}");
         }
+    }
+
+    #[test]
+    fn an_apps_probe_settings_fall_back_to_the_global_ones() {
+        let yaml = "mcp:\n  app_health: {interval_secs: 10, timeout_ms: 700}\n\
+                    apps:\n  - {id: a, name: A, builtin: time, health: {interval_secs: 2}}\n  - {id: b, name: B, builtin: time}\n";
+        let c = Config::parse(yaml).unwrap();
+        let global = c.mcp.app_health;
+        assert_eq!(global.concurrency, 8);
+        let probe = |i: usize| c.apps[i].health_probe(&global);
+        assert_eq!(probe(0), (std::time::Duration::from_secs(2), std::time::Duration::from_millis(700)));
+        assert_eq!(probe(1), (std::time::Duration::from_secs(10), std::time::Duration::from_millis(700)));
     }
 }

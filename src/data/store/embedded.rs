@@ -1194,7 +1194,12 @@ mod tests {
     ) -> LogRecord {
         use crate::data::reqlog::{Answer, EntryWriter};
         let w = EntryWriter::begin(gateway, "time", function, "null");
-        let mut e = w.finish(std::time::Duration::from_micros(us), error, 200, Answer::Error { code: 1, message: "" });
+        let mut e = w.finish(
+            std::time::Duration::from_micros(us),
+            error,
+            200,
+            Answer::Error { code: 1, message: "", detail: None },
+        );
         e.ts_ms = ts_ms;
         e
     }

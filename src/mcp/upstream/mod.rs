@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use crate::mcp::builtin::{BuiltinApp, BuiltinError};
 use crate::mcp::jsonrpc::{ErrorObject, Id, Message, RawJson, Response};
 
+mod cause;
 pub mod http;
 pub mod stdio;
 pub mod wire;
