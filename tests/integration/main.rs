@@ -14,6 +14,7 @@ mod api_mfa;
 mod api_scopes;
 mod api_team;
 mod audit;
+mod audit_signed;
 mod conf_files;
 mod console;
 mod docs;
