@@ -83,9 +83,9 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Some(Command::Audit { command: AuditCommand::Verify { file, public_key, anchor, key_env, master_key_env } }) => {
-            verify_audit(&file, &public_key, anchor.as_deref(), key_env.as_deref(), master_key_env.as_deref())
-        }
+        Some(Command::Audit {
+            command: AuditCommand::Verify { file, public_key, anchor, key_env, master_key_env },
+        }) => verify_audit(&file, &public_key, anchor.as_deref(), key_env.as_deref(), master_key_env.as_deref()),
         None => {
             let code = toolgate::run::run(&cli.config, cli.upgrade);
             // Lines logged before a failed start are still in memory.

@@ -148,8 +148,9 @@ fn an_untouched_export_verifies_with_the_public_key_alone_and_each_tampering_fai
         "does not contain it",
     );
     // The last checkpoint is kept beside the master key, outside the store.
-    let kept: Value = serde_json::from_str(&std::fs::read_to_string(srv.data_dir().join("audit-checkpoints.json")).unwrap())
-        .expect("the kept checkpoints");
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(srv.data_dir().join("audit-checkpoints.json")).unwrap())
+            .expect("the kept checkpoints");
     let org = entries[0]["org_id"].as_str().unwrap();
     assert_eq!(kept[org], *checkpoints.last().unwrap(), "{kept}");
 }
@@ -180,8 +181,7 @@ fn wait_for(what: &str, srv: &TestServer, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_store_rewritten_under_a_running_instance_raises_audit_tampered_and_is_not_signed() {
-    let mut srv =
-        TestServer::start("audit:\n  checkpoint_interval_secs: 1\nwebhooks:\n  allowed_hosts: [127.0.0.1]\n");
+    let mut srv = TestServer::start("audit:\n  checkpoint_interval_secs: 1\nwebhooks:\n  allowed_hosts: [127.0.0.1]\n");
     let admin = srv.admin_key().to_string();
     let hook = json!({ "url": "http://127.0.0.1:9/hook", "events": ["audit.checkpoint", "audit.tampered"] });
     let r = srv.api("POST", "/v1/webhooks", Some(&admin), Some(hook));

@@ -204,7 +204,11 @@ impl Audit {
     fn raise_tampered(&self, org_id: &str, tamper: &Tamper) {
         let kept = self.kept.get(org_id);
         if !self.tampered.lock().insert(org_id.to_string()) {
-            tracing::warn!(org_id, reason = tamper.describe(), "the audit chain is still not the one signed; no checkpoint is signed");
+            tracing::warn!(
+                org_id,
+                reason = tamper.describe(),
+                "the audit chain is still not the one signed; no checkpoint is signed"
+            );
             return;
         }
         crate::observe::metrics::audit_tampered(tamper.label());
@@ -216,7 +220,8 @@ impl Audit {
             "the audit chain in the store no longer extends the last checkpoint this instance signed: \
              it was tampered with; no checkpoint is signed until it is restored"
         );
-        let data = json!({ "org_id": org_id, "reason": tamper.label(), "detail": tamper.describe(), "kept_checkpoint": kept });
+        let data =
+            json!({ "org_id": org_id, "reason": tamper.label(), "detail": tamper.describe(), "kept_checkpoint": kept });
         self.tell(Notice { org_id: org_id.to_string(), event: "audit.tampered", data });
     }
 

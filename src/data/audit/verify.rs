@@ -95,7 +95,8 @@ fn check_checkpoint_chain(v: &Verified, keys: &[VerifyingKey]) -> Result<u64, Br
                 let expected = before.map_or_else(|| GENESIS.to_string(), Checkpoint::hash);
                 if *prev != expected {
                     return Err(broken(
-                        "checkpoint does not follow the checkpoint before it (a checkpoint was removed or replaced)".into(),
+                        "checkpoint does not follow the checkpoint before it (a checkpoint was removed or replaced)"
+                            .into(),
                     ));
                 }
             }
@@ -126,7 +127,11 @@ fn check_checkpoint_chain(v: &Verified, keys: &[VerifyingKey]) -> Result<u64, Br
     }
     if !keys.is_empty() && previous.is_some_and(|last| last.signature.is_none()) {
         let (line, cp) = v.checkpoint_lines.last().expect("a previous one is the last");
-        return Err(Broken { line: *line, seq: Some(cp.checkpoint.seq), reason: "the last checkpoint is not signed".into() });
+        return Err(Broken {
+            line: *line,
+            seq: Some(cp.checkpoint.seq),
+            reason: "the last checkpoint is not signed".into(),
+        });
     }
     Ok(signatures)
 }

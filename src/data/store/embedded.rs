@@ -828,7 +828,12 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn audit_add_checkpoint(&self, org_id: &str, after: Option<String>, json: String) -> Result<bool, StoreError> {
+    async fn audit_add_checkpoint(
+        &self,
+        org_id: &str,
+        after: Option<String>,
+        json: String,
+    ) -> Result<bool, StoreError> {
         let org_id = org_id.to_string();
         self.with("audit_add_checkpoint", move |c| {
             let tx = c.transaction().map_err(backend)?;

@@ -332,7 +332,12 @@ pub trait Store: Send + Sync {
     /// still `after` (byte for byte; `None`: there is none), in one atomic step; `Ok(false)`
     /// when another writer added one first. Each checkpoint names the one before it, so two
     /// instances must never both follow the same one.
-    async fn audit_add_checkpoint(&self, org_id: &str, after: Option<String>, json: String) -> Result<bool, StoreError> {
+    async fn audit_add_checkpoint(
+        &self,
+        org_id: &str,
+        after: Option<String>,
+        json: String,
+    ) -> Result<bool, StoreError> {
         let _ = (org_id, after, json);
         Err(no_audit())
     }

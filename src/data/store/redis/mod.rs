@@ -318,7 +318,12 @@ impl Store for RedisStore {
         self.audit_entries_of(org_id, after_seq, limit).await
     }
 
-    async fn audit_add_checkpoint(&self, org_id: &str, after: Option<String>, json: String) -> Result<bool, StoreError> {
+    async fn audit_add_checkpoint(
+        &self,
+        org_id: &str,
+        after: Option<String>,
+        json: String,
+    ) -> Result<bool, StoreError> {
         self.audit_add_checkpoint_of(org_id, after, json).await
     }
 
