@@ -266,7 +266,7 @@ impl Audit {
                 kept.checkpoint.seq
             ))));
         }
-        Ok(self.entries_extend(org_id, &kept).await?)
+        self.entries_extend(org_id, &kept).await
     }
 
     /// The entries from the kept checkpoint's seq on: each hashes to its `hash`, each links to

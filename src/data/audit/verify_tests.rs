@@ -115,10 +115,10 @@ fn an_anchor_must_be_in_the_export_in_any_of_the_forms_it_is_kept() {
     let cps = checkpoints(&signer, &es, &[2, 3]);
     let json = serde_json::to_string(&cps[1]).unwrap();
     let kept = format!(
-        "{json}\n{}\n{}\nsome other line\n{}",
+        "{json}\n{}\n{}\nsome other line\n\
+         2026-01-01T00:00:00Z INFO toolgate::audit: audit checkpoint signed seq=3 checkpoint={json}",
         json!({ "event": "audit.checkpoint", "timestamp": "t", "data": cps[1] }),
         json!({ "level": "INFO", "message": "audit checkpoint signed", "checkpoint": json }),
-        format!("2026-01-01T00:00:00Z INFO toolgate::audit: audit checkpoint signed seq=3 checkpoint={json}"),
     );
     let anchors = read_anchors(&kept);
     assert_eq!(anchors, vec![cps[1].clone(); 4]);
