@@ -40,11 +40,23 @@ enum Command {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Checks an export of `GET /v1/audit/export`: sequence, links, hashes, and the checkpoints'
-    /// heads (their MACs too with a key). Exits 0 with a summary, 1 naming the first broken
-    /// entry, 2 when the file or key cannot be read.
+    /// Checks an export of `GET /v1/audit/export`: sequence, links, hashes, the checkpoints'
+    /// heads and their chain, their signatures under `--public-key`, no entry past the last
+    /// checkpoint by more than its interval, and the anchors. Exits 0 when a key vouches for
+    /// it, 1 naming the first break (or when no key was given: a partial check vouches for
+    /// nothing), 2 when a file or key cannot be read.
     Verify {
         file: PathBuf,
+        /// The Ed25519 public key of the checkpoints (`GET /v1/audit/key`, or the start's log
+        /// line): base64, 64 hex characters, a file holding either, or the route's JSON answer.
+        /// Repeat it for an export signed under several keys.
+        #[arg(long)]
+        public_key: Vec<String>,
+        /// Checkpoints kept outside the store (process-log lines, `audit.checkpoint` webhook
+        /// bodies, or checkpoint JSON, one a line): each of the organisation's must be in the
+        /// export.
+        #[arg(long)]
+        anchor: Option<PathBuf>,
         /// The environment variable holding the checkpoint key (`audit.checkpoint_key_env`).
         #[arg(long, conflicts_with = "master_key_env")]
         key_env: Option<String>,
@@ -59,9 +71,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file),
-        Some(Command::Audit { command: AuditCommand::Verify { file, key_env, master_key_env } }) => {
-            verify_audit(&file, key_env.as_deref(), master_key_env.as_deref())
-        }
+        Some(Command::Audit {
+            command: AuditCommand::Verify { file, public_key, anchor, key_env, master_key_env },
+        }) => verify_audit(&file, &public_key, anchor.as_deref(), key_env.as_deref(), master_key_env.as_deref()),
         None => {
             let code = toolgate::run::run(&cli.config, cli.upgrade);
             // Lines logged before a failed start are still in memory.
@@ -92,10 +104,16 @@ fn check_config(file: &std::path::Path) -> ExitCode {
     }
 }
 
-/// `toolgate audit verify`: 0 with a summary, 1 naming the first broken entry, 2 when the file
-/// or the key cannot be read.
-fn verify_audit(file: &std::path::Path, key_env: Option<&str>, master_key_env: Option<&str>) -> ExitCode {
-    use toolgate::data::audit::chain;
+/// `toolgate audit verify`: 0 with a summary when a key vouched for the export, 1 naming the
+/// first break or saying the check was partial (no key), 2 when a file or a key cannot be read.
+fn verify_audit(
+    file: &std::path::Path,
+    public_keys: &[String],
+    anchor: Option<&std::path::Path>,
+    key_env: Option<&str>,
+    master_key_env: Option<&str>,
+) -> ExitCode {
+    use toolgate::data::audit::{chain, signing, verify};
     let key = match (key_env, master_key_env) {
         (Some(var), _) => match std::env::var(var) {
             Ok(k) => Some(k.into_bytes()),
@@ -110,30 +128,73 @@ fn verify_audit(file: &std::path::Path, key_env: Option<&str>, master_key_env: O
         }
         (None, None) => None,
     };
+    let mut keys = Vec::new();
+    for given in public_keys {
+        let text = match std::path::Path::new(given).is_file() {
+            true => match std::fs::read_to_string(given) {
+                Ok(t) => t,
+                Err(e) => return usage_error(&format!("{given}: {e}")),
+            },
+            false => given.clone(),
+        };
+        match signing::parse_public_key(&text) {
+            Ok(k) => keys.push(k),
+            Err(e) => return usage_error(&format!("--public-key {given}: {e}")),
+        }
+    }
+    let anchors = match anchor.map(std::fs::read_to_string).transpose() {
+        Ok(text) => text.map(|t| verify::read_anchors(&t)).unwrap_or_default(),
+        Err(e) => return usage_error(&format!("--anchor: {e}")),
+    };
+    if anchor.is_some() && anchors.is_empty() {
+        return usage_error("--anchor: the file holds no checkpoint");
+    }
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) => return usage_error(&format!("{}: {e}", file.display())),
     };
-    match chain::verify(&text, key.as_deref()) {
-        Ok(v) => {
-            let macs = if v.macs_checked { "MACs verified" } else { "MACs not checked (no key)" };
-            println!(
-                "{}: ok: organisation {}, {} entries (seq 1..{}), head {}; {} checkpoints ({macs}), the last signing seq {}",
-                file.display(),
-                v.org_id.as_deref().unwrap_or("-"),
-                v.entries,
-                v.entries,
-                v.head_hash,
-                v.checkpoints,
-                v.signed_seq
-            );
-            ExitCode::SUCCESS
-        }
+    let opts = verify::Options { mac_key: key.as_deref(), public_keys: &keys, anchors: &anchors };
+    match verify::verify_export(&text, &opts) {
+        Ok(r) => report_verified(file, &r),
         Err(broken) => {
             eprintln!("{}: broken at {broken}", file.display());
             ExitCode::from(1)
         }
     }
+}
+
+/// The summary of an export that passed; exit 1 when no key vouched for it.
+fn report_verified(file: &std::path::Path, r: &toolgate::data::audit::verify::Report) -> ExitCode {
+    let v = &r.chain;
+    let last = &r.last.checkpoint;
+    let signed_at = chrono::DateTime::from_timestamp_millis(last.at).map(|t| t.to_rfc3339()).unwrap_or_default();
+    let checked = match (r.signatures, v.macs_checked) {
+        (0, false) => "no signature or MAC checked".to_string(),
+        (0, true) => "MACs verified".to_string(),
+        (n, macs) => format!("{n} signatures verified{}", if macs { ", MACs verified" } else { "" }),
+    };
+    println!(
+        "{}: ok: organisation {}, {} entries (seq 1..{}), head {}; {} checkpoints ({checked}), the last signing seq {} at {signed_at}; {} entries after it; {} anchors found",
+        file.display(),
+        v.org_id.as_deref().unwrap_or("-"),
+        v.entries,
+        v.entries,
+        v.head_hash,
+        v.checkpoints,
+        last.seq,
+        r.unsigned_tail,
+        r.anchors,
+    );
+    if r.vouched {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "{}: partial verification: the links, hashes and checkpoint chain hold, but without --public-key (or the \
+         checkpoint key) nothing shows these checkpoints are toolgate's: anyone able to edit the export could have \
+         re-hashed it. Not vouched for (exit 1).",
+        file.display()
+    );
+    ExitCode::from(1)
 }
 
 fn usage_error(message: &str) -> ExitCode {

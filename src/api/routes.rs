@@ -207,6 +207,7 @@ routes! {
 
     GET "/audit" => audit::list, scope(Admin);
     GET "/audit/export" => audit::export, scope(Admin);
+    GET "/audit/key" => audit::key, scope(Admin);
 
     // The operator's owner with `admin` (checked by the handler); to everyone else a 404.
     POST "/admin/reload" => admin::reload, AnyCredential;

@@ -182,10 +182,14 @@ pub struct Webhook {
     pub updated_at: Timestamp,
 }
 
+/// Events a webhook takes only when it names them, not with `*`: `audit.checkpoint` is a stream
+/// for archives (one per organisation and checkpoint interval), not news for every receiver.
+pub const NAMED_ONLY_EVENTS: [&str; 1] = ["audit.checkpoint"];
+
 impl Webhook {
     /// Whether it takes deliveries of `event`.
     pub fn wants(&self, event: &str) -> bool {
-        self.enabled && self.events.iter().any(|e| e == "*" || e == event)
+        self.enabled && self.events.iter().any(|e| e == event || (e == "*" && !NAMED_ONLY_EVENTS.contains(&event)))
     }
 }
 

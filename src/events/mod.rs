@@ -48,8 +48,8 @@ const MAX_CLIENTS: usize = 1024;
 /// How often finished deliveries past their retention are removed.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
-/// The events a webhook may take (spec "Events").
-pub const EVENTS: [&str; 8] = [
+/// The events a webhook may take (spec "Events"; the `audit.` ones: docs/events.md).
+pub const EVENTS: [&str; 10] = [
     "gateway.created",
     "gateway.updated",
     "gateway.deleted",
@@ -58,6 +58,8 @@ pub const EVENTS: [&str; 8] = [
     "error.critical",
     "usage.limit_warning",
     "tool.changed",
+    "audit.checkpoint",
+    "audit.tampered",
 ];
 
 /// The webhooks' outbox and its deliverer.

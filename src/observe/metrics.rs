@@ -222,6 +222,29 @@ pub fn newer_record_refused(kind: &'static str) {
     .inc();
 }
 
+/// The audit chain in the store no longer extends the last checkpoint this instance signed
+/// (`reason`: `checkpoint_missing`, `checkpoint_changed`, `checkpoints_after`, `entries`);
+/// counted once per organisation until a checkpoint is signed again. The shipped alert
+/// `ToolgateAuditTampered` fires on any increase.
+pub fn audit_tampered(reason: &'static str) {
+    audit_tampered_total().with_label_values(&[reason]).inc();
+}
+
+/// The reasons of `toolgate_audit_tampered_total`, each series there from zero.
+const AUDIT_TAMPER_REASONS: [&str; 4] = ["checkpoint_missing", "checkpoint_changed", "checkpoints_after", "entries"];
+
+fn audit_tampered_total() -> &'static IntCounterVec {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_audit_tampered_total",
+            "Audit chains found no longer extending the last checkpoint this instance signed, by reason",
+            &["reason"]
+        )
+        .expect("metric registers once")
+    })
+}
+
 /// A request toolgate made of an app on a client's behalf (app ids come from the
 /// configuration: no cap).
 pub fn mcp_client_operation(method: &str, tool: Option<&str>, error: ErrorType, app: &str, elapsed: Duration) {
@@ -509,6 +532,9 @@ pub fn init(limits: LabelLimits) {
         for action in ["stripped", "withheld"] {
             hidden_text_total().with_label_values(&[class.as_str(), action]);
         }
+    }
+    for reason in AUDIT_TAMPER_REASONS {
+        audit_tampered_total().with_label_values(&[reason]);
     }
     let b = tenant_bounds();
     for scope in ["session", "key", "organization"] {

@@ -48,6 +48,10 @@ pub struct Server {
     unsaved_usage: parking_lot::Mutex<Vec<UsageMinute>>,
 }
 
+/// The file beside the master key (`storage.path`) that keeps the last audit checkpoint this
+/// instance signed per organisation.
+pub const AUDIT_KEPT_FILE: &str = "audit-checkpoints.json";
+
 /// Per-minute usage counts kept while the store refuses them: a day of 70 busy callers.
 const UNSAVED_USAGE_CAP: usize = 100_000;
 
@@ -61,7 +65,20 @@ impl Server {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
         let checkpoint_key = (state.config().audit.checkpoint_key.clone())
             .unwrap_or_else(|| state.sealer.derive(crate::data::audit::chain::DERIVED_KEY_LABEL).to_vec());
-        let audit = Arc::new(crate::data::audit::Audit::new(state.store.clone(), checkpoint_key));
+        let audit = crate::data::audit::Audit::new(state.store.clone(), checkpoint_key);
+        // The last checkpoint signed is kept beside the master key (`secret.key`), outside the
+        // store's database; on Redis there is no such file, and it is kept in memory.
+        let audit = Arc::new(match &state.config().storage {
+            crate::config::StorageConfig::Embedded { path } => audit.keeping_in(path.join(AUDIT_KEPT_FILE)),
+            crate::config::StorageConfig::Redis { .. } => audit,
+        });
+        let public = audit.signer().public_key_json();
+        tracing::info!(
+            key_id = public["key_id"].as_str(),
+            public_key = public["public_key"].as_str(),
+            "audit checkpoints are signed with this Ed25519 public key (also at GET /v1/audit/key); \
+             `toolgate audit verify --public-key` checks an export with it"
+        );
         let mcp =
             Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone(), audit.clone()).await?);
         // The runtime's caches follow the state through the change feed. Held weakly: the feed
@@ -79,6 +96,11 @@ impl Server {
         let mfa = Arc::new(Mfa::load(state.store.clone(), courier.clone(), guesses).await?);
         let events = crate::events::Events::load(state.clone(), courier.clone()).await?;
         let origin_check = toolgate_filters::origin::OriginCheck::new(state.config().mcp.allowed_origins.clone());
+        let to_webhooks = events.clone();
+        audit.on_notice(move |n| {
+            let events = to_webhooks.clone();
+            tokio::spawn(async move { events.emit(&n.org_id, n.event, n.data).await });
+        });
         Ok(Server {
             audit: audit.clone(),
             origin_check,
@@ -309,7 +331,7 @@ impl pingora::services::background::BackgroundService for Flusher {
                 last_sweep = Instant::now();
             }
             if last_checkpoint.elapsed() >= self.server.state.config().audit.checkpoint_interval {
-                self.server.audit.checkpoint().await;
+                self.server.audit.checkpoint(self.server.state.config().audit.checkpoint_interval).await;
                 last_checkpoint = Instant::now();
             }
             if let Some(jwt) = self.server.state.jwt.load_full() {
@@ -351,7 +373,7 @@ impl pingora::services::background::BackgroundService for Flusher {
             }
         };
         self.server.flush(Urgency::Now).await;
-        self.server.audit.checkpoint().await;
+        self.server.audit.checkpoint(self.server.state.config().audit.checkpoint_interval).await;
         self.server.mcp.apps.shutdown().await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, idle, "flushed and stopped apps");
         crate::observe::logging::flush();

@@ -99,6 +99,7 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("DELETE", "/oauth/clients/{id}", Scope("admin")),
     ("GET", "/audit", Scope("admin")),
     ("GET", "/audit/export", Scope("admin")),
+    ("GET", "/audit/key", Scope("admin")),
     // Each operation is checked as if sent alone.
     ("POST", "/batch", Any),
     // The operator's owner only: another holder of `admin` gets 404, and so does a key without.

@@ -30,7 +30,7 @@ fn refused(out: &Output, line: usize, seq: u64) {
 }
 
 /// The organisation's export, after asserting its content type.
-fn export(srv: &TestServer, key: &str) -> String {
+pub(crate) fn export(srv: &TestServer, key: &str) -> String {
     let r = srv.api("GET", "/v1/audit/export", Some(key), None);
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.header("content-type"), Some("application/x-ndjson"), "{r:?}");
@@ -59,7 +59,7 @@ fn entries(srv: &TestServer, key: &str, query: &str) -> Vec<Value> {
     r.data()["entries"].as_array().expect("entries").clone()
 }
 
-fn write_lines(path: &Path, lines: &[&str]) {
+pub(crate) fn write_lines(path: &Path, lines: &[&str]) {
     std::fs::write(path, lines.join("\n") + "\n").expect("write the export");
 }
 
@@ -165,7 +165,8 @@ fn writes_are_entries_of_one_organisation_and_an_export_verifies_until_edited() 
     refused(&verify(&file, &[], &[]), 2, 2);
     db.execute("UPDATE audit_entries SET body = ?1 WHERE org_id = 'org_aa' AND seq = 2", [&original]).unwrap();
     std::fs::write(&file, export(&srv, &key_a)).unwrap();
-    assert!(verify(&file, &[], &[]).status.success(), "restored");
+    let restored = verify(&file, &["--key-env", KEY_VAR], &key_env);
+    assert!(restored.status.success(), "restored: {}", describe_output(&restored));
     db.execute("DELETE FROM audit_entries WHERE org_id = 'org_aa' AND seq = 2", []).unwrap();
     std::fs::write(&file, export(&srv, &key_a)).unwrap();
     refused(&verify(&file, &[], &[]), 2, 3);

@@ -16,6 +16,7 @@ mod api_team;
 mod app_health;
 mod audit;
 mod audit_refusals;
+mod audit_signed;
 mod conf_files;
 mod console;
 mod docs;

@@ -4,9 +4,13 @@
 //! An entry's `hash` is the SHA-256 (hex) of the canonical JSON of every other field of the
 //! entry, `prev_hash` included: object keys sorted, no white space, strings escaped as
 //! `serde_json` escapes them. The first entry of an organisation has seq 1 and a `prev_hash` of
-//! 64 zeros ([`GENESIS`]). A checkpoint is `{"checkpoint": {org_id, seq, head_hash, at}, "mac":
-//! hex}` with `mac` the HMAC-SHA256 of the canonical JSON of `checkpoint` under the checkpoint
-//! key. An export is the entries in seq order, one JSON object a line, then the checkpoints.
+//! 64 zeros ([`GENESIS`]). A checkpoint is `{"checkpoint": {org_id, seq, head_hash, at,
+//! prev_checkpoint, interval_ms}, "mac": hex, "key_id", "signature"}` with `mac` the
+//! HMAC-SHA256 of the canonical JSON of `checkpoint` under the checkpoint key, `prev_checkpoint`
+//! the [`Checkpoint::hash`] of the organisation's checkpoint before it (so a deleted one shows)
+//! and `signature` its Ed25519 signature (`signing.rs`). Checkpoints made before signing existed
+//! have neither. An export is the entries in seq order, one JSON object a line, then the
+//! checkpoints; `verify.rs` checks the checkpoints' chain, signatures and anchors.
 
 use crate::base::secrets::{digests_equal, hash_from_hex, hmac_sha256};
 use serde::{Deserialize, Serialize};
@@ -71,12 +75,26 @@ pub struct Head {
     pub seq: u64,
     pub head_hash: String,
     pub at: i64,
+    /// The [`Checkpoint::hash`] of the organisation's previous checkpoint ([`GENESIS`] for the
+    /// first); absent on checkpoints made before they chained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_checkpoint: Option<String>,
+    /// The checkpoint interval in force when it was signed: entries later than `at` plus this
+    /// should have a later checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub checkpoint: Head,
     pub mac: String,
+    /// The id of the Ed25519 key that signed it (`signing.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// The Ed25519 signature (base64) of the head; absent on checkpoints made before signing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// Writes `v` canonically: keys sorted, no white space.
@@ -140,9 +158,18 @@ fn mac_of(head: &Head, key: &[u8]) -> [u8; 32] {
 }
 
 impl Checkpoint {
+    /// The head with its MAC under `key` (not yet signed: see `signing.rs`).
     pub fn sign(head: Head, key: &[u8]) -> Checkpoint {
         let mac = hex::encode(mac_of(&head, key));
-        Checkpoint { checkpoint: head, mac }
+        Checkpoint { checkpoint: head, mac, key_id: None, signature: None }
+    }
+
+    /// SHA-256 (hex) of the canonical JSON of the head, which the next checkpoint names as its
+    /// `prev_checkpoint`; the signature covers the head, so the hash names the signed content.
+    pub fn hash(&self) -> String {
+        let mut text = String::new();
+        canonical(&json!(self.checkpoint), &mut text);
+        hex::encode(Sha256::digest(text.as_bytes()))
     }
 
     /// Whether `mac` is the head's under `key` (compared in constant time).
@@ -181,6 +208,12 @@ pub struct Verified {
     /// The highest seq a checkpoint signs (its MAC checked only with a key).
     pub signed_seq: u64,
     pub macs_checked: bool,
+    /// The checkpoints in export order, each with its line.
+    pub checkpoint_lines: Vec<(usize, Checkpoint)>,
+    /// Each entry's line and `at`, by seq (index `seq - 1`).
+    pub entry_lines: Vec<(usize, i64)>,
+    /// The export's number of lines.
+    pub lines: usize,
 }
 
 /// Checks an export: seq continuity from 1, each `prev_hash` link, each `hash`, then each
@@ -194,11 +227,15 @@ pub fn verify(text: &str, key: Option<&[u8]>) -> Result<Verified, Broken> {
         checkpoints: 0,
         signed_seq: 0,
         macs_checked: key.is_some(),
+        checkpoint_lines: Vec::new(),
+        entry_lines: Vec::new(),
+        lines: 0,
     };
     let mut hashes: HashMap<u64, String> = HashMap::new();
     let mut in_checkpoints = false;
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
+        v.lines = line_no;
         if line.trim().is_empty() {
             continue;
         }
@@ -211,6 +248,7 @@ pub fn verify(text: &str, key: Option<&[u8]>) -> Result<Verified, Broken> {
             check_checkpoint(&cp, &v, &hashes, key).map_err(|reason| broken(Some(cp.checkpoint.seq), reason))?;
             v.checkpoints += 1;
             v.signed_seq = v.signed_seq.max(cp.checkpoint.seq);
+            v.checkpoint_lines.push((line_no, cp));
             continue;
         }
         let seq = value.get("seq").and_then(Value::as_u64);
@@ -237,6 +275,7 @@ pub fn verify(text: &str, key: Option<&[u8]>) -> Result<Verified, Broken> {
             return Err(broken(seq, "hash does not match the entry's content (edited)".into()));
         }
         v.entries = entry.seq;
+        v.entry_lines.push((line_no, entry.at));
         v.head_hash = entry.hash.clone();
         hashes.insert(entry.seq, entry.hash);
     }
@@ -300,7 +339,14 @@ mod tests {
     }
 
     fn head(e: &Entry) -> Head {
-        Head { org_id: e.org_id.clone(), seq: e.seq, head_hash: e.hash.clone(), at: e.at }
+        Head {
+            org_id: e.org_id.clone(),
+            seq: e.seq,
+            head_hash: e.hash.clone(),
+            at: e.at,
+            prev_checkpoint: None,
+            interval_ms: None,
+        }
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! The audit trail: per organisation, a hash chain of who did what to which record
 //! ([`chain`] has the arithmetic and the offline check), appended through the store
 //! ([`Store::audit_append`]: compare the head, append, atomically), and signed every
-//! `audit.checkpoint_interval_secs` by an HMAC checkpoint under a key outside the store.
+//! `audit.checkpoint_interval_secs` (and at each export) by a checkpoint that names the one
+//! before it, with an HMAC and an Ed25519 signature under keys outside the store
+//! ([`signing`]); [`checkpoints`] checks the store still extends what this instance signed
+//! before it signs again, and lets each checkpoint leave the store; [`verify`] is the offline
+//! check of an export.
 //!
 //! One instance serialises its own appends per organisation (one lock each, holding the head it
 //! last wrote); another instance on the same Redis moves the head under it, which the store's
@@ -15,16 +19,21 @@
 //! error (the API answers 503 naming it).
 
 pub mod chain;
+pub mod checkpoints;
 pub mod refusals;
+pub mod signing;
+pub mod verify;
 
 pub use chain::{Actor, Checkpoint, Entry, Head, Target};
+pub use checkpoints::Notice;
 
 use crate::base::time::now_ms;
 use crate::data::store::{AuditLink, Store, StoreError};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// What happened, as it enters the trail.
@@ -94,10 +103,23 @@ const CHUNK: u32 = 500;
 
 type Chain = Arc<tokio::sync::Mutex<Option<(u64, String)>>>;
 
+/// Where the trail's notices go (the server's webhooks).
+type NoticeHook = Box<dyn Fn(Notice) + Send + Sync>;
+
 /// The trail of every organisation; held by the server.
 pub struct Audit {
     store: Arc<dyn Store>,
+    /// The checkpoints' HMAC key.
     key: Vec<u8>,
+    /// The checkpoints' Ed25519 key, derived from `key`.
+    signer: signing::Signer,
+    /// The last checkpoint this instance signed per organisation, outside the store.
+    kept: checkpoints::Kept,
+    /// One checkpoint at a time on this instance (the timer's and an export's).
+    signing: tokio::sync::Mutex<()>,
+    /// Organisations whose store no longer extends what this instance signed (raised once).
+    tampered: Mutex<HashSet<String>>,
+    notices: OnceLock<NoticeHook>,
     /// Per organisation: this instance's appends one at a time, and the head it last saw.
     chains: Mutex<HashMap<String, Chain>>,
     /// Organisations whose head this instance moved since its last checkpoint.
@@ -128,16 +150,41 @@ impl Filter {
 }
 
 impl Audit {
-    /// `key` signs the checkpoints.
+    /// `key` MACs the checkpoints, and their Ed25519 key is derived from it
+    /// (HMAC-SHA256(`key`, [`signing::SIGNING_KEY_LABEL`])). The last checkpoint signed per
+    /// organisation is kept in memory; [`Audit::keeping_in`] keeps it in a file too.
     pub fn new(store: Arc<dyn Store>, key: Vec<u8>) -> Audit {
+        let signer = signing::Signer::from_seed(crate::base::secrets::hmac_sha256(&key, signing::SIGNING_KEY_LABEL));
         Audit {
             store,
             key,
+            signer,
+            kept: checkpoints::Kept::in_memory(),
+            signing: tokio::sync::Mutex::new(()),
+            tampered: Mutex::default(),
+            notices: OnceLock::new(),
             chains: Mutex::default(),
             moved: Mutex::default(),
             unsaved: Mutex::default(),
             refusals: refusals::Refusals::default(),
         }
+    }
+
+    /// Keeps the last checkpoint this instance signed per organisation in `file` (outside the
+    /// store, beside the master key), read now so that a restart still knows it.
+    pub fn keeping_in(mut self, file: PathBuf) -> Audit {
+        self.kept = checkpoints::Kept::in_file(file);
+        self
+    }
+
+    /// Calls `hook` with each notice (`audit.checkpoint`, `audit.tampered`); set once.
+    pub fn on_notice(&self, hook: impl Fn(Notice) + Send + Sync + 'static) {
+        let _ = self.notices.set(Box::new(hook));
+    }
+
+    /// The checkpoints' signing key (its public half, for `GET /v1/audit/key` and the log).
+    pub fn signer(&self) -> &signing::Signer {
+        &self.signer
     }
 
     fn chain(&self, org_id: &str) -> Chain {
@@ -289,24 +336,6 @@ impl Audit {
         Err(AuditError::Contended)
     }
 
-    /// Signs and stores the head of every organisation whose chain this instance moved since the
-    /// last checkpoint (every `audit.checkpoint_interval_secs`, and at shutdown).
-    pub async fn checkpoint(&self) {
-        let orgs: Vec<String> = self.moved.lock().drain().collect();
-        for org_id in orgs {
-            let done = async {
-                let Some((seq, head_hash)) = self.store.audit_head(&org_id).await? else { return Ok(()) };
-                let cp = Checkpoint::sign(Head { org_id: org_id.clone(), seq, head_hash, at: now_ms() }, &self.key);
-                let json = serde_json::to_string(&cp).map_err(|e| StoreError::Backend(e.to_string()))?;
-                self.store.audit_add_checkpoint(&org_id, json).await
-            };
-            if let Err(e) = done.await {
-                tracing::warn!(error = %e, org_id, "cannot store an audit checkpoint; the next one retries");
-                self.moved.lock().insert(org_id);
-            }
-        }
-    }
-
     /// Up to `limit` entries after `after_seq` that `filter` keeps (reading at most a few
     /// thousand entries per page when the filter keeps few).
     pub async fn page(&self, org_id: &str, after_seq: u64, limit: u32, filter: &Filter) -> Result<Page, AuditError> {
@@ -337,8 +366,14 @@ impl Audit {
         }
     }
 
-    /// The organisation's chain as JSON lines: every entry in order, then every checkpoint.
-    pub async fn export(&self, org_id: &str) -> Result<Vec<u8>, AuditError> {
+    /// The organisation's chain as JSON lines: every entry in order, then every checkpoint. The
+    /// head is signed first (unless a checkpoint already signs it), so that an export ends with
+    /// a signed head and only the entries appended while it is read come after its last
+    /// checkpoint.
+    pub async fn export(&self, org_id: &str, interval: Duration) -> Result<Vec<u8>, AuditError> {
+        if let Err(e) = self.checkpoint_org(org_id, interval).await {
+            tracing::warn!(error = %e, org_id, "cannot sign the audit head before an export; exporting as stored");
+        }
         let mut out = Vec::new();
         let mut after = 0u64;
         loop {
@@ -403,12 +438,17 @@ mod tests {
         )
         .await
         .unwrap();
-        a.checkpoint().await;
-        b.checkpoint().await;
-        let text = String::from_utf8(a.export("org_1").await.unwrap()).unwrap();
+        let interval = Duration::from_secs(60);
+        a.checkpoint(interval).await;
+        b.checkpoint(interval).await;
+        let text = String::from_utf8(a.export("org_1", interval).await.unwrap()).unwrap();
         let v = chain::verify(&text, Some(b"k")).unwrap();
-        assert_eq!((v.entries, v.checkpoints, v.signed_seq), (6, 2, 6), "{text}");
-        let other = String::from_utf8(a.export("org_2").await.unwrap()).unwrap();
+        // The second instance finds the head signed already: one checkpoint.
+        assert_eq!((v.entries, v.checkpoints, v.signed_seq), (6, 1, 6), "{text}");
+        let public = [a.signer().public_key()];
+        let report = verify::verify_export(&text, &verify::Options { public_keys: &public, ..Default::default() });
+        assert_eq!(report.map(|r| r.signatures).ok(), Some(1), "{text}");
+        let other = String::from_utf8(a.export("org_2", interval).await.unwrap()).unwrap();
         assert!(other.contains("tool_call.denied") && !other.contains("gw_1"), "{other}");
 
         let f = Filter { action: Some("gateway.update".into()), actor: None };

@@ -828,15 +828,44 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn audit_add_checkpoint(&self, org_id: &str, json: String) -> Result<(), StoreError> {
+    async fn audit_add_checkpoint(
+        &self,
+        org_id: &str,
+        after: Option<String>,
+        json: String,
+    ) -> Result<bool, StoreError> {
         let org_id = org_id.to_string();
         self.with("audit_add_checkpoint", move |c| {
-            c.execute(
-                "INSERT INTO audit_checkpoints (org_id, n, body) VALUES (?1,
-                     (SELECT COALESCE(MAX(n), 0) + 1 FROM audit_checkpoints WHERE org_id = ?1), ?2)",
-                params![org_id, json],
+            let tx = c.transaction().map_err(backend)?;
+            let last: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT n, body FROM audit_checkpoints WHERE org_id = ?1 ORDER BY n DESC LIMIT 1",
+                    params![org_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            if last.as_ref().map(|(_, body)| body) != after.as_ref() {
+                return Ok(false);
+            }
+            let n = last.map_or(1, |(n, _)| n + 1);
+            tx.execute("INSERT INTO audit_checkpoints (org_id, n, body) VALUES (?1, ?2, ?3)", params![org_id, n, json])
+                .map_err(backend)?;
+            tx.commit().map_err(backend)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn audit_last_checkpoint(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        let org_id = org_id.to_string();
+        self.with("audit_last_checkpoint", move |c| {
+            c.query_row(
+                "SELECT body FROM audit_checkpoints WHERE org_id = ?1 ORDER BY n DESC LIMIT 1",
+                params![org_id],
+                |r| r.get(0),
             )
-            .map(|_| ())
+            .optional()
             .map_err(backend)
         })
         .await

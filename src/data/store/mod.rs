@@ -328,9 +328,22 @@ pub trait Store: Send + Sync {
         let _ = (org_id, after_seq, limit);
         Err(no_audit())
     }
-    /// Appends a signed checkpoint (JSON) of the organisation's chain.
-    async fn audit_add_checkpoint(&self, org_id: &str, json: String) -> Result<(), StoreError> {
-        let _ = (org_id, json);
+    /// Appends a signed checkpoint (JSON) of the organisation's chain if the last checkpoint is
+    /// still `after` (byte for byte; `None`: there is none), in one atomic step; `Ok(false)`
+    /// when another writer added one first. Each checkpoint names the one before it, so two
+    /// instances must never both follow the same one.
+    async fn audit_add_checkpoint(
+        &self,
+        org_id: &str,
+        after: Option<String>,
+        json: String,
+    ) -> Result<bool, StoreError> {
+        let _ = (org_id, after, json);
+        Err(no_audit())
+    }
+    /// The organisation's last checkpoint (JSON), if any.
+    async fn audit_last_checkpoint(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        let _ = org_id;
         Err(no_audit())
     }
     /// The organisation's checkpoints, oldest first.

@@ -1,6 +1,6 @@
 //! The audit chains on Redis: per organisation a list of entries (`P:{org}:audit`, seq `n` at
 //! index `n - 1`), its head (`P:{org}:audit:head`, `<seq> <hash>`) and a list of checkpoints
-//! (`P:{org}:audit:checkpoints`), all under the organisation's hash tag. An entry is appended by
+//! (`P:{org}:audit:checkpoints`, appended by a script that compares the last one), all under the organisation's hash tag. An entry is appended by
 //! one script that compares the head it follows and pushes it, so the chain's order is Redis'
 //! whichever instance writes: an instance whose head moved reads it again and retries.
 
@@ -17,6 +17,23 @@ redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], ARGV[3])
 return 1
 ";
+
+/// KEYS: the checkpoints. ARGV: whether one is followed (`1`/`0`), the one followed, the new one.
+const ADD_CHECKPOINT: &str = r"
+local last = redis.call('LINDEX', KEYS[1], -1)
+if ARGV[1] == '1' then
+  if last ~= ARGV[2] then return 0 end
+elseif last then
+  return 0
+end
+redis.call('RPUSH', KEYS[1], ARGV[3])
+return 1
+";
+
+fn add_checkpoint_script() -> &'static redis::Script {
+    static SCRIPT: OnceLock<redis::Script> = OnceLock::new();
+    SCRIPT.get_or_init(|| redis::Script::new(ADD_CHECKPOINT))
+}
 
 fn append_script() -> &'static redis::Script {
     static SCRIPT: OnceLock<redis::Script> = OnceLock::new();
@@ -76,11 +93,27 @@ impl RedisStore {
         .await
     }
 
-    pub(super) async fn audit_add_checkpoint_of(&self, org_id: &str, json: String) -> Result<(), StoreError> {
+    pub(super) async fn audit_add_checkpoint_of(
+        &self,
+        org_id: &str,
+        after: Option<String>,
+        json: String,
+    ) -> Result<bool, StoreError> {
         let org_id = org_id.to_string();
         self.with("audit_add_checkpoint", move |k, mut c| async move {
-            let _: i64 = c.rpush(k.audit(&org_id, ":checkpoints"), json).await.map_err(backend)?;
-            Ok(())
+            let mut invocation = add_checkpoint_script().prepare_invoke();
+            invocation.key(k.audit(&org_id, ":checkpoints"));
+            invocation.arg(if after.is_some() { "1" } else { "0" }).arg(after.as_deref().unwrap_or("")).arg(&json);
+            let done: i64 = invocation.invoke_async(&mut c).await.map_err(backend)?;
+            Ok(done == 1)
+        })
+        .await
+    }
+
+    pub(super) async fn audit_last_checkpoint_of(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        let org_id = org_id.to_string();
+        self.with("audit_last_checkpoint", move |k, mut c| async move {
+            c.lindex(k.audit(&org_id, ":checkpoints"), -1).await.map_err(backend)
         })
         .await
     }

@@ -318,8 +318,17 @@ impl Store for RedisStore {
         self.audit_entries_of(org_id, after_seq, limit).await
     }
 
-    async fn audit_add_checkpoint(&self, org_id: &str, json: String) -> Result<(), StoreError> {
-        self.audit_add_checkpoint_of(org_id, json).await
+    async fn audit_add_checkpoint(
+        &self,
+        org_id: &str,
+        after: Option<String>,
+        json: String,
+    ) -> Result<bool, StoreError> {
+        self.audit_add_checkpoint_of(org_id, after, json).await
+    }
+
+    async fn audit_last_checkpoint(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        self.audit_last_checkpoint_of(org_id).await
     }
 
     async fn audit_checkpoints(&self, org_id: &str) -> Result<Vec<String>, StoreError> {
