@@ -103,9 +103,8 @@ fn variant_base(c: char) -> bool {
 /// The number of tag characters after a U+1F3F4 that make a subdivision flag (the id and the
 /// cancel tag), or 0 when `rest` does not start with one.
 fn flag_tags(rest: &str) -> usize {
-    let tag =
-        |c: char| char::from_u32((c as u32).wrapping_sub(0xE0000)).filter(|_| ('\u{E0020}'..='\u{E007E}').contains(&c));
-    let mut id = [b' '; 7];
+    // The subdivision id, in the ASCII the tags copy.
+    let mut id = [0u8; 7];
     let mut n = 0;
     for c in rest.chars() {
         if c == CANCEL_TAG {
@@ -114,9 +113,10 @@ fn flag_tags(rest: &str) -> usize {
                 id.len() >= 3 && (id[..2].iter().all(u8::is_ascii_lowercase) || id[..3].iter().all(u8::is_ascii_digit));
             return if region { n + 1 } else { 0 };
         }
-        match tag(c).filter(|t| t.is_ascii_lowercase() || t.is_ascii_digit()) {
-            Some(t) if n < id.len() => {
-                id[n] = t as u8;
+        let ascii = u8::try_from((c as u32).wrapping_sub(0xE0000)).ok();
+        match ascii.filter(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+            Some(b) if n < id.len() => {
+                id[n] = b;
                 n += 1;
             }
             _ => return 0,
