@@ -164,7 +164,7 @@ impl Call<'_> {
 pub const MAX_DESCRIPTION_CHARS: usize = 1000;
 
 /// A free-text description: at most [`MAX_DESCRIPTION_CHARS`] characters; line breaks and tabs
-/// are text, other control characters are refused.
+/// are text, other control characters and hidden text are refused.
 pub fn description(field: &str, text: &str) -> Result<(), ApiError> {
     if text.chars().count() > MAX_DESCRIPTION_CHARS {
         return Err(ApiError::validation(field, format!("must be at most {MAX_DESCRIPTION_CHARS} characters")));
@@ -172,7 +172,7 @@ pub fn description(field: &str, text: &str) -> Result<(), ApiError> {
     if text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
         return Err(ApiError::validation(field, "must not contain control characters other than line breaks and tabs"));
     }
-    Ok(())
+    crate::edge::forms::refuse_hidden_text(field, text)
 }
 
 /// Most entries in a `scopes` list (keys, service accounts).

@@ -10,18 +10,33 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 
-/// The fields of a tool definition that are pinned, in the order a diff lists them.
-pub const FIELDS: [&str; 6] = ["name", "title", "description", "inputSchema", "outputSchema", "annotations"];
+/// The fields of a tool definition that are pinned, in the order a diff lists them. `_meta`
+/// and `icons` change what a client shows (an MCP Apps `_meta.ui.resourceUri` is the page it
+/// renders for the tool), so they are pinned whole.
+pub const FIELDS: [&str; 8] =
+    ["name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta", "icons"];
 
 /// SHA-256 (hex) of the canonical JSON of `tool`'s pinned fields (absent ones omitted): keys
 /// sorted at every depth, no whitespace. The definition as the app sent it, so text a reader
 /// does not see is part of it.
+///
+/// A pin made before `_meta` and `icons` were pinned holds the hash of the other six fields;
+/// for a tool without them the two hashes are one. Its stored definition is the whole tool as
+/// the app sent it, so such a pin is judged by the hash of that definition ([`matches`]): a
+/// tool whose `_meta` and `icons` are still those of the approved definition stays served, one
+/// whose `_meta` or `icons` changed since is pending.
 pub fn canonical_hash(tool: &Value) -> String {
     let pinned: Map<String, Value> =
         FIELDS.iter().filter_map(|f| tool.get(*f).map(|v| (f.to_string(), v.clone()))).collect();
     let mut out = String::with_capacity(256);
     canonical(&Value::Object(pinned), &mut out);
     hex::encode(Sha256::digest(out.as_bytes()))
+}
+
+/// Whether the definition hashed `hash` is the stored one (by its stored hash, or, for a pin
+/// made before `_meta` and `icons` were pinned, by the hash of the stored definition now).
+fn matches(stored_hash: &str, stored: &Value, hash: &str) -> bool {
+    stored_hash == hash || canonical_hash(stored) == hash
 }
 
 fn short_hash(parts: &[&str]) -> String {
@@ -96,9 +111,10 @@ impl GatewayPins {
         }
         match self.get(app_id, tool) {
             Some(pin) => {
-                if pin.approved.as_ref().is_some_and(|a| a.hash == hash) {
+                if pin.approved.as_ref().is_some_and(|a| matches(&a.hash, &a.definition, hash)) {
                     Verdict::Serve
-                } else if pin.pending.as_ref().is_some_and(|p| p.hash == hash) || pin.rejected.as_deref() == Some(hash)
+                } else if pin.pending.as_ref().is_some_and(|p| matches(&p.hash, &p.definition, hash))
+                    || pin.rejected.as_deref() == Some(hash)
                 {
                     Verdict::Hide
                 } else if pin.approved.is_some() {
@@ -124,8 +140,13 @@ mod tests {
         let a = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"b": {}, "a": {}}}});
         let b = json!({"inputSchema": {"properties": {"a": {}, "b": {}}, "type": "object"}, "description": "d", "name": "t"});
         assert_eq!(canonical_hash(&a), canonical_hash(&b), "key order does not count");
-        let with_extra = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"b": {}, "a": {}}}, "_meta": {"x": 1}, "icons": []});
+        let with_extra = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"b": {}, "a": {}}}, "execution": {"taskSupport": "optional"}});
         assert_eq!(canonical_hash(&a), canonical_hash(&with_extra), "unpinned fields do not count");
+        for field in ["_meta", "icons"] {
+            let mut with = a.clone();
+            with[field] = json!({"ui": {"resourceUri": "ui://x"}});
+            assert_ne!(canonical_hash(&a), canonical_hash(&with), "{field} is pinned");
+        }
         let hidden = json!({"name": "t", "description": "d\u{200b}", "inputSchema": {"type": "object", "properties": {"b": {}, "a": {}}}});
         assert_ne!(canonical_hash(&a), canonical_hash(&hidden), "invisible text counts");
         // The canonical form itself: sorted keys, no whitespace.
@@ -166,6 +187,26 @@ mod tests {
             }),
             rejected: rejected.map(str::to_string),
         }
+    }
+
+    /// A pin made before `_meta` and `icons` were pinned: its hash is of the six other fields,
+    /// its definition the whole tool.
+    #[test]
+    fn a_pin_made_before_meta_was_pinned_is_judged_by_its_definition() {
+        let approved = json!({"name": "t", "description": "d", "_meta": {"ui": {"resourceUri": "ui://a"}}, "icons": [{"src": "https://x/i.png"}]});
+        let mut old = approved.clone();
+        old.as_object_mut().unwrap().retain(|k, _| !matches!(k.as_str(), "_meta" | "icons"));
+        let mut p = pin("a", "t", Some(&canonical_hash(&old)), None, None);
+        p.approved.as_mut().unwrap().definition = approved.clone();
+        let pins = GatewayPins::new(vec![p]);
+        use ToolPolicy::*;
+        assert_eq!(pins.judge(Pin, "a", "t", &canonical_hash(&approved)), Verdict::Serve, "unchanged: served");
+        let mut moved = approved.clone();
+        moved["_meta"]["ui"]["resourceUri"] = json!("ui://b");
+        assert_eq!(pins.judge(Pin, "a", "t", &canonical_hash(&moved)), Verdict::Pending(PendingReason::Changed));
+        let mut icon = approved;
+        icon["icons"][0]["src"] = json!("https://x/j.png");
+        assert_eq!(pins.judge(Pin, "a", "t", &canonical_hash(&icon)), Verdict::Pending(PendingReason::Changed));
     }
 
     #[test]

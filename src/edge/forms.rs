@@ -56,7 +56,9 @@ pub fn decode_component(s: &str) -> String {
 pub const MAX_NAME_CHARS: usize = 100;
 
 /// A display name: trimmed, 1-100 characters, none of them a control character (a NUL or an
-/// escape sequence in a name ends up in terminals, logs and other systems' fields).
+/// escape sequence in a name ends up in terminals, logs and other systems' fields) nor hidden
+/// text (`base::hidden_text`: a gateway's name goes into every client's `initialize`, where a
+/// model reads what a reader of the name does not see).
 pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
@@ -65,7 +67,18 @@ pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError>
     if name.chars().any(char::is_control) {
         return Err(ApiError::validation(field, "must not contain control characters"));
     }
+    refuse_hidden_text(field, name)?;
     Ok(name)
+}
+
+/// Refuses text with hidden text in it, naming the field and the first finding (by its code
+/// point, so the message carries none of it). For what toolgate stores and sends on, which is
+/// refused rather than stripped: the sender sees what was wrong.
+pub fn refuse_hidden_text(field: &str, text: &str) -> Result<(), ApiError> {
+    match crate::base::hidden_text::strip(text).1.first() {
+        Some(hit) => Err(ApiError::validation(field, format!("must not contain hidden text: {hit}"))),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +141,19 @@ mod tests {
         assert_eq!(display_name("name", &"é".repeat(MAX_NAME_CHARS)).unwrap().chars().count(), MAX_NAME_CHARS);
         for bad in ["", "   ", "a\u{0}b", "a\u{1b}[31m", "line\nbreak"] {
             assert_eq!(display_name("name", bad).unwrap_err().status(), 400, "{bad:?}");
+        }
+        match display_name("name", "Support\u{E0049}\u{E0047}").unwrap_err() {
+            ApiError::Validation { field, issue } => {
+                assert_eq!(field, "name");
+                assert_eq!(
+                    issue,
+                    "must not contain hidden text: a Unicode tag character (U+E0049) at character 7, 2 in all"
+                );
+            }
+            e => panic!("{e:?}"),
+        }
+        for honest in ["Équipe 👨\u{200D}👩\u{200D}👧", "می\u{200C}خواهم", "日本語"] {
+            assert_eq!(display_name("name", honest).unwrap(), honest);
         }
         let long = "x".repeat(MAX_NAME_CHARS + 1);
         match display_name("client_name", &long).unwrap_err() {

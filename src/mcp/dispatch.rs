@@ -142,12 +142,12 @@ pub(super) async fn initialize(
         },
         "serverInfo": {
             "name": "toolgate",
-            "title": format!("toolgate: {}", gw.name),
+            "title": format!("toolgate: {}", modern::shown_name(gw)),
             "version": env!("CARGO_PKG_VERSION"),
             // Decision 12: which deployment answers (`production` or `development`).
             "environment": mcp.state.config().environment.as_str(),
         },
-        "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
+        "instructions": format!("Gateway `{}`: tools of its apps {}.", modern::shown_name(gw), gw.servers.join(", ")),
     });
     let secure = if mcp.state.config().server.public_url.starts_with("https://") { "; Secure" } else { "" };
     let cookie = format!("{SESSION_COOKIE}={}; Path=/gateway/{}/; HttpOnly; SameSite=Strict{secure}", record.id, gw.id);

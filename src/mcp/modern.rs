@@ -376,9 +376,16 @@ pub fn discover_result(gw: &Gateway, environment: &str) -> Value {
             "completions": {},
             "extensions": { TASKS_EXTENSION: {} },
         },
-        "instructions": format!("Gateway `{}`: tools of its apps {}.", gw.name, gw.servers.join(", ")),
+        "instructions": format!("Gateway `{}`: tools of its apps {}.", shown_name(gw), gw.servers.join(", ")),
         "_meta": { META_SERVER_INFO: server_info(gw, environment) },
     })
+}
+
+/// The gateway's name as a client is shown it, in `serverInfo` and `instructions`: the API and
+/// the configuration refuse a name with hidden text, and one stored before they did is sent
+/// stripped of it (borrowed when it has none).
+pub fn shown_name(gw: &Gateway) -> std::borrow::Cow<'_, str> {
+    crate::base::hidden_text::strip(&gw.name).0
 }
 
 /// The gateway's identity, as `initialize`'s `serverInfo` gives it: `environment` says which
@@ -386,7 +393,7 @@ pub fn discover_result(gw: &Gateway, environment: &str) -> Value {
 pub fn server_info(gw: &Gateway, environment: &str) -> Value {
     json!({
         "name": "toolgate",
-        "title": format!("toolgate: {}", gw.name),
+        "title": format!("toolgate: {}", shown_name(gw)),
         "version": env!("CARGO_PKG_VERSION"),
         "environment": environment,
     })

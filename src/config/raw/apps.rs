@@ -91,6 +91,15 @@ impl RawApp {
         if a.name.trim().is_empty() {
             return Err(invalid(f("name"), "must not be empty"));
         }
+        // The app's name and descriptions are shown to people and sent on (the apps list, the
+        // console): text they would not see is refused, naming the field.
+        for (field, text) in
+            [("name", &a.name), ("description", &a.description), ("long_description", &a.long_description)]
+        {
+            if let Some(hit) = crate::base::hidden_text::strip(text).1.first() {
+                return Err(invalid(f(field), format!("must not contain hidden text: {hit}")));
+            }
+        }
         let upstream = upstream(i, a.url, a.command, a.env, a.builtin)?;
         if let Some(v) = &a.protocol_version {
             check_protocol_version(i, &upstream, v)?;

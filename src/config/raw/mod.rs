@@ -186,6 +186,12 @@ mod tests {
             ("storage:\n  backend: s3\n".into(), "storage.backend"),
             (format!("{app}  - {{id: t, name: Again, builtin: time}}\n"), "apps[1].id"),
             ("apps:\n  - {id: x, name: X, builtin: time, rate_limit: 0}\n".into(), "apps[0].rate_limit"),
+            ("apps:\n  - {id: x, name: \"Time\\U000E0041\", builtin: time}\n".into(), "apps[0].name"),
+            ("apps:\n  - {id: x, name: X, description: \"a\\u3164b\", builtin: time}\n".into(), "apps[0].description"),
+            (
+                "apps:\n  - {id: x, name: X, long_description: \"\\u2028\", builtin: time}\n".into(),
+                "apps[0].long_description",
+            ),
             ("organizations:\n  - {id: acme, name: Acme, tier: gold}\n".into(), "organizations[0].tier"),
             (
                 format!("{org}users:\n  - {{id: u1, email: a@b.c, role: owner, organization: other}}\n"),

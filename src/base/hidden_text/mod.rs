@@ -1,12 +1,25 @@
 //! Text a reader's screen does not show but a model reads: Unicode tag characters, zero-width
 //! and other invisible format characters, bidirectional controls, ANSI escape sequences, other
-//! control characters, variation selectors and private-use characters. [`strip`] removes them
-//! and says what it removed, one [`Hit`] per class.
+//! control characters, variation selectors, private-use characters, fillers and separators.
+//! [`strip`] removes them and says what it removed, one [`Hit`] per class.
+//!
+//! The set is Unicode's (`classes.rs`): every Default_Ignorable_Code_Point and every character
+//! of category Cf but the few that are drawn, and the characters that show as blank though
+//! their category says otherwise. The same characters make emoji sequences, subdivision flags,
+//! variation sequences and the joining scripts right, so each is judged where it stands
+//! (`honest.rs`): honest text passes byte for byte (the corpus of both kinds is
+//! `tests/fixtures/hidden_text/corpus.json`). The definitions of the apps (`mcp/clean.rs`) and
+//! the names toolgate sends itself (gateway names and descriptions, apps) are checked with it.
 //!
 //! A string of printable ASCII (with tabs and line breaks) is returned borrowed after one pass
 //! over its bytes; only a string with a non-ASCII or control byte is walked by character, and a
 //! new string is made only once something is removed.
 
+mod classes;
+mod honest;
+
+use classes::class_of;
+use honest::Context;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::fmt;
@@ -15,11 +28,12 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HiddenClass {
-    /// U+E0000-U+E007F: an invisible copy of ASCII ("ASCII smuggling").
+    /// U+E0000-U+E007F: an invisible copy of ASCII ("ASCII smuggling"), but in a subdivision
+    /// flag.
     Tag,
     /// U+200B-U+200F (ZWSP, ZWNJ, ZWJ, LRM, RLM), U+2060-U+2064, U+206A-U+206F, U+FEFF, U+180E,
     /// U+00AD (soft hyphen), U+034F (combining grapheme joiner), U+FFF9-U+FFFB (interlinear
-    /// annotation).
+    /// annotation); ZWJ, ZWNJ, LRM, RLM and U+180E are honest in their contexts.
     ZeroWidth,
     /// U+202A-U+202E, U+2066-U+2069, U+061C: text shown in another order than it is read.
     Bidi,
@@ -27,17 +41,28 @@ pub enum HiddenClass {
     AnsiEscape,
     /// C0 controls but tab, line feed and carriage return; DEL; C1 controls.
     Control,
-    /// U+FE00-U+FE0F and U+E0100-U+E01EF, except one U+FE0E or U+FE0F right after another
-    /// character (text or emoji presentation, as in "❤️"): a run of selectors can carry any
-    /// bytes behind one visible character.
+    /// U+FE00-U+FE0F, U+E0100-U+E01EF and the Mongolian free variation selectors, except one
+    /// right after a character that has variation sequences (as in "❤️"): a run of selectors
+    /// can carry any bytes behind one visible character.
     VariationSelector,
     /// U+E000-U+F8FF and planes 15 and 16: no meaning outside a private agreement, shown as a
     /// box or an icon font's glyph.
     PrivateUse,
+    /// Characters drawn as nothing that pass for a letter or a space: the Hangul fillers
+    /// (U+115F, U+1160, U+3164, U+FFA0), the Braille blank U+2800 (but between Braille cells)
+    /// and the object replacement character U+FFFC.
+    Filler,
+    /// The line and paragraph separators U+2028 and U+2029 (a JSON string may carry them, a
+    /// JavaScript one may not); stripped, each becomes a line feed.
+    Separator,
+    /// Every other Default_Ignorable_Code_Point or format character (Cf): the Egyptian
+    /// hieroglyph, shorthand and musical symbol format controls, Khmer's inherent vowels, the
+    /// reserved ignorable code points, and any Cf a later Unicode version adds.
+    Format,
 }
 
 impl HiddenClass {
-    pub const ALL: [HiddenClass; 7] = [
+    pub const ALL: [HiddenClass; 10] = [
         HiddenClass::Tag,
         HiddenClass::ZeroWidth,
         HiddenClass::Bidi,
@@ -45,6 +70,9 @@ impl HiddenClass {
         HiddenClass::Control,
         HiddenClass::VariationSelector,
         HiddenClass::PrivateUse,
+        HiddenClass::Filler,
+        HiddenClass::Separator,
+        HiddenClass::Format,
     ];
 
     /// The class's name in findings, logs and metric labels.
@@ -57,6 +85,9 @@ impl HiddenClass {
             HiddenClass::Control => "control",
             HiddenClass::VariationSelector => "variation_selector",
             HiddenClass::PrivateUse => "private_use",
+            HiddenClass::Filler => "filler",
+            HiddenClass::Separator => "separator",
+            HiddenClass::Format => "format",
         }
     }
 }
@@ -71,6 +102,9 @@ impl fmt::Display for HiddenClass {
             HiddenClass::Control => "a control character",
             HiddenClass::VariationSelector => "a variation selector",
             HiddenClass::PrivateUse => "a private-use character",
+            HiddenClass::Filler => "a filler character",
+            HiddenClass::Separator => "a line or paragraph separator",
+            HiddenClass::Format => "an invisible format character",
         })
     }
 }
@@ -111,25 +145,6 @@ impl fmt::Display for Hit {
     }
 }
 
-/// The class of a character on its own (escape sequences and variation selectors, which depend
-/// on their neighbours, are [`strip`]'s).
-fn class_of(c: char) -> Option<HiddenClass> {
-    let class = match c as u32 {
-        0xE0000..=0xE007F => HiddenClass::Tag,
-        0x200B..=0x200F | 0x2060..=0x2064 | 0x206A..=0x206F | 0xFEFF | 0x180E | 0x00AD | 0x034F | 0xFFF9..=0xFFFB => {
-            HiddenClass::ZeroWidth
-        }
-        0x202A..=0x202E | 0x2066..=0x2069 | 0x061C => HiddenClass::Bidi,
-        0x1B => HiddenClass::AnsiEscape,
-        0x09 | 0x0A | 0x0D => return None,
-        0x00..=0x1F | 0x7F..=0x9F => HiddenClass::Control,
-        0xFE00..=0xFE0F | 0xE0100..=0xE01EF => HiddenClass::VariationSelector,
-        0xE000..=0xF8FF | 0xF0000..=0xFFFFD | 0x100000..=0x10FFFD => HiddenClass::PrivateUse,
-        _ => return None,
-    };
-    Some(class)
-}
-
 /// Printable ASCII, tab, line feed and carriage return: nothing to look at.
 fn plain(s: &str) -> bool {
     s.bytes().all(|b| (0x20..0x7F).contains(&b) || matches!(b, b'\t' | b'\n' | b'\r'))
@@ -143,27 +158,27 @@ pub fn strip(s: &str) -> (Cow<'_, str>, Vec<Hit>) {
     }
     let mut out: Option<String> = None;
     let mut hits: Vec<Hit> = Vec::new();
+    let mut context = Context::new(s);
     let mut chars = s.char_indices().enumerate().peekable();
-    // Whether the character before is one a presentation selector may follow.
-    let mut after_visible = false;
     while let Some((at, (start, c))) = chars.next() {
-        let class = match class_of(c) {
-            Some(HiddenClass::VariationSelector) if after_visible && matches!(c, '\u{FE0E}' | '\u{FE0F}') => None,
-            other => other,
-        };
+        let rest = &s[start + c.len_utf8()..];
+        let class = class_of(c).filter(|_| !context.honest(c, rest));
+        context.passed(c, class.is_none(), rest);
         let Some(class) = class else {
-            after_visible = !matches!(c, '\u{FE0E}' | '\u{FE0F}');
             if let Some(out) = out.as_mut() {
                 out.push(c);
             }
             continue;
         };
-        after_visible = false;
         let mut count = 1;
         if class == HiddenClass::AnsiEscape {
             count += escape_tail(&mut chars);
         }
-        out.get_or_insert_with(|| s[..start].to_string());
+        let out = out.get_or_insert_with(|| s[..start].to_string());
+        if class == HiddenClass::Separator {
+            // A line or paragraph separator still separates: it becomes a line feed.
+            out.push('\n');
+        }
         match hits.iter_mut().find(|h| h.class == class) {
             Some(h) => h.count += count,
             None => hits.push(Hit { class, code_point: c as u32, at, count }),
@@ -293,8 +308,8 @@ mod tests {
         assert_eq!(out, "\u{1F600}\u{FE0F}!");
         assert_eq!(hit, Hit { class: HiddenClass::VariationSelector, code_point: 0xFE01, at: 2, count: 3 });
         // At the start, or after another selector, even FE0F goes.
-        let (out, hit) = one("\u{FE0F}a\u{FE0F}\u{FE0F}");
-        assert_eq!(out, "a\u{FE0F}");
+        let (out, hit) = one("\u{FE0F}\u{2764}\u{FE0F}\u{FE0F}");
+        assert_eq!(out, "\u{2764}\u{FE0F}");
         assert_eq!((hit.at, hit.count), (0, 2));
         // After a removed character it has nothing to select.
         let (out, _) = strip("a\u{200B}\u{FE0F}");
@@ -321,5 +336,28 @@ mod tests {
         assert_eq!(serde_json::from_value::<Hit>(json).unwrap(), hits[2], "a finding reads back");
         let bad = serde_json::json!({"class": "tag", "code_point": "E0041", "at": 4, "count": 1});
         assert!(serde_json::from_value::<Hit>(bad).is_err());
+    }
+
+    /// The corpus (`tests/fixtures/hidden_text/corpus.json`, named for Unicode 18): every honest
+    /// text comes back borrowed, byte for byte; every hostile one is stripped to its clean text
+    /// with its classes found in order.
+    #[test]
+    fn the_corpus_honest_passes_and_hostile_is_stripped() {
+        let corpus: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/fixtures/hidden_text/corpus.json")).unwrap();
+        assert_eq!(corpus["unicode"], "18.0.0");
+        let text = |e: &serde_json::Value, k: &str| e[k].as_str().unwrap().to_string();
+        for e in corpus["honest"].as_array().unwrap() {
+            let t = text(e, "text");
+            let (out, hits) = strip(&t);
+            assert!(matches!(out, Cow::Borrowed(_)) && hits.is_empty(), "{}: {hits:?}", e["name"]);
+        }
+        for e in corpus["hostile"].as_array().unwrap() {
+            let t = text(e, "text");
+            let (out, hits) = strip(&t);
+            assert_eq!(out, text(e, "clean"), "{}", e["name"]);
+            let classes: Vec<&str> = hits.iter().map(|h| h.class.as_str()).collect();
+            assert_eq!(serde_json::json!(classes), e["classes"], "{}", e["name"]);
+        }
     }
 }
