@@ -282,7 +282,9 @@ fn approve_and_reject_are_behind_the_mfa_gate() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("audit.jsonl");
     std::fs::write(&file, &r.text).unwrap();
-    let out = crate::audit::verify(&file, &[], &[]);
+    let key = srv.api("GET", "/v1/audit/key", Some(&k.mfa), None);
+    let key = key.data()["public_key"].as_str().expect("the checkpoints' public key").to_string();
+    let out = crate::audit::verify(&file, &["--public-key", &key], &[]);
     assert!(out.status.success(), "the chain verifies: {}", common::describe_output(&out));
     let r = ok(&decide(&srv, &k.mfa, &gw, &id, "approve", Some(&code_at(&t, step))), 200);
     assert_eq!(r["decision"], "approved");
