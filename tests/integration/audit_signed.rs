@@ -134,7 +134,9 @@ fn an_untouched_export_verifies_with_the_public_key_alone_and_each_tampering_fai
     refused_for(&verify(&file, &pk, &[]), "more than its interval");
 
     // Cut at its end, entries and checkpoint alike: only an anchor kept elsewhere shows it. The
-    // process log is one: every checkpoint's line is in it.
+    // process log is one: every checkpoint's line is in it, once the log has been read that far.
+    let last_signature = checkpoints.last().unwrap()["signature"].as_str().expect("a signature").to_string();
+    wait_for("the last checkpoint's line in the process log", &srv, || srv.stderr().contains(&last_signature));
     let anchors = srv.dir().join("anchors.log");
     std::fs::write(&anchors, srv.stderr()).unwrap();
     std::fs::write(&file, &third).unwrap();
