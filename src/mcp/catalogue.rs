@@ -109,11 +109,12 @@ pub struct Found {
 
 /// One app's four lists. Tools are required (an app that cannot list them is left out, with
 /// the reason); the other three are empty when the app fails to list them.
-struct AppLists {
-    tools: Arc<Vec<Value>>,
-    prompts: Arc<Vec<Value>>,
-    resources: Arc<Vec<Value>>,
-    templates: Arc<Vec<Value>>,
+#[derive(Debug, Default, Clone)]
+pub struct AppLists {
+    pub tools: Arc<Vec<Value>>,
+    pub prompts: Arc<Vec<Value>>,
+    pub resources: Arc<Vec<Value>>,
+    pub templates: Arc<Vec<Value>>,
 }
 
 async fn lists_of(apps: &AppClients, org_id: &str, app_id: &str) -> Result<AppLists, String> {
@@ -159,13 +160,6 @@ impl Catalogue {
     /// Under a `tool_policy` other than `off`, `pins` are the gateway's pins: a tool is served
     /// only with its approved definition (or pinned now, on its app's first list under `pin`).
     pub async fn build(apps: &AppClients, gw: &Gateway, deadline: Duration, pins: Option<&GatewayPins>) -> Catalogue {
-        let mut c = Catalogue::default();
-        let single = gw.servers.len() == 1;
-        if single {
-            c.single_app = gw.servers.first().cloned();
-        }
-        let sep = &gw.configuration.tool_name_separator;
-        let dp = gw.configuration.description_policy;
         // Every app is asked at once, each within `deadline`; the answers are put together in
         // the gateway's order of apps, so the lists come out the same whichever answered first.
         let answers = futures_util::future::join_all(gw.servers.iter().map(|app_id| async move {
@@ -177,6 +171,29 @@ impl Catalogue {
             }
         }))
         .await;
+        let mut c = Catalogue::assemble(gw, answers, pins);
+        for app_id in &gw.servers {
+            let methods =
+                [ListMethod::Tools, ListMethod::Prompts, ListMethod::Resources, ListMethod::ResourceTemplates];
+            for (slot, method) in c.app_ttl_ms.iter_mut().zip(methods) {
+                if let Some(t) = apps.list_ttl(&gw.org_id, app_id, method) {
+                    *slot = Some(slot.map_or(t, |m| m.min(t)));
+                }
+            }
+        }
+        c
+    }
+
+    /// The catalogue of the apps' answers (one per app of the gateway, in its order): what a
+    /// first list costs beyond asking the apps (`benches/catalogue.rs`).
+    pub fn assemble(gw: &Gateway, answers: Vec<Result<AppLists, String>>, pins: Option<&GatewayPins>) -> Catalogue {
+        let mut c = Catalogue::default();
+        let single = gw.servers.len() == 1;
+        if single {
+            c.single_app = gw.servers.first().cloned();
+        }
+        let sep = &gw.configuration.tool_name_separator;
+        let dp = gw.configuration.description_policy;
         for (app_id, answer) in gw.servers.iter().zip(answers) {
             let lists = match answer {
                 Ok(lists) => lists,
@@ -244,15 +261,6 @@ impl Catalogue {
                     }
                     c.template_apps.push((UriTemplate::parse(tpl), app_id.clone()));
                     c.templates.push(t);
-                }
-            }
-        }
-        for app_id in &gw.servers {
-            let methods =
-                [ListMethod::Tools, ListMethod::Prompts, ListMethod::Resources, ListMethod::ResourceTemplates];
-            for (slot, method) in c.app_ttl_ms.iter_mut().zip(methods) {
-                if let Some(t) = apps.list_ttl(&gw.org_id, app_id, method) {
-                    *slot = Some(slot.map_or(t, |m| m.min(t)));
                 }
             }
         }

@@ -368,6 +368,13 @@ fn stored_pins(srv: &TestServer, gateway: &str) -> usize {
         .expect("count the pins")
 }
 
+/// How many store operations named `operation` the instance has made (its duration
+/// histogram's count).
+fn store_operations(srv: &TestServer, operation: &str) -> u64 {
+    let series = format!("toolgate_store_operation_duration_seconds_count{{operation=\"{operation}\"}} ");
+    srv.metrics().lines().find_map(|l| l.strip_prefix(&series)?.parse().ok()).unwrap_or(0)
+}
+
 #[test]
 fn deleting_a_gateway_deletes_its_pins() {
     let k = keys();
@@ -379,8 +386,12 @@ fn deleting_a_gateway_deletes_its_pins() {
     ok(&decide(&srv, &k.owner, &gw, &rug, "approve", None), 200);
     assert_eq!(stored_pins(&srv, &gw), 3, "one pin per tool");
 
+    // In one durable write, whatever the number of pins (one write each once took seconds for
+    // a gateway of thousands of tools).
+    let batched = store_operations(&srv, "delete_many");
     ok(&srv.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
     assert_eq!(stored_pins(&srv, &gw), 0, "the pins went with their gateway");
+    assert_eq!(store_operations(&srv, "delete_many"), batched + 1, "the pins are deleted in one write");
 
     // A new gateway of the same app starts with nothing approved.
     let (fresh, fresh_key) = create_gateway(&srv, &k.owner, &["chg"], json!({"tool_policy": "approve"}));

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 /// The `prev_hash` of an organisation's first entry.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -97,20 +98,21 @@ pub struct Checkpoint {
     pub signature: Option<String>,
 }
 
-/// Writes `v` canonically: keys sorted, no white space.
+/// Writes `v` canonically: keys sorted, no white space. Nothing is allocated but the list of
+/// an object's members to sort: pinning hashes every tool of a gateway's first list with it.
 pub fn canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
+            for (i, (k, v)) in members.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
+                json_string(k, out);
                 out.push(':');
-                canonical(&map[k], out);
+                canonical(v, out);
             }
             out.push('}');
         }
@@ -124,7 +126,23 @@ pub fn canonical(v: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        Value::String(s) => json_string(s, out),
+        scalar => {
+            // `Display` writes the number or literal straight into `out`.
+            let _ = write!(out, "{scalar}");
+        }
+    }
+}
+
+/// `s` as serde_json writes a JSON string: quoted, with `"`, `\` and control characters
+/// escaped (and nothing else). A string with none of them, nearly every one, is copied as it is.
+fn json_string(s: &str, out: &mut String) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&Value::from(s).to_string());
     }
 }
 
@@ -307,6 +325,56 @@ fn check_checkpoint(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The canonical form as first written (a copy of each key and scalar through
+    /// `to_string`): what every stored hash was made with.
+    fn canonical_as_first_written(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    canonical_as_first_written(&map[k], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical_as_first_written(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+
+    #[test]
+    fn the_canonical_form_is_byte_for_byte_the_one_every_stored_hash_was_made_with() {
+        let v = json!({
+            "quote\"key": "a \"quoted\" \\ back\\slash",
+            "ctl": "tab\there\nnew line \u{1} \u{1f} del \u{7f}",
+            "uni": "é 日本語 🙂 \u{200b} \u{e0041}",
+            "nums": [0, -0.0, 1.5, -7, 18446744073709551615u64, 1e300, -9223372036854775808i64],
+            "lits": [true, false, null],
+            "nested": {"b": {"d": [], "c": {}}, "a": [{"z": 1, "y": "x"}]},
+            "": "empty key",
+            "B": 1, "a": 2, "_": 3, "é": 4,
+        });
+        let (mut now, mut first) = (String::new(), String::new());
+        canonical(&v, &mut now);
+        canonical_as_first_written(&v, &mut first);
+        assert_eq!(now, first);
+    }
 
     fn chain(n: u64) -> Vec<Entry> {
         let mut prev = GENESIS.to_string();

@@ -8,11 +8,14 @@ use crate::data::model::ToolPin;
 use crate::data::store::{encode, Kind, StoreError, Stored};
 
 impl State {
-    /// The pins of one gateway, as the store holds them now.
+    /// The pins of one gateway, as the store holds them now. Pins are kept in their
+    /// organisation's partition, so the rows of its other gateways come along: only a row that
+    /// names this gateway (an id is plain ASCII, written unescaped) is decoded, which keeps a
+    /// gateway's first list from paying for every other gateway's pins.
     pub async fn tool_pins_of(&self, org_id: &str, gateway_id: &str) -> Result<Vec<ToolPin>, StoreError> {
         let rows = self.store.load_partition(Kind::ToolPin, org_id).await?;
         let mut pins = Vec::new();
-        for (id, body) in rows {
+        for (id, body) in rows.into_iter().filter(|(_, body)| body.contains(gateway_id)) {
             let pin: ToolPin = decode(Kind::ToolPin, &id, &body)?;
             if pin.gateway_id == gateway_id {
                 pins.push(pin);
@@ -57,13 +60,14 @@ impl State {
         Ok(())
     }
 
-    /// Deletes every pin of one gateway (the gateway is being deleted); how many went.
+    /// Deletes every pin of one gateway (the gateway is being deleted) in one durable write: a
+    /// gateway of 5,000 pinned tools once cost 5,000 writes, each waiting for the disk, while its
+    /// `DELETE` waited. How many went.
     pub async fn delete_tool_pins(&self, org_id: &str, gateway_id: &str) -> Result<usize, StoreError> {
-        let pins = self.tool_pins_of(org_id, gateway_id).await?;
-        for p in &pins {
-            self.store.delete(Kind::ToolPin, &p.id).await?;
-        }
-        Ok(pins.len())
+        let ids: Vec<String> = self.tool_pins_of(org_id, gateway_id).await?.into_iter().map(|p| p.id).collect();
+        let n = ids.len();
+        self.store.delete_many(Kind::ToolPin, ids).await?;
+        Ok(n)
     }
 
     /// Tells the feed that a pin's definition became pending (once it is written).
