@@ -29,6 +29,9 @@ from mcp_helpers import (
     http_app,
     list_all,
     mcp_url,
+    messages_on_stream_while,
+    methods_on_stream_while,
+    open_stream,
     response_message,
 )
 
@@ -47,37 +50,6 @@ def tool_names(c: McpHttp) -> set[str]:
 
 def resource_uris(c: McpHttp) -> set[str]:
     return {r["uri"] for r in list_all(c, "resources/list", "resources")}
-
-
-def open_stream(c: McpHttp, read_timeout: float = 20.0):
-    """The gateway's GET stream for `c`'s session (not yet read)."""
-    headers = c.headers(Accept="text/event-stream")
-    return c.client.stream("GET", c.url, headers=headers, timeout=httpx2.Timeout(5.0, read=read_timeout))
-
-
-def messages_on_stream_while(c: McpHttp, action, wanted: str, within: float = 10) -> list[dict]:
-    """Opens the gateway's GET stream, runs `action`, and returns the messages seen on the
-    stream until one with method `wanted` (or `within` seconds: the stream's keep-alive comments
-    keep reads from timing out)."""
-    seen: list[dict] = []
-    with open_stream(c) as r:
-        assert r.status_code == 200, r.status_code
-        lines = r.iter_lines()
-        assert next(lines).startswith(":"), "the stream opens with a comment"
-        action()
-        deadline = time.monotonic() + within
-        for line in lines:
-            if time.monotonic() > deadline:
-                break
-            if line.startswith("data:"):
-                seen.append(json.loads(line[5:]))
-                if seen[-1]["method"] == wanted:
-                    break
-    return seen
-
-
-def methods_on_stream_while(c: McpHttp, action, wanted: str) -> list[str]:
-    return [m["method"] for m in messages_on_stream_while(c, action, wanted)]
 
 
 def silent_for(lines) -> list[str]:
