@@ -281,6 +281,16 @@ class McpHttp:
         self.client.close()
 
 
+def gateway_session(srv, servers: list[str], **gateway: Any) -> tuple[str, str, McpHttp]:
+    """A new gateway of `servers` (`Api.create_gateway`'s keywords: `configuration`, ...) and an
+    initialized raw session on it: (gateway id, its access key, the session). The conftest
+    fixture `mcp_session` is the same, and closes the sessions after the test."""
+    gw_id, key = Api(srv).create_gateway(servers, **gateway)
+    c = McpHttp(mcp_url(srv, gw_id), key)
+    c.initialize()
+    return gw_id, key, c
+
+
 def first_event_then_drop(c: McpHttp, body: dict) -> str:
     """POSTs `body`, a call answered as an event stream, and drops the connection after its first
     event (a slow call's priming event, while the app still works): what arrived, as text."""

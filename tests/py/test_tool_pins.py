@@ -20,7 +20,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_helpers import (
     NODE_DIR,
     Api,
-    McpHttp,
     config,
     mcp_url,
     methods_on_stream_while,
@@ -161,13 +160,11 @@ def test_off_serves_every_change_as_before(srv):
     assert pending(api, gw) == []
 
 
-def test_approving_a_change_tells_the_open_streams(srv):
+def test_approving_a_change_tells_the_open_streams(srv, mcp_session):
     """docs/governance.md: approving pins the definition and the gateway's clients with an open
     GET stream get `notifications/tools/list_changed`."""
     api = Api(srv)
-    gw, key = api.create_gateway(["chg"], configuration={"tool_policy": "approve"}, name="approve-stream")
-    c = McpHttp(mcp_url(srv, gw), key)
-    c.initialize()
+    gw, _, c = mcp_session(srv, ["chg"], configuration={"tool_policy": "approve"}, name="approve-stream")
     assert c.rpc("tools/list")["result"]["tools"] == [], "nothing approved yet"
     change = until("the pending changes are listed", lambda: next(
         (x for x in pending(api, gw) if x["tool"] == "rug_pull"), None))
