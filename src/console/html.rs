@@ -43,12 +43,15 @@ fn head(prefix: &str, title: &str) -> String {
 }
 
 /// The `<head>`; `to`: a page that goes on to that URL by itself (`<meta http-equiv="refresh">`).
+/// The empty icon keeps browsers from asking for `/favicon.ico`, which is a 404 (an error in
+/// the browser's console on every first page).
 fn head_going(prefix: &str, title: &str, to: Option<&str>) -> String {
     let refresh =
         to.map(|to| format!("<meta http-equiv=\"refresh\" content=\"0; url={}\">", escape(to))).unwrap_or_default();
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}<title>{} - toolgate console</title>\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <link rel=\"icon\" href=\"data:,\">\
          <link rel=\"stylesheet\" href=\"{}{PATH}/static/{}\">\
          <script src=\"{}{PATH}/static/{}\" defer></script></head>",
         escape(title),

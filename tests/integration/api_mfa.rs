@@ -109,13 +109,7 @@ fn enable(user: &str, activation_step_offset: i64) -> (TOTP, Vec<String>, u64) {
 }
 
 fn gateway(user: &str) -> String {
-    let r = fx().srv.api(
-        "POST",
-        "/v1/gateways",
-        Some(key(user)),
-        Some(json!({ "name": format!("mfa-{}", random_alnum(10)) })),
-    );
-    ok(&r, 201)["id"].as_str().unwrap().to_string()
+    crate::common::mcp::create_gateway(&fx().srv, key(user), json!({ "name": format!("mfa-{}", random_alnum(10)) })).0
 }
 
 fn delete(user: &str, gw: &str, mfa: Option<&str>) -> Resp {

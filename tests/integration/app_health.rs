@@ -2,8 +2,9 @@
 //! sentence of an app's failure while the operator's logs keep the detail (A4): against the real
 //! binary and a real server-everything, stopped and started again on its port.
 
+use crate::common::mcp::{rpc_error, Mcp};
 use crate::common::*;
-use crate::mcp_upstreams::{config, create_gateway, free_port, rpc_error, spawn_everything_on, Mcp};
+use crate::mcp_upstreams::{config, create_gateway, free_port, spawn_everything_on};
 use serde_json::{json, Value};
 use std::time::Duration;
 

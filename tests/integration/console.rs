@@ -108,8 +108,7 @@ fn gateway_ids(user: &str) -> Vec<String> {
 }
 
 fn make_gateway(user: &str, name: &str) -> String {
-    let d = ok(&srv().api("POST", "/v1/gateways", Some(key(user)), Some(json!({ "name": name }))), 201);
-    d["id"].as_str().unwrap().to_string()
+    crate::common::mcp::create_gateway(srv(), key(user), json!({ "name": name })).0
 }
 
 const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \

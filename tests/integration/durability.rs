@@ -8,6 +8,25 @@ use common::*;
 use serde_json::json;
 use totp_rs::{Algorithm, Secret, TOTP};
 
+/// `requests_today` of key `id` as the embedded store holds it (its usage record, written in
+/// the background), 0 while there is none.
+fn stored_requests_today(srv: &TestServer, id: &str) -> u64 {
+    let db = rusqlite::Connection::open_with_flags(
+        srv.data_dir().join("toolgate.sqlite3"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the store");
+    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    let body: Option<String> = db
+        .query_row("SELECT body FROM records WHERE kind = 'key_usage' AND id LIKE ?1", [format!("%{id}%")], |r| {
+            r.get(0)
+        })
+        .ok();
+    body.and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["requests_today"].as_u64())
+        .unwrap_or(0)
+}
+
 fn init_body() -> serde_json::Value {
     json!({"jsonrpc": "2.0", "id": "1", "method": "initialize",
            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
@@ -131,12 +150,15 @@ fn acknowledged_writes_survive_kill_9() {
         ok(&srv.api("POST", "/v1/gateways", Some(&mfa_user_key), Some(json!({ "name": "mfa-protected" }))), 201);
 
     // Usage is flushed in the background every 500 ms, and nothing outside the store shows
-    // that a flush has happened: three periods pass before the kill (the flush period is part
-    // of what is tested: usage this old survives a kill -9).
+    // that a flush has happened: the kill comes once the store holds the three uses (the
+    // writer's own progress, read from the store; usage this old survives a kill -9).
     for _ in 0..3 {
         ok(&srv.api("GET", "/v1/gateways", Some(&kept), None), 200);
     }
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let kept_id = k["id"].as_str().unwrap().to_string();
+    wait_until("the three uses reach the store", std::time::Duration::from_secs(10), || {
+        stored_requests_today(&srv, &kept_id) >= 3
+    });
     // The last write is killed right after its 2xx: no time for any background flush.
     let last = ok(&srv.api("POST", "/v1/gateways", Some(a), Some(json!({ "name": "last-word" }))), 201);
 

@@ -5,11 +5,12 @@
 //! naming the tool) until approved; the pending changes and their diff through the API; approve
 //! and reject behind the MFA gate; another organisation's gateway and changes are 404; the
 //! counter and the access line's `tool_pending`; and two instances on one Redis, where an
-//! approval on one is enforced on the other within a second.
+//! approval on one is enforced on the other once the change feed brings it (the feed's
+//! deadline itself is proven in `identity_changes.rs`; here the test waits for the state).
 
 use crate::api_mfa::{code_at, step_now, totp};
+use crate::common::mcp::{result_text, rpc_error, Mcp};
 use crate::common::{self, err, ok, validation, Peer, ServerOptions, TestServer};
-use crate::mcp_upstreams::{result_text, rpc_error, Mcp};
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,7 +33,7 @@ pub(crate) fn stdio_app() -> String {
 }
 
 /// The changing server over Streamable HTTP (one server for every instance).
-fn http_server() -> Peer {
+pub(crate) fn http_server() -> Peer {
     let mut cmd = Command::new(common::python());
     cmd.arg(server_script()).arg("http").current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py"));
     Peer::spawn("changing-tools", cmd)
@@ -40,14 +41,14 @@ fn http_server() -> Peer {
 
 /// Organisations, users and keys: `org_gp` (owner `usr_gp`, and `usr_gp_mfa` who will enrol
 /// MFA) and `org_gp_other`.
-struct Keys {
-    owner: String,
+pub(crate) struct Keys {
+    pub(crate) owner: String,
     mfa: String,
     other: String,
-    yaml: String,
+    pub(crate) yaml: String,
 }
 
-fn keys() -> Keys {
+pub(crate) fn keys() -> Keys {
     let (owner, y1) = common::declared_key("key_gp_owner", "usr_gp", &["*"]);
     let (mfa, y2) = common::declared_key("key_gp_mfa", "usr_gp_mfa", &["*"]);
     let (other, y3) = common::declared_key("key_gp_other", "usr_gp_other", &["*"]);
@@ -63,16 +64,22 @@ fn keys() -> Keys {
 
 pub(crate) fn create_gateway(srv: &TestServer, key: &str, servers: &[&str], configuration: Value) -> (String, String) {
     let body = json!({"name": format!("pins-{}", common::random_alnum(8)), "servers": servers, "configuration": configuration});
-    let gw = ok(&srv.api("POST", "/v1/gateways", Some(key), Some(body)), 201);
-    (gw["id"].as_str().unwrap().to_string(), gw["api_key"].as_str().unwrap().to_string())
+    common::mcp::create_gateway(srv, key, body)
 }
 
-fn changes(srv: &TestServer, key: &str, gw: &str) -> Vec<Value> {
+pub(crate) fn changes(srv: &TestServer, key: &str, gw: &str) -> Vec<Value> {
     let d = ok(&srv.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(key), None), 200);
     d["tool_changes"].as_array().unwrap_or_else(|| panic!("tool_changes: {d}")).clone()
 }
 
-fn decide(srv: &TestServer, key: &str, gw: &str, change: &str, what: &str, mfa: Option<&str>) -> common::Resp {
+pub(crate) fn decide(
+    srv: &TestServer,
+    key: &str,
+    gw: &str,
+    change: &str,
+    what: &str,
+    mfa: Option<&str>,
+) -> common::Resp {
     let headers: Vec<(&str, &str)> = mfa.map(|m| vec![("x-mfa-token", m)]).unwrap_or_default();
     srv.request("POST", &format!("/v1/gateways/{gw}/tool-changes/{change}/{what}"), Some(key), None, &headers)
 }
@@ -291,17 +298,14 @@ fn approve_and_reject_are_behind_the_mfa_gate() {
     assert!(!changes(&srv, &k.mfa, &gw).iter().any(|c| c["id"] == id.as_str()));
 }
 
-#[test]
-fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
-    let k = keys();
-    let app = http_server();
-    let redis = common::spawn_redis();
-    let prefix = format!("tgpins{}", common::random_alnum(6).to_lowercase());
+/// Two instances on the Redis of `redis` (keys under `prefix`), serving the changing server
+/// `app` over Streamable HTTP as app `chg`.
+pub(crate) fn two_instances(k: &Keys, app: &Peer, redis: &Peer, prefix: &str) -> (TestServer, TestServer) {
     let yaml = format!(
         "environment: development\nserver:\n  listen: 127.0.0.1:0\n  metrics_listen: 127.0.0.2:0\n  public_url: http://localhost:8080\n\
          storage:\n  backend: redis\n  url: {}\n  key_prefix: {prefix}\nmcp:\n  list_deadline_ms: 30000\n\
          apps:\n  - {{ id: chg, name: Changing, category: testing, url: \"http://127.0.0.1:{}/mcp\" }}\n{}",
-        common::redis_url(&redis),
+        common::redis_url(redis),
         app.port,
         k.yaml
     );
@@ -312,7 +316,16 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
             ..Default::default()
         })
     };
-    let (a, b) = (start(), start());
+    (start(), start())
+}
+
+#[test]
+fn an_approval_on_one_instance_is_enforced_on_the_other() {
+    let k = keys();
+    let app = http_server();
+    let redis = common::spawn_redis();
+    let prefix = format!("tgpins{}", common::random_alnum(6).to_lowercase());
+    let (a, b) = two_instances(&k, &app, &redis, &prefix);
     let (gw, gw_key) = create_gateway(&a, &k.owner, &["chg"], json!({}));
     let on_a = Mcp::open(&a, &gw, &gw_key);
     assert!(has(&on_a.tool_names(1), "send_email"), "pinned on first use");
@@ -327,17 +340,11 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
     let list = changes(&b, &k.owner, &gw);
     assert_eq!(list.len(), 1, "one change, seen from B: {list:?}");
 
-    // Approved on A: B serves it within a second.
+    // Approved on A: B serves it once the change reaches it (`FEED_CATCH_UP` bounds the wait,
+    // not the promise).
     let id = list[0]["id"].as_str().unwrap();
     ok(&decide(&a, &k.owner, &gw, id, "approve", None), 200);
-    let approved = Instant::now();
-    loop {
-        if has(&on_b.tool_names(3), "send_email") {
-            break;
-        }
-        assert!(approved.elapsed() < Duration::from_secs(1), "B did not follow A's approval within a second");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until("B follows A's approval", common::FEED_CATCH_UP, || has(&on_b.tool_names(3), "send_email"));
     assert_eq!(result_text(&on_b.call(4, "send_email", json!({"to": "x@y.test"}))), "sent to x@y.test");
 
     // Deleted on B: its pins are gone from Redis.
@@ -348,9 +355,9 @@ fn an_approval_on_one_instance_is_enforced_on_the_other_within_a_second() {
     assert!(pin_keys().len() >= 3, "the gateway's pins are in Redis: {:?}", pin_keys());
     ok(&b.api("DELETE", &format!("/v1/gateways/{gw}"), Some(&k.owner), None), 200);
     assert_eq!(pin_keys(), Vec::<String>::new(), "the pins went with their gateway");
-    // A learns of the deletion from the feed, within a second like the approval.
+    // A learns of the deletion from the feed, like the approval.
     let changes_on_a = || a.api("GET", &format!("/v1/gateways/{gw}/tool-changes"), Some(&k.owner), None);
-    common::wait_until("A follows B's deletion", Duration::from_secs(1), || changes_on_a().status == 404);
+    common::wait_until("A follows B's deletion", common::FEED_CATCH_UP, || changes_on_a().status == 404);
     err(&changes_on_a(), 404, "NOT_FOUND");
     drop((a, b));
 }
@@ -403,7 +410,7 @@ fn deleting_a_gateway_deletes_its_pins() {
 
 /// The stdio app of `tests/py/hidden_text_server.py`: per class of hidden text a tool
 /// `hide_<class>` whose description and `query` description carry it, and `clean_tool`.
-fn hidden_text_app() -> String {
+pub(crate) fn hidden_text_app() -> String {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/hidden_text_server.py");
     format!(
         "  - {{ id: hider, name: Hider, category: testing, timeouts: {{ connect_ms: 60000 }}, command: [{:?}, {:?}] }}\n",

@@ -4,9 +4,9 @@
 //! while its name, description and schema stay: each change makes the tool pending, with the
 //! field in the change's diff, until it is approved.
 
+use crate::common::mcp::{result_text, Mcp};
 use crate::common::{self, ok, TestServer};
 use crate::governance_pins::{assert_pending, create_gateway, has, until_tools};
-use crate::mcp_upstreams::{result_text, Mcp};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 

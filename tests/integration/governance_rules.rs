@@ -5,6 +5,7 @@
 //! the rule, counted, in the access line and in the request log; a list leaves out the tools
 //! the caller can never call.
 
+use crate::common::mcp::credential_header as credential;
 use crate::common::{self, err, ok, TestServer};
 use crate::jwt::{fixture, serve_jwks, sign};
 use serde_json::{json, Value};
@@ -27,15 +28,6 @@ fn start(extra: &str) -> (TestServer, String, String) {
          api_keys:\n{owner_yaml}{dev_yaml}{extra}"
     ));
     (srv, owner, dev)
-}
-
-/// A credential as the gateway endpoint takes it: a key in `X-API-Key`, a token as Bearer.
-fn credential(c: &str) -> (&'static str, String) {
-    if c.starts_with("ag_") {
-        ("X-API-Key", c.to_string())
-    } else {
-        ("Authorization", format!("Bearer {c}"))
-    }
 }
 
 /// One JSON-RPC request to the gateway, in `session` when given: (HTTP status, body, request id).
@@ -106,8 +98,7 @@ fn denied_by(answer: &Value) -> Option<String> {
 }
 
 pub(crate) fn gateway(srv: &TestServer, owner: &str, body: Value) -> (String, String) {
-    let g = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(body)), 201);
-    (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
+    common::mcp::create_gateway(srv, owner, body)
 }
 
 fn set_rules(srv: &TestServer, owner: &str, gw: &str, rules: Value) -> Value {

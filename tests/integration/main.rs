@@ -24,6 +24,7 @@ mod durability;
 mod filters_edge;
 mod governance_pins;
 mod governance_pins_meta;
+mod governance_pins_promises;
 mod governance_rule_cost;
 mod governance_rules;
 mod harness_smoke;

@@ -4,7 +4,7 @@
 //! before session checks; a resource URI that no listing shows goes to the app that can own it
 //! (the only app of a single-app gateway) instead of -32002.
 
-use crate::common::{self, ok, unix_now, RawResponse as Raw, TestServer};
+use crate::common::{self, unix_now, RawResponse as Raw, TestServer};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -67,8 +67,7 @@ fn initialize(srv: &TestServer, gw: &str, key: &str) -> String {
 }
 
 fn gateway(srv: &TestServer, body: Value) -> (String, String) {
-    let g = ok(&srv.api("POST", "/v1/gateways", Some(srv.admin_key()), Some(body)), 201);
-    (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
+    common::mcp::create_gateway(srv, srv.admin_key(), body)
 }
 
 /// Sends `request` until a quota refuses one (at most `tries`; a minute may turn over between

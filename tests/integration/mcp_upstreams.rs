@@ -8,6 +8,7 @@
 
 use crate::common;
 
+use common::mcp::{result_text, rpc_error, Mcp};
 use common::{everything_url, mcp_server_time_command, ok, unix_now, Peer, TestServer};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -39,109 +40,8 @@ fn clock_command() -> String {
 
 /// A gateway made with the admin key: `(id, gateway api_key)`.
 pub(crate) fn create_gateway(srv: &TestServer, servers: &[&str]) -> (String, String) {
-    let r = srv.api(
-        "POST",
-        "/v1/gateways",
-        Some(srv.admin_key()),
-        Some(json!({"name": format!("g-{}", servers.join("-")), "servers": servers})),
-    );
-    let gw = ok(&r, 201);
-    (gw["id"].as_str().expect("gateway id").to_string(), gw["api_key"].as_str().expect("gateway api_key").to_string())
-}
-
-/// An initialized MCP client session on one gateway (raw JSON-RPC over blocking reqwest).
-#[derive(Clone)]
-pub(crate) struct Mcp {
-    client: reqwest::blocking::Client,
-    url: String,
-    key: String,
-    session: String,
-}
-
-impl Mcp {
-    pub(crate) fn open(srv: &TestServer, gateway_id: &str, key: &str) -> Mcp {
-        let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .no_proxy()
-            .build()
-            .expect("build MCP client");
-        let url = srv.url(&format!("/gateway/{gateway_id}/mcp"));
-        let mut m = Mcp { client, url, key: key.to_string(), session: String::new() };
-        let r = m.post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "mcp_upstreams", "version": "1"}}}));
-        assert_eq!(r.status().as_u16(), 200, "initialize");
-        m.session = r
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .expect("initialize answers an Mcp-Session-Id")
-            .to_string();
-        let body: Value = r.json().expect("initialize answers JSON");
-        assert_eq!(body["id"], 0, "{body}");
-        assert!(body["result"]["protocolVersion"].is_string(), "{body}");
-        let r = m.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        assert!(r.status().is_success(), "notifications/initialized: HTTP {}", r.status());
-        m
-    }
-
-    fn post(&self, body: Value) -> reqwest::blocking::Response {
-        let mut req = self
-            .client
-            .post(&self.url)
-            .header("X-API-Key", &self.key)
-            .header("Accept", "application/json")
-            .header("Content-Type", "application/json")
-            .json(&body);
-        if !self.session.is_empty() {
-            req = req.header("Mcp-Session-Id", &self.session);
-        }
-        req.send().unwrap_or_else(|e| panic!("MCP POST {body}: {e}"))
-    }
-
-    /// A JSON-RPC request with `id`; asserts HTTP 200, a JSON body and the echoed id.
-    pub(crate) fn rpc(&self, id: u64, method: &str, params: Value) -> Value {
-        let r = self.post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let status = r.status().as_u16();
-        let text = r.text().unwrap_or_default();
-        assert_eq!(status, 200, "{method}: HTTP {status}: {text}");
-        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method}: not JSON ({e}): {text}"));
-        assert_eq!(body["jsonrpc"], "2.0", "{body}");
-        assert_eq!(body["id"], json!(id), "the answer carries the caller's id: {body}");
-        body
-    }
-
-    pub(crate) fn call(&self, id: u64, tool: &str, arguments: Value) -> Value {
-        self.rpc(id, "tools/call", json!({"name": tool, "arguments": arguments}))
-    }
-
-    pub(crate) fn tool_names(&self, id: u64) -> Vec<String> {
-        let body = self.rpc(id, "tools/list", json!({}));
-        body["result"]["tools"]
-            .as_array()
-            .unwrap_or_else(|| panic!("tools/list result.tools: {body}"))
-            .iter()
-            .map(|t| t["name"].as_str().unwrap_or_default().to_string())
-            .collect()
-    }
-}
-
-/// The text of a successful tool result (asserts `result`, no `isError`).
-pub(crate) fn result_text(body: &Value) -> String {
-    assert!(body.get("error").is_none(), "expected a result, got an error: {body}");
-    assert_ne!(body["result"]["isError"], json!(true), "expected a successful tool result: {body}");
-    body["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("result.content[0].text: {body}"))
-        .to_string()
-}
-
-/// `(code, message)` of a JSON-RPC error answer (asserts there is no result).
-pub(crate) fn rpc_error(body: &Value) -> (i64, String) {
-    assert!(body.get("result").is_none(), "expected a JSON-RPC error, got a result: {body}");
-    let code = body["error"]["code"].as_i64().unwrap_or_else(|| panic!("error.code: {body}"));
-    let msg = body["error"]["message"].as_str().unwrap_or_else(|| panic!("error.message: {body}")).to_string();
-    (code, msg)
+    let body = json!({"name": format!("g-{}", servers.join("-")), "servers": servers});
+    common::mcp::create_gateway(srv, srv.admin_key(), body)
 }
 
 /// Field 3 (state) and field 4 (parent pid) of `/proc/<pid>/stat`.
@@ -385,8 +285,7 @@ fn per_app_total_timeout_answers_32003_in_time_and_does_not_block_other_calls() 
     // shows when it has arrived.
     let open_before = common::metric(&srv, "toolgate_connections_open ");
     let slow = {
-        let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).no_proxy().build().unwrap();
-        let mcp = Mcp { client, ..mcp.clone() };
+        let mcp = mcp.on_own_connection();
         thread::spawn(move || {
             let started = Instant::now();
             let body = mcp.call(2, "everything__trigger-long-running-operation", json!({"duration": 3, "steps": 3}));

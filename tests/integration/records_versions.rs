@@ -8,14 +8,14 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// The stored body of gateway `id` (the embedded store: SQLite, one row per record).
-fn stored(srv: &TestServer, id: &str) -> String {
+pub(crate) fn stored(srv: &TestServer, id: &str) -> String {
     let db = rusqlite::Connection::open(srv.data_dir().join("toolgate.sqlite3")).expect("open the store");
     db.busy_timeout(Duration::from_secs(5)).unwrap();
     db.query_row("SELECT body FROM records WHERE kind = 'gateway' AND id = ?1", [id], |r| r.get(0)).expect(id)
 }
 
 /// Rewrites gateway `id`'s stored body as `edit` makes it.
-fn rewrite(srv: &TestServer, id: &str, edit: impl FnOnce(&mut Value)) -> String {
+pub(crate) fn rewrite(srv: &TestServer, id: &str, edit: impl FnOnce(&mut Value)) -> String {
     let mut body: Value = serde_json::from_str(&stored(srv, id)).unwrap();
     edit(&mut body);
     let text = body.to_string();
@@ -27,18 +27,8 @@ fn rewrite(srv: &TestServer, id: &str, edit: impl FnOnce(&mut Value)) -> String 
 
 /// `initialize` at gateway `gw`: (HTTP status, body).
 fn initialize(srv: &TestServer, gw: &str, key: &str) -> (u16, Value) {
-    let params =
-        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "v", "version": "1"}});
-    let r = srv
-        .client()
-        .post(srv.url(&format!("/gateway/{gw}/mcp")))
-        .header("Accept", "application/json, text/event-stream")
-        .header("X-API-Key", key)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}))
-        .send()
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, serde_json::from_str(&r.text().unwrap()).unwrap_or_default())
+    let r = common::mcp::initialize_raw(srv, gw, key, "v");
+    (r.status, serde_json::from_str(&r.body).unwrap_or_default())
 }
 
 /// The value of the series `series` (its whole name with labels), if scraped.

@@ -6,9 +6,9 @@
 //! code. Against the real binary and the changing MCP server of `governance_pins.rs`.
 
 use crate::api_mfa::mfa_on;
+use crate::common::mcp::{result_text, Mcp};
 use crate::common::*;
 use crate::governance_pins::{assert_pending, create_gateway, has, stdio_app, until_tools};
-use crate::mcp_upstreams::{result_text, Mcp};
 use serde_json::{json, Value};
 use std::sync::OnceLock;
 

@@ -9,8 +9,8 @@
 //! a gateway's name or description with hidden text is a 400 naming the field, on create and on
 //! update, and an honest one reaches `initialize` as it was written.
 
+use crate::common::mcp::{rpc_error, Mcp};
 use crate::common::{self, err, ok, validation, TestServer};
-use crate::mcp_upstreams::{rpc_error, Mcp};
 use serde_json::{json, Value};
 
 fn corpus() -> Value {
@@ -45,8 +45,7 @@ fn server() -> (TestServer, String) {
 
 fn gateway(srv: &TestServer, key: &str, name: &str, servers: &[&str], configuration: Value) -> (String, String) {
     let body = json!({"name": name, "servers": servers, "configuration": configuration});
-    let gw = ok(&srv.api("POST", "/v1/gateways", Some(key), Some(body)), 201);
-    (gw["id"].as_str().unwrap().to_string(), gw["api_key"].as_str().unwrap().to_string())
+    common::mcp::create_gateway(srv, key, body)
 }
 
 /// The tools of a `tools/list`, by name.

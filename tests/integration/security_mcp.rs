@@ -5,6 +5,7 @@
 //! and a session of an OAuth access token when its grant is revoked (not when an unrelated key
 //! changes); JSON-RPC ids come back byte-exact.
 
+use crate::common::mcp::credential_header;
 use crate::common::{self, err, ok, ok_message, RawResponse as Raw, TestServer};
 use serde_json::json;
 use std::io::{ErrorKind, Read, Write};
@@ -43,17 +44,7 @@ fn start(mcp_yaml: &str) -> Setup {
 /// A gateway with the built-in `time` app: `(id, access key)`.
 pub(crate) fn gateway(srv: &TestServer, owner: &str) -> (String, String) {
     let name = format!("g-{}", common::random_alnum(8));
-    let g = ok(&srv.api("POST", "/v1/gateways", Some(owner), Some(json!({"name": name, "servers": ["time"]}))), 201);
-    (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
-}
-
-/// The header a credential goes in: an access token of toolgate's authorization server as a
-/// Bearer token, anything else as `X-API-Key`.
-fn credential_header(key: &str) -> (&'static str, String) {
-    match key.starts_with("tga_") {
-        true => ("Authorization", format!("Bearer {key}")),
-        false => ("X-API-Key", key.to_string()),
-    }
+    common::mcp::create_gateway(srv, owner, json!({"name": name, "servers": ["time"]}))
 }
 
 fn client() -> reqwest::blocking::Client {
@@ -72,44 +63,17 @@ pub(crate) fn end_session(srv: &TestServer, gw: &str, key: &str, session: &str) 
     r.status().as_u16()
 }
 
-/// POSTs `body` as it is written (no JSON re-encoding, so ids keep their spelling).
-fn post_raw(srv: &TestServer, gw: &str, key: &str, session: Option<&str>, body: &str) -> Raw {
-    let (header, value) = credential_header(key);
-    let mut req = client()
-        .post(srv.url(&format!("/gateway/{gw}/mcp")))
-        .header(header, value)
-        .header("Accept", "application/json, text/event-stream")
-        .header("Content-Type", "application/json")
-        .body(body.to_string());
-    if let Some(s) = session {
-        req = req.header("Mcp-Session-Id", s);
-    }
-    let r = req.send().unwrap_or_else(|e| panic!("POST {body}: {e}"));
-    let status = r.status().as_u16();
-    let headers =
-        r.headers().iter().map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or_default().to_string())).collect();
-    Raw { status, headers, body: r.text().unwrap_or_default() }
-}
-
 pub(crate) fn initialize_raw(srv: &TestServer, gw: &str, key: &str) -> Raw {
-    post_raw(
-        srv,
-        gw,
-        key,
-        None,
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"security_mcp","version":"1"}}}"#,
-    )
+    common::mcp::initialize_raw(srv, gw, key, "security_mcp")
 }
 
 /// A new session of `key` on `gw`.
 pub(crate) fn initialize(srv: &TestServer, gw: &str, key: &str) -> String {
-    let r = initialize_raw(srv, gw, key);
-    assert_eq!(r.status, 200, "initialize: {}", r.body);
-    r.header("mcp-session-id").expect("Mcp-Session-Id").to_string()
+    common::mcp::initialize(srv, gw, key, "security_mcp")
 }
 
 pub(crate) fn call_time(srv: &TestServer, gw: &str, key: &str, session: &str) -> Raw {
-    post_raw(
+    common::mcp::post(
         srv,
         gw,
         key,
@@ -227,7 +191,7 @@ fn listening_streams_hold_no_concurrent_slot_and_end_when_the_client_goes() {
         let r = call_time(srv, &gw, &gw_key, sid);
         assert_eq!(r.status, 200, "tools/call with six streams open: {:?} {}", r.header("retry-after"), r.body);
         assert!(r.json()["result"]["content"][0]["text"].is_string(), "{}", r.body);
-        let r = post_raw(srv, &gw, &gw_key, Some(sid), r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#);
+        let r = common::mcp::post(srv, &gw, &gw_key, Some(sid), r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#);
         assert_eq!(r.status, 200, "tools/list: {}", r.body);
     }
     // The clients go: their streams finish at once (they used to wait for a failed keep-alive
@@ -536,7 +500,7 @@ fn an_expired_session_leaves_the_list_and_the_store_and_is_not_loaded_again() {
     let started = Instant::now();
     common::wait_until("the expired session leaves /v1/sessions", Duration::from_secs(20), || {
         assert_eq!(
-            post_raw(&s.srv, &gw, &gw_key, Some(&kept), r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).status,
+            common::mcp::post(&s.srv, &gw, &gw_key, Some(&kept), r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).status,
             200
         );
         !listed(&s.srv, &s.a).contains(&sid)
@@ -548,7 +512,10 @@ fn an_expired_session_leaves_the_list_and_the_store_and_is_not_loaded_again() {
     common::wait_until("the expired session leaves the store", Duration::from_secs(10), || {
         stored_sessions(&s.srv, &sid) == 0
     });
-    assert_eq!(post_raw(&s.srv, &gw, &gw_key, Some(&sid), r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).status, 404);
+    assert_eq!(
+        common::mcp::post(&s.srv, &gw, &gw_key, Some(&sid), r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).status,
+        404
+    );
     assert!(listed(&s.srv, &s.a).contains(&kept), "a session in use stays");
 
     // With a long idle timeout after a restart, a record left in the store would be loaded as
@@ -710,12 +677,12 @@ fn json_rpc_ids_are_echoed_byte_for_byte() {
         let init = format!(
             r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"ids","version":"1"}}}}}}"#
         );
-        let r = post_raw(&srv, &time_gw, admin, None, &init);
+        let r = common::mcp::post(&srv, &time_gw, admin, None, &init);
         assert_eq!(r.status, 200, "{}", r.body);
         assert_id(&r, raw_id, "initialize");
         // A result of the gateway's own, of a built-in app, and errors.
         let rpc = |gw: &str, sid: &str, method: &str, params: &str| {
-            post_raw(
+            common::mcp::post(
                 &srv,
                 gw,
                 admin,
@@ -731,7 +698,13 @@ fn json_rpc_ids_are_echoed_byte_for_byte() {
         assert!(r.body.contains("-32601"), "{}", r.body);
         assert_id(&r, raw_id, "unknown method");
         assert_id(&rpc(&time_gw, &time_sid, "tools/call", r#"{"name":"nope"}"#), raw_id, "unknown tool");
-        let r = post_raw(&srv, &time_gw, admin, None, &format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"ping"}}"#));
+        let r = common::mcp::post(
+            &srv,
+            &time_gw,
+            admin,
+            None,
+            &format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"ping"}}"#),
+        );
         assert_eq!(r.status, 400, "{}", r.body);
         assert_id(&r, raw_id, "not initialized");
         // An answer relayed from an HTTP app (its own id replaced by the client's).

@@ -70,8 +70,7 @@ fn mfa_enabled(k: &str) -> bool {
 }
 
 fn gateway(k: &str) -> String {
-    let r = srv().api("POST", "/v1/gateways", Some(k), Some(json!({ "name": format!("sm-{}", random_alnum(10)) })));
-    ok(&r, 201)["id"].as_str().unwrap().to_string()
+    crate::common::mcp::create_gateway(srv(), k, json!({ "name": format!("sm-{}", random_alnum(10)) })).0
 }
 
 fn delete_gateway(k: &str, gw: &str, mfa: Option<&str>) -> Resp {

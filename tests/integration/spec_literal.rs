@@ -41,14 +41,8 @@ fn call(srv: &TestServer, gw: &str, key: &str, session: &str, id: u64, tool: &st
 }
 
 fn gateway(srv: &TestServer, servers: &[&str]) -> (String, String) {
-    let r = srv.api(
-        "POST",
-        "/v1/gateways",
-        Some(srv.admin_key()),
-        Some(json!({"name": format!("spec-{}", servers.join("-")), "servers": servers})),
-    );
-    let g = ok(&r, 201);
-    (g["id"].as_str().unwrap().to_string(), g["api_key"].as_str().unwrap().to_string())
+    let body = json!({"name": format!("spec-{}", servers.join("-")), "servers": servers});
+    crate::common::mcp::create_gateway(srv, srv.admin_key(), body)
 }
 
 /// B4, B7: on a gateway of two apps (the built-in `time` and one that is down), a call to

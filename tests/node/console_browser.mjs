@@ -6,12 +6,14 @@
 //           {"gateway_id", "key"}; screenshot every page
 //   verify  the call made meanwhile is on the logs page (and opens) and on the analytics page;
 //           every control is named and the keyboard focus visible
-//   viewer  a viewer sees no write form; a forged POST is refused by the API's scope check
+//   viewer  the owner sees write forms where a viewer sees none; a viewer's forged POST is
+//           refused by the API's scope check
 //   oauth   sign in (password), "Connect with OAuth" on the apps page, sign in and consent at the
 //           app's authorization server (oidc-provider's development pages), back on the apps page:
 //           print {"status", "notice"} of the app's row
 //
 // Screenshots go to config.artifacts; config.docs_png gets the README's picture (docs/console.png).
+// Every phase fails on a console error, an uncaught exception or a CSP violation of toolgate's pages.
 import { chromium } from 'playwright-core';
 import { createHmac } from 'node:crypto';
 import { readFileSync, mkdirSync, existsSync } from 'node:fs';
@@ -47,14 +49,46 @@ function check(ok, what) {
   if (!ok) throw new Error(what);
 }
 
+// What went wrong on toolgate's own pages, whatever the phase: a `console` error (Chromium logs a
+// failed load and a refused script or style there), an uncaught exception (`pageerror`), and each
+// Content Security Policy violation the page reports (`securitypolicyviolation`, relayed by an
+// init script as a console error). A phase that saw any fails, naming them (`finish`).
+const broken = [];
+
+function ours(url) {
+  return [config.base, config.public_url].some((origin) => origin && url.startsWith(origin));
+}
+
 async function open(profile) {
-  return chromium.launchPersistentContext(profile, {
+  const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1100, height: 760 },
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
+  await context.addInitScript(() => {
+    document.addEventListener('securitypolicyviolation', (e) => {
+      console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || 'inline'} at ${e.sourceFile}:${e.lineNumber}`);
+    });
+  });
+  const watch = (page) => {
+    page.on('console', (msg) => {
+      if (msg.type() === 'error' && ours(page.url())) broken.push(`console error on ${page.url()}: ${msg.text()} (${msg.location().url})`);
+    });
+    page.on('pageerror', (e) => {
+      if (ours(page.url())) broken.push(`page error on ${page.url()}: ${e.message}`);
+    });
+  };
+  context.pages().forEach(watch);
+  context.on('page', watch);
+  return context;
+}
+
+// Fails the phase if any page of toolgate's broke; else prints its result.
+function finish(result) {
+  check(broken.length === 0, `the pages broke:\n${broken.join('\n')}`);
+  console.log(JSON.stringify(result));
 }
 
 async function shot(page, name) {
@@ -96,7 +130,7 @@ async function create() {
     await shot(page, name);
   }
   await context.close();
-  console.log(JSON.stringify({ gateway_id: gatewayId, key }));
+  finish({ gateway_id: gatewayId, key });
 }
 
 // Keyboard and screen readers: every control of these pages has a name (a <label>, an
@@ -143,16 +177,32 @@ async function verify() {
   await page.setViewportSize({ width: 390, height: 800 });
   await shot(page, 'gateways-phone');
   await context.close();
-  console.log(JSON.stringify({ total }));
+  finish({ total });
+}
+
+const WRITABLE = () => ['/auth/console/gateways', `/auth/console/gateways/${config.gateway_id}`, '/auth/console/apps'];
+
+async function writeForms(page, path) {
+  await page.goto(`${config.base}${path}`);
+  return page.locator('main form[method="post"]').count();
 }
 
 async function viewer() {
+  // The control: on the same pages the owner (signed in by `create`) sees write forms, so the
+  // viewer's none below is the role's doing, not a selector that matches nothing.
+  const owner = await open(config.profile);
+  const ownerPage = await owner.newPage();
+  const ownerForms = {};
+  for (const path of WRITABLE()) {
+    ownerForms[path] = await writeForms(ownerPage, path);
+    check(ownerForms[path] > 0, `${path}: the owner sees no write form (${ownerPage.url()})`);
+  }
+  await owner.close();
   const context = await open(config.viewer_profile);
   const page = await context.newPage();
   await signIn(page, config.viewer_email, config.password, null);
-  for (const path of ['/auth/console/gateways', `/auth/console/gateways/${config.gateway_id}`, '/auth/console/apps']) {
-    await page.goto(`${config.base}${path}`);
-    const forms = await page.locator('main form[method="post"]').count();
+  for (const path of WRITABLE()) {
+    const forms = await writeForms(page, path);
     check(forms === 0, `${path}: a viewer sees ${forms} write forms`);
   }
   await shot(page, 'viewer-gateway');
@@ -163,7 +213,7 @@ async function viewer() {
   const text = await forged.text();
   check(forged.status() === 403 && text.includes('INSUFFICIENT_SCOPE'), `forged POST: ${forged.status()} ${text}`);
   await context.close();
-  console.log(JSON.stringify({ forged: forged.status() }));
+  finish({ forged: forged.status(), owner_forms: ownerForms });
 }
 
 async function oauth() {
@@ -198,7 +248,7 @@ async function oauth() {
   const status = (await row().locator('td').nth(3).textContent()).trim();
   const notice = (await page.locator('.notice').count()) ? await page.locator('.notice').textContent() : '';
   await context.close();
-  console.log(JSON.stringify({ status, notice }));
+  finish({ status, notice });
 }
 
 const phases = { create, verify, viewer, oauth };

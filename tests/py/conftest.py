@@ -1,7 +1,8 @@
 """Fixtures for Python tests of toolgate (official MCP SDK clients and the like).
 
-`toolgate` gives a running server on OS-chosen ports (see toolgate_harness.py);
-`node_dir` and `python_peer` locate the peers installed by tests/run.sh. A missing peer
+`toolgate` gives a running server on OS-chosen ports (see toolgate_harness.py); `mcp_session`
+opens a gateway and an MCP session on a server; `node_dir` and `python_peer` locate the peers
+installed by tests/run.sh. A missing peer
 fails the test with a message saying how to install it: nothing is skipped.
 """
 
@@ -15,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mcp_helpers import McpHttp, gateway_session  # noqa: E402
 from toolgate_harness import ROOT, ToolgateServer  # noqa: E402
 
 
@@ -38,6 +40,23 @@ def toolgate_factory():
     yield make
     for srv in started:
         srv.__exit__(None, None, None)
+
+
+@pytest.fixture
+def mcp_session():
+    """`mcp_session(srv, ["time"], configuration={...})`: a new gateway of those apps on `srv` and
+    an initialized session on it, as (gateway id, its key, the `McpHttp` client); every client
+    opened is closed after the test."""
+    opened: list[McpHttp] = []
+
+    def open_session(srv: ToolgateServer, servers: list[str], **gateway) -> tuple[str, str, McpHttp]:
+        gw_id, key, c = gateway_session(srv, servers, **gateway)
+        opened.append(c)
+        return gw_id, key, c
+
+    yield open_session
+    for c in opened:
+        c.close()
 
 
 @pytest.fixture(scope="session")

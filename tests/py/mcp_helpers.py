@@ -281,6 +281,16 @@ class McpHttp:
         self.client.close()
 
 
+def gateway_session(srv, servers: list[str], **gateway: Any) -> tuple[str, str, McpHttp]:
+    """A new gateway of `servers` (`Api.create_gateway`'s keywords: `configuration`, ...) and an
+    initialized raw session on it: (gateway id, its access key, the session). The conftest
+    fixture `mcp_session` is the same, and closes the sessions after the test."""
+    gw_id, key = Api(srv).create_gateway(servers, **gateway)
+    c = McpHttp(mcp_url(srv, gw_id), key)
+    c.initialize()
+    return gw_id, key, c
+
+
 def first_event_then_drop(c: McpHttp, body: dict) -> str:
     """POSTs `body`, a call answered as an event stream, and drops the connection after its first
     event (a slow call's priming event, while the app still works): what arrived, as text."""
@@ -292,6 +302,37 @@ def first_event_then_drop(c: McpHttp, body: dict) -> str:
             if "\n\n" in seen.replace("\r\n", "\n"):
                 break
     return seen
+
+
+def open_stream(c: McpHttp, read_timeout: float = 20.0):
+    """The gateway's GET stream for `c`'s session (not yet read)."""
+    headers = c.headers(Accept="text/event-stream")
+    return c.client.stream("GET", c.url, headers=headers, timeout=httpx2.Timeout(5.0, read=read_timeout))
+
+
+def messages_on_stream_while(c: McpHttp, action, wanted: str, within: float = 10) -> list[dict]:
+    """Opens the gateway's GET stream, runs `action`, and returns the messages seen on the
+    stream until one with method `wanted` (or `within` seconds: the stream's keep-alive comments
+    keep reads from timing out)."""
+    seen: list[dict] = []
+    with open_stream(c) as r:
+        assert r.status_code == 200, r.status_code
+        lines = r.iter_lines()
+        assert next(lines).startswith(":"), "the stream opens with a comment"
+        action()
+        deadline = time.monotonic() + within
+        for line in lines:
+            if time.monotonic() > deadline:
+                break
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:]))
+                if seen[-1]["method"] == wanted:
+                    break
+    return seen
+
+
+def methods_on_stream_while(c: McpHttp, action, wanted: str) -> list[str]:
+    return [m["method"] for m in messages_on_stream_while(c, action, wanted)]
 
 
 def list_all(c: McpHttp, method: str, key: str) -> list[dict]:

@@ -2,10 +2,13 @@
 playwright-core (tests/node/console_browser.mjs) signs in with a password and then the TOTP code,
 creates a gateway with the `time` app; the official Python SDK calls a tool through it with the
 key the page showed once; the browser sees the call on the logs page (and opens it) and on the
-analytics page; a viewer sees no write form and a forged POST is refused by the API's scope check.
-Screenshots of each page go to tests/artifacts/console/ (`readme.png` is the picture
-docs/console.png was taken from; the test never writes a tracked file). A missing Chromium fails
-the test, saying so."""
+analytics page; the owner sees write forms where a viewer sees none, and the viewer's forged POST
+is refused by the API's scope check. Every phase fails on a `console` error, an uncaught page
+error or a Content Security Policy violation of toolgate's pages.
+Screenshots of each page go to tests/artifacts/console/browser/ (`readme.png` is the picture
+docs/console.png was taken from; the test never writes a tracked file), a folder of this test's
+own: test_console_oauth.py writes to .../console/oauth/, so two pytest workers never clear or
+write each other's. A missing Chromium fails the test, saying so."""
 
 from __future__ import annotations
 
@@ -73,7 +76,7 @@ def test_the_console_in_chromium(node_dir, tmp_path):
         enrolled = api(srv, "POST", "/v1/auth/mfa/enroll", owner_key)
         secret = enrolled["secret"]
         api(srv, "POST", "/v1/auth/mfa/activate", owner_key, {"code": totp_now(secret, int(time.time()) // 30)})
-        artifacts = ROOT / "tests" / "artifacts" / "console"
+        artifacts = ROOT / "tests" / "artifacts" / "console" / "browser"
         shutil.rmtree(artifacts, ignore_errors=True)
         cfg = tmp_path / "console.json"
         settings = {
@@ -100,7 +103,9 @@ def test_the_console_in_chromium(node_dir, tmp_path):
         cfg.write_text(json.dumps(settings))
         seen = browser(node_dir, "verify", cfg)
         assert seen["total"] >= 1
-        assert browser(node_dir, "viewer", cfg)["forged"] == 403
+        seen = browser(node_dir, "viewer", cfg)
+        assert seen["forged"] == 403, seen
+        assert all(n > 0 for n in seen["owner_forms"].values()), seen
         assert [g["id"] for g in api(srv, "GET", "/v1/gateways", owner_key)["gateways"]] == [gateway_id]
         for name in ("readme", "gateways-empty", "gateway-created", "gateway", "logs", "log-entry", "analytics", "viewer-gateway"):
             assert (artifacts / f"{name}.png").stat().st_size > 1000, name

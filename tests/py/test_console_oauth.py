@@ -54,7 +54,8 @@ def test_an_oauth_app_is_connected_from_the_console_in_chromium(node_dir, tmp_pa
             cfg.write_text(json.dumps({
                 # `localhost`, the public URL's host: the cookies set on one are sent to the other.
                 "base": srv.base_url.replace("127.0.0.1", "localhost"), "public_url": PUBLIC, "issuer": issuer,
-                "artifacts": str(Path(__file__).resolve().parents[1] / "artifacts" / "console"),
+                # This test's own folder (test_console_browser.py clears .../console/browser/).
+                "artifacts": str(Path(__file__).resolve().parents[1] / "artifacts" / "console" / "oauth"),
                 "profile": str(tmp_path / "profile"), "email": "owner@co.test", "password": PASSWORD,
                 "app_name": "Secured",
             }))

@@ -199,11 +199,9 @@ def test_allowed_tools_hides_tools_and_calling_one_is_unknown(mixed):
     assert functions["everything"] == ["echo"] and functions["clock"] == ["convert_time"], functions
 
 
-def test_tool_of_another_gateway_is_unknown(mixed):
+def test_tool_of_another_gateway_is_unknown(mixed, mcp_session):
     srv, api, _, _, _ = mixed
-    gw_id, key = api.create_gateway(["time"])
-    c = McpHttp(mcp_url(srv, gw_id), key)
-    c.initialize()
+    gw_id, key, c = mcp_session(srv, ["time"])
     for name in ["everything__echo", "echo"]:
         msg = c.rpc("tools/call", {"name": name, "arguments": {"message": "x"}})
         assert msg["error"]["code"] == -32602, msg
@@ -255,15 +253,13 @@ def test_unknown_prompt_is_invalid_params(client):
 # ------------------------------------------------------------------ a failing app
 
 
-def test_failing_app_drops_out_and_the_others_keep_working(tmp_path):
+def test_failing_app_drops_out_and_the_others_keep_working(tmp_path, mcp_session):
     with everything_server() as ev:
         srv = start_toolgate(config(TIME_APP + stdio_time_app("clock") + http_app(
             "everything", ev.url, timeouts="connect_ms: 1000, first_byte_ms: 3000, total_ms: 5000")))
         try:
             api = Api(srv)
-            gw_id, key = api.create_gateway(["time", "clock", "everything"])
-            c = McpHttp(mcp_url(srv, gw_id), key)
-            c.initialize()
+            gw_id, key, c = mcp_session(srv, ["time", "clock", "everything"])
             assert c.rpc("tools/call", {"name": "everything__echo", "arguments": {"message": "a"}})["result"]
             statuses = {s["id"]: s["status"] for s in api.gateway(gw_id)["servers"]}
             assert statuses == {"time": "connected", "clock": "connected", "everything": "connected"}, statuses
@@ -290,12 +286,10 @@ def test_failing_app_drops_out_and_the_others_keep_working(tmp_path):
             srv.tmp.cleanup()
 
 
-def test_tools_list_is_paginated_with_cursors():
+def test_tools_list_is_paginated_with_cursors(mcp_session):
     srv = start_toolgate(config(TIME_APP + stdio_time_app("clock"), mcp="  page_size: 2\n"))
     try:
-        gw_id, key = Api(srv).create_gateway(["time", "clock"])
-        c = McpHttp(mcp_url(srv, gw_id), key)
-        c.initialize()
+        gw_id, key, c = mcp_session(srv, ["time", "clock"])
         first = c.rpc("tools/list")["result"]
         assert len(first["tools"]) == 2 and first.get("nextCursor"), first
         second = c.rpc("tools/list", {"cursor": first["nextCursor"]})["result"]
@@ -340,7 +334,7 @@ class HangingApp:
             c.close()
 
 
-def test_a_hanging_app_delays_the_others_tools_by_the_list_deadline_only():
+def test_a_hanging_app_delays_the_others_tools_by_the_list_deadline_only(mcp_session):
     """5 apps, one of which never answers: `tools/list` waits for it `mcp.list_deadline_ms`, not
     its own timeouts (30 s to the first byte), and lists the four others' tools."""
     import time
@@ -351,9 +345,7 @@ def test_a_hanging_app_delays_the_others_tools_by_the_list_deadline_only():
     )
     srv = start_toolgate(config(builtins + http_app("stuck", hang.url, name="Stuck"), mcp="  list_deadline_ms: 1000\n"))
     try:
-        gw_id, key = Api(srv).create_gateway(["t0", "t1", "stuck", "t2", "t3"])
-        c = McpHttp(mcp_url(srv, gw_id), key)
-        c.initialize()
+        gw_id, key, c = mcp_session(srv, ["t0", "t1", "stuck", "t2", "t3"])
         started = time.monotonic()
         tools = [t["name"] for t in list_all(c, "tools/list", "tools")]
         elapsed = time.monotonic() - started

@@ -29,6 +29,9 @@ from mcp_helpers import (
     http_app,
     list_all,
     mcp_url,
+    messages_on_stream_while,
+    methods_on_stream_while,
+    open_stream,
     response_message,
 )
 
@@ -47,37 +50,6 @@ def tool_names(c: McpHttp) -> set[str]:
 
 def resource_uris(c: McpHttp) -> set[str]:
     return {r["uri"] for r in list_all(c, "resources/list", "resources")}
-
-
-def open_stream(c: McpHttp, read_timeout: float = 20.0):
-    """The gateway's GET stream for `c`'s session (not yet read)."""
-    headers = c.headers(Accept="text/event-stream")
-    return c.client.stream("GET", c.url, headers=headers, timeout=httpx2.Timeout(5.0, read=read_timeout))
-
-
-def messages_on_stream_while(c: McpHttp, action, wanted: str, within: float = 10) -> list[dict]:
-    """Opens the gateway's GET stream, runs `action`, and returns the messages seen on the
-    stream until one with method `wanted` (or `within` seconds: the stream's keep-alive comments
-    keep reads from timing out)."""
-    seen: list[dict] = []
-    with open_stream(c) as r:
-        assert r.status_code == 200, r.status_code
-        lines = r.iter_lines()
-        assert next(lines).startswith(":"), "the stream opens with a comment"
-        action()
-        deadline = time.monotonic() + within
-        for line in lines:
-            if time.monotonic() > deadline:
-                break
-            if line.startswith("data:"):
-                seen.append(json.loads(line[5:]))
-                if seen[-1]["method"] == wanted:
-                    break
-    return seen
-
-
-def methods_on_stream_while(c: McpHttp, action, wanted: str) -> list[str]:
-    return [m["method"] for m in messages_on_stream_while(c, action, wanted)]
 
 
 def silent_for(lines) -> list[str]:
@@ -125,15 +97,13 @@ def everything_config(ev) -> str:
     return config(TIME_APP + http_app("everything", ev.url))
 
 
-def test_http_app_announcing_on_its_own_get_stream_reaches_open_streams():
+def test_http_app_announcing_on_its_own_get_stream_reaches_open_streams(mcp_session):
     """server-everything registers a session resource when `gzip-file-as-resource` runs and
     announces it on its standalone GET stream, not in the call's answer: only a gateway that
     holds that stream open hears it."""
     with everything_server() as ev, ToolgateServer(full_config=everything_config(ev)) as srv:
         api = Api(srv)
-        gw_id, key = api.create_gateway(["time", "everything"], configuration={"cache_enabled": True, "cache_ttl": 3600})
-        c = McpHttp(mcp_url(srv, gw_id), key)
-        c.initialize()
+        gw_id, key, c = mcp_session(srv, ["time", "everything"], configuration={"cache_enabled": True, "cache_ttl": 3600})
         assert not any("toolgate-test" in u for u in resource_uris(c))
 
         # The gateway opens its GET stream to the app right after the upstream session (just
@@ -205,16 +175,14 @@ def test_one_session_unsubscribing_leaves_the_others_subscribed():
         assert {"method": "notifications/resources/updated", "params": {"uri": uri}, "jsonrpc": "2.0"} in heard, heard
 
 
-def test_a_management_change_reaches_the_cache_and_open_streams_through_the_change_feed():
+def test_a_management_change_reaches_the_cache_and_open_streams_through_the_change_feed(mcp_session):
     """The handlers no longer invalidate anything themselves: `State` publishes the change and
     the MCP runtime, a listener of the feed, drops the gateway's cached catalogue and tells its
     open streams before the management API answers. With an hour-long cache, the next
     `tools/list` after the PATCH must already show the new allow-list."""
     with ToolgateServer(full_config=config(TIME_APP + DYNAMIC_APP)) as srv:
         api = Api(srv)
-        gw_id, key = api.create_gateway(["time", "dyn"], configuration={"cache_enabled": True, "cache_ttl": 3600})
-        c = McpHttp(mcp_url(srv, gw_id), key)
-        c.initialize()
+        gw_id, key, c = mcp_session(srv, ["time", "dyn"], configuration={"cache_enabled": True, "cache_ttl": 3600})
         before = tool_names(c)
         assert "dyn__add_tool" in before and any(n.startswith("time__") for n in before), before
 
@@ -351,7 +319,7 @@ class DroppingStreamApp:
         self.server.shutdown()
 
 
-def test_a_change_made_while_the_app_s_stream_was_closed_is_found_when_it_opens_again():
+def test_a_change_made_while_the_app_s_stream_was_closed_is_found_when_it_opens_again(mcp_session):
     """An app's announcement made while toolgate's GET stream to it is closed is lost; so when
     the stream opens again toolgate reads the app's lists again, and a difference reaches the
     clients' open streams and the catalogue at once, not at the cache's expiry a minute later.
@@ -360,9 +328,7 @@ def test_a_change_made_while_the_app_s_stream_was_closed_is_found_when_it_opens_
     try:
         with ToolgateServer(full_config=config(http_app("drop", app.url, name="Dropping"))) as srv:
             # Served as the app lists them (a pinning gateway would hold the new tool back).
-            gw_id, key = Api(srv).create_gateway(["drop"], configuration={"tool_policy": "off"})
-            c = McpHttp(mcp_url(srv, gw_id), key)
-            c.initialize()
+            gw_id, key, c = mcp_session(srv, ["drop"], configuration={"tool_policy": "off"})
             assert {n.rsplit("__", 1)[-1] for n in tool_names(c)} == {"before_tool"}, tool_names(c)
             deadline = time.monotonic() + 10
             while app.gets == 0 and time.monotonic() < deadline:

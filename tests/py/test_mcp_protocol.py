@@ -287,13 +287,11 @@ def test_initialize_result_has_capabilities_and_server_info(gw):
     assert res["serverInfo"]["name"] == "toolgate" and res["serverInfo"]["version"], res
 
 
-def test_session_survives_a_restart():
+def test_session_survives_a_restart(mcp_session):
     srv = start_toolgate(config())
     try:
         api = Api(srv)
-        gw_id, key = api.create_gateway(["time"])
-        c = McpHttp(mcp_url(srv, gw_id), key)
-        c.initialize()
+        gw_id, key, c = mcp_session(srv, ["time"])
         srv.stop()
         srv.start()  # same directory, data and admin key; new ports
         c.url = mcp_url(srv, gw_id)
@@ -304,13 +302,11 @@ def test_session_survives_a_restart():
         srv.tmp.cleanup()
 
 
-def test_idle_session_expires():
+def test_idle_session_expires(mcp_session):
     srv = start_toolgate(config(mcp="  session_idle_timeout_secs: 1\n"))
     try:
         api = Api(srv)
-        gw_id, key = api.create_gateway(["time"])
-        c = McpHttp(mcp_url(srv, gw_id), key)
-        c.initialize()
+        gw_id, key, c = mcp_session(srv, ["time"])
         assert c.rpc("ping")["result"] == {}
         time.sleep(2.5)
         rpc_error(c.request("ping"), 404)
@@ -326,12 +322,10 @@ def test_idle_session_expires():
 # ------------------------------------------------------------------ body limit
 
 
-def test_body_over_limit_is_413_naming_the_limit():
+def test_body_over_limit_is_413_naming_the_limit(mcp_session):
     srv = start_toolgate(config(server="  max_body_bytes: 2048\n"))
     try:
-        gw_id, key = Api(srv).create_gateway(["time"])
-        c = McpHttp(mcp_url(srv, gw_id), key)
-        c.initialize()
+        gw_id, key, c = mcp_session(srv, ["time"])
         r = c.request("tools/call", {"name": "get_current_time", "arguments": {"format": "x" * 5000}})
         err = rpc_error(r, 413)
         assert "2048" in err["message"], err
@@ -397,11 +391,9 @@ def test_get_without_session_is_refused(gw):
     assert err["code"] == -32000, err
 
 
-def test_get_stream_carries_list_changed_when_the_gateway_changes(gw):
+def test_get_stream_carries_list_changed_when_the_gateway_changes(gw, mcp_session):
     srv, api, _, _, _ = gw
-    gw_id, key = api.create_gateway(["time"])
-    c = McpHttp(mcp_url(srv, gw_id), key)
-    c.initialize()
+    gw_id, key, c = mcp_session(srv, ["time"])
     seen: list[str] = []
     with c.client.stream("GET", c.url, headers=c.headers(Accept="text/event-stream"), timeout=20) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.headers

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_helpers import STDIO_START, Api, McpHttp, config, mcp_url, start_toolgate
+from mcp_helpers import STDIO_START, McpHttp, config, gateway_session, start_toolgate
 
 SERVER = Path(__file__).resolve().parent / "unlisted_resources_server.py"
 
@@ -37,10 +37,7 @@ def srv():
 
 
 def session(srv, servers: list[str]) -> McpHttp:
-    gw_id, key = Api(srv).create_gateway(servers)
-    c = McpHttp(mcp_url(srv, gw_id), key)
-    c.initialize()
-    return c
+    return gateway_session(srv, servers)[2]
 
 
 def read(c: McpHttp, uri: str) -> dict:

@@ -3,7 +3,7 @@
 A real `redis-server` (installed by tests/run.sh) is started by the test on a Unix socket in a
 temporary directory (no port to race for), and three real toolgate instances share it. What is
 measured: a gateway created on one instance is served by the others, a revoked key is refused by
-every instance within 1 s, an MCP session opened on one instance is used, streamed and ended on
+every instance within 1 s (the one test of that deadline; the others wait for the state), an MCP session opened on one instance is used, streamed and ended on
 the others, the request log reads the same everywhere, and an instance refuses to start on Redis
 without the shared sealing key. The scale-out tests run twice: on one Redis, and on a Redis Cluster
 of three masters the test creates (`redis-cli --cluster create`, TCP ports on 127.0.0.1).
@@ -240,24 +240,50 @@ def within(seconds: float, probe) -> float:
     return time.monotonic() - started
 
 
+# docs/scale-out.md and SECURITY.md promise that a change made on one instance is followed by
+# every other within a second (typically a few milliseconds): one round trip of the change
+# feed's blocking read (src/data/peers.rs), which no setting lengthens. That deadline is proven
+# once, by `test_a_revoked_key_is_refused_by_every_instance_within_a_second`, which measures it;
+# every other test here waits for the state it needs (`followed`), bounded only by the feed's
+# worst case on a loaded machine (`FEED_CATCH_UP`, below), so a slow run is a slow test and
+# not a false failure.
+FEED_PROMISE = 1.0
+
+
+def followed(probe) -> float:
+    """Waits until another instance shows a change (`probe` holds)."""
+    return within(FEED_CATCH_UP, probe)
+
+
+def delay_until(since: float, probe) -> float:
+    """How long after `since` the first probe that saw the change began: polls `probe` (each
+    attempt timed from its start, so the probe's own time on a busy machine is not counted) up
+    to `FEED_CATCH_UP`, and returns the delay, for the caller to hold against the promise."""
+    while True:
+        began = time.monotonic()
+        if probe():
+            return began - since
+        assert began - since < FEED_CATCH_UP, f"not seen within {FEED_CATCH_UP} s"
+        time.sleep(0.02)
+
+
 def test_a_gateway_made_on_one_instance_is_served_by_the_others(trio):
     a, b, c = trio
     r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"shared-{secrets.token_hex(3)}", "servers": ["time"]})
     assert r.status_code == 201, r.text
     gw = r.json()["data"]
     for other in (b, c):
-        took = within(1.0, lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
-        assert took < 1.0
+        followed(lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
     # Its access key works on every instance at once (it is a record like any other).
     h = {"X-API-Key": gw["api_key"], "Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     r = httpx2.post(mcp_url(c, gw["id"]), json=body, headers=h, timeout=30)
     assert r.status_code == 200 and r.headers.get("mcp-session-id"), r.text
-    # Deleted on B: gone on A and C within 1 s.
+    # Deleted on B: gone on A and C.
     assert call(b, "DELETE", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200
     for other in (a, c):
-        within(1.0, lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 404)
+        followed(lambda: call(other, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 404)
 
 
 def test_a_revoked_key_is_refused_by_every_instance_within_a_second(trio):
@@ -267,12 +293,14 @@ def test_a_revoked_key_is_refused_by_every_instance_within_a_second(trio):
     created = r.json().get("data", r.json())
     key, key_id = created["key"], created["id"]
     for srv in (a, b, c):
-        within(1.0, lambda: call(srv, "GET", "/v1/gateways", key).status_code == 200)
+        followed(lambda: call(srv, "GET", "/v1/gateways", key).status_code == 200)
     assert call(b, "DELETE", f"/v1/api-keys/{key_id}", a.admin_key).status_code == 200
     revoked_at = time.monotonic()
-    for srv in (a, b, c):
-        within(1.0, lambda: call(srv, "GET", "/v1/gateways", key).status_code == 401)
-    assert time.monotonic() - revoked_at < 1.0 + 0.5, "all three within a second of the revocation"
+    # The promise's proof (FEED_PROMISE): from the revocation's answer to the first request each
+    # instance refused, each within a second.
+    delays = {srv.base_url: delay_until(revoked_at, lambda: call(srv, "GET", "/v1/gateways", key).status_code == 401)
+              for srv in (a, b, c)}
+    assert max(delays.values()) < FEED_PROMISE, f"refused after {delays} s, not within {FEED_PROMISE} s"
 
 
 def test_an_mcp_session_opened_on_one_instance_is_used_streamed_and_ended_on_the_others(trio):
@@ -280,7 +308,7 @@ def test_an_mcp_session_opened_on_one_instance_is_used_streamed_and_ended_on_the
     r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"sess-{secrets.token_hex(3)}", "servers": ["time"]})
     gw = r.json()["data"]
     for srv in (b, c):
-        within(1.0, lambda: call(srv, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
+        followed(lambda: call(srv, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
     on_a = McpHttp(mcp_url(a, gw["id"]), gw["api_key"])
     on_a.initialize()
     # The same session on B: a call.
@@ -296,12 +324,12 @@ def test_an_mcp_session_opened_on_one_instance_is_used_streamed_and_ended_on_the
     with httpx2.stream("GET", mcp_url(c, gw["id"]), headers=h, timeout=10) as stream:
         assert stream.status_code == 200, stream.read()
         assert stream.headers["content-type"].startswith("text/event-stream")
-    # Ended on C; A and B refuse it (404) within a second.
+    # Ended on C; A and B refuse it (404).
     on_c = McpHttp(mcp_url(c, gw["id"]), gw["api_key"])
     on_c.session_id = on_a.session_id
     assert on_c.delete().status_code == 200
     for client in (on_a, on_b):
-        within(1.0, lambda: client.request("tools/list").status_code == 404)
+        followed(lambda: client.request("tools/list").status_code == 404)
     # An id no instance made is unknown everywhere.
     on_b.session_id = "f" * 64
     assert on_b.request("tools/list").status_code == 404
@@ -311,7 +339,7 @@ def test_the_request_log_reads_the_same_on_every_instance(trio):
     a, b, c = trio
     r = call(a, "POST", "/v1/gateways", a.admin_key, {"name": f"logs-{secrets.token_hex(3)}", "servers": ["time"]})
     gw = r.json()["data"]
-    within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
+    followed(lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", a.admin_key).status_code == 200)
     client = McpHttp(mcp_url(b, gw["id"]), gw["api_key"])
     client.initialize()
     tool = client.rpc("tools/list")["result"]["tools"][0]["name"]
@@ -344,7 +372,7 @@ def test_on_a_redis_cluster_records_spread_over_the_masters_and_a_deleted_one_le
                 assert r.status_code == 201, r.text
                 ids.append(r.json()["data"]["id"])
             for gw in ids:
-                within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw}", admin).status_code == 200)
+                followed(lambda: call(b, "GET", f"/v1/gateways/{gw}", admin).status_code == 200)
             per_node = redis.keys_per_node("spread")
             assert all(n > 0 for n in per_node), f"keys per master: {per_node}"
             listed = call(b, "GET", "/v1/gateways?limit=100", admin).json()["data"]
@@ -353,7 +381,7 @@ def test_on_a_redis_cluster_records_spread_over_the_masters_and_a_deleted_one_le
             for gw in ids:
                 assert call(b, "DELETE", f"/v1/gateways/{gw}", admin).status_code == 200
             for gw in ids:
-                within(1.0, lambda: call(a, "GET", f"/v1/gateways/{gw}", admin).status_code == 404)
+                followed(lambda: call(a, "GET", f"/v1/gateways/{gw}", admin).status_code == 404)
             left = [k for p in redis.ports for k in redis.run(p, "--scan", "--pattern", "spread:*").split()
                     if any(gw in k for gw in ids)]
             assert left == [], f"keys left by deleted gateways: {left}"
@@ -588,15 +616,20 @@ def test_an_instance_killed_mid_session_loses_nothing_but_its_upstream_connectio
             on_a.initialize()
             tool = on_a.rpc("tools/list")["result"]["tools"][0]["name"]
             on_a.rpc("tools/call", {"name": tool, "arguments": {"format": "YYYY", "timezone": "UTC"}})
-            time.sleep(1.2)  # the request log is written every 500 ms
+
+            def logged() -> list:
+                return call(b, "GET", f"/v1/logs?gateway_id={gw['id']}", admin).json()["data"]["logs"]
+
+            # A's log pipeline writes its entries to Redis in the background (every 500 ms): the
+            # kill comes once the entry is there (read through B), not after a guessed sleep.
+            followed(lambda: len(logged()) == 1)
             a.stop()  # SIGKILL
             on_b = McpHttp(mcp_url(b, gw["id"]), gw["api_key"])
             on_b.session_id = on_a.session_id
             done = on_b.rpc("tools/call", {"name": tool, "arguments": {"format": "YYYY", "timezone": "UTC"}})
             assert "result" in done and not done["result"].get("isError"), done
-            logs = call(b, "GET", f"/v1/logs?gateway_id={gw['id']}", admin).json()["data"]["logs"]
-            within(3.0, lambda: len(call(b, "GET", f"/v1/logs?gateway_id={gw['id']}", admin).json()["data"]["logs"]) == 2)
-            assert logs, "the call logged by the dead instance is there"
+            assert logged(), "the call logged by the dead instance is there"
+            followed(lambda: len(logged()) == 2)
 
 
 @pytest.mark.parametrize("kind", ["single", "cluster"])
@@ -615,7 +648,7 @@ def test_redis_restarted_under_load_loses_no_acknowledged_write_and_calls_never_
         with instances(cfg, 2) as (admin, (a, b)):
             body = {"name": "steady", "servers": ["time"], "configuration": {"rate_limit": 1000000000}}
             gw = call(a, "POST", "/v1/gateways", admin, body).json()["data"]
-            within(1.0, lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", admin).status_code == 200)
+            followed(lambda: call(b, "GET", f"/v1/gateways/{gw['id']}", admin).status_code == 200)
             clients = []
             for srv in (a, b):
                 c = McpHttp(mcp_url(srv, gw["id"]), gw["api_key"])

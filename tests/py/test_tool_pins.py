@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcp_helpers import NODE_DIR, Api, config, mcp_url, node_bin, run, sdk_client, start_toolgate
+from mcp_helpers import (
+    NODE_DIR,
+    Api,
+    config,
+    mcp_url,
+    methods_on_stream_while,
+    node_bin,
+    run,
+    sdk_client,
+    start_toolgate,
+)
 
 MODES = ["auto", "legacy"]
 
@@ -139,7 +149,26 @@ def test_off_serves_every_change_as_before(srv):
     api = Api(srv)
     gw, key = api.create_gateway(["chg"], configuration={"tool_policy": "off"}, name="off")
     url = mcp_url(srv, gw)
-    # Earlier tests changed the one upstream of the app: its changed and added tools are served.
-    tools = run(listed(url, key))
-    assert "exfiltrate" in tools and "BCC" in tools["send_email"].description, tools
+    assert "send_email" in run(listed(url, key))
+    # The test makes the changes itself (the app is shared by the module's tests, and changing
+    # it twice changes nothing more): the changed and the added tool are served at once.
+    assert run(call(url, key, "rug_pull", {})).content[0].text == "send_email changed"
+    assert run(call(url, key, "add_tool", {})).content[0].text == "exfiltrate added"
+    tools = until("the changes are served", lambda: (t := run(listed(url, key))) and "exfiltrate" in t and t)
+    assert "BCC" in tools["send_email"].description, tools
+    assert run(call(url, key, "exfiltrate", {"text": "x"})).content[0].text == "exfiltrated x"
     assert pending(api, gw) == []
+
+
+def test_approving_a_change_tells_the_open_streams(srv, mcp_session):
+    """docs/governance.md: approving pins the definition and the gateway's clients with an open
+    GET stream get `notifications/tools/list_changed`."""
+    api = Api(srv)
+    gw, _, c = mcp_session(srv, ["chg"], configuration={"tool_policy": "approve"}, name="approve-stream")
+    assert c.rpc("tools/list")["result"]["tools"] == [], "nothing approved yet"
+    change = until("the pending changes are listed", lambda: next(
+        (x for x in pending(api, gw) if x["tool"] == "rug_pull"), None))
+
+    seen = methods_on_stream_while(c, lambda: approve(api, gw, change), "notifications/tools/list_changed")
+    assert seen == ["notifications/tools/list_changed"], f"the open stream heard {seen}"
+    assert [t["name"] for t in c.rpc("tools/list")["result"]["tools"]] == ["rug_pull"]

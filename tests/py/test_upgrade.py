@@ -131,12 +131,24 @@ def test_upgrade_under_load_loses_no_call_and_keeps_sessions_and_records():
         time.sleep(1.0)
         late_sid = _open_session(url, key)
         late_gw, late_key = api.create_gateway(["time"], name="made-during-the-upgrade")
-        # Both processes accept from the same socket now: within a second each knows the new
-        # gateway, whichever made it (new connections land on either).
-        time.sleep(1.2)
+        # Both processes accept from the same socket now: each comes to know the new gateway,
+        # whichever made it (new connections land on either). Wait for that, then require 20
+        # sessions in a row on new connections: a process that never learned it would answer
+        # one of them (each lands on either process) with a refusal.
         late_url = mcp_url(srv, late_gw)
-        for n in range(20):
-            _open_session(late_url, late_key)  # asserts 200 and 202: the gateway is known
+
+        def twenty_in_a_row() -> bool:
+            for _ in range(20):
+                try:
+                    _open_session(late_url, late_key)  # asserts 200 and 202: the gateway is known
+                except AssertionError:
+                    return False
+            return True
+
+        deadline = time.monotonic() + 10  # a guard against a hang, not a promise
+        while not twenty_in_a_row():
+            assert time.monotonic() < deadline, "a process did not learn the gateway made during the overlap"
+            time.sleep(0.1)
 
         # The old process exits after Pingora's close timeout (5 s) and the grace period (3 s).
         try:

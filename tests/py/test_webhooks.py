@@ -223,6 +223,35 @@ def test_webhook_urls_inside_the_network_are_refused():
         s.tmp.cleanup()
 
 
+def test_a_webhook_url_is_checked_again_at_each_delivery(receiver):
+    """SECURITY.md: addresses inside the network are refused at save and at each delivery. A
+    receiver on the loopback is allowed while `webhooks.allowed_hosts` names it; once a reload
+    drops it, the next delivery is refused before it connects, though the webhook was saved."""
+    s = ToolgateServer(full_config=config(TIME_APP) + WEBHOOKS).start()
+    try:
+        w = hook(s, receiver, "/recheck", ["gateway.created"])
+        assert api(s, "POST", "/v1/gateways", {"name": "before", "servers": ["time"]}).status_code == 201
+        assert len(wait_for(lambda: receiver.at("/recheck"))) == 1, "delivered while the host is allowed"
+
+        s.config_path.write_text(config(TIME_APP) + WEBHOOKS.replace('["127.0.0.1"]', "[]"))
+        r = api(s, "POST", "/v1/admin/reload")
+        assert r.status_code == 200 and any(c.startswith("webhooks") for c in r.json()["data"]["changed"]), r.text
+        assert api(s, "POST", "/v1/gateways", {"name": "after", "servers": ["time"]}).status_code == 201
+
+        def settled():
+            listed = api(s, "GET", f"/v1/webhooks/{w['id']}/deliveries").json()["data"]["deliveries"]
+            return len(listed) == 2 and all(d["status"] != "pending" for d in listed) and listed
+        deliveries = wait_for(settled, 20.0)
+        refused = [d for d in deliveries if d["status"] != "delivered"]
+        assert len(refused) == 1 and refused[0]["status"] == "failed", deliveries
+        assert "inside the network" in (refused[0].get("last_error") or ""), refused[0]
+        assert refused[0].get("status_code") is None, "never connected: no status code"
+        assert len(receiver.at("/recheck")) == 1, "the receiver got nothing after the reload"
+    finally:
+        s.stop()
+        s.tmp.cleanup()
+
+
 def test_deliveries_pending_at_a_kill_9_are_delivered_after_the_restart(receiver):
     receiver.plan["/later"] = [503]
     s = ToolgateServer(full_config=config(TIME_APP) + WEBHOOKS.replace("[1, 1]", "[2]")).start()

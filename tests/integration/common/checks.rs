@@ -145,3 +145,34 @@ pub fn wait_until(what: &str, limit: std::time::Duration, mut done: impl FnMut()
 pub fn metric(srv: &TestServer, line_start: &str) -> f64 {
     srv.metrics().lines().find_map(|l| l.strip_prefix(line_start).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
+
+/// How long a change made on one instance may take to reach another on the same Redis when
+/// something is slow, as a bound for tests that wait for the change's state: each side of the
+/// change feed (src/data/peers.rs) is at worst one reconnection away (the follower's `RETRY`
+/// 0.5 s, a connect time-out of 2 s, a read time-out of `BLOCK` + 2 s = 3 s; the publisher's
+/// `RETRY` 0.5 s, 2 s to connect and 2 s to add): 10 s. Unloaded, a few milliseconds. The same
+/// bound as `FEED_CATCH_UP` in tests/py/test_redis_scaleout.py.
+pub const FEED_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The deadline SECURITY.md and docs/scale-out.md promise for a change to reach every other
+/// instance: a second. No setting governs it (the feed's blocking read answers as soon as a
+/// change is added), so tests that prove it hold the measured delay against this constant
+/// (`followed_within_promise`), and every other test waits for the state (`FEED_CATCH_UP`).
+pub const FEED_PROMISE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Proves the feed's promise for one change: polls `seen` until it holds (up to
+/// `FEED_CATCH_UP`, so a late change reports how late rather than timing out at the promise),
+/// and fails naming `what` unless the first probe that saw it began within `FEED_PROMISE` of
+/// `since` (the write's answer). Each probe is timed from its start, so a busy machine's slow
+/// probe does not count against the instance beyond one poll.
+pub fn followed_within_promise(what: &str, since: std::time::Instant, mut seen: impl FnMut() -> bool) {
+    let delay = loop {
+        let began = std::time::Instant::now();
+        if seen() {
+            break began - since;
+        }
+        assert!(began - since < FEED_CATCH_UP, "{what}: not seen within {FEED_CATCH_UP:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(delay < FEED_PROMISE, "{what}: seen {delay:?} after the change, not within {FEED_PROMISE:?}");
+}

@@ -24,6 +24,7 @@
 #![allow(dead_code)]
 
 mod checks;
+pub mod mcp;
 #[allow(unused_imports)]
 pub use checks::*;
 
