@@ -361,3 +361,23 @@ fn rows(v: &Value, key: &str) -> Vec<Value> {
 fn data(reply: Reply) -> Value {
     reply.data.unwrap_or(Value::Null)
 }
+
+#[cfg(test)]
+mod tests {
+    /// Each console file reads as its code, found by its name: none is over 1,000 lines with
+    /// its tests (large tests live in a sibling file, as `chart_tests.rs` does).
+    #[test]
+    fn no_console_file_is_over_1000_lines() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/console");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+                assert!(lines <= 1000, "{} has {lines} lines", path.display());
+                seen += 1;
+            }
+        }
+        assert!(seen >= 10, "{seen} files");
+    }
+}

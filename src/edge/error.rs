@@ -344,4 +344,42 @@ mod tests {
         let audit = crate::data::audit::AuditError::Json("entry", serde_json::from_str::<Value>("[").unwrap_err());
         assert!(audit.source().is_some_and(|c| c.is::<serde_json::Error>()), "{audit:?}");
     }
+
+    /// An error type's name says which error it is: no two error types of `src/` share one (an
+    /// `OAuthError` of the authorization server beside one of the apps' OAuth client was
+    /// each read as the other), so a `use` never brings in the wrong one.
+    #[test]
+    fn no_two_error_types_share_a_name() {
+        let mut names = std::collections::BTreeMap::<String, Vec<String>>::new();
+        let mut todo = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = todo.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    todo.push(path);
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(&path) else { continue };
+                for line in text.lines() {
+                    let Some(rest) = line
+                        .trim_start()
+                        .strip_prefix("pub ")
+                        .or_else(|| line.trim_start().strip_prefix("pub(crate) "))
+                    else {
+                        continue;
+                    };
+                    let Some(rest) = rest.strip_prefix("enum ").or_else(|| rest.strip_prefix("struct ")) else {
+                        continue;
+                    };
+                    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if name.ends_with("Error") {
+                        names.entry(name).or_default().push(path.display().to_string());
+                    }
+                }
+            }
+        }
+        assert!(names.contains_key("ApiError") && names.contains_key("OAuthServerError"), "{names:?}");
+        let twice: Vec<_> = names.iter().filter(|(_, files)| files.len() > 1).collect();
+        assert!(twice.is_empty(), "error types named alike: {twice:?}");
+    }
 }

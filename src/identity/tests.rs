@@ -76,3 +76,37 @@ async fn removing_a_user_ends_its_record_sessions_grants_mfa_and_password() {
         .any(|c| matches!(c, crate::data::changes::Change::PasswordChanged { user_id, .. } if *user_id == user.id));
     assert!(password_published, "{changes:?}");
 }
+
+/// The `.rs` files under `dir` (a path from the crate's root), with their text.
+fn sources(dir: &str) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut todo = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+/// The sign-in and the authorization server do not import each other: the authorization
+/// server's page sits on the sign-in's sessions (`oauth_server/authorize.rs` uses `signin`),
+/// and the router and the state both read are `identity`'s, so nothing of `signin` names
+/// `oauth_server` (comments aside).
+#[test]
+fn signin_names_nothing_of_the_authorization_server() {
+    let files = sources("src/identity/signin");
+    assert!(files.len() > 5, "{files:?}");
+    for (path, text) in files {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            assert!(!code.contains("oauth_server"), "{}:{}: {line}", path.display(), n + 1);
+        }
+    }
+}

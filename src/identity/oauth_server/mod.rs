@@ -86,7 +86,7 @@ pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
 
 /// Why a `client_id` names no usable client, beyond its simply being unknown.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub enum ClientLookupError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("the client's metadata document cannot be used: {0}")]
@@ -96,22 +96,22 @@ pub enum ClientError {
     Busy(Duration),
 }
 
-impl From<ClientError> for ApiError {
-    fn from(e: ClientError) -> Self {
+impl From<ClientLookupError> for ApiError {
+    fn from(e: ClientLookupError) -> Self {
         match e {
-            ClientError::Store(e) => e.into(),
-            e @ ClientError::Document(_) => ApiError::validation("client_id", e.to_string()),
-            ClientError::Busy(wait) => ApiError::too_many("client metadata documents fetched", wait),
+            ClientLookupError::Store(e) => e.into(),
+            e @ ClientLookupError::Document(_) => ApiError::validation("client_id", e.to_string()),
+            ClientLookupError::Busy(wait) => ApiError::too_many("client metadata documents fetched", wait),
         }
     }
 }
 
-impl From<ClientError> for OAuthServerError {
-    fn from(e: ClientError) -> Self {
+impl From<ClientLookupError> for OAuthServerError {
+    fn from(e: ClientLookupError) -> Self {
         match e {
-            ClientError::Store(e) => e.into(),
-            e @ ClientError::Document(_) => OAuthServerError::new("invalid_client", e.to_string()),
-            e @ ClientError::Busy(wait) => {
+            ClientLookupError::Store(e) => e.into(),
+            e @ ClientLookupError::Document(_) => OAuthServerError::new("invalid_client", e.to_string()),
+            e @ ClientLookupError::Busy(wait) => {
                 OAuthServerError::new("temporarily_unavailable", e.to_string()).with_retry_after(wait.as_secs().max(1))
             }
         }
@@ -127,14 +127,14 @@ pub async fn client(
     identity: &crate::identity::IdentityService,
     id: &str,
     ip: std::net::IpAddr,
-) -> Result<Option<OAuthClient>, ClientError> {
+) -> Result<Option<OAuthClient>, ClientLookupError> {
     if documents::is_document_url(id) {
         let config = identity.state.config().web.client_documents.clone();
         let Some(config) = config else { return Ok(None) };
         let docs = &identity.client_documents;
         let client = docs.client(&config, id, ip, &identity.guesses).await.map_err(|e| match e {
-            documents::DocumentError::Refused(why) => ClientError::Document(why),
-            documents::DocumentError::Busy(wait) => ClientError::Busy(wait),
+            documents::DocumentError::Refused(why) => ClientLookupError::Document(why),
+            documents::DocumentError::Busy(wait) => ClientLookupError::Busy(wait),
         })?;
         return Ok(Some(OAuthClient::clone(&client)));
     }
