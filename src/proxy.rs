@@ -251,13 +251,13 @@ impl Proxy {
     /// through the signed-in user's own bucket.
     async fn identity(&self, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
         if let Err(e) = self.run_chain(ex, RouteClass::Identity).await {
-            return crate::identity::signin::refuse(ex, prefix, e).await;
+            return crate::identity::refuse(ex, prefix, e).await;
         }
         ex.set_body_deadline(self.server.state.config().web.body_timeout);
         if crate::console::is_console(&ex.request().uri.path()[prefix..]) {
             return crate::console::handle(&self.server, ex, prefix).await;
         }
-        crate::identity::signin::handle(&self.server.identity, ex, prefix).await
+        crate::identity::handle(&self.server.identity, ex, prefix).await
     }
 
     /// A gateway's MCP endpoint: the chain first, its refusals answered in JSON-RPC form.

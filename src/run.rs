@@ -154,7 +154,8 @@ fn open_state(
         let (backend, exact, sharing) = crate::data::limiter::open(&config.storage, &config.rate_limits);
         let limiter = RateLimit::new(config.rate_limit_policy.clone(), backend).with_exact(exact);
         let source = Arc::new(crate::config::ConfigSource::new(config_path, text));
-        let server = Server::new(state.clone(), limiter, sharing, source).await.map_err(|e| e.to_string())?;
+        let server =
+            Server::new(state.clone(), limiter, sharing, source).await.map_err(|e| crate::edge::error::chain(&e))?;
         if let crate::config::StorageConfig::Redis { key_prefix, .. } = &config.storage {
             let target = crate::data::store::redis::Target::of(&config.storage).map_err(|e| e.to_string())?;
             crate::data::peers::start(state.clone(), target, key_prefix);
@@ -183,7 +184,7 @@ fn hand_over(
             pingora_server.add_service(pingora::services::background::background_service(
                 "takeover after upgrade",
                 crate::server::upgrade::Takeover {
-                    lock: std::sync::Mutex::new(Some(file)),
+                    lock: parking_lot::Mutex::new(Some(file)),
                     state: server.state.clone(),
                 },
             ));

@@ -20,6 +20,8 @@
 #   7. pytest tests/py                        (official MCP Python SDK against the gateway)
 #   8. fuzz/run.sh 20                         (each fuzz target for 20 s; fuzz/README.md)
 #   9. lint: cargo fmt --check; cargo clippy --release --workspace --all-targets -- -D warnings
+#      (clippy.toml: std's Mutex/RwLock refused for parking_lot's); cargo deny --offline check
+#      bans licenses sources (deny.toml), cargo-deny installed at its pinned version when missing
 #
 # Steps 5-9 all run even if one fails; the summary at the end says which did, and the exit
 # status is non-zero if any did. A step that runs no test fails as if a test had: cargo test
@@ -196,13 +198,29 @@ run_step pytest run_pytest
 # The fuzz driver was built with the workspace in step 4, so this is a no-op build and four
 # fixed-time runs (about 90 s in all).
 run_step fuzz "$ROOT/fuzz/run.sh" "${TOOLGATE_FUZZ_SECONDS:-20}"
-# Habits every change keeps: formatted, and no clippy warning in any crate or target.
+# cargo-deny at one version (its checks and deny.toml's format change between versions), built
+# from crates.io with its own lock file when missing or another version: a fresh machine needs
+# only cargo and the network the build already uses.
+CARGO_DENY_VERSION=0.20.2
+ensure_cargo_deny() {
+    if [ "$(cargo deny --version 2>/dev/null)" = "cargo-deny $CARGO_DENY_VERSION" ]; then return 0; fi
+    log "cargo install cargo-deny $CARGO_DENY_VERSION"
+    cargo install cargo-deny --locked --version "$CARGO_DENY_VERSION"
+}
+
+# Habits every change keeps: formatted, no clippy warning in any crate or target (clippy.toml
+# adds the project's own bans), and the supply chain within deny.toml (licenses, banned
+# crates, sources), checked offline from Cargo.lock. Each part runs even if one before failed.
 lint() {
     if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
         echo "error: the lint step needs rustfmt and clippy (rustup components of the toolchain)" >&2
         return 1
     fi
-    cargo fmt --all --check && cargo clippy --release --workspace --all-targets --locked -- -D warnings
+    local rc=0
+    cargo fmt --all --check || rc=1
+    cargo clippy --release --workspace --all-targets --locked -- -D warnings || rc=1
+    { ensure_cargo_deny && cargo deny --locked --offline check bans licenses sources; } || rc=1
+    return $rc
 }
 run_step lint lint
 

@@ -108,7 +108,7 @@ pub async fn update_security(call: &Call<'_>) -> ApiResult {
     let body: UpdateSecurity = call.json()?;
     networks("ip_whitelist", body.ip_whitelist.as_ref())?;
     networks("allowed_ips", body.allowed_ips.as_ref())?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&call.who()?.org_id).await?;
     let mut org = current_org(call)?;
@@ -142,7 +142,7 @@ pub async fn add_whitelist(call: &Call<'_>) -> ApiResult {
     super::description("description", &body.description)?;
     let state = &call.server.state;
     let multiplier = super::quotas::multiplier(state, &who.org_id, body.rate_limit_multiplier.unwrap_or(1.0))?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let _guard = state.lock_writes(&who.org_id).await?;
     super::quotas::check(state, &who.org_id, super::quotas::Quota::WhitelistEntries)?;
     let mut org = current_org(call)?;
@@ -184,7 +184,7 @@ pub async fn delete_whitelist(call: &Call<'_>) -> ApiResult {
     if !present(&current_org(call)?) {
         return Err(ApiError::NotFound("whitelist entry"));
     }
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&call.who()?.org_id).await?;
     let mut org = current_org(call)?;

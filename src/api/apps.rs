@@ -264,7 +264,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
             health: HealthView::of(call, &a.id),
         });
     }
-    Ok(Reply::ok(serde_json::to_value(AppList { apps }).map_err(|e| ApiError::Internal(e.to_string()))?))
+    Ok(Reply::ok(serde_json::to_value(AppList { apps }).map_err(|e| ApiError::failed("listing apps", e))?))
 }
 
 #[utoipa::path(get, path = "/v1/apps/{app_id}", tag = "apps", params(("app_id" = String, Path)),
@@ -303,7 +303,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         configuration: AppConfiguration { base_url, rate_limit: a.rate_limit.unwrap_or(0) },
         health: HealthView::of(call, &a.id),
     };
-    Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::Internal(e.to_string()))?))
+    Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::failed("showing an app", e))?))
 }
 
 #[utoipa::path(post, path = "/v1/apps/{app_id}/connect", tag = "apps", params(("app_id" = String, Path)), request_body = ConnectApp,
@@ -352,8 +352,11 @@ fn new_connection(
     status: &str,
     secret: &impl Serialize,
 ) -> Result<Connection, ApiError> {
-    let sealed =
-        call.server.state.sealer.seal(&serde_json::to_vec(secret).map_err(|e| ApiError::Internal(e.to_string()))?);
+    let sealed = call
+        .server
+        .state
+        .sealer
+        .seal(&serde_json::to_vec(secret).map_err(|e| ApiError::failed("sealing an app's credentials", e))?);
     Ok(Connection {
         id: secrets::new_id("conn"),
         org_id: org_id.to_string(),
@@ -401,7 +404,7 @@ async fn oauth_connection(
     let authorize = app_oauth::endpoints(a, allows_http)
         .await
         .and_then(|e| app_oauth::authorization_url(oauth, &e, &redirect, &oauth_state, &pkce.challenge))
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+        .map_err(|e| ApiError::UnavailableBecause { context: "the app's authorization server", source: e.into() })?;
     let pending = app_oauth::Pending { pkce_verifier: pkce.verifier };
     let mut c = new_connection(call, org_id, a, "oauth", "pending", &pending)?;
     c.redirect_uri = Some(redirect);
@@ -451,14 +454,15 @@ pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
         Err(e) => {
             state.save_connection(failed(done)).await?;
             return Err(match e {
-                app_oauth::OAuthError::Refused { .. } => ApiError::validation("code", e.to_string()),
+                app_oauth::AppOAuthError::Refused { .. } => ApiError::validation("code", e.to_string()),
                 _ => ApiError::Unavailable(e.to_string()),
             });
         }
     };
     done.status = "connected".into();
-    done.sealed_credentials =
-        Some(state.sealer.seal(&serde_json::to_vec(&tokens).map_err(|e| ApiError::Internal(e.to_string()))?));
+    done.sealed_credentials = Some(
+        state.sealer.seal(&serde_json::to_vec(&tokens).map_err(|e| ApiError::failed("sealing an app's tokens", e))?),
+    );
     let c = state.save_connection(done).await?;
     Ok(Reply::ok(json!({ "app_id": a.id, "status": c.status, "connection_id": c.id })))
 }

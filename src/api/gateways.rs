@@ -445,7 +445,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
         created_at: iso(&g.created_at),
         updated_at: iso(&g.updated_at),
     };
-    Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::Internal(e.to_string()))?))
+    Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::failed("showing a gateway", e))?))
 }
 
 #[utoipa::path(post, path = "/v1/gateways", tag = "gateways", request_body = CreateGateway,
@@ -516,7 +516,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
         api_key: plaintext,
         created_at: iso(&gw.created_at),
     };
-    Ok(Reply::created(serde_json::to_value(created).map_err(|e| ApiError::Internal(e.to_string()))?))
+    Ok(Reply::created(serde_json::to_value(created).map_err(|e| ApiError::failed("answering a new gateway", e))?))
 }
 
 #[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
@@ -562,7 +562,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     // Asked once the change is known to be valid, so a bad body does not use up an MFA token.
     let guards = super::gateway_guards::change(&before, &g);
     if guards.loosens() {
-        super::mfa::require(call).await?;
+        super::mfa::gate(call).await?;
     }
     g.updated_at = Utc::now();
     state.save_gateway(g).await?;
@@ -582,7 +582,7 @@ pub async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
     found(call, &who.org_id)?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let _guard = state.lock_writes(&who.org_id).await?;
     let g = found(call, &who.org_id)?;
     state.delete_gateway(&g.id).await?;

@@ -106,7 +106,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     // A key that skips the allowlist is as much a security change as editing the list. Asked
     // after validation, so that a bad body does not use up an MFA token.
     if body.bypass_ip_whitelist {
-        super::mfa::require(call).await?;
+        super::mfa::gate(call).await?;
     }
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
@@ -153,7 +153,7 @@ pub async fn revoke(call: &Call<'_>) -> ApiResult {
     // Taking a leaked narrower key of one's own out of use is never held up by MFA: the MFA gate
     // protects the stronger credential, which is the one acting here.
     if !rights.strictly_weaker_own(who) {
-        super::mfa::require(call).await?;
+        super::mfa::gate(call).await?;
     }
     let mut revoked = key.as_ref().clone();
     revoked.revoked_at = Some(Utc::now());
@@ -195,7 +195,7 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
     if old.unusable(now).is_some() {
         return Err(ApiError::validation("key_id", "the key is revoked or expired"));
     }
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&old.org_id).await?;
     let plaintext = secrets::new_api_key();

@@ -154,11 +154,11 @@ pub async fn verify(call: &Call<'_>) -> ApiResult {
 
 /// The MFA gate of protected actions (Decision 9): deleting a gateway, revoking or rotating a
 /// key, changing account security.
-pub async fn require(call: &Call<'_>) -> Result<(), ApiError> {
+pub async fn gate(call: &Call<'_>) -> Result<(), ApiError> {
     let who = call.who()?;
     let header = call.headers.get("x-mfa-token").and_then(|v| v.to_str().ok());
     let caller = Caller { user_id: &who.user_id, key_id: &who.key_id };
-    call.server.mfa.require(&call.server.state.sealer, caller, header).await
+    call.server.mfa.check_gate(&call.server.state.sealer, caller, header).await
 }
 
 #[utoipa::path(delete, path = "/v1/auth/mfa", tag = "auth",
@@ -167,7 +167,7 @@ pub async fn require(call: &Call<'_>) -> Result<(), ApiError> {
               (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
 pub async fn disable(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
-    require(call).await?;
+    gate(call).await?;
     if !call.server.mfa.remove(&user).await? {
         return Err(ApiError::NotFound("MFA enrolment"));
     }
@@ -190,7 +190,7 @@ pub async fn reset(call: &Call<'_>) -> ApiResult {
     let target =
         state.user(&body.user_id).filter(|u| operator || u.org_id == who.org_id).ok_or(ApiError::NotFound("user"))?;
     if !operator {
-        require(call).await?;
+        gate(call).await?;
     }
     if !call.server.mfa.remove(&target.id).await? {
         return Err(ApiError::NotFound("MFA enrolment"));

@@ -462,7 +462,7 @@ mod tests {
                 let mut mfa = Mfa::No;
                 for l in body {
                     let code = l.trim_start();
-                    if code.starts_with("require(call)") || code.starts_with("super::mfa::require(call)") {
+                    if code.starts_with("gate(call)") || code.starts_with("super::mfa::gate(call)") {
                         // At the body's top level the gate always runs; nested, in some case.
                         let top = l.len() - code.len() == 4;
                         mfa = if top || mfa == Mfa::Always { Mfa::Always } else { Mfa::When("") };

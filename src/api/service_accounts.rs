@@ -86,7 +86,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     };
     // Raising an account's limits above its tier's is a security decision, as is the allowlist.
     if multiplier > 1.0 {
-        super::mfa::require(call).await?;
+        super::mfa::gate(call).await?;
     }
     let _guard = state.lock_writes(&who.org_id).await?;
     if !state.service_accounts_where(|a| a.org_id == who.org_id && a.name.eq_ignore_ascii_case(name)).is_empty() {

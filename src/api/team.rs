@@ -110,7 +110,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     let name = display_name("name", &body.name)?;
     let role = role(&body.role)?;
     super::authority::may_grant_role(who, role)?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
     if !state.users_where(|u| u.org_id == who.org_id && same_email(&u.email, &address)).is_empty() {
@@ -143,7 +143,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     let body: MemberRole = call.json()?;
     let role = role(&body.role)?;
     super::authority::may_grant_role(who, role)?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
     // Read again under the lock: another write may have changed it.
@@ -167,27 +167,20 @@ pub async fn delete(call: &Call<'_>) -> ApiResult {
     if member(call)?.id == who.user_id {
         return Err(ApiError::Conflict("you cannot remove yourself: another Owner can".into()));
     }
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let server = call.server;
     let state = &server.state;
-    let (user, keys) = {
-        let _guard = state.lock_writes(&who.org_id).await?;
-        let user = member(call)?;
-        if user.role == "owner" && other_owners(call, &who.org_id, &user.id) == 0 {
-            return Err(ApiError::Conflict("the organisation's last Owner cannot be removed".into()));
-        }
-        let keys = hand_over(call, &user, &who.user_id).await?;
-        state.delete_user(&user).await?;
-        (user, keys)
-    };
-    // The record is gone, so its sessions and grants no longer resolve; ending them frees them.
-    server.identity.signin.sessions.end_all(&user.id).await?;
-    let grants = crate::identity::oauth_server::revoke_user(state, &user).await?;
-    server.mfa.remove(&user.id).await?;
-    state.store.delete(crate::data::store::Kind::Password, &user.id).await?;
+    let guard = state.lock_writes(&who.org_id).await?;
+    let user = member(call)?;
+    if user.role == "owner" && other_owners(call, &who.org_id, &user.id) == 0 {
+        return Err(ApiError::Conflict("the organisation's last Owner cannot be removed".into()));
+    }
+    let keys = hand_over(call, &user, &who.user_id).await?;
+    // The record, then its sessions, grants, MFA and password: the identity service's one removal.
+    let removed = server.identity.remove_user(&user, guard).await?;
     Ok(Reply::message(format!(
-        "member {} removed: {keys} API key(s) revoked, web sessions ended, {grants} OAuth grant(s) revoked",
-        user.id
+        "member {} removed: {keys} API key(s) revoked, web sessions ended, {} OAuth grant(s) revoked",
+        user.id, removed.grants
     )))
 }
 

@@ -118,7 +118,7 @@ async fn decide(call: &Call<'_>, g: &Gateway, approve: bool) -> ApiResult {
 pub async fn approve(call: &Call<'_>) -> ApiResult {
     let g = gateway(call)?;
     pending_pin(call, &g).await?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     decide(call, &g, true).await
 }
 
@@ -130,6 +130,6 @@ pub async fn approve(call: &Call<'_>) -> ApiResult {
 pub async fn reject(call: &Call<'_>) -> ApiResult {
     let g = gateway(call)?;
     pending_pin(call, &g).await?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     decide(call, &g, false).await
 }

@@ -112,7 +112,7 @@ fn person(call: &Call<'_>) -> Result<std::sync::Arc<crate::data::model::User>, A
 pub async fn set_password(call: &Call<'_>) -> ApiResult {
     let user = person(call)?;
     let body: SetPassword = call.json()?;
-    super::mfa::require(call).await?;
+    super::mfa::gate(call).await?;
     let server = call.server;
     let store = server.state.store.as_ref();
     if let Some(stored) = passwords::stored(store, &user.id).await? {

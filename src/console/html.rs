@@ -233,3 +233,47 @@ pub fn copyable(id: &str, value: &str) -> String {
         escape(value)
     )
 }
+
+/// One small form with a button (and the MFA code when `mfa`), posting to `to`. A row's button
+/// (`of` its record's id) is named for a screen reader with the record: "End ses_1", not "End".
+pub(super) fn button(ctx: &Ctx<'_>, to: &str, (label, of): (&str, &str), mfa: bool, danger: bool) -> String {
+    let named = if of.is_empty() { String::new() } else { format!(" aria-label=\"{label} {}\"", escape(of)) };
+    format!(
+        "{}{}<button type=\"submit\"{}{named}>{label}</button></form>",
+        form_open(ctx, to, "inline"),
+        if mfa { mfa_field() } else { String::new() },
+        if danger { " class=\"danger\"" } else { "" }
+    )
+}
+
+/// A table whose last column holds a form per row (`action` of the row's id), shown when
+/// `writable`.
+pub(super) fn table_with(
+    caption: &str,
+    items: &[Value],
+    columns: &[(&str, &str)],
+    writable: bool,
+    action: impl Fn(&str) -> String,
+) -> String {
+    if !writable {
+        return table(caption, items, columns, None);
+    }
+    let mut items = items.to_vec();
+    for item in &mut items {
+        item["_action"] = Value::String(String::new());
+    }
+    let mut cols = columns.to_vec();
+    cols.push(("", "_action"));
+    let table = table(caption, &items, &cols, None);
+    // The action cells are empty in the table; each is filled with its row's form in order.
+    let mut out = String::with_capacity(table.len() + items.len() * 400);
+    let mut rest = table.as_str();
+    for item in &items {
+        let Some(at) = rest.find("<td></td></tr>") else { break };
+        out.push_str(&rest[..at]);
+        out.push_str(&format!("<td>{}</td></tr>", action(&text(&item["id"]))));
+        rest = &rest[at + "<td></td></tr>".len()..];
+    }
+    out.push_str(rest);
+    out
+}

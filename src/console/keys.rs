@@ -2,7 +2,6 @@
 //! (the secret shown once), rotated and revoked from their row or by id, usage.
 
 use super::html::{self, escape};
-use super::more::{button, table_with};
 use super::{data, field, seg, Ctx};
 use crate::edge::error::ApiError;
 use crate::identity::signin::Page;
@@ -114,10 +113,10 @@ async fn key_list(ctx: &Ctx<'_>) -> Result<String, ApiError> {
             html::form_open(ctx, &format!("/keys/{}/rotate", seg(id)), "inline"),
             html::input("Grace (hours)", "grace_period_hours", "0", "type=\"number\" min=\"0\" max=\"720\""),
             html::mfa_field(),
-            button(ctx, &format!("/keys/{}/revoke", seg(id)), ("Revoke", id), true, true)
+            html::button(ctx, &format!("/keys/{}/revoke", seg(id)), ("Revoke", id), true, true)
         )
     };
-    let mut out = table_with("API keys", &keys, &columns, true, actions);
+    let mut out = html::table_with("API keys", &keys, &columns, true, actions);
     out.push_str(&html::pager(ctx, "/keys", &got["pagination"], ""));
     Ok(out)
 }

@@ -3,7 +3,6 @@
 //! gate). Anyone else sees why there is nothing here for them.
 
 use super::html;
-use super::more::{button, table_with};
 use super::{data, field, seg, Ctx};
 use crate::edge::error::ApiError;
 use crate::identity::signin::Page;
@@ -21,7 +20,7 @@ fn row_forms(ctx: &Ctx<'_>, id: &str, role: Option<&str>) -> String {
         html::form_open(ctx, &format!("/team/{}/role", seg(id)), "inline"),
         html::select("Role", "role", &ROLES, role),
         html::mfa_field(),
-        button(ctx, &format!("/team/{}/remove", seg(id)), ("Remove", id), true, true)
+        html::button(ctx, &format!("/team/{}/remove", seg(id)), ("Remove", id), true, true)
     )
 }
 
@@ -47,7 +46,7 @@ pub async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
         ("Id", "id"),
     ];
     let forms = |id: &str| row_forms(ctx, id, roles.get(id).map(String::as_str));
-    let mut body = table_with("Members", &members, &columns, true, forms);
+    let mut body = html::table_with("Members", &members, &columns, true, forms);
     body.push_str(
         "<p>The organisation always keeps an Owner; nobody removes themself. Removing a member revokes their API \
          keys and ends their web sessions and OAuth grants; the service accounts they made stay, now yours.</p>",
@@ -82,6 +81,6 @@ pub async fn post(ctx: &Ctx<'_>, rest: &[&str], fields: &[(String, String)]) -> 
             ctx.api(Method::DELETE, &format!("/team/members/{}", seg(id)), None, mfa).await?;
             Ok(ctx.done("/team", &format!("Member {id} removed.")))
         }
-        _ => Err(ApiError::NoRoute(format!("{}/console/team/{}", ctx.prefix, rest.join("/")))),
+        _ => Err(super::no_route(ctx, "team", rest)),
     }
 }

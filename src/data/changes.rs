@@ -17,7 +17,8 @@
 //!   `RecvError::Lagged(n)` and must resynchronise from the state (it cannot know which records
 //!   the lost changes named). Publishing never waits for a subscriber.
 
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// One change of state, naming the organisation and the record. Serialised as it travels between
@@ -215,7 +216,7 @@ impl Feed {
     }
 
     fn tell_listeners(&self, change: &Change) {
-        for listener in self.inner.listeners.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        for listener in self.inner.listeners.read().iter() {
             listener(change);
         }
     }
@@ -230,7 +231,7 @@ impl Feed {
 
     /// Runs `listener` for every later change, synchronously, in the publisher's task.
     pub fn listen(&self, listener: impl Fn(&Change) + Send + Sync + 'static) {
-        self.inner.listeners.write().unwrap_or_else(|e| e.into_inner()).push(Box::new(listener));
+        self.inner.listeners.write().push(Box::new(listener));
     }
 
     /// A receiver of every later change.

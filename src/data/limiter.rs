@@ -217,7 +217,7 @@ impl ExactBackend for ExactRedis {
                 invocation
                     .invoke_async::<Vec<String>>(&mut conn)
                     .await
-                    .map_err(|e| crate::data::store::StoreError::Backend(format!("redis: {e}")))
+                    .map_err(|e| crate::data::store::StoreError::BackendFailed { context: "redis", source: e.into() })
             })
             .await;
             let parsed = answered.map_err(|e| e.to_string()).and_then(|values| {

@@ -2,7 +2,7 @@
 //! Handlers return [`ApiError`]; filters return a [`Rejection`]; both are written by
 //! [`crate::edge::exchange`] (or as JSON-RPC errors by `crate::mcp::protocol`) through [`ApiError::status`] and [`ApiError::code`].
 //! The authorization server's machine endpoints answer in RFC 6749's form instead: an
-//! [`OAuthError`], whose status and body are mapped here too.
+//! [`OAuthServerError`], whose status and body are mapped here too.
 
 use serde_json::{json, Value};
 use toolgate_filters::Rejection;
@@ -40,11 +40,53 @@ pub enum ApiError {
     Unavailable(String),
     #[error("internal error")]
     Internal(String),
+    /// A failure of toolgate's own (a value that would not serialise, a sealed secret that
+    /// would not open, a task that panicked): 500 `INTERNAL_ERROR`, shown as "internal error";
+    /// `context` and the cause are kept for the process log.
+    #[error("internal error")]
+    Failed {
+        context: &'static str,
+        #[source]
+        source: Cause,
+    },
+    /// Something the request needs outside toolgate is not answering (an app's authorization
+    /// server): 503 `UNAVAILABLE` with its words, and the cause kept.
+    #[error("{context}: {source}")]
+    UnavailableBecause {
+        context: &'static str,
+        #[source]
+        source: Cause,
+    },
+}
+
+/// The cause an error keeps (`#[source]`), so the process log shows the chain.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// `e` and each of its causes, joined with ": ": what the process log writes of an error whose
+/// `Display` is its own words alone.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let words = c.to_string();
+        // A `Display` that already ends with its cause's words says it once.
+        if !out.ends_with(&words) {
+            out.push_str(": ");
+            out.push_str(&words);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 impl ApiError {
     pub fn validation(field: impl Into<String>, issue: impl Into<String>) -> Self {
         ApiError::Validation { field: field.into(), issue: issue.into() }
+    }
+
+    /// A failure of toolgate's own while `context`, its cause kept ([`ApiError::Failed`]).
+    pub fn failed(context: &'static str, cause: impl Into<Cause>) -> Self {
+        ApiError::Failed { context, source: cause.into() }
     }
 
     pub fn status(&self) -> u16 {
@@ -57,8 +99,8 @@ impl ApiError {
             ApiError::Conflict(_) | ApiError::QuotaExceeded { .. } => 409,
             ApiError::PayloadTooLarge(_) => 413,
             ApiError::Rejected { status, .. } => *status,
-            ApiError::Unavailable(_) => 503,
-            ApiError::Internal(_) => 500,
+            ApiError::Unavailable(_) | ApiError::UnavailableBecause { .. } => 503,
+            ApiError::Internal(_) | ApiError::Failed { .. } => 500,
         }
     }
 
@@ -74,8 +116,8 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             ApiError::Rejected { code, .. } => code,
             ApiError::MfaRequired { .. } => "MFA_REQUIRED",
-            ApiError::Unavailable(_) => "UNAVAILABLE",
-            ApiError::Internal(_) => "INTERNAL_ERROR",
+            ApiError::Unavailable(_) | ApiError::UnavailableBecause { .. } => "UNAVAILABLE",
+            ApiError::Internal(_) | ApiError::Failed { .. } => "INTERNAL_ERROR",
         }
     }
 
@@ -139,7 +181,7 @@ impl From<crate::data::store::StoreError> for ApiError {
             // Another instance (upgraded) serves and changes it: retry there.
             return ApiError::Unavailable(format!("{e}: retry on an upgraded instance"));
         }
-        tracing::error!(error = %e, "store error");
+        tracing::error!(error = %chain(&e), "store error");
         ApiError::Unavailable("storage is unavailable, try again".into())
     }
 }
@@ -154,12 +196,12 @@ impl From<crate::data::state::NewUserError> for ApiError {
     }
 }
 
-/// An error of the OAuth protocol, in RFC 6749's words (section 5.2 for the token endpoint,
+/// An error of toolgate's OAuth authorization server, in RFC 6749's words (section 5.2 for the token endpoint,
 /// 4.1.2.1 for the authorization endpoint's redirect). On the wire (`identity::oauth_server`'s
-/// endpoints) it is [`OAuthError::status`] and [`OAuthError::to_body`].
+/// endpoints) it is [`OAuthServerError::status`] and [`OAuthServerError::to_body`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {description}")]
-pub struct OAuthError {
+pub struct OAuthServerError {
     pub code: &'static str,
     pub description: String,
     /// Seconds to wait before retrying (`Retry-After`), for `temporarily_unavailable` and
@@ -170,33 +212,33 @@ pub struct OAuthError {
     status: Option<u16>,
 }
 
-impl OAuthError {
-    pub fn new(code: &'static str, description: impl Into<String>) -> OAuthError {
-        OAuthError { code, description: description.into(), retry_after: None, status: None }
+impl OAuthServerError {
+    pub fn new(code: &'static str, description: impl Into<String>) -> OAuthServerError {
+        OAuthServerError { code, description: description.into(), retry_after: None, status: None }
     }
 
-    pub fn with_retry_after(mut self, secs: u64) -> OAuthError {
+    pub fn with_retry_after(mut self, secs: u64) -> OAuthServerError {
         self.retry_after = Some(secs);
         self
     }
 
-    pub fn invalid_grant(description: impl Into<String>) -> OAuthError {
-        OAuthError::new("invalid_grant", description)
+    pub fn invalid_grant(description: impl Into<String>) -> OAuthServerError {
+        OAuthServerError::new("invalid_grant", description)
     }
 
     /// A request body that could not be read: `invalid_request` with the read's status (413,
     /// 408, 400).
-    pub fn body(e: ApiError) -> OAuthError {
-        OAuthError { status: Some(e.status()), ..OAuthError::new("invalid_request", e.to_string()) }
+    pub fn body(e: ApiError) -> OAuthServerError {
+        OAuthServerError { status: Some(e.status()), ..OAuthServerError::new("invalid_request", e.to_string()) }
     }
 
     /// A refusal at the edge (the address's bucket): `rate_limited`, with the refusal's status
     /// and `Retry-After`.
-    pub fn refused(e: &ApiError) -> OAuthError {
-        OAuthError {
+    pub fn refused(e: &ApiError) -> OAuthServerError {
+        OAuthServerError {
             status: Some(e.status()),
             retry_after: e.retry_after(),
-            ..OAuthError::new("rate_limited", e.to_string())
+            ..OAuthServerError::new("rate_limited", e.to_string())
         }
     }
 
@@ -226,10 +268,10 @@ impl OAuthError {
     }
 }
 
-impl From<crate::data::store::StoreError> for OAuthError {
+impl From<crate::data::store::StoreError> for OAuthServerError {
     fn from(e: crate::data::store::StoreError) -> Self {
-        tracing::error!(error = %e, "authorization server: store failed");
-        OAuthError::new("server_error", "the server could not complete the request")
+        tracing::error!(error = %chain(&e), "authorization server: store failed");
+        OAuthServerError::new("server_error", "the server could not complete the request")
     }
 }
 
@@ -247,31 +289,97 @@ mod tests {
             ("invalid_grant", 400),
             ("invalid_request", 400),
         ] {
-            assert_eq!(OAuthError::new(code, "why").status(), status, "{code}");
+            assert_eq!(OAuthServerError::new(code, "why").status(), status, "{code}");
         }
-        let busy = OAuthError::new("temporarily_unavailable", "later").with_retry_after(3);
+        let busy = OAuthServerError::new("temporarily_unavailable", "later").with_retry_after(3);
         assert_eq!(
             busy.to_body(),
             json!({ "error": "temporarily_unavailable", "error_description": "later", "retry_after": 3 })
         );
         assert_eq!(
-            OAuthError::invalid_grant("no").to_body(),
+            OAuthServerError::invalid_grant("no").to_body(),
             json!({ "error": "invalid_grant", "error_description": "no" })
         );
-        let unread = OAuthError::body(ApiError::PayloadTooLarge(10));
+        let unread = OAuthServerError::body(ApiError::PayloadTooLarge(10));
         assert_eq!((unread.code, unread.status()), ("invalid_request", 413));
-        let refused = OAuthError::refused(&ApiError::too_many("requests", std::time::Duration::from_secs(7)));
+        let refused = OAuthServerError::refused(&ApiError::too_many("requests", std::time::Duration::from_secs(7)));
         assert_eq!((refused.code, refused.status(), refused.retry_after), ("rate_limited", 429, Some(7)));
     }
 
     #[test]
     fn a_store_failure_is_a_server_error_to_oauth_and_unavailable_to_the_api() {
         let failed = || crate::data::store::StoreError::Backend("disk gone".into());
-        let oauth = OAuthError::from(failed());
+        let oauth = OAuthServerError::from(failed());
         assert_eq!((oauth.code, oauth.status()), ("server_error", 500));
         assert!(!oauth.description.contains("disk gone"), "the backend's words stay in the log: {oauth:?}");
         let api = ApiError::from(failed());
         assert_eq!((api.status(), api.code()), (503, "UNAVAILABLE"));
         assert!(!api.to_string().contains("disk gone"), "{api:?}");
+    }
+
+    /// The errors that wrapped another kept it as their cause (they once held only its words),
+    /// so the process log writes the chain down to the parser's or the driver's own error,
+    /// while the answer says no more than before.
+    #[test]
+    fn wrapped_errors_keep_their_cause_and_the_log_shows_the_chain() {
+        use std::error::Error as _;
+        let not_json = serde_json::from_str::<Value>("{").unwrap_err();
+        let words = not_json.to_string();
+        let api = ApiError::failed("showing a gateway", not_json);
+        assert_eq!((api.status(), api.code(), api.to_string().as_str()), (500, "INTERNAL_ERROR", "internal error"));
+        assert!(api.source().is_some_and(|c| c.is::<serde_json::Error>()), "{api:?}");
+        assert_eq!(chain(&api), format!("internal error: {words}"));
+
+        let redis = redis::RedisError::from((redis::ErrorKind::Io, "connection refused"));
+        let store = crate::data::store::StoreError::BackendFailed { context: "redis", source: redis.into() };
+        assert!(store.source().is_some_and(|c| c.is::<redis::RedisError>()), "{store:?}");
+        assert!(
+            chain(&store).starts_with("storage backend error: redis: ") && chain(&store).contains("connection refused")
+        );
+        let api = ApiError::from(store);
+        assert_eq!((api.status(), api.code()), (503, "UNAVAILABLE"), "{api:?}");
+
+        let unparsable = crate::outbound::egress::Egress::default().check_url("not a url").unwrap_err();
+        assert!(unparsable.source().is_some_and(|c| c.is::<url::ParseError>()), "{unparsable:?}");
+        let audit = crate::data::audit::AuditError::Json("entry", serde_json::from_str::<Value>("[").unwrap_err());
+        assert!(audit.source().is_some_and(|c| c.is::<serde_json::Error>()), "{audit:?}");
+    }
+
+    /// An error type's name says which error it is: no two error types of `src/` share one (an
+    /// `OAuthError` of the authorization server beside one of the apps' OAuth client was
+    /// each read as the other), so a `use` never brings in the wrong one.
+    #[test]
+    fn no_two_error_types_share_a_name() {
+        let mut names = std::collections::BTreeMap::<String, Vec<String>>::new();
+        let mut todo = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = todo.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    todo.push(path);
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(&path) else { continue };
+                for line in text.lines() {
+                    let Some(rest) = line
+                        .trim_start()
+                        .strip_prefix("pub ")
+                        .or_else(|| line.trim_start().strip_prefix("pub(crate) "))
+                    else {
+                        continue;
+                    };
+                    let Some(rest) = rest.strip_prefix("enum ").or_else(|| rest.strip_prefix("struct ")) else {
+                        continue;
+                    };
+                    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if name.ends_with("Error") {
+                        names.entry(name).or_default().push(path.display().to_string());
+                    }
+                }
+            }
+        }
+        assert!(names.contains_key("ApiError") && names.contains_key("OAuthServerError"), "{names:?}");
+        let twice: Vec<_> = names.iter().filter(|(_, files)| files.len() > 1).collect();
+        assert!(twice.is_empty(), "error types named alike: {twice:?}");
     }
 }

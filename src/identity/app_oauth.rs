@@ -37,8 +37,11 @@ use std::time::{Duration, Instant};
 /// How long before its expiry an access token is renewed: at most this, at most half its life.
 const RENEW_AHEAD_SECS: i64 = 30;
 
+/// Why toolgate, as an OAuth client of an app, holds no usable token for it (the app's
+/// authorization server unreachable, refusing, or not discoverable): named for the app side, so
+/// it is never taken for the authorization server's own answers (`edge::error::OAuthServerError`).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum OAuthError {
+pub enum AppOAuthError {
     #[error("the app's token endpoint cannot be reached: {0}")]
     Unreachable(String),
     #[error("the app's token endpoint refused: {error}{}", .description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
@@ -65,7 +68,7 @@ fn discovered() -> &'static Discovered {
 /// Where an app's authorization server takes the user and the code: as configured, or
 /// discovered from the app (see the module's comment). `allow_http`: discovered endpoints may be
 /// plain http (development).
-pub async fn endpoints(app: &AppConfig, allow_http: bool) -> Result<Arc<OAuthEndpoints>, OAuthError> {
+pub async fn endpoints(app: &AppConfig, allow_http: bool) -> Result<Arc<OAuthEndpoints>, AppOAuthError> {
     let oauth = app.oauth.as_ref().ok_or_else(|| discovery_error("the app has no oauth settings"))?;
     if let Some(e) = &oauth.endpoints {
         return Ok(Arc::new(e.clone()));
@@ -94,7 +97,7 @@ pub fn authorization_url(
     redirect_uri: &str,
     state: &str,
     challenge: &str,
-) -> Result<String, OAuthError> {
+) -> Result<String, AppOAuthError> {
     let mut url = url::Url::parse(&endpoints.authorize_url).map_err(discovery_error)?;
     {
         let mut q = url.query_pairs_mut();
@@ -130,12 +133,12 @@ struct ServerMetadata {
     code_challenge_methods_supported: Vec<String>,
 }
 
-fn discovery_error(what: impl std::fmt::Display) -> OAuthError {
-    OAuthError::Discovery(what.to_string())
+fn discovery_error(what: impl std::fmt::Display) -> AppOAuthError {
+    AppOAuthError::Discovery(what.to_string())
 }
 
 /// An http(s) URL, https unless `allow_http`.
-fn usable(url: &str, allow_http: bool, what: &str) -> Result<url::Url, OAuthError> {
+fn usable(url: &str, allow_http: bool, what: &str) -> Result<url::Url, AppOAuthError> {
     let u = url::Url::parse(url).map_err(|e| discovery_error(format!("{what} `{url}`: {e}")))?;
     match u.scheme() {
         "https" => Ok(u),
@@ -156,7 +159,7 @@ fn resource_metadata_of(challenge: &str) -> Option<String> {
 }
 
 /// The first of `urls` that answers 200 with JSON of type `T`.
-async fn first_json<T: serde::de::DeserializeOwned>(urls: &[String], what: &str) -> Result<T, OAuthError> {
+async fn first_json<T: serde::de::DeserializeOwned>(urls: &[String], what: &str) -> Result<T, AppOAuthError> {
     let mut tried = Vec::new();
     for url in urls {
         match http().get(url).header("Accept", "application/json").send().await {
@@ -172,7 +175,7 @@ async fn first_json<T: serde::de::DeserializeOwned>(urls: &[String], what: &str)
 }
 
 /// Finds the app's authorization server, as the MCP authorization specification has a client do.
-async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, OAuthError> {
+async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, AppOAuthError> {
     let app = url::Url::parse(app_url).map_err(discovery_error)?;
     // An unauthenticated request: the app's 401 says where its metadata is.
     let probe = serde_json::json!({
@@ -213,7 +216,7 @@ async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, OAu
     if !meta.code_challenge_methods_supported.iter().any(|m| m == "S256") {
         return Err(discovery_error(format!("`{issuer}` does not announce PKCE with S256")));
     }
-    let endpoint = |v: Option<String>, what: &str| -> Result<String, OAuthError> {
+    let endpoint = |v: Option<String>, what: &str| -> Result<String, AppOAuthError> {
         let v = v.ok_or_else(|| discovery_error(format!("the metadata of `{issuer}` has no {what}")))?;
         usable(&v, allow_http, what)?;
         Ok(v)
@@ -301,7 +304,7 @@ pub async fn exchange_code(
     code: &str,
     redirect_uri: &str,
     verifier: &str,
-) -> Result<Tokens, OAuthError> {
+) -> Result<Tokens, AppOAuthError> {
     let form = [
         ("grant_type", "authorization_code"),
         ("code", code),
@@ -312,8 +315,8 @@ pub async fn exchange_code(
 }
 
 /// Renews `tokens` with their refresh token; the provider may rotate it (else it is kept).
-pub async fn refresh(app: &AppConfig, allow_http: bool, tokens: &Tokens) -> Result<Tokens, OAuthError> {
-    let Some(refresh_token) = tokens.refresh_token.as_deref() else { return Err(OAuthError::NoRefreshToken) };
+pub async fn refresh(app: &AppConfig, allow_http: bool, tokens: &Tokens) -> Result<Tokens, AppOAuthError> {
+    let Some(refresh_token) = tokens.refresh_token.as_deref() else { return Err(AppOAuthError::NoRefreshToken) };
     let form = [("grant_type", "refresh_token"), ("refresh_token", refresh_token)];
     token_request(app, allow_http, &form, Some(refresh_token)).await
 }
@@ -324,7 +327,7 @@ async fn token_request(
     allow_http: bool,
     grant: &[(&str, &str)],
     kept_refresh_token: Option<&str>,
-) -> Result<Tokens, OAuthError> {
+) -> Result<Tokens, AppOAuthError> {
     let oauth = app.oauth.as_ref().ok_or_else(|| discovery_error("the app has no oauth settings"))?;
     let endpoints = endpoints(app, allow_http).await?;
     let mut form: Vec<(&str, &str)> = grant.to_vec();
@@ -341,22 +344,22 @@ async fn token_request(
         .form(&form)
         .send()
         .await
-        .map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
+        .map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
     let status = response.status();
-    let body = response.bytes().await.map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
+    let body = response.bytes().await.map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
     let answer: TokenAnswer = serde_json::from_slice(&body)
-        .map_err(|_| OAuthError::Malformed(format!("HTTP {status}, not a JSON token response")))?;
+        .map_err(|_| AppOAuthError::Malformed(format!("HTTP {status}, not a JSON token response")))?;
     if let Some(error) = answer.error {
-        return Err(OAuthError::Refused { error, description: answer.error_description });
+        return Err(AppOAuthError::Refused { error, description: answer.error_description });
     }
     if !status.is_success() {
-        return Err(OAuthError::Malformed(format!("HTTP {status}")));
+        return Err(AppOAuthError::Malformed(format!("HTTP {status}")));
     }
     let Some(access_token) = answer.access_token.filter(|t| !t.is_empty()) else {
-        return Err(OAuthError::Malformed("no access_token".into()));
+        return Err(AppOAuthError::Malformed("no access_token".into()));
     };
     if answer.token_type.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("bearer")) {
-        return Err(OAuthError::Malformed(format!("token_type {:?}, expected Bearer", answer.token_type)));
+        return Err(AppOAuthError::Malformed(format!("token_type {:?}, expected Bearer", answer.token_type)));
     }
     let now = chrono::Utc::now().timestamp();
     let life = answer.expires_in.filter(|s| *s > 0);

@@ -214,12 +214,12 @@ pub(crate) fn in_window(window: Duration) -> impl Fn(&(u32, Instant), Instant) -
 /// more go, at most once a second (so a map full of live entries costs one pass a second).
 #[derive(Debug)]
 pub(crate) struct Sweeper {
-    last: std::sync::Mutex<Option<Instant>>,
+    last: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Default for Sweeper {
     fn default() -> Self {
-        Sweeper { last: std::sync::Mutex::new(None) }
+        Sweeper { last: parking_lot::Mutex::new(None) }
     }
 }
 
@@ -241,7 +241,7 @@ impl Sweeper {
             return;
         }
         {
-            let Ok(mut last) = self.last.try_lock() else { return };
+            let Some(mut last) = self.last.try_lock() else { return };
             if last.is_some_and(|l| now.saturating_duration_since(l) < SWEEP_EVERY) {
                 return;
             }
@@ -441,8 +441,9 @@ impl Mfa {
         let Some(mut r) = self.record(user_id).await?.filter(|r| r.method == Method::Totp) else {
             return Ok(false);
         };
-        let secret = String::from_utf8(sealer.open(&r.sealed_secret).map_err(|e| ApiError::Internal(e.to_string()))?)
-            .map_err(|_| ApiError::Internal("bad TOTP seed".into()))?;
+        let secret =
+            String::from_utf8(sealer.open(&r.sealed_secret).map_err(|e| ApiError::failed("opening a TOTP seed", e))?)
+                .map_err(|_| ApiError::Internal("bad TOTP seed".into()))?;
         let t = totp(&secret, user_id)?;
         let now = Utc::now().timestamp().max(0) as u64;
         // The current step and one on each side, for clock skew.
@@ -723,7 +724,7 @@ impl Mfa {
     /// `X-MFA-Token` holds a current authenticator code, a backup code or an unused token;
     /// otherwise `MFA_REQUIRED` with a fresh challenge (which, for the e-mail and SMS methods,
     /// sends a code: those codes are given to `POST /auth/mfa/verify`, not to the header).
-    pub async fn require(&self, sealer: &Sealer, caller: Caller<'_>, header: Option<&str>) -> Result<(), ApiError> {
+    pub async fn check_gate(&self, sealer: &Sealer, caller: Caller<'_>, header: Option<&str>) -> Result<(), ApiError> {
         let user_id = caller.user_id;
         let Some(method) = self.active_method(user_id).await? else {
             return Ok(());

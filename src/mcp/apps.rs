@@ -29,7 +29,7 @@ pub enum AppError {
     Upstream { app: String, error: Box<UpstreamError> },
     /// The app's OAuth tokens could not be renewed; the connection is marked `error`.
     #[error("app `{app}`: {error}")]
-    Authorization { app: String, error: crate::identity::app_oauth::OAuthError },
+    Authorization { app: String, error: crate::identity::app_oauth::AppOAuthError },
 }
 
 /// Whose upstream serves `org_id`'s calls to `app`: apps without credentials are the same for
@@ -289,8 +289,8 @@ impl AppClients {
                 Ok(())
             }
             Err(
-                error @ (crate::identity::app_oauth::OAuthError::Unreachable(_)
-                | crate::identity::app_oauth::OAuthError::Discovery(_)),
+                error @ (crate::identity::app_oauth::AppOAuthError::Unreachable(_)
+                | crate::identity::app_oauth::AppOAuthError::Discovery(_)),
             ) => {
                 // The provider may be back soon: the connection stays, this call fails.
                 Err(AppError::Authorization { app: app_id.into(), error })

@@ -25,11 +25,12 @@ use crate::data::changes::{Change, Feed};
 use crate::data::model::{ClientCapabilities, McpSession};
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use chrono::Utc;
+use parking_lot::Mutex;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -321,8 +322,8 @@ impl Sessions {
         None
     }
 
-    fn lock_removed(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
-        self.removed.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_removed(&self) -> parking_lot::MutexGuard<'_, Vec<String>> {
+        self.removed.lock()
     }
 
     /// Sessions live now (neither ended nor expired), across the organisations.

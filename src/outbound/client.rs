@@ -26,10 +26,10 @@ pub const USER_AGENT: &str = concat!("toolgate/", env!("CARGO_PKG_VERSION"));
 /// Why a client cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("extra roots: {0}")]
-    Roots(String),
-    #[error("cannot build the HTTP client: {0}")]
-    Build(String),
+    #[error("extra roots cannot be read")]
+    Roots(#[source] reqwest::Error),
+    #[error("cannot build the HTTP client")]
+    Build(#[source] reqwest::Error),
 }
 
 /// An outbound client being described; [`Builder::build`] makes it.
@@ -96,11 +96,11 @@ impl Builder {
     pub fn build(self) -> Result<reqwest::Client, ClientError> {
         let mut inner = self.inner;
         if let Some(pem) = &self.roots {
-            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(|e| ClientError::Roots(e.to_string()))? {
+            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(ClientError::Roots)? {
                 inner = inner.add_root_certificate(cert);
             }
         }
-        inner.build().map_err(|e| ClientError::Build(e.to_string()))
+        inner.build().map_err(ClientError::Build)
     }
 }
 

@@ -19,6 +19,9 @@ const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 pub enum EgressError {
     #[error("must be an absolute http(s) URL: {0}")]
     NotHttp(String),
+    /// Not a URL at all: the parser's reason is kept as the cause.
+    #[error("must be an absolute http(s) URL")]
+    Unparsable(#[source] url::ParseError),
     #[error("must use https (http is allowed only in development or for a host in webhooks.allowed_hosts)")]
     NotHttps,
     #[error("must not carry credentials (user:password@)")]
@@ -93,7 +96,7 @@ pub fn internal(ip: IpAddr) -> bool {
 impl Egress {
     /// The URL's shape: absolute, http(s), no credentials; https unless allowed.
     pub fn check_url(&self, raw: &str) -> Result<(url::Url, String), EgressError> {
-        let url = url::Url::parse(raw).map_err(|e| EgressError::NotHttp(e.to_string()))?;
+        let url = url::Url::parse(raw).map_err(EgressError::Unparsable)?;
         let host = match url.host_str() {
             Some(h) if matches!(url.scheme(), "http" | "https") => h.trim_start_matches('[').trim_end_matches(']'),
             _ => return Err(EgressError::NotHttp(raw.chars().take(200).collect())),

@@ -55,13 +55,23 @@ pub const AUDIT_KEPT_FILE: &str = "audit-checkpoints.json";
 /// Per-minute usage counts kept while the store refuses them: a day of 70 busy callers.
 const UNSAVED_USAGE_CAP: usize = 100_000;
 
+/// Why the running server's parts could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerPartsError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The e-mail and SMS transports (`outbound::courier`) refused their configuration.
+    #[error("the e-mail and SMS transports cannot be set up")]
+    Courier(#[source] crate::config::ConfigError),
+}
+
 impl Server {
     pub async fn new(
         state: Arc<State>,
         limiter: RateLimit<dyn RateLimiter>,
         sharing: crate::data::limiter::Sharing,
         config_source: Arc<crate::config::ConfigSource>,
-    ) -> Result<Server, StoreError> {
+    ) -> Result<Server, ServerPartsError> {
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
         let checkpoint_key = (state.config().audit.checkpoint_key.clone())
             .unwrap_or_else(|| state.sealer.derive(crate::data::audit::chain::DERIVED_KEY_LABEL).to_vec());
@@ -89,9 +99,8 @@ impl Server {
                 mcp.on_change(change);
             }
         });
-        let courier = Arc::new(
-            crate::outbound::courier::Courier::new(&state.config()).map_err(|e| StoreError::Backend(e.to_string()))?,
-        );
+        let courier =
+            Arc::new(crate::outbound::courier::Courier::new(&state.config()).map_err(ServerPartsError::Courier)?);
         let guesses = Arc::new(crate::data::limiter::Guesses::open(&state.config().storage));
         let mfa = Arc::new(Mfa::load(state.store.clone(), courier.clone(), guesses).await?);
         let events = crate::events::Events::load(state.clone(), courier.clone()).await?;

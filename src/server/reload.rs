@@ -103,7 +103,7 @@ pub struct Reloadable<'a> {
     pub mcp: &'a McpRuntime,
     pub origins: &'a OriginCheck,
     pub courier: &'a crate::outbound::courier::Courier,
-    pub signin: &'a crate::identity::signin::SignIn,
+    pub identity: &'a crate::identity::IdentityService,
 }
 
 impl<'a> Reloadable<'a> {
@@ -114,7 +114,7 @@ impl<'a> Reloadable<'a> {
             mcp: &server.mcp,
             origins: &server.origin_check,
             courier: &server.courier,
-            signin: &server.identity.signin,
+            identity: &server.identity,
         }
     }
 }
@@ -178,7 +178,7 @@ impl ConfigSource {
         // compiled again at its next call); their slots take the new size.
         parts.mcp.rule_slots.set_per_org(config.mcp.rules.concurrency_per_organization);
         if changed.iter().any(|s| s == "web") {
-            parts.signin.client_documents.forget();
+            parts.identity.client_documents.forget();
         }
         for app_id in &apps_changed {
             parts.mcp.app_reconfigured(app_id);

@@ -81,14 +81,14 @@ async fn resync(state: &State) {
 
 /// Waits for the old process to exit (its lock to be free), then reads every record again.
 pub struct Takeover {
-    pub lock: std::sync::Mutex<Option<File>>,
+    pub lock: parking_lot::Mutex<Option<File>>,
     pub state: Arc<State>,
 }
 
 #[async_trait]
 impl pingora::services::background::BackgroundService for Takeover {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
-        let Some(file) = self.lock.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        let Some(file) = self.lock.lock().take() else { return };
         let mut locked = tokio::task::spawn_blocking(move || file.lock().map(|()| file));
         // While both processes answer, each reads the records again every OVERLAP_RESYNC, so a
         // gateway or key the other one made is known here within that time.

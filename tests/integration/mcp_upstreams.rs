@@ -10,12 +10,13 @@ use crate::common;
 
 use common::mcp::{result_text, rpc_error, Mcp};
 use common::{everything_url, mcp_server_time_command, ok, unix_now, Peer, TestServer};
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -460,7 +461,7 @@ impl Recorder {
 
     /// What the gateway's calls sent: the apps' health probes (`X-Toolgate-Probe`) aside.
     fn seen(&self) -> Vec<Seen> {
-        let seen = self.seen.lock().unwrap();
+        let seen = self.seen.lock();
         seen.iter().filter(|s| !s.headers.iter().any(|(k, _)| k == "x-toolgate-probe")).cloned().collect()
     }
 }
@@ -500,7 +501,7 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
         let body = String::from_utf8_lossy(&body).to_string();
         let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         let rpc_method = msg["method"].as_str().unwrap_or_default().to_string();
-        seen.lock().unwrap().push(Seen {
+        seen.lock().push(Seen {
             method: method.clone(),
             path: path.clone(),
             headers: headers.clone(),
@@ -508,14 +509,14 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
             rpc_method: rpc_method.clone(),
         });
         if forget.swap(false, Ordering::SeqCst) {
-            sessions.lock().unwrap().clear();
+            sessions.lock().clear();
         }
 
         let (status, extra, reply): (&str, String, Option<Value>) = if method != "POST" {
             ("405 Method Not Allowed", String::new(), None)
         } else if rpc_method == "initialize" {
             let sid = format!("sess-{}", common::random_alnum(16));
-            sessions.lock().unwrap().push(sid.clone());
+            sessions.lock().push(sid.clone());
             let result = json!({"protocolVersion": msg["params"]["protocolVersion"].as_str().unwrap_or("2025-06-18"),
                 "capabilities": {"tools": {}}, "serverInfo": {"name": "recorder", "version": "1"}});
             (
@@ -523,7 +524,7 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
                 format!("Mcp-Session-Id: {sid}\r\n"),
                 Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": result})),
             )
-        } else if !header("mcp-session-id").is_some_and(|s| sessions.lock().unwrap().contains(&s)) {
+        } else if !header("mcp-session-id").is_some_and(|s| sessions.lock().contains(&s)) {
             let e = json!({"jsonrpc": "2.0", "id": msg.get("id").cloned().unwrap_or(Value::Null),
                 "error": {"code": -32001, "message": "Session not found"}});
             ("404 Not Found", String::new(), Some(e))

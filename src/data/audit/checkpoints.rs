@@ -127,7 +127,7 @@ impl Tamper {
 }
 
 fn parse(json: &str) -> Result<Checkpoint, AuditError> {
-    serde_json::from_str(json).map_err(|e| AuditError::Corrupt(format!("checkpoint: {e}")))
+    serde_json::from_str(json).map_err(|e| AuditError::Json("checkpoint", e))
 }
 
 impl Audit {
@@ -170,7 +170,7 @@ impl Audit {
             };
             let mut cp = Checkpoint::sign(head, &self.key);
             self.signer.sign(&mut cp);
-            let json = serde_json::to_string(&cp).map_err(|e| AuditError::Corrupt(e.to_string()))?;
+            let json = serde_json::to_string(&cp).map_err(|e| AuditError::Json("checkpoint", e))?;
             if self.store.audit_add_checkpoint(org_id, last_json, json.clone()).await? {
                 self.made(cp, &json);
                 return Ok(());

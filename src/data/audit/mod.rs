@@ -81,8 +81,9 @@ pub enum AuditError {
     Store(#[from] StoreError),
     #[error("the audit chain's head kept moving; the entry is kept and retried")]
     Contended,
-    #[error("stored audit entry is not valid JSON: {0}")]
-    Corrupt(String),
+    /// An entry or a checkpoint that would not turn into JSON or back: the parser's reason kept.
+    #[error("an audit {0} is not the JSON it should be")]
+    Json(&'static str, #[source] serde_json::Error),
 }
 
 /// An entry waiting for its place in the chain.
@@ -305,7 +306,7 @@ impl Audit {
                 hash: String::new(),
             }
             .seal();
-            let json = serde_json::to_string(&entry).map_err(|e| AuditError::Corrupt(e.to_string()))?;
+            let json = serde_json::to_string(&entry).map_err(|e| AuditError::Json("entry", e))?;
             let link = AuditLink {
                 org_id: entry.org_id.clone(),
                 seq: entry.seq,
@@ -347,7 +348,7 @@ impl Audit {
             let chunk = self.store.audit_entries(org_id, cursor, CHUNK).await?;
             let last_chunk = chunk.len() < CHUNK as usize;
             for json in chunk {
-                let e: Value = serde_json::from_str(&json).map_err(|e| AuditError::Corrupt(e.to_string()))?;
+                let e: Value = serde_json::from_str(&json).map_err(|e| AuditError::Json("entry", e))?;
                 read += 1;
                 cursor = e["seq"].as_u64().unwrap_or(cursor + 1);
                 if filter.keeps(&e) {

@@ -92,7 +92,7 @@ pub struct State {
     /// to its publication, and by a reload or another instance's change, while it puts in
     /// place the copies it read from the store. So a copy read before a write of this
     /// instance cannot overwrite what the write put in place (`follow.rs`).
-    copies: std::sync::Mutex<()>,
+    copies: parking_lot::Mutex<()>,
     /// Every change of a record, published by the write methods below once it is durable.
     pub changes: Feed,
     /// With a shared store: when this instance last heard from it (Unix ms, `peers.rs`).
@@ -190,7 +190,7 @@ impl State {
             usage_dirty: FastSet::default(),
             write_lock: tokio::sync::Mutex::new(()),
             new_users_lock: tokio::sync::Mutex::new(()),
-            copies: std::sync::Mutex::new(()),
+            copies: parking_lot::Mutex::new(()),
             changes: Feed::new(),
             shared_contact: std::sync::atomic::AtomicI64::new(crate::base::time::now_ms()),
             operator_key_id: std::sync::OnceLock::new(),
@@ -390,8 +390,8 @@ impl State {
     }
 
     /// See the field `copies`. Never held across a wait.
-    fn copies(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.copies.lock().unwrap_or_else(|e| e.into_inner())
+    fn copies(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.copies.lock()
     }
 
     fn set_ip_policy(&self, org: &Organization) {

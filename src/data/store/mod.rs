@@ -21,7 +21,8 @@ pub fn open(config: &StorageConfig) -> Result<Arc<dyn Store>, StoreError> {
     match config {
         StorageConfig::Embedded { path } => Ok(Arc::new(EmbeddedStore::open(path)?)),
         StorageConfig::Redis { key_prefix, connect_timeout, command_timeout, .. } => {
-            let target = redis::Target::of(config).map_err(|e| StoreError::Backend(format!("redis: {e}")))?;
+            let target = redis::Target::of(config)
+                .map_err(|e| StoreError::BackendFailed { context: "redis", source: e.into() })?;
             Ok(Arc::new(RedisStore::open(&target, key_prefix, *connect_timeout, *command_timeout)?))
         }
     }
@@ -36,6 +37,14 @@ use std::time::Duration;
 pub enum StoreError {
     #[error("storage backend error: {0}")]
     Backend(String),
+    /// A backend failure with its cause kept (`context` says what failed), so the process log
+    /// shows the chain down to the driver's own error.
+    #[error("storage backend error: {context}")]
+    BackendFailed {
+        context: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("stored record {kind}/{id} is corrupt: {reason}")]
     Corrupt { kind: &'static str, id: String, reason: String },
     /// A record that has no JSON form ([`PutRecord`]): a bug, never bad input.

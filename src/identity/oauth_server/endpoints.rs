@@ -2,7 +2,7 @@
 //! (RFC 7009) and metadata (RFC 8414). Form-encoded in, JSON out, errors as RFC 6749 section
 //! 5.2 has them (`{"error", "error_description"}`), never cached.
 
-use super::{param, OAuthError};
+use super::{param, OAuthServerError};
 use crate::config::Config;
 use crate::data::model::OAuthClient;
 use crate::edge::exchange::Exchange;
@@ -46,7 +46,7 @@ pub fn metadata(config: &Config) -> Value {
 /// the prefix).
 pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
     if ex.request().method != http::Method::POST {
-        let e = OAuthError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
+        let e = OAuthServerError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
         return write(ex, 405, &e.to_body(), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
     }
     if path == "/oauth/register" {
@@ -75,7 +75,7 @@ pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, path: &st
 
 /// A refusal at the edge (the address's bucket), in the endpoints' own error form.
 pub async fn refuse(ex: &mut Exchange<'_>, e: crate::edge::error::ApiError) -> Result<()> {
-    let o = OAuthError::refused(&e);
+    let o = OAuthServerError::refused(&e);
     write(ex, o.status(), &o.to_body(), &[]).await
 }
 
@@ -89,14 +89,14 @@ async fn write(ex: &mut Exchange<'_>, status: u16, body: &Value, extra: &[(Heade
 }
 
 /// The form's fields; a field given twice is an error (RFC 6749 section 3.2).
-async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, OAuthError> {
+async fn form(ex: &mut Exchange<'_>) -> std::result::Result<Vec<(String, String)>, OAuthServerError> {
     if !forms::is_form_type(ex.header("content-type")) {
-        return Err(OAuthError::new("invalid_request", "the body must be application/x-www-form-urlencoded"));
+        return Err(OAuthServerError::new("invalid_request", "the body must be application/x-www-form-urlencoded"));
     }
-    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthError::body)?;
+    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthServerError::body)?;
     let fields = forms::parse(&body);
     if let Some(name) = forms::repeated(&fields) {
-        return Err(OAuthError::new("invalid_request", format!("`{name}` is given twice")));
+        return Err(OAuthServerError::new("invalid_request", format!("`{name}` is given twice")));
     }
     Ok(fields)
 }
@@ -108,8 +108,8 @@ async fn authenticate(
     identity: &IdentityService,
     ex: &Exchange<'_>,
     fields: &[(String, String)],
-) -> std::result::Result<OAuthClient, OAuthError> {
-    let refused = || OAuthError::new("invalid_client", "client authentication failed");
+) -> std::result::Result<OAuthClient, OAuthServerError> {
+    let refused = || OAuthServerError::new("invalid_client", "client authentication failed");
     let (id, secret) = match ex.header("authorization") {
         Some(value) => {
             let encoded = value.strip_prefix("Basic ").ok_or_else(refused)?;
@@ -134,33 +134,38 @@ async fn authenticate(
     Ok(client)
 }
 
-async fn token(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<super::Tokens, OAuthError> {
+async fn token(
+    identity: &IdentityService,
+    ex: &mut Exchange<'_>,
+) -> std::result::Result<super::Tokens, OAuthServerError> {
     let fields = form(ex).await?;
     let client = authenticate(identity, ex, &fields).await?;
     let state = &identity.state;
     match param(&fields, "grant_type") {
         Some("authorization_code") => {
-            let code = param(&fields, "code").ok_or_else(|| OAuthError::new("invalid_request", "code is missing"))?;
+            let code =
+                param(&fields, "code").ok_or_else(|| OAuthServerError::new("invalid_request", "code is missing"))?;
             let (redirect_uri, verifier) = (param(&fields, "redirect_uri"), param(&fields, "code_verifier"));
             let resource = param(&fields, "resource");
             super::exchange_code(state, &client, code, redirect_uri, verifier, resource, ex.ctx.client_ip).await
         }
         Some("refresh_token") => {
             let token = param(&fields, "refresh_token")
-                .ok_or_else(|| OAuthError::new("invalid_request", "refresh_token is missing"))?;
+                .ok_or_else(|| OAuthServerError::new("invalid_request", "refresh_token is missing"))?;
             super::refresh(state, &client, token, param(&fields, "scope"), ex.ctx.client_ip).await
         }
-        Some(_) => {
-            Err(OAuthError::new("unsupported_grant_type", "grant_type must be authorization_code or refresh_token"))
-        }
-        None => Err(OAuthError::new("invalid_request", "grant_type is missing")),
+        Some(_) => Err(OAuthServerError::new(
+            "unsupported_grant_type",
+            "grant_type must be authorization_code or refresh_token",
+        )),
+        None => Err(OAuthServerError::new("invalid_request", "grant_type is missing")),
     }
 }
 
-async fn revoke(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthError> {
+async fn revoke(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<(), OAuthServerError> {
     let fields = form(ex).await?;
     let client = authenticate(identity, ex, &fields).await?;
-    let token = param(&fields, "token").ok_or_else(|| OAuthError::new("invalid_request", "token is missing"))?;
+    let token = param(&fields, "token").ok_or_else(|| OAuthServerError::new("invalid_request", "token is missing"))?;
     super::revoke(&identity.state, &client, token).await
 }
 
@@ -175,43 +180,42 @@ struct Registration {
 /// Dynamic client registration (RFC 7591), when `web.dynamic_registration` is on: a public
 /// client of no organisation, which may ask only for a gateway's endpoint (MCP clients signing
 /// in to gateways, as the MCP authorization specification has them register).
-async fn register(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthError> {
+async fn register(identity: &IdentityService, ex: &mut Exchange<'_>) -> std::result::Result<Value, OAuthServerError> {
     if !identity.state.config().web.dynamic_registration {
-        return Err(OAuthError::new("access_denied", "this server does not take dynamic registrations"));
+        return Err(OAuthServerError::new("access_denied", "this server does not take dynamic registrations"));
     }
     let ip = ex.ctx.client_ip;
-    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthError::body)?;
+    let body = ex.read_body_within(MAX_FORM_BYTES).await.map_err(OAuthServerError::body)?;
     let asked: Registration = serde_json::from_slice(&body)
-        .map_err(|e| OAuthError::new("invalid_client_metadata", format!("not client metadata: {e}")))?;
+        .map_err(|e| OAuthServerError::new("invalid_client_metadata", format!("not client metadata: {e}")))?;
     if asked.token_endpoint_auth_method.as_deref().is_some_and(|m| m != "none") {
-        return Err(OAuthError::new(
+        return Err(OAuthServerError::new(
             "invalid_client_metadata",
             "only public clients (token_endpoint_auth_method none) register here",
         ));
     }
     if asked.redirect_uris.is_empty() || asked.redirect_uris.len() > 10 {
-        return Err(OAuthError::new("invalid_redirect_uri", "1-10 redirect_uris"));
+        return Err(OAuthServerError::new("invalid_redirect_uri", "1-10 redirect_uris"));
     }
     for uri in &asked.redirect_uris {
-        super::check_redirect_uri(uri).map_err(|e| OAuthError::new("invalid_redirect_uri", format!("`{uri}`: {e}")))?;
+        super::check_redirect_uri(uri)
+            .map_err(|e| OAuthServerError::new("invalid_redirect_uri", format!("`{uri}`: {e}")))?;
     }
     let name = asked.client_name.unwrap_or_else(|| "An MCP client".into());
     let name = crate::edge::forms::display_name("client_name", &name)
-        .map_err(|e| OAuthError::new("invalid_client_metadata", e.to_string()))?
+        .map_err(|e| OAuthServerError::new("invalid_client_metadata", e.to_string()))?
         .to_string();
     // Counted per network (/24, /56), once the metadata is good (a refused registration stores
     // nothing): each one is a stored record, and a host often holds a whole block of addresses.
     let block = crate::data::limiter::address_block(ip, true);
-    let window = crate::identity::signin::ADDRESS_WINDOW;
-    if let Err(wait) = identity
-        .signin
-        .guesses
-        .count(&format!("registrations:{block}"), crate::identity::signin::BLOCK_REGISTRATIONS, window)
-        .await
-    {
+    let (limit, window) = (crate::identity::BLOCK_REGISTRATIONS, crate::identity::ADDRESS_WINDOW);
+    if let Err(wait) = identity.guesses.count(&format!("registrations:{block}"), limit, window).await {
         let secs = wait.as_secs().max(1);
-        return Err(OAuthError::new("rate_limited", format!("too many registrations from {block}; try in {secs} s"))
-            .with_retry_after(secs));
+        return Err(OAuthServerError::new(
+            "rate_limited",
+            format!("too many registrations from {block}; try in {secs} s"),
+        )
+        .with_retry_after(secs));
     }
     let client = OAuthClient {
         id: crate::base::secrets::new_id("tgc"),
@@ -253,7 +257,7 @@ async fn keep(
     let unused = identity.state.config().web.registration_unused;
     let until = crate::base::time::now_ms().saturating_add(i64::try_from(unused.as_millis()).unwrap_or(i64::MAX));
     identity.state.save_oauth_client(client, Some(until)).await?;
-    identity.signin.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
+    identity.registrations_kept.insert(client.id.clone(), std::time::Instant::now());
     Ok(())
 }
 
@@ -266,11 +270,11 @@ pub(super) async fn used(
 ) -> std::result::Result<(), crate::data::store::StoreError> {
     let unused = identity.state.config().web.registration_unused;
     let every = (unused / 10).min(std::time::Duration::from_secs(3600));
-    let fresh = identity.signin.registrations_kept.get(&client.id).is_some_and(|at| at.elapsed() < every);
+    let fresh = identity.registrations_kept.get(&client.id).is_some_and(|at| at.elapsed() < every);
     if fresh {
         return Ok(());
     }
-    let kept = &identity.signin.registrations_kept;
+    let kept = &identity.registrations_kept;
     if kept.len() >= 100_000 {
         kept.retain(|_, at| at.elapsed() < every);
     }

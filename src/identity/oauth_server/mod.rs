@@ -19,6 +19,7 @@
 //!   address it does not allow is `invalid_grant` (400), and the consent page sends
 //!   `access_denied` back to the client.
 
+pub(crate) mod authorize;
 mod documents;
 mod endpoints;
 
@@ -31,7 +32,7 @@ use crate::data::model::{Gateway, OAuthClient, OAuthGrant, User};
 use crate::data::state::State;
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use crate::edge::error::ApiError;
-pub use crate::edge::error::OAuthError;
+pub use crate::edge::error::OAuthServerError;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -50,8 +51,8 @@ const USED_REFRESH_KEPT: usize = 50;
 /// The grant's organisation does not allow requests from the client's address (its IP
 /// allowlist): `invalid_grant`, 400. RFC 6749 section 5.2 gives the token endpoint no
 /// `access_denied`; the grant is sound but not to be honoured from there.
-fn address_refused() -> OAuthError {
-    OAuthError::invalid_grant("the organisation's IP allowlist does not allow requests from this address")
+fn address_refused() -> OAuthServerError {
+    OAuthServerError::invalid_grant("the organisation's IP allowlist does not allow requests from this address")
 }
 
 /// The grant id in an access token, when `token` has an access token's shape.
@@ -85,7 +86,7 @@ pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
 
 /// Why a `client_id` names no usable client, beyond its simply being unknown.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub enum ClientLookupError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("the client's metadata document cannot be used: {0}")]
@@ -95,23 +96,23 @@ pub enum ClientError {
     Busy(Duration),
 }
 
-impl From<ClientError> for ApiError {
-    fn from(e: ClientError) -> Self {
+impl From<ClientLookupError> for ApiError {
+    fn from(e: ClientLookupError) -> Self {
         match e {
-            ClientError::Store(e) => e.into(),
-            e @ ClientError::Document(_) => ApiError::validation("client_id", e.to_string()),
-            ClientError::Busy(wait) => ApiError::too_many("client metadata documents fetched", wait),
+            ClientLookupError::Store(e) => e.into(),
+            e @ ClientLookupError::Document(_) => ApiError::validation("client_id", e.to_string()),
+            ClientLookupError::Busy(wait) => ApiError::too_many("client metadata documents fetched", wait),
         }
     }
 }
 
-impl From<ClientError> for OAuthError {
-    fn from(e: ClientError) -> Self {
+impl From<ClientLookupError> for OAuthServerError {
+    fn from(e: ClientLookupError) -> Self {
         match e {
-            ClientError::Store(e) => e.into(),
-            e @ ClientError::Document(_) => OAuthError::new("invalid_client", e.to_string()),
-            e @ ClientError::Busy(wait) => {
-                OAuthError::new("temporarily_unavailable", e.to_string()).with_retry_after(wait.as_secs().max(1))
+            ClientLookupError::Store(e) => e.into(),
+            e @ ClientLookupError::Document(_) => OAuthServerError::new("invalid_client", e.to_string()),
+            e @ ClientLookupError::Busy(wait) => {
+                OAuthServerError::new("temporarily_unavailable", e.to_string()).with_retry_after(wait.as_secs().max(1))
             }
         }
     }
@@ -126,14 +127,14 @@ pub async fn client(
     identity: &crate::identity::IdentityService,
     id: &str,
     ip: std::net::IpAddr,
-) -> Result<Option<OAuthClient>, ClientError> {
+) -> Result<Option<OAuthClient>, ClientLookupError> {
     if documents::is_document_url(id) {
         let config = identity.state.config().web.client_documents.clone();
         let Some(config) = config else { return Ok(None) };
-        let docs = &identity.signin.client_documents;
-        let client = docs.client(&config, id, ip, &identity.signin.guesses).await.map_err(|e| match e {
-            documents::DocumentError::Refused(why) => ClientError::Document(why),
-            documents::DocumentError::Busy(wait) => ClientError::Busy(wait),
+        let docs = &identity.client_documents;
+        let client = docs.client(&config, id, ip, &identity.guesses).await.map_err(|e| match e {
+            documents::DocumentError::Refused(why) => ClientLookupError::Document(why),
+            documents::DocumentError::Busy(wait) => ClientLookupError::Busy(wait),
         })?;
         return Ok(Some(OAuthClient::clone(&client)));
     }
@@ -210,16 +211,18 @@ pub fn check_request(
     client: OAuthClient,
     redirect_uri: String,
     params: &[(String, String)],
-) -> Result<AuthorizationRequest, OAuthError> {
+) -> Result<AuthorizationRequest, OAuthServerError> {
     match param(params, "response_type") {
         Some("code") => {}
-        Some(_) => return Err(OAuthError::new("unsupported_response_type", "only response_type=code is supported")),
-        None => return Err(OAuthError::new("invalid_request", "response_type is missing")),
+        Some(_) => {
+            return Err(OAuthServerError::new("unsupported_response_type", "only response_type=code is supported"))
+        }
+        None => return Err(OAuthServerError::new("invalid_request", "response_type is missing")),
     }
     let allowed = ScopeSet::parse(client.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);
     let resource = param(params, "resource").map(str::to_string);
     if client.org_id.is_empty() && resource.is_none() {
-        return Err(OAuthError::new(
+        return Err(OAuthServerError::new(
             "invalid_target",
             "a client of no organisation (registered by itself, or by its metadata document) may ask only for a gateway's endpoint (resource)",
         ));
@@ -231,14 +234,17 @@ pub fn check_request(
         // lets the server issue another scope than requested).
         (Some(_), Some(_)) => ScopeSet::EMPTY,
         (Some(s), None) => ScopeSet::parse(s.split(' ').filter(|s| !s.is_empty()))
-            .map_err(|name| OAuthError::new("invalid_scope", format!("unknown scope `{name}`")))?,
+            .map_err(|name| OAuthServerError::new("invalid_scope", format!("unknown scope `{name}`")))?,
     };
     if !scopes.is_subset_of(allowed) {
-        return Err(OAuthError::new("invalid_scope", "the client may not ask for that scope"));
+        return Err(OAuthServerError::new("invalid_scope", "the client may not ask for that scope"));
     }
     let challenge = match (param(params, "code_challenge"), param(params, "code_challenge_method")) {
         (None, _) if client.public => {
-            return Err(OAuthError::new("invalid_request", "a public client must send a PKCE code_challenge (S256)"))
+            return Err(OAuthServerError::new(
+                "invalid_request",
+                "a public client must send a PKCE code_challenge (S256)",
+            ))
         }
         (None, _) => None,
         (Some(c), Some("S256"))
@@ -247,9 +253,9 @@ pub fn check_request(
             Some(c.to_string())
         }
         (Some(_), Some("S256")) => {
-            return Err(OAuthError::new("invalid_request", "code_challenge is not a S256 challenge"))
+            return Err(OAuthServerError::new("invalid_request", "code_challenge is not a S256 challenge"))
         }
-        (Some(_), _) => return Err(OAuthError::new("invalid_request", "code_challenge_method must be S256")),
+        (Some(_), _) => return Err(OAuthServerError::new("invalid_request", "code_challenge_method must be S256")),
     };
     Ok(AuthorizationRequest {
         client,
@@ -263,10 +269,10 @@ pub fn check_request(
 
 /// The gateway a `resource` names: one of organisation `org_id` that takes OAuth, whose
 /// endpoint the resource is exactly (`invalid_target`, RFC 8707 section 2, otherwise).
-pub fn gateway_of_resource(state: &State, resource: &str, org_id: &str) -> Result<Arc<Gateway>, OAuthError> {
+pub fn gateway_of_resource(state: &State, resource: &str, org_id: &str) -> Result<Arc<Gateway>, OAuthServerError> {
     let public_url = state.config().server.public_url.clone();
     let refused =
-        || OAuthError::new("invalid_target", "the resource is not the endpoint of a gateway that takes OAuth");
+        || OAuthServerError::new("invalid_target", "the resource is not the endpoint of a gateway that takes OAuth");
     let id = resource
         .strip_prefix(&public_url)
         .and_then(|rest| rest.strip_prefix("/gateway/"))
@@ -368,7 +374,7 @@ pub async fn exchange_code(
     verifier: Option<&str>,
     resource: Option<&str>,
     ip: IpAddr,
-) -> Result<Tokens, OAuthError> {
+) -> Result<Tokens, OAuthServerError> {
     let hash = secrets::hash_key(code);
     // The client is checked before the code is taken: another client presenting a code (a
     // leaked one, or a guess) is refused without using it up, so it cannot destroy the code of
@@ -376,7 +382,7 @@ pub async fn exchange_code(
     let waiting =
         state.store.get(Kind::OAuthCode, &hash).await?.and_then(|json| serde_json::from_str::<Code>(&json).ok());
     if waiting.as_ref().is_some_and(|c| c.client_id != client.id) {
-        return Err(OAuthError::invalid_grant("the code was issued to another client"));
+        return Err(OAuthServerError::invalid_grant("the code was issued to another client"));
     }
     // Taken and turned into a grant under the organisation's write lock, which revoking a
     // user's grants holds too (`revoke_user`): a code is either gone before that or its grant
@@ -415,16 +421,18 @@ pub async fn exchange_code(
 
 /// Takes (uses up) the code whose hash is `hash`. A code already used revokes the grant it made
 /// (RFC 6749 section 4.1.2).
-async fn take_code(state: &State, client: &OAuthClient, hash: &str) -> Result<Code, OAuthError> {
+async fn take_code(state: &State, client: &OAuthClient, hash: &str) -> Result<Code, OAuthServerError> {
     let Some(json) = state.store.take(Kind::OAuthCode, hash).await? else {
         if let Some(grant_id) = state.store.get(Kind::OAuthCode, &used_code(hash)).await? {
             state.delete_grant(&grant_id).await?;
             tracing::warn!(grant = grant_id, client = client.id, "authorization code used twice: its grant is revoked");
-            return Err(OAuthError::invalid_grant("the code was already used; the tokens issued for it are revoked"));
+            return Err(OAuthServerError::invalid_grant(
+                "the code was already used; the tokens issued for it are revoked",
+            ));
         }
-        return Err(OAuthError::invalid_grant("the code is unknown or expired"));
+        return Err(OAuthServerError::invalid_grant("the code is unknown or expired"));
     };
-    serde_json::from_str(&json).map_err(|_| OAuthError::invalid_grant("the code is unreadable"))
+    serde_json::from_str(&json).map_err(|_| OAuthServerError::invalid_grant("the code is unreadable"))
 }
 
 /// Checks a taken code against the token request: its client, its time, its redirect URI, its
@@ -435,30 +443,33 @@ fn check_code(
     redirect_uri: Option<&str>,
     verifier: Option<&str>,
     resource: Option<&str>,
-) -> Result<(), OAuthError> {
+) -> Result<(), OAuthServerError> {
     if code.client_id != client.id {
-        return Err(OAuthError::invalid_grant("the code was issued to another client"));
+        return Err(OAuthServerError::invalid_grant("the code was issued to another client"));
     }
     if code.expires_ms <= crate::base::time::now_ms() {
-        return Err(OAuthError::invalid_grant("the code has expired"));
+        return Err(OAuthServerError::invalid_grant("the code has expired"));
     }
     if redirect_uri != Some(code.redirect_uri.as_str()) {
-        return Err(OAuthError::invalid_grant("redirect_uri is not the one of the authorization request"));
+        return Err(OAuthServerError::invalid_grant("redirect_uri is not the one of the authorization request"));
     }
     match (&code.challenge, verifier) {
         (Some(challenge), Some(v)) => {
             let ok_shape =
                 (43..=128).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
             if !ok_shape || !secrets::hashes_equal(&crate::identity::app_oauth::pkce_challenge(v), challenge) {
-                return Err(OAuthError::invalid_grant("the code_verifier does not match the code_challenge"));
+                return Err(OAuthServerError::invalid_grant("the code_verifier does not match the code_challenge"));
             }
         }
-        (Some(_), None) => return Err(OAuthError::invalid_grant("code_verifier is missing (PKCE)")),
-        (None, Some(_)) => return Err(OAuthError::invalid_grant("no code_challenge was sent for this code")),
+        (Some(_), None) => return Err(OAuthServerError::invalid_grant("code_verifier is missing (PKCE)")),
+        (None, Some(_)) => return Err(OAuthServerError::invalid_grant("no code_challenge was sent for this code")),
         (None, None) => {}
     }
     if resource.is_some() && resource != code.resource.as_deref() {
-        return Err(OAuthError::new("invalid_target", "the resource is not the one of the authorization request"));
+        return Err(OAuthServerError::new(
+            "invalid_target",
+            "the resource is not the one of the authorization request",
+        ));
     }
     Ok(())
 }
@@ -470,19 +481,20 @@ pub async fn refresh(
     token: &str,
     scope: Option<&str>,
     ip: IpAddr,
-) -> Result<Tokens, OAuthError> {
-    let grant_id = grant_of(token, REFRESH_PREFIX).ok_or_else(|| OAuthError::invalid_grant("not a refresh token"))?;
+) -> Result<Tokens, OAuthServerError> {
+    let grant_id =
+        grant_of(token, REFRESH_PREFIX).ok_or_else(|| OAuthServerError::invalid_grant("not a refresh token"))?;
     let Some(mut grant) = state.stored_grant(grant_id).await? else {
-        return Err(OAuthError::invalid_grant("the refresh token is unknown, expired or revoked"));
+        return Err(OAuthServerError::invalid_grant("the refresh token is unknown, expired or revoked"));
     };
     let _guard = state.lock_writes(&grant.org_id).await?;
     // Read again under the lock: a concurrent refresh of the same token must see the rotation.
     grant = state
         .stored_grant(grant_id)
         .await?
-        .ok_or_else(|| OAuthError::invalid_grant("the refresh token is unknown, expired or revoked"))?;
+        .ok_or_else(|| OAuthServerError::invalid_grant("the refresh token is unknown, expired or revoked"))?;
     if grant.client_id != client.id {
-        return Err(OAuthError::invalid_grant("the refresh token was issued to another client"));
+        return Err(OAuthServerError::invalid_grant("the refresh token was issued to another client"));
     }
     let hash = secrets::hash_key(token);
     if grant.used_refresh.iter().any(|used| secrets::hashes_equal(used, &hash)) {
@@ -492,14 +504,14 @@ pub async fn refresh(
             client = client.id,
             "a rotated-out refresh token was used: the grant is revoked"
         );
-        return Err(OAuthError::invalid_grant("the refresh token was already used; the grant is revoked"));
+        return Err(OAuthServerError::invalid_grant("the refresh token was already used; the grant is revoked"));
     }
     if !secrets::hashes_equal(&grant.refresh_hash, &hash) || grant.refresh_expires_ms <= crate::base::time::now_ms() {
-        return Err(OAuthError::invalid_grant("the refresh token is unknown, expired or revoked"));
+        return Err(OAuthServerError::invalid_grant("the refresh token is unknown, expired or revoked"));
     }
     if state.user(&grant.user_id).is_none_or(|u| u.org_id != grant.org_id) {
         state.delete_grant(&grant.id).await?;
-        return Err(OAuthError::invalid_grant("the user of this grant no longer exists"));
+        return Err(OAuthServerError::invalid_grant("the user of this grant no longer exists"));
     }
     // The grant stays: the same refresh token works again from an address the list allows.
     if state.refuses_address(&grant.org_id, ip) {
@@ -508,9 +520,9 @@ pub async fn refresh(
     if let Some(scope) = scope {
         let held = ScopeSet::parse(grant.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::EMPTY);
         let asked = ScopeSet::parse(scope.split(' ').filter(|s| !s.is_empty()))
-            .map_err(|name| OAuthError::new("invalid_scope", format!("unknown scope `{name}`")))?;
+            .map_err(|name| OAuthServerError::new("invalid_scope", format!("unknown scope `{name}`")))?;
         if !asked.is_subset_of(held) {
-            return Err(OAuthError::new("invalid_scope", "a refresh may narrow the scope, not widen it"));
+            return Err(OAuthServerError::new("invalid_scope", "a refresh may narrow the scope, not widen it"));
         }
         grant.scopes = asked.each_name().into_iter().map(str::to_string).collect();
     }
@@ -548,7 +560,7 @@ pub async fn revoke_user(state: &State, user: &User) -> Result<usize, StoreError
 
 /// Revocation (RFC 7009): an access or refresh token of `client` revokes its whole grant. An
 /// unknown token, or another client's, changes nothing and is not an error (section 2.2).
-pub async fn revoke(state: &State, client: &OAuthClient, token: &str) -> Result<(), OAuthError> {
+pub async fn revoke(state: &State, client: &OAuthClient, token: &str) -> Result<(), OAuthServerError> {
     let Some(grant_id) = grant_of(token, ACCESS_PREFIX).or_else(|| grant_of(token, REFRESH_PREFIX)) else {
         return Ok(());
     };

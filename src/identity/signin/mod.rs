@@ -1,7 +1,8 @@
 //! Web sign-in, the identity service's first part (`{auth_url}`, `web.path`, default `/auth`):
 //! server-rendered pages where a user signs in with e-mail and password (and the TOTP code or a
 //! backup code when MFA is on), a web session held in a cookie, and sign-out. The OAuth
-//! authorization server's consent page (`consent.rs`) sits on these sessions.
+//! authorization server's page (`oauth_server/authorize.rs`) sits on these sessions; this
+//! module knows nothing of it. The prefix's router is `identity/router.rs`.
 //!
 //! Decisions (README "Web sign-in"):
 //! - Cookies: `toolgate_session` (the session token; `HttpOnly`, `Secure`, `SameSite=Lax` so a
@@ -32,14 +33,13 @@
 //!   gets a 403 page in the same words whatever the way in. A wrong password stays a wrong
 //!   password, so the list is shown to no one who lacks it.
 
-mod consent;
 pub mod csrf;
 mod oidc;
-mod pages;
+pub(crate) mod pages;
 pub mod passwords;
 mod saml;
 pub mod sessions;
-mod trail;
+pub(crate) mod trail;
 pub mod turns;
 
 use crate::data::model::User;
@@ -48,12 +48,11 @@ use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
 use crate::edge::forms;
 use crate::identity::IdentityService;
-use dashmap::DashMap;
 use http::header::{HeaderName, HeaderValue};
 use pingora::Result;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use toolgate_filters::ip_allowlist::IpPolicySource;
 
 pub use pages::escape;
@@ -70,24 +69,16 @@ const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
 const ADDRESS_ATTEMPTS: u32 = 50;
 /// Sign-ins through a provider one address may start per window (each is a stored record).
 const ADDRESS_STARTS: u32 = 30;
-/// OAuth clients one address block (/24, /56) may register per window (each is a stored record).
-pub(crate) const BLOCK_REGISTRATIONS: u32 = 20;
-pub(crate) const ADDRESS_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Largest sign-in form accepted.
 const MAX_FORM_BYTES: usize = 8 * 1024;
 
-/// The identity service's state: web sessions and the guessing bounds.
+/// The sign-in's state: web sessions, and the bounds its password checks count in.
 pub struct SignIn {
     pub sessions: WebSessions,
     store: Arc<dyn Store>,
-    /// Per-address bounds (password checks, sign-ins started, registrations, documents
-    /// fetched) and wrong passwords in a row per e-mail, shared by the instances on Redis.
-    pub(crate) guesses: Arc<crate::data::limiter::Guesses>,
-    /// Self-registered OAuth clients and when this instance last extended their life
-    /// (`oauth_server`: a client unused for `web.registration_unused_secs` expires).
-    pub(crate) registrations_kept: DashMap<String, Instant>,
-    /// Client metadata documents fetched and kept (`oauth_server`).
-    pub(crate) client_documents: crate::identity::oauth_server::ClientDocuments,
+    /// The identity service's guessing bounds (`IdentityService::guesses`): per-address
+    /// password checks and sign-ins started, and wrong passwords in a row per e-mail.
+    guesses: Arc<crate::data::limiter::Guesses>,
 }
 
 /// The group an e-mail's (lower case) wrong passwords in a row count under.
@@ -121,13 +112,7 @@ impl SignIn {
         guesses: Arc<crate::data::limiter::Guesses>,
     ) -> SignIn {
         turns::configure(config.web.password_checks);
-        SignIn {
-            sessions: WebSessions::new(store.clone(), changes),
-            store,
-            guesses,
-            registrations_kept: DashMap::new(),
-            client_documents: Default::default(),
-        }
+        SignIn { sessions: WebSessions::new(store.clone(), changes), store, guesses }
     }
 
     /// How long until `email` may try a password again, when it is locked.
@@ -136,11 +121,9 @@ impl SignIn {
         lockout(count)?.checked_sub(ago).filter(|left| !left.is_zero())
     }
 
-    /// Counts one more `what` from `ip` (by address, IPv6 by /64) against `limit` per
-    /// [`ADDRESS_WINDOW`]: a 429 with `Retry-After` when the address has had its share.
-    pub(crate) async fn count(&self, what: &str, ip: IpAddr, limit: u32) -> Result<(), ApiError> {
-        let key = format!("{what}:{}", crate::data::limiter::address_block(ip, false));
-        self.guesses.count(&key, limit, ADDRESS_WINDOW).await.map_err(|wait| ApiError::too_many(what, wait))
+    /// Counts one more `what` from `ip` against `limit` per window (`count_per_address`).
+    async fn count(&self, what: &str, ip: IpAddr, limit: u32) -> Result<(), ApiError> {
+        crate::identity::count_per_address(&self.guesses, what, ip, limit).await
     }
 
     async fn failed(&self, email: &str) {
@@ -179,43 +162,28 @@ impl SignIn {
     }
 }
 
-/// Answers a request under the prefix (`prefix` is its length in the path).
-pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
-    let path = ex.request().uri.path()[prefix..].to_string();
-    let method = ex.request().method.clone();
-    if matches!(path.as_str(), "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
-        return crate::identity::oauth_server::handle(identity, ex, &path).await;
-    }
-    let page = match (method.as_str(), path.as_str()) {
+/// The sign-in's page for `method` and `path` (after the prefix), or `None` when the path is
+/// none of the sign-in's (the router, `identity/router.rs`, answers those).
+pub(crate) async fn page(
+    identity: &IdentityService,
+    ex: &mut Exchange<'_>,
+    method: &str,
+    path: &str,
+) -> Option<std::result::Result<Page, ApiError>> {
+    Some(match (method, path) {
         ("GET", "" | "/") => account(identity, ex).await,
         ("GET", "/signin") => Ok(sign_in_form(identity, ex, None)),
         ("POST", "/signin") => sign_in(identity, ex).await,
         ("POST", "/signin/mfa") => sign_in_mfa(identity, ex).await,
         ("POST", "/signout") => sign_out(identity, ex).await,
-        ("GET", "/oauth/authorize") => consent::authorize(identity, ex).await,
-        ("POST", "/oauth/authorize") => consent::decide(identity, ex).await,
         ("GET", p) if p.starts_with("/signin/") => start_with_provider(identity, ex, &p["/signin/".len()..]).await,
         ("GET", p) if p.starts_with("/callback/") => back_from_provider(identity, ex, &p["/callback/".len()..]).await,
         ("GET", "/saml/metadata") => Ok(Page::xml(saml::metadata(identity))),
         ("GET", p) if p.starts_with("/saml/login/") => saml_start(identity, ex, &p["/saml/login/".len()..]).await,
         ("POST", "/saml/callback") => saml_callback(identity, ex).await,
-        (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout" | "/oauth/authorize") => {
-            Err(ApiError::MethodNotAllowed(method.to_string()))
-        }
-        _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
-    };
-    let page = page.unwrap_or_else(|e| Page::error(&e));
-    page.write(ex).await
-}
-
-/// A refusal at the identity service's edge (its filter chain, e.g. the address's bucket): an
-/// OAuth error on the machine endpoints, a page elsewhere; `Retry-After` either way.
-pub async fn refuse(ex: &mut Exchange<'_>, prefix: usize, e: ApiError) -> Result<()> {
-    let path = &ex.request().uri.path()[prefix..];
-    if matches!(path, "/oauth/token" | "/oauth/revoke" | "/oauth/register") {
-        return crate::identity::oauth_server::refuse(ex, e).await;
-    }
-    Page::error(&e).write(ex).await
+        (_, "" | "/" | "/signin" | "/signin/mfa" | "/signout") => Err(ApiError::MethodNotAllowed(method.to_string())),
+        _ => return None,
+    })
 }
 
 /// The identity pages' security headers: nothing loaded, never framed or cached by referrer.
@@ -259,7 +227,7 @@ impl Page {
         Page::html(303, String::new()).header(http::header::LOCATION, to)
     }
 
-    fn error(e: &ApiError) -> Page {
+    pub(crate) fn error(e: &ApiError) -> Page {
         if e.status() >= 500 {
             tracing::error!(error = ?e, "identity service request failed");
         }
@@ -313,7 +281,7 @@ pub fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-fn prefix(identity: &IdentityService) -> String {
+pub(crate) fn prefix(identity: &IdentityService) -> String {
     identity.state.config().web.path.clone()
 }
 
@@ -379,7 +347,7 @@ pub fn session_token<'a>(identity: &IdentityService, ex: &'a Exchange<'_>) -> Op
 }
 
 /// The fields of a form POST, after its CSRF token was checked for `binding` (`csrf::check`).
-async fn form(
+pub(crate) async fn form(
     identity: &IdentityService,
     ex: &mut Exchange<'_>,
     binding: csrf::Binding<'_>,
@@ -389,7 +357,7 @@ async fn form(
     Ok(fields)
 }
 
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+pub(crate) fn field<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
     forms::first(fields, name).unwrap_or("")
 }
 

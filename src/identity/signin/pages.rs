@@ -19,7 +19,9 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-fn page(title: &str, body: &str) -> String {
+/// A page of the identity service (the sign-in's and the authorization server's): `body` in
+/// the frame, under `title`.
+pub(crate) fn page(title: &str, body: &str) -> String {
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} - toolgate</title>\
          <meta name=\"viewport\" content=\"width=device-width\"><style>body{{font-family:sans-serif;max-width:32em;\
@@ -124,47 +126,6 @@ pub fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sess
             escape(&user.role),
             escape(&user.org_id),
             escape(prefix),
-            escape(prefix),
-            escape(csrf)
-        ),
-    )
-}
-
-/// What a client asks of the signed-in user; `carried` are the request's parameters, sent back
-/// with the decision.
-pub fn consent(
-    prefix: &str,
-    csrf: &str,
-    client: &str,
-    email: &str,
-    scopes: &[&str],
-    gateway: Option<&str>,
-    carried: &[(&str, &str)],
-) -> String {
-    let items: String = scopes.iter().map(|s| format!("<li class=\"scope\">{}</li>", escape(s))).collect();
-    let hidden: String = carried
-        .iter()
-        .map(|(k, v)| format!("<input type=\"hidden\" name=\"{}\" value=\"{}\">", escape(k), escape(v)))
-        .collect();
-    let what = if let Some(gateway) = gateway {
-        format!(
-            "<p>It asks to use the tools of the gateway <strong id=\"gateway\">{}</strong> as you.</p>",
-            escape(gateway)
-        )
-    } else if scopes.is_empty() {
-        "<p>It asks for nothing that your role allows.</p>".to_string()
-    } else {
-        format!("<p>It asks to act for you with:</p><ul>{items}</ul>")
-    };
-    page(
-        "Allow access",
-        &format!(
-            "<p><strong id=\"client\">{}</strong> wants to use toolgate as <strong>{}</strong>.</p>{what}\
-             <form method=\"post\" action=\"{}/oauth/authorize\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">{hidden}\
-             <button type=\"submit\" name=\"decision\" value=\"allow\">Allow</button> \
-             <button type=\"submit\" name=\"decision\" value=\"deny\">Deny</button></form>",
-            escape(client),
-            escape(email),
             escape(prefix),
             escape(csrf)
         ),

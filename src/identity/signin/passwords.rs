@@ -126,6 +126,17 @@ pub async fn save(state: &State, user: &User, hash: String) -> Result<(), StoreE
     Ok(())
 }
 
+/// Removes `user`'s password (the user is being removed: `IdentityService::remove_user`) and
+/// publishes the change, as a new password does, so whatever follows passwords follows this too.
+/// `false` when the user had none.
+pub async fn remove(state: &State, user: &User) -> Result<bool, StoreError> {
+    let removed = state.store.delete(Kind::Password, &user.id).await?;
+    if removed {
+        state.changes.publish(Change::PasswordChanged { org_id: user.org_id.clone(), user_id: user.id.clone() });
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

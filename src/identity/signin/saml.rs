@@ -278,7 +278,7 @@ async fn verified_assertion(
         sp.parse_xml_response(&xml, Some(&[request_id.as_str()])).map_err(|e| e.to_string())
     })
     .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?
+    .map_err(|e| ApiError::failed("checking a SAML response", e))?
     .map_err(refused)?;
     let seen = format!(
         "saml-assertion:{}",

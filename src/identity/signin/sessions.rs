@@ -17,9 +17,10 @@ use crate::data::changes::{Change, Feed};
 use crate::data::model::{Timestamp, User};
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use chrono::Utc;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How stale a session's last use may be before a request writes it again (or a tenth of the
@@ -59,8 +60,8 @@ struct Held {
 }
 
 impl Held {
-    fn turn(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+    fn turn(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.turn.lock()
     }
 
     /// Drops the sessions for which `doomed` holds.

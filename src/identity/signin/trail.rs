@@ -1,6 +1,7 @@
 //! Web sign-ins and OAuth consents in the audit trail of the user's organisation: who signed
 //! in (and how), who was refused (a wrong password for a known e-mail, an address the
-//! organisation's allowlist refuses) and which client a user allowed or denied. Refusals are
+//! organisation's allowlist refuses); which client a user allowed or denied is recorded by the
+//! authorization endpoint (`oauth_server/authorize.rs`) as the same actor. Refusals are
 //! folded into counts past a share per minute (`Audit::refused`), so a guessing flood cannot
 //! stall the organisation's appender; an e-mail no user has belongs to no organisation and is
 //! not in any trail (the guessing bounds still count it).
@@ -8,10 +9,11 @@
 use super::super::IdentityService;
 use crate::data::audit::{Actor, AuditEvent, Target};
 use crate::data::model::User;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::net::IpAddr;
 
-fn user_actor(user: &User) -> Actor {
+/// The user as the actor of its own sign-ins and consents.
+pub(crate) fn user_actor(user: &User) -> Actor {
     Actor { kind: "user".into(), id: user.id.clone() }
 }
 
@@ -36,21 +38,4 @@ pub(super) fn signed_in(identity: &IdentityService, user: &User, ip: IpAddr) {
 pub(super) fn refused(identity: &IdentityService, user: &User, reason: &str, ip: IpAddr) {
     let detail = json!({ "outcome": "refused", "reason": reason, "address": ip.to_string() });
     identity.audit.refused(&user.org_id, user_actor(user), "signin.failed", user_target(user), detail);
-}
-
-/// `user` allowed or denied an OAuth client on the consent page.
-pub(super) fn consent(identity: &IdentityService, user: &User, client_id: &str, resource: Option<&str>, allowed: bool) {
-    let detail = json!({
-        "client_id": client_id,
-        "resource": resource.map_or(Value::Null, |r| json!(r)),
-        "decision": if allowed { "allow" } else { "deny" },
-    });
-    let event = AuditEvent::Write {
-        action: "oauth.consent".into(),
-        target: Target { kind: "oauth_client".into(), id: client_id.to_string() },
-        before_hash: None,
-        after_hash: None,
-        detail,
-    };
-    identity.audit.record(&user.org_id, user_actor(user), event);
 }

@@ -1,13 +1,18 @@
-//! The authorization server's page (`{auth_url}/oauth/authorize`): a signed-in user sees what
-//! a client asks for and allows or denies it. The protocol's checks are `oauth_server`'s; this
-//! file is the web session, the CSRF-protected form and the redirects.
+//! The authorization server's authorization endpoint (`{auth_url}/oauth/authorize`, RFC 6749
+//! section 3.1), whole: a signed-in user sees what a client asks for and allows or denies it.
+//! The request's checks are the authorization server's (`mod.rs`); this file is the endpoint on
+//! a web session (`signin`'s, whose CSRF-protected forms it uses), its page, its audit entry and
+//! the redirects back to the client.
 
-use super::{csrf, current, form, pages, prefix, session_token, Page};
-use crate::data::model::Gateway;
+use crate::data::audit::{AuditEvent, Target};
+use crate::data::model::{Gateway, User};
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
 use crate::identity::oauth_server::{self, AuthorizationRequest};
+use crate::identity::signin::pages::{escape, page};
+use crate::identity::signin::{csrf, current, field, form, prefix, session_token, trail, Page};
 use crate::identity::IdentityService;
+use serde_json::{json, Value};
 use std::sync::Arc;
 use toolgate_filters::ip_allowlist::IpPolicySource;
 
@@ -24,7 +29,7 @@ const CARRIED: [&str; 8] = [
 ];
 
 /// `GET {auth_url}/oauth/authorize`: the consent page, or the sign-in page first.
-pub(super) async fn authorize(identity: &IdentityService, ex: &Exchange<'_>) -> Result<Page, ApiError> {
+pub(crate) async fn show(identity: &IdentityService, ex: &Exchange<'_>) -> Result<Page, ApiError> {
     let query = ex.request().uri.query().unwrap_or("");
     let params = crate::edge::forms::parse_query(Some(query));
     let path = prefix(identity);
@@ -47,12 +52,12 @@ pub(super) async fn authorize(identity: &IdentityService, ex: &Exchange<'_>) -> 
         .collect();
     let scopes = oauth_server::granted(&request, &user).each_name();
     let gateway = gateway.as_ref().map(|g| g.name.as_str());
-    let page = pages::consent(&path, &csrf, &request.client.name, &user.email, &scopes, gateway, &carried);
+    let page = consent_page(&path, &csrf, &request.client.name, &user.email, &scopes, gateway, &carried);
     Ok(Page::html(200, page).cookie(csrf::cookie(&identity.state.config(), &csrf)))
 }
 
 /// `POST {auth_url}/oauth/authorize`: the user's decision, on the same checks again.
-pub(super) async fn decide(identity: &IdentityService, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
+pub(crate) async fn decide(identity: &IdentityService, ex: &mut Exchange<'_>) -> Result<Page, ApiError> {
     let session = current(identity, ex).await?.ok_or_else(|| ApiError::Unauthorized("sign in first".into()))?;
     let token = session_token(identity, ex).unwrap_or_default().to_string();
     let fields = form(identity, ex, csrf::Binding::Session(&token)).await?;
@@ -62,8 +67,8 @@ pub(super) async fn decide(identity: &IdentityService, ex: &mut Exchange<'_>) ->
         Err(refusal) => return Ok(refusal),
     };
     let state = request.state.as_deref();
-    let allowed = super::field(&fields, "decision") == "allow";
-    super::trail::consent(identity, &user, &request.client.id, request.resource.as_deref(), allowed);
+    let allowed = field(&fields, "decision") == "allow";
+    record_consent(identity, &user, &request.client.id, request.resource.as_deref(), allowed);
     if !allowed {
         let denied = [("error", "access_denied"), ("error_description", "the user denied the request")];
         return Ok(back_to_client(identity, &request.redirect_uri, state, &denied));
@@ -113,4 +118,62 @@ async fn checked(
             Ok(Err(back_to_client(identity, &redirect_uri, state, &pairs)))
         }
     }
+}
+
+/// `user` allowed or denied an OAuth client on the consent page.
+fn record_consent(identity: &IdentityService, user: &User, client_id: &str, resource: Option<&str>, allowed: bool) {
+    let detail = json!({
+        "client_id": client_id,
+        "resource": resource.map_or(Value::Null, |r| json!(r)),
+        "decision": if allowed { "allow" } else { "deny" },
+    });
+    let event = AuditEvent::Write {
+        action: "oauth.consent".into(),
+        target: Target { kind: "oauth_client".into(), id: client_id.to_string() },
+        before_hash: None,
+        after_hash: None,
+        detail,
+    };
+    identity.audit.record(&user.org_id, trail::user_actor(user), event);
+}
+
+/// What a client asks of the signed-in user; `carried` are the request's parameters, sent back
+/// with the decision.
+fn consent_page(
+    prefix: &str,
+    csrf: &str,
+    client: &str,
+    email: &str,
+    scopes: &[&str],
+    gateway: Option<&str>,
+    carried: &[(&str, &str)],
+) -> String {
+    let items: String = scopes.iter().map(|s| format!("<li class=\"scope\">{}</li>", escape(s))).collect();
+    let hidden: String = carried
+        .iter()
+        .map(|(k, v)| format!("<input type=\"hidden\" name=\"{}\" value=\"{}\">", escape(k), escape(v)))
+        .collect();
+    let what = if let Some(gateway) = gateway {
+        format!(
+            "<p>It asks to use the tools of the gateway <strong id=\"gateway\">{}</strong> as you.</p>",
+            escape(gateway)
+        )
+    } else if scopes.is_empty() {
+        "<p>It asks for nothing that your role allows.</p>".to_string()
+    } else {
+        format!("<p>It asks to act for you with:</p><ul>{items}</ul>")
+    };
+    page(
+        "Allow access",
+        &format!(
+            "<p><strong id=\"client\">{}</strong> wants to use toolgate as <strong>{}</strong>.</p>{what}\
+             <form method=\"post\" action=\"{}/oauth/authorize\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">{hidden}\
+             <button type=\"submit\" name=\"decision\" value=\"allow\">Allow</button> \
+             <button type=\"submit\" name=\"decision\" value=\"deny\">Deny</button></form>",
+            escape(client),
+            escape(email),
+            escape(prefix),
+            escape(csrf)
+        ),
+    )
 }
