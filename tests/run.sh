@@ -193,11 +193,6 @@ run_cargo_test() {
 }
 
 run_step cargo-test run_cargo_test
-run_step schemathesis "$PY_DIR/schemathesis.sh"
-run_step pytest run_pytest
-# The fuzz driver was built with the workspace in step 4, so this is a no-op build and four
-# fixed-time runs (about 90 s in all).
-run_step fuzz "$ROOT/fuzz/run.sh" "${TOOLGATE_FUZZ_SECONDS:-20}"
 # cargo-deny at one version (its checks and deny.toml's format change between versions), built
 # from crates.io with its own lock file when missing or another version: a fresh machine needs
 # only cargo and the network the build already uses.
@@ -208,6 +203,22 @@ ensure_cargo_deny() {
     cargo install cargo-deny --locked --version "$CARGO_DENY_VERSION"
 }
 
+# Its build (a few minutes of CPU) runs beside the next steps at the lowest priority, on the
+# CPU they leave idle while they wait for the processes they test; the lint step waits for it.
+DENY_LOG="$(mktemp)"
+nice -n 19 bash -c "$(declare -f log ensure_cargo_deny); CARGO_DENY_VERSION=$CARGO_DENY_VERSION; ensure_cargo_deny" >"$DENY_LOG" 2>&1 &
+DENY_PID=$!
+deny_ready() {
+    wait "$DENY_PID" && return 0
+    cat "$DENY_LOG" >&2
+    echo "error: cargo-deny $CARGO_DENY_VERSION could not be installed (its build log is above)" >&2
+    return 1
+}
+run_step schemathesis "$PY_DIR/schemathesis.sh"
+run_step pytest run_pytest
+# The fuzz driver was built with the workspace in step 4, so this is a no-op build and four
+# fixed-time runs (about 90 s in all).
+run_step fuzz "$ROOT/fuzz/run.sh" "${TOOLGATE_FUZZ_SECONDS:-20}"
 # Habits every change keeps: formatted, no clippy warning in any crate or target (clippy.toml
 # adds the project's own bans), and the supply chain within deny.toml (licenses, banned
 # crates, sources), checked offline from Cargo.lock. Each part runs even if one before failed.
@@ -219,7 +230,7 @@ lint() {
     local rc=0
     cargo fmt --all --check || rc=1
     cargo clippy --release --workspace --all-targets --locked -- -D warnings || rc=1
-    { ensure_cargo_deny && cargo deny --locked --offline check bans licenses sources; } || rc=1
+    { deny_ready && cargo deny --locked --offline check bans licenses sources; } || rc=1
     return $rc
 }
 run_step lint lint
