@@ -1,6 +1,7 @@
 //! The `toolgate` binary: `toolgate [--config FILE]` runs the gateway;
 //! `toolgate check-config FILE` validates a configuration file; `toolgate audit verify FILE`
-//! checks an audit export offline.
+//! checks an audit export offline; `toolgate keys rotate` replaces the master key;
+//! `toolgate backup DEST` copies the embedded store while it runs.
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 #[command(name = "toolgate", version, about = "A high-performance MCP gateway on Pingora")]
 struct Cli {
     /// Configuration file.
-    #[arg(long, short, default_value = "conf/toolgate.yaml")]
+    #[arg(long, short, global = true, default_value = "conf/toolgate.yaml")]
     config: PathBuf,
     /// Take over the listening sockets of a running toolgate: start this, then send SIGQUIT to
     /// the running one (see `server.upgrade_sock`).
@@ -35,6 +36,29 @@ enum Command {
     Audit {
         #[command(subcommand)]
         command: AuditCommand,
+    },
+    /// The master key that seals app credentials and the other secrets at rest.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Copies the embedded store (its database, the audit checkpoints kept beside it, the master
+    /// key file) into a new directory while toolgate runs; a new instance starts from it.
+    Backup { dest: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Seals every sealed value under a new master key, with toolgate stopped; run it again to
+    /// finish a rotation that was stopped midway (docs/operations.md).
+    Rotate {
+        /// The new key, 64 hex characters (required when the key is `TOOLGATE_SECRET_KEY`);
+        /// without it the embedded store gets a random one.
+        #[arg(long)]
+        new_key_file: Option<PathBuf>,
+        /// Stops, as a crash would, after this many records (tests of a resumed rotation).
+        #[arg(long, hide = true)]
+        stop_after: Option<u64>,
     },
 }
 
@@ -74,6 +98,10 @@ fn main() -> ExitCode {
         Some(Command::Audit {
             command: AuditCommand::Verify { file, public_key, anchor, key_env, master_key_env },
         }) => verify_audit(&file, &public_key, anchor.as_deref(), key_env.as_deref(), master_key_env.as_deref()),
+        Some(Command::Keys { command: KeysCommand::Rotate { new_key_file, stop_after } }) => {
+            rotate_keys(&cli.config, new_key_file.as_deref(), stop_after)
+        }
+        Some(Command::Backup { dest }) => backup(&cli.config, &dest),
         None => {
             let code = toolgate::run::run(&cli.config, cli.upgrade);
             // Lines logged before a failed start are still in memory.
@@ -200,4 +228,47 @@ fn report_verified(file: &std::path::Path, r: &toolgate::data::audit::verify::Re
 fn usage_error(message: &str) -> ExitCode {
     eprintln!("toolgate audit verify: {message}");
     ExitCode::from(2)
+}
+
+/// `toolgate keys rotate`: 0 once every value is sealed under the new key and the key is in
+/// place, 1 naming what stopped it (run it again to finish).
+fn rotate_keys(config: &std::path::Path, new_key_file: Option<&std::path::Path>, stop_after: Option<u64>) -> ExitCode {
+    use toolgate::server::keys::{rotate, Installed, RotateOptions};
+    match rotate(&RotateOptions { config, new_key_file, stop_after }) {
+        Ok(done) => {
+            let r = done.resealed;
+            println!(
+                "sealed {} values of {} records anew ({} records were under the new key already)",
+                r.values, r.records, r.already
+            );
+            match done.installed {
+                Installed::File(path) => println!("the master key is now the new one, in {}", path.display()),
+                Installed::Environment => println!(
+                    "give every instance the new key as TOOLGATE_SECRET_KEY (and no TOOLGATE_SECRET_KEY_PREVIOUS)"
+                ),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolgate keys rotate: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `toolgate backup DEST`: 0 with the files copied, 1 naming what failed.
+fn backup(config: &std::path::Path, dest: &std::path::Path) -> ExitCode {
+    match toolgate::server::backup::backup(config, dest) {
+        Ok(done) => {
+            println!("{}: {}", dest.display(), done.files.join(", "));
+            if done.key_in_environment {
+                println!("the master key is TOOLGATE_SECRET_KEY and is not copied: keep it with the backup's owner");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolgate backup: {e}");
+            ExitCode::from(1)
+        }
+    }
 }

@@ -96,67 +96,134 @@ pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
+/// The master key's file in the embedded store's directory (`storage.path`).
+pub const KEY_FILE: &str = "secret.key";
+/// The key a rotation moves to (`toolgate keys rotate`): while it is there, values are sealed
+/// under it and opened under either key, so that a rotation stopped midway loses nothing and
+/// running it again finishes it.
+pub const NEXT_KEY_FILE: &str = "secret.key.next";
+/// The master key from the environment (every instance sharing a Redis store).
+pub const KEY_ENV: &str = "TOOLGATE_SECRET_KEY";
+/// The master key before a rotation, from the environment: opened, never sealed under.
+pub const PREVIOUS_KEY_ENV: &str = "TOOLGATE_SECRET_KEY_PREVIOUS";
+
 /// Seals and opens app credentials.
 pub struct Sealer {
     cipher: Aes256Gcm,
     /// The master key itself, from which [`Sealer::derive`] makes keys of other uses.
     key: [u8; 32],
+    /// The key of a rotation under way ([`NEXT_KEY_FILE`], [`PREVIOUS_KEY_ENV`]): what was
+    /// sealed under it still opens, nothing new is sealed under it.
+    previous: Option<Aes256Gcm>,
+}
+
+/// 64 hex characters (surrounding blanks aside) as a key; `what` names where they came from.
+pub fn parse_key(text: &str, what: &str) -> Result<[u8; 32], SealError> {
+    hex::decode(text.trim())
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| SealError::KeyFile(what.into(), "must be 64 hex characters".into()))
+}
+
+/// The key in `path`, `None` when there is no such file.
+pub fn read_key_file(path: &Path) -> Result<Option<[u8; 32]>, SealError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_key(&text, &path.display().to_string()).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(SealError::KeyFile(path.display().to_string(), e.to_string())),
+    }
+}
+
+/// Writes `key` to `path` (mode 0600) whole or not at all: a temporary file synced, renamed,
+/// and the directory synced, so that a crash leaves either no file or the key.
+pub fn write_key_file(path: &Path, key: &[u8; 32]) -> Result<(), SealError> {
+    let err = |e: std::io::Error| SealError::KeyFile(path.display().to_string(), e.to_string());
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    write_private(&tmp, &hex::encode(key)).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)?;
+    sync_parent(path).map_err(err)
+}
+
+/// Syncs the directory holding `path`, so that a rename or a new file in it survives a crash.
+pub fn sync_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+/// A new random master key.
+pub fn new_master_key() -> [u8; 32] {
+    let mut b = [0u8; 32];
+    OsRng.fill_bytes(&mut b);
+    b
 }
 
 impl Sealer {
     /// Uses `TOOLGATE_SECRET_KEY` (64 hex chars) if set, else `dir/secret.key`, made on first use
-    /// with mode 0600.
+    /// with mode 0600. While a rotation is under way (`dir/secret.key.next`, or
+    /// `TOOLGATE_SECRET_KEY_PREVIOUS` beside the variable) it seals under the new key and opens
+    /// under either.
     pub fn load(dir: &Path) -> Result<Sealer, SealError> {
-        let key_bytes = match std::env::var("TOOLGATE_SECRET_KEY") {
-            Ok(hexkey) => hex::decode(hexkey.trim())
-                .ok()
-                .filter(|b| b.len() == 32)
-                .ok_or_else(|| SealError::KeyFile("TOOLGATE_SECRET_KEY".into(), "must be 64 hex characters".into()))?,
-            Err(_) => {
-                let path = dir.join("secret.key");
+        if std::env::var_os(KEY_ENV).is_some() {
+            return Sealer::from_env();
+        }
+        let path = dir.join(KEY_FILE);
+        let current = match read_key_file(&path)? {
+            Some(key) => key,
+            None => {
                 let err = |e: std::io::Error| SealError::KeyFile(path.display().to_string(), e.to_string());
-                match std::fs::read_to_string(&path) {
-                    Ok(s) => hex::decode(s.trim())
-                        .ok()
-                        .filter(|b| b.len() == 32)
-                        .ok_or_else(|| SealError::KeyFile(path.display().to_string(), "corrupt".into()))?,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        {
-                            use std::os::unix::fs::DirBuilderExt;
-                            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
-                        }
-                        let mut b = [0u8; 32];
-                        OsRng.fill_bytes(&mut b);
-                        write_private(&path, &hex::encode(b)).map_err(err)?;
-                        b.to_vec()
-                    }
-                    Err(e) => return Err(err(e)),
+                {
+                    use std::os::unix::fs::DirBuilderExt;
+                    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
                 }
+                let key = new_master_key();
+                write_private(&path, &hex::encode(key)).map_err(err)?;
+                key
             }
         };
-        let key = <[u8; 32]>::try_from(key_bytes).map_err(|_| SealError::Open)?;
-        Ok(Sealer::from_key(key))
+        Ok(match read_key_file(&dir.join(NEXT_KEY_FILE))? {
+            Some(next) => Sealer::rotating(next, current),
+            None => Sealer::from_key(current),
+        })
     }
 
     /// Uses `TOOLGATE_SECRET_KEY`, which several instances sharing one store must all be given
     /// (each seals what the others open): no key file is made.
     pub fn shared() -> Result<Sealer, SealError> {
-        let hexkey = std::env::var("TOOLGATE_SECRET_KEY").map_err(|_| {
-            SealError::KeyFile(
-                "TOOLGATE_SECRET_KEY".into(),
+        if std::env::var_os(KEY_ENV).is_none() {
+            return Err(SealError::KeyFile(
+                KEY_ENV.into(),
                 "required with storage.backend: redis (the same 64 hex characters on every instance)".into(),
-            )
-        })?;
-        let key = hex::decode(hexkey.trim())
-            .ok()
-            .and_then(|b| <[u8; 32]>::try_from(b).ok())
-            .ok_or_else(|| SealError::KeyFile("TOOLGATE_SECRET_KEY".into(), "must be 64 hex characters".into()))?;
-        Ok(Sealer::from_key(key))
+            ));
+        }
+        Sealer::from_env()
+    }
+
+    /// `TOOLGATE_SECRET_KEY`, and `TOOLGATE_SECRET_KEY_PREVIOUS` when a rotation is under way.
+    fn from_env() -> Result<Sealer, SealError> {
+        let text = std::env::var(KEY_ENV).map_err(|_| SealError::KeyFile(KEY_ENV.into(), "must be set".into()))?;
+        let key = parse_key(&text, KEY_ENV)?;
+        Ok(match std::env::var(PREVIOUS_KEY_ENV).ok().filter(|v| !v.trim().is_empty()) {
+            Some(previous) => Sealer::rotating(key, parse_key(&previous, PREVIOUS_KEY_ENV)?),
+            None => Sealer::from_key(key),
+        })
     }
 
     /// A sealer with the given key (tests; a key from elsewhere than the environment or the file).
     pub fn from_key(key: [u8; 32]) -> Sealer {
-        Sealer { cipher: Aes256Gcm::new(&key.into()), key }
+        Sealer { cipher: Aes256Gcm::new(&key.into()), key, previous: None }
+    }
+
+    /// A sealer in the middle of a rotation from `previous` to `key`.
+    pub fn rotating(key: [u8; 32], previous: [u8; 32]) -> Sealer {
+        Sealer { previous: Some(Aes256Gcm::new(&previous.into())), ..Sealer::from_key(key) }
+    }
+
+    /// Whether a rotation is under way (values may still be sealed under the previous key).
+    pub fn is_rotating(&self) -> bool {
+        self.previous.is_some()
     }
 
     /// A key for another use than sealing, derived from the master key:
@@ -174,13 +241,39 @@ impl Sealer {
         B64.encode(out)
     }
 
+    /// Opens a value sealed under the key, or under the previous one during a rotation (AES-GCM's
+    /// tag tells which: a value opens under one key only).
     pub fn open(&self, sealed: &str) -> Result<Vec<u8>, SealError> {
         let raw = B64.decode(sealed).map_err(|_| SealError::Open)?;
         if raw.len() < 12 {
             return Err(SealError::Open);
         }
         let (nonce, ct) = raw.split_at(12);
-        self.cipher.decrypt(Nonce::from_slice(nonce), ct).map_err(|_| SealError::Open)
+        let nonce = Nonce::from_slice(nonce);
+        match self.cipher.decrypt(nonce, ct) {
+            Ok(plain) => Ok(plain),
+            Err(_) => match &self.previous {
+                Some(previous) => previous.decrypt(nonce, ct).map_err(|_| SealError::Open),
+                None => Err(SealError::Open),
+            },
+        }
+    }
+
+    /// `sealed` sealed under the key: `None` when it already is (a rotation run again skips
+    /// it), the value sealed anew when it was under the previous key, an error when neither
+    /// key opens it.
+    pub fn reseal(&self, sealed: &str) -> Result<Option<String>, SealError> {
+        let raw = B64.decode(sealed).map_err(|_| SealError::Open)?;
+        if raw.len() < 12 {
+            return Err(SealError::Open);
+        }
+        let (nonce, ct) = raw.split_at(12);
+        if self.cipher.decrypt(Nonce::from_slice(nonce), ct).is_ok() {
+            return Ok(None);
+        }
+        let previous = self.previous.as_ref().ok_or(SealError::Open)?;
+        let plain = previous.decrypt(Nonce::from_slice(nonce), ct).map_err(|_| SealError::Open)?;
+        Ok(Some(self.seal(&plain)))
     }
 }
 
@@ -229,5 +322,29 @@ mod tests {
         let mut bad = B64.decode(&sealed).unwrap();
         *bad.last_mut().unwrap() ^= 1;
         assert!(s.open(&B64.encode(bad)).is_err());
+    }
+
+    #[test]
+    fn a_rotation_opens_under_either_key_and_reseals_only_the_old() {
+        let (old, new) = (Sealer::from_key([1; 32]), Sealer::rotating([2; 32], [1; 32]));
+        let under_old = old.seal(b"credential");
+        assert_eq!(new.open(&under_old).unwrap(), b"credential", "the previous key still opens");
+        let resealed = new.reseal(&under_old).unwrap().expect("sealed anew");
+        assert!(old.open(&resealed).is_err(), "no longer under the old key");
+        assert_eq!(Sealer::from_key([2; 32]).open(&resealed).unwrap(), b"credential");
+        assert!(new.reseal(&resealed).unwrap().is_none(), "already under the new key: left alone");
+        assert!(Sealer::from_key([3; 32]).reseal(&under_old).is_err(), "neither key opens it");
+    }
+
+    #[test]
+    fn a_staged_next_key_is_sealed_under_and_the_current_one_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = Sealer::load(dir.path()).unwrap();
+        let sealed = before.seal(b"x");
+        write_key_file(&dir.path().join(NEXT_KEY_FILE), &[9; 32]).unwrap();
+        let during = Sealer::load(dir.path()).unwrap();
+        assert!(during.is_rotating());
+        assert_eq!(during.open(&sealed).unwrap(), b"x");
+        assert_eq!(Sealer::from_key([9; 32]).open(&during.seal(b"y")).unwrap(), b"y", "sealed under the next key");
     }
 }

@@ -7,6 +7,7 @@ pub mod changes;
 pub mod limiter;
 pub mod model;
 pub mod peers;
+pub mod rekey;
 pub mod reqlog;
 pub mod state;
 pub mod store;

@@ -2,6 +2,8 @@
 //! rate limiter, and the background service that flushes buffered activity and sweeps what
 //! expired.
 
+pub mod backup;
+pub mod keys;
 pub mod ports;
 pub mod reload;
 pub mod upgrade;

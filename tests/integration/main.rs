@@ -35,6 +35,7 @@ mod limits_concurrency;
 mod mcp_defects;
 mod mcp_upstreams;
 mod metrics_prometheus;
+mod operations_keys;
 mod packaging;
 mod process_logs;
 mod process_signals;

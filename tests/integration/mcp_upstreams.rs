@@ -418,27 +418,27 @@ fn http_upstream_restart_is_reinitialized_transparently() {
 
 /// One request as the recording upstream saw it.
 #[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
+pub(crate) struct Seen {
+    pub(crate) method: String,
+    pub(crate) path: String,
     /// Lower-case names.
-    headers: Vec<(String, String)>,
-    body: String,
-    rpc_method: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: String,
+    pub(crate) rpc_method: String,
 }
 
 /// A minimal Streamable HTTP MCP server answering plain JSON: `initialize` (gives a session id),
 /// notifications (202), `tools/list` (one tool, `echo`), empty prompts/resources/templates,
 /// `tools/call` (echoes `message`). A request with an unknown session id gets 404, and
 /// `forget_sessions` makes it forget every session (as a restart would).
-struct Recorder {
+pub(crate) struct Recorder {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
     forget: Arc<AtomicBool>,
 }
 
 impl Recorder {
-    fn start() -> Recorder {
+    pub(crate) fn start() -> Recorder {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the recording upstream");
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -455,12 +455,12 @@ impl Recorder {
         Recorder { port, seen, forget }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
     /// What the gateway's calls sent: the apps' health probes (`X-Toolgate-Probe`) aside.
-    fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         let seen = self.seen.lock();
         seen.iter().filter(|s| !s.headers.iter().any(|(k, _)| k == "x-toolgate-probe")).cloned().collect()
     }

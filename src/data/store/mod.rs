@@ -7,8 +7,9 @@ mod embedded;
 mod log_slices;
 mod records;
 pub mod redis;
+pub mod snapshot;
 
-pub use embedded::EmbeddedStore;
+pub use embedded::{EmbeddedStore, DB_FILE};
 pub use records::{encode, PutRecord};
 pub use redis::RedisStore;
 
