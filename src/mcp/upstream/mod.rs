@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::mcp::builtin::{BuiltinApp, BuiltinError};
-use crate::mcp::jsonrpc::{ErrorObject, Id, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{Id, Message, RawJson, Response, RpcErrorObject};
 
 mod cause;
 pub mod http;
@@ -322,7 +322,7 @@ pub enum UpstreamError {
     Protocol(String),
     /// The upstream answered `initialize` with a JSON-RPC error.
     #[error("upstream rejected initialize: {0}")]
-    Initialize(ErrorObject),
+    Initialize(RpcErrorObject),
     /// The stream or connection ended before the response.
     #[error("upstream closed the connection before responding")]
     Closed,
@@ -758,7 +758,7 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJ
         "tools/call" => {
             let mut params = params.as_ref().map(RawJson::to_value).unwrap_or_default();
             let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-                return Response::error(id, ErrorObject::invalid_params("tools/call needs params.name (string)"));
+                return Response::error(id, RpcErrorObject::invalid_params("tools/call needs params.name (string)"));
             };
             let arguments = params.get_mut("arguments").map(Value::take).unwrap_or_else(|| json!({}));
             match app.call(&name, arguments).await {
@@ -768,7 +768,7 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJ
                 }
             }
         }
-        other => Response::error(id, ErrorObject::method_not_found(other)),
+        other => Response::error(id, RpcErrorObject::method_not_found(other)),
     }
 }
 
