@@ -29,7 +29,10 @@ impl Finish<'_> {
         if let (Some((t, span_id, start)), true) = (&self.span, trace::exporting()) {
             self.export_span(t, *span_id, *start, error, elapsed);
         }
-        if let Some(entry) = self.entry.take() {
+        if let Some(mut entry) = self.entry.take() {
+            if let Some(marks) = call.content.as_ref().and_then(|c| c.marks()) {
+                entry.content(&marks);
+            }
             let failed = error.is_error();
             call.mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
         }
@@ -336,6 +339,7 @@ pub(super) struct Alone {
     pub(super) entry: Option<EntryWriter>,
     pub(super) id: Id,
     pub(super) request_id: RequestId,
+    pub(super) content: Option<Arc<ContentCheck>>,
 }
 
 impl Alone {
@@ -356,6 +360,7 @@ impl Alone {
             entry: done.entry.take(),
             id: id.clone(),
             request_id: call.request_id,
+            content: call.content.clone(),
         }
     }
 
@@ -366,8 +371,9 @@ impl Alone {
             Pending::Call(call) => call.await,
             Pending::Stream(rest) => Ok(UpstreamReply::Stream(*rest)),
         };
-        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id, request_id } = self;
-        let call = Call { mcp: &mcp, gw: &gw, caller: Caller::Session(&mcp_id), method: &method, started, request_id };
+        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id, request_id, content } = self;
+        let caller = Caller::Session(&mcp_id);
+        let call = Call { mcp: &mcp, gw: &gw, caller, method: &method, started, request_id, content };
         let tool = tool.as_ref().map(|(at_gateway, at_app)| (at_gateway.as_str(), at_app.as_str()));
         let mut done = Finish { call: &call, app_id: &app_id, tool, span, entry, finished: false };
         match reply {

@@ -12,6 +12,7 @@ use crate::edge::exchange::{sse_event, Exchange, RequestId};
 use crate::mcp::apps::AppError;
 use crate::mcp::bounds::{Holder, Refused};
 use crate::mcp::catalogue::Catalogue;
+use crate::mcp::content::ContentCheck;
 use crate::mcp::jsonrpc::{self, Id, Message, RawJson, RawMembers, Response, RpcErrorObject};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::parked;
@@ -384,6 +385,8 @@ struct Call<'a> {
     started: Instant,
     /// The request's id: in what the client is told of an app's failure and in the log entry.
     request_id: RequestId,
+    /// The gateway's checks of what the app answers (`mcp/content/`), once the target is known.
+    content: Option<Arc<ContentCheck>>,
 }
 
 /// Where a call goes, from the catalogue (`'c`): the app and, for `tools/call` and
@@ -412,7 +415,8 @@ async fn forward(
     acc: Accept,
 ) -> pingora::Result<()> {
     let request_id = ex.ctx.request_id;
-    let call = Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id };
+    let mut call =
+        Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id, content: None };
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
     let target = match call.resolve(&catalogue, params.as_ref()) {
@@ -437,6 +441,7 @@ async fn forward(
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
     let Target { app_id, tool, named, .. } = target;
+    call.content = ContentCheck::for_call(gw, call.method, tool.map(|t| t.0));
     if let Err(refused) = call.resumable_room(ex, &acc) {
         let e = refused.to_error();
         call.refused(&e);
@@ -491,6 +496,19 @@ async fn forward(
     let mut done = Finish { call: &call, app_id, tool, span, entry, finished: false };
     let given = continuation.as_ref().and_then(|c| c.input_responses.as_ref());
     finish(&mut done, ex, answered, req.id, binding, given, &acc).await
+}
+
+/// The app's reply with the gateway's content checks on it: a response checked now, a stream
+/// message by message as it is read.
+fn checked(
+    reply: Result<UpstreamReply, AppError>,
+    check: Option<Arc<ContentCheck>>,
+) -> Result<UpstreamReply, AppError> {
+    let Some(check) = check else { return reply };
+    reply.map(|r| match r {
+        UpstreamReply::Response(r) => UpstreamReply::Response(check.response(r)),
+        UpstreamReply::Stream(s) => UpstreamReply::Stream(s.checked(check)),
+    })
 }
 
 /// What the app's call came to: its reply; and for a continued call, the questions still
@@ -876,13 +894,15 @@ impl Call<'_> {
             Caller::Session(mcp_id) if acc.sse => {
                 let (mcp, gw) = (Arc::clone(self.mcp), Arc::clone(self.gw));
                 let (app_id, method) = (app_id.to_owned(), self.method.to_owned());
-                let call: AppCall =
-                    Box::pin(async move { mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await });
+                let content = self.content.clone();
+                let call: AppCall = Box::pin(async move {
+                    checked(mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await, content)
+                });
                 await_or_stream_early(self.mcp, ex, self.gw, mcp_id, call).await
             }
             _ => {
                 let reply = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, &call_ctx).await;
-                Ok(Requested::Answered(reply))
+                Ok(Requested::Answered(checked(reply, self.content.clone())))
             }
         }
     }

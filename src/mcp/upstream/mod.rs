@@ -29,6 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::mcp::builtin::{BuiltinApp, BuiltinError};
+use crate::mcp::content::ContentCheck;
 use crate::mcp::jsonrpc::{Id, Message, RawJson, Response, RpcErrorObject};
 
 mod cause;
@@ -417,6 +418,8 @@ pub struct ReplyStream {
     deadline: Instant,
     client_id: Id,
     done: bool,
+    /// The gateway's content checks, applied to every message as it is read (`mcp/content/`).
+    check: Option<Arc<ContentCheck>>,
 }
 
 impl fmt::Debug for ReplyStream {
@@ -440,7 +443,15 @@ impl ReplyStream {
 
 impl ReplyStream {
     pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Id) -> Self {
-        Self { source, peeked: first, deadline, client_id, done: false }
+        Self { source, peeked: first, deadline, client_id, done: false, check: None }
+    }
+
+    /// The stream with every message checked by `check` as it is read: a message the checks
+    /// block ends the stream with the error the call is answered with, and dropping the rest
+    /// cancels the call upstream.
+    pub(crate) fn checked(mut self, check: Arc<ContentCheck>) -> Self {
+        self.check = Some(check);
+        self
     }
 
     /// The next message: notifications (`notifications/progress`, `notifications/message`, ...)
@@ -459,11 +470,24 @@ impl ReplyStream {
             },
         };
         match event {
-            Ok(Event::Message(m)) => Some(Ok(m)),
+            Ok(Event::Message(m)) => match self.check.as_deref() {
+                None => Some(Ok(m)),
+                Some(c) => match c.message(m) {
+                    Ok(m) => Some(Ok(m)),
+                    Err(e) => {
+                        self.done = true;
+                        Some(Ok(Message::Response(Response::error(self.client_id.clone(), e))))
+                    }
+                },
+            },
             Ok(Event::Final(r)) => {
                 self.done = true;
                 self.source.complete();
-                Some(Ok(Message::Response(r.with_id(self.client_id.clone()))))
+                let r = r.with_id(self.client_id.clone());
+                Some(Ok(Message::Response(match &self.check {
+                    Some(c) => c.response(r),
+                    None => r,
+                })))
             }
             Err(e) => {
                 self.done = true;
