@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx2
@@ -168,6 +169,20 @@ def test_log_passes_unchanged_and_counts(srv):
     assert float(line.rsplit(" ", 1)[1]) > 0, line
     assert "hidden text in an app's answer" in s.stderr_text()
     assert SAMPLES["zero_width"] not in s.stderr_text(), "the text itself is never logged"
+    # The call's request log entry is marked with where and what was found.
+    gw_id = gws["log"][0]
+
+    def marked() -> list:
+        entries = Api(s).ok("GET", f"/v1/logs?gateway_id={gw_id}&limit=100")["data"]["logs"]
+        return [e["content"] for e in entries if "content" in e]
+
+    deadline = time.monotonic() + 30
+    while not marked():
+        assert time.monotonic() < deadline, "no log entry of the call is marked"
+        time.sleep(0.2)
+    mark = marked()[0][0]
+    assert mark["where"] == "result", mark
+    assert {"class": "zero_width", "at": "content[0].text", "action": "logged"} in mark["hidden_text"], mark
 
 
 @pytest.mark.parametrize("mode", MODES)
