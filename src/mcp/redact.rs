@@ -40,11 +40,6 @@ const DETECTORS: [(&str, &str); 9] = [
     ("toolgate_key", r"\b(?:ag_[A-Za-z0-9]{40}\b|tg[ar]_[A-Za-z0-9_]+\.[A-Za-z0-9_-]{16,})"),
 ];
 
-/// The kinds, in the order of [`DETECTORS`] (metric labels).
-pub fn kinds() -> impl Iterator<Item = &'static str> {
-    DETECTORS.iter().map(|(kind, _)| *kind)
-}
-
 struct Compiled {
     set: RegexSet,
     each: Vec<Regex>,

@@ -6,6 +6,7 @@ fn gateway(policy: ContentPolicy) -> Gateway {
     let mut gw: Gateway = serde_json::from_value(json!({
         "id": "gw_1", "org_id": "org_1", "name": "g", "description": "", "servers": [],
         "allowed_tools": {}, "configuration": { "rate_limit": 10, "cache_ttl": 1, "cache_enabled": true },
+        "status": "active", "access_key_id": "key_1",
         "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"
     }))
     .expect("a gateway");
