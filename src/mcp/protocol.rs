@@ -300,7 +300,7 @@ mod tests {
         }
         let mut listed = RpcCode::ALL.to_vec();
         listed.dedup();
-        assert_eq!(listed.len(), 21);
+        assert_eq!(listed.len(), 22);
     }
 
     /// The table's statuses, in a session and in the stateless revision, as `src/mcp/README.md`
