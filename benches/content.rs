@@ -63,7 +63,7 @@ fn bench(c: &mut Criterion) {
                 });
             }
             g.bench_with_input(BenchmarkId::new(format!("{kind}/clone_only"), size), &r, |b, r| {
-                b.iter_batched(|| r.clone(), |r| black_box(r), criterion::BatchSize::LargeInput)
+                b.iter_batched(|| r.clone(), black_box, criterion::BatchSize::LargeInput)
             });
         }
     }

@@ -149,8 +149,8 @@ impl ContentCheck {
     fn raw(&self, json: &RawJson, place: &'static str) -> Result<Option<RawJson>, (Hit, String)> {
         let rw = self.rewrite();
         let text = json.get();
-        let look_hidden = rw.hidden && !plain_json(text);
-        if !look_hidden && !(rw.redact && redact::any(text)) {
+        let look = (rw.hidden && !plain_json(text)) || (rw.redact && redact::any(text));
+        if !look {
             return Ok(None);
         }
         let mut value = json.to_value();

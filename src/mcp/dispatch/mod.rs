@@ -530,6 +530,9 @@ enum Pending {
 }
 
 /// How [`Call::request`] left a call: answered, or slow, its resumable stream opened.
+// Lives on the stack once per call: boxing the reply would allocate on every call to save a few
+// bytes of a short-lived value.
+#[allow(clippy::large_enum_variant)]
 enum Requested {
     Answered(Result<UpstreamReply, AppError>),
     Slow(Slow),
