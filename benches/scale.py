@@ -998,7 +998,7 @@ def bench_poststreams(n: int, args) -> dict:
     that answers after `--hold` seconds (`scale.py upstream`'s `<app>_wait`, one thread per call).
     toolgate answers a session client that takes SSE with a resumable stream once the app has
     taken 250 ms (`mcp/dispatch.rs`, `EARLY_STREAM`): a priming event with an id, the call's
-    events then kept for a `GET` with `Last-Event-ID` (`mcp/replay.rs`). RSS beyond idle with
+    events then kept for a `GET` with `Last-Event-ID` (`mcp/resumable.rs`). RSS beyond idle with
     all `n` open (toolgate's connection to the app for each call included); then the app answers,
     and each stream must carry its result and end; RSS 2 s after the last."""
     import asyncio

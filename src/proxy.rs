@@ -282,7 +282,7 @@ impl Proxy {
         if e.status() == 401 || ex.ctx.filters.credential_error == Some(AuthError::InsufficientScope) {
             self.challenge(ex, gateway_id);
         }
-        crate::mcp::reply::api_error(ex, e).await?;
+        crate::mcp::rpc_errors::api_error(ex, e).await?;
         Ok(false)
     }
 }

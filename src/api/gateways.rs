@@ -5,8 +5,8 @@
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{
-    AllowedTools, ApiKey, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Rule, ToolPolicy,
-    SCHEMA_VERSION,
+    AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Redact, Rule,
+    ToolPolicy, SCHEMA_VERSION,
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
@@ -98,6 +98,17 @@ pub struct ConfigurationPatch {
     /// (default for a new gateway: an app's first list is trusted, later changed or added tools
     /// wait for approval), `approve` (every tool waits for approval) or `off`.
     pub tool_policy: Option<ToolPolicy>,
+    /// Hidden text in what the apps send that a model reads (results, errors, resources,
+    /// prompts): `strip` (default), `block` (the answer becomes an error naming it), `log`
+    /// (reported only) or `off`.
+    pub content_policy: Option<ContentPolicy>,
+    /// Secrets redacted from the apps' answers: `{"detectors": ["secrets"], "mode": "redact" |
+    /// "log", "exempt_tools": [...]}`; `{"detectors": []}` turns it off.
+    pub redact: Option<Redact>,
+    /// The largest result in bytes a call may answer (0: no bound).
+    pub max_result_bytes: Option<u64>,
+    /// The same bound by tool name at the gateway, replacing the whole map (0: none).
+    pub max_result_bytes_by_tool: Option<BTreeMap<String, u64>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -345,6 +356,37 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
     }
     if let Some(policy) = patch.tool_policy {
         c.tool_policy = policy;
+    }
+    content_patch(c, patch.content_policy, patch.redact, patch.max_result_bytes, patch.max_result_bytes_by_tool)
+}
+
+/// The content checks' part of a configuration patch (`docs/governance.md`).
+fn content_patch(
+    c: &mut GatewayConfiguration,
+    policy: Option<ContentPolicy>,
+    redact: Option<Redact>,
+    max: Option<u64>,
+    by_tool: Option<BTreeMap<String, u64>>,
+) -> Result<(), ApiError> {
+    if let Some(policy) = policy {
+        c.content_policy = policy;
+    }
+    if let Some(redact) = redact {
+        if let Some(unknown) =
+            redact.detectors.iter().find(|d| !crate::mcp::redact::DETECTOR_SETS.contains(&d.as_str()))
+        {
+            return Err(ApiError::validation(
+                "configuration.redact.detectors",
+                format!("`{unknown}` is not a detector set (known: secrets)"),
+            ));
+        }
+        c.redact = redact;
+    }
+    if let Some(max) = max {
+        c.max_result_bytes = (max > 0).then_some(max);
+    }
+    if let Some(by_tool) = by_tool {
+        c.max_result_bytes_by_tool = by_tool.into_iter().filter(|(_, n)| *n > 0).collect();
     }
     Ok(())
 }

@@ -398,6 +398,65 @@ pub struct GatewayConfiguration {
     /// unless it says otherwise.
     #[serde(default)]
     pub tool_policy: ToolPolicy,
+    /// What the gateway does with hidden text in what its apps send that a model reads (results,
+    /// errors, resources, prompts: `docs/governance.md`); `strip` for a gateway stored before.
+    #[serde(default)]
+    pub content_policy: ContentPolicy,
+    /// Secrets redacted from what the apps send (`docs/governance.md`); none unless asked.
+    #[serde(default, skip_serializing_if = "Redact::is_off")]
+    pub redact: Redact,
+    /// The largest result, in bytes of JSON, a call of any tool may answer; larger is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_bytes: Option<u64>,
+    /// The same bound for named tools (by their name at the gateway), over `max_result_bytes`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub max_result_bytes_by_tool: BTreeMap<String, u64>,
+}
+
+/// What a gateway does with hidden text in what its apps send that a model reads
+/// (`configuration.content_policy`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentPolicy {
+    /// Hidden text is removed from the text the model reads; in an identifier it blocks.
+    #[default]
+    Strip,
+    /// The answer is replaced by an error naming the class and where it was found.
+    Block,
+    /// Reported (counted and logged), passed unchanged.
+    Log,
+    /// Not looked at.
+    Off,
+}
+
+/// A gateway's secrets redaction (`configuration.redact`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Redact {
+    /// The detector sets: `secrets` (the built-in detectors).
+    #[serde(default)]
+    pub detectors: Vec<String>,
+    /// `redact` (default) replaces each match with `[redacted:<kind>]`; `log` reports only.
+    #[serde(default)]
+    pub mode: RedactMode,
+    /// Tools (by their name at the gateway) whose answers are not redacted: a secrets manager's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exempt_tools: Vec<String>,
+}
+
+impl Redact {
+    pub fn is_off(&self) -> bool {
+        self.detectors.is_empty()
+    }
+}
+
+/// Whether redaction replaces or only reports (`configuration.redact.mode`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RedactMode {
+    #[default]
+    Redact,
+    Log,
 }
 
 /// What a gateway does with a tool, prompt or resource whose description, title or schema
@@ -520,6 +579,10 @@ impl Default for GatewayConfiguration {
             auth: GatewayAuth::ApiKey,
             description_policy: DescriptionPolicy::Strip,
             tool_policy: ToolPolicy::Off,
+            content_policy: ContentPolicy::Strip,
+            redact: Redact::default(),
+            max_result_bytes: None,
+            max_result_bytes_by_tool: BTreeMap::new(),
         }
     }
 }

@@ -74,6 +74,13 @@ impl EntryWriter {
         put(&mut self.json, id);
     }
 
+    /// Marks the entry with what the content checks found in the answer (`content`: where, the
+    /// classes of hidden text and what was done, the kinds redacted), never the text itself.
+    pub fn content(&mut self, marks: &serde_json::Value) {
+        self.json.extend_from_slice(b",\"content\":");
+        put(&mut self.json, marks);
+    }
+
     /// Ends the entry with the outcome. `error` is the entry's `status` (a JSON-RPC error, or a
     /// tool result with `isError`); `status` is the HTTP-like `response.status`.
     pub fn finish(mut self, elapsed: std::time::Duration, error: bool, status: u16, answer: Answer<'_>) -> LogRecord {

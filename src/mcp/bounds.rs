@@ -3,7 +3,7 @@
 //! resuming a call's stream) and a `subscriptions/listen` stream each hold a connection of the
 //! listener for as long as their client listens; uncounted, one key's 10,050 streams took every
 //! connection of the listener and reset another tenant's request. The bytes of answers kept for
-//! resumption are the other bound of this decision (`replay.rs`); both refuse the same way
+//! resumption are the other bound of this decision (`resumable.rs`); both refuse the same way
 //! ([`Refused`]: HTTP 429, -32010, `data.scope` naming the bound).
 //!
 //! The counts are this instance's: a stream holds this instance's connection and memory, which
@@ -11,7 +11,7 @@
 
 use crate::base::fast_map::FastMap;
 use crate::config::StreamBounds;
-use crate::mcp::jsonrpc::ErrorObject;
+use crate::mcp::jsonrpc::RpcErrorObject;
 use crate::mcp::protocol::RpcCode;
 use crate::observe::metrics;
 use serde_json::json;
@@ -78,13 +78,13 @@ impl Refused {
 
     /// The JSON-RPC error the client gets (answered under HTTP 429, -32010's status): like any
     /// limit of its own, with `data.scope` naming the bound, as parked calls name theirs.
-    pub fn to_error(self) -> ErrorObject {
+    pub fn to_error(self) -> RpcErrorObject {
         let (code, limit) = match self {
             Refused::Streams { limit, .. } => ("TOO_MANY_STREAMS", limit),
             Refused::Resumable { limit, .. } => ("RESUMABLE_BYTES_HELD", limit),
         };
         let data = json!({ "code": code, "scope": self.scope().as_str(), "limit": limit, "setting": self.setting() });
-        ErrorObject::new(RpcCode::LimitExceeded.code(), self.to_string()).with_data(data)
+        RpcErrorObject::new(RpcCode::LimitExceeded.code(), self.to_string()).with_data(data)
     }
 }
 

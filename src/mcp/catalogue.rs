@@ -90,7 +90,7 @@ fn noted(gw: &Gateway, app_id: &str, kind: Kind, name: &str, findings: &[Finding
     }
     let name = hidden_text::strip(name).0;
     for f in findings {
-        metrics::hidden_text(f.hit.class.as_str(), action);
+        metrics::hidden_text(f.hit.class.as_str(), action, "definition");
         tracing::warn!(gateway = %gw.id, app = app_id, kind = kind.as_str(), name = %name,
             class = f.hit.class.as_str(), field = %f.field, code_point = f.hit.code_point, action,
             "hidden text in an app's definition");

@@ -246,7 +246,7 @@ pub const VERSION: &str = "2.0";
 
 /// The `error` member of a response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ErrorObject {
+pub struct RpcErrorObject {
     pub code: i64,
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,12 +258,12 @@ pub struct ErrorObject {
     pub detail: Option<Box<String>>,
 }
 
-impl ErrorObject {
+impl RpcErrorObject {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         Self { code, message: message.into(), data: None, detail: None }
     }
 
-    /// The error with the detail the request log keeps ([`ErrorObject::detail`]).
+    /// The error with the detail the request log keeps ([`RpcErrorObject::detail`]).
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(Box::new(detail.into()));
         self
@@ -301,7 +301,7 @@ impl ErrorObject {
     }
 }
 
-impl fmt::Display for ErrorObject {
+impl fmt::Display for RpcErrorObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "JSON-RPC error {}: {}", self.code, self.message)
     }
@@ -330,7 +330,7 @@ pub struct Notification {
 pub struct Response {
     /// `null` only for errors about a request whose id could not be read.
     pub id: Id,
-    pub outcome: Result<RawJson, ErrorObject>,
+    pub outcome: Result<RawJson, RpcErrorObject>,
 }
 
 impl Response {
@@ -338,7 +338,7 @@ impl Response {
         Self { id, outcome: Ok(RawJson::from_value(&result)) }
     }
 
-    pub fn error(id: Id, error: ErrorObject) -> Self {
+    pub fn error(id: Id, error: RpcErrorObject) -> Self {
         Self { id, outcome: Err(error) }
     }
 
@@ -431,7 +431,7 @@ pub struct InvalidMessage {
 
 impl InvalidMessage {
     pub fn to_response(&self) -> Response {
-        Response::error(self.id.clone(), ErrorObject::invalid_request(&self.reason))
+        Response::error(self.id.clone(), RpcErrorObject::invalid_request(&self.reason))
     }
 }
 
@@ -462,12 +462,12 @@ impl ParseError {
     /// The error response to send back for this parse failure.
     pub fn to_response(&self) -> Response {
         match self {
-            ParseError::Parse(_) => Response::error(Id::NULL, ErrorObject::parse_error()),
+            ParseError::Parse(_) => Response::error(Id::NULL, RpcErrorObject::parse_error()),
             ParseError::Invalid(inv) => inv.to_response(),
             ParseError::Ambiguous { id, what } if in_params(what) => {
-                Response::error(id.clone(), ErrorObject::invalid_params(format!("Invalid params: {what}")))
+                Response::error(id.clone(), RpcErrorObject::invalid_params(format!("Invalid params: {what}")))
             }
-            ParseError::Ambiguous { id, what } => Response::error(id.clone(), ErrorObject::invalid_request(what)),
+            ParseError::Ambiguous { id, what } => Response::error(id.clone(), RpcErrorObject::invalid_request(what)),
         }
     }
 
@@ -663,7 +663,7 @@ fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
     }
     let outcome = match (env.result, env.error) {
         (Some(result), None) => Ok(RawJson(result.to_owned())),
-        (None, Some(error)) => match serde_json::from_str::<ErrorObject>(error.get()) {
+        (None, Some(error)) => match serde_json::from_str::<RpcErrorObject>(error.get()) {
             Ok(e) => Err(e),
             Err(_) => return Err(invalid(Some(&id), "\"error\" must be {code: integer, message: string}")),
         },
@@ -880,7 +880,8 @@ mod tests {
             assert_eq!(r.id.to_string(), raw_id);
             let out = String::from_utf8(response_bytes(&r.id, &json!({}))).unwrap();
             assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{{}}}}"#));
-            let out = String::from_utf8(Response::error(r.id.clone(), ErrorObject::parse_error()).to_bytes()).unwrap();
+            let out =
+                String::from_utf8(Response::error(r.id.clone(), RpcErrorObject::parse_error()).to_bytes()).unwrap();
             assert!(out.starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"error":"#)), "{out}");
             let relayed = Response::success(Id::from(1), json!({})).with_id(r.id.clone()).to_bytes();
             assert_eq!(relayed.len(), relayed.capacity(), "sized exactly for {raw_id}");
@@ -957,7 +958,10 @@ mod tests {
         let m = single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32601,"message":"nope","data":[1]}}"#);
         assert_eq!(
             m,
-            Message::Response(Response::error(Id::from("a"), ErrorObject::new(-32601, "nope").with_data(json!([1]))))
+            Message::Response(Response::error(
+                Id::from("a"),
+                RpcErrorObject::new(-32601, "nope").with_data(json!([1]))
+            ))
         );
     }
 
@@ -1071,7 +1075,7 @@ mod tests {
         assert_eq!(serde_json::to_vec(&m).unwrap(), b);
         let batch = batch_bytes(vec![b"1".to_vec(), b"2".to_vec()]);
         assert_eq!(batch, b"[1,2]");
-        let r = Response::error(Id::from(1), ErrorObject::unknown_tool("nope"));
+        let r = Response::error(Id::from(1), RpcErrorObject::unknown_tool("nope"));
         let v: Value = serde_json::from_slice(&r.to_bytes()).unwrap();
         assert_eq!(v["error"]["message"], "Unknown tool: nope");
         assert_eq!(v["error"]["code"], -32602);

@@ -4,7 +4,7 @@
 //! answers and toolgate's `requestState` (or the time runs out: dropping the reply stream cancels
 //! the call at the app). `stateless.rs` parks and resumes; the runtime owns the table.
 
-use crate::mcp::jsonrpc::{ErrorObject, Id};
+use crate::mcp::jsonrpc::{Id, RpcErrorObject};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::upstream::ReplyStream;
 use parking_lot::Mutex;
@@ -38,16 +38,17 @@ impl ParkRefused {
     /// The JSON-RPC error the client gets, and the status its request is logged with: a key over
     /// its share is told so (-32010, like any limit of its own); a full table is the gateway's
     /// trouble (-32603).
-    pub fn to_error(self) -> (ErrorObject, u16) {
+    pub fn to_error(self) -> (RpcErrorObject, u16) {
         match self {
             ParkRefused::KeyShare { limit, total } => (
-                ErrorObject::new(RpcCode::LimitExceeded.code(), self.to_string())
+                RpcErrorObject::new(RpcCode::LimitExceeded.code(), self.to_string())
                     .with_data(json!({ "limit": limit, "total": total, "scope": "key" })),
                 RpcCode::LimitExceeded.status(),
             ),
-            ParkRefused::Full { total } => {
-                (ErrorObject::internal(self.to_string()).with_data(json!({ "total": total, "scope": "gateway" })), 503)
-            }
+            ParkRefused::Full { total } => (
+                RpcErrorObject::internal(self.to_string()).with_data(json!({ "total": total, "scope": "gateway" })),
+                503,
+            ),
         }
     }
 }

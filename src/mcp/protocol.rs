@@ -79,6 +79,11 @@ pub enum RpcCode {
     /// A rule of the gateway denies this call (named in the message and `data.rule`); 403 in
     /// the request log.
     DeniedByRule,
+    /// What the app answered was refused by the gateway's content checks (hidden text under
+    /// `content_policy: block` or in an identifier, a result over `max_result_bytes`), naming
+    /// why in `data.reason` and whether the tool ran (`data.tool_ran`): an answer about the call
+    /// (200); 502 in the request log, as the app's.
+    ContentRefused,
     /// The tool's definition awaits an admin's approval (the gateway's `tool_policy`), or was
     /// rejected: an answer about the call (200).
     ToolPending,
@@ -114,6 +119,7 @@ impl RpcCode {
             RpcCode::LimitExceeded => -32010,
             RpcCode::ToolPending => -32011,
             RpcCode::DeniedByRule => -32012,
+            RpcCode::ContentRefused => -32013,
             RpcCode::HeaderMismatch => -32020,
             RpcCode::MissingRequiredClientCapability => -32021,
             RpcCode::UnsupportedProtocolVersion => -32022,
@@ -151,7 +157,8 @@ impl RpcCode {
             | RpcCode::UpstreamTimeout
             | RpcCode::UpstreamFailure
             | RpcCode::ToolPending
-            | RpcCode::DeniedByRule => 200,
+            | RpcCode::DeniedByRule
+            | RpcCode::ContentRefused => 200,
             RpcCode::InternalError => 500,
             RpcCode::Unauthorized => 401,
             RpcCode::Forbidden => 403,
@@ -211,7 +218,7 @@ impl RpcCode {
     }
 
     /// Every code, for the tests and the README's table.
-    pub const ALL: [RpcCode; 21] = [
+    pub const ALL: [RpcCode; 22] = [
         RpcCode::ParseError,
         RpcCode::InvalidRequest,
         RpcCode::MethodNotFound,
@@ -230,6 +237,7 @@ impl RpcCode {
         RpcCode::LimitExceeded,
         RpcCode::ToolPending,
         RpcCode::DeniedByRule,
+        RpcCode::ContentRefused,
         RpcCode::HeaderMismatch,
         RpcCode::MissingRequiredClientCapability,
         RpcCode::UnsupportedProtocolVersion,
@@ -284,6 +292,7 @@ mod tests {
                 | RpcCode::LimitExceeded
                 | RpcCode::ToolPending
                 | RpcCode::DeniedByRule
+                | RpcCode::ContentRefused
                 | RpcCode::HeaderMismatch
                 | RpcCode::MissingRequiredClientCapability
                 | RpcCode::UnsupportedProtocolVersion => {}
@@ -291,7 +300,7 @@ mod tests {
         }
         let mut listed = RpcCode::ALL.to_vec();
         listed.dedup();
-        assert_eq!(listed.len(), 21);
+        assert_eq!(listed.len(), 22);
     }
 
     /// The table's statuses, in a session and in the stateless revision, as `src/mcp/README.md`

@@ -19,7 +19,7 @@ use crate::mcp::catalogue::{Catalogue, Found};
 use crate::mcp::jsonrpc;
 use crate::mcp::parked::ParkedCalls;
 use crate::mcp::quota::MinuteQuota;
-use crate::mcp::replay::CallStreams;
+use crate::mcp::resumable::CallStreams;
 use crate::mcp::rules::{self, RuleSet, RuleSlots};
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;

@@ -8,11 +8,12 @@
 use crate::data::model::Gateway;
 use crate::edge::exchange::{sse_event, EventSink, EventSource, Exchange};
 use crate::mcp::bounds::{Holder, StreamSlot};
-use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
+use crate::mcp::jsonrpc::{self, Id, Message, RawJson, RawMembers, Response, RpcErrorObject};
 use crate::mcp::modern::{self, Envelope, Rejection};
 use crate::mcp::parked::{Binding, Parked, Pending, SealedState};
 use crate::mcp::protocol::{Accept, RpcCode};
-use crate::mcp::reply;
+use crate::mcp::resumable::KEEPALIVE;
+use crate::mcp::rpc_errors;
 use crate::mcp::runtime::{McpRuntime, StreamMessage};
 use crate::mcp::tasks;
 use crate::mcp::upstream::ReplyStream;
@@ -29,9 +30,6 @@ use tokio::sync::broadcast;
 /// How long the app's further questions are awaited after its first, so that questions it asks
 /// together reach the client in one input-required result.
 const GATHER: Duration = Duration::from_millis(25);
-
-/// How often an idle `subscriptions/listen` stream gets a keep-alive comment.
-const KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// Prefix of the `requestState` toolgate issues (the rest is sealed: AES-256-GCM).
 const STATE_PREFIX: &str = "tg1.";
@@ -91,9 +89,9 @@ pub async fn discover(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Gateway, id:
 
 /// The continuation of a call named by a `requestState`: the parked call, once the state is
 /// shown to be toolgate's own, unaltered, and bound to this caller, gateway, method and name.
-pub(crate) fn resume(mcp: &McpRuntime, state: &str, binding: &Binding) -> Result<Parked, ErrorObject> {
+pub(crate) fn resume(mcp: &McpRuntime, state: &str, binding: &Binding) -> Result<Parked, RpcErrorObject> {
     let invalid =
-        || ErrorObject::invalid_params("requestState was not issued by this gateway for this call, or was altered");
+        || RpcErrorObject::invalid_params("requestState was not issued by this gateway for this call, or was altered");
     let sealed = state.strip_prefix(STATE_PREFIX).ok_or_else(invalid)?;
     let opened = mcp.state.sealer.open(sealed).map_err(|_| invalid())?;
     let state: SealedState = serde_json::from_slice(&opened).map_err(|_| invalid())?;
@@ -101,7 +99,9 @@ pub(crate) fn resume(mcp: &McpRuntime, state: &str, binding: &Binding) -> Result
         return Err(invalid());
     }
     mcp.parked.take(&state.parked).ok_or_else(|| {
-        ErrorObject::invalid_params("requestState has expired (the call it continued is gone): call again without it")
+        RpcErrorObject::invalid_params(
+            "requestState has expired (the call it continued is gone): call again without it",
+        )
     })
 }
 
@@ -112,7 +112,7 @@ pub(crate) async fn deliver_answers(
     mcp: &McpRuntime,
     call: &mut Parked,
     responses: Option<&HashMap<String, &RawValue>>,
-) -> Result<Vec<Pending>, ErrorObject> {
+) -> Result<Vec<Pending>, RpcErrorObject> {
     let mut unanswered = Vec::new();
     let mut answers = Vec::new();
     for p in std::mem::take(&mut call.pending) {
@@ -129,7 +129,7 @@ pub(crate) async fn deliver_answers(
 
 /// A client's answer to a question of `method`, if it has the shape of that method's result:
 /// an object, with `action` (elicitation), `content` (sampling) or a `roots` array.
-fn valid_answer(method: &str, key: &str, given: &RawValue) -> Result<RawJson, ErrorObject> {
+fn valid_answer(method: &str, key: &str, given: &RawValue) -> Result<RawJson, RpcErrorObject> {
     let v: Value = serde_json::from_str(given.get()).unwrap_or(Value::Null);
     let ok = match method {
         "elicitation/create" => v.get("action").is_some_and(Value::is_string),
@@ -138,7 +138,7 @@ fn valid_answer(method: &str, key: &str, given: &RawValue) -> Result<RawJson, Er
         _ => v.is_object(),
     };
     if !ok {
-        return Err(ErrorObject::invalid_params(format!("inputResponses.{key} is not a valid result of {method}")));
+        return Err(RpcErrorObject::invalid_params(format!("inputResponses.{key} is not a valid result of {method}")));
     }
     Ok(RawJson::from_text(given.get().to_string()).unwrap_or_else(|| RawJson::from_value(&v)))
 }
@@ -190,7 +190,7 @@ pub(crate) async fn relay(
     mut pending: Vec<Pending>,
     mut keys_issued: u32,
     acc: &Accept,
-    log: &mut (dyn FnMut(&Result<RawJson, ErrorObject>, u16) + Send),
+    log: &mut (dyn FnMut(&Result<RawJson, RpcErrorObject>, u16) + Send),
 ) -> pingora::Result<()> {
     let org_id = &call.gw.org_id;
     let mut streaming = false;
@@ -206,10 +206,12 @@ pub(crate) async fn relay(
         };
         let msg = match item {
             Some(Ok(m)) => m,
-            Some(Err(e)) => Message::Response(reply::app_failure(call.id, call.app_id, &e, ex.ctx.request_id.as_str())),
+            Some(Err(e)) => {
+                Message::Response(rpc_errors::app_failure(call.id, call.app_id, &e, ex.ctx.request_id.as_str()))
+            }
             None => Message::Response(Response::error(
                 call.id.clone(),
-                ErrorObject::internal(format!("App `{}` ended its stream without a response", call.app_id)),
+                RpcErrorObject::internal(format!("App `{}` ended its stream without a response", call.app_id)),
             )),
         };
         match msg {
@@ -272,7 +274,7 @@ enum Question {
     Asked(Pending),
     /// The call fails with this error: the client lacks the capability the question needs, or
     /// its answer sent ahead is not a result of the question's method.
-    Fails(ErrorObject),
+    Fails(RpcErrorObject),
 }
 
 /// An app's request to a stateless client (other than `ping`): refused, answered from what the
@@ -282,13 +284,13 @@ async fn question(mcp: &McpRuntime, call: &CallInfo<'_>, r: jsonrpc::Request, ke
     let org_id = &call.gw.org_id;
     if let Some(capability) = call.env.caps.missing_for(&r.method) {
         let refusal = format!("the client did not declare the {capability} capability ({})", r.method);
-        let refusal = ErrorObject::new(jsonrpc::METHOD_NOT_FOUND, refusal);
+        let refusal = RpcErrorObject::new(jsonrpc::METHOD_NOT_FOUND, refusal);
         mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
         let (code, message, data) = modern::missing_capability(capability, &r.method);
-        return Question::Fails(ErrorObject::new(code, message).with_data(data));
+        return Question::Fails(RpcErrorObject::new(code, message).with_data(data));
     }
     if !matches!(r.method.as_str(), "elicitation/create" | "sampling/createMessage" | "roots/list") {
-        let e = ErrorObject::method_not_found(&r.method);
+        let e = RpcErrorObject::method_not_found(&r.method);
         mcp.answer_app(org_id, call.app_id, Response::error(r.id, e)).await;
         return Question::Answered;
     }
@@ -308,7 +310,7 @@ async fn question(mcp: &McpRuntime, call: &CallInfo<'_>, r: jsonrpc::Request, ke
                 Question::Answered
             }
             Err(e) => {
-                let refusal = ErrorObject::invalid_params("the client's answer was not valid");
+                let refusal = RpcErrorObject::invalid_params("the client's answer was not valid");
                 mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
                 Question::Fails(e)
             }
@@ -331,7 +333,7 @@ fn park(
     stream: ReplyStream,
     pending: Vec<Pending>,
     keys_issued: u32,
-) -> (Result<RawJson, ErrorObject>, u16) {
+) -> (Result<RawJson, RpcErrorObject>, u16) {
     let input_requests: serde_json::Map<String, Value> =
         pending.iter().map(|p| (p.key.clone(), p.request.clone())).collect();
     let binding = call.binding.clone();
@@ -415,12 +417,12 @@ pub async fn listen(
 ) -> pingora::Result<()> {
     let filter = req.params.as_ref().and_then(|p| p.read::<ListenParams>().ok()).and_then(|p| p.notifications);
     let Some(filter) = filter else {
-        let e = ErrorObject::invalid_params("subscriptions/listen needs params.notifications (the kinds to hear)");
+        let e = RpcErrorObject::invalid_params("subscriptions/listen needs params.notifications (the kinds to hear)");
         return answer(ex, Response::error(req.id, e), "", false).await;
     };
     let slot = match mcp.stream_slot(Holder { org_id: &gw.org_id, key_id, session_id: None }) {
         Ok(slot) => slot,
-        Err(refused) => return reply::bound_refused(ex, &req.id, refused).await,
+        Err(refused) => return rpc_errors::bound_refused(ex, &req.id, refused).await,
     };
     let meta = json!({ modern::META_SUBSCRIPTION_ID: req.id.to_value() });
     let rx = mcp.subscribe(&gw.id);

@@ -12,10 +12,10 @@
 use crate::base::secrets::Sealer;
 use crate::data::model::Gateway;
 use crate::mcp::apps::AppError;
-use crate::mcp::jsonrpc::{self, ErrorObject, RawJson, RawMembers, Response};
+use crate::mcp::jsonrpc::{self, RawJson, RawMembers, Response, RpcErrorObject};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::protocol::RpcCode;
-use crate::mcp::reply;
+use crate::mcp::rpc_errors;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::upstream::{CallContext, ClientEra};
 use crate::observe::metrics::{self, ErrorType};
@@ -113,8 +113,8 @@ fn for_app(params: &RawJson, task: &str) -> RawJson {
 }
 
 /// The error of a `tasks/*` request from a client that did not declare the extension.
-fn undeclared(method: &str) -> ErrorObject {
-    ErrorObject::new(
+fn undeclared(method: &str) -> RpcErrorObject {
+    RpcErrorObject::new(
         RpcCode::MissingRequiredClientCapability.code(),
         format!("{method} needs the client capability extensions[\"{EXTENSION}\"], which this request did not declare"),
     )
@@ -153,7 +153,7 @@ async fn relay(
     key_id: &str,
     req: &jsonrpc::Request,
     request_id: &str,
-) -> Result<(Response, String), ErrorObject> {
+) -> Result<(Response, String), RpcErrorObject> {
     if !env.caps.tasks {
         return Err(undeclared(&req.method));
     }
@@ -165,22 +165,22 @@ async fn relay(
     let params = req.params.as_ref();
     let id = params.and_then(|p| p.read::<Named>().ok()).and_then(|n| n.task_id);
     let Some(id) = id else {
-        return Err(ErrorObject::invalid_params(format!("{} needs params.taskId (string)", req.method)));
+        return Err(RpcErrorObject::invalid_params(format!("{} needs params.taskId (string)", req.method)));
     };
     let owner = Owner { gateway_id: &gw.id, key_id };
     let target = open(&mcp.state.sealer, owner, &id).filter(|(app, _)| gw.servers.iter().any(|s| s == app));
     let Some((app_id, task)) = target else {
-        return Err(ErrorObject::invalid_params(format!("unknown task {id}")).with_data(json!({ "taskId": id })));
+        return Err(RpcErrorObject::invalid_params(format!("unknown task {id}")).with_data(json!({ "taskId": id })));
     };
     let params = params.map(|p| for_app(p, &task));
     let ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era: ClientEra::Stateless };
     let answer = match mcp.apps.request(&gw.org_id, &app_id, &req.method, params, &ctx).await {
         Ok(reply) => match reply.into_response().await {
             Ok(r) => r,
-            Err(e) => reply::app_failure(&req.id, &app_id, &e, request_id),
+            Err(e) => rpc_errors::app_failure(&req.id, &app_id, &e, request_id),
         },
-        Err(AppError::Upstream { error, .. }) => reply::app_failure(&req.id, &app_id, &error, request_id),
-        Err(other) => Response::error(req.id.clone(), ErrorObject::internal(other.to_string())),
+        Err(AppError::Upstream { error, .. }) => rpc_errors::app_failure(&req.id, &app_id, &error, request_id),
+        Err(other) => Response::error(req.id.clone(), RpcErrorObject::internal(other.to_string())),
     };
     // The task is named to the client by toolgate's id, as it asked.
     let answer = match answer.outcome {

@@ -11,8 +11,8 @@ use crate::mcp::dispatch::{self, Caller};
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message};
 use crate::mcp::modern;
 use crate::mcp::protocol::{Accept, RpcCode, SESSION_COOKIE, VERSIONS};
-use crate::mcp::replay::CallStream;
-use crate::mcp::reply;
+use crate::mcp::resumable::{Following, KEEPALIVE};
+use crate::mcp::rpc_errors;
 use crate::mcp::runtime::{McpRuntime, StreamMessage};
 use crate::mcp::sessions::SessionError;
 use crate::mcp::stateless;
@@ -20,12 +20,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Method};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use toolgate_filters::{CredentialKind, Principal, Scope};
-
-/// How often an idle GET stream gets a keep-alive comment.
-const KEEPALIVE: Duration = Duration::from_secs(15);
 
 fn accept(headers: &http::HeaderMap) -> Accept {
     let mut a = Accept { json: false, sse: false };
@@ -115,7 +111,7 @@ fn session_id(headers: &http::HeaderMap) -> Option<String> {
 
 /// Answers a [`HeaderRefusal`]: a JSON-RPC error under its code's HTTP status.
 async fn refuse(ex: &mut Exchange<'_>, id: &Id, r: HeaderRefusal) -> pingora::Result<()> {
-    reply::error(ex, id, r.code, &r.message).await
+    rpc_errors::error(ex, id, r.code, &r.message).await
 }
 
 /// Handles one request to a gateway's MCP endpoint, after the proxy ran the gateway routes'
@@ -128,7 +124,7 @@ pub async fn handle(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gateway_id: &s
         // The gateway's own per-minute figure, all callers together (Decision 3).
         if let Err(spent) = mcp.quotas.admit_gateway(&gw.id, gw.configuration.rate_limit) {
             let (bucket, what) = (format!("gateway:{}", gw.id), format!("gateway {} rate limit", gw.id));
-            return reply::quota_exceeded(ex, spent, &bucket, &what).await;
+            return rpc_errors::quota_exceeded(ex, spent, &bucket, &what).await;
         }
     }
     match method {
@@ -160,7 +156,7 @@ async fn admit(
     gateway_id: &str,
 ) -> pingora::Result<Option<(Arc<Gateway>, Arc<Principal>)>> {
     let Some(principal) = ex.ctx.filters.principal.clone() else {
-        reply::api_error(ex, ApiError::Unauthorized("missing credentials".into())).await?;
+        rpc_errors::api_error(ex, ApiError::Unauthorized("missing credentials".into())).await?;
         return Ok(None);
     };
     // An account key needs `gateways:read`; a gateway key or a gateway's OAuth access token
@@ -168,7 +164,7 @@ async fn admit(
     if !matches!(principal.credential, CredentialKind::GatewayKey { .. } | CredentialKind::GatewayToken { .. })
         && !principal.scopes.contains(Scope::GatewaysRead)
     {
-        reply::api_error(ex, ApiError::InsufficientScope(Scope::GatewaysRead.as_str())).await?;
+        rpc_errors::api_error(ex, ApiError::InsufficientScope(Scope::GatewaysRead.as_str())).await?;
         return Ok(None);
     }
     let Some(gw) = mcp.state.gateway_of(&principal.org_id, gateway_id) else {
@@ -181,7 +177,7 @@ async fn admit(
             }
             None => ApiError::NotFound("gateway"),
         };
-        reply::api_error(ex, e).await?;
+        rpc_errors::api_error(ex, e).await?;
         return Ok(None);
     };
     Ok(Some((gw, principal)))
@@ -197,7 +193,7 @@ async fn require_session(
 ) -> pingora::Result<Option<String>> {
     let Some(sid) = session_id(ex.headers()) else {
         let message = "Bad Request: Server not initialized; send initialize first";
-        reply::error(ex, id, RpcCode::NotInitialized, message).await?;
+        rpc_errors::error(ex, id, RpcCode::NotInitialized, message).await?;
         return Ok(None);
     };
     let mut touched = mcp.sessions.touch(&sid, &gw.id, key_id);
@@ -213,7 +209,7 @@ async fn require_session(
         Ok(()) => Ok(Some(sid)),
         Err(e) => {
             let msg = format!("Session not found ({e}); send initialize to start a new session");
-            reply::error(ex, id, RpcCode::SessionNotFound, &msg).await?;
+            rpc_errors::error(ex, id, RpcCode::SessionNotFound, &msg).await?;
             Ok(None)
         }
     }
@@ -226,22 +222,22 @@ async fn post(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, k
     };
     let app_charged = match app_quota_from_headers(mcp, ex, gw).await {
         Ok(app) => app,
-        Err((spent, app)) => return reply::app_quota_exceeded(ex, spent, &app).await,
+        Err((spent, app)) => return rpc_errors::app_quota_exceeded(ex, spent, &app).await,
     };
     let body = match ex.read_body().await {
         Ok(b) => b,
         Err(ApiError::PayloadTooLarge(limit)) => {
             let msg = format!("Request body exceeds the limit of {limit} bytes (server.max_body_bytes)");
             // -32600 under 413 (not its status of the table): the body's size is what is wrong.
-            return reply::error_under(ex, 413, &Id::NULL, RpcCode::InvalidRequest, &msg).await;
+            return rpc_errors::error_under(ex, 413, &Id::NULL, RpcCode::InvalidRequest, &msg).await;
         }
-        Err(e) => return reply::api_error(ex, e).await,
+        Err(e) => return rpc_errors::api_error(ex, e).await,
     };
     let message = match jsonrpc::parse_from_client(&body) {
         Ok(Incoming::Single(m)) => m,
         Ok(Incoming::Batch(_)) => {
             let msg = "Batch requests are not supported: send one JSON-RPC message per POST";
-            return reply::error(ex, &Id::NULL, RpcCode::InvalidRequest, msg).await;
+            return rpc_errors::error(ex, &Id::NULL, RpcCode::InvalidRequest, msg).await;
         }
         Err(e) => {
             let status = RpcCode::from_code(e.code()).map_or(400, RpcCode::status);
@@ -334,7 +330,7 @@ async fn post_stateless(
         "server/discover" => stateless::discover(mcp, ex, gw, &req.id).await,
         "subscriptions/listen" => stateless::listen(mcp, ex, gw, key_id, req).await,
         m if modern::removed(m) => {
-            let e = jsonrpc::ErrorObject::method_not_found(m);
+            let e = jsonrpc::RpcErrorObject::method_not_found(m);
             stateless::answer(ex, jsonrpc::Response::error(req.id, e), "", false).await
         }
         _ => {
@@ -351,7 +347,7 @@ async fn delete(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, key_
     let Some(mcp_id) = require_session(mcp, ex, gw, key_id, &Id::NULL).await? else { return Ok(()) };
     match mcp.sessions.end(&mcp_id).await {
         Ok(_) => ex.respond(200, "application/json", Vec::new(), &[]).await,
-        Err(e) => reply::api_error(ex, e.into()).await,
+        Err(e) => rpc_errors::api_error(ex, e.into()).await,
     }
 }
 
@@ -371,7 +367,7 @@ async fn get_stream(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, 
     let who = Holder { org_id: &gw.org_id, key_id, session_id: Some(&mcp_id) };
     let slot = match mcp.stream_slot(who) {
         Ok(slot) => slot,
-        Err(refused) => return reply::bound_refused(ex, &Id::NULL, refused).await,
+        Err(refused) => return rpc_errors::bound_refused(ex, &Id::NULL, refused).await,
     };
     // The resumption of one of this session's call streams; any other id (unknown, expired,
     // another session's, or whose events are no longer all buffered) opens the listening stream.
@@ -429,50 +425,6 @@ impl EventSource for Listening {
             }
         }
         out.end(None).await.ok();
-    }
-}
-
-/// A client reading a call's resumable stream: the events after `seen`, then the rest live, until
-/// the stream ends. A stream taken up again with `Last-Event-ID` (a GET, holding its place under
-/// `mcp.streams`), or the answer of a call that went on in a task of its own while its app was
-/// slow (`dispatch`: the call's own POST, which its `concurrent` slot bounds).
-pub(super) struct Following {
-    pub cs: Arc<CallStream>,
-    pub seen: u64,
-    pub _slot: Option<StreamSlot>,
-}
-
-impl EventSource for Following {
-    async fn run<S: EventSink>(mut self, out: &mut S) {
-        loop {
-            let Some((mut events, ended)) = self.cs.after(self.seen) else {
-                // Fell out of the buffer while the client was away: end; the client calls again.
-                out.end(None).await.ok();
-                return;
-            };
-            // The last event of an ended stream (the response) leaves with the end of the
-            // answer, in one write and one wake-up of the client instead of two.
-            let last = if ended { events.pop() } else { None };
-            for (seq, event) in events {
-                if out.send(event).await.is_err() {
-                    return;
-                }
-                self.seen = seq;
-            }
-            if ended {
-                out.end(last.map(|(_, event)| event)).await.ok();
-                return;
-            }
-            tokio::select! {
-                _ = self.cs.changed(self.seen) => {}
-                _ = tokio::time::sleep(KEEPALIVE) => {
-                    if out.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
-                        return;
-                    }
-                }
-                gone = out.client_gone() => if gone.is_err() { return },
-            }
-        }
     }
 }
 

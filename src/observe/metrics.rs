@@ -325,25 +325,50 @@ pub fn store_operation(operation: &'static str, elapsed: Duration) {
     edge().store_ops.with_label_values(&[operation]).observe(elapsed.as_secs_f64());
 }
 
-/// The hidden-text counter's labels are the classes of `base::hidden_text` and the two actions:
-/// a bounded set, so no cap.
+/// The hidden-text counter's labels are the classes of `base::hidden_text`, the actions and the
+/// places ([`HIDDEN_TEXT_PLACES`]): a bounded set, so no cap.
 fn hidden_text_total() -> &'static IntCounterVec {
     static C: OnceLock<IntCounterVec> = OnceLock::new();
     C.get_or_init(|| {
         register_int_counter_vec!(
             "toolgate_hidden_text_total",
-            "Hidden text found in an app's tool, prompt or resource definition when a catalogue \
-             was built, by class and action (stripped or withheld)",
-            &["class", "action"]
+            "Hidden text found in what an app sends: its tool, prompt or resource definitions when a \
+             catalogue was built (where=definition; stripped or withheld), and its answers \
+             (stripped, blocked or logged), by class, action and where",
+            &["class", "action", "where"]
         )
         .expect("metric registers once")
     })
 }
 
-/// One finding of hidden text in an app's definition: `class` as `base::hidden_text` names it,
-/// `action` `stripped` or `withheld`.
-pub fn hidden_text(class: &str, action: &str) {
-    hidden_text_total().with_label_values(&[class, action]).inc();
+/// Where hidden text is found: an app's definitions, and the parts of its answers
+/// (`mcp/content/`).
+pub const HIDDEN_TEXT_PLACES: [&str; 9] =
+    ["definition", "result", "error", "resource", "prompt", "completion", "sampling", "elicitation", "notification"];
+
+/// One finding of hidden text: `class` as `base::hidden_text` names it, `action` (`stripped` or
+/// `withheld` for a definition; `stripped`, `blocked` or `logged` for an answer), `place` one
+/// of [`HIDDEN_TEXT_PLACES`].
+pub fn hidden_text(class: &str, action: &str, place: &str) {
+    hidden_text_total().with_label_values(&[class, action, place]).inc();
+}
+
+/// Secrets found in the apps' answers, by kind (`mcp::redact`) and action (`redacted`, `logged`).
+fn redacted_total() -> &'static IntCounterVec {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_redacted_total",
+            "Secrets found in what the apps answered, by kind and action (redacted or logged)",
+            &["kind", "action"]
+        )
+        .expect("metric registers once")
+    })
+}
+
+/// `n` secrets of `kind` found in an answer.
+pub fn redacted(kind: &str, action: &str, n: u64) {
+    redacted_total().with_label_values(&[kind, action]).inc_by(n);
 }
 
 /// A gateway's app tool definition became pending (`tool_policy`), by why: `changed`,
@@ -530,7 +555,7 @@ pub fn init(limits: LabelLimits) {
     }
     for class in crate::base::hidden_text::HiddenClass::ALL {
         for action in ["stripped", "withheld"] {
-            hidden_text_total().with_label_values(&[class.as_str(), action]);
+            hidden_text_total().with_label_values(&[class.as_str(), action, "definition"]);
         }
     }
     for reason in AUDIT_TAMPER_REASONS {

@@ -1,4 +1,4 @@
-//! The parser of an app's `text/event-stream` answers (`SseParser` in `mcp/upstream/http.rs`,
+//! The parser of an app's `text/event-stream` answers (`SseParser` in `mcp/upstream/http/sse.rs`,
 //! fed by the chunks that `mcp/upstream/wire.rs` reads off the socket), and what each event's
 //! data goes through next: `jsonrpc::parse`, a batch flattened as the upstream reader does.
 //!

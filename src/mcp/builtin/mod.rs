@@ -22,7 +22,7 @@ pub const NAMES: &[&str] = &[time::NAME];
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuiltinError {
     /// The app has no tool of that name. The gateway answers JSON-RPC -32602
-    /// `Unknown tool: NAME` (see [`crate::mcp::jsonrpc::ErrorObject::unknown_tool`]).
+    /// `Unknown tool: NAME` (see [`crate::mcp::jsonrpc::RpcErrorObject::unknown_tool`]).
     #[error("Unknown tool: {0}")]
     UnknownTool(String),
     /// A bug or resource problem inside the app; the gateway answers -32603.
@@ -32,11 +32,11 @@ pub enum BuiltinError {
 
 impl BuiltinError {
     /// The JSON-RPC error object this maps to at the edge.
-    pub fn to_error_object(&self) -> crate::mcp::jsonrpc::ErrorObject {
-        use crate::mcp::jsonrpc::ErrorObject;
+    pub fn to_error_object(&self) -> crate::mcp::jsonrpc::RpcErrorObject {
+        use crate::mcp::jsonrpc::RpcErrorObject;
         match self {
-            BuiltinError::UnknownTool(name) => ErrorObject::unknown_tool(name),
-            BuiltinError::Internal(msg) => ErrorObject::internal(msg.clone()),
+            BuiltinError::UnknownTool(name) => RpcErrorObject::unknown_tool(name),
+            BuiltinError::Internal(msg) => RpcErrorObject::internal(msg.clone()),
         }
     }
 }

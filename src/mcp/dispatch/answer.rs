@@ -17,7 +17,7 @@ pub(super) struct Finish<'a> {
 
 impl Finish<'_> {
     /// Records the call's outcome, answered under `status`; only the first time.
-    pub(super) fn record(&mut self, outcome: &Result<RawJson, ErrorObject>, status: u16) {
+    pub(super) fn record(&mut self, outcome: &Result<RawJson, RpcErrorObject>, status: u16) {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
@@ -29,7 +29,10 @@ impl Finish<'_> {
         if let (Some((t, span_id, start)), true) = (&self.span, trace::exporting()) {
             self.export_span(t, *span_id, *start, error, elapsed);
         }
-        if let Some(entry) = self.entry.take() {
+        if let Some(mut entry) = self.entry.take() {
+            if let Some(marks) = call.content.as_ref().and_then(|c| c.marks()) {
+                entry.content(&marks);
+            }
             let failed = error.is_error();
             call.mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
         }
@@ -90,7 +93,7 @@ pub(super) async fn json_only(
             Some(Ok(Message::Request(r))) => {
                 let caps = mcp.sessions.capabilities(mcp_id);
                 // Without a stream there is always a reason to refuse.
-                let e = refusal(&r.method, caps, false).unwrap_or_else(|| ErrorObject::method_not_found(&r.method));
+                let e = refusal(&r.method, caps, false).unwrap_or_else(|| RpcErrorObject::method_not_found(&r.method));
                 Box::pin(mcp.answer_app(org_id, app_id, Response::error(r.id, e))).await;
             }
             Some(Ok(_)) => continue,
@@ -166,7 +169,7 @@ pub(super) async fn relay(
         let Some(item) = item else { break };
         let msg = match item {
             Ok(m) => m,
-            Err(e) => Message::Response(reply::app_failure(id, app_id, &e, call.request_id.as_str())),
+            Err(e) => Message::Response(rpc_errors::app_failure(id, app_id, &e, call.request_id.as_str())),
         };
         if let Message::Request(r) = &msg {
             let caps = mcp.sessions.capabilities(mcp_id);
@@ -214,7 +217,7 @@ pub(super) async fn relay(
         mcp.call_streams.finish(rs, &mcp.state.config().mcp.resumable);
     }
     // Logged when the response went by; a stream that ended without one is an error.
-    done.record(&Err(ErrorObject::internal("stream ended without a response")), 200);
+    done.record(&Err(RpcErrorObject::internal("stream ended without a response")), 200);
     if let Some(ex) = client {
         ex.write(None, true).await?;
     }
@@ -234,10 +237,10 @@ pub(super) async fn resume_parked(
     binding: &parked::Binding,
     app_id: &str,
     given: Option<&HashMap<String, &RawValue>>,
-) -> Result<Box<(parked::Parked, Vec<parked::Pending>)>, ErrorObject> {
+) -> Result<Box<(parked::Parked, Vec<parked::Pending>)>, RpcErrorObject> {
     let mut p = stateless::resume(mcp, state, binding)?;
     if p.app_id != app_id {
-        return Err(ErrorObject::invalid_params("requestState belongs to another call"));
+        return Err(RpcErrorObject::invalid_params("requestState belongs to another call"));
     }
     let unanswered = stateless::deliver_answers(mcp, &mut p, given).await?;
     Ok(Box::new((p, unanswered)))
@@ -270,7 +273,7 @@ pub(super) async fn await_or_stream_early(
 
 /// A slow call goes on in a task of its own, which writes its answer into the call's resumable
 /// stream; the client's connection follows that stream as a resumed one does
-/// ([`transport::Following`]), and on HTTP/1 goes on alone (`Exchange::stream_on`). So a call
+/// ([`Following`]), and on HTTP/1 goes on alone (`Exchange::stream_on`). So a call
 /// in flight holds only itself, its stream and the bare connection, not the request's state,
 /// Pingora's session and the connection's task (BENCHMARKS.md, "Scale on one instance"). The
 /// caller's `concurrent` slot stays with the call until it is answered: it is a request in
@@ -292,7 +295,7 @@ pub(super) async fn go_on_alone(
         drop(held);
     });
     if connected {
-        ex.stream_on(transport::Following { cs: stream, seen, _slot: None }).await;
+        ex.stream_on(Following { cs: stream, seen, _slot: None }).await;
     }
     Ok(())
 }
@@ -336,6 +339,7 @@ pub(super) struct Alone {
     pub(super) entry: Option<EntryWriter>,
     pub(super) id: Id,
     pub(super) request_id: RequestId,
+    pub(super) content: Option<Arc<ContentCheck>>,
 }
 
 impl Alone {
@@ -356,6 +360,7 @@ impl Alone {
             entry: done.entry.take(),
             id: id.clone(),
             request_id: call.request_id,
+            content: call.content.clone(),
         }
     }
 
@@ -366,8 +371,9 @@ impl Alone {
             Pending::Call(call) => call.await,
             Pending::Stream(rest) => Ok(UpstreamReply::Stream(*rest)),
         };
-        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id, request_id } = self;
-        let call = Call { mcp: &mcp, gw: &gw, caller: Caller::Session(&mcp_id), method: &method, started, request_id };
+        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id, request_id, content } = self;
+        let caller = Caller::Session(&mcp_id);
+        let call = Call { mcp: &mcp, gw: &gw, caller, method: &method, started, request_id, content };
         let tool = tool.as_ref().map(|(at_gateway, at_app)| (at_gateway.as_str(), at_app.as_str()));
         let mut done = Finish { call: &call, app_id: &app_id, tool, span, entry, finished: false };
         match reply {
@@ -392,7 +398,7 @@ impl Alone {
 }
 
 /// What went wrong with a call, if anything: a JSON-RPC error, or a tool result with `isError`.
-pub(super) fn error_type(method: &str, outcome: &Result<RawJson, ErrorObject>) -> ErrorType {
+pub(super) fn error_type(method: &str, outcome: &Result<RawJson, RpcErrorObject>) -> ErrorType {
     // Only `isError` is read; the rest of the result is skipped, not built.
     #[derive(serde::Deserialize)]
     struct ToolResult {
@@ -430,7 +436,7 @@ pub(super) fn holder<'a>(ex: &'a Exchange<'_>, gw: &'a Gateway, mcp_id: &'a str)
 /// [`error_type`]); a JSON-RPC error gets the HTTP status that says where it came from.
 pub(super) fn log_entry(
     entry: EntryWriter,
-    outcome: &Result<RawJson, ErrorObject>,
+    outcome: &Result<RawJson, RpcErrorObject>,
     failed: bool,
     transport_status: u16,
     elapsed: Duration,

@@ -12,19 +12,19 @@ use crate::edge::exchange::{sse_event, Exchange, RequestId};
 use crate::mcp::apps::AppError;
 use crate::mcp::bounds::{Holder, Refused};
 use crate::mcp::catalogue::Catalogue;
-use crate::mcp::jsonrpc::{self, ErrorObject, Id, Message, RawJson, RawMembers, Response};
+use crate::mcp::content::ContentCheck;
+use crate::mcp::jsonrpc::{self, Id, Message, RawJson, RawMembers, Response, RpcErrorObject};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::parked;
 use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
 use crate::mcp::quota;
-use crate::mcp::replay::CallStream;
-use crate::mcp::reply;
+use crate::mcp::resumable::{CallStream, Following};
+use crate::mcp::rpc_errors;
 use crate::mcp::rules::{self, CallFacts, Cause, RuleSet, Subject};
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
 use crate::mcp::tasks;
-use crate::mcp::transport;
 use crate::mcp::upstream::{CallContext, ClientEra, ReplyStream, UpstreamError, UpstreamReply};
 use crate::observe::metrics::{self, ErrorType};
 use crate::observe::trace::{self, Span, SpanKind, TraceContext};
@@ -76,7 +76,7 @@ async fn respond(
     decorate: &'static str,
 ) -> pingora::Result<()> {
     match caller {
-        Caller::Session(_) => reply::json(ex, r).await,
+        Caller::Session(_) => rpc_errors::json(ex, r).await,
         Caller::Stateless { .. } => stateless::answer(ex, r, decorate, false).await,
     }
 }
@@ -90,18 +90,18 @@ fn declared_capabilities(declared: Option<&Value>) -> ClientCapabilities {
 
 /// Why the calling client cannot be sent this server->client request, if it cannot: it did not
 /// declare the capability, or it takes JSON answers only (no stream to carry a request).
-fn refusal(method: &str, caps: ClientCapabilities, sse: bool) -> Option<ErrorObject> {
+fn refusal(method: &str, caps: ClientCapabilities, sse: bool) -> Option<RpcErrorObject> {
     let needs = match method {
         "sampling/createMessage" => Some(("sampling", caps.sampling)),
         "elicitation/create" => Some(("elicitation", caps.elicitation)),
         _ => None,
     };
     match needs {
-        Some((capability, false)) => Some(ErrorObject::new(
+        Some((capability, false)) => Some(RpcErrorObject::new(
             jsonrpc::METHOD_NOT_FOUND,
             format!("the gateway's client did not declare the {capability} capability ({method})"),
         )),
-        _ if !sse => Some(ErrorObject::new(
+        _ if !sse => Some(RpcErrorObject::new(
             jsonrpc::METHOD_NOT_FOUND,
             format!("the gateway's client takes JSON answers only and cannot receive {method}"),
         )),
@@ -128,7 +128,7 @@ pub(super) async fn initialize(
         Ok(()) => {}
         Err(CreateError::Store(e)) => {
             observe(ErrorType::Code(jsonrpc::INTERNAL_ERROR));
-            return reply::api_error(ex, e.into()).await;
+            return rpc_errors::api_error(ex, e.into()).await;
         }
         Err(e @ (CreateError::KeyCap(limit) | CreateError::OrgCap(limit))) => {
             let code = RpcCode::LimitExceeded;
@@ -196,7 +196,7 @@ fn session_record(gw: &Gateway, key_id: &str, client_ip: String, version: &str, 
 }
 
 /// A cursor is the offset into the gateway's list, opaque to clients.
-fn page(items: &[Value], params: Option<&RawJson>, key: &str, page_size: usize) -> Result<Value, ErrorObject> {
+fn page(items: &[Value], params: Option<&RawJson>, key: &str, page_size: usize) -> Result<Value, RpcErrorObject> {
     #[derive(serde::Deserialize)]
     struct Paging {
         #[serde(default)]
@@ -205,11 +205,11 @@ fn page(items: &[Value], params: Option<&RawJson>, key: &str, page_size: usize) 
     let cursor = params.and_then(|p| p.read::<Paging>().ok()).and_then(|p| p.cursor);
     let start = match cursor {
         None => 0,
-        Some(Value::String(c)) => c.parse::<usize>().map_err(|_| ErrorObject::invalid_params("invalid cursor"))?,
-        Some(_) => return Err(ErrorObject::invalid_params("cursor must be a string")),
+        Some(Value::String(c)) => c.parse::<usize>().map_err(|_| RpcErrorObject::invalid_params("invalid cursor"))?,
+        Some(_) => return Err(RpcErrorObject::invalid_params("cursor must be a string")),
     };
     if start > items.len() {
-        return Err(ErrorObject::invalid_params("invalid cursor"));
+        return Err(RpcErrorObject::invalid_params("invalid cursor"));
     }
     let end = (start + page_size).min(items.len());
     let mut out = json!({ key: items[start..end] });
@@ -242,7 +242,7 @@ pub(super) async fn request(
             _ => page(&cat.templates, params, key, page_size),
         }
     };
-    let outcome: Result<Value, ErrorObject> = match req.method.as_str() {
+    let outcome: Result<Value, RpcErrorObject> = match req.method.as_str() {
         "ping" => Ok(json!({})),
         "logging/setLevel" => Ok(json!({})),
         "tools/list" => {
@@ -265,7 +265,7 @@ pub(super) async fn request(
             // and delivers updates to each subscriber's own GET stream.
             let Caller::Session(mcp_id) = caller else {
                 // The stateless revision removed these methods (answered before dispatch).
-                return respond(ex, caller, Response::error(req.id, ErrorObject::method_not_found(&req.method)), "")
+                return respond(ex, caller, Response::error(req.id, RpcErrorObject::method_not_found(&req.method)), "")
                     .await;
             };
             let uri = resource_uri(params);
@@ -292,7 +292,7 @@ pub(super) async fn request(
             let r = Box::pin(tasks::follow(mcp, gw, env, key_id, &req, ex.ctx.request_id.as_str())).await;
             return respond(ex, caller, r, modern::COMPLETE).await;
         }
-        other => Err(ErrorObject::method_not_found(other)),
+        other => Err(RpcErrorObject::method_not_found(other)),
     };
     let error = outcome.as_ref().map_or_else(|e| ErrorType::Code(e.code), |_| ErrorType::None);
     metrics::mcp_server_operation(&req.method, None, error, &gw.id, started.elapsed());
@@ -318,7 +318,7 @@ async fn listed_tools(
     ex: &Exchange<'_>,
     set: Arc<RuleSet>,
     cat: &Arc<Catalogue>,
-) -> Result<Vec<Value>, ErrorObject> {
+) -> Result<Vec<Value>, RpcErrorObject> {
     let Some(p) = ex.ctx.filters.principal.as_deref() else { return Ok(cat.tools.clone()) };
     let who = subject(mcp, ex, &set, p);
     if set.lists_inline(cat.tools.len()) {
@@ -328,7 +328,7 @@ async fn listed_tools(
     let shown = mcp.rule_slots.run(&p.org_id, move || shown_tools(&set, &who, &cat)).await;
     shown.map_err(|_| {
         metrics::rule_refused("busy");
-        reply::rules_refused(&rules::Refused::Busy)
+        rpc_errors::rules_refused(&rules::Refused::Busy)
     })
 }
 
@@ -385,6 +385,8 @@ struct Call<'a> {
     started: Instant,
     /// The request's id: in what the client is told of an app's failure and in the log entry.
     request_id: RequestId,
+    /// The gateway's checks of what the app answers (`mcp/content/`), once the target is known.
+    content: Option<Arc<ContentCheck>>,
 }
 
 /// Where a call goes, from the catalogue (`'c`): the app and, for `tools/call` and
@@ -413,7 +415,8 @@ async fn forward(
     acc: Accept,
 ) -> pingora::Result<()> {
     let request_id = ex.ctx.request_id;
-    let call = Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id };
+    let mut call =
+        Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id, content: None };
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
     let target = match call.resolve(&catalogue, params.as_ref()) {
@@ -438,6 +441,7 @@ async fn forward(
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
     let Target { app_id, tool, named, .. } = target;
+    call.content = ContentCheck::for_call(gw, call.method, tool.map(|t| t.0));
     if let Err(refused) = call.resumable_room(ex, &acc) {
         let e = refused.to_error();
         call.refused(&e);
@@ -445,10 +449,10 @@ async fn forward(
             let args = named.as_ref().and_then(|n| n.get("arguments"));
             call.log_refused(app_id, function, args, &e, RpcCode::LimitExceeded.status());
         }
-        return reply::bound_refused(ex, &req.id, refused).await;
+        return rpc_errors::bound_refused(ex, &req.id, refused).await;
     }
     if let Err(spent) = call.admit(app_id) {
-        return reply::app_quota_exceeded(ex, spent, app_id).await;
+        return rpc_errors::app_quota_exceeded(ex, spent, app_id).await;
     }
     let binding = call.binding(tool, params.as_ref());
     let continuation_text = call.continuation_text(params.as_ref());
@@ -494,6 +498,19 @@ async fn forward(
     finish(&mut done, ex, answered, req.id, binding, given, &acc).await
 }
 
+/// The app's reply with the gateway's content checks on it: a response checked now, a stream
+/// message by message as it is read.
+fn checked(
+    reply: Result<UpstreamReply, AppError>,
+    check: Option<Arc<ContentCheck>>,
+) -> Result<UpstreamReply, AppError> {
+    let Some(check) = check else { return reply };
+    reply.map(|r| match r {
+        UpstreamReply::Response(r) => UpstreamReply::Response(check.response(r)),
+        UpstreamReply::Stream(s) => UpstreamReply::Stream(s.checked(check)),
+    })
+}
+
 /// What the app's call came to: its reply; and for a continued call, the questions still
 /// unanswered and the keys issued so far.
 struct Answered {
@@ -513,6 +530,9 @@ enum Pending {
 }
 
 /// How [`Call::request`] left a call: answered, or slow, its resumable stream opened.
+// Lives on the stack once per call: boxing the reply would allocate on every call to save a few
+// bytes of a short-lived value.
+#[allow(clippy::large_enum_variant)]
 enum Requested {
     Answered(Result<UpstreamReply, AppError>),
     Slow(Slow),
@@ -556,14 +576,14 @@ async fn finish(
             (Caller::Stateless { env, .. }, Some(binding)) => {
                 let (pending, keys_issued) = answered.carried.unwrap_or_default();
                 let info = stateless::CallInfo { gw: call.gw, app_id, id: &id, env, binding, decorate, given };
-                let log = &mut |o: &Result<RawJson, ErrorObject>, status| done.record(o, status);
+                let log = &mut |o: &Result<RawJson, RpcErrorObject>, status| done.record(o, status);
                 Box::pin(stateless::relay(mcp, ex, info, stream, pending, keys_issued, acc, log)).await
             }
             (Caller::Session(mcp_id), _) if !acc.sse => {
                 let r = json_only(call, app_id, mcp_id, stream).await;
-                let r = r.unwrap_or_else(|e| reply::app_failure(&id, app_id, &e, call.request_id.as_str()));
+                let r = r.unwrap_or_else(|e| rpc_errors::app_failure(&id, app_id, &e, call.request_id.as_str()));
                 done.record(&r.outcome, 200);
-                reply::json(ex, r.with_id(id)).await
+                rpc_errors::json(ex, r.with_id(id)).await
             }
             (Caller::Session(mcp_id), _) => relay_events(done, ex, mcp_id, &id, stream).await,
             (Caller::Stateless { .. }, None) => unreachable!("a stateless caller has a binding"),
@@ -578,7 +598,7 @@ async fn finish(
 
 impl Call<'_> {
     /// A request refused before it reached an app, in the operation metrics.
-    fn refused(&self, e: &ErrorObject) {
+    fn refused(&self, e: &RpcErrorObject) {
         metrics::mcp_server_operation(self.method, None, ErrorType::Code(e.code), &self.gw.id, self.started.elapsed())
     }
 
@@ -589,13 +609,13 @@ impl Call<'_> {
         &self,
         catalogue: &'c Catalogue,
         params: Option<&'p RawJson>,
-    ) -> Result<Option<Target<'c, 'p>>, ErrorObject> {
+    ) -> Result<Option<Target<'c, 'p>>, RpcErrorObject> {
         match self.method {
             "tools/call" | "prompts/get" => self.resolve_named(catalogue, params).map(Some),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = resource_uri(params);
                 if let Some(w) = catalogue.withheld_resource(&uri) {
-                    let e = reply::withheld(w);
+                    let e = rpc_errors::withheld(w);
                     self.refused(&e);
                     return Err(e);
                 }
@@ -605,7 +625,8 @@ impl Call<'_> {
                 // The stateless revision answers an unknown resource with -32602 (SEP-2164).
                 let code =
                     if self.caller.stateless() { jsonrpc::INVALID_PARAMS } else { RpcCode::ResourceNotFound.code() };
-                let e = ErrorObject::new(code, format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }));
+                let e =
+                    RpcErrorObject::new(code, format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }));
                 self.refused(&e);
                 Err(e)
             }
@@ -629,9 +650,9 @@ impl Call<'_> {
         &self,
         catalogue: &'c Catalogue,
         params: Option<&'p RawJson>,
-    ) -> Result<Target<'c, 'p>, ErrorObject> {
+    ) -> Result<Target<'c, 'p>, RpcErrorObject> {
         let Some(named) = params.and_then(|p| p.read::<NamedParams>().ok()).filter(|n| n.name.is_some()) else {
-            let e = ErrorObject::invalid_params(format!("{} needs params.name (string)", self.method));
+            let e = RpcErrorObject::invalid_params(format!("{} needs params.name (string)", self.method));
             self.refused(&e);
             return Err(e);
         };
@@ -659,14 +680,14 @@ impl Call<'_> {
     /// one of the gateway's apps that is down. When the name says which (the only app, or its
     /// `<app><sep>` prefix), that app's failure is the answer; otherwise the unavailable apps
     /// ride along as data.
-    fn unknown_name(&self, catalogue: &Catalogue, name: &str) -> ErrorObject {
+    fn unknown_name(&self, catalogue: &Catalogue, name: &str) -> RpcErrorObject {
         if let Some(w) = catalogue.withheld(name, self.method == "prompts/get") {
-            return reply::withheld(w);
+            return rpc_errors::withheld(w);
         }
         let gw = self.gw;
         if self.method == "tools/call" {
             if let Some(held) = catalogue.pending_tool(name) {
-                return reply::tool_pending(name, held);
+                return rpc_errors::tool_pending(name, held);
             }
         }
         let sep = &gw.configuration.tool_name_separator;
@@ -675,12 +696,13 @@ impl Call<'_> {
         });
         if let Some((app, reason)) = owner {
             let data = json!({ "request_id": self.request_id.as_str(), "app": app, "cause": reason });
-            return ErrorObject::new(RpcCode::UpstreamFailure.code(), reply::unavailable(app, reason)).with_data(data);
+            return RpcErrorObject::new(RpcCode::UpstreamFailure.code(), rpc_errors::unavailable(app, reason))
+                .with_data(data);
         }
         let e = if self.method == "tools/call" {
-            ErrorObject::unknown_tool(name)
+            RpcErrorObject::unknown_tool(name)
         } else {
-            ErrorObject::invalid_params(format!("Unknown prompt: {name}"))
+            RpcErrorObject::invalid_params(format!("Unknown prompt: {name}"))
         };
         if catalogue.failures.is_empty() {
             return e;
@@ -691,7 +713,7 @@ impl Call<'_> {
     /// A call to a tool awaiting approval, or to a tool, prompt or resource withheld for its
     /// hidden text, is in the audit trail (`tool_call.refused`, folded past a share per minute):
     /// someone tried what the gateway holds back.
-    fn audit_held(&self, ex: &Exchange<'_>, e: &ErrorObject) {
+    fn audit_held(&self, ex: &Exchange<'_>, e: &RpcErrorObject) {
         let withheld = e.data.as_ref().is_some_and(|d| d.get("withheld").is_some());
         let reason = match (e.code == RpcCode::ToolPending.code(), withheld) {
             (true, _) => "pending",
@@ -726,7 +748,7 @@ impl Call<'_> {
     /// audited, and named in the access line), when its arguments cannot be read, or when its
     /// organisation's slots for dear rule sets are all taken (both counted and logged). A
     /// gateway without rules pays one branch.
-    async fn rules(&self, ex: &mut Exchange<'_>, target: &Target<'_, '_>) -> Result<(), ErrorObject> {
+    async fn rules(&self, ex: &mut Exchange<'_>, target: &Target<'_, '_>) -> Result<(), RpcErrorObject> {
         let Some(set) = self.mcp.rules(self.gw) else { return Ok(()) };
         let Some(facts) = self.facts(target) else { return Ok(()) };
         let Some(p) = ex.ctx.filters.principal.as_deref() else { return Ok(()) };
@@ -737,7 +759,7 @@ impl Call<'_> {
         let Err(refused) = set.decide_call_bounded(slots, p, ex.ctx.client_ip, facts, args, who).await else {
             return Ok(());
         };
-        let e = reply::rules_refused(&refused);
+        let e = rpc_errors::rules_refused(&refused);
         self.refused(&e);
         if facts.method == RuleMethod::ToolsCall {
             self.log_refused(target.app_id, function, args, &e, 200);
@@ -785,7 +807,7 @@ impl Call<'_> {
         target: &Target<'_, '_>,
         headers: &http::HeaderMap,
         to_app: &mut Vec<(HeaderName, HeaderValue)>,
-    ) -> Result<(), ErrorObject> {
+    ) -> Result<(), RpcErrorObject> {
         let declared = target.declared;
         let Some(named) = target.named.as_ref().filter(|_| !declared.is_empty()) else {
             return Ok(());
@@ -794,7 +816,7 @@ impl Call<'_> {
             named.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
         if self.caller.stateless() {
             if let Err(r) = modern::check_param_headers(declared, &arguments, headers) {
-                let e = ErrorObject { code: r.code, message: r.message.into_owned(), data: r.data, detail: None };
+                let e = RpcErrorObject { code: r.code, message: r.message.into_owned(), data: r.data, detail: None };
                 self.refused(&e);
                 if let (Some((_, name)), true) = (target.tool, self.method == "tools/call") {
                     self.log_refused(target.app_id, name, named.get("arguments"), &e, 200);
@@ -810,10 +832,10 @@ impl Call<'_> {
     /// failed, headers that disagree with the arguments, a bound of the caller's) is logged as
     /// the error it was answered with, under the HTTP `status` it was answered with, so that the
     /// log, analytics and metrics count it like any other failed call.
-    fn log_refused(&self, app: &str, function: &str, arguments: Option<&RawValue>, e: &ErrorObject, status: u16) {
+    fn log_refused(&self, app: &str, function: &str, arguments: Option<&RawValue>, e: &RpcErrorObject, status: u16) {
         let mut entry = EntryWriter::begin(self.gw, app, function, arguments.map_or("null", RawValue::get));
         entry.request_id(self.request_id.as_str());
-        let outcome = Err(ErrorObject::new(e.code, e.message.clone()));
+        let outcome = Err(RpcErrorObject::new(e.code, e.message.clone()));
         self.mcp.reqlog.record(log_entry(entry, &outcome, true, status, self.started.elapsed()));
     }
 
@@ -875,13 +897,15 @@ impl Call<'_> {
             Caller::Session(mcp_id) if acc.sse => {
                 let (mcp, gw) = (Arc::clone(self.mcp), Arc::clone(self.gw));
                 let (app_id, method) = (app_id.to_owned(), self.method.to_owned());
-                let call: AppCall =
-                    Box::pin(async move { mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await });
+                let content = self.content.clone();
+                let call: AppCall = Box::pin(async move {
+                    checked(mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await, content)
+                });
                 await_or_stream_early(self.mcp, ex, self.gw, mcp_id, call).await
             }
             _ => {
                 let reply = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, &call_ctx).await;
-                Ok(Requested::Answered(reply))
+                Ok(Requested::Answered(checked(reply, self.content.clone())))
             }
         }
     }
@@ -912,9 +936,9 @@ impl Call<'_> {
                 if app_unreachable(error) {
                     self.mcp.app_changed(&self.gw.org_id, app_id);
                 }
-                reply::app_failure(id, app_id, error, self.request_id.as_str())
+                rpc_errors::app_failure(id, app_id, error, self.request_id.as_str())
             }
-            other => Response::error(id.clone(), ErrorObject::internal(other.to_string())),
+            other => Response::error(id.clone(), RpcErrorObject::internal(other.to_string())),
         }
     }
 }

@@ -47,7 +47,7 @@ fn server_requests_are_relayed_only_to_clients_that_can_take_them() {
 }
 
 /// The entry `log_entry` makes of `outcome`: its `error` flag and its `response`.
-fn logged(outcome: Result<Value, ErrorObject>, transport_status: u16) -> (bool, Value) {
+fn logged(outcome: Result<Value, RpcErrorObject>, transport_status: u16) -> (bool, Value) {
     let gw = Arc::new(Gateway::for_tests("gw_1", "org_1"));
     let entry = EntryWriter::begin(&gw, "app", "f", "null");
     let outcome = outcome.map(|v| RawJson::from_value(&v));
@@ -134,12 +134,12 @@ fn a_log_entry_says_what_came_back() {
     // A result that is not an object has no `isError`: a success.
     assert!(!logged(Ok(json!([1])), 200).0);
     assert!(!logged(Ok(json!([true])), 200).0);
-    let status = |code: i64, transport: u16| logged(Err(ErrorObject::new(code, "m")), transport).1["status"].clone();
+    let status = |code: i64, transport: u16| logged(Err(RpcErrorObject::new(code, "m")), transport).1["status"].clone();
     assert_eq!(status(-32602, 200), 400, "bad arguments");
     assert_eq!(status(-32003, 200), 504, "the app timed out");
     assert_eq!(status(-32002, 503), 503, "the transport's own 5xx");
     assert_eq!(status(-32002, 200), 502, "any other failure of the app");
-    let (error, response) = logged(Err(ErrorObject::new(-32002, "App `a` failed")), 502);
+    let (error, response) = logged(Err(RpcErrorObject::new(-32002, "App `a` failed")), 502);
     assert!(error);
     assert_eq!(response["data"], json!({ "code": -32002, "message": "App `a` failed" }));
 }

@@ -29,7 +29,8 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::mcp::builtin::{BuiltinApp, BuiltinError};
-use crate::mcp::jsonrpc::{ErrorObject, Id, Message, RawJson, Response};
+use crate::mcp::content::ContentCheck;
+use crate::mcp::jsonrpc::{Id, Message, RawJson, Response, RpcErrorObject};
 
 mod cause;
 pub mod http;
@@ -322,7 +323,7 @@ pub enum UpstreamError {
     Protocol(String),
     /// The upstream answered `initialize` with a JSON-RPC error.
     #[error("upstream rejected initialize: {0}")]
-    Initialize(ErrorObject),
+    Initialize(RpcErrorObject),
     /// The stream or connection ended before the response.
     #[error("upstream closed the connection before responding")]
     Closed,
@@ -417,6 +418,8 @@ pub struct ReplyStream {
     deadline: Instant,
     client_id: Id,
     done: bool,
+    /// The gateway's content checks, applied to every message as it is read (`mcp/content/`).
+    check: Option<Arc<ContentCheck>>,
 }
 
 impl fmt::Debug for ReplyStream {
@@ -440,7 +443,15 @@ impl ReplyStream {
 
 impl ReplyStream {
     pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Id) -> Self {
-        Self { source, peeked: first, deadline, client_id, done: false }
+        Self { source, peeked: first, deadline, client_id, done: false, check: None }
+    }
+
+    /// The stream with every message checked by `check` as it is read: a message the checks
+    /// block ends the stream with the error the call is answered with, and dropping the rest
+    /// cancels the call upstream.
+    pub(crate) fn checked(mut self, check: Arc<ContentCheck>) -> Self {
+        self.check = Some(check);
+        self
     }
 
     /// The next message: notifications (`notifications/progress`, `notifications/message`, ...)
@@ -459,11 +470,24 @@ impl ReplyStream {
             },
         };
         match event {
-            Ok(Event::Message(m)) => Some(Ok(m)),
+            Ok(Event::Message(m)) => match self.check.as_deref() {
+                None => Some(Ok(m)),
+                Some(c) => match c.message(m) {
+                    Ok(m) => Some(Ok(m)),
+                    Err(e) => {
+                        self.done = true;
+                        Some(Ok(Message::Response(Response::error(self.client_id.clone(), e))))
+                    }
+                },
+            },
             Ok(Event::Final(r)) => {
                 self.done = true;
                 self.source.complete();
-                Some(Ok(Message::Response(r.with_id(self.client_id.clone()))))
+                let r = r.with_id(self.client_id.clone());
+                Some(Ok(Message::Response(match &self.check {
+                    Some(c) => c.response(r),
+                    None => r,
+                })))
             }
             Err(e) => {
                 self.done = true;
@@ -758,7 +782,7 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJ
         "tools/call" => {
             let mut params = params.as_ref().map(RawJson::to_value).unwrap_or_default();
             let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-                return Response::error(id, ErrorObject::invalid_params("tools/call needs params.name (string)"));
+                return Response::error(id, RpcErrorObject::invalid_params("tools/call needs params.name (string)"));
             };
             let arguments = params.get_mut("arguments").map(Value::take).unwrap_or_else(|| json!({}));
             match app.call(&name, arguments).await {
@@ -768,7 +792,7 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJ
                 }
             }
         }
-        other => Response::error(id, ErrorObject::method_not_found(other)),
+        other => Response::error(id, RpcErrorObject::method_not_found(other)),
     }
 }
 

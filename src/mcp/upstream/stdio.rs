@@ -41,7 +41,7 @@ use super::{
     CallContext, Event, NoticeReporter, ReplyStream, Source, StdioSettings, TimeoutPhase, Timeouts, UpstreamError,
     UpstreamReply, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS,
 };
-use crate::mcp::jsonrpc::{self, ErrorObject, Id, Incoming, Message, RawJson, Response};
+use crate::mcp::jsonrpc::{self, Id, Incoming, Message, RawJson, Response, RpcErrorObject};
 
 /// Variables copied from the gateway's environment into every child (when set).
 pub const INHERITED_ENV: &[&str] =
@@ -693,7 +693,7 @@ fn route(shared: &Shared, writer: &mpsc::UnboundedSender<WriterCmd>, m: Message)
             let reply = if r.method == "ping" {
                 jsonrpc::response_bytes(&r.id, &json!({}))
             } else {
-                let e = ErrorObject::method_not_found(&r.method);
+                let e = RpcErrorObject::method_not_found(&r.method);
                 jsonrpc::error_bytes(&r.id, e.code, &e.message, None)
             };
             let _ = writer.send(WriterCmd::Line(reply));

@@ -2,7 +2,7 @@
 //! request carries the envelope in `params._meta` and the routing headers. Whether an app speaks
 //! it is found once with `server/discover` (or pinned by `protocol_version`). An app that also
 //! speaks the handshake era is called here only for 2026-07-28 clients and the gateway itself
-//! (`http.rs`, "Apps of both eras").
+//! (`mod.rs`, "Apps of both eras").
 //!
 //! The rest of toolgate speaks to every app as to a handshake-era one, so this module translates
 //! the one difference that reaches the gateway: an app's input-required result. Its questions
@@ -375,7 +375,7 @@ async fn answers(
             Err(e) => {
                 // The client could not answer (or toolgate refused on its behalf): the revision
                 // has no way to tell the app, so the call ends with the reason.
-                let e = jsonrpc::ErrorObject::new(
+                let e = jsonrpc::RpcErrorObject::new(
                     e.code,
                     format!("the client did not answer the app's question `{key}`: {}", e.message),
                 );

@@ -17,7 +17,8 @@
 
 use crate::base::fast_map::FastMap;
 use crate::config::ResumableBounds;
-use crate::mcp::bounds::{Holder, Refused, Scope};
+use crate::edge::exchange::{EventSink, EventSource};
+use crate::mcp::bounds::{Holder, Refused, Scope, StreamSlot};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -34,6 +35,9 @@ const MAX_BYTES: usize = 4 << 20;
 const MAX_STREAMS: usize = 10_000;
 /// The reconnection time suggested to clients (`retry:`), in milliseconds.
 pub const RETRY_MS: u64 = 1000;
+/// How often an idle open stream (a GET, a followed call, `subscriptions/listen`) gets a
+/// keep-alive comment.
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(15);
 
 #[derive(Default)]
 struct Buffered {
@@ -301,6 +305,50 @@ impl Charge {
     fn sub(&self, n: usize) {
         for c in [&self.key, &self.org, &self.all] {
             c.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A client reading a call's resumable stream: the events after `seen`, then the rest live, until
+/// the stream ends. A stream taken up again with `Last-Event-ID` (a GET, holding its place under
+/// `mcp.streams`), or the answer of a call that went on in a task of its own while its app was
+/// slow (`dispatch/answer.rs`: the call's own POST, which its `concurrent` slot bounds).
+pub(crate) struct Following {
+    pub cs: Arc<CallStream>,
+    pub seen: u64,
+    pub _slot: Option<StreamSlot>,
+}
+
+impl EventSource for Following {
+    async fn run<S: EventSink>(mut self, out: &mut S) {
+        loop {
+            let Some((mut events, ended)) = self.cs.after(self.seen) else {
+                // Fell out of the buffer while the client was away: end; the client calls again.
+                out.end(None).await.ok();
+                return;
+            };
+            // The last event of an ended stream (the response) leaves with the end of the
+            // answer, in one write and one wake-up of the client instead of two.
+            let last = if ended { events.pop() } else { None };
+            for (seq, event) in events {
+                if out.send(event).await.is_err() {
+                    return;
+                }
+                self.seen = seq;
+            }
+            if ended {
+                out.end(last.map(|(_, event)| event)).await.ok();
+                return;
+            }
+            tokio::select! {
+                _ = self.cs.changed(self.seen) => {}
+                _ = tokio::time::sleep(KEEPALIVE) => {
+                    if out.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                        return;
+                    }
+                }
+                gone = out.client_gone() => if gone.is_err() { return },
+            }
         }
     }
 }

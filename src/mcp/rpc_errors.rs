@@ -5,7 +5,7 @@
 use crate::edge::error::ApiError;
 use crate::edge::exchange::Exchange;
 use crate::mcp::bounds;
-use crate::mcp::jsonrpc::{self, ErrorObject, Id, Response};
+use crate::mcp::jsonrpc::{self, Id, Response, RpcErrorObject};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::quota::Spent;
 use crate::mcp::rules::{self, Cause};
@@ -81,7 +81,7 @@ pub async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: bounds::Refu
 /// when it was not the rule's match but its failure or the call's size), arguments the rules
 /// cannot read (the call is invalid), or every slot of the organisation for dear rule sets
 /// taken (retry shortly).
-pub fn rules_refused(r: &rules::Refused) -> ErrorObject {
+pub fn rules_refused(r: &rules::Refused) -> RpcErrorObject {
     match r {
         rules::Refused::Denied(d) => {
             let mut data = json!({ "rule": &*d.rule });
@@ -89,12 +89,12 @@ pub fn rules_refused(r: &rules::Refused) -> ErrorObject {
             if d.cause != Cause::Matched {
                 data["reason"] = json!(d.cause.as_str());
             }
-            ErrorObject::new(RpcCode::DeniedByRule.code(), d.message()).with_data(data)
+            RpcErrorObject::new(RpcCode::DeniedByRule.code(), d.message()).with_data(data)
         }
         rules::Refused::Unreadable { reason } => {
-            ErrorObject::invalid_params(format!("The tool call's arguments cannot be read: {reason}"))
+            RpcErrorObject::invalid_params(format!("The tool call's arguments cannot be read: {reason}"))
         }
-        rules::Refused::Busy => ErrorObject::new(
+        rules::Refused::Busy => RpcErrorObject::new(
             RpcCode::LimitExceeded.code(),
             "The organisation's rules are busy with other calls; retry shortly",
         )
@@ -120,7 +120,7 @@ pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError, request_id: &str) -
     .code();
     tracing::warn!(request_id, app = app_id, error = %e, "app call failed");
     let cause = e.in_words();
-    let error = ErrorObject::new(code, unavailable(app_id, &cause))
+    let error = RpcErrorObject::new(code, unavailable(app_id, &cause))
         .with_data(json!({ "request_id": request_id, "app": app_id, "cause": cause }))
         .with_detail(format!("App `{app_id}` failed: {e}"));
     Response::error(id.clone(), error)
@@ -137,7 +137,7 @@ pub fn unavailable(app_id: &str, cause: &str) -> String {
 /// first finding and `data.withheld` every finding (`clean::Withheld`).
 /// The refusal of a `tools/call` of a tool held back by the gateway's `tool_policy`: -32011
 /// naming the tool, why, and the hidden text it carries under `description_policy: block`.
-pub fn tool_pending(name: &str, held: &crate::mcp::catalogue::Held) -> ErrorObject {
+pub fn tool_pending(name: &str, held: &crate::mcp::catalogue::Held) -> RpcErrorObject {
     let message = match held.findings.first() {
         Some(first) => format!("Tool `{name}` awaits approval: {first}"),
         None => format!("Tool `{name}` awaits approval: its definition is not approved on this gateway"),
@@ -146,10 +146,10 @@ pub fn tool_pending(name: &str, held: &crate::mcp::catalogue::Held) -> ErrorObje
     if !held.findings.is_empty() {
         data["findings"] = serde_json::to_value(&held.findings).unwrap_or_default();
     }
-    ErrorObject::new(RpcCode::ToolPending.code(), message).with_data(data)
+    RpcErrorObject::new(RpcCode::ToolPending.code(), message).with_data(data)
 }
 
-pub fn withheld(w: &crate::mcp::clean::Withheld) -> ErrorObject {
+pub fn withheld(w: &crate::mcp::clean::Withheld) -> RpcErrorObject {
     let data = serde_json::to_value(w).unwrap_or_default();
-    ErrorObject::new(RpcCode::InvalidParams.code(), w.to_string()).with_data(json!({ "withheld": data }))
+    RpcErrorObject::new(RpcCode::InvalidParams.code(), w.to_string()).with_data(json!({ "withheld": data }))
 }
