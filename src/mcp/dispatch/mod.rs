@@ -40,7 +40,10 @@ use std::time::{Duration, Instant, SystemTime};
 use toolgate_filters::Principal;
 
 mod answer;
+mod lists;
 mod params;
+
+use lists::{listed_tools, page};
 
 pub use answer::calls_going_on_alone;
 use answer::*;
@@ -195,30 +198,6 @@ fn session_record(gw: &Gateway, key_id: &str, client_ip: String, version: &str, 
     }
 }
 
-/// A cursor is the offset into the gateway's list, opaque to clients.
-fn page(items: &[Value], params: Option<&RawJson>, key: &str, page_size: usize) -> Result<Value, RpcErrorObject> {
-    #[derive(serde::Deserialize)]
-    struct Paging {
-        #[serde(default)]
-        cursor: Option<Value>,
-    }
-    let cursor = params.and_then(|p| p.read::<Paging>().ok()).and_then(|p| p.cursor);
-    let start = match cursor {
-        None => 0,
-        Some(Value::String(c)) => c.parse::<usize>().map_err(|_| RpcErrorObject::invalid_params("invalid cursor"))?,
-        Some(_) => return Err(RpcErrorObject::invalid_params("cursor must be a string")),
-    };
-    if start > items.len() {
-        return Err(RpcErrorObject::invalid_params("invalid cursor"));
-    }
-    let end = (start + page_size).min(items.len());
-    let mut out = json!({ key: items[start..end] });
-    if end < items.len() {
-        out["nextCursor"] = Value::String(end.to_string());
-    }
-    Ok(out)
-}
-
 pub(super) async fn request(
     mcp: &Arc<McpRuntime>,
     ex: &mut Exchange<'_>,
@@ -308,38 +287,6 @@ pub(super) async fn request(
         Err(e) => Response::error(req.id.clone(), e).to_bytes(),
     };
     ex.respond(200, "application/json", body, &[]).await
-}
-
-/// The catalogue's tools this caller may see: those the gateway's rules do not deny before a
-/// rule that reads the arguments (`RuleSet::listed`). A dear rule set decides a long list on
-/// the blocking pool, in the organisation's slots, as it decides a call.
-async fn listed_tools(
-    mcp: &McpRuntime,
-    ex: &Exchange<'_>,
-    set: Arc<RuleSet>,
-    cat: &Arc<Catalogue>,
-) -> Result<Vec<Value>, RpcErrorObject> {
-    let Some(p) = ex.ctx.filters.principal.as_deref() else { return Ok(cat.tools.clone()) };
-    let who = subject(mcp, ex, &set, p);
-    if set.lists_inline(cat.tools.len()) {
-        return Ok(shown_tools(&set, &who, cat));
-    }
-    let cat = cat.clone();
-    let shown = mcp.rule_slots.run(&p.org_id, move || shown_tools(&set, &who, &cat)).await;
-    shown.map_err(|_| {
-        metrics::rule_refused("busy");
-        rpc_errors::rules_refused(&rules::Refused::Busy)
-    })
-}
-
-/// The catalogue's tools the rules do not hide from `who`.
-fn shown_tools(set: &RuleSet, who: &Subject, cat: &Catalogue) -> Vec<Value> {
-    let listed = |t: &&Value| {
-        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
-        cat.entry(name, false)
-            .is_none_or(|(tool, target)| set.listed(who, CallFacts::tool(tool, &target.app_id, &target.name)))
-    };
-    cat.tools.iter().filter(listed).cloned().collect()
 }
 
 /// The caller of this request as the rules see it; its token's claims are read only when a
