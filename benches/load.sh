@@ -39,7 +39,8 @@
 # had a machine of its own; every target of the run is pinned the same way),
 # GATEWAY_B_EXTRA=JSON (more members of toolgate-b's gateway creation body, e.g.
 # '"rules": [{"name": "r", "effect": "deny", "when": "tool == \"x\""}]': the cost of a feature
-# measured against the same build or the commit before).
+# measured against the same build or the commit before), GATEWAY_B_CONFIG=JSON (more members of
+# its `configuration`, e.g. '"content_policy": "off"').
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
 #                    (PERF_FREQ samples/s, 499; PERF_CALLGRAPH=none samples without call graphs,
@@ -341,12 +342,13 @@ log "starting toolgate"
 start_toolgate toolgate >"$WORK/tg.started"
 read -r TG_PID TG_PORT <"$WORK/tg.started"
 
-# create_gateway APP [PORT [EXTRA]]: prints "ID KEY". EXTRA: more members of the creation body
-# (`"rules": [...]`), for toolgate-b's gateway (GATEWAY_B_EXTRA).
+# create_gateway APP [PORT [EXTRA [CONFIG]]]: prints "ID KEY". EXTRA: more members of the creation
+# body (`"rules": [...]`), CONFIG more members of its configuration (`"content_policy": "off"`),
+# for toolgate-b's gateway (GATEWAY_B_EXTRA, GATEWAY_B_CONFIG).
 create_gateway() {
   curl -sS -X POST "http://127.0.0.1:${2:-$TG_PORT}/v1/gateways" -H "Authorization: Bearer $ADMIN_KEY" \
     -H 'Content-Type: application/json' \
-    -d "{\"name\":\"load-$1\",\"servers\":[\"$1\"],\"configuration\":{\"rate_limit\":1000000000}${3:+,$3}}" |
+    -d "{\"name\":\"load-$1\",\"servers\":[\"$1\"],\"configuration\":{\"rate_limit\":1000000000${4:+,$4}}${3:+,$3}}" |
     python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(d["id"], d["api_key"])'
 }
 
@@ -399,7 +401,7 @@ if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
   log "starting toolgate-b ($TOOLGATE_BIN_B)"
   start_toolgate toolgate-b >"$WORK/tgb.started"
   read -r TGB_PID TGB_PORT <"$WORK/tgb.started"
-  read -r GWB_ID GWB_KEY < <(create_gateway fast "$TGB_PORT" "${GATEWAY_B_EXTRA:-}")
+  read -r GWB_ID GWB_KEY < <(create_gateway fast "$TGB_PORT" "${GATEWAY_B_EXTRA:-}" "${GATEWAY_B_CONFIG:-}")
   TGB_URL="http://127.0.0.1:$TGB_PORT/gateway/$GWB_ID/mcp"
   SID_TGB="$(mcp_init "$TGB_URL" "$GWB_KEY")"
   check_call "$TGB_URL" "$SID_TGB" "$GWB_KEY"

@@ -5,8 +5,8 @@
 //! and an audit chain that verifies.
 
 use crate::audit::{export, verify, write_lines};
-use crate::common::*;
 use crate::common::mcp::{result_text, Mcp};
+use crate::common::*;
 use crate::mcp_upstreams::{config, create_gateway, Recorder};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
