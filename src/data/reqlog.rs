@@ -159,6 +159,11 @@ const CATCH_UP: usize = 20_000;
 pub struct RequestLog {
     store: Arc<dyn Store>,
     pending: Mutex<Vec<LogRecord>>,
+    /// Held through a flush: an urgent flush (a read of the log) that finds nothing pending
+    /// still waits for a background flush already writing, so that it reads every entry
+    /// recorded before it (a slow call's entry, taken by the periodic flush just before, was
+    /// missing from a `/v1/logs` read made after its answer).
+    flushing: tokio::sync::Mutex<()>,
     idle: IdleWriter,
 }
 
@@ -216,7 +221,12 @@ impl Drop for IdleWriter {
 
 impl RequestLog {
     pub fn new(store: Arc<dyn Store>) -> RequestLog {
-        RequestLog { store, pending: Mutex::new(Vec::new()), idle: IdleWriter::new() }
+        RequestLog {
+            store,
+            pending: Mutex::new(Vec::new()),
+            flushing: tokio::sync::Mutex::new(()),
+            idle: IdleWriter::new(),
+        }
     }
 
     pub fn record(&self, entry: LogRecord) {
@@ -234,6 +244,7 @@ impl RequestLog {
     /// Writes what is pending, [`FLUSH_SLICE`] entries per transaction; on failure the entries not
     /// yet written stay, in order, for the next try.
     pub async fn flush(&self, urgency: Urgency) {
+        let _one_at_a_time = self.flushing.lock().await;
         let batch = std::mem::take(&mut *self.pending.lock());
         crate::observe::metrics::request_log_pending(batch.len());
         let idle = match (urgency, &self.idle.0) {
