@@ -7,18 +7,21 @@
 //! `edge::exchange`; `data::state` holds the records and publishes their changes on
 //! `data::changes`. An area uses only the areas below it (`tests/integration/layers.rs`).
 #![forbid(unsafe_code)]
+// Private by default: an item is `pub` only when a binary, bench, fuzz target or test outside
+// `src/` names it, so that the compiler reports dead code again.
+#![warn(unreachable_pub)]
 
 pub mod api;
 pub mod base;
 pub mod config;
-pub mod console;
+pub(crate) mod console;
 pub mod data;
 pub mod edge;
-pub mod events;
-pub mod identity;
+pub(crate) mod events;
+pub(crate) mod identity;
 pub mod mcp;
 pub mod observe;
-pub mod outbound;
-pub mod proxy;
+pub(crate) mod outbound;
+pub(crate) mod proxy;
 pub mod run;
 pub mod server;

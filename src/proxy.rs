@@ -33,7 +33,7 @@ use std::time::{Instant, SystemTime};
 use toolgate_filters::auth::AuthError;
 use toolgate_filters::{client_ip::client_ip, FilterChain, RequestView, RouteClass};
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub server: Arc<Server>,
     pub management: FilterChain,
     /// The gateway routes' chain: the management chain's filters, then the Origin check.

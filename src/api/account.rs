@@ -17,11 +17,11 @@ use toolgate_filters::ip_allowlist::{would_lock_out, IpPolicy, IpPolicyError};
 use utoipa::ToSchema;
 
 /// Most networks in `ip_whitelist`, and in `allowed_ips`.
-pub const MAX_NETWORKS: usize = 500;
+pub(crate) const MAX_NETWORKS: usize = 500;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateSecurity {
+pub(crate) struct UpdateSecurity {
     /// IPv4/IPv6 CIDRs (or single addresses), at most 500.
     #[schema(max_items = 500)]
     pub ip_whitelist: Option<Vec<String>>,
@@ -36,7 +36,7 @@ pub struct UpdateSecurity {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AddWhitelistEntry {
+pub(crate) struct AddWhitelistEntry {
     /// An IPv4/IPv6 address or CIDR network.
     #[schema(min_length = 1, max_length = 64)]
     pub ip: String,
@@ -104,7 +104,7 @@ fn current_org(call: &Call<'_>) -> Result<Organization, ApiError> {
 #[utoipa::path(patch, path = "/v1/account/security", tag = "account", request_body = UpdateSecurity,
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn update_security(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn update_security(call: &Call<'_>) -> ApiResult {
     let body: UpdateSecurity = call.json()?;
     networks("ip_whitelist", body.ip_whitelist.as_ref())?;
     networks("allowed_ips", body.allowed_ips.as_ref())?;
@@ -133,7 +133,7 @@ pub async fn update_security(call: &Call<'_>) -> ApiResult {
     responses((status = 201, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, description = "the tier's `whitelist_entries` quota is reached", body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn add_whitelist(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn add_whitelist(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: AddWhitelistEntry = call.json()?;
     if toolgate_filters::ip_allowlist::parse_net(&body.ip).is_none() {
@@ -163,7 +163,7 @@ pub async fn add_whitelist(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(get, path = "/v1/account/whitelist", tag = "account",
     responses((status = 200, description = "`whitelist`: the organisation's entries, oldest first", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list_whitelist(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list_whitelist(call: &Call<'_>) -> ApiResult {
     let org = current_org(call)?;
     Ok(Reply::ok(json!({ "whitelist": org.whitelist.iter().map(entry_view).collect::<Vec<_>>() })))
 }
@@ -174,7 +174,7 @@ pub async fn list_whitelist(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn delete_whitelist(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn delete_whitelist(call: &Call<'_>) -> ApiResult {
     let allow_lockout = match call.query("allow_lockout") {
         None | Some("false") => false,
         Some("true") => true,

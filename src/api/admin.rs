@@ -13,7 +13,7 @@ use serde_json::json;
               (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope),
               (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn reload(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn reload(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     // The server's configuration belongs to its operator: to every other organisation, to
     // anyone in it but its owner, and to the owner's keys without `admin`, there is nothing

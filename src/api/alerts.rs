@@ -17,7 +17,7 @@ const RECENT_NOTIFICATIONS: usize = 20;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Notification {
+pub(crate) struct Notification {
     /// Where an e-mail goes (needs `smtp:` in the configuration).
     #[schema(min_length = 3, max_length = 254)]
     pub email: Option<String>,
@@ -28,7 +28,7 @@ pub struct Notification {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateAlert {
+pub(crate) struct CreateAlert {
     /// `rate_limit`: a key of the organisation using `threshold` percent of a rate limit.
     #[serde(rename = "type")]
     pub kind: String,
@@ -64,7 +64,7 @@ async fn find(call: &Call<'_>) -> Result<Alert, ApiError> {
 #[utoipa::path(get, path = "/v1/alerts", tag = "alerts",
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let alerts = call.server.events.watcher.alerts_of(&who.org_id).await?;
     Ok(Reply::ok(json!({ "alerts": alerts.iter().map(view).collect::<Vec<_>>() })))
@@ -74,7 +74,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     responses((status = 201, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateAlert = call.json()?;
     if body.kind != "rate_limit" {
@@ -139,7 +139,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "the alert and its latest notifications", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn get(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
     let alert = find(call).await?;
     let sent = call.server.events.notifications(&alert.org_id, &alert.id).await?;
     let mut data = view(&alert);
@@ -150,7 +150,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(delete, path = "/v1/alerts/{alert_id}", tag = "alerts", params(("alert_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn delete(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let _guard = call.server.state.lock_writes(&who.org_id).await?;
     let alert = find(call).await?;

@@ -14,7 +14,7 @@ use std::time::Instant;
 use utoipa::ToSchema;
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AppListItem {
+pub(crate) struct AppListItem {
     pub id: String,
     pub name: String,
     pub description: String,
@@ -30,7 +30,7 @@ pub struct AppListItem {
 /// `status`, which says whether the organisation's connection (its credentials, its settings)
 /// is in place, not whether the app answers.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct HealthView {
+pub(crate) struct HealthView {
     /// `up` (it answered its latest probe), `down` (it could not be reached, started or
     /// understood) or `unknown` (not probed yet; a stdio app whose process has not started).
     pub state: String,
@@ -53,7 +53,7 @@ impl HealthView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct FunctionView {
+pub(crate) struct FunctionView {
     pub name: String,
     pub description: String,
     /// Parameter name -> type name.
@@ -62,7 +62,7 @@ pub struct FunctionView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AppDetail {
+pub(crate) struct AppDetail {
     pub id: String,
     pub name: String,
     pub description: String,
@@ -83,7 +83,7 @@ pub struct AppDetail {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AppConfiguration {
+pub(crate) struct AppConfiguration {
     pub base_url: String,
     /// Requests per minute the app accepts from the gateway, all callers together; 0: no limit.
     pub rate_limit: u32,
@@ -91,14 +91,14 @@ pub struct AppConfiguration {
 
 /// `data` of `GET /apps`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AppList {
+pub(crate) struct AppList {
     pub apps: Vec<AppListItem>,
 }
 
 /// The envelope of `GET /apps`, so that the document states the list view's fields.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct AppListEnvelope {
+pub(crate) struct AppListEnvelope {
     success: bool,
     data: AppList,
     meta: crate::api::envelope::Meta,
@@ -107,7 +107,7 @@ pub struct AppListEnvelope {
 /// The envelope of `GET /apps/{app_id}`, so that the document states the detail view's fields.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct AppDetailEnvelope {
+pub(crate) struct AppDetailEnvelope {
     success: bool,
     data: AppDetail,
     meta: crate::api::envelope::Meta,
@@ -116,7 +116,7 @@ pub struct AppDetailEnvelope {
 /// Body of `POST /apps/{id}/connect`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ConnectApp {
+pub(crate) struct ConnectApp {
     /// `api_key` or `oauth`.
     pub auth_type: String,
     pub credentials: Option<Credentials>,
@@ -128,18 +128,20 @@ pub struct ConnectApp {
 /// or with `error` when the user (or the provider) refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ConnectCallback {
+pub(crate) struct ConnectCallback {
     pub state: String,
     pub code: Option<String>,
     pub error: Option<String>,
     pub error_description: Option<String>,
-    /// RFC 9207's issuer identifier, passed along as received (not checked).
+    /// RFC 9207's issuer identifier: accepted (the struct refuses unknown fields) but not
+    /// checked, since the flow is bound to its provider by `state` and PKCE.
+    #[allow(dead_code)]
     pub iss: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub api_key: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_secret: Option<String>,
@@ -231,7 +233,7 @@ fn function_views(tools: &[Value]) -> Vec<FunctionView> {
            ("search" = Option<String>, Query, description = "matches name or description")),
     responses((status = 200, body = AppListEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let status = call.query_choice("status", &["available", "connected", "beta"])?;
     let category = call.query("category").map(str::to_lowercase);
@@ -270,7 +272,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(get, path = "/v1/apps/{app_id}", tag = "apps", params(("app_id" = String, Path)),
     responses((status = 200, body = AppDetailEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn get(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     let state = &call.server.state;
@@ -310,7 +312,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "app_id, status, connection_id (and authorization_url for oauth)", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn connect(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn connect(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     let body: ConnectApp = call.json()?;
@@ -419,7 +421,7 @@ async fn oauth_connection(
               (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
 /// Finishes an OAuth connect: the `state` must be the pending authorization's (once), the code
 /// is exchanged with the PKCE verifier, and the tokens are kept sealed.
-pub async fn connect_callback(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn connect_callback(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     let body: ConnectCallback = call.json()?;
@@ -478,7 +480,7 @@ fn failed(mut c: Connection) -> Connection {
 #[utoipa::path(delete, path = "/v1/apps/{app_id}/connection", tag = "apps", params(("app_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn disconnect(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn disconnect(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     if !call.server.state.delete_connection(&who.org_id, &a.id).await? {
@@ -491,7 +493,7 @@ pub async fn disconnect(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "status (`ok` or `error`), latency in ms, message", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn test(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn test(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
     if !call.server.state.is_connected(&who.org_id, &a.id) {

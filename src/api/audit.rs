@@ -194,7 +194,7 @@ async fn stored_hash(call: &Call<'_>, kind: Kind, id: &str) -> Option<String> {
     responses((status = 200, description = "entries in chain order and the cursor of the next page", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let after_seq = match call.query("after_seq") {
         None => 0,
@@ -216,7 +216,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(get, path = "/v1/audit/export", tag = "audit",
     responses((status = 200, description = "JSON lines (application/x-ndjson): every entry in chain order, then every checkpoint (the head is signed first, so the export ends with a signed head); `toolgate audit verify --public-key` checks it", content_type = "application/x-ndjson", body = String),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn export(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn export(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let interval = call.server.state.config().audit.checkpoint_interval;
     let lines = call.server.audit.export(&who.org_id, interval).await.map_err(unavailable)?;
@@ -227,7 +227,7 @@ pub async fn export(call: &Call<'_>) -> ApiResult {
     description = "The Ed25519 public key the audit checkpoints are signed with (also logged at start), for `toolgate audit verify --public-key`: `algorithm`, `key_id` (the `key_id` each signature names), `public_key` (base64), `public_key_hex`, and `checkpoint_interval_secs`. Take it from here or the log, never from the export it is to verify.",
     responses((status = 200, description = "the public key", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn key(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn key(call: &Call<'_>) -> ApiResult {
     call.who()?;
     let mut data = call.server.audit.signer().public_key_json();
     data["checkpoint_interval_secs"] = json!(call.server.state.config().audit.checkpoint_interval.as_secs());

@@ -6,7 +6,7 @@ use serde_json::json;
 #[utoipa::path(get, path = "/v1/auth/verify", tag = "auth",
     responses((status = 200, description = "valid, key_id, user_id, scopes, expires_at", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn verify(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn verify(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let expires_at = call.server.state.key(&who.key_id).and_then(|k| k.ends_at()).map(|t| super::iso(&t));
     Ok(Reply::ok(json!({
@@ -21,7 +21,7 @@ pub async fn verify(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(get, path = "/v1/auth/debug", tag = "auth",
     responses((status = 200, description = "what the server sees of the caller; never a secret", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn debug(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn debug(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let s = call.server.limiter.status(who, call.ip_multiplier);
     let buckets: serde_json::Map<String, serde_json::Value> = s

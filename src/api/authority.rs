@@ -27,7 +27,7 @@ use toolgate_filters::{CredentialKind, Principal, Role, Scope, ScopeSet};
 /// The scope `held` lacks of everything `role` allows (`admin` first, when the role allows
 /// it), or `None` when it holds them all: what a credential needs to set a password or MFA for
 /// its own role, or to hand a role to a member.
-pub fn missing_for_role(held: ScopeSet, role: Role) -> Option<Scope> {
+pub(crate) fn missing_for_role(held: ScopeSet, role: Role) -> Option<Scope> {
     let allowed = role.allowed();
     if allowed.contains(Scope::Admin) && !held.contains(Scope::Admin) {
         return Some(Scope::Admin);
@@ -39,7 +39,7 @@ pub fn missing_for_role(held: ScopeSet, role: Role) -> Option<Scope> {
 /// an Admin, its credential holds every scope the role allows (an Owner's `*` or `admin` key,
 /// or a web session); a 403 `INSUFFICIENT_SCOPE` naming a missing scope otherwise. A Developer
 /// or a Viewer administers nothing, and `team:manage` is enough to give those roles.
-pub fn may_grant_role(who: &Principal, role: Role) -> Result<(), ApiError> {
+pub(crate) fn may_grant_role(who: &Principal, role: Role) -> Result<(), ApiError> {
     if !matches!(role, Role::Owner | Role::Admin) {
         return Ok(());
     }
@@ -67,7 +67,7 @@ enum Holder<'a> {
 }
 
 /// What a key (existing or about to be minted) can do.
-pub struct Rights<'a> {
+pub(crate) struct Rights<'a> {
     holder: Holder<'a>,
     /// The owner's role: the user's, or the creator's for a service account.
     role: Role,
@@ -82,7 +82,7 @@ fn role_of(state: &State, user_id: &str) -> Role {
 
 impl<'a> Rights<'a> {
     /// The rights of a stored key.
-    pub fn of_key(state: &State, key: &'a ApiKey) -> Rights<'a> {
+    pub(crate) fn of_key(state: &State, key: &'a ApiKey) -> Rights<'a> {
         let role = role_of(state, &key.user_id);
         let own = ScopeSet::parse(key.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::ALL);
         let holder = match &key.service_account_id {
@@ -93,7 +93,7 @@ impl<'a> Rights<'a> {
     }
 
     /// The rights a new key of service account `a` would have.
-    pub fn of_service_account(state: &State, a: &'a ServiceAccount) -> Rights<'a> {
+    pub(crate) fn of_service_account(state: &State, a: &'a ServiceAccount) -> Rights<'a> {
         let role = role_of(state, &a.created_by);
         let own = ScopeSet::parse(a.scopes.iter().map(String::as_str)).unwrap_or(ScopeSet::ALL);
         Rights { holder: Holder::ServiceAccount(&a.id), role, scopes: own.intersect(role.allowed()) }
@@ -109,12 +109,12 @@ impl<'a> Rights<'a> {
 
     /// The key belongs to the caller and can do strictly less: revoking it is the caller
     /// defending itself (a leaked narrow key), which the MFA gate must never block.
-    pub fn strictly_weaker_own(&self, who: &Principal) -> bool {
+    pub(crate) fn strictly_weaker_own(&self, who: &Principal) -> bool {
         self.held_by(who) && self.scopes.is_subset_of(who.scopes) && self.scopes != who.scopes
     }
 
     /// `Ok` when `who` may rotate, revoke or mint a key with these rights; a 403 otherwise.
-    pub fn check(&self, who: &Principal) -> Result<(), ApiError> {
+    pub(crate) fn check(&self, who: &Principal) -> Result<(), ApiError> {
         if !self.scopes.is_subset_of(who.scopes) {
             return Err(ApiError::Forbidden("this key holds rights that your credential does not".into()));
         }

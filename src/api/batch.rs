@@ -16,11 +16,11 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 /// Its path in the route table.
-pub const PATH: &str = "/batch";
+pub(crate) const PATH: &str = "/batch";
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Batch {
+pub(crate) struct Batch {
     /// At most `limits.batch_max_operations` (20).
     #[schema(min_items = 1)]
     pub operations: Vec<Operation>,
@@ -28,7 +28,7 @@ pub struct Batch {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Operation {
+pub(crate) struct Operation {
     /// GET, POST, PATCH or DELETE.
     pub method: String,
     /// A management path and query, relative to the API's base URL (`/gateways?limit=5`) or with
@@ -41,7 +41,7 @@ pub struct Operation {
 }
 
 /// How many operations a batch body holds (for its charge, before it runs); 0 when it is not one.
-pub fn operations_in(body: &[u8]) -> usize {
+pub(crate) fn operations_in(body: &[u8]) -> usize {
     #[derive(Deserialize)]
     struct Count {
         operations: Vec<serde::de::IgnoredAny>,
@@ -70,7 +70,7 @@ fn outcome(result: ApiResult) -> Value {
     responses((status = 200, description = "each operation's status and envelope, in order", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn run(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn run(call: &Call<'_>) -> ApiResult {
     call.who()?;
     let batch: Batch = call.json()?;
     let max = call.server.state.config().limits.batch_max_operations;
@@ -103,7 +103,7 @@ async fn one(call: &Call<'_>, op: Operation) -> ApiResult {
 /// if sent alone: charged to its own bucket at its own cost, then routed and dispatched (scope
 /// check, MFA gate, audit, change feed). `path` is relative to the API's base URL or carries
 /// the version prefix, with its query. A batch's operations and the console's pages run here.
-pub async fn operation(call: &Call<'_>, method: http::Method, path: &str, body: bytes::Bytes) -> ApiResult {
+pub(crate) async fn operation(call: &Call<'_>, method: http::Method, path: &str, body: bytes::Bytes) -> ApiResult {
     let (path, query) = path.split_once('?').unwrap_or((path, ""));
     // `{base_url}` includes the version: `/gateways` is `/v1/gateways`.
     let rest = toolgate_filters::rate_limit::strip_version_prefix(path);

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 /// Success envelope: `success`, `data`, `meta`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     success: bool,
     data: Object,
     meta: Meta,
@@ -17,7 +17,7 @@ pub struct Envelope {
 /// Success envelope of deletions: `success`, `message`, `meta`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct MessageEnvelope {
+pub(crate) struct MessageEnvelope {
     success: bool,
     message: String,
     meta: Meta,
@@ -26,7 +26,7 @@ pub struct MessageEnvelope {
 /// Error envelope: `success` = false, `error`, `meta`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct ErrorEnvelope {
+pub(crate) struct ErrorEnvelope {
     success: bool,
     error: ErrorObject,
     meta: Meta,
@@ -34,7 +34,7 @@ pub struct ErrorEnvelope {
 
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct ErrorObject {
+pub(crate) struct ErrorObject {
     /// e.g. VALIDATION_ERROR, UNAUTHORIZED, INSUFFICIENT_SCOPE, NOT_FOUND, CONFLICT, RATE_LIMITED.
     code: String,
     message: String,
@@ -46,7 +46,7 @@ pub struct ErrorObject {
 
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// ISO 8601.
     timestamp: String,
     request_id: String,
@@ -54,4 +54,4 @@ pub struct Meta {
 
 #[derive(ToSchema)]
 #[schema(value_type = Object)]
-pub struct Object(#[allow(dead_code)] Value);
+pub(crate) struct Object(#[allow(dead_code)] Value);

@@ -51,7 +51,7 @@ const GUARDS: &[Guard] = &[
 
 /// What a change of a gateway did to its guards.
 #[derive(Debug, Default)]
-pub struct GuardChange {
+pub(crate) struct GuardChange {
     before: Map<String, Value>,
     after: Map<String, Value>,
     /// The names of the guards it loosened.
@@ -60,7 +60,7 @@ pub struct GuardChange {
 
 /// The guards that going from `before` to `after` changes, and which of them it loosens: the
 /// one place that decides whether a gateway's change is a protected action.
-pub fn change(before: &Gateway, after: &Gateway) -> GuardChange {
+pub(crate) fn change(before: &Gateway, after: &Gateway) -> GuardChange {
     let mut c = GuardChange::default();
     for guard in GUARDS {
         let (was, is) = ((guard.shown)(before), (guard.shown)(after));
@@ -78,13 +78,13 @@ pub fn change(before: &Gateway, after: &Gateway) -> GuardChange {
 
 impl GuardChange {
     /// Whether the change loosens a guard: it passes the MFA gate.
-    pub fn loosens(&self) -> bool {
+    pub(crate) fn loosens(&self) -> bool {
         !self.loosened.is_empty()
     }
 
     /// The audit entry's `guards` (the guards changed, before and after, and those loosened), or
     /// `None` when no guard changed.
-    pub fn audit(self) -> Option<Value> {
+    pub(crate) fn audit(self) -> Option<Value> {
         if self.before.is_empty() {
             return None;
         }

@@ -20,14 +20,14 @@ use std::sync::Arc;
 use utoipa::ToSchema;
 
 /// Most function names in one app's `allowed_tools` list.
-pub const MAX_ALLOWED_TOOLS: usize = 500;
+pub(crate) const MAX_ALLOWED_TOOLS: usize = 500;
 /// Longest function name in an `allowed_tools` list, in characters.
-pub const MAX_FUNCTION_NAME_CHARS: usize = 256;
+pub(crate) const MAX_FUNCTION_NAME_CHARS: usize = 256;
 
 /// Body of `POST /gateways`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateGateway {
+pub(crate) struct CreateGateway {
     /// 1-100 characters, no control characters.
     #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
@@ -56,7 +56,7 @@ pub struct CreateGateway {
 /// Body of `PATCH /gateways/{id}`: any subset of the gateway's fields.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateGateway {
+pub(crate) struct UpdateGateway {
     /// 1-100 characters, no control characters.
     #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: Option<String>,
@@ -78,7 +78,7 @@ pub struct UpdateGateway {
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigurationPatch {
+pub(crate) struct ConfigurationPatch {
     /// Requests per minute to this gateway, all callers together.
     #[schema(minimum = 1)]
     pub rate_limit: Option<u32>,
@@ -112,7 +112,7 @@ pub struct ConfigurationPatch {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct GatewayListItem {
+pub(crate) struct GatewayListItem {
     pub id: String,
     pub name: String,
     pub description: String,
@@ -132,7 +132,7 @@ pub struct GatewayListItem {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ServerView {
+pub(crate) struct ServerView {
     pub id: String,
     pub name: String,
     pub status: String,
@@ -143,7 +143,7 @@ pub struct ServerView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct GatewayMetrics {
+pub(crate) struct GatewayMetrics {
     pub requests_today: u64,
     pub errors_today: u64,
     /// Milliseconds.
@@ -173,7 +173,7 @@ async fn metrics_today(server: &crate::server::Server, g: &Gateway) -> Result<Ga
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct GatewayDetail {
+pub(crate) struct GatewayDetail {
     pub id: String,
     pub name: String,
     pub description: String,
@@ -191,7 +191,7 @@ pub struct GatewayDetail {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct GatewayCreated {
+pub(crate) struct GatewayCreated {
     pub id: String,
     pub name: String,
     pub endpoint: String,
@@ -404,7 +404,7 @@ fn name_taken(call: &Call<'_>, org_id: &str, name: &str, except: Option<&str>) -
     responses((status = 200, description = "gateways and pagination", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (page, limit) = call.pagination()?;
     let sort = call.query_choice("sort", &["name", "created_at", "updated_at"])?.unwrap_or_else(|| "created_at".into());
@@ -462,7 +462,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
               (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn get(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let g = found(call, &who.org_id)?;
     let mut servers = Vec::new();
@@ -494,7 +494,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     responses((status = 201, description = "created; `api_key` is shown once", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateGateway = call.json()?;
     let name = validate_name(&body.name)?;
@@ -568,7 +568,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope),
               (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn update(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
     found(call, &who.org_id)?;
@@ -620,7 +620,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
               (status = 503, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn delete(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
     found(call, &who.org_id)?;

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateKey {
+pub(crate) struct CreateKey {
     #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
     /// ISO 8601; optional.
@@ -63,7 +63,7 @@ fn listed(state: &crate::data::state::State, key: &ApiKey, now: DateTime<Utc>) -
     responses((status = 200, description = "api_keys (newest first: id, name, scopes, user_id or service_account_id, created_at, expires_at, last_used_at, revoked_at, retires_at, state; never the key nor its hash) and pagination", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (page, limit) = call.pagination()?;
     let user = call.query("user_id");
@@ -86,7 +86,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     responses((status = 201, description = "id, key (shown once), name, created_at, expires_at, scopes", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateKey = call.json()?;
     let name = display_name("name", &body.name)?;
@@ -140,7 +140,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(delete, path = "/v1/api-keys/{key_id}", tag = "api-keys", params(("key_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn revoke(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn revoke(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
@@ -163,7 +163,7 @@ pub async fn revoke(call: &Call<'_>) -> ApiResult {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RotateKey {
+pub(crate) struct RotateKey {
     /// Hours the old key stays valid beside the new one (0: refused at once).
     #[schema(minimum = 0, maximum = 720)]
     pub grace_period_hours: i64,
@@ -182,7 +182,7 @@ fn key_of_org(call: &Call<'_>) -> Result<std::sync::Arc<ApiKey>, ApiError> {
     responses((status = 201, description = "the new key (shown once) and when the old one stops working", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn rotate(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn rotate(call: &Call<'_>) -> ApiResult {
     let old = key_of_org(call)?;
     // The new key copies the old key's holder and scopes: only a caller entitled to those may
     // mint it.
@@ -226,7 +226,7 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "last_used, last_ip, requests_today, requests_this_month", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn usage(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn usage(call: &Call<'_>) -> ApiResult {
     let key = key_of_org(call)?;
     let u = call.server.state.usage_of(&key.id);
     Ok(Reply::ok(json!({

@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 #[utoipa::path(get, path = "/v1/rate-limit", tag = "rate-limits",
     responses((status = 200, description = "tier and buckets {limit, remaining, reset}", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn status(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn status(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let s = call.server.limiter.current_status(who, call.ip_multiplier).await;
     let mut buckets = Map::new();
@@ -22,7 +22,7 @@ pub async fn status(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "period, usage over the period (from per-minute counts kept in the store), by_bucket (the current windows)", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn report(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn report(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (period, span_secs) = match call.query_choice("period", &["1h", "24h", "7d", "30d"])?.as_deref() {
         Some("24h") => ("24h", 24 * 3600),

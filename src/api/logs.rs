@@ -48,7 +48,7 @@ fn entry(row: LogRow) -> Value {
     responses((status = 200, description = "logs (newest first) and pagination", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (page, limit) = call.pagination()?;
     let status = call.query_choice("status", &["success", "error"])?;
@@ -89,7 +89,7 @@ fn id_time(id: &str) -> Option<i64> {
     responses((status = 200, description = "one entry, as the list shows it (id, timestamp, gateway_id, app, function, duration, status, request, response)", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, description = "no such entry in the caller's organisation", body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn get(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let id = call.id();
     let ts = id_time(id).ok_or(ApiError::NotFound("log entry"))?;
@@ -192,7 +192,7 @@ fn bucket_starts(first: i64, step_ms: i64, now: i64) -> impl Iterator<Item = i64
     responses((status = 200, description = "summary, time_series (every bucket of the period, oldest first), top_functions (and groups)", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn analytics(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn analytics(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (name, span_ms, bucket_ms) = period(call)?;
     let group_by = call.query_choice("group_by", &["app", "function", "status"])?;
@@ -349,7 +349,7 @@ async fn metrics(call: &Call<'_>, mut q: RollupQuery) -> Result<Value, ApiError>
     responses((status = 200, description = "metrics (requests, errors, avg, p50, p95, p99 latency in ms) and time_series", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn gateway_metrics(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn gateway_metrics(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let g = call.server.state.gateway_of(&who.org_id, call.id()).ok_or(ApiError::NotFound("gateway"))?;
     let q = RollupQuery { org_id: who.org_id.clone(), gateway_id: Some(g.id.clone()), ..Default::default() };
@@ -364,7 +364,7 @@ pub async fn gateway_metrics(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "the app's calls across the organisation's gateways: metrics and time_series", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn app_metrics(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn app_metrics(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let app = call.server.state.app(call.id()).ok_or(ApiError::NotFound("app"))?;
     let q = RollupQuery { org_id: who.org_id.clone(), app: Some(app.id.clone()), ..Default::default() };

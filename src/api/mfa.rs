@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 /// How codes reach the user.
 #[derive(Debug, Default, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum MfaMethod {
+pub(crate) enum MfaMethod {
     /// An authenticator app (TOTP); the default.
     #[default]
     Totp,
@@ -32,7 +32,7 @@ pub enum MfaMethod {
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EnrollMfa {
+pub(crate) struct EnrollMfa {
     #[serde(default)]
     pub method: MfaMethod,
     /// E.164, e.g. `+15551234567` (the `sms` method only).
@@ -41,14 +41,14 @@ pub struct EnrollMfa {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ActivateMfa {
+pub(crate) struct ActivateMfa {
     /// The six-digit code of the authenticator, or the one sent by e-mail or SMS.
     pub code: String,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct VerifyMfa {
+pub(crate) struct VerifyMfa {
     pub challenge_id: String,
     /// A current six-digit code, or an unused backup code.
     pub code: String,
@@ -56,7 +56,7 @@ pub struct VerifyMfa {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResetMfa {
+pub(crate) struct ResetMfa {
     /// The user whose MFA is turned off (same organisation).
     pub user_id: String,
 }
@@ -81,7 +81,7 @@ fn user_id(call: &Call<'_>) -> Result<String, ApiError> {
               (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, body = crate::api::envelope::ErrorEnvelope), (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn enroll(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn enroll(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
     let body: EnrollMfa = call.json()?;
     let courier = &call.server.courier;
@@ -134,7 +134,7 @@ pub async fn enroll(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn activate(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn activate(call: &Call<'_>) -> ApiResult {
     let who = caller(call)?;
     let body: ActivateMfa = call.json()?;
     call.server.mfa.activate(&call.server.state.sealer, who, body.code.trim()).await?;
@@ -145,7 +145,7 @@ pub async fn activate(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "mfa_token and expires_in (seconds)", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn verify(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn verify(call: &Call<'_>) -> ApiResult {
     let who = caller(call)?;
     let body: VerifyMfa = call.json()?;
     let token = call.server.mfa.verify(&call.server.state.sealer, who, &body.challenge_id, body.code.trim()).await?;
@@ -154,7 +154,7 @@ pub async fn verify(call: &Call<'_>) -> ApiResult {
 
 /// The MFA gate of protected actions (Decision 9): deleting a gateway, revoking or rotating a
 /// key, changing account security.
-pub async fn gate(call: &Call<'_>) -> Result<(), ApiError> {
+pub(crate) async fn gate(call: &Call<'_>) -> Result<(), ApiError> {
     let who = call.who()?;
     let header = call.headers.get("x-mfa-token").and_then(|v| v.to_str().ok());
     let caller = Caller { user_id: &who.user_id, key_id: &who.key_id };
@@ -165,7 +165,7 @@ pub async fn gate(call: &Call<'_>) -> Result<(), ApiError> {
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
               (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn disable(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn disable(call: &Call<'_>) -> ApiResult {
     let user = user_id(call)?;
     gate(call).await?;
     if !call.server.mfa.remove(&user).await? {
@@ -178,7 +178,7 @@ pub async fn disable(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn reset(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn reset(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: ResetMfa = call.json()?;
     let state = &call.server.state;

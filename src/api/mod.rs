@@ -2,31 +2,31 @@
 //! route table (`routes.rs`: the scope each operation needs, Decision 8), request parsing
 //! helpers. One file per resource.
 
-pub mod account;
-pub mod admin;
-pub mod alerts;
-pub mod apps;
-pub mod audit;
-pub mod auth;
-pub mod authority;
-pub mod batch;
-pub mod envelope;
-pub mod gateway_guards;
-pub mod gateways;
-pub mod keys;
-pub mod limits;
-pub mod logs;
-pub mod mfa;
-pub mod oauth_clients;
-pub mod openapi;
-pub mod quotas;
-pub mod routes;
-pub mod service_accounts;
-pub mod sessions;
-pub mod team;
-pub mod tool_changes;
-pub mod user;
-pub mod webhooks;
+pub(crate) mod account;
+pub(crate) mod admin;
+pub(crate) mod alerts;
+pub(crate) mod apps;
+pub(crate) mod audit;
+pub(crate) mod auth;
+pub(crate) mod authority;
+pub(crate) mod batch;
+pub(crate) mod envelope;
+pub(crate) mod gateway_guards;
+pub(crate) mod gateways;
+pub(crate) mod keys;
+pub(crate) mod limits;
+pub(crate) mod logs;
+pub(crate) mod mfa;
+pub(crate) mod oauth_clients;
+pub(crate) mod openapi;
+pub(crate) mod quotas;
+pub(crate) mod routes;
+pub(crate) mod service_accounts;
+pub(crate) mod sessions;
+pub(crate) mod team;
+pub(crate) mod tool_changes;
+pub(crate) mod user;
+pub(crate) mod webhooks;
 
 use crate::edge::error::ApiError;
 use crate::server::Server;
@@ -82,7 +82,7 @@ impl Reply {
     }
 }
 
-pub type ApiResult = Result<Reply, ApiError>;
+pub(crate) type ApiResult = Result<Reply, ApiError>;
 
 impl Call<'_> {
     /// The authenticated caller; handlers of non-public endpoints always have one.
@@ -150,7 +150,7 @@ impl Call<'_> {
     }
 
     /// A query parameter restricted to a set of values.
-    pub fn query_choice(&self, name: &str, allowed: &[&str]) -> Result<Option<String>, ApiError> {
+    pub(crate) fn query_choice(&self, name: &str, allowed: &[&str]) -> Result<Option<String>, ApiError> {
         match self.query(name) {
             None => Ok(None),
             Some(v) if allowed.contains(&v) => Ok(Some(v.to_string())),
@@ -161,7 +161,7 @@ impl Call<'_> {
 
 /// Longest description, in characters: what a tenant stores is kept in memory and copied into
 /// every list answer, so it is bounded.
-pub const MAX_DESCRIPTION_CHARS: usize = 1000;
+pub(crate) const MAX_DESCRIPTION_CHARS: usize = 1000;
 
 /// A free-text description: at most [`MAX_DESCRIPTION_CHARS`] characters; line breaks and tabs
 /// are text, other control characters and hidden text are refused.
@@ -176,11 +176,11 @@ pub fn description(field: &str, text: &str) -> Result<(), ApiError> {
 }
 
 /// Most entries in a `scopes` list (keys, service accounts).
-pub const MAX_SCOPES: usize = 32;
+pub(crate) const MAX_SCOPES: usize = 32;
 
 /// Scopes a caller hands out (to a key or a service account): known, at least one, and no
 /// escalation: never more than the caller holds.
-pub fn granted_scopes(who: &Principal, names: &[String]) -> Result<toolgate_filters::ScopeSet, ApiError> {
+pub(crate) fn granted_scopes(who: &Principal, names: &[String]) -> Result<toolgate_filters::ScopeSet, ApiError> {
     if names.is_empty() {
         return Err(ApiError::validation("scopes", "at least one scope is required"));
     }
@@ -197,7 +197,7 @@ pub fn granted_scopes(who: &Principal, names: &[String]) -> Result<toolgate_filt
 }
 
 /// The pagination object.
-pub fn pagination_json(page: u32, limit: u32, total: usize) -> Value {
+pub(crate) fn pagination_json(page: u32, limit: u32, total: usize) -> Value {
     let pages = total.div_ceil(limit as usize).max(1);
     serde_json::json!({
         "page": page, "limit": limit, "total": total, "pages": pages,
@@ -206,7 +206,7 @@ pub fn pagination_json(page: u32, limit: u32, total: usize) -> Value {
 }
 
 /// Slices one page of an already sorted list.
-pub fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
+pub(crate) fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
     let start = (page as usize - 1).saturating_mul(limit as usize);
     items.into_iter().skip(start).take(limit as usize).collect()
 }
@@ -215,7 +215,7 @@ pub fn page_of<T>(items: Vec<T>, page: u32, limit: u32) -> Vec<T> {
 /// does not serve is a 405, a caller the rule refuses a 401 or a 403. A write answered 2xx is
 /// answered only once its audit entry is durable (`audit.rs`), and so is a protected action
 /// refused at the MFA gate; a write refused with 403 or 409 is recorded without waiting.
-pub async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
+pub(crate) async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
     let route = endpoint.operation(&call.method)?;
     if !audit::Trail::records(route) {
         route.admit(&call)?;
@@ -239,7 +239,7 @@ pub async fn dispatch(endpoint: &Endpoint, call: Call<'_>) -> ApiResult {
 
 /// ISO 8601 with milliseconds, UTC (`2026-11-22T03:42:13.123Z`).
 /// A path parameter as the handler reads it: percent-decoded.
-pub fn path_param(s: &str) -> String {
+pub(crate) fn path_param(s: &str) -> String {
     percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 

@@ -21,7 +21,7 @@ const MAX_REDIRECT_URIS: usize = 10;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateClient {
+pub(crate) struct CreateClient {
     /// Shown to users on the consent page.
     #[schema(min_length = 1, max_length = 100)]
     pub name: String,
@@ -66,7 +66,7 @@ async fn find(call: &Call<'_>) -> Result<OAuthClient, ApiError> {
 #[utoipa::path(get, path = "/v1/oauth/clients", tag = "oauth",
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let clients = clients_of(call, &who.org_id).await?;
     Ok(Reply::ok(json!({ "clients": clients.iter().map(view).collect::<Vec<_>>() })))
@@ -76,7 +76,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     responses((status = 201, description = "the client; `client_secret` (confidential clients) is shown this once", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateClient = call.json()?;
     let name = display_name("name", &body.name)?.to_string();
@@ -125,7 +125,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(get, path = "/v1/oauth/clients/{client_id}", tag = "oauth", params(("client_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn get(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
     let client = find(call).await?;
     let grants = call.server.state.grants_of_client(&client.id).len();
     let mut data = view(&client);
@@ -137,7 +137,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "deleted, and every token issued to it revoked", body = crate::api::envelope::MessageEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn delete(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;

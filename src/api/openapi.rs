@@ -36,12 +36,12 @@ struct ApiDoc;
 /// This document.
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "meta", security(()),
     responses((status = 200, description = "the OpenAPI 3.1 document of the management API", content_type = "application/json")))]
-pub async fn openapi_json(_call: &Call<'_>) -> ApiResult {
+pub(crate) async fn openapi_json(_call: &Call<'_>) -> ApiResult {
     Ok(Reply { raw: true, ..Reply::ok(document()) })
 }
 
 /// The document, built once.
-pub fn document() -> Value {
+pub(crate) fn document() -> Value {
     static DOC: OnceLock<Value> = OnceLock::new();
     DOC.get_or_init(|| {
         let mut doc = ApiDoc::openapi();

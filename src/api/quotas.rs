@@ -9,7 +9,7 @@ use crate::edge::error::ApiError;
 
 /// A counted resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Quota {
+pub(crate) enum Quota {
     Gateways,
     /// Usable account and service-account keys: revoked, expired and retired keys do not
     /// count (they authenticate nothing and a tenant cannot revive them), nor do gateway access
@@ -22,7 +22,7 @@ pub enum Quota {
 
 impl Quota {
     /// The field name under `limits.quotas.<tier>`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Quota::Gateways => "gateways",
             Quota::ApiKeys => "api_keys",
@@ -49,7 +49,7 @@ fn tier_of(state: &State, org_id: &str) -> String {
 }
 
 /// How many of `quota` the organisation holds now.
-pub fn used(state: &State, org_id: &str, quota: Quota) -> usize {
+pub(crate) fn used(state: &State, org_id: &str, quota: Quota) -> usize {
     match quota {
         Quota::Gateways => state.gateway_count(org_id),
         Quota::ApiKeys => {
@@ -64,7 +64,7 @@ pub fn used(state: &State, org_id: &str, quota: Quota) -> usize {
 
 /// Refuses (409 `CONFLICT`, naming the quota) one more of `quota` when the organisation already
 /// holds its tier's allowance. Call it under `state.lock_writes()`, just before saving.
-pub fn check(state: &State, org_id: &str, quota: Quota) -> Result<(), ApiError> {
+pub(crate) fn check(state: &State, org_id: &str, quota: Quota) -> Result<(), ApiError> {
     let tier = tier_of(state, org_id);
     let limit = quota.limit(state.config().limits.quotas(&tier));
     if used(state, org_id, quota) >= limit as usize {
@@ -75,13 +75,13 @@ pub fn check(state: &State, org_id: &str, quota: Quota) -> Result<(), ApiError> 
 
 /// The largest `rate_limit_multiplier` the organisation may give (a service account, a
 /// whitelist entry); their product is capped at the same figure where limits are applied.
-pub fn max_multiplier(state: &State, org_id: &str) -> f64 {
+pub(crate) fn max_multiplier(state: &State, org_id: &str) -> f64 {
     state.config().limits.quotas(&tier_of(state, org_id)).max_multiplier
 }
 
 /// Validates a `rate_limit_multiplier` against the organisation's tier: a positive number up to
 /// its `max_multiplier`.
-pub fn multiplier(state: &State, org_id: &str, m: f64) -> Result<f64, ApiError> {
+pub(crate) fn multiplier(state: &State, org_id: &str, m: f64) -> Result<f64, ApiError> {
     let max = max_multiplier(state, org_id);
     if !(m.is_finite() && m > 0.0 && m <= max) {
         return Err(ApiError::validation(

@@ -41,8 +41,8 @@ pub enum Mfa {
 }
 
 /// A handler's answer, boxed so that every handler has the one type a table row can hold.
-pub type Handled<'c> = Pin<Box<dyn Future<Output = ApiResult> + Send + 'c>>;
-pub type Handler = for<'c, 'a> fn(&'c Call<'a>) -> Handled<'c>;
+pub(crate) type Handled<'c> = Pin<Box<dyn Future<Output = ApiResult> + Send + 'c>>;
+pub(crate) type Handler = for<'c, 'a> fn(&'c Call<'a>) -> Handled<'c>;
 
 /// One management operation.
 pub struct Route {

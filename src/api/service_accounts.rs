@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateServiceAccount {
+pub(crate) struct CreateServiceAccount {
     /// 1-100 characters, no control characters.
     #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
@@ -33,7 +33,7 @@ pub struct CreateServiceAccount {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateServiceAccountKey {
+pub(crate) struct CreateServiceAccountKey {
     #[schema(min_length = 1, max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub name: String,
     /// Days until the key expires; absent means no expiry.
@@ -46,7 +46,7 @@ pub struct CreateServiceAccountKey {
     responses((status = 200, description = "service_accounts (newest first, each with key_count, its keys still usable, and keys_total) and pagination", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (page, limit) = call.pagination()?;
     let state = &call.server.state;
@@ -73,7 +73,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     responses((status = 201, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateServiceAccount = call.json()?;
     let name = display_name("name", &body.name)?;
@@ -117,7 +117,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, description = "the organisation's API-key quota is used up", body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create_key(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create_key(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = call
         .server

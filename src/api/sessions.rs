@@ -29,7 +29,7 @@ fn client_matches(client: &str, wanted: &str) -> bool {
            ("active" = Option<bool>, Query), ("page" = Option<u32>, Query, minimum = 1), ("limit" = Option<u32>, Query, minimum = 1, maximum = 100)),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let (page, limit) = call.pagination()?;
     let active = match call.query("active") {
@@ -67,7 +67,7 @@ fn find(call: &Call<'_>) -> Result<McpSession, ApiError> {
 #[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "sessions", params(("session_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn get(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
     let s = find(call)?;
     Ok(Reply::ok(view(call, &s)))
 }
@@ -75,7 +75,7 @@ pub async fn get(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(delete, path = "/v1/sessions/{session_id}", tag = "sessions", params(("session_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn delete(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
     let s = find(call)?;
     if !call.server.mcp.sessions.end(&s.id).await? {
         return Err(ApiError::NotFound("session"));

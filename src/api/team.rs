@@ -30,7 +30,7 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NewMember {
+pub(crate) struct NewMember {
     /// Unique (in any case): within the organisation, and no other organisation's user holds it.
     #[schema(min_length = 3, max_length = 254)]
     pub email: String,
@@ -42,7 +42,7 @@ pub struct NewMember {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct MemberRole {
+pub(crate) struct MemberRole {
     /// `owner`, `admin`, `developer` or `viewer`.
     pub role: String,
 }
@@ -89,7 +89,7 @@ fn other_owners(call: &Call<'_>, org_id: &str, except: &str) -> usize {
 #[utoipa::path(get, path = "/v1/team/members", tag = "team",
     responses((status = 200, description = "members (oldest first): id, email, name, role, mfa_enabled, created_at, declared (from the configuration, which sets it again at each start)", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let mut users = call.server.state.users_where(|u| u.org_id == who.org_id);
     users.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
@@ -103,7 +103,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, description = "INSUFFICIENT_SCOPE: an Owner or Admin given by a credential lacking a scope of that role; MFA_REQUIRED; FORBIDDEN: a delegated OAuth token", body = crate::api::envelope::ErrorEnvelope),
               (status = 409, description = "a user has this e-mail: a member of the organisation, or a user of another organisation (one e-mail, one organisation)", body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: NewMember = call.json()?;
     let address = email(&body.email)?;
@@ -137,7 +137,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
               (status = 403, description = "INSUFFICIENT_SCOPE: an Owner or Admin given by a credential lacking a scope of that role; MFA_REQUIRED; FORBIDDEN: a delegated OAuth token", body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, description = "the organisation's last Owner would be demoted", body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn update(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     member(call)?;
     let body: MemberRole = call.json()?;
@@ -162,7 +162,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
               (status = 409, description = "the caller itself, or the organisation's last Owner", body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn delete(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     if member(call)?.id == who.user_id {
         return Err(ApiError::Conflict("you cannot remove yourself: another Owner can".into()));

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 /// One pending change of a tool definition.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ToolChange {
+pub(crate) struct ToolChange {
     /// `tch_...`: what approve and reject name.
     pub id: String,
     /// The app whose tool it is.
@@ -71,7 +71,7 @@ fn gateway(call: &Call<'_>) -> Result<Arc<Gateway>, ApiError> {
     responses((status = 200, description = "`tool_changes`: the pending changes, oldest first", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let g = gateway(call)?;
     let pins = call.server.state.tool_pins_of(&g.org_id, &g.id).await?;
     let mut changes: Vec<ToolChange> = pins.iter().filter_map(view).collect();
@@ -115,7 +115,7 @@ async fn decide(call: &Call<'_>, g: &Gateway, approve: bool) -> ApiResult {
     responses((status = 200, description = "the definition is pinned; the gateway's clients are told its list changed", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn approve(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn approve(call: &Call<'_>) -> ApiResult {
     let g = gateway(call)?;
     pending_pin(call, &g).await?;
     super::mfa::gate(call).await?;
@@ -127,7 +127,7 @@ pub async fn approve(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "the old pin stays; the tool stays hidden while the app lists the rejected definition", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn reject(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn reject(call: &Call<'_>) -> ApiResult {
     let g = gateway(call)?;
     pending_pin(call, &g).await?;
     super::mfa::gate(call).await?;

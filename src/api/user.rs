@@ -12,14 +12,14 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateUser {
+pub(crate) struct UpdateUser {
     pub name: Option<String>,
     pub notification_preferences: Option<PreferencesPatch>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PreferencesPatch {
+pub(crate) struct PreferencesPatch {
     pub email: Option<bool>,
     pub slack: Option<bool>,
 }
@@ -45,14 +45,14 @@ fn view(call: &Call<'_>, user_id: &str) -> ApiResult {
 
 #[utoipa::path(get, path = "/v1/user", tag = "user",
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn get(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
     view(call, &call.who()?.user_id)
 }
 
 #[utoipa::path(patch, path = "/v1/user", tag = "user", request_body = UpdateUser,
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn update(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let patch: UpdateUser = call.json()?;
     let state = &call.server.state;
@@ -76,7 +76,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SetPassword {
+pub(crate) struct SetPassword {
     /// Required when the user already has a password.
     pub current_password: Option<String>,
     /// 12 to 128 characters, at least 4 different, not the e-mail, not a most-common password.
@@ -109,7 +109,7 @@ fn person(call: &Call<'_>) -> Result<std::sync::Arc<crate::data::model::User>, A
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 429, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn set_password(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn set_password(call: &Call<'_>) -> ApiResult {
     let user = person(call)?;
     let body: SetPassword = call.json()?;
     super::mfa::gate(call).await?;
@@ -135,7 +135,7 @@ pub async fn set_password(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(get, path = "/v1/user/web-sessions", tag = "user",
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn web_sessions(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn web_sessions(call: &Call<'_>) -> ApiResult {
     let user = person(call)?;
     let sessions = call.server.identity.signin.sessions.of_user(&user.id).await?;
     let items: Vec<_> = sessions
@@ -155,7 +155,7 @@ pub async fn web_sessions(call: &Call<'_>) -> ApiResult {
     params(("id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn end_web_session(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn end_web_session(call: &Call<'_>) -> ApiResult {
     let user = person(call)?;
     if !call.server.identity.signin.sessions.end(&user.id, call.id()).await? {
         return Err(ApiError::NotFound("web session"));

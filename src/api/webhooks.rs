@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateWebhook {
+pub(crate) struct CreateWebhook {
     /// Where deliveries are POSTed: https (http only in development or for a host in
     /// `webhooks.allowed_hosts`), not resolving inside the network.
     #[schema(min_length = 1, max_length = 2048)]
@@ -31,7 +31,7 @@ pub struct CreateWebhook {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RotateSecret {
+pub(crate) struct RotateSecret {
     /// Hours the old secret keeps signing beside the new one (0-72, default 24).
     #[schema(minimum = 0, maximum = 72)]
     pub grace_period_hours: Option<i64>,
@@ -41,7 +41,7 @@ pub struct RotateSecret {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateWebhook {
+pub(crate) struct UpdateWebhook {
     #[schema(min_length = 1, max_length = 2048)]
     pub url: Option<String>,
     #[schema(min_items = 1, max_items = 8)]
@@ -110,7 +110,7 @@ fn find(call: &Call<'_>) -> Result<std::sync::Arc<Webhook>, ApiError> {
 #[utoipa::path(get, path = "/v1/webhooks", tag = "webhooks",
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn list(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let items: Vec<Value> = call.server.state.webhooks_of(&who.org_id).iter().map(|w| view(w)).collect();
     Ok(Reply::ok(json!({ "webhooks": items })))
@@ -120,7 +120,7 @@ pub async fn list(call: &Call<'_>) -> ApiResult {
     responses((status = 201, description = "the webhook and, once, its secret", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn create(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let body: CreateWebhook = call.json()?;
     let events = events(&body.events)?;
@@ -156,7 +156,7 @@ pub async fn create(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn update(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     find(call)?;
     let body: UpdateWebhook = call.json()?;
@@ -189,7 +189,7 @@ pub async fn update(call: &Call<'_>) -> ApiResult {
 #[utoipa::path(delete, path = "/v1/webhooks/{webhook_id}", tag = "webhooks", params(("webhook_id" = String, Path)),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn delete(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let state = &call.server.state;
     let _guard = state.lock_writes(&who.org_id).await?;
@@ -203,7 +203,7 @@ pub async fn delete(call: &Call<'_>) -> ApiResult {
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn deliveries(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn deliveries(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let w = find(call)?;
     let (page, limit) = call.pagination()?;
@@ -218,7 +218,7 @@ pub async fn deliveries(call: &Call<'_>) -> ApiResult {
     responses((status = 200, description = "the webhook and, once, its new secret", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn rotate(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn rotate(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     find(call)?;
     let body: RotateSecret = call.json()?;
@@ -250,7 +250,7 @@ pub async fn rotate(call: &Call<'_>) -> ApiResult {
     responses((status = 202, description = "a `webhook.test` delivery, queued", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope)))]
-pub async fn test(call: &Call<'_>) -> ApiResult {
+pub(crate) async fn test(call: &Call<'_>) -> ApiResult {
     let w = find(call)?;
     if !w.enabled {
         return Err(ApiError::Conflict("the webhook is disabled: enable it first".into()));

@@ -15,10 +15,10 @@ use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub use pingora::time::Elapsed;
+pub(crate) use pingora::time::Elapsed;
 
 /// The time left until `deadline` (zero once it has passed).
-pub fn left(deadline: Instant) -> Duration {
+pub(crate) fn left(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }
 
@@ -27,11 +27,11 @@ pub fn left(deadline: Instant) -> Duration {
 /// A plain function, not an `async fn`: an `async fn` would hold `fut` twice (its argument and
 /// the timeout wrapping it), doubling a future that the whole call's state machine carries and
 /// copies.
-pub fn until<F: Future>(deadline: Instant, fut: F) -> impl Future<Output = Result<F::Output, Elapsed>> {
+pub(crate) fn until<F: Future>(deadline: Instant, fut: F) -> impl Future<Output = Result<F::Output, Elapsed>> {
     pingora::time::timeout(left(deadline), fut)
 }
 
 /// Completes at `deadline`.
-pub async fn sleep_until(deadline: Instant) {
+pub(crate) async fn sleep_until(deadline: Instant) {
     pingora::time::sleep(left(deadline)).await
 }

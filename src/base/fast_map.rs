@@ -9,10 +9,10 @@
 //! records: they share one type so that `state/follow.rs` refreshes them all the same way.
 
 /// A `DashMap` hashed with aHash; made with `FastMap::default()`.
-pub type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
+pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
 
 /// A `DashSet` hashed with aHash; made with `FastSet::default()`.
-pub type FastSet<K> = dashmap::DashSet<K, ahash::RandomState>;
+pub(crate) type FastSet<K> = dashmap::DashSet<K, ahash::RandomState>;
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -26,13 +26,13 @@ use std::hash::Hash;
 /// more (a session sweep paused calls up to 176 ms). Here a walk holds one lock for about
 /// `len / (PARTS * 2)` entries (some 500 of a million) and can yield between parts; a look-up
 /// hashes the key once more to pick its part.
-pub struct PartedMap<K, V> {
+pub(crate) struct PartedMap<K, V> {
     parts: Box<[FastMap<K, V>]>,
     pick: ahash::RandomState,
 }
 
 /// Parts of a [`PartedMap`] (a power of two); each has two shards.
-pub const PARTS: usize = 1024;
+pub(crate) const PARTS: usize = 1024;
 
 impl<K: Eq + Hash, V> Default for PartedMap<K, V> {
     fn default() -> Self {
@@ -43,7 +43,7 @@ impl<K: Eq + Hash, V> Default for PartedMap<K, V> {
 
 impl<K: Eq + Hash, V> PartedMap<K, V> {
     /// The part that holds `key`.
-    pub fn part<Q: Hash + ?Sized>(&self, key: &Q) -> &FastMap<K, V>
+    pub(crate) fn part<Q: Hash + ?Sized>(&self, key: &Q) -> &FastMap<K, V>
     where
         K: Borrow<Q>,
     {
@@ -52,57 +52,46 @@ impl<K: Eq + Hash, V> PartedMap<K, V> {
     }
 
     /// Every part, to walk one at a time.
-    pub fn parts(&self) -> &[FastMap<K, V>] {
+    pub(crate) fn parts(&self) -> &[FastMap<K, V>] {
         &self.parts
     }
 
     /// Entries across the parts (each part counted under its own locks, not at one instant).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.parts.iter().map(|p| p.len()).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.parts.iter().all(|p| p.is_empty())
-    }
-
-    pub fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<dashmap::mapref::one::Ref<'_, K, V>>
+    pub(crate) fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<dashmap::mapref::one::Ref<'_, K, V>>
     where
         K: Borrow<Q>,
     {
         self.part(key).get(key)
     }
 
-    pub fn get_mut<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<dashmap::mapref::one::RefMut<'_, K, V>>
+    pub(crate) fn get_mut<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<dashmap::mapref::one::RefMut<'_, K, V>>
     where
         K: Borrow<Q>,
     {
         self.part(key).get_mut(key)
     }
 
-    pub fn contains_key<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> bool
+    pub(crate) fn contains_key<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
     {
         self.part(key).contains_key(key)
     }
 
-    pub fn insert(&self, key: K, value: V) -> Option<V> {
+    pub(crate) fn insert(&self, key: K, value: V) -> Option<V> {
         self.part(&key).insert(key, value)
     }
 
-    pub fn entry(&self, key: K) -> dashmap::mapref::entry::Entry<'_, K, V> {
+    pub(crate) fn entry(&self, key: K) -> dashmap::mapref::entry::Entry<'_, K, V> {
         self.part(&key).entry(key)
     }
 
-    pub fn remove_if<Q: Hash + Eq + ?Sized>(&self, key: &Q, f: impl FnOnce(&K, &V) -> bool) -> Option<(K, V)>
-    where
-        K: Borrow<Q>,
-    {
-        self.part(key).remove_if(key, f)
-    }
-
     /// Every entry, part after part (each shard's read lock held while it is walked).
-    pub fn iter(&self) -> impl Iterator<Item = dashmap::mapref::multiple::RefMulti<'_, K, V>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = dashmap::mapref::multiple::RefMulti<'_, K, V>> {
         self.parts.iter().flat_map(|p| p.iter())
     }
 }
@@ -129,8 +118,8 @@ mod tests {
         // whole map.
         let largest = map.parts().iter().map(|p| p.len()).max().unwrap();
         assert!(largest < 200, "the largest part holds {largest} of {n} entries");
-        assert!(map.remove_if("s3", |_, v| *v == 4).is_none());
-        assert_eq!(map.remove_if("s3", |_, v| *v == 3), Some(("s3".to_string(), 3)));
+        assert!(map.part("s3").remove_if("s3", |_, v| *v == 4).is_none());
+        assert_eq!(map.part("s3").remove_if("s3", |_, v| *v == 3), Some(("s3".to_string(), 3)));
         assert!(!map.contains_key("s3") && map.get_mut("s3").is_none());
         assert_eq!(map.len(), n - 1);
     }

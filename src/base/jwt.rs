@@ -86,10 +86,10 @@ pub enum JwtSetupError {
 }
 
 /// Verification keys by key id.
-pub type Keys = HashMap<String, DecodingKey>;
+pub(crate) type Keys = HashMap<String, DecodingKey>;
 
 /// The keys of a JWKS document with a key id; `source` names it in the error.
-pub fn keys_from_jwks(text: &str, source: &str) -> Result<Keys, JwtSetupError> {
+pub(crate) fn keys_from_jwks(text: &str, source: &str) -> Result<Keys, JwtSetupError> {
     let set: JwkSet =
         serde_json::from_str(text).map_err(|e| JwtSetupError::Key(format!("{source}: not a JWKS: {e}")))?;
     let mut keys = HashMap::new();

@@ -2,13 +2,13 @@
 //! (ids and secrets, JWT verification, hidden text, JSON that reads one way, the maps read on every call, deadlines, the clock, where a
 //! path goes, the well-known URIs).
 
-pub mod deadline;
-pub mod fast_map;
-pub mod hidden_text;
-pub mod jwt;
-pub mod pair_key;
+pub(crate) mod deadline;
+pub(crate) mod fast_map;
+pub(crate) mod hidden_text;
+pub(crate) mod jwt;
+pub(crate) mod pair_key;
 pub mod route;
 pub mod secrets;
-pub mod strict_json;
-pub mod time;
-pub mod well_known;
+pub(crate) mod strict_json;
+pub(crate) mod time;
+pub(crate) mod well_known;

@@ -49,7 +49,7 @@ impl PartialEq for dyn Pair + '_ {
 impl Eq for dyn Pair + '_ {}
 
 /// The borrowed key `(a, b)` of a map keyed by `(String, String)`.
-pub fn pair<'a>(key: &'a (&'a str, &'a str)) -> &'a (dyn Pair + 'a) {
+pub(crate) fn pair<'a>(key: &'a (&'a str, &'a str)) -> &'a (dyn Pair + 'a) {
     key
 }
 

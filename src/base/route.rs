@@ -58,7 +58,7 @@ impl Route {
     }
 
     /// Every value [`Route::label`] gives: the metrics' `route` label.
-    pub const LABELS: [&'static str; 6] = ["management", "gateway", "health", "unknown", "metadata", "identity"];
+    pub(crate) const LABELS: [&'static str; 6] = ["management", "gateway", "health", "unknown", "metadata", "identity"];
 
     pub fn label(&self) -> &'static str {
         Self::LABELS[match self {

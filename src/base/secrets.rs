@@ -14,7 +14,7 @@ use std::path::Path;
 use subtle::ConstantTimeEq;
 
 /// Every key starts with this prefix (DESIGN contract).
-pub const KEY_PREFIX: &str = "ag_";
+pub(crate) const KEY_PREFIX: &str = "ag_";
 /// Random characters after the prefix: 40 alphanumerics, about 238 bits.
 const KEY_RANDOM_LEN: usize = 40;
 
@@ -25,12 +25,12 @@ pub(crate) fn random_alnum(len: usize) -> String {
 }
 
 /// A new API key: `ag_` + 40 CSPRNG alphanumerics.
-pub fn new_api_key() -> String {
+pub(crate) fn new_api_key() -> String {
     format!("{KEY_PREFIX}{}", random_alnum(KEY_RANDOM_LEN))
 }
 
 /// A new identifier such as `gw_3kF9...`.
-pub fn new_id(prefix: &str) -> String {
+pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", random_alnum(16).to_ascii_lowercase())
 }
 
@@ -47,36 +47,36 @@ pub fn write_ordered_id(out: &mut String, prefix: &str, ts_ms: i64) {
 }
 
 /// A session id: 32 CSPRNG bytes as hex.
-pub fn new_session_id() -> String {
+pub(crate) fn new_session_id() -> String {
     let mut b = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut b);
     hex::encode(b)
 }
 
 /// Lower-case hex SHA-256 of a key: what the store keeps.
-pub fn hash_key(key: &str) -> String {
+pub(crate) fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
 /// SHA-256 of a key as bytes: the in-memory index key.
-pub fn hash_key_bytes(key: &str) -> [u8; 32] {
+pub(crate) fn hash_key_bytes(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
 /// A stored hex digest as bytes.
-pub fn hash_from_hex(hex_digest: &str) -> Option<[u8; 32]> {
+pub(crate) fn hash_from_hex(hex_digest: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
     hex::decode_to_slice(hex_digest, &mut out).ok()?;
     Some(out)
 }
 
 /// Constant-time equality of two digests.
-pub fn digests_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
+pub(crate) fn digests_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
     bool::from(a.ct_eq(b))
 }
 
 /// Constant-time equality of two hex hashes.
-pub fn hashes_equal(a: &str, b: &str) -> bool {
+pub(crate) fn hashes_equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
@@ -89,7 +89,7 @@ pub enum SealError {
 }
 
 /// HMAC-SHA256 of `message` under `key`.
-pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     use hmac::Mac;
     let mut mac = <hmac::Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");
     mac.update(message);
@@ -97,15 +97,15 @@ pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
 }
 
 /// The master key's file in the embedded store's directory (`storage.path`).
-pub const KEY_FILE: &str = "secret.key";
+pub(crate) const KEY_FILE: &str = "secret.key";
 /// The key a rotation moves to (`toolgate keys rotate`): while it is there, values are sealed
 /// under it and opened under either key, so that a rotation stopped midway loses nothing and
 /// running it again finishes it.
-pub const NEXT_KEY_FILE: &str = "secret.key.next";
+pub(crate) const NEXT_KEY_FILE: &str = "secret.key.next";
 /// The master key from the environment (every instance sharing a Redis store).
-pub const KEY_ENV: &str = "TOOLGATE_SECRET_KEY";
+pub(crate) const KEY_ENV: &str = "TOOLGATE_SECRET_KEY";
 /// The master key before a rotation, from the environment: opened, never sealed under.
-pub const PREVIOUS_KEY_ENV: &str = "TOOLGATE_SECRET_KEY_PREVIOUS";
+pub(crate) const PREVIOUS_KEY_ENV: &str = "TOOLGATE_SECRET_KEY_PREVIOUS";
 
 /// Seals and opens app credentials.
 pub struct Sealer {
@@ -118,7 +118,7 @@ pub struct Sealer {
 }
 
 /// 64 hex characters (surrounding blanks aside) as a key; `what` names where they came from.
-pub fn parse_key(text: &str, what: &str) -> Result<[u8; 32], SealError> {
+pub(crate) fn parse_key(text: &str, what: &str) -> Result<[u8; 32], SealError> {
     hex::decode(text.trim())
         .ok()
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
@@ -126,7 +126,7 @@ pub fn parse_key(text: &str, what: &str) -> Result<[u8; 32], SealError> {
 }
 
 /// The key in `path`, `None` when there is no such file.
-pub fn read_key_file(path: &Path) -> Result<Option<[u8; 32]>, SealError> {
+pub(crate) fn read_key_file(path: &Path) -> Result<Option<[u8; 32]>, SealError> {
     match std::fs::read_to_string(path) {
         Ok(text) => parse_key(&text, &path.display().to_string()).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -136,7 +136,7 @@ pub fn read_key_file(path: &Path) -> Result<Option<[u8; 32]>, SealError> {
 
 /// Writes `key` to `path` (mode 0600) whole or not at all: a temporary file synced, renamed,
 /// and the directory synced, so that a crash leaves either no file or the key.
-pub fn write_key_file(path: &Path, key: &[u8; 32]) -> Result<(), SealError> {
+pub(crate) fn write_key_file(path: &Path, key: &[u8; 32]) -> Result<(), SealError> {
     let err = |e: std::io::Error| SealError::KeyFile(path.display().to_string(), e.to_string());
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
@@ -146,7 +146,7 @@ pub fn write_key_file(path: &Path, key: &[u8; 32]) -> Result<(), SealError> {
 }
 
 /// Syncs the directory holding `path`, so that a rename or a new file in it survives a crash.
-pub fn sync_parent(path: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_parent(path: &Path) -> std::io::Result<()> {
     match path.parent() {
         Some(dir) => std::fs::File::open(dir)?.sync_all(),
         None => Ok(()),
@@ -154,7 +154,7 @@ pub fn sync_parent(path: &Path) -> std::io::Result<()> {
 }
 
 /// A new random master key.
-pub fn new_master_key() -> [u8; 32] {
+pub(crate) fn new_master_key() -> [u8; 32] {
     let mut b = [0u8; 32];
     OsRng.fill_bytes(&mut b);
     b
@@ -212,7 +212,7 @@ impl Sealer {
     }
 
     /// A sealer with the given key (tests; a key from elsewhere than the environment or the file).
-    pub fn from_key(key: [u8; 32]) -> Sealer {
+    pub(crate) fn from_key(key: [u8; 32]) -> Sealer {
         Sealer { cipher: Aes256Gcm::new(&key.into()), key, previous: None }
     }
 
@@ -222,7 +222,8 @@ impl Sealer {
     }
 
     /// Whether a rotation is under way (values may still be sealed under the previous key).
-    pub fn is_rotating(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_rotating(&self) -> bool {
         self.previous.is_some()
     }
 
@@ -232,7 +233,7 @@ impl Sealer {
         hmac_sha256(&self.key, label)
     }
 
-    pub fn seal(&self, plaintext: &[u8]) -> String {
+    pub(crate) fn seal(&self, plaintext: &[u8]) -> String {
         let mut nonce = [0u8; 12];
         OsRng.fill_bytes(&mut nonce);
         let ct = self.cipher.encrypt(Nonce::from_slice(&nonce), plaintext).expect("AES-GCM encryption cannot fail");
@@ -262,7 +263,7 @@ impl Sealer {
     /// `sealed` sealed under the key: `None` when it already is (a rotation run again skips
     /// it), the value sealed anew when it was under the previous key, an error when neither
     /// key opens it.
-    pub fn reseal(&self, sealed: &str) -> Result<Option<String>, SealError> {
+    pub(crate) fn reseal(&self, sealed: &str) -> Result<Option<String>, SealError> {
         let raw = B64.decode(sealed).map_err(|_| SealError::Open)?;
         if raw.len() < 12 {
             return Err(SealError::Open);

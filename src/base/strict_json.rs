@@ -48,7 +48,7 @@ impl Ambiguous {
 
 /// Checks that `text` reads one way: no object has a member twice, and every string and number
 /// can be read. `text` must be JSON (an error of syntax is reported as unreadable).
-pub fn check(text: &[u8]) -> Result<(), Ambiguous> {
+pub(crate) fn check(text: &[u8]) -> Result<(), Ambiguous> {
     let mut walk = Walk { keys: Vec::new(), path: Vec::new(), duplicate: false };
     let mut de = serde_json::Deserializer::from_slice(text);
     match (Value { walk: &mut walk }).deserialize(&mut de) {

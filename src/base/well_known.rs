@@ -4,7 +4,7 @@
 
 /// The well-known URIs of `name` for `url`: with the URL's path after the well-known part (RFC
 /// 8414 section 3.1, RFC 9728 section 3.1), then at the root.
-pub fn urls(url: &url::Url, name: &str) -> Vec<String> {
+pub(crate) fn urls(url: &url::Url, name: &str) -> Vec<String> {
     let origin = url.origin().ascii_serialization();
     let path = url.path().trim_end_matches('/');
     let mut all = Vec::new();
@@ -18,7 +18,7 @@ pub fn urls(url: &url::Url, name: &str) -> Vec<String> {
 /// Where the metadata of the authorization server `issuer` may be, in the order to ask: RFC
 /// 8414's URIs, then OpenID discovery's (which also puts the well-known part after an issuer's
 /// path). Empty when `issuer` is not a URL.
-pub fn authorization_server_metadata(issuer: &str) -> Vec<String> {
+pub(crate) fn authorization_server_metadata(issuer: &str) -> Vec<String> {
     let Ok(url) = url::Url::parse(issuer) else { return Vec::new() };
     let mut all = urls(&url, "oauth-authorization-server");
     all.extend(urls(&url, "openid-configuration"));

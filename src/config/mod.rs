@@ -19,7 +19,7 @@ use toolgate_filters::{Role, ScopeSet};
 
 /// `mcp.max_stdio_processes` when the YAML says nothing: how many stdio app processes may run at
 /// once (the one default, also of the upstreams built without a configuration in tests).
-pub const DEFAULT_MAX_STDIO_PROCESSES: usize = 16;
+pub(crate) const DEFAULT_MAX_STDIO_PROCESSES: usize = 16;
 
 /// A configuration error, naming the field (`server.listen`, `apps[2].url`, ...).
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ impl Environment {
 
     /// Whether URLs toolgate calls out to (webhooks, discovered OAuth endpoints) may be plain
     /// http: in development only.
-    pub fn allows_http(self) -> bool {
+    pub(crate) fn allows_http(self) -> bool {
         self == Environment::Development
     }
 }
@@ -427,7 +427,7 @@ impl std::fmt::Debug for SmsConfig {
 
 impl StorageConfig {
     /// `server.upgrade_sock` when it is not set.
-    pub fn default_upgrade_sock(&self) -> PathBuf {
+    pub(crate) fn default_upgrade_sock(&self) -> PathBuf {
         match self {
             StorageConfig::Embedded { path } => path.join("upgrade.sock"),
             StorageConfig::Redis { .. } => PathBuf::from("/tmp/toolgate-upgrade.sock"),
@@ -435,7 +435,7 @@ impl StorageConfig {
     }
 
     /// Several instances may share this store (so each must hear of the others' changes).
-    pub fn is_shared(&self) -> bool {
+    pub(crate) fn is_shared(&self) -> bool {
         matches!(self, StorageConfig::Redis { .. })
     }
 }
@@ -507,7 +507,7 @@ pub struct AppHealthOverrides {
 
 impl AppConfig {
     /// The interval and time-out of this app's probe: its own, else the global ones.
-    pub fn health_probe(&self, global: &AppHealthConfig) -> (Duration, Duration) {
+    pub(crate) fn health_probe(&self, global: &AppHealthConfig) -> (Duration, Duration) {
         (self.health.interval.unwrap_or(global.interval), self.health.timeout.unwrap_or(global.timeout))
     }
 }
@@ -522,7 +522,7 @@ pub struct FunctionDecl {
 
 impl AppConfig {
     /// An app that needs no credentials is connected from the start.
-    pub fn needs_credentials(&self) -> bool {
+    pub(crate) fn needs_credentials(&self) -> bool {
         !self.auth_types.is_empty()
     }
 
@@ -536,7 +536,7 @@ impl AppConfig {
 
     /// What a tenant is told of the upstream: its kind, not its address or command line, which
     /// describe the operator's network and hosts.
-    pub fn base_url_for_tenants(&self) -> String {
+    pub(crate) fn base_url_for_tenants(&self) -> String {
         match &self.upstream {
             AppUpstream::Url(_) => "remote".into(),
             AppUpstream::Command { .. } => "stdio".into(),
@@ -606,7 +606,7 @@ pub struct UserConfig {
 /// belongs to the users of one organisation (the YAML's `users:`, the team API and SSO's
 /// first sign-in refuse to give another organisation's address), so a sign-in provider that
 /// names no organisation finds one user by it, and nobody claims another's address.
-pub fn same_email(a: &str, b: &str) -> bool {
+pub(crate) fn same_email(a: &str, b: &str) -> bool {
     fn folded(s: &str) -> impl Iterator<Item = char> + '_ {
         s.trim().chars().flat_map(char::to_lowercase)
     }
@@ -720,7 +720,7 @@ pub enum LogFormat {
 }
 
 /// Info, without Pingora's own per-connection chatter.
-pub const DEFAULT_LOG_LEVEL: &str = "info,pingora=warn";
+pub(crate) const DEFAULT_LOG_LEVEL: &str = "info,pingora=warn";
 
 #[derive(Debug, Clone)]
 pub struct McpConfig {
@@ -843,7 +843,7 @@ impl Config {
 }
 
 /// Parses scope names, reporting the first unknown one against `field`.
-pub fn parse_scopes(field: &str, names: &[String]) -> Result<ScopeSet, ConfigError> {
+pub(crate) fn parse_scopes(field: &str, names: &[String]) -> Result<ScopeSet, ConfigError> {
     ScopeSet::parse(names.iter().map(String::as_str)).map_err(|bad| invalid(field, format!("unknown scope `{bad}`")))
 }
 

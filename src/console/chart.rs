@@ -38,14 +38,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One sample of a time series: milliseconds since the Unix epoch and its value.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Point {
+pub(super) struct Point {
     pub t_ms: i64,
     pub v: f64,
 }
 
 /// A named series of a line chart.
 #[derive(Debug, Clone, Copy)]
-pub struct Series<'a> {
+pub(super) struct Series<'a> {
     pub name: &'a str,
     pub points: &'a [Point],
 }
@@ -78,7 +78,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// An HTML `<figure>`: an inline `<svg>` line chart (one line per series, time on x, `unit`
 /// on y) with its `<figcaption>` and, below, the same data as a `<table>` (visually hidden
 /// by the class `visually-hidden` but read by screen readers).
-pub fn line_chart(title: &str, unit: &str, series: &[Series<'_>]) -> String {
+pub(super) fn line_chart(title: &str, unit: &str, series: &[Series<'_>]) -> String {
     let clean: Vec<Vec<(i64, f64)>> = series.iter().map(|s| clean_points(s.points)).collect();
     let id = chart_id(title);
     let count: usize = clean.iter().map(Vec::len).sum();
@@ -139,7 +139,7 @@ pub fn line_chart(title: &str, unit: &str, series: &[Series<'_>]) -> String {
 }
 
 /// Horizontal bars (top functions): a `<figure>` with an inline `<svg>` and a data table.
-pub fn bar_chart(title: &str, unit: &str, bars: &[(&str, f64)]) -> String {
+pub(super) fn bar_chart(title: &str, unit: &str, bars: &[(&str, f64)]) -> String {
     let clean: Vec<(&str, f64)> = bars
         .iter()
         .filter(|b| b.1.is_finite())
@@ -212,7 +212,7 @@ pub fn bar_chart(title: &str, unit: &str, bars: &[(&str, f64)]) -> String {
 /// A QR code of `data` (an `otpauth://` URI for MFA set-up) as an inline `<svg>`: black modules
 /// on a white square with the standard 4-module quiet zone, one `<path>` of horizontal runs,
 /// error correction level M. Data too long for a QR code gives an `<svg>` whose title says so.
-pub fn qr_svg(data: &str) -> String {
+pub(super) fn qr_svg(data: &str) -> String {
     let id = chart_id("qr");
     let code = match qrcode::QrCode::with_error_correction_level(data.as_bytes(), qrcode::EcLevel::M) {
         Ok(code) => code,

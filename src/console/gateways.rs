@@ -14,7 +14,7 @@ fn encode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-pub async fn list(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
+pub(super) async fn list(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let q = ctx.query("q").unwrap_or("");
     let sort = ctx.query("sort").unwrap_or("created_at");
     let order = ctx.query("order").unwrap_or("desc");
@@ -102,7 +102,7 @@ fn servers(fields: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
-pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let body = json!({
         "name": field(fields, "name"),
         "description": field(fields, "description"),
@@ -148,7 +148,7 @@ fn setup(endpoint: &str, name: &str, key: &str) -> String {
     )
 }
 
-pub async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
+pub(super) async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
     let g = ctx.get(&format!("/gateways/{}", seg(id))).await?;
     let endpoint = html::text(&g["endpoint"]);
     let name = html::text(&g["name"]);
@@ -194,7 +194,7 @@ pub async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
     Ok(ctx.page(&name, "/gateways", &body))
 }
 
-pub async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let body: Value = json!({
         "name": field(fields, "name"),
         "description": field(fields, "description"),
@@ -205,7 +205,7 @@ pub async fn update(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Res
     Ok(ctx.done(&format!("/gateways/{}", seg(id)), "Gateway saved."))
 }
 
-pub async fn delete(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn delete(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mfa = field(fields, "mfa_code");
     ctx.api(Method::DELETE, &format!("/gateways/{}", seg(id)), None, Some(mfa)).await?;
     Ok(ctx.done("/gateways", "Gateway deleted."))

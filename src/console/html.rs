@@ -2,7 +2,7 @@
 //! script served from the binary. Every value from the API goes through [`escape`].
 
 use super::{Ctx, PATH};
-pub use crate::identity::signin::escape;
+pub(super) use crate::identity::signin::escape;
 use crate::identity::signin::Page;
 use serde_json::Value;
 
@@ -63,7 +63,7 @@ fn head_going(prefix: &str, title: &str, to: Option<&str>) -> String {
 }
 
 /// A page without the navigation (no signed-in user to show it to).
-pub fn bare(title: &str, text: &str) -> String {
+pub(super) fn bare(title: &str, text: &str) -> String {
     format!(
         "{}<body><main><h1>{}</h1><p class=\"error\" role=\"alert\">{}</p></main></body></html>",
         head("/auth", title),
@@ -74,12 +74,12 @@ pub fn bare(title: &str, text: &str) -> String {
 
 /// A page of the console: the header with the user and sign-out, the navigation (`current`
 /// marked), the notice left by the last POST, and `body` in `<main>`.
-pub fn frame(ctx: &Ctx<'_>, title: &str, current: &str, body: &str) -> String {
+pub(super) fn frame(ctx: &Ctx<'_>, title: &str, current: &str, body: &str) -> String {
     frame_to(ctx, title, current, body, None)
 }
 
 /// [`frame`] for a page that goes on to `to` by itself (the way to an OAuth authorization).
-pub fn frame_going(ctx: &Ctx<'_>, title: &str, current: &str, body: &str, to: &str) -> String {
+pub(super) fn frame_going(ctx: &Ctx<'_>, title: &str, current: &str, body: &str, to: &str) -> String {
     frame_to(ctx, title, current, body, Some(to))
 }
 
@@ -111,7 +111,7 @@ fn frame_to(ctx: &Ctx<'_>, title: &str, current: &str, body: &str, to: Option<&s
 }
 
 /// The stylesheet or the script, from the binary, by its content-addressed name (kept a year).
-pub fn asset(file: &str) -> Page {
+pub(super) fn asset(file: &str) -> Page {
     let (css, js) = names();
     let (body, content_type) = match file {
         f if f == css => (CSS, "text/css; charset=utf-8"),
@@ -122,7 +122,7 @@ pub fn asset(file: &str) -> Page {
 }
 
 /// A POST form's opening tag and its CSRF field; `class` names the form for the stylesheet.
-pub fn form_open(ctx: &Ctx<'_>, to: &str, class: &str) -> String {
+pub(super) fn form_open(ctx: &Ctx<'_>, to: &str, class: &str) -> String {
     format!(
         "<form method=\"post\" action=\"{}\" class=\"{class}\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">",
         ctx.href(to),
@@ -131,20 +131,20 @@ pub fn form_open(ctx: &Ctx<'_>, to: &str, class: &str) -> String {
 }
 
 /// A labelled text input.
-pub fn input(label: &str, name: &str, value: &str, extra: &str) -> String {
+pub(super) fn input(label: &str, name: &str, value: &str, extra: &str) -> String {
     format!("<label>{label} <input name=\"{name}\" value=\"{}\" {extra}></label>", escape(value))
 }
 
 /// The field of a protected action: the current authenticator code (or a backup code), sent to
 /// the API as `X-MFA-Token`.
-pub fn mfa_field() -> String {
+pub(super) fn mfa_field() -> String {
     "<label>MFA code <input name=\"mfa_code\" inputmode=\"numeric\" autocomplete=\"one-time-code\" \
      placeholder=\"if MFA is on\"></label>"
         .to_string()
 }
 
 /// A JSON value as text: strings as they are, nothing for null, others as JSON.
-pub fn text(v: &Value) -> String {
+pub(super) fn text(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
@@ -154,7 +154,7 @@ pub fn text(v: &Value) -> String {
 
 /// A table of `rows` with `columns` (header, JSON field); `link` makes the first column a link
 /// to a record's page (`/gateways/` + its `id`).
-pub fn table(caption: &str, rows: &[Value], columns: &[(&str, &str)], link: Option<(&Ctx<'_>, &str)>) -> String {
+pub(super) fn table(caption: &str, rows: &[Value], columns: &[(&str, &str)], link: Option<(&Ctx<'_>, &str)>) -> String {
     if rows.is_empty() {
         return format!("<p class=\"empty\">No {}.</p>", escape(&caption.to_lowercase()));
     }
@@ -185,7 +185,7 @@ pub fn table(caption: &str, rows: &[Value], columns: &[(&str, &str)], link: Opti
 
 /// Previous and next links from the API's `pagination` object; `query` is the page's other
 /// parameters, already encoded.
-pub fn pager(ctx: &Ctx<'_>, to: &str, pagination: &Value, query: &str) -> String {
+pub(super) fn pager(ctx: &Ctx<'_>, to: &str, pagination: &Value, query: &str) -> String {
     let page = pagination["page"].as_u64().unwrap_or(1);
     let link = |p: u64, label: &str, rel: &str| {
         format!("<a rel=\"{rel}\" href=\"{}\">{label}</a>", ctx.href(&format!("{to}?{query}&page={p}")))
@@ -206,7 +206,7 @@ pub fn pager(ctx: &Ctx<'_>, to: &str, pagination: &Value, query: &str) -> String
 }
 
 /// A `<select>` of `options` (value, label) with `chosen` selected.
-pub fn select(label: &str, name: &str, options: &[(&str, &str)], chosen: Option<&str>) -> String {
+pub(super) fn select(label: &str, name: &str, options: &[(&str, &str)], chosen: Option<&str>) -> String {
     let mut out = format!("<label>{label} <select name=\"{name}\">");
     for (value, text) in options {
         let sel = if Some(*value) == chosen { " selected" } else { "" };
@@ -217,7 +217,7 @@ pub fn select(label: &str, name: &str, options: &[(&str, &str)], chosen: Option<
 }
 
 /// A secret shown once, with a copy button.
-pub fn secret(label: &str, value: &str) -> String {
+pub(super) fn secret(label: &str, value: &str) -> String {
     format!(
         "<div class=\"secret\" role=\"alert\"><p><strong>{label}</strong>: shown this once; copy it now.</p>\
          {}</div>",
@@ -226,7 +226,7 @@ pub fn secret(label: &str, value: &str) -> String {
 }
 
 /// A value in a `<code>` block with a copy button (the script copies the element it names).
-pub fn copyable(id: &str, value: &str) -> String {
+pub(super) fn copyable(id: &str, value: &str) -> String {
     format!(
         "<div class=\"copy\"><pre><code id=\"{id}\">{}</code></pre>\
          <button type=\"button\" class=\"copy-button\" data-copy=\"{id}\">Copy</button></div>",

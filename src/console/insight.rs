@@ -17,7 +17,7 @@ fn kept(ctx: &Ctx<'_>, names: &[&str]) -> String {
     names.iter().filter_map(|n| ctx.query(n).map(|v| format!("{n}={}", encode(v)))).collect::<Vec<_>>().join("&")
 }
 
-pub async fn logs(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
+pub(super) async fn logs(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let filters = kept(ctx, &["gateway_id", "app_id", "status", "start_date", "end_date"]);
     let page = ctx.query("page").unwrap_or("1");
     let got = ctx.get(&format!("/logs?{filters}&page={}&limit=50", encode(page))).await?;
@@ -52,7 +52,7 @@ pub async fn logs(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
 
 /// One entry on its own page (`/logs/{id}`, the API's `GET /logs/{id}`): another organisation's
 /// or an unknown id is the API's 404.
-pub async fn entry_page(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
+pub(super) async fn entry_page(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
     let e = ctx.get(&format!("/logs/{}", seg(id))).await?;
     let body = format!("{}<p><a href=\"{}\">Back to the logs</a></p>", entry(&e), ctx.href("/logs"));
     Ok(ctx.page("Log entry", "/logs", &body))
@@ -119,7 +119,7 @@ fn points(series: &[Value], key: &str) -> Vec<Point> {
         .collect()
 }
 
-pub async fn analytics(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
+pub(super) async fn analytics(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let period = ctx.query("period").unwrap_or("24h");
     let gateway = ctx.query("gateway_id");
     let got = ctx.get(&format!("/logs/analytics?{}", kept(ctx, &["period", "gateway_id"]))).await?;

@@ -26,7 +26,7 @@ fn scopes(fields: &[(String, String)]) -> Vec<&str> {
     fields.iter().filter(|(k, _)| k == "scopes").map(|(_, v)| v.as_str()).collect()
 }
 
-pub async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
+pub(super) async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let mut body = String::new();
     if let Some(id) = ctx.query("usage") {
         let u = ctx.get(&format!("/api-keys/{}/usage", seg(id))).await?;
@@ -136,7 +136,7 @@ fn shown_once(ctx: &Ctx<'_>, title: &str, key: &Value) -> Page {
     ctx.page(title, "/keys", &body)
 }
 
-pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mut body = json!({
         "name": field(fields, "name"),
         "scopes": scopes(fields),
@@ -150,7 +150,7 @@ pub async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, 
 }
 
 /// Rotate or revoke: the key is the path's id, or the form's `key_id` when the path says `-`.
-pub async fn act(ctx: &Ctx<'_>, id: &str, action: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn act(ctx: &Ctx<'_>, id: &str, action: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let id = if id == "-" { field(fields, "key_id") } else { id };
     let mfa = Some(field(fields, "mfa_code"));
     let path = format!("/api-keys/{}", seg(id));
@@ -169,7 +169,7 @@ pub async fn act(ctx: &Ctx<'_>, id: &str, action: &str, fields: &[(String, Strin
     }
 }
 
-pub async fn accounts(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
+pub(super) async fn accounts(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     if !ctx.can(Scope::Admin) {
         let body =
             "<p>Service accounts are managed with the <code>admin</code> scope, which your role does not hold.</p>";
@@ -209,7 +209,7 @@ pub async fn accounts(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     Ok(ctx.page("Service accounts", "/service-accounts", &body))
 }
 
-pub async fn create_account(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn create_account(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mut body = json!({
         "name": field(fields, "name"),
         "description": field(fields, "description"),
@@ -223,7 +223,7 @@ pub async fn create_account(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Resul
     Ok(ctx.done("/service-accounts", &text))
 }
 
-pub async fn account_key(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn account_key(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)]) -> Result<Page, ApiError> {
     let id = if id == "-" { field(fields, "account_id") } else { id };
     let mut body = json!({ "name": field(fields, "name") });
     if let Ok(days) = field(fields, "expires_in_days").parse::<i64>() {

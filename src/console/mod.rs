@@ -49,7 +49,7 @@ use toolgate_filters::ip_allowlist::IpPolicySource;
 use toolgate_filters::{Principal, Scope};
 
 /// The console's path under the identity service's prefix.
-pub const PATH: &str = "/console";
+pub(crate) const PATH: &str = "/console";
 /// The one-time notice shown by the page a successful POST redirects to.
 const NOTICE_COOKIE: &str = "toolgate_notice";
 /// Largest console form accepted.
@@ -68,7 +68,7 @@ const SECURITY_HEADERS: &[(HeaderName, &str)] = &[
 ];
 
 /// Whether a path under the identity service's prefix is the console's.
-pub fn is_console(rest: &str) -> bool {
+pub(crate) fn is_console(rest: &str) -> bool {
     rest.strip_prefix(PATH).is_some_and(|r| r.is_empty() || r.starts_with('/'))
 }
 
@@ -165,7 +165,7 @@ impl Ctx<'_> {
 
 /// Answers a request under `{auth_url}/console`; `prefix` is the length of `web.path` in the
 /// path. The identity service's chain (the per-address bucket) has run.
-pub async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pingora::Result<()> {
+pub(crate) async fn handle(server: &Server, ex: &mut Exchange<'_>, prefix: usize) -> pingora::Result<()> {
     let rest = ex.request().uri.path()[prefix + PATH.len()..].to_string();
     if let Some(file) = rest.strip_prefix("/static/") {
         return html::asset(file).secured_by(SECURITY_HEADERS).write(ex).await;

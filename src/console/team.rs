@@ -24,7 +24,7 @@ fn row_forms(ctx: &Ctx<'_>, id: &str, role: Option<&str>) -> String {
     )
 }
 
-pub async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
+pub(super) async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     if !ctx.can(Scope::TeamManage) {
         let body = "<p>Team members and roles are managed by the organisation's Owners (the <code>team:manage</code> \
                     scope, which your role does not hold).</p>";
@@ -64,7 +64,7 @@ pub async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     Ok(ctx.page("Team", "/team", &body))
 }
 
-pub async fn post(ctx: &Ctx<'_>, rest: &[&str], fields: &[(String, String)]) -> Result<Page, ApiError> {
+pub(super) async fn post(ctx: &Ctx<'_>, rest: &[&str], fields: &[(String, String)]) -> Result<Page, ApiError> {
     let mfa = Some(field(fields, "mfa_code"));
     match rest {
         [] => {

@@ -211,7 +211,7 @@ impl Feed {
     /// A change another instance made (and published there): this instance's caches follow it,
     /// but the subscribers, whose work (a webhook, propagation) is done once, by the instance
     /// that made the change, do not hear of it.
-    pub fn from_peer(&self, change: &Change) {
+    pub fn follow_peer(&self, change: &Change) {
         self.tell_listeners(change);
     }
 

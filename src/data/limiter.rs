@@ -53,7 +53,7 @@ impl Sharing {
 /// The backend for a deployment: one instance on its embedded store counts in memory; several
 /// on Redis count in memory and merge through Redis, and with `exact` also take every
 /// request's tokens in Redis.
-pub fn open(
+pub(crate) fn open(
     storage: &StorageConfig,
     config: &RateLimitConfig,
 ) -> (Arc<dyn RateLimiter>, Option<Arc<dyn ExactBackend>>, Sharing) {
@@ -660,7 +660,7 @@ impl Guesses {
 
 /// The address block a bound counts an address in: the address itself (IPv4), its /64 (IPv6,
 /// one host's usual allocation), or with `wide` its /24 or /56 (a small network's).
-pub fn address_block(ip: std::net::IpAddr, wide: bool) -> String {
+pub(crate) fn address_block(ip: std::net::IpAddr, wide: bool) -> String {
     use std::net::IpAddr;
     match ip.to_canonical() {
         IpAddr::V4(v4) if wide => format!("{}/24", std::net::Ipv4Addr::from(u32::from(v4) & 0xffff_ff00)),

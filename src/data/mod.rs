@@ -3,12 +3,12 @@
 //! backend, the request log and the audit trail.
 
 pub mod audit;
-pub mod changes;
-pub mod limiter;
+pub(crate) mod changes;
+pub(crate) mod limiter;
 pub mod model;
-pub mod peers;
-pub mod rekey;
+pub(crate) mod peers;
+pub(crate) mod rekey;
 pub mod reqlog;
-pub mod state;
+pub(crate) mod state;
 pub mod store;
 pub mod tool_pins;

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub type Timestamp = DateTime<Utc>;
+pub(crate) type Timestamp = DateTime<Utc>;
 
 /// The schema version of the versioned records this build writes, and the newest it reads. A
 /// record stored before versions existed has none and reads as this one (1). A change that
@@ -50,14 +50,14 @@ impl NewerRecord {
 
 /// A versioned record as read: understood, or newer than this build.
 #[derive(Debug)]
-pub enum Versioned<T> {
+pub(crate) enum Versioned<T> {
     Known(T),
     Newer(NewerRecord),
 }
 
 /// Reads a versioned record (`T` takes no unknown member). `Err` only for a body that is not
 /// such a record at all (corrupt).
-pub fn read_versioned<T: DeserializeOwned>(body: &str) -> Result<Versioned<T>, serde_json::Error> {
+pub(crate) fn read_versioned<T: DeserializeOwned>(body: &str) -> Result<Versioned<T>, serde_json::Error> {
     #[derive(Deserialize)]
     struct Probe {
         #[serde(default)]
@@ -122,7 +122,7 @@ pub struct WhitelistEntry {
 
 impl Organization {
     /// The organisation's IP policy in the filter's terms.
-    pub fn ip_policy_config(&self) -> toolgate_filters::ip_allowlist::IpPolicyConfig {
+    pub(crate) fn ip_policy_config(&self) -> toolgate_filters::ip_allowlist::IpPolicyConfig {
         use toolgate_filters::ip_allowlist::{IpEntryConfig, IpPolicyConfig};
         IpPolicyConfig {
             ip_whitelist: self.ip_whitelist.clone(),
@@ -184,7 +184,7 @@ pub struct Webhook {
 
 /// Events a webhook takes only when it names them, not with `*`: `audit.checkpoint` is a stream
 /// for archives (one per organisation and checkpoint interval), not news for every receiver.
-pub const NAMED_ONLY_EVENTS: [&str; 1] = ["audit.checkpoint"];
+pub(crate) const NAMED_ONLY_EVENTS: [&str; 1] = ["audit.checkpoint"];
 
 impl Webhook {
     /// Whether it takes deliveries of `event`.
@@ -339,12 +339,12 @@ pub struct ApiKey {
 
 impl ApiKey {
     /// When the key stops working by itself: its own expiry or the end of a rotation's grace.
-    pub fn ends_at(&self) -> Option<Timestamp> {
+    pub(crate) fn ends_at(&self) -> Option<Timestamp> {
         self.expires_at.into_iter().chain(self.retires_at).min()
     }
 
     /// Why the key cannot be used at `now`, if it cannot.
-    pub fn unusable(&self, now: Timestamp) -> Option<toolgate_filters::auth::AuthError> {
+    pub(crate) fn unusable(&self, now: Timestamp) -> Option<toolgate_filters::auth::AuthError> {
         use toolgate_filters::auth::AuthError;
         if self.revoked_at.is_some_and(|t| t <= now) {
             return Some(AuthError::Revoked);
@@ -445,7 +445,7 @@ pub struct Redact {
 }
 
 impl Redact {
-    pub fn is_off(&self) -> bool {
+    pub(crate) fn is_off(&self) -> bool {
         self.detectors.is_empty()
     }
 }
@@ -565,7 +565,7 @@ pub enum GatewayAuth {
     Oauth,
 }
 
-pub fn default_separator() -> String {
+pub(crate) fn default_separator() -> String {
     "__".to_string()
 }
 
@@ -663,7 +663,7 @@ pub struct Rule {
 impl Gateway {
     /// A gateway of organisation `org_id` with nothing configured, for unit tests that need one
     /// to point at (request-log entries, store rows).
-    pub fn for_tests(id: &str, org_id: &str) -> Gateway {
+    pub(crate) fn for_tests(id: &str, org_id: &str) -> Gateway {
         let now = chrono::Utc::now();
         Gateway {
             schema_version: SCHEMA_VERSION,

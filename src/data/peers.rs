@@ -24,19 +24,19 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::RecvError;
 
 /// About how many changes the stream keeps (an instance further behind reloads).
-pub const STREAM_LENGTH: usize = 100_000;
+pub(crate) const STREAM_LENGTH: usize = 100_000;
 
 /// How long one blocking read of the stream waits for a change.
 const BLOCK: Duration = Duration::from_millis(1000);
 
 /// How often every record is read again regardless.
-pub const RESYNC: Duration = Duration::from_secs(300);
+pub(crate) const RESYNC: Duration = Duration::from_secs(300);
 
 /// After a failed read or write, the wait before the next attempt.
 const RETRY: Duration = Duration::from_millis(500);
 
 /// Starts carrying changes between this instance and the others on the Redis `target`.
-pub fn start(state: Arc<State>, target: Target, prefix: &str) {
+pub(crate) fn start(state: Arc<State>, target: Target, prefix: &str) {
     let stream = format!("{prefix}:changes");
     let instance = crate::base::secrets::new_id("inst");
     tracing::info!(instance, stream, "following the other instances' changes on Redis");

@@ -47,7 +47,7 @@ pub struct Resealed {
 /// Seals every sealed value under `sealer`'s key, opening it under either of its keys; one
 /// record written at a time, `progress` told of each. `stop_after` stops (as a crash would,
 /// leaving the rest) once that many records were written.
-pub async fn reseal_all(
+pub(crate) async fn reseal_all(
     store: &dyn Store,
     sealer: &Sealer,
     stop_after: Option<u64>,

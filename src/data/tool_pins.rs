@@ -13,7 +13,7 @@ use std::collections::HashMap;
 /// The fields of a tool definition that are pinned, in the order a diff lists them. `_meta`
 /// and `icons` change what a client shows (an MCP Apps `_meta.ui.resourceUri` is the page it
 /// renders for the tool), so they are pinned whole.
-pub const FIELDS: [&str; 8] =
+pub(crate) const FIELDS: [&str; 8] =
     ["name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta", "icons"];
 
 /// SHA-256 (hex) of the canonical JSON of `tool`'s pinned fields (absent ones omitted): keys
@@ -75,7 +75,7 @@ pub fn pin_id(gateway_id: &str, app_id: &str, tool: &str) -> String {
 }
 
 /// The id of the pending change of a pin to the definition hashed `hash`.
-pub fn change_id(pin_id: &str, hash: &str) -> String {
+pub(crate) fn change_id(pin_id: &str, hash: &str) -> String {
     format!("tch_{}", short_hash(&[pin_id, hash]))
 }
 
@@ -128,7 +128,7 @@ impl GatewayPins {
     }
 
     /// The verdict on `tool` of `app_id`, listed with the definition hashed `hash`.
-    pub fn judge(&self, policy: ToolPolicy, app_id: &str, tool: &str, hash: &str) -> Verdict {
+    pub(crate) fn judge(&self, policy: ToolPolicy, app_id: &str, tool: &str, hash: &str) -> Verdict {
         if policy == ToolPolicy::Off {
             return Verdict::Serve;
         }

@@ -46,7 +46,7 @@ const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
 
 /// Why a connection was refused or ended early; also the `reason` label of the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// `server.max_connections` connections are open.
     Global,
     /// `server.max_connections_per_ip` connections from this address are open.
@@ -55,7 +55,7 @@ pub enum Refusal {
 
 /// The limits, read from `server.*` at start.
 #[derive(Debug, Clone)]
-pub struct ConnLimitsConfig {
+pub(crate) struct ConnLimitsConfig {
     pub header_timeout: Duration,
     pub keepalive_idle: Duration,
     pub max_connections: usize,
@@ -65,7 +65,7 @@ pub struct ConnLimitsConfig {
 }
 
 impl ConnLimitsConfig {
-    pub fn from_server(s: &ServerConfig) -> ConnLimitsConfig {
+    pub(crate) fn from_server(s: &ServerConfig) -> ConnLimitsConfig {
         ConnLimitsConfig {
             header_timeout: s.header_timeout,
             keepalive_idle: s.keepalive_idle,
@@ -79,7 +79,7 @@ impl ConnLimitsConfig {
 /// Open connections, in all and per client address. Taken once per connection (not per
 /// request): an atomic for the total and a sharded map for the addresses, no global lock.
 #[derive(Debug)]
-pub struct ConnLimits {
+pub(crate) struct ConnLimits {
     config: ConnLimitsConfig,
     open: AtomicUsize,
     per_address: FastMap<IpAddr, usize>,
@@ -87,28 +87,25 @@ pub struct ConnLimits {
 
 /// A connection's place in [`ConnLimits`], given back when it drops (when the connection ends).
 #[derive(Debug)]
-pub struct ConnSlot {
+pub(crate) struct ConnSlot {
     limits: Arc<ConnLimits>,
     address: Option<IpAddr>,
 }
 
 impl ConnLimits {
-    pub fn new(config: ConnLimitsConfig) -> Arc<ConnLimits> {
+    pub(crate) fn new(config: ConnLimitsConfig) -> Arc<ConnLimits> {
         Arc::new(ConnLimits { config, open: AtomicUsize::new(0), per_address: FastMap::default() })
     }
 
-    pub fn config(&self) -> &ConnLimitsConfig {
-        &self.config
-    }
-
     /// Connections open now.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
 
     /// Takes a slot for a connection from `peer` (None: not an IP peer, e.g. a Unix socket,
     /// which only the global cap bounds).
-    pub fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<ConnSlot, Refusal> {
+    pub(crate) fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<ConnSlot, Refusal> {
         if self.open.fetch_add(1, Ordering::AcqRel) >= self.config.max_connections {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(Refusal::Global);
@@ -145,7 +142,7 @@ impl Drop for ConnSlot {
 
 /// The address a connection counts against: IPv4 (also when it arrives IPv4-mapped on an IPv6
 /// socket) as is, IPv6 by its /64.
-pub fn address_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn address_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -163,13 +160,13 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
 /// once per connection), instead of a box per request. That future is allocated at its largest
 /// for the connection's whole life, so an implementation boxes its large and rare steps
 /// (`Proxy::answer`).
-pub trait Answer: HttpServerApp + Send + Sync + 'static {
+pub(crate) trait Answer: HttpServerApp + Send + Sync + 'static {
     /// Answers one request whose header has been read, and says what the connection does next.
     fn answer(self: &Arc<Self>, session: ServerSession, shutdown: &ShutdownWatch) -> impl Future<Output = Next> + Send;
 }
 
 /// What a connection does after an answer.
-pub enum Next {
+pub(crate) enum Next {
     /// Carries another request.
     Request(ReusedHttpStream),
     /// Closes.
@@ -184,7 +181,7 @@ pub enum Next {
 impl Next {
     /// For Pingora's HTTP/2 loop, whose streams never go on alone (`Exchange::stream_on` runs
     /// them in place).
-    pub fn reused(self) -> Option<ReusedHttpStream> {
+    pub(crate) fn reused(self) -> Option<ReusedHttpStream> {
         match self {
             Next::Request(reused) => Some(reused),
             Next::Close | Next::Alone(_) => None,
@@ -194,7 +191,7 @@ impl Next {
 
 /// The outcome of reading a request's header: `true` when there is a request to answer. An
 /// unparsable header gets a 400 and the connection is closed, as Pingora's own HTTP apps do.
-pub async fn header_read(session: &mut ServerSession, read: pingora::Result<bool>) -> bool {
+pub(crate) async fn header_read(session: &mut ServerSession, read: pingora::Result<bool>) -> bool {
     match read {
         Ok(read) => read,
         Err(e) => {
@@ -219,7 +216,7 @@ pub async fn header_read(session: &mut ServerSession, read: pingora::Result<bool
 /// On a TLS listener the handshake runs first, within the same deadline as the first header;
 /// a connection that negotiates `h2` by ALPN (or, with `h2c`, opens with the HTTP/2 preface)
 /// is handed to Pingora's HTTP/2 server loop, whose streams each run the same app.
-pub struct BoundedHttp<A> {
+pub(crate) struct BoundedHttp<A> {
     app: Arc<A>,
     limits: Arc<ConnLimits>,
     tls: Option<Arc<EdgeTls>>,
@@ -230,23 +227,23 @@ pub struct BoundedHttp<A> {
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl<A> BoundedHttp<A> {
-    pub fn new(app: A, limits: Arc<ConnLimits>) -> BoundedHttp<A> {
+    pub(crate) fn new(app: A, limits: Arc<ConnLimits>) -> BoundedHttp<A> {
         BoundedHttp { app: Arc::new(app), limits, tls: None, h2c: false }
     }
 
     /// The same app and connection caps on another listener, with TLS (`Some`) or without.
-    pub fn sibling(&self, tls: Option<Arc<EdgeTls>>) -> BoundedHttp<A> {
+    pub(crate) fn sibling(&self, tls: Option<Arc<EdgeTls>>) -> BoundedHttp<A> {
         BoundedHttp { app: self.app.clone(), limits: self.limits.clone(), tls, h2c: self.h2c }
     }
 
-    pub fn with_tls(mut self, tls: Option<Arc<EdgeTls>>) -> BoundedHttp<A> {
+    pub(crate) fn with_tls(mut self, tls: Option<Arc<EdgeTls>>) -> BoundedHttp<A> {
         self.tls = tls;
         self
     }
 
     /// Accept HTTP/2 with prior knowledge on plain connections (the app's server options must
     /// allow h2c too: Pingora's HTTP/2 loop checks them).
-    pub fn with_h2c(mut self, h2c: bool) -> BoundedHttp<A> {
+    pub(crate) fn with_h2c(mut self, h2c: bool) -> BoundedHttp<A> {
         self.h2c = h2c;
         self
     }
@@ -413,7 +410,7 @@ impl<A> BoundedHttp<A> {
 
 /// Connections open now on the main listener (all [`ConnLimits`] together): a shutdown waits
 /// for it to reach 0.
-pub fn open_connections() -> i64 {
+pub(crate) fn open_connections() -> i64 {
     metrics().open.get()
 }
 

@@ -60,11 +60,11 @@ pub enum ApiError {
 }
 
 /// The cause an error keeps (`#[source]`), so the process log shows the chain.
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 /// `e` and each of its causes, joined with ": ": what the process log writes of an error whose
 /// `Display` is its own words alone.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
@@ -201,7 +201,7 @@ impl From<crate::data::state::NewUserError> for ApiError {
 /// endpoints) it is [`OAuthServerError::status`] and [`OAuthServerError::to_body`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {description}")]
-pub struct OAuthServerError {
+pub(crate) struct OAuthServerError {
     pub code: &'static str,
     pub description: String,
     /// Seconds to wait before retrying (`Retry-After`), for `temporarily_unavailable` and
@@ -213,28 +213,28 @@ pub struct OAuthServerError {
 }
 
 impl OAuthServerError {
-    pub fn new(code: &'static str, description: impl Into<String>) -> OAuthServerError {
+    pub(crate) fn new(code: &'static str, description: impl Into<String>) -> OAuthServerError {
         OAuthServerError { code, description: description.into(), retry_after: None, status: None }
     }
 
-    pub fn with_retry_after(mut self, secs: u64) -> OAuthServerError {
+    pub(crate) fn with_retry_after(mut self, secs: u64) -> OAuthServerError {
         self.retry_after = Some(secs);
         self
     }
 
-    pub fn invalid_grant(description: impl Into<String>) -> OAuthServerError {
+    pub(crate) fn invalid_grant(description: impl Into<String>) -> OAuthServerError {
         OAuthServerError::new("invalid_grant", description)
     }
 
     /// A request body that could not be read: `invalid_request` with the read's status (413,
     /// 408, 400).
-    pub fn body(e: ApiError) -> OAuthServerError {
+    pub(crate) fn body(e: ApiError) -> OAuthServerError {
         OAuthServerError { status: Some(e.status()), ..OAuthServerError::new("invalid_request", e.to_string()) }
     }
 
     /// A refusal at the edge (the address's bucket): `rate_limited`, with the refusal's status
     /// and `Retry-After`.
-    pub fn refused(e: &ApiError) -> OAuthServerError {
+    pub(crate) fn refused(e: &ApiError) -> OAuthServerError {
         OAuthServerError {
             status: Some(e.status()),
             retry_after: e.retry_after(),
@@ -244,7 +244,7 @@ impl OAuthServerError {
 
     /// The endpoint's status: 401 for a client that failed to authenticate, 429 and 503 for a
     /// retry later, 500 for the server's own failure, 400 for the rest.
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         if let Some(s) = self.status {
             return s;
         }
@@ -259,7 +259,7 @@ impl OAuthServerError {
 
     /// The body (RFC 6749 section 5.2): `error`, `error_description`, and `retry_after` when
     /// there is one.
-    pub fn to_body(&self) -> Value {
+    pub(crate) fn to_body(&self) -> Value {
         let mut body = json!({ "error": self.code, "error_description": self.description });
         if let Some(secs) = self.retry_after {
             body["retry_after"] = json!(secs);

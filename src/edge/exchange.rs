@@ -21,26 +21,26 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate_filters::FilterContext;
 
 /// Every answer carries the request's id (also in its logs and error bodies).
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// A request's id: a UUID v4, hyphenated, kept inline (no allocation per request).
 #[derive(Clone, Copy)]
-pub struct RequestId([u8; uuid::fmt::Hyphenated::LENGTH]);
+pub(crate) struct RequestId([u8; uuid::fmt::Hyphenated::LENGTH]);
 
 impl RequestId {
     /// A fresh random id (not a `Default`: every request needs its own).
-    pub fn generate() -> RequestId {
+    pub(crate) fn generate() -> RequestId {
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
         uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
         RequestId(text)
     }
 
     /// The id of a request not yet given one (all zeros); replaced first thing.
-    pub fn unset() -> RequestId {
+    pub(crate) fn unset() -> RequestId {
         RequestId([b'0'; uuid::fmt::Hyphenated::LENGTH])
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         // Hex digits and hyphens only.
         std::str::from_utf8(&self.0).unwrap_or_default()
     }
@@ -53,7 +53,7 @@ impl std::fmt::Display for RequestId {
 }
 
 /// What the proxy learned of a request before its handler runs.
-pub struct RequestCtx {
+pub(crate) struct RequestCtx {
     pub request_id: RequestId,
     pub client_ip: IpAddr,
     pub route: Route,
@@ -100,14 +100,14 @@ fn meta(ctx: &RequestCtx) -> Value {
 }
 
 /// The management envelope of an error: `success: false`, `error`, `meta`.
-pub fn error_body(err: &ApiError, ctx: &RequestCtx) -> Vec<u8> {
+pub(crate) fn error_body(err: &ApiError, ctx: &RequestCtx) -> Vec<u8> {
     serde_json::to_vec(&json!({ "success": false, "error": err.to_error_object(), "meta": meta(ctx) }))
         .unwrap_or_default()
 }
 
 /// The management envelope of a success: `success: true`, `data` and `message` when given,
 /// `meta`.
-pub fn success_body(data: Option<Value>, message: Option<String>, ctx: &RequestCtx) -> Vec<u8> {
+pub(crate) fn success_body(data: Option<Value>, message: Option<String>, ctx: &RequestCtx) -> Vec<u8> {
     let mut env = json!({ "success": true, "meta": meta(ctx) });
     if let Some(d) = data {
         env["data"] = d;
@@ -144,10 +144,10 @@ fn response_head(status: u16, more: usize, ctx: &mut RequestCtx) -> Result<http:
 /// The most a declared `Content-Length` reserves before the body arrives; a larger body grows
 /// the buffer as it comes. Most bodies (MCP calls, management requests) fit, so they are read
 /// into one allocation as before.
-pub const PREALLOCATED_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const PREALLOCATED_BODY_BYTES: usize = 64 * 1024;
 
 /// One request and its answer.
-pub struct Exchange<'a> {
+pub(crate) struct Exchange<'a> {
     session: &'a mut ServerSession,
     pub ctx: &'a mut RequestCtx,
     max_body: usize,
@@ -156,37 +156,37 @@ pub struct Exchange<'a> {
 }
 
 impl<'a> Exchange<'a> {
-    pub fn new(session: &'a mut ServerSession, ctx: &'a mut RequestCtx, max_body: usize) -> Exchange<'a> {
+    pub(crate) fn new(session: &'a mut ServerSession, ctx: &'a mut RequestCtx, max_body: usize) -> Exchange<'a> {
         Exchange { session, ctx, max_body, body_deadline: None }
     }
 
     /// Gives the request's body `deadline` to arrive whole (408 past it).
-    pub fn set_body_deadline(&mut self, deadline: std::time::Duration) {
+    pub(crate) fn set_body_deadline(&mut self, deadline: std::time::Duration) {
         self.body_deadline = Some(deadline);
     }
 
     /// The request's method, URI and headers.
-    pub fn request(&self) -> &RequestHeader {
+    pub(crate) fn request(&self) -> &RequestHeader {
         self.session.req_header()
     }
 
     /// The request and the context at once, for the filter chain, which reads the one and
     /// writes the other.
-    pub fn parts(&mut self) -> (&RequestHeader, &mut RequestCtx) {
+    pub(crate) fn parts(&mut self) -> (&RequestHeader, &mut RequestCtx) {
         (self.session.req_header(), self.ctx)
     }
 
-    pub fn headers(&self) -> &http::HeaderMap {
+    pub(crate) fn headers(&self) -> &http::HeaderMap {
         &self.session.req_header().headers
     }
 
     /// A request header's value, when it is text.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers().get(name).and_then(|v| v.to_str().ok())
     }
 
     /// Writes a complete response with the request id and the filters' headers.
-    pub async fn respond(
+    pub(crate) async fn respond(
         &mut self,
         status: u16,
         content_type: &'static str,
@@ -209,12 +209,12 @@ impl<'a> Exchange<'a> {
     }
 
     /// A JSON answer.
-    pub async fn json(&mut self, status: u16, body: Vec<u8>) -> Result<()> {
+    pub(crate) async fn json(&mut self, status: u16, body: Vec<u8>) -> Result<()> {
         self.respond(status, "application/json", body, &[]).await
     }
 
     /// Writes an error in the management envelope, with `Retry-After` when it has one.
-    pub async fn respond_error(&mut self, err: ApiError) -> Result<()> {
+    pub(crate) async fn respond_error(&mut self, err: ApiError) -> Result<()> {
         let mut extra = Vec::new();
         if let Some(r) = err.retry_after() {
             extra.push((http::header::RETRY_AFTER, HeaderValue::from(r)));
@@ -227,7 +227,7 @@ impl<'a> Exchange<'a> {
     }
 
     /// Reads the whole request body, refusing more than `server.max_body_bytes`.
-    pub async fn read_body(&mut self) -> std::result::Result<Bytes, ApiError> {
+    pub(crate) async fn read_body(&mut self) -> std::result::Result<Bytes, ApiError> {
         self.read_body_within(self.max_body).await
     }
 
@@ -237,7 +237,7 @@ impl<'a> Exchange<'a> {
     /// [`PREALLOCATED_BODY_BYTES`], so a client that announces a large body and sends it
     /// slowly holds only what it sent. After a refusal the connection is not reused (its body
     /// is left unread).
-    pub async fn read_body_within(&mut self, limit: usize) -> std::result::Result<Bytes, ApiError> {
+    pub(crate) async fn read_body_within(&mut self, limit: usize) -> std::result::Result<Bytes, ApiError> {
         let deadline = self.body_deadline;
         let limit = limit.min(self.max_body);
         let declared = self
@@ -284,7 +284,7 @@ impl<'a> Exchange<'a> {
 
     /// Starts a `text/event-stream` answer (a relayed call's events, or the GET stream): status
     /// 200, the request id and the filters' headers, as [`Exchange::respond`] puts them.
-    pub async fn start_sse(&mut self) -> Result<()> {
+    pub(crate) async fn start_sse(&mut self) -> Result<()> {
         let mut h = response_head(200, 2, self.ctx)?;
         h.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         h.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -293,7 +293,7 @@ impl<'a> Exchange<'a> {
     }
 
     /// Writes a piece of a streamed answer; `end` closes it.
-    pub async fn write(&mut self, chunk: Option<Bytes>, end: bool) -> Result<()> {
+    pub(crate) async fn write(&mut self, chunk: Option<Bytes>, end: bool) -> Result<()> {
         match chunk {
             Some(data) => self.session.write_response_body(data, end).await,
             None if end => self.session.write_response_body(Bytes::new(), true).await,
@@ -309,7 +309,7 @@ impl<'a> Exchange<'a> {
     /// An open stream is not a request in flight: the caller's `concurrent` slot (taken by a
     /// `subscriptions/listen` POST; a GET takes none) is given back here, so listening clients
     /// leave their key's calls the whole figure.
-    pub async fn stream_on<S: EventSource>(&mut self, source: S) {
+    pub(crate) async fn stream_on<S: EventSource>(&mut self, source: S) {
         self.ctx.filters.concurrency = None;
         if matches!(self.session, ServerSession::H1(_)) && self.session.response_written().is_some() {
             self.ctx.tail = Some(Box::new(move |mut out: EventStream| {
@@ -360,7 +360,7 @@ async fn unstalled(write: impl Future<Output = Result<()>>) -> Result<()> {
 /// Where a streamed answer's events go: an [`Exchange`], or the [`EventStream`] an HTTP/1
 /// answer goes on with by itself. The loops that write long-lived streams are written once,
 /// for both.
-pub trait EventSink: Send {
+pub(crate) trait EventSink: Send {
     /// Writes events; `Err` when the client has gone.
     fn send(&mut self, events: Bytes) -> impl Future<Output = Result<()>> + Send;
     /// Completes with `Err` when the client closes its side (there is no request body left to
@@ -371,12 +371,12 @@ pub trait EventSink: Send {
 }
 
 /// The rest of a streamed answer: what writes its events, to whichever sink it is given.
-pub trait EventSource: Send + Sync + 'static {
+pub(crate) trait EventSource: Send + Sync + 'static {
     fn run<S: EventSink>(self, out: &mut S) -> impl Future<Output = ()> + Send;
 }
 
 /// A streamed answer's rest, handed over until the request's own state is freed.
-pub type StreamTail = Box<dyn FnOnce(EventStream) -> BoxFuture<'static, ()> + Send + Sync>;
+pub(crate) type StreamTail = Box<dyn FnOnce(EventStream) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// An HTTP/1 connection whose answer is an event stream, its head written: the events go
 /// straight to the socket. Pingora's session (its 4 KiB header buffer and header maps), the
@@ -384,13 +384,13 @@ pub type StreamTail = Box<dyn FnOnce(EventStream) -> BoxFuture<'static, ()> + Se
 /// its loop (BENCHMARKS.md, "Scale on one instance", streams). Pingora frames an event stream's
 /// body by the connection's close (it has no length), so this writes the events as they are
 /// and ends the answer by closing.
-pub struct EventStream {
+pub(crate) struct EventStream {
     stream: Stream,
 }
 
 impl EventStream {
     /// The connection of a session whose answer's head has been written.
-    pub fn new(stream: Stream) -> EventStream {
+    pub(crate) fn new(stream: Stream) -> EventStream {
         EventStream { stream }
     }
 
@@ -430,7 +430,7 @@ impl EventSink for EventStream {
 }
 
 /// One event of a `text/event-stream` answer carrying one JSON-RPC message.
-pub fn sse_event(data: &[u8]) -> Bytes {
+pub(crate) fn sse_event(data: &[u8]) -> Bytes {
     const HEAD: &[u8] = b"event: message\ndata: ";
     // Sized exactly: a `Vec` whose length is its capacity becomes a `Bytes` without another
     // allocation.

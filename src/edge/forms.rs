@@ -12,25 +12,25 @@
 use crate::edge::error::ApiError;
 
 /// Name-value pairs in the order they were sent.
-pub type Fields = Vec<(String, String)>;
+pub(crate) type Fields = Vec<(String, String)>;
 
 /// The fields of a form body or of a query string's bytes.
-pub fn parse(bytes: &[u8]) -> Fields {
+pub(crate) fn parse(bytes: &[u8]) -> Fields {
     url::form_urlencoded::parse(bytes).into_owned().collect()
 }
 
 /// The fields of a request's query string (none when it has no query).
-pub fn parse_query(query: Option<&str>) -> Fields {
+pub(crate) fn parse_query(query: Option<&str>) -> Fields {
     query.map(|q| parse(q.as_bytes())).unwrap_or_default()
 }
 
 /// The first value of field `name`, if the field is given (possibly empty).
-pub fn first<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub(crate) fn first<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
     fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 /// The first field name given more than once, if any.
-pub fn repeated(fields: &[(String, String)]) -> Option<&str> {
+pub(crate) fn repeated(fields: &[(String, String)]) -> Option<&str> {
     fields
         .iter()
         .enumerate()
@@ -40,7 +40,7 @@ pub fn repeated(fields: &[(String, String)]) -> Option<&str> {
 
 /// Whether a `Content-Type` value is `application/x-www-form-urlencoded` (parameters aside,
 /// case-insensitive).
-pub fn is_form_type(content_type: Option<&str>) -> bool {
+pub(crate) fn is_form_type(content_type: Option<&str>) -> bool {
     content_type.is_some_and(|t| {
         t.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/x-www-form-urlencoded"))
     })
@@ -48,18 +48,18 @@ pub fn is_form_type(content_type: Option<&str>) -> bool {
 
 /// One form-encoded component on its own (HTTP Basic's client id and secret are form-encoded
 /// before they are joined, RFC 6749 section 2.3.1): `+` is a space, then percent-decoding.
-pub fn decode_component(s: &str) -> String {
+pub(crate) fn decode_component(s: &str) -> String {
     percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
 }
 
 /// Longest display name, in characters (the `maxLength` of every `name` in the OpenAPI document).
-pub const MAX_NAME_CHARS: usize = 100;
+pub(crate) const MAX_NAME_CHARS: usize = 100;
 
 /// A display name: trimmed, 1-100 characters, none of them a control character (a NUL or an
 /// escape sequence in a name ends up in terminals, logs and other systems' fields) nor hidden
 /// text (`base::hidden_text`: a gateway's name goes into every client's `initialize`, where a
 /// model reads what a reader of the name does not see).
-pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError> {
+pub(crate) fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
         return Err(ApiError::validation(field, format!("must be 1-{MAX_NAME_CHARS} characters")));
@@ -74,7 +74,7 @@ pub fn display_name<'n>(field: &str, name: &'n str) -> Result<&'n str, ApiError>
 /// Refuses text with hidden text in it, naming the field and the first finding (by its code
 /// point, so the message carries none of it). For what toolgate stores and sends on, which is
 /// refused rather than stripped: the sender sees what was wrong.
-pub fn refuse_hidden_text(field: &str, text: &str) -> Result<(), ApiError> {
+pub(crate) fn refuse_hidden_text(field: &str, text: &str) -> Result<(), ApiError> {
     match crate::base::hidden_text::strip(text).1.first() {
         Some(hit) => Err(ApiError::validation(field, format!("must not contain hidden text: {hit}"))),
         None => Ok(()),

@@ -9,7 +9,7 @@
 use http::HeaderMap;
 
 /// Whether the request ranks `text/html` above `application/json`.
-pub fn prefers_html(headers: &HeaderMap) -> bool {
+pub(crate) fn prefers_html(headers: &HeaderMap) -> bool {
     let html = quality(headers, "text", "html");
     html > 0.0 && html > quality(headers, "application", "json")
 }

@@ -95,11 +95,11 @@ impl EdgeTls {
     }
 
     /// The acceptor new connections use.
-    pub fn acceptor(&self) -> Arc<Acceptor> {
+    pub(crate) fn acceptor(&self) -> Arc<Acceptor> {
         self.acceptor.load_full()
     }
 
-    pub fn reload_check(&self) -> Option<std::time::Duration> {
+    pub(crate) fn reload_check(&self) -> Option<std::time::Duration> {
         self.config.reload_check
     }
 
@@ -306,7 +306,7 @@ fn leaf_names(der: &CertificateDer<'_>) -> Result<(Vec<String>, i64), String> {
 
 /// Runs after each handshake: keeps the verified client certificate's subject for the
 /// connection's requests.
-pub struct ClientSubject;
+pub(crate) struct ClientSubject;
 
 #[async_trait]
 impl TlsAccept for ClientSubject {
@@ -324,7 +324,7 @@ pub fn client_certificate(digest: Option<&pingora::protocols::Digest>) -> Option
 }
 
 /// Counts a handshake that failed or timed out (the successful ones count in the callback).
-pub fn handshake_failed(timed_out: bool) {
+pub(crate) fn handshake_failed(timed_out: bool) {
     let m = metrics();
     if timed_out {
         m.handshakes_timeout.inc()

@@ -17,8 +17,8 @@
 //! is `failed`. Redirects are not followed; where a delivery may go is `egress.rs`'s decision,
 //! taken again at every attempt.
 
-pub mod alerts;
-pub mod sign;
+pub(crate) mod alerts;
+pub(crate) mod sign;
 
 use crate::base::time::now_ms;
 use crate::data::changes::Change;
@@ -49,7 +49,7 @@ const MAX_CLIENTS: usize = 1024;
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// The events a webhook may take (spec "Events"; the `audit.` ones: docs/events.md).
-pub const EVENTS: [&str; 10] = [
+pub(crate) const EVENTS: [&str; 10] = [
     "gateway.created",
     "gateway.updated",
     "gateway.deleted",
@@ -727,7 +727,7 @@ impl Events {
 }
 
 /// Runs [`Events::run`] as a Pingora background service.
-pub struct EventsService(pub Arc<Events>);
+pub(crate) struct EventsService(pub Arc<Events>);
 
 #[async_trait::async_trait]
 impl pingora::services::background::BackgroundService for EventsService {

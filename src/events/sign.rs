@@ -18,10 +18,10 @@ use rand::RngCore;
 use sha2::Sha256;
 
 /// Prefix of a webhook secret.
-pub const SECRET_PREFIX: &str = "whsec_";
+pub(crate) const SECRET_PREFIX: &str = "whsec_";
 
 /// A new secret: `whsec_` + base64 of 32 random bytes.
-pub fn new_secret() -> String {
+pub(crate) fn new_secret() -> String {
     let mut key = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut key);
     format!("{SECRET_PREFIX}{}", B64.encode(key))
@@ -30,13 +30,13 @@ pub fn new_secret() -> String {
 /// Shortest client-chosen secret, in bytes: RFC 2104 discourages HMAC keys shorter than the
 /// hash's output (32 bytes for SHA-256), and a shorter string is within reach of guessing offline
 /// from one signed delivery.
-pub const MIN_PLAIN_SECRET: usize = 32;
+pub(crate) const MIN_PLAIN_SECRET: usize = 32;
 /// Longest secret, in bytes (a longer key is hashed to 32 bytes by HMAC anyway).
-pub const MAX_PLAIN_SECRET: usize = 256;
+pub(crate) const MAX_PLAIN_SECRET: usize = 256;
 
 /// Why a secret is refused (the message of the 400 naming `secret`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SecretError {
+pub(crate) enum SecretError {
     #[error("a secret starting with whsec_ must be whsec_ followed by the base64 of 24-64 bytes")]
     BadWhsec,
     #[error("must be 32-256 printable ASCII characters (no spaces), or whsec_ followed by the base64 of 24-64 bytes")]
@@ -46,7 +46,7 @@ pub enum SecretError {
 /// The key a secret signs with: a `whsec_` secret's decoded bytes (24-64 of them), or a client's
 /// own secret's bytes (32-256 printable ASCII characters, no spaces: it must survive being typed
 /// into a receiver's configuration unchanged).
-pub fn key_of(secret: &str) -> Result<Vec<u8>, SecretError> {
+pub(crate) fn key_of(secret: &str) -> Result<Vec<u8>, SecretError> {
     if let Some(encoded) = secret.strip_prefix(SECRET_PREFIX) {
         let key = B64.decode(encoded).map_err(|_| SecretError::BadWhsec)?;
         return if (24..=64).contains(&key.len()) { Ok(key) } else { Err(SecretError::BadWhsec) };
@@ -69,7 +69,7 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 
 /// The body of a delivery: `{"event":...,"timestamp":...,"data":...,"signature":"sha256=..."}`,
 /// and the signature (also sent as `X-Webhook-Signature`).
-pub fn body(key: &[u8], event: &str, timestamp: &str, data: &serde_json::Value) -> (Vec<u8>, String) {
+pub(crate) fn body(key: &[u8], event: &str, timestamp: &str, data: &serde_json::Value) -> (Vec<u8>, String) {
     let payload = serde_json::to_vec(&serde_json::json!({ "event": event, "timestamp": timestamp, "data": data }))
         .expect("a JSON value serialises");
     let signature = format!("sha256={}", hex::encode(hmac(key, &[&payload])));
@@ -80,7 +80,7 @@ pub fn body(key: &[u8], event: &str, timestamp: &str, data: &serde_json::Value) 
 }
 
 /// `webhook-signature` of Standard Webhooks for one attempt.
-pub fn standard(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+pub(crate) fn standard(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     let mac = hmac(key, &[id.as_bytes(), b".", timestamp.to_string().as_bytes(), b".", body]);
     format!("v1,{}", B64.encode(mac))
 }

@@ -68,7 +68,7 @@ fn discovered() -> &'static Discovered {
 /// Where an app's authorization server takes the user and the code: as configured, or
 /// discovered from the app (see the module's comment). `allow_http`: discovered endpoints may be
 /// plain http (development).
-pub async fn endpoints(app: &AppConfig, allow_http: bool) -> Result<Arc<OAuthEndpoints>, AppOAuthError> {
+pub(crate) async fn endpoints(app: &AppConfig, allow_http: bool) -> Result<Arc<OAuthEndpoints>, AppOAuthError> {
     let oauth = app.oauth.as_ref().ok_or_else(|| discovery_error("the app has no oauth settings"))?;
     if let Some(e) = &oauth.endpoints {
         return Ok(Arc::new(e.clone()));
@@ -91,7 +91,7 @@ pub async fn endpoints(app: &AppConfig, allow_http: bool) -> Result<Arc<OAuthEnd
 }
 
 /// The authorization URL the user is sent to: the code grant with PKCE (S256).
-pub fn authorization_url(
+pub(crate) fn authorization_url(
     oauth: &OAuthConfig,
     endpoints: &OAuthEndpoints,
     redirect_uri: &str,
@@ -229,12 +229,12 @@ async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, App
 }
 
 /// A PKCE pair: the verifier kept sealed, the S256 challenge sent in the authorization URL.
-pub struct Pkce {
+pub(crate) struct Pkce {
     pub verifier: String,
     pub challenge: String,
 }
 
-pub fn pkce() -> Pkce {
+pub(crate) fn pkce() -> Pkce {
     // 64 characters of the unreserved alphabet: 380 bits, within RFC 7636's 43-128.
     let verifier = crate::base::secrets::random_alnum(64);
     let challenge = pkce_challenge(&verifier);
@@ -243,19 +243,19 @@ pub fn pkce() -> Pkce {
 
 /// The S256 challenge of a PKCE verifier (RFC 7636 section 4.2): what a client sends, and what
 /// toolgate's own authorization server checks a verifier against.
-pub fn pkce_challenge(verifier: &str) -> String {
+pub(crate) fn pkce_challenge(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
 /// What a pending OAuth connection keeps sealed until the code comes back.
 #[derive(Serialize, Deserialize)]
-pub struct Pending {
+pub(crate) struct Pending {
     pub pkce_verifier: String,
 }
 
 /// What a connected OAuth connection keeps sealed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     pub access_token: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_token: Option<String>,
@@ -269,7 +269,7 @@ pub struct Tokens {
 
 impl Tokens {
     /// Whether the token is due for renewal at `now` (Unix seconds).
-    pub fn due(&self, now: i64) -> bool {
+    pub(crate) fn due(&self, now: i64) -> bool {
         self.renew_at.is_some_and(|at| now >= at)
     }
 }
@@ -298,7 +298,7 @@ pub(crate) fn http() -> &'static reqwest::Client {
 }
 
 /// Exchanges an authorization code (with the PKCE verifier it was asked with).
-pub async fn exchange_code(
+pub(crate) async fn exchange_code(
     app: &AppConfig,
     allow_http: bool,
     code: &str,
@@ -315,7 +315,7 @@ pub async fn exchange_code(
 }
 
 /// Renews `tokens` with their refresh token; the provider may rotate it (else it is kept).
-pub async fn refresh(app: &AppConfig, allow_http: bool, tokens: &Tokens) -> Result<Tokens, AppOAuthError> {
+pub(crate) async fn refresh(app: &AppConfig, allow_http: bool, tokens: &Tokens) -> Result<Tokens, AppOAuthError> {
     let Some(refresh_token) = tokens.refresh_token.as_deref() else { return Err(AppOAuthError::NoRefreshToken) };
     let form = [("grant_type", "refresh_token"), ("refresh_token", refresh_token)];
     token_request(app, allow_http, &form, Some(refresh_token)).await

@@ -17,12 +17,12 @@ use toolgate_filters::auth::{AuthError, CredentialResolver};
 use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
 
 /// The resolver the filter chains are given (one per process, shared by every chain).
-pub struct Credentials {
+pub(crate) struct Credentials {
     state: Arc<State>,
 }
 
 impl Credentials {
-    pub fn new(state: Arc<State>) -> Credentials {
+    pub(crate) fn new(state: Arc<State>) -> Credentials {
         Credentials { state }
     }
 
@@ -166,7 +166,7 @@ impl CredentialResolver for Credentials {
 /// role (a password and its second factor sign in with the whole role), the organisation's
 /// tier, its buckets and audit entries under `web:<ws_ id>`. `None` when the user or the
 /// organisation is gone.
-pub fn web_session_principal(state: &State, session: &super::signin::WebSession) -> Option<Principal> {
+pub(crate) fn web_session_principal(state: &State, session: &super::signin::WebSession) -> Option<Principal> {
     let user = state.user(&session.user_id)?;
     let org = state.org(&user.org_id)?;
     if user.org_id != session.org_id {

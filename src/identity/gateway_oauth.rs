@@ -24,13 +24,13 @@ use toolgate_filters::{CredentialKind, Principal, Role, ScopeSet};
 const MAX_SUBJECT_BYTES: usize = 255;
 
 /// The gateway's resource identifier: its MCP endpoint.
-pub fn resource(public_url: &str, gateway_id: &str) -> String {
+pub(crate) fn resource(public_url: &str, gateway_id: &str) -> String {
     format!("{public_url}/gateway/{gateway_id}/mcp")
 }
 
 /// Where the gateway's protected-resource metadata is served (RFC 9728 section 3.1: the
 /// well-known part before the resource's path).
-pub fn metadata_url(public_url: &str, gateway_id: &str) -> String {
+pub(crate) fn metadata_url(public_url: &str, gateway_id: &str) -> String {
     format!("{public_url}/.well-known/oauth-protected-resource/gateway/{gateway_id}/mcp")
 }
 
@@ -38,7 +38,7 @@ pub fn metadata_url(public_url: &str, gateway_id: &str) -> String {
 /// the gateway beyond its address (not its name, which is the tenant's). The authorization
 /// servers: the configured issuer first, when there is one, then toolgate's own (whose issuer
 /// is `public_url`).
-pub fn metadata(config: Option<&GatewayOAuthConfig>, public_url: &str, gateway: &Gateway) -> Value {
+pub(crate) fn metadata(config: Option<&GatewayOAuthConfig>, public_url: &str, gateway: &Gateway) -> Value {
     let mut servers: Vec<&str> = config.map(|c| c.issuer.as_str()).into_iter().collect();
     servers.push(public_url);
     let mut doc = json!({
@@ -54,7 +54,7 @@ pub fn metadata(config: Option<&GatewayOAuthConfig>, public_url: &str, gateway: 
 
 /// The `WWW-Authenticate` value of a 401 from the gateway (RFC 6750 section 3, RFC 9728 section
 /// 5.1): where the metadata is, the scopes to ask for, and why a presented token was refused.
-pub fn challenge(
+pub(crate) fn challenge(
     config: Option<&GatewayOAuthConfig>,
     public_url: &str,
     gateway_id: &str,
@@ -82,7 +82,7 @@ pub fn challenge(
 
 /// The caller a token presents at `gateway`, if the token is the issuer's, for this gateway,
 /// live, and carries every required scope.
-pub fn principal(
+pub(crate) fn principal(
     config: &GatewayOAuthConfig,
     public_url: &str,
     gateway: &Gateway,

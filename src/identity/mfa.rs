@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use totp_rs::{Algorithm, Secret, TOTP};
 
 /// How long a challenge, a sent code or an MFA token stays valid.
-pub const MFA_TTL: Duration = Duration::from_secs(300);
+pub(crate) const MFA_TTL: Duration = Duration::from_secs(300);
 const BACKUP_CODES: usize = 10;
 /// Wrong codes a credential may send in a row before it is locked out.
 const FREE_FAILURES: u32 = 5;
@@ -134,7 +134,7 @@ struct TokenRecord {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MfaRecord {
+pub(crate) struct MfaRecord {
     pub user_id: String,
     #[serde(default)]
     pub method: Method,
@@ -308,7 +308,7 @@ fn expiry_ms() -> i64 {
 
 /// An address or number with most of it hidden, for telling the user where a code went:
 /// `a***@example.com`, `+*******4567`.
-pub fn masked(destination: &str) -> String {
+pub(crate) fn masked(destination: &str) -> String {
     match destination.split_once('@') {
         Some((local, domain)) => format!("{}***@{domain}", local.chars().next().unwrap_or('*')),
         None => {

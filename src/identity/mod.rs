@@ -7,15 +7,15 @@
 //! authorization server's kept clients. The authorization server's page sits on the web
 //! sessions (`oauth_server/authorize.rs` uses `signin`); `signin` uses nothing of it.
 
-pub mod app_oauth;
-pub mod credentials;
-pub mod gateway_oauth;
-pub mod mfa;
-pub mod oauth_server;
+pub(crate) mod app_oauth;
+pub(crate) mod credentials;
+pub(crate) mod gateway_oauth;
+pub(crate) mod mfa;
+pub(crate) mod oauth_server;
 mod router;
-pub mod signin;
+pub(crate) mod signin;
 
-pub use router::{handle, refuse};
+pub(crate) use router::{handle, refuse};
 
 use crate::data::limiter::Guesses;
 use crate::data::model::User;

@@ -15,7 +15,7 @@ fn machine_endpoint(path: &str) -> bool {
 }
 
 /// Answers a request under the prefix (`prefix` is its length in the path).
-pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
+pub(crate) async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, prefix: usize) -> Result<()> {
     let path = ex.request().uri.path()[prefix..].to_string();
     if machine_endpoint(&path) {
         return oauth_server::handle(identity, ex, &path).await;
@@ -35,7 +35,7 @@ pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, prefix: u
 
 /// A refusal at the identity service's edge (its filter chain, e.g. the address's bucket): an
 /// OAuth error on the machine endpoints, a page elsewhere; `Retry-After` either way.
-pub async fn refuse(ex: &mut Exchange<'_>, prefix: usize, e: ApiError) -> Result<()> {
+pub(crate) async fn refuse(ex: &mut Exchange<'_>, prefix: usize, e: ApiError) -> Result<()> {
     if machine_endpoint(&ex.request().uri.path()[prefix..]) {
         return oauth_server::refuse(ex, e).await;
     }

@@ -141,7 +141,7 @@ fn valid_name(s: &str) -> bool {
 }
 
 /// The name a client sees for `name` of `app_id` (Decision 5).
-pub fn exposed_name(app_id: &str, name: &str, separator: &str, single_app: bool) -> String {
+pub(crate) fn exposed_name(app_id: &str, name: &str, separator: &str, single_app: bool) -> String {
     let full = if single_app { name.to_string() } else { format!("{app_id}{separator}{name}") };
     if valid_name(&full) {
         return full;
@@ -314,7 +314,7 @@ impl Catalogue {
     }
 
     /// Why a resource URI was withheld, if it was.
-    pub fn withheld_resource(&self, uri: &str) -> Option<&Withheld> {
+    pub(crate) fn withheld_resource(&self, uri: &str) -> Option<&Withheld> {
         self.withheld_resources.get(uri)
     }
 
@@ -395,7 +395,7 @@ impl Catalogue {
     }
 
     /// Why a tool the apps list is held back by the gateway's `tool_policy`, if it is.
-    pub fn pending_tool(&self, exposed: &str) -> Option<&Held> {
+    pub(crate) fn pending_tool(&self, exposed: &str) -> Option<&Held> {
         self.pending_tools.get(exposed)
     }
 
@@ -414,7 +414,7 @@ impl Catalogue {
     /// resources made at run time), so a URI no listing shows is not "not found": a listed
     /// resource's app, else the app of the most specific template that matches it, else the
     /// only app of a single-app gateway. `None` only when several apps could and none claims it.
-    pub fn resource_app(&self, uri: &str) -> Option<&str> {
+    pub(crate) fn resource_app(&self, uri: &str) -> Option<&str> {
         if let Some(app) = self.resource_apps.get(uri) {
             return Some(app);
         }
@@ -434,7 +434,7 @@ impl Catalogue {
 /// `notes://a/note/7` but not `notes://a/todo/7` nor `notes://a/b/note/7`), not by its prefix
 /// alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UriTemplate {
+pub(crate) struct UriTemplate {
     parts: Vec<Part>,
     /// Bytes of literal text: the more, the more specific the template.
     literal_len: usize,
@@ -448,7 +448,7 @@ enum Part {
 }
 
 impl UriTemplate {
-    pub fn parse(template: &str) -> UriTemplate {
+    pub(crate) fn parse(template: &str) -> UriTemplate {
         let mut parts = Vec::new();
         let mut literal_len = 0;
         let mut rest = template;
@@ -479,7 +479,7 @@ impl UriTemplate {
 
     /// Whether some values of the template's variables expand to `uri`. Linear in the URI per
     /// part: the positions the URI can be read up to are carried from part to part.
-    pub fn matches(&self, uri: &str) -> bool {
+    pub(crate) fn matches(&self, uri: &str) -> bool {
         let b = uri.as_bytes();
         let n = b.len();
         let mut at = vec![false; n + 1];

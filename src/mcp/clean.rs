@@ -82,7 +82,7 @@ impl fmt::Display for Withheld {
 
 /// Checks one definition: its hidden text is stripped in place, and the findings come back as
 /// `Ok` when it may be listed (empty: it was clean) or `Err` when it is withheld.
-pub fn check(def: &mut Value, policy: DescriptionPolicy) -> Result<Vec<Finding>, Vec<Finding>> {
+pub(crate) fn check(def: &mut Value, policy: DescriptionPolicy) -> Result<Vec<Finding>, Vec<Finding>> {
     let mut findings = Vec::new();
     let mut path = Vec::new();
     walk(def, &mut path, false, &mut findings);

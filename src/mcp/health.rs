@@ -147,7 +147,7 @@ struct Prober {
 }
 
 /// Probes the apps until `shutdown` (a task of the server's background service).
-pub async fn probe_apps(mcp: Arc<McpRuntime>, mut shutdown: pingora::server::ShutdownWatch) {
+pub(crate) async fn probe_apps(mcp: Arc<McpRuntime>, mut shutdown: pingora::server::ShutdownWatch) {
     let prober = Arc::new(Prober {
         mcp,
         shared: UpstreamShared::new(1),

@@ -48,7 +48,7 @@ impl RawJson {
     }
 
     /// JSON text kept as it is, or `None` if it is not JSON.
-    pub fn from_text(text: String) -> Option<RawJson> {
+    pub(crate) fn from_text(text: String) -> Option<RawJson> {
         RawValue::from_string(text).ok().map(RawJson)
     }
 
@@ -56,7 +56,7 @@ impl RawJson {
         self.0.get()
     }
 
-    pub fn as_raw(&self) -> &RawValue {
+    pub(crate) fn as_raw(&self) -> &RawValue {
         &self.0
     }
 
@@ -234,15 +234,15 @@ impl Serialize for Id {
 
 // The standard codes, named as JSON-RPC 2.0 names them; their values and every other code the
 // gateway answers with are in one list, `protocol::RpcCode`.
-pub const PARSE_ERROR: i64 = RpcCode::ParseError.code();
-pub const INVALID_REQUEST: i64 = RpcCode::InvalidRequest.code();
-pub const METHOD_NOT_FOUND: i64 = RpcCode::MethodNotFound.code();
+pub(crate) const PARSE_ERROR: i64 = RpcCode::ParseError.code();
+pub(crate) const INVALID_REQUEST: i64 = RpcCode::InvalidRequest.code();
+pub(crate) const METHOD_NOT_FOUND: i64 = RpcCode::MethodNotFound.code();
 /// MCP also uses it for "Unknown tool: NAME".
-pub const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
-pub const INTERNAL_ERROR: i64 = RpcCode::InternalError.code();
+pub(crate) const INVALID_PARAMS: i64 = RpcCode::InvalidParams.code();
+pub(crate) const INTERNAL_ERROR: i64 = RpcCode::InternalError.code();
 
 /// The JSON-RPC version string; anything else in `jsonrpc` makes a message invalid.
-pub const VERSION: &str = "2.0";
+pub(crate) const VERSION: &str = "2.0";
 
 /// The `error` member of a response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -264,35 +264,35 @@ impl RpcErrorObject {
     }
 
     /// The error with the detail the request log keeps ([`RpcErrorObject::detail`]).
-    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+    pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(Box::new(detail.into()));
         self
     }
 
-    pub fn with_data(mut self, data: Value) -> Self {
+    pub(crate) fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
     }
 
-    pub fn parse_error() -> Self {
+    pub(crate) fn parse_error() -> Self {
         Self::new(PARSE_ERROR, "Parse error")
     }
 
-    pub fn invalid_request(reason: impl fmt::Display) -> Self {
+    pub(crate) fn invalid_request(reason: impl fmt::Display) -> Self {
         Self::new(INVALID_REQUEST, format!("Invalid Request: {reason}"))
     }
 
-    pub fn method_not_found(method: &str) -> Self {
+    pub(crate) fn method_not_found(method: &str) -> Self {
         Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
     }
 
-    pub fn invalid_params(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid_params(message: impl Into<String>) -> Self {
         Self::new(INVALID_PARAMS, message)
     }
 
     /// The MCP error for a `tools/call` naming a tool that does not exist (or that the caller may
     /// not see: the two are deliberately indistinguishable).
-    pub fn unknown_tool(name: &str) -> Self {
+    pub(crate) fn unknown_tool(name: &str) -> Self {
         Self::new(INVALID_PARAMS, format!("Unknown tool: {name}"))
     }
 
@@ -344,7 +344,7 @@ impl Response {
 
     /// The same response for another id (the gateway swaps its own upstream-facing id for the
     /// client's one).
-    pub fn with_id(mut self, id: Id) -> Self {
+    pub(crate) fn with_id(mut self, id: Id) -> Self {
         self.id = id;
         self
     }
@@ -675,7 +675,7 @@ fn classify(env: Envelope<'_>) -> Result<Message, InvalidMessage> {
 
 /// A JSON object as its members' texts, in order: read without building a tree, written back
 /// by copying each member's text (a call's params, a `_meta`).
-pub struct RawMembers<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+pub(crate) struct RawMembers<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'de> Deserialize<'de> for RawMembers<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -723,7 +723,7 @@ pub(crate) fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` (a [`Value`] or [`RawJson`]).
-pub fn response_bytes<T: Serialize + ?Sized>(id: &Id, result: &T) -> Vec<u8> {
+pub(crate) fn response_bytes<T: Serialize + ?Sized>(id: &Id, result: &T) -> Vec<u8> {
     write_response(Vec::with_capacity(64), id, result)
 }
 
@@ -742,7 +742,7 @@ fn write_response<T: Serialize + ?Sized>(mut out: Vec<u8>, id: &Id, result: &T) 
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` with `members` (object members' text) written
 /// first into RESULT when it is an object without a `resultType` of its own
 /// (an app of the stateless revision writes its own), without building the result anew.
-pub fn response_bytes_with_members(id: &Id, result: &RawJson, members: &str) -> Vec<u8> {
+pub(crate) fn response_bytes_with_members(id: &Id, result: &RawJson, members: &str) -> Vec<u8> {
     let text = result.get();
     let Some(rest) = text.strip_prefix('{').filter(|_| !text.contains("\"resultType\"")) else {
         return response_bytes(id, result);
@@ -779,7 +779,7 @@ fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"error":{"code":CODE,"message":MSG[,"data":DATA]}}`
-pub fn error_bytes(id: &Id, code: i64, message: &str, data: Option<&Value>) -> Vec<u8> {
+pub(crate) fn error_bytes(id: &Id, code: i64, message: &str, data: Option<&Value>) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + message.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     put(&mut out, id);
@@ -796,7 +796,7 @@ pub fn error_bytes(id: &Id, code: i64, message: &str, data: Option<&Value>) -> V
 }
 
 /// `{"jsonrpc":"2.0","id":ID,"method":METHOD[,"params":PARAMS]}`
-pub fn request_bytes(id: &Id, method: &str, params: Option<&RawJson>) -> Vec<u8> {
+pub(crate) fn request_bytes(id: &Id, method: &str, params: Option<&RawJson>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     put(&mut out, id);
@@ -811,7 +811,7 @@ pub fn request_bytes(id: &Id, method: &str, params: Option<&RawJson>) -> Vec<u8>
 }
 
 /// `{"jsonrpc":"2.0","method":METHOD[,"params":PARAMS]}`
-pub fn notification_bytes(method: &str, params: Option<&RawJson>) -> Vec<u8> {
+pub(crate) fn notification_bytes(method: &str, params: Option<&RawJson>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
     put(&mut out, method);

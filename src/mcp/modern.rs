@@ -16,26 +16,27 @@ use serde_json::{json, Value};
 use std::borrow::Cow;
 
 /// Stateless revisions toolgate serves, newest first.
-pub const VERSIONS: &[&str] = &[protocol::STATELESS];
+pub(crate) const VERSIONS: &[&str] = &[protocol::STATELESS];
 
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+#[cfg(test)]
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The tasks extension's identifier, under `capabilities.extensions` (relayed by `tasks.rs`).
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// toolgate's own `_meta` keys towards apps: the stateless client's capabilities (to a
 /// handshake-era app, which takes no envelope), and the key a question is answered under.
-pub const META_TOOLGATE_CLIENT_CAPABILITIES: &str = "toolgate.dev/clientCapabilities";
-pub const META_INPUT_KEY: &str = "toolgate.dev/inputKey";
+pub(crate) const META_TOOLGATE_CLIENT_CAPABILITIES: &str = "toolgate.dev/clientCapabilities";
+pub(crate) const META_INPUT_KEY: &str = "toolgate.dev/inputKey";
 
 /// Whether a POST speaks the stateless revision. As the official SDKs' servers decide it: an
 /// `MCP-Protocol-Version` header that names no handshake version (2024-11-05 .. 2025-11-25). An
 /// unknown version lands here too, where the envelope check answers it with the versions this
 /// server speaks. `server/discover` is stateless whatever the header says.
-pub fn is_stateless(headers: &http::HeaderMap, method: Option<&str>) -> bool {
+pub(crate) fn is_stateless(headers: &http::HeaderMap, method: Option<&str>) -> bool {
     if method == Some("server/discover") {
         return true;
     }
@@ -46,14 +47,14 @@ pub fn is_stateless(headers: &http::HeaderMap, method: Option<&str>) -> bool {
 
 /// Methods of the handshake era that this revision removed: a stateless request naming one is
 /// answered 404 -32601, as the specification says of any method the server does not implement.
-pub fn removed(method: &str) -> bool {
+pub(crate) fn removed(method: &str) -> bool {
     matches!(method, "initialize" | "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe")
 }
 
 /// The server->client requests a stateless client said it takes, from
 /// `_meta["io.modelcontextprotocol/clientCapabilities"]` on each request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClientCaps {
+pub(crate) struct ClientCaps {
     pub sampling: bool,
     pub elicitation: bool,
     pub roots: bool,
@@ -63,7 +64,7 @@ pub struct ClientCaps {
 
 impl ClientCaps {
     /// The capability an app's request to the client needs, when the client lacks it.
-    pub fn missing_for(self, method: &str) -> Option<&'static str> {
+    pub(crate) fn missing_for(self, method: &str) -> Option<&'static str> {
         match method {
             "sampling/createMessage" if !self.sampling => Some("sampling"),
             "elicitation/create" if !self.elicitation => Some("elicitation"),
@@ -75,7 +76,7 @@ impl ClientCaps {
 
 /// What a stateless request says about itself in its envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     pub version: String,
     pub caps: ClientCaps,
     /// `_meta["io.modelcontextprotocol/logLevel"]` was set: the client wants the app's log
@@ -88,7 +89,7 @@ pub struct Envelope {
 
 /// A request refused by the envelope or header checks, as a JSON-RPC error.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub code: i64,
     pub message: Cow<'static, str>,
     pub data: Option<Value>,
@@ -99,7 +100,7 @@ impl Rejection {
         Rejection { code, message: message.into(), data: None }
     }
 
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         RpcCode::stateless_status(self.code)
     }
 }
@@ -174,7 +175,7 @@ fn single_header<'h>(headers: &'h http::HeaderMap, name: &'static str) -> Result
 /// A header value as the client meant it: verbatim, or the text inside the `=?base64?...?=`
 /// form that carries values a header cannot (non-ASCII, edge whitespace). `None` for a broken
 /// form, so that it never matches a body value by accident.
-pub fn decode_header_value(v: &str) -> Option<Cow<'_, str>> {
+pub(crate) fn decode_header_value(v: &str) -> Option<Cow<'_, str>> {
     let Some(payload) = v.strip_prefix("=?base64?").and_then(|p| p.strip_suffix("?=")) else {
         return Some(Cow::Borrowed(v));
     };
@@ -188,7 +189,7 @@ pub fn decode_header_value(v: &str) -> Option<Cow<'_, str>> {
 
 /// A value as a header carries it: verbatim when it is printable ASCII without edge spaces, else
 /// the `=?base64?...?=` form ([`decode_header_value`] reads both).
-pub fn encode_header_value(v: &str) -> Cow<'_, str> {
+pub(crate) fn encode_header_value(v: &str) -> Cow<'_, str> {
     let plain = v.bytes().all(|b| (0x20..0x7f).contains(&b)) && v.trim() == v && !v.starts_with("=?base64?");
     if plain {
         Cow::Borrowed(v)
@@ -201,7 +202,11 @@ pub fn encode_header_value(v: &str) -> Cow<'_, str> {
 /// official SDKs' servers run them): the envelope is present (-32602), the routing headers agree
 /// with the body (-32020), the version is one this server speaks (-32022). Which method it names
 /// is not checked here: the dispatcher answers unknown ones.
-pub fn classify(headers: &http::HeaderMap, method: &str, params: Option<&RawJson>) -> Result<Envelope, Rejection> {
+pub(crate) fn classify(
+    headers: &http::HeaderMap,
+    method: &str,
+    params: Option<&RawJson>,
+) -> Result<Envelope, Rejection> {
     let invalid = |m: &'static str| Rejection::new(RpcCode::InvalidParams.code(), m);
     let read = match params {
         Some(p) => p.read::<EnvelopeParams>().map_err(|_| {
@@ -324,7 +329,7 @@ pub(crate) fn translate_meta(meta: &RawValue) -> Option<RawJson> {
 
 /// The member of `params` that names what a method acts on, which `Mcp-Name` carries: a tool's
 /// or prompt's `name`, a resource's `uri`, a task's `taskId` (the tasks extension's methods).
-pub fn name_field(method: &str) -> Option<&'static str> {
+pub(crate) fn name_field(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
@@ -334,12 +339,12 @@ pub fn name_field(method: &str) -> Option<&'static str> {
 }
 
 /// Every version the endpoint speaks: the stateless ones, then the handshake ones.
-pub fn supported_versions() -> Vec<&'static str> {
+pub(crate) fn supported_versions() -> Vec<&'static str> {
     VERSIONS.iter().chain(protocol::VERSIONS).copied().collect()
 }
 
 /// UNSUPPORTED_PROTOCOL_VERSION naming what this endpoint speaks and echoing what was asked.
-pub fn unsupported_version(requested: &str) -> Rejection {
+pub(crate) fn unsupported_version(requested: &str) -> Rejection {
     Rejection {
         code: RpcCode::UnsupportedProtocolVersion.code(),
         message: Cow::Owned(format!("Unsupported protocol version `{requested}`")),
@@ -349,7 +354,7 @@ pub fn unsupported_version(requested: &str) -> Rejection {
 
 /// MissingRequiredClientCapabilityError: the app needs `capability` of a client that did not
 /// declare it. `requiredCapabilities` is a ClientCapabilities object, as the schema defines it.
-pub fn missing_capability(capability: &str, method: &str) -> (i64, String, Value) {
+pub(crate) fn missing_capability(capability: &str, method: &str) -> (i64, String, Value) {
     (
         RpcCode::MissingRequiredClientCapability.code(),
         format!(
@@ -363,7 +368,7 @@ pub fn missing_capability(capability: &str, method: &str) -> (i64, String, Value
 /// as it answers `initialize` with, less what the stateless revision removed (`resources.subscribe`
 /// as a method; `logging/setLevel`), plus the tasks extension, whose requests toolgate relays to
 /// the app that created the task (whether a call becomes a task is the app's decision).
-pub fn discover_result(gw: &Gateway, environment: &str) -> Value {
+pub(crate) fn discover_result(gw: &Gateway, environment: &str) -> Value {
     json!({
         "resultType": "complete",
         "ttlMs": 0,
@@ -384,13 +389,13 @@ pub fn discover_result(gw: &Gateway, environment: &str) -> Value {
 /// The gateway's name as a client is shown it, in `serverInfo` and `instructions`: the API and
 /// the configuration refuse a name with hidden text, and one stored before they did is sent
 /// stripped of it (borrowed when it has none).
-pub fn shown_name(gw: &Gateway) -> std::borrow::Cow<'_, str> {
+pub(crate) fn shown_name(gw: &Gateway) -> std::borrow::Cow<'_, str> {
     crate::base::hidden_text::strip(&gw.name).0
 }
 
 /// The gateway's identity, as `initialize`'s `serverInfo` gives it: `environment` says which
 /// deployment answers (Decision 12: `production` or `development`).
-pub fn server_info(gw: &Gateway, environment: &str) -> Value {
+pub(crate) fn server_info(gw: &Gateway, environment: &str) -> Value {
     json!({
         "name": "toolgate",
         "title": format!("toolgate: {}", shown_name(gw)),
@@ -400,12 +405,12 @@ pub fn server_info(gw: &Gateway, environment: &str) -> Value {
 }
 
 /// The result members of a complete answer (written in by `jsonrpc::response_bytes_with_members`).
-pub const COMPLETE: &str = r#""resultType":"complete""#;
+pub(crate) const COMPLETE: &str = r#""resultType":"complete""#;
 
 /// The caching hints of a list: how long it may be kept (the gateway's catalogue TTL, 0 when the
 /// gateway does not cache, and never longer than any of its apps said of its own lists) and that
 /// it is the caller's alone (a key may see a filtered list).
-pub fn list_hints(gw: &Gateway, app_ttl_ms: Option<u64>) -> String {
+pub(crate) fn list_hints(gw: &Gateway, app_ttl_ms: Option<u64>) -> String {
     let gateway_ms =
         if gw.configuration.cache_enabled { u64::from(gw.configuration.cache_ttl).saturating_mul(1000) } else { 0 };
     let ttl_ms = app_ttl_ms.map_or(gateway_ms, |a| a.min(gateway_ms));
@@ -414,7 +419,7 @@ pub fn list_hints(gw: &Gateway, app_ttl_ms: Option<u64>) -> String {
 
 /// `resources/read` through the gateway: not cached by it, so not to be cached by the client
 /// beyond what the app itself says (which a stateless app puts in its own result).
-pub const READ_HINTS: &str = r#""resultType":"complete","ttlMs":0,"cacheScope":"private""#;
+pub(crate) const READ_HINTS: &str = r#""resultType":"complete","ttlMs":0,"cacheScope":"private""#;
 
 /// One `Mcp-Param-*` header a tool declares with `x-mcp-header` on a property of its input
 /// schema: the property's path in the arguments, the header name (lower case), and whether the
@@ -429,7 +434,7 @@ pub struct ParamHeader {
 /// The `x-mcp-header` declarations of an input schema, on properties reached through
 /// `properties` alone and of type string, integer or boolean; anything else is not a valid
 /// declaration and declares nothing (conforming clients drop such a tool's headers).
-pub fn param_headers(schema: &Value) -> Vec<ParamHeader> {
+pub(crate) fn param_headers(schema: &Value) -> Vec<ParamHeader> {
     fn walk(node: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
         let Some(props) = node.get("properties").and_then(Value::as_object) else { return };
         for (name, sub) in props {
@@ -457,7 +462,10 @@ pub fn param_headers(schema: &Value) -> Vec<ParamHeader> {
 
 /// The `Mcp-Param-*` headers a call of a tool declaring them carries to its app, from its
 /// arguments (an app of this revision checks them; a handshake-era app ignores them).
-pub fn param_header_values(declared: &[ParamHeader], arguments: &Value) -> Vec<(http::HeaderName, http::HeaderValue)> {
+pub(crate) fn param_header_values(
+    declared: &[ParamHeader],
+    arguments: &Value,
+) -> Vec<(http::HeaderName, http::HeaderValue)> {
     let mut out = Vec::new();
     for h in declared {
         let value = h.path.iter().try_fold(arguments, |node, key| node.get(key));
@@ -480,7 +488,7 @@ pub fn param_header_values(declared: &[ParamHeader], arguments: &Value) -> Vec<(
 /// and its argument are present together and equal (after the base64 form is decoded), or
 /// absent together. An intermediary may route on these headers, so a header the body does not
 /// back is refused rather than ignored.
-pub fn check_param_headers(
+pub(crate) fn check_param_headers(
     declared: &[ParamHeader],
     arguments: &Value,
     headers: &http::HeaderMap,

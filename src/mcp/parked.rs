@@ -25,7 +25,7 @@ const MAX_PARKED_PER_KEY: usize = MAX_PARKED / 10;
 
 /// Why a call could not be parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ParkRefused {
+pub(crate) enum ParkRefused {
     /// The call's key already holds its share.
     #[error("this key already has {limit} calls waiting for its answers (its share of the {total} the gateway keeps); answer them or let them expire, then try again")]
     KeyShare { limit: usize, total: usize },
@@ -38,7 +38,7 @@ impl ParkRefused {
     /// The JSON-RPC error the client gets, and the status its request is logged with: a key over
     /// its share is told so (-32010, like any limit of its own); a full table is the gateway's
     /// trouble (-32603).
-    pub fn to_error(self) -> (RpcErrorObject, u16) {
+    pub(crate) fn to_error(self) -> (RpcErrorObject, u16) {
         match self {
             ParkRefused::KeyShare { limit, total } => (
                 RpcErrorObject::new(RpcCode::LimitExceeded.code(), self.to_string())
@@ -56,7 +56,7 @@ impl ParkRefused {
 /// Who may continue a parked call: the same credential, on the same gateway, for the same
 /// method and tool or prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Binding {
+pub(crate) struct Binding {
     #[serde(rename = "k")]
     pub key_id: String,
     #[serde(rename = "g")]
@@ -77,7 +77,7 @@ pub(crate) struct SealedState {
 }
 
 /// One of the app's questions the client has not answered yet.
-pub struct Pending {
+pub(crate) struct Pending {
     /// The key the client answers it under (`inputResponses`).
     pub key: String,
     /// The app's request id, which its answer must carry.
@@ -90,7 +90,7 @@ pub struct Pending {
 
 /// A call whose app asked the client something: its reply stream, kept until the client comes
 /// back with the answers (or [`PARK_TTL`] passes; dropping the stream cancels the call).
-pub struct Parked {
+pub(crate) struct Parked {
     pub stream: ReplyStream,
     pub org_id: String,
     pub app_id: String,

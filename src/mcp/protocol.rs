@@ -9,19 +9,19 @@ pub const VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-
 
 /// The stateless revision (no `initialize`, no session; `modern` has its rules). Here so that the
 /// configuration can accept it as an app's `protocol_version`.
-pub const STATELESS: &str = "2026-07-28";
+pub(crate) const STATELESS: &str = "2026-07-28";
 
 /// The newest version: offered to apps in `initialize`, given to clients that ask for an unknown one.
 pub const LATEST: &str = VERSIONS[0];
 
 /// The version answered to an `initialize` that asked for `requested`: the same one when toolgate
 /// speaks it, else the newest.
-pub fn negotiate(requested: Option<&str>) -> &'static str {
+pub(crate) fn negotiate(requested: Option<&str>) -> &'static str {
     requested.and_then(|r| VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(LATEST)
 }
 
 /// What answers the client takes (its `Accept` header), as the transport read it.
-pub struct Accept {
+pub(crate) struct Accept {
     /// Takes `application/json`.
     pub json: bool,
     /// Takes `text/event-stream`: a call whose app streams may be answered as a stream.
@@ -29,7 +29,7 @@ pub struct Accept {
 }
 
 /// Cookie that carries the session (the spec's mechanism), beside `Mcp-Session-Id`.
-pub const SESSION_COOKIE: &str = "mcp_session";
+pub(crate) const SESSION_COOKIE: &str = "mcp_session";
 
 /// Every JSON-RPC error code the gateway itself answers with, each with one meaning, so that a
 /// client can tell "initialize again" from "bad key" from "the app failed", and the HTTP status
@@ -42,7 +42,7 @@ pub const SESSION_COOKIE: &str = "mcp_session";
 /// specification allocates (2026-07-28), so toolgate's own codes stay in the first band. The
 /// first two match the official SDKs' Streamable HTTP servers, whose clients know them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RpcCode {
+pub(crate) enum RpcCode {
     /// JSON-RPC: the body is not JSON.
     ParseError,
     /// JSON-RPC: not a valid request (also a batch, a body over the size limit, a bad
@@ -99,7 +99,7 @@ pub enum RpcCode {
 }
 
 impl RpcCode {
-    pub const fn code(self) -> i64 {
+    pub(crate) const fn code(self) -> i64 {
         match self {
             RpcCode::ParseError => -32700,
             RpcCode::InvalidRequest => -32600,
@@ -127,7 +127,7 @@ impl RpcCode {
     }
 
     /// The gateway's meaning of a code, if it has one (an app's own codes may have none).
-    pub const fn from_code(code: i64) -> Option<RpcCode> {
+    pub(crate) const fn from_code(code: i64) -> Option<RpcCode> {
         let mut i = 0;
         while i < RpcCode::ALL.len() {
             if RpcCode::ALL[i].code() == code {
@@ -143,7 +143,7 @@ impl RpcCode {
     /// answer; a refusal of the HTTP request is its HTTP status. The transport's two exceptions:
     /// a body over `server.max_body_bytes` (413) and a method other than GET, POST and DELETE
     /// (405) are -32600 too.
-    pub const fn status(self) -> u16 {
+    pub(crate) const fn status(self) -> u16 {
         match self {
             RpcCode::ParseError
             | RpcCode::InvalidRequest
@@ -172,7 +172,7 @@ impl RpcCode {
     /// The HTTP status of a stateless (2026-07-28) request's error, by the specification's table
     /// (the same as the official SDKs' servers): the request's own faults are 400, an unknown
     /// method 404; every other code, the apps' own included, is 200.
-    pub const fn stateless_status(code: i64) -> u16 {
+    pub(crate) const fn stateless_status(code: i64) -> u16 {
         match RpcCode::from_code(code) {
             Some(
                 RpcCode::ParseError
@@ -191,7 +191,7 @@ impl RpcCode {
     /// says where it came from: the caller's fault (400), a rule's denial (403), a bound of the
     /// caller's that its answer's 429 names, the app's time-out (504), the transport's own 5xx,
     /// else the app's failure (502).
-    pub const fn logged_status(code: i64, transport_status: u16) -> u16 {
+    pub(crate) const fn logged_status(code: i64, transport_status: u16) -> u16 {
         match RpcCode::from_code(code) {
             Some(RpcCode::InvalidParams | RpcCode::HeaderMismatch) => 400,
             Some(RpcCode::ToolPending | RpcCode::DeniedByRule) => 403,
@@ -204,7 +204,7 @@ impl RpcCode {
 
     /// The code of a refusal that has only an HTTP status (the edge filters', the management-style
     /// errors of the endpoint).
-    pub const fn for_status(status: u16) -> RpcCode {
+    pub(crate) const fn for_status(status: u16) -> RpcCode {
         match status {
             400 | 413 => RpcCode::InvalidRequest,
             401 => RpcCode::Unauthorized,
@@ -218,7 +218,7 @@ impl RpcCode {
     }
 
     /// Every code, for the tests and the README's table.
-    pub const ALL: [RpcCode; 22] = [
+    pub(crate) const ALL: [RpcCode; 22] = [
         RpcCode::ParseError,
         RpcCode::InvalidRequest,
         RpcCode::MethodNotFound,

@@ -54,7 +54,7 @@ impl Spent {
 }
 
 /// The bucket an app's per-minute limit counts in (and the 429 names).
-pub fn app_bucket(app_id: &str) -> String {
+pub(crate) fn app_bucket(app_id: &str) -> String {
     format!("app:{app_id}")
 }
 

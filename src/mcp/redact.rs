@@ -25,7 +25,7 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 /// The detector sets a gateway may name in `configuration.redact.detectors`.
-pub const DETECTOR_SETS: [&str; 1] = ["secrets"];
+pub(crate) const DETECTOR_SETS: [&str; 1] = ["secrets"];
 
 /// Each detector: its kind (the `[redacted:<kind>]` text and the metric label) and pattern.
 /// Word boundaries are ASCII ones (`(?-u:\b)`): every secret is ASCII, and a Unicode boundary
@@ -57,13 +57,13 @@ fn compiled() -> &'static Compiled {
 }
 
 /// Whether any detector matches anywhere in `text` (the whole answer's JSON text): one pass.
-pub fn any(text: &str) -> bool {
+pub(crate) fn any(text: &str) -> bool {
     compiled().set.is_match(text)
 }
 
 /// `s` with every secret replaced by `[redacted:<kind>]`, and the kinds found, each with its
 /// count. Borrowed when there is none.
-pub fn redact(s: &str) -> (Cow<'_, str>, Vec<(&'static str, usize)>) {
+pub(crate) fn redact(s: &str) -> (Cow<'_, str>, Vec<(&'static str, usize)>) {
     let c = compiled();
     let matched = c.set.matches(s);
     if !matched.matched_any() {

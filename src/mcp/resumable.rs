@@ -34,7 +34,7 @@ const MAX_BYTES: usize = 4 << 20;
 /// Streams buffered at once, all sessions together; beyond it a new stream is not resumable.
 const MAX_STREAMS: usize = 10_000;
 /// The reconnection time suggested to clients (`retry:`), in milliseconds.
-pub const RETRY_MS: u64 = 1000;
+pub(crate) const RETRY_MS: u64 = 1000;
 /// How often an idle open stream (a GET, a followed call, `subscriptions/listen`) gets a
 /// keep-alive comment.
 pub(crate) const KEEPALIVE: Duration = Duration::from_secs(15);

@@ -14,13 +14,13 @@ use http::HeaderValue;
 use serde_json::json;
 
 /// Writes a JSON-RPC error under its code's HTTP status ([`RpcCode::status`]).
-pub async fn error(ex: &mut Exchange<'_>, id: &Id, code: RpcCode, message: &str) -> pingora::Result<()> {
+pub(crate) async fn error(ex: &mut Exchange<'_>, id: &Id, code: RpcCode, message: &str) -> pingora::Result<()> {
     error_under(ex, code.status(), id, code, message).await
 }
 
 /// Writes a JSON-RPC error under another HTTP status than its code's, where the HTTP request
 /// itself is what is wrong (its size: 413).
-pub async fn error_under(
+pub(crate) async fn error_under(
     ex: &mut Exchange<'_>,
     status: u16,
     id: &Id,
@@ -33,7 +33,7 @@ pub async fn error_under(
 
 /// A management-style error (an edge filter's refusal, a missing scope, an unknown gateway) in
 /// its JSON-RPC form, keeping the status; the envelope's code rides along as `data.code`.
-pub async fn api_error(ex: &mut Exchange<'_>, err: ApiError) -> pingora::Result<()> {
+pub(crate) async fn api_error(ex: &mut Exchange<'_>, err: ApiError) -> pingora::Result<()> {
     let mut extra = Vec::new();
     if let Some(r) = err.retry_after() {
         extra.push((http::header::RETRY_AFTER, HeaderValue::from(r)));
@@ -49,7 +49,12 @@ pub async fn api_error(ex: &mut Exchange<'_>, err: ApiError) -> pingora::Result<
 
 /// 429 with `Retry-After` and a JSON-RPC error naming the exhausted quota, whose own figures
 /// (bucket `bucket`) replace the caller's in the `X-RateLimit-*` headers.
-pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, what: &str) -> pingora::Result<()> {
+pub(crate) async fn quota_exceeded(
+    ex: &mut Exchange<'_>,
+    spent: Spent,
+    bucket: &str,
+    what: &str,
+) -> pingora::Result<()> {
     let retry_after = spent.retry_after;
     spent.write_headers(bucket, &mut ex.ctx.filters.response_headers);
     let data = json!({ "code": "RATE_LIMITED", "retry_after": retry_after, "bucket": bucket });
@@ -65,14 +70,14 @@ pub async fn quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, bucket: &str, w
 }
 
 /// 429 for a call over its app's per-minute limit (`apps[].rate_limit`), bucket `app:<id>`.
-pub async fn app_quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, app_id: &str) -> pingora::Result<()> {
+pub(crate) async fn app_quota_exceeded(ex: &mut Exchange<'_>, spent: Spent, app_id: &str) -> pingora::Result<()> {
     quota_exceeded(ex, spent, &crate::mcp::quota::app_bucket(app_id), &format!("app {app_id} rate limit")).await
 }
 
 /// A tenant at one of its bounds (open streams, resumable bytes): HTTP 429 with -32010 naming the
 /// bound (`data.scope`, `data.limit`, `data.setting`), in both eras. No `Retry-After`: it is not a
 /// rate; only a stream that ends or a buffer that expires frees a place.
-pub async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: bounds::Refused) -> pingora::Result<()> {
+pub(crate) async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: bounds::Refused) -> pingora::Result<()> {
     let body = Response::error(id.clone(), refused.to_error()).to_bytes();
     ex.respond(RpcCode::LimitExceeded.status(), "application/json", body, &[]).await
 }
@@ -81,7 +86,7 @@ pub async fn bound_refused(ex: &mut Exchange<'_>, id: &Id, refused: bounds::Refu
 /// when it was not the rule's match but its failure or the call's size), arguments the rules
 /// cannot read (the call is invalid), or every slot of the organisation for dear rule sets
 /// taken (retry shortly).
-pub fn rules_refused(r: &rules::Refused) -> RpcErrorObject {
+pub(crate) fn rules_refused(r: &rules::Refused) -> RpcErrorObject {
     match r {
         rules::Refused::Denied(d) => {
             let mut data = json!({ "rule": &*d.rule });
@@ -103,7 +108,7 @@ pub fn rules_refused(r: &rules::Refused) -> RpcErrorObject {
 }
 
 /// A JSON-RPC response (result or error) under HTTP 200.
-pub async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<()> {
+pub(crate) async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<()> {
     ex.respond(200, "application/json", r.to_bytes(), &[]).await
 }
 
@@ -112,7 +117,7 @@ pub async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<()> {
 /// `data.request_id` (the `X-Request-Id` of the answer, the request log entry's `request_id`); the
 /// error in full, which may carry Pingora's error chain and the app's address, goes to the
 /// process log here and to the request log entry (`response.data.detail`).
-pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError, request_id: &str) -> Response {
+pub(crate) fn app_failure(id: &Id, app_id: &str, e: &UpstreamError, request_id: &str) -> Response {
     let code = match e {
         UpstreamError::Timeout { .. } => RpcCode::UpstreamTimeout,
         _ => RpcCode::UpstreamFailure,
@@ -128,7 +133,7 @@ pub fn app_failure(id: &Id, app_id: &str, e: &UpstreamError, request_id: &str) -
 
 /// What a client is told of an app that cannot answer: `app "spy" is unavailable (connection
 /// refused)`.
-pub fn unavailable(app_id: &str, cause: &str) -> String {
+pub(crate) fn unavailable(app_id: &str, cause: &str) -> String {
     format!("app \"{app_id}\" is unavailable ({cause})")
 }
 
@@ -137,7 +142,7 @@ pub fn unavailable(app_id: &str, cause: &str) -> String {
 /// first finding and `data.withheld` every finding (`clean::Withheld`).
 /// The refusal of a `tools/call` of a tool held back by the gateway's `tool_policy`: -32011
 /// naming the tool, why, and the hidden text it carries under `description_policy: block`.
-pub fn tool_pending(name: &str, held: &crate::mcp::catalogue::Held) -> RpcErrorObject {
+pub(crate) fn tool_pending(name: &str, held: &crate::mcp::catalogue::Held) -> RpcErrorObject {
     let message = match held.findings.first() {
         Some(first) => format!("Tool `{name}` awaits approval: {first}"),
         None => format!("Tool `{name}` awaits approval: its definition is not approved on this gateway"),
@@ -149,7 +154,7 @@ pub fn tool_pending(name: &str, held: &crate::mcp::catalogue::Held) -> RpcErrorO
     RpcErrorObject::new(RpcCode::ToolPending.code(), message).with_data(data)
 }
 
-pub fn withheld(w: &crate::mcp::clean::Withheld) -> RpcErrorObject {
+pub(crate) fn withheld(w: &crate::mcp::clean::Withheld) -> RpcErrorObject {
     let data = serde_json::to_value(w).unwrap_or_default();
     RpcErrorObject::new(RpcCode::InvalidParams.code(), w.to_string()).with_data(json!({ "withheld": data }))
 }

@@ -36,11 +36,11 @@ use std::sync::Arc;
 use toolgate_filters::{CredentialKind, Principal};
 
 /// Most rules on one gateway.
-pub const MAX_RULES: usize = 64;
+pub(crate) const MAX_RULES: usize = 64;
 /// Longest rule name, in characters (letters, digits, `_ . -`).
-pub const MAX_NAME_CHARS: usize = 64;
+pub(crate) const MAX_NAME_CHARS: usize = 64;
 /// Longest `when` expression, in characters.
-pub const MAX_WHEN_CHARS: usize = 2048;
+pub(crate) const MAX_WHEN_CHARS: usize = 2048;
 /// A rule set whose worst case is at most this many steps runs where the call is: a few
 /// microseconds (BENCHMARKS.md, "Rules"), less than the hop to the blocking pool and back.
 const INLINE_STEPS: f64 = 2_000.0;
@@ -241,7 +241,7 @@ fn root_context(patterns: HashMap<String, regex::Regex>) -> Context<'static> {
 /// The rules of a stored record that does not compile (written around the API's check, or over
 /// a budget lowered since): every call is denied, by a rule named `invalid-rules`, rather than
 /// let through unchecked.
-pub fn deny_all(compiled_from: Timestamp, limits: &RulesConfig) -> RuleSet {
+pub(crate) fn deny_all(compiled_from: Timestamp, limits: &RulesConfig) -> RuleSet {
     let program = Program::compile("true").expect("`true` compiles");
     let rule = Compiled {
         name: Arc::from("invalid-rules"),
@@ -330,7 +330,7 @@ impl Denied {
     }
 
     /// The member of the error's `data` that names what was denied.
-    pub fn named_as(&self) -> &'static str {
+    pub(crate) fn named_as(&self) -> &'static str {
         match self.method {
             RuleMethod::ToolsCall => "tool",
             RuleMethod::PromptsGet => "prompt",
@@ -432,12 +432,13 @@ fn answer(outcome: Outcome, t: CallFacts<'_>, key_id: &str) -> Result<(), Refuse
 
 impl RuleSet {
     /// Whether a token's claims are needed (some rule reads `caller.claims` or `caller.scopes`).
-    pub fn reads_claims(&self) -> bool {
+    pub(crate) fn reads_claims(&self) -> bool {
         self.reads_claims
     }
 
     /// Whether a call's arguments are needed.
-    pub fn reads_args(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn reads_args(&self) -> bool {
         self.reads_args
     }
 
@@ -453,7 +454,7 @@ impl RuleSet {
     }
 
     /// Whether a list of `tools` tools is decided where it is (each tool is one evaluation).
-    pub fn lists_inline(&self, tools: usize) -> bool {
+    pub(crate) fn lists_inline(&self, tools: usize) -> bool {
         self.inline() && self.steps * tools as f64 <= LIST_INLINE_STEPS
     }
 
@@ -496,7 +497,7 @@ impl RuleSet {
     /// `decide_call`, for a dear set on the blocking pool within `p`'s organisation's slots
     /// (`inline` sets are decided at once, here). The caller's variables are made here; the
     /// arguments are read and the rules run there.
-    pub async fn decide_call_bounded(
+    pub(crate) async fn decide_call_bounded(
         self: &Arc<Self>,
         slots: &RuleSlots,
         p: &Principal,

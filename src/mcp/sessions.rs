@@ -129,7 +129,7 @@ fn place(s: &McpSession, id: &SessionId) -> Place {
 }
 
 /// Which sessions a filtered page of [`Sessions::page_of_org`] selects.
-pub type Selects<'a> = &'a dyn Fn(&McpSession) -> bool;
+pub(crate) type Selects<'a> = &'a dyn Fn(&McpSession) -> bool;
 
 /// Index entries copied per look at an organisation's index by a filtered page
 /// ([`Sessions::page_of_org`]): its lock is not held while the sessions are read.

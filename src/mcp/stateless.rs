@@ -56,7 +56,7 @@ pub(crate) async fn answer(ex: &mut Exchange<'_>, r: Response, decorate: &str, s
 }
 
 /// Checks a stateless request's envelope and headers; a refusal is answered here.
-pub async fn envelope(ex: &mut Exchange<'_>, req: &jsonrpc::Request) -> pingora::Result<Option<Envelope>> {
+pub(crate) async fn envelope(ex: &mut Exchange<'_>, req: &jsonrpc::Request) -> pingora::Result<Option<Envelope>> {
     match modern::classify(ex.headers(), &req.method, req.params.as_ref()) {
         Ok(env) => Ok(Some(env)),
         Err(r) => {
@@ -69,7 +69,7 @@ pub async fn envelope(ex: &mut Exchange<'_>, req: &jsonrpc::Request) -> pingora:
 /// A stateless message that is not a request: a notification is accepted and dropped (no
 /// notification of the client's means anything to a stateless server; cancelling is closing
 /// the response stream), a response is refused.
-pub async fn not_a_request(ex: &mut Exchange<'_>, message: &Message) -> pingora::Result<()> {
+pub(crate) async fn not_a_request(ex: &mut Exchange<'_>, message: &Message) -> pingora::Result<()> {
     if let Message::Notification(_) = message {
         return ex.respond(202, "application/json", Vec::new(), &[]).await;
     }
@@ -82,7 +82,7 @@ pub async fn not_a_request(ex: &mut Exchange<'_>, message: &Message) -> pingora:
 }
 
 /// `server/discover`: the gateway's capabilities and identity.
-pub async fn discover(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Gateway, id: &Id) -> pingora::Result<()> {
+pub(crate) async fn discover(mcp: &McpRuntime, ex: &mut Exchange<'_>, gw: &Gateway, id: &Id) -> pingora::Result<()> {
     let body = jsonrpc::response_bytes(id, &modern::discover_result(gw, mcp.state.config().environment.as_str()));
     ex.respond(200, "application/json", body, &[]).await
 }
@@ -408,7 +408,7 @@ impl Filter {
 /// carries the request's id as its subscription id; only the kinds asked for are sent.
 /// It counts under `mcp.streams` for its key and organisation (it has no session), like a GET
 /// stream: past a bound it is refused with HTTP 429 and -32010 naming the bound.
-pub async fn listen(
+pub(crate) async fn listen(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     gw: &Arc<Gateway>,

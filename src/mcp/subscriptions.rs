@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 /// A resource of one upstream: (owner as in [`crate::mcp::upstream::AppNotice::owner`], app id,
 /// uri).
-pub type Subscription = (String, String, String);
+pub(crate) type Subscription = (String, String, String);
 
 #[derive(Default)]
 pub struct Subscriptions(DashMap<Subscription, HashSet<String>>);

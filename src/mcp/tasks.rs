@@ -31,7 +31,7 @@ use modern::TASKS_EXTENSION as EXTENSION;
 const PREFIX: &str = "tgt1.";
 
 /// The methods of the extension a client sends: those that name a task in `params.taskId`.
-pub fn is_task_method(method: &str) -> bool {
+pub(crate) fn is_task_method(method: &str) -> bool {
     modern::name_field(method) == Some("taskId")
 }
 
@@ -50,7 +50,7 @@ struct Sealed<'a> {
 
 /// Who follows tasks: the credential, on the gateway.
 #[derive(Clone, Copy)]
-pub struct Owner<'a> {
+pub(crate) struct Owner<'a> {
     pub gateway_id: &'a str,
     pub key_id: &'a str,
 }

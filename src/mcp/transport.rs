@@ -116,7 +116,7 @@ async fn refuse(ex: &mut Exchange<'_>, id: &Id, r: HeaderRefusal) -> pingora::Re
 
 /// Handles one request to a gateway's MCP endpoint, after the proxy ran the gateway routes'
 /// filter chain (address, credential, rate limit, Origin).
-pub async fn handle(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
+pub(crate) async fn handle(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
     // The method is kept (standard methods are inline, no allocation).
     let method = ex.request().method.clone();
     let Some((gw, principal)) = admit(mcp, ex, gateway_id).await? else { return Ok(()) };
@@ -143,7 +143,7 @@ pub async fn handle(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gateway_id: &s
 /// A GET to a gateway's MCP endpoint: what [`handle`] does for it, in a future of its own. An
 /// open stream holds its request's future for its whole life, and `handle`'s is as large as a
 /// `tools/call`'s (some 11 KB); this one is the GET's alone (`BENCHMARKS.md`, "Streams").
-pub async fn listen(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
+pub(crate) async fn listen(mcp: &McpRuntime, ex: &mut Exchange<'_>, gateway_id: &str) -> pingora::Result<()> {
     let Some((gw, principal)) = admit(mcp, ex, gateway_id).await? else { return Ok(()) };
     get_stream(mcp, ex, &gw, &principal.key_id).await
 }

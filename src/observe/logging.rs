@@ -78,7 +78,7 @@ pub fn format_for(configured: Option<LogFormat>, stderr_is_terminal: bool) -> Lo
 
 /// Makes `level` (an `observability.log_level` the configuration has validated) the log's
 /// filter: a reload. Without effect when `RUST_LOG` chose the filter (it wins, as at start).
-pub fn set_level(level: &str) -> Result<(), String> {
+pub(crate) fn set_level(level: &str) -> Result<(), String> {
     let Some(set) = SET_FILTER.get() else {
         tracing::info!("RUST_LOG is set: it stays the log filter, observability.log_level is not applied");
         return Ok(());

@@ -28,17 +28,17 @@ const OPERATION_BUCKETS: [f64; 20] = [
 
 /// The label values a client-chosen label may take: the first `cap` values seen keep their
 /// name, later ones fold into `other`; a cap of 0 turns the label off (empty value).
-pub struct LabelCap {
+pub(crate) struct LabelCap {
     cap: usize,
     seen: RwLock<HashSet<Box<str>>>,
 }
 
 impl LabelCap {
-    pub fn new(cap: usize) -> LabelCap {
+    pub(crate) fn new(cap: usize) -> LabelCap {
         LabelCap { cap, seen: RwLock::new(HashSet::new()) }
     }
 
-    pub fn fold<'a>(&self, value: &'a str) -> &'a str {
+    pub(crate) fn fold<'a>(&self, value: &'a str) -> &'a str {
         if self.cap == 0 {
             return "";
         }
@@ -59,7 +59,7 @@ impl LabelCap {
 
 /// How many distinct gateways and tools get series of their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LabelLimits {
+pub(crate) struct LabelLimits {
     pub gateways: usize,
     pub tools: usize,
 }
@@ -155,19 +155,19 @@ fn mcp() -> &'static Mcp {
 /// What went wrong with an MCP operation, as `error_type`: the JSON-RPC error code, or
 /// `tool_error` for a tool result with `isError`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorType {
+pub(crate) enum ErrorType {
     None,
     Code(i64),
     ToolError,
 }
 
 impl ErrorType {
-    pub fn is_error(self) -> bool {
+    pub(crate) fn is_error(self) -> bool {
         self != ErrorType::None
     }
 
     /// The `error_type` label: empty on success.
-    pub fn label<'a>(&self, buf: &'a mut itoa::Buffer) -> &'a str {
+    pub(crate) fn label<'a>(&self, buf: &'a mut itoa::Buffer) -> &'a str {
         match self {
             ErrorType::None => "",
             ErrorType::ToolError => "tool_error",
@@ -177,13 +177,19 @@ impl ErrorType {
 }
 
 /// A request a client made of a gateway, answered (or refused) by toolgate.
-pub fn mcp_server_operation(method: &str, tool: Option<&str>, error: ErrorType, gateway: &str, elapsed: Duration) {
+pub(crate) fn mcp_server_operation(
+    method: &str,
+    tool: Option<&str>,
+    error: ErrorType,
+    gateway: &str,
+    elapsed: Duration,
+) {
     let m = mcp();
     observe_operation(&m.server_ops, method, tool, error, m.gateways.fold(gateway), elapsed);
 }
 
 /// A tool call a gateway's rule denied (rule names share the tools' cap).
-pub fn tool_denied(gateway: &str, rule: &str) {
+pub(crate) fn tool_denied(gateway: &str, rule: &str) {
     let m = mcp();
     m.denied.with_label_values(&[m.gateways.fold(gateway), m.rules.fold(rule)]).inc();
 }
@@ -192,7 +198,7 @@ pub fn tool_denied(gateway: &str, rule: &str) {
 /// (larger than a rule's cost bound allows), `failed` (a rule could not be evaluated),
 /// `unreadable_arguments` (arguments the rules cannot read), `busy` (the organisation's slots
 /// for dear rule sets are taken). No gateway label: `toolgate_tool_denied_total` has it.
-pub fn rule_refused(reason: &'static str) {
+pub(crate) fn rule_refused(reason: &'static str) {
     static C: OnceLock<IntCounterVec> = OnceLock::new();
     C.get_or_init(|| {
         register_int_counter_vec!(
@@ -208,7 +214,7 @@ pub fn rule_refused(reason: &'static str) {
 
 /// A request refused because the record it names was written by a newer toolgate (`kind`
 /// `gateway`): during a rolling upgrade, the requests an older instance turned away.
-pub fn newer_record_refused(kind: &'static str) {
+pub(crate) fn newer_record_refused(kind: &'static str) {
     static C: OnceLock<IntCounterVec> = OnceLock::new();
     C.get_or_init(|| {
         register_int_counter_vec!(
@@ -226,7 +232,7 @@ pub fn newer_record_refused(kind: &'static str) {
 /// (`reason`: `checkpoint_missing`, `checkpoint_changed`, `checkpoints_after`, `entries`);
 /// counted once per organisation until a checkpoint is signed again. The shipped alert
 /// `ToolgateAuditTampered` fires on any increase.
-pub fn audit_tampered(reason: &'static str) {
+pub(crate) fn audit_tampered(reason: &'static str) {
     audit_tampered_total().with_label_values(&[reason]).inc();
 }
 
@@ -247,7 +253,7 @@ fn audit_tampered_total() -> &'static IntCounterVec {
 
 /// A request toolgate made of an app on a client's behalf (app ids come from the
 /// configuration: no cap).
-pub fn mcp_client_operation(method: &str, tool: Option<&str>, error: ErrorType, app: &str, elapsed: Duration) {
+pub(crate) fn mcp_client_operation(method: &str, tool: Option<&str>, error: ErrorType, app: &str, elapsed: Duration) {
     observe_operation(&mcp().client_ops, method, tool, error, app, elapsed);
 }
 
@@ -266,7 +272,7 @@ fn observe_operation(
     ops.with_label_values(&labels).observe(elapsed.as_secs_f64());
 }
 
-pub fn mcp_session_ended(lifetime: Duration) {
+pub(crate) fn mcp_session_ended(lifetime: Duration) {
     mcp().session_duration.observe(lifetime.as_secs_f64());
 }
 
@@ -308,7 +314,7 @@ fn edge() -> &'static Edge {
 }
 
 /// A filter refused a request; `bucket` is the rate-limit bucket it was charged to (a 429's).
-pub fn filter_rejected(filter: &str, reason: &str, bucket: Option<&str>) {
+pub(crate) fn filter_rejected(filter: &str, reason: &str, bucket: Option<&str>) {
     let e = edge();
     e.rejections.with_label_values(&[filter, reason]).inc();
     if let Some(bucket) = bucket {
@@ -317,11 +323,11 @@ pub fn filter_rejected(filter: &str, reason: &str, bucket: Option<&str>) {
 }
 
 /// Spans the trace exporter dropped: its queue was full, or the endpoint refused them.
-pub fn trace_spans_dropped(spans: usize) {
+pub(crate) fn trace_spans_dropped(spans: usize) {
     edge().spans_dropped.inc_by(spans as u64);
 }
 
-pub fn store_operation(operation: &'static str, elapsed: Duration) {
+pub(crate) fn store_operation(operation: &'static str, elapsed: Duration) {
     edge().store_ops.with_label_values(&[operation]).observe(elapsed.as_secs_f64());
 }
 
@@ -341,15 +347,10 @@ fn hidden_text_total() -> &'static IntCounterVec {
     })
 }
 
-/// Where hidden text is found: an app's definitions, and the parts of its answers
-/// (`mcp/content/`).
-pub const HIDDEN_TEXT_PLACES: [&str; 9] =
-    ["definition", "result", "error", "resource", "prompt", "completion", "sampling", "elicitation", "notification"];
-
 /// One finding of hidden text: `class` as `base::hidden_text` names it, `action` (`stripped` or
 /// `withheld` for a definition; `stripped`, `blocked` or `logged` for an answer), `place` one
 /// of [`HIDDEN_TEXT_PLACES`].
-pub fn hidden_text(class: &str, action: &str, place: &str) {
+pub(crate) fn hidden_text(class: &str, action: &str, place: &str) {
     hidden_text_total().with_label_values(&[class, action, place]).inc();
 }
 
@@ -367,13 +368,13 @@ fn redacted_total() -> &'static IntCounterVec {
 }
 
 /// `n` secrets of `kind` found in an answer.
-pub fn redacted(kind: &str, action: &str, n: u64) {
+pub(crate) fn redacted(kind: &str, action: &str, n: u64) {
     redacted_total().with_label_values(&[kind, action]).inc_by(n);
 }
 
 /// A gateway's app tool definition became pending (`tool_policy`), by why: `changed`,
 /// `added` or `hidden_text`. No gateway label: the kinds are few, the gateways are not.
-pub fn tool_change_detected(kind: &'static str) {
+pub(crate) fn tool_change_detected(kind: &'static str) {
     static C: OnceLock<IntCounterVec> = OnceLock::new();
     C.get_or_init(|| {
         register_int_counter_vec!(
@@ -415,12 +416,12 @@ fn tenant_bounds() -> &'static TenantBounds {
 }
 
 /// A stream refused at the bound of `scope` (`mcp.streams`).
-pub fn mcp_stream_refused(scope: &'static str) {
+pub(crate) fn mcp_stream_refused(scope: &'static str) {
     tenant_bounds().streams.with_label_values(&[scope]).inc();
 }
 
 /// A call refused at the bound of `scope` on resumable bytes (`mcp.resumable`).
-pub fn mcp_resumable_refused(scope: &'static str) {
+pub(crate) fn mcp_resumable_refused(scope: &'static str) {
     tenant_bounds().resumable.with_label_values(&[scope]).inc();
 }
 
@@ -444,7 +445,7 @@ impl<G: Collector + Clone + Send + Sync> Collector for ScrapeGauge<G> {
 }
 
 /// A gauge whose value `read` gives at each scrape.
-pub fn gauge_at_scrape(name: &str, help: &str, read: impl Fn() -> i64 + Send + Sync + 'static) {
+pub(crate) fn gauge_at_scrape(name: &str, help: &str, read: impl Fn() -> i64 + Send + Sync + 'static) {
     let registered = IntGauge::new(name, help).and_then(|gauge| {
         let read = Box::new(move |g: &IntGauge| g.set(read()));
         pingora_prometheus::prometheus::register(Box::new(ScrapeGauge { gauge, read }))
@@ -456,7 +457,7 @@ pub fn gauge_at_scrape(name: &str, help: &str, read: impl Fn() -> i64 + Send + S
 
 /// A gauge with one label whose series `read` gives at each scrape (a series not given is
 /// gone).
-pub fn gauge_vec_at_scrape(
+pub(crate) fn gauge_vec_at_scrape(
     name: &str,
     help: &str,
     label: &str,
@@ -543,7 +544,7 @@ fn metrics() -> &'static Metrics {
 
 /// Registers the metrics so they are exported (with zero values) from the start, with the
 /// label caps of the configuration.
-pub fn init(limits: LabelLimits) {
+pub(crate) fn init(limits: LabelLimits) {
     let _ = LIMITS.set(limits);
     metrics();
     mcp();
@@ -578,7 +579,7 @@ pub fn init(limits: LabelLimits) {
     }
 }
 
-pub fn observe_request(route: &'static str, status: u16, elapsed: Duration) {
+pub(crate) fn observe_request(route: &'static str, status: u16, elapsed: Duration) {
     let m = metrics();
     let known = m.by_route.iter().find(|r| r.route == route);
     match known.and_then(|r| r.by_status.iter().find(|(s, _)| *s == status)) {
@@ -592,11 +593,11 @@ pub fn observe_request(route: &'static str, status: u16, elapsed: Duration) {
 }
 
 /// The request log's backlog at a flush: where a store that cannot keep up shows.
-pub fn request_log_pending(entries: usize) {
+pub(crate) fn request_log_pending(entries: usize) {
     metrics().log_pending.set(i64::try_from(entries).unwrap_or(i64::MAX));
 }
 
-pub fn request_log_dropped(entries: usize) {
+pub(crate) fn request_log_dropped(entries: usize) {
     metrics().log_dropped.inc_by(u64::try_from(entries).unwrap_or(u64::MAX));
 }
 

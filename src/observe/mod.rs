@@ -2,6 +2,6 @@
 //! process's own log, and the request log's rollups.
 
 pub mod logging;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod rollup;
-pub mod trace;
+pub(crate) mod trace;

@@ -14,15 +14,15 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-pub const MINUTE: i64 = 60_000;
-pub const HOUR: i64 = 60 * MINUTE;
+pub(crate) const MINUTE: i64 = 60_000;
+pub(crate) const HOUR: i64 = 60 * MINUTE;
 
 /// The widths of the rollups the pipeline writes, narrowest first.
-pub const TIERS: [i64; 3] = [MINUTE, 5 * MINUTE, HOUR];
+pub(crate) const TIERS: [i64; 3] = [MINUTE, 5 * MINUTE, HOUR];
 
 /// The widest tier whose buckets tile `step` exactly (a query of hourly or daily buckets reads
 /// hourly rollups; one of minutes reads minutes).
-pub fn tier_for(step_ms: i64) -> i64 {
+pub(crate) fn tier_for(step_ms: i64) -> i64 {
     TIERS.iter().rev().copied().find(|t| step_ms % t == 0).unwrap_or(MINUTE)
 }
 
@@ -31,7 +31,7 @@ const EXACT: u64 = 32;
 /// Width of a log-scale bucket: the next one starts 4 % higher.
 const GROWTH: f64 = 1.04;
 /// Buckets in all: the last one starts at about 78 minutes, beyond every call timeout.
-pub const BUCKETS: usize = 512;
+pub(crate) const BUCKETS: usize = 512;
 
 fn bucket_of(us: u64) -> usize {
     if us < EXACT {
@@ -68,7 +68,7 @@ impl Histogram {
         self.counts[bucket] = self.counts[bucket].saturating_add(n);
     }
 
-    pub fn merge(&mut self, other: &Histogram) {
+    pub(crate) fn merge(&mut self, other: &Histogram) {
         for (b, &n) in other.counts.iter().enumerate().filter(|(_, n)| **n > 0) {
             self.add(b, n);
         }
@@ -91,7 +91,7 @@ impl Histogram {
     /// Adds a stored histogram into this one (no intermediate histogram is built). Bytes that
     /// are not a whole pair, or a bucket out of range, are ignored: a damaged row skews one
     /// figure instead of failing the query.
-    pub fn add_encoded(&mut self, bytes: &[u8]) {
+    pub(crate) fn add_encoded(&mut self, bytes: &[u8]) {
         for pair in bytes.chunks_exact(10) {
             let bucket = u16::from_le_bytes([pair[0], pair[1]]) as usize;
             let mut n = [0u8; 8];

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 /// The W3C trace context of one request, as toolgate sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceContext {
+pub(crate) struct TraceContext {
     pub trace_id: [u8; 16],
     /// This request's span: toolgate's own (exporting), or the client's (not exporting).
     pub span_id: [u8; 8],
@@ -29,7 +29,7 @@ pub struct TraceContext {
 
 /// Parses a `traceparent` value (version `00`; a later version is read by its first four
 /// fields, as the W3C recommendation asks). `None` for anything malformed or all-zero ids.
-pub fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8], u8)> {
+pub(crate) fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8], u8)> {
     let v = value.trim().as_bytes();
     if v.len() < 55 || v[2] != b'-' || v[35] != b'-' || v[52] != b'-' {
         return None;
@@ -63,7 +63,7 @@ fn hex_byte(two: &[u8]) -> Option<u8> {
 impl TraceContext {
     /// The context of a request that arrived with `traceparent` (and `tracestate`): `None` when
     /// there is nothing to carry or record.
-    pub fn start(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
+    pub(crate) fn start(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
         let incoming = traceparent.and_then(parse_traceparent);
         let state = tracestate.filter(|s| !s.is_empty() && s.len() <= 512).map(str::to_string);
         match (incoming, exporting()) {
@@ -85,13 +85,13 @@ impl TraceContext {
     }
 
     /// The `traceparent` an app gets for a call whose span is `span_id`.
-    pub fn traceparent(&self, span_id: &[u8; 8]) -> String {
+    pub(crate) fn traceparent(&self, span_id: &[u8; 8]) -> String {
         format!("00-{}-{}-{:02x}", hex::encode(self.trace_id), hex::encode(span_id), self.flags)
     }
 
     /// The span of a call to an app: a new one when exporting (its parent is this request's),
     /// else the client's own, relayed unchanged.
-    pub fn call_span_id(&self) -> [u8; 8] {
+    pub(crate) fn call_span_id(&self) -> [u8; 8] {
         if exporting() {
             new_span_id()
         } else {
@@ -109,7 +109,7 @@ fn new_trace_id() -> [u8; 16] {
     }
 }
 
-pub fn new_span_id() -> [u8; 8] {
+pub(crate) fn new_span_id() -> [u8; 8] {
     loop {
         let id: [u8; 8] = rand::random();
         if id != [0; 8] {
@@ -120,7 +120,7 @@ pub fn new_span_id() -> [u8; 8] {
 
 /// OTLP's span kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanKind {
+pub(crate) enum SpanKind {
     Internal = 1,
     Server = 2,
     Client = 3,
@@ -128,7 +128,7 @@ pub enum SpanKind {
 
 /// A finished span, on its way to the exporter.
 #[derive(Debug, Clone)]
-pub struct Span {
+pub(crate) struct Span {
     pub trace_id: [u8; 16],
     pub span_id: [u8; 8],
     pub parent_id: Option<[u8; 8]>,
@@ -183,13 +183,13 @@ const BATCH_DELAY: Duration = Duration::from_millis(500);
 static SPANS: OnceLock<mpsc::Sender<Span>> = OnceLock::new();
 
 /// Whether spans are recorded (an OTLP endpoint is configured).
-pub fn exporting() -> bool {
+pub(crate) fn exporting() -> bool {
     SPANS.get().is_some()
 }
 
 /// Hands a finished span to the exporter; a full queue drops it, counted in
 /// `toolgate_trace_spans_dropped_total`.
-pub fn record(span: Span) {
+pub(crate) fn record(span: Span) {
     if let Some(tx) = SPANS.get() {
         if tx.try_send(span).is_err() {
             crate::observe::metrics::trace_spans_dropped(1);
@@ -198,14 +198,14 @@ pub fn record(span: Span) {
 }
 
 /// Turns export on: the returned service posts the spans to `endpoint`. Called once, at start.
-pub fn start_export(endpoint: String, service_name: String) -> Option<Exporter> {
+pub(crate) fn start_export(endpoint: String, service_name: String) -> Option<Exporter> {
     let (tx, rx) = mpsc::channel(QUEUE);
     SPANS.set(tx).ok()?;
     Some(Exporter { endpoint, service_name, rx: parking_lot::Mutex::new(Some(rx)) })
 }
 
 /// The Pingora background service that batches spans and posts them (OTLP/HTTP, JSON).
-pub struct Exporter {
+pub(crate) struct Exporter {
     endpoint: String,
     service_name: String,
     rx: parking_lot::Mutex<Option<mpsc::Receiver<Span>>>,
@@ -292,7 +292,7 @@ impl pingora::services::background::BackgroundService for Exporter {
 /// `params` with `_meta.traceparent` (and `tracestate`) set, as MCP's trace-context
 /// convention carries them to a server; absent params become an object holding only `_meta`.
 /// `None` for params that are not an object (MCP's never are): they go as they came.
-pub fn with_meta(params: Option<&Value>, traceparent: &str, tracestate: Option<&str>) -> Option<Value> {
+pub(crate) fn with_meta(params: Option<&Value>, traceparent: &str, tracestate: Option<&str>) -> Option<Value> {
     let mut p = match params {
         Some(Value::Object(m)) => Value::Object(m.clone()),
         None => json!({}),

@@ -21,11 +21,11 @@ use super::egress::Target;
 use std::time::Duration;
 
 /// The `User-Agent` of every request toolgate sends.
-pub const USER_AGENT: &str = concat!("toolgate/", env!("CARGO_PKG_VERSION"));
+pub(crate) const USER_AGENT: &str = concat!("toolgate/", env!("CARGO_PKG_VERSION"));
 
 /// Why a client cannot be built.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     #[error("extra roots cannot be read")]
     Roots(#[source] reqwest::Error),
     #[error("cannot build the HTTP client")]
@@ -34,33 +34,33 @@ pub enum ClientError {
 
 /// An outbound client being described; [`Builder::build`] makes it.
 #[must_use]
-pub struct Builder {
+pub(crate) struct Builder {
     inner: reqwest::ClientBuilder,
     roots: Option<Vec<u8>>,
 }
 
 /// A builder with redirects off, no time-out and the user agent set.
-pub fn builder() -> Builder {
+pub(crate) fn builder() -> Builder {
     let inner = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).user_agent(USER_AGENT);
     Builder { inner, roots: None }
 }
 
 impl Builder {
     /// The whole exchange, from connecting to the last byte of the answer.
-    pub fn timeout(mut self, limit: Duration) -> Self {
+    pub(crate) fn timeout(mut self, limit: Duration) -> Self {
         self.inner = self.inner.timeout(limit);
         self
     }
 
     /// Opening a connection (TCP and TLS).
-    pub fn connect_timeout(mut self, limit: Duration) -> Self {
+    pub(crate) fn connect_timeout(mut self, limit: Duration) -> Self {
         self.inner = self.inner.connect_timeout(limit);
         self
     }
 
     /// Follows up to `max` redirects, for a caller whose peer is the operator's (a JWKS, an
     /// OTLP collector) and whose request carries nothing a redirect could leak.
-    pub fn follow_redirects(mut self, max: usize) -> Self {
+    pub(crate) fn follow_redirects(mut self, max: usize) -> Self {
         self.inner = self.inner.redirect(reqwest::redirect::Policy::limited(max));
         self
     }
@@ -68,7 +68,7 @@ impl Builder {
     /// Connects `target`'s host to the address the egress rules checked, never to what the
     /// name resolves to by then. A target of an allowed host (no address checked) resolves as
     /// usual.
-    pub fn connect_to(mut self, target: &Target) -> Self {
+    pub(crate) fn connect_to(mut self, target: &Target) -> Self {
         if let Some(addr) = target.addr {
             self.inner = self.inner.resolve(&target.host, addr);
         }
@@ -76,24 +76,24 @@ impl Builder {
     }
 
     /// Trusts the certificates of a PEM bundle besides the webpki roots.
-    pub fn roots(mut self, pem: Option<&[u8]>) -> Self {
+    pub(crate) fn roots(mut self, pem: Option<&[u8]>) -> Self {
         self.roots = pem.map(<[u8]>::to_vec);
         self
     }
 
     /// Keeps idle connections this long, at most `per_host` of them per host.
-    pub fn pool(mut self, idle_timeout: Duration, per_host: usize) -> Self {
+    pub(crate) fn pool(mut self, idle_timeout: Duration, per_host: usize) -> Self {
         self.inner = self.inner.pool_idle_timeout(idle_timeout).pool_max_idle_per_host(per_host);
         self
     }
 
     /// Sends small writes at once (a request and its answer are latency, not throughput).
-    pub fn nodelay(mut self) -> Self {
+    pub(crate) fn nodelay(mut self) -> Self {
         self.inner = self.inner.tcp_nodelay(true);
         self
     }
 
-    pub fn build(self) -> Result<reqwest::Client, ClientError> {
+    pub(crate) fn build(self) -> Result<reqwest::Client, ClientError> {
         let mut inner = self.inner;
         if let Some(pem) = &self.roots {
             for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(ClientError::Roots)? {

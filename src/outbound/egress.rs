@@ -50,7 +50,7 @@ pub struct Target {
 }
 
 /// Whether an address is one a tenant's webhook must not reach.
-pub fn internal(ip: IpAddr) -> bool {
+pub(crate) fn internal(ip: IpAddr) -> bool {
     match ip.to_canonical() {
         IpAddr::V4(v4) => {
             let o = v4.octets();

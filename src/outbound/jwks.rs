@@ -27,7 +27,7 @@ fn http() -> &'static reqwest::Client {
 }
 
 /// Re-reads the verifier's JWKS file and fetches its JWKS URL; on failure the previous keys stay.
-pub async fn refresh(verifier: &JwtVerifier) {
+pub(crate) async fn refresh(verifier: &JwtVerifier) {
     let mut keys = match verifier.begin_refresh() {
         Ok(k) => k,
         Err(e) => {

@@ -2,7 +2,7 @@
 //! builder of its HTTP clients, the keys fetched for JWT verifiers, and the messages to people
 //! (e-mail and text messages).
 
-pub mod client;
-pub mod courier;
-pub mod egress;
-pub mod jwks;
+pub(crate) mod client;
+pub(crate) mod courier;
+pub(crate) mod egress;
+pub(crate) mod jwks;

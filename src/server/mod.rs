@@ -4,9 +4,9 @@
 
 pub mod backup;
 pub mod keys;
-pub mod ports;
-pub mod reload;
-pub mod upgrade;
+pub(crate) mod ports;
+pub(crate) mod reload;
+pub(crate) mod upgrade;
 
 use crate::data::reqlog::{RequestLog, Urgency};
 use crate::data::state::State;
@@ -52,7 +52,7 @@ pub struct Server {
 
 /// The file beside the master key (`storage.path`) that keeps the last audit checkpoint this
 /// instance signed per organisation.
-pub const AUDIT_KEPT_FILE: &str = "audit-checkpoints.json";
+pub(crate) const AUDIT_KEPT_FILE: &str = "audit-checkpoints.json";
 
 /// Per-minute usage counts kept while the store refuses them: a day of 70 busy callers.
 const UNSAVED_USAGE_CAP: usize = 100_000;
@@ -133,7 +133,7 @@ impl Server {
     /// Prunes the request log past `observability.log_retention_days` and `max_log_rows`, and
     /// its rollups past theirs, in a task of its own so that flushes never wait for it; one
     /// pruning at a time.
-    pub fn prune_logs(self: &Arc<Self>) {
+    pub(crate) fn prune_logs(self: &Arc<Self>) {
         if self.pruning.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -166,7 +166,7 @@ impl Server {
 
     /// The gauges read at each scrape: live sessions, open streams, bytes kept for resumption,
     /// slow calls, stdio processes, app health.
-    pub fn register_scrape_gauges(self: &Arc<Self>) {
+    pub(crate) fn register_scrape_gauges(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let read = move |f: fn(&Server) -> usize| {
             let weak = weak.clone();
@@ -241,7 +241,7 @@ impl Server {
     /// Hands the rate limiter's per-minute usage counts to the store. Counts the store refused
     /// are kept for the next flush (up to [`UNSAVED_USAGE_CAP`] minutes, beyond which the
     /// oldest are dropped with a warning).
-    pub async fn flush_rate_usage(&self) {
+    pub(crate) async fn flush_rate_usage(&self) {
         let reached = self.mcp.quotas.take_reached();
         if !reached.is_empty() {
             self.events.observe_gateway_quotas(&reached).await;
@@ -285,10 +285,10 @@ const LISTENERS_SETTLE: Duration = Duration::from_millis(100);
 /// allow for it beyond `server.grace_period` (see `run`): stopping the apps (all at once, each
 /// within the stdio transport's bound) and a second for the last flush. The process exits by
 /// itself as soon as that is done.
-pub const SHUTDOWN_WORK: Duration = Duration::from_secs(crate::mcp::upstream::stdio::STOP_BOUND.as_secs() + 1);
+pub(crate) const SHUTDOWN_WORK: Duration = Duration::from_secs(crate::mcp::upstream::stdio::STOP_BOUND.as_secs() + 1);
 
 /// Runs [`Server::flush`] every `period` until the process stops; a Pingora background service.
-pub struct Flusher {
+pub(crate) struct Flusher {
     pub server: Arc<Server>,
     pub period: Duration,
 }

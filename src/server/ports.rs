@@ -11,7 +11,7 @@ use crate::config::ServerConfig;
 use std::net::SocketAddr;
 
 #[derive(Debug, thiserror::Error)]
-pub enum PortError {
+pub(crate) enum PortError {
     #[error("{setting} {addr} is in use")]
     InUse { setting: &'static str, addr: SocketAddr },
     #[error("{setting} {addr} cannot be bound: {source}")]
@@ -25,7 +25,7 @@ pub enum PortError {
 
 /// Every address toolgate listens on, named by its setting (`server.plain_listen` only beside
 /// TLS, as it is bound).
-pub fn listeners(server: &ServerConfig) -> Vec<(&'static str, SocketAddr)> {
+pub(crate) fn listeners(server: &ServerConfig) -> Vec<(&'static str, SocketAddr)> {
     let mut all = vec![("server.listen", server.listen)];
     if let (Some(plain), Some(_)) = (server.plain_listen, &server.tls) {
         all.push(("server.plain_listen", plain));
@@ -36,7 +36,7 @@ pub fn listeners(server: &ServerConfig) -> Vec<(&'static str, SocketAddr)> {
 
 /// Binds each address and lets it go again: the first that cannot be bound is the error.
 /// Port 0 is always free (the system picks one).
-pub fn check_free(listeners: &[(&'static str, SocketAddr)]) -> Result<(), PortError> {
+pub(crate) fn check_free(listeners: &[(&'static str, SocketAddr)]) -> Result<(), PortError> {
     for &(setting, addr) in listeners.iter().filter(|(_, a)| a.port() != 0) {
         let bound = match addr {
             SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),

@@ -248,7 +248,7 @@ fn changed_apps(before: &Mapping, after: &Mapping) -> Vec<String> {
 /// SIGHUP, for every process: reloads the configuration file (see the module's comment) and
 /// the TLS certificates (when TLS is on; their files are also checked every `reload_check`).
 /// Without this a SIGHUP would end the process.
-pub struct Reloader {
+pub(crate) struct Reloader {
     pub server: Arc<Server>,
     pub tls: Option<Arc<EdgeTls>>,
 }

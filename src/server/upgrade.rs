@@ -36,7 +36,7 @@ pub enum UpgradeError {
 }
 
 /// This process's claim on the embedded store's directory.
-pub enum Claim {
+pub(crate) enum Claim {
     /// Redis: instances share the store by design.
     Shared,
     /// The lock is held for the process's life.
@@ -46,7 +46,7 @@ pub enum Claim {
 }
 
 /// Takes the instance lock of the embedded store (see the module's comment).
-pub fn claim(storage: &StorageConfig, upgrading: bool) -> Result<Claim, UpgradeError> {
+pub(crate) fn claim(storage: &StorageConfig, upgrading: bool) -> Result<Claim, UpgradeError> {
     let StorageConfig::Embedded { path } = storage else { return Ok(Claim::Shared) };
     // The store creates its directory owner-only too; the lock is taken before the store opens.
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
@@ -80,7 +80,7 @@ async fn resync(state: &State) {
 }
 
 /// Waits for the old process to exit (its lock to be free), then reads every record again.
-pub struct Takeover {
+pub(crate) struct Takeover {
     pub lock: parking_lot::Mutex<Option<File>>,
     pub state: Arc<State>,
 }
@@ -125,7 +125,7 @@ impl pingora::services::background::BackgroundService for Takeover {
 /// seconds beside the new one): from then on, sessions the new process makes are read from the
 /// store when their requests land here, and the records are read again every
 /// `OVERLAP_RESYNC` until this process stops.
-pub struct Handover {
+pub(crate) struct Handover {
     pub server: Arc<crate::server::Server>,
 }
 

@@ -152,7 +152,7 @@ fn plain(s: &str) -> bool {
 
 /// `s` without its hidden text, and what was removed (one [`Hit`] per class, in the order each
 /// class first appears). Borrowed when nothing was removed.
-pub fn strip(s: &str) -> (Cow<'_, str>, Vec<Hit>) {
+pub(crate) fn strip(s: &str) -> (Cow<'_, str>, Vec<Hit>) {
     if plain(s) {
         return (Cow::Borrowed(s), Vec::new());
     }

@@ -17,7 +17,7 @@ pub(super) struct RawWebhooks {
 
 /// About a day of retries: 5 s, 30 s, 2 min, 10 min, 30 min, 1 h, 2 h, 4 h, 8 h, 8 h (each with
 /// up to 20 % of jitter), 11 attempts in all.
-pub const DEFAULT_SCHEDULE: [u64; 10] = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800, 28_800];
+pub(super) const DEFAULT_SCHEDULE: [u64; 10] = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800, 28_800];
 
 impl RawWebhooks {
     pub(super) fn build(self) -> Result<WebhooksConfig, ConfigError> {

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// The `prev_hash` of an organisation's first entry.
-pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// Who did it: `kind` is `api_key`, `service_account`, `jwt`, `oauth_token`, `gateway_key`,
 /// `web_session` (the console), `user` or `system`; `id` the key's, account's, token's, web
@@ -147,7 +147,7 @@ fn json_string(s: &str, out: &mut String) {
 }
 
 /// The hash of an entry given as JSON: SHA-256 over the canonical JSON of every field but `hash`.
-pub fn hash_of(entry: &Map<String, Value>) -> String {
+pub(crate) fn hash_of(entry: &Map<String, Value>) -> String {
     let mut text = String::with_capacity(512);
     let mut fields = entry.clone();
     fields.remove("hash");
@@ -156,13 +156,13 @@ pub fn hash_of(entry: &Map<String, Value>) -> String {
 }
 
 /// SHA-256 (hex) of a record's stored JSON, for `before_hash` and `after_hash`.
-pub fn record_hash(json: &str) -> String {
+pub(crate) fn record_hash(json: &str) -> String {
     hex::encode(Sha256::digest(json.as_bytes()))
 }
 
 impl Entry {
     /// Sets `hash` from the other fields.
-    pub fn seal(mut self) -> Entry {
+    pub(crate) fn seal(mut self) -> Entry {
         let Value::Object(map) = json!(&self) else { unreachable!("an entry is an object") };
         self.hash = hash_of(&map);
         self
@@ -199,7 +199,7 @@ impl Checkpoint {
 /// The label of the checkpoint key derived from the master key (`TOOLGATE_SECRET_KEY` or
 /// `secret.key`) when `audit.checkpoint_key_env` names none: the key is HMAC-SHA256(master key,
 /// this label), [`crate::base::secrets::Sealer::derive`].
-pub const DERIVED_KEY_LABEL: &[u8] = b"toolgate audit checkpoint";
+pub(crate) const DERIVED_KEY_LABEL: &[u8] = b"toolgate audit checkpoint";
 
 /// The checkpoint key derived from the master key, as the server derives it (for the offline
 /// check of an export).

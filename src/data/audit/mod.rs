@@ -19,12 +19,12 @@
 //! error (the API answers 503 naming it).
 
 pub mod chain;
-pub mod checkpoints;
-pub mod refusals;
+pub(crate) mod checkpoints;
+pub(crate) mod refusals;
 pub mod signing;
 pub mod verify;
 
-pub use chain::{Actor, Checkpoint, Entry, Head, Target};
+pub(crate) use chain::{Actor, Entry, Target};
 pub use checkpoints::Notice;
 
 use crate::base::time::now_ms;
@@ -173,18 +173,18 @@ impl Audit {
 
     /// Keeps the last checkpoint this instance signed per organisation in `file` (outside the
     /// store, beside the master key), read now so that a restart still knows it.
-    pub fn keeping_in(mut self, file: PathBuf) -> Audit {
+    pub(crate) fn keeping_in(mut self, file: PathBuf) -> Audit {
         self.kept = checkpoints::Kept::in_file(file);
         self
     }
 
     /// Calls `hook` with each notice (`audit.checkpoint`, `audit.tampered`); set once.
-    pub fn on_notice(&self, hook: impl Fn(Notice) + Send + Sync + 'static) {
+    pub(crate) fn on_notice(&self, hook: impl Fn(Notice) + Send + Sync + 'static) {
         let _ = self.notices.set(Box::new(hook));
     }
 
     /// The checkpoints' signing key (its public half, for `GET /v1/audit/key` and the log).
-    pub fn signer(&self) -> &signing::Signer {
+    pub(crate) fn signer(&self) -> &signing::Signer {
         &self.signer
     }
 
@@ -258,7 +258,7 @@ impl Audit {
 
     /// Writes the entries the store refused before, in their order (those it refuses again are
     /// kept), then the counts of refusals folded over the minutes that ended.
-    pub async fn retry_unsaved(&self) {
+    pub(crate) async fn retry_unsaved(&self) {
         let waiting = std::mem::take(&mut *self.unsaved.lock());
         let mut failed = Vec::new();
         for p in waiting {

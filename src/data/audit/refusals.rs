@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Refusals of one action, per organisation and window, recorded one by one.
-pub const PER_WINDOW: u32 = 20;
+pub(crate) const PER_WINDOW: u32 = 20;
 /// How long a window lasts.
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 /// Organisations × actions tracked at once; past that a new key is folded at once (a flood of
 /// distinct organisations cannot grow the table).
 const MAX_KEYS: usize = 100_000;
@@ -28,7 +28,7 @@ struct Window {
 
 /// Refusals folded over a window that has closed: written as one entry.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Folded {
+pub(crate) struct Folded {
     pub org_id: String,
     pub action: String,
     pub count: u64,
@@ -38,13 +38,13 @@ pub struct Folded {
 }
 
 #[derive(Default)]
-pub struct Refusals {
+pub(crate) struct Refusals {
     windows: Mutex<HashMap<(String, String), Window>>,
 }
 
 impl Refusals {
     /// Whether this refusal is an entry of its own (`true`) or folded into its window's count.
-    pub fn admit(&self, org_id: &str, action: &str, actor: &Actor, now: Instant, now_ms: i64) -> bool {
+    pub(crate) fn admit(&self, org_id: &str, action: &str, actor: &Actor, now: Instant, now_ms: i64) -> bool {
         let mut windows = self.windows.lock();
         let key = (org_id.to_string(), action.to_string());
         if !windows.contains_key(&key) && windows.len() >= MAX_KEYS {
@@ -67,7 +67,7 @@ impl Refusals {
     }
 
     /// The windows that closed by `now`, those that folded refusals as counts to write.
-    pub fn take_closed(&self, now: Instant, now_ms: i64) -> Vec<Folded> {
+    pub(crate) fn take_closed(&self, now: Instant, now_ms: i64) -> Vec<Folded> {
         let mut out = Vec::new();
         self.windows.lock().retain(|(org_id, action), w| {
             if now.duration_since(w.opened) < WINDOW {

@@ -20,14 +20,14 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 /// The label the signing key's seed is derived under.
-pub const SIGNING_KEY_LABEL: &[u8] = b"toolgate audit checkpoint signing key (ed25519) v1";
+pub(crate) const SIGNING_KEY_LABEL: &[u8] = b"toolgate audit checkpoint signing key (ed25519) v1";
 
 /// What precedes a head's canonical JSON in the signed message: a signature over a checkpoint
 /// can be taken for nothing else.
-pub const SIGNED_PREFIX: &[u8] = b"toolgate audit checkpoint v1\n";
+pub(crate) const SIGNED_PREFIX: &[u8] = b"toolgate audit checkpoint v1\n";
 
 /// This instance's checkpoint signing key.
-pub struct Signer {
+pub(crate) struct Signer {
     key: SigningKey,
     key_id: String,
 }
@@ -41,22 +41,23 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// The signer whose key is made from `seed` (32 bytes derived as the module says).
-    pub fn from_seed(seed: [u8; 32]) -> Signer {
+    pub(crate) fn from_seed(seed: [u8; 32]) -> Signer {
         let key = SigningKey::from_bytes(&seed);
         let key_id = key_id_of(&key.verifying_key());
         Signer { key, key_id }
     }
 
-    pub fn key_id(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn key_id(&self) -> &str {
         &self.key_id
     }
 
-    pub fn public_key(&self) -> VerifyingKey {
+    pub(crate) fn public_key(&self) -> VerifyingKey {
         self.key.verifying_key()
     }
 
     /// `GET /v1/audit/key`'s answer and the start's log line: the public key in base64 and hex.
-    pub fn public_key_json(&self) -> Value {
+    pub(crate) fn public_key_json(&self) -> Value {
         let public = self.public_key().to_bytes();
         json!({
             "algorithm": "ed25519",
@@ -67,7 +68,7 @@ impl Signer {
     }
 
     /// Sets the checkpoint's `key_id` and `signature`.
-    pub fn sign(&self, cp: &mut Checkpoint) {
+    pub(crate) fn sign(&self, cp: &mut Checkpoint) {
         let signature = self.key.sign(&message(&cp.checkpoint));
         cp.key_id = Some(self.key_id.clone());
         cp.signature = Some(B64.encode(signature.to_bytes()));
@@ -75,7 +76,7 @@ impl Signer {
 }
 
 /// `ed25519:` and the first 8 bytes (hex) of SHA-256 of the public key.
-pub fn key_id_of(public: &VerifyingKey) -> String {
+pub(crate) fn key_id_of(public: &VerifyingKey) -> String {
     let digest = Sha256::digest(public.as_bytes());
     format!("ed25519:{}", hex::encode(&digest[..8]))
 }
@@ -90,7 +91,7 @@ fn message(head: &Head) -> Vec<u8> {
 
 /// Whether the checkpoint carries a signature of its head under `public` (strictly checked:
 /// no weak keys, no malleable signatures).
-pub fn signature_valid(cp: &Checkpoint, public: &VerifyingKey) -> bool {
+pub(crate) fn signature_valid(cp: &Checkpoint, public: &VerifyingKey) -> bool {
     let Some(bytes) = cp.signature.as_deref().and_then(|s| B64.decode(s).ok()) else { return false };
     let Ok(signature) = Signature::from_slice(&bytes) else { return false };
     public.verify_strict(&message(&cp.checkpoint), &signature).is_ok()

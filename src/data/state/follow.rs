@@ -244,12 +244,12 @@ impl State {
         self.drop_clients();
         let gateways: Vec<(String, String)> = self.gateways.iter().map(|g| (g.org_id.clone(), g.id.clone())).collect();
         for (org_id, gateway_id) in gateways {
-            self.changes.from_peer(&Change::GatewaySaved { org_id, gateway_id, created: false });
+            self.changes.follow_peer(&Change::GatewaySaved { org_id, gateway_id, created: false });
         }
         let keys: Vec<(String, String)> = self.keys.iter().map(|k| (k.org_id.clone(), k.id.clone())).collect();
         if let Some((org_id, key_id)) = keys.into_iter().next() {
             // One is enough: the runtime then checks every session's key.
-            self.changes.from_peer(&Change::KeySaved { org_id, key_id });
+            self.changes.follow_peer(&Change::KeySaved { org_id, key_id });
         }
         Ok(())
     }
@@ -291,7 +291,7 @@ impl State {
             let _copies = self.copies();
             self.drop_client(client_id);
         }
-        self.changes.from_peer(change);
+        self.changes.follow_peer(change);
         Ok(())
     }
 

@@ -21,7 +21,7 @@ mod oauth;
 mod pins;
 mod users;
 
-pub use users::NewUserError;
+pub(crate) use users::NewUserError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -35,8 +35,8 @@ pub enum StartError {
 }
 
 /// Id of the organisation, user and key made for `TOOLGATE_ADMIN_KEY` / the first start.
-pub const BOOTSTRAP_ORG: &str = "org_default";
-pub const BOOTSTRAP_USER: &str = "usr_owner";
+pub(crate) const BOOTSTRAP_ORG: &str = "org_default";
+pub(crate) const BOOTSTRAP_USER: &str = "usr_owner";
 
 pub struct State {
     /// The running configuration; [`State::reload`] replaces it (SIGHUP, `POST /v1/admin/reload`).

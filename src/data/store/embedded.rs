@@ -48,7 +48,7 @@ impl LegacyLogs {
 }
 
 /// The database's file in `storage.path`.
-pub const DB_FILE: &str = "toolgate.sqlite3";
+pub(crate) const DB_FILE: &str = "toolgate.sqlite3";
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())

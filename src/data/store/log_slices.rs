@@ -26,13 +26,13 @@ use std::collections::BTreeMap;
 
 /// Most entries in one slice: a page of the log decodes one or two slices of this size (about
 /// 100 KB of JSON, tens of microseconds to decompress).
-pub const SLICE_ENTRIES: usize = 256;
+pub(super) const SLICE_ENTRIES: usize = 256;
 
 /// zstd level: 1 is the fastest, and the log's JSON repeats itself enough that higher levels
 /// buy little.
 const ZSTD_LEVEL: i32 = 1;
 
-pub const SCHEMA: &str = "
+pub(super) const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS log_slices (
         id INTEGER PRIMARY KEY, org_id TEXT NOT NULL,
         first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
@@ -63,7 +63,7 @@ fn corrupt(slice: i64) -> StoreError {
 
 /// One entry as a slice holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub(super) struct Entry {
     pub ts_ms: i64,
     pub error: bool,
     pub id: String,
@@ -237,7 +237,7 @@ fn put_slice(tx: &Transaction<'_>, id: Option<i64>, org: &str, entries: &[&Entry
 /// Appends `records` (any number, any organisations) in the transaction `tx`: by organisation,
 /// sorted by time (writing order within a millisecond), topping up the organisation's newest
 /// slice when all of them fit in it, else in new slices.
-pub fn append(tx: &Transaction<'_>, records: &[LogRecord]) -> Result<(), StoreError> {
+pub(super) fn append(tx: &Transaction<'_>, records: &[LogRecord]) -> Result<(), StoreError> {
     let mut by_org: BTreeMap<&str, Vec<&LogRecord>> = BTreeMap::new();
     for r in records {
         by_org.entry(r.gateway.org_id.as_str()).or_default().push(r);
@@ -343,7 +343,13 @@ fn matching_entries(c: &Connection, slice: i64, q: &LogQuery) -> Result<Vec<Entr
 /// A page of the entries `q` selects (`limit` after skipping `offset`, newest first) and how
 /// many match: exactly without a time range (the running totals) or when the page comes up
 /// short (every slice was read), else at least `cap` or exactly.
-pub fn page(c: &Connection, q: &LogQuery, offset: u64, limit: u64, cap: u64) -> Result<(u64, Vec<LogRow>), StoreError> {
+pub(super) fn page(
+    c: &Connection,
+    q: &LogQuery,
+    offset: u64,
+    limit: u64,
+    cap: u64,
+) -> Result<(u64, Vec<LogRow>), StoreError> {
     // Without a time range the running totals count; the slices are read for the page only.
     let counted = match (q.since_ms, q.until_ms) {
         (None, None) => Some(totals(c, q)?),
@@ -409,7 +415,7 @@ fn totals(c: &Connection, q: &LogQuery) -> Result<u64, StoreError> {
 }
 
 /// How many entries the slices hold in all.
-pub fn count(c: &Connection) -> Result<u64, StoreError> {
+pub(super) fn count(c: &Connection) -> Result<u64, StoreError> {
     let n: i64 = c.query_row("SELECT COALESCE(SUM(entries), 0) FROM log_slices", [], |r| r.get(0)).map_err(backend)?;
     Ok(n.max(0) as u64)
 }
@@ -440,7 +446,7 @@ fn delete(tx: &Transaction<'_>, slice: i64) -> Result<(), StoreError> {
 
 /// Removes the entries older than `before_ms` (whole slices, and the older entries of a slice
 /// that also holds newer ones); returns how many went.
-pub fn prune_older(tx: &Transaction<'_>, before_ms: i64) -> Result<u64, StoreError> {
+pub(super) fn prune_older(tx: &Transaction<'_>, before_ms: i64) -> Result<u64, StoreError> {
     let mut gone: u64 = tx
         .query_row("SELECT COALESCE(SUM(entries), 0) FROM log_slices WHERE last_ms < ?1", [before_ms], |r| {
             r.get::<_, i64>(0)
@@ -475,7 +481,7 @@ pub fn prune_older(tx: &Transaction<'_>, before_ms: i64) -> Result<u64, StoreErr
 }
 
 /// Removes the `excess` oldest entries (by writing order); returns how many went.
-pub fn prune_oldest(tx: &Transaction<'_>, mut excess: u64) -> Result<u64, StoreError> {
+pub(super) fn prune_oldest(tx: &Transaction<'_>, mut excess: u64) -> Result<u64, StoreError> {
     let mut gone = 0;
     while excess > 0 {
         let oldest: Option<(i64, i64)> = tx

@@ -6,11 +6,13 @@
 mod embedded;
 mod log_slices;
 mod records;
-pub mod redis;
-pub mod snapshot;
+pub(crate) mod redis;
+pub(crate) mod snapshot;
 
-pub use embedded::{EmbeddedStore, DB_FILE};
-pub use records::{encode, PutRecord};
+pub use embedded::EmbeddedStore;
+pub(crate) use embedded::DB_FILE;
+pub use records::encode;
+pub(crate) use records::PutRecord;
 pub use redis::RedisStore;
 
 use crate::config::StorageConfig;
@@ -225,7 +227,7 @@ pub struct RollupQuery {
 
 /// Most entries a log page counts in its `total`: counting every match of a filter over
 /// millions of entries would cost more than the page itself.
-pub const LOG_COUNT_CAP: u64 = 100_000;
+pub(crate) const LOG_COUNT_CAP: u64 = 100_000;
 
 /// One record of a batch write: its partition, id and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,7 +251,7 @@ pub struct AuditLink {
 
 /// The partition of records that belong to no organisation, or are only ever read by id
 /// (MFA challenges and tokens, by their id or hash).
-pub const NO_PARTITION: &str = "";
+pub(crate) const NO_PARTITION: &str = "";
 
 /// Records are JSON bodies filed by kind and id. Each also has a partition, the organisation it
 /// belongs to, so that a shared backend can keep an organisation's records together and read
@@ -387,7 +389,7 @@ fn no_audit() -> StoreError {
 /// skip it). On failure the
 /// ids are marked again for the next flush. The background flushes of session activity and key
 /// usage both work this way.
-pub async fn write_dirty(
+pub(crate) async fn write_dirty(
     store: &dyn Store,
     kind: Kind,
     dirty: &crate::base::fast_map::FastSet<String>,

@@ -18,7 +18,7 @@ pub fn encode<T: Serialize + ?Sized>(kind: Kind, id: &str, value: &T) -> Result<
 /// Typed puts on any [`Store`]: [`Store::put`] and [`Store::put_expiring`] with the record
 /// itself instead of its JSON.
 #[async_trait]
-pub trait PutRecord: Store {
+pub(crate) trait PutRecord: Store {
     /// Serialises `value` and puts it ([`Store::put`]).
     async fn put_record<T: Serialize + Sync + ?Sized>(
         &self,

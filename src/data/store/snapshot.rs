@@ -18,7 +18,7 @@ const BUSY_WAIT: Duration = Duration::from_secs(30);
 
 /// Copies the store of `dir` (`storage.path`) into `dest`, a file that must not exist yet,
 /// made owner-only and synced before this returns.
-pub fn copy_database(dir: &Path, dest: &Path) -> Result<(), StoreError> {
+pub(crate) fn copy_database(dir: &Path, dest: &Path) -> Result<(), StoreError> {
     let fail = |what: &Path, e: &dyn std::fmt::Display| StoreError::Backend(format!("{}: {e}", what.display()));
     let source = dir.join(DB_FILE);
     // Not created when missing: a wrong `storage.path` is an error, not an empty backup.

@@ -36,7 +36,7 @@ const REFUSAL_KEEP: Duration = Duration::from_secs(30);
 const MAX_ENTRIES: usize = 10_000;
 
 /// Documents fetched at once at most, per instance.
-pub const MAX_FETCHES_AT_ONCE: usize = 8;
+pub(super) const MAX_FETCHES_AT_ONCE: usize = 8;
 /// The window of the fetch bounds.
 pub(crate) const FETCH_WINDOW: Duration = Duration::from_secs(10 * 60);
 
@@ -50,7 +50,7 @@ pub enum DocumentError {
 }
 
 /// Whether a `client_id` is the URL of a metadata document (an ordinary client id never is).
-pub fn is_document_url(client_id: &str) -> bool {
+pub(super) fn is_document_url(client_id: &str) -> bool {
     client_id.starts_with("https://")
 }
 

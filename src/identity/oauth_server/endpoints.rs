@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// The metadata document (RFC 8414 section 2).
-pub fn metadata(config: &Config) -> Value {
+pub(crate) fn metadata(config: &Config) -> Value {
     let base = format!("{}{}", config.server.public_url, config.web.path);
     let auth_methods = ["client_secret_basic", "client_secret_post", "none"];
     let mut doc = json!({
@@ -44,7 +44,7 @@ pub fn metadata(config: &Config) -> Value {
 
 /// Answers `POST {auth_url}/oauth/token`, `/oauth/revoke` and `/oauth/register` (`path` is after
 /// the prefix).
-pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
+pub(crate) async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, path: &str) -> Result<()> {
     if ex.request().method != http::Method::POST {
         let e = OAuthServerError::new("invalid_request", "use POST with an application/x-www-form-urlencoded body");
         return write(ex, 405, &e.to_body(), &[(http::header::ALLOW, HeaderValue::from_static("POST"))]).await;
@@ -74,7 +74,7 @@ pub async fn handle(identity: &IdentityService, ex: &mut Exchange<'_>, path: &st
 }
 
 /// A refusal at the edge (the address's bucket), in the endpoints' own error form.
-pub async fn refuse(ex: &mut Exchange<'_>, e: crate::edge::error::ApiError) -> Result<()> {
+pub(crate) async fn refuse(ex: &mut Exchange<'_>, e: crate::edge::error::ApiError) -> Result<()> {
     let o = OAuthServerError::refused(&e);
     write(ex, o.status(), &o.to_body(), &[]).await
 }

@@ -23,16 +23,16 @@ pub(crate) mod authorize;
 mod documents;
 mod endpoints;
 
-pub use documents::ClientDocuments;
+pub(crate) use documents::ClientDocuments;
 pub(crate) use documents::FETCH_WINDOW;
-pub use endpoints::{handle, metadata, refuse};
+pub(crate) use endpoints::{handle, metadata, refuse};
 
 use crate::base::secrets;
 use crate::data::model::{Gateway, OAuthClient, OAuthGrant, User};
 use crate::data::state::State;
 use crate::data::store::{Kind, PutRecord, Store, StoreError};
 use crate::edge::error::ApiError;
-pub use crate::edge::error::OAuthServerError;
+pub(crate) use crate::edge::error::OAuthServerError;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -56,7 +56,7 @@ fn address_refused() -> OAuthServerError {
 }
 
 /// The grant id in an access token, when `token` has an access token's shape.
-pub fn access_token_grant(token: &str) -> Option<&str> {
+pub(crate) fn access_token_grant(token: &str) -> Option<&str> {
     grant_of(token, ACCESS_PREFIX)
 }
 
@@ -67,7 +67,7 @@ fn grant_of<'t>(token: &'t str, prefix: &str) -> Option<&'t str> {
 
 /// A redirect URI a client may register: https, or http on a loopback host (a native
 /// application, RFC 8252), with a host and no fragment or user information.
-pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
+pub(crate) fn check_redirect_uri(raw: &str) -> Result<(), String> {
     if raw.len() > 2048 {
         return Err("each at most 2048 characters".into());
     }
@@ -123,7 +123,7 @@ impl From<ClientLookupError> for OAuthServerError {
 /// describes.
 /// `ip` asked: a document fetched for it counts against its bounds. A self-registered client
 /// found is kept for another `web.registration_unused_secs` (it is in use).
-pub async fn client(
+pub(crate) async fn client(
     identity: &crate::identity::IdentityService,
     id: &str,
     ip: std::net::IpAddr,
@@ -163,7 +163,7 @@ struct Code {
 
 /// An authorization request, checked: what the consent page shows and the decision acts on.
 #[derive(Debug, Clone)]
-pub struct AuthorizationRequest {
+pub(crate) struct AuthorizationRequest {
     pub client: OAuthClient,
     pub redirect_uri: String,
     pub state: Option<String>,
@@ -182,7 +182,7 @@ pub(crate) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'
 /// Checks the client and its redirect URI, for a user of organisation `org_id` (another
 /// organisation's client is unknown). A failure here is told to the user, never redirected
 /// (RFC 6749 section 4.1.2.1), so that nobody can bounce a user to a URI of their choosing.
-pub async fn check_client(
+pub(crate) async fn check_client(
     identity: &crate::identity::IdentityService,
     params: &[(String, String)],
     org_id: Option<&str>,
@@ -207,7 +207,7 @@ pub async fn check_client(
 
 /// Checks the rest of an authorization request whose client and redirect URI are good; an
 /// error here goes back to the client's redirect URI.
-pub fn check_request(
+pub(crate) fn check_request(
     client: OAuthClient,
     redirect_uri: String,
     params: &[(String, String)],
@@ -269,7 +269,11 @@ pub fn check_request(
 
 /// The gateway a `resource` names: one of organisation `org_id` that takes OAuth, whose
 /// endpoint the resource is exactly (`invalid_target`, RFC 8707 section 2, otherwise).
-pub fn gateway_of_resource(state: &State, resource: &str, org_id: &str) -> Result<Arc<Gateway>, OAuthServerError> {
+pub(crate) fn gateway_of_resource(
+    state: &State,
+    resource: &str,
+    org_id: &str,
+) -> Result<Arc<Gateway>, OAuthServerError> {
     let public_url = state.config().server.public_url.clone();
     let refused =
         || OAuthServerError::new("invalid_target", "the resource is not the endpoint of a gateway that takes OAuth");
@@ -283,13 +287,13 @@ pub fn gateway_of_resource(state: &State, resource: &str, org_id: &str) -> Resul
 }
 
 /// What `user` would grant: the request's scopes within the user's role.
-pub fn granted(request: &AuthorizationRequest, user: &User) -> ScopeSet {
+pub(crate) fn granted(request: &AuthorizationRequest, user: &User) -> ScopeSet {
     request.scopes.intersect(Role::parse(&user.role).unwrap_or(Role::Viewer).allowed())
 }
 
 /// `redirect_uri` with `pairs` added to its query, then the request's `state` when it had one
 /// and the issuer (RFC 9207): every answer sent back to a client.
-pub fn redirect_with(redirect_uri: &str, issuer: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> String {
+pub(crate) fn redirect_with(redirect_uri: &str, issuer: &str, state: Option<&str>, pairs: &[(&str, &str)]) -> String {
     let Ok(mut url) = url::Url::parse(redirect_uri) else { return redirect_uri.to_string() };
     {
         let mut q = url.query_pairs_mut();
@@ -305,7 +309,7 @@ pub fn redirect_with(redirect_uri: &str, issuer: &str, state: Option<&str>, pair
 }
 
 /// The user allowed the request: a code for it, valid for `lifetime`.
-pub async fn issue_code(
+pub(crate) async fn issue_code(
     store: &dyn Store,
     request: &AuthorizationRequest,
     user: &User,
@@ -329,7 +333,7 @@ pub async fn issue_code(
 
 /// A token response (RFC 6749 section 5.1).
 #[derive(Debug, Serialize)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     pub access_token: String,
     pub token_type: &'static str,
     pub expires_in: u64,
@@ -366,7 +370,7 @@ fn used_code(hash: &str) -> String {
 }
 
 /// The `authorization_code` grant.
-pub async fn exchange_code(
+pub(crate) async fn exchange_code(
     state: &State,
     client: &OAuthClient,
     code: &str,
@@ -475,7 +479,7 @@ fn check_code(
 }
 
 /// The `refresh_token` grant: both tokens rotate; `scope`, when given, narrows the grant.
-pub async fn refresh(
+pub(crate) async fn refresh(
     state: &State,
     client: &OAuthClient,
     token: &str,
@@ -540,7 +544,7 @@ pub async fn refresh(
 /// its access and refresh tokens, and the codes still waiting for their exchange. Under the
 /// organisation's write lock, which a code's exchange and a refresh also take, so that neither
 /// brings back a grant revoked here. Returns how many grants were revoked.
-pub async fn revoke_user(state: &State, user: &User) -> Result<usize, StoreError> {
+pub(crate) async fn revoke_user(state: &State, user: &User) -> Result<usize, StoreError> {
     let _guard = state.lock_writes(&user.org_id).await?;
     // Codes live a minute, so there are few: a scan is fine for a rare event.
     for (id, json) in state.store.load_all(Kind::OAuthCode).await? {
@@ -560,7 +564,7 @@ pub async fn revoke_user(state: &State, user: &User) -> Result<usize, StoreError
 
 /// Revocation (RFC 7009): an access or refresh token of `client` revokes its whole grant. An
 /// unknown token, or another client's, changes nothing and is not an error (section 2.2).
-pub async fn revoke(state: &State, client: &OAuthClient, token: &str) -> Result<(), OAuthServerError> {
+pub(crate) async fn revoke(state: &State, client: &OAuthClient, token: &str) -> Result<(), OAuthServerError> {
     let Some(grant_id) = grant_of(token, ACCESS_PREFIX).or_else(|| grant_of(token, REFRESH_PREFIX)) else {
         return Ok(());
     };

@@ -35,7 +35,7 @@ const SESSION: [&str; 2] = ["toolgate_session", "__Host-toolgate_session"];
 
 /// What a token is bound to.
 #[derive(Clone, Copy)]
-pub enum Binding<'a> {
+pub(crate) enum Binding<'a> {
     /// The sign-in form and its MFA step: no session yet.
     PreSession,
     /// The web session whose token (the cookie's value) is this.
@@ -47,12 +47,12 @@ fn tls(config: &Config) -> bool {
 }
 
 /// The CSRF cookie's name under `config`.
-pub fn csrf_cookie_name(config: &Config) -> &'static str {
+pub(crate) fn csrf_cookie_name(config: &Config) -> &'static str {
     CSRF[usize::from(tls(config))]
 }
 
 /// The session cookie's name under `config`.
-pub fn session_cookie_name(config: &Config) -> &'static str {
+pub(crate) fn session_cookie_name(config: &Config) -> &'static str {
     SESSION[usize::from(tls(config))]
 }
 
@@ -66,7 +66,7 @@ fn csrf_path(config: &Config) -> &str {
 }
 
 /// The `Set-Cookie` value carrying `token`.
-pub fn cookie(config: &Config, token: &str) -> String {
+pub(crate) fn cookie(config: &Config, token: &str) -> String {
     format!("{}={token}; Path={}; HttpOnly; Secure; SameSite=Strict", csrf_cookie_name(config), csrf_path(config))
 }
 
@@ -81,27 +81,27 @@ fn mac(state: &State, binding: Binding<'_>, nonce: &str) -> String {
 }
 
 /// A fresh token bound to `binding`.
-pub fn issue(state: &State, binding: Binding<'_>) -> String {
+pub(crate) fn issue(state: &State, binding: Binding<'_>) -> String {
     let nonce = secrets::new_session_id();
     let mac = mac(state, binding, &nonce);
     format!("{nonce}.{mac}")
 }
 
 /// Whether `token` was issued by this server (any instance with its master key) for `binding`.
-pub fn valid(state: &State, binding: Binding<'_>, token: &str) -> bool {
+pub(crate) fn valid(state: &State, binding: Binding<'_>, token: &str) -> bool {
     let Some((nonce, sent)) = token.split_once('.') else { return false };
     !nonce.is_empty() && secrets::hashes_equal(sent, &mac(state, binding, nonce))
 }
 
 /// The request's CSRF cookie when it is valid for `binding` (a page's forms then keep it), or
 /// `None` (the page issues a fresh one).
-pub fn kept<'a>(state: &State, ex: &'a Exchange<'_>, binding: Binding<'_>) -> Option<&'a str> {
+pub(crate) fn kept<'a>(state: &State, ex: &'a Exchange<'_>, binding: Binding<'_>) -> Option<&'a str> {
     super::cookie(ex, csrf_cookie_name(&state.config())).filter(|t| valid(state, binding, t))
 }
 
 /// Refuses (403) a form POST that a browser says came from another site, or whose `csrf` field
 /// `sent` is not the request's cookie or was not issued for `binding`.
-pub fn check(state: &State, ex: &Exchange<'_>, sent: &str, binding: Binding<'_>) -> Result<(), ApiError> {
+pub(crate) fn check(state: &State, ex: &Exchange<'_>, sent: &str, binding: Binding<'_>) -> Result<(), ApiError> {
     from_this_site(ex, &state.config().server.public_url)?;
     let cookie = super::cookie(ex, csrf_cookie_name(&state.config())).unwrap_or("");
     if sent.is_empty() || !secrets::hashes_equal(sent, cookie) || !valid(state, binding, sent) {

@@ -33,14 +33,14 @@
 //!   gets a 403 page in the same words whatever the way in. A wrong password stays a wrong
 //!   password, so the list is shown to no one who lacks it.
 
-pub mod csrf;
+pub(crate) mod csrf;
 mod oidc;
 pub(crate) mod pages;
-pub mod passwords;
+pub(crate) mod passwords;
 mod saml;
-pub mod sessions;
+pub(crate) mod sessions;
 pub(crate) mod trail;
-pub mod turns;
+pub(crate) mod turns;
 
 use crate::data::model::User;
 use crate::data::store::Store;
@@ -55,8 +55,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolgate_filters::ip_allowlist::IpPolicySource;
 
-pub use pages::escape;
-pub use sessions::{WebSession, WebSessions};
+pub(crate) use pages::escape;
+pub(crate) use sessions::{WebSession, WebSessions};
 
 /// Set on the answer of a password check (or a provider's sign-in) that opens an MFA challenge:
 /// the challenge is bound to its hash, so only this browser continues this sign-in.
@@ -269,7 +269,7 @@ impl Page {
 }
 
 /// The value of cookie `name` in the request (the console reads its notice with it).
-pub fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
+pub(crate) fn cookie<'a>(ex: &'a Exchange<'_>, name: &str) -> Option<&'a str> {
     ex.headers()
         .get_all(http::header::COOKIE)
         .iter()
@@ -342,7 +342,7 @@ fn session_cookie(identity: &IdentityService, token: &str, idle: Duration) -> St
 }
 
 /// The token of the request's session cookie, if any (live or not).
-pub fn session_token<'a>(identity: &IdentityService, ex: &'a Exchange<'_>) -> Option<&'a str> {
+pub(crate) fn session_token<'a>(identity: &IdentityService, ex: &'a Exchange<'_>) -> Option<&'a str> {
     cookie(ex, csrf::session_cookie_name(&identity.state.config()))
 }
 
@@ -606,7 +606,7 @@ async fn start_session(
 }
 
 /// The signed-in user's session, if the request carries a live one.
-pub async fn current(
+pub(crate) async fn current(
     identity: &IdentityService,
     ex: &Exchange<'_>,
 ) -> std::result::Result<Option<WebSession>, ApiError> {

@@ -63,7 +63,7 @@ async fn metadata(provider: &OidcProvider) -> Result<Metadata, ApiError> {
 }
 
 /// Starts a sign-in: where to send the browser.
-pub async fn start(
+pub(super) async fn start(
     store: &dyn Store,
     provider: &OidcProvider,
     redirect_uri: &str,
@@ -96,7 +96,7 @@ pub async fn start(
 }
 
 /// Who signed in: the verified e-mail address, and where the browser goes next.
-pub struct Finished {
+pub(super) struct Finished {
     pub email: String,
     pub next: String,
 }
@@ -109,7 +109,7 @@ struct TokenAnswer {
 /// Finishes a sign-in that provider `callback` (the callback's path) sent back (`state`,
 /// `code`): the e-mail it vouches for. The state must be one started with that provider: a
 /// code arriving at another provider's callback is a mix-up, refused (and the state used up).
-pub async fn finish(
+pub(super) async fn finish(
     store: &dyn Store,
     providers: &[OidcProvider],
     redirect_uri: impl Fn(&str) -> String,

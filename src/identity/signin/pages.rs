@@ -4,7 +4,7 @@ use super::WebSession;
 use crate::data::model::User;
 
 /// `s` safe in HTML text and attribute values.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -36,11 +36,11 @@ fn error_line(error: Option<&str>) -> String {
     error.map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e))).unwrap_or_default()
 }
 
-pub fn message(title: &str, text: &str) -> String {
+pub(crate) fn message(title: &str, text: &str) -> String {
     page(title, &format!("<p>{}</p>", escape(text)))
 }
 
-pub fn sign_in(
+pub(crate) fn sign_in(
     prefix: &str,
     csrf: &str,
     next: Option<&str>,
@@ -74,7 +74,7 @@ pub fn sign_in(
 
 /// The second step of a sign-in; `prompt` says where the code comes from (the authenticator, or
 /// where a code was just sent).
-pub fn code(
+pub(crate) fn code(
     prefix: &str,
     csrf: &str,
     challenge: &str,
@@ -99,7 +99,7 @@ pub fn code(
     )
 }
 
-pub fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sessions: &[WebSession]) -> String {
+pub(crate) fn account(prefix: &str, csrf: &str, user: &User, current: &WebSession, sessions: &[WebSession]) -> String {
     let rows: String = sessions
         .iter()
         .map(|s| {

@@ -18,8 +18,8 @@ use std::sync::OnceLock;
 
 /// Shortest and longest password accepted, in characters (NIST SP 800-63B: at least 8; 12
 /// here, which the guessing bounds of a sign-in form make ample; a long limit for passphrases).
-pub const MIN_CHARS: usize = 12;
-pub const MAX_CHARS: usize = 128;
+pub(crate) const MIN_CHARS: usize = 12;
+pub(crate) const MAX_CHARS: usize = 128;
 
 /// Passwords seen most in breaches that meet the length rule (and their like with digits): a
 /// short list, since the lockout bounds online guessing; a user picks anything else.
@@ -48,7 +48,7 @@ const COMMON: &[&str] = &[
 
 /// A user's password, as stored (kind `password`, by user id).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PasswordRecord {
+pub(crate) struct PasswordRecord {
     pub user_id: String,
     /// The PHC string of an argon2id hash.
     pub hash: String,
@@ -56,7 +56,7 @@ pub struct PasswordRecord {
 }
 
 /// Why a new password is refused, or `Ok`.
-pub fn check(password: &str, email: &str) -> Result<(), String> {
+pub(crate) fn check(password: &str, email: &str) -> Result<(), String> {
     let chars = password.chars().count();
     if chars < MIN_CHARS {
         return Err(format!("must be at least {MIN_CHARS} characters"));
@@ -82,7 +82,7 @@ pub fn check(password: &str, email: &str) -> Result<(), String> {
 }
 
 /// The argon2id hash of `password` (tens of milliseconds of CPU: off the proxy's threads).
-pub async fn hash(password: String) -> Result<String, ApiError> {
+pub(crate) async fn hash(password: String) -> Result<String, ApiError> {
     in_turn(move || {
         let salt = SaltString::generate(&mut OsRng);
         Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string())
@@ -94,7 +94,7 @@ pub async fn hash(password: String) -> Result<String, ApiError> {
 
 /// Whether `password` is the one `phc` was made from (off the proxy's threads). With `None`,
 /// a decoy hash is checked, so that an unknown e-mail takes as long to refuse as a wrong password.
-pub async fn verify(phc: Option<String>, password: String) -> bool {
+pub(crate) async fn verify(phc: Option<String>, password: String) -> bool {
     in_turn(move || {
         let phc = phc.as_deref().unwrap_or_else(|| decoy());
         let Ok(parsed) = PasswordHash::new(phc) else { return false };
@@ -113,13 +113,13 @@ fn decoy() -> &'static str {
     })
 }
 
-pub async fn stored(store: &dyn Store, user_id: &str) -> Result<Option<PasswordRecord>, StoreError> {
+pub(crate) async fn stored(store: &dyn Store, user_id: &str) -> Result<Option<PasswordRecord>, StoreError> {
     Ok(store.get(Kind::Password, user_id).await?.and_then(|json| serde_json::from_str(&json).ok()))
 }
 
 /// Sets `user`'s password to the argon2id hash `hash` and publishes the change (the caller
 /// ends its sessions and grants, which publish their own).
-pub async fn save(state: &State, user: &User, hash: String) -> Result<(), StoreError> {
+pub(crate) async fn save(state: &State, user: &User, hash: String) -> Result<(), StoreError> {
     let record = PasswordRecord { user_id: user.id.clone(), hash, changed_at: chrono::Utc::now() };
     state.store.put_record(Kind::Password, crate::data::store::NO_PARTITION, &user.id, &record).await?;
     state.changes.publish(Change::PasswordChanged { org_id: user.org_id.clone(), user_id: user.id.clone() });
@@ -129,7 +129,7 @@ pub async fn save(state: &State, user: &User, hash: String) -> Result<(), StoreE
 /// Removes `user`'s password (the user is being removed: `IdentityService::remove_user`) and
 /// publishes the change, as a new password does, so whatever follows passwords follows this too.
 /// `false` when the user had none.
-pub async fn remove(state: &State, user: &User) -> Result<bool, StoreError> {
+pub(crate) async fn remove(state: &State, user: &User) -> Result<bool, StoreError> {
     let removed = state.store.delete(Kind::Password, &user.id).await?;
     if removed {
         state.changes.publish(Change::PasswordChanged { org_id: user.org_id.clone(), user_id: user.id.clone() });

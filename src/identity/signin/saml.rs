@@ -35,13 +35,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a sign-in may take at the IdP.
-pub const REQUEST_TTL: Duration = Duration::from_secs(600);
+pub(super) const REQUEST_TTL: Duration = Duration::from_secs(600);
 /// How long an assertion's id is remembered against replays.
 const ASSERTION_MEMORY: Duration = Duration::from_secs(86_400);
 /// The cookie that ties the IdP's answer to the browser that asked.
-pub const BROWSER_COOKIE: &str = "toolgate_saml";
+pub(super) const BROWSER_COOKIE: &str = "toolgate_saml";
 /// The largest callback form taken (a signed response is a few kilobytes).
-pub const MAX_RESPONSE_FORM_BYTES: usize = 256 * 1024;
+pub(super) const MAX_RESPONSE_FORM_BYTES: usize = 256 * 1024;
 
 /// A sign-in under way, as stored (kind `sign_in_state`, under `saml:` and the SHA-256 of its
 /// `RelayState`).
@@ -54,13 +54,13 @@ struct Pending {
     browser: String,
 }
 
-pub struct Started {
+pub(super) struct Started {
     pub redirect_to: String,
     /// The value of [`BROWSER_COOKIE`].
     pub browser: String,
 }
 
-pub struct Finished {
+pub(super) struct Finished {
     pub user: Arc<User>,
     pub next: String,
 }
@@ -119,7 +119,7 @@ fn service_provider(identity: &IdentityService, idp: &SamlIdp) -> Result<Service
 /// `GET {auth_url}/saml/metadata`: toolgate's service-provider metadata, for the IdP: its
 /// entity id, the callback (HTTP-POST), signed assertions wanted, e-mail name ids. No single
 /// logout: a web session ends at toolgate's sign-out.
-pub fn metadata(identity: &IdentityService) -> String {
+pub(super) fn metadata(identity: &IdentityService) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
          <md:EntityDescriptor xmlns:md=\"urn:oasis:names:tc:SAML:2.0:metadata\" entityID=\"{}\">\
@@ -139,7 +139,7 @@ fn idp_of(identity: &IdentityService, org: &str) -> Result<SamlIdp, ApiError> {
 }
 
 /// Starts a sign-in with the IdP of organisation `org`.
-pub async fn start(identity: &IdentityService, org: &str, next: &str) -> Result<Started, ApiError> {
+pub(super) async fn start(identity: &IdentityService, org: &str, next: &str) -> Result<Started, ApiError> {
     let idp = idp_of(identity, org)?;
     let sp = service_provider(identity, &idp)?;
     let mut request = sp.make_authentication_request(&idp.sso_url).map_err(unavailable)?;
@@ -222,7 +222,7 @@ const NAME_NAMES: &[&str] = &[
 const GROUP_NAMES: &[&str] = &["groups", "memberOf", "http://schemas.microsoft.com/ws/2008/06/identity/claims/groups"];
 
 /// Checks the IdP's answer and finds (or makes) the user it names.
-pub async fn finish(
+pub(super) async fn finish(
     identity: &IdentityService,
     relay_state: &str,
     response: &str,

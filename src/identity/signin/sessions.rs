@@ -281,14 +281,14 @@ mod tests {
         store.delete(Kind::WebSession, &secrets::hash_key(&token)).await.unwrap();
         assert!(sessions.find(&token, idle).await.unwrap().is_some(), "held, not read again");
         let ended = Change::WebSessionEnded { org_id: "org_1".into(), user_id: "usr_1".into(), session_id };
-        feed.from_peer(&ended);
+        feed.follow_peer(&ended);
         assert!(sessions.find(&token, idle).await.unwrap().is_none(), "dropped by the change");
 
         // A new password drops every session of its user; ending one here publishes.
         let token = sessions.start(&user, "127.0.0.1".into(), "test".into(), idle, 5).await.unwrap();
         assert!(sessions.find(&token, idle).await.unwrap().is_some());
         store.delete(Kind::WebSession, &secrets::hash_key(&token)).await.unwrap();
-        feed.from_peer(&Change::PasswordChanged { org_id: "org_1".into(), user_id: "usr_1".into() });
+        feed.follow_peer(&Change::PasswordChanged { org_id: "org_1".into(), user_id: "usr_1".into() });
         assert!(sessions.find(&token, idle).await.unwrap().is_none());
         let token = sessions.start(&user, "127.0.0.1".into(), "test".into(), idle, 5).await.unwrap();
         let _ = std::iter::from_fn(|| heard.try_recv().ok()).count();

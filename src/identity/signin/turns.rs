@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use tokio::sync::Semaphore;
 
 /// Sign-ins that may wait for a turn, per turn: past it a sign-in is refused at once.
-pub const MAX_WAITING_PER_CHECK: usize = 4;
+pub(crate) const MAX_WAITING_PER_CHECK: usize = 4;
 
 /// The argon2 runs allowed at once, and the places held by sign-ins (in all and per holder).
 struct Turns {
@@ -44,7 +44,7 @@ static CONFIGURED: AtomicUsize = AtomicUsize::new(0);
 
 /// Sets how many argon2 runs may go at once (`web.password_checks`); takes effect only before
 /// the first run (at start).
-pub fn configure(concurrent: usize) {
+pub(crate) fn configure(concurrent: usize) {
     CONFIGURED.store(concurrent, Ordering::Relaxed);
 }
 
@@ -60,17 +60,17 @@ fn turns() -> &'static Turns {
 }
 
 /// Places for `size` turns: the running checks and those waiting.
-pub fn places(size: usize) -> usize {
+pub(crate) fn places(size: usize) -> usize {
     size * (1 + MAX_WAITING_PER_CHECK)
 }
 
 /// Places one address (IPv6 /64) may hold: an eighth, at least two (a double click).
-pub fn address_share(size: usize) -> usize {
+pub(crate) fn address_share(size: usize) -> usize {
     (places(size) / 8).max(2)
 }
 
 /// Places one account may hold, from any number of addresses: a quarter, at least two.
-pub fn account_share(size: usize) -> usize {
+pub(crate) fn account_share(size: usize) -> usize {
     (places(size) / 4).max(2)
 }
 
@@ -98,7 +98,7 @@ impl From<NoPlace> for ApiError {
 }
 
 /// A sign-in's place: given back when dropped.
-pub struct Place {
+pub(crate) struct Place {
     keys: [String; 2],
 }
 
@@ -119,7 +119,7 @@ impl Drop for Place {
 
 /// A place for a sign-in from `ip` to `account` (an e-mail, lower case), held until the
 /// [`Place`] is dropped; refused when the places are full or either share is.
-pub fn admit(ip: IpAddr, account: &str) -> Result<Place, NoPlace> {
+pub(crate) fn admit(ip: IpAddr, account: &str) -> Result<Place, NoPlace> {
     let t = turns();
     let keys = [format!("a:{}", crate::data::limiter::address_block(ip, false)), format!("e:{account}")];
     let mut held = t.held.lock();
@@ -141,7 +141,7 @@ pub fn admit(ip: IpAddr, account: &str) -> Result<Place, NoPlace> {
 }
 
 /// Runs `work` (an argon2 run) when a turn is free, off the proxy's threads.
-pub async fn in_turn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+pub(crate) async fn in_turn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     let _turn = turns().turns.acquire().await.ok()?;
     tokio::task::spawn_blocking(work).await.ok()
 }

@@ -11,10 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub mod time;
-
-/// Every built-in app name accepted by [`by_name`] (for config validation and error messages).
-pub const NAMES: &[&str] = &[time::NAME];
+pub(crate) mod time;
 
 /// Why a built-in could not run a call. Problems with the *arguments* are not errors here: MCP
 /// (2025-11-25) wants them reported as a tool result with `isError: true` so that the model can
@@ -57,7 +54,7 @@ pub trait BuiltinApp: Send + Sync + 'static {
 }
 
 /// The built-in app configured as `builtin: NAME`, or `None` for an unknown name.
-pub fn by_name(name: &str) -> Option<Arc<dyn BuiltinApp>> {
+pub(crate) fn by_name(name: &str) -> Option<Arc<dyn BuiltinApp>> {
     match name {
         time::NAME => Some(Arc::new(time::TimeApp::new())),
         _ => None,
@@ -65,7 +62,7 @@ pub fn by_name(name: &str) -> Option<Arc<dyn BuiltinApp>> {
 }
 
 /// A `CallToolResult` that reports a tool-level failure (`isError: true`) with one text block.
-pub fn error_result(message: impl Into<String>) -> Value {
+pub(crate) fn error_result(message: impl Into<String>) -> Value {
     serde_json::json!({
         "content": [{ "type": "text", "text": message.into() }],
         "isError": true,
@@ -78,11 +75,9 @@ mod tests {
 
     #[test]
     fn registry_knows_every_name() {
-        for n in NAMES {
-            let app = by_name(n).expect("listed name resolves");
-            assert_eq!(app.name(), *n);
-            assert!(!app.tools().is_empty());
-        }
+        let app = by_name(time::NAME).expect("the time app resolves");
+        assert_eq!(app.name(), time::NAME);
+        assert!(!app.tools().is_empty());
         assert!(by_name("nope").is_none());
     }
 

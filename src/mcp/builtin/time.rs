@@ -13,22 +13,22 @@ use serde_json::{json, Value};
 use super::{error_result, BuiltinApp, BuiltinError};
 
 /// Name of the app in configuration (`builtin: time`).
-pub const NAME: &str = "time";
+pub(crate) const NAME: &str = "time";
 /// The one tool of the app.
-pub const TOOL_GET_CURRENT_TIME: &str = "get_current_time";
+pub(crate) const TOOL_GET_CURRENT_TIME: &str = "get_current_time";
 
 /// Longest accepted `format`; bounds the work and the size of the answer.
 const MAX_FORMAT_LEN: usize = 1024;
 
 /// The token table, as shown to callers in the tool description.
-pub const TOKENS_DOC: &str = "Tokens: YYYY (2025), YY (25), MMMM (January), MMM (Jan), MM (01-12), \
+pub(crate) const TOKENS_DOC: &str = "Tokens: YYYY (2025), YY (25), MMMM (January), MMM (Jan), MM (01-12), \
 M (1-12), DD (01-31), D (1-31), dddd (Monday), ddd (Mon), HH (00-23), H (0-23), hh (01-12), \
 h (1-12), mm (00-59), m (0-59), ss (00-59), s (0-59), SSS (milliseconds 000-999), A (AM/PM), \
 a (am/pm), Z (+05:30), ZZ (+0530). Text inside [brackets] is copied literally, e.g. \
 \"YYYY-MM-DD[T]HH:mm:ss\"; any other character is copied as is.";
 
 /// The `time` app. `clock` is injectable so that tests are deterministic.
-pub struct TimeApp {
+pub(crate) struct TimeApp {
     clock: fn() -> DateTime<Utc>,
 }
 
@@ -39,12 +39,13 @@ impl Default for TimeApp {
 }
 
 impl TimeApp {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { clock: Utc::now }
     }
 
     /// A `TimeApp` whose "now" comes from `clock` (tests, benchmarks).
-    pub fn with_clock(clock: fn() -> DateTime<Utc>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_clock(clock: fn() -> DateTime<Utc>) -> Self {
         Self { clock }
     }
 
@@ -92,7 +93,7 @@ impl TimeApp {
     }
 
     /// The `CallToolResult` for `arguments` at instant `now`.
-    pub fn render(now: DateTime<Utc>, arguments: &Value) -> Value {
+    pub(crate) fn render(now: DateTime<Utc>, arguments: &Value) -> Value {
         let args = match arguments {
             Value::Object(m) => m,
             Value::Null => return error_result("Missing required argument: format"),
@@ -175,7 +176,7 @@ const TOKENS: &[&str] = &[
 /// Formats `dt` with a moment.js-style `pattern` (see [`TOKENS_DOC`]).
 ///
 /// Never fails: unknown letters are copied, an unterminated `[` copies the rest of the pattern.
-pub fn format_time<T: TimeZone>(dt: &DateTime<T>, pattern: &str) -> String {
+pub(crate) fn format_time<T: TimeZone>(dt: &DateTime<T>, pattern: &str) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut rest = pattern;
     while let Some(c) = rest.chars().next() {

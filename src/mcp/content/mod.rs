@@ -251,7 +251,7 @@ fn is_error_result(text: &str) -> bool {
 /// JSON text in which no hidden character can be: printable ASCII (with the line breaks and
 /// tabs of a pretty-printed text) and no escape that spells another character than a quote, a
 /// backslash, a slash, a tab or a line break. One pass over the bytes, no copy.
-pub fn plain_json(text: &str) -> bool {
+pub(crate) fn plain_json(text: &str) -> bool {
     let b = text.as_bytes();
     let mut i = 0;
     while i < b.len() {

@@ -306,7 +306,7 @@ pub(super) static GOING_ON_ALONE: AtomicUsize = AtomicUsize::new(0);
 /// How many calls go on alone now. A shutdown waits for them as for open connections: a call
 /// whose client dropped (to resume later) still ends, and is logged, within the grace period, as
 /// it did when its request held it.
-pub fn calls_going_on_alone() -> usize {
+pub(crate) fn calls_going_on_alone() -> usize {
     GOING_ON_ALONE.load(Ordering::Relaxed)
 }
 

@@ -45,14 +45,14 @@ mod params;
 
 use lists::{listed_tools, page};
 
-pub use answer::calls_going_on_alone;
+pub(crate) use answer::calls_going_on_alone;
 use answer::*;
 use params::*;
 
 /// Who asks: a handshake-era client in its session, or a stateless (2026-07-28) request with
 /// its own envelope and the credential that sent it.
 #[derive(Clone, Copy)]
-pub enum Caller<'a> {
+pub(crate) enum Caller<'a> {
     Session(&'a str),
     /// `app_charged`: the app whose per-minute limit this request was already counted against,
     /// from its routing headers before its body was read (`transport::app_quota_from_headers`).

@@ -30,19 +30,19 @@ const BYTES_PER_STEP: f64 = 64.0;
 /// [`MAX_PATTERN_BYTES`] bounds), its patterns compiled once per rule set.
 const REGEX_STEPS_PER_BYTE_STEP: f64 = 16.0;
 /// Most memory one `matches` pattern may compile to.
-pub const MAX_PATTERN_BYTES: usize = 256 * 1024;
+pub(super) const MAX_PATTERN_BYTES: usize = 256 * 1024;
 
 /// The most a value read from the call may hold: each of its lists and maps at most `items`
 /// entries, its JSON text at most `bytes` bytes (so each string too).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Inputs {
+pub(super) struct Inputs {
     pub items: f64,
     pub bytes: f64,
 }
 
 impl Inputs {
     /// No bound: what a rule costs when the call may be as large as it likes.
-    pub const UNBOUNDED: Inputs = Inputs { items: f64::INFINITY, bytes: f64::INFINITY };
+    pub(super) const UNBOUNDED: Inputs = Inputs { items: f64::INFINITY, bytes: f64::INFINITY };
 
     fn shape(self) -> Shape {
         // A JSON value of `bytes` bytes has at most about one value per two bytes (`[0,0,0]`).
@@ -149,7 +149,7 @@ fn ratio(whole: f64, part: f64) -> f64 {
 
 /// The bound of one expression, and the `matches` patterns it uses (to compile once).
 #[derive(Debug)]
-pub struct Estimate {
+pub(super) struct Estimate {
     /// Steps, at most.
     pub steps: f64,
     /// Each pattern compiled (what `matches` searches with).
@@ -157,7 +157,7 @@ pub struct Estimate {
 }
 
 /// Bounds `expr` with the call's values within `inputs`.
-pub fn estimate(expr: &IdedExpr, inputs: Inputs) -> Result<Estimate, Unbounded> {
+pub(super) fn estimate(expr: &IdedExpr, inputs: Inputs) -> Result<Estimate, Unbounded> {
     let mut walk =
         Walk { input: inputs.shape(), scopes: Vec::new(), patterns: Vec::new(), linear: false, nonlinear: false };
     let est = walk.expr(expr)?;
@@ -471,7 +471,7 @@ fn nodes(e: &IdedExpr) -> f64 {
 }
 
 /// A pattern `matches` may take: one the `regex` crate compiles within [`MAX_PATTERN_BYTES`].
-pub fn check_pattern(pattern: &str) -> Result<regex::Regex, Unbounded> {
+pub(super) fn check_pattern(pattern: &str) -> Result<regex::Regex, Unbounded> {
     regex::RegexBuilder::new(pattern)
         .size_limit(MAX_PATTERN_BYTES)
         .dfa_size_limit(MAX_PATTERN_BYTES)

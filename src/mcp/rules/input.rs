@@ -15,14 +15,14 @@ use toolgate_filters::{CredentialKind, Principal};
 
 /// How large a value read from the call is: its longest list or map, and its text in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Size {
+pub(super) struct Size {
     pub items: usize,
     pub bytes: usize,
 }
 
 impl Size {
     /// Why `what` is beyond the sizes the rules were bounded for, if it is.
-    pub fn beyond(self, limits: &RulesConfig, what: &str) -> Option<String> {
+    pub(super) fn beyond(self, limits: &RulesConfig, what: &str) -> Option<String> {
         if self.items > limits.max_input_items {
             return Some(format!(
                 "{what} hold a list or map of {} entries; the rules are bounded for {} (mcp.rules.max_input_items)",
@@ -40,14 +40,14 @@ impl Size {
 }
 
 /// The call's arguments as the rules read them.
-pub struct Args {
+pub(super) struct Args {
     pub(super) value: Value,
     pub(super) size: Size,
 }
 
 impl Args {
     /// For a rule set that does not read them.
-    pub fn unread() -> Args {
+    pub(super) fn unread() -> Args {
         Args { value: Value::Null, size: Size::default() }
     }
 }
@@ -55,7 +55,7 @@ impl Args {
 /// The call's `arguments` (JSON text) as a CEL value: absent is an empty map. Text that is not
 /// JSON the rules can read (a lone surrogate `"\ud800"`, which the app's parser may well take)
 /// is an error, never an empty map: a rule on `args.repo` must see what the app runs.
-pub fn read_args(args: Option<&RawValue>) -> Result<Args, String> {
+pub(super) fn read_args(args: Option<&RawValue>) -> Result<Args, String> {
     let Some(text) = args else {
         return Ok(Args { value: Value::Map(Map { map: Arc::new(HashMap::new()) }), size: Size::default() });
     };
@@ -67,7 +67,7 @@ pub fn read_args(args: Option<&RawValue>) -> Result<Args, String> {
 
 /// JSON as CEL: integers that fit `i64` are `int` (as CEL literals are), larger ones `uint`,
 /// the rest `double`. `items` is raised to the longest list or map met.
-pub fn json_value(v: &serde_json::Value, items: &mut usize) -> Value {
+pub(super) fn json_value(v: &serde_json::Value, items: &mut usize) -> Value {
     match v {
         serde_json::Value::Null => Value::Null,
         serde_json::Value::Bool(b) => Value::Bool(*b),

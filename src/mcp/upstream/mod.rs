@@ -34,8 +34,8 @@ use crate::mcp::jsonrpc::{Id, Message, RawJson, Response, RpcErrorObject};
 
 mod cause;
 pub mod http;
-pub mod stdio;
-pub mod wire;
+pub(crate) mod stdio;
+pub(crate) mod wire;
 
 /// The versions spoken to apps: the one list of [`crate::mcp::protocol`].
 pub use crate::mcp::protocol::{LATEST as LATEST_PROTOCOL_VERSION, VERSIONS as PROTOCOL_VERSIONS};
@@ -66,7 +66,7 @@ impl Timeouts {
     pub fn connect(&self) -> Duration {
         Duration::from_millis(self.connect_ms)
     }
-    pub fn first_byte(&self) -> Duration {
+    pub(crate) fn first_byte(&self) -> Duration {
         Duration::from_millis(self.first_byte_ms)
     }
     pub fn total(&self) -> Duration {
@@ -147,7 +147,7 @@ pub struct UpstreamSettings {
 }
 
 /// Resources shared by all upstreams of one gateway process; build one at start-up.
-pub struct UpstreamShared {
+pub(crate) struct UpstreamShared {
     /// The connection pools of Streamable HTTP upstreams.
     http: wire::HttpClients,
     /// Global bound on running stdio processes; a start beyond it fails with
@@ -161,7 +161,7 @@ pub struct UpstreamShared {
 
 impl UpstreamShared {
     /// `max_stdio_processes`: how many stdio apps may have a running process at once.
-    pub fn new(max_stdio_processes: usize) -> Self {
+    pub(crate) fn new(max_stdio_processes: usize) -> Self {
         Self {
             http: wire::HttpClients::default(),
             stdio_permits: Arc::new(Semaphore::new(max_stdio_processes)),
@@ -171,12 +171,12 @@ impl UpstreamShared {
     }
 
     /// Stdio app processes running now.
-    pub fn stdio_processes(&self) -> usize {
+    pub(crate) fn stdio_processes(&self) -> usize {
         self.max_stdio_processes.saturating_sub(self.stdio_permits.available_permits())
     }
 
     /// Where upstreams built from now on report what their apps announce ([`AppNotice`]).
-    pub fn report_notices_to(&mut self, tx: tokio::sync::mpsc::UnboundedSender<AppNotice>) {
+    pub(crate) fn report_notices_to(&mut self, tx: tokio::sync::mpsc::UnboundedSender<AppNotice>) {
         self.notices = Some(tx);
     }
 }
@@ -360,7 +360,7 @@ impl UpstreamReply {
     /// Waits for the final response, discarding anything streamed before it. Only for callers that
     /// relay nothing (the gateway's own `tools/list`); server->client requests in the stream are
     /// left unanswered.
-    pub async fn into_response(self) -> Result<Response, UpstreamError> {
+    pub(crate) async fn into_response(self) -> Result<Response, UpstreamError> {
         match self {
             UpstreamReply::Response(r) => Ok(r),
             UpstreamReply::Stream(mut s) => {
@@ -557,7 +557,7 @@ impl ListMethod {
     }
 
     /// The member of the result that holds the page's items.
-    pub fn items_key(self) -> &'static str {
+    pub(crate) fn items_key(self) -> &'static str {
         match self {
             ListMethod::Tools => "tools",
             ListMethod::Resources => "resources",
@@ -566,7 +566,8 @@ impl ListMethod {
         }
     }
 
-    pub fn from_method(method: &str) -> Option<Self> {
+    #[cfg(test)]
+    pub(crate) fn from_method(method: &str) -> Option<Self> {
         [Self::Tools, Self::Resources, Self::ResourceTemplates, Self::Prompts]
             .into_iter()
             .find(|m| m.method() == method)
@@ -595,7 +596,7 @@ impl fmt::Debug for Upstream {
 
 impl Upstream {
     /// Closes keep-alive connections idle past their time (HTTP upstreams; others keep none).
-    pub fn sweep_idle(&self) {
+    pub(crate) fn sweep_idle(&self) {
         if let Upstream::Http(h) = self {
             h.sweep_idle();
         }
@@ -604,13 +605,18 @@ impl Upstream {
     /// Builds the upstream; validates everything that can be validated without I/O (URL, header
     /// names and values, command not empty, builtin name). Nothing is connected or spawned yet:
     /// that happens on first use, or with [`Upstream::connect`].
-    pub fn from_settings(settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
+    #[cfg(test)]
+    pub(crate) fn from_settings(settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
         Self::for_owner("", settings, shared)
     }
 
     /// An upstream serving `owner`'s connection to the app (`""`: shared by every organisation);
     /// the notices it hears are reported under that owner.
-    pub fn for_owner(owner: &str, settings: &UpstreamSettings, shared: &UpstreamShared) -> Result<Self, UpstreamError> {
+    pub(crate) fn for_owner(
+        owner: &str,
+        settings: &UpstreamSettings,
+        shared: &UpstreamShared,
+    ) -> Result<Self, UpstreamError> {
         let notices = shared
             .notices
             .as_ref()
@@ -648,16 +654,6 @@ impl Upstream {
         }
     }
 
-    /// The upstream's `initialize` result (`protocolVersion`, `capabilities`, `serverInfo`,
-    /// `instructions`) if a session/process is currently up.
-    pub fn initialize_result(&self) -> Option<Value> {
-        match self {
-            Upstream::Http(h) => h.initialize_result(),
-            Upstream::Stdio(s) => s.initialize_result(),
-            Upstream::Builtin(b) => Some(builtin_initialize_result(b.as_ref())),
-        }
-    }
-
     /// Sends a request and returns its answer. `method` is never `initialize`: the upstream
     /// session is the transport's business.
     pub async fn request(
@@ -676,7 +672,12 @@ impl Upstream {
     }
 
     /// Sends a notification (e.g. `notifications/cancelled`, `notifications/roots/list_changed`).
-    pub async fn notify(&self, method: &str, params: Option<RawJson>, ctx: &CallContext) -> Result<(), UpstreamError> {
+    pub(crate) async fn notify(
+        &self,
+        method: &str,
+        params: Option<RawJson>,
+        ctx: &CallContext,
+    ) -> Result<(), UpstreamError> {
         match self {
             Upstream::Http(h) => h.notify(method, params, ctx).await,
             Upstream::Stdio(s) => s.notify(method, params).await,
@@ -695,13 +696,14 @@ impl Upstream {
     }
 
     /// Every item of a paginated list, following `nextCursor` until it is absent.
-    pub async fn list_all(&self, method: ListMethod, ctx: &CallContext) -> Result<Vec<Value>, UpstreamError> {
+    #[cfg(test)]
+    pub(crate) async fn list_all(&self, method: ListMethod, ctx: &CallContext) -> Result<Vec<Value>, UpstreamError> {
         Ok(self.list_all_with_ttl(method, ctx).await?.0)
     }
 
     /// [`Upstream::list_all`], and how long the app says the list may be kept (`ttlMs`, an app
     /// of the 2026-07-28 revision; the smallest over the pages), if it says.
-    pub async fn list_all_with_ttl(
+    pub(crate) async fn list_all_with_ttl(
         &self,
         method: ListMethod,
         ctx: &CallContext,
@@ -747,7 +749,8 @@ impl Upstream {
     }
 
     /// `tools/list`, all pages.
-    pub async fn list_tools(&self, ctx: &CallContext) -> Result<Vec<Value>, UpstreamError> {
+    #[cfg(test)]
+    pub(crate) async fn list_tools(&self, ctx: &CallContext) -> Result<Vec<Value>, UpstreamError> {
         match self {
             Upstream::Builtin(b) => Ok(b.tools()),
             _ => self.list_all(ListMethod::Tools, ctx).await,
@@ -820,7 +823,7 @@ pub(crate) mod test_http {
 
     /// Reads one request (head and `Content-Length` body) from `sock`; bytes after it stay in
     /// `buf` for the next call. `None` when the peer closes first.
-    pub async fn read_request(sock: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    pub(crate) async fn read_request(sock: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<String> {
         loop {
             if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();

@@ -44,11 +44,11 @@ use super::{
 use crate::mcp::jsonrpc::{self, Id, Incoming, Message, RawJson, Response, RpcErrorObject};
 
 /// Variables copied from the gateway's environment into every child (when set).
-pub const INHERITED_ENV: &[&str] =
+pub(crate) const INHERITED_ENV: &[&str] =
     &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT"];
 
 /// Longest stdout line (one JSON-RPC message) accepted; longer ones are dropped with a warning.
-pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 const MAX_STDERR_LINE: usize = 16 * 1024;
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
@@ -59,7 +59,7 @@ const GRACEFUL_STOP: Duration = Duration::from_secs(2);
 
 /// The longest [`StdioUpstream::shutdown`] waits: the graceful stop, then up to 3 s for the
 /// kill and the reap.
-pub const STOP_BOUND: Duration = Duration::from_secs(GRACEFUL_STOP.as_secs() + 3);
+pub(crate) const STOP_BOUND: Duration = Duration::from_secs(GRACEFUL_STOP.as_secs() + 3);
 /// How long the waiter lets the reader drain stdout after the exit.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 const STDERR_TAIL: usize = 5;
@@ -236,14 +236,6 @@ impl StdioUpstream {
         let deadline = Instant::now() + self.inner.timeouts.total();
         let p = self.inner.process(deadline).await?;
         Ok(p.init_result.get().cloned().unwrap_or(Value::Null))
-    }
-
-    pub fn initialize_result(&self) -> Option<Value> {
-        let p = self.inner.current.load_full()?;
-        if p.shared.is_closed() {
-            return None;
-        }
-        p.init_result.get().cloned()
     }
 
     /// Process id of the running child, if any (diagnostics, tests).

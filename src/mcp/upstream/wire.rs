@@ -69,7 +69,7 @@ const MAX_IDLE_PER_UPSTREAM: usize = 128;
 const STALE_RETRIES: usize = 2;
 
 /// The HTTP clients shared by every Streamable HTTP upstream of the process; build one at start.
-pub struct HttpClients {
+pub(crate) struct HttpClients {
     /// Opens new connections only: idle ones are kept per upstream, in [`IdleConnections`].
     connector: Arc<TransportConnector>,
     /// reqwest clients (https) by connect timeout and extra roots: reqwest sets both per client,
@@ -163,7 +163,7 @@ enum Host {
 impl Target {
     /// Closes idle connections past their time (see [`IdleConnections::sweep`]); reqwest prunes
     /// its own.
-    pub fn sweep_idle(&self) {
+    pub(crate) fn sweep_idle(&self) {
         if let Target::Plain(p) = self {
             p.idle.sweep();
         }
@@ -171,7 +171,7 @@ impl Target {
 
     /// Checks the URL (http or https, with a host). No I/O. `tls_roots` (PEM) are trusted for an
     /// https URL besides the webpki roots.
-    pub fn new(
+    pub(crate) fn new(
         url: &str,
         connect_timeout: Duration,
         tls_roots: Option<&Arc<[u8]>>,
@@ -216,7 +216,7 @@ impl Target {
     }
 
     /// Sends the request and reads the answer's status and headers. The caller bounds the time.
-    pub async fn send(&self, method: Method, out: Outgoing<'_>) -> Result<WireResponse, UpstreamError> {
+    pub(crate) async fn send(&self, method: Method, out: Outgoing<'_>) -> Result<WireResponse, UpstreamError> {
         match self {
             Target::Plain(t) => t.send(method, &out).await,
             Target::Tls { url, client } => {
@@ -525,11 +525,11 @@ enum Reply {
 }
 
 impl WireResponse {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
 
-    pub fn header(&self, name: &HeaderName) -> Option<&[u8]> {
+    pub(crate) fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         match &self.reply {
             Reply::Pooled { answer, .. } => answer.as_ref()?.header(name),
             Reply::Tls { resp, .. } => resp.headers().get(name).map(HeaderValue::as_bytes),
@@ -540,7 +540,7 @@ impl WireResponse {
     /// connection goes back to the pool. A broken body is [`UpstreamError::Closed`]; an error of
     /// `sink` is returned as is. (A callback rather than a returned slice: the connection must be
     /// released after the last piece is read, which a borrow of it would forbid.)
-    pub async fn next_into(
+    pub(crate) async fn next_into(
         &mut self,
         mut sink: impl FnMut(&[u8]) -> Result<(), UpstreamError>,
     ) -> Result<bool, UpstreamError> {
@@ -577,7 +577,7 @@ impl WireResponse {
     }
 
     /// The whole body; a body over `cap` bytes is a protocol error.
-    pub async fn read_to_end(&mut self, cap: usize) -> Result<Vec<u8>, UpstreamError> {
+    pub(crate) async fn read_to_end(&mut self, cap: usize) -> Result<Vec<u8>, UpstreamError> {
         let mut buf = Vec::new();
         while self
             .next_into(|piece| {
@@ -594,7 +594,7 @@ impl WireResponse {
 
     /// Reads and drops the rest of a (small) body so the connection can be pooled; gives up after
     /// a short while or 64 KiB and closes the connection instead.
-    pub async fn finish(mut self) {
+    pub(crate) async fn finish(mut self) {
         let drain = async {
             let mut left: usize = 64 * 1024;
             let mut sink = |piece: &[u8]| {
@@ -610,7 +610,7 @@ impl WireResponse {
     /// (the usual case: an SSE server's last event and the chunked end arrive in one segment),
     /// so the connection is back in the pool before the caller answers its client and the next
     /// call reuses it; otherwise finished by a background task.
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         let mut finish = Box::pin(self.finish());
         let mut now = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
         if finish.as_mut().poll(&mut now).is_pending() {

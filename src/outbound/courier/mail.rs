@@ -9,13 +9,13 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
-pub struct Mailer {
+pub(crate) struct Mailer {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
 }
 
 impl Mailer {
-    pub fn new(c: &SmtpConfig) -> Result<Mailer, String> {
+    pub(crate) fn new(c: &SmtpConfig) -> Result<Mailer, String> {
         let tls = || {
             let mut params = TlsParameters::builder(c.host.clone());
             if let Some(pem) = &c.ca_pem {
@@ -39,7 +39,7 @@ impl Mailer {
         Ok(Mailer { transport: builder.build(), from })
     }
 
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         to: &str,
         subject: &str,

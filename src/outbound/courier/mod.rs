@@ -12,8 +12,8 @@ use crate::config::Config;
 use arc_swap::ArcSwapOption;
 use std::sync::Arc;
 
-pub use mail::Mailer;
-pub use sms::{is_phone_number, SmsSender};
+pub(crate) use mail::Mailer;
+pub(crate) use sms::{is_phone_number, SmsSender};
 
 /// Why a message did not leave.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 use super::CourierError;
 use crate::config::SmsConfig;
 
-pub struct SmsSender {
+pub(crate) struct SmsSender {
     client: reqwest::Client,
     url: url::Url,
     token: Option<String>,
@@ -14,18 +14,18 @@ pub struct SmsSender {
 }
 
 /// An E.164 number: `+`, a non-zero digit, then 6 to 14 digits.
-pub fn is_phone_number(s: &str) -> bool {
+pub(crate) fn is_phone_number(s: &str) -> bool {
     let Some(digits) = s.strip_prefix('+') else { return false };
     (7..=15).contains(&digits.len()) && !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 impl SmsSender {
-    pub fn new(c: &SmsConfig) -> Result<SmsSender, String> {
+    pub(crate) fn new(c: &SmsConfig) -> Result<SmsSender, String> {
         let client = crate::outbound::client::builder().timeout(c.timeout).build().map_err(|e| e.to_string())?;
         Ok(SmsSender { client, url: c.url.clone(), token: c.token.clone(), from: c.from.clone() })
     }
 
-    pub async fn send(&self, to: &str, body: &str) -> Result<(), CourierError> {
+    pub(crate) async fn send(&self, to: &str, body: &str) -> Result<(), CourierError> {
         if !is_phone_number(to) {
             return Err(CourierError::Address(format!("`{to}` is not an E.164 phone number")));
         }

@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 use toolgate_filters::rate_limit::UsageMinute;
 
 mod audit;
-pub mod connection;
+pub(crate) mod connection;
 
 /// Records removed per batch by `delete_many`.
 const DELETE_BATCH: usize = 1000;
-pub use connection::{Conn, Target};
+pub(crate) use connection::{Conn, Target};
 
 pub struct RedisStore {
     conn: Conn,
@@ -48,7 +48,7 @@ pub struct RedisStore {
 }
 
 /// The names of the keys (all under the prefix), and the reads and writes that span several.
-pub struct Keys {
+pub(crate) struct Keys {
     prefix: String,
 }
 
@@ -68,7 +68,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Runs `f` on the Redis runtime and waits for it, from whichever runtime the caller is on.
-pub async fn on_redis_runtime<T: Send + 'static>(
+pub(crate) async fn on_redis_runtime<T: Send + 'static>(
     f: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
 ) -> Result<T, StoreError> {
     runtime().spawn(f).await.map_err(|e| backend(format!("task failed: {e}")))?
@@ -76,13 +76,13 @@ pub async fn on_redis_runtime<T: Send + 'static>(
 
 /// Runs `f` inside the Redis runtime's context, so that what it makes (a connection manager
 /// that spawns its own tasks) lives there.
-pub fn on_redis_runtime_sync<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn on_redis_runtime_sync<T>(f: impl FnOnce() -> T) -> T {
     let _on = runtime().enter();
     f()
 }
 
 /// Spawns a task that lives as long as the process on the Redis runtime.
-pub fn spawn_on_redis_runtime(f: impl std::future::Future<Output = ()> + Send + 'static) {
+pub(crate) fn spawn_on_redis_runtime(f: impl std::future::Future<Output = ()> + Send + 'static) {
     runtime().spawn(f);
 }
 

@@ -61,7 +61,7 @@ use crate::mcp::jsonrpc::{self, Id, Incoming, Message, RawJson, Response, RpcErr
 
 /// Largest JSON body or SSE event accepted from an upstream; a bigger one is a protocol error
 /// (bounds memory per call).
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 mod listen;
 mod source;
@@ -137,7 +137,7 @@ enum Posted {
 
 impl HttpUpstream {
     /// See [`Target::sweep_idle`].
-    pub fn sweep_idle(&self) {
+    pub(crate) fn sweep_idle(&self) {
         self.inner.target.sweep_idle();
     }
 
@@ -229,10 +229,6 @@ impl HttpUpstream {
         Ok(self.inner.ensure_session(deadline).await?.init_result.clone())
     }
 
-    pub fn initialize_result(&self) -> Option<Value> {
-        self.inner.session.load().as_ref().map(|s| s.init_result.clone())
-    }
-
     /// The protocol version negotiated with the upstream, if a session is open.
     pub fn protocol_version(&self) -> Option<String> {
         self.inner.session.load().as_ref().and_then(|s| s.version.to_str().ok().map(str::to_owned))
@@ -280,7 +276,12 @@ impl HttpUpstream {
         }
     }
 
-    pub async fn notify(&self, method: &str, params: Option<RawJson>, ctx: &CallContext) -> Result<(), UpstreamError> {
+    pub(crate) async fn notify(
+        &self,
+        method: &str,
+        params: Option<RawJson>,
+        ctx: &CallContext,
+    ) -> Result<(), UpstreamError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.timeouts.total();
         // The stateless revision has no client notifications (cancelling is closing the stream):

@@ -78,7 +78,7 @@ impl SseParser {
     }
 
     /// The last event id seen (for `Last-Event-ID` on resumption).
-    pub fn last_event_id(&self) -> Option<&str> {
+    pub(crate) fn last_event_id(&self) -> Option<&str> {
         self.last_id.as_deref()
     }
 
@@ -89,7 +89,7 @@ impl SseParser {
 
     /// A new stream continues an old one: its event id carries over (until the new one sends its
     /// own), the rest starts afresh.
-    pub fn reset_keeping_id(&mut self) {
+    pub(crate) fn reset_keeping_id(&mut self) {
         let last_id = self.last_id.take();
         let retry_ms = self.retry_ms;
         *self = SseParser { last_id, retry_ms, ..SseParser::default() };

@@ -63,12 +63,12 @@ pub(crate) struct Connection<S> {
 }
 
 impl<S: AsyncRead + Unpin> Connection<S> {
-    pub fn new(stream: S) -> Self {
+    pub(super) fn new(stream: S) -> Self {
         Connection { stream, buf: vec![0; INITIAL_BUFFER], headers: Vec::new() }
     }
 
     /// Reads the head of the answer to the request just written, skipping 1xx answers.
-    pub async fn read_head(mut self, head_request: bool) -> Result<Answer<S>, (Self, AnswerError)> {
+    pub(super) async fn read_head(mut self, head_request: bool) -> Result<Answer<S>, (Self, AnswerError)> {
         let mut filled = 0;
         loop {
             match self.parse_head(filled) {
@@ -246,20 +246,20 @@ pub(crate) struct Answer<S> {
 
 impl<S: AsyncRead + Unpin> Answer<S> {
     /// The first header named `name`.
-    pub fn header(&self, name: &HeaderName) -> Option<&[u8]> {
+    pub(super) fn header(&self, name: &HeaderName) -> Option<&[u8]> {
         let name = name.as_str().as_bytes();
         let buf = &self.conn.buf;
         self.conn.headers.iter().find(|(n, _)| buf[n.clone()].eq_ignore_ascii_case(name)).map(|(_, v)| &buf[v.clone()])
     }
 
     /// Whether the whole body has been read.
-    pub fn is_done(&self) -> bool {
+    pub(super) fn is_done(&self) -> bool {
         self.body == Framing::Done
     }
 
     /// The connection, once the body is read, when it can carry another request: the answer
     /// allowed it and nothing beyond the answer arrived.
-    pub fn reusable(self) -> Option<Connection<S>> {
+    pub(super) fn reusable(self) -> Option<Connection<S>> {
         if !(self.is_done() && self.keep_alive && self.window.is_empty()) {
             return None;
         }
@@ -272,7 +272,7 @@ impl<S: AsyncRead + Unpin> Answer<S> {
     }
 
     /// Hands the next piece of the body to `sink`; `Ok(false)` at its end.
-    pub async fn next_piece<E>(
+    pub(super) async fn next_piece<E>(
         &mut self,
         sink: impl FnOnce(&[u8]) -> Result<(), E>,
     ) -> Result<Result<bool, E>, AnswerError> {
