@@ -38,7 +38,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use toolgate_filters::Principal;
 
-pub use routes::{route, Endpoint, ROUTES};
+pub use routes::ROUTES;
+pub(crate) use routes::{route, Endpoint};
 
 /// One management call, as a handler sees it.
 pub struct Call<'a> {

@@ -249,7 +249,7 @@ impl Route {
 /// A path template of the table with the routes served on it: a path that matches none is a 404,
 /// a method it does not serve a 405.
 #[derive(Debug)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub path: &'static str,
     routes: Vec<&'static Route>,
 }
@@ -262,7 +262,7 @@ impl std::fmt::Debug for Route {
 
 impl Endpoint {
     /// The route of `method` on this path; `Err` (405) when the method is not served here.
-    pub fn operation(&self, method: &Method) -> Result<&'static Route, ApiError> {
+    pub(crate) fn operation(&self, method: &Method) -> Result<&'static Route, ApiError> {
         self.routes
             .iter()
             .find(|r| r.method == *method)
@@ -271,18 +271,14 @@ impl Endpoint {
     }
 
     /// Whether `method` here needs no credential.
-    pub fn is_public(&self, method: &Method) -> bool {
+    pub(crate) fn is_public(&self, method: &Method) -> bool {
         self.operation(method).is_ok_and(|r| r.access == Access::Public)
     }
 
     /// `/batch`, whatever the method (its operations are charged before it runs; a batch may
     /// not contain it).
-    pub fn is_batch(&self) -> bool {
+    pub(crate) fn is_batch(&self) -> bool {
         self.path == batch::PATH
-    }
-
-    pub fn routes(&self) -> &[&'static Route] {
-        &self.routes
     }
 }
 
@@ -318,7 +314,7 @@ fn table() -> &'static Table {
 
 /// Finds the endpoint and its `{id}` for a path relative to the version prefix, and the
 /// `{sub_id}` of a record under that one (a gateway's tool change).
-pub fn route(path: &str) -> Option<(&'static Endpoint, Option<&str>, Option<&str>)> {
+pub(crate) fn route(path: &str) -> Option<(&'static Endpoint, Option<&str>, Option<&str>)> {
     let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
     let table = table();
     let m = table.router.at(path).ok()?;

@@ -134,13 +134,13 @@ impl JwtVerifier {
 
     /// Begins a refresh (`outbound::jwks` fetches the remote keys): forgets that an unknown key
     /// id was seen, and reads the PEM files and the JWKS file again. `Err`: keep the keys in use.
-    pub fn begin_refresh(&self) -> Result<Keys, JwtSetupError> {
+    pub(crate) fn begin_refresh(&self) -> Result<Keys, JwtSetupError> {
         self.unknown_kid_seen.store(false, std::sync::atomic::Ordering::Relaxed);
         self.load_local()
     }
 
     /// Adds the keys in use to `keys` where it has none of that id: what a failed fetch keeps.
-    pub fn keep_previous(&self, keys: &mut Keys) {
+    pub(crate) fn keep_previous(&self, keys: &mut Keys) {
         for (kid, k) in self.keys.load().iter() {
             keys.entry(kid.clone()).or_insert_with(|| k.clone());
         }
@@ -151,14 +151,14 @@ impl JwtVerifier {
         self.keys.store(Arc::new(keys));
     }
 
-    pub fn refresh_period(&self) -> std::time::Duration {
+    pub(crate) fn refresh_period(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.config.refresh_secs)
     }
 
     /// Whether the keys are due for a fetch, `since` the last one: the period is up, or a token
     /// named an unknown key id and [`EARLY_REFRESH_AFTER`] has passed (so that a stream of forged
     /// key ids cannot make toolgate hammer the issuer).
-    pub fn refresh_due(&self, since: Option<std::time::Duration>) -> bool {
+    pub(crate) fn refresh_due(&self, since: Option<std::time::Duration>) -> bool {
         let Some(since) = since else { return true };
         since >= self.refresh_period()
             || (since >= EARLY_REFRESH_AFTER && self.unknown_kid_seen.load(std::sync::atomic::Ordering::Relaxed))
@@ -170,7 +170,7 @@ impl JwtVerifier {
     }
 
     /// Verifies a token that must name `audience` (an OAuth resource, RFC 8707) in `aud`.
-    pub fn verify_for_audience(&self, token: &str, audience: &str) -> Result<Claims, AuthError> {
+    pub(crate) fn verify_for_audience(&self, token: &str, audience: &str) -> Result<Claims, AuthError> {
         self.verify_for(token, Some(audience))
     }
 

@@ -7,7 +7,7 @@ mod source;
 mod warnings;
 
 pub use raw::RawConfig;
-pub use source::ConfigSource;
+pub(crate) use source::ConfigSource;
 pub use warnings::warnings;
 
 use ipnet::IpNet;
@@ -190,7 +190,7 @@ pub struct GatewayOAuthConfig {
 }
 
 /// The JWT settings are the verifier's own type (`jwt` is a leaf the configuration builds on).
-pub use crate::base::jwt::{JwtConfig, JwtKeyConfig};
+pub(crate) use crate::base::jwt::{JwtConfig, JwtKeyConfig};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -22,7 +22,7 @@ impl ConfigSource {
 
     /// The text the running configuration came from, held until the guard drops: a reload
     /// holds it throughout and writes the new text into it once applied.
-    pub async fn running_text(&self) -> tokio::sync::MutexGuard<'_, String> {
+    pub(crate) async fn running_text(&self) -> tokio::sync::MutexGuard<'_, String> {
         self.text.lock().await
     }
 }

@@ -211,7 +211,7 @@ impl Feed {
     /// A change another instance made (and published there): this instance's caches follow it,
     /// but the subscribers, whose work (a webhook, propagation) is done once, by the instance
     /// that made the change, do not hear of it.
-    pub fn follow_peer(&self, change: &Change) {
+    pub(crate) fn follow_peer(&self, change: &Change) {
         self.tell_listeners(change);
     }
 
@@ -222,7 +222,7 @@ impl Feed {
     }
 
     /// Changes a broadcast subscriber may fall behind by before it lags.
-    pub const CAPACITY: usize = 1024;
+    pub(crate) const CAPACITY: usize = 1024;
 
     pub fn new() -> Feed {
         let (tx, _) = broadcast::channel(Self::CAPACITY);
@@ -240,7 +240,7 @@ impl Feed {
     }
 
     /// Tells the listeners, then queues the change for the subscribers (if there are any).
-    pub fn publish(&self, change: Change) {
+    pub(crate) fn publish(&self, change: Change) {
         self.tell_listeners(&change);
         if self.inner.tx.receiver_count() > 0 {
             // An error means no receiver is left; nothing to do.

@@ -36,7 +36,7 @@ pub struct Sharing(Arc<AtomicI64>);
 
 impl Sharing {
     /// How long merging has failed, if it is failing now.
-    pub fn lost_for(&self) -> Option<Duration> {
+    pub(crate) fn lost_for(&self) -> Option<Duration> {
         let since = self.0.load(Ordering::Relaxed);
         (since > 0).then(|| Duration::from_millis((now_ms() - since).max(0) as u64))
     }
@@ -579,7 +579,7 @@ impl Guesses {
 
     /// Counts one more miss in a row for `member` of `group` (kept `keep` after it) and returns
     /// how many there are now.
-    pub async fn miss(&self, group: &str, member: &str, keep: Duration) -> u32 {
+    pub(crate) async fn miss(&self, group: &str, member: &str, keep: Duration) -> u32 {
         if let Some(r) = self.shared() {
             let mut invocation = r.miss.prepare_invoke();
             invocation.key(r.streaks(group)).arg(member).arg(keep.as_millis() as u64);
@@ -603,7 +603,7 @@ impl Guesses {
 
     /// `member`'s misses in a row (kept `keep` after the last) and how long ago the last was;
     /// `None` when there are none.
-    pub async fn streak(&self, group: &str, member: &str, keep: Duration) -> Option<(u32, Duration)> {
+    pub(crate) async fn streak(&self, group: &str, member: &str, keep: Duration) -> Option<(u32, Duration)> {
         if let Some(r) = self.shared() {
             let mut invocation = r.streak.prepare_invoke();
             invocation.key(r.streaks(group)).arg(member).arg(keep.as_millis() as u64);

@@ -28,7 +28,7 @@ fn current_schema() -> u32 {
 /// higher `schema_version`, or at this one a member or value this build does not know: a newer
 /// build that forgot to bump it is treated the same). It is neither served nor written back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewerRecord {
+pub(crate) struct NewerRecord {
     pub id: String,
     pub org_id: String,
     /// The version it says it is (this build's when it says none).
@@ -39,7 +39,7 @@ pub struct NewerRecord {
 
 impl NewerRecord {
     /// The refusal's sentence, for `what` (`gateway`, `key`).
-    pub fn refusal(&self, what: &str) -> String {
+    pub(crate) fn refusal(&self, what: &str) -> String {
         format!(
             "{what} {} was written by a newer toolgate ({}); this instance reads schema version {SCHEMA_VERSION} \
              and neither serves nor changes it: retry on an upgraded instance",
@@ -271,7 +271,7 @@ pub struct Alert {
 
 /// What `GET /api-keys/{id}/usage` reports; kept in memory, written in the background.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct KeyUsage {
+pub(crate) struct KeyUsage {
     pub last_used: Option<Timestamp>,
     pub last_ip: Option<String>,
     /// Day of `requests_today`, in days since 1970-01-01 (UTC).

@@ -130,7 +130,7 @@ impl ApiError {
     }
 
     /// The envelope's `error` object.
-    pub fn to_error_object(&self) -> Value {
+    pub(crate) fn to_error_object(&self) -> Value {
         let mut obj = json!({ "code": self.code(), "message": self.to_string(), "details": {} });
         match self {
             ApiError::Validation { field, issue } => {
@@ -153,7 +153,7 @@ impl ApiError {
 
 impl ApiError {
     /// 429 after too many `what` (wrong codes, wrong passwords, ...), retry after `wait`.
-    pub fn too_many(what: &str, wait: std::time::Duration) -> ApiError {
+    pub(crate) fn too_many(what: &str, wait: std::time::Duration) -> ApiError {
         let secs = wait.as_secs().max(1);
         ApiError::Rejected {
             status: 429,

@@ -43,7 +43,7 @@ struct Fired {
 
 /// A crossing to tell: which alert (none for the default share) and what was seen.
 #[derive(Debug, Clone)]
-pub struct Crossing {
+pub(crate) struct Crossing {
     pub org_id: String,
     pub alert: Option<Alert>,
     pub key_id: String,
@@ -55,7 +55,7 @@ pub struct Crossing {
 
 impl Crossing {
     /// The `usage.limit_warning` event's `data`.
-    pub fn data(&self) -> Value {
+    pub(crate) fn data(&self) -> Value {
         json!({
             "type": "rate_limit",
             "alert_id": self.alert.as_ref().map(|a| a.id.as_str()),
@@ -68,7 +68,7 @@ impl Crossing {
     }
 
     /// One line for a person (Slack's text, the e-mail's subject).
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let what = match &self.alert {
             Some(a) => format!("alert {} at {} %", a.id, a.threshold),
             None => format!("warning at {} %", self.threshold),
@@ -95,7 +95,7 @@ impl Watcher {
     }
 
     /// An organisation's alerts, read from the store at most every [`REREAD_AFTER`].
-    pub async fn alerts_of(&self, org_id: &str) -> Result<Arc<Vec<Alert>>, StoreError> {
+    pub(crate) async fn alerts_of(&self, org_id: &str) -> Result<Arc<Vec<Alert>>, StoreError> {
         if let Some(read) = self.alerts.get(org_id).filter(|r| r.0.elapsed() < REREAD_AFTER) {
             return Ok(read.1.clone());
         }
@@ -119,7 +119,7 @@ impl Watcher {
     }
 
     /// The crossings in a batch of usage counts, in order.
-    pub async fn crossings(&self, minutes: &[UsageMinute]) -> Vec<Crossing> {
+    pub(crate) async fn crossings(&self, minutes: &[UsageMinute]) -> Vec<Crossing> {
         let mut out = Vec::new();
         for m in minutes {
             let Some(bucket) = m.peak_bucket else { continue };
@@ -156,7 +156,7 @@ impl Watcher {
     }
 
     /// Whether this instance is the one to tell a crossing (several instances on one store).
-    pub async fn claim(&self, c: &Crossing) -> bool {
+    pub(crate) async fn claim(&self, c: &Crossing) -> bool {
         let id = c.alert.as_ref().map_or("default", |a| a.id.as_str());
         self.claim_named(&format!("alert-crossing:{}:{id}:{}:{}", c.org_id, c.key_id, c.minute_unix / 60)).await
     }
@@ -168,7 +168,7 @@ impl Watcher {
     /// The `usage.limit_warning` of a gateway that reached `alerts.limit_warning_percent` of
     /// its quota, as (organisation, `data`), when it is a crossing (the same one-per-crossing
     /// rule as keys) that this instance is the one to tell.
-    pub async fn gateway_crossing(&self, r: &Reached) -> Option<(String, Value)> {
+    pub(crate) async fn gateway_crossing(&self, r: &Reached) -> Option<(String, Value)> {
         let gw = self.state.gateway(&r.gateway_id)?;
         let percent = (r.count * 100 / u64::from(r.limit.max(1))).min(100) as u8;
         let reading = UsageMinute { minute_unix: r.minute_unix, peak_percent: percent, ..UsageMinute::default() };

@@ -125,7 +125,7 @@ impl Events {
     }
 
     /// The rules a webhook URL is checked against, as the configuration says now.
-    pub fn egress(&self) -> Egress {
+    pub(crate) fn egress(&self) -> Egress {
         let config = self.state.config();
         Egress { allowed_hosts: config.webhooks.allowed_hosts.clone(), allow_http: config.environment.allows_http() }
     }
@@ -138,7 +138,7 @@ impl Events {
     }
 
     /// Records `event` for every webhook of `org_id` that takes it: durably, then queued.
-    pub async fn emit(&self, org_id: &str, event: &str, data: Value) {
+    pub(crate) async fn emit(&self, org_id: &str, event: &str, data: Value) {
         for w in self.state.webhooks_of(org_id).into_iter().filter(|w| w.wants(event)) {
             if let Err(e) = self.record(&w, event, data.clone()).await {
                 tracing::error!(error = %e, event, webhook = w.id, "cannot record a webhook delivery; the event is lost for it");
@@ -149,7 +149,7 @@ impl Events {
     /// Tells the crossings in a batch of usage counts: `usage.limit_warning` to the webhooks
     /// that take it and, for an alert, a notification to each of its channels (through the
     /// outbox, retried like a webhook's delivery).
-    pub async fn observe_usage(&self, minutes: &[toolgate_filters::rate_limit::UsageMinute]) {
+    pub(crate) async fn observe_usage(&self, minutes: &[toolgate_filters::rate_limit::UsageMinute]) {
         for c in self.watcher.crossings(minutes).await {
             if !self.watcher.claim(&c).await {
                 continue;
@@ -177,7 +177,7 @@ impl Events {
 
     /// Tells the gateways that reached `alerts.limit_warning_percent` of their quota:
     /// `usage.limit_warning` (`type: gateway_quota`) to the organisation's webhooks.
-    pub async fn observe_gateway_quotas(&self, reached: &[crate::mcp::quota::Reached]) {
+    pub(crate) async fn observe_gateway_quotas(&self, reached: &[crate::mcp::quota::Reached]) {
         for r in reached {
             if let Some((org_id, data)) = self.watcher.gateway_crossing(r).await {
                 tracing::info!(org = org_id, gateway = r.gateway_id, "a gateway's quota crossed the warning share");
@@ -188,7 +188,7 @@ impl Events {
 
     /// Tells the organisations whose apps failed `alerts.app_failures` times in a row:
     /// `error.critical` (`kind: app_failing`) to their webhooks.
-    pub async fn observe_app_failures(&self, reports: &[crate::mcp::failures::AppFailing]) {
+    pub(crate) async fn observe_app_failures(&self, reports: &[crate::mcp::failures::AppFailing]) {
         for r in reports {
             tracing::warn!(
                 org = r.org_id,
@@ -210,26 +210,26 @@ impl Events {
     }
 
     /// Saves an alert and forgets this instance's copy of its organisation's list.
-    pub async fn save_alert(&self, a: &Alert) -> Result<(), StoreError> {
+    pub(crate) async fn save_alert(&self, a: &Alert) -> Result<(), StoreError> {
         self.state.store.put_record(Kind::Alert, &a.org_id, &a.id, a).await?;
         self.watcher.forget(&a.org_id);
         Ok(())
     }
 
-    pub async fn delete_alert(&self, a: &Alert) -> Result<(), StoreError> {
+    pub(crate) async fn delete_alert(&self, a: &Alert) -> Result<(), StoreError> {
         self.state.store.delete(Kind::Alert, &a.id).await?;
         self.watcher.forget(&a.org_id);
         Ok(())
     }
 
     /// An alert of `org_id` (another organisation's is "not found").
-    pub async fn alert_of(&self, org_id: &str, id: &str) -> Result<Option<Alert>, StoreError> {
+    pub(crate) async fn alert_of(&self, org_id: &str, id: &str) -> Result<Option<Alert>, StoreError> {
         let Some(body) = self.state.store.get(Kind::Alert, id).await? else { return Ok(None) };
         Ok(serde_json::from_str::<Alert>(&body).ok().filter(|a| a.org_id == org_id))
     }
 
     /// Whether alerts may name an e-mail address (`smtp:` is configured).
-    pub fn can_email(&self) -> bool {
+    pub(crate) fn can_email(&self) -> bool {
         self.courier.can_email()
     }
 

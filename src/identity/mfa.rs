@@ -332,7 +332,7 @@ impl Mfa {
     }
 
     /// The guessing bounds this service counts in, for the sign-in's to count in too.
-    pub fn guesses(&self) -> &Arc<Guesses> {
+    pub(crate) fn guesses(&self) -> &Arc<Guesses> {
         &self.guesses
     }
 
@@ -349,12 +349,12 @@ impl Mfa {
         Ok(())
     }
 
-    pub async fn is_active(&self, user_id: &str) -> Result<bool, ApiError> {
+    pub(crate) async fn is_active(&self, user_id: &str) -> Result<bool, ApiError> {
         Ok(self.record(user_id).await?.is_some_and(|r| r.active))
     }
 
     /// The active method of a user, if MFA is on.
-    pub async fn active_method(&self, user_id: &str) -> Result<Option<Method>, ApiError> {
+    pub(crate) async fn active_method(&self, user_id: &str) -> Result<Option<Method>, ApiError> {
         Ok(self.record(user_id).await?.filter(|r| r.active).map(|r| r.method))
     }
 
@@ -566,7 +566,7 @@ impl Mfa {
     /// A new challenge for a web sign-in whose password check just passed, bound to the browser
     /// by `browser`, the SHA-256 of a cookie set on that check's answer: only
     /// [`Mfa::verify_web`] with the same hash answers it.
-    pub async fn web_challenge(&self, user_id: &str, browser: &str) -> Result<Challenge, ApiError> {
+    pub(crate) async fn web_challenge(&self, user_id: &str, browser: &str) -> Result<Challenge, ApiError> {
         self.open_challenge(user_id, Some(browser.to_string())).await
     }
 
@@ -611,7 +611,11 @@ impl Mfa {
     /// browser's cookie) is the one it is bound to (`None` when it is unknown, expired, used up,
     /// an API challenge, or another browser's): web sign-in learns whom it is signing in from
     /// the challenge and the browser alone.
-    pub async fn web_challenge_user(&self, challenge_id: &str, browser: &str) -> Result<Option<String>, ApiError> {
+    pub(crate) async fn web_challenge_user(
+        &self,
+        challenge_id: &str,
+        browser: &str,
+    ) -> Result<Option<String>, ApiError> {
         let stored = self.store.get(Kind::MfaChallenge, challenge_id).await?;
         let now = now_ms();
         Ok(stored
@@ -657,7 +661,7 @@ impl Mfa {
     /// Answers a web sign-in's challenge from the browser whose cookie hashes to `browser`.
     /// Wrong codes count against that browser's sign-in (the credential a browser holds), so
     /// nobody else's wrong codes lock the user out of web sign-in.
-    pub async fn verify_web(
+    pub(crate) async fn verify_web(
         &self,
         sealer: &Sealer,
         user_id: &str,
@@ -724,7 +728,12 @@ impl Mfa {
     /// `X-MFA-Token` holds a current authenticator code, a backup code or an unused token;
     /// otherwise `MFA_REQUIRED` with a fresh challenge (which, for the e-mail and SMS methods,
     /// sends a code: those codes are given to `POST /auth/mfa/verify`, not to the header).
-    pub async fn check_gate(&self, sealer: &Sealer, caller: Caller<'_>, header: Option<&str>) -> Result<(), ApiError> {
+    pub(crate) async fn check_gate(
+        &self,
+        sealer: &Sealer,
+        caller: Caller<'_>,
+        header: Option<&str>,
+    ) -> Result<(), ApiError> {
         let user_id = caller.user_id;
         let Some(method) = self.active_method(user_id).await? else {
             return Ok(());

@@ -57,7 +57,7 @@ pub struct IdentityService {
 }
 
 /// What removing a user ended besides its record.
-pub struct Removed {
+pub(crate) struct Removed {
     /// The OAuth grants the user had given, now revoked.
     pub grants: usize,
 }
@@ -90,7 +90,7 @@ impl IdentityService {
     /// the organisation's write lock that the user may go (`lock`); the record is deleted under
     /// it, and the lock is let go before the grants are revoked, which take it themselves.
     /// With the record gone nothing resolves to the user any more; ending the rest frees it.
-    pub async fn remove_user(&self, user: &User, lock: WriteGuard<'_>) -> Result<Removed, ApiError> {
+    pub(crate) async fn remove_user(&self, user: &User, lock: WriteGuard<'_>) -> Result<Removed, ApiError> {
         self.state.delete_user(user).await?;
         drop(lock);
         self.signin.sessions.end_all(&user.id).await?;

@@ -89,13 +89,13 @@ impl AppClients {
     }
 
     /// The receiver of the apps' notices; `None` after the first call.
-    pub fn take_notices(&self) -> Option<UnboundedReceiver<AppNotice>> {
+    pub(crate) fn take_notices(&self) -> Option<UnboundedReceiver<AppNotice>> {
         self.notices.lock().take()
     }
 
     /// Forgets an app's cached lists: `owner`'s, or every organisation's when `owner` is empty
     /// (a shared upstream, as in [`AppNotice::owner`]).
-    pub fn forget_lists(&self, owner: &str, app_id: &str) {
+    pub(crate) fn forget_lists(&self, owner: &str, app_id: &str) {
         self.lists.retain(|(org, app, _), _| !(app == app_id && (owner.is_empty() || org == owner)));
     }
 
@@ -129,7 +129,7 @@ impl AppClients {
 
     /// The stdio upstreams of an app that exist now (each owner's): what its health probe
     /// asks, so that a probe starts no process of its own.
-    pub fn stdio_upstreams(&self, app_id: &str) -> Vec<Arc<Upstream>> {
+    pub(crate) fn stdio_upstreams(&self, app_id: &str) -> Vec<Arc<Upstream>> {
         self.upstreams
             .iter()
             .filter(|u| u.key().1 == app_id && matches!(**u.value(), Upstream::Stdio(_)))
@@ -140,7 +140,7 @@ impl AppClients {
     /// The health probe's settings of an app: no organisation's credential, and for a remote
     /// app the header `X-Toolgate-Probe: health`, so that the app's operator can tell probes
     /// from calls.
-    pub fn probe_settings(&self, app: &AppConfig) -> UpstreamSettings {
+    pub(crate) fn probe_settings(&self, app: &AppConfig) -> UpstreamSettings {
         let mut settings = self.settings_with(app, None);
         if let Transport::Http(h) = &mut settings.transport {
             h.headers.push(("X-Toolgate-Probe".into(), "health".into()));
@@ -165,7 +165,7 @@ impl AppClients {
 
     /// Whose upstream serves `org_id`'s calls to `app_id`: the organisation, or `""` for an app
     /// shared by all (as in [`AppNotice::owner`]).
-    pub fn owner_of(&self, org_id: &str, app_id: &str) -> String {
+    pub(crate) fn owner_of(&self, org_id: &str, app_id: &str) -> String {
         match self.app(app_id) {
             Ok(app) => upstream_owner(org_id, &app).to_string(),
             Err(_) => org_id.to_string(),
@@ -364,7 +364,7 @@ impl AppClients {
     /// a shared upstream any organisation's, one per method) is read again ([`Self::reread`]) and
     /// compared, and the cache keeps the new reading. For an app whose GET stream (re)opened, since a change
     /// it announced while none was open is lost.
-    pub async fn lists_differ_from_cached(&self, owner: &str, app_id: &str) -> bool {
+    pub(crate) async fn lists_differ_from_cached(&self, owner: &str, app_id: &str) -> bool {
         let mut cached: Vec<(String, ListMethod, Arc<Vec<Value>>)> = Vec::new();
         for e in self.lists.iter() {
             let (org, app, method) = e.key();
@@ -382,7 +382,7 @@ impl AppClients {
     }
 
     /// How long the app said its last listing of `method` may be kept (`ttlMs`), if it said.
-    pub fn list_ttl(&self, org_id: &str, app_id: &str, method: ListMethod) -> Option<u64> {
+    pub(crate) fn list_ttl(&self, org_id: &str, app_id: &str, method: ListMethod) -> Option<u64> {
         self.lists.get(&(org_id.to_string(), app_id.to_string(), method.method())).and_then(|e| e.2)
     }
 
@@ -391,11 +391,11 @@ impl AppClients {
     }
 
     /// The latest tool listing of an app that any organisation got, if one did.
-    pub fn last_tools(&self, app_id: &str) -> Option<Arc<Vec<Value>>> {
+    pub(crate) fn last_tools(&self, app_id: &str) -> Option<Arc<Vec<Value>>> {
         self.last_tools.get(app_id).map(|t| t.value().clone())
     }
 
-    pub async fn refresh_tools(&self, org_id: &str, app_id: &str) -> Result<Arc<Vec<Value>>, AppError> {
+    pub(crate) async fn refresh_tools(&self, org_id: &str, app_id: &str) -> Result<Arc<Vec<Value>>, AppError> {
         self.refresh(org_id, app_id, ListMethod::Tools).await
     }
 
@@ -422,7 +422,7 @@ impl AppClients {
     }
 
     /// Forgets an organisation's upstream and lists of an app (its connection changed).
-    pub fn invalidate(&self, org_id: &str, app_id: &str) {
+    pub(crate) fn invalidate(&self, org_id: &str, app_id: &str) {
         self.forget_lists(org_id, app_id);
         let Ok(app) = self.app(app_id) else { return };
         if let Some((_, up)) = self.upstreams.remove(pair(&(upstream_owner(org_id, &app), app.id.as_str()))) {
@@ -432,7 +432,7 @@ impl AppClients {
 
     /// Forgets every owner's upstream and lists of an app whose settings changed (a reload):
     /// the next call connects with the new ones. Calls in flight finish on the old upstream.
-    pub fn forget_app(&self, app_id: &str) {
+    pub(crate) fn forget_app(&self, app_id: &str) {
         self.forget_lists("", app_id);
         let keys: Vec<Key> = self.upstreams.iter().filter(|u| u.key().1 == app_id).map(|u| u.key().clone()).collect();
         for key in keys {
@@ -444,7 +444,7 @@ impl AppClients {
 
     /// Closes upstream connections idle past their time; run now and then by the flusher, so
     /// an app that gets no more calls does not hold its sockets open.
-    pub fn sweep_idle(&self) {
+    pub(crate) fn sweep_idle(&self) {
         for up in self.upstreams.iter() {
             up.value().sweep_idle();
         }

@@ -78,7 +78,7 @@ impl Refused {
 
     /// The JSON-RPC error the client gets (answered under HTTP 429, -32010's status): like any
     /// limit of its own, with `data.scope` naming the bound, as parked calls name theirs.
-    pub fn to_error(self) -> RpcErrorObject {
+    pub(crate) fn to_error(self) -> RpcErrorObject {
         let (code, limit) = match self {
             Refused::Streams { limit, .. } => ("TOO_MANY_STREAMS", limit),
             Refused::Resumable { limit, .. } => ("RESUMABLE_BYTES_HELD", limit),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// An organisation's app that failed `failures` times in a row within `window`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppFailing {
+pub(crate) struct AppFailing {
     pub org_id: String,
     pub app_id: String,
     pub failures: u32,
@@ -90,7 +90,7 @@ impl FailureRuns {
     }
 
     /// The reports made since the last take.
-    pub fn take_reports(&self) -> Vec<AppFailing> {
+    pub(crate) fn take_reports(&self) -> Vec<AppFailing> {
         std::mem::take(&mut *self.reports.lock())
     }
 }

@@ -36,12 +36,12 @@ impl McpRuntime {
     }
 
     /// Remembers which app sent a server->client request, so the client's answer goes back to it.
-    pub fn remember_relayed(&self, session_id: &str, id: &Id, app_id: &str, org_id: &str) {
+    pub(crate) fn remember_relayed(&self, session_id: &str, id: &Id, app_id: &str, org_id: &str) {
         self.relayed.insert((session_id.to_string(), id.to_string()), (org_id.to_string(), app_id.to_string()));
     }
 
     /// A client answered a relayed server->client request (sampling, elicitation, roots).
-    pub async fn relay_client_response(&self, session_id: &str, _gw: &Gateway, r: Response) {
+    pub(crate) async fn relay_client_response(&self, session_id: &str, _gw: &Gateway, r: Response) {
         let Some((_, (org, app))) = self.relayed.remove(&(session_id.to_string(), r.id.to_string())) else {
             tracing::debug!("response from client matches no relayed request; ignored");
             return;
@@ -51,7 +51,7 @@ impl McpRuntime {
 
     /// Delivers an answer to an app's server->client request: the client's, or the gateway's
     /// refusal on its behalf.
-    pub async fn answer_app(&self, org_id: &str, app_id: &str, r: Response) {
+    pub(crate) async fn answer_app(&self, org_id: &str, app_id: &str, r: Response) {
         match self.apps.upstream(org_id, app_id) {
             Ok(up) => {
                 if let Err(e) = up.respond(r, &CallContext::default()).await {
@@ -64,7 +64,7 @@ impl McpRuntime {
 
     /// Client notifications that concern the apps (cancellation, roots) go to every app of the
     /// gateway that has an upstream session.
-    pub async fn forward_notification(&self, gw: &Gateway, method: &str, params: Option<RawJson>) {
+    pub(crate) async fn forward_notification(&self, gw: &Gateway, method: &str, params: Option<RawJson>) {
         for app in &gw.servers {
             if let Ok(up) = self.apps.upstream(&gw.org_id, app) {
                 let _ = up.notify(method, params.clone(), &CallContext::default()).await;

@@ -116,7 +116,7 @@ impl Default for ParkedCalls {
 }
 
 impl ParkedCalls {
-    pub fn with_limits(total: usize, per_key: usize) -> Self {
+    pub(crate) fn with_limits(total: usize, per_key: usize) -> Self {
         Self { calls: Mutex::new(HashMap::new()), total, per_key }
     }
 

@@ -5,14 +5,14 @@
 
 /// Protocol versions toolgate speaks, newest first. A client asking for one of these gets it
 /// echoed, any other gets the newest; an upstream answering with one of these is accepted.
-pub const VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+pub(crate) const VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// The stateless revision (no `initialize`, no session; `modern` has its rules). Here so that the
 /// configuration can accept it as an app's `protocol_version`.
 pub(crate) const STATELESS: &str = "2026-07-28";
 
 /// The newest version: offered to apps in `initialize`, given to clients that ask for an unknown one.
-pub const LATEST: &str = VERSIONS[0];
+pub(crate) const LATEST: &str = VERSIONS[0];
 
 /// The version answered to an `initialize` that asked for `requested`: the same one when toolgate
 /// speaks it, else the newest.

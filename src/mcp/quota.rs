@@ -30,7 +30,7 @@ impl Spent {
     /// Puts this quota's five `X-RateLimit-*` values in place of the caller's bucket in
     /// `headers` (the filters' response headers), with `bucket` naming the quota
     /// (`gateway:<id>`, `app:<id>`).
-    pub fn write_headers(&self, bucket: &str, headers: &mut Vec<(HeaderName, HeaderValue)>) {
+    pub(crate) fn write_headers(&self, bucket: &str, headers: &mut Vec<(HeaderName, HeaderValue)>) {
         headers.retain(|(n, _)| {
             ![
                 &X_RATELIMIT_LIMIT,
@@ -61,7 +61,7 @@ pub(crate) fn app_bucket(app_id: &str) -> String {
 /// A gateway whose per-minute quota reached `alerts.limit_warning_percent` in a window: what
 /// `usage.limit_warning` reports of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reached {
+pub(crate) struct Reached {
     pub gateway_id: String,
     /// The window's start, Unix seconds.
     pub minute_unix: u64,
@@ -91,7 +91,7 @@ impl MinuteQuota {
     /// [`MinuteQuota::admit`] for a gateway's own quota; the first request of a window at or past
     /// `warn_percent` of it is noted for [`MinuteQuota::take_reached`], once per window and
     /// instance (`>=`, not `==`: with a shared backend, other instances' counts arrive in steps).
-    pub fn admit_gateway(&self, gateway_id: &str, limit: u32) -> Result<(), Spent> {
+    pub(crate) fn admit_gateway(&self, gateway_id: &str, limit: u32) -> Result<(), Spent> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let w = self.charge_at(gateway_id, limit, now)?;
         if self.warn_percent > 0
@@ -121,7 +121,7 @@ impl MinuteQuota {
     }
 
     /// The gateways that reached their warning share since the last take.
-    pub fn take_reached(&self) -> Vec<Reached> {
+    pub(crate) fn take_reached(&self) -> Vec<Reached> {
         std::mem::take(&mut *self.reached.lock())
     }
 

@@ -64,12 +64,12 @@ impl Drop for CallStream {
 }
 
 impl CallStream {
-    pub fn session_id(&self) -> &str {
+    pub(crate) fn session_id(&self) -> &str {
         &self.session_id
     }
 
     /// The first event: its id, the `retry:` hint, and empty data (clients skip it).
-    pub fn priming(&self) -> Bytes {
+    pub(crate) fn priming(&self) -> Bytes {
         Bytes::from(format!("id: {}.0\nretry: {RETRY_MS}\ndata: \n\n", self.id))
     }
 
@@ -106,7 +106,7 @@ impl CallStream {
     }
 
     /// The sequence number of the last event pushed (0: none yet, only the priming event).
-    pub fn last_seq(&self) -> u64 {
+    pub(crate) fn last_seq(&self) -> u64 {
         self.buffered.lock().next_seq
     }
 
@@ -236,7 +236,7 @@ impl CallStreams {
     }
 
     /// Bytes all resumable buffers hold now.
-    pub fn held_bytes(&self) -> usize {
+    pub(crate) fn held_bytes(&self) -> usize {
         self.held.all.load(Ordering::Relaxed)
     }
 

@@ -18,9 +18,9 @@ mod input;
 mod memo;
 mod slots;
 
-pub use cost::Unbounded;
+pub(crate) use cost::Unbounded;
 pub use input::{Claims, Subject};
-pub use slots::{RuleSlots, SlotError};
+pub(crate) use slots::{RuleSlots, SlotError};
 
 use crate::config::RulesConfig;
 use crate::data::model::{Gateway, Rule, RuleEffect, RuleMethod, Timestamp};

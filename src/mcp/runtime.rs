@@ -124,7 +124,7 @@ impl McpRuntime {
     /// the catalogues it affects and tells the open streams; a key's change, or a grant's
     /// revocation (a token revoked, its client deleted, its user's password changed), ends the
     /// sessions of credentials that no longer work at once, instead of at the next flush.
-    pub fn on_change(&self, change: &Change) {
+    pub(crate) fn on_change(&self, change: &Change) {
         match change {
             Change::GatewaySaved { gateway_id, .. } => self.gateway_changed(gateway_id),
             Change::GatewayDeleted { gateway_id, .. } => {
@@ -292,7 +292,7 @@ impl McpRuntime {
 
     /// A place for one more long-lived stream of `who`, under the bounds in force
     /// (`mcp.streams`, read at each opening so that a reload applies to the next stream).
-    pub fn stream_slot(&self, who: Holder<'_>) -> Result<StreamSlot, Refused> {
+    pub(crate) fn stream_slot(&self, who: Holder<'_>) -> Result<StreamSlot, Refused> {
         self.stream_slots.open(who, &self.state.config().mcp.streams)
     }
 
@@ -317,7 +317,7 @@ impl McpRuntime {
 
     /// A gateway's configuration, apps or allowed tools changed, or it was deleted: then its
     /// sessions end and its open GET streams close.
-    pub fn gateway_changed(&self, gateway_id: &str) {
+    pub(crate) fn gateway_changed(&self, gateway_id: &str) {
         self.notify_changed(gateway_id);
         match self.state.gateway(gateway_id).filter(|g| !g.rules.is_empty()) {
             Some(g) => drop(self.compile_rules(&g, &self.state.config().mcp.rules)),
@@ -334,7 +334,7 @@ impl McpRuntime {
     /// revoked, expired, retired by a rotation, or deleted with their gateway; and of OAuth
     /// access tokens whose grant was revoked or ran out. Cheap: reads only the credentials that
     /// have live sessions; run at every flush, so a stream closes within one.
-    pub fn end_sessions_of_unusable_keys(&self) {
+    pub(crate) fn end_sessions_of_unusable_keys(&self) {
         let n = self.sessions.end_of_unusable_keys(|key| credential_usable(&self.state, key));
         if n > 0 {
             tracing::info!(sessions = n, "ended MCP sessions of revoked or expired keys");
@@ -346,7 +346,7 @@ impl McpRuntime {
     /// streams, as when the gateway itself changes; a resource update goes to its subscribers.
     /// A GET stream the app opened again has its lists read again (in a task of its own): a
     /// difference is a list change it announced while no stream was open to carry it.
-    pub fn app_notice(self: &Arc<Self>, notice: &AppNotice) {
+    pub(crate) fn app_notice(self: &Arc<Self>, notice: &AppNotice) {
         match &notice.kind {
             NoticeKind::ListsChanged => {
                 self.apps.forget_lists(&notice.owner, &notice.app_id);
@@ -370,7 +370,7 @@ impl McpRuntime {
     }
 
     /// An organisation's connection to an app changed.
-    pub fn app_changed(&self, org_id: &str, app_id: &str) {
+    pub(crate) fn app_changed(&self, org_id: &str, app_id: &str) {
         self.apps.invalidate(org_id, app_id);
         for g in self.gateways_with_app(Some(org_id), app_id) {
             self.notify_changed(&g);
@@ -379,7 +379,7 @@ impl McpRuntime {
 
     /// An app's settings changed in the configuration (a reload): every organisation's upstream
     /// of it is dropped, and the gateways that include it tell their open streams.
-    pub fn app_reconfigured(&self, app_id: &str) {
+    pub(crate) fn app_reconfigured(&self, app_id: &str) {
         self.apps.forget_app(app_id);
         for g in self.gateways_with_app(None, app_id) {
             self.notify_changed(&g);

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 
 /// Why a session id cannot be used; all are answered like an unknown session (HTTP 404).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     #[error("unknown session")]
     Unknown,
     #[error("session has ended")]
@@ -79,7 +79,7 @@ impl SessionLimits {
 
     /// How often [`Sessions::sweep`] should run: often enough that a session is removed soon
     /// after its retention ends, at most once a second, at least once a minute.
-    pub fn sweep_period(&self) -> Duration {
+    pub(crate) fn sweep_period(&self) -> Duration {
         (self.idle_timeout.min(self.retention.max(Duration::from_secs(1))) / 2)
             .clamp(Duration::from_secs(1), Duration::from_secs(60))
     }
@@ -327,7 +327,7 @@ impl Sessions {
     }
 
     /// Sessions live now (neither ended nor expired), across the organisations.
-    pub fn live_count(&self) -> usize {
+    pub(crate) fn live_count(&self) -> usize {
         self.orgs.iter().map(|o| o.live_total).sum()
     }
 
@@ -347,7 +347,7 @@ impl Sessions {
 
     /// Puts reloaded bounds in place: caps for the sessions created from now on, time-outs for
     /// every session at its next check (a shorter idle time-out ends the sessions idle past it).
-    pub fn set_limits(&self, limits: SessionLimits) {
+    pub(crate) fn set_limits(&self, limits: SessionLimits) {
         self.idle_timeout_ms.store(millis(limits.idle_timeout), Ordering::Relaxed);
         self.retention_ms.store(millis(limits.retention), Ordering::Relaxed);
         self.per_key.store(limits.per_key, Ordering::Relaxed);
@@ -437,7 +437,7 @@ impl Sessions {
     /// Checks a session for a request by `key_id` on `gateway_id` and records the activity
     /// (in memory; nothing is copied or allocated when the session was already marked dirty).
     /// A session of another credential or gateway is reported as unknown.
-    pub fn touch(&self, id: &str, gateway_id: &str, key_id: &str) -> Result<(), SessionError> {
+    pub(crate) fn touch(&self, id: &str, gateway_id: &str, key_id: &str) -> Result<(), SessionError> {
         let now = Utc::now();
         let mut entry = self.map.get_mut(id).ok_or(SessionError::Unknown)?;
         let e = entry.value_mut();
@@ -500,7 +500,7 @@ impl Sessions {
 
     /// Ends every active session for which `doomed` holds (its gateway was deleted, its key
     /// revoked); written by the next flush. Returns how many ended.
-    pub fn end_where(&self, doomed: impl Fn(&McpSession) -> bool) -> usize {
+    pub(crate) fn end_where(&self, doomed: impl Fn(&McpSession) -> bool) -> usize {
         let ids: Vec<SessionId> = self
             .map
             .iter()
@@ -524,7 +524,7 @@ impl Sessions {
     /// Ends the live sessions of every key for which `usable` is false (revoked, expired,
     /// deleted). Reads only the keys that have live sessions, so it is cheap enough to run at
     /// every flush.
-    pub fn end_of_unusable_keys(&self, usable: impl Fn(&str) -> bool) -> usize {
+    pub(crate) fn end_of_unusable_keys(&self, usable: impl Fn(&str) -> bool) -> usize {
         let mut doomed = Vec::new();
         for org in self.orgs.iter() {
             for (key, ids) in &org.live {
@@ -608,7 +608,7 @@ impl Sessions {
 
     /// Whether store records of removed sessions wait for [`Sessions::delete_removed`] and no
     /// deletion runs; claims the deletion when true.
-    pub fn claim_deletion(&self) -> bool {
+    pub(crate) fn claim_deletion(&self) -> bool {
         !self.lock_removed().is_empty()
             && self.deleting.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
@@ -617,7 +617,7 @@ impl Sessions {
     /// durable write each on the embedded store: a sweep of a million sessions is a few hundred
     /// writes, not a million). It runs as its own task, not in the flusher. Called after
     /// [`Sessions::claim_deletion`] returned true.
-    pub async fn delete_removed(&self) {
+    pub(crate) async fn delete_removed(&self) {
         loop {
             // From the end: draining the front would move the rest of a million ids down at
             // each batch, under the lock the sweep (on a runtime thread) takes too.
@@ -642,18 +642,18 @@ impl Sessions {
     /// From now on, a session id this process does not know is looked up in the store: after
     /// `--upgrade`, the process being replaced may have created it after this one loaded its
     /// sessions.
-    pub fn adopt_unknown(&self) {
+    pub(crate) fn adopt_unknown(&self) {
         self.adopts.store(true, Ordering::Relaxed);
     }
 
     /// Whether unknown session ids are looked up in the store ([`Sessions::adopt_unknown`]).
-    pub fn adopts_unknown(&self) -> bool {
+    pub(crate) fn adopts_unknown(&self) -> bool {
         self.adopts.load(Ordering::Relaxed)
     }
 
     /// A session another instance created (several instances on one store): read once from the
     /// store and kept here like one of this instance's own. `true` when it is now known here.
-    pub async fn adopt(&self, id: &str) -> bool {
+    pub(crate) async fn adopt(&self, id: &str) -> bool {
         if self.map.contains_key(id) {
             return true;
         }
@@ -681,7 +681,7 @@ impl Sessions {
 
     /// A session another instance ended: ended here too (its streams close), without a write
     /// or an announcement, which the other instance made.
-    pub fn ended_elsewhere(&self, id: &str) {
+    pub(crate) fn ended_elsewhere(&self, id: &str) {
         let (org, key, was_live) = {
             let Some(mut e) = self.map.get_mut(id) else { return };
             if e.session.status != "active" {
@@ -716,7 +716,7 @@ impl Sessions {
     }
 
     /// The status a reader sees: `active`, `ended` or `expired`.
-    pub fn status_of(&self, s: &McpSession) -> &'static str {
+    pub(crate) fn status_of(&self, s: &McpSession) -> &'static str {
         if s.status != "active" {
             "ended"
         } else if self.expired(s, Utc::now()) {
@@ -742,7 +742,7 @@ impl Sessions {
     /// read once (the total counts them), the index copied a slice at a time so that its lock
     /// is never held while the map is read (the lock order of [`Sessions`]); only the page's
     /// sessions are copied.
-    pub fn page_of_org(
+    pub(crate) fn page_of_org(
         &self,
         org_id: &str,
         keep: Option<Selects<'_>>,
@@ -784,7 +784,8 @@ impl Sessions {
     }
 
     /// Live sessions of a key, as counted for `mcp.max_sessions_per_key`.
-    pub fn live_of_key(&self, org_id: &str, key_id: &str) -> usize {
+    #[cfg(test)]
+    pub(crate) fn live_of_key(&self, org_id: &str, key_id: &str) -> usize {
         self.orgs.get(org_id).and_then(|o| o.live.get(key_id).map(HashSet::len)).unwrap_or(0)
     }
 

@@ -16,7 +16,7 @@ const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a URL is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EgressError {
+pub(crate) enum EgressError {
     #[error("must be an absolute http(s) URL: {0}")]
     NotHttp(String),
     /// Not a URL at all: the parser's reason is kept as the cause.
@@ -34,7 +34,7 @@ pub enum EgressError {
 
 /// The rules a deployment applies.
 #[derive(Debug, Clone, Default)]
-pub struct Egress {
+pub(crate) struct Egress {
     pub allowed_hosts: Vec<String>,
     /// `environment: development`: plain http to any host.
     pub allow_http: bool,
@@ -42,7 +42,7 @@ pub struct Egress {
 
 /// A URL that passed the checks: where to connect.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub url: url::Url,
     pub host: String,
     /// The address to connect to (checked), or `None` for an allowed host (resolved as usual).
@@ -95,7 +95,7 @@ pub(crate) fn internal(ip: IpAddr) -> bool {
 
 impl Egress {
     /// The URL's shape: absolute, http(s), no credentials; https unless allowed.
-    pub fn check_url(&self, raw: &str) -> Result<(url::Url, String), EgressError> {
+    pub(crate) fn check_url(&self, raw: &str) -> Result<(url::Url, String), EgressError> {
         let url = url::Url::parse(raw).map_err(EgressError::Unparsable)?;
         let host = match url.host_str() {
             Some(h) if matches!(url.scheme(), "http" | "https") => h.trim_start_matches('[').trim_end_matches(']'),
@@ -117,7 +117,7 @@ impl Egress {
 
     /// The URL checked and resolved: the first address it resolves to, refused if any address
     /// is internal (unless the host is allowed).
-    pub async fn resolve(&self, raw: &str) -> Result<Target, EgressError> {
+    pub(crate) async fn resolve(&self, raw: &str) -> Result<Target, EgressError> {
         let (url, host) = self.check_url(raw)?;
         if self.allowed(&host) {
             return Ok(Target { url, host, addr: None });

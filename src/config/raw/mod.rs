@@ -87,7 +87,7 @@ fn read_ca_pem(file: &str) -> Result<Vec<u8>, String> {
 }
 
 impl RawConfig {
-    pub fn validate(self) -> Result<Config, ConfigError> {
+    pub(crate) fn validate(self) -> Result<Config, ConfigError> {
         let environment = match self.environment.as_deref() {
             None | Some("production") => Environment::Production,
             Some("development") => Environment::Development,

@@ -24,7 +24,7 @@ use std::time::Duration;
 /// What the trail tells the rest of the server (the webhooks): `audit.checkpoint` with the
 /// checkpoint as `data`, `audit.tampered` with what broke.
 #[derive(Debug, Clone)]
-pub struct Notice {
+pub(crate) struct Notice {
     pub org_id: String,
     pub event: &'static str,
     pub data: Value,

@@ -25,7 +25,7 @@ pub mod signing;
 pub mod verify;
 
 pub(crate) use chain::{Actor, Entry, Target};
-pub use checkpoints::Notice;
+pub(crate) use checkpoints::Notice;
 
 use crate::base::time::now_ms;
 use crate::data::store::{AuditLink, Store, StoreError};

@@ -283,7 +283,7 @@ impl State {
     /// record it names is read from the store and this instance's copy replaced or removed, then
     /// the listeners (caches) are told. The store is the truth, so a change heard twice, or late,
     /// leaves the same state.
-    pub async fn apply_peer_change(&self, change: &Change) -> Result<(), StoreError> {
+    pub(crate) async fn apply_peer_change(&self, change: &Change) -> Result<(), StoreError> {
         if let Some(name) = Named::of(change) {
             self.read_again(WrittenMeanwhile(HashSet::from([name]))).await?;
         }

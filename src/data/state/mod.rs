@@ -408,7 +408,7 @@ impl State {
         }
     }
 
-    pub async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
+    pub(crate) async fn save_org(&self, org: Organization) -> Result<Arc<Organization>, StoreError> {
         self.store.put_record(Kind::Organization, &org.id, &org.id, &org).await?;
         let _copies = self.copies();
         let org = self.install_org(org);
@@ -416,7 +416,7 @@ impl State {
         Ok(org)
     }
 
-    pub async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
+    pub(crate) async fn save_user(&self, user: User) -> Result<Arc<User>, StoreError> {
         self.store.put_record(Kind::User, &user.org_id, &user.id, &user).await?;
         let _copies = self.copies();
         let user = self.install_user(user);
@@ -427,7 +427,7 @@ impl State {
     /// Removes a user record: every instance drops its copy (and the callers resolved through
     /// it) as soon as it hears of the change. Its keys, sessions and grants are the caller's to
     /// end first.
-    pub async fn delete_user(&self, user: &User) -> Result<(), StoreError> {
+    pub(crate) async fn delete_user(&self, user: &User) -> Result<(), StoreError> {
         self.store.delete(Kind::User, &user.id).await?;
         let _copies = self.copies();
         self.users.remove(&user.id);
@@ -436,7 +436,7 @@ impl State {
         Ok(())
     }
 
-    pub async fn save_key(&self, mut key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
+    pub(crate) async fn save_key(&self, mut key: ApiKey) -> Result<Arc<ApiKey>, StoreError> {
         self.refuse_newer(Kind::ApiKey, &key.id)?;
         key.schema_version = SCHEMA_VERSION;
         self.store.put_record(Kind::ApiKey, &key.org_id, &key.id, &key).await?;
@@ -446,7 +446,7 @@ impl State {
         Ok(key)
     }
 
-    pub async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
+    pub(crate) async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
         self.store.put_record(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
         let _copies = self.copies();
         let a = self.install_service_account(a);
@@ -456,7 +456,7 @@ impl State {
 
     /// Counts one authenticated request of a key (no store write; see [`State::flush_usage`]).
     /// On the hot path: no allocation once the key has been seen, no date formatting.
-    pub fn record_usage(&self, key_id: &str, ip: std::net::IpAddr) {
+    pub(crate) fn record_usage(&self, key_id: &str, ip: std::net::IpAddr) {
         let now = Utc::now();
         let (day, month) = day_and_month(now);
         let mut u = match self.usage.get_mut(key_id) {
@@ -483,7 +483,7 @@ impl State {
         }
     }
 
-    pub fn usage_of(&self, key_id: &str) -> KeyUsage {
+    pub(crate) fn usage_of(&self, key_id: &str) -> KeyUsage {
         let mut u = self.usage.get(key_id).map(|u| u.clone()).unwrap_or_default();
         let (day, month) = day_and_month(Utc::now());
         if u.day != day {
@@ -496,7 +496,7 @@ impl State {
     }
 
     /// Writes usage counters changed since the last flush, in one transaction.
-    pub async fn flush_usage(&self) {
+    pub(crate) async fn flush_usage(&self) {
         crate::data::store::write_dirty(&*self.store, Kind::KeyUsage, &self.usage_dirty, |id| {
             let org = self.keys.get(id).map(|k| k.org_id.clone()).unwrap_or_default();
             self.usage.get(id).and_then(|u| serde_json::to_string(u.value()).ok()).map(|json| (org, json))
@@ -515,7 +515,7 @@ impl State {
         }
     }
 
-    pub async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
+    pub(crate) async fn delete_key(&self, id: &str) -> Result<(), StoreError> {
         self.refuse_newer(Kind::ApiKey, id)?;
         self.store.delete(Kind::ApiKey, id).await?;
         let _copies = self.copies();
@@ -525,7 +525,7 @@ impl State {
         Ok(())
     }
 
-    pub async fn save_gateway(&self, mut gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
+    pub(crate) async fn save_gateway(&self, mut gw: Gateway) -> Result<Arc<Gateway>, StoreError> {
         self.refuse_newer(Kind::Gateway, &gw.id)?;
         gw.schema_version = SCHEMA_VERSION;
         self.store.put_record(Kind::Gateway, &gw.org_id, &gw.id, &gw).await?;
@@ -559,12 +559,12 @@ impl State {
         Ok(())
     }
 
-    pub async fn save_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
+    pub(crate) async fn save_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
         self.store_connection(c, false).await
     }
 
     /// Saves a connection whose OAuth tokens were renewed, and nothing else changed.
-    pub async fn renew_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
+    pub(crate) async fn renew_connection(&self, c: Connection) -> Result<Arc<Connection>, StoreError> {
         self.store_connection(c, true).await
     }
 
@@ -577,7 +577,7 @@ impl State {
         Ok(c)
     }
 
-    pub async fn delete_connection(&self, org_id: &str, app_id: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn delete_connection(&self, org_id: &str, app_id: &str) -> Result<bool, StoreError> {
         let key = (org_id.to_string(), app_id.to_string());
         let Some(c) = self.connections.get(&key).map(|c| c.value().clone()) else { return Ok(false) };
         self.store.delete(Kind::Connection, &c.id).await?;
@@ -656,7 +656,7 @@ impl State {
         }
     }
 
-    pub async fn save_webhook(&self, w: Webhook) -> Result<Arc<Webhook>, StoreError> {
+    pub(crate) async fn save_webhook(&self, w: Webhook) -> Result<Arc<Webhook>, StoreError> {
         self.store.put_record(Kind::Webhook, &w.org_id, &w.id, &w).await?;
         let w = Arc::new(w);
         let _copies = self.copies();
@@ -665,7 +665,7 @@ impl State {
         Ok(w)
     }
 
-    pub async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
+    pub(crate) async fn delete_webhook(&self, id: &str) -> Result<(), StoreError> {
         self.store.delete(Kind::Webhook, id).await?;
         let _copies = self.copies();
         if let Some((_, w)) = self.webhooks.remove(id) {
@@ -675,12 +675,12 @@ impl State {
     }
 
     /// A webhook visible to `org_id`; another organisation's is "not found".
-    pub fn webhook_of(&self, org_id: &str, id: &str) -> Option<Arc<Webhook>> {
+    pub(crate) fn webhook_of(&self, org_id: &str, id: &str) -> Option<Arc<Webhook>> {
         self.webhooks.get(id).map(|w| w.value().clone()).filter(|w| w.org_id == org_id)
     }
 
     /// The organisation's webhooks, oldest first.
-    pub fn webhooks_of(&self, org_id: &str) -> Vec<Arc<Webhook>> {
+    pub(crate) fn webhooks_of(&self, org_id: &str) -> Vec<Arc<Webhook>> {
         let mut all: Vec<Arc<Webhook>> =
             self.webhooks.iter().filter(|w| w.org_id == org_id).map(|w| w.value().clone()).collect();
         all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
@@ -688,14 +688,14 @@ impl State {
     }
 
     /// Notes that the shared store answered (`peers.rs`, at each read of the change feed).
-    pub fn note_shared_contact(&self) {
+    pub(crate) fn note_shared_contact(&self) {
         self.shared_contact.store(crate::base::time::now_ms(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// With a shared store that has not answered for longer than `storage.outage_grace_secs`:
     /// for how many seconds. This instance's records may be out of date by then (a key revoked
     /// elsewhere), so authenticated requests are refused rather than served from them.
-    pub fn shared_store_lost_for(&self) -> Option<u64> {
+    pub(crate) fn shared_store_lost_for(&self) -> Option<u64> {
         let StorageConfig::Redis { outage_grace, .. } = &self.config().storage else { return None };
         let last = self.shared_contact.load(std::sync::atomic::Ordering::Relaxed);
         let silent = (crate::base::time::now_ms() - last).max(0) as u64;
@@ -703,7 +703,7 @@ impl State {
     }
 
     /// A gateway visible to `org_id`; another organisation's gateway is "not found".
-    pub fn gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<Gateway>> {
+    pub(crate) fn gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<Gateway>> {
         self.gateways.get(id).map(|g| g.value().clone()).filter(|g| g.org_id == org_id)
     }
 
@@ -712,7 +712,7 @@ impl State {
     /// instances on one store the lock is the store's (Redis), and once it is held the
     /// organisation's records are read again, so the check sees every write made under the lock
     /// before, whether or not this instance has heard of it yet.
-    pub async fn lock_writes(&self, org_id: &str) -> Result<WriteGuard<'_>, StoreError> {
+    pub(crate) async fn lock_writes(&self, org_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let local = self.write_lock.lock().await;
         let name = format!("writes:{org_id}");
         let token = self.store.lock(&name, WRITE_LOCK_TTL, WRITE_LOCK_WAIT).await?;
@@ -732,7 +732,7 @@ impl State {
     }
 
     /// The users that `keep` keeps (a scan: for rare look-ups such as a sign-in's e-mail).
-    pub fn users_where(&self, keep: impl Fn(&User) -> bool) -> Vec<Arc<User>> {
+    pub(crate) fn users_where(&self, keep: impl Fn(&User) -> bool) -> Vec<Arc<User>> {
         self.users.iter().filter(|u| keep(u.value())).map(|u| u.value().clone()).collect()
     }
 
@@ -748,18 +748,18 @@ impl State {
 
     /// Whether the gateway exists, served here or not (written by a newer toolgate): its
     /// sessions are not this instance's to end.
-    pub fn gateway_exists(&self, id: &str) -> bool {
+    pub(crate) fn gateway_exists(&self, id: &str) -> bool {
         self.gateways.contains_key(id) || self.newer_gateways.contains_key(id)
     }
 
     /// The gateway `id` of `org_id` when it was written by a newer toolgate (so it is neither
     /// served nor changed here).
-    pub fn newer_gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<NewerRecord>> {
+    pub(crate) fn newer_gateway_of(&self, org_id: &str, id: &str) -> Option<Arc<NewerRecord>> {
         self.newer_gateways.get(id).map(|g| g.value().clone()).filter(|g| g.org_id == org_id)
     }
 
     /// How many gateways and keys written by a newer toolgate this instance holds apart.
-    pub fn newer_records(&self) -> [(&'static str, usize); 2] {
+    pub(crate) fn newer_records(&self) -> [(&'static str, usize); 2] {
         [("gateway", self.newer_gateways.len()), ("api_key", self.newer_keys.len())]
     }
 
@@ -793,11 +793,11 @@ impl State {
     }
 
     /// The gateways for which `keep` holds.
-    pub fn gateways_where(&self, keep: impl Fn(&Gateway) -> bool) -> Vec<Arc<Gateway>> {
+    pub(crate) fn gateways_where(&self, keep: impl Fn(&Gateway) -> bool) -> Vec<Arc<Gateway>> {
         self.gateways.iter().filter(|g| keep(g)).map(|g| g.value().clone()).collect()
     }
 
-    pub fn gateway_count(&self, org_id: &str) -> usize {
+    pub(crate) fn gateway_count(&self, org_id: &str) -> usize {
         self.gateways.iter().filter(|g| g.org_id == org_id).count()
     }
 
@@ -811,24 +811,24 @@ impl State {
 
     /// The organisation's keys for which `keep` holds (a scan of its keys: for a management
     /// list, never the hot path).
-    pub fn keys_of(&self, org_id: &str, keep: impl Fn(&ApiKey) -> bool) -> Vec<Arc<ApiKey>> {
+    pub(crate) fn keys_of(&self, org_id: &str, keep: impl Fn(&ApiKey) -> bool) -> Vec<Arc<ApiKey>> {
         let Some(keys) = self.keys_by_org.get(org_id) else { return Vec::new() };
         keys.values().filter(|k| keep(k)).cloned().collect()
     }
 
     /// How many of the organisation's keys `keep` holds for.
-    pub fn key_count_of(&self, org_id: &str, keep: impl Fn(&ApiKey) -> bool) -> usize {
+    pub(crate) fn key_count_of(&self, org_id: &str, keep: impl Fn(&ApiKey) -> bool) -> usize {
         self.keys_by_org.get(org_id).map_or(0, |keys| keys.values().filter(|k| keep(k)).count())
     }
 
     /// The service accounts for which `keep` holds.
-    pub fn service_accounts_where(&self, keep: impl Fn(&ServiceAccount) -> bool) -> Vec<Arc<ServiceAccount>> {
+    pub(crate) fn service_accounts_where(&self, keep: impl Fn(&ServiceAccount) -> bool) -> Vec<Arc<ServiceAccount>> {
         self.service_accounts.iter().filter(|a| keep(a)).map(|a| a.value().clone()).collect()
     }
 
     /// The app status an organisation sees: `connected` when it has a live connection or the app
     /// needs no credentials, else the declared status.
-    pub fn app_status(&self, org_id: &str, app: &crate::config::AppConfig) -> String {
+    pub(crate) fn app_status(&self, org_id: &str, app: &crate::config::AppConfig) -> String {
         if self.is_connected(org_id, &app.id) {
             "connected".into()
         } else {
@@ -836,7 +836,7 @@ impl State {
         }
     }
 
-    pub fn is_connected(&self, org_id: &str, app_id: &str) -> bool {
+    pub(crate) fn is_connected(&self, org_id: &str, app_id: &str) -> bool {
         let Some(app) = self.app(app_id) else { return false };
         if !app.needs_credentials() {
             return true;
@@ -845,23 +845,23 @@ impl State {
     }
 
     /// The key whose SHA-256 is `hash` (the credential resolver's look-up, `identity::credentials`).
-    pub fn key_by_hash(&self, hash: &[u8; 32]) -> Option<Arc<ApiKey>> {
+    pub(crate) fn key_by_hash(&self, hash: &[u8; 32]) -> Option<Arc<ApiKey>> {
         self.key_by_hash.get(hash).map(|k| k.value().clone())
     }
 
     /// The caller resolved for key `key_id`, while no key, user or organisation changed since.
-    pub fn cached_principal(&self, key_id: &str) -> Option<Arc<Principal>> {
+    pub(crate) fn cached_principal(&self, key_id: &str) -> Option<Arc<Principal>> {
         self.principals.get(key_id).map(|p| p.value().clone())
     }
 
     /// Keeps the caller resolved for key `key_id` until a key, user or organisation changes.
-    pub fn cache_principal(&self, key_id: &str, principal: Arc<Principal>) {
+    pub(crate) fn cache_principal(&self, key_id: &str, principal: Arc<Principal>) {
         self.principals.insert(key_id.to_string(), principal);
     }
 
     /// The gateway `id` when it takes OAuth access tokens (`configuration.auth: oauth`): the one
     /// place that decides it, for the credential, the 401's challenge and the metadata.
-    pub fn oauth_gateway(&self, id: &str) -> Option<Arc<Gateway>> {
+    pub(crate) fn oauth_gateway(&self, id: &str) -> Option<Arc<Gateway>> {
         self.gateway(id).filter(|g| g.configuration.auth == GatewayAuth::Oauth)
     }
 }
@@ -872,7 +872,7 @@ const WRITE_LOCK_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 const WRITE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Held while an organisation's management write checks and saves ([`State::lock_writes`]).
-pub struct WriteGuard<'a> {
+pub(crate) struct WriteGuard<'a> {
     _local: tokio::sync::MutexGuard<'a, ()>,
     /// The store's lock, when the store is shared: released when the guard goes.
     shared: Option<(Arc<dyn Store>, String, String)>,

@@ -6,7 +6,7 @@ use super::*;
 
 impl State {
     /// Saves a grant (a new one, or its tokens rotated); it lives as long as its refresh token.
-    pub async fn save_grant(&self, g: OAuthGrant) -> Result<Arc<OAuthGrant>, StoreError> {
+    pub(crate) async fn save_grant(&self, g: OAuthGrant) -> Result<Arc<OAuthGrant>, StoreError> {
         self.store.put_record_until(Kind::OAuthGrant, &g.org_id, &g.id, &g, g.refresh_expires_ms).await?;
         let g = Arc::new(g);
         let _copies = self.copies();
@@ -17,7 +17,7 @@ impl State {
 
     /// Revokes a grant: its access and refresh tokens stop working at once, on every instance
     /// as soon as it hears of the change.
-    pub async fn delete_grant(&self, id: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn delete_grant(&self, id: &str) -> Result<bool, StoreError> {
         let deleted = self.store.delete(Kind::OAuthGrant, id).await?;
         let _copies = self.copies();
         if let Some((_, g)) = self.grants.remove(id) {
@@ -28,7 +28,11 @@ impl State {
 
     /// Registers a client of the authorization server, or saves it again; a client that
     /// registered itself (no organisation) lives until `expires_at_ms`.
-    pub async fn save_oauth_client(&self, c: &OAuthClient, expires_at_ms: Option<i64>) -> Result<(), StoreError> {
+    pub(crate) async fn save_oauth_client(
+        &self,
+        c: &OAuthClient,
+        expires_at_ms: Option<i64>,
+    ) -> Result<(), StoreError> {
         match expires_at_ms {
             Some(at) => self.store.put_record_until(Kind::OAuthClient, &c.org_id, &c.id, c, at).await?,
             None => self.store.put_record(Kind::OAuthClient, &c.org_id, &c.id, c).await?,
@@ -41,7 +45,7 @@ impl State {
 
     /// Deletes a client, then revokes every grant its users made it: from here on it is refused
     /// on every instance as soon as it hears of the change.
-    pub async fn delete_oauth_client(&self, c: &OAuthClient) -> Result<(), StoreError> {
+    pub(crate) async fn delete_oauth_client(&self, c: &OAuthClient) -> Result<(), StoreError> {
         self.store.delete(Kind::OAuthClient, &c.id).await?;
         {
             let _copies = self.copies();
@@ -96,17 +100,17 @@ impl State {
 
     /// A grant as the store holds it now: what a refresh reads, so that a token rotated on
     /// another instance a moment ago counts as used here too.
-    pub async fn stored_grant(&self, id: &str) -> Result<Option<OAuthGrant>, StoreError> {
+    pub(crate) async fn stored_grant(&self, id: &str) -> Result<Option<OAuthGrant>, StoreError> {
         self.read(Kind::OAuthGrant, id).await
     }
 
     /// The grants of a client (to revoke them with it).
-    pub fn grants_of_client(&self, client_id: &str) -> Vec<Arc<OAuthGrant>> {
+    pub(crate) fn grants_of_client(&self, client_id: &str) -> Vec<Arc<OAuthGrant>> {
         self.grants.iter().filter(|g| g.client_id == client_id).map(|g| g.value().clone()).collect()
     }
 
     /// The grants a user gave (to revoke them when its password changes).
-    pub fn grants_of_user(&self, user_id: &str) -> Vec<Arc<OAuthGrant>> {
+    pub(crate) fn grants_of_user(&self, user_id: &str) -> Vec<Arc<OAuthGrant>> {
         self.grants.iter().filter(|g| g.user_id == user_id).map(|g| g.value().clone()).collect()
     }
 }

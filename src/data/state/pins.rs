@@ -12,7 +12,7 @@ impl State {
     /// organisation's partition, so the rows of its other gateways come along: only a row that
     /// names this gateway (an id is plain ASCII, written unescaped) is decoded, which keeps a
     /// gateway's first list from paying for every other gateway's pins.
-    pub async fn tool_pins_of(&self, org_id: &str, gateway_id: &str) -> Result<Vec<ToolPin>, StoreError> {
+    pub(crate) async fn tool_pins_of(&self, org_id: &str, gateway_id: &str) -> Result<Vec<ToolPin>, StoreError> {
         let rows = self.store.load_partition(Kind::ToolPin, org_id).await?;
         let mut pins = Vec::new();
         for (id, body) in rows.into_iter().filter(|(_, body)| body.contains(gateway_id)) {
@@ -32,7 +32,7 @@ impl State {
 
     /// Writes pins of one gateway in one durable write, then publishes [`Change::ToolPinsSaved`]
     /// (`decided`: an admin's approval or rejection).
-    pub async fn save_tool_pins(
+    pub(crate) async fn save_tool_pins(
         &self,
         org_id: &str,
         gateway_id: &str,
@@ -63,7 +63,7 @@ impl State {
     /// Deletes every pin of one gateway (the gateway is being deleted) in one durable write: a
     /// gateway of 5,000 pinned tools once cost 5,000 writes, each waiting for the disk, while its
     /// `DELETE` waited. How many went.
-    pub async fn delete_tool_pins(&self, org_id: &str, gateway_id: &str) -> Result<usize, StoreError> {
+    pub(crate) async fn delete_tool_pins(&self, org_id: &str, gateway_id: &str) -> Result<usize, StoreError> {
         let ids: Vec<String> = self.tool_pins_of(org_id, gateway_id).await?.into_iter().map(|p| p.id).collect();
         let n = ids.len();
         self.store.delete_many(Kind::ToolPin, ids).await?;
@@ -71,7 +71,7 @@ impl State {
     }
 
     /// Tells the feed that a pin's definition became pending (once it is written).
-    pub fn tool_change_detected(&self, pin: &ToolPin) {
+    pub(crate) fn tool_change_detected(&self, pin: &ToolPin) {
         let Some(pending) = &pin.pending else { return };
         self.changes.publish(Change::ToolChangeDetected {
             org_id: pin.org_id.clone(),

@@ -19,7 +19,7 @@ const NEW_USERS_LOCK: &str = "new-users";
 
 /// Why a user is not made.
 #[derive(Debug, thiserror::Error)]
-pub enum NewUserError {
+pub(crate) enum NewUserError {
     /// A user of another organisation holds the address. The message names no organisation:
     /// whether an address is taken is all the caller learns.
     #[error("a user of another organisation has this e-mail address: an address belongs to one organisation")]
@@ -39,7 +39,7 @@ impl State {
     /// check and the save hold a lock of their own (on a shared store, the store's, and the
     /// users are then read from the store), so two organisations giving themselves one address
     /// at once, on one instance or two, cannot both succeed.
-    pub async fn create_user(&self, user: User) -> Result<Arc<User>, NewUserError> {
+    pub(crate) async fn create_user(&self, user: User) -> Result<Arc<User>, NewUserError> {
         let local = self.new_users_lock.lock().await;
         let token = self.store.lock(NEW_USERS_LOCK, WRITE_LOCK_TTL, WRITE_LOCK_WAIT).await?;
         let guard = WriteGuard { _local: local, shared: token.map(|t| (self.store.clone(), NEW_USERS_LOCK.into(), t)) };
@@ -64,7 +64,7 @@ impl State {
     /// in there by password, SAML or a provider naming the organisation); a tenant's user is not
     /// theirs to share. A declared user that already has its address in its organisation keeps
     /// it (it may predate the rule), so a start never fails on what the last one applied.
-    pub fn check_declarations(&self, config: &Config) -> Result<(), ConfigError> {
+    pub(crate) fn check_declarations(&self, config: &Config) -> Result<(), ConfigError> {
         let declared = |u: &User| config.users.iter().any(|d| d.id == u.id);
         for (i, u) in config.users.iter().enumerate() {
             let kept =

@@ -13,7 +13,7 @@ pub use embedded::EmbeddedStore;
 pub(crate) use embedded::DB_FILE;
 pub use records::encode;
 pub(crate) use records::PutRecord;
-pub use redis::RedisStore;
+pub(crate) use redis::RedisStore;
 
 use crate::config::StorageConfig;
 use toolgate_filters::rate_limit::UsageMinute;

@@ -86,7 +86,7 @@ pub(crate) fn check_redirect_uri(raw: &str) -> Result<(), String> {
 
 /// Why a `client_id` names no usable client, beyond its simply being unknown.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientLookupError {
+pub(crate) enum ClientLookupError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("the client's metadata document cannot be used: {0}")]

@@ -201,7 +201,7 @@ impl WebSessions {
     }
 
     /// A user's live sessions, oldest first.
-    pub async fn of_user(&self, user_id: &str) -> Result<Vec<WebSession>, StoreError> {
+    pub(crate) async fn of_user(&self, user_id: &str) -> Result<Vec<WebSession>, StoreError> {
         let mut all: Vec<WebSession> = self.stored(user_id).await?.into_iter().map(|(_, s)| s).collect();
         all.sort_by_key(|s| s.created_at);
         Ok(all)
@@ -220,7 +220,7 @@ impl WebSessions {
     }
 
     /// Ends the session of `token` (sign-out).
-    pub async fn end_token(&self, token: &str) -> Result<(), StoreError> {
+    pub(crate) async fn end_token(&self, token: &str) -> Result<(), StoreError> {
         let key = secrets::hash_key(token);
         let session = self.read(&key).await?;
         self.store.delete(Kind::WebSession, &key).await?;
@@ -232,7 +232,7 @@ impl WebSessions {
     }
 
     /// Ends every session of the user (a new password).
-    pub async fn end_all(&self, user_id: &str) -> Result<(), StoreError> {
+    pub(crate) async fn end_all(&self, user_id: &str) -> Result<(), StoreError> {
         for (key, s) in self.stored(user_id).await? {
             self.store.delete(Kind::WebSession, &key).await?;
             self.ended(&s);

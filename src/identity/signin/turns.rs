@@ -76,7 +76,7 @@ pub(crate) fn account_share(size: usize) -> usize {
 
 /// Why a sign-in got no place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum NoPlace {
+pub(crate) enum NoPlace {
     #[error("too many sign-ins at once; try again in a moment")]
     Full,
     #[error("too many sign-ins at once from this address; try again in a moment")]

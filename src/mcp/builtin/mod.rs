@@ -22,18 +22,14 @@ pub enum BuiltinError {
     /// `Unknown tool: NAME` (see [`crate::mcp::jsonrpc::RpcErrorObject::unknown_tool`]).
     #[error("Unknown tool: {0}")]
     UnknownTool(String),
-    /// A bug or resource problem inside the app; the gateway answers -32603.
-    #[error("internal error: {0}")]
-    Internal(String),
 }
 
 impl BuiltinError {
     /// The JSON-RPC error object this maps to at the edge.
-    pub fn to_error_object(&self) -> crate::mcp::jsonrpc::RpcErrorObject {
+    pub(crate) fn to_error_object(&self) -> crate::mcp::jsonrpc::RpcErrorObject {
         use crate::mcp::jsonrpc::RpcErrorObject;
         match self {
             BuiltinError::UnknownTool(name) => RpcErrorObject::unknown_tool(name),
-            BuiltinError::Internal(msg) => RpcErrorObject::internal(msg.clone()),
         }
     }
 }

@@ -51,7 +51,7 @@ impl RuleSlots {
 
     /// A reload's figure: organisations get slots of the new size from their next call (those
     /// running finish on the old ones).
-    pub fn set_per_org(&self, per_org: usize) {
+    pub(crate) fn set_per_org(&self, per_org: usize) {
         if self.per_org.swap(per_org.max(1), Ordering::Relaxed) != per_org.max(1) {
             self.orgs.clear();
         }

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 impl UpstreamError {
     /// The cause in a few words, naming no address, command line or secret.
-    pub fn in_words(&self) -> Cow<'static, str> {
+    pub(crate) fn in_words(&self) -> Cow<'static, str> {
         Cow::Borrowed(match self {
             UpstreamError::Timeout { .. } => "timed out",
             UpstreamError::Connect(text) => connect_cause(text),

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::mcp::builtin::{BuiltinApp, BuiltinError};
+use crate::mcp::builtin::BuiltinApp;
 use crate::mcp::content::ContentCheck;
 use crate::mcp::jsonrpc::{Id, Message, RawJson, Response, RpcErrorObject};
 
@@ -38,7 +38,7 @@ pub(crate) mod stdio;
 pub(crate) mod wire;
 
 /// The versions spoken to apps: the one list of [`crate::mcp::protocol`].
-pub use crate::mcp::protocol::{LATEST as LATEST_PROTOCOL_VERSION, VERSIONS as PROTOCOL_VERSIONS};
+pub(crate) use crate::mcp::protocol::{LATEST as LATEST_PROTOCOL_VERSION, VERSIONS as PROTOCOL_VERSIONS};
 
 /// Per-app timeouts, in milliseconds in the YAML (`connect_ms`, `first_byte_ms`, `total_ms`).
 ///
@@ -50,7 +50,7 @@ pub use crate::mcp::protocol::{LATEST as LATEST_PROTOCOL_VERSION, VERSIONS as PR
 ///   the gateway's resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Timeouts {
+pub(crate) struct Timeouts {
     pub connect_ms: u64,
     pub first_byte_ms: u64,
     pub total_ms: u64,
@@ -63,20 +63,20 @@ impl Default for Timeouts {
 }
 
 impl Timeouts {
-    pub fn connect(&self) -> Duration {
+    pub(crate) fn connect(&self) -> Duration {
         Duration::from_millis(self.connect_ms)
     }
     pub(crate) fn first_byte(&self) -> Duration {
         Duration::from_millis(self.first_byte_ms)
     }
-    pub fn total(&self) -> Duration {
+    pub(crate) fn total(&self) -> Duration {
         Duration::from_millis(self.total_ms)
     }
 }
 
 /// A credential sent to an HTTP upstream on every request. Its `Debug` never shows the secret.
 #[derive(Clone, PartialEq, Eq)]
-pub enum Credential {
+pub(crate) enum Credential {
     /// `Authorization: Bearer <token>`.
     Bearer(String),
     /// Any header, e.g. `X-Api-Key: <key>` for servers that want one.
@@ -94,7 +94,7 @@ impl fmt::Debug for Credential {
 
 /// Streamable HTTP upstream.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HttpSettings {
+pub(crate) struct HttpSettings {
     /// The MCP endpoint, e.g. `http://127.0.0.1:3001/mcp`.
     pub url: String,
     /// Extra static headers (non-secret, e.g. `X-Tenant`).
@@ -109,7 +109,7 @@ pub struct HttpSettings {
 
 /// Stdio upstream: `command[0]` run with `command[1..]`, `env` added to a minimal environment.
 #[derive(Clone, PartialEq)]
-pub struct StdioSettings {
+pub(crate) struct StdioSettings {
     pub command: Vec<String>,
     /// Set in the child in addition to [`stdio::INHERITED_ENV`]; the gateway's own environment
     /// (which may hold `TOOLGATE_ADMIN_KEY`) is otherwise not passed on.
@@ -131,7 +131,7 @@ impl fmt::Debug for StdioSettings {
 
 /// Which transport an app uses (exactly one of `url`, `command`, `builtin` in the YAML).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Transport {
+pub(crate) enum Transport {
     Http(HttpSettings),
     Stdio(StdioSettings),
     Builtin(String),
@@ -139,7 +139,7 @@ pub enum Transport {
 
 /// Everything needed to build one app's [`Upstream`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamSettings {
+pub(crate) struct UpstreamSettings {
     /// The app id: used in logs and in error messages, never sent upstream.
     pub app_id: String,
     pub timeouts: Timeouts,
@@ -190,7 +190,7 @@ pub(crate) fn backoff(failures: u32, base: Duration, cap: Duration) -> Duration 
 
 /// Something an app announced that the gateway acts on beyond the call it came with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppNotice {
+pub(crate) struct AppNotice {
     /// The organisation whose upstream announced it; empty for an upstream shared by all
     /// organisations (an app without credentials).
     pub owner: String,
@@ -199,7 +199,7 @@ pub struct AppNotice {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoticeKind {
+pub(crate) enum NoticeKind {
     /// `notifications/{tools,prompts,resources}/list_changed`: the cached lists are stale.
     ListsChanged,
     /// `notifications/resources/updated`: the clients subscribed to `uri` want to know.
@@ -790,9 +790,7 @@ async fn builtin_request(app: &dyn BuiltinApp, method: &str, params: Option<RawJ
             let arguments = params.get_mut("arguments").map(Value::take).unwrap_or_else(|| json!({}));
             match app.call(&name, arguments).await {
                 Ok(result) => Response::success(id, result),
-                Err(e @ (BuiltinError::UnknownTool(_) | BuiltinError::Internal(_))) => {
-                    Response::error(id, e.to_error_object())
-                }
+                Err(e) => Response::error(id, e.to_error_object()),
             }
         }
         other => Response::error(id, RpcErrorObject::method_not_found(other)),

@@ -266,7 +266,7 @@ impl StdioUpstream {
 
     /// Sends a notification to the running process; with no process running there is nobody
     /// to notify and this is a no-op.
-    pub async fn notify(&self, method: &str, params: Option<RawJson>) -> Result<(), UpstreamError> {
+    pub(crate) async fn notify(&self, method: &str, params: Option<RawJson>) -> Result<(), UpstreamError> {
         let Some(p) = self.inner.current.load_full() else { return Ok(()) };
         if p.shared.is_closed() {
             return Ok(());

@@ -46,7 +46,7 @@ impl Courier {
     }
 
     /// The transports `config` describes (built, not yet used).
-    pub fn prepare(config: &Config) -> Result<Prepared, crate::config::ConfigError> {
+    pub(crate) fn prepare(config: &Config) -> Result<Prepared, crate::config::ConfigError> {
         let invalid = |field: &str, e: String| crate::config::ConfigError::Invalid {
             field: field.into(),
             message: format!("cannot set up the client: {e}"),
@@ -62,11 +62,11 @@ impl Courier {
         self.sms.store(prepared.sms);
     }
 
-    pub fn can_email(&self) -> bool {
+    pub(crate) fn can_email(&self) -> bool {
         self.mailer.load().is_some()
     }
 
-    pub fn can_text(&self) -> bool {
+    pub(crate) fn can_text(&self) -> bool {
         self.sms.load().is_some()
     }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// A Redis deployment to connect to.
 #[derive(Clone)]
-pub enum Target {
+pub(crate) enum Target {
     Single(redis::Client),
     Cluster(Cluster),
 }
@@ -24,7 +24,7 @@ pub enum Target {
 /// A Redis Cluster: its seed nodes and TLS settings, from which each connection's client is
 /// built with that connection's time-outs.
 #[derive(Clone)]
-pub struct Cluster {
+pub(crate) struct Cluster {
     nodes: Vec<String>,
     certificates: Option<redis::TlsCertificates>,
 }
@@ -49,7 +49,7 @@ impl Cluster {
 
 impl Target {
     /// The deployment `storage` names (an error for the embedded store, which has none).
-    pub fn of(storage: &StorageConfig) -> RedisResult<Target> {
+    pub(crate) fn of(storage: &StorageConfig) -> RedisResult<Target> {
         let StorageConfig::Redis { url, tls, cluster_nodes, .. } = storage else {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
@@ -73,7 +73,7 @@ impl Target {
     /// A connection for many users at once that reconnects by itself after a failure, made
     /// without waiting for Redis (the first command connects). Must be called inside the
     /// runtime it is to live on: its tasks are spawned there.
-    pub fn shared(&self, connect: Duration, response: Duration, retries: usize) -> RedisResult<Conn> {
+    pub(crate) fn shared(&self, connect: Duration, response: Duration, retries: usize) -> RedisResult<Conn> {
         Ok(match self {
             Target::Single(client) => {
                 let config = ConnectionManagerConfig::new()
@@ -93,7 +93,7 @@ impl Target {
 
     /// A connection of its own, connected now: for a task that blocks on a read (the change
     /// feed) or that makes its connection again itself after a failure.
-    pub async fn dedicated(&self, connect: Duration, response: Duration) -> RedisResult<Conn> {
+    pub(crate) async fn dedicated(&self, connect: Duration, response: Duration) -> RedisResult<Conn> {
         Ok(match self {
             Target::Single(client) => {
                 let config = redis::AsyncConnectionConfig::new()
@@ -132,7 +132,7 @@ fn certificates(tls: &RedisTls) -> Option<redis::TlsCertificates> {
 /// A connection to either deployment; cheap to clone (every kind is a handle on a shared
 /// multiplexed connection).
 #[derive(Clone)]
-pub enum Conn {
+pub(crate) enum Conn {
     Managed(ConnectionManager),
     Multiplexed(MultiplexedConnection),
     Cluster(ClusterConnection),

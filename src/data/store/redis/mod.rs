@@ -42,7 +42,7 @@ pub(crate) mod connection;
 const DELETE_BATCH: usize = 1000;
 pub(crate) use connection::{Conn, Target};
 
-pub struct RedisStore {
+pub(crate) struct RedisStore {
     conn: Conn,
     keys: Arc<Keys>,
 }
@@ -105,7 +105,7 @@ const SCAN_CHUNK: isize = 1000;
 impl RedisStore {
     /// Connects lazily: the first command connects, and the connection is made again after a
     /// failure, each attempt bounded by `connect_timeout`, each command by `command_timeout`.
-    pub fn open(
+    pub(crate) fn open(
         target: &Target,
         prefix: &str,
         connect_timeout: Duration,
