@@ -96,6 +96,8 @@ if [ "$tests" -eq 1 ]; then
     { have prometheus && have promtool; } || need prometheus
     have npm || need nodejs npm
     have curl || need curl ca-certificates
+    # The guides' shell blocks (docs/guides/, run by tests/py/test_guides.py) read JSON with jq.
+    have jq || need jq
     have xmlsec1 || need xmlsec1
     have shellcheck || need shellcheck
     # The console's browser test drives Debian's Chromium headless (playwright-core, no browser

@@ -313,7 +313,8 @@ impl Proxy {
 
     /// Answers a request by its route. `Err` only when the answer could not be written (mostly a
     /// client that has gone): every refusal and failure of toolgate's own is an answer.
-    async fn route(&self, session: &mut ServerSession, ctx: &mut RequestCtx) -> Result<()> {
+    /// `draining`: a graceful shutdown has begun (see [`Proxy::answer`]).
+    async fn route(&self, session: &mut ServerSession, ctx: &mut RequestCtx, draining: bool) -> Result<()> {
         let route = ctx.route.clone();
         let mut ex = Exchange::new(session, ctx, self.server.state.config().server.max_body_bytes);
         match route {
@@ -321,6 +322,9 @@ impl Proxy {
                 let body = serde_json::to_vec(&json!({ "status": "ok" })).unwrap_or_default();
                 ex.json(200, body).await
             }
+            // Draining, the instance is leaving: a readiness probe (or a load balancer asking on a
+            // connection still open) is told to send new work elsewhere, whatever the store says.
+            Route::Ready if draining => ex.json(503, br#"{"status":"draining"}"#.to_vec()).await,
             Route::Ready => {
                 let (status, body) = match self.server.state.store.ping().await {
                     Ok(()) => (200, json!({ "status": "ready" })),
@@ -466,12 +470,13 @@ impl Answer for Proxy {
                 session.shutdown().await;
                 return Next::Close;
             }
-            if *shutdown.borrow() {
+            let draining = *shutdown.borrow();
+            if draining {
                 // Shutting down: this answer is the connection's last.
                 session.set_keepalive(None);
             }
             let mut ctx = self.begin(&session);
-            let answered = self.route(&mut session, &mut ctx).await;
+            let answered = self.route(&mut session, &mut ctx, draining).await;
             if let Err(e) = &answered {
                 Box::pin(self.failed(&mut session, &ctx, e)).await;
             }

@@ -300,7 +300,8 @@ fn every_configuration_field_is_in_the_reference_with_its_reload_rule() {
 
 /// What marks a fenced block, on the line before it. `example` is a snippet no test runs as
 /// written (its placeholders, such as `$GW` or `ag_...`, are the reader's); the others name the
-/// test that runs or reads the block.
+/// test that runs or reads the block. `<!-- guide: file NAME -->` (any NAME, see
+/// [`GUIDE_FILE`]) is a file a guide has the reader save, which its test saves and uses.
 const MARKERS: &[(&str, &str)] = &[
     ("<!-- example -->", "shown, not run as written"),
     ("<!-- run -->", "tests/integration/docs.rs::the_readme_run_command_is_the_repositorys_script"),
@@ -309,17 +310,55 @@ const MARKERS: &[(&str, &str)] = &[
     ("<!-- typescript sdk -->", "tests/py/test_docs_tour.py"),
     ("<!-- build -->", "tests/integration/packaging.rs"),
     ("<!-- verify a delivery -->", "tests/py/test_webhooks.py"),
+    ("<!-- guide: run -->", "tests/py/test_guides.py"),
 ];
 
+/// The marker of a file a guide has the reader save (`<!-- guide: file toolgate.yaml -->`), run
+/// by `tests/py/test_guides.py`.
+const GUIDE_FILE: (&str, &str) = ("<!-- guide: file ", " -->");
+
+fn is_marker(line: &str) -> bool {
+    let guide_file = line
+        .strip_prefix(GUIDE_FILE.0)
+        .and_then(|rest| rest.strip_suffix(GUIDE_FILE.1))
+        .is_some_and(|name| !name.is_empty() && !name.contains(char::is_whitespace));
+    guide_file || MARKERS.iter().any(|(m, _)| line == *m)
+}
+
+/// The guides by task (`docs/guides/`), and the files they use: each page has a block a test
+/// runs.
+#[test]
+fn every_guide_has_a_block_a_test_runs_and_is_linked_from_the_readme() {
+    let readme = read("README.md");
+    let index = read("docs/guides/README.md");
+    let mut guides = 0;
+    for entry in std::fs::read_dir(root().join("docs/guides")).expect("docs/guides/") {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.extension().is_none_or(|e| e != "md") || name == "README.md" {
+            continue;
+        }
+        guides += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\n<!-- guide: run -->\n```sh\n"), "docs/guides/{name} has no block a test runs");
+        assert!(index.contains(&format!("]({name})")), "docs/guides/README.md does not link {name}");
+        assert!(readme.contains(&format!("](docs/guides/{name})")), "README.md does not link docs/guides/{name}");
+    }
+    assert_eq!(guides, 7, "the guides by task of issue 60");
+}
+
+/// README.md, then the pages of `docs/` and of `docs/guides/`.
 fn markdown_files() -> Vec<PathBuf> {
     let mut files = vec![root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .expect("docs/")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    files.extend(docs);
+    for dir in ["docs", "docs/guides"] {
+        let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+            .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        docs.sort();
+        files.extend(docs);
+    }
     files
 }
 
@@ -346,7 +385,7 @@ fn every_snippet_of_the_readme_and_docs_is_run_or_marked_as_an_example() {
                 continue; // a diagram, not a snippet
             }
             let before = lines[..i].iter().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim()).unwrap_or("");
-            if !MARKERS.iter().any(|(m, _)| before == *m) {
+            if !is_marker(before) {
                 unmarked.push(format!("{}:{}: {t}", file.strip_prefix(root()).unwrap().display(), i + 1));
             }
         }
@@ -355,8 +394,10 @@ fn every_snippet_of_the_readme_and_docs_is_run_or_marked_as_an_example() {
     assert!(blocks > 40, "only {blocks} fenced blocks found in README.md and docs/");
     assert!(
         unmarked.is_empty(),
-        "these blocks are neither run by a test nor marked; put one of {:?} on the line before each:\n{}",
+        "these blocks are neither run by a test nor marked; put one of {:?} (or `{}NAME{}`) on the line before each:\n{}",
         MARKERS.iter().map(|m| m.0).collect::<Vec<_>>(),
+        GUIDE_FILE.0,
+        GUIDE_FILE.1,
         unmarked.join("\n")
     );
 }

@@ -186,6 +186,37 @@ fn a_request_on_a_kept_alive_connection_just_after_sigterm_is_answered_with_conn
     exits_at_once_when_idle(&mut srv);
 }
 
+/// Readiness turns false while the instance drains: `/readyz` answers 200 before SIGTERM and 503
+/// `draining` on a connection still open after it (a load balancer or an orchestrator that asks
+/// then sends no new work to a leaving instance), while `/healthz` still answers 200.
+#[test]
+fn readyz_answers_503_draining_once_a_graceful_shutdown_has_begun() {
+    use std::io::Write;
+    let mut srv = server_with_a_long_grace_period();
+    let mut conn = connect(&srv);
+    conn.write_all(READYZ).unwrap();
+    let before = read_answer(&mut conn);
+    assert!(before.starts_with("http/1.1 200"), "ready before SIGTERM: {before}");
+    let mut other = connect(&srv);
+    other.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    wait_until("the server counts both connections open", Duration::from_secs(10), || {
+        metric(&srv, "toolgate_connections_open ") >= 2.0
+    });
+
+    send_sigterm(&srv);
+    wait_until_the_listener_stops(&srv);
+    conn.write_all(READYZ).expect("the kept-alive connection is still open after the listener stopped");
+    let (head, body) = read_answer_and_body(&mut conn);
+    assert!(head.starts_with("http/1.1 503"), "not ready while draining: {head}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"status": "draining"}), "{head}{body}");
+    other.write_all(b"Host: t\r\n\r\n").unwrap();
+    let live = read_answer(&mut other);
+    assert!(live.starts_with("http/1.1 200"), "still alive while draining: {live}");
+    drop((conn, other));
+
+    exits_at_once_when_idle(&mut srv);
+}
+
 /// A connection accepted before SIGTERM whose first request is still on its way when the
 /// listener stops: the request, sent once the listener has stopped, is answered (with `Connection:
 /// close`) rather than the connection dropped with the header half read (Pingora's own
@@ -294,6 +325,7 @@ fn exits_at_once_when_idle(srv: &mut TestServer) {
 }
 
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+const READYZ: &[u8] = b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n";
 
 /// A raw connection to the server's main listener.
 fn connect(srv: &TestServer) -> std::net::TcpStream {
@@ -305,13 +337,33 @@ fn connect(srv: &TestServer) -> std::net::TcpStream {
 
 /// An answer's status line and headers, lower-cased; fails if the server closes first.
 fn read_answer(conn: &mut std::net::TcpStream) -> String {
+    read_answer_and_body(conn).0
+}
+
+/// An answer's status line and headers (lower-cased) and its body, read to its `content-length`;
+/// fails if the server closes first.
+fn read_answer_and_body(conn: &mut std::net::TcpStream) -> (String, String) {
     use std::io::Read;
-    let mut buf = vec![0u8; 4096];
     let mut got = Vec::new();
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+    let mut buf = vec![0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
         let n = conn.read(&mut buf).expect("read the answer");
         assert!(n > 0, "the server closed the connection instead of answering: {:?}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no content-length: {head}"));
+    while got.len() < head_end + length {
+        let n = conn.read(&mut buf).expect("read the body");
+        assert!(n > 0, "the server closed the connection mid-body");
+        got.extend_from_slice(&buf[..n]);
     }
-    String::from_utf8_lossy(&got).to_ascii_lowercase()
+    (head, String::from_utf8_lossy(&got[head_end..head_end + length]).into_owned())
 }

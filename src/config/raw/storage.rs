@@ -9,6 +9,7 @@ pub(super) struct RawStorage {
     backend: Option<String>,
     path: Option<String>,
     url: Option<String>,
+    url_env: Option<String>,
     key_prefix: Option<String>,
     connect_timeout_ms: Option<u64>,
     command_timeout_ms: Option<u64>,
@@ -26,6 +27,7 @@ impl RawStorage {
             None | Some("embedded") => {
                 let redis_only = [
                     ("storage.url", self.url.is_some()),
+                    ("storage.url_env", self.url_env.is_some()),
                     ("storage.key_prefix", self.key_prefix.is_some()),
                     ("storage.outage_grace_secs", self.outage_grace_secs.is_some()),
                     ("storage.cluster", self.cluster.is_some()),
@@ -38,7 +40,7 @@ impl RawStorage {
                 StorageConfig::Embedded { path: PathBuf::from(self.path.unwrap_or_else(|| "./data".into())) }
             }
             Some("redis") => {
-                let url = self.url.clone().ok_or_else(|| invalid("storage.url", "required with backend: redis"))?;
+                let url = self.url()?;
                 if !["redis://", "rediss://", "unix://", "redis+unix://"].iter().any(|s| url.starts_with(s)) {
                     return Err(invalid(
                         "storage.url",
@@ -75,6 +77,20 @@ impl RawStorage {
             }
             Some(other) => return Err(invalid("storage.backend", format!("`{other}`: expected embedded or redis"))),
         })
+    }
+
+    /// The Redis URL: written in the file, or read from the environment variable `url_env`
+    /// names, so that a URL holding Redis's password can come from a secret store (a
+    /// Kubernetes Secret, systemd's credentials) while the file stays shareable.
+    fn url(&self) -> Result<String, ConfigError> {
+        let from_env = super::secret_from_env(|| "storage.url_env".into(), self.url_env.as_deref())?;
+        match (&self.url, from_env) {
+            (Some(url), None) => Ok(url.clone()),
+            (None, Some(url)) if !url.is_empty() => Ok(url),
+            (None, Some(_)) => Err(invalid("storage.url_env", "the environment variable is empty")),
+            (Some(_), Some(_)) => Err(invalid("storage.url_env", "give storage.url or storage.url_env, not both")),
+            (None, None) => Err(invalid("storage.url", "required with backend: redis (or storage.url_env)")),
+        }
     }
 
     /// With `cluster: true`, the seed nodes beside `url` (`Some`, maybe empty); `None` for a
@@ -139,5 +155,44 @@ impl RawStorage {
             (None, Some(_)) => return Err(invalid("storage.tls_cert_file", "required with tls_key_file")),
         };
         Ok(RedisTls { ca, client })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError, StorageConfig};
+
+    fn redis(extra: &str) -> Result<Config, ConfigError> {
+        Config::parse(&format!("storage:\n  backend: redis\n{extra}"))
+    }
+
+    fn refused_field(r: Result<Config, ConfigError>) -> String {
+        match r {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// `storage.url_env` names the variable holding the URL; the variable is read at load, and
+    /// a missing or empty one, both fields at once, or either on the embedded store, is refused
+    /// naming the field.
+    #[test]
+    fn the_redis_url_comes_from_the_file_or_from_the_variable_url_env_names() {
+        std::env::set_var("TOOLGATE_TEST_REDIS_URL_ENV", "redis://:pw@redis.internal:6379/2");
+        std::env::set_var("TOOLGATE_TEST_REDIS_URL_EMPTY", "");
+        let c = redis("  url_env: TOOLGATE_TEST_REDIS_URL_ENV\n").expect("a url from the environment");
+        let StorageConfig::Redis { url, .. } = &c.storage else { panic!("not redis: {:?}", c.storage) };
+        assert_eq!(url, "redis://:pw@redis.internal:6379/2");
+        assert!(redis("  url: redis://127.0.0.1:6379\n").is_ok());
+        for (extra, field) in [
+            ("  url_env: TOOLGATE_TEST_UNSET_ENV\n", "storage.url_env"),
+            ("  url_env: TOOLGATE_TEST_REDIS_URL_EMPTY\n", "storage.url_env"),
+            ("  url: redis://a:6379\n  url_env: TOOLGATE_TEST_REDIS_URL_ENV\n", "storage.url_env"),
+            ("", "storage.url"),
+        ] {
+            assert_eq!(refused_field(redis(extra)), field, "{extra}");
+        }
+        let embedded = Config::parse("storage:\n  url_env: TOOLGATE_TEST_REDIS_URL_ENV\n");
+        assert_eq!(refused_field(embedded), "storage.url_env");
     }
 }
