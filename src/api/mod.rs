@@ -25,6 +25,7 @@ pub mod service_accounts;
 pub mod sessions;
 pub mod team;
 pub mod tool_changes;
+mod tool_overrides;
 pub mod user;
 pub mod webhooks;
 

@@ -31,6 +31,7 @@ pub mod rpc_errors;
 pub mod rules;
 pub mod runtime;
 pub mod sessions;
+pub mod shaped;
 pub mod stateless;
 pub mod subscriptions;
 pub mod tasks;

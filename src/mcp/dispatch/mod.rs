@@ -21,6 +21,7 @@ use crate::mcp::quota;
 use crate::mcp::resumable::{CallStream, Following};
 use crate::mcp::rpc_errors;
 use crate::mcp::rules::{self, CallFacts, Cause, RuleSet, Subject};
+use crate::mcp::shaped::Shape;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
 use crate::mcp::stateless;
@@ -347,6 +348,8 @@ struct Target<'c, 'p> {
     uri: Option<Cow<'p, str>>,
     declared: &'c [modern::ParamHeader],
     named: Option<NamedParams<'p>>,
+    /// The tool's override (`shaped.rs`), if the gateway shapes it.
+    shape: Option<&'c Shape>,
 }
 
 /// Sends a call to the app that owns the named tool, prompt or resource, and relays its answer,
@@ -365,8 +368,10 @@ async fn forward(
     let mut call =
         Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id, content: None };
     let params = req.params.take();
+    // A shaped tool's arguments as the app gets them, borrowed by the target like the params.
+    let shaped_arguments;
     let catalogue = mcp.catalogue(gw).await;
-    let target = match call.resolve(&catalogue, params.as_ref()) {
+    let mut target = match call.resolve(&catalogue, params.as_ref()) {
         Ok(Some(target)) => target,
         // A completion for a prompt no app has: nothing to complete.
         Ok(None) => {
@@ -379,6 +384,13 @@ async fn forward(
             return respond(ex, caller, Response::error(req.id, e), "").await;
         }
     };
+    shaped_arguments = match call.shaped_arguments(&target) {
+        Ok(a) => a,
+        Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
+    };
+    if let (Some(args), Some(named)) = (shaped_arguments.as_deref(), target.named.as_mut()) {
+        named.set("arguments", args);
+    }
     if let Err(e) = call.rules(ex, &target).await {
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
@@ -567,7 +579,14 @@ impl Call<'_> {
                     return Err(e);
                 }
                 if let Some(app_id) = catalogue.resource_app(&uri) {
-                    return Ok(Some(Target { app_id, tool: None, uri: Some(uri), declared: &[], named: None }));
+                    return Ok(Some(Target {
+                        app_id,
+                        tool: None,
+                        uri: Some(uri),
+                        declared: &[],
+                        named: None,
+                        shape: None,
+                    }));
                 }
                 // The stateless revision answers an unknown resource with -32602 (SEP-2164).
                 let code =
@@ -587,6 +606,7 @@ impl Call<'_> {
                     uri: None,
                     declared: &[],
                     named: None,
+                    shape: None,
                 }))
             }
         }
@@ -620,6 +640,20 @@ impl Call<'_> {
             uri: None,
             declared: &t.param_headers,
             named: Some(named),
+            shape: t.shape.as_deref(),
+        })
+    }
+
+    /// A shaped tool's arguments (`Shape::arguments`): `None` when the call goes as sent. A
+    /// call that sends what the override fixes or hides is refused (counted and logged).
+    fn shaped_arguments(&self, target: &Target<'_, '_>) -> Result<Option<Box<RawValue>>, RpcErrorObject> {
+        let (Some(shape), Some(named)) = (target.shape, target.named.as_ref()) else { return Ok(None) };
+        let args = named.get("arguments");
+        shape.arguments(args).inspect_err(|e| {
+            self.refused(e);
+            if let Some((_, function)) = target.tool {
+                self.log_refused(target.app_id, function, args, e, 200);
+            }
         })
     }
 
@@ -680,12 +714,23 @@ impl Call<'_> {
     fn facts<'t>(&self, target: &'t Target<'_, '_>) -> Option<CallFacts<'t>> {
         let app = target.app_id;
         match (self.method, target.tool, target.uri.as_deref()) {
-            ("tools/call", Some((tool, function)), _) => Some(CallFacts::tool(tool, app, function)),
+            ("tools/call", Some((tool, function)), _) => {
+                let renamed_from = target.shape.and_then(|s| s.renamed_from.as_deref()).unwrap_or_default();
+                Some(CallFacts::tool(tool, app, function).renamed(renamed_from))
+            }
             ("prompts/get", Some((prompt, function)), _) => {
-                Some(CallFacts { method: RuleMethod::PromptsGet, tool: "", app, function, prompt, uri: "" })
+                Some(CallFacts { method: RuleMethod::PromptsGet, tool: "", app, function, prompt, uri: "", renamed_from: "" })
             }
             ("resources/read", _, Some(uri)) => {
-                Some(CallFacts { method: RuleMethod::ResourcesRead, tool: "", app, function: "", prompt: "", uri })
+                Some(CallFacts {
+                    method: RuleMethod::ResourcesRead,
+                    tool: "",
+                    app,
+                    function: "",
+                    prompt: "",
+                    uri,
+                    renamed_from: "",
+                })
             }
             _ => None,
         }

@@ -10,9 +10,17 @@ pub(super) struct NamedParams<'a> {
     pub(super) others: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
 
-impl NamedParams<'_> {
+impl<'a> NamedParams<'a> {
     pub(super) fn get(&self, key: &str) -> Option<&RawValue> {
         self.others.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// Sets the member `key` to `value` (a shaped call's arguments), added when absent.
+    pub(super) fn set(&mut self, key: &'a str, value: &'a RawValue) {
+        match self.others.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.others.push((Cow::Borrowed(key), value)),
+        }
     }
 
     /// The same params naming the app's own tool or prompt. For a stateless caller
