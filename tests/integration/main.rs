@@ -44,6 +44,7 @@ mod reload_sections;
 mod security_bounds;
 mod security_connections;
 mod security_guards;
+mod shaped_tools;
 mod security_hidden_text;
 mod security_identity;
 mod security_identity_allowlist;

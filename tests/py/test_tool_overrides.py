@@ -14,7 +14,10 @@ smaller of their `ttlMs`.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -26,6 +29,7 @@ from mcp_helpers import (
     everything_server,
     http_app,
     mcp_url,
+    node_bin,
     python_app,
     run,
     sdk_client,
@@ -239,3 +243,14 @@ def test_a_list_of_two_apps_keeps_the_smaller_ttl(tmp_path, monkeypatch):
             finally:
                 srv.stop()
                 srv.tmp.cleanup()
+
+
+def test_the_typescript_client_lists_and_calls_a_shaped_tool(everything):
+    srv, api = everything
+    gw, key = shaped_gateway(api)
+    script = Path(__file__).resolve().parent.parent / "node" / "ts_shaped_client.mjs"
+    p = subprocess.run([str(node_bin()), str(script), mcp_url(srv, gw), key], cwd=script.parent,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"ts_shaped_client.mjs exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}"
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["sum"] == "The sum of 2 and 10 is 12." and "say" in out["tools"], out
