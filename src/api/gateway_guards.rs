@@ -49,7 +49,11 @@ const GUARDS: &[Guard] = &[
     Guard { name: "rules", shown: |g| json!(g.rules), loosens: |b, a| rules_loosen(&b.rules, &a.rules) },
     // An override changes what a model reads of a tool and what the app is sent: setting,
     // changing or removing one is a protected action whichever way it goes.
-    Guard { name: "tool_overrides", shown: |g| json!(g.tool_overrides), loosens: |b, a| b.tool_overrides != a.tool_overrides },
+    Guard {
+        name: "tool_overrides",
+        shown: |g| json!(g.tool_overrides),
+        loosens: |b, a| b.tool_overrides != a.tool_overrides,
+    },
 ];
 
 /// What a change of a gateway did to its guards.

@@ -597,10 +597,7 @@ impl RuleSet {
     fn holds(&self, rule: &str, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> bool {
         let Some(r) = self.rules.iter().find(|r| &*r.name == rule) else { return false };
         let ctx = self.scope(who, t, args);
-        matches!(
-            std::panic::catch_unwind(AssertUnwindSafe(|| r.program.execute(&ctx))),
-            Ok(Ok(Value::Bool(true)))
-        )
+        matches!(std::panic::catch_unwind(AssertUnwindSafe(|| r.program.execute(&ctx))), Ok(Ok(Value::Bool(true))))
     }
 
     /// The variables of a call (`args`) or a list entry (`None`) the rules read.

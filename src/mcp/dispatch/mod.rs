@@ -21,9 +21,9 @@ use crate::mcp::quota;
 use crate::mcp::resumable::{CallStream, Following};
 use crate::mcp::rpc_errors;
 use crate::mcp::rules::{self, CallFacts, Cause, RuleSet, Subject};
-use crate::mcp::shaped::Shape;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
+use crate::mcp::shaped::Shape;
 use crate::mcp::stateless;
 use crate::mcp::tasks;
 use crate::mcp::upstream::{CallContext, ClientEra, ReplyStream, UpstreamError, UpstreamReply};
@@ -718,20 +718,24 @@ impl Call<'_> {
                 let renamed_from = target.shape.and_then(|s| s.renamed_from.as_deref()).unwrap_or_default();
                 Some(CallFacts::tool(tool, app, function).renamed(renamed_from))
             }
-            ("prompts/get", Some((prompt, function)), _) => {
-                Some(CallFacts { method: RuleMethod::PromptsGet, tool: "", app, function, prompt, uri: "", renamed_from: "" })
-            }
-            ("resources/read", _, Some(uri)) => {
-                Some(CallFacts {
-                    method: RuleMethod::ResourcesRead,
-                    tool: "",
-                    app,
-                    function: "",
-                    prompt: "",
-                    uri,
-                    renamed_from: "",
-                })
-            }
+            ("prompts/get", Some((prompt, function)), _) => Some(CallFacts {
+                method: RuleMethod::PromptsGet,
+                tool: "",
+                app,
+                function,
+                prompt,
+                uri: "",
+                renamed_from: "",
+            }),
+            ("resources/read", _, Some(uri)) => Some(CallFacts {
+                method: RuleMethod::ResourcesRead,
+                tool: "",
+                app,
+                function: "",
+                prompt: "",
+                uri,
+                renamed_from: "",
+            }),
             _ => None,
         }
     }

@@ -492,10 +492,8 @@ fn a_rule_that_named_a_renamed_tool_still_denies_its_alias() {
     assert!(!s.listed(&w, alias));
     assert_eq!(s.decide(&w, GET, None), Ok(()));
     // A default-deny list that allows the alias by name: the final `deny` holds for any name.
-    let s = set(&[
-        rule("ok", RuleEffect::Allow, r#"tool == "tickets_remove""#),
-        rule("rest", RuleEffect::Deny, "true"),
-    ]);
+    let s =
+        set(&[rule("ok", RuleEffect::Allow, r#"tool == "tickets_remove""#), rule("rest", RuleEffect::Deny, "true")]);
     let w = who(&s, Role::Developer);
     assert_eq!(s.decide(&w, alias, None), Ok(()));
     assert!(s.listed(&w, alias));
