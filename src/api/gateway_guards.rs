@@ -262,6 +262,20 @@ mod tests {
     }
 
     #[test]
+    fn any_change_of_the_tool_overrides_is_protected() {
+        let before = gateway(&["a"]);
+        let mut after = before.clone();
+        let shaped: crate::data::model::ToolOverride =
+            serde_json::from_value(json!({ "tool": "echo", "name": "say" })).expect("an override");
+        after.tool_overrides.push(shaped);
+        assert_eq!(loosened(&before, &after), ["tool_overrides"], "set");
+        assert_eq!(loosened(&after, &before), ["tool_overrides"], "removed");
+        let mut edited = after.clone();
+        edited.tool_overrides[0].description = Some("Says it".into());
+        assert_eq!(loosened(&after, &edited), ["tool_overrides"], "changed");
+    }
+
+    #[test]
     fn the_audit_shows_the_changed_guards_before_and_after() {
         let before = gateway(&["a"]);
         let mut after = before.clone();

@@ -368,8 +368,6 @@ async fn forward(
     let mut call =
         Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id, content: None };
     let params = req.params.take();
-    // A shaped tool's arguments as the app gets them, borrowed by the target like the params.
-    let shaped_arguments;
     let catalogue = mcp.catalogue(gw).await;
     let mut target = match call.resolve(&catalogue, params.as_ref()) {
         Ok(Some(target)) => target,
@@ -384,7 +382,8 @@ async fn forward(
             return respond(ex, caller, Response::error(req.id, e), "").await;
         }
     };
-    shaped_arguments = match call.shaped_arguments(&target) {
+    // A shaped tool's arguments as the app gets them, borrowed by the target like the params.
+    let shaped_arguments = match call.shaped_arguments(&target) {
         Ok(a) => a,
         Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
     };
@@ -644,19 +643,6 @@ impl Call<'_> {
         })
     }
 
-    /// A shaped tool's arguments (`Shape::arguments`): `None` when the call goes as sent. A
-    /// call that sends what the override fixes or hides is refused (counted and logged).
-    fn shaped_arguments(&self, target: &Target<'_, '_>) -> Result<Option<Box<RawValue>>, RpcErrorObject> {
-        let (Some(shape), Some(named)) = (target.shape, target.named.as_ref()) else { return Ok(None) };
-        let args = named.get("arguments");
-        shape.arguments(args).inspect_err(|e| {
-            self.refused(e);
-            if let Some((_, function)) = target.tool {
-                self.log_refused(target.app_id, function, args, e, 200);
-            }
-        })
-    }
-
     /// The answer to a tool or prompt name the catalogue does not have. The name may belong to
     /// one of the gateway's apps that is down. When the name says which (the only app, or its
     /// `<app><sep>` prefix), that app's failure is the answer; otherwise the unavailable apps
@@ -707,37 +693,6 @@ impl Call<'_> {
         });
         let target = crate::data::audit::Target { kind: "gateway".into(), id: self.gw.id.clone() };
         self.mcp.audit.refused(&self.gw.org_id, Actor::of(p), "tool_call.refused", target, detail);
-    }
-
-    /// What the rules decide of a call: a `tools/call`, and the `prompts/get` and
-    /// `resources/read` that rules name in their `methods`.
-    fn facts<'t>(&self, target: &'t Target<'_, '_>) -> Option<CallFacts<'t>> {
-        let app = target.app_id;
-        match (self.method, target.tool, target.uri.as_deref()) {
-            ("tools/call", Some((tool, function)), _) => {
-                let renamed_from = target.shape.and_then(|s| s.renamed_from.as_deref()).unwrap_or_default();
-                Some(CallFacts::tool(tool, app, function).renamed(renamed_from))
-            }
-            ("prompts/get", Some((prompt, function)), _) => Some(CallFacts {
-                method: RuleMethod::PromptsGet,
-                tool: "",
-                app,
-                function,
-                prompt,
-                uri: "",
-                renamed_from: "",
-            }),
-            ("resources/read", _, Some(uri)) => Some(CallFacts {
-                method: RuleMethod::ResourcesRead,
-                tool: "",
-                app,
-                function: "",
-                prompt: "",
-                uri,
-                renamed_from: "",
-            }),
-            _ => None,
-        }
     }
 
     /// A call of a gateway with rules: refused when a rule denies it (counted, logged,
