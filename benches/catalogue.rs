@@ -45,6 +45,7 @@ fn gateway(policy: ToolPolicy) -> Gateway {
         allowed_tools: Default::default(),
         configuration: GatewayConfiguration { tool_policy: policy, ..GatewayConfiguration::default() },
         rules: Vec::new(),
+        tool_overrides: Vec::new(),
         status: "active".into(),
         created_at: now,
         updated_at: now,

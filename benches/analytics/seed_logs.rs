@@ -41,6 +41,7 @@ async fn main() {
         allowed_tools: Default::default(),
         configuration: Default::default(),
         rules: Vec::new(),
+        tool_overrides: Vec::new(),
         status: "active".into(),
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),

@@ -58,6 +58,7 @@ fn gateway(id: &str) -> Arc<Gateway> {
         allowed_tools: Default::default(),
         configuration: Default::default(),
         rules: Vec::new(),
+        tool_overrides: Vec::new(),
         status: "active".into(),
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),

@@ -47,6 +47,13 @@ const GUARDS: &[Guard] = &[
         loosens: |b, a| b.configuration.auth == GatewayAuth::ApiKey && a.configuration.auth != GatewayAuth::ApiKey,
     },
     Guard { name: "rules", shown: |g| json!(g.rules), loosens: |b, a| rules_loosen(&b.rules, &a.rules) },
+    // An override changes what a model reads of a tool and what the app is sent: setting,
+    // changing or removing one is a protected action whichever way it goes.
+    Guard {
+        name: "tool_overrides",
+        shown: |g| json!(g.tool_overrides),
+        loosens: |b, a| b.tool_overrides != a.tool_overrides,
+    },
 ];
 
 /// What a change of a gateway did to its guards.
@@ -252,6 +259,20 @@ mod tests {
         for rules in looser {
             assert_eq!(loosened(&before, &with(rules.clone())), ["rules"], "{rules:?}");
         }
+    }
+
+    #[test]
+    fn any_change_of_the_tool_overrides_is_protected() {
+        let before = gateway(&["a"]);
+        let mut after = before.clone();
+        let shaped: crate::data::model::ToolOverride =
+            serde_json::from_value(json!({ "tool": "echo", "name": "say" })).expect("an override");
+        after.tool_overrides.push(shaped);
+        assert_eq!(loosened(&before, &after), ["tool_overrides"], "set");
+        assert_eq!(loosened(&after, &before), ["tool_overrides"], "removed");
+        let mut edited = after.clone();
+        edited.tool_overrides[0].description = Some("Says it".into());
+        assert_eq!(loosened(&after, &edited), ["tool_overrides"], "changed");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{
     AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Redact, Rule,
-    ToolPolicy, SCHEMA_VERSION,
+    ToolOverride, ToolPolicy, SCHEMA_VERSION,
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
@@ -51,6 +51,11 @@ pub(crate) struct CreateGateway {
     #[serde(default)]
     #[schema(max_items = 64)]
     pub rules: Option<Vec<Rule>>,
+    /// How tools are shown and called: renamed, their text replaced, arguments fixed, defaulted
+    /// or hidden (at most 500). See docs/governance.md, "Shaped tools".
+    #[serde(default)]
+    #[schema(max_items = 500)]
+    pub tool_overrides: Option<Vec<ToolOverride>>,
 }
 
 /// Body of `PATCH /gateways/{id}`: any subset of the gateway's fields.
@@ -74,6 +79,9 @@ pub(crate) struct UpdateGateway {
     /// Replaces the rules (`[]` removes them).
     #[schema(max_items = 64)]
     pub rules: Option<Vec<Rule>>,
+    /// Replaces the tool overrides (`[]` removes them); a protected action.
+    #[schema(max_items = 500)]
+    pub tool_overrides: Option<Vec<ToolOverride>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -123,6 +131,7 @@ pub(crate) struct GatewayListItem {
     #[schema(value_type = Object)]
     pub configuration: GatewayConfiguration,
     pub rules: Vec<Rule>,
+    pub tool_overrides: Vec<ToolOverride>,
     /// How many functions its apps serve it: under a `tool_policy`, tools awaiting approval
     /// (or rejected) are not counted.
     pub functions_count: usize,
@@ -184,6 +193,7 @@ pub(crate) struct GatewayDetail {
     #[schema(value_type = Object)]
     pub configuration: GatewayConfiguration,
     pub rules: Vec<Rule>,
+    pub tool_overrides: Vec<ToolOverride>,
     pub status: String,
     pub metrics: GatewayMetrics,
     pub created_at: String,
@@ -448,6 +458,7 @@ pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
             allowed_tools: g.allowed_tools.clone(),
             configuration: g.configuration.clone(),
             rules: g.rules.clone(),
+            tool_overrides: g.tool_overrides.clone(),
             functions_count,
             status: g.status.clone(),
             created_at: iso(&g.created_at),
@@ -482,6 +493,7 @@ pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
         allowed_tools: g.allowed_tools.clone(),
         configuration: g.configuration.clone(),
         rules: g.rules.clone(),
+        tool_overrides: g.tool_overrides.clone(),
         status: g.status.clone(),
         metrics,
         created_at: iso(&g.created_at),
@@ -534,7 +546,7 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
         declared: false,
         retires_at: None,
     };
-    let gw = Gateway {
+    let mut gw = Gateway {
         schema_version: SCHEMA_VERSION,
         id: id.clone(),
         org_id: who.org_id.clone(),
@@ -544,11 +556,13 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
         allowed_tools: allowed,
         configuration,
         rules,
+        tool_overrides: Vec::new(),
         status: "active".into(),
         created_at: now,
         updated_at: now,
         access_key_id: key.id.clone(),
     };
+    gw.tool_overrides = super::tool_overrides::validate(call, &gw, body.tool_overrides.unwrap_or_default()).await?;
     state.save_key(key).await?;
     let gw = state.save_gateway(gw).await?;
     let created = GatewayCreated {
@@ -563,7 +577,7 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
     params(("gateway_id" = String, Path),
-           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, or removes, edits, moves or adds an allow rule")),
+           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, removes, edits, moves or adds an allow rule, or sets or changes `tool_overrides`")),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope),
@@ -600,6 +614,9 @@ pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     }
     if let Some(r) = patch.rules {
         g.rules = validate_rules(call, r)?;
+    }
+    if let Some(o) = patch.tool_overrides {
+        g.tool_overrides = super::tool_overrides::validate(call, &g, o).await?;
     }
     // Asked once the change is known to be valid, so a bad body does not use up an MFA token.
     let guards = super::gateway_guards::change(&before, &g);

@@ -2,7 +2,7 @@
 //! decision under its `tool_policy` (`docs/governance.md`), and the approve and reject actions.
 
 use super::{iso, ApiResult, Call, Reply};
-use crate::data::model::{Gateway, PendingReason, PinnedDefinition, ToolPin};
+use crate::data::model::{Gateway, PendingReason, PinnedDefinition, ToolOverride, ToolPin};
 use crate::data::tool_pins;
 use crate::edge::error::ApiError;
 use serde::Serialize;
@@ -39,9 +39,24 @@ pub(crate) struct ToolChange {
     /// SHA-256 of its canonical JSON.
     pub hash: String,
     pub detected_at: String,
+    /// The gateway's override of the tool (`tool_overrides`), which clients see in place of
+    /// the app's name, title and description once the change is approved: what the app's old
+    /// and new text are read beside. Absent when the gateway does not shape the tool.
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    pub shaped_by: Option<ToolOverride>,
 }
 
-fn view(pin: &ToolPin) -> Option<ToolChange> {
+/// The gateway's override of `app_id`'s tool `tool`, if it has one.
+fn override_of(g: &Gateway, app_id: &str, tool: &str) -> Option<ToolOverride> {
+    if g.tool_overrides.is_empty() {
+        return None;
+    }
+    let sep = &g.configuration.tool_name_separator;
+    let exposed = crate::mcp::catalogue::exposed_name(app_id, tool, sep, g.servers.len() == 1);
+    g.tool_overrides.iter().find(|o| o.tool == exposed).cloned()
+}
+
+fn view(g: &Gateway, pin: &ToolPin) -> Option<ToolChange> {
     let p = pin.pending.as_ref()?;
     let (findings, classes) = match &p.reason {
         PendingReason::HiddenText { findings, classes } => (findings.clone(), classes.clone()),
@@ -58,6 +73,7 @@ fn view(pin: &ToolPin) -> Option<ToolChange> {
         definition: p.definition.clone(),
         hash: p.hash.clone(),
         detected_at: iso(&p.detected_at),
+        shaped_by: override_of(g, &pin.app_id, &pin.tool),
     })
 }
 
@@ -74,7 +90,7 @@ fn gateway(call: &Call<'_>) -> Result<Arc<Gateway>, ApiError> {
 pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
     let g = gateway(call)?;
     let pins = call.server.state.tool_pins_of(&g.org_id, &g.id).await?;
-    let mut changes: Vec<ToolChange> = pins.iter().filter_map(view).collect();
+    let mut changes: Vec<ToolChange> = pins.iter().filter_map(|p| view(&g, p)).collect();
     changes.sort_by(|a, b| a.detected_at.cmp(&b.detected_at).then_with(|| a.id.cmp(&b.id)));
     Ok(Reply::ok(json!({ "tool_changes": changes, "tool_policy": g.configuration.tool_policy })))
 }
@@ -96,7 +112,7 @@ async fn decide(call: &Call<'_>, g: &Gateway, approve: bool) -> ApiResult {
     let _guard = state.lock_writes(&g.org_id).await?;
     let mut pin = pending_pin(call, g).await?;
     let pending = pin.pending.take().ok_or(ApiError::NotFound("tool change"))?;
-    let view = view(&ToolPin { pending: Some(pending.clone()), ..pin.clone() });
+    let view = view(g, &ToolPin { pending: Some(pending.clone()), ..pin.clone() });
     if approve {
         pin.approved =
             Some(PinnedDefinition { hash: pending.hash, definition: pending.definition, at: chrono::Utc::now() });

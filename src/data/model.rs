@@ -604,11 +604,45 @@ pub struct Gateway {
     /// Per-tool rules, in order: the first whose `when` holds decides a call (none: allowed).
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// How tools are shown and called (`docs/governance.md`, "Shaped tools"). Written only when
+    /// there are some, so a gateway without them is the record an older build reads; one with
+    /// them is a member an older build does not know, so it holds the gateway apart rather than
+    /// serve the tools unshaped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_overrides: Vec<ToolOverride>,
     pub status: String,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     /// The id of the gateway access key made at creation.
     pub access_key_id: String,
+}
+
+/// One tool of a gateway as its clients see and call it: renamed, its text replaced, some of
+/// its arguments fixed, defaulted or hidden (`src/mcp/shaped.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOverride {
+    /// The tool as the gateway exposes it without the override (`everything__echo`).
+    pub tool: String,
+    /// The name clients see and call instead (1-64 characters of `A-Z a-z 0-9 _ . -`); the old
+    /// name is then unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Arguments always sent with these values; gone from the input schema, refused if sent.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub fixed_arguments: serde_json::Map<String, serde_json::Value>,
+    /// Arguments put in with these values when a call leaves them out.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub default_arguments: serde_json::Map<String, serde_json::Value>,
+    /// Arguments gone from the input schema and refused if sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden_arguments: Vec<String>,
 }
 
 /// What a rule does to the calls it matches.
@@ -675,6 +709,7 @@ impl Gateway {
             allowed_tools: BTreeMap::new(),
             configuration: GatewayConfiguration::default(),
             rules: Vec::new(),
+            tool_overrides: Vec::new(),
             status: "active".into(),
             created_at: now,
             updated_at: now,

@@ -8,6 +8,7 @@ use crate::data::tool_pins::{self, GatewayPins, Verdict};
 use crate::mcp::apps::AppClients;
 use crate::mcp::clean::{self, Finding, Kind, Withheld};
 use crate::mcp::modern::{self, ParamHeader};
+use crate::mcp::shaped::{self, Shape};
 use crate::mcp::upstream::ListMethod;
 use crate::observe::metrics;
 use serde_json::Value;
@@ -20,12 +21,21 @@ use std::time::{Duration, Instant};
 const MAX_NAME: usize = 64;
 
 /// Where an exposed name leads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Target {
     pub app_id: String,
     pub name: String,
     /// The `Mcp-Param-*` headers a tool declares (`x-mcp-header`), checked on stateless calls.
     pub param_headers: Vec<ParamHeader>,
+    /// What the gateway's `tool_overrides` do to the tool's calls, if anything.
+    pub shape: Option<Arc<Shape>>,
+}
+
+impl Target {
+    /// The tool's name at the gateway before an override renamed it; empty when not renamed.
+    pub fn renamed_from(&self) -> &str {
+        self.shape.as_ref().and_then(|s| s.renamed_from.as_deref()).unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +65,8 @@ pub struct Catalogue {
     /// What the build found that must be recorded: definitions to pin, changes now pending.
     /// Taken by the runtime, which writes them before it shares the catalogue.
     pub found: Vec<Found>,
+    /// A renamed tool's name before its override -> its alias (empty without overrides).
+    renamed: HashMap<String, String>,
     /// Per list (tools, prompts, resources, resource templates): the smallest `ttlMs` its apps
     /// gave it (apps of the 2026-07-28 revision), if any did.
     pub app_ttl_ms: [Option<u64>; 4],
@@ -136,7 +148,8 @@ async fn lists_of(apps: &AppClients, org_id: &str, app_id: &str) -> Result<AppLi
     Ok(AppLists { tools, prompts: or_empty(prompts), resources: or_empty(resources), templates: or_empty(templates) })
 }
 
-fn valid_name(s: &str) -> bool {
+/// Whether `s` is a tool name every major LLM client accepts (Decision 5).
+pub fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_NAME && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
@@ -228,8 +241,8 @@ impl Catalogue {
                 t["name"] = Value::String(exposed.clone());
                 c.tools.push(t);
                 let param_headers = tool.get("inputSchema").map(modern::param_headers).unwrap_or_default();
-                c.tool_targets
-                    .insert(exposed, Target { app_id: app_id.clone(), name: name.to_string(), param_headers });
+                let target = Target { app_id: app_id.clone(), name: name.to_string(), param_headers, shape: None };
+                c.tool_targets.insert(exposed, target);
             }
             for p in lists.prompts.iter() {
                 let Some(name) = p.get("name").and_then(Value::as_str) else { continue };
@@ -240,7 +253,8 @@ impl Catalogue {
                 }
                 p["name"] = Value::String(exposed.clone());
                 c.prompts.push(p);
-                let target = Target { app_id: app_id.clone(), name: name.to_string(), param_headers: Vec::new() };
+                let target =
+                    Target { app_id: app_id.clone(), name: name.to_string(), param_headers: Vec::new(), shape: None };
                 c.prompt_targets.insert(exposed, target);
             }
             for r in lists.resources.iter() {
@@ -264,8 +278,53 @@ impl Catalogue {
                 }
             }
         }
+        if !gw.tool_overrides.is_empty() {
+            c.shape_tools(gw);
+        }
         c.built = Some(Instant::now());
         c
+    }
+
+    /// Applies the gateway's `tool_overrides` to the tools as built: each shaped definition
+    /// replaces the app's in the list, and its target carries the [`Shape`] its calls go
+    /// through. A tool held back or withheld is known by its alias too, so a call of the alias
+    /// is told why. An alias that another tool has taken since the override was saved (an app
+    /// listed a new tool of that name) is not applied: the tool keeps its name, and the clash is
+    /// logged.
+    fn shape_tools(&mut self, gw: &Gateway) {
+        let at: HashMap<String, usize> = self
+            .tools
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| Some((t.get("name")?.as_str()?.to_string(), i)))
+            .collect();
+        for o in &gw.tool_overrides {
+            let alias = o.name.as_deref().filter(|a| *a != o.tool);
+            let Some(mut target) = self.tool_targets.remove(&o.tool) else {
+                if let Some(alias) = alias {
+                    if let Some(held) = self.pending_tools.get(&o.tool).cloned() {
+                        self.pending_tools.insert(alias.to_string(), held);
+                    }
+                }
+                continue;
+            };
+            let alias = alias.filter(|a| {
+                let free = !self.tool_targets.contains_key(*a);
+                if !free {
+                    tracing::warn!(gateway = %gw.id, tool = %o.tool, alias = a, "a tool override's alias is taken by another tool: not renamed");
+                }
+                free
+            });
+            let exposed = alias.unwrap_or(&o.tool).to_string();
+            if let Some(def) = at.get(&o.tool).and_then(|i| self.tools.get_mut(*i)) {
+                shaped::definition(def, o, &exposed);
+            }
+            if alias.is_some() {
+                self.renamed.insert(o.tool.clone(), exposed.clone());
+            }
+            target.shape = Some(Arc::new(Shape::of(o, alias.is_some())));
+            self.tool_targets.insert(exposed, target);
+        }
     }
 
     /// Checks an app's definition for hidden text under `policy` (`clean.rs`): stripped in
@@ -391,7 +450,8 @@ impl Catalogue {
     pub fn serves(&self, gw: &Gateway, app_id: &str, name: &str) -> bool {
         let sep = &gw.configuration.tool_name_separator;
         let exposed = exposed_name(app_id, name, sep, gw.servers.len() == 1);
-        self.tool_targets.get(&exposed).is_some_and(|t| t.app_id == app_id && t.name == name)
+        let exposed = self.renamed.get(&exposed).unwrap_or(&exposed);
+        self.tool_targets.get(exposed).is_some_and(|t| t.app_id == app_id && t.name == name)
     }
 
     /// Why a tool the apps list is held back by the gateway's `tool_policy`, if it is.

@@ -31,6 +31,7 @@ pub(crate) mod rpc_errors;
 pub mod rules;
 pub(crate) mod runtime;
 pub(crate) mod sessions;
+pub(crate) mod shaped;
 pub(crate) mod stateless;
 pub(crate) mod subscriptions;
 pub(crate) mod tasks;

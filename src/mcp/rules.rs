@@ -363,12 +363,20 @@ pub struct CallFacts<'a> {
     pub prompt: &'a str,
     /// The resource's URI (`resources/read`), else empty.
     pub uri: &'a str,
+    /// A tool renamed by the gateway's `tool_overrides`: its name at the gateway before the
+    /// rename (else empty). A rule that names it still denies the alias (`RuleSet::verdict`).
+    pub renamed_from: &'a str,
 }
 
 impl<'a> CallFacts<'a> {
     /// A `tools/call` of (or a list entry for) `tool`.
     pub const fn tool(tool: &'a str, app: &'a str, function: &'a str) -> CallFacts<'a> {
-        CallFacts { method: RuleMethod::ToolsCall, tool, app, function, prompt: "", uri: "" }
+        CallFacts { method: RuleMethod::ToolsCall, tool, app, function, prompt: "", uri: "", renamed_from: "" }
+    }
+
+    /// The same call, of a tool renamed from `from` (empty: not renamed).
+    pub const fn renamed(self, from: &'a str) -> CallFacts<'a> {
+        CallFacts { renamed_from: from, ..self }
     }
 
     /// What the call names, as its denial names it.
@@ -384,18 +392,18 @@ impl<'a> CallFacts<'a> {
 /// `CallFacts` owned, to go with an evaluation to the blocking pool.
 struct OwnedFacts {
     method: RuleMethod,
-    names: [String; 5],
+    names: [String; 6],
 }
 
 impl OwnedFacts {
     fn of(t: CallFacts<'_>) -> OwnedFacts {
-        let names = [t.tool, t.app, t.function, t.prompt, t.uri].map(str::to_string);
+        let names = [t.tool, t.app, t.function, t.prompt, t.uri, t.renamed_from].map(str::to_string);
         OwnedFacts { method: t.method, names }
     }
 
     fn facts(&self) -> CallFacts<'_> {
-        let [tool, app, function, prompt, uri] = &self.names;
-        CallFacts { method: self.method, tool, app, function, prompt, uri }
+        let [tool, app, function, prompt, uri, renamed_from] = &self.names;
+        CallFacts { method: self.method, tool, app, function, prompt, uri, renamed_from }
     }
 }
 
@@ -468,7 +476,7 @@ impl RuleSet {
     /// `arguments` as sent, read only when a rule reads them.
     pub fn decide(&self, who: &Subject, t: CallFacts<'_>, args: Option<&RawValue>) -> Result<(), Refused> {
         let args = self.read(args)?;
-        answer(self.walk(who, t, Some(&args)).outcome(), t, &who.key_id)
+        answer(self.verdict(who, t, Some(&args)).outcome(), t, &who.key_id)
     }
 
     /// Decides a call by `p` from `ip`, as `decide`, remembering the answer when it cannot
@@ -487,7 +495,7 @@ impl RuleSet {
             return answer(known, t, &p.key_id);
         }
         let args = self.read(args)?;
-        let outcome = self.walk(&subject(), t, Some(&args)).outcome();
+        let outcome = self.verdict(&subject(), t, Some(&args)).outcome();
         if let Some((probe, hash)) = &memo {
             self.memo.put(*hash, probe, outcome.clone());
         }
@@ -518,7 +526,7 @@ impl RuleSet {
         let (set, who, facts) = (self.clone(), subject(), OwnedFacts::of(t));
         let run = move || -> Result<Verdict, Refused> {
             let args = set.read(text.as_deref())?;
-            Ok(set.walk(&who, facts.facts(), Some(&args)))
+            Ok(set.verdict(&who, facts.facts(), Some(&args)))
         };
         let outcome = match slots.run(&p.org_id, run).await {
             Ok(verdict) => verdict?.outcome(),
@@ -566,14 +574,35 @@ impl RuleSet {
     /// Whether a list shows the tool to this caller: hidden when the first rule that matches
     /// without the arguments is a deny, before any rule that reads `args`.
     pub fn listed(&self, who: &Subject, t: CallFacts<'_>) -> bool {
-        !matches!(self.walk(who, t, None), Verdict::Deny(..))
+        !matches!(self.verdict(who, t, None), Verdict::Deny(..))
     }
 
-    /// The rules in order, for a call (`args`) or a list (`None`). A rule whose cost depends on
-    /// the call's size runs only when the call is within the sizes its bound assumed; the
-    /// interpreter's panics (it has a few, on values a rule did not expect) deny, as any
-    /// failure does.
-    fn walk(&self, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> Verdict {
+    /// [`walk`](Self::walk), and for a tool renamed by an override also under the name it had
+    /// before: a rule that denies that name, and does not hold for the alias (so it named the
+    /// tool, rather than every tool), denies the alias too. A rename cannot lift a rule written
+    /// before it; a rule that holds for any name (a final `deny` of a default-deny list) is
+    /// decided once, as the alias.
+    fn verdict(&self, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> Verdict {
+        let first = self.walk(who, t, args);
+        if t.renamed_from.is_empty() || matches!(first, Verdict::Deny(..)) {
+            return first;
+        }
+        let before = CallFacts { tool: t.renamed_from, renamed_from: "", ..t };
+        match self.walk(who, before, args) {
+            Verdict::Deny(rule, cause) if !self.holds(&rule, who, t, args) => Verdict::Deny(rule, cause),
+            _ => first,
+        }
+    }
+
+    /// Whether the rule named `rule` holds for the call `t`.
+    fn holds(&self, rule: &str, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> bool {
+        let Some(r) = self.rules.iter().find(|r| &*r.name == rule) else { return false };
+        let ctx = self.scope(who, t, args);
+        matches!(std::panic::catch_unwind(AssertUnwindSafe(|| r.program.execute(&ctx))), Ok(Ok(Value::Bool(true))))
+    }
+
+    /// The variables of a call (`args`) or a list entry (`None`) the rules read.
+    fn scope(&self, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> Context<'_> {
         let mut ctx = self.root.new_inner_scope();
         ctx.add_variable_from_value("tool", t.tool);
         ctx.add_variable_from_value("app", t.app);
@@ -585,10 +614,19 @@ impl RuleSet {
         }
         ctx.add_variable_from_value("caller", who.caller.clone());
         ctx.add_variable_from_value("client", who.client.clone());
-        let listing = args.is_none();
         if let Some(args) = args {
             ctx.add_variable_from_value("args", args.value.clone());
         }
+        ctx
+    }
+
+    /// The rules in order, for a call (`args`) or a list (`None`). A rule whose cost depends on
+    /// the call's size runs only when the call is within the sizes its bound assumed; the
+    /// interpreter's panics (it has a few, on values a rule did not expect) deny, as any
+    /// failure does.
+    fn walk(&self, who: &Subject, t: CallFacts<'_>, args: Option<&Args>) -> Verdict {
+        let ctx = self.scope(who, t, args);
+        let listing = args.is_none();
         let mut beyond: Option<Option<String>> = None;
         for r in self.rules.iter().filter(|r| r.methods.has(t.method)) {
             if listing && r.reads_args {

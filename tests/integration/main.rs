@@ -55,5 +55,6 @@ mod security_mfa;
 mod security_misc;
 mod security_streams;
 mod security_team;
+mod shaped_tools;
 mod shutdown;
 mod spec_literal;

@@ -14,6 +14,7 @@ translation (`conformance_dual_app.py` is the app of both eras).
 from __future__ import annotations
 
 import json
+import os
 
 from typing import Annotated
 
@@ -23,8 +24,10 @@ from app_runner import serve_on_a_free_port
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 
-# Its tool list may be kept 7 s: a gateway's list of it must not be kept longer.
-server = MCPServer("stateless-app", cache_hints={"tools/list": CacheHint(ttl_ms=7000)})
+# Its tool list may be kept 7 s (or what STATELESS_APP_TTL_MS says): a gateway's list of it must
+# not be kept longer.
+TTL_MS = int(os.environ.get("STATELESS_APP_TTL_MS", "7000"))
+server = MCPServer("stateless-app", cache_hints={"tools/list": CacheHint(ttl_ms=TTL_MS)})
 
 STATE = "app-state:round-1"
 

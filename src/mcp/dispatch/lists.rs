@@ -67,8 +67,10 @@ pub(super) async fn listed_tools(
 fn shown_tools(set: &RuleSet, who: &Subject, cat: &Catalogue) -> Vec<Value> {
     let listed = |t: &&Value| {
         let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
-        cat.entry(name, false)
-            .is_none_or(|(tool, target)| set.listed(who, CallFacts::tool(tool, &target.app_id, &target.name)))
+        cat.entry(name, false).is_none_or(|(tool, target)| {
+            let facts = CallFacts::tool(tool, &target.app_id, &target.name).renamed(target.renamed_from());
+            set.listed(who, facts)
+        })
     };
     cat.tools.iter().filter(listed).cloned().collect()
 }

@@ -23,6 +23,7 @@ use crate::mcp::rpc_errors;
 use crate::mcp::rules::{self, CallFacts, Cause, RuleSet, Subject};
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
+use crate::mcp::shaped::Shape;
 use crate::mcp::stateless;
 use crate::mcp::tasks;
 use crate::mcp::upstream::{CallContext, ClientEra, ReplyStream, UpstreamError, UpstreamReply};
@@ -347,6 +348,8 @@ struct Target<'c, 'p> {
     uri: Option<Cow<'p, str>>,
     declared: &'c [modern::ParamHeader],
     named: Option<NamedParams<'p>>,
+    /// The tool's override (`shaped.rs`), if the gateway shapes it.
+    shape: Option<&'c Shape>,
 }
 
 /// Sends a call to the app that owns the named tool, prompt or resource, and relays its answer,
@@ -366,7 +369,7 @@ async fn forward(
         Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id, content: None };
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
-    let target = match call.resolve(&catalogue, params.as_ref()) {
+    let mut target = match call.resolve(&catalogue, params.as_ref()) {
         Ok(Some(target)) => target,
         // A completion for a prompt no app has: nothing to complete.
         Ok(None) => {
@@ -379,6 +382,14 @@ async fn forward(
             return respond(ex, caller, Response::error(req.id, e), "").await;
         }
     };
+    // A shaped tool's arguments as the app gets them, borrowed by the target like the params.
+    let shaped_arguments = match call.shaped_arguments(&target) {
+        Ok(a) => a,
+        Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
+    };
+    if let (Some(args), Some(named)) = (shaped_arguments.as_deref(), target.named.as_mut()) {
+        named.set("arguments", args);
+    }
     if let Err(e) = call.rules(ex, &target).await {
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
@@ -567,7 +578,14 @@ impl Call<'_> {
                     return Err(e);
                 }
                 if let Some(app_id) = catalogue.resource_app(&uri) {
-                    return Ok(Some(Target { app_id, tool: None, uri: Some(uri), declared: &[], named: None }));
+                    return Ok(Some(Target {
+                        app_id,
+                        tool: None,
+                        uri: Some(uri),
+                        declared: &[],
+                        named: None,
+                        shape: None,
+                    }));
                 }
                 // The stateless revision answers an unknown resource with -32602 (SEP-2164).
                 let code =
@@ -587,6 +605,7 @@ impl Call<'_> {
                     uri: None,
                     declared: &[],
                     named: None,
+                    shape: None,
                 }))
             }
         }
@@ -620,6 +639,7 @@ impl Call<'_> {
             uri: None,
             declared: &t.param_headers,
             named: Some(named),
+            shape: t.shape.as_deref(),
         })
     }
 
@@ -673,22 +693,6 @@ impl Call<'_> {
         });
         let target = crate::data::audit::Target { kind: "gateway".into(), id: self.gw.id.clone() };
         self.mcp.audit.refused(&self.gw.org_id, Actor::of(p), "tool_call.refused", target, detail);
-    }
-
-    /// What the rules decide of a call: a `tools/call`, and the `prompts/get` and
-    /// `resources/read` that rules name in their `methods`.
-    fn facts<'t>(&self, target: &'t Target<'_, '_>) -> Option<CallFacts<'t>> {
-        let app = target.app_id;
-        match (self.method, target.tool, target.uri.as_deref()) {
-            ("tools/call", Some((tool, function)), _) => Some(CallFacts::tool(tool, app, function)),
-            ("prompts/get", Some((prompt, function)), _) => {
-                Some(CallFacts { method: RuleMethod::PromptsGet, tool: "", app, function, prompt, uri: "" })
-            }
-            ("resources/read", _, Some(uri)) => {
-                Some(CallFacts { method: RuleMethod::ResourcesRead, tool: "", app, function: "", prompt: "", uri })
-            }
-            _ => None,
-        }
     }
 
     /// A call of a gateway with rules: refused when a rule denies it (counted, logged,

@@ -1,5 +1,6 @@
-//! The params of a named call, read without building a tree, and the continuation of a parked
-//! one.
+//! The params of a named call, read without building a tree; what a shaped tool's override
+//! makes of its arguments and what the rules are told of the call; and the continuation of a
+//! parked one.
 
 use super::*;
 
@@ -10,9 +11,17 @@ pub(super) struct NamedParams<'a> {
     pub(super) others: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
 
-impl NamedParams<'_> {
+impl<'a> NamedParams<'a> {
     pub(super) fn get(&self, key: &str) -> Option<&RawValue> {
         self.others.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// Sets the member `key` to `value` (a shaped call's arguments), added when absent.
+    pub(super) fn set(&mut self, key: &'a str, value: &'a RawValue) {
+        match self.others.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.others.push((Cow::Borrowed(key), value)),
+        }
     }
 
     /// The same params naming the app's own tool or prompt. For a stateless caller
@@ -67,6 +76,52 @@ impl<'de> serde::Deserialize<'de> for NamedParams<'de> {
             None => None,
         };
         Ok(NamedParams { name, others })
+    }
+}
+
+impl Call<'_> {
+    /// A shaped tool's arguments (`Shape::arguments`): `None` when the call goes as sent. A
+    /// call that sends what the override fixes or hides is refused (counted and logged).
+    pub(super) fn shaped_arguments(&self, target: &Target<'_, '_>) -> Result<Option<Box<RawValue>>, RpcErrorObject> {
+        let (Some(shape), Some(named)) = (target.shape, target.named.as_ref()) else { return Ok(None) };
+        let args = named.get("arguments");
+        shape.arguments(args).inspect_err(|e| {
+            self.refused(e);
+            if let Some((_, function)) = target.tool {
+                self.log_refused(target.app_id, function, args, e, 200);
+            }
+        })
+    }
+
+    /// What the rules decide of a call: a `tools/call`, and the `prompts/get` and
+    /// `resources/read` that rules name in their `methods`.
+    pub(super) fn facts<'t>(&self, target: &'t Target<'_, '_>) -> Option<CallFacts<'t>> {
+        let app = target.app_id;
+        match (self.method, target.tool, target.uri.as_deref()) {
+            ("tools/call", Some((tool, function)), _) => {
+                let renamed_from = target.shape.and_then(|s| s.renamed_from.as_deref()).unwrap_or_default();
+                Some(CallFacts::tool(tool, app, function).renamed(renamed_from))
+            }
+            ("prompts/get", Some((prompt, function)), _) => Some(CallFacts {
+                method: RuleMethod::PromptsGet,
+                tool: "",
+                app,
+                function,
+                prompt,
+                uri: "",
+                renamed_from: "",
+            }),
+            ("resources/read", _, Some(uri)) => Some(CallFacts {
+                method: RuleMethod::ResourcesRead,
+                tool: "",
+                app,
+                function: "",
+                prompt: "",
+                uri,
+                renamed_from: "",
+            }),
+            _ => None,
+        }
     }
 }
 

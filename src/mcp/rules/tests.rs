@@ -418,6 +418,7 @@ const PROMPT: CallFacts<'static> = CallFacts {
     function: "summary",
     prompt: "crm__summary",
     uri: "",
+    renamed_from: "",
 };
 const RESOURCE: CallFacts<'static> = CallFacts {
     method: RuleMethod::ResourcesRead,
@@ -426,6 +427,7 @@ const RESOURCE: CallFacts<'static> = CallFacts {
     function: "",
     prompt: "",
     uri: "crm://secret/1",
+    renamed_from: "",
 };
 
 #[test]
@@ -476,4 +478,24 @@ fn a_stored_set_that_does_not_compile_denies_every_method() {
     for facts in [GET, PROMPT, RESOURCE] {
         assert_eq!(&*deny(s.decide(&w, facts, None)).rule, "invalid-rules");
     }
+}
+
+/// A tool renamed by an override: a rule that named it before the rename still denies its
+/// alias, in a call and in a list; a rule that holds for any tool is decided once, as the alias.
+#[test]
+fn a_rule_that_named_a_renamed_tool_still_denies_its_alias() {
+    let alias = CallFacts::tool("tickets_remove", "crm", "delete_ticket").renamed("crm__delete_ticket");
+    let s = set(&[rule("no-delete", RuleEffect::Deny, r#"tool == "crm__delete_ticket""#)]);
+    let w = who(&s, Role::Developer);
+    assert_eq!(deny(s.decide(&w, alias, None)).rule.as_ref(), "no-delete");
+    assert_eq!(deny(s.decide(&w, alias, None)).tool, "tickets_remove", "the denial names what was called");
+    assert!(!s.listed(&w, alias));
+    assert_eq!(s.decide(&w, GET, None), Ok(()));
+    // A default-deny list that allows the alias by name: the final `deny` holds for any name.
+    let s =
+        set(&[rule("ok", RuleEffect::Allow, r#"tool == "tickets_remove""#), rule("rest", RuleEffect::Deny, "true")]);
+    let w = who(&s, Role::Developer);
+    assert_eq!(s.decide(&w, alias, None), Ok(()));
+    assert!(s.listed(&w, alias));
+    assert_eq!(deny(s.decide(&w, DELETE, None)).rule.as_ref(), "rest");
 }
