@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashSet};
 
 /// Most overrides on one gateway.
-pub const MAX_TOOL_OVERRIDES: usize = 500;
+pub(super) const MAX_TOOL_OVERRIDES: usize = 500;
 
 /// The gateway's tools as its apps list them now, by their names at the gateway (without
 /// overrides), and the apps that could not be asked, with why.

@@ -67,7 +67,7 @@ impl Shape {
 /// `def`, a tool's definition, as `o` shows it under `name`: its text replaced, its fixed and
 /// hidden arguments gone from the input schema, its defaulted ones not required and carrying
 /// the gateway's default.
-pub fn definition(def: &mut Value, o: &ToolOverride, name: &str) {
+pub(crate) fn definition(def: &mut Value, o: &ToolOverride, name: &str) {
     def["name"] = Value::String(name.to_string());
     if let Some(t) = &o.title {
         def["title"] = Value::String(t.clone());
@@ -92,7 +92,7 @@ pub fn definition(def: &mut Value, o: &ToolOverride, name: &str) {
 
 /// Why `value` does not fit the JSON Schema `schema` of one argument, as far as its `type`,
 /// `enum` and `const` say (what an override's fixed and default values are checked against).
-pub fn misfit(schema: &Value, value: &Value) -> Option<String> {
+pub(crate) fn misfit(schema: &Value, value: &Value) -> Option<String> {
     let fits = |t: &str| match t {
         "string" => value.is_string(),
         "number" => value.is_number(),
