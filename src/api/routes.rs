@@ -450,7 +450,9 @@ mod tests {
                     .iter()
                     .enumerate()
                     .find_map(|(j, l)| {
-                        let f = l.strip_prefix("pub async fn ").or_else(|| l.strip_prefix("pub fn "))?;
+                        let f = ["pub(crate) async fn ", "pub(crate) fn ", "pub async fn ", "pub fn "]
+                            .iter()
+                            .find_map(|p| l.strip_prefix(p))?;
                         Some((i + j, f.split(['(', '<']).next()?.to_string()))
                     })
                     .unwrap_or_else(|| panic!("{module}.rs:{}: an annotation without a handler", i + 1));
