@@ -191,7 +191,7 @@ async fn relay(
         return Err(RpcErrorObject::invalid_params(format!("{} needs params.taskId (string)", req.method)));
     };
     let owner = Owner { gateway_id: &gw.id, key_id };
-    let target = open(&mcp.state.sealer, owner, &id).filter(|o| gw.servers.iter().any(|s| *s == o.app_id));
+    let target = open(&mcp.state.sealer, owner, &id).filter(|o| gw.servers.contains(&o.app_id));
     let Some(Opened { app_id, task, tool }) = target else {
         return Err(RpcErrorObject::invalid_params(format!("unknown task {id}")).with_data(json!({ "taskId": id })));
     };
