@@ -1,10 +1,13 @@
 //! Server-to-client messages, relayed: an app's requests (sampling, elicitation, roots) go to the
 //! client that caused them and the client's answers come back to that app; client
 //! notifications that concern the apps (cancellation, roots) go to the apps; an app's
-//! `notifications/resources/updated` goes to the subscribed sessions' GET streams.
+//! `notifications/resources/updated` goes to the subscribed sessions' GET streams (with the
+//! gateway's content check on its `uri`; the rest of what an app sends on its GET stream reaches
+//! no client: list changes are the gateway's own messages, log messages go to the process log).
 
 use crate::data::model::Gateway;
 use crate::edge::exchange::sse_event;
+use crate::mcp::content;
 use crate::mcp::jsonrpc::{self, Id, RawJson, Response};
 use crate::mcp::runtime::{McpRuntime, StreamMessage};
 use crate::mcp::upstream::{AppNotice, CallContext};
@@ -21,12 +24,27 @@ impl McpRuntime {
         }
         let params = RawJson::from_value(&serde_json::json!({ "uri": uri }));
         let event = sse_event(&jsonrpc::notification_bytes("notifications/resources/updated", Some(&params)));
+        let mut decided: Vec<(String, bool)> = Vec::new();
         for session_id in sessions {
             let gateway = self.sessions.get(&session_id).filter(|s| s.status == "active").map(|s| s.gateway_id);
             let Some(gateway) = gateway else {
                 self.subscriptions.remove(&key, &session_id);
                 continue;
             };
+            // The uri is an identifier: hidden text in it drops the update (`mcp/content/`),
+            // decided once per gateway.
+            let passes = match decided.iter().find(|(g, _)| *g == gateway) {
+                Some((_, passes)) => *passes,
+                None => {
+                    let passes =
+                        self.state.gateway(&gateway).is_none_or(|gw| content::identifier_passes(&gw, "uri", uri));
+                    decided.push((gateway.clone(), passes));
+                    passes
+                }
+            };
+            if !passes {
+                continue;
+            }
             // Without an open stream the update is not kept: MCP does not ask a server to.
             if let Some(tx) = self.streams.get(&gateway) {
                 let _ =

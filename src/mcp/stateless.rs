@@ -219,7 +219,7 @@ pub(crate) async fn relay(
                 // A task the app created is named to the client by toolgate's own id.
                 let r = if call.binding.method == "tools/call" {
                     let owner = tasks::Owner { gateway_id: &call.binding.gateway_id, key_id: &call.binding.key_id };
-                    tasks::claim_created(mcp, owner, call.app_id, r)
+                    tasks::claim_created(mcp, owner, call.app_id, &call.binding.name, r)
                 } else {
                     r
                 };

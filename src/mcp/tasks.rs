@@ -8,10 +8,16 @@
 //! to its app without state, a task is followed only by the credential that created it, on the
 //! gateway it was created through, and an app's task ids never reach clients (nor can a client
 //! name another app's task). The decisions are in `README.md` ("Tasks").
+//!
+//! What a task carries to the client (its status message, its result, the questions it asks)
+//! is an app's answer that a model reads: it gets the gateway's content checks (`mcp/content/`)
+//! as the call's own answer does, under the tool's name sealed in the id (so that a tool's
+//! exemption from redaction and its size bound hold for its tasks too).
 
 use crate::base::secrets::Sealer;
 use crate::data::model::Gateway;
 use crate::mcp::apps::AppError;
+use crate::mcp::content::ContentCheck;
 use crate::mcp::jsonrpc::{self, RawJson, RawMembers, Response, RpcErrorObject};
 use crate::mcp::modern::{self, Envelope};
 use crate::mcp::protocol::RpcCode;
@@ -46,6 +52,18 @@ struct Sealed<'a> {
     app_id: Cow<'a, str>,
     #[serde(rename = "t", borrow)]
     task: Cow<'a, str>,
+    /// The tool the task runs, by its name at the gateway (empty in ids issued before it was
+    /// sealed in).
+    #[serde(rename = "n", borrow, default)]
+    tool: Cow<'a, str>,
+}
+
+/// What one of toolgate's task ids names: the app, the app's own task id, and the tool.
+#[derive(PartialEq, Debug)]
+struct Opened {
+    app_id: String,
+    task: String,
+    tool: String,
 }
 
 /// Who follows tasks: the credential, on the gateway.
@@ -55,29 +73,34 @@ pub(crate) struct Owner<'a> {
     pub key_id: &'a str,
 }
 
-/// toolgate's task id for `app_id`'s task `task`, created by `owner`.
-fn issue(sealer: &Sealer, owner: Owner<'_>, app_id: &str, task: &str) -> String {
+/// toolgate's task id for `app_id`'s task `task` of `tool`, created by `owner`.
+fn issue(sealer: &Sealer, owner: Owner<'_>, app_id: &str, tool: &str, task: &str) -> String {
     let sealed = Sealed {
         gateway_id: owner.gateway_id.into(),
         key_id: owner.key_id.into(),
         app_id: app_id.into(),
         task: task.into(),
+        tool: tool.into(),
     };
     format!("{PREFIX}{}", sealer.seal(&serde_json::to_vec(&sealed).unwrap_or_default()))
 }
 
-/// The app and the app's own task id behind one of toolgate's task ids; `None` for an id toolgate
-/// did not issue, one altered, or one issued to another credential or gateway.
-fn open(sealer: &Sealer, owner: Owner<'_>, id: &str) -> Option<(String, String)> {
+/// What one of toolgate's task ids names; `None` for an id toolgate did not issue, one altered,
+/// or one issued to another credential or gateway.
+fn open(sealer: &Sealer, owner: Owner<'_>, id: &str) -> Option<Opened> {
     let opened = sealer.open(id.strip_prefix(PREFIX)?).ok()?;
     let s: Sealed = serde_json::from_slice(&opened).ok()?;
-    (s.gateway_id == owner.gateway_id && s.key_id == owner.key_id).then(|| (s.app_id.into_owned(), s.task.into_owned()))
+    (s.gateway_id == owner.gateway_id && s.key_id == owner.key_id).then(|| Opened {
+        app_id: s.app_id.into_owned(),
+        task: s.task.into_owned(),
+        tool: s.tool.into_owned(),
+    })
 }
 
-/// An app's answer to a `tools/call`, with the task id of a task it created (`resultType:
-/// "task"`) replaced by toolgate's. Every other answer is returned as it is, unread beyond a
-/// search of its text.
-pub(crate) fn claim_created(mcp: &McpRuntime, owner: Owner<'_>, app_id: &str, r: Response) -> Response {
+/// An app's answer to a `tools/call` of `tool` (its name at the gateway), with the task id of a
+/// task it created (`resultType: "task"`) replaced by toolgate's. Every other answer is returned
+/// as it is, unread beyond a search of its text.
+pub(crate) fn claim_created(mcp: &McpRuntime, owner: Owner<'_>, app_id: &str, tool: &str, r: Response) -> Response {
     let Ok(result) = &r.outcome else { return r };
     if !result.get().contains("\"task\"") {
         return r;
@@ -87,7 +110,7 @@ pub(crate) fn claim_created(mcp: &McpRuntime, owner: Owner<'_>, app_id: &str, r:
         return r;
     }
     let Some(task) = v.get("taskId").and_then(Value::as_str) else { return r };
-    let id = issue(&mcp.state.sealer, owner, app_id, task);
+    let id = issue(&mcp.state.sealer, owner, app_id, tool, task);
     v["taskId"] = Value::String(id);
     Response { id: r.id, outcome: Ok(RawJson::from_value(&v)) }
 }
@@ -123,7 +146,7 @@ fn undeclared(method: &str) -> RpcErrorObject {
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel` from a stateless client: relayed to the app whose
 /// task it names (the app's own id in place of toolgate's); the answer, to be given back, names
-/// the task by the client's id for it.
+/// the task by the client's id for it and has had the gateway's content checks.
 pub(crate) async fn follow(
     mcp: &McpRuntime,
     gw: &Gateway,
@@ -168,8 +191,8 @@ async fn relay(
         return Err(RpcErrorObject::invalid_params(format!("{} needs params.taskId (string)", req.method)));
     };
     let owner = Owner { gateway_id: &gw.id, key_id };
-    let target = open(&mcp.state.sealer, owner, &id).filter(|(app, _)| gw.servers.iter().any(|s| s == app));
-    let Some((app_id, task)) = target else {
+    let target = open(&mcp.state.sealer, owner, &id).filter(|o| gw.servers.contains(&o.app_id));
+    let Some(Opened { app_id, task, tool }) = target else {
         return Err(RpcErrorObject::invalid_params(format!("unknown task {id}")).with_data(json!({ "taskId": id })));
     };
     let params = params.map(|p| for_app(p, &task));
@@ -193,6 +216,11 @@ async fn relay(
         }
         outcome => Response { id: req.id.clone(), outcome },
     };
+    let tool = Some(tool.as_str()).filter(|t| !t.is_empty());
+    let answer = match ContentCheck::for_call(gw, &req.method, tool) {
+        Some(check) => check.response(answer),
+        None => answer,
+    };
     Ok((answer, app_id))
 }
 
@@ -208,10 +236,11 @@ mod tests {
     fn a_task_id_opens_only_for_the_credential_and_gateway_it_was_issued_to() {
         let s = sealer();
         let owner = Owner { gateway_id: "gw_1", key_id: "key_1" };
-        let id = issue(&s, owner, "app", "task-42");
+        let id = issue(&s, owner, "app", "report", "task-42");
         assert!(id.starts_with(PREFIX), "{id}");
         assert!(!id.contains("task-42"), "the app's id is sealed: {id}");
-        assert_eq!(open(&s, owner, &id), Some(("app".into(), "task-42".into())));
+        let opened = Opened { app_id: "app".into(), task: "task-42".into(), tool: "report".into() };
+        assert_eq!(open(&s, owner, &id), Some(opened));
         assert_eq!(open(&s, Owner { gateway_id: "gw_1", key_id: "key_2" }, &id), None);
         assert_eq!(open(&s, Owner { gateway_id: "gw_2", key_id: "key_1" }, &id), None);
         // Altered, foreign or plain ids name no task.
@@ -221,6 +250,15 @@ mod tests {
         assert_eq!(open(&s, owner, &String::from_utf8(altered).unwrap()), None);
         assert_eq!(open(&Sealer::from_key([8u8; 32]), owner, &id), None);
         assert_eq!(open(&s, owner, "task-42"), None);
+    }
+
+    #[test]
+    fn an_id_sealed_before_the_tool_was_opens_with_no_tool() {
+        let s = sealer();
+        let owner = Owner { gateway_id: "gw_1", key_id: "key_1" };
+        let id = format!("{PREFIX}{}", s.seal(br#"{"g":"gw_1","k":"key_1","a":"app","t":"task-42"}"#));
+        let opened = Opened { app_id: "app".into(), task: "task-42".into(), tool: String::new() };
+        assert_eq!(open(&s, owner, &id), Some(opened));
     }
 
     #[test]

@@ -334,15 +334,8 @@ fn delete_removes_gateway_and_its_access_key() {
     create(srv, k, json!({ "name": "delete-me" }));
 
     // The gateway's access key died with it.
-    let r = srv.request(
-        "POST",
-        &format!("/gateway/{id}/mcp"),
-        None,
-        Some(json!({"jsonrpc": "2.0", "id": "1", "method": "initialize",
-                    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})),
-        &[("x-api-key", gw_key), ("accept", "application/json, text/event-stream")],
-    );
-    assert_eq!(r.status, 401, "a deleted gateway's key is refused: {r:?}");
+    let r = mcp::initialize_raw(srv, id, gw_key, "t");
+    assert_eq!(r.status, 401, "a deleted gateway's key is refused: {}", r.body);
 }
 
 #[test]
@@ -374,20 +367,6 @@ fn credentials_are_required_and_checked() {
     err(&srv.api("POST", "/v1/gateways", Some(&f.viewer), Some(json!({"name": ""}))), 403, "INSUFFICIENT_SCOPE");
 }
 
-/// An MCP `initialize` on a gateway; returns the session id.
-pub(crate) fn mcp_session(srv: &TestServer, gw: &str, key: &str) -> String {
-    let r = srv.request(
-        "POST",
-        &format!("/gateway/{gw}/mcp"),
-        None,
-        Some(json!({"jsonrpc": "2.0", "id": "1", "method": "initialize",
-                    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-ai", "version": "0.1"}}})),
-        &[("x-api-key", key), ("accept", "application/json, text/event-stream")],
-    );
-    assert_eq!(r.status, 200, "initialize: {r:?}");
-    r.header("mcp-session-id").expect("Mcp-Session-Id").to_string()
-}
-
 #[test]
 fn another_organisations_resources_are_not_found() {
     let f = fx();
@@ -409,15 +388,8 @@ fn another_organisations_resources_are_not_found() {
     assert_eq!(detail["name"], "iso-a", "B's attempts changed nothing");
     // A's gateway access key cannot be used on a gateway of B.
     let gb = create(srv, b, json!({ "name": "iso-b", "servers": ["time"] }));
-    let r = srv.request(
-        "POST",
-        &format!("/gateway/{}/mcp", gb["id"].as_str().unwrap()),
-        None,
-        Some(json!({"jsonrpc": "2.0", "id": "1", "method": "initialize",
-                    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})),
-        &[("x-api-key", g_key(&g)), ("accept", "application/json, text/event-stream")],
-    );
-    assert_eq!(r.status, 401, "A's gateway key on B's gateway: {r:?}");
+    let r = mcp::initialize_raw(srv, gb["id"].as_str().unwrap(), g_key(&g), "t");
+    assert_eq!(r.status, 401, "A's gateway key on B's gateway: {}", r.body);
 
     // API keys.
     let k = ok(
@@ -463,7 +435,7 @@ fn another_organisations_resources_are_not_found() {
     );
 
     // MCP sessions.
-    let sid = mcp_session(srv, id, g_key(&g));
+    let sid = mcp::initialize(srv, id, g_key(&g), "claude-ai");
     let la = ok(&srv.api("GET", "/v1/sessions", Some(a), None), 200);
     assert!(la["sessions"].as_array().unwrap().iter().any(|s| s["id"] == sid), "A sees its session: {la}");
     let lb = srv.api("GET", "/v1/sessions", Some(b), None);

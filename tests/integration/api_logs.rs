@@ -2,25 +2,17 @@
 //! entry, with its filters validated (a bad value is a 400 naming the field) and organisations
 //! kept apart. Entries are made by real `tools/call`s through a gateway to the built-in `time` app.
 
-use crate::api_gateways::mcp_session;
+use crate::common::mcp::Mcp;
 use crate::common::{declared_key, err, TestServer};
 use serde_json::{json, Value};
 
 /// Initializes an MCP session on `gw` with `key` and makes one `tools/call` per `timezone`.
 pub(crate) fn call_time(srv: &TestServer, gw: &str, key: &str, timezones: &[&str]) {
-    let session = mcp_session(srv, gw, key);
-    let headers = [("x-api-key", key), ("accept", "application/json, text/event-stream"), ("mcp-session-id", &session)];
+    let session = Mcp::open(srv, gw, key);
     for (i, tz) in timezones.iter().enumerate() {
-        let r = srv.request(
-            "POST",
-            &format!("/gateway/{gw}/mcp"),
-            None,
-            Some(json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
-                "params": {"name": "get_current_time", "arguments": {"timezone": tz, "format": "YYYY"}}})),
-            &headers,
-        );
-        assert_eq!(r.status, 200, "{r:?}");
-        assert!(r.json["result"].is_object(), "a tool result (isError or not): {r:?}");
+        // HTTP 200 with the caller's id (`Mcp::call` asserts both).
+        let body = session.call(i as u64 + 1, "get_current_time", json!({"timezone": tz, "format": "YYYY"}));
+        assert!(body["result"].is_object(), "a tool result (isError or not): {body}");
     }
 }
 

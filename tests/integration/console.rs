@@ -309,17 +309,8 @@ fn a_gateway_made_in_the_console_is_the_apis_and_its_key_is_shown_once() {
     assert_eq!(g["servers"], json!(["time"]));
     // The key shown is the gateway's.
     let shown = r.text.split("<code id=\"secret\">").nth(1).and_then(|s| s.split('<').next()).expect("the key");
-    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "console-test", "version": "1" } } });
-    let r = srv()
-        .client()
-        .post(srv().url(&format!("/gateway/{id}/mcp")))
-        .header("x-api-key", shown)
-        .header("accept", "application/json, text/event-stream")
-        .json(&init)
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200, "the gateway takes its key: {:?}", r.text());
+    let r = mcp::initialize_raw(srv(), id, shown, "console-test");
+    assert_eq!(r.status, 200, "the gateway takes its key: {:?}", r.body);
     // Never shown again.
     let page = b.send("GET", &format!("/auth/console/gateways/{id}"), None);
     assert_eq!(page.status, 200);

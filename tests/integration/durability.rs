@@ -27,11 +27,6 @@ fn stored_requests_today(srv: &TestServer, id: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn init_body() -> serde_json::Value {
-    json!({"jsonrpc": "2.0", "id": "1", "method": "initialize",
-           "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
-}
-
 #[test]
 fn acknowledged_writes_survive_kill_9() {
     let (alice, ya) = declared_key("key_alice", "usr_alice", &["*"]);
@@ -188,14 +183,8 @@ fn acknowledged_writes_survive_kill_9() {
     let u = ok(&srv.api("GET", &format!("/v1/api-keys/{}/usage", k["id"].as_str().unwrap()), Some(a), None), 200);
     assert!(u["requests_today"].as_u64().is_some_and(|n| n >= 3), "usage after restart: {u}");
     // The gateway access key still opens its gateway.
-    let r = srv.request(
-        "POST",
-        &format!("/gateway/{g1_id}/mcp"),
-        None,
-        Some(init_body()),
-        &[("x-api-key", g1_key.as_str()), ("accept", "application/json, text/event-stream")],
-    );
-    assert_eq!(r.status, 200, "gateway key after restart: {r:?}");
+    let r = common::mcp::initialize_raw(&srv, &g1_id, &g1_key, "t");
+    assert_eq!(r.status, 200, "gateway key after restart: {}", r.body);
     // Service account key with its multiplier.
     let d = ok(&srv.api("GET", "/v1/auth/debug", Some(&sa_key), None), 200);
     assert_eq!(d["credential_type"], "service_account");

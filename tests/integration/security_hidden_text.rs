@@ -121,12 +121,9 @@ fn a_gateway_name_or_description_with_hidden_text_is_refused_naming_the_field() 
     // An honest name (an emoji ZWJ sequence, a flag, Persian) is kept and sent as written.
     let honest = "Support 👨\u{200D}👩\u{200D}👧 \u{1F3F4}\u{E0067}\u{E0062}\u{E0073}\u{E0063}\u{E0074}\u{E007F} پشتیبانی\u{200C}ها";
     let (gw, gw_key) = gateway(&srv, &key, honest, &["time"], json!({}));
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
-        "capabilities": {}, "clientInfo": {"name": "hidden", "version": "1"}}});
-    let headers = [("x-api-key", gw_key.as_str()), ("accept", "application/json, text/event-stream")];
-    let r = srv.request("POST", &format!("/gateway/{gw}/mcp"), None, Some(init), &headers);
-    assert_eq!(r.status, 200, "{r:?}");
-    let init = r.json;
+    let r = common::mcp::initialize_raw(&srv, &gw, &gw_key, "hidden");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let init: Value = serde_json::from_str(&r.body).expect("initialize answers JSON");
     assert_eq!(init["result"]["serverInfo"]["title"], format!("toolgate: {honest}"), "{init}");
     let instructions = init["result"]["instructions"].as_str().unwrap_or_default();
     assert!(instructions.contains(&format!("`{honest}`")), "{init}");

@@ -3,7 +3,6 @@
 //! to the Owner (scope `*`) of another organisation, and the resource is unchanged. The sweep is
 //! checked against `toolgate::api::ROUTES`, so a new `{id}` endpoint cannot be added without a row.
 
-use crate::api_gateways::mcp_session;
 use crate::common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -124,7 +123,7 @@ fn another_organisations_resources_are_404_on_every_id_path() {
     );
     crate::api_logs::call_time(&srv, &gw_id, gw["api_key"].as_str().unwrap(), &["UTC"]);
     let log = ok(&srv.api("GET", "/v1/logs", Some(&a), None), 200)["logs"][0]["id"].as_str().unwrap().to_string();
-    let session = mcp_session(&srv, &gw_id, gw["api_key"].as_str().unwrap());
+    let session = mcp::initialize(&srv, &gw_id, gw["api_key"].as_str().unwrap(), "claude-ai");
     let web_session = web_session_of(&srv, &a, "a@iso.test");
     let id_for = |path: &str| -> String {
         match path {

@@ -3,8 +3,9 @@
 
 use crate::common;
 
+use common::mcp::{create_gateway, result_text, Mcp};
 use common::{everything_url, mcp_server_time_command, metric, spawn_everything, wait_until, TestServer};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
 
 /// The process ids whose parent is `pid`.
@@ -22,38 +23,6 @@ fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
-fn mcp(
-    client: &reqwest::blocking::Client,
-    url: &str,
-    key: &str,
-    session: Option<&str>,
-    body: Value,
-) -> reqwest::blocking::Response {
-    let mut req = client
-        .post(url)
-        .header("X-API-Key", key)
-        .header("Accept", "application/json")
-        .header("Content-Type", "application/json")
-        .json(&body);
-    if let Some(s) = session {
-        req = req.header("Mcp-Session-Id", s);
-    }
-    req.send().expect("MCP POST")
-}
-
-/// `initialize` on the gateway's endpoint: the new session's id.
-fn open_session(client: &reqwest::blocking::Client, url: &str, key: &str) -> String {
-    let init = mcp(
-        client,
-        url,
-        key,
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
-    );
-    init.headers()["mcp-session-id"].to_str().unwrap().to_string()
-}
-
 #[test]
 fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
     let everything = spawn_everything();
@@ -64,28 +33,11 @@ fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
          apps:\n  - {{ id: everything, name: Everything, url: {} }}\n  - {{ id: clock, name: Clock, command: [{clock}] }}\n",
         everything_url(&everything)
     ));
-    let r = srv.api(
-        "POST",
-        "/v1/gateways",
-        Some(srv.admin_key()),
-        Some(json!({"name": "g", "servers": ["everything", "clock"]})),
-    );
-    let gw = r.data().clone();
-    let url = srv.url(&format!("/gateway/{}/mcp", gw["id"].as_str().unwrap()));
-    let key = gw["api_key"].as_str().unwrap().to_string();
-    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
-    let session = open_session(&client, &url, &key);
+    let (gw, key) = create_gateway(&srv, srv.admin_key(), json!({"name": "g", "servers": ["everything", "clock"]}));
+    let session = Mcp::open(&srv, &gw, &key);
 
     // Start the stdio app, and check it is toolgate's child.
-    let r = mcp(
-        &client,
-        &url,
-        &key,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "clock__get_current_time", "arguments": {"timezone": "UTC"}}}),
-    );
-    assert_eq!(r.status(), 200);
+    session.call(2, "clock__get_current_time", json!({"timezone": "UTC"}));
     let children = children_of(srv.pid());
     assert!(!children.is_empty(), "the stdio app should run as toolgate's child");
 
@@ -94,18 +46,9 @@ fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
     // before SIGTERM has its request answered; the tests below check that).
     let open_before = metric(&srv, "toolgate_connections_open ");
     let call = {
-        let (url, key, session) = (url.clone(), key.clone(), session.clone());
-        let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+        let session = session.on_own_connection();
         std::thread::spawn(move || {
-            let r = mcp(
-                &client,
-                &url,
-                &key,
-                Some(&session),
-                json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                "params": {"name": "everything__trigger-long-running-operation", "arguments": {"duration": 2, "steps": 2}}}),
-            );
-            (r.status().as_u16(), r.json::<Value>().unwrap_or(Value::Null))
+            session.call(3, "everything__trigger-long-running-operation", json!({"duration": 2, "steps": 2}))
         })
     };
     wait_until("the long call's connection is accepted", Duration::from_secs(10), || {
@@ -113,9 +56,9 @@ fn sigterm_lets_the_call_in_flight_finish_and_stops_stdio_apps() {
     });
     let status = srv.sigterm();
     assert!(status.success(), "toolgate exited with {status}");
-    let (code, body) = call.join().unwrap();
-    assert_eq!(code, 200, "{body}");
-    let text = body["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    // Answered with HTTP 200 (`Mcp::call` asserts it) and the tool's result.
+    let body = call.join().unwrap();
+    let text = result_text(&body);
     assert!(
         text.starts_with("Long running operation completed. Duration: 2 seconds"),
         "the call in flight ran its course and got its result: {body}"
@@ -132,22 +75,10 @@ fn sigterm_exits_at_once_when_nothing_is_in_flight_and_keeps_what_was_buffered()
          storage:\n  backend: embedded\n  path: {data_dir}\n\
          apps:\n  - { id: time, name: Time, builtin: time }\n",
     );
-    let gw = srv.api("POST", "/v1/gateways", Some(srv.admin_key()), Some(json!({"name": "g", "servers": ["time"]})));
-    let gw = gw.data().clone();
-    let url = srv.url(&format!("/gateway/{}/mcp", gw["id"].as_str().unwrap()));
-    let key = gw["api_key"].as_str().unwrap().to_string();
+    let (gw, key) = create_gateway(&srv, srv.admin_key(), json!({"name": "g", "servers": ["time"]}));
     // A kept-alive client connection stays open, idle, while the signal comes.
-    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    let session = open_session(&client, &url, &key);
-    let r = mcp(
-        &client,
-        &url,
-        &key,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "get_current_time", "arguments": {"timezone": "UTC"}}}),
-    );
-    assert_eq!(r.status(), 200);
+    let session = Mcp::open(&srv, &gw, &key);
+    session.call(2, "get_current_time", json!({"timezone": "UTC"}));
     // Not sleeping out the grace period is the behaviour under test: idle, it exits within half
     // of it (sigterm_timeout fails the test past that).
     let status = srv.sigterm_timeout(Duration::from_secs(10));
@@ -255,29 +186,14 @@ fn an_app_slow_to_stop_is_stopped_and_reaped_before_the_process_exits() {
          storage:\n  backend: embedded\n  path: {{data_dir}}\n\
          apps:\n  - {{ id: clock, name: Clock, command: [sh, -c, {app:?}] }}\n"
     ));
-    let r = srv.api("POST", "/v1/gateways", Some(srv.admin_key()), Some(json!({"name": "g", "servers": ["clock"]})));
-    let gw = r.data().clone();
-    let url = srv.url(&format!("/gateway/{}/mcp", gw["id"].as_str().unwrap()));
-    let key = gw["api_key"].as_str().unwrap().to_string();
-    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    let session = open_session(&client, &url, &key);
-    let listed: Value =
-        mcp(&client, &url, &key, Some(&session), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
-            .json()
-            .unwrap();
-    let tool = listed["result"]["tools"]
-        .as_array()
-        .and_then(|tools| tools.iter().filter_map(|t| t["name"].as_str()).find(|n| n.ends_with("get_current_time")))
-        .unwrap_or_else(|| panic!("the app's tool is listed: {listed}"))
-        .to_string();
-    let r = mcp(
-        &client,
-        &url,
-        &key,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": tool, "arguments": {"timezone": "UTC"}}}),
-    );
-    assert_eq!(r.status(), 200);
+    let (gw, key) = create_gateway(&srv, srv.admin_key(), json!({"name": "g", "servers": ["clock"]}));
+    let session = Mcp::open(&srv, &gw, &key);
+    let listed = session.tool_names(2);
+    let tool = listed
+        .iter()
+        .find(|n| n.ends_with("get_current_time"))
+        .unwrap_or_else(|| panic!("the app's tool is listed: {listed:?}"));
+    session.call(3, tool, json!({"timezone": "UTC"}));
     let children = children_of(srv.pid());
     assert!(!children.is_empty(), "the stdio app should run as toolgate's child");
 

@@ -10,20 +10,14 @@ use crate::common::{declared_key, err, ok, validation, TestServer, BASE_CONFIG};
 use serde_json::{json, Value};
 use std::process::{Command, Output};
 
-/// `initialize` then `notifications/initialized` on `gw`: the session id and the result.
+/// `initialize` on `gw` (`common::mcp`): the session id and the result.
 fn initialize(srv: &TestServer, gw: &str, key: &str) -> (String, Value) {
-    let r = srv.request(
-        "POST",
-        &format!("/gateway/{gw}/mcp"),
-        None,
-        Some(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "spec-literal", "version": "1"}}})),
-        &[("x-api-key", key), ("accept", "application/json, text/event-stream")],
-    );
-    assert_eq!(r.status, 200, "initialize: {r:?}");
+    let r = crate::common::mcp::initialize_raw(srv, gw, key, "spec-literal");
+    assert_eq!(r.status, 200, "initialize: {}", r.body);
     let session = r.header("mcp-session-id").expect("Mcp-Session-Id").to_string();
-    (session, r.json["result"].clone())
+    let body: Value =
+        serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("initialize: not JSON ({e}): {}", r.body));
+    (session, body["result"].clone())
 }
 
 /// A `tools/call` in `session`: the JSON-RPC answer.

@@ -1,7 +1,9 @@
 """Fixtures for Python tests of toolgate (official MCP SDK clients and the like).
 
-`toolgate` gives a running server on OS-chosen ports (see toolgate_harness.py); `mcp_session`
-opens a gateway and an MCP session on a server; `node_dir` and `python_peer` locate the peers
+`toolgate` gives a running server on OS-chosen ports (see toolgate_harness.py), and
+`toolgate_factory` one with extra YAML (`module_toolgate_factory` for a module's tests together);
+`time_gateway` a server and a gateway on its `time` app for a module; `mcp_session` opens a
+gateway and an MCP session on a server; `node_dir` and `python_peer` locate the peers
 installed by tests/run.sh. A missing peer
 fails the test with a message saying how to install it: nothing is skipped.
 """
@@ -16,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mcp_helpers import McpHttp, gateway_session  # noqa: E402
+from mcp_helpers import Api, McpHttp, config, gateway_session, mcp_url  # noqa: E402
 from toolgate_harness import ROOT, ToolgateServer  # noqa: E402
 
 
@@ -40,6 +42,31 @@ def toolgate_factory():
     yield make
     for srv in started:
         srv.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def module_toolgate_factory():
+    """`toolgate_factory` for a module's tests together: servers started once per module (a
+    module fixture that configures something special builds on it), stopped after its last test."""
+    started = []
+
+    def make(extra_yaml: str = "", full_config: str | None = None) -> ToolgateServer:
+        srv = ToolgateServer(extra_yaml=extra_yaml, full_config=full_config)
+        started.append(srv)
+        return srv.__enter__()
+
+    yield make
+    for srv in started:
+        srv.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def time_gateway(module_toolgate_factory):
+    """A toolgate (the `time` app) and a gateway on `time`, shared by a module's tests:
+    (server, endpoint URL, the gateway's key)."""
+    srv = module_toolgate_factory(full_config=config())
+    gw_id, key = Api(srv).create_gateway(["time"])
+    return srv, mcp_url(srv, gw_id), key
 
 
 @pytest.fixture

@@ -7,7 +7,11 @@ It serves the fixtures the conformance suite's tasks scenarios name: `greet` (ne
 `slow_compute` (a task when the client declared the extension), `failing_job` (a task that
 ends in a tool error; the extension is required), `protocol_error_job` (a task that fails),
 `confirm_delete` and `multi_input` (tasks that wait for the client's answers, one and two),
-`test_tool_with_task` (an input-required round first, then a task).
+`test_tool_with_task` (an input-required round first, then a task). For `test_mcp_content.py`,
+tools that hide a sample of a class of hidden text (`content_server.SAMPLES`) in what they send:
+`hidden_report` (a task whose status message and result carry it), `chatty` (a progress message
+and a log message on the call's stream, then a result), `announce` (a log message and a resource
+update on the session's GET stream, sent by no call).
 
 Tasks live in memory; their ids are random. The app answers `tasks/get`, `tasks/update` and
 `tasks/cancel` only to a request that declared the extension (-32021 otherwise), and -32602 for
@@ -29,6 +33,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult, RequestParams
 
 from app_runner import serve_on_a_free_port
+from content_server import SAMPLES
 
 TASKS = "io.modelcontextprotocol/tasks"
 TTL_MS = 300_000
@@ -36,7 +41,8 @@ POLL_MS = 200
 
 # Which tools may become tasks, and which need the extension.
 SUPPORT = {"slow_compute": "optional", "confirm_delete": "optional", "multi_input": "optional",
-           "failing_job": "required", "protocol_error_job": "optional", "test_tool_with_task": "required"}
+           "failing_job": "required", "protocol_error_job": "optional", "test_tool_with_task": "required",
+           "hidden_report": "optional"}
 
 
 def now() -> str:
@@ -59,6 +65,7 @@ class Task:
         self.created = self.updated = now()
         self.result: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
+        self.message: str | None = None
         self.asked: dict[str, dict[str, Any]] = {}
         self.answers: dict[str, Any] = {}
         self.answered = asyncio.Event()
@@ -71,12 +78,17 @@ class Task:
         self.status, self.updated = status, now()
 
     def created_result(self) -> dict[str, Any]:
-        return {"resultType": "task", "taskId": self.id, "status": self.status, "createdAt": self.created,
-                "lastUpdatedAt": self.updated, "ttlMs": TTL_MS, "pollIntervalMs": POLL_MS}
+        return {"resultType": "task", **self.state()}
 
-    def detailed(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         d = {"taskId": self.id, "status": self.status, "createdAt": self.created, "lastUpdatedAt": self.updated,
              "ttlMs": TTL_MS, "pollIntervalMs": POLL_MS}
+        if self.message is not None:
+            d["statusMessage"] = self.message
+        return d
+
+    def detailed(self) -> dict[str, Any]:
+        d = self.state()
         if self.status == "completed" and self.result is not None:
             d["result"] = self.result
         if self.status == "failed" and self.error is not None:
@@ -120,6 +132,10 @@ async def work(name: str, arguments: dict[str, Any], task: Task, gathered: Any =
             answers = await task.ask({"first": elicit("First?"), "second": elicit("Second?")})
             names = [((a or {}).get("content") or {}).get("name") for a in answers.values()]
             task.result = text_result("got " + ", ".join(str(n) for n in names))
+        elif name == "hidden_report":
+            s = SAMPLES[arguments.get("cls", "tag")]
+            task.message = f"half{s}way"
+            task.result = {**text_result(f"before{s}after"), "structuredContent": {"note": f"x{s}y"}}
         elif name == "test_tool_with_task":
             content = (gathered or {}).get("content") or {}
             task.result = text_result(f"Hello, {content.get('name')}! (gathered before the task)")
@@ -248,6 +264,32 @@ def test_tool_with_task(ctx: Context) -> str | InputRequiredResult:
         requested_schema={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
     ))
     return InputRequiredResult(input_requests={"user_name": ask})
+
+
+@server.tool()
+def hidden_report(cls: str) -> str:
+    """A report whose status message and result hide a sample of `cls` (as a task)."""
+    return "ran without the tasks extension"
+
+
+@server.tool()
+async def chatty(cls: str, ctx: Context) -> str:
+    """Reports progress and logs, each message hiding a sample of `cls`, then answers."""
+    s = SAMPLES[cls]
+    await ctx.report_progress(1, 2, f"half{s}way")
+    await ctx.log("info", f"log{s}line")
+    return "done"
+
+
+@server.tool()
+async def announce(cls: str, ctx: Context) -> str:
+    """Sends on the session's GET stream (related to no call) a log message and an update of
+    `res://doc` both hiding a sample of `cls`, then an update of `res://doc` (honest)."""
+    s = SAMPLES[cls]
+    await ctx.session.send_log_message("info", f"stream{s}log")
+    await ctx.session.send_resource_updated(f"res://doc{s}")
+    await ctx.session.send_resource_updated("res://doc")
+    return "announced"
 
 
 def task_name_header_checked(app):

@@ -7,7 +7,6 @@ import httpx2
 import pytest
 
 from mcp_helpers import TIME_APP, config
-from toolgate_harness import ToolgateServer
 
 # A tier whose global bucket holds 10 and refills one a second: costs are counted exactly.
 TINY = ("rate_limits:\n  tiers:\n"
@@ -16,11 +15,9 @@ TINY = ("rate_limits:\n  tiers:\n"
 
 
 @pytest.fixture
-def srv():
-    s = ToolgateServer(full_config=config(TIME_APP) + TINY).start()
-    yield s
-    s.stop()
-    s.tmp.cleanup()
+def srv(toolgate_factory):
+    """A toolgate whose bootstrap tier is TINY (conftest's factory stops it after the test)."""
+    return toolgate_factory(full_config=config(TIME_APP) + TINY)
 
 
 def post(srv, path, body, key=None):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcp_helpers import TIME_APP, Api, config, mcp_url, run, sdk_client, start_toolgate
+from mcp_helpers import TIME_APP, Api, config, mcp_url, run, sdk_client
 
 MODES = ["auto", "legacy"]
 
@@ -26,16 +26,13 @@ RULES = [
 
 
 @pytest.fixture(scope="module")
-def ruled_gateway():
-    srv = start_toolgate(config(apps=TIME_APP + CLOCK_APP))
-    try:
-        api = Api(srv)
-        gw, key = api.create_gateway(["time", "clock"])
-        api.ok("PATCH", f"/v1/gateways/{gw}", {"rules": RULES})
-        yield mcp_url(srv, gw), key
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
+def ruled_gateway(module_toolgate_factory):
+    """A gateway of time and clock with RULES: (endpoint URL, key)."""
+    srv = module_toolgate_factory(full_config=config(apps=TIME_APP + CLOCK_APP))
+    api = Api(srv)
+    gw, key = api.create_gateway(["time", "clock"])
+    api.ok("PATCH", f"/v1/gateways/{gw}", {"rules": RULES})
+    return mcp_url(srv, gw), key
 
 
 @pytest.mark.parametrize("mode", MODES)

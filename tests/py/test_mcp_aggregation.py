@@ -34,17 +34,15 @@ from mcp_helpers import (
 
 
 @pytest.fixture(scope="module")
-def mixed():
+def mixed(module_toolgate_factory):
     """(server, api, everything, gateway id, key) for a gateway of time + clock + everything."""
     with everything_server() as ev:
-        srv = start_toolgate(config(TIME_APP + stdio_time_app("clock") + http_app("everything", ev.url)))
-        try:
-            api = Api(srv)
-            gw_id, key = api.create_gateway(["time", "clock", "everything"])
-            yield srv, api, ev, gw_id, key
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
+        srv = module_toolgate_factory(
+            full_config=config(TIME_APP + stdio_time_app("clock") + http_app("everything", ev.url))
+        )
+        api = Api(srv)
+        gw_id, key = api.create_gateway(["time", "clock", "everything"])
+        yield srv, api, ev, gw_id, key
 
 
 @pytest.fixture

@@ -7,6 +7,10 @@ resources), a tool's error, a JSON-RPC error, `resources/read` contents and `pro
 messages. The clients are the official Python SDK's, in both eras (`auto` speaks 2026-07-28
 stateless, `legacy` the handshake era), and the official TypeScript SDK's
 (`tests/node/ts_content_client.mjs`), checking exactly what arrives.
+
+What an app sends outside a call's answer is checked the same way: a task's status message and
+result (`tasks/get`, the tasks extension of 2026-07-28 stateless clients) and the progress and
+log messages on a call's stream, from `tasks_app.py` (an HTTP app on the official Python SDK).
 """
 
 from __future__ import annotations
@@ -21,7 +25,21 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcp_helpers import NODE_DIR, Api, config, mcp_url, node_bin, run, sdk_client, start_toolgate
+from mcp_helpers import (
+    NODE_DIR,
+    STATELESS,
+    Api,
+    McpHttp,
+    config,
+    http_app,
+    mcp_url,
+    node_bin,
+    open_stream,
+    python_app,
+    run,
+    sdk_client,
+    stateless_post,
+)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -40,27 +58,18 @@ APP = f"""\
 
 
 @pytest.fixture(scope="module")
-def srv():
-    s = start_toolgate(config(APP, mcp="  list_deadline_ms: 30000\n"))
-    try:
-        api = Api(s)
-        off = {"tool_policy": "off"}
-        gws = {
-            "strip": api.create_gateway(["teller"], configuration=off),
-            "block": api.create_gateway(["teller"], configuration={**off, "content_policy": "block"}),
-            "log": api.create_gateway(["teller"], configuration={**off, "content_policy": "log"}),
-            "redact": api.create_gateway(
-                ["teller"],
-                configuration={
-                    **off,
-                    "redact": {"detectors": ["secrets"], "exempt_tools": ["vault"]},
-                    "max_result_bytes": 4000,
-                },
-            ),
-        }
-        yield s, gws
-    finally:
-        s.stop()
+def srv(module_toolgate_factory):
+    s = module_toolgate_factory(full_config=config(APP, mcp="  list_deadline_ms: 30000\n"))
+    api = Api(s)
+    off = {"tool_policy": "off"}
+    redact = {"redact": {"detectors": ["secrets"], "exempt_tools": ["vault"]}, "max_result_bytes": 4000}
+    gws = {
+        "strip": api.create_gateway(["teller"], configuration=off),
+        "block": api.create_gateway(["teller"], configuration={**off, "content_policy": "block"}),
+        "log": api.create_gateway(["teller"], configuration={**off, "content_policy": "log"}),
+        "redact": api.create_gateway(["teller"], configuration={**off, **redact}),
+    }
+    return s, gws
 
 
 def session(s, gw, mode, go):
@@ -254,3 +263,141 @@ def test_the_typescript_sdk_sees_the_same(srv, cls):
     assert block["resource"]["code"] == CONTENT_REFUSED and block["prompt"]["code"] == CONTENT_REFUSED
     assert block["honest"]["result"]["content"][0]["text"] == HONEST
     assert block["honest"]["result"]["structuredContent"] == {"text": HONEST}
+
+
+# ------------------------------------------------------------------ tasks and call streams
+
+TASKS = "io.modelcontextprotocol/tasks"
+WITH_TASKS = {
+    "io.modelcontextprotocol/protocolVersion": STATELESS,
+    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+}
+
+
+@pytest.fixture(scope="module")
+def tasks_srv(tmp_path_factory, module_toolgate_factory):
+    """toolgate on `tasks_app.py` (HTTP, 2026-07-28 with the tasks extension), a gateway per
+    policy: (server, {policy: (url, key)})."""
+    with python_app("tasks_app.py", tmp_path_factory.mktemp("tasks-app") / "app.log") as addr:
+        s = module_toolgate_factory(full_config=config(http_app("tasks", f"http://{addr}/mcp", name="Tasks")))
+        api = Api(s)
+        gws = {}
+        for policy in ("strip", "block", "log"):
+            gw_id, key = api.create_gateway(["tasks"], configuration={"content_policy": policy})
+            gws[policy] = (mcp_url(s, gw_id), key)
+        yield s, gws
+
+
+def finished_task(url: str, key: str, cls: str) -> dict:
+    """Creates a `hidden_report` task hiding `cls` and polls `tasks/get` until it has ended (or
+    an error answers it); returns the last JSON-RPC answer."""
+    call = {"name": "hidden_report", "arguments": {"cls": cls}, "_meta": WITH_TASKS}
+    created = stateless_post(url, key, "tools/call", call).json()["result"]
+    assert created["resultType"] == "task" and created["taskId"].startswith("tgt1."), created
+    deadline = time.monotonic() + 30
+    while True:
+        got = stateless_post(url, key, "tasks/get", {"taskId": created["taskId"], "_meta": WITH_TASKS}).json()
+        if "error" in got or got["result"]["status"] not in ("working", "input_required"):
+            return got
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("cls", ["tag", "bidi"])
+def test_a_task_s_status_message_and_result_are_stripped_under_strip(tasks_srv, cls):
+    s, gws = tasks_srv
+    got = finished_task(*gws["strip"], cls)["result"]
+    assert got["status"] == "completed" and got["taskId"].startswith("tgt1."), got
+    assert got["statusMessage"] == "halfway", got
+    assert got["result"]["content"][0]["text"] == "beforeafter", got
+    assert got["result"]["structuredContent"] == {"note": "xy"}, got
+
+
+def test_a_task_s_hidden_text_blocks_tasks_get_saying_the_tool_ran(tasks_srv):
+    s, gws = tasks_srv
+    got = finished_task(*gws["block"], "tag")
+    e = got["error"]
+    assert e["code"] == CONTENT_REFUSED and e["data"]["where"] == "task" and e["data"]["class"] == "tag", got
+    assert e["data"]["tool_ran"] is True and "the tool ran" in e["message"], got
+    assert SAMPLES["tag"] not in json.dumps(got, ensure_ascii=False)
+
+
+def test_a_task_s_hidden_text_is_logged_and_passed_under_log(tasks_srv):
+    s, gws = tasks_srv
+    got = finished_task(*gws["log"], "zero_width")["result"]
+    assert got["statusMessage"] == "half" + SAMPLES["zero_width"] + "way", got
+    metrics = httpx2.get(s.metrics_url, timeout=10).text
+    assert any(
+        l.startswith("toolgate_hidden_text_total{") and 'where="task"' in l and 'action="logged"' in l
+        for l in metrics.splitlines()
+    ), metrics
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_progress_and_log_messages_on_a_call_s_stream_are_stripped(tasks_srv, mode):
+    s, gws = tasks_srv
+    url, key = gws["strip"]
+    logs, progress = [], []
+
+    async def on_log(params):
+        logs.append(params.data)
+
+    async def on_progress(done, total, message):
+        progress.append(message)
+
+    async def main():
+        async with sdk_client(url, key, mode=mode, logging_callback=on_log, log_level="info") as c:
+            return await c.call_tool("chatty", {"cls": "tag"}, progress_callback=on_progress)
+
+    result = run(main())
+    assert result.content[0].text == "done", result
+    assert progress == ["halfway"], progress
+    # A stateless client's log messages do not arrive through toolgate yet (noticed, another
+    # matter); whatever arrives carries no hidden text.
+    if mode == "legacy":
+        assert logs == ["logline"], logs
+    assert not any(SAMPLES["tag"] in str(line) for line in logs), logs
+
+
+def test_progress_hiding_text_ends_the_call_under_block(tasks_srv):
+    s, gws = tasks_srv
+    url, key = gws["block"]
+
+    async def main():
+        async with sdk_client(url, key, mode="legacy") as c:
+            with pytest.raises(MCPError) as e:
+                await c.call_tool("chatty", {"cls": "tag"}, progress_callback=lambda *a: None)
+            return e.value.error
+
+    e = run(main())
+    assert e.code == CONTENT_REFUSED and e.data["where"] == "notification" and e.data["class"] == "tag", e
+
+
+@pytest.mark.parametrize("policy", ["strip", "block", "log"])
+def test_a_resource_update_on_the_get_stream_whose_uri_hides_text_is_dropped(tasks_srv, policy):
+    """An app's GET stream carries, related to no call, an update of a resource whose uri hides
+    text, then one of an honest uri: a uri is an identifier, never rewritten, so under `strip`
+    and `block` that update is dropped, under `log` delivered. The app's log message on that
+    stream reaches no client (it goes to the process log)."""
+    s, gws = tasks_srv
+    url, key = gws[policy]
+    hidden = "res://doc" + SAMPLES["tag"]
+    c = McpHttp(url, key)
+    c.initialize()
+    for uri in (hidden, "res://doc"):
+        c.request("resources/subscribe", {"uri": uri})
+    seen = []
+    with open_stream(c) as r:
+        assert r.status_code == 200, r.status_code
+        lines = r.iter_lines()
+        assert next(lines).startswith(":"), "the stream opens with a comment"
+        assert "announced" in c.request("tools/call", {"name": "announce", "arguments": {"cls": "tag"}}).text
+        for line in lines:
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:]))
+                if seen[-1].get("params", {}).get("uri") == "res://doc":
+                    break
+    c.close()
+    updated = [m["params"]["uri"] for m in seen if m["method"] == "notifications/resources/updated"]
+    assert updated == ([hidden, "res://doc"] if policy == "log" else ["res://doc"]), seen
+    assert all(m["method"] == "notifications/resources/updated" for m in seen), seen

@@ -24,7 +24,7 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcp_helpers import NODE_DIR, Api, config, mcp_url, node_bin, run, sdk_client, start_toolgate
+from mcp_helpers import NODE_DIR, Api, config, mcp_url, node_bin, run, sdk_client
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -53,19 +53,14 @@ NAMED = {
 
 
 @pytest.fixture(scope="module")
-def srv():
+def srv(module_toolgate_factory):
     # The Python app starts slowly on a busy machine: give its first lists time.
-    s = start_toolgate(config(APP, mcp="  list_deadline_ms: 30000\n"))
-    try:
-        api = Api(s)
-        strip_gw, strip_key = api.create_gateway(["hider"])
-        block_gw, block_key = api.create_gateway(["hider"], configuration={"description_policy": "block"})
-        off_gw, off_key = api.create_gateway(
-            ["hider"], configuration={"description_policy": "block", "tool_policy": "off"}
-        )
-        yield s, (strip_gw, strip_key), (block_gw, block_key), (off_gw, off_key)
-    finally:
-        s.stop()
+    s = module_toolgate_factory(full_config=config(APP, mcp="  list_deadline_ms: 30000\n"))
+    api = Api(s)
+    strip_gw, strip_key = api.create_gateway(["hider"])
+    block_gw, block_key = api.create_gateway(["hider"], configuration={"description_policy": "block"})
+    off_gw, off_key = api.create_gateway(["hider"], configuration={"description_policy": "block", "tool_policy": "off"})
+    return s, (strip_gw, strip_key), (block_gw, block_key), (off_gw, off_key)
 
 
 def lists(url: str, key: str, mode: str):

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from mcp_helpers import NODE_DIR, Api, config, mcp_url, node_bin, start_toolgate
+from mcp_helpers import NODE_DIR, node_bin
 
 
 def inspector(url: str, key: str, *args: str) -> dict:
@@ -28,14 +28,10 @@ def inspector(url: str, key: str, *args: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def gateway():
-    srv = start_toolgate(config())
-    try:
-        gw_id, key = Api(srv).create_gateway(["time"])
-        yield mcp_url(srv, gw_id), key
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
+def gateway(time_gateway):
+    """The endpoint URL and key of conftest's `time_gateway`."""
+    _, url, key = time_gateway
+    return url, key
 
 
 def test_inspector_cli_lists_and_calls_tools(gateway):

@@ -30,16 +30,10 @@ TIME_CALL = {"name": "get_current_time", "arguments": {"format": "YYYY-MM-DD", "
 
 
 @pytest.fixture(scope="module")
-def gw():
-    """One toolgate (time app) and a gateway on it: (server, api, endpoint url, gateway key)."""
-    srv = start_toolgate(config())
-    try:
-        api = Api(srv)
-        gw_id, key = api.create_gateway(["time"])
-        yield srv, api, mcp_url(srv, gw_id), key, gw_id
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
+def gw(time_gateway):
+    """conftest's time gateway: (server, api, endpoint url, gateway key, gateway id)."""
+    srv, url, key = time_gateway
+    return srv, Api(srv), url, key, url.rstrip("/").split("/")[-2]
 
 
 @pytest.fixture

@@ -11,20 +11,9 @@ from __future__ import annotations
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcp_helpers import Api, McpHttp, config, mcp_url, run, sdk_client, start_toolgate
+from mcp_helpers import McpHttp, run, sdk_client
 
 MODES = ["auto", "legacy"]
-
-
-@pytest.fixture(scope="module")
-def time_gateway():
-    srv = start_toolgate(config())
-    try:
-        gw, key = Api(srv).create_gateway(["time"])
-        yield srv, mcp_url(srv, gw), key
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
 
 
 def test_sdk_auto_mode_stays_on_the_stateless_revision(time_gateway):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_helpers import STDIO_START, McpHttp, config, gateway_session, start_toolgate
+from mcp_helpers import STDIO_START, McpHttp, config, gateway_session
 
 SERVER = Path(__file__).resolve().parent / "unlisted_resources_server.py"
 
@@ -30,10 +30,9 @@ def stdio_app(app_id: str, kind: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def srv():
-    s = start_toolgate(config(stdio_app("notes_a", "note") + stdio_app("notes_b", "todo")))
-    yield s
-    s.stop()
+def srv(module_toolgate_factory):
+    """A toolgate with the two apps that serve resources they do not list."""
+    return module_toolgate_factory(full_config=config(stdio_app("notes_a", "note") + stdio_app("notes_b", "todo")))
 
 
 def session(srv, servers: list[str]) -> McpHttp:

@@ -21,7 +21,6 @@ from mcp_helpers import (
     TIME_APP,
     Api,
     McpHttp,
-    ToolgateServer,
     config,
     everything_server,
     http_app,
@@ -34,8 +33,9 @@ from mcp_helpers import (
 
 
 @pytest.fixture(scope="module")
-def gateway():
-    with everything_server() as ev, ToolgateServer(full_config=config(TIME_APP + http_app("everything", ev.url))) as srv:
+def gateway(module_toolgate_factory):
+    with everything_server() as ev:
+        srv = module_toolgate_factory(full_config=config(TIME_APP + http_app("everything", ev.url)))
         gw_id, key = Api(srv).create_gateway(["time", "everything"])
         yield mcp_url(srv, gw_id), key
 

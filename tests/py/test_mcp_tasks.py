@@ -102,17 +102,13 @@ def test_the_suite_s_tasks_scenario_passes_directly_and_through_toolgate(suite_r
 
 
 @pytest.fixture(scope="module")
-def gateway(tasks_app):
+def gateway(tasks_app, module_toolgate_factory):
     """A gateway on the tasks app: (server, endpoint URL, its key, an account key of the org)."""
     addr, _ = tasks_app
-    srv = start_toolgate(config(http_app("tasks", f"http://{addr}/mcp", name="Tasks")))
-    try:
-        gw_id, key = Api(srv).create_gateway(["tasks"])
-        created = Api(srv).ok("POST", "/v1/api-keys", {"name": "other", "scopes": ["gateways:read"]}, status=201)
-        yield srv, mcp_url(srv, gw_id), key, created.get("data", created)["key"]
-    finally:
-        srv.stop()
-        srv.tmp.cleanup()
+    srv = module_toolgate_factory(full_config=config(http_app("tasks", f"http://{addr}/mcp", name="Tasks")))
+    gw_id, key = Api(srv).create_gateway(["tasks"])
+    created = Api(srv).ok("POST", "/v1/api-keys", {"name": "other", "scopes": ["gateways:read"]}, status=201)
+    return srv, mcp_url(srv, gw_id), key, created.get("data", created)["key"]
 
 
 def error_of(r) -> int:

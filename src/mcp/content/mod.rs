@@ -1,8 +1,9 @@
 //! Content checks on everything an app sends that a model reads (`docs/governance.md`, "What the
 //! apps answer"): a call's result (`text` content, `structuredContent` at any depth, resource
 //! links, embedded resources), its errors, `resources/read` contents, `prompts/get` messages,
-//! `completion/complete` values, and the requests and notifications an app sends on a call's
-//! stream (sampling, elicitation, progress, logging), event by event. The gateway's
+//! `completion/complete` values, the requests and notifications an app sends on a call's
+//! stream (sampling, elicitation, progress, logging), event by event, and what a task tells its
+//! client (`tasks/get`, `tasks/update`, `tasks/cancel` answers: status message, result). The gateway's
 //! `content_policy` says what happens to hidden text (`strip`, `block`, `log`, `off`), its
 //! `redact` what happens to secrets, and `max_result_bytes` how large a result may be.
 //!
@@ -30,7 +31,8 @@ pub struct ContentCheck {
     policy: ContentPolicy,
     redact: Option<RedactMode>,
     max_bytes: Option<u64>,
-    /// A `tools/call`: its result means the tool ran.
+    /// A `tools/call`, or a `tasks/*` request following one: its answer means the tool ran (or
+    /// runs), and its size is bounded by `max_result_bytes`.
     tool_call: bool,
     /// What the call's result is, for the `where` of a finding.
     place: &'static str,
@@ -46,6 +48,7 @@ fn place(method: &str) -> &'static str {
         "resources/read" => "resource",
         "prompts/get" => "prompt",
         "completion/complete" => "completion",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "task",
         _ => "result",
     }
 }
@@ -56,8 +59,10 @@ impl ContentCheck {
         let c = &gw.configuration;
         let exempt = tool.is_some_and(|t| c.redact.exempt_tools.iter().any(|e| e == t));
         let redact = (!c.redact.is_off() && !exempt).then_some(c.redact.mode);
+        let place = place(method);
+        let of_tool = method == "tools/call" || place == "task";
         let by_tool = tool.and_then(|t| c.max_result_bytes_by_tool.get(t).copied());
-        let max_bytes = if method == "tools/call" { by_tool.or(c.max_result_bytes) } else { None };
+        let max_bytes = if of_tool { by_tool.or(c.max_result_bytes) } else { None };
         if c.content_policy == ContentPolicy::Off && redact.is_none() && max_bytes.is_none() {
             return None;
         }
@@ -65,8 +70,8 @@ impl ContentCheck {
             policy: c.content_policy,
             redact,
             max_bytes,
-            tool_call: method == "tools/call",
-            place: place(method),
+            tool_call: of_tool,
+            place,
             gateway_id: gw.id.clone(),
             marks: Mutex::new(Vec::new()),
         }))
@@ -98,7 +103,8 @@ impl ContentCheck {
                     return Response::error(r.id, self.too_large(len, max));
                 }
                 // A tool's own error (`isError`) is an error message the model reads.
-                let place = if ran && is_error_result(result.get()) { "error" } else { self.place };
+                let place =
+                    if self.place == "result" && ran && is_error_result(result.get()) { "error" } else { self.place };
                 match self.raw(result, place) {
                     Ok(Some(clean)) => *result = clean,
                     Ok(None) => {}
@@ -233,15 +239,36 @@ impl ContentCheck {
     }
 
     fn too_large(&self, len: u64, max: u64) -> RpcErrorObject {
-        self.marks.lock().push(json!({ "where": "result", "too_large": { "bytes": len, "max": max } }));
+        self.marks.lock().push(json!({ "where": self.place, "too_large": { "bytes": len, "max": max } }));
+        let what = if self.place == "task" { "task's answer" } else { "result" };
         let message = format!(
-            "the tool ran, but its result of {len} bytes is larger than this gateway allows ({max} bytes, \
+            "the tool ran, but its {what} of {len} bytes is larger than this gateway allows ({max} bytes, \
              max_result_bytes); calling it again runs it again"
         );
         RpcErrorObject::new(RpcCode::ContentRefused.code(), message).with_data(json!({
             "reason": "too_large", "bytes": len, "max_bytes": max, "tool_ran": true,
         }))
     }
+}
+
+/// Whether `gw`'s clients may be given an identifier an app sent outside any call: the `uri`
+/// of a resource update on the app's GET stream (`at` names it). Hidden text in it cannot be
+/// removed without changing what it names, so under `strip` and `block` the message is dropped
+/// (counted and logged as blocked); `log` passes it and reports it; `off` does not look.
+pub(crate) fn identifier_passes(gw: &Gateway, at: &str, value: &str) -> bool {
+    let policy = gw.configuration.content_policy;
+    if policy == ContentPolicy::Off || (value.is_ascii() && plain_json(value)) {
+        return true;
+    }
+    let (_, hits) = crate::base::hidden_text::strip(value);
+    let Some(first) = hits.first() else { return true };
+    let action = if policy == ContentPolicy::Log { "logged" } else { "blocked" };
+    for hit in &hits {
+        metrics::hidden_text(hit.class.as_str(), action, "notification");
+    }
+    let class = first.class.as_str();
+    tracing::warn!(gateway = %gw.id, r#where = "notification", at, class, action, "hidden text in an app's identifier");
+    policy == ContentPolicy::Log
 }
 
 fn is_error_result(text: &str) -> bool {

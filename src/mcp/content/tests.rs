@@ -143,3 +143,39 @@ fn secrets_are_redacted_unless_the_tool_is_exempt_or_only_logged() {
     assert_eq!(out.outcome.unwrap().to_value()["content"][0]["text"], "key AKIAIOSFODNN7EXAMPLE");
     assert_eq!(check.marks().unwrap()[0]["secrets"]["kinds"]["aws_access_key_id"], 1);
 }
+
+#[test]
+fn a_task_s_answer_is_checked_as_its_tool_s_result() {
+    let mut gw = gateway(ContentPolicy::Block);
+    gw.configuration.max_result_bytes_by_tool.insert("report".into(), 100);
+    let detail = json!({"taskId": "tgt1.x", "status": "completed", "statusMessage": "half\u{E0050}way",
+        "result": {"isError": true, "content": [{"type": "text", "text": "done"}]}});
+    let e = ContentCheck::for_call(&gw, "tasks/get", Some("t")).unwrap().response(result(detail.clone()));
+    let e = e.outcome.unwrap_err();
+    let data = e.data.as_ref().unwrap();
+    assert_eq!(
+        (&data["where"], &data["at"], &data["tool_ran"]),
+        (&json!("task"), &json!("statusMessage"), &json!(true))
+    );
+    assert!(e.message.contains("the tool ran"), "{}", e.message);
+    // The tool's own size bound holds for its task's answers.
+    let long = json!({"taskId": "tgt1.x", "status": "completed", "result": {"content": [{"text": "x".repeat(200)}]}});
+    let e = ContentCheck::for_call(&gw, "tasks/get", Some("report")).unwrap().response(result(long));
+    let e = e.outcome.unwrap_err();
+    assert_eq!(e.data.as_ref().unwrap()["reason"], "too_large");
+    assert!(e.message.contains("its task's answer of"), "{}", e.message);
+    gw.configuration.content_policy = ContentPolicy::Strip;
+    let out = ContentCheck::for_call(&gw, "tasks/get", None).unwrap().response(result(detail)).outcome.unwrap();
+    assert_eq!(out.to_value()["statusMessage"], "halfway");
+}
+
+#[test]
+fn an_identifier_outside_a_call_passes_only_without_hidden_text_or_under_log() {
+    let uri = "res://doc\u{E0050}";
+    assert!(identifier_passes(&gateway(ContentPolicy::Strip), "uri", "res://doc/1"));
+    assert!(identifier_passes(&gateway(ContentPolicy::Strip), "uri", "res://Grüße"), "honest text passes");
+    assert!(!identifier_passes(&gateway(ContentPolicy::Strip), "uri", uri), "never rewritten: dropped");
+    assert!(!identifier_passes(&gateway(ContentPolicy::Block), "uri", uri));
+    assert!(identifier_passes(&gateway(ContentPolicy::Log), "uri", uri));
+    assert!(identifier_passes(&gateway(ContentPolicy::Off), "uri", uri));
+}

@@ -523,7 +523,8 @@ async fn finish(
             // A task the app created is named to a stateless client by toolgate's own id.
             let r = match binding.as_ref().filter(|_| call.method == "tools/call") {
                 Some(b) => {
-                    tasks::claim_created(mcp, tasks::Owner { gateway_id: &b.gateway_id, key_id: &b.key_id }, app_id, r)
+                    let owner = tasks::Owner { gateway_id: &b.gateway_id, key_id: &b.key_id };
+                    tasks::claim_created(mcp, owner, app_id, &b.name, r)
                 }
                 None => r,
             };

@@ -1,9 +1,7 @@
-//! Assertions shared by the API test files (envelope, errors, rate-limit headers) and a server
-//! shared by the tests of one file.
+//! Assertions shared by the API test files (envelope, errors, rate-limit headers), and the reaper
+//! of a server a file keeps in a `static` for all its tests (with the keys it declares).
 //!
 //! ```ignore
-//! static SRV: OnceLock<TestServer> = OnceLock::new();
-//! let srv = shared_server(&SRV, || TestServer::start(EXTRA_YAML));
 //! let r = srv.api("GET", "/v1/user", Some(srv.admin_key()), None);
 //! let data = ok(&r, 200);                 // envelope checked, `data` returned
 //! err(&srv.api("GET", "/v1/user", None, None), 401, "UNAUTHORIZED");
@@ -12,19 +10,9 @@
 use super::{Peer, Resp, TestServer};
 use serde_json::Value;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
-/// A server kept in a `static` for every test of a file. Statics are never dropped, so a
-/// watchdog process kills the server (and removes its directory) once the test process exits.
-pub fn shared_server(cell: &'static OnceLock<TestServer>, start: impl FnOnce() -> TestServer) -> &'static TestServer {
-    cell.get_or_init(|| {
-        let srv = start();
-        reap_on_exit(&srv);
-        srv
-    })
-}
-
-/// Kills `srv` (SIGKILL) and removes its directory when this test process exits.
+/// Kills `srv` (SIGKILL) and removes its directory when this test process exits: a server kept
+/// in a `static` (statics are never dropped) by a watchdog process.
 pub fn reap_on_exit(srv: &TestServer) {
     reap_pid_on_exit(srv.pid(), srv.dir());
 }
