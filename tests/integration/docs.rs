@@ -306,7 +306,16 @@ const MARKERS: &[(&str, &str)] = &[
     ("<!-- run -->", "tests/integration/docs.rs::the_readme_run_command_is_the_repositorys_script"),
     ("<!-- tour -->", "tests/py/test_docs_tour.py"),
     ("<!-- tour: python -->", "tests/py/test_docs_tour.py"),
-    ("<!-- typescript sdk -->", "tests/py/test_docs_tour.py"),
+    (
+        "<!-- client: claude-code -->",
+        "src/console/snippets.rs (the console's own, run by tests/py/test_console_snippets.py)",
+    ),
+    ("<!-- client: cursor -->", "src/console/snippets.rs"),
+    ("<!-- client: vscode -->", "src/console/snippets.rs"),
+    ("<!-- client: claude-desktop -->", "src/console/snippets.rs"),
+    ("<!-- client: inspector -->", "src/console/snippets.rs"),
+    ("<!-- client: python -->", "src/console/snippets.rs"),
+    ("<!-- client: typescript -->", "src/console/snippets.rs and tests/py/test_docs_tour.py"),
     ("<!-- build -->", "tests/integration/packaging.rs"),
     ("<!-- verify a delivery -->", "tests/py/test_webhooks.py"),
 ];
