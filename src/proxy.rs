@@ -551,3 +551,162 @@ mod tests {
         assert_eq!(failure_status(&e(ErrorType::InternalError, ErrorSource::Unset)), 500);
     }
 }
+
+/// The console's calls to a gateway (`server::gateway_calls`): each an HTTP request to the
+/// gateway's endpoint over an in-memory connection, answered by a [`Proxy`] whose gateway chain
+/// is the rate limit and the Origin check: the caller (the signed-in user's web session) is
+/// set before the chain runs instead of read from a header, and the console has checked the
+/// organisation's IP allowlist already. From there the call is any call: the gateway's quotas,
+/// its rules, the catalogue, the log entry and the access line.
+pub(crate) struct InProcess {
+    /// Weak: the server holds this, and a strong reference would keep it alive forever.
+    server: std::sync::Weak<Server>,
+}
+
+/// The most of an in-process answer that is read (an answer past it is a 502).
+const IN_PROCESS_MAX_ANSWER: u64 = 8 * 1024 * 1024;
+
+impl InProcess {
+    /// Installs the server's in-process gateway calls.
+    pub(crate) fn install(server: &Arc<Server>) {
+        let calls = InProcess { server: Arc::downgrade(server) };
+        let _ = server.gateway_calls.set(Box::new(calls));
+    }
+}
+
+impl crate::server::gateway_calls::GatewayCalls for InProcess {
+    fn call<'a>(
+        &'a self,
+        call: crate::server::gateway_calls::GatewayCall<'a>,
+    ) -> futures_util::future::BoxFuture<'a, std::result::Result<crate::server::gateway_calls::GatewayAnswer, ApiError>>
+    {
+        Box::pin(async move {
+            let server = self.server.upgrade().ok_or_else(|| ApiError::Unavailable("shutting down".into()))?;
+            let config = server.state.config();
+            let proxy = Proxy {
+                management: FilterChain::new(),
+                gateway: FilterChain::new().with(server.limiter.clone()).with(server.origin_check.clone()),
+                identity: FilterChain::new(),
+                trusted_proxies: Vec::new(),
+                identity_path: config.web.path.clone(),
+                server_options: HttpServerOptions::default(),
+                server: server.clone(),
+            };
+            proxy.in_process(call).await
+        })
+    }
+}
+
+impl Proxy {
+    /// One in-process call (see [`InProcess`]): the request written on one end of an in-memory
+    /// connection, served on the other as any request is, the answer read back.
+    async fn in_process(
+        &self,
+        call: crate::server::gateway_calls::GatewayCall<'_>,
+    ) -> std::result::Result<crate::server::gateway_calls::GatewayAnswer, ApiError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let request = in_process_request(&call)?;
+        let (mut client, served) = tokio::io::duplex(64 * 1024);
+        let mut request_id = String::new();
+        let serve = async {
+            let mut session = ServerSession::new_http1(Box::new(served));
+            if !session.read_request().await.unwrap_or(false) {
+                return;
+            }
+            let mut ctx = self.begin(&session);
+            ctx.client_ip = call.client_ip;
+            ctx.filters.principal = Some(call.principal.clone());
+            request_id = ctx.request_id.as_str().to_string();
+            let answered = self.route(&mut session, &mut ctx).await;
+            if let Err(e) = &answered {
+                self.failed(&mut session, &ctx, e).await;
+            }
+            self.record(&session, &ctx);
+            // Dropped here: the client's end reads the end of the answer.
+        };
+        let talk = async {
+            let mut out = Vec::new();
+            if client.write_all(&request).await.is_ok() {
+                let _ = (&mut client).take(IN_PROCESS_MAX_ANSWER).read_to_end(&mut out).await;
+            }
+            out
+        };
+        let ((), raw) = tokio::join!(serve, talk);
+        let (status, body) = parse_in_process_answer(&raw)
+            .ok_or_else(|| ApiError::Internal("the gateway's in-process answer could not be read".into()))?;
+        let body = serde_json::from_slice(&body)
+            .map_err(|_| ApiError::Internal(format!("the gateway answered {status} with no JSON-RPC message")))?;
+        Ok(crate::server::gateway_calls::GatewayAnswer { status, body, request_id })
+    }
+}
+
+/// The HTTP/1.1 request of an in-process call: a stateless (2026-07-28) POST, its `_meta` and
+/// routing headers added, JSON only.
+fn in_process_request(call: &crate::server::gateway_calls::GatewayCall<'_>) -> std::result::Result<Vec<u8>, ApiError> {
+    let mut params = call.params.clone();
+    if !params.is_object() {
+        params = json!({});
+    }
+    if let Some(name) = call.name {
+        params["name"] = json!(name);
+    }
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": 1, "method": call.method, "params": params }))
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    // The id is a path segment and the names header values: anything else is refused, never
+    // written into the request.
+    let id_safe = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let header_safe = |v: &str| v.bytes().all(|b| b.is_ascii_graphic());
+    let name = call.name.unwrap_or("");
+    if !id_safe(call.gateway_id) {
+        return Err(ApiError::NotFound("gateway"));
+    }
+    if !header_safe(call.method) || !header_safe(name) {
+        return Err(ApiError::validation("tool", "not a name toolgate can send in a header"));
+    }
+    let mut head = format!(
+        "POST /gateway/{}/mcp HTTP/1.1\r\nHost: toolgate.internal\r\nContent-Type: application/json\r\n\
+         Accept: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n",
+        call.gateway_id,
+        call.method,
+        body.len()
+    );
+    if call.name.is_some() {
+        head.push_str(&format!("Mcp-Name: {name}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// The status and body of an HTTP/1.1 answer (`Content-Length` or chunked).
+fn parse_in_process_answer(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let rest = &raw[end + 4..];
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if !chunked {
+        return Some((status, rest.to_vec()));
+    }
+    let (mut body, mut at) = (Vec::new(), rest);
+    loop {
+        let line_end = at.windows(2).position(|w| w == b"\r\n")?;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&at[..line_end]).ok()?.split(';').next()?.trim(), 16).ok()?;
+        at = &at[line_end + 2..];
+        if size == 0 {
+            return Some((status, body));
+        }
+        body.extend_from_slice(at.get(..size)?);
+        at = at.get(size + 2..)?;
+    }
+}

@@ -59,6 +59,7 @@ pub fn run(config_path: &Path, upgrade: bool) -> ExitCode {
     });
     server.register_scrape_gauges();
     let proxy = proxy(&config, &server);
+    crate::proxy::InProcess::install(&server);
     listeners(&mut pingora_server, &config, &server, proxy, edge);
     background(&mut pingora_server, &config, &server);
     tracing::info!(listen = %config.server.listen, tls = config.server.tls.is_some(), plain_listen = ?config.server.plain_listen, metrics = %config.server.metrics_listen, environment = config.environment.as_str(), "toolgate starting");

@@ -90,6 +90,34 @@ async fn apps_field(ctx: &Ctx<'_>, chosen: &[&str]) -> String {
     out
 }
 
+/// The organisation's gateways by id: their names (empty when the role reads no gateways).
+pub(super) async fn names(ctx: &Ctx<'_>) -> std::collections::HashMap<String, String> {
+    if !ctx.can(Scope::GatewaysRead) {
+        return Default::default();
+    }
+    let got = ctx.get("/gateways?limit=100&sort=name&order=asc").await.unwrap_or(Value::Null);
+    let list = got["gateways"].as_array().cloned().unwrap_or_default();
+    list.iter().map(|g| (html::text(&g["id"]), html::text(&g["name"]))).collect()
+}
+
+/// A gateway picker (`gateway_id`): a list of the organisation's gateways by name, with "Any"
+/// first unless `required`; a text field of the id when the role reads no gateways.
+pub(super) async fn picker(ctx: &Ctx<'_>, chosen: Option<&str>, required: bool) -> String {
+    let names = names(ctx).await;
+    if names.is_empty() {
+        return html::input("Gateway id", "gateway_id", chosen.unwrap_or(""), if required { "required" } else { "" });
+    }
+    let mut sorted: Vec<(&String, &String)> = names.iter().collect();
+    sorted.sort_by(|a, b| a.1.to_lowercase().cmp(&b.1.to_lowercase()).then(a.0.cmp(b.0)));
+    let mut options: Vec<(&str, String)> = Vec::with_capacity(sorted.len() + 1);
+    if !required {
+        options.push(("", "Any".to_string()));
+    }
+    options.extend(sorted.iter().map(|(id, name)| (id.as_str(), format!("{name} ({id})"))));
+    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (*v, l.as_str())).collect();
+    html::select("Gateway", "gateway_id", &options, chosen)
+}
+
 /// The apps of a form: the checked boxes, or the ids of the text field.
 fn servers(fields: &[(String, String)]) -> Vec<String> {
     fields
@@ -112,40 +140,25 @@ pub(super) async fn create(ctx: &Ctx<'_>, fields: &[(String, String)]) -> Result
     let id = html::text(&created["id"]);
     // The key is in this answer only: the page that shows it is the POST's own answer.
     let page = format!(
-        "{}<p>Gateway <a href=\"{}\">{}</a> is ready at <code>{}</code>.</p>{}",
+        "{}<p>Gateway <a href=\"{}\">{}</a> is ready; its endpoint:</p>{}{}",
         html::secret("Gateway key", &html::text(&created["api_key"])),
         ctx.href(&format!("/gateways/{}", seg(&id))),
         escape(&html::text(&created["name"])),
-        escape(&html::text(&created["endpoint"])),
-        setup(&html::text(&created["endpoint"]), &html::text(&created["name"]), "<the key above>"),
+        html::copyable("endpoint", &html::text(&created["endpoint"])),
+        setup(&html::text(&created["endpoint"]), &html::text(&created["name"]), &html::text(&created["api_key"])),
     );
     Ok(ctx.page("Gateway created", "/gateways", &page))
 }
 
-/// Ready-to-paste client set-up for a gateway's endpoint: Claude Code, Cursor and VS Code's
-/// `mcp.json`, the Python SDK.
+/// Ready-to-paste client set-up for a gateway's endpoint, from the one source of every client's
+/// snippet ([`super::snippets`]); `key` is the real key on the page that shows it once.
 fn setup(endpoint: &str, name: &str, key: &str) -> String {
-    let slug: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
-    let slug = if slug.trim_matches('-').is_empty() { "toolgate".to_string() } else { slug };
-    let claude = format!("claude mcp add --transport http {slug} {endpoint} --header \"X-API-Key: {key}\"");
-    let mcp_json = serde_json::to_string_pretty(&json!({
-        "mcpServers": { slug.clone(): { "type": "http", "url": endpoint, "headers": { "X-API-Key": key } } }
-    }))
-    .unwrap_or_default();
-    let python = format!(
-        "from mcp import ClientSession\nfrom mcp.client.streamable_http import streamablehttp_client\n\n\
-         async with streamablehttp_client(\"{endpoint}\", headers={{\"X-API-Key\": \"{key}\"}}) as (read, write, _):\n    \
-         async with ClientSession(read, write) as session:\n        await session.initialize()\n        \
-         print(await session.list_tools())"
-    );
-    format!(
-        "<h2>Connect a client</h2><h3>Claude Code</h3>{}<h3>Cursor and VS Code (<code>mcp.json</code>)</h3>{}\
-         <h3>Python SDK</h3>{}",
-        html::copyable("setup-claude", &claude),
-        html::copyable("setup-json", &mcp_json),
-        html::copyable("setup-python", &python)
-    )
+    let mut out = String::from("<h2>Connect a client</h2>");
+    for s in super::snippets::render(endpoint, name, key) {
+        out.push_str(&format!("<h3>{}</h3><p class=\"hint\">{}</p>", s.title, escape(s.place)));
+        out.push_str(&html::copyable(&format!("setup-{}", s.id), &s.text));
+    }
+    out
 }
 
 pub(super) async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
@@ -173,6 +186,12 @@ pub(super) async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
         ctx.href(&format!("/analytics?gateway_id={}", encode(id))),
         ctx.href(&format!("/tool-changes?gateway_id={}", encode(id))),
     ));
+    body.push_str(&match super::playground::section(ctx, id).await {
+        Ok(section) => section,
+        Err(e) => {
+            format!("<p class=\"error\" role=\"alert\">The playground is not available: {}</p>", escape(&e.to_string()))
+        }
+    });
     let path = format!("/gateways/{}", seg(id));
     if ctx.can(Scope::GatewaysWrite) {
         body.push_str("<h2>Edit</h2>");

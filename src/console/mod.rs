@@ -24,12 +24,15 @@
 mod apps;
 mod chart;
 mod gateways;
+mod home;
 mod html;
 mod insight;
 mod keys;
 mod notifications;
+mod playground;
 mod security;
 mod sessions;
+mod snippets;
 mod team;
 mod tool_changes;
 
@@ -269,7 +272,7 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Page, ApiErro
     let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
     if method == Method::GET {
         return match parts.as_slice() {
-            [] => Ok(overview(ctx)),
+            [] => home::page(ctx).await,
             ["gateways"] => gateways::list(ctx).await,
             ["gateways", id] => gateways::show(ctx, id).await,
             ["keys"] => keys::page(ctx).await,
@@ -297,6 +300,7 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Page, ApiErro
         ["gateways"] => gateways::create(ctx, &fields).await,
         ["gateways", id] => gateways::update(ctx, id, &fields).await,
         ["gateways", id, "delete"] => gateways::delete(ctx, id, &fields).await,
+        ["gateways", id, "call"] => playground::call(ctx, id, &fields).await,
         ["keys"] => keys::create(ctx, &fields).await,
         ["keys", id, action] => keys::act(ctx, id, action, &fields).await,
         ["service-accounts"] => keys::create_account(ctx, &fields).await,
@@ -311,20 +315,6 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Page, ApiErro
         ["team", rest @ ..] => team::post(ctx, rest, &fields).await,
         _ => Err(ApiError::NoRoute(ex.request().uri.path().to_string())),
     }
-}
-
-/// The console's first page: who is signed in and what each page is for.
-fn overview(ctx: &Ctx<'_>) -> Page {
-    let p = &ctx.principal;
-    let body = format!(
-        "<p>Signed in as <strong id=\"email\">{}</strong>, <span id=\"role\">{}</span> of <span id=\"organization\">{}</span>.</p>\
-         <p>Every page here acts through the management API with your role's scopes: <code>{}</code>.</p>",
-        html::escape(&ctx.user.email),
-        html::escape(p.role.as_str()),
-        html::escape(&p.org_id),
-        html::escape(&p.scopes.names().join(" ")),
-    );
-    ctx.page("Console", "", &body)
 }
 
 /// The page of an error the API (or the console) answered: its status, its code and words.

@@ -74,6 +74,16 @@ impl EntryWriter {
         put(&mut self.json, id);
     }
 
+    /// Puts who called in the entry: the credential's id (`key_id`: a key's, `web:<session>` for
+    /// a call from the console's playground, `oauth:<grant>`) and its user (`user_id`), so that
+    /// a call is found by its caller.
+    pub fn caller(&mut self, key_id: &str, user_id: &str) {
+        self.json.extend_from_slice(b",\"key_id\":");
+        put(&mut self.json, key_id);
+        self.json.extend_from_slice(b",\"user_id\":");
+        put(&mut self.json, user_id);
+    }
+
     /// Marks the entry with what the content checks found in the answer (`content`: where, the
     /// classes of hidden text and what was done, the kinds redacted), never the text itself.
     pub fn content(&mut self, marks: &serde_json::Value) {

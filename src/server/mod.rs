@@ -3,6 +3,7 @@
 //! expired.
 
 pub mod backup;
+pub(crate) mod gateway_calls;
 pub mod keys;
 pub(crate) mod ports;
 pub(crate) mod reload;
@@ -44,6 +45,9 @@ pub struct Server {
     pub origin_check: toolgate_filters::origin::OriginCheck,
     /// The configuration file and the text the running configuration came from, for reloads.
     pub config_source: Arc<crate::config::ConfigSource>,
+    /// Calls to a gateway made on the server's side (the console's playground), installed by
+    /// the proxy at start; unset in a server without listeners.
+    pub(crate) gateway_calls: std::sync::OnceLock<Box<dyn gateway_calls::GatewayCalls>>,
     /// A pruning of the request log is running ([`Server::prune_logs`]).
     pruning: AtomicBool,
     /// Rate-limit usage the store did not take yet ([`Server::flush_rate_usage`]).
@@ -125,6 +129,7 @@ impl Server {
             sharing,
             state,
             config_source,
+            gateway_calls: std::sync::OnceLock::new(),
             pruning: AtomicBool::new(false),
             unsaved_usage: parking_lot::Mutex::default(),
         })

@@ -41,6 +41,8 @@ const USERS: &[(&str, &str, &str)] = &[
     ("usr_co_forged", "org_co_forged", "owner"),
     ("usr_co_forger", "org_co_forger", "owner"),
     ("usr_co_site", "org_co_site", "owner"),
+    ("usr_co_home", "org_co_home", "owner"),
+    ("usr_co_home_viewer", "org_co_home", "viewer"),
 ];
 
 /// An app that connects with OAuth only; its authorization server is never reached (the
@@ -316,7 +318,7 @@ fn a_gateway_made_in_the_console_is_the_apis_and_its_key_is_shown_once() {
     assert_eq!(page.status, 200);
     assert!(!page.text.contains(shown), "the key is shown once");
     assert!(page.text.contains("claude mcp add --transport http") && page.text.contains("mcpServers"));
-    assert!(page.text.contains("streamablehttp_client"));
+    assert!(page.text.contains("streamable_http_client") && page.text.contains("&quot;servers&quot;"));
     // An edit: post, redirect, get, with a notice shown once.
     let r = b.send("POST", &format!("/auth/console/gateways/{id}"), Some(&[("csrf", &token), ("name", "Renamed")]));
     assert_eq!(r.status, 303, "{}", r.text);
@@ -716,4 +718,67 @@ fn the_root_sends_a_browser_to_the_console_and_api_clients_get_the_json_404() {
     assert_eq!((r.status, r.error_code()), (404, "NOT_FOUND"), "only / sends a browser on: {r:?}");
     let r = send(reqwest::Method::POST, "/", Some(browser));
     assert_eq!((r.status, r.error_code()), (404, "NOT_FOUND"), "{r:?}");
+}
+
+/// The figure of the home's card `id` (`<a id="home-<id>"><span class="figure">N</span>`).
+fn figure(page: &str, id: &str) -> Option<String> {
+    let at = page.find(&format!("id=\"home-{id}\"><span class=\"figure\">"))?;
+    let rest = &page[at..];
+    let rest = &rest[rest.find("\"figure\">")? + "\"figure\">".len()..];
+    Some(rest[..rest.find('<')?].to_string())
+}
+
+/// The home is an overview (issue 60, A.2): the organisation's gateways, calls and errors, apps
+/// down, pending tool changes and the keys expiring within 14 days, each a link to its page,
+/// read through the API as the user: another organisation's records are not counted, and a
+/// viewer (no `admin` scope) sees no keys.
+#[test]
+fn the_home_is_an_overview_of_the_organisation_within_the_role() {
+    let owner = key("usr_co_home");
+    make_gateway("usr_co_home", "Home one");
+    make_gateway("usr_co_home", "Home two");
+    make_gateway("usr_co_other", "Not ours");
+    let soon = (chrono::Utc::now() + chrono::Duration::days(5)).to_rfc3339();
+    let later = (chrono::Utc::now() + chrono::Duration::days(60)).to_rfc3339();
+    let expiring = ok(
+        &srv().api(
+            "POST",
+            "/v1/api-keys",
+            Some(owner),
+            Some(json!({"name": "soon", "scopes": ["logs:read"], "expires_at": soon})),
+        ),
+        201,
+    );
+    let kept = ok(
+        &srv().api(
+            "POST",
+            "/v1/api-keys",
+            Some(owner),
+            Some(json!({"name": "later", "scopes": ["logs:read"], "expires_at": later})),
+        ),
+        201,
+    );
+    let b = signed_in("usr_co_home");
+    let home = b.send("GET", "/auth/console", None);
+    assert_eq!(home.status, 200, "{}", home.text);
+    assert_eq!(figure(&home.text, "gateways").as_deref(), Some("2"), "{}", home.text);
+    assert_eq!(figure(&home.text, "keys-expiring").as_deref(), Some("1"), "{}", home.text);
+    assert_eq!(figure(&home.text, "tool-changes").as_deref(), Some("0"), "{}", home.text);
+    for card in ["calls", "errors", "apps-down"] {
+        assert!(figure(&home.text, card).is_some_and(|n| n.parse::<u64>().is_ok()), "{card}: {}", home.text);
+    }
+    assert!(home.text.contains(expiring["id"].as_str().unwrap()), "the expiring key is named: {}", home.text);
+    assert!(!home.text.contains(kept["id"].as_str().unwrap()), "a key of 60 days is not: {}", home.text);
+    for to in [
+        "/auth/console/gateways\" id=\"home-gateways",
+        "/auth/console/apps\" id=\"home-apps-down",
+        "/auth/console/keys\" id=\"home-keys",
+    ] {
+        assert!(home.text.contains(to), "{to}: {}", home.text);
+    }
+    let viewer = signed_in("usr_co_home_viewer").send("GET", "/auth/console", None);
+    assert_eq!(viewer.status, 200, "{}", viewer.text);
+    assert_eq!(figure(&viewer.text, "gateways").as_deref(), Some("2"), "{}", viewer.text);
+    assert_eq!(figure(&viewer.text, "keys-expiring"), None, "a viewer reads no keys: {}", viewer.text);
+    assert!(!viewer.text.contains(expiring["id"].as_str().unwrap()));
 }

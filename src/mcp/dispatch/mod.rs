@@ -426,7 +426,10 @@ async fn forward(
         },
         None => None,
     };
-    let entry = call.begin_entry(app_id, tool, named.as_ref());
+    let mut entry = call.begin_entry(app_id, tool, named.as_ref());
+    if let (Some(entry), Some(p)) = (entry.as_mut(), ex.ctx.filters.principal.as_deref()) {
+        entry.caller(&p.key_id, &p.user_id);
+    }
     let mut params = match named {
         Some(named) => Some(named.renamed(tool.map_or("", |t| t.1), caller.stateless())),
         None if caller.stateless() => params.as_ref().map(stateless::for_handshake_app),
