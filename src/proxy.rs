@@ -617,7 +617,7 @@ impl Proxy {
             ctx.client_ip = call.client_ip;
             ctx.filters.principal = Some(call.principal.clone());
             request_id = ctx.request_id.as_str().to_string();
-            let answered = self.route(&mut session, &mut ctx).await;
+            let answered = self.route(&mut session, &mut ctx, false).await;
             if let Err(e) = &answered {
                 self.failed(&mut session, &ctx, e).await;
             }

@@ -90,34 +90,6 @@ async fn apps_field(ctx: &Ctx<'_>, chosen: &[&str]) -> String {
     out
 }
 
-/// The organisation's gateways by id: their names (empty when the role reads no gateways).
-pub(super) async fn names(ctx: &Ctx<'_>) -> std::collections::HashMap<String, String> {
-    if !ctx.can(Scope::GatewaysRead) {
-        return Default::default();
-    }
-    let got = ctx.get("/gateways?limit=100&sort=name&order=asc").await.unwrap_or(Value::Null);
-    let list = got["gateways"].as_array().cloned().unwrap_or_default();
-    list.iter().map(|g| (html::text(&g["id"]), html::text(&g["name"]))).collect()
-}
-
-/// A gateway picker (`gateway_id`): a list of the organisation's gateways by name, with "Any"
-/// first unless `required`; a text field of the id when the role reads no gateways.
-pub(super) async fn picker(ctx: &Ctx<'_>, chosen: Option<&str>, required: bool) -> String {
-    let names = names(ctx).await;
-    if names.is_empty() {
-        return html::input("Gateway id", "gateway_id", chosen.unwrap_or(""), if required { "required" } else { "" });
-    }
-    let mut sorted: Vec<(&String, &String)> = names.iter().collect();
-    sorted.sort_by(|a, b| a.1.to_lowercase().cmp(&b.1.to_lowercase()).then(a.0.cmp(b.0)));
-    let mut options: Vec<(&str, String)> = Vec::with_capacity(sorted.len() + 1);
-    if !required {
-        options.push(("", "Any".to_string()));
-    }
-    options.extend(sorted.iter().map(|(id, name)| (id.as_str(), format!("{name} ({id})"))));
-    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (*v, l.as_str())).collect();
-    html::select("Gateway", "gateway_id", &options, chosen)
-}
-
 /// The apps of a form: the checked boxes, or the ids of the text field.
 fn servers(fields: &[(String, String)]) -> Vec<String> {
     fields

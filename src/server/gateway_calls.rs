@@ -15,7 +15,7 @@ use std::sync::Arc;
 use toolgate_filters::Principal;
 
 /// One MCP request of the playground (`tools/list` or `tools/call`), in the stateless revision.
-pub struct GatewayCall<'a> {
+pub(crate) struct GatewayCall<'a> {
     /// The signed-in user's caller (credential `web_session`).
     pub principal: Arc<Principal>,
     /// The browser's address, as the console's request had it.
@@ -30,13 +30,13 @@ pub struct GatewayCall<'a> {
 
 /// What the endpoint answered: the HTTP status, the JSON-RPC message, and the request's id (as
 /// its `X-Request-Id` and the log entry carry it).
-pub struct GatewayAnswer {
+pub(crate) struct GatewayAnswer {
     pub status: u16,
     pub body: Value,
     pub request_id: String,
 }
 
 /// Calls a gateway as a signed-in user (see the module's documentation).
-pub trait GatewayCalls: Send + Sync {
+pub(crate) trait GatewayCalls: Send + Sync {
     fn call<'a>(&'a self, call: GatewayCall<'a>) -> BoxFuture<'a, Result<GatewayAnswer, ApiError>>;
 }
