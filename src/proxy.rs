@@ -528,30 +528,6 @@ impl HttpServerApp for Proxy {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_failure_is_answered_with_its_status_unless_the_connection_itself_failed() {
-        let e = |etype: ErrorType, source: ErrorSource| {
-            let mut e = Error::new(etype);
-            e.esource = source;
-            e
-        };
-        assert_eq!(failure_status(&e(ErrorType::HTTPStatus(413), ErrorSource::Unset)), 413);
-        for dead in [ErrorType::WriteError, ErrorType::ReadError, ErrorType::ConnectionClosed] {
-            for source in [ErrorSource::Downstream, ErrorSource::Internal, ErrorSource::Unset] {
-                assert_eq!(failure_status(&e(dead.clone(), source.clone())), 0, "{dead:?} from {source:?}");
-            }
-        }
-        assert_eq!(failure_status(&e(ErrorType::ConnectTimedout, ErrorSource::Upstream)), 502);
-        assert_eq!(failure_status(&e(ErrorType::InvalidHTTPHeader, ErrorSource::Downstream)), 400);
-        assert_eq!(failure_status(&e(ErrorType::InternalError, ErrorSource::Internal)), 500);
-        assert_eq!(failure_status(&e(ErrorType::InternalError, ErrorSource::Unset)), 500);
-    }
-}
-
 /// The console's calls to a gateway (`server::gateway_calls`): each an HTTP request to the
 /// gateway's endpoint over an in-memory connection, answered by a [`Proxy`] whose gateway chain
 /// is the rate limit and the Origin check: the caller (the signed-in user's web session) is
@@ -708,5 +684,29 @@ fn parse_in_process_answer(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
         }
         body.extend_from_slice(at.get(..size)?);
         at = at.get(size + 2..)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_answered_with_its_status_unless_the_connection_itself_failed() {
+        let e = |etype: ErrorType, source: ErrorSource| {
+            let mut e = Error::new(etype);
+            e.esource = source;
+            e
+        };
+        assert_eq!(failure_status(&e(ErrorType::HTTPStatus(413), ErrorSource::Unset)), 413);
+        for dead in [ErrorType::WriteError, ErrorType::ReadError, ErrorType::ConnectionClosed] {
+            for source in [ErrorSource::Downstream, ErrorSource::Internal, ErrorSource::Unset] {
+                assert_eq!(failure_status(&e(dead.clone(), source.clone())), 0, "{dead:?} from {source:?}");
+            }
+        }
+        assert_eq!(failure_status(&e(ErrorType::ConnectTimedout, ErrorSource::Upstream)), 502);
+        assert_eq!(failure_status(&e(ErrorType::InvalidHTTPHeader, ErrorSource::Downstream)), 400);
+        assert_eq!(failure_status(&e(ErrorType::InternalError, ErrorSource::Internal)), 500);
+        assert_eq!(failure_status(&e(ErrorType::InternalError, ErrorSource::Unset)), 500);
     }
 }

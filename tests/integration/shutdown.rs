@@ -5,7 +5,7 @@ use crate::common;
 
 use common::mcp::{create_gateway, result_text, Mcp};
 use common::{everything_url, mcp_server_time_command, metric, spawn_everything, wait_until, TestServer};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 /// The process ids whose parent is `pid`.
