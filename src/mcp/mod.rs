@@ -30,6 +30,7 @@ pub mod resumable;
 pub mod rpc_errors;
 pub mod rules;
 pub mod runtime;
+mod session_writer;
 pub mod sessions;
 pub mod stateless;
 pub mod subscriptions;
