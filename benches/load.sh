@@ -23,6 +23,12 @@
 #   direct       wrk -> server-everything, at protocol 2025-11-25 (what toolgate negotiates upstream)
 #   direct-0618  wrk -> server-everything, at 2025-06-18 (what the benchmark's client speaks)
 #   toolgate     wrk (2025-06-18) -> toolgate -> server-everything (2025-11-25)
+# and between the two, `initialize` rows (SKIP_INITIALIZE=1 leaves them out): the same wrk script
+# sending `initialize` without a session (MCP_INITIALIZE=1), so each answer is a new session,
+# written durably before it is answered, to toolgate, toolgate-b and toolgate-redis; summed up
+# in a table of their own with mean and p99 latency, CPU per request, and the ratio to the same
+# instance's `tools/call` rate. They run after the call rounds: each round leaves some 100,000
+# sessions in memory and in the store (the bench's configuration lifts the session caps).
 #
 # Prints, per round and as medians over rounds: requests/s, p50, p99, the ratio to direct, and the
 # CPU time per call of the proxy under test and of the upstream (utime+stime deltas from
@@ -30,7 +36,7 @@
 #
 # Knobs (environment): DURATION (s, 10), ROUNDS (3), CONNS (wrk connections, 2), WRK_THREADS (1),
 # WARMUP (s, 2), EV_PROTOCOL (protocol_version offered to server-everything; default the newest),
-# SKIP_BUILD=1, SKIP_EVERYTHING=1, SKIP_FAST=1 (server-everything only), KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another build of
+# SKIP_BUILD=1, SKIP_EVERYTHING=1, SKIP_FAST=1 (server-everything only), SKIP_INITIALIZE=1, KEEP_WORKDIR=1, TOOLGATE_BIN=PATH (bench another build of
 # toolgate, e.g. a candidate fix built in another tree), TOOLGATE_BIN_B=PATH (A/B in one run: a
 # second toolgate, the candidate, started beside the first and driven in the same alternating
 # rounds against the fast upstream, reported as `toolgate-b`; the machine's drift between runs is
@@ -204,9 +210,10 @@ run() {
     watchers+=($!)
   fi
   p0="$(cpu_ticks "$ppid")"; u0="$(cpu_ticks "$upid")"; c0="$(ctx_switches "$ppid")"
-  local stateless=0
+  local stateless=0 initialize=0
   [[ "$target" == *-stateless ]] && stateless=1
-  line="$(MCP_STATELESS="$stateless" MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" ${PIN_REST[@]+"${PIN_REST[@]}"} wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
+  [[ "$phase" == initialize ]] && initialize=1
+  line="$(MCP_STATELESS="$stateless" MCP_INITIALIZE="$initialize" MCP_SESSION="$sid" MCP_API_KEY="$key" MCP_VERSION="$version" ${PIN_REST[@]+"${PIN_REST[@]}"} wrk -t"$WRK_THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
     -s "$LUA" "$url" | grep '^RESULT')"
   p1="$(cpu_ticks "$ppid")"; u1="$(cpu_ticks "$upid")"; c1="$(ctx_switches "$ppid")"
   for w in ${watchers[@]+"${watchers[@]}"}; do wait "$w" || true; done
@@ -318,6 +325,10 @@ rate_limits:
     bench: { requests_per_hour: unlimited, requests_per_minute: 1000000000, burst: 1000000000, concurrent: 1000 }
 limits:
   bootstrap_tier: bench
+# No session cap: the initialize rounds open hundreds of thousands of sessions.
+mcp:
+  max_sessions_per_key: 100000000
+  max_sessions_per_organization: 100000000
 apps:
   - id: fast
     name: Fast
@@ -491,6 +502,28 @@ if [[ -n "${TGT_PID:-}" && -z "${SKIP_FAST:-}" ]]; then
   done
 fi
 
+# New sessions: `initialize` without a session on every toolgate of the run (not the TLS one),
+# in alternating rounds like the calls.
+if [[ -z "${SKIP_INITIALIZE:-}" ]]; then
+  INIT_TARGETS="toolgate${TGR_PID:+ toolgate-redis}${TGB_PID:+ toolgate-b}"
+  log "initialize: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds ($INIT_TARGETS)"
+  note_load
+  # run_initialize TARGET ROUND SECONDS
+  run_initialize() {
+    case $1 in
+      toolgate) run initialize toolgate "$2" "$TG_URL" "" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
+      toolgate-b) run initialize toolgate-b "$2" "$TGB_URL" "" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
+      toolgate-redis) run initialize toolgate-redis "$2" "$TGR_URL" "" "$GWR_KEY" "$TGR_PID" "$UP_PID" "$3" ;;
+    esac
+  }
+  for t in $INIT_TARGETS; do run_initialize "$t" warmup "$WARMUP"; done
+  for r in $(seq "$ROUNDS"); do
+    order="$INIT_TARGETS"; (( r % 2 == 0 )) && order="$(reversed "$INIT_TARGETS")"
+    for t in $order; do run_initialize "$t" "$r" "$DURATION"; done
+  done
+  note_load
+fi
+
 if [[ -n "$EV_PORT" ]]; then
   read -r EV_GW_ID EV_GW_KEY < <(create_gateway everything)
   [[ -n "${EV_GW_KEY:-}" ]] || { echo "load.sh: cannot create the server-everything gateway" >&2; exit 1; }
@@ -618,6 +651,23 @@ if tg and tgb:
           f"CPU per call {cpu_us(tgb, 'proxy_ticks'):.1f} / {cpu_us(tg, 'proxy_ticks'):.1f} us")
     if plain:
         print(f"toolgate-b / plain hop throughput: {med(tgb, 'rps') / med(plain, 'rps'):.3f}")
+inits = [(t, runs[("initialize", t)]) for t in ("toolgate", "toolgate-redis", "toolgate-b") if ("initialize", t) in runs]
+if inits:
+    print()
+    print("| target | initialize req/s (median) | mean ms | p99 ms | CPU us/request | context switches/request | non-2xx / socket errors | x tools/call of the same instance |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for target, rs in inits:
+        rps = med(rs, "rps")
+        calls = runs.get(("fast", target))
+        ratio = f"{rps / med(calls, 'rps'):.3f}" if calls else "-"
+        cs = sum(r["proxy_cs"] for r in rs) / sum(r["requests"] for r in rs)
+        errs = f"{int(sum(r['non2xx'] for r in rs))} / {int(sum(r['socket_errors'] for r in rs))}"
+        print(f"| {target} | {rps:,.0f} | {med(rs, 'mean_us') / 1000:.3f} | {med(rs, 'p99_us') / 1000:.3f} | "
+              f"{cpu_us(rs, 'proxy_ticks'):.1f} | {cs:.2f} | {errs} | {ratio} |")
+    ia, ib = runs.get(("initialize", "toolgate")), runs.get(("initialize", "toolgate-b"))
+    if ia and ib:
+        print(f"A/B initialize: toolgate-b / toolgate throughput: {med(ib, 'rps') / med(ia, 'rps'):.3f}, "
+              f"CPU per request {cpu_us(ib, 'proxy_ticks'):.1f} / {cpu_us(ia, 'proxy_ticks'):.1f} us")
 ev_t, ev_p = runs.get(("everything", "toolgate")), runs.get(("everything", "plain"))
 version = os.environ.get("EV_PROTOCOL") or "2025-11-25"
 ev_same = runs.get(("everything", "direct-0618" if version == "2025-06-18" else "direct"))

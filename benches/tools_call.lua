@@ -9,6 +9,8 @@
 --                of several apps, benches/scale.py's `wide`)
 --   MCP_STATELESS=1  MCP 2026-07-28 instead: no session; MCP-Protocol-Version 2026-07-28, Mcp-Method
 --                and Mcp-Name headers, and the per-request `_meta` envelope in the params
+--   MCP_INITIALIZE=1  `initialize` instead, without a session: each answer is a new session (the
+--                cost of a client's first contact; load.sh's `initialize` rows)
 --
 -- Each request carries a fresh JSON-RPC id (thread number * 1e9 + counter): MCP forbids reusing an
 -- id within a session, and server-everything routes answers by id, so a constant id would mix up
@@ -50,6 +52,12 @@ function init(args)
       suffix = ',"method":"tools/call","params":{"name":"' .. tool .. '","arguments":{"message":"' .. message .. '"},'
          .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
          .. '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+   end
+   if os.getenv("MCP_INITIALIZE") == "1" then
+      headers["Mcp-Session-Id"] = nil
+      headers["MCP-Protocol-Version"] = nil
+      suffix = ',"method":"initialize","params":{"protocolVersion":"' .. (os.getenv("MCP_VERSION") or "2025-06-18")
+         .. '","capabilities":{},"clientInfo":{"name":"toolgate-load","version":"1"}}}'
    end
 end
 

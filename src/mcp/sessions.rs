@@ -2,8 +2,9 @@
 //! cookie, bound to the credential that made them, expired after an idle time.
 //!
 //! A new or ended session is written to the store before the client hears of it (so a restart
-//! keeps it); activity (last use, request count) is kept in memory and written in the background
-//! by [`Sessions::flush`], so a request costs no store write.
+//! keeps it; new ones in groups, see [`SessionWriter`]); activity (last use, request count) is
+//! kept in memory and written in the background by [`Sessions::flush`], so a request costs no
+//! store write.
 //!
 //! Sessions are bounded, because every client that sends `initialize` makes one:
 //! * a session is *live* while it is active and not idle past `mcp.session_idle_timeout_secs`;
@@ -23,7 +24,8 @@
 use crate::base::fast_map::{FastMap, FastSet, PartedMap};
 use crate::data::changes::{Change, Feed};
 use crate::data::model::{ClientCapabilities, McpSession};
-use crate::data::store::{Kind, PutRecord, Store, StoreError};
+use crate::data::store::{encode, Kind, PutRecord, Store, StoreError, Stored};
+use crate::mcp::session_writer::SessionWriter;
 use chrono::Utc;
 use parking_lot::Mutex;
 use std::cmp::Reverse;
@@ -163,6 +165,8 @@ impl OrgSessions {
 
 pub struct Sessions {
     store: Arc<dyn Store>,
+    /// Where new sessions are written, in groups.
+    writer: SessionWriter,
     /// Boxed: the map's table holds a key and a pointer per slot, and it doubles as it grows
     /// (so up to half of it is empty); with the entry itself in the slots (some 300 bytes) an
     /// idle session cost from 600 bytes to 1.2 KB by where the table was in its growth.
@@ -193,6 +197,14 @@ pub struct Sessions {
 /// Store records of removed sessions deleted per write by [`Sessions::delete_removed`].
 const DELETE_BATCH: usize = 4096;
 
+/// How the [`SessionWriter`] commits a group of new sessions: one durable `put_many`.
+fn new_sessions_into(store: Arc<dyn Store>) -> crate::mcp::session_writer::Commit {
+    Box::new(move |group: Vec<Stored>| {
+        let store = store.clone();
+        futures_util::FutureExt::boxed(async move { store.put_many(Kind::Session, group).await })
+    })
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -207,6 +219,7 @@ impl Sessions {
     pub async fn load(store: Arc<dyn Store>, limits: SessionLimits, changes: Feed) -> Result<Sessions, StoreError> {
         let sessions = Sessions {
             store: store.clone(),
+            writer: SessionWriter::start(new_sessions_into(store.clone()))?,
             map: PartedMap::default(),
             orgs: FastMap::default(),
             dirty: FastSet::default(),
@@ -395,7 +408,13 @@ impl Sessions {
             self.expire_org(&session.org_id);
             self.reserve(&session, &id)?;
         }
-        let stored = self.store.put_record(Kind::Session, &session.org_id, &session.id, &session).await;
+        let stored = match encode(Kind::Session, &session.id, &session) {
+            Ok(json) => {
+                let record = Stored { partition: session.org_id.clone(), id: session.id.clone(), json };
+                self.writer.write(record).await
+            }
+            Err(e) => Err(e),
+        };
         if let Err(e) = stored {
             self.unlive(&session.org_id, &session.key_id, &session.id);
             if let Some(mut org) = self.orgs.get_mut(&session.org_id) {

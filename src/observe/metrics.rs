@@ -108,6 +108,7 @@ struct Mcp {
     server_ops: HistogramVec,
     client_ops: HistogramVec,
     session_duration: Histogram,
+    session_groups: Histogram,
     denied: IntCounterVec,
     gateways: LabelCap,
     tools: LabelCap,
@@ -137,6 +138,12 @@ fn mcp() -> &'static Mcp {
                 "mcp_server_session_duration_seconds",
                 "Lifetime of MCP sessions, observed when they end or expire",
                 vec![1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0]
+            )
+            .expect("metric registers once"),
+            session_groups: register_histogram!(
+                "toolgate_mcp_session_group_size",
+                "New MCP sessions written per store transaction (group commit)",
+                vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0]
             )
             .expect("metric registers once"),
             denied: register_int_counter_vec!(
@@ -274,6 +281,11 @@ fn observe_operation(
 
 pub(crate) fn mcp_session_ended(lifetime: Duration) {
     mcp().session_duration.observe(lifetime.as_secs_f64());
+}
+
+/// A group of `sessions` new MCP sessions goes to the store in one transaction.
+pub fn session_group_committed(sessions: usize) {
+    mcp().session_groups.observe(sessions as f64);
 }
 
 struct Edge {

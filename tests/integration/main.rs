@@ -21,6 +21,7 @@ mod conf_files;
 mod console;
 mod docs;
 mod durability;
+mod durability_sessions;
 mod filters_edge;
 mod governance_pins;
 mod governance_pins_meta;
