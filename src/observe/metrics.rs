@@ -284,7 +284,7 @@ pub(crate) fn mcp_session_ended(lifetime: Duration) {
 }
 
 /// A group of `sessions` new MCP sessions goes to the store in one transaction.
-pub fn session_group_committed(sessions: usize) {
+pub(crate) fn session_group_committed(sessions: usize) {
     mcp().session_groups.observe(sessions as f64);
 }
 
