@@ -29,9 +29,9 @@ def toolgate():
         yield srv
 
 
-@pytest.fixture
-def toolgate_factory():
-    """Start servers with extra YAML: `toolgate_factory(extra_yaml="...")`."""
+def _servers_started_by_make():
+    """A `make(extra_yaml=..., full_config=...)` that starts a server, and stops every server it
+    started when the fixture built on it ends."""
     started = []
 
     def make(extra_yaml: str = "", full_config: str | None = None) -> ToolgateServer:
@@ -42,22 +42,19 @@ def toolgate_factory():
     yield make
     for srv in started:
         srv.__exit__(None, None, None)
+
+
+@pytest.fixture
+def toolgate_factory():
+    """Start servers with extra YAML: `toolgate_factory(extra_yaml="...")`."""
+    yield from _servers_started_by_make()
 
 
 @pytest.fixture(scope="module")
 def module_toolgate_factory():
     """`toolgate_factory` for a module's tests together: servers started once per module (a
     module fixture that configures something special builds on it), stopped after its last test."""
-    started = []
-
-    def make(extra_yaml: str = "", full_config: str | None = None) -> ToolgateServer:
-        srv = ToolgateServer(extra_yaml=extra_yaml, full_config=full_config)
-        started.append(srv)
-        return srv.__enter__()
-
-    yield make
-    for srv in started:
-        srv.__exit__(None, None, None)
+    yield from _servers_started_by_make()
 
 
 @pytest.fixture(scope="module")
