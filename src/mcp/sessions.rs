@@ -100,11 +100,15 @@ struct Entry {
     /// more than the rest of an idle session's entry, and most sessions never open a stream. Its
     /// value is always `!live`.
     closed: Option<watch::Sender<bool>>,
+    /// The tools its searches found (`discovery: search`), oldest first; made by the first
+    /// search, so a session that never searches pays one pointer. In memory only: gone with the
+    /// entry, not written to the store (`docs/mcp.md`, "Search instead of a thousand tools").
+    found: Option<Box<Vec<String>>>,
 }
 
 impl Entry {
     fn new(session: McpSession, live: bool, ended_at: Option<Instant>) -> Box<Entry> {
-        Box::new(Entry { session, live, ended_at, closed: None })
+        Box::new(Entry { session, live, ended_at, closed: None, found: None })
     }
 
     /// Tells the session's streams that it ended or expired.
@@ -732,6 +736,28 @@ impl Sessions {
     /// without copying the session.
     pub fn capabilities(&self, id: &str) -> ClientCapabilities {
         self.map.get(id).map(|e| e.session.capabilities).unwrap_or_default()
+    }
+
+    /// Adds tools a search of the session found to its list, keeping the newest `most`;
+    /// whether the list changed (`false` for an unknown session).
+    pub(crate) fn add_found<'a>(&self, id: &str, names: impl IntoIterator<Item = &'a str>, most: usize) -> bool {
+        let Some(mut e) = self.map.get_mut(id) else { return false };
+        let found = e.found.get_or_insert_with(Box::default);
+        let mut changed = false;
+        for name in names {
+            if !found.iter().any(|f| f == name) {
+                found.push(name.to_string());
+                changed = true;
+            }
+        }
+        let over = found.len().saturating_sub(most);
+        found.drain(..over);
+        changed
+    }
+
+    /// The tools the session's searches found, oldest first (empty for an unknown session).
+    pub(crate) fn found(&self, id: &str) -> Vec<String> {
+        self.map.get(id).and_then(|e| e.found.as_deref().cloned()).unwrap_or_default()
     }
 
     /// The status a reader sees: `active`, `ended` or `expired`.
