@@ -5,8 +5,8 @@
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{
-    AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Discovery, Gateway, GatewayAuth, GatewayConfiguration, Redact, Rule,
-    ToolOverride, ToolPolicy, SCHEMA_VERSION,
+    AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Discovery, Gateway, GatewayAuth, GatewayConfiguration,
+    Redact, Rule, ToolOverride, ToolPolicy, SCHEMA_VERSION,
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;

@@ -46,9 +46,11 @@ impl SearchIndex {
             let title = tool.get("title").or_else(|| tool.pointer("/annotations/title")).and_then(Value::as_str);
             counts.clear();
             let mut length = 0.0;
-            for (field, weight) in
-                [(name, NAME_WEIGHT), (title.unwrap_or_default(), TITLE_WEIGHT), (text("description"), DESCRIPTION_WEIGHT)]
-            {
+            for (field, weight) in [
+                (name, NAME_WEIGHT),
+                (title.unwrap_or_default(), TITLE_WEIGHT),
+                (text("description"), DESCRIPTION_WEIGHT),
+            ] {
                 words(field, |w| {
                     *counts.entry(w).or_default() += weight;
                     length += weight;
