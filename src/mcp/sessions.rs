@@ -908,6 +908,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_sessions_found_tools_are_its_own_kept_newest_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sessions(&dir, limits(10, 10)).await;
+        s.create(session("s1", "org_a", "k1")).await.unwrap();
+        s.create(session("s2", "org_a", "k1")).await.unwrap();
+        assert!(s.found("s1").is_empty(), "nothing until a search");
+        assert!(s.add_found("s1", ["a", "b"], 3));
+        assert!(!s.add_found("s1", ["b", "a"], 3), "nothing new: the list did not change");
+        assert!(s.add_found("s1", ["c", "d"], 3));
+        assert_eq!(s.found("s1"), ["b", "c", "d"], "the oldest goes first");
+        assert!(s.found("s2").is_empty(), "another session's finds are not its own");
+        assert!(!s.add_found("gone", ["a"], 3), "an unknown session");
+    }
+
+    #[tokio::test]
     async fn a_stream_opened_after_the_end_or_the_expiry_is_told_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let s = sessions(&dir, limits(10, 10)).await;
