@@ -6,7 +6,10 @@
 //!
 //! [`GUARDS`] is the one list of guards and [`change`] the one decision: a setting added to
 //! gateways later that guards anything (tool overrides, tool limits, a content policy, external
-//! guards, discovery) is one more row of [`GUARDS`], and is then gated and audited like the rest.
+//! guards) is one more row of [`GUARDS`], and is then gated and audited like the rest.
+//! `configuration.discovery` is not a row: search mode changes what a list shows, never what a
+//! caller may call (a search returns only callable tools, and `call_tool` goes through every
+//! check of the tool inside it).
 
 use crate::data::model::{AllowedTools, DescriptionPolicy, Gateway, GatewayAuth, Rule, RuleEffect, ToolPolicy};
 use serde_json::{json, Map, Value};
@@ -259,6 +262,16 @@ mod tests {
         for rules in looser {
             assert_eq!(loosened(&before, &with(rules.clone())), ["rules"], "{rules:?}");
         }
+    }
+
+    #[test]
+    fn switching_discovery_guards_nothing() {
+        let before = gateway(&["a"]);
+        let mut after = before.clone();
+        after.configuration.discovery = crate::data::model::Discovery::Search;
+        let c = change(&before, &after);
+        assert!(!c.loosens() && c.audit().is_none());
+        assert!(!change(&after, &before).loosens());
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{
-    AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Redact, Rule,
-    ToolOverride, ToolPolicy, SCHEMA_VERSION,
+    AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Discovery, Gateway, GatewayAuth, GatewayConfiguration,
+    Redact, Rule, ToolOverride, ToolPolicy, SCHEMA_VERSION,
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
@@ -117,6 +117,10 @@ pub(crate) struct ConfigurationPatch {
     pub max_result_bytes: Option<u64>,
     /// The same bound by tool name at the gateway, replacing the whole map (0: none).
     pub max_result_bytes_by_tool: Option<BTreeMap<String, u64>>,
+    /// `all` (default): `tools/list` shows every tool the caller may call. `search`: it shows
+    /// `search_tools` and the tools the session found (docs/mcp.md, "Search instead of a
+    /// thousand tools").
+    pub discovery: Option<Discovery>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -366,6 +370,9 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
     }
     if let Some(policy) = patch.tool_policy {
         c.tool_policy = policy;
+    }
+    if let Some(d) = patch.discovery {
+        c.discovery = d;
     }
     content_patch(c, patch.content_policy, patch.redact, patch.max_result_bytes, patch.max_result_bytes_by_tool)
 }

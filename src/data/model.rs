@@ -411,6 +411,27 @@ pub struct GatewayConfiguration {
     /// The same bound for named tools (by their name at the gateway), over `max_result_bytes`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_result_bytes_by_tool: BTreeMap<String, u64>,
+    /// How clients find the tools (`docs/mcp.md`, "Search instead of a thousand tools").
+    /// Written only when `search`, so a gateway that lists all is the record an older build reads.
+    #[serde(default, skip_serializing_if = "Discovery::is_all")]
+    pub discovery: Discovery,
+}
+
+/// What a gateway's `tools/list` shows (`configuration.discovery`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Discovery {
+    /// Every tool the caller may call.
+    #[default]
+    All,
+    /// `search_tools` and the tools found (`call_tool` without a session).
+    Search,
+}
+
+impl Discovery {
+    pub(crate) fn is_all(&self) -> bool {
+        *self == Discovery::All
+    }
 }
 
 /// What a gateway does with hidden text in what its apps send that a model reads
@@ -583,6 +604,7 @@ impl Default for GatewayConfiguration {
             redact: Redact::default(),
             max_result_bytes: None,
             max_result_bytes_by_tool: BTreeMap::new(),
+            discovery: Discovery::All,
         }
     }
 }

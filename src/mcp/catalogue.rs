@@ -8,13 +8,14 @@ use crate::data::tool_pins::{self, GatewayPins, Verdict};
 use crate::mcp::apps::AppClients;
 use crate::mcp::clean::{self, Finding, Kind, Withheld};
 use crate::mcp::modern::{self, ParamHeader};
+use crate::mcp::search_index::SearchIndex;
 use crate::mcp::shaped::{self, Shape};
 use crate::mcp::upstream::ListMethod;
 use crate::observe::metrics;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Longest tool name every major LLM client accepts.
@@ -71,6 +72,9 @@ pub struct Catalogue {
     /// gave it (apps of the 2026-07-28 revision), if any did.
     pub app_ttl_ms: [Option<u64>; 4],
     pub built: Option<Instant>,
+    /// The ranking of `search_tools` over `tools`, built at the first search and dropped with
+    /// the catalogue (`search_index.rs`).
+    search: OnceLock<SearchIndex>,
 }
 
 /// A tool held back by the gateway's `tool_policy`: why, and under `description_policy: block`
@@ -452,6 +456,11 @@ impl Catalogue {
         let exposed = exposed_name(app_id, name, sep, gw.servers.len() == 1);
         let exposed = self.renamed.get(&exposed).unwrap_or(&exposed);
         self.tool_targets.get(exposed).is_some_and(|t| t.app_id == app_id && t.name == name)
+    }
+
+    /// The search index of the listed tools: built once, by the first search of this catalogue.
+    pub(crate) fn search_index(&self) -> &SearchIndex {
+        self.search.get_or_init(|| SearchIndex::build(&self.tools))
     }
 
     /// Why a tool the apps list is held back by the gateway's `tool_policy`, if it is.

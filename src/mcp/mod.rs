@@ -30,6 +30,7 @@ pub(crate) mod resumable;
 pub(crate) mod rpc_errors;
 pub mod rules;
 pub(crate) mod runtime;
+pub(crate) mod search_index;
 pub(crate) mod session_writer;
 pub(crate) mod sessions;
 pub(crate) mod shaped;

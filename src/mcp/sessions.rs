@@ -100,11 +100,17 @@ struct Entry {
     /// more than the rest of an idle session's entry, and most sessions never open a stream. Its
     /// value is always `!live`.
     closed: Option<watch::Sender<bool>>,
+    /// The tools its searches found (`discovery: search`), oldest first; made by the first
+    /// search, so a session that never searches pays one pointer. In memory only: gone with the
+    /// entry, not written to the store (`docs/mcp.md`, "Search instead of a thousand tools").
+    // Boxed: 8 bytes in every entry where a `Vec` would take 24, for what most sessions never use.
+    #[allow(clippy::box_collection)]
+    found: Option<Box<Vec<String>>>,
 }
 
 impl Entry {
     fn new(session: McpSession, live: bool, ended_at: Option<Instant>) -> Box<Entry> {
-        Box::new(Entry { session, live, ended_at, closed: None })
+        Box::new(Entry { session, live, ended_at, closed: None, found: None })
     }
 
     /// Tells the session's streams that it ended or expired.
@@ -734,6 +740,28 @@ impl Sessions {
         self.map.get(id).map(|e| e.session.capabilities).unwrap_or_default()
     }
 
+    /// Adds tools a search of the session found to its list, keeping the newest `most`;
+    /// whether the list changed (`false` for an unknown session).
+    pub(crate) fn add_found<'a>(&self, id: &str, names: impl IntoIterator<Item = &'a str>, most: usize) -> bool {
+        let Some(mut e) = self.map.get_mut(id) else { return false };
+        let found = e.found.get_or_insert_with(Box::default);
+        let mut changed = false;
+        for name in names {
+            if !found.iter().any(|f| f == name) {
+                found.push(name.to_string());
+                changed = true;
+            }
+        }
+        let over = found.len().saturating_sub(most);
+        found.drain(..over);
+        changed
+    }
+
+    /// The tools the session's searches found, oldest first (empty for an unknown session).
+    pub(crate) fn found(&self, id: &str) -> Vec<String> {
+        self.map.get(id).and_then(|e| e.found.as_deref().cloned()).unwrap_or_default()
+    }
+
     /// The status a reader sees: `active`, `ended` or `expired`.
     pub(crate) fn status_of(&self, s: &McpSession) -> &'static str {
         if s.status != "active" {
@@ -877,6 +905,21 @@ mod tests {
         ids.sort();
         assert_eq!(ids, ["a1", "a2", "a4", "a6"], "the ended one is listed until the sweep");
         assert_eq!(s.of_org("org_b", |_| true).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_sessions_found_tools_are_its_own_kept_newest_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sessions(&dir, limits(10, 10)).await;
+        s.create(session("s1", "org_a", "k1")).await.unwrap();
+        s.create(session("s2", "org_a", "k1")).await.unwrap();
+        assert!(s.found("s1").is_empty(), "nothing until a search");
+        assert!(s.add_found("s1", ["a", "b"], 3));
+        assert!(!s.add_found("s1", ["b", "a"], 3), "nothing new: the list did not change");
+        assert!(s.add_found("s1", ["c", "d"], 3));
+        assert_eq!(s.found("s1"), ["b", "c", "d"], "the oldest goes first");
+        assert!(s.found("s2").is_empty(), "another session's finds are not its own");
+        assert!(!s.add_found("gone", ["a"], 3), "an unknown session");
     }
 
     #[tokio::test]

@@ -334,7 +334,7 @@ async fn post_stateless(
             stateless::answer(ex, jsonrpc::Response::error(req.id, e), "", false).await
         }
         _ => {
-            let caller = Caller::Stateless { env: &env, key_id, app_charged };
+            let caller = Caller::Stateless { env: &env, key_id, app_charged, via_call_tool: false };
             dispatch::request(mcp, ex, gw, caller, req, acc).await
         }
     }

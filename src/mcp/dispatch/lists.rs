@@ -65,12 +65,14 @@ pub(super) async fn listed_tools(
 
 /// The catalogue's tools the rules do not hide from `who`.
 fn shown_tools(set: &RuleSet, who: &Subject, cat: &Catalogue) -> Vec<Value> {
-    let listed = |t: &&Value| {
-        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
-        cat.entry(name, false).is_none_or(|(tool, target)| {
-            let facts = CallFacts::tool(tool, &target.app_id, &target.name).renamed(target.renamed_from());
-            set.listed(who, facts)
-        })
-    };
-    cat.tools.iter().filter(listed).cloned().collect()
+    cat.tools.iter().filter(|t| may_list(set, who, cat, t)).cloned().collect()
+}
+
+/// Whether the rules show `who` the catalogue's tool `t` (a list, a search).
+pub(super) fn may_list(set: &RuleSet, who: &Subject, cat: &Catalogue, t: &Value) -> bool {
+    let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+    cat.entry(name, false).is_none_or(|(tool, target)| {
+        let facts = CallFacts::tool(tool, &target.app_id, &target.name).renamed(target.renamed_from());
+        set.listed(who, facts)
+    })
 }

@@ -5,7 +5,7 @@
 
 use crate::base::secrets;
 use crate::data::audit::{Actor, AuditEvent};
-use crate::data::model::{ClientCapabilities, Gateway, McpSession, RuleMethod};
+use crate::data::model::{ClientCapabilities, Discovery, Gateway, McpSession, RuleMethod};
 use crate::data::reqlog::{Answer, EntryWriter};
 use crate::data::store::LogRecord;
 use crate::edge::exchange::{sse_event, Exchange, RequestId};
@@ -43,6 +43,7 @@ use toolgate_filters::Principal;
 mod answer;
 mod lists;
 mod params;
+mod search;
 
 use lists::{listed_tools, page};
 
@@ -57,10 +58,13 @@ pub(crate) enum Caller<'a> {
     Session(&'a str),
     /// `app_charged`: the app whose per-minute limit this request was already counted against,
     /// from its routing headers before its body was read (`transport::app_quota_from_headers`).
+    /// `via_call_tool`: the call came wrapped in `call_tool` (`search.rs`), whose client could
+    /// not send the inner tool's `Mcp-Param-*` headers.
     Stateless {
         env: &'a Envelope,
         key_id: &'a str,
         app_charged: Option<&'a str>,
+        via_call_tool: bool,
     },
 }
 
@@ -229,6 +233,9 @@ pub(super) async fn request(
             let cat = mcp.catalogue(gw).await;
             // A gateway with rules shows each caller the tools it may call.
             match mcp.rules(gw) {
+                _ if gw.configuration.discovery == Discovery::Search => {
+                    search::list(mcp, ex, gw, caller, &cat).await.and_then(|shown| list(&cat, "tools", Some(shown)))
+                }
                 None => list(&cat, "tools", None),
                 Some(set) => match listed_tools(mcp, ex, set, &cat).await {
                     Ok(shown) => list(&cat, "tools", Some(shown)),
@@ -261,6 +268,9 @@ pub(super) async fn request(
                 }
             }
             return forward(mcp, ex, gw, caller, req, acc).await;
+        }
+        "tools/call" if gw.configuration.discovery == Discovery::Search => {
+            return search::call(mcp, ex, gw, caller, req, acc).await;
         }
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
             return forward(mcp, ex, gw, caller, req, acc).await;
@@ -769,7 +779,7 @@ impl Call<'_> {
         };
         let arguments: Value =
             named.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or_default();
-        if self.caller.stateless() {
+        if matches!(self.caller, Caller::Stateless { via_call_tool: false, .. }) {
             if let Err(r) = modern::check_param_headers(declared, &arguments, headers) {
                 let e = RpcErrorObject { code: r.code, message: r.message.into_owned(), data: r.data, detail: None };
                 self.refused(&e);
