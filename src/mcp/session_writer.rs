@@ -153,7 +153,7 @@ mod tests {
             }
             .boxed()
         });
-        Gated { writer: Arc::new(SessionWriter::start(commit).unwrap()), gate, groups }
+        Gated { writer: Arc::new(SessionWriter::start(commit, Unheard::default()).unwrap()), gate, groups }
     }
 
     fn record(id: &str) -> Stored {

@@ -949,7 +949,8 @@ mod tests {
         assert!(matches!(s.create(session("a3", "org_a", "k1")).await, Err(CreateError::KeyCap(1))), "the cap holds");
         // The dropped session is not left in the store, where a restart would count it.
         s.delete_removed().await;
-        let stored: Vec<String> = s.store.load_all(Kind::Session).await.unwrap().into_iter().map(|(id, _)| id).collect();
+        let stored: Vec<String> =
+            s.store.load_all(Kind::Session).await.unwrap().into_iter().map(|(id, _)| id).collect();
         assert_eq!(stored, ["a2"]);
     }
 
