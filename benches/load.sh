@@ -18,7 +18,9 @@
 #              `Connection: close` on its plain and TLS listeners (TLS=0 leaves both out)
 #   toolgate-redis  a second toolgate, the same settings but `storage.backend: redis` (a
 #              redis-server on a Unix socket in the work directory; rate limits shared the
-#              leased way), when redis-server is installed (REDIS=0 leaves it out)
+#              leased way), when redis-server is installed (REDIS=0 leaves it out); with
+#              TOOLGATE_BIN_B also `toolgate-redis-b`, the candidate on the same redis-server
+#              under a key prefix of its own, in the same alternating rounds
 # then, with @modelcontextprotocol/server-everything (Streamable HTTP, Node 22) as the app:
 #   direct       wrk -> server-everything, at protocol 2025-11-25 (what toolgate negotiates upstream)
 #   direct-0618  wrk -> server-everything, at 2025-06-18 (what the benchmark's client speaks)
@@ -388,25 +390,45 @@ if [[ "${REDIS:-1}" != 0 ]] && command -v redis-server >/dev/null; then
     --appendonly yes --appendfsync everysec >"$WORK/redis.log" 2>&1 &
   PIDS+=("$!")
   for _ in $(seq 100); do [[ -S "$WORK/redis.sock" ]] && break; sleep 0.05; done
-  cp "$WORK/bin/toolgate" "$WORK/bin/toolgate-redis"
-  python3 - "$WORK/toolgate.yaml" "$WORK/toolgate-redis.yaml" "$WORK/redis.sock" <<'PY'
+  # start_redis_toolgate NAME PREFIX: $WORK/bin/NAME on the Redis store, its keys under PREFIX;
+  # writes "PID PORT" to $WORK/NAME.started.
+  start_redis_toolgate() {
+    local pid port
+    python3 - "$WORK/toolgate.yaml" "$WORK/$1.yaml" "$WORK/redis.sock" "$2" <<'PY'
 import sys
-src, dst, sock = sys.argv[1:]
+src, dst, sock, prefix = sys.argv[1:]
 text = open(src).read()
 start = text.index("storage:\n")
 end = text.index("rate_limits:\n")
-open(dst, "w").write(text[:start] + f"storage:\n  backend: redis\n  url: unix://{sock}\n" + text[end:])
+open(dst, "w").write(text[:start] + f"storage:\n  backend: redis\n  url: unix://{sock}\n  key_prefix: {prefix}\n"
+                     + text[end:])
 PY
-  (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" TOOLGATE_SECRET_KEY="$(printf '%064d' 7)" exec ${PIN_REST[@]+"${PIN_REST[@]}"} \
-    "$WORK/bin/toolgate-redis" --config "$WORK/toolgate-redis.yaml" >"$WORK/toolgate-redis.log" 2>&1) &
-  TGR_PID=$!; PIDS+=("$TGR_PID")
-  TGR_PORT="$(port_of "$TGR_PID" 127.0.0.1)"
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$TGR_PORT/healthz" >/dev/null && break; sleep 0.1; done
+    (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" TOOLGATE_SECRET_KEY="$(printf '%064d' 7)" exec ${PIN_REST[@]+"${PIN_REST[@]}"} \
+      "$WORK/bin/$1" --config "$WORK/$1.yaml" >"$WORK/$1.log" 2>&1) &
+    pid=$!; PIDS+=("$pid")
+    port="$(port_of "$pid" 127.0.0.1)"
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+    echo "$pid $port" >"$WORK/$1.started"
+  }
+  cp "$WORK/bin/toolgate" "$WORK/bin/toolgate-redis"
+  start_redis_toolgate toolgate-redis toolgate
+  read -r TGR_PID TGR_PORT <"$WORK/toolgate-redis.started"
   read -r GWR_ID GWR_KEY < <(create_gateway fast "$TGR_PORT")
   TGR_URL="http://127.0.0.1:$TGR_PORT/gateway/$GWR_ID/mcp"
   SID_TGR="$(mcp_init "$TGR_URL" "$GWR_KEY")"
   check_call "$TGR_URL" "$SID_TGR" "$GWR_KEY"
   TARGETS="$TARGETS toolgate-redis"
+  if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
+    log "starting toolgate-redis-b ($TOOLGATE_BIN_B)"
+    cp "$TOOLGATE_BIN_B" "$WORK/bin/toolgate-redis-b"
+    start_redis_toolgate toolgate-redis-b toolgate-b
+    read -r TGRB_PID TGRB_PORT <"$WORK/toolgate-redis-b.started"
+    read -r GWRB_ID GWRB_KEY < <(create_gateway fast "$TGRB_PORT")
+    TGRB_URL="http://127.0.0.1:$TGRB_PORT/gateway/$GWRB_ID/mcp"
+    SID_TGRB="$(mcp_init "$TGRB_URL" "$GWRB_KEY")"
+    check_call "$TGRB_URL" "$SID_TGRB" "$GWRB_KEY"
+    TARGETS="$TARGETS toolgate-redis-b"
+  fi
 fi
 if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
   log "starting toolgate-b ($TOOLGATE_BIN_B)"
@@ -460,6 +482,7 @@ run_fast() {
     toolgate-stateless) run fast toolgate-stateless "$2" "$TG_URL" "" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
     toolgate-b) run fast toolgate-b "$2" "$TGB_URL" "$SID_TGB" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
     toolgate-redis) run fast toolgate-redis "$2" "$TGR_URL" "$SID_TGR" "$GWR_KEY" "$TGR_PID" "$UP_PID" "$3" ;;
+    toolgate-redis-b) run fast toolgate-redis-b "$2" "$TGRB_URL" "$SID_TGRB" "$GWRB_KEY" "$TGRB_PID" "$UP_PID" "$3" ;;
     toolgate-tls) run fast toolgate-tls "$2" "$TGT_URL" "$SID_TGT" "$GWT_KEY" "$TGT_PID" "$UP_PID" "$3" ;;
   esac
 }
@@ -505,7 +528,7 @@ fi
 # New sessions: `initialize` without a session on every toolgate of the run (not the TLS one),
 # in alternating rounds like the calls.
 if [[ -z "${SKIP_INITIALIZE:-}" ]]; then
-  INIT_TARGETS="toolgate${TGR_PID:+ toolgate-redis}${TGB_PID:+ toolgate-b}"
+  INIT_TARGETS="toolgate${TGR_PID:+ toolgate-redis}${TGB_PID:+ toolgate-b}${TGRB_PID:+ toolgate-redis-b}"
   log "initialize: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s, $ROUNDS rounds ($INIT_TARGETS)"
   note_load
   # run_initialize TARGET ROUND SECONDS
@@ -514,6 +537,7 @@ if [[ -z "${SKIP_INITIALIZE:-}" ]]; then
       toolgate) run initialize toolgate "$2" "$TG_URL" "" "$GW_KEY" "$TG_PID" "$UP_PID" "$3" ;;
       toolgate-b) run initialize toolgate-b "$2" "$TGB_URL" "" "$GWB_KEY" "$TGB_PID" "$UP_PID" "$3" ;;
       toolgate-redis) run initialize toolgate-redis "$2" "$TGR_URL" "" "$GWR_KEY" "$TGR_PID" "$UP_PID" "$3" ;;
+      toolgate-redis-b) run initialize toolgate-redis-b "$2" "$TGRB_URL" "" "$GWRB_KEY" "$TGRB_PID" "$UP_PID" "$3" ;;
     esac
   }
   for t in $INIT_TARGETS; do run_initialize "$t" warmup "$WARMUP"; done
@@ -605,7 +629,7 @@ for phase in ("fast", "everything"):
         continue
     d_rps, d_p50 = med(direct, "rps"), med(direct, "p50_us")
     for target in ("direct", "direct-0618", "plain", "toolgate", "toolgate-stateless", "toolgate-redis", "toolgate-tls",
-                   "toolgate-b"):
+                   "toolgate-b", "toolgate-redis-b"):
         rs = runs.get((phase, target))
         if not rs:
             continue
@@ -651,7 +675,8 @@ if tg and tgb:
           f"CPU per call {cpu_us(tgb, 'proxy_ticks'):.1f} / {cpu_us(tg, 'proxy_ticks'):.1f} us")
     if plain:
         print(f"toolgate-b / plain hop throughput: {med(tgb, 'rps') / med(plain, 'rps'):.3f}")
-inits = [(t, runs[("initialize", t)]) for t in ("toolgate", "toolgate-redis", "toolgate-b") if ("initialize", t) in runs]
+inits = [(t, runs[("initialize", t)]) for t in ("toolgate", "toolgate-redis", "toolgate-b", "toolgate-redis-b")
+         if ("initialize", t) in runs]
 if inits:
     print()
     print("| target | initialize req/s (median) | mean ms | p99 ms | CPU us/request | context switches/request | non-2xx / socket errors | x tools/call of the same instance |")
@@ -664,10 +689,11 @@ if inits:
         errs = f"{int(sum(r['non2xx'] for r in rs))} / {int(sum(r['socket_errors'] for r in rs))}"
         print(f"| {target} | {rps:,.0f} | {med(rs, 'mean_us') / 1000:.3f} | {med(rs, 'p99_us') / 1000:.3f} | "
               f"{cpu_us(rs, 'proxy_ticks'):.1f} | {cs:.2f} | {errs} | {ratio} |")
-    ia, ib = runs.get(("initialize", "toolgate")), runs.get(("initialize", "toolgate-b"))
-    if ia and ib:
-        print(f"A/B initialize: toolgate-b / toolgate throughput: {med(ib, 'rps') / med(ia, 'rps'):.3f}, "
-              f"CPU per request {cpu_us(ib, 'proxy_ticks'):.1f} / {cpu_us(ia, 'proxy_ticks'):.1f} us")
+    for a, b in (("toolgate", "toolgate-b"), ("toolgate-redis", "toolgate-redis-b")):
+        ia, ib = runs.get(("initialize", a)), runs.get(("initialize", b))
+        if ia and ib:
+            print(f"A/B initialize: {b} / {a} throughput: {med(ib, 'rps') / med(ia, 'rps'):.3f}, "
+                  f"CPU per request {cpu_us(ib, 'proxy_ticks'):.1f} / {cpu_us(ia, 'proxy_ticks'):.1f} us")
 ev_t, ev_p = runs.get(("everything", "toolgate")), runs.get(("everything", "plain"))
 version = os.environ.get("EV_PROTOCOL") or "2025-11-25"
 ev_same = runs.get(("everything", "direct-0618" if version == "2025-06-18" else "direct"))

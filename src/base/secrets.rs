@@ -53,6 +53,23 @@ pub(crate) fn new_session_id() -> String {
     hex::encode(b)
 }
 
+/// An MCP session id: 64 hex characters like [`new_session_id`]'s, the first 12 the creation
+/// time in milliseconds and the other 52 from 26 CSPRNG bytes (208 bits, still unguessable).
+/// Why ordered: a store keeps sessions in a B-tree by id, and random ids put each new session on
+/// a page of its own, so a group commit of a hundred sessions rewrote some 200 pages (the table's
+/// and its index's) and the checkpoint copied them back; ids that sort by time land side by side
+/// on a few pages at the tree's edge.
+pub(crate) fn new_ordered_session_id(ts_ms: i64) -> String {
+    use std::fmt::Write as _;
+    let mut b = [0u8; 26];
+    rand::thread_rng().fill_bytes(&mut b);
+    let mut id = String::with_capacity(64);
+    // Writing into a String cannot fail; 12 hex digits hold milliseconds until the year 10889.
+    let _ = write!(id, "{:012x}", ts_ms.clamp(0, 0xffff_ffff_ffff));
+    id.push_str(&hex::encode(b));
+    id
+}
+
 /// Lower-case hex SHA-256 of a key: what the store keeps.
 pub(crate) fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
@@ -289,6 +306,19 @@ fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ordered_session_ids_are_hex_of_the_same_length_and_sort_by_time() {
+        let a = new_ordered_session_id(0x0193_a5f3_c2e1);
+        let b = new_ordered_session_id(0x0193_a5f3_c2e1);
+        let c = new_ordered_session_id(0x0193_a5f3_c2e2);
+        assert_eq!(a.len(), new_session_id().len(), "{a}");
+        assert!(a.bytes().all(|x| x.is_ascii_hexdigit() && !x.is_ascii_uppercase()), "{a}");
+        assert!(a.starts_with("0193a5f3c2e1") && c.starts_with("0193a5f3c2e2"), "{a} {c}");
+        assert_ne!(a, b, "the same millisecond, different random parts");
+        assert!(a < c && b < c, "later ids sort after earlier ones");
+        assert!(new_ordered_session_id(-5).starts_with("000000000000"), "a time before 1970 is clamped");
+    }
 
     #[test]
     fn ordered_ids_sort_by_time_and_reuse_the_buffer() {

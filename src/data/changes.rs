@@ -15,7 +15,8 @@
 //!   may wait (webhooks, an audit log, propagation to other instances). The channel keeps the
 //!   last [`Feed::CAPACITY`] changes; a subscriber that falls further behind gets
 //!   `RecvError::Lagged(n)` and must resynchronise from the state (it cannot know which records
-//!   the lost changes named). Publishing never waits for a subscriber.
+//!   the lost changes named). Publishing never waits for a subscriber. A new MCP session is
+//!   told to the listeners only ([`Change::for_subscribers`]).
 
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -187,6 +188,19 @@ impl Change {
     }
 }
 
+impl Change {
+    /// Whether the subscribers hear of this change. Not of a new MCP session: none acts on one
+    /// (it raises no webhook event; another instance reads a session it does not know from the
+    /// store), and `initialize` makes them by tens of thousands a second. Each woke every
+    /// subscriber's task on its thread (the webhooks' runtime, on Redis the propagation to the
+    /// other instances, an `XADD` each), some 15 % of the CPU of an `initialize` flood, and
+    /// pushed the changes they act on toward the channel's end (`RecvError::Lagged`: a gateway
+    /// change lost to the webhooks). Its end is still told to all: other instances end it too.
+    pub(crate) fn for_subscribers(&self) -> bool {
+        !matches!(self, Change::SessionCreated { .. })
+    }
+}
+
 type Listener = Box<dyn Fn(&Change) + Send + Sync>;
 
 struct Inner {
@@ -239,10 +253,11 @@ impl Feed {
         self.inner.tx.subscribe()
     }
 
-    /// Tells the listeners, then queues the change for the subscribers (if there are any).
+    /// Tells the listeners, then queues the change for the subscribers (if there are any and it
+    /// is [`Change::for_subscribers`]).
     pub(crate) fn publish(&self, change: Change) {
         self.tell_listeners(&change);
-        if self.inner.tx.receiver_count() > 0 {
+        if self.inner.tx.receiver_count() > 0 && change.for_subscribers() {
             // An error means no receiver is left; nothing to do.
             let _ = self.inner.tx.send(change);
         }
@@ -278,6 +293,32 @@ mod tests {
         feed.clone().publish(gateway_saved(2));
         assert_eq!(seen.load(Ordering::SeqCst), 3);
         assert_eq!(rx.try_recv().unwrap(), gateway_saved(2));
+    }
+
+    #[test]
+    fn a_new_mcp_session_is_told_to_the_listeners_only_and_its_end_to_all() {
+        let feed = Feed::new();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        feed.listen(move |_| {
+            s.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut rx = feed.subscribe();
+        let (org_id, gateway_id, session_id) = ("org_1".to_string(), "gw_1".to_string(), "s1".to_string());
+        for _ in 0..Feed::CAPACITY + 5 {
+            feed.publish(Change::SessionCreated {
+                org_id: org_id.clone(),
+                gateway_id: gateway_id.clone(),
+                session_id: session_id.clone(),
+            });
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), Feed::CAPACITY + 5, "every one told to the listener");
+        assert_eq!(rx.try_recv(), Err(broadcast::error::TryRecvError::Empty), "none to the subscriber, nor a lag");
+        feed.publish(gateway_saved(1));
+        let ended = Change::SessionEnded { org_id, gateway_id, session_id };
+        feed.publish(ended.clone());
+        assert_eq!(rx.try_recv().unwrap(), gateway_saved(1), "the flood pushed no change out");
+        assert_eq!(rx.try_recv().unwrap(), ended);
     }
 
     #[test]

@@ -13,10 +13,13 @@
 //! Pingora starts its own, and a task spawned there would end with it. The queue is bounded
 //! ([`QUEUE`]): beyond it `initialize` waits for a place, so memory stays bounded however many
 //! clients arrive at once. A failed commit answers every session of its group with the error:
-//! nothing is acknowledged that was not written.
+//! nothing is acknowledged that was not written. A session whose `initialize` is dropped (its
+//! client gone) before its group commits is left out of it; one dropped during the commit is
+//! written for nobody, and its id goes to the list of records to delete ([`Unheard`]).
 
 use crate::data::store::{StoreError, Stored};
 use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,6 +36,10 @@ pub(crate) type Commit = Box<dyn Fn(Vec<Stored>) -> BoxFuture<'static, Result<()
 /// What a waiter is told: its session's group committed, or why not.
 type Written = oneshot::Sender<Result<(), StoreError>>;
 
+/// Where the ids of sessions written for nobody go (their waiter gone during the commit): the
+/// sessions' list of store records to delete.
+pub(crate) type Unheard = Arc<Mutex<Vec<String>>>;
+
 struct Waiting {
     record: Stored,
     written: Written,
@@ -46,7 +53,7 @@ pub(crate) struct SessionWriter {
 
 impl SessionWriter {
     /// Starts the writer's thread; it ends when the writer is dropped (its queue closes).
-    pub(crate) fn start(commit: Commit) -> Result<SessionWriter, StoreError> {
+    pub(crate) fn start(commit: Commit, unheard: Unheard) -> Result<SessionWriter, StoreError> {
         let (queue, waiting) = mpsc::channel(QUEUE);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -54,7 +61,7 @@ impl SessionWriter {
             .map_err(|e| StoreError::BackendFailed { context: "starting the MCP session writer", source: e.into() })?;
         std::thread::Builder::new()
             .name("toolgate-sessions".into())
-            .spawn(move || runtime.block_on(run(commit, waiting)))
+            .spawn(move || runtime.block_on(run(commit, waiting, unheard)))
             .map_err(|e| StoreError::BackendFailed { context: "starting the MCP session writer", source: e.into() })?;
         Ok(SessionWriter { queue })
     }
@@ -74,33 +81,41 @@ fn stopped() -> StoreError {
 
 /// The writer's loop: waits for a session, takes every other one waiting with it, commits them
 /// together and answers them; the sessions arriving meanwhile wait in the queue for the next.
-async fn run(commit: Commit, mut waiting: mpsc::Receiver<Waiting>) {
+async fn run(commit: Commit, mut waiting: mpsc::Receiver<Waiting>, unheard: Unheard) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while waiting.recv_many(&mut group, MAX_GROUP).await > 0 {
+        // A session whose `initialize` was dropped (its client gone) is not written: nobody
+        // will hear of it, and its place under the caps was given back (`Sessions::create`).
+        group.retain(|w| !w.written.is_closed());
+        if group.is_empty() {
+            continue;
+        }
+        let ids: Vec<String> = group.iter().map(|w| w.record.id.clone()).collect();
         let (records, waiters): (Vec<Stored>, Vec<Written>) = group.drain(..).map(|w| (w.record, w.written)).unzip();
         crate::observe::metrics::session_group_committed(records.len());
-        answer(waiters, commit(records).await);
+        let gone = answer(waiters, commit(records).await);
+        if !gone.is_empty() {
+            unheard.lock().extend(gone.into_iter().map(|i| ids[i].clone()));
+        }
     }
 }
 
 /// Tells every waiter of a group how its commit went; on failure each gets the error (the
-/// store's cause shared by all, so the log of each shows the chain).
-fn answer(waiters: Vec<Written>, outcome: Result<(), StoreError>) {
+/// store's cause shared by all, so the log of each shows the chain). Returns the places of the
+/// sessions written whose waiter is gone (its request dropped during the commit).
+fn answer(waiters: Vec<Written>, outcome: Result<(), StoreError>) -> Vec<usize> {
     match outcome {
-        Ok(()) => {
-            for w in waiters {
-                // A waiter gone (its request dropped) has nothing to be told.
-                let _ = w.send(Ok(()));
-            }
-        }
+        Ok(()) => waiters.into_iter().enumerate().filter_map(|(i, w)| w.send(Ok(())).is_err().then_some(i)).collect(),
         Err(e) => {
             tracing::warn!(error = %e, sessions = waiters.len(), "cannot write new MCP sessions; their initialize fails");
             let cause = Arc::new(e);
             for w in waiters {
                 let failed =
                     StoreError::BackendFailed { context: "writing new MCP sessions", source: Box::new(cause.clone()) };
+                // A waiter gone has nothing to be told, and nothing was written.
                 let _ = w.send(Err(failed));
             }
+            Vec::new()
         }
     }
 }
@@ -138,7 +153,7 @@ mod tests {
             }
             .boxed()
         });
-        Gated { writer: Arc::new(SessionWriter::start(commit).unwrap()), gate, groups }
+        Gated { writer: Arc::new(SessionWriter::start(commit, Unheard::default()).unwrap()), gate, groups }
     }
 
     fn record(id: &str) -> Stored {
@@ -176,6 +191,22 @@ mod tests {
         for w in later {
             w.await.unwrap().expect("the second group committed");
         }
+    }
+
+    #[tokio::test]
+    async fn a_session_whose_initialize_was_dropped_before_its_commit_is_not_written() {
+        let mut g = gated(&[]);
+        let first = g.write("s1");
+        g.groups.recv().await.unwrap();
+        let gone = g.write("s2");
+        let kept = g.write("s3");
+        g.queued(2).await;
+        gone.abort();
+        assert!(gone.await.unwrap_err().is_cancelled(), "the waiter is dropped");
+        g.gate.add_permits(2);
+        first.await.unwrap().expect("the first group committed");
+        assert_eq!(g.groups.recv().await.unwrap(), ["s3"], "only the session still awaited is written");
+        kept.await.unwrap().expect("its group committed");
     }
 
     #[tokio::test]

@@ -27,7 +27,6 @@ use crate::data::model::{ClientCapabilities, McpSession};
 use crate::data::store::{encode, Kind, PutRecord, Store, StoreError, Stored};
 use crate::mcp::session_writer::SessionWriter;
 use chrono::Utc;
-use parking_lot::Mutex;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
@@ -191,8 +190,9 @@ pub struct Sessions {
     /// reload: a lower cap refuses new sessions only, the live ones go on.
     per_key: AtomicUsize,
     per_org: AtomicUsize,
-    /// Ids removed from memory whose store records are still to be deleted.
-    removed: Mutex<Vec<String>>,
+    /// Ids removed from memory whose store records are still to be deleted (shared with the
+    /// writer, which adds the sessions it wrote for an `initialize` gone meanwhile).
+    removed: crate::mcp::session_writer::Unheard,
     deleting: AtomicBool,
     /// Where a session's start and end are announced.
     changes: Feed,
@@ -211,6 +211,30 @@ fn new_sessions_into(store: Arc<dyn Store>) -> crate::mcp::session_writer::Commi
     })
 }
 
+/// A new session's place under the caps, from [`Sessions::reserve`] until the session is in the
+/// map. Given back when dropped there: its write failed, or its `initialize` was dropped (the
+/// client gone) while the session waited for its group's commit. Forgotten once the session is
+/// made. Why: a dropped `initialize` kept its place for good, and a key whose clients gave up
+/// `mcp.max_sessions_per_key` times could open no session until a restart.
+struct Reserved<'a> {
+    sessions: &'a Sessions,
+    session: &'a McpSession,
+    id: &'a SessionId,
+    /// Handed to the writer and not refused: its group may have committed (or may commit)
+    /// though nobody hears of it, so its record goes to the deletions too (the writer leaves out
+    /// of a group a session no longer awaited, and lists one it wrote for nobody).
+    queued: bool,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.sessions.release(self.session, self.id);
+        if self.queued {
+            self.sessions.lock_removed().push(self.session.id.clone());
+        }
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -223,9 +247,21 @@ impl Sessions {
     /// Loads the sessions worth keeping; those past their retention are queued for deletion
     /// ([`Sessions::delete_removed`]) instead of being loaded.
     pub async fn load(store: Arc<dyn Store>, limits: SessionLimits, changes: Feed) -> Result<Sessions, StoreError> {
+        let commit = new_sessions_into(store.clone());
+        Self::load_writing(store, limits, changes, commit).await
+    }
+
+    /// [`Sessions::load`], new sessions written by `commit` (a test's may hold a group back).
+    async fn load_writing(
+        store: Arc<dyn Store>,
+        limits: SessionLimits,
+        changes: Feed,
+        commit: crate::mcp::session_writer::Commit,
+    ) -> Result<Sessions, StoreError> {
+        let removed = crate::mcp::session_writer::Unheard::default();
         let sessions = Sessions {
             store: store.clone(),
-            writer: SessionWriter::start(new_sessions_into(store.clone()))?,
+            writer: SessionWriter::start(commit, removed.clone())?,
             map: PartedMap::default(),
             orgs: FastMap::default(),
             dirty: FastSet::default(),
@@ -233,7 +269,7 @@ impl Sessions {
             retention_ms: AtomicU64::new(millis(limits.retention)),
             per_key: AtomicUsize::new(limits.per_key),
             per_org: AtomicUsize::new(limits.per_org),
-            removed: Mutex::new(Vec::new()),
+            removed,
             deleting: AtomicBool::new(false),
             changes,
             adopts: AtomicBool::new(false),
@@ -414,20 +450,15 @@ impl Sessions {
             self.expire_org(&session.org_id);
             self.reserve(&session, &id)?;
         }
-        let stored = match encode(Kind::Session, &session.id, &session) {
-            Ok(json) => {
-                let record = Stored { partition: session.org_id.clone(), id: session.id.clone(), json };
-                self.writer.write(record).await
-            }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = stored {
-            self.unlive(&session.org_id, &session.key_id, &session.id);
-            if let Some(mut org) = self.orgs.get_mut(&session.org_id) {
-                org.ids.remove(&place(&session, &id));
-            }
+        let mut reserved = Reserved { sessions: self, session: &session, id: &id, queued: false };
+        let json = encode(Kind::Session, &session.id, &session)?;
+        let record = Stored { partition: session.org_id.clone(), id: session.id.clone(), json };
+        reserved.queued = true;
+        if let Err(e) = self.writer.write(record).await {
+            reserved.queued = false;
             return Err(e.into());
         }
+        std::mem::forget(reserved);
         let created = Change::SessionCreated {
             org_id: session.org_id.clone(),
             gateway_id: session.gateway_id.clone(),
@@ -436,6 +467,14 @@ impl Sessions {
         self.map.insert(id, Entry::new(session, true, None));
         self.changes.publish(created);
         Ok(())
+    }
+
+    /// Gives back the place [`Sessions::reserve`] took for a session never made.
+    fn release(&self, s: &McpSession, id: &SessionId) {
+        self.unlive(&s.org_id, &s.key_id, id);
+        if let Some(mut org) = self.orgs.get_mut(&s.org_id) {
+            org.ids.remove(&place(s, id));
+        }
     }
 
     /// Stops counting the organisation's sessions that are idle past the timeout (the sweep does
@@ -905,6 +944,42 @@ mod tests {
         ids.sort();
         assert_eq!(ids, ["a1", "a2", "a4", "a6"], "the ended one is listed until the sweep");
         assert_eq!(s.of_org("org_b", |_| true).len(), 1);
+    }
+
+    /// Sessions whose new sessions' groups commit only as `gate` gives permits.
+    async fn held_back(dir: &tempfile::TempDir, limits: SessionLimits, gate: Arc<tokio::sync::Semaphore>) -> Sessions {
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let into = store.clone();
+        let commit: crate::mcp::session_writer::Commit = Box::new(move |group: Vec<Stored>| {
+            let (store, gate) = (into.clone(), gate.clone());
+            futures_util::FutureExt::boxed(async move {
+                gate.acquire().await.expect("the gate stays open").forget();
+                store.put_many(Kind::Session, group).await
+            })
+        });
+        Sessions::load_writing(store, limits, Feed::new(), commit).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_initialize_dropped_while_its_session_is_written_gives_its_place_back() {
+        use futures_util::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let s = held_back(&dir, limits(1, 10), gate.clone()).await;
+        // Polled once: the place is taken and the session waits for its group's commit; then
+        // dropped, as when its client goes away.
+        assert!(s.create(session("a1", "org_a", "k1")).now_or_never().is_none(), "waits for its commit");
+        assert_eq!(s.live_of_key("org_a", "k1"), 0, "the place is given back");
+        assert!(s.of_org("org_a", |_| true).is_empty(), "nor is it listed");
+        gate.add_permits(2);
+        s.create(session("a2", "org_a", "k1")).await.expect("the key can open a session again");
+        assert!(s.get("a1").is_none() && s.get("a2").is_some());
+        assert!(matches!(s.create(session("a3", "org_a", "k1")).await, Err(CreateError::KeyCap(1))), "the cap holds");
+        // The dropped session is not left in the store, where a restart would count it.
+        s.delete_removed().await;
+        let stored: Vec<String> =
+            s.store.load_all(Kind::Session).await.unwrap().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(stored, ["a2"]);
     }
 
     #[tokio::test]

@@ -178,7 +178,8 @@ pub(super) async fn initialize(
     ex.respond(200, "application/json", body, &headers).await
 }
 
-/// The session an `initialize` with `params` opens: a new CSPRNG id, the negotiated `version`,
+/// The session an `initialize` with `params` opens: a new CSPRNG id (ordered by time, see
+/// [`secrets::new_ordered_session_id`]), the negotiated `version`,
 /// the client's name and version (cut to 100 and 50 characters) and the capabilities it declared.
 fn session_record(gw: &Gateway, key_id: &str, client_ip: String, version: &str, params: &Value) -> McpSession {
     let client = params.get("clientInfo");
@@ -187,7 +188,7 @@ fn session_record(gw: &Gateway, key_id: &str, client_ip: String, version: &str, 
     };
     let now = Utc::now();
     McpSession {
-        id: secrets::new_session_id(),
+        id: secrets::new_ordered_session_id(now.timestamp_millis()),
         org_id: gw.org_id.clone(),
         gateway_id: gw.id.clone(),
         key_id: key_id.to_string(),

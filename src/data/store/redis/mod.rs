@@ -345,13 +345,38 @@ impl Store for RedisStore {
         .await
     }
 
+    /// A group of records in a few commands, whatever its size (a group of new MCP sessions is
+    /// hundreds): the indexes first, as [`Writes::indexes_first`] (every locator in one `MSET`,
+    /// which a cluster client splits by slot, and one `SADD` to the kind's index), then one
+    /// `MULTI` per partition with its bodies and one `SADD` to its index. Two commands apart per
+    /// record, as [`Keys::add_put`] makes them, were 2n pipelines of one.
     async fn put_many(&self, kind: Kind, items: Vec<Stored>) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
         self.with("put_many", move |k, c| async move {
-            let mut w = Writes::default();
+            let mut locate = redis::cmd("MSET");
+            let mut kind_index = redis::cmd("SADD");
+            kind_index.arg(k.kind_index(kind));
+            let mut by_partition: BTreeMap<&str, Vec<&Stored>> = BTreeMap::new();
             for s in &items {
-                k.add_put(&mut w, kind, &s.partition, &s.id, &s.json, None);
+                locate.arg(k.locator(kind, &s.id)).arg(&s.partition);
+                kind_index.arg(format!("{}\n{}", s.partition, s.id));
+                by_partition.entry(s.partition.as_str()).or_default().push(s);
             }
-            w.indexes_first(&c).await
+            let (mut a, mut b) = (c.clone(), c.clone());
+            futures_util::try_join!(locate.query_async::<()>(&mut a), kind_index.query_async::<()>(&mut b))
+                .map_err(backend)?;
+            let mut w = Writes::default();
+            for (partition, records) in by_partition {
+                let p = w.slot(partition);
+                for s in &records {
+                    p.set(k.record_key(kind, partition, &s.id), &s.json).ignore();
+                }
+                p.sadd(k.partition_index(kind, partition), records.iter().map(|s| s.id.as_str()).collect::<Vec<_>>())
+                    .ignore();
+            }
+            send_all(&c, w.slots.into_values()).await
         })
         .await
     }
