@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,11 +30,12 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from standardwebhooks import Webhook
 
-from mcp_helpers import Api, config, mcp_url, node_bin, run, sdk_client
+from mcp_helpers import Api, config, everything_server, http_app, mcp_url, node_bin, run, sdk_client
 
 MODES = ["auto", "legacy"]
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
 DENIED_ZONE = "Antarctica/Troll"
+ALLOW_LOOPBACK = 'webhooks:\n  allowed_hosts: ["127.0.0.1"]\n'
 
 
 def masked(v):
@@ -101,6 +104,8 @@ def decide(payload: dict) -> dict:
             return {"action": "replace", "arguments": {**args, "format": "[rewritten]"}}
         return {"action": "allow"}
     result = payload["result"]
+    if "Long running operation" in json.dumps(result):
+        return {"action": "replace", "result": {"content": [{"type": "text", "text": "guarded: long run done"}]}}
     if "classified" in json.dumps(result):
         return {"action": "deny", "reason": "the result is classified"}
     if EMAIL.search(json.dumps(result)):
@@ -121,7 +126,7 @@ def closed_port() -> int:
 def setup(module_toolgate_factory):
     """(toolgate, its API, the guard, {name: (gateway id, key)}) with a gateway per guard set-up."""
     guard = Guard()
-    srv = module_toolgate_factory(full_config=config() + 'webhooks:\n  allowed_hosts: ["127.0.0.1"]\n')
+    srv = module_toolgate_factory(full_config=config() + ALLOW_LOOPBACK)
     api = Api(srv)
     stopped = f"http://127.0.0.1:{closed_port()}/check"
     both = ["request", "response"]
@@ -300,3 +305,65 @@ def test_the_typescript_client_sees_what_the_guard_decided(setup):
     assert out["masked"] == "mail [email]", out
     assert out["denied"]["code"] == -32012 and "off limits" in out["denied"]["message"], out
     assert out["classified"]["code"] == -32013 and "already ran" in out["classified"]["message"], out
+
+
+def test_the_documented_example_guard_masks_and_denies(setup, tmp_path):
+    """docs/governance.md's example guard (the block after `example guard`), run as written."""
+    srv, api, guard, gws = setup
+    text = (Path(__file__).resolve().parents[2] / "docs" / "governance.md").read_text()
+    block = re.search(r"<!-- example guard -->\n```python\n(.*?)```", text, re.S)
+    assert block, "docs/governance.md has no example guard"
+    script = tmp_path / "guard.py"
+    script.write_text(block.group(1))
+    body = {"name": "documented-guard", "servers": ["time"],
+            "guards": [{"url": f"{guard.url}/placeholder", "on": ["request", "response"]}]}
+    data = api.ok("POST", "/v1/gateways", body, status=201)["data"]
+    gw, key, made = data["id"], data["api_key"], data["guards"][0]
+    env = {**os.environ, "GUARD_SECRET": made["secret"], "PORT": "0"}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        port = re.search(r"port (\d+)", line)
+        assert port, f"the example guard said {line!r}"
+        kept = {"id": made["id"], "url": f"http://127.0.0.1:{port.group(1)}/", "on": ["request", "response"]}
+        api.ok("PATCH", f"/v1/gateways/{gw}", {"guards": [kept]})
+        (mail, _), (_, denied) = sdk_calls(srv, (gw, key), "auto", {"format": "[erin@example.com]"},
+                                           {"format": "[drop table users]"})
+        assert mail is not None and mail.content[0].text == "[email]", mail
+        assert denied is not None and denied.code == -32012 and "DROP TABLE is not allowed" in denied.message, denied
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def streaming(setup, module_toolgate_factory):
+    """(toolgate, gateway id, key): server-everything's tools behind the guard on `response`."""
+    guard = setup[2]
+    with everything_server() as ev:
+        srv = module_toolgate_factory(full_config=config(http_app("everything", ev.url)) + ALLOW_LOOPBACK)
+        body = {"name": "guarded-stream", "servers": ["everything"],
+                "guards": [{"url": f"{guard.url}/main", "on": ["response"], "timeout_ms": 5000}]}
+        data = Api(srv).ok("POST", "/v1/gateways", body, status=201)["data"]
+        guard.secrets[data["id"]] = data["guards"][0]["secret"]
+        yield srv, data["id"], data["api_key"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_streamed_result_is_guarded_at_its_end(streaming, mode):
+    """A call whose app streams progress (and, in a session, goes on by itself after 250 ms):
+    the progress passes, the final result is the guard's."""
+    srv, gw, key = streaming
+    seen = []
+
+    async def go():
+        async def on_progress(progress, total, message):
+            seen.append(progress)
+
+        async with sdk_client(mcp_url(srv, gw), key, mode=mode) as c:
+            return await c.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 2},
+                                     progress_callback=on_progress)
+
+    r = run(go())
+    assert r.content[0].text == "guarded: long run done", r
+    assert seen == [1, 2], seen

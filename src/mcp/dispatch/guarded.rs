@@ -8,30 +8,51 @@ use super::*;
 use crate::mcp::callout::{CallGuards, ToolFacts};
 
 impl Call<'_> {
-    /// Asks the request guards of a `tools/call` about `target`: the call's guards (kept for
-    /// its result and its log entry) and the arguments a guard replaced, or the error the call
-    /// is refused with (counted and logged here).
-    pub(super) async fn guard_request(
-        &self,
+    /// What a call needs just before it goes to its app, once the rules let it through: the
+    /// context of the app's request (the client's era, the `Mcp-Param-*` headers checked and
+    /// made), the content checks of the answer, and the external guards asked (the arguments
+    /// they replaced); or the error the call is refused with.
+    pub(super) async fn before_app(
+        &mut self,
         ex: &Exchange<'_>,
         catalogue: &Catalogue,
         target: &Target<'_, '_>,
-    ) -> Result<(Option<Arc<CallGuards>>, Option<Box<RawValue>>), RpcErrorObject> {
+        id: &Id,
+    ) -> Result<(CallContext, Option<Box<RawValue>>), RpcErrorObject> {
+        let client_era = if self.caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
+        let mut call_ctx = CallContext { client_request_id: id.clone(), headers: vec![], client_era };
+        self.param_headers(target, ex.headers(), &mut call_ctx.headers)?;
+        self.content = ContentCheck::for_call(self.gw, self.method, target.tool.map(|t| t.0));
+        let replaced = self.guard_request(ex, catalogue, target).await?;
+        Ok((call_ctx, replaced))
+    }
+
+    /// Asks the request guards of a `tools/call` about `target`, keeping them (for its result
+    /// and its log entry): the arguments a guard replaced, or the error the call is refused with
+    /// (counted and logged here).
+    async fn guard_request(
+        &mut self,
+        ex: &Exchange<'_>,
+        catalogue: &Catalogue,
+        target: &Target<'_, '_>,
+    ) -> Result<Option<Box<RawValue>>, RpcErrorObject> {
         let Some((exposed, function)) = target.tool.filter(|_| self.method == "tools/call") else {
-            return Ok((None, None));
+            return Ok(None);
         };
         let principal = ex.ctx.filters.principal.as_deref();
         let names = (exposed, target.app_id, function);
         let request_id = self.request_id.as_str();
         let Some(guards) = CallGuards::for_call(self.mcp, self.gw, principal, names, request_id, self.content.clone())
         else {
-            return Ok((None, None));
+            return Ok(None);
         };
         let arguments = target.named.as_ref().and_then(|n| n.get("arguments"));
         let schema = catalogue.tools.iter().find(|t| t["name"] == exposed).and_then(|t| t.get("inputSchema"));
         let facts = ToolFacts { schema, shape: target.shape };
-        match guards.on_request(arguments, facts).await {
-            Ok(replaced) => Ok((Some(guards), replaced)),
+        let decided = guards.on_request(arguments, facts).await;
+        self.guards = Some(Arc::clone(&guards));
+        match decided {
+            Ok(replaced) => Ok(replaced),
             Err(e) => {
                 self.refused(&e);
                 let mut entry =
@@ -48,16 +69,19 @@ impl Call<'_> {
     }
 }
 
-/// The `Mcp-Param-*` headers the app gets, made again from the arguments a guard replaced.
-pub(super) fn param_headers_of(
-    declared: &[modern::ParamHeader],
-    arguments: &RawValue,
+/// A call's arguments as a guard replaced them, with the `Mcp-Param-*` headers the app gets
+/// made again from them.
+pub(super) fn replace_arguments<'p>(
+    target: &mut Target<'_, 'p>,
+    replaced: Option<&'p RawValue>,
     to_app: &mut Vec<(HeaderName, HeaderValue)>,
 ) {
-    if declared.is_empty() {
+    let (Some(args), Some(named)) = (replaced, target.named.as_mut()) else { return };
+    named.set("arguments", args);
+    if target.declared.is_empty() {
         return;
     }
-    let value: Value = serde_json::from_str(arguments.get()).unwrap_or_default();
+    let value: Value = serde_json::from_str(args.get()).unwrap_or_default();
     to_app.clear();
-    to_app.extend(modern::param_header_values(declared, &value));
+    to_app.extend(modern::param_header_values(target.declared, &value));
 }

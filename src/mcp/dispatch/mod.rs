@@ -396,23 +396,11 @@ async fn forward(
     if let Err(e) = call.rules(ex, &target).await {
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
-    let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
-    let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
-    if let Err(e) = call.param_headers(&target, ex.headers(), &mut call_ctx.headers) {
-        return respond(ex, caller, Response::error(req.id, e), "").await;
-    }
-    call.content = ContentCheck::for_call(gw, call.method, target.tool.map(|t| t.0));
-    let guarded_arguments = match call.guard_request(ex, &catalogue, &target).await {
-        Ok((guards, replaced)) => {
-            call.guards = guards;
-            replaced
-        }
+    let (mut call_ctx, guarded_arguments) = match call.before_app(ex, &catalogue, &target, &req.id).await {
+        Ok(ready) => ready,
         Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
     };
-    if let (Some(args), Some(named)) = (guarded_arguments.as_deref(), target.named.as_mut()) {
-        named.set("arguments", args);
-        guarded::param_headers_of(target.declared, args, &mut call_ctx.headers);
-    }
+    guarded::replace_arguments(&mut target, guarded_arguments.as_deref(), &mut call_ctx.headers);
     let Target { app_id, tool, named, .. } = target;
     if let Err(refused) = call.resumable_room(ex, &acc) {
         let e = refused.to_error();
