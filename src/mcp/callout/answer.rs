@@ -55,7 +55,8 @@ impl Answer {
         let action = match (wire.action.as_str(), phase) {
             ("allow", _) => Action::Allow,
             ("deny", _) => match wire.reason {
-                Some(r) if !r.trim().is_empty() => Action::Deny(r),
+                // Cut to what the client, the log and the audit trail are given.
+                Some(r) if !r.trim().is_empty() => Action::Deny(r.chars().take(super::MAX_REASON_CHARS).collect()),
                 _ => return Err("a deny needs a reason".into()),
             },
             ("replace", CalloutPhase::Request) => {
@@ -84,7 +85,7 @@ pub(crate) fn schema_misfit(schema: Option<&Value>, shape: Option<&Shape>, new: 
             return Some(format!("changes `{k}`, which the gateway sets"));
         }
     }
-    let Some(schema) = schema else { return None };
+    let schema = schema?;
     let props = schema.get("properties").and_then(Value::as_object);
     let required = schema.get("required").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if let Some(k) = required.iter().filter_map(Value::as_str).find(|k| !args.contains_key(*k)) {

@@ -327,7 +327,7 @@ impl CallGuards {
     /// The error of a call a guard denied: before the call, a denial of the call (-32012, as a
     /// rule's); on the result, a refusal of the answer saying that the tool ran (-32013).
     fn denied(&self, g: &Callout, phase: CalloutPhase, reason: &str) -> RpcErrorObject {
-        let reason: String = reason.chars().filter(|c| !c.is_control()).take(MAX_REASON_CHARS).collect();
+        let reason: String = reason.chars().filter(|c| !c.is_control()).collect();
         let data = |why: &str| json!({ "guard": g.id, "reason": why, "detail": reason, "tool_ran": phase == CalloutPhase::Response });
         match phase {
             CalloutPhase::Request => {
