@@ -51,6 +51,10 @@ impl Answer {
     pub(super) fn parse(bytes: &[u8], phase: CalloutPhase) -> Result<Answer, String> {
         let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
         crate::base::strict_json::check(bytes).map_err(|e| e.to_string())?;
+        // serde would read the struct from an array too (`["allow"]`).
+        if !text.trim_start().starts_with('{') {
+            return Err("not a JSON object".into());
+        }
         let wire: Wire = serde_json::from_str(text).map_err(|e| format!("not a guard's answer ({e})"))?;
         let action = match (wire.action.as_str(), phase) {
             ("allow", _) => Action::Allow,
