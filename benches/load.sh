@@ -48,7 +48,9 @@
 # GATEWAY_B_EXTRA=JSON (more members of toolgate-b's gateway creation body, e.g.
 # '"rules": [{"name": "r", "effect": "deny", "when": "tool == \"x\""}]': the cost of a feature
 # measured against the same build or the commit before), GATEWAY_B_CONFIG=JSON (more members of
-# its `configuration`, e.g. '"content_policy": "off"').
+# its `configuration`, e.g. '"content_policy": "off"'), EXTRA_YAML=TEXT (top-level sections added to both
+# toolgates' configuration, e.g. 'webhooks: {allowed_hosts: ["127.0.0.1"]}' for an external guard
+# on the loopback: benches/load/allow_guard.py).
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
 #                    (PERF_FREQ samples/s, 499; PERF_CALLGRAPH=none samples without call graphs,
@@ -339,6 +341,9 @@ apps:
     url: http://127.0.0.1:$UP_PORT/mcp
 $EV_APP
 EOF
+# More settings of the caller's (EXTRA_YAML), e.g. `webhooks.allowed_hosts` for a guard on the
+# loopback that GATEWAY_B_EXTRA names.
+printf '%s\n' "${EXTRA_YAML:-}" >>"$WORK/toolgate.yaml"
 
 # start_toolgate NAME: starts $WORK/bin/NAME with its own data directory; prints "PID PORT"
 # (callers redirect it to a file, so that PIDS is kept by this shell).

@@ -11,7 +11,10 @@
 //! caller may call (a search returns only callable tools, and `call_tool` goes through every
 //! check of the tool inside it).
 
-use crate::data::model::{AllowedTools, DescriptionPolicy, Gateway, GatewayAuth, Rule, RuleEffect, ToolPolicy};
+use crate::data::model::{
+    AllowedTools, Callout, CalloutFailure, CalloutMode, DescriptionPolicy, Gateway, GatewayAuth, Rule, RuleEffect,
+    ToolPolicy,
+};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,6 +59,13 @@ const GUARDS: &[Guard] = &[
         name: "tool_overrides",
         shown: |g| json!(g.tool_overrides),
         loosens: |b, a| b.tool_overrides != a.tool_overrides,
+    },
+    // External guards: adding one sends call data to a new place, and a guard removed, moved,
+    // sent elsewhere or asked less holds back less.
+    Guard {
+        name: "guards",
+        shown: |g| Value::Array(g.guards.iter().map(super::guard_callouts::shown).collect()),
+        loosens: |b, a| callouts_loosen(&b.guards, &a.guards),
     },
 ];
 
@@ -151,6 +161,26 @@ fn rules_loosen(before: &[Rule], after: &[Rule]) -> bool {
         }
     }
     kept.peek().is_some()
+}
+
+/// Whether the external guards after hold back less than before, or send calls somewhere new:
+/// a guard added, removed or moved (the order decides whose replacement the next one sees), its
+/// URL changed, `enforce` become `log`, `closed` become `open`, its `tools` changed to anything
+/// but `*` (a glob is not compared for width: narrowed or not, it counts), or its phases
+/// changed. A longer or shorter time-out, `log` become `enforce`, `open` become `closed` or
+/// `tools` become `*` only tighten.
+fn callouts_loosen(before: &[Callout], after: &[Callout]) -> bool {
+    let ids = |l: &[Callout]| l.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    if ids(before) != ids(after) {
+        return true;
+    }
+    before.iter().zip(after).any(|(b, a)| {
+        b.url != a.url
+            || (b.mode == CalloutMode::Enforce && a.mode == CalloutMode::Log)
+            || (b.failure == CalloutFailure::Closed && a.failure == CalloutFailure::Open)
+            || (b.tools != a.tools && a.tools != "*")
+            || b.on != a.on
+    })
 }
 
 #[cfg(test)]
@@ -286,6 +316,59 @@ mod tests {
         let mut edited = after.clone();
         edited.tool_overrides[0].description = Some("Says it".into());
         assert_eq!(loosened(&after, &edited), ["tool_overrides"], "changed");
+    }
+
+    #[test]
+    fn external_guards_loosen_when_removed_opened_narrowed_or_sent_elsewhere() {
+        use crate::data::model::CalloutPhase;
+        let guard = |id: &str| Callout {
+            id: id.into(),
+            url: "https://guard.example/check".into(),
+            on: vec![CalloutPhase::Request],
+            tools: "*".into(),
+            timeout_ms: 500,
+            failure: CalloutFailure::Closed,
+            mode: CalloutMode::Enforce,
+            sealed_secret: "sealed".into(),
+        };
+        let mut before = gateway(&["a"]);
+        before.guards = vec![guard("grd_1"), guard("grd_2")];
+        let with = |f: &dyn Fn(&mut Callout)| {
+            let mut g = before.clone();
+            f(&mut g.guards[0]);
+            g
+        };
+        let looser = [
+            with(&|c| c.mode = CalloutMode::Log),
+            with(&|c| c.failure = CalloutFailure::Open),
+            with(&|c| c.tools = "everything__*".into()),
+            with(&|c| c.url = "https://elsewhere.example/check".into()),
+            with(&|c| c.on = vec![CalloutPhase::Request, CalloutPhase::Response]),
+            {
+                let mut g = before.clone();
+                g.guards.remove(1);
+                g
+            },
+            {
+                let mut g = before.clone();
+                g.guards.reverse();
+                g
+            },
+        ];
+        for after in &looser {
+            assert_eq!(loosened(&before, after), ["guards"], "{:?}", after.guards);
+        }
+        assert_eq!(loosened(&gateway(&["a"]), &before), ["guards"], "setting guards is protected");
+        // Tighter: open to closed, log to enforce, a glob become `*`, another time-out.
+        let mut loose = before.clone();
+        loose.guards[0].failure = CalloutFailure::Open;
+        loose.guards[0].mode = CalloutMode::Log;
+        loose.guards[0].tools = "everything__*".into();
+        assert!(loosened(&loose, &before).is_empty());
+        let slower = with(&|c| c.timeout_ms = 900);
+        assert!(loosened(&before, &slower).is_empty());
+        let audit = change(&before, &slower).audit().expect("a guard changed");
+        assert!(!audit.to_string().contains("sealed"), "no secret in the audit entry: {audit}");
     }
 
     #[test]

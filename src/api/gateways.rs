@@ -56,6 +56,11 @@ pub(crate) struct CreateGateway {
     #[serde(default)]
     #[schema(max_items = 500)]
     pub tool_overrides: Option<Vec<ToolOverride>>,
+    /// External guards asked before and after each tool call (at most 8); each new one's
+    /// secret is in the answer, once. See docs/governance.md, "External guards".
+    #[serde(default)]
+    #[schema(max_items = 8)]
+    pub guards: Option<Vec<super::guard_callouts::GuardInput>>,
 }
 
 /// Body of `PATCH /gateways/{id}`: any subset of the gateway's fields.
@@ -82,6 +87,10 @@ pub(crate) struct UpdateGateway {
     /// Replaces the tool overrides (`[]` removes them); a protected action.
     #[schema(max_items = 500)]
     pub tool_overrides: Option<Vec<ToolOverride>>,
+    /// Replaces the external guards (`[]` removes them; a guard named by its `id` is kept with
+    /// its secret); a protected action.
+    #[schema(max_items = 8)]
+    pub guards: Option<Vec<super::guard_callouts::GuardInput>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -506,7 +515,9 @@ pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
         created_at: iso(&g.created_at),
         updated_at: iso(&g.updated_at),
     };
-    Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::failed("showing a gateway", e))?))
+    let mut data = serde_json::to_value(detail).map_err(|e| ApiError::failed("showing a gateway", e))?;
+    data["guards"] = super::guard_callouts::shown_once(&g, &[]);
+    Ok(Reply::ok(data))
 }
 
 #[utoipa::path(post, path = "/v1/gateways", tag = "gateways", request_body = CreateGateway,
@@ -564,12 +575,15 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
         configuration,
         rules,
         tool_overrides: Vec::new(),
+        guards: Vec::new(),
         status: "active".into(),
         created_at: now,
         updated_at: now,
         access_key_id: key.id.clone(),
     };
     gw.tool_overrides = super::tool_overrides::validate(call, &gw, body.tool_overrides.unwrap_or_default()).await?;
+    let (guards, secrets_made) = super::guard_callouts::validate(call, &[], body.guards.unwrap_or_default()).await?;
+    gw.guards = guards;
     state.save_key(key).await?;
     let gw = state.save_gateway(gw).await?;
     let created = GatewayCreated {
@@ -579,12 +593,16 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
         api_key: plaintext,
         created_at: iso(&gw.created_at),
     };
-    Ok(Reply::created(serde_json::to_value(created).map_err(|e| ApiError::failed("answering a new gateway", e))?))
+    let mut data = serde_json::to_value(created).map_err(|e| ApiError::failed("answering a new gateway", e))?;
+    if !gw.guards.is_empty() {
+        data["guards"] = super::guard_callouts::shown_once(&gw, &secrets_made);
+    }
+    Ok(Reply::created(data))
 }
 
 #[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
     params(("gateway_id" = String, Path),
-           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, removes, edits, moves or adds an allow rule, or sets or changes `tool_overrides`")),
+           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, removes, edits, moves or adds an allow rule, sets or changes `tool_overrides`, or adds, removes or loosens an external guard (`guards`)")),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope),
@@ -625,16 +643,23 @@ pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     if let Some(o) = patch.tool_overrides {
         g.tool_overrides = super::tool_overrides::validate(call, &g, o).await?;
     }
+    let mut secrets_made = Vec::new();
+    if let Some(given) = patch.guards {
+        (g.guards, secrets_made) = super::guard_callouts::validate(call, &before.guards, given).await?;
+    }
     // Asked once the change is known to be valid, so a bad body does not use up an MFA token.
     let guards = super::gateway_guards::change(&before, &g);
     if guards.loosens() {
         super::mfa::gate(call).await?;
     }
     g.updated_at = Utc::now();
-    state.save_gateway(g).await?;
+    let g = state.save_gateway(g).await?;
     drop(_guard);
     let mut reply = get(call).await?;
     reply.status = 200;
+    if !secrets_made.is_empty() {
+        super::guard_callouts::with_secrets(&mut reply, &g, &secrets_made);
+    }
     reply.audit = guards.audit();
     Ok(reply)
 }

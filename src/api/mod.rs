@@ -13,6 +13,7 @@ pub(crate) mod batch;
 pub(crate) mod envelope;
 pub(crate) mod gateway_guards;
 pub(crate) mod gateways;
+pub(crate) mod guard_callouts;
 pub(crate) mod keys;
 pub(crate) mod limits;
 pub(crate) mod logs;

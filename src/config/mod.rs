@@ -749,6 +749,22 @@ pub struct McpConfig {
     pub rules: RulesConfig,
     /// `mcp.app_health`: the apps' background health probes (`src/mcp/health.rs`).
     pub app_health: AppHealthConfig,
+    /// `mcp.guards`: the gateways' external guards' calls in flight (`src/mcp/callout/`).
+    pub guards: GuardsConfig,
+}
+
+/// How many calls of the gateways' external guards may be in flight at once, per gateway and
+/// per organisation: a slow guard of one tenant holds its own calls, not another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardsConfig {
+    pub concurrency_per_gateway: usize,
+    pub concurrency_per_organization: usize,
+}
+
+impl Default for GuardsConfig {
+    fn default() -> Self {
+        GuardsConfig { concurrency_per_gateway: 64, concurrency_per_organization: 256 }
+    }
 }
 
 /// How the apps are probed in the background: every `interval` (jittered), each probe bounded

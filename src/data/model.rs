@@ -13,6 +13,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod callout;
+pub use callout::*;
+
 pub(crate) type Timestamp = DateTime<Utc>;
 
 /// The schema version of the versioned records this build writes, and the newest it reads. A
@@ -632,6 +635,10 @@ pub struct Gateway {
     /// serve the tools unshaped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_overrides: Vec<ToolOverride>,
+    /// External guards asked about its tool calls (`docs/governance.md`, "External guards");
+    /// written only when there are some, as `tool_overrides`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guards: Vec<Callout>,
     pub status: String,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
@@ -732,6 +739,7 @@ impl Gateway {
             configuration: GatewayConfiguration::default(),
             rules: Vec::new(),
             tool_overrides: Vec::new(),
+            guards: Vec::new(),
             status: "active".into(),
             created_at: now,
             updated_at: now,

@@ -91,6 +91,13 @@ impl EntryWriter {
         put(&mut self.json, marks);
     }
 
+    /// Marks the entry with what the gateway's external guards decided (`guards`: each guard's
+    /// id, phase, mode and action, a deny's reason, a failure's cause), never what they were sent.
+    pub fn guards(&mut self, decisions: &serde_json::Value) {
+        self.json.extend_from_slice(b",\"guards\":");
+        put(&mut self.json, decisions);
+    }
+
     /// Ends the entry with the outcome. `error` is the entry's `status` (a JSON-RPC error, or a
     /// tool result with `isError`); `status` is the HTTP-like `response.status`.
     pub fn finish(mut self, elapsed: std::time::Duration, error: bool, status: u16, answer: Answer<'_>) -> LogRecord {

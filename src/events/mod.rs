@@ -18,7 +18,6 @@
 //! taken again at every attempt.
 
 pub(crate) mod alerts;
-pub(crate) mod sign;
 
 use crate::base::time::now_ms;
 use crate::data::changes::Change;
@@ -26,6 +25,7 @@ use crate::data::model::{Alert, Delivery, Webhook};
 use crate::data::state::State;
 use crate::data::store::{Kind, PutRecord, StoreError};
 use crate::outbound::egress::Egress;
+use crate::outbound::sign;
 use chrono::Utc;
 use dashmap::DashMap;
 use rand::Rng;

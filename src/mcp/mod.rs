@@ -13,6 +13,7 @@
 pub(crate) mod apps;
 pub(crate) mod bounds;
 pub(crate) mod builtin;
+pub(crate) mod callout;
 pub mod catalogue;
 pub(crate) mod clean;
 pub mod content;

@@ -79,6 +79,8 @@ pub struct McpRuntime {
     pub call_streams: CallStreams,
     /// The long-lived streams open now, per session, key and organisation (`mcp.streams`).
     pub stream_slots: Arc<OpenStreams>,
+    /// The gateways' external guards: their HTTP client and calls in flight (`callout/`).
+    pub(crate) callouts: crate::mcp::callout::Callouts,
 }
 
 impl McpRuntime {
@@ -116,6 +118,7 @@ impl McpRuntime {
             parked: ParkedCalls::default(),
             call_streams: CallStreams::default(),
             stream_slots: Arc::default(),
+            callouts: Default::default(),
         })
     }
 

@@ -35,6 +35,11 @@ impl Shape {
         }
     }
 
+    /// The arguments the override sets (what an external guard's replacement must keep).
+    pub(crate) fn fixed(&self) -> &Map<String, Value> {
+        &self.fixed
+    }
+
     /// The call's arguments as the app gets them: `None` when the override leaves them as sent;
     /// else the fixed values put in, the defaults where the call has none. A call that sends a
     /// fixed or hidden argument, or arguments that are not an object, is invalid (-32602).

@@ -219,6 +219,37 @@ pub(crate) fn rule_refused(reason: &'static str) {
     .inc();
 }
 
+/// The calls of the gateways' external guards (`mcp/callout/`): counted by gateway and
+/// `outcome` (`allow`, `deny`, `replace`, `timeout`, `error`, `busy`) and, when the guard was
+/// called (`elapsed`), timed by gateway.
+pub(crate) fn guard_call(gateway: &str, outcome: &'static str, elapsed: Option<Duration>) {
+    struct Guards {
+        calls: IntCounterVec,
+        latency: HistogramVec,
+    }
+    static G: OnceLock<Guards> = OnceLock::new();
+    let g = G.get_or_init(|| Guards {
+        calls: register_int_counter_vec!(
+            "toolgate_guard_calls_total",
+            "Calls of the gateways' external guards, by gateway and outcome (allow, deny, replace, timeout, error, busy)",
+            &["gateway", "outcome"]
+        )
+        .expect("metric registers once"),
+        latency: register_histogram_vec!(
+            "toolgate_guard_call_duration_seconds",
+            "How long the gateways' external guards took to answer, by gateway",
+            &["gateway"],
+            OPERATION_BUCKETS.to_vec()
+        )
+        .expect("metric registers once"),
+    });
+    let gateway = mcp().gateways.fold(gateway);
+    g.calls.with_label_values(&[gateway, outcome]).inc();
+    if let Some(elapsed) = elapsed {
+        g.latency.with_label_values(&[gateway]).observe(elapsed.as_secs_f64());
+    }
+}
+
 /// A request refused because the record it names was written by a newer toolgate (`kind`
 /// `gateway`): during a rolling upgrade, the requests an older instance turned away.
 pub(crate) fn newer_record_refused(kind: &'static str) {

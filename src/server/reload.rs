@@ -9,7 +9,7 @@
 //! streams), `organizations`, `users`, `api_keys` (declared records are written again, as at
 //! start; one removed from the file stays until deleted through the API), `rate_limits` (the
 //! policy: tiers, shares, sizes) and `limits`, `alerts`, and of `mcp` the allowed origins, the
-//! page size, the list deadline, the apps' health probes (`mcp.app_health`, read at each probe), the session caps (new sessions only) and time-outs (every
+//! page size, the list deadline, the apps' health probes (`mcp.app_health`, read at each probe), the bounds of the gateways' guard calls (`mcp.guards`, read at each call), the session caps (new sessions only) and time-outs (every
 //! session at its next check), `jwt` and `gateway_oauth` (the new verifier takes over at
 //! once, its JWKS fetched first), `web` but its `path` (read at each sign-in, authorization
 //! and SAML request; the client documents kept are forgotten, so the new allowed hosts and CA

@@ -319,6 +319,7 @@ const MARKERS: &[(&str, &str)] = &[
     ("<!-- client: typescript -->", "src/console/snippets.rs and tests/py/test_docs_tour.py"),
     ("<!-- build -->", "tests/integration/packaging.rs"),
     ("<!-- verify a delivery -->", "tests/py/test_webhooks.py"),
+    ("<!-- example guard -->", "tests/py/test_guards.py"),
     ("<!-- guide: run -->", "tests/py/test_guides.py"),
 ];
 

@@ -1,6 +1,6 @@
 //! `mcp:`: the MCP endpoint's sessions, paging, allowed origins, stdio processes, the bounds on
 //! what one tenant's streams hold (`mcp.streams`, `mcp.resumable`) and of the gateways' rules
-//! (`mcp.rules`).
+//! (`mcp.rules`), and of the calls of their external guards (`mcp.guards`).
 
 use crate::config::*;
 use serde::Deserialize;
@@ -25,6 +25,36 @@ pub(super) struct RawMcp {
     rules: RawRules,
     #[serde(default)]
     app_health: RawAppHealth,
+    #[serde(default)]
+    guards: RawGuards,
+}
+
+/// `mcp.guards`: the external guards' calls in flight.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGuards {
+    concurrency_per_gateway: Option<usize>,
+    concurrency_per_organization: Option<usize>,
+}
+
+impl RawGuards {
+    fn build(self) -> Result<GuardsConfig, ConfigError> {
+        let d = GuardsConfig::default();
+        let g = GuardsConfig {
+            concurrency_per_gateway: self.concurrency_per_gateway.unwrap_or(d.concurrency_per_gateway),
+            concurrency_per_organization: self.concurrency_per_organization.unwrap_or(d.concurrency_per_organization),
+        };
+        // Zero would refuse every guard call (each then following its `failure`).
+        for (field, n) in [
+            ("mcp.guards.concurrency_per_gateway", g.concurrency_per_gateway),
+            ("mcp.guards.concurrency_per_organization", g.concurrency_per_organization),
+        ] {
+            if !(1..=100_000).contains(&n) {
+                return Err(invalid(field, "must be between 1 and 100000"));
+            }
+        }
+        Ok(g)
+    }
 }
 
 /// `mcp.app_health`: the apps' background probes.
@@ -184,6 +214,7 @@ impl RawMcp {
             resumable: m.resumable.build()?,
             rules: m.rules.build()?,
             app_health: m.app_health.build()?,
+            guards: m.guards.build()?,
         };
         if !(1..=600_000).contains(&mcp.list_deadline.as_millis()) {
             return Err(invalid("mcp.list_deadline_ms", "must be between 1 and 600000"));

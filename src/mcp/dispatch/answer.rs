@@ -33,6 +33,9 @@ impl Finish<'_> {
             if let Some(marks) = call.content.as_ref().and_then(|c| c.marks()) {
                 entry.content(&marks);
             }
+            if let Some(decisions) = call.guards.as_ref().and_then(|g| g.decisions()) {
+                entry.guards(&decisions);
+            }
             let failed = error.is_error();
             call.mcp.reqlog.record(log_entry(entry, outcome, failed, status, elapsed));
         }
@@ -340,6 +343,7 @@ pub(super) struct Alone {
     pub(super) id: Id,
     pub(super) request_id: RequestId,
     pub(super) content: Option<Arc<ContentCheck>>,
+    pub(super) guards: Option<Arc<crate::mcp::callout::CallGuards>>,
 }
 
 impl Alone {
@@ -361,6 +365,7 @@ impl Alone {
             id: id.clone(),
             request_id: call.request_id,
             content: call.content.clone(),
+            guards: call.guards.clone(),
         }
     }
 
@@ -371,9 +376,10 @@ impl Alone {
             Pending::Call(call) => call.await,
             Pending::Stream(rest) => Ok(UpstreamReply::Stream(*rest)),
         };
-        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id, request_id, content } = self;
+        let Alone { mcp, gw, mcp_id, method, started, app_id, tool, span, entry, id, request_id, content, guards } =
+            self;
         let caller = Caller::Session(&mcp_id);
-        let call = Call { mcp: &mcp, gw: &gw, caller, method: &method, started, request_id, content };
+        let call = Call { mcp: &mcp, gw: &gw, caller, method: &method, started, request_id, content, guards };
         let tool = tool.as_ref().map(|(at_gateway, at_app)| (at_gateway.as_str(), at_app.as_str()));
         let mut done = Finish { call: &call, app_id: &app_id, tool, span, entry, finished: false };
         match reply {

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant, SystemTime};
 use toolgate_filters::Principal;
 
 mod answer;
+mod guarded;
 mod lists;
 mod params;
 mod search;
@@ -346,6 +347,8 @@ struct Call<'a> {
     request_id: RequestId,
     /// The gateway's checks of what the app answers (`mcp/content/`), once the target is known.
     content: Option<Arc<ContentCheck>>,
+    /// The gateway's external guards of this call (`mcp/callout/`), once they let it through.
+    guards: Option<Arc<crate::mcp::callout::CallGuards>>,
 }
 
 /// Where a call goes, from the catalogue (`'c`): the app and, for `tools/call` and
@@ -376,8 +379,8 @@ async fn forward(
     acc: Accept,
 ) -> pingora::Result<()> {
     let request_id = ex.ctx.request_id;
-    let mut call =
-        Call { mcp, gw, caller, method: req.method.as_str(), started: Instant::now(), request_id, content: None };
+    let method = req.method.as_str();
+    let mut call = Call { mcp, gw, caller, method, started: Instant::now(), request_id, content: None, guards: None };
     let params = req.params.take();
     let catalogue = mcp.catalogue(gw).await;
     let mut target = match call.resolve(&catalogue, params.as_ref()) {
@@ -404,13 +407,12 @@ async fn forward(
     if let Err(e) = call.rules(ex, &target).await {
         return respond(ex, caller, Response::error(req.id, e), "").await;
     }
-    let client_era = if caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
-    let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
-    if let Err(e) = call.param_headers(&target, ex.headers(), &mut call_ctx.headers) {
-        return respond(ex, caller, Response::error(req.id, e), "").await;
-    }
+    let (mut call_ctx, guarded_arguments) = match call.before_app(ex, &catalogue, &target, &req.id).await {
+        Ok(ready) => ready,
+        Err(e) => return respond(ex, caller, Response::error(req.id, e), "").await,
+    };
+    guarded::replace_arguments(&mut target, guarded_arguments.as_deref(), &mut call_ctx.headers);
     let Target { app_id, tool, named, .. } = target;
-    call.content = ContentCheck::for_call(gw, call.method, tool.map(|t| t.0));
     if let Err(refused) = call.resumable_room(ex, &acc) {
         let e = refused.to_error();
         call.refused(&e);
@@ -455,7 +457,8 @@ async fn forward(
         Some(r) => {
             let (parked, unanswered) = *r;
             let carried = Some((unanswered, parked.keys_issued));
-            Answered { reply: Ok(UpstreamReply::Stream(parked.stream)), carried }
+            let stream = crate::mcp::callout::guard_stream(parked.stream, call.guards.as_ref());
+            Answered { reply: Ok(UpstreamReply::Stream(stream)), carried }
         }
         None => match call.request(ex, app_id, params, call_ctx, &acc).await? {
             Requested::Answered(reply) => Answered { reply, carried: None },
@@ -863,15 +866,17 @@ impl Call<'_> {
             Caller::Session(mcp_id) if acc.sse => {
                 let (mcp, gw) = (Arc::clone(self.mcp), Arc::clone(self.gw));
                 let (app_id, method) = (app_id.to_owned(), self.method.to_owned());
-                let content = self.content.clone();
+                let (content, guards) = (self.content.clone(), self.guards.clone());
                 let call: AppCall = Box::pin(async move {
-                    checked(mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await, content)
+                    let reply = mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await;
+                    crate::mcp::callout::guard_reply(checked(reply, content), guards).await
                 });
                 await_or_stream_early(self.mcp, ex, self.gw, mcp_id, call).await
             }
             _ => {
                 let reply = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, &call_ctx).await;
-                Ok(Requested::Answered(checked(reply, self.content.clone())))
+                let reply = checked(reply, self.content.clone());
+                Ok(Requested::Answered(crate::mcp::callout::guard_reply(reply, self.guards.clone()).await))
             }
         }
     }

@@ -420,6 +420,8 @@ pub struct ReplyStream {
     done: bool,
     /// The gateway's content checks, applied to every message as it is read (`mcp/content/`).
     check: Option<Arc<ContentCheck>>,
+    /// The gateway's response guards, asked about the final response (`mcp/callout/`).
+    guards: Option<Arc<crate::mcp::callout::CallGuards>>,
 }
 
 impl fmt::Debug for ReplyStream {
@@ -443,7 +445,13 @@ impl ReplyStream {
 
 impl ReplyStream {
     pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Id) -> Self {
-        Self { source, peeked: first, deadline, client_id, done: false, check: None }
+        Self { source, peeked: first, deadline, client_id, done: false, check: None, guards: None }
+    }
+
+    /// The stream with its final response asked about by the call's response guards.
+    pub(crate) fn guarded(mut self, guards: Arc<crate::mcp::callout::CallGuards>) -> Self {
+        self.guards = Some(guards);
+        self
     }
 
     /// The stream with every message checked by `check` as it is read: a message the checks
@@ -484,8 +492,12 @@ impl ReplyStream {
                 self.done = true;
                 self.source.complete();
                 let r = r.with_id(self.client_id.clone());
-                Some(Ok(Message::Response(match &self.check {
+                let r = match &self.check {
                     Some(c) => c.response(r),
+                    None => r,
+                };
+                Some(Ok(Message::Response(match &self.guards {
+                    Some(g) => Box::pin(g.on_response(r)).await,
                     None => r,
                 })))
             }

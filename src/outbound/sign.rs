@@ -1,4 +1,5 @@
-//! What a webhook delivery is signed with, two ways over the same key. The key is the secret's
+//! What a webhook delivery, and a call to a gateway's external guard (Standard Webhooks' way
+//! only: `guard_client.rs`), is signed with, two ways over the same key. The key is the secret's
 //! bytes: for a `whsec_` secret (the form toolgate makes) the bytes its base64 after `whsec_`
 //! decodes to, as Standard Webhooks reads it; for any other secret (one the client chose) the
 //! UTF-8 bytes of the string itself, as the specification's "HMAC-SHA256 under the secret" reads.
