@@ -46,6 +46,7 @@ fn gateway(policy: ToolPolicy) -> Gateway {
         configuration: GatewayConfiguration { tool_policy: policy, ..GatewayConfiguration::default() },
         rules: Vec::new(),
         tool_overrides: Vec::new(),
+        tool_limits: Vec::new(),
         status: "active".into(),
         created_at: now,
         updated_at: now,

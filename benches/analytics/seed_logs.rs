@@ -42,6 +42,7 @@ async fn main() {
         configuration: Default::default(),
         rules: Vec::new(),
         tool_overrides: Vec::new(),
+        tool_limits: Vec::new(),
         status: "active".into(),
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),

@@ -6,7 +6,7 @@ use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{
     AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Gateway, GatewayAuth, GatewayConfiguration, Redact, Rule,
-    ToolOverride, ToolPolicy, SCHEMA_VERSION,
+    ToolLimit, ToolLimitAnswer, ToolOverride, ToolPolicy, SCHEMA_VERSION,
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
@@ -56,6 +56,12 @@ pub(crate) struct CreateGateway {
     #[serde(default)]
     #[schema(max_items = 500)]
     pub tool_overrides: Option<Vec<ToolOverride>>,
+    /// Per-tool quotas (at most 100): each a glob over the exposed tool names, whose calls count
+    /// together per `caller`, `user`, `organization` or `gateway`. See docs/mcp.md, "Per-tool
+    /// limits".
+    #[serde(default)]
+    #[schema(max_items = 100)]
+    pub tool_limits: Option<Vec<ToolLimit>>,
 }
 
 /// Body of `PATCH /gateways/{id}`: any subset of the gateway's fields.
@@ -82,6 +88,9 @@ pub(crate) struct UpdateGateway {
     /// Replaces the tool overrides (`[]` removes them); a protected action.
     #[schema(max_items = 500)]
     pub tool_overrides: Option<Vec<ToolOverride>>,
+    /// Replaces the per-tool quotas (`[]` removes them); loosening them is a protected action.
+    #[schema(max_items = 100)]
+    pub tool_limits: Option<Vec<ToolLimit>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -117,6 +126,9 @@ pub(crate) struct ConfigurationPatch {
     pub max_result_bytes: Option<u64>,
     /// The same bound by tool name at the gateway, replacing the whole map (0: none).
     pub max_result_bytes_by_tool: Option<BTreeMap<String, u64>>,
+    /// How a call past one of `tool_limits` is answered: `result` (default: a tool result with
+    /// `isError` the model reads) or `error` (JSON-RPC error -32010).
+    pub tool_limit_answer: Option<ToolLimitAnswer>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -132,6 +144,7 @@ pub(crate) struct GatewayListItem {
     pub configuration: GatewayConfiguration,
     pub rules: Vec<Rule>,
     pub tool_overrides: Vec<ToolOverride>,
+    pub tool_limits: Vec<ToolLimit>,
     /// How many functions its apps serve it: under a `tool_policy`, tools awaiting approval
     /// (or rejected) are not counted.
     pub functions_count: usize,
@@ -194,6 +207,7 @@ pub(crate) struct GatewayDetail {
     pub configuration: GatewayConfiguration,
     pub rules: Vec<Rule>,
     pub tool_overrides: Vec<ToolOverride>,
+    pub tool_limits: Vec<ToolLimit>,
     pub status: String,
     pub metrics: GatewayMetrics,
     pub created_at: String,
@@ -367,6 +381,9 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
     if let Some(policy) = patch.tool_policy {
         c.tool_policy = policy;
     }
+    if let Some(answer) = patch.tool_limit_answer {
+        c.tool_limit_answer = answer;
+    }
     content_patch(c, patch.content_policy, patch.redact, patch.max_result_bytes, patch.max_result_bytes_by_tool)
 }
 
@@ -459,6 +476,7 @@ pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
             configuration: g.configuration.clone(),
             rules: g.rules.clone(),
             tool_overrides: g.tool_overrides.clone(),
+            tool_limits: g.tool_limits.clone(),
             functions_count,
             status: g.status.clone(),
             created_at: iso(&g.created_at),
@@ -494,6 +512,7 @@ pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
         configuration: g.configuration.clone(),
         rules: g.rules.clone(),
         tool_overrides: g.tool_overrides.clone(),
+        tool_limits: g.tool_limits.clone(),
         status: g.status.clone(),
         metrics,
         created_at: iso(&g.created_at),
@@ -557,6 +576,7 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
         configuration,
         rules,
         tool_overrides: Vec::new(),
+        tool_limits: super::tool_limits::validate(body.tool_limits.unwrap_or_default())?,
         status: "active".into(),
         created_at: now,
         updated_at: now,
@@ -577,7 +597,7 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
     params(("gateway_id" = String, Path),
-           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, removes, edits, moves or adds an allow rule, or sets or changes `tool_overrides`")),
+           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, removes, edits, moves or adds an allow rule, sets or changes `tool_overrides`, or loosens `tool_limits` (removes an entry, raises or drops a figure, counts per a narrower group, narrows a glob)")),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope),
@@ -617,6 +637,9 @@ pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     }
     if let Some(o) = patch.tool_overrides {
         g.tool_overrides = super::tool_overrides::validate(call, &g, o).await?;
+    }
+    if let Some(l) = patch.tool_limits {
+        g.tool_limits = super::tool_limits::validate(l)?;
     }
     // Asked once the change is known to be valid, so a bad body does not use up an MFA token.
     let guards = super::gateway_guards::change(&before, &g);

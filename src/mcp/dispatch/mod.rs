@@ -41,6 +41,7 @@ use std::time::{Duration, Instant, SystemTime};
 use toolgate_filters::Principal;
 
 mod answer;
+mod limited;
 mod lists;
 mod params;
 
@@ -397,6 +398,9 @@ async fn forward(
     let mut call_ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era };
     if let Err(e) = call.param_headers(&target, ex.headers(), &mut call_ctx.headers) {
         return respond(ex, caller, Response::error(req.id, e), "").await;
+    }
+    if let Some(refused) = limited::check(&call, ex, &target, &req.id).await {
+        return refused;
     }
     let Target { app_id, tool, named, .. } = target;
     call.content = ContentCheck::for_call(gw, call.method, tool.map(|t| t.0));
