@@ -124,7 +124,7 @@ impl Span {
 struct Entry {
     glob: Glob,
     per: LimitPer,
-    /// The counter's name up to its subject: `tl:<gateway>:<per>:<glob>:`.
+    /// The counter's name up to its subject: `tl:<gateway>:<per>:<glob>:<rpm>/<rph>/<rpd>:`.
     prefix: String,
     charges: [Option<(BucketLimits, [Span; 2])>; 2],
     concurrent: Option<u32>,
@@ -154,7 +154,17 @@ impl Entry {
             *slot = Some((limits, [pair[0].1, second.map_or(pair[0].1, |s| s.1)]));
         }
         Ok(Entry {
-            prefix: format!("tl:{gateway_id}:{}:{}:", l.per.as_str(), glob.as_str()),
+            // The figures are in the name: a changed entry counts afresh under its new figures
+            // (GCRA keeps a window's debt in time, which under other figures would mean
+            // another number of calls, so a raised limit would not free a call at once).
+            prefix: format!(
+                "tl:{gateway_id}:{}:{}:{}/{}/{}:",
+                l.per.as_str(),
+                glob.as_str(),
+                l.requests_per_minute.unwrap_or(0),
+                l.requests_per_hour.unwrap_or(0),
+                l.requests_per_day.unwrap_or(0)
+            ),
             glob,
             per: l.per,
             charges,
