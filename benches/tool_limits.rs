@@ -13,7 +13,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use toolgate::data::model::{Gateway, LimitPer, ToolLimit};
 use toolgate::mcp::tool_limits::{Glob, ToolLimits};
-use toolgate_filters::{CredentialKind, LocalRateLimiter, Principal, RateLimit, RateLimitPolicy, RateLimiter, Role, ScopeSet};
+use toolgate_filters::{
+    CredentialKind, LocalRateLimiter, Principal, RateLimit, RateLimitPolicy, RateLimiter, Role, ScopeSet,
+};
 
 fn principal() -> Principal {
     Principal {

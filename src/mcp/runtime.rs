@@ -23,13 +23,13 @@ use crate::mcp::resumable::CallStreams;
 use crate::mcp::rules::{self, RuleSet, RuleSlots};
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;
+use crate::mcp::tool_limits::ToolLimits;
 use crate::mcp::upstream::{AppNotice, NoticeKind};
 use bytes::Bytes;
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
-use crate::mcp::tool_limits::ToolLimits;
 use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
 
 /// A message for a gateway's open GET streams: for all of them, or for one session's only.

@@ -41,7 +41,9 @@ impl Glob {
             return Err(format!("must be 1-{MAX_GLOB} characters"));
         }
         if let Some(c) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || "_.-*?".contains(*c))) {
-            return Err(format!("`{c}` cannot be in a tool name: a glob is made of A-Z a-z 0-9 _ . - and the wildcards * and ?"));
+            return Err(format!(
+                "`{c}` cannot be in a tool name: a glob is made of A-Z a-z 0-9 _ . - and the wildcards * and ?"
+            ));
         }
         Ok(Glob(s.into()))
     }
@@ -139,14 +141,11 @@ fn window(n: u32, span: Span) -> Window {
 impl Entry {
     fn of(gateway_id: &str, l: &ToolLimit) -> Result<Entry, String> {
         let glob = Glob::parse(&l.tool)?;
-        let windows: Vec<(Window, Span)> = [
-            (l.requests_per_minute, Span::Minute),
-            (l.requests_per_hour, Span::Hour),
-            (l.requests_per_day, Span::Day),
-        ]
-        .into_iter()
-        .filter_map(|(n, span)| n.map(|n| (window(n, span), span)))
-        .collect();
+        let windows: Vec<(Window, Span)> =
+            [(l.requests_per_minute, Span::Minute), (l.requests_per_hour, Span::Hour), (l.requests_per_day, Span::Day)]
+                .into_iter()
+                .filter_map(|(n, span)| n.map(|n| (window(n, span), span)))
+                .collect();
         let mut charges = [None, None];
         for (slot, pair) in charges.iter_mut().zip(windows.chunks(2)) {
             let second = pair.get(1).copied();
@@ -344,7 +343,8 @@ impl ToolLimits {
                 {
                     // The window that refused: the one whose size the snapshot reports, the
                     // longer of two of the same size.
-                    let span = if windows.hour.is_some_and(|h| h.capacity == snapshot.limit) { spans[1] } else { spans[0] };
+                    let span =
+                        if windows.hour.is_some_and(|h| h.capacity == snapshot.limit) { spans[1] } else { spans[0] };
                     return Err(limits.refusal(e, tool, snapshot.limit, span, retry_after_ns.div_ceil(1_000_000)));
                 }
             }

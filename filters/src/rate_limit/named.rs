@@ -6,8 +6,7 @@
 //! across instances every sync interval. In-flight slots stay per instance, as a key's do.
 
 use super::{
-    Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, Counted, LimitKey, Outcome, RateLimit, RateLimiter,
-    Snapshot,
+    Bucket, BucketLimits, ChargeRequest, ConcurrencyGuard, Counted, LimitKey, Outcome, RateLimit, RateLimiter, Snapshot,
 };
 
 impl<L: RateLimiter + ?Sized> RateLimit<L> {
@@ -54,7 +53,8 @@ mod tests {
     #[tokio::test]
     async fn a_named_counter_refuses_past_its_window_and_refills() {
         let clock = ManualClock::new(1_000_000);
-        let rl = RateLimit::new(Arc::new(RateLimitPolicy::default()), Arc::new(LocalRateLimiter::with_clock(clock.clone())));
+        let rl =
+            RateLimit::new(Arc::new(RateLimitPolicy::default()), Arc::new(LocalRateLimiter::with_clock(clock.clone())));
         let limits = BucketLimits { minute: Window { capacity: 2, interval_ns: 30_000_000_000 }, hour: None };
         for _ in 0..2 {
             assert!(matches!(rl.charge_named("t:a", Bucket::Gateway, limits).await, Outcome::Allowed { .. }));
