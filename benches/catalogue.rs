@@ -47,6 +47,7 @@ fn gateway(policy: ToolPolicy) -> Gateway {
         rules: Vec::new(),
         tool_overrides: Vec::new(),
         guards: Vec::new(),
+        tool_limits: Vec::new(),
         status: "active".into(),
         created_at: now,
         updated_at: now,

@@ -50,7 +50,9 @@
 # measured against the same build or the commit before), GATEWAY_B_CONFIG=JSON (more members of
 # its `configuration`, e.g. '"content_policy": "off"'), EXTRA_YAML=TEXT (top-level sections added to both
 # toolgates' configuration, e.g. 'webhooks: {allowed_hosts: ["127.0.0.1"]}' for an external guard
-# on the loopback: benches/load/allow_guard.py).
+# on the loopback: benches/load/allow_guard.py), TOOL_LIMIT=1 (toolgate-b is the same build
+# with one tool limit on its gateway, `*` per caller, never reached: the per-tool limit check's
+# cost, A/B in one run).
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
 #                    (PERF_FREQ samples/s, 499; PERF_CALLGRAPH=none samples without call graphs,
@@ -245,6 +247,13 @@ fi
 # target/release/toolgate with the dev-dependencies' features while we run. A binary given as
 # TOOLGATE_BIN or TOOLGATE_BIN_B is the caller's own copy: linked rather than copied, so that
 # uprobes placed on it (`perf probe -x PATH`, for PERF_STAT) count in the bench.
+# TOOL_LIMIT=1: toolgate-b is the same build as toolgate (unless TOOLGATE_BIN_B says otherwise)
+# and its gateway has one tool limit on, matching every tool, per caller, too high ever to refuse:
+# what the per-tool limit check costs a call, measured in the same alternating rounds.
+if [[ -n "${TOOL_LIMIT:-}" ]]; then
+  TOOLGATE_BIN_B="${TOOLGATE_BIN_B:-${TOOLGATE_BIN:-$BIN/toolgate}}"
+  GATEWAY_B_EXTRA="${GATEWAY_B_EXTRA:+$GATEWAY_B_EXTRA,}\"tool_limits\":[{\"tool\":\"*\",\"per\":\"caller\",\"requests_per_minute\":1000000000}]"
+fi
 mkdir -p "$WORK/bin"
 private() { ln -f "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
 if [[ -n "${TOOLGATE_BIN:-}" ]]; then private "$TOOLGATE_BIN" "$WORK/bin/toolgate"; else cp "$BIN/toolgate" "$WORK/bin/toolgate"; fi

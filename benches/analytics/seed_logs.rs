@@ -43,6 +43,7 @@ async fn main() {
         rules: Vec::new(),
         tool_overrides: Vec::new(),
         guards: Vec::new(),
+        tool_limits: Vec::new(),
         status: "active".into(),
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),

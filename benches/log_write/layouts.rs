@@ -60,6 +60,7 @@ fn gateway(id: &str) -> Arc<Gateway> {
         rules: Vec::new(),
         tool_overrides: Vec::new(),
         guards: Vec::new(),
+        tool_limits: Vec::new(),
         status: "active".into(),
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),

@@ -12,6 +12,7 @@
 //! capacity = burst, and an hourly quota; a request is admitted only if both allow it.
 
 mod local;
+mod named;
 
 pub use local::{Clock, LocalRateLimiter, ManualClock, MonotonicClock};
 

@@ -67,6 +67,13 @@ const GUARDS: &[Guard] = &[
         shown: |g| Value::Array(g.guards.iter().map(super::guard_callouts::shown).collect()),
         loosens: |b, a| callouts_loosen(&b.guards, &a.guards),
     },
+    // A per-tool quota keeps a model from calling a tool too often: removing one, raising a
+    // figure, counting per a narrower group or narrowing its glob lets more calls through.
+    Guard {
+        name: "tool_limits",
+        shown: |g| json!(g.tool_limits),
+        loosens: |b, a| super::tool_limits::loosen(&b.tool_limits, &a.tool_limits),
+    },
 ];
 
 /// What a change of a gateway did to its guards.

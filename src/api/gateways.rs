@@ -6,7 +6,7 @@ use super::{iso, page_of, pagination_json, ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::data::model::{
     AllowedTools, ApiKey, ContentPolicy, DescriptionPolicy, Discovery, Gateway, GatewayAuth, GatewayConfiguration,
-    Redact, Rule, ToolOverride, ToolPolicy, SCHEMA_VERSION,
+    Redact, Rule, ToolLimit, ToolLimitAnswer, ToolOverride, ToolPolicy, SCHEMA_VERSION,
 };
 use crate::edge::error::ApiError;
 use crate::edge::forms::display_name;
@@ -61,6 +61,12 @@ pub(crate) struct CreateGateway {
     #[serde(default)]
     #[schema(max_items = 8)]
     pub guards: Option<Vec<super::guard_callouts::GuardInput>>,
+    /// Per-tool quotas (at most 100): each a glob over the exposed tool names, whose calls count
+    /// together per `caller`, `user`, `organization` or `gateway`. See docs/mcp.md, "Per-tool
+    /// limits".
+    #[serde(default)]
+    #[schema(max_items = 100)]
+    pub tool_limits: Option<Vec<ToolLimit>>,
 }
 
 /// Body of `PATCH /gateways/{id}`: any subset of the gateway's fields.
@@ -91,6 +97,9 @@ pub(crate) struct UpdateGateway {
     /// its secret); a protected action.
     #[schema(max_items = 8)]
     pub guards: Option<Vec<super::guard_callouts::GuardInput>>,
+    /// Replaces the per-tool quotas (`[]` removes them); loosening them is a protected action.
+    #[schema(max_items = 100)]
+    pub tool_limits: Option<Vec<ToolLimit>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -130,6 +139,9 @@ pub(crate) struct ConfigurationPatch {
     /// `search_tools` and the tools the session found (docs/mcp.md, "Search instead of a
     /// thousand tools").
     pub discovery: Option<Discovery>,
+    /// How a call past one of `tool_limits` is answered: `result` (default: a tool result with
+    /// `isError` the model reads) or `error` (JSON-RPC error -32010).
+    pub tool_limit_answer: Option<ToolLimitAnswer>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -145,6 +157,7 @@ pub(crate) struct GatewayListItem {
     pub configuration: GatewayConfiguration,
     pub rules: Vec<Rule>,
     pub tool_overrides: Vec<ToolOverride>,
+    pub tool_limits: Vec<ToolLimit>,
     /// How many functions its apps serve it: under a `tool_policy`, tools awaiting approval
     /// (or rejected) are not counted.
     pub functions_count: usize,
@@ -207,6 +220,7 @@ pub(crate) struct GatewayDetail {
     pub configuration: GatewayConfiguration,
     pub rules: Vec<Rule>,
     pub tool_overrides: Vec<ToolOverride>,
+    pub tool_limits: Vec<ToolLimit>,
     pub status: String,
     pub metrics: GatewayMetrics,
     pub created_at: String,
@@ -383,6 +397,9 @@ fn apply_configuration(c: &mut GatewayConfiguration, patch: ConfigurationPatch) 
     if let Some(d) = patch.discovery {
         c.discovery = d;
     }
+    if let Some(answer) = patch.tool_limit_answer {
+        c.tool_limit_answer = answer;
+    }
     content_patch(c, patch.content_policy, patch.redact, patch.max_result_bytes, patch.max_result_bytes_by_tool)
 }
 
@@ -475,6 +492,7 @@ pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
             configuration: g.configuration.clone(),
             rules: g.rules.clone(),
             tool_overrides: g.tool_overrides.clone(),
+            tool_limits: g.tool_limits.clone(),
             functions_count,
             status: g.status.clone(),
             created_at: iso(&g.created_at),
@@ -510,6 +528,7 @@ pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
         configuration: g.configuration.clone(),
         rules: g.rules.clone(),
         tool_overrides: g.tool_overrides.clone(),
+        tool_limits: g.tool_limits.clone(),
         status: g.status.clone(),
         metrics,
         created_at: iso(&g.created_at),
@@ -576,6 +595,7 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
         rules,
         tool_overrides: Vec::new(),
         guards: Vec::new(),
+        tool_limits: super::tool_limits::validate(body.tool_limits.unwrap_or_default())?,
         status: "active".into(),
         created_at: now,
         updated_at: now,
@@ -602,7 +622,7 @@ pub(crate) async fn create(call: &Call<'_>) -> ApiResult {
 
 #[utoipa::path(patch, path = "/v1/gateways/{gateway_id}", tag = "gateways", request_body = UpdateGateway,
     params(("gateway_id" = String, Path),
-           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, removes, edits, moves or adds an allow rule, sets or changes `tool_overrides`, or adds, removes or loosens an external guard (`guards`)")),
+           ("X-MFA-Token" = Option<String>, Header, description = "required when MFA is active and the change loosens a guard: widens what `servers` and `allowed_tools` serve, lowers `tool_policy` or `description_policy`, opens `auth` to OAuth, removes, edits, moves or adds an allow rule, sets or changes `tool_overrides`, loosens `tool_limits` (removes an entry, raises or drops a figure, counts per a narrower group, narrows a glob), or adds, removes or loosens an external guard (`guards`)")),
     responses((status = 200, body = crate::api::envelope::Envelope), (status = 400, body = crate::api::envelope::ErrorEnvelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
               (status = 404, body = crate::api::envelope::ErrorEnvelope), (status = 409, body = crate::api::envelope::ErrorEnvelope),
@@ -646,6 +666,9 @@ pub(crate) async fn update(call: &Call<'_>) -> ApiResult {
     let mut secrets_made = Vec::new();
     if let Some(given) = patch.guards {
         (g.guards, secrets_made) = super::guard_callouts::validate(call, &before.guards, given).await?;
+    }
+    if let Some(l) = patch.tool_limits {
+        g.tool_limits = super::tool_limits::validate(l)?;
     }
     // Asked once the change is known to be valid, so a bad body does not use up an MFA token.
     let guards = super::gateway_guards::change(&before, &g);

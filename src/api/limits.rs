@@ -4,7 +4,7 @@ use super::{ApiResult, Call, Reply};
 use serde_json::{json, Map, Value};
 
 #[utoipa::path(get, path = "/v1/rate-limit", tag = "rate-limits",
-    responses((status = 200, description = "tier and buckets {limit, remaining, reset}", body = crate::api::envelope::Envelope),
+    responses((status = 200, description = "tier, buckets {limit, remaining, reset}, and tools: each window of the gateways' tool_limits the caller counts in {gateway, tool, per, window, limit, remaining, reset}", body = crate::api::envelope::Envelope),
               (status = 401, body = crate::api::envelope::ErrorEnvelope)))]
 pub(crate) async fn status(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
@@ -14,7 +14,9 @@ pub(crate) async fn status(call: &Call<'_>) -> ApiResult {
         buckets
             .insert(b.bucket.as_str().into(), json!({ "limit": b.limit, "remaining": b.remaining, "reset": b.reset }));
     }
-    Ok(Reply::ok(json!({ "tier": s.tier, "buckets": buckets })))
+    // Each bucket of the gateways' per-tool limits the caller counts in (`tools`).
+    let tools = super::tool_limits::status(call, who).await;
+    Ok(Reply::ok(json!({ "tier": s.tier, "buckets": buckets, "tools": tools })))
 }
 
 #[utoipa::path(get, path = "/v1/metrics/rate-limits", tag = "rate-limits",

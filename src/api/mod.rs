@@ -26,6 +26,7 @@ pub(crate) mod service_accounts;
 pub(crate) mod sessions;
 pub(crate) mod team;
 pub(crate) mod tool_changes;
+mod tool_limits;
 mod tool_overrides;
 pub(crate) mod user;
 pub(crate) mod webhooks;

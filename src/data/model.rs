@@ -414,6 +414,9 @@ pub struct GatewayConfiguration {
     /// The same bound for named tools (by their name at the gateway), over `max_result_bytes`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_result_bytes_by_tool: BTreeMap<String, u64>,
+    /// How a call past one of `tool_limits` is answered: `result` (default) or `error`.
+    #[serde(default, skip_serializing_if = "ToolLimitAnswer::is_result")]
+    pub tool_limit_answer: ToolLimitAnswer,
     /// How clients find the tools (`docs/mcp.md`, "Search instead of a thousand tools").
     /// Written only when `search`, so a gateway that lists all is the record an older build reads.
     #[serde(default, skip_serializing_if = "Discovery::is_all")]
@@ -608,6 +611,7 @@ impl Default for GatewayConfiguration {
             max_result_bytes: None,
             max_result_bytes_by_tool: BTreeMap::new(),
             discovery: Discovery::All,
+            tool_limit_answer: ToolLimitAnswer::Result,
         }
     }
 }
@@ -639,6 +643,10 @@ pub struct Gateway {
     /// written only when there are some, as `tool_overrides`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guards: Vec<Callout>,
+    /// Per-tool quotas (`docs/mcp.md`, "Per-tool limits"); written only when there are some,
+    /// for the same reason as `tool_overrides`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_limits: Vec<ToolLimit>,
     pub status: String,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
@@ -672,6 +680,69 @@ pub struct ToolOverride {
     /// Arguments gone from the input schema and refused if sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden_arguments: Vec<String>,
+}
+
+/// A quota on the calls of the tools a glob matches (`src/mcp/tool_limits.rs`): every call of
+/// any of them counts in one bucket per `per`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolLimit {
+    /// A glob over the names the gateway exposes (an override's alias, not the app's name):
+    /// `*` any run of characters, `?` one.
+    pub tool: String,
+    /// Whose calls count together.
+    pub per: LimitPer,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_hour: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_day: Option<u32>,
+    /// Calls in flight at once, per instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent: Option<u32>,
+}
+
+/// Whose calls a [`ToolLimit`] counts together, widest last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitPer {
+    /// The credential (API key, token) that calls.
+    Caller,
+    /// The user the credential belongs to, whichever of their keys calls.
+    User,
+    /// Everyone of the caller's organisation.
+    Organization,
+    /// Every caller of the gateway together.
+    Gateway,
+}
+
+impl LimitPer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitPer::Caller => "caller",
+            LimitPer::User => "user",
+            LimitPer::Organization => "organization",
+            LimitPer::Gateway => "gateway",
+        }
+    }
+}
+
+/// How a call past a tool limit is answered (`configuration.tool_limit_answer`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolLimitAnswer {
+    /// A tool result with `isError`, which clients hand to the model (it reads the wait).
+    #[default]
+    Result,
+    /// A JSON-RPC error -32010 (`LimitExceeded`), which SDK clients throw.
+    Error,
+}
+
+impl ToolLimitAnswer {
+    pub fn is_result(&self) -> bool {
+        *self == ToolLimitAnswer::Result
+    }
 }
 
 /// What a rule does to the calls it matches.
@@ -740,6 +811,7 @@ impl Gateway {
             rules: Vec::new(),
             tool_overrides: Vec::new(),
             guards: Vec::new(),
+            tool_limits: Vec::new(),
             status: "active".into(),
             created_at: now,
             updated_at: now,

@@ -23,13 +23,14 @@ use crate::mcp::resumable::CallStreams;
 use crate::mcp::rules::{self, RuleSet, RuleSlots};
 use crate::mcp::sessions::{SessionLimits, Sessions};
 use crate::mcp::subscriptions::Subscriptions;
+use crate::mcp::tool_limits::ToolLimits;
 use crate::mcp::upstream::{AppNotice, NoticeKind};
 use bytes::Bytes;
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
-use toolgate_filters::rate_limit::RateLimiter;
+use toolgate_filters::rate_limit::{RateLimit, RateLimiter};
 
 /// A message for a gateway's open GET streams: for all of them, or for one session's only.
 pub struct StreamMessage {
@@ -81,13 +82,15 @@ pub struct McpRuntime {
     pub stream_slots: Arc<OpenStreams>,
     /// The gateways' external guards: their HTTP client and calls in flight (`callout/`).
     pub(crate) callouts: crate::mcp::callout::Callouts,
+    /// The gateways' per-tool quotas, counted on the callers' limiter.
+    pub tool_limits: ToolLimits,
 }
 
 impl McpRuntime {
     pub async fn new(
         state: Arc<State>,
         reqlog: Arc<RequestLog>,
-        limiter: Arc<dyn RateLimiter>,
+        limiter: RateLimit<dyn RateLimiter>,
         audit: Arc<Audit>,
     ) -> Result<McpRuntime, StoreError> {
         let limits = SessionLimits::of(&state.config().mcp);
@@ -104,7 +107,7 @@ impl McpRuntime {
             audit,
             apps: AppClients::new(state.clone()),
             reqlog,
-            quotas: MinuteQuota::new(limiter, state.config().alerts.limit_warning_percent),
+            quotas: MinuteQuota::new(limiter.backend().clone(), state.config().alerts.limit_warning_percent),
             sessions,
             state,
             catalogues: FastMap::default(),
@@ -119,6 +122,7 @@ impl McpRuntime {
             call_streams: CallStreams::default(),
             stream_slots: Arc::default(),
             callouts: Default::default(),
+            tool_limits: ToolLimits::new(limiter),
         })
     }
 
@@ -131,6 +135,7 @@ impl McpRuntime {
         match change {
             Change::GatewaySaved { gateway_id, .. } => self.gateway_changed(gateway_id),
             Change::GatewayDeleted { gateway_id, .. } => {
+                self.tool_limits.forget(gateway_id);
                 // Its pins are deleted with it.
                 self.drop_pins(gateway_id);
                 self.gateway_changed(gateway_id)
@@ -470,7 +475,8 @@ mod tests {
         let state = state(&dir).await;
         let reqlog = Arc::new(RequestLog::new(state.store.clone()));
         let audit = Arc::new(Audit::new(state.store.clone(), vec![7; 32]));
-        let limiter = Arc::new(toolgate_filters::rate_limit::LocalRateLimiter::new());
+        let backend: Arc<dyn RateLimiter> = Arc::new(toolgate_filters::rate_limit::LocalRateLimiter::new());
+        let limiter = RateLimit::new(Arc::new(toolgate_filters::RateLimitPolicy::default()), backend);
         let mcp = McpRuntime::new(state, reqlog, limiter, audit).await.unwrap();
         let (mut a, mut b) = (mcp.subscribe("gw_1"), mcp.subscribe("gw_1"));
         mcp.notify_changed("gw_1");

@@ -201,6 +201,22 @@ pub(crate) fn tool_denied(gateway: &str, rule: &str) {
     m.denied.with_label_values(&[m.gateways.fold(gateway), m.rules.fold(rule)]).inc();
 }
 
+/// A tool call refused by one of its gateway's `tool_limits` (labels capped like the others).
+pub(crate) fn tool_limited(gateway: &str, tool: &str) {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    let m = mcp();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_tool_limited_total",
+            "Tool calls refused by a gateway's per-tool limits, by gateway and tool",
+            &["gateway", "tool"]
+        )
+        .expect("metric registers once")
+    })
+    .with_label_values(&[m.gateways.fold(gateway), m.tools.fold(tool)])
+    .inc();
+}
+
 /// A tool call the gateway's rules refused other than by a rule's match: `input_too_large`
 /// (larger than a rule's cost bound allows), `failed` (a rule could not be evaluated),
 /// `unreadable_arguments` (arguments the rules cannot read), `busy` (the organisation's slots

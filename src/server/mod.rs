@@ -95,8 +95,7 @@ impl Server {
             "audit checkpoints are signed with this Ed25519 public key (also at GET /v1/audit/key); \
              `toolgate audit verify --public-key` checks an export with it"
         );
-        let mcp =
-            Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.backend().clone(), audit.clone()).await?);
+        let mcp = Arc::new(McpRuntime::new(state.clone(), reqlog.clone(), limiter.clone(), audit.clone()).await?);
         // The runtime's caches follow the state through the change feed. Held weakly: the feed
         // lives in the state, which the runtime itself holds.
         let weak = Arc::downgrade(&mcp);

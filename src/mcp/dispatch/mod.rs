@@ -42,6 +42,7 @@ use toolgate_filters::Principal;
 
 mod answer;
 mod guarded;
+mod limited;
 mod lists;
 mod params;
 mod search;
@@ -406,6 +407,9 @@ async fn forward(
     }
     if let Err(e) = call.rules(ex, &target).await {
         return respond(ex, caller, Response::error(req.id, e), "").await;
+    }
+    if let Some(refused) = limited::check(&call, ex, &target, &req.id).await {
+        return refused;
     }
     let (mut call_ctx, guarded_arguments) = match call.before_app(ex, &catalogue, &target, &req.id).await {
         Ok(ready) => ready,
