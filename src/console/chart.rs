@@ -173,7 +173,9 @@ pub(super) fn bar_chart(title: &str, unit: &str, bars: &[(&str, f64)]) -> String
         for (i, &(label, v)) in clean.iter().enumerate() {
             let top = plot.y0 + BAR_ROW * i as f64;
             let end = plot.value_x(v, lo, hi);
-            let class = i % SERIES_CLASSES;
+            // Every bar is the same measure (calls of a function): one colour, the first
+            // series' (colours say what a mark means, not which row it is).
+            let class = 0;
             let _ = write!(
                 out,
                 r#"<text class="chart-label" x="{}" y="{}" text-anchor="end" font-size="12">"#,

@@ -23,10 +23,11 @@ pub(super) async fn logs(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let got = ctx.get(&format!("/logs?{filters}&page={}&limit=50", encode(page))).await?;
     let rows = got["logs"].as_array().cloned().unwrap_or_default();
     let q = |n: &str| ctx.query(n).unwrap_or("").to_string();
+    let picker = super::gateways::picker(ctx, ctx.query("gateway_id"), false).await;
     let mut body = format!(
         "<form method=\"get\" action=\"{}\" role=\"search\">{}{}{}{}{}<button type=\"submit\">Filter</button></form>",
         ctx.href("/logs"),
-        html::input("Gateway id", "gateway_id", &q("gateway_id"), ""),
+        picker,
         html::input("App id", "app_id", &q("app_id"), ""),
         html::select(
             "Status",
@@ -37,17 +38,48 @@ pub(super) async fn logs(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
         html::input("From (date or ISO 8601)", "start_date", &q("start_date"), "placeholder=\"2026-11-28\""),
         html::input("To", "end_date", &q("end_date"), "placeholder=\"2026-11-28T23:59:59Z\""),
     );
+    // Names beside ids: the gateway's (when the role reads gateways) and the caller's user.
+    let gateways = super::gateways::names(ctx).await;
     let mut table_rows = Vec::with_capacity(rows.len());
     for r in &rows {
         let mut r = r.clone();
         r["call"] = Value::String(format!("{}.{}", html::text(&r["app"]), html::text(&r["function"])));
+        let id = html::text(&r["gateway_id"]);
+        r["gateway"] = Value::String(named(gateways.get(&id).map(String::as_str), &id));
+        r["caller"] = Value::String(caller(ctx, &r));
         table_rows.push(r);
     }
-    let columns =
-        [("Time", "timestamp"), ("Gateway", "gateway_id"), ("Call", "call"), ("Status", "status"), ("ms", "duration")];
+    let columns = [
+        ("Time", "timestamp"),
+        ("Gateway", "gateway"),
+        ("Call", "call"),
+        ("Caller", "caller"),
+        ("Status", "status"),
+        ("ms", "duration"),
+    ];
     body.push_str(&logs_table(ctx, &table_rows, &columns));
     body.push_str(&html::pager(ctx, "/logs", &got["pagination"], &filters));
     Ok(ctx.page("Logs", "/logs", &body))
+}
+
+/// `name (id)`, or the id alone when there is no name.
+fn named(name: Option<&str>, id: &str) -> String {
+    match name.filter(|n| !n.is_empty()) {
+        Some(n) => format!("{n} ({id})"),
+        None => id.to_string(),
+    }
+}
+
+/// Who made a logged call: the user's e-mail (a user of the organisation) beside the credential.
+fn caller(ctx: &Ctx<'_>, r: &Value) -> String {
+    let key = html::text(&r["key_id"]);
+    let user = html::text(&r["user_id"]);
+    let who = ctx.server.state.user(&user).filter(|u| u.org_id == ctx.principal.org_id).map(|u| u.email.clone());
+    match (who, key.is_empty()) {
+        (Some(email), false) => format!("{email} ({key})"),
+        (Some(email), true) => email,
+        (None, _) => key,
+    }
 }
 
 /// One entry on its own page (`/logs/{id}`, the API's `GET /logs/{id}`): another organisation's
@@ -75,7 +107,9 @@ fn logs_table(ctx: &Ctx<'_>, rows: &[Value], columns: &[(&str, &str)]) -> String
             let v = escape(&html::text(&r[*key]));
             if i == 0 {
                 let to = format!("/logs/{}", seg(&html::text(&r["id"])));
-                out.push_str(&format!("<td><a href=\"{}\">{v}</a></td>", ctx.href(&to)));
+                out.push_str(&format!("<td class=\"id\"><a href=\"{}\">{v}</a></td>", ctx.href(&to)));
+            } else if matches!(*key, "status" | "duration") {
+                out.push_str(&format!("<td class=\"id\">{v}</td>"));
             } else {
                 out.push_str(&format!("<td>{v}</td>"));
             }
@@ -92,7 +126,7 @@ fn entry(e: &Value) -> String {
     format!(
         "<section class=\"entry\" aria-label=\"Log entry\"><h2>Entry <code>{}</code></h2><dl><dt>Time</dt><dd>{}</dd>\
          <dt>Gateway</dt><dd>{}</dd><dt>App</dt><dd>{}</dd><dt>Function</dt><dd>{}</dd><dt>Status</dt><dd>{}</dd>\
-         <dt>Duration (ms)</dt><dd>{}</dd></dl><h3>Request</h3><pre>{}</pre><h3>Response</h3><pre>{}</pre></section>",
+         <dt>Duration (ms)</dt><dd>{}</dd><dt>Caller</dt><dd>{}</dd><dt>Request id</dt><dd><span class=\"id\">{}</span></dd></dl><h3>Request</h3><pre>{}</pre><h3>Response</h3><pre>{}</pre></section>",
         escape(&html::text(&e["id"])),
         escape(&html::text(&e["timestamp"])),
         escape(&html::text(&e["gateway_id"])),
@@ -100,9 +134,16 @@ fn entry(e: &Value) -> String {
         escape(&html::text(&e["function"])),
         escape(&html::text(&e["status"])),
         escape(&html::text(&e["duration"])),
+        escape(&format!("{} {}", html::text(&e["user_id"]), html::text(&e["key_id"])).trim().to_string()),
+        escape(&html::text(&e["request_id"])),
         escape(&pretty(&e["request"])),
         escape(&pretty(&e["response"])),
     )
+}
+
+/// A rate (0 to 1) as a percentage with one decimal: `64.7 %`.
+fn percent(rate: &Value) -> String {
+    rate.as_f64().map_or_else(String::new, |r| format!("{:.1} %", r * 100.0))
 }
 
 /// The points of field `key` of a time series.
@@ -124,10 +165,11 @@ pub(super) async fn analytics(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let gateway = ctx.query("gateway_id");
     let got = ctx.get(&format!("/logs/analytics?{}", kept(ctx, &["period", "gateway_id"]))).await?;
     let s = &got["summary"];
+    let picker = super::gateways::picker(ctx, gateway, false).await;
     let mut body = format!(
         "<form method=\"get\" action=\"{}\">{}{}<button type=\"submit\">Show</button></form>\
          <dl class=\"summary\"><dt>Requests</dt><dd id=\"total-requests\">{}</dd><dt>Errors</dt><dd>{}</dd>\
-         <dt>Average (ms)</dt><dd>{}</dd><dt>Success rate</dt><dd>{}</dd></dl>",
+         <dt>Average (ms)</dt><dd>{}</dd><dt>Success rate</dt><dd id=\"success-rate\">{}</dd></dl>",
         ctx.href("/analytics"),
         html::select(
             "Period",
@@ -135,11 +177,11 @@ pub(super) async fn analytics(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
             &[("1h", "1 hour"), ("24h", "24 hours"), ("7d", "7 days"), ("30d", "30 days")],
             Some(period)
         ),
-        html::input("Gateway id", "gateway_id", gateway.unwrap_or(""), ""),
+        picker,
         escape(&html::text(&s["total_requests"])),
         escape(&html::text(&s["error_count"])),
         escape(&html::text(&s["avg_duration"])),
-        escape(&html::text(&s["success_rate"])),
+        percent(&s["success_rate"]),
     );
     let series = got["time_series"].as_array().cloned().unwrap_or_default();
     let (requests, errors) = (points(&series, "requests"), points(&series, "errors"));
