@@ -1,7 +1,7 @@
 //! Logs (filter by gateway, app, status and time; pages; one entry on its page) and analytics
 //! (requests, errors and latency percentiles over time, top functions; the API's periods).
 
-use super::chart::{self, Point, Series};
+use super::chart::{self, Measure, Point, Series};
 use super::html::{self, escape};
 use super::{seg, Ctx};
 use crate::edge::error::ApiError;
@@ -70,15 +70,23 @@ fn named(name: Option<&str>, id: &str) -> String {
     }
 }
 
-/// Who made a logged call: the user's e-mail (a user of the organisation) beside the credential.
+/// Who made a logged call: the user's e-mail (a user of the organisation) and the credential by
+/// its name, its id beside it: `alice@example.com · ci-bot (key_...)`; a console call names the
+/// console (`web:ws_...`).
 fn caller(ctx: &Ctx<'_>, r: &Value) -> String {
     let key = html::text(&r["key_id"]);
     let user = html::text(&r["user_id"]);
-    let who = ctx.server.state.user(&user).filter(|u| u.org_id == ctx.principal.org_id).map(|u| u.email.clone());
-    match (who, key.is_empty()) {
-        (Some(email), false) => format!("{email} ({key})"),
+    let org = &ctx.principal.org_id;
+    let who = ctx.server.state.user(&user).filter(|u| &u.org_id == org).map(|u| u.email.clone());
+    let key_name = match key.starts_with("web:") {
+        true => Some("console".to_string()),
+        false => ctx.server.state.key(&key).filter(|k| &k.org_id == org).map(|k| k.name.clone()),
+    };
+    let credential = if key.is_empty() { String::new() } else { named(key_name.as_deref(), &key) };
+    match (who, credential.is_empty()) {
+        (Some(email), false) => format!("{email} · {credential}"),
         (Some(email), true) => email,
-        (None, _) => key,
+        (None, _) => credential,
     }
 }
 
@@ -108,7 +116,11 @@ fn logs_table(ctx: &Ctx<'_>, rows: &[Value], columns: &[(&str, &str)]) -> String
             if i == 0 {
                 let to = format!("/logs/{}", seg(&html::text(&r["id"])));
                 out.push_str(&format!("<td class=\"id\"><a href=\"{}\">{v}</a></td>", ctx.href(&to)));
-            } else if matches!(*key, "status" | "duration") {
+            } else if *key == "status" {
+                let badge =
+                    refusal(r).map(|k| format!(" <span class=\"badge refused\">{k}</span>")).unwrap_or_default();
+                out.push_str(&format!("<td class=\"id\">{v}{badge}</td>"));
+            } else if *key == "duration" {
                 out.push_str(&format!("<td class=\"id\">{v}</td>"));
             } else {
                 out.push_str(&format!("<td>{v}</td>"));
@@ -120,12 +132,42 @@ fn logs_table(ctx: &Ctx<'_>, rows: &[Value], columns: &[(&str, &str)]) -> String
     out
 }
 
+/// Whether a logged call was refused rather than failed, and how: `limited` (a rate or
+/// concurrency limit: JSON-RPC `LimitExceeded`, a 429, or a tool limit's error result with its
+/// `retry_after_ms`), `denied` (a rule, a forbidden or pending tool: a 403), `refused` (a content
+/// check). Read from the entry's `response` (`{"status", "data"}`), so the logs page marks a
+/// refusal whichever check made it.
+fn refusal(r: &Value) -> Option<&'static str> {
+    let response = &r["response"];
+    let data = &response["data"];
+    let code = data["code"].as_i64();
+    let limited_result = data["isError"] == Value::Bool(true) && !data["_meta"]["retry_after_ms"].is_null();
+    if response["status"] == 429 || code == Some(-32010) || limited_result {
+        return Some("limited");
+    }
+    if response["status"] == 403 || matches!(code, Some(-32006 | -32011 | -32012)) {
+        return Some("denied");
+    }
+    if code == Some(-32013) {
+        return Some("refused");
+    }
+    // Any other error whose words say it: an app or a check that words its refusal.
+    let message = html::text(&data["message"]).to_ascii_lowercase();
+    if message.contains("limited") || message.contains("limit exceeded") {
+        Some("limited")
+    } else if message.contains("denied") {
+        Some("denied")
+    } else {
+        None
+    }
+}
+
 /// One entry in full: its fields, the request's arguments and the answer.
 fn entry(e: &Value) -> String {
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
     format!(
         "<section class=\"entry\" aria-label=\"Log entry\"><h2>Entry <code>{}</code></h2><dl><dt>Time</dt><dd>{}</dd>\
-         <dt>Gateway</dt><dd>{}</dd><dt>App</dt><dd>{}</dd><dt>Function</dt><dd>{}</dd><dt>Status</dt><dd>{}</dd>\
+         <dt>Gateway</dt><dd>{}</dd><dt>App</dt><dd>{}</dd><dt>Function</dt><dd>{}</dd><dt>Status</dt><dd>{}{}</dd>\
          <dt>Duration (ms)</dt><dd>{}</dd><dt>Caller</dt><dd>{}</dd><dt>Request id</dt><dd><span class=\"id\">{}</span></dd></dl><h3>Request</h3><pre>{}</pre><h3>Response</h3><pre>{}</pre></section>",
         escape(&html::text(&e["id"])),
         escape(&html::text(&e["timestamp"])),
@@ -133,6 +175,7 @@ fn entry(e: &Value) -> String {
         escape(&html::text(&e["app"])),
         escape(&html::text(&e["function"])),
         escape(&html::text(&e["status"])),
+        refusal(e).map(|k| format!(" <span class=\"badge refused\">{k}</span>")).unwrap_or_default(),
         escape(&html::text(&e["duration"])),
         escape(&format!("{} {}", html::text(&e["user_id"]), html::text(&e["key_id"])).trim().to_string()),
         escape(&html::text(&e["request_id"])),
@@ -188,15 +231,30 @@ pub(super) async fn analytics(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     body.push_str(&chart::line_chart(
         "Requests and errors",
         "calls",
-        &[Series { name: "requests", points: &requests }, Series { name: "errors", points: &errors }],
+        &[
+            Series { name: "requests", points: &requests, measure: Some(Measure::Calls) },
+            Series { name: "errors", points: &errors, measure: Some(Measure::Errors) },
+        ],
     ));
     let avg = points(&series, "avg_duration");
-    body.push_str(&chart::line_chart("Average duration", "ms", &[Series { name: "average", points: &avg }]));
+    body.push_str(&chart::line_chart(
+        "Average duration",
+        "ms",
+        &[Series { name: "average", points: &avg, measure: Some(Measure::Duration) }],
+    ));
     let top = got["top_functions"].as_array().cloned().unwrap_or_default();
     let names: Vec<String> = top.iter().map(|t| html::text(&t["function"])).collect();
-    let bars: Vec<(&str, f64)> =
-        names.iter().zip(&top).map(|(n, t)| (n.as_str(), t["count"].as_f64().unwrap_or(0.0))).collect();
-    body.push_str(&chart::bar_chart("Top functions", "calls", &bars));
+    // Each function's calls: those that succeeded, then those that failed (the errors' red).
+    let bars: Vec<(&str, Vec<f64>)> = names
+        .iter()
+        .zip(&top)
+        .map(|(n, t)| {
+            let (count, errors) = (t["count"].as_f64().unwrap_or(0.0), t["errors"].as_f64().unwrap_or(0.0));
+            (n.as_str(), vec![(count - errors).max(0.0), errors])
+        })
+        .collect();
+    let parts = [("succeeded", Measure::Calls), ("failed", Measure::Errors)];
+    body.push_str(&chart::stacked_bar_chart("Top functions", "calls", &parts, &bars));
     if let Some(id) = gateway {
         body.push_str(&gateway_latency(ctx, id).await?);
     }
@@ -214,9 +272,9 @@ async fn gateway_latency(ctx: &Ctx<'_>, id: &str) -> Result<String, ApiError> {
         "Latency percentiles",
         "ms",
         &[
-            Series { name: "p50", points: &p50 },
-            Series { name: "p95", points: &p95 },
-            Series { name: "p99", points: &p99 },
+            Series { name: "p50", points: &p50, measure: Some(Measure::P50) },
+            Series { name: "p95", points: &p95, measure: Some(Measure::P95) },
+            Series { name: "p99", points: &p99, measure: Some(Measure::P99) },
         ],
     ))
 }

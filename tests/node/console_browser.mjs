@@ -255,7 +255,7 @@ async function oauth() {
 }
 
 // The elements that must stay on one line: ids, times, states, buttons, inline code.
-const ONE_LINE = 'button, .id, td.id, time, :not(pre) > code, th, .cards .figure';
+const ONE_LINE = 'button, .id, td.id, time, :not(pre) > code, th, .cards .figure, .badge';
 
 async function wrapped(page) {
   // A wrapped text has line boxes at more than one height: its range's rectangles.
@@ -295,6 +295,13 @@ async function layout() {
     for (const [name, path] of Object.entries(pages)) {
       await page.goto(`${config.base}${path}`);
       for (const w of await wrapped(page)) problems.push(`${name} at ${width} px: ${w} wraps`);
+      // The page follows the navigation (at a phone's width, below it) with no empty band between.
+      const gap = await page.evaluate(() => {
+        const nav = document.querySelector('nav[aria-label="Console"]');
+        const main = document.querySelector('main');
+        return nav && main ? Math.round(main.getBoundingClientRect().top - nav.getBoundingClientRect().bottom) : 0;
+      });
+      if (gap > 24) problems.push(`${name} at ${width} px: ${gap} px of nothing between the navigation and the page`);
       const wide = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       if (wide > 1) problems.push(`${name} at ${width} px: the page is ${wide} px wider than the window (${await overflowing(page)})`);
       await shot(page, `${name}-${width}`);
@@ -314,6 +321,11 @@ async function layout() {
   check(await page.locator('#call-log').count() === 1, 'the result links its log entry');
   await shot(page, 'playground-result');
   for (const w of await wrapped(page)) problems.push(`playground result: ${w} wraps`);
+  // The call's log entry, opened from the result.
+  await page.locator('#call-log').click();
+  check(await page.locator('section.entry').count() === 1, `the call's log entry opens: ${page.url()}`);
+  check((await page.locator('section.entry').innerText()).includes(requestId), 'the entry is the call\'s');
+  await shot(page, 'playground-log-entry');
   await context.close();
   check(problems.length === 0, `the layout breaks words:\n${problems.join('\n')}`);
   finish({ answer, request_id: requestId, pages: Object.keys(pages) });

@@ -113,7 +113,7 @@ def test_the_console_in_chromium(node_dir, tmp_path):
         for name in laid["pages"]:
             for width in (1280, 390):
                 assert (artifacts / f"{name}-{width}.png").stat().st_size > 1000, (name, width)
-        for name in ("playground", "playground-result"):
+        for name in ("playground", "playground-result", "playground-log-entry"):
             assert (artifacts / f"{name}.png").stat().st_size > 1000, name
         seen = browser(node_dir, "viewer", cfg)
         assert seen["forged"] == 403, seen

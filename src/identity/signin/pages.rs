@@ -29,7 +29,7 @@ h1{font-size:1.5em;margin-top:0}a{color:#0b5cad}label{display:flex;flex-directio
 font-size:.9em;color:#57606a}input,select,button{font:inherit;padding:.35em .5em;border:1px solid #d0d7de;border-radius:4px}\
 input{width:100%;box-sizing:border-box;color:#1b1f24}button{white-space:nowrap;background:#0b5cad;color:#fff;\
 border-color:#0b5cad;cursor:pointer}:focus-visible{outline:3px solid #f0b400;outline-offset:1px}\
-.error{color:#b3261e}table{display:block;overflow-x:auto;border-collapse:collapse}th,td{text-align:left;\
+.error{color:#b3261e}time,code{white-space:nowrap}table{display:block;overflow-x:auto;border-collapse:collapse}th,td{text-align:left;\
 padding:.35em .6em;border-bottom:1px solid #d0d7de}@media (max-width:500px){main{margin:0;border:0;border-radius:0}}";
 
 /// A page of the identity service (the sign-in's and the authorization server's): `body` in
@@ -116,9 +116,10 @@ pub(crate) fn account(prefix: &str, csrf: &str, user: &User, current: &WebSessio
         .iter()
         .map(|s| {
             format!(
-                "<li data-session=\"{}\">{} from {} ({}){}</li>",
+                "<li data-session=\"{}\"><time datetime=\"{}\">{}</time> from {} ({}){}</li>",
                 escape(&s.id),
                 escape(&s.created_at.to_rfc3339()),
+                escape(&s.created_at.format("%Y-%m-%d %H:%M UTC").to_string()),
                 escape(&s.ip),
                 escape(&s.user_agent),
                 if s.id == current.id { " - this one" } else { "" }
