@@ -93,7 +93,11 @@ fn caller(ctx: &Ctx<'_>, r: &Value) -> String {
 /// One entry on its own page (`/logs/{id}`, the API's `GET /logs/{id}`): another organisation's
 /// or an unknown id is the API's 404.
 pub(super) async fn entry_page(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
-    let e = ctx.get(&format!("/logs/{}", seg(id))).await?;
+    let mut e = ctx.get(&format!("/logs/{}", seg(id))).await?;
+    // Names beside ids, as in the list.
+    let gateway = html::text(&e["gateway_id"]);
+    e["gateway"] = Value::String(named(super::gateways::names(ctx).await.get(&gateway).map(String::as_str), &gateway));
+    e["caller"] = Value::String(caller(ctx, &e));
     let body = format!("{}<p><a href=\"{}\">Back to the logs</a></p>", entry(&e), ctx.href("/logs"));
     Ok(ctx.page("Log entry", "/logs", &body))
 }
@@ -162,7 +166,8 @@ fn refusal(r: &Value) -> Option<&'static str> {
     }
 }
 
-/// One entry in full: its fields, the request's arguments and the answer.
+/// One entry in full: its fields (`gateway` and `caller` named by [`entry_page`]), the request's
+/// arguments and the answer.
 fn entry(e: &Value) -> String {
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
     format!(
@@ -171,13 +176,13 @@ fn entry(e: &Value) -> String {
          <dt>Duration (ms)</dt><dd>{}</dd><dt>Caller</dt><dd>{}</dd><dt>Request id</dt><dd><span class=\"id\">{}</span></dd></dl><h3>Request</h3><pre>{}</pre><h3>Response</h3><pre>{}</pre></section>",
         escape(&html::text(&e["id"])),
         escape(&html::text(&e["timestamp"])),
-        escape(&html::text(&e["gateway_id"])),
+        escape(&html::text(&e["gateway"])),
         escape(&html::text(&e["app"])),
         escape(&html::text(&e["function"])),
         escape(&html::text(&e["status"])),
         refusal(e).map(|k| format!(" <span class=\"badge refused\">{k}</span>")).unwrap_or_default(),
         escape(&html::text(&e["duration"])),
-        escape(&format!("{} {}", html::text(&e["user_id"]), html::text(&e["key_id"])).trim().to_string()),
+        escape(&html::text(&e["caller"])),
         escape(&html::text(&e["request_id"])),
         escape(&pretty(&e["request"])),
         escape(&pretty(&e["response"])),

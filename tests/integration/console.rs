@@ -833,6 +833,11 @@ fn the_gateway_page_shows_its_tool_shaping_and_the_logs_mark_a_refused_call() {
     // Newest first: the denied call, then the one that ran.
     assert!(rows[0].contains("<span class=\"badge refused\">denied</span>"), "{}", rows[0]);
     assert!(!rows[1].contains("badge"), "{}", rows[1]);
+    // The denied call's own page says so too, and names its gateway.
+    let href = rows[0].split("href=\"").nth(1).and_then(|h| h.split('"').next()).expect("the entry's link");
+    let entry = b.send("GET", href, None);
+    assert!(entry.text.contains("<span class=\"badge refused\">denied</span>"), "{}", entry.text);
+    assert!(entry.text.contains(&format!("<dd>shaped ({gw})</dd>")), "{}", entry.text);
     // The logs name the gateway beside its id, and the filter is a list of gateways by name.
     assert!(rows[1].contains(&format!("<td>shaped ({gw})</td>")), "{}", rows[1]);
     assert!(logs.text.contains(&format!("<option value=\"{gw}\" selected>shaped ({gw})</option>")), "{}", logs.text);
