@@ -43,11 +43,48 @@ pub(super) struct Point {
     pub v: f64,
 }
 
-/// A named series of a line chart.
+/// A named series of a line chart; `measure` fixes its colour (else its place in the chart's
+/// list picks one).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Series<'a> {
     pub name: &'a str,
     pub points: &'a [Point],
+    pub measure: Option<Measure>,
+}
+
+/// What a series or a part of a bar measures. A colour means one measure on every chart of the
+/// console (calls are always blue, errors always red), and the legend names it: the class
+/// `series-N` of [`Measure::class`], coloured by the stylesheet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Measure {
+    /// Calls (requests, and the calls that succeeded).
+    Calls,
+    /// Errors (the calls that failed).
+    Errors,
+    /// A mean duration.
+    Duration,
+    /// The duration percentiles.
+    P50,
+    P95,
+    P99,
+}
+
+impl Measure {
+    fn class(self) -> usize {
+        match self {
+            Measure::Calls => 0,
+            Measure::Errors => 1,
+            Measure::Duration => 2,
+            Measure::P50 => 5,
+            Measure::P95 => 4,
+            Measure::P99 => 3,
+        }
+    }
+}
+
+/// The colour class of the `i`th series: its measure's, else by its place.
+fn class_of(i: usize, measure: Option<Measure>) -> usize {
+    measure.map_or(i % SERIES_CLASSES, Measure::class)
 }
 
 /// How many series colours the stylesheet defines (`series-0` .. `series-5`).
@@ -124,11 +161,12 @@ pub(super) fn line_chart(title: &str, unit: &str, series: &[Series<'_>]) -> Stri
             );
         }
         axes(&mut out, &plot);
-        for (i, points) in clean.iter().enumerate() {
-            series_path(&mut out, i, points, &plot, (t_lo, t_hi), (v_lo, v_hi));
+        let classes: Vec<usize> = series.iter().enumerate().map(|(i, s)| class_of(i, s.measure)).collect();
+        for (points, &class) in clean.iter().zip(&classes) {
+            series_path(&mut out, class, points, &plot, (t_lo, t_hi), (v_lo, v_hi));
         }
         if series.len() > 1 {
-            legend(&mut out, &names, &plot);
+            legend(&mut out, &names, &classes, &plot);
         }
     }
     out.push_str("</svg>");
@@ -138,25 +176,49 @@ pub(super) fn line_chart(title: &str, unit: &str, series: &[Series<'_>]) -> Stri
     out
 }
 
-/// Horizontal bars (top functions): a `<figure>` with an inline `<svg>` and a data table.
+/// Horizontal bars of one unnamed measure (calls, no legend): [`stacked_bar_chart`] of one part.
+#[cfg(test)]
 pub(super) fn bar_chart(title: &str, unit: &str, bars: &[(&str, f64)]) -> String {
-    let clean: Vec<(&str, f64)> = bars
+    let bars: Vec<(&str, Vec<f64>)> = bars.iter().map(|&(label, v)| (label, vec![v])).collect();
+    stacked_bar_chart(title, unit, &[("", Measure::Calls)], &bars)
+}
+
+/// Horizontal bars, each the sum of `parts` (name, measure) drawn end to end in their measures'
+/// colours (a function's calls: those that succeeded, then those that failed), with a legend of
+/// the parts when they are named; the value after a bar is its total. Each bar's values are in
+/// the order of `parts` (a missing one is 0).
+pub(super) fn stacked_bar_chart(
+    title: &str,
+    unit: &str,
+    parts: &[(&str, Measure)],
+    bars: &[(&str, Vec<f64>)],
+) -> String {
+    let clean: Vec<(&str, Vec<f64>)> = bars
         .iter()
-        .filter(|b| b.1.is_finite())
-        .map(|&(label, v)| (label, v.clamp(-VALUE_LIMIT, VALUE_LIMIT)))
+        .map(|(label, vs)| {
+            let vs = (0..parts.len()).map(|i| vs.get(i).copied().unwrap_or(0.0)).collect::<Vec<_>>();
+            (*label, vs)
+        })
+        .filter(|(_, vs)| vs.iter().all(|v| v.is_finite()))
+        .map(|(label, vs)| (label, vs.into_iter().map(|v| v.clamp(-VALUE_LIMIT, VALUE_LIMIT)).collect()))
         .collect();
     let id = chart_id(title);
-    let height = PAD_TOP + PAD_BOTTOM + BAR_ROW * clean.len().max(2) as f64;
-    let mut out = String::with_capacity(1024 + clean.len() * 300);
+    let legend_band = if parts.iter().any(|p| !p.0.is_empty()) { LEGEND_ROW + 4.0 } else { 0.0 };
+    let height = PAD_TOP + PAD_BOTTOM + legend_band + BAR_ROW * clean.len().max(2) as f64;
+    let mut out = String::with_capacity(1024 + clean.len() * 300 * parts.len());
     let desc =
         format!("Bar chart of {} entries, values in {}.", clean.len(), if unit.is_empty() { "units" } else { unit });
     open_figure(&mut out, &id, title, &desc, "chart-bars", BAR_W, height);
     // Room on the right for the value written after the longest bar.
-    let plot = Plot { x0: BAR_LABEL_W, x1: BAR_W - 80.0, y0: PAD_TOP, y1: height - PAD_BOTTOM };
+    let plot = Plot { x0: BAR_LABEL_W, x1: BAR_W - 80.0, y0: PAD_TOP + legend_band, y1: height - PAD_BOTTOM };
     if clean.is_empty() {
         empty_text(&mut out, BAR_W, height);
     } else {
-        let (ticks, lo, hi) = value_ticks(clean.iter().map(|b| b.1));
+        // The axis spans the bars' ends: positive parts stack rightwards, negative leftwards.
+        let ends = clean.iter().flat_map(|(_, vs)| {
+            [vs.iter().filter(|v| **v > 0.0).sum::<f64>(), vs.iter().filter(|v| **v < 0.0).sum::<f64>()]
+        });
+        let (ticks, lo, hi) = value_ticks(ends.map(|v| v.clamp(-VALUE_LIMIT, VALUE_LIMIT)));
         for &v in &ticks {
             let x = r1(plot.value_x(v, lo, hi));
             let _ = write!(
@@ -170,30 +232,9 @@ pub(super) fn bar_chart(title: &str, unit: &str, bars: &[(&str, f64)]) -> String
             out.push_str("</text>");
         }
         let zero = plot.value_x(0.0, lo, hi);
-        for (i, &(label, v)) in clean.iter().enumerate() {
-            let top = plot.y0 + BAR_ROW * i as f64;
-            let end = plot.value_x(v, lo, hi);
-            let class = i % SERIES_CLASSES;
-            let _ = write!(
-                out,
-                r#"<text class="chart-label" x="{}" y="{}" text-anchor="end" font-size="12">"#,
-                r1(plot.x0 - 8.0),
-                r1(top + BAR_ROW / 2.0 + 4.0)
-            );
-            push_escaped(&mut out, &shorten(label, BAR_LABEL_CHARS));
-            let _ = write!(
-                out,
-                r#"</text><rect class="chart-bar series-{class}" x="{}" y="{}" width="{}" height="{}" fill="{}"/><text class="chart-label" x="{}" y="{}" font-size="11">"#,
-                r1(zero.min(end)),
-                r1(top + 4.0),
-                r1((end - zero).abs()),
-                r1(BAR_ROW - 8.0),
-                SERIES_COLOURS[class],
-                r1(zero.max(end) + 4.0),
-                r1(top + BAR_ROW / 2.0 + 4.0),
-            );
-            push_escaped(&mut out, &value_label(v, unit));
-            out.push_str("</text>");
+        let classes: Vec<usize> = parts.iter().map(|p| p.1.class()).collect();
+        for (i, (label, vs)) in clean.iter().enumerate() {
+            bar(&mut out, &plot, (lo, hi), plot.y0 + BAR_ROW * i as f64, (label, vs), (&classes, unit));
         }
         let _ = write!(
             out,
@@ -202,11 +243,67 @@ pub(super) fn bar_chart(title: &str, unit: &str, bars: &[(&str, f64)]) -> String
             r1(plot.y1),
             z = r1(zero)
         );
+        if legend_band > 0.0 {
+            let names: Vec<&str> = parts.iter().map(|p| p.0).collect();
+            legend(&mut out, &names, &classes, &plot);
+        }
     }
     out.push_str("</svg>");
-    bar_table(&mut out, title, unit, &clean);
+    bar_table(&mut out, title, unit, parts, &clean);
     out.push_str("</figure>");
     out
+}
+
+/// One bar at `top`: its label, a `<rect>` per non-zero part (one in its colour at least, so a
+/// bar of zero is still a mark) and its total after it.
+fn bar(
+    out: &mut String,
+    plot: &Plot,
+    (lo, hi): (f64, f64),
+    top: f64,
+    (label, vs): (&str, &[f64]),
+    (classes, unit): (&[usize], &str),
+) {
+    let _ = write!(
+        out,
+        r#"<text class="chart-label" x="{}" y="{}" text-anchor="end" font-size="12">"#,
+        r1(plot.x0 - 8.0),
+        r1(top + BAR_ROW / 2.0 + 4.0)
+    );
+    push_escaped(out, &shorten(label, BAR_LABEL_CHARS));
+    out.push_str("</text>");
+    let (mut right, mut left) = (0.0f64, 0.0f64);
+    for (k, (&v, &class)) in vs.iter().zip(classes).enumerate() {
+        if v == 0.0 && !(k == 0 && vs.iter().all(|v| *v == 0.0)) {
+            continue;
+        }
+        let (from, to) = if v >= 0.0 { (right, right + v) } else { (left + v, left) };
+        if v >= 0.0 {
+            right += v
+        } else {
+            left += v
+        }
+        let (x0, x1) = (plot.value_x(from.max(-VALUE_LIMIT), lo, hi), plot.value_x(to.min(VALUE_LIMIT), lo, hi));
+        let _ = write!(
+            out,
+            r#"<rect class="chart-bar series-{class}" x="{}" y="{}" width="{}" height="{}" fill="{}"/>"#,
+            r1(x0.min(x1)),
+            r1(top + 4.0),
+            r1((x1 - x0).abs()),
+            r1(BAR_ROW - 8.0),
+            SERIES_COLOURS[class],
+        );
+    }
+    let total: f64 = vs.iter().sum();
+    let end = plot.value_x(if total >= 0.0 { right } else { left }, lo, hi).max(plot.value_x(0.0, lo, hi));
+    let _ = write!(
+        out,
+        r#"<text class="chart-label" x="{}" y="{}" font-size="11">"#,
+        r1(end + 4.0),
+        r1(top + BAR_ROW / 2.0 + 4.0),
+    );
+    push_escaped(out, &value_label(total, unit));
+    out.push_str("</text>");
 }
 
 /// A QR code of `data` (an `otpauth://` URI for MFA set-up) as an inline `<svg>`: black modules
@@ -495,8 +592,7 @@ fn axes(out: &mut String, plot: &Plot) {
 
 /// One series as a `<path>` of relative moves in tenths (compact and exact: each step is the
 /// difference of two rounded coordinates), or a dot for a single point.
-fn series_path(out: &mut String, i: usize, points: &[(i64, f64)], plot: &Plot, t: (i128, i128), v: (f64, f64)) {
-    let class = i % SERIES_CLASSES;
+fn series_path(out: &mut String, class: usize, points: &[(i64, f64)], plot: &Plot, t: (i128, i128), v: (f64, f64)) {
     let colour = SERIES_COLOURS[class];
     let tenths = |&(tm, val): &(i64, f64)| {
         let x = (plot.x_of(tm as i128, t.0, t.1) * 10.0).round() as i64;
@@ -545,12 +641,11 @@ fn legend_rows(series: usize) -> usize {
 }
 
 /// The series' names in rows above the plot (in the band the plot starts below), each in its
-/// series' colour.
-fn legend(out: &mut String, names: &[&str], plot: &Plot) {
+/// series' colour (`classes`, one per name).
+fn legend(out: &mut String, names: &[&str], classes: &[usize], plot: &Plot) {
     out.push_str(r#"<g class="chart-legend" font-size="11">"#);
     let step = (plot.x1 - plot.x0) / LEGEND_PER_ROW as f64;
-    for (i, name) in names.iter().enumerate() {
-        let class = i % SERIES_CLASSES;
+    for (i, (name, &class)) in names.iter().zip(classes).enumerate() {
         let (row, column) = (i / LEGEND_PER_ROW, i % LEGEND_PER_ROW);
         let _ = write!(
             out,
@@ -573,20 +668,7 @@ fn line_table(out: &mut String, title: &str, unit: &str, names: &[&str], series:
             rows.entry(t).or_insert_with(|| vec![None; series.len()])[i] = Some(v);
         }
     }
-    out.push_str(r#"<table class="visually-hidden"><caption>"#);
-    push_escaped(out, title);
-    out.push_str(r#"</caption><thead><tr><th scope="col">Time (UTC)</th>"#);
-    for name in names {
-        out.push_str(r#"<th scope="col">"#);
-        push_escaped(out, name);
-        if !unit.is_empty() {
-            out.push_str(" (");
-            push_escaped(out, unit);
-            out.push(')');
-        }
-        out.push_str("</th>");
-    }
-    out.push_str("</tr></thead><tbody>");
+    table_head(out, title, "Time (UTC)", names, unit);
     for (t, values) in rows {
         let _ = write!(out, "<tr><th>{}</th>", row_time_label(t, day));
         for v in values {
@@ -601,20 +683,36 @@ fn line_table(out: &mut String, title: &str, unit: &str, names: &[&str], series:
     out.push_str("</tbody></table>");
 }
 
-fn bar_table(out: &mut String, title: &str, unit: &str, bars: &[(&str, f64)]) {
+/// A chart's data table up to its body: the caption, the `first` column's header and a header
+/// per series (`name (unit)`).
+fn table_head(out: &mut String, title: &str, first: &str, names: &[&str], unit: &str) {
     out.push_str(r#"<table class="visually-hidden"><caption>"#);
     push_escaped(out, title);
-    out.push_str(r#"</caption><thead><tr><th scope="col">Name</th><th scope="col">Value"#);
-    if !unit.is_empty() {
-        out.push_str(" (");
-        push_escaped(out, unit);
-        out.push(')');
+    let _ = write!(out, r#"</caption><thead><tr><th scope="col">{first}</th>"#);
+    for name in names {
+        out.push_str(r#"<th scope="col">"#);
+        push_escaped(out, name);
+        if !unit.is_empty() {
+            out.push_str(" (");
+            push_escaped(out, unit);
+            out.push(')');
+        }
+        out.push_str("</th>");
     }
-    out.push_str("</th></tr></thead><tbody>");
-    for &(label, v) in bars {
+    out.push_str("</tr></thead><tbody>");
+}
+
+fn bar_table(out: &mut String, title: &str, unit: &str, parts: &[(&str, Measure)], bars: &[(&str, Vec<f64>)]) {
+    let names: Vec<&str> = parts.iter().map(|(name, _)| if name.is_empty() { "Value" } else { name }).collect();
+    table_head(out, title, "Name", &names, unit);
+    for (label, vs) in bars {
         out.push_str(r#"<tr><th scope="row">"#);
         push_escaped(out, label);
-        let _ = write!(out, "</th><td>{}</td></tr>", table_value(v));
+        out.push_str("</th>");
+        for v in vs {
+            let _ = write!(out, "<td>{}</td>", table_value(*v));
+        }
+        out.push_str("</tr>");
     }
     out.push_str("</tbody></table>");
 }

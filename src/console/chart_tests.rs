@@ -46,7 +46,7 @@ fn table_rows(html: &str) -> usize {
 fn no_series_and_empty_series_say_no_data() {
     for html in [
         line_chart("Requests", "req", &[]),
-        line_chart("Requests", "req", &[Series { name: "a", points: &[] }]),
+        line_chart("Requests", "req", &[Series { name: "a", points: &[], measure: None }]),
         bar_chart("Top functions", "calls", &[]),
     ] {
         assert_clean(&html);
@@ -58,7 +58,7 @@ fn no_series_and_empty_series_say_no_data() {
 #[test]
 fn one_point_is_a_dot_and_a_table_row() {
     let points = [Point { t_ms: T0 + 3_600_000, v: 42.0 }];
-    let html = line_chart("Latency", "ms", &[Series { name: "p50", points: &points }]);
+    let html = line_chart("Latency", "ms", &[Series { name: "p50", points: &points, measure: None }]);
     assert_clean(&html);
     assert!(html.contains("<circle class=\"series-0\""), "{html}");
     assert!(series_paths(&html).is_empty());
@@ -69,7 +69,7 @@ fn one_point_is_a_dot_and_a_table_row() {
 #[test]
 fn all_zero_values_draw_a_flat_line_on_a_unit_axis() {
     let points = ramp(10, 60_000, |_| 0.0);
-    let html = line_chart("Errors", "", &[Series { name: "errors", points: &points }]);
+    let html = line_chart("Errors", "", &[Series { name: "errors", points: &points, measure: None }]);
     assert_clean(&html);
     let paths = series_paths(&html);
     assert_eq!(paths.len(), 1);
@@ -87,7 +87,7 @@ fn nan_and_infinite_values_are_skipped() {
         Point { t_ms: T0 + 180_000, v: f64::NEG_INFINITY },
         Point { t_ms: T0 + 240_000, v: 3.0 },
     ];
-    let html = line_chart("Requests", "req", &[Series { name: "all", points: &points }]);
+    let html = line_chart("Requests", "req", &[Series { name: "all", points: &points, measure: None }]);
     assert_clean(&html);
     assert_eq!(table_rows(&html), 2);
     assert_eq!(series_paths(&html)[0].matches('l').count(), 1);
@@ -96,7 +96,7 @@ fn nan_and_infinite_values_are_skipped() {
     assert_eq!(table_rows(&bars), 1);
     assert_eq!(bars.matches("<rect").count(), 1);
     // Only non-finite values: nothing to draw.
-    let html = line_chart("x", "", &[Series { name: "a", points: &[Point { t_ms: 0, v: f64::NAN }] }]);
+    let html = line_chart("x", "", &[Series { name: "a", points: &[Point { t_ms: 0, v: f64::NAN }], measure: None }]);
     assert_clean(&html);
     assert!(html.contains("No data"));
 }
@@ -104,7 +104,7 @@ fn nan_and_infinite_values_are_skipped() {
 #[test]
 fn negative_values_put_zero_inside_the_axis() {
     let points = ramp(5, 60_000, |i| (i as f64 - 2.0) * 10.0);
-    let html = line_chart("Delta", "ms", &[Series { name: "d", points: &points }]);
+    let html = line_chart("Delta", "ms", &[Series { name: "d", points: &points, measure: None }]);
     assert_clean(&html);
     assert!(
         html.contains(">-20 ms</text>") && html.contains(">0 ms</text>") && html.contains(">20 ms</text>"),
@@ -119,20 +119,20 @@ fn negative_values_put_zero_inside_the_axis() {
 #[test]
 fn huge_values_get_nice_compact_ticks() {
     let points = ramp(4, 60_000, |i| i as f64 * 1.1e6);
-    let html = line_chart("Bytes", "B", &[Series { name: "b", points: &points }]);
+    let html = line_chart("Bytes", "B", &[Series { name: "b", points: &points, measure: None }]);
     assert_clean(&html);
     assert!(html.contains(">1M B</text>") && html.contains(">4M B</text>"), "{html}");
     assert!(html.contains("<td>3300000</td>"), "the table keeps the exact value: {html}");
     for huge in [f64::MAX, f64::MIN, 1e300, -1e300, 1e20] {
         let points = [Point { t_ms: T0, v: huge }, Point { t_ms: T0 + 1, v: 1.0 }];
-        let html = line_chart("Huge", "x", &[Series { name: "h", points: &points }]);
+        let html = line_chart("Huge", "x", &[Series { name: "h", points: &points, measure: None }]);
         assert_clean(&html);
         let bars = bar_chart("Huge", "x", &[("h", huge), ("one", 1.0)]);
         assert_clean(&bars);
     }
     // Tiny values get ticks of their own size, not 0 and 1 only.
     let points = ramp(3, 60_000, |i| i as f64 * 0.001);
-    let html = line_chart("Tiny", "", &[Series { name: "t", points: &points }]);
+    let html = line_chart("Tiny", "", &[Series { name: "t", points: &points, measure: None }]);
     assert_clean(&html);
     assert!(html.contains(">1.0e-3</text>"), "{html}");
 }
@@ -172,8 +172,8 @@ fn out_of_order_timestamps_are_sorted() {
     let mut shuffled = sorted.clone();
     shuffled.swap(0, 4);
     shuffled.swap(1, 5);
-    let a = line_chart("Calls", "", &[Series { name: "c", points: &sorted }]);
-    let b = line_chart("Calls", "", &[Series { name: "c", points: &shuffled }]);
+    let a = line_chart("Calls", "", &[Series { name: "c", points: &sorted, measure: None }]);
+    let b = line_chart("Calls", "", &[Series { name: "c", points: &shuffled, measure: None }]);
     assert_clean(&b);
     assert_eq!(series_paths(&a), series_paths(&b));
     let rows = &b[b.find("<tbody>").unwrap()..];
@@ -183,17 +183,17 @@ fn out_of_order_timestamps_are_sorted() {
 #[test]
 fn extreme_timestamps_do_not_panic() {
     let points = [Point { t_ms: i64::MIN, v: 1.0 }, Point { t_ms: i64::MAX, v: 2.0 }, Point { t_ms: 0, v: 3.0 }];
-    let html = line_chart("Ages", "", &[Series { name: "x", points: &points }]);
+    let html = line_chart("Ages", "", &[Series { name: "x", points: &points, measure: None }]);
     assert_clean(&html);
     let same = [Point { t_ms: T0, v: 1.0 }, Point { t_ms: T0, v: 2.0 }];
-    let html = line_chart("Same", "", &[Series { name: "x", points: &same }]);
+    let html = line_chart("Same", "", &[Series { name: "x", points: &same, measure: None }]);
     assert_clean(&html);
 }
 
 #[test]
 fn time_ticks_are_utc_hours_within_a_day_and_dates_beyond() {
     let day = ramp(289, 300_000, |i| i as f64);
-    let html = line_chart("Day", "", &[Series { name: "d", points: &day }]);
+    let html = line_chart("Day", "", &[Series { name: "d", points: &day, measure: None }]);
     assert_clean(&html);
     for tick in ["00:00", "06:00", "12:00", "18:00"] {
         assert!(html.contains(&format!(r#"font-size="11">{tick}</text>"#)), "{tick}: {html}");
@@ -201,10 +201,10 @@ fn time_ticks_are_utc_hours_within_a_day_and_dates_beyond() {
     // A table spanning a whole day names the date, so its first and last rows differ.
     assert!(html.contains("<tr><th>2025-11-28 00:00</th>") && html.contains("<tr><th>2025-11-29 00:00</th>"));
     let hours = ramp(12, HOUR_MS, |i| i as f64);
-    let html = line_chart("Hours", "", &[Series { name: "h", points: &hours }]);
+    let html = line_chart("Hours", "", &[Series { name: "h", points: &hours, measure: None }]);
     assert!(html.contains("<tr><th>11:00</th>"), "{html}");
     let week = ramp(8, DAY_MS, |i| i as f64);
-    let html = line_chart("Week", "", &[Series { name: "w", points: &week }]);
+    let html = line_chart("Week", "", &[Series { name: "w", points: &week, measure: None }]);
     assert_clean(&html);
     assert!(html.contains(">11-28</text>") && html.contains(">11-30</text>"), "{html}");
     assert!(html.contains("<tr><th>2025-11-29 00:00</th>"), "{html}");
@@ -220,7 +220,8 @@ fn time_ticks_are_utc_hours_within_a_day_and_dates_beyond() {
 fn outside_text_is_escaped() {
     let evil = r#"<script>alert("x")</script> & 'y'"#;
     let points = ramp(3, 60_000, |i| i as f64);
-    let series = [Series { name: evil, points: &points }, Series { name: evil, points: &points }];
+    let series =
+        [Series { name: evil, points: &points, measure: None }, Series { name: evil, points: &points, measure: None }];
     let html = line_chart(evil, evil, &series);
     let bars = bar_chart(evil, evil, &[(evil, 1.0)]);
     for html in [html, bars] {
@@ -251,7 +252,7 @@ fn attribute(html: &str, tag: &str, attr: &str) -> Vec<f64> {
 fn series_classes_cycle_and_a_legend_names_them_above_the_plot() {
     let points = ramp(3, 60_000, |i| i as f64);
     let names = ["a long series name number 0", "s1", "s2", "s3", "s4", "s5", "s6"];
-    let series: Vec<Series> = names.iter().map(|n| Series { name: n, points: &points }).collect();
+    let series: Vec<Series> = names.iter().map(|n| Series { name: n, points: &points, measure: None }).collect();
     let html = line_chart("Many", "", &series);
     assert_clean(&html);
     for i in 0..6 {
@@ -279,8 +280,11 @@ fn a_day_of_three_series_is_under_30_kb() {
     let a = ramp(288, 300_000, |i| 120.0 + (i as f64 * 0.37).sin() * 80.3);
     let b = ramp(288, 300_000, |i| 900.0 + (i as f64 * 0.11).cos() * 612.7);
     let c = ramp(288, 300_000, |i| 2_000.0 + (i * 7919 % 1000) as f64 * 3.21);
-    let series =
-        [Series { name: "p50", points: &a }, Series { name: "p95", points: &b }, Series { name: "p99", points: &c }];
+    let series = [
+        Series { name: "p50", points: &a, measure: None },
+        Series { name: "p95", points: &b, measure: None },
+        Series { name: "p99", points: &c, measure: None },
+    ];
     let html = line_chart("Latency", "ms", &series);
     assert_clean(&html);
     assert_eq!(table_rows(&html), 288);
@@ -359,4 +363,32 @@ fn qr_code_of_data_too_long_says_so() {
     let empty = qr_svg("");
     assert_well_formed(&empty);
     assert_eq!(qr_grid(&empty).0, 21 + 8);
+}
+
+#[test]
+fn a_colour_means_one_measure_and_the_legend_names_it() {
+    let points = ramp(3, 60_000, |i| i as f64);
+    // Errors are red wherever they are, first or second; calls blue.
+    let errors_only =
+        line_chart("E", "", &[Series { name: "errors", points: &points, measure: Some(Measure::Errors) }]);
+    assert!(errors_only.contains(r#"<path class="series-1""#), "{errors_only}");
+    let both = [
+        Series { name: "errors", points: &points, measure: Some(Measure::Errors) },
+        Series { name: "requests", points: &points, measure: Some(Measure::Calls) },
+    ];
+    let html = line_chart("Both", "", &both);
+    assert!(html.contains(r#"<text class="series-1" "#) && html.contains("— errors</text>"), "{html}");
+    assert!(html.contains(r#"<text class="series-0" "#) && html.contains("— requests</text>"), "{html}");
+    // A function's bar: the calls that succeeded in the calls' colour, the failed in the errors'.
+    let parts = [("succeeded", Measure::Calls), ("failed", Measure::Errors)];
+    let bars = stacked_bar_chart("Top", "calls", &parts, &[("f", vec![3.0, 1.0]), ("g", vec![2.0, 0.0])]);
+    assert_clean(&bars);
+    assert_eq!(bars.matches(r#"<rect class="chart-bar series-0""#).count(), 2, "{bars}");
+    assert_eq!(bars.matches(r#"<rect class="chart-bar series-1""#).count(), 1, "a part of 0 draws nothing: {bars}");
+    assert!(bars.contains(">4 calls</text>") && bars.contains(">2 calls</text>"), "totals after the bars: {bars}");
+    assert!(bars.contains(r#"<g class="chart-legend""#) && bars.contains("— failed</text>"), "{bars}");
+    assert!(bars.contains(r#"<th scope="row">f</th><td>3</td><td>1</td>"#), "{bars}");
+    // One unnamed measure: no legend, one colour.
+    let one = bar_chart("One", "calls", &[("a", 1.0), ("b", 2.0)]);
+    assert!(!one.contains("chart-legend") && !one.contains("series-1"), "{one}");
 }

@@ -158,6 +158,8 @@ pub(super) async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
         ctx.href(&format!("/analytics?gateway_id={}", encode(id))),
         ctx.href(&format!("/tool-changes?gateway_id={}", encode(id))),
     ));
+    body.push_str(&super::shaping::overrides(&g));
+    body.push_str(&super::shaping::limits(&g));
     body.push_str(&match super::playground::section(ctx, id).await {
         Ok(section) => section,
         Err(e) => {
@@ -200,4 +202,45 @@ pub(super) async fn delete(ctx: &Ctx<'_>, id: &str, fields: &[(String, String)])
     let mfa = field(fields, "mfa_code");
     ctx.api(Method::DELETE, &format!("/gateways/{}", seg(id)), None, Some(mfa)).await?;
     Ok(ctx.done("/gateways", "Gateway deleted."))
+}
+
+/// The organisation's gateways, id and name, by name (the first 100: the API's largest page);
+/// none when the role does not read gateways or the read fails (a page then shows ids alone).
+async fn listed(ctx: &Ctx<'_>) -> Vec<(String, String)> {
+    if !ctx.can(Scope::GatewaysRead) {
+        return Vec::new();
+    }
+    let got = ctx.get("/gateways?sort=name&order=asc&limit=100").await.unwrap_or(Value::Null);
+    (got["gateways"].as_array().into_iter().flatten()).map(|g| (html::text(&g["id"]), html::text(&g["name"]))).collect()
+}
+
+/// Gateway names by id, for pages that show a gateway id (the logs): `name (id)`.
+pub(super) async fn names(ctx: &Ctx<'_>) -> std::collections::HashMap<String, String> {
+    listed(ctx).await.into_iter().collect()
+}
+
+/// A form's gateway field (`gateway_id`): a `<select>` of the organisation's gateways by name,
+/// `chosen` selected, with "All gateways" unless `required`; a text field of the id for a role
+/// that does not read gateways. A chosen id not in the list stays an option (its id alone).
+pub(super) async fn picker(ctx: &Ctx<'_>, chosen: Option<&str>, required: bool) -> String {
+    let chosen = chosen.unwrap_or("");
+    let gateways = listed(ctx).await;
+    if gateways.is_empty() && !ctx.can(Scope::GatewaysRead) {
+        return html::input("Gateway id", "gateway_id", chosen, if required { "required" } else { "" });
+    }
+    let mut out = format!("<label>Gateway <select name=\"gateway_id\"{}>", if required { " required" } else { "" });
+    out.push_str(if required {
+        "<option value=\"\">Choose a gateway</option>"
+    } else {
+        "<option value=\"\">All gateways</option>"
+    });
+    let known = gateways.iter().any(|(id, _)| id == chosen);
+    let stray = (!chosen.is_empty() && !known).then(|| (chosen.to_string(), String::new()));
+    for (id, name) in gateways.iter().chain(stray.iter()) {
+        let sel = if id == chosen { " selected" } else { "" };
+        let label = if name.is_empty() { id.clone() } else { format!("{name} ({id})") };
+        out.push_str(&format!("<option value=\"{}\"{sel}>{}</option>", escape(id), escape(&label)));
+    }
+    out.push_str("</select></label>");
+    out
 }

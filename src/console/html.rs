@@ -8,6 +8,11 @@ use serde_json::Value;
 
 const CSS: &str = include_str!("static/console.css");
 const JS: &str = include_str!("static/console.js");
+/// The console's icon: a "t" on the accent colour, as a `data:` URL (the CSP's `img-src`
+/// allows `data:`), so that a browser asks for no `/favicon.ico` (a 404 is an error in its console).
+const ICON: &str = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E\
+%3Crect width='16' height='16' rx='3' fill='%230b5cad'/%3E%3Cpath d='M5 4.5h6M8 4.5v7' stroke='white' \
+stroke-width='2.2' stroke-linecap='round'/%3E%3C/svg%3E";
 /// The static files' cache policy: their URL names their content, so a URL's answer never changes.
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
@@ -43,7 +48,7 @@ fn head(prefix: &str, title: &str) -> String {
 }
 
 /// The `<head>`; `to`: a page that goes on to that URL by itself (`<meta http-equiv="refresh">`).
-/// The empty icon keeps browsers from asking for `/favicon.ico`, which is a 404 (an error in
+/// The icon ([`ICON`], a `data:` URL) keeps browsers from asking for `/favicon.ico`, a 404 (an error in
 /// the browser's console on every first page).
 fn head_going(prefix: &str, title: &str, to: Option<&str>) -> String {
     let refresh =
@@ -51,7 +56,7 @@ fn head_going(prefix: &str, title: &str, to: Option<&str>) -> String {
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}<title>{} - toolgate console</title>\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <link rel=\"icon\" href=\"data:,\">\
+         <link rel=\"icon\" href=\"{ICON}\">\
          <link rel=\"stylesheet\" href=\"{}{PATH}/static/{}\">\
          <script src=\"{}{PATH}/static/{}\" defer></script></head>",
         escape(title),
@@ -168,19 +173,35 @@ pub(super) fn table(caption: &str, rows: &[Value], columns: &[(&str, &str)], lin
         out.push_str("<tr>");
         for (i, (_, key)) in columns.iter().enumerate() {
             let value = escape(&text(&row[*key]));
+            let class = cell_class(key);
             match link {
                 Some((ctx, base)) if i == 0 => {
                     let id = text(&row["id"]);
                     let href = ctx.href(&format!("{base}{}", super::seg(&id)));
-                    out.push_str(&format!("<td><a href=\"{href}\">{value}</a></td>"));
+                    out.push_str(&format!("<td{class}><a href=\"{href}\">{value}</a></td>"));
                 }
-                _ => out.push_str(&format!("<td>{value}</td>")),
+                _ => out.push_str(&format!("<td{class}>{value}</td>")),
             }
         }
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table></div>");
     out
+}
+
+/// The class of a table cell by its field: an id, a time or a one-word state is never broken
+/// inside (`id`: `white-space: nowrap`; a wide table scrolls instead), free text may break
+/// anywhere (`text`), the rest wraps between words only.
+fn cell_class(key: &str) -> &'static str {
+    const WORDS: [&str; 5] = ["status", "state", "owner", "kind", "method"];
+    const FREE: [&str; 5] = ["description", "diff", "error", "message", "scope_list"];
+    if key == "id" || key.ends_with("_id") || key.ends_with("_at") || WORDS.contains(&key) {
+        " class=\"id\""
+    } else if FREE.contains(&key) {
+        " class=\"text\""
+    } else {
+        ""
+    }
 }
 
 /// Previous and next links from the API's `pagination` object; `query` is the page's other

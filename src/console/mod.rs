@@ -32,6 +32,7 @@ mod notifications;
 mod playground;
 mod security;
 mod sessions;
+mod shaping;
 mod snippets;
 mod team;
 mod tool_changes;

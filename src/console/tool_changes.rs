@@ -10,10 +10,11 @@ use toolgate_filters::Scope;
 
 pub(super) async fn page(ctx: &Ctx<'_>) -> Result<Page, ApiError> {
     let gateway = ctx.query("gateway_id").unwrap_or("");
+    let picker = super::gateways::picker(ctx, Some(gateway), true).await;
     let mut body = format!(
         "<form method=\"get\" action=\"{}\">{}<button type=\"submit\">Show</button></form>",
         ctx.href("/tool-changes"),
-        html::input("Gateway id", "gateway_id", gateway, "required")
+        picker
     );
     if !gateway.is_empty() {
         let got = ctx.get(&format!("/gateways/{}/tool-changes", seg(gateway))).await?;

@@ -43,6 +43,7 @@ const USERS: &[(&str, &str, &str)] = &[
     ("usr_co_site", "org_co_site", "owner"),
     ("usr_co_home", "org_co_home", "owner"),
     ("usr_co_home_viewer", "org_co_home", "viewer"),
+    ("usr_co_shape", "org_co_shape", "owner"),
 ];
 
 /// An app that connects with OAuth only; its authorization server is never reached (the
@@ -89,10 +90,22 @@ fn key(user: &str) -> &'static str {
     fx().keys[user].as_str()
 }
 
+/// Sign-ins to the shared server take turns. The tests all sign in from one address, and the
+/// server lets an address hold only a few sign-ins at once (`identity::signin::turns`: an
+/// eighth of the places, two on a two-core machine); tests running in parallel (`--test-threads=4`)
+/// got its 429 "too many sign-ins at once from this address" when three signed in together.
+static SIGN_INS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// `sign_in` holding the turn.
+fn in_turn<T>(sign_in: impl FnOnce() -> T) -> T {
+    let _turn = SIGN_INS.lock();
+    sign_in()
+}
+
 /// A browser signed in as `user`.
 fn signed_in(user: &str) -> Browser {
     let b = Browser::new(srv(), "co.test");
-    let r = b.sign_in(user, PASSWORD, "");
+    let r = in_turn(|| b.sign_in(user, PASSWORD, ""));
     assert_eq!(r.status, 303, "{r:?}");
     b
 }
@@ -131,7 +144,7 @@ fn without_a_session_a_page_is_a_redirect_to_sign_in_and_next_brings_the_user_ba
     assert_eq!(r.status, 303, "{r:?}");
     assert_eq!(r.header("location"), Some("/auth/signin?next=%2Fauth%2Fconsole%2Fgateways%3Fsort%3Dname"));
     assert_secure(&r, "the redirect");
-    let r = b.sign_in("usr_co_pages", PASSWORD, "/auth/console/gateways?sort=name");
+    let r = in_turn(|| b.sign_in("usr_co_pages", PASSWORD, "/auth/console/gateways?sort=name"));
     assert_eq!(r.status, 303, "{r:?}");
     assert_eq!(r.header("location"), Some("/auth/console/gateways?sort=name"));
     let account = b.send("GET", "/auth/", None);
@@ -224,7 +237,7 @@ fn a_csrf_token_the_client_chose_or_another_sessions_is_refused() {
     let b = Browser::new(srv(), "co.test");
     b.plant_cookie("toolgate_csrf", &chosen);
     let form = [("csrf", chosen.as_str()), ("email", "usr_co_forged@co.test"), ("password", PASSWORD), ("next", "")];
-    let r = b.send("POST", "/auth/signin", Some(&form));
+    let r = in_turn(|| b.send("POST", "/auth/signin", Some(&form)));
     assert_eq!(r.status, 403, "a made-up token on the sign-in form: {r:?}");
     assert!(b.cookie("toolgate_session").is_none(), "no session");
 
@@ -288,9 +301,9 @@ fn a_console_form_sent_from_another_site_is_refused() {
     let other = Browser::new(srv(), "co.test");
     let csrf = other.csrf();
     let form = [("csrf", csrf.as_str()), ("email", "usr_co_site@co.test"), ("password", PASSWORD), ("next", "")];
-    let r = other.send_with("POST", "/auth/signin", Some(&form), &[("origin", "https://evil.example")]);
+    let r = in_turn(|| other.send_with("POST", "/auth/signin", Some(&form), &[("origin", "https://evil.example")]));
     assert_eq!(r.status, 403, "{r:?}");
-    assert_eq!(other.send("POST", "/auth/signin", Some(&form)).status, 303);
+    assert_eq!(in_turn(|| other.send("POST", "/auth/signin", Some(&form))).status, 303);
 }
 
 #[test]
@@ -435,12 +448,13 @@ fn a_session_token_planted_before_sign_in_is_never_the_signed_in_session() {
         http.get(srv().url("/auth/signin")).header("cookie", format!("toolgate_session={planted}")).send().unwrap();
     let csrf = set_cookie(&form, "toolgate_csrf").expect("a CSRF cookie");
     let email = "usr_co_pages@co.test";
-    let r = http
-        .post(srv().url("/auth/signin"))
-        .header("cookie", format!("toolgate_session={planted}; toolgate_csrf={csrf}"))
-        .form(&[("csrf", csrf.as_str()), ("email", email), ("password", PASSWORD), ("next", "/auth/console")])
-        .send()
-        .unwrap();
+    let r = in_turn(|| {
+        http.post(srv().url("/auth/signin"))
+            .header("cookie", format!("toolgate_session={planted}; toolgate_csrf={csrf}"))
+            .form(&[("csrf", csrf.as_str()), ("email", email), ("password", PASSWORD), ("next", "/auth/console")])
+            .send()
+            .unwrap()
+    });
     assert_eq!(r.status().as_u16(), 303);
     let issued = set_cookie(&r, "toolgate_session").expect("a session cookie");
     assert_ne!(issued, planted, "the session is a token toolgate made at sign-in");
@@ -676,7 +690,7 @@ fn render_time_of_fifty_row_pages_is_printed() {
     const ROUNDS: usize = 30;
     for (page, rows) in [
         ("/auth/console/gateways", "<tr><td><a href=\"/auth/console/gateways/"),
-        ("/auth/console/logs", "<tr><td><a href=\"/auth/console/logs/"),
+        ("/auth/console/logs", "<tr><td class=\"id\"><a href=\"/auth/console/logs/"),
     ] {
         for _ in 0..ROUNDS {
             let r = b.send("GET", page, None);
@@ -781,4 +795,55 @@ fn the_home_is_an_overview_of_the_organisation_within_the_role() {
     assert_eq!(figure(&viewer.text, "gateways").as_deref(), Some("2"), "{}", viewer.text);
     assert_eq!(figure(&viewer.text, "keys-expiring"), None, "a viewer reads no keys: {}", viewer.text);
     assert!(!viewer.text.contains(expiring["id"].as_str().unwrap()));
+}
+
+/// What a gateway does to its tools is on its page, and a refused call stands out in the logs
+/// (issue 61): the page shows the gateway's overrides (the alias, the replaced description,
+/// escaped, the default argument) and "none" for the tool limits it has not; on the logs page a
+/// call a rule denied is marked `denied`, the call that ran is not.
+#[test]
+fn the_gateway_page_shows_its_tool_shaping_and_the_logs_mark_a_refused_call() {
+    let user = "usr_co_shape";
+    let shaped = json!([{ "tool": "get_current_time", "name": "now", "description": "The time <b>now</b>.",
+                          "default_arguments": { "format": "YYYY" } }]);
+    let rules = json!([{ "name": "not-tokyo", "effect": "deny", "when": "args.timezone == \"Asia/Tokyo\"" }]);
+    let body = json!({ "name": "shaped", "servers": ["time"], "tool_overrides": shaped, "rules": rules });
+    let (gw, gw_key) = crate::common::mcp::create_gateway(srv(), key(user), body);
+    let b = signed_in(user);
+    let page = b.send("GET", &format!("/auth/console/gateways/{gw}"), None);
+    assert_eq!(page.status, 200, "{}", page.text);
+    let t = &page.text;
+    assert!(t.contains("<caption>Tool overrides</caption>"), "{t}");
+    assert!(
+        t.contains("<td class=\"id\"><code>get_current_time</code></td><td class=\"id\"><code>now</code></td>"),
+        "{t}"
+    );
+    assert!(t.contains("The time &lt;b&gt;now&lt;/b&gt;.") && !t.contains("<b>now</b>"), "escaped: {t}");
+    assert!(t.contains("<li>default <code>format</code> = <code>&quot;YYYY&quot;</code></li>"), "{t}");
+    assert!(t.contains("id=\"tool-limits-none\""), "no limits: none: {t}");
+
+    let mcp = crate::common::mcp::Mcp::open(srv(), &gw, &gw_key);
+    assert!(mcp.call(1, "now", json!({ "timezone": "UTC" }))["result"].is_object());
+    let (code, _) = crate::common::mcp::rpc_error(&mcp.call(2, "now", json!({ "timezone": "Asia/Tokyo" })));
+    assert_eq!(code, -32012, "the rule denies it");
+    let logs = b.send("GET", &format!("/auth/console/logs?gateway_id={gw}"), None);
+    assert_eq!(logs.status, 200, "{}", logs.text);
+    let rows: Vec<&str> = logs.text.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 2, "{}", logs.text);
+    // Newest first: the denied call, then the one that ran.
+    assert!(rows[0].contains("<span class=\"badge refused\">denied</span>"), "{}", rows[0]);
+    assert!(!rows[1].contains("badge"), "{}", rows[1]);
+    // The denied call's own page says so too, and names its gateway.
+    let href = rows[0].split("href=\"").nth(1).and_then(|h| h.split('"').next()).expect("the entry's link");
+    let entry = b.send("GET", href, None);
+    assert!(entry.text.contains("<span class=\"badge refused\">denied</span>"), "{}", entry.text);
+    assert!(entry.text.contains(&format!("<dd>shaped ({gw})</dd>")), "{}", entry.text);
+    // The logs name the gateway beside its id, and the filter is a list of gateways by name.
+    assert!(rows[1].contains(&format!("<td>shaped ({gw})</td>")), "{}", rows[1]);
+    assert!(logs.text.contains(&format!("<option value=\"{gw}\" selected>shaped ({gw})</option>")), "{}", logs.text);
+    // Analytics: the success rate as a percentage (one of two calls was refused), the picker.
+    let stats = b.send("GET", &format!("/auth/console/analytics?gateway_id={gw}&period=1h"), None);
+    assert!(stats.text.contains("<dd id=\"success-rate\">50.0 %</dd>"), "{}", stats.text);
+    assert!(stats.text.contains(&format!("<option value=\"{gw}\" selected>")), "{}", stats.text);
+    assert!(stats.text.contains("— failed</text>") && stats.text.contains("chart-bar series-1"), "{}", stats.text);
 }

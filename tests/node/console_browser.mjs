@@ -8,6 +8,9 @@
 //           every control is named and the keyboard focus visible
 //   viewer  the owner sees write forms where a viewer sees none; a viewer's forged POST is
 //           refused by the API's scope check
+//   layout  every page at 1280 px and at 390 px: no id, time, state or button wraps inside (its
+//           height is one line), nothing is wider than the window (a wide table scrolls in its
+//           box); a tool called from the gateway's playground; a screenshot of each page and width
 //   oauth   sign in (password), "Connect with OAuth" on the apps page, sign in and consent at the
 //           app's authorization server (oidc-provider's development pages), back on the apps page:
 //           print {"status", "notice"} of the app's row
@@ -251,7 +254,84 @@ async function oauth() {
   finish({ status, notice });
 }
 
-const phases = { create, verify, viewer, oauth };
+// The elements that must stay on one line: ids, times, states, buttons, inline code.
+const ONE_LINE = 'button, .id, td.id, time, :not(pre) > code, th, .cards .figure, .badge';
+
+async function wrapped(page) {
+  // A wrapped text has line boxes at more than one height: its range's rectangles.
+  return page.evaluate((selector) => [...document.querySelectorAll(selector)]
+    .filter((e) => e.getClientRects().length > 0 && e.textContent.trim() !== '')
+    .filter((e) => {
+      const range = document.createRange();
+      range.selectNodeContents(e);
+      const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.bottom)));
+      return tops.size > 1;
+    })
+    .map((e) => `${e.tagName.toLowerCase()}.${e.className}: ${e.textContent.trim().slice(0, 60)}`), ONE_LINE);
+}
+
+// The elements that reach past the window's right edge (what makes a page wider than it).
+async function overflowing(page) {
+  return page.evaluate(() => [...document.querySelectorAll('body *')]
+    .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+    .filter((e) => !e.closest('.scroll, pre, dd, .visually-hidden'))
+    .slice(0, 5).map((e) => `${e.tagName.toLowerCase()}.${e.className}`).join(', '));
+}
+
+async function layout() {
+  const context = await open(config.profile);
+  const page = await context.newPage();
+  const pages = {
+    home: '/auth/console', gateways: '/auth/console/gateways', gateway: `/auth/console/gateways/${config.gateway_id}`,
+    apps: '/auth/console/apps', keys: '/auth/console/keys', 'service-accounts': '/auth/console/service-accounts',
+    sessions: '/auth/console/sessions?state=all', logs: '/auth/console/logs', analytics: '/auth/console/analytics?period=1h',
+    'tool-changes': `/auth/console/tool-changes?gateway_id=${config.gateway_id}`, webhooks: '/auth/console/webhooks',
+    alerts: '/auth/console/alerts', 'ip-allowlist': '/auth/console/ip-allowlist', mfa: '/auth/console/mfa',
+    team: '/auth/console/team', account: '/auth/',
+  };
+  const problems = [];
+  for (const width of [1280, 390]) {
+    await page.setViewportSize({ width, height: 800 });
+    for (const [name, path] of Object.entries(pages)) {
+      await page.goto(`${config.base}${path}`);
+      for (const w of await wrapped(page)) problems.push(`${name} at ${width} px: ${w} wraps`);
+      // The page follows the navigation (at a phone's width, below it) with no empty band between.
+      const gap = await page.evaluate(() => {
+        const nav = document.querySelector('nav[aria-label="Console"]');
+        const main = document.querySelector('main');
+        return nav && main ? Math.round(main.getBoundingClientRect().top - nav.getBoundingClientRect().bottom) : 0;
+      });
+      if (gap > 24) problems.push(`${name} at ${width} px: ${gap} px of nothing between the navigation and the page`);
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      if (wide > 1) problems.push(`${name} at ${width} px: the page is ${wide} px wider than the window (${await overflowing(page)})`);
+      await shot(page, `${name}-${width}`);
+    }
+  }
+  // The playground: the tool picked, its form filled, called; the result and its log entry.
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(`${config.base}/auth/console/gateways/${config.gateway_id}?tool=${config.function}#playground`);
+  await page.locator('section.playground').scrollIntoViewIfNeeded();
+  await shot(page, 'playground');
+  await page.locator('[name="arg.format"]').fill('YYYY-MM-DD');
+  await page.locator('[name="arg.timezone"]').fill('UTC');
+  await page.getByRole('button', { name: `Call ${config.function}` }).click();
+  check(await page.locator('#call-ok').count() === 1, `the playground's call: ${await page.locator('main').innerText()}`);
+  const answer = (await page.locator('#call-text-0').textContent()).trim();
+  const requestId = (await page.locator('#request-id').textContent()).trim();
+  check(await page.locator('#call-log').count() === 1, 'the result links its log entry');
+  await shot(page, 'playground-result');
+  for (const w of await wrapped(page)) problems.push(`playground result: ${w} wraps`);
+  // The call's log entry, opened from the result.
+  await page.locator('#call-log').click();
+  check(await page.locator('section.entry').count() === 1, `the call's log entry opens: ${page.url()}`);
+  check((await page.locator('section.entry').innerText()).includes(requestId), 'the entry is the call\'s');
+  await shot(page, 'playground-log-entry');
+  await context.close();
+  check(problems.length === 0, `the layout breaks words:\n${problems.join('\n')}`);
+  finish({ answer, request_id: requestId, pages: Object.keys(pages) });
+}
+
+const phases = { create, verify, viewer, oauth, layout };
 phases[phase]().catch((e) => {
   console.error(e.stack || String(e));
   process.exit(1);

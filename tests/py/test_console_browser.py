@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -103,6 +104,17 @@ def test_the_console_in_chromium(node_dir, tmp_path):
         cfg.write_text(json.dumps(settings))
         seen = browser(node_dir, "verify", cfg)
         assert seen["total"] >= 1
+        # The layout at 1280 and 390 px, and a tool called from the playground (issue 60).
+        laid = browser(node_dir, "layout", cfg)
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", laid["answer"]), laid
+        logs = api(srv, "GET", f"/v1/logs?gateway_id={gateway_id}", owner_key)["logs"]
+        entry = next(e for e in logs if e.get("request_id") == laid["request_id"])
+        assert entry["user_id"] == "usr_cb_owner" and entry["key_id"].startswith("web:"), entry
+        for name in laid["pages"]:
+            for width in (1280, 390):
+                assert (artifacts / f"{name}-{width}.png").stat().st_size > 1000, (name, width)
+        for name in ("playground", "playground-result", "playground-log-entry"):
+            assert (artifacts / f"{name}.png").stat().st_size > 1000, name
         seen = browser(node_dir, "viewer", cfg)
         assert seen["forged"] == 403, seen
         assert all(n > 0 for n in seen["owner_forms"].values()), seen

@@ -19,14 +19,26 @@ pub(crate) fn escape(s: &str) -> String {
     out
 }
 
+/// The identity pages' stylesheet: the console's look (its type, colours, fields, buttons and
+/// focus ring: `src/console/static/console.css`) on a narrow column, inline as these pages'
+/// CSP allows, so that signing in and the account read as the same product as the console.
+const LOOK: &str = "body{margin:0;font:15px/1.45 system-ui,sans-serif;color:#1b1f24;background:#f6f8fa}\
+header{padding:.6em 1em;border-bottom:1px solid #d0d7de;background:#fff}header b{font-weight:700}\
+main{max-width:30em;margin:2.5em auto;padding:1.2em 1.5em;background:#fff;border:1px solid #d0d7de;border-radius:6px}\
+h1{font-size:1.5em;margin-top:0}a{color:#0b5cad}label{display:flex;flex-direction:column;gap:.2em;margin:.8em 0;\
+font-size:.9em;color:#57606a}input,select,button{font:inherit;padding:.35em .5em;border:1px solid #d0d7de;border-radius:4px}\
+input{width:100%;box-sizing:border-box;color:#1b1f24}button{white-space:nowrap;background:#0b5cad;color:#fff;\
+border-color:#0b5cad;cursor:pointer}:focus-visible{outline:3px solid #f0b400;outline-offset:1px}\
+.error{color:#b3261e}time,code{white-space:nowrap}table{display:block;overflow-x:auto;border-collapse:collapse}th,td{text-align:left;\
+padding:.35em .6em;border-bottom:1px solid #d0d7de}@media (max-width:500px){main{margin:0;border:0;border-radius:0}}";
+
 /// A page of the identity service (the sign-in's and the authorization server's): `body` in
 /// the frame, under `title`.
 pub(crate) fn page(title: &str, body: &str) -> String {
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} - toolgate</title>\
-         <meta name=\"viewport\" content=\"width=device-width\"><style>body{{font-family:sans-serif;max-width:32em;\
-         margin:3em auto}}label{{display:block;margin:.8em 0}}input{{display:block;width:100%}}.error{{color:#b00}}</style>\
-         </head><body><h1>{}</h1>{body}</body></html>",
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <style>{LOOK}</style></head><body><header><b>toolgate</b></header><main><h1>{}</h1>{body}</main></body></html>",
         escape(title),
         escape(title)
     )
@@ -104,9 +116,10 @@ pub(crate) fn account(prefix: &str, csrf: &str, user: &User, current: &WebSessio
         .iter()
         .map(|s| {
             format!(
-                "<li data-session=\"{}\">{} from {} ({}){}</li>",
+                "<li data-session=\"{}\"><time datetime=\"{}\">{}</time> from {} ({}){}</li>",
                 escape(&s.id),
                 escape(&s.created_at.to_rfc3339()),
+                escape(&s.created_at.format("%Y-%m-%d %H:%M UTC").to_string()),
                 escape(&s.ip),
                 escape(&s.user_agent),
                 if s.id == current.id { " - this one" } else { "" }
