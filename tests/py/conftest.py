@@ -18,7 +18,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mcp_helpers import Api, McpHttp, config, gateway_session, mcp_url  # noqa: E402
+from mcp_helpers import (  # noqa: E402
+    Api,
+    McpHttp,
+    config,
+    everything_server,
+    gateway_session,
+    http_app,
+    mcp_url,
+    start_toolgate,
+)
 from toolgate_harness import ROOT, ToolgateServer  # noqa: E402
 
 
@@ -64,6 +73,19 @@ def time_gateway(module_toolgate_factory):
     srv = module_toolgate_factory(full_config=config())
     gw_id, key = Api(srv).create_gateway(["time"])
     return srv, mcp_url(srv, gw_id), key
+
+
+@pytest.fixture(scope="module")
+def everything():
+    """(toolgate, its API) with server-everything as the app `everything`, shared by a module's
+    tests (a module that needs another set-up defines its own `everything`)."""
+    with everything_server() as ev:
+        srv = start_toolgate(config(http_app("everything", ev.url)))
+        try:
+            yield srv, Api(srv)
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
 
 
 @pytest.fixture

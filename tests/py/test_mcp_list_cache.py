@@ -17,7 +17,6 @@ from mcp_helpers import (
     STATELESS,
     Api,
     config,
-    everything_server,
     http_app,
     mcp_url,
     python_app,
@@ -28,18 +27,6 @@ from mcp_helpers import (
 )
 
 META = {"io.modelcontextprotocol/protocolVersion": STATELESS, "io.modelcontextprotocol/clientCapabilities": {}}
-
-
-@pytest.fixture(scope="module")
-def everything():
-    """(toolgate, its API) with server-everything as the app `everything`."""
-    with everything_server() as ev:
-        srv = start_toolgate(config(http_app("everything", ev.url)))
-        try:
-            yield srv, Api(srv)
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
 
 
 def search_gateway(api: Api, **extra) -> tuple[str, str]:

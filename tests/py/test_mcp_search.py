@@ -26,33 +26,17 @@ from mcp_helpers import (
     STATELESS,
     Api,
     McpHttp,
-    config,
-    everything_server,
-    http_app,
     mcp_url,
     messages_on_stream_while,
     node_bin,
     response_message,
     run,
     sdk_client,
-    start_toolgate,
     stateless_post,
 )
 
 SEARCH = {"discovery": "search"}
 META = {"io.modelcontextprotocol/protocolVersion": STATELESS, "io.modelcontextprotocol/clientCapabilities": {}}
-
-
-@pytest.fixture(scope="module")
-def everything():
-    """(toolgate, its API) with server-everything as the app `everything`."""
-    with everything_server() as ev:
-        srv = start_toolgate(config(http_app("everything", ev.url)))
-        try:
-            yield srv, Api(srv)
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
 
 
 def search_gateway(api: Api, configuration: dict | None = None, **extra) -> tuple[str, str]:

@@ -26,7 +26,6 @@ from mcp_helpers import (
     STATELESS,
     Api,
     config,
-    everything_server,
     http_app,
     mcp_url,
     node_bin,
@@ -46,18 +45,6 @@ OVERRIDES = [
     {"tool": "get-annotated-message", "name": "status-note",
      "default_arguments": {"messageType": "success"}, "hidden_arguments": ["includeImage"]},
 ]
-
-
-@pytest.fixture(scope="module")
-def everything():
-    """(toolgate, its API, the admin key) with server-everything as the app `everything`."""
-    with everything_server() as ev:
-        srv = start_toolgate(config(http_app("everything", ev.url)))
-        try:
-            yield srv, Api(srv)
-        finally:
-            srv.stop()
-            srv.tmp.cleanup()
 
 
 def shaped_gateway(api: Api, **extra) -> tuple[str, str]:
