@@ -31,14 +31,21 @@ fn in_flight_requests_beyond_the_cap_are_429() {
             &json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string(),
         )
     };
-    // Two slow calls hold both slots of the key (each on a connection of its own; `Mcp::call`
-    // asserts they are answered with HTTP 200)...
+    // Two slow calls hold both slots of the key (each on a connection of its own). A slow call
+    // that arrives while the other and a ping below hold the two slots is refused before it
+    // starts, rightly: it tries again until admitted, and must then be answered with HTTP 200.
     let calls = Mcp::open(&srv, &gw, &key);
     let slow: Vec<_> = (0..2)
         .map(|i| {
             let calls = calls.on_own_connection();
-            std::thread::spawn(move || {
-                calls.call(10 + i, "trigger-long-running-operation", json!({"duration": 2, "steps": 2}))
+            std::thread::spawn(move || loop {
+                let (status, body) =
+                    calls.try_call(10 + i, "trigger-long-running-operation", json!({"duration": 2, "steps": 2}));
+                match status {
+                    429 => std::thread::sleep(Duration::from_millis(5)),
+                    200 => return body,
+                    _ => panic!("a slow call: HTTP {status}: {body}"),
+                }
             })
         })
         .collect();

@@ -136,6 +136,13 @@ impl Mcp {
         body
     }
 
+    /// A `tools/call` whose HTTP status is the caller's to judge: `(status, body text)`.
+    pub fn try_call(&self, id: u64, tool: &str, arguments: Value) -> (u16, String) {
+        let r = self.post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}));
+        let status = r.status().as_u16();
+        (status, r.text().unwrap_or_default())
+    }
+
     pub fn call(&self, id: u64, tool: &str, arguments: Value) -> Value {
         self.rpc(id, "tools/call", json!({"name": tool, "arguments": arguments}))
     }
