@@ -56,32 +56,9 @@ impl Glob {
         !self.0.contains(['*', '?'])
     }
 
-    /// Whether `name` matches: the classic linear backtracking over the last `*` seen.
+    /// Whether `name` matches (the one glob matcher, shared with the external guards' `tools`).
     pub fn matches(&self, name: &str) -> bool {
-        let (p, n) = (self.0.as_bytes(), name.as_bytes());
-        let (mut pi, mut ni) = (0, 0);
-        let mut star: Option<(usize, usize)> = None;
-        while ni < n.len() {
-            match p.get(pi) {
-                Some(b'*') => {
-                    star = Some((pi, ni));
-                    pi += 1;
-                }
-                Some(&c) if c == b'?' || c == n[ni] => {
-                    pi += 1;
-                    ni += 1;
-                }
-                _ => match star {
-                    Some((sp, sn)) => {
-                        pi = sp + 1;
-                        ni = sn + 1;
-                        star = Some((sp, sn + 1));
-                    }
-                    None => return false,
-                },
-            }
-        }
-        p[pi..].iter().all(|&c| c == b'*')
+        crate::data::model::glob_matches(self.0.as_bytes(), name.as_bytes())
     }
 
     /// Whether every name `other` matches is matched by this glob too, when that is plain to
