@@ -39,5 +39,6 @@ pub(crate) mod stateless;
 pub(crate) mod subscriptions;
 pub(crate) mod tasks;
 pub mod tool_limits;
+pub(crate) mod token_exchange;
 pub(crate) mod transport;
 pub mod upstream;
