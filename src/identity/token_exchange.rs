@@ -17,7 +17,7 @@
 //! token is never logged or kept: only its SHA-256, mixed with the app's id, names a cache entry.
 
 use super::app_oauth::{self, AppOAuthError};
-use crate::config::{AppConfig, TokenClientAuth, SubjectTokenType, TokenExchangeConfig};
+use crate::config::{AppConfig, SubjectTokenType, TokenClientAuth, TokenExchangeConfig};
 use base64::Engine;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -156,11 +156,8 @@ pub(crate) async fn exchange(
             }
         }
     }
-    let response = request
-        .form(&form)
-        .send()
-        .await
-        .map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
+    let response =
+        request.form(&form).send().await.map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
     let status = response.status();
     let body = response.bytes().await.map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
     issued(status, &body)
@@ -214,7 +211,10 @@ mod tests {
         let gw = || CredentialKind::GatewayKey { gateway_id: "gw".into() };
         let e = subject_of(&gw(), None, &both).unwrap_err();
         assert!(e.to_string().starts_with("a gateway key cannot be exchanged"), "{e}");
-        assert_eq!(subject_of(&CredentialKind::ApiKey, Some("ag_x"), &both), Err(Unexchangeable::NotAToken("an API key")));
+        assert_eq!(
+            subject_of(&CredentialKind::ApiKey, Some("ag_x"), &both),
+            Err(Unexchangeable::NotAToken("an API key"))
+        );
         let token = CredentialKind::GatewayToken { gateway_id: "gw".into() };
         assert_eq!(subject_of(&token, Some("eyJ.a.b"), &both), Ok(SubjectTokenType::Jwt));
         assert_eq!(subject_of(&token, Some("tga_grant1.secret"), &both), Ok(SubjectTokenType::AccessToken));
@@ -247,11 +247,15 @@ mod tests {
         let ok = issued(reqwest::StatusCode::OK, br#"{"access_token":"x","token_type":"Bearer","expires_in":60,"issued_token_type":"urn:ietf:params:oauth:token-type:access_token"}"#).unwrap();
         assert_eq!((ok.access_token.as_str(), ok.expires_in), ("x", Some(60)));
         assert!(!format!("{ok:?}").contains("\"x\""), "the token is not in its Debug");
-        let refused = issued(reqwest::StatusCode::BAD_REQUEST, br#"{"error":"invalid_target","error_description":"no"}"#);
+        let refused =
+            issued(reqwest::StatusCode::BAD_REQUEST, br#"{"error":"invalid_target","error_description":"no"}"#);
         assert!(matches!(refused, Err(AppOAuthError::Refused { ref error, .. }) if error == "invalid_target"));
         let na = issued(reqwest::StatusCode::OK, br#"{"access_token":"x","token_type":"N_A"}"#).unwrap_err();
         assert!(na.to_string().contains("expected Bearer"), "{na}");
         assert!(issued(reqwest::StatusCode::BAD_GATEWAY, b"<html>").is_err());
-        assert_eq!(basic("a b", "s:é"), format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("a+b:s%3A%C3%A9")));
+        assert_eq!(
+            basic("a b", "s:é"),
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("a+b:s%3A%C3%A9"))
+        );
     }
 }

@@ -13,7 +13,8 @@
 // user's `email` (`<login>@example.com`) and `email_verified` (false for logins that start with
 // "unverified").
 // For toolgate's token exchange (test_token_exchange.py), when TOKEN_EXCHANGE is set: the
-// client `toolgate-app` may also use client_credentials and OAuth 2.0 Token Exchange (RFC 8693).
+// client `toolgate-app` may also use client_credentials and OAuth 2.0 Token Exchange (RFC 8693),
+// and a client `toolgate-basic` (same secret, HTTP Basic authentication) token exchange alone.
 // oidc-provider has no token exchange of its own, so the grant is registered here
 // (`registerGrantType`), following RFC 8693 section 2: `subject_token` must be a live token of
 // this provider (a JWT it signed, verified with its key, or an access token it holds) of the
@@ -45,7 +46,18 @@ const clients = [{
 }];
 const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const exchanging = Boolean(process.env.TOKEN_EXCHANGE);
-if (exchanging) clients[0].grant_types.push('client_credentials', TOKEN_EXCHANGE);
+if (exchanging) {
+  clients[0].grant_types.push('client_credentials', TOKEN_EXCHANGE);
+  // The same, authenticating with HTTP Basic (RFC 6749 section 2.3.1).
+  clients.push({
+    client_id: 'toolgate-basic',
+    client_secret: process.env.CLIENT_SECRET,
+    grant_types: [TOKEN_EXCHANGE],
+    response_types: [],
+    redirect_uris: [],
+    token_endpoint_auth_method: 'client_secret_basic',
+  });
+}
 if (process.env.SIGNIN_REDIRECT_URI) {
   clients.push({
     client_id: 'toolgate-signin',

@@ -27,6 +27,7 @@ import base64
 import contextlib
 import hashlib
 import itertools
+import json
 import secrets
 import threading
 import time
@@ -122,7 +123,7 @@ def call(c: McpHttp, tool: str) -> dict:
 
 def whoami(c: McpHttp, app_id: str) -> str:
     tools = [t["name"] for t in c.rpc("tools/list")["result"]["tools"]]
-    names = [n for n in tools if n.startswith(app_id) and n.endswith("whoami")]
+    names = [n for n in tools if n.endswith("whoami") and (n == "whoami" or n.startswith(app_id))]
     assert len(names) == 1, tools
     return names[0]
 
@@ -191,3 +192,52 @@ def test_each_caller_reaches_the_app_as_themselves_through_one_exchange_each(tmp
         assert "invalid_target" in logs
         for token in tokens.values():
             assert token not in logs and token.split(".")[2] not in logs
+
+
+def test_an_exchanged_token_is_renewed_when_due_and_an_expired_subject_token_is_refused(tmp_path):
+    """The provider's tokens live `ttl` s: an exchanged token is used for half its life, then
+    exchanged again; once the caller's own JWT has expired (the gateway's leeway still takes it),
+    the provider refuses it with `invalid_grant`, which the caller is told. The client
+    authenticates with HTTP Basic here (`client_auth: client_secret_basic`)."""
+    ttl = 4
+    with provider(tmp_path, token_ttl=ttl, token_exchange=True) as (issuer, secret), \
+            oauth_app(tmp_path, issuer, secret) as app_url:
+        apps = (
+            "  - id: secured\n    name: secured\n    category: testing\n    auth_types: [api_key]\n"
+            f"    url: {app_url}\n    oauth:\n      client_id: toolgate-basic\n"
+            "      client_secret_env: TG_TEST_APP_SECRET\n      token_exchange: {client_auth: client_secret_basic}\n"
+        )
+        trust = f"gateway_oauth:\n  issuer: {issuer}\n  scopes: [mcp]\n  leeway_secs: 60\n"
+        srv = start_on_a_chosen_port(lambda port: on_port(config(apps), port) + trust,
+                                     env={"TG_TEST_APP_SECRET": secret})
+        try:
+            connect_for_lists(srv, issuer, secret, app_url, "secured")
+            gw, _ = Api(srv).create_gateway(["secured"], configuration={"auth": "oauth"})
+            url = f"{srv.base_url}/gateway/{gw}/mcp"
+            token = caller_token(issuer, url, "carol")
+            c = session(url, token)
+            tool = whoami(c, "secured")
+            issued_at = time.monotonic()
+            assert call(c, tool)["result"]["content"][0]["text"] == "subject: carol"
+            assert call(c, tool)["result"]["content"][0]["text"] == "subject: carol"
+            assert exchanges(issuer) == {"issued": 1, "refused": 0}, "the second call used the cached token"
+
+            # Half the exchanged token's life later it is due: exchanged again, still as carol.
+            time.sleep(max(0.0, issued_at + ttl / 2 + 0.2 - time.monotonic()))
+            assert call(c, tool)["result"]["content"][0]["text"] == "subject: carol"
+            assert exchanges(issuer) == {"issued": 2, "refused": 0}
+
+            # Past the caller's own token's life, the provider refuses to exchange it.
+            time.sleep(max(0.0, claims_exp(token) + 1 - time.time()))
+            answer = call(c, tool)
+            assert answer.get("error", {}).get("data", {}).get("error") == "invalid_grant", answer
+            assert "refused to exchange the caller's token: invalid_grant" in answer["error"]["message"], answer
+            assert metric(srv, "secured", "refused") == 1 and metric(srv, "secured", "issued") == 2
+        finally:
+            srv.stop()
+            srv.tmp.cleanup()
+
+
+def claims_exp(token: str) -> float:
+    payload = token.split(".")[1]
+    return float(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["exp"])

@@ -227,8 +227,7 @@ impl RawOAuth {
             (None, Some(_)) => return Err(invalid(f("oauth.authorize_url"), "required with token_url")),
         };
         let client_secret = secret_from_env(|| f("oauth.client_secret_env"), self.client_secret_env.as_deref())?;
-        let token_exchange =
-            self.token_exchange.map(|t| t.build(i, upstream, client_secret.is_some())).transpose()?;
+        let token_exchange = self.token_exchange.map(|t| t.build(i, upstream, client_secret.is_some())).transpose()?;
         Ok(OAuthConfig { endpoints, client_id: self.client_id, client_secret, scopes: self.scopes, token_exchange })
     }
 }

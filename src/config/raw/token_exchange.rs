@@ -116,15 +116,22 @@ mod tests {
             (RawTokenExchange { audience: Some(" ".into()), ..Default::default() }, ".audience"),
             (RawTokenExchange { resource: Some("/relative".into()), ..Default::default() }, ".resource"),
             (RawTokenExchange { resource: Some("https://a.example/#x".into()), ..Default::default() }, ".resource"),
-            (RawTokenExchange { subject_token_types: Some(vec!["saml2".into()]), ..Default::default() }, ".subject_token_types"),
-            (RawTokenExchange { token_endpoint: Some("ftp://a.example/token".into()), ..Default::default() }, ".token_endpoint"),
+            (
+                RawTokenExchange { subject_token_types: Some(vec!["saml2".into()]), ..Default::default() },
+                ".subject_token_types",
+            ),
+            (
+                RawTokenExchange { token_endpoint: Some("ftp://a.example/token".into()), ..Default::default() },
+                ".token_endpoint",
+            ),
             (RawTokenExchange { client_auth: Some("private_key_jwt".into()), ..Default::default() }, ".client_auth"),
         ];
         for (raw, field) in cases {
             let e = refusal(raw, &url_app(), true);
             assert!(e.starts_with(&format!("apps[0].oauth.token_exchange{field}:")), "{e}");
         }
-        let twice = RawTokenExchange { subject_token_types: Some(vec!["jwt".into(), "jwt".into()]), ..Default::default() };
+        let twice =
+            RawTokenExchange { subject_token_types: Some(vec!["jwt".into(), "jwt".into()]), ..Default::default() };
         assert!(refusal(twice, &url_app(), true).contains("named twice"));
         let none = RawTokenExchange { subject_token_types: Some(vec![]), ..Default::default() };
         assert!(refusal(none, &url_app(), true).contains("at least one"));
