@@ -563,6 +563,62 @@ pub struct OAuthConfig {
     /// for a public client (PKCE alone).
     pub client_secret: Option<String>,
     pub scopes: Vec<String>,
+    /// `token_exchange`: calls go with a token exchanged for each caller's own (RFC 8693,
+    /// `identity::token_exchange`) instead of the organisation's connection.
+    pub token_exchange: Option<TokenExchangeConfig>,
+}
+
+/// An app's `oauth.token_exchange` (RFC 8693): what toolgate asks the app's authorization server
+/// for, in exchange for a caller's own token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenExchangeConfig {
+    /// `audience`, sent when configured (the app's name at its authorization server).
+    pub audience: Option<String>,
+    /// `resource` (RFC 8707): the app's URL unless configured.
+    pub resource: String,
+    /// The kinds of caller token that may be exchanged.
+    pub subject_token_types: Vec<SubjectTokenType>,
+    /// As configured; none: the token endpoint the app's OAuth settings name or discovery finds.
+    pub token_endpoint: Option<String>,
+    /// How toolgate authenticates as `client_id` (RFC 6749 section 2.3.1).
+    pub client_auth: TokenClientAuth,
+}
+
+/// A kind of subject token (RFC 8693 section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectTokenType {
+    /// An OAuth access token (toolgate's own authorization server's).
+    AccessToken,
+    /// A JWT (a configured issuer's).
+    Jwt,
+}
+
+impl SubjectTokenType {
+    /// Its URI (RFC 8693 section 3).
+    pub fn urn(self) -> &'static str {
+        match self {
+            SubjectTokenType::AccessToken => "urn:ietf:params:oauth:token-type:access_token",
+            SubjectTokenType::Jwt => "urn:ietf:params:oauth:token-type:jwt",
+        }
+    }
+
+    /// Its name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            SubjectTokenType::AccessToken => "access_token",
+            SubjectTokenType::Jwt => "jwt",
+        }
+    }
+}
+
+/// How a client authenticates at a token endpoint with its secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenClientAuth {
+    /// `client_id` and `client_secret` in the form.
+    #[default]
+    ClientSecretPost,
+    /// HTTP Basic with the form-encoded id and secret.
+    ClientSecretBasic,
 }
 
 impl std::fmt::Debug for OAuthConfig {
@@ -572,6 +628,7 @@ impl std::fmt::Debug for OAuthConfig {
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret.as_ref().map(|_| "…"))
             .field("scopes", &self.scopes)
+            .field("token_exchange", &self.token_exchange)
             .finish()
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod mfa;
 pub(crate) mod oauth_server;
 mod router;
 pub(crate) mod signin;
+pub(crate) mod token_exchange;
 
 pub(crate) use router::{handle, refuse};
 

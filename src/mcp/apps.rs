@@ -19,6 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+mod exchanged;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AppError {
     #[error("unknown app `{0}`")]
@@ -30,6 +32,9 @@ pub enum AppError {
     /// The app's OAuth tokens could not be renewed; the connection is marked `error`.
     #[error("app `{app}`: {error}")]
     Authorization { app: String, error: crate::identity::app_oauth::AppOAuthError },
+    /// A call to an app that exchanges each caller's token came without one (`exchanged.rs`).
+    #[error("app `{0}` is called with each caller's own token (oauth.token_exchange): this call names no caller")]
+    NoCallerToken(String),
 }
 
 /// Whose upstream serves `org_id`'s calls to `app`: apps without credentials are the same for
@@ -68,6 +73,8 @@ pub struct AppClients {
     pub failures: FailureRuns,
     /// One renewal of a connection's OAuth tokens at a time (organisation, app).
     renewing: DashMap<Key, Arc<tokio::sync::Mutex<()>>>,
+    /// Token exchange: the per-caller upstreams of the apps that exchange (`exchanged.rs`).
+    exchanged: exchanged::CallerUpstreams,
 }
 
 impl AppClients {
@@ -85,6 +92,7 @@ impl AppClients {
             failures: FailureRuns::default(),
             notices: parking_lot::Mutex::new(Some(rx)),
             renewing: DashMap::new(),
+            exchanged: Default::default(),
         }
     }
 
@@ -408,6 +416,13 @@ impl AppClients {
         params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
+        // Token exchange: the caller's own upstream; never the organisation's for such an app.
+        if let Some(up) = &ctx.caller_upstream {
+            return self.request_on_caller_upstream(org_id, app_id, up, method, params, ctx).await;
+        }
+        if self.app(app_id)?.oauth.as_ref().is_some_and(|o| o.token_exchange.is_some()) {
+            return Err(AppError::NoCallerToken(app_id.into()));
+        }
         let tokens = self.tokens_for_call(org_id, app_id).await?;
         // Kept for one retry only when a 401 could be cured by renewing an OAuth token.
         let again = tokens.as_ref().and(params.clone());
@@ -434,6 +449,7 @@ impl AppClients {
     /// the next call connects with the new ones. Calls in flight finish on the old upstream.
     pub(crate) fn forget_app(&self, app_id: &str) {
         self.forget_lists("", app_id);
+        self.exchanged.forget_app(app_id);
         let keys: Vec<Key> = self.upstreams.iter().filter(|u| u.key().1 == app_id).map(|u| u.key().clone()).collect();
         for key in keys {
             if let Some((_, up)) = self.upstreams.remove(&key) {
@@ -448,6 +464,7 @@ impl AppClients {
         for up in self.upstreams.iter() {
             up.value().sweep_idle();
         }
+        self.exchanged.sweep_idle();
     }
 
     /// Stops every upstream (stdio processes included).
@@ -455,5 +472,6 @@ impl AppClients {
         let all: Vec<Arc<Upstream>> = self.upstreams.iter().map(|u| u.value().clone()).collect();
         self.upstreams.clear();
         futures_util::future::join_all(all.iter().map(|up| up.shutdown())).await;
+        self.exchanged.shutdown().await;
     }
 }

@@ -38,6 +38,7 @@ pub(crate) mod shaped;
 pub(crate) mod stateless;
 pub(crate) mod subscriptions;
 pub(crate) mod tasks;
+pub(crate) mod token_exchange;
 pub mod tool_limits;
 pub(crate) mod transport;
 pub mod upstream;

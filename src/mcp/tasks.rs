@@ -196,7 +196,12 @@ async fn relay(
         return Err(RpcErrorObject::invalid_params(format!("unknown task {id}")).with_data(json!({ "taskId": id })));
     };
     let params = params.map(|p| for_app(p, &task));
-    let ctx = CallContext { client_request_id: req.id.clone(), headers: vec![], client_era: ClientEra::Stateless };
+    let ctx = CallContext {
+        client_request_id: req.id.clone(),
+        headers: vec![],
+        client_era: ClientEra::Stateless,
+        caller_upstream: None,
+    };
     let answer = match mcp.apps.request(&gw.org_id, &app_id, &req.method, params, &ctx).await {
         Ok(reply) => match reply.into_response().await {
             Ok(r) => r,

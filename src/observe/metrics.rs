@@ -217,6 +217,25 @@ pub(crate) fn tool_limited(gateway: &str, tool: &str) {
     .inc();
 }
 
+/// A caller's token exchanged for an app's (RFC 8693, `oauth.token_exchange`), by app and
+/// `outcome`: `issued`, `refused` (the provider's error), `failed` (unreachable, or an answer
+/// without a usable token), `unexchangeable` (a credential that is no token, or of a kind the
+/// app does not take). Cached tokens are not counted: each count is one request to the provider
+/// or one refusal. App ids are the configuration's, so the labels are bounded.
+pub(crate) fn token_exchange(app: &str, outcome: &'static str) {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_token_exchanges_total",
+            "Token exchanges (RFC 8693) of callers' tokens for apps' tokens, by app and outcome",
+            &["app", "outcome"]
+        )
+        .expect("metric registers once")
+    })
+    .with_label_values(&[app, outcome])
+    .inc();
+}
+
 /// A tool call the gateway's rules refused other than by a rule's match: `input_too_large`
 /// (larger than a rule's cost bound allows), `failed` (a rule could not be evaluated),
 /// `unreadable_arguments` (arguments the rules cannot read), `busy` (the organisation's slots

@@ -111,7 +111,7 @@ def start_toolgate(full_config: str) -> ToolgateServer:
     return ToolgateServer(full_config=full_config).start()
 
 
-def start_on_a_chosen_port(make_config) -> ToolgateServer:
+def start_on_a_chosen_port(make_config, env: dict[str, str] | None = None) -> ToolgateServer:
     """toolgate whose main listener's port is chosen before the start, for tests whose
     configuration must name its own public URL (an OAuth resource, a redirect URI):
     `make_config(port)` gives the whole configuration. The port may be taken meanwhile; then
@@ -123,7 +123,7 @@ def start_on_a_chosen_port(make_config) -> ToolgateServer:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         try:
-            return ToolgateServer(full_config=make_config(port)).start()
+            return ToolgateServer(full_config=make_config(port), env=env).start()
         except RuntimeError as e:
             if "in use" not in str(e).lower():
                 raise

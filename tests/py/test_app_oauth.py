@@ -34,10 +34,12 @@ REDIRECT = "http://localhost/after-sign-in"
 
 
 @contextlib.contextmanager
-def provider(tmp: Path, token_ttl: int = 3600, signin_redirect: str | None = None, redirect: str = REDIRECT):
+def provider(tmp: Path, token_ttl: int = 3600, signin_redirect: str | None = None, redirect: str = REDIRECT,
+             token_exchange: bool = False):
     """oidc-provider with one confidential client, `toolgate-app` sending the browser back to
     `redirect` (two with `signin_redirect`, the redirect URI of toolgate's web sign-in): yields
-    (issuer URL, client secret)."""
+    (issuer URL, client secret). `token_exchange`: the client may also use client_credentials and
+    token exchange (RFC 8693, registered by `oauth_provider.mjs`)."""
     script = NODE_DIR / "oauth_provider.mjs"
     if not (NODE_DIR / "node_modules" / "oidc-provider").exists():
         raise AssertionError(f"oidc-provider missing: run `npm ci` in {NODE_DIR} (tests/run.sh does)")
@@ -45,6 +47,8 @@ def provider(tmp: Path, token_ttl: int = 3600, signin_redirect: str | None = Non
     env = dict(os.environ, CLIENT_SECRET=secret, REDIRECT_URI=redirect, ACCESS_TOKEN_TTL=str(token_ttl))
     if signin_redirect:
         env["SIGNIN_REDIRECT_URI"] = signin_redirect
+    if token_exchange:
+        env["TOKEN_EXCHANGE"] = "1"
     log = open(tmp / "provider.log", "ab")
     proc = subprocess.Popen([str(node_bin()), str(script)], cwd=NODE_DIR, env=env, stdout=log, stderr=log)
     try:

@@ -75,6 +75,7 @@ pub(super) struct RawOAuth {
     client_secret_env: Option<String>,
     #[serde(default)]
     scopes: Vec<String>,
+    token_exchange: Option<super::token_exchange::RawTokenExchange>,
 }
 
 impl RawApp {
@@ -226,7 +227,8 @@ impl RawOAuth {
             (None, Some(_)) => return Err(invalid(f("oauth.authorize_url"), "required with token_url")),
         };
         let client_secret = secret_from_env(|| f("oauth.client_secret_env"), self.client_secret_env.as_deref())?;
-        Ok(OAuthConfig { endpoints, client_id: self.client_id, client_secret, scopes: self.scopes })
+        let token_exchange = self.token_exchange.map(|t| t.build(i, upstream, client_secret.is_some())).transpose()?;
+        Ok(OAuthConfig { endpoints, client_id: self.client_id, client_secret, scopes: self.scopes, token_exchange })
     }
 }
 

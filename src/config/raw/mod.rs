@@ -16,6 +16,7 @@ mod mcp;
 mod observability;
 mod server;
 mod storage;
+mod token_exchange;
 mod web;
 mod webhooks;
 

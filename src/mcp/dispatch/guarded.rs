@@ -20,10 +20,14 @@ impl Call<'_> {
         id: &Id,
     ) -> Result<(CallContext, Option<Box<RawValue>>), RpcErrorObject> {
         let client_era = if self.caller.stateless() { ClientEra::Stateless } else { ClientEra::Handshake };
-        let mut call_ctx = CallContext { client_request_id: id.clone(), headers: vec![], client_era };
+        let mut call_ctx =
+            CallContext { client_request_id: id.clone(), headers: vec![], client_era, caller_upstream: None };
         self.param_headers(target, ex.headers(), &mut call_ctx.headers)?;
         self.content = ContentCheck::for_call(self.gw, self.method, target.tool.map(|t| t.0));
         let replaced = self.guard_request(ex, catalogue, target).await?;
+        // Token exchange: an app that exchanges is called on the caller's own upstream.
+        call_ctx.caller_upstream =
+            crate::mcp::token_exchange::caller_upstream(self.mcp, ex, &self.gw.org_id, target.app_id).await?;
         Ok((call_ctx, replaced))
     }
 

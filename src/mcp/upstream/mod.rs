@@ -276,6 +276,9 @@ pub struct CallContext {
     /// The revision the calling client speaks: an HTTP app that speaks both is spoken to in the
     /// client's own ([`http`]'s module documentation).
     pub client_era: ClientEra,
+    /// Token exchange: the upstream made for this call's caller (`mcp/apps/exchanged.rs`), which
+    /// the call goes on instead of its organisation's.
+    pub caller_upstream: Option<Arc<Upstream>>,
 }
 
 /// Which protocol era the client behind a call speaks.

@@ -255,7 +255,8 @@ async fn rounds(
 ) {
     let params = params.map(|p| p.to_value()).unwrap_or_else(|| json!({}));
     let name = modern::name_field(&method).and_then(|f| params.get(f)).and_then(Value::as_str).map(str::to_string);
-    let ctx = CallContext { client_request_id: Id::NULL, headers, client_era: ClientEra::Stateless };
+    let ctx =
+        CallContext { client_request_id: Id::NULL, headers, client_era: ClientEra::Stateless, caller_upstream: None };
     let mut continuation: Option<(Map<String, Value>, Option<Value>)> = None;
     let mut waiting = Waiting(&inner, Vec::new());
     loop {

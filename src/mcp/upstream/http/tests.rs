@@ -251,7 +251,12 @@ async fn discovery_finds_a_stateless_app_and_calls_it_without_a_session() {
     let up = HttpUpstream::new("t", &settings, Timeouts::default(), &HttpClients::default(), NoticeReporter::default())
         .unwrap();
     let call = |name: &str| RawJson::from_value(&json!({ "name": name, "arguments": {} }));
-    let ctx = CallContext { client_request_id: Id::from(7u64), headers: vec![], client_era: ClientEra::Stateless };
+    let ctx = CallContext {
+        client_request_id: Id::from(7u64),
+        headers: vec![],
+        client_era: ClientEra::Stateless,
+        caller_upstream: None,
+    };
     let r = up.request("tools/call", Some(call("echo")), &ctx).await.unwrap().into_response().await.unwrap();
     assert_eq!(r.id, Id::from(7u64));
     assert_eq!(r.outcome.unwrap().to_value()["content"][0]["text"], "hi");
@@ -306,7 +311,12 @@ async fn a_dual_era_app_is_spoken_to_in_the_client_s_era() {
     let settings = HttpSettings { url, headers: vec![], credential: None, protocol_version: None, tls_roots: None };
     let up = HttpUpstream::new("t", &settings, Timeouts::default(), &HttpClients::default(), NoticeReporter::default())
         .unwrap();
-    let ctx = |client_era| CallContext { client_request_id: Id::from(9u64), headers: vec![], client_era };
+    let ctx = |client_era| CallContext {
+        client_request_id: Id::from(9u64),
+        headers: vec![],
+        client_era,
+        caller_upstream: None,
+    };
     let call = || Some(RawJson::from_value(&json!({ "name": "echo", "arguments": {} })));
     for era in [ClientEra::Handshake, ClientEra::Stateless] {
         let r = up.request("tools/call", call(), &ctx(era)).await.unwrap().into_response().await.unwrap();

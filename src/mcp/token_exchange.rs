@@ -1,0 +1,72 @@
+//! The call path's token exchange (RFC 8693, `oauth.token_exchange`): a call to an app that
+//! exchanges goes on the caller's own upstream (`apps/exchanged.rs`), made with the token the
+//! app's authorization server issued for the caller's own (`identity::token_exchange`). Asked
+//! once a call is about to go to its app ([`caller_upstream`]); an app that does not exchange
+//! costs one look at its settings, and the caller's token is read only for one that does.
+//!
+//! Refusals (JSON-RPC errors, counted in `toolgate_token_exchanges_total{app,outcome}`):
+//! a credential that cannot be exchanged (an API key, a gateway key, a console session, a kind
+//! the app does not take) is `-32006` saying what to call with; a provider's refusal is `-32006`
+//! naming its `error` (`invalid_grant`, `invalid_target`, ...); a provider that cannot be reached
+//! or answers nonsense is `-32004`. The subject token is in none of them, nor in the log.
+
+use crate::edge::exchange::Exchange;
+use crate::identity::app_oauth::AppOAuthError;
+use crate::identity::token_exchange::{self, Unexchangeable};
+use crate::mcp::jsonrpc::RpcErrorObject;
+use crate::mcp::protocol::RpcCode;
+use crate::mcp::runtime::McpRuntime;
+use crate::mcp::upstream::Upstream;
+use crate::observe::metrics;
+use serde_json::json;
+use std::sync::Arc;
+
+/// The upstream `org_id`'s call to `app_id` must go on: the caller's own when the app exchanges
+/// tokens (none otherwise: the organisation's), or the error the call is refused with.
+pub(crate) async fn caller_upstream(
+    mcp: &McpRuntime,
+    ex: &Exchange<'_>,
+    org_id: &str,
+    app_id: &str,
+) -> Result<Option<Arc<Upstream>>, RpcErrorObject> {
+    let Some(app) = mcp.state.app(app_id) else { return Ok(None) };
+    let Some(settings) = app.oauth.as_ref().and_then(|o| o.token_exchange.as_ref()) else { return Ok(None) };
+    let token = token_exchange::bearer(ex.headers());
+    let kind = match ex.ctx.filters.principal.as_deref() {
+        Some(p) => token_exchange::subject_of(&p.credential, token, settings),
+        None => Err(Unexchangeable::NotAToken("a call without a credential")),
+    };
+    let (kind, Some(token)) = (kind.map_err(|e| unexchangeable(app_id, &e))?, token) else {
+        return Err(unexchangeable(app_id, &Unexchangeable::NotAToken("a call without a bearer token")));
+    };
+    match mcp.apps.caller_upstream(org_id, &app, token, kind).await {
+        Ok(up) => Ok(Some(up)),
+        Err(e) => Err(exchange_failed(app_id, &e)),
+    }
+}
+
+fn unexchangeable(app_id: &str, e: &Unexchangeable) -> RpcErrorObject {
+    metrics::token_exchange(app_id, "unexchangeable");
+    let message = format!("`{app_id}` is called with each caller's own token (token exchange): {e}");
+    RpcErrorObject::new(RpcCode::Forbidden.code(), message)
+        .with_data(json!({ "app": app_id, "reason": "credential_not_exchangeable" }))
+}
+
+/// The error of a failed exchange (already counted and logged where it was made).
+fn exchange_failed(app_id: &str, e: &AppOAuthError) -> RpcErrorObject {
+    match e {
+        AppOAuthError::Refused { error, description } => RpcErrorObject::new(
+            RpcCode::Forbidden.code(),
+            format!(
+                "`{app_id}`'s authorization server refused to exchange the caller's token: {error}{}",
+                description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default()
+            ),
+        )
+        .with_data(json!({ "app": app_id, "error": error, "error_description": description })),
+        _ => RpcErrorObject::new(
+            RpcCode::UpstreamFailure.code(),
+            format!("`{app_id}`: the caller's token could not be exchanged: {e}"),
+        )
+        .with_data(json!({ "app": app_id })),
+    }
+}
