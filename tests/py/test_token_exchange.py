@@ -225,10 +225,12 @@ def test_an_exchanged_token_is_renewed_when_due_and_an_expired_subject_token_is_
             # Half the exchanged token's life later it is due: exchanged again, still as carol.
             time.sleep(max(0.0, issued_at + ttl / 2 + 0.2 - time.monotonic()))
             assert call(c, tool)["result"]["content"][0]["text"] == "subject: carol"
+            renewed_at = time.monotonic()
             assert exchanges(issuer) == {"issued": 2, "refused": 0}
 
-            # Past the caller's own token's life, the provider refuses to exchange it.
-            time.sleep(max(0.0, claims_exp(token) + 1 - time.time()))
+            # Past the caller's own token's life (whole seconds: up to one early) and the renewed
+            # token's due time, the provider is asked again and refuses to exchange it.
+            time.sleep(max(0.0, claims_exp(token) + 1 - time.time(), renewed_at + ttl / 2 + 0.2 - time.monotonic()))
             answer = call(c, tool)
             assert answer.get("error", {}).get("data", {}).get("error") == "invalid_grant", answer
             assert "refused to exchange the caller's token: invalid_grant" in answer["error"]["message"], answer
