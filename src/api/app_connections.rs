@@ -15,7 +15,10 @@ use toolgate_filters::{CredentialKind, Principal, Scope};
 pub(crate) enum Holder {
     Organization,
     /// A member's or a service account's own (its id), and whether it is the caller's.
-    Own { user_id: String, callers: bool },
+    Own {
+        user_id: String,
+        callers: bool,
+    },
 }
 
 impl Holder {
@@ -70,6 +73,20 @@ impl Holder {
             return Ok(());
         }
         Err(ApiError::InsufficientScope(Scope::AppsWrite.as_str()))
+    }
+
+    /// Whether `who` may store a new connection for this holder: as [`Self::may_change`], and a
+    /// member's own connection only by that member, never by an administrator, whose credential
+    /// would then go on the member's calls.
+    pub(crate) fn may_connect(&self, call: &Call<'_>, who: &Principal) -> Result<(), ApiError> {
+        if let Holder::Own { user_id, callers: false } = self {
+            if call.server.state.user(user_id).is_some() {
+                return Err(ApiError::Forbidden(format!(
+                    "a member connects an app for themself: only `{user_id}` can connect their own connection"
+                )));
+            }
+        }
+        self.may_change(who)
     }
 
     /// This holder's connection of `app_id`, if it has one.

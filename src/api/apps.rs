@@ -329,7 +329,7 @@ pub(crate) async fn connect(call: &Call<'_>) -> ApiResult {
     let body: ConnectApp = call.json()?;
     accepted(&a, &body.auth_type)?;
     let holder = Holder::of(call, &a)?;
-    holder.may_change(&who)?;
+    holder.may_connect(call, &who)?;
     let (mut connection, authorization_url) = match body.auth_type.as_str() {
         "api_key" => (api_key_connection(call, &who.org_id, &a, body.credentials)?, None),
         _ => {

@@ -98,7 +98,8 @@ macro_rules! routes {
 
 use Access::{AnyCredential, Public, WholeRole};
 use Scope::{
-    Admin, AppsConnectSelf, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage, TeamManage,
+    Admin, AppsConnectSelf, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage,
+    TeamManage,
 };
 
 const fn scope(s: Scope) -> Access {

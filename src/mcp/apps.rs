@@ -55,7 +55,9 @@ fn not_connected_by_caller(app: &str, url: &str, service_account: bool) -> Strin
     if service_account {
         format!("`{app}` is connected by each user and this service account has no connection of it: an administrator must connect it for the service account")
     } else {
-        format!("`{app}` is connected by each user and you have not connected it yet: connect it at {url}, then try again")
+        format!(
+            "`{app}` is connected by each user and you have not connected it yet: connect it at {url}, then try again"
+        )
     }
 }
 

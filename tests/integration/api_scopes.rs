@@ -403,9 +403,11 @@ fn every_endpoint_enforces_its_scope() {
 #[test]
 fn role_bounds_a_star_key() {
     let f = start();
-    let viewer_may = |s: &str| s.ends_with(":read");
-    let developer_may =
-        |s: &str| ["gateways:read", "gateways:write", "apps:read", "apps:write", "logs:read"].contains(&s);
+    // Every role connects itself to an app connected by each user.
+    let viewer_may = |s: &str| s.ends_with(":read") || s == "apps:connect_self";
+    let developer_may = |s: &str| {
+        ["gateways:read", "gateways:write", "apps:read", "apps:write", "logs:read", "apps:connect_self"].contains(&s)
+    };
     let mut failures = Vec::new();
     let mut n = 1000;
     let mut f = f;

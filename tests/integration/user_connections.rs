@@ -96,7 +96,10 @@ fn each_member_calls_a_user_scoped_app_with_their_own_credential() {
     let f = start();
     let detail = |key: &str| ok(&f.srv.api("GET", "/v1/apps/crm", Some(key), None), 200);
     let d = detail(&f.keys["alice"]);
-    assert_eq!((d["connection_scope"].as_str(), d["own_connection_status"].as_str()), (Some("user"), Some("connected")));
+    assert_eq!(
+        (d["connection_scope"].as_str(), d["own_connection_status"].as_str()),
+        (Some("user"), Some("connected"))
+    );
     // The organisation's connection (the lists' view) beside the caller's own.
     assert_eq!(d["connection_status"], "connected", "{d}");
     assert_eq!(detail(&f.keys["carol"])["own_connection_status"], "none");
@@ -110,7 +113,10 @@ fn each_member_calls_a_user_scoped_app_with_their_own_credential() {
                 assert_eq!(mcp.tool_names(1), vec!["echo"], "the catalogue is the organisation's view");
                 for i in 0..CALLS {
                     let m = format!("{who}-handshake-{i}");
-                    assert_eq!(result_text(&mcp.call(10 + i as u64, "echo", json!({"message": m}))), format!("Echo: {m}"));
+                    assert_eq!(
+                        result_text(&mcp.call(10 + i as u64, "echo", json!({"message": m}))),
+                        format!("Echo: {m}")
+                    );
                 }
             });
             let key = f.keys[who].clone();
@@ -188,8 +194,23 @@ fn a_missing_connection_is_a_link_and_removing_it_or_the_member_ends_the_calls()
     // Bob (a Viewer) may not remove another member's; an administrator may.
     let bobs = f.srv.api("DELETE", "/v1/apps/crm/connection?user_id=usr_carol", Some(&f.keys["bob"]), None);
     assert_eq!(bobs.status, 404, "carol has none: {bobs:?}");
-    ok(&f.srv.api("POST", "/v1/apps/crm/connect", Some(&f.keys["alice"]),
-        Some(json!({"auth_type": "api_key", "credentials": {"api_key": "alice-secret-2"}}))), 200);
+    ok(
+        &f.srv.api(
+            "POST",
+            "/v1/apps/crm/connect",
+            Some(&f.keys["alice"]),
+            Some(json!({"auth_type": "api_key", "credentials": {"api_key": "alice-secret-2"}})),
+        ),
+        200,
+    );
+    // Nobody connects a member but the member: an Owner's credential would go on her calls.
+    let planted = f.srv.api(
+        "POST",
+        "/v1/apps/crm/connect?user_id=usr_alice",
+        Some(&f.keys["dana"]),
+        Some(json!({"auth_type": "api_key", "credentials": {"api_key": "dana-secret"}})),
+    );
+    assert_eq!((planted.status, planted.error_code()), (403, "FORBIDDEN"), "{planted:?}");
     let refused = f.srv.api("DELETE", "/v1/apps/crm/connection?user_id=usr_alice", Some(&f.keys["bob"]), None);
     assert_eq!((refused.status, refused.error_code()), (403, "INSUFFICIENT_SCOPE"), "{refused:?}");
     result_text(&alice.call(5, "echo", json!({"message": "alice-again"})));

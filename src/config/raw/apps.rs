@@ -131,7 +131,13 @@ impl RawApp {
         let functions = functions(i, a.functions)?;
         let timeouts = a.timeouts.build(i)?;
         let health = super::mcp::probe_settings(a.health.interval_secs, a.health.timeout_ms, &f("health"))?;
-        let per_user = super::app_connections::per_user(i, !a.auth_types.is_empty(), a.connection_scope, a.list_as, a.max_user_sessions)?;
+        let per_user = super::app_connections::per_user(
+            i,
+            !a.auth_types.is_empty(),
+            a.connection_scope,
+            a.list_as,
+            a.max_user_sessions,
+        )?;
         Ok(AppConfig {
             id: a.id,
             name: a.name,
