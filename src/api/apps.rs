@@ -312,7 +312,7 @@ pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
         configuration: AppConfiguration { base_url, rate_limit: a.rate_limit.unwrap_or(0) },
         health: HealthView::of(call, &a.id),
         connection_scope: if a.per_user.is_some() { "user" } else { "organization" }.into(),
-        own_connection_status: own_status(call, &who, &a),
+        own_connection_status: own_status(call, who, &a),
     };
     Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::failed("showing an app", e))?))
 }
@@ -329,7 +329,7 @@ pub(crate) async fn connect(call: &Call<'_>) -> ApiResult {
     let body: ConnectApp = call.json()?;
     accepted(&a, &body.auth_type)?;
     let holder = Holder::of(call, &a)?;
-    holder.may_connect(call, &who)?;
+    holder.may_connect(call, who)?;
     let (mut connection, authorization_url) = match body.auth_type.as_str() {
         "api_key" => (api_key_connection(call, &who.org_id, &a, body.credentials)?, None),
         _ => {
@@ -467,7 +467,7 @@ pub(crate) async fn connect_callback(call: &Call<'_>) -> ApiResult {
         .connection(call, &who.org_id, &a.id)
         .filter(|c| c.auth_type == "oauth" && c.status == "pending")
         .ok_or(ApiError::NotFound("pending OAuth authorization"))?;
-    holder.may_change(&who)?;
+    holder.may_change(who)?;
     let expected = pending.oauth_state.as_deref().unwrap_or_default();
     if expected.is_empty() || !secrets::hashes_equal(expected, &body.state) {
         return Err(ApiError::validation("state", "does not match the pending authorization (or was used already)"));
@@ -528,7 +528,7 @@ pub(crate) async fn disconnect(call: &Call<'_>) -> ApiResult {
     if holder.connection(call, &who.org_id, &a.id).is_none() {
         return Err(ApiError::NotFound("connection"));
     }
-    holder.may_change(&who)?;
+    holder.may_change(who)?;
     if !holder.delete(call, &who.org_id, &a.id).await? {
         return Err(ApiError::NotFound("connection"));
     }
