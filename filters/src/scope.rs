@@ -18,10 +18,13 @@ pub enum Scope {
     BillingManage = 1 << 8,
     /// Account administration: webhooks, API keys, service accounts, security, alerts.
     Admin = 1 << 9,
+    /// Connecting an app for oneself (an app connected by each user): every role holds it,
+    /// and `apps:write` allows it too.
+    AppsConnectSelf = 1 << 10,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 10] = [
+    pub const ALL: [Scope; 11] = [
         Scope::GatewaysRead,
         Scope::GatewaysWrite,
         Scope::GatewaysDelete,
@@ -32,6 +35,7 @@ impl Scope {
         Scope::TeamManage,
         Scope::BillingManage,
         Scope::Admin,
+        Scope::AppsConnectSelf,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +50,7 @@ impl Scope {
             Scope::TeamManage => "team:manage",
             Scope::BillingManage => "billing:manage",
             Scope::Admin => "admin",
+            Scope::AppsConnectSelf => "apps:connect_self",
         }
     }
 }
@@ -56,7 +61,7 @@ pub struct ScopeSet(u16);
 
 impl ScopeSet {
     pub const EMPTY: ScopeSet = ScopeSet(0);
-    pub const ALL: ScopeSet = ScopeSet((1 << 10) - 1);
+    pub const ALL: ScopeSet = ScopeSet((1 << 11) - 1);
 
     pub const fn bits(self) -> u16 {
         self.0
@@ -64,6 +69,12 @@ impl ScopeSet {
 
     pub fn contains(self, scope: Scope) -> bool {
         self.0 & scope as u16 != 0
+    }
+
+    /// Whether a route needing `scope` admits this set: `contains`, except that `apps:write`
+    /// (which connects the organisation's apps) also allows connecting one's own.
+    pub fn allows(self, scope: Scope) -> bool {
+        self.contains(scope) || (scope == Scope::AppsConnectSelf && self.contains(Scope::AppsWrite))
     }
 
     pub fn insert(&mut self, scope: Scope) {
@@ -83,7 +94,7 @@ impl ScopeSet {
         let bits = match name {
             "*" | "admin" => return Some(ScopeSet::ALL),
             "gateways:*" => Scope::GatewaysRead as u16 | Scope::GatewaysWrite as u16 | Scope::GatewaysDelete as u16,
-            "apps:*" => Scope::AppsRead as u16 | Scope::AppsWrite as u16,
+            "apps:*" => Scope::AppsRead as u16 | Scope::AppsWrite as u16 | Scope::AppsConnectSelf as u16,
             other => *Scope::ALL.iter().find(|s| s.as_str() == other)? as u16,
         };
         Some(ScopeSet(bits))
@@ -157,8 +168,8 @@ impl Role {
         match self {
             Role::Owner => ScopeSet::ALL,
             Role::Admin => ScopeSet(ScopeSet::ALL.0 & !(TeamManage as u16) & !(BillingManage as u16)),
-            Role::Developer => bits(&[GatewaysRead, GatewaysWrite, AppsRead, AppsWrite, LogsRead]),
-            Role::Viewer => bits(&[GatewaysRead, AppsRead, LogsRead]),
+            Role::Developer => bits(&[GatewaysRead, GatewaysWrite, AppsRead, AppsWrite, LogsRead, AppsConnectSelf]),
+            Role::Viewer => bits(&[GatewaysRead, AppsRead, LogsRead, AppsConnectSelf]),
         }
     }
 }
@@ -180,5 +191,13 @@ mod tests {
         assert!(!Role::Admin.allowed().contains(Scope::BillingManage));
         assert!(Role::Admin.allowed().contains(Scope::Admin));
         assert_eq!(ScopeSet::ALL.names(), vec!["*"]);
+        // Every role connects itself; `apps:write` allows it, `apps:read` does not.
+        for role in [Role::Owner, Role::Admin, Role::Developer, Role::Viewer] {
+            assert!(role.allowed().contains(Scope::AppsConnectSelf), "{role:?}");
+        }
+        let write = ScopeSet::parse(["apps:write"]).unwrap();
+        assert!(write.allows(Scope::AppsConnectSelf) && !write.contains(Scope::AppsConnectSelf));
+        assert!(!ScopeSet::parse(["apps:read"]).unwrap().allows(Scope::AppsConnectSelf));
+        assert_eq!(ScopeSet::parse(["apps:connect_self"]).unwrap().names(), vec!["apps:connect_self"]);
     }
 }

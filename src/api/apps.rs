@@ -1,5 +1,6 @@
 //! `/apps`: the catalogue declared in YAML, each organisation's connections, and a live test.
 
+use super::app_connections::Holder;
 use super::{ApiResult, Call, Reply};
 use crate::base::secrets;
 use crate::config::AppConfig;
@@ -80,6 +81,12 @@ pub(crate) struct AppDetail {
     pub functions: Vec<FunctionView>,
     pub configuration: AppConfiguration,
     pub health: HealthView,
+    /// `organization` (connected once for the organisation) or `user` (each member connects it
+    /// for themself, and calls go with the caller's own connection).
+    pub connection_scope: String,
+    /// For a `user`-scoped app, the caller's own connection beside the organisation's: `none`,
+    /// `pending`, `connected` or `error`; null for an app connected by the organisation.
+    pub own_connection_status: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -304,11 +311,15 @@ pub(crate) async fn get(call: &Call<'_>) -> ApiResult {
         functions,
         configuration: AppConfiguration { base_url, rate_limit: a.rate_limit.unwrap_or(0) },
         health: HealthView::of(call, &a.id),
+        connection_scope: if a.per_user.is_some() { "user" } else { "organization" }.into(),
+        own_connection_status: own_status(call, who, &a),
     };
     Ok(Reply::ok(serde_json::to_value(detail).map_err(|e| ApiError::failed("showing an app", e))?))
 }
 
-#[utoipa::path(post, path = "/v1/apps/{app_id}/connect", tag = "apps", params(("app_id" = String, Path)), request_body = ConnectApp,
+#[utoipa::path(post, path = "/v1/apps/{app_id}/connect", tag = "apps", params(("app_id" = String, Path),
+           ("user_id" = Option<String>, Query, description = "a user-scoped app: whose own connection (a service account's, or another member's to remove; apps:write); default the caller's"),
+           ("organization" = Option<bool>, Query, description = "a user-scoped app: true for the organisation's connection (apps:write)")), request_body = ConnectApp,
     responses((status = 200, description = "app_id, status, connection_id (and authorization_url for oauth)", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
@@ -317,19 +328,41 @@ pub(crate) async fn connect(call: &Call<'_>) -> ApiResult {
     let a = app(call)?;
     let body: ConnectApp = call.json()?;
     accepted(&a, &body.auth_type)?;
-    let (connection, authorization_url) = match body.auth_type.as_str() {
+    let holder = Holder::of(call, &a)?;
+    holder.may_connect(call, who)?;
+    let (mut connection, authorization_url) = match body.auth_type.as_str() {
         "api_key" => (api_key_connection(call, &who.org_id, &a, body.credentials)?, None),
         _ => {
             let (c, url) = oauth_connection(call, &who.org_id, &a, body.redirect_uri).await?;
             (c, Some(url))
         }
     };
+    connection.user_id = holder.user_id().map(str::to_string);
     let c = call.server.state.save_connection(connection).await?;
     let mut data = json!({ "app_id": a.id, "status": c.status, "connection_id": c.id });
     if let Some(url) = authorization_url {
         data["authorization_url"] = Value::String(url);
     }
-    Ok(Reply::ok(data))
+    if let Some(user) = &c.user_id {
+        data["user_id"] = Value::String(user.clone());
+    }
+    Ok(with_holder(Reply::ok(data), &holder))
+}
+
+/// The caller's own connection status of a per-user app (`none` when it has none).
+fn own_status(call: &Call<'_>, who: &toolgate_filters::Principal, a: &AppConfig) -> Option<String> {
+    a.per_user.as_ref()?;
+    let own = Holder::of(call, a).ok().filter(|h| matches!(h, Holder::Own { callers: true, .. }));
+    let conn = own.and_then(|h| h.connection(call, &who.org_id, &a.id));
+    Some(conn.map_or_else(|| "none".to_string(), |c| c.status.clone()))
+}
+
+/// The reply, its audit entry naming the member or service account whose own connection it was.
+fn with_holder(mut reply: Reply, holder: &Holder) -> Reply {
+    if let Some(user) = holder.user_id() {
+        reply.audit = Some(json!({ "connection_user_id": user }));
+    }
+    reply
 }
 
 /// Refuses an `auth_type` the app does not take, naming the ones it does.
@@ -369,6 +402,7 @@ fn new_connection(
         redirect_uri: None,
         oauth_state: None,
         created_at: Utc::now(),
+        user_id: None,
     })
 }
 
@@ -414,7 +448,9 @@ async fn oauth_connection(
     Ok((c, authorize))
 }
 
-#[utoipa::path(post, path = "/v1/apps/{app_id}/connect/callback", tag = "apps", params(("app_id" = String, Path)), request_body = ConnectCallback,
+#[utoipa::path(post, path = "/v1/apps/{app_id}/connect/callback", tag = "apps", params(("app_id" = String, Path),
+           ("user_id" = Option<String>, Query, description = "a user-scoped app: whose own connection (a service account's, or another member's to remove; apps:write); default the caller's"),
+           ("organization" = Option<bool>, Query, description = "a user-scoped app: true for the organisation's connection (apps:write)")), request_body = ConnectCallback,
     responses((status = 200, description = "app_id, status (`connected`), connection_id", body = crate::api::envelope::Envelope),
               (status = 400, body = crate::api::envelope::ErrorEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope),
@@ -426,10 +462,12 @@ pub(crate) async fn connect_callback(call: &Call<'_>) -> ApiResult {
     let a = app(call)?;
     let body: ConnectCallback = call.json()?;
     let state = &call.server.state;
-    let pending = state
-        .connection(&who.org_id, &a.id)
+    let holder = Holder::of(call, &a)?;
+    let pending = holder
+        .connection(call, &who.org_id, &a.id)
         .filter(|c| c.auth_type == "oauth" && c.status == "pending")
         .ok_or(ApiError::NotFound("pending OAuth authorization"))?;
+    holder.may_change(who)?;
     let expected = pending.oauth_state.as_deref().unwrap_or_default();
     if expected.is_empty() || !secrets::hashes_equal(expected, &body.state) {
         return Err(ApiError::validation("state", "does not match the pending authorization (or was used already)"));
@@ -466,7 +504,8 @@ pub(crate) async fn connect_callback(call: &Call<'_>) -> ApiResult {
         state.sealer.seal(&serde_json::to_vec(&tokens).map_err(|e| ApiError::failed("sealing an app's tokens", e))?),
     );
     let c = state.save_connection(done).await?;
-    Ok(Reply::ok(json!({ "app_id": a.id, "status": c.status, "connection_id": c.id })))
+    let reply = Reply::ok(json!({ "app_id": a.id, "status": c.status, "connection_id": c.id }));
+    Ok(with_holder(reply, &holder))
 }
 
 /// A connection whose OAuth authorization failed: `error`, holding nothing (connect again).
@@ -477,16 +516,23 @@ fn failed(mut c: Connection) -> Connection {
     c
 }
 
-#[utoipa::path(delete, path = "/v1/apps/{app_id}/connection", tag = "apps", params(("app_id" = String, Path)),
+#[utoipa::path(delete, path = "/v1/apps/{app_id}/connection", tag = "apps", params(("app_id" = String, Path),
+           ("user_id" = Option<String>, Query, description = "a user-scoped app: whose own connection (a service account's, or another member's to remove; apps:write); default the caller's"),
+           ("organization" = Option<bool>, Query, description = "a user-scoped app: true for the organisation's connection (apps:write)")),
     responses((status = 200, body = crate::api::envelope::MessageEnvelope), (status = 401, body = crate::api::envelope::ErrorEnvelope),
               (status = 403, body = crate::api::envelope::ErrorEnvelope), (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
 pub(crate) async fn disconnect(call: &Call<'_>) -> ApiResult {
     let who = call.who()?;
     let a = app(call)?;
-    if !call.server.state.delete_connection(&who.org_id, &a.id).await? {
+    let holder = Holder::of(call, &a)?;
+    if holder.connection(call, &who.org_id, &a.id).is_none() {
         return Err(ApiError::NotFound("connection"));
     }
-    Ok(Reply::message(format!("App {} disconnected", a.id)))
+    holder.may_change(who)?;
+    if !holder.delete(call, &who.org_id, &a.id).await? {
+        return Err(ApiError::NotFound("connection"));
+    }
+    Ok(with_holder(Reply::message(format!("App {} disconnected", a.id)), &holder))
 }
 
 #[utoipa::path(post, path = "/v1/apps/{app_id}/test", tag = "apps", params(("app_id" = String, Path)),

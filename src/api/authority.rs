@@ -32,7 +32,9 @@ pub(crate) fn missing_for_role(held: ScopeSet, role: Role) -> Option<Scope> {
     if allowed.contains(Scope::Admin) && !held.contains(Scope::Admin) {
         return Some(Scope::Admin);
     }
-    Scope::ALL.into_iter().find(|s| allowed.contains(*s) && !held.contains(*s))
+    // Connecting oneself to an app signs nothing in: a credential holding the rest of the role
+    // holds the whole of it.
+    Scope::ALL.into_iter().find(|s| allowed.contains(*s) && !held.contains(*s) && *s != Scope::AppsConnectSelf)
 }
 
 /// `Ok` when `who` may make a member of `role` or set a member's role to it: for an Owner or

@@ -5,6 +5,7 @@
 pub(crate) mod account;
 pub(crate) mod admin;
 pub(crate) mod alerts;
+pub(crate) mod app_connections;
 pub(crate) mod apps;
 pub(crate) mod audit;
 pub(crate) mod auth;

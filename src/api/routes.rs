@@ -98,7 +98,8 @@ macro_rules! routes {
 
 use Access::{AnyCredential, Public, WholeRole};
 use Scope::{
-    Admin, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage, TeamManage,
+    Admin, AppsConnectSelf, AppsRead, AppsWrite, GatewaysDelete, GatewaysRead, GatewaysWrite, LogsRead, SessionsManage,
+    TeamManage,
 };
 
 const fn scope(s: Scope) -> Access {
@@ -121,9 +122,9 @@ routes! {
 
     GET "/apps" => apps::list, scope(AppsRead);
     GET "/apps/{id}" => apps::get, scope(AppsRead);
-    POST "/apps/{id}/connect" => apps::connect, scope(AppsWrite);
-    POST "/apps/{id}/connect/callback" => apps::connect_callback, scope(AppsWrite);
-    DELETE "/apps/{id}/connection" => apps::disconnect, scope(AppsWrite);
+    POST "/apps/{id}/connect" => apps::connect, scope(AppsConnectSelf);
+    POST "/apps/{id}/connect/callback" => apps::connect_callback, scope(AppsConnectSelf);
+    DELETE "/apps/{id}/connection" => apps::disconnect, scope(AppsConnectSelf);
     POST "/apps/{id}/test" => apps::test, scope(AppsWrite);
 
     GET "/sessions" => sessions::list, scope(SessionsManage);
@@ -223,7 +224,7 @@ impl Route {
                 call.who()?;
             }
             Access::Scope(scope) => {
-                if !call.who()?.scopes.contains(scope) {
+                if !call.who()?.scopes.allows(scope) {
                     return Err(ApiError::InsufficientScope(scope.as_str()));
                 }
             }

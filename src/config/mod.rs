@@ -3,6 +3,7 @@
 //! the offending field.
 
 mod raw;
+pub use raw::app_connections::{ListAs, PerUserConnections};
 mod source;
 mod warnings;
 
@@ -496,6 +497,9 @@ pub struct AppConfig {
     /// `health:`: how often and how long this app's health probe runs, where it differs from
     /// `mcp.app_health`.
     pub health: AppHealthOverrides,
+    /// `connection_scope: user`: each member connects the app for themself, and calls go with
+    /// the caller's own credential; `None` for an app connected once per organisation.
+    pub per_user: Option<PerUserConnections>,
 }
 
 /// An app's own probe settings (`apps[].health`); `None`: `mcp.app_health`'s.

@@ -65,10 +65,15 @@ pub enum Change {
         /// raised.
         #[serde(default)]
         renewed: bool,
+        /// A member's or service account's own connection; none for the organisation's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user_id: Option<String>,
     },
     ConnectionDeleted {
         org_id: String,
         app_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user_id: Option<String>,
     },
     ServiceAccountSaved {
         org_id: String,

@@ -820,12 +820,17 @@ impl Gateway {
     }
 }
 
-/// An organisation's connection to an app.
+/// An organisation's connection to an app, or, for an app connected by each user
+/// (`connection_scope: user`), one member's or service account's own.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Connection {
     pub id: String,
     pub org_id: String,
     pub app_id: String,
+    /// The member (`usr_...`) or service account (`sa_...`) whose own connection this is;
+    /// none for the organisation's (and in every record stored before per-user connections).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
     /// `api_key` or `oauth`.
     pub auth_type: String,
     /// `connected`, or `pending` while an OAuth authorisation is outstanding.
@@ -846,6 +851,10 @@ pub struct ClientCapabilities {
     pub sampling: bool,
     #[serde(default)]
     pub elicitation: bool,
+    /// URL-mode elicitation (`elicitation.url`, 2025-11-25): the client can send its user to a
+    /// page, as toolgate does when a per-user app is not connected yet (-32042).
+    #[serde(default)]
+    pub elicitation_url: bool,
 }
 
 /// An MCP protocol session of a gateway.

@@ -270,13 +270,16 @@ impl Events {
                 Some((name, json!({ "gateway_id": gw.id, "name": gw.name, "servers": gw.servers })))
             }
             Change::GatewayDeleted { gateway_id, .. } => Some(("gateway.deleted", json!({ "gateway_id": gateway_id }))),
-            Change::ConnectionSaved { org_id, app_id, renewed: false } => {
+            // The organisation's connections; a user's own is in the audit trail.
+            Change::ConnectionSaved { org_id, app_id, renewed: false, user_id: None } => {
                 let c = self.state.connection(org_id, app_id)?;
                 (c.status == "connected").then(|| {
                     ("app.connected", json!({ "app_id": app_id, "auth_type": c.auth_type, "connection_id": c.id }))
                 })
             }
-            Change::ConnectionDeleted { app_id, .. } => Some(("app.disconnected", json!({ "app_id": app_id }))),
+            Change::ConnectionDeleted { app_id, user_id: None, .. } => {
+                Some(("app.disconnected", json!({ "app_id": app_id })))
+            }
             Change::ToolChangeDetected { gateway_id, change_id, app_id, tool, kind, hash, approved_hash, .. } => {
                 let data = json!({ "gateway_id": gateway_id, "change_id": change_id, "app_id": app_id, "tool": tool,
                     "kind": kind, "hash": hash, "approved_hash": approved_hash });

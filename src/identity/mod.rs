@@ -87,13 +87,15 @@ impl IdentityService {
     }
 
     /// Removes `user`: its record, then every way it had in (web sessions, the OAuth grants it
-    /// gave and their waiting codes, its MFA enrolment, its password). The caller decided under
+    /// gave and their waiting codes, its MFA enrolment, its password, its own app connections). The caller decided under
     /// the organisation's write lock that the user may go (`lock`); the record is deleted under
     /// it, and the lock is let go before the grants are revoked, which take it themselves.
     /// With the record gone nothing resolves to the user any more; ending the rest frees it.
     pub(crate) async fn remove_user(&self, user: &User, lock: WriteGuard<'_>) -> Result<Removed, ApiError> {
         self.state.delete_user(user).await?;
         drop(lock);
+        // Their own app connections end with them (and their upstreams, on every instance).
+        self.state.delete_connections_of(&user.org_id, &user.id).await?;
         self.signin.sessions.end_all(&user.id).await?;
         let grants = oauth_server::revoke_user(&self.state, user).await?;
         self.mfa.remove(&user.id).await?;

@@ -18,6 +18,10 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
+use toolgate_filters::Principal;
+
+mod user_upstreams;
+pub(crate) use user_upstreams::UpstreamOwner;
 
 mod exchanged;
 
@@ -35,6 +39,31 @@ pub enum AppError {
     /// A call to an app that exchanges each caller's token came without one (`exchanged.rs`).
     #[error("app `{0}` is called with each caller's own token (oauth.token_exchange): this call names no caller")]
     NoCallerToken(String),
+    /// A call to an app connected by each user whose credential names no user (a gateway key,
+    /// or a token whose subject is no member).
+    #[error("{}", no_caller(app, *gateway_key))]
+    NoCaller { app: String, gateway_key: bool },
+    /// The caller has not connected an app connected by each user.
+    #[error("{}", not_connected_by_caller(app, url, *service_account))]
+    NotConnectedByCaller { app: String, url: String, service_account: bool },
+    /// Every one of the app's per-user upstreams is in use.
+    #[error("app `{app}` is busy: its {most} per-user sessions are all in use (max_user_sessions); try again shortly")]
+    UserSessionsFull { app: String, most: usize },
+}
+
+fn no_caller(app: &str, gateway_key: bool) -> String {
+    let why = if gateway_key { "a gateway key names no user" } else { "this credential names no member" };
+    format!("`{app}` is connected by each user; {why}: call with your own API key or sign in with OAuth")
+}
+
+fn not_connected_by_caller(app: &str, url: &str, service_account: bool) -> String {
+    if service_account {
+        format!("`{app}` is connected by each user and this service account has no connection of it: an administrator must connect it for the service account")
+    } else {
+        format!(
+            "`{app}` is connected by each user and you have not connected it yet: connect it at {url}, then try again"
+        )
+    }
 }
 
 /// Whose upstream serves `org_id`'s calls to `app`: apps without credentials are the same for
@@ -71,8 +100,11 @@ pub struct AppClients {
     pub health: AppHealth,
     /// Runs of failed exchanges per organisation and app (`error.critical`).
     pub failures: FailureRuns,
-    /// One renewal of a connection's OAuth tokens at a time (organisation, app).
-    renewing: DashMap<Key, Arc<tokio::sync::Mutex<()>>>,
+    /// One renewal of a connection's OAuth tokens at a time, by connection id (the
+    /// organisation's, or one user's, of one app).
+    renewing: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    /// Each caller's own upstream of an app connected by each user (`user_upstreams.rs`).
+    users: user_upstreams::SubjectPool<Upstream>,
     /// Token exchange: the per-caller upstreams of the apps that exchange (`exchanged.rs`).
     exchanged: exchanged::CallerUpstreams,
 }
@@ -93,6 +125,7 @@ impl AppClients {
             notices: parking_lot::Mutex::new(Some(rx)),
             renewing: DashMap::new(),
             exchanged: Default::default(),
+            users: Default::default(),
         }
     }
 
@@ -111,18 +144,28 @@ impl AppClients {
         self.state.app(id).ok_or_else(|| AppError::UnknownApp(id.into()))
     }
 
-    /// The organisation's upstream for an app, made on first use.
+    /// The organisation's upstream for an app (the one its lists are read with), made on first
+    /// use.
     pub fn upstream(&self, org_id: &str, app_id: &str) -> Result<Arc<Upstream>, AppError> {
         let app = self.app(app_id)?;
         if !self.state.is_connected(org_id, app_id) {
             return Err(AppError::NotConnected(app_id.into()));
         }
-        let owner = upstream_owner(org_id, &app);
-        if let Some(u) = self.upstreams.get(pair(&(owner, app.id.as_str()))) {
+        self.upstream_of(UpstreamOwner::for_lists(org_id, &app), &app)
+    }
+
+    /// `owner`'s upstream for an app, made on first use with `owner`'s credential: the one
+    /// through which every call, list and renewal reaches the app.
+    pub(crate) fn upstream_of(&self, owner: UpstreamOwner<'_>, app: &AppConfig) -> Result<Arc<Upstream>, AppError> {
+        if matches!(owner, UpstreamOwner::Subject { .. }) {
+            return self.user_upstream(owner, app);
+        }
+        let (org_id, app_id) = (owner.org_id(), app.id.as_str());
+        if let Some(u) = self.upstreams.get(pair(&(org_id, app_id))) {
             return Ok(u.value().clone());
         }
-        let key = (owner.to_string(), app.id.clone());
-        let settings = self.settings(org_id, &app)?;
+        let key = (org_id.to_string(), app.id.clone());
+        let settings = self.settings_with(app, self.credential(owner, app));
         let up = Arc::new(
             Upstream::for_owner(&key.0, &settings, &self.shared)
                 .map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })?,
@@ -180,10 +223,6 @@ impl AppClients {
         }
     }
 
-    fn settings(&self, org_id: &str, app: &AppConfig) -> Result<UpstreamSettings, AppError> {
-        Ok(self.settings_with(app, self.credential(org_id, app)))
-    }
-
     fn settings_with(&self, app: &AppConfig, credential: Option<String>) -> UpstreamSettings {
         let transport = match &app.upstream {
             AppUpstream::Url(url) => Transport::Http(HttpSettings {
@@ -225,8 +264,8 @@ impl AppClients {
     }
 
     /// The connection's API key, or its OAuth access token, opened from its sealed form.
-    fn credential(&self, org_id: &str, app: &AppConfig) -> Option<String> {
-        let conn = self.state.connection(org_id, &app.id)?;
+    fn credential(&self, owner: UpstreamOwner<'_>, app: &AppConfig) -> Option<String> {
+        let conn = owner.connection(&self.state, &app.id)?;
         let sealed = conn.sealed_credentials.as_ref()?;
         let plain = self.state.sealer.open(sealed).ok()?;
         let v: Value = serde_json::from_slice(&plain).ok()?;
@@ -234,8 +273,8 @@ impl AppClients {
     }
 
     /// The OAuth tokens of a connected OAuth connection.
-    fn oauth_tokens(&self, org_id: &str, app_id: &str) -> Option<crate::identity::app_oauth::Tokens> {
-        let conn = self.state.connection(org_id, app_id)?;
+    fn oauth_tokens(&self, owner: UpstreamOwner<'_>, app_id: &str) -> Option<crate::identity::app_oauth::Tokens> {
+        let conn = owner.connection(&self.state, app_id)?;
         if conn.auth_type != "oauth" || conn.status != "connected" {
             return None;
         }
@@ -247,13 +286,13 @@ impl AppClients {
     /// of connection), renewed first when they are due.
     async fn tokens_for_call(
         &self,
-        org_id: &str,
+        owner: UpstreamOwner<'_>,
         app_id: &str,
     ) -> Result<Option<crate::identity::app_oauth::Tokens>, AppError> {
-        let tokens = self.oauth_tokens(org_id, app_id);
+        let tokens = self.oauth_tokens(owner, app_id);
         if tokens.as_ref().is_some_and(|t| t.due(chrono::Utc::now().timestamp())) {
-            self.renew(org_id, app_id, None).await?;
-            return Ok(self.oauth_tokens(org_id, app_id));
+            self.renew(owner, app_id, None).await?;
+            return Ok(self.oauth_tokens(owner, app_id));
         }
         Ok(tokens)
     }
@@ -273,17 +312,20 @@ impl AppClients {
     /// Renews the connection's OAuth access token: when it is due (`rejected` none), or when the
     /// app refused it (`rejected`, the token it refused). One renewal at a time per connection:
     /// a call that waited finds the token renewed and goes on with it. A renewal the provider
-    /// refuses marks the connection `error` (connect it again).
-    async fn renew(&self, org_id: &str, app_id: &str, rejected: Option<&str>) -> Result<(), AppError> {
+    /// refuses marks the connection `error` (connect it again). The organisation's connection
+    /// and each user's own are renewed apart.
+    async fn renew(&self, owner: UpstreamOwner<'_>, app_id: &str, rejected: Option<&str>) -> Result<(), AppError> {
         let now = chrono::Utc::now().timestamp();
         let due = |t: &crate::identity::app_oauth::Tokens| match rejected {
             Some(refused) => t.access_token == refused,
             None => t.due(now),
         };
-        let lock = self.renewing.entry((org_id.to_string(), app_id.to_string())).or_default().clone();
+        let org_id = owner.org_id();
+        let Some(conn) = owner.connection(&self.state, app_id) else { return Ok(()) };
+        let lock = self.renewing.entry(conn.id.clone()).or_default().clone();
         let _one_at_a_time = lock.lock().await;
-        let Some(tokens) = self.oauth_tokens(org_id, app_id).filter(|t| due(t)) else { return Ok(()) };
-        let (Some(app), Some(conn)) = (self.state.app(app_id), self.state.connection(org_id, app_id)) else {
+        let Some(tokens) = self.oauth_tokens(owner, app_id).filter(|t| due(t)) else { return Ok(()) };
+        let (Some(app), Some(conn)) = (self.state.app(app_id), owner.connection(&self.state, app_id)) else {
             return Ok(());
         };
         let mut renewed = (*conn).clone();
@@ -292,7 +334,8 @@ impl AppClients {
             Ok(fresh) => {
                 let plain = serde_json::to_vec(&fresh).unwrap_or_default();
                 renewed.sealed_credentials = Some(self.state.sealer.seal(&plain));
-                tracing::info!(org = org_id, app = app_id, "renewed the app's OAuth access token");
+                let user = renewed.user_id.as_deref().unwrap_or("");
+                tracing::info!(org = org_id, user, app = app_id, "renewed the app's OAuth access token");
                 let _ = self.state.renew_connection(renewed).await;
                 Ok(())
             }
@@ -304,7 +347,8 @@ impl AppClients {
                 Err(AppError::Authorization { app: app_id.into(), error })
             }
             Err(error) => {
-                tracing::warn!(org = org_id, app = app_id, %error, "the app's OAuth authorization could not be renewed");
+                let user = renewed.user_id.as_deref().unwrap_or("");
+                tracing::warn!(org = org_id, user, app = app_id, %error, "the app's OAuth authorization could not be renewed");
                 renewed.status = "error".into();
                 renewed.sealed_credentials = None;
                 let _ = self.state.save_connection(renewed).await;
@@ -325,11 +369,13 @@ impl AppClients {
     }
 
     pub async fn refresh(&self, org_id: &str, app_id: &str, method: ListMethod) -> Result<Arc<Vec<Value>>, AppError> {
-        let tokens = self.tokens_for_call(org_id, app_id).await?;
+        let app = self.app(app_id)?;
+        let owner = UpstreamOwner::for_lists(org_id, &app);
+        let tokens = self.tokens_for_call(owner, app_id).await?;
         let mut up = self.upstream(org_id, app_id)?;
         let mut listed = up.list_all_with_ttl(method, &CallContext::default()).await;
         if let Some(refused) = Self::refused(&tokens, listed.as_ref().err()) {
-            self.renew(org_id, app_id, Some(refused)).await?;
+            self.renew(owner, app_id, Some(refused)).await?;
             up = self.upstream(org_id, app_id)?;
             listed = up.list_all_with_ttl(method, &CallContext::default()).await;
         }
@@ -407,10 +453,13 @@ impl AppClients {
         self.refresh(org_id, app_id, ListMethod::Tools).await
     }
 
-    /// Sends a request to an app.
+    /// Sends a request to an app for `who` (the call's credential) in `org_id`: with the
+    /// organisation's connection, or for an app connected by each user with the caller's own
+    /// ([`Self::owner_for_call`]), on that owner's upstream ([`Self::upstream_of`]).
     pub async fn request(
         &self,
         org_id: &str,
+        who: Option<&Principal>,
         app_id: &str,
         method: &str,
         params: Option<RawJson>,
@@ -420,17 +469,22 @@ impl AppClients {
         if let Some(up) = &ctx.caller_upstream {
             return self.request_on_caller_upstream(org_id, app_id, up, method, params, ctx).await;
         }
-        if self.app(app_id)?.oauth.as_ref().is_some_and(|o| o.token_exchange.is_some()) {
+        let app = self.app(app_id)?;
+        if app.oauth.as_ref().is_some_and(|o| o.token_exchange.is_some()) {
             return Err(AppError::NoCallerToken(app_id.into()));
         }
-        let tokens = self.tokens_for_call(org_id, app_id).await?;
+        let owner = self.owner_for_call(org_id, who, &app)?;
+        if owner == UpstreamOwner::Organization(org_id) && !self.state.is_connected(org_id, app_id) {
+            return Err(AppError::NotConnected(app_id.into()));
+        }
+        let tokens = self.tokens_for_call(owner, app_id).await?;
         // Kept for one retry only when a 401 could be cured by renewing an OAuth token.
         let again = tokens.as_ref().and(params.clone());
-        let up = self.upstream(org_id, app_id)?;
+        let up = self.upstream_of(owner, &app)?;
         let mut reply = up.request(method, params, ctx).await;
         if let Some(refused) = Self::refused(&tokens, reply.as_ref().err()) {
-            self.renew(org_id, app_id, Some(refused)).await?;
-            reply = self.upstream(org_id, app_id)?.request(method, again, ctx).await;
+            self.renew(owner, app_id, Some(refused)).await?;
+            reply = self.upstream_of(owner, &app)?.request(method, again, ctx).await;
         }
         self.note_health(org_id, app_id, reply.as_ref().err());
         reply.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
@@ -450,6 +504,9 @@ impl AppClients {
     pub(crate) fn forget_app(&self, app_id: &str) {
         self.forget_lists("", app_id);
         self.exchanged.forget_app(app_id);
+        for up in self.users.remove_app(app_id) {
+            tokio::spawn(async move { up.shutdown().await });
+        }
         let keys: Vec<Key> = self.upstreams.iter().filter(|u| u.key().1 == app_id).map(|u| u.key().clone()).collect();
         for key in keys {
             if let Some((_, up)) = self.upstreams.remove(&key) {
@@ -465,12 +522,16 @@ impl AppClients {
             up.value().sweep_idle();
         }
         self.exchanged.sweep_idle();
+        for up in self.users.sweep(user_upstreams::USER_UPSTREAM_IDLE, Upstream::sweep_idle) {
+            tokio::spawn(async move { up.shutdown().await });
+        }
     }
 
     /// Stops every upstream (stdio processes included).
     pub async fn shutdown(&self) {
-        let all: Vec<Arc<Upstream>> = self.upstreams.iter().map(|u| u.value().clone()).collect();
+        let mut all: Vec<Arc<Upstream>> = self.upstreams.iter().map(|u| u.value().clone()).collect();
         self.upstreams.clear();
+        all.extend(self.users.drain());
         futures_util::future::join_all(all.iter().map(|up| up.shutdown())).await;
         self.exchanged.shutdown().await;
     }

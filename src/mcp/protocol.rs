@@ -96,6 +96,10 @@ pub(crate) enum RpcCode {
     /// MCP 2026-07-28: the request's protocol version is not one this server speaks (the answer
     /// to `server/discover`).
     UnsupportedProtocolVersion,
+    /// MCP 2025-11-25 `URLElicitationRequiredError`: the caller must visit a URL first (its own
+    /// connection of a per-user app, `data.elicitations`); only to a client that declared
+    /// URL-mode elicitation. An answer about the call (200).
+    UrlElicitationRequired,
 }
 
 impl RpcCode {
@@ -123,6 +127,7 @@ impl RpcCode {
             RpcCode::HeaderMismatch => -32020,
             RpcCode::MissingRequiredClientCapability => -32021,
             RpcCode::UnsupportedProtocolVersion => -32022,
+            RpcCode::UrlElicitationRequired => -32042,
         }
     }
 
@@ -158,7 +163,8 @@ impl RpcCode {
             | RpcCode::UpstreamFailure
             | RpcCode::ToolPending
             | RpcCode::DeniedByRule
-            | RpcCode::ContentRefused => 200,
+            | RpcCode::ContentRefused
+            | RpcCode::UrlElicitationRequired => 200,
             RpcCode::InternalError => 500,
             RpcCode::Unauthorized => 401,
             RpcCode::Forbidden => 403,
@@ -218,7 +224,7 @@ impl RpcCode {
     }
 
     /// Every code, for the tests and the README's table.
-    pub(crate) const ALL: [RpcCode; 22] = [
+    pub(crate) const ALL: [RpcCode; 23] = [
         RpcCode::ParseError,
         RpcCode::InvalidRequest,
         RpcCode::MethodNotFound,
@@ -241,6 +247,7 @@ impl RpcCode {
         RpcCode::HeaderMismatch,
         RpcCode::MissingRequiredClientCapability,
         RpcCode::UnsupportedProtocolVersion,
+        RpcCode::UrlElicitationRequired,
     ];
 }
 
@@ -255,8 +262,12 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), RpcCode::ALL.len(), "two meanings share a code");
         // toolgate's own codes stay out of the band MCP reserves for the specification.
-        let allocated =
-            [RpcCode::HeaderMismatch, RpcCode::MissingRequiredClientCapability, RpcCode::UnsupportedProtocolVersion];
+        let allocated = [
+            RpcCode::HeaderMismatch,
+            RpcCode::MissingRequiredClientCapability,
+            RpcCode::UnsupportedProtocolVersion,
+            RpcCode::UrlElicitationRequired,
+        ];
         for c in RpcCode::ALL {
             let n = c.code();
             assert!(
@@ -295,12 +306,13 @@ mod tests {
                 | RpcCode::ContentRefused
                 | RpcCode::HeaderMismatch
                 | RpcCode::MissingRequiredClientCapability
-                | RpcCode::UnsupportedProtocolVersion => {}
+                | RpcCode::UnsupportedProtocolVersion
+                | RpcCode::UrlElicitationRequired => {}
             }
         }
         let mut listed = RpcCode::ALL.to_vec();
         listed.dedup();
-        assert_eq!(listed.len(), 22);
+        assert_eq!(listed.len(), 23);
     }
 
     /// The table's statuses, in a session and in the stateless revision, as `src/mcp/README.md`

@@ -112,6 +112,36 @@ pub(crate) async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<
     ex.respond(200, "application/json", r.to_bytes(), &[]).await
 }
 
+/// The answer to a call the gateway did not send to its app ([`AppError`] other than the app's
+/// own failure): for an app connected by each user, a gateway key or a token of no member is
+/// -32006; a caller without a connection is -32006 with `data.url` (where to connect), or
+/// -32042 with `data.elicitations` when its client declared URL-mode elicitation (MCP
+/// 2025-11-25), so the client can send its user there; the app's sessions all busy is -32010.
+pub(crate) fn app_refusal(id: &Id, e: &crate::mcp::apps::AppError, url_elicitation: bool) -> Response {
+    use crate::mcp::apps::AppError;
+    let message = e.to_string();
+    let error = match e {
+        AppError::NoCaller { app, .. } => {
+            RpcErrorObject::new(RpcCode::Forbidden.code(), message).with_data(json!({ "app": app }))
+        }
+        AppError::NotConnectedByCaller { app, url, service_account: false } if url_elicitation => {
+            let elicitation = json!({ "mode": "url", "elicitationId": crate::base::secrets::new_id("elicit"),
+                "url": url, "message": message });
+            RpcErrorObject::new(RpcCode::UrlElicitationRequired.code(), message)
+                .with_data(json!({ "app": app, "elicitations": [elicitation] }))
+        }
+        AppError::NotConnectedByCaller { app, url, service_account } => {
+            let data = if *service_account { json!({ "app": app }) } else { json!({ "app": app, "url": url }) };
+            RpcErrorObject::new(RpcCode::Forbidden.code(), message).with_data(data)
+        }
+        AppError::UserSessionsFull { app, .. } => {
+            RpcErrorObject::new(RpcCode::LimitExceeded.code(), message).with_data(json!({ "app": app }))
+        }
+        _ => RpcErrorObject::internal(message),
+    };
+    Response::error(id.clone(), error)
+}
+
 /// The answer to a call whose app failed: -32003 when it timed out, -32004 otherwise. The client
 /// is told one sentence, the app and the cause in words ([`unavailable`]), with the request id in
 /// `data.request_id` (the `X-Request-Id` of the answer, the request log entry's `request_id`); the

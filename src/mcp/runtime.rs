@@ -140,8 +140,17 @@ impl McpRuntime {
                 self.drop_pins(gateway_id);
                 self.gateway_changed(gateway_id)
             }
-            Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {
-                self.app_changed(org_id, app_id)
+            Change::ConnectionSaved { org_id, app_id, user_id: None, .. }
+            | Change::ConnectionDeleted { org_id, app_id, user_id: None } => self.app_changed(org_id, app_id),
+            // A user's own connection changed or ended: that user's upstream goes (on every
+            // instance); a service account whose view the app is listed with changes the lists.
+            Change::ConnectionSaved { org_id, app_id, user_id: Some(user), .. }
+            | Change::ConnectionDeleted { org_id, app_id, user_id: Some(user) } => {
+                self.apps.forget_user_upstream(user, app_id);
+                let listed_as = self.state.app(app_id).and_then(|a| a.per_user.clone()).map(|p| p.list_as);
+                if listed_as == Some(crate::config::ListAs::ServiceAccount(user.clone())) {
+                    self.app_changed(org_id, app_id)
+                }
             }
             Change::KeySaved { .. } | Change::KeyDeleted { .. } | Change::GrantDeleted { .. } => {
                 self.end_sessions_of_unusable_keys()

@@ -30,6 +30,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::time::Instant;
+use toolgate_filters::Principal;
 
 use modern::TASKS_EXTENSION as EXTENSION;
 
@@ -151,12 +152,12 @@ pub(crate) async fn follow(
     mcp: &McpRuntime,
     gw: &Gateway,
     env: &Envelope,
-    key_id: &str,
+    (key_id, who): (&str, Option<&Principal>),
     req: &jsonrpc::Request,
     request_id: &str,
 ) -> Response {
     let started = Instant::now();
-    let outcome = relay(mcp, gw, env, key_id, req, request_id).await;
+    let outcome = relay(mcp, gw, env, (key_id, who), req, request_id).await;
     let (r, app_id) = match outcome {
         Ok((r, app_id)) => (r, Some(app_id)),
         Err(e) => (Response::error(req.id.clone(), e), None),
@@ -169,11 +170,13 @@ pub(crate) async fn follow(
     r
 }
 
+/// `key_id` binds the task to its caller; `who` is that caller, whose own connection a per-user
+/// app is called with.
 async fn relay(
     mcp: &McpRuntime,
     gw: &Gateway,
     env: &Envelope,
-    key_id: &str,
+    (key_id, who): (&str, Option<&Principal>),
     req: &jsonrpc::Request,
     request_id: &str,
 ) -> Result<(Response, String), RpcErrorObject> {
@@ -202,13 +205,13 @@ async fn relay(
         client_era: ClientEra::Stateless,
         caller_upstream: None,
     };
-    let answer = match mcp.apps.request(&gw.org_id, &app_id, &req.method, params, &ctx).await {
+    let answer = match mcp.apps.request(&gw.org_id, who, &app_id, &req.method, params, &ctx).await {
         Ok(reply) => match reply.into_response().await {
             Ok(r) => r,
             Err(e) => rpc_errors::app_failure(&req.id, &app_id, &e, request_id),
         },
         Err(AppError::Upstream { error, .. }) => rpc_errors::app_failure(&req.id, &app_id, &error, request_id),
-        Err(other) => Response::error(req.id.clone(), RpcErrorObject::internal(other.to_string())),
+        Err(other) => rpc_errors::app_refusal(&req.id, &other, false),
     };
     // The task is named to the client by toolgate's id, as it asked.
     let answer = match answer.outcome {

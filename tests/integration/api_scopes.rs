@@ -37,9 +37,10 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("POST", "/gateways/{id}/tool-changes/{sub_id}/reject", Scope("gateways:write")),
     ("GET", "/apps", Scope("apps:read")),
     ("GET", "/apps/{id}", Scope("apps:read")),
-    ("POST", "/apps/{id}/connect", Scope("apps:write")),
-    ("POST", "/apps/{id}/connect/callback", Scope("apps:write")),
-    ("DELETE", "/apps/{id}/connection", Scope("apps:write")),
+    // Every role connects itself (`apps:connect_self`); `apps:write` allows it too.
+    ("POST", "/apps/{id}/connect", Scope("apps:connect_self")),
+    ("POST", "/apps/{id}/connect/callback", Scope("apps:connect_self")),
+    ("DELETE", "/apps/{id}/connection", Scope("apps:connect_self")),
     ("POST", "/apps/{id}/test", Scope("apps:write")),
     ("GET", "/sessions", Scope("sessions:manage")),
     ("GET", "/sessions/{id}", Scope("sessions:manage")),
@@ -107,12 +108,13 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/openapi.json", Public),
 ];
 
-const SCOPES: [&str; 10] = [
+const SCOPES: [&str; 11] = [
     "gateways:read",
     "gateways:write",
     "gateways:delete",
     "apps:read",
     "apps:write",
+    "apps:connect_self",
     "logs:read",
     "sessions:manage",
     "team:manage",
@@ -190,7 +192,9 @@ fn start() -> Fx {
         only.insert(s, k);
         yaml_keys += &y;
         // `admin` implies every scope, so a key lacking any scope lacks `admin` too.
-        let rest: Vec<&str> = SCOPES.iter().copied().filter(|x| *x != s && *x != "admin").collect();
+        // `apps:write` allows connecting oneself: a key lacking `apps:connect_self` lacks it too.
+        let implies = |x: &str| s == "apps:connect_self" && x == "apps:write";
+        let rest: Vec<&str> = SCOPES.iter().copied().filter(|x| *x != s && *x != "admin" && !implies(x)).collect();
         let (k, y) = declared_key(&format!("without_{}", id_of(s)), "usr_owner_s", &rest);
         without.insert(s, k);
         yaml_keys += &y;
@@ -399,9 +403,11 @@ fn every_endpoint_enforces_its_scope() {
 #[test]
 fn role_bounds_a_star_key() {
     let f = start();
-    let viewer_may = |s: &str| s.ends_with(":read");
-    let developer_may =
-        |s: &str| ["gateways:read", "gateways:write", "apps:read", "apps:write", "logs:read"].contains(&s);
+    // Every role connects itself to an app connected by each user.
+    let viewer_may = |s: &str| s.ends_with(":read") || s == "apps:connect_self";
+    let developer_may = |s: &str| {
+        ["gateways:read", "gateways:write", "apps:read", "apps:write", "logs:read", "apps:connect_self"].contains(&s)
+    };
     let mut failures = Vec::new();
     let mut n = 1000;
     let mut f = f;

@@ -59,3 +59,4 @@ mod security_team;
 mod shaped_tools;
 mod shutdown;
 mod spec_literal;
+mod user_connections;

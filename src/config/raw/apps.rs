@@ -37,6 +37,9 @@ pub(super) struct RawApp {
     functions: Vec<RawFunction>,
     #[serde(default)]
     health: RawHealth,
+    connection_scope: Option<String>,
+    list_as: Option<String>,
+    max_user_sessions: Option<usize>,
 }
 
 /// `apps[].health`: this app's probe, where it differs from `mcp.app_health`.
@@ -129,6 +132,13 @@ impl RawApp {
         let functions = functions(i, a.functions)?;
         let timeouts = a.timeouts.build(i)?;
         let health = super::mcp::probe_settings(a.health.interval_secs, a.health.timeout_ms, &f("health"))?;
+        let per_user = super::app_connections::per_user(
+            i,
+            !a.auth_types.is_empty(),
+            a.connection_scope,
+            a.list_as,
+            a.max_user_sessions,
+        )?;
         Ok(AppConfig {
             id: a.id,
             name: a.name,
@@ -148,6 +158,7 @@ impl RawApp {
             oauth,
             functions,
             health,
+            per_user,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! already built (users need the organisations, quotas the tiers).
 
 mod alerts;
+pub(crate) mod app_connections;
 mod apps;
 mod audit;
 mod courier;

@@ -33,6 +33,8 @@ enum Named {
     Gateway(String),
     /// By organisation and app: a connection is found by these, not by its id.
     Connection(String, String),
+    /// A user's (or service account's) own connection: organisation, app, user.
+    UserConnection(String, String, String),
     ServiceAccount(String),
     Webhook(String),
     Grant(String),
@@ -47,9 +49,11 @@ impl Named {
             Change::GatewaySaved { gateway_id, .. } | Change::GatewayDeleted { gateway_id, .. } => {
                 Named::Gateway(gateway_id.clone())
             }
-            Change::ConnectionSaved { org_id, app_id, .. } | Change::ConnectionDeleted { org_id, app_id } => {
-                Named::Connection(org_id.clone(), app_id.clone())
-            }
+            Change::ConnectionSaved { org_id, app_id, user_id, .. }
+            | Change::ConnectionDeleted { org_id, app_id, user_id } => match user_id {
+                Some(user) => Named::UserConnection(org_id.clone(), app_id.clone(), user.clone()),
+                None => Named::Connection(org_id.clone(), app_id.clone()),
+            },
             Change::ServiceAccountSaved { account_id, .. } => Named::ServiceAccount(account_id.clone()),
             Change::WebhookSaved { webhook_id, .. } | Change::WebhookDeleted { webhook_id, .. } => {
                 Named::Webhook(webhook_id.clone())
@@ -382,6 +386,8 @@ impl State {
             replace(&self.grants, Diff::of(&self.grants, rows, scope, &meanwhile));
         }
         if let Some(rows) = snapshot.connections {
+            let (users, rows): (Vec<Connection>, Vec<Connection>) = rows.into_iter().partition(|c| c.user_id.is_some());
+            self.replace_user_connections(users, scope, &meanwhile);
             let held: HashSet<(String, String)> = rows.iter().map(|c| (c.org_id.clone(), c.app_id.clone())).collect();
             let written = |org: &str, app: &str| meanwhile.has(|| Named::Connection(org.into(), app.into()));
             self.connections.retain(|(org, app), _| {
@@ -434,15 +440,9 @@ impl State {
             Named::ServiceAccount(id) => (Kind::ServiceAccount, id),
             Named::Webhook(id) => (Kind::Webhook, id),
             Named::Grant(id) => (Kind::OAuthGrant, id),
-            Named::Connection(org_id, app_id) => {
-                // Stored by their own id, named by their app: the organisation's are searched.
-                for (id, body) in self.store.load_partition(Kind::Connection, org_id).await? {
-                    let c: Connection = decode(Kind::Connection, &id, &body)?;
-                    if c.app_id == *app_id {
-                        return Ok(Some(Stored { id, body }));
-                    }
-                }
-                return Ok(None);
+            Named::Connection(org_id, app_id) => return self.read_connection(org_id, app_id, None).await,
+            Named::UserConnection(org_id, app_id, user) => {
+                return self.read_connection(org_id, app_id, Some(user)).await;
             }
         };
         Ok(self.store.get(kind, id).await?.map(|body| Stored { id: id.clone(), body }))
@@ -532,12 +532,51 @@ impl State {
                     None => self.connections.remove(&key).map(|(_, c)| c),
                 };
             }
+            Named::UserConnection(_, app_id, user) => {
+                let key = (user.clone(), app_id.clone());
+                match stored.map(|s| decode::<Connection>(Kind::Connection, &s.id, &s.body)).transpose()? {
+                    Some(c) => self.user_connections.insert(key, Arc::new(c)),
+                    None => self.user_connections.remove(&key).map(|(_, c)| c),
+                };
+            }
         }
         Ok(())
     }
 }
 
 impl State {
+    /// The store's copy of the organisation's connection of `app_id` (`user` none), or of that
+    /// user's own: stored by their own id, named by their app and user, so the organisation's
+    /// are searched, and one user's is never taken for the organisation's or another's.
+    async fn read_connection(
+        &self,
+        org_id: &str,
+        app_id: &str,
+        user: Option<&String>,
+    ) -> Result<Option<Stored>, StoreError> {
+        for (id, body) in self.store.load_partition(Kind::Connection, org_id).await? {
+            let c: Connection = decode(Kind::Connection, &id, &body)?;
+            if c.app_id == app_id && c.user_id.as_ref() == user {
+                return Ok(Some(Stored { id, body }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Puts the users' own connections of a reload in place, as the organisations' are.
+    fn replace_user_connections(&self, rows: Vec<Connection>, scope: Scope<'_>, meanwhile: &WrittenMeanwhile) {
+        let key = |c: &Connection| (c.user_id.clone().unwrap_or_default(), c.app_id.clone());
+        let held: HashSet<(String, String)> = rows.iter().map(key).collect();
+        let written =
+            |c: &Connection| meanwhile.has(|| Named::UserConnection(c.org_id.clone(), c.app_id.clone(), key(c).0));
+        self.user_connections.retain(|k, c| !scope.covers(&c.org_id) || held.contains(k) || written(c));
+        for c in rows {
+            if !written(&c) {
+                self.user_connections.insert(key(&c), Arc::new(c));
+            }
+        }
+    }
+
     /// Puts a diff of records written by a newer toolgate in place, telling of those newly met.
     fn replace_newer(&self, kind: Kind, diff: Diff<NewerRecord>) {
         let map = self.newer_of(kind);

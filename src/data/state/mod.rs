@@ -19,6 +19,7 @@ use toolgate_filters::Principal;
 mod follow;
 mod oauth;
 mod pins;
+mod user_connections;
 mod users;
 
 pub(crate) use users::NewUserError;
@@ -59,8 +60,11 @@ pub struct State {
     /// saying so, and a write is refused here ([`StoreError::Newer`]).
     newer_gateways: FastMap<String, Arc<NewerRecord>>,
     newer_keys: FastMap<String, Arc<NewerRecord>>,
-    /// (org id, app id) -> connection.
+    /// (org id, app id) -> the organisation's connection.
     connections: FastMap<(String, String), Arc<Connection>>,
+    /// (user or service account id, app id) -> that caller's own connection of a per-user app
+    /// (`user_connections.rs`).
+    user_connections: FastMap<(String, String), Arc<Connection>>,
     /// Resolved callers by key id; cleared whenever a key, user or organisation changes.
     principals: FastMap<String, Arc<Principal>>,
     /// Each organisation's IP policy, rebuilt when the organisation is saved.
@@ -179,6 +183,7 @@ impl State {
             newer_gateways: FastMap::default(),
             newer_keys: FastMap::default(),
             connections: FastMap::default(),
+            user_connections: FastMap::default(),
             principals: FastMap::default(),
             ip_policies: FastMap::default(),
             service_accounts: FastMap::default(),
@@ -236,7 +241,7 @@ impl State {
         }
         for (id, body) in self.store.load_all(Kind::Connection).await? {
             let c: Connection = decode(Kind::Connection, &id, &body)?;
-            self.connections.insert((c.org_id.clone(), c.app_id.clone()), Arc::new(c));
+            self.install_connection(Arc::new(c));
         }
         for (id, body) in self.store.load_all(Kind::Webhook).await? {
             self.webhooks.insert(id.clone(), Arc::new(decode(Kind::Webhook, &id, &body)?));
@@ -572,8 +577,9 @@ impl State {
         self.store.put_record(Kind::Connection, &c.org_id, &c.id, &c).await?;
         let c = Arc::new(c);
         let _copies = self.copies();
-        self.connections.insert((c.org_id.clone(), c.app_id.clone()), c.clone());
-        self.changes.publish(Change::ConnectionSaved { org_id: c.org_id.clone(), app_id: c.app_id.clone(), renewed });
+        self.install_connection(c.clone());
+        let (org_id, app_id, user_id) = (c.org_id.clone(), c.app_id.clone(), c.user_id.clone());
+        self.changes.publish(Change::ConnectionSaved { org_id, app_id, renewed, user_id });
         Ok(c)
     }
 
@@ -583,7 +589,7 @@ impl State {
         self.store.delete(Kind::Connection, &c.id).await?;
         let _copies = self.copies();
         self.connections.remove(&key);
-        self.changes.publish(Change::ConnectionDeleted { org_id: key.0, app_id: key.1 });
+        self.changes.publish(Change::ConnectionDeleted { org_id: key.0, app_id: key.1, user_id: None });
         Ok(true)
     }
 
@@ -841,7 +847,7 @@ impl State {
         if !app.needs_credentials() {
             return true;
         }
-        self.connections.get(pair(&(org_id, app_id))).is_some_and(|c| c.status == "connected")
+        self.list_view_connected(org_id, &app)
     }
 
     /// The key whose SHA-256 is `hash` (the credential resolver's look-up, `identity::credentials`).

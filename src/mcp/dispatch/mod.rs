@@ -95,7 +95,8 @@ async fn respond(
 /// `initialize` capabilities).
 fn declared_capabilities(declared: Option<&Value>) -> ClientCapabilities {
     let has = |name: &str| declared.and_then(|c| c.get(name)).is_some_and(Value::is_object);
-    ClientCapabilities { sampling: has("sampling"), elicitation: has("elicitation") }
+    let url = declared.and_then(|c| c.pointer("/elicitation/url")).is_some_and(Value::is_object);
+    ClientCapabilities { sampling: has("sampling"), elicitation: has("elicitation"), elicitation_url: url }
 }
 
 /// Why the calling client cannot be sent this server->client request, if it cannot: it did not
@@ -282,7 +283,15 @@ pub(super) async fn request(
         // handshake era's own tasks) is not relayed.
         m if tasks::is_task_method(m) && caller.stateless() => {
             let Caller::Stateless { env, key_id, .. } = caller else { unreachable!("checked: stateless") };
-            let r = Box::pin(tasks::follow(mcp, gw, env, key_id, &req, ex.ctx.request_id.as_str())).await;
+            let r = Box::pin(tasks::follow(
+                mcp,
+                gw,
+                env,
+                (key_id, ex.ctx.filters.principal.as_deref()),
+                &req,
+                ex.ctx.request_id.as_str(),
+            ))
+            .await;
             return respond(ex, caller, r, modern::COMPLETE).await;
         }
         other => Err(RpcErrorObject::method_not_found(other)),
@@ -868,17 +877,18 @@ impl Call<'_> {
     ) -> pingora::Result<Requested> {
         match self.caller {
             Caller::Session(mcp_id) if acc.sse => {
-                let (mcp, gw) = (Arc::clone(self.mcp), Arc::clone(self.gw));
+                let (mcp, gw, who) = (Arc::clone(self.mcp), Arc::clone(self.gw), ex.ctx.filters.principal.clone());
                 let (app_id, method) = (app_id.to_owned(), self.method.to_owned());
                 let (content, guards) = (self.content.clone(), self.guards.clone());
                 let call: AppCall = Box::pin(async move {
-                    let reply = mcp.apps.request(&gw.org_id, &app_id, &method, params, &call_ctx).await;
+                    let reply = mcp.apps.request(&gw.org_id, who.as_deref(), &app_id, &method, params, &call_ctx).await;
                     crate::mcp::callout::guard_reply(checked(reply, content), guards).await
                 });
                 await_or_stream_early(self.mcp, ex, self.gw, mcp_id, call).await
             }
             _ => {
-                let reply = self.mcp.apps.request(&self.gw.org_id, app_id, self.method, params, &call_ctx).await;
+                let who = ex.ctx.filters.principal.as_deref();
+                let reply = self.mcp.apps.request(&self.gw.org_id, who, app_id, self.method, params, &call_ctx).await;
                 let reply = checked(reply, self.content.clone());
                 Ok(Requested::Answered(crate::mcp::callout::guard_reply(reply, self.guards.clone()).await))
             }
@@ -913,8 +923,13 @@ impl Call<'_> {
                 }
                 rpc_errors::app_failure(id, app_id, error, self.request_id.as_str())
             }
-            other => Response::error(id.clone(), RpcErrorObject::internal(other.to_string())),
+            other => rpc_errors::app_refusal(id, other, self.url_elicitation()),
         }
+    }
+
+    /// Whether the calling client declared URL-mode elicitation (a session's, at `initialize`).
+    fn url_elicitation(&self) -> bool {
+        matches!(self.caller, Caller::Session(s) if self.mcp.sessions.capabilities(s).elicitation_url)
     }
 }
 

@@ -25,10 +25,13 @@ fn server_requests_are_relayed_only_to_clients_that_can_take_them() {
     // Only an object declares a capability (`"sampling": true` is not one).
     assert_eq!(
         caps(json!({"sampling": true, "elicitation": {}})),
-        ClientCapabilities { sampling: false, elicitation: true }
+        ClientCapabilities { sampling: false, elicitation: true, elicitation_url: false }
     );
     let both = caps(json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}}));
-    assert_eq!(both, ClientCapabilities { sampling: true, elicitation: true });
+    assert_eq!(both, ClientCapabilities { sampling: true, elicitation: true, elicitation_url: false });
+    // URL mode (2025-11-25) is told apart: a per-user app's missing connection is a link then.
+    let url = caps(json!({"elicitation": {"form": {}, "url": {}}}));
+    assert_eq!(url, ClientCapabilities { sampling: false, elicitation: true, elicitation_url: true });
 
     assert!(refusal("sampling/createMessage", both, true).is_none());
     assert!(refusal("elicitation/create", both, true).is_none());
@@ -36,7 +39,7 @@ fn server_requests_are_relayed_only_to_clients_that_can_take_them() {
     let e = refusal("sampling/createMessage", ClientCapabilities::default(), true).unwrap();
     assert_eq!(e.code, jsonrpc::METHOD_NOT_FOUND);
     assert!(e.message.contains("sampling capability"), "{}", e.message);
-    let e = refusal("elicitation/create", ClientCapabilities { sampling: true, elicitation: false }, true).unwrap();
+    let e = refusal("elicitation/create", ClientCapabilities { sampling: true, ..Default::default() }, true).unwrap();
     assert!(e.message.contains("elicitation capability"), "{}", e.message);
     // Without a stream nothing can reach the client, whatever it declared (`ping` the
     // gateway answers itself before asking).

@@ -1,0 +1,237 @@
+//! Per-user connections (issue 63, docs/identity.md "Per-user connections"): an app with
+//! `connection_scope: user` is connected by each member for themself, and every call reaches it
+//! with the caller's own credential, on the caller's own upstream session; never another
+//! member's, never the organisation's. Against the real binary and an upstream that records
+//! every request it gets (`mcp_upstreams::Recorder`).
+
+use crate::common;
+use crate::mcp_upstreams::{config, Recorder, Seen};
+
+use common::mcp::{create_gateway, result_text, rpc_error, Mcp};
+use common::{declared_users_and_keys, ok, wait_until, KeySpec, TestServer};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// How many calls each member makes, per era.
+const CALLS: usize = 150;
+
+/// The organisation's Owner (Dana) and three members.
+const MEMBERS: &[KeySpec] = &[
+    ("dana", "usr_dana", "owner", "org_pu", &["*"]),
+    ("alice", "usr_alice", "developer", "org_pu", &["*"]),
+    ("bob", "usr_bob", "viewer", "org_pu", &["*"]),
+    ("carol", "usr_carol", "developer", "org_pu", &["*"]),
+];
+
+struct Fx {
+    srv: TestServer,
+    up: Recorder,
+    keys: HashMap<&'static str, String>,
+    gw: String,
+    gw_key: String,
+}
+
+/// A server whose `crm` app (the recorder) is connected by each user, its lists read with the
+/// organisation's own connection; a gateway of it made by the Owner.
+fn start() -> Fx {
+    let up = Recorder::start();
+    let (members, keys) = declared_users_and_keys(MEMBERS, |u| format!("{u}@users.test"));
+    let app = format!(
+        "  - {{ id: crm, name: CRM, url: \"{}\", auth_types: [api_key], connection_scope: user, max_user_sessions: 8 }}\n",
+        up.url("/crm/mcp")
+    );
+    let org = "organizations:\n  - { id: org_pu, name: Per User, tier: enterprise }\n";
+    let srv = TestServer::start_with_config(&config(&app, &format!("{org}{members}")));
+    let connect = |key: &str, query: &str, secret: &str| {
+        let body = json!({"auth_type": "api_key", "credentials": {"api_key": secret}});
+        srv.api("POST", &format!("/v1/apps/crm/connect{query}"), Some(key), Some(body))
+    };
+    ok(&connect(&keys["dana"], "?organization=true", "org-secret"), 200);
+    let a = ok(&connect(&keys["alice"], "", "alice-secret"), 200);
+    assert_eq!((a["status"].as_str(), a["user_id"].as_str()), (Some("connected"), Some("usr_alice")), "{a}");
+    // A Viewer connects themself too (`apps:connect_self`, which every role holds).
+    ok(&connect(&keys["bob"], "", "bob-secret"), 200);
+    let (gw, gw_key) = create_gateway(&srv, &keys["dana"], json!({"name": "per-user", "servers": ["crm"]}));
+    Fx { srv, up, keys, gw, gw_key }
+}
+
+/// One `tools/call` of `echo` by a client of the stateless revision (2026-07-28).
+fn stateless_echo(client: &reqwest::blocking::Client, f: &Fx, key: &str, id: u64, message: &str) -> Value {
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": message}, "_meta": meta}});
+    let r = client
+        .post(f.srv.url(&format!("/gateway/{}/mcp", f.gw)))
+        .header("X-API-Key", key)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "echo")
+        .body(body.to_string())
+        .send()
+        .expect("a stateless call");
+    let text = r.text().unwrap_or_default();
+    let json = text.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim).unwrap_or(text.trim());
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Which member's credential a recorded request carried.
+fn bearer(s: &Seen) -> Option<String> {
+    s.headers.iter().find(|(k, _)| k == "authorization").map(|(_, v)| v.clone())
+}
+
+fn message_of(s: &Seen) -> String {
+    let body: Value = serde_json::from_str(&s.body).unwrap_or(Value::Null);
+    body["params"]["arguments"]["message"].as_str().unwrap_or_default().to_string()
+}
+
+/// Alice and Bob call the same app at once, hundreds of calls each in both eras: every call the
+/// app receives carries its own caller's credential, on that caller's own upstream session, and
+/// nobody's call goes with the organisation's. A member with no connection, and a gateway key,
+/// never reach the app.
+#[test]
+fn each_member_calls_a_user_scoped_app_with_their_own_credential() {
+    let f = start();
+    let detail = |key: &str| ok(&f.srv.api("GET", "/v1/apps/crm", Some(key), None), 200);
+    let d = detail(&f.keys["alice"]);
+    assert_eq!(
+        (d["connection_scope"].as_str(), d["own_connection_status"].as_str()),
+        (Some("user"), Some("connected"))
+    );
+    // The organisation's connection (the lists' view) beside the caller's own.
+    assert_eq!(d["connection_status"], "connected", "{d}");
+    assert_eq!(detail(&f.keys["carol"])["own_connection_status"], "none");
+
+    std::thread::scope(|s| {
+        for who in ["alice", "bob"] {
+            let key = f.keys[who].clone();
+            let f = &f;
+            s.spawn(move || {
+                let mcp = Mcp::open(&f.srv, &f.gw, &key);
+                assert_eq!(mcp.tool_names(1), vec!["echo"], "the catalogue is the organisation's view");
+                for i in 0..CALLS {
+                    let m = format!("{who}-handshake-{i}");
+                    assert_eq!(
+                        result_text(&mcp.call(10 + i as u64, "echo", json!({"message": m}))),
+                        format!("Echo: {m}")
+                    );
+                }
+            });
+            let key = f.keys[who].clone();
+            s.spawn(move || {
+                let client = reqwest::blocking::Client::builder().no_proxy().build().unwrap();
+                for i in 0..CALLS {
+                    let m = format!("{who}-stateless-{i}");
+                    let body = stateless_echo(&client, f, &key, 10 + i as u64, &m);
+                    assert_eq!(result_text(&body), format!("Echo: {m}"), "{body}");
+                }
+            });
+        }
+    });
+
+    let seen = f.up.seen();
+    let calls: Vec<&Seen> = seen.iter().filter(|s| s.rpc_method == "tools/call").collect();
+    assert_eq!(calls.len(), 4 * CALLS, "every call reached the app once");
+    let mut sessions: HashMap<&str, HashSet<String>> = HashMap::new();
+    for c in &calls {
+        let m = message_of(c);
+        let who = if m.starts_with("alice-") { "alice" } else { "bob" };
+        assert_eq!(bearer(c), Some(format!("Bearer {who}-secret")), "{m} went with another credential: {c:?}");
+        let sid = c.headers.iter().find(|(k, _)| k == "mcp-session-id").map(|(_, v)| v.clone());
+        sessions.entry(who).or_default().insert(sid.expect("a call in an upstream session"));
+    }
+    assert!(sessions["alice"].is_disjoint(&sessions["bob"]), "each member has an upstream session of their own");
+    // The organisation's credential served the lists only, never a call.
+    for s in seen.iter().filter(|s| bearer(s).as_deref() == Some("Bearer org-secret")) {
+        assert_ne!(s.rpc_method, "tools/call", "{s:?}");
+    }
+    assert!(!f.srv.all_logs().contains("alice-secret"), "a member's credential is never logged");
+
+    // Carol has not connected: -32006 naming where to connect, and the app never hears of it.
+    let carol = Mcp::open(&f.srv, &f.gw, &f.keys["carol"]);
+    let body = carol.call(900, "echo", json!({"message": "carol-1"}));
+    let (code, message) = rpc_error(&body);
+    assert_eq!(code, -32006, "{body}");
+    let url = body["error"]["data"]["url"].as_str().expect("data.url");
+    assert!(url.ends_with("/console/apps?connect=crm") && message.contains(url), "{body}");
+    // The gateway's own key names no user: refused, saying what to use instead.
+    let shared = Mcp::open(&f.srv, &f.gw, &f.gw_key);
+    let body = shared.call(901, "echo", json!({"message": "gateway-key-1"}));
+    let (code, message) = rpc_error(&body);
+    assert_eq!(code, -32006, "{body}");
+    assert!(message.contains("a gateway key names no user") && message.contains("your own API key"), "{message}");
+    let reached = f.up.seen().iter().filter(|s| s.rpc_method == "tools/call").map(message_of).collect::<Vec<_>>();
+    assert!(!reached.iter().any(|m| m.starts_with("carol-") || m.starts_with("gateway-key-")), "{reached:?}");
+}
+
+/// A client that declared URL-mode elicitation (2025-11-25) is given the connect page as an
+/// elicitation (-32042); removing one's connection ends one's calls; removing a member ends
+/// theirs, and an administrator removes another's connection with `?user_id=`.
+#[test]
+fn a_missing_connection_is_a_link_and_removing_it_or_the_member_ends_the_calls() {
+    let f = start();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {"form": {}, "url": {}}}, "clientInfo": {"name": "url-client", "version": "1"}}});
+    let r = common::mcp::post(&f.srv, &f.gw, &f.keys["carol"], None, &init.to_string());
+    let sid = r.header("mcp-session-id").expect("a session").to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "carol"}}});
+    let body = common::mcp::post(&f.srv, &f.gw, &f.keys["carol"], Some(&sid), &call.to_string()).json();
+    assert_eq!(body["error"]["code"], -32042, "{body}");
+    let e = &body["error"]["data"]["elicitations"][0];
+    assert_eq!(e["mode"], "url", "{body}");
+    assert!(e["url"].as_str().is_some_and(|u| u.ends_with("/console/apps?connect=crm")), "{body}");
+    assert!(e["elicitationId"].as_str().is_some_and(|i| !i.is_empty()) && e["message"].is_string(), "{body}");
+
+    // Alice disconnects herself: her next call is refused as not connected.
+    let alice = Mcp::open(&f.srv, &f.gw, &f.keys["alice"]);
+    result_text(&alice.call(3, "echo", json!({"message": "alice-before"})));
+    ok(&f.srv.api("DELETE", "/v1/apps/crm/connection", Some(&f.keys["alice"]), None), 200);
+    let after = f.srv.api("DELETE", "/v1/apps/crm/connection", Some(&f.keys["alice"]), None);
+    assert_eq!(after.status, 404, "{after:?}");
+    assert_eq!(rpc_error(&alice.call(4, "echo", json!({"message": "alice-after"}))).0, -32006);
+    // Bob (a Viewer) may not remove another member's; an administrator may.
+    let bobs = f.srv.api("DELETE", "/v1/apps/crm/connection?user_id=usr_carol", Some(&f.keys["bob"]), None);
+    assert_eq!(bobs.status, 404, "carol has none: {bobs:?}");
+    ok(
+        &f.srv.api(
+            "POST",
+            "/v1/apps/crm/connect",
+            Some(&f.keys["alice"]),
+            Some(json!({"auth_type": "api_key", "credentials": {"api_key": "alice-secret-2"}})),
+        ),
+        200,
+    );
+    // Nobody connects a member but the member: an Owner's credential would go on her calls.
+    let planted = f.srv.api(
+        "POST",
+        "/v1/apps/crm/connect?user_id=usr_alice",
+        Some(&f.keys["dana"]),
+        Some(json!({"auth_type": "api_key", "credentials": {"api_key": "dana-secret"}})),
+    );
+    assert_eq!((planted.status, planted.error_code()), (403, "FORBIDDEN"), "{planted:?}");
+    let refused = f.srv.api("DELETE", "/v1/apps/crm/connection?user_id=usr_alice", Some(&f.keys["bob"]), None);
+    assert_eq!((refused.status, refused.error_code()), (403, "INSUFFICIENT_SCOPE"), "{refused:?}");
+    result_text(&alice.call(5, "echo", json!({"message": "alice-again"})));
+    ok(&f.srv.api("DELETE", "/v1/apps/crm/connection?user_id=usr_alice", Some(&f.keys["dana"]), None), 200);
+    assert_eq!(rpc_error(&alice.call(6, "echo", json!({"message": "alice-removed"}))).0, -32006);
+
+    // Bob is removed from the team: his connection ends with him.
+    let bob = Mcp::open(&f.srv, &f.gw, &f.keys["bob"]);
+    result_text(&bob.call(7, "echo", json!({"message": "bob-before"})));
+    ok(&f.srv.api("DELETE", "/v1/team/members/usr_bob", Some(&f.keys["dana"]), None), 200);
+    let owners = f.srv.api("DELETE", "/v1/apps/crm/connection?user_id=usr_bob", Some(&f.keys["dana"]), None);
+    assert_eq!(owners.status, 404, "bob's connection went with him: {owners:?}");
+    let seen = |m: &str| f.up.seen().iter().any(|s| message_of(s) == m);
+    assert!(seen("alice-again") && seen("bob-before"));
+    for m in ["alice-after", "alice-removed"] {
+        assert!(!seen(m), "{m} reached the app");
+    }
+    wait_until("no upstream request carries a removed credential", Duration::from_secs(5), || {
+        f.up.seen().iter().filter(|s| s.rpc_method == "tools/call").all(|s| {
+            let m = message_of(s);
+            m == "bob-before" || m.starts_with("alice-") && bearer(s).is_some_and(|b| b.contains("alice-secret"))
+        })
+    });
+}
