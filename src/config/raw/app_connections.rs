@@ -96,3 +96,19 @@ mod tests {
         refused(per_user(1, true, None, None, Some(3)).unwrap_err(), "apps[1].max_user_sessions");
     }
 }
+
+#[cfg(test)]
+mod both_ways {
+    use crate::config::Config;
+
+    #[test]
+    fn an_app_is_called_as_each_user_one_way_only() {
+        let yaml = "apps:\n  - id: crm\n    name: CRM\n    category: testing\n    url: https://crm.example/mcp\n    \
+                    auth_types: [api_key]\n    connection_scope: user\n    oauth:\n      client_id: toolgate\n      \
+                    token_exchange: {}\n";
+        let e = Config::parse(yaml).unwrap_err().to_string();
+        assert!(e.contains("apps[0].connection_scope") && e.contains("choose one"), "{e}");
+        let one = yaml.replace("    connection_scope: user\n", "");
+        assert!(Config::parse(&one).is_ok(), "token exchange alone is accepted");
+    }
+}

@@ -139,6 +139,14 @@ impl RawApp {
             a.list_as,
             a.max_user_sessions,
         )?;
+        // Two ways of calling as each user: the caller's own connection, or a token exchanged
+        // for the caller's own. One app takes one, so a reader knows which credential goes out.
+        if per_user.is_some() && oauth.as_ref().is_some_and(|o| o.token_exchange.is_some()) {
+            return Err(invalid(
+                f("connection_scope"),
+                "`user` and oauth.token_exchange both call as each user: choose one",
+            ));
+        }
         Ok(AppConfig {
             id: a.id,
             name: a.name,
