@@ -20,6 +20,7 @@
 
 mod answer;
 mod slots;
+mod task;
 #[cfg(test)]
 mod tests;
 
@@ -44,6 +45,7 @@ use toolgate_filters::Principal;
 
 pub(crate) use answer::schema_misfit;
 pub(crate) use slots::Slots;
+pub(crate) use task::{guard_task_answer, TaskFacts};
 
 /// The longest `timeout_ms` a guard may have: a guard is asked on the call's path, twice per
 /// call at most, and a client waits for both.
@@ -81,6 +83,9 @@ pub(crate) struct CallGuards {
     /// The content checks a replaced result passes.
     content: Option<Arc<ContentCheck>>,
     decisions: Mutex<Vec<Value>>,
+    /// The task whose result this is (toolgate's id for it), when the guards are asked about a
+    /// task's result as `tasks/*` relays it (`task.rs`); the guard is told (`task.id`).
+    task_id: Option<String>,
 }
 
 /// The tool a call names and what its arguments must fit, for [`CallGuards::on_request`].
@@ -109,6 +114,18 @@ impl CallGuards {
         request_id: &str,
         content: Option<Arc<ContentCheck>>,
     ) -> Option<Arc<CallGuards>> {
+        Self::build(mcp, gw, principal, (tool, app, function), request_id, content).map(Arc::new)
+    }
+
+    /// [`CallGuards::for_call`]'s guards, not yet shared.
+    fn build(
+        mcp: &Arc<McpRuntime>,
+        gw: &Arc<Gateway>,
+        principal: Option<&Principal>,
+        (tool, app, function): (&str, &str, &str),
+        request_id: &str,
+        content: Option<Arc<ContentCheck>>,
+    ) -> Option<CallGuards> {
         if gw.guards.is_empty() {
             return None;
         }
@@ -123,7 +140,7 @@ impl CallGuards {
             org_id: p.org_id.clone(),
             actor: Actor::of(p),
         };
-        Some(Arc::new(CallGuards {
+        Some(CallGuards {
             mcp: Arc::clone(mcp),
             gw: Arc::clone(gw),
             caller,
@@ -134,7 +151,8 @@ impl CallGuards {
             arguments: Mutex::new(None),
             content,
             decisions: Mutex::new(Vec::new()),
-        }))
+            task_id: None,
+        })
     }
 
     /// Whether a guard is asked about results.
@@ -173,14 +191,25 @@ impl CallGuards {
 
     /// Asks the response guards about the app's response `r` (a result; an error goes by): the
     /// result as it came, replaced (then checked as the app's was), or an error saying that
-    /// the tool already ran.
-    pub(crate) async fn on_response(&self, mut r: Response) -> Response {
+    /// the tool already ran. A task the app made instead (`resultType: "task"`) has no result
+    /// yet: its result is guarded where `tasks/*` relays it (`task.rs`), and here only if the
+    /// app put one in the task's answer already.
+    pub(crate) async fn on_response(&self, r: Response) -> Response {
         let Ok(result) = &r.outcome else { return r };
-        // A task's result comes later, through `tasks/*`: it is not this call's result.
-        if result.get().contains("\"resultType\":\"task\"") {
-            return r;
+        if result.get().contains("\"task\"") {
+            let v = result.to_value();
+            if v.get("resultType").and_then(Value::as_str) == Some("task") {
+                return self.on_task_answer(r, v).await;
+            }
         }
-        let arguments = self.arguments.lock().as_ref().map_or_else(|| "{}".to_owned(), |a| a.get().to_owned());
+        self.on_result(r).await
+    }
+
+    /// The response guards, in their order, on the tool's result `r`.
+    async fn on_result(&self, mut r: Response) -> Response {
+        // A task's arguments are not kept (toolgate keeps no table of tasks): `null` for a guard.
+        let unknown = if self.task_id.is_some() { "null" } else { "{}" };
+        let arguments = self.arguments.lock().as_ref().map_or_else(|| unknown.to_owned(), |a| a.get().to_owned());
         for g in self.gw.guards.iter().filter(|g| g.applies(CalloutPhase::Response, &self.tool)) {
             let Ok(result) = &r.outcome else { return r };
             let said =
@@ -267,6 +296,9 @@ impl CallGuards {
         });
         if let Some(result) = result {
             body["result"] = json!(raw(result));
+        }
+        if let Some(task) = &self.task_id {
+            body["task"] = json!({ "id": task });
         }
         serde_json::to_vec(&body).unwrap_or_default()
     }
