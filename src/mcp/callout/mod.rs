@@ -27,7 +27,7 @@ mod tests;
 use crate::data::audit::{Actor, Target as AuditTarget};
 use crate::data::model::{Callout, CalloutFailure, CalloutMode, CalloutPhase, Gateway};
 use crate::mcp::content::ContentCheck;
-use crate::mcp::jsonrpc::{RawJson, Response, RpcErrorObject};
+use crate::mcp::jsonrpc::{put, RawJson, Response, RpcErrorObject};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::shaped::Shape;
@@ -245,22 +245,25 @@ impl CallGuards {
             metrics::guard_call(&self.gw.id, "busy", None);
             return Said::Failed("busy", "its gateway's or organisation's guard calls are all in flight".into());
         };
-        let Some(secret) = self.mcp.state.sealer.open(&g.sealed_secret).ok().and_then(|s| String::from_utf8(s).ok())
-        else {
+        let sealer = &self.mcp.state.sealer;
+        let open = || sealer.open(&g.sealed_secret).ok().and_then(|s| String::from_utf8(s).ok());
+        let Some(key) = runtime.http.key(&g.sealed_secret, open) else {
             metrics::guard_call(&self.gw.id, "error", None);
             return Said::Failed("error", "its secret cannot be opened".into());
         };
         let id = format!("{}.{}.{}", self.request_id, g.id, phase.as_str());
         let body = self.payload(&id, phase, arguments, result);
-        let config = self.mcp.state.config();
-        let egress = Egress {
-            allowed_hosts: config.webhooks.allowed_hosts.clone(),
-            allow_http: config.environment.allows_http(),
+        let egress = || {
+            let config = self.mcp.state.config();
+            Egress {
+                allowed_hosts: config.webhooks.allowed_hosts.clone(),
+                allow_http: config.environment.allows_http(),
+            }
         };
         let timeout = Duration::from_millis(u64::from(g.timeout_ms));
         let started = Instant::now();
-        let post = SignedPost { url: &g.url, secret: &secret, id: &id, body, timeout };
-        let said = match runtime.http.post(&egress, post).await {
+        let post = SignedPost { url: &g.url, key: &key, id: &id, body, timeout };
+        let said = match runtime.http.post(egress, post).await {
             Ok(bytes) => match Answer::parse(&bytes, phase) {
                 Ok(a) => match &a.action {
                     Action::Replace(new) => match check(new) {
@@ -282,25 +285,39 @@ impl CallGuards {
     }
 
     /// The JSON a guard is sent: the gateway, the caller, the tool, the arguments and, on
-    /// `response`, the result (both as the app got and gave them).
+    /// `response`, the result (both as the app got and gave them), written once as the bytes
+    /// that are signed and sent: the arguments and the result are JSON text already (read and
+    /// checked when they came) and are copied in as they are, not parsed again into a tree.
     fn payload(&self, id: &str, phase: CalloutPhase, arguments: &str, result: Option<&str>) -> Vec<u8> {
-        let raw = |t: &str| RawValue::from_string(t.to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned());
-        let mut body = json!({
-            "id": id,
-            "phase": phase.as_str(),
-            "request_id": self.request_id,
-            "gateway": { "id": self.gw.id, "name": self.gw.name },
-            "caller": { "kind": self.caller.kind, "user_id": self.caller.user_id, "organization_id": self.caller.org_id },
-            "tool": { "name": self.tool, "app": self.app, "function": self.function },
-            "arguments": raw(arguments),
-        });
+        let size = 320 + id.len() + arguments.len() + result.map_or(0, str::len);
+        let mut b = Vec::with_capacity(size);
+        let member = |b: &mut Vec<u8>, name: &str, v: &str| {
+            b.extend_from_slice(name.as_bytes());
+            put(b, v);
+        };
+        member(&mut b, "{\"id\":", id);
+        member(&mut b, ",\"phase\":", phase.as_str());
+        member(&mut b, ",\"request_id\":", &self.request_id);
+        member(&mut b, ",\"gateway\":{\"id\":", &self.gw.id);
+        member(&mut b, ",\"name\":", &self.gw.name);
+        member(&mut b, "},\"caller\":{\"kind\":", self.caller.kind);
+        member(&mut b, ",\"user_id\":", &self.caller.user_id);
+        member(&mut b, ",\"organization_id\":", &self.caller.org_id);
+        member(&mut b, "},\"tool\":{\"name\":", &self.tool);
+        member(&mut b, ",\"app\":", &self.app);
+        member(&mut b, ",\"function\":", &self.function);
+        b.extend_from_slice(b"},\"arguments\":");
+        b.extend_from_slice(arguments.as_bytes());
         if let Some(result) = result {
-            body["result"] = json!(raw(result));
+            b.extend_from_slice(b",\"result\":");
+            b.extend_from_slice(result.as_bytes());
         }
         if let Some(task) = &self.task_id {
-            body["task"] = json!({ "id": task });
+            member(&mut b, ",\"task\":{\"id\":", task);
+            b.push(b'}');
         }
-        serde_json::to_vec(&body).unwrap_or_default()
+        b.push(b'}');
+        b
     }
 
     /// What guard `g`'s answer does to the call under its `mode` and `failure`, recorded:
