@@ -105,20 +105,7 @@ enum Said {
 impl CallGuards {
     /// The guards of a `tools/call` of `tool` (its name at the gateway) when the gateway has
     /// any that apply to it; `None` otherwise, which is what a gateway without guards pays.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn for_call(
-        mcp: &Arc<McpRuntime>,
-        gw: &Arc<Gateway>,
-        principal: Option<&Principal>,
-        (tool, app, function): (&str, &str, &str),
-        request_id: &str,
-        content: Option<Arc<ContentCheck>>,
-    ) -> Option<Arc<CallGuards>> {
-        Self::build(mcp, gw, principal, (tool, app, function), request_id, content).map(Arc::new)
-    }
-
-    /// [`CallGuards::for_call`]'s guards, not yet shared.
-    fn build(
         mcp: &Arc<McpRuntime>,
         gw: &Arc<Gateway>,
         principal: Option<&Principal>,

@@ -62,7 +62,7 @@ pub(crate) async fn guard_task_answer(
     let function = function.as_deref().unwrap_or(task.tool);
     let content = ContentCheck::for_call(gw, task.method, Some(task.tool));
     let names = (task.tool, task.app, function);
-    let Some(mut guards) = CallGuards::build(mcp, gw, principal, names, request_id, content.clone()) else {
+    let Some(mut guards) = CallGuards::for_call(mcp, gw, principal, names, request_id, content.clone()) else {
         return r;
     };
     if !guards.on_response_too() {

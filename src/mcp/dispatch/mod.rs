@@ -282,7 +282,7 @@ pub(super) async fn request(
         // handshake era's own tasks) is not relayed.
         m if tasks::is_task_method(m) && caller.stateless() => {
             let Caller::Stateless { env, key_id, .. } = caller else { unreachable!("checked: stateless") };
-            let caller_of = (key_id.as_ref(), ex.ctx.filters.principal.as_deref());
+            let caller_of = (key_id, ex.ctx.filters.principal.as_deref());
             let r = Box::pin(tasks::follow(mcp, gw, env, caller_of, &req, ex.ctx.request_id.as_str())).await;
             return respond(ex, caller, r, modern::COMPLETE).await;
         }
