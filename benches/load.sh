@@ -47,7 +47,9 @@
 # had a machine of its own; every target of the run is pinned the same way),
 # GATEWAY_B_EXTRA=JSON (more members of toolgate-b's gateway creation body, e.g.
 # '"rules": [{"name": "r", "effect": "deny", "when": "tool == \"x\""}]': the cost of a feature
-# measured against the same build or the commit before), GATEWAY_B_CONFIG=JSON (more members of
+# measured against the same build or the commit before), GATEWAY_A_EXTRA=JSON (the same for
+# toolgate's own gateway: with the same value as GATEWAY_B_EXTRA, two builds compared on the
+# same feature, e.g. an external guard on both), GATEWAY_B_CONFIG=JSON (more members of
 # its `configuration`, e.g. '"content_policy": "off"'), EXTRA_YAML=TEXT (top-level sections added to both
 # toolgates' configuration, e.g. 'webhooks: {allowed_hosts: ["127.0.0.1"]}' for an external guard
 # on the loopback: benches/load/allow_guard.py), TOOL_LIMIT=1 (toolgate-b is the same build
@@ -379,7 +381,7 @@ create_gateway() {
     python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(d["id"], d["api_key"])'
 }
 
-read -r GW_ID GW_KEY < <(create_gateway fast)
+read -r GW_ID GW_KEY < <(create_gateway fast "$TG_PORT" "${GATEWAY_A_EXTRA:-}")
 [[ -n "${GW_KEY:-}" ]] || { echo "load.sh: cannot create the gateway; toolgate log:" >&2; tail -20 "$WORK/toolgate.log" >&2; exit 1; }
 TG_URL="http://127.0.0.1:$TG_PORT/gateway/$GW_ID/mcp"
 DIRECT_URL="http://127.0.0.1:$UP_PORT/mcp"

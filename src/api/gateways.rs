@@ -158,6 +158,9 @@ pub(crate) struct GatewayListItem {
     pub rules: Vec<Rule>,
     pub tool_overrides: Vec<ToolOverride>,
     pub tool_limits: Vec<ToolLimit>,
+    /// Its external guards as `GET /v1/gateways/{id}` shows them (never a secret).
+    #[schema(value_type = Vec<Object>)]
+    pub guards: Value,
     /// How many functions its apps serve it: under a `tool_policy`, tools awaiting approval
     /// (or rejected) are not counted.
     pub functions_count: usize,
@@ -493,6 +496,7 @@ pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
             rules: g.rules.clone(),
             tool_overrides: g.tool_overrides.clone(),
             tool_limits: g.tool_limits.clone(),
+            guards: super::guard_callouts::shown_once(&g, &[]),
             functions_count,
             status: g.status.clone(),
             created_at: iso(&g.created_at),

@@ -160,6 +160,7 @@ pub(super) async fn show(ctx: &Ctx<'_>, id: &str) -> Result<Page, ApiError> {
     ));
     body.push_str(&super::shaping::overrides(&g));
     body.push_str(&super::shaping::limits(&g));
+    body.push_str(&super::shaping::guards(&g));
     body.push_str(&match super::playground::section(ctx, id).await {
         Ok(section) => section,
         Err(e) => {

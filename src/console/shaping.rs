@@ -1,8 +1,10 @@
 //! What a gateway does to its tools, on its page: the tool overrides (a tool's alias, the text
-//! that replaces the app's, its fixed, default and hidden arguments) and the per-tool limits
-//! (a glob over the exposed names, whom a limit counts, its rates and concurrency), read from
-//! the gateway as the API shows it (`GET /v1/gateways/{id}`). A field the gateway does not have
-//! reads "none": the page shows what is in force, and nothing is in force then.
+//! that replaces the app's, its fixed, default and hidden arguments), the per-tool limits (a
+//! glob over the exposed names, whom a limit counts, its rates and concurrency) and the external
+//! guards asked about its calls (URL, phases, tools, mode, failure, time-out; never a secret,
+//! which the API does not show), read from the gateway as the API shows it
+//! (`GET /v1/gateways/{id}`). A field the gateway does not have reads "none": the page shows
+//! what is in force, and nothing is in force then.
 //!
 //! Every value is the API's and goes through [`escape`]: an override's text is the operator's,
 //! but a name in it may be an app's.
@@ -106,6 +108,41 @@ pub(super) fn limits(gateway: &Value) -> String {
     out
 }
 
+/// The gateway's external guards (`guards`), one row per guard in the order they are asked:
+/// "none" when it has none.
+pub(super) fn guards(gateway: &Value) -> String {
+    let list = gateway["guards"].as_array().filter(|l| !l.is_empty());
+    let Some(list) = list else {
+        return "<h2>External guards</h2><p class=\"empty\" id=\"guards-none\">None: no service outside toolgate \
+                is asked about this gateway's calls.</p>"
+            .to_string();
+    };
+    let mut out = String::from(
+        "<h2>External guards</h2><p class=\"hint\">Each guard is asked, in this order, before a call reaches its \
+         app (<code>request</code>) and before its result reaches the client (<code>response</code>); a call's \
+         log entry shows what each decided.</p><div class=\"scroll\"><table class=\"guards\"><caption>External \
+         guards</caption><thead><tr><th scope=\"col\">URL</th><th scope=\"col\">On</th><th scope=\"col\">Tools</th>\
+         <th scope=\"col\">Mode</th><th scope=\"col\">If it cannot answer</th><th scope=\"col\">Time-out</th>\
+         </tr></thead><tbody>",
+    );
+    for g in list {
+        let on: Vec<String> = g["on"].as_array().into_iter().flatten().map(html::text).collect();
+        let failure = html::text(&g["failure"]);
+        out.push_str(&format!(
+            "<tr><td class=\"id\">{}</td><td class=\"id\">{}</td><td class=\"id\">{}</td><td class=\"id\">{}</td>\
+             <td>{}</td><td class=\"id\">{} ms</td></tr>",
+            code(&html::text(&g["url"])),
+            escape(&on.join(", ")),
+            code(&html::text(&g["tools"])),
+            escape(&html::text(&g["mode"])),
+            escape(if failure == "open" { "open: the call goes on" } else { "closed: the call is refused" }),
+            escape(&html::text(&g["timeout_ms"])),
+        ));
+    }
+    out.push_str("</tbody></table></div>");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +184,26 @@ mod tests {
         assert!(html.contains("<td class=\"id\">2</td></tr>"), "{html}");
         assert!(html.contains("<code>&lt;x&gt;</code></td><td class=\"id\">caller</td>"), "{html}");
         assert!(html.contains("<td class=\"id\">1000</td>"), "{html}");
+    }
+
+    #[test]
+    fn guards_show_each_guard_escaped_and_none_without() {
+        assert!(guards(&json!({ "id": "gw_1" })).contains("id=\"guards-none\""));
+        assert!(guards(&json!({ "guards": [] })).contains("guards-none"));
+        let g = json!({ "guards": [
+            { "id": "grd_1", "url": "https://dlp.example/check?a=<b>", "on": ["request", "response"], "tools": "crm__*",
+              "timeout_ms": 2000, "failure": "closed", "mode": "enforce" },
+            { "id": "grd_2", "url": "https://log.example/", "on": ["response"], "tools": "*",
+              "timeout_ms": 500, "failure": "open", "mode": "log" },
+        ]});
+        let html = guards(&g);
+        assert!(html.contains("<code>https://dlp.example/check?a=&lt;b&gt;</code>"), "{html}");
+        assert!(
+            html.contains("request, response</td><td class=\"id\"><code>crm__*</code></td><td class=\"id\">enforce"),
+            "{html}"
+        );
+        assert!(html.contains("closed: the call is refused</td><td class=\"id\">2000 ms"), "{html}");
+        assert!(html.contains(">log</td>") && html.contains("open: the call goes on"), "{html}");
+        assert!(!html.contains("<b>"), "{html}");
     }
 }

@@ -12,11 +12,14 @@
 //! What a task carries to the client (its status message, its result, the questions it asks)
 //! is an app's answer that a model reads: it gets the gateway's content checks (`mcp/content/`)
 //! as the call's own answer does, under the tool's name sealed in the id (so that a tool's
-//! exemption from redaction and its size bound hold for its tasks too).
+//! exemption from redaction and its size bound hold for its tasks too); the result a task
+//! carries gets the gateway's external guards on `response` as a call's result does
+//! (`mcp/callout/task.rs`), on every instance that relays it.
 
 use crate::base::secrets::Sealer;
 use crate::data::model::Gateway;
 use crate::mcp::apps::AppError;
+use crate::mcp::callout::{self, TaskFacts};
 use crate::mcp::content::ContentCheck;
 use crate::mcp::jsonrpc::{self, RawJson, RawMembers, Response, RpcErrorObject};
 use crate::mcp::modern::{self, Envelope};
@@ -29,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Instant;
 use toolgate_filters::Principal;
 
@@ -147,10 +151,11 @@ fn undeclared(method: &str) -> RpcErrorObject {
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel` from a stateless client: relayed to the app whose
 /// task it names (the app's own id in place of toolgate's); the answer, to be given back, names
-/// the task by the client's id for it and has had the gateway's content checks.
+/// the task by the client's id for it and has had the gateway's content checks, and the
+/// result in it (if any) its response guards, asked for `who`.
 pub(crate) async fn follow(
-    mcp: &McpRuntime,
-    gw: &Gateway,
+    mcp: &Arc<McpRuntime>,
+    gw: &Arc<Gateway>,
     env: &Envelope,
     (key_id, who): (&str, Option<&Principal>),
     req: &jsonrpc::Request,
@@ -159,7 +164,10 @@ pub(crate) async fn follow(
     let started = Instant::now();
     let outcome = relay(mcp, gw, env, (key_id, who), req, request_id).await;
     let (r, app_id) = match outcome {
-        Ok((r, app_id)) => (r, Some(app_id)),
+        Ok((r, opened, id)) => {
+            let task = TaskFacts { id: &id, app: &opened.app_id, tool: &opened.tool, method: &req.method };
+            (callout::guard_task_answer(mcp, gw, who, task, request_id, r).await, Some(opened.app_id))
+        }
         Err(e) => (Response::error(req.id.clone(), e), None),
     };
     let error = r.outcome.as_ref().map_or_else(|e| ErrorType::Code(e.code), |_| ErrorType::None);
@@ -179,7 +187,7 @@ async fn relay(
     (key_id, who): (&str, Option<&Principal>),
     req: &jsonrpc::Request,
     request_id: &str,
-) -> Result<(Response, String), RpcErrorObject> {
+) -> Result<(Response, Opened, String), RpcErrorObject> {
     if !env.caps.tasks {
         return Err(undeclared(&req.method));
     }
@@ -195,22 +203,23 @@ async fn relay(
     };
     let owner = Owner { gateway_id: &gw.id, key_id };
     let target = open(&mcp.state.sealer, owner, &id).filter(|o| gw.servers.contains(&o.app_id));
-    let Some(Opened { app_id, task, tool }) = target else {
+    let Some(opened) = target else {
         return Err(RpcErrorObject::invalid_params(format!("unknown task {id}")).with_data(json!({ "taskId": id })));
     };
-    let params = params.map(|p| for_app(p, &task));
+    let (app_id, tool) = (&opened.app_id, &opened.tool);
+    let params = params.map(|p| for_app(p, &opened.task));
     let ctx = CallContext {
         client_request_id: req.id.clone(),
         headers: vec![],
         client_era: ClientEra::Stateless,
         caller_upstream: None,
     };
-    let answer = match mcp.apps.request(&gw.org_id, who, &app_id, &req.method, params, &ctx).await {
+    let answer = match mcp.apps.request(&gw.org_id, who, app_id, &req.method, params, &ctx).await {
         Ok(reply) => match reply.into_response().await {
             Ok(r) => r,
-            Err(e) => rpc_errors::app_failure(&req.id, &app_id, &e, request_id),
+            Err(e) => rpc_errors::app_failure(&req.id, app_id, &e, request_id),
         },
-        Err(AppError::Upstream { error, .. }) => rpc_errors::app_failure(&req.id, &app_id, &error, request_id),
+        Err(AppError::Upstream { error, .. }) => rpc_errors::app_failure(&req.id, app_id, &error, request_id),
         Err(other) => rpc_errors::app_refusal(&req.id, &other, false),
     };
     // The task is named to the client by toolgate's id, as it asked.
@@ -218,7 +227,7 @@ async fn relay(
         Ok(result) if result.get().contains("\"taskId\"") => {
             let mut v = result.to_value();
             if v.get("taskId").is_some() {
-                v["taskId"] = Value::String(id.into_owned());
+                v["taskId"] = Value::String(id.to_string());
             }
             Response { id: req.id.clone(), outcome: Ok(RawJson::from_value(&v)) }
         }
@@ -229,7 +238,7 @@ async fn relay(
         Some(check) => check.response(answer),
         None => answer,
     };
-    Ok((answer, app_id))
+    Ok((answer, opened, id.into_owned()))
 }
 
 #[cfg(test)]

@@ -6,14 +6,17 @@
 //!
 //! A guard is asked on a call's path, so what can be kept is kept: the checked address of a URL
 //! for [`RESOLVED_FOR`] (a name that resolves elsewhere meanwhile still reaches the address that
-//! was checked, so rebinding gains nothing) and one client, with its idle connections, per host
-//! and address. What the call decides on the answer is `mcp/callout/`'s.
+//! was checked, so rebinding gains nothing) with its parsed URL, one client, with its idle
+//! (keep-alive) connections, per host and address, and each guard's signing key, opened from its
+//! sealed secret once. A call then opens, decodes, parses and resolves nothing (BENCHMARKS.md:
+//! one guard on `request`). What the call decides on the answer is `mcp/callout/`'s.
 
 use super::client::{self, ClientError};
 use super::egress::{Egress, EgressError, Target};
 use super::sign;
 use dashmap::DashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long the checked address of a guard's URL is used before it is resolved and checked
@@ -39,8 +42,6 @@ pub(crate) enum GuardHttpError {
     Status(u16),
     #[error("the guard's answer is over {MAX_ANSWER_BYTES} bytes")]
     TooLarge,
-    #[error("the guard's secret cannot be opened")]
-    Secret,
     #[error("no client for the guard")]
     Client(#[source] ClientError),
 }
@@ -58,41 +59,72 @@ impl GuardHttpError {
 /// One signed call to a guard.
 pub(crate) struct SignedPost<'a> {
     pub url: &'a str,
-    /// The guard's secret (`whsec_...`), opened.
-    pub secret: &'a str,
+    /// The key the guard's secret signs with ([`GuardClient::key`]).
+    pub key: &'a [u8],
     /// `webhook-id`: unique per call and phase.
     pub id: &'a str,
     pub body: Vec<u8>,
     pub timeout: Duration,
 }
 
-/// The clients and checked addresses of the guards' URLs, shared by every call.
+/// What is kept of a guard's URL between calls: its checked URL, when it was checked, and the
+/// client that connects to the checked address.
+struct Kept {
+    at: Instant,
+    url: url::Url,
+    client: reqwest::Client,
+}
+
+/// The clients, checked addresses and signing keys of the guards, shared by every call. A call
+/// finds all it needs in two map look-ups by borrowed keys: nothing is resolved, built, opened or
+/// decoded on the call's path but after a URL's [`RESOLVED_FOR`] or for a new guard.
 #[derive(Default)]
 pub(crate) struct GuardClient {
-    resolved: DashMap<String, (Instant, Target)>,
+    /// Per guard URL (as configured).
+    kept: DashMap<String, Kept>,
+    /// One client per host and checked address, so guards on one host share its connections.
     clients: DashMap<(String, Option<SocketAddr>), reqwest::Client>,
+    /// Per guard secret (as sealed): the key it signs with, opened once.
+    keys: DashMap<String, Arc<[u8]>>,
 }
 
 impl GuardClient {
-    /// POSTs `post` to its URL under the `egress` rules; the answer's body when the guard
-    /// answered 2xx within the time-out.
-    pub(crate) async fn post(&self, egress: &Egress, post: SignedPost<'_>) -> Result<Vec<u8>, GuardHttpError> {
+    /// POSTs `post` to its URL under the egress rules (`egress` makes them, needed only when
+    /// the URL's checked address is not kept); the answer's body when the guard answered 2xx
+    /// within the time-out.
+    pub(crate) async fn post(
+        &self,
+        egress: impl FnOnce() -> Egress,
+        post: SignedPost<'_>,
+    ) -> Result<Vec<u8>, GuardHttpError> {
         let timeout_ms = post.timeout.as_millis() as u64;
         let limited = tokio::time::timeout(post.timeout, self.exchange(egress, post)).await;
         limited.unwrap_or(Err(GuardHttpError::Timeout(timeout_ms)))
     }
 
-    async fn exchange(&self, egress: &Egress, post: SignedPost<'_>) -> Result<Vec<u8>, GuardHttpError> {
-        let target = self.target(egress, post.url).await?;
-        let client = self.client_for(&target)?;
-        let key = sign::key_of(post.secret).map_err(|_| GuardHttpError::Secret)?;
+    /// The key the guard secret sealed as `sealed` signs with: kept once `open` has opened it
+    /// (the sealed text names the secret: a new secret is a new entry).
+    pub(crate) fn key(&self, sealed: &str, open: impl FnOnce() -> Option<String>) -> Option<Arc<[u8]>> {
+        if let Some(key) = self.keys.get(sealed) {
+            return Some(Arc::clone(&key));
+        }
+        let key: Arc<[u8]> = sign::key_of(&open()?).ok()?.into();
+        if self.keys.len() >= MAX_CLIENTS {
+            self.keys.clear();
+        }
+        self.keys.insert(sealed.to_owned(), Arc::clone(&key));
+        Some(key)
+    }
+
+    async fn exchange(&self, egress: impl FnOnce() -> Egress, post: SignedPost<'_>) -> Result<Vec<u8>, GuardHttpError> {
+        let (url, client) = self.kept(egress, post.url).await?;
         let now = chrono::Utc::now().timestamp();
-        let signature = sign::standard(&key, post.id, now, &post.body);
+        let signature = sign::standard(post.key, post.id, now, &post.body);
         let mut resp = client
-            .post(target.url)
+            .post(url)
             .header("content-type", "application/json")
             .header("webhook-id", post.id)
-            .header("webhook-timestamp", now.to_string())
+            .header("webhook-timestamp", now)
             .header("webhook-signature", signature)
             .body(post.body)
             .send()
@@ -114,17 +146,24 @@ impl GuardClient {
         Ok(body)
     }
 
-    /// The URL's checked target: kept for [`RESOLVED_FOR`], then resolved and checked again.
-    async fn target(&self, egress: &Egress, url: &str) -> Result<Target, GuardHttpError> {
-        if let Some(kept) = self.resolved.get(url).filter(|k| k.0.elapsed() < RESOLVED_FOR) {
-            return Ok(kept.1.clone());
+    /// The URL's checked form and its client: kept for [`RESOLVED_FOR`], then resolved and
+    /// checked again.
+    async fn kept(
+        &self,
+        egress: impl FnOnce() -> Egress,
+        url: &str,
+    ) -> Result<(url::Url, reqwest::Client), GuardHttpError> {
+        if let Some(k) = self.kept.get(url).filter(|k| k.at.elapsed() < RESOLVED_FOR) {
+            return Ok((k.url.clone(), k.client.clone()));
         }
-        let target = egress.resolve(url).await.map_err(GuardHttpError::Egress)?;
-        if self.resolved.len() >= MAX_CLIENTS {
-            self.resolved.clear();
+        let target = egress().resolve(url).await.map_err(GuardHttpError::Egress)?;
+        let client = self.client_for(&target)?;
+        if self.kept.len() >= MAX_CLIENTS {
+            self.kept.clear();
         }
-        self.resolved.insert(url.to_string(), (Instant::now(), target.clone()));
-        Ok(target)
+        let kept = Kept { at: Instant::now(), url: target.url.clone(), client: client.clone() };
+        self.kept.insert(url.to_string(), kept);
+        Ok((target.url, client))
     }
 
     fn client_for(&self, target: &Target) -> Result<reqwest::Client, GuardHttpError> {
@@ -143,5 +182,30 @@ impl GuardClient {
         }
         self.clients.insert(key, client.clone());
         Ok(client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn a_guard_s_key_is_opened_once_per_sealed_secret() {
+        let c = GuardClient::default();
+        let secret = sign::new_secret();
+        let opened = Cell::new(0);
+        let open = || {
+            opened.set(opened.get() + 1);
+            Some(secret.clone())
+        };
+        let first = c.key("sealed-1", open).expect("a whsec_ secret");
+        let again = c.key("sealed-1", open).expect("kept");
+        assert_eq!((opened.get(), &*first), (1, &*again), "opened once");
+        assert_eq!(&*first, sign::key_of(&secret).unwrap().as_slice());
+        // Another sealed text (a new secret, or the same re-sealed) is opened again; a secret
+        // that does not open, or is no key, gives none and is not kept.
+        assert!(c.key("sealed-2", open).is_some() && opened.get() == 2);
+        assert!(c.key("sealed-3", || None).is_none() && c.key("sealed-3", || Some("short".into())).is_none());
     }
 }

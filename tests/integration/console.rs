@@ -71,7 +71,7 @@ fn fx() -> &'static Fx {
         let srv = TestServer::start(&format!(
             "{OAUTH_APP}rate_limits:\n  unauthenticated: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
              \x20 identity: {{ requests_per_hour: 100000, requests_per_minute: 100000, burst: 10000 }}\n\
-             organizations:\n{orgs}users:\n{users}api_keys:\n{yk}"
+             webhooks:\n  allowed_hosts: [\"127.0.0.1\"]\norganizations:\n{orgs}users:\n{users}api_keys:\n{yk}"
         ));
         reap_on_exit(&srv);
         for (user, _, _) in USERS {
@@ -846,4 +846,39 @@ fn the_gateway_page_shows_its_tool_shaping_and_the_logs_mark_a_refused_call() {
     assert!(stats.text.contains("<dd id=\"success-rate\">50.0 %</dd>"), "{}", stats.text);
     assert!(stats.text.contains(&format!("<option value=\"{gw}\" selected>")), "{}", stats.text);
     assert!(stats.text.contains("— failed</text>") && stats.text.contains("chart-bar series-1"), "{}", stats.text);
+}
+
+/// A gateway's external guards are in the gateway list as in the gateway (never a secret), and
+/// on its page: URL, phases, tools, mode, failure and time-out, in the order they are asked.
+#[test]
+fn the_gateway_list_and_page_show_its_guards_without_their_secret() {
+    let user = "usr_co_shape";
+    let guards = json!([
+        { "url": "http://127.0.0.1:9/dlp?x=<y>", "on": ["response"], "tools": "get_*", "timeout_ms": 1500 },
+        { "url": "http://127.0.0.1:9/try", "on": ["request"], "mode": "log", "failure": "open" },
+    ]);
+    let body = json!({ "name": "guarded-console", "servers": ["time"], "guards": guards });
+    let r = srv().request("POST", "/v1/gateways", Some(key(user)), Some(body), &[]);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let gw = r.json["data"]["id"].as_str().expect("id").to_string();
+    let secret = r.json["data"]["guards"][0]["secret"].as_str().expect("shown once").to_string();
+    let one = srv().request("GET", &format!("/v1/gateways/{gw}"), Some(key(user)), None, &[]).json;
+    let list = srv().request("GET", "/v1/gateways?q=guarded-console", Some(key(user)), None, &[]).json;
+    let listed = &list["data"]["gateways"][0];
+    assert_eq!(listed["id"], gw.as_str(), "{list}");
+    assert_eq!(listed["guards"], one["data"]["guards"], "the list shows a gateway's guards as GET does: {list}");
+    assert_eq!(listed["guards"][1]["mode"], "log", "{list}");
+    let shown = listed["guards"].as_array().expect("guards");
+    assert!(shown.iter().all(|g| g.get("secret").is_none()) && !list.to_string().contains(&secret), "{list}");
+    let page = signed_in(user).send("GET", &format!("/auth/console/gateways/{gw}"), None);
+    assert_eq!(page.status, 200, "{}", page.text);
+    let t = &page.text;
+    assert!(t.contains("<caption>External guards</caption>"), "{t}");
+    assert!(
+        t.contains("<code>http://127.0.0.1:9/dlp?x=&lt;y&gt;</code></td><td class=\"id\">response</td><td class=\"id\"><code>get_*</code></td><td class=\"id\">enforce</td>"),
+        "{t}"
+    );
+    assert!(t.contains("closed: the call is refused</td><td class=\"id\">1500 ms"), "{t}");
+    assert!(t.contains(">log</td>") && t.contains("open: the call goes on"), "{t}");
+    assert!(!t.contains(&secret), "no secret on the page");
 }

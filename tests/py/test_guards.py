@@ -9,7 +9,9 @@ ran), and rewrites one call's arguments. A guard that answers late, and one that
 (connection refused), refuse the call under `failure: closed` and let it through under `open`;
 `mode: log` records what the guard said and lets the call go on. Every decision is on the call's
 request log entry, a deny and a replace are in the audit trail, and the calls are counted in
-`toolgate_guard_calls_total`.
+`toolgate_guard_calls_total`. A task's result (the tasks extension of 2026-07-28, `tasks_app.py`)
+is guarded as a call's own result is, where `tasks/get` carries it; a guard whose gateway's
+calls are all in flight is `busy`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,20 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from standardwebhooks import Webhook
 
-from mcp_helpers import Api, config, everything_server, http_app, mcp_url, node_bin, run, sdk_client
+from mcp_helpers import (
+    STATELESS,
+    Api,
+    McpHttp,
+    config,
+    everything_server,
+    http_app,
+    mcp_url,
+    node_bin,
+    python_app,
+    run,
+    sdk_client,
+    stateless_post,
+)
 
 MODES = ["auto", "legacy"]
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
@@ -51,12 +66,14 @@ def masked(v):
 
 class Guard:
     """A guard on the loopback. `/main` masks, denies and rewrites; `/slow` answers after 2 s;
-    every call's signature is verified with the secret the gateway's answer gave, once."""
+    `/hold` answers once the test sets `release`; every call's signature is verified with the
+    secret the gateway's answer gave, once."""
 
     def __init__(self):
         self.secrets: dict[str, str] = {}
         self.calls: list[dict] = []
         self.failures: list[str] = []
+        self.release = threading.Event()
         guard = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -78,6 +95,8 @@ class Guard:
                 guard.calls.append({"path": self.path, "payload": payload, "headers": dict(self.headers)})
                 if self.path == "/slow":
                     time.sleep(2)
+                if self.path == "/hold":
+                    guard.release.wait(60)
                 self.answer(200, decide(payload))
 
             def answer(self, status, doc):
@@ -367,3 +386,137 @@ def test_a_streamed_result_is_guarded_at_its_end(streaming, mode):
     r = run(go())
     assert r.content[0].text == "guarded: long run done", r
     assert seen == [1, 2], seen
+
+
+# ------------------------------------------------------------------ tasks, and a busy guard
+
+TASKS = "io.modelcontextprotocol/tasks"
+WITH_TASKS = {
+    "io.modelcontextprotocol/protocolVersion": STATELESS,
+    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+}
+
+
+@pytest.fixture(scope="module")
+def tasks_setup(setup, module_toolgate_factory, tmp_path_factory):
+    """(toolgate, its API, the guard, {name: (gateway id, key)}) on `tasks_app.py` (2026-07-28 with
+    the tasks extension), with at most one guard call of a gateway in flight: `main` guards
+    results, `held` asks `/hold` about each call."""
+    guard = setup[2]
+    with python_app("tasks_app.py", tmp_path_factory.mktemp("guarded-tasks") / "app.log") as addr:
+        limits = "  guards:\n    concurrency_per_gateway: 1\n"
+        apps = http_app("tasks", f"http://{addr}/mcp", name="Tasks")
+        srv = module_toolgate_factory(full_config=config(apps, mcp=limits) + ALLOW_LOOPBACK)
+        api = Api(srv)
+        setups = {
+            "main": [{"url": f"{guard.url}/main", "on": ["response"], "timeout_ms": 5000}],
+            "held": [{"url": f"{guard.url}/hold", "on": ["request"], "timeout_ms": 10000}],
+        }
+        gateways = {}
+        for name, guards in setups.items():
+            body = {"name": f"guarded-tasks-{name}", "servers": ["tasks"], "guards": guards}
+            data = api.ok("POST", "/v1/gateways", body, status=201)["data"]
+            guard.secrets[data["id"]] = data["guards"][0]["secret"]
+            gateways[name] = (data["id"], data["api_key"])
+        yield srv, api, guard, gateways
+
+
+def task_result(srv, gw_key, label: str) -> tuple[dict, dict]:
+    """Runs `slow_compute` labelled `label` as a task and polls `tasks/get` until it has ended
+    (or an error answers it): (the created task, the last JSON-RPC answer of `tasks/get`)."""
+    gw, key = gw_key
+    url = mcp_url(srv, gw)
+    call = {"name": "slow_compute", "arguments": {"seconds": 0.2, "label": label}, "_meta": WITH_TASKS}
+    created = stateless_post(url, key, "tools/call", call).json()["result"]
+    assert created["resultType"] == "task" and created["taskId"].startswith("tgt1."), created
+    deadline = time.monotonic() + 30
+    while True:
+        got = stateless_post(url, key, "tasks/get", {"taskId": created["taskId"], "_meta": WITH_TASKS}).json()
+        if "error" in got or got["result"]["status"] not in ("working", "input_required"):
+            return created, got
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+
+
+def test_a_task_s_result_passes_the_response_guards_where_tasks_get_carries_it(tasks_setup):
+    """A client that asks for a task gets its result through `tasks/get`: masked by the guard as
+    a call's own result is, each time it is read; a denied result is the error that says the
+    tool already ran, and none of it. The decisions are on a log entry, the guard is told the
+    task's id, and a replace and a deny are in the audit trail."""
+    srv, api, guard, gws = tasks_setup
+    gw = gws["main"][0]
+    created, got = task_result(srv, gws["main"], "mail grace@example.com")
+    assert "grace@" not in json.dumps(created), "the created task carries no result yet"
+    done = got["result"]
+    assert done["status"] == "completed" and done["taskId"] == created["taskId"], got
+    assert done["result"]["content"][0]["text"] == "computed mail [email]", got
+    # Read again: guarded again, the same.
+    url = mcp_url(srv, gw)
+    again = stateless_post(url, gws["main"][1], "tasks/get", {"taskId": created["taskId"], "_meta": WITH_TASKS})
+    assert again.json()["result"]["result"]["content"][0]["text"] == "computed mail [email]", again.text
+    asked = [c["payload"] for c in guard.calls if c["payload"].get("task", {}).get("id") == created["taskId"]]
+    assert len(asked) == 2 and all(a["phase"] == "response" for a in asked), asked
+    assert asked[0]["tool"]["name"] == "slow_compute" and asked[0]["arguments"] is None, asked[0]
+    assert "grace@example.com" in json.dumps(asked[0]["result"]), asked[0]
+    _, denied = task_result(srv, gws["main"], "classified")
+    e = denied.get("error")
+    assert e is not None and e["code"] == -32013 and "already ran" in e["message"], denied
+    assert e["data"]["reason"] == "guard_denied" and e["data"]["tool_ran"] is True, denied
+    assert "computed" not in json.dumps(denied), denied
+    entries = logs_of(api, gw)
+    actions = [d["action"] for x in entries for d in x.get("guards", [])]
+    assert "replace" in actions and "deny" in actions, entries[:4]
+    assert not any("grace@" in json.dumps(x.get("response")) for x in entries), "the log keeps what the client got"
+    audit = api.ok("GET", "/v1/audit?limit=100")["data"]["entries"]
+    audited = {x["action"] for x in audit if x.get("target", {}).get("id") == gw}
+    assert {"tool_call.guard_denied", "tool_call.guard_replaced"} <= audited, audited
+
+
+def test_a_handshake_era_task_s_result_is_not_relayed_around_the_guards(streaming):
+    """In a session (2025-11-25), an app's tasks (`params.task`, server-everything's
+    `simulate-research-query`, which runs only as a task) are followed with `tasks/get` and
+    `tasks/result`, which toolgate does not relay for a session: what the client gets for the
+    call is guarded as a result, and the task's result, unguarded, is never read through toolgate."""
+    srv, gw, key = streaming
+    c = McpHttp(mcp_url(srv, gw), key)
+    c.initialize(version="2025-11-25")
+    call = {"name": "simulate-research-query", "arguments": {"topic": "mail heidi@example.com"}, "task": {"ttl": 60000}}
+    answered = c.rpc("tools/call", call)
+    task = answered["result"]["task"]
+    assert task["status"] == "working" and "heidi@" not in json.dumps(answered), answered
+    for method in ("tasks/result", "tasks/get"):
+        got = c.rpc(method, {"taskId": task["taskId"]})
+        assert got["error"]["code"] == -32601 and "heidi@" not in json.dumps(got), got
+    c.close()
+
+
+def test_a_guard_whose_gateway_s_calls_are_all_in_flight_is_busy(tasks_setup):
+    """`mcp.guards.concurrency_per_gateway: 1`: while one call waits for the gateway's guard, the
+    next is not queued but refused at once under `failure: closed` (`guard_busy`), counted as
+    `busy`; once the first is answered, calls go on."""
+    srv, api, guard, gws = tasks_setup
+    gw, key = gws["held"]
+    url = mcp_url(srv, gw)
+    guard.release.clear()
+    first: list = []
+    t = threading.Thread(target=lambda: first.append(
+        stateless_post(url, key, "tools/call", {"name": "greet", "arguments": {"name": "first"}, "_meta": WITH_TASKS}).json()))
+    t.start()
+    deadline = time.monotonic() + 30
+    while not any(c["path"] == "/hold" and c["payload"]["gateway"]["id"] == gw for c in guard.calls):
+        assert time.monotonic() < deadline, "the first call never reached the guard"
+        time.sleep(0.05)
+    second = stateless_post(url, key, "tools/call", {"name": "greet", "arguments": {"name": "second"}, "_meta": WITH_TASKS}).json()
+    guard.release.set()
+    t.join(timeout=30)
+    e = second.get("error")
+    assert e is not None and e["code"] == -32012 and e["data"]["reason"] == "guard_busy", second
+    assert "could not be asked (busy)" in e["message"], second
+    assert first and first[0]["result"]["content"][0]["text"] == "Hello, first!", first
+    third = stateless_post(url, key, "tools/call", {"name": "greet", "arguments": {"name": "third"}, "_meta": WITH_TASKS}).json()
+    assert third["result"]["content"][0]["text"] == "Hello, third!", third
+    text = httpx2.get(srv.metrics_url, timeout=10).text
+    m = re.search(rf'toolgate_guard_calls_total\{{gateway="{gw}",outcome="busy"\}} (\S+)', text)
+    assert m and float(m.group(1)) == 1, text
+    entry = next(x for x in logs_of(api, gw) if x.get("status") == "error")
+    assert entry["guards"][0]["action"] == "busy" and entry["guards"][0]["failure"] == "closed", entry

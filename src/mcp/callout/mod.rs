@@ -20,13 +20,14 @@
 
 mod answer;
 mod slots;
+mod task;
 #[cfg(test)]
 mod tests;
 
 use crate::data::audit::{Actor, Target as AuditTarget};
 use crate::data::model::{Callout, CalloutFailure, CalloutMode, CalloutPhase, Gateway};
 use crate::mcp::content::ContentCheck;
-use crate::mcp::jsonrpc::{RawJson, Response, RpcErrorObject};
+use crate::mcp::jsonrpc::{put, RawJson, Response, RpcErrorObject};
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::shaped::Shape;
@@ -44,6 +45,7 @@ use toolgate_filters::Principal;
 
 pub(crate) use answer::schema_misfit;
 pub(crate) use slots::Slots;
+pub(crate) use task::{guard_task_answer, TaskFacts};
 
 /// The longest `timeout_ms` a guard may have: a guard is asked on the call's path, twice per
 /// call at most, and a client waits for both.
@@ -81,6 +83,9 @@ pub(crate) struct CallGuards {
     /// The content checks a replaced result passes.
     content: Option<Arc<ContentCheck>>,
     decisions: Mutex<Vec<Value>>,
+    /// The task whose result this is (toolgate's id for it), when the guards are asked about a
+    /// task's result as `tasks/*` relays it (`task.rs`); the guard is told (`task.id`).
+    task_id: Option<String>,
 }
 
 /// The tool a call names and what its arguments must fit, for [`CallGuards::on_request`].
@@ -100,7 +105,6 @@ enum Said {
 impl CallGuards {
     /// The guards of a `tools/call` of `tool` (its name at the gateway) when the gateway has
     /// any that apply to it; `None` otherwise, which is what a gateway without guards pays.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn for_call(
         mcp: &Arc<McpRuntime>,
         gw: &Arc<Gateway>,
@@ -108,7 +112,7 @@ impl CallGuards {
         (tool, app, function): (&str, &str, &str),
         request_id: &str,
         content: Option<Arc<ContentCheck>>,
-    ) -> Option<Arc<CallGuards>> {
+    ) -> Option<CallGuards> {
         if gw.guards.is_empty() {
             return None;
         }
@@ -123,7 +127,7 @@ impl CallGuards {
             org_id: p.org_id.clone(),
             actor: Actor::of(p),
         };
-        Some(Arc::new(CallGuards {
+        Some(CallGuards {
             mcp: Arc::clone(mcp),
             gw: Arc::clone(gw),
             caller,
@@ -134,7 +138,8 @@ impl CallGuards {
             arguments: Mutex::new(None),
             content,
             decisions: Mutex::new(Vec::new()),
-        }))
+            task_id: None,
+        })
     }
 
     /// Whether a guard is asked about results.
@@ -173,14 +178,25 @@ impl CallGuards {
 
     /// Asks the response guards about the app's response `r` (a result; an error goes by): the
     /// result as it came, replaced (then checked as the app's was), or an error saying that
-    /// the tool already ran.
-    pub(crate) async fn on_response(&self, mut r: Response) -> Response {
+    /// the tool already ran. A task the app made instead (`resultType: "task"`) has no result
+    /// yet: its result is guarded where `tasks/*` relays it (`task.rs`), and here only if the
+    /// app put one in the task's answer already.
+    pub(crate) async fn on_response(&self, r: Response) -> Response {
         let Ok(result) = &r.outcome else { return r };
-        // A task's result comes later, through `tasks/*`: it is not this call's result.
-        if result.get().contains("\"resultType\":\"task\"") {
-            return r;
+        if result.get().contains("\"task\"") {
+            let v = result.to_value();
+            if v.get("resultType").and_then(Value::as_str) == Some("task") {
+                return self.on_task_answer(r, v).await;
+            }
         }
-        let arguments = self.arguments.lock().as_ref().map_or_else(|| "{}".to_owned(), |a| a.get().to_owned());
+        self.on_result(r).await
+    }
+
+    /// The response guards, in their order, on the tool's result `r`.
+    async fn on_result(&self, mut r: Response) -> Response {
+        // A task's arguments are not kept (toolgate keeps no table of tasks): `null` for a guard.
+        let unknown = if self.task_id.is_some() { "null" } else { "{}" };
+        let arguments = self.arguments.lock().as_ref().map_or_else(|| unknown.to_owned(), |a| a.get().to_owned());
         for g in self.gw.guards.iter().filter(|g| g.applies(CalloutPhase::Response, &self.tool)) {
             let Ok(result) = &r.outcome else { return r };
             let said =
@@ -216,22 +232,25 @@ impl CallGuards {
             metrics::guard_call(&self.gw.id, "busy", None);
             return Said::Failed("busy", "its gateway's or organisation's guard calls are all in flight".into());
         };
-        let Some(secret) = self.mcp.state.sealer.open(&g.sealed_secret).ok().and_then(|s| String::from_utf8(s).ok())
-        else {
+        let sealer = &self.mcp.state.sealer;
+        let open = || sealer.open(&g.sealed_secret).ok().and_then(|s| String::from_utf8(s).ok());
+        let Some(key) = runtime.http.key(&g.sealed_secret, open) else {
             metrics::guard_call(&self.gw.id, "error", None);
             return Said::Failed("error", "its secret cannot be opened".into());
         };
         let id = format!("{}.{}.{}", self.request_id, g.id, phase.as_str());
         let body = self.payload(&id, phase, arguments, result);
-        let config = self.mcp.state.config();
-        let egress = Egress {
-            allowed_hosts: config.webhooks.allowed_hosts.clone(),
-            allow_http: config.environment.allows_http(),
+        let egress = || {
+            let config = self.mcp.state.config();
+            Egress {
+                allowed_hosts: config.webhooks.allowed_hosts.clone(),
+                allow_http: config.environment.allows_http(),
+            }
         };
         let timeout = Duration::from_millis(u64::from(g.timeout_ms));
         let started = Instant::now();
-        let post = SignedPost { url: &g.url, secret: &secret, id: &id, body, timeout };
-        let said = match runtime.http.post(&egress, post).await {
+        let post = SignedPost { url: &g.url, key: &key, id: &id, body, timeout };
+        let said = match runtime.http.post(egress, post).await {
             Ok(bytes) => match Answer::parse(&bytes, phase) {
                 Ok(a) => match &a.action {
                     Action::Replace(new) => match check(new) {
@@ -253,22 +272,39 @@ impl CallGuards {
     }
 
     /// The JSON a guard is sent: the gateway, the caller, the tool, the arguments and, on
-    /// `response`, the result (both as the app got and gave them).
+    /// `response`, the result (both as the app got and gave them), written once as the bytes
+    /// that are signed and sent: the arguments and the result are JSON text already (read and
+    /// checked when they came) and are copied in as they are, not parsed again into a tree.
     fn payload(&self, id: &str, phase: CalloutPhase, arguments: &str, result: Option<&str>) -> Vec<u8> {
-        let raw = |t: &str| RawValue::from_string(t.to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned());
-        let mut body = json!({
-            "id": id,
-            "phase": phase.as_str(),
-            "request_id": self.request_id,
-            "gateway": { "id": self.gw.id, "name": self.gw.name },
-            "caller": { "kind": self.caller.kind, "user_id": self.caller.user_id, "organization_id": self.caller.org_id },
-            "tool": { "name": self.tool, "app": self.app, "function": self.function },
-            "arguments": raw(arguments),
-        });
+        let size = 320 + id.len() + arguments.len() + result.map_or(0, str::len);
+        let mut b = Vec::with_capacity(size);
+        let member = |b: &mut Vec<u8>, name: &str, v: &str| {
+            b.extend_from_slice(name.as_bytes());
+            put(b, v);
+        };
+        member(&mut b, "{\"id\":", id);
+        member(&mut b, ",\"phase\":", phase.as_str());
+        member(&mut b, ",\"request_id\":", &self.request_id);
+        member(&mut b, ",\"gateway\":{\"id\":", &self.gw.id);
+        member(&mut b, ",\"name\":", &self.gw.name);
+        member(&mut b, "},\"caller\":{\"kind\":", self.caller.kind);
+        member(&mut b, ",\"user_id\":", &self.caller.user_id);
+        member(&mut b, ",\"organization_id\":", &self.caller.org_id);
+        member(&mut b, "},\"tool\":{\"name\":", &self.tool);
+        member(&mut b, ",\"app\":", &self.app);
+        member(&mut b, ",\"function\":", &self.function);
+        b.extend_from_slice(b"},\"arguments\":");
+        b.extend_from_slice(arguments.as_bytes());
         if let Some(result) = result {
-            body["result"] = json!(raw(result));
+            b.extend_from_slice(b",\"result\":");
+            b.extend_from_slice(result.as_bytes());
         }
-        serde_json::to_vec(&body).unwrap_or_default()
+        if let Some(task) = &self.task_id {
+            member(&mut b, ",\"task\":{\"id\":", task);
+            b.push(b'}');
+        }
+        b.push(b'}');
+        b
     }
 
     /// What guard `g`'s answer does to the call under its `mode` and `failure`, recorded:

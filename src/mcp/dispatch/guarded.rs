@@ -46,8 +46,8 @@ impl Call<'_> {
         let principal = ex.ctx.filters.principal.as_deref();
         let names = (exposed, target.app_id, function);
         let request_id = self.request_id.as_str();
-        let Some(guards) = CallGuards::for_call(self.mcp, self.gw, principal, names, request_id, self.content.clone())
-        else {
+        let guards = CallGuards::for_call(self.mcp, self.gw, principal, names, request_id, self.content.clone());
+        let Some(guards) = guards.map(Arc::new) else {
             return Ok(None);
         };
         let arguments = target.named.as_ref().and_then(|n| n.get("arguments"));

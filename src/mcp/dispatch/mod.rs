@@ -283,15 +283,8 @@ pub(super) async fn request(
         // handshake era's own tasks) is not relayed.
         m if tasks::is_task_method(m) && caller.stateless() => {
             let Caller::Stateless { env, key_id, .. } = caller else { unreachable!("checked: stateless") };
-            let r = Box::pin(tasks::follow(
-                mcp,
-                gw,
-                env,
-                (key_id, ex.ctx.filters.principal.as_deref()),
-                &req,
-                ex.ctx.request_id.as_str(),
-            ))
-            .await;
+            let caller_of = (key_id, ex.ctx.filters.principal.as_deref());
+            let r = Box::pin(tasks::follow(mcp, gw, env, caller_of, &req, ex.ctx.request_id.as_str())).await;
             return respond(ex, caller, r, modern::COMPLETE).await;
         }
         other => Err(RpcErrorObject::method_not_found(other)),
