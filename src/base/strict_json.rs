@@ -427,7 +427,10 @@ mod tests {
             }
             assert_eq!(check(text.as_bytes()), walk, "{text}");
         }
-        assert!(quick > 2_000 && ambiguous > 2_000, "the texts must exercise both: {quick} quick, {ambiguous} ambiguous");
+        assert!(
+            quick > 2_000 && ambiguous > 2_000,
+            "the texts must exercise both: {quick} quick, {ambiguous} ambiguous"
+        );
     }
 
     #[test]
