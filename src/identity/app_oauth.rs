@@ -285,6 +285,37 @@ struct TokenAnswer {
     error_description: Option<String>,
 }
 
+/// A token endpoint's successful answer: an access token, with what came beside it.
+pub(crate) struct TokenIssued {
+    pub(crate) access_token: String,
+    pub(crate) token_type: Option<String>,
+    pub(crate) expires_in: Option<i64>,
+    pub(crate) refresh_token: Option<String>,
+}
+
+/// Reads a token endpoint's answer (the code grant's, a renewal's, a token exchange's): the
+/// provider's refusal as it named it (`error`, RFC 6749 section 5.2), an answer that is not
+/// JSON or not a success, or the issued token, which must not be empty.
+pub(crate) fn token_answer(status: reqwest::StatusCode, body: &[u8]) -> Result<TokenIssued, AppOAuthError> {
+    let answer: TokenAnswer = serde_json::from_slice(body)
+        .map_err(|_| AppOAuthError::Malformed(format!("HTTP {status}, not a JSON token response")))?;
+    if let Some(error) = answer.error {
+        return Err(AppOAuthError::Refused { error, description: answer.error_description });
+    }
+    if !status.is_success() {
+        return Err(AppOAuthError::Malformed(format!("HTTP {status}")));
+    }
+    let Some(access_token) = answer.access_token.filter(|t| !t.is_empty()) else {
+        return Err(AppOAuthError::Malformed("no access_token".into()));
+    };
+    Ok(TokenIssued {
+        access_token,
+        token_type: answer.token_type,
+        expires_in: answer.expires_in,
+        refresh_token: answer.refresh_token,
+    })
+}
+
 /// The client of OAuth and OpenID requests (apps' authorization servers, web sign-in's providers):
 /// a short time-out, and redirects not followed (a token endpoint that redirects is refused).
 pub(crate) fn http() -> &'static reqwest::Client {
@@ -347,17 +378,8 @@ async fn token_request(
         .map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
     let status = response.status();
     let body = response.bytes().await.map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
-    let answer: TokenAnswer = serde_json::from_slice(&body)
-        .map_err(|_| AppOAuthError::Malformed(format!("HTTP {status}, not a JSON token response")))?;
-    if let Some(error) = answer.error {
-        return Err(AppOAuthError::Refused { error, description: answer.error_description });
-    }
-    if !status.is_success() {
-        return Err(AppOAuthError::Malformed(format!("HTTP {status}")));
-    }
-    let Some(access_token) = answer.access_token.filter(|t| !t.is_empty()) else {
-        return Err(AppOAuthError::Malformed("no access_token".into()));
-    };
+    let answer = token_answer(status, &body)?;
+    let access_token = answer.access_token;
     if answer.token_type.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("bearer")) {
         return Err(AppOAuthError::Malformed(format!("token_type {:?}, expected Bearer", answer.token_type)));
     }

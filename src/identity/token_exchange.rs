@@ -19,7 +19,6 @@
 use super::app_oauth::{self, AppOAuthError};
 use crate::config::{AppConfig, SubjectTokenType, TokenClientAuth, TokenExchangeConfig};
 use base64::Engine;
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toolgate_filters::CredentialKind;
 
@@ -104,16 +103,6 @@ impl std::fmt::Debug for Issued {
     }
 }
 
-/// The token endpoint's answer (RFC 8693 section 2.2), or its error (RFC 6749 section 5.2).
-#[derive(Deserialize)]
-struct Answer {
-    access_token: Option<String>,
-    token_type: Option<String>,
-    expires_in: Option<u64>,
-    error: Option<String>,
-    error_description: Option<String>,
-}
-
 /// Exchanges `subject` (of kind `kind`) at `app`'s authorization server for a token of the app.
 pub(crate) async fn exchange(
     app: &AppConfig,
@@ -165,23 +154,14 @@ pub(crate) async fn exchange(
 
 /// The token in a token endpoint's answer, or the provider's refusal as it named it.
 fn issued(status: reqwest::StatusCode, body: &[u8]) -> Result<Issued, AppOAuthError> {
-    let answer: Answer = serde_json::from_slice(body)
-        .map_err(|_| AppOAuthError::Malformed(format!("HTTP {status}, not a JSON token response")))?;
-    if let Some(error) = answer.error {
-        return Err(AppOAuthError::Refused { error, description: answer.error_description });
-    }
-    if !status.is_success() {
-        return Err(AppOAuthError::Malformed(format!("HTTP {status}")));
-    }
-    let Some(access_token) = answer.access_token.filter(|t| !t.is_empty()) else {
-        return Err(AppOAuthError::Malformed("no access_token".into()));
-    };
+    let answer = app_oauth::token_answer(status, body)?;
+    let access_token = answer.access_token;
     // RFC 8693 section 2.2.1: `N_A` when the token is not an access token; toolgate sends it as
     // a bearer credential, so it must be one.
     if !answer.token_type.as_deref().is_some_and(|t| t.eq_ignore_ascii_case("bearer")) {
         return Err(AppOAuthError::Malformed(format!("token_type {:?}, expected Bearer", answer.token_type)));
     }
-    Ok(Issued { access_token, expires_in: answer.expires_in })
+    Ok(Issued { access_token, expires_in: answer.expires_in.and_then(|s| u64::try_from(s).ok()) })
 }
 
 /// RFC 6749 section 2.3.1: HTTP Basic of the form-encoded client id and secret.
