@@ -611,3 +611,24 @@ def passes(checks: list) -> bool:
     """A scenario passed: some check succeeded and none failed."""
     return bool(checks) and any(c.get("status") == "SUCCESS" for c in checks) and not any(
         c.get("status") == "FAILURE" for c in checks)
+
+TASKS = "io.modelcontextprotocol/tasks"
+# A 2026-07-28 request's `_meta` from a client that declared the tasks extension.
+WITH_TASKS = {
+    "io.modelcontextprotocol/protocolVersion": STATELESS,
+    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+}
+
+
+def task_to_its_end(url: str, key: str, call: dict) -> tuple[dict, dict]:
+    """Calls a tool as a task (`call`: the `tools/call` params, `_meta` asking for one) and polls
+    `tasks/get` until the task has ended or an error answers it: (the created task, the last
+    JSON-RPC answer of `tasks/get`)."""
+    created = stateless_post(url, key, "tools/call", call).json()["result"]
+    assert created["resultType"] == "task" and created["taskId"].startswith("tgt1."), created
+    deadline = time.monotonic() + 30
+    while True:
+        got = stateless_post(url, key, "tasks/get", {"taskId": created["taskId"], "_meta": WITH_TASKS}).json()
+        if "error" in got or got["result"]["status"] not in ("working", "input_required"):
+            return created, got
+        assert time.monotonic() < deadline, got

@@ -45,6 +45,8 @@ from mcp_helpers import (
     run,
     sdk_client,
     stateless_post,
+    task_to_its_end,
+    WITH_TASKS,
 )
 
 MODES = ["auto", "legacy"]
@@ -390,11 +392,6 @@ def test_a_streamed_result_is_guarded_at_its_end(streaming, mode):
 
 # ------------------------------------------------------------------ tasks, and a busy guard
 
-TASKS = "io.modelcontextprotocol/tasks"
-WITH_TASKS = {
-    "io.modelcontextprotocol/protocolVersion": STATELESS,
-    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
-}
 
 
 @pytest.fixture(scope="module")
@@ -422,20 +419,11 @@ def tasks_setup(setup, module_toolgate_factory, tmp_path_factory):
 
 
 def task_result(srv, gw_key, label: str) -> tuple[dict, dict]:
-    """Runs `slow_compute` labelled `label` as a task and polls `tasks/get` until it has ended
-    (or an error answers it): (the created task, the last JSON-RPC answer of `tasks/get`)."""
+    """Runs `slow_compute` labelled `label` as a task to its end: (the created task, the last
+    JSON-RPC answer of `tasks/get`)."""
     gw, key = gw_key
-    url = mcp_url(srv, gw)
     call = {"name": "slow_compute", "arguments": {"seconds": 0.2, "label": label}, "_meta": WITH_TASKS}
-    created = stateless_post(url, key, "tools/call", call).json()["result"]
-    assert created["resultType"] == "task" and created["taskId"].startswith("tgt1."), created
-    deadline = time.monotonic() + 30
-    while True:
-        got = stateless_post(url, key, "tasks/get", {"taskId": created["taskId"], "_meta": WITH_TASKS}).json()
-        if "error" in got or got["result"]["status"] not in ("working", "input_required"):
-            return created, got
-        assert time.monotonic() < deadline, got
-        time.sleep(0.1)
+    return task_to_its_end(mcp_url(srv, gw), key, call)
 
 
 def test_a_task_s_result_passes_the_response_guards_where_tasks_get_carries_it(tasks_setup):

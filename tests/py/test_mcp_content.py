@@ -39,6 +39,8 @@ from mcp_helpers import (
     run,
     sdk_client,
     stateless_post,
+    task_to_its_end,
+    WITH_TASKS,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -267,11 +269,6 @@ def test_the_typescript_sdk_sees_the_same(srv, cls):
 
 # ------------------------------------------------------------------ tasks and call streams
 
-TASKS = "io.modelcontextprotocol/tasks"
-WITH_TASKS = {
-    "io.modelcontextprotocol/protocolVersion": STATELESS,
-    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
-}
 
 
 @pytest.fixture(scope="module")
@@ -289,18 +286,10 @@ def tasks_srv(tmp_path_factory, module_toolgate_factory):
 
 
 def finished_task(url: str, key: str, cls: str) -> dict:
-    """Creates a `hidden_report` task hiding `cls` and polls `tasks/get` until it has ended (or
-    an error answers it); returns the last JSON-RPC answer."""
+    """Runs a `hidden_report` task hiding `cls` to its end; returns the last JSON-RPC answer of
+    `tasks/get`."""
     call = {"name": "hidden_report", "arguments": {"cls": cls}, "_meta": WITH_TASKS}
-    created = stateless_post(url, key, "tools/call", call).json()["result"]
-    assert created["resultType"] == "task" and created["taskId"].startswith("tgt1."), created
-    deadline = time.monotonic() + 30
-    while True:
-        got = stateless_post(url, key, "tasks/get", {"taskId": created["taskId"], "_meta": WITH_TASKS}).json()
-        if "error" in got or got["result"]["status"] not in ("working", "input_required"):
-            return got
-        assert time.monotonic() < deadline, got
-        time.sleep(0.1)
+    return task_to_its_end(url, key, call)[1]
 
 
 @pytest.mark.parametrize("cls", ["tag", "bidi"])
