@@ -101,18 +101,21 @@ impl CallGuards {
     /// `result` in it: unchanged when it has none or they let it be, with their replacement in
     /// its place, or the error that a denied result is (the whole answer: the client is told
     /// the tool already ran, and nothing of the result).
-    pub(super) async fn on_task_answer(&self, r: Response, mut v: Value) -> Response {
+    pub(super) async fn on_task_answer(&self, r: Response, v: Value) -> Response {
         let Some(result) = v.get("result") else { return r };
         let asked = RawJson::from_value(result);
-        let before = asked.get().to_owned();
         let guarded = self.on_result(Response { id: r.id.clone(), outcome: Ok(asked) }).await;
         match guarded.outcome {
             Err(e) => Response::error(r.id, e),
-            Ok(after) if after.get() == before => r,
-            Ok(after) => {
-                v["result"] = after.to_value();
-                Response { id: r.id, outcome: Ok(RawJson::from_value(&v)) }
-            }
+            Ok(after) => Response { id: r.id, outcome: Ok(as_the_guards_read(v, &after)) },
         }
     }
+}
+
+/// The task's answer as the guards read it (`v`, the app's text parsed once) with `result` as
+/// they left it: what the client gets, never the app's own text, in which a member written twice
+/// would show a reader that keeps the first one a result no guard read.
+pub(super) fn as_the_guards_read(mut v: Value, result: &RawJson) -> RawJson {
+    v["result"] = result.to_value();
+    RawJson::from_value(&v)
 }

@@ -70,3 +70,16 @@ fn guard_calls_are_bounded_per_gateway_and_per_organisation() {
     assert_eq!(slots.of_gateway("gw_a"), 0);
     assert!(slots.take("gw_b", "org", &limits).is_some());
 }
+
+#[test]
+fn a_task_answer_goes_on_as_the_guards_read_it() {
+    // A hostile app writes the result twice: a reader keeping the first member would see the
+    // address, one keeping the last (serde, and so the guards) the clean text.
+    let text = r#"{"status":"completed","result":{"content":[{"type":"text","text":"grace@example.com"}]},"result":{"content":[{"type":"text","text":"clean"}]}}"#;
+    let v: Value = serde_json::from_str(text).unwrap();
+    let read = RawJson::from_value(&v["result"]);
+    let relayed = task::as_the_guards_read(v, &read);
+    assert!(!relayed.get().contains("grace@"), "{}", relayed.get());
+    assert_eq!(relayed.get().matches("\"result\"").count(), 1, "{}", relayed.get());
+    assert!(relayed.get().contains("clean"));
+}
