@@ -57,6 +57,9 @@ pub(crate) fn removed(method: &str) -> bool {
 pub(crate) struct ClientCaps {
     pub sampling: bool,
     pub elicitation: bool,
+    /// `elicitation.url`: the client takes URL-mode elicitations (an app's connect page, asked
+    /// for in an input-required result: `rpc_errors::app_refusal`).
+    pub elicitation_url: bool,
     pub roots: bool,
     /// `extensions["io.modelcontextprotocol/tasks"]`: the client follows tasks (`tasks.rs`).
     pub tasks: bool,
@@ -141,6 +144,13 @@ struct CapsFields<'a> {
     roots: Option<&'a RawValue>,
     #[serde(borrow, default)]
     extensions: Option<Extensions<'a>>,
+}
+
+/// The modes a client's `elicitation` capability names: only `url` matters to the gateway.
+#[derive(Deserialize, Default)]
+struct ElicitationModes<'a> {
+    #[serde(borrow, default)]
+    url: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize, Default)]
@@ -266,6 +276,11 @@ pub(crate) fn classify(
         caps: ClientCaps {
             sampling: is_object(caps.sampling),
             elicitation: is_object(caps.elicitation),
+            elicitation_url: is_object(caps.elicitation)
+                && caps
+                    .elicitation
+                    .and_then(|e| serde_json::from_str::<ElicitationModes>(e.get()).ok())
+                    .is_some_and(|m| is_object(m.url)),
             roots: is_object(caps.roots),
             tasks: caps.extensions.is_some_and(|e| is_object(e.tasks)),
         },
@@ -599,6 +614,10 @@ mod tests {
         let env = call(OK_HEADERS, json!({ "name": "echo", "_meta": meta(json!({ "elicitation": {} })) })).unwrap();
         assert_eq!(env.caps, ClientCaps { elicitation: true, ..ClientCaps::default() });
         assert!(!env.wants_logs);
+        // URL mode is named under `elicitation.url` (an empty object is form mode alone).
+        let caps = json!({ "elicitation": { "form": {}, "url": {} } });
+        let env = call(OK_HEADERS, json!({ "name": "echo", "_meta": meta(caps) })).unwrap();
+        assert_eq!(env.caps, ClientCaps { elicitation: true, elicitation_url: true, ..ClientCaps::default() });
         // No _meta, or one without the required keys: -32602 (HTTP 400).
         let e = call(OK_HEADERS, json!({ "name": "echo" })).unwrap_err();
         assert_eq!((e.code, e.status()), (-32602, 400));

@@ -112,19 +112,40 @@ pub(crate) async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<
     ex.respond(200, "application/json", r.to_bytes(), &[]).await
 }
 
+/// How a client whose caller has no connection of an app connected by each user is sent to
+/// the app's connect page, by what the client declared (docs/identity.md "A missing
+/// connection is a link").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnectLink {
+    /// No URL-mode elicitation: -32006 whose message and `data.url` say where to connect.
+    Url,
+    /// A 2025-11-25 session that declared URL-mode elicitation: -32042, the page in
+    /// `data.elicitations`.
+    Elicitation,
+    /// A 2026-07-28 request that declared it, where -32042 is no more: an input-required result
+    /// whose `elicitation/create` (mode `url`) asks for the page; the client retries once the
+    /// person is done ([`crate::mcp::stateless::connect_required`]).
+    InputRequired,
+}
+
 /// The answer to a call the gateway did not send to its app ([`AppError`] other than the app's
 /// own failure): for an app connected by each user, a gateway key or a token of no member is
-/// -32006; a caller without a connection is -32006 with `data.url` (where to connect), or
-/// -32042 with `data.elicitations` when its client declared URL-mode elicitation (MCP
-/// 2025-11-25), so the client can send its user there; the app's sessions all busy is -32010.
-pub(crate) fn app_refusal(id: &Id, e: &crate::mcp::apps::AppError, url_elicitation: bool) -> Response {
+/// -32006; a caller without a connection is sent to the connect page as `link` says (a service
+/// account is told an administrator connects it); the app's sessions all busy is -32010.
+pub(crate) fn app_refusal(id: &Id, e: &crate::mcp::apps::AppError, link: ConnectLink) -> Response {
     use crate::mcp::apps::AppError;
     let message = e.to_string();
     let error = match e {
         AppError::NoCaller { app, .. } => {
             RpcErrorObject::new(RpcCode::Forbidden.code(), message).with_data(json!({ "app": app }))
         }
-        AppError::NotConnectedByCaller { app, url, service_account: false } if url_elicitation => {
+        AppError::NotConnectedByCaller { app, url, service_account: false } if link == ConnectLink::InputRequired => {
+            return Response {
+                id: id.clone(),
+                outcome: Ok(crate::mcp::stateless::connect_required(app, url, &message)),
+            };
+        }
+        AppError::NotConnectedByCaller { app, url, service_account: false } if link == ConnectLink::Elicitation => {
             let elicitation = json!({ "mode": "url", "elicitationId": crate::base::secrets::new_id("elicit"),
                 "url": url, "message": message });
             RpcErrorObject::new(RpcCode::UrlElicitationRequired.code(), message)

@@ -165,6 +165,41 @@ pub(crate) fn for_handshake_app(params: &RawJson) -> RawJson {
     RawJson::from_value(&RawMembers(kept))
 }
 
+/// The key under which a 2026-07-28 client is asked to open `app_id`'s connect page, and
+/// answers (`inputRequests`, `inputResponses`).
+fn connect_key(app_id: &str) -> String {
+    format!("connect_{app_id}")
+}
+
+/// The 2026-07-28 form of "URL elicitation required" (-32042 in 2025-11-25, which that revision
+/// removed): an input-required result whose one question is an `elicitation/create` of mode
+/// `url` naming the connect page. No `requestState`: the retry is the same call made again,
+/// which goes through once the person has connected and is asked again until then; the
+/// gateway keeps nothing between the two (the connect page signs the person in itself).
+pub(crate) fn connect_required(app_id: &str, url: &str, message: &str) -> RawJson {
+    let ask = json!({ "method": "elicitation/create", "params": { "mode": "url", "message": message, "url": url } });
+    let result = json!({ "resultType": "input_required", "inputRequests": { connect_key(app_id): ask } });
+    RawJson::from_value(&result)
+}
+
+/// How a stateless client that takes URL-mode elicitations is sent to `app_id`'s connect page:
+/// asked again ([`connect_required`]) unless its answer with this request (`given`) declined or
+/// cancelled the page, when it is told where to connect in an error instead, so that a person
+/// who said no is not asked round after round.
+pub(crate) fn connect_link(app_id: &str, given: Option<&HashMap<String, &RawValue>>) -> rpc_errors::ConnectLink {
+    #[derive(Deserialize)]
+    struct Answer<'a> {
+        #[serde(borrow)]
+        action: Cow<'a, str>,
+    }
+    let answer =
+        given.and_then(|g| g.get(&connect_key(app_id))).and_then(|a| serde_json::from_str::<Answer>(a.get()).ok());
+    match answer {
+        Some(a) if a.action != "accept" => rpc_errors::ConnectLink::Url,
+        _ => rpc_errors::ConnectLink::InputRequired,
+    }
+}
+
 /// What the relay of a stateless call needs besides the stream.
 pub(crate) struct CallInfo<'a> {
     pub gw: &'a Gateway,

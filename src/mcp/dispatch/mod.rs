@@ -19,7 +19,7 @@ use crate::mcp::parked;
 use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
 use crate::mcp::quota;
 use crate::mcp::resumable::{CallStream, Following};
-use crate::mcp::rpc_errors;
+use crate::mcp::rpc_errors::{self, ConnectLink};
 use crate::mcp::rules::{self, CallFacts, Cause, RuleSet, Subject};
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
@@ -328,16 +328,6 @@ fn subject(mcp: &McpRuntime, ex: &Exchange<'_>, set: &RuleSet, p: &Principal) ->
     Subject::new(set, p, ip, claims)
 }
 
-/// The `uri` of a resource request's params; empty when absent (no resource has that uri).
-fn resource_uri(params: Option<&RawJson>) -> Cow<'_, str> {
-    #[derive(serde::Deserialize)]
-    struct Uri<'a> {
-        #[serde(borrow, default)]
-        uri: Option<Cow<'a, str>>,
-    }
-    params.and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default()
-}
-
 /// A call on its way through [`forward`]'s phases: who asks, on which gateway, with which
 /// method, since when. Made of borrows of the request; nothing is copied to make it.
 struct Call<'a> {
@@ -571,8 +561,8 @@ async fn finish(
             (Caller::Stateless { .. }, None) => unreachable!("a stateless caller has a binding"),
         },
         Err(e) => {
-            let r = call.failure(app_id, &id, &e);
-            done.record(&r.outcome, 502);
+            let r = call.failure(app_id, &id, &e, given);
+            done.record(&r.outcome, if r.outcome.is_ok() { 200 } else { 502 });
             respond(ex, caller, r, "").await
         }
     }
@@ -908,7 +898,7 @@ impl Call<'_> {
     /// The answer to a call the app could not take. An app that is gone has its cached lists
     /// forgotten, so that the catalogue and the gateway detail show it failing (and
     /// list_changed reaches open streams) instead of serving its tools until the caches expire.
-    fn failure(&self, app_id: &str, id: &Id, e: &AppError) -> Response {
+    fn failure(&self, app_id: &str, id: &Id, e: &AppError, given: Option<&HashMap<String, &RawValue>>) -> Response {
         match e {
             AppError::Upstream { error, .. } => {
                 if app_unreachable(error) {
@@ -916,13 +906,19 @@ impl Call<'_> {
                 }
                 rpc_errors::app_failure(id, app_id, error, self.request_id.as_str())
             }
-            other => rpc_errors::app_refusal(id, other, self.url_elicitation()),
+            other => rpc_errors::app_refusal(id, other, self.connect_link(app_id, given)),
         }
     }
 
-    /// Whether the calling client declared URL-mode elicitation (a session's, at `initialize`).
-    fn url_elicitation(&self) -> bool {
-        matches!(self.caller, Caller::Session(s) if self.mcp.sessions.capabilities(s).elicitation_url)
+    /// How the client is sent to an app's connect page: by its era's URL-mode elicitation when it
+    /// declared one (a session at `initialize`; a stateless request in its envelope, unless its
+    /// answer `given` declined the page), else in `data.url`.
+    fn connect_link(&self, app_id: &str, given: Option<&HashMap<String, &RawValue>>) -> ConnectLink {
+        match self.caller {
+            Caller::Session(s) if self.mcp.sessions.capabilities(s).elicitation_url => ConnectLink::Elicitation,
+            Caller::Stateless { env, .. } if env.caps.elicitation_url => stateless::connect_link(app_id, given),
+            _ => ConnectLink::Url,
+        }
     }
 }
 

@@ -4,6 +4,16 @@
 
 use super::*;
 
+/// The `uri` of a resource request's params; empty when absent (no resource has that uri).
+pub(super) fn resource_uri(params: Option<&RawJson>) -> Cow<'_, str> {
+    #[derive(serde::Deserialize)]
+    struct Uri<'a> {
+        #[serde(borrow, default)]
+        uri: Option<Cow<'a, str>>,
+    }
+    params.and_then(|p| p.read::<Uri>().ok()).and_then(|u| u.uri).unwrap_or_default()
+}
+
 /// The params of a `tools/call` or `prompts/get`, read without building a tree: `name`, and every
 /// other member (`arguments`, `_meta`, ...) as its text, relayed to the app unchanged.
 pub(super) struct NamedParams<'a> {
