@@ -6,12 +6,15 @@ resource, is refused with 401. Tool `token_audience` answers the token's audienc
 `refuse_this_token` makes this server refuse (401) the token it was called with from now on,
 though the provider still knows it; `forget_my_token` revokes at the provider the token it was
 called with, and so its whole grant, refresh token included (client secret from
-CLIENT_SECRET). Serves
+CLIENT_SECRET). Tool `record` writes down, as a JSON line in the file CALL_LOG names, the
+`caller` and `tag` its arguments say and the subject of the token the call carried (the test of
+per-user connections compares them). Serves
 Streamable HTTP on 127.0.0.1 at a port the OS picks (tests read it from /proc)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
@@ -84,6 +87,17 @@ def main() -> None:
 
         REFUSED.add(get_access_token().token)
         return "refused from now on"
+
+    @server.tool()
+    async def record(caller: str, tag: str, ctx: Context) -> str:
+        """Writes down who the arguments say called and whose token the call carried."""
+        from mcp.server.auth.middleware.auth_context import get_access_token
+
+        token = get_access_token()
+        subject = token.subject if token else None
+        with open(os.environ["CALL_LOG"], "a") as log:
+            log.write(json.dumps({"caller": caller, "tag": tag, "subject": subject}) + "\n")
+        return f"{tag} as {subject}"
 
     @server.tool()
     async def forget_my_token(ctx: Context) -> str:

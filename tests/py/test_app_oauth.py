@@ -60,10 +60,12 @@ def provider(tmp: Path, token_ttl: int = 3600, signin_redirect: str | None = Non
 
 @contextlib.contextmanager
 def oauth_app(tmp: Path, issuer: str, secret: str):
-    """The MCP server that wants the provider's bearer tokens: yields its MCP URL."""
+    """The MCP server that wants the provider's bearer tokens: yields its MCP URL. Its `record`
+    tool writes to `tmp/app-calls.jsonl`."""
     log = open(tmp / "app.log", "ab")
+    env = dict(os.environ, CLIENT_SECRET=secret, CALL_LOG=str(tmp / "app-calls.jsonl"))
     proc = subprocess.Popen([str(VENV / "bin" / "python"), str(Path(__file__).parent / "oauth_app.py"), issuer],
-                            env=dict(os.environ, CLIENT_SECRET=secret), stdout=log, stderr=log)
+                            env=env, stdout=log, stderr=log)
     try:
         yield f"http://{wait_for_port(proc, 'oauth_app.py')}/mcp"
     finally:

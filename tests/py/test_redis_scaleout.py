@@ -193,14 +193,15 @@ def redis_of(kind: str):
 
 
 @contextlib.contextmanager
-def instances(cfg: str, n: int):
-    """`n` instances with the config `cfg`, sharing the admin key and the sealing key: yields
-    (admin key, [servers]); all stopped at the end, whichever failed to start."""
+def instances(cfg: str, n: int, env: dict[str, str] | None = None):
+    """`n` instances with the config `cfg`, sharing the admin key and the sealing key (and `env`):
+    yields (admin key, [servers]); all stopped at the end, whichever failed to start."""
     admin = random_key()
     servers: list[ToolgateServer] = []
+    env = {**(env or {}), "TOOLGATE_SECRET_KEY": SECRET}
     try:
         for _ in range(n):
-            servers.append(ToolgateServer(full_config=cfg, admin_key=admin, env={"TOOLGATE_SECRET_KEY": SECRET}).start())
+            servers.append(ToolgateServer(full_config=cfg, admin_key=admin, env=env).start())
         yield admin, servers
     finally:
         for srv in servers:
@@ -208,13 +209,13 @@ def instances(cfg: str, n: int):
             srv.tmp.cleanup()
 
 
-def redis_config(url: str, prefix: str, cluster_nodes: list[str] | None = None) -> str:
-    """The tests' usual config (the built-in time app), its store on Redis (a Redis Cluster when
-    `cluster_nodes` is given, maybe empty)."""
+def redis_config(url: str, prefix: str, cluster_nodes: list[str] | None = None, apps: str = TIME_APP) -> str:
+    """The tests' usual config (the built-in time app, or `apps`), its store on Redis (a Redis
+    Cluster when `cluster_nodes` is given, maybe empty)."""
     redis = f"storage:\n  backend: redis\n  url: {url}\n  key_prefix: {prefix}\n"
     if cluster_nodes is not None:
         redis += "  cluster: true\n  cluster_nodes: [" + ", ".join(cluster_nodes) + "]\n"
-    return config(TIME_APP).replace("storage:\n  backend: embedded\n  path: ./data\n", redis)
+    return config(apps).replace("storage:\n  backend: embedded\n  path: ./data\n", redis)
 
 
 @pytest.fixture(scope="module", params=["single", "cluster"])
