@@ -54,7 +54,11 @@
 # toolgates' configuration, e.g. 'webhooks: {allowed_hosts: ["127.0.0.1"]}' for an external guard
 # on the loopback: benches/load/allow_guard.py), TOOL_LIMIT=1 (toolgate-b is the same build
 # with one tool limit on its gateway, `*` per caller, never reached: the per-tool limit check's
-# cost, A/B in one run).
+# cost, A/B in one run), USER_SCOPED=1 (the fast app takes an API key, connected with one;
+# toolgate-b is the same build with the app `connection_scope: user`, the organisation's
+# connection for its lists and the caller's own for the calls; both driven with the admin's own
+# key, a user's, instead of the gateway's: what calling with one's own connection costs, A/B in
+# one run, against the same app `organization`-scoped; leaves out the Redis and TLS targets).
 # Profiling (each perturbs the round it watches, which is still reported):
 #   PERF=FILE        `perf record` with call graphs of one round into FILE: the first round of
 #                    (PERF_FREQ samples/s, 499; PERF_CALLGRAPH=none samples without call graphs,
@@ -256,6 +260,11 @@ if [[ -n "${TOOL_LIMIT:-}" ]]; then
   TOOLGATE_BIN_B="${TOOLGATE_BIN_B:-${TOOLGATE_BIN:-$BIN/toolgate}}"
   GATEWAY_B_EXTRA="${GATEWAY_B_EXTRA:+$GATEWAY_B_EXTRA,}\"tool_limits\":[{\"tool\":\"*\",\"per\":\"caller\",\"requests_per_minute\":1000000000}]"
 fi
+if [[ -n "${USER_SCOPED:-}" ]]; then
+  TOOLGATE_BIN_B="${TOOLGATE_BIN_B:-${TOOLGATE_BIN:-$BIN/toolgate}}"
+  REDIS=0
+  TLS=0
+fi
 mkdir -p "$WORK/bin"
 private() { ln -f "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
 if [[ -n "${TOOLGATE_BIN:-}" ]]; then private "$TOOLGATE_BIN" "$WORK/bin/toolgate"; else cp "$BIN/toolgate" "$WORK/bin/toolgate"; fi
@@ -349,7 +358,8 @@ apps:
     name: Fast
     description: benches/load/fast_upstream.rs
     category: testing
-    url: http://127.0.0.1:$UP_PORT/mcp
+    url: http://127.0.0.1:$UP_PORT/mcp${USER_SCOPED:+
+    auth_types: [api_key]}
 $EV_APP
 EOF
 # More settings of the caller's (EXTRA_YAML), e.g. `webhooks.allowed_hosts` for a guard on the
@@ -359,8 +369,10 @@ printf '%s\n' "${EXTRA_YAML:-}" >>"$WORK/toolgate.yaml"
 # start_toolgate NAME: starts $WORK/bin/NAME with its own data directory; prints "PID PORT"
 # (callers redirect it to a file, so that PIDS is kept by this shell).
 start_toolgate() {
-  local name="$1" pid port
-  sed "s|path: $WORK/data|path: $WORK/data-$name|" "$WORK/toolgate.yaml" >"$WORK/$name.run.yaml"
+  local name="$1" pid port scope=""
+  # USER_SCOPED: toolgate-b's fast app is connected by each user.
+  [[ -n "${USER_SCOPED:-}" && "$name" == toolgate-b ]] && scope="s|^    auth_types: \[api_key\]\$|&\n    connection_scope: user|"
+  sed -e "s|path: $WORK/data|path: $WORK/data-$name|" ${scope:+-e "$scope"} "$WORK/toolgate.yaml" >"$WORK/$name.run.yaml"
   (TOOLGATE_ADMIN_KEY="$ADMIN_KEY" exec ${PIN_REST[@]+"${PIN_REST[@]}"} "$WORK/bin/$name" --config "$WORK/$name.run.yaml" >"$WORK/$name.log" 2>&1) &
   pid=$!; PIDS+=("$pid")
   port="$(port_of "$pid" 127.0.0.1)"
@@ -381,8 +393,19 @@ create_gateway() {
     python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(d["id"], d["api_key"])'
 }
 
+# connect_fast PORT [QUERY]: USER_SCOPED's connection of the fast app with an API key: the
+# organisation's (no QUERY on an organisation-scoped app, `?organization=true` on a user-scoped
+# one) or, on a user-scoped app without QUERY, the admin's own.
+connect_fast() {
+  curl -sSf -o /dev/null -X POST "http://127.0.0.1:$1/v1/apps/fast/connect${2:-}" -H "Authorization: Bearer $ADMIN_KEY" \
+    -H 'Content-Type: application/json' -d '{"auth_type":"api_key","credentials":{"api_key":"bench-upstream-key"}}' ||
+    { echo "load.sh: cannot connect the fast app at port $1${2:-}" >&2; exit 1; }
+}
+[[ -n "${USER_SCOPED:-}" ]] && connect_fast "$TG_PORT"
 read -r GW_ID GW_KEY < <(create_gateway fast "$TG_PORT" "${GATEWAY_A_EXTRA:-}")
 [[ -n "${GW_KEY:-}" ]] || { echo "load.sh: cannot create the gateway; toolgate log:" >&2; tail -20 "$WORK/toolgate.log" >&2; exit 1; }
+# A user-scoped app refuses a gateway key (it names no user): both sides call with a user's own.
+[[ -n "${USER_SCOPED:-}" ]] && GW_KEY="$ADMIN_KEY"
 TG_URL="http://127.0.0.1:$TG_PORT/gateway/$GW_ID/mcp"
 DIRECT_URL="http://127.0.0.1:$UP_PORT/mcp"
 PLAIN_URL="http://127.0.0.1:$PLAIN_PORT/mcp"
@@ -450,7 +473,9 @@ if [[ -n "${TOOLGATE_BIN_B:-}" ]]; then
   log "starting toolgate-b ($TOOLGATE_BIN_B)"
   start_toolgate toolgate-b >"$WORK/tgb.started"
   read -r TGB_PID TGB_PORT <"$WORK/tgb.started"
+  if [[ -n "${USER_SCOPED:-}" ]]; then connect_fast "$TGB_PORT" "?organization=true"; connect_fast "$TGB_PORT"; fi
   read -r GWB_ID GWB_KEY < <(create_gateway fast "$TGB_PORT" "${GATEWAY_B_EXTRA:-}" "${GATEWAY_B_CONFIG:-}")
+  [[ -n "${USER_SCOPED:-}" ]] && GWB_KEY="$ADMIN_KEY"
   TGB_URL="http://127.0.0.1:$TGB_PORT/gateway/$GWB_ID/mcp"
   SID_TGB="$(mcp_init "$TGB_URL" "$GWB_KEY")"
   check_call "$TGB_URL" "$SID_TGB" "$GWB_KEY"
