@@ -116,25 +116,28 @@ pub(crate) async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<
 /// own failure): for an app connected by each user, a gateway key or a token of no member is
 /// -32006; a caller without a connection is -32006 with `data.url` (where to connect), or
 /// -32042 with `data.elicitations` when its client declared URL-mode elicitation (MCP
-/// 2025-11-25), so the client can send its user there; the app's sessions all busy is -32010.
-pub(crate) fn app_refusal(id: &Id, e: &crate::mcp::apps::AppError, url_elicitation: bool) -> Response {
+/// 2025-11-25) and `elicitation` was issued for the call (`mcp/elicitations.rs`), so the client
+/// can send its user there: the connect page's URL with the elicitation's id (never a token),
+/// by which the page checks the person is the caller and the session is told of the connect;
+/// the app's sessions all busy is -32010.
+pub(crate) fn app_refusal(id: &Id, e: &crate::mcp::apps::AppError, elicitation: Option<&str>) -> Response {
     use crate::mcp::apps::AppError;
     let message = e.to_string();
-    let error = match e {
-        AppError::NoCaller { app, .. } => {
+    let error = match (e, elicitation) {
+        (AppError::NoCaller { app, .. }, _) => {
             RpcErrorObject::new(RpcCode::Forbidden.code(), message).with_data(json!({ "app": app }))
         }
-        AppError::NotConnectedByCaller { app, url, service_account: false } if url_elicitation => {
-            let elicitation = json!({ "mode": "url", "elicitationId": crate::base::secrets::new_id("elicit"),
-                "url": url, "message": message });
+        (AppError::NotConnectedByCaller { app, url, service_account: false }, Some(elicitation_id)) => {
+            let url = format!("{url}&elicitation={elicitation_id}");
+            let elicitation = json!({ "mode": "url", "elicitationId": elicitation_id, "url": url, "message": message });
             RpcErrorObject::new(RpcCode::UrlElicitationRequired.code(), message)
                 .with_data(json!({ "app": app, "elicitations": [elicitation] }))
         }
-        AppError::NotConnectedByCaller { app, url, service_account } => {
+        (AppError::NotConnectedByCaller { app, url, service_account }, _) => {
             let data = if *service_account { json!({ "app": app }) } else { json!({ "app": app, "url": url }) };
             RpcErrorObject::new(RpcCode::Forbidden.code(), message).with_data(data)
         }
-        AppError::UserSessionsFull { app, .. } => {
+        (AppError::UserSessionsFull { app, .. }, _) => {
             RpcErrorObject::new(RpcCode::LimitExceeded.code(), message).with_data(json!({ "app": app }))
         }
         _ => RpcErrorObject::internal(message),

@@ -220,7 +220,7 @@ async fn relay(
             Err(e) => rpc_errors::app_failure(&req.id, app_id, &e, request_id),
         },
         Err(AppError::Upstream { error, .. }) => rpc_errors::app_failure(&req.id, app_id, &error, request_id),
-        Err(other) => rpc_errors::app_refusal(&req.id, &other, false),
+        Err(other) => rpc_errors::app_refusal(&req.id, &other, None),
     };
     // The task is named to the client by toolgate's id, as it asked.
     let answer = match answer.outcome {

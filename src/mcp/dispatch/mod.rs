@@ -571,7 +571,7 @@ async fn finish(
             (Caller::Stateless { .. }, None) => unreachable!("a stateless caller has a binding"),
         },
         Err(e) => {
-            let r = call.failure(app_id, &id, &e);
+            let r = call.failure(app_id, &id, &e, ex.ctx.filters.principal.as_deref());
             done.record(&r.outcome, 502);
             respond(ex, caller, r, "").await
         }
@@ -908,7 +908,7 @@ impl Call<'_> {
     /// The answer to a call the app could not take. An app that is gone has its cached lists
     /// forgotten, so that the catalogue and the gateway detail show it failing (and
     /// list_changed reaches open streams) instead of serving its tools until the caches expire.
-    fn failure(&self, app_id: &str, id: &Id, e: &AppError) -> Response {
+    fn failure(&self, app_id: &str, id: &Id, e: &AppError, who: Option<&Principal>) -> Response {
         match e {
             AppError::Upstream { error, .. } => {
                 if app_unreachable(error) {
@@ -916,13 +916,13 @@ impl Call<'_> {
                 }
                 rpc_errors::app_failure(id, app_id, error, self.request_id.as_str())
             }
-            other => rpc_errors::app_refusal(id, other, self.url_elicitation()),
+            // A session's client that declared URL-mode elicitation is sent to connect.
+            other => {
+                let elicit = |s| self.mcp.url_elicitation(self.gw, s, who, other);
+                let elicitation = if let Caller::Session(s) = self.caller { elicit(s) } else { None };
+                rpc_errors::app_refusal(id, other, elicitation.as_deref())
+            }
         }
-    }
-
-    /// Whether the calling client declared URL-mode elicitation (a session's, at `initialize`).
-    fn url_elicitation(&self) -> bool {
-        matches!(self.caller, Caller::Session(s) if self.mcp.sessions.capabilities(s).elicitation_url)
     }
 }
 
