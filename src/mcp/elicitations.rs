@@ -237,7 +237,10 @@ mod tests {
             held.remember(&format!("elicit_{i}"), call("usr_alice"));
         }
         assert_eq!(held.held.lock().len(), MOST);
-        assert_eq!(held.found(&format!("elicit_{}", MOST + 4), "org_a", "usr_alice"), Found::Theirs { app_id: "crm".into() });
+        assert_eq!(
+            held.found(&format!("elicit_{}", MOST + 4), "org_a", "usr_alice"),
+            Found::Theirs { app_id: "crm".into() }
+        );
     }
 
     #[test]

@@ -168,7 +168,9 @@ impl McpRuntime {
             // Already ended here when this instance ended it; another instance's end closes
             // this one's streams of it.
             Change::SessionEnded { session_id, .. } => self.sessions.ended_elsewhere(session_id),
-            Change::ElicitationIssued { .. } | Change::ElicitationCompleted { .. } => self.on_elicitation_change(change),
+            Change::ElicitationIssued { .. } | Change::ElicitationCompleted { .. } => {
+                self.on_elicitation_change(change)
+            }
             _ => {}
         }
     }

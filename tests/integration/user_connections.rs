@@ -242,7 +242,8 @@ const PASSWORD: &str = "connect page passphrase";
 
 /// A browser of the console signed in as `user` (its password set first).
 fn signed_in(f: &Fx, user: &str) -> Browser {
-    let r = f.srv.request("PUT", "/v1/user/password", Some(&f.keys[user]), Some(json!({ "new_password": PASSWORD })), &[]);
+    let r =
+        f.srv.request("PUT", "/v1/user/password", Some(&f.keys[user]), Some(json!({ "new_password": PASSWORD })), &[]);
     ok_message(&r);
     let b = Browser::new(&f.srv, "users.test");
     let r = b.sign_in(&format!("usr_{user}"), PASSWORD, "");
@@ -325,7 +326,10 @@ fn the_link_of_a_missing_connection_is_completed_by_its_caller_only() {
     let seen = f.up.seen();
     let retry = seen.iter().find(|s| message_of(s) == "carol-retry").expect("the retry reached the app");
     assert_eq!(bearer(retry).as_deref(), Some("Bearer carol-secret"));
-    assert!(!seen.iter().any(|s| bearer(s).as_deref() == Some("Bearer bob-planted")), "bob's attempt connected nothing");
+    assert!(
+        !seen.iter().any(|s| bearer(s).as_deref() == Some("Bearer bob-planted")),
+        "bob's attempt connected nothing"
+    );
 
     // Completed once: the link still opens, says so, and its form connects without completing.
     let again = carol.send("GET", path, None);
