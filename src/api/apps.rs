@@ -25,6 +25,11 @@ pub(crate) struct AppListItem {
     pub functions_count: usize,
     pub icon: String,
     pub health: HealthView,
+    /// `organization` or `user`, as in the app's detail (what the console offers to connect).
+    pub connection_scope: String,
+    /// For a `user`-scoped app, the caller's own connection: `none`, `pending`, `connected` or
+    /// `error`; null for an app connected by the organisation.
+    pub own_connection_status: Option<String>,
 }
 
 /// What the app's background probe found on this instance (`src/mcp/health.rs`). Apart from
@@ -271,6 +276,8 @@ pub(crate) async fn list(call: &Call<'_>) -> ApiResult {
             functions_count,
             icon: a.icon.clone(),
             health: HealthView::of(call, &a.id),
+            connection_scope: if a.per_user.is_some() { "user" } else { "organization" }.into(),
+            own_connection_status: own_status(call, who, a),
         });
     }
     Ok(Reply::ok(serde_json::to_value(AppList { apps }).map_err(|e| ApiError::failed("listing apps", e))?))

@@ -23,6 +23,7 @@
 
 mod apps;
 mod chart;
+mod connect;
 mod gateways;
 mod home;
 mod html;
@@ -283,7 +284,9 @@ async fn route(ctx: &mut Ctx<'_>, ex: &mut Exchange<'_>) -> Result<Page, ApiErro
             ["analytics"] => insight::analytics(ctx).await,
             ["sessions"] => sessions::page(ctx).await,
             ["apps"] => apps::page(ctx).await,
-            ["apps", id, "oauth", "back"] => apps::oauth_back(ctx, id).await,
+            ["apps", id, "oauth", "back"] => {
+                apps::oauth_back(ctx, id, signin::cookie(ex, connect::CONNECT_COOKIE)).await
+            }
             ["tool-changes"] => tool_changes::page(ctx).await,
             ["mfa"] => Ok(security::mfa(ctx)),
             ["ip-allowlist"] => security::allowlist(ctx).await,

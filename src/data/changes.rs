@@ -160,6 +160,23 @@ pub enum Change {
         #[serde(default)]
         approved_hash: Option<String>,
     },
+    /// A URL-mode elicitation sent to a caller without a connection (`mcp/elicitations.rs`):
+    /// every instance remembers whose call it was, so its connect page can be used on any.
+    ElicitationIssued {
+        org_id: String,
+        elicitation_id: String,
+        user_id: String,
+        gateway_id: String,
+        session_id: String,
+        app_id: String,
+    },
+    /// The person signed in as `user_id` connected for the elicitation: the instances holding a
+    /// stream of its session tell the client, if `user_id` made its call.
+    ElicitationCompleted {
+        org_id: String,
+        elicitation_id: String,
+        user_id: String,
+    },
 }
 
 impl Change {
@@ -188,7 +205,9 @@ impl Change {
             | Change::WebSessionEnded { org_id, .. }
             | Change::PasswordChanged { org_id, .. }
             | Change::ToolPinsSaved { org_id, .. }
-            | Change::ToolChangeDetected { org_id, .. } => org_id,
+            | Change::ToolChangeDetected { org_id, .. }
+            | Change::ElicitationIssued { org_id, .. }
+            | Change::ElicitationCompleted { org_id, .. } => org_id,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod catalogue;
 pub(crate) mod clean;
 pub mod content;
 pub(crate) mod dispatch;
+pub(crate) mod elicitations;
 pub(crate) mod failures;
 pub(crate) mod forwarding;
 pub(crate) mod health;

@@ -115,13 +115,15 @@ pub(crate) async fn json(ex: &mut Exchange<'_>, r: Response) -> pingora::Result<
 /// How a client whose caller has no connection of an app connected by each user is sent to
 /// the app's connect page, by what the client declared (docs/identity.md "A missing
 /// connection is a link").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ConnectLink {
     /// No URL-mode elicitation: -32006 whose message and `data.url` say where to connect.
     Url,
     /// A 2025-11-25 session that declared URL-mode elicitation: -32042, the page in
-    /// `data.elicitations`.
-    Elicitation,
+    /// `data.elicitations`, with the id of the elicitation issued for the call
+    /// (`mcp/elicitations.rs`), by which the page checks the person is the caller and the
+    /// session is told of the connect.
+    Elicitation(String),
     /// A 2026-07-28 request that declared it, where -32042 is no more: an input-required result
     /// whose `elicitation/create` (mode `url`) asks for the page; the client retries once the
     /// person is done ([`crate::mcp::stateless::connect_required`]).
@@ -131,31 +133,36 @@ pub(crate) enum ConnectLink {
 /// The answer to a call the gateway did not send to its app ([`AppError`] other than the app's
 /// own failure): for an app connected by each user, a gateway key or a token of no member is
 /// -32006; a caller without a connection is sent to the connect page as `link` says (a service
-/// account is told an administrator connects it); the app's sessions all busy is -32010.
+/// account is told an administrator connects it): -32006 with `data.url`, -32042 whose URL
+/// carries the elicitation's id (never a token), or a 2026-07-28 input-required result; the
+/// app's sessions all busy is -32010.
 pub(crate) fn app_refusal(id: &Id, e: &crate::mcp::apps::AppError, link: ConnectLink) -> Response {
     use crate::mcp::apps::AppError;
     let message = e.to_string();
-    let error = match e {
-        AppError::NoCaller { app, .. } => {
+    let error = match (e, link) {
+        (AppError::NoCaller { app, .. }, _) => {
             RpcErrorObject::new(RpcCode::Forbidden.code(), message).with_data(json!({ "app": app }))
         }
-        AppError::NotConnectedByCaller { app, url, service_account: false } if link == ConnectLink::InputRequired => {
+        (AppError::NotConnectedByCaller { app, url, service_account: false }, ConnectLink::InputRequired) => {
             return Response {
                 id: id.clone(),
                 outcome: Ok(crate::mcp::stateless::connect_required(app, url, &message)),
             };
         }
-        AppError::NotConnectedByCaller { app, url, service_account: false } if link == ConnectLink::Elicitation => {
-            let elicitation = json!({ "mode": "url", "elicitationId": crate::base::secrets::new_id("elicit"),
-                "url": url, "message": message });
+        (
+            AppError::NotConnectedByCaller { app, url, service_account: false },
+            ConnectLink::Elicitation(elicitation_id),
+        ) => {
+            let url = format!("{url}&elicitation={elicitation_id}");
+            let elicitation = json!({ "mode": "url", "elicitationId": elicitation_id, "url": url, "message": message });
             RpcErrorObject::new(RpcCode::UrlElicitationRequired.code(), message)
                 .with_data(json!({ "app": app, "elicitations": [elicitation] }))
         }
-        AppError::NotConnectedByCaller { app, url, service_account } => {
+        (AppError::NotConnectedByCaller { app, url, service_account }, _) => {
             let data = if *service_account { json!({ "app": app }) } else { json!({ "app": app, "url": url }) };
             RpcErrorObject::new(RpcCode::Forbidden.code(), message).with_data(data)
         }
-        AppError::UserSessionsFull { app, .. } => {
+        (AppError::UserSessionsFull { app, .. }, _) => {
             RpcErrorObject::new(RpcCode::LimitExceeded.code(), message).with_data(json!({ "app": app }))
         }
         _ => RpcErrorObject::internal(message),

@@ -84,6 +84,8 @@ pub struct McpRuntime {
     pub(crate) callouts: crate::mcp::callout::Callouts,
     /// The gateways' per-tool quotas, counted on the callers' limiter.
     pub tool_limits: ToolLimits,
+    /// The URL-mode elicitations issued for missing connections, until completed or expired.
+    pub(crate) elicitations: crate::mcp::elicitations::UrlElicitations,
 }
 
 impl McpRuntime {
@@ -123,6 +125,7 @@ impl McpRuntime {
             stream_slots: Arc::default(),
             callouts: Default::default(),
             tool_limits: ToolLimits::new(limiter),
+            elicitations: Default::default(),
         })
     }
 
@@ -165,6 +168,9 @@ impl McpRuntime {
             // Already ended here when this instance ended it; another instance's end closes
             // this one's streams of it.
             Change::SessionEnded { session_id, .. } => self.sessions.ended_elsewhere(session_id),
+            Change::ElicitationIssued { .. } | Change::ElicitationCompleted { .. } => {
+                self.on_elicitation_change(change)
+            }
             _ => {}
         }
     }

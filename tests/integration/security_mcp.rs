@@ -144,6 +144,17 @@ impl Listening {
         }
     }
 
+    /// Whether `needle` arrives on the stream within `limit` (what it waits for, not a time).
+    pub(crate) fn arrives(&mut self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.text().contains(needle) {
+            if !self.read_until(deadline) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Whether the server ends the stream (the last chunk, or the connection closed) within
     /// `limit`.
     pub(crate) fn ends_within(&mut self, limit: Duration) -> bool {

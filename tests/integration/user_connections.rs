@@ -7,8 +7,9 @@
 use crate::common;
 use crate::mcp_upstreams::{config, Recorder, Seen};
 
+use crate::security_mcp::Listening;
 use common::mcp::{create_gateway, result_text, rpc_error, Mcp};
-use common::{declared_users_and_keys, ok, wait_until, KeySpec, TestServer};
+use common::{declared_users_and_keys, ok, ok_message, wait_until, Browser, KeySpec, TestServer};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -155,7 +156,7 @@ fn each_member_calls_a_user_scoped_app_with_their_own_credential() {
     let (code, message) = rpc_error(&body);
     assert_eq!(code, -32006, "{body}");
     let url = body["error"]["data"]["url"].as_str().expect("data.url");
-    assert!(url.ends_with("/console/apps?connect=crm") && message.contains(url), "{body}");
+    assert!(url.ends_with("/auth/console/apps?connect=crm") && message.contains(url), "{body}");
     // The gateway's own key names no user: refused, saying what to use instead.
     let shared = Mcp::open(&f.srv, &f.gw, &f.gw_key);
     let body = shared.call(901, "echo", json!({"message": "gateway-key-1"}));
@@ -181,7 +182,8 @@ fn a_missing_connection_is_a_link_and_removing_it_or_the_member_ends_the_calls()
     assert_eq!(body["error"]["code"], -32042, "{body}");
     let e = &body["error"]["data"]["elicitations"][0];
     assert_eq!(e["mode"], "url", "{body}");
-    assert!(e["url"].as_str().is_some_and(|u| u.ends_with("/console/apps?connect=crm")), "{body}");
+    let url = format!("/auth/console/apps?connect=crm&elicitation={}", e["elicitationId"].as_str().unwrap_or("-"));
+    assert!(e["url"].as_str().is_some_and(|u| u.ends_with(&url)), "{body}");
     assert!(e["elicitationId"].as_str().is_some_and(|i| !i.is_empty()) && e["message"].is_string(), "{body}");
 
     // Alice disconnects herself: her next call is refused as not connected.
@@ -234,4 +236,103 @@ fn a_missing_connection_is_a_link_and_removing_it_or_the_member_ends_the_calls()
             m == "bob-before" || m.starts_with("alice-") && bearer(s).is_some_and(|b| b.contains("alice-secret"))
         })
     });
+}
+
+const PASSWORD: &str = "connect page passphrase";
+
+/// A browser of the console signed in as `user` (its password set first).
+fn signed_in(f: &Fx, user: &str) -> Browser {
+    let r =
+        f.srv.request("PUT", "/v1/user/password", Some(&f.keys[user]), Some(json!({ "new_password": PASSWORD })), &[]);
+    ok_message(&r);
+    let b = Browser::new(&f.srv, "users.test");
+    let r = b.sign_in(&format!("usr_{user}"), PASSWORD, "");
+    assert_eq!(r.status, 303, "{r:?}");
+    b
+}
+
+/// Posts the connect page's API-key form of `crm` with `elicitation`.
+fn connect_in_console(b: &Browser, elicitation: &str, secret: &str) -> common::Resp {
+    let csrf = b.cookie("toolgate_csrf").expect("a CSRF cookie");
+    let form = [("csrf", csrf.as_str()), ("whose", "own"), ("elicitation", elicitation), ("api_key", secret)];
+    b.send("POST", "/auth/console/apps/crm/connect", Some(&form))
+}
+
+/// A missing connection is a link (docs/identity.md): the -32042's URL is the console's connect
+/// page with the elicitation's id (no token, not signed in: the page sends the browser to sign
+/// in first). Another member opening it is refused, and their connect with it completes
+/// nothing; the caller connecting there completes it: `notifications/elicitation/complete`
+/// reaches the caller's session on its GET stream, and the retried call reaches the app with
+/// the caller's own credential. A link completed once completes nothing again.
+#[test]
+fn the_link_of_a_missing_connection_is_completed_by_its_caller_only() {
+    let f = start();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {"url": {}}}, "clientInfo": {"name": "url-client", "version": "1"}}});
+    let r = common::mcp::post(&f.srv, &f.gw, &f.keys["carol"], None, &init.to_string());
+    let sid = r.header("mcp-session-id").expect("a session").to_string();
+    let mut stream = Listening::open(&f.srv, &f.gw, &f.keys["carol"], &sid);
+    let call = |id: u64, m: &str| {
+        let c = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": m}}});
+        common::mcp::post(&f.srv, &f.gw, &f.keys["carol"], Some(&sid), &c.to_string()).json()
+    };
+    let body = call(2, "carol-first");
+    assert_eq!(body["error"]["code"], -32042, "{body}");
+    let e = &body["error"]["data"]["elicitations"][0];
+    let eid = e["elicitationId"].as_str().expect("an elicitation id").to_string();
+    let url = e["url"].as_str().expect("a URL");
+    let path = &url[url.find("/auth/console/apps").expect("the console's apps page")..];
+    assert_eq!(path, format!("/auth/console/apps?connect=crm&elicitation={eid}"), "the id only, no token: {url}");
+
+    // Not signed in: the page sends the browser to sign in, and back here after.
+    let anonymous = Browser::new(&f.srv, "users.test");
+    let r = anonymous.send("GET", path, None);
+    let to = r.header("location").unwrap_or_default().to_string();
+    assert_eq!(r.status, 303, "{r:?}");
+    assert!(to.contains("/auth/signin?next=") && to.contains(&eid), "{to}");
+
+    // Bob, another member, opens Carol's link: refused; his connect with it completes nothing.
+    let bob = signed_in(&f, "bob");
+    let page = bob.send("GET", path, None);
+    assert_eq!(page.status, 403, "{page:?}");
+    assert!(page.text.contains("another person") && !page.text.contains("name=\"elicitation\""), "{}", page.text);
+    let r = connect_in_console(&bob, &eid, "bob-planted");
+    assert_eq!(r.status, 403, "{r:?}");
+    let own = ok(&f.srv.api("GET", "/v1/apps/crm", Some(&f.keys["bob"]), None), 200);
+    // (Setting his password ended his earlier connection: a refused connect made none.)
+    assert_eq!(own["own_connection_status"], "none", "bob's refused connect made no connection");
+
+    // Carol opens it: her call's app is put first, its form carrying the elicitation.
+    let carol = signed_in(&f, "carol");
+    let page = carol.send("GET", path, None);
+    assert_eq!(page.status, 200, "{page:?}");
+    let section = page.text.find("id=\"connect\"").expect("the connect section");
+    assert!(section < page.text.find("<table").unwrap_or(usize::MAX), "the asked app comes first");
+    assert!(page.text.contains("Your MCP client asked you to connect"), "{}", page.text);
+    assert!(page.text.contains(&format!("name=\"elicitation\" value=\"{eid}\"")), "{}", page.text);
+    let r = connect_in_console(&carol, &eid, "carol-secret");
+    assert_eq!(r.status, 303, "{r:?}");
+    let done = carol.send("GET", "/auth/console/apps", None);
+    assert!(done.text.contains("Your MCP client was told"), "{}", done.text);
+    assert!(
+        stream.arrives("notifications/elicitation/complete", Duration::from_secs(10)),
+        "the session's GET stream: {}",
+        stream.text()
+    );
+    assert!(stream.text().contains(&format!("\"elicitationId\":\"{eid}\"")), "{}", stream.text());
+
+    // The client retries: the call reaches the app with Carol's own credential.
+    assert_eq!(result_text(&call(3, "carol-retry")), "Echo: carol-retry");
+    let seen = f.up.seen();
+    let retry = seen.iter().find(|s| message_of(s) == "carol-retry").expect("the retry reached the app");
+    assert_eq!(bearer(retry).as_deref(), Some("Bearer carol-secret"));
+    assert!(
+        !seen.iter().any(|s| bearer(s).as_deref() == Some("Bearer bob-planted")),
+        "bob's attempt connected nothing"
+    );
+
+    // Completed once: the link still opens, says so, and its form connects without completing.
+    let again = carol.send("GET", path, None);
+    assert_eq!(again.status, 200, "{again:?}");
+    assert!(again.text.contains("expired or is not known"), "{}", again.text);
 }

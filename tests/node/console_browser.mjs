@@ -14,6 +14,10 @@
 //   oauth   sign in (password), "Connect with OAuth" on the apps page, sign in and consent at the
 //           app's authorization server (oidc-provider's development pages), back on the apps page:
 //           print {"status", "notice"} of the app's row
+//   link    open the connect link an MCP client was given (config.url, on the public URL), sign in
+//           there as config.email; with config.refused, print {"status", "text"} of the refusal;
+//           else "Connect with OAuth" in the page's connect section, sign in as config.login at the
+//           authorization server, back on the apps page: print {"notice", "own"} (the row's own status)
 //
 // Screenshots go to config.artifacts; config.docs_png gets the README's picture (docs/console.png).
 // Every phase fails on a console error, an uncaught exception or a CSP violation of toolgate's pages.
@@ -219,11 +223,11 @@ async function viewer() {
   finish({ forged: forged.status(), owner_forms: ownerForms });
 }
 
-async function oauth() {
-  const context = await open(config.profile);
-  // The provider sends the browser back to the server's public URL: served by the server under test.
-  // Fetched with the browser's own headers (its cookies) and answered as is: redirecting the
-  // request instead would make Chromium drop the cookies of a navigation that came from another site.
+// The provider sends the browser back to the server's public URL, which the links also name:
+// served by the server under test. Fetched with the browser's own headers (its cookies) and
+// answered as is: redirecting the request instead would make Chromium drop the cookies of a
+// navigation that came from another site.
+async function servePublicUrl(context) {
   await context.route(`${config.public_url}/**`, async (route) => {
     const response = await route.fetch({
       url: config.base + route.request().url().slice(config.public_url.length),
@@ -235,6 +239,49 @@ async function oauth() {
     if (headers.location && headers.location.startsWith('/')) headers.location = config.base + headers.location;
     await route.fulfill({ response, headers });
   });
+}
+
+async function link() {
+  const context = await open(config.profile);
+  await servePublicUrl(context);
+  const page = await context.newPage();
+  await page.goto(config.url);
+  check(page.url().includes('/auth/signin?next='), `the link signs the person in first, not ${page.url()}`);
+  await page.getByLabel('E-mail').fill(config.email);
+  await page.getByLabel('Password').fill(config.password);
+  const back = page.waitForResponse((r) => r.url().includes('/auth/console/apps?connect='));
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  const landed = await back;
+  await shot(page, config.refused ? 'link-refused' : 'link-connect');
+  if (config.refused) {
+    const text = await page.locator('main').innerText();
+    // Chromium logs the 403 of the page itself as a failed load: that is the refusal expected.
+    const failed = broken.findIndex((b) => b.includes('status of 403'));
+    if (failed >= 0) broken.splice(failed, 1);
+    await context.close();
+    finish({ status: landed.status(), text });
+    return;
+  }
+  check(landed.status() === 200, `the connect page: ${landed.status()}`);
+  const section = page.locator('#connect');
+  await section.getByRole('button', { name: `Connect with OAuth ${config.app_id}`, exact: true }).click();
+  await page.waitForURL(`${config.issuer}/**`);
+  await page.locator('input[name="login"]').fill(config.login);
+  await page.locator('input[name="password"]').fill('any');
+  await page.locator('button[type="submit"]').click();
+  await page.getByRole('button', { name: /Continue/ }).click();
+  await page.waitForURL('**/auth/console/apps');
+  await shot(page, 'link-connected');
+  const notice = (await page.locator('.notice').count()) ? await page.locator('.notice').textContent() : '';
+  const row = page.locator('tbody tr', { hasText: config.app_id });
+  const own = (await row.locator('td').nth(7).textContent()).trim();
+  await context.close();
+  finish({ notice, own });
+}
+
+async function oauth() {
+  const context = await open(config.profile);
+  await servePublicUrl(context);
   const page = await context.newPage();
   await signIn(page, config.email, config.password, null);
   await page.goto(`${config.base}/auth/console/apps`);
@@ -331,7 +378,7 @@ async function layout() {
   finish({ answer, request_id: requestId, pages: Object.keys(pages) });
 }
 
-const phases = { create, verify, viewer, oauth, layout };
+const phases = { create, verify, viewer, oauth, layout, link };
 phases[phase]().catch((e) => {
   console.error(e.stack || String(e));
   process.exit(1);

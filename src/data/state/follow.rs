@@ -73,7 +73,10 @@ impl Named {
             // Tool pins are read from the store when a catalogue needs them; the MCP runtime
             // drops its copy on these changes.
             | Change::ToolPinsSaved { .. }
-            | Change::ToolChangeDetected { .. } => return None,
+            | Change::ToolChangeDetected { .. }
+            // Elicitations are the MCP runtime's, held in memory by its listener.
+            | Change::ElicitationIssued { .. }
+            | Change::ElicitationCompleted { .. } => return None,
         })
     }
 }

@@ -66,10 +66,11 @@ impl<'a> UpstreamOwner<'a> {
     }
 }
 
-/// Where a member connects a per-user app: the console's apps page (`console::PATH`), which
-/// signs the person in first (the URL carries no token and is not pre-authenticated).
-pub(crate) fn connect_url(public_url: &str, app_id: &str) -> String {
-    format!("{public_url}/console/apps?connect={app_id}")
+/// Where a member connects a per-user app: the console's apps page (`{auth_url}/console`, under
+/// `web.path`), which signs the person in first (the URL carries no token and is not
+/// pre-authenticated).
+pub(crate) fn connect_url(public_url: &str, web_path: &str, app_id: &str) -> String {
+    format!("{}{web_path}/console/apps?connect={app_id}", public_url.trim_end_matches('/'))
 }
 
 /// The member or service account behind a call's credential, for a per-user app: a user's API
@@ -110,7 +111,8 @@ impl AppClients {
             return Ok(owner);
         }
         let service_account = matches!(who.credential, CredentialKind::ServiceAccount { .. });
-        let url = connect_url(&self.state.config().server.public_url, &app.id);
+        let config = self.state.config();
+        let url = connect_url(&config.server.public_url, &config.web.path, &app.id);
         Err(AppError::NotConnectedByCaller { app: app.id.clone(), url, service_account })
     }
 

@@ -394,7 +394,8 @@ impl Alone {
                 let _ = Box::pin(relay(&mut done, None, &mcp_id, &id, stream, Some(rs), None)).await;
             }
             Err(e) => {
-                let r = call.failure(&app_id, &id, &e, None);
+                // A refusal comes at once, never this late: no caller is kept for an elicitation.
+                let r = call.failure(&app_id, &id, &e, None, None);
                 done.record(&r.outcome, 502);
                 rs.push(&Message::Response(r).to_bytes());
             }

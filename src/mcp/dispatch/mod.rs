@@ -19,7 +19,7 @@ use crate::mcp::parked;
 use crate::mcp::protocol::{self, Accept, RpcCode, SESSION_COOKIE};
 use crate::mcp::quota;
 use crate::mcp::resumable::{CallStream, Following};
-use crate::mcp::rpc_errors::{self, ConnectLink};
+use crate::mcp::rpc_errors;
 use crate::mcp::rules::{self, CallFacts, Cause, RuleSet, Subject};
 use crate::mcp::runtime::McpRuntime;
 use crate::mcp::sessions::CreateError;
@@ -41,6 +41,7 @@ use std::time::{Duration, Instant, SystemTime};
 use toolgate_filters::Principal;
 
 mod answer;
+mod failure;
 mod guarded;
 mod limited;
 mod lists;
@@ -561,7 +562,7 @@ async fn finish(
             (Caller::Stateless { .. }, None) => unreachable!("a stateless caller has a binding"),
         },
         Err(e) => {
-            let r = call.failure(app_id, &id, &e, given);
+            let r = call.failure(app_id, &id, &e, given, ex.ctx.filters.principal.as_deref());
             done.record(&r.outcome, if r.outcome.is_ok() { 200 } else { 502 });
             respond(ex, caller, r, "").await
         }
@@ -894,32 +895,6 @@ impl Call<'_> {
             entry
         })
     }
-
-    /// The answer to a call the app could not take. An app that is gone has its cached lists
-    /// forgotten, so that the catalogue and the gateway detail show it failing (and
-    /// list_changed reaches open streams) instead of serving its tools until the caches expire.
-    fn failure(&self, app_id: &str, id: &Id, e: &AppError, given: Option<&HashMap<String, &RawValue>>) -> Response {
-        match e {
-            AppError::Upstream { error, .. } => {
-                if app_unreachable(error) {
-                    self.mcp.app_changed(&self.gw.org_id, app_id);
-                }
-                rpc_errors::app_failure(id, app_id, error, self.request_id.as_str())
-            }
-            other => rpc_errors::app_refusal(id, other, self.connect_link(app_id, given)),
-        }
-    }
-
-    /// How the client is sent to an app's connect page: by its era's URL-mode elicitation when it
-    /// declared one (a session at `initialize`; a stateless request in its envelope, unless its
-    /// answer `given` declined the page), else in `data.url`.
-    fn connect_link(&self, app_id: &str, given: Option<&HashMap<String, &RawValue>>) -> ConnectLink {
-        match self.caller {
-            Caller::Session(s) if self.mcp.sessions.capabilities(s).elicitation_url => ConnectLink::Elicitation,
-            Caller::Stateless { env, .. } if env.caps.elicitation_url => stateless::connect_link(app_id, given),
-            _ => ConnectLink::Url,
-        }
-    }
 }
 
 /// What continues a parked call: the caller's binding, the `requestState` naming the call, and
@@ -960,11 +935,6 @@ fn trace_call(
         *params = Some(RawJson::from_value(&traced));
     }
     (span_id, SystemTime::now())
-}
-
-/// The app itself is gone (not merely slow or answering an error).
-fn app_unreachable(e: &UpstreamError) -> bool {
-    matches!(e, UpstreamError::Connect(_) | UpstreamError::Spawn(_) | UpstreamError::Exited(_) | UpstreamError::Closed)
 }
 
 /// The trace context a client put in `params._meta` (read only when the text names one).
