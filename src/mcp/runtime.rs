@@ -152,6 +152,9 @@ impl McpRuntime {
                     self.app_changed(org_id, app_id)
                 }
             }
+            // A member or a service account gone: whatever upstream of theirs is left closes.
+            Change::UserDeleted { user_id: subject, .. }
+            | Change::ServiceAccountDeleted { account_id: subject, .. } => self.apps.forget_upstreams_of(subject),
             Change::KeySaved { .. } | Change::KeyDeleted { .. } | Change::GrantDeleted { .. } => {
                 self.end_sessions_of_unusable_keys()
             }

@@ -430,7 +430,8 @@ pub(crate) struct Seen {
 /// A minimal Streamable HTTP MCP server answering plain JSON: `initialize` (gives a session id),
 /// notifications (202), `tools/list` (one tool, `echo`), empty prompts/resources/templates,
 /// `tools/call` (echoes `message`). A request with an unknown session id gets 404, and
-/// `forget_sessions` makes it forget every session (as a restart would).
+/// `forget_sessions` makes it forget every session (as a restart would). Under `/oauth/` it is
+/// an app's authorization server (`oauth_endpoint`).
 pub(crate) struct Recorder {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -463,6 +464,26 @@ impl Recorder {
     pub(crate) fn seen(&self) -> Vec<Seen> {
         let seen = self.seen.lock();
         seen.iter().filter(|s| !s.headers.iter().any(|(k, _)| k == "x-toolgate-probe")).cloned().collect()
+    }
+}
+
+/// The recorder as an app's OAuth authorization server, at `/oauth/...`: `token` answers a code
+/// grant with `at-<code>` and `rt-<code>`; `revoke` accepts a revocation (RFC 7009); `revoke-busy`
+/// refuses it with 503 `temporarily_unavailable`.
+fn oauth_endpoint(path: &str, form: &str) -> Option<(&'static str, Option<Value>)> {
+    let field = |name: &str| {
+        form.split('&').find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('='))).unwrap_or_default()
+    };
+    match path.rsplit_once("/oauth/")?.1 {
+        "token" => {
+            let code = field("code");
+            let tokens = json!({"access_token": format!("at-{code}"), "refresh_token": format!("rt-{code}"),
+                "token_type": "Bearer", "expires_in": 3600});
+            Some(("200 OK", Some(tokens)))
+        }
+        "revoke" => Some(("200 OK", None)),
+        "revoke-busy" => Some(("503 Service Unavailable", Some(json!({"error": "temporarily_unavailable"})))),
+        _ => None,
     }
 }
 
@@ -514,6 +535,8 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
 
         let (status, extra, reply): (&str, String, Option<Value>) = if method != "POST" {
             ("405 Method Not Allowed", String::new(), None)
+        } else if let Some((status, reply)) = oauth_endpoint(&path, &body) {
+            (status, String::new(), reply)
         } else if rpc_method == "initialize" {
             let sid = format!("sess-{}", common::random_alnum(16));
             sessions.lock().push(sid.clone());

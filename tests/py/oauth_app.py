@@ -6,8 +6,8 @@ resource, is refused with 401. Tool `token_audience` answers the token's audienc
 `refuse_this_token` makes this server refuse (401) the token it was called with from now on,
 though the provider still knows it; `forget_my_token` revokes at the provider the token it was
 called with, and so its whole grant, refresh token included (client secret from
-CLIENT_SECRET). Serves
-Streamable HTTP on 127.0.0.1 at a port the OS picks (tests read it from /proc)."""
+CLIENT_SECRET). GET /test/tokens answers the tokens it accepted, by subject (for a test to ask
+the provider about them later). Serves Streamable HTTP on 127.0.0.1 at a port the OS picks (tests read it from /proc)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from mcp.server.mcpserver import Context, MCPServer
 
 ISSUER = sys.argv[1]
 REFUSED: set[str] = set()
+SEEN: dict[str, set[str]] = {}
 AUDIENCES: dict[str, object] = {}
 
 
@@ -47,6 +48,7 @@ class IntrospectionVerifier:
         if audience is not None and self.resource not in ([audience] if isinstance(audience, str) else audience):
             return None
         AUDIENCES[token] = audience
+        SEEN.setdefault(str(info.get("sub")), set()).add(token)
         return AccessToken(token=token, client_id="toolgate-app", scopes=[], subject=info.get("sub"))
 
 
@@ -95,6 +97,14 @@ def main() -> None:
             r = await client.post(f"{ISSUER}/token/revocation", data={
                 "token": token.token, "client_id": "toolgate-app", "client_secret": os.environ["CLIENT_SECRET"]})
         return f"revoked: HTTP {r.status_code}"
+
+    @server.custom_route("/test/tokens", methods=["GET"])
+    async def tokens_seen(request):
+        """The live tokens this server was called with, by subject: a test asks the provider
+        about them after toolgate revoked them."""
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({sub: sorted(tokens) for sub, tokens in SEEN.items()})
 
     app = server.streamable_http_app(host="127.0.0.1")
     asyncio.run(uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve(sockets=[sock]))

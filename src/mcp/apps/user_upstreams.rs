@@ -136,6 +136,13 @@ impl AppClients {
         up.ok_or(AppError::UserSessionsFull { app: app.id.clone(), most })
     }
 
+    /// Closes every upstream of `subject` (a member or a service account gone).
+    pub(crate) fn forget_upstreams_of(&self, subject: &str) {
+        for up in self.users.remove_subject(subject) {
+            tokio::spawn(async move { up.shutdown().await });
+        }
+    }
+
     /// Forgets a caller's upstream of an app (its connection changed or ended): the next call
     /// opens another with the connection as it is now, or is refused if it is gone.
     pub(crate) fn forget_user_upstream(&self, subject: &str, app_id: &str) {
@@ -213,6 +220,19 @@ impl<T> SubjectPool<T> {
 
     pub(crate) fn remove(&self, subject: &str, app_id: &str) -> Option<Arc<T>> {
         self.map.remove(pair(&(subject, app_id))).map(|(_, h)| h.value)
+    }
+
+    /// Takes out every value of `subject` (a caller gone).
+    pub(crate) fn remove_subject(&self, subject: &str) -> Vec<Arc<T>> {
+        let mut out = Vec::new();
+        self.map.retain(|k, h| {
+            let keep = k.0 != subject;
+            if !keep {
+                out.push(h.value.clone());
+            }
+            keep
+        });
+        out
     }
 
     /// Takes out every caller's value of an app (its settings changed).
