@@ -72,7 +72,7 @@ pub struct McpRuntime {
     /// Which client sessions are subscribed to which resource of which upstream.
     pub subscriptions: Subscriptions,
     /// (session id, JSON of a relayed server->client request id) -> (org, app).
-    pub(super) relayed: DashMap<(String, String), (String, String)>,
+    pub(super) relayed: DashMap<(String, String), crate::mcp::forwarding::Relayed>,
     /// Stateless calls whose app asked the client something, until the client answers.
     pub parked: ParkedCalls,
     /// Handshake-era call streams a client may resume with `Last-Event-ID`, and the bytes they
