@@ -140,10 +140,12 @@ impl<K: Eq + Hash, V: Pooled> CallerPool<K, V> {
     /// Takes out the values no call holds that are unused for `idle` or longer, or that
     /// `expired` says are past their time; `each` sees every one kept.
     pub(crate) fn sweep(&self, idle: Duration, expired: impl Fn(&V) -> bool, each: impl Fn(&V)) -> Vec<Arc<V>> {
-        let before = self.now().saturating_sub(idle.as_millis() as u64);
+        // None while the pool is younger than `idle`: nothing has been unused that long yet.
+        let before = self.now().checked_sub(idle.as_millis() as u64);
         let mut out = Vec::new();
         self.map.retain(|_, kept| {
-            let stale = kept.idle() && (kept.used.load(Ordering::Relaxed) <= before || expired(&kept.value));
+            let unused = before.is_some_and(|b| kept.used.load(Ordering::Relaxed) <= b);
+            let stale = kept.idle() && (unused || expired(&kept.value));
             if stale {
                 out.push(kept.value.clone());
             } else {
