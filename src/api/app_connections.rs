@@ -97,12 +97,19 @@ impl Holder {
         }
     }
 
-    /// Removes this holder's connection of `app_id`; whether there was one.
+    /// Removes this holder's connection of `app_id`; whether there was one. A member's or a
+    /// service account's own has its tokens revoked at the provider, in the background.
     pub(crate) async fn delete(&self, call: &Call<'_>, org_id: &str, app_id: &str) -> Result<bool, ApiError> {
         let state = &call.server.state;
         Ok(match self {
             Holder::Organization => state.delete_connection(org_id, app_id).await?,
-            Holder::Own { user_id, .. } => state.delete_user_connection(org_id, user_id, app_id).await?,
+            Holder::Own { user_id, .. } => match state.delete_user_connection(org_id, user_id, app_id).await? {
+                Some(ended) => {
+                    crate::server::connections_ended::revoke_tokens(state, vec![ended]);
+                    true
+                }
+                None => false,
+            },
         })
     }
 }

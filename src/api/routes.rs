@@ -152,6 +152,7 @@ routes! {
     POST "/service-accounts" => service_accounts::create, scope(Admin),
         mfa When("the account's rate-limit multiplier is above 1"), makes credentials;
     POST "/service-accounts/{id}/keys" => service_accounts::create_key, scope(Admin), makes credentials;
+    DELETE "/service-accounts/{id}" => service_accounts::delete, scope(Admin), mfa Always;
 
     GET "/team/members" => team::list, scope(TeamManage);
     // A member signs in with its role: making or raising an Owner or an Admin also needs a

@@ -162,3 +162,40 @@ pub(crate) async fn create_key(call: &Call<'_>) -> ApiResult {
         "scopes": key.scopes, "created_at": iso(&key.created_at), "expires_at": key.expires_at.as_ref().map(iso),
     })))
 }
+
+#[utoipa::path(delete, path = "/v1/service-accounts/{account_id}", tag = "service-accounts",
+    params(("account_id" = String, Path)),
+    responses((status = 200, description = "the account deleted: its keys revoked, its own app connections ended (their tokens revoked at the apps' providers) and its upstreams closed on every instance", body = crate::api::envelope::Envelope),
+              (status = 401, body = crate::api::envelope::ErrorEnvelope), (status = 403, body = crate::api::envelope::ErrorEnvelope),
+              (status = 404, body = crate::api::envelope::ErrorEnvelope)))]
+pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
+    let who = call.who()?;
+    let state = &call.server.state;
+    let of_org = || state.service_account(call.id()).filter(|a| a.org_id == who.org_id);
+    let a = of_org().ok_or(ApiError::NotFound("service account"))?;
+    // Its keys act within its creator's role: whoever deletes it holds those rights.
+    super::authority::Rights::of_service_account(state, &a).check(who)?;
+    super::mfa::gate(call).await?;
+    let guard = state.lock_writes(&who.org_id).await?;
+    let a = of_org().ok_or(ApiError::NotFound("service account"))?;
+    let now = Utc::now();
+    let keys =
+        state.keys_of(&a.org_id, |k| k.service_account_id.as_deref() == Some(a.id.as_str()) && k.revoked_at.is_none());
+    for key in &keys {
+        let mut revoked = key.as_ref().clone();
+        revoked.revoked_at = Some(now);
+        state.save_key(revoked).await?;
+    }
+    state.delete_service_account(&a).await?;
+    drop(guard);
+    // Its own app connections end as a removed member's do: each removal goes on the change
+    // feed (every instance closes its upstreams) and the tokens are revoked at the providers.
+    let ended = state.delete_connections_of(&a.org_id, &a.id).await?;
+    let connections = ended.len();
+    crate::server::connections_ended::revoke_tokens(state, ended);
+    Ok(Reply::message(format!(
+        "service account {} deleted: {} API key(s) revoked, {connections} app connection(s) ended",
+        a.id,
+        keys.len()
+    )))
+}

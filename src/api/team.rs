@@ -178,6 +178,7 @@ pub(crate) async fn delete(call: &Call<'_>) -> ApiResult {
     let keys = hand_over(call, &user, &who.user_id).await?;
     // The record, then its sessions, grants, MFA and password: the identity service's one removal.
     let removed = server.identity.remove_user(&user, guard).await?;
+    crate::server::connections_ended::revoke_tokens(state, removed.connections);
     Ok(Reply::message(format!(
         "member {} removed: {keys} API key(s) revoked, web sessions ended, {} OAuth grant(s) revoked",
         user.id, removed.grants

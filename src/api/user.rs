@@ -131,7 +131,8 @@ pub(crate) async fn set_password(call: &Call<'_>) -> ApiResult {
     let revoked = crate::identity::oauth_server::revoke_user(&server.state, &user).await?;
     // And the user's own app connections: one made through a session of the old password
     // goes with it (docs/identity.md, "Per-user connections").
-    server.state.delete_connections_of(&user.org_id, &user.id).await?;
+    let ended = server.state.delete_connections_of(&user.org_id, &user.id).await?;
+    crate::server::connections_ended::revoke_tokens(&server.state, ended);
     Ok(Reply::message(format!("password set; every web session was ended and {revoked} OAuth grant(s) revoked")))
 }
 

@@ -562,6 +562,9 @@ pub struct OAuthConfig {
     /// As configured; none: discovered from the app's protected-resource metadata (RFC 9728)
     /// and its authorization server's metadata (RFC 8414).
     pub endpoints: Option<OAuthEndpoints>,
+    /// `oauth.revocation_url`: where the tokens of an ended connection are revoked (RFC 7009);
+    /// none: the `revocation_endpoint` of the discovered metadata, if it names one.
+    pub revocation_url: Option<String>,
     pub client_id: String,
     /// Read from the environment variable `client_secret_env` names, never from the file; none
     /// for a public client (PKCE alone).
@@ -629,6 +632,7 @@ impl std::fmt::Debug for OAuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OAuthConfig")
             .field("endpoints", &self.endpoints)
+            .field("revocation_url", &self.revocation_url)
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret.as_ref().map(|_| "…"))
             .field("scopes", &self.scopes)
@@ -644,6 +648,8 @@ pub struct OAuthEndpoints {
     pub token_url: String,
     /// The resource the tokens are for (RFC 8707 `resource`), when the app's metadata named it.
     pub resource: Option<String>,
+    /// The metadata's `revocation_endpoint` (RFC 7009), when discovered and named.
+    pub revocation_url: Option<String>,
 }
 
 #[derive(Debug, Clone)]

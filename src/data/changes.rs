@@ -79,6 +79,12 @@ pub enum Change {
         org_id: String,
         account_id: String,
     },
+    /// A service account deleted (`DELETE /service-accounts/{id}`): its keys no longer resolve,
+    /// and every instance closes its upstreams.
+    ServiceAccountDeleted {
+        org_id: String,
+        account_id: String,
+    },
     SessionCreated {
         org_id: String,
         gateway_id: String,
@@ -193,6 +199,7 @@ impl Change {
             | Change::ConnectionSaved { org_id, .. }
             | Change::ConnectionDeleted { org_id, .. }
             | Change::ServiceAccountSaved { org_id, .. }
+            | Change::ServiceAccountDeleted { org_id, .. }
             | Change::SessionCreated { org_id, .. }
             | Change::SessionEnded { org_id, .. }
             | Change::WebhookSaved { org_id, .. }

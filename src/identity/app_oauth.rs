@@ -129,6 +129,7 @@ struct ServerMetadata {
     issuer: Option<String>,
     authorization_endpoint: Option<String>,
     token_endpoint: Option<String>,
+    revocation_endpoint: Option<String>,
     #[serde(default)]
     code_challenge_methods_supported: Vec<String>,
 }
@@ -225,6 +226,9 @@ async fn discover(app_url: &str, allow_http: bool) -> Result<OAuthEndpoints, App
         authorize_url: endpoint(meta.authorization_endpoint, "authorization_endpoint")?,
         token_url: endpoint(meta.token_endpoint, "token_endpoint")?,
         resource: resource.resource,
+        // Optional: an unusable one is as none (the connection works; its tokens cannot be
+        // revoked when it ends).
+        revocation_url: meta.revocation_endpoint.filter(|u| usable(u, allow_http, "revocation_endpoint").is_ok()),
     })
 }
 

@@ -12,6 +12,7 @@ pub(crate) mod credentials;
 pub(crate) mod gateway_oauth;
 pub(crate) mod mfa;
 pub(crate) mod oauth_server;
+pub(crate) mod revocation;
 mod router;
 pub(crate) mod signin;
 pub(crate) mod token_exchange;
@@ -61,6 +62,9 @@ pub struct IdentityService {
 pub(crate) struct Removed {
     /// The OAuth grants the user had given, now revoked.
     pub grants: usize,
+    /// The user's own app connections, ended: their tokens are the caller's to revoke at the
+    /// apps' providers (`server::connections_ended`, which this area cannot reach).
+    pub connections: Vec<Arc<crate::data::model::Connection>>,
 }
 
 impl IdentityService {
@@ -95,12 +99,12 @@ impl IdentityService {
         self.state.delete_user(user).await?;
         drop(lock);
         // Their own app connections end with them (and their upstreams, on every instance).
-        self.state.delete_connections_of(&user.org_id, &user.id).await?;
+        let connections = self.state.delete_connections_of(&user.org_id, &user.id).await?;
         self.signin.sessions.end_all(&user.id).await?;
         let grants = oauth_server::revoke_user(&self.state, user).await?;
         self.mfa.remove(&user.id).await?;
         signin::passwords::remove(&self.state, user).await?;
-        Ok(Removed { grants })
+        Ok(Removed { grants, connections })
     }
 }
 

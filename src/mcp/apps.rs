@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 use toolgate_filters::Principal;
 
+mod caller_pool;
 mod user_upstreams;
 pub(crate) use user_upstreams::UpstreamOwner;
 
@@ -46,8 +47,8 @@ pub enum AppError {
     /// The caller has not connected an app connected by each user.
     #[error("{}", not_connected_by_caller(app, url, *service_account))]
     NotConnectedByCaller { app: String, url: String, service_account: bool },
-    /// Every one of the app's per-user upstreams is in use.
-    #[error("app `{app}` is busy: its {most} per-user sessions are all in use (max_user_sessions); try again shortly")]
+    /// Every one of the app's per-caller upstreams (a per-user app's, an exchanging app's) is in use.
+    #[error("app `{app}` is busy: its {most} per-caller sessions are all in use; try again shortly")]
     UserSessionsFull { app: String, most: usize },
 }
 
@@ -103,8 +104,9 @@ pub struct AppClients {
     /// One renewal of a connection's OAuth tokens at a time, by connection id (the
     /// organisation's, or one user's, of one app).
     renewing: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
-    /// Each caller's own upstream of an app connected by each user (`user_upstreams.rs`).
-    users: user_upstreams::SubjectPool<Upstream>,
+    /// Each caller's own upstream of an app connected by each user (`user_upstreams.rs`), by
+    /// member or service account and app.
+    users: caller_pool::CallerPool<(String, String), Upstream>,
     /// Token exchange: the per-caller upstreams of the apps that exchange (`exchanged.rs`).
     exchanged: exchanged::CallerUpstreams,
 }
@@ -480,11 +482,15 @@ impl AppClients {
         let tokens = self.tokens_for_call(owner, app_id).await?;
         // Kept for one retry only when a 401 could be cured by renewing an OAuth token.
         let again = tokens.as_ref().and(params.clone());
-        let up = self.upstream_of(owner, &app)?;
+        let mut up = self.upstream_of(owner, &app)?;
         let mut reply = up.request(method, params, ctx).await;
         if let Some(refused) = Self::refused(&tokens, reply.as_ref().err()) {
             self.renew(owner, app_id, Some(refused)).await?;
-            reply = self.upstream_of(owner, &app)?.request(method, again, ctx).await;
+            up = self.upstream_of(owner, &app)?;
+            reply = up.request(method, again, ctx).await;
+        }
+        if let (UpstreamOwner::Subject { .. }, Ok(UpstreamReply::Stream(stream))) = (owner, &mut reply) {
+            stream.went_on(&up);
         }
         self.note_health(org_id, app_id, reply.as_ref().err());
         reply.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
@@ -503,7 +509,7 @@ impl AppClients {
     /// the next call connects with the new ones. Calls in flight finish on the old upstream.
     pub(crate) fn forget_app(&self, app_id: &str) {
         self.forget_lists("", app_id);
-        self.exchanged.forget_app(app_id);
+        self.forget_exchanged(app_id);
         for up in self.users.remove_app(app_id) {
             tokio::spawn(async move { up.shutdown().await });
         }
@@ -521,8 +527,8 @@ impl AppClients {
         for up in self.upstreams.iter() {
             up.value().sweep_idle();
         }
-        self.exchanged.sweep_idle();
-        for up in self.users.sweep(user_upstreams::USER_UPSTREAM_IDLE, Upstream::sweep_idle) {
+        self.sweep_exchanged();
+        for up in self.users.sweep(caller_pool::CALLER_IDLE, |_| false, Upstream::sweep_idle) {
             tokio::spawn(async move { up.shutdown().await });
         }
     }
@@ -532,7 +538,7 @@ impl AppClients {
         let mut all: Vec<Arc<Upstream>> = self.upstreams.iter().map(|u| u.value().clone()).collect();
         self.upstreams.clear();
         all.extend(self.users.drain());
+        all.extend(self.exchanged.drain().iter().filter_map(|slot| slot.take()));
         futures_util::future::join_all(all.iter().map(|up| up.shutdown())).await;
-        self.exchanged.shutdown().await;
     }
 }

@@ -1,6 +1,7 @@
 //! Server-to-client messages, relayed: an app's requests (sampling, elicitation, roots) go to the
-//! client that caused them and the client's answers come back to that app; client
-//! notifications that concern the apps (cancellation, roots) go to the apps; an app's
+//! client that caused them and the client's answers come back to that app, on the upstream the
+//! call went on (the caller's own for an app called as each caller); client notifications that
+//! concern the apps (cancellation, roots) go to the apps, on the caller's own upstream likewise; an app's
 //! `notifications/resources/updated` goes to the subscribed sessions' GET streams (with the
 //! gateway's content check on its `uri`; the rest of what an app sends on its GET stream reaches
 //! no client: list changes are the gateway's own messages, log messages go to the process log).
@@ -10,8 +11,17 @@ use crate::edge::exchange::sse_event;
 use crate::mcp::content;
 use crate::mcp::jsonrpc::{self, Id, RawJson, Response};
 use crate::mcp::runtime::{McpRuntime, StreamMessage};
-use crate::mcp::upstream::{AppNotice, CallContext};
-use std::sync::Arc;
+use crate::mcp::upstream::{AppNotice, CallContext, Upstream};
+use std::sync::{Arc, Weak};
+use toolgate_filters::Principal;
+
+/// Where a client's answer to a relayed request goes: the app, in the organisation, on the
+/// caller's own upstream when the call went on one.
+pub(crate) struct Relayed {
+    org_id: String,
+    app_id: String,
+    via: Option<Weak<Upstream>>,
+}
 
 impl McpRuntime {
     /// Delivers an app's `notifications/resources/updated` to the GET streams of the sessions
@@ -53,18 +63,42 @@ impl McpRuntime {
         }
     }
 
-    /// Remembers which app sent a server->client request, so the client's answer goes back to it.
-    pub(crate) fn remember_relayed(&self, session_id: &str, id: &Id, app_id: &str, org_id: &str) {
-        self.relayed.insert((session_id.to_string(), id.to_string()), (org_id.to_string(), app_id.to_string()));
+    /// Remembers which app sent a server->client request, and on which upstream (`via`: the
+    /// caller's own, when the call went on one), so the client's answer goes back there.
+    pub(crate) fn remember_relayed(
+        &self,
+        session_id: &str,
+        id: &Id,
+        app_id: &str,
+        org_id: &str,
+        via: Option<&Weak<Upstream>>,
+    ) {
+        let relayed = Relayed { org_id: org_id.to_string(), app_id: app_id.to_string(), via: via.cloned() };
+        self.relayed.insert((session_id.to_string(), id.to_string()), relayed);
     }
 
     /// A client answered a relayed server->client request (sampling, elicitation, roots).
     pub(crate) async fn relay_client_response(&self, session_id: &str, _gw: &Gateway, r: Response) {
-        let Some((_, (org, app))) = self.relayed.remove(&(session_id.to_string(), r.id.to_string())) else {
+        let Some((_, to)) = self.relayed.remove(&(session_id.to_string(), r.id.to_string())) else {
             tracing::debug!("response from client matches no relayed request; ignored");
             return;
         };
-        self.answer_app(&org, &app, r).await;
+        self.answer_on(to.via.as_ref(), &to.org_id, &to.app_id, r).await;
+    }
+
+    /// Delivers an answer to an app's request made on a call's stream: on the caller's own
+    /// upstream the call went on (`via`), or, for a call on the organisation's, there. An answer
+    /// for a caller's upstream that has closed meanwhile is dropped, never sent on another.
+    pub(crate) async fn answer_on(&self, via: Option<&Weak<Upstream>>, org_id: &str, app_id: &str, r: Response) {
+        let Some(via) = via else { return self.answer_app(org_id, app_id, r).await };
+        match via.upgrade() {
+            Some(up) => {
+                if let Err(e) = up.respond(r, &CallContext::default()).await {
+                    tracing::warn!(app = app_id, error = %e, "cannot deliver an answer to the app's request");
+                }
+            }
+            None => tracing::warn!(app = app_id, "the caller's upstream closed before the answer to its request"),
+        }
     }
 
     /// Delivers an answer to an app's server->client request: the client's, or the gateway's
@@ -81,10 +115,18 @@ impl McpRuntime {
     }
 
     /// Client notifications that concern the apps (cancellation, roots) go to every app of the
-    /// gateway that has an upstream session.
-    pub(crate) async fn forward_notification(&self, gw: &Gateway, method: &str, params: Option<RawJson>) {
+    /// gateway that has an upstream session: the caller's own, for an app called as each caller
+    /// (`who` the notification's credential, `bearer` its token), which the caller's calls went on.
+    pub(crate) async fn forward_notification(
+        &self,
+        gw: &Gateway,
+        who: Option<&Principal>,
+        bearer: Option<&str>,
+        method: &str,
+        params: Option<RawJson>,
+    ) {
         for app in &gw.servers {
-            if let Ok(up) = self.apps.upstream(&gw.org_id, app) {
+            if let Some(up) = self.apps.upstream_for_notification(&gw.org_id, who, bearer, app) {
                 let _ = up.notify(method, params.clone(), &CallContext::default()).await;
             }
         }

@@ -72,7 +72,7 @@ pub struct McpRuntime {
     /// Which client sessions are subscribed to which resource of which upstream.
     pub subscriptions: Subscriptions,
     /// (session id, JSON of a relayed server->client request id) -> (org, app).
-    pub(super) relayed: DashMap<(String, String), (String, String)>,
+    pub(super) relayed: DashMap<(String, String), crate::mcp::forwarding::Relayed>,
     /// Stateless calls whose app asked the client something, until the client answers.
     pub parked: ParkedCalls,
     /// Handshake-era call streams a client may resume with `Last-Event-ID`, and the bytes they
@@ -155,6 +155,9 @@ impl McpRuntime {
                     self.app_changed(org_id, app_id)
                 }
             }
+            // A member or a service account gone: whatever upstream of theirs is left closes.
+            Change::UserDeleted { user_id: subject, .. }
+            | Change::ServiceAccountDeleted { account_id: subject, .. } => self.apps.forget_upstreams_of(subject),
             Change::KeySaved { .. } | Change::KeyDeleted { .. } | Change::GrantDeleted { .. } => {
                 self.end_sessions_of_unusable_keys()
             }

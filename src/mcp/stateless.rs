@@ -121,8 +121,9 @@ pub(crate) async fn deliver_answers(
             None => unanswered.push(p),
         }
     }
+    let via = call.stream.via().cloned();
     for (result, id) in answers {
-        mcp.answer_app(&call.org_id, &call.app_id, Response { id, outcome: Ok(result) }).await;
+        mcp.answer_on(via.as_ref(), &call.org_id, &call.app_id, Response { id, outcome: Ok(result) }).await;
     }
     Ok(unanswered)
 }
@@ -228,6 +229,8 @@ pub(crate) async fn relay(
     log: &mut (dyn FnMut(&Result<RawJson, RpcErrorObject>, u16) + Send),
 ) -> pingora::Result<()> {
     let org_id = &call.gw.org_id;
+    // The app's questions are answered on the upstream the call went on (the caller's own).
+    let via = stream.via().cloned();
     let mut streaming = false;
     // Questions left unanswered from the last round are asked again at once.
     let mut gather_until = (!pending.is_empty()).then(Instant::now);
@@ -278,9 +281,9 @@ pub(crate) async fn relay(
                 }
             }
             Message::Request(r) if r.method == "ping" => {
-                mcp.answer_app(org_id, call.app_id, Response::success(r.id, json!({}))).await;
+                mcp.answer_on(via.as_ref(), org_id, call.app_id, Response::success(r.id, json!({}))).await;
             }
-            Message::Request(r) => match question(mcp, &call, r, &mut keys_issued).await {
+            Message::Request(r) => match question(mcp, &call, r, &mut keys_issued, via.as_ref()).await {
                 Question::Answered => {}
                 Question::Asked(p) => {
                     pending.push(p);
@@ -315,18 +318,24 @@ enum Question {
 /// An app's request to a stateless client (other than `ping`): refused, answered from what the
 /// client sent ahead, or kept to be asked under its key (`_meta["toolgate.dev/inputKey"]` when
 /// the app names one, else `<method>_<n>`).
-async fn question(mcp: &McpRuntime, call: &CallInfo<'_>, r: jsonrpc::Request, keys_issued: &mut u32) -> Question {
+async fn question(
+    mcp: &McpRuntime,
+    call: &CallInfo<'_>,
+    r: jsonrpc::Request,
+    keys_issued: &mut u32,
+    via: Option<&std::sync::Weak<crate::mcp::upstream::Upstream>>,
+) -> Question {
     let org_id = &call.gw.org_id;
     if let Some(capability) = call.env.caps.missing_for(&r.method) {
         let refusal = format!("the client did not declare the {capability} capability ({})", r.method);
         let refusal = RpcErrorObject::new(jsonrpc::METHOD_NOT_FOUND, refusal);
-        mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
+        mcp.answer_on(via, org_id, call.app_id, Response::error(r.id, refusal)).await;
         let (code, message, data) = modern::missing_capability(capability, &r.method);
         return Question::Fails(RpcErrorObject::new(code, message).with_data(data));
     }
     if !matches!(r.method.as_str(), "elicitation/create" | "sampling/createMessage" | "roots/list") {
         let e = RpcErrorObject::method_not_found(&r.method);
-        mcp.answer_app(org_id, call.app_id, Response::error(r.id, e)).await;
+        mcp.answer_on(via, org_id, call.app_id, Response::error(r.id, e)).await;
         return Question::Answered;
     }
     *keys_issued += 1;
@@ -341,12 +350,12 @@ async fn question(mcp: &McpRuntime, call: &CallInfo<'_>, r: jsonrpc::Request, ke
     if let Some(given) = call.given.and_then(|g| g.get(&key)) {
         return match valid_answer(&r.method, &key, given) {
             Ok(result) => {
-                mcp.answer_app(org_id, call.app_id, Response { id: r.id, outcome: Ok(result) }).await;
+                mcp.answer_on(via, org_id, call.app_id, Response { id: r.id, outcome: Ok(result) }).await;
                 Question::Answered
             }
             Err(e) => {
                 let refusal = RpcErrorObject::invalid_params("the client's answer was not valid");
-                mcp.answer_app(org_id, call.app_id, Response::error(r.id, refusal)).await;
+                mcp.answer_on(via, org_id, call.app_id, Response::error(r.id, refusal)).await;
                 Question::Fails(e)
             }
         };

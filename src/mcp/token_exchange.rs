@@ -13,6 +13,7 @@
 use crate::edge::exchange::Exchange;
 use crate::identity::app_oauth::AppOAuthError;
 use crate::identity::token_exchange::{self, Unexchangeable};
+use crate::mcp::apps::AppError;
 use crate::mcp::jsonrpc::RpcErrorObject;
 use crate::mcp::protocol::RpcCode;
 use crate::mcp::runtime::McpRuntime;
@@ -41,7 +42,14 @@ pub(crate) async fn caller_upstream(
     };
     match mcp.apps.caller_upstream(org_id, &app, token, kind).await {
         Ok(up) => Ok(Some(up)),
-        Err(e) => Err(exchange_failed(app_id, &e)),
+        Err(AppError::Authorization { error, .. }) => Err(exchange_failed(app_id, &error)),
+        // Every one of the app's per-caller upstreams in use: -32010, as for per-user apps.
+        Err(e @ AppError::UserSessionsFull { .. }) => {
+            Err(RpcErrorObject::new(RpcCode::LimitExceeded.code(), e.to_string()).with_data(json!({ "app": app_id })))
+        }
+        Err(e) => {
+            Err(RpcErrorObject::new(RpcCode::UpstreamFailure.code(), e.to_string()).with_data(json!({ "app": app_id })))
+        }
     }
 }
 

@@ -269,7 +269,9 @@ async fn post(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, k
                 return Ok(());
             }
             if n.method == "notifications/cancelled" || n.method.starts_with("notifications/roots") {
-                Box::pin(mcp.forward_notification(gw, &n.method, n.params)).await;
+                let who = ex.ctx.filters.principal.as_deref();
+                let bearer = crate::identity::token_exchange::bearer(ex.headers());
+                Box::pin(mcp.forward_notification(gw, who, bearer, &n.method, n.params)).await;
             }
             ex.respond(202, "application/json", Vec::new(), &[]).await
         }

@@ -236,6 +236,23 @@ pub(crate) fn token_exchange(app: &str, outcome: &'static str) {
     .inc();
 }
 
+/// An ended connection's tokens revoked at its app's authorization server (RFC 7009), by app
+/// and `outcome`: `revoked`, `failed` (unreachable, or refused: logged without the token),
+/// `unsupported` (the provider offers no revocation). One count per connection ended.
+pub(crate) fn token_revocation(app: &str, outcome: &'static str) {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        register_int_counter_vec!(
+            "toolgate_token_revocations_total",
+            "Ended connections whose tokens were revoked at the app's provider (RFC 7009), by app and outcome",
+            &["app", "outcome"]
+        )
+        .expect("metric registers once")
+    })
+    .with_label_values(&[app, outcome])
+    .inc();
+}
+
 /// A tool call the gateway's rules refused other than by a rule's match: `input_too_large`
 /// (larger than a rule's cost bound allows), `failed` (a rule could not be evaluated),
 /// `unreadable_arguments` (arguments the rules cannot read), `busy` (the organisation's slots

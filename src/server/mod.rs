@@ -3,6 +3,7 @@
 //! expired.
 
 pub mod backup;
+pub(crate) mod connections_ended;
 pub(crate) mod gateway_calls;
 pub mod keys;
 pub(crate) mod ports;

@@ -58,6 +58,7 @@ const TABLE: &[(&str, &str, Need)] = &[
     ("GET", "/service-accounts", Scope("admin")),
     ("POST", "/service-accounts", Scope("admin")),
     ("POST", "/service-accounts/{id}/keys", Scope("admin")),
+    ("DELETE", "/service-accounts/{id}", Scope("admin")),
     // Only an Owner's role holds `team:manage`.
     ("GET", "/team/members", Scope("team:manage")),
     ("POST", "/team/members", Scope("team:manage")),
@@ -242,6 +243,12 @@ fn real_id(f: &Fx, path: &str, n: usize) -> String {
             ok(&r, 201)["id"].as_str().unwrap().to_string()
         }
         "/service-accounts/{id}/keys" => f.ids["sa"].clone(),
+        // A deletion takes its account with it: one of its own each time.
+        "/service-accounts/{id}" => {
+            let body = json!({ "name": format!("sa-target-{n}-{}", random_alnum(8)), "scopes": ["gateways:read"] });
+            let r = f.srv.api("POST", "/v1/service-accounts", Some(owner), Some(body));
+            ok(&r, 201)["id"].as_str().unwrap().to_string()
+        }
         "/apps/{id}"
         | "/apps/{id}/connect"
         | "/apps/{id}/connect/callback"

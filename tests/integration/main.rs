@@ -60,3 +60,4 @@ mod shaped_tools;
 mod shutdown;
 mod spec_literal;
 mod user_connections;
+mod user_connections_ended;

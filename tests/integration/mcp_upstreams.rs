@@ -430,11 +430,15 @@ pub(crate) struct Seen {
 /// A minimal Streamable HTTP MCP server answering plain JSON: `initialize` (gives a session id),
 /// notifications (202), `tools/list` (one tool, `echo`), empty prompts/resources/templates,
 /// `tools/call` (echoes `message`). A request with an unknown session id gets 404, and
-/// `forget_sessions` makes it forget every session (as a restart would).
+/// `forget_sessions` makes it forget every session (as a restart would). A call of `echo` with
+/// the message `hold` waits for `release`. Under `/oauth/` it is an app's authorization server
+/// (`oauth_endpoint`).
 pub(crate) struct Recorder {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
     forget: Arc<AtomicBool>,
+    /// While set, a call of `echo` with the message `hold` is not answered.
+    holding: Arc<AtomicBool>,
 }
 
 impl Recorder {
@@ -443,20 +447,26 @@ impl Recorder {
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let forget = Arc::new(AtomicBool::new(false));
+        let holding = Arc::new(AtomicBool::new(true));
         let sessions = Arc::new(Mutex::new(Vec::<String>::new()));
-        let (s2, f2) = (seen.clone(), forget.clone());
+        let (s2, f2, h2) = (seen.clone(), forget.clone(), holding.clone());
         thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
-                let (seen, forget, sessions) = (s2.clone(), f2.clone(), sessions.clone());
-                thread::spawn(move || serve_connection(conn, &seen, &forget, &sessions));
+                let (seen, forget, sessions, holding) = (s2.clone(), f2.clone(), sessions.clone(), h2.clone());
+                thread::spawn(move || serve_connection(conn, &seen, &forget, &sessions, &holding));
             }
         });
-        Recorder { port, seen, forget }
+        Recorder { port, seen, forget, holding }
     }
 
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Answers the calls of `echo` with the message `hold`, held until now.
+    pub(crate) fn release(&self) {
+        self.holding.store(false, Ordering::SeqCst);
     }
 
     /// What the gateway's calls sent: the apps' health probes (`X-Toolgate-Probe`) aside.
@@ -466,7 +476,33 @@ impl Recorder {
     }
 }
 
-fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBool, sessions: &Mutex<Vec<String>>) {
+/// The recorder as an app's OAuth authorization server, at `/oauth/...`: `token` answers a code
+/// grant with `at-<code>` and `rt-<code>`; `revoke` accepts a revocation (RFC 7009); `revoke-busy`
+/// refuses it with 503 `temporarily_unavailable`.
+fn oauth_endpoint(path: &str, form: &str) -> Option<(&'static str, Option<Value>)> {
+    let field = |name: &str| {
+        form.split('&').find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('='))).unwrap_or_default()
+    };
+    match path.rsplit_once("/oauth/")?.1 {
+        "token" => {
+            let code = field("code");
+            let tokens = json!({"access_token": format!("at-{code}"), "refresh_token": format!("rt-{code}"),
+                "token_type": "Bearer", "expires_in": 3600});
+            Some(("200 OK", Some(tokens)))
+        }
+        "revoke" => Some(("200 OK", None)),
+        "revoke-busy" => Some(("503 Service Unavailable", Some(json!({"error": "temporarily_unavailable"})))),
+        _ => None,
+    }
+}
+
+fn serve_connection(
+    conn: TcpStream,
+    seen: &Mutex<Vec<Seen>>,
+    forget: &AtomicBool,
+    sessions: &Mutex<Vec<String>>,
+    holding: &AtomicBool,
+) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(120)));
     let mut reader = BufReader::new(conn.try_clone().expect("clone stream"));
     let mut out = conn;
@@ -514,6 +550,8 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
 
         let (status, extra, reply): (&str, String, Option<Value>) = if method != "POST" {
             ("405 Method Not Allowed", String::new(), None)
+        } else if let Some((status, reply)) = oauth_endpoint(&path, &body) {
+            (status, String::new(), reply)
         } else if rpc_method == "initialize" {
             let sid = format!("sess-{}", common::random_alnum(16));
             sessions.lock().push(sid.clone());
@@ -539,6 +577,9 @@ fn serve_connection(conn: TcpStream, seen: &Mutex<Vec<Seen>>, forget: &AtomicBoo
                 "resources/templates/list" => json!({"resourceTemplates": []}),
                 "tools/call" => {
                     let m = msg["params"]["arguments"]["message"].as_str().unwrap_or_default();
+                    while m == "hold" && holding.load(Ordering::SeqCst) {
+                        thread::sleep(Duration::from_millis(10));
+                    }
                     json!({"content": [{"type": "text", "text": format!("Echo: {m}")}]})
                 }
                 "ping" => json!({}),

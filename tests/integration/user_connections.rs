@@ -36,10 +36,15 @@ struct Fx {
 /// A server whose `crm` app (the recorder) is connected by each user, its lists read with the
 /// organisation's own connection; a gateway of it made by the Owner.
 fn start() -> Fx {
+    start_with(8)
+}
+
+/// As [`start`], with at most `most` callers' upstream sessions of `crm`.
+fn start_with(most: usize) -> Fx {
     let up = Recorder::start();
     let (members, keys) = declared_users_and_keys(MEMBERS, |u| format!("{u}@users.test"));
     let app = format!(
-        "  - {{ id: crm, name: CRM, url: \"{}\", auth_types: [api_key], connection_scope: user, max_user_sessions: 8 }}\n",
+        "  - {{ id: crm, name: CRM, url: \"{}\", auth_types: [api_key], connection_scope: user, max_user_sessions: {most} }}\n",
         up.url("/crm/mcp")
     );
     let org = "organizations:\n  - { id: org_pu, name: Per User, tier: enterprise }\n";
@@ -335,4 +340,49 @@ fn the_link_of_a_missing_connection_is_completed_by_its_caller_only() {
     let again = carol.send("GET", path, None);
     assert_eq!(again.status, 200, "{again:?}");
     assert!(again.text.contains("expired or is not known"), "{}", again.text);
+}
+
+/// With `max_user_sessions: 1`, a second caller whose call comes while the first caller's is in
+/// flight is refused with -32010 (the app is busy), and served once the first one's session is
+/// idle (the least recently used idle one is closed to make room).
+#[test]
+fn a_second_caller_while_every_session_is_in_use_gets_32010_then_is_served() {
+    let f = start_with(1);
+    std::thread::scope(|s| {
+        let alice = Mcp::open(&f.srv, &f.gw, &f.keys["alice"]);
+        let held = s.spawn(move || result_text(&alice.call(2, "echo", json!({"message": "hold"}))));
+        wait_until("alice's call is in flight at the app", Duration::from_secs(10), || {
+            f.up.seen().iter().any(|c| c.rpc_method == "tools/call" && message_of(c) == "hold")
+        });
+        let bob = Mcp::open(&f.srv, &f.gw, &f.keys["bob"]);
+        let body = bob.call(3, "echo", json!({"message": "bob-1"}));
+        let (code, message) = rpc_error(&body);
+        assert_eq!(code, -32010, "{body}");
+        assert!(message.contains("`crm` is busy") || message.contains("app `crm` is busy"), "{message}");
+        assert_eq!(body["error"]["data"]["app"], "crm", "{body}");
+        f.up.release();
+        assert_eq!(held.join().unwrap(), "Echo: hold");
+        assert_eq!(result_text(&bob.call(4, "echo", json!({"message": "bob-2"}))), "Echo: bob-2");
+    });
+    assert!(!f.up.seen().iter().any(|c| message_of(c) == "bob-1"), "the refused call never reached the app");
+}
+
+/// A service account without its own connection is told that an administrator must connect it
+/// (it cannot connect itself), with no link to follow.
+#[test]
+fn a_service_account_without_a_connection_is_told_an_administrator_must_connect_it() {
+    let f = start();
+    let dana = f.keys["dana"].as_str();
+    let body = json!({"name": "robot", "scopes": ["gateways:read", "gateways:write"]});
+    let sa =
+        ok(&f.srv.api("POST", "/v1/service-accounts", Some(dana), Some(body)), 201)["id"].as_str().unwrap().to_string();
+    let made = f.srv.api("POST", &format!("/v1/service-accounts/{sa}/keys"), Some(dana), Some(json!({"name": "k"})));
+    let key = ok(&made, 201)["key"].as_str().unwrap().to_string();
+    let robot = Mcp::open(&f.srv, &f.gw, &key);
+    let body = robot.call(2, "echo", json!({"message": "robot-1"}));
+    let (code, message) = rpc_error(&body);
+    assert_eq!(code, -32006, "{body}");
+    assert!(message.contains("an administrator must connect it for the service account"), "{message}");
+    assert!(body["error"]["data"].get("url").is_none(), "no link for a service account: {body}");
+    assert!(!f.up.seen().iter().any(|c| message_of(c) == "robot-1"), "the app never heard of it");
 }

@@ -8,8 +8,9 @@ though the provider still knows it; `forget_my_token` revokes at the provider th
 called with, and so its whole grant, refresh token included (client secret from
 CLIENT_SECRET). Tool `record` writes down, as a JSON line in the file CALL_LOG names, the
 `caller` and `tag` its arguments say and the subject of the token the call carried (the test of
-per-user connections compares them). Serves
-Streamable HTTP on 127.0.0.1 at a port the OS picks (tests read it from /proc)."""
+per-user connections compares them). GET /test/tokens answers the tokens it accepted, by
+subject (for a test to ask the provider about them later). Serves Streamable HTTP on 127.0.0.1
+at a port the OS picks (tests read it from /proc)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from mcp.server.mcpserver import Context, MCPServer
 
 ISSUER = sys.argv[1]
 REFUSED: set[str] = set()
+SEEN: dict[str, set[str]] = {}
 AUDIENCES: dict[str, object] = {}
 
 
@@ -50,6 +52,7 @@ class IntrospectionVerifier:
         if audience is not None and self.resource not in ([audience] if isinstance(audience, str) else audience):
             return None
         AUDIENCES[token] = audience
+        SEEN.setdefault(str(info.get("sub")), set()).add(token)
         return AccessToken(token=token, client_id="toolgate-app", scopes=[], subject=info.get("sub"))
 
 
@@ -109,6 +112,14 @@ def main() -> None:
             r = await client.post(f"{ISSUER}/token/revocation", data={
                 "token": token.token, "client_id": "toolgate-app", "client_secret": os.environ["CLIENT_SECRET"]})
         return f"revoked: HTTP {r.status_code}"
+
+    @server.custom_route("/test/tokens", methods=["GET"])
+    async def tokens_seen(request):
+        """The live tokens this server was called with, by subject: a test asks the provider
+        about them after toolgate revoked them."""
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({sub: sorted(tokens) for sub, tokens in SEEN.items()})
 
     app = server.streamable_http_app(host="127.0.0.1")
     asyncio.run(uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve(sockets=[sock]))

@@ -1,6 +1,10 @@
 """Server->client requests through the gateway: server-everything's sampling and elicitation
 tools, called by the official Python SDK, whose callbacks answer what the app asked.
 
+With the app connected by each user (`connection_scope: user`), a call goes on the caller's own
+upstream session, and the app's request is answered on that session, never on the
+organisation's (where the app, waiting on the caller's, would never see it).
+
 toolgate declares `sampling` and `elicitation` to its apps (so server-everything offers those
 tools at all) and relays each request to the calling client on the call's stream; a client that
 did not declare the capability, or that takes JSON answers only, gets the request refused on its
@@ -9,6 +13,7 @@ behalf, so the app fails the call at once instead of waiting for an answer that 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import time
@@ -30,6 +35,7 @@ from mcp_helpers import (
     run,
     sdk_client,
 )
+from toolgate_harness import random_key
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +133,66 @@ def test_request_to_a_client_taking_json_only_is_refused_on_its_behalf(gateway):
     result = r.json()["result"]
     assert result.get("isError") is True, result
     assert "takes JSON answers only" in result["content"][0]["text"], result
+
+
+@pytest.fixture(scope="module")
+def per_user_gateway(module_toolgate_factory):
+    """server-everything connected by each user: the Owner connects the organisation's view (the
+    lists), Alice her own; yields (endpoint URL, Alice's key). The app's total timeout is short,
+    so an answer that went astray fails the call in seconds."""
+    keys = {"dana": random_key(), "alice": random_key()}
+    digest = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
+    people = (
+        "organizations:\n  - {id: org_su, name: Server requests, tier: enterprise}\n"
+        "users:\n"
+        "  - {id: usr_su_dana, email: dana@su.test, name: Dana, role: owner, organization: org_su}\n"
+        "  - {id: usr_su_alice, email: alice@su.test, name: Alice, role: developer, organization: org_su}\n"
+        "api_keys:\n"
+        f"  - {{id: key_su_dana, name: dana, user: usr_su_dana, sha256: {digest(keys['dana'])}, scopes: ['*']}}\n"
+        f"  - {{id: key_su_alice, name: alice, user: usr_su_alice, sha256: {digest(keys['alice'])}, scopes: ['*']}}\n"
+    )
+    with everything_server() as ev:
+        app = http_app("everything", ev.url, timeouts="total_ms: 15000") + (
+            "    auth_types: [api_key]\n    connection_scope: user\n")
+        srv = module_toolgate_factory(full_config=config(app) + people)
+        api = Api(srv)
+        for who, query in (("dana", "?organization=true"), ("alice", "")):
+            body = {"auth_type": "api_key", "credentials": {"api_key": f"{who}-secret"}}
+            r = api.call("POST", f"/v1/apps/everything/connect{query}", body, key=keys[who])
+            assert r.status_code == 200, r.text
+        made = api.call("POST", "/v1/gateways", {"name": "per-user", "servers": ["everything"]}, key=keys["dana"])
+        assert made.status_code == 201, made.text
+        yield mcp_url(srv, made.json()["data"]["id"]), keys["alice"]
+
+
+def test_a_per_user_apps_elicitation_is_answered_on_the_callers_own_upstream(per_user_gateway):
+    url, key = per_user_gateway
+
+    async def elicitation(context, params) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Alice Own", "check": True})
+
+    async def go():
+        async with sdk_client(url, key, elicitation_callback=elicitation) as c:
+            return await c.call_tool("trigger-elicitation-request", {})
+
+    result = run(go())
+    texts = "\n".join(getattr(c, "text", "") for c in result.content)
+    assert not result.is_error, texts
+    assert "- Name: Alice Own" in texts, texts
+
+
+def test_a_per_user_apps_sampling_request_is_answered_on_the_callers_own_upstream(per_user_gateway):
+    url, key = per_user_gateway
+
+    async def sampling(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="alice sampled"),
+                                         model="alice-model", stop_reason="endTurn")
+
+    async def go():
+        async with sdk_client(url, key, sampling_callback=sampling) as c:
+            return await c.call_tool("trigger-sampling-request", {"prompt": "whose upstream?"})
+
+    result = run(go())
+    texts = "\n".join(getattr(c, "text", "") for c in result.content)
+    assert not result.is_error, texts
+    assert "alice sampled" in texts, texts

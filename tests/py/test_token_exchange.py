@@ -17,8 +17,8 @@ token of the provider) serves the catalogue's lists only.
 What is measured: two users' concurrent calls (hundreds) each reach the app as themselves; the
 provider is asked once per caller (the cache is used, never across callers); an API key and a
 gateway key are refused, saying they cannot be exchanged; a provider's refusal (`invalid_target`)
-is a JSON-RPC error naming it, counted in `toolgate_token_exchanges_total`; the caller's token is
-never in toolgate's log.
+is a JSON-RPC error naming it, counted in `toolgate_token_exchanges_total`; an unreachable token
+endpoint is -32004; the caller's token is never in toolgate's log.
 """
 
 from __future__ import annotations
@@ -45,12 +45,14 @@ CALLS_PER_USER = 150
 
 @contextlib.contextmanager
 def world(tmp: Path):
-    """The provider (with token exchange), the app, and toolgate with two exchanging apps on it:
-    `secured` (the app's URL as the resource) and `elsewhere` (a resource the provider does not
-    serve). Yields (toolgate, issuer, client secret, app URL)."""
+    """The provider (with token exchange), the app, and toolgate with three exchanging apps on
+    it: `secured` (the app's URL as the resource), `elsewhere` (a resource the provider does not
+    serve) and `unreachable` (a token endpoint where nothing listens). Yields (toolgate, issuer,
+    client secret, app URL)."""
     with provider(tmp, token_exchange=True) as (issuer, secret), oauth_app(tmp, issuer, secret) as app_url:
         apps = ""
-        for app_id, exchange in (("secured", "{}"), ("elsewhere", "{resource: 'http://elsewhere.example/mcp'}")):
+        for app_id, exchange in (("secured", "{}"), ("elsewhere", "{resource: 'http://elsewhere.example/mcp'}"),
+                                 ("unreachable", "{token_endpoint: 'http://127.0.0.1:9/token'}")):
             apps += (
                 f"  - id: {app_id}\n    name: {app_id}\n    category: testing\n    auth_types: [api_key]\n"
                 f"    url: {app_url}\n    oauth:\n      client_id: toolgate-app\n"
@@ -192,6 +194,31 @@ def test_each_caller_reaches_the_app_as_themselves_through_one_exchange_each(tmp
         assert "invalid_target" in logs
         for token in tokens.values():
             assert token not in logs and token.split(".")[2] not in logs
+
+
+def test_an_unreachable_token_endpoint_fails_the_call_with_32004_and_is_counted(tmp_path):
+    """Nothing listens where `unreachable` exchanges: the call fails with -32004 naming the app
+    and the cause, the organisation's connection is never used instead, and the failure is
+    counted (`failed`) and logged without the caller's token."""
+    with world(tmp_path) as (srv, issuer, secret, app_url):
+        connect_for_lists(srv, issuer, secret, app_url, "unreachable")
+        gw, _ = Api(srv).create_gateway(["unreachable"], configuration={"auth": "oauth"})
+        url = f"{srv.base_url}/gateway/{gw}/mcp"
+        token = caller_token(issuer, url, "dave")
+        c = session(url, token)
+        answer = call(c, whoami(c, "unreachable"))
+        error = answer.get("error")
+        assert error and error["code"] == -32004, answer
+        assert "`unreachable`: the caller's token could not be exchanged" in error["message"], error
+        assert "cannot be reached" in error["message"], error
+        assert error["data"] == {"app": "unreachable"}, error
+        assert metric(srv, "unreachable", "failed") == 1
+        assert exchanges(issuer) == {"issued": 0, "refused": 0}, "the provider was never asked"
+        deadline = time.monotonic() + 5
+        while "could not be exchanged" not in srv.stderr_text():
+            assert time.monotonic() < deadline, "the failure is not logged"
+            time.sleep(0.05)
+        assert token not in srv.stderr_text() and token.split(".")[2] not in srv.stderr_text()
 
 
 def test_an_exchanged_token_is_renewed_when_due_and_an_expired_subject_token_is_refused(tmp_path):

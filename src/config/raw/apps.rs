@@ -74,6 +74,7 @@ pub(super) struct RawTimeouts {
 pub(super) struct RawOAuth {
     authorize_url: Option<String>,
     token_url: Option<String>,
+    revocation_url: Option<String>,
     client_id: String,
     client_secret_env: Option<String>,
     #[serde(default)]
@@ -240,14 +241,26 @@ impl RawOAuth {
                         return Err(invalid(f(&format!("oauth.{name}")), format!("`{url}` is not an http(s) URL")));
                     }
                 }
-                Some(OAuthEndpoints { authorize_url, token_url, resource: None })
+                Some(OAuthEndpoints { authorize_url, token_url, resource: None, revocation_url: None })
             }
             (Some(_), None) => return Err(invalid(f("oauth.token_url"), "required with authorize_url")),
             (None, Some(_)) => return Err(invalid(f("oauth.authorize_url"), "required with token_url")),
         };
+        if let Some(url) = &self.revocation_url {
+            if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                return Err(invalid(f("oauth.revocation_url"), format!("`{url}` is not an http(s) URL")));
+            }
+        }
         let client_secret = secret_from_env(|| f("oauth.client_secret_env"), self.client_secret_env.as_deref())?;
         let token_exchange = self.token_exchange.map(|t| t.build(i, upstream, client_secret.is_some())).transpose()?;
-        Ok(OAuthConfig { endpoints, client_id: self.client_id, client_secret, scopes: self.scopes, token_exchange })
+        Ok(OAuthConfig {
+            endpoints,
+            revocation_url: self.revocation_url,
+            client_id: self.client_id,
+            client_secret,
+            scopes: self.scopes,
+            token_exchange,
+        })
     }
 }
 

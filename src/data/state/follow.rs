@@ -54,7 +54,9 @@ impl Named {
                 Some(user) => Named::UserConnection(org_id.clone(), app_id.clone(), user.clone()),
                 None => Named::Connection(org_id.clone(), app_id.clone()),
             },
-            Change::ServiceAccountSaved { account_id, .. } => Named::ServiceAccount(account_id.clone()),
+            Change::ServiceAccountSaved { account_id, .. } | Change::ServiceAccountDeleted { account_id, .. } => {
+                Named::ServiceAccount(account_id.clone())
+            }
             Change::WebhookSaved { webhook_id, .. } | Change::WebhookDeleted { webhook_id, .. } => {
                 Named::Webhook(webhook_id.clone())
             }

@@ -451,6 +451,17 @@ impl State {
         Ok(key)
     }
 
+    /// Removes a service account's record: its keys no longer resolve on any instance as soon
+    /// as it hears of the change. Its own app connections are the caller's to end.
+    pub(crate) async fn delete_service_account(&self, a: &ServiceAccount) -> Result<(), StoreError> {
+        self.store.delete(Kind::ServiceAccount, &a.id).await?;
+        let _copies = self.copies();
+        self.service_accounts.remove(&a.id);
+        self.principals.clear();
+        self.changes.publish(Change::ServiceAccountDeleted { org_id: a.org_id.clone(), account_id: a.id.clone() });
+        Ok(())
+    }
+
     pub(crate) async fn save_service_account(&self, a: ServiceAccount) -> Result<Arc<ServiceAccount>, StoreError> {
         self.store.put_record(Kind::ServiceAccount, &a.org_id, &a.id, &a).await?;
         let _copies = self.copies();

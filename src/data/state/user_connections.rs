@@ -25,36 +25,42 @@ impl State {
         self.user_connections.get(pair(&(user_id, app_id))).map(|c| c.value().clone()).filter(|c| c.org_id == org_id)
     }
 
-    /// Removes `user_id`'s own connection of `app_id`; whether there was one.
+    /// Removes `user_id`'s own connection of `app_id`: the removed one, if there was one (its
+    /// tokens are the caller's to revoke, `server::connections_ended`).
     pub(crate) async fn delete_user_connection(
         &self,
         org_id: &str,
         user_id: &str,
         app_id: &str,
-    ) -> Result<bool, StoreError> {
-        let Some(c) = self.user_connection(org_id, user_id, app_id) else { return Ok(false) };
+    ) -> Result<Option<Arc<Connection>>, StoreError> {
+        let Some(c) = self.user_connection(org_id, user_id, app_id) else { return Ok(None) };
         self.store.delete(Kind::Connection, &c.id).await?;
         let _copies = self.copies();
         self.user_connections.remove(pair(&(user_id, app_id)));
         let change =
             Change::ConnectionDeleted { org_id: org_id.into(), app_id: app_id.into(), user_id: Some(user_id.into()) };
         self.changes.publish(change);
-        Ok(true)
+        Ok(Some(c))
     }
 
     /// Ends every own connection of `user_id` (a member removed, a user deleted, a password
-    /// changed): each is deleted and its removal goes on the change feed, so every instance
-    /// drops the user's upstreams. How many there were.
-    pub(crate) async fn delete_connections_of(&self, org_id: &str, user_id: &str) -> Result<usize, StoreError> {
+    /// changed, a service account deleted): each is deleted and its removal goes on the change
+    /// feed, so every instance drops the user's upstreams. The removed ones (their tokens are
+    /// the caller's to revoke).
+    pub(crate) async fn delete_connections_of(
+        &self,
+        org_id: &str,
+        user_id: &str,
+    ) -> Result<Vec<Arc<Connection>>, StoreError> {
         let apps: Vec<String> = self
             .user_connections
             .iter()
             .filter(|c| c.key().0 == user_id && c.value().org_id == org_id)
             .map(|c| c.key().1.clone())
             .collect();
-        let mut ended = 0;
+        let mut ended = Vec::with_capacity(apps.len());
         for app_id in apps {
-            ended += usize::from(self.delete_user_connection(org_id, user_id, &app_id).await?);
+            ended.extend(self.delete_user_connection(org_id, user_id, &app_id).await?);
         }
         Ok(ended)
     }

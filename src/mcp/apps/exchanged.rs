@@ -6,9 +6,12 @@
 //! session to whoever initialized it, and the session's `initialize` goes with the upstream's
 //! own credential; so callers whose tokens differ never share one. The key is SHA-256 of the
 //! app's id and the subject token (`identity::token_exchange::cache_key`): the same token finds
-//! its entry again, another caller's never does. Bounded ([`MAX_CALLERS`]); one exchange at a
-//! time per key, so that a caller's concurrent calls wait for one exchange.
+//! its entry again, another caller's never does. Kept in the one per-caller pool
+//! (`caller_pool.rs`): at most [`MAX_CALLERS`] per app, the least recently used idle entry making
+//! room, closed when idle for its time or past its token's; one exchange at a time per key, so
+//! that a caller's concurrent calls wait for one exchange.
 
+use super::caller_pool::{CallerPool, Pooled, CALLER_IDLE};
 use super::{AppClients, AppError};
 use crate::config::{AppConfig, SubjectTokenType};
 use crate::identity::app_oauth::AppOAuthError;
@@ -16,32 +19,29 @@ use crate::identity::token_exchange;
 use crate::mcp::jsonrpc::RawJson;
 use crate::mcp::upstream::{CallContext, Credential, Transport, Upstream, UpstreamReply};
 use crate::observe::metrics;
-use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Most (subject token, app) entries kept; past it, stale entries go first, then any.
+/// Most (subject token, app) entries kept per app; past it, the least recently used idle one
+/// goes, and when every one is in use a new caller is refused (-32010).
 const MAX_CALLERS: usize = 10_000;
 /// An exchanged token is used until this long before it expires (at most half its life).
 const RENEW_AHEAD: Duration = Duration::from_secs(60);
 /// How long a token is used when the provider did not say how long it lives.
 const UNSTATED_LIFE: Duration = Duration::from_secs(300);
 
-/// The per-caller upstreams of the exchanging apps.
-#[derive(Default)]
-pub(crate) struct CallerUpstreams {
-    slots: DashMap<[u8; 32], Arc<Slot>>,
-}
+/// The per-caller upstreams of the exchanging apps: entries of the one per-caller pool
+/// (`caller_pool.rs`), by [`token_exchange::cache_key`], at most [`MAX_CALLERS`] per app.
+pub(crate) type CallerUpstreams = CallerPool<[u8; 32], Slot>;
 
 /// One (subject token, app)'s entry: its upstream while its token is fresh, and the lock that
 /// lets one exchange run at a time.
-struct Slot {
-    app_id: String,
+#[derive(Default)]
+pub(crate) struct Slot {
     held: parking_lot::Mutex<Option<Held>>,
     exchanging: tokio::sync::Mutex<()>,
 }
 
-#[derive(Clone)]
 struct Held {
     upstream: Arc<Upstream>,
     renew_at: Instant,
@@ -53,78 +53,50 @@ impl Slot {
         held.as_ref().filter(|h| Instant::now() < h.renew_at).map(|h| h.upstream.clone())
     }
 
-    fn take(&self) -> Option<Arc<Upstream>> {
+    /// Takes its upstream out (to be closed).
+    pub(super) fn take(&self) -> Option<Arc<Upstream>> {
         self.held.lock().take().map(|h| h.upstream)
+    }
+
+    /// Its token is due (or it has none): the sweep may take it out once no call holds it.
+    fn due(&self, now: Instant) -> bool {
+        self.held.lock().as_ref().is_none_or(|h| now >= h.renew_at)
     }
 }
 
-impl CallerUpstreams {
-    /// The entry of `key`, made when missing (room made first when full).
-    fn slot(&self, key: [u8; 32], app_id: &str) -> Arc<Slot> {
-        if let Some(s) = self.slots.get(&key) {
-            return s.value().clone();
-        }
-        if self.slots.len() >= MAX_CALLERS {
-            self.make_room();
-        }
-        let made = Slot { app_id: app_id.to_string(), held: Default::default(), exchanging: Default::default() };
-        self.slots.entry(key).or_insert_with(|| Arc::new(made)).value().clone()
+/// An entry is in use while a call holds its upstream, though the call no longer holds it.
+impl Pooled for Slot {
+    fn busy(&self) -> bool {
+        self.held.lock().as_ref().is_some_and(|h| Arc::strong_count(&h.upstream) > 1)
+    }
+}
+
+impl AppClients {
+    /// The upstream a caller with `subject` token has of an exchanging app, if it has a fresh
+    /// one (never made here: for a notification of the caller's, which has no call to make).
+    pub(super) fn exchanged_upstream(&self, subject: &str, app_id: &str) -> Option<Arc<Upstream>> {
+        self.exchanged.get(&token_exchange::cache_key(subject, app_id))?.fresh()
     }
 
-    /// Drops the entries whose token is due, then, if still full, some others.
-    fn make_room(&self) {
-        let now = Instant::now();
-        self.retain(|s| s.held.lock().as_ref().is_some_and(|h| now < h.renew_at));
-        let excess = self.slots.len().saturating_sub(MAX_CALLERS - MAX_CALLERS / 10);
-        let victims: Vec<[u8; 32]> = self.slots.iter().take(excess).map(|s| *s.key()).collect();
-        for key in victims {
-            if let Some((_, slot)) = self.slots.remove(&key) {
-                close(slot.take());
-            }
-        }
-    }
-
-    /// Keeps the entries `keep` says, closing the others' upstreams.
-    fn retain(&self, keep: impl Fn(&Slot) -> bool) {
-        let mut dropped = Vec::new();
-        self.slots.retain(|_, s| {
-            let kept = keep(s);
-            if !kept {
-                dropped.push(s.clone());
-            }
-            kept
-        });
-        for slot in dropped {
+    /// Forgets an app's entries (its settings changed): the next call exchanges again.
+    pub(super) fn forget_exchanged(&self, app_id: &str) {
+        for slot in self.exchanged.remove_app(app_id) {
             close(slot.take());
         }
     }
 
-    /// Forgets an app's entries (its settings changed): the next call exchanges again.
-    pub(crate) fn forget_app(&self, app_id: &str) {
-        self.retain(|s| s.app_id != app_id);
-    }
-
-    /// Closes idle connections of the per-caller upstreams, and forgets entries past their time.
-    pub(crate) fn sweep_idle(&self) {
+    /// Closes idle connections of the per-caller upstreams, and takes out the entries idle
+    /// for [`CALLER_IDLE`] or past their token's time.
+    pub(super) fn sweep_exchanged(&self) {
         let now = Instant::now();
-        self.retain(|s| s.held.lock().as_ref().is_none_or(|h| now < h.renew_at));
-        for s in self.slots.iter() {
-            if let Some(h) = s.held.lock().as_ref() {
+        let each = |slot: &Slot| {
+            if let Some(h) = slot.held.lock().as_ref() {
                 h.upstream.sweep_idle();
             }
+        };
+        for slot in self.exchanged.sweep(CALLER_IDLE, |slot| slot.due(now), each) {
+            close(slot.take());
         }
-    }
-
-    /// Stops every per-caller upstream.
-    pub(crate) async fn shutdown(&self) {
-        let all: Vec<Arc<Upstream>> = self.slots.iter().filter_map(|s| s.take()).collect();
-        self.slots.clear();
-        futures_util::future::join_all(all.iter().map(|up| up.shutdown())).await;
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.slots.len()
     }
 }
 
@@ -158,9 +130,18 @@ impl AppClients {
         app: &AppConfig,
         subject: &str,
         kind: SubjectTokenType,
-    ) -> Result<Arc<Upstream>, AppOAuthError> {
+    ) -> Result<Arc<Upstream>, AppError> {
         let key = token_exchange::cache_key(subject, &app.id);
-        let slot = self.exchanged.slot(key, &app.id);
+        let slot = match self.exchanged.get(&key) {
+            Some(slot) => slot,
+            None => {
+                let (kept, evicted) = self.exchanged.insert(key, &app.id, Arc::default(), MAX_CALLERS);
+                if let Some(old) = evicted {
+                    close(old.take());
+                }
+                kept.ok_or_else(|| AppError::UserSessionsFull { app: app.id.clone(), most: MAX_CALLERS })?
+            }
+        };
         if let Some(up) = slot.fresh() {
             return Ok(up);
         }
@@ -178,7 +159,7 @@ impl AppClients {
                 let outcome = if matches!(error, AppOAuthError::Refused { .. }) { "refused" } else { "failed" };
                 metrics::token_exchange(&app.id, outcome);
                 tracing::warn!(org = org_id, app = %app.id, %error, "the caller's token could not be exchanged");
-                return Err(error);
+                return Err(AppError::Authorization { app: app.id.clone(), error });
             }
         };
         let renew_at = Instant::now() + renew_after(issued.expires_in);
@@ -189,7 +170,7 @@ impl AppClients {
         // Named for the organisation and the entry (never the token), as its notices are.
         let owner = format!("{org_id}/x:{}", hex::encode(&key[..8]));
         let upstream = Upstream::for_owner(&owner, &settings, &self.shared)
-            .map_err(|e| AppOAuthError::Malformed(format!("the app's settings: {e}")))?;
+            .map_err(|e| AppError::Upstream { app: app.id.clone(), error: Box::new(e) })?;
         let upstream = Arc::new(upstream);
         let before = slot.held.lock().replace(Held { upstream: upstream.clone(), renew_at });
         close(before.map(|h| h.upstream));
@@ -202,12 +183,15 @@ impl AppClients {
         &self,
         org_id: &str,
         app_id: &str,
-        up: &Upstream,
+        up: &Arc<Upstream>,
         method: &str,
         params: Option<RawJson>,
         ctx: &CallContext,
     ) -> Result<UpstreamReply, AppError> {
-        let reply = up.request(method, params, ctx).await;
+        let mut reply = up.request(method, params, ctx).await;
+        if let Ok(UpstreamReply::Stream(stream)) = &mut reply {
+            stream.went_on(up);
+        }
         self.note_health(org_id, app_id, reply.as_ref().err());
         reply.map_err(|error| AppError::Upstream { app: app_id.into(), error: Box::new(error) })
     }
@@ -223,20 +207,5 @@ mod tests {
         assert_eq!(renew_after(Some(60)), Duration::from_secs(30));
         assert_eq!(renew_after(Some(0)), Duration::ZERO);
         assert_eq!(renew_after(None), UNSTATED_LIFE);
-    }
-
-    #[tokio::test]
-    async fn the_entries_are_bounded_and_an_apps_are_forgotten() {
-        let callers = CallerUpstreams::default();
-        for i in 0..MAX_CALLERS + 5 {
-            let key = token_exchange::cache_key(&i.to_string(), "crm");
-            callers.slot(key, "crm");
-        }
-        assert!(callers.len() <= MAX_CALLERS, "{}", callers.len());
-        let key = token_exchange::cache_key("t", "other");
-        let slot = callers.slot(key, "other");
-        assert!(Arc::ptr_eq(&slot, &callers.slot(key, "other")), "one entry per key");
-        callers.forget_app("crm");
-        assert_eq!(callers.len(), 1);
     }
 }

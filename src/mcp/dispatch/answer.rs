@@ -87,17 +87,18 @@ pub(super) async fn json_only(
     mut stream: ReplyStream,
 ) -> Result<Response, UpstreamError> {
     let (mcp, org_id) = (call.mcp, &call.gw.org_id);
+    let via = stream.via().cloned();
     loop {
         match stream.next().await {
             Some(Ok(Message::Response(r))) => return Ok(r),
             Some(Ok(Message::Request(r))) if r.method == "ping" => {
-                Box::pin(mcp.answer_app(org_id, app_id, Response::success(r.id, json!({})))).await;
+                Box::pin(mcp.answer_on(via.as_ref(), org_id, app_id, Response::success(r.id, json!({})))).await;
             }
             Some(Ok(Message::Request(r))) => {
                 let caps = mcp.sessions.capabilities(mcp_id);
                 // Without a stream there is always a reason to refuse.
                 let e = refusal(&r.method, caps, false).unwrap_or_else(|| RpcErrorObject::method_not_found(&r.method));
-                Box::pin(mcp.answer_app(org_id, app_id, Response::error(r.id, e))).await;
+                Box::pin(mcp.answer_on(via.as_ref(), org_id, app_id, Response::error(r.id, e))).await;
             }
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err(e),
@@ -161,6 +162,7 @@ pub(super) async fn relay(
 ) -> pingora::Result<Relayed> {
     let (call, app_id) = (done.call, done.app_id);
     let (mcp, org_id) = (call.mcp, &call.gw.org_id);
+    let via = stream.via().cloned();
     loop {
         let item = match hand_over_at {
             Some(at) => match crate::base::deadline::until(at.into(), stream.next()).await {
@@ -177,11 +179,11 @@ pub(super) async fn relay(
         if let Message::Request(r) = &msg {
             let caps = mcp.sessions.capabilities(mcp_id);
             if let Some(e) = refusal(&r.method, caps, true) {
-                Box::pin(mcp.answer_app(org_id, app_id, Response::error(r.id.clone(), e))).await;
+                Box::pin(mcp.answer_on(via.as_ref(), org_id, app_id, Response::error(r.id.clone(), e))).await;
                 continue;
             }
             // Known before the client can see it, and answer it.
-            mcp.remember_relayed(mcp_id, &r.id, app_id, org_id);
+            mcp.remember_relayed(mcp_id, &r.id, app_id, org_id, via.as_ref());
         }
         let done_now = matches!(msg, Message::Response(_));
         // Recorded before it leaves: a client that has its answer finds the call's log entry,

@@ -425,6 +425,10 @@ pub struct ReplyStream {
     check: Option<Arc<ContentCheck>>,
     /// The gateway's response guards, asked about the final response (`mcp/callout/`).
     guards: Option<Arc<crate::mcp::callout::CallGuards>>,
+    /// The caller's own upstream the call went on (a per-user app's, an exchanging app's): the
+    /// app's requests on this stream are answered there, never on another caller's or the
+    /// organisation's. Weak: an answer that comes after it closed has nowhere to go.
+    via: Option<std::sync::Weak<Upstream>>,
 }
 
 impl fmt::Debug for ReplyStream {
@@ -448,7 +452,18 @@ impl ReplyStream {
 
 impl ReplyStream {
     pub(crate) fn new(source: Source, first: Option<Event>, deadline: Instant, client_id: Id) -> Self {
-        Self { source, peeked: first, deadline, client_id, done: false, check: None, guards: None }
+        Self { source, peeked: first, deadline, client_id, done: false, check: None, guards: None, via: None }
+    }
+
+    /// The stream of a call made on a caller's own upstream `up` (see `via`).
+    pub(crate) fn went_on(&mut self, up: &Arc<Upstream>) {
+        self.via = Some(Arc::downgrade(up));
+    }
+
+    /// Where the app's requests on this stream are answered: the caller's own upstream the
+    /// call went on, if it did (none: the app's upstream of the organisation).
+    pub(crate) fn via(&self) -> Option<&std::sync::Weak<Upstream>> {
+        self.via.as_ref()
     }
 
     /// The stream with its final response asked about by the call's response guards.
