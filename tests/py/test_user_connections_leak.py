@@ -47,7 +47,7 @@ from toolgate_harness import ToolgateServer, random_key
 # Calls of each client; each member has six clients (two eras of the Python SDK and the
 # TypeScript SDK, on each of two instances): 6 x 40 = 240 calls per member.
 CALLS = 40
-CONNECT_PAGE = "http://localhost:8080/console/apps?connect=secured"
+CONNECT_PAGE = "http://localhost:8080/auth/console/apps?connect=secured"
 PEOPLE = {"olga": "owner", "alice": "developer", "bob": "viewer", "carol": "developer", "dave": "developer"}
 
 
@@ -235,7 +235,9 @@ def test_two_members_calls_at_once_each_reach_the_app_as_themselves_and_an_uncon
             if mode == "legacy" and declare_url:
                 assert e.code == -32042, e
                 (elicitation,) = e.data["elicitations"]
-                assert elicitation["mode"] == "url" and elicitation["url"] == CONNECT_PAGE, e
+                assert elicitation["mode"] == "url", e
+                # The page with the elicitation's id, by which it checks the person is Carol.
+                assert elicitation["url"] == f"{CONNECT_PAGE}&elicitation={elicitation['elicitationId']}", e
             else:
                 # A 2026-07-28 client that declared URL mode was asked first, and declined.
                 assert e.code == -32006 and e.data["url"] == CONNECT_PAGE, e
