@@ -320,6 +320,18 @@ pub(crate) fn token_answer(status: reqwest::StatusCode, body: &[u8]) -> Result<T
     })
 }
 
+/// A form sent to one of an app's OAuth endpoints (token, revocation), asking for JSON: the
+/// answer's status and body, or the endpoint unreachable (the error without its URL).
+pub(crate) async fn send_form(
+    request: reqwest::RequestBuilder,
+    form: &[(&str, &str)],
+) -> Result<(reqwest::StatusCode, bytes::Bytes), AppOAuthError> {
+    let unreachable = |e: reqwest::Error| AppOAuthError::Unreachable(e.without_url().to_string());
+    let response = request.header("Accept", "application/json").form(form).send().await.map_err(unreachable)?;
+    let status = response.status();
+    Ok((status, response.bytes().await.map_err(unreachable)?))
+}
+
 /// The client of OAuth and OpenID requests (apps' authorization servers, web sign-in's providers):
 /// a short time-out, and redirects not followed (a token endpoint that redirects is refused).
 pub(crate) fn http() -> &'static reqwest::Client {
@@ -373,15 +385,7 @@ async fn token_request(
     if let Some(resource) = &endpoints.resource {
         form.push(("resource", resource));
     }
-    let response = http()
-        .post(&endpoints.token_url)
-        .header("Accept", "application/json")
-        .form(&form)
-        .send()
-        .await
-        .map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
-    let status = response.status();
-    let body = response.bytes().await.map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
+    let (status, body) = send_form(http().post(&endpoints.token_url), &form).await?;
     let answer = token_answer(status, &body)?;
     let access_token = answer.access_token;
     if answer.token_type.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("bearer")) {

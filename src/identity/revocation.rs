@@ -11,7 +11,7 @@
 //! (`client_secret_post`, or the `client_id` alone for a public client). The caller runs this in
 //! the background: a removal never waits for a provider, nor fails with it.
 
-use super::app_oauth::{endpoints, http, AppOAuthError, Tokens};
+use super::app_oauth::{endpoints, http, send_form, AppOAuthError, Tokens};
 use crate::config::AppConfig;
 
 /// What became of an ended connection's tokens.
@@ -43,16 +43,9 @@ pub(crate) async fn revoke(app: &AppConfig, allow_http: bool, tokens: &Tokens) -
         if let Some(secret) = &oauth.client_secret {
             form.push(("client_secret", secret));
         }
-        let response = http()
-            .post(&url)
-            .header("Accept", "application/json")
-            .form(&form)
-            .send()
-            .await
-            .map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
-        let status = response.status();
+        let (status, body) = send_form(http().post(&url), &form).await?;
         if !status.is_success() {
-            return Err(refusal(status, &response.bytes().await.unwrap_or_default()));
+            return Err(refusal(status, &body));
         }
     }
     Ok(Revoked::Done)

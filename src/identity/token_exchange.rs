@@ -133,7 +133,7 @@ pub(crate) async fn exchange(
     if !scope.is_empty() {
         form.push(("scope", &scope));
     }
-    let mut request = app_oauth::http().post(&token_url).header("Accept", "application/json");
+    let mut request = app_oauth::http().post(&token_url);
     match (&oauth.client_secret, settings.client_auth) {
         (Some(secret), TokenClientAuth::ClientSecretBasic) => {
             request = request.header("Authorization", basic(&oauth.client_id, secret));
@@ -145,10 +145,7 @@ pub(crate) async fn exchange(
             }
         }
     }
-    let response =
-        request.form(&form).send().await.map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
-    let status = response.status();
-    let body = response.bytes().await.map_err(|e| AppOAuthError::Unreachable(e.without_url().to_string()))?;
+    let (status, body) = app_oauth::send_form(request, &form).await?;
     issued(status, &body)
 }
 

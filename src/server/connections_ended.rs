@@ -51,28 +51,17 @@ async fn revoke_one(state: &State, c: &Connection, tokens: &Tokens) {
         return;
     };
     let allow_http = state.config().environment.allows_http();
-    match revoke(&app, allow_http, tokens).await {
-        Ok(Revoked::Done) => {
-            metrics::token_revocation(&app.id, "revoked");
-            tracing::info!(
-                org = c.org_id,
-                user,
-                app = app.id,
-                "revoked an ended connection's tokens at the app's provider"
-            );
-        }
+    let said = match revoke(&app, allow_http, tokens).await {
+        Ok(Revoked::Done) => ("revoked", "revoked an ended connection's tokens at the app's provider"),
         Ok(Revoked::Unsupported) => {
-            metrics::token_revocation(&app.id, "unsupported");
-            tracing::info!(
-                org = c.org_id,
-                user,
-                app = app.id,
-                "the app's provider offers no revocation: an ended connection's tokens expire on their own"
-            );
+            ("unsupported", "the app's provider offers no revocation: an ended connection's tokens expire on their own")
         }
         Err(error) => {
             metrics::token_revocation(&app.id, "failed");
             tracing::warn!(org = c.org_id, user, app = app.id, %error, "an ended connection's tokens could not be revoked");
+            return;
         }
-    }
+    };
+    metrics::token_revocation(&app.id, said.0);
+    tracing::info!(org = c.org_id, user, app = app.id, "{}", said.1);
 }
