@@ -95,12 +95,6 @@ impl UrlElicitations {
         held.insert(id.to_string(), (e, now + ELICITATION_TTL));
     }
 
-    /// The elicitation `id` names, while it can be completed.
-    fn get(&self, id: &str) -> Option<UrlElicitation> {
-        let held = self.held.lock();
-        held.get(id).filter(|(_, expires)| *expires > Instant::now()).map(|(e, _)| e.clone())
-    }
-
     /// Takes out the elicitation `id` names if `user_id` of `org_id` made its call; leaves
     /// another's in place (a wrong user's attempt does not spend the caller's link).
     fn take_for(&self, id: &str, org_id: &str, user_id: &str) -> Option<UrlElicitation> {
@@ -118,8 +112,9 @@ impl UrlElicitations {
 
     /// What `user_id` of `org_id` may do with the elicitation `id`.
     pub(crate) fn found(&self, id: &str, org_id: &str, user_id: &str) -> Found {
-        match self.get(id) {
-            Some(e) if e.org_id == org_id && e.user_id == user_id => Found::Theirs { app_id: e.app_id },
+        let held = self.held.lock();
+        match held.get(id).filter(|(_, expires)| *expires > Instant::now()) {
+            Some((e, _)) if e.org_id == org_id && e.user_id == user_id => Found::Theirs { app_id: e.app_id.clone() },
             Some(_) => Found::Another,
             None => Found::Unknown,
         }

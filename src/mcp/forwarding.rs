@@ -86,31 +86,21 @@ impl McpRuntime {
         self.answer_on(to.via.as_ref(), &to.org_id, &to.app_id, r).await;
     }
 
-    /// Delivers an answer to an app's request made on a call's stream: on the caller's own
-    /// upstream the call went on (`via`), or, for a call on the organisation's, there. An answer
-    /// for a caller's upstream that has closed meanwhile is dropped, never sent on another.
+    /// Delivers an answer to an app's server->client request (the client's, or the gateway's
+    /// refusal on its behalf) on the upstream the call went on: the caller's own (`via`), or,
+    /// for a call on the organisation's, that one. An answer for a caller's upstream that has
+    /// closed meanwhile is dropped, never sent on another.
     pub(crate) async fn answer_on(&self, via: Option<&Weak<Upstream>>, org_id: &str, app_id: &str, r: Response) {
-        let Some(via) = via else { return self.answer_app(org_id, app_id, r).await };
-        match via.upgrade() {
-            Some(up) => {
-                if let Err(e) = up.respond(r, &CallContext::default()).await {
-                    tracing::warn!(app = app_id, error = %e, "cannot deliver an answer to the app's request");
-                }
-            }
-            None => tracing::warn!(app = app_id, "the caller's upstream closed before the answer to its request"),
-        }
-    }
-
-    /// Delivers an answer to an app's server->client request: the client's, or the gateway's
-    /// refusal on its behalf.
-    pub(crate) async fn answer_app(&self, org_id: &str, app_id: &str, r: Response) {
-        match self.apps.upstream(org_id, app_id) {
-            Ok(up) => {
-                if let Err(e) = up.respond(r, &CallContext::default()).await {
-                    tracing::warn!(app = app_id, error = %e, "cannot deliver an answer to the app's request");
-                }
-            }
-            Err(e) => tracing::warn!(app = app_id, error = %e, "app gone before the answer to its request"),
+        let up = match via {
+            Some(via) => via.upgrade().ok_or_else(|| "the caller's upstream closed before it".to_string()),
+            None => self.apps.upstream(org_id, app_id).map_err(|e| format!("the app is gone: {e}")),
+        };
+        let delivered = match up {
+            Ok(up) => up.respond(r, &CallContext::default()).await.map_err(|e| e.to_string()),
+            Err(why) => Err(why),
+        };
+        if let Err(error) = delivered {
+            tracing::warn!(app = app_id, %error, "cannot deliver an answer to the app's request");
         }
     }
 
