@@ -111,8 +111,8 @@ impl CredentialResolver for Credentials {
         // Looked up by SHA-256, so no plaintext is ever compared; the final equality of the
         // digests is constant-time.
         let hash = secrets::hash_key_bytes(presented);
-        let key = self.state.key_by_hash(&hash).ok_or(AuthError::Unknown)?;
-        if secrets::hash_from_hex(&key.hash).is_none_or(|stored| !secrets::digests_equal(&stored, &hash)) {
+        let (stored, key) = self.state.key_by_hash(&hash).ok_or(AuthError::Unknown)?;
+        if !secrets::digests_equal(&stored, &hash) {
             return Err(AuthError::Unknown);
         }
         if let Some(reason) = key.unusable(Utc::now()) {

@@ -182,7 +182,7 @@ pub(crate) async fn follow(
 /// app is called with.
 async fn relay(
     mcp: &McpRuntime,
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     env: &Envelope,
     (key_id, who): (&str, Option<&Principal>),
     req: &jsonrpc::Request,

@@ -155,11 +155,14 @@ pub trait Counted {
 /// The rollups of a slice of entries, in every tier: what the store adds to what it holds.
 pub fn of<E: Counted>(entries: &[E]) -> Vec<Rollup> {
     type Key<'a> = (i64, i64, &'a str, &'a str, Cow<'a, str>);
-    let mut by_key: HashMap<Key<'_>, Rollup> = HashMap::new();
+    // ahash, not the standard SipHash: the keys are the store's own, and every entry of the
+    // request log is hashed once per tier.
+    let mut by_key: HashMap<Key<'_>, Rollup, ahash::RandomState> = HashMap::default();
     for e in entries {
+        let function = e.function();
         for tier in TIERS {
             let start = e.ts_ms().div_euclid(tier) * tier;
-            let key = (tier, start, e.gateway_id(), e.app(), e.function());
+            let key = (tier, start, e.gateway_id(), e.app(), function.clone());
             let r = by_key.entry(key).or_insert_with_key(|k| Rollup {
                 tier_ms: tier,
                 start_ms: start,

@@ -862,8 +862,10 @@ impl State {
     }
 
     /// The key whose SHA-256 is `hash` (the credential resolver's look-up, `identity::credentials`).
-    pub(crate) fn key_by_hash(&self, hash: &[u8; 32]) -> Option<Arc<ApiKey>> {
-        self.key_by_hash.get(hash).map(|k| k.value().clone())
+    /// The key filed under `hash`, with the digest it is filed under (the stored hash, decoded
+    /// once when the key was filed), for the caller's constant-time comparison.
+    pub(crate) fn key_by_hash(&self, hash: &[u8; 32]) -> Option<([u8; 32], Arc<ApiKey>)> {
+        self.key_by_hash.get(hash).map(|k| (*k.key(), k.value().clone()))
     }
 
     /// The caller resolved for key `key_id`, while no key, user or organisation changed since.

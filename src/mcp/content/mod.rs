@@ -36,7 +36,8 @@ pub struct ContentCheck {
     tool_call: bool,
     /// What the call's result is, for the `where` of a finding.
     place: &'static str,
-    gateway_id: String,
+    /// Named in the log lines of findings; shared, not copied: most calls find nothing.
+    gateway: Arc<Gateway>,
     /// What the log entry is marked with (only written to when something is found).
     marks: Mutex<Vec<Value>>,
 }
@@ -55,7 +56,7 @@ fn place(method: &str) -> &'static str {
 
 impl ContentCheck {
     /// The checks of a call of `method` (and `tool`, its name at the gateway) on `gw`.
-    pub fn for_call(gw: &Gateway, method: &str, tool: Option<&str>) -> Option<Arc<ContentCheck>> {
+    pub fn for_call(gw: &Arc<Gateway>, method: &str, tool: Option<&str>) -> Option<Arc<ContentCheck>> {
         let c = &gw.configuration;
         let exempt = tool.is_some_and(|t| c.redact.exempt_tools.iter().any(|e| e == t));
         let redact = (!c.redact.is_off() && !exempt).then_some(c.redact.mode);
@@ -72,7 +73,7 @@ impl ContentCheck {
             max_bytes,
             tool_call: of_tool,
             place,
-            gateway_id: gw.id.clone(),
+            gateway: Arc::clone(gw),
             marks: Mutex::new(Vec::new()),
         }))
     }
@@ -211,7 +212,7 @@ impl ContentCheck {
                 classes.push(json!({ "class": hit.class.as_str(), "at": at, "action": action, "identifier": true }));
             }
             let findings = Value::Array(classes.clone());
-            tracing::warn!(gateway = %self.gateway_id, r#where = place, %findings, "hidden text in an app's answer");
+            tracing::warn!(gateway = %self.gateway.id, r#where = place, %findings, "hidden text in an app's answer");
             mark["hidden_text"] = Value::Array(classes);
         }
         if !found.secrets.is_empty() {
@@ -222,7 +223,7 @@ impl ContentCheck {
                 kinds.insert((*kind).to_string(), json!(n));
             }
             let found = Value::Object(kinds.clone());
-            tracing::info!(gateway = %self.gateway_id, r#where = place, action, kinds = %found, "secrets in an app's answer");
+            tracing::info!(gateway = %self.gateway.id, r#where = place, action, kinds = %found, "secrets in an app's answer");
             mark["secrets"] = json!({ "action": action, "kinds": kinds });
         }
         self.marks.lock().push(mark);

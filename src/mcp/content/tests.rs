@@ -2,6 +2,11 @@ use super::*;
 use crate::data::model::{Redact, RedactMode};
 use crate::mcp::jsonrpc::Id;
 
+/// The check of a call on a gateway of these settings.
+fn check_of(gw: &Gateway, method: &str, tool: Option<&str>) -> Option<Arc<ContentCheck>> {
+    ContentCheck::for_call(&Arc::new(gw.clone()), method, tool)
+}
+
 fn gateway(policy: ContentPolicy) -> Gateway {
     let mut gw: Gateway = serde_json::from_value(json!({
         "id": "gw_1", "org_id": "org_1", "name": "g", "description": "", "servers": [],
@@ -19,7 +24,7 @@ fn result(v: Value) -> Response {
 }
 
 fn checked(gw: &Gateway, method: &str, r: Response) -> Response {
-    ContentCheck::for_call(gw, method, Some("t")).expect("a check").response(r)
+    check_of(gw, method, Some("t")).expect("a check").response(r)
 }
 
 #[test]
@@ -93,7 +98,7 @@ fn block_replaces_the_answer_and_says_where() {
 #[test]
 fn log_reports_and_passes_unchanged() {
     let gw = gateway(ContentPolicy::Log);
-    let check = ContentCheck::for_call(&gw, "resources/read", None).unwrap();
+    let check = check_of(&gw, "resources/read", None).unwrap();
     let r = result(json!({"contents": [{"uri": "u", "text": "a\u{200B}b"}]}));
     let text = r.outcome.as_ref().unwrap().get().to_string();
     assert_eq!(check.response(r).outcome.unwrap().get(), text);
@@ -105,7 +110,7 @@ fn log_reports_and_passes_unchanged() {
 #[test]
 fn errors_are_checked_too() {
     let gw = gateway(ContentPolicy::Strip);
-    let check = ContentCheck::for_call(&gw, "tools/call", None).unwrap();
+    let check = check_of(&gw, "tools/call", None).unwrap();
     let r = Response::error(Id::from(1u64), RpcErrorObject::new(-32000, "failed\u{E0049}"));
     assert_eq!(check.response(r).outcome.unwrap_err().message, "failed");
     let r = result(json!({"isError": true, "content": [{"type": "text", "text": "bad\u{200B}"}]}));
@@ -119,12 +124,12 @@ fn a_result_over_its_bound_is_refused_saying_the_tool_ran() {
     gw.configuration.max_result_bytes = Some(1000);
     gw.configuration.max_result_bytes_by_tool.insert("big".into(), 10_000);
     let long = result(json!({"content": [{"type": "text", "text": "x".repeat(2000)}]}));
-    let e = ContentCheck::for_call(&gw, "tools/call", Some("t")).unwrap().response(long.clone()).outcome.unwrap_err();
+    let e = check_of(&gw, "tools/call", Some("t")).unwrap().response(long.clone()).outcome.unwrap_err();
     assert_eq!(e.data.as_ref().unwrap()["reason"], "too_large");
     assert!(e.message.contains("the tool ran") && e.message.contains("1000 bytes"), "{}", e.message);
-    let fine = ContentCheck::for_call(&gw, "tools/call", Some("big")).unwrap().response(long);
+    let fine = check_of(&gw, "tools/call", Some("big")).unwrap().response(long);
     assert!(fine.outcome.is_ok(), "the tool's own bound");
-    assert!(ContentCheck::for_call(&gateway(ContentPolicy::Off), "tools/call", None).is_none(), "nothing to check");
+    assert!(check_of(&gateway(ContentPolicy::Off), "tools/call", None).is_none(), "nothing to check");
 }
 
 #[test]
@@ -133,12 +138,12 @@ fn secrets_are_redacted_unless_the_tool_is_exempt_or_only_logged() {
     gw.configuration.redact =
         Redact { detectors: vec!["secrets".into()], mode: RedactMode::Redact, exempt_tools: vec!["vault".into()] };
     let answer = || result(json!({"content": [{"type": "text", "text": "key AKIAIOSFODNN7EXAMPLE"}]}));
-    let out = ContentCheck::for_call(&gw, "tools/call", Some("t")).unwrap().response(answer());
+    let out = check_of(&gw, "tools/call", Some("t")).unwrap().response(answer());
     assert_eq!(out.outcome.unwrap().to_value()["content"][0]["text"], "key [redacted:aws_access_key_id]");
-    let out = ContentCheck::for_call(&gw, "tools/call", Some("vault")).unwrap().response(answer());
+    let out = check_of(&gw, "tools/call", Some("vault")).unwrap().response(answer());
     assert_eq!(out.outcome.unwrap().to_value()["content"][0]["text"], "key AKIAIOSFODNN7EXAMPLE");
     gw.configuration.redact.mode = RedactMode::Log;
-    let check = ContentCheck::for_call(&gw, "tools/call", Some("t")).unwrap();
+    let check = check_of(&gw, "tools/call", Some("t")).unwrap();
     let out = check.response(answer());
     assert_eq!(out.outcome.unwrap().to_value()["content"][0]["text"], "key AKIAIOSFODNN7EXAMPLE");
     assert_eq!(check.marks().unwrap()[0]["secrets"]["kinds"]["aws_access_key_id"], 1);
@@ -150,7 +155,7 @@ fn a_task_s_answer_is_checked_as_its_tool_s_result() {
     gw.configuration.max_result_bytes_by_tool.insert("report".into(), 100);
     let detail = json!({"taskId": "tgt1.x", "status": "completed", "statusMessage": "half\u{E0050}way",
         "result": {"isError": true, "content": [{"type": "text", "text": "done"}]}});
-    let e = ContentCheck::for_call(&gw, "tasks/get", Some("t")).unwrap().response(result(detail.clone()));
+    let e = check_of(&gw, "tasks/get", Some("t")).unwrap().response(result(detail.clone()));
     let e = e.outcome.unwrap_err();
     let data = e.data.as_ref().unwrap();
     assert_eq!(
@@ -160,12 +165,12 @@ fn a_task_s_answer_is_checked_as_its_tool_s_result() {
     assert!(e.message.contains("the tool ran"), "{}", e.message);
     // The tool's own size bound holds for its task's answers.
     let long = json!({"taskId": "tgt1.x", "status": "completed", "result": {"content": [{"text": "x".repeat(200)}]}});
-    let e = ContentCheck::for_call(&gw, "tasks/get", Some("report")).unwrap().response(result(long));
+    let e = check_of(&gw, "tasks/get", Some("report")).unwrap().response(result(long));
     let e = e.outcome.unwrap_err();
     assert_eq!(e.data.as_ref().unwrap()["reason"], "too_large");
     assert!(e.message.contains("its task's answer of"), "{}", e.message);
     gw.configuration.content_policy = ContentPolicy::Strip;
-    let out = ContentCheck::for_call(&gw, "tasks/get", None).unwrap().response(result(detail)).outcome.unwrap();
+    let out = check_of(&gw, "tasks/get", None).unwrap().response(result(detail)).outcome.unwrap();
     assert_eq!(out.to_value()["statusMessage"], "halfway");
 }
 

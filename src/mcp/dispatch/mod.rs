@@ -275,7 +275,8 @@ pub(super) async fn request(
             return forward(mcp, ex, gw, caller, req, acc).await;
         }
         "tools/call" if gw.configuration.discovery == Discovery::Search => {
-            return search::call(mcp, ex, gw, caller, req, acc).await;
+            // Boxed: the search's future (about 6 KB) would otherwise size every request's.
+            return Box::pin(search::call(mcp, ex, gw, caller, req, acc)).await;
         }
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
             return forward(mcp, ex, gw, caller, req, acc).await;
