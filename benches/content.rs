@@ -56,7 +56,7 @@ fn bench(c: &mut Criterion) {
         for (kind, line) in [("ascii", ascii_line), ("multilingual", world_line)] {
             let r = result(&text(size, line));
             for (name, policy, secrets) in cases {
-                let gw = gateway(policy, secrets);
+                let gw = std::sync::Arc::new(gateway(policy, secrets));
                 let Some(check) = ContentCheck::for_call(&gw, "tools/call", Some("t")) else { continue };
                 g.bench_with_input(BenchmarkId::new(format!("{kind}/{name}"), size), &r, |b, r| {
                     b.iter_batched(|| r.clone(), |r| black_box(check.response(r)), criterion::BatchSize::LargeInput)

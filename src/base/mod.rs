@@ -7,6 +7,7 @@ pub(crate) mod fast_map;
 pub(crate) mod hidden_text;
 pub(crate) mod jwt;
 pub(crate) mod pair_key;
+pub(crate) mod quick;
 pub mod route;
 pub mod secrets;
 pub(crate) mod strict_json;

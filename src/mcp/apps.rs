@@ -293,7 +293,9 @@ impl AppClients {
     ) -> Result<Option<crate::identity::app_oauth::Tokens>, AppError> {
         let tokens = self.oauth_tokens(owner, app_id);
         if tokens.as_ref().is_some_and(|t| t.due(chrono::Utc::now().timestamp())) {
-            self.renew(owner, app_id, None).await?;
+            // Boxed, here and below: a renewal (2 KB of future) is rare, and every call holds
+            // what it awaits inline.
+            Box::pin(self.renew(owner, app_id, None)).await?;
             return Ok(self.oauth_tokens(owner, app_id));
         }
         Ok(tokens)
@@ -469,7 +471,7 @@ impl AppClients {
     ) -> Result<UpstreamReply, AppError> {
         // Token exchange: the caller's own upstream; never the organisation's for such an app.
         if let Some(up) = &ctx.caller_upstream {
-            return self.request_on_caller_upstream(org_id, app_id, up, method, params, ctx).await;
+            return Box::pin(self.request_on_caller_upstream(org_id, app_id, up, method, params, ctx)).await;
         }
         let app = self.app(app_id)?;
         if app.oauth.as_ref().is_some_and(|o| o.token_exchange.is_some()) {
@@ -485,7 +487,7 @@ impl AppClients {
         let mut up = self.upstream_of(owner, &app)?;
         let mut reply = up.request(method, params, ctx).await;
         if let Some(refused) = Self::refused(&tokens, reply.as_ref().err()) {
-            self.renew(owner, app_id, Some(refused)).await?;
+            Box::pin(self.renew(owner, app_id, Some(refused))).await?;
             up = self.upstream_of(owner, &app)?;
             reply = up.request(method, again, ctx).await;
         }

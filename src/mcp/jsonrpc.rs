@@ -545,7 +545,14 @@ impl<'de> Deserialize<'de> for Raw<'de> {
 /// JSON that is neither an object nor an array (e.g. `42`) is an invalid request, not a parse
 /// error, as JSON-RPC 2.0 prescribes.
 pub fn parse(bytes: &[u8]) -> Result<Incoming, ParseError> {
-    match serde_json::from_slice::<Raw>(bytes) {
+    // Read as text when it is UTF-8 (checked once, a word at a time): serde then keeps the raw
+    // members and reads the strings without checking each one's UTF-8 again. Bytes that are not
+    // UTF-8 are read as bytes, for serde's own account of where.
+    let read = match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str::<Raw>(text),
+        Err(_) => serde_json::from_slice::<Raw>(bytes),
+    };
+    match read {
         Ok(Raw::One(env)) => classify(env).map(Incoming::Single).map_err(ParseError::Invalid),
         Ok(Raw::Many(items)) => {
             if items.is_empty() {

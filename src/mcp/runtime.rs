@@ -4,6 +4,7 @@
 //! management handlers reach it through `Server::mcp` to list sessions or test apps.
 
 use crate::base::fast_map::FastMap;
+use crate::base::quick::{self, Quick};
 use crate::data::audit::Audit;
 use crate::data::changes::Change;
 use crate::data::model::Gateway;
@@ -203,15 +204,25 @@ impl McpRuntime {
     }
 
     /// The gateway's catalogue, cached for `cache_ttl` when `cache_enabled`.
-    pub async fn catalogue(&self, gw: &Gateway) -> Arc<Catalogue> {
+    ///
+    /// Not an `async fn`: a cached catalogue is ready in a future of a few bytes, and only a build
+    /// is boxed. Every call awaits its catalogue, so the call's own future would otherwise hold
+    /// (and copy in) the build's kilobyte each time, to take the cached one.
+    pub fn catalogue<'a>(&'a self, gw: &'a Gateway) -> Quick<'a, Arc<Catalogue>> {
         let c = &gw.configuration;
         if c.cache_enabled {
             if let Some(cat) = self.catalogues.get(&gw.id) {
                 if cat.built.is_some_and(|b| b.elapsed() < Duration::from_secs(c.cache_ttl.into())) {
-                    return cat.clone();
+                    return quick::now(cat.clone());
                 }
             }
         }
+        quick::later(self.build_catalogue(gw))
+    }
+
+    /// Builds the gateway's catalogue (and caches it when `cache_enabled`).
+    async fn build_catalogue(&self, gw: &Gateway) -> Arc<Catalogue> {
+        let c = &gw.configuration;
         let pins = match c.tool_policy {
             ToolPolicy::Off => None,
             _ => match self.gateway_pins(gw).await {

@@ -10,6 +10,7 @@
 //! naming its `error` (`invalid_grant`, `invalid_target`, ...); a provider that cannot be reached
 //! or answers nonsense is `-32004`. The subject token is in none of them, nor in the log.
 
+use crate::base::quick::{self, Quick};
 use crate::edge::exchange::Exchange;
 use crate::identity::app_oauth::AppOAuthError;
 use crate::identity::token_exchange::{self, Unexchangeable};
@@ -22,24 +23,49 @@ use crate::observe::metrics;
 use serde_json::json;
 use std::sync::Arc;
 
+/// What [`caller_upstream`] answers.
+type Answer = Result<Option<Arc<Upstream>>, RpcErrorObject>;
+
 /// The upstream `org_id`'s call to `app_id` must go on: the caller's own when the app exchanges
 /// tokens (none otherwise: the organisation's), or the error the call is refused with.
-pub(crate) async fn caller_upstream(
-    mcp: &McpRuntime,
-    ex: &Exchange<'_>,
-    org_id: &str,
-    app_id: &str,
-) -> Result<Option<Arc<Upstream>>, RpcErrorObject> {
-    let Some(app) = mcp.state.app(app_id) else { return Ok(None) };
-    let Some(settings) = app.oauth.as_ref().and_then(|o| o.token_exchange.as_ref()) else { return Ok(None) };
+///
+/// Not an `async fn`: every call asks, and the answer for an app that does not exchange is ready
+/// in a future of a few bytes; only an exchange is boxed.
+pub(crate) fn caller_upstream<'a>(
+    mcp: &'a McpRuntime,
+    ex: &'a Exchange<'_>,
+    org_id: &'a str,
+    app_id: &'a str,
+) -> Quick<'a, Answer> {
+    let Some(app) = mcp.state.app(app_id) else { return quick::now(Ok(None)) };
+    let Some(settings) = app.oauth.as_ref().and_then(|o| o.token_exchange.as_ref()) else {
+        return quick::now(Ok(None));
+    };
     let token = token_exchange::bearer(ex.headers());
     let kind = match ex.ctx.filters.principal.as_deref() {
         Some(p) => token_exchange::subject_of(&p.credential, token, settings),
         None => Err(Unexchangeable::NotAToken("a call without a credential")),
     };
-    let (kind, Some(token)) = (kind.map_err(|e| unexchangeable(app_id, &e))?, token) else {
-        return Err(unexchangeable(app_id, &Unexchangeable::NotAToken("a call without a bearer token")));
+    let (kind, token) = match (kind, token) {
+        (Ok(kind), Some(token)) => (kind, token),
+        (Err(e), _) => return quick::now(Err(unexchangeable(app_id, &e))),
+        (Ok(_), None) => {
+            let e = Unexchangeable::NotAToken("a call without a bearer token");
+            return quick::now(Err(unexchangeable(app_id, &e)));
+        }
     };
+    quick::later(exchanged(mcp, org_id, app, app_id, token, kind))
+}
+
+/// The caller's own upstream to an app that exchanges `token`.
+async fn exchanged(
+    mcp: &McpRuntime,
+    org_id: &str,
+    app: Arc<crate::config::AppConfig>,
+    app_id: &str,
+    token: &str,
+    kind: crate::config::SubjectTokenType,
+) -> Answer {
     match mcp.apps.caller_upstream(org_id, &app, token, kind).await {
         Ok(up) => Ok(Some(up)),
         Err(AppError::Authorization { error, .. }) => Err(exchange_failed(app_id, &error)),

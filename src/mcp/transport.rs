@@ -3,6 +3,7 @@
 //! session from `Mcp-Session-Id` or its cookie, and the GET stream. What a message asks for is
 //! `dispatch`'s business.
 
+use crate::base::quick::{self, Quick};
 use crate::data::model::Gateway;
 use crate::edge::error::ApiError;
 use crate::edge::exchange::{EventSink, EventSource, Exchange};
@@ -184,7 +185,27 @@ async fn admit(
 }
 
 /// Resolves the request's session, answering the not-initialized errors itself.
-async fn require_session(
+///
+/// Not an `async fn`: a live session of this instance is ready in a future of a few bytes; only
+/// the rest (a session to adopt from the store, a refusal to answer) is boxed, so that every
+/// call's future does not hold theirs.
+fn require_session<'a>(
+    mcp: &'a McpRuntime,
+    ex: &'a mut Exchange<'_>,
+    gw: &'a Gateway,
+    key_id: &'a str,
+    id: &'a Id,
+) -> Quick<'a, pingora::Result<Option<String>>> {
+    if let Some(sid) = session_id(ex.headers()) {
+        if mcp.sessions.touch(&sid, &gw.id, key_id).is_ok() {
+            return quick::now(Ok(Some(sid)));
+        }
+    }
+    quick::later(require_session_slowly(mcp, ex, gw, key_id, id))
+}
+
+/// [`require_session`] past its quick case.
+async fn require_session_slowly(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     gw: &Gateway,
@@ -290,23 +311,29 @@ async fn post(mcp: &Arc<McpRuntime>, ex: &mut Exchange<'_>, gw: &Arc<Gateway>, k
 /// limit costs no body read or parse. The body is checked against the headers afterwards (a
 /// request whose body names another tool is refused, its charge spent). `Ok(Some(app))`: counted
 /// against that app's limit; `Err`: over it.
-async fn app_quota_from_headers(
-    mcp: &McpRuntime,
-    ex: &Exchange<'_>,
-    gw: &Gateway,
-) -> Result<Option<String>, (crate::mcp::quota::Spent, String)> {
-    // Most deployments limit no app: then nothing is looked up for it on the call's path.
+///
+/// Not an `async fn`: most deployments limit no app, and then the answer is ready (nothing looked
+/// up) in a future of a few bytes; only a look at the catalogue is boxed.
+fn app_quota_from_headers<'a>(mcp: &'a McpRuntime, ex: &Exchange<'_>, gw: &'a Gateway) -> Quick<'a, QuotaCharge> {
     let limited = mcp.state.config().apps.iter().any(|a| a.rate_limit.is_some());
     let h = ex.headers();
     if !limited
         || !modern::is_stateless(h, None)
         || h.get("mcp-method").map(|v| v.as_bytes()) != Some(b"tools/call".as_slice())
     {
-        return Ok(None);
+        return quick::now(Ok(None));
     }
     let Some(name) = h.get("mcp-name").and_then(|v| v.to_str().ok()).and_then(modern::decode_header_value) else {
-        return Ok(None);
+        return quick::now(Ok(None));
     };
+    quick::later(app_quota_of(mcp, gw, name.into_owned()))
+}
+
+/// What [`app_quota_from_headers`] answers: the app charged, or the app over its limit.
+type QuotaCharge = Result<Option<String>, (crate::mcp::quota::Spent, String)>;
+
+/// The limit of the app whose tool is `name`, charged.
+async fn app_quota_of(mcp: &McpRuntime, gw: &Gateway, name: String) -> QuotaCharge {
     let catalogue = mcp.catalogue(gw).await;
     let Some((_, target)) = catalogue.entry(name.trim(), false) else { return Ok(None) };
     let Some(limit) = mcp.state.config().app(&target.app_id).and_then(|a| a.rate_limit) else { return Ok(None) };

@@ -22,6 +22,7 @@
 
 use super::{LogQuery, LogRecord, LogRow, StoreError};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Most entries in one slice: a page of the log decodes one or two slices of this size (about
@@ -61,26 +62,27 @@ fn corrupt(slice: i64) -> StoreError {
     StoreError::Backend(format!("request-log slice {slice} cannot be decoded"))
 }
 
-/// One entry as a slice holds it.
+/// One entry as a slice holds it: borrowed from the request log's records while they are
+/// written (nothing copied but the new id), owned when decoded from a slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Entry {
+pub(super) struct Entry<'a> {
     pub ts_ms: i64,
     pub error: bool,
     pub id: String,
-    pub gateway_id: String,
-    pub app: String,
-    pub body: String,
+    pub gateway_id: Cow<'a, str>,
+    pub app: Cow<'a, str>,
+    pub body: Cow<'a, str>,
 }
 
-impl Entry {
-    fn of(record: &LogRecord, id: String) -> Entry {
+impl<'a> Entry<'a> {
+    fn of(record: &'a LogRecord, id: String) -> Entry<'a> {
         Entry {
             ts_ms: record.ts_ms,
             error: record.error,
             id,
-            gateway_id: record.gateway.id.clone(),
-            app: record.app.clone(),
-            body: record.body.clone(),
+            gateway_id: Cow::Borrowed(&record.gateway.id),
+            app: Cow::Borrowed(&record.app),
+            body: Cow::Borrowed(&record.body),
         }
     }
 
@@ -98,19 +100,19 @@ impl Entry {
     }
 
     fn row(self) -> LogRow {
-        LogRow { id: self.id, ts_ms: self.ts_ms, body: self.body }
+        LogRow { id: self.id, ts_ms: self.ts_ms, body: self.body.into_owned() }
     }
 }
 
 /// Encodes entries one after another: time (8 bytes, little-endian), error flag (1), then id,
 /// gateway, app and body, each as a 4-byte length and its bytes; then compresses the lot.
-fn encode(entries: &[&Entry]) -> Result<Vec<u8>, StoreError> {
+fn encode(entries: &[&Entry<'_>]) -> Result<Vec<u8>, StoreError> {
     let size = entries.iter().map(|e| 25 + e.id.len() + e.gateway_id.len() + e.app.len() + e.body.len()).sum();
     let mut raw = Vec::with_capacity(size);
     for e in entries {
         raw.extend_from_slice(&e.ts_ms.to_le_bytes());
         raw.push(u8::from(e.error));
-        for field in [&e.id, &e.gateway_id, &e.app, &e.body] {
+        for field in [e.id.as_str(), &e.gateway_id, &e.app, &e.body] {
             raw.extend_from_slice(&(field.len() as u32).to_le_bytes());
             raw.extend_from_slice(field.as_bytes());
         }
@@ -118,7 +120,7 @@ fn encode(entries: &[&Entry]) -> Result<Vec<u8>, StoreError> {
     zstd::bulk::compress(&raw, ZSTD_LEVEL).map_err(backend)
 }
 
-fn decode(slice: i64, data: &[u8]) -> Result<Vec<Entry>, StoreError> {
+fn decode(slice: i64, data: &[u8]) -> Result<Vec<Entry<'static>>, StoreError> {
     let raw = zstd::stream::decode_all(data).map_err(|_| corrupt(slice))?;
     let mut r = Reader { rest: &raw, slice };
     let mut entries = Vec::new();
@@ -126,6 +128,7 @@ fn decode(slice: i64, data: &[u8]) -> Result<Vec<Entry>, StoreError> {
         let ts_ms = i64::from_le_bytes(r.array()?);
         let error = r.array::<1>()?[0] != 0;
         let (id, gateway_id, app, body) = (r.text()?, r.text()?, r.text()?, r.text()?);
+        let (gateway_id, app, body) = (Cow::Owned(gateway_id), Cow::Owned(app), Cow::Owned(body));
         entries.push(Entry { ts_ms, error, id, gateway_id, app, body });
     }
     Ok(entries)
@@ -162,10 +165,10 @@ impl Reader<'_> {
 /// Per gateway and app of a slice: entries, errors, first and last time.
 type Keys<'a> = BTreeMap<(&'a str, &'a str), (i64, i64, i64, i64)>;
 
-fn keys_of<'a>(entries: &[&'a Entry]) -> Keys<'a> {
+fn keys_of<'a>(entries: &[&'a Entry<'_>]) -> Keys<'a> {
     let mut keys: Keys<'a> = BTreeMap::new();
     for e in entries {
-        let k = keys.entry((e.gateway_id.as_str(), e.app.as_str())).or_insert((0, 0, e.ts_ms, e.ts_ms));
+        let k = keys.entry((&*e.gateway_id, &*e.app)).or_insert((0, 0, e.ts_ms, e.ts_ms));
         k.0 += 1;
         k.1 += i64::from(e.error);
         k.2 = k.2.min(e.ts_ms);
@@ -190,7 +193,7 @@ fn count_in(tx: &Transaction<'_>, slice: i64, sign: i64) -> Result<(), StoreErro
 }
 
 /// Writes slice `id` (a new one when `None`) of `org` with `entries`, and its summaries.
-fn put_slice(tx: &Transaction<'_>, id: Option<i64>, org: &str, entries: &[&Entry]) -> Result<(), StoreError> {
+fn put_slice(tx: &Transaction<'_>, id: Option<i64>, org: &str, entries: &[&Entry<'_>]) -> Result<(), StoreError> {
     let data = encode(entries)?;
     let first = entries.iter().map(|e| e.ts_ms).min().unwrap_or(0);
     let last = entries.iter().map(|e| e.ts_ms).max().unwrap_or(0);
@@ -333,7 +336,7 @@ fn slice_data(c: &Connection, slice: i64) -> Result<Vec<u8>, StoreError> {
 }
 
 /// The entries of `q` in slice `slice`, newest first.
-fn matching_entries(c: &Connection, slice: i64, q: &LogQuery) -> Result<Vec<Entry>, StoreError> {
+fn matching_entries(c: &Connection, slice: i64, q: &LogQuery) -> Result<Vec<Entry<'static>>, StoreError> {
     let mut entries = decode(slice, &slice_data(c, slice)?)?;
     entries.retain(|e| e.matches(q));
     entries.reverse();
@@ -422,12 +425,12 @@ pub(super) fn count(c: &Connection) -> Result<u64, StoreError> {
 
 /// Keeps only the entries of slice `slice` that `keep` accepts (the slice goes when none is
 /// left); returns how many went.
-fn trim(tx: &Transaction<'_>, slice: i64, keep: impl Fn(usize, &Entry) -> bool) -> Result<u64, StoreError> {
+fn trim(tx: &Transaction<'_>, slice: i64, keep: impl Fn(usize, &Entry<'_>) -> bool) -> Result<u64, StoreError> {
     let (org, data): (String, Vec<u8>) = tx
         .query_row("SELECT org_id, data FROM log_slices WHERE id = ?1", [slice], |r| Ok((r.get(0)?, r.get(1)?)))
         .map_err(backend)?;
     let entries = decode(slice, &data)?;
-    let kept: Vec<&Entry> = entries.iter().enumerate().filter(|(i, e)| keep(*i, e)).map(|(_, e)| e).collect();
+    let kept: Vec<&Entry<'_>> = entries.iter().enumerate().filter(|(i, e)| keep(*i, e)).map(|(_, e)| e).collect();
     let gone = (entries.len() - kept.len()) as u64;
     if kept.is_empty() {
         delete(tx, slice)?;

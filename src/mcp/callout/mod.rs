@@ -24,6 +24,7 @@ mod task;
 #[cfg(test)]
 mod tests;
 
+use crate::base::quick::{self, Quick};
 use crate::data::audit::{Actor, Target as AuditTarget};
 use crate::data::model::{Callout, CalloutFailure, CalloutMode, CalloutPhase, Gateway};
 use crate::mcp::content::ContentCheck;
@@ -397,15 +398,21 @@ impl CallGuards {
 
 /// The app's reply with the response guards on it: a response asked about now, a stream's at
 /// its end (`ReplyStream::guarded`).
-pub(crate) async fn guard_reply<E>(
+///
+/// Not an `async fn`: without response guards (most calls) the reply is ready in a future of its
+/// own size, and only a guard's round trip is boxed; an `async fn` would hold the reply and the
+/// guard's future (near 3 KB) in every call's future.
+pub(crate) fn guard_reply<E: Send + 'static>(
     reply: Result<UpstreamReply, E>,
     guards: Option<Arc<CallGuards>>,
-) -> Result<UpstreamReply, E> {
-    let Some(g) = guards.filter(|g| g.on_response_too()) else { return reply };
+) -> Quick<'static, Result<UpstreamReply, E>> {
+    let Some(g) = guards.filter(|g| g.on_response_too()) else { return quick::now(reply) };
     match reply {
-        Ok(UpstreamReply::Response(r)) => Ok(UpstreamReply::Response(g.on_response(r).await)),
-        Ok(UpstreamReply::Stream(s)) => Ok(UpstreamReply::Stream(s.guarded(g))),
-        Err(e) => Err(e),
+        Ok(UpstreamReply::Response(r)) => {
+            quick::later(async move { Ok(UpstreamReply::Response(g.on_response(r).await)) })
+        }
+        Ok(UpstreamReply::Stream(s)) => quick::now(Ok(UpstreamReply::Stream(s.guarded(g)))),
+        Err(e) => quick::now(Err(e)),
     }
 }
 

@@ -399,11 +399,17 @@ async fn forward(
     if let (Some(args), Some(named)) = (shaped_arguments.as_deref(), target.named.as_mut()) {
         named.set("arguments", args);
     }
-    if let Err(e) = call.rules(ex, &target).await {
-        return respond(ex, caller, Response::error(req.id, e), "").await;
+    // Each wait for a feature is entered only when the gateway has it: an entered wait builds
+    // its future (a kilobyte or two) into the call's, which a call without the feature skips.
+    if !gw.rules.is_empty() {
+        if let Err(e) = call.rules(ex, &target).await {
+            return respond(ex, caller, Response::error(req.id, e), "").await;
+        }
     }
-    if let Some(refused) = limited::check(&call, ex, &target, &req.id).await {
-        return refused;
+    if !gw.tool_limits.is_empty() {
+        if let Some(refused) = limited::check(&call, ex, &target, &req.id).await {
+            return refused;
+        }
     }
     let (mut call_ctx, guarded_arguments) = match call.before_app(ex, &catalogue, &target, &req.id).await {
         Ok(ready) => ready,
@@ -559,7 +565,9 @@ async fn finish(
                 done.record(&r.outcome, 200);
                 rpc_errors::json(ex, r.with_id(id)).await
             }
-            (Caller::Session(mcp_id), _) => relay_events(done, ex, mcp_id, &id, stream).await,
+            // Boxed: relaying an app's events (2.6 KB of future) would otherwise size every
+            // call's future, the plain JSON answers' too.
+            (Caller::Session(mcp_id), _) => Box::pin(relay_events(done, ex, mcp_id, &id, stream)).await,
             (Caller::Stateless { .. }, None) => unreachable!("a stateless caller has a binding"),
         },
         Err(e) => {
