@@ -1014,6 +1014,9 @@ mod tests {
             );
         }
         assert_eq!(parse(&[0xff, 0xfe]).unwrap_err().code(), PARSE_ERROR);
+        // Not UTF-8 inside a member: read as bytes, still a parse error, not a message.
+        let inside = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\xff\"}";
+        assert_eq!(parse(inside).unwrap_err().code(), PARSE_ERROR);
     }
 
     #[test]

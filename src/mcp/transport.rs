@@ -196,28 +196,32 @@ fn require_session<'a>(
     key_id: &'a str,
     id: &'a Id,
 ) -> Quick<'a, pingora::Result<Option<String>>> {
-    if let Some(sid) = session_id(ex.headers()) {
-        if mcp.sessions.touch(&sid, &gw.id, key_id).is_ok() {
-            return quick::now(Ok(Some(sid)));
-        }
-    }
-    quick::later(require_session_slowly(mcp, ex, gw, key_id, id))
+    let refused = match session_id(ex.headers()) {
+        Some(sid) => match mcp.sessions.touch(&sid, &gw.id, key_id) {
+            Ok(()) => return quick::now(Ok(Some(sid))),
+            Err(e) => Some((sid, e)),
+        },
+        None => None,
+    };
+    quick::later(require_session_slowly(mcp, ex, gw, key_id, id, refused))
 }
 
-/// [`require_session`] past its quick case.
+/// [`require_session`] past its quick case: `refused` is the session the request named and why
+/// this instance does not hold it (`None`: it named none).
 async fn require_session_slowly(
     mcp: &McpRuntime,
     ex: &mut Exchange<'_>,
     gw: &Gateway,
     key_id: &str,
     id: &Id,
+    refused: Option<(String, SessionError)>,
 ) -> pingora::Result<Option<String>> {
-    let Some(sid) = session_id(ex.headers()) else {
+    let Some((sid, e)) = refused else {
         let message = "Bad Request: Server not initialized; send initialize first";
         rpc_errors::error(ex, id, RpcCode::NotInitialized, message).await?;
         return Ok(None);
     };
-    let mut touched = mcp.sessions.touch(&sid, &gw.id, key_id);
+    let mut touched = Err(e);
     // Several instances on one store (or a process being replaced by this one, `--upgrade`): a
     // session created by another is read from the store once.
     if touched == Err(SessionError::Unknown)
